@@ -1,0 +1,1 @@
+"""The ``dmlshim`` command line."""

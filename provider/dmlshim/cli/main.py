@@ -1,0 +1,85 @@
+"""Entry point of the ``dmlshim`` command: one subcommand module per job.
+
+Each command module defines ``add_arguments(parser)`` and ``run(args) -> int``. Errors that dmlshim raises
+on purpose become one paragraph on stderr and the error's exit code (2 usage / bad input, 1 unsupported or
+mismatch); a traceback is shown only with ``--debug``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from ..errors import DmlShimError
+
+log = logging.getLogger(__name__)
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "inspect": ("inspect_cmd", "show the DirectML descriptor each gather/scatter node becomes"),
+    "run": ("run_cmd", "run a model with gather/scatter executed through DirectML descriptors"),
+    "validate": ("validate_cmd", "compare a model's outputs under dmlshim with onnxruntime CPU"),
+    "conformance": ("conformance_cmd", "run the ONNX backend node tests for gather/scatter"),
+    "lower": ("lower_cmd", "write the model with each translated node as a custom-op node"),
+    "export": ("export_cmd", "export translated nodes as DxDispatch models for real DirectML"),
+    "compare": ("compare_cmd", "compare DxDispatch outputs with dmlshim's expected outputs"),
+    "replay": ("replay_cmd", "execute a DxDispatch model file with dmlshim's kernels"),
+}
+"""Subcommand name -> (module in dmlshim.cli, one-line help)."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every available subcommand."""
+    from .. import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="dmlshim",
+        description="Run and validate ONNX gather/scatter nodes exactly as DirectML executes them.",
+    )
+    parser.add_argument("--version", action="version", version=f"dmlshim {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logging")
+    parser.add_argument("-v", "--verbose", action="store_true", help="info-level logging")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module_name, help_text) in COMMANDS.items():
+        try:
+            module = importlib.import_module(f"{__package__}.{module_name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__package__}.{module_name}":
+                raise
+            continue
+        cmd = sub.add_parser(name, help=help_text, description=help_text)
+        cmd.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        module.add_arguments(cmd)
+        cmd.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    debug = bool(getattr(args, "debug", False))
+    logging.basicConfig(
+        level=logging.DEBUG if debug else (logging.INFO if args.verbose else logging.WARNING),
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    if not getattr(args, "_run", None):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(args._run(args))
+    except DmlShimError as exc:
+        if debug:
+            log.exception("dmlshim failed")
+        print(f"dmlshim {args.command}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"dmlshim {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except (OSError, MemoryError) as exc:
+        if debug:
+            log.exception("dmlshim failed")
+        print(f"dmlshim {args.command}: error: {exc}", file=sys.stderr)
+        return 2

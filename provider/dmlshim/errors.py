@@ -1,0 +1,101 @@
+"""The exception hierarchy of dmlshim.
+
+User errors (a bad model, a bad input, a node DirectML cannot express) are separated from internal bugs.
+Every error carries structured context so the CLI can print one paragraph naming the file, node, op,
+tensor, rule and offending value, and so tests can assert on fields instead of sentences.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class DmlShimError(Exception):
+    """Base class of every error dmlshim raises on purpose.
+
+    Attributes:
+        rule: the rule (from the DirectML docs or the ONNX spec) that failed, if any.
+        value: the offending value, if any.
+        node: the ONNX node name, if the error concerns a node.
+        op_type: the ONNX or DirectML operator concerned, if any.
+        tensor: the tensor concerned (a DirectML binding name or an ONNX tensor name), if any.
+        path: the file concerned, if any.
+    """
+
+    exit_code: int = 2
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        rule: str | None = None,
+        value: Any = None,
+        node: str | None = None,
+        op_type: str | None = None,
+        tensor: str | None = None,
+        path: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.rule = rule
+        self.value = value
+        self.node = node
+        self.op_type = op_type
+        self.tensor = tensor
+        self.path = path
+
+    def __str__(self) -> str:
+        parts: list[str] = []
+        if self.path:
+            parts.append(f"file {self.path!r}")
+        if self.node is not None:
+            parts.append(f"node {self.node!r}")
+        if self.op_type:
+            parts.append(f"op {self.op_type}")
+        if self.tensor:
+            parts.append(f"tensor {self.tensor}")
+        where = (", ".join(parts) + ": ") if parts else ""
+        text = where + self.message
+        if self.rule and self.rule not in self.message:
+            text += f" [rule: {self.rule}]"
+        return text
+
+
+class BadModelError(DmlShimError):
+    """The model file cannot be read, is not ONNX, fails onnx.checker, or is otherwise unusable."""
+
+
+class BadInputError(DmlShimError):
+    """An input tensor or feed does not fit the model or the operator (shape, dtype, index range)."""
+
+
+class IndexOutOfRangeError(BadInputError):
+    """An index lies outside the dimension it addresses (ONNX semantics: an error)."""
+
+
+class InvalidDescriptorError(DmlShimError):
+    """A DirectML operator descriptor breaks a rule of the DirectML docs at the target feature level.
+
+    Attributes:
+        violations: every rule that failed, not just the first.
+    """
+
+    def __init__(self, message: str, *, violations: tuple[Any, ...] = (), **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.violations = violations
+
+
+class UnsupportedNodeError(DmlShimError):
+    """A node cannot be expressed as a DirectML operator (and the caller asked for no fallback)."""
+
+    exit_code = 1
+
+
+class ValidationMismatchError(DmlShimError):
+    """dmlshim's result differs from the reference (onnxruntime CPU)."""
+
+    exit_code = 1
+
+
+class EngineUnavailableError(DmlShimError):
+    """The requested execution engine cannot run on this machine (e.g. no DmlExecutionProvider)."""
