@@ -1,0 +1,72 @@
+"""The external oracle for tests: onnxruntime's CPU provider, single-threaded, on one-node ONNX models.
+
+Expected values in tests come from here (or from the seeds, the ONNX backend suite and the WebNN cases),
+never from dmlshim's own kernels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import helper
+
+IR_VERSION = 10  # onnxruntime 1.31 reads IR <= 13; onnx 1.23's make_model would write 14.
+
+
+def make_node_model(
+    op_type: str,
+    inputs: Mapping[str, np.ndarray | None],
+    attrs: Mapping[str, Any] | None = None,
+    opset: int = 13,
+    *,
+    output_names: Sequence[str] = ("output",),
+    domain: str = "",
+) -> onnx.ModelProto:
+    """A model holding one node whose inputs are graph inputs (None = an omitted optional input)."""
+    graph_inputs = []
+    node_inputs = []
+    for name, arr in inputs.items():
+        if arr is None:
+            node_inputs.append("")
+            continue
+        node_inputs.append(name)
+        elem = helper.np_dtype_to_tensor_dtype(np.asarray(arr).dtype)
+        graph_inputs.append(helper.make_tensor_value_info(name, elem, list(np.asarray(arr).shape)))
+    node = helper.make_node(op_type, node_inputs, list(output_names), domain=domain, **dict(attrs or {}))
+    # Output types are left for onnxruntime to infer.
+    outputs = [onnx.ValueInfoProto(name=n) for n in output_names]
+    graph = helper.make_graph([node], f"{op_type}_test", graph_inputs, outputs)
+    opsets = [helper.make_opsetid("", opset)]
+    if domain:
+        opsets.append(helper.make_opsetid(domain, 1))
+    return helper.make_model(graph, opset_imports=opsets, ir_version=IR_VERSION)
+
+
+def ort_session(model: onnx.ModelProto | bytes | str) -> ort.InferenceSession:
+    """A CPU session with one intra-op thread (onnxruntime's ScatterND is racy on duplicates otherwise)."""
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    payload = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
+    return ort.InferenceSession(payload, so, providers=["CPUExecutionProvider"])
+
+
+def ort_run(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    """Run a model on onnxruntime CPU, single-threaded; all outputs."""
+    return list(ort_session(model).run(None, dict(feeds)))
+
+
+def ort_node(
+    op_type: str,
+    inputs: Mapping[str, np.ndarray | None],
+    attrs: Mapping[str, Any] | None = None,
+    opset: int = 13,
+) -> np.ndarray:
+    """The output of one ONNX node as onnxruntime CPU computes it."""
+    model = make_node_model(op_type, inputs, attrs, opset)
+    feeds = {k: v for k, v in inputs.items() if v is not None}
+    return ort_run(model, feeds)[0]
