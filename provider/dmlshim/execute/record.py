@@ -1,0 +1,77 @@
+"""What happened to each node in one run: the per-run record every engine returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+PLACEMENT_DML = "dml"
+"""The node executed from its DirectML descriptor through dmlshim's kernels (or real DirectML)."""
+PLACEMENT_CPU = "onnxruntime-cpu"
+"""The node ran in onnxruntime's CPU provider (an ordinary op, a fallback, or inside control flow)."""
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    """One gather/scatter node in one run.
+
+    Attributes:
+        name: node name (with its subgraph path, e.g. ``loop/body/scatter``).
+        op_type: ONNX op type.
+        placement: ``"dml"`` or ``"onnxruntime-cpu"``.
+        status: the translation status (``"dml"``, ``"fallback"``, ``"error"``) or ``"not_emulated"``
+            for nodes inside control-flow subgraphs the engine leaves to onnxruntime.
+        operator: the DML operator type name (``"DML_OPERATOR_GATHER_ND1"``) when placement is dml.
+        reasons: ``(code, message)`` pairs saying why a node did not run as a DML descriptor.
+        duplicate_indices: scatter writes overwritten by a later write (no guaranteed winner on DirectML).
+        negative_indices: whether negative indices were seen (they need FL 3_0 on DirectML).
+    """
+
+    name: str
+    op_type: str
+    placement: str
+    status: str
+    operator: str | None = None
+    reasons: tuple[tuple[str, str], ...] = ()
+    duplicate_indices: int = 0
+    negative_indices: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "op_type": self.op_type,
+            "placement": self.placement,
+            "status": self.status,
+            "operator": self.operator,
+            "reasons": [{"code": c, "message": m} for c, m in self.reasons],
+            "duplicate_indices": self.duplicate_indices,
+            "negative_indices": self.negative_indices,
+        }
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """The record of one ``run``: which engine, and what happened to every gather/scatter node."""
+
+    engine: str
+    feature_level: str
+    nodes: tuple[NodeRecord, ...] = field(default=())
+    cpu_partitions: int = 0
+
+    @property
+    def emulated(self) -> tuple[NodeRecord, ...]:
+        """Nodes executed from their DirectML descriptors."""
+        return tuple(n for n in self.nodes if n.placement == PLACEMENT_DML)
+
+    @property
+    def not_emulated(self) -> tuple[NodeRecord, ...]:
+        """Nodes that ran on onnxruntime's CPU provider, each with its reasons."""
+        return tuple(n for n in self.nodes if n.placement != PLACEMENT_DML)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "engine": self.engine,
+            "feature_level": self.feature_level,
+            "cpu_partitions": self.cpu_partitions,
+            "nodes": [n.to_json() for n in self.nodes],
+        }
