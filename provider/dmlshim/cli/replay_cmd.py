@@ -1,0 +1,57 @@
+"""``dmlshim replay MODEL.json``: run a DxDispatch model file with dmlshim's kernels instead of DirectML."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
+
+
+def _feature_level(text: str) -> FeatureLevel:
+    try:
+        return FeatureLevel.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the replay command's arguments."""
+    parser.add_argument("model", metavar="MODEL.json", help="a DxDispatch model file")
+    parser.add_argument(
+        "--output-path",
+        metavar="DIR",
+        default=None,
+        help="folder that writeFile targetPaths are relative to (default: the current directory), "
+        "like dxdispatch --output_path",
+    )
+    parser.add_argument(
+        "--feature-level",
+        type=_feature_level,
+        default=DEFAULT_FEATURE_LEVEL,
+        metavar="L",
+        help="DirectML feature level to validate and execute at, e.g. 3_0 "
+        f"(default {DEFAULT_FEATURE_LEVEL.short})",
+    )
+    parser.add_argument(
+        "--clamp-indices",
+        action="store_true",
+        help="clamp out-of-range indices instead of failing (DirectML leaves their result undefined)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Replay the model, printing what DxDispatch would print; returns the exit code."""
+    from ..dxdispatch.replay import replay
+    from ..kernels import IndexMode
+
+    level: FeatureLevel = args.feature_level
+    result = replay(
+        args.model,
+        output_path=args.output_path,
+        feature_level=level,
+        index_mode=IndexMode.CLAMP if args.clamp_indices else IndexMode.ERROR,
+    )
+    print(f"Running on 'dmlshim (emulated DirectML, {level.dml_name})'")
+    for line in result.messages:
+        print(line)
+    return 0

@@ -1,0 +1,277 @@
+"""Graph inputs and outputs as onnxruntime describes them, feed validation, and safe ``.npz`` loading."""
+
+from __future__ import annotations
+
+import logging
+import zipfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from ..errors import BadInputError
+
+logger = logging.getLogger(__name__)
+
+Dim = int | str | None
+"""A dimension: a size, a symbolic name, or None when unknown (as onnxruntime's ``NodeArg.shape``)."""
+
+
+@dataclass(frozen=True)
+class NodeArg:
+    """A graph input or output, shaped like onnxruntime's ``NodeArg``.
+
+    Attributes:
+        name: the value name.
+        shape: one entry per dimension (int, symbolic name or None); empty for a scalar and for a value
+            whose rank is unknown (see ``rank_known``).
+        type: onnxruntime's type string, e.g. ``tensor(float)`` or ``seq(tensor(int64))``.
+        elem_type: the ONNX element type (``onnx.TensorProto.FLOAT`` ...) of a tensor; 0 otherwise.
+        rank_known: whether the value has a declared shape.
+    """
+
+    name: str
+    shape: tuple[Dim, ...]
+    type: str
+    elem_type: int = 0
+    rank_known: bool = False
+
+    @property
+    def is_tensor(self) -> bool:
+        return self.type.startswith("tensor(")
+
+
+@dataclass(frozen=True)
+class ModelMetadata:
+    """The model's metadata, shaped like onnxruntime's ``ModelMetadata``."""
+
+    producer_name: str
+    graph_name: str
+    domain: str
+    description: str
+    graph_description: str
+    version: int
+    custom_metadata_map: dict[str, str]
+
+
+def type_string(tp: onnx.TypeProto) -> str:
+    """onnxruntime's name of an ONNX type: ``tensor(float)``, ``seq(tensor(int64))``, ``optional(...)``."""
+    kind = tp.WhichOneof("value")
+    if kind == "tensor_type":
+        return f"tensor({_elem_name(tp.tensor_type.elem_type)})"
+    if kind == "sparse_tensor_type":
+        return f"sparse_tensor({_elem_name(tp.sparse_tensor_type.elem_type)})"
+    if kind == "sequence_type":
+        return f"seq({type_string(tp.sequence_type.elem_type)})"
+    if kind == "optional_type":
+        return f"optional({type_string(tp.optional_type.elem_type)})"
+    if kind == "map_type":
+        key = _elem_name(tp.map_type.key_type)
+        return f"map({key},{type_string(tp.map_type.value_type)})"
+    return "unknown"
+
+
+def _elem_name(elem_type: int) -> str:
+    try:
+        return onnx.TensorProto.DataType.Name(elem_type).lower()
+    except ValueError:
+        return "undefined"
+
+
+def node_arg(vi: onnx.ValueInfoProto) -> NodeArg:
+    """The :class:`NodeArg` of a graph input or output."""
+    tp = vi.type
+    if tp.WhichOneof("value") != "tensor_type":
+        return NodeArg(vi.name, (), type_string(tp))
+    tt = tp.tensor_type
+    dims: list[Dim] = []
+    if tt.HasField("shape"):
+        for d in tt.shape.dim:
+            if d.HasField("dim_value"):
+                dims.append(int(d.dim_value))
+            elif d.HasField("dim_param"):
+                dims.append(d.dim_param)
+            else:
+                dims.append(None)
+    return NodeArg(vi.name, tuple(dims), type_string(tp), int(tt.elem_type), tt.HasField("shape"))
+
+
+def numpy_dtype(elem_type: int) -> np.dtype | None:
+    """The numpy dtype of an ONNX element type, or None when numpy has no exact equivalent."""
+    if elem_type in (0, onnx.TensorProto.STRING):
+        return None
+    try:
+        dt = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+    except (KeyError, TypeError, ValueError):
+        return None
+    # bfloat16 and the float8/4-bit types come back as ml_dtypes or plain-integer stand-ins; onnxruntime's
+    # own check decides for those.
+    return dt if dt.kind in "biufc" and dt.name == _elem_numpy_name(elem_type) else None
+
+
+def _elem_numpy_name(elem_type: int) -> str:
+    name = onnx.TensorProto.DataType.Name(elem_type).lower()
+    return {"float": "float32", "double": "float64"}.get(name, name)
+
+
+@dataclass(frozen=True)
+class _InputCheck:
+    name: str
+    dtype: np.dtype | None
+    type: str
+    shape: tuple[Dim, ...] | None
+
+
+class FeedValidator:
+    """Checks feeds against the graph inputs: names, dtype, rank and static dimensions.
+
+    Args:
+        inputs: the graph inputs a caller must feed (initializers excluded).
+        optional: graph inputs that have an initializer as default value (may be fed or omitted).
+    """
+
+    def __init__(self, inputs: Sequence[NodeArg], optional: Sequence[NodeArg] = ()) -> None:
+        self._required = tuple(i.name for i in inputs)
+        self._checks = {a.name: self._check_for(a) for a in (*inputs, *optional)}
+
+    @staticmethod
+    def _check_for(arg: NodeArg) -> _InputCheck:
+        dtype = numpy_dtype(arg.elem_type) if arg.is_tensor else None
+        return _InputCheck(arg.name, dtype, arg.type, arg.shape if arg.rank_known else None)
+
+    def validate(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
+        """Return the feeds as arrays; raise BadInputError naming the first input that does not fit.
+
+        Arrays are passed through without a copy; Python scalars and lists become arrays of the input's
+        dtype only when that conversion is exact.
+        """
+        if not isinstance(feeds, Mapping):
+            raise BadInputError(
+                f"input_feed must be a mapping from input name to array, not {type(feeds).__name__}"
+            )
+        missing = [n for n in self._required if n not in feeds]
+        if missing:
+            raise BadInputError(
+                f"missing feed for graph input {missing[0]!r} (model inputs: {', '.join(self._required)})",
+                tensor=missing[0],
+                value=missing,
+            )
+        out: dict[str, Any] = {}
+        for name, value in feeds.items():
+            check = self._checks.get(name)
+            if check is None:
+                raise BadInputError(
+                    f"feed {name!r} is not an input of the model (model inputs: "
+                    f"{', '.join(self._required) or 'none'})",
+                    tensor=name,
+                )
+            out[name] = self._check_value(check, value)
+        return out
+
+    @staticmethod
+    def _check_value(check: _InputCheck, value: Any) -> Any:
+        if not check.type.startswith("tensor("):
+            return value  # sequences, maps, optionals: onnxruntime checks those
+        arr = value if isinstance(value, np.ndarray) else _as_array(check, value)
+        if check.dtype is not None and arr.dtype != check.dtype:
+            raise BadInputError(
+                f"input {check.name!r} expects {check.type} (numpy {check.dtype}) but the feed is {arr.dtype}",
+                tensor=check.name,
+                value=str(arr.dtype),
+                rule="feed dtype must equal the graph input's element type",
+            )
+        if check.shape is not None:
+            if arr.ndim != len(check.shape):
+                raise BadInputError(
+                    f"input {check.name!r} expects rank {len(check.shape)} {_fmt_shape(check.shape)} but the "
+                    f"feed has shape {tuple(arr.shape)}",
+                    tensor=check.name,
+                    value=tuple(arr.shape),
+                    rule="feed rank must equal the graph input's rank",
+                )
+            for axis, (want, got) in enumerate(zip(check.shape, arr.shape)):
+                if isinstance(want, int) and want != got:
+                    raise BadInputError(
+                        f"input {check.name!r} expects shape {_fmt_shape(check.shape)} but the feed has shape "
+                        f"{tuple(arr.shape)} (dimension {axis} must be {want})",
+                        tensor=check.name,
+                        value=tuple(arr.shape),
+                        rule="static dimensions of a graph input must match the feed",
+                    )
+        return arr
+
+
+def _as_array(check: _InputCheck, value: Any) -> np.ndarray:
+    try:
+        arr = np.asarray(value)
+    except Exception as exc:
+        raise BadInputError(f"feed for input {check.name!r} is not array-like: {exc}", tensor=check.name) from exc
+    if check.dtype is not None and arr.dtype != check.dtype:
+        converted = arr.astype(check.dtype)
+        if arr.dtype.kind in "biuf" and np.array_equal(converted, arr, equal_nan=arr.dtype.kind == "f"):
+            return converted
+    return arr
+
+
+def _fmt_shape(shape: Sequence[Dim]) -> str:
+    return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+
+
+def load_npz(path: str | Path | BinaryIO) -> dict[str, np.ndarray]:
+    """Load every array of an ``.npz`` file, refusing pickled objects.
+
+    Raises:
+        BadInputError: the file is not an ``.npz`` archive, is damaged, or holds an object array (which
+            could only be read by unpickling, i.e. running code from the file).
+    """
+    where = str(path) if isinstance(path, (str, Path)) else getattr(path, "name", "<stream>")
+    try:
+        loaded = np.load(path, allow_pickle=False)
+    except FileNotFoundError as exc:
+        raise BadInputError("input file not found", path=where) from exc
+    except ValueError as exc:
+        raise BadInputError(
+            f"refusing to load pickled data: {exc} (save inputs with numpy.savez and numeric arrays)",
+            path=where,
+            rule="inputs are loaded with allow_pickle=False",
+        ) from exc
+    except (OSError, EOFError, zipfile.BadZipFile) as exc:
+        raise BadInputError(f"not a readable .npz file: {exc}", path=where) from exc
+    if not isinstance(loaded, np.lib.npyio.NpzFile):
+        raise BadInputError(
+            "expected an .npz archive (numpy.savez) mapping input names to arrays, found a single .npy array",
+            path=where,
+        )
+    out: dict[str, np.ndarray] = {}
+    with loaded:
+        for key in loaded.files:
+            try:
+                out[key] = loaded[key]
+            except ValueError as exc:
+                raise BadInputError(
+                    f"array {key!r} holds Python objects, which can only be loaded by unpickling; "
+                    "refusing (allow_pickle=False)",
+                    path=where,
+                    tensor=key,
+                    rule="inputs are loaded with allow_pickle=False",
+                ) from exc
+            except (OSError, EOFError, zipfile.BadZipFile) as exc:
+                raise BadInputError(f"array {key!r} cannot be read: {exc}", path=where, tensor=key) from exc
+    logger.debug("loaded %d arrays from %s", len(out), where)
+    return out
+
+
+def save_npz(target: BinaryIO, arrays: Mapping[str, np.ndarray]) -> None:
+    """Write arrays in ``numpy.savez``'s format (one ``NAME.npy`` member each), without pickles.
+
+    Written member by member rather than through ``numpy.savez(**arrays)`` so that output names such as
+    ``file`` cannot collide with that function's own parameters.
+    """
+    with zipfile.ZipFile(target, mode="w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
+        for name, arr in arrays.items():
+            with zf.open(name + ".npy", mode="w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asanyarray(arr), allow_pickle=False)

@@ -1,0 +1,104 @@
+"""Numpy execution of the DirectML gather/scatter operators, following the DirectML reference pages.
+
+``execute(desc, inputs, options)`` runs one of DML_OPERATOR_GATHER, GATHER_ELEMENTS, GATHER_ND,
+GATHER_ND1, SCATTER (= SCATTER_ELEMENTS) and SCATTER_ND on arrays bound by DirectML binding name
+(``InputTensor``, ``IndicesTensor``, ``UpdatesTensor``). Each array is either shaped like its tensor's
+Sizes or a 1-D buffer read through Sizes and Strides (see :mod:`dmlshim.kernels.buffers`).
+
+Where DirectML leaves behaviour undefined, the kernels pick one documented answer:
+
+* an out-of-range index raises :class:`dmlshim.errors.IndexOutOfRangeError` (``IndexMode.ERROR``) or is
+  clamped into ``[0, size-1]`` (``IndexMode.CLAMP``);
+* negative indices count from the end only for signed index types at ``FL_3_0`` and later;
+* when scatter writes overlap, the last write in row-major index order wins and the overwritten writes
+  are counted in ``KernelResult.duplicate_indices``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from ..dml.operators import (
+    GatherDesc,
+    GatherElementsDesc,
+    GatherNd1Desc,
+    GatherNdDesc,
+    OperatorDesc,
+    ScatterDesc,
+    ScatterNdDesc,
+)
+from ..errors import DmlShimError, InvalidDescriptorError
+from . import gather, gather_elements, gather_nd, scatter_elements, scatter_nd
+from .indices import KernelIndexError
+from .options import IndexMode, KernelOptions, KernelResult
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_OPTIONS = KernelOptions()
+"""The default options (frozen, so one shared instance is safe)."""
+
+_KERNELS: dict[type, Callable[[Any, Mapping[str, Any], KernelOptions], KernelResult]] = {
+    GatherDesc: gather.run,
+    GatherElementsDesc: gather_elements.run,
+    GatherNdDesc: gather_nd.run,
+    GatherNd1Desc: gather_nd.run,
+    ScatterDesc: scatter_elements.run,
+    ScatterNdDesc: scatter_nd.run,
+}
+"""The kernel of each descriptor type."""
+
+
+def execute(
+    desc: OperatorDesc, inputs: Mapping[str, np.ndarray], options: KernelOptions = DEFAULT_OPTIONS
+) -> KernelResult:
+    """Run one DirectML gather/scatter operator on numpy arrays.
+
+    Args:
+        desc: the operator descriptor (one of the six ``dmlshim.dml.operators`` types).
+        inputs: arrays by DirectML binding name: ``InputTensor``, ``IndicesTensor`` and, for scatters,
+            ``UpdatesTensor``. Each is either shaped exactly like the tensor's Sizes with the DataType's
+            numpy dtype (``bool`` is accepted for UINT8), or a 1-D buffer of at least
+            ``buffer_element_count`` elements viewed through Sizes and Strides; a 1-D buffer of another
+            dtype has its bytes reinterpreted. A bound ``OutputTensor`` is ignored. The arrays are
+            never modified.
+        options: feature level, out-of-range policy, duplicate detection and the node name for messages.
+
+    Returns:
+        The packed output (``shape == OutputTensor.Sizes``) and, for scatters, the number of overwritten
+        duplicate writes.
+
+    Raises:
+        InvalidDescriptorError: the descriptor cannot be executed (binding names, DimensionCounts, Sizes
+            relations, DataTypes, Axis or count fields out of range).
+        BadInputError: an input array does not fit its tensor.
+        IndexOutOfRangeError: an index outside its dimension (``IndexMode.ERROR``), or a negative index
+            where negatives are not allowed; the message names the node, the operator, IndicesTensor, the
+            position, the value and the valid range.
+    """
+    kernel = _KERNELS.get(type(desc))
+    if kernel is None:
+        raise InvalidDescriptorError(
+            f"no kernel for descriptor type {type(desc).__name__}; expected one of "
+            f"{sorted(t.__name__ for t in _KERNELS)}",
+            node=options.node,
+            value=type(desc).__name__,
+        )
+    try:
+        return kernel(desc, inputs, options)
+    except DmlShimError as e:
+        if e.node is None:
+            e.node = options.node
+        raise
+
+
+__all__ = [
+    "IndexMode",
+    "KernelIndexError",
+    "KernelOptions",
+    "KernelResult",
+    "execute",
+]

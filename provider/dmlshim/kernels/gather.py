@@ -1,0 +1,63 @@
+"""DML_OPERATOR_GATHER.
+
+``output[pre..., j..., post...] = input[pre..., indices[j...], post...]`` where ``pre`` runs over
+InputTensor.Sizes[0..Axis), ``j`` over the last IndexDimensions dimensions of IndicesTensor and ``post``
+over InputTensor.Sizes(Axis..D); OutputTensor.Sizes is that concatenation right-aligned to D.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..dml import shapes
+from ..dml.operators import GatherDesc
+from .buffers import grid_offsets
+from .common import bind, fail, index_context, require_leading_ones, require_same_data_type, require_sizes
+from .indices import normalize_indices
+from .options import KernelOptions, KernelResult
+
+
+def run(desc: GatherDesc, inputs: Mapping[str, Any], options: KernelOptions) -> KernelResult:
+    """Execute DML_OPERATOR_GATHER; see :func:`dmlshim.kernels.execute`."""
+    views = bind(desc, inputs)
+    require_same_data_type(desc, "InputTensor", "OutputTensor")
+    ctx = index_context(desc, options, "InputTensor")
+    in_sizes = desc.input_tensor.sizes
+    idx_sizes = desc.indices_tensor.sizes
+    d = len(in_sizes)
+    axis, k = desc.axis, desc.index_dimensions
+    if not 0 <= axis < d:
+        fail(desc, f"Axis {axis} is outside [0, {d})", value=axis)
+    if not 0 <= k <= d:
+        fail(desc, f"IndexDimensions {k} is outside [0, {d}]", value=k)
+    require_leading_ones(desc, "IndicesTensor", k, "IndexDimensions")
+    try:
+        expected = shapes.gather_output_sizes(in_sizes, idx_sizes, axis, k)
+    except ValueError as e:
+        fail(desc, str(e), field="OutputTensor")
+    require_sizes(desc, "OutputTensor", expected, "DML_GATHER output Sizes formula")
+
+    inp = views["InputTensor"]
+    dim = in_sizes[axis]
+    idx = normalize_indices(views["IndicesTensor"].array(), (dim,), (axis,), ctx).reshape(-1)
+    pre, post = math.prod(in_sizes[:axis]), math.prod(in_sizes[axis + 1 :])
+    dtype = desc.output_tensor.data_type.numpy_dtype
+    if pre * idx.size * post == 0:
+        return KernelResult(np.zeros(expected, dtype=dtype))
+    if inp.contiguous:
+        # Whole blocks of `post` elements move at once: numpy's take along an axis copies them as runs.
+        out = np.take(inp.packed().reshape(pre, dim, post), idx, axis=1)
+    else:
+        strides = inp.strides
+        offsets = idx * strides[axis]
+        offsets = (
+            grid_offsets(in_sizes[:axis], strides[:axis])[:, None, None]
+            + offsets[None, :, None]
+            + grid_offsets(in_sizes[axis + 1 :], strides[axis + 1 :])[None, None, :]
+        )
+        out = np.take(inp.flat, offsets)
+    return KernelResult(out.reshape(expected))

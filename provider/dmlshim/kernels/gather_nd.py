@@ -1,0 +1,140 @@
+"""DML_OPERATOR_GATHER_ND and DML_OPERATOR_GATHER_ND1 (GATHER_ND is ND1 with BatchDimensionCount 0).
+
+With the meaningful (unpadded) shapes ``data`` (InputDimensionCount dims) and ``indices``
+(IndicesDimensionCount dims), ``b`` batch dims and tuples of ``t = indices[-1]`` coordinates:
+``output[batch..., n..., tail...] = input[batch..., indices[batch..., n..., :], tail...]``, i.e. the ONNX
+GatherND ``batch_dims`` semantics; OutputTensor.Sizes is ``indices[:-1] + data[b+t:]`` right-aligned.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..dml import shapes
+from ..dml.operators import GatherNd1Desc, GatherNdDesc, ScatterNdDesc
+from ..dml.tensor import BufferTensorDesc
+from .buffers import grid_offsets
+from .common import bind, fail, index_context, require_leading_ones, require_same_data_type, require_sizes
+from .indices import IndexContext, normalize_indices
+from .options import KernelOptions, KernelResult
+
+
+def check_nd_counts(desc: GatherNdDesc | GatherNd1Desc | ScatterNdDesc, batch: int) -> tuple[int, int, int]:
+    """Check InputDimensionCount, IndicesDimensionCount, BatchDimensionCount and the padding 1s.
+
+    Returns:
+        ``(r, q, t)``: the real input rank, the real indices rank and the index tuple size.
+    """
+    d = desc.input_tensor.dimension_count
+    r, q = desc.input_dimension_count, desc.indices_dimension_count
+    # The pages print "[1, DimensionCount)" for ScatterND but their own examples use the inclusive bound.
+    if not 1 <= r <= d:
+        fail(desc, f"InputDimensionCount {r} is outside [1, {d}]", value=r)
+    if not 1 <= q <= d:
+        fail(desc, f"IndicesDimensionCount {q} is outside [1, {d}]", value=q)
+    require_leading_ones(desc, "InputTensor", r, "InputDimensionCount")
+    require_leading_ones(desc, "IndicesTensor", q, "IndicesDimensionCount")
+    t = desc.indices_tensor.sizes[-1]
+    if batch < 0 or batch >= q:
+        fail(desc, f"BatchDimensionCount {batch} must be less than IndicesDimensionCount {q}", value=batch)
+    if batch + t > r:
+        fail(
+            desc,
+            f"index tuple size {t} (IndicesTensor.Sizes[-1]) plus BatchDimensionCount {batch} exceeds "
+            f"InputDimensionCount {r}",
+            field="IndicesTensor",
+            value=t,
+        )
+    in_m = desc.input_tensor.sizes[d - r :]
+    idx_m = desc.indices_tensor.sizes[d - q :]
+    if tuple(in_m[:batch]) != tuple(idx_m[:batch]):
+        fail(
+            desc,
+            f"the {batch} batch dimensions of InputTensor {list(in_m[:batch])} and IndicesTensor "
+            f"{list(idx_m[:batch])} must be equal",
+            field="IndicesTensor",
+            value=list(idx_m[:batch]),
+        )
+    return r, q, t
+
+
+def tuple_offsets(
+    indices: np.ndarray,
+    input_tensor: BufferTensorDesc,
+    strides: tuple[int, ...],
+    r: int,
+    q: int,
+    batch: int,
+    ctx: IndexContext,
+) -> np.ndarray:
+    """Normalise the index tuples and turn each into the element offset of the block it selects.
+
+    Args:
+        indices: IndicesTensor values shaped like its Sizes (tuple components last).
+        input_tensor: the addressed tensor's desc.
+        strides: its element strides.
+        r: InputDimensionCount.
+        q: IndicesDimensionCount.
+        batch: BatchDimensionCount.
+        ctx: the index rules.
+
+    Returns:
+        int64 offsets shaped ``(B, N)``: B batch positions by N tuples per batch, batch offset included.
+    """
+    d = input_tensor.dimension_count
+    t = indices.shape[-1]
+    first = d - r + batch  # the DirectML dimension that a tuple's first coordinate addresses
+    dims = input_tensor.sizes[first : first + t]
+    idx = normalize_indices(indices, dims, tuple(range(first, first + t)), ctx)
+    batch_sizes = input_tensor.sizes[d - r : first]
+    b_count = math.prod(batch_sizes)
+    n_count = math.prod(indices.shape[d - q + batch : d - 1])
+    cols = idx.reshape(b_count, n_count, t)
+    off = np.zeros(cols.shape[:2], dtype=np.int64)
+    for j in range(t):
+        stride = strides[first + j]
+        if stride:
+            off += cols[:, :, j] * stride
+    if b_count > 1:
+        off += grid_offsets(batch_sizes, strides[d - r : first])[:, None]
+    return off
+
+
+def run(
+    desc: GatherNdDesc | GatherNd1Desc, inputs: Mapping[str, Any], options: KernelOptions
+) -> KernelResult:
+    """Execute DML_OPERATOR_GATHER_ND / GATHER_ND1; see :func:`dmlshim.kernels.execute`."""
+    views = bind(desc, inputs)
+    require_same_data_type(desc, "InputTensor", "OutputTensor")
+    ctx = index_context(desc, options, "InputTensor")
+    batch = desc.batch_dimension_count
+    r, q, t = check_nd_counts(desc, batch)
+    in_sizes = desc.input_tensor.sizes
+    try:
+        expected = shapes.gather_nd_output_sizes(in_sizes, desc.indices_tensor.sizes, r, q, batch)
+    except ValueError as e:
+        fail(desc, str(e), field="OutputTensor")
+    require_sizes(desc, "OutputTensor", expected, "DML_GATHER_ND output Sizes formula")
+
+    inp = views["InputTensor"]
+    dtype = desc.output_tensor.data_type.numpy_dtype
+    d = len(in_sizes)
+    tail = in_sizes[d - r + batch + t :]
+    block = math.prod(tail)
+    if math.prod(expected) == 0:
+        # Still check the indices: an index into an empty dimension is out of range.
+        tuple_offsets(views["IndicesTensor"].array(), desc.input_tensor, inp.strides, r, q, batch, ctx)
+        return KernelResult(np.zeros(expected, dtype=dtype))
+    offsets = tuple_offsets(views["IndicesTensor"].array(), desc.input_tensor, inp.strides, r, q, batch, ctx)
+    if inp.contiguous and block > 1:
+        # Packed input: every selected block is a run of `block` elements starting at a multiple of it.
+        rows = inp.flat[: inp.element_count].reshape(-1, block)
+        out = np.take(rows, offsets.reshape(-1) // block, axis=0)
+    else:
+        tail_offsets = grid_offsets(tail, inp.strides[d - len(tail) :]) if tail else np.zeros(1, np.int64)
+        out = np.take(inp.flat, offsets.reshape(-1)[:, None] + tail_offsets[None, :])
+    return KernelResult(out.reshape(expected))

@@ -1,0 +1,231 @@
+"""Index normalisation shared by every kernel: negative indices, bounds, clamping, duplicate writes.
+
+All checks are vectorised: a min/max pass proves the common all-valid case; only when it fails are masks
+built to wrap negatives, find the first offending element, or clamp.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..dml.enums import DataType, FeatureLevel, OperatorType
+from ..errors import IndexOutOfRangeError
+from .options import IndexMode
+
+logger = logging.getLogger(__name__)
+
+_INT64_MAX = np.iinfo(np.int64).max
+
+RANGE_RULE = (
+    "an index must address an existing element: [0, size-1], or [-size, -1] counted from the end when "
+    "the index DataType is signed and the feature level is DML_FEATURE_LEVEL_3_0 or later (DirectML "
+    "leaves out-of-range results undefined and ONNX makes them an error; KernelOptions(index_mode="
+    "IndexMode.CLAMP) clamps instead)"
+)
+NEGATIVE_RULE = (
+    "negative indices need DML_FEATURE_LEVEL_3_0 or later and a signed index DataType (INT32 or INT64); "
+    "they count from the end of the dimension, -1 being the last element"
+)
+
+
+class KernelIndexError(IndexOutOfRangeError):
+    """An index the kernel cannot use, with where it was found.
+
+    Attributes:
+        position: the multi-index of the offending element in IndicesTensor (DirectML dimensions).
+        dimension: the dimension of the addressed tensor (InputTensor or OutputTensor) it indexes.
+        size: that dimension's size.
+        valid_range: the inclusive range of accepted values.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        position: tuple[int, ...],
+        dimension: int,
+        size: int,
+        valid_range: tuple[int, int],
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(message, **kwargs)
+        self.position = position
+        self.dimension = dimension
+        self.size = size
+        self.valid_range = valid_range
+
+
+@dataclass(frozen=True)
+class IndexContext:
+    """What an index check needs besides the values: who is asking, and under which rules.
+
+    Attributes:
+        op: the DirectML operator.
+        node: the ONNX node name, for messages.
+        data_type: IndicesTensor.DataType (signedness decides whether negatives may wrap).
+        feature_level: the emulated feature level.
+        mode: the out-of-range policy.
+        target: the tensor the indices address (``InputTensor`` for gathers, ``OutputTensor`` for scatters).
+    """
+
+    op: OperatorType
+    node: str | None
+    data_type: DataType
+    feature_level: FeatureLevel
+    mode: IndexMode
+    target: str = "InputTensor"
+
+    @property
+    def negatives_allowed(self) -> bool:
+        return self.data_type.is_signed_integer and self.feature_level >= FeatureLevel.FL_3_0
+
+
+def normalize_indices(
+    raw: np.ndarray, dims: Sequence[int], axes: Sequence[int], ctx: IndexContext
+) -> np.ndarray:
+    """Turn IndicesTensor values into valid non-negative int64 indices.
+
+    Args:
+        raw: the index values shaped like IndicesTensor.Sizes (any integer dtype; not modified).
+        dims: the sizes addressed by the last axis of ``raw``, one per component (ND tuples), or a single
+            size that every element addresses (GATHER, GATHER_ELEMENTS, SCATTER).
+        axes: the DirectML dimension numbers of ``dims``, for messages.
+        ctx: the rules and the names used in messages.
+
+    Returns:
+        A new C-contiguous int64 array shaped like ``raw`` whose values lie in ``[0, dim-1]``.
+
+    Raises:
+        IndexOutOfRangeError: (a :class:`KernelIndexError`) a negative index where negatives are not
+            allowed, or, in ``IndexMode.ERROR``, an index outside the dimension.
+    """
+    # Always a fresh array: callers turn it into offsets in place, and the caller's data must stay intact.
+    idx = np.array(raw, dtype=np.int64, order="C", copy=True)
+    if idx.size == 0:
+        return idx
+    t = len(dims)
+    cols = idx.reshape(-1, t)
+    dim_arr = np.asarray(dims, dtype=np.int64)
+    lo = cols.min(axis=0)
+    hi = cols.max(axis=0)
+    if bool(np.all(lo >= 0)) and bool(np.all(hi < dim_arr)):
+        return idx
+    signed = ctx.data_type.is_signed_integer and raw.dtype.kind == "i"
+    if signed:
+        negative = cols < 0
+        if bool(negative.any()):
+            if not ctx.negatives_allowed:
+                _raise(raw, cols, negative, dims, axes, ctx, negative_rule=True)
+            np.add(cols, dim_arr, out=cols, where=negative)
+    # A uint64 above INT64_MAX became negative in int64: viewed as uint64 it is huge again, so one unsigned
+    # comparison catches both still-negative and too-large values without any wrap-around.
+    bad = cols.view(np.uint64) >= dim_arr.astype(np.uint64)
+    if not bool(bad.any()):
+        return idx
+    if ctx.mode is IndexMode.ERROR or bool(np.any(dim_arr[np.any(bad, axis=0)] == 0)):
+        _raise(raw, cols, bad, dims, axes, ctx, negative_rule=False)
+    count = int(np.count_nonzero(bad))
+    logger.debug("%s: clamping %d out-of-range indices", ctx.op.dml_name, count)
+    high = dim_arr - 1
+    if signed:
+        np.clip(cols, 0, high, out=cols)
+    else:
+        # Unsigned indices never wrap: a huge value clamps to the last element, not the first.
+        ucols = cols.view(np.uint64)
+        np.minimum(ucols, high.astype(np.uint64), out=ucols)
+    return idx
+
+
+def _raise(
+    raw: np.ndarray,
+    cols: np.ndarray,
+    mask: np.ndarray,
+    dims: Sequence[int],
+    axes: Sequence[int],
+    ctx: IndexContext,
+    *,
+    negative_rule: bool,
+) -> None:
+    flat_pos = int(np.argmax(mask.reshape(-1)))
+    component = flat_pos % len(dims)
+    position = tuple(int(p) for p in np.unravel_index(flat_pos, raw.shape))
+    value = int(raw[position])
+    size = int(dims[component])
+    axis = int(axes[component])
+    count = int(np.count_nonzero(mask))
+    where = f"IndicesTensor{list(position)} = {value}"
+    others = f" ({count - 1} more elsewhere)" if count > 1 else ""
+    if negative_rule:
+        valid = (0, size - 1)
+        message = (
+            f"{where} is negative{others}; {ctx.data_type.dml_name} indices at "
+            f"{ctx.feature_level.dml_name} cannot be negative. {NEGATIVE_RULE}"
+        )
+        rule = NEGATIVE_RULE
+    else:
+        valid = (-size, size - 1) if ctx.negatives_allowed else (0, size - 1)
+        message = (
+            f"{where} is out of range for {ctx.target} dimension {axis} of size {size}{others}: "
+            f"valid range [{valid[0]}, {valid[1]}] ({ctx.data_type.dml_name} indices, "
+            f"{ctx.feature_level.dml_name}). Rule: {RANGE_RULE}"
+        )
+        rule = RANGE_RULE
+    raise KernelIndexError(
+        message,
+        position=position,
+        dimension=axis,
+        size=size,
+        valid_range=valid,
+        rule=rule,
+        value=value,
+        node=ctx.node,
+        op_type=ctx.op.dml_name,
+        tensor="IndicesTensor",
+    )
+
+
+def last_writes(targets: np.ndarray, target_count: int) -> tuple[np.ndarray | None, int]:
+    """Which of a sequence of writes survive when the last write to each target wins.
+
+    Args:
+        targets: 1-D int64 write targets in index order, all in ``[0, target_count)``.
+        target_count: the number of distinct possible targets.
+
+    Returns:
+        ``(mask, duplicates)``: a boolean mask of the surviving writes (None when every target is written
+        once) and the number of writes overwritten by a later one.
+    """
+    n = targets.size
+    if n <= 1:
+        return None, 0
+    if n * 8 < target_count:
+        # Few writes into a large tensor: sorting the writes is cheaper than a target-sized table.
+        _, first_in_reversed = np.unique(targets[::-1], return_index=True)
+        duplicates = n - first_in_reversed.size
+        if duplicates == 0:
+            return None, 0
+        mask = np.zeros(n, dtype=bool)
+        mask[n - 1 - first_in_reversed] = True
+        return mask, duplicates
+    order = np.arange(n, dtype=np.int64)
+    latest = np.empty(target_count, dtype=np.int64)
+    # np.put writes sequentially in index order, so each target ends up holding its last writer.
+    np.put(latest, targets, order, mode="clip")
+    mask = np.take(latest, targets) == order
+    duplicates = n - int(np.count_nonzero(mask))
+    return (mask if duplicates else None), duplicates
+
+
+def count_duplicates(targets: np.ndarray, target_count: int) -> int:
+    """The number of writes in ``targets`` that a later write to the same target overwrites."""
+    n = targets.size
+    if n <= 1:
+        return 0
+    if n * 8 < target_count:
+        return n - int(np.unique(targets).size)
+    return n - int(np.count_nonzero(np.bincount(targets, minlength=target_count)))
