@@ -99,7 +99,7 @@ def build(op: OperatorType, d: int = 4, data: DataType = F32, index: DataType = 
     operators use 1-coordinate tuples, so the expected Sizes follow directly from the reference pages.
     """
     x = pad((3, 5), d) if d >= 2 else (5,)
-    last2 = x[:-1] + (2,)
+    last2 = (*x[:-1], 2)
     if op is OP.GATHER:
         # {Input[0..Axis], Indices' last IndexDimensions, Input[Axis+1..]} = {.., 3, 2}
         return GatherDesc(t(x, data), t(pad((2,), d), index), t(last2, data), axis=d - 1, index_dimensions=1)
@@ -168,6 +168,7 @@ def case(
 ) -> Case:
     expected = frozenset(expected)
     verdict = "fails" if expected else "ok"
+    label = label.replace("--", "-neg")
     return Case(f"fl{fl.short}-{NAME[op]}-{label}-{verdict}", fl, desc, expected, exact)
 
 
@@ -234,7 +235,7 @@ def _mismatch_cases() -> list[Case]:
     for fl, op in available_pairs():
         base = build(op)
         for field in ("IndicesTensor", "OutputTensor"):
-            old = {f: s for f, s in base.tensors().items()}[field]
+            old = base.tensors()[field]
             desc = with_tensor(base, field, sizes=(1, *old.sizes))
             expected = [("DIMENSION_COUNT_MISMATCH", f"{field}.DimensionCount")]
             if fl < FL.FL_3_0:  # 5 is not in the table's "4" (but within DML_TENSOR_DIMENSION_COUNT_MAX)
@@ -279,7 +280,9 @@ def _type_mismatch_cases() -> list[Case]:
         base = build(op)
         for field in data_fields(op)[1:]:
             desc = with_tensor(base, field, data_type=F16)
-            cases.append(case(fl, op, f"{field}-float16", desc, [("DATA_TYPE_MISMATCH", f"{field}.DataType")]))
+            cases.append(
+                case(fl, op, f"{field}-float16", desc, [("DATA_TYPE_MISMATCH", f"{field}.DataType")])
+            )
         cases.append(case(fl, op, "all-float16", build(op, data=F16)))
     return cases
 
@@ -322,30 +325,93 @@ def _buffer_cases() -> list[Case]:
         sizes = base.input_tensor.sizes
         field = "InputTensor"
         cases += [
-            case(fl, op, "size-zero", with_tensor(base, field, sizes=(0, *sizes[1:])), [("SIZE_ZERO", f"{field}.Sizes")], exact=False),
-            case(fl, op, "size-negative", with_tensor(base, field, sizes=(-1, *sizes[1:])), [("UINT_OUT_OF_RANGE", f"{field}.Sizes")], exact=False),
-            case(fl, op, "strides-3-for-4-dims", with_tensor(base, field, strides=(15, 5, 1)), [("STRIDES_LENGTH_MISMATCH", f"{field}.Strides")]),
-            case(fl, op, "strides-negative", with_tensor(base, field, strides=(15, 15, -5, 1)), [("UINT_OUT_OF_RANGE", f"{field}.Strides")]),
+            case(
+                fl,
+                op,
+                "size-zero",
+                with_tensor(base, field, sizes=(0, *sizes[1:])),
+                [("SIZE_ZERO", f"{field}.Sizes")],
+                exact=False,
+            ),
+            case(
+                fl,
+                op,
+                "size-negative",
+                with_tensor(base, field, sizes=(-1, *sizes[1:])),
+                [("UINT_OUT_OF_RANGE", f"{field}.Sizes")],
+                exact=False,
+            ),
+            case(
+                fl,
+                op,
+                "strides-3-for-4-dims",
+                with_tensor(base, field, strides=(15, 5, 1)),
+                [("STRIDES_LENGTH_MISMATCH", f"{field}.Strides")],
+            ),
+            case(
+                fl,
+                op,
+                "strides-negative",
+                with_tensor(base, field, strides=(15, 15, -5, 1)),
+                [("UINT_OUT_OF_RANGE", f"{field}.Strides")],
+            ),
             case(fl, op, "strides-packed", with_tensor(base, field, strides=(15, 15, 5, 1))),
             case(fl, op, "strides-broadcast-0", with_tensor(base, field, strides=(0, 0, 0, 1))),
             # Rows padded to 8 elements: (2*8 + 4*1 + 1) * 4 bytes = 84 (DMLCalcBufferTensorSize).
-            case(fl, op, "padded-strides-84-bytes", with_tensor(base, field, strides=(24, 24, 8, 1), total_tensor_size_in_bytes=84)),
-            case(fl, op, "padded-strides-80-bytes", with_tensor(base, field, strides=(24, 24, 8, 1), total_tensor_size_in_bytes=80), [("TOTAL_TENSOR_SIZE_TOO_SMALL", f"{field}.TotalTensorSizeInBytes")]),
+            case(
+                fl,
+                op,
+                "padded-strides-84-bytes",
+                with_tensor(base, field, strides=(24, 24, 8, 1), total_tensor_size_in_bytes=84),
+            ),
+            case(
+                fl,
+                op,
+                "padded-strides-80-bytes",
+                with_tensor(base, field, strides=(24, 24, 8, 1), total_tensor_size_in_bytes=80),
+                [("TOTAL_TENSOR_SIZE_TOO_SMALL", f"{field}.TotalTensorSizeInBytes")],
+            ),
             case(fl, op, "packed-60-bytes", with_tensor(base, field, total_tensor_size_in_bytes=60)),
-            case(fl, op, "packed-56-bytes", with_tensor(base, field, total_tensor_size_in_bytes=56), [("TOTAL_TENSOR_SIZE_TOO_SMALL", f"{field}.TotalTensorSizeInBytes")]),
-            case(fl, op, "larger-buffer-4096-bytes", with_tensor(base, field, total_tensor_size_in_bytes=4096)),
+            case(
+                fl,
+                op,
+                "packed-56-bytes",
+                with_tensor(base, field, total_tensor_size_in_bytes=56),
+                [("TOTAL_TENSOR_SIZE_TOO_SMALL", f"{field}.TotalTensorSizeInBytes")],
+            ),
+            case(
+                fl, op, "larger-buffer-4096-bytes", with_tensor(base, field, total_tensor_size_in_bytes=4096)
+            ),
             case(fl, op, "alignment-0", with_tensor(base, field, guaranteed_base_offset_alignment=0)),
             case(fl, op, "alignment-16", with_tensor(base, field, guaranteed_base_offset_alignment=16)),
             case(fl, op, "alignment-256", with_tensor(base, field, guaranteed_base_offset_alignment=256)),
-            case(fl, op, "alignment-8", with_tensor(base, field, guaranteed_base_offset_alignment=8), [("BASE_OFFSET_ALIGNMENT_INVALID", f"{field}.GuaranteedBaseOffsetAlignment")]),
-            case(fl, op, "alignment-48", with_tensor(base, field, guaranteed_base_offset_alignment=48), [("BASE_OFFSET_ALIGNMENT_INVALID", f"{field}.GuaranteedBaseOffsetAlignment")]),
-        ]  # fmt: skip
+            case(
+                fl,
+                op,
+                "alignment-8",
+                with_tensor(base, field, guaranteed_base_offset_alignment=8),
+                [("BASE_OFFSET_ALIGNMENT_INVALID", f"{field}.GuaranteedBaseOffsetAlignment")],
+            ),
+            case(
+                fl,
+                op,
+                "alignment-48",
+                with_tensor(base, field, guaranteed_base_offset_alignment=48),
+                [("BASE_OFFSET_ALIGNMENT_INVALID", f"{field}.GuaranteedBaseOffsetAlignment")],
+            ),
+        ]
         # {1,1,3,5} FLOAT16 is 30 bytes, rounded up to a multiple of 4: 32.
         half = build(op, data=F16)
         cases += [
             case(fl, op, "float16-32-bytes", with_tensor(half, field, total_tensor_size_in_bytes=32)),
-            case(fl, op, "float16-30-bytes", with_tensor(half, field, total_tensor_size_in_bytes=30), [("TOTAL_TENSOR_SIZE_TOO_SMALL", f"{field}.TotalTensorSizeInBytes")]),
-        ]  # fmt: skip
+            case(
+                fl,
+                op,
+                "float16-30-bytes",
+                with_tensor(half, field, total_tensor_size_in_bytes=30),
+                [("TOTAL_TENSOR_SIZE_TOO_SMALL", f"{field}.TotalTensorSizeInBytes")],
+            ),
+        ]
     return cases
 
 
@@ -390,7 +456,7 @@ def test_element_count(c: Case) -> None:
     run(c)
 
 
-# AXIS_OUT_OF_RANGE -------------------------------------------------------------------------------------------
+# AXIS_OUT_OF_RANGE ------------------------------------------------------------------------------------------
 
 
 def _axis_cases() -> list[Case]:
@@ -406,11 +472,15 @@ def _axis_cases() -> list[Case]:
                 cases.append(case(fl, op, f"{d}d-axis-{axis}", desc, [("AXIS_OUT_OF_RANGE", "Axis")]))
         # Axis 0 with Sizes built for it (only Indices' dim 0 may differ from Input's).
         if op is OP.GATHER:
-            desc = GatherDesc(t((1, 1, 3, 5)), t((1, 1, 1, 2), U32), t((2, 1, 3, 5)), axis=0, index_dimensions=1)
+            desc = GatherDesc(
+                t((1, 1, 3, 5)), t((1, 1, 1, 2), U32), t((2, 1, 3, 5)), axis=0, index_dimensions=1
+            )
         elif op is OP.GATHER_ELEMENTS:
             desc = GatherElementsDesc(t((2, 1, 3, 5)), t((3, 1, 3, 5), U32), t((3, 1, 3, 5)), axis=0)
         else:
-            desc = ScatterDesc(t((2, 1, 3, 5)), t((3, 1, 3, 5), U32), t((3, 1, 3, 5)), t((2, 1, 3, 5)), axis=0)
+            desc = ScatterDesc(
+                t((2, 1, 3, 5)), t((3, 1, 3, 5), U32), t((3, 1, 3, 5)), t((2, 1, 3, 5)), axis=0
+            )
         cases.append(case(fl, op, "4d-axis-0", desc))
     return cases
 
@@ -420,7 +490,7 @@ def test_axis(c: Case) -> None:
     run(c)
 
 
-# INDEX_DIMENSIONS_OUT_OF_RANGE, LEADING_DIMENSIONS_NOT_ONE and OUTPUT_RANK_EXCEEDS_DIMENSION_COUNT (GATHER) --
+# INDEX_DIMENSIONS_OUT_OF_RANGE, LEADING_DIMENSIONS_NOT_ONE and OUTPUT_RANK_EXCEEDS_DIMENSION_COUNT (GATHER)
 
 
 def _gather_cases() -> list[Case]:
@@ -430,23 +500,45 @@ def _gather_cases() -> list[Case]:
         x = t((1, 1, 3, 5))
         # IndexDimensions = DimensionCount is allowed (inclusive bound, facts §4):
         # {} + {1,1,1,2} + {1,3,5} -> leading 1s dropped -> {2,1,3,5}
-        cases.append(case(fl, op, "index-dimensions-4", GatherDesc(x, t((1, 1, 1, 2), U32), t((2, 1, 3, 5)), 0, 4)))
+        cases.append(
+            case(fl, op, "index-dimensions-4", GatherDesc(x, t((1, 1, 1, 2), U32), t((2, 1, 3, 5)), 0, 4))
+        )
         bad = GatherDesc(x, t((1, 1, 1, 2), U32), t((2, 1, 3, 5)), 0, 5)
-        cases.append(case(fl, op, "index-dimensions-5", bad, [("INDEX_DIMENSIONS_OUT_OF_RANGE", "IndexDimensions")]))
+        cases.append(
+            case(fl, op, "index-dimensions-5", bad, [("INDEX_DIMENSIONS_OUT_OF_RANGE", "IndexDimensions")])
+        )
         bad = GatherDesc(x, t((1, 1, 1, 2), U32), t((2, 1, 3, 5)), 0, -1)
-        cases.append(case(fl, op, "index-dimensions--1", bad, [("INDEX_DIMENSIONS_OUT_OF_RANGE", "IndexDimensions")]))
+        cases.append(
+            case(fl, op, "index-dimensions--1", bad, [("INDEX_DIMENSIONS_OUT_OF_RANGE", "IndexDimensions")])
+        )
         # IndexDimensions 0 (a scalar index) removes the axis: {1,1,3} -> {1,1,1,3}
-        cases.append(case(fl, op, "index-dimensions-0", GatherDesc(x, t((1, 1, 1, 1), U32), t((1, 1, 1, 3)), 3, 0)))
+        cases.append(
+            case(fl, op, "index-dimensions-0", GatherDesc(x, t((1, 1, 1, 1), U32), t((1, 1, 1, 3)), 3, 0))
+        )
         # IndexDimensions 2 of {1,1,2,3}: {1,1,3} + {2,3} -> {1,3,2,3}
-        cases.append(case(fl, op, "index-dimensions-2", GatherDesc(x, t((1, 1, 2, 3), U32), t((1, 3, 2, 3)), 3, 2)))
+        cases.append(
+            case(fl, op, "index-dimensions-2", GatherDesc(x, t((1, 1, 2, 3), U32), t((1, 3, 2, 3)), 3, 2))
+        )
         bad = GatherDesc(x, t((2, 1, 1, 2), U32), t((1, 1, 3, 2)), 3, 1)
-        cases.append(case(fl, op, "indices-padding-not-1", bad, [("LEADING_DIMENSIONS_NOT_ONE", "IndicesTensor.Sizes")]))
+        cases.append(
+            case(
+                fl, op, "indices-padding-not-1", bad, [("LEADING_DIMENSIONS_NOT_ONE", "IndicesTensor.Sizes")]
+            )
+        )
         # {} + {2,3} + {3,4,5}: 5 meaningful dims do not fit into 4
         bad = GatherDesc(t((2, 3, 4, 5)), t((1, 1, 2, 3), U32), t((2, 3, 4, 5)), 0, 2)
-        cases.append(case(fl, op, "output-rank-5-in-4d", bad, [("OUTPUT_RANK_EXCEEDS_DIMENSION_COUNT", "OutputTensor.Sizes")]))
+        cases.append(
+            case(
+                fl,
+                op,
+                "output-rank-5-in-4d",
+                bad,
+                [("OUTPUT_RANK_EXCEEDS_DIMENSION_COUNT", "OutputTensor.Sizes")],
+            )
+        )
         bad = GatherDesc(x, t((1, 1, 1, 2), U32), t((1, 1, 3, 3)), 3, 1)
         cases.append(case(fl, op, "output-sizes-wrong", bad, [("SIZES_MISMATCH", "OutputTensor.Sizes")]))
-    return cases  # fmt: skip
+    return cases
 
 
 @params(_gather_cases())
@@ -463,20 +555,33 @@ def _elements_cases() -> list[Case]:
         x = t((1, 1, 3, 5))
         if op is OP.GATHER_ELEMENTS:
             # Indices longer than Input on Axis is fine: only the other dims must match.
-            cases.append(case(fl, op, "indices-7-on-axis", GatherElementsDesc(x, t((1, 1, 3, 7), U32), t((1, 1, 3, 7)), 3)))
+            cases.append(
+                case(
+                    fl,
+                    op,
+                    "indices-7-on-axis",
+                    GatherElementsDesc(x, t((1, 1, 3, 7), U32), t((1, 1, 3, 7)), 3),
+                )
+            )
             bad = GatherElementsDesc(x, t((1, 1, 2, 2), U32), t((1, 1, 2, 2)), 3)
-            cases.append(case(fl, op, "indices-smaller-off-axis", bad, [("SIZES_MISMATCH", "IndicesTensor.Sizes")]))
+            cases.append(
+                case(fl, op, "indices-smaller-off-axis", bad, [("SIZES_MISMATCH", "IndicesTensor.Sizes")])
+            )
             bad = GatherElementsDesc(x, t((1, 1, 3, 2), U32), t((1, 1, 3, 3)), 3)
             cases.append(case(fl, op, "output-not-indices", bad, [("SIZES_MISMATCH", "OutputTensor.Sizes")]))
         elif op is OP.SCATTER:
             idx = t((1, 1, 3, 2), U32)
             bad = ScatterDesc(x, t((1, 1, 2, 2), U32), t((1, 1, 2, 2)), x, 3)
-            cases.append(case(fl, op, "indices-smaller-off-axis", bad, [("SIZES_MISMATCH", "IndicesTensor.Sizes")]))
+            cases.append(
+                case(fl, op, "indices-smaller-off-axis", bad, [("SIZES_MISMATCH", "IndicesTensor.Sizes")])
+            )
             bad = ScatterDesc(x, idx, t((1, 1, 3, 3)), x, 3)
-            cases.append(case(fl, op, "updates-not-indices", bad, [("SIZES_MISMATCH", "UpdatesTensor.Sizes")]))
+            cases.append(
+                case(fl, op, "updates-not-indices", bad, [("SIZES_MISMATCH", "UpdatesTensor.Sizes")])
+            )
             bad = ScatterDesc(x, idx, t((1, 1, 3, 2)), t((1, 1, 3, 6)), 3)
             cases.append(case(fl, op, "output-not-input", bad, [("SIZES_MISMATCH", "OutputTensor.Sizes")]))
-    return cases  # fmt: skip
+    return cases
 
 
 @params(_elements_cases())
@@ -484,10 +589,12 @@ def test_elements_sizes(c: Case) -> None:
     run(c)
 
 
-# GATHER_ND, GATHER_ND1, SCATTER_ND: counts, padding, batch, tuple size, Sizes formulas ------------------------
+# GATHER_ND, GATHER_ND1, SCATTER_ND: counts, padding, batch, tuple size, Sizes formulas ----------------------
 
 
-def _nd(op: OperatorType, x: Sequence[int], idx: Sequence[int], out: Sequence[int], ic: int, idc: int, b: int = 0) -> OperatorDesc:
+def _nd(
+    op: OperatorType, x: Sequence[int], idx: Sequence[int], out: Sequence[int], ic: int, idc: int, b: int = 0
+) -> OperatorDesc:
     """For SCATTER_ND ``out`` is UpdatesTensor.Sizes and OutputTensor is InputTensor."""
     if op is OP.GATHER_ND:
         assert b == 0
@@ -495,7 +602,7 @@ def _nd(op: OperatorType, x: Sequence[int], idx: Sequence[int], out: Sequence[in
     if op is OP.GATHER_ND1:
         return GatherNd1Desc(t(x), t(idx, U32), t(out), ic, idc, b)
     assert b == 0
-    return ScatterNdDesc(t(x), t(idx, U32), t(out), t(x), ic, idc)  # fmt: skip
+    return ScatterNdDesc(t(x), t(idx, U32), t(out), t(x), ic, idc)
 
 
 def _nd_cases() -> list[Case]:
@@ -507,25 +614,59 @@ def _nd_cases() -> list[Case]:
         x = (1, 1, 3, 5)
         # InputDimensionCount = DimensionCount is allowed (inclusive, facts §4; the ScatterND page says ")"):
         # {2} + {1,3,5} = {2,1,3,5}
-        cases.append(case(fl, op, "input-dimension-count-4", _nd(op, (2, 1, 3, 5), (1, 1, 2, 1), (2, 1, 3, 5), 4, 2)))
+        cases.append(
+            case(fl, op, "input-dimension-count-4", _nd(op, (2, 1, 3, 5), (1, 1, 2, 1), (2, 1, 3, 5), 4, 2))
+        )
         for ic in (0, 5):
             bad = _nd(op, x, (1, 1, 2, 1), (1, 1, 2, 5), ic, 2)
-            cases.append(case(fl, op, f"input-dimension-count-{ic}", bad, [("INPUT_DIMENSION_COUNT_OUT_OF_RANGE", "InputDimensionCount")]))
+            cases.append(
+                case(
+                    fl,
+                    op,
+                    f"input-dimension-count-{ic}",
+                    bad,
+                    [("INPUT_DIMENSION_COUNT_OUT_OF_RANGE", "InputDimensionCount")],
+                )
+            )
         # IndicesDimensionCount = DimensionCount: {2,1,2} + {5} = {2,1,2,5}
         cases.append(case(fl, op, "indices-dimension-count-4", _nd(op, x, (2, 1, 2, 1), (2, 1, 2, 5), 2, 4)))
         for idc in (0, 5):
             bad = _nd(op, x, (1, 1, 2, 1), (1, 1, 2, 5), 2, idc)
-            cases.append(case(fl, op, f"indices-dimension-count-{idc}", bad, [("INDICES_DIMENSION_COUNT_OUT_OF_RANGE", "IndicesDimensionCount")]))
+            cases.append(
+                case(
+                    fl,
+                    op,
+                    f"indices-dimension-count-{idc}",
+                    bad,
+                    [("INDICES_DIMENSION_COUNT_OUT_OF_RANGE", "IndicesDimensionCount")],
+                )
+            )
         bad = _nd(op, (2, 1, 3, 5), (1, 1, 2, 1), (1, 1, 2, 5), 2, 2)
-        cases.append(case(fl, op, "input-padding-not-1", bad, [("LEADING_DIMENSIONS_NOT_ONE", "InputTensor.Sizes")]))
+        cases.append(
+            case(fl, op, "input-padding-not-1", bad, [("LEADING_DIMENSIONS_NOT_ONE", "InputTensor.Sizes")])
+        )
         bad = _nd(op, x, (2, 1, 2, 1), (1, 1, 2, 5), 2, 2)
-        cases.append(case(fl, op, "indices-padding-not-1", bad, [("LEADING_DIMENSIONS_NOT_ONE", "IndicesTensor.Sizes")]))
+        cases.append(
+            case(
+                fl, op, "indices-padding-not-1", bad, [("LEADING_DIMENSIONS_NOT_ONE", "IndicesTensor.Sizes")]
+            )
+        )
         # Tuple size 2 = InputDimensionCount: whole elements, {2} + {} = {1,1,1,2}
         cases.append(case(fl, op, "tuple-size-2", _nd(op, x, (1, 1, 2, 2), (1, 1, 1, 2), 2, 2)))
         bad = _nd(op, x, (1, 1, 2, 3), (1, 1, 1, 2), 2, 2)
-        cases.append(case(fl, op, "tuple-size-3", bad, [("INDEX_TUPLE_SIZE_OUT_OF_RANGE", "IndicesTensor.Sizes")]))
+        cases.append(
+            case(fl, op, "tuple-size-3", bad, [("INDEX_TUPLE_SIZE_OUT_OF_RANGE", "IndicesTensor.Sizes")])
+        )
         bad = _nd(op, (2, 3, 4, 5), (2, 3, 4, 1), (2, 3, 4, 5), 4, 4)
-        cases.append(case(fl, op, "output-rank-6-in-4d", bad, [("OUTPUT_RANK_EXCEEDS_DIMENSION_COUNT", f"{sized}.Sizes")]))
+        cases.append(
+            case(
+                fl,
+                op,
+                "output-rank-6-in-4d",
+                bad,
+                [("OUTPUT_RANK_EXCEEDS_DIMENSION_COUNT", f"{sized}.Sizes")],
+            )
+        )
         bad = _nd(op, x, (1, 1, 2, 1), (1, 1, 2, 3), 2, 2)
         cases.append(case(fl, op, f"{sized}-sizes-wrong", bad, [("SIZES_MISMATCH", f"{sized}.Sizes")]))
         if op is OP.SCATTER_ND:
@@ -535,17 +676,31 @@ def _nd_cases() -> list[Case]:
             # Input {2,3} batches; Indices {2,3,1}: per batch a 1-tuple into the last dim -> {2,3}.
             xb = (1, 2, 3, 5)
             cases.append(case(fl, op, "batch-2", _nd(op, xb, (1, 2, 3, 1), (1, 1, 2, 3), 3, 3, 2)))
-            cases.append(case(fl, op, "batch-0", _nd(op, xb, (1, 2, 3, 1), (1, 2, 3, 3), 3, 3, 0)))
+            cases.append(case(fl, op, "batch-0", _nd(op, xb, (1, 2, 3, 1), (2, 3, 3, 5), 3, 3, 0)))
             for b in (3, -1):  # above min(InputDimensionCount 3, IndicesDimensionCount 3 - 1) = 2; negative
                 bad = _nd(op, xb, (1, 2, 3, 1), (1, 1, 2, 3), 3, 3, b)
-                cases.append(case(fl, op, f"batch-{b}", bad, [("BATCH_DIMENSION_COUNT_OUT_OF_RANGE", "BatchDimensionCount")]))
+                cases.append(
+                    case(
+                        fl,
+                        op,
+                        f"batch-{b}",
+                        bad,
+                        [("BATCH_DIMENSION_COUNT_OUT_OF_RANGE", "BatchDimensionCount")],
+                    )
+                )
             bad = _nd(op, xb, (1, 2, 4, 1), (1, 1, 2, 4), 3, 3, 2)
-            cases.append(case(fl, op, "batch-sizes-2x4-vs-2x3", bad, [("BATCH_SIZES_MISMATCH", "IndicesTensor.Sizes")]))
+            cases.append(
+                case(fl, op, "batch-sizes-2x4-vs-2x3", bad, [("BATCH_SIZES_MISMATCH", "IndicesTensor.Sizes")])
+            )
             # With 1 batch dim the tuple size is at most InputDimensionCount - 1.
             cases.append(case(fl, op, "batch-1-tuple-1", _nd(op, x, (1, 1, 3, 1), (1, 1, 1, 3), 2, 2, 1)))
             bad = _nd(op, x, (1, 1, 3, 2), (1, 1, 1, 3), 2, 2, 1)
-            cases.append(case(fl, op, "batch-1-tuple-2", bad, [("INDEX_TUPLE_SIZE_OUT_OF_RANGE", "IndicesTensor.Sizes")]))
-    return cases  # fmt: skip
+            cases.append(
+                case(
+                    fl, op, "batch-1-tuple-2", bad, [("INDEX_TUPLE_SIZE_OUT_OF_RANGE", "IndicesTensor.Sizes")]
+                )
+            )
+    return cases
 
 
 @params(_nd_cases())

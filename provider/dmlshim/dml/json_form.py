@@ -183,7 +183,7 @@ def tensor_from_json(obj: Any, *, path: str = "$") -> BufferTensorDesc:
         if strides is not None and len(strides) != len(sizes):
             raise JsonFormError(
                 f"{path}.Strides",
-                f"has {len(strides)} entries but Sizes has {len(sizes)}",
+                f"Strides {list(strides)} has {len(strides)} entries but Sizes {list(sizes)} has {len(sizes)}",
                 value=list(strides),
             )
 

@@ -1,0 +1,183 @@
+"""GatherElements 11/13 -> DML_OPERATOR_GATHER_ELEMENTS, and the element-wise view shared with Scatter.
+
+The DML EP's rule (facts §5): D = r, Axis = the normalised axis. DirectML requires IndicesTensor.Sizes to
+equal InputTensor.Sizes on every dimension but Axis; ONNX lets indices be smaller there. Then InputTensor
+is described as a strided window of data (Sizes from indices, Strides of the whole data), which reads
+exactly the elements ONNX reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ...dml.enums import OperatorType
+from ..plan import Layout, Reason
+from .base import (
+    ConvertContext,
+    Converter,
+    DataPlan,
+    Lowering,
+    NodeFailure,
+    View,
+    build_lowering,
+    check_common,
+    check_index_type,
+    choose_view,
+    inexpressible,
+    malformed,
+    normalize_axis,
+    packed_strides,
+    plan_data,
+    require_operator,
+)
+
+OP = OperatorType.GATHER_ELEMENTS
+
+
+def check_elementwise_shapes(
+    ctx: ConvertContext, data_shape: tuple[int, ...], idx_shape: tuple[int, ...], axis: int
+) -> tuple[int, ...] | None:
+    """ONNX: indices have data's rank and are no larger on other dims. Returns the window, or None."""
+    r = len(data_shape)
+    if len(idx_shape) != r:
+        raise malformed(
+            "INDICES_SHAPE_INVALID",
+            f"{ctx.op_type} indices must have the rank of data ({r}), not {len(idx_shape)}",
+            list(idx_shape),
+        )
+    for dim in range(r):
+        if dim != axis and idx_shape[dim] > data_shape[dim]:
+            raise malformed(
+                "INDICES_SHAPE_INVALID",
+                f"{ctx.op_type} indices {list(idx_shape)} exceed data {list(data_shape)} on dimension {dim}",
+                {"data": list(data_shape), "indices": list(idx_shape)},
+            )
+    window = tuple(data_shape[dim] if dim == axis else idx_shape[dim] for dim in range(r))
+    return None if window == data_shape else window
+
+
+def _merge(
+    window: tuple[int, ...], strides: tuple[int, ...], axis: int
+) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+    """Merge neighbouring dims on one side of the axis where the window's memory is contiguous.
+
+    The element-wise ops treat every dim but the axis alike (indices match the window there), so two
+    neighbours merge whenever the outer one's stride equals the inner one's span.
+    """
+    sizes: list[int] = []
+    out_strides: list[int] = []
+    new_axis = 0
+    for dim, (size, stride) in enumerate(zip(window, strides)):
+        mergeable = dim != axis and sizes and dim - 1 != axis and out_strides[-1] == stride * size
+        if mergeable:
+            sizes[-1] *= size
+            out_strides[-1] = stride
+        else:
+            if dim == axis:
+                new_axis = len(sizes)
+            sizes.append(size)
+            out_strides.append(stride)
+    return tuple(sizes), tuple(out_strides), new_axis
+
+
+def elementwise_view_builder(
+    data_shape: tuple[int, ...],
+    idx_shape: tuple[int, ...],
+    axis: int,
+    window: tuple[int, ...] | None,
+    data: DataPlan,
+    *,
+    scatter: bool,
+) -> Callable[[bool], View]:
+    """Views for GatherElements and Scatter: data (window), indices (= updates), output."""
+    pair = (2,) if data.pairs else ()
+    win = window if window is not None else data_shape
+    # Strides of the window inside the whole data buffer, in units of the bound DirectML type.
+    base = packed_strides(data_shape)
+    strides = tuple(s * 2 for s in base) + (1,) if data.pairs else base
+    full = win + pair
+    idx_full = idx_shape + pair
+
+    def build(merge: bool) -> View:
+        sizes, st, ax = (full, strides, axis) if not merge else _merge(full, strides, axis)
+        idx = idx_full if not merge else tuple(
+            sizes[i] if i != ax else idx_shape[axis] for i in range(len(sizes))
+        )
+        if scatter:
+            return View(sizes, idx, sizes, updates=idx, input_strides=st, axis=ax)
+        return View(sizes, idx, idx, input_strides=st, axis=ax)
+
+    return build
+
+
+def window_note(data_shape: tuple[int, ...], idx_shape: tuple[int, ...]) -> Reason:
+    return Reason(
+        "STRIDED_WINDOW",
+        f"indices {list(idx_shape)} are smaller than data {list(data_shape)} on non-axis dimensions: "
+        "InputTensor is a window of data (onnxruntime's DirectML provider builds a descriptor DirectML "
+        "rejects for this)",
+        {"data": list(data_shape), "indices": list(idx_shape)},
+    )
+
+
+def choose_elementwise_view(
+    ctx: ConvertContext,
+    op: OperatorType,
+    build: Callable[[bool], View],
+    dimension_count: Callable[[View], int],
+    data: DataPlan,
+    window: tuple[int, ...] | None,
+    shapes: tuple[tuple[int, ...], tuple[int, ...]],
+) -> tuple[View, Layout, int]:
+    try:
+        return choose_view(ctx, op, build, dimension_count, extended=data.pairs or window is not None)
+    except NodeFailure as failure:
+        if window is None:
+            raise
+        raise inexpressible(
+            "INDICES_SMALLER_THAN_DATA",
+            f"indices {list(shapes[1])} are smaller than data {list(shapes[0])} on non-axis dimensions and "
+            f"the strided window does not fit: {failure}",
+            {"data": list(shapes[0]), "indices": list(shapes[1])},
+        ) from failure
+
+
+class GatherElementsConverter(Converter):
+    """ONNX GatherElements: output[i..] = data[i.. with axis replaced by indices[i..]]."""
+
+    op_type = "GatherElements"
+
+    def _impl_v11(self, ctx: ConvertContext) -> Lowering:
+        return self._lower(ctx)
+
+    def _impl_v13(self, ctx: ConvertContext) -> Lowering:
+        # Opset 13 only adds bfloat16, which DirectML cannot hold.
+        return self._lower(ctx)
+
+    IMPLEMENTATIONS = {11: _impl_v11, 13: _impl_v13}
+
+    def _lower(self, ctx: ConvertContext) -> Lowering:
+        data_shape, data_elem = ctx.tensor(0, "data")
+        idx_shape, idx_elem = ctx.tensor(1, "indices")
+        check_index_type(ctx, idx_elem, ctx.input_names[1])
+        r = len(data_shape)
+        if r < 1:
+            raise malformed("RANK_INVALID", "GatherElements data must have rank >= 1", r)
+        axis = normalize_axis(ctx, r)
+        window = check_elementwise_shapes(ctx, data_shape, idx_shape, axis)
+        shapes = {"data": data_shape, "indices": idx_shape, "output": idx_shape}
+        check_common(ctx, shapes)
+        require_operator(ctx, OP)
+        data = plan_data(ctx, OP, data_elem, "data")
+        build = elementwise_view_builder(data_shape, idx_shape, axis, window, data, scatter=False)
+        view, layout, d = choose_elementwise_view(
+            ctx, OP, build, lambda v: len(v.input), data, window, (data_shape, idx_shape)
+        )
+        return build_lowering(
+            ctx, OP, view, layout, d, data,
+            onnx_shapes=shapes, index_elem=idx_elem, index_bounds=(data_shape[axis],), per_component=False,
+            duplicate_indices=data.pairs, window=window,
+            notes=(window_note(data_shape, idx_shape),) if window else (),
+            attributes=(("axis", axis),),
+        )
+

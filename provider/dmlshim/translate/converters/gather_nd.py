@@ -1,0 +1,139 @@
+"""GatherND 11/12/13 -> DML_OPERATOR_GATHER_ND1 (FL 3_0 on, as the DML EP always builds) or GATHER_ND.
+
+The DML EP's rule (facts §5): D = max(r, q, rank(out)), InputDimensionCount = r, IndicesDimensionCount = q,
+BatchDimensionCount = batch_dims. Below FL 3_0 only GATHER_ND exists: no batch dimensions.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ...dml.enums import FeatureLevel, OperatorType
+from ..plan import Reason
+from .base import (
+    ConvertContext,
+    Converter,
+    Lowering,
+    View,
+    build_lowering,
+    check_common,
+    choose_view,
+    inexpressible,
+    malformed,
+    plan_data,
+    require_operator,
+)
+from .base import check_index_type as _check_index_type
+
+
+EP_SCALAR_OUTPUT = Reason(
+    "EP_REJECTS",
+    "onnxruntime's DirectML provider rejects a GatherND whose output is a scalar; DirectML itself takes it "
+    "as Sizes of 1s",
+)
+
+
+def nd_shapes(
+    ctx: ConvertContext, data_shape: tuple[int, ...], idx_shape: tuple[int, ...], batch_dims: int
+) -> tuple[int, tuple[int, ...]]:
+    """ONNX GatherND/ScatterND shape rules: (k, the gathered/updates shape)."""
+    r, q = len(data_shape), len(idx_shape)
+    if r < 1 or q < 1:
+        raise malformed("RANK_INVALID", f"{ctx.op_type} data and indices must have rank >= 1", [r, q])
+    if not 0 <= batch_dims < min(r, q):
+        raise malformed(
+            "ATTRIBUTE_INVALID",
+            f"batch_dims {batch_dims} must be in [0, min(rank(data), rank(indices)) - 1] = [0, {min(r, q) - 1}]",
+            batch_dims,
+        )
+    if data_shape[:batch_dims] != idx_shape[:batch_dims]:
+        raise malformed(
+            "INDICES_SHAPE_INVALID",
+            f"the first {batch_dims} dims of data {list(data_shape)} and indices {list(idx_shape)} must match",
+            {"data": list(data_shape), "indices": list(idx_shape)},
+        )
+    k = idx_shape[-1]
+    if not 1 <= k <= r - batch_dims:
+        raise malformed(
+            "INDICES_SHAPE_INVALID",
+            f"the last dim of indices ({k}) must be in [1, rank(data) - batch_dims] = [1, {r - batch_dims}]",
+            k,
+        )
+    return k, idx_shape[:-1] + data_shape[batch_dims + k :]
+
+
+def nd_view(
+    data_shape: tuple[int, ...], idx_shape: tuple[int, ...], out_shape: tuple[int, ...], batch_dims: int,
+    k: int, pairs: bool, merge: bool,
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], int]:
+    """(input, indices, gathered/updates, batch count) shapes of the DirectML tensors.
+
+    Merged: batch dims become one, the leading index dims one, the trailing (ungathered) data dims one;
+    the k addressed data dims stay as they are (each tuple coordinate addresses one of them).
+    """
+    pair = (2,) if pairs else ()
+    if not merge:
+        return data_shape + pair, idx_shape, out_shape + pair, batch_dims
+    b = batch_dims
+    batch = (math.prod(data_shape[:b]),) if b else ()
+    lead = (math.prod(idx_shape[b:-1]),) if len(idx_shape) - 1 > b else ()
+    has_tail = len(data_shape) > b + k or pairs
+    tail = (math.prod(data_shape[b + k :]) * (2 if pairs else 1),) if has_tail else ()
+    return batch + data_shape[b : b + k] + tail, batch + lead + (k,), batch + lead + tail, 1 if b else 0
+
+
+class GatherNDConverter(Converter):
+    """ONNX GatherND: output = indices.shape[:-1] + data.shape[batch_dims + k:]."""
+
+    op_type = "GatherND"
+
+    def _impl_v11(self, ctx: ConvertContext) -> Lowering:
+        return self._lower(ctx, batch_dims=0)
+
+    def _impl_v12(self, ctx: ConvertContext) -> Lowering:
+        # Opset 12 adds batch_dims.
+        return self._lower(ctx, batch_dims=ctx.int_attr("batch_dims", 0))
+
+    def _impl_v13(self, ctx: ConvertContext) -> Lowering:
+        # Opset 13 only adds bfloat16, which DirectML cannot hold.
+        return self._lower(ctx, batch_dims=ctx.int_attr("batch_dims", 0))
+
+    IMPLEMENTATIONS = {11: _impl_v11, 12: _impl_v12, 13: _impl_v13}
+
+    def _lower(self, ctx: ConvertContext, batch_dims: int) -> Lowering:
+        data_shape, data_elem = ctx.tensor(0, "data")
+        idx_shape, idx_elem = ctx.tensor(1, "indices")
+        _check_index_type(ctx, idx_elem, ctx.input_names[1])
+        k, out_shape = nd_shapes(ctx, data_shape, idx_shape, batch_dims)
+        shapes = {"data": data_shape, "indices": idx_shape, "output": out_shape}
+        check_common(ctx, shapes)
+        # The DML EP always builds GATHER_ND1 (FL 3_0); below it only GATHER_ND, which has no batch dims.
+        if ctx.feature_level >= FeatureLevel.FL_3_0:
+            op = OperatorType.GATHER_ND1
+        elif batch_dims:
+            raise inexpressible(
+                "BATCH_DIMS_UNSUPPORTED",
+                f"batch_dims={batch_dims} needs DML_OPERATOR_GATHER_ND1 (DML_FEATURE_LEVEL_3_0); "
+                f"{ctx.feature_level.dml_name} has only DML_OPERATOR_GATHER_ND",
+                batch_dims,
+            )
+        else:
+            op = OperatorType.GATHER_ND
+        require_operator(ctx, op)
+        data = plan_data(ctx, op, data_elem, "data")
+
+        def build(merge: bool) -> View:
+            inp, idx, out, b = nd_view(data_shape, idx_shape, out_shape, batch_dims, k, data.pairs, merge)
+            fields = [("InputDimensionCount", len(inp)), ("IndicesDimensionCount", len(idx))]
+            if op is OperatorType.GATHER_ND1:
+                fields.append(("BatchDimensionCount", b))
+            return View(inp, idx, out, fields=tuple(fields))
+
+        view, layout, d = choose_view(ctx, op, build, lambda v: max(v.ranks), extended=data.pairs)
+        bounds = data_shape[batch_dims : batch_dims + k]
+        return build_lowering(
+            ctx, op, view, layout, d, data,
+            onnx_shapes=shapes, index_elem=idx_elem, index_bounds=bounds, per_component=True,
+            attributes=(("batch_dims", batch_dims),),
+            notes=(EP_SCALAR_OUTPUT,) if not out_shape else (),
+        )
