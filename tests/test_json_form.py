@@ -33,7 +33,9 @@ from dmlshim.errors import BadInputError
 F32 = DataType.FLOAT32
 
 
-def t(sizes: tuple[int, ...], data_type: DataType = F32, strides: tuple[int, ...] | None = None) -> BufferTensorDesc:
+def t(
+    sizes: tuple[int, ...], data_type: DataType = F32, strides: tuple[int, ...] | None = None
+) -> BufferTensorDesc:
     return BufferTensorDesc(data_type, sizes, strides)
 
 
@@ -182,36 +184,103 @@ def _delete(obj: dict[str, Any], keys: list[Any]) -> dict[str, Any]:
 
 
 ERROR_CASES = [
-    ("float_size", _set(_good(), ["desc", "IndicesTensor", "Sizes", 2], 2.0), ".desc.IndicesTensor.Sizes[2]", "2.0"),
-    ("negative_size", _set(_good(), ["desc", "InputTensor", "Sizes", 0], -1), ".desc.InputTensor.Sizes[0]", "-1"),
-    ("huge_size", _set(_good(), ["desc", "InputTensor", "Sizes", 0], 2**32), ".desc.InputTensor.Sizes[0]", "4294967296"),
+    (
+        "float_size",
+        _set(_good(), ["desc", "IndicesTensor", "Sizes", 2], 2.0),
+        ".desc.IndicesTensor.Sizes[2]",
+        "2.0",
+    ),
+    (
+        "negative_size",
+        _set(_good(), ["desc", "InputTensor", "Sizes", 0], -1),
+        ".desc.InputTensor.Sizes[0]",
+        "-1",
+    ),
+    (
+        "huge_size",
+        _set(_good(), ["desc", "InputTensor", "Sizes", 0], 2**32),
+        ".desc.InputTensor.Sizes[0]",
+        "4294967296",
+    ),
     ("string_axis", _set(_good(), ["desc", "Axis"], "3"), ".desc.Axis", "'3'"),
     ("float_axis", _set(_good(), ["desc", "Axis"], 3.0), ".desc.Axis", "3.0"),
     ("negative_axis", _set(_good(), ["desc", "Axis"], -1), ".desc.Axis", "-1"),
     ("bool_axis", _set(_good(), ["desc", "Axis"], True), ".desc.Axis", "true"),
-    ("unknown_tensor_key", _set(_good(), ["desc", "InputTensor", "Stride"], [1]), ".desc.InputTensor.Stride", "Stride"),
+    (
+        "unknown_tensor_key",
+        _set(_good(), ["desc", "InputTensor", "Stride"], [1]),
+        ".desc.InputTensor.Stride",
+        "Stride",
+    ),
     ("unknown_desc_key", _set(_good(), ["desc", "Axes"], 1), ".desc.Axes", "Axes"),
     ("unknown_top_key", _set(_good(), ["bindings"], {}), ".bindings", "bindings"),
     ("missing_uint", _delete(_good(), ["desc", "Axis"]), ".desc.Axis", "missing"),
     ("missing_tensor", _delete(_good(), ["desc", "UpdatesTensor"]), ".desc.UpdatesTensor", "missing"),
-    ("missing_data_type", _delete(_good(), ["desc", "OutputTensor", "DataType"]), ".desc.OutputTensor.DataType", "missing"),
+    (
+        "missing_data_type",
+        _delete(_good(), ["desc", "OutputTensor", "DataType"]),
+        ".desc.OutputTensor.DataType",
+        "missing",
+    ),
     ("missing_desc", _delete(_good(), ["desc"]), ".desc", "missing"),
-    ("unknown_data_type", _set(_good(), ["desc", "InputTensor", "DataType"], "FLOAT128"), ".desc.InputTensor.DataType", "FLOAT128"),
-    ("lowercase_data_type", _set(_good(), ["desc", "InputTensor", "DataType"], "float32"), ".desc.InputTensor.DataType", "float32"),
-    ("unknown_type", _set(_good(), ["type"], "DML_OPERATOR_CONVOLUTION"), ".type", "DML_OPERATOR_CONVOLUTION"),
+    (
+        "unknown_data_type",
+        _set(_good(), ["desc", "InputTensor", "DataType"], "FLOAT128"),
+        ".desc.InputTensor.DataType",
+        "FLOAT128",
+    ),
+    (
+        "lowercase_data_type",
+        _set(_good(), ["desc", "InputTensor", "DataType"], "float32"),
+        ".desc.InputTensor.DataType",
+        "float32",
+    ),
+    (
+        "unknown_type",
+        _set(_good(), ["type"], "DML_OPERATOR_CONVOLUTION"),
+        ".type",
+        "DML_OPERATOR_CONVOLUTION",
+    ),
     ("identity_type", _set(_good(), ["type"], "DML_OPERATOR_ELEMENT_WISE_IDENTITY"), ".type", "IDENTITY"),
     ("numeric_type", _set(_good(), ["type"], 94), ".type", "94"),
-    ("dimension_count", _set(_good(), ["desc", "InputTensor", "DimensionCount"], 3), ".desc.InputTensor.DimensionCount", "3"),
-    ("strides_length", _set(_good(), ["desc", "InputTensor", "Strides"], [1, 1]), ".desc.InputTensor.Strides", "[1, 1]"),
-    ("bad_flags", _set(_good(), ["desc", "InputTensor", "Flags"], "BOGUS"), ".desc.InputTensor.Flags", "BOGUS"),
+    (
+        "dimension_count",
+        _set(_good(), ["desc", "InputTensor", "DimensionCount"], 3),
+        ".desc.InputTensor.DimensionCount",
+        "3",
+    ),
+    (
+        "strides_length",
+        _set(_good(), ["desc", "InputTensor", "Strides"], [1, 1]),
+        ".desc.InputTensor.Strides",
+        "[1, 1]",
+    ),
+    (
+        "bad_flags",
+        _set(_good(), ["desc", "InputTensor", "Flags"], "BOGUS"),
+        ".desc.InputTensor.Flags",
+        "BOGUS",
+    ),
     ("tensor_not_object", _set(_good(), ["desc", "InputTensor"], [1, 2]), ".desc.InputTensor", "array"),
-    ("sizes_not_list", _set(_good(), ["desc", "InputTensor", "Sizes"], "1,1,1,5"), ".desc.InputTensor.Sizes", "1,1,1,5"),
-    ("texture_tensor", _set(_good(), ["desc", "InputTensor"], {"Type": "DML_TENSOR_TYPE_INVALID", "Desc": {}}), ".desc.InputTensor.Type", "INVALID"),
+    (
+        "sizes_not_list",
+        _set(_good(), ["desc", "InputTensor", "Sizes"], "1,1,1,5"),
+        ".desc.InputTensor.Sizes",
+        "1,1,1,5",
+    ),
+    (
+        "texture_tensor",
+        _set(_good(), ["desc", "InputTensor"], {"Type": "DML_TENSOR_TYPE_INVALID", "Desc": {}}),
+        ".desc.InputTensor.Type",
+        "INVALID",
+    ),
     ("bad_execution_flag", _set(_good(), ["executionFlags"], "FAST"), ".executionFlags", "FAST"),
-]  # fmt: skip
+]
 
 
-@pytest.mark.parametrize(("obj", "where", "shown"), [c[1:] for c in ERROR_CASES], ids=[c[0] for c in ERROR_CASES])
+@pytest.mark.parametrize(
+    ("obj", "where", "shown"), [c[1:] for c in ERROR_CASES], ids=[c[0] for c in ERROR_CASES]
+)
 def test_errors_name_the_json_path_and_value(obj: dict[str, Any], where: str, shown: str) -> None:
     path = "$.dispatchables.op"
     with pytest.raises(JsonFormError) as info:
@@ -239,13 +308,17 @@ _DATA_TYPES = [d for d in DataType if d not in (DataType.UNKNOWN, DataType.UINT4
 @st.composite
 def tensors(draw: st.DrawFn) -> BufferTensorDesc:
     sizes = tuple(draw(st.lists(st.integers(1, 6), min_size=1, max_size=8)))
-    strides = draw(st.none() | st.lists(st.integers(0, 50), min_size=len(sizes), max_size=len(sizes)).map(tuple))
+    strides = draw(
+        st.none() | st.lists(st.integers(0, 50), min_size=len(sizes), max_size=len(sizes)).map(tuple)
+    )
     data_type = draw(st.sampled_from(_DATA_TYPES))
     flags = draw(st.sampled_from(list(TensorFlags)))
     base = BufferTensorDesc(data_type, sizes, strides, flags)
     extra = draw(st.sampled_from([0, 0, 4, 64]))
     alignment = draw(st.sampled_from([0, 16, 256]))
-    return BufferTensorDesc(data_type, sizes, strides, flags, base.total_tensor_size_in_bytes + extra, alignment)
+    return BufferTensorDesc(
+        data_type, sizes, strides, flags, base.total_tensor_size_in_bytes + extra, alignment
+    )
 
 
 @settings(max_examples=200, deadline=None)

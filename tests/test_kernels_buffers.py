@@ -38,7 +38,7 @@ def _window(
         right-aligned ``sizes``) that describe the window inside it.
     """
     shape = array.shape
-    big_shape = tuple(s + int(rng.integers(0, 3)) for s in shape)
+    big_shape = tuple(s + int(rng.integers(0, 3)) + (i == len(shape) - 1) for i, s in enumerate(shape))
     big = random_data(rng, big_shape, array.dtype)
     origin = tuple(int(rng.integers(0, b - s + 1)) for b, s in zip(big_shape, shape, strict=True))
     big[tuple(slice(o, o + s) for o, s in zip(origin, shape, strict=True))] = array
@@ -50,7 +50,11 @@ def _window(
 
 
 def _strided(desc: OperatorDesc, name: str, strides: tuple[int, ...]) -> OperatorDesc:
-    field = {"InputTensor": "input_tensor", "IndicesTensor": "indices_tensor", "UpdatesTensor": "updates_tensor"}
+    field = {
+        "InputTensor": "input_tensor",
+        "IndicesTensor": "indices_tensor",
+        "UpdatesTensor": "updates_tensor",
+    }
     old: BufferTensorDesc = getattr(desc, field[name])
     new = BufferTensorDesc(old.data_type, old.sizes, strides)
     return dataclasses.replace(desc, **{field[name]: new})  # type: ignore[type-var]
@@ -72,7 +76,9 @@ def test_strided_windows_gather(seed: int) -> None:
     rng = np.random.default_rng(8000 + seed)
     data = random_data(rng, (3, 5, 4), np.dtype(np.float32))
     indices = random_indices(rng, (2, 3), 5, np.dtype(np.int64))
-    desc, bound = _bind_windows(rng, gather_desc(data, indices, 1), {"InputTensor": data, "IndicesTensor": indices})
+    desc, bound = _bind_windows(
+        rng, gather_desc(data, indices, 1), {"InputTensor": data, "IndicesTensor": indices}
+    )
     assert not desc.input_tensor.is_packed
     result = execute(desc, bound)
     assert_same(desc, result.output, ort("Gather", {"data": data, "indices": indices}, {"axis": 1}))

@@ -69,7 +69,9 @@ def test_wider_dimension_count_than_needed() -> None:
         axis=d - 1,
         index_dimensions=2,
     )
-    out = execute(desc, {"InputTensor": data.reshape(desc.input_tensor.sizes), "IndicesTensor": indices.reshape(-1)})
+    out = execute(
+        desc, {"InputTensor": data.reshape(desc.input_tensor.sizes), "IndicesTensor": indices.reshape(-1)}
+    )
     expected = ort("Gather", {"data": data, "indices": indices}, {"axis": 1})
     np.testing.assert_array_equal(out.output.reshape(expected.shape), expected, strict=True)
 

@@ -49,12 +49,16 @@ def test_every_axis_of_a_larger_tensor(axis: int) -> None:
     indices = random_indices(rng, idx_shape, data.shape[axis], np.dtype(np.int64))
     desc = gather_elements_desc(data, indices, axis)
     result = run_packed(desc, {"InputTensor": data, "IndicesTensor": indices})
-    assert_same(desc, result.output, ort("GatherElements", {"data": data, "indices": indices}, {"axis": axis}))
+    assert_same(
+        desc, result.output, ort("GatherElements", {"data": data, "indices": indices}, {"axis": axis})
+    )
 
 
 def test_seed_example() -> None:
     # dml_gather_elements.md, Axis 0 (its output is labelled UINT32 but holds the float input's values).
     data = np.arange(1, 10, dtype=np.float32).reshape(3, 3)
     indices = np.array([[1, 2, 0], [2, 0, 0]], np.uint32)
-    result = run_packed(gather_elements_desc(data, indices, 0), {"InputTensor": data, "IndicesTensor": indices})
+    result = run_packed(
+        gather_elements_desc(data, indices, 0), {"InputTensor": data, "IndicesTensor": indices}
+    )
     np.testing.assert_array_equal(result.output, np.array([[4, 8, 3], [7, 2, 3]], np.float32), strict=True)

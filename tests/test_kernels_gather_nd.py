@@ -64,10 +64,12 @@ def test_random_gather_nd_matches_onnxruntime(case: tuple) -> None:
 def test_seed_examples() -> None:
     data = np.array([[0, 1], [2, 3]], np.float32)
     indices = np.array([[1], [0]], np.uint32)
-    out = run_packed(gather_nd_desc(data, indices, 0, nd1=False), {"InputTensor": data, "IndicesTensor": indices})
+    out = run_packed(
+        gather_nd_desc(data, indices, 0, nd1=False), {"InputTensor": data, "IndicesTensor": indices}
+    )
     np.testing.assert_array_equal(out.output, np.array([[2, 3], [0, 1]], np.float32), strict=True)
 
-    # Example 2 exactly as the page writes it: DimensionCount 4, InputDimensionCount 3, IndicesDimensionCount 2.
+    # Example 2 as the page writes it: DimensionCount 4, InputDimensionCount 3, IndicesDimensionCount 2.
     desc = GatherNdDesc(
         BufferTensorDesc(DataType.FLOAT32, (1, 2, 2, 2)),
         BufferTensorDesc(DataType.UINT32, (1, 1, 2, 2)),
@@ -75,9 +77,14 @@ def test_seed_examples() -> None:
         input_dimension_count=3,
         indices_dimension_count=2,
     )
-    inputs = {"InputTensor": np.arange(8, dtype=np.float32), "IndicesTensor": np.array([0, 1, 1, 0], np.uint32)}
+    inputs = {
+        "InputTensor": np.arange(8, dtype=np.float32),
+        "IndicesTensor": np.array([0, 1, 1, 0], np.uint32),
+    }
     out = execute(desc, inputs)
-    np.testing.assert_array_equal(out.output, np.array([2, 3, 4, 5], np.float32).reshape(1, 1, 2, 2), strict=True)
+    np.testing.assert_array_equal(
+        out.output, np.array([2, 3, 4, 5], np.float32).reshape(1, 1, 2, 2), strict=True
+    )
 
 
 def test_large_blocks_and_scalar_output() -> None:

@@ -28,8 +28,10 @@ from tests.test_kernels_support import (
 )
 
 
-def _unique_along_axis(rng: np.random.Generator, shape: tuple, axis: int, dim: int, itype: np.dtype) -> np.ndarray:
-    """Indices of ``shape`` whose values along ``axis`` are distinct in every line (some negative if signed)."""
+def _unique_along_axis(
+    rng: np.random.Generator, shape: tuple, axis: int, dim: int, itype: np.dtype
+) -> np.ndarray:
+    """Indices whose values along ``axis`` are distinct in every line (some negative if signed)."""
     a = axis % len(shape)
     pre, post = math.prod(shape[:a]), math.prod(shape[a + 1 :])
     keys = rng.random((pre, dim, post))
@@ -231,10 +233,14 @@ def test_empty_indices_give_a_copy_of_the_input() -> None:
     data = np.arange(12, dtype=np.int32).reshape(3, 4)
     indices = np.zeros((0, 4), np.int64)
     updates = np.zeros((0, 4), np.int32)
-    result = run_packed(scatter_desc(data, indices, 0), {"InputTensor": data, "IndicesTensor": indices,
-                                                         "UpdatesTensor": updates})
+    result = run_packed(
+        scatter_desc(data, indices, 0),
+        {"InputTensor": data, "IndicesTensor": indices, "UpdatesTensor": updates},
+    )
     np.testing.assert_array_equal(result.output.reshape(3, 4), data, strict=True)
     nd_indices = np.zeros((0, 1), np.int64)
-    result = run_packed(scatter_nd_desc(data, nd_indices), {"InputTensor": data, "IndicesTensor": nd_indices,
-                                                            "UpdatesTensor": updates})
+    result = run_packed(
+        scatter_nd_desc(data, nd_indices),
+        {"InputTensor": data, "IndicesTensor": nd_indices, "UpdatesTensor": updates},
+    )
     np.testing.assert_array_equal(result.output.reshape(3, 4), data, strict=True)

@@ -158,8 +158,9 @@ def gather_nd_desc(
         tensor(data.dtype, out_shape, d),
     )
     if nd1:
-        return GatherNd1Desc(*tensors, input_dimension_count=r, indices_dimension_count=q,
-                             batch_dimension_count=batch_dims)
+        return GatherNd1Desc(
+            *tensors, input_dimension_count=r, indices_dimension_count=q, batch_dimension_count=batch_dims
+        )
     assert batch_dims == 0
     return GatherNdDesc(*tensors, input_dimension_count=r, indices_dimension_count=q)
 
@@ -211,7 +212,11 @@ def assert_same(desc: OperatorDesc, actual: np.ndarray, expected: np.ndarray) ->
     np.testing.assert_array_equal(actual, expected.reshape(sizes), strict=True)
 
 
-def ort(op: str, inputs: Mapping[str, np.ndarray | None], attrs: Mapping[str, object] | None = None,
-        opset: int = 13) -> np.ndarray:
+def ort(
+    op: str,
+    inputs: Mapping[str, np.ndarray | None],
+    attrs: Mapping[str, object] | None = None,
+    opset: int = 13,
+) -> np.ndarray:
     """onnxruntime CPU, single-threaded (tests.oracle)."""
     return ort_node(op, inputs, attrs, opset)

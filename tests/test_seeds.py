@@ -139,7 +139,9 @@ def test_seed_replay_cli_writes_page_output(
     assert "written to" in stdout
 
 
-def test_scatter_nd_seed_print_command_shows_page_output(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_scatter_nd_seed_print_command_shows_page_output(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     assert main(["replay", str(SEEDS / "scatter_nd" / "model.json"), "--output-path", str(tmp_path)]) == 0
     assert "Resource 'output': 1, 11, 3, 10, 9, 6, 7, 12" in capsys.readouterr().out
 
@@ -211,7 +213,8 @@ def test_scatter_2d_seed_with_input_sizes_as_printed_is_invalid() -> None:
 
 
 def test_gather_nd_output_sizes_formula_example() -> None:
-    # dml_gather_nd.md: {3,4,5,6,7}, InputDimensionCount 5, {1,1,1,2,3}, IndicesDimensionCount 3 -> {1,1,2,6,7}.
+    # dml_gather_nd.md: {3,4,5,6,7}, InputDimensionCount 5, {1,1,1,2,3}, IndicesDimensionCount 3
+    # give {1,1,2,6,7}.
     assert shapes.gather_nd_output_sizes((3, 4, 5, 6, 7), (1, 1, 1, 2, 3), 5, 3) == (1, 1, 2, 6, 7)
     assert _desc("gather_nd_sizes_formula").tensors()["OutputTensor"].sizes == (1, 1, 2, 6, 7)
 

@@ -468,7 +468,7 @@ def _axis_cases() -> list[Case]:
             base = build(op, d)
             cases.append(case(fl, op, f"{d}d-axis-{d - 1}", base))
             for axis in (d, -1):
-                desc = dataclasses.replace(base, axis=axis)
+                desc: OperatorDesc = dataclasses.replace(base, axis=axis)  # type: ignore[arg-type]
                 cases.append(case(fl, op, f"{d}d-axis-{axis}", desc, [("AXIS_OUT_OF_RANGE", "Axis")]))
         # Axis 0 with Sizes built for it (only Indices' dim 0 may differ from Input's).
         if op is OP.GATHER:
@@ -551,6 +551,7 @@ def test_gather_fields(c: Case) -> None:
 
 def _elements_cases() -> list[Case]:
     cases = []
+    bad: OperatorDesc
     for fl, op in available_pairs():
         x = t((1, 1, 3, 5))
         if op is OP.GATHER_ELEMENTS:
@@ -734,3 +735,24 @@ def test_validity_is_upward_closed(op: OperatorType, d: int, data: DataType, ind
             FL.FL_1_0 if index is U32 else FL.FL_3_0,
         )
         assert first == needed
+
+
+def test_every_rule_code_has_a_failing_case() -> None:
+    from dmlshim.dml.validate import RULES
+
+    cases = [
+        *AVAILABILITY,
+        *DIMENSIONS,
+        *_mismatch_cases(),
+        *_data_type_cases(),
+        *_type_mismatch_cases(),
+        *_flags_cases(),
+        *_buffer_cases(),
+        *_element_count_cases(),
+        *_axis_cases(),
+        *_gather_cases(),
+        *_elements_cases(),
+        *_nd_cases(),
+    ]
+    covered = {rule for c in cases for rule, _ in c.expected}
+    assert covered == set(RULES)

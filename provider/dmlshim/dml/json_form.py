@@ -183,7 +183,8 @@ def tensor_from_json(obj: Any, *, path: str = "$") -> BufferTensorDesc:
         if strides is not None and len(strides) != len(sizes):
             raise JsonFormError(
                 f"{path}.Strides",
-                f"Strides {list(strides)} has {len(strides)} entries but Sizes {list(sizes)} has {len(sizes)}",
+                f"Strides {list(strides)} has {len(strides)} entries but Sizes {list(sizes)} has "
+                f"{len(sizes)}",
                 value=list(strides),
             )
 
@@ -284,8 +285,11 @@ def operator_from_json(obj: Any, *, path: str = "$") -> OperatorDesc:
             malformed tensor desc; the message names the JSON path and the offending value.
     """
     mapping = expect_object(obj, path)
-    check_keys(mapping, path, _OPERATOR_KEYS, required=("type", "desc"))
+    if "type" not in mapping:
+        raise JsonFormError(f"{path}.type", "missing required key 'type'", value=None)
+    # The type first: an HLSL or ONNX dispatchable should be reported as such, not by its first unknown key.
     op_type = operator_type_from_json(mapping["type"], path=f"{path}.type")
+    check_keys(mapping, path, _OPERATOR_KEYS, required=("desc",))
     if "executionFlags" in mapping:
         _execution_flags_from_json(mapping["executionFlags"], f"{path}.executionFlags")
     cls = DESC_TYPES[op_type]

@@ -323,8 +323,14 @@ def _range_violation(
         yield ctx.violation(rule, field, value, f"{field} must be in {bound}, which is [{low}, {high}] here")
 
 
+def _axis(ctx: _Context) -> int:
+    if not isinstance(ctx.desc, GatherDesc | GatherElementsDesc | ScatterDesc):
+        raise TypeError(f"{ctx.op.dml_name} has no Axis")  # a wiring bug in _OPERATOR_CHECKS
+    return int(ctx.desc.axis)
+
+
 def _check_axis(ctx: _Context) -> Iterator[Violation]:
-    axis = int(ctx.desc.axis)  # type: ignore[union-attr]  # only wired to operators that have Axis
+    axis = _axis(ctx)
     d = ctx.dimension_count
     if not 0 <= axis < d:
         yield ctx.violation(
@@ -333,7 +339,7 @@ def _check_axis(ctx: _Context) -> Iterator[Violation]:
 
 
 def _axis_in_range(ctx: _Context) -> bool:
-    return 0 <= int(ctx.desc.axis) < ctx.dimension_count  # type: ignore[union-attr]
+    return 0 <= _axis(ctx) < ctx.dimension_count
 
 
 def _leading_ones(ctx: _Context, name: str, meaningful: int, count_field: str) -> Iterator[Violation]:
@@ -377,7 +383,8 @@ def _output_rank_violation(ctx: _Context, name: str, concatenated: list[int]) ->
 
 def _check_gather(ctx: _Context) -> Iterator[Violation]:
     desc = ctx.desc
-    assert isinstance(desc, GatherDesc)
+    if not isinstance(desc, GatherDesc):
+        raise TypeError(f"GATHER rules wired to {ctx.op.dml_name}")
     d = ctx.dimension_count
     k = int(desc.index_dimensions)
     yield from _range_violation(
@@ -408,7 +415,7 @@ def _check_elements(ctx: _Context) -> Iterator[Violation]:
     """GATHER_ELEMENTS and SCATTER: Indices match Input except on Axis; the rest follow from that."""
     if not (ctx.same_dimension_count and _axis_in_range(ctx)):
         return
-    axis = int(ctx.desc.axis)  # type: ignore[union-attr]
+    axis = _axis(ctx)
     input_sizes = ctx.tensors["InputTensor"].sizes
     indices_sizes = ctx.tensors["IndicesTensor"].sizes
     yield from _sizes_equal(
@@ -434,7 +441,8 @@ def _check_elements(ctx: _Context) -> Iterator[Violation]:
 def _check_nd(ctx: _Context) -> Iterator[Violation]:
     """GATHER_ND, GATHER_ND1 and SCATTER_ND share one index-tuple model (no batch dimensions but ND1's)."""
     desc = ctx.desc
-    assert isinstance(desc, GatherNdDesc | GatherNd1Desc | ScatterNdDesc)
+    if not isinstance(desc, GatherNdDesc | GatherNd1Desc | ScatterNdDesc):
+        raise TypeError(f"ND rules wired to {ctx.op.dml_name}")
     d = ctx.dimension_count
     input_count = int(desc.input_dimension_count)
     indices_count = int(desc.indices_dimension_count)

@@ -352,6 +352,13 @@ def _resource_from_json(obj: Any, path: str, base_dir: Path | None) -> BufferRes
             if array.dtype == np.bool_:
                 array = array.view(np.int8)
             values = NpyFile(source, array)
+        elif "value" in raw:
+            data_type = _require_type(declared, path)
+            check_keys(raw, iv_path, ("valueCount", "value"), ("valueCount", "value"))
+            values = ConstantValues(
+                _value_count(raw["valueCount"], f"{iv_path}.valueCount"),
+                _scalar_from_json(raw["value"], data_type, f"{iv_path}.value"),
+            )
         elif "valueStart" in raw:
             data_type = _require_type(declared, path)
             check_keys(
@@ -364,13 +371,6 @@ def _resource_from_json(obj: Any, path: str, base_dir: Path | None) -> BufferRes
                 _value_count(raw["valueCount"], f"{iv_path}.valueCount"),
                 _scalar_from_json(raw["valueStart"], data_type, f"{iv_path}.valueStart"),
                 _scalar_from_json(raw["valueDelta"], data_type, f"{iv_path}.valueDelta"),
-            )
-        elif "value" in raw:
-            data_type = _require_type(declared, path)
-            check_keys(raw, iv_path, ("valueCount", "value"), ("valueCount", "value"))
-            values = ConstantValues(
-                _value_count(raw["valueCount"], f"{iv_path}.valueCount"),
-                _scalar_from_json(raw["value"], data_type, f"{iv_path}.value"),
             )
         else:
             raise JsonFormError(
@@ -405,7 +405,7 @@ def _require_type(declared: DataType | None, path: str) -> DataType:
 def _value_count(obj: Any, path: str) -> int:
     count = expect_uint(obj, path, UINT32_MAX)
     if count == 0:
-        raise JsonFormError(path, "valueCount must be at least 1 (initialValues must be non-empty)", value=0)
+        raise JsonFormError(path, "valueCount 0: initialValues must be non-empty", value=0)
     return count
 
 

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
+import onnx
 
+from ..dml.enums import FeatureLevel
+from ..errors import EngineUnavailableError
+from ..kernels.options import IndexMode
 from .record import RunRecord
 
 
@@ -16,7 +22,90 @@ class Engine(Protocol):
     name: str
 
     def run(
-        self, output_names: Sequence[str], feeds: Mapping[str, np.ndarray]
+        self, output_names: Sequence[str], feeds: Mapping[str, np.ndarray], *, run_options: Any = None
     ) -> tuple[list[np.ndarray], RunRecord]:
-        """Compute the named graph outputs from validated feeds; return them and the run's record."""
+        """Compute the named graph outputs from validated feeds; return them and the run's record.
+
+        ``run_options`` is the onnxruntime ``RunOptions`` the caller passed to ``InferenceSession.run``
+        (or None); engines hand it to the onnxruntime sessions they run.
+        """
         ...
+
+    def get_providers(self) -> list[str]:
+        """The execution providers this engine runs nodes on, most preferred first."""
+        ...
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """What every engine is built with (besides the model).
+
+    Attributes:
+        feature_level: the DirectML feature level emulated (or required of the real device).
+        index_mode: the kernels' out-of-range policy (``"error"`` or ``"clamp"``).
+        sess_options: onnxruntime ``SessionOptions`` for every onnxruntime session the engine creates, or
+            None for onnxruntime's defaults.
+        providers: the ``providers`` argument the caller gave ``InferenceSession``, if any.
+        model_path: the model file, when the model came from one (for messages).
+    """
+
+    feature_level: FeatureLevel
+    index_mode: IndexMode = IndexMode.ERROR
+    sess_options: Any = None
+    providers: tuple[Any, ...] | None = None
+    model_path: str | None = None
+
+
+class EngineFactory(Protocol):
+    """Builds an engine for a model; called once per ``InferenceSession``."""
+
+    def __call__(self, model: onnx.ModelProto, config: EngineConfig) -> Engine: ...
+
+
+_BUILTIN_ENGINES: dict[str, str] = {
+    "partitioned": "dmlshim.execute.partitioned:PartitionedEngine",
+    "directml": "dmlshim.execute.directml:DirectMLEngine",
+}
+"""Engines shipped with dmlshim: name -> ``module:factory``, imported on first use."""
+
+_ENGINES: dict[str, EngineFactory] = {}
+
+
+def register_engine(name: str, factory: EngineFactory | str) -> None:
+    """Make an engine available to ``InferenceSession(engine=name)``.
+
+    Args:
+        name: the engine name.
+        factory: a callable ``(model, config) -> Engine``, or ``"module:attribute"`` naming one (imported
+            when first used, so registering costs nothing).
+    """
+    if isinstance(factory, str):
+        _BUILTIN_ENGINES[name] = factory
+        _ENGINES.pop(name, None)
+    else:
+        _ENGINES[name] = factory
+
+
+def engine_names() -> tuple[str, ...]:
+    """The names ``InferenceSession(engine=...)`` accepts."""
+    return tuple(sorted(set(_BUILTIN_ENGINES) | set(_ENGINES)))
+
+
+def get_engine_factory(name: str) -> EngineFactory:
+    """The factory registered under ``name``.
+
+    Raises:
+        EngineUnavailableError: no engine has that name.
+    """
+    factory = _ENGINES.get(name)
+    if factory is not None:
+        return factory
+    target = _BUILTIN_ENGINES.get(name)
+    if target is None:
+        raise EngineUnavailableError(
+            f"unknown engine {name!r}; available engines: {', '.join(engine_names())}", value=name
+        )
+    module_name, _, attr = target.partition(":")
+    loaded: EngineFactory = getattr(importlib.import_module(module_name), attr)
+    _ENGINES[name] = loaded
+    return loaded

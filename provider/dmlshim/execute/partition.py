@@ -32,26 +32,17 @@ def is_gather_scatter(node: onnx.NodeProto) -> bool:
 
 
 def display_names(nodes: Sequence[onnx.NodeProto]) -> list[str]:
-    """A unique, non-empty name per node: its own name, else ``<op_type>_<index>``."""
-    names: list[str] = []
-    seen: set[str] = set()
-    for i, node in enumerate(nodes):
-        name = node.name or f"{node.op_type}_{i}"
-        if name in seen:
-            name = f"{name}_{i}"
-        seen.add(name)
-        names.append(name)
-    return names
+    """The name each node is reported under: its own name, else ``<op_type>_<index>`` (as ``inspect``)."""
+    return [node.name or f"{node.op_type}_{i}" for i, node in enumerate(nodes)]
 
 
 def subgraphs(node: onnx.NodeProto) -> Iterator[tuple[str, onnx.GraphProto]]:
     """The (attribute name, graph) pairs a node carries (If branches, Loop/Scan bodies, ...)."""
     for attr in node.attribute:
-        if attr.type == onnx.AttributeProto.GRAPH:
+        if attr.HasField("g"):
             yield attr.name, attr.g
-        elif attr.type == onnx.AttributeProto.GRAPHS:
-            for k, g in enumerate(attr.graphs):
-                yield f"{attr.name}[{k}]", g
+        for g in attr.graphs:
+            yield attr.name, g
 
 
 def outer_scope_inputs(node: onnx.NodeProto) -> set[str]:
@@ -90,7 +81,8 @@ class NestedNode:
     """A gather/scatter node inside a control-flow subgraph.
 
     Attributes:
-        path: ``<top node>/<attribute>/<node>`` (deeper nesting adds segments).
+        path: ``<top node>/<attribute>/<node>`` (deeper nesting adds segments), as ``dmlshim inspect``
+            names it.
         node: the node.
         owner: the display name of the top-level control-flow node that holds it.
         owner_op: that node's op type.
@@ -299,3 +291,98 @@ def partition_graph(
         steps.append(CpuSegment(seg_count, tuple(item), tuple(inputs), tuple(inits), tuple(outputs)))
         seg_count += 1
     return Partition(tuple(steps), {k: tuple(v) for k, v in consumers.items()})
+
+
+CPU_OUTPUT_OPS = frozenset({"Shape", "Size"})
+"""Ops whose outputs onnxruntime's DirectML provider leaves in CPU memory (they have no DML kernel)."""
+
+SMALL_INITIALIZER_ELEMENTS = 100
+"""onnxruntime treats an initializer of at most this many elements as a CPU-friendly input."""
+
+_NO_CPU_PREFERENCE_TYPES = frozenset(
+    {
+        onnx.TensorProto.FLOAT16,
+        onnx.TensorProto.BFLOAT16,
+        onnx.TensorProto.FLOAT8E4M3FN,
+        onnx.TensorProto.FLOAT8E4M3FNUZ,
+        onnx.TensorProto.FLOAT8E5M2,
+        onnx.TensorProto.FLOAT8E5M2FNUZ,
+    }
+)
+
+
+def cpu_preferred_nodes(
+    graph: onnx.GraphProto,
+    on_cpu: Collection[int],
+    elem_types: Mapping[str, int],
+    small_constants: Collection[str],
+) -> set[int]:
+    """The nodes onnxruntime moves from the DirectML provider to the CPU as cheap shape computations.
+
+    This follows onnxruntime's partitioning pass for GPU providers: starting from the consumers of
+    tensors already in CPU memory (outputs of nodes the provider does not take, such as ``Shape``), a node
+    the provider could run is placed on the CPU instead when every input is a CPU tensor, a small
+    initializer or a graph input, and none is a 16-bit or 8-bit float. Such nodes (typically ``Shape ->
+    Gather -> Unsqueeze -> Concat -> Reshape`` chains) never reach DirectML.
+
+    Args:
+        graph: the top-level graph (nodes in topological order).
+        on_cpu: indices of nodes the DirectML provider does not take (e.g. gather/scatter fallbacks;
+            control-flow nodes are added here).
+        elem_types: element type of each value, where known.
+        small_constants: initializers and folded constants with at most SMALL_INITIALIZER_ELEMENTS
+            elements.
+
+    Returns:
+        Indices of the nodes moved to the CPU (never those in ``on_cpu``).
+    """
+    nodes = list(graph.node)
+    cpu_nodes = set(on_cpu) | {
+        i for i, n in enumerate(nodes) if n.op_type in CONTROL_FLOW_OPS and n.domain in ("", "ai.onnx")
+    }
+    graph_inputs = {v.name for v in graph.input}
+    consumers: dict[str, list[int]] = {}
+    for i, node in enumerate(nodes):
+        for name in node.input:
+            if name:
+                consumers.setdefault(name, []).append(i)
+    cpu_values: set[str] = set()
+    heap: list[int] = []
+
+    def mark_outputs(i: int) -> None:
+        for out in nodes[i].output:
+            if out:
+                cpu_values.add(out)
+                for j in consumers.get(out, ()):
+                    heapq.heappush(heap, j)
+
+    for i, node in enumerate(nodes):
+        if node.op_type in CPU_OUTPUT_OPS and node.domain in ("", "ai.onnx"):
+            mark_outputs(i)
+    moved: set[int] = set()
+    visited: set[int] = set()
+    while heap:
+        i = heapq.heappop(heap)
+        if i in visited:
+            continue
+        visited.add(i)
+        if i in cpu_nodes:
+            # A node the provider does not take runs on the CPU anyway; what it produces is a CPU tensor.
+            mark_outputs(i)
+            continue
+        ok = True
+        for name in nodes[i].input:
+            if not name:
+                continue
+            if elem_types.get(name, 0) in _NO_CPU_PREFERENCE_TYPES:
+                ok = False
+                break
+            if name in small_constants or name in graph_inputs:
+                continue
+            if name not in cpu_values:
+                ok = False
+                break
+        if ok:
+            moved.add(i)
+            mark_outputs(i)
+    return moved

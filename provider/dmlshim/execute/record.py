@@ -25,6 +25,8 @@ class NodeRecord:
         reasons: ``(code, message)`` pairs saying why a node did not run as a DML descriptor.
         duplicate_indices: scatter writes overwritten by a later write (no guaranteed winner on DirectML).
         negative_indices: whether negative indices were seen (they need FL 3_0 on DirectML).
+        ort_placement: where onnxruntime's DirectML provider would place the node
+            (``"DmlExecutionProvider"`` / ``"CPUExecutionProvider"``), when known.
     """
 
     name: str
@@ -35,6 +37,7 @@ class NodeRecord:
     reasons: tuple[tuple[str, str], ...] = ()
     duplicate_indices: int = 0
     negative_indices: bool = False
+    ort_placement: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -46,17 +49,28 @@ class NodeRecord:
             "reasons": [{"code": c, "message": m} for c, m in self.reasons],
             "duplicate_indices": self.duplicate_indices,
             "negative_indices": self.negative_indices,
+            "ort_placement": self.ort_placement,
         }
 
 
 @dataclass(frozen=True)
 class RunRecord:
-    """The record of one ``run``: which engine, and what happened to every gather/scatter node."""
+    """The record of one ``run``: which engine, and what happened to every gather/scatter node.
+
+    Attributes:
+        engine: the engine name.
+        feature_level: the DirectML feature level, e.g. ``DML_FEATURE_LEVEL_5_0``.
+        nodes: one record per gather/scatter node, in graph order (subgraph nodes after their owner).
+        cpu_partitions: how many onnxruntime CPU sessions the engine built for the graph at creation.
+        translations_computed: node translations computed during this run (0 when every node's
+            translation for these shapes and types was cached).
+    """
 
     engine: str
     feature_level: str
     nodes: tuple[NodeRecord, ...] = field(default=())
     cpu_partitions: int = 0
+    translations_computed: int = 0
 
     @property
     def emulated(self) -> tuple[NodeRecord, ...]:
@@ -73,5 +87,6 @@ class RunRecord:
             "engine": self.engine,
             "feature_level": self.feature_level,
             "cpu_partitions": self.cpu_partitions,
+            "translations_computed": self.translations_computed,
             "nodes": [n.to_json() for n in self.nodes],
         }

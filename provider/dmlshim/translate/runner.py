@@ -1,0 +1,171 @@
+"""Execute a translation on ONNX numpy inputs through dmlshim's DirectML kernels.
+
+The runner does exactly what the plan says and nothing else: host steps, reinterpretation, reshape to
+Sizes (or the whole buffer for a strided window), the kernel, then the way back to the ONNX output.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import BadInputError, IndexOutOfRangeError, UnsupportedNodeError
+from ..kernels import execute
+from ..kernels.options import IndexMode, KernelOptions
+from .plan import (
+    HostStep,
+    HostStepKind,
+    InputBinding,
+    NodeTranslation,
+    OutputBinding,
+    Reinterpret,
+    Status,
+    np_dtype_of,
+)
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["RunResult", "run_translation"]
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """The ONNX output of one translated node.
+
+    Attributes:
+        output: shaped and typed as the ONNX output.
+        duplicate_indices: scatter writes overwritten by a later write (DirectML guarantees no winner).
+        host_steps_applied: the kinds of host steps run, in order.
+    """
+
+    output: np.ndarray
+    duplicate_indices: int
+    host_steps_applied: tuple[HostStepKind, ...]
+
+
+def _window_slices(window: Sequence[int]) -> tuple[slice, ...]:
+    return tuple(slice(0, w) for w in window)
+
+
+def _normalize_indices(
+    arr: np.ndarray, step: HostStep, t: NodeTranslation, binding: InputBinding, index_mode: IndexMode
+) -> np.ndarray:
+    values = arr.astype(np.int64, copy=False)
+    if step.per_component:
+        bounds = np.asarray(step.bounds, dtype=np.int64).reshape((1,) * (values.ndim - 1) + (-1,))
+    else:
+        bounds = np.asarray(step.bounds[0], dtype=np.int64)
+    bad = (values < -bounds) | (values >= bounds)
+    if bad.any():
+        if index_mode is IndexMode.CLAMP:
+            values = np.clip(np.where(values < 0, values + bounds, values), 0, bounds - 1)
+        else:
+            pos = tuple(int(p) for p in np.argwhere(bad)[0])
+            bound = int(np.broadcast_to(bounds, values.shape)[pos])
+            raise IndexOutOfRangeError(
+                f"index {int(values[pos])} at position {list(pos)} is outside [-{bound}, {bound - 1}]",
+                rule="ONNX: every index must lie within the dimension it addresses",
+                value=int(values[pos]),
+                node=t.name,
+                op_type=t.op_type,
+                tensor=binding.onnx_name or binding.binding,
+            )
+    values = np.where(values < 0, values + bounds, values)
+    return values.astype(np.uint32)
+
+
+def _bind_input(
+    arr: np.ndarray, binding: InputBinding, t: NodeTranslation, index_mode: IndexMode,
+    applied: list[HostStepKind],
+) -> np.ndarray:
+    expected = np.dtype(np_dtype_of(binding.onnx_elem_type))
+    if arr.shape != binding.onnx_shape or arr.dtype != expected:
+        raise BadInputError(
+            f"{binding.onnx_name or binding.binding} is {arr.dtype}{list(arr.shape)}, the translation was "
+            f"made for {expected}{list(binding.onnx_shape)}",
+            node=t.name, op_type=t.op_type, tensor=binding.onnx_name,
+        )
+    for step in binding.host_steps:
+        if step.kind is HostStepKind.NORMALIZE_INDICES:
+            arr = _normalize_indices(arr, step, t, binding, index_mode)
+        elif step.kind is HostStepKind.DUPLICATE_FOR_PAIRS:
+            arr = np.repeat(arr[..., np.newaxis], 2, axis=-1)
+        applied.append(step.kind)
+    tensor = binding.tensor
+    strided = tensor.strides is not None
+    if binding.window is not None and not strided:
+        arr = arr[_window_slices(binding.window)]
+    arr = np.ascontiguousarray(arr)
+    if binding.reinterpret is Reinterpret.BOOL_AS_UINT8:
+        arr = arr.view(np.uint8)
+    elif binding.reinterpret is Reinterpret.UINT32_PAIRS:
+        arr = arr.reshape(arr.shape + (1,)).view(np.uint32)
+    if strided:
+        return arr.reshape(-1)
+    if binding.binding == "IndicesTensor" and not binding.host_steps:
+        arr = arr.astype(tensor.data_type.numpy_dtype, copy=False)
+    return arr.reshape(tensor.sizes)
+
+
+def _unbind_output(
+    out: np.ndarray, binding: OutputBinding, inputs: Sequence[np.ndarray | None], applied: list[HostStepKind]
+) -> np.ndarray:
+    dtype = np.dtype(np_dtype_of(binding.onnx_elem_type))
+    if binding.reinterpret is Reinterpret.UINT32_PAIRS:
+        result = np.ascontiguousarray(out).reshape(binding.view_shape + (2,)).view(dtype)
+        result = result.reshape(binding.view_shape)
+    elif binding.reinterpret is Reinterpret.BOOL_AS_UINT8:
+        result = out.reshape(binding.view_shape).astype(np.bool_)
+    else:
+        result = out.reshape(binding.view_shape).astype(dtype, copy=False)
+    for step in binding.host_steps:
+        if step.kind is HostStepKind.WRITE_BACK_WINDOW:
+            data = inputs[0]
+            assert data is not None  # checked when binding the inputs
+            full = np.array(data, copy=True)
+            full[_window_slices(step.window)] = result
+            result = full
+        applied.append(step.kind)
+    return result
+
+
+def run_translation(
+    t: NodeTranslation, inputs: Sequence[np.ndarray | None], *, index_mode: IndexMode = IndexMode.ERROR
+) -> RunResult:
+    """Run a translated node on ONNX inputs through the DirectML kernels.
+
+    Args:
+        t: a translation with status ``dml``.
+        inputs: the ONNX node's inputs, in node order (data, indices[, updates]).
+        index_mode: out-of-range policy (ERROR: ONNX semantics, raises IndexOutOfRangeError).
+
+    Returns:
+        The ONNX-shaped, ONNX-typed output.
+
+    Raises:
+        UnsupportedNodeError: the translation's status is not ``dml``.
+        BadInputError: an input does not match the shapes/types the translation was made for.
+        IndexOutOfRangeError: an index outside its dimension (index_mode ERROR).
+    """
+    if t.status is not Status.DML or t.operator is None or t.output is None:
+        codes = ", ".join(t.reason_codes) or "none"
+        raise UnsupportedNodeError(
+            f"the node was not translated to DirectML (status {t.status.value}; reasons: {codes})",
+            node=t.name, op_type=t.op_type,
+        )
+    applied: list[HostStepKind] = []
+    bound: dict[str, np.ndarray] = {}
+    for binding in t.inputs:
+        arr = inputs[binding.onnx_index] if binding.onnx_index < len(inputs) else None
+        if arr is None:
+            raise BadInputError(f"input {binding.onnx_index} ({binding.onnx_name}) is missing",
+                                node=t.name, op_type=t.op_type)
+        bound[binding.binding] = _bind_input(np.asarray(arr), binding, t, index_mode, applied)
+    options = KernelOptions(feature_level=t.feature_level, index_mode=index_mode, node=t.name)
+    result = execute(t.operator, bound, options)
+    output = _unbind_output(result.output, t.output, inputs, applied)
+    logger.debug("%s: ran %s with host steps %s", t.name, t.operator.operator_type.dml_name, applied)
+    return RunResult(output, int(result.duplicate_indices), tuple(applied))

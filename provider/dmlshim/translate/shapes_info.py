@@ -1,0 +1,143 @@
+"""Static types and shapes of a model's tensors: ONNX shape inference plus ``--input-shape`` overrides."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+
+import onnx
+from google.protobuf.message import DecodeError
+
+from ..errors import BadInputError, BadModelError
+from .plan import TensorInfo
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["infer_shapes", "load_model", "parse_input_shape", "tensor_info", "tensor_infos"]
+
+
+def tensor_info(value: onnx.ValueInfoProto) -> TensorInfo | None:
+    """The TensorInfo of a value_info (None when it is not a tensor or carries no type)."""
+    if not value.type.HasField("tensor_type"):
+        return None
+    tensor_type = value.type.tensor_type
+    shape: tuple[int | str | None, ...] | None = None
+    if tensor_type.HasField("shape"):
+        dims: list[int | str | None] = []
+        for dim in tensor_type.shape.dim:
+            if dim.HasField("dim_value"):
+                dims.append(int(dim.dim_value))
+            elif dim.HasField("dim_param"):
+                dims.append(dim.dim_param)
+            else:
+                dims.append(None)
+        shape = tuple(dims)
+    return TensorInfo(shape, int(tensor_type.elem_type))
+
+
+def tensor_infos(graph: onnx.GraphProto) -> dict[str, TensorInfo]:
+    """Every typed tensor a graph declares: inputs, initializers, value_info and outputs."""
+    out: dict[str, TensorInfo] = {}
+    for value in (*graph.input, *graph.value_info, *graph.output):
+        info = tensor_info(value)
+        if info is not None and value.name:
+            out[value.name] = info
+    for init in graph.initializer:
+        out[init.name] = TensorInfo(tuple(int(d) for d in init.dims), int(init.data_type))
+    for sparse in graph.sparse_initializer:
+        out[sparse.values.name] = TensorInfo(tuple(int(d) for d in sparse.dims), int(sparse.values.data_type))
+    return out
+
+
+def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
+    """``NAME=D0,D1,..`` -> (name, dims). An empty list (``NAME=``) is a scalar.
+
+    Raises:
+        BadInputError: the text is not of that form or a dim is not a non-negative integer.
+    """
+    name, sep, dims_text = text.rpartition("=")
+    if not sep or not name:
+        raise BadInputError(f"--input-shape expects NAME=D0,D1,.. (got {text!r})", value=text)
+    dims: list[int] = []
+    for part in filter(None, (p.strip() for p in dims_text.split(","))):
+        if not part.isdigit():
+            raise BadInputError(
+                f"--input-shape {text!r}: dimension {part!r} is not a non-negative integer", value=text
+            )
+        dims.append(int(part))
+    return name, tuple(dims)
+
+
+def _override_inputs(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]) -> onnx.ModelProto:
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    inputs = {value.name: value for value in model.graph.input}
+    for name, dims in input_shapes.items():
+        value = inputs.get(name)
+        if value is None:
+            known = ", ".join(sorted(inputs)) or "none"
+            raise BadInputError(
+                f"--input-shape names {name!r}, which is not a graph input (inputs: {known})", value=name
+            )
+        tensor_type = value.type.tensor_type
+        if tensor_type.HasField("shape") and len(tensor_type.shape.dim) != len(dims):
+            raise BadInputError(
+                f"--input-shape {name}: {len(dims)} dimensions given, the input has rank "
+                f"{len(tensor_type.shape.dim)}",
+                value=list(dims),
+            )
+        tensor_type.ClearField("shape")
+        shape = tensor_type.shape
+        for d in dims:
+            shape.dim.add().dim_value = int(d)
+    return model
+
+
+def infer_shapes(
+    model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None = None
+) -> onnx.ModelProto:
+    """A copy of ``model`` with ONNX shape inference applied (after the input-shape overrides).
+
+    Raises:
+        BadInputError: an override names no graph input or has the wrong rank.
+        BadModelError: shape inference finds the model inconsistent.
+    """
+    if input_shapes:
+        model = _override_inputs(model, input_shapes)
+    try:
+        return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
+    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as exc:
+        raise BadModelError(f"ONNX shape inference failed: {exc}") from exc
+
+
+def load_model(path: str | os.PathLike[str]) -> onnx.ModelProto:
+    """Read and check an ONNX model file.
+
+    The checker runs on the shape-inferred model, so graph outputs declared without a type (which
+    onnxruntime accepts) do not fail it.
+
+    Raises:
+        BadModelError: the file cannot be read, is not ONNX (or is truncated), or fails onnx.checker.
+    """
+    where = os.fspath(path)
+    try:
+        with open(where, "rb") as handle:
+            payload = handle.read()
+    except OSError as exc:
+        raise BadModelError(f"cannot read the model: {exc.strerror or exc}", path=where) from exc
+    try:
+        model = onnx.ModelProto.FromString(payload)
+    except (DecodeError, ValueError, RuntimeError) as exc:
+        raise BadModelError(f"not an ONNX model (protobuf parse failed: {exc})", path=where) from exc
+    if not model.HasField("graph") or not model.opset_import:
+        raise BadModelError("not an ONNX model (no graph or no opset_import)", path=where)
+    if any(t.HasField("data_location") and t.data_location == onnx.TensorProto.EXTERNAL
+           for t in model.graph.initializer):
+        onnx.load_external_data_for_model(model, os.path.dirname(os.path.abspath(where)))
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
+        onnx.checker.check_model(inferred)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise BadModelError(f"the model fails onnx.checker: {first}", path=where) from exc
+    return model

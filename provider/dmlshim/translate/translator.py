@@ -1,0 +1,289 @@
+"""Translate ONNX gather/scatter nodes, or every such node of a model (subgraphs included).
+
+``translate_node`` is pure and cached (the execution engine calls it at run time with concrete shapes);
+``translate_model`` runs ONNX shape inference once and translates every Gather, GatherElements, GatherND,
+Scatter, ScatterElements and ScatterND node, including those inside If/Loop/Scan bodies, naming each with
+its path (``loop_node/body/scatter_1``).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import onnx
+from onnx import helper
+
+from ..dml import support
+from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
+from ..dml.validate import validate
+from .converters import ConvertContext, Lowering, NodeFailure, get_converter
+from .plan import DML_PROVIDER, NodeTranslation, Reason, Status, TensorInfo
+from .shapes_info import infer_shapes, tensor_infos
+from .support_table import SUPPORTED_OPS, find_row, ort_placement
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ModelTranslation", "translate_model", "translate_node"]
+
+# Where behaviour can change: the levels that start a row of DirectML's support table, and the target.
+_CANDIDATE_LEVELS: tuple[FeatureLevel, ...] = tuple(
+    sorted({row.since for row in support.SUPPORT_TABLE} | {FeatureLevel.FL_1_0, FeatureLevel.FL_3_0})
+)
+# The EP rejects these outright, so it places the node nowhere.
+_EP_REJECT_CODES = frozenset({"RANK_TOO_LARGE", "EP_REJECTS"})
+
+
+def _hashable(value: Any) -> object:
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    if isinstance(value, (list, tuple)):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, (int, float, str, bool)) or value is None:
+        return value
+    return repr(value)
+
+
+def _attributes(node: onnx.NodeProto) -> tuple[tuple[str, object], ...]:
+    return tuple(sorted((a.name, _hashable(helper.get_attribute_value(a))) for a in node.attribute))
+
+
+def _error(
+    node: onnx.NodeProto, name: str, since_version: int, fl: FeatureLevel, reason: Reason
+) -> NodeTranslation:
+    return NodeTranslation(
+        name=name, op_type=node.op_type, domain=node.domain, since_version=since_version, feature_level=fl,
+        status=Status.ERROR, operator=None, min_feature_level=None, ort_placement=None, reasons=(reason,),
+    )
+
+
+def translate_node(
+    node: onnx.NodeProto,
+    since_version: int,
+    inputs: Sequence[TensorInfo | None],
+    feature_level: FeatureLevel = DEFAULT_FEATURE_LEVEL,
+    *,
+    name: str | None = None,
+) -> NodeTranslation:
+    """Translate one ONNX node with known input types and shapes to a DirectML operator and its plan.
+
+    Args:
+        node: a Gather, GatherElements, GatherND, Scatter, ScatterElements or ScatterND node.
+        since_version: the since_version of the node's schema, or the model's opset for the node's domain
+            (resolved to the schema's since_version).
+        inputs: static type and shape of each node input, in order (None = unknown).
+        feature_level: the target DirectML feature level (default DML_FEATURE_LEVEL_5_0).
+        name: the name to report (default: the node's name, else ``op_type``).
+
+    Returns:
+        The translation. Status ``error`` with reason ``OP_UNSUPPORTED`` or ``OPSET_UNSUPPORTED`` for ops
+        or opsets dmlshim does not translate; ``SHAPE_UNKNOWN`` when a shape is not static.
+    """
+    fl = FeatureLevel(feature_level)
+    label = name if name is not None else (node.name or node.op_type)
+    domain = node.domain or ""
+    converter = get_converter(domain, node.op_type)
+    if converter is None:
+        return _error(node, label, since_version, fl, Reason(
+            "OP_UNSUPPORTED",
+            f"dmlshim translates only {', '.join(SUPPORTED_OPS)} (ai.onnx), not {domain or 'ai.onnx'}."
+            f"{node.op_type}",
+            node.op_type,
+        ))
+    try:
+        since = onnx.defs.get_schema(node.op_type, int(since_version), domain).since_version
+    except onnx.defs.SchemaError:
+        since = 0
+    row = find_row(node.op_type, since)
+    if row is None:
+        return _error(node, label, since_version, fl, Reason(
+            "OPSET_UNSUPPORTED",
+            f"{node.op_type} has no schema at opset {since_version} that dmlshim translates",
+            since_version,
+        ))
+    infos = tuple(inputs)
+    result = _translate(
+        node.op_type, domain, since, _attributes(node), tuple(node.input),
+        node.output[0] if node.output else "", infos, fl,
+    )
+    return dataclasses.replace(result, name=label)
+
+
+def _attempt(ctx: ConvertContext) -> tuple[Status, Lowering | None, tuple[Reason, ...]]:
+    converter = get_converter("", ctx.op_type)
+    assert converter is not None  # translate_node checked it
+    try:
+        lowering = converter.convert(ctx)
+    except NodeFailure as failure:
+        return (Status.FALLBACK if failure.fallback else Status.ERROR), None, failure.reasons
+    violations = validate(lowering.operator, ctx.feature_level)
+    if violations:
+        return Status.FALLBACK, None, tuple(
+            Reason("DESCRIPTOR_INVALID", str(v), v.as_dict()) for v in violations
+        )
+    return Status.DML, lowering, lowering.notes
+
+
+@functools.lru_cache(maxsize=4096)
+def _translate(
+    op_type: str,
+    domain: str,
+    since: int,
+    attributes: tuple[tuple[str, object], ...],
+    input_names: tuple[str, ...],
+    output_name: str,
+    inputs: tuple[TensorInfo | None, ...],
+    fl: FeatureLevel,
+) -> NodeTranslation:
+    row = find_row(op_type, since)
+    assert row is not None
+    ctx = ConvertContext(op_type, since, attributes, input_names, output_name, inputs, fl, row)
+    status, lowering, reasons = _attempt(ctx)
+
+    min_fl: FeatureLevel | None = None
+    if status is not Status.ERROR:
+        for level in sorted({*_CANDIDATE_LEVELS, fl}):
+            if level == fl:
+                found = status is Status.DML
+            else:
+                found = _attempt(dataclasses.replace(ctx, feature_level=level))[0] is Status.DML
+            if found:
+                min_fl = level
+                break
+
+    reduction = ctx.attr("reduction", "none")
+    elem_types = [info.elem_type if info is not None else 0 for info in inputs]
+    placement, ep_reasons = ort_placement(row, str(reduction), elem_types)
+    codes = {r.code for r in reasons}
+    if codes & _EP_REJECT_CODES or (status is Status.ERROR and "SHAPE_UNKNOWN" not in codes):
+        placement, ep_reasons = None, ()
+    return NodeTranslation(
+        name=op_type,
+        op_type=op_type,
+        domain=domain,
+        since_version=since,
+        feature_level=fl,
+        status=status,
+        operator=lowering.operator if lowering else None,
+        min_feature_level=min_fl,
+        ort_placement=placement,
+        reasons=(*reasons, *ep_reasons),
+        layout=lowering.layout if lowering else None,
+        inputs=lowering.inputs if lowering else (),
+        output=lowering.output if lowering else None,
+        attributes=lowering.attributes if lowering else attributes,
+    )
+
+
+@dataclass(frozen=True)
+class ModelTranslation:
+    """Every gather/scatter node of a model, translated at one feature level.
+
+    Attributes:
+        feature_level: the target level.
+        nodes: the translations, in graph order (subgraph nodes after their parent node).
+        total_nodes: the number of nodes in the model, subgraphs included.
+        opset: the model's ai.onnx opset.
+    """
+
+    feature_level: FeatureLevel
+    nodes: tuple[NodeTranslation, ...]
+    total_nodes: int
+    opset: int
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        """Counts: nodes by status and placement, one counter per reason code of nodes not run as DML."""
+        status = collections.Counter(n.status.value for n in self.nodes)
+        placement = collections.Counter(n.ort_placement or "none" for n in self.nodes)
+        reasons = collections.Counter(r.code for n in self.nodes if not n.ok for r in n.reasons)
+        notes = collections.Counter(r.code for n in self.nodes if n.ok for r in n.reasons)
+        levels = [n.min_feature_level for n in self.nodes if n.min_feature_level is not None]
+        return {
+            "total_nodes": self.total_nodes,
+            "gather_scatter_nodes": len(self.nodes),
+            "dml": status.get("dml", 0),
+            "fallback": status.get("fallback", 0),
+            "error": status.get("error", 0),
+            "ort_placement": {
+                "DmlExecutionProvider": placement.get(DML_PROVIDER, 0),
+                "CPUExecutionProvider": placement.get("CPUExecutionProvider", 0),
+                "none": placement.get("none", 0),
+            },
+            "reasons": dict(sorted(reasons.items())),
+            "notes": dict(sorted(notes.items())),
+            "min_feature_level": max(levels).dml_name if levels else None,
+            "all_dml": all(n.ok for n in self.nodes),
+        }
+
+    def to_json(self, *, plan: bool = True) -> dict[str, Any]:
+        """The ``dmlshim inspect --json`` document (schema_version 1)."""
+        return {
+            "schema_version": 1,
+            "feature_level": self.feature_level.dml_name,
+            "nodes": [n.to_json(plan=plan) for n in self.nodes],
+            "summary": self.summary,
+        }
+
+
+def _opsets(model: onnx.ModelProto) -> dict[str, int]:
+    return {("" if o.domain == "ai.onnx" else o.domain): int(o.version) for o in model.opset_import}
+
+
+def _walk(
+    graph: onnx.GraphProto, prefix: str, scope: Mapping[str, TensorInfo]
+) -> Iterator[tuple[onnx.NodeProto, str, Mapping[str, TensorInfo]]]:
+    local = dict(scope)
+    local.update(tensor_infos(graph))
+    for index, node in enumerate(graph.node):
+        name = prefix + (node.name or f"{node.op_type}_{index}")
+        yield node, name, local
+        for attr in node.attribute:
+            subgraphs = list(attr.graphs)
+            if attr.HasField("g"):
+                subgraphs.insert(0, attr.g)
+            for sub in subgraphs:
+                yield from _walk(sub, f"{name}/{attr.name}/", local)
+
+
+def translate_model(
+    model: onnx.ModelProto,
+    feature_level: FeatureLevel = DEFAULT_FEATURE_LEVEL,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+) -> ModelTranslation:
+    """Translate every gather/scatter node of a model, subgraphs included.
+
+    Args:
+        model: the model (not modified).
+        feature_level: the target DirectML feature level.
+        input_shapes: concrete shapes for graph inputs, replacing symbolic or unknown dims before shape
+            inference (the ``--input-shape`` option).
+
+    Returns:
+        The translations and counts; nodes whose shapes stay unknown have status ``error`` with reason
+        ``SHAPE_UNKNOWN``.
+
+    Raises:
+        BadInputError: ``input_shapes`` names a tensor that is not a graph input or has the wrong rank.
+        BadModelError: shape inference fails on the model.
+    """
+    fl = FeatureLevel(feature_level)
+    inferred = infer_shapes(model, input_shapes)
+    opsets = _opsets(inferred)
+    translations: list[NodeTranslation] = []
+    total = 0
+    for node, name, scope in _walk(inferred.graph, "", {}):
+        total += 1
+        domain = "" if node.domain == "ai.onnx" else node.domain
+        if get_converter(domain, node.op_type) is None:
+            continue
+        infos = [scope.get(i) if i else None for i in node.input]
+        opset = opsets.get(domain, 0)
+        translations.append(translate_node(node, opset, infos, fl, name=name))
+        logger.debug("%s: %s", name, translations[-1].status.value)
+    return ModelTranslation(fl, tuple(translations), total, opsets.get("", 0))
