@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING, Any
 
 from .dml import DataType, FeatureLevel, OperatorType
 from .errors import (
@@ -20,6 +21,18 @@ __version__ = "0.1.0"
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
+if TYPE_CHECKING:
+    from .execute.session import InferenceSession
+
+
+def __getattr__(name: str) -> Any:
+    # InferenceSession pulls in onnxruntime and the translator; import them only when it is used.
+    if name == "InferenceSession":
+        from .execute.session import InferenceSession
+
+        return InferenceSession
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 __all__ = [
     "BadInputError",
     "BadModelError",
@@ -28,6 +41,7 @@ __all__ = [
     "EngineUnavailableError",
     "FeatureLevel",
     "IndexOutOfRangeError",
+    "InferenceSession",
     "InvalidDescriptorError",
     "OperatorType",
     "UnsupportedNodeError",

@@ -38,7 +38,6 @@ __all__ = [
     "IndexConstraint",
     "InputSpec",
     "generate_inputs",
-    "parse_input_shape",
     "plan_inputs",
     "resolve_input_shapes",
 ]
@@ -136,24 +135,6 @@ class InputSpec:
         if not self.constraints:
             return None
         return max(c.low for c in self.constraints), min(c.high for c in self.constraints)
-
-
-def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
-    """Parse ``NAME=D0,D1,...`` (``NAME=`` for a scalar) as given to ``--input-shape``.
-
-    Raises:
-        BadInputError: the text is not of that form or a dimension is not a non-negative integer.
-    """
-    name, sep, dims = text.partition("=")
-    if not sep or not name:
-        raise BadInputError(f"--input-shape expects NAME=D0,D1,... (got {text!r})", value=text)
-    try:
-        shape = tuple(int(d) for d in dims.split(",") if d.strip()) if dims.strip() else ()
-    except ValueError as exc:
-        raise BadInputError(f"--input-shape {text!r}: dimensions must be integers", value=text) from exc
-    if any(d < 0 for d in shape):
-        raise BadInputError(f"--input-shape {text!r}: dimensions must be >= 0", value=text)
-    return name, shape
 
 
 def _graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:

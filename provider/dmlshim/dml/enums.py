@@ -132,7 +132,7 @@ class OperatorType(enum.IntEnum):
 
     @classmethod
     def parse(cls, text: str) -> OperatorType:
-        """Accept ``DML_OPERATOR_GATHER_ND1`` or ``GATHER_ND1``; SCATTER and SCATTER_ELEMENTS are one value."""
+        """Accept ``DML_OPERATOR_GATHER_ND1`` or ``GATHER_ND1``; SCATTER and SCATTER_ELEMENTS are one."""
         name = text[len("DML_OPERATOR_") :] if text.startswith("DML_OPERATOR_") else text
         try:
             return cls[name]

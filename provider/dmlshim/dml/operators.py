@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar, Union
+from typing import ClassVar
 
 from .enums import OperatorType
 from .tensor import BufferTensorDesc
@@ -165,7 +165,7 @@ class ScatterNdDesc(_OperatorDescBase):
     indices_dimension_count: int
 
 
-OperatorDesc = Union[GatherDesc, GatherElementsDesc, GatherNdDesc, GatherNd1Desc, ScatterDesc, ScatterNdDesc]
+OperatorDesc = GatherDesc | GatherElementsDesc | GatherNdDesc | GatherNd1Desc | ScatterDesc | ScatterNdDesc
 """Any of the six gather/scatter descriptors."""
 
 DESC_TYPES: dict[OperatorType, type[OperatorDesc]] = {

@@ -86,7 +86,10 @@ class BufferTensorDesc:
         """True when Strides is null or equal to the packed strides (size-1 dims ignored)."""
         if self.strides is None:
             return True
-        return all(st == p or sz == 1 for st, p, sz in zip(self.strides, self.packed_strides, self.sizes))
+        return all(
+            st == p or sz == 1
+            for st, p, sz in zip(self.strides, self.packed_strides, self.sizes, strict=False)
+        )
 
     @property
     def buffer_element_count(self) -> int:
@@ -95,7 +98,7 @@ class BufferTensorDesc:
             return self.element_count
         if any(s == 0 for s in self.sizes):
             return 0
-        return sum((s - 1) * st for s, st in zip(self.sizes, self.strides)) + 1
+        return sum((s - 1) * st for s, st in zip(self.sizes, self.strides, strict=False)) + 1
 
     def with_sizes(self, sizes: Sequence[int]) -> BufferTensorDesc:
         """A packed copy with other Sizes (TotalTensorSizeInBytes recomputed)."""

@@ -50,14 +50,14 @@ def run(desc: GatherDesc, inputs: Mapping[str, Any], options: KernelOptions) -> 
         return KernelResult(np.zeros(expected, dtype=dtype))
     if inp.contiguous:
         # Whole blocks of `post` elements move at once: numpy's take along an axis copies them as runs.
-        out = np.take(inp.packed().reshape(pre, dim, post), idx, axis=1)
+        out = np.take(inp.packed().reshape(pre, dim, post), idx, axis=1, mode="clip")
     else:
         strides = inp.strides
-        offsets = idx * strides[axis]
         offsets = (
             grid_offsets(in_sizes[:axis], strides[:axis])[:, None, None]
-            + offsets[None, :, None]
+            + np.multiply(idx, strides[axis], dtype=np.int64)[None, :, None]
             + grid_offsets(in_sizes[axis + 1 :], strides[axis + 1 :])[None, None, :]
         )
-        out = np.take(inp.flat, offsets)
+        # Indices are validated above; "clip" only skips numpy's own per-element bounds error path.
+        out = np.take(inp.flat, offsets, mode="clip")
     return KernelResult(out.reshape(expected))

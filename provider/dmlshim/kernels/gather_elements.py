@@ -40,20 +40,28 @@ def check_axis_shapes(desc: GatherElementsDesc | ScatterDesc) -> None:
 def element_offsets(
     idx: np.ndarray, grid: tuple[int, ...], strides: tuple[int, ...], axis: int
 ) -> np.ndarray:
-    """Turn normalised indices (shaped ``grid``) into flat element offsets, in place.
+    """Turn validated indices (shaped ``grid``, not modified) into a new array of flat element offsets.
 
     The offset of element ``p`` is ``idx[p] * strides[axis]`` plus the offset of ``p``'s other
     coordinates; the latter is split into the coordinates before and after Axis so that only two small
-    offset vectors are built and broadcast (e.g. along the last axis: ``row_base + idx``).
+    offset vectors are built and broadcast (e.g. along the last axis: ``row_base + idx``). The first
+    operation reads the indices in their own dtype and writes int64, so no separate conversion pass runs.
     """
     pre, mid, post = math.prod(grid[:axis]), grid[axis], math.prod(grid[axis + 1 :])
-    off = idx.reshape(pre, mid, post)
-    if strides[axis] != 1:
-        off *= strides[axis]
+    idx3 = idx.reshape(pre, mid, post)
+    terms: list[np.ndarray] = []
     if pre > 1:
-        off += grid_offsets(grid[:axis], strides[:axis])[:, None, None]
+        terms.append(grid_offsets(grid[:axis], strides[:axis])[:, None, None])
     if post > 1:
-        off += grid_offsets(grid[axis + 1 :], strides[axis + 1 :])[None, None, :]
+        terms.append(grid_offsets(grid[axis + 1 :], strides[axis + 1 :])[None, None, :])
+    if strides[axis] != 1:
+        off = np.multiply(idx3, strides[axis], dtype=np.int64)
+    elif terms:
+        off = np.add(idx3, terms.pop(0), dtype=np.int64)
+    else:
+        off = idx3.astype(np.int64)
+    for term in terms:
+        off += term
     return off.reshape(-1)
 
 
@@ -73,4 +81,5 @@ def run(desc: GatherElementsDesc, inputs: Mapping[str, Any], options: KernelOpti
     if idx.size == 0:
         return KernelResult(np.zeros(idx_sizes, dtype=dtype))
     offsets = element_offsets(idx, idx_sizes, inp.strides, axis)
-    return KernelResult(np.take(inp.flat, offsets).reshape(idx_sizes))
+    # Indices are validated above; "clip" only skips numpy's own per-element bounds error path.
+    return KernelResult(np.take(inp.flat, offsets, mode="clip").reshape(idx_sizes))

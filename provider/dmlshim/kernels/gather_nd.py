@@ -76,7 +76,8 @@ def tuple_offsets(
     Args:
         indices: IndicesTensor values shaped like its Sizes (tuple components last).
         input_tensor: the addressed tensor's desc.
-        strides: its element strides.
+        strides: the strides that turn coordinates into offsets: element strides, or element strides
+            divided by the block size to get block (row) numbers of a packed tensor.
         r: InputDimensionCount.
         q: IndicesDimensionCount.
         batch: BatchDimensionCount.
@@ -95,10 +96,13 @@ def tuple_offsets(
     n_count = math.prod(indices.shape[d - q + batch : d - 1])
     cols = idx.reshape(b_count, n_count, t)
     off = np.zeros(cols.shape[:2], dtype=np.int64)
+    term = np.empty_like(off)
     for j in range(t):
         stride = strides[first + j]
         if stride:
-            off += cols[:, :, j] * stride
+            # int64 arithmetic whatever the index dtype: int32 index * stride may exceed INT32_MAX.
+            np.multiply(cols[:, :, j], stride, out=term, dtype=np.int64)
+            off += term
     if b_count > 1:
         off += grid_offsets(batch_sizes, strides[d - r : first])[:, None]
     return off
@@ -125,16 +129,24 @@ def run(
     d = len(in_sizes)
     tail = in_sizes[d - r + batch + t :]
     block = math.prod(tail)
+    indices = views["IndicesTensor"].array()
     if math.prod(expected) == 0:
         # Still check the indices: an index into an empty dimension is out of range.
-        tuple_offsets(views["IndicesTensor"].array(), desc.input_tensor, inp.strides, r, q, batch, ctx)
+        tuple_offsets(indices, desc.input_tensor, inp.strides, r, q, batch, ctx)
         return KernelResult(np.zeros(expected, dtype=dtype))
-    offsets = tuple_offsets(views["IndicesTensor"].array(), desc.input_tensor, inp.strides, r, q, batch, ctx)
-    if inp.contiguous and block > 1:
-        # Packed input: every selected block is a run of `block` elements starting at a multiple of it.
-        rows = inp.flat[: inp.element_count].reshape(-1, block)
-        out = np.take(rows, offsets.reshape(-1) // block, axis=0)
+    if inp.contiguous:
+        # Packed input: each tuple selects one run of `block` elements, i.e. one row of a (-1, block)
+        # matrix; row numbers come straight from the packed strides divided by the block size.
+        row_strides = tuple(s // block for s in inp.strides)
+        rows = tuple_offsets(indices, desc.input_tensor, row_strides, r, q, batch, ctx).reshape(-1)
+        packed = inp.flat[: inp.element_count]
+        if block == 1:
+            out = np.take(packed, rows, mode="clip")
+        else:
+            out = np.take(packed.reshape(-1, block), rows, axis=0, mode="clip")
     else:
-        tail_offsets = grid_offsets(tail, inp.strides[d - len(tail) :]) if tail else np.zeros(1, np.int64)
-        out = np.take(inp.flat, offsets.reshape(-1)[:, None] + tail_offsets[None, :])
+        offsets = tuple_offsets(indices, desc.input_tensor, inp.strides, r, q, batch, ctx).reshape(-1)
+        if tail:
+            offsets = offsets[:, None] + grid_offsets(tail, inp.strides[d - len(tail) :])[None, :]
+        out = np.take(inp.flat, offsets, mode="clip")
     return KernelResult(out.reshape(expected))

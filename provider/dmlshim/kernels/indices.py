@@ -88,33 +88,34 @@ class IndexContext:
 def normalize_indices(
     raw: np.ndarray, dims: Sequence[int], axes: Sequence[int], ctx: IndexContext
 ) -> np.ndarray:
-    """Turn IndicesTensor values into valid non-negative int64 indices.
+    """Check IndicesTensor values and turn them into valid non-negative indices.
 
     Args:
-        raw: the index values shaped like IndicesTensor.Sizes (any integer dtype; not modified).
+        raw: the index values shaped like IndicesTensor.Sizes (any integer dtype; never modified).
         dims: the sizes addressed by the last axis of ``raw``, one per component (ND tuples), or a single
             size that every element addresses (GATHER, GATHER_ELEMENTS, SCATTER).
         axes: the DirectML dimension numbers of ``dims``, for messages.
         ctx: the rules and the names used in messages.
 
     Returns:
-        A new C-contiguous int64 array shaped like ``raw`` whose values lie in ``[0, dim-1]``.
+        An integer array shaped like ``raw`` whose values lie in ``[0, dim-1]``. When no value needs
+        fixing this is ``raw`` itself (a uint64 array viewed as int64) to save a copy: callers must treat
+        it as read-only and compute offsets with ``dtype=np.int64`` arithmetic. Otherwise it is a new
+        int64 array.
 
     Raises:
         IndexOutOfRangeError: (a :class:`KernelIndexError`) a negative index where negatives are not
             allowed, or, in ``IndexMode.ERROR``, an index outside the dimension.
     """
-    # Always a fresh array: callers turn it into offsets in place, and the caller's data must stay intact.
-    idx = np.array(raw, dtype=np.int64, order="C", copy=True)
-    if idx.size == 0:
-        return idx
+    if raw.size == 0:
+        return np.zeros(raw.shape, dtype=np.int64)
     t = len(dims)
+    if _all_in_range(raw, dims):
+        return raw.view(np.int64) if raw.dtype == np.uint64 else raw
+    # Unsafe cast on purpose: a uint64 above INT64_MAX becomes negative here and is caught below.
+    idx = np.array(raw, dtype=np.int64, order="C", copy=True)
     cols = idx.reshape(-1, t)
     dim_arr = np.asarray(dims, dtype=np.int64)
-    lo = cols.min(axis=0)
-    hi = cols.max(axis=0)
-    if bool(np.all(lo >= 0)) and bool(np.all(hi < dim_arr)):
-        return idx
     signed = ctx.data_type.is_signed_integer and raw.dtype.kind == "i"
     if signed:
         negative = cols < 0
@@ -122,15 +123,14 @@ def normalize_indices(
             if not ctx.negatives_allowed:
                 _raise(raw, cols, negative, dims, axes, ctx, negative_rule=True)
             np.add(cols, dim_arr, out=cols, where=negative)
-    # A uint64 above INT64_MAX became negative in int64: viewed as uint64 it is huge again, so one unsigned
-    # comparison catches both still-negative and too-large values without any wrap-around.
+    # Viewed as uint64, a still-negative value (or a wrapped-around uint64) is huge: one unsigned
+    # comparison catches every out-of-range value without overflow.
     bad = cols.view(np.uint64) >= dim_arr.astype(np.uint64)
     if not bool(bad.any()):
         return idx
     if ctx.mode is IndexMode.ERROR or bool(np.any(dim_arr[np.any(bad, axis=0)] == 0)):
         _raise(raw, cols, bad, dims, axes, ctx, negative_rule=False)
-    count = int(np.count_nonzero(bad))
-    logger.debug("%s: clamping %d out-of-range indices", ctx.op.dml_name, count)
+    logger.debug("%s: clamping %d out-of-range indices", ctx.op.dml_name, int(np.count_nonzero(bad)))
     high = dim_arr - 1
     if signed:
         np.clip(cols, 0, high, out=cols)
@@ -139,6 +139,17 @@ def normalize_indices(
         ucols = cols.view(np.uint64)
         np.minimum(ucols, high.astype(np.uint64), out=ucols)
     return idx
+
+
+def _all_in_range(raw: np.ndarray, dims: Sequence[int]) -> bool:
+    """The common case, proven with min/max reductions only (Python ints: no uint64/int64 mixing)."""
+    low, high = int(raw.min()), int(raw.max())
+    if low >= 0 and high < min(dims):
+        return True
+    if len(dims) == 1 or low < 0 or high >= max(dims):
+        return False
+    cols = raw.reshape(-1, len(dims))
+    return all(int(cols[:, j].min()) >= 0 and int(cols[:, j].max()) < dim for j, dim in enumerate(dims))
 
 
 def _raise(
@@ -200,15 +211,13 @@ def last_writes(targets: np.ndarray, target_count: int) -> tuple[np.ndarray | No
         ``(mask, duplicates)``: a boolean mask of the surviving writes (None when every target is written
         once) and the number of writes overwritten by a later one.
     """
-    n = targets.size
-    if n <= 1:
+    duplicates = count_duplicates(targets, target_count)
+    if duplicates == 0:
         return None, 0
+    n = targets.size
     if n * 8 < target_count:
         # Few writes into a large tensor: sorting the writes is cheaper than a target-sized table.
         _, first_in_reversed = np.unique(targets[::-1], return_index=True)
-        duplicates = n - first_in_reversed.size
-        if duplicates == 0:
-            return None, 0
         mask = np.zeros(n, dtype=bool)
         mask[n - 1 - first_in_reversed] = True
         return mask, duplicates
@@ -216,9 +225,7 @@ def last_writes(targets: np.ndarray, target_count: int) -> tuple[np.ndarray | No
     latest = np.empty(target_count, dtype=np.int64)
     # np.put writes sequentially in index order, so each target ends up holding its last writer.
     np.put(latest, targets, order, mode="clip")
-    mask = np.take(latest, targets) == order
-    duplicates = n - int(np.count_nonzero(mask))
-    return (mask if duplicates else None), duplicates
+    return np.take(latest, targets, mode="clip") == order, duplicates
 
 
 def count_duplicates(targets: np.ndarray, target_count: int) -> int:
@@ -228,4 +235,6 @@ def count_duplicates(targets: np.ndarray, target_count: int) -> int:
         return 0
     if n * 8 < target_count:
         return n - int(np.unique(targets).size)
-    return n - int(np.count_nonzero(np.bincount(targets, minlength=target_count)))
+    seen = np.zeros(target_count, dtype=np.bool_)
+    seen[targets] = True  # every write stores the same value, so the order of writes cannot matter
+    return n - int(np.count_nonzero(seen))

@@ -19,7 +19,7 @@ from ..dml import shapes
 from ..dml.operators import ScatterNdDesc
 from .common import bind, fail, index_context, require_same_data_type, require_sizes
 from .gather_nd import check_nd_counts, tuple_offsets
-from .indices import last_writes
+from .indices import count_duplicates, last_writes
 from .options import KernelOptions, KernelResult
 from .scatter_elements import copy_input
 
@@ -43,24 +43,30 @@ def run(desc: ScatterNdDesc, inputs: Mapping[str, Any], options: KernelOptions) 
     d = len(in_sizes)
     block = math.prod(in_sizes[d - r + t :])
     out_desc = desc.output_tensor
-    offsets = tuple_offsets(
-        views["IndicesTensor"].array(), out_desc, out_desc.packed_strides, r, q, 0, ctx
-    ).reshape(-1)
     out = copy_input(views["InputTensor"])
+    if block == 0:
+        return KernelResult(out.reshape(out_desc.sizes))
+    # The output is packed: each tuple selects one run of `block` elements, i.e. one row of a
+    # (-1, block) matrix, whose number comes from the packed strides divided by the block size.
+    row_strides = tuple(s // block for s in out_desc.packed_strides)
+    rows = tuple_offsets(views["IndicesTensor"].array(), out_desc, row_strides, r, q, 0, ctx).reshape(-1)
     duplicates = 0
-    if offsets.size and block:
-        updates = views["UpdatesTensor"].packed().reshape(offsets.size, block)
-        rows = offsets // block  # a packed output: each tuple selects one run of `block` elements
+    if rows.size:
+        updates = views["UpdatesTensor"].packed().reshape(rows.size, block)
         row_count = out.size // block
-        mask, duplicates = last_writes(rows, row_count)
-        if mask is not None:
-            logger.debug("%s: %d writes overwritten by later ones", desc.operator_type.dml_name, duplicates)
-            rows, updates = rows[mask], updates[mask]
         if block == 1:
+            if options.detect_duplicates:
+                duplicates = count_duplicates(rows, row_count)
+            # np.put writes one value after another in index order: the last write to an element wins.
             np.put(out, rows, updates.reshape(-1), mode="clip")
         else:
-            # Rows are unique now, so the assignment order cannot matter.
+            mask, duplicates = last_writes(rows, row_count)
+            if mask is not None:
+                rows, updates = rows[mask], updates[mask]
+            # Rows are unique now, so the order of the assignment cannot matter.
             out.reshape(row_count, block)[rows] = updates
+    if duplicates:
+        logger.debug("%s: %d writes overwritten", desc.operator_type.dml_name, duplicates)
     if not options.detect_duplicates:
         duplicates = 0
     return KernelResult(out.reshape(out_desc.sizes), duplicates)

@@ -20,8 +20,8 @@ from ..dml.operators import OperatorDesc
 from ..dml.tensor import BufferTensorDesc
 
 __all__ = [
-    "DML_PROVIDER",
     "CPU_PROVIDER",
+    "DML_PROVIDER",
     "HostStep",
     "HostStepKind",
     "InputBinding",

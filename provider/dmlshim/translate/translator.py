@@ -39,6 +39,11 @@ _CANDIDATE_LEVELS: tuple[FeatureLevel, ...] = tuple(
 _EP_REJECT_CODES = frozenset({"RANK_TOO_LARGE", "EP_REJECTS"})
 
 
+def is_ep_reason(reason: Reason) -> bool:
+    """Reasons about onnxruntime's DirectML provider (placement), as opposed to DirectML itself."""
+    return reason.code.startswith("EP_")
+
+
 def _hashable(value: Any) -> object:
     if isinstance(value, bytes):
         return value.decode(errors="replace")
@@ -198,11 +203,16 @@ class ModelTranslation:
 
     @property
     def summary(self) -> dict[str, Any]:
-        """Counts: nodes by status and placement, one counter per reason code of nodes not run as DML."""
+        """Counts: nodes by status and placement; one counter per reason code of the nodes not run as
+        DirectML (``reasons``), of notes on translated nodes (``notes``) and of why onnxruntime's DirectML
+        provider would place nodes on the CPU or reject them (``ort_reasons``, codes ``EP_*``)."""
         status = collections.Counter(n.status.value for n in self.nodes)
         placement = collections.Counter(n.ort_placement or "none" for n in self.nodes)
-        reasons = collections.Counter(r.code for n in self.nodes if not n.ok for r in n.reasons)
-        notes = collections.Counter(r.code for n in self.nodes if n.ok for r in n.reasons)
+        reasons = collections.Counter(
+            r.code for n in self.nodes if not n.ok for r in n.reasons if not is_ep_reason(r)
+        )
+        notes = collections.Counter(r.code for n in self.nodes if n.ok for r in n.reasons if not is_ep_reason(r))
+        ep = collections.Counter(r.code for n in self.nodes for r in n.reasons if is_ep_reason(r))
         levels = [n.min_feature_level for n in self.nodes if n.min_feature_level is not None]
         return {
             "total_nodes": self.total_nodes,
@@ -217,6 +227,7 @@ class ModelTranslation:
             },
             "reasons": dict(sorted(reasons.items())),
             "notes": dict(sorted(notes.items())),
+            "ort_reasons": dict(sorted(ep.items())),
             "min_feature_level": max(levels).dml_name if levels else None,
             "all_dml": all(n.ok for n in self.nodes),
         }

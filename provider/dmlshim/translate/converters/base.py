@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from onnx import TensorProto
 
@@ -448,7 +448,8 @@ class Converter:
 
     op_type: ClassVar[str]
     domain: ClassVar[str] = ""
-    IMPLEMENTATIONS: ClassVar[Mapping[int, Callable[[Converter, ConvertContext], Lowering]]]
+    # Any: each subclass's table holds its own (unbound) methods.
+    IMPLEMENTATIONS: ClassVar[Mapping[int, Callable[[Any, ConvertContext], Lowering]]]
 
     def convert(self, ctx: ConvertContext) -> Lowering:
         impl = self.IMPLEMENTATIONS.get(ctx.since_version)

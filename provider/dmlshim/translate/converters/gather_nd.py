@@ -25,7 +25,6 @@ from .base import (
 )
 from .base import check_index_type as _check_index_type
 
-
 EP_SCALAR_OUTPUT = Reason(
     "EP_REJECTS",
     "onnxruntime's DirectML provider rejects a GatherND whose output is a scalar; DirectML itself takes it "

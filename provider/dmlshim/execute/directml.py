@@ -1,0 +1,117 @@
+"""The directml engine: the whole model on onnxruntime's real ``DmlExecutionProvider`` (Windows, with the
+onnxruntime-directml package), so one script can compare emulated and real DirectML results."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from ..dml.enums import FeatureLevel
+from ..errors import BadInputError, BadModelError, EngineUnavailableError
+from ..translate import translate_model
+from ..translate.plan import DML_PROVIDER
+from .engine import EngineConfig
+from .partitioned import ORT_ERRORS
+from .record import PLACEMENT_CPU, PLACEMENT_DML, NodeRecord, RunRecord
+
+logger = logging.getLogger(__name__)
+
+DML_EP = "DmlExecutionProvider"
+MIN_DEVICE_FEATURE_LEVEL = FeatureLevel.FL_5_0
+"""onnxruntime's DirectML provider creates its device at this level or above."""
+
+REASON_REAL_PLACEMENT = "ort_assignment"
+
+
+def dml_available() -> bool:
+    """Whether onnxruntime's DmlExecutionProvider can be used in this process."""
+    return DML_EP in ort.get_available_providers()
+
+
+def unavailable_reason() -> str:
+    """Why the directml engine cannot run here (for messages and test skips)."""
+    return (
+        f"{DML_EP} is not available on this machine (onnxruntime {ort.__version__} offers "
+        f"{', '.join(ort.get_available_providers())}). The directml engine needs Windows 10/11 with a "
+        "DirectX 12 GPU and the onnxruntime-directml package installed in place of onnxruntime "
+        "(pip uninstall onnxruntime; pip install onnxruntime-directml). Use engine='partitioned' to emulate "
+        "DirectML on any machine."
+    )
+
+
+class DirectMLEngine:
+    """Runs the whole model on ``DmlExecutionProvider`` (CPU for what it does not take).
+
+    The per-run record lists each gather/scatter node with the provider onnxruntime actually assigned it
+    to (from onnxruntime's graph assignment info when available, else the translator's prediction).
+
+    Raises:
+        EngineUnavailableError: DmlExecutionProvider is not available, or the feature level asked for is
+            below DML_FEATURE_LEVEL_5_0, which a real device under onnxruntime always exceeds.
+    """
+
+    name = "directml"
+
+    def __init__(self, model: onnx.ModelProto, config: EngineConfig) -> None:
+        if not dml_available():
+            raise EngineUnavailableError(unavailable_reason(), value=ort.get_available_providers())
+        if config.feature_level < MIN_DEVICE_FEATURE_LEVEL:
+            raise EngineUnavailableError(
+                f"the directml engine runs on a real device at {MIN_DEVICE_FEATURE_LEVEL.dml_name} or above; "
+                f"{config.feature_level.dml_name} can only be emulated (engine='partitioned')",
+                value=config.feature_level.dml_name,
+            )
+        self.config = config
+        so = config.sess_options if config.sess_options is not None else ort.SessionOptions()
+        # The DirectML provider supports neither memory patterns nor parallel execution.
+        so.enable_mem_pattern = False
+        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+        providers: list[Any] = list(config.providers) if config.providers else [DML_EP, "CPUExecutionProvider"]
+        try:
+            self._session = ort.InferenceSession(model.SerializeToString(), so, providers=providers)
+        except ORT_ERRORS as exc:
+            raise BadModelError(f"onnxruntime ({DML_EP}) cannot load the model: {exc}") from exc
+        self._nodes = self._records(model)
+
+    def _records(self, model: onnx.ModelProto) -> tuple[NodeRecord, ...]:
+        assigned: dict[str, str] = {}
+        try:
+            for sub in self._session.get_provider_graph_assignment_info():
+                for node in sub.get_nodes():
+                    assigned[node.name] = sub.ep_name
+        except (*ORT_ERRORS, AttributeError) as exc:
+            logger.debug("no graph assignment info from onnxruntime: %s", exc)
+        records = []
+        for t in translate_model(model, self.config.feature_level).nodes:
+            ep = assigned.get(t.name, t.ort_placement)
+            on_dml = ep == DML_PROVIDER
+            records.append(
+                NodeRecord(
+                    name=t.name,
+                    op_type=t.op_type,
+                    placement=PLACEMENT_DML if on_dml else PLACEMENT_CPU,
+                    status=t.status.value,
+                    operator=t.operator.operator_type.dml_name if on_dml and t.operator is not None else None,
+                    reasons=tuple((r.code, r.message) for r in t.reasons),
+                    ort_placement=ep,
+                )
+            )
+        return tuple(records)
+
+    def get_providers(self) -> list[str]:
+        return list(self._session.get_providers())
+
+    def run(
+        self, output_names: Sequence[str], feeds: Mapping[str, np.ndarray], *, run_options: Any = None
+    ) -> tuple[list[np.ndarray], RunRecord]:
+        try:
+            outputs = self._session.run(list(output_names), dict(feeds), run_options)
+        except ORT_ERRORS as exc:
+            raise BadInputError(f"onnxruntime ({DML_EP}) failed running the model: {exc}") from exc
+        return list(outputs), RunRecord(self.name, self.config.feature_level.dml_name, self._nodes)

@@ -1,0 +1,629 @@
+"""The partitioned engine (the default): gather/scatter nodes run from their DirectML descriptors through
+dmlshim's kernels; everything else runs in onnxruntime CPU sessions, one per connected CPU partition.
+
+Everything that can be decided once is decided when the engine is built: shape inference, the static
+translation of every gather/scatter node, the partition of the graph, one onnxruntime session per CPU
+segment, and the step list a run walks. A run then only moves arrays between steps. Nodes whose shapes are
+symbolic are translated at run time and cached by (shapes, dtypes); if such a translation says the node
+cannot run as a DirectML operator (an empty tensor, say), the node runs in a cached one-node onnxruntime
+session instead.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import helper, numpy_helper
+
+from ..dml.enums import FeatureLevel
+from ..errors import BadInputError, BadModelError, DmlShimError
+from ..kernels.options import IndexMode
+from ..translate import NodeTranslation, Status, TensorInfo, infer_shapes, run_translation, translate_node
+from ..translate.plan import DML_PROVIDER
+from ..translate.shapes_info import tensor_infos
+from .engine import EngineConfig
+from .partition import (
+    CpuSegment,
+    EmulatedNode,
+    cpu_preferred_nodes,
+    display_names,
+    is_gather_scatter,
+    nested_gather_scatter,
+    partition_graph,
+)
+from .record import PLACEMENT_CPU, PLACEMENT_DML, NodeRecord, RunRecord
+
+logger = logging.getLogger(__name__)
+
+SEGMENT_IR_VERSION = 10
+"""IR version of the models built for CPU segments (onnxruntime 1.31 reads up to 13; onnx 1.23 writes 14)."""
+
+TRANSLATION_CACHE_SIZE = 64
+"""Translations kept per node (one per distinct input shapes and dtypes); the cache restarts when full."""
+
+REASON_NOT_EMULATED = "not_emulated"
+REASON_CPU_PREFERRED = "ort_cpu_preferred"
+REASON_RUNTIME_FALLBACK = "runtime_fallback"
+
+_SHAPE_UNKNOWN = "SHAPE_UNKNOWN"
+
+Values = dict[str, Any]
+
+
+@dataclass
+class _RunState:
+    """What one run accumulates besides the values."""
+
+    records: list[NodeRecord | None]
+    run_options: Any
+    translations_computed: int = 0
+
+
+ORT_ERRORS: tuple[type[BaseException], ...] = (RuntimeError, ValueError)
+try:  # onnxruntime's own exception types do not derive from RuntimeError.
+    from onnxruntime.capi import onnxruntime_pybind11_state as ort_state_module
+
+    ORT_ERRORS = (
+        *ORT_ERRORS,
+        *(
+            getattr(ort_state_module, n)
+            for n in (
+                "Fail",
+                "InvalidArgument",
+                "RuntimeException",
+                "InvalidGraph",
+                "NotImplemented",
+                "NoSuchFile",
+                "EPFail",
+                "InvalidProtobuf",
+                "ModelLoaded",
+                "NoModel",
+                "EngineError",
+            )
+            if hasattr(ort_state_module, n)
+        ),
+    )
+except ImportError:  # pragma: no cover - onnxruntime always ships it
+    pass
+
+
+def _session(model: onnx.ModelProto | bytes, sess_options: Any, what: str) -> ort.InferenceSession:
+    payload = model if isinstance(model, bytes) else model.SerializeToString()
+    try:
+        return ort.InferenceSession(payload, sess_options, providers=["CPUExecutionProvider"])
+    except ORT_ERRORS as exc:
+        raise BadModelError(f"onnxruntime cannot load {what}: {exc}") from exc
+
+
+_ELEM_TYPES: dict[np.dtype, int] = {}
+
+
+def _elem_type_of(dtype: np.dtype) -> int:
+    found = _ELEM_TYPES.get(dtype)
+    if found is None:
+        found = _ELEM_TYPES[dtype] = int(helper.np_dtype_to_tensor_dtype(dtype))
+    return found
+
+
+def _reasons(t: NodeTranslation) -> tuple[tuple[str, str], ...]:
+    return tuple((r.code, r.message) for r in t.reasons)
+
+
+class _CpuStep:
+    """A CPU segment: one onnxruntime session fed from the value table."""
+
+    __slots__ = ("inputs", "label", "outputs", "session")
+
+    def __init__(self, session: ort.InferenceSession, inputs: Sequence[str], outputs: Sequence[str], label: str):
+        self.session = session
+        self.inputs = tuple(inputs)
+        self.outputs = list(outputs)
+        self.label = label
+
+    def __call__(self, values: Values, state: _RunState) -> None:
+        feeds = {name: values[name] for name in self.inputs}
+        try:
+            results = self.session.run(self.outputs, feeds, state.run_options)
+        except ORT_ERRORS as exc:
+            raise BadInputError(f"onnxruntime failed in {self.label}: {exc}") from exc
+        for name, value in zip(self.outputs, results):
+            values[name] = value
+
+
+class _EmulatedStep:
+    """One gather/scatter node: run from its DirectML descriptor, or on the CPU when its translation for
+    the actual shapes says so."""
+
+    __slots__ = (
+        "_cache",
+        "_fallback",
+        "_fallback_sessions",
+        "_model",
+        "_sess_options",
+        "feature_level",
+        "index_mode",
+        "inputs",
+        "name",
+        "node",
+        "output",
+        "since_version",
+        "slot",
+    )
+
+    def __init__(
+        self,
+        *,
+        node: onnx.NodeProto,
+        name: str,
+        since_version: int,
+        slot: int,
+        feature_level: FeatureLevel,
+        index_mode: IndexMode,
+        model: onnx.ModelProto,
+        sess_options: Any,
+        static: NodeTranslation | None,
+        static_key: tuple[Any, ...] | None,
+    ) -> None:
+        self.node = node
+        self.name = name
+        self.since_version = since_version
+        self.slot = slot
+        self.feature_level = feature_level
+        self.index_mode = index_mode
+        self.inputs = tuple(node.input)
+        self.output = node.output[0]
+        self._model = model
+        self._sess_options = sess_options
+        self._cache: dict[tuple[Any, ...], tuple[NodeTranslation, NodeRecord | None]] = {}
+        self._fallback_sessions: dict[tuple[Any, ...], ort.InferenceSession] = {}
+        if static is not None and static_key is not None:
+            self._cache[static_key] = (static, self._clean_record(static))
+
+    def _clean_record(self, t: NodeTranslation) -> NodeRecord | None:
+        """The record of a run with no duplicates and no negative indices (shared, it is frozen)."""
+        if t.status is not Status.DML or t.operator is None:
+            return None
+        return NodeRecord(
+            name=self.name,
+            op_type=self.node.op_type,
+            placement=PLACEMENT_DML,
+            status=t.status.value,
+            operator=t.operator.operator_type.dml_name,
+            reasons=_reasons(t),
+            ort_placement=t.ort_placement,
+        )
+
+    def __call__(self, values: Values, state: _RunState) -> None:
+        arrays = [values[n] if n else None for n in self.inputs]
+        key = tuple((a.shape, a.dtype) if a is not None else None for a in arrays)
+        entry = self._cache.get(key)
+        if entry is None:
+            infos = [
+                TensorInfo(tuple(a.shape), _elem_type_of(a.dtype)) if a is not None else None for a in arrays
+            ]
+            t = translate_node(self.node, self.since_version, infos, self.feature_level, name=self.name)
+            if len(self._cache) >= TRANSLATION_CACHE_SIZE:
+                self._cache.clear()
+            entry = self._cache[key] = (t, self._clean_record(t))
+            state.translations_computed += 1
+        t, clean = entry
+        if clean is None:
+            values[self.output] = self._run_on_cpu(arrays, state)
+            state.records[self.slot] = NodeRecord(
+                name=self.name,
+                op_type=self.node.op_type,
+                placement=PLACEMENT_CPU,
+                status=t.status.value,
+                reasons=(
+                    *_reasons(t),
+                    (
+                        REASON_RUNTIME_FALLBACK,
+                        "the translation for this run's shapes and types is not a DirectML operator; "
+                        "the node ran in onnxruntime's CPU provider",
+                    ),
+                ),
+                ort_placement=t.ort_placement,
+            )
+            return
+        result = run_translation(t, arrays, index_mode=self.index_mode)
+        values[self.output] = result.output
+        indices = arrays[1]
+        negative = bool(
+            indices is not None and indices.dtype.kind == "i" and indices.size and indices.min() < 0
+        )
+        if result.duplicate_indices or negative:
+            state.records[self.slot] = NodeRecord(
+                name=clean.name,
+                op_type=clean.op_type,
+                placement=clean.placement,
+                status=clean.status,
+                operator=clean.operator,
+                reasons=clean.reasons,
+                duplicate_indices=result.duplicate_indices,
+                negative_indices=negative,
+                ort_placement=clean.ort_placement,
+            )
+        else:
+            state.records[self.slot] = clean
+
+    def _run_on_cpu(self, arrays: Sequence[np.ndarray | None], state: _RunState) -> np.ndarray:
+        present = [(n, a) for n, a in zip(self.inputs, arrays) if a is not None]
+        key = tuple((a.dtype, a.ndim) for _, a in present)
+        session = self._fallback_sessions.get(key)
+        if session is None:
+            session = self._fallback_sessions[key] = _session(
+                _single_node_model(self._model, self.node, present), self._sess_options, f"node {self.name!r}"
+            )
+        try:
+            (out,) = session.run([self.output], {n: a for n, a in present}, state.run_options)
+        except ORT_ERRORS as exc:
+            raise BadInputError(
+                f"onnxruntime failed: {exc}", node=self.name, op_type=self.node.op_type
+            ) from exc
+        return out  # type: ignore[no-any-return]
+
+
+def _single_node_model(
+    model: onnx.ModelProto, node: onnx.NodeProto, inputs: Sequence[tuple[str, np.ndarray]]
+) -> onnx.ModelProto:
+    graph_inputs = [
+        helper.make_tensor_value_info(name, _elem_type_of(arr.dtype), [None] * arr.ndim) for name, arr in inputs
+    ]
+    graph = helper.make_graph(
+        [node], f"{node.op_type}_single", graph_inputs, [onnx.ValueInfoProto(name=o) for o in node.output if o]
+    )
+    return helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=SEGMENT_IR_VERSION)
+
+
+def _folded_constants(graph: onnx.GraphProto) -> dict[str, onnx.TensorProto]:
+    """Constant nodes with a tensor or numeric value, as initializers named after their output."""
+    found: dict[str, onnx.TensorProto] = {}
+    for node in graph.node:
+        if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or len(node.attribute) != 1:
+            continue
+        attr = node.attribute[0]
+        out = node.output[0]
+        if attr.name == "value":
+            tensor = onnx.TensorProto()
+            tensor.CopyFrom(attr.t)
+        elif attr.name == "value_float":
+            tensor = numpy_helper.from_array(np.array(attr.f, dtype=np.float32))
+        elif attr.name == "value_floats":
+            tensor = numpy_helper.from_array(np.array(list(attr.floats), dtype=np.float32))
+        elif attr.name == "value_int":
+            tensor = numpy_helper.from_array(np.array(attr.i, dtype=np.int64))
+        elif attr.name == "value_ints":
+            tensor = numpy_helper.from_array(np.array(list(attr.ints), dtype=np.int64))
+        else:
+            continue  # strings and sparse values stay nodes
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            continue
+        tensor.name = out
+        found[out] = tensor
+    return found
+
+
+def _type_protos(graph: onnx.GraphProto) -> dict[str, onnx.TypeProto]:
+    types: dict[str, onnx.TypeProto] = {}
+    for vi in (*graph.value_info, *graph.output, *graph.input):
+        if vi.HasField("type") and vi.type.WhichOneof("value") is not None:
+            types[vi.name] = vi.type
+    return types
+
+
+def _tensor_type(elem_type: int, dims: Sequence[int]) -> onnx.TypeProto:
+    tp = onnx.TypeProto()
+    tp.tensor_type.elem_type = elem_type
+    shape = tp.tensor_type.shape
+    for d in dims:
+        shape.dim.add().dim_value = int(d)
+    return tp
+
+
+def _since_version(node: onnx.NodeProto, opsets: Mapping[str, int]) -> int:
+    domain = "" if node.domain == "ai.onnx" else node.domain
+    opset = opsets.get(domain, 0)
+    try:
+        return int(onnx.defs.get_schema(node.op_type, opset, domain).since_version)
+    except onnx.defs.SchemaError:
+        return opset
+
+
+def _static_key(infos: Sequence[TensorInfo | None]) -> tuple[Any, ...] | None:
+    """The cache key a run with exactly these static shapes and types will look up."""
+    key: list[Any] = []
+    for info in infos:
+        if info is None:
+            key.append(None)
+            continue
+        if not info.is_static:
+            return None
+        try:
+            dtype = np.dtype(helper.tensor_dtype_to_np_dtype(info.elem_type))
+        except (KeyError, TypeError, ValueError):
+            return None
+        key.append((info.static_shape, dtype))
+    return tuple(key)
+
+
+class PartitionedEngine:
+    """The default engine. See the module docstring.
+
+    Args:
+        model: the model (not modified).
+        config: feature level, index mode and onnxruntime session options.
+        ort_cpu_preference: place gather/scatter nodes that onnxruntime's DirectML provider would run on
+            the CPU (shape computations over CPU tensors) on the CPU too, as that provider does.
+    """
+
+    name = "partitioned"
+
+    def __init__(self, model: onnx.ModelProto, config: EngineConfig, *, ort_cpu_preference: bool = True) -> None:
+        self.config = config
+        self._fl_name = config.feature_level.dml_name
+        graph = model.graph
+        nodes = list(graph.node)
+        names = display_names(nodes)
+        opsets = {("" if o.domain == "ai.onnx" else o.domain): int(o.version) for o in model.opset_import}
+        if config.providers and any(
+            (p if isinstance(p, str) else p[0]) not in ("CPUExecutionProvider", "DmlShimExecutionProvider")
+            for p in config.providers
+        ):
+            logger.warning(
+                "the partitioned engine runs non-emulated nodes on CPUExecutionProvider; providers %s ignored",
+                list(config.providers),
+            )
+
+        try:
+            inferred = infer_shapes(model)
+        except DmlShimError as exc:
+            logger.warning("shape inference failed (%s); translating gather/scatter nodes at run time", exc)
+            inferred = model
+        infos = tensor_infos(inferred.graph)
+        types = _type_protos(inferred.graph)
+        constants = _folded_constants(graph)
+        for name, tensor in constants.items():
+            infos.setdefault(name, TensorInfo(tuple(int(d) for d in tensor.dims), int(tensor.data_type)))
+            types.setdefault(name, _tensor_type(int(tensor.data_type), tensor.dims))
+
+        # Slots of the per-run record: top-level gather/scatter nodes, each followed by the nested ones.
+        template: list[NodeRecord | None] = []
+        slot_of: dict[int, int] = {}
+        candidates: dict[int, tuple[int, NodeTranslation, list[TensorInfo | None]]] = {}
+        on_cpu: set[int] = set()
+        for i, node in enumerate(nodes):
+            if is_gather_scatter(node):
+                since = _since_version(node, opsets)
+                node_infos = [infos.get(n) if n else None for n in node.input]
+                t = translate_node(node, since, node_infos, config.feature_level, name=names[i])
+                slot_of[i] = len(template)
+                template.append(None)
+                shape_unknown = t.status is Status.ERROR and _SHAPE_UNKNOWN in t.reason_codes
+                if t.status is Status.DML or shape_unknown:
+                    candidates[i] = (since, t, node_infos)
+                else:
+                    on_cpu.add(i)
+                    template[slot_of[i]] = NodeRecord(
+                        name=names[i],
+                        op_type=node.op_type,
+                        placement=PLACEMENT_CPU,
+                        status=t.status.value,
+                        reasons=_reasons(t),
+                        ort_placement=t.ort_placement,
+                    )
+                if t.status is Status.DML and t.ort_placement != DML_PROVIDER:
+                    on_cpu.add(i)  # onnxruntime places it on the CPU; that matters for the heuristic below
+            for nested in nested_gather_scatter([node], [names[i]]):
+                template.append(
+                    NodeRecord(
+                        name=nested.path,
+                        op_type=nested.node.op_type,
+                        placement=PLACEMENT_CPU,
+                        status=REASON_NOT_EMULATED,
+                        reasons=(
+                            (
+                                REASON_NOT_EMULATED,
+                                f"inside the {nested.owner_op} node {nested.owner!r}: the partitioned engine "
+                                "runs control flow in onnxruntime as a whole, so this node ran on onnxruntime's "
+                                "CPU provider (the custom-op engine can emulate nodes inside subgraphs)",
+                            ),
+                        ),
+                    )
+                )
+
+        if ort_cpu_preference and candidates:
+            small = {
+                t.name for t in graph.initializer if int(np.prod(t.dims, dtype=np.int64)) <= 100
+            } | {n for n, t in constants.items() if int(np.prod(t.dims, dtype=np.int64)) <= 100}
+            elem_types = {n: info.elem_type for n, info in infos.items()}
+            for i in sorted(cpu_preferred_nodes(graph, on_cpu, elem_types, small) & set(candidates)):
+                _, t, _ = candidates.pop(i)
+                template[slot_of[i]] = NodeRecord(
+                    name=names[i],
+                    op_type=nodes[i].op_type,
+                    placement=PLACEMENT_CPU,
+                    status=t.status.value,
+                    reasons=(
+                        *_reasons(t),
+                        (
+                            REASON_CPU_PREFERRED,
+                            "onnxruntime's DirectML provider runs this node on the CPU: every input is a CPU "
+                            "tensor (a shape computation), a small initializer or a graph input",
+                        ),
+                    ),
+                    ort_placement="CPUExecutionProvider",
+                )
+
+        for i in candidates:
+            # A gather/scatter output has the data input's type; give it at least that (rank unknown) when
+            # shape inference could not, so a CPU segment can declare it as an input.
+            out, data = nodes[i].output[0], nodes[i].input[0]
+            data_info = infos.get(data)
+            if out not in types and data_info is not None and data_info.elem_type:
+                tp = onnx.TypeProto()
+                tp.tensor_type.elem_type = data_info.elem_type
+                types[out] = tp
+
+        self._template = template
+        self._steps: list[Callable[[Values, _RunState], None]] = []
+        self._static_values: Values = {}
+        graph_inputs = [v.name for v in graph.input]
+        init_names = {t.name for t in graph.initializer}
+        if not candidates:
+            # Nothing to emulate: the model runs as it is, in one onnxruntime session.
+            session = _session(model, config.sess_options, "the model")
+            self._steps.append(_CpuStep(session, [n for n in graph_inputs], [o.name for o in graph.output], "the model"))
+            self._default_feeds = {
+                t.name: numpy_helper.to_array(t) for t in graph.initializer if t.name in set(graph_inputs)
+            }
+            self._cpu_partitions = 1
+            self._whole_model = True
+            self._copy_on_output: frozenset[str] = frozenset()
+            self._finish_init()
+            return
+        self._whole_model = False
+        self._default_feeds = {}
+
+        partition = partition_graph(graph, candidates, available=graph_inputs, constants=constants)
+        init_protos = {t.name: t for t in graph.initializer}
+        init_protos.update(constants)
+        emulated_reads = {
+            n for step in partition.steps if isinstance(step, EmulatedNode) for n in nodes[step.node].input if n
+        }
+        graph_outputs = {o.name for o in graph.output}
+        overridable = init_names & set(graph_inputs)
+        for name in ((emulated_reads | graph_outputs) & set(init_protos)) | overridable:
+            self._static_values[name] = numpy_helper.to_array(init_protos[name])
+        self._copy_on_output = frozenset(graph_outputs & (set(graph_inputs) | set(self._static_values)))
+
+        segments = 0
+        for step in partition.steps:
+            if isinstance(step, CpuSegment):
+                if not step.outputs:
+                    logger.debug("CPU segment %d produces nothing used later; skipped", step.index)
+                    continue
+                seg_model = _segment_model(model, step, types, init_protos)
+                label = f"CPU partition {segments} (nodes {names[step.nodes[0]]!r}..{names[step.nodes[-1]]!r})"
+                session = _session(seg_model, config.sess_options, label)
+                self._steps.append(_CpuStep(session, step.inputs, step.outputs, label))
+                segments += 1
+            else:
+                i = step.node
+                since, t, node_infos = candidates[i]
+                static_key = _static_key(node_infos) if t.status is Status.DML else None
+                self._steps.append(
+                    _EmulatedStep(
+                        node=nodes[i],
+                        name=names[i],
+                        since_version=since,
+                        slot=slot_of[i],
+                        feature_level=config.feature_level,
+                        index_mode=config.index_mode,
+                        model=model,
+                        sess_options=config.sess_options,
+                        static=t if static_key is not None else None,
+                        static_key=static_key,
+                    )
+                )
+        self._cpu_partitions = segments
+        self._finish_init()
+
+    def _finish_init(self) -> None:
+        logger.info(
+            "partitioned engine: %d steps, %d CPU partitions, %d emulated nodes",
+            len(self._steps),
+            self._cpu_partitions,
+            sum(isinstance(s, _EmulatedStep) for s in self._steps),
+        )
+
+    @property
+    def cpu_partitions(self) -> int:
+        """How many onnxruntime CPU sessions run the graph's non-emulated nodes."""
+        return self._cpu_partitions
+
+    @property
+    def emulated_nodes(self) -> tuple[str, ...]:
+        """Names of the nodes planned to run from their DirectML descriptors."""
+        return tuple(s.name for s in self._steps if isinstance(s, _EmulatedStep))
+
+    def get_providers(self) -> list[str]:
+        if self._whole_model:
+            return ["CPUExecutionProvider"]
+        return ["DmlShimExecutionProvider", "CPUExecutionProvider"]
+
+    def run(
+        self, output_names: Sequence[str], feeds: Mapping[str, np.ndarray], *, run_options: Any = None
+    ) -> tuple[list[np.ndarray], RunRecord]:
+        """Run every step; return the named outputs and the run's record."""
+        state = _RunState(self._template.copy(), run_options)
+        if self._whole_model:
+            values: Values = dict(self._default_feeds)
+            values.update(feeds)
+            step = self._steps[0]
+            assert isinstance(step, _CpuStep)
+            results = _run_whole(step, values, output_names, run_options)
+        else:
+            values = dict(self._static_values)
+            values.update(feeds)
+            for run_step in self._steps:
+                run_step(values, state)
+            results = [
+                np.array(values[n], copy=True) if n in self._copy_on_output else values[n] for n in output_names
+            ]
+        record = RunRecord(
+            engine=self.name,
+            feature_level=self._fl_name,
+            nodes=tuple(r for r in state.records if r is not None),
+            cpu_partitions=self._cpu_partitions,
+            translations_computed=state.translations_computed,
+        )
+        return results, record
+
+
+def _run_whole(step: _CpuStep, values: Values, output_names: Sequence[str], run_options: Any) -> list[Any]:
+    feeds = {n: values[n] for n in step.inputs if n in values}
+    try:
+        return list(step.session.run(list(output_names), feeds, run_options))
+    except ORT_ERRORS as exc:
+        raise BadInputError(f"onnxruntime failed running the model: {exc}") from exc
+
+
+def _segment_model(
+    model: onnx.ModelProto,
+    segment: CpuSegment,
+    types: Mapping[str, onnx.TypeProto],
+    init_protos: Mapping[str, onnx.TensorProto],
+) -> onnx.ModelProto:
+    """An ONNX model of one CPU segment: its nodes, the initializers they read, typed inputs, outputs."""
+    graph = model.graph
+    seg = onnx.GraphProto(name=f"{graph.name or 'graph'}_cpu{segment.index}")
+    seg.node.extend(graph.node[i] for i in segment.nodes)
+    for name in segment.inputs:
+        tp = types.get(name)
+        if tp is None:
+            raise BadModelError(
+                f"the type of {name!r} is unknown (shape inference gave none), so CPU partition "
+                f"{segment.index} cannot declare it as an input",
+                tensor=name,
+            )
+        vi = seg.input.add()
+        vi.name = name
+        vi.type.CopyFrom(tp)
+    for name in segment.initializers:
+        seg.initializer.append(init_protos[name])
+    for name in segment.outputs:
+        seg.output.add().name = name
+    out = onnx.ModelProto(
+        ir_version=SEGMENT_IR_VERSION,
+        producer_name="dmlshim",
+        graph=seg,
+    )
+    out.opset_import.extend(model.opset_import)
+    out.functions.extend(model.functions)
+    return out
