@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import zlib
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ from dmlshim.dml import BufferTensorDesc, DataType, OperatorDesc
 from dmlshim.errors import BadInputError
 from dmlshim.kernels import execute
 from tests.test_kernels_support import (
+    DATA_DTYPES,
     assert_same,
     gather_desc,
     gather_elements_desc,
@@ -25,6 +27,7 @@ from tests.test_kernels_support import (
     random_indices,
     scatter_desc,
     scatter_nd_desc,
+    short,
 )
 
 
@@ -210,3 +213,72 @@ def test_unusable_arrays_are_bad_input(array: object, match: str) -> None:
         execute(desc, {"InputTensor": array, "IndicesTensor": np.zeros((2, 3), np.int64)})  # type: ignore[dict-item]
     assert info.value.tensor == "InputTensor"
     assert info.value.op_type == "DML_OPERATOR_GATHER_ELEMENTS"
+
+
+def _op_case(
+    op: str, rng: np.random.Generator, dtype: np.dtype
+) -> tuple[OperatorDesc, dict, str, dict, dict]:
+    """A small random case of ``op``: (descriptor, DML arrays, ONNX op, ONNX feeds, ONNX attrs)."""
+    data = random_data(rng, (3, 4, 5), dtype)
+    if op == "Gather":
+        idx = random_indices(rng, (2, 3), 4, np.dtype(np.int32))
+        return (
+            gather_desc(data, idx, 1),
+            {"InputTensor": data, "IndicesTensor": idx},
+            op,
+            {
+                "data": data,
+                "indices": idx,
+            },
+            {"axis": 1},
+        )
+    if op == "GatherElements":
+        idx = random_indices(rng, (3, 4, 2), 5, np.dtype(np.int64))
+        return (
+            gather_elements_desc(data, idx, 2),
+            {"InputTensor": data, "IndicesTensor": idx},
+            op,
+            {
+                "data": data,
+                "indices": idx,
+            },
+            {"axis": 2},
+        )
+    if op == "GatherND":
+        idx = random_indices(rng, (3, 2, 1), 4, np.dtype(np.int64))
+        return (
+            gather_nd_desc(data, idx, 1),
+            {"InputTensor": data, "IndicesTensor": idx},
+            op,
+            {
+                "data": data,
+                "indices": idx,
+            },
+            {"batch_dims": 1},
+        )
+    if op == "ScatterElements":
+        idx = np.argsort(rng.random((3, 4, 5)), axis=0)[:2].astype(np.int64) - 3
+        upd = random_data(rng, idx.shape, dtype)
+        arrays = {"InputTensor": data, "IndicesTensor": idx, "UpdatesTensor": upd}
+        return (
+            scatter_desc(data, idx, 0),
+            arrays,
+            op,
+            {"data": data, "indices": idx, "updates": upd},
+            {"axis": 0},
+        )
+    rows = rng.choice(12, size=5, replace=False)
+    idx = np.stack(np.unravel_index(rows, (3, 4)), axis=-1).astype(np.int64)
+    upd = random_data(rng, (5, 5), dtype)
+    arrays = {"InputTensor": data, "IndicesTensor": idx, "UpdatesTensor": upd}
+    return scatter_nd_desc(data, idx), arrays, op, {"data": data, "indices": idx, "updates": upd}, {}
+
+
+@pytest.mark.parametrize("dtype", DATA_DTYPES, ids=short)
+@pytest.mark.parametrize("op", ["Gather", "GatherElements", "GatherND", "ScatterElements", "ScatterND"])
+def test_strided_windows_every_op_and_type(op: str, dtype: np.dtype) -> None:
+    rng = np.random.default_rng(zlib.crc32(f"{op}-{dtype.name}".encode()))
+    desc, arrays, onnx_op, feeds, attrs = _op_case(op, rng, dtype)
+    desc, bound = _bind_windows(rng, desc, arrays)
+    result = execute(desc, bound)
+    assert_same(desc, result.output, ort(onnx_op, feeds, attrs))

@@ -21,7 +21,7 @@ from tests.test_kernels_support import (
 )
 
 
-@pytest.mark.parametrize("case", type_cases(44), ids=case_id)
+@pytest.mark.parametrize("case", type_cases(88), ids=case_id)
 def test_random_gather_matches_onnxruntime(case: tuple) -> None:
     seed, dtype, itype = case
     rng = np.random.default_rng(1000 + seed)

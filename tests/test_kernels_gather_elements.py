@@ -32,7 +32,7 @@ def _case(rng: np.random.Generator, rank: int, dtype: np.dtype, itype: np.dtype,
     assert_same(desc, result.output, expected)
 
 
-@pytest.mark.parametrize("case", type_cases(44), ids=case_id)
+@pytest.mark.parametrize("case", type_cases(88), ids=case_id)
 def test_random_gather_elements_matches_onnxruntime(case: tuple) -> None:
     seed, dtype, itype = case
     rng = np.random.default_rng(2000 + seed)

@@ -52,7 +52,7 @@ def _elements_case(rng: np.random.Generator, dtype: np.dtype, itype: np.dtype) -
     return data, indices, updates, axis
 
 
-@pytest.mark.parametrize("case", type_cases(44), ids=case_id)
+@pytest.mark.parametrize("case", type_cases(88), ids=case_id)
 def test_random_scatter_elements_matches_onnxruntime(case: tuple) -> None:
     seed, dtype, itype = case
     rng = np.random.default_rng(4000 + seed)
@@ -87,7 +87,7 @@ def _nd_case(rng: np.random.Generator, dtype: np.dtype, itype: np.dtype, unique:
     return data, indices, updates
 
 
-@pytest.mark.parametrize("case", type_cases(44), ids=case_id)
+@pytest.mark.parametrize("case", type_cases(88), ids=case_id)
 def test_random_scatter_nd_matches_onnxruntime(case: tuple) -> None:
     seed, dtype, itype = case
     rng = np.random.default_rng(5000 + seed)

@@ -84,13 +84,13 @@ def random_data(rng: np.random.Generator, shape: Sequence[int], dtype: np.dtype)
     """Values covering the whole range of ``dtype`` (floats include NaN, infinities and -0.0)."""
     dt = np.dtype(dtype)
     if dt.kind == "f":
-        values = (rng.standard_normal(shape) * 1000).astype(dt)
+        values = np.asarray(rng.standard_normal(shape) * 1000).astype(dt)
         flat = values.reshape(-1)
         if flat.size >= 8:
             flat[rng.integers(0, flat.size, 4)] = np.array([np.nan, np.inf, -np.inf, -0.0], dtype=dt)
         return values
     info = np.iinfo(dt)
-    return rng.integers(info.min, info.max, size=shape, dtype=dt, endpoint=True)
+    return np.asarray(rng.integers(info.min, info.max, size=shape, dtype=dt, endpoint=True))
 
 
 def random_indices(

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from dmlshim.dml.enums import FeatureLevel
+from dmlshim.dml.enums import DataType, FeatureLevel, OperatorType
 from dmlshim.dml.validate import check
-from dmlshim.translate import NodeTranslation, Status, TensorInfo, run_translation, translate_node
+from dmlshim.translate import Layout, NodeTranslation, Status, TensorInfo, run_translation, translate_node
 from tests.oracle import ort_node
 
 FL = FeatureLevel
@@ -127,7 +127,7 @@ def gen_case(rng: np.random.Generator, op: str, rank: int | None = None, dtype: 
         else:
             idx_shape[a] = int(rng.integers(1, n + 1))
             # distinct targets along the axis for every other position: no duplicate writes
-            keys = rng.random(tuple(idx_shape[:a]) + (n,) + tuple(idx_shape[a + 1 :]))
+            keys = rng.random((*tuple(idx_shape[:a]), n, *tuple(idx_shape[a + 1:])))
             values = np.argsort(keys, axis=a).take(np.arange(idx_shape[a]), axis=a)
         idx = _signed(rng, values, n, negative).astype(index_dtype)
         inputs = {"data": _data(rng, shape, dtype), "indices": idx}
@@ -158,7 +158,7 @@ def gen_case(rng: np.random.Generator, op: str, rank: int | None = None, dtype: 
     while math.prod(lead) > slots or len(lead) + (r - k) > 8:
         lead = lead[:-1]
     linear = rng.permutation(slots)[: math.prod(lead)]
-    values = np.stack(np.unravel_index(linear, shape[:k]), axis=-1).reshape(lead + (k,))
+    values = np.stack(np.unravel_index(linear, shape[:k]), axis=-1).reshape((*lead, k))
     idx = _signed(rng, values, np.array(shape[:k]), True).astype(np.int64)
     upd = _data(rng, lead + shape[k:], dtype)
     attrs = {}
@@ -210,3 +210,113 @@ def test_translate_and_run_matches_onnxruntime(case: Case) -> None:
         ran += 1
     if reduction == "none":
         assert ran >= 1, case
+
+
+# --- descriptor fields against facts sheet §5 (the DML EP's mapping) -----------------------------------
+
+DML_TYPE = {
+    np.float32: DataType.FLOAT32, np.float16: DataType.FLOAT16, np.float64: DataType.FLOAT64,
+    np.int8: DataType.INT8, np.int16: DataType.INT16, np.int32: DataType.INT32, np.int64: DataType.INT64,
+    np.uint8: DataType.UINT8, np.uint16: DataType.UINT16, np.uint32: DataType.UINT32,
+    np.uint64: DataType.UINT64, np.bool_: DataType.UINT8,
+}  # fmt: skip
+BITS = {DataType.FLOAT64: 64, DataType.INT64: 64, DataType.UINT64: 64, DataType.FLOAT32: 32,
+        DataType.INT32: 32, DataType.UINT32: 32, DataType.FLOAT16: 16, DataType.INT16: 16,
+        DataType.UINT16: 16, DataType.INT8: 8, DataType.UINT8: 8}  # fmt: skip
+
+
+def _aligned(shape: tuple[int, ...], d: int) -> tuple[int, ...]:
+    return (1,) * (d - len(shape)) + tuple(shape)
+
+
+def ep_expectation(case: Case) -> tuple[OperatorType, dict[str, tuple[int, ...]], dict[str, int]]:
+    """The DML EP's descriptor for the case, from the facts sheet §5 rules alone."""
+    data = case.inputs["data"]
+    idx = case.inputs["indices"]
+    s, i = data.shape, idx.shape
+    r, q = len(s), len(i)
+    if case.op == "Gather":
+        a = case.attrs["axis"] % r
+        out = s[:a] + i + s[a + 1 :]
+        d = max(r, q, r + q - 1)
+        sizes = {"InputTensor": s, "IndicesTensor": i, "OutputTensor": out}
+        return OperatorType.GATHER, {k: _aligned(v, d) for k, v in sizes.items()}, {
+            "Axis": a + d - r, "IndexDimensions": q}
+    if case.op == "GatherElements":
+        sizes = {"InputTensor": s, "IndicesTensor": i, "OutputTensor": i}
+        return OperatorType.GATHER_ELEMENTS, sizes, {"Axis": case.attrs["axis"] % r}
+    if case.op == "GatherND":
+        b = case.attrs.get("batch_dims", 0)
+        out = i[:-1] + s[b + i[-1] :]
+        d = max(r, q, len(out))
+        sizes = {"InputTensor": s, "IndicesTensor": i, "OutputTensor": out}
+        return OperatorType.GATHER_ND1, {k: _aligned(v, d) for k, v in sizes.items()}, {
+            "InputDimensionCount": r, "IndicesDimensionCount": q, "BatchDimensionCount": b}
+    upd = case.inputs["updates"].shape
+    if case.op == "ScatterND":
+        d = max(r, q, len(upd))
+        sizes = {"InputTensor": s, "IndicesTensor": i, "UpdatesTensor": upd, "OutputTensor": s}
+        return OperatorType.SCATTER_ND, {k: _aligned(v, d) for k, v in sizes.items()}, {
+            "InputDimensionCount": r, "IndicesDimensionCount": q}
+    d = max(r, 4)
+    sizes = {"InputTensor": s, "IndicesTensor": i, "UpdatesTensor": upd, "OutputTensor": s}
+    return OperatorType.SCATTER_ELEMENTS, {k: _aligned(v, d) for k, v in sizes.items()}, {
+        "Axis": case.attrs["axis"] % r + d - r}
+
+
+def _ep_comparable(case: Case) -> bool:
+    if case.attrs.get("reduction", "none") != "none":
+        return False
+    if case.op in ("GatherElements", "Scatter", "ScatterElements"):
+        a = case.attrs["axis"] % case.inputs["data"].ndim
+        s, i = case.inputs["data"].shape, case.inputs["indices"].shape
+        if any(s[d] != i[d] for d in range(len(s)) if d != a):
+            return False  # strided window: deliberately not the EP's descriptor
+    _, sizes, _ = ep_expectation(case)
+    return len(next(iter(sizes.values()))) <= 8
+
+
+EP_CASES = [c for c in CASES if _ep_comparable(c)]
+
+
+@pytest.mark.parametrize("fl", [FL.FL_3_0, FL.FL_4_1, FL.FL_5_0], ids=lambda f: f.short)
+def test_descriptor_is_the_dml_eps(fl: FeatureLevel) -> None:
+    checked = 0
+    for case in EP_CASES:
+        data_type = DML_TYPE[case.inputs["data"].dtype.type]
+        if fl < FL.FL_4_1 and data_type.is_64bit:
+            continue  # 64-bit data below 4_1 uses the UINT32-pair plan, not the EP's descriptor
+        t = case.translate(fl)
+        assert t.status is Status.DML, (case, t.reasons)
+        assert t.layout is Layout.EP
+        assert t.operator is not None
+        op, sizes, uints = ep_expectation(case)
+        assert t.operator.operator_type is op, case
+        assert t.operator.uints() == uints, case
+        index_type = DataType.INT64 if case.inputs["indices"].dtype == np.int64 else DataType.INT32
+        for name, tensor in t.operator.tensors().items():
+            assert tensor.sizes == sizes[name], (case, name)
+            assert tensor.strides is None
+            assert int(tensor.flags) == 0
+            assert tensor.guaranteed_base_offset_alignment == 0
+            expected_type = index_type if name == "IndicesTensor" else data_type
+            assert tensor.data_type is expected_type, (case, name)
+            nbytes = (math.prod(tensor.sizes) * BITS[expected_type] + 7) // 8
+            assert tensor.total_tensor_size_in_bytes == (nbytes + 3) // 4 * 4
+        assert t.to_json()["operator"]["type"] == op.dml_name
+        checked += 1
+    assert checked >= 100
+
+
+def test_gather_nd_r3_q2_batch1_facts_example() -> None:
+    data = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    idx = np.array([[1], [2]], dtype=np.int64)
+    case = Case("GatherND", 13, {"data": data, "indices": idx}, {"batch_dims": 1})
+    t = case.translate(FL.FL_5_0)
+    assert t.operator is not None
+    assert t.operator.operator_type is OperatorType.GATHER_ND1
+    # out = indices.shape[:-1] + data.shape[1 + 1:] = (2, 4): D = max(3, 2, 2) = 3
+    assert t.operator.uints() == {"InputDimensionCount": 3, "IndicesDimensionCount": 2, "BatchDimensionCount": 1}
+    assert [x.sizes for x in t.operator.tensors().values()] == [(2, 3, 4), (1, 2, 1), (1, 2, 4)]
+    assert t.min_feature_level is FL.FL_3_0
+    assert_same(run_translation(t, [data, idx]).output, ort_node("GatherND", case.inputs, case.attrs, 13))

@@ -7,6 +7,7 @@ or usage.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
@@ -59,5 +60,6 @@ def run(args: argparse.Namespace) -> int:
                 continue
             if info.shape is not None and not info.is_static:
                 symbolic[value.name] = info.shape
-        sys.stdout.write(render_text(translation, args.model, symbolic))
+        npz = os.path.splitext(args.model)[0] + ".npz"
+        sys.stdout.write(render_text(translation, args.model, symbolic, npz if os.path.isfile(npz) else None))
     return 0 if translation.summary["all_dml"] else 1

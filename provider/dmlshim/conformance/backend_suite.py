@@ -273,7 +273,11 @@ def compare_outputs(
 
 
 def _reasons_text(reasons: Sequence[tuple[str, str]]) -> str:
-    return "; ".join(f"{code}: {message}" for code, message in reasons)
+    """The causes in full, then the codes of notes about onnxruntime's DirectML provider."""
+    causes = [(c, m) for c, m in reasons if not c.startswith("EP_")] or list(reasons)
+    notes = [c for c, _ in reasons if (c, _) not in causes]
+    text = "; ".join(f"{code}: {message}" for code, message in causes)
+    return text + (f" (also: {', '.join(notes)})" if notes else "")
 
 
 def _dml_notes(case: BackendCase, level: FeatureLevel) -> str:
@@ -286,12 +290,26 @@ def _dml_notes(case: BackendCase, level: FeatureLevel) -> str:
         return f"(translation not inspected: {exc})"
     steps = sorted({s.kind.value for n in translation.nodes for s in n.host_steps})
     notes = sorted({r.code for n in translation.nodes if n.ok for r in n.reasons})
+    layouts = sorted({n.layout.value for n in translation.nodes if n.layout is not None and n.layout.value != "ep"})
     parts = []
+    if layouts:
+        parts.append("layout: " + ", ".join(layouts))
     if steps:
         parts.append("host steps: " + ", ".join(steps))
     if notes:
         parts.append("notes: " + ", ".join(notes))
     return "; ".join(parts)
+
+
+def _sess_options() -> Any:
+    import onnxruntime as ort
+
+    # onnxruntime's ScatterND with a reduction is racy on duplicate indices with more than one thread.
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    return so
 
 
 def run_case(case: BackendCase, feature_level: FeatureLevel) -> CaseOutcome:
@@ -306,7 +324,7 @@ def run_case(case: BackendCase, feature_level: FeatureLevel) -> CaseOutcome:
         return CaseOutcome(case.name, case.op_type, case.opset, status, reason, case.in_scope, operators)
 
     try:
-        rep = backend.prepare(case.model, device="CPU", feature_level=feature_level)
+        rep = backend.prepare(case.model, device="CPU", feature_level=feature_level, sess_options=_sess_options())
         actual = rep.run(list(case.inputs))
     except (DmlShimError, RuntimeError, ValueError) as exc:
         logger.debug("%s at %s raised", case.name, feature_level.short, exc_info=True)
@@ -330,7 +348,7 @@ def run_case(case: BackendCase, feature_level: FeatureLevel) -> CaseOutcome:
     operators = tuple(n.operator for n in in_scope if n.operator)
     on_cpu = [n for n in in_scope if n.placement != _PLACEMENT_DML]
     if on_cpu:
-        why = "; ".join(f"{n.name}: {_reasons_text(n.reasons) or n.status}" for n in on_cpu)
+        why = "; ".join(_reasons_text(n.reasons) or n.status for n in on_cpu)
         return outcome("fallback", why, operators)
     return outcome("dml", _dml_notes(case, feature_level), operators)
 

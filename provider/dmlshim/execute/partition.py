@@ -299,6 +299,39 @@ CPU_OUTPUT_OPS = frozenset({"Shape", "Size"})
 SMALL_INITIALIZER_ELEMENTS = 100
 """onnxruntime treats an initializer of at most this many elements as a CPU-friendly input."""
 
+DML_CPU_INPUTS: dict[str, frozenset[int]] = {
+    "Reshape": frozenset({1}),
+    "Expand": frozenset({1}),
+    "Unsqueeze": frozenset({1}),
+    "Squeeze": frozenset({1}),
+    "Slice": frozenset({1, 2, 3, 4}),
+    "Tile": frozenset({1}),
+    "ConstantOfShape": frozenset({0}),
+    "Pad": frozenset({1, 2, 3}),
+    "TopK": frozenset({1}),
+    "Resize": frozenset({1, 2, 3}),
+    "Upsample": frozenset({1}),
+    "OneHot": frozenset({1}),
+    "Split": frozenset({1}),
+    "CumSum": frozenset({1}),
+    "Trilu": frozenset({1}),
+    "Range": frozenset({0, 1, 2}),
+    "Clip": frozenset({1, 2}),
+    "ReduceSum": frozenset({1}),
+    "ReduceMean": frozenset({1}),
+    "ReduceMax": frozenset({1}),
+    "ReduceMin": frozenset({1}),
+    "ReduceProd": frozenset({1}),
+    "ReduceL1": frozenset({1}),
+    "ReduceL2": frozenset({1}),
+    "ReduceLogSum": frozenset({1}),
+    "ReduceLogSumExp": frozenset({1}),
+    "ReduceSumSquare": frozenset({1}),
+}
+"""Inputs the DirectML provider's kernels read from CPU memory (shapes, axes, counts). A CPU tensor fed
+there does not pull the node onto the CPU. An approximation of its kernel registrations; ops not listed
+take every input in GPU memory."""
+
 _NO_CPU_PREFERENCE_TYPES = frozenset(
     {
         onnx.TensorProto.FLOAT16,
@@ -321,8 +354,9 @@ def cpu_preferred_nodes(
 
     This follows onnxruntime's partitioning pass for GPU providers: starting from the consumers of
     tensors already in CPU memory (outputs of nodes the provider does not take, such as ``Shape``), a node
-    the provider could run is placed on the CPU instead when every input is a CPU tensor, a small
-    initializer or a graph input, and none is a 16-bit or 8-bit float. Such nodes (typically ``Shape ->
+    the provider could run is placed on the CPU instead when every input is a CPU tensor (one the
+    provider's kernel does not itself read from CPU memory), a small initializer or a graph input, and
+    none is a 16-bit or 8-bit float. Such nodes (typically ``Shape ->
     Gather -> Unsqueeze -> Concat -> Reshape`` chains) never reach DirectML.
 
     Args:
@@ -371,7 +405,8 @@ def cpu_preferred_nodes(
             mark_outputs(i)
             continue
         ok = True
-        for name in nodes[i].input:
+        cpu_inputs = DML_CPU_INPUTS.get(nodes[i].op_type, frozenset())
+        for k, name in enumerate(nodes[i].input):
             if not name:
                 continue
             if elem_types.get(name, 0) in _NO_CPU_PREFERENCE_TYPES:
@@ -379,7 +414,7 @@ def cpu_preferred_nodes(
                 break
             if name in small_constants or name in graph_inputs:
                 continue
-            if name not in cpu_values:
+            if name not in cpu_values or k in cpu_inputs:
                 ok = False
                 break
         if ok:

@@ -104,6 +104,20 @@ def _all_tensors(graph: onnx.GraphProto) -> list[onnx.TensorProto]:
     return found
 
 
+def _typed_outputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """The graph outputs, with types from shape inference for those declared without one."""
+    outputs = list(model.graph.output)
+    if all(o.type.WhichOneof("value") is not None for o in outputs):
+        return outputs
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
+    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as exc:
+        logger.debug("shape inference failed, output types stay unknown: %s", exc)
+        return outputs
+    known = {v.name: v for v in (*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output)}
+    return [o if o.type.WhichOneof("value") is not None else known.get(o.name, o) for o in outputs]
+
+
 def _parse_feature_level(value: FeatureLevel | str | int) -> FeatureLevel:
     if isinstance(value, FeatureLevel):
         return value
@@ -169,7 +183,7 @@ class InferenceSession:
         init_names = {t.name for t in graph.initializer}
         self._inputs = tuple(node_arg(v) for v in graph.input if v.name not in init_names)
         overridable = tuple(node_arg(v) for v in graph.input if v.name in init_names)
-        self._outputs = tuple(node_arg(v) for v in graph.output)
+        self._outputs = tuple(node_arg(v) for v in _typed_outputs(loaded.proto))
         self._output_names = [o.name for o in self._outputs]
         self._known_outputs = frozenset(self._output_names)
         self._validator = FeedValidator(self._inputs, overridable)

@@ -10,13 +10,13 @@ import logging
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
-from ..dml.enums import DataType
+from ..dml.enums import DataType, FeatureLevel
 from ..dml.operators import OperatorDesc
 from ..dml.tensor import BufferTensorDesc
-from ..errors import InvalidDescriptorError
+from ..errors import BadInputError, InvalidDescriptorError
 from .buffers import TensorView, view_tensor
 from .indices import IndexContext
-from .options import KernelOptions
+from .options import IndexMode, KernelOptions
 
 logger = logging.getLogger(__name__)
 
@@ -130,11 +130,19 @@ def index_context(desc: OperatorDesc, options: KernelOptions, target: str) -> In
             field="IndicesTensor",
             value=data_type.dml_name,
         )
+    try:
+        # Plain values ("clamp", 0x3000) are accepted: the enums compare by identity below.
+        mode = IndexMode(options.index_mode)
+        level = FeatureLevel(options.feature_level)
+    except ValueError as e:
+        raise BadInputError(
+            f"invalid KernelOptions: {e}", op_type=desc.operator_type.dml_name, node=options.node
+        ) from e
     return IndexContext(
         op=desc.operator_type,
         node=options.node,
         data_type=data_type,
-        feature_level=options.feature_level,
-        mode=options.index_mode,
+        feature_level=level,
+        mode=mode,
         target=target,
     )

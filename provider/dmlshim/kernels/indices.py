@@ -228,6 +228,23 @@ def last_writes(targets: np.ndarray, target_count: int) -> tuple[np.ndarray | No
     return np.take(latest, targets, mode="clip") == order, duplicates
 
 
+def write_in_order(out: np.ndarray, targets: np.ndarray, values: np.ndarray, unique: bool) -> None:
+    """``out[targets[i]] = values[i]`` for i in index order, so the last write to a target wins.
+
+    Args:
+        out: the flat, C-contiguous destination.
+        targets: validated flat offsets into ``out``.
+        values: one value per target.
+        unique: the caller has proven every target distinct.
+    """
+    if unique:
+        # No two writes collide, so numpy's fancy assignment (faster, order unspecified) is exact.
+        out[targets] = values
+    else:
+        # np.put stores value after value in index order: the deterministic last-write-wins.
+        np.put(out, targets, values, mode="clip")
+
+
 def count_duplicates(targets: np.ndarray, target_count: int) -> int:
     """The number of writes in ``targets`` that a later write to the same target overwrites."""
     n = targets.size

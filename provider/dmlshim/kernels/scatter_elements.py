@@ -19,7 +19,7 @@ from ..dml.operators import ScatterDesc
 from .buffers import TensorView
 from .common import bind, index_context, require_same_data_type, require_sizes
 from .gather_elements import check_axis_shapes, element_offsets
-from .indices import count_duplicates, normalize_indices
+from .indices import count_duplicates, normalize_indices, write_in_order
 from .options import KernelOptions, KernelResult
 
 logger = logging.getLogger(__name__)
@@ -53,6 +53,6 @@ def run(desc: ScatterDesc, inputs: Mapping[str, Any], options: KernelOptions) ->
             duplicates = count_duplicates(offsets, out.size)
             if duplicates:
                 logger.debug("%s: %d writes overwritten", desc.operator_type.dml_name, duplicates)
-        # np.put writes one value after another in index order: the last write to an element wins.
-        np.put(out, offsets, views["UpdatesTensor"].packed().reshape(-1), mode="clip")
+        updates = views["UpdatesTensor"].packed().reshape(-1)
+        write_in_order(out, offsets, updates, unique=options.detect_duplicates and not duplicates)
     return KernelResult(out.reshape(desc.output_tensor.sizes), duplicates)

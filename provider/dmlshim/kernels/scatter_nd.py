@@ -13,13 +13,11 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
 from ..dml import shapes
 from ..dml.operators import ScatterNdDesc
 from .common import bind, fail, index_context, require_same_data_type, require_sizes
 from .gather_nd import check_nd_counts, tuple_offsets
-from .indices import count_duplicates, last_writes
+from .indices import count_duplicates, last_writes, write_in_order
 from .options import KernelOptions, KernelResult
 from .scatter_elements import copy_input
 
@@ -57,8 +55,8 @@ def run(desc: ScatterNdDesc, inputs: Mapping[str, Any], options: KernelOptions) 
         if block == 1:
             if options.detect_duplicates:
                 duplicates = count_duplicates(rows, row_count)
-            # np.put writes one value after another in index order: the last write to an element wins.
-            np.put(out, rows, updates.reshape(-1), mode="clip")
+            unique = options.detect_duplicates and not duplicates
+            write_in_order(out, rows, updates.reshape(-1), unique=unique)
         else:
             mask, duplicates = last_writes(rows, row_count)
             if mask is not None:

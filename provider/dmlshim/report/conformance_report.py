@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping, Sequence
 
 from ..conformance.backend_suite import STATUSES, SuiteResult
@@ -14,7 +15,11 @@ __all__ = [
     "render_markdown",
     "render_results_markdown",
     "render_text",
+    "versions",
+    "webnn_totals",
 ]
+
+logger = logging.getLogger(__name__)
 
 WebnnTotals = Mapping[str, Mapping[str, int]]
 """Index mode (``error``/``clamp``) -> ``{"pass": n, "fail": n, "error": n}``."""
@@ -148,6 +153,34 @@ def render_results_markdown(
             "",
         ]
     return "\n".join(parts).rstrip() + "\n"
+
+
+def webnn_totals() -> dict[str, dict[str, int]] | None:
+    """The WebNN case totals in both index modes, or None when the cases file is not available."""
+    from ..conformance import webnn
+    from ..kernels import IndexMode
+
+    try:
+        return {mode.value: dict(webnn.totals(webnn.run_all(mode))) for mode in (IndexMode.ERROR, IndexMode.CLAMP)}
+    except webnn.WebnnCasesFileError as exc:
+        logger.info("WebNN cases not run: %s", exc)
+        return None
+
+
+def versions() -> dict[str, str]:
+    """The versions that produced a result: dmlshim, onnx, onnxruntime, numpy."""
+    import numpy
+    import onnx
+    import onnxruntime
+
+    from .. import __version__
+
+    return {
+        "dmlshim": __version__,
+        "onnx": onnx.__version__,
+        "onnxruntime": onnxruntime.__version__,
+        "numpy": numpy.__version__,
+    }
 
 
 def totals_of(results: Sequence[SuiteResult]) -> dict[str, dict[str, int]]:

@@ -25,9 +25,12 @@ def verdict(mt: ModelTranslation) -> str:
 
 
 def next_command(
-    mt: ModelTranslation, model_path: str, symbolic_inputs: Mapping[str, Sequence[object]] | None = None
+    mt: ModelTranslation,
+    model_path: str,
+    symbolic_inputs: Mapping[str, Sequence[object]] | None = None,
+    inputs_path: str | None = None,
 ) -> str:
-    """The command a user most likely wants next."""
+    """The command a user most likely wants next (``inputs_path``: a sample .npz, if one is known)."""
     level = mt.feature_level.short
     codes = {code for n in mt.nodes for code in n.reason_codes}
     if "SHAPE_UNKNOWN" in codes:
@@ -36,9 +39,10 @@ def next_command(
             for name, dims in (symbolic_inputs or {}).items()
         ) or "--input-shape NAME=D0,D1,.."
         return f"dmlshim inspect {model_path} {args}"
+    npz = inputs_path or "INPUTS.npz"
     if not mt.nodes:
-        return f"dmlshim run {model_path} --inputs INPUTS.npz"
-    return f"dmlshim run {model_path} --inputs INPUTS.npz --feature-level {level}"
+        return f"dmlshim run {model_path} --inputs {npz}"
+    return f"dmlshim run {model_path} --inputs {npz} --feature-level {level}"
 
 
 def _operator_cell(node: NodeTranslation) -> str:
@@ -49,13 +53,23 @@ def _operator_cell(node: NodeTranslation) -> str:
 
 def _table(rows: Sequence[Sequence[str]]) -> list[str]:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    return ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
 
 
 def render_text(
-    mt: ModelTranslation, model_path: str, symbolic_inputs: Mapping[str, Sequence[object]] | None = None
+    mt: ModelTranslation,
+    model_path: str,
+    symbolic_inputs: Mapping[str, Sequence[object]] | None = None,
+    inputs_path: str | None = None,
 ) -> str:
-    """The human-readable report of ``dmlshim inspect``."""
+    """The human-readable report of ``dmlshim inspect``.
+
+    Args:
+        mt: the translation.
+        model_path: the model file, as the user named it.
+        symbolic_inputs: graph inputs with symbolic dims (for the ``--input-shape`` hint).
+        inputs_path: a sample-input .npz beside the model, for the suggested ``dmlshim run``.
+    """
     s = mt.summary
     lines = [
         f"Model: {model_path}",
@@ -99,7 +113,7 @@ def render_text(
                 for step in n.host_steps:
                     lines.append(f"    [host] {step.kind.value}: {step.description}")
     else:
-        lines += ["", "The model has no Gather/GatherElements/GatherND/Scatter/ScatterElements/ScatterND node."]
+        lines += ["", "No Gather, GatherElements, GatherND, Scatter, ScatterElements or ScatterND node."]
     v = verdict(mt)
     meaning = {
         "YES": "every gather/scatter node runs as a DirectML operator",
@@ -108,7 +122,7 @@ def render_text(
     }[v]
     if not mt.nodes:
         meaning = "nothing to translate"
-    lines += ["", f"Verdict: {v} ({meaning})", f"Next: {next_command(mt, model_path, symbolic_inputs)}"]
+    lines += ["", f"Verdict: {v} ({meaning})", f"Next: {next_command(mt, model_path, symbolic_inputs, inputs_path)}"]
     return "\n".join(lines) + "\n"
 
 

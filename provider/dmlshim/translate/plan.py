@@ -57,7 +57,7 @@ class Status(str, enum.Enum):
 
 @dataclass(frozen=True)
 class Reason:
-    """Why a node falls back, errs, or is placed somewhere: a stable ``code``, a message, the offending value."""
+    """Why a node falls back, errs or is placed somewhere: a stable code, a message, the offending value."""
 
     code: str
     message: str

@@ -102,7 +102,7 @@ def _bind_input(
     if binding.reinterpret is Reinterpret.BOOL_AS_UINT8:
         arr = arr.view(np.uint8)
     elif binding.reinterpret is Reinterpret.UINT32_PAIRS:
-        arr = arr.reshape(arr.shape + (1,)).view(np.uint32)
+        arr = arr.reshape((*arr.shape, 1)).view(np.uint32)
     if strided:
         return arr.reshape(-1)
     if binding.binding == "IndicesTensor" and not binding.host_steps:
@@ -115,7 +115,7 @@ def _unbind_output(
 ) -> np.ndarray:
     dtype = np.dtype(np_dtype_of(binding.onnx_elem_type))
     if binding.reinterpret is Reinterpret.UINT32_PAIRS:
-        result = np.ascontiguousarray(out).reshape(binding.view_shape + (2,)).view(dtype)
+        result = np.ascontiguousarray(out).reshape((*binding.view_shape, 2)).view(dtype)
         result = result.reshape(binding.view_shape)
     elif binding.reinterpret is Reinterpret.BOOL_AS_UINT8:
         result = out.reshape(binding.view_shape).astype(np.bool_)

@@ -138,7 +138,7 @@ _SCATTER_ND = (_data(), _indices((TensorProto.INT64,)), _updates())
 
 _LOWER = "below FL 3_0: 4 dimensions (merged where needed), indices normalised and cast to UINT32 on the host"
 _PAIRS = "64-bit data below FL 4_1 as UINT32 pairs"
-_WINDOW = "indices smaller than data on non-axis dims: strided window (the DML EP builds an invalid descriptor)"
+_WINDOW = "indices smaller than data on non-axis dims: strided window (the DML EP's descriptor is invalid)"
 _BF16 = "bfloat16 data falls back"
 
 SUPPORT_TABLE: tuple[SupportRow, ...] = (
@@ -213,11 +213,12 @@ def ort_placement(
         return CPU_PROVIDER, (
             Reason(
                 "EP_REDUCTION_ON_CPU",
-                f"onnxruntime's DirectML provider sends {row.op_type} with reduction={reduction!r} to the CPU",
+                f"onnxruntime's DirectML provider sends {row.op_type} with reduction={reduction!r} "
+                "to the CPU",
                 reduction,
             ),
         )
-    for role, elem in zip(row.roles, elem_types):
+    for role, elem in zip(row.roles, elem_types, strict=False):
         if elem and elem not in role.onnx_types:
             return CPU_PROVIDER, (
                 Reason(

@@ -211,7 +211,9 @@ class ModelTranslation:
         reasons = collections.Counter(
             r.code for n in self.nodes if not n.ok for r in n.reasons if not is_ep_reason(r)
         )
-        notes = collections.Counter(r.code for n in self.nodes if n.ok for r in n.reasons if not is_ep_reason(r))
+        notes = collections.Counter(
+            r.code for n in self.nodes if n.ok for r in n.reasons if not is_ep_reason(r)
+        )
         ep = collections.Counter(r.code for n in self.nodes for r in n.reasons if is_ep_reason(r))
         levels = [n.min_feature_level for n in self.nodes if n.min_feature_level is not None]
         return {

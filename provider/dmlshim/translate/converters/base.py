@@ -440,6 +440,10 @@ def build_lowering(
     return Lowering(desc, layout, tuple(bindings), output, notes, attributes)
 
 
+Implementations = Mapping[int, Callable[[Any, ConvertContext], Lowering]]
+"""since_version -> the converter method for it (Any: each subclass's table holds its own methods)."""
+
+
 class Converter:
     """Base of the converters: one subclass per ONNX op, one ``_impl_vN`` per opset that changed it.
 
@@ -448,8 +452,7 @@ class Converter:
 
     op_type: ClassVar[str]
     domain: ClassVar[str] = ""
-    # Any: each subclass's table holds its own (unbound) methods.
-    IMPLEMENTATIONS: ClassVar[Mapping[int, Callable[[Any, ConvertContext], Lowering]]]
+    IMPLEMENTATIONS: ClassVar[Implementations]
 
     def convert(self, ctx: ConvertContext) -> Lowering:
         impl = self.IMPLEMENTATIONS.get(ctx.since_version)

@@ -6,11 +6,13 @@ The DML EP's rule (facts §5): D = max(r, q, r+q-1), Axis = axis + (D - r), Inde
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 from ...dml.enums import OperatorType
 from .base import (
     ConvertContext,
     Converter,
+    Implementations,
     Lowering,
     View,
     build_lowering,
@@ -47,7 +49,7 @@ class GatherConverter(Converter):
         # Opset 13 only adds bfloat16, which DirectML cannot hold (plan_data falls back).
         return self._lower(ctx)
 
-    IMPLEMENTATIONS = {1: _impl_v1, 11: _impl_v11, 13: _impl_v13}
+    IMPLEMENTATIONS: ClassVar[Implementations] = {1: _impl_v1, 11: _impl_v11, 13: _impl_v13}
 
     def _lower(self, ctx: ConvertContext) -> Lowering:
         # 1. read the inputs
@@ -76,7 +78,8 @@ class GatherConverter(Converter):
             post = math.prod(data_shape[axis + 1 :]) * (2 if data.pairs else 1)
             n = data_shape[axis]
             idx = (math.prod(idx_shape),) if q else ()
-            return View((pre, n, post), idx, (pre, *idx, post), axis=1, fields=(("IndexDimensions", len(idx)),))
+            fields = (("IndexDimensions", len(idx)),)
+            return View((pre, n, post), idx, (pre, *idx, post), axis=1, fields=fields)
 
         view, layout, d = choose_view(ctx, OP, build, _dimension_count, extended=data.pairs)
         # 4. fill the descriptor

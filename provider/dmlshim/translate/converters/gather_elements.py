@@ -9,6 +9,7 @@ exactly the elements ONNX reads.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import ClassVar
 
 from ...dml.enums import OperatorType
 from ..plan import Layout, Reason
@@ -16,6 +17,7 @@ from .base import (
     ConvertContext,
     Converter,
     DataPlan,
+    Implementations,
     Lowering,
     NodeFailure,
     View,
@@ -67,7 +69,7 @@ def _merge(
     sizes: list[int] = []
     out_strides: list[int] = []
     new_axis = 0
-    for dim, (size, stride) in enumerate(zip(window, strides)):
+    for dim, (size, stride) in enumerate(zip(window, strides, strict=False)):
         mergeable = dim != axis and sizes and dim - 1 != axis and out_strides[-1] == stride * size
         if mergeable:
             sizes[-1] *= size
@@ -94,7 +96,7 @@ def elementwise_view_builder(
     win = window if window is not None else data_shape
     # Strides of the window inside the whole data buffer, in units of the bound DirectML type.
     base = packed_strides(data_shape)
-    strides = tuple(s * 2 for s in base) + (1,) if data.pairs else base
+    strides = (*tuple(s * 2 for s in base), 1) if data.pairs else base
     full = win + pair
     idx_full = idx_shape + pair
 
@@ -154,7 +156,7 @@ class GatherElementsConverter(Converter):
         # Opset 13 only adds bfloat16, which DirectML cannot hold.
         return self._lower(ctx)
 
-    IMPLEMENTATIONS = {11: _impl_v11, 13: _impl_v13}
+    IMPLEMENTATIONS: ClassVar[Implementations] = {11: _impl_v11, 13: _impl_v13}
 
     def _lower(self, ctx: ConvertContext) -> Lowering:
         data_shape, data_elem = ctx.tensor(0, "data")

@@ -7,12 +7,14 @@ BatchDimensionCount = batch_dims. Below FL 3_0 only GATHER_ND exists: no batch d
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 from ...dml.enums import FeatureLevel, OperatorType
 from ..plan import Reason
 from .base import (
     ConvertContext,
     Converter,
+    Implementations,
     Lowering,
     View,
     build_lowering,
@@ -42,13 +44,15 @@ def nd_shapes(
     if not 0 <= batch_dims < min(r, q):
         raise malformed(
             "ATTRIBUTE_INVALID",
-            f"batch_dims {batch_dims} must be in [0, min(rank(data), rank(indices)) - 1] = [0, {min(r, q) - 1}]",
+            f"batch_dims {batch_dims} must be in [0, min(rank(data), rank(indices)) - 1] = "
+            f"[0, {min(r, q) - 1}]",
             batch_dims,
         )
     if data_shape[:batch_dims] != idx_shape[:batch_dims]:
         raise malformed(
             "INDICES_SHAPE_INVALID",
-            f"the first {batch_dims} dims of data {list(data_shape)} and indices {list(idx_shape)} must match",
+            f"the first {batch_dims} dims of data {list(data_shape)} and indices {list(idx_shape)} "
+            "must match",
             {"data": list(data_shape), "indices": list(idx_shape)},
         )
     k = idx_shape[-1]
@@ -97,7 +101,7 @@ class GatherNDConverter(Converter):
         # Opset 13 only adds bfloat16, which DirectML cannot hold.
         return self._lower(ctx, batch_dims=ctx.int_attr("batch_dims", 0))
 
-    IMPLEMENTATIONS = {11: _impl_v11, 12: _impl_v12, 13: _impl_v13}
+    IMPLEMENTATIONS: ClassVar[Implementations] = {11: _impl_v11, 12: _impl_v12, 13: _impl_v13}
 
     def _lower(self, ctx: ConvertContext, batch_dims: int) -> Lowering:
         data_shape, data_elem = ctx.tensor(0, "data")

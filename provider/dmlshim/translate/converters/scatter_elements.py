@@ -10,10 +10,13 @@ because DirectML's OutputTensor must have InputTensor's Sizes.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from ...dml.enums import OperatorType
 from .base import (
     ConvertContext,
     Converter,
+    Implementations,
     Lowering,
     View,
     build_lowering,
@@ -87,7 +90,7 @@ class ScatterConverter(Converter):
         # Opset 11 allows negative indices; DirectML (FL 3_0+) or the host step wraps them.
         return lower_scatter_elements(ctx)
 
-    IMPLEMENTATIONS = {9: _impl_v9, 11: _impl_v11}
+    IMPLEMENTATIONS: ClassVar[Implementations] = {9: _impl_v9, 11: _impl_v11}
 
 
 class ScatterElementsConverter(Converter):
@@ -112,4 +115,4 @@ class ScatterElementsConverter(Converter):
         check_reduction(ctx)
         return lower_scatter_elements(ctx)
 
-    IMPLEMENTATIONS = {11: _impl_v11, 13: _impl_v13, 16: _impl_v16, 18: _impl_v18}
+    IMPLEMENTATIONS: ClassVar[Implementations] = {11: _impl_v11, 13: _impl_v13, 16: _impl_v16, 18: _impl_v18}

@@ -6,10 +6,13 @@ IndicesDimensionCount = q. DirectML has no scatter reduction: reduction != "none
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from ...dml.enums import OperatorType
 from .base import (
     ConvertContext,
     Converter,
+    Implementations,
     Lowering,
     View,
     build_lowering,
@@ -48,7 +51,7 @@ class ScatterNDConverter(Converter):
         check_reduction(ctx)
         return self._lower(ctx)
 
-    IMPLEMENTATIONS = {11: _impl_v11, 13: _impl_v13, 16: _impl_v16, 18: _impl_v18}
+    IMPLEMENTATIONS: ClassVar[Implementations] = {11: _impl_v11, 13: _impl_v13, 16: _impl_v16, 18: _impl_v18}
 
     def _lower(self, ctx: ConvertContext) -> Lowering:
         data_shape, data_elem = ctx.tensor(0, "data")

@@ -1,0 +1,156 @@
+"""``dmlshim run MODEL --inputs FILE.npz``: run a model with gather/scatter executed through DirectML
+descriptors, print what ran where, and write the outputs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..dml.enums import DEFAULT_FEATURE_LEVEL
+from ..errors import BadInputError
+from ..execute.engine import engine_names
+from ..execute.feeds import load_npz, save_npz
+from ..execute.record import RunRecord
+from ..execute.session import InferenceSession
+
+logger = logging.getLogger(__name__)
+
+JSON_SCHEMA_VERSION = 1
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", help="the ONNX model")
+    parser.add_argument(
+        "--inputs",
+        metavar="FILE.npz",
+        help="the inputs, one array per graph input name (numpy.savez); pickled objects are refused",
+    )
+    parser.add_argument("--output", "-o", metavar="FILE.npz", help="write the outputs here (numpy.savez format)")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace the --output file if it exists (refused otherwise)"
+    )
+    parser.add_argument(
+        "--feature-level",
+        default=DEFAULT_FEATURE_LEVEL.short,
+        metavar="L",
+        help=f"DirectML feature level to emulate: 3_0, 3.0, 0x3000 or DML_FEATURE_LEVEL_3_0 "
+        f"(default {DEFAULT_FEATURE_LEVEL.short})",
+    )
+    parser.add_argument(
+        "--engine",
+        default="partitioned",
+        metavar="E",
+        help=f"execution engine: {', '.join(engine_names())} (default partitioned)",
+    )
+    parser.add_argument(
+        "--clamp-indices",
+        action="store_true",
+        help="clamp out-of-range indices into range instead of failing (DirectML leaves them undefined)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    output_path = Path(args.output) if args.output else None
+    if output_path is not None and output_path.exists() and not args.overwrite:
+        raise BadInputError(
+            "the output file exists; pass --overwrite to replace it", path=str(output_path)
+        )
+    feeds = load_npz(args.inputs) if args.inputs else {}
+    session = InferenceSession(
+        args.model,
+        args.feature_level,
+        engine=args.engine,
+        index_mode="clamp" if args.clamp_indices else "error",
+    )
+    names = [o.name for o in session.get_outputs()]
+    outputs = session.run(None, feeds)
+    record = session.last_run_record
+    assert record is not None  # set by every run
+    if output_path is not None:
+        _write(output_path, dict(zip(names, outputs)), overwrite=args.overwrite)
+    if args.json:
+        print(json.dumps(_summary_json(args.model, session, names, outputs, record, output_path), indent=2))
+    else:
+        print(_summary_text(args.model, names, outputs, record, output_path))
+    return 0
+
+
+def _write(path: Path, arrays: dict[str, np.ndarray], *, overwrite: bool) -> None:
+    # "x" creates the file or fails, so a file appearing after the early check is not clobbered either.
+    mode = "wb" if overwrite else "xb"
+    try:
+        with open(path, mode) as handle:
+            save_npz(handle, arrays)
+    except FileExistsError as exc:
+        raise BadInputError("the output file exists; pass --overwrite to replace it", path=str(path)) from exc
+    logger.info("wrote %d outputs to %s", len(arrays), path)
+
+
+def _summary_json(
+    model: str,
+    session: InferenceSession,
+    names: list[str],
+    outputs: list[np.ndarray],
+    record: RunRecord,
+    output_path: Path | None,
+) -> dict[str, Any]:
+    return {
+        "schema_version": JSON_SCHEMA_VERSION,
+        "model": model,
+        "engine": record.engine,
+        "feature_level": record.feature_level,
+        "providers": session.get_providers(),
+        "outputs": [
+            {"name": n, "shape": list(np.shape(o)), "dtype": str(getattr(o, "dtype", type(o).__name__))}
+            for n, o in zip(names, outputs)
+        ],
+        "record": record.to_json(),
+        "output_file": str(output_path) if output_path is not None else None,
+    }
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    lines = ["  " + "  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
+    lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    return lines
+
+
+def _summary_text(
+    model: str, names: list[str], outputs: list[np.ndarray], record: RunRecord, output_path: Path | None
+) -> str:
+    emulated = len(record.emulated)
+    lines = [
+        f"model: {model}",
+        f"engine: {record.engine}, {record.feature_level}, {record.cpu_partitions} onnxruntime CPU partition(s)",
+        f"gather/scatter nodes: {len(record.nodes)} ({emulated} ran as DirectML operators, "
+        f"{len(record.nodes) - emulated} on onnxruntime CPU)",
+        "",
+        "outputs:",
+    ]
+    lines += _table(
+        ["name", "shape", "dtype"],
+        [[n, str(list(np.shape(o))), str(getattr(o, "dtype", type(o).__name__))] for n, o in zip(names, outputs)],
+    )
+    if record.nodes:
+        lines += ["", "nodes:"]
+        rows = []
+        for n in record.nodes:
+            reason = "; ".join(f"{code}: {message}" for code, message in n.reasons) if n.placement != "dml" else ""
+            notes = []
+            if n.duplicate_indices:
+                notes.append(f"{n.duplicate_indices} duplicate write(s)")
+            if n.negative_indices:
+                notes.append("negative indices")
+            reason = "; ".join(x for x in [reason, *notes] if x)
+            rows.append([n.name, n.op_type, n.placement, n.operator or "-", reason or "-"])
+        lines += _table(["node", "op", "placement", "DML operator", "reason"], rows)
+    if output_path is not None:
+        lines += ["", f"wrote {len(outputs)} output(s) to {output_path}"]
+    return "\n".join(lines)

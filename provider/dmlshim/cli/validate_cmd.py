@@ -1,0 +1,84 @@
+"""``dmlshim validate MODEL``: compare a model's outputs under dmlshim with onnxruntime CPU.
+
+Exit codes: 0 every output matches, 1 some output differs, 2 bad model, bad inputs or usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
+from ..errors import BadInputError
+
+
+def _feature_level(text: str) -> FeatureLevel:
+    try:
+        return FeatureLevel.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _tolerance(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0: {text!r}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register the options of ``dmlshim validate``."""
+    parser.add_argument("model", metavar="MODEL", help="the .onnx file")
+    parser.add_argument(
+        "--inputs", metavar="FILE.npz", default=None,
+        help="feeds by input name (numpy.savez); random inputs of the right shapes and types when absent",
+    )
+    parser.add_argument("--rtol", type=_tolerance, default=0.0, metavar="R",
+                        help="relative tolerance for floating-point outputs (default 0)")
+    parser.add_argument("--atol", type=_tolerance, default=0.0, metavar="A",
+                        help="absolute tolerance for floating-point outputs (default 0)")
+    parser.add_argument(
+        "--feature-level", "-l", type=_feature_level, default=DEFAULT_FEATURE_LEVEL, metavar="L",
+        help=f"DirectML feature level to emulate, e.g. 3_0 (default {DEFAULT_FEATURE_LEVEL.short})",
+    )
+    parser.add_argument(
+        "--input-shape", action="append", default=[], metavar="NAME=D0,D1,..",
+        help="shape of a graph input for random inputs, or NAME=N for a symbolic dimension (repeatable)",
+    )
+    parser.add_argument("--seed", type=int, default=0, metavar="N", help="seed of random inputs (default 0)")
+    parser.add_argument(
+        "--clamp-indices", action="store_true",
+        help="clamp out-of-range indices in dmlshim instead of failing (onnxruntime still fails on them)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the schema_version 1 JSON document")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Validate the model; returns the exit code."""
+    from ..report.validate_report import render_json, render_text
+    from ..translate import parse_input_shape
+    from ..validate import validate_model
+
+    shapes: dict[str, tuple[int, ...]] = {}
+    for text in args.input_shape:
+        name, dims = parse_input_shape(text)
+        if name in shapes:
+            raise BadInputError(f"--input-shape given twice for {name!r}", value=name)
+        shapes[name] = dims
+    if shapes and args.inputs:
+        print("dmlshim validate: note: --input-shape is ignored with --inputs", file=sys.stderr)
+    report = validate_model(
+        args.model,
+        inputs=args.inputs,
+        feature_level=args.feature_level,
+        rtol=args.rtol,
+        atol=args.atol,
+        input_shapes=shapes or None,
+        seed=args.seed,
+        index_mode="clamp" if args.clamp_indices else "error",
+    )
+    sys.stdout.write(render_json(report) if args.json else render_text(report))
+    return report.exit_code
