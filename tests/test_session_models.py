@@ -12,7 +12,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from dmlshim import BadInputError, InferenceSession, IndexOutOfRangeError
+from dmlshim import BadInputError, IndexOutOfRangeError, InferenceSession
 from tests.oracle import IR_VERSION, ort_run
 
 OPSET = 16
@@ -32,7 +32,7 @@ def session(model: onnx.ModelProto | str, **kwargs: object) -> InferenceSession:
 
 def assert_bitwise(got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> None:
     assert len(got) == len(want)
-    for k, (g, w) in enumerate(zip(got, want)):
+    for k, (g, w) in enumerate(zip(got, want, strict=False)):
         g, w = np.asarray(g), np.asarray(w)
         assert g.dtype == w.dtype, f"output {k}: dtype {g.dtype} != {w.dtype}"
         assert g.shape == w.shape, f"output {k}: shape {g.shape} != {w.shape}"
@@ -46,7 +46,7 @@ def special_floats(rng: np.random.Generator, shape: Sequence[int]) -> np.ndarray
     specials = np.array([np.nan, np.inf, -np.inf, -0.0], dtype=np.float32)
     payload_nan = np.array([0x7FC01234], dtype=np.uint32).view(np.float32)
     picks = rng.choice(flat.size, size=min(4, flat.size), replace=False)
-    for p, v in zip(picks, [*specials[:3], payload_nan[0]]):
+    for p, v in zip(picks, [*specials[:3], payload_nan[0]], strict=False):
         flat[p] = v
     return x
 
@@ -123,7 +123,11 @@ class _Builder:
         shape = self.pool[name]
         rank = len(shape)
         as_init = bool(rng.integers(2))
-        op = str(rng.choice(["elementwise", "Gather", "GatherElements", "GatherND", "ScatterElements", "ScatterND"]))
+        op = str(
+            rng.choice(
+                ["elementwise", "Gather", "GatherElements", "GatherND", "ScatterElements", "ScatterND"]
+            )
+        )
         if op == "elementwise":
             same = [n for n, s in self.pool.items() if s == shape and n != name]
             if same and rng.integers(2):
@@ -156,7 +160,9 @@ class _Builder:
             axis = int(rng.integers(-rank, rank))
             # Distinct positions along the axis (a permutation), so no two writes collide.
             idx = np.argsort(rng.random(shape), axis=axis)[
-                tuple(slice(0, max(1, s // 2)) if j == axis % rank else slice(None) for j, s in enumerate(shape))
+                tuple(
+                    slice(0, max(1, s // 2)) if j == axis % rank else slice(None) for j, s in enumerate(shape)
+                )
             ].astype(np.int64)
             upd = self.fresh("upd")
             self.inputs[upd] = (TensorProto.FLOAT, list(idx.shape))

@@ -55,8 +55,6 @@ def test_initializers_and_outer_scope_values() -> None:
 
 
 def test_missing_value_is_a_bad_model() -> None:
-    model = make_model(
-        [helper.make_node("Relu", ["nowhere"], ["y"])], {"x": (TensorProto.FLOAT, [1])}, ["y"]
-    )
+    model = make_model([helper.make_node("Relu", ["nowhere"], ["y"])], {"x": (TensorProto.FLOAT, [1])}, ["y"])
     with pytest.raises(BadModelError, match="nowhere"):
         partition_graph(model.graph, set(), available=["x"])

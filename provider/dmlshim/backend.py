@@ -103,7 +103,7 @@ class DmlShimBackendRep(BackendRep):
                     f"({', '.join(self._input_names)})",
                     value=len(values),
                 )
-            feeds = dict(zip(self._input_names, values))
+            feeds = dict(zip(self._input_names, values, strict=False))
         return self.session.run(None, feeds)
 
 
@@ -175,16 +175,19 @@ class DmlShimBackend(Backend):
             )
         graph_inputs = [
             helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
-            for n, a in zip(names, arrays)
+            for n, a in zip(names, arrays, strict=False)
         ]
         graph = helper.make_graph(
-            [node], f"{node.op_type}_node", graph_inputs, [onnx.ValueInfoProto(name=o) for o in node.output if o]
+            [node],
+            f"{node.op_type}_node",
+            graph_inputs,
+            [onnx.ValueInfoProto(name=o) for o in node.output if o],
         )
         opsets = [helper.make_opsetid("", opset)]
         if node.domain not in ("", "ai.onnx"):
             opsets.append(helper.make_opsetid(node.domain, 1))
         model = helper.make_model(graph, opset_imports=opsets, ir_version=10)
-        return cls.prepare(model, device, **kwargs).run(dict(zip(names, arrays)))
+        return cls.prepare(model, device, **kwargs).run(dict(zip(names, arrays, strict=False)))
 
 
 is_compatible = DmlShimBackend.is_compatible

@@ -30,7 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE.npz",
         help="the inputs, one array per graph input name (numpy.savez); pickled objects are refused",
     )
-    parser.add_argument("--output", "-o", metavar="FILE.npz", help="write the outputs here (numpy.savez format)")
+    parser.add_argument(
+        "--output", "-o", metavar="FILE.npz", help="write the outputs here (numpy.savez format)"
+    )
     parser.add_argument(
         "--overwrite", action="store_true", help="replace the --output file if it exists (refused otherwise)"
     )
@@ -58,9 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     output_path = Path(args.output) if args.output else None
     if output_path is not None and output_path.exists() and not args.overwrite:
-        raise BadInputError(
-            "the output file exists; pass --overwrite to replace it", path=str(output_path)
-        )
+        raise BadInputError("the output file exists; pass --overwrite to replace it", path=str(output_path))
     feeds = load_npz(args.inputs) if args.inputs else {}
     session = InferenceSession(
         args.model,
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     record = session.last_run_record
     assert record is not None  # set by every run
     if output_path is not None:
-        _write(output_path, dict(zip(names, outputs)), overwrite=args.overwrite)
+        _write(output_path, dict(zip(names, outputs, strict=False)), overwrite=args.overwrite)
     if args.json:
         print(json.dumps(_summary_json(args.model, session, names, outputs, record, output_path), indent=2))
     else:
@@ -108,7 +108,7 @@ def _summary_json(
         "providers": session.get_providers(),
         "outputs": [
             {"name": n, "shape": list(np.shape(o)), "dtype": str(getattr(o, "dtype", type(o).__name__))}
-            for n, o in zip(names, outputs)
+            for n, o in zip(names, outputs, strict=False)
         ],
         "record": record.to_json(),
         "output_file": str(output_path) if output_path is not None else None,
@@ -117,8 +117,8 @@ def _summary_json(
 
 def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-    lines = ["  " + "  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
-    lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    lines = ["  " + "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=False)).rstrip()]
+    lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in rows]
     return lines
 
 
@@ -136,13 +136,18 @@ def _summary_text(
     ]
     lines += _table(
         ["name", "shape", "dtype"],
-        [[n, str(list(np.shape(o))), str(getattr(o, "dtype", type(o).__name__))] for n, o in zip(names, outputs)],
+        [
+            [n, str(list(np.shape(o))), str(getattr(o, "dtype", type(o).__name__))]
+            for n, o in zip(names, outputs, strict=False)
+        ],
     )
     if record.nodes:
         lines += ["", "nodes:"]
         rows = []
         for n in record.nodes:
-            reason = "; ".join(f"{code}: {message}" for code, message in n.reasons) if n.placement != "dml" else ""
+            reason = (
+                "; ".join(f"{code}: {message}" for code, message in n.reasons) if n.placement != "dml" else ""
+            )
             notes = []
             if n.duplicate_indices:
                 notes.append(f"{n.duplicate_indices} duplicate write(s)")

@@ -72,7 +72,9 @@ class DirectMLEngine:
         so.enable_mem_pattern = False
         so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
-        providers: list[Any] = list(config.providers) if config.providers else [DML_EP, "CPUExecutionProvider"]
+        providers: list[Any] = (
+            list(config.providers) if config.providers else [DML_EP, "CPUExecutionProvider"]
+        )
         try:
             self._session = ort.InferenceSession(model.SerializeToString(), so, providers=providers)
         except ORT_ERRORS as exc:

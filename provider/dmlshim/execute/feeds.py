@@ -193,7 +193,7 @@ class FeedValidator:
                     value=tuple(arr.shape),
                     rule="feed rank must equal the graph input's rank",
                 )
-            for axis, (want, got) in enumerate(zip(check.shape, arr.shape)):
+            for axis, (want, got) in enumerate(zip(check.shape, arr.shape, strict=False)):
                 if isinstance(want, int) and want != got:
                     raise BadInputError(
                         f"input {check.name!r} expects shape {_fmt_shape(check.shape)} but the feed has shape "
@@ -209,7 +209,9 @@ def _as_array(check: _InputCheck, value: Any) -> np.ndarray:
     try:
         arr = np.asarray(value)
     except Exception as exc:
-        raise BadInputError(f"feed for input {check.name!r} is not array-like: {exc}", tensor=check.name) from exc
+        raise BadInputError(
+            f"feed for input {check.name!r} is not array-like: {exc}", tensor=check.name
+        ) from exc
     if check.dtype is not None and arr.dtype != check.dtype:
         converted = arr.astype(check.dtype)
         if arr.dtype.kind in "biuf" and np.array_equal(converted, arr, equal_nan=arr.dtype.kind == "f"):

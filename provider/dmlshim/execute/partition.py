@@ -100,14 +100,14 @@ def nested_gather_scatter(nodes: Sequence[onnx.NodeProto], names: Sequence[str])
 
     def walk(graph: onnx.GraphProto, prefix: str, owner: str, owner_op: str) -> None:
         inner_names = display_names(graph.node)
-        for inner, inner_name in zip(graph.node, inner_names):
+        for inner, inner_name in zip(graph.node, inner_names, strict=False):
             path = f"{prefix}/{inner_name}"
             if is_gather_scatter(inner):
                 found.append(NestedNode(path, inner, owner, owner_op))
             for attr_name, g in subgraphs(inner):
                 walk(g, f"{path}/{attr_name}", owner, owner_op)
 
-    for node, name in zip(nodes, names):
+    for node, name in zip(nodes, names, strict=False):
         for attr_name, g in subgraphs(node):
             walk(g, f"{name}/{attr_name}", name, node.op_type)
     return found
@@ -284,9 +284,7 @@ def partition_graph(
                 # A graph input with an initializer is a default the caller may override: feed it.
                 (inits if name in const_names and name not in graph_inputs else inputs).append(name)
         outputs = [
-            name
-            for name in produced
-            if name in graph_outputs or any(c != k for c in consumers.get(name, ()))
+            name for name in produced if name in graph_outputs or any(c != k for c in consumers.get(name, ()))
         ]
         steps.append(CpuSegment(seg_count, tuple(item), tuple(inputs), tuple(inits), tuple(outputs)))
         seg_count += 1

@@ -120,7 +120,9 @@ class _CpuStep:
 
     __slots__ = ("inputs", "label", "outputs", "session")
 
-    def __init__(self, session: ort.InferenceSession, inputs: Sequence[str], outputs: Sequence[str], label: str):
+    def __init__(
+        self, session: ort.InferenceSession, inputs: Sequence[str], outputs: Sequence[str], label: str
+    ):
         self.session = session
         self.inputs = tuple(inputs)
         self.outputs = list(outputs)
@@ -132,7 +134,7 @@ class _CpuStep:
             results = self.session.run(self.outputs, feeds, state.run_options)
         except ORT_ERRORS as exc:
             raise BadInputError(f"onnxruntime failed in {self.label}: {exc}") from exc
-        for name, value in zip(self.outputs, results):
+        for name, value in zip(self.outputs, results, strict=False):
             values[name] = value
 
 
@@ -253,7 +255,7 @@ class _EmulatedStep:
             state.records[self.slot] = clean
 
     def _run_on_cpu(self, arrays: Sequence[np.ndarray | None], state: _RunState) -> np.ndarray:
-        present = [(n, a) for n, a in zip(self.inputs, arrays) if a is not None]
+        present = [(n, a) for n, a in zip(self.inputs, arrays, strict=False) if a is not None]
         key = tuple((a.dtype, a.ndim) for _, a in present)
         session = self._fallback_sessions.get(key)
         if session is None:
@@ -273,10 +275,14 @@ def _single_node_model(
     model: onnx.ModelProto, node: onnx.NodeProto, inputs: Sequence[tuple[str, np.ndarray]]
 ) -> onnx.ModelProto:
     graph_inputs = [
-        helper.make_tensor_value_info(name, _elem_type_of(arr.dtype), [None] * arr.ndim) for name, arr in inputs
+        helper.make_tensor_value_info(name, _elem_type_of(arr.dtype), [None] * arr.ndim)
+        for name, arr in inputs
     ]
     graph = helper.make_graph(
-        [node], f"{node.op_type}_single", graph_inputs, [onnx.ValueInfoProto(name=o) for o in node.output if o]
+        [node],
+        f"{node.op_type}_single",
+        graph_inputs,
+        [onnx.ValueInfoProto(name=o) for o in node.output if o],
     )
     return helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=SEGMENT_IR_VERSION)
 
@@ -364,7 +370,9 @@ class PartitionedEngine:
 
     name = "partitioned"
 
-    def __init__(self, model: onnx.ModelProto, config: EngineConfig, *, ort_cpu_preference: bool = True) -> None:
+    def __init__(
+        self, model: onnx.ModelProto, config: EngineConfig, *, ort_cpu_preference: bool = True
+    ) -> None:
         self.config = config
         self._fl_name = config.feature_level.dml_name
         graph = model.graph
@@ -438,9 +446,9 @@ class PartitionedEngine:
                 )
 
         if ort_cpu_preference and candidates:
-            small = {
-                t.name for t in graph.initializer if int(np.prod(t.dims, dtype=np.int64)) <= 100
-            } | {n for n, t in constants.items() if int(np.prod(t.dims, dtype=np.int64)) <= 100}
+            small = {t.name for t in graph.initializer if int(np.prod(t.dims, dtype=np.int64)) <= 100} | {
+                n for n, t in constants.items() if int(np.prod(t.dims, dtype=np.int64)) <= 100
+            }
             elem_types = {n: info.elem_type for n, info in infos.items()}
             for i in sorted(cpu_preferred_nodes(graph, on_cpu, elem_types, small) & set(candidates)):
                 _, t, _ = candidates.pop(i)
@@ -478,7 +486,9 @@ class PartitionedEngine:
         if not candidates:
             # Nothing to emulate: the model runs as it is, in one onnxruntime session.
             session = _session(model, config.sess_options, "the model")
-            self._steps.append(_CpuStep(session, [n for n in graph_inputs], [o.name for o in graph.output], "the model"))
+            self._steps.append(
+                _CpuStep(session, [n for n in graph_inputs], [o.name for o in graph.output], "the model")
+            )
             self._default_feeds = {
                 t.name: numpy_helper.to_array(t) for t in graph.initializer if t.name in set(graph_inputs)
             }
@@ -494,7 +504,11 @@ class PartitionedEngine:
         init_protos = {t.name: t for t in graph.initializer}
         init_protos.update(constants)
         emulated_reads = {
-            n for step in partition.steps if isinstance(step, EmulatedNode) for n in nodes[step.node].input if n
+            n
+            for step in partition.steps
+            if isinstance(step, EmulatedNode)
+            for n in nodes[step.node].input
+            if n
         }
         graph_outputs = {o.name for o in graph.output}
         overridable = init_names & set(graph_inputs)
@@ -509,7 +523,9 @@ class PartitionedEngine:
                     logger.debug("CPU segment %d produces nothing used later; skipped", step.index)
                     continue
                 seg_model = _segment_model(model, step, types, init_protos)
-                label = f"CPU partition {segments} (nodes {names[step.nodes[0]]!r}..{names[step.nodes[-1]]!r})"
+                label = (
+                    f"CPU partition {segments} (nodes {names[step.nodes[0]]!r}..{names[step.nodes[-1]]!r})"
+                )
                 session = _session(seg_model, config.sess_options, label)
                 self._steps.append(_CpuStep(session, step.inputs, step.outputs, label))
                 segments += 1
@@ -574,7 +590,8 @@ class PartitionedEngine:
             for run_step in self._steps:
                 run_step(values, state)
             results = [
-                np.array(values[n], copy=True) if n in self._copy_on_output else values[n] for n in output_names
+                np.array(values[n], copy=True) if n in self._copy_on_output else values[n]
+                for n in output_names
             ]
         record = RunRecord(
             engine=self.name,

@@ -131,9 +131,7 @@ def _parse_index_mode(value: IndexMode | str) -> IndexMode:
     try:
         return IndexMode(value)
     except ValueError:
-        raise BadInputError(
-            f"index_mode must be 'error' or 'clamp', not {value!r}", value=value
-        ) from None
+        raise BadInputError(f"index_mode must be 'error' or 'clamp', not {value!r}", value=value) from None
 
 
 class InferenceSession:
