@@ -1,4 +1,5 @@
-"""Every shipped model in onnx_models/ through dmlshim.InferenceSession, bit for bit against onnxruntime CPU."""
+"""Every shipped model in onnx_models/ through dmlshim.InferenceSession, bit for bit against
+onnxruntime CPU."""
 
 from __future__ import annotations
 

@@ -78,7 +78,7 @@ class DmlShimBackendRep(BackendRep):
         """The record of the latest ``run``: which nodes ran as DirectML operators, which fell back."""
         return self.session.last_run_record
 
-    def run(self, inputs: Any, **kwargs: Any) -> list[np.ndarray]:
+    def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
         """Run the model.
 
         Args:
@@ -87,7 +87,8 @@ class DmlShimBackendRep(BackendRep):
             **kwargs: ignored (onnx's API passes backend-specific options here).
 
         Returns:
-            Every graph output, in graph order, with onnxruntime-exact dtypes.
+            Every graph output, in graph order, with onnxruntime-exact dtypes (a tuple, as onnx's
+            ``BackendRep`` declares).
         """
         if kwargs:
             logger.debug("BackendRep.run: ignoring options %s", sorted(kwargs))
@@ -104,7 +105,7 @@ class DmlShimBackendRep(BackendRep):
                     value=len(values),
                 )
             feeds = dict(zip(self._input_names, values, strict=False))
-        return self.session.run(None, feeds)
+        return tuple(self.session.run(None, feeds))
 
 
 class DmlShimBackend(Backend):
@@ -142,7 +143,7 @@ class DmlShimBackend(Backend):
     @classmethod
     def run_model(
         cls, model: onnx.ModelProto, inputs: Any, device: str = "CPU", **kwargs: Any
-    ) -> list[np.ndarray]:
+    ) -> tuple[np.ndarray, ...]:
         """Prepare and run a model once."""
         return cls.prepare(model, device, **kwargs).run(inputs)
 
@@ -154,7 +155,7 @@ class DmlShimBackend(Backend):
         device: str = "CPU",
         outputs_info: Sequence[tuple[Any, Any]] | None = None,
         **kwargs: Any,
-    ) -> list[np.ndarray]:
+    ) -> tuple[np.ndarray, ...]:
         """Run one node by wrapping it in a one-node model.
 
         Args:

@@ -128,7 +128,8 @@ def _summary_text(
     emulated = len(record.emulated)
     lines = [
         f"model: {model}",
-        f"engine: {record.engine}, {record.feature_level}, {record.cpu_partitions} onnxruntime CPU partition(s)",
+        f"engine: {record.engine}, {record.feature_level}, "
+        f"{record.cpu_partitions} onnxruntime CPU partition(s)",
         f"gather/scatter nodes: {len(record.nodes)} ({emulated} ran as DirectML operators, "
         f"{len(record.nodes) - emulated} on onnxruntime CPU)",
         "",

@@ -6,6 +6,7 @@ DirectML names used wherever data leaves the program (JSON, reports, binding nam
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -15,9 +16,15 @@ from .enums import OperatorType
 from .tensor import BufferTensorDesc
 
 
+@functools.lru_cache(maxsize=64)
 def snake_case(dml_field: str) -> str:
     """``InputDimensionCount`` -> ``input_dimension_count``."""
     return re.sub(r"(?<!^)(?=[A-Z])", "_", dml_field).lower()
+
+
+@functools.lru_cache(maxsize=32)
+def _attr_names(fields: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    return tuple((name, snake_case(name)) for name in fields)
 
 
 @dataclass(frozen=True)
@@ -33,11 +40,11 @@ class _OperatorDescBase:
 
     def tensors(self) -> dict[str, BufferTensorDesc]:
         """Tensor fields by DirectML name, in struct order (``InputTensor``, ..., ``OutputTensor``)."""
-        return {name: getattr(self, snake_case(name)) for name in self.TENSOR_FIELDS}
+        return {name: getattr(self, attr) for name, attr in _attr_names(self.TENSOR_FIELDS)}
 
     def uints(self) -> dict[str, int]:
         """UINT fields by DirectML name, in struct order."""
-        return {name: int(getattr(self, snake_case(name))) for name in self.UINT_FIELDS}
+        return {name: int(getattr(self, attr)) for name, attr in _attr_names(self.UINT_FIELDS)}
 
     @classmethod
     def from_fields(

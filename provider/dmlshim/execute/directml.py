@@ -25,7 +25,7 @@ DML_EP = "DmlExecutionProvider"
 MIN_DEVICE_FEATURE_LEVEL = FeatureLevel.FL_5_0
 """onnxruntime's DirectML provider creates its device at this level or above."""
 
-REASON_REAL_PLACEMENT = "ort_assignment"
+_ASSIGNMENT_ERRORS: tuple[type[BaseException], ...] = (AttributeError, *ORT_ERRORS)
 
 
 def dml_available() -> bool:
@@ -87,7 +87,7 @@ class DirectMLEngine:
             for sub in self._session.get_provider_graph_assignment_info():
                 for node in sub.get_nodes():
                     assigned[node.name] = sub.ep_name
-        except (*ORT_ERRORS, AttributeError) as exc:
+        except _ASSIGNMENT_ERRORS as exc:
             logger.debug("no graph assignment info from onnxruntime: %s", exc)
         records = []
         for t in translate_model(model, self.config.feature_level).nodes:

@@ -7,7 +7,7 @@ import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import IO, Any, BinaryIO
 
 import numpy as np
 import onnx
@@ -179,7 +179,8 @@ class FeedValidator:
         arr = value if isinstance(value, np.ndarray) else _as_array(check, value)
         if check.dtype is not None and arr.dtype != check.dtype:
             raise BadInputError(
-                f"input {check.name!r} expects {check.type} (numpy {check.dtype}) but the feed is {arr.dtype}",
+                f"input {check.name!r} expects {check.type} (numpy {check.dtype}) "
+                f"but the feed is {arr.dtype}",
                 tensor=check.name,
                 value=str(arr.dtype),
                 rule="feed dtype must equal the graph input's element type",
@@ -196,8 +197,8 @@ class FeedValidator:
             for axis, (want, got) in enumerate(zip(check.shape, arr.shape, strict=False)):
                 if isinstance(want, int) and want != got:
                     raise BadInputError(
-                        f"input {check.name!r} expects shape {_fmt_shape(check.shape)} but the feed has shape "
-                        f"{tuple(arr.shape)} (dimension {axis} must be {want})",
+                        f"input {check.name!r} expects shape {_fmt_shape(check.shape)} but the feed "
+                        f"has shape {tuple(arr.shape)} (dimension {axis} must be {want})",
                         tensor=check.name,
                         value=tuple(arr.shape),
                         rule="static dimensions of a graph input must match the feed",
@@ -267,7 +268,7 @@ def load_npz(path: str | Path | BinaryIO) -> dict[str, np.ndarray]:
     return out
 
 
-def save_npz(target: BinaryIO, arrays: Mapping[str, np.ndarray]) -> None:
+def save_npz(target: IO[bytes], arrays: Mapping[str, np.ndarray]) -> None:
     """Write arrays in ``numpy.savez``'s format (one ``NAME.npy`` member each), without pickles.
 
     Written member by member rather than through ``numpy.savez(**arrays)`` so that output names such as

@@ -206,8 +206,8 @@ def partition_graph(
             src = producer.get(name)
             if src is None:
                 raise BadModelError(
-                    f"node {nodes[i].name or nodes[i].op_type!r} reads {name!r}, which no node, graph input or "
-                    "initializer provides",
+                    f"node {nodes[i].name or nodes[i].op_type!r} reads {name!r}, which no node, "
+                    "graph input or initializer provides",
                     node=nodes[i].name or None,
                     op_type=nodes[i].op_type,
                     tensor=name,

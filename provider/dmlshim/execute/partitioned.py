@@ -268,7 +268,7 @@ class _EmulatedStep:
             raise BadInputError(
                 f"onnxruntime failed: {exc}", node=self.name, op_type=self.node.op_type
             ) from exc
-        return out  # type: ignore[no-any-return]
+        return out
 
 
 def _single_node_model(
@@ -384,7 +384,8 @@ class PartitionedEngine:
             for p in config.providers
         ):
             logger.warning(
-                "the partitioned engine runs non-emulated nodes on CPUExecutionProvider; providers %s ignored",
+                "the partitioned engine runs non-emulated nodes on CPUExecutionProvider; "
+                "providers %s ignored",
                 list(config.providers),
             )
 
@@ -437,9 +438,10 @@ class PartitionedEngine:
                         reasons=(
                             (
                                 REASON_NOT_EMULATED,
-                                f"inside the {nested.owner_op} node {nested.owner!r}: the partitioned engine "
-                                "runs control flow in onnxruntime as a whole, so this node ran on onnxruntime's "
-                                "CPU provider (the custom-op engine can emulate nodes inside subgraphs)",
+                                f"inside the {nested.owner_op} node {nested.owner!r}: the partitioned "
+                                "engine runs control flow in onnxruntime as a whole, so this node ran on "
+                                "onnxruntime's CPU provider (the custom-op engine can emulate nodes inside "
+                                "subgraphs)",
                             ),
                         ),
                     )

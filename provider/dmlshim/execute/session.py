@@ -77,8 +77,8 @@ def _load_external_data(proto: onnx.ModelProto, path: Path) -> None:
         target = (base / info.location).resolve()
         if Path(info.location).is_absolute() or not target.is_relative_to(base):
             raise BadModelError(
-                f"initializer {t.name!r} points at external data {info.location!r} outside the model's folder; "
-                "refusing to read it",
+                f"initializer {t.name!r} points at external data {info.location!r} outside the model's "
+                "folder; refusing to read it",
                 path=str(path),
                 tensor=t.name,
                 value=info.location,
