@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -61,12 +62,12 @@ class BufferTensorDesc:
         """DimensionCount: the length of Sizes."""
         return len(self.sizes)
 
-    @property
+    @functools.cached_property
     def element_count(self) -> int:
         """Number of logical elements (product of Sizes)."""
         return math.prod(self.sizes)
 
-    @property
+    @functools.cached_property
     def packed_strides(self) -> tuple[int, ...]:
         """Row-major strides in elements, as DirectML assumes when Strides is null."""
         out: list[int] = []
@@ -76,12 +77,12 @@ class BufferTensorDesc:
             acc *= s
         return tuple(reversed(out))
 
-    @property
+    @functools.cached_property
     def effective_strides(self) -> tuple[int, ...]:
         """Strides if given, packed strides otherwise."""
         return self.strides if self.strides is not None else self.packed_strides
 
-    @property
+    @functools.cached_property
     def is_packed(self) -> bool:
         """True when Strides is null or equal to the packed strides (size-1 dims ignored)."""
         if self.strides is None:
@@ -91,7 +92,7 @@ class BufferTensorDesc:
             for st, p, sz in zip(self.strides, self.packed_strides, self.sizes, strict=False)
         )
 
-    @property
+    @functools.cached_property
     def buffer_element_count(self) -> int:
         """Elements the bound buffer must hold: the span Strides reach, or product(Sizes) if packed."""
         if self.strides is None:
