@@ -127,7 +127,7 @@ def gen_case(rng: np.random.Generator, op: str, rank: int | None = None, dtype: 
         else:
             idx_shape[a] = int(rng.integers(1, n + 1))
             # distinct targets along the axis for every other position: no duplicate writes
-            keys = rng.random((*tuple(idx_shape[:a]), n, *tuple(idx_shape[a + 1:])))
+            keys = rng.random((*tuple(idx_shape[:a]), n, *tuple(idx_shape[a + 1 :])))
             values = np.argsort(keys, axis=a).take(np.arange(idx_shape[a]), axis=a)
         idx = _signed(rng, values, n, negative).astype(index_dtype)
         inputs = {"data": _data(rng, shape, dtype), "indices": idx}
@@ -176,7 +176,7 @@ def sample_cases(seed: int, per_op: int) -> Iterator[Case]:
             yield gen_case(rng, op, rank, dtype)
 
 
-CASES = list(sample_cases(20261122, 40))
+CASES = list(sample_cases(20261122, 80))
 
 
 def assert_same(actual: np.ndarray, expected: np.ndarray) -> None:
@@ -190,8 +190,9 @@ def assert_same(actual: np.ndarray, expected: np.ndarray) -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=[f"{c.op}-{i}" for i, c in enumerate(CASES)])
 def test_translate_and_run_matches_onnxruntime(case: Case) -> None:
-    expected = ort_node(case.op, case.inputs, case.attrs, case.opset)
     reduction = case.attrs.get("reduction", "none")
+    # A reduction always falls back: no oracle needed (onnxruntime rejects e.g. bool with min).
+    expected = ort_node(case.op, case.inputs, case.attrs, case.opset) if reduction == "none" else None
     ran = 0
     for fl in LEVELS:
         t = case.translate(fl)
@@ -206,6 +207,7 @@ def test_translate_and_run_matches_onnxruntime(case: Case) -> None:
         assert t.operator is not None
         check(t.operator, fl)
         result = run_translation(t, list(case.inputs.values()))
+        assert expected is not None
         assert_same(result.output, expected)
         ran += 1
     if reduction == "none":
@@ -240,8 +242,11 @@ def ep_expectation(case: Case) -> tuple[OperatorType, dict[str, tuple[int, ...]]
         out = s[:a] + i + s[a + 1 :]
         d = max(r, q, r + q - 1)
         sizes = {"InputTensor": s, "IndicesTensor": i, "OutputTensor": out}
-        return OperatorType.GATHER, {k: _aligned(v, d) for k, v in sizes.items()}, {
-            "Axis": a + d - r, "IndexDimensions": q}
+        return (
+            OperatorType.GATHER,
+            {k: _aligned(v, d) for k, v in sizes.items()},
+            {"Axis": a + d - r, "IndexDimensions": q},
+        )
     if case.op == "GatherElements":
         sizes = {"InputTensor": s, "IndicesTensor": i, "OutputTensor": i}
         return OperatorType.GATHER_ELEMENTS, sizes, {"Axis": case.attrs["axis"] % r}
@@ -250,18 +255,27 @@ def ep_expectation(case: Case) -> tuple[OperatorType, dict[str, tuple[int, ...]]
         out = i[:-1] + s[b + i[-1] :]
         d = max(r, q, len(out))
         sizes = {"InputTensor": s, "IndicesTensor": i, "OutputTensor": out}
-        return OperatorType.GATHER_ND1, {k: _aligned(v, d) for k, v in sizes.items()}, {
-            "InputDimensionCount": r, "IndicesDimensionCount": q, "BatchDimensionCount": b}
+        return (
+            OperatorType.GATHER_ND1,
+            {k: _aligned(v, d) for k, v in sizes.items()},
+            {"InputDimensionCount": r, "IndicesDimensionCount": q, "BatchDimensionCount": b},
+        )
     upd = case.inputs["updates"].shape
     if case.op == "ScatterND":
         d = max(r, q, len(upd))
         sizes = {"InputTensor": s, "IndicesTensor": i, "UpdatesTensor": upd, "OutputTensor": s}
-        return OperatorType.SCATTER_ND, {k: _aligned(v, d) for k, v in sizes.items()}, {
-            "InputDimensionCount": r, "IndicesDimensionCount": q}
+        return (
+            OperatorType.SCATTER_ND,
+            {k: _aligned(v, d) for k, v in sizes.items()},
+            {"InputDimensionCount": r, "IndicesDimensionCount": q},
+        )
     d = max(r, 4)
     sizes = {"InputTensor": s, "IndicesTensor": i, "UpdatesTensor": upd, "OutputTensor": s}
-    return OperatorType.SCATTER_ELEMENTS, {k: _aligned(v, d) for k, v in sizes.items()}, {
-        "Axis": case.attrs["axis"] % r + d - r}
+    return (
+        OperatorType.SCATTER_ELEMENTS,
+        {k: _aligned(v, d) for k, v in sizes.items()},
+        {"Axis": case.attrs["axis"] % r + d - r},
+    )
 
 
 def _ep_comparable(case: Case) -> bool:
@@ -316,7 +330,8 @@ def test_gather_nd_r3_q2_batch1_facts_example() -> None:
     assert t.operator is not None
     assert t.operator.operator_type is OperatorType.GATHER_ND1
     # out = indices.shape[:-1] + data.shape[1 + 1:] = (2, 4): D = max(3, 2, 2) = 3
-    assert t.operator.uints() == {"InputDimensionCount": 3, "IndicesDimensionCount": 2, "BatchDimensionCount": 1}
+    counts = {"InputDimensionCount": 3, "IndicesDimensionCount": 2, "BatchDimensionCount": 1}
+    assert t.operator.uints() == counts
     assert [x.sizes for x in t.operator.tensors().values()] == [(2, 3, 4), (1, 2, 1), (1, 2, 4)]
     assert t.min_feature_level is FL.FL_3_0
     assert_same(run_translation(t, [data, idx]).output, ort_node("GatherND", case.inputs, case.attrs, 13))

@@ -58,8 +58,9 @@ def test_opset_18_reduction_none_is_dml_but_ep_runs_it_on_cpu(op: str) -> None:
     assert t16.status is Status.DML and t16.ort_placement == DML_PROVIDER and not t16.reasons
 
 
-@pytest.mark.parametrize("elem", [TensorProto.BFLOAT16, TensorProto.STRING, TensorProto.COMPLEX64,
-                                  TensorProto.FLOAT8E4M3FN])
+@pytest.mark.parametrize(
+    "elem", [TensorProto.BFLOAT16, TensorProto.STRING, TensorProto.COMPLEX64, TensorProto.FLOAT8E4M3FN]
+)
 def test_types_directml_cannot_hold_fall_back(elem: int) -> None:
     t = translate_node(node("Gather", axis=0), 13, [info((4, 3), elem), info((2,), I64)])
     assert t.status is Status.FALLBACK
@@ -105,7 +106,8 @@ def test_unknown_op_and_opset_below_every_converter_are_flagged() -> None:
 def test_model_opset_resolves_to_since_version() -> None:
     t = translate_node(node("Gather", axis=-1), 10, [info((4, 3)), info((2,), I64)])
     assert t.since_version == 1 and t.status is Status.DML
-    assert translate_node(node("ScatterND", 3), 17, [info((4,)), info((1, 1), I64), info((1,))]).since_version == 16
+    t = translate_node(node("ScatterND", 3), 17, [info((4,)), info((1, 1), I64), info((1,))])
+    assert t.since_version == 16
 
 
 @pytest.mark.parametrize(
@@ -117,7 +119,11 @@ def test_model_opset_resolves_to_since_version() -> None:
         (node("GatherND", batch_dims=2), [info((4, 3)), info((4, 1), I64)], "ATTRIBUTE_INVALID"),
         (node("GatherND"), [info((4, 3)), info((2, 3), I64)], "INDICES_SHAPE_INVALID"),
         (node("GatherElements"), [info((4, 3)), info((4,), I64)], "INDICES_SHAPE_INVALID"),
-        (node("ScatterElements", 3), [info((4, 3)), info((2, 3), I64), info((2, 2))], "UPDATES_SHAPE_INVALID"),
+        (
+            node("ScatterElements", 3),
+            [info((4, 3)), info((2, 3), I64), info((2, 2))],
+            "UPDATES_SHAPE_INVALID",
+        ),
         (node("ScatterND", 3), [info((4, 3)), info((2, 1), I64), info((2, 4))], "UPDATES_SHAPE_INVALID"),
         (node("Gather", 1), [info((4, 3))], "INPUT_MISSING"),
     ],
@@ -172,7 +178,8 @@ def test_lower_levels_merge_to_four_dims_with_uint32_indices() -> None:
     assert [s.kind for s in t.host_steps] == [HostStepKind.NORMALIZE_INDICES]
     result = run_translation(t, [data, idx])
     assert result.host_steps_applied == (HostStepKind.NORMALIZE_INDICES,)
-    np.testing.assert_array_equal(result.output, ort_node("Gather", {"data": data, "indices": idx}, {"axis": 2}))
+    expected = ort_node("Gather", {"data": data, "indices": idx}, {"axis": 2})
+    np.testing.assert_array_equal(result.output, expected)
 
 
 def test_out_of_range_index_raises_at_every_level() -> None:
@@ -215,8 +222,9 @@ def test_indices_smaller_than_data_use_a_strided_window() -> None:
     expected = ort_node("GatherElements", {"data": data, "indices": idx}, {"axis": 0})
     np.testing.assert_array_equal(run_translation(g, [data, idx]).output, expected)
 
-    s = translate_node(node("ScatterElements", 3, axis=0), 13,
-                       [info(data.shape), info(idx.shape, I64), info(upd.shape)])
+    s = translate_node(
+        node("ScatterElements", 3, axis=0), 13, [info(data.shape), info(idx.shape, I64), info(upd.shape)]
+    )
     assert s.status is Status.DML
     assert s.output is not None and s.output.host_steps[0].kind is HostStepKind.WRITE_BACK_WINDOW
     expected = ort_node("ScatterElements", {"data": data, "indices": idx, "updates": upd}, {"axis": 0})
@@ -250,3 +258,28 @@ def test_support_table_renders_every_row() -> None:
     for row in SUPPORT_TABLE:
         assert f"| {row.op_type} | {row.since_version} |" in text
     assert "DML_OPERATOR_GATHER_ND1" in text and "CPU (not registered)" in text
+
+
+@pytest.mark.parametrize("op", ["GatherND", "ScatterND"])
+def test_uint32_pairs_beyond_8_dims_merge_at_3_0(op: str) -> None:
+    rng = np.random.default_rng(5)
+    data = rng.integers(-(2**60), 2**60, (2, 3, 2, 2, 1, 2, 2, 2)).astype(np.int64)
+    if op == "GatherND":
+        idx = np.stack([rng.integers(0, 2, (2, 3, 4)), rng.integers(-2, 2, (2, 3, 4))], -1).astype(np.int64)
+        inputs = {"data": data, "indices": idx}
+        attrs: dict[str, object] = {"batch_dims": 2}
+    else:
+        idx = np.array([[1, 2, 0], [0, -1, 1]], dtype=np.int64)
+        inputs = {
+            "data": data,
+            "indices": idx,
+            "updates": rng.integers(0, 9, (2, 2, 1, 2, 2, 2)).astype(np.int64),
+        }
+        attrs = {}
+    n = helper.make_node(op, list(inputs), ["out"], **attrs)
+    infos = [info(a.shape, I64) for a in inputs.values()]
+    t = translate_node(n, 13, infos, FL.FL_3_0)
+    assert t.status is Status.DML and t.layout is Layout.MERGED
+    assert t.inputs[0].reinterpret is Reinterpret.UINT32_PAIRS
+    expected = ort_node(op, inputs, attrs)
+    np.testing.assert_array_equal(run_translation(t, list(inputs.values())).output, expected)

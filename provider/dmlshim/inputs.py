@@ -160,10 +160,23 @@ def resolve_input_shapes(
             or an input is not a tensor.
     """
     given = dict(input_shapes or {})
+    inputs = _graph_inputs(model)
+    known = {vi.name for vi in inputs} | {
+        d.dim_param for vi in inputs for d in vi.type.tensor_type.shape.dim if d.HasField("dim_param")
+    }
+    unknown = sorted(set(given) - known)
+    if unknown:
+        raise BadInputError(
+            f"input shapes given for {', '.join(map(repr, unknown))}, which is neither a graph input nor a "
+            f"symbolic dimension (known: {', '.join(sorted(known)) or 'none'})",
+            value=unknown,
+        )
     shapes: dict[str, tuple[int, ...]] = {}
-    for vi in _graph_inputs(model):
+    for vi in inputs:
         if vi.type.WhichOneof("value") != "tensor_type":
-            raise BadInputError(f"graph input {vi.name!r} is not a tensor: cannot generate it", tensor=vi.name)
+            raise BadInputError(
+                f"graph input {vi.name!r} is not a tensor: cannot generate it", tensor=vi.name
+            )
         tt = vi.type.tensor_type
         declared = list(tt.shape.dim) if tt.HasField("shape") else None
         if vi.name in given:
@@ -296,7 +309,7 @@ def _attr(node: onnx.NodeProto, name: str, default: object) -> object:
 def _node_requirement(
     node: onnx.NodeProto, shapes: Mapping[str, tuple[int | None, ...]]
 ) -> tuple[int, bool, str, int, tuple[int, ...]] | None:
-    """(bound, unique, structure, axis, tuple_dims) of a node's indices, or None if the data shape is unknown."""
+    """(bound, unique, structure, axis, tuple_dims) of a node's indices; None if data's shape is unknown."""
     data = shapes.get(node.input[0]) if node.input else None
     indices = shapes.get(node.input[1]) if len(node.input) > 1 else None
     if data is None or not data:
@@ -472,7 +485,9 @@ def _draw_indices(spec: InputSpec, rng: np.random.Generator, negative: bool) -> 
         moved = list(shape)
         n = moved.pop(axis)
         if n > high - low:
-            logger.warning("input %r: %d indices per line but only %d targets: repeats", spec.name, n, high - low)
+            logger.warning(
+                "input %r: %d indices per line but only %d targets: repeats", spec.name, n, high - low
+            )
             values = rng.integers(low, high, size=shape)
         else:
             lines = [rng.permutation(high - low)[:n] + low for _ in range(math.prod(moved))]

@@ -80,7 +80,11 @@ class Mismatch:
     onnxruntime: Any
 
     def to_json(self) -> dict[str, Any]:
-        return {"index": list(self.index), "dmlshim": _scalar(self.dmlshim), "onnxruntime": _scalar(self.onnxruntime)}
+        return {
+            "index": list(self.index),
+            "dmlshim": _scalar(self.dmlshim),
+            "onnxruntime": _scalar(self.onnxruntime),
+        }
 
 
 @dataclass(frozen=True)
@@ -284,7 +288,9 @@ def _scalar(value: Any) -> Any:
     return value
 
 
-def compare_arrays(actual: np.ndarray, expected: np.ndarray, rtol: float = 0.0, atol: float = 0.0) -> Comparison:
+def compare_arrays(
+    actual: np.ndarray, expected: np.ndarray, rtol: float = 0.0, atol: float = 0.0
+) -> Comparison:
     """Compare dmlshim's array with onnxruntime's.
 
     Integer and bool arrays must be equal; floating-point arrays must satisfy
@@ -294,10 +300,16 @@ def compare_arrays(actual: np.ndarray, expected: np.ndarray, rtol: float = 0.0, 
     actual = np.asarray(actual)
     expected = np.asarray(expected)
     if actual.dtype != expected.dtype:
-        return Comparison(False, None, actual.size, None, f"dtype {actual.dtype}, onnxruntime gives {expected.dtype}")
+        return Comparison(
+            False, None, actual.size, None, f"dtype {actual.dtype}, onnxruntime gives {expected.dtype}"
+        )
     if actual.shape != expected.shape:
         return Comparison(
-            False, None, actual.size, None, f"shape {list(actual.shape)}, onnxruntime gives {list(expected.shape)}"
+            False,
+            None,
+            actual.size,
+            None,
+            f"shape {list(actual.shape)}, onnxruntime gives {list(expected.shape)}",
         )
     if actual.dtype.kind in "fc":
         close = np.isclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
@@ -317,7 +329,9 @@ def compare_arrays(actual: np.ndarray, expected: np.ndarray, rtol: float = 0.0, 
     if bool(np.all(close)):
         return Comparison(True, max_abs, 0, None)
     first = tuple(int(i) for i in np.argwhere(~close)[0]) if close.ndim else ()
-    mismatch = Mismatch(first, actual[first] if first else actual[()], expected[first] if first else expected[()])
+    mismatch = Mismatch(
+        first, actual[first] if first else actual[()], expected[first] if first else expected[()]
+    )
     return Comparison(False, max_abs, int((~close).sum()), mismatch)
 
 
@@ -358,8 +372,8 @@ def _reads(node: onnx.NodeProto) -> set[str]:
 class _Graph:
     """Dependencies between top-level nodes and the gather/scatter nodes each value depends on."""
 
-    upstream: Mapping[str, frozenset[str]]  # value -> gather/scatter node names it depends on
-    node_upstream: Mapping[str, frozenset[str]]  # gather/scatter node -> gather/scatter nodes strictly before it
+    upstream: Mapping[str, frozenset[str]]  # value -> the gather/scatter nodes it depends on
+    node_upstream: Mapping[str, frozenset[str]]  # gather/scatter node -> those strictly before it
     node_output: Mapping[str, str]  # top-level gather/scatter node -> its output value
 
 
@@ -428,7 +442,9 @@ def _warnings(nodes: Sequence[NodeValidation], level: FeatureLevel) -> list[Vali
         t = n.translation
         if t is not None and t.status.value == "error":
             codes = ", ".join(t.reason_codes) or "unknown"
-            found.append(ValidationWarning(W_TRANSLATION_ERROR, n.name, f"not translated to DirectML ({codes})"))
+            found.append(
+                ValidationWarning(W_TRANSLATION_ERROR, n.name, f"not translated to DirectML ({codes})")
+            )
         if rec is not None:
             if rec.status == "not_emulated":
                 found.append(
@@ -439,15 +455,17 @@ def _warnings(nodes: Sequence[NodeValidation], level: FeatureLevel) -> list[Vali
                     )
                 )
             elif rec.placement != PLACEMENT_DML:
-                why = "; ".join(f"{c}: {m}" for c, m in rec.reasons) or rec.status
+                # Reasons about onnxruntime's DirectML provider get their own warning below.
+                causes = [(c, m) for c, m in rec.reasons if not c.startswith("EP_")] or list(rec.reasons)
+                why = "; ".join(f"{c}: {m}" for c, m in causes) or rec.status
                 found.append(ValidationWarning(W_FALLBACK, n.name, f"ran on onnxruntime CPU: {why}"))
             if rec.duplicate_indices:
                 found.append(
                     ValidationWarning(
                         W_DUPLICATES,
                         n.name,
-                        f"{rec.duplicate_indices} scatter writes were overwritten by a later write; on DirectML "
-                        "duplicate indices are invalid and no write is guaranteed to win",
+                        f"{rec.duplicate_indices} scatter writes were overwritten by a later write; on "
+                        "DirectML duplicate indices are invalid and no write is guaranteed to win",
                     )
                 )
             if rec.negative_indices and level < FeatureLevel.FL_3_0:
@@ -460,12 +478,13 @@ def _warnings(nodes: Sequence[NodeValidation], level: FeatureLevel) -> list[Vali
                     )
                 )
         if n.ort_placement == CPU_PROVIDER:
-            why = "; ".join(r.message for r in t.reasons if r.code.startswith("EP_")) if t else ""
+            messages = [r.message for r in t.reasons if r.code.startswith("EP_")] if t else []
+            if rec is not None:
+                messages += [m for c, m in rec.reasons if c == "ort_cpu_preferred"]
+            why = "; ".join(messages)
             found.append(
                 ValidationWarning(
-                    W_EP_CPU,
-                    n.name,
-                    "onnxruntime's DirectML provider would run this node on the CPU" + (f": {why}" if why else ""),
+                    W_EP_CPU, n.name, why or "onnxruntime's DirectML provider would run this node on the CPU"
                 )
             )
         if n.output_match is False:
@@ -518,7 +537,9 @@ def validate_model(
     probed = _exposed(proto, probes)
     wanted = graph_outputs + probes
 
-    session = InferenceSession(probed, level, engine="partitioned", index_mode=index_mode, sess_options=_single_threaded())
+    session = InferenceSession(
+        probed, level, engine="partitioned", index_mode=index_mode, sess_options=_single_threaded()
+    )
     ours = session.run(wanted, feeds)
     record = session.last_run_record
     try:
@@ -536,7 +557,9 @@ def validate_model(
 
     shapes = {k: tuple(int(d) for d in np.shape(v)) for k, v in feeds.items()}
     try:
-        translation = translate_model(proto, level, {k: v for k, v in shapes.items() if k in _input_names(proto)})
+        translation = translate_model(
+            proto, level, {k: v for k, v in shapes.items() if k in _input_names(proto)}
+        )
         translations = {t.name: t for t in translation.nodes}
     except DmlShimError as exc:
         logger.warning("static translation failed (%s): node records carry the run only", exc)

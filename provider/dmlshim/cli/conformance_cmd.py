@@ -22,11 +22,16 @@ def _feature_level(text: str) -> FeatureLevel:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the options of ``dmlshim conformance``."""
     parser.add_argument(
-        "--feature-level", "-l", type=_feature_level, default=DEFAULT_FEATURE_LEVEL, metavar="L",
+        "--feature-level",
+        "-l",
+        type=_feature_level,
+        default=DEFAULT_FEATURE_LEVEL,
+        metavar="L",
         help=f"DirectML feature level to emulate, e.g. 3_0 (default {DEFAULT_FEATURE_LEVEL.short})",
     )
     parser.add_argument(
-        "--all-levels", action="store_true",
+        "--all-levels",
+        action="store_true",
         help="run at 5_0, 3_0 and 2_1 (with --markdown: the conformance/RESULTS.md document, WebNN included)",
     )
     fmt = parser.add_mutually_exclusive_group()

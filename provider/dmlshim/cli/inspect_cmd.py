@@ -28,12 +28,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the options of ``dmlshim inspect``."""
     parser.add_argument("model", metavar="MODEL", help="the .onnx file")
     parser.add_argument(
-        "--feature-level", "-l", type=_feature_level, default=DEFAULT_FEATURE_LEVEL, metavar="L",
+        "--feature-level",
+        "-l",
+        type=_feature_level,
+        default=DEFAULT_FEATURE_LEVEL,
+        metavar="L",
         help="target DML feature level: 3_0, 3.0, 0x3000 or DML_FEATURE_LEVEL_3_0 (default 5_0, what "
         "onnxruntime-directml requires)",
     )
     parser.add_argument(
-        "--input-shape", action="append", default=[], metavar="NAME=D0,D1,..",
+        "--input-shape",
+        action="append",
+        default=[],
+        metavar="NAME=D0,D1,..",
         help="concrete shape of a graph input with symbolic or unknown dims (repeatable)",
     )
     parser.add_argument("--json", action="store_true", help="print the schema_version 1 JSON document")

@@ -33,24 +33,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the options of ``dmlshim validate``."""
     parser.add_argument("model", metavar="MODEL", help="the .onnx file")
     parser.add_argument(
-        "--inputs", metavar="FILE.npz", default=None,
+        "--inputs",
+        metavar="FILE.npz",
+        default=None,
         help="feeds by input name (numpy.savez); random inputs of the right shapes and types when absent",
     )
-    parser.add_argument("--rtol", type=_tolerance, default=0.0, metavar="R",
-                        help="relative tolerance for floating-point outputs (default 0)")
-    parser.add_argument("--atol", type=_tolerance, default=0.0, metavar="A",
-                        help="absolute tolerance for floating-point outputs (default 0)")
     parser.add_argument(
-        "--feature-level", "-l", type=_feature_level, default=DEFAULT_FEATURE_LEVEL, metavar="L",
+        "--rtol",
+        type=_tolerance,
+        default=0.0,
+        metavar="R",
+        help="relative tolerance for floating-point outputs (default 0)",
+    )
+    parser.add_argument(
+        "--atol",
+        type=_tolerance,
+        default=0.0,
+        metavar="A",
+        help="absolute tolerance for floating-point outputs (default 0)",
+    )
+    parser.add_argument(
+        "--feature-level",
+        "-l",
+        type=_feature_level,
+        default=DEFAULT_FEATURE_LEVEL,
+        metavar="L",
         help=f"DirectML feature level to emulate, e.g. 3_0 (default {DEFAULT_FEATURE_LEVEL.short})",
     )
     parser.add_argument(
-        "--input-shape", action="append", default=[], metavar="NAME=D0,D1,..",
+        "--input-shape",
+        action="append",
+        default=[],
+        metavar="NAME=D0,D1,..",
         help="shape of a graph input for random inputs, or NAME=N for a symbolic dimension (repeatable)",
     )
     parser.add_argument("--seed", type=int, default=0, metavar="N", help="seed of random inputs (default 0)")
     parser.add_argument(
-        "--clamp-indices", action="store_true",
+        "--clamp-indices",
+        action="store_true",
         help="clamp out-of-range indices in dmlshim instead of failing (onnxruntime still fails on them)",
     )
     parser.add_argument("--json", action="store_true", help="print the schema_version 1 JSON document")

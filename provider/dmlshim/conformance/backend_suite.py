@@ -174,7 +174,7 @@ class SuiteResult:
 
 
 def _count(cases: Any) -> dict[str, int]:
-    counts = dict.fromkeys(STATUSES, 0)
+    counts: dict[str, int] = dict.fromkeys(STATUSES, 0)
     for case in cases:
         counts[case.status] += 1
     return counts
@@ -290,7 +290,9 @@ def _dml_notes(case: BackendCase, level: FeatureLevel) -> str:
         return f"(translation not inspected: {exc})"
     steps = sorted({s.kind.value for n in translation.nodes for s in n.host_steps})
     notes = sorted({r.code for n in translation.nodes if n.ok for r in n.reasons})
-    layouts = sorted({n.layout.value for n in translation.nodes if n.layout is not None and n.layout.value != "ep"})
+    layouts = sorted(
+        {n.layout.value for n in translation.nodes if n.layout is not None and n.layout.value != "ep"}
+    )
     parts = []
     if layouts:
         parts.append("layout: " + ", ".join(layouts))
@@ -324,7 +326,9 @@ def run_case(case: BackendCase, feature_level: FeatureLevel) -> CaseOutcome:
         return CaseOutcome(case.name, case.op_type, case.opset, status, reason, case.in_scope, operators)
 
     try:
-        rep = backend.prepare(case.model, device="CPU", feature_level=feature_level, sess_options=_sess_options())
+        rep = backend.prepare(
+            case.model, device="CPU", feature_level=feature_level, sess_options=_sess_options()
+        )
         actual = rep.run(list(case.inputs))
     except (DmlShimError, RuntimeError, ValueError) as exc:
         logger.debug("%s at %s raised", case.name, feature_level.short, exc_info=True)

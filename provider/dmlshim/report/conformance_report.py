@@ -98,7 +98,9 @@ def status_matrix_markdown(results: Mapping[FeatureLevel, SuiteResult]) -> str:
     ]
     by_level = {level: {c.name: c for c in results[level].cases} for level in levels}
     for case in first.cases:
-        cells = [by_level[level][case.name].status if case.name in by_level[level] else "-" for level in levels]
+        cells = [
+            by_level[level][case.name].status if case.name in by_level[level] else "-" for level in levels
+        ]
         lines.append(f"| `{case.name}` | {case.op_type} | {case.opset} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -161,7 +163,10 @@ def webnn_totals() -> dict[str, dict[str, int]] | None:
     from ..kernels import IndexMode
 
     try:
-        return {mode.value: dict(webnn.totals(webnn.run_all(mode))) for mode in (IndexMode.ERROR, IndexMode.CLAMP)}
+        return {
+            mode.value: {str(k): v for k, v in webnn.totals(webnn.run_all(mode)).items()}
+            for mode in (IndexMode.ERROR, IndexMode.CLAMP)
+        }
     except webnn.WebnnCasesFileError as exc:
         logger.info("WebNN cases not run: %s", exc)
         return None

@@ -34,10 +34,13 @@ def next_command(
     level = mt.feature_level.short
     codes = {code for n in mt.nodes for code in n.reason_codes}
     if "SHAPE_UNKNOWN" in codes:
-        args = " ".join(
-            f"--input-shape {name}={','.join(str(d) if isinstance(d, int) else 'N' for d in dims)}"
-            for name, dims in (symbolic_inputs or {}).items()
-        ) or "--input-shape NAME=D0,D1,.."
+        args = (
+            " ".join(
+                f"--input-shape {name}={','.join(str(d) if isinstance(d, int) else 'N' for d in dims)}"
+                for name, dims in (symbolic_inputs or {}).items()
+            )
+            or "--input-shape NAME=D0,D1,.."
+        )
         return f"dmlshim inspect {model_path} {args}"
     npz = inputs_path or "INPUTS.npz"
     if not mt.nodes:
@@ -96,11 +99,17 @@ def render_text(
     if mt.nodes:
         rows = [["NODE", "OP", "SINCE", "STATUS", "DML OPERATOR", "MIN FL", "ORT EP"]]
         for n in mt.nodes:
-            rows.append([
-                n.name, n.op_type, str(n.since_version), n.status.value, _operator_cell(n),
-                n.min_feature_level.short if n.min_feature_level else "-",
-                (n.ort_placement or "rejected").removesuffix("ExecutionProvider"),
-            ])
+            rows.append(
+                [
+                    n.name,
+                    n.op_type,
+                    str(n.since_version),
+                    n.status.value,
+                    _operator_cell(n),
+                    n.min_feature_level.short if n.min_feature_level else "-",
+                    (n.ort_placement or "rejected").removesuffix("ExecutionProvider"),
+                ]
+            )
         lines += ["", "Nodes:", *_table(rows)]
         detailed = [n for n in mt.nodes if n.reasons or n.host_steps]
         if detailed:
@@ -122,7 +131,8 @@ def render_text(
     }[v]
     if not mt.nodes:
         meaning = "nothing to translate"
-    lines += ["", f"Verdict: {v} ({meaning})", f"Next: {next_command(mt, model_path, symbolic_inputs, inputs_path)}"]
+    nxt = next_command(mt, model_path, symbolic_inputs, inputs_path)
+    lines += ["", f"Verdict: {v} ({meaning})", f"Next: {nxt}"]
     return "\n".join(lines) + "\n"
 
 

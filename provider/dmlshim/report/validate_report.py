@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
 
 from ..validate import OutputComparison, ValidationReport
 
@@ -29,6 +32,10 @@ def _number(value: float | None) -> str:
     return f"{value:.6g}"
 
 
+def _value(value: Any) -> str:
+    return repr(value.item() if isinstance(value, np.generic) else value)
+
+
 def _shape(shape: Sequence[int]) -> str:
     return "[" + ",".join(str(d) for d in shape) + "]"
 
@@ -40,8 +47,8 @@ def _mismatch_lines(o: OutputComparison) -> list[str]:
     elif o.first_mismatch is not None:
         m = o.first_mismatch
         lines.append(
-            f"  {o.mismatches} element(s) differ; first at {list(m.index)}: dmlshim {m.dmlshim!r}, "
-            f"onnxruntime {m.onnxruntime!r} (max |diff| {_number(o.max_abs_diff)})"
+            f"  {o.mismatches} element(s) differ; first at {list(m.index)}: dmlshim {_value(m.dmlshim)}, "
+            f"onnxruntime {_value(m.onnxruntime)} (max |diff| {_number(o.max_abs_diff)})"
         )
     lines.append("  gather/scatter nodes upstream: " + (", ".join(o.upstream_nodes) or "none"))
     if o.suspect_nodes:
@@ -61,7 +68,9 @@ def render_text(report: ValidationReport) -> str:
     lines += ["", f"outputs ({len(report.outputs)}, compared with onnxruntime CPU, single-threaded)"]
     rows = [["output", "dtype", "shape", "result", "max |diff|"]]
     for o in report.outputs:
-        rows.append([o.name, o.dtype, _shape(o.shape), "match" if o.match else "MISMATCH", _number(o.max_abs_diff)])
+        rows.append(
+            [o.name, o.dtype, _shape(o.shape), "match" if o.match else "MISMATCH", _number(o.max_abs_diff)]
+        )
     lines += _table(rows)
     lines += ["", f"gather/scatter nodes ({len(report.nodes)})"]
     if report.nodes:

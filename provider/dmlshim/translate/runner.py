@@ -78,7 +78,10 @@ def _normalize_indices(
 
 
 def _bind_input(
-    arr: np.ndarray, binding: InputBinding, t: NodeTranslation, index_mode: IndexMode,
+    arr: np.ndarray,
+    binding: InputBinding,
+    t: NodeTranslation,
+    index_mode: IndexMode,
     applied: list[HostStepKind],
 ) -> np.ndarray:
     expected = np.dtype(np_dtype_of(binding.onnx_elem_type))
@@ -86,7 +89,9 @@ def _bind_input(
         raise BadInputError(
             f"{binding.onnx_name or binding.binding} is {arr.dtype}{list(arr.shape)}, the translation was "
             f"made for {expected}{list(binding.onnx_shape)}",
-            node=t.name, op_type=t.op_type, tensor=binding.onnx_name,
+            node=t.name,
+            op_type=t.op_type,
+            tensor=binding.onnx_name,
         )
     for step in binding.host_steps:
         if step.kind is HostStepKind.NORMALIZE_INDICES:
@@ -154,15 +159,17 @@ def run_translation(
         codes = ", ".join(t.reason_codes) or "none"
         raise UnsupportedNodeError(
             f"the node was not translated to DirectML (status {t.status.value}; reasons: {codes})",
-            node=t.name, op_type=t.op_type,
+            node=t.name,
+            op_type=t.op_type,
         )
     applied: list[HostStepKind] = []
     bound: dict[str, np.ndarray] = {}
     for binding in t.inputs:
         arr = inputs[binding.onnx_index] if binding.onnx_index < len(inputs) else None
         if arr is None:
-            raise BadInputError(f"input {binding.onnx_index} ({binding.onnx_name}) is missing",
-                                node=t.name, op_type=t.op_type)
+            raise BadInputError(
+                f"input {binding.onnx_index} ({binding.onnx_name}) is missing", node=t.name, op_type=t.op_type
+            )
         bound[binding.binding] = _bind_input(np.asarray(arr), binding, t, index_mode, applied)
     options = KernelOptions(feature_level=t.feature_level, index_mode=index_mode, node=t.name)
     result = execute(t.operator, bound, options)

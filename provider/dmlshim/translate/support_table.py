@@ -141,6 +141,7 @@ _PAIRS = "64-bit data below FL 4_1 as UINT32 pairs"
 _WINDOW = "indices smaller than data on non-axis dims: strided window (the DML EP's descriptor is invalid)"
 _BF16 = "bfloat16 data falls back"
 
+# fmt: off
 SUPPORT_TABLE: tuple[SupportRow, ...] = (
     SupportRow("Gather", 1, OperatorType.GATHER, None, _ELEMENTS, FeatureLevel.FL_1_0, ("axis",),
                EpRule.REGISTERED, (_LOWER, _PAIRS, "FL 1_0/2_0: float data only")),
@@ -179,6 +180,7 @@ SUPPORT_TABLE: tuple[SupportRow, ...] = (
     SupportRow("ScatterND", 18, OperatorType.SCATTER_ND, None, _SCATTER_ND, FeatureLevel.FL_2_1,
                ("reduction=none",), EpRule.NOT_REGISTERED, ("add/mul/max/min fall back",)),
 )
+# fmt: on
 """Every (op, since_version) dmlshim translates, in README order."""
 
 _BY_KEY: dict[tuple[str, int], SupportRow] = {row.key: row for row in SUPPORT_TABLE}

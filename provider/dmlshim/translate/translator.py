@@ -62,8 +62,16 @@ def _error(
     node: onnx.NodeProto, name: str, since_version: int, fl: FeatureLevel, reason: Reason
 ) -> NodeTranslation:
     return NodeTranslation(
-        name=name, op_type=node.op_type, domain=node.domain, since_version=since_version, feature_level=fl,
-        status=Status.ERROR, operator=None, min_feature_level=None, ort_placement=None, reasons=(reason,),
+        name=name,
+        op_type=node.op_type,
+        domain=node.domain,
+        since_version=since_version,
+        feature_level=fl,
+        status=Status.ERROR,
+        operator=None,
+        min_feature_level=None,
+        ort_placement=None,
+        reasons=(reason,),
     )
 
 
@@ -94,27 +102,45 @@ def translate_node(
     domain = node.domain or ""
     converter = get_converter(domain, node.op_type)
     if converter is None:
-        return _error(node, label, since_version, fl, Reason(
-            "OP_UNSUPPORTED",
-            f"dmlshim translates only {', '.join(SUPPORTED_OPS)} (ai.onnx), not {domain or 'ai.onnx'}."
-            f"{node.op_type}",
-            node.op_type,
-        ))
+        return _error(
+            node,
+            label,
+            since_version,
+            fl,
+            Reason(
+                "OP_UNSUPPORTED",
+                f"dmlshim translates only {', '.join(SUPPORTED_OPS)} (ai.onnx), not {domain or 'ai.onnx'}."
+                f"{node.op_type}",
+                node.op_type,
+            ),
+        )
     try:
         since = onnx.defs.get_schema(node.op_type, int(since_version), domain).since_version
     except onnx.defs.SchemaError:
         since = 0
     row = find_row(node.op_type, since)
     if row is None:
-        return _error(node, label, since_version, fl, Reason(
-            "OPSET_UNSUPPORTED",
-            f"{node.op_type} has no schema at opset {since_version} that dmlshim translates",
+        return _error(
+            node,
+            label,
             since_version,
-        ))
+            fl,
+            Reason(
+                "OPSET_UNSUPPORTED",
+                f"{node.op_type} has no schema at opset {since_version} that dmlshim translates",
+                since_version,
+            ),
+        )
     infos = tuple(inputs)
     result = _translate(
-        node.op_type, domain, since, _attributes(node), tuple(node.input),
-        node.output[0] if node.output else "", infos, fl,
+        node.op_type,
+        domain,
+        since,
+        _attributes(node),
+        tuple(node.input),
+        node.output[0] if node.output else "",
+        infos,
+        fl,
     )
     return dataclasses.replace(result, name=label)
 
@@ -128,8 +154,10 @@ def _attempt(ctx: ConvertContext) -> tuple[Status, Lowering | None, tuple[Reason
         return (Status.FALLBACK if failure.fallback else Status.ERROR), None, failure.reasons
     violations = validate(lowering.operator, ctx.feature_level)
     if violations:
-        return Status.FALLBACK, None, tuple(
-            Reason("DESCRIPTOR_INVALID", str(v), v.as_dict()) for v in violations
+        return (
+            Status.FALLBACK,
+            None,
+            tuple(Reason("DESCRIPTOR_INVALID", str(v), v.as_dict()) for v in violations),
         )
     return Status.DML, lowering, lowering.notes
 

@@ -300,8 +300,12 @@ ViewBuilder = Callable[[bool], View]
 
 
 def choose_view(
-    ctx: ConvertContext, op: OperatorType, build: ViewBuilder, dimension_count: Callable[[View], int],
-    *, extended: bool,
+    ctx: ConvertContext,
+    op: OperatorType,
+    build: ViewBuilder,
+    dimension_count: Callable[[View], int],
+    *,
+    extended: bool,
 ) -> tuple[View, Layout, int]:
     """Pick the layout: the EP's rule (FL 3_0+) or padding to 4, else merged dimensions, else fall back.
 
@@ -412,15 +416,32 @@ def build_lowering(
     names = ctx.input_names
     data_shape = onnx_shapes["data"]
     bindings = [
-        InputBinding("InputTensor", 0, names[0], data_shape, data.onnx_type, (), data.reinterpret, input_desc,
-                     window),
-        InputBinding("IndicesTensor", 1, names[1], onnx_shapes["indices"], index_elem, steps,
-                     Reinterpret.NONE, indices_desc),
+        InputBinding(
+            "InputTensor", 0, names[0], data_shape, data.onnx_type, (), data.reinterpret, input_desc, window
+        ),
+        InputBinding(
+            "IndicesTensor",
+            1,
+            names[1],
+            onnx_shapes["indices"],
+            index_elem,
+            steps,
+            Reinterpret.NONE,
+            indices_desc,
+        ),
     ]
     if updates_desc is not None:
         bindings.append(
-            InputBinding("UpdatesTensor", 2, names[2], onnx_shapes["updates"], data.onnx_type, (),
-                         data.reinterpret, updates_desc)
+            InputBinding(
+                "UpdatesTensor",
+                2,
+                names[2],
+                onnx_shapes["updates"],
+                data.onnx_type,
+                (),
+                data.reinterpret,
+                updates_desc,
+            )
         )
     out_steps: tuple[HostStep, ...] = ()
     view_shape = onnx_shapes["output"]
@@ -434,8 +455,15 @@ def build_lowering(
         )
         view_shape = window
     output = OutputBinding(
-        "OutputTensor", 0, ctx.output_name, onnx_shapes["output"], data.onnx_type, output_desc,
-        data.reinterpret, view_shape, out_steps,
+        "OutputTensor",
+        0,
+        ctx.output_name,
+        onnx_shapes["output"],
+        data.onnx_type,
+        output_desc,
+        data.reinterpret,
+        view_shape,
+        out_steps,
     )
     return Lowering(desc, layout, tuple(bindings), output, notes, attributes)
 

@@ -71,8 +71,13 @@ class GatherConverter(Converter):
         # 3. compute the DirectML sizes
         def build(merge: bool) -> View:
             if not merge:
-                return View(data_shape + pair, idx_shape, out_shape + pair, axis=axis,
-                            fields=(("IndexDimensions", q),))
+                return View(
+                    data_shape + pair,
+                    idx_shape,
+                    out_shape + pair,
+                    axis=axis,
+                    fields=(("IndexDimensions", q),),
+                )
             # Gather treats all dims before the axis alike, and all after it; the index dims are one list.
             pre = math.prod(data_shape[:axis])
             post = math.prod(data_shape[axis + 1 :]) * (2 if data.pairs else 1)
@@ -84,8 +89,15 @@ class GatherConverter(Converter):
         view, layout, d = choose_view(ctx, OP, build, _dimension_count, extended=data.pairs)
         # 4. fill the descriptor
         return build_lowering(
-            ctx, OP, view, layout, d, data,
-            onnx_shapes=shapes, index_elem=idx_elem, index_bounds=(data_shape[axis],), per_component=False,
+            ctx,
+            OP,
+            view,
+            layout,
+            d,
+            data,
+            onnx_shapes=shapes,
+            index_elem=idx_elem,
+            index_bounds=(data_shape[axis],),
+            per_component=False,
             attributes=(("axis", axis),),
         )
-

@@ -102,8 +102,10 @@ def elementwise_view_builder(
 
     def build(merge: bool) -> View:
         sizes, st, ax = (full, strides, axis) if not merge else _merge(full, strides, axis)
-        idx = idx_full if not merge else tuple(
-            sizes[i] if i != ax else idx_shape[axis] for i in range(len(sizes))
+        idx = (
+            idx_full
+            if not merge
+            else tuple(sizes[i] if i != ax else idx_shape[axis] for i in range(len(sizes)))
         )
         if scatter:
             return View(sizes, idx, sizes, updates=idx, input_strides=st, axis=ax)
@@ -176,10 +178,18 @@ class GatherElementsConverter(Converter):
             ctx, OP, build, lambda v: len(v.input), data, window, (data_shape, idx_shape)
         )
         return build_lowering(
-            ctx, OP, view, layout, d, data,
-            onnx_shapes=shapes, index_elem=idx_elem, index_bounds=(data_shape[axis],), per_component=False,
-            duplicate_indices=data.pairs, window=window,
+            ctx,
+            OP,
+            view,
+            layout,
+            d,
+            data,
+            onnx_shapes=shapes,
+            index_elem=idx_elem,
+            index_bounds=(data_shape[axis],),
+            per_component=False,
+            duplicate_indices=data.pairs,
+            window=window,
             notes=(window_note(data_shape, idx_shape),) if window else (),
             attributes=(("axis", axis),),
         )
-

@@ -66,8 +66,13 @@ def nd_shapes(
 
 
 def nd_view(
-    data_shape: tuple[int, ...], idx_shape: tuple[int, ...], out_shape: tuple[int, ...], batch_dims: int,
-    k: int, pairs: bool, merge: bool,
+    data_shape: tuple[int, ...],
+    idx_shape: tuple[int, ...],
+    out_shape: tuple[int, ...],
+    batch_dims: int,
+    k: int,
+    pairs: bool,
+    merge: bool,
 ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], int]:
     """(input, indices, gathered/updates, batch count) shapes of the DirectML tensors.
 
@@ -135,8 +140,16 @@ class GatherNDConverter(Converter):
         view, layout, d = choose_view(ctx, op, build, lambda v: max(v.ranks), extended=data.pairs)
         bounds = data_shape[batch_dims : batch_dims + k]
         return build_lowering(
-            ctx, op, view, layout, d, data,
-            onnx_shapes=shapes, index_elem=idx_elem, index_bounds=bounds, per_component=True,
+            ctx,
+            op,
+            view,
+            layout,
+            d,
+            data,
+            onnx_shapes=shapes,
+            index_elem=idx_elem,
+            index_bounds=bounds,
+            per_component=True,
             attributes=(("batch_dims", batch_dims),),
             notes=(EP_SCALAR_OUTPUT,) if not out_shape else (),
         )

@@ -70,9 +70,18 @@ def lower_scatter_elements(ctx: ConvertContext) -> Lowering:
         ctx, OP, build, _dimension_count, data, window, (data_shape, idx_shape)
     )
     return build_lowering(
-        ctx, OP, view, layout, d, data,
-        onnx_shapes=shapes, index_elem=idx_elem, index_bounds=(data_shape[axis],), per_component=False,
-        duplicate_indices=data.pairs, window=window,
+        ctx,
+        OP,
+        view,
+        layout,
+        d,
+        data,
+        onnx_shapes=shapes,
+        index_elem=idx_elem,
+        index_bounds=(data_shape[axis],),
+        per_component=False,
+        duplicate_indices=data.pairs,
+        window=window,
         notes=(window_note(data_shape, idx_shape),) if window else (),
         attributes=(("axis", axis),),
     )

@@ -80,6 +80,14 @@ class ScatterNDConverter(Converter):
 
         view, layout, d = choose_view(ctx, OP, build, lambda v: max(v.ranks), extended=data.pairs)
         return build_lowering(
-            ctx, OP, view, layout, d, data,
-            onnx_shapes=shapes, index_elem=idx_elem, index_bounds=data_shape[:k], per_component=True,
+            ctx,
+            OP,
+            view,
+            layout,
+            d,
+            data,
+            onnx_shapes=shapes,
+            index_elem=idx_elem,
+            index_bounds=data_shape[:k],
+            per_component=True,
         )

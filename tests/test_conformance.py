@@ -1,0 +1,250 @@
+"""``dmlshim conformance``: the ONNX backend node tests for gather/scatter through dmlshim.backend.
+
+Expected outputs come from the onnx package's own backend cases (built in memory, never read from disk).
+The statuses below are pinned per case and per level, so a case silently changing from ``fallback`` to
+``dml`` (or back) fails here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dmlshim.cli.main import main
+from dmlshim.conformance import backend_suite
+from dmlshim.conformance.backend_suite import (
+    MIN_IN_SCOPE_CASES,
+    BackendCase,
+    SuiteCorpusError,
+    SuiteResult,
+    compare_outputs,
+    discover_cases,
+    run_case,
+    suite_by_level,
+)
+from dmlshim.dml.enums import FeatureLevel
+from dmlshim.report.conformance_report import render_markdown, render_text, summary_markdown
+from dmlshim.translate import translate_model
+
+RESULTS_MD = Path(__file__).resolve().parents[1] / "conformance" / "RESULTS.md"
+
+GATHERS = [
+    "test_gather_0", "test_gather_1", "test_gather_2d_indices", "test_gather_negative_indices",
+    "test_gather_elements_0", "test_gather_elements_1", "test_gather_elements_negative_indices",
+    "test_gathernd_example_float32", "test_gathernd_example_int32", "test_gathernd_example_int32_batch_dim1",
+]  # fmt: skip
+SCATTERS_NONE = [
+    "test_scatter_with_axis", "test_scatter_without_axis",
+    "test_scatter_elements_with_axis", "test_scatter_elements_with_negative_indices",
+    "test_scatter_elements_without_axis", "test_scatternd",
+]  # fmt: skip
+REDUCTIONS = {
+    "test_scatter_elements_with_duplicate_indices": "add",
+    "test_scatter_elements_with_reduction_max": "max",
+    "test_scatter_elements_with_reduction_min": "min",
+    "test_scatter_elements_with_reduction_mul": "mul",
+    "test_scatternd_add": "add",
+    "test_scatternd_max": "max",
+    "test_scatternd_max_with_element_indices": "max",
+    "test_scatternd_min": "min",
+    "test_scatternd_min_with_element_indices": "min",
+    "test_scatternd_multiply": "mul",
+}
+TENSOR_SCATTER = ["test_tensorscatter", "test_tensorscatter_3d", "test_tensorscatter_circular"]
+
+EXPECTED_5_0 = {
+    **dict.fromkeys(GATHERS, "dml"),
+    **dict.fromkeys(SCATTERS_NONE, "dml"),
+    **dict.fromkeys(REDUCTIONS, "fallback"),
+    **dict.fromkeys(TENSOR_SCATTER, "fallback"),
+}
+# FL 2_1 has DML_OPERATOR_GATHER_ND but not GATHER_ND1 (batch dimensions arrive with 3_0).
+EXPECTED_2_1 = {**EXPECTED_5_0, "test_gathernd_example_int32_batch_dim1": "fallback"}
+EXPECTED = {
+    FeatureLevel.FL_5_0: EXPECTED_5_0,
+    FeatureLevel.FL_3_0: EXPECTED_5_0,
+    FeatureLevel.FL_2_1: EXPECTED_2_1,
+}
+
+
+@pytest.fixture(scope="module")
+def results() -> Mapping[FeatureLevel, SuiteResult]:
+    return suite_by_level()
+
+
+def _statuses(result: SuiteResult) -> dict[str, str]:
+    return {c.name: c.status for c in result.cases}
+
+
+def test_discovery_finds_every_case() -> None:
+    cases = discover_cases()
+    in_scope = [c for c in cases if c.in_scope]
+    assert len(in_scope) == MIN_IN_SCOPE_CASES == 26
+    assert {c.name for c in cases} == set(EXPECTED_5_0)
+    counts: dict[str, int] = {}
+    for c in in_scope:
+        counts[c.op_type] = counts.get(c.op_type, 0) + 1
+    assert counts == {"Gather": 4, "GatherElements": 3, "GatherND": 3, "Scatter": 2, "ScatterElements": 7,
+                      "ScatterND": 7}  # fmt: skip
+    assert {c.opset for c in in_scope if c.op_type == "ScatterND"} == {18}
+    assert {c.opset for c in in_scope if c.op_type == "Scatter"} == {10}
+
+
+def test_a_shrunk_corpus_fails_loudly() -> None:
+    with pytest.raises(SuiteCorpusError, match="fewer than the floor"):
+        discover_cases(min_in_scope=MIN_IN_SCOPE_CASES + 1000)
+
+
+@pytest.mark.parametrize("level", list(EXPECTED), ids=lambda lv: lv.short)
+def test_statuses_per_case(results: Mapping[FeatureLevel, SuiteResult], level: FeatureLevel) -> None:
+    assert _statuses(results[level]) == EXPECTED[level]
+
+
+def test_26_of_26_in_scope_pass_at_5_0(results: Mapping[FeatureLevel, SuiteResult]) -> None:
+    r = results[FeatureLevel.FL_5_0]
+    assert r.passed
+    assert r.in_scope_totals == {"dml": 16, "fallback": 10, "fail": 0}
+    assert r.totals == {"dml": 16, "fallback": 13, "fail": 0}
+    assert "in scope: 26/26 passing" in render_text(r)
+
+
+@pytest.mark.parametrize("level", list(EXPECTED), ids=lambda lv: lv.short)
+def test_every_fallback_says_why(results: Mapping[FeatureLevel, SuiteResult], level: FeatureLevel) -> None:
+    for case in results[level].cases:
+        if case.name in REDUCTIONS:
+            assert case.reason.startswith("SCATTER_REDUCTION_UNSUPPORTED"), case
+            assert f"reduction='{REDUCTIONS[case.name]}'" in case.reason
+        elif case.name in TENSOR_SCATTER:
+            assert case.reason.startswith("OUT_OF_SCOPE") and "onnxruntime CPU" in case.reason
+            assert not case.in_scope
+        elif case.status == "fallback":
+            assert case.reason, case
+    if level == FeatureLevel.FL_2_1:
+        batch = next(c for c in results[level].cases if c.name == "test_gathernd_example_int32_batch_dim1")
+        assert batch.reason.startswith("BATCH_DIMS_UNSUPPORTED")
+
+
+@pytest.mark.parametrize("level", list(EXPECTED), ids=lambda lv: lv.short)
+def test_no_case_is_dml_that_the_level_cannot_express(
+    results: Mapping[FeatureLevel, SuiteResult], level: FeatureLevel
+) -> None:
+    """A ``dml`` case must translate at this level on its own, with an operator the level has."""
+    cases = {c.name: c for c in discover_cases()}
+    for outcome in results[level].cases:
+        if outcome.status != "dml":
+            continue
+        translation = translate_model(cases[outcome.name].model, level)
+        for node in translation.nodes:
+            assert node.ok, (outcome.name, node.reasons)
+            assert node.min_feature_level is not None and node.min_feature_level <= level
+        assert outcome.operators, outcome
+        if level < FeatureLevel.FL_3_0:
+            assert "DML_OPERATOR_GATHER_ND1" not in outcome.operators
+            # Below 3_0 DirectML takes UINT32 indices only: the host step that makes them so is stated.
+            assert "normalize_indices" in outcome.reason, outcome
+
+
+def test_reduction_never_runs_as_a_descriptor(results: Mapping[FeatureLevel, SuiteResult]) -> None:
+    for result in results.values():
+        for case in result.cases:
+            if case.name in REDUCTIONS:
+                assert case.operators == (), case
+
+
+def test_a_wrong_expected_output_fails() -> None:
+    case = next(c for c in discover_cases() if c.name == "test_gather_0")
+    wrong = dataclasses.replace(case, outputs=(case.outputs[0] + 1,))
+    outcome = run_case(wrong, FeatureLevel.FL_5_0)
+    assert outcome.status == "fail" and "differ" in outcome.reason
+
+
+def test_a_wrong_dtype_fails() -> None:
+    case = next(c for c in discover_cases() if c.name == "test_gathernd_example_int32")
+    other = dataclasses.replace(case, outputs=(case.outputs[0].astype(np.int64),))
+    outcome = run_case(other, FeatureLevel.FL_5_0)
+    assert outcome.status == "fail" and "dtype" in outcome.reason
+
+
+def test_compare_outputs_rules() -> None:
+    a = np.array([1.0, 2.0], np.float32)
+    assert compare_outputs([a], [a.copy()], 1e-3, 1e-7) is None
+    assert compare_outputs([a], [a, a], 1e-3, 1e-7) is not None
+    assert compare_outputs([a + 1e-4], [a], 1e-3, 1e-7) is None
+    assert "differ" in (compare_outputs([a + 1], [a], 1e-3, 1e-7) or "")
+    assert "shape" in (compare_outputs([a.reshape(2, 1)], [a], 1e-3, 1e-7) or "")
+
+
+# --- the command ---------------------------------------------------------------------------------
+
+
+def test_cli_json_schema(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["conformance", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert doc["feature_level"] == "DML_FEATURE_LEVEL_5_0"
+    assert doc["totals"] == {"dml": 16, "fallback": 13, "fail": 0}
+    assert len(doc["cases"]) == 29
+    for case in doc["cases"]:
+        assert {"name", "op_type", "opset", "status", "reason"} <= set(case)
+        assert isinstance(case["opset"], int) and case["status"] in ("dml", "fallback", "fail")
+        assert isinstance(case["reason"], str)
+
+
+def test_cli_text_at_a_lower_level(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["conformance", "--feature-level", "2_1"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "DML_FEATURE_LEVEL_2_1" in out
+    assert "test_gathernd_example_int32_batch_dim1" in out and "BATCH_DIMS_UNSUPPORTED" in out
+    assert "in scope: 26/26 passing (15 dml, 11 fallback, 0 fail)" in out
+
+
+def test_cli_exit_1_when_a_case_fails(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    real = discover_cases()
+
+    def doctored(min_in_scope: int = MIN_IN_SCOPE_CASES) -> tuple[BackendCase, ...]:
+        first = dataclasses.replace(real[0], outputs=tuple(o + 1 for o in real[0].outputs))
+        return (first, *real[1:])
+
+    monkeypatch.setattr(backend_suite, "discover_cases", doctored)
+    code = main(["conformance", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 1
+    assert doc["totals"]["fail"] == 1
+    assert doc["cases"][0]["status"] == "fail"
+
+
+def test_cli_exit_2_on_a_shrunk_corpus(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(backend_suite, "MIN_IN_SCOPE_CASES", 10_000)
+    monkeypatch.setattr(
+        backend_suite, "discover_cases", lambda min_in_scope=10_000: discover_cases(min_in_scope=min_in_scope)
+    )
+    code = main(["conformance"])
+    assert code == 2
+    assert "corpus shrank" in capsys.readouterr().err
+
+
+def test_cli_all_levels_markdown(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["conformance", "--all-levels", "--markdown"])
+    out = capsys.readouterr().out
+    assert code == 0
+    for level in ("DML_FEATURE_LEVEL_5_0", "DML_FEATURE_LEVEL_3_0", "DML_FEATURE_LEVEL_2_1"):
+        assert f"### {level}" in out
+    assert "## WebNN cases" in out
+
+
+def test_committed_results_are_current(results: Mapping[FeatureLevel, SuiteResult]) -> None:
+    """conformance/RESULTS.md holds the summary and every per-level table the suite gives today."""
+    text = RESULTS_MD.read_text()
+    assert summary_markdown(results) in text
+    for result in results.values():
+        assert render_markdown(result) in text
