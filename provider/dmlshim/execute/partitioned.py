@@ -93,7 +93,29 @@ except ImportError:  # pragma: no cover - onnxruntime always ships it
     pass
 
 
+_RACY_OPS = frozenset({"ScatterND", "ScatterElements", "Scatter"})
+
+
+def _has_scatter(graph: onnx.GraphProto) -> bool:
+    for node in graph.node:
+        if node.op_type in _RACY_OPS:
+            return True
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH and _has_scatter(attr.g):
+                return True
+            if attr.type == onnx.AttributeProto.GRAPHS and any(_has_scatter(g) for g in attr.graphs):
+                return True
+    return False
+
+
 def _session(model: onnx.ModelProto | bytes, sess_options: Any, what: str) -> ort.InferenceSession:
+    if sess_options is None:
+        proto = model if isinstance(model, onnx.ModelProto) else onnx.load_from_string(model)
+        if _has_scatter(proto.graph):
+            # onnxruntime's CPU ScatterND loses updates on duplicate indices with more than one intra-op
+            # thread (results differ run to run); one thread makes it exact and deterministic.
+            sess_options = ort.SessionOptions()
+            sess_options.intra_op_num_threads = 1
     payload = model if isinstance(model, bytes) else model.SerializeToString()
     try:
         return ort.InferenceSession(payload, sess_options, providers=["CPUExecutionProvider"])
