@@ -44,11 +44,17 @@ def calibrate(fn: Callable[[], Any], target: float) -> tuple[int, float]:
 
 
 def interleaved(
-    fns: Mapping[str, Callable[[], Any]], rounds: int, sample_time: float = 0.002
+    fns: Mapping[str, Callable[[], Any]],
+    rounds: int,
+    sample_time: float = 0.002,
+    settle: float = 0.005,
 ) -> Timing:
     """Time each function ``rounds`` times, round-robin, each sample long enough to be measurable.
 
     Every function is called once first (warm-up: caches, lazy imports, onnxruntime's first-run setup).
+    Between samples of different functions the benchmark sleeps ``settle`` seconds: onnxruntime's
+    intra-op threads keep spinning on the cores for a while after a run, which would otherwise be
+    charged to whichever competitor runs next.
     """
     loops: dict[str, int] = {}
     for name, fn in fns.items():
@@ -63,6 +69,7 @@ def interleaved(
             k = r % len(names)
             for name in names[k:] + names[:k]:
                 fn, count = fns[name], loops[name]
+                time.sleep(settle)
                 start = time.perf_counter()
                 for _ in range(count):
                     fn()

@@ -13,6 +13,7 @@ from .errors import (
     EngineUnavailableError,
     IndexOutOfRangeError,
     InvalidDescriptorError,
+    TooLargeError,
     UnsupportedNodeError,
     ValidationMismatchError,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "InferenceSession",
     "InvalidDescriptorError",
     "OperatorType",
+    "TooLargeError",
     "UnsupportedNodeError",
     "ValidationMismatchError",
     "__version__",

@@ -73,6 +73,13 @@ class IndexOutOfRangeError(BadInputError):
     """An index lies outside the dimension it addresses (ONNX semantics: an error)."""
 
 
+class TooLargeError(BadInputError):
+    """The work would need more memory than the machine has; refused before allocating (see dmlshim.limits).
+
+    ``value`` is the number of bytes one tensor would need.
+    """
+
+
 class InvalidDescriptorError(DmlShimError):
     """A DirectML operator descriptor breaks a rule of the DirectML docs at the target feature level.
 

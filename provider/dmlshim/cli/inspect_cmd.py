@@ -12,6 +12,7 @@ import sys
 
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
 from ..errors import BadInputError
+from ..modelcheck import unknown_operators
 from ..report.inspect_report import render_json, render_text
 from ..translate.shapes_info import load_model, parse_input_shape, tensor_info
 from ..translate.translator import translate_model
@@ -56,6 +57,13 @@ def run(args: argparse.Namespace) -> int:
         shapes[name] = dims
     model = load_model(args.model)
     translation = translate_model(model, args.feature_level, shapes)
+    for unknown in unknown_operators(model):
+        print(
+            f"dmlshim inspect: warning: node {unknown.node!r} uses operator {unknown.qualified}, which "
+            f"ONNX and onnxruntime do not define (domain {unknown.domain!r}); dmlshim run and validate "
+            "will refuse this model",
+            file=sys.stderr,
+        )
     if args.json:
         sys.stdout.write(render_json(translation, args.model))
     else:

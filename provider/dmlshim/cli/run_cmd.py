@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -57,10 +59,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
+def _check_output_path(path: Path, overwrite: bool) -> None:
+    """Refuse a bad --output before running, so a long run does not end in an unwritable path."""
+    if path.is_dir():
+        raise BadInputError("--output is a directory; give a file name", path=str(path))
+    if (path.exists() or path.is_symlink()) and not overwrite:
+        raise BadInputError("the output file exists; pass --overwrite to replace it", path=str(path))
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise BadInputError(f"the output's folder {str(parent)!r} does not exist", path=str(path))
+
+
 def run(args: argparse.Namespace) -> int:
     output_path = Path(args.output) if args.output else None
-    if output_path is not None and output_path.exists() and not args.overwrite:
-        raise BadInputError("the output file exists; pass --overwrite to replace it", path=str(output_path))
+    if output_path is not None:
+        _check_output_path(output_path, args.overwrite)
     feeds = load_npz(args.inputs) if args.inputs else {}
     session = InferenceSession(
         args.model,
@@ -82,13 +95,36 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _write(path: Path, arrays: dict[str, np.ndarray], *, overwrite: bool) -> None:
-    # "x" creates the file or fails, so a file appearing after the early check is not clobbered either.
-    mode = "wb" if overwrite else "xb"
+    # The outputs go to a temporary file beside the target first, so a failed write never leaves a
+    # truncated file, and an existing file (or a symlink) is replaced only once the new one is complete.
     try:
-        with open(path, mode) as handle:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise BadInputError(f"cannot write the outputs: {exc.strerror or exc}", path=str(path)) from exc
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as handle:
             save_npz(handle, arrays)
-    except FileExistsError as exc:
-        raise BadInputError("the output file exists; pass --overwrite to replace it", path=str(path)) from exc
+        if overwrite:
+            os.replace(tmp, path)
+        else:
+            try:
+                # A hard link fails if the name exists, so a file that appeared meanwhile is kept.
+                os.link(tmp, path)
+            except FileExistsError as exc:
+                raise BadInputError(
+                    "the output file exists; pass --overwrite to replace it", path=str(path)
+                ) from exc
+            except OSError:  # no hard links on this file system
+                if path.exists() or path.is_symlink():
+                    raise BadInputError(
+                        "the output file exists; pass --overwrite to replace it", path=str(path)
+                    ) from None
+                os.replace(tmp, path)
+    except OSError as exc:
+        raise BadInputError(f"cannot write the outputs: {exc.strerror or exc}", path=str(path)) from exc
+    finally:
+        tmp.unlink(missing_ok=True)
     logger.info("wrote %d outputs to %s", len(arrays), path)
 
 

@@ -65,6 +65,7 @@ class EngineFactory(Protocol):
 _BUILTIN_ENGINES: dict[str, str] = {
     "partitioned": "dmlshim.execute.partitioned:PartitionedEngine",
     "directml": "dmlshim.execute.directml:DirectMLEngine",
+    "customop": "dmlshim.execute.custom_op:create_engine",
 }
 """Engines shipped with dmlshim: name -> ``module:factory``, imported on first use."""
 

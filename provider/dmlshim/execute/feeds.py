@@ -213,9 +213,11 @@ def _as_array(check: _InputCheck, value: Any) -> np.ndarray:
         raise BadInputError(
             f"feed for input {check.name!r} is not array-like: {exc}", tensor=check.name
         ) from exc
-    if check.dtype is not None and arr.dtype != check.dtype:
-        converted = arr.astype(check.dtype)
-        if arr.dtype.kind in "biuf" and np.array_equal(converted, arr, equal_nan=arr.dtype.kind == "f"):
+    if check.dtype is not None and arr.dtype != check.dtype and arr.dtype.kind in "biuf":
+        # Only numbers can convert exactly; anything else is left for the dtype check to report.
+        with np.errstate(all="ignore"):
+            converted = arr.astype(check.dtype)
+        if np.array_equal(converted, arr, equal_nan=arr.dtype.kind == "f"):
             return converted
     return arr
 
@@ -264,6 +266,11 @@ def load_npz(path: str | Path | BinaryIO) -> dict[str, np.ndarray]:
                 ) from exc
             except (OSError, EOFError, zipfile.BadZipFile) as exc:
                 raise BadInputError(f"array {key!r} cannot be read: {exc}", path=where, tensor=key) from exc
+            if not isinstance(out[key], np.ndarray):
+                # numpy hands back the raw bytes of a member that is not an .npy file.
+                raise BadInputError(
+                    f"member {key!r} is not a numpy array (.npy) file", path=where, tensor=key
+                )
     logger.debug("loaded %d arrays from %s", len(out), where)
     return out
 

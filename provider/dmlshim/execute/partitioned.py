@@ -24,6 +24,8 @@ from onnx import helper, numpy_helper
 from ..dml.enums import FeatureLevel
 from ..errors import BadInputError, BadModelError, DmlShimError
 from ..kernels.options import IndexMode
+from ..limits import check_static_values, check_tensor, gather_scatter_output_shape
+from ..modelcheck import ort_load_error
 from ..translate import NodeTranslation, Status, TensorInfo, infer_shapes, run_translation, translate_node
 from ..translate.plan import DML_PROVIDER
 from ..translate.shapes_info import tensor_infos
@@ -120,7 +122,8 @@ def _session(model: onnx.ModelProto | bytes, sess_options: Any, what: str) -> or
     try:
         return ort.InferenceSession(payload, sess_options, providers=["CPUExecutionProvider"])
     except ORT_ERRORS as exc:
-        raise BadModelError(f"onnxruntime cannot load {what}: {exc}") from exc
+        proto = model if isinstance(model, onnx.ModelProto) else onnx.load_from_string(model)
+        raise ort_load_error(proto, what, exc) from exc
 
 
 _ELEM_TYPES: dict[np.dtype, int] = {}
@@ -165,6 +168,7 @@ class _EmulatedStep:
     the actual shapes says so."""
 
     __slots__ = (
+        "_attrs",
         "_cache",
         "_fallback",
         "_fallback_sessions",
@@ -204,6 +208,7 @@ class _EmulatedStep:
         self.output = node.output[0]
         self._model = model
         self._sess_options = sess_options
+        self._attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         self._cache: dict[tuple[Any, ...], tuple[NodeTranslation, NodeRecord | None]] = {}
         self._fallback_sessions: dict[tuple[Any, ...], ort.InferenceSession] = {}
         if static is not None and static_key is not None:
@@ -228,6 +233,15 @@ class _EmulatedStep:
         key = tuple((a.shape, a.dtype) if a is not None else None for a in arrays)
         entry = self._cache.get(key)
         if entry is None:
+            # A gather's output can dwarf its inputs (small data, many indices): size it before running.
+            shape = gather_scatter_output_shape(
+                self.node.op_type, self._attrs, [a.shape if a is not None else None for a in arrays]
+            )
+            if shape is not None and arrays and arrays[0] is not None:
+                check_tensor(
+                    shape, arrays[0].dtype, tensor=self.output, node=self.name, op_type=self.node.op_type,
+                    what="output",
+                )  # fmt: skip
             infos = [
                 TensorInfo(tuple(a.shape), _elem_type_of(a.dtype)) if a is not None else None for a in arrays
             ]
@@ -244,6 +258,7 @@ class _EmulatedStep:
                 op_type=self.node.op_type,
                 placement=PLACEMENT_CPU,
                 status=t.status.value,
+                duplicate_indices=_overwritten_writes(self.node.op_type, self._attrs, arrays),
                 reasons=(
                     *_reasons(t),
                     (
@@ -291,6 +306,48 @@ class _EmulatedStep:
                 f"onnxruntime failed: {exc}", node=self.name, op_type=self.node.op_type
             ) from exc
         return out
+
+
+def _overwrites(node: onnx.NodeProto) -> bool:
+    """A scatter without reduction: duplicate indices make some of its writes overwrite others."""
+    if node.op_type not in ("Scatter", "ScatterElements", "ScatterND"):
+        return False
+    for a in node.attribute:
+        if a.name == "reduction" and a.s not in (b"", b"none"):
+            return False
+    return True
+
+
+def _overwritten_writes(op_type: str, attrs: Mapping[str, Any], arrays: Sequence[np.ndarray | None]) -> int:
+    """Writes of a scatter without reduction that a later write to the same place overwrites, counted as
+    the kernels count them (elements for ScatterElements, index tuples for ScatterND), for nodes that ran
+    on onnxruntime (which has accepted the indices, so they are in range)."""
+    if op_type not in ("Scatter", "ScatterElements", "ScatterND") or len(arrays) < 2:
+        return 0
+    reduction = attrs.get("reduction", b"none")
+    if (reduction.decode() if isinstance(reduction, bytes) else str(reduction)) != "none":
+        return 0
+    data, indices = arrays[0], arrays[1]
+    if data is None or indices is None or indices.size == 0 or data.size == 0:
+        return 0
+    idx = indices.astype(np.int64, copy=False)
+    if op_type == "ScatterND":
+        k = idx.shape[-1]
+        dims = np.asarray(data.shape[:k], dtype=np.int64)
+        tuples = idx.reshape(-1, k)
+        tuples = np.where(tuples < 0, tuples + dims, tuples)
+        strides = np.cumprod(np.concatenate([dims[1:], [1]])[::-1])[::-1] if k else dims
+        targets = tuples @ strides if k else np.zeros(len(tuples), np.int64)
+    else:
+        axis = int(attrs.get("axis", 0))
+        axis = axis + data.ndim if axis < 0 else axis
+        idx = np.where(idx < 0, idx + data.shape[axis], idx)
+        strides = np.cumprod((*data.shape[1:], 1)[::-1])[::-1]
+        targets = np.zeros(idx.shape, np.int64)
+        for d in range(idx.ndim):
+            coord = idx if d == axis else np.arange(idx.shape[d]).reshape([-1 if e == d else 1 for e in range(idx.ndim)])
+            targets = targets + coord * int(strides[d])
+    return int(targets.size - np.unique(targets).size)
 
 
 def _single_node_model(
@@ -363,6 +420,18 @@ def _since_version(node: onnx.NodeProto, opsets: Mapping[str, int]) -> int:
         return opset
 
 
+def _check_static_sizes(
+    graph: onnx.GraphProto, infos: Mapping[str, TensorInfo], names: Sequence[str]
+) -> None:
+    """Refuse, before any allocation, a graph in which a statically shaped value cannot fit in memory."""
+    producers = {
+        out: (names[i], node.op_type) for i, node in enumerate(graph.node) for out in node.output if out
+    }
+    check_static_values(
+        {n: (i.static_shape, i.elem_type) for n, i in infos.items() if i.is_static}, producers=producers
+    )
+
+
 def _static_key(infos: Sequence[TensorInfo | None]) -> tuple[Any, ...] | None:
     """The cache key a run with exactly these static shapes and types will look up."""
     key: list[Any] = []
@@ -417,6 +486,7 @@ class PartitionedEngine:
             logger.warning("shape inference failed (%s); translating gather/scatter nodes at run time", exc)
             inferred = model
         infos = tensor_infos(inferred.graph)
+        _check_static_sizes(inferred.graph, infos, names)
         types = _type_protos(inferred.graph)
         constants = _folded_constants(graph)
         for name, tensor in constants.items():
@@ -436,7 +506,10 @@ class PartitionedEngine:
                 slot_of[i] = len(template)
                 template.append(None)
                 shape_unknown = t.status is Status.ERROR and _SHAPE_UNKNOWN in t.reason_codes
-                if t.status is Status.DML or shape_unknown:
+                # A scatter without reduction that falls back still runs as its own step, so that the
+                # writes its duplicate indices overwrite are counted in the run record.
+                counted = t.status is Status.FALLBACK and _overwrites(node)
+                if t.status is Status.DML or shape_unknown or counted:
                     candidates[i] = (since, t, node_infos)
                 else:
                     on_cpu.add(i)

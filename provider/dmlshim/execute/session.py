@@ -15,8 +15,10 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
-from ..errors import BadInputError, BadModelError
+from ..errors import BadInputError, BadModelError, DmlShimError
 from ..kernels.options import IndexMode
+from ..limits import check_model_inputs
+from ..modelcheck import load_external_data
 from .engine import Engine, EngineConfig, get_engine_factory
 from .feeds import FeedValidator, ModelMetadata, NodeArg, node_arg
 from .record import RunRecord
@@ -39,69 +41,48 @@ def load_model(model: ModelSource) -> LoadedModel:
     """Read a model from a path, bytes or a ModelProto, with external data kept inside the model's folder.
 
     Raises:
-        BadModelError: the file is missing, is not an ONNX model, is truncated, or has external data
+        BadModelError: the file is missing, empty, is not an ONNX model, is truncated, or has external data
             whose location leaves the model's folder.
+        TooLargeError: a graph input has a static shape that cannot fit in this machine's memory.
     """
     if isinstance(model, onnx.ModelProto):
-        return LoadedModel(model, None)
-    if isinstance(model, (bytes, bytearray, memoryview)):
+        loaded = LoadedModel(model, None)
+    elif isinstance(model, (bytes, bytearray, memoryview)):
         try:
-            return LoadedModel(onnx.load_from_string(bytes(model)), None)
+            loaded = LoadedModel(onnx.load_from_string(bytes(model)), None)
         except (DecodeError, ValueError, RuntimeError) as exc:
             raise BadModelError(f"the bytes are not a serialized ONNX model: {exc}") from exc
-    if not isinstance(model, (str, os.PathLike)):
+    elif isinstance(model, (str, os.PathLike)):
+        path = Path(model)
+        if not path.is_file():
+            raise BadModelError(
+                "model file not found" if not path.exists() else "not a regular file", path=str(path)
+            )
+        try:
+            proto = onnx.load(str(path), load_external_data=False)
+        except (DecodeError, ValueError, RuntimeError, OSError) as exc:
+            raise BadModelError(f"not a readable ONNX model: {exc}", path=str(path)) from exc
+        _require_graph(proto, str(path))
+        load_external_data(proto, path)
+        loaded = LoadedModel(proto, str(path))
+    else:
         raise BadModelError(
             f"model must be a path, bytes or onnx.ModelProto, not {type(model).__name__}",
             value=type(model).__name__,
         )
-    path = Path(model)
-    if not path.is_file():
-        raise BadModelError("model file not found", path=str(path))
-    try:
-        proto = onnx.load(str(path), load_external_data=False)
-    except (DecodeError, ValueError, RuntimeError, OSError) as exc:
-        raise BadModelError(f"not a readable ONNX model: {exc}", path=str(path)) from exc
-    _load_external_data(proto, path)
-    return LoadedModel(proto, str(path))
+    _require_graph(loaded.proto, loaded.path)
+    check_model_inputs(loaded.proto, path=loaded.path)
+    return loaded
 
 
-def _load_external_data(proto: onnx.ModelProto, path: Path) -> None:
-    from onnx import external_data_helper as edh
-
-    tensors = [t for t in _all_tensors(proto.graph) if edh.uses_external_data(t)]
-    if not tensors:
-        return
-    base = path.resolve().parent
-    for t in tensors:
-        info = edh.ExternalDataInfo(t)
-        target = (base / info.location).resolve()
-        if Path(info.location).is_absolute() or not target.is_relative_to(base):
-            raise BadModelError(
-                f"initializer {t.name!r} points at external data {info.location!r} outside the model's "
-                "folder; refusing to read it",
-                path=str(path),
-                tensor=t.name,
-                value=info.location,
-                rule="external data must lie in the model's folder",
-            )
-    try:
-        edh.load_external_data_for_model(proto, str(base))
-    except (OSError, ValueError) as exc:
-        raise BadModelError(f"cannot read the model's external data: {exc}", path=str(path)) from exc
-
-
-def _all_tensors(graph: onnx.GraphProto) -> list[onnx.TensorProto]:
-    found = list(graph.initializer)
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.HasField("t"):
-                found.append(attr.t)
-            found.extend(attr.tensors)
-            if attr.HasField("g"):
-                found.extend(_all_tensors(attr.g))
-            for g in attr.graphs:
-                found.extend(_all_tensors(g))
-    return found
+def _require_graph(proto: onnx.ModelProto, path: str | None) -> None:
+    # An empty file parses as an empty ModelProto; say so instead of letting onnxruntime say "no graph".
+    if not proto.HasField("graph") or not proto.opset_import:
+        raise BadModelError(
+            "not an ONNX model (empty, or no graph or no opset_import)",
+            path=path,
+            rule="an ONNX model has a graph and at least one opset_import",
+        )
 
 
 def _typed_outputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
@@ -201,7 +182,12 @@ class InferenceSession:
             providers=tuple(providers) if providers is not None else None,
             model_path=loaded.path,
         )
-        self._engine: Engine = factory(loaded.proto, config)
+        try:
+            self._engine: Engine = factory(loaded.proto, config)
+        except DmlShimError as exc:
+            if exc.path is None:
+                exc.path = loaded.path
+            raise
         self._last_run_record: RunRecord | None = None
         logger.debug("session for %s ready (engine %s)", loaded.path or "<in-memory model>", engine)
 

@@ -19,6 +19,24 @@ from .buffers import grid_offsets
 from .common import bind, fail, index_context, require_leading_ones, require_same_data_type, require_sizes
 from .indices import normalize_indices
 from .options import KernelOptions, KernelResult
+from .parallel import chunk_length, run_all, spans
+
+
+def _take_blocks(src: np.ndarray, idx: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``src[:, idx, :]`` for a packed ``(pre, dim, post)`` source and validated indices, by chunks of
+    the output on the kernel threads. Whole blocks of ``post`` elements move at once: numpy's take along
+    an axis copies them as runs."""
+    pre, _, post = src.shape
+    out = np.empty((pre, idx.size, post), dtype=dtype)
+
+    def work(box: tuple[int, int, int, int]) -> bool:
+        p0, p1, k0, k1 = box
+        # spans() boxes are contiguous slices of `out`, so np.take writes into them in place.
+        np.take(src[p0:p1], idx[k0:k1], axis=1, mode="clip", out=out[p0:p1, k0:k1])
+        return True
+
+    run_all(work, spans(pre, idx.size, max(1, chunk_length(out.size) // post)))
+    return out
 
 
 def run(desc: GatherDesc, inputs: Mapping[str, Any], options: KernelOptions) -> KernelResult:
@@ -49,8 +67,7 @@ def run(desc: GatherDesc, inputs: Mapping[str, Any], options: KernelOptions) -> 
     if pre * idx.size * post == 0:
         return KernelResult(np.zeros(expected, dtype=dtype))
     if inp.contiguous:
-        # Whole blocks of `post` elements move at once: numpy's take along an axis copies them as runs.
-        out = np.take(inp.packed().reshape(pre, dim, post), idx, axis=1, mode="clip")
+        out = _take_blocks(inp.packed().reshape(pre, dim, post), idx, dtype)
     else:
         strides = inp.strides
         offsets = (

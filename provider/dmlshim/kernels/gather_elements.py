@@ -15,8 +15,9 @@ import numpy as np
 from ..dml.operators import GatherElementsDesc, ScatterDesc
 from .buffers import grid_offsets
 from .common import bind, fail, index_context, require_same_data_type, require_sizes
-from .indices import normalize_indices
+from .indices import IndexContext, fast_indices, normalize_indices
 from .options import KernelOptions, KernelResult
+from .parallel import chunk_length, run_all, spans
 
 
 def check_axis_shapes(desc: GatherElementsDesc | ScatterDesc) -> None:
@@ -65,6 +66,77 @@ def element_offsets(
     return off.reshape(-1)
 
 
+def axis_split(sizes: tuple[int, ...], axis: int) -> tuple[int, int, int]:
+    """``(pre, mid, post)``: the element counts before, on and after ``axis``."""
+    return math.prod(sizes[:axis]), sizes[axis], math.prod(sizes[axis + 1 :])
+
+
+def packed_offsets(
+    raw: np.ndarray,
+    box: tuple[int, int, int, int],
+    dim: int,
+    post: int,
+    ctx: IndexContext,
+) -> np.ndarray | None:
+    """Flat offsets into a packed ``(pre, dim, post)`` tensor for one chunk of ``(pre, k, post)`` indices.
+
+    Args:
+        raw: the whole IndicesTensor viewed as ``(pre, k, post)`` (not modified).
+        box: the chunk ``(p0, p1, k0, k1)`` from :func:`dmlshim.kernels.parallel.spans` over ``(pre, k)``.
+        dim: the size of the indexed axis.
+        post: the element count after the axis.
+        ctx: the index rules.
+
+    Returns:
+        A new int64 array of the chunk's offsets, flattened, or None when an index needs the general path.
+    """
+    p0, p1, k0, k1 = box
+    idx = fast_indices(raw[p0:p1, k0:k1], (dim,), ctx)
+    if idx is None:
+        return None
+    row = dim * post
+    if post > 1:
+        off = np.multiply(idx, post, dtype=np.int64)
+        off += np.arange(post, dtype=np.int64)
+        if p1 - p0 > 1:
+            off += np.arange(p0 * row, p1 * row, row, dtype=np.int64)[:, None, None]
+        elif p0:
+            off += p0 * row
+    elif p1 - p0 > 1:
+        off = np.add(idx, np.arange(p0 * row, p1 * row, row, dtype=np.int64)[:, None, None], dtype=np.int64)
+    elif p0:
+        off = np.add(idx, p0 * row, dtype=np.int64)
+    else:
+        # np.take converts to intp itself; copying here would only add a pass.
+        return idx.reshape(-1)
+    return off.reshape(-1)
+
+
+def _fast_gather(
+    inp: np.ndarray, raw: np.ndarray, axis: int, dtype: np.dtype, ctx: IndexContext
+) -> np.ndarray | None:
+    """GATHER_ELEMENTS on a packed input, chunk by chunk on the kernel threads; None to use the
+    general path (an index out of range or negative where it may not be)."""
+    pre, dim, post = axis_split(inp.shape, axis)
+    k = raw.shape[axis]
+    raw3 = raw.reshape(pre, k, post)
+    flat = inp.reshape(-1)
+    out = np.empty((pre, k, post), dtype=dtype)
+
+    def work(box: tuple[int, int, int, int]) -> bool:
+        off = packed_offsets(raw3, box, dim, post, ctx)
+        if off is None:
+            return False
+        p0, p1, k0, k1 = box
+        # Indices are validated; "clip" only skips numpy's own bounds error path. spans() boxes are
+        # contiguous slices of `out`, so the reshape is a view and np.take writes in place.
+        np.take(flat, off, mode="clip", out=out[p0:p1, k0:k1].reshape(-1))
+        return True
+
+    boxes = spans(pre, k, max(1, chunk_length(raw.size) // post))
+    return out if run_all(work, boxes) else None
+
+
 def run(desc: GatherElementsDesc, inputs: Mapping[str, Any], options: KernelOptions) -> KernelResult:
     """Execute DML_OPERATOR_GATHER_ELEMENTS; see :func:`dmlshim.kernels.execute`."""
     views = bind(desc, inputs)
@@ -76,8 +148,13 @@ def run(desc: GatherElementsDesc, inputs: Mapping[str, Any], options: KernelOpti
 
     inp = views["InputTensor"]
     axis = desc.axis
-    idx = normalize_indices(views["IndicesTensor"].array(), (inp.sizes[axis],), (axis,), ctx)
+    raw = views["IndicesTensor"].array()
     dtype = desc.output_tensor.data_type.numpy_dtype
+    if inp.contiguous and raw.size:
+        out = _fast_gather(inp.packed(), raw, axis, dtype, ctx)
+        if out is not None:
+            return KernelResult(out.reshape(idx_sizes))
+    idx = normalize_indices(raw, (inp.sizes[axis],), (axis,), ctx)
     if idx.size == 0:
         return KernelResult(np.zeros(idx_sizes, dtype=dtype))
     offsets = element_offsets(idx, idx_sizes, inp.strides, axis)

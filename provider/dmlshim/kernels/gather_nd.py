@@ -19,8 +19,9 @@ from ..dml.operators import GatherNd1Desc, GatherNdDesc, ScatterNdDesc
 from ..dml.tensor import BufferTensorDesc
 from .buffers import grid_offsets
 from .common import bind, fail, index_context, require_leading_ones, require_same_data_type, require_sizes
-from .indices import IndexContext, normalize_indices
+from .indices import IndexContext, fast_indices, normalize_indices
 from .options import KernelOptions, KernelResult
+from .parallel import chunk_length, run_all, spans
 
 
 def check_nd_counts(desc: GatherNdDesc | GatherNd1Desc | ScatterNdDesc, batch: int) -> tuple[int, int, int]:
@@ -108,6 +109,89 @@ def tuple_offsets(
     return off
 
 
+class PackedTuples:
+    """Row numbers of index tuples into a packed tensor seen as a ``(-1, block)`` matrix, chunk by chunk.
+
+    Args:
+        indices: IndicesTensor values shaped like its Sizes (tuple components last; not modified).
+        tensor: the addressed tensor's desc (packed).
+        r: InputDimensionCount.
+        q: IndicesDimensionCount.
+        batch: BatchDimensionCount.
+        block: the element count of the block one tuple selects.
+        ctx: the index rules.
+
+    Attributes:
+        tuples: the indices viewed as ``(B, N, t)``: B batch positions by N tuples per batch.
+    """
+
+    def __init__(
+        self,
+        indices: np.ndarray,
+        tensor: BufferTensorDesc,
+        r: int,
+        q: int,
+        batch: int,
+        block: int,
+        ctx: IndexContext,
+    ) -> None:
+        d = tensor.dimension_count
+        t = indices.shape[-1]
+        first = d - r + batch
+        self._dims = tensor.sizes[first : first + t]
+        row_strides = tuple(s // block for s in tensor.packed_strides)
+        self._strides = row_strides[first : first + t]
+        batch_sizes = tensor.sizes[d - r : first]
+        b_count = math.prod(batch_sizes)
+        n_count = math.prod(indices.shape[d - q + batch : d - 1])
+        self.tuples = indices.reshape(b_count, n_count, t)
+        self._batch_rows = grid_offsets(batch_sizes, row_strides[d - r : first])
+        self._ctx = ctx
+
+    def rows(self, box: tuple[int, int, int, int]) -> np.ndarray | None:
+        """The flat row numbers of the tuples in ``box`` (``(b0, b1, n0, n1)`` over ``(B, N)``), or
+        None when an index needs the general path of :func:`tuple_offsets`."""
+        b0, b1, n0, n1 = box
+        cols = fast_indices(self.tuples[b0:b1, n0:n1], self._dims, self._ctx)
+        if cols is None:
+            return None
+        rows: np.ndarray | None = None
+        for j, stride in enumerate(self._strides):
+            if not stride:
+                continue
+            if rows is None:
+                rows = np.multiply(cols[..., j], stride, dtype=np.int64)
+            else:
+                # int64 whatever the index dtype: an int32 index times a stride may exceed INT32_MAX.
+                rows += np.multiply(cols[..., j], stride, dtype=np.int64)
+        if rows is None:
+            rows = np.zeros(cols.shape[:-1], dtype=np.int64)
+        if self.tuples.shape[0] > 1:
+            rows += self._batch_rows[b0:b1, None]
+        return rows.reshape(-1)
+
+
+def _fast_gather(
+    packed: np.ndarray, tuples: PackedTuples, block: int, dtype: np.dtype
+) -> np.ndarray | None:
+    """GATHER_ND on a packed input, chunk by chunk on the kernel threads; None to use the general path."""
+    b_count, n_count, _ = tuples.tuples.shape
+    src = packed.reshape(-1, block)
+    out = np.empty((b_count, n_count, block), dtype=dtype)
+
+    def work(box: tuple[int, int, int, int]) -> bool:
+        rows = tuples.rows(box)
+        if rows is None:
+            return False
+        b0, b1, n0, n1 = box
+        # Indices are validated; spans() boxes are contiguous slices of `out`, written in place.
+        np.take(src, rows, axis=0, mode="clip", out=out[b0:b1, n0:n1].reshape(-1, block))
+        return True
+
+    boxes = spans(b_count, n_count, max(1, chunk_length(out.size) // block))
+    return out if run_all(work, boxes) else None
+
+
 def run(
     desc: GatherNdDesc | GatherNd1Desc, inputs: Mapping[str, Any], options: KernelOptions
 ) -> KernelResult:
@@ -134,6 +218,11 @@ def run(
         # Still check the indices: an index into an empty dimension is out of range.
         tuple_offsets(indices, desc.input_tensor, inp.strides, r, q, batch, ctx)
         return KernelResult(np.zeros(expected, dtype=dtype))
+    if inp.contiguous and t:
+        tuples = PackedTuples(indices, desc.input_tensor, r, q, batch, block, ctx)
+        fast = _fast_gather(inp.flat[: inp.element_count], tuples, block, dtype)
+        if fast is not None:
+            return KernelResult(fast.reshape(expected))
     if inp.contiguous:
         # Packed input: each tuple selects one run of `block` elements, i.e. one row of a (-1, block)
         # matrix; row numbers come straight from the packed strides divided by the block size.

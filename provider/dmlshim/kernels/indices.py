@@ -141,6 +141,46 @@ def normalize_indices(
     return idx
 
 
+def fast_indices(raw: np.ndarray, dims: Sequence[int], ctx: IndexContext) -> np.ndarray | None:
+    """The chunk-sized counterpart of :func:`normalize_indices` for the common cases only.
+
+    Args:
+        raw: index values (a chunk of IndicesTensor; tuple components last when ``len(dims) > 1``).
+        dims: as for :func:`normalize_indices`.
+        ctx: the index rules.
+
+    Returns:
+        Indices in ``[0, dim-1]``, shaped like ``raw`` (``raw`` itself, a uint64 array viewed as int64,
+        when no value needs wrapping; else a new int64 array), or None when some value is out of range
+        or is a negative index the rules forbid: the caller must then run :func:`normalize_indices` on
+        the whole IndicesTensor, which raises, clamps or reports exactly as documented.
+    """
+    if raw.size == 0:
+        return raw
+    if len(dims) == 1:
+        dim = dims[0]
+        # One OR-reduction proves the common case: no sign bit anywhere and every value <= the OR.
+        acc = int(np.bitwise_or.reduce(raw, axis=None))
+        if 0 <= acc < dim or (acc >= 0 and int(raw.max()) < dim):
+            return raw.view(np.int64) if raw.dtype == np.uint64 else raw
+        if acc >= 0 or not (ctx.negatives_allowed and raw.dtype.kind == "i"):
+            return None
+        if int(raw.min()) < -dim or int(raw.max()) >= dim:
+            return None
+        wide = raw.astype(np.int64)
+        return np.where(wide < 0, wide + dim, wide)
+    if _all_in_range(raw, dims):
+        return raw.view(np.int64) if raw.dtype == np.uint64 else raw
+    if not (ctx.negatives_allowed and raw.dtype.kind == "i"):
+        return None
+    cols = raw.reshape(-1, len(dims))
+    dim_arr = np.asarray(dims, dtype=np.int64)
+    if bool(np.any(cols.min(axis=0) < -dim_arr)) or bool(np.any(cols.max(axis=0) >= dim_arr)):
+        return None
+    wide = cols.astype(np.int64)
+    return np.where(wide < 0, wide + dim_arr, wide).reshape(raw.shape)
+
+
 def _all_in_range(raw: np.ndarray, dims: Sequence[int]) -> bool:
     """The common case, proven with min/max reductions only (Python ints: no uint64/int64 mixing)."""
     low, high = int(raw.min()), int(raw.max())

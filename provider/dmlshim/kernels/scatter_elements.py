@@ -18,9 +18,10 @@ import numpy as np
 from ..dml.operators import ScatterDesc
 from .buffers import TensorView
 from .common import bind, index_context, require_same_data_type, require_sizes
-from .gather_elements import check_axis_shapes, element_offsets
-from .indices import count_duplicates, normalize_indices, write_in_order
+from .gather_elements import axis_split, check_axis_shapes, element_offsets, packed_offsets
+from .indices import IndexContext, count_duplicates, normalize_indices, write_in_order
 from .options import KernelOptions, KernelResult
+from .parallel import chunk_length, parallel_copy, run_all, spans
 
 logger = logging.getLogger(__name__)
 
@@ -28,8 +29,47 @@ logger = logging.getLogger(__name__)
 def copy_input(inp: TensorView) -> np.ndarray:
     """The one copy a scatter makes: InputTensor, packed, as a flat writable array."""
     if inp.contiguous:
-        return inp.flat[: inp.element_count].copy()
+        return parallel_copy(inp.flat[: inp.element_count])
     return np.array(inp.array(), order="C").reshape(-1)
+
+
+def _fast_scatter(
+    out: np.ndarray,
+    shape: tuple[int, ...],
+    raw: np.ndarray,
+    updates: np.ndarray,
+    axis: int,
+    ctx: IndexContext,
+) -> bool:
+    """Write every update into the packed flat ``out`` chunk by chunk on the kernel threads, in no
+    particular order, when all indices are valid and no two writes share a target.
+
+    Returns:
+        False when ``out`` must be rebuilt on the general path: an index needs the general treatment,
+        or two writes hit one element (only the general path applies them in index order). ``out`` is
+        then partly written.
+    """
+    pre, dim, post = axis_split(shape, axis)
+    k = raw.shape[axis]
+    raw3 = raw.reshape(pre, k, post)
+    upd3 = updates.reshape(pre, k, post)
+    # Every write marks its target; fewer marks than writes means a duplicate. Concurrent chunks may
+    # mark one byte at once, but they all store True, so the table ends up the same.
+    seen = np.zeros(out.size, dtype=np.bool_)
+
+    def work(box: tuple[int, int, int, int]) -> bool:
+        off = packed_offsets(raw3, box, dim, post, ctx)
+        if off is None:
+            return False
+        p0, p1, k0, k1 = box
+        seen[off] = True
+        out[off] = upd3[p0:p1, k0:k1].reshape(-1)
+        return True
+
+    boxes = spans(pre, k, max(1, chunk_length(raw.size) // post))
+    if not run_all(work, boxes):
+        return False
+    return int(np.count_nonzero(seen)) == raw.size
 
 
 def run(desc: ScatterDesc, inputs: Mapping[str, Any], options: KernelOptions) -> KernelResult:
@@ -44,8 +84,14 @@ def run(desc: ScatterDesc, inputs: Mapping[str, Any], options: KernelOptions) ->
 
     inp = views["InputTensor"]
     axis = desc.axis
-    idx = normalize_indices(views["IndicesTensor"].array(), (inp.sizes[axis],), (axis,), ctx)
+    raw = views["IndicesTensor"].array()
     out = copy_input(inp)
+    if raw.size:
+        updates = views["UpdatesTensor"].packed()
+        if _fast_scatter(out, desc.output_tensor.sizes, raw, updates, axis, ctx):
+            return KernelResult(out.reshape(desc.output_tensor.sizes), 0)
+        out = copy_input(inp)
+    idx = normalize_indices(raw, (inp.sizes[axis],), (axis,), ctx)
     duplicates = 0
     if idx.size:
         offsets = element_offsets(idx, idx_sizes, desc.output_tensor.packed_strides, axis)

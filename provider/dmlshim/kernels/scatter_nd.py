@@ -13,15 +13,49 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from ..dml import shapes
 from ..dml.operators import ScatterNdDesc
 from .common import bind, fail, index_context, require_same_data_type, require_sizes
-from .gather_nd import check_nd_counts, tuple_offsets
+from .gather_nd import PackedTuples, check_nd_counts, tuple_offsets
 from .indices import count_duplicates, last_writes, write_in_order
 from .options import KernelOptions, KernelResult
+from .parallel import chunk_length, run_all, spans
 from .scatter_elements import copy_input
 
 logger = logging.getLogger(__name__)
+
+
+def _fast_scatter(out: np.ndarray, tuples: PackedTuples, updates: np.ndarray, block: int) -> bool:
+    """Write every update block into the packed flat ``out`` chunk by chunk on the kernel threads, in no
+    particular order, when all indices are valid and no two tuples name one block.
+
+    Returns:
+        False when ``out`` must be rebuilt on the general path (an index needs the general treatment, or
+        a duplicate: only the general path applies those in index order). ``out`` is then partly written.
+    """
+    _, n_count, _ = tuples.tuples.shape
+    rows_out = out.reshape(-1, block)
+    upd = updates.reshape(n_count, block)
+    # Fewer marked rows than writes means a duplicate; concurrent chunks only ever store True.
+    seen = np.zeros(rows_out.shape[0], dtype=np.bool_)
+
+    def work(box: tuple[int, int, int, int]) -> bool:
+        rows = tuples.rows(box)
+        if rows is None:
+            return False
+        _, _, n0, n1 = box
+        seen[rows] = True
+        if block == 1:
+            out[rows] = upd[n0:n1, 0]
+        else:
+            rows_out[rows] = upd[n0:n1]
+        return True
+
+    if not run_all(work, spans(1, n_count, max(1, chunk_length(updates.size) // block))):
+        return False
+    return int(np.count_nonzero(seen)) == n_count
 
 
 def run(desc: ScatterNdDesc, inputs: Mapping[str, Any], options: KernelOptions) -> KernelResult:
@@ -46,6 +80,13 @@ def run(desc: ScatterNdDesc, inputs: Mapping[str, Any], options: KernelOptions) 
         return KernelResult(out.reshape(out_desc.sizes))
     # The output is packed: each tuple selects one run of `block` elements, i.e. one row of a
     # (-1, block) matrix, whose number comes from the packed strides divided by the block size.
+    indices = views["IndicesTensor"].array()
+    if t and indices.size:
+        updates = views["UpdatesTensor"].packed()
+        tuples = PackedTuples(indices, out_desc, r, q, 0, block, ctx)
+        if _fast_scatter(out, tuples, updates, block):
+            return KernelResult(out.reshape(out_desc.sizes), 0)
+        out = copy_input(views["InputTensor"])
     row_strides = tuple(s // block for s in out_desc.packed_strides)
     rows = tuple_offsets(views["IndicesTensor"].array(), out_desc, row_strides, r, q, 0, ctx).reshape(-1)
     duplicates = 0

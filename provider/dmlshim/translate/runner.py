@@ -7,6 +7,7 @@ Sizes (or the whole buffer for a strided window), the kernel, then the way back 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -137,6 +138,49 @@ def _unbind_output(
     return result
 
 
+def _onnx_position(binding: InputBinding, position: Sequence[int]) -> tuple[int, ...] | None:
+    """The position in the ONNX indices of an element found at ``position`` of IndicesTensor, when the
+    tensor is a plain reshape of the ONNX indices (no window, no strides, no pair duplication)."""
+    tensor = binding.tensor
+    if (
+        binding.window is not None
+        or tensor.strides is not None
+        or any(s.kind is HostStepKind.DUPLICATE_FOR_PAIRS for s in binding.host_steps)
+        or binding.reinterpret is not Reinterpret.NONE
+        or len(position) != tensor.dimension_count
+        or math.prod(binding.onnx_shape) != tensor.element_count
+        or tensor.element_count == 0
+    ):
+        return None
+    flat = int(np.ravel_multi_index(tuple(int(p) for p in position), tensor.sizes))
+    if not binding.onnx_shape:
+        return ()
+    return tuple(int(p) for p in np.unravel_index(flat, binding.onnx_shape))
+
+
+def _in_onnx_terms(exc: IndexOutOfRangeError, t: NodeTranslation) -> IndexOutOfRangeError:
+    """The kernel's error restated for the ONNX node: its op, its indices tensor, ONNX coordinates."""
+    binding = next((b for b in t.inputs if b.binding == "IndicesTensor"), None)
+    position = getattr(exc, "position", None)
+    valid = getattr(exc, "valid_range", None)
+    if binding is None or position is None or valid is None:
+        return exc
+    onnx_pos = _onnx_position(binding, position)
+    where = f"{binding.onnx_name}{list(onnx_pos)}" if onnx_pos is not None else f"{binding.onnx_name}"
+    dml_where = f"IndicesTensor{list(position)}"
+    message = (
+        f"index {exc.value} at {where} is out of range: valid range [{valid[0]}, {valid[1]}] for a dimension "
+        f"of size {getattr(exc, 'size', '?')} ({t.operator.operator_type.dml_name if t.operator else 'DirectML'} "
+        f"sees it at {dml_where})"
+    )
+    err = IndexOutOfRangeError(
+        message, rule=exc.rule, value=exc.value, node=t.name, op_type=t.op_type, tensor=binding.onnx_name
+    )
+    err.position = onnx_pos if onnx_pos is not None else tuple(position)  # type: ignore[attr-defined]
+    err.valid_range = tuple(valid)  # type: ignore[attr-defined]
+    return err
+
+
 def run_translation(
     t: NodeTranslation, inputs: Sequence[np.ndarray | None], *, index_mode: IndexMode = IndexMode.ERROR
 ) -> RunResult:
@@ -172,7 +216,10 @@ def run_translation(
             )
         bound[binding.binding] = _bind_input(np.asarray(arr), binding, t, index_mode, applied)
     options = KernelOptions(feature_level=t.feature_level, index_mode=index_mode, node=t.name)
-    result = execute(t.operator, bound, options)
+    try:
+        result = execute(t.operator, bound, options)
+    except IndexOutOfRangeError as exc:
+        raise _in_onnx_terms(exc, t) from exc
     output = _unbind_output(result.output, t.output, inputs, applied)
     logger.debug("%s: ran %s with host steps %s", t.name, t.operator.operator_type.dml_name, applied)
     return RunResult(output, int(result.duplicate_indices), tuple(applied))

@@ -5,11 +5,13 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import onnx
 from google.protobuf.message import DecodeError
 
 from ..errors import BadInputError, BadModelError
+from ..modelcheck import load_external_data
 from .plan import TensorInfo
 
 logger = logging.getLogger(__name__)
@@ -131,11 +133,7 @@ def load_model(path: str | os.PathLike[str]) -> onnx.ModelProto:
         raise BadModelError(f"not an ONNX model (protobuf parse failed: {exc})", path=where) from exc
     if not model.HasField("graph") or not model.opset_import:
         raise BadModelError("not an ONNX model (no graph or no opset_import)", path=where)
-    if any(
-        t.HasField("data_location") and t.data_location == onnx.TensorProto.EXTERNAL
-        for t in model.graph.initializer
-    ):
-        onnx.load_external_data_for_model(model, os.path.dirname(os.path.abspath(where)))
+    load_external_data(model, Path(where))
     try:
         inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
         # onnx.checker insists on a typed, shaped ValueInfo for every graph output; onnxruntime does not

@@ -1,0 +1,1 @@
+"""dmlshim benchmarks: ``python bench/run.py [--quick] [--json]`` (see bench/README.md)."""

@@ -1,0 +1,78 @@
+"""``dmlshim compare DIR``: compare DxDispatch's outputs with dmlshim's expected outputs, node by node."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+from ..dxdispatch.compare import DEFAULT_ATOL, DEFAULT_RTOL, CompareReport
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the compare command's arguments."""
+    parser.add_argument("directory", metavar="DIR", help="an export directory written by dmlshim export")
+    parser.add_argument(
+        "--rtol",
+        type=float,
+        default=DEFAULT_RTOL,
+        help=f"relative tolerance for floats (default {DEFAULT_RTOL})",
+    )
+    parser.add_argument(
+        "--atol",
+        type=float,
+        default=DEFAULT_ATOL,
+        help=f"absolute tolerance for floats (default {DEFAULT_ATOL})",
+    )
+    parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
+
+
+def _fmt_diff(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if not math.isfinite(value):
+        return str(value)
+    return f"{value:.6g}"
+
+
+def _table(report: CompareReport) -> str:
+    headers = ["node", "op", "status", "max abs diff", "first mismatch"]
+    rows = [
+        [
+            n.node,
+            n.op_type,
+            n.status,
+            _fmt_diff(n.max_abs_diff),
+            str(list(n.first_mismatch)) if n.first_mismatch is not None else "-",
+        ]
+        for n in report.nodes
+    ]
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
+    lines = ["  " + "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Compare and print the table; 0 when every node matches, 1 otherwise (2 for a bad DIR)."""
+    from ..dxdispatch.compare import compare_export
+
+    report = compare_export(args.directory, rtol=args.rtol, atol=args.atol)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2, allow_nan=False))
+        return 0 if report.all_match else 1
+    counts = report.counts()
+    print(f"export: {report.directory} (floats: rtol {report.rtol:g}, atol {report.atol:g})")
+    if report.nodes:
+        print(_table(report))
+    details = [n for n in report.nodes if n.detail]
+    if details:
+        print()
+        for n in details:
+            print(f"  {n.node}: {n.detail}")
+    print()
+    print(
+        f"{counts['match']} match, {counts['mismatch']} mismatch, {counts['missing']} missing "
+        f"of {len(report.nodes)} node(s)"
+    )
+    return 0 if report.all_match else 1

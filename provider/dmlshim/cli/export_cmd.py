@@ -1,0 +1,95 @@
+"""``dmlshim export MODEL -o DIR``: write each translated gather/scatter node as a DxDispatch model."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
+
+
+def _feature_level(text: str) -> FeatureLevel:
+    try:
+        return FeatureLevel.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the export command's arguments."""
+    parser.add_argument("model", help="the ONNX model")
+    parser.add_argument(
+        "-o", "--output-dir", required=True, metavar="DIR", help="the export directory (one folder per node)"
+    )
+    parser.add_argument(
+        "--inputs",
+        metavar="FILE.npz",
+        help="the model inputs, one array per graph input (numpy.savez); random valid inputs if omitted",
+    )
+    parser.add_argument(
+        "--feature-level",
+        type=_feature_level,
+        default=DEFAULT_FEATURE_LEVEL,
+        metavar="L",
+        help=f"DirectML feature level to translate for, e.g. 3_0 (default {DEFAULT_FEATURE_LEVEL.short})",
+    )
+    parser.add_argument(
+        "--input-shape",
+        action="append",
+        default=[],
+        metavar="NAME=D0,D1,..",
+        help="shape of a generated input, or size of a symbolic dimension (NAME=D); repeatable",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of generated inputs (default 0)")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="write into a non-empty DIR, replacing the node folders a previous export listed",
+    )
+    parser.add_argument("--json", action="store_true", help="print the export summary as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Export the nodes and print what was written; returns the exit code."""
+    from ..dxdispatch.export import export_model
+    from ..execute.feeds import load_npz
+    from ..translate import parse_input_shape
+
+    shapes: dict[str, tuple[int, ...]] = dict(parse_input_shape(text) for text in args.input_shape)
+    feeds = load_npz(args.inputs) if args.inputs else None
+    result = export_model(
+        args.model,
+        args.output_dir,
+        inputs=feeds,
+        feature_level=args.feature_level,
+        input_shapes=shapes or None,
+        overwrite=args.overwrite,
+        seed=args.seed,
+    )
+    if args.json:
+        doc: dict[str, Any] = {
+            "directory": str(result.directory),
+            "feature_level": result.feature_level.dml_name,
+            "exported": [e.to_json() for e in result.exported],
+            "skipped": [s.to_json() for s in result.skipped],
+        }
+        print(json.dumps(doc, indent=2, allow_nan=False))
+        return 0
+    print(f"model: {args.model}")
+    print(f"feature level: {result.feature_level.dml_name}")
+    if args.inputs is None:
+        print(f"inputs: generated (seed {args.seed})")
+    print(f"exported {len(result.exported)} node(s) to {result.directory}, skipped {len(result.skipped)}")
+    for e in result.exported:
+        note = "" if e.matches_onnxruntime else "  (dmlshim differs from onnxruntime on this node)"
+        if e.duplicate_indices:
+            note += f"  ({e.duplicate_indices} duplicate scatter write(s): DirectML picks any winner)"
+        print(f"  {e.folder:<40} {e.op_type:<16} {e.operator}{note}")
+    for s in result.skipped:
+        print(f"  skipped {s.node} ({s.op_type}): {s.code}: {s.reason}")
+    if result.exported:
+        print()
+        print("next, on Windows, in each node folder:  dxdispatch.exe model.json --output_path .")
+        print(f"then, anywhere:                         dmlshim compare {result.directory}")
+    return 0

@@ -1,0 +1,145 @@
+"""Chunked execution of a kernel's element-wise work, on several cores when the work is large.
+
+Large tensors are processed in chunks of a few hundred thousand elements: the temporaries of one chunk
+(index offsets, masks) stay in cache instead of being written to and read back from memory, and the
+numpy calls that do the work (``np.take``, ufuncs, reductions, fancy assignment) release the GIL, so a
+thread pool runs chunks on every core. Chunks much smaller than this spend more time on Python overhead
+and GIL hand-offs than on data.
+
+Two environment variables tune it (read once, at import): ``DMLSHIM_KERNEL_THREADS`` (worker threads;
+default: the cores this process may use, at most 8; ``1`` runs everything on the calling thread) and
+``DMLSHIM_KERNEL_CHUNK`` (the largest chunk in elements; small values exercise the chunked paths in tests).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name, "")
+    try:
+        return max(1, int(value)) if value else default
+    except ValueError:
+        logger.warning("ignoring %s=%r: not an integer", name, value)
+        return default
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+THREADS = _env_int("DMLSHIM_KERNEL_THREADS", min(_cores(), 8))
+"""Worker threads used for large tensors."""
+
+CHUNK_ELEMENTS = _env_int("DMLSHIM_KERNEL_CHUNK", 1 << 18)
+"""The largest chunk, in elements of the biggest array a chunk touches."""
+
+MIN_CHUNK_ELEMENTS = min(CHUNK_ELEMENTS, 1 << 15)
+"""Chunks are not cut smaller than this to feed more threads (overhead would dominate)."""
+
+Box = tuple[int, int, int, int]
+"""A chunk of work: ``(o0, o1, i0, i1)``, see :func:`spans`."""
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _executor() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="dmlshim-kernel")
+        return _pool
+
+
+def chunk_length(total: int) -> int:
+    """The chunk length for ``total`` elements: at most CHUNK_ELEMENTS, and small enough that every
+    worker gets about two chunks when the work is large enough to share."""
+    share = -(-total // (2 * THREADS))
+    return max(1, min(CHUNK_ELEMENTS, max(MIN_CHUNK_ELEMENTS, share)))
+
+
+def spans(outer: int, inner: int, length: int) -> list[Box]:
+    """Split an ``outer x inner`` grid of rows into chunks of about ``length`` grid cells.
+
+    Returns:
+        ``(o0, o1, i0, i1)`` boxes covering the grid in row-major order. A box either spans whole rows
+        (``i0 == 0, i1 == inner``) or lies within one row (``o1 == o0 + 1``), so the matching slice of a
+        C-contiguous ``(outer, inner, ...)`` array is itself contiguous.
+    """
+    if outer == 0 or inner == 0:
+        return []
+    if inner >= length:
+        step = max(1, length)
+        return [(o, o + 1, i, min(inner, i + step)) for o in range(outer) for i in range(0, inner, step)]
+    rows = max(1, length // inner)
+    return [(o, min(outer, o + rows), 0, inner) for o in range(0, outer, rows)]
+
+
+def run_all(work: Callable[[Box], bool], boxes: Sequence[Box]) -> bool:
+    """Call ``work`` on every box, sharing the boxes between the calling thread and the kernel threads.
+
+    The calling thread takes boxes too, and every thread takes the next unclaimed box when it is done,
+    so when other processes keep the cores busy the work simply runs on fewer threads instead of
+    waiting for a descheduled one.
+
+    ``work`` returns False to refuse its box (an index the fast path cannot handle); the boxes not yet
+    started are then skipped and False is returned, and the caller redoes the whole operation on its
+    general path. An exception stops the other threads the same way and is re-raised.
+    """
+    if len(boxes) <= 1 or THREADS <= 1:
+        return all(work(box) for box in boxes)
+    claim = threading.Lock()
+    order = iter(range(len(boxes)))
+    stop = threading.Event()
+
+    def drain() -> None:
+        while not stop.is_set():
+            with claim:
+                i = next(order, None)
+            if i is None:
+                return
+            try:
+                ok = work(boxes[i])
+            except BaseException:
+                stop.set()
+                raise
+            if not ok:
+                stop.set()
+
+    pool = _executor()
+    helpers = [pool.submit(drain) for _ in range(min(THREADS, len(boxes)) - 1)]
+    try:
+        drain()
+    finally:
+        for helper in helpers:
+            # Waits for the helper's current box; re-raises its exception, if any.
+            helper.result()
+    return not stop.is_set()
+
+
+def parallel_copy(flat: np.ndarray) -> np.ndarray:
+    """A new C-contiguous copy of the 1-D array ``flat``, copied chunk by chunk on the kernel threads."""
+    out = np.empty_like(flat)
+    if flat.size == 0:
+        return out
+
+    def work(box: Box) -> bool:
+        _, _, a, b = box
+        np.copyto(out[a:b], flat[a:b])
+        return True
+
+    run_all(work, spans(1, flat.size, chunk_length(flat.size)))
+    return out

@@ -1,0 +1,225 @@
+"""Memory guards: refuse work whose tensors could never fit in this machine's memory, before allocating.
+
+Linux overcommits memory, so a numpy or onnxruntime allocation far beyond the physical memory may succeed
+and the process be killed later, when the pages are touched. dmlshim therefore checks sizes it knows in
+advance (static shapes in the model, shapes of a node's output computed from its input shapes, shapes of
+inputs it is asked to generate) against the physical memory and raises :class:`TooLargeError` naming the
+tensor, its shape, its type and the size.
+
+Call sites::
+
+    check_tensor(shape, dtype, tensor="x")            # before allocating one array
+    check_model_inputs(model, path=...)               # graph inputs with fully static shapes
+    check_static_values(infos, producers=...)         # every statically shaped value of a graph
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from .errors import TooLargeError
+
+__all__ = [
+    "check_model_inputs",
+    "check_static_values",
+    "check_tensor",
+    "format_bytes",
+    "gather_scatter_output_shape",
+    "memory_limit",
+    "tensor_nbytes",
+]
+
+logger = logging.getLogger(__name__)
+
+def memory_limit() -> int | None:
+    """The largest size in bytes one tensor may have: the machine's physical memory (None if unknown).
+
+    ``DMLSHIM_MEMORY_LIMIT`` (bytes) lowers it, e.g. to test the guard or to share a machine.
+    """
+    env = os.environ.get("DMLSHIM_MEMORY_LIMIT", "").strip()
+    if env:
+        try:
+            return max(0, int(env))
+        except ValueError:
+            logger.warning("DMLSHIM_MEMORY_LIMIT=%r is not an integer; ignored", env)
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):  # not POSIX, or the names are unknown
+        return None
+
+
+def format_bytes(n: int) -> str:
+    """``7.28 TiB``, ``512 B``."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if value < 1024 or unit == "PiB":
+            return f"{n} B" if unit == "B" else f"{value:.2f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def _itemsize(dtype: Any) -> int | None:
+    """Bytes per element of a numpy dtype or an ONNX element type (None when it has no fixed size)."""
+    if isinstance(dtype, (int, np.integer)) and not isinstance(dtype, bool):
+        if int(dtype) in (0, onnx.TensorProto.STRING):
+            return None
+        try:
+            dtype = helper.tensor_dtype_to_np_dtype(int(dtype))
+        except (KeyError, TypeError, ValueError):
+            return None
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        return None
+    return None if dt.kind in "OUSV" else dt.itemsize
+
+
+def tensor_nbytes(shape: Sequence[int], dtype: Any) -> int | None:
+    """Bytes of a dense tensor (exact, no overflow); None when the element size is not fixed."""
+    size = _itemsize(dtype)
+    if size is None:
+        return None
+    return math.prod(int(d) for d in shape) * size
+
+
+def _type_name(dtype: Any) -> str:
+    if isinstance(dtype, (int, np.integer)) and not isinstance(dtype, bool):
+        try:
+            return str(onnx.TensorProto.DataType.Name(int(dtype))).lower()
+        except ValueError:
+            return f"type {int(dtype)}"
+    return str(np.dtype(dtype))
+
+
+def check_tensor(
+    shape: Sequence[int],
+    dtype: Any,
+    *,
+    tensor: str | None = None,
+    node: str | None = None,
+    op_type: str | None = None,
+    path: str | None = None,
+    what: str = "tensor",
+    limit: int | None = None,
+) -> None:
+    """Raise :class:`TooLargeError` if a tensor of this shape and type exceeds the memory limit.
+
+    Args:
+        shape: the dims (any sizes; the product is computed exactly).
+        dtype: a numpy dtype or an ONNX element type.
+        what: how to call the tensor in the message ("graph input", "output of the node", ...).
+        limit: the limit in bytes (default :func:`memory_limit`).
+    """
+    need = tensor_nbytes(shape, dtype)
+    cap = memory_limit() if limit is None else limit
+    if need is None or cap is None or need <= cap:
+        return
+    dims = [int(d) for d in shape]
+    name = f" {tensor!r}" if tensor else ""
+    raise TooLargeError(
+        f"{what}{name} of shape {dims} and type {_type_name(dtype)} would need {format_bytes(need)} "
+        f"({need} bytes), more than this machine's memory ({format_bytes(cap)}); refusing before allocating",
+        rule="a tensor must fit in physical memory (os.sysconf SC_PAGE_SIZE * SC_PHYS_PAGES, or "
+        "DMLSHIM_MEMORY_LIMIT)",
+        value=need,
+        tensor=tensor,
+        node=node,
+        op_type=op_type,
+        path=path,
+    )
+
+
+def _static_dims(vi: onnx.ValueInfoProto) -> tuple[int, ...] | None:
+    if vi.type.WhichOneof("value") != "tensor_type" or not vi.type.tensor_type.HasField("shape"):
+        return None
+    dims: list[int] = []
+    for d in vi.type.tensor_type.shape.dim:
+        if not d.HasField("dim_value") or d.dim_value < 0:
+            return None
+        dims.append(int(d.dim_value))
+    return tuple(dims)
+
+
+def check_model_inputs(model: onnx.ModelProto, *, path: str | None = None, limit: int | None = None) -> None:
+    """Refuse a model whose fully static graph inputs (initializers excluded) cannot fit in memory.
+
+    Such a model can never be fed on this machine, and generating random inputs for it would try to
+    allocate them.
+    """
+    init = {t.name for t in model.graph.initializer}
+    for vi in model.graph.input:
+        if vi.name in init:
+            continue
+        dims = _static_dims(vi)
+        if dims is not None:
+            check_tensor(
+                dims, vi.type.tensor_type.elem_type, tensor=vi.name, path=path, what="graph input",
+                limit=limit,
+            )  # fmt: skip
+
+
+def check_static_values(
+    shapes: Mapping[str, tuple[Sequence[int], int]],
+    *,
+    producers: Mapping[str, tuple[str, str]] | None = None,
+    path: str | None = None,
+    limit: int | None = None,
+) -> None:
+    """Refuse a graph in which some value with a static shape cannot fit in memory.
+
+    Args:
+        shapes: value name -> (static dims, ONNX element type).
+        producers: value name -> (node name, op type) of the node that computes it.
+    """
+    cap = memory_limit() if limit is None else limit
+    if cap is None:
+        return
+    for name, (dims, elem_type) in shapes.items():
+        node, op = (producers or {}).get(name, (None, None))
+        check_tensor(
+            dims, elem_type, tensor=name, node=node, op_type=op, path=path,
+            what="value" if node is None else "output", limit=cap,
+        )  # fmt: skip
+
+
+def gather_scatter_output_shape(
+    op_type: str, attributes: Mapping[str, Any], shapes: Sequence[Sequence[int] | None]
+) -> tuple[int, ...] | None:
+    """The ONNX output shape of a gather/scatter node from its input shapes (None if it cannot tell).
+
+    Only what is needed to size the output before running: malformed inputs return None and are left to
+    the translator and the kernels to report.
+    """
+    data = tuple(int(d) for d in shapes[0]) if shapes and shapes[0] is not None else None
+    indices = tuple(int(d) for d in shapes[1]) if len(shapes) > 1 and shapes[1] is not None else None
+    if data is None:
+        return None
+    if op_type in ("Scatter", "ScatterElements", "ScatterND"):
+        return data
+    if indices is None:
+        return None
+    if op_type == "GatherElements":
+        return indices
+    if op_type == "Gather":
+        axis = int(attributes.get("axis", 0))
+        axis = axis + len(data) if axis < 0 else axis
+        if not 0 <= axis < len(data):
+            return None
+        return data[:axis] + indices + data[axis + 1 :]
+    if op_type == "GatherND":
+        batch = int(attributes.get("batch_dims", 0))
+        if not indices:
+            return None
+        k = indices[-1]
+        if batch < 0 or batch + k > len(data):
+            return None
+        return indices[:-1] + data[batch + k :]
+    return None
