@@ -42,7 +42,7 @@ class KernelCase:
         name: the case name (op and layout).
         op_type: the ONNX op.
         shape: the data tensor's ONNX shape, for the table.
-        elements: the element count of the larger of data and output.
+        elements: the output's element count (the size the case is named by).
         model: a one-node ONNX model whose graph inputs are ``feeds``.
         feeds: the ONNX inputs by graph input name.
         desc: the DirectML descriptor of the same computation.
@@ -107,7 +107,7 @@ def _gather(name: str, data: np.ndarray, indices: np.ndarray, axis: int) -> Kern
         name,
         "Gather",
         data.shape,
-        max(data.size, int(np.prod(out_shape))),
+        int(np.prod(out_shape)),
         node_model("Gather", feeds, {"axis": axis}),
         feeds,
         desc,
@@ -128,7 +128,7 @@ def _gather_elements(name: str, data: np.ndarray, indices: np.ndarray, axis: int
         name,
         "GatherElements",
         data.shape,
-        max(data.size, indices.size),
+        indices.size,
         node_model("GatherElements", feeds, {"axis": axis}),
         feeds,
         desc,
@@ -153,7 +153,7 @@ def _gather_nd(name: str, data: np.ndarray, indices: np.ndarray, batch_dims: int
         name,
         "GatherND",
         data.shape,
-        max(data.size, int(np.prod(out_shape))),
+        int(np.prod(out_shape)),
         node_model("GatherND", feeds, {"batch_dims": batch_dims}),
         feeds,
         desc,

@@ -9,44 +9,46 @@ from onnx import helper, numpy_helper
 from bench.cases import IR_VERSION, OPSET
 
 
-def chain_model(count: int, rows: int = 8, cols: int = 16) -> onnx.ModelProto:
-    """A chain of ``count`` shape-preserving gather/scatter nodes on a ``(rows, cols)`` float tensor.
+def many_nodes_model(count: int, cols: int = 16) -> onnx.ModelProto:
+    """``count`` independent gather/scatter nodes, each on its own graph input of a distinct shape.
 
-    The chain cycles through Gather (axis 0 and 1), GatherElements, GatherND (1-tuples), ScatterElements
-    and ScatterND, with constant indices, so every node has a static shape and translates.
+    Node ``i`` reads ``x{i}`` of shape ``(4 + i, cols)``; distinct shapes make every node a distinct
+    translation, so a translation cache cannot hide the per-node cost. The nodes cycle through Gather
+    (axis 0 and 1), GatherElements, GatherND, ScatterElements and ScatterND; the constant indices are
+    shared and valid for every shape.
     """
     rng = np.random.default_rng(0)
     consts = {
-        "rows_perm": rng.permutation(rows).astype(np.int64),
+        "rows_idx": np.array([3, 0, 2, 1], dtype=np.int64),
         "cols_perm": rng.permutation(cols).astype(np.int64),
-        "elem_idx": rng.integers(0, rows, size=(rows, cols), dtype=np.int64),
-        "nd_idx": rng.permutation(rows).astype(np.int64)[:, None],
-        "scatter_idx": np.stack([rng.permutation(rows) for _ in range(cols)], axis=1).astype(np.int64),
-        "scatter_upd": rng.standard_normal((rows, cols)).astype(np.float32),
-        "scatter_nd_idx": rng.permutation(rows).astype(np.int64)[: rows // 2, None],
-        "scatter_nd_upd": rng.standard_normal((rows // 2, cols)).astype(np.float32),
+        "elem_idx": rng.integers(0, 4, size=(2, cols), dtype=np.int64),
+        "nd_idx": np.array([[2], [0], [3]], dtype=np.int64),
+        "scatter_idx": np.stack([rng.permutation(4)[:2] for _ in range(cols)], axis=1).astype(np.int64),
+        "scatter_upd": rng.standard_normal((2, cols)).astype(np.float32),
+        "scatter_nd_idx": np.array([[1], [3]], dtype=np.int64),
     }
-    # (op, extra inputs, attributes): each maps a (rows, cols) tensor to a (rows, cols) tensor.
-    steps: list[tuple[str, list[str], dict[str, int]]] = [
-        ("Gather", ["rows_perm"], {"axis": 0}),
-        ("Gather", ["cols_perm"], {"axis": 1}),
-        ("GatherElements", ["elem_idx"], {"axis": 0}),
-        ("GatherND", ["nd_idx"], {}),
-        ("ScatterElements", ["scatter_idx", "scatter_upd"], {"axis": 0}),
-        ("ScatterND", ["scatter_nd_idx", "scatter_nd_upd"], {}),
+    # (op, extra inputs, attributes, output rows; None = the input's rows)
+    steps: list[tuple[str, list[str], dict[str, int], int | None]] = [
+        ("Gather", ["rows_idx"], {"axis": 0}, 4),
+        ("Gather", ["cols_perm"], {"axis": 1}, None),
+        ("GatherElements", ["elem_idx"], {"axis": 0}, 2),
+        ("GatherND", ["nd_idx"], {}, 3),
+        ("ScatterElements", ["scatter_idx", "scatter_upd"], {"axis": 0}, None),
+        ("ScatterND", ["scatter_nd_idx", "scatter_upd"], {}, None),
     ]
-    nodes = []
-    current = "x"
+    nodes, inputs, outputs = [], [], []
     for i in range(count):
-        op, extra, attrs = steps[i % len(steps)]
-        out = f"t{i}"
-        nodes.append(helper.make_node(op, [current, *extra], [out], name=f"n{i}", **attrs))
-        current = out
+        op, extra, attrs, out_rows = steps[i % len(steps)]
+        nodes.append(helper.make_node(op, [f"x{i}", *extra], [f"y{i}"], name=f"n{i}", **attrs))
+        inputs.append(helper.make_tensor_value_info(f"x{i}", onnx.TensorProto.FLOAT, [4 + i, cols]))
+        outputs.append(
+            helper.make_tensor_value_info(f"y{i}", onnx.TensorProto.FLOAT, [out_rows or 4 + i, cols])
+        )
     graph = helper.make_graph(
         nodes,
-        "gather_scatter_chain",
-        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [rows, cols])],
-        [helper.make_tensor_value_info(current, onnx.TensorProto.FLOAT, [rows, cols])],
+        "many_gather_scatter_nodes",
+        inputs,
+        outputs,
         initializer=[numpy_helper.from_array(v, k) for k, v in consts.items()],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)

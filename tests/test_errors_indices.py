@@ -60,7 +60,7 @@ def _out_of_range_values(size: int) -> dict[str, int]:
 @pytest.mark.parametrize("kind", ["past-end", "before-start", "huge", "very-negative"])
 @pytest.mark.parametrize("op", list(CASES))
 def test_out_of_range_session(op: str, kind: str, where: str) -> None:
-    attrs, _, updates, size = CASES[op]
+    _, _, updates, size = CASES[op]
     value = _out_of_range_values(size)[kind]
     feeds = _feeds(_bad_indices(op, where, value), updates)
     model = _model(op, feeds)
@@ -218,7 +218,12 @@ EMPTY: dict[str, tuple[str, dict[str, Any], int, dict[str, np.ndarray]]] = {
         13,
         {"data": np.zeros((0, 4), np.float32), "indices": np.array([1, 3])},
     ),
-    "gather_empty_2d_indices": ("Gather", {"axis": 1}, 13, {"data": DATA, "indices": np.zeros((2, 0), np.int64)}),
+    "gather_empty_2d_indices": (
+        "Gather",
+        {"axis": 1},
+        13,
+        {"data": DATA, "indices": np.zeros((2, 0), np.int64)},
+    ),
     "gather_elements_empty": (
         "GatherElements",
         {"axis": 1},
@@ -309,7 +314,11 @@ def _rank9_case(op: str) -> tuple[dict[str, Any], int, dict[str, np.ndarray]]:
         return {}, 13, {"data": data, "indices": np.array([[0, 1, 0, 1], [0, 0, 0, 0]])}
     if op in ("Scatter", "ScatterElements"):
         idx = np.zeros(RANK9, np.int64)
-        return {"axis": 1}, opset_for(op), {"data": data, "indices": idx, "updates": np.ones(RANK9, np.float32)}
+        return (
+            {"axis": 1},
+            opset_for(op),
+            {"data": data, "indices": idx, "updates": np.ones(RANK9, np.float32)},
+        )
     upd = np.ones((1, *RANK9[2:]), np.float32)
     return {}, 13, {"data": data, "indices": np.array([[0, 1]]), "updates": upd}
 

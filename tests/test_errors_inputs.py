@@ -33,7 +33,11 @@ def session() -> InferenceSession:
         ({"input_ids": IDS, "position_ids": IDS, "bogus": IDS}, "bogus", ["not an input", "bogus"]),
         ({"input_ids": IDS.astype(np.int32), "position_ids": IDS}, "input_ids", ["int64", "int32"]),
         ({"input_ids": IDS.astype(np.float64), "position_ids": IDS}, "input_ids", ["int64", "float64"]),
-        ({"input_ids": np.zeros((2, 7), np.int64), "position_ids": IDS}, "input_ids", ["(2, 7)", "dimension 1"]),
+        (
+            {"input_ids": np.zeros((2, 7), np.int64), "position_ids": IDS},
+            "input_ids",
+            ["(2, 7)", "dimension 1"],
+        ),
         ({"input_ids": np.zeros(12, np.int64), "position_ids": IDS}, "input_ids", ["rank 2", "(12,)"]),
         ({"input_ids": np.int64(3), "position_ids": IDS}, "input_ids", ["rank 2"]),
         ({"input_ids": "abc", "position_ids": IDS}, "input_ids", ["int64"]),

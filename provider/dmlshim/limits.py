@@ -39,6 +39,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+
 def memory_limit() -> int | None:
     """The largest size in bytes one tensor may have: the machine's physical memory (None if unknown).
 

@@ -12,6 +12,7 @@ session instead.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +23,7 @@ import onnxruntime as ort
 from onnx import helper, numpy_helper
 
 from ..dml.enums import FeatureLevel
-from ..errors import BadInputError, BadModelError, DmlShimError
+from ..errors import BadInputError, BadModelError, DmlShimError, IndexOutOfRangeError
 from ..kernels.options import IndexMode
 from ..limits import check_static_values, check_tensor, gather_scatter_output_shape
 from ..modelcheck import ort_load_error
@@ -158,7 +159,7 @@ class _CpuStep:
         try:
             results = self.session.run(self.outputs, feeds, state.run_options)
         except ORT_ERRORS as exc:
-            raise BadInputError(f"onnxruntime failed in {self.label}: {exc}") from exc
+            raise ort_run_error(exc, f"onnxruntime failed in {self.label}") from exc
         for name, value in zip(self.outputs, results, strict=False):
             values[name] = value
 
@@ -302,9 +303,7 @@ class _EmulatedStep:
         try:
             (out,) = session.run([self.output], {n: a for n, a in present}, state.run_options)
         except ORT_ERRORS as exc:
-            raise BadInputError(
-                f"onnxruntime failed: {exc}", node=self.name, op_type=self.node.op_type
-            ) from exc
+            raise ort_run_error(exc, "onnxruntime failed", node=self.name, op_type=self.node.op_type) from exc
         return out
 
 
@@ -312,10 +311,7 @@ def _overwrites(node: onnx.NodeProto) -> bool:
     """A scatter without reduction: duplicate indices make some of its writes overwrite others."""
     if node.op_type not in ("Scatter", "ScatterElements", "ScatterND"):
         return False
-    for a in node.attribute:
-        if a.name == "reduction" and a.s not in (b"", b"none"):
-            return False
-    return True
+    return not any(a.name == "reduction" and a.s not in (b"", b"none") for a in node.attribute)
 
 
 def _overwritten_writes(op_type: str, attrs: Mapping[str, Any], arrays: Sequence[np.ndarray | None]) -> int:
@@ -345,9 +341,42 @@ def _overwritten_writes(op_type: str, attrs: Mapping[str, Any], arrays: Sequence
         strides = np.cumprod((*data.shape[1:], 1)[::-1])[::-1]
         targets = np.zeros(idx.shape, np.int64)
         for d in range(idx.ndim):
-            coord = idx if d == axis else np.arange(idx.shape[d]).reshape([-1 if e == d else 1 for e in range(idx.ndim)])
+            line = [-1 if e == d else 1 for e in range(idx.ndim)]
+            coord = idx if d == axis else np.arange(idx.shape[d]).reshape(line)
             targets = targets + coord * int(strides[d])
     return int(targets.size - np.unique(targets).size)
+
+
+_ORT_NODE = re.compile(r"running (\w+) node\. Name:'([^']*)'")
+_ORT_INDEX_PROBLEMS = ("out of data bounds", "out of range", "invalid ind", "out of bound")
+_ORT_INDEX_VALUE = re.compile(r"(?:idx|index|indice)\s*=\s*(-?\d+)")
+
+
+def ort_run_error(
+    exc: BaseException, what: str, *, node: str | None = None, op_type: str | None = None
+) -> BadInputError:
+    """onnxruntime's run failure as a dmlshim error: IndexOutOfRangeError when onnxruntime rejected an
+    index of a gather/scatter node (it names the node and often the value), BadInputError otherwise."""
+    text = str(exc)
+    found = _ORT_NODE.search(text)
+    if found is not None:
+        op_type, node = found.group(1), found.group(2) or node
+    lowered = text.lower()
+    if op_type in _GATHER_SCATTER and any(p in lowered for p in _ORT_INDEX_PROBLEMS):
+        value = _ORT_INDEX_VALUE.search(text)
+        return IndexOutOfRangeError(
+            f"{what}: an index is out of range ({text.strip().splitlines()[0]})",
+            rule="ONNX: every index must lie within the dimension it addresses",
+            value=int(value.group(1)) if value else None,
+            node=node,
+            op_type=op_type,
+        )
+    return BadInputError(f"{what}: {text}", node=node, op_type=op_type)
+
+
+_GATHER_SCATTER = frozenset(
+    {"Gather", "GatherElements", "GatherND", "Scatter", "ScatterElements", "ScatterND"}
+)
 
 
 def _single_node_model(
@@ -420,6 +449,19 @@ def _since_version(node: onnx.NodeProto, opsets: Mapping[str, int]) -> int:
         return opset
 
 
+def _check_outputs_defined(graph: onnx.GraphProto) -> None:
+    """Every graph output must be computed by a node or be an input or initializer of the graph."""
+    defined = {v.name for v in graph.input} | {t.name for t in graph.initializer}
+    defined |= {o for node in graph.node for o in node.output if o}
+    for out in graph.output:
+        if out.name not in defined:
+            raise BadModelError(
+                f"graph output {out.name!r} is computed by no node and is no graph input or initializer",
+                tensor=out.name,
+                rule="every graph output must be defined in the graph",
+            )
+
+
 def _check_static_sizes(
     graph: onnx.GraphProto, infos: Mapping[str, TensorInfo], names: Sequence[str]
 ) -> None:
@@ -480,6 +522,7 @@ class PartitionedEngine:
                 list(config.providers),
             )
 
+        _check_outputs_defined(graph)
         try:
             inferred = infer_shapes(model)
         except DmlShimError as exc:
@@ -705,7 +748,7 @@ def _run_whole(step: _CpuStep, values: Values, output_names: Sequence[str], run_
     try:
         return list(step.session.run(list(output_names), feeds, run_options))
     except ORT_ERRORS as exc:
-        raise BadInputError(f"onnxruntime failed running the model: {exc}") from exc
+        raise ort_run_error(exc, "onnxruntime failed running the model") from exc
 
 
 def _segment_model(

@@ -18,7 +18,7 @@ from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
 from ..errors import BadInputError, BadModelError, DmlShimError
 from ..kernels.options import IndexMode
 from ..limits import check_model_inputs
-from ..modelcheck import load_external_data
+from ..modelcheck import check_well_formed, load_external_data
 from .engine import Engine, EngineConfig, get_engine_factory
 from .feeds import FeedValidator, ModelMetadata, NodeArg, node_arg
 from .record import RunRecord
@@ -71,6 +71,7 @@ def load_model(model: ModelSource) -> LoadedModel:
             value=type(model).__name__,
         )
     _require_graph(loaded.proto, loaded.path)
+    check_well_formed(loaded.proto, loaded.path)
     check_model_inputs(loaded.proto, path=loaded.path)
     return loaded
 
@@ -92,7 +93,12 @@ def _typed_outputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
         return outputs
     try:
         inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
-    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as exc:
+    except (
+        onnx.shape_inference.InferenceError,
+        onnx.checker.ValidationError,
+        ValueError,
+        RuntimeError,
+    ) as exc:
         logger.debug("shape inference failed, output types stay unknown: %s", exc)
         return outputs
     known = {v.name: v for v in (*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output)}

@@ -19,13 +19,12 @@ from .buffers import grid_offsets
 from .common import bind, fail, index_context, require_leading_ones, require_same_data_type, require_sizes
 from .indices import normalize_indices
 from .options import KernelOptions, KernelResult
-from .parallel import chunk_length, run_all, spans
+from .parallel import PARALLEL_MIN_ELEMENTS, chunk_length, run_all, spans, worth_chunking
 
 
 def _take_blocks(src: np.ndarray, idx: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """``src[:, idx, :]`` for a packed ``(pre, dim, post)`` source and validated indices, by chunks of
-    the output on the kernel threads. Whole blocks of ``post`` elements move at once: numpy's take along
-    an axis copies them as runs."""
+    the output on the kernel threads."""
     pre, _, post = src.shape
     out = np.empty((pre, idx.size, post), dtype=dtype)
 
@@ -35,7 +34,7 @@ def _take_blocks(src: np.ndarray, idx: np.ndarray, dtype: np.dtype) -> np.ndarra
         np.take(src[p0:p1], idx[k0:k1], axis=1, mode="clip", out=out[p0:p1, k0:k1])
         return True
 
-    run_all(work, spans(pre, idx.size, max(1, chunk_length(out.size) // post)))
+    run_all(work, spans(pre, idx.size, max(1, chunk_length(out.size) // post)), out.size)
     return out
 
 
@@ -67,7 +66,14 @@ def run(desc: GatherDesc, inputs: Mapping[str, Any], options: KernelOptions) -> 
     if pre * idx.size * post == 0:
         return KernelResult(np.zeros(expected, dtype=dtype))
     if inp.contiguous:
-        out = _take_blocks(inp.packed().reshape(pre, dim, post), idx, dtype)
+        src = inp.packed().reshape(pre, dim, post)
+        total = pre * idx.size * post
+        # Indices are already validated as a whole, so chunks only pay off when threads share them.
+        if total >= PARALLEL_MIN_ELEMENTS and worth_chunking(post * dtype.itemsize):
+            out = _take_blocks(src, idx, dtype)
+        else:
+            # Whole blocks of `post` elements move at once: numpy's take along an axis copies them as runs.
+            out = np.take(src, idx, axis=1, mode="clip")
     else:
         strides = inp.strides
         offsets = (

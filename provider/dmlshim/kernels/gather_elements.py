@@ -134,7 +134,7 @@ def _fast_gather(
         return True
 
     boxes = spans(pre, k, max(1, chunk_length(raw.size) // post))
-    return out if run_all(work, boxes) else None
+    return out if run_all(work, boxes, raw.size) else None
 
 
 def run(desc: GatherElementsDesc, inputs: Mapping[str, Any], options: KernelOptions) -> KernelResult:

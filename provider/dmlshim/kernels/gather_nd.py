@@ -21,7 +21,7 @@ from .buffers import grid_offsets
 from .common import bind, fail, index_context, require_leading_ones, require_same_data_type, require_sizes
 from .indices import IndexContext, fast_indices, normalize_indices
 from .options import KernelOptions, KernelResult
-from .parallel import chunk_length, run_all, spans
+from .parallel import chunk_length, run_all, spans, worth_chunking
 
 
 def check_nd_counts(desc: GatherNdDesc | GatherNd1Desc | ScatterNdDesc, batch: int) -> tuple[int, int, int]:
@@ -171,9 +171,7 @@ class PackedTuples:
         return rows.reshape(-1)
 
 
-def _fast_gather(
-    packed: np.ndarray, tuples: PackedTuples, block: int, dtype: np.dtype
-) -> np.ndarray | None:
+def _fast_gather(packed: np.ndarray, tuples: PackedTuples, block: int, dtype: np.dtype) -> np.ndarray | None:
     """GATHER_ND on a packed input, chunk by chunk on the kernel threads; None to use the general path."""
     b_count, n_count, _ = tuples.tuples.shape
     src = packed.reshape(-1, block)
@@ -189,7 +187,7 @@ def _fast_gather(
         return True
 
     boxes = spans(b_count, n_count, max(1, chunk_length(out.size) // block))
-    return out if run_all(work, boxes) else None
+    return out if run_all(work, boxes, out.size) else None
 
 
 def run(
@@ -218,7 +216,7 @@ def run(
         # Still check the indices: an index into an empty dimension is out of range.
         tuple_offsets(indices, desc.input_tensor, inp.strides, r, q, batch, ctx)
         return KernelResult(np.zeros(expected, dtype=dtype))
-    if inp.contiguous and t:
+    if inp.contiguous and t and worth_chunking(block * dtype.itemsize):
         tuples = PackedTuples(indices, desc.input_tensor, r, q, batch, block, ctx)
         fast = _fast_gather(inp.flat[: inp.element_count], tuples, block, dtype)
         if fast is not None:

@@ -49,6 +49,17 @@ CHUNK_ELEMENTS = _env_int("DMLSHIM_KERNEL_CHUNK", 1 << 18)
 MIN_CHUNK_ELEMENTS = min(CHUNK_ELEMENTS, 1 << 15)
 """Chunks are not cut smaller than this to feed more threads (overhead would dominate)."""
 
+PARALLEL_MIN_ELEMENTS = min(1 << 20, 4 * CHUNK_ELEMENTS)
+"""Below this much work, handing chunks to other threads costs more (wake-ups, GIL hand-offs) than it
+saves, so everything runs on the calling thread."""
+
+BLOCK_COPY_BYTES = 64
+"""Gathers and scatters that move runs of at least this many bytes per index are memory-copy bound:
+numpy's whole-array ``take`` / row assignment already runs at memory speed. A second thread made them up
+to 1.3x faster on an idle 2-core machine but up to 2.5x slower when other processes kept the cores busy
+(a descheduled helper holds its chunk while the caller waits), so they skip this module."""
+
+
 Box = tuple[int, int, int, int]
 """A chunk of work: ``(o0, o1, i0, i1)``, see :func:`spans`."""
 
@@ -64,9 +75,16 @@ def _executor() -> ThreadPoolExecutor:
         return _pool
 
 
+def worth_chunking(block_bytes: int) -> bool:
+    """Whether a gather/scatter moving ``block_bytes`` per index should take its chunked path."""
+    return block_bytes < BLOCK_COPY_BYTES
+
+
 def chunk_length(total: int) -> int:
     """The chunk length for ``total`` elements: at most CHUNK_ELEMENTS, and small enough that every
     worker gets about two chunks when the work is large enough to share."""
+    if total < PARALLEL_MIN_ELEMENTS or THREADS <= 1:
+        return max(1, min(total, CHUNK_ELEMENTS))
     share = -(-total // (2 * THREADS))
     return max(1, min(CHUNK_ELEMENTS, max(MIN_CHUNK_ELEMENTS, share)))
 
@@ -88,8 +106,9 @@ def spans(outer: int, inner: int, length: int) -> list[Box]:
     return [(o, min(outer, o + rows), 0, inner) for o in range(0, outer, rows)]
 
 
-def run_all(work: Callable[[Box], bool], boxes: Sequence[Box]) -> bool:
-    """Call ``work`` on every box, sharing the boxes between the calling thread and the kernel threads.
+def run_all(work: Callable[[Box], bool], boxes: Sequence[Box], elements: int) -> bool:
+    """Call ``work`` on every box, sharing the boxes between the calling thread and the kernel threads
+    when the boxes hold at least PARALLEL_MIN_ELEMENTS ``elements`` in all.
 
     The calling thread takes boxes too, and every thread takes the next unclaimed box when it is done,
     so when other processes keep the cores busy the work simply runs on fewer threads instead of
@@ -99,7 +118,7 @@ def run_all(work: Callable[[Box], bool], boxes: Sequence[Box]) -> bool:
     started are then skipped and False is returned, and the caller redoes the whole operation on its
     general path. An exception stops the other threads the same way and is re-raised.
     """
-    if len(boxes) <= 1 or THREADS <= 1:
+    if len(boxes) <= 1 or THREADS <= 1 or elements < PARALLEL_MIN_ELEMENTS:
         return all(work(box) for box in boxes)
     claim = threading.Lock()
     order = iter(range(len(boxes)))
@@ -141,5 +160,5 @@ def parallel_copy(flat: np.ndarray) -> np.ndarray:
         np.copyto(out[a:b], flat[a:b])
         return True
 
-    run_all(work, spans(1, flat.size, chunk_length(flat.size)))
+    run_all(work, spans(1, flat.size, chunk_length(flat.size)), flat.size)
     return out

@@ -67,7 +67,7 @@ def _fast_scatter(
         return True
 
     boxes = spans(pre, k, max(1, chunk_length(raw.size) // post))
-    if not run_all(work, boxes):
+    if not run_all(work, boxes, raw.size):
         return False
     return int(np.count_nonzero(seen)) == raw.size
 

@@ -21,7 +21,7 @@ from .common import bind, fail, index_context, require_same_data_type, require_s
 from .gather_nd import PackedTuples, check_nd_counts, tuple_offsets
 from .indices import count_duplicates, last_writes, write_in_order
 from .options import KernelOptions, KernelResult
-from .parallel import chunk_length, run_all, spans
+from .parallel import chunk_length, run_all, spans, worth_chunking
 from .scatter_elements import copy_input
 
 logger = logging.getLogger(__name__)
@@ -53,7 +53,8 @@ def _fast_scatter(out: np.ndarray, tuples: PackedTuples, updates: np.ndarray, bl
             rows_out[rows] = upd[n0:n1]
         return True
 
-    if not run_all(work, spans(1, n_count, max(1, chunk_length(updates.size) // block))):
+    boxes = spans(1, n_count, max(1, chunk_length(updates.size) // block))
+    if not run_all(work, boxes, updates.size):
         return False
     return int(np.count_nonzero(seen)) == n_count
 
@@ -81,7 +82,7 @@ def run(desc: ScatterNdDesc, inputs: Mapping[str, Any], options: KernelOptions) 
     # The output is packed: each tuple selects one run of `block` elements, i.e. one row of a
     # (-1, block) matrix, whose number comes from the packed strides divided by the block size.
     indices = views["IndicesTensor"].array()
-    if t and indices.size:
+    if t and indices.size and worth_chunking(block * out.dtype.itemsize):
         updates = views["UpdatesTensor"].packed()
         tuples = PackedTuples(indices, out_desc, r, q, 0, block, ctx)
         if _fast_scatter(out, tuples, updates, block):

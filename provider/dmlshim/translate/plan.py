@@ -210,21 +210,7 @@ class InputBinding:
     window: tuple[int, ...] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "binding": self.binding,
-            "onnx_input": self.onnx_index,
-            "onnx_name": self.onnx_name,
-            "onnx_shape": list(self.onnx_shape),
-            "onnx_type": elem_type_name(self.onnx_elem_type),
-            "reinterpret": self.reinterpret.value,
-            "host_steps": [s.to_json() for s in self.host_steps],
-            "sizes": list(self.tensor.sizes),
-            "strides": list(self.tensor.strides) if self.tensor.strides is not None else None,
-            "data_type": self.tensor.data_type.dml_name,
-        }
-        if self.window is not None:
-            out["window"] = list(self.window)
-        return out
+        return _binding_json(self, "onnx_input", strides=True, window=self.window)
 
 
 @dataclass(frozen=True)
@@ -255,17 +241,7 @@ class OutputBinding:
     host_steps: tuple[HostStep, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "binding": self.binding,
-            "onnx_output": self.onnx_index,
-            "onnx_name": self.onnx_name,
-            "onnx_shape": list(self.onnx_shape),
-            "onnx_type": elem_type_name(self.onnx_elem_type),
-            "reinterpret": self.reinterpret.value,
-            "host_steps": [s.to_json() for s in self.host_steps],
-            "sizes": list(self.tensor.sizes),
-            "data_type": self.tensor.data_type.dml_name,
-        }
+        return _binding_json(self, "onnx_output", strides=False)
 
 
 @dataclass(frozen=True)
@@ -345,6 +321,32 @@ class NodeTranslation:
                 "output": self.output.to_json(),
             }
         return out
+
+
+def _binding_json(
+    binding: InputBinding | OutputBinding,
+    position_key: str,
+    *,
+    strides: bool,
+    window: tuple[int, ...] | None = None,
+) -> dict[str, Any]:
+    """A binding's plan record; ``position_key`` names its ONNX position, Strides and window on demand."""
+    out: dict[str, Any] = {
+        "binding": binding.binding,
+        position_key: binding.onnx_index,
+        "onnx_name": binding.onnx_name,
+        "onnx_shape": list(binding.onnx_shape),
+        "onnx_type": elem_type_name(binding.onnx_elem_type),
+        "reinterpret": binding.reinterpret.value,
+        "host_steps": [s.to_json() for s in binding.host_steps],
+        "sizes": list(binding.tensor.sizes),
+    }
+    if strides:
+        out["strides"] = list(binding.tensor.strides) if binding.tensor.strides is not None else None
+    out["data_type"] = binding.tensor.data_type.dml_name
+    if window is not None:
+        out["window"] = list(window)
+    return out
 
 
 def _jsonable(value: object) -> Any:

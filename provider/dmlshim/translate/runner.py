@@ -167,11 +167,10 @@ def _in_onnx_terms(exc: IndexOutOfRangeError, t: NodeTranslation) -> IndexOutOfR
         return exc
     onnx_pos = _onnx_position(binding, position)
     where = f"{binding.onnx_name}{list(onnx_pos)}" if onnx_pos is not None else f"{binding.onnx_name}"
-    dml_where = f"IndicesTensor{list(position)}"
+    dml_op = t.operator.operator_type.dml_name if t.operator else "DirectML"
     message = (
         f"index {exc.value} at {where} is out of range: valid range [{valid[0]}, {valid[1]}] for a dimension "
-        f"of size {getattr(exc, 'size', '?')} ({t.operator.operator_type.dml_name if t.operator else 'DirectML'} "
-        f"sees it at {dml_where})"
+        f"of size {getattr(exc, 'size', '?')} ({dml_op} sees it at IndicesTensor{list(position)})"
     )
     err = IndexOutOfRangeError(
         message, rule=exc.rule, value=exc.value, node=t.name, op_type=t.op_type, tensor=binding.onnx_name

@@ -11,12 +11,23 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from ..errors import BadInputError, BadModelError
-from ..modelcheck import load_external_data
+from ..modelcheck import check_well_formed, load_external_data
 from .plan import TensorInfo
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["infer_shapes", "load_model", "parse_input_shape", "tensor_info", "tensor_infos"]
+
+
+# onnx's C++ checker and shape inference raise their own errors, and also ValueError (UnicodeDecodeError
+# on names that are not UTF-8), TypeError or RuntimeError on damaged protos.
+_ONNX_ERRORS: tuple[type[Exception], ...] = (
+    onnx.checker.ValidationError,
+    onnx.shape_inference.InferenceError,
+    ValueError,
+    TypeError,
+    RuntimeError,
+)
 
 
 def tensor_info(value: onnx.ValueInfoProto) -> TensorInfo | None:
@@ -108,7 +119,7 @@ def infer_shapes(
         model = _override_inputs(model, input_shapes)
     try:
         return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
-    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as exc:
+    except _ONNX_ERRORS as exc:
         raise BadModelError(f"ONNX shape inference failed: {exc}") from exc
 
 
@@ -133,6 +144,7 @@ def load_model(path: str | os.PathLike[str]) -> onnx.ModelProto:
         raise BadModelError(f"not an ONNX model (protobuf parse failed: {exc})", path=where) from exc
     if not model.HasField("graph") or not model.opset_import:
         raise BadModelError("not an ONNX model (no graph or no opset_import)", path=where)
+    check_well_formed(model, where)
     load_external_data(model, Path(where))
     try:
         inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
@@ -142,7 +154,7 @@ def load_model(path: str | os.PathLike[str]) -> onnx.ModelProto:
         del inferred.graph.output[:]
         inferred.graph.output.extend(keep)
         onnx.checker.check_model(inferred)
-    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
+    except _ONNX_ERRORS as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise BadModelError(f"the model fails onnx.checker: {first}", path=where) from exc
     return model

@@ -182,7 +182,9 @@ def packed_strides(shape: Sequence[int]) -> tuple[int, ...]:
 
 
 def normalize_axis(ctx: ConvertContext, rank: int) -> int:
-    """ONNX: axis in [-r, r-1]; negative counts from the back."""
+    """ONNX: data of rank ``r`` >= 1, axis in [-r, r-1]; negative counts from the back."""
+    if rank < 1:
+        raise malformed("RANK_INVALID", f"{ctx.op_type} data must have rank >= 1", rank)
     axis = ctx.int_attr("axis", 0)
     if not -rank <= axis < rank:
         raise malformed(
@@ -202,31 +204,53 @@ def check_index_type(ctx: ConvertContext, elem: int, name: str) -> None:
         )
 
 
+StaticTensor = tuple[tuple[int, ...], int]
+"""(static shape, ONNX element type) of one input."""
+
+
+def read_inputs(ctx: ConvertContext, *, updates: bool = False) -> tuple[StaticTensor, ...]:
+    """Step 1: (shape, type) of data, indices and (``updates``) a scatter's updates.
+
+    Checks the index type and that updates have data's type, once every input is known.
+    """
+    roles = ("data", "indices", "updates") if updates else ("data", "indices")
+    tensors = tuple(ctx.tensor(index, role) for index, role in enumerate(roles))
+    (_, data_elem), (_, index_elem) = tensors[:2]
+    check_index_type(ctx, index_elem, ctx.input_names[1])
+    if updates and tensors[2][1] != data_elem:
+        raise malformed("TYPE_MISMATCH", f"{ctx.op_type} updates must have data's type", tensors[2][1])
+    return tensors
+
+
+_COMMON_LIMITS: tuple[tuple[str, Callable[[tuple[int, ...]], object], str], ...] = (
+    (
+        "RANK_TOO_LARGE",
+        lambda shape: len(shape) if len(shape) > MAX_ONNX_RANK else None,
+        f"{{role}} has rank {{value}}; DirectML tensors have at most {MAX_ONNX_RANK} dimensions "
+        "(onnxruntime's DirectML provider rejects the node)",
+    ),
+    (
+        "EMPTY_TENSOR",
+        lambda shape: list(shape) if 0 in shape else None,
+        "{role} has shape {value}; DirectML forbids a size of 0, so the node runs on the CPU (ONNX's result)",
+    ),
+    (
+        "TOO_MANY_ELEMENTS",
+        lambda shape: math.prod(shape) if math.prod(shape) > DML_MAX_TENSOR_ELEMENTS else None,
+        "{role} holds {value} elements; a DirectML tensor holds at most 2^32-1",
+    ),
+)
+"""(reason code, the offending value of a shape or None, message) of each level-independent limit."""
+
+
 def check_common(ctx: ConvertContext, shapes: Mapping[str, tuple[int, ...]]) -> None:
     """Level-independent fallbacks: rank above 8, empty tensors, too many elements."""
-    for role, shape in shapes.items():
-        if len(shape) > MAX_ONNX_RANK:
-            raise inexpressible(
-                "RANK_TOO_LARGE",
-                f"{role} has rank {len(shape)}; DirectML tensors have at most {MAX_ONNX_RANK} dimensions "
-                "(onnxruntime's DirectML provider rejects the node)",
-                len(shape),
-            )
-    for role, shape in shapes.items():
-        if any(d == 0 for d in shape):
-            raise inexpressible(
-                "EMPTY_TENSOR",
-                f"{role} has shape {list(shape)}; DirectML forbids a size of 0, so the node runs on the "
-                "CPU (ONNX's result)",
-                list(shape),
-            )
-    for role, shape in shapes.items():
-        if math.prod(shape) > DML_MAX_TENSOR_ELEMENTS:
-            raise inexpressible(
-                "TOO_MANY_ELEMENTS",
-                f"{role} holds {math.prod(shape)} elements; a DirectML tensor holds at most 2^32-1",
-                math.prod(shape),
-            )
+    # Limit by limit, not shape by shape: a rank above 8 anywhere is the reason before an empty tensor.
+    for code, offending, message in _COMMON_LIMITS:
+        for role, shape in shapes.items():
+            value = offending(shape)
+            if value is not None:
+                raise inexpressible(code, message.format(role=role, value=value), value)
 
 
 def check_reduction(ctx: ConvertContext) -> str:
@@ -363,119 +387,180 @@ def index_steps(
     return (step,), DataType.UINT32
 
 
-def build_lowering(
-    ctx: ConvertContext,
-    op: OperatorType,
-    view: View,
-    layout: Layout,
-    d: int,
-    data: DataPlan,
-    *,
-    onnx_shapes: Mapping[str, tuple[int, ...]],
-    index_elem: int,
-    index_bounds: tuple[int, ...],
-    per_component: bool,
-    duplicate_indices: bool = False,
-    window: tuple[int, ...] | None = None,
-    notes: tuple[Reason, ...] = (),
-    attributes: tuple[tuple[str, object], ...] = (),
-) -> Lowering:
-    """Fill the descriptor from a View (right-aligned to ``d``) and build the bindings."""
-    steps, index_type = index_steps(ctx, op, index_bounds, per_component, index_elem)
-    if duplicate_indices:
-        steps = (
-            *steps,
-            HostStep(
-                HostStepKind.DUPLICATE_FOR_PAIRS,
-                "repeat every index along a trailing dimension of 2 so both UINT32 halves of each "
-                "64-bit element move",
-            ),
-        )
-    strides = None
-    if view.input_strides is not None and view.input_strides != packed_strides(view.input):
-        strides = _pad_strides(view.input_strides, view.input, d)
-    input_desc = BufferTensorDesc(data.dml_type, right_align(view.input, d), strides)
-    indices_desc = BufferTensorDesc(index_type, right_align(view.indices, d))
-    output_desc = BufferTensorDesc(data.dml_type, right_align(view.output, d))
-    tensors: dict[str, BufferTensorDesc] = {
-        "InputTensor": input_desc,
-        "IndicesTensor": indices_desc,
-        "OutputTensor": output_desc,
-    }
-    updates_desc = None
-    if view.updates is not None:
-        updates_desc = BufferTensorDesc(data.dml_type, right_align(view.updates, d))
-        tensors["UpdatesTensor"] = updates_desc
-    uints = dict(view.fields)
-    if view.axis is not None:
-        # The EP's rule: the axis counted in the data's real dims, shifted past the padding 1s.
-        uints["Axis"] = view.axis + d - len(view.input)
-    desc_type = DESC_TYPES[op]
-    desc = desc_type.from_fields({k: tensors[k] for k in desc_type.TENSOR_FIELDS}, uints)
+@dataclass(frozen=True)
+class Target:
+    """Step 2's result: the DirectML operator a node lowers to, how its data is bound, and its ONNX shapes.
 
-    names = ctx.input_names
-    data_shape = onnx_shapes["data"]
-    bindings = [
-        InputBinding(
-            "InputTensor", 0, names[0], data_shape, data.onnx_type, (), data.reinterpret, input_desc, window
-        ),
-        InputBinding(
-            "IndicesTensor",
-            1,
-            names[1],
-            onnx_shapes["indices"],
-            index_elem,
-            steps,
-            Reinterpret.NONE,
-            indices_desc,
-        ),
-    ]
-    if updates_desc is not None:
-        bindings.append(
+    Attributes:
+        ctx: the node.
+        op: the DirectML operator, available at the level.
+        data: how data (and updates, output) bytes are bound for ``op``.
+        shapes: the ONNX shapes by role: ``data``, ``indices``, ``updates`` (scatters), ``output``.
+    """
+
+    ctx: ConvertContext
+    op: OperatorType
+    data: DataPlan
+    shapes: Mapping[str, tuple[int, ...]]
+
+    @classmethod
+    def plan(
+        cls, ctx: ConvertContext, op: OperatorType, data_elem: int, shapes: Mapping[str, tuple[int, ...]]
+    ) -> Target:
+        """Check ``op`` exists at the level and plan how data of type ``data_elem`` is bound to it."""
+        require_operator(ctx, op)
+        return cls(ctx, op, plan_data(ctx, op, data_elem, "data"), shapes)
+
+    def lower(
+        self,
+        build: ViewBuilder,
+        dimension_count: Callable[[View], int],
+        *,
+        index_bounds: tuple[int, ...],
+        per_component: bool = False,
+        duplicate_indices: bool = False,
+        window: tuple[int, ...] | None = None,
+        notes: tuple[Reason, ...] = (),
+        attributes: tuple[tuple[str, object], ...] = (),
+    ) -> Lowering:
+        """Steps 3 and 4: choose the View and its layout, then fill the descriptor and build the bindings.
+
+        ``window`` (indices smaller than data on non-axis dimensions) reads data through Strides: the view
+        then already deviates from the EP, so merging dimensions may rescue its DimensionCount.
+        """
+        ctx, op, data, onnx_shapes = self.ctx, self.op, self.data, self.shapes
+        try:
+            view, layout, d = choose_view(
+                ctx, op, build, dimension_count, extended=data.pairs or window is not None
+            )
+        except NodeFailure as failure:
+            if window is None:
+                raise
+            data_shape, idx_shape = list(onnx_shapes["data"]), list(onnx_shapes["indices"])
+            raise inexpressible(
+                "INDICES_SMALLER_THAN_DATA",
+                f"indices {idx_shape} are smaller than data {data_shape} on non-axis dimensions and "
+                f"the strided window does not fit: {failure}",
+                {"data": data_shape, "indices": idx_shape},
+            ) from failure
+        _, index_elem = ctx.tensor(1, "indices")
+        steps, index_type = index_steps(ctx, op, index_bounds, per_component, index_elem)
+        if duplicate_indices:
+            steps = (
+                *steps,
+                HostStep(
+                    HostStepKind.DUPLICATE_FOR_PAIRS,
+                    "repeat every index along a trailing dimension of 2 so both UINT32 halves of each "
+                    "64-bit element move",
+                ),
+            )
+        strides = None
+        if view.input_strides is not None and view.input_strides != packed_strides(view.input):
+            strides = _pad_strides(view.input_strides, view.input, d)
+        input_desc = BufferTensorDesc(data.dml_type, right_align(view.input, d), strides)
+        indices_desc = BufferTensorDesc(index_type, right_align(view.indices, d))
+        output_desc = BufferTensorDesc(data.dml_type, right_align(view.output, d))
+        tensors: dict[str, BufferTensorDesc] = {
+            "InputTensor": input_desc,
+            "IndicesTensor": indices_desc,
+            "OutputTensor": output_desc,
+        }
+        updates_desc = None
+        if view.updates is not None:
+            updates_desc = BufferTensorDesc(data.dml_type, right_align(view.updates, d))
+            tensors["UpdatesTensor"] = updates_desc
+        uints = dict(view.fields)
+        if view.axis is not None:
+            # The EP's rule: the axis counted in the data's real dims, shifted past the padding 1s.
+            uints["Axis"] = view.axis + d - len(view.input)
+        desc_type = DESC_TYPES[op]
+        desc = desc_type.from_fields({k: tensors[k] for k in desc_type.TENSOR_FIELDS}, uints)
+
+        names = ctx.input_names
+        bindings = [
             InputBinding(
-                "UpdatesTensor",
-                2,
-                names[2],
-                onnx_shapes["updates"],
+                "InputTensor",
+                0,
+                names[0],
+                onnx_shapes["data"],
                 data.onnx_type,
                 (),
                 data.reinterpret,
-                updates_desc,
-            )
-        )
-    out_steps: tuple[HostStep, ...] = ()
-    view_shape = onnx_shapes["output"]
-    if window is not None and view.updates is not None:
-        out_steps = (
-            HostStep(
-                HostStepKind.WRITE_BACK_WINDOW,
-                "the scatter ran on a window of data; the output is data with that window replaced",
-                window=window,
+                input_desc,
+                window,
             ),
+            InputBinding(
+                "IndicesTensor",
+                1,
+                names[1],
+                onnx_shapes["indices"],
+                index_elem,
+                steps,
+                Reinterpret.NONE,
+                indices_desc,
+            ),
+        ]
+        if updates_desc is not None:
+            bindings.append(
+                InputBinding(
+                    "UpdatesTensor",
+                    2,
+                    names[2],
+                    onnx_shapes["updates"],
+                    data.onnx_type,
+                    (),
+                    data.reinterpret,
+                    updates_desc,
+                )
+            )
+        out_steps: tuple[HostStep, ...] = ()
+        view_shape = onnx_shapes["output"]
+        if window is not None and view.updates is not None:
+            out_steps = (
+                HostStep(
+                    HostStepKind.WRITE_BACK_WINDOW,
+                    "the scatter ran on a window of data; the output is data with that window replaced",
+                    window=window,
+                ),
+            )
+            view_shape = window
+        output = OutputBinding(
+            "OutputTensor",
+            0,
+            ctx.output_name,
+            onnx_shapes["output"],
+            data.onnx_type,
+            output_desc,
+            data.reinterpret,
+            view_shape,
+            out_steps,
         )
-        view_shape = window
-    output = OutputBinding(
-        "OutputTensor",
-        0,
-        ctx.output_name,
-        onnx_shapes["output"],
-        data.onnx_type,
-        output_desc,
-        data.reinterpret,
-        view_shape,
-        out_steps,
-    )
-    return Lowering(desc, layout, tuple(bindings), output, notes, attributes)
+        return Lowering(desc, layout, tuple(bindings), output, notes, attributes)
 
 
 Implementations = Mapping[int, Callable[[Any, ConvertContext], Lowering]]
 """since_version -> the converter method for it (Any: each subclass's table holds its own methods)."""
 
 
-class Converter:
-    """Base of the converters: one subclass per ONNX op, one ``_impl_vN`` per opset that changed it.
+def scatter_implementations(lower: Callable[[Any, ConvertContext], Lowering]) -> Implementations:
+    """The opsets ScatterElements and ScatterND share, all lowered by ``lower``.
 
-    ``IMPLEMENTATIONS`` maps each since_version to its method explicitly (no discovery by name).
+    13 adds bfloat16 (DirectML cannot hold it), 16 adds reduction add/mul and 18 max/min: DirectML has no
+    reduction, so from 16 on only ``reduction="none"`` lowers.
+    """
+
+    def lower_without_reduction(converter: Any, ctx: ConvertContext) -> Lowering:
+        check_reduction(ctx)
+        return lower(converter, ctx)
+
+    return {11: lower, 13: lower, 16: lower_without_reduction, 18: lower_without_reduction}
+
+
+class Converter:
+    """Base of the converters: one subclass per ONNX op, one lowering method per opset that changed it.
+
+    ``IMPLEMENTATIONS`` maps each since_version to its method explicitly (no discovery by name); the
+    opsets that change nothing DirectML sees map to the same method.
     """
 
     op_type: ClassVar[str]

@@ -14,15 +14,11 @@ from .base import (
     Converter,
     Implementations,
     Lowering,
+    Target,
     View,
-    build_lowering,
     check_common,
-    check_index_type,
-    choose_view,
-    malformed,
     normalize_axis,
-    plan_data,
-    require_operator,
+    read_inputs,
 )
 
 OP = OperatorType.GATHER
@@ -37,35 +33,17 @@ class GatherConverter(Converter):
 
     op_type = "Gather"
 
-    def _impl_v1(self, ctx: ConvertContext) -> Lowering:
-        # Gather-1 defines only indices in [0, s-1]; onnxruntime wraps negatives anyway and so do we.
-        return self._lower(ctx)
-
-    def _impl_v11(self, ctx: ConvertContext) -> Lowering:
-        # Opset 11: negative indices count from the end of the axis.
-        return self._lower(ctx)
-
-    def _impl_v13(self, ctx: ConvertContext) -> Lowering:
-        # Opset 13 only adds bfloat16, which DirectML cannot hold (plan_data falls back).
-        return self._lower(ctx)
-
-    IMPLEMENTATIONS: ClassVar[Implementations] = {1: _impl_v1, 11: _impl_v11, 13: _impl_v13}
-
     def _lower(self, ctx: ConvertContext) -> Lowering:
         # 1. read the inputs
-        data_shape, data_elem = ctx.tensor(0, "data")
-        idx_shape, idx_elem = ctx.tensor(1, "indices")
+        (data_shape, data_elem), (idx_shape, _) = read_inputs(ctx)
         # 2. check
-        check_index_type(ctx, idx_elem, ctx.input_names[1])
-        r, q = len(data_shape), len(idx_shape)
-        if r < 1:
-            raise malformed("RANK_INVALID", "Gather data must have rank >= 1", r)
-        axis = normalize_axis(ctx, r)
+        axis = normalize_axis(ctx, len(data_shape))
+        q = len(idx_shape)
         out_shape = data_shape[:axis] + idx_shape + data_shape[axis + 1 :]
         shapes = {"data": data_shape, "indices": idx_shape, "output": out_shape}
         check_common(ctx, shapes)
-        require_operator(ctx, OP)
-        data = plan_data(ctx, OP, data_elem, "data")
+        target = Target.plan(ctx, OP, data_elem, shapes)
+        data = target.data
         pair = (2,) if data.pairs else ()
 
         # 3. compute the DirectML sizes
@@ -86,18 +64,16 @@ class GatherConverter(Converter):
             fields = (("IndexDimensions", len(idx)),)
             return View((pre, n, post), idx, (pre, *idx, post), axis=1, fields=fields)
 
-        view, layout, d = choose_view(ctx, OP, build, _dimension_count, extended=data.pairs)
         # 4. fill the descriptor
-        return build_lowering(
-            ctx,
-            OP,
-            view,
-            layout,
-            d,
-            data,
-            onnx_shapes=shapes,
-            index_elem=idx_elem,
-            index_bounds=(data_shape[axis],),
-            per_component=False,
-            attributes=(("axis", axis),),
+        return target.lower(
+            build, _dimension_count, index_bounds=(data_shape[axis],), attributes=(("axis", axis),)
         )
+
+    IMPLEMENTATIONS: ClassVar[Implementations] = {
+        # Gather-1 defines only indices in [0, s-1]; onnxruntime wraps negatives anyway and so do we.
+        1: _lower,
+        # Opset 11: negative indices count from the end of the axis.
+        11: _lower,
+        # Opset 13 only adds bfloat16, which DirectML cannot hold (plan_data falls back).
+        13: _lower,
+    }

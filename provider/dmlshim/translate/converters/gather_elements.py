@@ -12,25 +12,20 @@ from collections.abc import Callable
 from typing import ClassVar
 
 from ...dml.enums import OperatorType
-from ..plan import Layout, Reason
+from ..plan import Reason
 from .base import (
     ConvertContext,
     Converter,
     DataPlan,
     Implementations,
     Lowering,
-    NodeFailure,
+    Target,
     View,
-    build_lowering,
     check_common,
-    check_index_type,
-    choose_view,
-    inexpressible,
     malformed,
     normalize_axis,
     packed_strides,
-    plan_data,
-    require_operator,
+    read_inputs,
 )
 
 OP = OperatorType.GATHER_ELEMENTS
@@ -124,26 +119,36 @@ def window_note(data_shape: tuple[int, ...], idx_shape: tuple[int, ...]) -> Reas
     )
 
 
-def choose_elementwise_view(
-    ctx: ConvertContext,
-    op: OperatorType,
-    build: Callable[[bool], View],
-    dimension_count: Callable[[View], int],
-    data: DataPlan,
-    window: tuple[int, ...] | None,
-    shapes: tuple[tuple[int, ...], tuple[int, ...]],
-) -> tuple[View, Layout, int]:
-    try:
-        return choose_view(ctx, op, build, dimension_count, extended=data.pairs or window is not None)
-    except NodeFailure as failure:
-        if window is None:
-            raise
-        raise inexpressible(
-            "INDICES_SMALLER_THAN_DATA",
-            f"indices {list(shapes[1])} are smaller than data {list(shapes[0])} on non-axis dimensions and "
-            f"the strided window does not fit: {failure}",
-            {"data": list(shapes[0]), "indices": list(shapes[1])},
-        ) from failure
+def lower_elementwise(
+    ctx: ConvertContext, op: OperatorType, dimension_count: Callable[[View], int], *, scatter: bool
+) -> Lowering:
+    """The recipe of GatherElements and (``scatter``) Scatter/ScatterElements, whose updates match indices."""
+    tensors = read_inputs(ctx, updates=scatter)
+    (data_shape, data_elem), (idx_shape, _) = tensors[:2]
+    if scatter and tensors[2][0] != idx_shape:
+        upd_shape = tensors[2][0]
+        raise malformed(
+            "UPDATES_SHAPE_INVALID",
+            f"{ctx.op_type} updates {list(upd_shape)} must have the shape of indices {list(idx_shape)}",
+            list(upd_shape),
+        )
+    axis = normalize_axis(ctx, len(data_shape))
+    window = check_elementwise_shapes(ctx, data_shape, idx_shape, axis)
+    # A scatter writes into (a window of) data; a gather's output has the shape of indices.
+    roles = {"updates": idx_shape, "output": data_shape} if scatter else {"output": idx_shape}
+    shapes = {"data": data_shape, "indices": idx_shape, **roles}
+    check_common(ctx, shapes)
+    target = Target.plan(ctx, op, data_elem, shapes)
+    build = elementwise_view_builder(data_shape, idx_shape, axis, window, target.data, scatter=scatter)
+    return target.lower(
+        build,
+        dimension_count,
+        index_bounds=(data_shape[axis],),
+        duplicate_indices=target.data.pairs,
+        window=window,
+        notes=(window_note(data_shape, idx_shape),) if window else (),
+        attributes=(("axis", axis),),
+    )
 
 
 class GatherElementsConverter(Converter):
@@ -151,45 +156,8 @@ class GatherElementsConverter(Converter):
 
     op_type = "GatherElements"
 
-    def _impl_v11(self, ctx: ConvertContext) -> Lowering:
-        return self._lower(ctx)
-
-    def _impl_v13(self, ctx: ConvertContext) -> Lowering:
-        # Opset 13 only adds bfloat16, which DirectML cannot hold.
-        return self._lower(ctx)
-
-    IMPLEMENTATIONS: ClassVar[Implementations] = {11: _impl_v11, 13: _impl_v13}
-
     def _lower(self, ctx: ConvertContext) -> Lowering:
-        data_shape, data_elem = ctx.tensor(0, "data")
-        idx_shape, idx_elem = ctx.tensor(1, "indices")
-        check_index_type(ctx, idx_elem, ctx.input_names[1])
-        r = len(data_shape)
-        if r < 1:
-            raise malformed("RANK_INVALID", "GatherElements data must have rank >= 1", r)
-        axis = normalize_axis(ctx, r)
-        window = check_elementwise_shapes(ctx, data_shape, idx_shape, axis)
-        shapes = {"data": data_shape, "indices": idx_shape, "output": idx_shape}
-        check_common(ctx, shapes)
-        require_operator(ctx, OP)
-        data = plan_data(ctx, OP, data_elem, "data")
-        build = elementwise_view_builder(data_shape, idx_shape, axis, window, data, scatter=False)
-        view, layout, d = choose_elementwise_view(
-            ctx, OP, build, lambda v: len(v.input), data, window, (data_shape, idx_shape)
-        )
-        return build_lowering(
-            ctx,
-            OP,
-            view,
-            layout,
-            d,
-            data,
-            onnx_shapes=shapes,
-            index_elem=idx_elem,
-            index_bounds=(data_shape[axis],),
-            per_component=False,
-            duplicate_indices=data.pairs,
-            window=window,
-            notes=(window_note(data_shape, idx_shape),) if window else (),
-            attributes=(("axis", axis),),
-        )
+        return lower_elementwise(ctx, OP, lambda v: len(v.input), scatter=False)
+
+    # Opset 13 only adds bfloat16, which DirectML cannot hold.
+    IMPLEMENTATIONS: ClassVar[Implementations] = {11: _lower, 13: _lower}

@@ -16,16 +16,13 @@ from .base import (
     Converter,
     Implementations,
     Lowering,
+    Target,
     View,
-    build_lowering,
     check_common,
-    choose_view,
     inexpressible,
     malformed,
-    plan_data,
-    require_operator,
+    read_inputs,
 )
-from .base import check_index_type as _check_index_type
 
 EP_SCALAR_OUTPUT = Reason(
     "EP_REJECTS",
@@ -102,16 +99,11 @@ class GatherNDConverter(Converter):
         # Opset 12 adds batch_dims.
         return self._lower(ctx, batch_dims=ctx.int_attr("batch_dims", 0))
 
-    def _impl_v13(self, ctx: ConvertContext) -> Lowering:
-        # Opset 13 only adds bfloat16, which DirectML cannot hold.
-        return self._lower(ctx, batch_dims=ctx.int_attr("batch_dims", 0))
-
-    IMPLEMENTATIONS: ClassVar[Implementations] = {11: _impl_v11, 12: _impl_v12, 13: _impl_v13}
+    # Opset 13 only adds bfloat16, which DirectML cannot hold.
+    IMPLEMENTATIONS: ClassVar[Implementations] = {11: _impl_v11, 12: _impl_v12, 13: _impl_v12}
 
     def _lower(self, ctx: ConvertContext, batch_dims: int) -> Lowering:
-        data_shape, data_elem = ctx.tensor(0, "data")
-        idx_shape, idx_elem = ctx.tensor(1, "indices")
-        _check_index_type(ctx, idx_elem, ctx.input_names[1])
+        (data_shape, data_elem), (idx_shape, _) = read_inputs(ctx)
         k, out_shape = nd_shapes(ctx, data_shape, idx_shape, batch_dims)
         shapes = {"data": data_shape, "indices": idx_shape, "output": out_shape}
         check_common(ctx, shapes)
@@ -127,28 +119,21 @@ class GatherNDConverter(Converter):
             )
         else:
             op = OperatorType.GATHER_ND
-        require_operator(ctx, op)
-        data = plan_data(ctx, op, data_elem, "data")
+        target = Target.plan(ctx, op, data_elem, shapes)
 
         def build(merge: bool) -> View:
-            inp, idx, out, b = nd_view(data_shape, idx_shape, out_shape, batch_dims, k, data.pairs, merge)
+            inp, idx, out, b = nd_view(
+                data_shape, idx_shape, out_shape, batch_dims, k, target.data.pairs, merge
+            )
             fields = [("InputDimensionCount", len(inp)), ("IndicesDimensionCount", len(idx))]
             if op is OperatorType.GATHER_ND1:
                 fields.append(("BatchDimensionCount", b))
             return View(inp, idx, out, fields=tuple(fields))
 
-        view, layout, d = choose_view(ctx, op, build, lambda v: max(v.ranks), extended=data.pairs)
-        bounds = data_shape[batch_dims : batch_dims + k]
-        return build_lowering(
-            ctx,
-            op,
-            view,
-            layout,
-            d,
-            data,
-            onnx_shapes=shapes,
-            index_elem=idx_elem,
-            index_bounds=bounds,
+        return target.lower(
+            build,
+            lambda v: max(v.ranks),
+            index_bounds=data_shape[batch_dims : batch_dims + k],
             per_component=True,
             attributes=(("batch_dims", batch_dims),),
             notes=(EP_SCALAR_OUTPUT,) if not out_shape else (),

@@ -1,0 +1,207 @@
+"""Size limits: 32-bit DirectML element counts (translated without allocating), and work that would need
+more memory than the machine has (refused before allocating, naming the tensor and the size)."""
+
+from __future__ import annotations
+
+import tracemalloc
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from dmlshim import InferenceSession, TooLargeError
+from dmlshim.limits import (
+    check_tensor,
+    format_bytes,
+    gather_scatter_output_shape,
+    memory_limit,
+    tensor_nbytes,
+)
+from dmlshim.translate import Status, TensorInfo, translate_node
+from tests.fuzz_settings import assert_cli_error, opset_for, run_cli
+from tests.oracle import IR_VERSION
+
+F, I64 = TensorProto.FLOAT, TensorProto.INT64
+BIG = 70_000  # BIG * BIG = 4.9e9 > 2^32 - 1
+
+
+@pytest.fixture
+def traced() -> Iterator[None]:
+    """Trace allocations (numpy's included) so a test can assert nothing big was allocated."""
+    tracemalloc.start()
+    try:
+        yield
+    finally:
+        tracemalloc.stop()
+
+
+# op -> (attrs, input infos) with a data tensor of BIG * BIG elements.
+HUGE_NODES: dict[str, tuple[dict[str, object], list[TensorInfo]]] = {
+    "Gather": ({"axis": 0}, [TensorInfo((BIG, BIG), F), TensorInfo((2,), I64)]),
+    "GatherElements": ({"axis": 1}, [TensorInfo((BIG, BIG), F), TensorInfo((BIG, 2), I64)]),
+    "GatherND": ({}, [TensorInfo((BIG, BIG), F), TensorInfo((2, 2), I64)]),
+    "Scatter": ({"axis": 0}, [TensorInfo((BIG, BIG), F), TensorInfo((1, BIG), I64), TensorInfo((1, BIG), F)]),
+    "ScatterElements": (
+        {"axis": 0},
+        [TensorInfo((BIG, BIG), F), TensorInfo((1, BIG), I64), TensorInfo((1, BIG), F)],
+    ),
+    "ScatterND": ({}, [TensorInfo((BIG, BIG), F), TensorInfo((2, 1), I64), TensorInfo((2, BIG), F)]),
+}
+
+
+@pytest.mark.parametrize("op", list(HUGE_NODES))
+def test_more_than_uint32_elements_falls_back(op: str, traced: None) -> None:
+    attrs, infos = HUGE_NODES[op]
+    names = ["data", "indices", "updates"][: len(infos)]
+    node = helper.make_node(op, names, ["y"], name="huge", **attrs)
+    t = translate_node(node, opset_for(op), infos)
+    assert t.status is Status.FALLBACK
+    codes = {r.code for r in t.reasons}
+    assert "TOO_MANY_ELEMENTS" in codes, t.reasons
+    reason = next(r for r in t.reasons if r.code == "TOO_MANY_ELEMENTS")
+    assert reason.value == BIG * BIG
+    assert t.operator is None
+    assert tracemalloc.get_traced_memory()[1] < 64 * 2**20
+
+
+def _model(
+    nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto], outputs: list[str]
+) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "limits", inputs, [onnx.ValueInfoProto(name=o) for o in outputs])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=IR_VERSION)
+
+
+@pytest.fixture
+def huge_input_model(tmp_path: Path) -> Path:
+    model = _model(
+        [helper.make_node("Gather", ["x", "i"], ["y"], name="g", axis=0)],
+        [
+            helper.make_tensor_value_info("x", F, [100000, 100000, 100]),
+            helper.make_tensor_value_info("i", I64, [2]),
+        ],
+        ["y"],
+    )
+    path = tmp_path / "huge_input.onnx"
+    onnx.save(model, path)
+    return path
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_huge_graph_input_refused_by_cli(huge_input_model: Path, command: str, traced: None) -> None:
+    r = run_cli(command, huge_input_model)
+    need = 100000 * 100000 * 100 * 4
+    assert_cli_error(r.code, r.err, str(huge_input_model), "'x'", "[100000, 100000, 100]", format_bytes(need))
+    assert tracemalloc.get_traced_memory()[1] < 256 * 2**20
+
+
+def test_huge_graph_input_refused_by_session(huge_input_model: Path) -> None:
+    with pytest.raises(TooLargeError) as info:
+        InferenceSession(huge_input_model)
+    assert info.value.tensor == "x"
+    assert info.value.value == 100000 * 100000 * 100 * 4
+    assert info.value.exit_code == 2
+
+
+def test_huge_static_gather_output_refused(traced: None) -> None:
+    # Small inputs (400 KB, 800 KB), a 40 GB output: declared statically by shape inference.
+    model = _model(
+        [helper.make_node("Gather", ["x", "i"], ["y"], name="blowup", axis=0)],
+        [
+            helper.make_tensor_value_info("x", F, [1, 100000]),
+            helper.make_tensor_value_info("i", I64, [100000]),
+        ],
+        ["y"],
+    )
+    with pytest.raises(TooLargeError) as info:
+        InferenceSession(model)
+    err = info.value
+    assert (err.node, err.op_type, err.tensor) == ("blowup", "Gather", "y")
+    assert err.value == 100000 * 100000 * 4
+    assert "[100000, 100000]" in str(err)
+
+
+def test_huge_expanded_indices_refused() -> None:
+    shape = helper.make_tensor("shape", I64, [2], [100000, 100000])
+    model = _model(
+        [
+            helper.make_node("Constant", [], ["s"], value=shape),
+            helper.make_node("Expand", ["i", "s"], ["wide"], name="widen"),
+            helper.make_node("Gather", ["x", "wide"], ["y"], name="g", axis=0),
+        ],
+        [helper.make_tensor_value_info("x", F, [4, 8]), helper.make_tensor_value_info("i", I64, [1])],
+        ["y"],
+    )
+    with pytest.raises(TooLargeError) as info:
+        InferenceSession(model)
+    assert info.value.node == "widen" and info.value.tensor == "wide"
+
+
+def test_huge_dynamic_gather_output_refused_at_run(traced: None) -> None:
+    model = _model(
+        [helper.make_node("Gather", ["x", "i"], ["y"], name="dyn", axis=1)],
+        [
+            helper.make_tensor_value_info("x", F, ["a", "b"]),
+            helper.make_tensor_value_info("i", I64, ["n", "m"]),
+        ],
+        ["y"],
+    )
+    session = InferenceSession(model)
+    x = np.ones((2000, 4), np.float32)
+    i = np.zeros((20000, 1000), np.int64)  # 160 MB of indices, a 320 GB output
+    with pytest.raises(TooLargeError) as info:
+        session.run(None, {"x": x, "i": i})
+    assert info.value.node == "dyn"
+    assert info.value.value == 2000 * 20000 * 1000 * 4
+    assert tracemalloc.get_traced_memory()[1] < 512 * 2**20  # the indices, not the output
+
+
+def test_memory_limit_env_override(monkeypatch: pytest.MonkeyPatch) -> None:
+    physical = memory_limit()
+    assert physical is None or physical > 0
+    monkeypatch.setenv("DMLSHIM_MEMORY_LIMIT", str(2**20))
+    assert memory_limit() == 2**20
+    check_tensor((256, 1024), np.float32)  # exactly 1 MiB fits
+    with pytest.raises(TooLargeError):
+        check_tensor((256, 1025), np.float32)
+    model = _model(
+        [helper.make_node("Gather", ["x", "i"], ["y"], name="g", axis=0)],
+        [helper.make_tensor_value_info("x", F, [512, 1024]), helper.make_tensor_value_info("i", I64, [2])],
+        ["y"],
+    )
+    with pytest.raises(TooLargeError):
+        InferenceSession(model)
+    monkeypatch.setenv("DMLSHIM_MEMORY_LIMIT", "not-a-number")
+    assert memory_limit() == physical
+
+
+def test_size_helpers() -> None:
+    assert tensor_nbytes((2**40, 2**40), np.float64) == 2**83  # exact, no overflow
+    assert tensor_nbytes((3,), TensorProto.STRING) is None
+    assert tensor_nbytes((3, 0), TensorProto.FLOAT16) == 0
+    assert format_bytes(512) == "512 B" and format_bytes(3 * 2**30) == "3.00 GiB"
+    assert gather_scatter_output_shape("Gather", {"axis": -1}, [(2, 3), (4, 5)]) == (2, 4, 5)
+    assert gather_scatter_output_shape("GatherND", {"batch_dims": 1}, [(2, 3, 4), (2, 5, 1)]) == (2, 5, 4)
+    assert gather_scatter_output_shape("GatherND", {}, [(2, 3), (5, 3)]) is None  # malformed: left to others
+    assert gather_scatter_output_shape("ScatterND", {}, [(2, 3), (1, 1), (1, 3)]) == (2, 3)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="dmlshim.inputs.generate_inputs allocates generated inputs without a size check; it needs "
+    "`limits.check_tensor(spec.shape, spec.dtype, tensor=spec.name, what='generated input')` before drawing "
+    "each input (inputs.py belongs to the conformance/validate engineer)",
+)
+def test_generated_inputs_checked_against_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dmlshim.validate import validate_model
+
+    model = _model(
+        [helper.make_node("Gather", ["x", "i"], ["y"], name="g", axis=0)],
+        [helper.make_tensor_value_info("x", F, ["N"]), helper.make_tensor_value_info("i", I64, [2])],
+        ["y"],
+    )
+    monkeypatch.setenv("DMLSHIM_MEMORY_LIMIT", str(2**20))
+    with pytest.raises(TooLargeError):
+        validate_model(model, input_shapes={"N": (1_000_000,)})
