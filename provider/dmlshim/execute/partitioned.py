@@ -114,10 +114,12 @@ def _has_scatter(graph: onnx.GraphProto) -> bool:
 def _session(model: onnx.ModelProto | bytes, sess_options: Any, what: str) -> ort.InferenceSession:
     if sess_options is None:
         proto = model if isinstance(model, onnx.ModelProto) else onnx.load_from_string(model)
+        sess_options = ort.SessionOptions()
+        # onnxruntime's own error log would repeat, unasked, what the raised DmlShimError already says.
+        sess_options.log_severity_level = 4
         if _has_scatter(proto.graph):
             # onnxruntime's CPU ScatterND loses updates on duplicate indices with more than one intra-op
             # thread (results differ run to run); one thread makes it exact and deterministic.
-            sess_options = ort.SessionOptions()
             sess_options.intra_op_num_threads = 1
     payload = model if isinstance(model, bytes) else model.SerializeToString()
     try:
