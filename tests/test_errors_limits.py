@@ -12,7 +12,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from dmlshim import InferenceSession, TooLargeError
+from dmlshim import BadModelError, InferenceSession, TooLargeError
 from dmlshim.limits import (
     check_tensor,
     format_bytes,
@@ -188,12 +188,6 @@ def test_size_helpers() -> None:
     assert gather_scatter_output_shape("ScatterND", {}, [(2, 3), (1, 1), (1, 3)]) == (2, 3)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="dmlshim.inputs.generate_inputs allocates generated inputs without a size check; it needs "
-    "`limits.check_tensor(spec.shape, spec.dtype, tensor=spec.name, what='generated input')` before drawing "
-    "each input (inputs.py belongs to the conformance/validate engineer)",
-)
 def test_generated_inputs_checked_against_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     from dmlshim.validate import validate_model
 
@@ -205,3 +199,17 @@ def test_generated_inputs_checked_against_memory(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("DMLSHIM_MEMORY_LIMIT", str(2**20))
     with pytest.raises(TooLargeError):
         validate_model(model, input_shapes={"N": (1_000_000,)})
+
+
+def test_generate_inputs_refuses_malformed_model() -> None:
+    from dmlshim.inputs import generate_inputs
+
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Identity", ["x"], ["y"])],
+        "g",
+        [onnx.helper.make_tensor_value_info("x", 0, [2])],
+        [onnx.helper.make_tensor_value_info("y", 1, [2])],
+    )
+    model = onnx.helper.make_model(graph, ir_version=10)
+    with pytest.raises(BadModelError):
+        generate_inputs(model)

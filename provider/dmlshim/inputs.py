@@ -32,6 +32,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from .errors import BadInputError, BadModelError
 from .execute.partition import is_gather_scatter, subgraphs
+from .limits import check_tensor
+from .modelcheck import check_well_formed
 
 __all__ = [
     "DEFAULT_DIM",
@@ -543,9 +545,11 @@ def generate_inputs(
     """
     if not isinstance(model, onnx.ModelProto):
         raise BadModelError(f"expected an onnx.ModelProto, got {type(model).__name__}")
+    check_well_formed(model)
     rng = np.random.default_rng(seed)
     feeds: dict[str, np.ndarray] = {}
     for spec in plan_inputs(model, input_shapes, default_dim):
+        check_tensor(spec.shape, spec.dtype, tensor=spec.name, what="generated input")
         if spec.constraints:
             feeds[spec.name] = _draw_indices(spec, rng, negative_indices)
             logger.debug("input %r: indices in %s for %s", spec.name, spec.bounds,

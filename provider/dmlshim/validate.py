@@ -34,7 +34,7 @@ from .errors import BadInputError, BadModelError, DmlShimError
 from .execute.feeds import load_npz
 from .execute.partition import is_gather_scatter, subgraphs
 from .execute.record import PLACEMENT_DML, NodeRecord
-from .execute.session import InferenceSession, ModelSource, load_model
+from .execute.session import InferenceSession, LoadedModel, ModelSource, load_model
 from .inputs import generate_inputs
 from .translate import CPU_PROVIDER, NodeTranslation, translate_model
 
@@ -340,7 +340,7 @@ def reference_session(model: onnx.ModelProto | bytes | str) -> ort.InferenceSess
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     so.inter_op_num_threads = 1
-    so.log_severity_level = 3
+    so.log_severity_level = 4  # our error paragraph is enough; onnxruntime's own line is noise
     payload = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
     try:
         return ort.InferenceSession(payload, so, providers=["CPUExecutionProvider"])
@@ -418,7 +418,7 @@ def _single_threaded() -> ort.SessionOptions:
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     so.inter_op_num_threads = 1
-    so.log_severity_level = 3
+    so.log_severity_level = 4  # our error paragraph is enough; onnxruntime's own line is noise
     return so
 
 
@@ -529,6 +529,25 @@ def validate_model(
     """
     level = feature_level if isinstance(feature_level, FeatureLevel) else _level(feature_level)
     loaded = load_model(model)
+    try:
+        return _validate_loaded(loaded, inputs, level, rtol, atol, input_shapes, seed, index_mode)
+    except DmlShimError as exc:
+        # The sessions run a modified copy of the model, so errors raised there do not know the file.
+        if exc.path is None and loaded.path is not None:
+            exc.path = str(loaded.path)
+        raise
+
+
+def _validate_loaded(
+    loaded: LoadedModel,
+    inputs: Mapping[str, np.ndarray] | str | os.PathLike[str] | None,
+    level: FeatureLevel,
+    rtol: float,
+    atol: float,
+    input_shapes: Mapping[str, Sequence[int]] | None,
+    seed: int,
+    index_mode: str,
+) -> ValidationReport:
     proto = loaded.proto
     feeds, source = _feeds(proto, inputs, input_shapes, seed)
     analysis = _analyse(proto.graph)
