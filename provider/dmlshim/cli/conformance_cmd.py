@@ -9,26 +9,12 @@ import argparse
 import json
 import sys
 
-from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
-
-
-def _feature_level(text: str) -> FeatureLevel:
-    try:
-        return FeatureLevel.parse(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+from .options import add_feature_level
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the options of ``dmlshim conformance``."""
-    parser.add_argument(
-        "--feature-level",
-        "-l",
-        type=_feature_level,
-        default=DEFAULT_FEATURE_LEVEL,
-        metavar="L",
-        help=f"DirectML feature level to emulate, e.g. 3_0 (default {DEFAULT_FEATURE_LEVEL.short})",
-    )
+    add_feature_level(parser, "emulated")
     parser.add_argument(
         "--all-levels",
         action="store_true",

@@ -6,14 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
-
-
-def _feature_level(text: str) -> FeatureLevel:
-    try:
-        return FeatureLevel.parse(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
+from .options import add_feature_level, add_input_shape, input_shapes
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,19 +20,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE.npz",
         help="the model inputs, one array per graph input (numpy.savez); random valid inputs if omitted",
     )
-    parser.add_argument(
-        "--feature-level",
-        type=_feature_level,
-        default=DEFAULT_FEATURE_LEVEL,
-        metavar="L",
-        help=f"DirectML feature level to translate for, e.g. 3_0 (default {DEFAULT_FEATURE_LEVEL.short})",
-    )
-    parser.add_argument(
-        "--input-shape",
-        action="append",
-        default=[],
-        metavar="NAME=D0,D1,..",
-        help="shape of a generated input, or size of a symbolic dimension (NAME=D); repeatable",
+    add_feature_level(parser, "target")
+    add_input_shape(
+        parser,
+        "shape of a generated input, or size of a symbolic dimension (NAME=D); repeatable",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of generated inputs (default 0)")
     parser.add_argument(
@@ -54,9 +38,8 @@ def run(args: argparse.Namespace) -> int:
     """Export the nodes and print what was written; returns the exit code."""
     from ..dxdispatch.export import export_model
     from ..execute.feeds import load_npz
-    from ..translate import parse_input_shape
 
-    shapes: dict[str, tuple[int, ...]] = dict(parse_input_shape(text) for text in args.input_shape)
+    shapes = input_shapes(args)
     feeds = load_npz(args.inputs) if args.inputs else None
     result = export_model(
         args.model,

@@ -10,51 +10,27 @@ import argparse
 import os
 import sys
 
-from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
-from ..errors import BadInputError
 from ..modelcheck import unknown_operators
 from ..report.inspect_report import render_json, render_text
-from ..translate.shapes_info import load_model, parse_input_shape, tensor_info
+from ..translate.shapes_info import load_model, tensor_info
 from ..translate.translator import translate_model
-
-
-def _feature_level(text: str) -> FeatureLevel:
-    try:
-        return FeatureLevel.parse(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+from .options import add_feature_level, add_input_shape, input_shapes
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the options of ``dmlshim inspect``."""
     parser.add_argument("model", metavar="MODEL", help="the .onnx file")
-    parser.add_argument(
-        "--feature-level",
-        "-l",
-        type=_feature_level,
-        default=DEFAULT_FEATURE_LEVEL,
-        metavar="L",
-        help="target DML feature level: 3_0, 3.0, 0x3000 or DML_FEATURE_LEVEL_3_0 (default 5_0, what "
-        "onnxruntime-directml requires)",
-    )
-    parser.add_argument(
-        "--input-shape",
-        action="append",
-        default=[],
-        metavar="NAME=D0,D1,..",
-        help="concrete shape of a graph input with symbolic or unknown dims (repeatable)",
+    add_feature_level(parser, "target")
+    add_input_shape(
+        parser,
+        "concrete shape of a graph input with symbolic or unknown dims (repeatable)",
     )
     parser.add_argument("--json", action="store_true", help="print the schema_version 1 JSON document")
 
 
 def run(args: argparse.Namespace) -> int:
     """Inspect the model; returns the exit code."""
-    shapes: dict[str, tuple[int, ...]] = {}
-    for text in args.input_shape:
-        name, dims = parse_input_shape(text)
-        if name in shapes:
-            raise BadInputError(f"--input-shape given twice for {name!r}", value=name)
-        shapes[name] = dims
+    shapes = input_shapes(args)
     model = load_model(args.model)
     translation = translate_model(model, args.feature_level, shapes)
     for unknown in unknown_operators(model):

@@ -14,40 +14,23 @@ import os
 
 import onnx
 
-from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
 from ..errors import BadInputError, BadModelError
 from ..execute.lowering import lower_model
 from ..kernels.options import IndexMode
-from ..translate.shapes_info import load_model, parse_input_shape
+from ..translate.shapes_info import load_model
+from .options import add_feature_level, add_input_shape, input_shapes
 
 logger = logging.getLogger(__name__)
-
-
-def _feature_level(text: str) -> FeatureLevel:
-    try:
-        return FeatureLevel.parse(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the options of ``dmlshim lower``."""
     parser.add_argument("model", metavar="MODEL", help="the .onnx file")
     parser.add_argument("-o", "--output", required=True, metavar="OUT.onnx", help="where to write the model")
-    parser.add_argument(
-        "--feature-level",
-        "-l",
-        type=_feature_level,
-        default=DEFAULT_FEATURE_LEVEL,
-        metavar="L",
-        help="target DML feature level: 3_0, 3.0, 0x3000 or DML_FEATURE_LEVEL_3_0 (default 5_0)",
-    )
-    parser.add_argument(
-        "--input-shape",
-        action="append",
-        default=[],
-        metavar="NAME=D0,D1,..",
-        help="concrete shape of a graph input with symbolic dims (repeatable); the lowered model then "
+    add_feature_level(parser, "target")
+    add_input_shape(
+        parser,
+        "concrete shape of a graph input with symbolic dims (repeatable); the lowered model then "
         "carries static descriptors and accepts only that shape",
     )
     parser.add_argument(
@@ -65,12 +48,7 @@ def run(args: argparse.Namespace) -> int:
         raise BadInputError("the output file exists; pass --overwrite to replace it", path=out)
     if os.path.abspath(out) == os.path.abspath(args.model):
         raise BadInputError("the output would replace the input model", path=out)
-    shapes: dict[str, tuple[int, ...]] = {}
-    for text in args.input_shape:
-        name, dims = parse_input_shape(text)
-        if name in shapes:
-            raise BadInputError(f"--input-shape given twice for {name!r}", value=name)
-        shapes[name] = dims
+    shapes = input_shapes(args)
     model = load_model(args.model)
     lowered = lower_model(
         model,

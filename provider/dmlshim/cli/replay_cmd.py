@@ -4,14 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
-
-
-def _feature_level(text: str) -> FeatureLevel:
-    try:
-        return FeatureLevel.parse(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
+from ..dml.enums import FeatureLevel
+from .options import add_feature_level
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,14 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="folder that writeFile targetPaths are relative to (default: the current directory), "
         "like dxdispatch --output_path",
     )
-    parser.add_argument(
-        "--feature-level",
-        type=_feature_level,
-        default=DEFAULT_FEATURE_LEVEL,
-        metavar="L",
-        help="DirectML feature level to validate and execute at, e.g. 3_0 "
-        f"(default {DEFAULT_FEATURE_LEVEL.short})",
-    )
+    add_feature_level(parser, "validated and executed")
     parser.add_argument(
         "--clamp-indices",
         action="store_true",

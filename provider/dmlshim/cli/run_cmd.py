@@ -13,12 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from ..dml.enums import DEFAULT_FEATURE_LEVEL
 from ..errors import BadInputError
 from ..execute.engine import engine_names
 from ..execute.feeds import load_npz, save_npz
 from ..execute.record import RunRecord
 from ..execute.session import InferenceSession
+from .options import add_feature_level
 
 logger = logging.getLogger(__name__)
 
@@ -38,13 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--overwrite", action="store_true", help="replace the --output file if it exists (refused otherwise)"
     )
-    parser.add_argument(
-        "--feature-level",
-        default=DEFAULT_FEATURE_LEVEL.short,
-        metavar="L",
-        help=f"DirectML feature level to emulate: 3_0, 3.0, 0x3000 or DML_FEATURE_LEVEL_3_0 "
-        f"(default {DEFAULT_FEATURE_LEVEL.short})",
-    )
+    add_feature_level(parser, "emulated")
     parser.add_argument(
         "--engine",
         default="partitioned",

@@ -8,15 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
-from ..errors import BadInputError
-
-
-def _feature_level(text: str) -> FeatureLevel:
-    try:
-        return FeatureLevel.parse(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+from .options import add_feature_level, add_input_shape, input_shapes
 
 
 def _tolerance(text: str) -> float:
@@ -52,20 +44,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="A",
         help="absolute tolerance for floating-point outputs (default 0)",
     )
-    parser.add_argument(
-        "--feature-level",
-        "-l",
-        type=_feature_level,
-        default=DEFAULT_FEATURE_LEVEL,
-        metavar="L",
-        help=f"DirectML feature level to emulate, e.g. 3_0 (default {DEFAULT_FEATURE_LEVEL.short})",
-    )
-    parser.add_argument(
-        "--input-shape",
-        action="append",
-        default=[],
-        metavar="NAME=D0,D1,..",
-        help="shape of a graph input for random inputs, or NAME=N for a symbolic dimension (repeatable)",
+    add_feature_level(parser, "emulated")
+    add_input_shape(
+        parser,
+        "shape of a graph input for random inputs, or NAME=N for a symbolic dimension (repeatable)",
     )
     parser.add_argument("--seed", type=int, default=0, metavar="N", help="seed of random inputs (default 0)")
     parser.add_argument(
@@ -79,15 +61,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Validate the model; returns the exit code."""
     from ..report.validate_report import render_json, render_text
-    from ..translate import parse_input_shape
     from ..validate import validate_model
 
-    shapes: dict[str, tuple[int, ...]] = {}
-    for text in args.input_shape:
-        name, dims = parse_input_shape(text)
-        if name in shapes:
-            raise BadInputError(f"--input-shape given twice for {name!r}", value=name)
-        shapes[name] = dims
+    shapes = input_shapes(args)
     if shapes and args.inputs:
         print("dmlshim validate: note: --input-shape is ignored with --inputs", file=sys.stderr)
     report = validate_model(
