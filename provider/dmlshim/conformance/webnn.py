@@ -216,14 +216,18 @@ def default_cases_path() -> Path:
     """Where :func:`load_cases` looks when given no path.
 
     Returns:
-        ``$DMLSHIM_WEBNN_CASES`` if set, else ``<repository>/../shared/conformance/webnn_wpt_cases.json``
-        (the repository being the checkout this package is installed from in editable mode).
+        ``$DMLSHIM_WEBNN_CASES`` if set; else the first existing ``../shared/conformance/webnn_wpt_cases.json``
+        beside the current directory (a checkout's root) or beside the checkout this package is installed
+        from in editable mode; else the first of those.
     """
     override = os.environ.get(CASES_ENV_VAR)
     if override:
         return Path(override)
-    repository = Path(__file__).resolve().parents[3]
-    return repository.parent / "shared" / "conformance" / "webnn_wpt_cases.json"
+    relative = Path("shared") / "conformance" / "webnn_wpt_cases.json"
+    # A regular (non-editable) install lives in site-packages, far from the checkout: look from the
+    # working directory first.
+    candidates = [Path.cwd().parent / relative, Path(__file__).resolve().parents[3].parent / relative]
+    return next((c for c in candidates if c.is_file()), candidates[0])
 
 
 def load_cases(path: str | os.PathLike[str] | None = None) -> list[WebnnCase]:
