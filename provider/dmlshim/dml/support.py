@@ -114,6 +114,14 @@ def _known(op: OperatorType) -> OperatorType:
 
 def support_row(op: OperatorType, feature_level: FeatureLevel) -> SupportRow | None:
     """The row of ``SUPPORT_TABLE`` in force for ``op`` at ``feature_level``, None if not yet available."""
+    # Translation and validation ask this many times per node: answer the known levels from a table.
+    found = _ROW_AT.get((op, feature_level), _MISSING)
+    if found is not _MISSING:
+        return found  # type: ignore[return-value]
+    return _support_row(op, feature_level)
+
+
+def _support_row(op: OperatorType, feature_level: FeatureLevel) -> SupportRow | None:
     current: SupportRow | None = None
     for row in _rows(_known(op)):
         if row.since <= feature_level:
@@ -146,6 +154,9 @@ def supported_data_types(op: OperatorType, tensor_field: str, fl: FeatureLevel) 
     Raises:
         ValueError: the operator's struct has no such tensor field.
     """
+    found = _DATA_TYPES_AT.get((op, tensor_field, fl))
+    if found is not None:
+        return found
     if tensor_field not in DESC_TYPES[_known(op)].TENSOR_FIELDS:
         raise ValueError(f"{OperatorType(op).dml_name} has no tensor field {tensor_field!r}")
     row = support_row(op, fl)
@@ -160,6 +171,9 @@ def supported_dimension_counts(op: OperatorType, fl: FeatureLevel) -> range | tu
 
 def max_dimension_count(fl: FeatureLevel) -> int:
     """DML_TENSOR_DIMENSION_COUNT_MAX (5) before FL 3_0, DML_TENSOR_DIMENSION_COUNT_MAX1 (8) from it on."""
+    found = _MAX_DIMENSIONS_AT.get(fl)
+    if found is not None:
+        return found
     limit = 0
     for since, count in BUFFER_TENSOR_MAX_DIMENSIONS:
         if since <= fl:
@@ -216,6 +230,26 @@ def support_table_markdown(op: OperatorType) -> str:
             lines.append(f"| {name} | {kind} | {describe_dimension_counts(row.dimension_counts)} | {types} |")
         lines.append("")
     return "\n".join(lines)
+
+
+_MISSING = object()
+
+_ROW_AT: dict[tuple[OperatorType, FeatureLevel], SupportRow | None] = {
+    (op, fl): _support_row(op, fl) for op in DESC_TYPES for fl in FeatureLevel
+}
+"""``support_row`` of every modelled operator at every named feature level."""
+
+_DATA_TYPES_AT: dict[tuple[OperatorType, str, FeatureLevel], frozenset[DataType]] = {
+    (op, name, fl): (row.data_types_of(name) if row is not None else frozenset())
+    for (op, fl), row in _ROW_AT.items()
+    for name in DESC_TYPES[op].TENSOR_FIELDS
+}
+"""``supported_data_types`` of every tensor field of every modelled operator at every named level."""
+
+_MAX_DIMENSIONS_AT: dict[FeatureLevel, int] = {
+    fl: [0, *(count for since, count in BUFFER_TENSOR_MAX_DIMENSIONS if since <= fl)][-1] for fl in FeatureLevel
+}
+"""``max_dimension_count`` at every named feature level."""
 
 
 _TABLE_ORDER = (

@@ -10,6 +10,12 @@ from dataclasses import dataclass, field
 from .enums import DataType, TensorFlags
 
 
+def _int_tuple(values: Sequence[int]) -> tuple[int, ...]:
+    """``values`` as a tuple of Python ints (returned as is when it already is one)."""
+    # int() returns an int unchanged; map is cheaper than a generator here.
+    return tuple(map(int, values))
+
+
 def calc_buffer_tensor_size(data_type: DataType, sizes: Sequence[int], strides: Sequence[int] | None) -> int:
     """TotalTensorSizeInBytes as DirectMLX.h's DMLCalcBufferTensorSize computes it.
 
@@ -42,11 +48,14 @@ class BufferTensorDesc:
     guaranteed_base_offset_alignment: int = 0
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "sizes", tuple(int(s) for s in self.sizes))
+        # Translation builds thousands of these: convert only what is not already of the right type.
+        object.__setattr__(self, "sizes", _int_tuple(self.sizes))
         if self.strides is not None:
-            object.__setattr__(self, "strides", tuple(int(s) for s in self.strides))
-        object.__setattr__(self, "data_type", DataType(self.data_type))
-        object.__setattr__(self, "flags", TensorFlags(self.flags))
+            object.__setattr__(self, "strides", _int_tuple(self.strides))
+        if type(self.data_type) is not DataType:
+            object.__setattr__(self, "data_type", DataType(self.data_type))
+        if type(self.flags) is not TensorFlags:
+            object.__setattr__(self, "flags", TensorFlags(self.flags))
         if self.total_tensor_size_in_bytes < 0:
             total = calc_buffer_tensor_size(self.data_type, self.sizes, self._strides_for_size())
             object.__setattr__(self, "total_tensor_size_in_bytes", total)
@@ -115,7 +124,7 @@ def right_align(shape: Sequence[int], dimension_count: int) -> tuple[int, ...]:
 
     Raises ValueError if the shape has more dimensions than ``dimension_count``.
     """
-    shape = tuple(int(s) for s in shape)
+    shape = _int_tuple(shape)
     if len(shape) > dimension_count:
         raise ValueError(f"shape {list(shape)} has more than {dimension_count} dimensions")
     return (1,) * (dimension_count - len(shape)) + shape

@@ -11,6 +11,7 @@ Rule codes (``Violation.rule``) are stable; tests and reports match on them, nev
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,7 @@ from ..errors import InvalidDescriptorError
 from .enums import (
     DML_MAX_TENSOR_ELEMENTS,
     DML_MINIMUM_BUFFER_TENSOR_ALIGNMENT,
+    DataType,
     FeatureLevel,
     OperatorType,
     TensorFlags,
@@ -530,6 +532,124 @@ def _check_nd(ctx: _Context) -> Iterator[Violation]:
         )
 
 
+# --- the accepting pass ---------------------------------------------------------------------------------
+#
+# Translation validates every descriptor it builds, most of them valid. ``_accepted`` proves validity with
+# plain comparisons, building no message; only when it cannot does ``validate`` run the rule checks above,
+# which then find and describe every violation. It must never accept what a rule check rejects (the tests
+# compare both passes on mutated descriptors); rejecting a valid descriptor only costs time.
+
+
+def _tensor_accepted(
+    name: str, tensor: object, d: int, limit: int, counts: range, types: frozenset[DataType], inputs: tuple[str, ...]
+) -> bool:
+    if type(tensor) is not BufferTensorDesc:
+        return False
+    sizes = tensor.sizes
+    if len(sizes) != d or not 1 <= d <= limit or d not in counts or tensor.data_type not in types:
+        return False
+    flags = int(tensor.flags)
+    if flags and (flags != TensorFlags.OWNED_BY_DML or name not in inputs):
+        return False
+    if min(sizes) < 1 or max(sizes) > UINT_MAX:
+        return False
+    elements = math.prod(sizes)
+    if elements > DML_MAX_TENSOR_ELEMENTS:
+        return False
+    strides = tensor.strides
+    if strides is not None:
+        if len(strides) != d or min(strides) < 0 or max(strides) > UINT_MAX:
+            return False
+        elements = sum((s - 1) * st for s, st in zip(sizes, strides, strict=True)) + 1
+    # DMLCalcBufferTensorSize (calc_buffer_tensor_size) from the element count at hand.
+    required = ((elements * tensor.data_type.bits + 7) // 8 + 3) & ~3
+    if not required <= int(tensor.total_tensor_size_in_bytes) <= UINT64_MAX:
+        return False
+    alignment = int(tensor.guaranteed_base_offset_alignment)
+    return alignment == 0 or (
+        0 < alignment <= UINT_MAX
+        and not alignment & (alignment - 1)
+        and alignment >= DML_MINIMUM_BUFFER_TENSOR_ALIGNMENT
+    )
+
+
+def _accepted(desc: OperatorDesc, fl: FeatureLevel) -> bool:
+    """True only if no rule check of ``validate`` reports anything for ``desc`` at ``fl``."""
+    row = support_row(desc.OPERATOR_TYPE, fl)
+    if row is None:
+        return False
+    tensors = desc.tensors()
+    first = tensors["InputTensor"]
+    if type(first) is not BufferTensorDesc:
+        return False
+    d = first.dimension_count
+    limit = max_dimension_count(fl)
+    inputs = desc.INPUT_TENSOR_FIELDS
+    for name, tensor in tensors.items():
+        types = row.index_types if name == "IndicesTensor" else row.data_types
+        if not _tensor_accepted(name, tensor, d, limit, row.dimension_counts, types, inputs):
+            return False
+        if name not in ("InputTensor", "IndicesTensor") and tensor.data_type != first.data_type:
+            return False
+    accept = _ACCEPTS[type(desc)]
+    return accept(desc, d)
+
+
+def _accept_gather(desc: GatherDesc, d: int) -> bool:
+    axis, k = int(desc.axis), int(desc.index_dimensions)
+    if not (0 <= axis < d and 0 <= k <= d):
+        return False
+    indices = desc.indices_tensor.sizes
+    if any(s != 1 for s in indices[: d - k]):
+        return False
+    try:
+        expected = gather_output_sizes(desc.input_tensor.sizes, indices, axis, k)
+    except ValueError:
+        return False
+    return desc.output_tensor.sizes == expected
+
+
+def _accept_elements(desc: GatherElementsDesc | ScatterDesc, d: int) -> bool:
+    axis = int(desc.axis)
+    if not 0 <= axis < d:
+        return False
+    inp, idx = desc.input_tensor.sizes, desc.indices_tensor.sizes
+    if any(a != b for i, (a, b) in enumerate(zip(inp, idx, strict=True)) if i != axis):
+        return False
+    if isinstance(desc, ScatterDesc):
+        return desc.updates_tensor.sizes == idx and desc.output_tensor.sizes == inp
+    return desc.output_tensor.sizes == idx
+
+
+def _accept_nd(desc: GatherNdDesc | GatherNd1Desc | ScatterNdDesc, d: int) -> bool:
+    r, q = int(desc.input_dimension_count), int(desc.indices_dimension_count)
+    batch = int(desc.batch_dimension_count) if isinstance(desc, GatherNd1Desc) else 0
+    if not (1 <= r <= d and 1 <= q <= d and 0 <= batch <= min(r, q - 1)):
+        return False
+    inp, idx = desc.input_tensor.sizes, desc.indices_tensor.sizes
+    if any(s != 1 for s in inp[: d - r]) or any(s != 1 for s in idx[: d - q]):
+        return False
+    if inp[d - r : d - r + batch] != idx[d - q : d - q + batch] or not 1 <= idx[-1] <= r - batch:
+        return False
+    try:
+        expected = gather_nd_output_sizes(inp, idx, r, q, batch)
+    except ValueError:
+        return False
+    if isinstance(desc, ScatterNdDesc):
+        return desc.updates_tensor.sizes == expected and desc.output_tensor.sizes == inp
+    return desc.output_tensor.sizes == expected
+
+
+_ACCEPTS: dict[type, Callable[[Any, int], bool]] = {
+    GatherDesc: _accept_gather,
+    GatherElementsDesc: _accept_elements,
+    ScatterDesc: _accept_elements,
+    GatherNdDesc: _accept_nd,
+    GatherNd1Desc: _accept_nd,
+    ScatterNdDesc: _accept_nd,
+}
+
+
 _COMMON_CHECKS: tuple[_Check, ...] = (
     _check_availability,
     _check_buffer_tensors,
@@ -569,6 +689,13 @@ def validate(desc: OperatorDesc, feature_level: FeatureLevel) -> tuple[Violation
     if checks is None:
         raise TypeError(f"not a DirectML gather/scatter operator descriptor: {type(desc).__name__}")
     fl = FeatureLevel(feature_level)
+    if _accepted(desc, fl):
+        return ()
+    return _violations(desc, fl, checks)
+
+
+def _violations(desc: OperatorDesc, fl: FeatureLevel, checks: tuple[_Check, ...]) -> tuple[Violation, ...]:
+    """Every violation, messages included (the rule checks one by one)."""
     tensors = desc.tensors()
     ctx = _Context(desc, desc.operator_type, fl, tensors, tensors["InputTensor"].dimension_count)
     violations = tuple(v for check_fn in (*_COMMON_CHECKS, *checks) for v in check_fn(ctx))

@@ -9,7 +9,10 @@ becomes the ONNX output again.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,15 +88,30 @@ class TensorInfo:
     @property
     def is_static(self) -> bool:
         """True when every dimension is a known non-negative integer."""
-        return self.shape is not None and all(isinstance(d, int) and d >= 0 for d in self.shape)
+        return self.static_dims is not None
 
     @property
     def static_shape(self) -> tuple[int, ...]:
         """The shape as ints; ValueError when it is not static."""
-        if not self.is_static:
+        dims = self.static_dims
+        if dims is None:
             raise ValueError(f"shape {self.shape} is not static")
-        assert self.shape is not None  # for mypy; is_static guarantees it
-        return tuple(int(d) for d in self.shape)  # type: ignore[arg-type]
+        return dims
+
+    @property
+    def static_dims(self) -> tuple[int, ...] | None:
+        """The shape as ints, or None when it is not static."""
+        # Translation reads the shapes of every input several times; the instance is frozen, so keep
+        # them (in __dict__, as functools.cached_property would, without its lock).
+        try:
+            return self.__dict__["_static_dims"]  # type: ignore[no-any-return]
+        except KeyError:
+            pass
+        dims = None
+        if self.shape is not None and all(isinstance(d, int) and d >= 0 for d in self.shape):
+            dims = tuple(int(d) for d in self.shape)  # type: ignore[arg-type]
+        self.__dict__["_static_dims"] = dims
+        return dims
 
 
 def elem_type_name(elem_type: int) -> str:
@@ -244,6 +262,58 @@ class OutputBinding:
         return _binding_json(self, "onnx_output", strides=False)
 
 
+class Deferred:
+    """A value computed by ``compute`` on first use, then kept; every copy of its holder shares it.
+
+    Pickling and deep copies compute it and carry the plain value.
+    """
+
+    __slots__ = ("_compute", "_value")
+
+    _PENDING: Any = object()
+
+    def __init__(self, compute: Callable[[], Any]) -> None:
+        self._compute: Callable[[], Any] | None = compute
+        self._value: Any = Deferred._PENDING
+
+    def get(self) -> Any:
+        value = self._value
+        if value is Deferred._PENDING:
+            compute = self._compute
+            if compute is None:  # another thread has just stored the value
+                return self._value
+            value = self._value = compute()
+            self._compute = None
+        return value
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_resolved, (self.get(),))
+
+
+def _resolved(value: Any) -> Any:
+    return value
+
+
+class _LevelField:
+    """The ``min_feature_level`` field: a FeatureLevel, None, or a :class:`Deferred` computing one.
+
+    Finding the lowest level means lowering the node again at lower levels, which nothing on the
+    execution path reads; the translator defers it to the first read (reports, JSON, comparisons).
+    """
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._slot = f"_{name}"
+
+    def __get__(self, obj: object, objtype: type | None = None) -> FeatureLevel | None:
+        if obj is None:
+            return None  # the dataclass default
+        value = obj.__dict__[self._slot]
+        return value.get() if type(value) is Deferred else value
+
+    def __set__(self, obj: object, value: FeatureLevel | Deferred | None) -> None:
+        obj.__dict__[self._slot] = value
+
+
 @dataclass(frozen=True)
 class NodeTranslation:
     """The translation of one ONNX node at one feature level.
@@ -257,7 +327,8 @@ class NodeTranslation:
         status: see :class:`Status`.
         operator: the DirectML descriptor (None unless status is DML, or when a descriptor was built but
             fails validation).
-        min_feature_level: the lowest feature level at which the node translates, or None.
+        min_feature_level: the lowest feature level at which the node translates, or None (computed on
+            first read when the translator defers it).
         ort_placement: where onnxruntime's DirectML provider would run the node, or None when it would
             reject the node or it is not known.
         reasons: why (fallback/error causes first, then notes such as the EP's placement).
@@ -274,13 +345,24 @@ class NodeTranslation:
     feature_level: FeatureLevel
     status: Status
     operator: OperatorDesc | None
-    min_feature_level: FeatureLevel | None
     ort_placement: str | None
     reasons: tuple[Reason, ...]
     layout: Layout | None = None
     inputs: tuple[InputBinding, ...] = ()
     output: OutputBinding | None = None
     attributes: tuple[tuple[str, object], ...] = field(default=())
+    min_feature_level: _LevelField = _LevelField()
+
+    def renamed(self, name: str) -> NodeTranslation:
+        """This translation under another ``name`` (``dataclasses.replace`` without re-running the
+        constructor, and without computing a deferred ``min_feature_level``, which the copy shares)."""
+        if self.name == name:
+            return self
+        out = object.__new__(NodeTranslation)
+        stored = self.__dict__
+        out.__dict__.update({key: stored[key] for key in _STORAGE_KEYS})
+        out.__dict__["name"] = name
+        return out
 
     @property
     def ok(self) -> bool:
@@ -321,6 +403,12 @@ class NodeTranslation:
                 "output": self.output.to_json(),
             }
         return out
+
+
+_STORAGE_KEYS = tuple(
+    getattr(NodeTranslation.__dict__.get(f.name), "_slot", f.name) for f in dataclasses.fields(NodeTranslation)
+)
+"""Where each field of a NodeTranslation keeps its value in the instance ``__dict__``."""
 
 
 def _binding_json(

@@ -20,11 +20,11 @@ import onnx
 from onnx import helper
 
 from ..dml import support
-from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
+from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel, OperatorType
 from ..dml.validate import validate
-from .converters import ConvertContext, Lowering, NodeFailure, get_converter
-from .plan import DML_PROVIDER, NodeTranslation, Reason, Status, TensorInfo
-from .shapes_info import infer_shapes, tensor_infos
+from .converters import ConvertContext, Converter, Lowering, NodeFailure, get_converter
+from .plan import DML_PROVIDER, Deferred, NodeTranslation, Reason, Status, TensorInfo
+from .shapes_info import infer_shapes, tensor_info
 from .support_table import SUPPORTED_OPS, find_row, ort_placement
 
 logger = logging.getLogger(__name__)
@@ -54,8 +54,35 @@ def _hashable(value: Any) -> object:
     return repr(value)
 
 
+_A = onnx.AttributeProto
+
+
+def _attribute_value(a: onnx.AttributeProto) -> object:
+    """``_hashable(helper.get_attribute_value(a))``, read directly for the scalar and list types."""
+    # helper.get_attribute_value costs more than the rest of a cached translate_node together.
+    kind = a.type
+    if kind == _A.INT:
+        return a.i
+    if kind == _A.STRING:
+        return a.s.decode(errors="replace")
+    if kind == _A.FLOAT:
+        return a.f
+    if kind == _A.INTS:
+        return tuple(a.ints)
+    return _hashable(helper.get_attribute_value(a))
+
+
 def _attributes(node: onnx.NodeProto) -> tuple[tuple[str, object], ...]:
-    return tuple(sorted((a.name, _hashable(helper.get_attribute_value(a))) for a in node.attribute))
+    return tuple(sorted((a.name, _attribute_value(a)) for a in node.attribute))
+
+
+@functools.lru_cache(maxsize=256)
+def _schema_since(op_type: str, since_version: int, domain: str) -> int:
+    """The since_version of the schema ``op_type`` has at opset ``since_version`` (0 if none)."""
+    try:
+        return int(onnx.defs.get_schema(op_type, since_version, domain).since_version)
+    except onnx.defs.SchemaError:
+        return 0
 
 
 def _error(
@@ -114,10 +141,7 @@ def translate_node(
                 node.op_type,
             ),
         )
-    try:
-        since = onnx.defs.get_schema(node.op_type, int(since_version), domain).since_version
-    except onnx.defs.SchemaError:
-        since = 0
+    since = _schema_since(node.op_type, int(since_version), domain)
     row = find_row(node.op_type, since)
     if row is None:
         return _error(
@@ -142,12 +166,23 @@ def translate_node(
         infos,
         fl,
     )
-    return dataclasses.replace(result, name=label)
+    return result.renamed(label)
+
+
+def _converter(op_type: str) -> Converter:
+    converter = get_converter("", op_type)
+    assert converter is not None  # translate_node checked it
+    return converter
+
+
+@functools.lru_cache(maxsize=32)
+def _levels(fl: FeatureLevel) -> tuple[FeatureLevel, ...]:
+    """The levels to try, lowest first, for the lowest level at which a node translates."""
+    return tuple(sorted({*_CANDIDATE_LEVELS, fl}))
 
 
 def _attempt(ctx: ConvertContext) -> tuple[Status, Lowering | None, tuple[Reason, ...]]:
-    converter = get_converter("", ctx.op_type)
-    assert converter is not None  # translate_node checked it
+    converter = _converter(ctx.op_type)
     try:
         lowering = converter.convert(ctx)
     except NodeFailure as failure:
@@ -160,6 +195,21 @@ def _attempt(ctx: ConvertContext) -> tuple[Status, Lowering | None, tuple[Reason
             tuple(Reason("DESCRIPTOR_INVALID", str(v), v.as_dict()) for v in violations),
         )
     return Status.DML, lowering, lowering.notes
+
+
+def _lowest_level(ctx: ConvertContext, status: Status) -> FeatureLevel | None:
+    """The lowest level at which the node of ``ctx`` translates (``status``: its result at the target)."""
+    operators: tuple[OperatorType, ...] = getattr(_converter(ctx.op_type), "OPERATORS", ())
+    for level in _levels(ctx.feature_level):
+        if level == ctx.feature_level:
+            found = status is Status.DML
+        elif operators and not any(support.operator_available(op, level) for op in operators):
+            continue  # every lowering fails at a level without its operator
+        else:
+            found = _attempt(dataclasses.replace(ctx, feature_level=level))[0] is Status.DML
+        if found:
+            return level
+    return None
 
 
 @functools.lru_cache(maxsize=4096)
@@ -178,17 +228,9 @@ def _translate(
     ctx = ConvertContext(op_type, since, attributes, input_names, output_name, inputs, fl, row)
     status, lowering, reasons = _attempt(ctx)
 
-    min_fl: FeatureLevel | None = None
-    if status is not Status.ERROR:
-        for level in sorted({*_CANDIDATE_LEVELS, fl}):
-            if level == fl:
-                found = status is Status.DML
-            else:
-                found = _attempt(dataclasses.replace(ctx, feature_level=level))[0] is Status.DML
-            if found:
-                min_fl = level
-                break
-
+    # Nothing that runs the node reads the lowest level, and finding it lowers the node again at lower
+    # levels: defer that to the first read.
+    min_fl = None if status is Status.ERROR else Deferred(functools.partial(_lowest_level, ctx, status))
     reduction = ctx.attr("reduction", "none")
     elem_types = [info.elem_type if info is not None else 0 for info in inputs]
     placement, ep_reasons = ort_placement(row, str(reduction), elem_types)
@@ -276,11 +318,69 @@ def _opsets(model: onnx.ModelProto) -> dict[str, int]:
     return {("" if o.domain == "ai.onnx" else o.domain): int(o.version) for o in model.opset_import}
 
 
+class _GraphInfos(Mapping[str, TensorInfo]):
+    """``tensor_infos(graph)`` laid over the enclosing ``scope``, reading a value's type only when a node
+    asks for it: most values of a graph feed no gather/scatter node, and reading a type from protobuf costs
+    more than indexing the names."""
+
+    # tensor_infos' order: a later source replaces an earlier one when it gives a TensorInfo.
+    _SOURCES = ("input", "value_info", "output", "initializer", "sparse_initializer")
+
+    def __init__(self, graph: onnx.GraphProto, scope: Mapping[str, TensorInfo]) -> None:
+        self._graph = graph
+        self._scope = scope
+        self._cache: dict[str, TensorInfo | None] = {}
+        self._index: dict[str, list[tuple[str, int]]] | None = None
+
+    def _sources(self) -> dict[str, list[tuple[str, int]]]:
+        if self._index is None:
+            index: dict[str, list[tuple[str, int]]] = {}
+            for source in self._SOURCES:
+                for position, proto in enumerate(getattr(self._graph, source)):
+                    name = proto.values.name if source == "sparse_initializer" else proto.name
+                    if name or source in ("initializer", "sparse_initializer"):
+                        index.setdefault(name, []).append((source, position))
+            self._index = index
+        return self._index
+
+    def _read(self, source: str, position: int) -> TensorInfo | None:
+        proto = getattr(self._graph, source)[position]
+        if source == "initializer":
+            return TensorInfo(tuple(int(d) for d in proto.dims), int(proto.data_type))
+        if source == "sparse_initializer":
+            return TensorInfo(tuple(int(d) for d in proto.dims), int(proto.values.data_type))
+        return tensor_info(proto)
+
+    def _local(self, name: str) -> TensorInfo | None:
+        try:
+            return self._cache[name]
+        except KeyError:
+            pass
+        found: TensorInfo | None = None
+        for source, position in reversed(self._sources().get(name, ())):
+            found = self._read(source, position)
+            if found is not None:
+                break
+        self._cache[name] = found
+        return found
+
+    def __getitem__(self, name: str) -> TensorInfo:
+        found = self._local(name)
+        return found if found is not None else self._scope[name]
+
+    def __iter__(self) -> Iterator[str]:
+        names = dict.fromkeys(self._scope)
+        names.update(dict.fromkeys(n for n in self._sources() if self._local(n) is not None))
+        return iter(names)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
 def _walk(
     graph: onnx.GraphProto, prefix: str, scope: Mapping[str, TensorInfo]
 ) -> Iterator[tuple[onnx.NodeProto, str, Mapping[str, TensorInfo]]]:
-    local = dict(scope)
-    local.update(tensor_infos(graph))
+    local = _GraphInfos(graph, scope)
     for index, node in enumerate(graph.node):
         name = prefix + (node.name or f"{node.op_type}_{index}")
         yield node, name, local

@@ -9,6 +9,7 @@ built here, the same way for every op.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from onnx import TensorProto
 
 from ...dml import support
 from ...dml.enums import DML_MAX_TENSOR_ELEMENTS, DataType, FeatureLevel, OperatorType
-from ...dml.operators import DESC_TYPES, OperatorDesc
+from ...dml.operators import DESC_TYPES, OperatorDesc, snake_case
 from ...dml.tensor import BufferTensorDesc, right_align
 from ..plan import (
     HostStep,
@@ -105,6 +106,9 @@ class ConvertContext:
         if index >= len(self.input_names) or not self.input_names[index]:
             raise malformed("INPUT_MISSING", f"{self.op_type} needs input {index} ({role})", index)
         info = self.inputs[index] if index < len(self.inputs) else None
+        dims = info.static_dims if info is not None and info.elem_type else None
+        if dims is not None:
+            return dims, info.elem_type  # type: ignore[union-attr]
         name = self.input_names[index]
         if info is None or info.shape is None or not info.elem_type:
             raise malformed(
@@ -245,6 +249,11 @@ _COMMON_LIMITS: tuple[tuple[str, Callable[[tuple[int, ...]], object], str], ...]
 
 def check_common(ctx: ConvertContext, shapes: Mapping[str, tuple[int, ...]]) -> None:
     """Level-independent fallbacks: rank above 8, empty tensors, too many elements."""
+    if all(
+        len(shape) <= MAX_ONNX_RANK and 0 not in shape and math.prod(shape) <= DML_MAX_TENSOR_ELEMENTS
+        for shape in shapes.values()
+    ):
+        return
     # Limit by limit, not shape by shape: a rank above 8 anywhere is the reason before an empty tensor.
     for code, offending, message in _COMMON_LIMITS:
         for role, shape in shapes.items():
@@ -315,8 +324,19 @@ def native_indices(ctx: ConvertContext, op: OperatorType) -> bool:
 
 def max_dims(ctx: ConvertContext, op: OperatorType) -> tuple[int, bool]:
     """(largest DimensionCount, whether it is the only one) for the operator at the level."""
-    counts = list(support.supported_dimension_counts(op, ctx.feature_level))
+    return _max_dims(op, ctx.feature_level)
+
+
+@functools.lru_cache(maxsize=256)
+def _max_dims(op: OperatorType, fl: FeatureLevel) -> tuple[int, bool]:
+    counts = list(support.supported_dimension_counts(op, fl))
     return max(counts), len(counts) == 1
+
+
+@functools.lru_cache(maxsize=16)
+def _tensor_attributes(desc_type: type[OperatorDesc]) -> tuple[tuple[str, str], ...]:
+    """(DirectML name, Python attribute) of every tensor field of a descriptor type."""
+    return tuple((name, snake_case(name)) for name in desc_type.TENSOR_FIELDS)
 
 
 ViewBuilder = Callable[[bool], View]
@@ -474,7 +494,10 @@ class Target:
             # The EP's rule: the axis counted in the data's real dims, shifted past the padding 1s.
             uints["Axis"] = view.axis + d - len(view.input)
         desc_type = DESC_TYPES[op]
-        desc = desc_type.from_fields({k: tensors[k] for k in desc_type.TENSOR_FIELDS}, uints)
+        # desc_type.from_fields(tensors, uints), with the tensor attribute names looked up once per type.
+        kwargs: dict[str, object] = {attr: tensors[name] for name, attr in _tensor_attributes(desc_type)}
+        kwargs.update({snake_case(k): int(v) for k, v in uints.items()})
+        desc: OperatorDesc = desc_type(**kwargs)
 
         names = ctx.input_names
         bindings = [
@@ -566,6 +589,8 @@ class Converter:
     op_type: ClassVar[str]
     domain: ClassVar[str] = ""
     IMPLEMENTATIONS: ClassVar[Implementations]
+    OPERATORS: ClassVar[tuple[OperatorType, ...]]
+    """Every DirectML operator a lowering may choose: where none is available, none can succeed."""
 
     def convert(self, ctx: ConvertContext) -> Lowering:
         impl = self.IMPLEMENTATIONS.get(ctx.since_version)

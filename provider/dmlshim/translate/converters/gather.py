@@ -32,6 +32,7 @@ class GatherConverter(Converter):
     """ONNX Gather: output = data[:axis] + indices.shape + data[axis+1:]."""
 
     op_type = "Gather"
+    OPERATORS: ClassVar[tuple[OperatorType, ...]] = (OP,)
 
     def _lower(self, ctx: ConvertContext) -> Lowering:
         # 1. read the inputs

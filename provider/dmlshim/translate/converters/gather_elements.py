@@ -155,6 +155,7 @@ class GatherElementsConverter(Converter):
     """ONNX GatherElements: output[i..] = data[i.. with axis replaced by indices[i..]]."""
 
     op_type = "GatherElements"
+    OPERATORS: ClassVar[tuple[OperatorType, ...]] = (OP,)
 
     def _lower(self, ctx: ConvertContext) -> Lowering:
         return lower_elementwise(ctx, OP, lambda v: len(v.input), scatter=False)

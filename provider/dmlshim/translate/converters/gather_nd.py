@@ -91,6 +91,7 @@ class GatherNDConverter(Converter):
     """ONNX GatherND: output = indices.shape[:-1] + data.shape[batch_dims + k:]."""
 
     op_type = "GatherND"
+    OPERATORS: ClassVar[tuple[OperatorType, ...]] = (OperatorType.GATHER_ND, OperatorType.GATHER_ND1)
 
     def _impl_v11(self, ctx: ConvertContext) -> Lowering:
         return self._lower(ctx, batch_dims=0)

@@ -27,6 +27,7 @@ class ScatterElementsConverter(Converter):
     """ONNX ScatterElements: output = data; output[... indices[i..] ...] = updates[i..]."""
 
     op_type = "ScatterElements"
+    OPERATORS: ClassVar[tuple[OperatorType, ...]] = (OP,)
 
     def _lower(self, ctx: ConvertContext) -> Lowering:
         return lower_elementwise(ctx, OP, _dimension_count, scatter=True)

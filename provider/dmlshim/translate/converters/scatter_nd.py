@@ -30,6 +30,7 @@ class ScatterNDConverter(Converter):
     """ONNX ScatterND: output = data; output[indices[i..]] = updates[i..]."""
 
     op_type = "ScatterND"
+    OPERATORS: ClassVar[tuple[OperatorType, ...]] = (OP,)
 
     def _lower(self, ctx: ConvertContext) -> Lowering:
         (data_shape, data_elem), (idx_shape, _), (upd_shape, _) = read_inputs(ctx, updates=True)
