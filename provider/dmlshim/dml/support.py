@@ -247,7 +247,8 @@ _DATA_TYPES_AT: dict[tuple[OperatorType, str, FeatureLevel], frozenset[DataType]
 """``supported_data_types`` of every tensor field of every modelled operator at every named level."""
 
 _MAX_DIMENSIONS_AT: dict[FeatureLevel, int] = {
-    fl: [0, *(count for since, count in BUFFER_TENSOR_MAX_DIMENSIONS if since <= fl)][-1] for fl in FeatureLevel
+    fl: [0, *(count for since, count in BUFFER_TENSOR_MAX_DIMENSIONS if since <= fl)][-1]
+    for fl in FeatureLevel
 }
 """``max_dimension_count`` at every named feature level."""
 

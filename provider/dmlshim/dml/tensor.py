@@ -60,6 +60,26 @@ class BufferTensorDesc:
             total = calc_buffer_tensor_size(self.data_type, self.sizes, self._strides_for_size())
             object.__setattr__(self, "total_tensor_size_in_bytes", total)
 
+    @classmethod
+    def of(
+        cls, data_type: DataType, sizes: tuple[int, ...], strides: tuple[int, ...] | None = None
+    ) -> BufferTensorDesc:
+        """``BufferTensorDesc(data_type, sizes, strides)`` for values that are already what the
+        constructor would make of them (a DataType, tuples of ints, Strides as long as Sizes).
+
+        The translator builds thousands of tensors from such values; this skips re-checking them.
+        """
+        out = object.__new__(cls)
+        out.__dict__.update(
+            data_type=data_type,
+            sizes=sizes,
+            strides=strides,
+            flags=TensorFlags.NONE,
+            total_tensor_size_in_bytes=calc_buffer_tensor_size(data_type, sizes, strides),
+            guaranteed_base_offset_alignment=0,
+        )
+        return out
+
     def _strides_for_size(self) -> tuple[int, ...] | None:
         # A malformed strides tuple must not crash construction: validation reports it instead.
         if self.strides is not None and len(self.strides) == len(self.sizes):

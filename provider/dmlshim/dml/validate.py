@@ -33,6 +33,7 @@ from .operators import (
     OperatorDesc,
     ScatterDesc,
     ScatterNdDesc,
+    snake_case,
 )
 from .shapes import gather_nd_output_sizes, gather_output_sizes
 from .support import (
@@ -540,37 +541,7 @@ def _check_nd(ctx: _Context) -> Iterator[Violation]:
 # compare both passes on mutated descriptors); rejecting a valid descriptor only costs time.
 
 
-def _tensor_accepted(
-    name: str, tensor: object, d: int, limit: int, counts: range, types: frozenset[DataType], inputs: tuple[str, ...]
-) -> bool:
-    if type(tensor) is not BufferTensorDesc:
-        return False
-    sizes = tensor.sizes
-    if len(sizes) != d or not 1 <= d <= limit or d not in counts or tensor.data_type not in types:
-        return False
-    flags = int(tensor.flags)
-    if flags and (flags != TensorFlags.OWNED_BY_DML or name not in inputs):
-        return False
-    if min(sizes) < 1 or max(sizes) > UINT_MAX:
-        return False
-    elements = math.prod(sizes)
-    if elements > DML_MAX_TENSOR_ELEMENTS:
-        return False
-    strides = tensor.strides
-    if strides is not None:
-        if len(strides) != d or min(strides) < 0 or max(strides) > UINT_MAX:
-            return False
-        elements = sum((s - 1) * st for s, st in zip(sizes, strides, strict=True)) + 1
-    # DMLCalcBufferTensorSize (calc_buffer_tensor_size) from the element count at hand.
-    required = ((elements * tensor.data_type.bits + 7) // 8 + 3) & ~3
-    if not required <= int(tensor.total_tensor_size_in_bytes) <= UINT64_MAX:
-        return False
-    alignment = int(tensor.guaranteed_base_offset_alignment)
-    return alignment == 0 or (
-        0 < alignment <= UINT_MAX
-        and not alignment & (alignment - 1)
-        and alignment >= DML_MINIMUM_BUFFER_TENSOR_ALIGNMENT
-    )
+_BITS: dict[DataType, int] = {t: t.bits for t in DataType}
 
 
 def _accepted(desc: OperatorDesc, fl: FeatureLevel) -> bool:
@@ -578,34 +549,66 @@ def _accepted(desc: OperatorDesc, fl: FeatureLevel) -> bool:
     row = support_row(desc.OPERATOR_TYPE, fl)
     if row is None:
         return False
-    tensors = desc.tensors()
-    first = tensors["InputTensor"]
+    first = desc.input_tensor
     if type(first) is not BufferTensorDesc:
         return False
-    d = first.dimension_count
-    limit = max_dimension_count(fl)
+    d = len(first.sizes)
+    if not 1 <= d <= max_dimension_count(fl) or d not in row.dimension_counts:
+        return False
+    input_type = first.data_type
     inputs = desc.INPUT_TENSOR_FIELDS
-    for name, tensor in tensors.items():
-        types = row.index_types if name == "IndicesTensor" else row.data_types
-        if not _tensor_accepted(name, tensor, d, limit, row.dimension_counts, types, inputs):
+    for name, attribute in _TENSOR_ATTRIBUTES[type(desc)]:
+        tensor = getattr(desc, attribute)
+        if type(tensor) is not BufferTensorDesc:
             return False
-        if name not in ("InputTensor", "IndicesTensor") and tensor.data_type != first.data_type:
+        sizes = tensor.sizes
+        data_type = tensor.data_type
+        if len(sizes) != d or min(sizes) < 1 or max(sizes) > UINT_MAX:
             return False
-    accept = _ACCEPTS[type(desc)]
-    return accept(desc, d)
+        if name == "IndicesTensor":
+            if data_type not in row.index_types:
+                return False
+        elif data_type not in row.data_types or (name != "InputTensor" and data_type != input_type):
+            return False
+        flags = int(tensor.flags)
+        if flags and (flags != TensorFlags.OWNED_BY_DML or name not in inputs):
+            return False
+        elements = math.prod(sizes)
+        if elements > DML_MAX_TENSOR_ELEMENTS:
+            return False
+        strides = tensor.strides
+        if strides is not None:
+            if len(strides) != d or min(strides) < 0 or max(strides) > UINT_MAX:
+                return False
+            elements = sum((s - 1) * st for s, st in zip(sizes, strides, strict=True)) + 1
+        # DMLCalcBufferTensorSize (calc_buffer_tensor_size) from the element count at hand.
+        required = ((elements * _BITS[data_type] + 7) // 8 + 3) & ~3
+        if not required <= int(tensor.total_tensor_size_in_bytes) <= UINT64_MAX:
+            return False
+        alignment = int(tensor.guaranteed_base_offset_alignment)
+        if alignment and not (
+            0 < alignment <= UINT_MAX
+            and not alignment & (alignment - 1)
+            and alignment >= DML_MINIMUM_BUFFER_TENSOR_ALIGNMENT
+        ):
+            return False
+    return _ACCEPTS[type(desc)](desc, d)
 
 
 def _accept_gather(desc: GatherDesc, d: int) -> bool:
     axis, k = int(desc.axis), int(desc.index_dimensions)
     if not (0 <= axis < d and 0 <= k <= d):
         return False
-    indices = desc.indices_tensor.sizes
+    inp, indices = desc.input_tensor.sizes, desc.indices_tensor.sizes
     if any(s != 1 for s in indices[: d - k]):
         return False
-    try:
-        expected = gather_output_sizes(desc.input_tensor.sizes, indices, axis, k)
-    except ValueError:
-        return False
+    # gather_output_sizes without its right-alignment, which changes nothing when the ranks add up to d.
+    expected = (*inp[:axis], *indices[d - k :], *inp[axis + 1 :])
+    if len(expected) != d:
+        try:
+            expected = gather_output_sizes(inp, indices, axis, k)
+        except ValueError:
+            return False
     return desc.output_tensor.sizes == expected
 
 
@@ -614,7 +617,7 @@ def _accept_elements(desc: GatherElementsDesc | ScatterDesc, d: int) -> bool:
     if not 0 <= axis < d:
         return False
     inp, idx = desc.input_tensor.sizes, desc.indices_tensor.sizes
-    if any(a != b for i, (a, b) in enumerate(zip(inp, idx, strict=True)) if i != axis):
+    if inp[:axis] != idx[:axis] or inp[axis + 1 :] != idx[axis + 1 :]:
         return False
     if isinstance(desc, ScatterDesc):
         return desc.updates_tensor.sizes == idx and desc.output_tensor.sizes == inp
@@ -639,6 +642,12 @@ def _accept_nd(desc: GatherNdDesc | GatherNd1Desc | ScatterNdDesc, d: int) -> bo
         return desc.updates_tensor.sizes == expected and desc.output_tensor.sizes == inp
     return desc.output_tensor.sizes == expected
 
+
+_TENSOR_ATTRIBUTES: dict[type, tuple[tuple[str, str], ...]] = {
+    desc_type: tuple((name, snake_case(name)) for name in desc_type.TENSOR_FIELDS)
+    for desc_type in (GatherDesc, GatherElementsDesc, ScatterDesc, GatherNdDesc, GatherNd1Desc, ScatterNdDesc)
+}
+"""(DirectML name, attribute) of the tensor fields of each descriptor type, in struct order."""
 
 _ACCEPTS: dict[type, Callable[[Any, int], bool]] = {
     GatherDesc: _accept_gather,
@@ -688,7 +697,7 @@ def validate(desc: OperatorDesc, feature_level: FeatureLevel) -> tuple[Violation
     checks = _OPERATOR_CHECKS.get(type(desc))
     if checks is None:
         raise TypeError(f"not a DirectML gather/scatter operator descriptor: {type(desc).__name__}")
-    fl = FeatureLevel(feature_level)
+    fl = feature_level if type(feature_level) is FeatureLevel else FeatureLevel(feature_level)
     if _accepted(desc, fl):
         return ()
     return _violations(desc, fl, checks)

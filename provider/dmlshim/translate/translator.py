@@ -23,7 +23,7 @@ from ..dml import support
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel, OperatorType
 from ..dml.validate import validate
 from .converters import ConvertContext, Converter, Lowering, NodeFailure, get_converter
-from .plan import DML_PROVIDER, Deferred, NodeTranslation, Reason, Status, TensorInfo
+from .plan import DML_PROVIDER, Deferred, NodeTranslation, Reason, Status, TensorInfo, assemble
 from .shapes_info import infer_shapes, tensor_info
 from .support_table import SUPPORTED_OPS, find_row, ort_placement
 
@@ -124,10 +124,11 @@ def translate_node(
         The translation. Status ``error`` with reason ``OP_UNSUPPORTED`` or ``OPSET_UNSUPPORTED`` for ops
         or opsets dmlshim does not translate; ``SHAPE_UNKNOWN`` when a shape is not static.
     """
-    fl = FeatureLevel(feature_level)
-    label = name if name is not None else (node.name or node.op_type)
+    fl = feature_level if type(feature_level) is FeatureLevel else FeatureLevel(feature_level)
+    op_type = node.op_type
+    label = name if name is not None else (node.name or op_type)
     domain = node.domain or ""
-    converter = get_converter(domain, node.op_type)
+    converter = get_converter(domain, op_type)
     if converter is None:
         return _error(
             node,
@@ -141,8 +142,8 @@ def translate_node(
                 node.op_type,
             ),
         )
-    since = _schema_since(node.op_type, int(since_version), domain)
-    row = find_row(node.op_type, since)
+    since = _schema_since(op_type, int(since_version), domain)
+    row = find_row(op_type, since)
     if row is None:
         return _error(
             node,
@@ -155,18 +156,12 @@ def translate_node(
                 since_version,
             ),
         )
-    infos = tuple(inputs)
-    result = _translate(
-        node.op_type,
-        domain,
-        since,
-        _attributes(node),
-        tuple(node.input),
-        node.output[0] if node.output else "",
-        infos,
-        fl,
+    output = node.output[0] if node.output else ""
+    # The label is part of the key: a node's output name already makes its key unique in a model, so
+    # sharing one cached translation between labels would save nothing and cost a renamed copy per call.
+    return _translate(
+        label, op_type, domain, since, _attributes(node), tuple(node.input), output, tuple(inputs), fl
     )
-    return result.renamed(label)
 
 
 def _converter(op_type: str) -> Converter:
@@ -197,6 +192,16 @@ def _attempt(ctx: ConvertContext) -> tuple[Status, Lowering | None, tuple[Reason
     return Status.DML, lowering, lowering.notes
 
 
+@functools.lru_cache(maxsize=1024)
+def _placement(
+    op_type: str, since: int, reduction: str, elem_types: tuple[int, ...]
+) -> tuple[str | None, tuple[Reason, ...]]:
+    """``ort_placement`` of the support row of (op_type, since): a few distinct answers per model."""
+    row = find_row(op_type, since)
+    assert row is not None  # translate_node checked it
+    return ort_placement(row, reduction, elem_types)
+
+
 def _lowest_level(ctx: ConvertContext, status: Status) -> FeatureLevel | None:
     """The lowest level at which the node of ``ctx`` translates (``status``: its result at the target)."""
     operators: tuple[OperatorType, ...] = getattr(_converter(ctx.op_type), "OPERATORS", ())
@@ -214,6 +219,7 @@ def _lowest_level(ctx: ConvertContext, status: Status) -> FeatureLevel | None:
 
 @functools.lru_cache(maxsize=4096)
 def _translate(
+    name: str,
     op_type: str,
     domain: str,
     since: int,
@@ -232,13 +238,14 @@ def _translate(
     # levels: defer that to the first read.
     min_fl = None if status is Status.ERROR else Deferred(functools.partial(_lowest_level, ctx, status))
     reduction = ctx.attr("reduction", "none")
-    elem_types = [info.elem_type if info is not None else 0 for info in inputs]
-    placement, ep_reasons = ort_placement(row, str(reduction), elem_types)
+    elem_types = tuple(info.elem_type if info is not None else 0 for info in inputs)
+    placement, ep_reasons = _placement(op_type, since, str(reduction), elem_types)
     codes = {r.code for r in reasons}
     if codes & _EP_REJECT_CODES or (status is Status.ERROR and "SHAPE_UNKNOWN" not in codes):
         placement, ep_reasons = None, ()
-    return NodeTranslation(
-        name=op_type,
+    return assemble(
+        NodeTranslation,
+        name=name,
         op_type=op_type,
         domain=domain,
         since_version=since,
@@ -318,6 +325,9 @@ def _opsets(model: onnx.ModelProto) -> dict[str, int]:
     return {("" if o.domain == "ai.onnx" else o.domain): int(o.version) for o in model.opset_import}
 
 
+_UNREAD: Any = object()
+
+
 class _GraphInfos(Mapping[str, TensorInfo]):
     """``tensor_infos(graph)`` laid over the enclosing ``scope``, reading a value's type only when a node
     asks for it: most values of a graph feed no gather/scatter node, and reading a type from protobuf costs
@@ -367,6 +377,13 @@ class _GraphInfos(Mapping[str, TensorInfo]):
     def __getitem__(self, name: str) -> TensorInfo:
         found = self._local(name)
         return found if found is not None else self._scope[name]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        # Mapping.get goes through __getitem__ and KeyError; translate_model calls this per input.
+        found = self._cache.get(name, _UNREAD)
+        if found is _UNREAD:
+            found = self._local(name)
+        return found if found is not None else self._scope.get(name, default)
 
     def __iter__(self) -> Iterator[str]:
         names = dict.fromkeys(self._scope)
@@ -418,6 +435,7 @@ def translate_model(
     opsets = _opsets(inferred)
     translations: list[NodeTranslation] = []
     total = 0
+    debug = logger.isEnabledFor(logging.DEBUG)
     for node, name, scope in _walk(inferred.graph, "", {}):
         total += 1
         domain = "" if node.domain == "ai.onnx" else node.domain
@@ -426,5 +444,6 @@ def translate_model(
         infos = [scope.get(i) if i else None for i in node.input]
         opset = opsets.get(domain, 0)
         translations.append(translate_node(node, opset, infos, fl, name=name))
-        logger.debug("%s: %s", name, translations[-1].status.value)
+        if debug:
+            logger.debug("%s: %s", name, translations[-1].status.value)
     return ModelTranslation(fl, tuple(translations), total, opsets.get("", 0))

@@ -9,11 +9,12 @@ built here, the same way for every op.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from dataclasses import dataclass
+from typing import Any, ClassVar, NamedTuple
 
 from onnx import TensorProto
 
@@ -30,6 +31,7 @@ from ..plan import (
     Reason,
     Reinterpret,
     TensorInfo,
+    assemble,
     elem_type_name,
 )
 from ..support_table import SupportRow, dml_data_type
@@ -127,8 +129,11 @@ class ConvertContext:
         return info.static_shape, info.elem_type
 
 
-@dataclass(frozen=True)
-class View:
+# View, DataPlan, Lowering and Target are built on every lowering attempt and never leave the translator:
+# named tuples, which cost half of what a frozen dataclass costs to build.
+
+
+class View(NamedTuple):
     """The un-padded shapes of the DirectML tensors and the operator fields in view coordinates.
 
     ``fields`` holds the UINT fields (Axis counted in the view's InputTensor dimensions, before the shift
@@ -151,8 +156,7 @@ class View:
         return tuple(len(s) for s in shapes)
 
 
-@dataclass(frozen=True)
-class DataPlan:
+class DataPlan(NamedTuple):
     """How data (and updates, output) bytes are bound."""
 
     onnx_type: int
@@ -164,8 +168,7 @@ class DataPlan:
         return self.reinterpret is Reinterpret.UINT32_PAIRS
 
 
-@dataclass(frozen=True)
-class Lowering:
+class Lowering(NamedTuple):
     """A converter's result: the descriptor and the plan."""
 
     operator: OperatorDesc
@@ -173,7 +176,7 @@ class Lowering:
     inputs: tuple[InputBinding, ...]
     output: OutputBinding
     notes: tuple[Reason, ...] = ()
-    attributes: tuple[tuple[str, object], ...] = field(default=())
+    attributes: tuple[tuple[str, object], ...] = ()
 
 
 def packed_strides(shape: Sequence[int]) -> tuple[int, ...]:
@@ -333,10 +336,11 @@ def _max_dims(op: OperatorType, fl: FeatureLevel) -> tuple[int, bool]:
     return max(counts), len(counts) == 1
 
 
-@functools.lru_cache(maxsize=16)
-def _tensor_attributes(desc_type: type[OperatorDesc]) -> tuple[tuple[str, str], ...]:
-    """(DirectML name, Python attribute) of every tensor field of a descriptor type."""
-    return tuple((name, snake_case(name)) for name in desc_type.TENSOR_FIELDS)
+for _desc_type in DESC_TYPES.values():
+    # Target.lower builds descriptors positionally from TENSOR_FIELDS and UINT_FIELDS.
+    assert [f.name for f in dataclasses.fields(_desc_type)] == [
+        snake_case(n) for n in (*_desc_type.TENSOR_FIELDS, *_desc_type.UINT_FIELDS)
+    ], _desc_type
 
 
 ViewBuilder = Callable[[bool], View]
@@ -407,8 +411,7 @@ def index_steps(
     return (step,), DataType.UINT32
 
 
-@dataclass(frozen=True)
-class Target:
+class Target(NamedTuple):
     """Step 2's result: the DirectML operator a node lowers to, how its data is bound, and its ONNX shapes.
 
     Attributes:
@@ -477,9 +480,10 @@ class Target:
         strides = None
         if view.input_strides is not None and view.input_strides != packed_strides(view.input):
             strides = _pad_strides(view.input_strides, view.input, d)
-        input_desc = BufferTensorDesc(data.dml_type, right_align(view.input, d), strides)
-        indices_desc = BufferTensorDesc(index_type, right_align(view.indices, d))
-        output_desc = BufferTensorDesc(data.dml_type, right_align(view.output, d))
+        # right_align gives tuples of ints, _pad_strides too: BufferTensorDesc.of needs no conversion.
+        input_desc = BufferTensorDesc.of(data.dml_type, right_align(view.input, d), strides)
+        indices_desc = BufferTensorDesc.of(index_type, right_align(view.indices, d))
+        output_desc = BufferTensorDesc.of(data.dml_type, right_align(view.output, d))
         tensors: dict[str, BufferTensorDesc] = {
             "InputTensor": input_desc,
             "IndicesTensor": indices_desc,
@@ -487,53 +491,58 @@ class Target:
         }
         updates_desc = None
         if view.updates is not None:
-            updates_desc = BufferTensorDesc(data.dml_type, right_align(view.updates, d))
+            updates_desc = BufferTensorDesc.of(data.dml_type, right_align(view.updates, d))
             tensors["UpdatesTensor"] = updates_desc
         uints = dict(view.fields)
         if view.axis is not None:
             # The EP's rule: the axis counted in the data's real dims, shifted past the padding 1s.
             uints["Axis"] = view.axis + d - len(view.input)
         desc_type = DESC_TYPES[op]
-        # desc_type.from_fields(tensors, uints), with the tensor attribute names looked up once per type.
-        kwargs: dict[str, object] = {attr: tensors[name] for name, attr in _tensor_attributes(desc_type)}
-        kwargs.update({snake_case(k): int(v) for k, v in uints.items()})
-        desc: OperatorDesc = desc_type(**kwargs)
+        # desc_type.from_fields(tensors, uints), positionally: the struct's order (checked below).
+        fields: list[Any] = [tensors[name] for name in desc_type.TENSOR_FIELDS]
+        fields.extend(int(uints[name]) for name in desc_type.UINT_FIELDS)
+        desc: OperatorDesc = desc_type(*fields)
 
         names = ctx.input_names
         bindings = [
-            InputBinding(
-                "InputTensor",
-                0,
-                names[0],
-                onnx_shapes["data"],
-                data.onnx_type,
-                (),
-                data.reinterpret,
-                input_desc,
-                window,
+            assemble(
+                InputBinding,
+                binding="InputTensor",
+                onnx_index=0,
+                onnx_name=names[0],
+                onnx_shape=onnx_shapes["data"],
+                onnx_elem_type=data.onnx_type,
+                host_steps=(),
+                reinterpret=data.reinterpret,
+                tensor=input_desc,
+                window=window,
             ),
-            InputBinding(
-                "IndicesTensor",
-                1,
-                names[1],
-                onnx_shapes["indices"],
-                index_elem,
-                steps,
-                Reinterpret.NONE,
-                indices_desc,
+            assemble(
+                InputBinding,
+                binding="IndicesTensor",
+                onnx_index=1,
+                onnx_name=names[1],
+                onnx_shape=onnx_shapes["indices"],
+                onnx_elem_type=index_elem,
+                host_steps=steps,
+                reinterpret=Reinterpret.NONE,
+                tensor=indices_desc,
+                window=None,
             ),
         ]
         if updates_desc is not None:
             bindings.append(
-                InputBinding(
-                    "UpdatesTensor",
-                    2,
-                    names[2],
-                    onnx_shapes["updates"],
-                    data.onnx_type,
-                    (),
-                    data.reinterpret,
-                    updates_desc,
+                assemble(
+                    InputBinding,
+                    binding="UpdatesTensor",
+                    onnx_index=2,
+                    onnx_name=names[2],
+                    onnx_shape=onnx_shapes["updates"],
+                    onnx_elem_type=data.onnx_type,
+                    host_steps=(),
+                    reinterpret=data.reinterpret,
+                    tensor=updates_desc,
+                    window=None,
                 )
             )
         out_steps: tuple[HostStep, ...] = ()
@@ -547,16 +556,17 @@ class Target:
                 ),
             )
             view_shape = window
-        output = OutputBinding(
-            "OutputTensor",
-            0,
-            ctx.output_name,
-            onnx_shapes["output"],
-            data.onnx_type,
-            output_desc,
-            data.reinterpret,
-            view_shape,
-            out_steps,
+        output = assemble(
+            OutputBinding,
+            binding="OutputTensor",
+            onnx_index=0,
+            onnx_name=ctx.output_name,
+            onnx_shape=onnx_shapes["output"],
+            onnx_elem_type=data.onnx_type,
+            tensor=output_desc,
+            reinterpret=data.reinterpret,
+            view_shape=view_shape,
+            host_steps=out_steps,
         )
         return Lowering(desc, layout, tuple(bindings), output, notes, attributes)
 
