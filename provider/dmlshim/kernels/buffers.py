@@ -18,12 +18,14 @@ conversion; nothing is ever written.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
+from ..dml.enums import DataType
 from ..dml.operators import OperatorDesc
 from ..dml.tensor import BufferTensorDesc
 from ..errors import BadInputError, InvalidDescriptorError
@@ -31,9 +33,10 @@ from ..errors import BadInputError, InvalidDescriptorError
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class TensorView:
+class TensorView(NamedTuple):
     """One bound tensor: a 1-D element buffer plus the element strides that address it.
+
+    A named tuple rather than a frozen dataclass: every kernel call builds one per input.
 
     Attributes:
         name: the DirectML binding name (``InputTensor`` ...).
@@ -78,6 +81,18 @@ class TensorView:
         return np.ascontiguousarray(self.array())
 
 
+def _numpy_dtypes() -> dict[DataType, np.dtype]:
+    out: dict[DataType, np.dtype] = {}
+    for data_type in DataType:
+        with contextlib.suppress(ValueError):  # no numpy equivalent (UNKNOWN, 4-bit types)
+            out[data_type] = data_type.numpy_dtype
+    return out
+
+
+_DTYPES = _numpy_dtypes()
+"""The numpy dtype of every DataType numpy can hold."""
+
+
 def _readonly(a: np.ndarray) -> np.ndarray:
     v = a.view()
     v.flags.writeable = False
@@ -100,6 +115,14 @@ def view_tensor(desc: OperatorDesc, name: str, tensor: BufferTensorDesc, array: 
         BadInputError: the array is neither packed nor a large enough 1-D buffer, or its dtype does not fit.
         InvalidDescriptorError: the DataType has no numpy equivalent (UNKNOWN, 4-bit types).
     """
+    if type(array) is np.ndarray:
+        # The common case, decided before anything else is computed: a packed array of the right dtype.
+        dtype = _DTYPES.get(tensor.data_type)
+        packed = array.shape == tensor.sizes and array.flags.c_contiguous
+        if packed and dtype is not None and array.dtype == dtype:
+            flat = array.reshape(-1)  # always a new view, so the caller's array keeps its flags
+            flat.flags.writeable = False
+            return TensorView(name, tensor, flat, tensor.packed_strides, True)
     op = desc.operator_type.dml_name
     try:
         dtype = tensor.data_type.numpy_dtype

@@ -2,13 +2,18 @@
 
 These are only the relations a kernel cannot run without (binding names, one DimensionCount, Sizes
 formulas, matching DataTypes). Feature-level rules live in ``dmlshim.dml.validate``.
+
+A check that passed for a descriptor is not repeated: descriptors are frozen, so what they establish is
+kept per descriptor object (:func:`per_object`) for as long as it lives. Checks on the bound arrays (their
+shapes, dtypes, index values) run on every call.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import Any, NoReturn
+import weakref
+from collections.abc import Callable, Mapping
+from typing import Any, Generic, NoReturn, TypeVar
 
 from ..dml.enums import DataType, FeatureLevel
 from ..dml.operators import OperatorDesc
@@ -31,16 +36,57 @@ def fail(desc: OperatorDesc, message: str, *, field: str | None = None, value: A
     )
 
 
-def bind(desc: OperatorDesc, inputs: Mapping[str, Any]) -> dict[str, TensorView]:
-    """Check the descriptor's tensors and the binding names, and view every input array.
+_K = TypeVar("_K")
+_V = TypeVar("_V")
 
-    ``OutputTensor`` may appear in ``inputs`` (a runner binding every buffer) and is ignored.
 
-    Raises:
-        InvalidDescriptorError: a tensor field is missing or malformed, DimensionCounts differ, a binding
-            name is unknown, or an input is not bound.
-        BadInputError: an input array cannot be viewed as its tensor.
+class per_object(Generic[_K, _V]):  # a decorator, named like functools.cache
+    """Memoise a one-argument function by the identity of its argument, for as long as the argument lives.
+
+    For frozen descriptors and translations: hashing one (every field, recursively) costs about as much as
+    the checks the cache saves; its identity costs nothing. An exception is not remembered.
     """
+
+    def __init__(self, compute: Callable[[_K], _V]) -> None:
+        self._compute = compute
+        self._entries: dict[int, tuple[weakref.ref[Any], _V]] = {}
+
+    def __call__(self, obj: _K) -> _V:
+        key = id(obj)
+        entry = self._entries.get(key)
+        if entry is not None and entry[0]() is obj:
+            return entry[1]
+        value = self._compute(obj)
+        entries = self._entries
+
+        def forget(ref: weakref.ref[Any], key: int = key) -> None:
+            current = entries.get(key)
+            if current is not None and current[0] is ref:
+                del entries[key]
+
+        entries[key] = (weakref.ref(obj, forget), value)
+        return value
+
+    def cache_clear(self) -> None:
+        self._entries.clear()
+
+
+class _Checked:
+    """What the structural checks of one descriptor established."""
+
+    __slots__ = ("contexts", "inputs", "passed", "tensors")
+
+    def __init__(self, desc: OperatorDesc) -> None:
+        self.tensors: dict[str, BufferTensorDesc] = desc.tensors()
+        self.inputs = tuple((name, self.tensors[name]) for name in desc.INPUT_TENSOR_FIELDS)
+        # Checks already passed, by (check, arguments); and IndexContexts by the options they came from.
+        self.passed: set[tuple[Any, ...]] = set()
+        self.contexts: dict[tuple[Any, ...], IndexContext] = {}
+
+
+@per_object
+def _checked(desc: OperatorDesc) -> _Checked:
+    """The tensor checks of :func:`bind` (raising, and then not remembered, when one fails)."""
     tensors = desc.tensors()
     for name, tensor in tensors.items():
         if not isinstance(tensor, BufferTensorDesc):
@@ -60,7 +106,31 @@ def bind(desc: OperatorDesc, inputs: Mapping[str, Any]) -> dict[str, TensorView]
         fail(desc, f"all tensors must share one DimensionCount; got {listing}", value=counts)
     if next(iter(counts.values())) == 0:
         fail(desc, "DimensionCount must be at least 1", value=0)
+    return _Checked(desc)
 
+
+def bind(desc: OperatorDesc, inputs: Mapping[str, Any]) -> dict[str, TensorView]:
+    """Check the descriptor's tensors and the binding names, and view every input array.
+
+    ``OutputTensor`` may appear in ``inputs`` (a runner binding every buffer) and is ignored.
+
+    Raises:
+        InvalidDescriptorError: a tensor field is missing or malformed, DimensionCounts differ, a binding
+            name is unknown, or an input is not bound.
+        BadInputError: an input array cannot be viewed as its tensor.
+    """
+    checked = _checked(desc)
+    fields = desc.INPUT_TENSOR_FIELDS
+    extra = len(inputs) - len(fields)
+    if not ((extra == 0 or (extra == 1 and "OutputTensor" in inputs)) and all(n in inputs for n in fields)):
+        _check_names(desc, inputs)
+    if extra:
+        logger.debug("%s: ignoring the bound OutputTensor", desc.operator_type.dml_name)
+    return {name: view_tensor(desc, name, tensor, inputs[name]) for name, tensor in checked.inputs}
+
+
+def _check_names(desc: OperatorDesc, inputs: Mapping[str, Any]) -> None:
+    """Raise about the binding names that are unknown or missing."""
     allowed = set(desc.INPUT_TENSOR_FIELDS)
     unknown = sorted(set(inputs) - allowed - {"OutputTensor"})
     if unknown:
@@ -73,14 +143,14 @@ def bind(desc: OperatorDesc, inputs: Mapping[str, Any]) -> dict[str, TensorView]
     missing = [n for n in desc.INPUT_TENSOR_FIELDS if n not in inputs]
     if missing:
         fail(desc, f"input(s) {missing} are not bound", field=missing[0], value=missing)
-    if "OutputTensor" in inputs:
-        logger.debug("%s: ignoring the bound OutputTensor", desc.operator_type.dml_name)
-    return {name: view_tensor(desc, name, tensors[name], inputs[name]) for name in desc.INPUT_TENSOR_FIELDS}
 
 
 def require_same_data_type(desc: OperatorDesc, *names: str) -> None:
     """All named tensors must have the DataType of the first one."""
-    tensors = desc.tensors()
+    checked = _checked(desc)
+    if names in checked.passed:
+        return
+    tensors = checked.tensors
     first = tensors[names[0]].data_type
     for name in names[1:]:
         other = tensors[name].data_type
@@ -91,11 +161,12 @@ def require_same_data_type(desc: OperatorDesc, *names: str) -> None:
                 field=name,
                 value=other.dml_name,
             )
+    checked.passed.add(names)
 
 
 def require_sizes(desc: OperatorDesc, name: str, expected: tuple[int, ...], why: str) -> None:
     """``name``'s Sizes must equal ``expected``."""
-    actual = desc.tensors()[name].sizes
+    actual = _checked(desc).tensors[name].sizes
     if tuple(actual) != tuple(expected):
         fail(
             desc,
@@ -107,7 +178,11 @@ def require_sizes(desc: OperatorDesc, name: str, expected: tuple[int, ...], why:
 
 def require_leading_ones(desc: OperatorDesc, name: str, meaningful: int, count_field: str) -> None:
     """Dimensions before the last ``meaningful`` ones are padding and must be 1."""
-    sizes = desc.tensors()[name].sizes
+    checked = _checked(desc)
+    key = ("leading_ones", name, meaningful)
+    if key in checked.passed:
+        return
+    sizes = checked.tensors[name].sizes
     lead = sizes[: len(sizes) - meaningful]
     if any(s != 1 for s in lead):
         fail(
@@ -117,11 +192,21 @@ def require_leading_ones(desc: OperatorDesc, name: str, meaningful: int, count_f
             field=name,
             value=list(sizes),
         )
+    checked.passed.add(key)
 
 
 def index_context(desc: OperatorDesc, options: KernelOptions, target: str) -> IndexContext:
     """The IndexContext of ``desc`` under ``options``, after checking IndicesTensor.DataType."""
-    data_type = desc.tensors()["IndicesTensor"].data_type
+    checked = _checked(desc)
+    key = (options.feature_level, options.index_mode, options.node, target)
+    try:
+        found = checked.contexts.get(key)
+        cacheable = True
+    except TypeError:  # an unhashable option value: let the checks below reject it
+        found, cacheable = None, False
+    if found is not None:
+        return found
+    data_type = checked.tensors["IndicesTensor"].data_type
     if data_type not in INDEX_DATA_TYPES:
         allowed = ", ".join(t.name for t in INDEX_DATA_TYPES)
         fail(
@@ -138,7 +223,7 @@ def index_context(desc: OperatorDesc, options: KernelOptions, target: str) -> In
         raise BadInputError(
             f"invalid KernelOptions: {e}", op_type=desc.operator_type.dml_name, node=options.node
         ) from e
-    return IndexContext(
+    context = IndexContext(
         op=desc.operator_type,
         node=options.node,
         data_type=data_type,
@@ -146,3 +231,6 @@ def index_context(desc: OperatorDesc, options: KernelOptions, target: str) -> In
         mode=mode,
         target=target,
     )
+    if cacheable:
+        checked.contexts[key] = context
+    return context

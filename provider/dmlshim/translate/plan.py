@@ -262,17 +262,17 @@ class OutputBinding:
 
 
 class Deferred:
-    """A value computed by ``compute`` on first use, then kept; every copy of its holder shares it.
-
-    Pickling and deep copies compute it and carry the plain value.
+    """The value of ``compute(*args)``, computed on first use, then kept; every copy of its holder
+    shares it. Pickling and deep copies compute it and carry the plain value.
     """
 
-    __slots__ = ("_compute", "_value")
+    __slots__ = ("_args", "_compute", "_value")
 
     _PENDING: Any = object()
 
-    def __init__(self, compute: Callable[[], Any]) -> None:
-        self._compute: Callable[[], Any] | None = compute
+    def __init__(self, compute: Callable[..., Any], *args: Any) -> None:
+        self._compute: Callable[..., Any] | None = compute
+        self._args = args
         self._value: Any = Deferred._PENDING
 
     def get(self) -> Any:
@@ -281,8 +281,9 @@ class Deferred:
             compute = self._compute
             if compute is None:  # another thread has just stored the value
                 return self._value
-            value = self._value = compute()
+            value = self._value = compute(*self._args)
             self._compute = None
+            self._args = ()
         return value
 
     def __reduce__(self) -> tuple[Any, ...]:

@@ -6,6 +6,7 @@ Sizes (or the whole buffer for a strided window), the kernel, then the way back 
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from collections.abc import Sequence
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..dml.enums import FeatureLevel
 from ..errors import BadInputError, IndexOutOfRangeError, UnsupportedNodeError
 from ..kernels import execute
 from ..kernels.options import IndexMode, KernelOptions
@@ -45,6 +47,17 @@ class RunResult:
     output: np.ndarray
     duplicate_indices: int
     host_steps_applied: tuple[HostStepKind, ...]
+
+
+@functools.lru_cache(maxsize=64)
+def _np_dtype(elem_type: int) -> np.dtype:
+    return np.dtype(np_dtype_of(elem_type))
+
+
+@functools.lru_cache(maxsize=1024)
+def _kernel_options(feature_level: FeatureLevel, index_mode: IndexMode, node: str) -> KernelOptions:
+    # One per node and mode: the kernels keep what they derive from the options by the options' values.
+    return KernelOptions(feature_level=feature_level, index_mode=index_mode, node=node)
 
 
 def _window_slices(window: Sequence[int]) -> tuple[slice, ...]:
@@ -85,7 +98,7 @@ def _bind_input(
     index_mode: IndexMode,
     applied: list[HostStepKind],
 ) -> np.ndarray:
-    expected = np.dtype(np_dtype_of(binding.onnx_elem_type))
+    expected = _np_dtype(binding.onnx_elem_type)
     if arr.shape != binding.onnx_shape or arr.dtype != expected:
         raise BadInputError(
             f"{binding.onnx_name or binding.binding} is {arr.dtype}{list(arr.shape)}, the translation was "
@@ -119,7 +132,7 @@ def _bind_input(
 def _unbind_output(
     out: np.ndarray, binding: OutputBinding, inputs: Sequence[np.ndarray | None], applied: list[HostStepKind]
 ) -> np.ndarray:
-    dtype = np.dtype(np_dtype_of(binding.onnx_elem_type))
+    dtype = _np_dtype(binding.onnx_elem_type)
     if binding.reinterpret is Reinterpret.UINT32_PAIRS:
         result = np.ascontiguousarray(out).reshape((*binding.view_shape, 2)).view(dtype)
         result = result.reshape(binding.view_shape)
@@ -214,11 +227,15 @@ def run_translation(
                 f"input {binding.onnx_index} ({binding.onnx_name}) is missing", node=t.name, op_type=t.op_type
             )
         bound[binding.binding] = _bind_input(np.asarray(arr), binding, t, index_mode, applied)
-    options = KernelOptions(feature_level=t.feature_level, index_mode=index_mode, node=t.name)
+    try:
+        options = _kernel_options(t.feature_level, index_mode, t.name)
+    except TypeError:  # an unhashable index_mode: the kernel rejects it
+        options = KernelOptions(feature_level=t.feature_level, index_mode=index_mode, node=t.name)
     try:
         result = execute(t.operator, bound, options)
     except IndexOutOfRangeError as exc:
         raise _in_onnx_terms(exc, t) from exc
     output = _unbind_output(result.output, t.output, inputs, applied)
-    logger.debug("%s: ran %s with host steps %s", t.name, t.operator.operator_type.dml_name, applied)
+    if logger.isEnabledFor(logging.DEBUG):
+        logger.debug("%s: ran %s with host steps %s", t.name, t.operator.operator_type.dml_name, applied)
     return RunResult(output, int(result.duplicate_indices), tuple(applied))

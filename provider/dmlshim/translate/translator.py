@@ -202,8 +202,11 @@ def _placement(
     return ort_placement(row, reduction, elem_types)
 
 
-def _lowest_level(ctx: ConvertContext, status: Status) -> FeatureLevel | None:
-    """The lowest level at which the node of ``ctx`` translates (``status``: its result at the target)."""
+def _lowest_level(*args: Any) -> FeatureLevel | None:
+    """The lowest level at which a node translates: ``args`` are the fields of its ConvertContext at the
+    target level, then its status there (kept as a plain tuple until asked: fewer objects per node)."""
+    *fields, status = args
+    ctx = ConvertContext(*fields)
     operators: tuple[OperatorType, ...] = getattr(_converter(ctx.op_type), "OPERATORS", ())
     for level in _levels(ctx.feature_level):
         if level == ctx.feature_level:
@@ -236,7 +239,10 @@ def _translate(
 
     # Nothing that runs the node reads the lowest level, and finding it lowers the node again at lower
     # levels: defer that to the first read.
-    min_fl = None if status is Status.ERROR else Deferred(functools.partial(_lowest_level, ctx, status))
+    min_fl = None
+    if status is not Status.ERROR:
+        context = (op_type, since, attributes, input_names, output_name, inputs, fl, row)
+        min_fl = Deferred(_lowest_level, *context, status)
     reduction = ctx.attr("reduction", "none")
     elem_types = tuple(info.elem_type if info is not None else 0 for info in inputs)
     placement, ep_reasons = _placement(op_type, since, str(reduction), elem_types)
