@@ -216,9 +216,9 @@ def default_cases_path() -> Path:
     """Where :func:`load_cases` looks when given no path.
 
     Returns:
-        ``$DMLSHIM_WEBNN_CASES`` if set; else the first existing ``../shared/conformance/webnn_wpt_cases.json``
-        beside the current directory (a checkout's root) or beside the checkout this package is installed
-        from in editable mode; else the first of those.
+        ``$DMLSHIM_WEBNN_CASES`` if set; else the first existing
+        ``../shared/conformance/webnn_wpt_cases.json`` beside the current directory (a checkout's root) or
+        beside the checkout this package is installed from in editable mode; else the first of those.
     """
     override = os.environ.get(CASES_ENV_VAR)
     if override:

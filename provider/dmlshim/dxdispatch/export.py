@@ -34,7 +34,6 @@ from ..execute.partition import display_names, is_gather_scatter, subgraphs
 from ..execute.session import ModelSource, load_model
 from ..kernels import KernelOptions, execute
 from ..translate import (
-    HostStepKind,
     InputBinding,
     NodeTranslation,
     Reinterpret,
@@ -43,7 +42,8 @@ from ..translate import (
     run_translation,
     translate_node,
 )
-from ..translate.plan import elem_type_name, np_dtype_of
+from ..translate.plan import elem_type_name
+from ..translate.runner import bind_input
 from .model_file import single_operator_model
 
 log = logging.getLogger(__name__)
@@ -186,27 +186,11 @@ def sanitize_name(name: str) -> str:
 # Preparing the DirectML inputs
 
 
-def _normalized_indices(arr: np.ndarray, bounds: tuple[int, ...], per_component: bool) -> np.ndarray:
-    values = arr.astype(np.int64, copy=False)
-    limit = (
-        np.asarray(bounds, dtype=np.int64).reshape((1,) * (values.ndim - 1) + (-1,))
-        if per_component
-        else np.asarray(bounds[0], dtype=np.int64)
-    )
-    bad = (values < -limit) | (values >= limit)
-    if bad.any():
-        pos = tuple(int(p) for p in np.argwhere(bad)[0])
-        bound = int(np.broadcast_to(limit, values.shape)[pos])
-        raise IndexOutOfRangeError(
-            f"index {int(values[pos])} at position {list(pos)} is outside [-{bound}, {bound - 1}]",
-            rule="ONNX: every index must lie within the dimension it addresses",
-            value=int(values[pos]),
-        )
-    return np.where(values < 0, values + limit, values).astype(np.uint32)
-
-
 def prepare_input(binding: InputBinding, array: np.ndarray) -> PreparedInput:
     """Apply a plan binding's host-side preparation to an ONNX input, as the DirectML operator receives it.
+
+    The arrays come from the same code the emulation runs (:func:`dmlshim.translate.runner.bind_input`);
+    this adds the plain-words description of each step for the folder's README.
 
     Args:
         binding: the binding of the translation's plan.
@@ -217,68 +201,35 @@ def prepare_input(binding: InputBinding, array: np.ndarray) -> PreparedInput:
         descriptor's index type) and the steps applied.
 
     Raises:
-        BadInputError: the array is not the shape/type the translation was made for, a host step is
-            unknown, or indices do not fit the descriptor's index type.
+        BadInputError: the array is not the shape/type the translation was made for, or indices do not
+            fit the descriptor's index type.
         IndexOutOfRangeError: an index outside its dimension (checked by the normalisation step).
     """
-    arr = np.asarray(array)
-    expected = np.dtype(np_dtype_of(binding.onnx_elem_type))
-    if arr.shape != binding.onnx_shape or arr.dtype != expected:
-        raise BadInputError(
-            f"{arr.dtype}{list(arr.shape)} given, the translation was made for {expected}"
-            f"{list(binding.onnx_shape)}",
-            tensor=binding.onnx_name or binding.binding,
-        )
+    source = np.asarray(array)
+    prepared = bind_input(source, binding)
+    return PreparedInput(binding.binding, prepared, _describe_steps(binding, source, prepared))
+
+
+def _describe_steps(binding: InputBinding, source: np.ndarray, prepared: np.ndarray) -> tuple[str, ...]:
     tensor = binding.tensor
-    target = tensor.data_type.numpy_dtype
-    steps: list[str] = []
-    for step in binding.host_steps:
-        if step.kind is HostStepKind.NORMALIZE_INDICES:
-            arr = _normalized_indices(arr, step.bounds, step.per_component)
-        elif step.kind is HostStepKind.DUPLICATE_FOR_PAIRS:
-            arr = np.repeat(arr[..., np.newaxis], 2, axis=-1)
-        else:
-            raise BadInputError(
-                f"host step {step.kind.value!r} cannot be applied to an input", tensor=binding.binding
-            )
-        steps.append(f"{step.kind.value}: {step.description}")
     strided = tensor.strides is not None
+    steps = [f"{step.kind.value}: {step.description}" for step in binding.host_steps]
     if binding.window is not None and not strided:
-        arr = arr[tuple(slice(0, w) for w in binding.window)]
         steps.append(f"window {list(binding.window)} of the ONNX tensor copied out (starting at 0)")
-    arr = np.ascontiguousarray(arr)
     if binding.reinterpret is Reinterpret.BOOL_AS_UINT8:
-        arr = arr.view(np.uint8)
         steps.append("bool bytes reinterpreted as UINT8 (0/1)")
     elif binding.reinterpret is Reinterpret.UINT32_PAIRS:
-        arr = arr.reshape((*arr.shape, 1)).view(np.uint32)
         steps.append("each 64-bit element reinterpreted as two UINT32 (low word first)")
-    if arr.dtype != target:
-        if binding.binding != "IndicesTensor" or arr.dtype.kind not in "iu" or target.kind not in "iu":
-            raise BadInputError(
-                f"{arr.dtype} data cannot be bound to a {tensor.data_type.dml_name} tensor",
-                tensor=binding.binding,
-            )
-        info = np.iinfo(target)
-        if arr.size and (int(arr.min()) < info.min or int(arr.max()) > info.max):
-            raise BadInputError(
-                f"indices do not fit {tensor.data_type.dml_name}",
-                tensor=binding.binding,
-                value=str(arr.dtype),
-            )
-        steps.append(f"indices cast from {arr.dtype} to {tensor.data_type.dml_name}")
-        arr = arr.astype(target)
+    if binding.binding == "IndicesTensor" and not binding.host_steps and source.dtype != prepared.dtype:
+        steps.append(f"indices cast from {source.dtype} to {tensor.data_type.dml_name}")
     if strided:
-        arr = arr.reshape(-1)
         steps.append(
-            f"the whole buffer bound flat ({arr.size} elements); Strides {list(tensor.strides or ())} "
+            f"the whole buffer bound flat ({prepared.size} elements); Strides {list(tensor.strides or ())} "
             "address the part the operator reads"
         )
-    else:
-        if tuple(arr.shape) != tensor.sizes:
-            steps.append(f"reshaped from {list(arr.shape)} to Sizes {list(tensor.sizes)}")
-        arr = arr.reshape(tensor.sizes)
-    return PreparedInput(binding.binding, arr, tuple(steps))
+    elif tuple(source.shape) != tensor.sizes:
+        steps.append(f"reshaped from {list(source.shape)} to Sizes {list(tensor.sizes)}")
+    return tuple(steps)
 
 
 # --------------------------------------------------------------------------------------------------

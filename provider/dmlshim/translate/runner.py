@@ -31,7 +31,7 @@ from .plan import (
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RunResult", "run_translation"]
+__all__ = ["RunResult", "bind_input", "run_translation"]
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,12 @@ def _window_slices(window: Sequence[int]) -> tuple[slice, ...]:
 
 
 def _normalize_indices(
-    arr: np.ndarray, step: HostStep, t: NodeTranslation, binding: InputBinding, index_mode: IndexMode
+    arr: np.ndarray,
+    step: HostStep,
+    node: str | None,
+    op_type: str | None,
+    binding: InputBinding,
+    index_mode: IndexMode,
 ) -> np.ndarray:
     values = arr.astype(np.int64, copy=False)
     if step.per_component:
@@ -83,36 +88,56 @@ def _normalize_indices(
                 f"index {int(values[pos])} at position {list(pos)} is outside [-{bound}, {bound - 1}]",
                 rule="ONNX: every index must lie within the dimension it addresses",
                 value=int(values[pos]),
-                node=t.name,
-                op_type=t.op_type,
+                node=node,
+                op_type=op_type,
                 tensor=binding.onnx_name or binding.binding,
             )
     values = np.where(values < 0, values + bounds, values)
     return values.astype(np.uint32)
 
 
-def _bind_input(
+def bind_input(
     arr: np.ndarray,
     binding: InputBinding,
-    t: NodeTranslation,
-    index_mode: IndexMode,
-    applied: list[HostStepKind],
+    t: NodeTranslation | None = None,
+    index_mode: IndexMode = IndexMode.ERROR,
+    applied: list[HostStepKind] | None = None,
 ) -> np.ndarray:
+    """Apply a plan binding's host-side preparation to an ONNX input: the array the DirectML operator reads.
+
+    Args:
+        arr: the ONNX input value.
+        binding: the binding of the translation's plan.
+        t: the translation, to name the node in errors.
+        index_mode: out-of-range policy of the index normalisation step.
+        applied: if given, the host steps applied are appended to it.
+
+    Returns:
+        The buffer in DirectML Sizes (flat for a strided tensor), bool as uint8, 64-bit data as UINT32
+        pairs, indices in the descriptor's index type.
+
+    Raises:
+        BadInputError: the array is not the shape/type the translation was made for, or indices do not
+            fit the descriptor's index type.
+        IndexOutOfRangeError: an index outside its dimension (checked by the normalisation step).
+    """
+    node, op_type = (t.name, t.op_type) if t is not None else (None, None)
     expected = _np_dtype(binding.onnx_elem_type)
     if arr.shape != binding.onnx_shape or arr.dtype != expected:
         raise BadInputError(
             f"{binding.onnx_name or binding.binding} is {arr.dtype}{list(arr.shape)}, the translation was "
             f"made for {expected}{list(binding.onnx_shape)}",
-            node=t.name,
-            op_type=t.op_type,
-            tensor=binding.onnx_name,
+            node=node,
+            op_type=op_type,
+            tensor=binding.onnx_name or binding.binding,
         )
     for step in binding.host_steps:
         if step.kind is HostStepKind.NORMALIZE_INDICES:
-            arr = _normalize_indices(arr, step, t, binding, index_mode)
+            arr = _normalize_indices(arr, step, node, op_type, binding, index_mode)
         elif step.kind is HostStepKind.DUPLICATE_FOR_PAIRS:
             arr = np.repeat(arr[..., np.newaxis], 2, axis=-1)
-        applied.append(step.kind)
+        if applied is not None:
+            applied.append(step.kind)
     tensor = binding.tensor
     strided = tensor.strides is not None
     if binding.window is not None and not strided:
@@ -122,11 +147,35 @@ def _bind_input(
         arr = arr.view(np.uint8)
     elif binding.reinterpret is Reinterpret.UINT32_PAIRS:
         arr = arr.reshape((*arr.shape, 1)).view(np.uint32)
+    target = tensor.data_type.numpy_dtype
+    if arr.dtype != target and binding.binding == "IndicesTensor":
+        arr = _cast_indices(arr, target, binding, node, op_type)
     if strided:
         return arr.reshape(-1)
-    if binding.binding == "IndicesTensor" and not binding.host_steps:
-        arr = arr.astype(tensor.data_type.numpy_dtype, copy=False)
     return arr.reshape(tensor.sizes)
+
+
+def _cast_indices(
+    arr: np.ndarray, target: np.dtype, binding: InputBinding, node: str | None, op_type: str | None
+) -> np.ndarray:
+    if arr.dtype.kind not in "iu" or target.kind not in "iu":
+        raise BadInputError(
+            f"{arr.dtype} indices cannot be bound to a {binding.tensor.data_type.dml_name} tensor",
+            node=node,
+            op_type=op_type,
+            tensor=binding.binding,
+        )
+    info = np.iinfo(target)
+    # A wrapped index would silently address another element.
+    if arr.size and (int(arr.min()) < info.min or int(arr.max()) > info.max):
+        raise BadInputError(
+            f"indices do not fit {binding.tensor.data_type.dml_name}",
+            node=node,
+            op_type=op_type,
+            tensor=binding.binding,
+            value=str(arr.dtype),
+        )
+    return arr.astype(target)
 
 
 def _unbind_output(
@@ -226,7 +275,7 @@ def run_translation(
             raise BadInputError(
                 f"input {binding.onnx_index} ({binding.onnx_name}) is missing", node=t.name, op_type=t.op_type
             )
-        bound[binding.binding] = _bind_input(np.asarray(arr), binding, t, index_mode, applied)
+        bound[binding.binding] = bind_input(np.asarray(arr), binding, t, index_mode, applied)
     try:
         options = _kernel_options(t.feature_level, index_mode, t.name)
     except TypeError:  # an unhashable index_mode: the kernel rejects it
