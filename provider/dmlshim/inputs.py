@@ -31,7 +31,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from .errors import BadInputError, BadModelError
-from .execute.partition import is_gather_scatter, subgraphs
+from .graph import is_gather_scatter, subgraphs, walk_nodes
 from .limits import check_tensor
 from .modelcheck import check_well_formed
 
@@ -241,14 +241,6 @@ def _infer(model: onnx.ModelProto) -> onnx.ModelProto:
         return model
 
 
-def _walk(graph: onnx.GraphProto, prefix: str = "") -> Iterator[tuple[str, onnx.NodeProto]]:
-    for i, node in enumerate(graph.node):
-        name = prefix + (node.name or f"{node.op_type}_{i}")
-        yield name, node
-        for attr_name, sub in subgraphs(node):
-            yield from _walk(sub, f"{name}/{attr_name}/")
-
-
 def _shape_table(graph: onnx.GraphProto) -> dict[str, tuple[int | None, ...]]:
     table: dict[str, tuple[int | None, ...]] = {}
 
@@ -396,13 +388,13 @@ def plan_inputs(
     table = _shape_table(inferred.graph)
     constants = _constants(inferred.graph)
     producers: dict[str, onnx.NodeProto] = {}
-    for _, node in _walk(inferred.graph):
+    for _, node in walk_nodes(inferred.graph):
         for out in node.output:
             if out:
                 producers[out] = node
     names = set(shapes)
     found: dict[str, list[IndexConstraint]] = {n: [] for n in shapes}
-    for node_name, node in _walk(inferred.graph):
+    for node_name, node in walk_nodes(inferred.graph):
         if not is_gather_scatter(node) or len(node.input) < 2:
             continue
         requirement = _node_requirement(node, table)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from google.protobuf.message import Message
 from onnx import TensorProto
 
 from .errors import BadModelError
+from .graph import node_path, subgraph_prefix, subgraphs, walk_nodes
 
 __all__ = [
     "UnknownOperator",
@@ -109,21 +109,11 @@ class UnknownOperator:
         return f"{self.domain}.{self.op_type}" if self.domain else self.op_type
 
 
-def _walk(graph: onnx.GraphProto, prefix: str = "") -> Iterator[tuple[str, onnx.NodeProto]]:
-    for i, node in enumerate(graph.node):
-        name = prefix + (node.name or f"{node.op_type}_{i}")
-        yield name, node
-        for attr in node.attribute:
-            subs = ([attr.g] if attr.HasField("g") else []) + list(attr.graphs)
-            for sub in subs:
-                yield from _walk(sub, f"{name}/{attr.name}/")
-
-
 def unknown_operators(model: onnx.ModelProto) -> list[UnknownOperator]:
     """Nodes whose operator is defined nowhere dmlshim or onnxruntime can find it, in graph order."""
     local = {(f.domain, f.name) for f in model.functions}
     found: list[UnknownOperator] = []
-    for name, node in _walk(model.graph):
+    for name, node in walk_nodes(model.graph):
         domain = "" if node.domain == "ai.onnx" else node.domain
         if (domain, node.op_type) in local or domain in _ORT_DOMAINS:
             continue
@@ -178,7 +168,7 @@ def ort_load_error(
             rule="every operator must come from ai.onnx, ai.onnx.ml, com.microsoft or a model-local function",
         )
     types = _value_types(model.graph)
-    for name, node in _walk(model.graph):
+    for name, node in walk_nodes(model.graph):
         allowed = _GATHER_SCATTER_INDEX_TYPES.get(node.op_type)
         if allowed is None or node.domain not in ("", "ai.onnx") or len(node.input) < 2:
             continue
@@ -319,7 +309,7 @@ def _check_graph(graph: onnx.GraphProto, prefix: str, path: str | None, opsets: 
                 rule="graph inputs and outputs have an ONNX element type",
             )
     for i, node in enumerate(graph.node):
-        label = prefix + (node.name or f"{node.op_type}_{i}")
+        label = node_path(prefix, node, i)
         _check_arity(node, label, opsets, path)
         for attr in node.attribute:
             if attr.type == onnx.AttributeProto.UNDEFINED or (
@@ -338,9 +328,8 @@ def _check_graph(graph: onnx.GraphProto, prefix: str, path: str | None, opsets: 
             if attr.HasField("t"):
                 tensors.append((f"{label}.{attr.name}", attr.t))
             tensors.extend((f"{label}.{attr.name}", t) for t in attr.tensors)
-            subs = ([attr.g] if attr.HasField("g") else []) + list(attr.graphs)
-            for sub in subs:
-                _check_graph(sub, f"{label}/{attr.name}/", path, opsets)
+        for attr_name, sub in subgraphs(node):
+            _check_graph(sub, subgraph_prefix(label, attr_name), path, opsets)
     for name, t in tensors:
         problem = _tensor_problem(t)
         if problem is not None:

@@ -32,9 +32,9 @@ import onnxruntime as ort
 from .dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
 from .errors import BadInputError, BadModelError, DmlShimError
 from .execute.feeds import load_npz
-from .execute.partition import is_gather_scatter, subgraphs
 from .execute.record import PLACEMENT_DML, NodeRecord
 from .execute.session import InferenceSession, LoadedModel, ModelSource, load_model
+from .graph import is_gather_scatter, node_path, subgraph_prefix, subgraphs, walk_nodes
 from .inputs import generate_inputs
 from .translate import CPU_PROVIDER, NodeTranslation, translate_model
 
@@ -348,15 +348,6 @@ def reference_session(model: onnx.ModelProto | bytes | str) -> ort.InferenceSess
         raise BadModelError(f"onnxruntime cannot load the model: {exc}") from exc
 
 
-def _walk(graph: onnx.GraphProto, prefix: str = "") -> Iterator[tuple[str, onnx.NodeProto, bool]]:
-    """(display name, node, top-level) in graph order, subgraph nodes after their owner."""
-    for i, node in enumerate(graph.node):
-        name = prefix + (node.name or f"{node.op_type}_{i}")
-        yield name, node, not prefix
-        for attr_name, sub in subgraphs(node):
-            yield from _walk(sub, f"{name}/{attr_name}/")
-
-
 def _reads(node: onnx.NodeProto) -> set[str]:
     """Every value a node reads, including what its subgraphs read from the enclosing scope."""
     found = {n for n in node.input if n}
@@ -382,7 +373,7 @@ def _analyse(graph: onnx.GraphProto) -> _Graph:
     node_upstream: dict[str, frozenset[str]] = {}
     node_output: dict[str, str] = {}
     for i, node in enumerate(graph.node):
-        name = node.name or f"{node.op_type}_{i}"
+        name = node_path("", node, i)
         before: frozenset[str] = frozenset().union(*(upstream.get(v, frozenset()) for v in _reads(node)))
         mine = set(before)
         if is_gather_scatter(node):
@@ -390,7 +381,7 @@ def _analyse(graph: onnx.GraphProto) -> _Graph:
             mine.add(name)
             if node.output and node.output[0]:
                 node_output[name] = node.output[0]
-        for sub_name, sub_node, _ in _walk_subgraphs(node, name):
+        for sub_name, sub_node in _walk_subgraphs(node, name):
             if is_gather_scatter(sub_node):
                 node_upstream.setdefault(sub_name, before)
                 mine.add(sub_name)
@@ -400,9 +391,9 @@ def _analyse(graph: onnx.GraphProto) -> _Graph:
     return _Graph(upstream, node_upstream, node_output)
 
 
-def _walk_subgraphs(node: onnx.NodeProto, name: str) -> Iterator[tuple[str, onnx.NodeProto, bool]]:
+def _walk_subgraphs(node: onnx.NodeProto, name: str) -> Iterator[tuple[str, onnx.NodeProto]]:
     for attr_name, sub in subgraphs(node):
-        yield from _walk(sub, f"{name}/{attr_name}/")
+        yield from walk_nodes(sub, subgraph_prefix(name, attr_name))
 
 
 def _exposed(model: onnx.ModelProto, extra: Sequence[str]) -> onnx.ModelProto:
@@ -586,7 +577,7 @@ def _validate_loaded(
     records = {r.name: r for r in (record.nodes if record is not None else ())}
     nodes = tuple(
         NodeValidation(name, node.op_type, translations.get(name), records.get(name), node_match.get(name))
-        for name, node, _ in _walk(proto.graph)
+        for name, node in walk_nodes(proto.graph)
         if is_gather_scatter(node)
     )
 

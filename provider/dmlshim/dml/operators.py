@@ -47,9 +47,7 @@ class _OperatorDescBase:
         return {name: int(getattr(self, attr)) for name, attr in _attr_names(self.UINT_FIELDS)}
 
     @classmethod
-    def from_fields(
-        cls, tensors: Mapping[str, BufferTensorDesc], uints: Mapping[str, int]
-    ) -> OperatorDesc:
+    def from_fields(cls, tensors: Mapping[str, BufferTensorDesc], uints: Mapping[str, int]) -> OperatorDesc:
         """Build a descriptor from DirectML-named fields (the inverse of ``tensors()``/``uints()``)."""
         kwargs: dict[str, object] = {snake_case(k): v for k, v in tensors.items()}
         kwargs.update({snake_case(k): int(v) for k, v in uints.items()})

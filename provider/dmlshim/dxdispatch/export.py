@@ -30,8 +30,8 @@ from onnx import helper, numpy_helper
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
 from ..dml.operators import OperatorDesc
 from ..errors import BadInputError, DmlShimError, IndexOutOfRangeError
-from ..execute.partition import display_names, is_gather_scatter, subgraphs
 from ..execute.session import ModelSource, load_model
+from ..graph import display_names, is_gather_scatter, subgraph_prefix, subgraphs, walk_nodes
 from ..kernels import KernelOptions, execute
 from ..translate import (
     InputBinding,
@@ -244,12 +244,7 @@ class _Candidate:
 
 
 def _nested(graph: onnx.GraphProto, prefix: str) -> Iterator[tuple[str, onnx.NodeProto]]:
-    for i, node in enumerate(graph.node):
-        name = prefix + (node.name or f"{node.op_type}_{i}")
-        if is_gather_scatter(node):
-            yield name, node
-        for attr_name, sub in subgraphs(node):
-            yield from _nested(sub, f"{name}/{attr_name}/")
+    return ((name, node) for name, node in walk_nodes(graph, prefix) if is_gather_scatter(node))
 
 
 def _capture(
@@ -581,7 +576,7 @@ def export_model(
         if is_gather_scatter(node):
             candidates.append(_Candidate(i, node, names[i]))
         for attr_name, sub in subgraphs(node):
-            for nested_name, nested in _nested(sub, f"{names[i]}/{attr_name}/"):
+            for nested_name, nested in _nested(sub, subgraph_prefix(names[i], attr_name)):
                 skipped.append(
                     (
                         i,

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,10 +36,10 @@ from onnx import TensorProto, helper, numpy_helper
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
 from ..dml.json_form import operator_to_json
 from ..errors import DmlShimError
+from ..graph import is_gather_scatter, node_path, subgraph_prefix, subgraphs
 from ..kernels.options import IndexMode
 from ..translate import NodeTranslation, Reinterpret, Status, TensorInfo, infer_shapes, translate_node
 from ..translate.shapes_info import tensor_infos
-from .partition import is_gather_scatter
 
 logger = logging.getLogger(__name__)
 
@@ -509,7 +509,7 @@ def _walk(
     local.update(tensor_infos(graph))
     new_nodes: list[onnx.NodeProto] = []
     for index, node in enumerate(list(graph.node)):
-        name = prefix + (node.name or f"{node.op_type}_{index}")
+        name = node_path(prefix, node, index)
         replacement: list[onnx.NodeProto] = []
         if is_gather_scatter(node):
             since = _since_version(node, opsets)
@@ -518,18 +518,11 @@ def _walk(
             replacement, record = _lower_node(node, t, infos, since, graph, names, fl, index_mode)
             found.append(record)
             logger.debug("%s: %s", name, record.mode or f"kept ({record.reason})")
-        for attr in node.attribute:
-            for sub in _subgraphs(attr):
-                _walk(sub, f"{name}/{attr.name}/", local, opsets, names, fl, index_mode, found)
+        for attr_name, sub in subgraphs(node):
+            _walk(sub, subgraph_prefix(name, attr_name), local, opsets, names, fl, index_mode, found)
         new_nodes.extend(replacement or [node])
     del graph.node[:]
     graph.node.extend(new_nodes)
-
-
-def _subgraphs(attr: onnx.AttributeProto) -> Iterator[onnx.GraphProto]:
-    if attr.HasField("g"):
-        yield attr.g
-    yield from attr.graphs
 
 
 def lower_model(

@@ -11,38 +11,15 @@ independent branches share segments.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import onnx
 
 from ..errors import BadModelError
-
-GATHER_SCATTER_OPS = frozenset(
-    {"Gather", "GatherElements", "GatherND", "Scatter", "ScatterElements", "ScatterND"}
-)
-"""The ONNX ops dmlshim translates to DirectML operators (default ONNX domain only)."""
+from ..graph import is_gather_scatter, subgraph_prefix, subgraphs, walk_nodes
 
 CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan"})
-
-
-def is_gather_scatter(node: onnx.NodeProto) -> bool:
-    """Whether a node is one of the six ops in the default ONNX domain."""
-    return node.op_type in GATHER_SCATTER_OPS and node.domain in ("", "ai.onnx")
-
-
-def display_names(nodes: Sequence[onnx.NodeProto]) -> list[str]:
-    """The name each node is reported under: its own name, else ``<op_type>_<index>`` (as ``inspect``)."""
-    return [node.name or f"{node.op_type}_{i}" for i, node in enumerate(nodes)]
-
-
-def subgraphs(node: onnx.NodeProto) -> Iterator[tuple[str, onnx.GraphProto]]:
-    """The (attribute name, graph) pairs a node carries (If branches, Loop/Scan bodies, ...)."""
-    for attr in node.attribute:
-        if attr.HasField("g"):
-            yield attr.name, attr.g
-        for g in attr.graphs:
-            yield attr.name, g
 
 
 def outer_scope_inputs(node: onnx.NodeProto) -> set[str]:
@@ -97,19 +74,11 @@ class NestedNode:
 def nested_gather_scatter(nodes: Sequence[onnx.NodeProto], names: Sequence[str]) -> list[NestedNode]:
     """Every gather/scatter node inside the subgraphs of the given top-level nodes, in graph order."""
     found: list[NestedNode] = []
-
-    def walk(graph: onnx.GraphProto, prefix: str, owner: str, owner_op: str) -> None:
-        inner_names = display_names(graph.node)
-        for inner, inner_name in zip(graph.node, inner_names, strict=False):
-            path = f"{prefix}/{inner_name}"
-            if is_gather_scatter(inner):
-                found.append(NestedNode(path, inner, owner, owner_op))
-            for attr_name, g in subgraphs(inner):
-                walk(g, f"{path}/{attr_name}", owner, owner_op)
-
     for node, name in zip(nodes, names, strict=False):
         for attr_name, g in subgraphs(node):
-            walk(g, f"{name}/{attr_name}", name, node.op_type)
+            for path, inner in walk_nodes(g, subgraph_prefix(name, attr_name)):
+                if is_gather_scatter(inner):
+                    found.append(NestedNode(path, inner, name, node.op_type))
     return found
 
 

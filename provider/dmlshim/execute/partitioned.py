@@ -24,6 +24,7 @@ from onnx import helper, numpy_helper
 
 from ..dml.enums import FeatureLevel
 from ..errors import BadInputError, BadModelError, DmlShimError, IndexOutOfRangeError
+from ..graph import display_names, is_gather_scatter
 from ..kernels.options import IndexMode
 from ..limits import check_static_values, check_tensor, gather_scatter_output_shape
 from ..modelcheck import ort_load_error
@@ -35,8 +36,6 @@ from .partition import (
     CpuSegment,
     EmulatedNode,
     cpu_preferred_nodes,
-    display_names,
-    is_gather_scatter,
     nested_gather_scatter,
     partition_graph,
 )

@@ -22,6 +22,7 @@ from onnx import helper
 from ..dml import support
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel, OperatorType
 from ..dml.validate import validate
+from ..graph import node_path, subgraph_prefix, subgraphs
 from .converters import ConvertContext, Converter, Lowering, NodeFailure, get_converter
 from .plan import DML_PROVIDER, Deferred, NodeTranslation, Reason, Status, TensorInfo, assemble
 from .shapes_info import infer_shapes, tensor_info
@@ -405,14 +406,10 @@ def _walk(
 ) -> Iterator[tuple[onnx.NodeProto, str, Mapping[str, TensorInfo]]]:
     local = _GraphInfos(graph, scope)
     for index, node in enumerate(graph.node):
-        name = prefix + (node.name or f"{node.op_type}_{index}")
+        name = node_path(prefix, node, index)
         yield node, name, local
-        for attr in node.attribute:
-            subgraphs = list(attr.graphs)
-            if attr.HasField("g"):
-                subgraphs.insert(0, attr.g)
-            for sub in subgraphs:
-                yield from _walk(sub, f"{name}/{attr.name}/", local)
+        for attr_name, sub in subgraphs(node):
+            yield from _walk(sub, subgraph_prefix(name, attr_name), local)
 
 
 def translate_model(

@@ -1,0 +1,53 @@
+"""ONNX graph traversal and node naming, shared by every layer (translation, execution, reports)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import onnx
+
+GATHER_SCATTER_OPS = frozenset(
+    {"Gather", "GatherElements", "GatherND", "Scatter", "ScatterElements", "ScatterND"}
+)
+"""The ONNX ops dmlshim translates to DirectML operators (default ONNX domain only)."""
+
+
+def is_gather_scatter(node: onnx.NodeProto) -> bool:
+    """Whether a node is one of the six ops in the default ONNX domain."""
+    return node.op_type in GATHER_SCATTER_OPS and node.domain in ("", "ai.onnx")
+
+
+def node_path(prefix: str, node: onnx.NodeProto, index: int) -> str:
+    """The name a node is reported under: its subgraph path, then its own name, else ``<op_type>_<index>``.
+
+    Every report (inspect, run records, validate, export) names nodes this way, so they agree.
+    """
+    return prefix + (node.name or f"{node.op_type}_{index}")
+
+
+def subgraph_prefix(name: str, attr_name: str) -> str:
+    """The path prefix of the nodes inside a node's subgraph attribute (``loop/body/``)."""
+    return f"{name}/{attr_name}/"
+
+
+def display_names(nodes: Sequence[onnx.NodeProto]) -> list[str]:
+    """The names of a graph's own nodes (see :func:`node_path`)."""
+    return [node_path("", node, i) for i, node in enumerate(nodes)]
+
+
+def subgraphs(node: onnx.NodeProto) -> Iterator[tuple[str, onnx.GraphProto]]:
+    """The (attribute name, graph) pairs a node carries (If branches, Loop/Scan bodies, ...)."""
+    for attr in node.attribute:
+        if attr.HasField("g"):
+            yield attr.name, attr.g
+        for g in attr.graphs:
+            yield attr.name, g
+
+
+def walk_nodes(graph: onnx.GraphProto, prefix: str = "") -> Iterator[tuple[str, onnx.NodeProto]]:
+    """Every node of a graph and of its subgraphs with its path name, each subgraph right after its owner."""
+    for i, node in enumerate(graph.node):
+        name = node_path(prefix, node, i)
+        yield name, node
+        for attr_name, sub in subgraphs(node):
+            yield from walk_nodes(sub, subgraph_prefix(name, attr_name))
