@@ -99,12 +99,7 @@ class BufferTensorDesc:
     @functools.cached_property
     def packed_strides(self) -> tuple[int, ...]:
         """Row-major strides in elements, as DirectML assumes when Strides is null."""
-        out: list[int] = []
-        acc = 1
-        for s in reversed(self.sizes):
-            out.append(acc)
-            acc *= s
-        return tuple(reversed(out))
+        return packed_strides(self.sizes)
 
     @functools.cached_property
     def effective_strides(self) -> tuple[int, ...]:
@@ -137,6 +132,16 @@ class BufferTensorDesc:
     def with_data_type(self, data_type: DataType) -> BufferTensorDesc:
         """A copy with another DataType (TotalTensorSizeInBytes recomputed)."""
         return BufferTensorDesc(data_type, self.sizes, self.strides, self.flags)
+
+
+def packed_strides(sizes: Sequence[int]) -> tuple[int, ...]:
+    """Row-major strides in elements of a tensor with these Sizes (what a null Strides means)."""
+    out: list[int] = []
+    acc = 1
+    for s in reversed(sizes):
+        out.append(acc)
+        acc *= s
+    return tuple(reversed(out))
 
 
 def right_align(shape: Sequence[int], dimension_count: int) -> tuple[int, ...]:

@@ -36,6 +36,7 @@ from ..errors import BadInputError, BadModelError, DmlShimError, EngineUnavailab
 from ..kernels import execute
 from ..kernels.options import IndexMode, KernelOptions
 from ..translate import NodeTranslation, Status, TensorInfo, run_translation, translate_node
+from ..translate.plan import elem_type_of, np_dtype_of
 from .engine import EngineConfig
 from .lowering import (
     CUSTOM_DOMAIN,
@@ -133,10 +134,6 @@ _RUN_LOCK = threading.RLock()
 # --- The kernels. ------------------------------------------------------------------------------------------
 
 
-def _np_dtype(elem_type: int) -> np.dtype:
-    return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
-
-
 def _from_bridge(arr: Any, dtype: np.dtype) -> np.ndarray:
     """A bridged array as the element type it stands for (float16 came as float32, uint64 as int64)."""
     arr = np.asarray(arr)
@@ -159,10 +156,6 @@ def _to_bridge(arr: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return arr.astype(dtype)
 
 
-def _elem_type_of(dtype: np.dtype) -> int:
-    return int(helper.np_dtype_to_tensor_dtype(dtype))
-
-
 def _has_negative(indices: np.ndarray | None) -> bool:
     return bool(indices is not None and indices.dtype.kind == "i" and indices.size and indices.min() < 0)
 
@@ -178,11 +171,11 @@ class _Prepared:
         self.feature_level = FeatureLevel(int(attrs["feature_level"]))
         self.index_mode = IndexMode(str(attrs["index_mode"]))
         io = json.loads(str(attrs["io_types"]))
-        self.input_dtypes = tuple(_np_dtype(int(e)) for e in io["inputs"])
-        self.output_dtype = _np_dtype(int(io["output"]))
+        self.input_dtypes = tuple(np_dtype_of(int(e)) for e in io["inputs"])
+        self.output_dtype = np_dtype_of(int(io["output"]))
         carried = transport_type(int(io["output"]))
         assert carried is not None  # lowering only emits types that cross the bridge
-        self.bridge_dtype = _np_dtype(carried)
+        self.bridge_dtype = np_dtype_of(carried)
         self.bindings: tuple[str, ...] = tuple(io.get("bindings", ()))
         self.onnx_inputs: tuple[str, ...] = tuple(json.loads(str(attrs["onnx_inputs"])))
         self.onnx_attributes: dict[str, Any] = json.loads(str(attrs["onnx_attributes"]))
@@ -219,7 +212,7 @@ class _Prepared:
         key = tuple((v.shape, v.dtype) for v in values)
         t = self.translations.get(key)
         if t is None:
-            infos = [TensorInfo(tuple(v.shape), _elem_type_of(v.dtype)) for v in values]
+            infos = [TensorInfo(tuple(v.shape), elem_type_of(v.dtype)) for v in values]
             t = translate_node(self.node, self.since_version, infos, self.feature_level, name=self.node_name)
             if len(self.translations) >= TRANSLATION_CACHE_SIZE:
                 self.translations.clear()
@@ -257,7 +250,7 @@ class _Prepared:
                 [self.node],
                 f"{self.op_type}_fallback",
                 [
-                    helper.make_tensor_value_info(n, _elem_type_of(v.dtype), [None] * v.ndim)
+                    helper.make_tensor_value_info(n, elem_type_of(v.dtype), [None] * v.ndim)
                     for n, v in feeds.items()
                 ],
                 [onnx.ValueInfoProto(name="output")],
@@ -544,7 +537,7 @@ class CustomOpEngine:
                 continue
             prep = _prepared(attrs)
             key = tuple(
-                (b.onnx_shape, _np_dtype(b.onnx_elem_type))
+                (b.onnx_shape, np_dtype_of(b.onnx_elem_type))
                 for b in sorted(t.inputs, key=lambda b: b.onnx_index)
             )
             prep.translations.setdefault(key, t)

@@ -40,6 +40,7 @@ from ..graph import is_gather_scatter, node_path, subgraph_prefix, subgraphs
 from ..kernels.options import IndexMode
 from ..translate import NodeTranslation, Reinterpret, Status, TensorInfo, infer_shapes, translate_node
 from ..translate.shapes_info import tensor_infos
+from ..translate.translator import model_opsets, node_since_version
 
 logger = logging.getLogger(__name__)
 
@@ -248,18 +249,6 @@ class _Names:
             name = f"{stem}_{k}"
         self._used.add(name)
         return name
-
-
-def _opsets(model: onnx.ModelProto) -> dict[str, int]:
-    return {("" if o.domain == "ai.onnx" else o.domain): int(o.version) for o in model.opset_import}
-
-
-def _since_version(node: onnx.NodeProto, opsets: Mapping[str, int]) -> int:
-    opset = opsets.get("", 0)
-    try:
-        return int(onnx.defs.get_schema(node.op_type, opset, "").since_version)
-    except onnx.defs.SchemaError:
-        return opset
 
 
 def _onnx_attributes(node: onnx.NodeProto) -> dict[str, object]:
@@ -512,7 +501,7 @@ def _walk(
         name = node_path(prefix, node, index)
         replacement: list[onnx.NodeProto] = []
         if is_gather_scatter(node):
-            since = _since_version(node, opsets)
+            since = node_since_version(node, opsets)
             infos = [local.get(i) if i else None for i in node.input]
             t = translate_node(node, since, infos, fl, name=name)
             replacement, record = _lower_node(node, t, infos, since, graph, names, fl, index_mode)
@@ -557,7 +546,7 @@ def lower_model(
             "shape inference failed (%s); gather/scatter nodes will be translated at run time", exc
         )
         work = onnx.ModelProto.FromString(model.SerializeToString())
-    opsets = _opsets(work)
+    opsets = model_opsets(work)
     names = _Names(work)
     found: list[LoweredNode] = []
     _walk(work.graph, "", {}, opsets, names, fl, IndexMode(index_mode), found)

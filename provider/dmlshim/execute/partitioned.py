@@ -29,8 +29,9 @@ from ..kernels.options import IndexMode
 from ..limits import check_static_values, check_tensor, gather_scatter_output_shape
 from ..modelcheck import ort_load_error
 from ..translate import NodeTranslation, Status, TensorInfo, infer_shapes, run_translation, translate_node
-from ..translate.plan import DML_PROVIDER
+from ..translate.plan import DML_PROVIDER, elem_type_of
 from ..translate.shapes_info import tensor_infos
+from ..translate.translator import model_opsets, node_since_version
 from .engine import EngineConfig
 from .partition import (
     CpuSegment,
@@ -126,16 +127,6 @@ def _session(model: onnx.ModelProto | bytes, sess_options: Any, what: str) -> or
     except ORT_ERRORS as exc:
         proto = model if isinstance(model, onnx.ModelProto) else onnx.load_from_string(model)
         raise ort_load_error(proto, what, exc) from exc
-
-
-_ELEM_TYPES: dict[np.dtype, int] = {}
-
-
-def _elem_type_of(dtype: np.dtype) -> int:
-    found = _ELEM_TYPES.get(dtype)
-    if found is None:
-        found = _ELEM_TYPES[dtype] = int(helper.np_dtype_to_tensor_dtype(dtype))
-    return found
 
 
 def _reasons(t: NodeTranslation) -> tuple[tuple[str, str], ...]:
@@ -245,7 +236,7 @@ class _EmulatedStep:
                     what="output",
                 )  # fmt: skip
             infos = [
-                TensorInfo(tuple(a.shape), _elem_type_of(a.dtype)) if a is not None else None for a in arrays
+                TensorInfo(tuple(a.shape), elem_type_of(a.dtype)) if a is not None else None for a in arrays
             ]
             t = translate_node(self.node, self.since_version, infos, self.feature_level, name=self.name)
             if len(self._cache) >= TRANSLATION_CACHE_SIZE:
@@ -384,7 +375,7 @@ def _single_node_model(
     model: onnx.ModelProto, node: onnx.NodeProto, inputs: Sequence[tuple[str, np.ndarray]]
 ) -> onnx.ModelProto:
     graph_inputs = [
-        helper.make_tensor_value_info(name, _elem_type_of(arr.dtype), [None] * arr.ndim)
+        helper.make_tensor_value_info(name, elem_type_of(arr.dtype), [None] * arr.ndim)
         for name, arr in inputs
     ]
     graph = helper.make_graph(
@@ -439,15 +430,6 @@ def _tensor_type(elem_type: int, dims: Sequence[int]) -> onnx.TypeProto:
     for d in dims:
         shape.dim.add().dim_value = int(d)
     return tp
-
-
-def _since_version(node: onnx.NodeProto, opsets: Mapping[str, int]) -> int:
-    domain = "" if node.domain == "ai.onnx" else node.domain
-    opset = opsets.get(domain, 0)
-    try:
-        return int(onnx.defs.get_schema(node.op_type, opset, domain).since_version)
-    except onnx.defs.SchemaError:
-        return opset
 
 
 def _check_outputs_defined(graph: onnx.GraphProto) -> None:
@@ -512,7 +494,7 @@ class PartitionedEngine:
         graph = model.graph
         nodes = list(graph.node)
         names = display_names(nodes)
-        opsets = {("" if o.domain == "ai.onnx" else o.domain): int(o.version) for o in model.opset_import}
+        opsets = model_opsets(model)
         if config.providers and any(
             (p if isinstance(p, str) else p[0]) not in ("CPUExecutionProvider", "DmlShimExecutionProvider")
             for p in config.providers
@@ -544,7 +526,7 @@ class PartitionedEngine:
         on_cpu: set[int] = set()
         for i, node in enumerate(nodes):
             if is_gather_scatter(node):
-                since = _since_version(node, opsets)
+                since = node_since_version(node, opsets)
                 node_infos = [infos.get(n) if n else None for n in node.input]
                 t = translate_node(node, since, node_infos, config.feature_level, name=names[i])
                 slot_of[i] = len(template)

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import numpy as np
 from onnx import TensorProto, helper
 
 from ..dml.enums import FeatureLevel
@@ -472,6 +474,13 @@ def _jsonable(value: object) -> Any:
     return str(value)
 
 
-def np_dtype_of(elem_type: int) -> Any:
+@functools.lru_cache(maxsize=64)
+def np_dtype_of(elem_type: int) -> np.dtype:
     """The numpy dtype of an ONNX element type (bool stays bool)."""
-    return helper.tensor_dtype_to_np_dtype(elem_type)
+    return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+
+
+@functools.lru_cache(maxsize=64)
+def elem_type_of(dtype: np.dtype) -> int:
+    """The ONNX element type of a numpy dtype."""
+    return int(helper.np_dtype_to_tensor_dtype(np.dtype(dtype)))

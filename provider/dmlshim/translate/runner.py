@@ -49,11 +49,6 @@ class RunResult:
     host_steps_applied: tuple[HostStepKind, ...]
 
 
-@functools.lru_cache(maxsize=64)
-def _np_dtype(elem_type: int) -> np.dtype:
-    return np.dtype(np_dtype_of(elem_type))
-
-
 @functools.lru_cache(maxsize=1024)
 def _kernel_options(feature_level: FeatureLevel, index_mode: IndexMode, node: str) -> KernelOptions:
     # One per node and mode: the kernels keep what they derive from the options by the options' values.
@@ -122,7 +117,7 @@ def bind_input(
         IndexOutOfRangeError: an index outside its dimension (checked by the normalisation step).
     """
     node, op_type = (t.name, t.op_type) if t is not None else (None, None)
-    expected = _np_dtype(binding.onnx_elem_type)
+    expected = np_dtype_of(binding.onnx_elem_type)
     if arr.shape != binding.onnx_shape or arr.dtype != expected:
         raise BadInputError(
             f"{binding.onnx_name or binding.binding} is {arr.dtype}{list(arr.shape)}, the translation was "
@@ -181,7 +176,7 @@ def _cast_indices(
 def _unbind_output(
     out: np.ndarray, binding: OutputBinding, inputs: Sequence[np.ndarray | None], applied: list[HostStepKind]
 ) -> np.ndarray:
-    dtype = _np_dtype(binding.onnx_elem_type)
+    dtype = np_dtype_of(binding.onnx_elem_type)
     if binding.reinterpret is Reinterpret.UINT32_PAIRS:
         result = np.ascontiguousarray(out).reshape((*binding.view_shape, 2)).view(dtype)
         result = result.reshape(binding.view_shape)

@@ -30,7 +30,7 @@ from .support_table import SUPPORTED_OPS, find_row, ort_placement
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ModelTranslation", "translate_model", "translate_node"]
+__all__ = ["ModelTranslation", "model_opsets", "node_since_version", "translate_model", "translate_node"]
 
 # Where behaviour can change: the levels that start a row of DirectML's support table, and the target.
 _CANDIDATE_LEVELS: tuple[FeatureLevel, ...] = tuple(
@@ -328,8 +328,16 @@ class ModelTranslation:
         }
 
 
-def _opsets(model: onnx.ModelProto) -> dict[str, int]:
+def model_opsets(model: onnx.ModelProto) -> dict[str, int]:
+    """The model's opset per domain (``ai.onnx`` written as ``""``)."""
     return {("" if o.domain == "ai.onnx" else o.domain): int(o.version) for o in model.opset_import}
+
+
+def node_since_version(node: onnx.NodeProto, opsets: Mapping[str, int]) -> int:
+    """The since_version of a node's schema at the model's opset; the opset itself if onnx has no schema."""
+    domain = "" if node.domain == "ai.onnx" else node.domain
+    opset = opsets.get(domain, 0)
+    return _schema_since(node.op_type, opset, domain) or opset
 
 
 _UNREAD: Any = object()
@@ -435,7 +443,7 @@ def translate_model(
     """
     fl = FeatureLevel(feature_level)
     inferred = infer_shapes(model, input_shapes)
-    opsets = _opsets(inferred)
+    opsets = model_opsets(inferred)
     translations: list[NodeTranslation] = []
     total = 0
     debug = logger.isEnabledFor(logging.DEBUG)

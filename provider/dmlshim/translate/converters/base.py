@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 
@@ -21,7 +21,7 @@ from onnx import TensorProto
 from ...dml import support
 from ...dml.enums import DML_MAX_TENSOR_ELEMENTS, DataType, FeatureLevel, OperatorType
 from ...dml.operators import DESC_TYPES, OperatorDesc, snake_case
-from ...dml.tensor import BufferTensorDesc, right_align
+from ...dml.tensor import BufferTensorDesc, packed_strides, right_align
 from ..plan import (
     HostStep,
     HostStepKind,
@@ -177,15 +177,6 @@ class Lowering(NamedTuple):
     output: OutputBinding
     notes: tuple[Reason, ...] = ()
     attributes: tuple[tuple[str, object], ...] = ()
-
-
-def packed_strides(shape: Sequence[int]) -> tuple[int, ...]:
-    out: list[int] = []
-    acc = 1
-    for s in reversed(shape):
-        out.append(acc)
-        acc *= s
-    return tuple(reversed(out))
 
 
 def normalize_axis(ctx: ConvertContext, rank: int) -> int:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import ClassVar
 
 from ...dml.enums import OperatorType
+from ...dml.tensor import packed_strides
 from ..plan import Reason
 from .base import (
     ConvertContext,
@@ -24,7 +25,6 @@ from .base import (
     check_common,
     malformed,
     normalize_axis,
-    packed_strides,
     read_inputs,
 )
 
