@@ -310,6 +310,11 @@ def test_compare_arrays_rules() -> None:
     assert c.first_mismatch is not None and c.first_mismatch.index == (1,)
     assert c.first_mismatch.dmlshim == 2 and c.first_mismatch.onnxruntime == 5
     assert compare_arrays(np.array([1.0]), np.array([1.05]), rtol=0.1).match
+    # NaN against a number is as far apart as values get (it used to drop out of the maximum).
+    nan_vs_zero = compare_arrays(np.array([np.nan, 1.0], np.float32), np.array([0.0, 1.5], np.float32))
+    assert not nan_vs_zero.match and nan_vs_zero.max_abs_diff == np.inf and nan_vs_zero.mismatches == 2
+    big = compare_arrays(np.array([0], np.uint64), np.array([2**64 - 1], np.uint64))
+    assert big.max_abs_diff == float(2**64 - 1)  # exact at the uint64 extreme
 
 
 # --- the input generator ---------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from .comparison import array_difference
 from .dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
 from .errors import BadInputError, BadModelError, DmlShimError
 from .execute.feeds import load_npz
@@ -133,7 +134,7 @@ class OutputComparison:
             "match": self.match,
             "dtype": self.dtype,
             "shape": list(self.shape),
-            "max_abs_diff": self.max_abs_diff,
+            "max_abs_diff": _scalar(self.max_abs_diff),
             "mismatches": self.mismatches,
             "first_mismatch": self.first_mismatch.to_json() if self.first_mismatch else None,
             "problem": self.problem,
@@ -311,28 +312,12 @@ def compare_arrays(
             None,
             f"shape {list(actual.shape)}, onnxruntime gives {list(expected.shape)}",
         )
-    if actual.dtype.kind in "fc":
-        close = np.isclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
-        both_nan = np.isnan(actual) & np.isnan(expected)
-        same = (actual == expected) | both_nan
-        with np.errstate(invalid="ignore", over="ignore"):
-            diff = np.abs(actual.astype(np.complex128 if actual.dtype.kind == "c" else np.float64) - expected)
-        diff = np.where(same, 0.0, diff)
-    elif actual.dtype.kind in "iub":
-        close = actual == expected
-        diff = np.abs(actual.astype(np.float64) - expected.astype(np.float64))
-    else:
-        close = actual == expected
-        diff = np.where(close, 0.0, 1.0)
-    close = np.asarray(close)
-    max_abs = float(np.nanmax(np.real(diff))) if diff.size else 0.0
-    if bool(np.all(close)):
-        return Comparison(True, max_abs, 0, None)
-    first = tuple(int(i) for i in np.argwhere(~close)[0]) if close.ndim else ()
-    mismatch = Mismatch(
-        first, actual[first] if first else actual[()], expected[first] if first else expected[()]
-    )
-    return Comparison(False, max_abs, int((~close).sum()), mismatch)
+    d = array_difference(actual, expected, rtol, atol)
+    if d.first is None:
+        return Comparison(True, d.max_abs_diff, 0, None)
+    first = d.first
+    mismatch = Mismatch(first, actual[first], expected[first])
+    return Comparison(False, d.max_abs_diff, d.mismatches, mismatch)
 
 
 def reference_session(model: onnx.ModelProto | bytes | str) -> ort.InferenceSession:

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ..comparison import array_difference
 from ..errors import BadInputError
 from .export import DML_OUTPUT_FILE, EXPECTED_OUTPUT_FILE, INDEX_FILE, MODEL_FILE
 
@@ -136,30 +137,8 @@ def compare_arrays(
         return -1, None, None, f"dtype {actual.dtype}, expected {expected.dtype}"
     if expected.shape != actual.shape:
         return -1, None, None, f"shape {list(actual.shape)}, expected {list(expected.shape)}"
-    if expected.size == 0:
-        return 0, 0.0, None, ""
-    if expected.dtype.kind in "fc":
-        e = expected.astype(np.float64)
-        a = actual.astype(np.float64)
-        both_nan = np.isnan(e) & np.isnan(a)
-        with np.errstate(invalid="ignore", over="ignore"):
-            close = np.isclose(a, e, rtol=rtol, atol=atol, equal_nan=True)
-            diff = np.abs(a - e)
-        # inf - inf is NaN; a NaN difference that is not a shared NaN is as far apart as it gets.
-        diff = np.where(both_nan | (a == e), 0.0, diff)
-        diff = np.where(np.isnan(diff), np.inf, diff)
-        bad = ~close
-    else:
-        bad = expected != actual
-        if expected.dtype.kind in "iu":
-            # Python ints: no wrap-around for uint64 or int64 extremes.
-            diff = np.abs(expected.astype(object) - actual.astype(object)).astype(np.float64)
-        else:
-            diff = bad.astype(np.float64)
-    count = int(np.count_nonzero(bad))
-    max_diff = float(diff.max()) if diff.size else 0.0
-    first = tuple(int(i) for i in np.argwhere(bad)[0]) if count else None
-    return count, max_diff, first, ""
+    d = array_difference(actual, expected, rtol, atol)
+    return d.mismatches, d.max_abs_diff, d.first, ""
 
 
 def _entries(directory: Path) -> Iterator[tuple[str, str, str]]:
