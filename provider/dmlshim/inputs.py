@@ -25,6 +25,7 @@ import logging
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
@@ -34,6 +35,9 @@ from .errors import BadInputError, BadModelError
 from .graph import is_gather_scatter, subgraphs, walk_nodes
 from .limits import check_tensor
 from .modelcheck import check_well_formed
+
+if TYPE_CHECKING:
+    from .execute.session import LoadedModel
 
 __all__ = [
     "DEFAULT_DIM",
@@ -511,7 +515,7 @@ def _draw_indices(spec: InputSpec, rng: np.random.Generator, negative: bool) -> 
 
 
 def generate_inputs(
-    model: onnx.ModelProto,
+    model: onnx.ModelProto | LoadedModel,
     *,
     input_shapes: Mapping[str, Sequence[int] | int] | None = None,
     seed: int = 0,
@@ -521,7 +525,8 @@ def generate_inputs(
     """Random feeds for every graph input of a model.
 
     Args:
-        model: the model.
+        model: a ``ModelProto`` (checked for well-formedness here), or a model read by
+            :func:`dmlshim.execute.session.load_model` (which has checked it already).
         input_shapes: see :func:`resolve_input_shapes`.
         seed: the seed of the numpy generator; the same seed gives the same feeds.
         default_dim: see :func:`resolve_input_shapes`.
@@ -535,9 +540,14 @@ def generate_inputs(
         BadModelError: the model is not an ONNX model.
         BadInputError: an input cannot be generated (non-tensor, unsupported type, impossible range).
     """
-    if not isinstance(model, onnx.ModelProto):
+    from .execute.session import LoadedModel
+
+    if isinstance(model, LoadedModel):
+        model = model.proto
+    elif isinstance(model, onnx.ModelProto):
+        check_well_formed(model)
+    else:
         raise BadModelError(f"expected an onnx.ModelProto, got {type(model).__name__}")
-    check_well_formed(model)
     rng = np.random.default_rng(seed)
     feeds: dict[str, np.ndarray] = {}
     for spec in plan_inputs(model, input_shapes, default_dim):

@@ -399,13 +399,13 @@ def _single_threaded() -> ort.SessionOptions:
 
 
 def _feeds(
-    proto: onnx.ModelProto,
+    loaded: LoadedModel,
     inputs: Mapping[str, np.ndarray] | str | os.PathLike[str] | None,
     input_shapes: Mapping[str, Sequence[int]] | None,
     seed: int,
 ) -> tuple[dict[str, np.ndarray], str]:
     if inputs is None:
-        return generate_inputs(proto, input_shapes=input_shapes, seed=seed), "random"
+        return generate_inputs(loaded, input_shapes=input_shapes, seed=seed), "random"
     if isinstance(inputs, (str, os.PathLike)):
         return load_npz(os.fspath(inputs)), "file"
     return {k: np.asarray(v) for k, v in inputs.items()}, "given"
@@ -525,7 +525,7 @@ def _validate_loaded(
     index_mode: str,
 ) -> ValidationReport:
     proto = loaded.proto
-    feeds, source = _feeds(proto, inputs, input_shapes, seed)
+    feeds, source = _feeds(loaded, inputs, input_shapes, seed)
     analysis = _analyse(proto.graph)
     graph_outputs = [o.name for o in proto.graph.output]
     probes = [v for v in analysis.node_output.values() if v not in set(graph_outputs)]

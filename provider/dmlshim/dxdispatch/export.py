@@ -30,7 +30,7 @@ from onnx import helper, numpy_helper
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
 from ..dml.operators import OperatorDesc
 from ..errors import BadInputError, DmlShimError, IndexOutOfRangeError
-from ..execute.session import ModelSource, load_model
+from ..execute.session import LoadedModel, ModelSource, load_model
 from ..graph import display_names, is_gather_scatter, subgraph_prefix, subgraphs, walk_nodes
 from ..kernels import KernelOptions, execute
 from ..translate import (
@@ -286,17 +286,18 @@ def _capture(
 
 
 def _feeds(
-    model: onnx.ModelProto,
+    loaded: LoadedModel,
     inputs: Mapping[str, np.ndarray] | None,
     input_shapes: Mapping[str, Sequence[int]] | None,
     seed: int,
 ) -> dict[str, np.ndarray]:
+    model = loaded.proto
     initializers = {t.name for t in model.graph.initializer}
     graph_inputs = [vi.name for vi in model.graph.input if vi.name not in initializers]
     if inputs is None:
         from ..inputs import generate_inputs
 
-        generated = generate_inputs(model, input_shapes=input_shapes, seed=seed)
+        generated = generate_inputs(loaded, input_shapes=input_shapes, seed=seed)
         log.info("generated random inputs (seed %d): %s", seed, {k: v.shape for k, v in generated.items()})
         return generated
     missing = [n for n in graph_inputs if n not in inputs]
@@ -566,7 +567,7 @@ def export_model(
     # Checked before running the model, cleared only once it ran: a failed run leaves the old export.
     clear = _check_dir(out_dir, overwrite)
 
-    feeds = _feeds(proto, inputs, input_shapes, seed)
+    feeds = _feeds(loaded, inputs, input_shapes, seed)
     graph = proto.graph
     names = display_names(list(graph.node))
     candidates: list[_Candidate] = []
