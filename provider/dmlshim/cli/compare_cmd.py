@@ -7,6 +7,7 @@ import json
 import math
 
 from ..dxdispatch.compare import DEFAULT_ATOL, DEFAULT_RTOL, CompareReport
+from ..report.text import table
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,10 +48,7 @@ def _table(report: CompareReport) -> str:
         ]
         for n in report.nodes
     ]
-    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
-    lines = ["  " + "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
-    lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
-    return "\n".join(lines)
+    return "\n".join(table([headers, *rows]))
 
 
 def run(args: argparse.Namespace) -> int:

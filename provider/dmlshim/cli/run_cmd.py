@@ -18,6 +18,7 @@ from ..execute.engine import engine_names
 from ..execute.feeds import load_npz, save_npz
 from ..execute.record import RunRecord
 from ..execute.session import InferenceSession
+from ..report.text import table
 from .options import add_feature_level
 
 logger = logging.getLogger(__name__)
@@ -145,13 +146,6 @@ def _summary_json(
     }
 
 
-def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-    lines = ["  " + "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=False)).rstrip()]
-    lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in rows]
-    return lines
-
-
 def _summary_text(
     model: str, names: list[str], outputs: list[np.ndarray], record: RunRecord, output_path: Path | None
 ) -> str:
@@ -165,11 +159,13 @@ def _summary_text(
         "",
         "outputs:",
     ]
-    lines += _table(
-        ["name", "shape", "dtype"],
+    lines += table(
         [
-            [n, str(list(np.shape(o))), str(getattr(o, "dtype", type(o).__name__))]
-            for n, o in zip(names, outputs, strict=False)
+            ["name", "shape", "dtype"],
+            *(
+                [n, str(list(np.shape(o))), str(getattr(o, "dtype", type(o).__name__))]
+                for n, o in zip(names, outputs, strict=False)
+            ),
         ],
     )
     if record.nodes:
@@ -186,7 +182,7 @@ def _summary_text(
                 notes.append("negative indices")
             reason = "; ".join(x for x in [reason, *notes] if x)
             rows.append([n.name, n.op_type, n.placement, n.operator or "-", reason or "-"])
-        lines += _table(["node", "op", "placement", "DML operator", "reason"], rows)
+        lines += table([["node", "op", "placement", "DML operator", "reason"], *rows])
     if output_path is not None:
         lines += ["", f"wrote {len(outputs)} output(s) to {output_path}"]
     return "\n".join(lines)

@@ -39,6 +39,7 @@ from ..errors import DmlShimError
 from ..graph import is_gather_scatter, node_path, subgraph_prefix, subgraphs
 from ..kernels.options import IndexMode
 from ..translate import NodeTranslation, Reinterpret, Status, TensorInfo, infer_shapes, translate_node
+from ..translate.plan import np_dtype_of
 from ..translate.shapes_info import tensor_infos
 from ..translate.translator import model_opsets, node_since_version
 
@@ -119,7 +120,7 @@ def transport_type(elem_type: int) -> int | None:
 
 
 def _type_name(elem_type: int) -> str:
-    return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).name
+    return np_dtype_of(elem_type).name
 
 
 def signature_for(op_type: str, data_type: int, index_type: int) -> CustomOpSignature:

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 
 from ..conformance.backend_suite import STATUSES, SuiteResult
 from ..dml.enums import FeatureLevel
+from .text import table
 
 __all__ = [
     "WebnnTotals",
@@ -40,11 +41,8 @@ def render_text(result: SuiteResult) -> str:
     """A fixed-width table (name, op, opset, status, reason) and the totals."""
     header = ("case", "op", "opset", "status", "reason")
     rows = [(c.name, c.op_type, str(c.opset), c.status, c.reason) for c in result.cases]
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
     lines = [f"ONNX backend node tests for gather/scatter at {result.feature_level.dml_name}", ""]
-    for row in [header, *rows]:
-        cells = [row[i].ljust(widths[i]) for i in range(4)]
-        lines.append("  ".join([*cells, row[4]]).rstrip())
+    lines += table([header, *rows], indent="")
     lines += ["", _totals_line(result)]
     return "\n".join(lines)
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..translate.plan import NodeTranslation, Status
 from ..translate.translator import ModelTranslation
+from .text import table
 
 __all__ = ["next_command", "render_json", "render_text", "verdict"]
 
@@ -52,11 +53,6 @@ def _operator_cell(node: NodeTranslation) -> str:
     if node.operator is None:
         return "-"
     return node.operator.operator_type.dml_name.removeprefix("DML_OPERATOR_")
-
-
-def _table(rows: Sequence[Sequence[str]]) -> list[str]:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
 
 
 def render_text(
@@ -110,7 +106,7 @@ def render_text(
                     (n.ort_placement or "rejected").removesuffix("ExecutionProvider"),
                 ]
             )
-        lines += ["", "Nodes:", *_table(rows)]
+        lines += ["", "Nodes:", *table(rows)]
         detailed = [n for n in mt.nodes if n.reasons or n.host_steps]
         if detailed:
             lines += ["", "Details:"]

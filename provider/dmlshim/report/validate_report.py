@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..validate import OutputComparison, ValidationReport
+from .text import table
 
 __all__ = ["render_json", "render_text", "verdict"]
 
@@ -17,13 +18,6 @@ __all__ = ["render_json", "render_text", "verdict"]
 def verdict(report: ValidationReport) -> str:
     """``MATCH`` when every output agrees with onnxruntime CPU, else ``MISMATCH``."""
     return "MATCH" if report.match else "MISMATCH"
-
-
-def _table(rows: Sequence[Sequence[str]], indent: str = "  ") -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return [
-        (indent + "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row))).rstrip() for row in rows
-    ]
 
 
 def _number(value: float | None) -> str:
@@ -71,7 +65,7 @@ def render_text(report: ValidationReport) -> str:
         rows.append(
             [o.name, o.dtype, _shape(o.shape), "match" if o.match else "MISMATCH", _number(o.max_abs_diff)]
         )
-    lines += _table(rows)
+    lines += table(rows)
     lines += ["", f"gather/scatter nodes ({len(report.nodes)})"]
     if report.nodes:
         rows = [["node", "op", "ran on", "operator", "DML EP places on", "own output"]]
@@ -79,7 +73,7 @@ def render_text(report: ValidationReport) -> str:
             operator = (n.record.operator if n.record and n.record.operator else None) or "-"
             own = {True: "match", False: "DIFFERS", None: "-"}[n.output_match]
             rows.append([n.name, n.op_type, n.placement or "-", operator, n.ort_placement or "-", own])
-        lines += _table(rows)
+        lines += table(rows)
     else:
         lines.append("  none")
     counts = Counter(w.code for w in report.warnings)
