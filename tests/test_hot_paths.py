@@ -1,6 +1,6 @@
 """The fast paths of translation and execution give exactly what the general paths give.
 
-* ``validate`` accepts a descriptor through a message-free pass (``_accepted``) and only otherwise runs the
+* ``validate`` accepts a descriptor through a message-free pass (``fast_accept.accepted``) and only otherwise runs the
   rule checks: on mutated descriptors both must agree at every feature level.
 * ``min_feature_level`` is computed on first read: it must equal the lowest level at which the node
   translates, found by translating at every level; copies and pickles keep it.
@@ -26,6 +26,8 @@ from onnx import TensorProto, helper
 
 from dmlshim.dml import BufferTensorDesc, DataType, FeatureLevel, OperatorDesc, TensorFlags
 from dmlshim.dml import validate as dml_validate
+from dmlshim.dml.fast_accept import accepted
+from dmlshim.dml.rule_checks import find_violations
 from dmlshim.errors import IndexOutOfRangeError, InvalidDescriptorError
 from dmlshim.kernels import KernelOptions, execute
 from dmlshim.kernels import common as kernel_common
@@ -128,16 +130,15 @@ def mutated(draw: st.DrawFn) -> OperatorDesc:
 @settings(max_examples=600, deadline=None, derandomize=True)
 @given(mutated())
 def test_accepting_pass_agrees_with_the_rule_checks(desc: OperatorDesc) -> None:
-    checks = dml_validate._OPERATOR_CHECKS[type(desc)]
     for fl in LEVELS:
-        full = dml_validate._violations(desc, fl, checks)
-        assert dml_validate._accepted(desc, fl) == (not full), (fl, full)
+        full = find_violations(desc, fl)
+        assert accepted(desc, fl) == (not full), (fl, full)
         assert dml_validate.validate(desc, fl) == full
 
 
 def test_valid_descriptors_take_the_accepting_pass() -> None:
     # Otherwise the agreement above would only cover rejections.
-    assert all(dml_validate._accepted(d, FL.FL_5_0) for d in DESCRIPTORS)
+    assert all(accepted(d, FL.FL_5_0) for d in DESCRIPTORS)
 
 
 def test_translated_tensors_equal_constructed_ones() -> None:
