@@ -1,7 +1,7 @@
 """The fast paths of translation and execution give exactly what the general paths give.
 
-* ``validate`` accepts a descriptor through a message-free pass (``fast_accept.accepted``) and only otherwise runs the
-  rule checks: on mutated descriptors both must agree at every feature level.
+* ``validate`` accepts a descriptor through a message-free pass (``fast_accept.accepted``) and only
+  otherwise runs the rule checks: on mutated descriptors both must agree at every feature level.
 * ``min_feature_level`` is computed on first read: it must equal the lowest level at which the node
   translates, found by translating at every level; copies and pickles keep it.
 * ``translate_model`` reads types lazily (``_GraphInfos``): the same TensorInfo as ``tensor_infos``.
