@@ -37,7 +37,7 @@ from ..dml.json_form import (
 )
 from ..dml.operators import OperatorDesc
 from ..errors import BadInputError, BadModelError
-from ..files import write_inside, write_text
+from ..files import confined_path, write_inside, write_text
 
 log = logging.getLogger(__name__)
 
@@ -497,11 +497,12 @@ def _command_from_json(obj: Any, path: str) -> Command:
         dims = None
         if "dimensions" in mapping:
             dims = expect_uint_list(mapping["dimensions"], f"{path}.dimensions")
-        return WriteFileCommand(
-            expect_string(mapping["resource"], f"{path}.resource"),
-            expect_string(mapping["targetPath"], f"{path}.targetPath"),
-            dims,
-        )
+        target = expect_string(mapping["targetPath"], f"{path}.targetPath")
+        try:
+            confined_path(".", target, what="targetPath", suffixes=(".npy",))
+        except BadInputError as exc:
+            raise JsonFormError(f"{path}.targetPath", exc.message, value=target) from None
+        return WriteFileCommand(expect_string(mapping["resource"], f"{path}.resource"), target, dims)
     if kind == "print":
         check_keys(mapping, path, ("type", "resource"), ("resource",))
         return PrintCommand(expect_string(mapping["resource"], f"{path}.resource"))
