@@ -96,7 +96,9 @@ def _open(path: str | Path | BinaryIO) -> tuple[BinaryIO, str, bool]:
         if p.is_dir():
             raise BadInputError("the inputs path is a directory, not an .npz file", path=where)
         if not p.is_file():
-            raise BadInputError("the inputs path is not a regular file (a FIFO, device or socket)", path=where)
+            raise BadInputError(
+                "the inputs path is not a regular file (a FIFO, device or socket)", path=where
+            )
         try:
             return p.open("rb"), where, True
         except OSError as exc:

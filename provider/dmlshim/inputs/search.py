@@ -127,7 +127,9 @@ class _Candidates:
         self._seed = seed
         self._negative = negative
 
-    def feeds(self, values: Mapping[str, int]) -> tuple[dict[str, tuple[int, ...]], dict[str, np.ndarray]] | None:
+    def feeds(
+        self, values: Mapping[str, int]
+    ) -> tuple[dict[str, tuple[int, ...]], dict[str, np.ndarray]] | None:
         shapes = shapes_for(self._dims, values, self._fixed)
         if shapes is None:
             return None

@@ -133,9 +133,9 @@ def _parse_expression(text: str) -> tuple[ast.expr, tuple[str, ...]] | None:
         if isinstance(node, ast.Name):
             if node.id not in names:
                 names.append(node.id)
-        elif not isinstance(
-            node, (ast.Constant, ast.BinOp, ast.UnaryOp, ast.USub, ast.Load, *_BINARY)
-        ) or (isinstance(node, ast.Constant) and not isinstance(node.value, int)):
+        elif not isinstance(node, (ast.Constant, ast.BinOp, ast.UnaryOp, ast.USub, ast.Load, *_BINARY)) or (
+            isinstance(node, ast.Constant) and not isinstance(node.value, int)
+        ):
             return None
     return tree, tuple(names)
 
@@ -174,7 +174,9 @@ def model_dims(model: onnx.ModelProto) -> ModelDims:
         if vi.name in initializers:
             continue
         if vi.type.WhichOneof("value") != "tensor_type":
-            raise BadInputError(f"graph input {vi.name!r} is not a tensor: cannot generate it", tensor=vi.name)
+            raise BadInputError(
+                f"graph input {vi.name!r} is not a tensor: cannot generate it", tensor=vi.name
+            )
         tt = vi.type.tensor_type
         if not tt.HasField("shape"):
             inputs.append(InputDims(vi.name, int(tt.elem_type), None))
@@ -215,7 +217,8 @@ def split_given(
             sizes = _as_shape(value)
             if len(sizes) != 1:
                 raise BadInputError(
-                    f"symbolic dimension {name!r} takes one size (NAME=N), got {list(sizes)}", value=list(sizes)
+                    f"symbolic dimension {name!r} takes one size (NAME=N), got {list(sizes)}",
+                    value=list(sizes),
                 )
             symbols[name] = sizes[0]
         else:
