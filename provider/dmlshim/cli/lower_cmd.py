@@ -18,7 +18,7 @@ from ..errors import BadInputError, BadModelError
 from ..execute.lowering import lower_model
 from ..kernels.options import IndexMode
 from ..translate.shapes_info import load_model
-from .options import add_feature_level, add_input_shape, input_shapes
+from .options import add_feature_level, add_input_shape, apply_input_shapes, input_shapes
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
         raise BadInputError("the output would replace the input model", path=out)
     shapes = input_shapes(args)
     model = load_model(args.model)
+    shapes = apply_input_shapes(model, shapes)
     lowered = lower_model(
         model,
         args.feature_level,

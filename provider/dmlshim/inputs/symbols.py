@@ -25,7 +25,16 @@ import onnx
 
 from ..errors import BadInputError
 
-__all__ = ["Dim", "InputDims", "ModelDims", "model_dims", "resolve_input_shapes", "shapes_for", "split_given"]
+__all__ = [
+    "Dim",
+    "InputDims",
+    "ModelDims",
+    "fix_symbols",
+    "model_dims",
+    "resolve_input_shapes",
+    "shapes_for",
+    "split_given",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -224,10 +233,11 @@ def split_given(
         else:
             unknown.append(name)
     if unknown:
-        known = [s.name for s in dims.inputs] + list(dims.named_symbols)
+        inputs = ", ".join(s.name for s in dims.inputs) or "none"
+        symbols_text = ", ".join(dims.named_symbols) or "none"
         raise BadInputError(
-            f"input shapes given for {', '.join(map(repr, sorted(unknown)))}, which is neither a graph input "
-            f"nor a symbolic dimension (inputs and symbols: {', '.join(known) or 'none'})",
+            f"input shapes given for {', '.join(map(repr, sorted(unknown)))}: not a graph input and not a "
+            f"symbolic dimension of the model (inputs: {inputs}; symbols: {symbols_text})",
             value=sorted(unknown),
         )
     from_inputs: dict[str, tuple[int, str]] = {}
@@ -314,3 +324,30 @@ def shapes_for(
     if shapes is None:
         return None
     return {i.name: fixed[i.name] if i.name in fixed else shapes[i.name] for i in dims.inputs}
+
+
+def fix_symbols(
+    model: onnx.ModelProto, sizes: Mapping[str, Sequence[int] | int]
+) -> dict[str, tuple[int, ...]]:
+    """Apply ``--input-shape`` sizes to a model in place: every graph-input dimension whose symbol (or
+    expression over symbols) is given becomes static; return the whole input shapes among ``sizes``.
+
+    ``input_ids=1,5`` fixes ``batch`` and ``sequence`` in the other inputs too. Used by the commands that
+    keep the other dimensions symbolic (inspect, lower); the returned shapes go to shape inference.
+
+    Raises:
+        BadInputError: see :func:`split_given`.
+    """
+    dims = model_dims(model)
+    shapes, values = split_given(dims, sizes)
+    if not values:
+        return shapes
+    by_name = {spec.name: spec for spec in dims.inputs}
+    for vi in model.graph.input:
+        spec = by_name.get(vi.name)
+        if spec is None or spec.dims is None or vi.name in shapes:
+            continue
+        for proto, d in zip(vi.type.tensor_type.shape.dim, spec.dims, strict=True):
+            if d.value is None and (size := d.size(values)) is not None and size >= 0:
+                proto.dim_value = size  # clears dim_param (a oneof)
+    return shapes
