@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import io
 import json
 import logging
 import sys
@@ -75,12 +76,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit code."""
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
+    usage = io.StringIO()
     try:
-        args = parser.parse_args(argv)
+        with contextlib.redirect_stderr(usage):
+            args = parser.parse_args(argv)
     except SystemExit as exc:
+        sys.stderr.write(usage.getvalue())
         if exc.code not in (0, None) and "--json" in argv:
-            _json_error(None, ValueError("invalid command line (usage on stderr)"), 2)
+            lines = usage.getvalue().strip().splitlines()
+            _json_error(None, ValueError(lines[-1] if lines else "invalid command line"), 2)
         raise
+    sys.stderr.write(usage.getvalue())
     debug = bool(getattr(args, "debug", False))
     logging.basicConfig(
         level=logging.DEBUG if debug else (logging.INFO if args.verbose else logging.WARNING),

@@ -112,13 +112,13 @@ def _open(path: str | Path | BinaryIO) -> tuple[BinaryIO, str, bool]:
 def _read_header(member: IO[bytes]) -> tuple[tuple[int, ...], bool, np.dtype]:
     version = np.lib.format.read_magic(member)
     if version == (1, 0):
-        return np.lib.format.read_array_header_1_0(member)  # type: ignore[no-any-return]
+        return np.lib.format.read_array_header_1_0(member)
     if version == (2, 0):
-        return np.lib.format.read_array_header_2_0(member)  # type: ignore[no-any-return]
+        return np.lib.format.read_array_header_2_0(member)
     reader = getattr(np.lib.format, "_read_array_header", None)
     if reader is None:
         raise ValueError(f".npy format version {version} is not supported by this numpy")
-    return reader(member, version)  # type: ignore[no-any-return]
+    return reader(member, version)
 
 
 def load_npz(path: str | Path | BinaryIO) -> dict[str, np.ndarray]:

@@ -133,8 +133,10 @@ class _Candidates:
         shapes = shapes_for(self._dims, values, self._fixed)
         if shapes is None:
             return None
-        for spec in self._dims.inputs:
-            check_tensor(shapes[spec.name], spec.elem_type, tensor=spec.name, what="generated input")
+        for declared in self._dims.inputs:
+            check_tensor(
+                shapes[declared.name], declared.elem_type, tensor=declared.name, what="generated input"
+            )
         rng = np.random.default_rng(self._seed)
         feeds: dict[str, np.ndarray] = {}
         for spec in plan_for_shapes(self._model, shapes, light=self._light):
