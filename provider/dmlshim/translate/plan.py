@@ -441,6 +441,18 @@ for _cls in _ASSEMBLY:
     assert not hasattr(_cls, "__post_init__"), _cls
 
 
+def replace_translation(t: NodeTranslation, **changes: Any) -> NodeTranslation:
+    """``dataclasses.replace(t, **changes)`` that keeps a deferred ``min_feature_level`` deferred."""
+    fields = {
+        f.name: getattr(t, f.name)
+        for f in dataclasses.fields(NodeTranslation)
+        if f.name != "min_feature_level"
+    }
+    fields["min_feature_level"] = t.__dict__["_min_feature_level"]
+    fields.update(changes)
+    return assemble(NodeTranslation, **fields)
+
+
 def _binding_json(
     binding: InputBinding | OutputBinding,
     position_key: str,
