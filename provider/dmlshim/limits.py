@@ -28,6 +28,7 @@ from onnx import helper
 from .errors import TooLargeError
 
 __all__ = [
+    "check_bytes",
     "check_model_inputs",
     "check_static_values",
     "check_tensor",
@@ -55,6 +56,12 @@ def memory_limit() -> int | None:
         return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
     except (ValueError, OSError, AttributeError):  # not POSIX, or the names are unknown
         return None
+
+
+def _limit_text(cap: int) -> str:
+    if os.environ.get("DMLSHIM_MEMORY_LIMIT", "").strip():
+        return f"the memory limit ({format_bytes(cap)}, DMLSHIM_MEMORY_LIMIT)"
+    return f"this machine's memory ({format_bytes(cap)})"
 
 
 def format_bytes(n: int) -> str:
@@ -127,13 +134,44 @@ def check_tensor(
     name = f" {tensor!r}" if tensor else ""
     raise TooLargeError(
         f"{what}{name} of shape {dims} and type {_type_name(dtype)} would need {format_bytes(need)} "
-        f"({need} bytes), more than this machine's memory ({format_bytes(cap)}); refusing before allocating",
+        f"({need} bytes), more than {_limit_text(cap)}; refusing before allocating",
         rule="a tensor must fit in physical memory (os.sysconf SC_PAGE_SIZE * SC_PHYS_PAGES, or "
         "DMLSHIM_MEMORY_LIMIT)",
         value=need,
         tensor=tensor,
         node=node,
         op_type=op_type,
+        path=path,
+    )
+
+
+def check_bytes(
+    need: int,
+    *,
+    what: str,
+    path: str | None = None,
+    tensor: str | None = None,
+    node: str | None = None,
+    limit: int | None = None,
+) -> None:
+    """Raise :class:`TooLargeError` if ``need`` bytes (declared by a file, before reading or allocating
+    them) exceed the memory limit.
+
+    Args:
+        need: the bytes the work would need.
+        what: what needs them, as a phrase ("buffer 'out' (sizeInBytes)", "external data of 'w'").
+    """
+    cap = memory_limit() if limit is None else limit
+    if cap is None or need <= cap:
+        return
+    raise TooLargeError(
+        f"{what} would need {format_bytes(need)} ({need} bytes), more than {_limit_text(cap)}; "
+        "refusing before reading or allocating",
+        rule="a tensor must fit in physical memory (os.sysconf SC_PAGE_SIZE * SC_PHYS_PAGES, or "
+        "DMLSHIM_MEMORY_LIMIT)",
+        value=need,
+        tensor=tensor,
+        node=node,
         path=path,
     )
 

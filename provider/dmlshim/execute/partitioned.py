@@ -11,6 +11,7 @@ session instead.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -29,14 +30,15 @@ from ..kernels.options import IndexMode
 from ..limits import check_static_values, check_tensor, gather_scatter_output_shape
 from ..modelcheck import ort_load_error
 from ..translate import NodeTranslation, Status, TensorInfo, infer_shapes, run_translation, translate_node
-from ..translate.plan import DML_PROVIDER, elem_type_of
+from ..translate.placement import CPU_PREFERRED_MESSAGE, graph_placements
+from ..translate.plan import CPU_PROVIDER, elem_type_of
 from ..translate.shapes_info import tensor_infos
-from ..translate.translator import model_opsets, node_since_version
+from ..translate.translator import model_opsets, model_placements, node_since_version
 from .engine import EngineConfig
+from .fallback import for_onnxruntime, has_deprecated_scatter, note_scatter_as_scatter_elements
 from .partition import (
     CpuSegment,
     EmulatedNode,
-    cpu_preferred_nodes,
     nested_gather_scatter,
     partition_graph,
 )
@@ -112,6 +114,8 @@ def _has_scatter(graph: onnx.GraphProto) -> bool:
 
 
 def _session(model: onnx.ModelProto | bytes, sess_options: Any, what: str) -> ort.InferenceSession:
+    if isinstance(model, onnx.ModelProto):
+        model = for_onnxruntime(model)  # deprecated Scatter as ScatterElements
     if sess_options is None:
         proto = model if isinstance(model, onnx.ModelProto) else onnx.load_from_string(model)
         sess_options = ort.SessionOptions()
@@ -491,6 +495,7 @@ class PartitionedEngine:
     ) -> None:
         self.config = config
         self._fl_name = config.feature_level.dml_name
+        self._scatter_as_elements = has_deprecated_scatter(model)
         graph = model.graph
         nodes = list(graph.node)
         names = display_names(nodes)
@@ -523,7 +528,7 @@ class PartitionedEngine:
         template: list[NodeRecord | None] = []
         slot_of: dict[int, int] = {}
         candidates: dict[int, tuple[int, NodeTranslation, list[TensorInfo | None]]] = {}
-        on_cpu: set[int] = set()
+        translated: dict[int, NodeTranslation] = {}
         for i, node in enumerate(nodes):
             if is_gather_scatter(node):
                 since = node_since_version(node, opsets)
@@ -531,6 +536,7 @@ class PartitionedEngine:
                 t = translate_node(node, since, node_infos, config.feature_level, name=names[i])
                 slot_of[i] = len(template)
                 template.append(None)
+                translated[i] = t
                 shape_unknown = t.status is Status.ERROR and _SHAPE_UNKNOWN in t.reason_codes
                 # A scatter without reduction that falls back still runs as its own step, so that the
                 # writes its duplicate indices overwrite are counted in the run record.
@@ -538,7 +544,6 @@ class PartitionedEngine:
                 if t.status is Status.DML or shape_unknown or counted:
                     candidates[i] = (since, t, node_infos)
                 else:
-                    on_cpu.add(i)
                     template[slot_of[i]] = NodeRecord(
                         name=names[i],
                         op_type=node.op_type,
@@ -547,8 +552,6 @@ class PartitionedEngine:
                         reasons=_reasons(t),
                         ort_placement=t.ort_placement,
                     )
-                if t.status is Status.DML and t.ort_placement != DML_PROVIDER:
-                    on_cpu.add(i)  # onnxruntime places it on the CPU; that matters for the heuristic below
             for nested in nested_gather_scatter([node], [names[i]]):
                 template.append(
                     NodeRecord(
@@ -568,27 +571,31 @@ class PartitionedEngine:
                     )
                 )
 
-        if ort_cpu_preference and candidates:
-            small = {t.name for t in graph.initializer if int(np.prod(t.dims, dtype=np.int64)) <= 100} | {
-                n for n, t in constants.items() if int(np.prod(t.dims, dtype=np.int64)) <= 100
-            }
+        if any(r is not None and r.status == REASON_NOT_EMULATED for r in template):
+            # Inside control flow onnxruntime still places each node: say where, as inspect does.
+            ep = model_placements(model, config.feature_level)
+            template = [
+                dataclasses.replace(r, ort_placement=ep.get(r.name))
+                if r is not None and r.status == REASON_NOT_EMULATED
+                else r
+                for r in template
+            ]
+        if ort_cpu_preference and translated:
             elem_types = {n: info.elem_type for n, info in infos.items()}
-            for i in sorted(cpu_preferred_nodes(graph, on_cpu, elem_types, small) & set(candidates)):
+            moved = graph_placements(graph, translated, elem_types)
+            for i in sorted(moved - set(candidates)):
+                record = template[slot_of[i]]
+                if record is not None:
+                    template[slot_of[i]] = dataclasses.replace(record, ort_placement=CPU_PROVIDER)
+            for i in sorted(moved & set(candidates)):
                 _, t, _ = candidates.pop(i)
                 template[slot_of[i]] = NodeRecord(
                     name=names[i],
                     op_type=nodes[i].op_type,
                     placement=PLACEMENT_CPU,
                     status=t.status.value,
-                    reasons=(
-                        *_reasons(t),
-                        (
-                            REASON_CPU_PREFERRED,
-                            "onnxruntime's DirectML provider runs this node on the CPU: every input is a CPU "
-                            "tensor (a shape computation), a small initializer or a graph input",
-                        ),
-                    ),
-                    ort_placement="CPUExecutionProvider",
+                    reasons=(*_reasons(t), (REASON_CPU_PREFERRED, CPU_PREFERRED_MESSAGE)),
+                    ort_placement=CPU_PROVIDER,
                 )
 
         for i in candidates:
@@ -691,6 +698,19 @@ class PartitionedEngine:
         """Names of the nodes planned to run from their DirectML descriptors."""
         return tuple(s.name for s in self._steps if isinstance(s, _EmulatedStep))
 
+    step_observer: Callable[[Callable[[Values, _RunState], None], Values, _RunState], None] | None = None
+    """Called as ``observe(step, values, state)`` in place of each ``step(values, state)`` (profiling)."""
+
+    def ort_sessions(self) -> list[tuple[str, ort.InferenceSession]]:
+        """Every onnxruntime session built so far (CPU partitions, then one-node fallbacks), labelled."""
+        found: list[tuple[str, ort.InferenceSession]] = []
+        for step in self._steps:
+            if isinstance(step, _CpuStep):
+                found.append((step.label, step.session))
+            elif isinstance(step, _EmulatedStep):
+                found.extend((f"node {step.name!r} on the CPU", s) for s in step._fallback_sessions.values())
+        return found
+
     def get_providers(self) -> list[str]:
         if self._whole_model:
             return ["CPUExecutionProvider"]
@@ -710,16 +730,23 @@ class PartitionedEngine:
         else:
             values = dict(self._static_values)
             values.update(feeds)
+            observe = self.step_observer
             for run_step in self._steps:
-                run_step(values, state)
+                if observe is None:
+                    run_step(values, state)
+                else:
+                    observe(run_step, values, state)
             results = [
                 np.array(values[n], copy=True) if n in self._copy_on_output else values[n]
                 for n in output_names
             ]
+        nodes = tuple(r for r in state.records if r is not None)
+        if self._scatter_as_elements:
+            nodes = note_scatter_as_scatter_elements(nodes)
         record = RunRecord(
             engine=self.name,
             feature_level=self._fl_name,
-            nodes=tuple(r for r in state.records if r is not None),
+            nodes=nodes,
             cpu_partitions=self._cpu_partitions,
             translations_computed=state.translations_computed,
         )
