@@ -11,6 +11,7 @@ session instead.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import re
@@ -30,14 +31,14 @@ from ..kernels.options import IndexMode
 from ..limits import check_static_values, check_tensor, gather_scatter_output_shape
 from ..modelcheck import ort_load_error
 from ..translate import NodeTranslation, Status, TensorInfo, infer_shapes, run_translation, translate_node
-from ..translate.plan import DML_PROVIDER, elem_type_of
+from ..translate.placement import CPU_PREFERRED_MESSAGE, graph_placements
+from ..translate.plan import CPU_PROVIDER, elem_type_of
 from ..translate.shapes_info import tensor_infos
-from ..translate.translator import model_opsets, node_since_version
+from ..translate.translator import model_opsets, model_placements, node_since_version
 from .engine import EngineConfig
 from .partition import (
     CpuSegment,
     EmulatedNode,
-    cpu_preferred_nodes,
     nested_gather_scatter,
     partition_graph,
 )
@@ -543,7 +544,7 @@ class PartitionedEngine:
         template: list[NodeRecord | None] = []
         slot_of: dict[int, int] = {}
         candidates: dict[int, tuple[int, NodeTranslation, list[TensorInfo | None]]] = {}
-        on_cpu: set[int] = set()
+        translated: dict[int, NodeTranslation] = {}
         for i, node in enumerate(nodes):
             if is_gather_scatter(node):
                 since = node_since_version(node, opsets)
@@ -551,6 +552,7 @@ class PartitionedEngine:
                 t = translate_node(node, since, node_infos, config.feature_level, name=names[i])
                 slot_of[i] = len(template)
                 template.append(None)
+                translated[i] = t
                 shape_unknown = t.status is Status.ERROR and _SHAPE_UNKNOWN in t.reason_codes
                 # A scatter without reduction that falls back still runs as its own step, so that the
                 # writes its duplicate indices overwrite are counted in the run record.
@@ -558,7 +560,6 @@ class PartitionedEngine:
                 if t.status is Status.DML or shape_unknown or counted:
                     candidates[i] = (since, t, node_infos)
                 else:
-                    on_cpu.add(i)
                     template[slot_of[i]] = NodeRecord(
                         name=names[i],
                         op_type=node.op_type,
@@ -567,8 +568,6 @@ class PartitionedEngine:
                         reasons=_reasons(t),
                         ort_placement=t.ort_placement,
                     )
-                if t.status is Status.DML and t.ort_placement != DML_PROVIDER:
-                    on_cpu.add(i)  # onnxruntime places it on the CPU; that matters for the heuristic below
             for nested in nested_gather_scatter([node], [names[i]]):
                 template.append(
                     NodeRecord(
@@ -588,27 +587,31 @@ class PartitionedEngine:
                     )
                 )
 
-        if ort_cpu_preference and candidates:
-            small = {t.name for t in graph.initializer if int(np.prod(t.dims, dtype=np.int64)) <= 100} | {
-                n for n, t in constants.items() if int(np.prod(t.dims, dtype=np.int64)) <= 100
-            }
+        if any(r is not None and r.status == REASON_NOT_EMULATED for r in template):
+            # Inside control flow onnxruntime still places each node: say where, as inspect does.
+            ep = model_placements(model, config.feature_level)
+            template = [
+                dataclasses.replace(r, ort_placement=ep.get(r.name))
+                if r is not None and r.status == REASON_NOT_EMULATED
+                else r
+                for r in template
+            ]
+        if ort_cpu_preference and translated:
             elem_types = {n: info.elem_type for n, info in infos.items()}
-            for i in sorted(cpu_preferred_nodes(graph, on_cpu, elem_types, small) & set(candidates)):
+            moved = graph_placements(graph, translated, elem_types)
+            for i in sorted(moved - set(candidates)):
+                record = template[slot_of[i]]
+                if record is not None:
+                    template[slot_of[i]] = dataclasses.replace(record, ort_placement=CPU_PROVIDER)
+            for i in sorted(moved & set(candidates)):
                 _, t, _ = candidates.pop(i)
                 template[slot_of[i]] = NodeRecord(
                     name=names[i],
                     op_type=nodes[i].op_type,
                     placement=PLACEMENT_CPU,
                     status=t.status.value,
-                    reasons=(
-                        *_reasons(t),
-                        (
-                            REASON_CPU_PREFERRED,
-                            "onnxruntime's DirectML provider runs this node on the CPU: every input is a CPU "
-                            "tensor (a shape computation), a small initializer or a graph input",
-                        ),
-                    ),
-                    ort_placement="CPUExecutionProvider",
+                    reasons=(*_reasons(t), (REASON_CPU_PREFERRED, CPU_PREFERRED_MESSAGE)),
+                    ort_placement=CPU_PROVIDER,
                 )
 
         for i in candidates:
