@@ -533,7 +533,11 @@ def _validate_loaded(
     wanted = graph_outputs + probes
 
     session = InferenceSession(
-        probed, level, engine="partitioned", index_mode=index_mode, sess_options=_single_threaded()
+        probed,
+        _single_threaded(),
+        feature_level=level,
+        engine="partitioned",
+        index_mode=index_mode,
     )
     ours = session.run(wanted, feeds)
     record = session.last_run_record

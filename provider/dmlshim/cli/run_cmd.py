@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     feeds = load_npz(args.inputs) if args.inputs else {}
     session = InferenceSession(
         args.model,
-        args.feature_level,
+        feature_level=args.feature_level,
         engine=args.engine,
         index_mode="clamp" if args.clamp_indices else "error",
     )

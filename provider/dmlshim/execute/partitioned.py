@@ -725,6 +725,19 @@ class PartitionedEngine:
         """Names of the nodes planned to run from their DirectML descriptors."""
         return tuple(s.name for s in self._steps if isinstance(s, _EmulatedStep))
 
+    step_observer: Callable[[Callable[[Values, _RunState], None], Values, _RunState], None] | None = None
+    """Called as ``observe(step, values, state)`` in place of each ``step(values, state)`` (profiling)."""
+
+    def ort_sessions(self) -> list[tuple[str, ort.InferenceSession]]:
+        """Every onnxruntime session built so far (CPU partitions, then one-node fallbacks), labelled."""
+        found: list[tuple[str, ort.InferenceSession]] = []
+        for step in self._steps:
+            if isinstance(step, _CpuStep):
+                found.append((step.label, step.session))
+            elif isinstance(step, _EmulatedStep):
+                found.extend((f"node {step.name!r} on the CPU", s) for s in step._fallback_sessions.values())
+        return found
+
     def get_providers(self) -> list[str]:
         if self._whole_model:
             return ["CPUExecutionProvider"]
@@ -744,7 +757,8 @@ class PartitionedEngine:
         else:
             values = dict(self._static_values)
             values.update(feeds)
-            check = self._check
+            observe = self.step_observer
+            check = self._check if observe is None else None
             checked = None if check is None else check.run(output_names, values, state, run_options)
             if checked is not None:
                 return checked, self._record(state)
@@ -752,7 +766,10 @@ class PartitionedEngine:
             values = dict(self._static_values)
             values.update(feeds)
             for run_step in self._steps:
-                run_step(values, state)
+                if observe is None:
+                    run_step(values, state)
+                else:
+                    observe(run_step, values, state)
             results = [
                 np.array(values[n], copy=True) if n in self._copy_on_output else values[n]
                 for n in output_names
