@@ -43,6 +43,7 @@ from .partition import (
     nested_gather_scatter,
     partition_graph,
 )
+from .profiling import separate_profile
 from .record import PLACEMENT_CPU, PLACEMENT_DML, NodeRecord, RunRecord
 from .whole_model import build_whole_model_check
 
@@ -132,6 +133,7 @@ def _session(model: onnx.ModelProto | bytes, sess_options: Any, what: str) -> or
             # onnxruntime's CPU ScatterND loses updates on duplicate indices with more than one intra-op
             # thread (results differ run to run); one thread makes it exact and deterministic.
             sess_options.intra_op_num_threads = 1
+    separate_profile(sess_options)
     payload = model if isinstance(model, bytes) else model.SerializeToString()
     try:
         return ort.InferenceSession(payload, sess_options, providers=["CPUExecutionProvider"])
