@@ -92,7 +92,7 @@ def test_one_profile_covers_partitions_and_emulated_nodes(tmp_path: Path) -> Non
     assert [e["ts"] for e in events] == sorted(e["ts"] for e in events)
     session_events = [e["name"] for e in events if e["cat"] == "Session" and "partition" not in e["args"]]
     assert session_events.count("model_run") == 3
-    assert {"model_loading", "session_initialization"} <= set(session_events)
+    assert {"model_loading_uri", "session_initialization"} <= set(session_events)
 
     emulated = [e for e in events if e["args"].get("emulated_by") == "dmlshim"]
     want = sorted([f"{n.name}_kernel_time" for n in record.emulated] * 3)
