@@ -109,3 +109,40 @@ def peak_allocation(fn: Callable[[], Any]) -> int:
         if started:
             tracemalloc.stop()
     return max(0, peak - base)
+
+
+def latencies(
+    fns: Mapping[str, Callable[[], Any]], calls: int, budget: float = 2.0, settle: float = 0.0005
+) -> dict[str, list[float]]:
+    """Single-call latencies of each function, calls alternating between the functions.
+
+    Unlike ``interleaved`` (which averages a batch of calls per sample), every sample here is one call,
+    so the spread (p90 / p50) shows the tail a user of one call sees. Stops after ``calls`` rounds or
+    once ``budget`` seconds have gone by (at least 20 rounds).
+    """
+    for fn in fns.values():
+        fn()
+    out: dict[str, list[float]] = {n: [] for n in fns}
+    names = list(fns)
+    deadline = time.perf_counter() + budget
+    for r in range(calls):
+        if r >= 20 and time.perf_counter() > deadline:
+            break
+        k = r % len(names)
+        for name in names[k:] + names[:k]:
+            time.sleep(settle)
+            start = time.perf_counter()
+            fns[name]()
+            out[name].append(time.perf_counter() - start)
+    return out
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q``-th percentile (0-100) of ``values``, linear interpolation."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    pos = (len(ordered) - 1) * q / 100
+    low = int(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)

@@ -84,3 +84,27 @@ def test_targets_and_markdown_from_rows(tiny: bench_run.Config) -> None:
     text = bench_run.markdown(rows, bench_run.machine())
     assert "### Kernels" in text and "### Targets" in text
     json.dumps({"rows": rows, "targets": goals})
+
+
+def test_model_rows_carry_latency_build_and_targets() -> None:
+    config = bench_run.Config(
+        rounds=1, latency_calls=20, memory=False, customop=False, models=("gathernd_batch_dims1",)
+    )
+    rows = bench_run.bench_models(config)
+    assert [r["model"] for r in rows] == ["gathernd_batch_dims1"]
+    row = rows[0]
+    assert row["partitioned_match"] is True
+    for key in ("ort_p50_ms", "ort_p90_ms", "partitioned_p50_ms", "partitioned_p90_ms", "ort_build_ms"):
+        assert row[key] > 0, key
+    assert row["ort_p90_ms"] >= row["ort_p50_ms"]
+    labels = {g["target"] for g in bench_run.targets(rows)}
+    assert "models (idle): worst ratio <= 3x onnxruntime CPU" in labels
+    assert "session build <= 2x onnxruntime's" in labels
+    assert "### Whole models, machine idle" in bench_run.markdown(rows, bench_run.machine())
+
+
+def test_build_probe_reports_time_and_memory() -> None:
+    from bench.models_bench import build_probe
+
+    probe = build_probe("ort", bench_run.MODELS_DIR / "gathernd_batch_dims1.onnx")
+    assert probe is not None and probe["seconds"] > 0 and probe["peak_mb"] >= probe["base_mb"]

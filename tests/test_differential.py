@@ -322,7 +322,7 @@ NUMBERS = [int(ONLY)] if ONLY else list(range(CASES))
 def test_random_case_matches_onnxruntime(number: int) -> None:
     case, model, feeds, expected = draw_case(number)
     where = case.describe()
-    session = dmlshim.InferenceSession(model, case.level, sess_options=_single_threaded())
+    session = dmlshim.InferenceSession(model, feature_level=case.level, sess_options=_single_threaded())
     try:
         actual = session.run(None, feeds)
     except dmlshim.DmlShimError as exc:

@@ -86,7 +86,7 @@ def test_special_floats_pass_through_every_op(dtype: type, level: str) -> None:
     cases.append(("ScatterND", {}, {"data": data, "indices": nd_rows, "updates": nd_updates}, nd_expected))
     for op, attrs, feeds, expected in cases:
         model = one_node_model(op, feeds, attrs, opset_for(op), name="bits")
-        got = InferenceSession(model, level).run(None, feeds)[0]
+        got = InferenceSession(model, feature_level=level).run(None, feeds)[0]
         assert got.dtype == expected.dtype and got.shape == expected.shape, op
         assert np.array_equal(bits(got), bits(expected)), (op, level, bits(got), bits(expected))
 
@@ -164,7 +164,7 @@ def test_caller_arrays_never_modified(case: str, variant: str, level: str) -> No
     feeds = {k: _variants(v)[variant] for k, v in base.items()}
     before = {k: (v.copy(), v.flags.writeable, v.flags.c_contiguous) for k, v in feeds.items()}
     model = one_node_model(op, {k: np.ascontiguousarray(v) for k, v in feeds.items()}, attrs, opset, name="m")
-    session = InferenceSession(model, level)
+    session = InferenceSession(model, feature_level=level)
     out = session.run(None, feeds)[0]
     out2 = session.run(None, feeds)[0]
     for k, v in feeds.items():
@@ -286,13 +286,13 @@ def test_failed_run_writes_nothing(tmp_path: Path) -> None:
 
 
 def test_run_write_failure_leaves_no_partial_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from dmlshim.cli import run_cmd
+    from dmlshim.execute import feeds
 
     def broken(handle: Any, arrays: Any) -> None:
         handle.write(b"partial")
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(run_cmd, "save_npz", broken)
+    monkeypatch.setattr(feeds, "save_npz", broken)
     out = tmp_path / "out.npz"
     out.write_bytes(b"keep")
     r = run_cli("run", MODEL, "--inputs", MODEL_INPUTS, "--output", out, "--overwrite")

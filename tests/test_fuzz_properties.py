@@ -243,7 +243,7 @@ def test_session_matches_onnxruntime_or_raises_typed_error(
         want, ort_error = None, str(exc)
     assume(want is not None or ort_error)
     try:
-        got = InferenceSession(model, level).run(None, feeds)[0]
+        got = InferenceSession(model, feature_level=level).run(None, feeds)[0]
     except IndexOutOfRangeError:
         assert want is None, "dmlshim refused an index onnxruntime accepted"
         got = None

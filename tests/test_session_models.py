@@ -516,7 +516,7 @@ def test_inputs_outputs_meta_providers() -> None:
         ]
     meta = sess.get_modelmeta()
     assert meta.producer_name == "tests" and meta.custom_metadata_map == {"k": "v"}
-    assert sess.get_providers() == ["DmlShimExecutionProvider", "CPUExecutionProvider"]
+    assert sess.get_providers() == ["DmlExecutionProvider", "CPUExecutionProvider"]
     assert sess.last_run_record is None
     assert_bitwise(sess.run(None, feeds, ort.RunOptions()), ort_run(model, feeds))
 
@@ -594,6 +594,6 @@ def test_lower_feature_level_still_matches() -> None:
 def test_bad_options() -> None:
     model, _ = chain_model()
     with pytest.raises(BadInputError, match="unknown DirectML feature level"):
-        InferenceSession(model, "9_9")
+        InferenceSession(model, feature_level="9_9")
     with pytest.raises(BadInputError, match="index_mode"):
         InferenceSession(model, index_mode="wrap")

@@ -333,5 +333,5 @@ def test_gather_nd_r3_q2_batch1_facts_example() -> None:
     counts = {"InputDimensionCount": 3, "IndicesDimensionCount": 2, "BatchDimensionCount": 1}
     assert t.operator.uints() == counts
     assert [x.sizes for x in t.operator.tensors().values()] == [(2, 3, 4), (1, 2, 1), (1, 2, 4)]
-    assert t.min_feature_level is FL.FL_3_0
+    assert t.min_feature_level is FL.FL_2_1  # GATHER_ND with the batch folded into the tuples
     assert_same(run_translation(t, [data, idx]).output, ort_node("GatherND", case.inputs, case.attrs, 13))

@@ -143,7 +143,7 @@ def test_malformed_nodes_are_errors(n: object, shapes: list[TensorInfo], code: s
         (node("Gather"), [info((4, 3), TensorProto.INT64), info((2,), I64)], FL.FL_2_1),  # UINT32 pairs
         (node("Gather"), [info((4, 3), TensorProto.BOOL), info((2,), I64)], FL.FL_2_1),
         (node("GatherElements"), [info((4, 3)), info((2, 3), I64)], FL.FL_2_1),
-        (node("GatherND", batch_dims=1), [info((2, 3)), info((2, 1), I64)], FL.FL_3_0),
+        (node("GatherND", batch_dims=1), [info((2, 3)), info((2, 1), I64)], FL.FL_2_1),  # batch folded
         (node("ScatterND", 3), [info((4, 3)), info((2, 1), I64), info((2, 3))], FL.FL_2_1),
         (node("ScatterElements", 3), [info((4, 3)), info((2, 3), I64), info((2, 3))], FL.FL_1_0),
     ],
@@ -156,11 +156,15 @@ def test_min_feature_level(n: object, shapes: list[TensorInfo], expected: Featur
     assert low.min_feature_level is expected
 
 
-def test_batch_dims_below_3_0_needs_gather_nd1() -> None:
+def test_batch_dims_below_3_0_fold_into_gather_nd() -> None:
     t = translate_node(node("GatherND", batch_dims=1), 13, [info((2, 3)), info((2, 1), I64)], FL.FL_2_1)
-    assert t.status is Status.FALLBACK and t.reasons[0].code == "BATCH_DIMS_UNSUPPORTED"
-    t = translate_node(node("GatherND"), 13, [info((2, 3)), info((2, 1), I64)], FL.FL_2_1)
-    assert t.operator is not None and t.operator.operator_type is OperatorType.GATHER_ND
+    assert t.status is Status.DML and t.operator is not None
+    assert t.operator.operator_type is OperatorType.GATHER_ND
+    kinds = [s.kind.value for s in t.host_steps]
+    assert kinds == ["normalize_indices", "fold_batch_into_indices"]
+    # GatherND-1.0 has no GATHER_ND at all: still a fallback there.
+    low = translate_node(node("GatherND", batch_dims=1), 13, [info((2, 3)), info((2, 1), I64)], FL.FL_1_0)
+    assert low.status is Status.FALLBACK and low.reasons[0].code == "OPERATOR_UNAVAILABLE"
 
 
 def test_lower_levels_merge_to_four_dims_with_uint32_indices() -> None:

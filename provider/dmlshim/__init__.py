@@ -13,6 +13,7 @@ from .errors import (
     EngineUnavailableError,
     IndexOutOfRangeError,
     InvalidDescriptorError,
+    NotSupportedError,
     TooLargeError,
     UnsupportedNodeError,
     ValidationMismatchError,
@@ -22,17 +23,69 @@ __version__ = "0.1.0"
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
+_ORT_API = (
+    "ExecutionMode",
+    "ExecutionOrder",
+    "GraphOptimizationLevel",
+    "IOBinding",
+    "ModelMetadata",
+    "NodeArg",
+    "ORT_VERSION",
+    "OrtAllocatorType",
+    "OrtDevice",
+    "OrtMemType",
+    "OrtMemoryInfo",
+    "OrtSparseFormat",
+    "OrtValue",
+    "RunOptions",
+    "SessionOptions",
+    "SparseTensor",
+    "disable_telemetry_events",
+    "enable_telemetry_events",
+    "get_all_providers",
+    "get_available_providers",
+    "get_build_info",
+    "get_device",
+    "get_version_string",
+    "set_default_logger_severity",
+    "set_default_logger_verbosity",
+    "set_seed",
+)
+"""onnxruntime's module-level names, from :mod:`dmlshim.ort_api`, so ``import dmlshim as ort`` works."""
+
 if TYPE_CHECKING:
     from .execute.session import InferenceSession
+    from .ort_api import ExecutionMode as ExecutionMode
+    from .ort_api import ExecutionOrder as ExecutionOrder
+    from .ort_api import GraphOptimizationLevel as GraphOptimizationLevel
+    from .ort_api import IOBinding as IOBinding
+    from .ort_api import ModelMetadata as ModelMetadata
+    from .ort_api import NodeArg as NodeArg
+    from .ort_api import OrtValue as OrtValue
+    from .ort_api import RunOptions as RunOptions
+    from .ort_api import SessionOptions as SessionOptions
+    from .ort_api import get_all_providers as get_all_providers
+    from .ort_api import get_available_providers as get_available_providers
+    from .ort_api import get_device as get_device
+    from .ort_api import get_version_string as get_version_string
 
 
 def __getattr__(name: str) -> Any:
-    # InferenceSession pulls in onnxruntime and the translator; import them only when it is used.
+    # InferenceSession and the onnxruntime names pull in onnxruntime and the translator; import them only
+    # when used, so that the CLI and the translator start fast.
     if name == "InferenceSession":
         from .execute.session import InferenceSession
 
         return InferenceSession
+    if name in _ORT_API:
+        from . import ort_api
+
+        return getattr(ort_api, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_ORT_API) | {"InferenceSession"})
 
 
 __all__ = [
@@ -45,9 +98,11 @@ __all__ = [
     "IndexOutOfRangeError",
     "InferenceSession",
     "InvalidDescriptorError",
+    "NotSupportedError",
     "OperatorType",
     "TooLargeError",
     "UnsupportedNodeError",
     "ValidationMismatchError",
     "__version__",
+    *_ORT_API,
 ]

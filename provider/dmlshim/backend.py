@@ -138,7 +138,7 @@ class DmlShimBackend(Backend):
         options = {k: kwargs.pop(k) for k in _SESSION_KWARGS if k in kwargs}
         if kwargs:
             logger.debug("prepare: ignoring options %s", sorted(kwargs))
-        return DmlShimBackendRep(InferenceSession(model, level, **options))
+        return DmlShimBackendRep(InferenceSession(model, feature_level=level, **options))
 
     @classmethod
     def run_model(

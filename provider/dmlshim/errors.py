@@ -106,3 +106,7 @@ class ValidationMismatchError(DmlShimError):
 
 class EngineUnavailableError(DmlShimError):
     """The requested execution engine cannot run on this machine (e.g. no DmlExecutionProvider)."""
+
+
+class NotSupportedError(DmlShimError, NotImplementedError):
+    """An onnxruntime API dmlshim does not offer; the message says what to use instead."""

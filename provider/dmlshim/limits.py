@@ -28,6 +28,7 @@ from onnx import helper
 from .errors import TooLargeError
 
 __all__ = [
+    "check_bytes",
     "check_model_inputs",
     "check_static_values",
     "check_tensor",
@@ -134,6 +135,37 @@ def check_tensor(
         tensor=tensor,
         node=node,
         op_type=op_type,
+        path=path,
+    )
+
+
+def check_bytes(
+    need: int,
+    *,
+    what: str,
+    path: str | None = None,
+    tensor: str | None = None,
+    node: str | None = None,
+    limit: int | None = None,
+) -> None:
+    """Raise :class:`TooLargeError` if ``need`` bytes (declared by a file, before reading or allocating
+    them) exceed the memory limit.
+
+    Args:
+        need: the bytes the work would need.
+        what: what needs them, as a phrase ("buffer 'out' (sizeInBytes)", "external data of 'w'").
+    """
+    cap = memory_limit() if limit is None else limit
+    if cap is None or need <= cap:
+        return
+    raise TooLargeError(
+        f"{what} would need {format_bytes(need)} ({need} bytes), more than this machine's memory "
+        f"({format_bytes(cap)}); refusing before reading or allocating",
+        rule="a tensor must fit in physical memory (os.sysconf SC_PAGE_SIZE * SC_PHYS_PAGES, or "
+        "DMLSHIM_MEMORY_LIMIT)",
+        value=need,
+        tensor=tensor,
+        node=node,
         path=path,
     )
 

@@ -14,8 +14,9 @@ import os
 
 import onnx
 
-from ..errors import BadInputError, BadModelError
+from ..errors import BadModelError
 from ..execute.lowering import lower_model
+from ..files import check_output_file, write_onnx
 from ..kernels.options import IndexMode
 from ..translate.shapes_info import load_model
 from .options import add_feature_level, add_input_shape, input_shapes
@@ -44,10 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Lower the model and write it; returns the exit code."""
     out = os.fspath(args.output)
-    if os.path.exists(out) and not args.overwrite:
-        raise BadInputError("the output file exists; pass --overwrite to replace it", path=out)
-    if os.path.abspath(out) == os.path.abspath(args.model):
-        raise BadInputError("the output would replace the input model", path=out)
+    check_output_file(out, overwrite=args.overwrite, inputs=(args.model,))
     shapes = input_shapes(args)
     model = load_model(args.model)
     lowered = lower_model(
@@ -60,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         onnx.checker.check_model(lowered.model)
     except onnx.checker.ValidationError as exc:
         raise BadModelError(f"the lowered model fails onnx.checker: {exc}", path=out) from exc
-    onnx.save(lowered.model, out)
+    write_onnx(out, lowered.model, overwrite=args.overwrite, inputs=(args.model,))
 
     print(
         f"{args.model}: {lowered.lowered_count} of {len(lowered.nodes)} gather/scatter nodes lowered at "

@@ -6,18 +6,16 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..errors import BadInputError
 from ..execute.engine import engine_names
-from ..execute.feeds import load_npz, save_npz
+from ..execute.feeds import load_npz
 from ..execute.record import RunRecord
 from ..execute.session import InferenceSession
+from ..files import check_output_file, write_npz
 from ..report.text import table
 from .options import add_feature_level
 
@@ -54,25 +52,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
-def _check_output_path(path: Path, overwrite: bool) -> None:
-    """Refuse a bad --output before running, so a long run does not end in an unwritable path."""
-    if path.is_dir():
-        raise BadInputError("--output is a directory; give a file name", path=str(path))
-    if (path.exists() or path.is_symlink()) and not overwrite:
-        raise BadInputError("the output file exists; pass --overwrite to replace it", path=str(path))
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise BadInputError(f"the output's folder {str(parent)!r} does not exist", path=str(path))
-
-
 def run(args: argparse.Namespace) -> int:
     output_path = Path(args.output) if args.output else None
+    inputs = (args.model, args.inputs)
     if output_path is not None:
-        _check_output_path(output_path, args.overwrite)
+        check_output_file(output_path, overwrite=args.overwrite, inputs=inputs)
     feeds = load_npz(args.inputs) if args.inputs else {}
     session = InferenceSession(
         args.model,
-        args.feature_level,
+        feature_level=args.feature_level,
         engine=args.engine,
         index_mode="clamp" if args.clamp_indices else "error",
     )
@@ -81,46 +69,15 @@ def run(args: argparse.Namespace) -> int:
     record = session.last_run_record
     assert record is not None  # set by every run
     if output_path is not None:
-        _write(output_path, dict(zip(names, outputs, strict=False)), overwrite=args.overwrite)
+        write_npz(
+            output_path, dict(zip(names, outputs, strict=False)), overwrite=args.overwrite, inputs=inputs
+        )
+        logger.info("wrote %d outputs to %s", len(outputs), output_path)
     if args.json:
         print(json.dumps(_summary_json(args.model, session, names, outputs, record, output_path), indent=2))
     else:
         print(_summary_text(args.model, names, outputs, record, output_path))
     return 0
-
-
-def _write(path: Path, arrays: dict[str, np.ndarray], *, overwrite: bool) -> None:
-    # The outputs go to a temporary file beside the target first, so a failed write never leaves a
-    # truncated file, and an existing file (or a symlink) is replaced only once the new one is complete.
-    try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as exc:
-        raise BadInputError(f"cannot write the outputs: {exc.strerror or exc}", path=str(path)) from exc
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            save_npz(handle, arrays)
-        if overwrite:
-            os.replace(tmp, path)
-        else:
-            try:
-                # A hard link fails if the name exists, so a file that appeared meanwhile is kept.
-                os.link(tmp, path)
-            except FileExistsError as exc:
-                raise BadInputError(
-                    "the output file exists; pass --overwrite to replace it", path=str(path)
-                ) from exc
-            except OSError:  # no hard links on this file system
-                if path.exists() or path.is_symlink():
-                    raise BadInputError(
-                        "the output file exists; pass --overwrite to replace it", path=str(path)
-                    ) from None
-                os.replace(tmp, path)
-    except OSError as exc:
-        raise BadInputError(f"cannot write the outputs: {exc.strerror or exc}", path=str(path)) from exc
-    finally:
-        tmp.unlink(missing_ok=True)
-    logger.info("wrote %d outputs to %s", len(arrays), path)
 
 
 def _summary_json(

@@ -12,11 +12,9 @@ skipped.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
-import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,8 +29,11 @@ from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
 from ..dml.operators import OperatorDesc
 from ..errors import BadInputError, DmlShimError, IndexOutOfRangeError
 from ..execute.session import LoadedModel, ModelSource, load_model
+from ..files import write_json, write_npy, write_text
+from ..folders import StagedFolder
 from ..graph import display_names, is_gather_scatter, subgraph_prefix, subgraphs, walk_nodes
 from ..kernels import KernelOptions, execute
+from ..reading import read_json
 from ..translate import (
     InputBinding,
     NodeTranslation,
@@ -405,40 +406,21 @@ def _readme(
 _RESOURCE = {"InputTensor": "input", "IndicesTensor": "indices", "UpdatesTensor": "updates"}
 
 
-def _check_dir(directory: Path, overwrite: bool) -> bool:
-    """Whether the directory holds files to clear; refuses a file or a non-empty folder without overwrite."""
-    if directory.exists() and not directory.is_dir():
-        raise BadInputError("the export path exists and is not a directory", path=str(directory))
-    if directory.is_dir() and any(directory.iterdir()):
-        if not overwrite:
-            raise BadInputError(
-                "the export directory exists and is not empty; pass --overwrite to replace a previous export",
-                path=str(directory),
-            )
-        return True
-    return False
-
-
-def _remove_previous_export(directory: Path) -> None:
-    """Delete what an earlier export listed in its index.json, and nothing else."""
+def _previous_export(directory: Path) -> list[str]:
+    """What an earlier export listed in its index.json (and the index itself): the entries --overwrite
+    may remove. Anything else in the folder is kept."""
     index = directory / INDEX_FILE
-    if not index.is_file():
+    if not index.is_file() or index.is_symlink():
         log.warning("%s is not a previous export (no %s): writing into it", directory, INDEX_FILE)
-        return
+        return []
     try:
-        previous = json.loads(index.read_text(encoding="utf-8"))
+        previous = read_json(index, what=f"previous {INDEX_FILE}")
         folders = [str(e["folder"]) for e in previous.get("exported", [])]
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+    except (DmlShimError, OSError, ValueError, TypeError, KeyError, AttributeError):
         log.warning("cannot read the previous %s; leaving its folders in place", index)
         folders = []
-    for folder in folders:
-        # Only plain child folder names are trusted; anything else in an edited index.json is ignored.
-        if not _FOLDER_RE.match(folder):
-            continue
-        path = directory / folder
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-    index.unlink()
+    # Only plain child folder names are trusted; anything else in an edited index.json is ignored.
+    return [f for f in folders if _FOLDER_RE.match(f)] + [INDEX_FILE]
 
 
 def _inside(directory: Path, path: Path) -> bool:
@@ -518,10 +500,10 @@ def _export_node(
             }
         },
     )
-    target.mkdir(parents=True, exist_ok=True)
+    target.mkdir()
     model.save(target / MODEL_FILE)
-    np.save(target / EXPECTED_OUTPUT_FILE, expected, allow_pickle=False)
-    (target / README_FILE).write_text(_readme(t, desc, prepared, exported, model_label), encoding="utf-8")
+    write_npy(target / EXPECTED_OUTPUT_FILE, expected)
+    write_text(target / README_FILE, _readme(t, desc, prepared, exported, model_label))
     log.info("exported %s to %s", t.name, target)
     return exported
 
@@ -564,8 +546,9 @@ def export_model(
     proto = loaded.proto
     model_label = loaded.path or "<in-memory model>"
     out_dir = Path(directory)
-    # Checked before running the model, cleared only once it ran: a failed run leaves the old export.
-    clear = _check_dir(out_dir, overwrite)
+    # Checked before running the model; the export is built out of sight and moved into place at the
+    # end, so a failed run or Ctrl-C leaves the old export (or nothing) and never a half-written one.
+    stage = StagedFolder(out_dir, overwrite=overwrite, previous=_previous_export, what="export directory")
 
     feeds = _feeds(loaded, inputs, input_shapes, seed)
     graph = proto.graph
@@ -592,61 +575,61 @@ def export_model(
                 )
     wanted = {n for c in candidates for n in (*c.node.input, *c.node.output[:1]) if n}
     values = _capture(proto, feeds, wanted)
-    if clear:
-        _remove_previous_export(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-
-    opsets = {("" if o.domain == "ai.onnx" else o.domain): int(o.version) for o in proto.opset_import}
-    width = max(3, len(str(max(len(graph.node) - 1, 0))))
-    exported: list[ExportedNode] = []
-    for cand in candidates:
-        node = cand.node
-        arrays: list[np.ndarray | None] = [values.get(n) if n else None for n in node.input]
-        infos = [TensorInfo(tuple(a.shape), _elem_type(a)) if a is not None else None for a in arrays]
-        t = translate_node(node, opsets.get("", 0), infos, fl, name=cand.name)
-        if t.status is not Status.DML or t.operator is None:
-            causes = "; ".join(f"{r.code}: {r.message}" for r in t.reasons) or t.status.value
-            skipped.append(
-                (
-                    cand.index,
-                    SkippedNode(cand.name, node.op_type, "NOT_DML", f"status {t.status.value}: {causes}"),
+    with stage:
+        opsets = {("" if o.domain == "ai.onnx" else o.domain): int(o.version) for o in proto.opset_import}
+        width = max(3, len(str(max(len(graph.node) - 1, 0))))
+        exported: list[ExportedNode] = []
+        for cand in candidates:
+            node = cand.node
+            arrays: list[np.ndarray | None] = [values.get(n) if n else None for n in node.input]
+            infos = [TensorInfo(tuple(a.shape), _elem_type(a)) if a is not None else None for a in arrays]
+            t = translate_node(node, opsets.get("", 0), infos, fl, name=cand.name)
+            if t.status is not Status.DML or t.operator is None:
+                causes = "; ".join(f"{r.code}: {r.message}" for r in t.reasons) or t.status.value
+                skipped.append(
+                    (
+                        cand.index,
+                        SkippedNode(cand.name, node.op_type, "NOT_DML", f"status {t.status.value}: {causes}"),
+                    )
                 )
-            )
-            continue
-        empty = [name for name, tensor in t.operator.tensors().items() if tensor.element_count == 0]
-        if empty:
-            skipped.append(
-                (
-                    cand.index,
-                    SkippedNode(
-                        cand.name,
-                        node.op_type,
-                        "EMPTY_TENSOR",
-                        f"{', '.join(empty)} has no elements; DxDispatch needs non-empty buffers",
-                    ),
+                continue
+            empty = [name for name, tensor in t.operator.tensors().items() if tensor.element_count == 0]
+            if empty:
+                skipped.append(
+                    (
+                        cand.index,
+                        SkippedNode(
+                            cand.name,
+                            node.op_type,
+                            "EMPTY_TENSOR",
+                            f"{', '.join(empty)} has no elements; DxDispatch needs non-empty buffers",
+                        ),
+                    )
                 )
-            )
-            continue
-        onnx_output = values.get(node.output[0]) if node.output else None
-        try:
-            exported.append(_export_node(cand, t, arrays, onnx_output, out_dir, width, model_label))
-        except IndexOutOfRangeError as exc:
-            skipped.append((cand.index, SkippedNode(cand.name, node.op_type, "INDEX_OUT_OF_RANGE", str(exc))))
-        except DmlShimError as exc:
-            skipped.append((cand.index, SkippedNode(cand.name, node.op_type, "EXPORT_FAILED", str(exc))))
+                continue
+            onnx_output = values.get(node.output[0]) if node.output else None
+            try:
+                exported.append(_export_node(cand, t, arrays, onnx_output, stage.path, width, model_label))
+            except IndexOutOfRangeError as exc:
+                skipped.append(
+                    (cand.index, SkippedNode(cand.name, node.op_type, "INDEX_OUT_OF_RANGE", str(exc)))
+                )
+            except DmlShimError as exc:
+                skipped.append((cand.index, SkippedNode(cand.name, node.op_type, "EXPORT_FAILED", str(exc))))
 
-    skipped.sort(key=lambda entry: entry[0])
-    result = ExportResult(out_dir, fl, tuple(exported), tuple(s for _, s in skipped))
-    index = {
-        "schema_version": INDEX_SCHEMA_VERSION,
-        "tool": "dmlshim export",
-        "model": model_label,
-        "feature_level": fl.dml_name,
-        "inputs": "given" if inputs is not None else {"generated": True, "seed": seed},
-        "input_shapes": {k: list(np.shape(v)) for k, v in feeds.items()},
-        "exported": [e.to_json() for e in exported],
-        "skipped": [s.to_json() for s in result.skipped],
-    }
-    (out_dir / INDEX_FILE).write_text(json.dumps(index, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+        skipped.sort(key=lambda entry: entry[0])
+        result = ExportResult(out_dir, fl, tuple(exported), tuple(s for _, s in skipped))
+        index = {
+            "schema_version": INDEX_SCHEMA_VERSION,
+            "tool": "dmlshim export",
+            "model": model_label,
+            "feature_level": fl.dml_name,
+            "inputs": "given" if inputs is not None else {"generated": True, "seed": seed},
+            "input_shapes": {k: list(np.shape(v)) for k, v in feeds.items()},
+            "exported": [e.to_json() for e in exported],
+            "skipped": [s.to_json() for s in result.skipped],
+        }
+        write_json(stage.path / INDEX_FILE, index)
+        stage.commit(last=INDEX_FILE)
     log.info("exported %d node(s), skipped %d, to %s", len(exported), len(skipped), out_dir)
     return result

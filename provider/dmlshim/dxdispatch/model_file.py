@@ -37,6 +37,7 @@ from ..dml.json_form import (
 )
 from ..dml.operators import OperatorDesc
 from ..errors import BadInputError, BadModelError
+from ..files import confined_path, write_inside, write_text
 
 log = logging.getLogger(__name__)
 
@@ -496,11 +497,12 @@ def _command_from_json(obj: Any, path: str) -> Command:
         dims = None
         if "dimensions" in mapping:
             dims = expect_uint_list(mapping["dimensions"], f"{path}.dimensions")
-        return WriteFileCommand(
-            expect_string(mapping["resource"], f"{path}.resource"),
-            expect_string(mapping["targetPath"], f"{path}.targetPath"),
-            dims,
-        )
+        target = expect_string(mapping["targetPath"], f"{path}.targetPath")
+        try:
+            confined_path(".", target, what="targetPath", suffixes=(".npy",))
+        except BadInputError as exc:
+            raise JsonFormError(f"{path}.targetPath", exc.message, value=target) from None
+        return WriteFileCommand(expect_string(mapping["resource"], f"{path}.resource"), target, dims)
     if kind == "print":
         check_keys(mapping, path, ("type", "resource"), ("resource",))
         return PrintCommand(expect_string(mapping["resource"], f"{path}.resource"))
@@ -550,23 +552,32 @@ class DxDispatchModel:
         """The model as JSON text: two-space indentation, arrays of numbers on one line, no NaN literals."""
         return _dumps(self.to_json(), 0) + "\n"
 
-    def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the model to ``path`` and every ``NpyFile`` array beside it.
+    def save(self, path: str | os.PathLike[str], *, overwrite: bool = True) -> Path:
+        """Write the model to ``path`` and every ``NpyFile`` array beside it, each atomically.
+
+        ``sourcePath`` files must lie in the model's folder (see :func:`dmlshim.files.write_inside`).
 
         Returns:
             The path written.
         """
         target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
         for name, resource in self.resources.items():
             iv = resource.initial_values
             if isinstance(iv, NpyFile):
                 if iv.array is None:
                     raise BadInputError(f"resource {name!r}: no array to write to {iv.source_path!r}")
-                npy = target.parent / iv.source_path
-                npy.parent.mkdir(parents=True, exist_ok=True)
-                np.save(npy, np.ascontiguousarray(iv.array), allow_pickle=False)
-        target.write_text(self.dumps(), encoding="utf-8")
+                arr = np.ascontiguousarray(iv.array)
+                write_inside(
+                    target.parent,
+                    iv.source_path,
+                    lambda h, a=arr: np.lib.format.write_array(h, a, allow_pickle=False),
+                    what=f"resource {name!r} sourcePath",
+                    suffixes=(".npy",),
+                    overwrite=overwrite,
+                )
+        if not target.parent.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+        write_text(target, self.dumps(), overwrite=overwrite, what="DxDispatch model file")
         log.info("DxDispatch model written to %s", target)
         return target
 

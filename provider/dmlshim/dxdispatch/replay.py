@@ -21,6 +21,7 @@ from ..dml.json_form import JsonFormError
 from ..dml.tensor import BufferTensorDesc
 from ..dml.validate import check
 from ..errors import BadInputError, DmlShimError
+from ..files import write_inside
 from ..kernels import IndexMode, KernelOptions, execute
 from .model_file import (
     BufferResource,
@@ -32,6 +33,9 @@ from .model_file import (
 )
 
 log = logging.getLogger(__name__)
+
+TARGET_SUFFIXES = (".npy",)
+"""``writeFile`` targets dmlshim writes: ``.npy`` files (DxDispatch writes raw bytes for other names)."""
 
 __all__ = ["DispatchRecord", "ReplayResult", "WrittenFile", "format_values", "replay", "replay_model"]
 
@@ -275,9 +279,15 @@ def _write_file(
                 value=list(command.dimensions),
             )
         array = flat[:count].reshape(command.dimensions)
-    target = (out_dir / command.target_path).resolve()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    np.save(target, np.ascontiguousarray(array), allow_pickle=False)
+    data = np.ascontiguousarray(array)
+    # DxDispatch writes wherever targetPath points; dmlshim keeps every file inside --output-path.
+    target = write_inside(
+        out_dir,
+        command.target_path,
+        lambda handle: np.lib.format.write_array(handle, data, allow_pickle=False),
+        what=f"{path}.targetPath",
+        suffixes=TARGET_SUFFIXES,
+    ).absolute()
     log.info("Resource '%s' written to '%s'", command.resource, target)
     return WrittenFile(command.resource, target, tuple(array.shape), data_type)
 

@@ -109,6 +109,10 @@ class DirectMLEngine:
     def get_providers(self) -> list[str]:
         return list(self._session.get_providers())
 
+    def ort_sessions(self) -> list[tuple[str, ort.InferenceSession]]:
+        """The one onnxruntime session (for profiling)."""
+        return [("the model", self._session)]
+
     def run(
         self, output_names: Sequence[str], feeds: Mapping[str, np.ndarray], *, run_options: Any = None
     ) -> tuple[list[np.ndarray], RunRecord]:

@@ -66,6 +66,7 @@ _BUILTIN_ENGINES: dict[str, str] = {
     "partitioned": "dmlshim.execute.partitioned:PartitionedEngine",
     "directml": "dmlshim.execute.directml:DirectMLEngine",
     "customop": "dmlshim.execute.custom_op:create_engine",
+    "cpu": "dmlshim.execute.cpu_engine:create_engine",
 }
 """Engines shipped with dmlshim: name -> ``module:factory``, imported on first use."""
 

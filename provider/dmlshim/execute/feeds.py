@@ -27,7 +27,7 @@ class NodeArg:
 
     Attributes:
         name: the value name.
-        shape: one entry per dimension (int, symbolic name or None); empty for a scalar and for a value
+        dims: one entry per dimension (int, symbolic name or None); empty for a scalar and for a value
             whose rank is unknown (see ``rank_known``).
         type: onnxruntime's type string, e.g. ``tensor(float)`` or ``seq(tensor(int64))``.
         elem_type: the ONNX element type (``onnx.TensorProto.FLOAT`` ...) of a tensor; 0 otherwise.
@@ -35,14 +35,22 @@ class NodeArg:
     """
 
     name: str
-    shape: tuple[Dim, ...]
+    dims: tuple[Dim, ...]
     type: str
     elem_type: int = 0
     rank_known: bool = False
 
     @property
+    def shape(self) -> list[Dim]:
+        """The dimensions as a new list, as onnxruntime's ``NodeArg.shape`` gives them."""
+        return list(self.dims)
+
+    @property
     def is_tensor(self) -> bool:
         return self.type.startswith("tensor(")
+
+    def __repr__(self) -> str:
+        return f"NodeArg(name={self.name!r}, type={self.type!r}, shape={self.shape!r})"
 
 
 @dataclass(frozen=True)
@@ -141,7 +149,7 @@ class FeedValidator:
     @staticmethod
     def _check_for(arg: NodeArg) -> _InputCheck:
         dtype = numpy_dtype(arg.elem_type) if arg.is_tensor else None
-        return _InputCheck(arg.name, dtype, arg.type, arg.shape if arg.rank_known else None)
+        return _InputCheck(arg.name, dtype, arg.type, arg.dims if arg.rank_known else None)
 
     def validate(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
         """Return the feeds as arrays; raise BadInputError naming the first input that does not fit.

@@ -19,7 +19,14 @@ import onnx
 from ..errors import BadModelError
 from ..graph import is_gather_scatter, subgraph_prefix, subgraphs, walk_nodes
 
-CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan"})
+# Where onnxruntime's DirectML provider places nodes is decided in one place, shared with inspect.
+from ..translate.placement import (  # noqa: F401 (re-exported)
+    CONTROL_FLOW_OPS,
+    CPU_OUTPUT_OPS,
+    DML_CPU_INPUTS,
+    SMALL_INITIALIZER_ELEMENTS,
+    cpu_preferred_nodes,
+)
 
 
 def outer_scope_inputs(node: onnx.NodeProto) -> set[str]:
@@ -258,133 +265,3 @@ def partition_graph(
         steps.append(CpuSegment(seg_count, tuple(item), tuple(inputs), tuple(inits), tuple(outputs)))
         seg_count += 1
     return Partition(tuple(steps), {k: tuple(v) for k, v in consumers.items()})
-
-
-CPU_OUTPUT_OPS = frozenset({"Shape", "Size"})
-"""Ops whose outputs onnxruntime's DirectML provider leaves in CPU memory (they have no DML kernel)."""
-
-SMALL_INITIALIZER_ELEMENTS = 100
-"""onnxruntime treats an initializer of at most this many elements as a CPU-friendly input."""
-
-DML_CPU_INPUTS: dict[str, frozenset[int]] = {
-    "Reshape": frozenset({1}),
-    "Expand": frozenset({1}),
-    "Unsqueeze": frozenset({1}),
-    "Squeeze": frozenset({1}),
-    "Slice": frozenset({1, 2, 3, 4}),
-    "Tile": frozenset({1}),
-    "ConstantOfShape": frozenset({0}),
-    "Pad": frozenset({1, 2, 3}),
-    "TopK": frozenset({1}),
-    "Resize": frozenset({1, 2, 3}),
-    "Upsample": frozenset({1}),
-    "OneHot": frozenset({1}),
-    "Split": frozenset({1}),
-    "CumSum": frozenset({1}),
-    "Trilu": frozenset({1}),
-    "Range": frozenset({0, 1, 2}),
-    "Clip": frozenset({1, 2}),
-    "ReduceSum": frozenset({1}),
-    "ReduceMean": frozenset({1}),
-    "ReduceMax": frozenset({1}),
-    "ReduceMin": frozenset({1}),
-    "ReduceProd": frozenset({1}),
-    "ReduceL1": frozenset({1}),
-    "ReduceL2": frozenset({1}),
-    "ReduceLogSum": frozenset({1}),
-    "ReduceLogSumExp": frozenset({1}),
-    "ReduceSumSquare": frozenset({1}),
-}
-"""Inputs the DirectML provider's kernels read from CPU memory (shapes, axes, counts). A CPU tensor fed
-there does not pull the node onto the CPU. An approximation of its kernel registrations; ops not listed
-take every input in GPU memory."""
-
-_NO_CPU_PREFERENCE_TYPES = frozenset(
-    {
-        onnx.TensorProto.FLOAT16,
-        onnx.TensorProto.BFLOAT16,
-        onnx.TensorProto.FLOAT8E4M3FN,
-        onnx.TensorProto.FLOAT8E4M3FNUZ,
-        onnx.TensorProto.FLOAT8E5M2,
-        onnx.TensorProto.FLOAT8E5M2FNUZ,
-    }
-)
-
-
-def cpu_preferred_nodes(
-    graph: onnx.GraphProto,
-    on_cpu: Collection[int],
-    elem_types: Mapping[str, int],
-    small_constants: Collection[str],
-) -> set[int]:
-    """The nodes onnxruntime moves from the DirectML provider to the CPU as cheap shape computations.
-
-    This follows onnxruntime's partitioning pass for GPU providers: starting from the consumers of
-    tensors already in CPU memory (outputs of nodes the provider does not take, such as ``Shape``), a node
-    the provider could run is placed on the CPU instead when every input is a CPU tensor (one the
-    provider's kernel does not itself read from CPU memory), a small initializer or a graph input, and
-    none is a 16-bit or 8-bit float. Such nodes (typically ``Shape ->
-    Gather -> Unsqueeze -> Concat -> Reshape`` chains) never reach DirectML.
-
-    Args:
-        graph: the top-level graph (nodes in topological order).
-        on_cpu: indices of nodes the DirectML provider does not take (e.g. gather/scatter fallbacks;
-            control-flow nodes are added here).
-        elem_types: element type of each value, where known.
-        small_constants: initializers and folded constants with at most SMALL_INITIALIZER_ELEMENTS
-            elements.
-
-    Returns:
-        Indices of the nodes moved to the CPU (never those in ``on_cpu``).
-    """
-    nodes = list(graph.node)
-    cpu_nodes = set(on_cpu) | {
-        i for i, n in enumerate(nodes) if n.op_type in CONTROL_FLOW_OPS and n.domain in ("", "ai.onnx")
-    }
-    graph_inputs = {v.name for v in graph.input}
-    consumers: dict[str, list[int]] = {}
-    for i, node in enumerate(nodes):
-        for name in node.input:
-            if name:
-                consumers.setdefault(name, []).append(i)
-    cpu_values: set[str] = set()
-    heap: list[int] = []
-
-    def mark_outputs(i: int) -> None:
-        for out in nodes[i].output:
-            if out:
-                cpu_values.add(out)
-                for j in consumers.get(out, ()):
-                    heapq.heappush(heap, j)
-
-    for i, node in enumerate(nodes):
-        if node.op_type in CPU_OUTPUT_OPS and node.domain in ("", "ai.onnx"):
-            mark_outputs(i)
-    moved: set[int] = set()
-    visited: set[int] = set()
-    while heap:
-        i = heapq.heappop(heap)
-        if i in visited:
-            continue
-        visited.add(i)
-        if i in cpu_nodes:
-            # A node the provider does not take runs on the CPU anyway; what it produces is a CPU tensor.
-            mark_outputs(i)
-            continue
-        ok = True
-        cpu_inputs = DML_CPU_INPUTS.get(nodes[i].op_type, frozenset())
-        for k, name in enumerate(nodes[i].input):
-            if not name:
-                continue
-            if elem_types.get(name, 0) in _NO_CPU_PREFERENCE_TYPES:
-                ok = False
-                break
-            if name in small_constants or name in graph_inputs:
-                continue
-            if name not in cpu_values or k in cpu_inputs:
-                ok = False
-                break
-        if ok:
-            moved.add(i)
-            mark_outputs(i)
-    return moved

@@ -16,6 +16,7 @@ computed.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -23,21 +24,22 @@ from typing import Any
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 from onnx import helper, numpy_helper
 
 from ..errors import BadModelError, DmlShimError
 from ..graph import display_names, is_gather_scatter
 from ..limits import check_static_values
 from ..translate import NodeTranslation, Status, TensorInfo, infer_shapes, translate_node
-from ..translate.plan import DML_PROVIDER
+from ..translate.placement import CPU_PREFERRED_MESSAGE, graph_placements
+from ..translate.plan import CPU_PROVIDER
 from ..translate.shapes_info import tensor_infos
-from ..translate.translator import model_opsets, node_since_version
+from ..translate.translator import model_opsets, model_placements, node_since_version
 from .engine import EngineConfig
 from .ort_support import ORT_ERRORS, cpu_session, ort_run_error
 from .partition import (
     CpuSegment,
     EmulatedNode,
-    cpu_preferred_nodes,
     nested_gather_scatter,
     partition_graph,
 )
@@ -77,6 +79,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+_session = cpu_session  # the name execute.cpu_engine imports
 
 _SHAPE_UNKNOWN = "SHAPE_UNKNOWN"
 
@@ -197,7 +201,7 @@ class PartitionedEngine:
         template: list[NodeRecord | None] = []
         slot_of: dict[int, int] = {}
         candidates: dict[int, tuple[int, NodeTranslation, list[TensorInfo | None]]] = {}
-        on_cpu: set[int] = set()
+        translated: dict[int, NodeTranslation] = {}
         for i, node in enumerate(nodes):
             if is_gather_scatter(node):
                 since = node_since_version(node, opsets)
@@ -205,6 +209,7 @@ class PartitionedEngine:
                 t = translate_node(node, since, node_infos, config.feature_level, name=names[i])
                 slot_of[i] = len(template)
                 template.append(None)
+                translated[i] = t
                 shape_unknown = t.status is Status.ERROR and _SHAPE_UNKNOWN in t.reason_codes
                 # A scatter without reduction that falls back still runs as its own step, so that the
                 # writes its duplicate indices overwrite are counted in the run record.
@@ -212,7 +217,6 @@ class PartitionedEngine:
                 if t.status is Status.DML or shape_unknown or counted:
                     candidates[i] = (since, t, node_infos)
                 else:
-                    on_cpu.add(i)
                     template[slot_of[i]] = NodeRecord(
                         name=names[i],
                         op_type=node.op_type,
@@ -221,8 +225,6 @@ class PartitionedEngine:
                         reasons=reasons_of(t),
                         ort_placement=t.ort_placement,
                     )
-                if t.status is Status.DML and t.ort_placement != DML_PROVIDER:
-                    on_cpu.add(i)  # onnxruntime places it on the CPU; that matters for the heuristic below
             for nested in nested_gather_scatter([node], [names[i]]):
                 template.append(
                     NodeRecord(
@@ -242,27 +244,31 @@ class PartitionedEngine:
                     )
                 )
 
-        if ort_cpu_preference and candidates:
-            small = {t.name for t in graph.initializer if int(np.prod(t.dims, dtype=np.int64)) <= 100} | {
-                n for n, t in constants.items() if int(np.prod(t.dims, dtype=np.int64)) <= 100
-            }
+        if any(r is not None and r.status == REASON_NOT_EMULATED for r in template):
+            # Inside control flow onnxruntime still places each node: say where, as inspect does.
+            ep = model_placements(model, config.feature_level)
+            template = [
+                dataclasses.replace(r, ort_placement=ep.get(r.name))
+                if r is not None and r.status == REASON_NOT_EMULATED
+                else r
+                for r in template
+            ]
+        if ort_cpu_preference and translated:
             elem_types = {n: info.elem_type for n, info in infos.items()}
-            for i in sorted(cpu_preferred_nodes(graph, on_cpu, elem_types, small) & set(candidates)):
+            moved = graph_placements(graph, translated, elem_types)
+            for i in sorted(moved - set(candidates)):
+                record = template[slot_of[i]]
+                if record is not None:
+                    template[slot_of[i]] = dataclasses.replace(record, ort_placement=CPU_PROVIDER)
+            for i in sorted(moved & set(candidates)):
                 _, t, _ = candidates.pop(i)
                 template[slot_of[i]] = NodeRecord(
                     name=names[i],
                     op_type=nodes[i].op_type,
                     placement=PLACEMENT_CPU,
                     status=t.status.value,
-                    reasons=(
-                        *reasons_of(t),
-                        (
-                            REASON_CPU_PREFERRED,
-                            "onnxruntime's DirectML provider runs this node on the CPU: every input is a CPU "
-                            "tensor (a shape computation), a small initializer or a graph input",
-                        ),
-                    ),
-                    ort_placement="CPUExecutionProvider",
+                    reasons=(*reasons_of(t), (REASON_CPU_PREFERRED, CPU_PREFERRED_MESSAGE)),
+                    ort_placement=CPU_PROVIDER,
                 )
 
         for i in candidates:
@@ -370,6 +376,19 @@ class PartitionedEngine:
         """Names of the nodes planned to run from their DirectML descriptors."""
         return tuple(s.name for s in self._steps if isinstance(s, EmulatedStep))
 
+    step_observer: Callable[[Callable[[Values, RunState], None], Values, RunState], None] | None = None
+    """Called as ``observe(step, values, state)`` in place of each ``step(values, state)`` (profiling)."""
+
+    def ort_sessions(self) -> list[tuple[str, ort.InferenceSession]]:
+        """Every onnxruntime session built so far (CPU partitions, then one-node fallbacks), labelled."""
+        found: list[tuple[str, ort.InferenceSession]] = []
+        for step in self._steps:
+            if isinstance(step, CpuStep):
+                found.append((step.label, step.session))
+            elif isinstance(step, EmulatedStep):
+                found.extend((f"node {step.name!r} on the CPU", s) for s in step.fallback_sessions.values())
+        return found
+
     @property
     def emulated_io(self) -> tuple[EmulatedIO, ...]:
         """The emulated nodes in run order, with the values each reads and writes."""
@@ -407,8 +426,12 @@ class PartitionedEngine:
         else:
             values = dict(self._static_values)
             values.update(feeds)
+            observe = self.step_observer
             for run_step in self._steps:
-                run_step(values, state)
+                if observe is None:
+                    run_step(values, state)
+                else:
+                    observe(run_step, values, state)
             results = [
                 np.array(values[n], copy=True) if n in self._copy_on_output else values[n]
                 for n in output_names

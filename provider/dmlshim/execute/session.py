@@ -3,199 +3,168 @@ nodes as DirectML executes them and records, per run, what ran where."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import os
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import onnx
-from google.protobuf.message import DecodeError
+import onnxruntime as ort
 
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
-from ..errors import BadInputError, BadModelError, DmlShimError
+from ..errors import BadInputError, DmlShimError, NotSupportedError
 from ..kernels.options import IndexMode
-from ..limits import check_model_inputs
-from ..modelcheck import check_well_formed, load_external_data
 from .engine import Engine, EngineConfig, get_engine_factory
 from .feeds import FeedValidator, ModelMetadata, NodeArg, node_arg
+from .iobinding import IOBinding, as_array
+from .model_source import LoadedModel, ModelSource, load_model, typed_outputs
+from .profiling import SessionProfiler, check_prefix
+from .providers import normalize_providers
 from .record import RunRecord
+from .session_args import (
+    NO_MODEL_VERSION,
+    fallback_flag,
+    parse_feature_level,
+    parse_index_mode,
+    resolve_engine,
+)
+from .session_info import EpAssignedSubgraph, cpu_ep_device, cpu_memory_info, graph_assignment
+from .session_options import (
+    GRAPH_ASSIGNMENT_KEY,
+    check_session_options,
+    config_entry,
+    engine_options,
+    write_optimized_model,
+)
+
+__all__ = ["InferenceSession", "LoadedModel", "ModelSource", "load_model"]
 
 logger = logging.getLogger(__name__)
-
-ModelSource = str | os.PathLike[str] | bytes | onnx.ModelProto
-"""A model file path, serialized model bytes, or a ``ModelProto``."""
-
-
-@dataclass(frozen=True)
-class LoadedModel:
-    """A model and the file it came from (None for bytes or a ModelProto)."""
-
-    proto: onnx.ModelProto
-    path: str | None
-
-
-def load_model(model: ModelSource) -> LoadedModel:
-    """Read a model from a path, bytes or a ModelProto, with external data kept inside the model's folder.
-
-    Raises:
-        BadModelError: the file is missing, empty, is not an ONNX model, is truncated, or has external data
-            whose location leaves the model's folder.
-        TooLargeError: a graph input has a static shape that cannot fit in this machine's memory.
-    """
-    if isinstance(model, onnx.ModelProto):
-        loaded = LoadedModel(model, None)
-    elif isinstance(model, (bytes, bytearray, memoryview)):
-        try:
-            loaded = LoadedModel(onnx.load_from_string(bytes(model)), None)
-        except (DecodeError, ValueError, RuntimeError) as exc:
-            raise BadModelError(f"the bytes are not a serialized ONNX model: {exc}") from exc
-    elif isinstance(model, (str, os.PathLike)):
-        path = Path(model)
-        if not path.is_file():
-            raise BadModelError(
-                "model file not found" if not path.exists() else "not a regular file", path=str(path)
-            )
-        try:
-            proto = onnx.load(str(path), load_external_data=False)
-        except (DecodeError, ValueError, RuntimeError, OSError) as exc:
-            raise BadModelError(f"not a readable ONNX model: {exc}", path=str(path)) from exc
-        _require_graph(proto, str(path))
-        load_external_data(proto, path)
-        loaded = LoadedModel(proto, str(path))
-    else:
-        raise BadModelError(
-            f"model must be a path, bytes or onnx.ModelProto, not {type(model).__name__}",
-            value=type(model).__name__,
-        )
-    _require_graph(loaded.proto, loaded.path)
-    check_well_formed(loaded.proto, loaded.path)
-    check_model_inputs(loaded.proto, path=loaded.path)
-    return loaded
-
-
-def _require_graph(proto: onnx.ModelProto, path: str | None) -> None:
-    # An empty file parses as an empty ModelProto; say so instead of letting onnxruntime say "no graph".
-    if not proto.HasField("graph") or not proto.opset_import:
-        raise BadModelError(
-            "not an ONNX model (empty, or no graph or no opset_import)",
-            path=path,
-            rule="an ONNX model has a graph and at least one opset_import",
-        )
-
-
-def _typed_outputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
-    """The graph outputs, with types from shape inference for those declared without one."""
-    outputs = list(model.graph.output)
-    if all(o.type.WhichOneof("value") is not None for o in outputs):
-        return outputs
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
-    except (
-        onnx.shape_inference.InferenceError,
-        onnx.checker.ValidationError,
-        ValueError,
-        RuntimeError,
-    ) as exc:
-        logger.debug("shape inference failed, output types stay unknown: %s", exc)
-        return outputs
-    known = {v.name: v for v in (*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output)}
-    return [o if o.type.WhichOneof("value") is not None else known.get(o.name, o) for o in outputs]
-
-
-def _parse_feature_level(value: FeatureLevel | str | int) -> FeatureLevel:
-    if isinstance(value, FeatureLevel):
-        return value
-    try:
-        return FeatureLevel.parse(value)
-    except ValueError as exc:
-        raise BadInputError(str(exc), value=value) from exc
-
-
-def _parse_index_mode(value: IndexMode | str) -> IndexMode:
-    try:
-        return IndexMode(value)
-    except ValueError:
-        raise BadInputError(f"index_mode must be 'error' or 'clamp', not {value!r}", value=value) from None
 
 
 class InferenceSession:
     """Runs an ONNX model with its gather/scatter nodes executed as DirectML executes them.
 
-    A drop-in for ``onnxruntime.InferenceSession``: ``run``, ``get_inputs``, ``get_outputs``,
-    ``get_modelmeta`` and ``get_providers`` behave the same way. After each ``run``, ``last_run_record``
-    says which gather/scatter nodes ran from their DirectML descriptors and which ran on onnxruntime's CPU
-    provider, and why.
+    A drop-in for ``onnxruntime.InferenceSession``: same constructor, same methods (see
+    ``docs/python-api.md`` for each one). After each ``run``, ``last_run_record`` says which gather/scatter
+    nodes ran from their DirectML descriptors and which ran on onnxruntime's CPU provider, and why.
 
     Args:
-        model: a model file path, serialized model bytes, or an ``onnx.ModelProto`` (not modified).
-        feature_level: the DirectML feature level to emulate (``FeatureLevel`` or ``"5_0"``, ``"0x5000"``,
-            ``"DML_FEATURE_LEVEL_5_0"``). Defaults to 5_0, what onnxruntime-directml requires.
-        providers: accepted for compatibility with onnxruntime. The partitioned engine always runs
-            non-emulated nodes on ``CPUExecutionProvider``; the directml engine passes them on.
-        engine: ``"partitioned"`` (default: gather/scatter nodes run through dmlshim's DirectML kernels,
-            everything else in onnxruntime CPU sessions), ``"directml"`` (the whole model on onnxruntime's
-            real ``DmlExecutionProvider``, Windows only), or any name given to
+        path_or_bytes: a model file path, serialized model bytes, or an ``onnx.ModelProto`` (not modified).
+        sess_options: an ``onnxruntime.SessionOptions``, meaning what it means in onnxruntime for the whole
+            model: its settings reach every onnxruntime session dmlshim builds, ``optimized_model_filepath``
+            gets one optimized whole model, and profiling gives one profile from ``end_profiling()``.
+        providers: ``DmlExecutionProvider`` (gather/scatter emulated, the default) and/or
+            ``CPUExecutionProvider`` (alone: the whole model on onnxruntime's CPU provider, nothing
+            emulated); names or ``(name, options)`` tuples. Any other provider is an error.
+        provider_options: one options dict per provider, as in onnxruntime.
+        feature_level: keyword-only; the DirectML feature level to emulate (``FeatureLevel`` or ``"5_0"``,
+            ``"0x5000"``, ``"DML_FEATURE_LEVEL_5_0"``). Defaults to 5_0, what onnxruntime-directml requires.
+        engine: keyword-only; ``"partitioned"`` (default: gather/scatter nodes through dmlshim's DirectML
+            kernels, everything else in onnxruntime CPU sessions), ``"customop"``, ``"directml"`` (the
+            real ``DmlExecutionProvider``, Windows only), ``"cpu"``, or a name given to
             :func:`dmlshim.execute.engine.register_engine`.
-        index_mode: ``"error"`` (an out-of-range index raises ``IndexOutOfRangeError``, as ONNX says) or
-            ``"clamp"`` (clamped into range, a defined stand-in for DirectML's undefined results).
-        sess_options: ``onnxruntime.SessionOptions`` used for every onnxruntime session the engine builds.
+        index_mode: keyword-only; ``"error"`` (an out-of-range index raises ``IndexOutOfRangeError``, as
+            ONNX says) or ``"clamp"`` (clamped into range, a stand-in for DirectML's undefined results).
+        **kwargs: onnxruntime's ``enable_fallback``; its ``read_config_from_model`` and
+            ``disabled_optimizers`` raise ``NotSupportedError``.
 
     Raises:
         BadModelError: the model cannot be read or onnxruntime rejects it.
-        BadInputError: a bad feature level or index mode.
+        BadInputError: bad options, providers or feature level.
         EngineUnavailableError: the engine is unknown or cannot run on this machine.
     """
 
     def __init__(
         self,
-        model: ModelSource,
-        feature_level: FeatureLevel | str | int = DEFAULT_FEATURE_LEVEL,
-        providers: Sequence[Any] | None = None,
-        *,
-        engine: str = "partitioned",
-        index_mode: IndexMode | str = IndexMode.ERROR,
+        path_or_bytes: ModelSource,
         sess_options: Any = None,
+        providers: Sequence[Any] | None = None,
+        provider_options: Sequence[Mapping[str, Any]] | None = None,
+        *,
+        feature_level: FeatureLevel | str | int = DEFAULT_FEATURE_LEVEL,
+        engine: str | None = None,
+        index_mode: IndexMode | str = IndexMode.ERROR,
+        **kwargs: Any,
     ) -> None:
-        self._feature_level = _parse_feature_level(feature_level)
-        self._index_mode = _parse_index_mode(index_mode)
-        factory = get_engine_factory(engine)
-        loaded = load_model(model)
-        self._model_path = loaded.path
-        graph = loaded.proto.graph
+        check_session_options(sess_options)
+        self._fallback_enabled = fallback_flag(kwargs)
+        self._feature_level = parse_feature_level(feature_level)
+        self._index_mode = parse_index_mode(index_mode)
+        self._choice = normalize_providers(providers, provider_options)
+        self._engine_request = engine
+        get_engine_factory(resolve_engine(engine, self._choice))  # an unknown engine fails before loading
+        self._sess_options = sess_options
+        self._profiler: SessionProfiler | None = None
+        if sess_options is not None and sess_options.enable_profiling:
+            check_prefix(sess_options.profile_file_prefix)
+            self._profiler = SessionProfiler(sess_options.profile_file_prefix)
+        with self._span("model_loading"):
+            loaded = load_model(path_or_bytes)
+        self._loaded = loaded
+        self._describe(loaded)
+        self._last_run_record: RunRecord | None = None
+        with self._span("session_initialization"):
+            write_optimized_model(loaded.proto, loaded.path, sess_options)
+            self._engine: Engine = self._build_engine()
+        logger.debug(
+            "session for %s ready (engine %s)", loaded.path or "<in-memory model>", self._engine.name
+        )
+
+    def _describe(self, loaded: LoadedModel) -> None:
+        proto = loaded.proto
+        graph = proto.graph
         init_names = {t.name for t in graph.initializer}
         self._inputs = tuple(node_arg(v) for v in graph.input if v.name not in init_names)
-        overridable = tuple(node_arg(v) for v in graph.input if v.name in init_names)
-        self._outputs = tuple(node_arg(v) for v in _typed_outputs(loaded.proto))
+        self._overridable = tuple(node_arg(v) for v in graph.input if v.name in init_names)
+        self._outputs = tuple(node_arg(v) for v in typed_outputs(proto))
         self._output_names = [o.name for o in self._outputs]
         self._known_outputs = frozenset(self._output_names)
-        self._validator = FeedValidator(self._inputs, overridable)
+        self._validator = FeedValidator(self._inputs, self._overridable)
         self._meta = ModelMetadata(
-            producer_name=loaded.proto.producer_name,
+            producer_name=proto.producer_name,
             graph_name=graph.name,
-            domain=loaded.proto.domain,
-            description=loaded.proto.doc_string,
+            domain=proto.domain,
+            description=proto.doc_string,
             graph_description=graph.doc_string,
-            version=int(loaded.proto.model_version),
-            custom_metadata_map={p.key: p.value for p in loaded.proto.metadata_props},
+            version=int(proto.model_version) if proto.HasField("model_version") else NO_MODEL_VERSION,
+            custom_metadata_map={p.key: p.value for p in proto.metadata_props},
         )
+
+    def _build_engine(self) -> Engine:
+        name = resolve_engine(self._engine_request, self._choice)
+        profiler = self._profiler
         config = EngineConfig(
             feature_level=self._feature_level,
             index_mode=self._index_mode,
-            sess_options=sess_options,
-            providers=tuple(providers) if providers is not None else None,
-            model_path=loaded.path,
+            sess_options=engine_options(
+                self._sess_options, profile_prefix=profiler.partition_prefix if profiler else None
+            ),
+            # Only the real DirectML engine hands providers to onnxruntime; the others run on its CPU.
+            providers=tuple(zip(self._choice.names, self._choice.options, strict=True))
+            if name == "directml"
+            else None,
+            model_path=self._loaded.path,
         )
         try:
-            self._engine: Engine = factory(loaded.proto, config)
+            engine = get_engine_factory(name)(self._loaded.proto, config)
         except DmlShimError as exc:
             if exc.path is None:
-                exc.path = loaded.path
+                exc.path = self._loaded.path
             raise
-        self._last_run_record: RunRecord | None = None
-        logger.debug("session for %s ready (engine %s)", loaded.path or "<in-memory model>", engine)
+        if profiler is not None and hasattr(engine, "step_observer"):
+            engine.step_observer = profiler.observe_step
+        return engine
+
+    def _span(self, name: str) -> contextlib.AbstractContextManager[None]:
+        return self._profiler.span(name) if self._profiler is not None else contextlib.nullcontext()
+
+    def _ort_sessions(self) -> list[tuple[str, Any]]:
+        sessions: Callable[[], list[tuple[str, Any]]] | None = getattr(self._engine, "ort_sessions", None)
+        return list(sessions()) if sessions is not None else []
+
+    # --- dmlshim's own properties ------------------------------------------------------------------
 
     @property
     def engine(self) -> Engine:
@@ -215,12 +184,14 @@ class InferenceSession:
     @property
     def model_path(self) -> str | None:
         """The model file, when the session was built from a path."""
-        return self._model_path
+        return self._loaded.path
 
     @property
     def last_run_record(self) -> RunRecord | None:
         """The record of the latest ``run`` (None before the first run)."""
         return self._last_run_record
+
+    # --- model description -------------------------------------------------------------------------
 
     def get_inputs(self) -> list[NodeArg]:
         """The graph inputs a caller feeds (initializers excluded), like onnxruntime's ``NodeArg`` list."""
@@ -230,25 +201,138 @@ class InferenceSession:
         """The graph outputs, in graph order."""
         return list(self._outputs)
 
+    def get_overridable_initializers(self) -> list[NodeArg]:
+        """Graph inputs that have an initializer as default value (may be fed or left out)."""
+        return list(self._overridable)
+
     def get_modelmeta(self) -> ModelMetadata:
-        """The model's metadata (producer, graph name, domain, description, version, custom map)."""
+        """The model's metadata: producer, graph name, domain, description, version, custom map."""
         return self._meta
 
+    def get_session_options(self) -> Any:
+        """The ``SessionOptions`` the session was created with (onnxruntime's defaults when none)."""
+        return self._sess_options if self._sess_options is not None else ort.SessionOptions()
+
+    def get_input_memory_infos(self) -> list[Any]:
+        """Where each input lives: CPU memory (``OrtMemoryInfo``)."""
+        return [cpu_memory_info() for _ in self._inputs]
+
+    def get_output_memory_infos(self) -> list[Any]:
+        """Where each output lives: CPU memory (``OrtMemoryInfo``)."""
+        return [cpu_memory_info() for _ in self._outputs]
+
+    def get_input_epdevices(self) -> list[Any]:
+        """onnxruntime's CPU ``OrtEpDevice`` for each input (dmlshim reads every input on the CPU)."""
+        device = cpu_ep_device()
+        return [device for _ in self._inputs]
+
+    # --- providers ---------------------------------------------------------------------------------
+
     def get_providers(self) -> list[str]:
-        """The providers nodes run on, e.g. ``["DmlShimExecutionProvider", "CPUExecutionProvider"]``."""
-        return list(self._engine.get_providers())
+        """The providers, e.g. ``["DmlExecutionProvider", "CPUExecutionProvider"]`` (DirectML emulated)."""
+        if self._engine.name == "directml":
+            return list(self._engine.get_providers())
+        return list(self._choice.names)
+
+    def get_provider_options(self) -> dict[str, dict[str, str]]:
+        """Each provider's options (string keys and values), as given."""
+        return self._choice.as_dict()
+
+    def set_providers(
+        self,
+        providers: Sequence[Any] | None = None,
+        provider_options: Sequence[Mapping[str, Any]] | None = None,
+    ) -> None:
+        """Choose providers again and rebuild the engine, as onnxruntime re-creates its session.
+
+        Raises:
+            BadInputError: an unsupported provider (see the constructor).
+        """
+        choice = normalize_providers(providers, provider_options)
+        resolve_engine(self._engine_request, choice)
+        if self._profiler is not None:
+            self._profiler.harvest(self._ort_sessions())
+        self._choice = choice
+        self._engine = self._build_engine()
+
+    def get_provider_graph_assignment_info(self) -> list[EpAssignedSubgraph]:
+        """Which provider runs each top-level node, as planned when the session was built.
+
+        Needs the session config entry ``session.record_ep_graph_assignment_info`` set to ``"1"``, as in
+        onnxruntime. Emulated gather/scatter nodes are on ``DmlExecutionProvider``; see
+        ``last_run_record`` for what each run actually did.
+        """
+        if config_entry(self._sess_options, GRAPH_ASSIGNMENT_KEY) != "1":
+            raise BadInputError(
+                f'session configuration entry {GRAPH_ASSIGNMENT_KEY!r} must be set to "1" to retrieve '
+                "graph assignment information (sess_options.add_session_config_entry); "
+                "last_run_record always says where each gather/scatter node ran",
+                rule="onnxruntime records EP graph assignment only when asked",
+            )
+        emulated = getattr(self._engine, "emulated_nodes", ())
+        return graph_assignment(self._loaded.proto, frozenset(emulated))
+
+    def disable_fallback(self) -> None:
+        """Kept for onnxruntime compatibility: dmlshim never retries a run on other providers."""
+        self._fallback_enabled = False
+
+    def enable_fallback(self) -> None:
+        """Kept for onnxruntime compatibility: an emulation error is raised, never hidden by a retry."""
+        self._fallback_enabled = True
+
+    def set_ep_dynamic_options(self, options: Mapping[str, str]) -> None:
+        """Accepted and ignored, as onnxruntime's CPU provider does: the emulation has no dynamic options."""
+        logger.debug("set_ep_dynamic_options ignored: %s", dict(options))
+
+    def get_tuning_results(self) -> list[Any]:
+        """No tunable kernels: always ``[]``, as onnxruntime's CPU provider."""
+        return []
+
+    def set_tuning_results(self, results: Any, *, error_on_invalid: bool = False) -> None:
+        """Accepted and ignored: there are no tunable kernels to tune."""
+
+    def release_captured_graph(self, graph_annotation_id: int = 0) -> None:
+        """Nothing to release: no graph is captured (as onnxruntime's CPU provider)."""
+
+    # --- running -----------------------------------------------------------------------------------
+
+    def _wanted(self, output_names: Sequence[str] | None) -> list[str]:
+        if not output_names:
+            return list(self._output_names)
+        if isinstance(output_names, (str, bytes)):
+            raise BadInputError(
+                f"output_names must be a list of names or None, not the string {output_names!r}",
+                value=output_names,
+            )
+        names = list(output_names)
+        for name in names:
+            if name not in self._known_outputs:
+                raise BadInputError(
+                    f"{name!r} is not an output of the model (outputs: {', '.join(self._output_names)})",
+                    tensor=name,
+                )
+        return names
+
+    def _feeds(self, input_feed: Mapping[str, Any]) -> dict[str, Any]:
+        if isinstance(input_feed, Mapping):
+            input_feed = {name: as_array(value) for name, value in input_feed.items()}
+        return self._validator.validate(input_feed)
+
+    def _execute(self, names: list[str], feeds: dict[str, Any], run_options: Any) -> list[Any]:
+        with self._span("model_run"):
+            outputs, record = self._engine.run(names, feeds, run_options=run_options)
+        self._last_run_record = record
+        return outputs
 
     def run(
-        self,
-        output_names: Sequence[str] | None,
-        input_feed: Mapping[str, Any],
-        run_options: Any = None,
-    ) -> list[np.ndarray]:
+        self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any], run_options: Any = None
+    ) -> list[Any]:
         """Compute graph outputs.
 
         Args:
-            output_names: the outputs wanted, or None for all of them in graph order.
-            input_feed: one array per graph input, by name. Arrays are never modified.
+            output_names: the outputs wanted, or None (or ``[]``) for all of them in graph order.
+            input_feed: one value per graph input, by name: numpy arrays (never modified) or CPU
+                ``onnxruntime.OrtValue``s.
             run_options: an ``onnxruntime.RunOptions`` passed to the onnxruntime sessions, or None.
 
         Returns:
@@ -259,17 +343,130 @@ class InferenceSession:
                 failure of onnxruntime on these inputs.
             IndexOutOfRangeError: an index out of range in an emulated node (``index_mode="error"``).
         """
-        if output_names is None:
-            names: Sequence[str] = self._output_names
-        else:
-            names = list(output_names)
-            for name in names:
-                if name not in self._known_outputs:
-                    raise BadInputError(
-                        f"{name!r} is not an output of the model (outputs: {', '.join(self._output_names)})",
-                        tensor=name,
-                    )
-        feeds = self._validator.validate(input_feed)
-        outputs, record = self._engine.run(names, feeds, run_options=run_options)
-        self._last_run_record = record
-        return outputs
+        names = self._wanted(output_names)
+        return self._execute(names, self._feeds(input_feed), run_options)
+
+    def run_async(
+        self,
+        output_names: Sequence[str] | None,
+        input_feed: Mapping[str, Any],
+        callback: Callable[[list[Any], Any, str], None],
+        user_data: Any,
+        run_options: Any = None,
+    ) -> None:
+        """Run in a background thread, then call ``callback(outputs, user_data, error)`` from it.
+
+        ``error`` is ``""`` on success; on failure the outputs are ``[]`` and ``error`` is the dmlshim
+        error's message. Feeds and output names are checked before the thread starts, as in onnxruntime.
+        """
+        names = self._wanted(output_names)
+        feeds = self._feeds(input_feed)
+
+        def work() -> None:
+            try:
+                outputs, error = self._execute(names, feeds, run_options), ""
+            except DmlShimError as exc:
+                outputs, error = [], str(exc)
+            callback(outputs, user_data, error)
+
+        threading.Thread(target=work, name="dmlshim-run-async", daemon=True).start()
+
+    def run_with_ort_values(
+        self,
+        output_names: Sequence[str] | None,
+        input_dict_ort_values: Mapping[str, Any],
+        run_options: Any = None,
+    ) -> list[Any]:
+        """``run`` with ``onnxruntime.OrtValue`` inputs (or arrays); returns ``OrtValue``s."""
+        outputs = self.run(output_names, input_dict_ort_values, run_options)
+        return [_to_ortvalue(o) for o in outputs]
+
+    def run_with_ortvaluevector(
+        self,
+        run_options: Any,
+        feed_names: Sequence[str],
+        feeds: Any,
+        fetch_names: Sequence[str],
+        fetches: Any,
+        fetch_devices: Any,
+    ) -> None:
+        """``run`` over onnxruntime's ``OrtValueVector``s: reads ``feeds``, appends to ``fetches`` (or fills
+        the values already in it)."""
+        values = {name: ort.OrtValue(feeds[i]) for i, name in enumerate(feed_names)}
+        outputs = self.run(list(fetch_names), values, run_options)
+        if len(fetches) not in (0, len(outputs)):
+            raise BadInputError(
+                f"fetches holds {len(fetches)} values for {len(outputs)} fetch names; pass an empty "
+                "OrtValueVector or one value per name",
+                value=len(fetches),
+            )
+        for i, out in enumerate(outputs):
+            arr = np.ascontiguousarray(out)
+            if len(fetches) > i:
+                ort.OrtValue(fetches[i]).update_inplace(arr)
+            else:
+                owned = ort.OrtValue.ortvalue_from_shape_and_type(list(arr.shape), arr.dtype, "cpu")
+                owned.update_inplace(arr)
+                fetches.push_back(owned._get_c_value())
+
+    def io_binding(self) -> IOBinding:
+        """An :class:`~dmlshim.execute.iobinding.IOBinding` for :meth:`run_with_iobinding`."""
+        return IOBinding(self)
+
+    def run_with_iobinding(self, iobinding: IOBinding, run_options: Any = None) -> None:
+        """Run with the inputs and outputs bound on ``iobinding``; read results from it afterwards.
+
+        Raises:
+            BadInputError: the binding comes from another session, or no output is bound.
+        """
+        if not isinstance(iobinding, IOBinding) or iobinding.session is not self:
+            raise BadInputError("the IOBinding must come from this session's io_binding()")
+        names = iobinding.bound_output_names()
+        if not names:
+            raise BadInputError("at least one output must be bound (bind_output) before run_with_iobinding")
+        iobinding.store_results(self.run(names, iobinding.bound_feeds(), run_options))
+
+    def create_ortvalue_from_shape_and_type(
+        self,
+        shape: Sequence[int],
+        element_type: Any,
+        device_type: str,
+        device_id: int = 0,
+        vendor_id: int = -1,
+    ) -> Any:
+        """A CPU ``onnxruntime.OrtValue`` of this shape and element type.
+
+        Raises:
+            NotSupportedError: ``device_type`` is not ``"cpu"`` (dmlshim runs on the CPU).
+        """
+        if str(device_type).lower() != "cpu":
+            raise NotSupportedError(
+                f"cannot allocate on device {device_type!r}: dmlshim runs on the CPU; use device_type='cpu'",
+                value=device_type,
+            )
+        return ort.OrtValue.ortvalue_from_shape_and_type(list(shape), element_type, "cpu", device_id)
+
+    # --- profiling ---------------------------------------------------------------------------------
+
+    def end_profiling(self) -> str:
+        """Write the session's one profile file and return its name ('' if profiling is off or ended).
+
+        The file covers the whole model: onnxruntime's events for the CPU partitions' nodes and dmlshim's
+        for each emulated node (Chrome trace format; see :mod:`dmlshim.execute.profiling`).
+        """
+        if self._profiler is None:
+            return ""
+        return self._profiler.end(self._ort_sessions())
+
+    def get_profiling_start_time_ns(self) -> int:
+        """When profiling started (nanoseconds since the epoch), 0 when profiling is off."""
+        return self._profiler.start_time_ns if self._profiler is not None else 0
+
+
+def _to_ortvalue(value: Any) -> Any:
+    if not isinstance(value, np.ndarray):
+        raise NotSupportedError(
+            f"run_with_ort_values returns tensors only; this output is a {type(value).__name__} "
+            "(use run() for sequence and map outputs)"
+        )
+    return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(value))

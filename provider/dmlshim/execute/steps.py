@@ -96,9 +96,9 @@ class EmulatedStep:
     __slots__ = (
         "_attrs",
         "_cache",
-        "_fallback_sessions",
         "_model",
         "_sess_options",
+        "fallback_sessions",
         "feature_level",
         "index_mode",
         "inferred_output",
@@ -141,7 +141,7 @@ class EmulatedStep:
         self._sess_options = sess_options
         self._attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         self._cache: dict[tuple[Any, ...], tuple[NodeTranslation, NodeRecord | None]] = {}
-        self._fallback_sessions: dict[tuple[Any, ...], ort.InferenceSession] = {}
+        self.fallback_sessions: dict[tuple[Any, ...], ort.InferenceSession] = {}
         if static is not None and static_key is not None:
             self._cache[static_key] = (static, self._clean_record(static))
 
@@ -235,9 +235,9 @@ class EmulatedStep:
     def _run_on_cpu(self, arrays: Sequence[np.ndarray | None], state: RunState) -> np.ndarray:
         present = [(n, a) for n, a in zip(self.inputs, arrays, strict=False) if a is not None]
         key = tuple((a.dtype, a.ndim) for _, a in present)
-        session = self._fallback_sessions.get(key)
+        session = self.fallback_sessions.get(key)
         if session is None:
-            session = self._fallback_sessions[key] = cpu_session(
+            session = self.fallback_sessions[key] = cpu_session(
                 single_node_model(self._model, self.node, present), self._sess_options, f"node {self.name!r}"
             )
         try:

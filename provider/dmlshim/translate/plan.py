@@ -149,11 +149,16 @@ class HostStepKind(str, enum.Enum):
             gather/scatter moves both 32-bit halves of a 64-bit element.
         WRITE_BACK_WINDOW: the scatter ran on a window of the data (indices smaller than data); the ONNX
             output is a copy of data with that window replaced by the DirectML output.
+        FOLD_BATCH_INTO_INDICES: GatherND with batch_dims below FL 3_0 (no GATHER_ND1): data's batch
+            dimensions and the next one are read as one, and each index tuple's first coordinate ``i``
+            becomes ``p * d + i`` (``p`` its flat batch position, ``d`` that next dimension), so GATHER_ND
+            without batch dimensions addresses the same elements. ``bounds``: the batch dimensions, then d.
     """
 
     NORMALIZE_INDICES = "normalize_indices"
     DUPLICATE_FOR_PAIRS = "duplicate_for_pairs"
     WRITE_BACK_WINDOW = "write_back_window"
+    FOLD_BATCH_INTO_INDICES = "fold_batch_into_indices"
 
 
 @dataclass(frozen=True)
@@ -434,6 +439,18 @@ _ASSEMBLY: dict[type, tuple[frozenset[str], tuple[tuple[str, Any], ...]]] = {
 """The classes ``assemble`` builds: their field names, and the fields kept by a data descriptor."""
 for _cls in _ASSEMBLY:
     assert not hasattr(_cls, "__post_init__"), _cls
+
+
+def replace_translation(t: NodeTranslation, **changes: Any) -> NodeTranslation:
+    """``dataclasses.replace(t, **changes)`` that keeps a deferred ``min_feature_level`` deferred."""
+    fields = {
+        f.name: getattr(t, f.name)
+        for f in dataclasses.fields(NodeTranslation)
+        if f.name != "min_feature_level"
+    }
+    fields["min_feature_level"] = t.__dict__["_min_feature_level"]
+    fields.update(changes)
+    return assemble(NodeTranslation, **fields)
 
 
 def _binding_json(

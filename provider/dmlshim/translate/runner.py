@@ -91,6 +91,17 @@ def _normalize_indices(
     return values.astype(np.uint32)
 
 
+def fold_batch_into_indices(indices: np.ndarray, bounds: Sequence[int]) -> np.ndarray:
+    """Index tuples ``[B..., L..., k]`` (B = ``bounds[:-1]``) as ``[N, L..., k]``, the first coordinate of
+    each offset by its flat batch position times ``bounds[-1]``."""
+    batch_dims = len(bounds) - 1
+    n = math.prod(indices.shape[:batch_dims])
+    folded = indices.reshape((n, *indices.shape[batch_dims:])).astype(np.int64)
+    offsets = np.arange(n, dtype=np.int64).reshape((n,) + (1,) * (folded.ndim - 2)) * int(bounds[-1])
+    folded[..., 0] += offsets
+    return folded.astype(indices.dtype, copy=False)
+
+
 def bind_input(
     arr: np.ndarray,
     binding: InputBinding,
@@ -131,6 +142,8 @@ def bind_input(
             arr = _normalize_indices(arr, step, node, op_type, binding, index_mode)
         elif step.kind is HostStepKind.DUPLICATE_FOR_PAIRS:
             arr = np.repeat(arr[..., np.newaxis], 2, axis=-1)
+        elif step.kind is HostStepKind.FOLD_BATCH_INTO_INDICES:
+            arr = fold_batch_into_indices(arr, step.bounds)
         if applied is not None:
             applied.append(step.kind)
     tensor = binding.tensor

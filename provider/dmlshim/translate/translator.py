@@ -22,22 +22,45 @@ from onnx import helper
 from ..dml import support
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel, OperatorType
 from ..dml.validate import validate
+from ..errors import DmlShimError
 from ..graph import node_path, subgraph_prefix, subgraphs
 from .converters import ConvertContext, Converter, Lowering, NodeFailure, get_converter
-from .plan import DML_PROVIDER, Deferred, NodeTranslation, Reason, Status, TensorInfo, assemble
+from .placement import (
+    CPU_PREFERRED_MESSAGE,
+    REASON_CPU_PREFERRED,
+    graph_placements,
+    node_placement,
+    provider_notes,
+)
+from .plan import (
+    CPU_PROVIDER,
+    DML_PROVIDER,
+    Deferred,
+    NodeTranslation,
+    Reason,
+    Status,
+    TensorInfo,
+    assemble,
+    replace_translation,
+)
 from .shapes_info import infer_shapes, tensor_info
-from .support_table import SUPPORTED_OPS, find_row, ort_placement
+from .support_table import SUPPORTED_OPS, find_row
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ModelTranslation", "model_opsets", "node_since_version", "translate_model", "translate_node"]
+__all__ = [
+    "ModelTranslation",
+    "model_opsets",
+    "model_placements",
+    "node_since_version",
+    "translate_model",
+    "translate_node",
+]
 
 # Where behaviour can change: the levels that start a row of DirectML's support table, and the target.
 _CANDIDATE_LEVELS: tuple[FeatureLevel, ...] = tuple(
     sorted({row.since for row in support.SUPPORT_TABLE} | {FeatureLevel.FL_1_0, FeatureLevel.FL_3_0})
 )
-# The EP rejects these outright, so it places the node nowhere.
-_EP_REJECT_CODES = frozenset({"RANK_TOO_LARGE", "EP_REJECTS"})
 
 
 def is_ep_reason(reason: Reason) -> bool:
@@ -193,14 +216,12 @@ def _attempt(ctx: ConvertContext) -> tuple[Status, Lowering | None, tuple[Reason
     return Status.DML, lowering, lowering.notes
 
 
-@functools.lru_cache(maxsize=1024)
-def _placement(
-    op_type: str, since: int, reduction: str, elem_types: tuple[int, ...]
-) -> tuple[str | None, tuple[Reason, ...]]:
-    """``ort_placement`` of the support row of (op_type, since): a few distinct answers per model."""
-    row = find_row(op_type, since)
-    assert row is not None  # translate_node checked it
-    return ort_placement(row, reduction, elem_types)
+def _role_shapes(inputs: tuple[TensorInfo | None, ...]) -> dict[str, tuple[int | str | None, ...]]:
+    shapes = {}
+    for role, info in zip(("data", "indices"), inputs, strict=False):
+        if info is not None and info.shape is not None:
+            shapes[role] = info.shape
+    return shapes
 
 
 def _lowest_level(*args: Any) -> FeatureLevel | None:
@@ -246,10 +267,10 @@ def _translate(
         min_fl = Deferred(_lowest_level, *context, status)
     reduction = ctx.attr("reduction", "none")
     elem_types = tuple(info.elem_type if info is not None else 0 for info in inputs)
-    placement, ep_reasons = _placement(op_type, since, str(reduction), elem_types)
-    codes = {r.code for r in reasons}
-    if codes & _EP_REJECT_CODES or (status is Status.ERROR and "SHAPE_UNKNOWN" not in codes):
-        placement, ep_reasons = None, ()
+    codes = [r.code for r in reasons]
+    placement, ep_reasons = node_placement(op_type, since, str(reduction), elem_types, status, codes)
+    if placement == DML_PROVIDER:
+        ep_reasons = provider_notes(op_type, codes, _role_shapes(inputs))
     return assemble(
         NodeTranslation,
         name=name,
@@ -410,14 +431,14 @@ class _GraphInfos(Mapping[str, TensorInfo]):
 
 
 def _walk(
-    graph: onnx.GraphProto, prefix: str, scope: Mapping[str, TensorInfo]
-) -> Iterator[tuple[onnx.NodeProto, str, Mapping[str, TensorInfo]]]:
-    local = _GraphInfos(graph, scope)
+    graph: onnx.GraphProto, prefix: str, local: _GraphInfos
+) -> Iterator[tuple[onnx.NodeProto, str, Mapping[str, TensorInfo], int]]:
+    """Every node with its path name, the type scope it sees and its index in its own graph."""
     for index, node in enumerate(graph.node):
         name = node_path(prefix, node, index)
-        yield node, name, local
+        yield node, name, local, index
         for attr_name, sub in subgraphs(node):
-            yield from _walk(sub, subgraph_prefix(name, attr_name), local)
+            yield from _walk(sub, subgraph_prefix(name, attr_name), _GraphInfos(sub, local))
 
 
 def translate_model(
@@ -445,16 +466,56 @@ def translate_model(
     inferred = infer_shapes(model, input_shapes)
     opsets = model_opsets(inferred)
     translations: list[NodeTranslation] = []
+    top_level: dict[int, int] = {}  # node index in the top-level graph -> position in translations
     total = 0
     debug = logger.isEnabledFor(logging.DEBUG)
-    for node, name, scope in _walk(inferred.graph, "", {}):
+    top = _GraphInfos(inferred.graph, {})
+    for node, name, scope, index in _walk(inferred.graph, "", top):
         total += 1
         domain = "" if node.domain == "ai.onnx" else node.domain
         if get_converter(domain, node.op_type) is None:
             continue
         infos = [scope.get(i) if i else None for i in node.input]
         opset = opsets.get(domain, 0)
+        if scope is top:
+            top_level[index] = len(translations)
         translations.append(translate_node(node, opset, infos, fl, name=name))
         if debug:
             logger.debug("%s: %s", name, translations[-1].status.value)
+    _apply_graph_placement(inferred.graph, top, top_level, translations)
     return ModelTranslation(fl, tuple(translations), total, opsets.get("", 0))
+
+
+def model_placements(model: onnx.ModelProto, feature_level: FeatureLevel) -> dict[str, str | None]:
+    """``ort_placement`` of every gather/scatter node of a model by name (subgraphs included); empty when
+    the model cannot be translated statically."""
+    try:
+        return {t.name: t.ort_placement for t in translate_model(model, feature_level).nodes}
+    except DmlShimError as exc:
+        logger.warning("no static placement: %s", exc)
+        return {}
+
+
+def _apply_graph_placement(
+    graph: onnx.GraphProto,
+    infos: _GraphInfos,
+    top_level: Mapping[int, int],
+    translations: list[NodeTranslation],
+) -> None:
+    """Give the nodes onnxruntime moves to the CPU as shape computations that placement (and reason)."""
+    if not top_level:
+        return
+
+    def elem_type(name: str) -> int:
+        info = infos.get(name)
+        return info.elem_type if info is not None else 0
+
+    moved = graph_placements(graph, {i: translations[p] for i, p in top_level.items()}, elem_type)
+    for i in moved:
+        t = translations[top_level[i]]
+        reasons = tuple(r for r in t.reasons if not is_ep_reason(r))
+        translations[top_level[i]] = replace_translation(
+            t,
+            ort_placement=CPU_PROVIDER,
+            reasons=(*reasons, Reason(REASON_CPU_PREFERRED, CPU_PREFERRED_MESSAGE)),
+        )

@@ -436,11 +436,13 @@ class Target(NamedTuple):
         window: tuple[int, ...] | None = None,
         notes: tuple[Reason, ...] = (),
         attributes: tuple[tuple[str, object], ...] = (),
+        index_host_steps: tuple[HostStep, ...] = (),
     ) -> Lowering:
         """Steps 3 and 4: choose the View and its layout, then fill the descriptor and build the bindings.
 
         ``window`` (indices smaller than data on non-axis dimensions) reads data through Strides: the view
         then already deviates from the EP, so merging dimensions may rescue its DimensionCount.
+        ``index_host_steps`` run on the indices after their normalisation.
         """
         ctx, op, data, onnx_shapes = self.ctx, self.op, self.data, self.shapes
         try:
@@ -459,6 +461,7 @@ class Target(NamedTuple):
             ) from failure
         _, index_elem = ctx.tensor(1, "indices")
         steps, index_type = index_steps(ctx, op, index_bounds, per_component, index_elem)
+        steps += index_host_steps
         if duplicate_indices:
             steps = (
                 *steps,

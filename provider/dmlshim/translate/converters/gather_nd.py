@@ -1,7 +1,11 @@
 """GatherND 11/12/13 -> DML_OPERATOR_GATHER_ND1 (FL 3_0 on, as the DML EP always builds) or GATHER_ND.
 
 The DML EP's rule (facts §5): D = max(r, q, rank(out)), InputDimensionCount = r, IndicesDimensionCount = q,
-BatchDimensionCount = batch_dims. Below FL 3_0 only GATHER_ND exists: no batch dimensions.
+BatchDimensionCount = batch_dims. Below FL 3_0 only GATHER_ND exists, which has no batch dimensions: data's
+batch dimensions and the first addressed dimension are read as one, and a host step folds each index
+tuple's batch position into its first coordinate. GATHER_ND then addresses exactly the elements
+GatherND's batch_dims selects: ``data[p, i, j...]`` (``p`` the tuple's own flat batch position) is
+``data'[p * d + i, j...]`` for data' = data reshaped to ``[N * d, ...]``.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ import math
 from typing import ClassVar
 
 from ...dml.enums import FeatureLevel, OperatorType
-from ..plan import Reason
+from ..plan import HostStep, HostStepKind, Reason
 from .base import (
     ConvertContext,
     Converter,
@@ -19,7 +23,6 @@ from .base import (
     Target,
     View,
     check_common,
-    inexpressible,
     malformed,
     read_inputs,
 )
@@ -109,23 +112,17 @@ class GatherNDConverter(Converter):
         shapes = {"data": data_shape, "indices": idx_shape, "output": out_shape}
         check_common(ctx, shapes)
         # The DML EP always builds GATHER_ND1 (FL 3_0); below it only GATHER_ND, which has no batch dims.
-        if ctx.feature_level >= FeatureLevel.FL_3_0:
-            op = OperatorType.GATHER_ND1
-        elif batch_dims:
-            raise inexpressible(
-                "BATCH_DIMS_UNSUPPORTED",
-                f"batch_dims={batch_dims} needs DML_OPERATOR_GATHER_ND1 (DML_FEATURE_LEVEL_3_0); "
-                f"{ctx.feature_level.dml_name} has only DML_OPERATOR_GATHER_ND",
-                batch_dims,
-            )
-        else:
-            op = OperatorType.GATHER_ND
+        op = OperatorType.GATHER_ND1 if ctx.feature_level >= FeatureLevel.FL_3_0 else OperatorType.GATHER_ND
         target = Target.plan(ctx, op, data_elem, shapes)
+        # The shapes GATHER_ND(1) sees: as they are, or with the batch folded into the index tuples.
+        view_shapes, view_b = (data_shape, idx_shape, out_shape), batch_dims
+        fold: tuple[HostStep, ...] = ()
+        if batch_dims and op is OperatorType.GATHER_ND:
+            view_shapes, fold = fold_batch(ctx, data_shape, idx_shape, out_shape, batch_dims)
+            view_b = 0
 
         def build(merge: bool) -> View:
-            inp, idx, out, b = nd_view(
-                data_shape, idx_shape, out_shape, batch_dims, k, target.data.pairs, merge
-            )
+            inp, idx, out, b = nd_view(*view_shapes, view_b, k, target.data.pairs, merge)
             fields = [("InputDimensionCount", len(inp)), ("IndicesDimensionCount", len(idx))]
             if op is OperatorType.GATHER_ND1:
                 fields.append(("BatchDimensionCount", b))
@@ -138,4 +135,37 @@ class GatherNDConverter(Converter):
             per_component=True,
             attributes=(("batch_dims", batch_dims),),
             notes=(EP_SCALAR_OUTPUT,) if not out_shape else (),
+            index_host_steps=fold,
         )
+
+
+def fold_batch(
+    ctx: ConvertContext,
+    data_shape: tuple[int, ...],
+    idx_shape: tuple[int, ...],
+    out_shape: tuple[int, ...],
+    batch_dims: int,
+) -> tuple[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]], tuple[HostStep, ...]]:
+    """GatherND with batch dimensions as GATHER_ND without: ((data, indices, output) shapes, host step).
+
+    Data's batch dimensions and the first dimension a tuple addresses are read as one dimension of size
+    N * d (a reshape), and each tuple's first coordinate i becomes ``batch_position * d + i``: the tuple
+    keeps its size k, so every case that fits the level's dimension count without batch dimensions fits
+    with them too. Indices and output keep one leading dimension of size N.
+    """
+    batch = data_shape[:batch_dims]
+    n, first = math.prod(batch), data_shape[batch_dims]
+    shapes = (
+        (n * first, *data_shape[batch_dims + 1 :]),
+        (n, *idx_shape[batch_dims:]),
+        (n, *out_shape[batch_dims:]),
+    )
+    step = HostStep(
+        HostStepKind.FOLD_BATCH_INTO_INDICES,
+        f"fold each index tuple's batch position into it (batch dimensions {list(batch)} flattened to {n}, "
+        f"read with data's next dimension of size {first} as one of size {n * first}: the first coordinate "
+        f"i becomes position * {first} + i), so DML_OPERATOR_GATHER_ND, which has no batch dimensions, "
+        f"runs batch_dims={batch_dims} ({ctx.feature_level.dml_name} has no DML_OPERATOR_GATHER_ND1)",
+        bounds=data_shape[: batch_dims + 1],
+    )
+    return shapes, (step,)

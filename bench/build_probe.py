@@ -1,0 +1,46 @@
+"""Session creation in a fresh process: its time and the peak memory it adds.
+
+Run as ``python bench/build_probe.py {ort|partitioned|customop} MODEL``; prints one JSON object
+``{"seconds", "base_mb", "peak_mb", "added_mb"}``. The peak resident size is read after the imports
+(base) and after the session exists (peak), so ``added_mb`` is what building the session cost.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def _peak_mb() -> float:
+    # ru_maxrss is in KiB on Linux.
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def main(argv: list[str]) -> int:
+    engine, model = argv
+    import onnxruntime as ort
+
+    import dmlshim
+
+    base = _peak_mb()
+    start = time.perf_counter()
+    if engine == "ort":
+        options = ort.SessionOptions()
+        session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    else:
+        session = dmlshim.InferenceSession(model, engine=engine)
+    seconds = time.perf_counter() - start
+    peak = _peak_mb()
+    del session
+    print(json.dumps({"seconds": seconds, "base_mb": base, "peak_mb": peak, "added_mb": peak - base}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

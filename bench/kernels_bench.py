@@ -1,0 +1,135 @@
+"""Kernel section: each one-node case of cases.py through our kernel, onnxruntime (default options and one
+thread), onnx.reference and the custom-op bridge."""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import onnx
+
+from bench.cases import CASE_BUILDERS, KernelCase
+from bench.common import Config, dmlshim_session, error_note, ms, ort_session
+from bench.measure import interleaved, peak_allocation, time_once
+from dmlshim.kernels import execute
+
+
+class SlowCompetitor:
+    """A competitor far slower than the others (onnx.reference, the custom-op bridge): timed with a few
+    single calls, and skipped at sizes where a call is expected to exceed the budget."""
+
+    def __init__(self, budget: float, repeats: int) -> None:
+        self.budget = budget
+        self.repeats = repeats
+        self._last: dict[str, tuple[int, float]] = {}
+
+    def measure(
+        self, key: str, elements: int, make: Callable[[], Callable[[], Any]]
+    ) -> tuple[float | None, str]:
+        """``(seconds or None, note)``; ``make`` builds the call (its failures are reported too)."""
+        last = self._last.get(key)
+        if last is not None and last[1] == float("inf"):
+            return None, "skipped: failed at a smaller size"
+        if last is not None:
+            estimate = last[1] * elements / max(1, last[0])
+            if estimate > self.budget:
+                return None, f"skipped: ~{estimate:.1f} s per call expected (budget {self.budget:g} s)"
+        try:
+            call = make()
+            first = time_once(call)
+            seconds = first if first > self.budget / 2 else min(first, time_once(call, self.repeats - 1))
+        except Exception as e:
+            self._last[key] = (elements, float("inf"))
+            return None, error_note(e)
+        self._last[key] = (elements, seconds)
+        return seconds, ""
+
+
+def reference_call(model: onnx.ModelProto | str, feeds: dict[str, np.ndarray]) -> Callable[[], Any]:
+    """An onnx.reference evaluation of the model."""
+    from onnx.reference import ReferenceEvaluator
+
+    evaluator = ReferenceEvaluator(model)
+    return lambda: evaluator.run(None, feeds)
+
+
+def bench_kernel_case(
+    case: KernelCase, config: Config, reference: SlowCompetitor, bridge: SlowCompetitor
+) -> dict[str, Any]:
+    """One kernel case: our kernel vs onnxruntime (default and 1 thread), onnx.reference, the bridge."""
+    ours = execute(case.desc, case.bound).output
+    default, single = ort_session(case.model), ort_session(case.model, 1)
+    expected = single.run(None, case.feeds)[0]
+    match = ours.shape == tuple(case.desc.tensors()["OutputTensor"].sizes) and np.array_equal(
+        ours.reshape(expected.shape), expected
+    )
+    del ours
+    timing = interleaved(
+        {
+            "ours": lambda: execute(case.desc, case.bound),
+            "ort": lambda: default.run(None, case.feeds),
+            "ort1": lambda: single.run(None, case.feeds),
+        },
+        config.rounds,
+    )
+    peak = peak_allocation(lambda: execute(case.desc, case.bound).output)
+    ref_s, ref_note = reference.measure(
+        case.name, case.elements, lambda: reference_call(case.model, case.feeds)
+    )
+
+    def bridge_call() -> Callable[[], Any]:
+        session = dmlshim_session(case.model, "customop")
+        return lambda: session.run(None, case.feeds)
+
+    bridge_s, bridge_note = bridge.measure(case.name, case.elements, bridge_call)
+    ours_s = timing.medians["ours"]
+    return {
+        "section": "kernel",
+        "case": case.name,
+        "op": case.op_type,
+        "dml_operator": case.desc.operator_type.dml_name,
+        "shape": list(case.shape),
+        "elements": case.elements,
+        "match": bool(match),
+        "ours_ms": ms(ours_s),
+        "ort_ms": ms(timing.medians["ort"]),
+        "ort1_ms": ms(timing.medians["ort1"]),
+        "ratio_ort": round(timing.ratio("ours", "ort"), 3),
+        "ratio_ort1": round(timing.ratio("ours", "ort1"), 3),
+        "reference_ms": ms(ref_s),
+        "reference_speedup": None if ref_s is None else round(ref_s / ours_s, 1),
+        "reference_note": ref_note,
+        "bridge_ms": ms(bridge_s),
+        "bridge_speedup": None if bridge_s is None else round(bridge_s / ours_s, 1),
+        "bridge_note": bridge_note,
+        "peak_mb": round(peak / 2**20, 3),
+        "io_mb": round(case.io_bytes / 2**20, 3),
+        "memory_ratio": round(peak / case.io_bytes, 3),
+    }
+
+
+def bench_kernels(config: Config) -> list[dict[str, Any]]:
+    """Every kernel case at every size."""
+    rows = []
+    reference = SlowCompetitor(config.slow_budget, config.slow_repeats)
+    bridge = SlowCompetitor(config.slow_budget, config.slow_repeats)
+    for n in sorted(config.sizes):
+        for i, build in enumerate(CASE_BUILDERS):
+            case = build(n, np.random.default_rng(i))
+            if config.cases and not any(c in case.name for c in config.cases):
+                continue
+            try:
+                row = bench_kernel_case(case, config, reference, bridge)
+            except Exception as e:
+                row = {
+                    "section": "kernel",
+                    "case": case.name,
+                    "elements": case.elements,
+                    "error": error_note(e),
+                }
+                config.log(traceback.format_exc())
+            config.log(f"kernel {case.name} @ {case.elements}: {row.get('ratio_ort', row.get('error'))}")
+            rows.append(row)
+    return rows

@@ -1,0 +1,85 @@
+"""The engine for ``providers=["CPUExecutionProvider"]``: nothing emulated, the whole model in one
+onnxruntime CPU session, exactly as onnxruntime would run it with those providers.
+
+Its run record still lists every gather/scatter node, each on onnxruntime's CPU provider with the reason,
+so a script that checks ``last_run_record`` sees why nothing ran as DirectML.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+
+from ..graph import display_names, is_gather_scatter
+from .engine import EngineConfig
+from .partition import nested_gather_scatter
+from .partitioned import ORT_ERRORS, _session, ort_run_error
+from .record import PLACEMENT_CPU, NodeRecord, RunRecord
+
+logger = logging.getLogger(__name__)
+
+ENGINE_NAME = "cpu"
+REASON_CPU_ONLY = "cpu_provider_only"
+_CPU_ONLY_MESSAGE = (
+    "providers did not include DmlExecutionProvider, so the whole model ran on onnxruntime's CPU provider "
+    "(add DmlExecutionProvider to providers to emulate DirectML)"
+)
+
+
+class CpuEngine:
+    """Runs the whole model in one onnxruntime ``CPUExecutionProvider`` session."""
+
+    name = ENGINE_NAME
+
+    def __init__(self, model: onnx.ModelProto, config: EngineConfig) -> None:
+        self.config = config
+        graph = model.graph
+        self._session = _session(model, config.sess_options, "the model")
+        nodes = list(graph.node)
+        names = display_names(nodes)
+        records = []
+        for node, name in zip(nodes, names, strict=True):
+            if is_gather_scatter(node):
+                records.append(self._record(name, node.op_type))
+            records.extend(
+                self._record(n.path, n.node.op_type) for n in nested_gather_scatter([node], [name])
+            )
+        self._records = tuple(records)
+        logger.debug("cpu engine: %d gather/scatter nodes, none emulated", len(records))
+
+    def _record(self, name: str, op_type: str) -> NodeRecord:
+        return NodeRecord(
+            name=name,
+            op_type=op_type,
+            placement=PLACEMENT_CPU,
+            status=REASON_CPU_ONLY,
+            reasons=((REASON_CPU_ONLY, _CPU_ONLY_MESSAGE),),
+            ort_placement="CPUExecutionProvider",
+        )
+
+    def get_providers(self) -> list[str]:
+        return ["CPUExecutionProvider"]
+
+    def ort_sessions(self) -> list[tuple[str, Any]]:
+        """The onnxruntime sessions this engine built, labelled (for profiling)."""
+        return [("the model", self._session)]
+
+    def run(
+        self, output_names: Sequence[str], feeds: Mapping[str, np.ndarray], *, run_options: Any = None
+    ) -> tuple[list[np.ndarray], RunRecord]:
+        try:
+            outputs = list(self._session.run(list(output_names), dict(feeds), run_options))
+        except ORT_ERRORS as exc:
+            raise ort_run_error(exc, "onnxruntime failed running the model") from exc
+        return outputs, RunRecord(
+            self.name, self.config.feature_level.dml_name, self._records, cpu_partitions=1
+        )
+
+
+def create_engine(model: onnx.ModelProto, config: EngineConfig) -> CpuEngine:
+    """The engine for ``InferenceSession(engine="cpu")`` (an ``EngineFactory``)."""
+    return CpuEngine(model, config)

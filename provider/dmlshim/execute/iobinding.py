@@ -1,0 +1,245 @@
+"""``IOBinding`` for dmlshim sessions: onnxruntime's input/output binding API, on the CPU.
+
+dmlshim runs on the CPU, so every binding is CPU memory: numpy arrays, CPU ``OrtValue``s, or raw CPU
+pointers. An output bound to an ``OrtValue`` or to a pointer is written there after the run; an output
+bound by name only is allocated by the run, as in onnxruntime.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import onnxruntime as ort
+from onnx import helper
+
+from ..errors import BadInputError, NotSupportedError
+
+if TYPE_CHECKING:
+    from .session import InferenceSession
+
+logger = logging.getLogger(__name__)
+
+_CPU_ONLY = (
+    "dmlshim runs on the CPU (DirectML is emulated with numpy kernels); bind CPU memory: "
+    "device_type='cpu', bind_cpu_input, or a CPU OrtValue"
+)
+
+
+def _check_cpu(device_type: str, what: str) -> None:
+    if str(device_type).lower() != "cpu":
+        raise NotSupportedError(f"{what} on device {device_type!r}: {_CPU_ONLY}", value=device_type)
+
+
+def numpy_element_type(element_type: Any) -> np.dtype:
+    """A numpy dtype from a numpy type or an ONNX element type number, as onnxruntime accepts both."""
+    try:
+        if isinstance(element_type, (int, np.integer)) and not isinstance(element_type, bool):
+            return np.dtype(helper.tensor_dtype_to_np_dtype(int(element_type)))
+        return np.dtype(element_type)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BadInputError(f"unknown element type {element_type!r}", value=element_type) from exc
+
+
+def array_at(pointer: int, element_type: Any, shape: Sequence[int]) -> np.ndarray:
+    """A numpy view of CPU memory at ``pointer`` holding a tensor of ``element_type`` and ``shape``."""
+    dtype = numpy_element_type(element_type)
+    dims = tuple(int(d) for d in shape)
+    if any(d < 0 for d in dims):
+        raise BadInputError(f"a bound buffer's shape must be non-negative, not {list(dims)}", value=dims)
+    count = int(np.prod(dims, dtype=np.int64))
+    if count == 0:
+        return np.zeros(dims, dtype)
+    if not pointer:
+        raise BadInputError("buffer_ptr is null", value=pointer)
+    raw = (ctypes.c_char * (count * dtype.itemsize)).from_address(int(pointer))
+    return np.frombuffer(memoryview(raw), dtype=dtype, count=count).reshape(dims)
+
+
+def as_array(value: Any) -> Any:
+    """An ``onnxruntime.OrtValue`` as the numpy array it holds (a view for CPU tensors); other values
+    unchanged."""
+    if isinstance(value, ort.OrtValue):
+        if not value.is_tensor():
+            raise NotSupportedError(
+                "only tensor OrtValues can be fed to a dmlshim session, not sparse tensors or sequences",
+                value=value.data_type(),
+            )
+        _check_cpu(value.device_name(), "an OrtValue")
+        return value.numpy()
+    return value
+
+
+@dataclass
+class _OutputBinding:
+    """Where one output goes: allocated by the run (target None), an OrtValue, or CPU memory."""
+
+    name: str
+    ortvalue: Any = None
+    buffer: np.ndarray | None = None
+
+
+class IOBinding:
+    """Inputs and outputs bound ahead of :meth:`InferenceSession.run_with_iobinding`.
+
+    Create with ``session.io_binding()``. Same methods as ``onnxruntime.IOBinding``.
+    """
+
+    def __init__(self, session: InferenceSession) -> None:
+        self._session = session
+        self._inputs: dict[str, Any] = {}
+        self._outputs: dict[str, _OutputBinding] = {}
+        self._results: list[np.ndarray] | None = None
+
+    @property
+    def session(self) -> InferenceSession:
+        """The session that created this binding."""
+        return self._session
+
+    # --- inputs ------------------------------------------------------------------------------------
+
+    def bind_cpu_input(self, name: str, arr_on_cpu: Any) -> None:
+        """Bind an input to a numpy array (kept by reference, as in onnxruntime: not copied)."""
+        self._inputs[name] = arr_on_cpu
+
+    def bind_input(
+        self,
+        name: str,
+        device_type: str,
+        device_id: int,
+        element_type: Any,
+        shape: Sequence[int],
+        buffer_ptr: int,
+    ) -> None:
+        """Bind an input to CPU memory at ``buffer_ptr`` holding ``shape`` elements of ``element_type``.
+
+        Raises:
+            NotSupportedError: ``device_type`` is not ``"cpu"``.
+        """
+        _check_cpu(device_type, f"input {name!r} bound")
+        self._inputs[name] = array_at(buffer_ptr, element_type, shape)
+
+    def bind_ortvalue_input(self, name: str, ortvalue: Any) -> None:
+        """Bind an input to an ``onnxruntime.OrtValue`` (a CPU tensor)."""
+        as_array(ortvalue)
+        self._inputs[name] = ortvalue
+
+    def synchronize_inputs(self) -> None:
+        """Nothing to do: every binding is CPU memory."""
+
+    def clear_binding_inputs(self) -> None:
+        """Forget every bound input."""
+        self._inputs.clear()
+
+    # --- outputs -----------------------------------------------------------------------------------
+
+    def bind_output(
+        self,
+        name: str,
+        device_type: str = "cpu",
+        device_id: int = 0,
+        element_type: Any = None,
+        shape: Sequence[int] | None = None,
+        buffer_ptr: int | None = None,
+    ) -> None:
+        """Bind an output: allocated by the run, or written into CPU memory at ``buffer_ptr``.
+
+        Raises:
+            NotSupportedError: ``device_type`` is not ``"cpu"``.
+            BadInputError: ``buffer_ptr`` without ``element_type`` and ``shape``.
+        """
+        _check_cpu(device_type, f"output {name!r} bound")
+        if buffer_ptr is None:
+            self._outputs[name] = _OutputBinding(name)
+            return
+        if element_type is None or shape is None:
+            raise BadInputError(
+                "element_type and shape are required with a pre-allocated buffer_ptr", tensor=name
+            )
+        self._outputs[name] = _OutputBinding(name, buffer=array_at(buffer_ptr, element_type, shape))
+
+    def bind_ortvalue_output(self, name: str, ortvalue: Any) -> None:
+        """Bind an output to an ``onnxruntime.OrtValue`` (a CPU tensor of the output's type and shape)."""
+        as_array(ortvalue)
+        self._outputs[name] = _OutputBinding(name, ortvalue=ortvalue)
+
+    def synchronize_outputs(self) -> None:
+        """Nothing to do: every binding is CPU memory."""
+
+    def clear_binding_outputs(self) -> None:
+        """Forget every bound output (and the results of the last run)."""
+        self._outputs.clear()
+        self._results = None
+
+    def get_outputs(self) -> list[Any]:
+        """The outputs of the last run as ``onnxruntime.OrtValue``s, in the order they were bound."""
+        results = self._results or []
+        out = []
+        for binding, value in zip(self._outputs.values(), results, strict=False):
+            out.append(
+                binding.ortvalue if binding.ortvalue is not None else ort.OrtValue.ortvalue_from_numpy(value)
+            )
+        return out
+
+    def get_outputs_as_ortvaluevector(self) -> Any:
+        """Not available: onnxruntime's ``OrtValueVector`` is built only by its own sessions.
+
+        Raises:
+            NotSupportedError: always; use :meth:`get_outputs` or :meth:`copy_outputs_to_cpu`.
+        """
+        raise NotSupportedError(
+            "get_outputs_as_ortvaluevector is not available in dmlshim (an OrtValueVector can only come "
+            "from onnxruntime's own session); use get_outputs() for OrtValues or copy_outputs_to_cpu() for "
+            "numpy arrays"
+        )
+
+    def copy_outputs_to_cpu(self) -> list[np.ndarray]:
+        """The outputs of the last run as numpy arrays (copies), in the order they were bound."""
+        return [np.array(v, copy=True) for v in self._results or []]
+
+    # --- used by InferenceSession.run_with_iobinding ----------------------------------------------
+
+    def bound_feeds(self) -> dict[str, Any]:
+        """The bound inputs, by name."""
+        return dict(self._inputs)
+
+    def bound_output_names(self) -> list[str]:
+        """The bound outputs, in binding order."""
+        return list(self._outputs)
+
+    def store_results(self, results: Sequence[np.ndarray]) -> None:
+        """Keep a run's outputs and write those bound to an OrtValue or a buffer into it.
+
+        Raises:
+            BadInputError: an output's shape or type differs from the OrtValue or buffer bound to it.
+        """
+        kept: list[np.ndarray] = []
+        for binding, value in zip(self._outputs.values(), results, strict=True):
+            arr = np.asarray(value)
+            if binding.ortvalue is not None:
+                target = binding.ortvalue.numpy()
+                _check_fits(binding.name, arr, target)
+                binding.ortvalue.update_inplace(np.ascontiguousarray(arr))
+                kept.append(binding.ortvalue.numpy())
+            elif binding.buffer is not None:
+                _check_fits(binding.name, arr, binding.buffer)
+                binding.buffer[...] = arr
+                kept.append(binding.buffer)
+            else:
+                kept.append(arr)
+        self._results = kept
+
+
+def _check_fits(name: str, value: np.ndarray, target: np.ndarray) -> None:
+    if value.shape != target.shape or value.dtype != target.dtype:
+        raise BadInputError(
+            f"output {name!r} is {value.dtype}{list(value.shape)} but the memory bound to it holds "
+            f"{target.dtype}{list(target.shape)}",
+            tensor=name,
+            value=list(value.shape),
+            rule="an output bound to pre-allocated memory must have that memory's shape and type",
+        )

@@ -1,0 +1,135 @@
+"""The ``providers`` and ``provider_options`` arguments of ``InferenceSession``, read as onnxruntime reads
+them, with the two providers dmlshim understands."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import BadInputError
+
+logger = logging.getLogger(__name__)
+
+DML_EP = "DmlExecutionProvider"
+"""onnxruntime's DirectML provider; in dmlshim, gather/scatter nodes emulated as DirectML runs them."""
+CPU_EP = "CPUExecutionProvider"
+"""onnxruntime's CPU provider; every node dmlshim does not emulate runs there."""
+DML_EP_ALIASES = ("DmlShimExecutionProvider",)
+"""Names earlier dmlshim versions reported for the emulated provider; read as ``DmlExecutionProvider``."""
+SUPPORTED = (DML_EP, CPU_EP)
+
+_RULE = "dmlshim understands DmlExecutionProvider (emulated) and CPUExecutionProvider"
+
+
+@dataclass(frozen=True)
+class ProviderChoice:
+    """The providers a session was asked for, normalised as onnxruntime does.
+
+    Attributes:
+        names: provider names in order of precedence, duplicates dropped, ``CPUExecutionProvider`` last.
+        options: the options of each provider (string keys and values), in the same order.
+        explicit: whether the caller named providers (False when ``providers`` was None).
+    """
+
+    names: tuple[str, ...]
+    options: tuple[dict[str, str], ...]
+    explicit: bool
+
+    @property
+    def emulates_dml(self) -> bool:
+        """Whether gather/scatter nodes are emulated (``DmlExecutionProvider`` asked for, or no choice)."""
+        return DML_EP in self.names
+
+    def as_dict(self) -> dict[str, dict[str, str]]:
+        """``get_provider_options()``: provider name -> its options."""
+        return {n: dict(o) for n, o in zip(self.names, self.options, strict=True)}
+
+
+def normalize_providers(providers: Any, provider_options: Any = None) -> ProviderChoice:
+    """Check ``providers``/``provider_options`` as onnxruntime does and keep the supported providers.
+
+    ``providers`` holds names or ``(name, options)`` tuples; ``provider_options`` (names only then) is a
+    list of option dicts of the same length. None means every available provider: the emulated DirectML
+    provider, then the CPU provider. ``CPUExecutionProvider`` is appended when missing, as onnxruntime
+    always registers it.
+
+    Raises:
+        BadInputError: a malformed argument, or a provider other than DmlExecutionProvider and
+            CPUExecutionProvider (dmlshim cannot run CUDA, TensorRT, ... nodes, and onnxruntime's silent
+            fallback to the CPU would hide that nothing is emulated).
+    """
+    if providers is None:
+        if provider_options is not None:
+            raise BadInputError("provider_options was given without providers", rule=_RULE)
+        return ProviderChoice((DML_EP, CPU_EP), ({}, {}), explicit=False)
+    if isinstance(providers, (str, bytes)) or not isinstance(providers, Sequence):
+        raise BadInputError(
+            f"providers must be a list of provider names or (name, options) tuples, not "
+            f"{type(providers).__name__} (e.g. providers=['{DML_EP}', '{CPU_EP}'])",
+            value=providers,
+            rule=_RULE,
+        )
+    pairs: list[tuple[Any, Any]]
+    if provider_options is not None:
+        if isinstance(provider_options, (str, bytes)) or not isinstance(provider_options, Sequence):
+            raise BadInputError("provider_options must be a list of dicts, one per provider", rule=_RULE)
+        if len(provider_options) != len(providers):
+            raise BadInputError(
+                f"providers has {len(providers)} entries but provider_options {len(provider_options)}; "
+                "give one options dict per provider",
+                value=len(provider_options),
+                rule=_RULE,
+            )
+        if not all(isinstance(p, str) for p in providers):
+            raise BadInputError(
+                "with provider_options, providers must be names only (not (name, options) tuples)",
+                rule=_RULE,
+            )
+        pairs = list(zip(providers, provider_options, strict=True))
+    else:
+        pairs = []
+        for p in providers:
+            if isinstance(p, str):
+                pairs.append((p, {}))
+            elif isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str):
+                pairs.append(p)
+            else:
+                raise BadInputError(
+                    f"each provider must be a name or a (name, options dict) tuple, not {p!r}",
+                    value=p,
+                    rule=_RULE,
+                )
+    names: list[str] = []
+    options: list[dict[str, str]] = []
+    for name, opts in pairs:
+        if not isinstance(opts, Mapping):
+            raise BadInputError(
+                f"the options of {name} must be a dict, not {type(opts).__name__}", value=opts, rule=_RULE
+            )
+        canonical = DML_EP if name in DML_EP_ALIASES else name
+        if canonical not in SUPPORTED:
+            raise BadInputError(
+                f"provider {name!r} is not supported: dmlshim understands {DML_EP} (gather/scatter nodes "
+                f"emulated as DirectML runs them, everything else on onnxruntime's CPU provider) and "
+                f"{CPU_EP} (the whole model on onnxruntime's CPU provider, nothing emulated)",
+                value=name,
+                rule=_RULE,
+            )
+        if canonical in names:
+            logger.warning("duplicate provider %r ignored", name)
+            continue
+        names.append(canonical)
+        options.append({str(k): str(v) for k, v in opts.items()})
+    if not names:  # onnxruntime treats an empty list as "the default providers"
+        return ProviderChoice((DML_EP, CPU_EP), ({}, {}), explicit=False)
+    if CPU_EP not in names:
+        names.append(CPU_EP)
+        options.append({})
+    return ProviderChoice(tuple(names), tuple(options), explicit=True)
+
+
+def available_providers() -> list[str]:
+    """What ``dmlshim.get_available_providers()`` reports: the emulated DirectML provider, then CPU."""
+    return [DML_EP, CPU_EP]

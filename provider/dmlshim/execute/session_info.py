@@ -1,0 +1,60 @@
+"""The parts of onnxruntime's session API that describe placement and memory: graph assignment info,
+memory infos and EP devices, answered for dmlshim's CPU execution."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import onnx
+import onnxruntime as ort
+
+from ..graph import display_names
+from .providers import CPU_EP, DML_EP
+
+
+@dataclass(frozen=True)
+class EpAssignedNode:
+    """A node and the provider it runs on (like ``onnxruntime.OrtEpAssignedNode``)."""
+
+    name: str
+    op_type: str
+    domain: str
+
+
+@dataclass(frozen=True)
+class EpAssignedSubgraph:
+    """The nodes one provider runs (like ``onnxruntime.OrtEpAssignedSubgraph``)."""
+
+    ep_name: str
+    nodes: tuple[EpAssignedNode, ...]
+
+    def get_nodes(self) -> list[EpAssignedNode]:
+        """The nodes, in graph order."""
+        return list(self.nodes)
+
+
+def graph_assignment(model: onnx.ModelProto, emulated: frozenset[str]) -> list[EpAssignedSubgraph]:
+    """The top-level nodes grouped by provider: those the engine planned to emulate on
+    ``DmlExecutionProvider`` (``emulated`` holds their display names), every other on the CPU provider."""
+    nodes = list(model.graph.node)
+    dml: list[EpAssignedNode] = []
+    cpu: list[EpAssignedNode] = []
+    for node, name in zip(nodes, display_names(nodes), strict=True):
+        entry = EpAssignedNode(node.name, node.op_type, node.domain)
+        (dml if name in emulated else cpu).append(entry)
+    return [EpAssignedSubgraph(ep, tuple(group)) for ep, group in ((DML_EP, dml), (CPU_EP, cpu)) if group]
+
+
+def cpu_memory_info() -> Any:
+    """onnxruntime's description of CPU memory (every dmlshim input and output lives there)."""
+    return ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
+
+
+def cpu_ep_device() -> Any:
+    """onnxruntime's CPU ``OrtEpDevice``, or None when this onnxruntime has no device list."""
+    try:
+        devices = ort.get_ep_devices()
+    except (AttributeError, RuntimeError):
+        return None
+    return next((d for d in devices if d.ep_name == CPU_EP), None)

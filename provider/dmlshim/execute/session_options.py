@@ -1,0 +1,216 @@
+"""What ``sess_options`` means for a dmlshim session: the same as in onnxruntime, for the whole model.
+
+A dmlshim session runs the model as several onnxruntime sessions (CPU partitions, one-node fallbacks)
+around the emulated gather/scatter nodes. The caller's ``SessionOptions`` therefore cannot be handed to each
+of them unchanged: ``optimized_model_filepath`` would be written once per partition (each time with a
+fragment) and profiling would give one file per partition. Instead:
+
+* the engine's onnxruntime sessions get a copy of the options without ``optimized_model_filepath``, and
+  with profiling redirected to a private folder that :mod:`dmlshim.execute.profiling` merges from;
+* ``optimized_model_filepath`` is honoured by one onnxruntime CPU session over the *whole* model, built
+  with the caller's own options, whose output is then written to the path through the careful writer.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import onnx
+import onnxruntime as ort
+
+from ..errors import BadInputError
+from ..modelcheck import ort_load_error
+
+logger = logging.getLogger(__name__)
+
+COPIED_ATTRIBUTES = (
+    "enable_cpu_mem_arena",
+    "enable_mem_pattern",
+    "enable_mem_reuse",
+    "execution_mode",
+    "execution_order",
+    "graph_optimization_level",
+    "inter_op_num_threads",
+    "intra_op_num_threads",
+    "log_severity_level",
+    "log_verbosity_level",
+    "logid",
+    "use_deterministic_compute",
+    "use_per_session_threads",
+)
+"""The ``SessionOptions`` properties carried to every onnxruntime session the engine builds."""
+
+COPIED_CONFIG_KEYS = (
+    "session.disable_prepacking",
+    "session.use_env_allocators",
+    "session.set_denormal_as_zero",
+    "session.disable_quant_qdq",
+    "session.enable_quant_qdq_cleanup",
+    "session.disable_double_qdq_remover",
+    "session.disable_aot_function_inlining",
+    "session.inter_op.allow_spinning",
+    "session.intra_op.allow_spinning",
+    "session.force_spinning_stop",
+    "session.intra_op_thread_affinities",
+    "session.dynamic_block_base",
+    "session.qdqisint8allowed",
+    "session.x64quantprecision",
+    "session.strict_shape_type_inference",
+    "session.allow_released_opsets_only",
+    "session.disable_cpu_ep_fallback",
+    "optimization.enable_gelu_approximation",
+    "optimization.disable_specified_optimizers",
+    "optimization.minimal_build_optimizations",
+    "mlas.enable_gemm_fastmath_arm64_bfloat16",
+)
+"""Session config entries carried too. onnxruntime cannot list a ``SessionOptions``' entries, so only these
+well-known keys are read back; model-format keys are left out (the engine's partitions are ONNX bytes)."""
+
+GRAPH_ASSIGNMENT_KEY = "session.record_ep_graph_assignment_info"
+
+
+def config_entry(so: Any, key: str) -> str | None:
+    """A session config entry of ``so``, or None when it is not set."""
+    if so is None:
+        return None
+    try:
+        return str(so.get_session_config_entry(key))
+    except _ort_errors() as exc:  # onnxruntime raises when the key is not set
+        logger.debug("config entry %s not set: %s", key, exc)
+        return None
+
+
+def _ort_errors() -> tuple[type[BaseException], ...]:
+    from .partitioned import ORT_ERRORS
+
+    return ORT_ERRORS
+
+
+def copy_options(so: Any, *, profile_prefix: str | None = None) -> ort.SessionOptions:
+    """A new ``SessionOptions`` with ``so``'s properties and well-known config entries, no
+    ``optimized_model_filepath``, and profiling on (into ``profile_prefix``) only when asked."""
+    out = ort.SessionOptions()
+    if so is not None:
+        for name in COPIED_ATTRIBUTES:
+            setattr(out, name, getattr(so, name))
+        for key in COPIED_CONFIG_KEYS:
+            value = config_entry(so, key)
+            if value is not None:
+                out.add_session_config_entry(key, value)
+    out.optimized_model_filepath = ""
+    out.enable_profiling = profile_prefix is not None
+    if profile_prefix is not None:
+        out.profile_file_prefix = profile_prefix
+    return out
+
+
+def engine_options(so: Any, *, profile_prefix: str | None) -> ort.SessionOptions | None:
+    """The options the engine builds its onnxruntime sessions with (None: the engine's own defaults)."""
+    if so is None:
+        return None
+    return copy_options(so, profile_prefix=profile_prefix)
+
+
+def check_session_options(so: Any) -> None:
+    """Refuse what is not an ``onnxruntime.SessionOptions`` (or None) in the ``sess_options`` position.
+
+    Raises:
+        BadInputError: a feature level or other value given where onnxruntime's order puts the options.
+    """
+    if so is None or isinstance(so, ort.SessionOptions):
+        return
+    hint = ""
+    if isinstance(so, (str, int)) or type(so).__name__ == "FeatureLevel":
+        hint = (
+            f"; to choose the DirectML feature level write feature_level={so!r} (dmlshim's own options are "
+            "keyword-only since the second argument is onnxruntime's sess_options)"
+        )
+    raise BadInputError(
+        f"sess_options must be an onnxruntime.SessionOptions or None, not {type(so).__name__}{hint}",
+        value=so,
+        rule="InferenceSession(path_or_bytes, sess_options=None, providers=None, provider_options=None)",
+    )
+
+
+def write_optimized_model(model: onnx.ModelProto, model_path: str | None, so: Any) -> Path | None:
+    """Honour ``so.optimized_model_filepath`` for the whole model, as onnxruntime does.
+
+    One onnxruntime CPU session is built over the whole, unpartitioned model with the caller's options
+    (graph optimization level included); onnxruntime writes the optimized graph to a private folder and
+    the result is then written to the requested path. The file therefore holds what onnxruntime's CPU
+    provider would run for this model, not dmlshim's partitions: gather/scatter nodes appear as ordinary
+    ONNX nodes (possibly folded or fused by onnxruntime's optimizers).
+
+    Returns:
+        The path written, or None when no optimized model was asked for.
+
+    Raises:
+        BadModelError: onnxruntime cannot load the model.
+        BadInputError: the path cannot be written (it is the model itself, a directory, ...).
+    """
+    target = getattr(so, "optimized_model_filepath", "") if so is not None else ""
+    if not target:
+        return None
+    target_path = Path(os.fspath(target))
+    with tempfile.TemporaryDirectory(prefix="dmlshim-optimized-") as tmp:
+        staged = Path(tmp) / ("optimized" + "".join(target_path.suffixes[-1:]))
+        copy = copy_options(so)
+        for key in ("session.save_model_format",):
+            value = config_entry(so, key)
+            if value is not None:
+                copy.add_session_config_entry(key, value)
+        copy.optimized_model_filepath = str(staged)
+        copy.log_severity_level = max(int(so.log_severity_level), 3)
+        source: Any = model_path if model_path is not None else model.SerializeToString()
+        try:
+            ort.InferenceSession(source, copy, providers=["CPUExecutionProvider"])
+        except _ort_errors() as exc:
+            raise ort_load_error(model, "the whole model (for optimized_model_filepath)", exc) from exc
+        if not staged.is_file():
+            raise BadInputError(
+                "onnxruntime wrote no optimized model", path=str(target_path), value=str(target_path)
+            )
+        data = staged.read_bytes()
+    written = write_session_file(
+        target_path, data, what="optimized model (optimized_model_filepath)", inputs=(model_path,)
+    )
+    logger.info("optimized whole model written to %s", written)
+    return written
+
+
+def write_session_file(path: Path, data: bytes, *, what: str, inputs: tuple[str | None, ...] = ()) -> Path:
+    """Write a file the session produces (optimized model, profile) atomically, replacing an older one as
+    onnxruntime does, but never an input, a directory, a device or anything reached through a link."""
+    try:
+        from .. import files
+    except ImportError:  # the careful writer is not in this build yet: write atomically here
+        return _write_atomic(path, data, what=what, inputs=inputs)
+    written: Path = files.write_bytes(path, data, overwrite=True, inputs=inputs, what=what)
+    return written
+
+
+def _write_atomic(path: Path, data: bytes, *, what: str, inputs: tuple[str | None, ...]) -> Path:
+    for source in inputs:
+        if source is not None and path.exists() and os.path.samefile(path, source):
+            raise BadInputError(f"the {what} is the input {source!r}; refusing to replace it", path=str(path))
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        raise BadInputError(f"the {what} is not a regular file; refusing to replace it", path=str(path))
+    if not path.parent.is_dir():
+        raise BadInputError(f"the {what}'s folder {str(path.parent)!r} does not exist", path=str(path))
+    fd, tmp = tempfile.mkstemp(prefix="." + path.name[:80] + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise BadInputError(f"cannot write the {what}: {exc.strerror or exc}", path=str(path)) from exc
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path

@@ -1,0 +1,428 @@
+"""The one careful writer: every file and folder dmlshim writes goes through this module.
+
+Rules it enforces, so each command does not have to:
+
+* **Atomic.** Content goes to a temporary file in the target's own folder, is flushed and ``fsync``-ed,
+  then renamed over the target (``os.replace``); an interrupted write never leaves a truncated file.
+  Folders (``export``) are built in a hidden sibling folder and moved into place in one step with
+  SIGINT/SIGTERM held back, so no half-written export is ever visible (:mod:`dmlshim.folders`).
+* **Links are replaced, never followed.** A symbolic link at the target is replaced by the new file
+  (with ``overwrite``), so the link's target is never touched. Inside a target folder (``replay``'s
+  ``--output-path``, an export folder) no component may be a link.
+* **Only regular files are replaced or removed.** Devices (``/dev/null``), FIFOs, sockets and
+  directories are refused even with ``overwrite``.
+* **Inside the target.** Names relative to a target folder are refused when absolute, when they
+  contain ``..``, NUL, or are empty or ``.``.
+* **No silent overwrite.** An existing file is replaced only when the caller passes ``overwrite``, and
+  never when it is one of the command's inputs (compared by ``os.path.samefile``, so links and hard
+  links to the input count).
+* **Usual permissions.** New files get ``0666 & ~umask`` (folders ``0777 & ~umask``), as ``open`` would.
+
+Every refusal is a :class:`~dmlshim.errors.BadInputError` naming the path and the reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import stat
+import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from .errors import BadInputError
+
+__all__ = [
+    "check_output_file",
+    "confined_path",
+    "file_mode",
+    "write_bytes",
+    "write_inside",
+    "write_json",
+    "write_npy",
+    "write_npz",
+    "write_onnx",
+    "write_stream",
+    "write_text",
+]
+
+logger = logging.getLogger(__name__)
+
+PathLike = str | os.PathLike[str]
+Writer = Callable[[BinaryIO], None]
+
+_RULE = "dmlshim writes atomically, only inside its target, never through a link or over a non-regular file"
+
+
+def _umask() -> int:
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    # Not Linux: reading the umask means setting it; put it straight back.
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def file_mode(directory: bool = False) -> int:
+    """The mode ``open``/``mkdir`` would give a new file (folder): ``0666 & ~umask`` (``0777 & ~umask``)."""
+    return (0o777 if directory else 0o666) & ~_umask()
+
+
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISREG, "a regular file"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _check_text(path: PathLike, what: str) -> str:
+    text = os.fspath(path)
+    if isinstance(text, bytes):  # os.PathLike[bytes]
+        text = os.fsdecode(text)
+    if not text:
+        raise BadInputError(f"the {what} path is empty", rule=_RULE)
+    if "\x00" in text:
+        raise BadInputError(f"the {what} path contains a NUL character", path=repr(text), rule=_RULE)
+    return text
+
+
+def _lstat(path: PathLike) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except NotADirectoryError:
+        return None
+
+
+def _same_file(a: PathLike, b: PathLike) -> bool:
+    try:
+        if os.path.samefile(a, b):
+            return True
+    except (OSError, ValueError):
+        pass
+    try:
+        return os.path.realpath(a) == os.path.realpath(b)
+    except (OSError, ValueError):
+        return False
+
+
+def check_output_file(
+    path: PathLike,
+    *,
+    overwrite: bool = False,
+    inputs: Iterable[PathLike | None] = (),
+    what: str = "output file",
+) -> Path:
+    """Refuse a bad output file before the work starts, so a long run does not end in an unusable path.
+
+    Args:
+        path: the file to write.
+        overwrite: whether an existing regular file (or a link, which is replaced) may be replaced.
+        inputs: the command's input files; the output may not be any of them (links included).
+        what: how to name the file in messages.
+
+    Returns:
+        ``path`` as a :class:`Path`.
+
+    Raises:
+        BadInputError: the path is empty or holds NUL, its folder is missing, it names a directory,
+            device, FIFO or socket, it is one of ``inputs``, or it exists and ``overwrite`` is false.
+    """
+    text = _check_text(path, what)
+    target = Path(text)
+    for source in inputs:
+        if source is not None and _same_file(target, source):
+            raise BadInputError(
+                f"the {what} is the input {os.fspath(source)!r} (or a link to it); "
+                "refusing to replace an input",
+                path=text,
+                rule=_RULE,
+            )
+    st = _lstat(target)
+    if st is not None:
+        if stat.S_ISDIR(st.st_mode):
+            raise BadInputError(f"the {what} is a directory; give a file name", path=text, rule=_RULE)
+        if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+            raise BadInputError(
+                f"the {what} is {_kind(st.st_mode)}; "
+                "dmlshim only replaces regular files, even with --overwrite",
+                path=text,
+                rule=_RULE,
+            )
+        if not overwrite:
+            raise BadInputError(f"the {what} exists; pass --overwrite to replace it", path=text, rule=_RULE)
+    parent = target.parent
+    if not parent.is_dir():
+        raise BadInputError(f"the {what}'s folder {str(parent)!r} does not exist", path=text, rule=_RULE)
+    return target
+
+
+def _fsync_dir(directory: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _place(tmp: Path, target: Path, overwrite: bool, what: str) -> None:
+    """Move the finished temporary file to the target (checked again: the target may have changed)."""
+    st = _lstat(target)
+    if st is not None and not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+        raise BadInputError(
+            f"the {what} is {_kind(st.st_mode)}; dmlshim only replaces regular files",
+            path=str(target),
+            rule=_RULE,
+        )
+    if overwrite:
+        os.replace(tmp, target)  # replaces a link itself, never its target
+        return
+    try:
+        # A hard link fails if the name exists, so a file that appeared meanwhile is kept.
+        os.link(tmp, target, follow_symlinks=False)
+    except FileExistsError as exc:
+        raise BadInputError(f"the {what} exists; pass --overwrite to replace it", path=str(target)) from exc
+    except OSError:  # no hard links on this file system
+        if os.path.lexists(target):
+            raise BadInputError(
+                f"the {what} exists; pass --overwrite to replace it", path=str(target)
+            ) from None
+        os.replace(tmp, target)
+
+
+def write_stream(
+    path: PathLike,
+    writer: Writer,
+    *,
+    overwrite: bool = False,
+    inputs: Iterable[PathLike | None] = (),
+    what: str = "output file",
+) -> Path:
+    """Write a file atomically with ``writer(handle)``; see the module docstring for the rules.
+
+    Args:
+        path: the file to write (its folder must exist).
+        writer: called once with a binary handle open on a temporary file beside ``path``.
+        overwrite: replace an existing regular file or link.
+        inputs: files the output must not be.
+        what: how to name the file in messages.
+
+    Returns:
+        ``path`` as a :class:`Path`.
+
+    Raises:
+        BadInputError: refused (see :func:`check_output_file`) or the write failed (disk full, ...).
+    """
+    target = check_output_file(path, overwrite=overwrite, inputs=inputs, what=what)
+    parent = target.parent
+    prefix = "." + target.name[:80] + "."
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=parent)
+    except OSError as exc:
+        raise BadInputError(f"cannot write the {what}: {exc.strerror or exc}", path=str(target)) from exc
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), file_mode())
+            writer(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        _place(tmp, target, overwrite, what)
+    except OSError as exc:
+        raise BadInputError(f"cannot write the {what}: {exc.strerror or exc}", path=str(target)) from exc
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+    _fsync_dir(parent)
+    logger.debug("wrote %s", target)
+    return target
+
+
+def write_bytes(path: PathLike, data: bytes, **options: Any) -> Path:
+    """Write bytes atomically (options as :func:`write_stream`)."""
+    return write_stream(path, lambda handle: handle.write(data), **options)
+
+
+def write_text(path: PathLike, text: str, **options: Any) -> Path:
+    """Write UTF-8 text atomically (options as :func:`write_stream`)."""
+    return write_bytes(path, text.encode("utf-8"), **options)
+
+
+def write_json(path: PathLike, value: Any, **options: Any) -> Path:
+    """Write JSON (indented, no NaN) atomically (options as :func:`write_stream`)."""
+    return write_text(path, json.dumps(value, indent=2, allow_nan=False) + "\n", **options)
+
+
+def write_npy(path: PathLike, array: np.ndarray, **options: Any) -> Path:
+    """Write one array as ``.npy`` without pickles, atomically (options as :func:`write_stream`)."""
+    arr = np.ascontiguousarray(array)
+    return write_stream(path, lambda h: np.lib.format.write_array(h, arr, allow_pickle=False), **options)
+
+
+def write_npz(path: PathLike, arrays: Mapping[str, np.ndarray], **options: Any) -> Path:
+    """Write arrays as ``numpy.savez`` would (one ``NAME.npy`` member each), atomically, without pickles."""
+    from .execute.feeds import save_npz  # feeds imports little, but keep files.py import-light
+
+    return write_stream(path, lambda handle: save_npz(handle, arrays), **options)
+
+
+def write_onnx(path: PathLike, model: Any, **options: Any) -> Path:
+    """Serialise an ``onnx.ModelProto`` and write it atomically (options as :func:`write_stream`).
+
+    Raises:
+        BadInputError: as :func:`write_stream`, or the model is too large for one protobuf (2 GiB).
+    """
+    try:
+        data = model.SerializeToString()
+    except ValueError as exc:  # protobuf's EncodeError derives from Exception; see below
+        raise BadInputError(f"cannot serialise the model: {exc}", path=os.fspath(path)) from exc
+    except Exception as exc:
+        if type(exc).__name__ != "EncodeError":
+            raise
+        raise BadInputError(
+            f"cannot serialise the model ({exc}); a model above 2 GiB needs external data",
+            path=os.fspath(path),
+        ) from exc
+    return write_bytes(path, data, **options)
+
+
+# --- inside a target folder -------------------------------------------------------------------------
+
+
+def confined_path(root: PathLike, relative: str, *, what: str = "path", suffixes: Sequence[str] = ()) -> Path:
+    """``root / relative`` after checking that ``relative`` cannot leave ``root``.
+
+    ``/`` and ``\\`` both separate components (DxDispatch files come from Windows).
+
+    Args:
+        root: the target folder.
+        relative: a name relative to it, as found in a file (not trusted).
+        what: how to name the value in messages (e.g. ``commands[2].targetPath``).
+        suffixes: accepted extensions (e.g. ``(".npy",)``); empty accepts any name.
+
+    Raises:
+        BadInputError: ``relative`` is not a string, is empty or ``.``, holds NUL, is absolute, has a
+            drive letter, contains ``..``, or has no accepted extension.
+    """
+    accepted = (
+        "a relative path inside the folder, e.g. out/result"
+        + (suffixes[0] if suffixes else ".npy")
+        + (f" (extension {', '.join(suffixes)})" if suffixes else "")
+    )
+
+    def refuse(reason: str) -> BadInputError:
+        return BadInputError(f"{what} {relative!r} {reason}; expected {accepted}", value=relative, rule=_RULE)
+
+    if not isinstance(relative, str):
+        raise BadInputError(f"{what} must be a string, not {type(relative).__name__}", value=relative)
+    if "\x00" in relative:
+        raise refuse("contains a NUL character")
+    if (
+        relative.startswith(("/", "\\"))
+        or (len(relative) > 1 and relative[1] == ":")
+        or os.path.isabs(relative)
+    ):
+        raise refuse("is absolute")
+    parts = [p for p in relative.replace("\\", "/").split("/") if p not in ("", ".")]
+    if not parts:
+        raise refuse("names the folder itself, not a file")
+    if ".." in parts:
+        raise refuse("leaves the folder (..)")
+    if suffixes and not any(
+        parts[-1].lower().endswith(s.lower()) and len(parts[-1]) > len(s) for s in suffixes
+    ):
+        raise refuse("has no accepted extension")
+    return Path(os.fspath(root)).joinpath(*parts)
+
+
+def _real_dir(directory: Path, what: str) -> None:
+    st = _lstat(directory)
+    if st is None:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        raise BadInputError(
+            f"{what} {str(directory)!r} is a symbolic link; dmlshim does not write through links",
+            path=str(directory),
+            rule=_RULE,
+        )
+    if not stat.S_ISDIR(st.st_mode):
+        raise BadInputError(f"{what} {str(directory)!r} is {_kind(st.st_mode)}, not a folder", rule=_RULE)
+
+
+def _make_dirs(root: Path, directory: Path) -> None:
+    """Create ``directory`` (under ``root``) component by component, refusing links on the way."""
+    current = root
+    for part in directory.relative_to(root).parts:
+        current = current / part
+        _real_dir(current, "the folder")
+        if not os.path.lexists(current):
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(current, 0o777)  # the umask applies, as for mkdir(1)
+            _real_dir(current, "the folder")
+
+
+def write_inside(
+    root: PathLike,
+    relative: str,
+    writer: Writer,
+    *,
+    what: str = "path",
+    suffixes: Sequence[str] = (),
+    overwrite: bool = True,
+    create_root: bool = True,
+) -> Path:
+    """Write ``root/relative`` atomically, refusing names and links that would leave ``root``.
+
+    Missing folders (``root`` included when ``create_root``) are created; an existing regular file is
+    replaced when ``overwrite`` (the default: a target folder is dmlshim's to fill).
+
+    Returns:
+        The path written.
+
+    Raises:
+        BadInputError: see :func:`confined_path`; ``root`` or a folder on the way is a link or not a
+            folder; the target is not a regular file.
+    """
+    root_path = Path(_check_text(root, "target folder"))
+    target = confined_path(root_path, relative, what=what, suffixes=suffixes)
+    _real_dir(root_path, "the target folder")
+    if not root_path.exists():
+        if not create_root:
+            raise BadInputError("the target folder does not exist", path=str(root_path))
+        try:
+            root_path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise BadInputError(
+                f"cannot create the target folder: {exc.strerror or exc}", path=str(root_path)
+            ) from exc
+    try:
+        _make_dirs(root_path, target.parent)
+    except OSError as exc:
+        raise BadInputError(
+            f"cannot create the folder for {what}: {exc.strerror or exc}", path=str(target)
+        ) from exc
+    # Defence in depth: after the checks the real folder must still lie inside the real root.
+    real_root = os.path.realpath(root_path)
+    if os.path.commonpath([real_root, os.path.realpath(target.parent)]) != real_root:
+        raise BadInputError(f"{what} {relative!r} resolves outside the target folder", path=str(target))
+    return write_stream(target, writer, overwrite=overwrite, what=what)

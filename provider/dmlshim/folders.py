@@ -1,0 +1,218 @@
+"""Whole output folders (``export``): built out of sight, then moved into place in one step.
+
+The rules are :mod:`dmlshim.files`'s; this adds the folder-level ones: Ctrl-C or an error leaves the old
+folder (or nothing) and never a half-written one, and ``--overwrite`` removes only what dmlshim wrote
+there before (regular files, and folders of regular files, that the previous index listed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import stat
+import tempfile
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+from .errors import BadInputError
+from .files import (
+    _RULE,
+    PathLike,
+    _check_text,
+    _fsync_dir,
+    _kind,
+    _lstat,
+    _real_dir,
+    confined_path,
+    file_mode,
+)
+
+__all__ = ["StagedFolder"]
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM back while a few renames run, so they happen all or none."""
+    held = {signal.SIGINT, signal.SIGTERM}
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _removable_entry(path: Path) -> str | None:
+    """Why dmlshim may not remove this previous output (None when it may: a regular file, or a real
+    folder holding only regular files)."""
+    st = _lstat(path)
+    if st is None or stat.S_ISREG(st.st_mode):
+        return None
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{str(path)!r} is {_kind(st.st_mode)}"
+    for child in path.iterdir():
+        cst = os.lstat(child)
+        if not stat.S_ISREG(cst.st_mode):
+            return f"{str(child)!r} is {_kind(cst.st_mode)}"
+    return None
+
+
+def _remove_entry(path: Path) -> None:
+    st = _lstat(path)
+    if st is None:
+        return
+    if stat.S_ISREG(st.st_mode):
+        path.unlink()
+        return
+    for child in path.iterdir():
+        if stat.S_ISREG(os.lstat(child).st_mode):
+            child.unlink()
+    path.rmdir()
+
+
+class StagedFolder:
+    """Build a folder's content out of sight, then move it into place all at once.
+
+    Use::
+
+        stage = StagedFolder(out, overwrite=args.overwrite, previous=listed_by_index)  # checks now
+        with stage:
+            write_inside(stage.path, "node/model.json", ...)   # or any writer under stage.path
+            stage.commit(last="index.json")
+
+    The target may be missing, an empty folder, or (``overwrite``) a folder holding a previous output, or
+    a symbolic link (``overwrite``; the link is replaced, its target untouched). With a previous output,
+    ``previous(target)`` names the entries dmlshim wrote there; only those are removed (and only if
+    they are regular files or folders of regular files), everything else is kept. Without
+    :meth:`commit` (an error, Ctrl-C) the staging folder is removed and the target is unchanged.
+    """
+
+    def __init__(
+        self,
+        target: PathLike,
+        *,
+        overwrite: bool = False,
+        previous: Callable[[Path], Sequence[str]] | None = None,
+        what: str = "output folder",
+    ) -> None:
+        self.target = Path(_check_text(target, what))
+        self.overwrite = overwrite
+        self.what = what
+        self._previous = previous
+        self._remove: list[str] = []
+        self._staging: Path | None = None
+        self._committed = False
+        self._check()
+
+    def _check(self) -> None:
+        st = _lstat(self.target)
+        text = str(self.target)
+        self._mode = "new"
+        if st is None:
+            return
+        if stat.S_ISLNK(st.st_mode):
+            if not self.overwrite:
+                raise BadInputError(
+                    f"the {self.what} is a symbolic link; pass --overwrite to replace the link itself "
+                    "(its target is never written)",
+                    path=text,
+                    rule=_RULE,
+                )
+            self._mode = "link"
+            return
+        if not stat.S_ISDIR(st.st_mode):
+            raise BadInputError(
+                f"the {self.what} exists and is {_kind(st.st_mode)}, not a folder", path=text, rule=_RULE
+            )
+        if not any(self.target.iterdir()):
+            self._mode = "empty"
+            return
+        if not self.overwrite:
+            raise BadInputError(
+                f"the {self.what} exists and is not empty; pass --overwrite to replace a previous export",
+                path=text,
+                rule=_RULE,
+            )
+        self._mode = "merge"
+        names = list(self._previous(self.target)) if self._previous else []
+        for name in names:
+            why = _removable_entry(confined_path(self.target, name, what="previous entry"))
+            if why is not None:
+                raise BadInputError(
+                    f"the previous output lists {name!r} but {why}; dmlshim removes only the regular files "
+                    "it wrote: move it away first",
+                    path=text,
+                    rule=_RULE,
+                )
+        self._remove = names
+
+    @property
+    def path(self) -> Path:
+        """The staging folder to write into (valid inside the ``with`` block)."""
+        if self._staging is None:
+            raise RuntimeError("StagedFolder.path used outside its with block")
+        return self._staging
+
+    def __enter__(self) -> StagedFolder:
+        parent = self.target.parent
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+            self._staging = Path(
+                tempfile.mkdtemp(prefix="." + self.target.name[:80] + ".", suffix=".tmp", dir=parent)
+            )
+            os.chmod(self._staging, file_mode(directory=True))
+        except OSError as exc:
+            raise BadInputError(
+                f"cannot create the {self.what}: {exc.strerror or exc}", path=str(self.target)
+            ) from exc
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._staging is not None and not self._committed:
+            # Our own temporary folder; rmtree removes links inside it without following them.
+            shutil.rmtree(self._staging, ignore_errors=True)
+        self._staging = None
+
+    def commit(self, last: str | None = None) -> None:
+        """Move the staged content into the target; ``last`` (e.g. the index) is moved in last."""
+        staging = self.path
+        text = str(self.target)
+        with _signals_held():
+            try:
+                if self._mode == "link":
+                    os.unlink(self.target)  # the link itself; its target is untouched
+                if self._mode in ("new", "link", "empty"):
+                    _real_dir(self.target, "the " + self.what)  # an empty folder is replaced by rename
+                    os.rename(staging, self.target)
+                else:
+                    self._merge(staging, last)
+            except OSError as exc:
+                raise BadInputError(
+                    f"cannot write the {self.what}: {exc.strerror or exc}", path=text
+                ) from exc
+            self._committed = True
+        _fsync_dir(self.target.parent)
+
+    def _merge(self, staging: Path, last: str | None) -> None:
+        removable = set(self._remove)
+        entries = sorted(os.listdir(staging), key=lambda n: n == last)
+        clashes = [n for n in entries if n not in removable and os.path.lexists(self.target / n)]
+        if clashes:
+            raise BadInputError(
+                f"the {self.what} holds {clashes[0]!r}, which the previous output did not list; "
+                "dmlshim does not replace what it did not write: move it away first",
+                path=str(self.target),
+                rule=_RULE,
+            )
+        _real_dir(self.target, "the " + self.what)
+        # The previous index goes first, so no index ever lists a folder that is gone.
+        for name in sorted(removable, key=lambda n: n != last):
+            _remove_entry(self.target / name)
+        for name in entries:
+            os.rename(staging / name, self.target / name)
+        staging.rmdir()
