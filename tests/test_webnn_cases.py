@@ -1,4 +1,4 @@
-"""The WebNN conformance cases (../shared/conformance/webnn_wpt_cases.json) through dmlshim's kernels.
+"""The WebNN conformance cases (shipped in dmlshim/conformance/data/) through dmlshim's kernels.
 
 Expected values come from the Web Platform Tests (the file); onnxruntime CPU is a second oracle that checks
 the transcription. The four out-of-range cases are found from the data here, independently of the kernels.
@@ -35,10 +35,10 @@ from dmlshim.dml.json_form import operator_from_json
 from dmlshim.errors import IndexOutOfRangeError
 from dmlshim.kernels import IndexMode
 
-from .conftest import SHARED
+from .conftest import REPO, SHARED
 from .oracle import ort_node
 
-CASES_FILE = SHARED / "conformance" / "webnn_wpt_cases.json"
+CASES_FILE = webnn.PACKAGED_CASES
 
 EXPECTED_COUNTS = {"gatherElements": 13, "gatherND": 16, "scatterElements": 26, "scatterND": 23}
 """The file as transcribed (oracles.md section 2); a shrinking file must fail loudly."""
@@ -63,16 +63,13 @@ ONNX_OPS = {
 
 @functools.cache
 def _cases() -> dict[str, WebnnCase]:
-    return {case.name: case for case in load_cases(CASES_FILE)} if CASES_FILE.is_file() else {}
+    return {case.name: case for case in load_cases(CASES_FILE)}
 
 
-# Collection must not fail without ../shared: one placeholder id is collected and then skipped.
-CASE_NAMES = list(_cases()) or ["<webnn cases file absent>"]
+CASE_NAMES = list(_cases())
 
 
-def _case(name: str, shared_dir: Path) -> WebnnCase:
-    if not CASES_FILE.is_file():
-        pytest.skip(f"WebNN cases file not found at {CASES_FILE}")
+def _case(name: str) -> WebnnCase:
     return _cases()[name]
 
 
@@ -95,7 +92,7 @@ def _first_out_of_range(case: WebnnCase) -> tuple[int, int] | None:
 # The file itself
 
 
-def test_case_counts(shared_dir: Path) -> None:
+def test_case_counts() -> None:
     cases = load_cases(CASES_FILE)
     by_op = {op: sum(c.op == op for c in cases) for op in EXPECTED_COUNTS}
     assert len(cases) == 78
@@ -104,15 +101,25 @@ def test_case_counts(shared_dir: Path) -> None:
     assert declared == EXPECTED_COUNTS
 
 
-def test_out_of_range_cases_are_the_documented_four(shared_dir: Path) -> None:
+def test_out_of_range_cases_are_the_documented_four() -> None:
     found = {name for name, case in _cases().items() if _first_out_of_range(case) is not None}
     assert found == OUT_OF_RANGE
 
 
-def test_default_path_points_at_shared(shared_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_default_path_is_the_shipped_copy(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(webnn.CASES_ENV_VAR, raising=False)
-    assert webnn.default_cases_path().resolve() == CASES_FILE.resolve()
+    assert webnn.default_cases_path() == CASES_FILE
+    assert CASES_FILE.parent.name == "data" and CASES_FILE.is_relative_to(Path(webnn.__file__).parents[1])
     assert len(load_cases()) == 78
+
+
+def test_shipped_copies_are_the_same_file() -> None:
+    """The package-data copy, conformance/'s copy and (beside a checkout) ../shared's are identical."""
+    shipped = CASES_FILE.read_bytes()
+    assert (REPO / "conformance" / "webnn_wpt_cases.json").read_bytes() == shipped
+    shared = SHARED / "conformance" / "webnn_wpt_cases.json"
+    if shared.is_file():
+        assert shared.read_bytes() == shipped
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -120,8 +127,8 @@ def test_default_path_points_at_shared(shared_dir: Path, monkeypatch: pytest.Mon
 
 
 @pytest.mark.parametrize("name", CASE_NAMES)
-def test_default_mode(name: str, shared_dir: Path) -> None:
-    case = _case(name, shared_dir)
+def test_default_mode(name: str) -> None:
+    case = _case(name)
     result = run_case(case, IndexMode.ERROR)
     if name not in OUT_OF_RANGE:
         assert result.status == "pass", result.message
@@ -143,16 +150,16 @@ def test_default_mode(name: str, shared_dir: Path) -> None:
 
 
 @pytest.mark.parametrize("name", CASE_NAMES)
-def test_clamp_mode(name: str, shared_dir: Path) -> None:
-    result = run_case(_case(name, shared_dir), IndexMode.CLAMP)
+def test_clamp_mode(name: str) -> None:
+    result = run_case(_case(name), IndexMode.CLAMP)
     assert result.status == "pass", result.message
     assert result.duplicate_indices == 0
 
 
 @pytest.mark.parametrize("name", CASE_NAMES)
-def test_descriptor(name: str, shared_dir: Path) -> None:
+def test_descriptor(name: str) -> None:
     """The DML EP's DimensionCount rule, indices in the given type, and a JSON form that reads back."""
-    case = _case(name, shared_dir)
+    case = _case(name)
     desc = build_descriptor(case)
     tensors = desc.tensors()
     r, q = len(case.input.shape), len(case.indices.shape)
@@ -178,12 +185,12 @@ def test_descriptor(name: str, shared_dir: Path) -> None:
 
 
 @pytest.mark.parametrize("name", CASE_NAMES)
-def test_onnxruntime_agrees(name: str, shared_dir: Path) -> None:
+def test_onnxruntime_agrees(name: str) -> None:
     """onnxruntime CPU reproduces the expected values (a second oracle checking the transcription).
 
     On the four out-of-range cases it must refuse instead, as ONNX requires.
     """
-    case = _case(name, shared_dir)
+    case = _case(name)
     indices = case.indices.array()
     # ONNX has no uint32 index type, and GatherND/ScatterND take int64 indices only.
     if indices.dtype == np.uint32 or case.op in ("gatherND", "scatterND"):
@@ -208,7 +215,7 @@ def test_onnxruntime_agrees(name: str, shared_dir: Path) -> None:
 # The headline numbers
 
 
-def test_run_all_default_mode(shared_dir: Path) -> None:
+def test_run_all_default_mode() -> None:
     results = run_all(IndexMode.ERROR, CASES_FILE)
     assert totals(results) == {"pass": 74, "fail": 0, "error": 4}
     errors = {r.name for r in results if r.status == "error"}
@@ -216,14 +223,14 @@ def test_run_all_default_mode(shared_dir: Path) -> None:
     assert all("is out of range" in r.message for r in results if r.status == "error")
 
 
-def test_run_all_clamp_mode(shared_dir: Path) -> None:
+def test_run_all_clamp_mode() -> None:
     results = run_all(IndexMode.CLAMP, CASES_FILE)
     assert totals(results) == {"pass": 78, "fail": 0, "error": 0}
     assert all(isinstance(r, CaseResult) and r.passed for r in results)
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Loader and mapping details that need no ../shared
+# Loader and mapping details
 
 
 def _tensor(data: list[float], shape: tuple[int, ...], data_type: str) -> WebnnTensor:

@@ -11,6 +11,7 @@ import onnxruntime as ort
 
 from ..errors import BadInputError, IndexOutOfRangeError
 from ..modelcheck import ort_load_error
+from .fallback import for_onnxruntime
 
 ORT_ERRORS: tuple[type[BaseException], ...] = (RuntimeError, ValueError)
 try:  # onnxruntime's own exception types do not derive from RuntimeError.
@@ -65,6 +66,8 @@ def cpu_session(model: onnx.ModelProto | bytes, sess_options: Any, what: str) ->
     Without ``sess_options``, onnxruntime's defaults apply, except that a model with a scatter runs with one
     intra-op thread.
     """
+    if isinstance(model, onnx.ModelProto):
+        model = for_onnxruntime(model)  # deprecated Scatter as ScatterElements
     if sess_options is None:
         proto = model if isinstance(model, onnx.ModelProto) else onnx.load_from_string(model)
         sess_options = ort.SessionOptions()

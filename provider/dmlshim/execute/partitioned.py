@@ -36,6 +36,7 @@ from ..translate.plan import CPU_PROVIDER
 from ..translate.shapes_info import tensor_infos
 from ..translate.translator import model_opsets, model_placements, node_since_version
 from .engine import EngineConfig
+from .fallback import has_deprecated_scatter, note_scatter_as_scatter_elements
 from .ort_support import ORT_ERRORS, cpu_session, ort_run_error
 from .partition import (
     CpuSegment,
@@ -168,6 +169,7 @@ class PartitionedEngine:
     ) -> None:
         self.config = config
         self.reference = reference
+        self._scatter_as_elements = has_deprecated_scatter(model)
         self._fl_name = config.feature_level.dml_name
         graph = model.graph
         nodes = list(graph.node)
@@ -436,10 +438,13 @@ class PartitionedEngine:
                 np.array(values[n], copy=True) if n in self._copy_on_output else values[n]
                 for n in output_names
             ]
+        nodes = tuple(r for r in state.records if r is not None)
+        if self._scatter_as_elements:
+            nodes = note_scatter_as_scatter_elements(nodes)
         record = RunRecord(
             engine=self.name,
             feature_level=self._fl_name,
-            nodes=tuple(r for r in state.records if r is not None),
+            nodes=nodes,
             cpu_partitions=self._cpu_partitions,
             translations_computed=state.translations_computed,
         )

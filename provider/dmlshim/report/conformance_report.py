@@ -141,7 +141,7 @@ def render_results_markdown(
         parts += [render_markdown(result), ""]
     parts += ["## WebNN cases (Web Platform Tests, run at the DirectML level)", ""]
     if webnn is None:
-        parts += ["Not run: `../shared/conformance/webnn_wpt_cases.json` was not available.", ""]
+        parts += ["Not run: the WebNN cases file was not available (see `$DMLSHIM_WEBNN_CASES`).", ""]
     else:
         parts += ["| index mode | pass | fail | error |", "| --- | --- | --- | --- |"]
         for mode, counts in webnn.items():
