@@ -12,6 +12,7 @@ import onnxruntime as ort
 from ..errors import BadInputError, IndexOutOfRangeError
 from ..modelcheck import ort_load_error
 from .fallback import for_onnxruntime
+from .profiling import separate_profile
 
 ORT_ERRORS: tuple[type[BaseException], ...] = (RuntimeError, ValueError)
 try:  # onnxruntime's own exception types do not derive from RuntimeError.
@@ -47,15 +48,15 @@ GATHER_SCATTER_OPS = frozenset(
 _RACY_OPS = frozenset({"ScatterND", "ScatterElements", "Scatter"})
 
 
-def has_scatter(graph: onnx.GraphProto) -> bool:
-    """Whether a graph (subgraphs included) holds a scatter node."""
+def has_scatter(graph: onnx.GraphProto, skip: frozenset[str] = frozenset()) -> bool:
+    """A scatter node in ``graph`` or its subgraphs, other than those writing an output in ``skip``."""
     for node in graph.node:
-        if node.op_type in _RACY_OPS:
+        if node.op_type in _RACY_OPS and not (node.output and node.output[0] in skip):
             return True
         for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH and has_scatter(attr.g):
+            if attr.type == onnx.AttributeProto.GRAPH and has_scatter(attr.g, skip):
                 return True
-            if attr.type == onnx.AttributeProto.GRAPHS and any(has_scatter(g) for g in attr.graphs):
+            if attr.type == onnx.AttributeProto.GRAPHS and any(has_scatter(g, skip) for g in attr.graphs):
                 return True
     return False
 
@@ -77,6 +78,7 @@ def cpu_session(model: onnx.ModelProto | bytes, sess_options: Any, what: str) ->
             # onnxruntime's CPU ScatterND loses updates on duplicate indices with more than one intra-op
             # thread (results differ run to run); one thread makes it exact and deterministic.
             sess_options.intra_op_num_threads = 1
+    separate_profile(sess_options)
     payload = model if isinstance(model, bytes) else model.SerializeToString()
     try:
         return ort.InferenceSession(payload, sess_options, providers=["CPUExecutionProvider"])

@@ -17,6 +17,7 @@ computed.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -37,7 +38,7 @@ from ..translate.shapes_info import tensor_infos
 from ..translate.translator import model_opsets, model_placements, node_since_version
 from .engine import EngineConfig
 from .fallback import has_deprecated_scatter, note_scatter_as_scatter_elements
-from .ort_support import ORT_ERRORS, cpu_session, ort_run_error
+from .ort_support import ORT_ERRORS, cpu_session, has_scatter, ort_run_error
 from .partition import (
     CpuSegment,
     EmulatedNode,
@@ -66,6 +67,7 @@ from .steps import (
     overwrites,
     reasons_of,
 )
+from .whole_model import WholeModelCheck, build_whole_model_check
 
 __all__ = [
     "ORT_ERRORS",
@@ -84,6 +86,10 @@ logger = logging.getLogger(__name__)
 _session = cpu_session  # the name execute.cpu_engine imports
 
 _SHAPE_UNKNOWN = "SHAPE_UNKNOWN"
+
+MIN_SEGMENTS_FOR_CHECK = 2
+"""CPU segments from which the whole-model check pays: with one, a partitioned run already makes one
+onnxruntime call."""
 
 
 @dataclass(frozen=True)
@@ -284,6 +290,7 @@ class PartitionedEngine:
                 types[out] = tp
 
         self._template = template
+        self._check: WholeModelCheck | None = None
         self._steps: list[Callable[[Values, RunState], None]] = []
         self._static_values: Values = {}
         graph_inputs = [v.name for v in graph.input]
@@ -330,12 +337,13 @@ class PartitionedEngine:
                 if not step.outputs:
                     logger.debug("CPU segment %d produces nothing used later; skipped", step.index)
                     continue
-                seg_model = segment_model(model, step, seg_types, init_protos)
                 label = (
                     f"CPU partition {segments} (nodes {names[step.nodes[0]]!r}..{names[step.nodes[-1]]!r})"
                 )
-                session = cpu_session(seg_model, config.sess_options, label)
-                self._steps.append(CpuStep(session, step.inputs, step.outputs, label))
+                build = functools.partial(
+                    _segment_session, model, step, seg_types, init_protos, config, label
+                )
+                self._steps.append(CpuStep(build, step.inputs, step.outputs, label))
                 segments += 1
             else:
                 i = step.node
@@ -358,6 +366,17 @@ class PartitionedEngine:
                     )
                 )
         self._cpu_partitions = segments
+        if config.whole_model_check and not reference and segments >= MIN_SEGMENTS_FOR_CHECK:
+            emulated = [s for s in self._steps if isinstance(s, EmulatedStep)]
+            outputs = frozenset(s.output for s in emulated)
+            make = functools.partial(_whole_session, model, config, outputs)
+            self._check = build_whole_model_check(
+                model, emulated, set(graph_inputs), make, ORT_ERRORS, self._static_values
+            )
+        if self._check is None:
+            for cpu_step in self._steps:
+                if isinstance(cpu_step, CpuStep):
+                    _ = cpu_step.session  # built now, so that a segment onnxruntime refuses fails here
         self._finish_init()
 
     def _finish_init(self) -> None:
@@ -408,15 +427,28 @@ class PartitionedEngine:
     def run(
         self, output_names: Sequence[str], feeds: Mapping[str, np.ndarray], *, run_options: Any = None
     ) -> tuple[list[np.ndarray], RunRecord]:
-        """Run every step; return the named outputs and the run's record."""
+        """Run the model; return the named outputs and the run's record.
+
+        With the whole-model check (``EngineConfig.whole_model_check``), the answer comes from one
+        whole-model onnxruntime run when every kernel reproduces onnxruntime's values; otherwise, and
+        always without it, every step runs as :meth:`run_traced` runs them.
+        """
+        if self._check is not None and self.step_observer is None:
+            state = RunState(self._template.copy(), run_options)
+            values = dict(self._static_values)
+            values.update(feeds)
+            checked = self._check.run(output_names, values, state, run_options)
+            if checked is not None:
+                return checked, self._record(state)
         results, record, _ = self.run_traced(output_names, feeds, run_options=run_options)
         return results, record
 
     def run_traced(
         self, output_names: Sequence[str], feeds: Mapping[str, np.ndarray], *, run_options: Any = None
     ) -> tuple[list[np.ndarray], RunRecord, Mapping[str, Any]]:
-        """Like :meth:`run`, also returning the value table: every value that crossed a step boundary
-        (the inputs and output of every emulated node among them). Its arrays must not be modified."""
+        """Run every step (never the whole-model check); return the named outputs, the run's record and
+        the value table: every value that crossed a step boundary (the inputs and output of every
+        emulated node among them). Its arrays must not be modified."""
         state = RunState(self._template.copy(), run_options)
         if self._whole_model:
             values: Values = dict(self._default_feeds)
@@ -438,17 +470,19 @@ class PartitionedEngine:
                 np.array(values[n], copy=True) if n in self._copy_on_output else values[n]
                 for n in output_names
             ]
+        return results, self._record(state), values
+
+    def _record(self, state: RunState) -> RunRecord:
         nodes = tuple(r for r in state.records if r is not None)
         if self._scatter_as_elements:
             nodes = note_scatter_as_scatter_elements(nodes)
-        record = RunRecord(
+        return RunRecord(
             engine=self.name,
             feature_level=self._fl_name,
             nodes=nodes,
             cpu_partitions=self._cpu_partitions,
             translations_computed=state.translations_computed,
         )
-        return results, record, values
 
 
 def _run_whole(step: CpuStep, values: Values, output_names: Sequence[str], run_options: Any) -> list[Any]:
@@ -457,3 +491,29 @@ def _run_whole(step: CpuStep, values: Values, output_names: Sequence[str], run_o
         return list(step.session.run(list(output_names), feeds, run_options))
     except ORT_ERRORS as exc:
         raise ort_run_error(exc, "onnxruntime failed running the model") from exc
+
+
+def _segment_session(
+    model: onnx.ModelProto,
+    segment: CpuSegment,
+    types: Mapping[str, onnx.TypeProto],
+    init_protos: Mapping[str, onnx.TensorProto],
+    config: EngineConfig,
+    label: str,
+) -> ort.InferenceSession:
+    return cpu_session(segment_model(model, segment, types, init_protos), config.sess_options, label)
+
+
+def _whole_session(
+    model: onnx.ModelProto, config: EngineConfig, emulated: frozenset[str], payload: bytes
+) -> ort.InferenceSession:
+    """The whole-model check's session. With default options it keeps onnxruntime's default thread count
+    unless a scatter that no kernel replaces would run in it (onnxruntime's CPU scatters lose updates on
+    duplicate indices with several threads); emulated scatters are checked against their kernel anyway."""
+    options = config.sess_options
+    if options is None:
+        options = ort.SessionOptions()
+        options.log_severity_level = 4
+        if has_scatter(model.graph, skip=emulated):
+            options.intra_op_num_threads = 1
+    return ort.InferenceSession(payload, options, providers=["CPUExecutionProvider"])

@@ -4,7 +4,7 @@ run from its DirectML descriptor (or, in a reference run, by onnxruntime alone).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,17 +49,30 @@ def reasons_of(t: NodeTranslation) -> tuple[tuple[str, str], ...]:
 
 
 class CpuStep:
-    """A CPU segment: one onnxruntime session fed from the value table."""
+    """A CPU segment: one onnxruntime session fed from the value table. The session can be given as a
+    function that builds it, called on first use (the whole-model check usually makes it unnecessary)."""
 
-    __slots__ = ("inputs", "label", "outputs", "session")
+    __slots__ = ("_build", "_session", "inputs", "label", "outputs")
 
     def __init__(
-        self, session: ort.InferenceSession, inputs: Sequence[str], outputs: Sequence[str], label: str
+        self,
+        session: ort.InferenceSession | Callable[[], ort.InferenceSession],
+        inputs: Sequence[str],
+        outputs: Sequence[str],
+        label: str,
     ):
-        self.session = session
+        self._session = session if isinstance(session, ort.InferenceSession) else None
+        self._build = None if isinstance(session, ort.InferenceSession) else session
         self.inputs = tuple(inputs)
         self.outputs = list(outputs)
         self.label = label
+
+    @property
+    def session(self) -> ort.InferenceSession:
+        if self._session is None:
+            assert self._build is not None
+            self._session, self._build = self._build(), None
+        return self._session
 
     def __call__(self, values: Values, state: RunState) -> None:
         feeds = {name: values[name] for name in self.inputs}

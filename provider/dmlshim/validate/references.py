@@ -31,7 +31,7 @@ from ..execute.ort_support import ORT_ERRORS
 from ..execute.partitioned import EmulatedIO, PartitionedEngine
 from ..execute.record import RunRecord
 from ..execute.session import LoadedModel
-from ..inputs import generate_inputs
+from ..inputs import GeneratedInputs, generate
 from ..kernels.options import IndexMode
 
 OPTIMIZATION_LEVELS: dict[str, ort.GraphOptimizationLevel] = {
@@ -109,10 +109,13 @@ def feeds_for(
     inputs: Mapping[str, np.ndarray] | str | os.PathLike[str] | None,
     input_shapes: Mapping[str, Sequence[int]] | None,
     seed: int,
-) -> tuple[dict[str, np.ndarray], str]:
-    """The feeds (checked against the graph inputs) and their source: ``random``, ``file`` or ``given``."""
+) -> tuple[dict[str, np.ndarray], str, GeneratedInputs | None]:
+    """The feeds (checked against the graph inputs), their source (``random``, ``file`` or ``given``)
+    and, for generated feeds, how they were generated."""
+    generated = None
     if inputs is None:
-        feeds, source = generate_inputs(loaded, input_shapes=input_shapes, seed=seed), "random"
+        generated = generate(loaded, input_shapes=input_shapes, seed=seed)
+        feeds, source = dict(generated.feeds), "random"
     elif isinstance(inputs, (str, os.PathLike)):
         feeds, source = load_npz(os.fspath(inputs)), "file"
     else:
@@ -123,7 +126,7 @@ def feeds_for(
         tuple(node_arg(v) for v in graph.input if v.name not in init_names),
         tuple(node_arg(v) for v in graph.input if v.name in init_names),
     )
-    return validator.validate(feeds), source
+    return validator.validate(feeds), source, generated
 
 
 def partitioned_run(
@@ -142,6 +145,7 @@ def partitioned_run(
         index_mode=index_mode,
         sess_options=session_options(level),
         model_path=model_path,
+        whole_model_check=False,  # walk the partitions: they are what the two runs must share
     )
     engine = PartitionedEngine(proto, config, reference=reference)
     names = [o.name for o in proto.graph.output]

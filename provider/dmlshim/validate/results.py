@@ -283,6 +283,7 @@ class ValidationReport:
         inputs_source: ``"file"``, ``"given"`` or ``"random"``.
         seed: the seed of random inputs, else None.
         input_shapes: the shape of every feed.
+        input_symbols: the size chosen for every symbolic dimension of generated inputs.
         optimization_levels: ``(side, level)`` for ``dmlshim``, ``reference`` and ``whole_model``:
             onnxruntime's graph optimisation level on each side.
         whole_model_error: why onnxruntime could not run the whole model, if it could not.
@@ -299,6 +300,7 @@ class ValidationReport:
     inputs_source: str
     seed: int | None = None
     input_shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    input_symbols: tuple[tuple[str, int], ...] = ()
     optimization_levels: tuple[tuple[str, str], ...] = ()
     whole_model_error: str | None = None
 
@@ -333,6 +335,7 @@ class ValidationReport:
                 "source": self.inputs_source,
                 "seed": self.seed,
                 "shapes": {name: list(shape) for name, shape in self.input_shapes},
+                "symbols": dict(self.input_symbols),
             },
             "outputs": [o.to_json() for o in self.outputs],
             "whole_model_error": self.whole_model_error,

@@ -17,6 +17,7 @@ from ..execute.record import PLACEMENT_DML
 from ..execute.session import LoadedModel, ModelSource, load_model
 from ..execute.steps import NOTE_SHAPE_DIFFERS
 from ..graph import is_gather_scatter, walk_nodes
+from ..inputs import annotate_error
 from ..kernels.options import IndexMode
 from ..translate import CPU_PROVIDER, NodeTranslation, translate_model
 from .attribution import compare_nodes, dependencies, suspects, upstream_order
@@ -160,10 +161,15 @@ def _validate_loaded(
     opt_level: str,
 ) -> ValidationReport:
     proto = loaded.proto
-    feeds, source = feeds_for(loaded, inputs, input_shapes, seed)
+    feeds, source, generated = feeds_for(loaded, inputs, input_shapes, seed)
     common = {"feature_level": level, "index_mode": index_mode, "level": opt_level, "model_path": loaded.path}
-    ours = partitioned_run(proto, feeds, reference=False, **common)  # type: ignore[arg-type]
-    ref = partitioned_run(proto, feeds, reference=True, **common)  # type: ignore[arg-type]
+    try:
+        ours = partitioned_run(proto, feeds, reference=False, **common)  # type: ignore[arg-type]
+        ref = partitioned_run(proto, feeds, reference=True, **common)  # type: ignore[arg-type]
+    except DmlShimError as exc:
+        if generated is not None:
+            annotate_error(exc, generated)  # say which shapes were generated and how to choose others
+        raise
     whole, whole_error = whole_model_run(proto, feeds, opt_level)
     exact = rtol == 0 and atol == 0
 
@@ -221,6 +227,7 @@ def _validate_loaded(
         inputs_source=source,
         seed=seed if source == "random" else None,
         input_shapes=tuple(shapes.items()),
+        input_symbols=tuple(generated.symbols.items()) if generated is not None else (),
         optimization_levels=tuple((side, opt_level) for side in SIDES),
         whole_model_error=whole_error,
     )
