@@ -24,6 +24,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_input_shape(parser)
     parser.add_argument("--seed", type=int, default=0, help="seed of generated inputs (default 0)")
     parser.add_argument(
+        "--iteration",
+        type=int,
+        default=0,
+        metavar="N",
+        help="capture nodes inside Loop/Scan bodies in iteration N (default 0, the first)",
+    )
+    parser.add_argument(
         "--overwrite",
         action="store_true",
         help="write into a non-empty DIR, replacing the node folders a previous export listed",
@@ -46,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
         input_shapes=shapes or None,
         overwrite=args.overwrite,
         seed=args.seed,
+        iteration=args.iteration,
     )
     if args.json:
         doc: dict[str, Any] = {
