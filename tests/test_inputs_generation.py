@@ -27,19 +27,20 @@ IR_VERSION = 10
 VOCAB, POSITIONS, HEADS, HEAD_DIM = 50, 16, 2, 4
 
 
-def kv_cache_model(total: str = "total_sequence_length") -> onnx.ModelProto:
+def kv_cache_model(total: str = "total_sequence_length", step: bool = False) -> onnx.ModelProto:
     """One GPT-2-style attention step with a KV cache.
 
     input_ids/position_ids [batch, sequence_length] -> embeddings -> key [batch, 2, seq, 4];
     present = Concat(past_key [batch, 2, past, 4], key) along the sequence; the scores [.., seq, past+seq]
     get the mask [batch, total] added (so total must equal past + seq); ``last_key`` gathers position
-    total - 1 of ``present`` (valid only when total <= past + seq).
+    total - 1 of ``present`` (valid only when total <= past + seq). With ``step`` the key is reshaped to
+    [batch, 1, 2, 4], so the model runs only with sequence_length = 1 (one decoding step).
     """
     rng = np.random.default_rng(0)
     inits = [
         nh.from_array(rng.standard_normal((VOCAB, HEADS * HEAD_DIM)).astype(np.float32), "wte"),
         nh.from_array(rng.standard_normal((POSITIONS, HEADS * HEAD_DIM)).astype(np.float32), "wpe"),
-        nh.from_array(np.array([0, 0, HEADS, HEAD_DIM], np.int64), "kshape"),
+        nh.from_array(np.array([0, 1 if step else 0, HEADS, HEAD_DIM], np.int64), "kshape"),
         nh.from_array(np.array([1, 2], np.int64), "maskaxes"),
         nh.from_array(np.array(1, np.int64), "one"),
     ]
@@ -122,6 +123,16 @@ def test_kv_cache_symbols_are_related(total: str) -> None:
         assert generated.symbols["total_sequence_length"] == (
             generated.symbols["past_sequence_length"] + generated.symbols["sequence_length"]
         )
+
+
+def test_decoding_step_needs_two_symbols_changed() -> None:
+    model = kv_cache_model(step=True)
+    generated = generate(model)
+    _relation_holds(generated.shapes)
+    assert generated.shapes["input_ids"][1] == 1 and generated.tries > 2
+    _ort(model, generated.feeds)
+    report = validate_model(model)
+    assert report.match and dict(report.input_symbols)["sequence_length"] == 1
 
 
 def test_kv_cache_validates_with_random_inputs(kv_path: Path) -> None:
