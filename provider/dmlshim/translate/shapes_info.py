@@ -83,26 +83,15 @@ def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
 
 
 def _override_inputs(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]) -> onnx.ModelProto:
-    """A copy of ``model`` with graph input shapes fixed: a graph input's name gives its whole shape; a
-    symbolic dimension's name (``batch=2``) gives that dimension's size in every graph input."""
     model = onnx.ModelProto.FromString(model.SerializeToString())
     inputs = {value.name: value for value in model.graph.input}
-    dim_names = {
-        d.dim_param
-        for value in model.graph.input
-        for d in value.type.tensor_type.shape.dim
-        if d.HasField("dim_param")
-    }
-    sizes: dict[str, int] = {}
     for name, dims in input_shapes.items():
         value = inputs.get(name)
         if value is None:
-            if name in dim_names and len(dims) == 1:
-                sizes[name] = int(dims[0])
-                continue
-            known = ", ".join(sorted(set(inputs) | dim_names)) or "none"
-            what = "takes one size" if name in dim_names else "is not a graph input or a symbolic dimension"
-            raise BadInputError(f"--input-shape names {name!r}, which {what} (known: {known})", value=name)
+            known = ", ".join(sorted(inputs)) or "none"
+            raise BadInputError(
+                f"--input-shape names {name!r}, which is not a graph input (inputs: {known})", value=name
+            )
         tensor_type = value.type.tensor_type
         if tensor_type.HasField("shape") and len(tensor_type.shape.dim) != len(dims):
             raise BadInputError(
@@ -114,11 +103,6 @@ def _override_inputs(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence
         shape = tensor_type.shape
         for d in dims:
             shape.dim.add().dim_value = int(d)
-    if sizes:
-        for value in model.graph.input:
-            for d in value.type.tensor_type.shape.dim:
-                if d.HasField("dim_param") and d.dim_param in sizes:
-                    d.dim_value = sizes[d.dim_param]
     return model
 
 
