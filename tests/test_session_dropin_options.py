@@ -155,3 +155,14 @@ def test_options_reach_the_partitions() -> None:
     assert copy.optimized_model_filepath == "" and not copy.enable_profiling
     profiled = copy_options(so, profile_prefix="/tmp/x/part")
     assert profiled.enable_profiling and profiled.profile_file_prefix == "/tmp/x/part"
+
+
+def test_customop_engine_profile_shows_the_lowered_nodes(tmp_path: Path) -> None:
+    pytest.importorskip("onnxruntime_extensions")
+    so = options(enable_profiling=True, profile_file_prefix=str(tmp_path / "p"))
+    sess = InferenceSession(DECODER, so, engine="customop")
+    sess.run(None, decoder_feeds())
+    events = json.loads(Path(sess.end_profiling()).read_text(encoding="utf-8"))
+    ops = {e["args"]["op_name"] for e in events if e["cat"] == "Node"}
+    assert {"DmlGather_float32_int64", "DmlScatterND_float32_int64", "MatMul"} <= ops
+    assert len(list(tmp_path.iterdir())) == 1

@@ -27,6 +27,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of generated inputs (default 0)")
     parser.add_argument(
+        "--iteration",
+        type=int,
+        default=0,
+        metavar="N",
+        help="capture nodes inside Loop/Scan bodies in iteration N (default 0, the first)",
+    )
+    parser.add_argument(
         "--overwrite",
         action="store_true",
         help="write into a non-empty DIR, replacing the node folders a previous export listed",
@@ -49,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
         input_shapes=shapes or None,
         overwrite=args.overwrite,
         seed=args.seed,
+        iteration=args.iteration,
     )
     if args.json:
         doc: dict[str, Any] = {
