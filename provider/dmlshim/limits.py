@@ -58,6 +58,12 @@ def memory_limit() -> int | None:
         return None
 
 
+def _limit_text(cap: int) -> str:
+    if os.environ.get("DMLSHIM_MEMORY_LIMIT", "").strip():
+        return f"the memory limit ({format_bytes(cap)}, DMLSHIM_MEMORY_LIMIT)"
+    return f"this machine's memory ({format_bytes(cap)})"
+
+
 def format_bytes(n: int) -> str:
     """``7.28 TiB``, ``512 B``."""
     value = float(n)
@@ -128,7 +134,7 @@ def check_tensor(
     name = f" {tensor!r}" if tensor else ""
     raise TooLargeError(
         f"{what}{name} of shape {dims} and type {_type_name(dtype)} would need {format_bytes(need)} "
-        f"({need} bytes), more than this machine's memory ({format_bytes(cap)}); refusing before allocating",
+        f"({need} bytes), more than {_limit_text(cap)}; refusing before allocating",
         rule="a tensor must fit in physical memory (os.sysconf SC_PAGE_SIZE * SC_PHYS_PAGES, or "
         "DMLSHIM_MEMORY_LIMIT)",
         value=need,
@@ -159,8 +165,8 @@ def check_bytes(
     if cap is None or need <= cap:
         return
     raise TooLargeError(
-        f"{what} would need {format_bytes(need)} ({need} bytes), more than this machine's memory "
-        f"({format_bytes(cap)}); refusing before reading or allocating",
+        f"{what} would need {format_bytes(need)} ({need} bytes), more than {_limit_text(cap)}; "
+        "refusing before reading or allocating",
         rule="a tensor must fit in physical memory (os.sysconf SC_PAGE_SIZE * SC_PHYS_PAGES, or "
         "DMLSHIM_MEMORY_LIMIT)",
         value=need,

@@ -50,6 +50,8 @@ def open_regular(
         raise error(f"the {what} path contains a NUL character", value=text)
     try:
         fd = os.open(text, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError as exc:
+        raise error(f"the {what} was not found", path=text) from exc
     except OSError as exc:
         raise error(f"cannot read the {what}: {exc.strerror or exc}", path=text) from exc
     st = os.fstat(fd)

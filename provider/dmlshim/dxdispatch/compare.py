@@ -7,7 +7,6 @@ only move values, so any difference at all is worth a look: the table shows the 
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -19,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from ..comparison import array_difference
-from ..errors import BadInputError
+from ..errors import BadInputError, DmlShimError
+from ..reading import read_json, read_npy
 from .export import DML_OUTPUT_FILE, EXPECTED_OUTPUT_FILE, INDEX_FILE, MODEL_FILE
 
 log = logging.getLogger(__name__)
@@ -144,11 +144,11 @@ def compare_arrays(
 def _entries(directory: Path) -> Iterator[tuple[str, str, str]]:
     """(folder, node, op_type) per exported node: from index.json, else every folder with a model.json."""
     index = directory / INDEX_FILE
-    if index.is_file():
+    if os.path.lexists(index):
+        doc = read_json(index, what=INDEX_FILE)
         try:
-            doc = json.loads(index.read_text(encoding="utf-8"))
             entries = [(str(e["folder"]), str(e["node"]), str(e["op_type"])) for e in doc["exported"]]
-        except (OSError, ValueError, TypeError, KeyError) as exc:
+        except (TypeError, KeyError) as exc:
             raise BadInputError(f"{INDEX_FILE} is not an export index: {exc}", path=str(index)) from exc
         yield from entries
         return
@@ -164,7 +164,10 @@ def _entries(directory: Path) -> Iterator[tuple[str, str, str]]:
 
 
 def _load(path: Path) -> np.ndarray:
-    array = np.load(path, allow_pickle=False)
+    try:
+        array = read_npy(path, what=path.name)
+    except DmlShimError as exc:  # not a regular file, or larger than the memory limit
+        raise ValueError(exc.message) from None
     if not isinstance(array, np.ndarray):
         raise ValueError("an .npz archive, not an .npy array")
     return array

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,24 +19,35 @@ from typing import Any
 
 import numpy as np
 
-from ..dml.enums import DataType
 from ..dml.json_form import (
-    UINT32_MAX,
-    UINT64_MAX,
     JsonFormError,
-    check_keys,
     describe,
     execution_flags_from_json,
     expect_object,
-    expect_string,
-    expect_uint,
-    expect_uint_list,
     operator_from_json,
-    operator_to_json,
 )
 from ..dml.operators import OperatorDesc
-from ..errors import BadInputError, BadModelError
-from ..files import confined_path, write_inside, write_text
+from ..errors import BadInputError, BadModelError, DmlShimError
+from ..files import write_inside, write_text
+from ..limits import check_bytes
+from ..reading import loads_json, read_text
+from .commands import (
+    Command,
+    Dispatchable,
+    DispatchCommand,
+    PrintCommand,
+    WriteFileCommand,
+    command_from_json,
+)
+from .values import (
+    BufferResource,
+    ConstantValues,
+    InitialValues,
+    NpyFile,
+    SequenceValues,
+    ValueList,
+    resource_from_json,
+)
 
 log = logging.getLogger(__name__)
 
@@ -60,455 +70,7 @@ __all__ = [
     "write_model_file",
 ]
 
-_NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
-_RESOURCE_KEYS = ("initialValuesDataType", "initialValues", "sizeInBytes", "kind")
 _TOP_LEVEL_KEYS = ("resources", "dispatchables", "commands")
-
-Scalar = int | float
-
-
-# --------------------------------------------------------------------------------------------------
-# Initial values
-
-
-@dataclass(frozen=True)
-class ValueList:
-    """``"initialValues": [v0, v1, ...]``."""
-
-    values: tuple[Scalar, ...]
-
-
-@dataclass(frozen=True)
-class ConstantValues:
-    """``"initialValues": {"valueCount": N, "value": v}``."""
-
-    value_count: int
-    value: Scalar
-
-
-@dataclass(frozen=True)
-class SequenceValues:
-    """``"initialValues": {"valueCount": N, "valueStart": a, "valueDelta": d}``.
-
-    Element i is the running sum ``a + d + ... + d`` computed in the buffer's type, as DxDispatch does.
-    """
-
-    value_count: int
-    value_start: Scalar
-    value_delta: Scalar
-
-
-@dataclass(frozen=True)
-class NpyFile:
-    """``"initialValues": {"sourcePath": "x.npy"}``, relative to the model file's folder.
-
-    ``array`` holds the file's contents: loaded when reading a model, written by ``DxDispatchModel.save``.
-    """
-
-    source_path: str
-    array: np.ndarray | None = field(default=None, compare=False, repr=False)
-
-
-InitialValues = ValueList | ConstantValues | SequenceValues | NpyFile
-"""The four forms DxDispatch accepts for a buffer's ``initialValues``."""
-
-
-def _scalar_to_json(value: Scalar) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    return value
-
-
-def _scalar_from_json(obj: Any, data_type: DataType, path: str) -> Scalar:
-    """One element of an initial-values list, checked against the buffer's type."""
-    dtype = data_type.numpy_dtype
-    if data_type.is_integer:
-        if isinstance(obj, bool) or not isinstance(obj, int):
-            raise JsonFormError(
-                path, f"expected a JSON integer for {data_type.dml_name}, got {describe(obj)}", value=obj
-            )
-        info = np.iinfo(dtype)
-        if not info.min <= obj <= info.max:
-            raise JsonFormError(
-                path,
-                f"{obj} is outside the range of {data_type.dml_name} [{info.min}, {info.max}]",
-                value=obj,
-            )
-        return obj
-    if isinstance(obj, str):
-        if obj not in _NON_FINITE:
-            raise JsonFormError(
-                path, f'expected a number or one of "nan", "inf", "-inf", got {describe(obj)}', value=obj
-            )
-        return _NON_FINITE[obj]
-    if isinstance(obj, bool) or not isinstance(obj, (int, float)):
-        raise JsonFormError(path, f"expected a JSON number, got {describe(obj)}", value=obj)
-    value = float(obj)
-    with np.errstate(over="ignore"):
-        if math.isfinite(value) and not np.isfinite(np.array(value, dtype=dtype)):
-            raise JsonFormError(path, f"{obj} overflows {data_type.dml_name}", value=obj)
-    return value
-
-
-def _data_type_from_json(obj: Any, path: str) -> DataType:
-    text = expect_string(obj, path)
-    try:
-        data_type = DataType.parse(text)
-        data_type.numpy_dtype  # noqa: B018 - raises for types no buffer can be initialised with
-    except ValueError as exc:
-        raise JsonFormError(path, f"unusable initialValuesDataType: {exc}", value=text) from exc
-    return data_type
-
-
-def _npy_data_type(dtype: np.dtype) -> DataType:
-    # DxDispatch's .npy reader maps numpy bool ('|b1') to INT8.
-    if dtype == np.bool_:
-        return DataType.INT8
-    return DataType.from_numpy(dtype)
-
-
-def _load_npy(file: Path, path: str) -> np.ndarray:
-    try:
-        array = np.load(file, allow_pickle=False)
-    except FileNotFoundError as exc:
-        raise JsonFormError(path, f"file not found: {file}", value=str(file)) from exc
-    except (OSError, ValueError) as exc:
-        # allow_pickle=False turns object arrays (pickles) into a ValueError here.
-        raise JsonFormError(path, f"cannot read {file} as a .npy array: {exc}", value=str(file)) from exc
-    if not isinstance(array, np.ndarray):
-        raise JsonFormError(path, f"{file} is an .npz archive, not a .npy array", value=str(file))
-    if array.dtype.byteorder == ">":
-        raise JsonFormError(
-            path, f"{file} is big-endian; DxDispatch reads little-endian .npy only", value=str(file)
-        )
-    if array.ndim > 1 and not array.flags.c_contiguous:
-        # DxDispatch copies the raw bytes, so a Fortran-order file would be read transposed.
-        raise JsonFormError(path, f"{file} is stored in Fortran order; write it in C order", value=str(file))
-    if array.size == 0:
-        raise JsonFormError(
-            path, f"{file} holds no elements; initialValues must be non-empty", value=str(file)
-        )
-    try:
-        _npy_data_type(array.dtype)
-    except ValueError as exc:
-        raise JsonFormError(path, f"{file}: {exc}", value=str(array.dtype)) from exc
-    return array
-
-
-@dataclass(frozen=True)
-class BufferResource:
-    """One buffer of ``resources``: its element type, initial values and optional ``sizeInBytes``.
-
-    Attributes:
-        data_type: ``initialValuesDataType`` (for a ``.npy`` file, the file's type).
-        initial_values: one of the four initializer forms.
-        size_in_bytes: the explicit ``sizeInBytes``, or None for the initial values rounded up to 4 bytes.
-    """
-
-    data_type: DataType
-    initial_values: InitialValues
-    size_in_bytes: int | None = None
-
-    @classmethod
-    def from_array(
-        cls,
-        array: np.ndarray,
-        *,
-        source_path: str | None = None,
-        size_in_bytes: int | None = None,
-    ) -> BufferResource:
-        """A buffer holding ``array``'s elements in C order, typed by its dtype.
-
-        Args:
-            array: the values; bool is stored as UINT8 (as the DML EP maps ONNX bool).
-            source_path: write the values to this ``.npy`` file (relative to the model file) instead of
-                inline.
-            size_in_bytes: an explicit ``sizeInBytes`` (e.g. a TotalTensorSizeInBytes larger than the data).
-        """
-        arr = np.asarray(array)
-        if arr.dtype == np.bool_:
-            arr = arr.astype(np.uint8)
-        data_type = DataType.from_numpy(arr.dtype)
-        flat = np.ascontiguousarray(arr).reshape(-1)
-        if flat.size == 0:
-            raise BadInputError("a DxDispatch buffer needs at least one initial value", value=arr.shape)
-        values: InitialValues
-        if source_path is not None:
-            values = NpyFile(source_path, np.ascontiguousarray(arr.astype(arr.dtype.newbyteorder("<"))))
-        else:
-            values = ValueList(tuple(flat.tolist()))
-        return cls(data_type, values, size_in_bytes)
-
-    @classmethod
-    def zeros(
-        cls, data_type: DataType, value_count: int, *, size_in_bytes: int | None = None
-    ) -> BufferResource:
-        """``{"valueCount": value_count, "value": 0}``: the initializer an output buffer needs."""
-        zero: Scalar = 0 if data_type.is_integer else 0.0
-        return cls(data_type, ConstantValues(value_count, zero), size_in_bytes)
-
-    def values(self) -> np.ndarray:
-        """The initial values as a 1-D array of ``data_type``.
-
-        Raises:
-            BadModelError: an ``NpyFile`` whose array was never loaded.
-        """
-        dtype = self.data_type.numpy_dtype
-        iv = self.initial_values
-        if isinstance(iv, ValueList):
-            return np.array(iv.values, dtype=dtype)
-        if isinstance(iv, ConstantValues):
-            return np.full(iv.value_count, iv.value, dtype=dtype)
-        if isinstance(iv, SequenceValues):
-            return _sequence(dtype, iv.value_count, iv.value_start, iv.value_delta)
-        if iv.array is None:
-            raise BadModelError(f"the .npy file {iv.source_path!r} has not been loaded")
-        return iv.array.reshape(-1).astype(dtype, copy=False)
-
-    @property
-    def initial_byte_count(self) -> int:
-        """Bytes the initial values occupy."""
-        iv = self.initial_values
-        itemsize = self.data_type.numpy_dtype.itemsize
-        if isinstance(iv, ValueList):
-            return len(iv.values) * itemsize
-        if isinstance(iv, (ConstantValues, SequenceValues)):
-            return iv.value_count * itemsize
-        return 0 if iv.array is None else int(iv.array.size) * itemsize
-
-    @property
-    def buffer_size_in_bytes(self) -> int:
-        """``sizeInBytes`` if given, else the initial values' bytes rounded up to 4 (DxDispatch's rule)."""
-        if self.size_in_bytes is not None:
-            return self.size_in_bytes
-        return (self.initial_byte_count + 3) & ~3
-
-    def to_json(self) -> dict[str, Any]:
-        """The resource as DxDispatch JSON (``initialValuesDataType`` always written)."""
-        out: dict[str, Any] = {"initialValuesDataType": self.data_type.dml_name}
-        iv = self.initial_values
-        if isinstance(iv, ValueList):
-            out["initialValues"] = [_scalar_to_json(v) for v in iv.values]
-        elif isinstance(iv, ConstantValues):
-            out["initialValues"] = {"valueCount": iv.value_count, "value": _scalar_to_json(iv.value)}
-        elif isinstance(iv, SequenceValues):
-            out["initialValues"] = {
-                "valueCount": iv.value_count,
-                "valueStart": _scalar_to_json(iv.value_start),
-                "valueDelta": _scalar_to_json(iv.value_delta),
-            }
-        else:
-            out["initialValues"] = {"sourcePath": iv.source_path}
-        if self.size_in_bytes is not None:
-            out["sizeInBytes"] = self.size_in_bytes
-        return out
-
-
-def _sequence(dtype: np.dtype, count: int, start: Scalar, delta: Scalar) -> np.ndarray:
-    # DxDispatch adds valueDelta to a running value of the buffer's type, so float sums round at every
-    # step and integer sums wrap; a cumulative sum in that dtype reproduces both.
-    steps = np.empty(count, dtype=dtype)
-    with np.errstate(over="ignore"):
-        steps[:1] = np.array(start).astype(dtype)
-        steps[1:] = np.array(delta).astype(dtype)
-        return np.cumsum(steps, dtype=dtype)
-
-
-def _resource_from_json(obj: Any, path: str, base_dir: Path | None) -> BufferResource:
-    mapping = expect_object(obj, path)
-    check_keys(mapping, path, _RESOURCE_KEYS, required=("initialValues",))
-    if "kind" in mapping and expect_string(mapping["kind"], f"{path}.kind").lower() != "buffer":
-        raise JsonFormError(f"{path}.kind", f"only buffer resources are supported, got {mapping['kind']!r}")
-    declared: DataType | None = None
-    if "initialValuesDataType" in mapping:
-        declared = _data_type_from_json(mapping["initialValuesDataType"], f"{path}.initialValuesDataType")
-
-    iv_path = f"{path}.initialValues"
-    raw = mapping["initialValues"]
-    values: InitialValues
-    if isinstance(raw, list):
-        data_type = _require_type(declared, path)
-        if not raw:
-            raise JsonFormError(iv_path, "initialValues must be non-empty", value=raw)
-        values = ValueList(
-            tuple(_scalar_from_json(v, data_type, f"{iv_path}[{i}]") for i, v in enumerate(raw))
-        )
-    elif isinstance(raw, Mapping):
-        if "sourcePath" in raw:
-            check_keys(raw, iv_path, ("sourcePath",))
-            source = expect_string(raw["sourcePath"], f"{iv_path}.sourcePath")
-            if not source.lower().endswith(".npy"):
-                raise JsonFormError(
-                    f"{iv_path}.sourcePath", f"only .npy files are supported, got {source!r}", value=source
-                )
-            folder = base_dir if base_dir is not None else Path.cwd()
-            array = _load_npy(folder / source, f"{iv_path}.sourcePath")
-            data_type = _npy_data_type(array.dtype)
-            if declared is not None and declared != data_type:
-                raise JsonFormError(
-                    f"{path}.initialValuesDataType",
-                    f"{declared.dml_name} does not match the .npy file's {data_type.dml_name}",
-                    value=declared.dml_name,
-                )
-            if array.dtype == np.bool_:
-                array = array.view(np.int8)
-            values = NpyFile(source, array)
-        elif "value" in raw:
-            data_type = _require_type(declared, path)
-            check_keys(raw, iv_path, ("valueCount", "value"), ("valueCount", "value"))
-            values = ConstantValues(
-                _value_count(raw["valueCount"], f"{iv_path}.valueCount"),
-                _scalar_from_json(raw["value"], data_type, f"{iv_path}.value"),
-            )
-        elif "valueStart" in raw:
-            data_type = _require_type(declared, path)
-            check_keys(
-                raw,
-                iv_path,
-                ("valueCount", "valueStart", "valueDelta"),
-                ("valueCount", "valueStart", "valueDelta"),
-            )
-            values = SequenceValues(
-                _value_count(raw["valueCount"], f"{iv_path}.valueCount"),
-                _scalar_from_json(raw["valueStart"], data_type, f"{iv_path}.valueStart"),
-                _scalar_from_json(raw["valueDelta"], data_type, f"{iv_path}.valueDelta"),
-            )
-        else:
-            raise JsonFormError(
-                iv_path, 'expected one of "value", "valueStart" or "sourcePath" in initialValues', value=raw
-            )
-    else:
-        raise JsonFormError(iv_path, f"expected an array or an object, got {describe(raw)}", value=raw)
-
-    size: int | None = None
-    resource = BufferResource(data_type, values)
-    if "sizeInBytes" in mapping:
-        size = expect_uint(mapping["sizeInBytes"], f"{path}.sizeInBytes", UINT64_MAX)
-        if size < resource.initial_byte_count:
-            raise JsonFormError(
-                f"{path}.sizeInBytes",
-                f"sizeInBytes {size} is smaller than the {resource.initial_byte_count} bytes of "
-                "initialValues",
-                value=size,
-            )
-        resource = BufferResource(data_type, values, size)
-    return resource
-
-
-def _require_type(declared: DataType | None, path: str) -> DataType:
-    if declared is None:
-        raise JsonFormError(
-            f"{path}.initialValuesDataType", "missing required key 'initialValuesDataType'", value=None
-        )
-    return declared
-
-
-def _value_count(obj: Any, path: str) -> int:
-    count = expect_uint(obj, path, UINT32_MAX)
-    if count == 0:
-        raise JsonFormError(path, "valueCount 0: initialValues must be non-empty", value=0)
-    return count
-
-
-# --------------------------------------------------------------------------------------------------
-# Dispatchables and commands
-
-
-@dataclass(frozen=True)
-class Dispatchable:
-    """A DirectML operator dispatchable: the descriptor and its optional ``executionFlags``."""
-
-    desc: OperatorDesc
-    execution_flags: tuple[str, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        """``{"type": ..., "desc": {...}, ["executionFlags": ...]}``."""
-        out = operator_to_json(self.desc)
-        if self.execution_flags:
-            flags = self.execution_flags
-            out["executionFlags"] = flags[0] if len(flags) == 1 else list(flags)
-        return out
-
-
-@dataclass(frozen=True)
-class DispatchCommand:
-    """``{"type": "dispatch", "dispatchable": name, "bindings": {TensorField: resource}}``."""
-
-    dispatchable: str
-    bindings: Mapping[str, str]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"type": "dispatch", "dispatchable": self.dispatchable, "bindings": dict(self.bindings)}
-
-
-@dataclass(frozen=True)
-class WriteFileCommand:
-    """``{"type": "writeFile", "resource": name, "targetPath": file, "dimensions": [...]}``.
-
-    Without ``dimensions`` the whole buffer (including padding) is written as a flat array.
-    """
-
-    resource: str
-    target_path: str
-    dimensions: tuple[int, ...] | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"type": "writeFile", "resource": self.resource, "targetPath": self.target_path}
-        if self.dimensions is not None:
-            out["dimensions"] = list(self.dimensions)
-        return out
-
-
-@dataclass(frozen=True)
-class PrintCommand:
-    """``{"type": "print", "resource": name}``."""
-
-    resource: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {"type": "print", "resource": self.resource}
-
-
-Command = DispatchCommand | WriteFileCommand | PrintCommand
-"""A command of the ``commands`` array."""
-
-
-def _command_from_json(obj: Any, path: str) -> Command:
-    mapping = expect_object(obj, path)
-    kind = expect_string(mapping.get("type"), f"{path}.type") if "type" in mapping else None
-    if kind is None:
-        raise JsonFormError(f"{path}.type", "missing required key 'type'", value=None)
-    if kind == "dispatch":
-        check_keys(mapping, path, ("type", "dispatchable", "bindings"), ("dispatchable", "bindings"))
-        bindings_obj = expect_object(mapping["bindings"], f"{path}.bindings")
-        bindings: dict[str, str] = {}
-        for name, value in bindings_obj.items():
-            bpath = f"{path}.bindings.{name}"
-            if isinstance(value, Mapping):
-                # DxDispatch's object form; only the plain whole-buffer binding is modelled here.
-                check_keys(value, bpath, ("name",), ("name",))
-                value = value["name"]
-            bindings[name] = expect_string(value, bpath)
-        return DispatchCommand(expect_string(mapping["dispatchable"], f"{path}.dispatchable"), bindings)
-    if kind == "writeFile":
-        check_keys(
-            mapping, path, ("type", "resource", "targetPath", "dimensions"), ("resource", "targetPath")
-        )
-        dims = None
-        if "dimensions" in mapping:
-            dims = expect_uint_list(mapping["dimensions"], f"{path}.dimensions")
-        target = expect_string(mapping["targetPath"], f"{path}.targetPath")
-        try:
-            confined_path(".", target, what="targetPath", suffixes=(".npy",))
-        except BadInputError as exc:
-            raise JsonFormError(f"{path}.targetPath", exc.message, value=target) from None
-        return WriteFileCommand(expect_string(mapping["resource"], f"{path}.resource"), target, dims)
-    if kind == "print":
-        check_keys(mapping, path, ("type", "resource"), ("resource",))
-        return PrintCommand(expect_string(mapping["resource"], f"{path}.resource"))
-    raise JsonFormError(
-        f"{path}.type", f"unknown command type {kind!r}; expected dispatch, writeFile or print", value=kind
-    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -664,9 +226,14 @@ def model_from_json(obj: Any, *, base_dir: str | os.PathLike[str] | None = None)
         if key not in top:
             raise JsonFormError(f"$.{key}", f"missing required key {key!r}", value=None)
     resources = {
-        name: _resource_from_json(value, f"$.resources.{name}", folder)
+        name: resource_from_json(value, f"$.resources.{name}", folder)
         for name, value in expect_object(top["resources"], "$.resources").items()
     }
+    # Replaying allocates every buffer at once: their sum must fit, not just each one.
+    check_bytes(
+        sum(r.buffer_size_in_bytes for r in resources.values()),
+        what=f"the {len(resources)} buffers of $.resources together",
+    )
     dispatchables: dict[str, Dispatchable] = {}
     for name, value in expect_object(top["dispatchables"], "$.dispatchables").items():
         path = f"$.dispatchables.{name}"
@@ -680,7 +247,7 @@ def model_from_json(obj: Any, *, base_dir: str | os.PathLike[str] | None = None)
         raise JsonFormError(
             "$.commands", f"expected an array, got {describe(commands_obj)}", value=commands_obj
         )
-    commands = tuple(_command_from_json(c, f"$.commands[{i}]") for i, c in enumerate(commands_obj))
+    commands = tuple(command_from_json(c, f"$.commands[{i}]") for i, c in enumerate(commands_obj))
     metadata = {k: v for k, v in top.items() if k not in _TOP_LEVEL_KEYS}
     return DxDispatchModel(resources, dispatchables, commands, metadata)
 
@@ -693,18 +260,20 @@ def load_model_file(path: str | os.PathLike[str]) -> DxDispatchModel:
         JsonFormError: the JSON is not a valid gather/scatter model; ``path`` is set to the file.
     """
     file = Path(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadModelError(f"cannot read the DxDispatch model: {exc}", path=str(file)) from exc
-    try:
-        obj = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicate_keys)
-    except ValueError as exc:
-        raise BadModelError(f"not valid JSON: {exc}", path=str(file)) from exc
+    text = read_text(file, what="DxDispatch model", error=BadModelError)
+    obj = loads_json(
+        text,
+        what="DxDispatch model",
+        path=str(file),
+        error=BadModelError,
+        parse_constant=_reject_constant,
+        object_pairs_hook=_no_duplicate_keys,
+    )
     try:
         model = model_from_json(obj, base_dir=file.parent)
-    except JsonFormError as exc:
-        exc.path = str(file)
+    except DmlShimError as exc:
+        if exc.path is None or isinstance(exc, JsonFormError):
+            exc.path = str(file)
         raise
     object.__setattr__(model, "source_path", file)
     log.debug(

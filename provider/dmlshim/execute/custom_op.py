@@ -38,6 +38,7 @@ from ..kernels.options import IndexMode, KernelOptions
 from ..translate import NodeTranslation, Status, TensorInfo, run_translation, translate_node
 from ..translate.plan import elem_type_of, np_dtype_of
 from .engine import EngineConfig
+from .fallback import for_onnxruntime, has_deprecated_scatter, note_scatter_as_scatter_elements
 from .lowering import (
     CUSTOM_DOMAIN,
     DECLARED_ATTRIBUTES,
@@ -258,6 +259,7 @@ class _Prepared:
             model = helper.make_model(
                 graph, opset_imports=[helper.make_opsetid("", self.since_version)], ir_version=10
             )
+            model = for_onnxruntime(model)
             so = ort.SessionOptions()
             so.intra_op_num_threads = 1
             so.inter_op_num_threads = 1
@@ -501,6 +503,9 @@ class CustomOpEngine:
         )
         register_custom_ops()
         self._prime_static_translations()
+        # Scatter nodes kept (lowering rewrote them), or handed to onnxruntime at run time, run as
+        # ScatterElements there.
+        self._scatter_as_elements = has_deprecated_scatter(model)
         payload = self._lowered.model.SerializeToString()
         try:
             self._session = ort.InferenceSession(
@@ -621,10 +626,13 @@ class CustomOpEngine:
                         ort_placement=template.ort_placement,
                     )
                 )
+        nodes = tuple(records)
+        if self._scatter_as_elements:
+            nodes = note_scatter_as_scatter_elements(nodes)
         return RunRecord(
             engine=self.name,
             feature_level=self._feature_level.dml_name,
-            nodes=tuple(records),
+            nodes=nodes,
             cpu_partitions=1,
             translations_computed=state.translations_computed,
         )

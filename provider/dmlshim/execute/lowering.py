@@ -42,6 +42,7 @@ from ..translate import NodeTranslation, Reinterpret, Status, TensorInfo, infer_
 from ..translate.plan import np_dtype_of
 from ..translate.shapes_info import tensor_infos
 from ..translate.translator import model_opsets, node_since_version
+from .fallback import rewrite_deprecated_scatter
 
 logger = logging.getLogger(__name__)
 
@@ -551,6 +552,8 @@ def lower_model(
     names = _Names(work)
     found: list[LoweredNode] = []
     _walk(work.graph, "", {}, opsets, names, fl, IndexMode(index_mode), found)
+    # The Scatter nodes kept (opset 11 and later) as the ScatterElements onnxruntime can load.
+    rewrite_deprecated_scatter(work)
     if any(n.lowered for n in found) and CUSTOM_DOMAIN not in opsets:
         work.opset_import.append(helper.make_opsetid(CUSTOM_DOMAIN, CUSTOM_OPSET_VERSION))
     if not 4 <= int(work.ir_version) <= 13:

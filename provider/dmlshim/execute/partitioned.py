@@ -35,6 +35,7 @@ from ..translate.plan import CPU_PROVIDER, elem_type_of
 from ..translate.shapes_info import tensor_infos
 from ..translate.translator import model_opsets, model_placements, node_since_version
 from .engine import EngineConfig
+from .fallback import for_onnxruntime, has_deprecated_scatter, note_scatter_as_scatter_elements
 from .partition import (
     CpuSegment,
     EmulatedNode,
@@ -113,6 +114,8 @@ def _has_scatter(graph: onnx.GraphProto) -> bool:
 
 
 def _session(model: onnx.ModelProto | bytes, sess_options: Any, what: str) -> ort.InferenceSession:
+    if isinstance(model, onnx.ModelProto):
+        model = for_onnxruntime(model)  # deprecated Scatter as ScatterElements
     if sess_options is None:
         proto = model if isinstance(model, onnx.ModelProto) else onnx.load_from_string(model)
         sess_options = ort.SessionOptions()
@@ -492,6 +495,7 @@ class PartitionedEngine:
     ) -> None:
         self.config = config
         self._fl_name = config.feature_level.dml_name
+        self._scatter_as_elements = has_deprecated_scatter(model)
         graph = model.graph
         nodes = list(graph.node)
         names = display_names(nodes)
@@ -736,10 +740,13 @@ class PartitionedEngine:
                 np.array(values[n], copy=True) if n in self._copy_on_output else values[n]
                 for n in output_names
             ]
+        nodes = tuple(r for r in state.records if r is not None)
+        if self._scatter_as_elements:
+            nodes = note_scatter_as_scatter_elements(nodes)
         record = RunRecord(
             engine=self.name,
             feature_level=self._fl_name,
-            nodes=tuple(r for r in state.records if r is not None),
+            nodes=nodes,
             cpu_partitions=self._cpu_partitions,
             translations_computed=state.translations_computed,
         )
