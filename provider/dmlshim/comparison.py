@@ -3,6 +3,11 @@
 Integers and bools must be equal whatever the tolerance; floating-point (and complex) values must satisfy
 ``|actual - expected| <= atol + rtol * |expected|``, with NaN equal to NaN and an infinity equal only to
 the same infinity. Callers check dtype and shape first and word those problems themselves.
+
+The default tolerance, in every command and API that compares (validate, compare, run's own checks), is
+exact: ``rtol = atol = 0``. Gather and scatter only move values, so emulated and real DirectML results
+are bit-identical to onnxruntime's; a user loosens it with ``--rtol`` / ``--atol``. (The ONNX backend
+conformance cases carry their own rtol/atol, which ``dmlshim conformance`` applies as onnx's runner does.)
 """
 
 from __future__ import annotations
@@ -10,6 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+DEFAULT_RTOL = 0.0
+"""Relative tolerance when none is given (see the module docstring)."""
+DEFAULT_ATOL = 0.0
+"""Absolute tolerance when none is given (see the module docstring)."""
 
 
 @dataclass(frozen=True)

@@ -45,3 +45,14 @@ def input_shapes(args: argparse.Namespace) -> dict[str, tuple[int, ...]]:
             raise BadInputError(f"--input-shape given twice for {name!r}", value=name)
         shapes[name] = dims
     return shapes
+
+
+def tolerance_type(text: str) -> float:
+    """argparse type of ``--rtol`` / ``--atol``: a number >= 0 (defaults: dmlshim.comparison)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0: {text!r}")
+    return value

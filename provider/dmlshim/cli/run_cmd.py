@@ -16,7 +16,7 @@ from ..execute.feeds import load_npz
 from ..execute.record import RunRecord
 from ..execute.session import InferenceSession
 from ..files import check_output_file, write_npz
-from ..report.text import table
+from ..report.text import shape_text, table
 from .options import add_feature_level
 
 logger = logging.getLogger(__name__)
@@ -120,7 +120,7 @@ def _summary_text(
         [
             ["name", "shape", "dtype"],
             *(
-                [n, str(list(np.shape(o))), str(getattr(o, "dtype", type(o).__name__))]
+                [n, shape_text(np.shape(o)), str(getattr(o, "dtype", type(o).__name__))]
                 for n, o in zip(names, outputs, strict=False)
             ),
         ],

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..validate import OutputComparison, ValidationReport
-from .text import table
+from .text import shape_text, table
 
 __all__ = ["render_json", "render_text", "verdict"]
 
@@ -31,7 +31,7 @@ def _value(value: Any) -> str:
 
 
 def _shape(shape: Sequence[int]) -> str:
-    return "[" + ",".join(str(d) for d in shape) + "]"
+    return shape_text(shape)
 
 
 def _mismatch_lines(o: OutputComparison) -> list[str]:
@@ -74,8 +74,9 @@ def render_text(report: ValidationReport) -> str:
             own = {True: "match", False: "DIFFERS", None: "-"}[n.output_match]
             rows.append([n.name, n.op_type, n.placement or "-", operator, n.ort_placement or "-", own])
         lines += table(rows)
-    else:
-        lines.append("  none")
+    if not any(n.placement == "dml" for n in report.nodes):
+        why = "no node ran from its descriptor" if report.nodes else "the model has no gather/scatter node"
+        lines.append(f"  nothing was emulated: {why}; both runs are onnxruntime CPU")
     counts = Counter(w.code for w in report.warnings)
     lines += ["", f"warnings ({len(report.warnings)})"]
     for w in report.warnings:
