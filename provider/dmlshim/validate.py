@@ -36,7 +36,7 @@ from .execute.feeds import load_npz
 from .execute.record import PLACEMENT_DML, NodeRecord
 from .execute.session import InferenceSession, LoadedModel, ModelSource, load_model
 from .graph import is_gather_scatter, node_path, subgraph_prefix, subgraphs, walk_nodes
-from .inputs import generate_inputs
+from .inputs import GeneratedInputs, annotate_error, generate
 from .translate import CPU_PROVIDER, NodeTranslation, translate_model
 
 __all__ = [
@@ -233,6 +233,7 @@ class ValidationReport:
         inputs_source: ``"file"``, ``"given"`` or ``"random"``.
         seed: the seed of random inputs, else None.
         input_shapes: the shape of every feed.
+        input_symbols: the size chosen for every symbolic dimension of generated inputs.
     """
 
     model: str
@@ -246,6 +247,7 @@ class ValidationReport:
     inputs_source: str
     seed: int | None = None
     input_shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    input_symbols: tuple[tuple[str, int], ...] = ()
 
     @property
     def exit_code(self) -> int:
@@ -270,6 +272,7 @@ class ValidationReport:
                 "source": self.inputs_source,
                 "seed": self.seed,
                 "shapes": {name: list(shape) for name, shape in self.input_shapes},
+                "symbols": dict(self.input_symbols),
             },
             "outputs": [o.to_json() for o in self.outputs],
             "nodes": [n.to_json() for n in self.nodes],
@@ -403,12 +406,13 @@ def _feeds(
     inputs: Mapping[str, np.ndarray] | str | os.PathLike[str] | None,
     input_shapes: Mapping[str, Sequence[int]] | None,
     seed: int,
-) -> tuple[dict[str, np.ndarray], str]:
+) -> tuple[dict[str, np.ndarray], str, GeneratedInputs | None]:
     if inputs is None:
-        return generate_inputs(loaded, input_shapes=input_shapes, seed=seed), "random"
+        generated = generate(loaded, input_shapes=input_shapes, seed=seed)
+        return generated.feeds, "random", generated
     if isinstance(inputs, (str, os.PathLike)):
-        return load_npz(os.fspath(inputs)), "file"
-    return {k: np.asarray(v) for k, v in inputs.items()}, "given"
+        return load_npz(os.fspath(inputs)), "file", None
+    return {k: np.asarray(v) for k, v in inputs.items()}, "given", None
 
 
 def _warnings(nodes: Sequence[NodeValidation], level: FeatureLevel) -> list[ValidationWarning]:
@@ -525,7 +529,7 @@ def _validate_loaded(
     index_mode: str,
 ) -> ValidationReport:
     proto = loaded.proto
-    feeds, source = _feeds(loaded, inputs, input_shapes, seed)
+    feeds, source, generated = _feeds(loaded, inputs, input_shapes, seed)
     analysis = _analyse(proto.graph)
     graph_outputs = [o.name for o in proto.graph.output]
     probes = [v for v in analysis.node_output.values() if v not in set(graph_outputs)]
@@ -539,14 +543,19 @@ def _validate_loaded(
         engine="partitioned",
         index_mode=index_mode,
     )
-    ours = session.run(wanted, feeds)
-    record = session.last_run_record
     try:
-        theirs = reference_session(probed).run(wanted, feeds)
-    except DmlShimError:
+        ours = session.run(wanted, feeds)
+        record = session.last_run_record
+        try:
+            theirs = reference_session(probed).run(wanted, feeds)
+        except DmlShimError:
+            raise
+        except Exception as exc:  # onnxruntime's exception types do not share a useful base
+            raise BadInputError(f"onnxruntime CPU failed on these inputs: {exc}") from exc
+    except DmlShimError as exc:
+        if generated is not None:
+            annotate_error(exc, generated)
         raise
-    except Exception as exc:  # onnxruntime's exception types do not share a useful base
-        raise BadInputError(f"onnxruntime CPU failed on these inputs: {exc}") from exc
     ours_by_name = dict(zip(wanted, ours, strict=True))
     theirs_by_name = dict(zip(wanted, theirs, strict=True))
 
@@ -610,6 +619,7 @@ def _validate_loaded(
         inputs_source=source,
         seed=seed if source == "random" else None,
         input_shapes=tuple(shapes.items()),
+        input_symbols=tuple(generated.symbols.items()) if generated is not None else (),
     )
     logger.info("validate %s at %s: %s", report.model, level.short, "match" if report.match else "MISMATCH")
     return report

@@ -19,7 +19,7 @@ from ..execute.lowering import lower_model
 from ..files import check_output_file, write_onnx
 from ..kernels.options import IndexMode
 from ..translate.shapes_info import load_model
-from .options import add_feature_level, add_input_shape, input_shapes
+from .options import add_feature_level, add_input_shape, apply_input_shapes, input_shapes
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
     check_output_file(out, overwrite=args.overwrite, inputs=(args.model,))
     shapes = input_shapes(args)
     model = load_model(args.model)
+    shapes = apply_input_shapes(model, shapes)
     lowered = lower_model(
         model,
         args.feature_level,

@@ -12,6 +12,7 @@ session instead.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -42,7 +43,9 @@ from .partition import (
     nested_gather_scatter,
     partition_graph,
 )
+from .profiling import separate_profile
 from .record import PLACEMENT_CPU, PLACEMENT_DML, NodeRecord, RunRecord
+from .whole_model import build_whole_model_check
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +60,10 @@ REASON_CPU_PREFERRED = "ort_cpu_preferred"
 REASON_RUNTIME_FALLBACK = "runtime_fallback"
 
 _SHAPE_UNKNOWN = "SHAPE_UNKNOWN"
+
+MIN_SEGMENTS_FOR_CHECK = 2
+"""CPU segments from which the whole-model check pays: with one, a partitioned run already makes one
+onnxruntime call."""
 
 Values = dict[str, Any]
 
@@ -101,14 +108,15 @@ except ImportError:  # pragma: no cover - onnxruntime always ships it
 _RACY_OPS = frozenset({"ScatterND", "ScatterElements", "Scatter"})
 
 
-def _has_scatter(graph: onnx.GraphProto) -> bool:
+def _has_scatter(graph: onnx.GraphProto, skip: frozenset[str] = frozenset()) -> bool:
+    """A scatter node in ``graph`` or its subgraphs, other than those writing an output in ``skip``."""
     for node in graph.node:
-        if node.op_type in _RACY_OPS:
+        if node.op_type in _RACY_OPS and not (node.output and node.output[0] in skip):
             return True
         for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH and _has_scatter(attr.g):
+            if attr.type == onnx.AttributeProto.GRAPH and _has_scatter(attr.g, skip):
                 return True
-            if attr.type == onnx.AttributeProto.GRAPHS and any(_has_scatter(g) for g in attr.graphs):
+            if attr.type == onnx.AttributeProto.GRAPHS and any(_has_scatter(g, skip) for g in attr.graphs):
                 return True
     return False
 
@@ -125,6 +133,7 @@ def _session(model: onnx.ModelProto | bytes, sess_options: Any, what: str) -> or
             # onnxruntime's CPU ScatterND loses updates on duplicate indices with more than one intra-op
             # thread (results differ run to run); one thread makes it exact and deterministic.
             sess_options.intra_op_num_threads = 1
+    separate_profile(sess_options)
     payload = model if isinstance(model, bytes) else model.SerializeToString()
     try:
         return ort.InferenceSession(payload, sess_options, providers=["CPUExecutionProvider"])
@@ -138,17 +147,30 @@ def _reasons(t: NodeTranslation) -> tuple[tuple[str, str], ...]:
 
 
 class _CpuStep:
-    """A CPU segment: one onnxruntime session fed from the value table."""
+    """A CPU segment: one onnxruntime session fed from the value table. The session can be given as a
+    function that builds it, called on first use (the whole-model check usually makes it unnecessary)."""
 
-    __slots__ = ("inputs", "label", "outputs", "session")
+    __slots__ = ("_build", "_session", "inputs", "label", "outputs")
 
     def __init__(
-        self, session: ort.InferenceSession, inputs: Sequence[str], outputs: Sequence[str], label: str
+        self,
+        session: ort.InferenceSession | Callable[[], ort.InferenceSession],
+        inputs: Sequence[str],
+        outputs: Sequence[str],
+        label: str,
     ):
-        self.session = session
+        self._session = session if isinstance(session, ort.InferenceSession) else None
+        self._build = None if isinstance(session, ort.InferenceSession) else session
         self.inputs = tuple(inputs)
         self.outputs = list(outputs)
         self.label = label
+
+    @property
+    def session(self) -> ort.InferenceSession:
+        if self._session is None:
+            assert self._build is not None
+            self._session, self._build = self._build(), None
+        return self._session
 
     def __call__(self, values: Values, state: _RunState) -> None:
         feeds = {name: values[name] for name in self.inputs}
@@ -652,12 +674,11 @@ class PartitionedEngine:
                 if not step.outputs:
                     logger.debug("CPU segment %d produces nothing used later; skipped", step.index)
                     continue
-                seg_model = _segment_model(model, step, types, init_protos)
                 label = (
                     f"CPU partition {segments} (nodes {names[step.nodes[0]]!r}..{names[step.nodes[-1]]!r})"
                 )
-                session = _session(seg_model, config.sess_options, label)
-                self._steps.append(_CpuStep(session, step.inputs, step.outputs, label))
+                build = functools.partial(_segment_session, model, step, types, init_protos, config, label)
+                self._steps.append(_CpuStep(build, step.inputs, step.outputs, label))
                 segments += 1
             else:
                 i = step.node
@@ -678,6 +699,18 @@ class PartitionedEngine:
                     )
                 )
         self._cpu_partitions = segments
+        self._check = None
+        if config.whole_model_check and segments >= MIN_SEGMENTS_FOR_CHECK:
+            emulated = [s for s in self._steps if isinstance(s, _EmulatedStep)]
+            outputs = frozenset(s.output for s in emulated)
+            make = functools.partial(_whole_session, model, config, outputs)
+            self._check = build_whole_model_check(
+                model, emulated, set(graph_inputs), make, ORT_ERRORS, self._static_values
+            )
+        if self._check is None:
+            for cpu_step in self._steps:
+                if isinstance(cpu_step, _CpuStep):
+                    _ = cpu_step.session  # built now, so that a segment onnxruntime refuses fails here
         self._finish_init()
 
     def _finish_init(self) -> None:
@@ -731,6 +764,13 @@ class PartitionedEngine:
             values = dict(self._static_values)
             values.update(feeds)
             observe = self.step_observer
+            check = self._check if observe is None else None
+            checked = None if check is None else check.run(output_names, values, state, run_options)
+            if checked is not None:
+                return checked, self._record(state)
+            state = _RunState(self._template.copy(), run_options)
+            values = dict(self._static_values)
+            values.update(feeds)
             for run_step in self._steps:
                 if observe is None:
                     run_step(values, state)
@@ -740,17 +780,19 @@ class PartitionedEngine:
                 np.array(values[n], copy=True) if n in self._copy_on_output else values[n]
                 for n in output_names
             ]
+        return results, self._record(state)
+
+    def _record(self, state: _RunState) -> RunRecord:
         nodes = tuple(r for r in state.records if r is not None)
         if self._scatter_as_elements:
             nodes = note_scatter_as_scatter_elements(nodes)
-        record = RunRecord(
+        return RunRecord(
             engine=self.name,
             feature_level=self._fl_name,
             nodes=nodes,
             cpu_partitions=self._cpu_partitions,
             translations_computed=state.translations_computed,
         )
-        return results, record
 
 
 def _run_whole(step: _CpuStep, values: Values, output_names: Sequence[str], run_options: Any) -> list[Any]:
@@ -759,6 +801,32 @@ def _run_whole(step: _CpuStep, values: Values, output_names: Sequence[str], run_
         return list(step.session.run(list(output_names), feeds, run_options))
     except ORT_ERRORS as exc:
         raise ort_run_error(exc, "onnxruntime failed running the model") from exc
+
+
+def _segment_session(
+    model: onnx.ModelProto,
+    segment: CpuSegment,
+    types: Mapping[str, onnx.TypeProto],
+    init_protos: Mapping[str, onnx.TensorProto],
+    config: EngineConfig,
+    label: str,
+) -> ort.InferenceSession:
+    return _session(_segment_model(model, segment, types, init_protos), config.sess_options, label)
+
+
+def _whole_session(
+    model: onnx.ModelProto, config: EngineConfig, emulated: frozenset[str], payload: bytes
+) -> ort.InferenceSession:
+    """The whole-model check's session. With default options it keeps onnxruntime's default thread count
+    unless a scatter that no kernel replaces would run in it (onnxruntime's CPU scatters lose updates on
+    duplicate indices with several threads); emulated scatters are checked against their kernel anyway."""
+    options = config.sess_options
+    if options is None:
+        options = ort.SessionOptions()
+        options.log_severity_level = 4
+        if _has_scatter(model.graph, skip=emulated):
+            options.intra_op_num_threads = 1
+    return ort.InferenceSession(payload, options, providers=["CPUExecutionProvider"])
 
 
 def _segment_model(

@@ -56,8 +56,9 @@ def render_text(report: ValidationReport) -> str:
     """The human-readable report: inputs, outputs, per-node placement, warnings, verdict."""
     lines = [f"dmlshim validate {report.model} at {report.feature_level.dml_name}"]
     feeds = ", ".join(f"{n} {_shape(s)}" for n, s in report.input_shapes)
-    source = f"random (seed {report.seed})" if report.inputs_source == "random" else report.inputs_source
-    lines.append(f"inputs: {source}: {feeds}")
+    source = f"generated (seed {report.seed})" if report.inputs_source == "random" else report.inputs_source
+    symbols = ", ".join(f"{k}={v}" for k, v in report.input_symbols)
+    lines.append(f"inputs: {source}: {feeds}" + (f" (symbols {symbols})" if symbols else ""))
     lines.append(f"tolerance: rtol={report.rtol:g} atol={report.atol:g} (integer and bool outputs exact)")
     lines += ["", f"outputs ({len(report.outputs)}, compared with onnxruntime CPU, single-threaded)"]
     rows = [["output", "dtype", "shape", "result", "max |diff|"]]
