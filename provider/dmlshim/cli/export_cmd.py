@@ -21,10 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the model inputs, one array per graph input (numpy.savez); random valid inputs if omitted",
     )
     add_feature_level(parser, "target")
-    add_input_shape(
-        parser,
-        "shape of a generated input, or size of a symbolic dimension (NAME=D); repeatable",
-    )
+    add_input_shape(parser)
     parser.add_argument("--seed", type=int, default=0, help="seed of generated inputs (default 0)")
     parser.add_argument(
         "--iteration",

@@ -56,10 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "disabled, basic, extended, all; default disabled)",
     )
     add_feature_level(parser, "emulated")
-    add_input_shape(
-        parser,
-        "shape of a graph input for random inputs, or NAME=N for a symbolic dimension (repeatable)",
-    )
+    add_input_shape(parser)
     parser.add_argument("--seed", type=int, default=0, metavar="N", help="seed of random inputs (default 0)")
     parser.add_argument(
         "--clamp-indices",
