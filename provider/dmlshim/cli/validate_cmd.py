@@ -1,14 +1,24 @@
 """``dmlshim validate MODEL``: compare a model's outputs under dmlshim with onnxruntime CPU.
 
-Exit codes: 0 every output matches, 1 some output differs, 2 bad model, bad inputs or usage.
+Exit codes: 0 every output matches the like-for-like reference, 1 some output differs, 2 bad model, bad
+inputs or usage.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
+from . import validate_many
 from .options import add_feature_level, add_input_shape, input_shapes
+from .progress import status
+
+if TYPE_CHECKING:
+    from ..validate import ValidationReport
+
+# Kept here (not imported from dmlshim.validate) so that building the parser does not load onnxruntime.
+OPTIMIZATION_LEVEL_NAMES = ("disabled", "basic", "extended", "all")
 
 
 def _tolerance(text: str) -> float:
@@ -23,7 +33,7 @@ def _tolerance(text: str) -> float:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the options of ``dmlshim validate``."""
-    parser.add_argument("model", metavar="MODEL", help="the .onnx file")
+    parser.add_argument("model", metavar="MODEL", nargs="+", help="the .onnx file(s), or folders of them")
     parser.add_argument(
         "--inputs",
         metavar="FILE.npz",
@@ -35,20 +45,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_tolerance,
         default=0.0,
         metavar="R",
-        help="relative tolerance for floating-point outputs (default 0)",
+        help="relative tolerance of the verdict for floating-point outputs (default 0: exact)",
     )
     parser.add_argument(
         "--atol",
         type=_tolerance,
         default=0.0,
         metavar="A",
-        help="absolute tolerance for floating-point outputs (default 0)",
+        help="absolute tolerance of the verdict for floating-point outputs (default 0: exact)",
+    )
+    parser.add_argument(
+        "--optimization-level",
+        choices=OPTIMIZATION_LEVEL_NAMES,
+        default="disabled",
+        help="onnxruntime's graph optimization level on every side (onnxruntime's GraphOptimizationLevel: "
+        "disabled, basic, extended, all; default disabled)",
     )
     add_feature_level(parser, "emulated")
-    add_input_shape(
-        parser,
-        "shape of a graph input for random inputs, or NAME=N for a symbolic dimension (repeatable)",
-    )
+    add_input_shape(parser)
     parser.add_argument("--seed", type=int, default=0, metavar="N", help="seed of random inputs (default 0)")
     parser.add_argument(
         "--clamp-indices",
@@ -56,18 +70,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="clamp out-of-range indices in dmlshim instead of failing (onnxruntime still fails on them)",
     )
     parser.add_argument("--json", action="store_true", help="print the schema_version 1 JSON document")
+    validate_many.add_arguments(parser)
 
 
-def run(args: argparse.Namespace) -> int:
-    """Validate the model; returns the exit code."""
-    from ..report.validate_report import render_json, render_text
+def model_report(args: argparse.Namespace, model: str) -> ValidationReport:
+    """Validate one model with the command line's options."""
     from ..validate import validate_model
 
     shapes = input_shapes(args)
     if shapes and args.inputs:
         print("dmlshim validate: note: --input-shape is ignored with --inputs", file=sys.stderr)
     report = validate_model(
-        args.model,
+        model,
         inputs=args.inputs,
         feature_level=args.feature_level,
         rtol=args.rtol,
@@ -75,6 +89,18 @@ def run(args: argparse.Namespace) -> int:
         input_shapes=shapes or None,
         seed=args.seed,
         index_mode="clamp" if args.clamp_indices else "error",
+        optimization_level=args.optimization_level,
     )
+    return report
+
+
+def run(args: argparse.Namespace) -> int:
+    """Validate the model (several: see validate_many); returns the exit code."""
+    from ..report.validate_report import render_json, render_text
+
+    if validate_many.applies(args):
+        return validate_many.run(args)
+    with status(args, f"validate: running {args.model[0]} through dmlshim and onnxruntime CPU"):
+        report = model_report(args, args.model[0])
     sys.stdout.write(render_json(report) if args.json else render_text(report))
     return report.exit_code
