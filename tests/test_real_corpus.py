@@ -33,34 +33,9 @@ NAMES = [e["name"] for e in ENTRIES]
 
 #: (check -> models) still failing on main; see the module docstring.
 PENDING: dict[str, frozenset[str]] = {
-    # False MISMATCH from whole-model fusion (issue 11 item 1) or wrong blame (item 2).
-    "validate_inputs": frozenset(
-        {
-            "bart_dynamo",
-            "bert_dynamo",
-            "gpt2_past_dynamo",
-            "llama_static_cache_dynamo",
-            "llama_static_cache_torchscript",
-            "qwen2_past_dynamo",
-            "swin_dynamo",
-            "whisper_dynamo",
-        }
-    ),
-    # Same, plus generated shapes that break past_len + 1 = total_len (item 3).
-    "validate_random": frozenset(
-        {
-            "bart_dynamo",
-            "bert_dynamo",
-            "gpt2_past_dynamo",
-            "gpt2_past_torchscript",
-            "llama_static_cache_dynamo",
-            "llama_static_cache_torchscript",
-            "qwen2_past_dynamo",
-            "qwen2_past_torchscript",
-            "swin_dynamo",
-            "whisper_dynamo",
-        }
-    ),
+    # Fixed: like-for-like reference (issue 11 item 1), attribution (item 2), generated shapes (item 3).
+    "validate_inputs": frozenset(),
+    "validate_random": frozenset(),
     # Symbolic sizes and legacy exports (item 4).
     "inspect_shape_unknown": frozenset(
         {
