@@ -301,7 +301,8 @@ def test_npz_variants_still_load(tmp_path: Path) -> None:
     [
         ("onnx", "is an ONNX model, not an .npz of inputs"),
         ("onnx-renamed", "is an ONNX model, not an .npz of inputs"),
-        ("json", "JSON"),
+        ("json", "not polygraphy's inputs format"),
+        ("json-bad-npy", "not an .npy array"),
         ("npy", "single .npy array"),
         ("text", "is text, not an .npz"),
         ("pickle", "pickle"),
@@ -315,6 +316,8 @@ def test_inputs_file_of_another_type(tmp_path: Path, kind: str, needle: str) -> 
     if kind in ("onnx", "onnx-renamed"):
         path.write_bytes(MODEL.read_bytes())
     elif kind == "json":
+        path.write_text('{"input_ids": [[1, 2]], "position_ids": [[0, 1]]}')
+    elif kind == "json-bad-npy":  # base64 of the .npy magic alone: no header
         path.write_text('[{"input_ids": {"array": "k05VTVBZ", "polygraphy_class": "ndarray"}}]')
     elif kind == "npy":
         np.save(path.open("wb"), IDS)
@@ -330,3 +333,35 @@ def test_inputs_file_of_another_type(tmp_path: Path, kind: str, needle: str) -> 
     r = run_cli("export", MODEL, "-o", tmp_path / "out", "--inputs", path, "--json")
     assert_cli_error(r.code, r.err, needle)
     assert needle in json.loads(r.out)["error"]["message"]
+
+
+def _polygraphy_json(feeds: list[dict[str, np.ndarray]]) -> str:
+    """polygraphy's ``--save-inputs`` format: a list of feeds, each array as base64 of its .npy bytes."""
+    import base64
+
+    def encode(array: np.ndarray) -> dict[str, str]:
+        buffer = io.BytesIO()
+        np.save(buffer, array, allow_pickle=False)
+        return {"array": base64.b64encode(buffer.getvalue()).decode(), "polygraphy_class": "ndarray"}
+
+    return json.dumps([{name: encode(a) for name, a in feed.items()} for feed in feeds], indent=4)
+
+
+def test_polygraphy_json_inputs(tmp_path: Path) -> None:
+    ids = np.arange(12, dtype=np.int64).reshape(2, 6) % 5
+    pos = np.tile(np.arange(6, dtype=np.int64), (2, 1))
+    path = tmp_path / "inputs.json"
+    path.write_text(_polygraphy_json([{"input_ids": ids, "position_ids": pos}, {"input_ids": ids * 0}]))
+    loaded = load_npz(path)
+    np.testing.assert_array_equal(loaded["input_ids"], ids)  # the first of the two iterations
+    np.testing.assert_array_equal(loaded["position_ids"], pos)
+    npz = tmp_path / "same.npz"
+    np.savez(npz, input_ids=ids, position_ids=pos)
+    out_json, out_npz = tmp_path / "a.npz", tmp_path / "b.npz"
+    assert run_cli("run", MODEL, "--inputs", path, "-o", out_json).code == 0
+    assert run_cli("run", MODEL, "--inputs", npz, "-o", out_npz).code == 0
+    a, b = load_npz(out_json), load_npz(out_npz)
+    for k in b:
+        np.testing.assert_array_equal(a[k], b[k])
+    r = run_cli("validate", MODEL, "--inputs", path)
+    assert r.code == 0, r.err

@@ -33,7 +33,6 @@ NAMES = [e["name"] for e in ENTRIES]
 
 #: (check -> models) still failing on main; see the module docstring.
 PENDING: dict[str, frozenset[str]] = {
-    # Fixed: like-for-like reference (issue 11 item 1), attribution (item 2), generated shapes (item 3).
     "validate_inputs": frozenset(),
     "validate_random": frozenset(),
     # Symbolic sizes and legacy exports (item 4).

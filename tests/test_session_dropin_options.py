@@ -92,7 +92,7 @@ def test_one_profile_covers_partitions_and_emulated_nodes(tmp_path: Path) -> Non
     assert [e["ts"] for e in events] == sorted(e["ts"] for e in events)
     session_events = [e["name"] for e in events if e["cat"] == "Session" and "partition" not in e["args"]]
     assert session_events.count("model_run") == 3
-    assert {"model_loading", "session_initialization"} <= set(session_events)
+    assert {"model_loading_uri", "session_initialization"} <= set(session_events)
 
     emulated = [e for e in events if e["args"].get("emulated_by") == "dmlshim"]
     want = sorted([f"{n.name}_kernel_time" for n in record.emulated] * 3)
@@ -166,3 +166,11 @@ def test_customop_engine_profile_shows_the_lowered_nodes(tmp_path: Path) -> None
     ops = {e["args"]["op_name"] for e in events if e["cat"] == "Node"}
     assert {"DmlGather_float32_int64", "DmlScatterND_float32_int64", "MatMul"} <= ops
     assert len(list(tmp_path.iterdir())) == 1
+
+
+def test_plain_options_reach_the_engine_as_they_are(tmp_path: Path) -> None:
+    so = options()
+    assert InferenceSession(DECODER, so).engine.config.sess_options is so  # type: ignore[attr-defined]
+    profiled = options(enable_profiling=True, profile_file_prefix=str(tmp_path / "p"))
+    got = InferenceSession(DECODER, profiled).engine.config.sess_options  # type: ignore[attr-defined]
+    assert got is not profiled and got.enable_profiling and got.intra_op_num_threads == 1

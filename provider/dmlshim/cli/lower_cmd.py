@@ -31,8 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_feature_level(parser, "target")
     add_input_shape(
         parser,
-        "concrete shape of a graph input with symbolic dims (repeatable); the lowered model then "
-        "carries static descriptors and accepts only that shape",
+        "NAME=D0,D1,.. a graph input's shape or SYMBOL=N a symbolic dimension's size (repeatable); the "
+        "lowered model then carries static descriptors and accepts only those sizes",
     )
     parser.add_argument(
         "--clamp-indices",

@@ -5,8 +5,8 @@ folder; emulated gather/scatter nodes are timed here as each runs. :meth:`Sessio
 onnxruntime profiles back, moves their timestamps onto the session's clock, and writes one file in the
 Chrome trace format onnxruntime uses (a JSON array of complete ``"ph": "X"`` events, microseconds):
 
-* ``cat: "Session"`` events ``model_loading``, ``session_initialization`` and one ``model_run`` per run of
-  the dmlshim session;
+* ``cat: "Session"`` events ``model_loading_uri`` (or ``_array``), ``session_initialization`` and one
+  ``model_run`` per run of the dmlshim session;
 * ``cat: "Node"`` events ``<node>_kernel_time`` for every node, with ``args.op_name`` and
   ``args.provider``: onnxruntime's own events for nodes in CPU partitions (``args.partition`` names the
   partition), and dmlshim's for emulated nodes (``provider: "DmlExecutionProvider"``,

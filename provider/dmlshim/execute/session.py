@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -100,7 +101,8 @@ class InferenceSession:
         if sess_options is not None and sess_options.enable_profiling:
             check_prefix(sess_options.profile_file_prefix)
             self._profiler = SessionProfiler(sess_options.profile_file_prefix)
-        with self._span("model_loading"):
+        from_file = isinstance(path_or_bytes, (str, os.PathLike))
+        with self._span("model_loading_uri" if from_file else "model_loading_array"):  # onnxruntime's names
             loaded = load_model(path_or_bytes)
         self._loaded = loaded
         self._describe(loaded)
@@ -319,6 +321,9 @@ class InferenceSession:
         return self._validator.validate(input_feed)
 
     def _execute(self, names: list[str], feeds: dict[str, Any], run_options: Any) -> list[Any]:
+        if run_options is not None and getattr(run_options, "terminate", False):
+            # As onnxruntime: a run asked to terminate does not start (emulated nodes included).
+            raise DmlShimError("exiting due to terminate flag being set to true (RunOptions.terminate)")
         with self._span("model_run"):
             outputs, record = self._engine.run(names, feeds, run_options=run_options)
         self._last_run_record = record

@@ -3,12 +3,15 @@
 Reading never unpickles, never allocates more than ``DMLSHIM_MEMORY_LIMIT`` (each member's shape and type
 are read from its ``.npy`` header and checked before its data is inflated: a small compressed file may
 declare gigabytes), and says what a file is when it is not an ``.npz`` archive (an ONNX model, a single
-``.npy`` array, JSON, text, a pickle).
+``.npy`` array, JSON, text, a pickle). polygraphy's ``--save-inputs`` JSON files are read too.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import io
+import json
 import logging
 import zipfile
 from collections.abc import Mapping
@@ -74,8 +77,8 @@ def _not_npz(kind: str, head: bytes, where: str) -> BadInputError:
         "array; " + _SAVE_HINT,
         "onnx": "the inputs file is an ONNX model, not an .npz of inputs: give the model as MODEL and the "
         f"inputs with --inputs FILE.npz ({_SAVE_HINT})",
-        "json": "the inputs file is JSON: inputs in JSON (such as polygraphy's --save-inputs files) are not "
-        f"supported yet; {_SAVE_HINT}",
+        "json": 'the inputs file is JSON but not polygraphy\'s inputs format (a list of {NAME: {"array": '
+        f"BASE64 .npy}}}} feeds, as polygraphy run --save-inputs writes); {_SAVE_HINT}",
         "pickle": "the inputs file is a Python pickle; refusing to unpickle it (that would run code from the "
         f"file); {_SAVE_HINT}",
         "text": "the inputs file is text, not an .npz archive; {_SAVE_HINT}",
@@ -137,6 +140,8 @@ def load_npz(path: str | Path | BinaryIO) -> dict[str, np.ndarray]:
         head = stream.read(64)
         stream.seek(start)
         kind = sniff(head, where)
+        if kind == "json":
+            return _load_polygraphy_json(stream, head, where)
         if kind != "npz":
             raise _not_npz(kind, head, where)
         try:
@@ -191,6 +196,58 @@ def _load_members(archive: zipfile.ZipFile, where: str) -> dict[str, np.ndarray]
             raise BadInputError(f"array {key!r} cannot be read: {exc}", path=where, tensor=key) from exc
     logger.debug("loaded %d arrays from %s", len(out), where)
     return out
+
+
+def _load_polygraphy_json(stream: BinaryIO, head: bytes, where: str) -> dict[str, np.ndarray]:
+    """polygraphy's ``--save-inputs`` file: a list of feeds (one per iteration; the first is used), each
+    mapping an input name to ``{"array": base64 of the .npy bytes}``."""
+    size = _remaining(stream)
+    # JSON text and its parsed form take a few times the file's size; the arrays are at most 3/4 of it.
+    check_tensor((4 * size,), np.uint8, path=where, what="the JSON inputs file once parsed")
+    try:
+        doc = json.load(io.TextIOWrapper(stream, encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise BadInputError(f"the inputs file is not valid JSON: {exc}", path=where) from exc
+    feeds = doc[0] if isinstance(doc, list) and doc else doc
+    if not isinstance(feeds, dict) or not all(
+        isinstance(v, dict) and isinstance(v.get("array"), str) for v in feeds.values()
+    ):
+        raise _not_npz("json", head, where)
+    if isinstance(doc, list) and len(doc) > 1:
+        logger.warning("%s holds %d sets of inputs; using the first", where, len(doc))
+    out: dict[str, np.ndarray] = {}
+    for key, value in feeds.items():
+        try:
+            data = base64.b64decode(value["array"].encode(), validate=True)
+        except (ValueError, binascii.Error) as exc:
+            raise BadInputError(f"array {key!r} is not base64: {exc}", path=where, tensor=key) from exc
+        member = io.BytesIO(data)
+        try:
+            shape, _fortran, dtype = _read_header(member)
+        except _READ_ERRORS as exc:
+            raise BadInputError(f"array {key!r} is not an .npy array: {exc}", path=where, tensor=key) from exc
+        if dtype.hasobject:
+            raise BadInputError(
+                f"array {key!r} holds Python objects; refusing (allow_pickle=False)",
+                path=where, tensor=key, rule=_PICKLE_RULE,
+            )  # fmt: skip
+        nbytes = int(np.prod(shape, dtype=object)) * dtype.itemsize
+        if len(data) - member.tell() < nbytes:
+            raise BadInputError(
+                f"array {key!r} is truncated: its header declares shape {list(shape)} {dtype}",
+                path=where, tensor=key,
+            )  # fmt: skip
+        member.seek(0)
+        out[key] = np.lib.format.read_array(member, allow_pickle=False)
+    logger.debug("loaded %d arrays from polygraphy JSON %s", len(out), where)
+    return out
+
+
+def _remaining(stream: BinaryIO) -> int:
+    start = stream.tell()
+    end = stream.seek(0, io.SEEK_END)
+    stream.seek(start)
+    return end - start
 
 
 def save_npz(target: IO[bytes], arrays: Mapping[str, Any]) -> None:
