@@ -27,19 +27,20 @@ IR_VERSION = 10
 VOCAB, POSITIONS, HEADS, HEAD_DIM = 50, 16, 2, 4
 
 
-def kv_cache_model(total: str = "total_sequence_length") -> onnx.ModelProto:
+def kv_cache_model(total: str = "total_sequence_length", step: bool = False) -> onnx.ModelProto:
     """One GPT-2-style attention step with a KV cache.
 
     input_ids/position_ids [batch, sequence_length] -> embeddings -> key [batch, 2, seq, 4];
     present = Concat(past_key [batch, 2, past, 4], key) along the sequence; the scores [.., seq, past+seq]
     get the mask [batch, total] added (so total must equal past + seq); ``last_key`` gathers position
-    total - 1 of ``present`` (valid only when total <= past + seq).
+    total - 1 of ``present`` (valid only when total <= past + seq). With ``step`` the key is reshaped to
+    [batch, 1, 2, 4], so the model runs only with sequence_length = 1 (one decoding step).
     """
     rng = np.random.default_rng(0)
     inits = [
         nh.from_array(rng.standard_normal((VOCAB, HEADS * HEAD_DIM)).astype(np.float32), "wte"),
         nh.from_array(rng.standard_normal((POSITIONS, HEADS * HEAD_DIM)).astype(np.float32), "wpe"),
-        nh.from_array(np.array([0, 0, HEADS, HEAD_DIM], np.int64), "kshape"),
+        nh.from_array(np.array([0, 1 if step else 0, HEADS, HEAD_DIM], np.int64), "kshape"),
         nh.from_array(np.array([1, 2], np.int64), "maskaxes"),
         nh.from_array(np.array(1, np.int64), "one"),
     ]
@@ -122,6 +123,16 @@ def test_kv_cache_symbols_are_related(total: str) -> None:
         assert generated.symbols["total_sequence_length"] == (
             generated.symbols["past_sequence_length"] + generated.symbols["sequence_length"]
         )
+
+
+def test_decoding_step_needs_two_symbols_changed() -> None:
+    model = kv_cache_model(step=True)
+    generated = generate(model)
+    _relation_holds(generated.shapes)
+    assert generated.shapes["input_ids"][1] == 1 and generated.tries > 2
+    _ort(model, generated.feeds)
+    report = validate_model(model)
+    assert report.match and dict(report.input_symbols)["sequence_length"] == 1
 
 
 def test_kv_cache_validates_with_random_inputs(kv_path: Path) -> None:
@@ -308,3 +319,32 @@ def test_no_candidate_runs_names_shapes_and_fix(tmp_path: Path) -> None:
         doc = json.loads(r.out)
         assert doc["error"]["type"] == "BadInputError" and "x [2]" in doc["error"]["message"]
     assert run_cli("validate", path, "--input-shape", "n=15").code == 0
+
+
+def test_indices_through_cast_and_unsqueeze_follow_the_chosen_sizes() -> None:
+    """int32 ids -> Cast -> Unsqueeze -> GatherElements on data [n, 4]: every id < n, whatever n is."""
+    nodes = [
+        helper.make_node("Cast", ["ids"], ["ids64"], to=T.INT64, name="cast"),
+        helper.make_node("Unsqueeze", ["ids64", "axes"], ["col"], name="unsqueeze"),
+        helper.make_node("Concat", ["col", "col", "col", "col"], ["idx"], axis=1, name="widen"),
+        helper.make_node("GatherElements", ["data", "idx"], ["y"], axis=0, name="pick"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [
+            helper.make_tensor_value_info("data", T.FLOAT, ["n", 4]),
+            helper.make_tensor_value_info("ids", T.INT32, ["k"]),
+        ],
+        [helper.make_tensor_value_info("y", T.FLOAT, None)],
+        [nh.from_array(np.array([1], np.int64), "axes")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=IR_VERSION)
+    for n, k in [(3, 40), (7, 5), (1, 9)]:
+        for seed in range(3):
+            feeds = generate_inputs(model, input_shapes={"n": n, "k": k}, seed=seed)
+            assert feeds["ids"].dtype == np.int32 and feeds["ids"].shape == (k,)
+            assert feeds["ids"].min() >= 0 and feeds["ids"].max() < n
+            want = feeds["data"][feeds["ids"]]  # numpy's own indexing as the reference
+            np.testing.assert_array_equal(_ort(model, feeds)[0], want)
+    assert validate_model(model, input_shapes={"n": 3, "k": 40}).match

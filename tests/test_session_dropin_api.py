@@ -351,6 +351,8 @@ def test_iobinding_errors() -> None:
         binding.get_outputs_as_ortvaluevector()
     with pytest.raises(NotSupportedError, match="device_type='cpu'"):
         sess.create_ortvalue_from_shape_and_type([2], np.float32, "cuda")
+    with pytest.raises(BadInputError, match="cannot create an OrtValue"):
+        sess.create_ortvalue_from_shape_and_type([2], "no such type", "cpu")
     value = sess.create_ortvalue_from_shape_and_type([2, 3], np.float32, "cpu")
     assert value.shape() == [2, 3] and value.device_name() == "cpu"
 
@@ -379,3 +381,18 @@ def test_every_error_is_a_dmlshim_error() -> None:
     ):
         with pytest.raises(DmlShimError):
             call()
+
+
+def test_run_options_terminate_stops_the_run_as_in_onnxruntime() -> None:
+    feeds = decoder_feeds()
+    ro = onnxruntime.RunOptions()
+    ro.terminate = True
+    with pytest.raises(Exception, match="terminate flag"):
+        reference(str(DECODER)).run(None, feeds, ro)
+    sess = InferenceSession(DECODER, single_thread())
+    with pytest.raises(DmlShimError, match="terminate flag"):
+        sess.run(None, feeds, ro)
+    assert sess.last_run_record is None
+    ro.terminate = False
+    ro.log_severity_level = 3
+    assert len(sess.run(None, feeds, ro)) == 4

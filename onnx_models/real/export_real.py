@@ -33,8 +33,7 @@ import json
 import sys
 import traceback
 import warnings
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,10 +42,14 @@ import onnx
 
 try:
     import torch
-    from torch import nn
-    from torch.export import Dim
 except ImportError as exc:  # pragma: no cover - only for people regenerating the files
     raise SystemExit("export_real.py needs torch and onnxscript: pip install '.[export]'") from exc
+
+# The sibling modules (on sys.path when this file is run as a script).
+from export_common import Built, Inputs, Spec
+from models_decoders import build_gpt2, build_llama_static, build_mixtral, build_qwen2
+from models_encoders import build_bart, build_bert, build_bert_fp16, build_swin, build_t5, build_whisper
+from models_plain import build_beam_step, build_fasterrcnn, build_gnn, build_maskrcnn
 
 HERE = Path(__file__).resolve().parent
 MANIFEST = HERE / "manifest.json"
@@ -62,795 +65,6 @@ GATHER_SCATTER_OPS = ("Gather", "GatherElements", "GatherND", "Scatter", "Scatte
 CONTROL_FLOW_OPS = ("If", "Loop", "Scan")
 #: Node metadata kept from the dynamo exporter; the rest (stack traces with local paths) is dropped.
 KEPT_METADATA = frozenset({"namespace"})
-
-Inputs = dict[str, "torch.Tensor"]
-
-
-@dataclass(frozen=True)
-class Built:
-    """A module ready to export: its inputs (in forward-argument order) and how its shapes vary."""
-
-    module: nn.Module
-    inputs: Inputs
-    output_names: Sequence[str]
-    #: dynamo: ``dynamic_shapes`` keyed by forward argument name (None: all static).
-    dynamo_shapes: dict[str, Any] | None = None
-    #: legacy: ``dynamic_axes`` keyed by input/output name.
-    legacy_axes: dict[str, dict[int, str]] | None = None
-    #: A second sample with other symbolic sizes, checked in onnxruntime against PyTorch.
-    other_inputs: Inputs | None = None
-
-
-@dataclass(frozen=True)
-class Spec:
-    """One network of the corpus; each exporter in ``exporters`` writes ``<name>_<exporter>.onnx``."""
-
-    name: str
-    group: str  # "transformers", "torch" or "torchvision": the library it needs
-    architecture: str
-    description: str
-    build: Callable[[], Built]
-    exporters: Sequence[str] = ("dynamo", "torchscript")
-    dtype: str = "float32"
-    rtol: float = 1e-4
-    atol: float = 1e-5
-    notes: Sequence[str] = field(default_factory=tuple)
-
-
-def _seed(seed: int) -> np.random.Generator:
-    torch.manual_seed(seed)
-    return np.random.default_rng(seed)
-
-
-def _eager_attention(model: nn.Module) -> nn.Module:
-    """Switch a transformers model to its eager attention: with SDPA, dynamo's decomposition views a
-    non-contiguous attention output under symbolic sizes and fails (T5, Swin)."""
-    for module in model.modules():
-        config = getattr(module, "config", None)
-        if config is not None and hasattr(config, "_attn_implementation"):
-            config._attn_implementation = "eager"
-    return model
-
-
-def _ids(rng: np.random.Generator, vocab: int, *shape: int) -> torch.Tensor:
-    return torch.from_numpy(rng.integers(0, vocab, size=shape, dtype=np.int64))
-
-
-def _randn(rng: np.random.Generator, *shape: int, dtype: Any = np.float32) -> torch.Tensor:
-    return torch.from_numpy(rng.standard_normal(shape).astype(dtype))
-
-
-# --------------------------------------------------------------------------------------------------
-# transformers decoders with a key/value cache
-# --------------------------------------------------------------------------------------------------
-
-
-class DynamicCacheStep(nn.Module):
-    """One decoding step of a causal LM with past key/values passed in and the present ones returned."""
-
-    def __init__(self, model: nn.Module, layers: int) -> None:
-        super().__init__()
-        self.model = model
-        self.layers = layers
-
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        position_ids: torch.Tensor,
-        *past: torch.Tensor,
-    ) -> tuple[torch.Tensor, ...]:
-        from transformers import DynamicCache
-
-        pairs = [(past[2 * i], past[2 * i + 1]) for i in range(self.layers)]
-        cache = DynamicCache(pairs, config=self.model.config)
-        out = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            past_key_values=cache,
-            use_cache=True,
-        )
-        present: list[torch.Tensor] = []
-        for layer in out.past_key_values.layers:
-            present += [layer.keys, layer.values]
-        return (out.logits, *present)
-
-
-def _past_names(layers: int, prefix: str = "past") -> list[str]:
-    return [f"{prefix}_{kind}_{i}" for i in range(layers) for kind in ("key", "value")]
-
-
-class GPT2Step(DynamicCacheStep):
-    def forward(  # type: ignore[override]
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        position_ids: torch.Tensor,
-        past_key_0: torch.Tensor,
-        past_value_0: torch.Tensor,
-        past_key_1: torch.Tensor,
-        past_value_1: torch.Tensor,
-    ) -> tuple[torch.Tensor, ...]:
-        return super().forward(
-            input_ids, attention_mask, position_ids, past_key_0, past_value_0, past_key_1, past_value_1
-        )
-
-
-def _decoder_step(
-    model: nn.Module, wrapper: type[DynamicCacheStep], heads: int, head_dim: int, vocab: int, seed: int
-) -> Built:
-    layers = 2
-    rng = np.random.default_rng(seed)
-
-    def sample(past_len: int, batch: int) -> Inputs:
-        inputs: Inputs = {
-            "input_ids": _ids(rng, vocab, batch, 1),
-            "attention_mask": torch.ones(batch, past_len + 1, dtype=torch.int64),
-            "position_ids": torch.full((batch, 1), past_len, dtype=torch.int64),
-        }
-        for name in _past_names(layers):
-            inputs[name] = _randn(rng, batch, heads, past_len, head_dim)
-        return inputs
-
-    past = Dim("past_sequence_length", min=1, max=48)
-    batch = Dim("batch_size", min=1, max=8)
-    dynamo_shapes: dict[str, Any] = {
-        "input_ids": {0: batch},
-        "attention_mask": {0: batch, 1: past + 1},
-        "position_ids": {0: batch},
-    }
-    legacy_axes: dict[str, dict[int, str]] = {
-        "input_ids": {0: "batch_size"},
-        "attention_mask": {0: "batch_size", 1: "total_sequence_length"},
-        "position_ids": {0: "batch_size"},
-        "logits": {0: "batch_size"},
-    }
-    for name in _past_names(layers):
-        dynamo_shapes[name] = {0: batch, 2: past}
-        legacy_axes[name] = {0: "batch_size", 2: "past_sequence_length"}
-    for name in _past_names(layers, "present"):
-        legacy_axes[name] = {0: "batch_size", 2: "total_sequence_length"}
-    return Built(
-        module=wrapper(model.eval(), layers),
-        inputs=sample(past_len=5, batch=1),
-        output_names=["logits", *_past_names(layers, "present")],
-        dynamo_shapes=dynamo_shapes,
-        legacy_axes=legacy_axes,
-        other_inputs=sample(past_len=9, batch=2),
-    )
-
-
-def build_gpt2() -> Built:
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    _seed(0)
-    cfg = GPT2Config(vocab_size=256, n_positions=64, n_embd=32, n_layer=2, n_head=2)
-    return _decoder_step(GPT2LMHeadModel(cfg), GPT2Step, heads=2, head_dim=16, vocab=256, seed=1)
-
-
-def build_qwen2() -> Built:
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    _seed(2)
-    cfg = Qwen2Config(
-        vocab_size=300,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        tie_word_embeddings=True,
-    )
-    return _decoder_step(Qwen2ForCausalLM(cfg), GPT2Step, heads=2, head_dim=8, vocab=300, seed=3)
-
-
-class StaticCacheStep(nn.Module):
-    """A decoding step with transformers' ``StaticCache``: the new keys/values are written in place
-    (``index_copy_``) at ``cache_position`` into fixed-size caches passed in and returned."""
-
-    def __init__(self, model: nn.Module, max_cache_len: int) -> None:
-        super().__init__()
-        self.model = model
-        self.max_cache_len = max_cache_len
-
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        cache_position: torch.Tensor,
-        key_cache_0: torch.Tensor,
-        value_cache_0: torch.Tensor,
-        key_cache_1: torch.Tensor,
-        value_cache_1: torch.Tensor,
-    ) -> tuple[torch.Tensor, ...]:
-        from transformers import StaticCache
-
-        cache = StaticCache(config=self.model.config, max_cache_len=self.max_cache_len)
-        for layer, k, v in zip(
-            cache.layers, (key_cache_0, key_cache_1), (value_cache_0, value_cache_1), strict=True
-        ):
-            layer.lazy_initialization(k, v)
-            # Clones: the caller's buffers stay untouched, the updated caches are outputs.
-            layer.keys = k.clone()
-            layer.values = v.clone()
-            layer.cumulative_length = cache_position[0].clone()
-        out = self.model(
-            input_ids=input_ids,
-            cache_position=cache_position,
-            position_ids=cache_position.unsqueeze(0),
-            past_key_values=cache,
-            use_cache=True,
-        )
-        layers = cache.layers
-        return out.logits, layers[0].keys, layers[0].values, layers[1].keys, layers[1].values
-
-
-def build_llama_static() -> Built:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    rng = _seed(4)
-    cfg = LlamaConfig(
-        vocab_size=256,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-    )
-    cache_len = 16
-    inputs: Inputs = {"input_ids": _ids(rng, 256, 1, 2), "cache_position": torch.tensor([5, 6])}
-    for i in range(2):
-        # Positions >= 5 are not yet written: zeros, as in a fresh static cache.
-        for kind in ("key", "value"):
-            buf = _randn(rng, 1, 2, cache_len, 8)
-            buf[:, :, 5:] = 0
-            inputs[f"{kind}_cache_{i}"] = buf
-    outputs = ["logits", "new_key_cache_0", "new_value_cache_0", "new_key_cache_1", "new_value_cache_1"]
-    return Built(StaticCacheStep(LlamaForCausalLM(cfg).eval(), cache_len), inputs, outputs)
-
-
-class MoEForward(nn.Module):
-    """A Mixtral causal LM forward returning logits and the router logits of every layer."""
-
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        out = self.model(
-            input_ids=input_ids, attention_mask=attention_mask, use_cache=False, output_router_logits=True
-        )
-        return (out.logits, *out.router_logits)
-
-
-def build_mixtral() -> Built:
-    from transformers import MixtralConfig, MixtralForCausalLM
-
-    rng = _seed(5)
-    cfg = MixtralConfig(
-        vocab_size=200,
-        hidden_size=32,
-        intermediate_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        num_local_experts=4,
-        num_experts_per_tok=2,
-        max_position_embeddings=64,
-        sliding_window=None,
-    )
-    # The experts' weights are indexed by the routed expert ids (a Gather per projection) instead of the
-    # default Python loop over experts, which no exporter can follow (data-dependent trip count).
-    cfg._experts_implementation = "batched_mm"
-    model = MixtralForCausalLM(cfg).eval()
-    seq = Dim("sequence_length", min=2, max=32)
-    batch = Dim("batch_size", min=1, max=8)
-
-    def sample(b: int, s: int) -> Inputs:
-        mask = torch.ones(b, s, dtype=torch.int64)
-        # Right padding on the first row. (Left padding leaves fully masked query rows whose garbage
-        # output differs between PyTorch and the dynamo export; right padding is what training uses.)
-        mask[0, s - s // 3 :] = 0
-        return {"input_ids": _ids(rng, 200, b, s), "attention_mask": mask}
-
-    outputs = ["logits", "router_logits_0", "router_logits_1"]
-    return Built(
-        MoEForward(model),
-        sample(2, 6),
-        outputs,
-        dynamo_shapes={"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}},
-        legacy_axes={
-            "input_ids": {0: "batch_size", 1: "sequence_length"},
-            "attention_mask": {0: "batch_size", 1: "sequence_length"},
-            "logits": {0: "batch_size", 1: "sequence_length"},
-        },
-        other_inputs=sample(3, 4),
-    )
-
-
-# --------------------------------------------------------------------------------------------------
-# transformers encoders and encoder-decoders
-# --------------------------------------------------------------------------------------------------
-
-
-class BertForward(nn.Module):
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
-        return out.last_hidden_state, out.pooler_output
-
-
-def _bert(dtype: torch.dtype) -> Built:
-    from transformers import BertConfig, BertModel
-
-    rng = _seed(6)
-    cfg = BertConfig(
-        vocab_size=300,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=64,
-        type_vocab_size=2,
-    )
-    model = BertModel(cfg).eval().to(dtype)
-
-    def sample(b: int, s: int) -> Inputs:
-        mask = torch.ones(b, s, dtype=torch.int64)
-        mask[-1, s - 2 :] = 0  # right padding on the last row
-        types = torch.zeros(b, s, dtype=torch.int64)
-        types[:, s // 2 :] = 1
-        return {"input_ids": _ids(rng, 300, b, s), "attention_mask": mask, "token_type_ids": types}
-
-    batch = Dim("batch_size", min=1, max=8)
-    seq = Dim("sequence_length", min=2, max=64)
-    axes = {0: "batch_size", 1: "sequence_length"}
-    return Built(
-        BertForward(model),
-        sample(2, 7),
-        ["last_hidden_state", "pooler_output"],
-        dynamo_shapes={n: {0: batch, 1: seq} for n in ("input_ids", "attention_mask", "token_type_ids")},
-        legacy_axes={
-            **{n: axes for n in ("input_ids", "attention_mask", "token_type_ids", "last_hidden_state")},
-            "pooler_output": {0: "batch_size"},
-        },
-        other_inputs=sample(3, 11),
-    )
-
-
-def build_bert() -> Built:
-    return _bert(torch.float32)
-
-
-def build_bert_fp16() -> Built:
-    return _bert(torch.float16)
-
-
-class Seq2SeqForward(nn.Module):
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, decoder_input_ids: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        out = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            decoder_input_ids=decoder_input_ids,
-            use_cache=False,
-        )
-        return out.logits, out.encoder_last_hidden_state
-
-
-def _seq2seq(model: nn.Module, vocab: int, seed: int) -> Built:
-    rng = np.random.default_rng(seed)
-
-    def sample(b: int, s: int, t: int) -> Inputs:
-        mask = torch.ones(b, s, dtype=torch.int64)
-        mask[0, s - 2 :] = 0
-        return {
-            "input_ids": _ids(rng, vocab, b, s),
-            "attention_mask": mask,
-            "decoder_input_ids": _ids(rng, vocab, b, t),
-        }
-
-    batch = Dim("batch_size", min=1, max=8)
-    src = Dim("encoder_sequence_length", min=2, max=48)
-    tgt = Dim("decoder_sequence_length", min=1, max=48)
-    return Built(
-        Seq2SeqForward(model.eval()),
-        sample(2, 8, 3),
-        ["logits", "encoder_last_hidden_state"],
-        dynamo_shapes={
-            "input_ids": {0: batch, 1: src},
-            "attention_mask": {0: batch, 1: src},
-            "decoder_input_ids": {0: batch, 1: tgt},
-        },
-        legacy_axes={
-            "input_ids": {0: "batch_size", 1: "encoder_sequence_length"},
-            "attention_mask": {0: "batch_size", 1: "encoder_sequence_length"},
-            "decoder_input_ids": {0: "batch_size", 1: "decoder_sequence_length"},
-            "logits": {0: "batch_size", 1: "decoder_sequence_length"},
-            "encoder_last_hidden_state": {0: "batch_size", 1: "encoder_sequence_length"},
-        },
-        other_inputs=sample(3, 5, 4),
-    )
-
-
-def build_bart() -> Built:
-    from transformers import BartConfig, BartForConditionalGeneration
-
-    _seed(7)
-    cfg = BartConfig(
-        vocab_size=256,
-        d_model=32,
-        encoder_layers=1,
-        decoder_layers=1,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
-        max_position_embeddings=64,
-    )
-    return _seq2seq(BartForConditionalGeneration(cfg), 256, seed=8)
-
-
-def build_t5() -> Built:
-    from transformers import T5Config, T5ForConditionalGeneration
-
-    _seed(9)
-    cfg = T5Config(
-        vocab_size=256,
-        d_model=32,
-        d_kv=8,
-        d_ff=64,
-        num_layers=1,
-        num_decoder_layers=1,
-        num_heads=4,
-        relative_attention_num_buckets=8,
-        relative_attention_max_distance=16,
-        decoder_start_token_id=0,
-    )
-    return _seq2seq(_eager_attention(T5ForConditionalGeneration(cfg)), 256, seed=10)
-
-
-class WhisperForward(nn.Module):
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, input_features: torch.Tensor, decoder_input_ids: torch.Tensor) -> torch.Tensor:
-        out = self.model(input_features=input_features, decoder_input_ids=decoder_input_ids, use_cache=False)
-        return out.logits
-
-
-def build_whisper() -> Built:
-    from transformers import WhisperConfig, WhisperForConditionalGeneration
-
-    rng = _seed(11)
-    cfg = WhisperConfig(
-        vocab_size=128,
-        num_mel_bins=8,
-        d_model=32,
-        encoder_layers=1,
-        decoder_layers=1,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
-        max_source_positions=16,
-        max_target_positions=32,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-        decoder_start_token_id=1,
-        suppress_tokens=[],
-        begin_suppress_tokens=[],
-    )
-    model = WhisperForConditionalGeneration(cfg).eval()
-    tgt = Dim("decoder_sequence_length", min=1, max=32)
-    batch = Dim("batch_size", min=1, max=8)
-
-    def sample(b: int, t: int) -> Inputs:
-        return {"input_features": _randn(rng, b, 8, 32), "decoder_input_ids": _ids(rng, 128, b, t)}
-
-    return Built(
-        WhisperForward(model),
-        sample(1, 4),
-        ["logits"],
-        dynamo_shapes={"input_features": {0: batch}, "decoder_input_ids": {0: batch, 1: tgt}},
-        legacy_axes={
-            "input_features": {0: "batch_size"},
-            "decoder_input_ids": {0: "batch_size", 1: "decoder_sequence_length"},
-            "logits": {0: "batch_size", 1: "decoder_sequence_length"},
-        },
-        other_inputs=sample(2, 3),
-    )
-
-
-class SwinForward(nn.Module):
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        return self.model(pixel_values=pixel_values).logits
-
-
-def build_swin() -> Built:
-    from transformers import SwinConfig, SwinForImageClassification
-
-    rng = _seed(12)
-    cfg = SwinConfig(
-        image_size=32,
-        patch_size=4,
-        num_channels=3,
-        embed_dim=16,
-        depths=[2, 1],
-        num_heads=[2, 2],
-        window_size=4,
-        mlp_ratio=2.0,
-        num_labels=10,
-    )
-    model = _eager_attention(SwinForImageClassification(cfg)).eval()
-    batch = Dim("batch_size", min=1, max=8)
-    return Built(
-        SwinForward(model),
-        {"pixel_values": _randn(rng, 2, 3, 32, 32)},
-        ["logits"],
-        dynamo_shapes={"pixel_values": {0: batch}},
-        legacy_axes={"pixel_values": {0: "batch_size"}, "logits": {0: "batch_size"}},
-        other_inputs={"pixel_values": _randn(rng, 3, 3, 32, 32)},
-    )
-
-
-# --------------------------------------------------------------------------------------------------
-# Plain PyTorch modules written the way libraries write them
-# --------------------------------------------------------------------------------------------------
-
-
-class GCNLayerScatter(nn.Module):
-    """Two rounds of GCN message passing as torch_geometric writes them with plain torch: gather the
-    source nodes (``index_select``), normalise by degree (``scatter_add`` of ones), sum the messages into
-    the targets (``scatter_add`` with the index broadcast over features, as torch_geometric's ``scatter``
-    does), then a mean readout per graph (sum and count)."""
-
-    def __init__(self, dim: int = 16, hidden: int = 16, graphs: int = 4, classes: int = 3) -> None:
-        super().__init__()
-        self.lin1 = nn.Linear(dim, hidden)
-        self.lin2 = nn.Linear(hidden, hidden)
-        self.head = nn.Linear(hidden, classes)
-        self.graphs = graphs
-
-    def propagate(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
-        src, dst = edge_index[0], edge_index[1]
-        n = x.shape[0]
-        ones = torch.ones_like(dst, dtype=x.dtype)
-        deg = torch.zeros(n, dtype=x.dtype).scatter_add(0, dst, ones) + 1.0
-        norm = deg.rsqrt()
-        messages = x.index_select(0, src) * (norm[src] * norm[dst]).unsqueeze(-1)
-        # scatter_add, not index_add: the legacy exporter's index_add is wrong for repeated indices.
-        out = torch.zeros_like(x).scatter_add(0, dst.unsqueeze(-1).expand_as(messages), messages)
-        return out + x * (norm * norm).unsqueeze(-1)
-
-    def forward(self, x: torch.Tensor, edge_index: torch.Tensor, batch: torch.Tensor) -> torch.Tensor:
-        h = torch.relu(self.lin1(self.propagate(x, edge_index)))
-        h = torch.relu(self.lin2(self.propagate(h, edge_index)))
-        index = batch.unsqueeze(-1).expand(-1, h.shape[1])
-        # Mean readout as torch_geometric's scatter(reduce="mean") computes it: sum, then divide by the
-        # count (scatter_reduce(reduce="mean") has no ONNX form in the legacy exporter, and dynamo's
-        # translation of it disagrees with PyTorch).
-        summed = torch.zeros(self.graphs, h.shape[1], dtype=h.dtype).scatter_add(0, index, h)
-        count = torch.zeros(self.graphs, dtype=h.dtype).scatter_add(
-            0, batch, torch.ones_like(batch, dtype=h.dtype)
-        )
-        pooled = summed / count.clamp(min=1.0).unsqueeze(-1)
-        return self.head(pooled)
-
-
-def build_gnn() -> Built:
-    rng = _seed(13)
-
-    def sample(nodes: int, edges: int) -> Inputs:
-        batch = np.sort(rng.integers(0, 4, size=nodes))
-        batch[:4] = np.arange(4)  # every graph has a node
-        batch = np.sort(batch)
-        return {
-            "x": _randn(rng, nodes, 16),
-            "edge_index": torch.from_numpy(rng.integers(0, nodes, size=(2, edges), dtype=np.int64)),
-            "batch": torch.from_numpy(batch.astype(np.int64)),
-        }
-
-    nodes = Dim("num_nodes", min=4, max=1024)
-    edges = Dim("num_edges", min=1, max=4096)
-    return Built(
-        GCNLayerScatter().eval(),
-        sample(12, 30),
-        ["graph_logits"],
-        dynamo_shapes={"x": {0: nodes}, "edge_index": {1: edges}, "batch": {0: nodes}},
-        legacy_axes={"x": {0: "num_nodes"}, "edge_index": {1: "num_edges"}, "batch": {0: "num_nodes"}},
-        other_inputs=sample(20, 45),
-    )
-
-
-class BeamSearchStep(nn.Module):
-    """One beam-search bookkeeping step as generation loops write it: reorder the cache by beam
-    (``torch.gather`` along the beam axis via advanced indexing), pick each beam's last-token hidden
-    state (``h[arange, lengths - 1]``), write the new token into a fixed token buffer (``index_put``),
-    gather the chosen tokens' log-probs (``torch.gather``) and mark finished beams (``scatter``)."""
-
-    def __init__(self, dim: int = 16, vocab: int = 64) -> None:
-        super().__init__()
-        self.proj = nn.Linear(dim, vocab)
-
-    def forward(
-        self,
-        cache: torch.Tensor,
-        beam_idx: torch.Tensor,
-        hidden: torch.Tensor,
-        lengths: torch.Tensor,
-        tokens: torch.Tensor,
-        step: torch.Tensor,
-        finished_ids: torch.Tensor,
-    ) -> tuple[torch.Tensor, ...]:
-        beams = cache.shape[0]
-        index = beam_idx.view(-1, 1, 1, 1).expand_as(cache)
-        reordered = torch.gather(cache, 0, index)
-        last = hidden[torch.arange(beams), lengths - 1]
-        logp = torch.log_softmax(self.proj(last), dim=-1)
-        best = logp.argmax(dim=-1, keepdim=True)
-        best_logp = torch.gather(logp, 1, best).squeeze(1)
-        new_tokens = tokens.clone()
-        new_tokens[torch.arange(beams), step] = best.squeeze(1)
-        finished = torch.zeros(beams, dtype=torch.float32).scatter(0, finished_ids, 1.0)
-        return reordered, best_logp, new_tokens, finished
-
-
-def build_beam_step() -> Built:
-    rng = _seed(14)
-
-    def sample(beams: int) -> Inputs:
-        return {
-            "cache": _randn(rng, beams, 2, 6, 8),
-            "beam_idx": torch.from_numpy(rng.integers(0, beams, size=beams, dtype=np.int64)),
-            "hidden": _randn(rng, beams, 10, 16),
-            "lengths": torch.from_numpy(rng.integers(1, 11, size=beams, dtype=np.int64)),
-            "tokens": _ids(rng, 64, beams, 12),
-            "step": torch.from_numpy(rng.integers(0, 12, size=beams, dtype=np.int64)),
-            "finished_ids": torch.from_numpy(rng.permutation(beams)[:2].astype(np.int64)),
-        }
-
-    beams = Dim("num_beams", min=2, max=16)
-    shapes = {n: {0: beams} for n in ("cache", "beam_idx", "hidden", "lengths", "tokens", "step")}
-    return Built(
-        BeamSearchStep().eval(),
-        sample(4),
-        ["reordered_cache", "best_logprob", "new_tokens", "finished"],
-        dynamo_shapes={**shapes, "finished_ids": None},
-        legacy_axes={
-            **{n: {0: "num_beams"} for n in shapes},
-            **{n: {0: "num_beams"} for n in ("reordered_cache", "best_logprob", "new_tokens", "finished")},
-        },
-        other_inputs=sample(6),
-    )
-
-
-# --------------------------------------------------------------------------------------------------
-# torchvision detection (If/Loop from the scripted parts of the postprocess)
-# --------------------------------------------------------------------------------------------------
-
-
-def _tiny_backbone(out_channels: int) -> nn.Module:
-    body = nn.Sequential(
-        nn.Conv2d(3, 8, 3, stride=2, padding=1),
-        nn.ReLU(),
-        nn.Conv2d(8, out_channels, 3, stride=2, padding=1),
-        nn.ReLU(),
-    )
-    body.out_channels = out_channels  # type: ignore[assignment]
-    return body
-
-
-class DetectionForward(nn.Module):
-    """A torchvision detector on one image tensor, returning the first image's boxes/scores/labels."""
-
-    def __init__(self, model: nn.Module, masks: bool = False) -> None:
-        super().__init__()
-        self.model = model
-        self.masks = masks
-
-    def forward(self, image: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        out = self.model([image])[0]
-        result = (out["boxes"], out["scores"], out["labels"])
-        return (*result, out["masks"]) if self.masks else result
-
-
-def _rcnn(masks: bool) -> Built:
-    from torchvision.models.detection import FasterRCNN, MaskRCNN
-    from torchvision.models.detection.anchor_utils import AnchorGenerator
-    from torchvision.ops import MultiScaleRoIAlign
-
-    rng = _seed(15 if masks else 16)
-    anchors = AnchorGenerator(sizes=((8, 16),), aspect_ratios=((0.5, 1.0, 2.0),))
-    kwargs: dict[str, Any] = {
-        "num_classes": 4,
-        "min_size": 64,
-        "max_size": 64,
-        "rpn_anchor_generator": anchors,
-        "box_roi_pool": MultiScaleRoIAlign(["0"], output_size=4, sampling_ratio=2),
-        "rpn_pre_nms_top_n_test": 50,
-        "rpn_post_nms_top_n_test": 20,
-        "box_detections_per_img": 10,
-        "box_score_thresh": 0.0,
-        "representation_size": 32,
-    }
-    if masks:
-        from torchvision.models.detection.mask_rcnn import MaskRCNNHeads, MaskRCNNPredictor
-
-        kwargs["mask_roi_pool"] = MultiScaleRoIAlign(["0"], output_size=7, sampling_ratio=2)
-        kwargs["mask_head"] = MaskRCNNHeads(16, (8,), 1)
-        kwargs["mask_predictor"] = MaskRCNNPredictor(8, 8, 4)
-    from torchvision.models.detection.faster_rcnn import TwoMLPHead
-
-    rep = kwargs.pop("representation_size")
-    kwargs["box_head"] = TwoMLPHead(16 * 4 * 4, rep)
-    from torchvision.models.detection.faster_rcnn import FastRCNNPredictor
-
-    kwargs["box_predictor"] = FastRCNNPredictor(rep, 4)
-    kwargs.pop("num_classes")
-    cls = MaskRCNN if masks else FasterRCNN
-    model = cls(_tiny_backbone(16), num_classes=None, **kwargs).eval()
-    outputs = ["boxes", "scores", "labels"] + (["masks"] if masks else [])
-    image = torch.from_numpy(rng.random((3, 64, 64), dtype=np.float32))
-    return Built(
-        DetectionForward(model, masks),
-        {"image": image},
-        outputs,
-        legacy_axes={n: {0: "num_detections"} for n in outputs},
-        other_inputs={"image": torch.from_numpy(rng.random((3, 64, 64), dtype=np.float32))},
-    )
-
-
-def build_fasterrcnn() -> Built:
-    return _rcnn(masks=False)
-
-
-def build_maskrcnn() -> Built:
-    return _rcnn(masks=True)
-
-
-def build_retinanet() -> Built:
-    from torchvision.models.detection import RetinaNet
-    from torchvision.models.detection.anchor_utils import AnchorGenerator
-
-    rng = _seed(17)
-    anchors = AnchorGenerator(sizes=((8, 16),), aspect_ratios=((0.5, 1.0, 2.0),))
-    model = RetinaNet(
-        _tiny_backbone(16),
-        num_classes=4,
-        min_size=64,
-        max_size=64,
-        anchor_generator=anchors,
-        topk_candidates=20,
-        detections_per_img=10,
-        score_thresh=0.0,
-    ).eval()
-    return Built(
-        DetectionForward(model),
-        {"image": torch.from_numpy(rng.random((3, 64, 64), dtype=np.float32))},
-        ["boxes", "scores", "labels"],
-        legacy_axes={n: {0: "num_detections"} for n in ("boxes", "scores", "labels")},
-        other_inputs={"image": torch.from_numpy(rng.random((3, 64, 64), dtype=np.float32))},
-    )
-
 
 SPECS: tuple[Spec, ...] = (
     Spec(
@@ -941,14 +155,6 @@ SPECS: tuple[Spec, ...] = (
         "torchvision MaskRCNN",
         "FasterRCNN plus mask head and paste-masks Loop",
         build_maskrcnn,
-        exporters=("torchscript",),
-    ),
-    Spec(
-        "retinanet",
-        "torchvision",
-        "torchvision RetinaNet",
-        "single-stage detector with per-level top-k and batched NMS",
-        build_retinanet,
         exporters=("torchscript",),
     ),
 )
@@ -1123,6 +329,68 @@ def export_one(spec: Spec, exporter: str, out_dir: Path = HERE) -> dict[str, Any
     }
 
 
+#: int8 variants: (source export, description). onnxruntime's dynamic quantization stores the MatMul and
+#: embedding weights as uint8, so the embedding Gathers read uint8 data followed by DequantizeLinear.
+QUANTIZED: tuple[tuple[str, str], ...] = (
+    ("bert_dynamo", "the BERT dynamo export after onnxruntime quantize_dynamic (uint8 weights)"),
+    ("gpt2_past_torchscript", "the GPT-2 legacy export after onnxruntime quantize_dynamic (uint8 weights)"),
+)
+#: How far the int8 model may drift from the float32 export it came from (random weights, tiny sizes).
+QUANTIZED_ATOL = 0.1
+
+
+def quantize_one(source: dict[str, Any], description: str, out_dir: Path = HERE) -> dict[str, Any]:
+    """Write ``<source>_int8`` from an exported model with onnxruntime's dynamic quantization."""
+    import onnxruntime
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    base, exporter = source["name"].rsplit("_", 1)
+    name = f"{base}_int8_{exporter}"
+    src, path = out_dir / source["file"], out_dir / f"{name}.onnx"
+    tmp = out_dir / f".{name}.tmp.onnx"
+    quantize_dynamic(
+        src, tmp, weight_type=QuantType.QUInt8, op_types_to_quantize=["MatMul", "Gemm", "Gather"]
+    )
+    model = onnx.load(str(tmp))
+    tmp.unlink()
+    clean_model(model)
+    model.ir_version = min(model.ir_version, MAX_IR_VERSION)
+    onnx.checker.check_model(model, full_check=True)
+    onnx.save(model, str(path))
+    npz = out_dir / f"{name}.npz"
+    with np.load(out_dir / source["inputs_file"]) as data:
+        feeds = {k: data[k] for k in data.files}
+    np.savez(npz, **feeds)
+    opts = onnxruntime.SessionOptions()
+    opts.intra_op_num_threads = 1
+    want = onnxruntime.InferenceSession(str(src), opts, providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = onnxruntime.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"]).run(None, feeds)
+    for w, g in zip(want, got, strict=True):
+        np.testing.assert_allclose(g, w, atol=QUANTIZED_ATOL, err_msg=f"{path.name} vs {src.name}")
+    size = path.stat().st_size
+    if size >= MAX_BYTES:
+        raise AssertionError(f"{path.name} is {size} bytes, over the corpus limit of {MAX_BYTES}")
+    entry = dict(source)
+    entry.update(
+        {
+            "name": name,
+            "file": path.name,
+            "inputs_file": npz.name,
+            "description": description,
+            "dtype": "int8",
+            "quantized_from": source["name"],
+            "onnx_bytes": size,
+            "npz_bytes": npz.stat().st_size,
+            "nodes": sum(1 for _ in _walk_nodes(model.graph)),
+            "gather_scatter_ops": op_counts(model, GATHER_SCATTER_OPS),
+            "control_flow_ops": op_counts(model, CONTROL_FLOW_OPS),
+            "checked_in_onnxruntime": [f"sample, within {QUANTIZED_ATOL} of {source['name']}"],
+        }
+    )
+    entry["versions"] = {**source["versions"], "onnxruntime": onnxruntime.__version__}
+    return entry
+
+
 def _load_manifest() -> dict[str, dict[str, Any]]:
     if not MANIFEST.exists():
         return {}
@@ -1186,6 +454,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                 continue
             e = entries[name]
             print(f"  {e['onnx_bytes']} bytes, {e['gather_scatter_ops']} {e['control_flow_ops']}", flush=True)
+    for source_name, description in QUANTIZED:
+        if args.only and not any(w in source_name or w in ("int8", "quantized") for w in args.only):
+            continue
+        if source_name not in entries:
+            print(f"skipping the int8 variant of {source_name}: export it first", file=sys.stderr)
+            continue
+        print(f"quantizing {source_name} ...", flush=True)
+        try:
+            entry = quantize_one(entries[source_name], description)
+        except Exception as exc:
+            failures.append(f"int8 of {source_name}: {type(exc).__name__}: {str(exc)[:300]}")
+            print(f"  FAILED {failures[-1]}", flush=True)
+            continue
+        entries[entry["name"]] = entry
+        print(f"  {entry['onnx_bytes']} bytes, {entry['gather_scatter_ops']}", flush=True)
     _save_manifest(entries)
     for failure in failures:
         print("failed:", failure, file=sys.stderr)
