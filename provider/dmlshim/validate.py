@@ -31,7 +31,7 @@ import onnxruntime as ort
 
 from .comparison import array_difference
 from .dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
-from .errors import BadInputError, BadModelError, DmlShimError
+from .errors import BadInputError, BadModelError, DmlShimError, guard_resources
 from .execute.feeds import load_npz
 from .execute.record import PLACEMENT_DML, NodeRecord
 from .execute.session import InferenceSession, LoadedModel, ModelSource, load_model
@@ -470,6 +470,7 @@ def _warnings(nodes: Sequence[NodeValidation], level: FeatureLevel) -> list[Vali
     return found
 
 
+@guard_resources("validating the model")
 def validate_model(
     model: ModelSource,
     *,

@@ -27,7 +27,7 @@ from onnx import helper, numpy_helper
 
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
 from ..dml.operators import OperatorDesc
-from ..errors import BadInputError, DmlShimError, IndexOutOfRangeError
+from ..errors import BadInputError, DmlShimError, IndexOutOfRangeError, guard_resources
 from ..execute.session import LoadedModel, ModelSource, load_model
 from ..files import write_json, write_npy, write_text
 from ..folders import StagedFolder
@@ -508,6 +508,7 @@ def _export_node(
     return exported
 
 
+@guard_resources("exporting the model")
 def export_model(
     model: ModelSource,
     directory: str | os.PathLike[str],

@@ -35,7 +35,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
 from ..dml.json_form import operator_to_json
-from ..errors import DmlShimError
+from ..errors import DmlShimError, guard_resources
 from ..graph import is_gather_scatter, node_path, subgraph_prefix, subgraphs
 from ..kernels.options import IndexMode
 from ..translate import NodeTranslation, Reinterpret, Status, TensorInfo, infer_shapes, translate_node
@@ -516,6 +516,7 @@ def _walk(
     graph.node.extend(new_nodes)
 
 
+@guard_resources("lowering the model")
 def lower_model(
     model: onnx.ModelProto,
     feature_level: FeatureLevel = DEFAULT_FEATURE_LEVEL,

@@ -22,7 +22,7 @@ from onnx import helper
 from ..dml import support
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel, OperatorType
 from ..dml.validate import validate
-from ..errors import DmlShimError
+from ..errors import DmlShimError, guard_resources
 from ..graph import node_path, subgraph_prefix, subgraphs
 from .converters import ConvertContext, Converter, Lowering, NodeFailure, get_converter
 from .placement import (
@@ -441,6 +441,7 @@ def _walk(
             yield from _walk(sub, subgraph_prefix(name, attr_name), _GraphInfos(sub, local))
 
 
+@guard_resources("translating the model")
 def translate_model(
     model: onnx.ModelProto,
     feature_level: FeatureLevel = DEFAULT_FEATURE_LEVEL,
