@@ -237,7 +237,7 @@ def test_staged_folder_appears_only_on_commit(tmp_path: Path) -> None:
 def test_export_interrupted_leaves_nothing_half_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dmlshim.dxdispatch import export
+    from dmlshim.dxdispatch import export_node as export
 
     calls = {"n": 0}
     real = export.write_npy

@@ -40,7 +40,7 @@ EXPECTED_COUNTS = {
     "gathernd_batch_dims3": (1, 0),
     "gathernd_dynamic_batch": (1, 0),
     "gnn_scatter_reduce": (3, 2),
-    "loop_scatternd": (0, 3),
+    "loop_scatternd": (3, 0),  # the Loop body's nodes, captured in its first iteration
     "scatter_add_histogram": (0, 1),
     "scatter_deprecated_opset10": (1, 0),
     "scatter_elements_scatter": (1, 0),
@@ -131,16 +131,14 @@ def test_gather_output_is_the_onnx_output_reshaped(exported: Callable[[str], Exp
     assert np.array_equal(expected.reshape(reference.shape), reference)
 
 
-def test_subgraph_nodes_are_skipped_with_a_reason(exported: Callable[[str], ExportResult]) -> None:
+def test_loop_body_nodes_are_exported_in_graph_order(exported: Callable[[str], ExportResult]) -> None:
     result = exported("loop_scatternd")
-    assert result.exported == ()
-    assert {s.code for s in result.skipped} == {"SUBGRAPH_NODE"}
-    assert {s.node for s in result.skipped} == {
-        "loop/body/gather_row",
-        "loop/body/gather_target",
-        "loop/body/scatter_row",
-    }
-    assert [p.name for p in result.directory.iterdir()] == ["index.json"]
+    assert [(e.folder, e.node) for e in result.exported] == [
+        ("002_loop_body_gather_row", "loop/body/gather_row"),
+        ("002_loop_body_gather_target", "loop/body/gather_target"),
+        ("002_loop_body_scatter_row", "loop/body/scatter_row"),
+    ]
+    assert all(e.iterations == (("loop", 0),) for e in result.exported)
 
 
 def test_fallback_nodes_are_skipped_with_their_reason(exported: Callable[[str], ExportResult]) -> None:

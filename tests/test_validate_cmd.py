@@ -83,7 +83,14 @@ def test_json_schema(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _run(capsys, str(model), "--inputs", str(model.with_suffix(".npz")), "--json")
     assert code == 0
     doc = json.loads(out)
-    assert doc["schema_version"] == 1
+    assert doc["schema_version"] == 2
+    assert doc["reference"] == "partitioned-onnxruntime" and doc["exact"] is True
+    assert doc["optimization_levels"] == {
+        "dmlshim": "disabled",
+        "reference": "disabled",
+        "whole_model": "disabled",
+    }
+    assert doc["whole_model_error"] is None
     assert doc["model"] == str(model)
     assert doc["feature_level"] == "DML_FEATURE_LEVEL_5_0"
     assert doc["match"] is True
@@ -91,10 +98,12 @@ def test_json_schema(capsys: pytest.CaptureFixture[str]) -> None:
     for o in doc["outputs"]:
         assert {"name", "match", "max_abs_diff", "first_mismatch"} <= set(o)
         assert o["match"] is True and o["max_abs_diff"] == 0.0 and o["first_mismatch"] is None
+        assert o["whole_model"]["identical"] is True and o["whole_model"]["cause"] == "identical"
     inspect_keys = {"name", "op_type", "status", "min_feature_level", "ort_placement", "operator", "reasons"}
     for n in doc["nodes"]:
         assert inspect_keys <= set(n), n.keys()
         assert n["placement"] in ("dml", "onnxruntime-cpu")
+        assert n["attribution"] in ("match", "not_compared")
     by_name = {n["name"]: n for n in doc["nodes"]}
     # ScatterND add and ScatterElements max: DirectML has no reduction, so both ran on the CPU.
     assert by_name["node_ScatterND_18"]["placement"] == "onnxruntime-cpu"

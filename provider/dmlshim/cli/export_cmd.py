@@ -21,11 +21,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the model inputs, one array per graph input (numpy.savez); random valid inputs if omitted",
     )
     add_feature_level(parser, "target")
-    add_input_shape(
-        parser,
-        "shape of a generated input, or size of a symbolic dimension (NAME=D); repeatable",
-    )
+    add_input_shape(parser)
     parser.add_argument("--seed", type=int, default=0, help="seed of generated inputs (default 0)")
+    parser.add_argument(
+        "--iteration",
+        type=int,
+        default=0,
+        metavar="N",
+        help="capture nodes inside Loop/Scan bodies in iteration N (default 0, the first)",
+    )
     parser.add_argument(
         "--overwrite",
         action="store_true",
@@ -49,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
         input_shapes=shapes or None,
         overwrite=args.overwrite,
         seed=args.seed,
+        iteration=args.iteration,
     )
     if args.json:
         doc: dict[str, Any] = {

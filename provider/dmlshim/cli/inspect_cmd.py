@@ -14,17 +14,14 @@ from ..modelcheck import unknown_operators
 from ..report.inspect_report import render_json, render_text
 from ..translate.shapes_info import load_model, tensor_info
 from ..translate.translator import translate_model
-from .options import add_feature_level, add_input_shape, input_shapes
+from .options import add_feature_level, add_input_shape, apply_input_shapes, input_shapes
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the options of ``dmlshim inspect``."""
     parser.add_argument("model", metavar="MODEL", help="the .onnx file")
     add_feature_level(parser, "target")
-    add_input_shape(
-        parser,
-        "concrete shape of a graph input with symbolic or unknown dims (repeatable)",
-    )
+    add_input_shape(parser)
     parser.add_argument("--json", action="store_true", help="print the schema_version 1 JSON document")
 
 
@@ -32,6 +29,7 @@ def run(args: argparse.Namespace) -> int:
     """Inspect the model; returns the exit code."""
     shapes = input_shapes(args)
     model = load_model(args.model)
+    shapes = apply_input_shapes(model, shapes)
     translation = translate_model(model, args.feature_level, shapes)
     for unknown in unknown_operators(model):
         print(

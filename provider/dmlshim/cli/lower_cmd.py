@@ -19,7 +19,7 @@ from ..execute.lowering import lower_model
 from ..files import check_output_file, write_onnx
 from ..kernels.options import IndexMode
 from ..translate.shapes_info import load_model
-from .options import add_feature_level, add_input_shape, input_shapes
+from .options import add_feature_level, add_input_shape, apply_input_shapes, input_shapes
 
 logger = logging.getLogger(__name__)
 
@@ -31,8 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_feature_level(parser, "target")
     add_input_shape(
         parser,
-        "concrete shape of a graph input with symbolic dims (repeatable); the lowered model then "
-        "carries static descriptors and accepts only that shape",
+        "NAME=D0,D1,.. a graph input's shape or SYMBOL=N a symbolic dimension's size (repeatable); the "
+        "lowered model then carries static descriptors and accepts only those sizes",
     )
     parser.add_argument(
         "--clamp-indices",
@@ -48,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
     check_output_file(out, overwrite=args.overwrite, inputs=(args.model,))
     shapes = input_shapes(args)
     model = load_model(args.model)
+    shapes = apply_input_shapes(model, shapes)
     lowered = lower_model(
         model,
         args.feature_level,

@@ -8,7 +8,10 @@ mismatch); a traceback is shown only with ``--debug``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import io
+import json
 import logging
 import sys
 from collections.abc import Sequence
@@ -58,10 +61,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _json_error(args: argparse.Namespace | None, exc: BaseException, code: int) -> None:
+    """With ``--json``, the error as a JSON object on stdout too (the paragraph stays on stderr)."""
+    if (args is not None and not getattr(args, "json", False)) or isinstance(exc, BrokenPipeError):
+        return
+    fields = {k: getattr(exc, k, None) for k in ("path", "node", "op_type", "tensor", "rule", "value")}
+    kind = "UsageError" if args is None else type(exc).__name__
+    error = {"type": kind, "message": str(exc), "exit_code": code}
+    error.update({k: v for k, v in fields.items() if v is not None})
+    doc = {"schema_version": 1, "command": getattr(args, "command", None), "error": error}
+    with contextlib.suppress(OSError):  # stdout is gone (a closed pipe): the stderr paragraph has to do
+        print(json.dumps(doc, indent=2, default=str))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit code."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    usage = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(usage):
+            args = parser.parse_args(argv)
+    except SystemExit as exc:
+        sys.stderr.write(usage.getvalue())
+        if exc.code not in (0, None) and "--json" in argv:
+            lines = usage.getvalue().strip().splitlines()
+            _json_error(None, ValueError(lines[-1] if lines else "invalid command line"), 2)
+        raise
+    sys.stderr.write(usage.getvalue())
     debug = bool(getattr(args, "debug", False))
     logging.basicConfig(
         level=logging.DEBUG if debug else (logging.INFO if args.verbose else logging.WARNING),
@@ -76,6 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if debug:
             log.exception("dmlshim failed")
         print(f"dmlshim {args.command}: error: {exc}", file=sys.stderr)
+        _json_error(args, exc, exc.exit_code)
         return exc.exit_code
     except KeyboardInterrupt:
         print(f"dmlshim {args.command}: interrupted", file=sys.stderr)
@@ -106,4 +134,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         if debug:
             log.exception("dmlshim failed")
         print(f"dmlshim {args.command}: error: {exc}", file=sys.stderr)
+        _json_error(args, exc, 2)
         return 2

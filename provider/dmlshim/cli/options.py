@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
+
+import onnx
 
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
 from ..errors import BadInputError
+
+INPUT_SHAPE_HELP = (
+    "NAME=D0,D1,.. the shape of graph input NAME, or SYMBOL=N the size of a symbolic dimension "
+    "(e.g. batch=1, past_sequence_length=7) wherever it appears; repeatable"
+)
 
 
 def feature_level_type(text: str) -> FeatureLevel:
@@ -29,19 +37,61 @@ def add_feature_level(parser: argparse.ArgumentParser, purpose: str = "target") 
     )
 
 
-def add_input_shape(parser: argparse.ArgumentParser, help_text: str) -> None:
-    """``--input-shape NAME=D0,D1,..`` (repeatable)."""
+def add_input_shape(parser: argparse.ArgumentParser, help_text: str = INPUT_SHAPE_HELP) -> None:
+    """``--input-shape NAME=D0,D1,..`` or ``--input-shape SYMBOL=N`` (repeatable)."""
     parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,..", help=help_text)
 
 
-def input_shapes(args: argparse.Namespace) -> dict[str, tuple[int, ...]]:
-    """The ``--input-shape`` options as name -> shape; a name given twice is a usage error."""
-    from ..translate.shapes_info import parse_input_shape
+def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
+    """``NAME=D0,D1,..`` -> (name, dims); ``NAME=`` is a scalar. NAME is an input or a symbol.
 
+    The last ``=`` separates the sizes, so a symbol such as ``a=b`` can still be named.
+
+    Raises:
+        BadInputError: the text is not of that form or a size is not a non-negative integer.
+    """
+    name, sep, dims_text = text.rpartition("=")
+    name = name.strip()
+    if not sep or not name:
+        raise BadInputError(
+            f"--input-shape expects NAME=D0,D1,.. (a graph input) or SYMBOL=N (a symbolic dimension), "
+            f"got {text!r}",
+            value=text,
+        )
+    dims: list[int] = []
+    for part in (p.strip() for p in dims_text.split(",")):
+        if not part and dims_text.strip():
+            raise BadInputError(f"--input-shape {text!r}: an empty size between commas", value=text)
+        if not part:
+            continue
+        if not part.isdigit():
+            raise BadInputError(
+                f"--input-shape {text!r}: size {part!r} is not a non-negative integer", value=text
+            )
+        dims.append(int(part))
+    return name, tuple(dims)
+
+
+def input_shapes(args: argparse.Namespace) -> dict[str, tuple[int, ...]]:
+    """The ``--input-shape`` options as name -> sizes; a name given twice is a usage error."""
     shapes: dict[str, tuple[int, ...]] = {}
-    for text in args.input_shape:
+    for text in getattr(args, "input_shape", None) or []:
         name, dims = parse_input_shape(text)
         if name in shapes:
             raise BadInputError(f"--input-shape given twice for {name!r}", value=name)
         shapes[name] = dims
     return shapes
+
+
+def apply_input_shapes(
+    model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]
+) -> dict[str, tuple[int, ...]]:
+    """For commands that keep dimensions symbolic (inspect, lower): fix the named symbols in ``model``'s
+    graph inputs in place and return the whole-input shapes, for shape inference.
+
+    Raises:
+        BadInputError: a name is neither an input nor a symbol, or a size contradicts the model.
+    """
+    from ..inputs.symbols import fix_symbols
+
+    return fix_symbols(model, shapes) if shapes else {}

@@ -6,18 +6,21 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..errors import DmlShimError
 from ..execute.engine import engine_names
 from ..execute.feeds import load_npz
 from ..execute.record import RunRecord
-from ..execute.session import InferenceSession
+from ..execute.session import InferenceSession, load_model
 from ..files import check_output_file, write_npz
+from ..inputs import GeneratedInputs, annotate_error, generate
 from ..report.text import table
-from .options import add_feature_level
+from .options import add_feature_level, add_input_shape, input_shapes
 
 logger = logging.getLogger(__name__)
 
@@ -29,8 +32,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--inputs",
         metavar="FILE.npz",
-        help="the inputs, one array per graph input name (numpy.savez); pickled objects are refused",
+        help="the inputs, one array per graph input name (numpy.savez); pickled objects are refused; "
+        "random inputs that onnxruntime CPU accepts when absent",
     )
+    add_input_shape(parser)
+    parser.add_argument("--seed", type=int, default=0, metavar="N", help="seed of random inputs (default 0)")
     parser.add_argument(
         "--output", "-o", metavar="FILE.npz", help="write the outputs here (numpy.savez format)"
     )
@@ -57,7 +63,15 @@ def run(args: argparse.Namespace) -> int:
     inputs = (args.model, args.inputs)
     if output_path is not None:
         check_output_file(output_path, overwrite=args.overwrite, inputs=inputs)
-    feeds = load_npz(args.inputs) if args.inputs else {}
+    shapes = input_shapes(args)
+    generated: GeneratedInputs | None = None
+    if args.inputs:
+        if shapes:
+            print("dmlshim run: note: --input-shape is ignored with --inputs", file=sys.stderr)
+        feeds = load_npz(args.inputs)
+    else:
+        generated = generate(load_model(args.model), input_shapes=shapes, seed=args.seed)
+        feeds = generated.feeds
     session = InferenceSession(
         args.model,
         feature_level=args.feature_level,
@@ -65,7 +79,12 @@ def run(args: argparse.Namespace) -> int:
         index_mode="clamp" if args.clamp_indices else "error",
     )
     names = [o.name for o in session.get_outputs()]
-    outputs = session.run(None, feeds)
+    try:
+        outputs = session.run(None, feeds)
+    except DmlShimError as exc:
+        if generated is not None:
+            annotate_error(exc, generated)
+        raise
     record = session.last_run_record
     assert record is not None  # set by every run
     if output_path is not None:
@@ -74,9 +93,11 @@ def run(args: argparse.Namespace) -> int:
         )
         logger.info("wrote %d outputs to %s", len(outputs), output_path)
     if args.json:
-        print(json.dumps(_summary_json(args.model, session, names, outputs, record, output_path), indent=2))
+        doc = _summary_json(args.model, session, names, outputs, record, output_path)
+        doc["inputs"] = generated.to_json() if generated else {"source": "file", "path": args.inputs}
+        print(json.dumps(doc, indent=2))
     else:
-        print(_summary_text(args.model, names, outputs, record, output_path))
+        print(_summary_text(args.model, names, outputs, record, output_path, _inputs_line(args, generated)))
     return 0
 
 
@@ -103,12 +124,24 @@ def _summary_json(
     }
 
 
+def _inputs_line(args: argparse.Namespace, generated: GeneratedInputs | None) -> str:
+    if generated is None:
+        return f"inputs: {args.inputs}"
+    return f"inputs: generated (seed {generated.seed}): {generated.describe()}"
+
+
 def _summary_text(
-    model: str, names: list[str], outputs: list[np.ndarray], record: RunRecord, output_path: Path | None
+    model: str,
+    names: list[str],
+    outputs: list[np.ndarray],
+    record: RunRecord,
+    output_path: Path | None,
+    inputs_line: str = "",
 ) -> str:
     emulated = len(record.emulated)
     lines = [
         f"model: {model}",
+        *([inputs_line] if inputs_line else []),
         f"engine: {record.engine}, {record.feature_level}, "
         f"{record.cpu_partitions} onnxruntime CPU partition(s)",
         f"gather/scatter nodes: {len(record.nodes)} ({emulated} ran as DirectML operators, "

@@ -1,6 +1,7 @@
 """``dmlshim validate MODEL``: compare a model's outputs under dmlshim with onnxruntime CPU.
 
-Exit codes: 0 every output matches, 1 some output differs, 2 bad model, bad inputs or usage.
+Exit codes: 0 every output matches the like-for-like reference, 1 some output differs, 2 bad model, bad
+inputs or usage.
 """
 
 from __future__ import annotations
@@ -9,6 +10,9 @@ import argparse
 import sys
 
 from .options import add_feature_level, add_input_shape, input_shapes
+
+# Kept here (not imported from dmlshim.validate) so that building the parser does not load onnxruntime.
+OPTIMIZATION_LEVEL_NAMES = ("disabled", "basic", "extended", "all")
 
 
 def _tolerance(text: str) -> float:
@@ -35,20 +39,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_tolerance,
         default=0.0,
         metavar="R",
-        help="relative tolerance for floating-point outputs (default 0)",
+        help="relative tolerance of the verdict for floating-point outputs (default 0: exact)",
     )
     parser.add_argument(
         "--atol",
         type=_tolerance,
         default=0.0,
         metavar="A",
-        help="absolute tolerance for floating-point outputs (default 0)",
+        help="absolute tolerance of the verdict for floating-point outputs (default 0: exact)",
+    )
+    parser.add_argument(
+        "--optimization-level",
+        choices=OPTIMIZATION_LEVEL_NAMES,
+        default="disabled",
+        help="onnxruntime's graph optimization level on every side (onnxruntime's GraphOptimizationLevel: "
+        "disabled, basic, extended, all; default disabled)",
     )
     add_feature_level(parser, "emulated")
-    add_input_shape(
-        parser,
-        "shape of a graph input for random inputs, or NAME=N for a symbolic dimension (repeatable)",
-    )
+    add_input_shape(parser)
     parser.add_argument("--seed", type=int, default=0, metavar="N", help="seed of random inputs (default 0)")
     parser.add_argument(
         "--clamp-indices",
@@ -75,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
         input_shapes=shapes or None,
         seed=args.seed,
         index_mode="clamp" if args.clamp_indices else "error",
+        optimization_level=args.optimization_level,
     )
     sys.stdout.write(render_json(report) if args.json else render_text(report))
     return report.exit_code

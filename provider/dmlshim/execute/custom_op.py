@@ -81,6 +81,8 @@ _COPIED_SESSION_OPTIONS = (
     "enable_mem_pattern",
     "enable_mem_reuse",
     "use_deterministic_compute",
+    "enable_profiling",
+    "profile_file_prefix",
 )
 
 
@@ -546,6 +548,10 @@ class CustomOpEngine:
                 for b in sorted(t.inputs, key=lambda b: b.onnx_index)
             )
             prep.translations.setdefault(key, t)
+
+    def ort_sessions(self) -> list[tuple[str, ort.InferenceSession]]:
+        """The one onnxruntime session, running the lowered model (for profiling)."""
+        return [("the lowered model", self._session)]
 
     @property
     def lowered(self) -> LoweredModel:

@@ -47,6 +47,9 @@ class EngineConfig:
             None for onnxruntime's defaults.
         providers: the ``providers`` argument the caller gave ``InferenceSession``, if any.
         model_path: the model file, when the model came from one (for messages).
+        whole_model_check: let the partitioned engine answer a run from one whole-model onnxruntime run
+            when every emulated node's kernel reproduces onnxruntime's value bit for bit (see
+            ``dmlshim.execute.whole_model``); False always walks the partitions.
     """
 
     feature_level: FeatureLevel
@@ -54,6 +57,7 @@ class EngineConfig:
     sess_options: Any = None
     providers: tuple[Any, ...] | None = None
     model_path: str | None = None
+    whole_model_check: bool = True
 
 
 class EngineFactory(Protocol):

@@ -1,19 +1,22 @@
-"""Graph inputs and outputs as onnxruntime describes them, feed validation, and safe ``.npz`` loading."""
+"""Graph inputs and outputs as onnxruntime describes them, and feed validation.
+
+``load_npz`` and ``save_npz`` live in :mod:`dmlshim.inputs.npz` (re-exported here).
+"""
 
 from __future__ import annotations
 
 import logging
-import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import IO, Any, BinaryIO
+from typing import Any
 
 import numpy as np
 import onnx
 from onnx import helper
 
 from ..errors import BadInputError
+from ..inputs.npz import load_npz as load_npz
+from ..inputs.npz import save_npz as save_npz
 
 logger = logging.getLogger(__name__)
 
@@ -232,64 +235,3 @@ def _as_array(check: _InputCheck, value: Any) -> np.ndarray:
 
 def _fmt_shape(shape: Sequence[Dim]) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
-
-
-def load_npz(path: str | Path | BinaryIO) -> dict[str, np.ndarray]:
-    """Load every array of an ``.npz`` file, refusing pickled objects.
-
-    Raises:
-        BadInputError: the file is not an ``.npz`` archive, is damaged, or holds an object array (which
-            could only be read by unpickling, i.e. running code from the file).
-    """
-    where = str(path) if isinstance(path, (str, Path)) else getattr(path, "name", "<stream>")
-    try:
-        loaded = np.load(path, allow_pickle=False)
-    except FileNotFoundError as exc:
-        raise BadInputError("input file not found", path=where) from exc
-    except ValueError as exc:
-        raise BadInputError(
-            f"refusing to load pickled data: {exc} (save inputs with numpy.savez and numeric arrays)",
-            path=where,
-            rule="inputs are loaded with allow_pickle=False",
-        ) from exc
-    except (OSError, EOFError, zipfile.BadZipFile) as exc:
-        raise BadInputError(f"not a readable .npz file: {exc}", path=where) from exc
-    if not isinstance(loaded, np.lib.npyio.NpzFile):
-        raise BadInputError(
-            "expected an .npz archive (numpy.savez) mapping input names to arrays, found a single .npy array",
-            path=where,
-        )
-    out: dict[str, np.ndarray] = {}
-    with loaded:
-        for key in loaded.files:
-            try:
-                out[key] = loaded[key]
-            except ValueError as exc:
-                raise BadInputError(
-                    f"array {key!r} holds Python objects, which can only be loaded by unpickling; "
-                    "refusing (allow_pickle=False)",
-                    path=where,
-                    tensor=key,
-                    rule="inputs are loaded with allow_pickle=False",
-                ) from exc
-            except (OSError, EOFError, zipfile.BadZipFile) as exc:
-                raise BadInputError(f"array {key!r} cannot be read: {exc}", path=where, tensor=key) from exc
-            if not isinstance(out[key], np.ndarray):
-                # numpy hands back the raw bytes of a member that is not an .npy file.
-                raise BadInputError(
-                    f"member {key!r} is not a numpy array (.npy) file", path=where, tensor=key
-                )
-    logger.debug("loaded %d arrays from %s", len(out), where)
-    return out
-
-
-def save_npz(target: IO[bytes], arrays: Mapping[str, np.ndarray]) -> None:
-    """Write arrays in ``numpy.savez``'s format (one ``NAME.npy`` member each), without pickles.
-
-    Written member by member rather than through ``numpy.savez(**arrays)`` so that output names such as
-    ``file`` cannot collide with that function's own parameters.
-    """
-    with zipfile.ZipFile(target, mode="w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
-        for name, arr in arrays.items():
-            with zf.open(name + ".npy", mode="w", force_zip64=True) as member:
-                np.lib.format.write_array(member, np.asanyarray(arr), allow_pickle=False)

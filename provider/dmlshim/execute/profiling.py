@@ -5,8 +5,8 @@ folder; emulated gather/scatter nodes are timed here as each runs. :meth:`Sessio
 onnxruntime profiles back, moves their timestamps onto the session's clock, and writes one file in the
 Chrome trace format onnxruntime uses (a JSON array of complete ``"ph": "X"`` events, microseconds):
 
-* ``cat: "Session"`` events ``model_loading``, ``session_initialization`` and one ``model_run`` per run of
-  the dmlshim session;
+* ``cat: "Session"`` events ``model_loading_uri`` (or ``_array``), ``session_initialization`` and one
+  ``model_run`` per run of the dmlshim session;
 * ``cat: "Node"`` events ``<node>_kernel_time`` for every node, with ``args.op_name`` and
   ``args.provider``: onnxruntime's own events for nodes in CPU partitions (``args.partition`` names the
   partition), and dmlshim's for emulated nodes (``provider: "DmlExecutionProvider"``,
@@ -18,9 +18,11 @@ Chrome trace format onnxruntime uses (a JSON array of complete ``"ph": "X"`` eve
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import logging
 import os
+import re
 import tempfile
 import threading
 import time
@@ -198,6 +200,21 @@ class SessionProfiler:
         """Drop everything (the session went away without ``end_profiling``)."""
         self._ended = True
         self._tmp.cleanup()
+
+
+_SESSION_NUMBERS = itertools.count()
+_SESSION_SUFFIX = re.compile(r"_s\d+$")
+
+
+def separate_profile(so: Any) -> None:
+    """Give the next onnxruntime session built with ``so`` a profile file of its own.
+
+    onnxruntime opens the profile file when the session starts, named by prefix and start time to the
+    millisecond; two partitions started in the same millisecond would share (and truncate) one file.
+    """
+    if so is not None and so.enable_profiling:
+        base = _SESSION_SUFFIX.sub("", so.profile_file_prefix)
+        so.profile_file_prefix = f"{base}_s{next(_SESSION_NUMBERS)}"
 
 
 def check_prefix(prefix: str) -> None:

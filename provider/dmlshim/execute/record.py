@@ -27,6 +27,9 @@ class NodeRecord:
         negative_indices: whether negative indices were seen (they need FL 3_0 on DirectML).
         ort_placement: where onnxruntime's DirectML provider would place the node
             (``"DmlExecutionProvider"`` / ``"CPUExecutionProvider"``), when known.
+        notes: ``(code, message)`` pairs for what the run observed without changing its result, e.g.
+            ``output_shape_differs_from_inference``: the output's real shape is not what static shape
+            inference (often a stale ``value_info`` of the exporter) said; the run used the real shape.
     """
 
     name: str
@@ -38,6 +41,7 @@ class NodeRecord:
     duplicate_indices: int = 0
     negative_indices: bool = False
     ort_placement: str | None = None
+    notes: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -50,6 +54,7 @@ class NodeRecord:
             "duplicate_indices": self.duplicate_indices,
             "negative_indices": self.negative_indices,
             "ort_placement": self.ort_placement,
+            "notes": [{"code": c, "message": m} for c, m in self.notes],
         }
 
 

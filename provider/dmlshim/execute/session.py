@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -101,7 +102,8 @@ class InferenceSession:
         if sess_options is not None and sess_options.enable_profiling:
             check_prefix(sess_options.profile_file_prefix)
             self._profiler = SessionProfiler(sess_options.profile_file_prefix)
-        with self._span("model_loading"):
+        from_file = isinstance(path_or_bytes, (str, os.PathLike))
+        with self._span("model_loading_uri" if from_file else "model_loading_array"):  # onnxruntime's names
             loaded = load_model(path_or_bytes)
         self._loaded = loaded
         self._describe(loaded)

@@ -22,6 +22,7 @@ from typing import Any
 import onnx
 import onnxruntime as ort
 
+from .. import files
 from ..errors import BadInputError
 from ..modelcheck import ort_load_error
 
@@ -109,9 +110,16 @@ def copy_options(so: Any, *, profile_prefix: str | None = None) -> ort.SessionOp
 
 
 def engine_options(so: Any, *, profile_prefix: str | None) -> ort.SessionOptions | None:
-    """The options the engine builds its onnxruntime sessions with (None: the engine's own defaults)."""
+    """The options the engine builds its onnxruntime sessions with (None: the engine's own defaults).
+
+    The caller's own object when it asks for neither profiling nor an optimized model file, so that
+    everything it holds (custom-op libraries, free dimension overrides, added initializers) reaches the
+    partitions; otherwise a copy (see :func:`copy_options`) that writes no file of its own.
+    """
     if so is None:
         return None
+    if not so.enable_profiling and not so.optimized_model_filepath and profile_prefix is None:
+        return so
     return copy_options(so, profile_prefix=profile_prefix)
 
 
@@ -183,34 +191,7 @@ def write_optimized_model(model: onnx.ModelProto, model_path: str | None, so: An
 
 
 def write_session_file(path: Path, data: bytes, *, what: str, inputs: tuple[str | None, ...] = ()) -> Path:
-    """Write a file the session produces (optimized model, profile) atomically, replacing an older one as
-    onnxruntime does, but never an input, a directory, a device or anything reached through a link."""
-    try:
-        from .. import files
-    except ImportError:  # the careful writer is not in this build yet: write atomically here
-        return _write_atomic(path, data, what=what, inputs=inputs)
+    """Write a file the session produces (optimized model, profile) through the careful writer: atomic,
+    replacing an older one as onnxruntime does, but never an input, a directory or a device."""
     written: Path = files.write_bytes(path, data, overwrite=True, inputs=inputs, what=what)
     return written
-
-
-def _write_atomic(path: Path, data: bytes, *, what: str, inputs: tuple[str | None, ...]) -> Path:
-    for source in inputs:
-        if source is not None and path.exists() and os.path.samefile(path, source):
-            raise BadInputError(f"the {what} is the input {source!r}; refusing to replace it", path=str(path))
-    if path.is_symlink() or (path.exists() and not path.is_file()):
-        raise BadInputError(f"the {what} is not a regular file; refusing to replace it", path=str(path))
-    if not path.parent.is_dir():
-        raise BadInputError(f"the {what}'s folder {str(path.parent)!r} does not exist", path=str(path))
-    fd, tmp = tempfile.mkstemp(prefix="." + path.name[:80] + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise BadInputError(f"cannot write the {what}: {exc.strerror or exc}", path=str(path)) from exc
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path

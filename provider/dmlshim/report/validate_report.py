@@ -10,13 +10,31 @@ from typing import Any
 import numpy as np
 
 from ..validate import OutputComparison, ValidationReport
+from ..validate.results import (
+    ATTR_DIVERGES,
+    ATTR_MATCH,
+    ATTR_NOT_COMPARED,
+    ATTR_UNOBSERVED,
+    ATTR_UPSTREAM,
+    CAUSE_GATHER_SCATTER,
+    CAUSE_IDENTICAL,
+    CAUSE_OTHER_NODES,
+)
 from .text import table
 
 __all__ = ["render_json", "render_text", "verdict"]
 
+_ATTRIBUTION_WORDS = {
+    ATTR_MATCH: "match",
+    ATTR_DIVERGES: "DIVERGES HERE",
+    ATTR_UPSTREAM: "inputs already differed (upstream)",
+    ATTR_UNOBSERVED: "output differs (inputs not observed)",
+    ATTR_NOT_COMPARED: "-",
+}
+
 
 def verdict(report: ValidationReport) -> str:
-    """``MATCH`` when every output agrees with onnxruntime CPU, else ``MISMATCH``."""
+    """``MATCH`` when every output agrees with the like-for-like reference, else ``MISMATCH``."""
     return "MATCH" if report.match else "MISMATCH"
 
 
@@ -34,7 +52,7 @@ def _shape(shape: Sequence[int]) -> str:
     return "[" + ",".join(str(d) for d in shape) + "]"
 
 
-def _mismatch_lines(o: OutputComparison) -> list[str]:
+def _mismatch_lines(report: ValidationReport, o: OutputComparison) -> list[str]:
     lines = [f"MISMATCH in output {o.name!r}"]
     if o.problem:
         lines.append(f"  {o.problem}")
@@ -42,24 +60,71 @@ def _mismatch_lines(o: OutputComparison) -> list[str]:
         m = o.first_mismatch
         lines.append(
             f"  {o.mismatches} element(s) differ; first at {list(m.index)}: dmlshim {_value(m.dmlshim)}, "
-            f"onnxruntime {_value(m.onnxruntime)} (max |diff| {_number(o.max_abs_diff)})"
+            f"reference {_value(m.onnxruntime)} (max |diff| {_number(o.max_abs_diff)})"
         )
     lines.append("  gather/scatter nodes upstream: " + (", ".join(o.upstream_nodes) or "none"))
     if o.suspect_nodes:
         lines.append("  divergence starts at: " + ", ".join(o.suspect_nodes))
-    elif o.upstream_nodes:
-        lines.append("  no upstream gather/scatter node's own output differs (divergence after them)")
+    upstream = set(o.upstream_nodes)
+    differed = [n.name for n in report.nodes if n.name in upstream and n.attribution == ATTR_UPSTREAM]
+    if differed:
+        lines.append("  inputs already differed (upstream): " + ", ".join(differed))
+    if not o.suspect_nodes:
+        lines.append("  no gather/scatter node whose inputs agreed produced a different output")
     return lines
+
+
+def _whole_model_lines(report: ValidationReport) -> list[str]:
+    level = dict(report.optimization_levels).get("whole_model", "?")
+    lines = [
+        "",
+        f"whole model in onnxruntime (information: does not change the verdict; optimization {level})",
+    ]
+    if report.whole_model_error is not None:
+        return [*lines, f"  not compared: {report.whole_model_error}"]
+    rows = [["output", "dtype", "tolerance", "max |diff|", "result", "difference comes from"]]
+    for o in report.outputs:
+        w = o.whole_model
+        if w is None:
+            continue
+        if w.identical:
+            result = "identical"
+        elif w.within_tolerance:
+            result = "within tolerance"
+        else:
+            result = f"{w.mismatches} beyond tolerance" if not w.problem else w.problem
+        cause = {
+            CAUSE_IDENTICAL: "-",
+            CAUSE_OTHER_NODES: "non-gather/scatter nodes only (fusion, partition boundaries)",
+            CAUSE_GATHER_SCATTER: "a gather/scatter node: " + (", ".join(o.suspect_nodes) or "see above"),
+        }[w.cause]
+        rows.append(
+            [o.name, o.dtype, f"rtol={w.rtol:g} atol={w.atol:g}", _number(w.max_abs_diff), result, cause]
+        )
+    return lines + table(rows)
 
 
 def render_text(report: ValidationReport) -> str:
     """The human-readable report: inputs, outputs, per-node placement, warnings, verdict."""
     lines = [f"dmlshim validate {report.model} at {report.feature_level.dml_name}"]
     feeds = ", ".join(f"{n} {_shape(s)}" for n, s in report.input_shapes)
-    source = f"random (seed {report.seed})" if report.inputs_source == "random" else report.inputs_source
-    lines.append(f"inputs: {source}: {feeds}")
-    lines.append(f"tolerance: rtol={report.rtol:g} atol={report.atol:g} (integer and bool outputs exact)")
-    lines += ["", f"outputs ({len(report.outputs)}, compared with onnxruntime CPU, single-threaded)"]
+    source = f"generated (seed {report.seed})" if report.inputs_source == "random" else report.inputs_source
+    symbols = ", ".join(f"{k}={v}" for k, v in report.input_symbols)
+    lines.append(f"inputs: {source}: {feeds}" + (f" (symbols {symbols})" if symbols else ""))
+    lines.append(
+        "reference: the same partition, with onnxruntime running the gather/scatter nodes (single-threaded)"
+    )
+    if report.exact:
+        lines.append("comparison: exact (bit for bit; any NaN equals any NaN)")
+    else:
+        lines.append(
+            f"comparison: rtol={report.rtol:g} atol={report.atol:g} (integer and bool outputs exact)"
+        )
+    lines.append(
+        "onnxruntime graph optimization: "
+        + ", ".join(f"{side} {lv}" for side, lv in report.optimization_levels)
+    )
+    lines += ["", f"outputs ({len(report.outputs)}, compared with the reference)"]
     rows = [["output", "dtype", "shape", "result", "max |diff|"]]
     for o in report.outputs:
         rows.append(
@@ -68,14 +133,17 @@ def render_text(report: ValidationReport) -> str:
     lines += table(rows)
     lines += ["", f"gather/scatter nodes ({len(report.nodes)})"]
     if report.nodes:
-        rows = [["node", "op", "ran on", "operator", "DML EP places on", "own output"]]
+        rows = [["node", "op", "ran on", "operator", "DML EP places on", "compared with the reference"]]
         for n in report.nodes:
             operator = (n.record.operator if n.record and n.record.operator else None) or "-"
-            own = {True: "match", False: "DIFFERS", None: "-"}[n.output_match]
-            rows.append([n.name, n.op_type, n.placement or "-", operator, n.ort_placement or "-", own])
+            attribution = _ATTRIBUTION_WORDS[n.attribution]
+            rows.append(
+                [n.name, n.op_type, n.placement or "-", operator, n.ort_placement or "-", attribution]
+            )
         lines += table(rows)
     else:
         lines.append("  none")
+    lines += _whole_model_lines(report)
     counts = Counter(w.code for w in report.warnings)
     lines += ["", f"warnings ({len(report.warnings)})"]
     for w in report.warnings:
@@ -84,9 +152,9 @@ def render_text(report: ValidationReport) -> str:
         lines.append("  by code: " + ", ".join(f"{c} {k}" for c, k in sorted(counts.items())))
     lines.append("")
     for o in report.mismatched:
-        lines += [*_mismatch_lines(o), ""]
+        lines += [*_mismatch_lines(report, o), ""]
     if report.match:
-        lines.append("verdict: MATCH - every output agrees with onnxruntime CPU")
+        lines.append("verdict: MATCH - every output agrees with the reference")
     else:
         names = ", ".join(o.name for o in report.mismatched)
         lines.append(f"verdict: MISMATCH - {len(report.mismatched)} output(s) differ: {names}")
@@ -94,5 +162,5 @@ def render_text(report: ValidationReport) -> str:
 
 
 def render_json(report: ValidationReport) -> str:
-    """The ``--json`` document (schema_version 1)."""
+    """The ``--json`` document (see :data:`dmlshim.validate.SCHEMA_VERSION`)."""
     return json.dumps(report.to_json(), indent=2) + "\n"

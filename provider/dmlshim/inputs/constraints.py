@@ -1,4 +1,5 @@
-"""Random inputs for a model: the right shapes and types, with indices that are valid for the nodes they feed.
+"""Index constraints: which graph inputs reach the indices of which gather/scatter nodes, and the range
+their values must stay in.
 
 Graph inputs are traced forward to the ``indices`` input of every gather/scatter node (in the main graph
 and in control-flow bodies) through ops that only move or copy values (Reshape, Unsqueeze, Concat,
@@ -11,12 +12,7 @@ offset). Each such input is then drawn so that every index lands inside the data
 * ScatterND: the dims ``data.shape[:k]``.
 
 Scatter without a reduction must not write one place twice (ONNX leaves it undefined and DirectML gives no
-guaranteed winner), so such indices are drawn without repetition: per line along the axis
-(ScatterElements) or as distinct tuples (ScatterND) when the graph input *is* the indices tensor, and as
-all-distinct values otherwise.
-
-Symbolic dimensions come from a mapping (an input name -> its full shape, or a ``dim_param`` name -> its
-size) or default to 2.
+guaranteed winner), so such indices are drawn without repetition (see :mod:`dmlshim.inputs.values`).
 """
 
 from __future__ import annotations
@@ -25,28 +21,15 @@ import logging
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from .errors import BadInputError, BadModelError
-from .graph import is_gather_scatter, subgraphs, walk_nodes
-from .limits import check_tensor
-from .modelcheck import check_well_formed
+from ..graph import is_gather_scatter, subgraphs, walk_nodes
+from .symbols import resolve_input_shapes
 
-if TYPE_CHECKING:
-    from .execute.session import LoadedModel
-
-__all__ = [
-    "DEFAULT_DIM",
-    "IndexConstraint",
-    "InputSpec",
-    "generate_inputs",
-    "plan_inputs",
-    "resolve_input_shapes",
-]
+__all__ = ["DEFAULT_DIM", "IndexConstraint", "InputSpec", "light_copy", "plan_for_shapes", "plan_inputs"]
 
 logger = logging.getLogger(__name__)
 
@@ -146,81 +129,6 @@ class InputSpec:
 def _graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
     initializers = {t.name for t in model.graph.initializer}
     return [vi for vi in model.graph.input if vi.name not in initializers]
-
-
-def resolve_input_shapes(
-    model: onnx.ModelProto,
-    input_shapes: Mapping[str, Sequence[int] | int] | None = None,
-    default_dim: int = DEFAULT_DIM,
-) -> dict[str, tuple[int, ...]]:
-    """Concrete shapes for every graph input (inputs that are also initializers excluded).
-
-    Args:
-        model: the model.
-        input_shapes: an input name -> its full shape, or a ``dim_param`` name -> its size (an int or a
-            one-element sequence).
-        default_dim: the size of any dimension still unknown.
-
-    Raises:
-        BadInputError: a given shape disagrees with the rank or a fixed dimension of the declared shape,
-            or an input is not a tensor.
-    """
-    given = dict(input_shapes or {})
-    inputs = _graph_inputs(model)
-    known = {vi.name for vi in inputs} | {
-        d.dim_param for vi in inputs for d in vi.type.tensor_type.shape.dim if d.HasField("dim_param")
-    }
-    unknown = sorted(set(given) - known)
-    if unknown:
-        raise BadInputError(
-            f"input shapes given for {', '.join(map(repr, unknown))}, which is neither a graph input nor a "
-            f"symbolic dimension (known: {', '.join(sorted(known)) or 'none'})",
-            value=unknown,
-        )
-    shapes: dict[str, tuple[int, ...]] = {}
-    for vi in inputs:
-        if vi.type.WhichOneof("value") != "tensor_type":
-            raise BadInputError(
-                f"graph input {vi.name!r} is not a tensor: cannot generate it", tensor=vi.name
-            )
-        tt = vi.type.tensor_type
-        declared = list(tt.shape.dim) if tt.HasField("shape") else None
-        if vi.name in given:
-            value = given[vi.name]
-            shape = (int(value),) if isinstance(value, int) else tuple(int(d) for d in value)
-            if declared is not None:
-                if len(declared) != len(shape):
-                    raise BadInputError(
-                        f"shape {list(shape)} given for input {vi.name!r} has rank {len(shape)}, "
-                        f"the model declares rank {len(declared)}",
-                        tensor=vi.name,
-                        value=list(shape),
-                    )
-                for i, d in enumerate(declared):
-                    if d.HasField("dim_value") and d.dim_value != shape[i]:
-                        raise BadInputError(
-                            f"shape {list(shape)} given for input {vi.name!r} differs from the declared "
-                            f"dimension {i} = {d.dim_value}",
-                            tensor=vi.name,
-                            value=list(shape),
-                        )
-            shapes[vi.name] = shape
-            continue
-        if declared is None:
-            logger.warning("input %r has no declared shape: generating a scalar", vi.name)
-            shapes[vi.name] = ()
-            continue
-        dims: list[int] = []
-        for d in declared:
-            if d.HasField("dim_value"):
-                dims.append(int(d.dim_value))
-            elif d.HasField("dim_param") and d.dim_param in given:
-                value = given[d.dim_param]
-                dims.append(int(value) if isinstance(value, int) else int(next(iter(value))))
-            else:
-                dims.append(default_dim)
-        shapes[vi.name] = tuple(dims)
-    return shapes
 
 
 def _with_static_inputs(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]) -> onnx.ModelProto:
@@ -369,26 +277,40 @@ def _trace(
             yield from _trace(node.input[pos], graph_inputs, producers, constants, offset, keeps, depth + 1)
 
 
-def plan_inputs(
-    model: onnx.ModelProto,
-    input_shapes: Mapping[str, Sequence[int] | int] | None = None,
-    default_dim: int = DEFAULT_DIM,
+def light_copy(model: onnx.ModelProto, max_elements: int = 4096) -> onnx.ModelProto:
+    """A copy of the model for shape inference: large initializers become typed graph inputs.
+
+    Their values never decide a shape or an index bound (only small constants do), and leaving them out
+    keeps repeated shape inference cheap on models with real weights.
+    """
+    light = onnx.ModelProto()
+    light.CopyFrom(model)
+    graph = light.graph
+    declared = {vi.name for vi in graph.input}
+    kept = []
+    for t in graph.initializer:
+        if math.prod(t.dims) <= max_elements:
+            kept.append(t)
+            continue
+        if t.name not in declared:
+            graph.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
+    return light
+
+
+def plan_for_shapes(
+    model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]], *, light: onnx.ModelProto | None = None
 ) -> tuple[InputSpec, ...]:
-    """Decide the shape, type and index constraints of every graph input.
+    """The index constraints of every graph input of ``model`` when the inputs have these shapes.
 
     Args:
         model: the model.
-        input_shapes: see :func:`resolve_input_shapes`.
-        default_dim: see :func:`resolve_input_shapes`.
-
-    Returns:
-        One spec per graph input, in graph order.
-
-    Raises:
-        BadInputError: see :func:`resolve_input_shapes`.
+        shapes: every graph input's concrete shape.
+        light: ``light_copy(model)``, when the caller plans several shape choices.
     """
-    shapes = resolve_input_shapes(model, input_shapes, default_dim)
-    inferred = _infer(_with_static_inputs(model, shapes))
+    base = light if light is not None else light_copy(model)
+    inferred = _infer(_with_static_inputs(base, shapes))
     table = _shape_table(inferred.graph)
     constants = _constants(inferred.graph)
     producers: dict[str, onnx.NodeProto] = {}
@@ -427,135 +349,28 @@ def plan_inputs(
                     offset=offset,
                 )
             )
-    specs = []
-    for vi in _graph_inputs(model):
-        specs.append(
-            InputSpec(vi.name, shapes[vi.name], vi.type.tensor_type.elem_type, tuple(found[vi.name]))
-        )
-    return tuple(specs)
-
-
-def _draw_free(spec: InputSpec, rng: np.random.Generator) -> np.ndarray:
-    dtype = spec.dtype
-    if dtype == np.bool_:
-        return rng.random(spec.shape) < 0.5
-    if dtype.kind == "f":
-        return rng.standard_normal(spec.shape).astype(dtype)
-    if dtype.kind in "iu":
-        # Small non-negative values: safe for integer inputs used as sizes, counts or positions.
-        return rng.integers(0, 8, size=spec.shape).astype(dtype)
-    raise BadInputError(
-        f"cannot generate input {spec.name!r} of type {onnx.TensorProto.DataType.Name(spec.elem_type)}",
-        tensor=spec.name,
+    return tuple(
+        InputSpec(vi.name, shapes[vi.name], vi.type.tensor_type.elem_type, tuple(found[vi.name]))
+        for vi in _graph_inputs(model)
     )
 
 
-def _draw_indices(spec: InputSpec, rng: np.random.Generator, negative: bool) -> np.ndarray:
-    assert spec.bounds is not None  # only called for constrained inputs
-    low, high = spec.bounds
-    dtype = spec.dtype
-    if dtype.kind not in "iu":
-        raise BadInputError(
-            f"input {spec.name!r} feeds indices but has non-integer type {dtype}", tensor=spec.name
-        )
-    if dtype.kind == "u":
-        low = max(low, 0)
-    if high <= low:
-        raise BadInputError(
-            f"input {spec.name!r}: no value is a valid index for every node it feeds "
-            f"({', '.join(c.node for c in spec.constraints)})",
-            tensor=spec.name,
-            value=[low, high],
-        )
-    shape = spec.shape
-    size = math.prod(shape)
-    unique = any(c.unique for c in spec.constraints)
-    only = spec.constraints[0] if len(spec.constraints) == 1 else None
-    values: np.ndarray
-    if not unique:
-        values = rng.integers(low, high, size=shape)
-        if negative and all(c.offset == 0 for c in spec.constraints) and dtype.kind == "i":
-            # x and x - bound address the same element when the dim equals the bound.
-            flip = rng.random(shape) < 0.5
-            values = np.where(flip, values - high, values)
-    elif only is not None and only.direct and only.structure == "lines" and shape:
-        axis = only.axis if only.axis < len(shape) else len(shape) - 1
-        moved = list(shape)
-        n = moved.pop(axis)
-        if n > high - low:
-            logger.warning(
-                "input %r: %d indices per line but only %d targets: repeats", spec.name, n, high - low
-            )
-            values = rng.integers(low, high, size=shape)
-        else:
-            lines = [rng.permutation(high - low)[:n] + low for _ in range(math.prod(moved))]
-            stacked = np.asarray(lines, dtype=np.int64).reshape((*moved, n))
-            values = np.moveaxis(stacked, -1, axis)
-    elif only is not None and only.direct and only.structure == "tuples" and shape and only.tuple_dims:
-        k = shape[-1]
-        count = size // k if k else 0
-        total = math.prod(only.tuple_dims)
-        if count > total:
-            logger.warning("input %r: %d tuples but only %d targets: repeats", spec.name, count, total)
-            flat = rng.integers(0, total, size=count)
-        else:
-            flat = rng.permutation(total)[:count]
-        values = np.stack(np.unravel_index(flat, only.tuple_dims), axis=-1).reshape(shape)
-    elif size <= high - low:
-        values = (rng.permutation(high - low)[:size] + low).reshape(shape)
-    else:
-        logger.warning(
-            "input %r: %d scatter indices but only %d distinct values in range: repeats",
-            spec.name,
-            size,
-            high - low,
-        )
-        values = rng.integers(low, high, size=shape)
-    return np.asarray(values).astype(dtype)
-
-
-def generate_inputs(
-    model: onnx.ModelProto | LoadedModel,
-    *,
+def plan_inputs(
+    model: onnx.ModelProto,
     input_shapes: Mapping[str, Sequence[int] | int] | None = None,
-    seed: int = 0,
     default_dim: int = DEFAULT_DIM,
-    negative_indices: bool = False,
-) -> dict[str, np.ndarray]:
-    """Random feeds for every graph input of a model.
+) -> tuple[InputSpec, ...]:
+    """Decide the shape, type and index constraints of every graph input (free symbols = ``default_dim``).
 
     Args:
-        model: a ``ModelProto`` (checked for well-formedness here), or a model read by
-            :func:`dmlshim.execute.session.load_model` (which has checked it already).
-        input_shapes: see :func:`resolve_input_shapes`.
-        seed: the seed of the numpy generator; the same seed gives the same feeds.
-        default_dim: see :func:`resolve_input_shapes`.
-        negative_indices: also draw negative indices (counting from the end) where that keeps them valid
-            and repetition does not matter.
+        model: the model.
+        input_shapes: see :func:`dmlshim.inputs.symbols.resolve_input_shapes`.
+        default_dim: see :func:`dmlshim.inputs.symbols.resolve_input_shapes`.
 
     Returns:
-        A name -> array mapping in graph-input order.
+        One spec per graph input, in graph order.
 
     Raises:
-        BadModelError: the model is not an ONNX model.
-        BadInputError: an input cannot be generated (non-tensor, unsupported type, impossible range).
+        BadInputError: see :func:`dmlshim.inputs.symbols.resolve_input_shapes`.
     """
-    from .execute.session import LoadedModel
-
-    if isinstance(model, LoadedModel):
-        model = model.proto
-    elif isinstance(model, onnx.ModelProto):
-        check_well_formed(model)
-    else:
-        raise BadModelError(f"expected an onnx.ModelProto, got {type(model).__name__}")
-    rng = np.random.default_rng(seed)
-    feeds: dict[str, np.ndarray] = {}
-    for spec in plan_inputs(model, input_shapes, default_dim):
-        check_tensor(spec.shape, spec.dtype, tensor=spec.name, what="generated input")
-        if spec.constraints:
-            feeds[spec.name] = _draw_indices(spec, rng, negative_indices)
-            logger.debug("input %r: indices in %s for %s", spec.name, spec.bounds,
-                         [c.node for c in spec.constraints])  # fmt: skip
-        else:
-            feeds[spec.name] = _draw_free(spec, rng)
-    return feeds
+    return plan_for_shapes(model, resolve_input_shapes(model, input_shapes, default_dim))

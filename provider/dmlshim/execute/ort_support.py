@@ -1,0 +1,114 @@
+"""onnxruntime plumbing shared by the engines: its exception types, CPU sessions, and its run errors
+turned into dmlshim errors."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import onnx
+import onnxruntime as ort
+
+from ..errors import BadInputError, IndexOutOfRangeError
+from ..modelcheck import ort_load_error
+from .fallback import for_onnxruntime
+from .profiling import separate_profile
+
+ORT_ERRORS: tuple[type[BaseException], ...] = (RuntimeError, ValueError)
+try:  # onnxruntime's own exception types do not derive from RuntimeError.
+    from onnxruntime.capi import onnxruntime_pybind11_state as ort_state_module
+
+    ORT_ERRORS = (
+        *ORT_ERRORS,
+        *(
+            getattr(ort_state_module, n)
+            for n in (
+                "Fail",
+                "InvalidArgument",
+                "RuntimeException",
+                "InvalidGraph",
+                "NotImplemented",
+                "NoSuchFile",
+                "EPFail",
+                "InvalidProtobuf",
+                "ModelLoaded",
+                "NoModel",
+                "EngineError",
+            )
+            if hasattr(ort_state_module, n)
+        ),
+    )
+except ImportError:  # pragma: no cover - onnxruntime always ships it
+    pass
+
+GATHER_SCATTER_OPS = frozenset(
+    {"Gather", "GatherElements", "GatherND", "Scatter", "ScatterElements", "ScatterND"}
+)
+
+_RACY_OPS = frozenset({"ScatterND", "ScatterElements", "Scatter"})
+
+
+def has_scatter(graph: onnx.GraphProto, skip: frozenset[str] = frozenset()) -> bool:
+    """A scatter node in ``graph`` or its subgraphs, other than those writing an output in ``skip``."""
+    for node in graph.node:
+        if node.op_type in _RACY_OPS and not (node.output and node.output[0] in skip):
+            return True
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH and has_scatter(attr.g, skip):
+                return True
+            if attr.type == onnx.AttributeProto.GRAPHS and any(has_scatter(g, skip) for g in attr.graphs):
+                return True
+    return False
+
+
+def cpu_session(model: onnx.ModelProto | bytes, sess_options: Any, what: str) -> ort.InferenceSession:
+    """An onnxruntime CPU session for ``model``; ``what`` names it in the error when onnxruntime refuses it.
+
+    Without ``sess_options``, onnxruntime's defaults apply, except that a model with a scatter runs with one
+    intra-op thread.
+    """
+    if isinstance(model, onnx.ModelProto):
+        model = for_onnxruntime(model)  # deprecated Scatter as ScatterElements
+    if sess_options is None:
+        proto = model if isinstance(model, onnx.ModelProto) else onnx.load_from_string(model)
+        sess_options = ort.SessionOptions()
+        # onnxruntime's own error log would repeat, unasked, what the raised DmlShimError already says.
+        sess_options.log_severity_level = 4
+        if has_scatter(proto.graph):
+            # onnxruntime's CPU ScatterND loses updates on duplicate indices with more than one intra-op
+            # thread (results differ run to run); one thread makes it exact and deterministic.
+            sess_options.intra_op_num_threads = 1
+    separate_profile(sess_options)
+    payload = model if isinstance(model, bytes) else model.SerializeToString()
+    try:
+        return ort.InferenceSession(payload, sess_options, providers=["CPUExecutionProvider"])
+    except ORT_ERRORS as exc:
+        proto = model if isinstance(model, onnx.ModelProto) else onnx.load_from_string(model)
+        raise ort_load_error(proto, what, exc) from exc
+
+
+_ORT_NODE = re.compile(r"running (\w+) node\. Name:'([^']*)'")
+_ORT_INDEX_PROBLEMS = ("out of data bounds", "out of range", "invalid ind", "out of bound")
+_ORT_INDEX_VALUE = re.compile(r"(?:idx|index|indice)\s*=\s*(-?\d+)")
+
+
+def ort_run_error(
+    exc: BaseException, what: str, *, node: str | None = None, op_type: str | None = None
+) -> BadInputError:
+    """onnxruntime's run failure as a dmlshim error: IndexOutOfRangeError when onnxruntime rejected an
+    index of a gather/scatter node (it names the node and often the value), BadInputError otherwise."""
+    text = str(exc)
+    found = _ORT_NODE.search(text)
+    if found is not None:
+        op_type, node = found.group(1), found.group(2) or node
+    lowered = text.lower()
+    if op_type in GATHER_SCATTER_OPS and any(p in lowered for p in _ORT_INDEX_PROBLEMS):
+        value = _ORT_INDEX_VALUE.search(text)
+        return IndexOutOfRangeError(
+            f"{what}: an index is out of range ({text.strip().splitlines()[0]})",
+            rule="ONNX: every index must lie within the dimension it addresses",
+            value=int(value.group(1)) if value else None,
+            node=node,
+            op_type=op_type,
+        )
+    return BadInputError(f"{what}: {text}", node=node, op_type=op_type)

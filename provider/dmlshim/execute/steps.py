@@ -1,0 +1,300 @@
+"""The steps a partitioned run walks: a CPU segment (one onnxruntime session) or one gather/scatter node
+run from its DirectML descriptor (or, in a reference run, by onnxruntime alone)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import helper
+
+from ..dml.enums import FeatureLevel
+from ..kernels.options import IndexMode
+from ..limits import check_tensor, gather_scatter_output_shape
+from ..translate import NodeTranslation, Status, TensorInfo, run_translation, translate_node
+from ..translate.plan import elem_type_of
+from .ort_support import ORT_ERRORS, cpu_session, ort_run_error
+from .record import PLACEMENT_CPU, PLACEMENT_DML, NodeRecord
+from .segments import single_node_model
+
+TRANSLATION_CACHE_SIZE = 64
+"""Translations kept per node (one per distinct input shapes and dtypes); the cache restarts when full."""
+
+REASON_NOT_EMULATED = "not_emulated"
+REASON_CPU_PREFERRED = "ort_cpu_preferred"
+REASON_RUNTIME_FALLBACK = "runtime_fallback"
+REASON_REFERENCE = "reference_run"
+NOTE_SHAPE_DIFFERS = "output_shape_differs_from_inference"
+
+Values = dict[str, Any]
+
+
+@dataclass
+class RunState:
+    """What one run accumulates besides the values."""
+
+    records: list[NodeRecord | None]
+    run_options: Any
+    translations_computed: int = 0
+
+
+def reasons_of(t: NodeTranslation) -> tuple[tuple[str, str], ...]:
+    """A translation's reasons as ``(code, message)`` pairs, as records hold them."""
+    return tuple((r.code, r.message) for r in t.reasons)
+
+
+class CpuStep:
+    """A CPU segment: one onnxruntime session fed from the value table. The session can be given as a
+    function that builds it, called on first use (the whole-model check usually makes it unnecessary)."""
+
+    __slots__ = ("_build", "_session", "inputs", "label", "outputs")
+
+    def __init__(
+        self,
+        session: ort.InferenceSession | Callable[[], ort.InferenceSession],
+        inputs: Sequence[str],
+        outputs: Sequence[str],
+        label: str,
+    ):
+        self._session = session if isinstance(session, ort.InferenceSession) else None
+        self._build = None if isinstance(session, ort.InferenceSession) else session
+        self.inputs = tuple(inputs)
+        self.outputs = list(outputs)
+        self.label = label
+
+    @property
+    def session(self) -> ort.InferenceSession:
+        if self._session is None:
+            assert self._build is not None
+            self._session, self._build = self._build(), None
+        return self._session
+
+    def __call__(self, values: Values, state: RunState) -> None:
+        feeds = {name: values[name] for name in self.inputs}
+        try:
+            results = self.session.run(self.outputs, feeds, state.run_options)
+        except ORT_ERRORS as exc:
+            raise ort_run_error(exc, f"onnxruntime failed in {self.label}") from exc
+        for name, value in zip(self.outputs, results, strict=False):
+            values[name] = value
+
+
+def shape_note(shape: tuple[int, ...], inferred: TensorInfo | None) -> tuple[str, str] | None:
+    """A record note when a real output shape contradicts the statically inferred one, else None."""
+    if inferred is None or inferred.shape is None:
+        return None
+    dims = inferred.shape
+    if len(dims) == len(shape) and all(
+        not isinstance(d, int) or d == s for d, s in zip(dims, shape, strict=True)
+    ):
+        return None
+    said = "[" + ",".join("?" if d is None else str(d) for d in dims) + "]"
+    return (
+        NOTE_SHAPE_DIFFERS,
+        f"the output has shape {list(shape)}, static shape inference said {said} (often a stale value_info "
+        "left by the exporter); the run used the real shape",
+    )
+
+
+class EmulatedStep:
+    """One gather/scatter node: run from its DirectML descriptor, or on the CPU when its translation for
+    the actual shapes says so. With ``reference`` set, onnxruntime runs the node alone instead (the
+    like-for-like reference of ``dmlshim validate``)."""
+
+    __slots__ = (
+        "_attrs",
+        "_cache",
+        "_model",
+        "_sess_options",
+        "fallback_sessions",
+        "feature_level",
+        "index_mode",
+        "inferred_output",
+        "inputs",
+        "name",
+        "node",
+        "output",
+        "reference",
+        "since_version",
+        "slot",
+    )
+
+    def __init__(
+        self,
+        *,
+        node: onnx.NodeProto,
+        name: str,
+        since_version: int,
+        slot: int,
+        feature_level: FeatureLevel,
+        index_mode: IndexMode,
+        model: onnx.ModelProto,
+        sess_options: Any,
+        static: NodeTranslation | None,
+        static_key: tuple[Any, ...] | None,
+        inferred_output: TensorInfo | None = None,
+        reference: bool = False,
+    ) -> None:
+        self.node = node
+        self.name = name
+        self.since_version = since_version
+        self.slot = slot
+        self.feature_level = feature_level
+        self.index_mode = index_mode
+        self.inputs = tuple(node.input)
+        self.output = node.output[0]
+        self.inferred_output = inferred_output
+        self.reference = reference
+        self._model = model
+        self._sess_options = sess_options
+        self._attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        self._cache: dict[tuple[Any, ...], tuple[NodeTranslation, NodeRecord | None]] = {}
+        self.fallback_sessions: dict[tuple[Any, ...], ort.InferenceSession] = {}
+        if static is not None and static_key is not None:
+            self._cache[static_key] = (static, self._clean_record(static))
+
+    def _clean_record(self, t: NodeTranslation) -> NodeRecord | None:
+        """The record of a run with no duplicates and no negative indices (shared, it is frozen)."""
+        if t.status is not Status.DML or t.operator is None:
+            return None
+        return NodeRecord(
+            name=self.name,
+            op_type=self.node.op_type,
+            placement=PLACEMENT_DML,
+            status=t.status.value,
+            operator=t.operator.operator_type.dml_name,
+            reasons=reasons_of(t),
+            ort_placement=t.ort_placement,
+        )
+
+    def __call__(self, values: Values, state: RunState) -> None:
+        arrays = [values[n] if n else None for n in self.inputs]
+        if self.reference:
+            record = self._run_reference(values, arrays, state)
+        else:
+            record = self._run(values, arrays, state)
+        note = shape_note(np.shape(values[self.output]), self.inferred_output)
+        if note is not None:
+            record = dataclasses.replace(record, notes=(*record.notes, note))
+        state.records[self.slot] = record
+
+    def _run_reference(self, values: Values, arrays: list[Any], state: RunState) -> NodeRecord:
+        values[self.output] = self._run_on_cpu(arrays, state)
+        return NodeRecord(
+            name=self.name,
+            op_type=self.node.op_type,
+            placement=PLACEMENT_CPU,
+            status=REASON_REFERENCE,
+            reasons=((REASON_REFERENCE, "the reference run: onnxruntime ran this node alone"),),
+        )
+
+    def _run(self, values: Values, arrays: list[Any], state: RunState) -> NodeRecord:
+        key = tuple((a.shape, a.dtype) if a is not None else None for a in arrays)
+        entry = self._cache.get(key)
+        if entry is None:
+            # A gather's output can dwarf its inputs (small data, many indices): size it before running.
+            shape = gather_scatter_output_shape(
+                self.node.op_type, self._attrs, [a.shape if a is not None else None for a in arrays]
+            )
+            if shape is not None and arrays and arrays[0] is not None:
+                check_tensor(
+                    shape, arrays[0].dtype, tensor=self.output, node=self.name, op_type=self.node.op_type,
+                    what="output",
+                )  # fmt: skip
+            infos = [
+                TensorInfo(tuple(a.shape), elem_type_of(a.dtype)) if a is not None else None for a in arrays
+            ]
+            t = translate_node(self.node, self.since_version, infos, self.feature_level, name=self.name)
+            if len(self._cache) >= TRANSLATION_CACHE_SIZE:
+                self._cache.clear()
+            entry = self._cache[key] = (t, self._clean_record(t))
+            state.translations_computed += 1
+        t, clean = entry
+        if clean is None:
+            values[self.output] = self._run_on_cpu(arrays, state)
+            return NodeRecord(
+                name=self.name,
+                op_type=self.node.op_type,
+                placement=PLACEMENT_CPU,
+                status=t.status.value,
+                duplicate_indices=overwritten_writes(self.node.op_type, self._attrs, arrays),
+                reasons=(
+                    *reasons_of(t),
+                    (
+                        REASON_RUNTIME_FALLBACK,
+                        "the translation for this run's shapes and types is not a DirectML operator; "
+                        "the node ran in onnxruntime's CPU provider",
+                    ),
+                ),
+                ort_placement=t.ort_placement,
+            )
+        result = run_translation(t, arrays, index_mode=self.index_mode)
+        values[self.output] = result.output
+        indices = arrays[1]
+        negative = bool(
+            indices is not None and indices.dtype.kind == "i" and indices.size and indices.min() < 0
+        )
+        if result.duplicate_indices or negative:
+            return dataclasses.replace(
+                clean, duplicate_indices=result.duplicate_indices, negative_indices=negative
+            )
+        return clean
+
+    def _run_on_cpu(self, arrays: Sequence[np.ndarray | None], state: RunState) -> np.ndarray:
+        present = [(n, a) for n, a in zip(self.inputs, arrays, strict=False) if a is not None]
+        key = tuple((a.dtype, a.ndim) for _, a in present)
+        session = self.fallback_sessions.get(key)
+        if session is None:
+            session = self.fallback_sessions[key] = cpu_session(
+                single_node_model(self._model, self.node, present), self._sess_options, f"node {self.name!r}"
+            )
+        try:
+            (out,) = session.run([self.output], {n: a for n, a in present}, state.run_options)
+        except ORT_ERRORS as exc:
+            raise ort_run_error(exc, "onnxruntime failed", node=self.name, op_type=self.node.op_type) from exc
+        return out
+
+
+def overwrites(node: onnx.NodeProto) -> bool:
+    """A scatter without reduction: duplicate indices make some of its writes overwrite others."""
+    if node.op_type not in ("Scatter", "ScatterElements", "ScatterND"):
+        return False
+    return not any(a.name == "reduction" and a.s not in (b"", b"none") for a in node.attribute)
+
+
+def overwritten_writes(op_type: str, attrs: Mapping[str, Any], arrays: Sequence[np.ndarray | None]) -> int:
+    """Writes of a scatter without reduction that a later write to the same place overwrites, counted as
+    the kernels count them (elements for ScatterElements, index tuples for ScatterND), for nodes that ran
+    on onnxruntime (which has accepted the indices, so they are in range)."""
+    if op_type not in ("Scatter", "ScatterElements", "ScatterND") or len(arrays) < 2:
+        return 0
+    reduction = attrs.get("reduction", b"none")
+    if (reduction.decode() if isinstance(reduction, bytes) else str(reduction)) != "none":
+        return 0
+    data, indices = arrays[0], arrays[1]
+    if data is None or indices is None or indices.size == 0 or data.size == 0:
+        return 0
+    idx = indices.astype(np.int64, copy=False)
+    if op_type == "ScatterND":
+        k = idx.shape[-1]
+        dims = np.asarray(data.shape[:k], dtype=np.int64)
+        tuples = idx.reshape(-1, k)
+        tuples = np.where(tuples < 0, tuples + dims, tuples)
+        strides = np.cumprod(np.concatenate([dims[1:], [1]])[::-1])[::-1] if k else dims
+        targets = tuples @ strides if k else np.zeros(len(tuples), np.int64)
+    else:
+        axis = int(attrs.get("axis", 0))
+        axis = axis + data.ndim if axis < 0 else axis
+        idx = np.where(idx < 0, idx + data.shape[axis], idx)
+        strides = np.cumprod((*data.shape[1:], 1)[::-1])[::-1]
+        targets = np.zeros(idx.shape, np.int64)
+        for d in range(idx.ndim):
+            line = [-1 if e == d else 1 for e in range(idx.ndim)]
+            coord = idx if d == axis else np.arange(idx.shape[d]).reshape(line)
+            targets = targets + coord * int(strides[d])
+    return int(targets.size - np.unique(targets).size)

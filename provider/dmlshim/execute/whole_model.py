@@ -1,0 +1,162 @@
+"""The whole-model check: a faster way for the partitioned engine to reach the same answer.
+
+A partitioned run pays, at every boundary between a CPU segment and an emulated node, for one more
+onnxruntime call and for the fusions onnxruntime cannot make across the cut. The whole-model check runs
+the model once in onnxruntime with every emulated node's inputs and output added as graph outputs, runs
+each emulated node's kernel on the inputs onnxruntime computed for it, and compares the kernel's output
+with onnxruntime's bit for bit. When every emulated node agrees, the model's outputs are onnxruntime's
+(every gather/scatter value in them is one a DirectML kernel produced, bit for bit) and the run costs
+about one onnxruntime call plus the kernels. When any node disagrees, or onnxruntime refuses the inputs,
+the caller runs the partitioned steps as before, so the result and the errors are exactly the
+partitioned engine's.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+import onnx
+
+logger = logging.getLogger(__name__)
+
+GIVE_UP_AFTER = 3
+"""Disagreeing runs, with none agreeing, after which the check is no longer tried (each costs a run)."""
+
+
+class EmulatedStepLike(Protocol):
+    """What the check needs of an emulated step: its input and output names, and running it."""
+
+    inputs: tuple[str, ...]
+    output: str
+
+    def __call__(self, values: dict[str, Any], state: Any) -> None: ...
+
+
+def identical(ours: Any, theirs: Any) -> bool:
+    """Same shape, dtype and bits (NaN payloads and signed zeros included)."""
+    a, b = np.asarray(ours), np.asarray(theirs)
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.dtype.kind in "fc" and a.dtype.itemsize in (2, 4, 8):
+        view = np.dtype(f"u{a.dtype.itemsize}")
+        return bool(np.array_equal(np.ascontiguousarray(a).view(view), np.ascontiguousarray(b).view(view)))
+    if a.dtype.kind == "c":  # complex128 and the like: compare the real and imaginary bits separately
+        return identical(a.real, b.real) and identical(a.imag, b.imag)
+    return bool(np.array_equal(a, b))
+
+
+def captured_names(
+    steps: Sequence[EmulatedStepLike], known: set[str], graph_outputs: Sequence[str]
+) -> list[str]:
+    """The values to fetch besides the graph outputs: every emulated node's computed inputs and output."""
+    seen = set(graph_outputs) | known
+    names: list[str] = []
+    for step in steps:
+        for name in (*step.inputs, step.output):
+            if name and name not in seen:
+                seen.add(name)
+                names.append(name)
+    return names
+
+
+def augmented_model(model: onnx.ModelProto, extra_outputs: Sequence[str]) -> bytes:
+    """``model`` serialized with ``extra_outputs`` appended to its graph outputs (``model`` is left as
+    it was: the outputs are added, serialized and removed, so its weights are never copied)."""
+    graph = model.graph
+    before = len(graph.output)
+    try:
+        for name in extra_outputs:
+            graph.output.add().name = name
+        return model.SerializeToString()
+    finally:
+        del graph.output[before:]
+
+
+class WholeModelCheck:
+    """One onnxruntime session of the whole model that also returns every emulated node's inputs and
+    output (see the module docstring).
+
+    Args:
+        session: the onnxruntime session of the augmented model.
+        steps: the emulated steps, in graph order.
+        graph_outputs: the model's output names.
+        captured: the extra outputs of the session, as :func:`captured_names` lists them.
+        ort_errors: the exception types onnxruntime raises.
+    """
+
+    def __init__(
+        self,
+        session: Any,
+        steps: Sequence[EmulatedStepLike],
+        graph_outputs: Sequence[str],
+        captured: Sequence[str],
+        ort_errors: tuple[type[BaseException], ...],
+    ) -> None:
+        self._session = session
+        self._steps = tuple(steps)
+        self._fetch = [*graph_outputs, *captured]
+        self._position = {name: i for i, name in enumerate(self._fetch)}
+        self._inputs = [i.name for i in session.get_inputs()]
+        self._ort_errors = ort_errors
+        self.disagreements = 0
+        """Runs in which a kernel's output differed from onnxruntime's (the partitioned run answered)."""
+        self.agreements = 0
+        """Runs the check answered."""
+
+    def run(
+        self,
+        output_names: Sequence[str],
+        values: dict[str, Any],
+        state: Any,
+        run_options: Any,
+    ) -> list[Any] | None:
+        """The outputs named, or None when the partitioned run must answer (a kernel disagreed with
+        onnxruntime, or onnxruntime refused the run). ``values`` holds the feeds and static values;
+        kernels' records go to ``state``."""
+        if self.disagreements >= GIVE_UP_AFTER and not self.agreements:
+            return None
+        feeds = {n: values[n] for n in self._inputs if n in values}
+        try:
+            fetched = self._session.run(self._fetch, feeds, run_options)
+        except self._ort_errors as exc:
+            logger.debug("whole-model check: onnxruntime refused the run (%s); running the partitions", exc)
+            return None
+        position = self._position
+        for step in self._steps:
+            for name in step.inputs:
+                if name and name in position and name not in values:
+                    values[name] = fetched[position[name]]
+            step(values, state)
+            theirs = fetched[position[step.output]]
+            if not identical(values[step.output], theirs):
+                self.disagreements += 1
+                logger.debug("whole-model check: %r differs from onnxruntime; partitions answer", step.output)
+                return None
+            values[step.output] = theirs
+        self.agreements += 1
+        return [fetched[position[n]] if n in position else values[n] for n in output_names]
+
+
+def build_whole_model_check(
+    model: onnx.ModelProto,
+    steps: Sequence[EmulatedStepLike],
+    known: set[str],
+    make_session: Callable[[bytes], Any],
+    ort_errors: tuple[type[BaseException], ...],
+    static: Mapping[str, Any],
+) -> WholeModelCheck | None:
+    """The check for ``model``, or None when onnxruntime cannot run the model whole (it refuses an
+    operator or a type that the emulated nodes cover, say) or nothing is emulated."""
+    if not steps:
+        return None
+    graph_outputs = [o.name for o in model.graph.output]
+    captured = captured_names(steps, known | set(static), graph_outputs)
+    try:
+        session = make_session(augmented_model(model, captured))
+    except Exception as exc:
+        logger.debug("whole-model check unavailable: %s", exc)
+        return None
+    return WholeModelCheck(session, steps, graph_outputs, captured, ort_errors)

@@ -1,0 +1,292 @@
+"""Generated inputs that onnxruntime CPU accepts: a search over small sizes of the symbolic dimensions.
+
+Same-named symbols always get the same size. Relations between symbols that the names do not show (a
+KV-cache decoder's ``attention_mask`` length is ``past_sequence_length + sequence_length``; one step of a
+decoder needs ``sequence_length = 1``) are found by trying candidates on onnxruntime CPU, cheapest first:
+
+1. every free symbol at the default size (2);
+2. one symbol changed to a sum of two other symbols' sizes, one more than another's, or 1 (symbols that
+   appear in few inputs first: a total length usually appears only in the mask);
+3. every symbol at 1;
+4. two symbols changed together (e.g. ``sequence_length = 1`` and the total one more than the past).
+
+Dimensions written as expressions (``past_sequence_length + sequence_length``, ``s0 + s1``) are computed
+from their symbols, never searched. The first candidate that runs is used; when none does, the error
+names the shapes tried and how to choose them (``--inputs``, ``--input-shape``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import time
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import onnx
+
+from ..errors import BadInputError, BadModelError, DmlShimError
+from ..limits import check_tensor
+from ..modelcheck import check_well_formed
+from .constraints import DEFAULT_DIM, light_copy, plan_for_shapes
+from .symbols import ModelDims, model_dims, shapes_for, split_given
+from .values import draw
+
+if TYPE_CHECKING:
+    from ..execute.session import LoadedModel
+
+__all__ = ["GeneratedInputs", "annotate_error", "generate", "generate_inputs"]
+
+logger = logging.getLogger(__name__)
+
+MAX_TRIES = 400
+"""Most candidates tried on onnxruntime before giving up."""
+TIME_BUDGET_S = 30.0
+"""Most seconds spent trying candidates (after the first) before giving up."""
+
+FIX_HINT = (
+    "pass your own inputs with --inputs FILE.npz, or choose the sizes with --input-shape NAME=D0,D1,.. "
+    "(a graph input) or --input-shape SYMBOL=N (a symbolic dimension)"
+)
+
+
+@dataclass(frozen=True)
+class GeneratedInputs:
+    """Random feeds and how they were chosen.
+
+    Attributes:
+        feeds: graph input name -> array, in graph-input order.
+        shapes: graph input name -> shape.
+        symbols: symbolic dimension -> the size chosen (``INPUT[axis]`` for an unnamed dimension).
+        seed: the seed of the values.
+        tries: candidates run on onnxruntime CPU (0: no symbol was free, so nothing was tried).
+        checked: onnxruntime CPU ran the model on these feeds.
+    """
+
+    feeds: dict[str, np.ndarray]
+    shapes: dict[str, tuple[int, ...]]
+    symbols: dict[str, int] = field(default_factory=dict)
+    seed: int = 0
+    tries: int = 0
+    checked: bool = False
+
+    def describe(self) -> str:
+        """``input_ids [1, 5], mask [1, 7] (batch=1, seq=5, total=7)``."""
+        text = ", ".join(f"{n} {list(s)}" for n, s in self.shapes.items()) or "no inputs"
+        if self.symbols:
+            text += " (" + ", ".join(f"{k}={v}" for k, v in self.symbols.items()) + ")"
+        return text
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form used in reports: source, seed, shapes, symbols, tries."""
+        return {
+            "source": "random",
+            "seed": self.seed,
+            "shapes": {n: list(s) for n, s in self.shapes.items()},
+            "symbols": dict(self.symbols),
+            "tries": self.tries,
+            "checked_with_onnxruntime": self.checked,
+        }
+
+
+def annotate_error(exc: DmlShimError, generated: GeneratedInputs) -> DmlShimError:
+    """Add to an error's message that the inputs were generated, their shapes, and how to choose them."""
+    if "inputs were generated" not in exc.message:
+        exc.message = (
+            f"{exc.message} (the inputs were generated with seed {generated.seed}: {generated.describe()}; "
+            f"{FIX_HINT})"
+        )
+        exc.args = (exc.message,)
+    return exc
+
+
+def _as_proto(model: onnx.ModelProto | LoadedModel) -> tuple[onnx.ModelProto, str | None]:
+    from ..execute.session import LoadedModel
+
+    if isinstance(model, LoadedModel):
+        return model.proto, model.path
+    if isinstance(model, onnx.ModelProto):
+        check_well_formed(model)
+        return model, None
+    raise BadModelError(f"expected an onnx.ModelProto, got {type(model).__name__}")
+
+
+class _Candidates:
+    """Builds the feeds for one assignment of the symbols."""
+
+    def __init__(self, model: onnx.ModelProto, dims: ModelDims, fixed: Mapping[str, tuple[int, ...]],
+                 seed: int, negative: bool) -> None:  # fmt: skip
+        self._model = model
+        self._light = light_copy(model)
+        self._dims = dims
+        self._fixed = fixed
+        self._seed = seed
+        self._negative = negative
+
+    def feeds(
+        self, values: Mapping[str, int]
+    ) -> tuple[dict[str, tuple[int, ...]], dict[str, np.ndarray]] | None:
+        shapes = shapes_for(self._dims, values, self._fixed)
+        if shapes is None:
+            return None
+        for declared in self._dims.inputs:
+            check_tensor(
+                shapes[declared.name], declared.elem_type, tensor=declared.name, what="generated input"
+            )
+        rng = np.random.default_rng(self._seed)
+        feeds: dict[str, np.ndarray] = {}
+        for spec in plan_for_shapes(self._model, shapes, light=self._light):
+            feeds[spec.name] = draw(spec, rng, self._negative)
+            if spec.constraints:
+                logger.debug("input %r: indices in %s for %s", spec.name, spec.bounds,
+                             [c.node for c in spec.constraints])  # fmt: skip
+        return shapes, feeds
+
+
+def _assignments(dims: ModelDims, given: Mapping[str, int], default: int) -> Iterator[dict[str, int]]:
+    """Symbol assignments to try, cheapest and likeliest first (duplicates removed by the caller)."""
+    free = [s for s in dims.symbols if s not in given]
+    base = {**{s: default for s in free}, **given}
+    yield dict(base)
+    uses = Counter(
+        s for spec in dims.inputs for d in (spec.dims or ()) for s in (d.symbol, *d.names) if s is not None
+    )
+    order = sorted(free, key=lambda s: (uses[s], free.index(s)))
+
+    def options(symbol: str, values: Mapping[str, int]) -> list[int]:
+        others = [v for s, v in values.items() if s != symbol]
+        sums = sorted({a + b for a, b in itertools.combinations(others, 2)})
+        plus_one = sorted({a + 1 for a in others})
+        return [v for v in dict.fromkeys([*sums, *plus_one, 1]) if v != values[symbol] and v > 0]
+
+    for symbol in order:
+        for value in options(symbol, base):
+            yield {**base, symbol: value}
+    yield {**base, **{s: 1 for s in free}}
+    for first, second in itertools.permutations(order, 2):
+        for v1 in (1, default + 1):
+            step = {**base, first: v1}
+            for v2 in options(second, step):
+                yield {**step, second: v2}
+    for symbol in order:
+        yield {**base, symbol: 0}
+
+
+def _onnxruntime_session(model: onnx.ModelProto, path: str | None) -> Any:
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 4
+    source: Any = path if path is not None and os.path.isfile(path) else model.SerializeToString()
+    return ort.InferenceSession(source, so, providers=["CPUExecutionProvider"])
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def generate(
+    model: onnx.ModelProto | LoadedModel,
+    *,
+    input_shapes: Mapping[str, Sequence[int] | int] | None = None,
+    seed: int = 0,
+    default_dim: int = DEFAULT_DIM,
+    negative_indices: bool = False,
+    check: bool = True,
+) -> GeneratedInputs:
+    """Random feeds for every graph input, with symbol sizes that onnxruntime CPU accepts.
+
+    Args:
+        model: a ``ModelProto`` (checked for well-formedness here), or a model read by
+            :func:`dmlshim.execute.session.load_model` (which has checked it already).
+        input_shapes: an input name -> its full shape, or a symbolic dimension -> its size; what is given
+            is kept, the other symbols are searched.
+        seed: the seed of the values; the same seed gives the same feeds.
+        default_dim: the first size tried for every free symbol.
+        negative_indices: also draw negative indices (counting from the end) where that keeps them valid
+            and repetition does not matter.
+        check: search and run candidates on onnxruntime CPU when some symbol is free (False: take the
+            first candidate untried).
+
+    Raises:
+        BadModelError: the model is not an ONNX model.
+        BadInputError: an input cannot be generated (non-tensor, unsupported type, impossible range, a
+            given shape that contradicts the model), or no candidate runs on onnxruntime CPU.
+        TooLargeError: a generated input would not fit in memory.
+    """
+    proto, path = _as_proto(model)
+    dims = model_dims(proto)
+    fixed, given = split_given(dims, input_shapes)
+    candidates = _Candidates(proto, dims, fixed, seed, negative_indices)
+    free = [s for s in dims.symbols if s not in given]
+    seen: set[tuple[int, ...]] = set()
+    first: tuple[dict[str, int], dict[str, tuple[int, ...]], str] | None = None
+    session: Any = None
+    tries = 0
+    started = time.monotonic()
+    for values in _assignments(dims, given, default_dim):
+        key = tuple(values[s] for s in dims.symbols)
+        if key in seen:
+            continue
+        seen.add(key)
+        built = candidates.feeds(values)
+        if built is None:
+            continue
+        shapes, feeds = built
+        symbols = {s: values[s] for s in dims.symbols}
+        if not free or not check:
+            return GeneratedInputs(feeds, shapes, symbols, seed)
+        if session is None:
+            try:
+                session = _onnxruntime_session(proto, path)
+            except Exception as exc:  # onnxruntime's exception types share no useful base
+                logger.info("onnxruntime cannot load the model (%s): inputs not checked", _first_line(exc))
+                return GeneratedInputs(feeds, shapes, symbols, seed)
+        tries += 1
+        try:
+            session.run(None, feeds)
+        except Exception as exc:  # onnxruntime's exception types share no useful base
+            logger.debug("candidate %s failed on onnxruntime: %s", symbols, _first_line(exc))
+            if first is None:
+                first = (symbols, shapes, _first_line(exc))
+            if tries >= MAX_TRIES or time.monotonic() - started > TIME_BUDGET_S:
+                break
+            continue
+        if tries > 1:
+            logger.info("symbol sizes %s chosen after %d tries on onnxruntime CPU", symbols, tries)
+        return GeneratedInputs(feeds, shapes, symbols, seed, tries, checked=True)
+    if first is None:
+        raise BadInputError(
+            f"no choice of the symbolic dimensions gives every input a valid shape; {FIX_HINT}",
+            value=list(dims.symbols),
+        )
+    symbols, shapes, error = first
+    tried = GeneratedInputs({}, shapes, symbols, seed)
+    raise BadInputError(
+        f"could not generate inputs that onnxruntime CPU accepts: tried {tries} choice(s) of the symbolic "
+        f"dimensions {', '.join(free)}; with {tried.describe()} onnxruntime says: {error}. {FIX_HINT}",
+        value={n: list(s) for n, s in shapes.items()},
+    )
+
+
+def generate_inputs(
+    model: onnx.ModelProto | LoadedModel,
+    *,
+    input_shapes: Mapping[str, Sequence[int] | int] | None = None,
+    seed: int = 0,
+    default_dim: int = DEFAULT_DIM,
+    negative_indices: bool = False,
+    check: bool = True,
+) -> dict[str, np.ndarray]:
+    """Random feeds for every graph input of a model (the ``feeds`` of :func:`generate`)."""
+    return generate(
+        model, input_shapes=input_shapes, seed=seed, default_dim=default_dim,
+        negative_indices=negative_indices, check=check,
+    ).feeds  # fmt: skip

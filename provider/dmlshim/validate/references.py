@@ -1,0 +1,167 @@
+"""The three runs ``dmlshim validate`` compares, on the same feeds and single-threaded:
+
+* ``dmlshim``: the partitioned engine, gather/scatter nodes executed from their DirectML descriptors;
+* ``reference``: the same engine with the same partition (same CPU segments, same boundaries), each
+  emulated gather/scatter node run alone by onnxruntime instead of the kernels. It differs from dmlshim's
+  run only in what the gather/scatter nodes computed, so the two must agree exactly;
+* ``whole_model``: onnxruntime running the whole model in one session. Its fusions and fp16 handling cross
+  the partition boundaries, so it may differ from both in the last bits; it is information.
+
+Each side uses the same onnxruntime graph optimisation level (``disabled`` by default: then the fp32 ops
+of the whole model compute exactly what the partitions compute, and the whole-model comparison shows what
+fusion would add only when asked).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from ..dml.enums import FeatureLevel
+from ..errors import BadInputError, BadModelError, DmlShimError
+from ..execute.engine import EngineConfig
+from ..execute.feeds import FeedValidator, load_npz, node_arg
+from ..execute.ort_support import ORT_ERRORS
+from ..execute.partitioned import EmulatedIO, PartitionedEngine
+from ..execute.record import RunRecord
+from ..execute.session import LoadedModel
+from ..inputs import GeneratedInputs, generate
+from ..kernels.options import IndexMode
+
+OPTIMIZATION_LEVELS: dict[str, ort.GraphOptimizationLevel] = {
+    "disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
+"""``--optimization-level`` names and onnxruntime's ``GraphOptimizationLevel`` they select."""
+
+DEFAULT_OPTIMIZATION_LEVEL = "disabled"
+
+SIDES = ("dmlshim", "reference", "whole_model")
+
+
+def optimization_level(name: str) -> ort.GraphOptimizationLevel:
+    """onnxruntime's level for a name of :data:`OPTIMIZATION_LEVELS`.
+
+    Raises:
+        BadInputError: an unknown name.
+    """
+    try:
+        return OPTIMIZATION_LEVELS[name]
+    except KeyError:
+        raise BadInputError(
+            f"optimization level must be one of {', '.join(OPTIMIZATION_LEVELS)}, not {name!r}", value=name
+        ) from None
+
+
+def session_options(level: str = DEFAULT_OPTIMIZATION_LEVEL) -> ort.SessionOptions:
+    """Single-threaded options (onnxruntime's ScatterND is racy on duplicates with more threads)."""
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 4  # our error paragraph is enough; onnxruntime's own line is noise
+    so.graph_optimization_level = optimization_level(level)
+    return so
+
+
+def reference_session(
+    model: onnx.ModelProto | bytes | str, optimization_level: str = DEFAULT_OPTIMIZATION_LEVEL
+) -> ort.InferenceSession:
+    """An onnxruntime CPU session of the whole model with one intra-op thread.
+
+    Raises:
+        BadModelError: onnxruntime cannot load the model.
+    """
+    so = session_options(optimization_level)
+    payload = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
+    try:
+        return ort.InferenceSession(payload, so, providers=["CPUExecutionProvider"])
+    except ORT_ERRORS as exc:
+        raise BadModelError(f"onnxruntime cannot load the model: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class PartitionedRun:
+    """One run of the partitioned engine.
+
+    Attributes:
+        outputs: every graph output by name.
+        values: every value that crossed a step boundary (emulated nodes' inputs and outputs among them).
+        record: the run record.
+        emulated: the emulated nodes with the values they read and write.
+    """
+
+    outputs: Mapping[str, np.ndarray]
+    values: Mapping[str, Any]
+    record: RunRecord
+    emulated: tuple[EmulatedIO, ...]
+
+
+def feeds_for(
+    loaded: LoadedModel,
+    inputs: Mapping[str, np.ndarray] | str | os.PathLike[str] | None,
+    input_shapes: Mapping[str, Sequence[int]] | None,
+    seed: int,
+) -> tuple[dict[str, np.ndarray], str, GeneratedInputs | None]:
+    """The feeds (checked against the graph inputs), their source (``random``, ``file`` or ``given``)
+    and, for generated feeds, how they were generated."""
+    generated = None
+    if inputs is None:
+        generated = generate(loaded, input_shapes=input_shapes, seed=seed)
+        feeds, source = dict(generated.feeds), "random"
+    elif isinstance(inputs, (str, os.PathLike)):
+        feeds, source = load_npz(os.fspath(inputs)), "file"
+    else:
+        feeds, source = dict(inputs), "given"
+    graph = loaded.proto.graph
+    init_names = {t.name for t in graph.initializer}
+    validator = FeedValidator(
+        tuple(node_arg(v) for v in graph.input if v.name not in init_names),
+        tuple(node_arg(v) for v in graph.input if v.name in init_names),
+    )
+    return validator.validate(feeds), source, generated
+
+
+def partitioned_run(
+    proto: onnx.ModelProto,
+    feeds: Mapping[str, np.ndarray],
+    *,
+    feature_level: FeatureLevel,
+    index_mode: IndexMode,
+    level: str,
+    reference: bool,
+    model_path: str | None,
+) -> PartitionedRun:
+    """Run the model through the partitioned engine (``reference``: gather/scatter nodes by onnxruntime)."""
+    config = EngineConfig(
+        feature_level=feature_level,
+        index_mode=index_mode,
+        sess_options=session_options(level),
+        model_path=model_path,
+        whole_model_check=False,  # walk the partitions: they are what the two runs must share
+    )
+    engine = PartitionedEngine(proto, config, reference=reference)
+    names = [o.name for o in proto.graph.output]
+    results, record, values = engine.run_traced(names, feeds)
+    return PartitionedRun(dict(zip(names, results, strict=True)), values, record, engine.emulated_io)
+
+
+def whole_model_run(
+    proto: onnx.ModelProto, feeds: Mapping[str, np.ndarray], level: str
+) -> tuple[dict[str, np.ndarray] | None, str | None]:
+    """onnxruntime running the whole model: the outputs by name, or None and why it failed."""
+    names = [o.name for o in proto.graph.output]
+    try:
+        results = reference_session(proto, level).run(names, dict(feeds))
+    except DmlShimError as exc:
+        return None, str(exc)
+    except ORT_ERRORS as exc:
+        return None, f"onnxruntime CPU failed on these inputs: {exc}"
+    return dict(zip(names, results, strict=True)), None

@@ -1,0 +1,374 @@
+"""The verdict: dmlshim's run against the like-for-like reference, output by output and node by node,
+with the whole-model onnxruntime run alongside as information, and the warnings that matter on DirectML."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import onnx
+
+from ..comparison import array_difference, dtype_tolerance, exact_difference
+from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
+from ..errors import BadInputError, DmlShimError, guard_resources
+from ..execute.record import PLACEMENT_DML
+from ..execute.session import LoadedModel, ModelSource, load_model
+from ..execute.steps import NOTE_SHAPE_DIFFERS
+from ..graph import is_gather_scatter, walk_nodes
+from ..inputs import annotate_error
+from ..kernels.options import IndexMode
+from ..translate import CPU_PROVIDER, NodeTranslation, translate_model
+from .attribution import compare_nodes, dependencies, suspects, upstream_order
+from .references import (
+    DEFAULT_OPTIMIZATION_LEVEL,
+    SIDES,
+    feeds_for,
+    optimization_level,
+    partitioned_run,
+    whole_model_run,
+)
+from .results import (
+    ATTR_DIVERGES,
+    ATTR_UPSTREAM,
+    CAUSE_GATHER_SCATTER,
+    CAUSE_IDENTICAL,
+    CAUSE_OTHER_NODES,
+    Comparison,
+    Mismatch,
+    NodeValidation,
+    OutputComparison,
+    ValidationReport,
+    ValidationWarning,
+    WholeModelComparison,
+)
+
+logger = logging.getLogger(__name__)
+
+# Warning codes.
+W_DUPLICATES = "DUPLICATE_SCATTER_INDICES"
+W_NEGATIVE = "NEGATIVE_INDICES_BELOW_FL_3_0"
+W_EP_CPU = "ORT_DML_EP_RUNS_ON_CPU"
+W_FALLBACK = "FALLBACK_TO_CPU"
+W_NOT_EMULATED = "NOT_EMULATED"
+W_TRANSLATION_ERROR = "NOT_TRANSLATED"
+W_NODE_DIFFERS = "NODE_OUTPUT_DIFFERS"
+W_INPUTS_DIFFER = "NODE_INPUTS_DIFFER"
+W_SHAPE_NOTE = "OUTPUT_SHAPE_DIFFERS_FROM_INFERENCE"
+
+
+def compare_arrays(
+    actual: np.ndarray, expected: np.ndarray, rtol: float = 0.0, atol: float = 0.0, *, exact: bool = False
+) -> Comparison:
+    """Compare dmlshim's array with a reference's.
+
+    The dtype and shape must be identical. With ``exact``, elements must be bit-identical (any NaN equals
+    any NaN); otherwise integer and bool elements must be equal and floating-point ones satisfy
+    ``|actual - expected| <= atol + rtol * |expected|`` (NaN equal to NaN, infinities to themselves).
+    """
+    actual = np.asarray(actual)
+    expected = np.asarray(expected)
+    if actual.dtype != expected.dtype:
+        return Comparison(
+            False, None, actual.size, None, f"dtype {actual.dtype}, the reference gives {expected.dtype}"
+        )
+    if actual.shape != expected.shape:
+        return Comparison(
+            False,
+            None,
+            actual.size,
+            None,
+            f"shape {list(actual.shape)}, the reference gives {list(expected.shape)}",
+        )
+    d = exact_difference(actual, expected) if exact else array_difference(actual, expected, rtol, atol)
+    if d.first is None:
+        return Comparison(True, d.max_abs_diff, 0, None)
+    first = d.first
+    return Comparison(False, d.max_abs_diff, d.mismatches, Mismatch(first, actual[first], expected[first]))
+
+
+@guard_resources("validating the model")
+def validate_model(
+    model: ModelSource,
+    *,
+    inputs: Mapping[str, np.ndarray] | str | os.PathLike[str] | None = None,
+    feature_level: FeatureLevel | str = DEFAULT_FEATURE_LEVEL,
+    rtol: float = 0.0,
+    atol: float = 0.0,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    seed: int = 0,
+    index_mode: str = "error",
+    optimization_level: str = DEFAULT_OPTIMIZATION_LEVEL,
+) -> ValidationReport:
+    """Run a model through dmlshim and through references on the same feeds, and compare.
+
+    The verdict compares dmlshim's run with a reference that has the same partition but runs the
+    gather/scatter nodes in onnxruntime (see :mod:`dmlshim.validate.references`): exactly, bit for bit
+    with NaN equal to NaN, unless a tolerance is given. The whole model run by onnxruntime is compared too,
+    with a tolerance fitting each output's dtype, as information.
+
+    Args:
+        model: a model path, serialized bytes or ``ModelProto``.
+        inputs: feeds by name, an ``.npz`` path, or None for random inputs (:mod:`dmlshim.inputs`).
+        feature_level: the DirectML feature level to emulate.
+        rtol: relative tolerance of the verdict for floating-point outputs (0 with atol 0: exact).
+        atol: absolute tolerance of the verdict for floating-point outputs.
+        input_shapes: shapes of inputs with symbolic dims (input name -> shape, or dim name -> size), for
+            random inputs.
+        seed: the seed of random inputs.
+        index_mode: dmlshim's out-of-range policy (``"error"`` or ``"clamp"``).
+        optimization_level: onnxruntime's graph optimisation on every side: ``disabled`` (default),
+            ``basic``, ``extended`` or ``all``.
+
+    Returns:
+        The report; ``report.match`` says whether every output agreed with the like-for-like reference.
+
+    Raises:
+        BadModelError: the model cannot be read, or onnxruntime cannot load a partition of it.
+        BadInputError: the feeds do not fit the model, or onnxruntime rejects them (e.g. an index out of
+            range), or inputs cannot be generated, or an unknown optimisation level.
+        DmlShimError: dmlshim refused the run (e.g. ``IndexOutOfRangeError`` from an emulated node).
+    """
+    level = feature_level if isinstance(feature_level, FeatureLevel) else _level(feature_level)
+    mode = _index_mode(index_mode)
+    optimization_level_checked(optimization_level)
+    loaded = load_model(model)
+    try:
+        return _validate_loaded(
+            loaded, inputs, level, rtol, atol, input_shapes, seed, mode, optimization_level
+        )
+    except DmlShimError as exc:
+        # The engines run copies and parts of the model, so errors raised there do not know the file.
+        if exc.path is None and loaded.path is not None:
+            exc.path = str(loaded.path)
+        raise
+
+
+def optimization_level_checked(name: str) -> None:
+    """Raise BadInputError for an unknown optimisation level name."""
+    optimization_level(name)
+
+
+def _validate_loaded(
+    loaded: LoadedModel,
+    inputs: Mapping[str, np.ndarray] | str | os.PathLike[str] | None,
+    level: FeatureLevel,
+    rtol: float,
+    atol: float,
+    input_shapes: Mapping[str, Sequence[int]] | None,
+    seed: int,
+    index_mode: IndexMode,
+    opt_level: str,
+) -> ValidationReport:
+    proto = loaded.proto
+    feeds, source, generated = feeds_for(loaded, inputs, input_shapes, seed)
+    common = {"feature_level": level, "index_mode": index_mode, "level": opt_level, "model_path": loaded.path}
+    try:
+        ours = partitioned_run(proto, feeds, reference=False, **common)  # type: ignore[arg-type]
+        ref = partitioned_run(proto, feeds, reference=True, **common)  # type: ignore[arg-type]
+    except DmlShimError as exc:
+        if generated is not None:
+            annotate_error(exc, generated)  # say which shapes were generated and how to choose others
+        raise
+    whole, whole_error = whole_model_run(proto, feeds, opt_level)
+    exact = rtol == 0 and atol == 0
+
+    def agree(a: np.ndarray, b: np.ndarray) -> bool:
+        return compare_arrays(a, b, rtol, atol, exact=exact).match
+
+    deps = dependencies(proto.graph)
+    compared = compare_nodes(deps, ours.values, ref.values, agree)
+    shapes = {k: tuple(int(d) for d in np.shape(v)) for k, v in feeds.items()}
+    translations = _translations(proto, level, shapes)
+    records = {r.name: r for r in ours.record.nodes}
+    nodes = tuple(
+        NodeValidation(
+            name,
+            node.op_type,
+            translations.get(name),
+            records.get(name),
+            compared.get(name, ((), None))[1],
+            compared.get(name, ((), None))[0],
+        )
+        for name, node in walk_nodes(proto.graph)
+        if is_gather_scatter(node)
+    )
+
+    outputs: list[OutputComparison] = []
+    for o in proto.graph.output:
+        got, want = np.asarray(ours.outputs[o.name]), np.asarray(ref.outputs[o.name])
+        c = compare_arrays(got, want, rtol, atol, exact=exact)
+        outputs.append(
+            OutputComparison(
+                name=o.name,
+                match=c.match,
+                dtype=str(got.dtype),
+                shape=tuple(got.shape),
+                max_abs_diff=c.max_abs_diff,
+                mismatches=c.mismatches,
+                first_mismatch=c.first_mismatch,
+                problem=c.problem,
+                upstream_nodes=upstream_order(o.name, deps, nodes),
+                suspect_nodes=suspects(o.name, deps, nodes) if not c.match else (),
+                whole_model=_whole(got, whole[o.name], c.match) if whole is not None else None,
+                dmlshim=got,
+                reference=want,
+            )
+        )
+    report = ValidationReport(
+        model=loaded.path or "<in-memory model>",
+        feature_level=level,
+        match=all(o.match for o in outputs),
+        outputs=tuple(outputs),
+        nodes=nodes,
+        warnings=tuple(_warnings(nodes, level)),
+        rtol=rtol,
+        atol=atol,
+        inputs_source=source,
+        seed=seed if source == "random" else None,
+        input_shapes=tuple(shapes.items()),
+        input_symbols=tuple(generated.symbols.items()) if generated is not None else (),
+        optimization_levels=tuple((side, opt_level) for side in SIDES),
+        whole_model_error=whole_error,
+    )
+    logger.info("validate %s at %s: %s", report.model, level.short, "match" if report.match else "MISMATCH")
+    return report
+
+
+def _whole(got: np.ndarray, onnxruntime: np.ndarray, like_for_like_match: bool) -> WholeModelComparison:
+    onnxruntime = np.asarray(onnxruntime)
+    rtol, atol = dtype_tolerance(onnxruntime.dtype)
+    exact = compare_arrays(got, onnxruntime, exact=True)
+    close = exact if exact.match else compare_arrays(got, onnxruntime, rtol, atol)
+    if exact.match:
+        cause = CAUSE_IDENTICAL
+    elif like_for_like_match:
+        cause = CAUSE_OTHER_NODES
+    else:
+        cause = CAUSE_GATHER_SCATTER
+    return WholeModelComparison(
+        rtol=rtol,
+        atol=atol,
+        identical=exact.match,
+        within_tolerance=close.match,
+        max_abs_diff=exact.max_abs_diff,
+        mismatches=close.mismatches,
+        first_mismatch=close.first_mismatch or exact.first_mismatch,
+        problem=close.problem,
+        cause=cause,
+        onnxruntime=onnxruntime,
+    )
+
+
+def _translations(
+    proto: onnx.ModelProto, level: FeatureLevel, shapes: Mapping[str, tuple[int, ...]]
+) -> dict[str, NodeTranslation]:
+    graph = proto.graph
+    init = {t.name for t in graph.initializer}
+    names = {v.name for v in graph.input if v.name not in init}
+    try:
+        translation = translate_model(proto, level, {k: v for k, v in shapes.items() if k in names})
+    except DmlShimError as exc:
+        logger.warning("static translation failed (%s): node records carry the run only", exc)
+        return {}
+    return {t.name: t for t in translation.nodes}
+
+
+def _warnings(nodes: Sequence[NodeValidation], level: FeatureLevel) -> list[ValidationWarning]:
+    found: list[ValidationWarning] = []
+    for n in nodes:
+        rec = n.record
+        t = n.translation
+        ran_as_dml = rec is not None and rec.placement == PLACEMENT_DML
+        if t is not None and t.status.value == "error" and not ran_as_dml:
+            codes = ", ".join(t.reason_codes) or "unknown"
+            found.append(
+                ValidationWarning(W_TRANSLATION_ERROR, n.name, f"not translated to DirectML ({codes})")
+            )
+        if rec is not None:
+            found += _record_warnings(n, level)
+        if n.ort_placement == CPU_PROVIDER:
+            messages = [r.message for r in t.reasons if r.code.startswith("EP_")] if t else []
+            if rec is not None:
+                messages += [m for c, m in rec.reasons if c == "ort_cpu_preferred"]
+            why = "; ".join(messages)
+            found.append(
+                ValidationWarning(
+                    W_EP_CPU, n.name, why or "onnxruntime's DirectML provider would run this node on the CPU"
+                )
+            )
+        if n.attribution == ATTR_DIVERGES:
+            found.append(
+                ValidationWarning(
+                    W_NODE_DIFFERS,
+                    n.name,
+                    "every input agreed with the reference but this node's output did not: the "
+                    "divergence starts here",
+                )
+            )
+        elif n.attribution == ATTR_UPSTREAM:
+            differing = ", ".join(name for name, m in n.input_matches if m is False)
+            found.append(
+                ValidationWarning(
+                    W_INPUTS_DIFFER,
+                    n.name,
+                    f"inputs already differed (upstream): {differing}; this node is not to blame",
+                )
+            )
+    return found
+
+
+def _record_warnings(n: NodeValidation, level: FeatureLevel) -> list[ValidationWarning]:
+    rec = n.record
+    assert rec is not None
+    found: list[ValidationWarning] = []
+    if rec.status == "not_emulated":
+        found.append(
+            ValidationWarning(
+                W_NOT_EMULATED,
+                n.name,
+                "inside control flow: ran on onnxruntime CPU, not checked against DirectML semantics",
+            )
+        )
+    elif rec.placement != PLACEMENT_DML:
+        # Reasons about onnxruntime's DirectML provider get their own warning.
+        causes = [(c, m) for c, m in rec.reasons if not c.startswith("EP_")] or list(rec.reasons)
+        why = "; ".join(f"{c}: {m}" for c, m in causes) or rec.status
+        found.append(ValidationWarning(W_FALLBACK, n.name, f"ran on onnxruntime CPU: {why}"))
+    if rec.duplicate_indices:
+        found.append(
+            ValidationWarning(
+                W_DUPLICATES,
+                n.name,
+                f"{rec.duplicate_indices} scatter writes were overwritten by a later write; on "
+                "DirectML duplicate indices are invalid and no write is guaranteed to win",
+            )
+        )
+    if rec.negative_indices and level < FeatureLevel.FL_3_0:
+        found.append(
+            ValidationWarning(
+                W_NEGATIVE,
+                n.name,
+                f"negative indices seen: DirectML takes them only from DML_FEATURE_LEVEL_3_0 "
+                f"(target {level.dml_name}); they were normalised on the host",
+            )
+        )
+    for code, message in rec.notes:
+        if code == NOTE_SHAPE_DIFFERS:
+            found.append(ValidationWarning(W_SHAPE_NOTE, n.name, message))
+    return found
+
+
+def _level(text: str) -> FeatureLevel:
+    try:
+        return FeatureLevel.parse(text)
+    except ValueError as exc:
+        raise BadInputError(str(exc), value=text) from exc
+
+
+def _index_mode(text: str) -> IndexMode:
+    try:
+        return IndexMode(text)
+    except ValueError:
+        raise BadInputError(f"index_mode must be 'error' or 'clamp', not {text!r}", value=text) from None

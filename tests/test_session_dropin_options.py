@@ -1,0 +1,176 @@
+"""``sess_options`` for the whole model: one optimized model, one profile from ``end_profiling()``
+covering CPU partitions and emulated nodes, and the options reaching every onnxruntime session."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+
+from dmlshim import BadInputError, InferenceSession
+from dmlshim.execute.session_options import copy_options
+
+REPO = Path(__file__).resolve().parents[1]
+DECODER = REPO / "onnx_models" / "tiny_decoder_step.onnx"
+
+
+def decoder_feeds() -> dict[str, np.ndarray]:
+    with np.load(REPO / "onnx_models" / "tiny_decoder_step.npz") as z:
+        return {k: z[k] for k in z.files}
+
+
+def options(**settings: object) -> onnxruntime.SessionOptions:
+    so = onnxruntime.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.log_severity_level = 3
+    for key, value in settings.items():
+        setattr(so, key, value)
+    return so
+
+
+def test_optimized_model_is_the_whole_model_as_onnxruntime_writes_it(tmp_path: Path) -> None:
+    level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    ours_path, theirs_path = tmp_path / "ours" / "opt.onnx", tmp_path / "theirs" / "opt.onnx"
+    ours_path.parent.mkdir()
+    theirs_path.parent.mkdir()
+    sess = InferenceSession(
+        DECODER, options(optimized_model_filepath=str(ours_path), graph_optimization_level=level)
+    )
+    onnxruntime.InferenceSession(
+        str(DECODER),
+        options(optimized_model_filepath=str(theirs_path), graph_optimization_level=level),
+        providers=["CPUExecutionProvider"],
+    )
+    assert [p.name for p in ours_path.parent.iterdir()] == ["opt.onnx"]  # one file, not one per partition
+    ours, theirs = onnx.load(str(ours_path)), onnx.load(str(theirs_path))
+    assert [n.op_type for n in ours.graph.node] == [n.op_type for n in theirs.graph.node]
+    assert len(ours.graph.node) > 20  # the whole decoder, not a partition's fragment
+    record_ops = {"Gather", "GatherElements", "ScatterND"}
+    assert record_ops <= {n.op_type for n in ours.graph.node}
+    feeds = decoder_feeds()
+    ref = onnxruntime.InferenceSession(str(DECODER), options(), providers=["CPUExecutionProvider"])
+    want = ref.run(None, feeds)
+    for got, w in zip(InferenceSession(ours_path, options()).run(None, feeds), want, strict=True):
+        np.testing.assert_array_equal(got, w)
+    # The session itself ran with the caller's options minus the file: nothing else was written.
+    sess.run(None, feeds)
+    assert len(list(ours_path.parent.iterdir())) == 1
+
+
+def test_optimized_model_never_replaces_the_model(tmp_path: Path) -> None:
+    model = tmp_path / "m.onnx"
+    model.write_bytes(DECODER.read_bytes())
+    with pytest.raises(BadInputError, match="input"):
+        InferenceSession(model, options(optimized_model_filepath=str(model)))
+    assert model.read_bytes() == DECODER.read_bytes()
+
+
+def test_one_profile_covers_partitions_and_emulated_nodes(tmp_path: Path) -> None:
+    feeds = decoder_feeds()
+    before = time.time_ns()
+    sess = InferenceSession(DECODER, options(enable_profiling=True, profile_file_prefix=str(tmp_path / "p")))
+    assert before <= sess.get_profiling_start_time_ns() <= time.time_ns()
+    for _ in range(3):
+        sess.run(None, feeds)
+    record = sess.last_run_record
+    assert record is not None
+    name = sess.end_profiling()
+    assert sess.end_profiling() == ""
+    assert [str(p) for p in tmp_path.iterdir()] == [name]
+    assert Path(name).name.startswith("p_") and name.endswith(".json")
+    events = json.loads(Path(name).read_text(encoding="utf-8"))
+    assert isinstance(events, list)
+    for e in events:
+        assert e["ph"] == "X" and e["ts"] >= 0 and e["dur"] >= 0
+        assert set(e) == {"cat", "pid", "tid", "dur", "ts", "ph", "name", "args"}
+    assert [e["ts"] for e in events] == sorted(e["ts"] for e in events)
+    session_events = [e["name"] for e in events if e["cat"] == "Session" and "partition" not in e["args"]]
+    assert session_events.count("model_run") == 3
+    assert {"model_loading_uri", "session_initialization"} <= set(session_events)
+
+    emulated = [e for e in events if e["args"].get("emulated_by") == "dmlshim"]
+    want = sorted([f"{n.name}_kernel_time" for n in record.emulated] * 3)
+    assert sorted(e["name"] for e in emulated) == want
+    by_node = {e["name"]: e for e in emulated}
+    first = by_node["node_embedding_kernel_time"]["args"]
+    assert first["op_name"] == "Gather" and first["provider"] == "DmlExecutionProvider"
+    assert first["dml_operator"] == "DML_OPERATOR_GATHER"
+    assert first["input_type_shape"] == [{"float": [32, 16]}, {"int64": [1, 1]}]
+    assert first["output_type_shape"] == [{"float": [1, 1, 16]}]
+
+    cpu_nodes = [e for e in events if e["cat"] == "Node" and "partition" in e["args"]]
+    assert {e["args"]["provider"] for e in cpu_nodes} == {"CPUExecutionProvider"}
+    assert {"MatMul", "Softmax", "TopK"} <= {e["args"]["op_name"] for e in cpu_nodes}
+    assert record.cpu_partitions >= 2
+    assert len({e["args"]["partition"] for e in cpu_nodes}) == record.cpu_partitions
+    # Every event lies within the session's lifetime on one clock.
+    runs = [e for e in events if e["name"] == "model_run"]
+    for e in emulated:
+        assert any(r["ts"] <= e["ts"] and e["ts"] + e["dur"] <= r["ts"] + r["dur"] + 1 for r in runs)
+
+
+def test_profile_keeps_events_across_set_providers(tmp_path: Path) -> None:
+    sess = InferenceSession(DECODER, options(enable_profiling=True, profile_file_prefix=str(tmp_path / "p")))
+    sess.run(None, decoder_feeds())
+    sess.set_providers(["CPUExecutionProvider"])
+    sess.run(None, decoder_feeds())
+    events = json.loads(Path(sess.end_profiling()).read_text(encoding="utf-8"))
+    assert sum(e["name"] == "model_run" for e in events) == 2
+    assert any(e["args"].get("emulated_by") == "dmlshim" for e in events)
+    assert any(e["args"].get("partition") == "the model" for e in events)  # the CPU-only session
+
+
+def test_profile_prefix_folder_must_exist(tmp_path: Path) -> None:
+    with pytest.raises(BadInputError, match="profile_file_prefix"):
+        missing = str(tmp_path / "no" / "p")
+        InferenceSession(DECODER, options(enable_profiling=True, profile_file_prefix=missing))
+
+
+def test_default_profile_name_is_onnxruntimes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    sess = InferenceSession(DECODER, options(enable_profiling=True))
+    name = sess.end_profiling()
+    assert name.startswith("onnxruntime_profile__") and os.path.isfile(tmp_path / name)
+
+
+def test_options_reach_the_partitions() -> None:
+    so = options(
+        intra_op_num_threads=3,
+        graph_optimization_level=onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL,
+        enable_mem_pattern=False,
+        optimized_model_filepath="/nonexistent/opt.onnx",
+        enable_profiling=True,
+    )
+    so.add_session_config_entry("session.set_denormal_as_zero", "1")
+    copy = copy_options(so)
+    assert copy.intra_op_num_threads == 3 and not copy.enable_mem_pattern
+    assert copy.graph_optimization_level == onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    assert copy.get_session_config_entry("session.set_denormal_as_zero") == "1"
+    assert copy.optimized_model_filepath == "" and not copy.enable_profiling
+    profiled = copy_options(so, profile_prefix="/tmp/x/part")
+    assert profiled.enable_profiling and profiled.profile_file_prefix == "/tmp/x/part"
+
+
+def test_customop_engine_profile_shows_the_lowered_nodes(tmp_path: Path) -> None:
+    pytest.importorskip("onnxruntime_extensions")
+    so = options(enable_profiling=True, profile_file_prefix=str(tmp_path / "p"))
+    sess = InferenceSession(DECODER, so, engine="customop")
+    sess.run(None, decoder_feeds())
+    events = json.loads(Path(sess.end_profiling()).read_text(encoding="utf-8"))
+    ops = {e["args"]["op_name"] for e in events if e["cat"] == "Node"}
+    assert {"DmlGather_float32_int64", "DmlScatterND_float32_int64", "MatMul"} <= ops
+    assert len(list(tmp_path.iterdir())) == 1
+
+
+def test_plain_options_reach_the_engine_as_they_are(tmp_path: Path) -> None:
+    so = options()
+    assert InferenceSession(DECODER, so).engine.config.sess_options is so  # type: ignore[attr-defined]
+    profiled = options(enable_profiling=True, profile_file_prefix=str(tmp_path / "p"))
+    got = InferenceSession(DECODER, profiled).engine.config.sess_options  # type: ignore[attr-defined]
+    assert got is not profiled and got.enable_profiling and got.intra_op_num_threads == 1
