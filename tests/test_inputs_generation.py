@@ -27,19 +27,20 @@ IR_VERSION = 10
 VOCAB, POSITIONS, HEADS, HEAD_DIM = 50, 16, 2, 4
 
 
-def kv_cache_model(total: str = "total_sequence_length") -> onnx.ModelProto:
+def kv_cache_model(total: str = "total_sequence_length", step: bool = False) -> onnx.ModelProto:
     """One GPT-2-style attention step with a KV cache.
 
     input_ids/position_ids [batch, sequence_length] -> embeddings -> key [batch, 2, seq, 4];
     present = Concat(past_key [batch, 2, past, 4], key) along the sequence; the scores [.., seq, past+seq]
     get the mask [batch, total] added (so total must equal past + seq); ``last_key`` gathers position
-    total - 1 of ``present`` (valid only when total <= past + seq).
+    total - 1 of ``present`` (valid only when total <= past + seq). With ``step`` the key is reshaped to
+    [batch, 1, 2, 4], so the model runs only with sequence_length = 1 (one decoding step).
     """
     rng = np.random.default_rng(0)
     inits = [
         nh.from_array(rng.standard_normal((VOCAB, HEADS * HEAD_DIM)).astype(np.float32), "wte"),
         nh.from_array(rng.standard_normal((POSITIONS, HEADS * HEAD_DIM)).astype(np.float32), "wpe"),
-        nh.from_array(np.array([0, 0, HEADS, HEAD_DIM], np.int64), "kshape"),
+        nh.from_array(np.array([0, 1 if step else 0, HEADS, HEAD_DIM], np.int64), "kshape"),
         nh.from_array(np.array([1, 2], np.int64), "maskaxes"),
         nh.from_array(np.array(1, np.int64), "one"),
     ]
@@ -124,6 +125,16 @@ def test_kv_cache_symbols_are_related(total: str) -> None:
         )
 
 
+def test_decoding_step_needs_two_symbols_changed() -> None:
+    model = kv_cache_model(step=True)
+    generated = generate(model)
+    _relation_holds(generated.shapes)
+    assert generated.shapes["input_ids"][1] == 1 and generated.tries > 2
+    _ort(model, generated.feeds)
+    report = validate_model(model)
+    assert report.match and dict(report.input_symbols)["sequence_length"] == 1
+
+
 def test_kv_cache_validates_with_random_inputs(kv_path: Path) -> None:
     report = validate_model(kv_path)
     assert report.match and report.inputs_source == "random"
@@ -189,7 +200,9 @@ def test_input_shape_symbol_in_run_export_inspect_lower(kv_path: Path, tmp_path:
     nodes = {n["name"]: n for n in json.loads(r.out)["nodes"]}
     assert all(n["status"] == "dml" for n in nodes.values()), nodes
     without = json.loads(run_cli("inspect", kv_path, "--json").out)["nodes"]
-    assert any(n["status"] != "dml" for n in without)  # the sizes above are what made them static
+    # Without the sizes the nodes are described from ranks, their Sizes by name; the sizes made them static.
+    assert any("SIZES_SYMBOLIC" in [r["code"] for r in n["reasons"]] for n in without)
+    assert not any("SIZES_SYMBOLIC" in [r["code"] for r in n["reasons"]] for n in nodes.values())
 
     lowered = tmp_path / "lowered.onnx"
     args = ["lower", kv_path, "-o", lowered]

@@ -84,7 +84,9 @@ def test_text_report_with_fallback(capsys: pytest.CaptureFixture[str], with_fall
     assert "Gather/scatter nodes translated to DirectML: 1 of 2" in out
     assert "SCATTER_REDUCTION_UNSUPPORTED: 1" in out
     assert "gather_0" in out and "GATHER" in out and "scatter_add" in out
-    assert "Verdict: PARTIAL" in out and "Next: dmlshim run" in out
+    assert "Verdict: PARTIAL (1 of 2 run as DirectML operators; 1 fall back to the CPU)" in out
+    # No sample inputs beside the model: validate draws them (no placeholder file name).
+    assert f"Next: dmlshim validate {with_fallback} --feature-level 5_0" in out
 
 
 def test_json_schema(capsys: pytest.CaptureFixture[str], with_fallback: str) -> None:
@@ -114,15 +116,104 @@ def test_feature_level_spellings(capsys: pytest.CaptureFixture[str], with_fallba
     assert json.loads(out)["feature_level"] == "DML_FEATURE_LEVEL_3_0"
 
 
-def test_symbolic_dim_needs_input_shape(capsys: pytest.CaptureFixture[str], all_dml: str) -> None:
+def test_symbolic_dims_are_translated_from_ranks(capsys: pytest.CaptureFixture[str], all_dml: str) -> None:
+    # x is [batch, 4]: the descriptor is decided from the ranks; Sizes carry the dimension's name.
     code, out, _ = _run(capsys, all_dml)
-    assert code == 1 and "SHAPE_UNKNOWN" in out and "--input-shape x=N,4" in out
-    code, out, _ = _run(capsys, all_dml, "--input-shape", "x=2,4", "--json")
-    assert code == 0
+    assert code == 0 and "SHAPE_UNKNOWN" not in out and "SIZES_SYMBOLIC" in out
+    assert "Verdict: YES (every gather/scatter node runs as a DirectML operator; 1 with symbolic sizes" in out
+    code, out, _ = _run(capsys, all_dml, "--json")
     node = json.loads(out)["nodes"][0]
     assert node["status"] == "dml" and node["operator"]["desc"]["Axis"] == 1
+    assert node["plan"]["inputs"][0]["onnx_shape"] == ["batch", 4]
+    # A concrete shape, by input name or by dimension name, gives the exact descriptor.
+    for given in ("x=2,4", "batch=2"):
+        code, out, _ = _run(capsys, all_dml, "--input-shape", given, "--json")
+        assert code == 0
+        node = json.loads(out)["nodes"][0]
+        assert node["operator"]["desc"]["InputTensor"]["Sizes"] == [2, 4]
+        assert "SIZES_SYMBOLIC" not in [r["code"] for r in node["reasons"]]
     code, out, _ = _run(capsys, all_dml, "--input-shape", "x=2,4", "-l", "2_1")
     assert code == 0 and "Verdict: YES" in out and "normalize_indices" in out
+
+
+def _unknown_rank_model(tmp_path: Path, inputs: list[onnx.ValueInfoProto]) -> str:
+    # Reshape to a shape read from a tensor of unknown length: onnx cannot know the rank of its output.
+    return _save(
+        tmp_path,
+        [
+            helper.make_node("Reshape", ["x", "new_shape"], ["r"], name="reshape"),
+            helper.make_node("Gather", ["r", "i"], ["y"], axis=0, name="g"),
+        ],
+        inputs,
+        [helper.make_tensor("i", T.INT64, [1], [0])],
+        name="unknown_rank.onnx",
+    )
+
+
+def _unknown_rank_static_inputs(tmp_path: Path) -> str:
+    # The shape comes from NonZero: its length is unknown although every graph input is static.
+    return _save(
+        tmp_path,
+        [
+            helper.make_node("NonZero", ["m"], ["nz"], name="nonzero"),
+            helper.make_node("Reshape", ["nz", "flat"], ["new_shape"], name="flatten"),
+            helper.make_node("Reshape", ["x", "new_shape"], ["r"], name="reshape"),
+            helper.make_node("Gather", ["r", "i"], ["y"], axis=0, name="g"),
+        ],
+        [
+            helper.make_tensor_value_info("x", T.FLOAT, [2, 3]),
+            helper.make_tensor_value_info("m", T.BOOL, [6]),
+        ],
+        [helper.make_tensor("i", T.INT64, [1], [0]), helper.make_tensor("flat", T.INT64, [1], [-1])],
+        name="unknown_rank_static.onnx",
+    )
+
+
+def test_next_hint_names_the_models_own_symbolic_dims(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = _unknown_rank_model(
+        tmp_path,
+        [
+            helper.make_tensor_value_info("x", T.FLOAT, ["batch", "seq"]),
+            helper.make_tensor_value_info("new_shape", T.INT64, ["n"]),
+        ],
+    )
+    code, out, _ = _run(capsys, path)
+    assert code == 1 and "SHAPE_UNKNOWN" in out
+    nxt = out.splitlines()[-1]
+    hint = ["--input-shape", "batch=1", "--input-shape", "seq=1", "--input-shape", "n=1"]
+    assert nxt == f"Next: dmlshim inspect {path} {' '.join(hint)} --feature-level 5_0"
+    assert "D0" not in out and "NAME=" not in out
+    assert "Verdict: NO (0 of 1 run as DirectML operators; 1 of unknown rank or type)" in out
+    assert "fall back" not in out.split("Verdict:")[1]
+    # The hint works: with n fixed, the rank of the Reshape output is known.
+    code, out, _ = _run(capsys, path, *hint)
+    assert code == 0 and "SHAPE_UNKNOWN" not in out
+
+
+def test_next_hint_without_symbolic_inputs_suggests_validate(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = _unknown_rank_static_inputs(tmp_path)
+    code, out, _ = _run(capsys, path)
+    assert code == 1
+    assert out.splitlines()[-1] == f"Next: dmlshim validate {path} --feature-level 5_0"
+    assert "--input-shape" not in out.splitlines()[-1]
+
+
+def test_descriptors_and_graph_values(capsys: pytest.CaptureFixture[str], with_fallback: str) -> None:
+    code, out, _ = _run(capsys, with_fallback, "--descriptors")
+    assert code == 1
+    assert "Inputs:\n  x  float [5, 3]\n" in out
+    assert "Outputs:\n  s  ? (rank unknown)\n" in out
+    row = next(line for line in out.splitlines() if line.strip().startswith("gather_0"))
+    # Gather of [5, 3] by [2] on axis 0 (facts §5): D = max(2, 1, 2) = 2, Axis 0, IndexDimensions 1.
+    assert "Axis=0 IndexDimensions=1 Input[5,3] FLOAT32 Indices[1,2] INT64 Output[2,3] FLOAT32" in row
+    code, out, _ = _run(capsys, with_fallback, "--json")
+    doc = json.loads(out)
+    assert doc["inputs"] == [{"name": "x", "type": "float", "shape": [5, 3]}]
+    assert doc["outputs"] == [{"name": "s", "type": None, "shape": None}]
 
 
 def test_subgraph_node_named_with_path(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

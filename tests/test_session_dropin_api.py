@@ -379,3 +379,18 @@ def test_every_error_is_a_dmlshim_error() -> None:
     ):
         with pytest.raises(DmlShimError):
             call()
+
+
+def test_run_options_terminate_stops_the_run_as_in_onnxruntime() -> None:
+    feeds = decoder_feeds()
+    ro = onnxruntime.RunOptions()
+    ro.terminate = True
+    with pytest.raises(Exception, match="terminate flag"):
+        reference(str(DECODER)).run(None, feeds, ro)
+    sess = InferenceSession(DECODER, single_thread())
+    with pytest.raises(DmlShimError, match="terminate flag"):
+        sess.run(None, feeds, ro)
+    assert sess.last_run_record is None
+    ro.terminate = False
+    ro.log_severity_level = 3
+    assert len(sess.run(None, feeds, ro)) == 4

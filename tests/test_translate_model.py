@@ -89,12 +89,16 @@ def test_subgraph_nodes_are_listed_with_their_path() -> None:
     by_name = {n.name: n for n in mt.nodes}
     assert by_name["loop_node/body/scatter_1"].status is Status.DML
     assert by_name["scan_node/body/pick"].status is Status.DML
-    # x is [N, 3]: the If branches cannot be described statically.
-    assert by_name["if_node/then_branch/gather_then"].reason_codes[0] == "SHAPE_UNKNOWN"
+    # x is [N, 3]: the If branches are described from ranks, with N as a name.
+    then = by_name["if_node/then_branch/gather_then"]
+    assert then.status is Status.DML and "SIZES_SYMBOLIC" in then.reason_codes
     assert mt.total_nodes == 3 + 1 + 1 + 2 + 1
     summary = mt.summary
-    assert summary["dml"] == 2 and summary["error"] == 2 and summary["reasons"] == {"SHAPE_UNKNOWN": 2}
-    assert not summary["all_dml"]
+    assert summary["dml"] == 4 and summary["error"] == 0 and summary["notes"] == {"SIZES_SYMBOLIC": 2}
+    assert summary["all_dml"]
+    # Without symbolic translation they stay SHAPE_UNKNOWN (what the engines see before a run).
+    strict = translate_model(_subgraph_model(), symbolic=False).summary
+    assert strict["error"] == 2 and strict["reasons"] == {"SHAPE_UNKNOWN": 2}
 
 
 def test_input_shapes_resolve_symbolic_dims() -> None:

@@ -10,8 +10,10 @@ import argparse
 import os
 import sys
 
+import onnx
+
 from ..modelcheck import unknown_operators
-from ..report.inspect_report import render_json, render_text
+from ..report.inspect_report import GraphValue, render_json, render_text
 from ..translate.shapes_info import load_model, tensor_info
 from ..translate.translator import translate_model
 from .options import add_feature_level, add_input_shape, apply_input_shapes, input_shapes
@@ -22,7 +24,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", metavar="MODEL", help="the .onnx file")
     add_feature_level(parser, "target")
     add_input_shape(parser)
+    parser.add_argument(
+        "--descriptors",
+        action="store_true",
+        help="show each node's descriptor fields (UINT fields, Sizes, Strides, data types) in the table",
+    )
     parser.add_argument("--json", action="store_true", help="print the schema_version 1 JSON document")
+
+
+def graph_values(model: onnx.ModelProto) -> tuple[list[GraphValue], list[GraphValue]]:
+    """The graph's inputs (initializers excluded) and outputs."""
+    initializers = {init.name for init in model.graph.initializer}
+
+    def value(v: onnx.ValueInfoProto) -> GraphValue:
+        info = tensor_info(v)
+        return GraphValue(v.name, info.elem_type if info else 0, info.shape if info else None)
+
+    inputs = [value(v) for v in model.graph.input if v.name not in initializers]
+    return inputs, [value(v) for v in model.graph.output]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -38,17 +57,26 @@ def run(args: argparse.Namespace) -> int:
             "will refuse this model",
             file=sys.stderr,
         )
+    inputs, outputs = graph_values(model)
     if args.json:
-        sys.stdout.write(render_json(translation, args.model))
+        sys.stdout.write(render_json(translation, args.model, graph_inputs=inputs, graph_outputs=outputs))
     else:
-        initializers = {init.name for init in model.graph.initializer}
         symbolic: dict[str, tuple[object, ...]] = {}
-        for value in model.graph.input:
-            info = tensor_info(value)
-            if value.name in initializers or value.name in shapes or info is None:
+        for v in inputs:
+            if v.name in shapes or v.shape is None:
                 continue
-            if info.shape is not None and not info.is_static:
-                symbolic[value.name] = info.shape
+            dims = tuple(d for d in v.shape if not (isinstance(d, str) and d in shapes))
+            if any(not isinstance(d, int) for d in dims):
+                symbolic[v.name] = v.shape
         npz = os.path.splitext(args.model)[0] + ".npz"
-        sys.stdout.write(render_text(translation, args.model, symbolic, npz if os.path.isfile(npz) else None))
+        text = render_text(
+            translation,
+            args.model,
+            symbolic,
+            npz if os.path.isfile(npz) else None,
+            graph_inputs=inputs,
+            graph_outputs=outputs,
+            descriptors=args.descriptors,
+        )
+        sys.stdout.write(text)
     return 0 if translation.summary["all_dml"] else 1

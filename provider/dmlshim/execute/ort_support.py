@@ -13,6 +13,7 @@ from ..errors import BadInputError, IndexOutOfRangeError
 from ..modelcheck import ort_load_error
 from .fallback import for_onnxruntime
 from .profiling import separate_profile
+from .weights import SharedWeights
 
 ORT_ERRORS: tuple[type[BaseException], ...] = (RuntimeError, ValueError)
 try:  # onnxruntime's own exception types do not derive from RuntimeError.
@@ -61,11 +62,13 @@ def has_scatter(graph: onnx.GraphProto, skip: frozenset[str] = frozenset()) -> b
     return False
 
 
-def cpu_session(model: onnx.ModelProto | bytes, sess_options: Any, what: str) -> ort.InferenceSession:
+def cpu_session(
+    model: onnx.ModelProto | bytes, sess_options: Any, what: str, shared: SharedWeights | None = None
+) -> ort.InferenceSession:
     """An onnxruntime CPU session for ``model``; ``what`` names it in the error when onnxruntime refuses it.
 
     Without ``sess_options``, onnxruntime's defaults apply, except that a model with a scatter runs with one
-    intra-op thread.
+    intra-op thread; placeholders of ``shared`` initializers in ``model`` then get their arrays.
     """
     if isinstance(model, onnx.ModelProto):
         model = for_onnxruntime(model)  # deprecated Scatter as ScatterElements
@@ -78,6 +81,8 @@ def cpu_session(model: onnx.ModelProto | bytes, sess_options: Any, what: str) ->
             # onnxruntime's CPU ScatterND loses updates on duplicate indices with more than one intra-op
             # thread (results differ run to run); one thread makes it exact and deterministic.
             sess_options.intra_op_num_threads = 1
+        if shared is not None and isinstance(model, onnx.ModelProto):
+            shared.attach(sess_options, model)
     separate_profile(sess_options)
     payload = model if isinstance(model, bytes) else model.SerializeToString()
     try:

@@ -67,7 +67,8 @@ from .steps import (
     overwrites,
     reasons_of,
 )
-from .whole_model import WholeModelCheck, build_whole_model_check
+from .weights import SharedWeights, light_copy, without_weights
+from .whole_model import WholeModelCheck, augmented_model, build_whole_model_check
 
 __all__ = [
     "ORT_ERRORS",
@@ -193,7 +194,7 @@ class PartitionedEngine:
 
         _check_outputs_defined(graph)
         try:
-            inferred = infer_shapes(model)
+            inferred = infer_shapes(without_weights(model))
         except DmlShimError as exc:
             logger.warning("shape inference failed (%s); translating gather/scatter nodes at run time", exc)
             inferred = model
@@ -297,7 +298,13 @@ class PartitionedEngine:
         init_names = {t.name for t in graph.initializer}
         if not candidates:
             # Nothing to emulate: the model runs as it is, in one onnxruntime session.
-            session = cpu_session(model, config.sess_options, "the model")
+            whole = (
+                None
+                if config.sess_options is not None
+                else SharedWeights({t.name: t for t in graph.initializer})
+            )
+            payload = light_copy(model, whole) if whole else model
+            session = cpu_session(payload, config.sess_options, "the model", whole)
             self._steps.append(
                 CpuStep(session, [n for n in graph_inputs], [o.name for o in graph.output], "the model")
             )
@@ -326,6 +333,10 @@ class PartitionedEngine:
         overridable = init_names & set(graph_inputs)
         for name in ((emulated_reads | graph_outputs) & set(init_protos)) | overridable:
             self._static_values[name] = numpy_helper.to_array(init_protos[name])
+        # With onnxruntime's default options, large weights go to its sessions as arrays, not serialized.
+        shared = SharedWeights(init_protos) if config.sess_options is None else None
+        if shared is not None:
+            shared.adopt(self._static_values)
         self._copy_on_output = frozenset(graph_outputs & (set(graph_inputs) | set(self._static_values)))
 
         crossing = {n for step in partition.segments for n in step.inputs}
@@ -341,7 +352,7 @@ class PartitionedEngine:
                     f"CPU partition {segments} (nodes {names[step.nodes[0]]!r}..{names[step.nodes[-1]]!r})"
                 )
                 build = functools.partial(
-                    _segment_session, model, step, seg_types, init_protos, config, label
+                    _segment_session, model, step, seg_types, init_protos, config, label, shared
                 )
                 self._steps.append(CpuStep(build, step.inputs, step.outputs, label))
                 segments += 1
@@ -369,7 +380,7 @@ class PartitionedEngine:
         if config.whole_model_check and not reference and segments >= MIN_SEGMENTS_FOR_CHECK:
             emulated = [s for s in self._steps if isinstance(s, EmulatedStep)]
             outputs = frozenset(s.output for s in emulated)
-            make = functools.partial(_whole_session, model, config, outputs)
+            make = functools.partial(_whole_session, model, config, outputs, shared)
             self._check = build_whole_model_check(
                 model, emulated, set(graph_inputs), make, ORT_ERRORS, self._static_values
             )
@@ -377,6 +388,8 @@ class PartitionedEngine:
             for cpu_step in self._steps:
                 if isinstance(cpu_step, CpuStep):
                     _ = cpu_step.session  # built now, so that a segment onnxruntime refuses fails here
+        if shared is not None:
+            shared.release()  # segments built later (if ever) make their arrays again
         self._finish_init()
 
     def _finish_init(self) -> None:
@@ -500,20 +513,33 @@ def _segment_session(
     init_protos: Mapping[str, onnx.TensorProto],
     config: EngineConfig,
     label: str,
+    shared: SharedWeights | None,
 ) -> ort.InferenceSession:
-    return cpu_session(segment_model(model, segment, types, init_protos), config.sess_options, label)
+    seg_model = segment_model(model, segment, types, init_protos, shared)
+    return cpu_session(seg_model, config.sess_options, label, shared)
 
 
 def _whole_session(
-    model: onnx.ModelProto, config: EngineConfig, emulated: frozenset[str], payload: bytes
+    model: onnx.ModelProto,
+    config: EngineConfig,
+    emulated: frozenset[str],
+    shared: SharedWeights | None,
+    extra_outputs: Sequence[str],
 ) -> ort.InferenceSession:
-    """The whole-model check's session. With default options it keeps onnxruntime's default thread count
-    unless a scatter that no kernel replaces would run in it (onnxruntime's CPU scatters lose updates on
-    duplicate indices with several threads); emulated scatters are checked against their kernel anyway."""
+    """The whole-model check's session: the model with ``extra_outputs`` added. With default options it
+    keeps onnxruntime's default thread count unless a scatter that no kernel replaces would run in it
+    (onnxruntime's CPU scatters lose updates on duplicate indices with several threads); emulated
+    scatters are checked against their kernel anyway."""
     options = config.sess_options
     if options is None:
         options = ort.SessionOptions()
         options.log_severity_level = 4
         if has_scatter(model.graph, skip=emulated):
             options.intra_op_num_threads = 1
+    if shared is not None and config.sess_options is None:
+        light = light_copy(model, shared, extra_outputs)
+        shared.attach(options, light)
+        payload = light.SerializeToString()
+    else:
+        payload = augmented_model(model, extra_outputs)
     return ort.InferenceSession(payload, options, providers=["CPUExecutionProvider"])

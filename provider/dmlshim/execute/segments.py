@@ -22,6 +22,7 @@ from ..errors import BadModelError, DmlShimError
 from ..translate import infer_shapes
 from ..translate.plan import elem_type_of
 from .partition import CpuSegment
+from .weights import SharedWeights, placeholder, without_weights
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ def proven_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
     takes part. Empty when inference fails.
     """
     copy = onnx.ModelProto()
-    copy.CopyFrom(model)
+    copy.CopyFrom(without_weights(model))  # only types and shapes of large initializers matter here
     del copy.graph.value_info[:]
     for out in copy.graph.output:
         if out.type.HasField("tensor_type"):
@@ -110,8 +111,10 @@ def segment_model(
     segment: CpuSegment,
     types: Mapping[str, onnx.TypeProto],
     init_protos: Mapping[str, onnx.TensorProto],
+    shared: SharedWeights | None = None,
 ) -> onnx.ModelProto:
-    """An ONNX model of one CPU segment: its nodes, the initializers they read, typed inputs, outputs."""
+    """An ONNX model of one CPU segment: its nodes, the initializers they read, typed inputs, outputs.
+    Initializers in ``shared`` appear as placeholders (the session gets their arrays)."""
     graph = model.graph
     seg = onnx.GraphProto(name=f"{graph.name or 'graph'}_cpu{segment.index}")
     seg.node.extend(graph.node[i] for i in segment.nodes)
@@ -127,7 +130,8 @@ def segment_model(
         vi.name = name
         vi.type.CopyFrom(tp)
     for name in segment.initializers:
-        seg.initializer.append(init_protos[name])
+        tensor = init_protos[name]
+        seg.initializer.append(placeholder(tensor) if shared is not None and name in shared else tensor)
     for name in segment.outputs:
         seg.output.add().name = name
     out = onnx.ModelProto(

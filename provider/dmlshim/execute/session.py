@@ -322,6 +322,9 @@ class InferenceSession:
         return self._validator.validate(input_feed)
 
     def _execute(self, names: list[str], feeds: dict[str, Any], run_options: Any) -> list[Any]:
+        if run_options is not None and getattr(run_options, "terminate", False):
+            # As onnxruntime: a run asked to terminate does not start (emulated nodes included).
+            raise DmlShimError("exiting due to terminate flag being set to true (RunOptions.terminate)")
         with self._span("model_run"):
             outputs, record = self._engine.run(names, feeds, run_options=run_options)
         self._last_run_record = record

@@ -144,18 +144,19 @@ def build_whole_model_check(
     model: onnx.ModelProto,
     steps: Sequence[EmulatedStepLike],
     known: set[str],
-    make_session: Callable[[bytes], Any],
+    make_session: Callable[[list[str]], Any],
     ort_errors: tuple[type[BaseException], ...],
     static: Mapping[str, Any],
 ) -> WholeModelCheck | None:
-    """The check for ``model``, or None when onnxruntime cannot run the model whole (it refuses an
+    """The check for ``model`` (``make_session`` builds the session of the model with the extra outputs
+    it is given), or None when onnxruntime cannot run the model whole (it refuses an
     operator or a type that the emulated nodes cover, say) or nothing is emulated."""
     if not steps:
         return None
     graph_outputs = [o.name for o in model.graph.output]
     captured = captured_names(steps, known | set(static), graph_outputs)
     try:
-        session = make_session(augmented_model(model, captured))
+        session = make_session(captured)
     except Exception as exc:
         logger.debug("whole-model check unavailable: %s", exc)
         return None

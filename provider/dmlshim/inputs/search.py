@@ -5,10 +5,12 @@ KV-cache decoder's ``attention_mask`` length is ``past_sequence_length + sequenc
 decoder needs ``sequence_length = 1``) are found by trying candidates on onnxruntime CPU, cheapest first:
 
 1. every free symbol at the default size (2);
-2. one symbol changed to a sum of two other symbols' sizes, one more than another's, or 1 (symbols that
+2. one symbol changed to a sum of two other symbols' sizes or one more than another's (symbols that
    appear in few inputs first: a total length usually appears only in the mask);
-3. every symbol at 1;
-4. two symbols changed together (e.g. ``sequence_length = 1`` and the total one more than the past).
+3. one symbol at 1, alone or with another changed as in 2 (``sequence_length = 1`` and the total one more
+   than the past: one decoding step); 1s come after 2 because a size of 1 broadcasts and can hide a
+   relation;
+4. two symbols changed as in 2, every symbol at 1, one symbol at 0.
 
 Dimensions written as expressions (``past_sequence_length + sequence_length``, ``s0 + s1``) are computed
 from their symbols, never searched. The first candidate that runs is used; when none does, the error
@@ -148,30 +150,42 @@ class _Candidates:
 
 
 def _assignments(dims: ModelDims, given: Mapping[str, int], default: int) -> Iterator[dict[str, int]]:
-    """Symbol assignments to try, cheapest and likeliest first (duplicates removed by the caller)."""
+    """Symbol assignments to try, likeliest first (duplicates removed by the caller).
+
+    A size of 1 broadcasts against anything, so a choice that sets a symbol to 1 can run while hiding the
+    relation the model means (a mask of length 1 is broadcast over any total length): choices with fewer
+    symbols at 1 come first.
+    """
     free = [s for s in dims.symbols if s not in given]
     base = {**{s: default for s in free}, **given}
-    yield dict(base)
     uses = Counter(
         s for spec in dims.inputs for d in (spec.dims or ()) for s in (d.symbol, *d.names) if s is not None
     )
+    # Symbols used by few inputs first: a total length usually appears only in the mask.
     order = sorted(free, key=lambda s: (uses[s], free.index(s)))
 
     def options(symbol: str, values: Mapping[str, int]) -> list[int]:
+        """Sums of two other symbols' sizes, then one more than another's (never 0 or 1)."""
         others = [v for s, v in values.items() if s != symbol]
         sums = sorted({a + b for a, b in itertools.combinations(others, 2)})
         plus_one = sorted({a + 1 for a in others})
-        return [v for v in dict.fromkeys([*sums, *plus_one, 1]) if v != values[symbol] and v > 0]
+        return [v for v in dict.fromkeys([*sums, *plus_one]) if v != values[symbol] and v > 1]
 
-    for symbol in order:
+    yield dict(base)
+    for symbol in order:  # one symbol changed, no 1s
         for value in options(symbol, base):
             yield {**base, symbol: value}
+    for symbol in order:  # one symbol at 1
+        yield {**base, symbol: 1}
+    for first, second in itertools.permutations(order, 2):  # one at 1, another changed
+        step = {**base, first: 1}
+        for value in options(second, step):
+            yield {**step, second: value}
+    for first, second in itertools.permutations(order, 2):  # two changed, no 1s
+        step = {**base, first: default + 1}
+        for value in options(second, step):
+            yield {**step, second: value}
     yield {**base, **{s: 1 for s in free}}
-    for first, second in itertools.permutations(order, 2):
-        for v1 in (1, default + 1):
-            step = {**base, first: v1}
-            for v2 in options(second, step):
-                yield {**step, second: v2}
     for symbol in order:
         yield {**base, symbol: 0}
 

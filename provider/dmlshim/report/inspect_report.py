@@ -8,13 +8,39 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from ..translate.plan import NodeTranslation, Status
+from ..translate.plan import NodeTranslation, Status, elem_type_name
+from ..translate.symbolic import describe
 from ..translate.translator import ModelTranslation
 from .text import table
 
-__all__ = ["next_command", "render_json", "render_text", "verdict"]
+__all__ = ["GraphValue", "next_command", "render_json", "render_text", "verdict"]
+
+PROVIDER_WARNINGS = frozenset({"EP_OUTPUT_UNWRITTEN", "EP_DESCRIPTOR_FAILS"})
+"""``EP_*`` codes that warn about what the provider computes, not where it places the node."""
+
+
+@dataclass(frozen=True)
+class GraphValue:
+    """A graph input or output as the report shows it.
+
+    Attributes:
+        name: the value's name.
+        elem_type: ONNX element type (0 = unknown).
+        shape: dims (int, dim name, or None for unnamed), None when the rank is unknown.
+    """
+
+    name: str
+    elem_type: int
+    shape: tuple[int | str | None, ...] | None
+
+    def render(self) -> str:
+        kind = elem_type_name(self.elem_type) if self.elem_type else "?"
+        if self.shape is None:
+            return f"{kind} (rank unknown)"
+        return f"{kind} [{', '.join('?' if d is None or d == '' else str(d) for d in self.shape)}]"
 
 
 def verdict(mt: ModelTranslation) -> str:
@@ -25,28 +51,65 @@ def verdict(mt: ModelTranslation) -> str:
     return "PARTIAL" if summary["dml"] else "NO"
 
 
+def _meaning(mt: ModelTranslation) -> str:
+    """The verdict in words, from the counts: nothing is said that did not happen."""
+    s = mt.summary
+    if not mt.nodes:
+        return "nothing to translate"
+    symbolic = sum(1 for n in mt.nodes if n.ok and n.symbolic)
+    if s["all_dml"]:
+        out = "every gather/scatter node runs as a DirectML operator"
+        if symbolic:
+            out += f"; {symbolic} with symbolic sizes, whose size limits are checked when they run"
+        return out
+    parts = []
+    if s["fallback"]:
+        parts.append(f"{s['fallback']} fall back to the CPU")
+    if s["error"]:
+        unknown = sum(1 for n in mt.nodes if "SHAPE_UNKNOWN" in n.reason_codes)
+        if unknown:
+            parts.append(f"{unknown} of unknown rank or type")
+        if s["error"] - unknown:
+            parts.append(f"{s['error'] - unknown} not translated")
+    head = f"{s['dml']} of {s['gather_scatter_nodes']} run as DirectML operators"
+    return head + "; " + ", ".join(parts)
+
+
 def next_command(
     mt: ModelTranslation,
     model_path: str,
     symbolic_inputs: Mapping[str, Sequence[object]] | None = None,
     inputs_path: str | None = None,
 ) -> str:
-    """The command a user most likely wants next (``inputs_path``: a sample .npz, if one is known)."""
+    """The command a user most likely wants next.
+
+    Args:
+        mt: the translation.
+        model_path: the model as the user named it.
+        symbolic_inputs: the model's graph inputs with symbolic or unknown dims (name -> dims), those not
+            fixed by ``--input-shape``.
+        inputs_path: a sample .npz beside the model, if there is one.
+    """
     level = mt.feature_level.short
     codes = {code for n in mt.nodes for code in n.reason_codes}
-    if "SHAPE_UNKNOWN" in codes:
-        args = (
-            " ".join(
-                f"--input-shape {name}={','.join(str(d) if isinstance(d, int) else 'N' for d in dims)}"
-                for name, dims in (symbolic_inputs or {}).items()
-            )
-            or "--input-shape NAME=D0,D1,.."
-        )
-        return f"dmlshim inspect {model_path} {args}"
-    npz = inputs_path or "INPUTS.npz"
-    if not mt.nodes:
-        return f"dmlshim run {model_path} --inputs {npz}"
-    return f"dmlshim run {model_path} --inputs {npz} --feature-level {level}"
+    if "SHAPE_UNKNOWN" in codes and symbolic_inputs:
+        # Sizes for the model's own symbolic dimensions (by name, as every command takes them); an unnamed
+        # dimension needs the input's whole shape.
+        named: dict[str, None] = {}
+        whole: list[str] = []
+        for name, dims in symbolic_inputs.items():
+            if any(not isinstance(d, (int, str)) or d == "" for d in dims):
+                shape = ",".join(str(d) if isinstance(d, int) else "1" for d in dims)
+                whole.append(f"--input-shape {name}={shape}")
+            else:
+                named.update((str(d), None) for d in dims if isinstance(d, str))
+        args = [f"--input-shape {d}=1" for d in named] + whole
+        if args:
+            return f"dmlshim inspect {model_path} {' '.join(args)} --feature-level {level}"
+    if inputs_path is not None:
+        return f"dmlshim run {model_path} --inputs {inputs_path} --feature-level {level}"
+    # validate draws inputs itself (and translates nodes of unknown shape with the real ones).
+    return f"dmlshim validate {model_path} --feature-level {level}"
 
 
 def _operator_cell(node: NodeTranslation) -> str:
@@ -55,11 +118,39 @@ def _operator_cell(node: NodeTranslation) -> str:
     return node.operator.operator_type.dml_name.removeprefix("DML_OPERATOR_")
 
 
+def _dims(values: Sequence[int]) -> str:
+    return "[" + ",".join(str(describe(v)) for v in values) + "]"
+
+
+def descriptor_line(node: NodeTranslation) -> str:
+    """The descriptor's fields in one line: the UINT fields, then each tensor's Sizes (Strides) and type."""
+    op = node.operator
+    if op is None:
+        return "-"
+    parts = [f"{k}={v}" for k, v in op.uints().items()]
+    for field, tensor in op.tensors().items():
+        text = f"{field.removesuffix('Tensor')}{_dims(tensor.sizes)}"
+        if tensor.strides is not None:
+            text += f" strides {_dims(tensor.strides)}"
+        parts.append(f"{text} {tensor.data_type.name}")
+    return " ".join(parts)
+
+
+def _counts(title: str, counts: Mapping[str, int]) -> list[str]:
+    if not counts:
+        return []
+    return ["", title, *(f"  {code}: {count}" for code, count in counts.items())]
+
+
 def render_text(
     mt: ModelTranslation,
     model_path: str,
     symbolic_inputs: Mapping[str, Sequence[object]] | None = None,
     inputs_path: str | None = None,
+    *,
+    graph_inputs: Sequence[GraphValue] = (),
+    graph_outputs: Sequence[GraphValue] = (),
+    descriptors: bool = False,
 ) -> str:
     """The human-readable report of ``dmlshim inspect``.
 
@@ -68,12 +159,20 @@ def render_text(
         model_path: the model file, as the user named it.
         symbolic_inputs: graph inputs with symbolic dims (for the ``--input-shape`` hint).
         inputs_path: a sample-input .npz beside the model, for the suggested ``dmlshim run``.
+        graph_inputs: the graph's inputs (initializers excluded), shown after the target.
+        graph_outputs: the graph's outputs.
+        descriptors: add each node's descriptor fields (Sizes, Axis, counts), one line per node.
     """
     s = mt.summary
     lines = [
         f"Model: {model_path}",
         f"Target: {mt.feature_level.dml_name} (ai.onnx opset {mt.opset}; {s['total_nodes']} nodes, "
         f"{s['gather_scatter_nodes']} gather/scatter)",
+    ]
+    for title, values in (("Inputs", graph_inputs), ("Outputs", graph_outputs)):
+        if values:
+            lines += ["", f"{title}:", *table([[v.name, v.render()] for v in values])]
+    lines += [
         "",
         f"Gather/scatter nodes translated to DirectML: {s['dml']} of {s['gather_scatter_nodes']}"
         + (f" ({s['fallback']} fall back to CPU, {s['error']} not translated)" if not s["all_dml"] else ""),
@@ -83,58 +182,86 @@ def render_text(
     ]
     if s["min_feature_level"]:
         lines.append(f"Lowest feature level for every translated node: {s['min_feature_level']}")
-    if s["reasons"]:
-        lines += ["", "Not translated because:"]
-        lines += [f"  {code}: {count}" for code, count in s["reasons"].items()]
-    if s["ort_reasons"]:
-        lines += ["", "onnxruntime's DirectML EP would not run on DML because:"]
-        lines += [f"  {code}: {count}" for code, count in s["ort_reasons"].items()]
-    if s["notes"]:
-        lines += ["", "Notes on translated nodes:"]
-        lines += [f"  {code}: {count}" for code, count in s["notes"].items()]
+    ep = s["ort_reasons"]
+    lines += _counts("Not translated because:", s["reasons"])
+    lines += _counts(
+        "onnxruntime's DirectML EP would not run on DML because:",
+        {c: n for c, n in ep.items() if c not in PROVIDER_WARNINGS},
+    )
+    lines += _counts(
+        "Warnings: onnxruntime's DirectML EP differs from ONNX here:",
+        {c: n for c, n in ep.items() if c in PROVIDER_WARNINGS},
+    )
+    lines += _counts("Notes on translated nodes:", s["notes"])
     if mt.nodes:
-        rows = [["NODE", "OP", "SINCE", "STATUS", "DML OPERATOR", "MIN FL", "ORT EP"]]
-        for n in mt.nodes:
-            rows.append(
-                [
-                    n.name,
-                    n.op_type,
-                    str(n.since_version),
-                    n.status.value,
-                    _operator_cell(n),
-                    n.min_feature_level.short if n.min_feature_level else "-",
-                    (n.ort_placement or "rejected").removesuffix("ExecutionProvider"),
-                ]
-            )
-        lines += ["", "Nodes:", *table(rows)]
-        detailed = [n for n in mt.nodes if n.reasons or n.host_steps]
-        if detailed:
-            lines += ["", "Details:"]
-            for n in detailed:
-                lines.append(f"  {n.name}:")
-                for r in n.reasons:
-                    mark = "note" if n.status is Status.DML else n.status.value
-                    lines.append(f"    [{mark}] {r.code}: {r.message}")
-                for step in n.host_steps:
-                    lines.append(f"    [host] {step.kind.value}: {step.description}")
+        lines += ["", "Nodes:", *table(_node_rows(mt.nodes, descriptors))]
+        lines += _details(mt.nodes)
     else:
         lines += ["", "No Gather, GatherElements, GatherND, Scatter, ScatterElements or ScatterND node."]
-    v = verdict(mt)
-    meaning = {
-        "YES": "every gather/scatter node runs as a DirectML operator",
-        "PARTIAL": "some gather/scatter nodes fall back to the CPU",
-        "NO": "no gather/scatter node runs as a DirectML operator",
-    }[v]
-    if not mt.nodes:
-        meaning = "nothing to translate"
     nxt = next_command(mt, model_path, symbolic_inputs, inputs_path)
-    lines += ["", f"Verdict: {v} ({meaning})", f"Next: {nxt}"]
+    lines += ["", f"Verdict: {verdict(mt)} ({_meaning(mt)})", f"Next: {nxt}"]
     return "\n".join(lines) + "\n"
 
 
-def render_json(mt: ModelTranslation, model_path: str | None = None) -> str:
-    """The ``--json`` document: schema_version 1 (extra keys: model, and each node's plan)."""
+def _node_rows(nodes: Sequence[NodeTranslation], descriptors: bool) -> list[list[str]]:
+    rows = [["NODE", "OP", "SINCE", "STATUS", "DML OPERATOR", "MIN FL", "ORT EP"]]
+    if descriptors:
+        rows[0].append("DESCRIPTOR")
+    for n in nodes:
+        level = n.min_feature_level
+        row = [
+            n.name,
+            n.op_type,
+            str(n.since_version),
+            n.status.value,
+            _operator_cell(n),
+            level.short if level else "-",
+            (n.ort_placement or "rejected").removesuffix("ExecutionProvider"),
+        ]
+        if descriptors:
+            row.append(descriptor_line(n))
+        rows.append(row)
+    return rows
+
+
+def _details(nodes: Sequence[NodeTranslation]) -> list[str]:
+    lines: list[str] = []
+    for n in nodes:
+        if not n.reasons and not n.host_steps:
+            continue
+        lines.append(f"  {n.name}:")
+        for r in n.reasons:
+            if r.code in PROVIDER_WARNINGS:
+                mark = "warning"
+            else:
+                mark = "note" if n.status is Status.DML else n.status.value
+            lines.append(f"    [{mark}] {r.code}: {r.message}")
+        for step in n.host_steps:
+            lines.append(f"    [host] {step.kind.value}: {step.description}")
+    return ["", "Details:", *lines] if lines else []
+
+
+def render_json(
+    mt: ModelTranslation,
+    model_path: str | None = None,
+    *,
+    graph_inputs: Sequence[GraphValue] = (),
+    graph_outputs: Sequence[GraphValue] = (),
+) -> str:
+    """The ``--json`` document: schema_version 1 (extra keys: model, inputs, outputs, each node's plan)."""
     doc: dict[str, Any] = mt.to_json()
+    head: dict[str, Any] = {"schema_version": doc.pop("schema_version")}
     if model_path is not None:
-        doc = {"schema_version": doc.pop("schema_version"), "model": model_path, **doc}
-    return json.dumps(doc, indent=2, allow_nan=False) + "\n"
+        head["model"] = model_path
+    if graph_inputs or graph_outputs:
+        head["inputs"] = [_value_json(v) for v in graph_inputs]
+        head["outputs"] = [_value_json(v) for v in graph_outputs]
+    return json.dumps({**head, **doc}, indent=2, allow_nan=False) + "\n"
+
+
+def _value_json(v: GraphValue) -> dict[str, Any]:
+    return {
+        "name": v.name,
+        "type": elem_type_name(v.elem_type) if v.elem_type else None,
+        "shape": None if v.shape is None else [d if d != "" else None for d in v.shape],
+    }

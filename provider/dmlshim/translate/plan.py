@@ -398,7 +398,16 @@ class NodeTranslation:
                 "inputs": [b.to_json() for b in self.inputs],
                 "output": self.output.to_json(),
             }
+        if self.symbolic:
+            from .symbolic import render_json
+
+            out = render_json(out)
         return out
+
+    @property
+    def symbolic(self) -> bool:
+        """Whether the descriptor's sizes stand for symbolic dimensions (a ``SIZES_SYMBOLIC`` note)."""
+        return any(r.code == "SIZES_SYMBOLIC" for r in self.reasons)
 
 
 _T = TypeVar("_T")

@@ -45,6 +45,7 @@ from .plan import (
 )
 from .shapes_info import infer_shapes, tensor_info
 from .support_table import SUPPORTED_OPS, find_row
+from .symbolic import SIZE_DEPENDENT_RULES, symbolic_note
 
 logger = logging.getLogger(__name__)
 
@@ -133,6 +134,7 @@ def translate_node(
     feature_level: FeatureLevel = DEFAULT_FEATURE_LEVEL,
     *,
     name: str | None = None,
+    symbolic: bool = False,
 ) -> NodeTranslation:
     """Translate one ONNX node with known input types and shapes to a DirectML operator and its plan.
 
@@ -143,6 +145,9 @@ def translate_node(
         inputs: static type and shape of each node input, in order (None = unknown).
         feature_level: the target DirectML feature level (default DML_FEATURE_LEVEL_5_0).
         name: the name to report (default: the node's name, else ``op_type``).
+        symbolic: translate inputs of known rank and type but symbolic sizes with placeholder sizes
+            (a description for people, with a ``SIZES_SYMBOLIC`` note; not something to run). Without
+            it such nodes are ``SHAPE_UNKNOWN``.
 
     Returns:
         The translation. Status ``error`` with reason ``OP_UNSUPPORTED`` or ``OPSET_UNSUPPORTED`` for ops
@@ -184,7 +189,16 @@ def translate_node(
     # The label is part of the key: a node's output name already makes its key unique in a model, so
     # sharing one cached translation between labels would save nothing and cost a renamed copy per call.
     return _translate(
-        label, op_type, domain, since, _attributes(node), tuple(node.input), output, tuple(inputs), fl
+        label,
+        op_type,
+        domain,
+        since,
+        _attributes(node),
+        tuple(node.input),
+        output,
+        tuple(inputs),
+        fl,
+        symbolic,
     )
 
 
@@ -207,6 +221,8 @@ def _attempt(ctx: ConvertContext) -> tuple[Status, Lowering | None, tuple[Reason
     except NodeFailure as failure:
         return (Status.FALLBACK if failure.fallback else Status.ERROR), None, failure.reasons
     violations = validate(lowering.operator, ctx.feature_level)
+    if violations and ctx.symbolic:
+        violations = [v for v in violations if v.rule not in SIZE_DEPENDENT_RULES]
     if violations:
         return (
             Status.FALLBACK,
@@ -214,6 +230,16 @@ def _attempt(ctx: ConvertContext) -> tuple[Status, Lowering | None, tuple[Reason
             tuple(Reason("DESCRIPTOR_INVALID", str(v), v.as_dict()) for v in violations),
         )
     return Status.DML, lowering, lowering.notes
+
+
+def _dim_names(inputs: tuple[TensorInfo | None, ...]) -> list[str]:
+    return [
+        d if isinstance(d, str) and d else "?"
+        for info in inputs
+        if info is not None and info.shape is not None
+        for d in info.shape
+        if not (isinstance(d, int) and d >= 0)
+    ]
 
 
 def _role_shapes(inputs: tuple[TensorInfo | None, ...]) -> dict[str, tuple[int | str | None, ...]]:
@@ -253,17 +279,22 @@ def _translate(
     output_name: str,
     inputs: tuple[TensorInfo | None, ...],
     fl: FeatureLevel,
+    symbolic: bool = False,
 ) -> NodeTranslation:
     row = find_row(op_type, since)
     assert row is not None
-    ctx = ConvertContext(op_type, since, attributes, input_names, output_name, inputs, fl, row)
+    # Placeholder sizes only where some input has them: a static node translates exactly as before.
+    symbolic = symbolic and any(info is not None and not info.is_static for info in inputs)
+    ctx = ConvertContext(op_type, since, attributes, input_names, output_name, inputs, fl, row, symbolic)
     status, lowering, reasons = _attempt(ctx)
+    if symbolic and status is not Status.ERROR:
+        reasons = (*reasons, symbolic_note(_dim_names(inputs)))
 
     # Nothing that runs the node reads the lowest level, and finding it lowers the node again at lower
     # levels: defer that to the first read.
     min_fl = None
     if status is not Status.ERROR:
-        context = (op_type, since, attributes, input_names, output_name, inputs, fl, row)
+        context = (op_type, since, attributes, input_names, output_name, inputs, fl, row, symbolic)
         min_fl = Deferred(_lowest_level, *context, status)
     reduction = ctx.attr("reduction", "none")
     elem_types = tuple(info.elem_type if info is not None else 0 for info in inputs)
@@ -446,6 +477,8 @@ def translate_model(
     model: onnx.ModelProto,
     feature_level: FeatureLevel = DEFAULT_FEATURE_LEVEL,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
+    *,
+    symbolic: bool = True,
 ) -> ModelTranslation:
     """Translate every gather/scatter node of a model, subgraphs included.
 
@@ -454,6 +487,8 @@ def translate_model(
         feature_level: the target DirectML feature level.
         input_shapes: concrete shapes for graph inputs, replacing symbolic or unknown dims before shape
             inference (the ``--input-shape`` option).
+        symbolic: translate nodes with symbolic sizes from their ranks and types (see
+            :func:`translate_node`); their descriptors are descriptions, not something to run.
 
     Returns:
         The translations and counts; nodes whose shapes stay unknown have status ``error`` with reason
@@ -480,7 +515,7 @@ def translate_model(
         opset = opsets.get(domain, 0)
         if scope is top:
             top_level[index] = len(translations)
-        translations.append(translate_node(node, opset, infos, fl, name=name))
+        translations.append(translate_node(node, opset, infos, fl, name=name, symbolic=symbolic))
         if debug:
             logger.debug("%s: %s", name, translations[-1].status.value)
     _apply_graph_placement(inferred.graph, top, top_level, translations)

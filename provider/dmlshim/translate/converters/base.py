@@ -35,6 +35,7 @@ from ..plan import (
     elem_type_name,
 )
 from ..support_table import SupportRow, dml_data_type
+from ..symbolic import is_symbolic, placeholder_shape
 
 MAX_ONNX_RANK = 8
 """DML_TENSOR_DIMENSION_COUNT_MAX1: the DML EP refuses ranks above it."""
@@ -72,6 +73,8 @@ class ConvertContext:
         inputs: static info per input (None = unknown).
         feature_level: the target level.
         row: the support-table row.
+        symbolic: translate inputs whose rank and type are known but whose sizes are symbolic, with
+            placeholder sizes (:mod:`..symbolic`); otherwise such inputs are ``SHAPE_UNKNOWN``.
     """
 
     op_type: str
@@ -82,6 +85,7 @@ class ConvertContext:
     inputs: tuple[TensorInfo | None, ...]
     feature_level: FeatureLevel
     row: SupportRow
+    symbolic: bool = False
 
     def attr(self, name: str, default: object) -> object:
         for key, value in self.attributes:
@@ -115,15 +119,18 @@ class ConvertContext:
         if info is None or info.shape is None or not info.elem_type:
             raise malformed(
                 "SHAPE_UNKNOWN",
-                f"the type or rank of {role} {name!r} is not known statically; "
-                "pass --input-shape NAME=D0,D1,.. for the model inputs it depends on",
+                f"the type or rank of {role} {name!r} is not known statically; give --input-shape for "
+                "the symbolic model inputs it depends on, or run the model (run and validate translate "
+                "the node with the real shapes)",
                 name,
             )
+        if self.symbolic:
+            return placeholder_shape(info.shape, index), info.elem_type
         if not info.is_static:
             raise malformed(
                 "SHAPE_UNKNOWN",
                 f"{role} {name!r} has shape {list(info.shape)} with unknown dimensions; the descriptor "
-                "needs concrete sizes: pass --input-shape NAME=D0,D1,.. for the symbolic model inputs",
+                "needs concrete sizes: give --input-shape for the symbolic model inputs",
                 [d if isinstance(d, int) else str(d) for d in info.shape],
             )
         return info.static_shape, info.elem_type
@@ -242,7 +249,12 @@ _COMMON_LIMITS: tuple[tuple[str, Callable[[tuple[int, ...]], object], str], ...]
 
 
 def check_common(ctx: ConvertContext, shapes: Mapping[str, tuple[int, ...]]) -> None:
-    """Level-independent fallbacks: rank above 8, empty tensors, too many elements."""
+    """Level-independent fallbacks: rank above 8, empty tensors, too many elements.
+
+    With symbolic sizes only the rank is decided; the size limits wait for the real shapes.
+    """
+    if any(is_symbolic(d) for shape in shapes.values() for d in shape):
+        shapes = {role: (1,) * len(shape) for role, shape in shapes.items()}
     if all(
         len(shape) <= MAX_ONNX_RANK and 0 not in shape and math.prod(shape) <= DML_MAX_TENSOR_ELEMENTS
         for shape in shapes.values()

@@ -14,6 +14,7 @@ from typing import ClassVar
 from ...dml.enums import OperatorType
 from ...dml.tensor import packed_strides
 from ..plan import Reason
+from ..symbolic import any_differ, describe, differ
 from .base import (
     ConvertContext,
     Converter,
@@ -43,7 +44,7 @@ def check_elementwise_shapes(
             list(idx_shape),
         )
     for dim in range(r):
-        if dim != axis and idx_shape[dim] > data_shape[dim]:
+        if dim != axis and differ(idx_shape[dim], data_shape[dim]) and idx_shape[dim] > data_shape[dim]:
             raise malformed(
                 "INDICES_SHAPE_INVALID",
                 f"{ctx.op_type} indices {list(idx_shape)} exceed data {list(data_shape)} on dimension {dim}",
@@ -109,7 +110,22 @@ def elementwise_view_builder(
     return build
 
 
-def window_note(data_shape: tuple[int, ...], idx_shape: tuple[int, ...]) -> Reason:
+def window_note(data_shape: tuple[int, ...], idx_shape: tuple[int, ...], axis: int) -> Reason:
+    uncertain = [
+        dim
+        for dim, (i, d) in enumerate(zip(idx_shape, data_shape, strict=True))
+        if dim != axis and i != d and not differ(i, d)
+    ]
+    if uncertain:
+        shown_i, shown_d = [describe(i) for i in idx_shape], [describe(d) for d in data_shape]
+        return Reason(
+            "WINDOW_IF_SMALLER",
+            f"whether indices {shown_i} are smaller than data {shown_d} on dimensions {uncertain} depends on "
+            "runtime sizes: InputTensor is described as a strided window of data, which reads all of data "
+            "when they match (where they are smaller, onnxruntime's DirectML provider builds a descriptor "
+            "DirectML rejects)",
+            {"data": shown_d, "indices": shown_i},
+        )
     return Reason(
         "STRIDED_WINDOW",
         f"indices {list(idx_shape)} are smaller than data {list(data_shape)} on non-axis dimensions: "
@@ -125,14 +141,14 @@ def lower_elementwise(
     """The recipe of GatherElements and (``scatter``) Scatter/ScatterElements, whose updates match indices."""
     tensors = read_inputs(ctx, updates=scatter)
     (data_shape, data_elem), (idx_shape, _) = tensors[:2]
-    if scatter and tensors[2][0] != idx_shape:
+    axis = normalize_axis(ctx, len(data_shape))
+    if scatter and any_differ(tensors[2][0], idx_shape):
         upd_shape = tensors[2][0]
         raise malformed(
             "UPDATES_SHAPE_INVALID",
             f"{ctx.op_type} updates {list(upd_shape)} must have the shape of indices {list(idx_shape)}",
             list(upd_shape),
         )
-    axis = normalize_axis(ctx, len(data_shape))
     window = check_elementwise_shapes(ctx, data_shape, idx_shape, axis)
     # A scatter writes into (a window of) data; a gather's output has the shape of indices.
     roles = {"updates": idx_shape, "output": data_shape} if scatter else {"output": idx_shape}
@@ -146,7 +162,7 @@ def lower_elementwise(
         index_bounds=(data_shape[axis],),
         duplicate_indices=target.data.pairs,
         window=window,
-        notes=(window_note(data_shape, idx_shape),) if window else (),
+        notes=(window_note(data_shape, idx_shape, axis),) if window else (),
         attributes=(("axis", axis),),
     )
 

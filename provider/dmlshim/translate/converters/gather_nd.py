@@ -15,6 +15,7 @@ from typing import ClassVar
 
 from ...dml.enums import FeatureLevel, OperatorType
 from ..plan import HostStep, HostStepKind, Reason
+from ..symbolic import any_differ, is_symbolic
 from .base import (
     ConvertContext,
     Converter,
@@ -48,7 +49,7 @@ def nd_shapes(
             f"[0, {min(r, q) - 1}]",
             batch_dims,
         )
-    if data_shape[:batch_dims] != idx_shape[:batch_dims]:
+    if any_differ(data_shape[:batch_dims], idx_shape[:batch_dims]):
         raise malformed(
             "INDICES_SHAPE_INVALID",
             f"the first {batch_dims} dims of data {list(data_shape)} and indices {list(idx_shape)} "
@@ -56,6 +57,12 @@ def nd_shapes(
             {"data": list(data_shape), "indices": list(idx_shape)},
         )
     k = idx_shape[-1]
+    if is_symbolic(k):
+        raise malformed(
+            "SHAPE_UNKNOWN",
+            f"the last dim of indices ({k!r}) is symbolic, so the rank of the output is not known statically",
+            repr(k),
+        )
     if not 1 <= k <= r - batch_dims:
         raise malformed(
             "INDICES_SHAPE_INVALID",

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from ...dml.enums import OperatorType
+from ..symbolic import any_differ
 from .base import (
     ConvertContext,
     Converter,
@@ -35,7 +36,7 @@ class ScatterNDConverter(Converter):
     def _lower(self, ctx: ConvertContext) -> Lowering:
         (data_shape, data_elem), (idx_shape, _), (upd_shape, _) = read_inputs(ctx, updates=True)
         k, expected = nd_shapes(ctx, data_shape, idx_shape, 0)
-        if upd_shape != expected:
+        if any_differ(upd_shape, expected):
             raise malformed(
                 "UPDATES_SHAPE_INVALID",
                 f"ScatterND updates must have shape indices.shape[:-1] + data.shape[k:] = {list(expected)}, "

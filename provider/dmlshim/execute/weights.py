@@ -1,0 +1,174 @@
+"""Weights handled once: shape inference without weight bytes, onnxruntime sessions without serializing
+them.
+
+Building an engine needs the model's structure many times (shape inference, the whole-model check's
+session, one session per CPU segment) but its weights only where onnxruntime computes with them.
+Serializing a model with large weights for each of those costs seconds and a copy each time. Here:
+
+* :func:`without_weights` gives shape inference a copy whose large initializers are typed graph inputs
+  (only their type and shape matter to it, and values that drive shapes are small);
+* :class:`SharedWeights` gives onnxruntime sessions small placeholder initializers ("external data")
+  and hands it the arrays directly through ``SessionOptions.add_external_initializers``, so no weight
+  is serialized or parsed again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import helper, numpy_helper
+
+logger = logging.getLogger(__name__)
+
+SHARE_MIN_BYTES = 64 * 1024
+"""Initializers at least this large are shared with onnxruntime instead of serialized, and left out of
+shape inference. Smaller ones (shape constants among them) stay in the model."""
+
+PLACEHOLDER_LOCATION = "dmlshim-shared-initializer"
+"""The external-data location of a placeholder; onnxruntime never reads it (the array replaces it)."""
+
+
+def _nbytes(tensor: onnx.TensorProto) -> int:
+    if tensor.data_type in (0, onnx.TensorProto.STRING):
+        return 0
+    try:
+        itemsize = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize
+    except (KeyError, TypeError, ValueError):
+        return 0
+    count = 1
+    for d in tensor.dims:
+        count *= int(d)
+    return count * itemsize
+
+
+def is_large(tensor: onnx.TensorProto, min_bytes: int = SHARE_MIN_BYTES) -> bool:
+    """A numeric initializer whose bytes are held in the model (not external) and worth sharing."""
+    return tensor.data_location != onnx.TensorProto.EXTERNAL and _nbytes(tensor) >= min_bytes
+
+
+def without_weights(model: onnx.ModelProto, min_bytes: int = SHARE_MIN_BYTES) -> onnx.ModelProto:
+    """A copy of ``model`` for shape inference: large initializers become graph inputs of their type and
+    shape (the copy holds no weight bytes); ``model`` itself is returned when it has none."""
+    graph = model.graph
+    large = [t for t in graph.initializer if is_large(t, min_bytes)]
+    if not large:
+        return model
+    light = _model_shell(model)
+    _graph_shell(graph, light.graph)
+    declared = {v.name for v in graph.input}
+    large_names = {t.name for t in large}
+    light.graph.initializer.extend(t for t in graph.initializer if t.name not in large_names)
+    light.graph.input.extend(
+        helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+        for t in large
+        if t.name not in declared
+    )
+    return light
+
+
+def _model_shell(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A new model with every field of ``model`` but the graph."""
+    out = onnx.ModelProto()
+    for field, value in model.ListFields():
+        if field.name == "graph":
+            continue
+        if field.is_repeated:
+            getattr(out, field.name).extend(value)
+        elif field.type == field.TYPE_MESSAGE:
+            getattr(out, field.name).CopyFrom(value)
+        else:
+            setattr(out, field.name, value)
+    return out
+
+
+def _graph_shell(graph: onnx.GraphProto, out: onnx.GraphProto) -> None:
+    """Copy every field of ``graph`` but its initializers into ``out``."""
+    for field, value in graph.ListFields():
+        if field.name == "initializer":
+            continue
+        if field.is_repeated:
+            getattr(out, field.name).extend(value)
+        else:
+            setattr(out, field.name, value)
+
+
+def placeholder(tensor: onnx.TensorProto) -> onnx.TensorProto:
+    """An initializer with ``tensor``'s name, type and shape whose data is "external": onnxruntime takes
+    the array from ``SessionOptions.add_external_initializers`` instead."""
+    stub = onnx.TensorProto(name=tensor.name, data_type=tensor.data_type, dims=list(tensor.dims))
+    stub.data_location = onnx.TensorProto.EXTERNAL
+    entry = stub.external_data.add()
+    entry.key, entry.value = "location", PLACEHOLDER_LOCATION
+    return stub
+
+
+class SharedWeights:
+    """The large initializers of one model, each turned into an array once and handed to every
+    onnxruntime session that needs it.
+
+    Args:
+        initializers: the model's initializers (and folded constants) by name.
+        min_bytes: the size from which an initializer is shared.
+    """
+
+    def __init__(self, initializers: Mapping[str, onnx.TensorProto], min_bytes: int = SHARE_MIN_BYTES):
+        self._protos = {n: t for n, t in initializers.items() if is_large(t, min_bytes)}
+        self._arrays: dict[str, np.ndarray] = {}
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._protos
+
+    @property
+    def names(self) -> frozenset[str]:
+        """The shared initializers' names."""
+        return frozenset(self._protos)
+
+    def array(self, name: str) -> np.ndarray:
+        """The initializer as an array (made once, then kept until :meth:`release`)."""
+        found = self._arrays.get(name)
+        if found is None:
+            found = self._arrays[name] = np.ascontiguousarray(numpy_helper.to_array(self._protos[name]))
+        return found
+
+    def adopt(self, arrays: Mapping[str, np.ndarray]) -> None:
+        """Use arrays the engine already made of some initializers, instead of making them again."""
+        for name, value in arrays.items():
+            if name in self._protos and isinstance(value, np.ndarray) and value.flags.c_contiguous:
+                self._arrays.setdefault(name, value)
+
+    def attach(self, options: Any, model: onnx.ModelProto) -> None:
+        """Give ``options`` the arrays of ``model``'s placeholders (onnxruntime copies them when the
+        session is built)."""
+        wanted = [
+            t.name
+            for t in model.graph.initializer
+            if t.name in self._protos and t.data_location == onnx.TensorProto.EXTERNAL
+        ]
+        if wanted:
+            options.add_external_initializers(
+                wanted, [ort.OrtValue.ortvalue_from_numpy(self.array(n)) for n in wanted]
+            )
+
+    def release(self, keep: Sequence[str] = ()) -> None:
+        """Drop the arrays (but those in ``keep``): every session that needed them has been built."""
+        kept = set(keep)
+        self._arrays = {n: a for n, a in self._arrays.items() if n in kept}
+
+
+def light_copy(
+    model: onnx.ModelProto, shared: SharedWeights, extra_outputs: Sequence[str] = ()
+) -> onnx.ModelProto:
+    """A copy of ``model`` with placeholders for the shared initializers, plus ``extra_outputs``."""
+    graph = model.graph
+    out = _model_shell(model)
+    g = out.graph
+    _graph_shell(graph, g)
+    g.initializer.extend(placeholder(t) if t.name in shared else t for t in graph.initializer)
+    for name in extra_outputs:
+        g.output.add().name = name
+    return out
