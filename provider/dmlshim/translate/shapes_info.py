@@ -11,6 +11,7 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from ..errors import BadInputError, BadModelError
+from ..filekind import require_onnx_model
 from ..modelcheck import ONNX_ERRORS, check_model, load_external_data
 from ..reading import open_regular
 from .plan import TensorInfo
@@ -126,6 +127,7 @@ def load_model(path: str | os.PathLike[str]) -> onnx.ModelProto:
         BadModelError: the file cannot be read, is not ONNX (or is truncated), or fails onnx.checker.
     """
     where = os.fspath(path)
+    require_onnx_model(where)
     try:
         with open_regular(where, what="model", error=BadModelError) as handle:  # a FIFO must not block
             payload = handle.read()
