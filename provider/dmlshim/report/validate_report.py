@@ -143,7 +143,7 @@ def render_text(report: ValidationReport) -> str:
         lines += table(rows)
     if not any(n.placement == "dml" for n in report.nodes):
         why = "no node ran from its descriptor" if report.nodes else "the model has no gather/scatter node"
-        lines.append(f"  nothing was emulated: {why}; both runs are onnxruntime CPU")
+        lines.append(f"  nothing was emulated: {why}; every run is onnxruntime CPU")
     lines += _whole_model_lines(report)
     counts = Counter(w.code for w in report.warnings)
     lines += ["", f"warnings ({len(report.warnings)})"]
