@@ -13,7 +13,7 @@ from google.protobuf.message import DecodeError
 from ..errors import BadModelError
 from ..filekind import require_onnx_model
 from ..limits import check_model_inputs
-from ..modelcheck import check_well_formed, load_external_data
+from ..modelcheck import check_model, load_external_data
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +56,7 @@ def load_model(model: ModelSource) -> LoadedModel:
         except (DecodeError, ValueError, RuntimeError, OSError) as exc:
             raise BadModelError(f"not a readable ONNX model: {exc}", path=str(path)) from exc
         _require_graph(proto, str(path))
+        check_model(proto, path)  # before reading any weights
         load_external_data(proto, path)
         loaded = LoadedModel(proto, str(path))
     else:
@@ -64,7 +65,8 @@ def load_model(model: ModelSource) -> LoadedModel:
             value=type(model).__name__,
         )
     _require_graph(loaded.proto, loaded.path)
-    check_well_formed(loaded.proto, loaded.path)
+    if loaded.path is None:
+        check_model(loaded.proto)
     check_model_inputs(loaded.proto, path=loaded.path)
     return loaded
 
