@@ -10,19 +10,10 @@ import argparse
 import sys
 
 from .options import add_feature_level, add_input_shape, input_shapes
+from .validate_files import add_array_files, check_array_targets, finish
 
 # Kept here (not imported from dmlshim.validate) so that building the parser does not load onnxruntime.
 OPTIMIZATION_LEVEL_NAMES = ("disabled", "basic", "extended", "all")
-
-
-def _tolerance(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0: {text!r}")
-    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,20 +25,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="feeds by input name (numpy.savez); random inputs of the right shapes and types when absent",
     )
-    parser.add_argument(
-        "--rtol",
-        type=_tolerance,
-        default=0.0,
-        metavar="R",
-        help="relative tolerance of the verdict for floating-point outputs (default 0: exact)",
-    )
-    parser.add_argument(
-        "--atol",
-        type=_tolerance,
-        default=0.0,
-        metavar="A",
-        help="absolute tolerance of the verdict for floating-point outputs (default 0: exact)",
-    )
+    for flag, what in (("rtol", "relative"), ("atol", "absolute")):
+        parser.add_argument(
+            f"--{flag}",
+            action="append",
+            metavar="[OUTPUT:]VALUE",
+            help=f"{what} tolerance for floating-point outputs, for all or (OUTPUT:VALUE, repeatable) one "
+            "output (default: exact against the reference; dtype-fitting against --reference-outputs)",
+        )
+    add_array_files(parser)
     parser.add_argument(
         "--optimization-level",
         choices=OPTIMIZATION_LEVEL_NAMES,
@@ -70,20 +56,24 @@ def run(args: argparse.Namespace) -> int:
     """Validate the model; returns the exit code."""
     from ..report.validate_report import render_json, render_text
     from ..validate import validate_model
+    from ..validate.tolerances import parse_tolerances
 
     shapes = input_shapes(args)
     if shapes and args.inputs:
         print("dmlshim validate: note: --input-shape is ignored with --inputs", file=sys.stderr)
+    tolerances = parse_tolerances(args.rtol, args.atol)
+    check_array_targets(args)
     report = validate_model(
         args.model,
         inputs=args.inputs,
         feature_level=args.feature_level,
-        rtol=args.rtol,
-        atol=args.atol,
+        rtol=tolerances.rtol,
+        atol=tolerances.atol,
         input_shapes=shapes or None,
         seed=args.seed,
         index_mode="clamp" if args.clamp_indices else "error",
         optimization_level=args.optimization_level,
     )
-    sys.stdout.write(render_json(report) if args.json else render_text(report))
+    report = finish(report, tolerances, args)
+    sys.stdout.write(render_json(report) if args.json else render_text(report, args.only_problems))
     return report.exit_code
