@@ -17,6 +17,7 @@ from pathlib import Path
 
 import onnxruntime as ort
 
+from dmlshim import files
 from dmlshim.conformance import webnn as webnn_cases
 from dmlshim.conformance.backend_suite import suite_by_level
 from dmlshim.report.conformance_report import render_results_markdown, versions, webnn_totals
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print(f"{args.output} is up to date")
         return 0
-    args.output.write_text(text, encoding="utf-8")
+    files.write_text(args.output, text, overwrite=True, what="results file")
     print(f"wrote {args.output}")
     return 0 if all(r.passed for r in results.values()) else 1
 

@@ -159,7 +159,8 @@ def test_symbolic_batch_translated_at_run_time_and_cached() -> None:
         ["y"],
     )
     eng = engine(model)
-    assert eng.lowered.nodes[0].dynamic and eng.lowered.nodes[0].mode == "translate"
+    # float data: tags mode (onnxruntime moves the floats), translated at run time.
+    assert eng.lowered.nodes[0].dynamic and eng.lowered.nodes[0].mode == "tags"
     rng = np.random.default_rng(3)
     for batch, expected_new in ((5, 1), (5, 0), (2, 1)):
         feeds = {"x": special_floats(rng, (batch, 4)), "i": np.array([batch - 1, 0, -1], dtype=np.int64)}
@@ -244,13 +245,14 @@ def test_lowered_model_carries_the_descriptor() -> None:
     lowered = lower_model(model)
     onnx.checker.check_model(lowered.model, full_check=True)
     custom = [n for n in lowered.model.graph.node if n.domain == CUSTOM_DOMAIN]
-    assert [n.op_type for n in custom] == ["DmlGather_float32_int64", "DmlScatterND_float32_int64"]
+    # float data is lowered in tags mode: the custom op returns positions, onnxruntime moves the floats.
+    assert [n.op_type for n in custom] == ["DmlTagsGather_int64", "DmlTagsScatterND_int64"]
     by_name = {n.name: n for n in lowered.nodes}
     for node in custom:
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         t = by_name[attrs["node_name"].decode()].translation
         assert operator_from_json(json.loads(attrs["descriptor"])) == t.operator
-        assert attrs["onnx_op_type"].decode() == t.op_type and attrs["mode"] == b"descriptor"
+        assert attrs["onnx_op_type"].decode() == t.op_type and attrs["mode"] == b"tags"
         assert t.operator is not None
         assert attrs["dml_operator"].decode() == t.operator.operator_type.dml_name
     assert any(n.op_type == "Reshape" for n in lowered.model.graph.node)

@@ -44,7 +44,7 @@ def test_run_prints_summary_and_writes_outputs(tmp_path: Path) -> None:
     proc = dmlshim(model_path, "--inputs", inputs, "--output", out, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     text = proc.stdout
-    assert "outputs:" in text and "[3, 3]" in text and "float32" in text
+    assert "outputs:" in text and "[3,3]" in text and "float32" in text
     assert "gather" in text and "DML_OPERATOR_GATHER" in text and "DML_OPERATOR_SCATTER_ND" in text
     with np.load(out, allow_pickle=False) as data:
         assert list(data.files) == ["y"]

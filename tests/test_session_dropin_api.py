@@ -351,6 +351,8 @@ def test_iobinding_errors() -> None:
         binding.get_outputs_as_ortvaluevector()
     with pytest.raises(NotSupportedError, match="device_type='cpu'"):
         sess.create_ortvalue_from_shape_and_type([2], np.float32, "cuda")
+    with pytest.raises(BadInputError, match="cannot create an OrtValue"):
+        sess.create_ortvalue_from_shape_and_type([2], "no such type", "cpu")
     value = sess.create_ortvalue_from_shape_and_type([2, 3], np.float32, "cpu")
     assert value.shape() == [2, 3] and value.device_name() == "cpu"
 

@@ -9,6 +9,11 @@ elements must have identical bits (so ``-0.0`` differs from ``0.0``), except tha
 whatever its sign and payload (onnxruntime's arithmetic downstream of a copy does not define which NaN it
 produces). :func:`dtype_tolerance` gives a tolerance that fits a dtype's precision, for comparing values
 two implementations computed.
+
+The default tolerance, in every command and API that compares (validate, compare, run's own checks), is
+exact: ``rtol = atol = 0``. Gather and scatter only move values, so emulated and real DirectML results
+are bit-identical to onnxruntime's; a user loosens it with ``--rtol`` / ``--atol``. (The ONNX backend
+conformance cases carry their own rtol/atol, which ``dmlshim conformance`` applies as onnx's runner does.)
 """
 
 from __future__ import annotations
@@ -16,6 +21,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+DEFAULT_RTOL = 0.0
+"""Relative tolerance when none is given (see the module docstring)."""
+DEFAULT_ATOL = 0.0
+"""Absolute tolerance when none is given (see the module docstring)."""
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ import json
 import math
 
 from ..dxdispatch.compare import DEFAULT_ATOL, DEFAULT_RTOL, CompareReport
-from ..report.text import table
+from ..report.text import shape_text, table
+from .options import tolerance_type
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -15,15 +16,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("directory", metavar="DIR", help="an export directory written by dmlshim export")
     parser.add_argument(
         "--rtol",
-        type=float,
+        type=tolerance_type,
         default=DEFAULT_RTOL,
-        help=f"relative tolerance for floats (default {DEFAULT_RTOL})",
+        help=f"relative tolerance for floats (default {DEFAULT_RTOL:g}: exact)",
     )
     parser.add_argument(
         "--atol",
-        type=float,
+        type=tolerance_type,
         default=DEFAULT_ATOL,
-        help=f"absolute tolerance for floats (default {DEFAULT_ATOL})",
+        help=f"absolute tolerance for floats (default {DEFAULT_ATOL:g}: exact)",
     )
     parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
 
@@ -44,7 +45,7 @@ def _table(report: CompareReport) -> str:
             n.op_type,
             n.status,
             _fmt_diff(n.max_abs_diff),
-            str(list(n.first_mismatch)) if n.first_mismatch is not None else "-",
+            shape_text(n.first_mismatch) if n.first_mismatch is not None else "-",
         ]
         for n in report.nodes
     ]

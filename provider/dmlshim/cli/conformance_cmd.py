@@ -10,6 +10,7 @@ import json
 import sys
 
 from .options import add_feature_level
+from .progress import Progress
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,20 +30,29 @@ def run(args: argparse.Namespace) -> int:
     """Run the suite; returns the exit code."""
     import onnxruntime as ort
 
-    from ..conformance.backend_suite import SUITE_LEVELS, suite_by_level
+    from ..conformance.backend_suite import SUITE_LEVELS, discover_cases, run_suite
     from ..report import conformance_report as cr
 
     # onnxruntime's own C++ log (e.g. TensorScatter's in-place notice) would interleave with the table.
     ort.set_default_logger_severity(3)
     levels = SUITE_LEVELS if args.all_levels else (args.feature_level,)
-    results = suite_by_level(levels)
+    progress = Progress.for_args(args)
+    progress.update("conformance: collecting the ONNX backend node tests")
+    cases = discover_cases()
+    results = {}
+    for i, level in enumerate(levels, 1):
+        progress.update(f"conformance: {level.dml_name} ({i} of {len(levels)}, {len(cases)} cases)")
+        results[level] = run_suite(level, cases)
+    progress.clear()
     if args.json:
         docs = [r.to_json() for r in results.values()]
         doc = {"schema_version": 1, "levels": docs} if args.all_levels else docs[0]
         print(json.dumps(doc, indent=2))
     elif args.markdown:
         if args.all_levels:
-            sys.stdout.write(cr.render_results_markdown(results, cr.webnn_totals(), versions=cr.versions()))
+            with progress.status("conformance: the WebNN cases, in both index modes"):
+                webnn = cr.webnn_totals()
+            sys.stdout.write(cr.render_results_markdown(results, webnn, versions=cr.versions()))
         else:
             print(cr.render_markdown(next(iter(results.values()))))
     else:

@@ -7,14 +7,15 @@ import json
 from typing import Any
 
 from .options import add_feature_level, add_input_shape, input_shapes
+from .progress import status
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the export command's arguments."""
     parser.add_argument("model", help="the ONNX model")
-    parser.add_argument(
-        "-o", "--output-dir", required=True, metavar="DIR", help="the export directory (one folder per node)"
-    )
+    out = parser.add_mutually_exclusive_group(required=True)
+    out.add_argument("-o", "--output", dest="output_dir", metavar="DIR", help="the export folder")
+    out.add_argument("--output-dir", dest="output_dir", help=argparse.SUPPRESS)  # the old spelling
     parser.add_argument(
         "--inputs",
         metavar="FILE.npz",
@@ -45,16 +46,17 @@ def run(args: argparse.Namespace) -> int:
 
     shapes = input_shapes(args)
     feeds = load_npz(args.inputs) if args.inputs else None
-    result = export_model(
-        args.model,
-        args.output_dir,
-        inputs=feeds,
-        feature_level=args.feature_level,
-        input_shapes=shapes or None,
-        overwrite=args.overwrite,
-        seed=args.seed,
-        iteration=args.iteration,
-    )
+    with status(args, f"export: running {args.model} and writing a folder per node"):
+        result = export_model(
+            args.model,
+            args.output_dir,
+            inputs=feeds,
+            feature_level=args.feature_level,
+            input_shapes=shapes or None,
+            overwrite=args.overwrite,
+            seed=args.seed,
+            iteration=args.iteration,
+        )
     if args.json:
         doc: dict[str, Any] = {
             "directory": str(result.directory),

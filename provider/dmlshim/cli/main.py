@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import importlib
 import io
 import json
 import logging
 import sys
 from collections.abc import Sequence
+from typing import Any, NoReturn
 
 from ..errors import DmlShimError
 
@@ -33,17 +35,60 @@ COMMANDS: dict[str, tuple[str, str]] = {
 """Subcommand name -> (module in dmlshim.cli, one-line help)."""
 
 
+def _suggest(word: str, choices: Sequence[str]) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=3, cutoff=0.6)
+    if not close and not word.startswith("-"):
+        close = [c for c in choices if c.startswith(word[:3])][:3]
+    return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with "did you mean" for a misspelt command or option."""
+
+    _argv: Sequence[str] = ()
+
+    def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        self._argv = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
+    def _options(self) -> list[str]:
+        """This parser's option strings and those of the command named on the command line."""
+        options = [s for a in self._actions for s in a.option_strings]
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                command = next((w for w in self._argv if w in action.choices), None)
+                subs = [action.choices[command]] if command else list(action.choices.values())
+                options += [s for sub in subs for a in sub._actions for s in a.option_strings]
+        return sorted(set(options))
+
+    def error(self, message: str) -> NoReturn:
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction) and "invalid choice" in message:
+                words = [w for w in message.split("'") if w and w not in action.choices]
+                if words:
+                    message = f"unknown command {words[1]!r}" if len(words) > 1 else message
+                    word = words[1] if len(words) > 1 else ""
+                    message += _suggest(word, list(action.choices))
+                    message += f" (commands: {', '.join(action.choices)})"
+        if message.startswith("unrecognized arguments: "):
+            unknown = message.removeprefix("unrecognized arguments: ").split()
+            hints = [_suggest(w.split("=")[0], self._options()) for w in unknown if w.startswith("-")]
+            message += "".join(h for h in hints if h)
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every available subcommand."""
     from .. import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="dmlshim",
         description="Run and validate ONNX gather/scatter nodes exactly as DirectML executes them.",
     )
     parser.add_argument("--version", action="version", version=f"dmlshim {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logging")
     parser.add_argument("-v", "--verbose", action="store_true", help="info-level logging")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_name, help_text) in COMMANDS.items():
         try:
@@ -54,6 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         cmd = sub.add_parser(name, help=help_text, description=help_text)
         cmd.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        quiet_help = "no progress lines on stderr"
+        cmd.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help=quiet_help)
         module.add_arguments(cmd)
         cmd.set_defaults(_run=module.run)
     return parser

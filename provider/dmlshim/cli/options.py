@@ -95,3 +95,14 @@ def apply_input_shapes(
     from ..inputs.symbols import fix_symbols
 
     return fix_symbols(model, shapes) if shapes else {}
+
+
+def tolerance_type(text: str) -> float:
+    """argparse type of ``--rtol`` / ``--atol``: a number >= 0 (defaults: dmlshim.comparison)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0: {text!r}")
+    return value

@@ -11,13 +11,17 @@ from .options import add_feature_level
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the replay command's arguments."""
     parser.add_argument("model", metavar="MODEL.json", help="a DxDispatch model file")
-    parser.add_argument(
-        "--output-path",
+    out = parser.add_mutually_exclusive_group()
+    out.add_argument(
+        "-o",
+        "--output",
+        dest="output_path",
         metavar="DIR",
         default=None,
         help="folder that writeFile targetPaths are relative to (default: the current directory), "
         "like dxdispatch --output_path",
     )
+    out.add_argument("--output-path", dest="output_path", help=argparse.SUPPRESS)  # the old spelling
     add_feature_level(parser, "validated and executed")
     parser.add_argument(
         "--clamp-indices",

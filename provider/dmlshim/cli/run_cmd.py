@@ -19,7 +19,7 @@ from ..execute.record import RunRecord
 from ..execute.session import InferenceSession, load_model
 from ..files import check_output_file, write_npz
 from ..inputs import GeneratedInputs, annotate_error, generate
-from ..report.text import table
+from ..report.text import shape_text, table
 from .options import add_feature_level, add_input_shape, input_shapes
 
 logger = logging.getLogger(__name__)
@@ -153,7 +153,7 @@ def _summary_text(
         [
             ["name", "shape", "dtype"],
             *(
-                [n, str(list(np.shape(o))), str(getattr(o, "dtype", type(o).__name__))]
+                [n, shape_text(np.shape(o)), str(getattr(o, "dtype", type(o).__name__))]
                 for n, o in zip(names, outputs, strict=False)
             ),
         ],

@@ -8,9 +8,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
+from . import validate_many
 from .options import add_feature_level, add_input_shape, input_shapes
+from .progress import status
 from .validate_files import add_array_files, check_array_targets, finish
+
+if TYPE_CHECKING:
+    from ..validate import ValidationReport
 
 # Kept here (not imported from dmlshim.validate) so that building the parser does not load onnxruntime.
 OPTIMIZATION_LEVEL_NAMES = ("disabled", "basic", "extended", "all")
@@ -18,7 +24,7 @@ OPTIMIZATION_LEVEL_NAMES = ("disabled", "basic", "extended", "all")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the options of ``dmlshim validate``."""
-    parser.add_argument("model", metavar="MODEL", help="the .onnx file")
+    parser.add_argument("model", metavar="MODEL", nargs="+", help="the .onnx file(s), or folders of them")
     parser.add_argument(
         "--inputs",
         metavar="FILE.npz",
@@ -50,11 +56,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="clamp out-of-range indices in dmlshim instead of failing (onnxruntime still fails on them)",
     )
     parser.add_argument("--json", action="store_true", help="print the schema_version 1 JSON document")
+    validate_many.add_arguments(parser)
 
 
-def run(args: argparse.Namespace) -> int:
-    """Validate the model; returns the exit code."""
-    from ..report.validate_report import render_json, render_text
+def model_report(args: argparse.Namespace, model: str) -> ValidationReport:
+    """Validate one model with the command line's options."""
     from ..validate import validate_model
     from ..validate.tolerances import parse_tolerances
 
@@ -64,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     tolerances = parse_tolerances(args.rtol, args.atol)
     check_array_targets(args)
     report = validate_model(
-        args.model,
+        model,
         inputs=args.inputs,
         feature_level=args.feature_level,
         rtol=tolerances.rtol,
@@ -74,6 +80,20 @@ def run(args: argparse.Namespace) -> int:
         index_mode="clamp" if args.clamp_indices else "error",
         optimization_level=args.optimization_level,
     )
-    report = finish(report, tolerances, args)
+    return finish(report, tolerances, args)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Validate the model (several: see validate_many); returns the exit code."""
+    from ..report.validate_report import render_json, render_text
+
+    if validate_many.applies(args):
+        if args.save_inputs or args.save_outputs or args.reference_outputs:
+            from ..errors import BadInputError
+
+            raise BadInputError("--save-inputs, --save-outputs and --reference-outputs take one model")
+        return validate_many.run(args)
+    with status(args, f"validate: running {args.model[0]} through dmlshim and onnxruntime CPU"):
+        report = model_report(args, args.model[0])
     sys.stdout.write(render_json(report) if args.json else render_text(report, args.only_problems))
     return report.exit_code

@@ -45,7 +45,7 @@ def check_array_targets(args: argparse.Namespace) -> None:
     for target in (args.save_inputs, args.save_outputs):
         if target:
             files.check_output_file(
-                target, overwrite=args.overwrite, inputs=(args.model, args.inputs, args.reference_outputs)
+                target, overwrite=args.overwrite, inputs=(*args.model, args.inputs, args.reference_outputs)
             )
 
 
@@ -59,7 +59,7 @@ def finish(report: ValidationReport, tolerances: Tolerances, args: argparse.Name
     if args.reference_outputs:
         reference = read_arrays(args.reference_outputs, what="reference outputs file")
         report = apply_reference_outputs(report, reference, args.reference_outputs, tolerances)
-    guard = (args.model, args.inputs, args.reference_outputs)
+    guard = (*args.model, args.inputs, args.reference_outputs)
     if args.save_inputs:
         write_arrays(
             args.save_inputs, dict(report.feeds), kind="inputs", overwrite=args.overwrite, inputs=guard

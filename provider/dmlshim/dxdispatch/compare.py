@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..comparison import array_difference
+from ..comparison import DEFAULT_ATOL, DEFAULT_RTOL, array_difference
 from ..errors import BadInputError, DmlShimError
 from ..reading import read_json, read_npy
 from .export import DML_OUTPUT_FILE, EXPECTED_OUTPUT_FILE, INDEX_FILE, MODEL_FILE
@@ -33,8 +33,6 @@ __all__ = [
     "compare_export",
 ]
 
-DEFAULT_RTOL = 1e-5
-DEFAULT_ATOL = 1e-6
 
 MATCH = "match"
 MISMATCH = "mismatch"

@@ -74,6 +74,47 @@ def as_array(value: Any) -> Any:
     return value
 
 
+def to_ortvalue(value: Any) -> Any:
+    """A run's output as an ``onnxruntime.OrtValue`` (tensors only)."""
+    if not isinstance(value, np.ndarray):
+        raise NotSupportedError(
+            f"run_with_ort_values returns tensors only; this output is a {type(value).__name__} "
+            "(use run() for sequence and map outputs)"
+        )
+    return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(value))
+
+
+def ortvalues_from_vector(names: Sequence[str], feeds: Any) -> dict[str, Any]:
+    """The values of an onnxruntime ``OrtValueVector``, by name (``run_with_ortvaluevector``'s feeds)."""
+    if len(names) != len(feeds):
+        raise BadInputError(
+            f"{len(names)} feed names for {len(feeds)} feeds; give one name per OrtValue", value=len(feeds)
+        )
+    try:
+        return {name: ort.OrtValue(feeds[i]) for i, name in enumerate(names)}
+    except (TypeError, ValueError) as exc:
+        raise BadInputError(f"feeds must be an onnxruntime OrtValueVector: {exc}") from exc
+
+
+def fill_fetches(fetches: Any, outputs: Sequence[Any]) -> None:
+    """Put a run's outputs into an ``OrtValueVector``: appended when it is empty, else written into the
+    values it holds (one per output). Appended values own their memory (onnxruntime-allocated)."""
+    if len(fetches) not in (0, len(outputs)):
+        raise BadInputError(
+            f"fetches holds {len(fetches)} values for {len(outputs)} fetch names; pass an empty "
+            "OrtValueVector or one value per name",
+            value=len(fetches),
+        )
+    for i, out in enumerate(outputs):
+        arr = np.ascontiguousarray(to_ortvalue(out).numpy())
+        if len(fetches) > i:
+            ort.OrtValue(fetches[i]).update_inplace(arr)
+        else:
+            owned = ort.OrtValue.ortvalue_from_shape_and_type(list(arr.shape), arr.dtype, "cpu")
+            owned.update_inplace(arr)
+            fetches.push_back(owned._get_c_value())
+
+
 @dataclass
 class _OutputBinding:
     """Where one output goes: allocated by the run (target None), an OrtValue, or CPU memory."""

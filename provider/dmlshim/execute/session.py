@@ -10,7 +10,6 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import onnxruntime as ort
 
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
@@ -18,7 +17,7 @@ from ..errors import BadInputError, DmlShimError, NotSupportedError
 from ..kernels.options import IndexMode
 from .engine import Engine, EngineConfig, get_engine_factory
 from .feeds import FeedValidator, ModelMetadata, NodeArg, node_arg
-from .iobinding import IOBinding, as_array
+from .iobinding import IOBinding, as_array, fill_fetches, ortvalues_from_vector, to_ortvalue
 from .model_source import LoadedModel, ModelSource, load_model, typed_outputs
 from .profiling import SessionProfiler, check_prefix
 from .providers import normalize_providers
@@ -384,7 +383,7 @@ class InferenceSession:
     ) -> list[Any]:
         """``run`` with ``onnxruntime.OrtValue`` inputs (or arrays); returns ``OrtValue``s."""
         outputs = self.run(output_names, input_dict_ort_values, run_options)
-        return [_to_ortvalue(o) for o in outputs]
+        return [to_ortvalue(o) for o in outputs]
 
     def run_with_ortvaluevector(
         self,
@@ -397,22 +396,8 @@ class InferenceSession:
     ) -> None:
         """``run`` over onnxruntime's ``OrtValueVector``s: reads ``feeds``, appends to ``fetches`` (or fills
         the values already in it)."""
-        values = {name: ort.OrtValue(feeds[i]) for i, name in enumerate(feed_names)}
-        outputs = self.run(list(fetch_names), values, run_options)
-        if len(fetches) not in (0, len(outputs)):
-            raise BadInputError(
-                f"fetches holds {len(fetches)} values for {len(outputs)} fetch names; pass an empty "
-                "OrtValueVector or one value per name",
-                value=len(fetches),
-            )
-        for i, out in enumerate(outputs):
-            arr = np.ascontiguousarray(out)
-            if len(fetches) > i:
-                ort.OrtValue(fetches[i]).update_inplace(arr)
-            else:
-                owned = ort.OrtValue.ortvalue_from_shape_and_type(list(arr.shape), arr.dtype, "cpu")
-                owned.update_inplace(arr)
-                fetches.push_back(owned._get_c_value())
+        values = ortvalues_from_vector(feed_names, feeds)
+        fill_fetches(fetches, self.run(list(fetch_names), values, run_options))
 
     def io_binding(self) -> IOBinding:
         """An :class:`~dmlshim.execute.iobinding.IOBinding` for :meth:`run_with_iobinding`."""
@@ -449,7 +434,13 @@ class InferenceSession:
                 f"cannot allocate on device {device_type!r}: dmlshim runs on the CPU; use device_type='cpu'",
                 value=device_type,
             )
-        return ort.OrtValue.ortvalue_from_shape_and_type(list(shape), element_type, "cpu", device_id)
+        try:
+            return ort.OrtValue.ortvalue_from_shape_and_type(list(shape), element_type, "cpu", device_id)
+        except (TypeError, ValueError, RuntimeError) as exc:
+            raise BadInputError(
+                f"cannot create an OrtValue of shape {list(shape)} and type {element_type!r}: {exc}",
+                value=element_type,
+            ) from exc
 
     # --- profiling ---------------------------------------------------------------------------------
 
@@ -466,12 +457,3 @@ class InferenceSession:
     def get_profiling_start_time_ns(self) -> int:
         """When profiling started (nanoseconds since the epoch), 0 when profiling is off."""
         return self._profiler.start_time_ns if self._profiler is not None else 0
-
-
-def _to_ortvalue(value: Any) -> Any:
-    if not isinstance(value, np.ndarray):
-        raise NotSupportedError(
-            f"run_with_ort_values returns tensors only; this output is a {type(value).__name__} "
-            "(use run() for sequence and map outputs)"
-        )
-    return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(value))

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnx
 
-from ..errors import BadInputError, BadModelError, DmlShimError
+from ..errors import BadInputError, BadModelError, DmlShimError, TooLargeError
 from ..limits import check_tensor
 from ..modelcheck import check_well_formed
 from .constraints import DEFAULT_DIM, light_copy, plan_for_shapes
@@ -250,7 +250,12 @@ def generate(
         if key in seen:
             continue
         seen.add(key)
-        built = candidates.feeds(values)
+        try:
+            built = candidates.feeds(values)
+        except TooLargeError:
+            if len(seen) == 1:
+                raise  # the sizes asked for do not fit; later choices only grow from sums of them
+            continue
         if built is None:
             continue
         shapes, feeds = built

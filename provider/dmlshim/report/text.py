@@ -14,3 +14,10 @@ def table(rows: Sequence[Sequence[str]], indent: str = "  ") -> list[str]:
         (indent + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True))).rstrip()
         for row in rows
     ]
+
+
+def shape_text(shape: Sequence[int | str | None]) -> str:
+    """A shape (or an element position) as every command prints it: ``[1,2,8,8]``, symbolic dimensions by
+    name (``[batch,8]``), unknown ones as ``?``, a scalar as ``[]``.
+    """
+    return "[" + ",".join("?" if d is None else str(d) for d in shape) + "]"

@@ -20,7 +20,7 @@ from ..validate.results import (
     CAUSE_IDENTICAL,
     CAUSE_OTHER_NODES,
 )
-from .text import table
+from .text import shape_text, table
 
 __all__ = ["render_json", "render_text", "verdict"]
 
@@ -49,7 +49,7 @@ def _value(value: Any) -> str:
 
 
 def _shape(shape: Sequence[int]) -> str:
-    return "[" + ",".join(str(d) for d in shape) + "]"
+    return shape_text(shape)
 
 
 def _external_lines(report: ValidationReport, o: OutputComparison) -> list[str]:
@@ -201,8 +201,9 @@ def render_text(report: ValidationReport, only_problems: bool = False) -> str:
                 [n.name, n.op_type, n.placement or "-", operator, n.ort_placement or "-", attribution]
             )
         lines += table(rows) if len(rows) > 1 else ["  none needs a look"]
-    else:
-        lines.append("  none")
+    if not any(n.placement == "dml" for n in report.nodes):
+        why = "no node ran from its descriptor" if report.nodes else "the model has no gather/scatter node"
+        lines.append(f"  nothing was emulated: {why}; both runs are onnxruntime CPU")
     lines += _whole_model_lines(report) if not only_problems or not report.match else []
     lines += _reference_outputs_lines(report, only_problems)
     counts = Counter(w.code for w in report.warnings)

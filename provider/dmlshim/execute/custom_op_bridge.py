@@ -1,0 +1,125 @@
+"""onnxruntime-extensions: the library to register on a session, and the Python kernels registered in it."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import onnx
+import onnxruntime as ort
+
+from ..errors import EngineUnavailableError
+from .custom_op_kernel import kernel
+from .custom_op_types import CUSTOM_DOMAIN, DECLARED_ATTRIBUTES, all_signatures
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["extensions", "library_path", "register_custom_ops", "session_options_with_custom_ops"]
+
+_COPIED_SESSION_OPTIONS = (
+    "intra_op_num_threads",
+    "inter_op_num_threads",
+    "execution_mode",
+    "execution_order",
+    "graph_optimization_level",
+    "log_severity_level",
+    "log_verbosity_level",
+    "logid",
+    "enable_cpu_mem_arena",
+    "enable_mem_pattern",
+    "enable_mem_reuse",
+    "use_deterministic_compute",
+    "enable_profiling",
+    "profile_file_prefix",
+)
+
+
+def extensions() -> Any:
+    """The onnxruntime_extensions module.
+
+    Raises:
+        EngineUnavailableError: it is not installed.
+    """
+    try:
+        import onnxruntime_extensions
+    except ImportError as exc:
+        raise EngineUnavailableError(
+            "the custom-op engine needs onnxruntime-extensions: pip install 'dmlshim[customop]'",
+            value="onnxruntime-extensions",
+        ) from exc
+    return onnxruntime_extensions
+
+
+def library_path() -> str:
+    """The onnxruntime-extensions custom-op library to register on a SessionOptions.
+
+    Raises:
+        EngineUnavailableError: onnxruntime-extensions is not installed.
+    """
+    return str(extensions().get_library_path())
+
+
+_ALL_REGISTERED = False
+_REGISTER_LOCK = threading.Lock()
+
+
+def register_custom_ops() -> None:
+    """Register the Python kernel of every custom op a lowered model can use (once per process).
+
+    All of them are registered at once, before any session uses the onnxruntime-extensions library:
+    registering more op types after such a session exists makes onnxruntime-extensions crash when that
+    session is destroyed.
+
+    Raises:
+        EngineUnavailableError: onnxruntime-extensions is not installed.
+    """
+    global _ALL_REGISTERED
+    if _ALL_REGISTERED:
+        return
+    ext = extensions()
+    dt = ext.PyCustomOpDef
+    bridge: dict[int, Any] = {
+        onnx.TensorProto.FLOAT: dt.dt_float,
+        onnx.TensorProto.DOUBLE: dt.dt_double,
+        onnx.TensorProto.INT8: dt.dt_int8,
+        onnx.TensorProto.INT16: dt.dt_int16,
+        onnx.TensorProto.INT32: dt.dt_int32,
+        onnx.TensorProto.INT64: dt.dt_int64,
+        onnx.TensorProto.UINT8: dt.dt_uint8,
+        onnx.TensorProto.UINT16: dt.dt_uint16,
+        onnx.TensorProto.UINT32: dt.dt_uint32,
+        onnx.TensorProto.BOOL: dt.dt_bool,
+    }
+    kinds = {"string": dt.dt_string, "int": dt.dt_int64}
+    attrs = {name: kinds[kind] for name, kind in DECLARED_ATTRIBUTES}
+    with _REGISTER_LOCK:
+        if _ALL_REGISTERED:
+            return
+        for sig in all_signatures():
+            ext.onnx_op(
+                op_type=sig.op_type,
+                domain=CUSTOM_DOMAIN,
+                inputs=[bridge[t] for t in sig.input_types],
+                outputs=[bridge[sig.output_type]],
+                attrs=attrs,
+            )(kernel)
+        _ALL_REGISTERED = True
+        logger.debug("registered %d custom ops in %s", len(all_signatures()), CUSTOM_DOMAIN)
+
+
+def session_options_with_custom_ops(sess_options: Any = None) -> ort.SessionOptions:
+    """A new SessionOptions with the onnxruntime-extensions library registered.
+
+    The caller's options are copied (threads, optimization level, logging, ...), never modified.
+    """
+    so = ort.SessionOptions()
+    if sess_options is not None:
+        for name in _COPIED_SESSION_OPTIONS:
+            try:
+                setattr(so, name, getattr(sess_options, name))
+            except (AttributeError, TypeError, RuntimeError):
+                logger.debug("session option %s not copied", name)
+    register_custom_ops()
+    so.register_custom_ops_library(library_path())
+    return so
