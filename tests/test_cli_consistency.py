@@ -297,3 +297,37 @@ def test_outcomes_keep_the_order_given() -> None:
     assert [o.model for o in outcomes] == [EMBEDDING, TOPK]
     assert [o.status for o in outcomes] == ["match", "match"]
     assert validate_many.exit_code(outcomes) == 0
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A wrong file type is named as such
+
+
+SEED_JSON = str(REPO / "tests" / "seeds" / "scatter_nd" / "model.json")
+TOPK_NPZ = str(MODELS / "topk_gather.npz")
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["replay", TOPK], "this is an ONNX model, not a DxDispatch JSON model file (dmlshim export"),
+        (["replay", TOPK_NPZ], "this is an .npz archive of arrays (numpy.savez), not a DxDispatch JSON"),
+        (["validate", SEED_JSON], "this is a JSON file, not an ONNX model (a DxDispatch model.json runs"),
+        (["inspect", TOPK_NPZ], "this is an .npz archive of arrays (numpy.savez), not an ONNX model"),
+        (["run", SEED_JSON], "this is a JSON file, not an ONNX model"),
+        (["export", TOPK_NPZ, "-o", "unused"], "not an ONNX model (inputs go to --inputs)"),
+        (["lower", SEED_JSON, "-o", "unused.onnx"], "this is a JSON file, not an ONNX model"),
+        (["compare", TOPK], "this is an ONNX model, not a folder: compare takes the folder dmlshim export"),
+    ],
+)
+def test_a_wrong_file_type_is_named(argv: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert says in err
+    assert "UTF-8" not in err and "Wire format" not in err and "Traceback" not in err
+
+
+def test_the_right_file_types_still_load(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["replay", SEED_JSON, "-o", str(tmp_path), "-l", "2_1"]) == 0
+    assert main(["inspect", TOPK]) == 0
+    capsys.readouterr()

@@ -319,3 +319,32 @@ def test_no_candidate_runs_names_shapes_and_fix(tmp_path: Path) -> None:
         doc = json.loads(r.out)
         assert doc["error"]["type"] == "BadInputError" and "x [2]" in doc["error"]["message"]
     assert run_cli("validate", path, "--input-shape", "n=15").code == 0
+
+
+def test_indices_through_cast_and_unsqueeze_follow_the_chosen_sizes() -> None:
+    """int32 ids -> Cast -> Unsqueeze -> GatherElements on data [n, 4]: every id < n, whatever n is."""
+    nodes = [
+        helper.make_node("Cast", ["ids"], ["ids64"], to=T.INT64, name="cast"),
+        helper.make_node("Unsqueeze", ["ids64", "axes"], ["col"], name="unsqueeze"),
+        helper.make_node("Concat", ["col", "col", "col", "col"], ["idx"], axis=1, name="widen"),
+        helper.make_node("GatherElements", ["data", "idx"], ["y"], axis=0, name="pick"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [
+            helper.make_tensor_value_info("data", T.FLOAT, ["n", 4]),
+            helper.make_tensor_value_info("ids", T.INT32, ["k"]),
+        ],
+        [helper.make_tensor_value_info("y", T.FLOAT, None)],
+        [nh.from_array(np.array([1], np.int64), "axes")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=IR_VERSION)
+    for n, k in [(3, 40), (7, 5), (1, 9)]:
+        for seed in range(3):
+            feeds = generate_inputs(model, input_shapes={"n": n, "k": k}, seed=seed)
+            assert feeds["ids"].dtype == np.int32 and feeds["ids"].shape == (k,)
+            assert feeds["ids"].min() >= 0 and feeds["ids"].max() < n
+            want = feeds["data"][feeds["ids"]]  # numpy's own indexing as the reference
+            np.testing.assert_array_equal(_ort(model, feeds)[0], want)
+    assert validate_model(model, input_shapes={"n": 3, "k": 40}).match

@@ -329,6 +329,68 @@ def export_one(spec: Spec, exporter: str, out_dir: Path = HERE) -> dict[str, Any
     }
 
 
+#: int8 variants: (source export, description). onnxruntime's dynamic quantization stores the MatMul and
+#: embedding weights as uint8, so the embedding Gathers read uint8 data followed by DequantizeLinear.
+QUANTIZED: tuple[tuple[str, str], ...] = (
+    ("bert_dynamo", "the BERT dynamo export after onnxruntime quantize_dynamic (uint8 weights)"),
+    ("gpt2_past_torchscript", "the GPT-2 legacy export after onnxruntime quantize_dynamic (uint8 weights)"),
+)
+#: How far the int8 model may drift from the float32 export it came from (random weights, tiny sizes).
+QUANTIZED_ATOL = 0.1
+
+
+def quantize_one(source: dict[str, Any], description: str, out_dir: Path = HERE) -> dict[str, Any]:
+    """Write ``<source>_int8`` from an exported model with onnxruntime's dynamic quantization."""
+    import onnxruntime
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    base, exporter = source["name"].rsplit("_", 1)
+    name = f"{base}_int8_{exporter}"
+    src, path = out_dir / source["file"], out_dir / f"{name}.onnx"
+    tmp = out_dir / f".{name}.tmp.onnx"
+    quantize_dynamic(
+        src, tmp, weight_type=QuantType.QUInt8, op_types_to_quantize=["MatMul", "Gemm", "Gather"]
+    )
+    model = onnx.load(str(tmp))
+    tmp.unlink()
+    clean_model(model)
+    model.ir_version = min(model.ir_version, MAX_IR_VERSION)
+    onnx.checker.check_model(model, full_check=True)
+    onnx.save(model, str(path))
+    npz = out_dir / f"{name}.npz"
+    with np.load(out_dir / source["inputs_file"]) as data:
+        feeds = {k: data[k] for k in data.files}
+    np.savez(npz, **feeds)
+    opts = onnxruntime.SessionOptions()
+    opts.intra_op_num_threads = 1
+    want = onnxruntime.InferenceSession(str(src), opts, providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = onnxruntime.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"]).run(None, feeds)
+    for w, g in zip(want, got, strict=True):
+        np.testing.assert_allclose(g, w, atol=QUANTIZED_ATOL, err_msg=f"{path.name} vs {src.name}")
+    size = path.stat().st_size
+    if size >= MAX_BYTES:
+        raise AssertionError(f"{path.name} is {size} bytes, over the corpus limit of {MAX_BYTES}")
+    entry = dict(source)
+    entry.update(
+        {
+            "name": name,
+            "file": path.name,
+            "inputs_file": npz.name,
+            "description": description,
+            "dtype": "int8",
+            "quantized_from": source["name"],
+            "onnx_bytes": size,
+            "npz_bytes": npz.stat().st_size,
+            "nodes": sum(1 for _ in _walk_nodes(model.graph)),
+            "gather_scatter_ops": op_counts(model, GATHER_SCATTER_OPS),
+            "control_flow_ops": op_counts(model, CONTROL_FLOW_OPS),
+            "checked_in_onnxruntime": [f"sample, within {QUANTIZED_ATOL} of {source['name']}"],
+        }
+    )
+    entry["versions"] = {**source["versions"], "onnxruntime": onnxruntime.__version__}
+    return entry
+
+
 def _load_manifest() -> dict[str, dict[str, Any]]:
     if not MANIFEST.exists():
         return {}
@@ -392,6 +454,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                 continue
             e = entries[name]
             print(f"  {e['onnx_bytes']} bytes, {e['gather_scatter_ops']} {e['control_flow_ops']}", flush=True)
+    for source_name, description in QUANTIZED:
+        if args.only and not any(w in source_name or w in ("int8", "quantized") for w in args.only):
+            continue
+        if source_name not in entries:
+            print(f"skipping the int8 variant of {source_name}: export it first", file=sys.stderr)
+            continue
+        print(f"quantizing {source_name} ...", flush=True)
+        try:
+            entry = quantize_one(entries[source_name], description)
+        except Exception as exc:
+            failures.append(f"int8 of {source_name}: {type(exc).__name__}: {str(exc)[:300]}")
+            print(f"  FAILED {failures[-1]}", flush=True)
+            continue
+        entries[entry["name"]] = entry
+        print(f"  {entry['onnx_bytes']} bytes, {entry['gather_scatter_ops']}", flush=True)
     _save_manifest(entries)
     for failure in failures:
         print("failed:", failure, file=sys.stderr)

@@ -25,7 +25,8 @@ DEFAULT_OUTPUT = REPO / "docs" / "corpus.md"
 HEADER = """# The real-architecture corpus
 
 `onnx_models/real/` holds {count} ONNX exports of {networks} real networks (transformers, torchvision and
-two plain PyTorch modules), written by PyTorch's dynamo and legacy TorchScript exporters from tiny
+two plain PyTorch modules; two of them also int8 after onnxruntime's dynamic quantization), written by
+PyTorch's dynamo and legacy TorchScript exporters from tiny
 configurations with random weights; `onnx_models/real/README.md` says what each one is and how to
 regenerate it, `onnx_models/real/manifest.json` describes each file. They are models nobody on the team
 wrote by hand: KV caches with `past_sequence_length + 1`, Shape→Gather chains, stale inferred shapes,
@@ -34,8 +35,8 @@ If/Loop, float16.
 The table is dmlshim's result on each, at the default feature level (5_0), produced by
 `onnx_models/real/results_table.py` (run it with `PYTHONPATH=provider` from the repository root to
 refresh this page). Exit codes: 0 match / translated, 1 mismatch or not all nodes translated, 2 error.
-`tests/test_real_corpus.py` asserts what issue 11 asks for on every model; the pairs that do not hold
-yet are listed in its `PENDING` table.
+`tests/test_real_corpus.py` asserts what issue 11 asks for on every model (a pair that fails on main
+would be listed in its `PENDING` table, which is empty).
 
 - **validate, file inputs**: `dmlshim validate M --inputs M.npz`; **random**: `dmlshim validate M`.
 - **SHAPE_UNKNOWN**: nodes `dmlshim inspect M` leaves SHAPE_UNKNOWN / of them, those whose input ranks
@@ -66,13 +67,13 @@ def _cell(text: str) -> str:
 
 def render() -> str:
     entries = cr.load_manifest()
-    networks = {e["name"].rsplit("_", 1)[0] for e in entries}
+    networks = {e["name"].rsplit("_", 1)[0] for e in entries if e["dtype"] == "float32"}
     lines = [HEADER.format(count=len(entries), networks=len(networks)).rstrip(), "", "## Results", ""]
     lines.append(
         "| model | architecture | exporter | KB | gather/scatter (If/Loop) nodes | validate, file inputs "
-        "| validate, random | SHAPE_UNKNOWN (rank known) | placements agree |"
+        "| validate, random | inspect exit | SHAPE_UNKNOWN (rank known) | placements agree |"
     )
-    lines.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    lines.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     problems: list[tuple[str, str, str]] = []
     for entry in entries:
         r = cr.result(entry["name"])
@@ -84,9 +85,9 @@ def render() -> str:
                 problems.append((entry["name"], label, run.message))
         agree = "yes" if not r.placement_disagreements else f"no ({len(r.placement_disagreements)})"
         lines.append(
-            f"| `{entry['name']}` | {entry['architecture']} | {entry['exporter']} "
+            f"| `{entry['name']}` | {entry['architecture']} ({entry['dtype']}) | {entry['exporter']} "
             f"| {entry['onnx_bytes'] // 1024} | {_ops(entry)} | {_code(r.validate_inputs)} "
-            f"| {_code(r.validate_random)} "
+            f"| {_code(r.validate_random)} | {r.inspect.code} "
             f"| {len(r.shape_unknown)} ({len(r.shape_unknown_rank_known)}) | {agree} |"
         )
     lines += ["", "## What validate said where it did not exit 0", ""]

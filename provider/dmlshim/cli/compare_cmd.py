@@ -7,6 +7,7 @@ import json
 import math
 
 from ..dxdispatch.compare import DEFAULT_ATOL, DEFAULT_RTOL, CompareReport
+from ..errors import BadInputError
 from ..report.text import shape_text, table
 from .options import tolerance_type
 
@@ -55,7 +56,15 @@ def _table(report: CompareReport) -> str:
 def run(args: argparse.Namespace) -> int:
     """Compare and print the table; 0 when every node matches, 1 otherwise (2 for a bad DIR)."""
     from ..dxdispatch.compare import compare_export
+    from ..filekind import KIND_NAMES, kind_of
 
+    kind = kind_of(args.directory)
+    if kind is not None:
+        raise BadInputError(
+            f"this is {KIND_NAMES[kind]}, not a folder: compare takes the folder dmlshim export wrote "
+            "(with dml_output.npy files from dxdispatch.exe in it)",
+            path=args.directory,
+        )
     report = compare_export(args.directory, rtol=args.rtol, atol=args.atol)
     if args.json:
         print(json.dumps(report.to_json(), indent=2, allow_nan=False))

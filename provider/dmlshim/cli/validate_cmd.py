@@ -55,7 +55,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="clamp out-of-range indices in dmlshim instead of failing (onnxruntime still fails on them)",
     )
-    parser.add_argument("--json", action="store_true", help="print the schema_version 1 JSON document")
+    parser.add_argument(
+        "--json", action="store_true", help="print the schema_version 2 JSON document (docs/validate.md)"
+    )
     validate_many.add_arguments(parser)
 
 

@@ -11,6 +11,7 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from ..errors import BadModelError
+from ..filekind import require_onnx_model
 from ..limits import check_model_inputs
 from ..modelcheck import check_well_formed, load_external_data
 
@@ -49,6 +50,7 @@ def load_model(model: ModelSource) -> LoadedModel:
             raise BadModelError(
                 "model file not found" if not path.exists() else "not a regular file", path=str(path)
             )
+        require_onnx_model(path)
         try:
             proto = onnx.load(str(path), load_external_data=False)
         except (DecodeError, ValueError, RuntimeError, OSError) as exc:

@@ -203,7 +203,7 @@ def render_text(report: ValidationReport, only_problems: bool = False) -> str:
         lines += table(rows) if len(rows) > 1 else ["  none needs a look"]
     if not any(n.placement == "dml" for n in report.nodes):
         why = "no node ran from its descriptor" if report.nodes else "the model has no gather/scatter node"
-        lines.append(f"  nothing was emulated: {why}; both runs are onnxruntime CPU")
+        lines.append(f"  nothing was emulated: {why}; every run is onnxruntime CPU")
     lines += _whole_model_lines(report) if not only_problems or not report.match else []
     lines += _reference_outputs_lines(report, only_problems)
     counts = Counter(w.code for w in report.warnings)

@@ -11,6 +11,7 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from ..errors import BadInputError, BadModelError
+from ..filekind import require_onnx_model
 from ..modelcheck import check_well_formed, load_external_data
 from .plan import TensorInfo
 
@@ -133,6 +134,7 @@ def load_model(path: str | os.PathLike[str]) -> onnx.ModelProto:
         BadModelError: the file cannot be read, is not ONNX (or is truncated), or fails onnx.checker.
     """
     where = os.fspath(path)
+    require_onnx_model(where)
     try:
         with open(where, "rb") as handle:
             payload = handle.read()
