@@ -11,7 +11,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from . import validate_many
-from .options import add_feature_level, add_input_shape, input_shapes
+from .options import add_feature_level, add_input_shape, add_tolerances, input_shapes
 from .progress import status
 from .validate_files import add_array_files, check_array_targets, finish
 
@@ -31,14 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="feeds by input name (numpy.savez); random inputs of the right shapes and types when absent",
     )
-    for flag, what in (("rtol", "relative"), ("atol", "absolute")):
-        parser.add_argument(
-            f"--{flag}",
-            action="append",
-            metavar="[OUTPUT:]VALUE",
-            help=f"{what} tolerance for floating-point outputs, for all or (OUTPUT:VALUE, repeatable) one "
-            "output (default: exact against the reference; dtype-fitting against --reference-outputs)",
-        )
+    add_tolerances(parser, "exact against the reference; dtype-fitting against --reference-outputs")
     add_array_files(parser)
     parser.add_argument(
         "--optimization-level",
