@@ -31,7 +31,14 @@ from dmlshim.dml.rule_checks import find_violations
 from dmlshim.errors import IndexOutOfRangeError, InvalidDescriptorError
 from dmlshim.kernels import KernelOptions, execute
 from dmlshim.kernels import common as kernel_common
-from dmlshim.translate import TensorInfo, infer_shapes, translate_model, translate_node, translator
+from dmlshim.translate import (
+    TensorInfo,
+    infer_shapes,
+    model_translation,
+    translate_model,
+    translate_node,
+    translator,
+)
 from dmlshim.translate.plan import InputBinding, NodeTranslation, assemble
 from dmlshim.translate.shapes_info import tensor_infos
 
@@ -180,7 +187,7 @@ def test_assemble_is_the_constructor() -> None:
 @pytest.mark.parametrize("path", sorted(MODELS.glob("*.onnx")), ids=lambda p: p.stem)
 def test_lazy_graph_infos_equal_tensor_infos(path: Path) -> None:
     def check(graph: onnx.GraphProto, scope: dict[str, TensorInfo]) -> None:
-        lazy = translator._GraphInfos(graph, scope)
+        lazy = model_translation._GraphInfos(graph, scope)
         eager = dict(scope)
         eager.update(tensor_infos(graph))
         assert dict(lazy) == eager
@@ -201,7 +208,7 @@ def test_value_infos_override_inputs_only_when_typed() -> None:
     idx = helper.make_tensor("idx", I64, [2], [0, 1])
     node = helper.make_node("Gather", ["x", "idx"], ["y"])
     graph = helper.make_graph([node], "g", [x], [y], initializer=[idx], value_info=[untyped])
-    infos = translator._GraphInfos(graph, {})
+    infos = model_translation._GraphInfos(graph, {})
     assert infos["x"] == TensorInfo((4, 3), F)
     assert infos["idx"] == TensorInfo((2,), I64)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])

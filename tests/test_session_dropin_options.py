@@ -174,3 +174,29 @@ def test_plain_options_reach_the_engine_as_they_are(tmp_path: Path) -> None:
     profiled = options(enable_profiling=True, profile_file_prefix=str(tmp_path / "p"))
     got = InferenceSession(DECODER, profiled).engine.config.sess_options  # type: ignore[attr-defined]
     assert got is not profiled and got.enable_profiling and got.intra_op_num_threads == 1
+
+
+@pytest.mark.parametrize("model", sorted(p.name for p in (REPO / "onnx_models").glob("*.onnx")))
+def test_every_shipped_model_profiles_and_optimizes_as_one(model: str, tmp_path: Path) -> None:
+    path = REPO / "onnx_models" / model
+    with np.load(path.with_suffix(".npz")) as z:
+        feeds = {k: z[k] for k in z.files}
+    so = options(
+        enable_profiling=True,
+        profile_file_prefix=str(tmp_path / "p"),
+        optimized_model_filepath=str(tmp_path / "opt.onnx"),
+    )
+    sess = InferenceSession(path, so)
+    got = [sess.run(None, feeds) for _ in range(2)][-1]
+    ref = onnxruntime.InferenceSession(str(path), options(), providers=["CPUExecutionProvider"])
+    for g, w in zip(got, ref.run(None, feeds), strict=True):
+        np.testing.assert_array_equal(g, w)
+    record = sess.last_run_record
+    assert record is not None
+    events = json.loads(Path(sess.end_profiling()).read_text(encoding="utf-8"))
+    emulated = [e for e in events if e["args"].get("emulated_by") == "dmlshim"]
+    assert len(emulated) == 2 * len(record.emulated)
+    assert {e["args"]["op_name"] for e in emulated} == {n.op_type for n in record.emulated}
+    assert sum(e["name"] == "model_run" for e in events) == 2
+    assert len(list(tmp_path.glob("*.json"))) == len(list(tmp_path.glob("*.onnx"))) == 1
+    assert len(onnx.load(str(tmp_path / "opt.onnx")).graph.node) > 0

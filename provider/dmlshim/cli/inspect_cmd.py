@@ -7,13 +7,14 @@ or usage.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 
 import onnx
 
 from ..modelcheck import unknown_operators
-from ..report.inspect_report import GraphValue, render_json, render_text
+from ..report.inspect_report import GraphValue, render_text, write_json
 from ..translate.shapes_info import load_model, tensor_info
 from ..translate.translator import translate_model
 from .options import add_feature_level, add_input_shape, apply_input_shapes, input_shapes
@@ -46,6 +47,18 @@ def graph_values(model: onnx.ModelProto) -> tuple[list[GraphValue], list[GraphVa
 
 def run(args: argparse.Namespace) -> int:
     """Inspect the model; returns the exit code."""
+    # Inspect builds a few objects per node and frees nearly nothing until it ends: the cycle collector's
+    # full passes over an ever larger heap would cost more than the translation (2.5x on 100,000 nodes).
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _inspect(args)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _inspect(args: argparse.Namespace) -> int:
     shapes = input_shapes(args)
     model = load_model(args.model)
     shapes = apply_input_shapes(model, shapes)
@@ -59,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         )
     inputs, outputs = graph_values(model)
     if args.json:
-        sys.stdout.write(render_json(translation, args.model, graph_inputs=inputs, graph_outputs=outputs))
+        write_json(translation, sys.stdout, args.model, graph_inputs=inputs, graph_outputs=outputs)
     else:
         symbolic: dict[str, tuple[object, ...]] = {}
         for v in inputs:

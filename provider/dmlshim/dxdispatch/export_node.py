@@ -14,7 +14,7 @@ from ..files import write_npy, write_text
 from ..kernels import KernelOptions, execute
 from ..translate import InputBinding, NodeTranslation, Reinterpret, run_translation
 from ..translate.plan import elem_type_name
-from ..translate.runner import bind_input
+from ..translate.runner import bind_input, onnx_duplicates
 from .export_results import (
     DML_OUTPUT_FILE,
     EXPECTED_OUTPUT_FILE,
@@ -240,7 +240,7 @@ def export_node(
         operator=desc.operator_type.dml_name,
         output_shape=tuple(int(s) for s in expected.shape),
         output_dtype=str(expected.dtype),
-        duplicate_indices=int(result.duplicate_indices),
+        duplicate_indices=onnx_duplicates(t, int(result.duplicate_indices)),
         matches_onnxruntime=matches,
         steps=tuple((p.binding, p.steps) for p in prepared),
         iterations=iterations,

@@ -4,6 +4,7 @@ turned into dmlshim errors."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import onnx
@@ -11,9 +12,13 @@ import onnxruntime as ort
 
 from ..errors import BadInputError, IndexOutOfRangeError
 from ..modelcheck import ort_load_error
+from .engine import EngineConfig
 from .fallback import for_onnxruntime
+from .partition import CpuSegment
 from .profiling import separate_profile
-from .weights import SharedWeights
+from .segments import segment_model
+from .weights import SharedWeights, light_copy
+from .whole_model import augmented_model
 
 ORT_ERRORS: tuple[type[BaseException], ...] = (RuntimeError, ValueError)
 try:  # onnxruntime's own exception types do not derive from RuntimeError.
@@ -117,3 +122,43 @@ def ort_run_error(
             op_type=op_type,
         )
     return BadInputError(f"{what}: {text}", node=node, op_type=op_type)
+
+
+def segment_session(
+    model: onnx.ModelProto,
+    segment: CpuSegment,
+    types: Mapping[str, onnx.TypeProto],
+    init_protos: Mapping[str, onnx.TensorProto],
+    config: EngineConfig,
+    label: str,
+    shared: SharedWeights | None,
+) -> ort.InferenceSession:
+    """The session of one CPU segment (built when first needed)."""
+    seg_model = segment_model(model, segment, types, init_protos, shared)
+    return cpu_session(seg_model, config.sess_options, label, shared)
+
+
+def whole_model_session(
+    model: onnx.ModelProto,
+    config: EngineConfig,
+    emulated: frozenset[str],
+    shared: SharedWeights | None,
+    extra_outputs: Sequence[str],
+) -> ort.InferenceSession:
+    """The whole-model check's session: the model with ``extra_outputs`` added. With default options it
+    keeps onnxruntime's default thread count unless a scatter that no kernel replaces would run in it
+    (onnxruntime's CPU scatters lose updates on duplicate indices with several threads); emulated
+    scatters are checked against their kernel anyway."""
+    options = config.sess_options
+    if options is None:
+        options = ort.SessionOptions()
+        options.log_severity_level = 4
+        if has_scatter(model.graph, skip=emulated):
+            options.intra_op_num_threads = 1
+    if shared is not None and config.sess_options is None:
+        light = light_copy(model, shared, extra_outputs)
+        shared.attach(options, light)
+        payload = light.SerializeToString()
+    else:
+        payload = augmented_model(model, extra_outputs)
+    return ort.InferenceSession(payload, options, providers=["CPUExecutionProvider"])

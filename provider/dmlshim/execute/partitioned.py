@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import onnx
 import onnxruntime as ort
-from onnx import helper, numpy_helper
+from onnx import numpy_helper
 
 from ..errors import BadModelError, DmlShimError
 from ..graph import display_names, is_gather_scatter
@@ -38,7 +38,7 @@ from ..translate.shapes_info import tensor_infos
 from ..translate.translator import model_opsets, model_placements, node_since_version
 from .engine import EngineConfig
 from .fallback import has_deprecated_scatter, note_scatter_as_scatter_elements
-from .ort_support import ORT_ERRORS, cpu_session, has_scatter, ort_run_error
+from .ort_support import ORT_ERRORS, cpu_session, ort_run_error, segment_session, whole_model_session
 from .partition import (
     CpuSegment,
     EmulatedNode,
@@ -51,7 +51,6 @@ from .segments import (
     boundary_types,
     folded_constants,
     proven_types,
-    segment_model,
     tensor_type,
     type_protos,
 )
@@ -66,9 +65,10 @@ from .steps import (
     Values,
     overwrites,
     reasons_of,
+    static_key,
 )
 from .weights import SharedWeights, light_copy, without_weights
-from .whole_model import WholeModelCheck, augmented_model, build_whole_model_check
+from .whole_model import WholeModelCheck, build_whole_model_check
 
 __all__ = [
     "ORT_ERRORS",
@@ -133,23 +133,6 @@ def _check_static_sizes(
     check_static_values(
         {n: (i.static_shape, i.elem_type) for n, i in infos.items() if i.is_static}, producers=producers
     )
-
-
-def _static_key(infos: Sequence[TensorInfo | None]) -> tuple[Any, ...] | None:
-    """The cache key a run with exactly these static shapes and types will look up."""
-    key: list[Any] = []
-    for info in infos:
-        if info is None:
-            key.append(None)
-            continue
-        if not info.is_static:
-            return None
-        try:
-            dtype = np.dtype(helper.tensor_dtype_to_np_dtype(info.elem_type))
-        except (KeyError, TypeError, ValueError):
-            return None
-        key.append((info.static_shape, dtype))
-    return tuple(key)
 
 
 class PartitionedEngine:
@@ -352,14 +335,14 @@ class PartitionedEngine:
                     f"CPU partition {segments} (nodes {names[step.nodes[0]]!r}..{names[step.nodes[-1]]!r})"
                 )
                 build = functools.partial(
-                    _segment_session, model, step, seg_types, init_protos, config, label, shared
+                    segment_session, model, step, seg_types, init_protos, config, label, shared
                 )
                 self._steps.append(CpuStep(build, step.inputs, step.outputs, label))
                 segments += 1
             else:
                 i = step.node
                 since, t, node_infos = candidates[i]
-                static_key = _static_key(node_infos) if t.status is Status.DML else None
+                key = static_key(node_infos) if t.status is Status.DML else None
                 self._steps.append(
                     EmulatedStep(
                         node=nodes[i],
@@ -370,8 +353,8 @@ class PartitionedEngine:
                         index_mode=config.index_mode,
                         model=model,
                         sess_options=config.sess_options,
-                        static=t if static_key is not None else None,
-                        static_key=static_key,
+                        static=t if key is not None else None,
+                        static_key=key,
                         inferred_output=infos.get(nodes[i].output[0]),
                         reference=reference,
                     )
@@ -380,7 +363,7 @@ class PartitionedEngine:
         if config.whole_model_check and not reference and segments >= MIN_SEGMENTS_FOR_CHECK:
             emulated = [s for s in self._steps if isinstance(s, EmulatedStep)]
             outputs = frozenset(s.output for s in emulated)
-            make = functools.partial(_whole_session, model, config, outputs, shared)
+            make = functools.partial(whole_model_session, model, config, outputs, shared)
             self._check = build_whole_model_check(
                 model, emulated, set(graph_inputs), make, ORT_ERRORS, self._static_values
             )
@@ -504,42 +487,3 @@ def _run_whole(step: CpuStep, values: Values, output_names: Sequence[str], run_o
         return list(step.session.run(list(output_names), feeds, run_options))
     except ORT_ERRORS as exc:
         raise ort_run_error(exc, "onnxruntime failed running the model") from exc
-
-
-def _segment_session(
-    model: onnx.ModelProto,
-    segment: CpuSegment,
-    types: Mapping[str, onnx.TypeProto],
-    init_protos: Mapping[str, onnx.TensorProto],
-    config: EngineConfig,
-    label: str,
-    shared: SharedWeights | None,
-) -> ort.InferenceSession:
-    seg_model = segment_model(model, segment, types, init_protos, shared)
-    return cpu_session(seg_model, config.sess_options, label, shared)
-
-
-def _whole_session(
-    model: onnx.ModelProto,
-    config: EngineConfig,
-    emulated: frozenset[str],
-    shared: SharedWeights | None,
-    extra_outputs: Sequence[str],
-) -> ort.InferenceSession:
-    """The whole-model check's session: the model with ``extra_outputs`` added. With default options it
-    keeps onnxruntime's default thread count unless a scatter that no kernel replaces would run in it
-    (onnxruntime's CPU scatters lose updates on duplicate indices with several threads); emulated
-    scatters are checked against their kernel anyway."""
-    options = config.sess_options
-    if options is None:
-        options = ort.SessionOptions()
-        options.log_severity_level = 4
-        if has_scatter(model.graph, skip=emulated):
-            options.intra_op_num_threads = 1
-    if shared is not None and config.sess_options is None:
-        light = light_copy(model, shared, extra_outputs)
-        shared.attach(options, light)
-        payload = light.SerializeToString()
-    else:
-        payload = augmented_model(model, extra_outputs)
-    return ort.InferenceSession(payload, options, providers=["CPUExecutionProvider"])

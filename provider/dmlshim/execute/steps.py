@@ -298,3 +298,20 @@ def overwritten_writes(op_type: str, attrs: Mapping[str, Any], arrays: Sequence[
             coord = idx if d == axis else np.arange(idx.shape[d]).reshape(line)
             targets = targets + coord * int(strides[d])
     return int(targets.size - np.unique(targets).size)
+
+
+def static_key(infos: Sequence[TensorInfo | None]) -> tuple[Any, ...] | None:
+    """The cache key a run with exactly these static shapes and types will look up."""
+    key: list[Any] = []
+    for info in infos:
+        if info is None:
+            key.append(None)
+            continue
+        if not info.is_static:
+            return None
+        try:
+            dtype = np.dtype(helper.tensor_dtype_to_np_dtype(info.elem_type))
+        except (KeyError, TypeError, ValueError):
+            return None
+        key.append((info.static_shape, dtype))
+    return tuple(key)

@@ -6,17 +6,18 @@ node is not handled, a per-node table, a verdict and the next command to run.
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TextIO
 
 from ..translate.plan import NodeTranslation, Status, elem_type_name
 from ..translate.symbolic import describe
 from ..translate.translator import ModelTranslation
 from .text import shape_text, table
 
-__all__ = ["GraphValue", "next_command", "render_json", "render_text", "verdict"]
+__all__ = ["GraphValue", "next_command", "render_json", "render_text", "verdict", "write_json"]
 
 PROVIDER_WARNINGS = frozenset({"EP_OUTPUT_UNWRITTEN", "EP_DESCRIPTOR_FAILS"})
 """``EP_*`` codes that warn about what the provider computes, not where it places the node."""
@@ -248,15 +249,68 @@ def render_json(
     graph_inputs: Sequence[GraphValue] = (),
     graph_outputs: Sequence[GraphValue] = (),
 ) -> str:
-    """The ``--json`` document: schema_version 1 (extra keys: model, inputs, outputs, each node's plan)."""
-    doc: dict[str, Any] = mt.to_json()
-    head: dict[str, Any] = {"schema_version": doc.pop("schema_version")}
+    """The ``--json`` document as a string (see :func:`write_json`)."""
+    out = io.StringIO()
+    write_json(mt, out, model_path, graph_inputs=graph_inputs, graph_outputs=graph_outputs)
+    return out.getvalue()
+
+
+def write_json(
+    mt: ModelTranslation,
+    stream: TextIO,
+    model_path: str | None = None,
+    *,
+    graph_inputs: Sequence[GraphValue] = (),
+    graph_outputs: Sequence[GraphValue] = (),
+) -> None:
+    """Write the ``--json`` document: schema_version 1 (extra keys: model, inputs, outputs, each node's
+    plan), one node record per line, written as it is made (a model of 100,000 nodes never holds its whole
+    document in memory)."""
+    encode = json.JSONEncoder(allow_nan=False).encode  # the C encoder: indent would select Python's
+    head: dict[str, Any] = {"schema_version": 1}
     if model_path is not None:
         head["model"] = model_path
     if graph_inputs or graph_outputs:
         head["inputs"] = [_value_json(v) for v in graph_inputs]
         head["outputs"] = [_value_json(v) for v in graph_outputs]
-    return json.dumps({**head, **doc}, indent=2, allow_nan=False) + "\n"
+    head["feature_level"] = mt.feature_level.dml_name
+    stream.write("{\n")
+    for key, value in head.items():
+        stream.write(f"  {encode(key)}: {encode(value)},\n")
+    stream.write('  "nodes": [')
+    records = _NodeRecords()
+    for i, node in enumerate(mt.nodes):
+        stream.write(("\n    " if i == 0 else ",\n    ") + encode(records.record(node)))
+    stream.write("\n  ],\n" if mt.nodes else "],\n")
+    stream.write(f'  "summary": {encode(mt.summary)}\n}}\n')
+
+
+class _NodeRecords:
+    """Node JSON records; nodes renamed from one translation (the same descriptor object and reasons)
+    reuse its record with their own names, instead of rendering the descriptor again."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[Any, ...], dict[str, Any]] = {}
+
+    def record(self, n: NodeTranslation) -> dict[str, Any]:
+        if n.operator is None:
+            return n.to_json()
+        key = (id(n.operator), id(n.reasons), n.status, n.ort_placement, len(n.inputs))
+        template = self._seen.get(key)
+        if template is None:
+            out = self._seen[key] = n.to_json()
+            return out
+        out = dict(template, name=n.name)
+        plan = template.get("plan")
+        if plan is not None and n.output is not None:
+            out["plan"] = dict(
+                plan,
+                inputs=[
+                    dict(j, onnx_name=b.onnx_name) for j, b in zip(plan["inputs"], n.inputs, strict=True)
+                ],
+                output=dict(plan["output"], onnx_name=n.output.onnx_name),
+            )
+        return out
 
 
 def _value_json(v: GraphValue) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from .plan import (
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RunResult", "bind_input", "run_translation"]
+__all__ = ["RunResult", "bind_input", "onnx_duplicates", "run_translation"]
 
 
 @dataclass(frozen=True)
@@ -295,4 +295,11 @@ def run_translation(
     output = _unbind_output(result.output, t.output, inputs, applied)
     if logger.isEnabledFor(logging.DEBUG):
         logger.debug("%s: ran %s with host steps %s", t.name, t.operator.operator_type.dml_name, applied)
-    return RunResult(output, int(result.duplicate_indices), tuple(applied))
+    return RunResult(output, onnx_duplicates(t, int(result.duplicate_indices)), tuple(applied))
+
+
+def onnx_duplicates(t: NodeTranslation, kernel_count: int) -> int:
+    """The kernel's count of overwritten writes in ONNX elements: with 64-bit data moved as UINT32 pairs
+    (indices repeated for both halves), every overwritten ONNX element is two overwritten UINT32 writes."""
+    pairs = any(s.kind is HostStepKind.DUPLICATE_FOR_PAIRS for b in t.inputs for s in b.host_steps)
+    return kernel_count // 2 if pairs else kernel_count

@@ -17,7 +17,7 @@ from .plan import TensorInfo
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["infer_shapes", "load_model", "parse_input_shape", "tensor_info", "tensor_infos"]
+__all__ = ["infer_shapes", "load_model", "tensor_info", "tensor_infos"]
 
 
 # onnx's C++ checker and shape inference raise their own errors, and also ValueError (UnicodeDecodeError
@@ -62,25 +62,6 @@ def tensor_infos(graph: onnx.GraphProto) -> dict[str, TensorInfo]:
     for sparse in graph.sparse_initializer:
         out[sparse.values.name] = TensorInfo(tuple(int(d) for d in sparse.dims), int(sparse.values.data_type))
     return out
-
-
-def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
-    """``NAME=D0,D1,..`` -> (name, dims). An empty list (``NAME=``) is a scalar.
-
-    Raises:
-        BadInputError: the text is not of that form or a dim is not a non-negative integer.
-    """
-    name, sep, dims_text = text.rpartition("=")
-    if not sep or not name:
-        raise BadInputError(f"--input-shape expects NAME=D0,D1,.. (got {text!r})", value=text)
-    dims: list[int] = []
-    for part in filter(None, (p.strip() for p in dims_text.split(","))):
-        if not part.isdigit():
-            raise BadInputError(
-                f"--input-shape {text!r}: dimension {part!r} is not a non-negative integer", value=text
-            )
-        dims.append(int(part))
-    return name, tuple(dims)
 
 
 def _override_inputs(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]) -> onnx.ModelProto:

@@ -8,12 +8,10 @@ its path (``loop_node/body/scatter_1``).
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import functools
 import logging
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import onnx
@@ -22,18 +20,12 @@ from onnx import helper
 from ..dml import support
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel, OperatorType
 from ..dml.validate import validate
-from ..errors import DmlShimError
-from ..graph import node_path, subgraph_prefix, subgraphs
 from .converters import ConvertContext, Converter, Lowering, NodeFailure, get_converter
 from .placement import (
-    CPU_PREFERRED_MESSAGE,
-    REASON_CPU_PREFERRED,
-    graph_placements,
     node_placement,
     provider_notes,
 )
 from .plan import (
-    CPU_PROVIDER,
     DML_PROVIDER,
     Deferred,
     NodeTranslation,
@@ -41,9 +33,7 @@ from .plan import (
     Status,
     TensorInfo,
     assemble,
-    replace_translation,
 )
-from .shapes_info import infer_shapes, tensor_info
 from .support_table import SUPPORTED_OPS, find_row
 from .symbolic import SIZE_DEPENDENT_RULES, symbolic_note
 
@@ -321,65 +311,6 @@ def _translate(
     )
 
 
-@dataclass(frozen=True)
-class ModelTranslation:
-    """Every gather/scatter node of a model, translated at one feature level.
-
-    Attributes:
-        feature_level: the target level.
-        nodes: the translations, in graph order (subgraph nodes after their parent node).
-        total_nodes: the number of nodes in the model, subgraphs included.
-        opset: the model's ai.onnx opset.
-    """
-
-    feature_level: FeatureLevel
-    nodes: tuple[NodeTranslation, ...]
-    total_nodes: int
-    opset: int
-
-    @property
-    def summary(self) -> dict[str, Any]:
-        """Counts: nodes by status and placement; one counter per reason code of the nodes not run as
-        DirectML (``reasons``), of notes on translated nodes (``notes``) and of why onnxruntime's DirectML
-        provider would place nodes on the CPU or reject them (``ort_reasons``, codes ``EP_*``)."""
-        status = collections.Counter(n.status.value for n in self.nodes)
-        placement = collections.Counter(n.ort_placement or "none" for n in self.nodes)
-        reasons = collections.Counter(
-            r.code for n in self.nodes if not n.ok for r in n.reasons if not is_ep_reason(r)
-        )
-        notes = collections.Counter(
-            r.code for n in self.nodes if n.ok for r in n.reasons if not is_ep_reason(r)
-        )
-        ep = collections.Counter(r.code for n in self.nodes for r in n.reasons if is_ep_reason(r))
-        levels = [n.min_feature_level for n in self.nodes if n.min_feature_level is not None]
-        return {
-            "total_nodes": self.total_nodes,
-            "gather_scatter_nodes": len(self.nodes),
-            "dml": status.get("dml", 0),
-            "fallback": status.get("fallback", 0),
-            "error": status.get("error", 0),
-            "ort_placement": {
-                "DmlExecutionProvider": placement.get(DML_PROVIDER, 0),
-                "CPUExecutionProvider": placement.get("CPUExecutionProvider", 0),
-                "none": placement.get("none", 0),
-            },
-            "reasons": dict(sorted(reasons.items())),
-            "notes": dict(sorted(notes.items())),
-            "ort_reasons": dict(sorted(ep.items())),
-            "min_feature_level": max(levels).dml_name if levels else None,
-            "all_dml": all(n.ok for n in self.nodes),
-        }
-
-    def to_json(self, *, plan: bool = True) -> dict[str, Any]:
-        """The ``dmlshim inspect --json`` document (schema_version 1)."""
-        return {
-            "schema_version": 1,
-            "feature_level": self.feature_level.dml_name,
-            "nodes": [n.to_json(plan=plan) for n in self.nodes],
-            "summary": self.summary,
-        }
-
-
 def model_opsets(model: onnx.ModelProto) -> dict[str, int]:
     """The model's opset per domain (``ai.onnx`` written as ``""``)."""
     return {("" if o.domain == "ai.onnx" else o.domain): int(o.version) for o in model.opset_import}
@@ -392,165 +323,6 @@ def node_since_version(node: onnx.NodeProto, opsets: Mapping[str, int]) -> int:
     return _schema_since(node.op_type, opset, domain) or opset
 
 
-_UNREAD: Any = object()
-
-
-class _GraphInfos(Mapping[str, TensorInfo]):
-    """``tensor_infos(graph)`` laid over the enclosing ``scope``, reading a value's type only when a node
-    asks for it: most values of a graph feed no gather/scatter node, and reading a type from protobuf costs
-    more than indexing the names."""
-
-    # tensor_infos' order: a later source replaces an earlier one when it gives a TensorInfo.
-    _SOURCES = ("input", "value_info", "output", "initializer", "sparse_initializer")
-
-    def __init__(self, graph: onnx.GraphProto, scope: Mapping[str, TensorInfo]) -> None:
-        self._graph = graph
-        self._scope = scope
-        self._cache: dict[str, TensorInfo | None] = {}
-        self._index: dict[str, list[tuple[str, int]]] | None = None
-
-    def _sources(self) -> dict[str, list[tuple[str, int]]]:
-        if self._index is None:
-            index: dict[str, list[tuple[str, int]]] = {}
-            for source in self._SOURCES:
-                for position, proto in enumerate(getattr(self._graph, source)):
-                    name = proto.values.name if source == "sparse_initializer" else proto.name
-                    if name or source in ("initializer", "sparse_initializer"):
-                        index.setdefault(name, []).append((source, position))
-            self._index = index
-        return self._index
-
-    def _read(self, source: str, position: int) -> TensorInfo | None:
-        proto = getattr(self._graph, source)[position]
-        if source == "initializer":
-            return TensorInfo(tuple(int(d) for d in proto.dims), int(proto.data_type))
-        if source == "sparse_initializer":
-            return TensorInfo(tuple(int(d) for d in proto.dims), int(proto.values.data_type))
-        return tensor_info(proto)
-
-    def _local(self, name: str) -> TensorInfo | None:
-        try:
-            return self._cache[name]
-        except KeyError:
-            pass
-        found: TensorInfo | None = None
-        for source, position in reversed(self._sources().get(name, ())):
-            found = self._read(source, position)
-            if found is not None:
-                break
-        self._cache[name] = found
-        return found
-
-    def __getitem__(self, name: str) -> TensorInfo:
-        found = self._local(name)
-        return found if found is not None else self._scope[name]
-
-    def get(self, name: str, default: Any = None) -> Any:
-        # Mapping.get goes through __getitem__ and KeyError; translate_model calls this per input.
-        found = self._cache.get(name, _UNREAD)
-        if found is _UNREAD:
-            found = self._local(name)
-        return found if found is not None else self._scope.get(name, default)
-
-    def __iter__(self) -> Iterator[str]:
-        names = dict.fromkeys(self._scope)
-        names.update(dict.fromkeys(n for n in self._sources() if self._local(n) is not None))
-        return iter(names)
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
-
-
-def _walk(
-    graph: onnx.GraphProto, prefix: str, local: _GraphInfos
-) -> Iterator[tuple[onnx.NodeProto, str, Mapping[str, TensorInfo], int]]:
-    """Every node with its path name, the type scope it sees and its index in its own graph."""
-    for index, node in enumerate(graph.node):
-        name = node_path(prefix, node, index)
-        yield node, name, local, index
-        for attr_name, sub in subgraphs(node):
-            yield from _walk(sub, subgraph_prefix(name, attr_name), _GraphInfos(sub, local))
-
-
-def translate_model(
-    model: onnx.ModelProto,
-    feature_level: FeatureLevel = DEFAULT_FEATURE_LEVEL,
-    input_shapes: Mapping[str, Sequence[int]] | None = None,
-    *,
-    symbolic: bool = True,
-) -> ModelTranslation:
-    """Translate every gather/scatter node of a model, subgraphs included.
-
-    Args:
-        model: the model (not modified).
-        feature_level: the target DirectML feature level.
-        input_shapes: concrete shapes for graph inputs, replacing symbolic or unknown dims before shape
-            inference (the ``--input-shape`` option).
-        symbolic: translate nodes with symbolic sizes from their ranks and types (see
-            :func:`translate_node`); their descriptors are descriptions, not something to run.
-
-    Returns:
-        The translations and counts; nodes whose shapes stay unknown have status ``error`` with reason
-        ``SHAPE_UNKNOWN``.
-
-    Raises:
-        BadInputError: ``input_shapes`` names a tensor that is not a graph input or has the wrong rank.
-        BadModelError: shape inference fails on the model.
-    """
-    fl = FeatureLevel(feature_level)
-    inferred = infer_shapes(model, input_shapes)
-    opsets = model_opsets(inferred)
-    translations: list[NodeTranslation] = []
-    top_level: dict[int, int] = {}  # node index in the top-level graph -> position in translations
-    total = 0
-    debug = logger.isEnabledFor(logging.DEBUG)
-    top = _GraphInfos(inferred.graph, {})
-    for node, name, scope, index in _walk(inferred.graph, "", top):
-        total += 1
-        domain = "" if node.domain == "ai.onnx" else node.domain
-        if get_converter(domain, node.op_type) is None:
-            continue
-        infos = [scope.get(i) if i else None for i in node.input]
-        opset = opsets.get(domain, 0)
-        if scope is top:
-            top_level[index] = len(translations)
-        translations.append(translate_node(node, opset, infos, fl, name=name, symbolic=symbolic))
-        if debug:
-            logger.debug("%s: %s", name, translations[-1].status.value)
-    _apply_graph_placement(inferred.graph, top, top_level, translations)
-    return ModelTranslation(fl, tuple(translations), total, opsets.get("", 0))
-
-
-def model_placements(model: onnx.ModelProto, feature_level: FeatureLevel) -> dict[str, str | None]:
-    """``ort_placement`` of every gather/scatter node of a model by name (subgraphs included); empty when
-    the model cannot be translated statically."""
-    try:
-        return {t.name: t.ort_placement for t in translate_model(model, feature_level).nodes}
-    except DmlShimError as exc:
-        logger.warning("no static placement: %s", exc)
-        return {}
-
-
-def _apply_graph_placement(
-    graph: onnx.GraphProto,
-    infos: _GraphInfos,
-    top_level: Mapping[int, int],
-    translations: list[NodeTranslation],
-) -> None:
-    """Give the nodes onnxruntime moves to the CPU as shape computations that placement (and reason)."""
-    if not top_level:
-        return
-
-    def elem_type(name: str) -> int:
-        info = infos.get(name)
-        return info.elem_type if info is not None else 0
-
-    moved = graph_placements(graph, {i: translations[p] for i, p in top_level.items()}, elem_type)
-    for i in moved:
-        t = translations[top_level[i]]
-        reasons = tuple(r for r in t.reasons if not is_ep_reason(r))
-        translations[top_level[i]] = replace_translation(
-            t,
-            ort_placement=CPU_PROVIDER,
-            reasons=(*reasons, Reason(REASON_CPU_PREFERRED, CPU_PREFERRED_MESSAGE)),
-        )
+# translate_model and ModelTranslation live in model_translation (which imports this module); they are
+# re-exported here for the callers that import them from the translator.
+from .model_translation import ModelTranslation, model_placements, translate_model  # noqa: E402
