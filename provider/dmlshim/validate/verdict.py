@@ -25,10 +25,10 @@ from .references import (
     DEFAULT_OPTIMIZATION_LEVEL,
     SIDES,
     feeds_for,
-    optimization_level,
     partitioned_run,
     whole_model_run,
 )
+from .references import optimization_level as ort_level
 from .results import (
     ATTR_DIVERGES,
     ATTR_UPSTREAM,
@@ -146,7 +146,7 @@ def validate_model(
 
 def optimization_level_checked(name: str) -> None:
     """Raise BadInputError for an unknown optimisation level name."""
-    optimization_level(name)
+    ort_level(name)
 
 
 def _validate_loaded(
