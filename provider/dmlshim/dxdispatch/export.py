@@ -25,7 +25,7 @@ import onnx
 from onnx import helper
 
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
-from ..errors import BadInputError, DmlShimError, IndexOutOfRangeError
+from ..errors import BadInputError, DmlShimError, IndexOutOfRangeError, guard_resources
 from ..execute.session import LoadedModel, ModelSource, load_model
 from ..files import write_json
 from ..folders import StagedFolder
@@ -114,6 +114,7 @@ def _elem_type(array: np.ndarray) -> int:
     return int(helper.np_dtype_to_tensor_dtype(array.dtype))
 
 
+@guard_resources("exporting the model")
 def export_model(
     model: ModelSource,
     directory: str | os.PathLike[str],
