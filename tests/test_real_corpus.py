@@ -147,3 +147,27 @@ def test_inspect_claims_no_fallback_that_validate_does_not_see(name: str) -> Non
     assert wrong == [], (
         f"{name}: inspect says these do not run as DirectML operators, validate ran them: {wrong}"
     )
+
+
+@pytest.mark.parametrize("level", ["1_0", "3_0", "4_1"])
+@pytest.mark.parametrize("name", _cases("validate_inputs"))
+def test_validate_at_lower_feature_levels_exits_0(name: str, level: str) -> None:
+    """Below 4_1 64-bit indices are emulated and below 3_0 negative indices are not native; the real
+    models must still match onnxruntime CPU there."""
+    entry = _entry(name)
+    run = cr.run_cli(
+        "validate",
+        str(cr.model_path(entry)),
+        "--inputs",
+        str(cr.inputs_path(entry)),
+        "--feature-level",
+        level,
+    )
+    assert run.code == 0, f"{name} at {level}: exit {run.code}: {run.message}"
+
+
+@pytest.mark.parametrize("name", _cases("validate_random"))
+def test_validate_with_other_random_inputs_exits_0(name: str) -> None:
+    entry = _entry(name)
+    run = cr.run_cli("validate", str(cr.model_path(entry)), "--seed", "7")
+    assert run.code == 0, f"{name} (--seed 7): exit {run.code}: {run.message}"

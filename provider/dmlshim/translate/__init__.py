@@ -22,7 +22,7 @@ from .plan import (
     TensorInfo,
 )
 from .runner import RunResult, run_translation
-from .shapes_info import infer_shapes, load_model, parse_input_shape
+from .shapes_info import infer_shapes, load_model
 from .support_table import SUPPORT_TABLE, SupportRow, render_markdown
 from .translator import ModelTranslation, translate_model, translate_node
 
@@ -45,7 +45,6 @@ __all__ = [
     "TensorInfo",
     "infer_shapes",
     "load_model",
-    "parse_input_shape",
     "render_markdown",
     "run_translation",
     "translate_model",

@@ -12,7 +12,7 @@ import onnx
 
 from ..comparison import array_difference, dtype_tolerance, exact_difference
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
-from ..errors import BadInputError, DmlShimError
+from ..errors import BadInputError, DmlShimError, guard_resources
 from ..execute.record import PLACEMENT_DML
 from ..execute.session import LoadedModel, ModelSource, load_model
 from ..execute.steps import NOTE_SHAPE_DIFFERS
@@ -88,6 +88,7 @@ def compare_arrays(
     return Comparison(False, d.max_abs_diff, d.mismatches, Mismatch(first, actual[first], expected[first]))
 
 
+@guard_resources("validating the model")
 def validate_model(
     model: ModelSource,
     *,
