@@ -7,6 +7,7 @@ import io
 import json
 import multiprocessing
 import os
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -114,6 +115,22 @@ def test_one_shape_format(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     for out in (run_out, validate_out):
         assert "[2,3,8]" in out and "[2,3]" in out
         assert "[2, 3" not in out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["inspect", str(MODELS / "tiny_decoder_step.onnx"), "--descriptors"],
+        ["inspect", str(MODELS / "gathernd_dynamic_batch.onnx")],
+        ["validate", str(MODELS / "tiny_decoder_step.onnx")],
+        ["run", str(MODELS / "gnn_scatter_reduce.onnx")],
+    ],
+)
+def test_text_reports_print_shapes_one_way(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) in (0, 1)
+    out = capsys.readouterr().out
+    assert re.search(r"\[\w+,\w+", out), "no shape printed: the check below would be vacuous"
+    assert not re.search(r"\[\w+, \w+", out), re.search(r".*\[\w+, \w+.*", out)
 
 
 # ---------------------------------------------------------------------------------------------------------
