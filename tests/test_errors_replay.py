@@ -7,9 +7,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import resource
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -18,6 +15,7 @@ import numpy as np
 import pytest
 
 from tests.fuzz_settings import assert_cli_error, run_cli
+from tests.safety_helpers import run_child
 from tests.test_replay import GATHER_ELEMENTS_EXPECTED, gather_elements_model, save
 
 REPO = Path(__file__).resolve().parents[1]
@@ -115,15 +113,9 @@ def test_source_path_outside_the_model_folder_is_refused(tmp_path: Path, source:
 def test_source_path_fifo_does_not_hang(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "input.npy")
     model = save(tmp_path, _with_source("input.npy"))
-    # A subprocess with a timeout: if the FIFO were opened for a blocking read the test would hang.
-    proc = subprocess.run(
-        [sys.executable, "-m", "dmlshim", "replay", str(model), "--output-path", str(tmp_path / "out")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "PYTHONPATH": str(REPO / "provider")},
-    )
-    assert_cli_error(proc.returncode, proc.stderr, "FIFO", "regular files")
+    # A child killed after 60 s: if the FIFO were opened for a blocking read it would hang, not the suite.
+    child = run_child(["replay", str(model), "--output-path", str(tmp_path / "out")], timeout=60)
+    assert_cli_error(child.returncode, child.stderr, "FIFO", "regular files")
 
 
 def test_source_npy_declaring_a_huge_shape_is_refused_before_reading(
@@ -150,22 +142,6 @@ def _size_bomb(size: int, key: str = "sizeInBytes") -> dict[str, Any]:
     return obj
 
 
-def _replay_subprocess(model: Path, out: Path) -> tuple[subprocess.CompletedProcess[str], float, int]:
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    start = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", "dmlshim", "replay", str(model), "--output-path", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": str(REPO / "provider"), "DMLSHIM_MEMORY_LIMIT": str(LIMIT)},
-    )
-    elapsed = time.perf_counter() - start
-    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    # ru_maxrss of the children is the largest child so far: meaningful when it grew with this child.
-    return proc, elapsed, peak_kib if peak_kib > before else 0
-
-
 @pytest.mark.parametrize(
     ("size", "key"),
     [(3221225472, "sizeInBytes"), ((1 << 64) - 1, "sizeInBytes"), ((1 << 32) - 1, "valueCount")],
@@ -173,9 +149,14 @@ def _replay_subprocess(model: Path, out: Path) -> tuple[subprocess.CompletedProc
 )
 def test_declared_size_bomb_refused_before_allocating(tmp_path: Path, size: int, key: str) -> None:
     model = save(tmp_path, _size_bomb(size, key))
-    proc, _elapsed, peak_kib = _replay_subprocess(model, tmp_path / "out")
-    assert_cli_error(proc.returncode, proc.stderr, key, "refusing before")
-    assert peak_kib * 1024 < LIMIT + 300_000_000, peak_kib
+    start = time.perf_counter()
+    child = run_child(
+        ["replay", str(model), "--output-path", str(tmp_path / "out")],
+        env={"DMLSHIM_MEMORY_LIMIT": str(LIMIT)},
+    )
+    assert_cli_error(child.returncode, child.stderr, key, "refusing before")
+    assert 0 < child.peak_rss < LIMIT + 300_000_000, child.peak_rss
+    assert time.perf_counter() - start < 60  # was 250 s of allocating before the fix
     assert not (tmp_path / "out").exists()
 
 

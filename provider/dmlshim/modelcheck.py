@@ -1,28 +1,40 @@
-"""Checks on a loaded model that turn hostile or broken files into clear errors.
+"""The one model check every command runs (:func:`check_model`), turning hostile or broken files into
+clear errors before any weight is read.
 
-* external data must stay inside the model's folder (no absolute paths, no ``..``, no symlinks out);
-* nodes whose operator neither ONNX nor onnxruntime defines (custom domains) are named;
-* when onnxruntime refuses a model, the node that most likely caused it is named.
+* damaged protos (:func:`check_well_formed`), unknown ir_version / opset versions, duplicate node names,
+  negative dims, initializers that disagree with their declared input;
+* external data checked in full without reading it (:mod:`dmlshim.external_data`);
+* onnx.checker on the shape-inferred model, every onnx/protobuf exception turned into BadModelError;
+* when onnxruntime refuses a model, the culprit is named (:mod:`dmlshim.ort_errors`).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
-from pathlib import Path
+import os
 
 import onnx
 from google.protobuf.descriptor import FieldDescriptor
-from google.protobuf.message import Message
+from google.protobuf.message import DecodeError, EncodeError, Message
 from onnx import TensorProto
 
 from .errors import BadModelError
+from .external_data import EXTERNAL_DATA_RULE, check_external_data, load_external_data
 from .graph import node_path, subgraph_prefix, subgraphs, walk_nodes
+from .ort_errors import (
+    GATHER_SCATTER_INDEX_TYPES,
+    UnknownOperator,
+    ort_load_error,
+    type_name,
+    unknown_operators,
+)
 
 __all__ = [
+    "EXTERNAL_DATA_RULE",
     "UnknownOperator",
     "all_tensors",
+    "check_model",
     "check_well_formed",
     "load_external_data",
     "ort_load_error",
@@ -30,20 +42,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-EXTERNAL_DATA_RULE = "external data must lie in the model's folder"
-
-# Domains whose operators onnxruntime implements without an onnx schema being registered in Python.
-_ORT_DOMAINS = ("com.microsoft", "com.microsoft.nchwc", "com.microsoft.experimental", "com.ms.internal.nhwc")
-
-_GATHER_SCATTER_INDEX_TYPES: dict[str, tuple[int, ...]] = {
-    "Gather": (TensorProto.INT32, TensorProto.INT64),
-    "GatherElements": (TensorProto.INT32, TensorProto.INT64),
-    "Scatter": (TensorProto.INT32, TensorProto.INT64),
-    "ScatterElements": (TensorProto.INT32, TensorProto.INT64),
-    "GatherND": (TensorProto.INT64,),
-    "ScatterND": (TensorProto.INT64,),
-}
 
 
 def all_tensors(graph: onnx.GraphProto) -> list[onnx.TensorProto]:
@@ -60,132 +58,6 @@ def all_tensors(graph: onnx.GraphProto) -> list[onnx.TensorProto]:
             for g in attr.graphs:
                 found.extend(all_tensors(g))
     return found
-
-
-def load_external_data(proto: onnx.ModelProto, path: Path) -> None:
-    """Load the external data of ``proto`` (read from ``path``) in place, refusing any file outside the
-    model's folder.
-
-    Raises:
-        BadModelError: a location is absolute, leaves the folder (``..``, a symlink), or cannot be read.
-    """
-    from onnx import external_data_helper as edh
-
-    tensors = [t for t in all_tensors(proto.graph) if edh.uses_external_data(t)]
-    if not tensors:
-        return
-    base = path.resolve().parent
-    for t in tensors:
-        info = edh.ExternalDataInfo(t)
-        location = info.location or ""
-        target = (base / location).resolve()
-        if not location or Path(location).is_absolute() or not target.is_relative_to(base):
-            raise BadModelError(
-                f"initializer {t.name!r} points at external data {location!r} outside the model's "
-                "folder; refusing to read it",
-                path=str(path),
-                tensor=t.name,
-                value=location,
-                rule=EXTERNAL_DATA_RULE,
-            )
-    try:
-        edh.load_external_data_for_model(proto, str(base))
-    except (OSError, ValueError, onnx.checker.ValidationError) as exc:
-        raise BadModelError(
-            f"cannot read the model's external data: {exc}", path=str(path), rule=EXTERNAL_DATA_RULE
-        ) from exc
-
-
-@dataclass(frozen=True)
-class UnknownOperator:
-    """A node whose (domain, op_type) neither ONNX, onnxruntime nor a model-local function defines."""
-
-    node: str
-    domain: str
-    op_type: str
-
-    @property
-    def qualified(self) -> str:
-        return f"{self.domain}.{self.op_type}" if self.domain else self.op_type
-
-
-def unknown_operators(model: onnx.ModelProto) -> list[UnknownOperator]:
-    """Nodes whose operator is defined nowhere dmlshim or onnxruntime can find it, in graph order."""
-    local = {(f.domain, f.name) for f in model.functions}
-    found: list[UnknownOperator] = []
-    for name, node in walk_nodes(model.graph):
-        domain = "" if node.domain == "ai.onnx" else node.domain
-        if (domain, node.op_type) in local or domain in _ORT_DOMAINS:
-            continue
-        try:
-            known = onnx.defs.has(node.op_type, domain)
-        except Exception:  # onnx's binding raises on strange strings; treat as unknown
-            known = False
-        if not known:
-            found.append(UnknownOperator(name, domain, node.op_type))
-    return found
-
-
-def _value_types(graph: onnx.GraphProto) -> dict[str, int]:
-    types: dict[str, int] = {}
-    for vi in (*graph.input, *graph.value_info, *graph.output):
-        if vi.type.WhichOneof("value") == "tensor_type" and vi.type.tensor_type.elem_type:
-            types[vi.name] = int(vi.type.tensor_type.elem_type)
-    for t in graph.initializer:
-        types[t.name] = int(t.data_type)
-    return types
-
-
-def _type_name(elem_type: int) -> str:
-    try:
-        return f"tensor({str(TensorProto.DataType.Name(elem_type)).lower()})"
-    except ValueError:
-        return f"element type {elem_type}"
-
-
-def ort_load_error(
-    model: onnx.ModelProto, what: str, exc: BaseException, *, path: str | None = None
-) -> BadModelError:
-    """The BadModelError for onnxruntime refusing to load ``model``, naming the culprit node if it can.
-
-    Args:
-        model: the model onnxruntime was given.
-        what: how to call it in the message ("the model", "CPU partition 0 ...").
-        exc: onnxruntime's exception.
-    """
-    ort_text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    unknown = unknown_operators(model)
-    if unknown:
-        u = unknown[0]
-        others = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
-        return BadModelError(
-            f"operator {u.qualified} of domain {u.domain or 'ai.onnx'!r} is not defined by ONNX, onnxruntime "
-            f"or a function of the model{others}, so onnxruntime cannot load {what} ({ort_text})",
-            node=u.node,
-            op_type=u.qualified,
-            value=u.domain,
-            path=path,
-            rule="every operator must come from ai.onnx, ai.onnx.ml, com.microsoft or a model-local function",
-        )
-    types = _value_types(model.graph)
-    for name, node in walk_nodes(model.graph):
-        allowed = _GATHER_SCATTER_INDEX_TYPES.get(node.op_type)
-        if allowed is None or node.domain not in ("", "ai.onnx") or len(node.input) < 2:
-            continue
-        elem = types.get(node.input[1])
-        if elem is not None and elem not in allowed:
-            want = " or ".join(_type_name(a) for a in allowed)
-            return BadModelError(
-                f"indices {node.input[1]!r} are {_type_name(elem)}; ONNX {node.op_type} takes {want}, so "
-                f"onnxruntime cannot load {what} ({ort_text})",
-                node=name,
-                op_type=node.op_type,
-                tensor=node.input[1],
-                value=_type_name(elem),
-                path=path,
-                rule=f"{node.op_type} indices must be {want}",
-            )
-    return BadModelError(f"onnxruntime cannot load {what}: {exc}", path=path)
 
 
 # Where each element type keeps its values when not in raw_data, and how many entries one element takes.
@@ -314,7 +186,7 @@ def _check_graph(graph: onnx.GraphProto, prefix: str, path: str | None, opsets: 
         for attr in node.attribute:
             if attr.type == onnx.AttributeProto.UNDEFINED or (
                 attr.name in _INT_ATTRIBUTES
-                and node.op_type in _GATHER_SCATTER_INDEX_TYPES
+                and node.op_type in GATHER_SCATTER_INDEX_TYPES
                 and attr.type != onnx.AttributeProto.INT
             ):
                 raise BadModelError(
@@ -360,3 +232,170 @@ def check_well_formed(model: onnx.ModelProto, path: str | None = None) -> None:
         )
     opsets = {("" if o.domain == "ai.onnx" else o.domain): int(o.version) for o in model.opset_import}
     _check_graph(model.graph, "", path, opsets)
+
+
+# onnx's C++ checker and shape inference raise their own errors, and also ValueError (UnicodeDecodeError
+# on names that are not UTF-8, a model above 2 GiB), TypeError, RuntimeError, or protobuf's DecodeError
+# (nesting deeper than protobuf's limit of 100, e.g. If inside If 32 deep) on damaged or extreme protos.
+ONNX_ERRORS: tuple[type[Exception], ...] = (
+    onnx.checker.ValidationError,
+    onnx.shape_inference.InferenceError,
+    ValueError,
+    TypeError,
+    RuntimeError,
+    RecursionError,
+    DecodeError,
+    EncodeError,
+)
+
+
+def _check_versions(model: onnx.ModelProto, path: str | None) -> None:
+    if model.ir_version > onnx.IR_VERSION:
+        raise BadModelError(
+            f"ir_version {model.ir_version} is newer than any this onnx ({onnx.__version__}) knows "
+            f"(at most {onnx.IR_VERSION})",
+            path=path,
+            value=int(model.ir_version),
+            rule="the model's ir_version must be one onnx and onnxruntime implement",
+        )
+    newest = {"": onnx.defs.onnx_opset_version()}
+    for o in model.opset_import:
+        domain = "" if o.domain == "ai.onnx" else o.domain
+        if domain == "" and o.version > newest[""]:
+            raise BadModelError(
+                f"opset_import ai.onnx version {o.version} is newer than any this onnx ({onnx.__version__}) "
+                f"defines (at most {newest['']})",
+                path=path,
+                value=int(o.version),
+                rule="every opset the model imports must exist",
+            )
+
+
+def _check_names(graph: onnx.GraphProto, prefix: str, path: str | None) -> None:
+    """Node names unique within a graph; dims not negative; initializers that agree with the graph input
+    they feed."""
+    for vi in (*graph.input, *graph.output, *graph.value_info):
+        if vi.type.WhichOneof("value") != "tensor_type":
+            continue
+        for d in vi.type.tensor_type.shape.dim:
+            if d.HasField("dim_value") and d.dim_value < 0:
+                raise BadModelError(
+                    f"{vi.name!r} is declared with dimension {d.dim_value}",
+                    tensor=vi.name,
+                    path=path,
+                    value=int(d.dim_value),
+                    rule="a dimension is a non-negative size or a symbolic name (ONNX TensorShapeProto)",
+                )
+    seen: dict[str, int] = {}
+    for i, node in enumerate(graph.node):
+        if node.name:
+            if node.name in seen:
+                raise BadModelError(
+                    f"two nodes are named {node.name!r} (nodes {seen[node.name]} and {i}"
+                    f"{' of ' + prefix if prefix else ''})",
+                    node=node.name,
+                    op_type=node.op_type,
+                    path=path,
+                    value=node.name,
+                    rule="node names are unique within a graph (onnxruntime refuses duplicates)",
+                )
+            seen[node.name] = i
+        for attr_name, sub in subgraphs(node):
+            _check_names(sub, subgraph_prefix(node_path(prefix, node, i), attr_name), path)
+    declared = {vi.name: vi for vi in graph.input}
+    for t in graph.initializer:
+        vi = declared.get(t.name)
+        if vi is None or vi.type.WhichOneof("value") != "tensor_type":
+            continue
+        tt = vi.type.tensor_type
+        if tt.elem_type and tt.elem_type != t.data_type:
+            raise BadModelError(
+                f"initializer {t.name!r} is {type_name(t.data_type)} but the graph input it feeds is "
+                f"declared {type_name(tt.elem_type)}",
+                tensor=t.name,
+                path=path,
+                value=type_name(t.data_type),
+                rule="an initializer has its graph input's element type",
+            )
+        if tt.HasField("shape"):
+            dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+            pairs = zip(dims, t.dims, strict=False)
+            if len(dims) != len(t.dims) or any(d is not None and d != int(v) for d, v in pairs):
+                raise BadModelError(
+                    f"initializer {t.name!r} has shape {list(t.dims)} but the graph input it feeds is "
+                    f"declared {['?' if d is None else d for d in dims]}",
+                    tensor=t.name,
+                    path=path,
+                    value=list(t.dims),
+                    rule="an initializer has its graph input's shape",
+                )
+
+
+def _checkable(model: onnx.ModelProto) -> onnx.ModelProto:
+    """What onnx's checker and shape inference are given: ``model`` itself, or a copy in which
+
+    * external-data initializers are graph inputs of the same type and shape, so no weight is read or
+      re-serialised for the check;
+    * ``Scatter`` at opset 11 and later (deprecated in ONNX, still run by onnxruntime) is checked as the
+      ``ScatterElements`` it is an alias of.
+    """
+    from .external_data import external_tensors
+
+    opset = next((int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    deprecated = opset >= 11 and any(
+        n.op_type == "Scatter" and n.domain in ("", "ai.onnx") for _, n in walk_nodes(model.graph)
+    )
+    external = external_tensors(model.graph)
+    if not external and not deprecated:
+        return model
+    light = onnx.ModelProto()
+    light.CopyFrom(model)
+    if deprecated:
+        for _, node in walk_nodes(light.graph):
+            if node.op_type == "Scatter" and node.domain in ("", "ai.onnx"):
+                node.op_type = "ScatterElements"
+    if external:
+        graph = light.graph
+        declared = {vi.name for vi in graph.input}
+        keep = []
+        for t in graph.initializer:
+            if t.data_location != TensorProto.EXTERNAL:
+                keep.append(t)
+            elif t.name not in declared:
+                graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+        del graph.initializer[:]
+        graph.initializer.extend(keep)
+    return light
+
+
+def check_model(model: onnx.ModelProto, path: str | os.PathLike[str] | None = None) -> None:
+    """The one model check every command runs (inspect, validate, run, lower, export, InferenceSession).
+
+    Refuses, as :class:`BadModelError` naming the file, node or tensor: damaged protos
+    (:func:`check_well_formed`), unknown ir_version or opset versions, duplicate node names, initializers
+    whose type or shape disagrees with their declared input, unsound external data (checked without
+    reading it), and whatever onnx.checker finds on the shape-inferred model (duplicate outputs, unknown or
+    repeated attributes, type mismatches). Weights are never read or re-serialised for this.
+
+    Raises:
+        BadModelError: the model is not one onnxruntime would load.
+        TooLargeError: its external data exceeds the memory limit.
+    """
+    where = os.fspath(path) if path is not None else None
+    check_well_formed(model, where)
+    _check_versions(model, where)
+    _check_names(model.graph, "", where)
+    check_external_data(model, where)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(_checkable(model), check_type=False, strict_mode=False)
+        # onnx.checker insists on a typed, shaped ValueInfo for every graph output; onnxruntime does not
+        # (e.g. a Loop output of unknown rank). Check the nodes, not that bookkeeping.
+        keep = [o for o in inferred.graph.output if o.type.tensor_type.HasField("shape")]
+        del inferred.graph.output[:]
+        inferred.graph.output.extend(keep)
+        onnx.checker.check_model(inferred)
+    except ONNX_ERRORS as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if isinstance(exc, (DecodeError, RecursionError)):
+            first = f"{first} (subgraphs nested deeper than protobuf allows)"
+        raise BadModelError(f"the model fails onnx.checker: {first}", path=where) from exc

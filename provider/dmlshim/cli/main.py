@@ -18,7 +18,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from ..errors import DmlShimError
+from google.protobuf.message import DecodeError, EncodeError
+
+from ..errors import DmlShimError, out_of_memory, too_deep
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +155,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"dmlshim {args.command}: interrupted", file=sys.stderr)
         return 130
-    except (OSError, MemoryError) as exc:
+    except MemoryError as exc:
+        if debug:
+            log.exception("dmlshim failed")
+        print(
+            f"dmlshim {args.command}: error: {out_of_memory(exc, f'running {args.command}')}", file=sys.stderr
+        )
+        return 2
+    except RecursionError as exc:
+        if debug:
+            log.exception("dmlshim failed")
+        print(f"dmlshim {args.command}: error: {too_deep(exc, f'running {args.command}')}", file=sys.stderr)
+        return 2
+    except (DecodeError, EncodeError) as exc:
+        # protobuf refuses a model nested deeper than 100 levels or above 2 GiB wherever onnx re-parses it.
+        if debug:
+            log.exception("dmlshim failed")
+        print(
+            f"dmlshim {args.command}: error: protobuf cannot handle the model ({exc}): it is nested deeper "
+            "than 100 levels (subgraphs inside subgraphs) or larger than 2 GiB",
+            file=sys.stderr,
+        )
+        return 2
+    except OSError as exc:
         if debug:
             log.exception("dmlshim failed")
         print(f"dmlshim {args.command}: error: {exc}", file=sys.stderr)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..comparison import DEFAULT_ATOL, DEFAULT_RTOL, array_difference
-from ..errors import BadInputError, DmlShimError
+from ..errors import BadInputError, DmlShimError, guard_resources
 from ..reading import read_json, read_npy
 from .export import DML_OUTPUT_FILE, EXPECTED_OUTPUT_FILE, INDEX_FILE, MODEL_FILE
 
@@ -219,6 +219,7 @@ def _with(base: NodeComparison, *, status: str | None = None, detail: str) -> No
     return NodeComparison(base.folder, base.node, base.op_type, status or base.status, detail=detail)
 
 
+@guard_resources("comparing an export")
 def compare_export(
     directory: str | os.PathLike[str], *, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL
 ) -> CompareReport:

@@ -20,7 +20,7 @@ from ..dml.enums import DEFAULT_FEATURE_LEVEL, DataType, FeatureLevel
 from ..dml.json_form import JsonFormError
 from ..dml.tensor import BufferTensorDesc
 from ..dml.validate import check
-from ..errors import BadInputError, DmlShimError
+from ..errors import BadInputError, DmlShimError, guard_resources
 from ..files import write_inside
 from ..kernels import IndexMode, KernelOptions, execute
 from .model_file import (
@@ -93,6 +93,7 @@ class ReplayResult:
     messages: tuple[str, ...] = ()
 
 
+@guard_resources("replaying a DxDispatch model")
 def replay(
     model_path: str | os.PathLike[str],
     *,

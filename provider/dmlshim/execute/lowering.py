@@ -38,7 +38,7 @@ import onnx
 from onnx import helper
 
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
-from ..errors import DmlShimError
+from ..errors import DmlShimError, guard_resources
 from ..graph import is_gather_scatter, node_path, subgraph_prefix, subgraphs
 from ..kernels.options import IndexMode
 from ..translate import TensorInfo, infer_shapes, translate_node
@@ -146,6 +146,7 @@ def _walk(
     graph.node.extend(new_nodes)
 
 
+@guard_resources("lowering the model")
 def lower_model(
     model: onnx.ModelProto,
     feature_level: FeatureLevel = DEFAULT_FEATURE_LEVEL,

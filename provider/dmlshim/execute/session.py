@@ -13,7 +13,7 @@ from typing import Any
 import onnxruntime as ort
 
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
-from ..errors import BadInputError, DmlShimError, NotSupportedError
+from ..errors import BadInputError, DmlShimError, NotSupportedError, guard_resources
 from ..kernels.options import IndexMode
 from .engine import Engine, EngineConfig, get_engine_factory
 from .feeds import FeedValidator, ModelMetadata, NodeArg, node_arg
@@ -76,6 +76,7 @@ class InferenceSession:
         EngineUnavailableError: the engine is unknown or cannot run on this machine.
     """
 
+    @guard_resources("loading the model")
     def __init__(
         self,
         path_or_bytes: ModelSource,
@@ -328,6 +329,7 @@ class InferenceSession:
         self._last_run_record = record
         return outputs
 
+    @guard_resources("running the model")
     def run(
         self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any], run_options: Any = None
     ) -> list[Any]:

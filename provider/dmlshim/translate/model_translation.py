@@ -18,7 +18,7 @@ from typing import Any
 import onnx
 
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
-from ..errors import DmlShimError
+from ..errors import DmlShimError, guard_resources
 from ..graph import node_path, subgraph_prefix, subgraphs
 from .converters import get_converter
 from .placement import CPU_PREFERRED_MESSAGE, REASON_CPU_PREFERRED, graph_placements
@@ -171,6 +171,7 @@ def _walk(
             yield from _walk(sub, subgraph_prefix(name, attr_name), _GraphInfos(sub, local))
 
 
+@guard_resources("translating the model")
 def translate_model(
     model: onnx.ModelProto,
     feature_level: FeatureLevel = DEFAULT_FEATURE_LEVEL,

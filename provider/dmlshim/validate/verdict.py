@@ -12,7 +12,7 @@ import onnx
 
 from ..comparison import array_difference, dtype_tolerance, exact_difference
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
-from ..errors import BadInputError, DmlShimError
+from ..errors import BadInputError, DmlShimError, guard_resources
 from ..execute.record import PLACEMENT_DML
 from ..execute.session import LoadedModel, ModelSource, load_model
 from ..execute.steps import NOTE_SHAPE_DIFFERS
@@ -25,10 +25,10 @@ from .references import (
     DEFAULT_OPTIMIZATION_LEVEL,
     SIDES,
     feeds_for,
-    optimization_level,
     partitioned_run,
     whole_model_run,
 )
+from .references import optimization_level as ort_level
 from .results import (
     ATTR_DIVERGES,
     ATTR_UPSTREAM,
@@ -88,6 +88,7 @@ def compare_arrays(
     return Comparison(False, d.max_abs_diff, d.mismatches, Mismatch(first, actual[first], expected[first]))
 
 
+@guard_resources("validating the model")
 def validate_model(
     model: ModelSource,
     *,
@@ -146,7 +147,7 @@ def validate_model(
 
 def optimization_level_checked(name: str) -> None:
     """Raise BadInputError for an unknown optimisation level name."""
-    optimization_level(name)
+    ort_level(name)
 
 
 def _validate_loaded(
@@ -230,6 +231,7 @@ def _validate_loaded(
         input_symbols=tuple(generated.symbols.items()) if generated is not None else (),
         optimization_levels=tuple((side, opt_level) for side in SIDES),
         whole_model_error=whole_error,
+        feeds=tuple(feeds.items()),
     )
     logger.info("validate %s at %s: %s", report.model, level.short, "match" if report.match else "MISMATCH")
     return report

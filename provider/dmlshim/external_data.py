@@ -1,0 +1,188 @@
+"""External-data initializers: checked in full before a byte of them is read.
+
+An ONNX tensor may keep its bytes in another file (``data_location = EXTERNAL`` with ``location``,
+``offset`` and ``length`` entries). dmlshim reads such files only when every entry is sound:
+
+* ``location`` is a relative path without NUL that stays inside the model's folder (links included);
+* the file is a regular file (a FIFO would block the read forever);
+* ``offset`` and ``length`` are non-negative decimal integers, ``length`` matches the tensor's dims and
+  type, and ``offset + length`` lies within the file;
+* the bytes of all external tensors together fit in the memory limit (:mod:`dmlshim.limits`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+from onnx import TensorProto
+
+from .errors import BadModelError
+from .limits import _itemsize, check_bytes
+
+__all__ = [
+    "EXTERNAL_DATA_RULE",
+    "ExternalRef",
+    "check_external_data",
+    "external_tensors",
+    "load_external_data",
+]
+
+EXTERNAL_DATA_RULE = "external data must lie in the model's folder"
+
+
+@dataclass(frozen=True)
+class ExternalRef:
+    """One external-data tensor, checked: the file, where its bytes start, how many there are."""
+
+    tensor: str
+    file: Path | None
+    offset: int
+    length: int | None
+
+
+def external_tensors(graph: onnx.GraphProto) -> list[onnx.TensorProto]:
+    """Every tensor of the graph and its subgraphs that keeps its data in an external file."""
+    from .modelcheck import all_tensors
+
+    return [t for t in all_tensors(graph) if t.data_location == TensorProto.EXTERNAL]
+
+
+EXTENT_RULE = "external data offset and length are non-negative integers that lie within the file"
+
+
+def _refuse(
+    t: onnx.TensorProto, message: str, path: str | None, value: object = None, rule: str = EXTERNAL_DATA_RULE
+) -> BadModelError:
+    return BadModelError(
+        f"initializer {t.name!r}: {message}", path=path, tensor=t.name, value=value, rule=rule
+    )
+
+
+def _number(t: onnx.TensorProto, key: str, text: str, path: str | None) -> int:
+    if not text.isascii() or not text.isdigit():
+        raise _refuse(
+            t, f"external data {key} {text!r} is not a non-negative integer", path, text, EXTENT_RULE
+        )
+    return int(text)
+
+
+def _check_one(t: onnx.TensorProto, base: Path | None, path: str | None) -> ExternalRef:
+    entries: dict[str, str] = {}
+    for entry in t.external_data:
+        if entry.key in entries:
+            raise _refuse(t, f"external data key {entry.key!r} appears twice", path, entry.key)
+        entries[entry.key] = entry.value
+    location = entries.get("location", "")
+    if not location:
+        raise _refuse(t, "external data has no location", path)
+    if "\x00" in location:
+        raise _refuse(t, f"external data location {location!r} contains a NUL character", path, location)
+    offset = _number(t, "offset", entries["offset"], path) if "offset" in entries else 0
+    length = _number(t, "length", entries["length"], path) if "length" in entries else None
+    itemsize = _itemsize(int(t.data_type))
+    need = math.prod(int(d) for d in t.dims) * itemsize if itemsize is not None else None
+    if length is not None and need is not None and length != need:
+        raise _refuse(
+            t,
+            f"external data length {length} does not match dims {list(t.dims)} ({need} bytes)",
+            path,
+            length,
+        )
+    if Path(location).is_absolute() or location.startswith("\\") or ".." in Path(location).parts:
+        raise _refuse(
+            t,
+            f"points at external data {location!r} outside the model's folder; refusing to read it",
+            path,
+            location,
+        )
+    if base is None:
+        return ExternalRef(t.name, None, offset, length if length is not None else need)
+    real_base = os.path.realpath(base)
+    file = Path(real_base) / location
+    real = os.path.realpath(file)
+    if os.path.commonpath([real_base, real]) != real_base:
+        raise _refuse(
+            t,
+            f"points at external data {location!r} outside the model's folder; refusing to read it",
+            path,
+            location,
+        )
+    try:
+        st = os.stat(real)
+    except OSError as exc:
+        raise _refuse(
+            t, f"cannot read external data {location!r}: {exc.strerror or exc}", path, location
+        ) from exc
+    if not stat.S_ISREG(st.st_mode):
+        raise _refuse(
+            t, f"external data {location!r} is not a regular file; refusing to read it", path, location
+        )
+    size = length if length is not None else need
+    if size is None:
+        size = st.st_size - offset
+    if offset + size > st.st_size:
+        raise _refuse(
+            t,
+            f"external data {location!r} holds {st.st_size} bytes; offset {offset} + {size} bytes lies "
+            "beyond it",
+            path,
+            location,
+            EXTENT_RULE,
+        )
+    return ExternalRef(t.name, Path(real), offset, size)
+
+
+def check_external_data(model: onnx.ModelProto, path: str | os.PathLike[str] | None) -> list[ExternalRef]:
+    """Check every external-data entry of ``model`` (read from ``path``) without reading any data.
+
+    With ``path`` None (a model given in memory) external data cannot be found and is refused.
+
+    Raises:
+        BadModelError: a location leaves the folder, holds NUL, or names a missing or non-regular file; an
+            offset or length is not a non-negative integer, disagrees with the dims, or passes the file's end.
+        TooLargeError: the external tensors together exceed the memory limit.
+    """
+    tensors = external_tensors(model.graph)
+    if not tensors:
+        return []
+    where = os.fspath(path) if path is not None else None
+    base = Path(where).parent if where is not None else None
+    refs = [_check_one(t, base, where) for t in tensors]
+    if where is None:
+        t = tensors[0]
+        location = next((e.value for e in t.external_data if e.key == "location"), "")
+        raise BadModelError(
+            f"initializer {t.name!r} keeps its data in the external file {location!r}, but the model was "
+            "given in memory, without the folder that file is in; pass the model's path, or load it with "
+            "onnx.load(path) (which reads external data)",
+            tensor=t.name,
+            value=location,
+            rule=EXTERNAL_DATA_RULE,
+        )
+    total = sum(r.length or 0 for r in refs)
+    check_bytes(total, what=f"the external data of {len(refs)} initializer(s)", path=where)
+    return refs
+
+
+def load_external_data(proto: onnx.ModelProto, path: Path) -> None:
+    """Load the external data of ``proto`` (read from ``path``) in place, after :func:`check_external_data`.
+
+    Raises:
+        BadModelError: as :func:`check_external_data`, or the files cannot be read.
+        TooLargeError: as :func:`check_external_data`.
+    """
+    from onnx import external_data_helper as edh
+
+    if not check_external_data(proto, path):
+        return
+    try:
+        edh.load_external_data_for_model(proto, str(Path(path).parent))
+    except (OSError, ValueError, onnx.checker.ValidationError) as exc:
+        raise BadModelError(
+            f"cannot read the model's external data: {exc}", path=str(path), rule=EXTERNAL_DATA_RULE
+        ) from exc

@@ -1,0 +1,124 @@
+"""Naming the culprit when onnxruntime refuses a model: an operator no one defines, or indices of a type
+the gather/scatter op does not take."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import onnx
+from onnx import TensorProto
+
+from .errors import BadModelError
+from .graph import walk_nodes
+
+__all__ = [
+    "GATHER_SCATTER_INDEX_TYPES",
+    "UnknownOperator",
+    "ort_load_error",
+    "type_name",
+    "unknown_operators",
+]
+
+# Domains whose operators onnxruntime implements without an onnx schema being registered in Python.
+_ORT_DOMAINS = ("com.microsoft", "com.microsoft.nchwc", "com.microsoft.experimental", "com.ms.internal.nhwc")
+
+GATHER_SCATTER_INDEX_TYPES: dict[str, tuple[int, ...]] = {
+    "Gather": (TensorProto.INT32, TensorProto.INT64),
+    "GatherElements": (TensorProto.INT32, TensorProto.INT64),
+    "Scatter": (TensorProto.INT32, TensorProto.INT64),
+    "ScatterElements": (TensorProto.INT32, TensorProto.INT64),
+    "GatherND": (TensorProto.INT64,),
+    "ScatterND": (TensorProto.INT64,),
+}
+
+
+@dataclass(frozen=True)
+class UnknownOperator:
+    """A node whose (domain, op_type) neither ONNX, onnxruntime nor a model-local function defines."""
+
+    node: str
+    domain: str
+    op_type: str
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.domain}.{self.op_type}" if self.domain else self.op_type
+
+
+def unknown_operators(model: onnx.ModelProto) -> list[UnknownOperator]:
+    """Nodes whose operator is defined nowhere dmlshim or onnxruntime can find it, in graph order."""
+    local = {(f.domain, f.name) for f in model.functions}
+    found: list[UnknownOperator] = []
+    for name, node in walk_nodes(model.graph):
+        domain = "" if node.domain == "ai.onnx" else node.domain
+        if (domain, node.op_type) in local or domain in _ORT_DOMAINS:
+            continue
+        try:
+            known = onnx.defs.has(node.op_type, domain)
+        except Exception:  # onnx's binding raises on strange strings; treat as unknown
+            known = False
+        if not known:
+            found.append(UnknownOperator(name, domain, node.op_type))
+    return found
+
+
+def _value_types(graph: onnx.GraphProto) -> dict[str, int]:
+    types: dict[str, int] = {}
+    for vi in (*graph.input, *graph.value_info, *graph.output):
+        if vi.type.WhichOneof("value") == "tensor_type" and vi.type.tensor_type.elem_type:
+            types[vi.name] = int(vi.type.tensor_type.elem_type)
+    for t in graph.initializer:
+        types[t.name] = int(t.data_type)
+    return types
+
+
+def type_name(elem_type: int) -> str:
+    try:
+        return f"tensor({str(TensorProto.DataType.Name(elem_type)).lower()})"
+    except ValueError:
+        return f"element type {elem_type}"
+
+
+def ort_load_error(
+    model: onnx.ModelProto, what: str, exc: BaseException, *, path: str | None = None
+) -> BadModelError:
+    """The BadModelError for onnxruntime refusing to load ``model``, naming the culprit node if it can.
+
+    Args:
+        model: the model onnxruntime was given.
+        what: how to call it in the message ("the model", "CPU partition 0 ...").
+        exc: onnxruntime's exception.
+    """
+    ort_text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    unknown = unknown_operators(model)
+    if unknown:
+        u = unknown[0]
+        others = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
+        return BadModelError(
+            f"operator {u.qualified} of domain {u.domain or 'ai.onnx'!r} is not defined by ONNX, onnxruntime "
+            f"or a function of the model{others}, so onnxruntime cannot load {what} ({ort_text})",
+            node=u.node,
+            op_type=u.qualified,
+            value=u.domain,
+            path=path,
+            rule="every operator must come from ai.onnx, ai.onnx.ml, com.microsoft or a model-local function",
+        )
+    types = _value_types(model.graph)
+    for name, node in walk_nodes(model.graph):
+        allowed = GATHER_SCATTER_INDEX_TYPES.get(node.op_type)
+        if allowed is None or node.domain not in ("", "ai.onnx") or len(node.input) < 2:
+            continue
+        elem = types.get(node.input[1])
+        if elem is not None and elem not in allowed:
+            want = " or ".join(type_name(a) for a in allowed)
+            return BadModelError(
+                f"indices {node.input[1]!r} are {type_name(elem)}; ONNX {node.op_type} takes {want}, so "
+                f"onnxruntime cannot load {what} ({ort_text})",
+                node=name,
+                op_type=node.op_type,
+                tensor=node.input[1],
+                value=type_name(elem),
+                path=path,
+                rule=f"{node.op_type} indices must be {want}",
+            )
+    return BadModelError(f"onnxruntime cannot load {what}: {exc}", path=path)

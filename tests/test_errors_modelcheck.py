@@ -1,0 +1,296 @@
+"""One model check for every command (issue 12): what inspect and validate refuse, run, lower, export and
+InferenceSession refuse too, each with exit 2 and one sentence; external data is checked in full before a
+byte of it is read; MemoryError, RecursionError and protobuf errors never leave as tracebacks."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from dmlshim import InferenceSession
+from dmlshim.errors import BadModelError, DmlShimError, OutOfMemoryError, TooLargeError
+from dmlshim.modelcheck import check_model
+from tests.fuzz_settings import assert_cli_error, run_cli
+from tests.oracle import IR_VERSION
+from tests.safety_helpers import run_child
+
+LIMIT = 100_000_000
+FEEDS = {"data": np.arange(12, dtype=np.float32).reshape(3, 4), "idx": np.array([0, 1], np.int64)}
+
+
+def _model(nodes=None, inits=(), ir: int = IR_VERSION, opset: int = 13) -> onnx.ModelProto:
+    data = helper.make_tensor_value_info("data", TensorProto.FLOAT, [3, 4])
+    idx = helper.make_tensor_value_info("idx", TensorProto.INT64, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    nodes = nodes or [helper.make_node("Gather", ["data", "idx"], ["y"], name="g", axis=0)]
+    graph = helper.make_graph(nodes, "g", [data, idx], [y], initializer=list(inits))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=ir)
+
+
+def _gather(name: str = "g", out: str = "y", **attrs: object) -> onnx.NodeProto:
+    return helper.make_node("Gather", ["data", "idx"], [out], name=name, **({"axis": 0} | attrs))
+
+
+def _dup_attr() -> onnx.ModelProto:
+    node = _gather()
+    node.attribute.add().CopyFrom(node.attribute[0])
+    return _model([node])
+
+
+def _neg_dim() -> onnx.ModelProto:
+    m = _model()
+    m.graph.input[0].type.tensor_type.shape.dim[0].dim_value = -3
+    return m
+
+
+# Each case: the model, and words the one-sentence message must hold (the ONNX rule broken, the value).
+INVALID = {
+    "two nodes write y": (lambda: _model([_gather(), _gather("g2")]), ["single static assignment", "'y'"]),
+    "initializer [2,3] for [3,4]": (
+        lambda: _model(inits=[numpy_helper.from_array(np.zeros((2, 3), np.float32), "data")]),
+        ["[2, 3]", "[3, 4]"],
+    ),
+    "ir_version 99": (lambda: _model(ir=99), ["ir_version 99"]),
+    "opset 99": (lambda: _model(opset=99), ["version 99"]),
+    "unknown attribute": (lambda: _model([_gather(foo=3)]), ["foo"]),
+    "duplicate attribute": (_dup_attr, ["'axis'", "multiple"]),
+    "int32 initializer for int64 input": (
+        lambda: _model(inits=[numpy_helper.from_array(np.array([0, 1], np.int32), "idx")]),
+        ["tensor(int32)", "tensor(int64)"],
+    ),
+    "duplicate node names": (
+        lambda: _model([_gather(out="t"), helper.make_node("Identity", ["t"], ["y"], name="g")]),
+        ["two nodes are named 'g'"],
+    ),
+    "graph input dim -3": (_neg_dim, ["dimension -3"]),
+}
+
+
+@pytest.fixture
+def feeds(tmp_path: Path) -> Path:
+    path = tmp_path / "in.npz"
+    np.savez(path, **FEEDS)
+    return path
+
+
+@pytest.mark.parametrize("command", ["inspect", "validate", "run", "lower", "export"])
+@pytest.mark.parametrize("case", list(INVALID))
+def test_every_command_refuses_what_the_model_check_refuses(
+    tmp_path: Path, feeds: Path, case: str, command: str
+) -> None:
+    build, needles = INVALID[case]
+    model = tmp_path / "m.onnx"
+    model.write_bytes(build().SerializeToString())
+    extra = {
+        "inspect": [],
+        "validate": ["--inputs", feeds],
+        "run": ["--inputs", feeds],
+        "lower": ["-o", tmp_path / "out.onnx"],
+        "export": ["-o", tmp_path / "export", "--inputs", feeds],
+    }[command]
+    r = run_cli(command, model, *extra)
+    assert_cli_error(r.code, r.err, str(model), *needles)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.npz", "m.onnx"]  # nothing written
+
+
+@pytest.mark.parametrize("case", list(INVALID))
+def test_inference_session_raises_dmlshim_errors(case: str) -> None:
+    build, needles = INVALID[case]
+    with pytest.raises(BadModelError) as info:
+        InferenceSession(build())
+    for needle in needles:
+        assert needle in str(info.value)
+
+
+def test_a_valid_model_passes_and_runs(feeds: Path, tmp_path: Path) -> None:
+    check_model(_model())
+    model = tmp_path / "m.onnx"
+    model.write_bytes(_model().SerializeToString())
+    r = run_cli("run", model, "--inputs", feeds, "-o", tmp_path / "out.npz")
+    assert r.code == 0, r.err
+    np.testing.assert_array_equal(np.load(tmp_path / "out.npz")["y"], FEEDS["data"][[0, 1]])
+
+
+# --- external data ----------------------------------------------------------------------------------
+
+
+def _external(
+    folder: Path,
+    *,
+    offset: str | None = "0",
+    length: str | None = None,
+    location: str = "w.bin",
+    dims: tuple[int, ...] = (4, 3),
+    file_bytes: int | None = None,
+) -> Path:
+    """A Gather over initializer ``w`` whose bytes live in ``folder/location`` (entries written verbatim)."""
+    w = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=list(dims))
+    w.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", location), ("offset", offset), ("length", length)):
+        if value is not None:
+            entry = w.external_data.add()
+            entry.key, entry.value = key, value
+    idx = helper.make_tensor_value_info("idx", TensorProto.INT64, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["w", "idx"], ["y"], name="g")], "g", [idx], [y], [w]
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=IR_VERSION)
+    if "\x00" not in location and not os.path.isabs(location) and ".." not in location:
+        with open(folder / location, "wb") as handle:
+            if file_bytes is None:
+                handle.write(np.arange(12, dtype=np.float32).tobytes())
+            else:
+                handle.truncate(file_bytes)  # sparse: costs no disk and no memory
+    path = folder / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def test_external_data_model_runs(tmp_path: Path) -> None:
+    path = _external(tmp_path)
+    session = InferenceSession(str(path))
+    out = session.run(None, {"idx": np.array([2, 0], np.int64)})[0]
+    np.testing.assert_array_equal(out, np.arange(12, dtype=np.float32).reshape(4, 3)[[2, 0]])
+
+
+@pytest.mark.parametrize(
+    ("entries", "needles"),
+    [
+        ({"offset": "-5"}, ["offset '-5'", "non-negative integer"]),
+        ({"offset": "abc"}, ["offset 'abc'", "non-negative integer"]),
+        ({"length": "7"}, ["length 7", "48 bytes"]),
+        ({"offset": "40"}, ["offset 40", "beyond"]),
+        ({"location": "w\x00.bin"}, ["NUL"]),
+    ],
+)
+@pytest.mark.parametrize("command", ["inspect", "validate", "run"])
+def test_bad_external_entries_exit_2(
+    tmp_path: Path, entries: dict[str, str], needles: list[str], command: str
+) -> None:
+    path = _external(tmp_path, **entries)  # type: ignore[arg-type]
+    extra = ["--inputs", tmp_path / "in.npz"] if command != "inspect" else []
+    np.savez(tmp_path / "in.npz", idx=np.array([0, 1], np.int64))
+    r = run_cli(command, path, *extra)
+    assert_cli_error(r.code, r.err, "'w'", *needles)
+
+
+def test_external_data_fifo_is_not_read(tmp_path: Path) -> None:
+    path = _external(tmp_path, location="pipe.bin", file_bytes=0)
+    (tmp_path / "pipe.bin").unlink()
+    os.mkfifo(tmp_path / "pipe.bin")
+    r = run_cli("inspect", path)
+    assert_cli_error(r.code, r.err, "not a regular file")
+
+
+def test_in_memory_model_without_its_external_data(tmp_path: Path) -> None:
+    path = _external(tmp_path)
+    with pytest.raises(BadModelError, match="given in memory"):
+        InferenceSession(onnx.load(str(path), load_external_data=False))
+
+
+@pytest.mark.parametrize("gib", [1, 2.5, 6])
+@pytest.mark.parametrize("command", ["inspect", "run"])
+def test_external_data_bomb_refused_before_reading(tmp_path: Path, gib: float, command: str) -> None:
+    count = int(gib * (1 << 30)) // 4
+    path = _external(tmp_path, dims=(count, 1), file_bytes=count * 4)
+    np.savez(tmp_path / "in.npz", idx=np.array([0, 1], np.int64))
+    extra = ["--inputs", str(tmp_path / "in.npz")] if command == "run" else []
+    child = run_child([command, str(path), *extra], env={"DMLSHIM_MEMORY_LIMIT": str(LIMIT)})
+    assert_cli_error(child.returncode, child.stderr, "external data", "refusing before reading")
+    assert 0 < child.peak_rss < LIMIT + 300_000_000, child.peak_rss
+
+
+# --- no tracebacks ----------------------------------------------------------------------------------
+
+
+def _nested_if(depth: int) -> bytes:
+    """If inside If ``depth`` deep, written as protobuf wire bytes (onnx's Python API refuses to build it)."""
+
+    def varint(n: int) -> bytes:
+        out = b""
+        while True:
+            low, n = n & 0x7F, n >> 7
+            if not n:
+                return out + bytes([low])
+            out += bytes([low | 0x80])
+
+    def field(number: int, payload: bytes) -> bytes:
+        return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+    def number(n: int, value: int) -> bytes:
+        return varint(n << 3) + varint(value)
+
+    out = helper.make_tensor_value_info("o", TensorProto.FLOAT, [1]).SerializeToString()
+    cond = helper.make_tensor_value_info("c", TensorProto.BOOL, []).SerializeToString()
+    const = helper.make_node("Constant", [], ["o"], value=numpy_helper.from_array(np.ones(1, np.float32)))
+    leaf = helper.make_graph(
+        [const], "leaf", [], [helper.make_tensor_value_info("o", TensorProto.FLOAT, [1])]
+    )
+    leaf_bytes = leaf.SerializeToString()
+
+    def if_node(then: bytes, i: int) -> bytes:
+        branch = field(1, b"then_branch") + field(6, then) + number(20, 5)
+        other = field(1, b"else_branch") + field(6, leaf_bytes) + number(20, 5)
+        return (
+            field(1, b"c")
+            + field(2, b"o")
+            + field(3, f"if{i}".encode())
+            + field(4, b"If")
+            + field(5, branch)
+            + field(5, other)
+        )
+
+    body = leaf_bytes
+    for i in range(depth - 1):
+        body = field(1, if_node(body, i)) + field(2, f"b{i}".encode()) + field(12, out)
+    top = field(1, if_node(body, depth - 1)) + field(2, b"top") + field(11, cond) + field(12, out)
+    return number(1, IR_VERSION) + field(8, field(1, b"") + number(2, 13)) + field(7, top)
+
+
+@pytest.mark.parametrize("command", ["inspect", "validate", "run", "lower", "export"])
+def test_if_nested_32_deep(tmp_path: Path, command: str) -> None:
+    path = tmp_path / "if32.onnx"
+    path.write_bytes(_nested_if(32))
+    extra = {"lower": ["-o", tmp_path / "o.onnx"], "export": ["-o", tmp_path / "e"]}.get(command, [])
+    r = run_cli(command, path, *extra)
+    assert_cli_error(r.code, r.err, str(path), "MaxDepth")
+
+
+def test_decode_error_after_shape_inference(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from google.protobuf.message import DecodeError
+
+    def deep(*args: object, **kwargs: object) -> None:
+        raise DecodeError(
+            "Error parsing message with type 'onnx.ModelProto': Exceeded upb_DecodeOptions_MaxDepth"
+        )
+
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", deep)
+    with pytest.raises(BadModelError, match="nested deeper than protobuf allows"):
+        check_model(_model())
+
+
+@pytest.mark.parametrize("exc", [MemoryError(), MemoryError("Unable to allocate 4.00 GiB for an array")])
+def test_memory_error_says_what_ran_out(
+    tmp_path: Path, feeds: Path, monkeypatch: pytest.MonkeyPatch, exc: MemoryError
+) -> None:
+    from dmlshim.execute import session
+
+    def exhausted(self: object) -> None:
+        raise exc
+
+    monkeypatch.setattr(session.InferenceSession, "_build_engine", exhausted)
+    model = tmp_path / "m.onnx"
+    model.write_bytes(_model().SerializeToString())
+    r = run_cli("run", model, "--inputs", feeds)
+    assert_cli_error(
+        r.code, r.err, "ran out of memory", str(exc) or "an allocation failed", "DMLSHIM_MEMORY_LIMIT"
+    )
+    with pytest.raises(OutOfMemoryError, match="ran out of memory while loading the model") as info:
+        InferenceSession(str(model))
+    assert isinstance(info.value, TooLargeError) and isinstance(info.value, DmlShimError)
