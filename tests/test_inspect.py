@@ -205,7 +205,7 @@ def test_next_hint_without_symbolic_inputs_suggests_validate(
 def test_descriptors_and_graph_values(capsys: pytest.CaptureFixture[str], with_fallback: str) -> None:
     code, out, _ = _run(capsys, with_fallback, "--descriptors")
     assert code == 1
-    assert "Inputs:\n  x  float [5, 3]\n" in out
+    assert "Inputs:\n  x  float [5,3]\n" in out
     assert "Outputs:\n  s  ? (rank unknown)\n" in out
     row = next(line for line in out.splitlines() if line.strip().startswith("gather_0"))
     # Gather of [5, 3] by [2] on axis 0 (facts §5): D = max(2, 1, 2) = 2, Axis 0, IndexDimensions 1.
