@@ -721,7 +721,7 @@ def test_cli_export_with_generated_inputs(tmp_path: Path, capsys: Any) -> None:
     doc = json.loads(capsys.readouterr().out)
     assert len(doc["exported"]) == 1
     index = json.loads((out / "index.json").read_text())
-    assert index["inputs"] == {"generated": True, "seed": 0}
+    assert index["inputs"] == {"generated": True, "seed": 0, "symbols": {"beams": 3}}
     assert index["input_shapes"]["past_keys"][0] == 3
     folder = out / doc["exported"][0]["folder"]
     assert main(["replay", str(folder / "model.json"), "--output-path", str(folder)]) == 0

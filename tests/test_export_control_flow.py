@@ -88,6 +88,7 @@ def test_cli_export_of_the_loop_model(tmp_path: Path, capsys: Any) -> None:
     assert main(["export", str(LOOP_MODEL), "-o", str(out), "--inputs", inputs, "--iteration", "1"]) == 0
     text = capsys.readouterr().out
     assert "exported 3 node(s)" in text and "002_loop_body_scatter_row" in text
+    assert text.count("(iteration 1 of loop)") == 3
     assert sorted(p.name for p in out.iterdir()) == [
         "002_loop_body_gather_row",
         "002_loop_body_gather_target",
@@ -326,3 +327,43 @@ def test_scan_body_gather_in_iteration_n(tmp_path: Path, capsys: Any) -> None:
     captured = _inputs_of(result, "scan/body/pick_elements")
     assert np.array_equal(captured["indices"].reshape(1, 3), feeds["idx"][3])
     _replay_and_compare(result, capsys)
+
+
+def test_a_scan_8_body_is_reported_not_stepped_into(tmp_path: Path) -> None:
+    body = helper.make_graph(
+        [
+            helper.make_node("Gather", ["state_in", "idx_t"], ["picked"], name="pick", axis=0),
+            helper.make_node("Identity", ["state_in"], ["state_out"], name="keep"),
+        ],
+        "scan8_body",
+        [
+            helper.make_tensor_value_info("state_in", TensorProto.FLOAT, [3]),
+            helper.make_tensor_value_info("idx_t", TensorProto.INT64, [1]),
+        ],
+        [
+            helper.make_tensor_value_info("state_out", TensorProto.FLOAT, [3]),
+            helper.make_tensor_value_info("picked", TensorProto.FLOAT, [1]),
+        ],
+    )
+    scan = helper.make_node(
+        "Scan", ["", "s0", "idx"], ["s", "all"], name="scan8", body=body, num_scan_inputs=1
+    )
+    graph = helper.make_graph(
+        [scan],
+        "scan8",
+        [
+            helper.make_tensor_value_info("s0", TensorProto.FLOAT, [1, 3]),
+            helper.make_tensor_value_info("idx", TensorProto.INT64, [1, 4, 1]),
+        ],
+        [
+            helper.make_tensor_value_info("s", TensorProto.FLOAT, [1, 3]),
+            helper.make_tensor_value_info("all", TensorProto.FLOAT, [1, 4, 1]),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 8)], ir_version=IR_VERSION)
+    feeds = {"s0": np.ones((1, 3), np.float32), "idx": np.array([[[0], [2], [1], [0]]], np.int64)}
+    ort_run(model, feeds)  # a valid model onnxruntime runs
+    result = export_model(model, tmp_path / "out", inputs=feeds)
+    assert result.exported == ()
+    ((node, code, reason),) = [(s.node, s.code, s.reason) for s in result.skipped]
+    assert (node, code) == ("scan8/body/pick", "SUBGRAPH_NODE") and "Scan-8" in reason

@@ -396,3 +396,23 @@ def test_run_options_terminate_stops_the_run_as_in_onnxruntime() -> None:
     ro.terminate = False
     ro.log_severity_level = 3
     assert len(sess.run(None, feeds, ro)) == 4
+
+
+SHIPPED = sorted(
+    str(p.relative_to(REPO / "onnx_models"))
+    for p in [*(REPO / "onnx_models").glob("*.onnx"), *(REPO / "onnx_models" / "real").glob("*.onnx")]
+)
+
+
+@pytest.mark.parametrize("model", SHIPPED)
+def test_shipped_models_are_described_as_onnxruntime_describes_them(model: str) -> None:
+    """Names, types and shapes (declared dimensions completed by inference, as onnxruntime does: the
+    torchscript GNN declares its output ``[Gemmgraph_logits_dim_0, 3]``, onnxruntime says ``[4, 3]``)."""
+    path = str(REPO / "onnx_models" / model)
+    ours = InferenceSession(path)
+    theirs = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    for what in ("get_inputs", "get_outputs", "get_overridable_initializers"):
+        assert _args(getattr(ours, what)()) == _args(getattr(theirs, what)()), what
+    fields = ("producer_name", "graph_name", "domain", "description", "graph_description", "version")
+    for name in (*fields, "custom_metadata_map"):
+        assert getattr(ours.get_modelmeta(), name) == getattr(theirs.get_modelmeta(), name), name

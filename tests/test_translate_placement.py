@@ -101,3 +101,26 @@ def test_strided_window_says_the_providers_descriptor_fails(tmp_path: Path) -> N
     (t,) = translate_model(model).nodes
     assert t.ort_placement == "DmlExecutionProvider"
     assert "EP_DESCRIPTOR_FAILS" in t.reason_codes
+
+
+def test_unnamed_nodes_are_named_as_onnxruntime_names_them(tmp_path: Path) -> None:
+    # onnxruntime's profiler names an unnamed node <OpType>_<position in the graph>: the same name in
+    # inspect, in the run record and in validate.
+    import json
+
+    import onnxruntime as ort
+
+    path = tmp_path / "chain.onnx"
+    onnx.save(shape_chain_model(), path)
+    options = ort.SessionOptions()
+    options.enable_profiling = True
+    options.profile_file_prefix = str(tmp_path / "profile")
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    feeds = {"ids": np.array([[1, 2]], dtype=np.int64)}
+    session.run(None, feeds)
+    with open(session.end_profiling()) as handle:
+        events = json.load(handle)
+    profiled = {e["name"].removesuffix("_kernel_time") for e in events if e.get("cat") == "Node"}
+    inspected, ran, validated = _three_ways(path, feeds)
+    assert "Gather_0" in profiled and set(inspected) == set(ran) == set(validated) <= profiled

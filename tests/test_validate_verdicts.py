@@ -416,3 +416,32 @@ def test_optimization_level_option(tmp_path: Path, capsys: pytest.CaptureFixture
     capsys.readouterr()
     with pytest.raises(BadInputError, match="optimization level"):
         validate_model(model, inputs=feeds, optimization_level="everything")
+
+
+def test_segment_rebuilt_when_a_derived_shape_is_wrong(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Should shape inference ever derive a wrong shape for a boundary value, the segment that declares it
+    is rebuilt with element types only and the run goes on (onnxruntime alone runs the model)."""
+    import dmlshim.execute.partitioned as partitioned
+
+    model, feeds = _stale_rank_model()
+    real = partitioned.proven_types
+
+    def wrong(m: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
+        found = dict(real(m))
+        found["g"] = helper.make_tensor_type_proto(F32, [3, 4, 1])
+        return found
+
+    monkeypatch.setattr(partitioned, "proven_types", wrong)
+    (expected,) = ort_run(model, feeds)
+    engine = PartitionedEngine(model, EngineConfig(FeatureLevel.FL_5_0, whole_model_check=False))
+    with caplog.at_level("WARNING", logger="dmlshim.execute.steps"):
+        (got,), _ = engine.run(["y"], feeds)
+        (again,), _ = engine.run(["y"], feeds)
+    assert exact_difference(got, expected).first is None
+    assert exact_difference(again, expected).first is None
+    rebuilt = [
+        r for r in caplog.records if "rebuilt with inputs that declare element types only" in r.message
+    ]
+    assert len(rebuilt) == 1 and "Invalid rank for input: g" in rebuilt[0].getMessage()

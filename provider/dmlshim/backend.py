@@ -29,6 +29,7 @@ from .dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
 from .errors import BadInputError
 from .execute.record import RunRecord
 from .execute.session import InferenceSession
+from .graph import node_path
 
 logger = logging.getLogger(__name__)
 
@@ -171,7 +172,7 @@ class DmlShimBackend(Backend):
         arrays = [np.asarray(a) for a in (inputs.values() if isinstance(inputs, Mapping) else inputs)]
         if len(arrays) != len(names):
             raise BadInputError(
-                f"node {node.name or node.op_type!r} has {len(names)} inputs, {len(arrays)} arrays given",
+                f"node {node_path('', node, 0)!r} has {len(names)} inputs, {len(arrays)} arrays given",
                 value=len(arrays),
             )
         graph_inputs = [

@@ -18,9 +18,12 @@ def is_gather_scatter(node: onnx.NodeProto) -> bool:
 
 
 def node_path(prefix: str, node: onnx.NodeProto, index: int) -> str:
-    """The name a node is reported under: its subgraph path, then its own name, else ``<op_type>_<index>``.
+    """The name a node is reported under: its subgraph path, then its own name, else ``<op_type>_<index>``
+    with ``index`` its position in its own graph.
 
-    Every report (inspect, run records, validate, export) names nodes this way, so they agree.
+    onnxruntime names unnamed nodes the same way in its profiles (``Gather_3_kernel_time``), so a name
+    here can be looked up there. Every command and message (inspect, run records, validate, export,
+    errors) names nodes with this function, so they agree.
     """
     return prefix + (node.name or f"{node.op_type}_{index}")
 

@@ -73,6 +73,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"exported {len(result.exported)} node(s) to {result.directory}, skipped {len(result.skipped)}")
     for e in result.exported:
         note = "" if e.matches_onnxruntime else "  (dmlshim differs from onnxruntime on this node)"
+        for owner, it in e.iterations:
+            note += f"  (branch taken by {owner})" if it is None else f"  (iteration {it} of {owner})"
         if e.duplicate_indices:
             note += f"  ({e.duplicate_indices} duplicate scatter write(s): DirectML picks any winner)"
         print(f"  {e.folder:<40} {e.op_type:<16} {e.operator}{note}")

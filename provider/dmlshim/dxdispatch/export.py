@@ -71,16 +71,17 @@ def _feeds(
     inputs: Mapping[str, np.ndarray] | None,
     input_shapes: Mapping[str, Sequence[int]] | None,
     seed: int,
-) -> dict[str, np.ndarray]:
+) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+    """The feeds, and the symbol sizes chosen when they were generated."""
     model = loaded.proto
     initializers = {t.name for t in model.graph.initializer}
     graph_inputs = [vi.name for vi in model.graph.input if vi.name not in initializers]
     if inputs is None:
-        from ..inputs import generate_inputs
+        from ..inputs import generate
 
-        generated = generate_inputs(loaded, input_shapes=input_shapes, seed=seed)
-        log.info("generated random inputs (seed %d): %s", seed, {k: v.shape for k, v in generated.items()})
-        return generated
+        generated = generate(loaded, input_shapes=input_shapes, seed=seed)
+        log.info("generated random inputs (seed %d): %s", seed, generated.describe())
+        return generated.feeds, generated.symbols
     missing = [n for n in graph_inputs if n not in inputs]
     if missing:
         raise BadInputError(
@@ -89,7 +90,7 @@ def _feeds(
     extra = sorted(set(inputs) - set(graph_inputs))
     if extra:
         log.warning("ignoring inputs that are not graph inputs: %s", ", ".join(extra))
-    return {n: np.asarray(inputs[n]) for n in graph_inputs}
+    return {n: np.asarray(inputs[n]) for n in graph_inputs}, {}
 
 
 def _previous_export(directory: Path) -> list[str]:
@@ -162,7 +163,7 @@ def export_model(
     # end, so a failed run or Ctrl-C leaves the old export (or nothing) and never a half-written one.
     stage = StagedFolder(out_dir, overwrite=overwrite, previous=_previous_export, what="export directory")
 
-    feeds = _feeds(loaded, inputs, input_shapes, seed)
+    feeds, symbols = _feeds(loaded, inputs, input_shapes, seed)
     capture = capture_nodes(proto, feeds, iteration=iteration)
     # (graph position, entry): reported in graph order.
     skipped: list[tuple[int, SkippedNode]] = [
@@ -182,12 +183,13 @@ def export_model(
 
         skipped.sort(key=lambda entry: entry[0])
         result = ExportResult(out_dir, fl, tuple(exported), tuple(s for _, s in skipped))
+        generated = {"generated": True, "seed": seed, "symbols": symbols}
         index = {
             "schema_version": INDEX_SCHEMA_VERSION,
             "tool": "dmlshim export",
             "model": model_label,
             "feature_level": fl.dml_name,
-            "inputs": "given" if inputs is not None else {"generated": True, "seed": seed},
+            "inputs": "given" if inputs is not None else generated,
             "input_shapes": {k: list(np.shape(v)) for k, v in feeds.items()},
             "iteration": iteration,
             "exported": [e.to_json() for e in exported],

@@ -81,10 +81,22 @@ def _require_graph(proto: onnx.ModelProto, path: str | None) -> None:
         )
 
 
+def _fully_static(vi: onnx.ValueInfoProto) -> bool:
+    tp = vi.type
+    if tp.WhichOneof("value") is None:
+        return False
+    if tp.WhichOneof("value") != "tensor_type":
+        return True
+    tt = tp.tensor_type
+    return tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim)
+
+
 def typed_outputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
-    """The graph outputs, with types from shape inference for those declared without one."""
+    """The graph outputs as onnxruntime describes them: declared types and shapes, completed by shape
+    inference (a type for an output declared without one, a size for a dimension declared symbolic or
+    unknown when inference finds one)."""
     outputs = list(model.graph.output)
-    if all(o.type.WhichOneof("value") is not None for o in outputs):
+    if all(_fully_static(o) for o in outputs):
         return outputs
     try:
         inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
@@ -94,7 +106,14 @@ def typed_outputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
         ValueError,
         RuntimeError,
     ) as exc:
-        logger.debug("shape inference failed, output types stay unknown: %s", exc)
+        logger.debug("shape inference failed, output types stay as declared: %s", exc)
         return outputs
+    merged = {v.name: v for v in inferred.graph.output}
     known = {v.name: v for v in (*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output)}
-    return [o if o.type.WhichOneof("value") is not None else known.get(o.name, o) for o in outputs]
+    result = []
+    for out in outputs:
+        candidate = merged.get(out.name)
+        if out.type.WhichOneof("value") is None:
+            candidate = known.get(out.name, candidate)
+        result.append(candidate if candidate is not None and candidate.type.WhichOneof("value") else out)
+    return result

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import onnx
 
 from ..errors import BadModelError
-from ..graph import is_gather_scatter, subgraph_prefix, subgraphs, walk_nodes
+from ..graph import is_gather_scatter, node_path, subgraph_prefix, subgraphs, walk_nodes
 
 # Where onnxruntime's DirectML provider places nodes is decided in one place, shared with inspect.
 from ..translate.placement import (  # noqa: F401 (re-exported)
@@ -182,9 +182,9 @@ def partition_graph(
             src = producer.get(name)
             if src is None:
                 raise BadModelError(
-                    f"node {nodes[i].name or nodes[i].op_type!r} reads {name!r}, which no node, "
+                    f"node {node_path('', nodes[i], i)!r} reads {name!r}, which no node, "
                     "graph input or initializer provides",
-                    node=nodes[i].name or None,
+                    node=node_path("", nodes[i], i),
                     op_type=nodes[i].op_type,
                     tensor=name,
                 )
@@ -222,7 +222,7 @@ def partition_graph(
             finish(i)
             done += 1
     if done != len(nodes) - len(skipped):
-        stuck = [nodes[i].name or nodes[i].op_type for i in range(len(nodes)) if waiting[i] > 0]
+        stuck = [node_path("", nodes[i], i) for i in range(len(nodes)) if waiting[i] > 0]
         raise BadModelError(f"the graph has a cycle through nodes {stuck[:5]}", value=stuck)
 
     step_of: dict[str, int] = {}

@@ -325,6 +325,7 @@ class PartitionedEngine:
         crossing = {n for step in partition.segments for n in step.inputs}
         proven = proven_types(model) if crossing - set(graph_inputs) else {}
         seg_types = boundary_types(crossing, graph, types, proven)
+        elem_only = boundary_types(crossing, graph, types, {})
         segments = 0
         for step in partition.steps:
             if isinstance(step, CpuSegment):
@@ -337,7 +338,12 @@ class PartitionedEngine:
                 build = functools.partial(
                     segment_session, model, step, seg_types, init_protos, config, label, shared
                 )
-                self._steps.append(CpuStep(build, step.inputs, step.outputs, label))
+                relaxed = None
+                if any(seg_types.get(n) != elem_only.get(n) for n in step.inputs):
+                    relaxed = functools.partial(
+                        segment_session, model, step, elem_only, init_protos, config, label, shared
+                    )
+                self._steps.append(CpuStep(build, step.inputs, step.outputs, label, relaxed))
                 segments += 1
             else:
                 i = step.node

@@ -4,6 +4,7 @@ run from its DirectML descriptor (or, in a reference run, by onnxruntime alone).
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,8 @@ from ..translate.plan import elem_type_of
 from .ort_support import ORT_ERRORS, cpu_session, ort_run_error
 from .record import PLACEMENT_CPU, PLACEMENT_DML, NodeRecord
 from .segments import single_node_model
+
+logger = logging.getLogger(__name__)
 
 TRANSLATION_CACHE_SIZE = 64
 """Translations kept per node (one per distinct input shapes and dtypes); the cache restarts when full."""
@@ -48,11 +51,20 @@ def reasons_of(t: NodeTranslation) -> tuple[tuple[str, str], ...]:
     return tuple((r.code, r.message) for r in t.reasons)
 
 
+_FEED_SHAPE_REFUSED = ("Invalid rank for input", "Got invalid dimensions for input")
+"""onnxruntime's words when a feed does not fit the rank or dimensions a graph input declares."""
+
+
 class CpuStep:
     """A CPU segment: one onnxruntime session fed from the value table. The session can be given as a
-    function that builds it, called on first use (the whole-model check usually makes it unnecessary)."""
+    function that builds it, called on first use (the whole-model check usually makes it unnecessary).
 
-    __slots__ = ("_build", "_session", "inputs", "label", "outputs")
+    ``relaxed`` builds the segment again with inputs that declare element types only. A segment whose
+    declared input shape (derived by shape inference) turns out wrong for a real value is rebuilt that
+    way once, so that it runs wherever onnxruntime runs the whole model.
+    """
+
+    __slots__ = ("_build", "_relaxed", "_session", "inputs", "label", "outputs")
 
     def __init__(
         self,
@@ -60,9 +72,11 @@ class CpuStep:
         inputs: Sequence[str],
         outputs: Sequence[str],
         label: str,
+        relaxed: Callable[[], ort.InferenceSession] | None = None,
     ):
         self._session = session if isinstance(session, ort.InferenceSession) else None
         self._build = None if isinstance(session, ort.InferenceSession) else session
+        self._relaxed = relaxed
         self.inputs = tuple(inputs)
         self.outputs = list(outputs)
         self.label = label
@@ -79,7 +93,19 @@ class CpuStep:
         try:
             results = self.session.run(self.outputs, feeds, state.run_options)
         except ORT_ERRORS as exc:
-            raise ort_run_error(exc, f"onnxruntime failed in {self.label}") from exc
+            if self._relaxed is None or not any(p in str(exc) for p in _FEED_SHAPE_REFUSED):
+                raise ort_run_error(exc, f"onnxruntime failed in {self.label}") from exc
+            logger.warning(
+                "%s: a value's real shape contradicts the shape inferred for it (%s); the partition is "
+                "rebuilt with inputs that declare element types only",
+                self.label,
+                str(exc).strip().splitlines()[0],
+            )
+            self._session, self._relaxed = self._relaxed(), None
+            try:
+                results = self._session.run(self.outputs, feeds, state.run_options)
+            except ORT_ERRORS as again:
+                raise ort_run_error(again, f"onnxruntime failed in {self.label}") from again
         for name, value in zip(self.outputs, results, strict=False):
             values[name] = value
 

@@ -25,10 +25,10 @@ from .references import (
     DEFAULT_OPTIMIZATION_LEVEL,
     SIDES,
     feeds_for,
-    optimization_level,
     partitioned_run,
     whole_model_run,
 )
+from .references import optimization_level as ort_level
 from .results import (
     ATTR_DIVERGES,
     ATTR_UPSTREAM,
@@ -147,7 +147,7 @@ def validate_model(
 
 def optimization_level_checked(name: str) -> None:
     """Raise BadInputError for an unknown optimisation level name."""
-    optimization_level(name)
+    ort_level(name)
 
 
 def _validate_loaded(
@@ -231,6 +231,7 @@ def _validate_loaded(
         input_symbols=tuple(generated.symbols.items()) if generated is not None else (),
         optimization_levels=tuple((side, opt_level) for side in SIDES),
         whole_model_error=whole_error,
+        feeds=tuple(feeds.items()),
     )
     logger.info("validate %s at %s: %s", report.model, level.short, "match" if report.match else "MISMATCH")
     return report
