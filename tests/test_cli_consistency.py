@@ -7,6 +7,7 @@ import io
 import json
 import multiprocessing
 import os
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from dmlshim.cli.main import build_parser, main
 from dmlshim.cli.progress import Progress
 from dmlshim.comparison import DEFAULT_ATOL, DEFAULT_RTOL
 from dmlshim.report.text import shape_text
+from dmlshim.validate.tolerances import parse_tolerances
 
 from .conftest import REPO
 
@@ -91,12 +93,13 @@ def test_tolerances_parse_alike_and_default_to_the_one_policy(option: str) -> No
     for command in ("validate", "compare"):
         target = TOPK if command == "validate" else "DIR"
         dest = option.lstrip("-")
-        assert getattr(parser.parse_args([command, target]), dest) == {"--rtol": DEFAULT_RTOL}.get(
-            option, DEFAULT_ATOL
-        )
-        assert getattr(parser.parse_args([command, target, option, "1e-5"]), dest) == 1e-5
-        with pytest.raises(SystemExit):
-            parser.parse_args([command, target, option, "-1"])
+        default = parse_tolerances(getattr(parser.parse_args([command, target]), dest), None)
+        assert (default.rtol, default.atol, default.given) == (DEFAULT_RTOL, DEFAULT_ATOL, False)
+        given = parse_tolerances(getattr(parser.parse_args([command, target, option, "1e-5"]), dest), None)
+        assert (given.rtol, given.given) == (1e-5, True)
+        for bad in ("-1", "nan", "x", ":1"):
+            with pytest.raises(SystemExit):
+                parser.parse_args([command, target, option, bad])
     assert DEFAULT_RTOL == DEFAULT_ATOL == 0.0
 
 
@@ -112,6 +115,22 @@ def test_one_shape_format(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     for out in (run_out, validate_out):
         assert "[2,3,8]" in out and "[2,3]" in out
         assert "[2, 3" not in out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["inspect", str(MODELS / "tiny_decoder_step.onnx"), "--descriptors"],
+        ["inspect", str(MODELS / "gathernd_dynamic_batch.onnx")],
+        ["validate", str(MODELS / "tiny_decoder_step.onnx")],
+        ["run", str(MODELS / "gnn_scatter_reduce.onnx")],
+    ],
+)
+def test_text_reports_print_shapes_one_way(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) in (0, 1)
+    out = capsys.readouterr().out
+    assert re.search(r"\[\w+,\w+", out), "no shape printed: the check below would be vacuous"
+    assert not re.search(r"\[\w+, \w+", out), re.search(r".*\[\w+, \w+.*", out)
 
 
 # ---------------------------------------------------------------------------------------------------------

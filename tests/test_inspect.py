@@ -205,7 +205,7 @@ def test_next_hint_without_symbolic_inputs_suggests_validate(
 def test_descriptors_and_graph_values(capsys: pytest.CaptureFixture[str], with_fallback: str) -> None:
     code, out, _ = _run(capsys, with_fallback, "--descriptors")
     assert code == 1
-    assert "Inputs:\n  x  float [5, 3]\n" in out
+    assert "Inputs:\n  x  float [5,3]\n" in out
     assert "Outputs:\n  s  ? (rank unknown)\n" in out
     row = next(line for line in out.splitlines() if line.strip().startswith("gather_0"))
     # Gather of [5, 3] by [2] on axis 0 (facts §5): D = max(2, 1, 2) = 2, Axis 0, IndexDimensions 1.
@@ -302,3 +302,26 @@ def test_every_shipped_model(capsys: pytest.CaptureFixture[str], model: Path) ->
     for node in doc["nodes"]:
         assert set(node) >= NODE_KEYS
         assert (node["operator"] is not None) == (node["status"] == "dml")
+
+
+def test_empty_indices_scatter_nd_warns(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # facts §5: the DirectML provider takes the node, creates no operator for an empty tensor and returns
+    # without writing the output.
+    path = _save(
+        tmp_path,
+        [helper.make_node("ScatterND", ["x", "i", "u"], ["y"], name="empty_scatter")],
+        [
+            helper.make_tensor_value_info("x", T.FLOAT, [4, 3]),
+            helper.make_tensor_value_info("i", T.INT64, [0, 1]),
+            helper.make_tensor_value_info("u", T.FLOAT, [0, 3]),
+        ],
+        [],
+        opset=13,
+    )
+    code, out, _ = _run(capsys, path)
+    assert code == 1
+    assert "Warnings: onnxruntime's DirectML EP differs from ONNX here:\n  EP_OUTPUT_UNWRITTEN: 1" in out
+    assert "[warning] EP_OUTPUT_UNWRITTEN" in out
+    node = json.loads(_run(capsys, path, "--json")[1])["nodes"][0]
+    assert node["ort_placement"] == "DmlExecutionProvider"
+    assert [r["code"] for r in node["reasons"]] == ["EMPTY_TENSOR", "EP_OUTPUT_UNWRITTEN"]

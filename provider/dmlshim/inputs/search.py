@@ -77,8 +77,10 @@ class GeneratedInputs:
     checked: bool = False
 
     def describe(self) -> str:
-        """``input_ids [1, 5], mask [1, 7] (batch=1, seq=5, total=7)``."""
-        text = ", ".join(f"{n} {list(s)}" for n, s in self.shapes.items()) or "no inputs"
+        """``input_ids [1,5], mask [1,7] (batch=1, seq=5, total=7)``."""
+        from ..report.text import shape_text
+
+        text = ", ".join(f"{n} {shape_text(s)}" for n, s in self.shapes.items()) or "no inputs"
         if self.symbols:
             text += " (" + ", ".join(f"{k}={v}" for k, v in self.symbols.items()) + ")"
         return text

@@ -15,7 +15,7 @@ from typing import Any, TextIO
 from ..translate.plan import NodeTranslation, Status, elem_type_name
 from ..translate.symbolic import describe
 from ..translate.translator import ModelTranslation
-from .text import table
+from .text import shape_text, table
 
 __all__ = ["GraphValue", "next_command", "render_json", "render_text", "verdict", "write_json"]
 
@@ -41,7 +41,7 @@ class GraphValue:
         kind = elem_type_name(self.elem_type) if self.elem_type else "?"
         if self.shape is None:
             return f"{kind} (rank unknown)"
-        return f"{kind} [{', '.join('?' if d is None or d == '' else str(d) for d in self.shape)}]"
+        return f"{kind} {shape_text([None if d == '' else d for d in self.shape])}"
 
 
 def verdict(mt: ModelTranslation) -> str:
