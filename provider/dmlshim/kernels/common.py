@@ -74,7 +74,7 @@ class per_object(Generic[_K, _V]):  # a decorator, named like functools.cache
 class _Checked:
     """What the structural checks of one descriptor established."""
 
-    __slots__ = ("contexts", "inputs", "passed", "tensors")
+    __slots__ = ("contexts", "derived", "inputs", "passed", "tensors")
 
     def __init__(self, desc: OperatorDesc) -> None:
         self.tensors: dict[str, BufferTensorDesc] = desc.tensors()
@@ -82,6 +82,8 @@ class _Checked:
         # Checks already passed, by (check, arguments); and IndexContexts by the options they came from.
         self.passed: set[tuple[Any, ...]] = set()
         self.contexts: dict[tuple[Any, ...], IndexContext] = {}
+        # What a kernel derived from the descriptor alone (its checks passed), by the deriving function.
+        self.derived: dict[Callable[[Any], Any], Any] = {}
 
 
 @per_object
@@ -107,6 +109,23 @@ def _checked(desc: OperatorDesc) -> _Checked:
     if next(iter(counts.values())) == 0:
         fail(desc, "DimensionCount must be at least 1", value=0)
     return _Checked(desc)
+
+
+_D = TypeVar("_D", bound=OperatorDesc)
+
+
+def derived(desc: _D, compute: Callable[[_D], _V]) -> _V:
+    """``compute(desc)``, computed once per descriptor object: for a kernel's structural checks and the
+    layout constants they establish (the kernel's compiled plan for this descriptor). A check that
+    raises is not remembered, so a bad descriptor raises the same error on every call."""
+    table = _checked(desc).derived
+    found = table.get(compute, _MISSING)
+    if found is _MISSING:
+        found = table[compute] = compute(desc)
+    return found  # type: ignore[no-any-return]
+
+
+_MISSING = object()
 
 
 def bind(desc: OperatorDesc, inputs: Mapping[str, Any]) -> dict[str, TensorView]:
