@@ -74,7 +74,7 @@ class per_object(Generic[_K, _V]):  # a decorator, named like functools.cache
 class _Checked:
     """What the structural checks of one descriptor established."""
 
-    __slots__ = ("contexts", "derived", "inputs", "passed", "tensors")
+    __slots__ = ("contexts", "derived", "inputs", "passed", "prepared", "tensors")
 
     def __init__(self, desc: OperatorDesc) -> None:
         self.tensors: dict[str, BufferTensorDesc] = desc.tensors()
@@ -84,6 +84,8 @@ class _Checked:
         self.contexts: dict[tuple[Any, ...], IndexContext] = {}
         # What a kernel derived from the descriptor alone (its checks passed), by the deriving function.
         self.derived: dict[Callable[[Any], Any], Any] = {}
+        # (IndexContext, layout) by (options, target, layout function): see prepared().
+        self.prepared: dict[tuple[Any, ...], tuple[IndexContext, Any]] = {}
 
 
 @per_object
@@ -126,6 +128,32 @@ def derived(desc: _D, compute: Callable[[_D], _V]) -> _V:
 
 
 _MISSING = object()
+
+
+def prepared(
+    desc: _D,
+    options: KernelOptions,
+    target: str,
+    same_types: tuple[str, ...],
+    layout: Callable[[_D], _V],
+) -> tuple[IndexContext, _V]:
+    """A kernel's whole per-descriptor preparation in one lookup: the DataType check of ``same_types``,
+    the IndexContext under ``options`` (addressing ``target``) and ``derived(desc, layout)``, run in that
+    order the first time (so a bad descriptor raises what it always raised) and then remembered."""
+    table = _checked(desc).prepared
+    try:
+        key = (options, target, layout)
+        found = table.get(key)
+    except TypeError:  # unhashable option values: let the checks reject them
+        key, found = None, None
+    if found is not None:
+        return found
+    require_same_data_type(desc, *same_types)
+    ctx = index_context(desc, options, target)
+    result = (ctx, derived(desc, layout))
+    if key is not None:
+        table[key] = result
+    return result
 
 
 def bind(desc: OperatorDesc, inputs: Mapping[str, Any]) -> dict[str, TensorView]:

@@ -18,11 +18,9 @@ from ..dml.operators import GatherDesc
 from .buffers import grid_offsets
 from .common import (
     bind,
-    derived,
     fail,
-    index_context,
+    prepared,
     require_leading_ones,
-    require_same_data_type,
     require_sizes,
 )
 from .indices import normalize_indices
@@ -70,9 +68,9 @@ def _layout(desc: GatherDesc) -> tuple[tuple[int, ...], int, int, int, int, np.d
 def run(desc: GatherDesc, inputs: Mapping[str, Any], options: KernelOptions) -> KernelResult:
     """Execute DML_OPERATOR_GATHER; see :func:`dmlshim.kernels.execute`."""
     views = bind(desc, inputs)
-    require_same_data_type(desc, "InputTensor", "OutputTensor")
-    ctx = index_context(desc, options, "InputTensor")
-    expected, axis, dim, pre, post, dtype = derived(desc, _layout)
+    ctx, (expected, axis, dim, pre, post, dtype) = prepared(
+        desc, options, "InputTensor", ("InputTensor", "OutputTensor"), _layout
+    )
 
     inp = views["InputTensor"]
     idx = normalize_indices(views["IndicesTensor"].array(), (dim,), (axis,), ctx).reshape(-1)

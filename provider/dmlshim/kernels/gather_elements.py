@@ -14,7 +14,7 @@ import numpy as np
 
 from ..dml.operators import GatherElementsDesc, ScatterDesc
 from .buffers import grid_offsets
-from .common import bind, derived, fail, index_context, require_same_data_type, require_sizes
+from .common import bind, fail, prepared, require_sizes
 from .indices import IndexContext, fast_indices, normalize_indices
 from .options import KernelOptions, KernelResult
 from .parallel import chunk_length, run_all, spans
@@ -146,9 +146,7 @@ def _check_shapes(desc: GatherElementsDesc) -> bool:
 def run(desc: GatherElementsDesc, inputs: Mapping[str, Any], options: KernelOptions) -> KernelResult:
     """Execute DML_OPERATOR_GATHER_ELEMENTS; see :func:`dmlshim.kernels.execute`."""
     views = bind(desc, inputs)
-    require_same_data_type(desc, "InputTensor", "OutputTensor")
-    ctx = index_context(desc, options, "InputTensor")
-    derived(desc, _check_shapes)
+    ctx, _ = prepared(desc, options, "InputTensor", ("InputTensor", "OutputTensor"), _check_shapes)
     idx_sizes = desc.indices_tensor.sizes
 
     inp = views["InputTensor"]

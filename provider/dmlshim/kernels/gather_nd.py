@@ -20,11 +20,9 @@ from ..dml.tensor import BufferTensorDesc
 from .buffers import grid_offsets
 from .common import (
     bind,
-    derived,
     fail,
-    index_context,
+    prepared,
     require_leading_ones,
-    require_same_data_type,
     require_sizes,
 )
 from .indices import IndexContext, fast_indices, normalize_indices
@@ -217,10 +215,10 @@ def run(
 ) -> KernelResult:
     """Execute DML_OPERATOR_GATHER_ND / GATHER_ND1; see :func:`dmlshim.kernels.execute`."""
     views = bind(desc, inputs)
-    require_same_data_type(desc, "InputTensor", "OutputTensor")
-    ctx = index_context(desc, options, "InputTensor")
+    ctx, (r, q, t, expected) = prepared(
+        desc, options, "InputTensor", ("InputTensor", "OutputTensor"), _layout
+    )
     batch = desc.batch_dimension_count
-    r, q, t, expected = derived(desc, _layout)
     in_sizes = desc.input_tensor.sizes
 
     inp = views["InputTensor"]

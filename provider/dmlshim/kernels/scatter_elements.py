@@ -17,7 +17,7 @@ import numpy as np
 
 from ..dml.operators import ScatterDesc
 from .buffers import TensorView
-from .common import bind, derived, index_context, require_same_data_type, require_sizes
+from .common import bind, prepared, require_sizes
 from .gather_elements import axis_split, check_axis_shapes, element_offsets, packed_offsets
 from .indices import IndexContext, count_duplicates, normalize_indices, write_in_order
 from .options import KernelOptions, KernelResult
@@ -82,9 +82,9 @@ def _check_shapes(desc: ScatterDesc) -> bool:
 def run(desc: ScatterDesc, inputs: Mapping[str, Any], options: KernelOptions) -> KernelResult:
     """Execute DML_OPERATOR_SCATTER; see :func:`dmlshim.kernels.execute`."""
     views = bind(desc, inputs)
-    require_same_data_type(desc, "InputTensor", "UpdatesTensor", "OutputTensor")
-    ctx = index_context(desc, options, "OutputTensor")
-    derived(desc, _check_shapes)
+    ctx, _ = prepared(
+        desc, options, "OutputTensor", ("InputTensor", "UpdatesTensor", "OutputTensor"), _check_shapes
+    )
     idx_sizes = desc.indices_tensor.sizes
 
     inp = views["InputTensor"]

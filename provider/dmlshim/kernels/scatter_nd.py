@@ -17,7 +17,7 @@ import numpy as np
 
 from ..dml import shapes
 from ..dml.operators import ScatterNdDesc
-from .common import bind, derived, fail, index_context, require_same_data_type, require_sizes
+from .common import bind, fail, prepared, require_sizes
 from .gather_nd import PackedTuples, check_nd_counts, tuple_offsets
 from .indices import count_duplicates, last_writes, write_in_order
 from .options import KernelOptions, KernelResult
@@ -75,9 +75,9 @@ def _layout(desc: ScatterNdDesc) -> tuple[int, int, int]:
 def run(desc: ScatterNdDesc, inputs: Mapping[str, Any], options: KernelOptions) -> KernelResult:
     """Execute DML_OPERATOR_SCATTER_ND; see :func:`dmlshim.kernels.execute`."""
     views = bind(desc, inputs)
-    require_same_data_type(desc, "InputTensor", "UpdatesTensor", "OutputTensor")
-    ctx = index_context(desc, options, "OutputTensor")
-    r, q, t = derived(desc, _layout)
+    ctx, (r, q, t) = prepared(
+        desc, options, "OutputTensor", ("InputTensor", "UpdatesTensor", "OutputTensor"), _layout
+    )
     in_sizes = desc.input_tensor.sizes
 
     d = len(in_sizes)
