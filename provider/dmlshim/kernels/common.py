@@ -15,11 +15,13 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, NoReturn, TypeVar
 
+import numpy as np
+
 from ..dml.enums import DataType, FeatureLevel
 from ..dml.operators import OperatorDesc
 from ..dml.tensor import BufferTensorDesc
 from ..errors import BadInputError, InvalidDescriptorError
-from .buffers import TensorView, view_tensor
+from .buffers import TensorView, packed_dtype, view_tensor
 from .indices import IndexContext
 from .options import IndexMode, KernelOptions
 
@@ -74,11 +76,15 @@ class per_object(Generic[_K, _V]):  # a decorator, named like functools.cache
 class _Checked:
     """What the structural checks of one descriptor established."""
 
-    __slots__ = ("contexts", "derived", "inputs", "passed", "prepared", "tensors")
+    __slots__ = ("contexts", "derived", "inputs", "packed", "passed", "prepared", "tensors")
 
     def __init__(self, desc: OperatorDesc) -> None:
         self.tensors: dict[str, BufferTensorDesc] = desc.tensors()
         self.inputs = tuple((name, self.tensors[name]) for name in desc.INPUT_TENSOR_FIELDS)
+        # What view_tensor's packed fast path compares, per input: (name, tensor, dtype, sizes, strides).
+        self.packed = tuple(
+            (name, t, packed_dtype(t.data_type), t.sizes, t.packed_strides) for name, t in self.inputs
+        )
         # Checks already passed, by (check, arguments); and IndexContexts by the options they came from.
         self.passed: set[tuple[Any, ...]] = set()
         self.contexts: dict[tuple[Any, ...], IndexContext] = {}
@@ -173,7 +179,22 @@ def bind(desc: OperatorDesc, inputs: Mapping[str, Any]) -> dict[str, TensorView]
         _check_names(desc, inputs)
     if extra:
         logger.debug("%s: ignoring the bound OutputTensor", desc.operator_type.dml_name)
-    return {name: view_tensor(desc, name, tensor, inputs[name]) for name, tensor in checked.inputs}
+    views: dict[str, TensorView] = {}
+    for name, tensor, dtype, sizes, strides in checked.packed:
+        array = inputs[name]
+        if (
+            type(array) is np.ndarray
+            and array.dtype == dtype
+            and array.shape == sizes
+            and array.flags.c_contiguous
+        ):
+            # view_tensor's packed case, without its per-call lookups.
+            flat = array.reshape(-1)
+            flat.flags.writeable = False
+            views[name] = TensorView(name, tensor, flat, strides, True)
+        else:
+            views[name] = view_tensor(desc, name, tensor, array)
+    return views
 
 
 def _check_names(desc: OperatorDesc, inputs: Mapping[str, Any]) -> None:
