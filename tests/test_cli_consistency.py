@@ -21,6 +21,7 @@ from dmlshim.cli.main import build_parser, main
 from dmlshim.cli.progress import Progress
 from dmlshim.comparison import DEFAULT_ATOL, DEFAULT_RTOL
 from dmlshim.report.text import shape_text
+from dmlshim.validate.tolerances import parse_tolerances
 
 from .conftest import REPO
 
@@ -92,12 +93,13 @@ def test_tolerances_parse_alike_and_default_to_the_one_policy(option: str) -> No
     for command in ("validate", "compare"):
         target = TOPK if command == "validate" else "DIR"
         dest = option.lstrip("-")
-        assert getattr(parser.parse_args([command, target]), dest) == {"--rtol": DEFAULT_RTOL}.get(
-            option, DEFAULT_ATOL
-        )
-        assert getattr(parser.parse_args([command, target, option, "1e-5"]), dest) == 1e-5
-        with pytest.raises(SystemExit):
-            parser.parse_args([command, target, option, "-1"])
+        default = parse_tolerances(getattr(parser.parse_args([command, target]), dest), None)
+        assert (default.rtol, default.atol, default.given) == (DEFAULT_RTOL, DEFAULT_ATOL, False)
+        given = parse_tolerances(getattr(parser.parse_args([command, target, option, "1e-5"]), dest), None)
+        assert (given.rtol, given.given) == (1e-5, True)
+        for bad in ("-1", "nan", "x", ":1"):
+            with pytest.raises(SystemExit):
+                parser.parse_args([command, target, option, bad])
     assert DEFAULT_RTOL == DEFAULT_ATOL == 0.0
 
 

@@ -302,3 +302,26 @@ def test_every_shipped_model(capsys: pytest.CaptureFixture[str], model: Path) ->
     for node in doc["nodes"]:
         assert set(node) >= NODE_KEYS
         assert (node["operator"] is not None) == (node["status"] == "dml")
+
+
+def test_empty_indices_scatter_nd_warns(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # facts §5: the DirectML provider takes the node, creates no operator for an empty tensor and returns
+    # without writing the output.
+    path = _save(
+        tmp_path,
+        [helper.make_node("ScatterND", ["x", "i", "u"], ["y"], name="empty_scatter")],
+        [
+            helper.make_tensor_value_info("x", T.FLOAT, [4, 3]),
+            helper.make_tensor_value_info("i", T.INT64, [0, 1]),
+            helper.make_tensor_value_info("u", T.FLOAT, [0, 3]),
+        ],
+        [],
+        opset=13,
+    )
+    code, out, _ = _run(capsys, path)
+    assert code == 1
+    assert "Warnings: onnxruntime's DirectML EP differs from ONNX here:\n  EP_OUTPUT_UNWRITTEN: 1" in out
+    assert "[warning] EP_OUTPUT_UNWRITTEN" in out
+    node = json.loads(_run(capsys, path, "--json")[1])["nodes"][0]
+    assert node["ort_placement"] == "DmlExecutionProvider"
+    assert [r["code"] for r in node["reasons"]] == ["EMPTY_TENSOR", "EP_OUTPUT_UNWRITTEN"]

@@ -48,7 +48,15 @@ except ImportError as exc:  # pragma: no cover - only for people regenerating th
 # The sibling modules (on sys.path when this file is run as a script).
 from export_common import Built, Inputs, Spec
 from models_decoders import build_gpt2, build_llama_static, build_mixtral, build_qwen2
-from models_encoders import build_bart, build_bert, build_bert_fp16, build_swin, build_t5, build_whisper
+from models_encoders import (
+    build_bart,
+    build_bart_decoder_past,
+    build_bert,
+    build_bert_fp16,
+    build_swin,
+    build_t5,
+    build_whisper,
+)
 from models_plain import build_beam_step, build_fasterrcnn, build_gnn, build_maskrcnn
 
 HERE = Path(__file__).resolve().parent
@@ -105,6 +113,13 @@ SPECS: tuple[Spec, ...] = (
         atol=2e-2,
     ),
     Spec("bart", "transformers", "BartForConditionalGeneration", "encoder-decoder forward", build_bart),
+    Spec(
+        "bart_decoder_past",
+        "transformers",
+        "BartForConditionalGeneration",
+        "decoder step with self-attention past and cross-attention cache",
+        build_bart_decoder_past,
+    ),
     Spec(
         "t5",
         "transformers",

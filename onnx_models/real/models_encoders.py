@@ -160,6 +160,107 @@ def build_t5() -> Built:
     return _seq2seq(eager_attention(T5ForConditionalGeneration(cfg)), 256, seed=10)
 
 
+class Seq2SeqDecoderStep(nn.Module):
+    """One decoder step of an encoder-decoder as generation runs it: the encoder output and the
+    cross-attention keys/values are computed once and passed in, the self-attention past grows."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self,
+        decoder_input_ids: torch.Tensor,
+        encoder_hidden_states: torch.Tensor,
+        encoder_attention_mask: torch.Tensor,
+        past_key_0: torch.Tensor,
+        past_value_0: torch.Tensor,
+        cross_key_0: torch.Tensor,
+        cross_value_0: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        from transformers import DynamicCache, EncoderDecoderCache
+
+        cfg = self.model.config
+        cache = EncoderDecoderCache(
+            DynamicCache([(past_key_0, past_value_0)], config=cfg),
+            DynamicCache([(cross_key_0, cross_value_0)], config=cfg),
+        )
+        out = self.model.model.decoder(
+            input_ids=decoder_input_ids,
+            encoder_hidden_states=encoder_hidden_states,
+            encoder_attention_mask=encoder_attention_mask,
+            past_key_values=cache,
+            use_cache=True,
+        )
+        logits = self.model.lm_head(out.last_hidden_state) + self.model.final_logits_bias
+        sc = out.past_key_values.self_attention_cache.layers[0]
+        return logits, sc.keys, sc.values
+
+
+def build_bart_decoder_past() -> Built:
+    from transformers import BartConfig, BartForConditionalGeneration
+
+    rng = seed(19)
+    cfg = BartConfig(
+        vocab_size=256,
+        d_model=32,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=64,
+    )
+    model = BartForConditionalGeneration(cfg).eval()
+
+    def sample(b, s, p):
+        mask = torch.ones(b, s, dtype=torch.int64)
+        mask[0, s - 2 :] = 0
+        return {
+            "decoder_input_ids": ids(rng, 256, b, 1),
+            "encoder_hidden_states": randn(rng, b, s, 32),
+            "encoder_attention_mask": mask,
+            "past_key_0": randn(rng, b, 2, p, 16),
+            "past_value_0": randn(rng, b, 2, p, 16),
+            "cross_key_0": randn(rng, b, 2, s, 16),
+            "cross_value_0": randn(rng, b, 2, s, 16),
+        }
+
+    batch = Dim("batch_size", min=1, max=8)
+    enc = Dim("encoder_sequence_length", min=2, max=48)
+    past = Dim("past_decoder_sequence_length", min=1, max=48)
+    ds = {
+        "decoder_input_ids": {0: batch},
+        "encoder_hidden_states": {0: batch, 1: enc},
+        "encoder_attention_mask": {0: batch, 1: enc},
+        "past_key_0": {0: batch, 2: past},
+        "past_value_0": {0: batch, 2: past},
+        "cross_key_0": {0: batch, 2: enc},
+        "cross_value_0": {0: batch, 2: enc},
+    }
+    la = {
+        "decoder_input_ids": {0: "batch_size"},
+        "encoder_hidden_states": {0: "batch_size", 1: "encoder_sequence_length"},
+        "encoder_attention_mask": {0: "batch_size", 1: "encoder_sequence_length"},
+        "past_key_0": {0: "batch_size", 2: "past_decoder_sequence_length"},
+        "past_value_0": {0: "batch_size", 2: "past_decoder_sequence_length"},
+        "cross_key_0": {0: "batch_size", 2: "encoder_sequence_length"},
+        "cross_value_0": {0: "batch_size", 2: "encoder_sequence_length"},
+        "logits": {0: "batch_size"},
+        "present_key_0": {0: "batch_size", 2: "total_decoder_sequence_length"},
+        "present_value_0": {0: "batch_size", 2: "total_decoder_sequence_length"},
+    }
+    return Built(
+        Seq2SeqDecoderStep(model),
+        sample(2, 7, 3),
+        ["logits", "present_key_0", "present_value_0"],
+        dynamo_shapes=ds,
+        legacy_axes=la,
+        other_inputs=sample(3, 5, 6),
+    )
+
+
 class WhisperForward(nn.Module):
     def __init__(self, model: nn.Module) -> None:
         super().__init__()

@@ -6,27 +6,16 @@ import argparse
 import json
 import math
 
-from ..dxdispatch.compare import DEFAULT_ATOL, DEFAULT_RTOL, CompareReport
+from ..dxdispatch.compare import CompareReport
 from ..errors import BadInputError
 from ..report.text import shape_text, table
-from .options import tolerance_type
+from .options import add_tolerances
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the compare command's arguments."""
     parser.add_argument("directory", metavar="DIR", help="an export directory written by dmlshim export")
-    parser.add_argument(
-        "--rtol",
-        type=tolerance_type,
-        default=DEFAULT_RTOL,
-        help=f"relative tolerance for floats (default {DEFAULT_RTOL:g}: exact)",
-    )
-    parser.add_argument(
-        "--atol",
-        type=tolerance_type,
-        default=DEFAULT_ATOL,
-        help=f"absolute tolerance for floats (default {DEFAULT_ATOL:g}: exact)",
-    )
+    add_tolerances(parser, "exact")
     parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
 
 
@@ -65,7 +54,15 @@ def run(args: argparse.Namespace) -> int:
             "(with dml_output.npy files from dxdispatch.exe in it)",
             path=args.directory,
         )
-    report = compare_export(args.directory, rtol=args.rtol, atol=args.atol)
+    from ..validate.tolerances import parse_tolerances
+
+    tolerances = parse_tolerances(args.rtol, args.atol)
+    if tolerances.per_output:
+        raise BadInputError(
+            "compare takes one --rtol/--atol for every node; NAME:VALUE is validate's per-output form",
+            value=next(iter(tolerances.per_output)),
+        )
+    report = compare_export(args.directory, rtol=tolerances.rtol, atol=tolerances.atol)
     if args.json:
         print(json.dumps(report.to_json(), indent=2, allow_nan=False))
         return 0 if report.all_match else 1

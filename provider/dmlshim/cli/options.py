@@ -97,12 +97,35 @@ def apply_input_shapes(
     return fix_symbols(model, shapes) if shapes else {}
 
 
+def add_tolerances(parser: argparse.ArgumentParser, default: str) -> None:
+    """``--rtol`` / ``--atol`` as every command takes them: ``VALUE`` for all floating-point values, or
+    ``NAME:VALUE`` (repeatable) for one (parsed by :func:`dmlshim.validate.tolerances.parse_tolerances`)."""
+    for flag, what in (("rtol", "relative"), ("atol", "absolute")):
+        parser.add_argument(
+            f"--{flag}",
+            action="append",
+            type=tolerance_spec,
+            metavar="[NAME:]VALUE",
+            help=f"{what} tolerance for floating-point values, for all or (NAME:VALUE, repeatable) one "
+            f"(default: {default})",
+        )
+
+
+def tolerance_spec(text: str) -> str:
+    """argparse type of ``--rtol`` / ``--atol``: ``VALUE`` or ``NAME:VALUE``, VALUE a number >= 0."""
+    name, sep, number = text.rpartition(":")
+    if sep and not name:
+        raise argparse.ArgumentTypeError(f"the name before ':' is empty: {text!r}")
+    tolerance_type(number)
+    return text
+
+
 def tolerance_type(text: str) -> float:
     """argparse type of ``--rtol`` / ``--atol``: a number >= 0 (defaults: dmlshim.comparison)."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0: {text!r}")
+    if not (value >= 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0: {text!r}")
     return value

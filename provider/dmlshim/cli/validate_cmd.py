@@ -11,24 +11,15 @@ import sys
 from typing import TYPE_CHECKING
 
 from . import validate_many
-from .options import add_feature_level, add_input_shape, input_shapes
+from .options import add_feature_level, add_input_shape, add_tolerances, input_shapes
 from .progress import status
+from .validate_files import add_array_files, check_array_targets, finish
 
 if TYPE_CHECKING:
     from ..validate import ValidationReport
 
 # Kept here (not imported from dmlshim.validate) so that building the parser does not load onnxruntime.
 OPTIMIZATION_LEVEL_NAMES = ("disabled", "basic", "extended", "all")
-
-
-def _tolerance(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0: {text!r}")
-    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,20 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="feeds by input name (numpy.savez); random inputs of the right shapes and types when absent",
     )
-    parser.add_argument(
-        "--rtol",
-        type=_tolerance,
-        default=0.0,
-        metavar="R",
-        help="relative tolerance of the verdict for floating-point outputs (default 0: exact)",
-    )
-    parser.add_argument(
-        "--atol",
-        type=_tolerance,
-        default=0.0,
-        metavar="A",
-        help="absolute tolerance of the verdict for floating-point outputs (default 0: exact)",
-    )
+    add_tolerances(parser, "exact against the reference; dtype-fitting against --reference-outputs")
+    add_array_files(parser)
     parser.add_argument(
         "--optimization-level",
         choices=OPTIMIZATION_LEVEL_NAMES,
@@ -78,22 +57,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def model_report(args: argparse.Namespace, model: str) -> ValidationReport:
     """Validate one model with the command line's options."""
     from ..validate import validate_model
+    from ..validate.tolerances import parse_tolerances
 
     shapes = input_shapes(args)
     if shapes and args.inputs:
         print("dmlshim validate: note: --input-shape is ignored with --inputs", file=sys.stderr)
+    tolerances = parse_tolerances(args.rtol, args.atol)
+    check_array_targets(args)
     report = validate_model(
         model,
         inputs=args.inputs,
         feature_level=args.feature_level,
-        rtol=args.rtol,
-        atol=args.atol,
+        rtol=tolerances.rtol,
+        atol=tolerances.atol,
         input_shapes=shapes or None,
         seed=args.seed,
         index_mode="clamp" if args.clamp_indices else "error",
         optimization_level=args.optimization_level,
     )
-    return report
+    return finish(report, tolerances, args)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -101,8 +83,12 @@ def run(args: argparse.Namespace) -> int:
     from ..report.validate_report import render_json, render_text
 
     if validate_many.applies(args):
+        if args.save_inputs or args.save_outputs or args.reference_outputs:
+            from ..errors import BadInputError
+
+            raise BadInputError("--save-inputs, --save-outputs and --reference-outputs take one model")
         return validate_many.run(args)
     with status(args, f"validate: running {args.model[0]} through dmlshim and onnxruntime CPU"):
         report = model_report(args, args.model[0])
-    sys.stdout.write(render_json(report) if args.json else render_text(report))
+    sys.stdout.write(render_json(report) if args.json else render_text(report, args.only_problems))
     return report.exit_code

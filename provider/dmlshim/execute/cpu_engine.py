@@ -16,8 +16,8 @@ import onnx
 
 from ..graph import display_names, is_gather_scatter
 from .engine import EngineConfig
+from .ort_support import ORT_ERRORS, cpu_session, ort_run_error
 from .partition import nested_gather_scatter
-from .partitioned import ORT_ERRORS, _session, ort_run_error
 from .record import PLACEMENT_CPU, NodeRecord, RunRecord
 
 logger = logging.getLogger(__name__)
@@ -38,7 +38,7 @@ class CpuEngine:
     def __init__(self, model: onnx.ModelProto, config: EngineConfig) -> None:
         self.config = config
         graph = model.graph
-        self._session = _session(model, config.sess_options, "the model")
+        self._session = cpu_session(model, config.sess_options, "the model")
         nodes = list(graph.node)
         names = display_names(nodes)
         records = []

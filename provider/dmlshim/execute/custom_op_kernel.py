@@ -138,6 +138,7 @@ class Prepared:
         self.node = helper.make_node(self.op_type, list(self.onnx_inputs), ["output"], **self.onnx_attributes)
         self.translations: dict[tuple[Any, ...], NodeTranslation] = {}
         self._fallback_sessions: dict[tuple[Any, ...], ort.InferenceSession] = {}
+        self._tag_cache: dict[tuple[int, int, str], np.ndarray] = {}
 
     def __call__(self, arrays: Sequence[Any], state: RunState | None) -> np.ndarray:
         run = state.nodes.setdefault(self.node_name, NodeRun()) if state is not None else NodeRun()
@@ -171,12 +172,10 @@ class Prepared:
         unsigned = np.dtype(f"u{dtype.itemsize}")
         counts = [int(np.prod(s, dtype=np.int64)) for s in shapes]
         total = sum(counts)
-        positions = np.arange(total, dtype=np.uint64)
         digits = max(1, -(-max(total - 1, 1).bit_length() // bits))
         found: np.ndarray | None = None
         for digit in range(digits):
-            tags = ((positions >> np.uint64(bits * digit)) & np.uint64((1 << bits) - 1)).astype(unsigned)
-            tagged = tags.view(dtype)
+            tagged = self._tags(total, digit, dtype)
             values = [tagged[: counts[0]].reshape(shapes[0]), indices]
             if len(shapes) > 1:
                 values.append(tagged[counts[0] :].reshape(shapes[1]))
@@ -186,6 +185,22 @@ class Prepared:
             found = part if found is None else found | part
         assert found is not None
         return found
+
+    def _tags(self, total: int, digit: int, dtype: np.dtype) -> np.ndarray:
+        """Digit ``digit`` (base 2^bits) of the positions 0..total-1, as values of ``dtype``; the last ones
+        made are kept, as a Loop body asks for the same again and again (the kernels never write them)."""
+        key = (total, digit, dtype.str)
+        cached = self._tag_cache.get(key)
+        if cached is None:
+            bits = dtype.itemsize * 8
+            positions = np.arange(total, dtype=np.uint64)
+            digits = (positions >> np.uint64(bits * digit)) & np.uint64((1 << bits) - 1)
+            cached = digits.astype(np.dtype(f"u{dtype.itemsize}")).view(dtype)
+            cached.flags.writeable = False
+            if len(self._tag_cache) >= 4:
+                self._tag_cache.clear()
+            self._tag_cache[key] = cached
+        return cached
 
     def _run_descriptor(self, values: Sequence[np.ndarray], run: NodeRun) -> np.ndarray:
         assert self.descriptor is not None

@@ -148,6 +148,9 @@ class InferenceSession:
             if name == "directml"
             else None,
             model_path=self._loaded.path,
+            # A profile times every node as it runs, so a run is never answered by the whole-model check
+            # (nor is its extra onnxruntime session built).
+            whole_model_check=profiler is None,
         )
         try:
             engine = get_engine_factory(name)(self._loaded.proto, config)

@@ -52,7 +52,31 @@ def _shape(shape: Sequence[int]) -> str:
     return shape_text(shape)
 
 
+def _external_lines(report: ValidationReport, o: OutputComparison) -> list[str]:
+    e = o.external
+    if e is None or e.match:
+        return []
+    lines = [f"MISMATCH in output {o.name!r} against {report.reference_outputs}"]
+    if e.problem:
+        return [*lines, f"  {e.problem}"]
+    if e.first_mismatch is not None:
+        m = e.first_mismatch
+        lines.append(
+            f"  {e.mismatches} element(s) beyond rtol={e.rtol:g} atol={e.atol:g}; first at {list(m.index)}: "
+            f"dmlshim {_value(m.dmlshim)}, reference {_value(m.onnxruntime)}"
+        )
+    if e.statistics is not None:
+        s = e.statistics
+        lines.append(
+            f"  max |diff| {_number(s.max_abs)}, max rel {_number(s.max_rel)}; passes with atol "
+            f"{_number(s.min_atol)} (rtol {e.rtol:g}) or rtol {_number(s.min_rtol)} (atol {e.atol:g})"
+        )
+    return lines
+
+
 def _mismatch_lines(report: ValidationReport, o: OutputComparison) -> list[str]:
+    if o.match:
+        return _external_lines(report, o)
     lines = [f"MISMATCH in output {o.name!r}"]
     if o.problem:
         lines.append(f"  {o.problem}")
@@ -71,7 +95,10 @@ def _mismatch_lines(report: ValidationReport, o: OutputComparison) -> list[str]:
         lines.append("  inputs already differed (upstream): " + ", ".join(differed))
     if not o.suspect_nodes:
         lines.append("  no gather/scatter node whose inputs agreed produced a different output")
-    return lines
+    if o.statistics is not None and o.problem is None:
+        s = o.statistics
+        lines.append(f"  passes with atol {_number(s.min_atol)} or rtol {_number(s.min_rtol)}")
+    return lines + _external_lines(report, o)
 
 
 def _whole_model_lines(report: ValidationReport) -> list[str]:
@@ -104,8 +131,34 @@ def _whole_model_lines(report: ValidationReport) -> list[str]:
     return lines + table(rows)
 
 
-def render_text(report: ValidationReport) -> str:
-    """The human-readable report: inputs, outputs, per-node placement, warnings, verdict."""
+def _reference_outputs_lines(report: ValidationReport, only_problems: bool) -> list[str]:
+    if report.reference_outputs is None:
+        return []
+    lines = ["", f"against reference outputs {report.reference_outputs}"]
+    rows = [["output", "tolerance", "max |diff|", "max rel", "over tolerance", "passes with atol", "result"]]
+    for o in report.outputs:
+        e = o.external
+        if e is None or (only_problems and e.match):
+            continue
+        s = e.statistics
+        rows.append(
+            [
+                o.name,
+                f"rtol={e.rtol:g} atol={e.atol:g}",
+                _number(e.max_abs_diff),
+                _number(s.max_rel) if s else "-",
+                str(e.mismatches) if e.problem is None else "-",
+                _number(s.min_atol) if s else "-",
+                "match" if e.match else (e.problem or "MISMATCH"),
+            ]
+        )
+    return lines + (table(rows) if len(rows) > 1 else ["  every output matches"])
+
+
+def render_text(report: ValidationReport, only_problems: bool = False) -> str:
+    """The human-readable report: inputs, outputs, per-node placement, warnings, verdict.
+
+    With ``only_problems``, the outputs and nodes tables list only what differs or needs a look."""
     lines = [f"dmlshim validate {report.model} at {report.feature_level.dml_name}"]
     feeds = ", ".join(f"{n} {_shape(s)}" for n, s in report.input_shapes)
     source = f"generated (seed {report.seed})" if report.inputs_source == "random" else report.inputs_source
@@ -120,31 +173,39 @@ def render_text(report: ValidationReport) -> str:
         lines.append(
             f"comparison: rtol={report.rtol:g} atol={report.atol:g} (integer and bool outputs exact)"
         )
+    if report.tolerances:
+        own = ", ".join(f"{n} rtol={r:g} atol={a:g}" for n, r, a in report.tolerances)
+        lines.append(f"per-output tolerance: {own}")
     lines.append(
         "onnxruntime graph optimization: "
         + ", ".join(f"{side} {lv}" for side, lv in report.optimization_levels)
     )
     lines += ["", f"outputs ({len(report.outputs)}, compared with the reference)"]
-    rows = [["output", "dtype", "shape", "result", "max |diff|"]]
+    rows = [["output", "dtype", "shape", "result", "max |diff|", "max rel"]]
     for o in report.outputs:
-        rows.append(
-            [o.name, o.dtype, _shape(o.shape), "match" if o.match else "MISMATCH", _number(o.max_abs_diff)]
-        )
-    lines += table(rows)
+        if only_problems and o.match:
+            continue
+        rel = _number(o.statistics.max_rel) if o.statistics is not None else "-"
+        result = "match" if o.match else "MISMATCH"
+        rows.append([o.name, o.dtype, _shape(o.shape), result, _number(o.max_abs_diff), rel])
+    lines += table(rows) if len(rows) > 1 else ["  every output matches"]
     lines += ["", f"gather/scatter nodes ({len(report.nodes)})"]
     if report.nodes:
         rows = [["node", "op", "ran on", "operator", "DML EP places on", "compared with the reference"]]
         for n in report.nodes:
+            if only_problems and n.attribution in (ATTR_MATCH, ATTR_NOT_COMPARED) and n.placement == "dml":
+                continue
             operator = (n.record.operator if n.record and n.record.operator else None) or "-"
             attribution = _ATTRIBUTION_WORDS[n.attribution]
             rows.append(
                 [n.name, n.op_type, n.placement or "-", operator, n.ort_placement or "-", attribution]
             )
-        lines += table(rows)
+        lines += table(rows) if len(rows) > 1 else ["  none needs a look"]
     if not any(n.placement == "dml" for n in report.nodes):
         why = "no node ran from its descriptor" if report.nodes else "the model has no gather/scatter node"
         lines.append(f"  nothing was emulated: {why}; every run is onnxruntime CPU")
-    lines += _whole_model_lines(report)
+    lines += _whole_model_lines(report) if not only_problems or not report.match else []
+    lines += _reference_outputs_lines(report, only_problems)
     counts = Counter(w.code for w in report.warnings)
     lines += ["", f"warnings ({len(report.warnings)})"]
     for w in report.warnings:

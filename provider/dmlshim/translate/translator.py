@@ -21,13 +21,13 @@ from ..dml import support
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel, OperatorType
 from ..dml.validate import validate
 from .converters import ConvertContext, Converter, Lowering, NodeFailure, get_converter
+from .deferred import Deferred
 from .placement import (
     node_placement,
     provider_notes,
 )
 from .plan import (
     DML_PROVIDER,
-    Deferred,
     NodeTranslation,
     Reason,
     Status,

@@ -144,6 +144,9 @@ class OutputComparison:
             the divergence starts.
         whole_model: the same output against onnxruntime running the whole model (None when that run
             failed).
+        statistics: error figures against the like-for-like reference (:mod:`.statistics`), when
+            computed.
+        external: the output against a reference outputs file (``--reference-outputs``), when given.
         dmlshim: dmlshim's array.
         reference: the like-for-like reference's array.
     """
@@ -159,6 +162,8 @@ class OutputComparison:
     upstream_nodes: tuple[str, ...] = ()
     suspect_nodes: tuple[str, ...] = ()
     whole_model: WholeModelComparison | None = None
+    statistics: Any = None
+    external: Any = None
     dmlshim: np.ndarray | None = field(default=None, compare=False, repr=False)
     reference: np.ndarray | None = field(default=None, compare=False, repr=False)
 
@@ -175,6 +180,8 @@ class OutputComparison:
             "upstream_nodes": list(self.upstream_nodes),
             "suspect_nodes": list(self.suspect_nodes),
             "whole_model": self.whole_model.to_json() if self.whole_model else None,
+            "statistics": self.statistics.to_json() if self.statistics is not None else None,
+            "reference_outputs": self.external.to_json() if self.external is not None else None,
         }
 
 
@@ -287,6 +294,9 @@ class ValidationReport:
         optimization_levels: ``(side, level)`` for ``dmlshim``, ``reference`` and ``whole_model``:
             onnxruntime's graph optimisation level on each side.
         whole_model_error: why onnxruntime could not run the whole model, if it could not.
+        tolerances: ``(output, rtol, atol)`` for outputs given their own tolerance.
+        reference_outputs: the reference outputs file compared against, if any.
+        feeds: the arrays the model ran on (for ``--save-inputs``).
     """
 
     model: str
@@ -303,6 +313,9 @@ class ValidationReport:
     input_symbols: tuple[tuple[str, int], ...] = ()
     optimization_levels: tuple[tuple[str, str], ...] = ()
     whole_model_error: str | None = None
+    tolerances: tuple[tuple[str, float, float], ...] = ()
+    reference_outputs: str | None = None
+    feeds: tuple[tuple[str, np.ndarray], ...] = field(default=(), compare=False, repr=False)
 
     @property
     def exit_code(self) -> int:
@@ -311,8 +324,10 @@ class ValidationReport:
 
     @property
     def mismatched(self) -> tuple[OutputComparison, ...]:
-        """The outputs that differ from the like-for-like reference."""
-        return tuple(o for o in self.outputs if not o.match)
+        """The outputs that differ from the like-for-like reference or from the reference outputs."""
+        return tuple(
+            o for o in self.outputs if not o.match or (o.external is not None and not o.external.match)
+        )
 
     @property
     def exact(self) -> bool:
@@ -339,6 +354,8 @@ class ValidationReport:
             },
             "outputs": [o.to_json() for o in self.outputs],
             "whole_model_error": self.whole_model_error,
+            "tolerances": {name: {"rtol": r, "atol": a} for name, r, a in self.tolerances},
+            "reference_outputs": self.reference_outputs,
             "nodes": [n.to_json() for n in self.nodes],
             "warnings": [w.to_json() for w in self.warnings],
         }

@@ -231,6 +231,7 @@ def _validate_loaded(
         input_symbols=tuple(generated.symbols.items()) if generated is not None else (),
         optimization_levels=tuple((side, opt_level) for side in SIDES),
         whole_model_error=whole_error,
+        feeds=tuple(feeds.items()),
     )
     logger.info("validate %s at %s: %s", report.model, level.short, "match" if report.match else "MISMATCH")
     return report

@@ -1,0 +1,52 @@
+"""Files of named arrays (inputs and outputs): ``.npz`` or polygraphy's JSON, chosen by the file's content
+when reading and by its extension when writing. Every write goes through :mod:`dmlshim.files`."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import files
+from .inputs.npz import load_npz, sniff
+from .polygraphy_json import arrays_from_document, inputs_document, outputs_document
+from .reading import open_regular, read_json
+
+
+def is_json_path(path: str | os.PathLike[str]) -> bool:
+    """Whether arrays written to ``path`` go in polygraphy's JSON format (a ``.json`` name)."""
+    return Path(path).suffix.lower() == ".json"
+
+
+def read_arrays(path: str | os.PathLike[str], *, what: str = "arrays file") -> dict[str, np.ndarray]:
+    """The arrays of an ``.npz`` file, a polygraphy inputs file or a polygraphy ``RunResults`` file.
+
+    Raises:
+        BadInputError: the file is missing, of another kind (the message says which), or damaged.
+        TooLargeError: an array's declared size exceeds the memory limit.
+    """
+    with open_regular(path, what=what) as handle:
+        head = handle.read(64)
+    if sniff(head, os.fspath(path)) == "json":
+        return arrays_from_document(read_json(path, what=what), os.fspath(path))
+    return load_npz(path)
+
+
+def write_arrays(
+    path: str | os.PathLike[str],
+    arrays: Mapping[str, np.ndarray],
+    *,
+    kind: str,
+    overwrite: bool = False,
+    inputs: tuple[Any, ...] = (),
+) -> Path:
+    """Write ``arrays`` to ``path``: polygraphy JSON for a ``.json`` name (an inputs list for
+    ``kind="inputs"``, a ``RunResults`` for ``kind="outputs"``), else ``.npz``."""
+    what = f"{kind} file"
+    if is_json_path(path):
+        doc = inputs_document(arrays) if kind == "inputs" else outputs_document(arrays)
+        return files.write_json(path, doc, overwrite=overwrite, inputs=inputs, what=what)
+    return files.write_npz(path, arrays, overwrite=overwrite, inputs=inputs, what=what)

@@ -1,0 +1,72 @@
+"""validate's options around files of arrays, as polygraphy's ``run`` has them: save the inputs and the
+outputs, compare with reference outputs from a file, show only the problems."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from ..validate import ValidationReport
+from ..validate.tolerances import Tolerances
+
+logger = logging.getLogger(__name__)
+
+
+def add_array_files(parser: argparse.ArgumentParser) -> None:
+    """Register ``--save-inputs``, ``--save-outputs``, ``--reference-outputs``, ``--only-problems``."""
+    parser.add_argument(
+        "--save-inputs",
+        metavar="FILE",
+        help="write the inputs the model ran on (.npz, or polygraphy's inputs JSON for a .json name)",
+    )
+    parser.add_argument(
+        "--save-outputs",
+        metavar="FILE",
+        help="write dmlshim's outputs (.npz, or polygraphy's RunResults JSON for a .json name)",
+    )
+    parser.add_argument(
+        "--reference-outputs",
+        metavar="FILE",
+        help="also compare the outputs with these (e.g. PyTorch's): .npz by output name, or a polygraphy "
+        "RunResults JSON (first runner, first iteration); a difference fails the verdict",
+    )
+    parser.add_argument(
+        "--only-problems",
+        action="store_true",
+        help="list only outputs that differ and nodes that need a look (text report)",
+    )
+    parser.add_argument("--overwrite", action="store_true", help="replace existing --save-* files")
+
+
+def check_array_targets(args: argparse.Namespace) -> None:
+    """Refuse unusable ``--save-*`` targets before the (possibly long) run."""
+    from .. import files
+
+    for target in (args.save_inputs, args.save_outputs):
+        if target:
+            files.check_output_file(
+                target, overwrite=args.overwrite, inputs=(*args.model, args.inputs, args.reference_outputs)
+            )
+
+
+def finish(report: ValidationReport, tolerances: Tolerances, args: argparse.Namespace) -> ValidationReport:
+    """Per-output tolerances and statistics, the reference outputs, then the files asked for."""
+    from ..array_files import read_arrays, write_arrays
+    from ..validate.external import apply_reference_outputs
+    from ..validate.tolerances import apply_tolerances
+
+    report = apply_tolerances(report, tolerances)
+    if args.reference_outputs:
+        reference = read_arrays(args.reference_outputs, what="reference outputs file")
+        report = apply_reference_outputs(report, reference, args.reference_outputs, tolerances)
+    guard = (*args.model, args.inputs, args.reference_outputs)
+    if args.save_inputs:
+        write_arrays(
+            args.save_inputs, dict(report.feeds), kind="inputs", overwrite=args.overwrite, inputs=guard
+        )
+        logger.info("inputs written to %s", args.save_inputs)
+    if args.save_outputs:
+        outputs = {o.name: o.dmlshim for o in report.outputs if o.dmlshim is not None}
+        write_arrays(args.save_outputs, outputs, kind="outputs", overwrite=args.overwrite, inputs=guard)
+        logger.info("outputs written to %s", args.save_outputs)
+    return report

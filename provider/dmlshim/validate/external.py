@@ -1,0 +1,110 @@
+"""dmlshim's outputs against reference outputs from a file (``--reference-outputs``): PyTorch's, say,
+saved as ``.npz``, or a polygraphy ``RunResults`` JSON. What a model converter cares about."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..comparison import array_difference, dtype_tolerance
+from .results import Mismatch, ValidationReport, json_scalar
+from .statistics import ErrorStatistics, error_statistics
+from .tolerances import Tolerances
+
+
+@dataclass(frozen=True)
+class ExternalComparison:
+    """One output against the reference outputs file.
+
+    Attributes:
+        match: equal within (rtol, atol); False when missing from the file or of another dtype/shape.
+        rtol, atol: the tolerance used (the output's own, the default given, else one fitting the dtype).
+        max_abs_diff: the largest absolute difference (None when not comparable).
+        mismatches: elements outside the tolerance.
+        first_mismatch: the first of them.
+        problem: why the values could not be compared (missing, dtype, shape).
+        statistics: error figures (None when not comparable).
+    """
+
+    match: bool
+    rtol: float
+    atol: float
+    max_abs_diff: float | None = None
+    mismatches: int = 0
+    first_mismatch: Mismatch | None = None
+    problem: str | None = None
+    statistics: ErrorStatistics | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        first = None
+        if self.first_mismatch is not None:
+            first = {
+                "index": list(self.first_mismatch.index),
+                "dmlshim": json_scalar(self.first_mismatch.dmlshim),
+                "reference": json_scalar(self.first_mismatch.onnxruntime),
+            }
+        return {
+            "match": self.match,
+            "rtol": self.rtol,
+            "atol": self.atol,
+            "max_abs_diff": json_scalar(self.max_abs_diff),
+            "mismatches": self.mismatches,
+            "first_mismatch": first,
+            "problem": self.problem,
+            "statistics": self.statistics.to_json() if self.statistics is not None else None,
+        }
+
+
+def compare_external(
+    got: np.ndarray, expected: np.ndarray | None, rtol: float, atol: float
+) -> ExternalComparison:
+    """One output against its reference array (None: not in the file)."""
+    if expected is None:
+        return ExternalComparison(False, rtol, atol, problem="not in the reference outputs file")
+    expected = np.asarray(expected)
+    if expected.dtype != got.dtype:
+        return ExternalComparison(
+            False, rtol, atol, problem=f"dtype {got.dtype} but the reference is {expected.dtype}"
+        )
+    if expected.shape != got.shape:
+        return ExternalComparison(
+            False, rtol, atol, problem=f"shape {list(got.shape)} but the reference is {list(expected.shape)}"
+        )
+    diff = array_difference(got, expected, rtol, atol)
+    first = None if diff.first is None else Mismatch(diff.first, got[diff.first], expected[diff.first])
+    return ExternalComparison(
+        match=diff.mismatches == 0,
+        rtol=rtol,
+        atol=atol,
+        max_abs_diff=diff.max_abs_diff,
+        mismatches=diff.mismatches,
+        first_mismatch=first,
+        statistics=error_statistics(got, expected, rtol, atol),
+    )
+
+
+def apply_reference_outputs(
+    report: ValidationReport, reference: Mapping[str, np.ndarray], source: str, tolerances: Tolerances
+) -> ValidationReport:
+    """The report with every output compared against ``reference`` too; the verdict fails when any
+    differs beyond its tolerance. Names in the file that are no output of the model are ignored (the
+    file may hold intermediate values); an output missing from the file is a mismatch."""
+    outputs = []
+    for o in report.outputs:
+        if o.dmlshim is None:
+            outputs.append(o)
+            continue
+        got = np.asarray(o.dmlshim)
+        if tolerances.has_own(o.name):
+            rtol, atol = tolerances.for_output(o.name)
+        else:
+            rtol, atol = dtype_tolerance(got.dtype)
+        outputs.append(
+            dataclasses.replace(o, external=compare_external(got, reference.get(o.name), rtol, atol))
+        )
+    match = report.match and all(o.external is None or o.external.match for o in outputs)
+    return dataclasses.replace(report, outputs=tuple(outputs), match=match, reference_outputs=source)

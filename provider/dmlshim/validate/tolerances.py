@@ -1,0 +1,143 @@
+"""Tolerances per output (``--atol NAME:VALUE``), and the verdict re-decided with them.
+
+The policy, stated once: against the like-for-like reference the comparison is exact unless a tolerance is
+given (the gather/scatter nodes copy values); against onnxruntime running the whole model, and against
+reference outputs from a file (another framework computed those), a tolerance fitting each output's dtype
+(:data:`dmlshim.comparison.DTYPE_TOLERANCE`) applies unless a tolerance is given. Integer, bool and
+string outputs are always compared exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from ..comparison import array_difference, exact_difference
+from ..errors import BadInputError
+from .results import Mismatch, OutputComparison, ValidationReport
+from .statistics import error_statistics
+
+
+@dataclass(frozen=True)
+class Tolerances:
+    """A default tolerance and per-output ones.
+
+    Attributes:
+        rtol, atol: the default (0, 0: exact against the like-for-like reference).
+        given: whether the user gave a default (``--rtol``/``--atol`` without a name).
+        per_output: ``name -> (rtol, atol)`` for outputs given their own tolerance.
+    """
+
+    rtol: float = 0.0
+    atol: float = 0.0
+    given: bool = False
+    per_output: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+
+    def for_output(self, name: str) -> tuple[float, float]:
+        """(rtol, atol) of one output."""
+        return self.per_output.get(name, (self.rtol, self.atol))
+
+    def has_own(self, name: str) -> bool:
+        """Whether ``name`` was given a tolerance (its own, or the default)."""
+        return self.given or name in self.per_output
+
+
+def _value(text: str, flag: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise BadInputError(f"{flag} {text!r}: not a number", value=text) from None
+    if not (value >= 0 and math.isfinite(value)):
+        raise BadInputError(f"{flag} {text!r}: a tolerance must be a finite number >= 0", value=text)
+    return value
+
+
+def parse_tolerances(rtols: Iterable[str] | None, atols: Iterable[str] | None) -> Tolerances:
+    """``--rtol``/``--atol`` values: ``VALUE`` sets the default, ``NAME:VALUE`` one output's (split at
+    the last colon, so output names may hold colons).
+
+    Raises:
+        BadInputError: a value that is not a finite number >= 0.
+    """
+    default = {"rtol": 0.0, "atol": 0.0}
+    per: dict[str, dict[str, float]] = {}
+    given = False
+    for flag, values in (("rtol", rtols or ()), ("atol", atols or ())):
+        for text in values:
+            name, sep, number = str(text).rpartition(":")
+            if not sep:
+                default[flag] = _value(number, f"--{flag}")
+                given = True
+            else:
+                if not name:
+                    raise BadInputError(f"--{flag} {text!r}: the output name before ':' is empty", value=text)
+                per.setdefault(name, {})[flag] = _value(number, f"--{flag}")
+    per_output = {
+        name: (pair.get("rtol", default["rtol"]), pair.get("atol", default["atol"]))
+        for name, pair in per.items()
+    }
+    return Tolerances(default["rtol"], default["atol"], given, per_output)
+
+
+def check_names(tolerances: Tolerances, outputs: Iterable[str]) -> None:
+    """Per-output tolerances must name outputs of the model.
+
+    Raises:
+        BadInputError: a name that is no output, with the outputs listed.
+    """
+    known = list(outputs)
+    unknown = sorted(set(tolerances.per_output) - set(known))
+    if unknown:
+        raise BadInputError(
+            f"--atol/--rtol name(s) {unknown} are not outputs of the model (outputs: {', '.join(known)})",
+            value=unknown[0],
+        )
+
+
+def recompare(o: OutputComparison, rtol: float, atol: float) -> OutputComparison:
+    """``o`` compared again with the like-for-like reference under (rtol, atol), with statistics."""
+    if o.dmlshim is None or o.reference is None or o.problem is not None:
+        return o
+    got, ref = o.dmlshim, o.reference
+    stats = error_statistics(got, ref, rtol, atol)
+    if got.shape != ref.shape or got.dtype != ref.dtype:
+        return dataclasses.replace(o, statistics=stats)
+    diff = exact_difference(got, ref) if rtol == 0 and atol == 0 else array_difference(got, ref, rtol, atol)
+    first = None
+    if diff.first is not None:
+        first = Mismatch(diff.first, got[diff.first], ref[diff.first])
+    return dataclasses.replace(
+        o,
+        match=diff.mismatches == 0,
+        mismatches=diff.mismatches,
+        max_abs_diff=diff.max_abs_diff,
+        first_mismatch=first,
+        statistics=stats,
+    )
+
+
+def apply_tolerances(report: ValidationReport, tolerances: Tolerances) -> ValidationReport:
+    """The report with every output compared under its own tolerance, statistics attached, and the
+    verdict decided again."""
+    check_names(tolerances, [o.name for o in report.outputs])
+    outputs = []
+    for o in report.outputs:
+        rtol, atol = tolerances.for_output(o.name)
+        if (rtol, atol) == (report.rtol, report.atol):
+            stats = (
+                None
+                if o.dmlshim is None or o.reference is None
+                else error_statistics(o.dmlshim, o.reference, rtol, atol)
+            )
+            outputs.append(dataclasses.replace(o, statistics=stats))
+        else:
+            outputs.append(recompare(o, rtol, atol))
+    own = tuple((n, r, a) for n, (r, a) in tolerances.per_output.items())
+    return dataclasses.replace(
+        report,
+        outputs=tuple(outputs),
+        match=all(o.match for o in outputs),
+        tolerances=own,
+    )
