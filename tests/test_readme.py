@@ -4,7 +4,7 @@ Every ```bash and ```python block and every ``$ `` line of a ```console block in
 run from the repository root, with ``dmlshim`` and ``python`` being this checkout, and must succeed (a
 console transcript may exit 1, the documented verdict of inspect/validate, never 2). Examples write only
 below ``mktemp -d``: TMPDIR points into pytest's temporary folder, and the repository's file listing must
-be the same after each block. ```sh blocks are the README's install/test commands (checked against
+be the same after them. ```sh blocks are the README's install/test commands (checked against
 .ci/run) or carry a ``<!-- not run ...: why -->`` comment; ```powershell needs Windows; ```text is shown,
 not run.
 """
@@ -16,6 +16,7 @@ import re
 import stat
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -173,32 +174,67 @@ def test_documents_hold_commands() -> None:
     assert len(RUNNABLE) >= 10
 
 
-@pytest.mark.parametrize(
-    ("block", "lang", "source"),
-    RUNNABLE,
-    ids=[f"{b.id}:{lang}:{i}" for i, (b, lang, _) in enumerate(RUNNABLE)],
-)
-def test_documented_command_runs(
-    block: Block, lang: str, source: str, doc_env: dict[str, str], tmp_path: Path
-) -> None:
-    env = dict(doc_env, TMPDIR=str(tmp_path))
+@dataclass(frozen=True)
+class DocRun:
+    """One documented command, run."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def _run_one(source: str, lang: str, env: dict[str, str], tmp: Path) -> DocRun:
+    tmp.mkdir(parents=True)
+    env = dict(env, TMPDIR=str(tmp))
     if lang == "python":
-        script = tmp_path / "example.py"
+        script = tmp / "example.py"
         script.write_text(source, encoding="utf-8")
         argv = [sys.executable, str(script)]
     else:
         argv = ["bash", "-c", f"set -euo pipefail\n{source}"]
-    before = _listing()
     proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    return DocRun(proc.returncode, proc.stdout, proc.stderr)
+
+
+@pytest.fixture(scope="module")
+def doc_runs(
+    doc_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> tuple[list[DocRun], list[str]]:
+    """Every documented command run once, a few at a time (they are independent), and the files of the
+    working tree that changed meanwhile (there must be none: examples write below ``mktemp -d``)."""
+    root = tmp_path_factory.mktemp("docs")
+    before = _listing()
+    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 2)) as pool:
+        futures = [
+            pool.submit(_run_one, source, lang, doc_env, root / str(i))
+            for i, (_, lang, source) in enumerate(RUNNABLE)
+        ]
+        runs = [f.result() for f in futures]
     after = _listing()
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    return runs, changed
+
+
+def test_documented_commands_leave_the_working_tree_alone(doc_runs: tuple[list[DocRun], list[str]]) -> None:
+    _, changed = doc_runs
+    assert not changed, f"documented commands changed files in the working tree (use mktemp -d): {changed}"
+
+
+@pytest.mark.parametrize(
+    ("index", "block", "lang", "source"),
+    [(i, *r) for i, r in enumerate(RUNNABLE)],
+    ids=[f"{b.id}:{lang}:{i}" for i, (b, lang, _) in enumerate(RUNNABLE)],
+)
+def test_documented_command_runs(
+    index: int, block: Block, lang: str, source: str, doc_runs: tuple[list[DocRun], list[str]]
+) -> None:
+    proc = doc_runs[0][index]
     allowed = (0, 1) if lang == "console" else (0,)
     assert proc.returncode in allowed, (
         f"{block.id} exited {proc.returncode}\n{source}\n"
         f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
     )
     assert proc.stdout.strip() or lang != "console", f"{block.id}: no output"
-    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
-    assert not changed, f"{block.id} changed files in the working tree (write under mktemp -d): {changed}"
     if lang == "console":
         # Every node the transcript names is in the real output (the transcript is not invented).
         shown = set(re.findall(r"\bnode_\w+", block.body))

@@ -445,3 +445,28 @@ def test_segment_rebuilt_when_a_derived_shape_is_wrong(
         r for r in caplog.records if "rebuilt with inputs that declare element types only" in r.message
     ]
     assert len(rebuilt) == 1 and "Invalid rank for input: g" in rebuilt[0].getMessage()
+
+
+def test_model_onnxruntime_cannot_load_whole_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The partitions would run it (their outputs declare no type), but onnxruntime refuses the model
+    itself: the declared output type contradicts what the graph computes."""
+    nodes = [
+        helper.make_node("Gather", ["table", "idx"], ["g"], axis=0),
+        helper.make_node("Relu", ["g"], ["y"]),
+    ]
+    model = _model(
+        nodes,
+        [helper.make_tensor_value_info("idx", I64, [2])],
+        [helper.make_tensor_value_info("y", I64, [2, 60])],
+        {"table": np.arange(600, dtype=np.float32).reshape(10, 60)},
+        opset=13,
+    )
+    with pytest.raises(Exception, match="Type Error"):
+        ort_run(model, {"idx": np.array([1, 3], np.int64)})
+    onnx.save(model, tmp_path / "typed.onnx")
+    np.savez(tmp_path / "typed.npz", idx=np.array([1, 3], np.int64))
+    code, out, err = _cli(capsys, str(tmp_path / "typed.onnx"), "--inputs", str(tmp_path / "typed.npz"))
+    assert code == 2 and out == ""
+    assert "onnxruntime cannot load the model" in err and "Traceback" not in err

@@ -24,7 +24,7 @@ import onnx
 import onnxruntime as ort
 
 from ..dml.enums import FeatureLevel
-from ..errors import BadInputError, BadModelError, DmlShimError
+from ..errors import BadInputError, BadModelError
 from ..execute.engine import EngineConfig
 from ..execute.feeds import FeedValidator, load_npz, node_arg
 from ..execute.ort_support import ORT_ERRORS
@@ -156,12 +156,15 @@ def partitioned_run(
 def whole_model_run(
     proto: onnx.ModelProto, feeds: Mapping[str, np.ndarray], level: str
 ) -> tuple[dict[str, np.ndarray] | None, str | None]:
-    """onnxruntime running the whole model: the outputs by name, or None and why it failed."""
+    """onnxruntime running the whole model: the outputs by name, or None and why the run failed.
+
+    Raises:
+        BadModelError: onnxruntime cannot load the model (then a deployment could not either).
+    """
     names = [o.name for o in proto.graph.output]
+    session = reference_session(proto, level)
     try:
-        results = reference_session(proto, level).run(names, dict(feeds))
-    except DmlShimError as exc:
-        return None, str(exc)
+        results = session.run(names, dict(feeds))
     except ORT_ERRORS as exc:
         return None, f"onnxruntime CPU failed on these inputs: {exc}"
     return dict(zip(names, results, strict=True)), None
