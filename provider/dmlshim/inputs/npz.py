@@ -8,8 +8,6 @@ declare gigabytes), and says what a file is when it is not an ``.npz`` archive (
 
 from __future__ import annotations
 
-import base64
-import binascii
 import io
 import json
 import logging
@@ -22,6 +20,7 @@ import numpy as np
 
 from ..errors import BadInputError
 from ..limits import check_tensor
+from ..polygraphy_json import arrays_from_document
 
 __all__ = ["load_npz", "save_npz", "sniff"]
 
@@ -213,32 +212,7 @@ def _load_polygraphy_json(stream: BinaryIO, head: bytes, where: str) -> dict[str
         isinstance(v, dict) and isinstance(v.get("array"), str) for v in feeds.values()
     ):
         raise _not_npz("json", head, where)
-    if isinstance(doc, list) and len(doc) > 1:
-        logger.warning("%s holds %d sets of inputs; using the first", where, len(doc))
-    out: dict[str, np.ndarray] = {}
-    for key, value in feeds.items():
-        try:
-            data = base64.b64decode(value["array"].encode(), validate=True)
-        except (ValueError, binascii.Error) as exc:
-            raise BadInputError(f"array {key!r} is not base64: {exc}", path=where, tensor=key) from exc
-        member = io.BytesIO(data)
-        try:
-            shape, _fortran, dtype = _read_header(member)
-        except _READ_ERRORS as exc:
-            raise BadInputError(f"array {key!r} is not an .npy array: {exc}", path=where, tensor=key) from exc
-        if dtype.hasobject:
-            raise BadInputError(
-                f"array {key!r} holds Python objects; refusing (allow_pickle=False)",
-                path=where, tensor=key, rule=_PICKLE_RULE,
-            )  # fmt: skip
-        nbytes = int(np.prod(shape, dtype=object)) * dtype.itemsize
-        if len(data) - member.tell() < nbytes:
-            raise BadInputError(
-                f"array {key!r} is truncated: its header declares shape {list(shape)} {dtype}",
-                path=where, tensor=key,
-            )  # fmt: skip
-        member.seek(0)
-        out[key] = np.lib.format.read_array(member, allow_pickle=False)
+    out = arrays_from_document(doc, where)
     logger.debug("loaded %d arrays from polygraphy JSON %s", len(out), where)
     return out
 
