@@ -171,3 +171,29 @@ def test_validate_with_other_random_inputs_exits_0(name: str) -> None:
     entry = _entry(name)
     run = cr.run_cli("validate", str(cr.model_path(entry)), "--seed", "7")
     assert run.code == 0, f"{name} (--seed 7): exit {run.code}: {run.message}"
+
+
+def _named_symbols(entry: dict[str, Any]) -> dict[str, int]:
+    """Sizes to ask for: every plain-named symbol except totals (derived from the others)."""
+    return {
+        s: (2 if "batch" in s else 3)
+        for s in entry["symbolic_dims"]
+        if s.isidentifier() and not s.startswith(("total", "unk__"))
+    }
+
+
+@pytest.mark.parametrize("name", [n for n in _cases("validate_random") if _named_symbols(_entry(n))])
+def test_validate_input_shape_by_symbol_name(name: str) -> None:
+    entry = _entry(name)
+    sizes = _named_symbols(entry)
+    argv = ["validate", str(cr.model_path(entry)), "--json"]
+    for symbol, size in sizes.items():
+        argv += ["--input-shape", f"{symbol}={size}"]
+    run = cr.run_cli(*argv)
+    assert run.code == 0, f"{name} {sizes}: exit {run.code}: {run.message}"
+    assert run.doc is not None
+    shapes = run.doc["inputs"]["shapes"]
+    for input_name, dims in entry["inputs"].items():
+        for axis, dim in enumerate(dims):
+            if dim in sizes:
+                assert shapes[input_name][axis] == sizes[dim], (input_name, axis, dim)
