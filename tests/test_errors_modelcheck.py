@@ -206,6 +206,21 @@ def test_external_data_bomb_refused_before_reading(tmp_path: Path, gib: float, c
     assert 0 < child.peak_rss < LIMIT + 300_000_000, child.peak_rss
 
 
+@pytest.mark.parametrize("gib", [2.5, 6])
+def test_external_data_above_protobuf_limit_refused_without_memory_limit(
+    tmp_path: Path, gib: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Under the memory limit (1 TB here) but above what one protobuf message holds: an EncodeError
+    # traceback at 2.5 GiB and a crash at 6 GiB before; now refused before a byte is read.
+    monkeypatch.setenv("DMLSHIM_MEMORY_LIMIT", str(1 << 40))
+    count = int(gib * (1 << 30)) // 4
+    path = _external(tmp_path, dims=(count, 1), file_bytes=count * 4)
+    r = run_cli("inspect", path)
+    assert_cli_error(r.code, r.err, "2 GiB a protobuf message can hold", "refused before reading")
+    with pytest.raises(TooLargeError, match="protobuf"):
+        InferenceSession(str(path))
+
+
 # --- no tracebacks ----------------------------------------------------------------------------------
 
 

@@ -15,6 +15,7 @@ import onnxruntime as ort
 from onnx import helper
 
 from ..dml.enums import FeatureLevel
+from ..kernels.indices import has_negative
 from ..kernels.options import IndexMode
 from ..limits import check_tensor, gather_scatter_output_shape
 from ..translate import NodeTranslation, Status, TensorInfo, run_translation, translate_node
@@ -133,6 +134,7 @@ class EmulatedStep:
     like-for-like reference of ``dmlshim validate``)."""
 
     __slots__ = (
+        "_agreed_shape",
         "_attrs",
         "_cache",
         "_model",
@@ -178,6 +180,7 @@ class EmulatedStep:
         self.reference = reference
         self._model = model
         self._sess_options = sess_options
+        self._agreed_shape: tuple[int, ...] | None = None
         self._attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         self._cache: dict[tuple[Any, ...], tuple[NodeTranslation, NodeRecord | None]] = {}
         self.fallback_sessions: dict[tuple[Any, ...], ort.InferenceSession] = {}
@@ -204,9 +207,13 @@ class EmulatedStep:
             record = self._run_reference(values, arrays, state)
         else:
             record = self._run(values, arrays, state)
-        note = shape_note(np.shape(values[self.output]), self.inferred_output)
-        if note is not None:
-            record = dataclasses.replace(record, notes=(*record.notes, note))
+        shape = np.shape(values[self.output])
+        if shape != self._agreed_shape:
+            note = shape_note(shape, self.inferred_output)
+            if note is not None:
+                record = dataclasses.replace(record, notes=(*record.notes, note))
+            else:
+                self._agreed_shape = shape  # the last shape that agreed with inference: no note
         state.records[self.slot] = record
 
     def _run_reference(self, values: Values, arrays: list[Any], state: RunState) -> NodeRecord:
@@ -261,10 +268,7 @@ class EmulatedStep:
             )
         result = run_translation(t, arrays, index_mode=self.index_mode)
         values[self.output] = result.output
-        indices = arrays[1]
-        negative = bool(
-            indices is not None and indices.dtype.kind == "i" and indices.size and indices.min() < 0
-        )
+        negative = has_negative(arrays[1])
         if result.duplicate_indices or negative:
             return dataclasses.replace(
                 clean, duplicate_indices=result.duplicate_indices, negative_indices=negative

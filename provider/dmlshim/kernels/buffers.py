@@ -93,6 +93,11 @@ _DTYPES = _numpy_dtypes()
 """The numpy dtype of every DataType numpy can hold."""
 
 
+def packed_dtype(data_type: DataType) -> np.dtype | None:
+    """The dtype a packed array of ``data_type`` has (None: numpy cannot hold the type)."""
+    return _DTYPES.get(data_type)
+
+
 def _readonly(a: np.ndarray) -> np.ndarray:
     v = a.view()
     v.flags.writeable = False

@@ -15,11 +15,13 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, NoReturn, TypeVar
 
+import numpy as np
+
 from ..dml.enums import DataType, FeatureLevel
 from ..dml.operators import OperatorDesc
 from ..dml.tensor import BufferTensorDesc
 from ..errors import BadInputError, InvalidDescriptorError
-from .buffers import TensorView, view_tensor
+from .buffers import TensorView, packed_dtype, view_tensor
 from .indices import IndexContext
 from .options import IndexMode, KernelOptions
 
@@ -74,14 +76,22 @@ class per_object(Generic[_K, _V]):  # a decorator, named like functools.cache
 class _Checked:
     """What the structural checks of one descriptor established."""
 
-    __slots__ = ("contexts", "inputs", "passed", "tensors")
+    __slots__ = ("contexts", "derived", "inputs", "packed", "passed", "prepared", "tensors")
 
     def __init__(self, desc: OperatorDesc) -> None:
         self.tensors: dict[str, BufferTensorDesc] = desc.tensors()
         self.inputs = tuple((name, self.tensors[name]) for name in desc.INPUT_TENSOR_FIELDS)
+        # What view_tensor's packed fast path compares, per input: (name, tensor, dtype, sizes, strides).
+        self.packed = tuple(
+            (name, t, packed_dtype(t.data_type), t.sizes, t.packed_strides) for name, t in self.inputs
+        )
         # Checks already passed, by (check, arguments); and IndexContexts by the options they came from.
         self.passed: set[tuple[Any, ...]] = set()
         self.contexts: dict[tuple[Any, ...], IndexContext] = {}
+        # What a kernel derived from the descriptor alone (its checks passed), by the deriving function.
+        self.derived: dict[Callable[[Any], Any], Any] = {}
+        # (IndexContext, layout) by (options, target, layout function): see prepared().
+        self.prepared: dict[tuple[Any, ...], tuple[IndexContext, Any]] = {}
 
 
 @per_object
@@ -109,6 +119,49 @@ def _checked(desc: OperatorDesc) -> _Checked:
     return _Checked(desc)
 
 
+_D = TypeVar("_D", bound=OperatorDesc)
+
+
+def derived(desc: _D, compute: Callable[[_D], _V]) -> _V:
+    """``compute(desc)``, computed once per descriptor object: for a kernel's structural checks and the
+    layout constants they establish (the kernel's compiled plan for this descriptor). A check that
+    raises is not remembered, so a bad descriptor raises the same error on every call."""
+    table = _checked(desc).derived
+    found = table.get(compute, _MISSING)
+    if found is _MISSING:
+        found = table[compute] = compute(desc)
+    return found  # type: ignore[no-any-return]
+
+
+_MISSING = object()
+
+
+def prepared(
+    desc: _D,
+    options: KernelOptions,
+    target: str,
+    same_types: tuple[str, ...],
+    layout: Callable[[_D], _V],
+) -> tuple[IndexContext, _V]:
+    """A kernel's whole per-descriptor preparation in one lookup: the DataType check of ``same_types``,
+    the IndexContext under ``options`` (addressing ``target``) and ``derived(desc, layout)``, run in that
+    order the first time (so a bad descriptor raises what it always raised) and then remembered."""
+    table = _checked(desc).prepared
+    try:
+        key = (options, target, layout)
+        found = table.get(key)
+    except TypeError:  # unhashable option values: let the checks reject them
+        key, found = None, None
+    if found is not None:
+        return found
+    require_same_data_type(desc, *same_types)
+    ctx = index_context(desc, options, target)
+    result = (ctx, derived(desc, layout))
+    if key is not None:
+        table[key] = result
+    return result
+
+
 def bind(desc: OperatorDesc, inputs: Mapping[str, Any]) -> dict[str, TensorView]:
     """Check the descriptor's tensors and the binding names, and view every input array.
 
@@ -126,7 +179,22 @@ def bind(desc: OperatorDesc, inputs: Mapping[str, Any]) -> dict[str, TensorView]
         _check_names(desc, inputs)
     if extra:
         logger.debug("%s: ignoring the bound OutputTensor", desc.operator_type.dml_name)
-    return {name: view_tensor(desc, name, tensor, inputs[name]) for name, tensor in checked.inputs}
+    views: dict[str, TensorView] = {}
+    for name, tensor, dtype, sizes, strides in checked.packed:
+        array = inputs[name]
+        if (
+            type(array) is np.ndarray
+            and array.dtype == dtype
+            and array.shape == sizes
+            and array.flags.c_contiguous
+        ):
+            # view_tensor's packed case, without its per-call lookups.
+            flat = array.reshape(-1)
+            flat.flags.writeable = False
+            views[name] = TensorView(name, tensor, flat, strides, True)
+        else:
+            views[name] = view_tensor(desc, name, tensor, array)
+    return views
 
 
 def _check_names(desc: OperatorDesc, inputs: Mapping[str, Any]) -> None:

@@ -16,7 +16,13 @@ import numpy as np
 from ..dml import shapes
 from ..dml.operators import GatherDesc
 from .buffers import grid_offsets
-from .common import bind, fail, index_context, require_leading_ones, require_same_data_type, require_sizes
+from .common import (
+    bind,
+    fail,
+    prepared,
+    require_leading_ones,
+    require_sizes,
+)
 from .indices import normalize_indices
 from .options import KernelOptions, KernelResult
 from .parallel import PARALLEL_MIN_ELEMENTS, chunk_length, run_all, spans, worth_chunking
@@ -38,11 +44,9 @@ def _take_blocks(src: np.ndarray, idx: np.ndarray, dtype: np.dtype) -> np.ndarra
     return out
 
 
-def run(desc: GatherDesc, inputs: Mapping[str, Any], options: KernelOptions) -> KernelResult:
-    """Execute DML_OPERATOR_GATHER; see :func:`dmlshim.kernels.execute`."""
-    views = bind(desc, inputs)
-    require_same_data_type(desc, "InputTensor", "OutputTensor")
-    ctx = index_context(desc, options, "InputTensor")
+def _layout(desc: GatherDesc) -> tuple[tuple[int, ...], int, int, int, int, np.dtype]:
+    """The structural checks of DML_GATHER and what they establish: ``(output sizes, axis, dim, pre,
+    post, dtype)``."""
     in_sizes = desc.input_tensor.sizes
     idx_sizes = desc.indices_tensor.sizes
     d = len(in_sizes)
@@ -57,16 +61,23 @@ def run(desc: GatherDesc, inputs: Mapping[str, Any], options: KernelOptions) -> 
     except ValueError as e:
         fail(desc, str(e), field="OutputTensor")
     require_sizes(desc, "OutputTensor", expected, "DML_GATHER output Sizes formula")
+    pre, post = math.prod(in_sizes[:axis]), math.prod(in_sizes[axis + 1 :])
+    return tuple(expected), axis, in_sizes[axis], pre, post, desc.output_tensor.data_type.numpy_dtype
+
+
+def run(desc: GatherDesc, inputs: Mapping[str, Any], options: KernelOptions) -> KernelResult:
+    """Execute DML_OPERATOR_GATHER; see :func:`dmlshim.kernels.execute`."""
+    views = bind(desc, inputs)
+    ctx, (expected, axis, dim, pre, post, dtype) = prepared(
+        desc, options, "InputTensor", ("InputTensor", "OutputTensor"), _layout
+    )
 
     inp = views["InputTensor"]
-    dim = in_sizes[axis]
     idx = normalize_indices(views["IndicesTensor"].array(), (dim,), (axis,), ctx).reshape(-1)
-    pre, post = math.prod(in_sizes[:axis]), math.prod(in_sizes[axis + 1 :])
-    dtype = desc.output_tensor.data_type.numpy_dtype
     if pre * idx.size * post == 0:
         return KernelResult(np.zeros(expected, dtype=dtype))
     if inp.contiguous:
-        src = inp.packed().reshape(pre, dim, post)
+        src = inp.flat[: inp.element_count].reshape(pre, dim, post)
         total = pre * idx.size * post
         # Indices are already validated as a whole, so chunks only pay off when threads share them.
         if total >= PARALLEL_MIN_ELEMENTS and worth_chunking(post * dtype.itemsize):
@@ -75,6 +86,7 @@ def run(desc: GatherDesc, inputs: Mapping[str, Any], options: KernelOptions) -> 
             # Whole blocks of `post` elements move at once: numpy's take along an axis copies them as runs.
             out = np.take(src, idx, axis=1, mode="clip")
     else:
+        in_sizes = inp.sizes
         strides = inp.strides
         offsets = (
             grid_offsets(in_sizes[:axis], strides[:axis])[:, None, None]

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..dml.operators import GatherElementsDesc, ScatterDesc
 from .buffers import grid_offsets
-from .common import bind, fail, index_context, require_same_data_type, require_sizes
+from .common import bind, fail, prepared, require_sizes
 from .indices import IndexContext, fast_indices, normalize_indices
 from .options import KernelOptions, KernelResult
 from .parallel import chunk_length, run_all, spans
@@ -137,14 +137,17 @@ def _fast_gather(
     return out if run_all(work, boxes, raw.size) else None
 
 
+def _check_shapes(desc: GatherElementsDesc) -> bool:
+    check_axis_shapes(desc)
+    require_sizes(desc, "OutputTensor", desc.indices_tensor.sizes, "it must equal IndicesTensor.Sizes")
+    return True
+
+
 def run(desc: GatherElementsDesc, inputs: Mapping[str, Any], options: KernelOptions) -> KernelResult:
     """Execute DML_OPERATOR_GATHER_ELEMENTS; see :func:`dmlshim.kernels.execute`."""
     views = bind(desc, inputs)
-    require_same_data_type(desc, "InputTensor", "OutputTensor")
-    ctx = index_context(desc, options, "InputTensor")
-    check_axis_shapes(desc)
+    ctx, _ = prepared(desc, options, "InputTensor", ("InputTensor", "OutputTensor"), _check_shapes)
     idx_sizes = desc.indices_tensor.sizes
-    require_sizes(desc, "OutputTensor", idx_sizes, "it must equal IndicesTensor.Sizes")
 
     inp = views["InputTensor"]
     axis = desc.axis

@@ -18,7 +18,13 @@ from ..dml import shapes
 from ..dml.operators import GatherNd1Desc, GatherNdDesc, ScatterNdDesc
 from ..dml.tensor import BufferTensorDesc
 from .buffers import grid_offsets
-from .common import bind, fail, index_context, require_leading_ones, require_same_data_type, require_sizes
+from .common import (
+    bind,
+    fail,
+    prepared,
+    require_leading_ones,
+    require_sizes,
+)
 from .indices import IndexContext, fast_indices, normalize_indices
 from .options import KernelOptions, KernelResult
 from .parallel import chunk_length, run_all, spans, worth_chunking
@@ -190,21 +196,30 @@ def _fast_gather(packed: np.ndarray, tuples: PackedTuples, block: int, dtype: np
     return out if run_all(work, boxes, out.size) else None
 
 
+def _layout(desc: GatherNdDesc | GatherNd1Desc) -> tuple[int, int, int, tuple[int, ...]]:
+    """The structural checks of GATHER_ND(1): ``(r, q, t, output sizes)``."""
+    batch = desc.batch_dimension_count
+    r, q, t = check_nd_counts(desc, batch)
+    try:
+        expected = shapes.gather_nd_output_sizes(
+            desc.input_tensor.sizes, desc.indices_tensor.sizes, r, q, batch
+        )
+    except ValueError as e:
+        fail(desc, str(e), field="OutputTensor")
+    require_sizes(desc, "OutputTensor", expected, "DML_GATHER_ND output Sizes formula")
+    return r, q, t, tuple(expected)
+
+
 def run(
     desc: GatherNdDesc | GatherNd1Desc, inputs: Mapping[str, Any], options: KernelOptions
 ) -> KernelResult:
     """Execute DML_OPERATOR_GATHER_ND / GATHER_ND1; see :func:`dmlshim.kernels.execute`."""
     views = bind(desc, inputs)
-    require_same_data_type(desc, "InputTensor", "OutputTensor")
-    ctx = index_context(desc, options, "InputTensor")
+    ctx, (r, q, t, expected) = prepared(
+        desc, options, "InputTensor", ("InputTensor", "OutputTensor"), _layout
+    )
     batch = desc.batch_dimension_count
-    r, q, t = check_nd_counts(desc, batch)
     in_sizes = desc.input_tensor.sizes
-    try:
-        expected = shapes.gather_nd_output_sizes(in_sizes, desc.indices_tensor.sizes, r, q, batch)
-    except ValueError as e:
-        fail(desc, str(e), field="OutputTensor")
-    require_sizes(desc, "OutputTensor", expected, "DML_GATHER_ND output Sizes formula")
 
     inp = views["InputTensor"]
     dtype = desc.output_tensor.data_type.numpy_dtype

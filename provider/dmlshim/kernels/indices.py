@@ -159,6 +159,10 @@ def fast_indices(raw: np.ndarray, dims: Sequence[int], ctx: IndexContext) -> np.
         return raw
     if len(dims) == 1:
         dim = dims[0]
+        if raw.size <= SMALL_ELEMENTS:
+            low, high = _low_high(raw)
+            if low >= 0 and high < dim:
+                return raw.view(np.int64) if raw.dtype == np.uint64 else raw
         # One OR-reduction proves the common case: no sign bit anywhere and every value <= the OR.
         acc = int(np.bitwise_or.reduce(raw, axis=None))
         if 0 <= acc < dim or (acc >= 0 and int(raw.max()) < dim):
@@ -181,9 +185,31 @@ def fast_indices(raw: np.ndarray, dims: Sequence[int], ctx: IndexContext) -> np.
     return np.where(wide < 0, wide + dim_arr, wide).reshape(raw.shape)
 
 
+SMALL_ELEMENTS = 32
+"""Up to this many index values, Python's min/max over ``tolist()`` beats two numpy reductions (each
+costs a microsecond or two of call overhead whatever the size)."""
+
+
+def _low_high(raw: np.ndarray) -> tuple[int, int]:
+    """The smallest and largest value of a non-empty integer array, as Python ints."""
+    if raw.size <= SMALL_ELEMENTS:
+        values = raw.ravel().tolist()
+        return min(values), max(values)
+    return int(raw.min()), int(raw.max())
+
+
+def has_negative(raw: np.ndarray | None) -> bool:
+    """Whether a signed integer array holds a negative value (False for None, empty or unsigned arrays)."""
+    if raw is None or raw.dtype.kind != "i" or not raw.size:
+        return False
+    if raw.size <= SMALL_ELEMENTS:
+        return min(raw.ravel().tolist()) < 0
+    return bool(raw.min() < 0)
+
+
 def _all_in_range(raw: np.ndarray, dims: Sequence[int]) -> bool:
     """The common case, proven with min/max reductions only (Python ints: no uint64/int64 mixing)."""
-    low, high = int(raw.min()), int(raw.max())
+    low, high = _low_high(raw)
     if low >= 0 and high < min(dims):
         return True
     if len(dims) == 1 or low < 0 or high >= max(dims):

@@ -151,9 +151,9 @@ def run_all(work: Callable[[Box], bool], boxes: Sequence[Box], elements: int) ->
 
 def parallel_copy(flat: np.ndarray) -> np.ndarray:
     """A new C-contiguous copy of the 1-D array ``flat``, copied chunk by chunk on the kernel threads."""
+    if flat.size < PARALLEL_MIN_ELEMENTS or THREADS <= 1:
+        return flat.copy()
     out = np.empty_like(flat)
-    if flat.size == 0:
-        return out
 
     def work(box: Box) -> bool:
         _, _, a, b = box

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..dml.operators import ScatterDesc
 from .buffers import TensorView
-from .common import bind, index_context, require_same_data_type, require_sizes
+from .common import bind, prepared, require_sizes
 from .gather_elements import axis_split, check_axis_shapes, element_offsets, packed_offsets
 from .indices import IndexContext, count_duplicates, normalize_indices, write_in_order
 from .options import KernelOptions, KernelResult
@@ -72,15 +72,20 @@ def _fast_scatter(
     return int(np.count_nonzero(seen)) == raw.size
 
 
+def _check_shapes(desc: ScatterDesc) -> bool:
+    check_axis_shapes(desc)
+    require_sizes(desc, "UpdatesTensor", desc.indices_tensor.sizes, "it must equal IndicesTensor.Sizes")
+    require_sizes(desc, "OutputTensor", desc.input_tensor.sizes, "it must equal InputTensor.Sizes")
+    return True
+
+
 def run(desc: ScatterDesc, inputs: Mapping[str, Any], options: KernelOptions) -> KernelResult:
     """Execute DML_OPERATOR_SCATTER; see :func:`dmlshim.kernels.execute`."""
     views = bind(desc, inputs)
-    require_same_data_type(desc, "InputTensor", "UpdatesTensor", "OutputTensor")
-    ctx = index_context(desc, options, "OutputTensor")
-    check_axis_shapes(desc)
+    ctx, _ = prepared(
+        desc, options, "OutputTensor", ("InputTensor", "UpdatesTensor", "OutputTensor"), _check_shapes
+    )
     idx_sizes = desc.indices_tensor.sizes
-    require_sizes(desc, "UpdatesTensor", idx_sizes, "it must equal IndicesTensor.Sizes")
-    require_sizes(desc, "OutputTensor", desc.input_tensor.sizes, "it must equal InputTensor.Sizes")
 
     inp = views["InputTensor"]
     axis = desc.axis

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..dml import shapes
 from ..dml.operators import ScatterNdDesc
-from .common import bind, fail, index_context, require_same_data_type, require_sizes
+from .common import bind, fail, prepared, require_sizes
 from .gather_nd import PackedTuples, check_nd_counts, tuple_offsets
 from .indices import count_duplicates, last_writes, write_in_order
 from .options import KernelOptions, KernelResult
@@ -59,11 +59,8 @@ def _fast_scatter(out: np.ndarray, tuples: PackedTuples, updates: np.ndarray, bl
     return int(np.count_nonzero(seen)) == n_count
 
 
-def run(desc: ScatterNdDesc, inputs: Mapping[str, Any], options: KernelOptions) -> KernelResult:
-    """Execute DML_OPERATOR_SCATTER_ND; see :func:`dmlshim.kernels.execute`."""
-    views = bind(desc, inputs)
-    require_same_data_type(desc, "InputTensor", "UpdatesTensor", "OutputTensor")
-    ctx = index_context(desc, options, "OutputTensor")
+def _layout(desc: ScatterNdDesc) -> tuple[int, int, int]:
+    """The structural checks of SCATTER_ND: ``(r, q, t)``."""
     r, q, t = check_nd_counts(desc, 0)
     in_sizes = desc.input_tensor.sizes
     try:
@@ -72,6 +69,16 @@ def run(desc: ScatterNdDesc, inputs: Mapping[str, Any], options: KernelOptions) 
         fail(desc, str(e), field="UpdatesTensor")
     require_sizes(desc, "UpdatesTensor", expected, "DML_SCATTER_ND UpdatesTensor Sizes formula")
     require_sizes(desc, "OutputTensor", in_sizes, "it must equal InputTensor.Sizes")
+    return r, q, t
+
+
+def run(desc: ScatterNdDesc, inputs: Mapping[str, Any], options: KernelOptions) -> KernelResult:
+    """Execute DML_OPERATOR_SCATTER_ND; see :func:`dmlshim.kernels.execute`."""
+    views = bind(desc, inputs)
+    ctx, (r, q, t) = prepared(
+        desc, options, "OutputTensor", ("InputTensor", "UpdatesTensor", "OutputTensor"), _layout
+    )
+    in_sizes = desc.input_tensor.sizes
 
     d = len(in_sizes)
     block = math.prod(in_sizes[d - r + t :])

@@ -17,6 +17,7 @@ import numpy as np
 from ..dml.enums import FeatureLevel
 from ..errors import BadInputError, IndexOutOfRangeError, UnsupportedNodeError
 from ..kernels import execute
+from ..kernels.common import per_object
 from ..kernels.options import IndexMode, KernelOptions
 from .plan import (
     HostStep,
@@ -31,7 +32,7 @@ from .plan import (
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RunResult", "bind_input", "onnx_duplicates", "run_translation"]
+__all__ = ["RunPlan", "RunResult", "bind_input", "onnx_duplicates", "run_plan", "run_translation"]
 
 
 @dataclass(frozen=True)
@@ -250,6 +251,53 @@ def _in_onnx_terms(exc: IndexOutOfRangeError, t: NodeTranslation) -> IndexOutOfR
     return err
 
 
+class RunPlan:
+    """What :func:`run_translation` derives from a translation alone (its shapes, dtypes and bindings),
+    computed once per translation object: a translation is made for one set of input shapes and dtypes,
+    so this is the compiled per-shape plan of the node. Value-dependent work (index range checks,
+    negative indices, duplicate counting) is not part of it and runs on every call.
+
+    Attributes:
+        inputs: per binding ``(binding, onnx_index, shape, dtype, sizes)``; ``sizes`` is the DirectML
+            Sizes to reshape to when the binding needs nothing else (no host step, window, strides,
+            reinterpretation or index cast), else None (the full :func:`bind_input` runs).
+        output_shape: the ONNX output shape when the output needs only a reshape, else None.
+        output_dtype: the ONNX output dtype.
+        pairs: 64-bit data moved as UINT32 pairs (duplicate counts are halved).
+    """
+
+    __slots__ = ("inputs", "output_dtype", "output_shape", "pairs")
+
+    def __init__(self, t: NodeTranslation) -> None:
+        assert t.output is not None
+        entries = []
+        for b in t.inputs:
+            dtype = np_dtype_of(b.onnx_elem_type)
+            plain = (
+                not b.host_steps
+                and b.window is None
+                and b.tensor.strides is None
+                and b.reinterpret is Reinterpret.NONE
+                and (b.binding != "IndicesTensor" or b.tensor.data_type.numpy_dtype == dtype)
+                and math.prod(b.tensor.sizes) == math.prod(b.onnx_shape)
+            )
+            entries.append(
+                (b, b.onnx_index, tuple(b.onnx_shape), dtype, tuple(b.tensor.sizes) if plain else None)
+            )
+        self.inputs = tuple(entries)
+        out = t.output
+        self.output_dtype = np_dtype_of(out.onnx_elem_type)
+        plain_out = out.reinterpret is Reinterpret.NONE and not out.host_steps
+        self.output_shape = tuple(out.view_shape) if plain_out else None
+        self.pairs = any(s.kind is HostStepKind.DUPLICATE_FOR_PAIRS for b in t.inputs for s in b.host_steps)
+
+
+@per_object
+def run_plan(t: NodeTranslation) -> RunPlan:
+    """The :class:`RunPlan` of a ``dml`` translation, kept for as long as the translation lives."""
+    return RunPlan(t)
+
+
 def run_translation(
     t: NodeTranslation, inputs: Sequence[np.ndarray | None], *, index_mode: IndexMode = IndexMode.ERROR
 ) -> RunResult:
@@ -275,15 +323,23 @@ def run_translation(
             node=t.name,
             op_type=t.op_type,
         )
+    plan = run_plan(t)
     applied: list[HostStepKind] = []
     bound: dict[str, np.ndarray] = {}
-    for binding in t.inputs:
-        arr = inputs[binding.onnx_index] if binding.onnx_index < len(inputs) else None
+    count = len(inputs)
+    for binding, index, shape, dtype, sizes in plan.inputs:
+        arr = inputs[index] if index < count else None
         if arr is None:
             raise BadInputError(
                 f"input {binding.onnx_index} ({binding.onnx_name}) is missing", node=t.name, op_type=t.op_type
             )
-        bound[binding.binding] = bind_input(np.asarray(arr), binding, t, index_mode, applied)
+        if sizes is not None and type(arr) is np.ndarray and arr.shape == shape and arr.dtype == dtype:
+            # The plain binding: bind_input would only reshape (copying a non-contiguous array first).
+            if not arr.flags.c_contiguous:
+                arr = np.ascontiguousarray(arr)
+            bound[binding.binding] = arr.reshape(sizes)
+        else:
+            bound[binding.binding] = bind_input(np.asarray(arr), binding, t, index_mode, applied)
     try:
         options = _kernel_options(t.feature_level, index_mode, t.name)
     except TypeError:  # an unhashable index_mode: the kernel rejects it
@@ -292,10 +348,14 @@ def run_translation(
         result = execute(t.operator, bound, options)
     except IndexOutOfRangeError as exc:
         raise _in_onnx_terms(exc, t) from exc
-    output = _unbind_output(result.output, t.output, inputs, applied)
+    if plan.output_shape is not None:
+        output = result.output.reshape(plan.output_shape).astype(plan.output_dtype, copy=False)
+    else:
+        output = _unbind_output(result.output, t.output, inputs, applied)
     if logger.isEnabledFor(logging.DEBUG):
         logger.debug("%s: ran %s with host steps %s", t.name, t.operator.operator_type.dml_name, applied)
-    return RunResult(output, onnx_duplicates(t, int(result.duplicate_indices)), tuple(applied))
+    duplicates = int(result.duplicate_indices)
+    return RunResult(output, duplicates // 2 if plan.pairs else duplicates, tuple(applied))
 
 
 def onnx_duplicates(t: NodeTranslation, kernel_count: int) -> int:
