@@ -7,7 +7,8 @@ An ONNX tensor may keep its bytes in another file (``data_location = EXTERNAL`` 
 * the file is a regular file (a FIFO would block the read forever);
 * ``offset`` and ``length`` are non-negative decimal integers, ``length`` matches the tensor's dims and
   type, and ``offset + length`` lies within the file;
-* the bytes of all external tensors together fit in the memory limit (:mod:`dmlshim.limits`).
+* the bytes of all external tensors together fit in the memory limit (:mod:`dmlshim.limits`), and with
+  the model in one 2 GiB protobuf message (dmlshim hands models to onnx and onnxruntime as one message).
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from pathlib import Path
 import onnx
 from onnx import TensorProto
 
-from .errors import BadModelError
-from .limits import _itemsize, check_bytes
+from .errors import BadModelError, TooLargeError
+from .limits import _itemsize, check_bytes, format_bytes
 
 __all__ = [
     "EXTERNAL_DATA_RULE",
@@ -33,6 +34,8 @@ __all__ = [
 ]
 
 EXTERNAL_DATA_RULE = "external data must lie in the model's folder"
+PROTOBUF_LIMIT = (1 << 31) - 1
+"""The largest protobuf message (bytes): a model with its weights loaded must fit in one."""
 
 
 @dataclass(frozen=True)
@@ -166,6 +169,18 @@ def check_external_data(model: onnx.ModelProto, path: str | os.PathLike[str] | N
         )
     total = sum(r.length or 0 for r in refs)
     check_bytes(total, what=f"the external data of {len(refs)} initializer(s)", path=where)
+    whole = total + model.ByteSize()
+    if whole > PROTOBUF_LIMIT:
+        # Loaded, the weights become part of one ModelProto: onnx cannot serialise it for shape inference
+        # and onnxruntime cannot take it as bytes (an EncodeError, or a crash, otherwise).
+        raise TooLargeError(
+            f"with its external data the model would be {format_bytes(whole)}, above the 2 GiB a protobuf "
+            "message can hold; dmlshim hands models to onnx and onnxruntime as one message, so it cannot "
+            "load this one (refused before reading the data)",
+            path=where,
+            value=whole,
+            rule="a protobuf message is at most 2 GiB",
+        )
     return refs
 
 

@@ -54,7 +54,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 PathLike = str | os.PathLike[str]
-Writer = Callable[[BinaryIO], None]
+Writer = Callable[[BinaryIO], object]
 
 _RULE = "dmlshim writes atomically, only inside its target, never through a link or over a non-regular file"
 

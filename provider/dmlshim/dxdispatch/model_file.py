@@ -9,13 +9,14 @@ floats as the strings ``"nan"``, ``"inf"``, ``"-inf"``.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -128,11 +129,10 @@ class DxDispatchModel:
             if isinstance(iv, NpyFile):
                 if iv.array is None:
                     raise BadInputError(f"resource {name!r}: no array to write to {iv.source_path!r}")
-                arr = np.ascontiguousarray(iv.array)
                 write_inside(
                     target.parent,
                     iv.source_path,
-                    lambda h, a=arr: np.lib.format.write_array(h, a, allow_pickle=False),
+                    functools.partial(_write_npy, np.ascontiguousarray(iv.array)),
                     what=f"resource {name!r} sourcePath",
                     suffixes=(".npy",),
                     overwrite=overwrite,
@@ -142,6 +142,10 @@ class DxDispatchModel:
         write_text(target, self.dumps(), overwrite=overwrite, what="DxDispatch model file")
         log.info("DxDispatch model written to %s", target)
         return target
+
+
+def _write_npy(array: np.ndarray, handle: BinaryIO) -> None:
+    np.lib.format.write_array(handle, array, allow_pickle=False)
 
 
 def _dumps(obj: Any, level: int) -> str:
