@@ -206,6 +206,36 @@ def test_external_data_bomb_refused_before_reading(tmp_path: Path, gib: float, c
     assert 0 < child.peak_rss < LIMIT + 300_000_000, child.peak_rss
 
 
+def test_external_data_inside_a_subgraph_is_checked_and_runs(tmp_path: Path) -> None:
+    from onnx.external_data_helper import convert_model_to_external_data
+
+    table = np.arange(12, dtype=np.float32).reshape(4, 3)
+
+    def branch(name: str, values: np.ndarray) -> onnx.GraphProto:
+        out = helper.make_tensor_value_info("o", TensorProto.FLOAT, [2, 3])
+        node = helper.make_node("Gather", ["w", "idx"], ["o"], name=f"g_{name}")
+        return helper.make_graph([node], name, [], [out], [numpy_helper.from_array(values, "w")])
+
+    node = helper.make_node(
+        "If", ["c"], ["y"], name="if", then_branch=branch("then", table), else_branch=branch("else", -table)
+    )
+    inputs = [
+        helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+        helper.make_tensor_value_info("idx", TensorProto.INT64, [2]),
+    ]
+    graph = helper.make_graph(
+        [node], "top", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])]
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=IR_VERSION)
+    convert_model_to_external_data(model, all_tensors_to_one_file=True, location="w.bin", size_threshold=0)
+    onnx.save(model, tmp_path / "m.onnx")
+    assert (tmp_path / "w.bin").stat().st_size == 2 * table.nbytes
+    session = InferenceSession(str(tmp_path / "m.onnx"))
+    for cond, expected in ((True, table[[1, 2]]), (False, -table[[1, 2]])):
+        out = session.run(None, {"c": np.array(cond), "idx": np.array([1, 2], np.int64)})[0]
+        np.testing.assert_array_equal(out, expected)
+
+
 @pytest.mark.parametrize("gib", [2.5, 6])
 def test_external_data_above_protobuf_limit_refused_without_memory_limit(
     tmp_path: Path, gib: float, monkeypatch: pytest.MonkeyPatch

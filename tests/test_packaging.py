@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import dmlshim
 from dmlshim.conformance import webnn
 
 from .conftest import REPO
@@ -32,8 +33,9 @@ def test_license_file_matches_the_metadata() -> None:
 
 def test_webnn_cases_are_package_data() -> None:
     """The cases file sits inside the package and matches a package-data pattern, so wheels carry it."""
-    package_dir = REPO / "provider" / "dmlshim"
-    relative = webnn.PACKAGED_CASES.relative_to(package_dir).as_posix()
+    # The installed package (a wheel install in CI, the source tree in an editable install).
+    package_dir = Path(dmlshim.__file__).resolve().parent
+    relative = webnn.PACKAGED_CASES.resolve().relative_to(package_dir).as_posix()
     patterns = PYPROJECT["tool"]["setuptools"]["package-data"]["dmlshim"]
     assert any(fnmatch.fnmatch(relative, p) for p in patterns), (relative, patterns)
     assert webnn.PACKAGED_CASES.is_file()

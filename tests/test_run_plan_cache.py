@@ -162,3 +162,15 @@ def test_kernel_layout_is_derived_once_and_a_bad_descriptor_raises_every_time() 
             execute(bad, inputs, KernelOptions())
         messages.append(str(info.value))
     assert messages[0] == messages[1] and "Axis 5" in messages[0]
+
+
+def test_bool_data_goes_through_the_plan_and_matches_onnxruntime() -> None:
+    data = np.array([[True, False, True], [False, False, True]])
+    idx = np.array([[[1, 2], [0, 0]], [[0, 1], [1, 0]]], np.int64)
+    t = _translate("GatherND", [data, idx])
+    plan = run_plan(t)
+    assert plan.inputs[0][4] is not None and plan.inputs[0][5]  # bool viewed as UINT8, no bind_input
+    for _ in range(2):
+        got = run_translation(t, [data, idx]).output
+        assert got.dtype == np.bool_
+        np.testing.assert_array_equal(got, _expected("GatherND", [data, idx]))

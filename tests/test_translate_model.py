@@ -6,7 +6,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto as T
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from dmlshim.errors import BadInputError
 from dmlshim.translate import Status, run_translation, translate_model
@@ -129,3 +129,22 @@ def test_model_without_gather_scatter() -> None:
     )
     mt = translate_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=10))
     assert mt.nodes == () and mt.total_nodes == 1 and mt.summary["all_dml"]
+
+
+def test_shape_inference_copies_no_weights() -> None:
+    from dmlshim.translate import infer_shapes
+
+    table = np.zeros((200, 100), dtype=np.float32)  # 80 KB: a weight
+    node = helper.make_node("Gather", ["w", "ids"], ["y"], axis=0, name="emb")
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("ids", I64, ["b"])],
+        [onnx.ValueInfoProto(name="y")],
+        initializer=[numpy_helper.from_array(table, "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=IR_VERSION)
+    inferred = infer_shapes(model)
+    assert [t.name for t in inferred.graph.initializer] == []
+    (t,) = translate_model(model).nodes
+    assert t.operator is not None and t.operator.input_tensor.sizes == (200, 100)

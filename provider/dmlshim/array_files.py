@@ -32,7 +32,7 @@ def read_arrays(path: str | os.PathLike[str], *, what: str = "arrays file") -> d
         head = handle.read(64)
     if sniff(head, os.fspath(path)) == "json":
         return arrays_from_document(read_json(path, what=what), os.fspath(path))
-    return load_npz(path)
+    return load_npz(os.fspath(path))
 
 
 def write_arrays(

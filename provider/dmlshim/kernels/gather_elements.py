@@ -17,7 +17,7 @@ from .buffers import grid_offsets
 from .common import bind, fail, prepared, require_sizes
 from .indices import IndexContext, fast_indices, normalize_indices
 from .options import KernelOptions, KernelResult
-from .parallel import chunk_length, run_all, spans
+from .parallel import chunk_length, run_all, scratch, spans
 
 
 def check_axis_shapes(desc: GatherElementsDesc | ScatterDesc) -> None:
@@ -88,27 +88,33 @@ def packed_offsets(
         ctx: the index rules.
 
     Returns:
-        A new int64 array of the chunk's offsets, flattened, or None when an index needs the general path.
+        The chunk's offsets, flattened: int64 in the calling thread's scratch buffer (valid until the
+        thread's next chunk) or the chunk's own validated indices; None when an index needs the general
+        path.
     """
     p0, p1, k0, k1 = box
     idx = fast_indices(raw[p0:p1, k0:k1], (dim,), ctx)
     if idx is None:
         return None
     row = dim * post
+    if post == 1 and not p0 and p1 - p0 <= 1:
+        # np.take converts to intp itself; copying here would only add a pass.
+        return idx.reshape(-1)
+    # The offsets go to the thread's scratch buffer: consumed by the caller before its next chunk.
+    off = scratch(idx.size).reshape(idx.shape)
     if post > 1:
-        off = np.multiply(idx, post, dtype=np.int64)
+        np.multiply(idx, post, out=off, dtype=np.int64)
         off += np.arange(post, dtype=np.int64)
         if p1 - p0 > 1:
             off += np.arange(p0 * row, p1 * row, row, dtype=np.int64)[:, None, None]
         elif p0:
             off += p0 * row
     elif p1 - p0 > 1:
-        off = np.add(idx, np.arange(p0 * row, p1 * row, row, dtype=np.int64)[:, None, None], dtype=np.int64)
-    elif p0:
-        off = np.add(idx, p0 * row, dtype=np.int64)
+        np.add(
+            idx, np.arange(p0 * row, p1 * row, row, dtype=np.int64)[:, None, None], out=off, dtype=np.int64
+        )
     else:
-        # np.take converts to intp itself; copying here would only add a pass.
-        return idx.reshape(-1)
+        np.add(idx, p0 * row, out=off, dtype=np.int64)
     return off.reshape(-1)
 
 

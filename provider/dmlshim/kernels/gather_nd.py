@@ -27,7 +27,7 @@ from .common import (
 )
 from .indices import IndexContext, fast_indices, normalize_indices
 from .options import KernelOptions, KernelResult
-from .parallel import chunk_length, run_all, spans, worth_chunking
+from .parallel import CHUNK_ELEMENTS, chunk_length, run_all, spans, worth_chunking
 
 
 def check_nd_counts(desc: GatherNdDesc | GatherNd1Desc | ScatterNdDesc, batch: int) -> tuple[int, int, int]:
@@ -231,7 +231,9 @@ def run(
         # Still check the indices: an index into an empty dimension is out of range.
         tuple_offsets(indices, desc.input_tensor, inp.strides, r, q, batch, ctx)
         return KernelResult(np.zeros(expected, dtype=dtype))
-    if inp.contiguous and t and worth_chunking(block * dtype.itemsize):
+    # One chunk's worth of output gains nothing from the chunked path but its set-up cost.
+    chunked = math.prod(expected) > CHUNK_ELEMENTS
+    if chunked and inp.contiguous and t and worth_chunking(block * dtype.itemsize):
         tuples = PackedTuples(indices, desc.input_tensor, r, q, batch, block, ctx)
         fast = _fast_gather(inp.flat[: inp.element_count], tuples, block, dtype)
         if fast is not None:

@@ -214,6 +214,10 @@ def _all_in_range(raw: np.ndarray, dims: Sequence[int]) -> bool:
         return True
     if len(dims) == 1 or low < 0 or high >= max(dims):
         return False
+    if raw.size <= SMALL_ELEMENTS:
+        # low >= 0 is proven: each component's largest value must stay below its dimension.
+        columns = zip(*raw.reshape(-1, len(dims)).tolist(), strict=True)
+        return all(max(col) < dim for col, dim in zip(columns, dims, strict=True))
     cols = raw.reshape(-1, len(dims))
     return all(int(cols[:, j].min()) >= 0 and int(cols[:, j].max()) < dim for j, dim in enumerate(dims))
 

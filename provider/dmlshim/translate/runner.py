@@ -258,15 +258,17 @@ class RunPlan:
     negative indices, duplicate counting) is not part of it and runs on every call.
 
     Attributes:
-        inputs: per binding ``(binding, onnx_index, shape, dtype, sizes)``; ``sizes`` is the DirectML
-            Sizes to reshape to when the binding needs nothing else (no host step, window, strides,
-            reinterpretation or index cast), else None (the full :func:`bind_input` runs).
+        inputs: per binding ``(binding, onnx_index, shape, dtype, sizes, as_bytes)``; ``sizes`` is the
+            DirectML Sizes to reshape to when the binding needs nothing else (no host step, window,
+            strides or index cast; at most bool viewed as UINT8: ``as_bytes``), else None (the full
+            :func:`bind_input` runs).
         output_shape: the ONNX output shape when the output needs only a reshape, else None.
         output_dtype: the ONNX output dtype.
+        output_bool: the output is bool moved as UINT8 (converted back after the kernel).
         pairs: 64-bit data moved as UINT32 pairs (duplicate counts are halved).
     """
 
-    __slots__ = ("inputs", "output_dtype", "output_shape", "pairs")
+    __slots__ = ("inputs", "output_bool", "output_dtype", "output_shape", "pairs")
 
     def __init__(self, t: NodeTranslation) -> None:
         assert t.output is not None
@@ -277,18 +279,19 @@ class RunPlan:
                 not b.host_steps
                 and b.window is None
                 and b.tensor.strides is None
-                and b.reinterpret is Reinterpret.NONE
+                and b.reinterpret in (Reinterpret.NONE, Reinterpret.BOOL_AS_UINT8)
                 and (b.binding != "IndicesTensor" or b.tensor.data_type.numpy_dtype == dtype)
                 and math.prod(b.tensor.sizes) == math.prod(b.onnx_shape)
             )
-            entries.append(
-                (b, b.onnx_index, tuple(b.onnx_shape), dtype, tuple(b.tensor.sizes) if plain else None)
-            )
+            as_bytes = b.reinterpret is Reinterpret.BOOL_AS_UINT8
+            sizes = tuple(b.tensor.sizes) if plain else None
+            entries.append((b, b.onnx_index, tuple(b.onnx_shape), dtype, sizes, as_bytes))
         self.inputs = tuple(entries)
         out = t.output
         self.output_dtype = np_dtype_of(out.onnx_elem_type)
-        plain_out = out.reinterpret is Reinterpret.NONE and not out.host_steps
+        plain_out = out.reinterpret in (Reinterpret.NONE, Reinterpret.BOOL_AS_UINT8) and not out.host_steps
         self.output_shape = tuple(out.view_shape) if plain_out else None
+        self.output_bool = out.reinterpret is Reinterpret.BOOL_AS_UINT8
         self.pairs = any(s.kind is HostStepKind.DUPLICATE_FOR_PAIRS for b in t.inputs for s in b.host_steps)
 
 
@@ -327,7 +330,7 @@ def run_translation(
     applied: list[HostStepKind] = []
     bound: dict[str, np.ndarray] = {}
     count = len(inputs)
-    for binding, index, shape, dtype, sizes in plan.inputs:
+    for binding, index, shape, dtype, sizes, as_bytes in plan.inputs:
         arr = inputs[index] if index < count else None
         if arr is None:
             raise BadInputError(
@@ -337,7 +340,7 @@ def run_translation(
             # The plain binding: bind_input would only reshape (copying a non-contiguous array first).
             if not arr.flags.c_contiguous:
                 arr = np.ascontiguousarray(arr)
-            bound[binding.binding] = arr.reshape(sizes)
+            bound[binding.binding] = (arr.view(np.uint8) if as_bytes else arr).reshape(sizes)
         else:
             bound[binding.binding] = bind_input(np.asarray(arr), binding, t, index_mode, applied)
     try:
@@ -349,7 +352,8 @@ def run_translation(
     except IndexOutOfRangeError as exc:
         raise _in_onnx_terms(exc, t) from exc
     if plan.output_shape is not None:
-        output = result.output.reshape(plan.output_shape).astype(plan.output_dtype, copy=False)
+        output = result.output.reshape(plan.output_shape)
+        output = output.astype(np.bool_) if plan.output_bool else output.astype(plan.output_dtype, copy=False)
     else:
         output = _unbind_output(result.output, t.output, inputs, applied)
     if logger.isEnabledFor(logging.DEBUG):

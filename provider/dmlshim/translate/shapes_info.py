@@ -11,6 +11,7 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from ..errors import BadInputError, BadModelError
+from ..execute.weights import without_weights
 from ..filekind import require_onnx_model
 from ..modelcheck import ONNX_ERRORS, check_model, load_external_data
 from ..reading import open_regular
@@ -58,7 +59,7 @@ def tensor_infos(graph: onnx.GraphProto) -> dict[str, TensorInfo]:
 
 
 def _override_inputs(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]) -> onnx.ModelProto:
-    model = onnx.ModelProto.FromString(model.SerializeToString())
+    model = onnx.ModelProto.FromString(without_weights(model).SerializeToString())
     inputs = {value.name: value for value in model.graph.input}
     for name, dims in input_shapes.items():
         value = inputs.get(name)
@@ -84,14 +85,16 @@ def _override_inputs(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence
 def infer_shapes(
     model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None = None
 ) -> onnx.ModelProto:
-    """A copy of ``model`` with ONNX shape inference applied (after the input-shape overrides).
+    """A copy of ``model`` with ONNX shape inference applied (after the input-shape overrides); large
+    initializers appear in it as graph inputs of their type and shape, without their values
+    (:func:`dmlshim.execute.weights.without_weights`).
 
     Raises:
         BadInputError: an override names no graph input or has the wrong rank.
         BadModelError: shape inference finds the model inconsistent.
     """
-    if input_shapes:
-        model = _override_inputs(model, input_shapes)
+    # onnx's inference serializes the model and parses it back: give it no weight bytes to copy.
+    model = _override_inputs(model, input_shapes) if input_shapes else without_weights(model)
     try:
         return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
     except _ONNX_ERRORS as exc:

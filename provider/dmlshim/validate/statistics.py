@@ -66,7 +66,11 @@ def error_statistics(
     if kind not in "fciub":
         return None
     if expected.size == 0:
-        return ErrorStatistics(0, *([0.0] * 8), 0, rtol, atol, 0.0, 0.0)
+        figures = dict.fromkeys(("max_abs", "mean_abs", "median_abs", "p99_abs"), 0.0)
+        figures.update(dict.fromkeys(("max_rel", "mean_rel", "median_rel", "p99_rel"), 0.0))
+        return ErrorStatistics(
+            elements=0, over_tolerance=0, rtol=rtol, atol=atol, min_atol=0.0, min_rtol=0.0, **figures
+        )
     wide = np.complex128 if kind == "c" else np.float64
     a = actual.astype(wide).reshape(-1)
     e = expected.astype(wide).reshape(-1)
