@@ -124,3 +124,30 @@ def test_unnamed_nodes_are_named_as_onnxruntime_names_them(tmp_path: Path) -> No
     profiled = {e["name"].removesuffix("_kernel_time") for e in events if e.get("cat") == "Node"}
     inspected, ran, validated = _three_ways(path, feeds)
     assert "Gather_0" in profiled and set(inspected) == set(ran) == set(validated) <= profiled
+
+
+def test_weight_read_at_a_shape_derived_index_stays_on_dml(tmp_path: Path) -> None:
+    # A large initializer is neither a CPU tensor nor a graph input: the Gather reading it stays on the
+    # DirectML provider although its index comes from Shape.
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"], name="shape"),
+        helper.make_node("Gather", ["shape", "zero"], ["batch"], axis=0, name="batch_dim"),
+        helper.make_node("Gather", ["table", "batch"], ["row"], axis=0, name="table_row"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", T.FLOAT, ["n", 3])],
+        [helper.make_tensor_value_info("row", T.FLOAT, [100])],
+        initializer=[
+            numpy_helper.from_array(np.zeros((300, 100), dtype=np.float32), "table"),
+            numpy_helper.from_array(np.array(0, dtype=np.int64), "zero"),
+        ],
+    )
+    path = tmp_path / "weight.onnx"
+    onnx.save(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=IR_VERSION), path
+    )
+    inspected, ran, validated = _three_ways(path, {"x": np.zeros((4, 3), dtype=np.float32)})
+    assert inspected == ran == validated
+    assert inspected == {"batch_dim": "CPUExecutionProvider", "table_row": "DmlExecutionProvider"}

@@ -174,3 +174,61 @@ def test_error_statistics_by_hand() -> None:
     assert nan is not None and nan.max_abs == np.inf and nan.median_abs == pytest.approx(np.inf)
     ints = error_statistics(np.array([1, 5]), np.array([1, 2]))
     assert ints is not None and ints.max_abs == 3.0 and ints.min_atol == np.inf
+
+
+def _dropout_gather_model(train: bool = True) -> onnx.ModelProto:
+    from onnx import TensorProto, helper
+
+    from tests.oracle import IR_VERSION
+
+    nodes = [
+        helper.make_node("Dropout", ["x", "ratio", "train"], ["d"], name="dropout"),
+        helper.make_node("Gather", ["d", "idx"], ["y"], name="gather", axis=0),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "dropout",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [
+            helper.make_tensor("ratio", TensorProto.FLOAT, [], [0.5]),
+            helper.make_tensor("train", TensorProto.BOOL, [], [train]),
+            helper.make_tensor("idx", TensorProto.INT64, [4], [3, 0, 63, 7]),
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=IR_VERSION)
+
+
+def test_random_nodes_are_named_and_not_blamed_on_gathers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "dropout.onnx"
+    onnx.save(_dropout_gather_model(), str(path))
+    code = main(["validate", str(path), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert "RANDOM_NODE" in {w["code"] for w in doc["warnings"]}
+    assert [w["node"] for w in doc["warnings"] if w["code"] == "RANDOM_NODE"] == ["dropout"]
+    if code == 1:  # onnxruntime's Dropout drew other elements in the two runs (nearly always)
+        (out,) = doc["outputs"]
+        assert out["suspect_nodes"] == []
+        assert out["whole_model"] is None or out["whole_model"]["cause"] in ("unexplained", "identical")
+    # In eval mode (training_mode a constant False) Dropout copies its input: no warning, a match.
+    onnx.save(_dropout_gather_model(train=False), str(path))
+    assert main(["validate", str(path), "--json"]) == 0
+    assert "RANDOM_NODE" not in {w["code"] for w in json.loads(capsys.readouterr().out)["warnings"]}
+
+
+def test_run_with_ort_values_outputs_own_their_memory() -> None:
+    import onnxruntime as ort
+
+    import dmlshim
+
+    model = MODEL.parent / "gather_beam_reorder_dynamic.onnx"
+    feeds = load_npz(model.with_suffix(".npz"))
+    expected = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, feeds)
+    session = dmlshim.InferenceSession(str(model))
+    names = [o.name for o in session.get_outputs()]
+    values = {k: ort.OrtValue.ortvalue_from_numpy(v) for k, v in feeds.items()}
+    for _ in range(20):
+        got = session.run_with_ort_values(names, values)[0].numpy()
+        np.testing.assert_array_equal(got, expected[0])

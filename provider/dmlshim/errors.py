@@ -69,7 +69,7 @@ class BadModelError(DmlShimError):
     """The model file cannot be read, is not ONNX, fails onnx.checker, or is otherwise unusable."""
 
 
-class BadInputError(DmlShimError):
+class BadInputError(DmlShimError, ValueError):
     """An input tensor or feed does not fit the model or the operator (shape, dtype, index range)."""
 
 

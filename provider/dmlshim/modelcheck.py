@@ -29,6 +29,7 @@ from .ort_errors import (
     type_name,
     unknown_operators,
 )
+from .weightless import without_weights
 
 __all__ = [
     "EXTERNAL_DATA_RULE",
@@ -334,8 +335,8 @@ def _check_names(graph: onnx.GraphProto, prefix: str, path: str | None) -> None:
 def _checkable(model: onnx.ModelProto) -> onnx.ModelProto:
     """What onnx's checker and shape inference are given: ``model`` itself, or a copy in which
 
-    * external-data initializers are graph inputs of the same type and shape, so no weight is read or
-      re-serialised for the check;
+    * large and external-data initializers are graph inputs of the same type and shape
+      (:func:`dmlshim.weightless.without_weights`), so no weight is read or re-serialised for the check;
     * ``Scatter`` at opset 11 and later (deprecated in ONNX, still run by onnxruntime) is checked as the
       ``ScatterElements`` it is an alias of.
     """
@@ -345,33 +346,23 @@ def _checkable(model: onnx.ModelProto) -> onnx.ModelProto:
     deprecated = opset >= 11 and any(
         n.op_type == "Scatter" and n.domain in ("", "ai.onnx") for _, n in walk_nodes(model.graph)
     )
-    external = external_tensors(model.graph)
-    if not external and not deprecated:
-        return model
-    light = onnx.ModelProto()
-    light.CopyFrom(model)
+    light = without_weights(model)  # large and external initializers as typed inputs: no weight copied
+    if light is model:
+        if not deprecated and not external_tensors(model.graph):
+            return model
+        light = onnx.ModelProto()
+        light.CopyFrom(model)
     if deprecated:
         for _, node in walk_nodes(light.graph):
             if node.op_type == "Scatter" and node.domain in ("", "ai.onnx"):
                 node.op_type = "ScatterElements"
-    if external:
-        graph = light.graph
-        declared = {vi.name for vi in graph.input}
-        keep = []
-        for t in graph.initializer:
-            if t.data_location != TensorProto.EXTERNAL:
-                keep.append(t)
-            elif t.name not in declared:
-                graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
-        del graph.initializer[:]
-        graph.initializer.extend(keep)
-        # Inside subgraphs (and in attributes) a tensor cannot become an input: give the checker zeros of
-        # the declared size instead (already checked against the memory limit by check_external_data).
-        for t in external_tensors(graph):
-            size = _RAW_ITEMSIZE.get(t.data_type, 1) * math.prod(int(d) for d in t.dims)
-            del t.external_data[:]
-            t.data_location = TensorProto.DEFAULT
-            t.raw_data = bytes(size)
+    # Inside subgraphs (and in attributes) a tensor cannot become an input: give the checker zeros of the
+    # declared size instead (already checked against the memory limit by check_external_data).
+    for t in external_tensors(light.graph):
+        size = _RAW_ITEMSIZE.get(t.data_type, 1) * math.prod(int(d) for d in t.dims)
+        del t.external_data[:]
+        t.data_location = TensorProto.DEFAULT
+        t.raw_data = bytes(size)
     return light
 
 

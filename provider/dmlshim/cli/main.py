@@ -14,6 +14,7 @@ import importlib
 import io
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -177,6 +178,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    except BrokenPipeError:
+        # The reader went away (`dmlshim inspect M --json | head`): stop quietly, as Unix tools do.
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except OSError as exc:
         if debug:
             log.exception("dmlshim failed")

@@ -81,7 +81,16 @@ def to_ortvalue(value: Any) -> Any:
             f"run_with_ort_values returns tensors only; this output is a {type(value).__name__} "
             "(use run() for sequence and map outputs)"
         )
-    return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(value))
+    if value.dtype.kind in "OUS":
+        raise NotSupportedError(
+            "run_with_ort_values returns numeric tensors only (onnxruntime builds no OrtValue from strings); "
+            "use run() for string outputs"
+        )
+    # An OrtValue made by ortvalue_from_numpy only borrows the array's memory, and nothing keeps the array
+    # alive once this returns: the OrtValue must own a copy.
+    owned = ort.OrtValue.ortvalue_from_shape_and_type(list(value.shape), value.dtype)
+    owned.update_inplace(np.ascontiguousarray(value))
+    return owned
 
 
 def ortvalues_from_vector(names: Sequence[str], feeds: Any) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from ..translate.placement import CPU_PREFERRED_MESSAGE, graph_placements
 from ..translate.plan import CPU_PROVIDER
 from ..translate.shapes_info import tensor_infos
 from ..translate.translator import model_opsets, model_placements, node_since_version
+from ..weightless import without_weights
 from .engine import EngineConfig
 from .fallback import has_deprecated_scatter, note_scatter_as_scatter_elements
 from .ort_support import ORT_ERRORS, cpu_session, ort_run_error, segment_session, whole_model_session
@@ -67,7 +68,7 @@ from .steps import (
     reasons_of,
     static_key,
 )
-from .weights import SharedWeights, light_copy, without_weights
+from .weights import SharedWeights, light_copy
 from .whole_model import WholeModelCheck, build_whole_model_check
 
 __all__ = [

@@ -21,8 +21,9 @@ from onnx import helper, numpy_helper
 from ..errors import BadModelError, DmlShimError
 from ..translate import infer_shapes
 from ..translate.plan import elem_type_of
+from ..weightless import without_weights
 from .partition import CpuSegment
-from .weights import SharedWeights, placeholder, without_weights
+from .weights import SharedWeights, placeholder
 
 logger = logging.getLogger(__name__)
 

@@ -5,8 +5,8 @@ Building an engine needs the model's structure many times (shape inference, the 
 session, one session per CPU segment) but its weights only where onnxruntime computes with them.
 Serializing a model with large weights for each of those costs seconds and a copy each time. Here:
 
-* :func:`without_weights` gives shape inference a copy whose large initializers are typed graph inputs
-  (only their type and shape matter to it, and values that drive shapes are small);
+* :func:`dmlshim.weightless.without_weights` gives shape inference a copy whose large initializers are
+  typed graph inputs (only their type and shape matter to it, and values that drive shapes are small);
 * :class:`SharedWeights` gives onnxruntime sessions small placeholder initializers ("external data")
   and hands it the arrays directly through ``SessionOptions.add_external_initializers``, so no weight
   is serialized or parsed again.
@@ -21,7 +21,9 @@ from typing import Any
 import numpy as np
 import onnx
 import onnxruntime as ort
-from onnx import helper, numpy_helper
+from onnx import numpy_helper
+
+from ..weightless import graph_shell, model_shell, tensor_nbytes
 
 logger = logging.getLogger(__name__)
 
@@ -33,68 +35,9 @@ PLACEHOLDER_LOCATION = "dmlshim-shared-initializer"
 """The external-data location of a placeholder; onnxruntime never reads it (the array replaces it)."""
 
 
-def _nbytes(tensor: onnx.TensorProto) -> int:
-    if tensor.data_type in (0, onnx.TensorProto.STRING):
-        return 0
-    try:
-        itemsize = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize
-    except (KeyError, TypeError, ValueError):
-        return 0
-    count = 1
-    for d in tensor.dims:
-        count *= int(d)
-    return count * itemsize
-
-
 def is_large(tensor: onnx.TensorProto, min_bytes: int = SHARE_MIN_BYTES) -> bool:
     """A numeric initializer whose bytes are held in the model (not external) and worth sharing."""
-    return tensor.data_location != onnx.TensorProto.EXTERNAL and _nbytes(tensor) >= min_bytes
-
-
-def without_weights(model: onnx.ModelProto, min_bytes: int = SHARE_MIN_BYTES) -> onnx.ModelProto:
-    """A copy of ``model`` for shape inference: large initializers become graph inputs of their type and
-    shape (the copy holds no weight bytes); ``model`` itself is returned when it has none."""
-    graph = model.graph
-    large = [t for t in graph.initializer if is_large(t, min_bytes)]
-    if not large:
-        return model
-    light = _model_shell(model)
-    _graph_shell(graph, light.graph)
-    declared = {v.name for v in graph.input}
-    large_names = {t.name for t in large}
-    light.graph.initializer.extend(t for t in graph.initializer if t.name not in large_names)
-    light.graph.input.extend(
-        helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
-        for t in large
-        if t.name not in declared
-    )
-    return light
-
-
-def _model_shell(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A new model with every field of ``model`` but the graph."""
-    out = onnx.ModelProto()
-    for field, value in model.ListFields():
-        if field.name == "graph":
-            continue
-        if field.is_repeated:
-            getattr(out, field.name).extend(value)
-        elif field.type == field.TYPE_MESSAGE:
-            getattr(out, field.name).CopyFrom(value)
-        else:
-            setattr(out, field.name, value)
-    return out
-
-
-def _graph_shell(graph: onnx.GraphProto, out: onnx.GraphProto) -> None:
-    """Copy every field of ``graph`` but its initializers into ``out``."""
-    for field, value in graph.ListFields():
-        if field.name == "initializer":
-            continue
-        if field.is_repeated:
-            getattr(out, field.name).extend(value)
-        else:
-            setattr(out, field.name, value)
+    return tensor.data_location != onnx.TensorProto.EXTERNAL and tensor_nbytes(tensor) >= min_bytes
 
 
 def placeholder(tensor: onnx.TensorProto) -> onnx.TensorProto:
@@ -165,9 +108,9 @@ def light_copy(
 ) -> onnx.ModelProto:
     """A copy of ``model`` with placeholders for the shared initializers, plus ``extra_outputs``."""
     graph = model.graph
-    out = _model_shell(model)
+    out = model_shell(model)
     g = out.graph
-    _graph_shell(graph, g)
+    graph_shell(graph, g)
     g.initializer.extend(placeholder(t) if t.name in shared else t for t in graph.initializer)
     for name in extra_outputs:
         g.output.add().name = name

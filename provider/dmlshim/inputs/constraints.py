@@ -18,7 +18,6 @@ guaranteed winner), so such indices are drawn without repetition (see :mod:`dmls
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -27,6 +26,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..graph import is_gather_scatter, subgraphs, walk_nodes
+from ..weightless import without_weights
 from .symbols import resolve_input_shapes
 
 __all__ = ["DEFAULT_DIM", "IndexConstraint", "InputSpec", "light_copy", "plan_for_shapes", "plan_inputs"]
@@ -277,26 +277,13 @@ def _trace(
             yield from _trace(node.input[pos], graph_inputs, producers, constants, offset, keeps, depth + 1)
 
 
-def light_copy(model: onnx.ModelProto, max_elements: int = 4096) -> onnx.ModelProto:
+def light_copy(model: onnx.ModelProto) -> onnx.ModelProto:
     """A copy of the model for shape inference: large initializers become typed graph inputs.
 
     Their values never decide a shape or an index bound (only small constants do), and leaving them out
     keeps repeated shape inference cheap on models with real weights.
     """
-    light = onnx.ModelProto()
-    light.CopyFrom(model)
-    graph = light.graph
-    declared = {vi.name for vi in graph.input}
-    kept = []
-    for t in graph.initializer:
-        if math.prod(t.dims) <= max_elements:
-            kept.append(t)
-            continue
-        if t.name not in declared:
-            graph.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
-    del graph.initializer[:]
-    graph.initializer.extend(kept)
-    return light
+    return without_weights(model)
 
 
 def plan_for_shapes(

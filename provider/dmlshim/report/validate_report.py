@@ -19,6 +19,7 @@ from ..validate.results import (
     CAUSE_GATHER_SCATTER,
     CAUSE_IDENTICAL,
     CAUSE_OTHER_NODES,
+    CAUSE_UNEXPLAINED,
 )
 from .text import shape_text, table
 
@@ -31,6 +32,10 @@ _ATTRIBUTION_WORDS = {
     ATTR_UNOBSERVED: "output differs (inputs not observed)",
     ATTR_NOT_COMPARED: "-",
 }
+
+
+_INFORMATION_CODES = frozenset({"ORT_DML_EP_RUNS_ON_CPU", "FALLBACK_TO_CPU", "NOT_EMULATED"})
+"""Warnings that describe placement rather than a problem; ``--only-problems`` counts them only."""
 
 
 def verdict(report: ValidationReport) -> str:
@@ -95,13 +100,16 @@ def _mismatch_lines(report: ValidationReport, o: OutputComparison) -> list[str]:
         lines.append("  inputs already differed (upstream): " + ", ".join(differed))
     if not o.suspect_nodes:
         lines.append("  no gather/scatter node whose inputs agreed produced a different output")
+        random = [w.node for w in report.warnings if w.code == "RANDOM_NODE"]
+        if random:
+            lines.append("  nodes drawing random values make the runs differ: " + ", ".join(random))
     if o.statistics is not None and o.problem is None:
         s = o.statistics
         lines.append(f"  passes with atol {_number(s.min_atol)} or rtol {_number(s.min_rtol)}")
     return lines + _external_lines(report, o)
 
 
-def _whole_model_lines(report: ValidationReport) -> list[str]:
+def _whole_model_lines(report: ValidationReport, only_problems: bool = False) -> list[str]:
     level = dict(report.optimization_levels).get("whole_model", "?")
     lines = [
         "",
@@ -112,7 +120,7 @@ def _whole_model_lines(report: ValidationReport) -> list[str]:
     rows = [["output", "dtype", "tolerance", "max |diff|", "result", "difference comes from"]]
     for o in report.outputs:
         w = o.whole_model
-        if w is None:
+        if w is None or (only_problems and w.within_tolerance):
             continue
         if w.identical:
             result = "identical"
@@ -124,10 +132,13 @@ def _whole_model_lines(report: ValidationReport) -> list[str]:
             CAUSE_IDENTICAL: "-",
             CAUSE_OTHER_NODES: "non-gather/scatter nodes only (fusion, partition boundaries)",
             CAUSE_GATHER_SCATTER: "a gather/scatter node: " + (", ".join(o.suspect_nodes) or "see above"),
+            CAUSE_UNEXPLAINED: "no gather/scatter node (see the warnings: random nodes?)",
         }[w.cause]
         rows.append(
             [o.name, o.dtype, f"rtol={w.rtol:g} atol={w.atol:g}", _number(w.max_abs_diff), result, cause]
         )
+    if len(rows) == 1:
+        return [*lines, "  every output within tolerance"]
     return lines + table(rows)
 
 
@@ -204,11 +215,13 @@ def render_text(report: ValidationReport, only_problems: bool = False) -> str:
     if not any(n.placement == "dml" for n in report.nodes):
         why = "no node ran from its descriptor" if report.nodes else "the model has no gather/scatter node"
         lines.append(f"  nothing was emulated: {why}; every run is onnxruntime CPU")
-    lines += _whole_model_lines(report) if not only_problems or not report.match else []
+    lines += _whole_model_lines(report, only_problems)
     lines += _reference_outputs_lines(report, only_problems)
     counts = Counter(w.code for w in report.warnings)
     lines += ["", f"warnings ({len(report.warnings)})"]
     for w in report.warnings:
+        if only_problems and w.code in _INFORMATION_CODES:
+            continue
         lines.append(f"  {w.code} {w.node}: {w.message}")
     if counts:
         lines.append("  by code: " + ", ".join(f"{c} {k}" for c, k in sorted(counts.items())))

@@ -227,7 +227,8 @@ def translate_model(
         translations.append(t)
         if debug:
             logger.debug("%s: %s", name, t.status.value)
-    _apply_graph_placement(inferred.graph, top, top_level, translations)
+    # The graph as given: in the inferred copy large initializers are graph inputs (no weight bytes).
+    _apply_graph_placement(model.graph, top, top_level, translations)
     return ModelTranslation(fl, tuple(translations), total, opsets.get("", 0))
 
 

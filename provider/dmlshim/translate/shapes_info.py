@@ -11,10 +11,10 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from ..errors import BadInputError, BadModelError
-from ..execute.weights import without_weights
 from ..filekind import require_onnx_model
 from ..modelcheck import ONNX_ERRORS, check_model, load_external_data
 from ..reading import open_regular
+from ..weightless import without_weights
 from .plan import TensorInfo
 
 logger = logging.getLogger(__name__)
@@ -87,7 +87,7 @@ def infer_shapes(
 ) -> onnx.ModelProto:
     """A copy of ``model`` with ONNX shape inference applied (after the input-shape overrides); large
     initializers appear in it as graph inputs of their type and shape, without their values
-    (:func:`dmlshim.execute.weights.without_weights`).
+    (:func:`dmlshim.weightless.without_weights`).
 
     Raises:
         BadInputError: an override names no graph input or has the wrong rank.

@@ -18,7 +18,7 @@ import functools
 import itertools
 import re
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from .plan import Reason
@@ -55,7 +55,7 @@ def _is_prime(n: int) -> bool:
     return all(n % d for d in range(3, int(n**0.5) + 1, 2))
 
 
-def _primes() -> Iterable[int]:
+def _primes() -> Iterator[int]:
     for n in itertools.count(_FIRST_PLACEHOLDER):
         if _is_prime(n):
             yield n

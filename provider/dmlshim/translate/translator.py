@@ -212,7 +212,7 @@ def _attempt(ctx: ConvertContext) -> tuple[Status, Lowering | None, tuple[Reason
         return (Status.FALLBACK if failure.fallback else Status.ERROR), None, failure.reasons
     violations = validate(lowering.operator, ctx.feature_level)
     if violations and ctx.symbolic:
-        violations = [v for v in violations if v.rule not in SIZE_DEPENDENT_RULES]
+        violations = tuple(v for v in violations if v.rule not in SIZE_DEPENDENT_RULES)
     if violations:
         return (
             Status.FALLBACK,

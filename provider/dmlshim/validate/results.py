@@ -36,6 +36,9 @@ CAUSE_OTHER_NODES = "other_nodes"
 into partitions (fusions across a boundary, fp16 cast pairs kept or dropped)."""
 CAUSE_GATHER_SCATTER = "gather_scatter"
 """Through a gather/scatter node: dmlshim's run differs from the like-for-like reference too."""
+CAUSE_UNEXPLAINED = "unexplained"
+"""dmlshim's run differs from the like-for-like reference, but no gather/scatter node whose inputs agreed
+produced another output (a node drawing random values, such as Dropout in training mode, does that)."""
 
 
 def json_scalar(value: Any) -> Any:

@@ -21,6 +21,7 @@ from ..inputs import annotate_error
 from ..kernels.options import IndexMode
 from ..translate import CPU_PROVIDER, NodeTranslation, translate_model
 from .attribution import compare_nodes, dependencies, suspects, upstream_order
+from .random_nodes import random_node_warnings
 from .references import (
     DEFAULT_OPTIMIZATION_LEVEL,
     SIDES,
@@ -35,6 +36,7 @@ from .results import (
     CAUSE_GATHER_SCATTER,
     CAUSE_IDENTICAL,
     CAUSE_OTHER_NODES,
+    CAUSE_UNEXPLAINED,
     Comparison,
     Mismatch,
     NodeValidation,
@@ -211,7 +213,11 @@ def _validate_loaded(
                 problem=c.problem,
                 upstream_nodes=upstream_order(o.name, deps, nodes),
                 suspect_nodes=suspects(o.name, deps, nodes) if not c.match else (),
-                whole_model=_whole(got, whole[o.name], c.match) if whole is not None else None,
+                whole_model=(
+                    _whole(got, whole[o.name], c.match, bool(suspects(o.name, deps, nodes)))
+                    if whole is not None
+                    else None
+                ),
                 dmlshim=got,
                 reference=want,
             )
@@ -222,7 +228,7 @@ def _validate_loaded(
         match=all(o.match for o in outputs),
         outputs=tuple(outputs),
         nodes=nodes,
-        warnings=tuple(_warnings(nodes, level)),
+        warnings=tuple(_warnings(nodes, level)) + random_node_warnings(proto.graph),
         rtol=rtol,
         atol=atol,
         inputs_source=source,
@@ -237,7 +243,9 @@ def _validate_loaded(
     return report
 
 
-def _whole(got: np.ndarray, onnxruntime: np.ndarray, like_for_like_match: bool) -> WholeModelComparison:
+def _whole(
+    got: np.ndarray, onnxruntime: np.ndarray, like_for_like_match: bool, blamed: bool
+) -> WholeModelComparison:
     onnxruntime = np.asarray(onnxruntime)
     rtol, atol = dtype_tolerance(onnxruntime.dtype)
     exact = compare_arrays(got, onnxruntime, exact=True)
@@ -247,7 +255,7 @@ def _whole(got: np.ndarray, onnxruntime: np.ndarray, like_for_like_match: bool) 
     elif like_for_like_match:
         cause = CAUSE_OTHER_NODES
     else:
-        cause = CAUSE_GATHER_SCATTER
+        cause = CAUSE_GATHER_SCATTER if blamed else CAUSE_UNEXPLAINED
     return WholeModelComparison(
         rtol=rtol,
         atol=atol,
@@ -292,7 +300,7 @@ def _warnings(nodes: Sequence[NodeValidation], level: FeatureLevel) -> list[Vali
         if n.ort_placement == CPU_PROVIDER:
             messages = [r.message for r in t.reasons if r.code.startswith("EP_")] if t else []
             if rec is not None:
-                messages += [m for c, m in rec.reasons if c == "ort_cpu_preferred"]
+                messages += [m for c, m in rec.reasons if c == "ort_cpu_preferred" and m not in messages]
             why = "; ".join(messages)
             found.append(
                 ValidationWarning(
