@@ -206,14 +206,15 @@ def test_descriptors_and_graph_values(capsys: pytest.CaptureFixture[str], with_f
     code, out, _ = _run(capsys, with_fallback, "--descriptors")
     assert code == 1
     assert "Inputs:\n  x  float [5,3]\n" in out
-    assert "Outputs:\n  s  ? (rank unknown)\n" in out
+    # s is declared without a type; ONNX shape inference gives ScatterND's output the data's [2,3].
+    assert "Outputs:\n  s  float [2,3]\n" in out
     row = next(line for line in out.splitlines() if line.strip().startswith("gather_0"))
     # Gather of [5, 3] by [2] on axis 0 (facts §5): D = max(2, 1, 2) = 2, Axis 0, IndexDimensions 1.
     assert "Axis=0 IndexDimensions=1 Input[5,3] FLOAT32 Indices[1,2] INT64 Output[2,3] FLOAT32" in row
     code, out, _ = _run(capsys, with_fallback, "--json")
     doc = json.loads(out)
     assert doc["inputs"] == [{"name": "x", "type": "float", "shape": [5, 3]}]
-    assert doc["outputs"] == [{"name": "s", "type": None, "shape": None}]
+    assert doc["outputs"] == [{"name": "s", "type": "float", "shape": [2, 3]}]
 
 
 def test_subgraph_node_named_with_path(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -325,3 +326,14 @@ def test_empty_indices_scatter_nd_warns(capsys: pytest.CaptureFixture[str], tmp_
     node = json.loads(_run(capsys, path, "--json")[1])["nodes"][0]
     assert node["ort_placement"] == "DmlExecutionProvider"
     assert [r["code"] for r in node["reasons"]] == ["EMPTY_TENSOR", "EP_OUTPUT_UNWRITTEN"]
+
+
+def test_input_shape_reaches_the_outputs_block(capsys: pytest.CaptureFixture[str]) -> None:
+    # gather_beam_reorder_dynamic: past_keys [beams,2,5,8] gathered along beams by beam_idx [beams].
+    model = str(Path(__file__).resolve().parents[1] / "onnx_models" / "gather_beam_reorder_dynamic.onnx")
+    code, text, _ = _run(capsys, model, "--input-shape", "beams=3")
+    assert code == 0
+    block = text.split("Outputs:", 1)[1].split("\n\n", 1)[0]
+    assert "reordered_keys  float [3,2,5,8]" in block, block
+    code, text, _ = _run(capsys, model)
+    assert "reordered_keys  float [beams,2,5,8]" in text.split("Outputs:", 1)[1]

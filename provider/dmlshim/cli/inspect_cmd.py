@@ -42,7 +42,43 @@ def graph_values(model: onnx.ModelProto) -> tuple[list[GraphValue], list[GraphVa
         return GraphValue(v.name, info.elem_type if info else 0, info.shape if info else None)
 
     inputs = [value(v) for v in model.graph.input if v.name not in initializers]
-    return inputs, [value(v) for v in model.graph.output]
+    return inputs, [value(v) for v in _inferred_outputs(model)]
+
+
+def _inferred_outputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """The graph outputs with the shapes inference gives from the (possibly overridden) input shapes; the
+    declared ones where inference gives none."""
+    from ..weightless import without_weights
+
+    light = onnx.ModelProto()
+    light.CopyFrom(without_weights(model))
+    for out in light.graph.output:
+        if out.type.HasField("tensor_type"):
+            out.type.tensor_type.ClearField("shape")
+    try:
+        inferred = onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False)
+    except (onnx.shape_inference.InferenceError, ValueError, RuntimeError):  # the declared ones will do
+        return list(model.graph.output)
+    found = {o.name: o for o in inferred.graph.output if o.type.tensor_type.HasField("shape")}
+    return [_merged(o, found.get(o.name)) for o in model.graph.output]
+
+
+def _merged(declared: onnx.ValueInfoProto, inferred: onnx.ValueInfoProto | None) -> onnx.ValueInfoProto:
+    """The declared output with every dimension inference made concrete (names kept elsewhere)."""
+    if inferred is None:
+        return declared
+    if not declared.type.tensor_type.HasField("shape"):
+        return inferred
+    theirs = inferred.type.tensor_type.shape.dim
+    ours = declared.type.tensor_type.shape.dim
+    if len(theirs) != len(ours):
+        return declared
+    merged = onnx.ValueInfoProto()
+    merged.CopyFrom(declared)
+    for dim, known in zip(merged.type.tensor_type.shape.dim, theirs, strict=True):
+        if known.HasField("dim_value"):
+            dim.dim_value = known.dim_value
+    return merged
 
 
 def run(args: argparse.Namespace) -> int:
