@@ -37,9 +37,7 @@ PENDING: dict[str, frozenset[str]] = {
     "validate_random": frozenset(),
     "inspect_shape_unknown": frozenset(),
     "placement": frozenset(),
-    # inspect's placeholder sizes for two symbolic dimensions that are equal at run time differ, so the
-    # ScatterND updates-shape rule fails in inspect only (notes/corpus_findings.md).
-    "inspect_status": frozenset({"beam_search_step_torchscript"}),
+    "inspect_status": frozenset(),
 }
 
 

@@ -287,9 +287,15 @@ def _leading_ones(ctx: _Context, name: str, meaningful: int, count_field: str) -
 def _sizes_equal(
     ctx: _Context, name: str, expected: Sequence[int], rule_text: str, skip_axis: int | None = None
 ) -> Iterator[Violation]:
+    # Symbolic descriptors (inspect on dynamic shapes) hold placeholder sizes; two different symbols may be
+    # equal at run time, so only sizes known to differ fail here (the run checks the real ones).
+    from ..translate.symbolic import differ
+
     actual = _sizes(ctx.tensors[name].sizes)
     want = _sizes(expected)
-    differs = [i for i, (a, w) in enumerate(zip(actual, want, strict=False)) if a != w and i != skip_axis]
+    differs = [
+        i for i, (a, w) in enumerate(zip(actual, want, strict=False)) if differ(a, w) and i != skip_axis
+    ]
     if differs or len(actual) != len(want):
         shown = "{" + ",".join(str(s) for s in want) + "}"
         if skip_axis is not None:
