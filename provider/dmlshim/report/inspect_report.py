@@ -72,7 +72,11 @@ def _meaning(mt: ModelTranslation) -> str:
             parts.append(f"{unknown} of unknown rank or type")
         if s["error"] - unknown:
             parts.append(f"{s['error'] - unknown} not translated")
-    head = f"{s['dml']} of {s['gather_scatter_nodes']} run as DirectML operators"
+    head = f"{s['dml']} of {s['gather_scatter_nodes']} translate to DirectML operators"
+    translated = [n for n in mt.nodes if n.ok]
+    on_cpu = sum(1 for n in translated if n.ort_placement == "CPUExecutionProvider")
+    if on_cpu:
+        parts.append(f"{on_cpu} translated but placed on the CPU by onnxruntime's DirectML provider")
     return head + "; " + ", ".join(parts)
 
 
