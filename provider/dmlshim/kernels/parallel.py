@@ -75,7 +75,7 @@ def _executor() -> ThreadPoolExecutor:
         return _pool
 
 
-SCRATCH_MIN_ELEMENTS = 1 << 15
+SCRATCH_MIN_ELEMENTS = min(1 << 15, CHUNK_ELEMENTS)
 """Index temporaries at least this long come from the thread's reusable scratch buffer (:func:`scratch`)
 instead of a fresh allocation: a fresh multi-megabyte array costs page faults on first touch, which
 made chunked gathers up to 1.4x slower."""
