@@ -171,7 +171,7 @@ def render_text(
     s = mt.summary
     lines = [
         f"Model: {model_path}",
-        f"Target: {mt.feature_level.dml_name} (ai.onnx opset {mt.opset}; {s['total_nodes']} nodes, "
+        f"Target: {mt.feature_level.dml_name} (ai.onnx opset {mt.opset}; {s['total_nodes']} node{'' if s['total_nodes'] == 1 else 's'}, "
         f"{s['gather_scatter_nodes']} gather/scatter)",
     ]
     for title, values in (("Inputs", graph_inputs), ("Outputs", graph_outputs)):
