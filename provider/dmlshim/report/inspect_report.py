@@ -169,9 +169,10 @@ def render_text(
         descriptors: add each node's descriptor fields (Sizes, Axis, counts), one line per node.
     """
     s = mt.summary
+    nodes = f"{s['total_nodes']} node" + ("" if s["total_nodes"] == 1 else "s")
     lines = [
         f"Model: {model_path}",
-        f"Target: {mt.feature_level.dml_name} (ai.onnx opset {mt.opset}; {s['total_nodes']} node{'' if s['total_nodes'] == 1 else 's'}, "
+        f"Target: {mt.feature_level.dml_name} (ai.onnx opset {mt.opset}; {nodes}, "
         f"{s['gather_scatter_nodes']} gather/scatter)",
     ]
     for title, values in (("Inputs", graph_inputs), ("Outputs", graph_outputs)):
