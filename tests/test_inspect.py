@@ -84,7 +84,7 @@ def test_text_report_with_fallback(capsys: pytest.CaptureFixture[str], with_fall
     assert "Gather/scatter nodes translated to DirectML: 1 of 2" in out
     assert "SCATTER_REDUCTION_UNSUPPORTED: 1" in out
     assert "gather_0" in out and "GATHER" in out and "scatter_add" in out
-    assert "Verdict: PARTIAL (1 of 2 run as DirectML operators; 1 fall back to the CPU)" in out
+    assert "Verdict: PARTIAL (1 of 2 translate to DirectML operators; 1 fall back to the CPU)" in out
     # No sample inputs beside the model: validate draws them (no placeholder file name).
     assert f"Next: dmlshim validate {with_fallback} --feature-level 5_0" in out
 
@@ -185,7 +185,7 @@ def test_next_hint_names_the_models_own_symbolic_dims(
     hint = ["--input-shape", "batch=1", "--input-shape", "seq=1", "--input-shape", "n=1"]
     assert nxt == f"Next: dmlshim inspect {path} {' '.join(hint)} --feature-level 5_0"
     assert "D0" not in out and "NAME=" not in out
-    assert "Verdict: NO (0 of 1 run as DirectML operators; 1 of unknown rank or type)" in out
+    assert "Verdict: NO (0 of 1 translate to DirectML operators; 1 of unknown rank or type)" in out
     assert "fall back" not in out.split("Verdict:")[1]
     # The hint works: with n fixed, the rank of the Reshape output is known.
     code, out, _ = _run(capsys, path, *hint)

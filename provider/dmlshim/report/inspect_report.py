@@ -72,7 +72,11 @@ def _meaning(mt: ModelTranslation) -> str:
             parts.append(f"{unknown} of unknown rank or type")
         if s["error"] - unknown:
             parts.append(f"{s['error'] - unknown} not translated")
-    head = f"{s['dml']} of {s['gather_scatter_nodes']} run as DirectML operators"
+    head = f"{s['dml']} of {s['gather_scatter_nodes']} translate to DirectML operators"
+    translated = [n for n in mt.nodes if n.ok]
+    on_cpu = sum(1 for n in translated if n.ort_placement == "CPUExecutionProvider")
+    if on_cpu:
+        parts.append(f"{on_cpu} translated but placed on the CPU by onnxruntime's DirectML provider")
     return head + "; " + ", ".join(parts)
 
 
@@ -165,9 +169,10 @@ def render_text(
         descriptors: add each node's descriptor fields (Sizes, Axis, counts), one line per node.
     """
     s = mt.summary
+    nodes = f"{s['total_nodes']} node" + ("" if s["total_nodes"] == 1 else "s")
     lines = [
         f"Model: {model_path}",
-        f"Target: {mt.feature_level.dml_name} (ai.onnx opset {mt.opset}; {s['total_nodes']} nodes, "
+        f"Target: {mt.feature_level.dml_name} (ai.onnx opset {mt.opset}; {nodes}, "
         f"{s['gather_scatter_nodes']} gather/scatter)",
     ]
     for title, values in (("Inputs", graph_inputs), ("Outputs", graph_outputs)):
