@@ -115,3 +115,14 @@ def size_label(n: int) -> str:
         if n >= scale:
             return f"{n / scale:.3g}{unit}"
     return str(n)
+
+
+def fmt(value: Any, digits: int = 2) -> str:
+    """A table cell: a dash for None, yes/NO for bools, fixed digits for floats."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "NO"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)

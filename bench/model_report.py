@@ -6,15 +6,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-
-def _fmt(value: Any, digits: int = 2) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, bool):
-        return "yes" if value else "NO"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
+from bench.common import fmt as _fmt
 
 
 def _target(

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from bench.common import NA, size_label
+from bench.common import fmt as _fmt
 from bench.model_report import model_tables, model_targets
 
 TARGETS = (
@@ -69,16 +70,6 @@ def targets(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 }
             )
     return out
-
-
-def _fmt(value: Any, digits: int = 2) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, bool):
-        return "yes" if value else "NO"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
 
 
 def markdown(rows: Sequence[dict[str, Any]], info: dict[str, Any]) -> str:

@@ -130,7 +130,7 @@ def derived(desc: _D, compute: Callable[[_D], _V]) -> _V:
     found = table.get(compute, _MISSING)
     if found is _MISSING:
         found = table[compute] = compute(desc)
-    return found  # type: ignore[no-any-return]
+    return found
 
 
 _MISSING = object()
