@@ -16,7 +16,7 @@ import onnx.helper as oh
 import pytest
 from onnx import TensorProto
 
-from dmlshim.cli import validate_cmd, validate_many
+from dmlshim.cli import validate_files, validate_many
 from dmlshim.cli.main import build_parser, main
 from dmlshim.cli.progress import Progress
 from dmlshim.comparison import DEFAULT_ATOL, DEFAULT_RTOL
@@ -260,14 +260,14 @@ def test_a_bad_model_is_reported_and_the_others_still_run(
 def test_a_crash_in_one_model_is_not_fatal(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    real = validate_cmd.model_report
+    real = validate_files.model_report
 
     def flaky(args: argparse.Namespace, model: str) -> object:
         if model == EMBEDDING:
             raise ZeroDivisionError("boom")
         return real(args, model)
 
-    monkeypatch.setattr(validate_cmd, "model_report", flaky)
+    monkeypatch.setattr(validate_files, "model_report", flaky)
     assert main(["validate", TOPK, EMBEDDING]) == 2
     out = capsys.readouterr().out
     assert "internal error: ZeroDivisionError: boom" in out
@@ -286,14 +286,14 @@ def test_jobs_give_the_same_table_and_survive_a_dying_worker(
     strip = lambda docs: [{k: v for k, v in d.items() if k != "seconds"} for d in docs]  # noqa: E731
     assert strip(parallel) == strip(serial)
 
-    real = validate_cmd.model_report
+    real = validate_files.model_report
 
     def dies(args: argparse.Namespace, model: str) -> object:
         if model == models[1]:
             os._exit(3)  # the worker process dies, as on a segfault
         return real(args, model)
 
-    monkeypatch.setattr(validate_cmd, "model_report", dies)
+    monkeypatch.setattr(validate_files, "model_report", dies)
     assert main(["validate", *models, "--jobs", "2"]) == 2
     out = capsys.readouterr().out
     assert f"{models[1]}: crash: the worker process died" in out

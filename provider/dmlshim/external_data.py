@@ -23,6 +23,7 @@ import onnx
 from onnx import TensorProto
 
 from .errors import BadModelError, TooLargeError
+from .graph import all_tensors
 from .limits import _itemsize, check_bytes, format_bytes
 
 __all__ = [
@@ -50,8 +51,6 @@ class ExternalRef:
 
 def external_tensors(graph: onnx.GraphProto) -> list[onnx.TensorProto]:
     """Every tensor of the graph and its subgraphs that keeps its data in an external file."""
-    from .modelcheck import all_tensors
-
     return [t for t in all_tensors(graph) if t.data_location == TensorProto.EXTERNAL]
 
 

@@ -54,3 +54,19 @@ def walk_nodes(graph: onnx.GraphProto, prefix: str = "") -> Iterator[tuple[str, 
         yield name, node
         for attr_name, sub in subgraphs(node):
             yield from walk_nodes(sub, subgraph_prefix(name, attr_name))
+
+
+def all_tensors(graph: onnx.GraphProto) -> list[onnx.TensorProto]:
+    """Initializers and tensor attributes of a graph and of every subgraph."""
+    found = list(graph.initializer)
+    found.extend(s.values for s in graph.sparse_initializer)
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                found.append(attr.t)
+            found.extend(attr.tensors)
+            if attr.HasField("g"):
+                found.extend(all_tensors(attr.g))
+            for g in attr.graphs:
+                found.extend(all_tensors(g))
+    return found

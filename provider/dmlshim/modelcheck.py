@@ -21,7 +21,7 @@ from onnx import TensorProto
 
 from .errors import BadModelError
 from .external_data import EXTERNAL_DATA_RULE, check_external_data, load_external_data
-from .graph import node_path, subgraph_prefix, subgraphs, walk_nodes
+from .graph import all_tensors, node_path, subgraph_prefix, subgraphs, walk_nodes
 from .ort_errors import (
     GATHER_SCATTER_INDEX_TYPES,
     UnknownOperator,
@@ -43,22 +43,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-
-def all_tensors(graph: onnx.GraphProto) -> list[onnx.TensorProto]:
-    """Initializers and tensor attributes of a graph and of every subgraph."""
-    found = list(graph.initializer)
-    found.extend(s.values for s in graph.sparse_initializer)
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.HasField("t"):
-                found.append(attr.t)
-            found.extend(attr.tensors)
-            if attr.HasField("g"):
-                found.extend(all_tensors(attr.g))
-            for g in attr.graphs:
-                found.extend(all_tensors(g))
-    return found
 
 
 # Where each element type keeps its values when not in raw_data, and how many entries one element takes.

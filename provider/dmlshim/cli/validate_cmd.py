@@ -11,12 +11,12 @@ import sys
 from typing import TYPE_CHECKING
 
 from . import validate_many
-from .options import add_feature_level, add_input_shape, add_tolerances, input_shapes
+from .options import add_feature_level, add_input_shape, add_tolerances
 from .progress import status
-from .validate_files import add_array_files, check_array_targets, finish
+from .validate_files import add_array_files, model_report
 
 if TYPE_CHECKING:
-    from ..validate import ValidationReport
+    pass
 
 # Kept here (not imported from dmlshim.validate) so that building the parser does not load onnxruntime.
 OPTIMIZATION_LEVEL_NAMES = ("disabled", "basic", "extended", "all")
@@ -52,30 +52,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--json", action="store_true", help="print the schema_version 2 JSON document (docs/validate.md)"
     )
     validate_many.add_arguments(parser)
-
-
-def model_report(args: argparse.Namespace, model: str) -> ValidationReport:
-    """Validate one model with the command line's options."""
-    from ..validate import validate_model
-    from ..validate.tolerances import parse_tolerances
-
-    shapes = input_shapes(args)
-    if shapes and args.inputs:
-        print("dmlshim validate: note: --input-shape is ignored with --inputs", file=sys.stderr)
-    tolerances = parse_tolerances(args.rtol, args.atol)
-    check_array_targets(args)
-    report = validate_model(
-        model,
-        inputs=args.inputs,
-        feature_level=args.feature_level,
-        rtol=tolerances.rtol,
-        atol=tolerances.atol,
-        input_shapes=shapes or None,
-        seed=args.seed,
-        index_mode="clamp" if args.clamp_indices else "error",
-        optimization_level=args.optimization_level,
-    )
-    return finish(report, tolerances, args)
 
 
 def run(args: argparse.Namespace) -> int:

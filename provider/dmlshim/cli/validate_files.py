@@ -1,13 +1,16 @@
-"""validate's options around files of arrays, as polygraphy's ``run`` has them: save the inputs and the
-outputs, compare with reference outputs from a file, show only the problems."""
+"""validate's work on one model with the command line's options: the run, then what polygraphy's ``run``
+offers around files of arrays (save the inputs and the outputs, compare with reference outputs from a
+file, per-output tolerances, show only the problems)."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import sys
 
 from ..validate import ValidationReport
 from ..validate.tolerances import Tolerances
+from .options import input_shapes
 
 logger = logging.getLogger(__name__)
 
@@ -70,3 +73,27 @@ def finish(report: ValidationReport, tolerances: Tolerances, args: argparse.Name
         write_arrays(args.save_outputs, outputs, kind="outputs", overwrite=args.overwrite, inputs=guard)
         logger.info("outputs written to %s", args.save_outputs)
     return report
+
+
+def model_report(args: argparse.Namespace, model: str) -> ValidationReport:
+    """Validate one model with the command line's options."""
+    from ..validate import validate_model
+    from ..validate.tolerances import parse_tolerances
+
+    shapes = input_shapes(args)
+    if shapes and args.inputs:
+        print("dmlshim validate: note: --input-shape is ignored with --inputs", file=sys.stderr)
+    tolerances = parse_tolerances(args.rtol, args.atol)
+    check_array_targets(args)
+    report = validate_model(
+        model,
+        inputs=args.inputs,
+        feature_level=args.feature_level,
+        rtol=tolerances.rtol,
+        atol=tolerances.atol,
+        input_shapes=shapes or None,
+        seed=args.seed,
+        index_mode="clamp" if args.clamp_indices else "error",
+        optimization_level=args.optimization_level,
+    )
+    return finish(report, tolerances, args)

@@ -132,7 +132,7 @@ def collect_models(paths: Iterable[str]) -> list[str]:
 
 def validate_one(model: str, args: argparse.Namespace) -> ModelOutcome:
     """Validate one model with validate's options; every failure becomes an outcome, not an exception."""
-    from .validate_cmd import model_report
+    from .validate_files import model_report
 
     start = time.perf_counter()
     try:
