@@ -15,8 +15,8 @@ import onnx
 
 from ..modelcheck import unknown_operators
 from ..report.inspect_report import GraphValue, render_text, write_json
+from ..translate.model_translation import translate_model
 from ..translate.shapes_info import load_model, tensor_info
-from ..translate.translator import translate_model
 from .options import add_feature_level, add_input_shape, apply_input_shapes, input_shapes
 
 

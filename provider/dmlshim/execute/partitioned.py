@@ -32,10 +32,11 @@ from ..errors import BadModelError, DmlShimError
 from ..graph import display_names, is_gather_scatter
 from ..limits import check_static_values
 from ..translate import NodeTranslation, Status, TensorInfo, infer_shapes, translate_node
+from ..translate.model_translation import model_placements
 from ..translate.placement import CPU_PREFERRED_MESSAGE, graph_placements
 from ..translate.plan import CPU_PROVIDER
 from ..translate.shapes_info import tensor_infos
-from ..translate.translator import model_opsets, model_placements, node_since_version
+from ..translate.translator import model_opsets, node_since_version
 from ..weightless import without_weights
 from .engine import EngineConfig
 from .fallback import has_deprecated_scatter, note_scatter_as_scatter_elements

@@ -12,9 +12,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from ..translate.model_translation import ModelTranslation
 from ..translate.plan import NodeTranslation, Status, elem_type_name
 from ..translate.symbolic import describe
-from ..translate.translator import ModelTranslation
 from .text import shape_text, table
 
 __all__ = ["GraphValue", "next_command", "render_json", "render_text", "verdict", "write_json"]

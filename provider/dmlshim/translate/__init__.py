@@ -7,6 +7,7 @@ Public API::
 
 from __future__ import annotations
 
+from .model_translation import ModelTranslation, translate_model
 from .plan import (
     CPU_PROVIDER,
     DML_PROVIDER,
@@ -24,7 +25,7 @@ from .plan import (
 from .runner import RunResult, run_translation
 from .shapes_info import infer_shapes, load_model
 from .support_table import SUPPORT_TABLE, SupportRow, render_markdown
-from .translator import ModelTranslation, translate_model, translate_node
+from .translator import translate_node
 
 __all__ = [
     "CPU_PROVIDER",

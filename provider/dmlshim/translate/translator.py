@@ -40,11 +40,8 @@ from .symbolic import SIZE_DEPENDENT_RULES, symbolic_note
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "ModelTranslation",
     "model_opsets",
-    "model_placements",
     "node_since_version",
-    "translate_model",
     "translate_node",
 ]
 
@@ -322,7 +319,3 @@ def node_since_version(node: onnx.NodeProto, opsets: Mapping[str, int]) -> int:
     opset = opsets.get(domain, 0)
     return _schema_since(node.op_type, opset, domain) or opset
 
-
-# translate_model and ModelTranslation live in model_translation (which imports this module); they are
-# re-exported here for the callers that import them from the translator.
-from .model_translation import ModelTranslation, model_placements, translate_model  # noqa: E402
