@@ -11,6 +11,34 @@ from onnx import TensorProto
 from .errors import BadModelError
 from .graph import walk_nodes
 
+# The exception types an onnxruntime call raises.
+ORT_ERRORS: tuple[type[BaseException], ...] = (RuntimeError, ValueError)
+try:  # onnxruntime's own exception types do not derive from RuntimeError.
+    from onnxruntime.capi import onnxruntime_pybind11_state as ort_state_module
+
+    ORT_ERRORS = (
+        *ORT_ERRORS,
+        *(
+            getattr(ort_state_module, n)
+            for n in (
+                "Fail",
+                "InvalidArgument",
+                "RuntimeException",
+                "InvalidGraph",
+                "NotImplemented",
+                "NoSuchFile",
+                "EPFail",
+                "InvalidProtobuf",
+                "ModelLoaded",
+                "NoModel",
+                "EngineError",
+            )
+            if hasattr(ort_state_module, n)
+        ),
+    )
+except ImportError:  # pragma: no cover - onnxruntime always ships it
+    pass
+
 __all__ = [
     "GATHER_SCATTER_INDEX_TYPES",
     "UnknownOperator",

@@ -12,6 +12,7 @@ import onnxruntime as ort
 
 from ..errors import BadInputError, IndexOutOfRangeError
 from ..modelcheck import ort_load_error
+from ..ort_errors import ORT_ERRORS
 from .engine import EngineConfig
 from .fallback import for_onnxruntime
 from .partition import CpuSegment
@@ -19,33 +20,6 @@ from .profiling import separate_profile
 from .segments import segment_model
 from .weights import SharedWeights, light_copy
 from .whole_model import augmented_model
-
-ORT_ERRORS: tuple[type[BaseException], ...] = (RuntimeError, ValueError)
-try:  # onnxruntime's own exception types do not derive from RuntimeError.
-    from onnxruntime.capi import onnxruntime_pybind11_state as ort_state_module
-
-    ORT_ERRORS = (
-        *ORT_ERRORS,
-        *(
-            getattr(ort_state_module, n)
-            for n in (
-                "Fail",
-                "InvalidArgument",
-                "RuntimeException",
-                "InvalidGraph",
-                "NotImplemented",
-                "NoSuchFile",
-                "EPFail",
-                "InvalidProtobuf",
-                "ModelLoaded",
-                "NoModel",
-                "EngineError",
-            )
-            if hasattr(ort_state_module, n)
-        ),
-    )
-except ImportError:  # pragma: no cover - onnxruntime always ships it
-    pass
 
 GATHER_SCATTER_OPS = frozenset(
     {"Gather", "GatherElements", "GatherND", "Scatter", "ScatterElements", "ScatterND"}

@@ -86,7 +86,7 @@ def config_entry(so: Any, key: str) -> str | None:
 
 
 def _ort_errors() -> tuple[type[BaseException], ...]:
-    from .ort_support import ORT_ERRORS
+    from ..ort_errors import ORT_ERRORS
 
     return ORT_ERRORS
 
