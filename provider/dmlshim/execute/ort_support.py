@@ -41,6 +41,19 @@ def has_scatter(graph: onnx.GraphProto, skip: frozenset[str] = frozenset()) -> b
     return False
 
 
+def default_options(graph: onnx.GraphProto, skip: frozenset[str] = frozenset()) -> ort.SessionOptions:
+    """The options of a session dmlshim builds when the caller gave none: onnxruntime's defaults, quiet
+    (the raised DmlShimError already says what onnxruntime would log), and one intra-op thread when a
+    scatter runs in it (onnxruntime's CPU ScatterND loses updates on duplicate indices with several
+    threads; one thread makes it exact and deterministic). Scatters writing an output in ``skip`` are
+    checked against their kernel instead and do not count."""
+    options = ort.SessionOptions()
+    options.log_severity_level = 4
+    if has_scatter(graph, skip):
+        options.intra_op_num_threads = 1
+    return options
+
+
 def cpu_session(
     model: onnx.ModelProto | bytes, sess_options: Any, what: str, shared: SharedWeights | None = None
 ) -> ort.InferenceSession:
@@ -53,13 +66,7 @@ def cpu_session(
         model = for_onnxruntime(model)  # deprecated Scatter as ScatterElements
     if sess_options is None:
         proto = model if isinstance(model, onnx.ModelProto) else onnx.load_from_string(model)
-        sess_options = ort.SessionOptions()
-        # onnxruntime's own error log would repeat, unasked, what the raised DmlShimError already says.
-        sess_options.log_severity_level = 4
-        if has_scatter(proto.graph):
-            # onnxruntime's CPU ScatterND loses updates on duplicate indices with more than one intra-op
-            # thread (results differ run to run); one thread makes it exact and deterministic.
-            sess_options.intra_op_num_threads = 1
+        sess_options = default_options(proto.graph)
         if shared is not None and isinstance(model, onnx.ModelProto):
             shared.attach(sess_options, model)
     separate_profile(sess_options)
@@ -119,17 +126,13 @@ def whole_model_session(
     shared: SharedWeights | None,
     extra_outputs: Sequence[str],
 ) -> ort.InferenceSession:
-    """The whole-model check's session: the model with ``extra_outputs`` added. With default options it
-    keeps onnxruntime's default thread count unless a scatter that no kernel replaces would run in it
-    (onnxruntime's CPU scatters lose updates on duplicate indices with several threads); emulated
-    scatters are checked against their kernel anyway."""
+    """The whole-model check's session: the model with ``extra_outputs`` added. With default options
+    the emulated scatters do not force one thread (each is checked against its kernel); ``shared`` is
+    given exactly when the options are dmlshim's own."""
     options = config.sess_options
     if options is None:
-        options = ort.SessionOptions()
-        options.log_severity_level = 4
-        if has_scatter(model.graph, skip=emulated):
-            options.intra_op_num_threads = 1
-    if shared is not None and config.sess_options is None:
+        options = default_options(model.graph, skip=emulated)
+    if shared is not None:
         light = light_copy(model, shared, extra_outputs)
         shared.attach(options, light)
         payload = light.SerializeToString()
