@@ -10,10 +10,11 @@ from typing import Any
 
 import numpy as np
 
-from ..comparison import array_difference, dtype_tolerance
+from ..comparison import dtype_tolerance
 from .results import Mismatch, ValidationReport, json_scalar
 from .statistics import ErrorStatistics, error_statistics
 from .tolerances import Tolerances
+from .verdict import compare_arrays
 
 
 @dataclass(frozen=True)
@@ -66,23 +67,16 @@ def compare_external(
     if expected is None:
         return ExternalComparison(False, rtol, atol, problem="not in the reference outputs file")
     expected = np.asarray(expected)
-    if expected.dtype != got.dtype:
-        return ExternalComparison(
-            False, rtol, atol, problem=f"dtype {got.dtype} but the reference is {expected.dtype}"
-        )
-    if expected.shape != got.shape:
-        return ExternalComparison(
-            False, rtol, atol, problem=f"shape {list(got.shape)} but the reference is {list(expected.shape)}"
-        )
-    diff = array_difference(got, expected, rtol, atol)
-    first = None if diff.first is None else Mismatch(diff.first, got[diff.first], expected[diff.first])
+    c = compare_arrays(got, expected, rtol, atol)
+    if c.problem is not None:
+        return ExternalComparison(False, rtol, atol, problem=c.problem)
     return ExternalComparison(
-        match=diff.mismatches == 0,
+        match=c.match,
         rtol=rtol,
         atol=atol,
-        max_abs_diff=diff.max_abs_diff,
-        mismatches=diff.mismatches,
-        first_mismatch=first,
+        max_abs_diff=c.max_abs_diff,
+        mismatches=c.mismatches,
+        first_mismatch=c.first_mismatch,
         statistics=error_statistics(got, expected, rtol, atol),
     )
 

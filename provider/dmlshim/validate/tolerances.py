@@ -14,10 +14,10 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from ..comparison import array_difference, exact_difference
 from ..errors import BadInputError
-from .results import Mismatch, OutputComparison, ValidationReport
+from .results import OutputComparison, ValidationReport
 from .statistics import error_statistics
+from .verdict import compare_arrays
 
 
 @dataclass(frozen=True)
@@ -101,20 +101,14 @@ def recompare(o: OutputComparison, rtol: float, atol: float) -> OutputComparison
     if o.dmlshim is None or o.reference is None or o.problem is not None:
         return o
     got, ref = o.dmlshim, o.reference
-    stats = error_statistics(got, ref, rtol, atol)
-    if got.shape != ref.shape or got.dtype != ref.dtype:
-        return dataclasses.replace(o, statistics=stats)
-    diff = exact_difference(got, ref) if rtol == 0 and atol == 0 else array_difference(got, ref, rtol, atol)
-    first = None
-    if diff.first is not None:
-        first = Mismatch(diff.first, got[diff.first], ref[diff.first])
+    c = compare_arrays(got, ref, rtol, atol, exact=rtol == 0 and atol == 0)
     return dataclasses.replace(
         o,
-        match=diff.mismatches == 0,
-        mismatches=diff.mismatches,
-        max_abs_diff=diff.max_abs_diff,
-        first_mismatch=first,
-        statistics=stats,
+        match=c.match,
+        mismatches=c.mismatches,
+        max_abs_diff=c.max_abs_diff,
+        first_mismatch=c.first_mismatch,
+        statistics=error_statistics(got, ref, rtol, atol),
     )
 
 
