@@ -21,6 +21,7 @@ import numpy as np
 
 from .errors import BadInputError
 from .limits import check_tensor
+from .reading import npy_header
 
 logger = logging.getLogger(__name__)
 
@@ -40,17 +41,6 @@ def _class_of(value: Mapping[str, Any]) -> str | None:
         if isinstance(key, str) and key.startswith(LEGACY_PREFIX):
             return key[len(LEGACY_PREFIX) :]
     return None
-
-
-def _read_npy_header(member: io.BytesIO) -> tuple[tuple[int, ...], np.dtype]:
-    version = np.lib.format.read_magic(member)
-    if version == (1, 0):
-        shape, _, dtype = np.lib.format.read_array_header_1_0(member)
-    elif version == (2, 0):
-        shape, _, dtype = np.lib.format.read_array_header_2_0(member)
-    else:
-        raise ValueError(f".npy format version {version} is not supported")
-    return tuple(shape), dtype
 
 
 def decode_array(value: Any, key: str, where: str) -> np.ndarray:
@@ -74,8 +64,8 @@ def decode_array(value: Any, key: str, where: str) -> np.ndarray:
         raise BadInputError(f"array {key!r} is not base64: {exc}", path=where, tensor=key) from exc
     member = io.BytesIO(data)
     try:
-        shape, dtype = _read_npy_header(member)
-    except (ValueError, EOFError) as exc:
+        shape, _, dtype = npy_header(member)
+    except (ValueError, EOFError, TypeError, SyntaxError) as exc:
         raise BadInputError(f"array {key!r} is not an .npy array: {exc}", path=where, tensor=key) from exc
     if dtype.hasobject:
         raise BadInputError(

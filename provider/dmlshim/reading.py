@@ -13,7 +13,7 @@ import json
 import os
 import stat
 from collections.abc import Callable
-from typing import Any, BinaryIO
+from typing import IO, Any, BinaryIO
 
 import numpy as np
 
@@ -104,6 +104,23 @@ def read_json(
     return loads_json(text, what=what, path=os.fspath(path), error=error, **hooks)
 
 
+def npy_header(stream: IO[bytes]) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """The ``(shape, fortran_order, dtype)`` an ``.npy`` header declares, read without the data.
+
+    Raises:
+        ValueError: not an ``.npy`` header, or a format version this numpy cannot read.
+    """
+    version = np.lib.format.read_magic(stream)
+    if version == (1, 0):
+        return np.lib.format.read_array_header_1_0(stream)
+    if version == (2, 0):
+        return np.lib.format.read_array_header_2_0(stream)
+    reader = getattr(np.lib.format, "_read_array_header", None)
+    if reader is None:
+        raise ValueError(f".npy format version {version} is not supported by this numpy")
+    return reader(stream, version)
+
+
 def read_npy(
     path: str | os.PathLike[str], *, what: str = ".npy file", error: ErrorType = BadInputError
 ) -> Any:
@@ -115,11 +132,7 @@ def read_npy(
     text = os.fspath(path)
     with open_regular(text, what=what, error=error) as handle:
         try:
-            version = np.lib.format.read_magic(handle)
-            if version == (1, 0):
-                shape, _, dtype = np.lib.format.read_array_header_1_0(handle)
-            else:
-                shape, _, dtype = np.lib.format.read_array_header_2_0(handle)
+            shape, _, dtype = npy_header(handle)
         except (ValueError, OSError, TypeError, SyntaxError):
             shape = None  # not an .npy header: numpy.load below says what it is
         if shape is not None:

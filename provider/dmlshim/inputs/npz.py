@@ -21,6 +21,7 @@ import numpy as np
 from ..errors import BadInputError
 from ..limits import check_tensor
 from ..polygraphy_json import arrays_from_document
+from ..reading import npy_header
 
 __all__ = ["load_npz", "save_npz", "sniff"]
 
@@ -111,18 +112,6 @@ def _open(path: str | Path | BinaryIO) -> tuple[BinaryIO, str, bool]:
     return path, where, False
 
 
-def _read_header(member: IO[bytes]) -> tuple[tuple[int, ...], bool, np.dtype]:
-    version = np.lib.format.read_magic(member)
-    if version == (1, 0):
-        return np.lib.format.read_array_header_1_0(member)
-    if version == (2, 0):
-        return np.lib.format.read_array_header_2_0(member)
-    reader = getattr(np.lib.format, "_read_array_header", None)
-    if reader is None:
-        raise ValueError(f".npy format version {version} is not supported by this numpy")
-    return reader(member, version)
-
-
 def load_npz(path: str | Path | BinaryIO) -> dict[str, np.ndarray]:
     """Load every array of an ``.npz`` file, refusing pickled objects and arrays over the memory limit.
 
@@ -160,7 +149,7 @@ def _load_members(archive: zipfile.ZipFile, where: str) -> dict[str, np.ndarray]
         key = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
         try:
             with archive.open(info) as member:
-                shape, _fortran, dtype = _read_header(member)
+                shape, _fortran, dtype = npy_header(member)
                 header_len = member.tell()
         except _READ_ERRORS as exc:
             raise BadInputError(
