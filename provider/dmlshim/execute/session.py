@@ -15,6 +15,7 @@ import onnxruntime as ort
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
 from ..errors import BadInputError, DmlShimError, NotSupportedError, guard_resources
 from ..kernels.options import IndexMode
+from .added_initializers import added_initializers, with_initializers
 from .engine import Engine, EngineConfig, get_engine_factory
 from .feeds import FeedValidator, ModelMetadata, NodeArg, node_arg
 from .iobinding import IOBinding, as_array, fill_fetches, ortvalues_from_vector, to_ortvalue
@@ -108,7 +109,15 @@ class InferenceSession:
         self._describe(loaded)
         self._last_run_record: RunRecord | None = None
         with self._span("session_initialization"):
-            write_optimized_model(loaded.proto, loaded.path, sess_options)
+            # Values the options add (add_initializer, add_external_initializers) go into the model every
+            # engine runs, so that emulated nodes read them too.
+            self._added = added_initializers(loaded.proto, sess_options, loaded.external)
+            self._model = (
+                with_initializers(loaded.proto, self._added.values) if self._added.values else loaded.proto
+            )
+            write_optimized_model(
+                self._model, loaded.path, sess_options, from_proto=bool(self._added.values)
+            )
             self._engine: Engine = self._build_engine()
         logger.debug(
             "session for %s ready (engine %s)", loaded.path or "<in-memory model>", self._engine.name
@@ -141,7 +150,9 @@ class InferenceSession:
             feature_level=self._feature_level,
             index_mode=self._index_mode,
             sess_options=engine_options(
-                self._sess_options, profile_prefix=profiler.partition_prefix if profiler else None
+                self._sess_options,
+                profile_prefix=profiler.partition_prefix if profiler else None,
+                without_added=bool(self._added.external),
             ),
             # Only the real DirectML engine hands providers to onnxruntime; the others run on its CPU.
             providers=tuple(zip(self._choice.names, self._choice.options, strict=True))
@@ -153,7 +164,7 @@ class InferenceSession:
             whole_model_check=profiler is None,
         )
         try:
-            engine = get_engine_factory(name)(self._loaded.proto, config)
+            engine = get_engine_factory(name)(self._model, config)
         except DmlShimError as exc:
             if exc.path is None:
                 exc.path = self._loaded.path

@@ -109,16 +109,25 @@ def copy_options(so: Any, *, profile_prefix: str | None = None) -> ort.SessionOp
     return out
 
 
-def engine_options(so: Any, *, profile_prefix: str | None) -> ort.SessionOptions | None:
+def engine_options(
+    so: Any, *, profile_prefix: str | None, without_added: bool = False
+) -> ort.SessionOptions | None:
     """The options the engine builds its onnxruntime sessions with (None: the engine's own defaults).
 
     The caller's own object when it asks for neither profiling nor an optimized model file, so that
     everything it holds (custom-op libraries, free dimension overrides, added initializers) reaches the
-    partitions; otherwise a copy (see :func:`copy_options`) that writes no file of its own.
+    partitions; otherwise a copy (see :func:`copy_options`) that writes no file of its own. A copy too
+    with ``without_added``: the model already holds the values added through
+    ``add_external_initializers``, which onnxruntime would refuse to apply to a partition.
     """
     if so is None:
         return None
-    if not so.enable_profiling and not so.optimized_model_filepath and profile_prefix is None:
+    if (
+        not so.enable_profiling
+        and not so.optimized_model_filepath
+        and profile_prefix is None
+        and not without_added
+    ):
         return so
     return copy_options(so, profile_prefix=profile_prefix)
 
@@ -144,12 +153,15 @@ def check_session_options(so: Any) -> None:
     )
 
 
-def write_optimized_model(model: onnx.ModelProto, model_path: str | None, so: Any) -> Path | None:
+def write_optimized_model(
+    model: onnx.ModelProto, model_path: str | None, so: Any, *, from_proto: bool = False
+) -> Path | None:
     """Honour ``so.optimized_model_filepath`` for the whole model, as onnxruntime does.
 
     One onnxruntime CPU session is built over the whole, unpartitioned model with the caller's options
     (graph optimization level included); onnxruntime writes the optimized graph to a private folder and
-    the result is then written to the requested path. The file therefore holds what onnxruntime's CPU
+    the result is then written to the requested path (``from_proto``: onnxruntime reads ``model``, which
+    holds values the options added, instead of the file). The file therefore holds what onnxruntime's CPU
     provider would run for this model, not dmlshim's partitions: gather/scatter nodes appear as ordinary
     ONNX nodes (possibly folded or fused by onnxruntime's optimizers).
 
@@ -173,7 +185,7 @@ def write_optimized_model(model: onnx.ModelProto, model_path: str | None, so: An
                 copy.add_session_config_entry(key, value)
         copy.optimized_model_filepath = str(staged)
         copy.log_severity_level = max(int(so.log_severity_level), 3)
-        source: Any = model_path if model_path is not None else model.SerializeToString()
+        source: Any = model_path if model_path is not None and not from_proto else model.SerializeToString()
         try:
             ort.InferenceSession(source, copy, providers=["CPUExecutionProvider"])
         except _ort_errors() as exc:
