@@ -68,9 +68,7 @@ def _quiet(so: Any) -> Iterator[Any]:
         so.enable_profiling, so.optimized_model_filepath, so.log_severity_level = saved
 
 
-def _probe(
-    folder: Path, tensors: Mapping[str, onnx.TensorProto], external: set[str], so: Any
-) -> list[Any]:
+def _probe(folder: Path, tensors: Mapping[str, onnx.TensorProto], external: set[str], so: Any) -> list[Any]:
     # onnxruntime refuses a graph without any value: an anchor output keeps the probe valid when empty.
     anchor = helper.make_tensor(_ANCHOR, onnx.TensorProto.FLOAT, [0], [])
     graph = helper.make_graph(

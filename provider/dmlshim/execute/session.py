@@ -115,9 +115,7 @@ class InferenceSession:
             self._model = (
                 with_initializers(loaded.proto, self._added.values) if self._added.values else loaded.proto
             )
-            write_optimized_model(
-                self._model, loaded.path, sess_options, from_proto=bool(self._added.values)
-            )
+            write_optimized_model(self._model, loaded.path, sess_options, from_proto=bool(self._added.values))
             self._engine: Engine = self._build_engine()
         logger.debug(
             "session for %s ready (engine %s)", loaded.path or "<in-memory model>", self._engine.name
