@@ -101,7 +101,8 @@ class InferenceSession:
         self._profiler: SessionProfiler | None = None
         if sess_options is not None and sess_options.enable_profiling:
             check_prefix(sess_options.profile_file_prefix)
-            self._profiler = SessionProfiler(sess_options.profile_file_prefix)
+            model_file = os.fspath(path_or_bytes) if isinstance(path_or_bytes, (str, os.PathLike)) else None
+            self._profiler = SessionProfiler(sess_options.profile_file_prefix, inputs=(model_file,))
         from_file = isinstance(path_or_bytes, (str, os.PathLike))
         with self._span("model_loading_uri" if from_file else "model_loading_array"):  # onnxruntime's names
             loaded = load_model(path_or_bytes)
