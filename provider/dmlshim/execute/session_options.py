@@ -72,6 +72,8 @@ COPIED_CONFIG_KEYS = (
 well-known keys are read back; model-format keys are left out (the engine's partitions are ONNX bytes)."""
 
 GRAPH_ASSIGNMENT_KEY = "session.record_ep_graph_assignment_info"
+EXTERNAL_FILE_KEY = "session.optimized_model_external_initializers_file_name"
+EXTERNAL_MIN_SIZE_KEY = "session.optimized_model_external_initializers_min_size_in_bytes"
 
 
 def config_entry(so: Any, key: str) -> str | None:
@@ -176,13 +178,16 @@ def write_optimized_model(
     if not target:
         return None
     target_path = Path(os.fspath(target))
+    what = "optimized model (optimized_model_filepath)"
+    files.check_output_file(target_path, overwrite=True, inputs=(model_path,), what=what)
     with tempfile.TemporaryDirectory(prefix="dmlshim-optimized-") as tmp:
         staged = Path(tmp) / ("optimized" + "".join(target_path.suffixes[-1:]))
         copy = copy_options(so)
-        for key in ("session.save_model_format",):
+        for key in ("session.save_model_format", EXTERNAL_FILE_KEY, EXTERNAL_MIN_SIZE_KEY):
             value = config_entry(so, key)
             if value is not None:
                 copy.add_session_config_entry(key, value)
+        weights_name = config_entry(so, EXTERNAL_FILE_KEY) or ""
         copy.optimized_model_filepath = str(staged)
         copy.log_severity_level = max(int(so.log_severity_level), 3)
         source: Any = model_path if model_path is not None and not from_proto else model.SerializeToString()
@@ -195,11 +200,32 @@ def write_optimized_model(
                 "onnxruntime wrote no optimized model", path=str(target_path), value=str(target_path)
             )
         data = staged.read_bytes()
-    written = write_session_file(
-        target_path, data, what="optimized model (optimized_model_filepath)", inputs=(model_path,)
-    )
+        if weights_name:
+            _move_weights(Path(tmp), weights_name, target_path, model_path)
+    written = write_session_file(target_path, data, what=what, inputs=(model_path,))
     logger.info("optimized whole model written to %s", written)
     return written
+
+
+def _move_weights(staged_dir: Path, name: str, target: Path, model_path: str | None) -> None:
+    """Write the external-initializers file onnxruntime put beside the staged optimized model to the
+    same place beside the target (``name`` must stay in that folder, as onnxruntime requires)."""
+    try:
+        relative = files.confined_path(staged_dir, name, what=f"session config {EXTERNAL_FILE_KEY!r}")
+    except BadInputError as exc:
+        raise BadInputError(
+            exc.message, value=name, rule="the file is named relative to the optimized model"
+        ) from None
+    if not relative.is_file():
+        logger.debug("onnxruntime wrote no external initializers file %s (no initializer large enough)", name)
+        return
+    destination = target.parent / relative.relative_to(staged_dir)
+    write_session_file(
+        destination,
+        relative.read_bytes(),
+        what=f"optimized model's external initializers ({EXTERNAL_FILE_KEY})",
+        inputs=(model_path,),
+    )
 
 
 def write_session_file(path: Path, data: bytes, *, what: str, inputs: tuple[str | None, ...] = ()) -> Path:
