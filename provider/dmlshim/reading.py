@@ -224,7 +224,7 @@ def read_npy(
                     rule="arrays are loaded with allow_pickle=False",
                 )
             check_tensor(shape, dtype, what=f"the array in {what}", path=text)
-            size = os.fstat(handle.fileno()).st_size
+            size = os.fstat(handle.fileno()).st_size - handle.tell()  # the bytes after the header
             need = int(np.prod(shape, dtype=object)) * np.dtype(dtype).itemsize
             if need > size:
                 raise error(
