@@ -215,3 +215,24 @@ def test_cli_run_feeds_the_overridable_initializer(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     with np.load(tmp_path / "out.npz") as out:
         assert_same([out["y"], out["z"]], want)
+
+
+def test_before_ir4_initializers_are_constants_as_in_onnxruntime() -> None:
+    model = override_model()
+    model.ir_version = 3
+    model.opset_import[0].version = 9
+    for tensor in model.graph.initializer:  # IR 3: every initializer is also a graph input
+        if tensor.name not in {i.name for i in model.graph.input}:
+            model.graph.input.append(
+                helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims))
+            )
+    data = model.SerializeToString()
+    theirs = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    ours = dmlshim.InferenceSession(data)
+    assert [a.name for a in ours.get_inputs()] == [a.name for a in theirs.get_inputs()] == ["x", "i"]
+    assert ours.get_overridable_initializers() == theirs.get_overridable_initializers() == []
+    with pytest.raises(Exception, match="Invalid input name: b"):
+        theirs.run(None, {**feeds(), "b": NEW_B})
+    with pytest.raises(BadInputError, match="'b' is not an input of the model"):
+        ours.run(None, {**feeds(), "b": NEW_B})
+    assert_same(ours.run(None, feeds()), [np.asarray(o) for o in theirs.run(None, feeds())])

@@ -127,7 +127,11 @@ class InferenceSession:
         graph = proto.graph
         init_names = {t.name for t in graph.initializer}
         self._inputs = tuple(node_arg(v) for v in graph.input if v.name not in init_names)
-        self._overridable = tuple(node_arg(v) for v in graph.input if v.name in init_names)
+        # As onnxruntime: before IR version 4 every initializer is a constant, even one listed as a graph
+        # input, and cannot be fed; from 4 on such an initializer is a default the caller may override.
+        self._overridable = (
+            tuple(node_arg(v) for v in graph.input if v.name in init_names) if proto.ir_version >= 4 else ()
+        )
         self._outputs = tuple(node_arg(v) for v in typed_outputs(proto))
         self._output_names = [o.name for o in self._outputs]
         self._known_outputs = frozenset(self._output_names)
