@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..errors import BadInputError, DmlShimError
+from ..portable import process_context, termination_signals
 from ..report.text import table
 from .progress import Progress
 
@@ -39,8 +40,9 @@ _SINGLE_MODEL_OPTIONS = ("inputs",)
 """validate options that describe one model and so cannot apply to several."""
 
 
-_ENDING_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n))
-"""Signals that end a validation of several models as Ctrl-C does: workers stopped, "interrupted"."""
+_ENDING_SIGNALS = tuple(s for s in termination_signals() if s != signal.SIGINT)
+"""Signals that end a validation of several models as Ctrl-C does (SIGTERM, and SIGHUP on POSIX or
+SIGBREAK on Windows): workers stopped, "interrupted"."""
 
 
 class Interrupted(KeyboardInterrupt):
@@ -217,7 +219,9 @@ def _in_processes(
 ) -> dict[str, ModelOutcome]:
     outcomes: dict[str, ModelOutcome] = {}
     broken: list[str] = []
-    with ProcessPoolExecutor(max_workers=min(jobs, len(models)), initializer=_worker_start) as pool:
+    with ProcessPoolExecutor(
+        max_workers=min(jobs, len(models)), mp_context=process_context(), initializer=_worker_start
+    ) as pool:
         try:
             futures: dict[Future[ModelOutcome], str] = {pool.submit(validate_one, m, args): m for m in models}
             for future, model in futures.items():
@@ -234,7 +238,9 @@ def _in_processes(
     for model in broken:
         start = time.perf_counter()
         try:
-            with ProcessPoolExecutor(max_workers=1, initializer=_worker_start) as single:
+            with ProcessPoolExecutor(
+                max_workers=1, mp_context=process_context(), initializer=_worker_start
+            ) as single:
                 try:
                     outcomes[model] = single.submit(validate_one, model, args).result()
                 except BaseException as exc:
