@@ -41,12 +41,12 @@ _SINGLE_MODEL_OPTIONS = ("inputs",)
 
 
 _ENDING_SIGNALS = tuple(s for s in termination_signals() if s != signal.SIGINT)
-"""Signals that end a validation of several models as Ctrl-C does (SIGTERM, and SIGHUP on POSIX or
-SIGBREAK on Windows): workers stopped, "interrupted"."""
+"""Signals that end a validation of several models as Ctrl-C does (the termination signals but
+SIGINT: SIGTERM, and the hang-up or break signal of the platform): workers stopped, "interrupted"."""
 
 
 class Interrupted(KeyboardInterrupt):
-    """SIGTERM or SIGHUP received: handled as Ctrl-C is (the exit code is 128 + ``signum``)."""
+    """SIGTERM or the hang-up signal received: handled as Ctrl-C is (exit code 128 + ``signum``)."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
@@ -59,7 +59,7 @@ def _raise_interrupted(signum: int, frame: object) -> None:
 
 @contextlib.contextmanager
 def _signals_interrupt() -> Iterator[None]:
-    """SIGTERM and SIGHUP raise :class:`Interrupted` in the main thread while the models run."""
+    """The ending signals raise :class:`Interrupted` in the main thread while the models run."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -219,9 +219,8 @@ def _in_processes(
 ) -> dict[str, ModelOutcome]:
     outcomes: dict[str, ModelOutcome] = {}
     broken: list[str] = []
-    with ProcessPoolExecutor(
-        max_workers=min(jobs, len(models)), mp_context=process_context(), initializer=_worker_start
-    ) as pool:
+    workers = min(jobs, len(models))
+    with ProcessPoolExecutor(workers, mp_context=process_context(), initializer=_worker_start) as pool:
         try:
             futures: dict[Future[ModelOutcome], str] = {pool.submit(validate_one, m, args): m for m in models}
             for future, model in futures.items():
@@ -238,9 +237,7 @@ def _in_processes(
     for model in broken:
         start = time.perf_counter()
         try:
-            with ProcessPoolExecutor(
-                max_workers=1, mp_context=process_context(), initializer=_worker_start
-            ) as single:
+            with ProcessPoolExecutor(1, mp_context=process_context(), initializer=_worker_start) as single:
                 try:
                     outcomes[model] = single.submit(validate_one, model, args).result()
                 except BaseException as exc:
