@@ -14,6 +14,7 @@ from ..errors import BadModelError
 from ..filekind import require_onnx_model
 from ..limits import check_model_inputs
 from ..modelcheck import check_model, load_external_data
+from ..prepare import prepare_model
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +31,9 @@ class LoadedModel:
 
 
 def load_model(model: ModelSource) -> LoadedModel:
-    """Read a model from a path, bytes or a ModelProto, with external data kept inside the model's folder.
+    """Read a model from a path, bytes or a ModelProto, with external data kept inside the model's folder,
+    checked (:func:`dmlshim.modelcheck.check_model`) and prepared as onnxruntime prepares it (local
+    functions expanded, nodes sorted: :func:`dmlshim.prepare.prepare_model`).
 
     Raises:
         BadModelError: the file is missing, empty, is not an ONNX model, is truncated, or has external data
@@ -58,7 +61,7 @@ def load_model(model: ModelSource) -> LoadedModel:
         _require_graph(proto, str(path))
         check_model(proto, path)  # before reading any weights
         load_external_data(proto, path)
-        loaded = LoadedModel(proto, str(path))
+        loaded = LoadedModel(prepare_model(proto, owned=True), str(path))
     else:
         raise BadModelError(
             f"model must be a path, bytes or onnx.ModelProto, not {type(model).__name__}",
@@ -67,6 +70,8 @@ def load_model(model: ModelSource) -> LoadedModel:
     _require_graph(loaded.proto, loaded.path)
     if loaded.path is None:
         check_model(loaded.proto)
+        # bytes were parsed here (ours to change); a caller's ModelProto is copied if it must change
+        loaded = LoadedModel(prepare_model(loaded.proto, owned=not isinstance(model, onnx.ModelProto)), None)
     check_model_inputs(loaded.proto, path=loaded.path)
     return loaded
 
