@@ -317,29 +317,18 @@ def _check_names(graph: onnx.GraphProto, prefix: str, path: str | None) -> None:
 
 
 def _checkable(model: onnx.ModelProto) -> onnx.ModelProto:
-    """What onnx's checker and shape inference are given: ``model`` itself, or a copy in which
-
-    * large and external-data initializers are graph inputs of the same type and shape
-      (:func:`dmlshim.weightless.without_weights`), so no weight is read or re-serialised for the check;
-    * ``Scatter`` at opset 11 and later (deprecated in ONNX, still run by onnxruntime) is checked as the
-      ``ScatterElements`` it is an alias of.
+    """What onnxruntime, onnx's checker and shape inference are given: ``model`` itself, or a copy in
+    which large and external-data initializers are graph inputs of the same type and shape
+    (:func:`dmlshim.weightless.without_weights`), so no weight is read or re-serialised for the check.
     """
     from .external_data import external_tensors
 
-    opset = next((int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-    deprecated = opset >= 11 and any(
-        n.op_type == "Scatter" and n.domain in ("", "ai.onnx") for _, n in walk_nodes(model.graph)
-    )
     light = without_weights(model)  # large and external initializers as typed inputs: no weight copied
     if light is model:
-        if not deprecated and not external_tensors(model.graph):
+        if not external_tensors(model.graph):
             return model
         light = onnx.ModelProto()
         light.CopyFrom(model)
-    if deprecated:
-        for _, node in walk_nodes(light.graph):
-            if node.op_type == "Scatter" and node.domain in ("", "ai.onnx"):
-                node.op_type = "ScatterElements"
     # Inside subgraphs (and in attributes) a tensor cannot become an input: give the checker zeros of the
     # declared size instead (already checked against the memory limit by check_external_data).
     for t in external_tensors(light.graph):
@@ -348,6 +337,53 @@ def _checkable(model: onnx.ModelProto) -> onnx.ModelProto:
         t.data_location = TensorProto.DEFAULT
         t.raw_data = bytes(size)
     return light
+
+
+ACCEPTANCE_RULE = "a model loads exactly when onnxruntime's own session creation accepts it"
+
+
+def ort_accepts(light: onnx.ModelProto, original: onnx.ModelProto, path: str | None) -> None:
+    """Create an onnxruntime CPU session on ``light`` (the weightless copy of ``original``), with graph
+    optimizations off and one thread: onnxruntime decides whether the model loads.
+
+    Raises:
+        BadModelError: onnxruntime refuses the model, naming its reason (and the culprit node when it can).
+    """
+    import onnxruntime as ort
+
+    from .ort_errors import ORT_ERRORS
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 4
+    try:
+        payload = light.SerializeToString()
+        ort.InferenceSession(payload, options, providers=["CPUExecutionProvider"])
+    except (EncodeError, *ORT_ERRORS) as exc:
+        error = ort_load_error(original, "the model", exc, path=path)
+        if error.rule is None:
+            error.rule = ACCEPTANCE_RULE
+        raise error from exc
+
+
+def _onnx_checker_findings(light: onnx.ModelProto) -> str | None:
+    """What onnx.checker finds on the shape-inferred model (None: nothing)."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False)
+        # onnx.checker insists on a typed, shaped ValueInfo for every graph output; onnxruntime does not
+        # (e.g. a Loop output of unknown rank). Check the nodes, not that bookkeeping.
+        keep = [o for o in inferred.graph.output if o.type.tensor_type.HasField("shape")]
+        del inferred.graph.output[:]
+        inferred.graph.output.extend(keep)
+        onnx.checker.check_model(inferred)
+    except ONNX_ERRORS as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if isinstance(exc, (DecodeError, RecursionError)):
+            first = f"{first} (subgraphs nested deeper than protobuf allows)"
+        return first
+    return None
 
 
 def check_model(model: onnx.ModelProto, path: str | os.PathLike[str] | None = None) -> None:
@@ -368,16 +404,12 @@ def check_model(model: onnx.ModelProto, path: str | os.PathLike[str] | None = No
     _check_versions(model, where)
     _check_names(model.graph, "", where)
     check_external_data(model, where)
-    try:
-        inferred = onnx.shape_inference.infer_shapes(_checkable(model), check_type=False, strict_mode=False)
-        # onnx.checker insists on a typed, shaped ValueInfo for every graph output; onnxruntime does not
-        # (e.g. a Loop output of unknown rank). Check the nodes, not that bookkeeping.
-        keep = [o for o in inferred.graph.output if o.type.tensor_type.HasField("shape")]
-        del inferred.graph.output[:]
-        inferred.graph.output.extend(keep)
-        onnx.checker.check_model(inferred)
-    except ONNX_ERRORS as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        if isinstance(exc, (DecodeError, RecursionError)):
-            first = f"{first} (subgraphs nested deeper than protobuf allows)"
-        raise BadModelError(f"the model fails onnx.checker: {first}", path=where) from exc
+    light = _checkable(model)
+    ort_accepts(light, model, where)
+    finding = _onnx_checker_findings(light)
+    if finding is not None:
+        logger.warning(
+            "%s: onnx.checker finds %s; onnxruntime loads the model, so dmlshim does too",
+            where or "the model",
+            finding,
+        )

@@ -7,6 +7,8 @@ see the same graph onnxruntime runs:
 * calls of model-local functions are expanded with onnxruntime's names (:mod:`dmlshim.inline`);
 * nodes listed out of topological order are sorted (onnxruntime sorts them; the ONNX standard asks for
   sorted graphs, but onnxruntime runs unsorted ones);
+* sparse initializers become dense initializers (onnxruntime densifies them when it loads the model), so
+  that every engine reads them like any other weight;
 * in a graph that changed, an unnamed node is given the name onnxruntime reports it under
   (``<op_type>_<index>``, its index in onnxruntime's graph), so that names do not move with the new order.
 """
@@ -16,9 +18,12 @@ from __future__ import annotations
 import heapq
 import logging
 
+import numpy as np
 import onnx
+from onnx import numpy_helper
 
 from .graph import subgraphs
+from .limits import check_bytes
 from .inline import FunctionKey, IndexedNode, expand_functions, function_table, has_local_calls
 
 logger = logging.getLogger(__name__)
@@ -123,8 +128,45 @@ def _is_sorted(graph: onnx.GraphProto) -> bool:
     return all(_is_sorted(sub) for node in graph.node for _, sub in subgraphs(node))
 
 
+def dense_tensor(sparse: onnx.SparseTensorProto) -> onnx.TensorProto:
+    """The dense initializer a sparse one stands for (zeros where no value is given).
+
+    Raises:
+        TooLargeError: the dense tensor does not fit the memory limit.
+    """
+    dims = tuple(int(d) for d in sparse.dims)
+    values = numpy_helper.to_array(sparse.values)
+    check_bytes(
+        int(np.prod(dims, dtype=np.int64)) * values.dtype.itemsize,
+        what=f"the dense form of sparse initializer {sparse.values.name!r}",
+        tensor=sparse.values.name,
+    )
+    indices = numpy_helper.to_array(sparse.indices).astype(np.int64) if sparse.HasField("indices") else None
+    dense = np.zeros(int(np.prod(dims, dtype=np.int64)), dtype=values.dtype)
+    if indices is not None and indices.size:
+        flat = indices if indices.ndim == 1 else np.ravel_multi_index(tuple(indices.T), dims)
+        dense[flat] = values.reshape(-1)
+    return numpy_helper.from_array(dense.reshape(dims), sparse.values.name)
+
+
+def _has_sparse(graph: onnx.GraphProto) -> bool:
+    return bool(graph.sparse_initializer) or any(
+        _has_sparse(sub) for node in graph.node for _, sub in subgraphs(node)
+    )
+
+
+def _densify(graph: onnx.GraphProto) -> None:
+    if graph.sparse_initializer:
+        graph.initializer.extend(dense_tensor(s) for s in graph.sparse_initializer)
+        del graph.sparse_initializer[:]
+    for node in graph.node:
+        for _, sub in subgraphs(node):
+            _densify(sub)
+
+
 def prepare_model(model: onnx.ModelProto, *, owned: bool = False) -> onnx.ModelProto:
-    """The model onnxruntime runs: local-function calls expanded, every graph in topological order.
+    """The model onnxruntime runs: local-function calls expanded, every graph in topological order,
+    sparse initializers dense.
 
     Args:
         model: a checked model.
@@ -133,14 +175,20 @@ def prepare_model(model: onnx.ModelProto, *, owned: bool = False) -> onnx.ModelP
 
     Returns:
         ``model`` itself when nothing needed to change, else the prepared model.
+
+    Raises:
+        TooLargeError: a sparse initializer's dense form does not fit the memory limit.
     """
     calls = has_local_calls(model)
-    if not calls and _is_sorted(model.graph):
+    sparse = _has_sparse(model.graph)
+    if not calls and not sparse and _is_sorted(model.graph):
         return model
     out = model
     if not owned:
         out = onnx.ModelProto()
         out.CopyFrom(model)
+    if sparse:
+        _densify(out.graph)
     functions = function_table(out) if calls else {}
     _prepare_graph(out.graph, functions)
     if calls:
