@@ -117,12 +117,10 @@ def _custom_domain_model() -> onnx.ModelProto:
 def test_unknown_domain_inspect_names_node(tmp_path: Path) -> None:
     path = tmp_path / "custom.onnx"
     onnx.save(_custom_domain_model(), path)
-    r = run_cli("inspect", path)
-    assert r.code == 1  # the Gather's data shape is unknown behind the custom node
-    assert "Traceback" not in r.err
-    assert "'frob'" in r.err and "com.acme" in r.err and "Frobnicate" in r.err
+    r = run_cli("inspect", path)  # onnxruntime refuses the model, so every command does
+    assert_cli_error(r.code, r.err, "'frob'", "com.acme", "Frobnicate")
     r = run_cli("inspect", path, "--json")
-    assert r.code == 1 and r.out.lstrip().startswith("{")  # stdout stays valid JSON
+    assert r.code == 2 and "Traceback" not in r.err
 
 
 def test_unknown_domain_run_and_session(tmp_path: Path) -> None:
@@ -158,9 +156,8 @@ def _float_indices_model() -> onnx.ModelProto:
 def test_float_indices_onnx_model(tmp_path: Path) -> None:
     path = tmp_path / "float_indices.onnx"
     onnx.save(_float_indices_model(), path)
-    r = run_cli("inspect", path)
-    assert r.code == 1
-    assert "INDEX_TYPE_INVALID" in r.out and "snd_float" in r.out
+    r = run_cli("inspect", path)  # onnxruntime refuses the model, so every command does
+    assert_cli_error(r.code, r.err, "'snd_float'", "ScatterND", "tensor(float)", "tensor(int64)")
     inputs = tmp_path / "in.npz"
     np.savez(
         inputs,
@@ -304,7 +301,7 @@ def _damaged(kind: str) -> bytes:
         ("non-utf8-name", "UTF-8"),
         ("tensor-data-short", "'table'"),
         ("untyped-attribute", "'axis'"),
-        ("undefined-output", "'nowhere'"),
+        ("undefined-output", "nowhere"),
         ("missing-input", "1 inputs"),
         ("undefined-elem-type", "'indices'"),
     ],

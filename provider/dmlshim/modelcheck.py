@@ -392,8 +392,10 @@ def check_model(model: onnx.ModelProto, path: str | os.PathLike[str] | None = No
     Refuses, as :class:`BadModelError` naming the file, node or tensor: damaged protos
     (:func:`check_well_formed`), unknown ir_version or opset versions, duplicate node names, initializers
     whose type or shape disagrees with their declared input, unsound external data (checked without
-    reading it), and whatever onnx.checker finds on the shape-inferred model (duplicate outputs, unknown or
-    repeated attributes, type mismatches). Weights are never read or re-serialised for this.
+    reading it), and every model onnxruntime's own session creation refuses (:func:`ort_accepts`, on the
+    weightless copy: weights are never read or re-serialised for this). What onnx.checker finds on a
+    model onnxruntime loads is logged as a warning only (IR-3 initializers not listed as inputs, inputs
+    without a shape, unsorted nodes, ...); on a refused model it is added to the message.
 
     Raises:
         BadModelError: the model is not one onnxruntime would load.
@@ -405,8 +407,14 @@ def check_model(model: onnx.ModelProto, path: str | os.PathLike[str] | None = No
     _check_names(model.graph, "", where)
     check_external_data(model, where)
     light = _checkable(model)
-    ort_accepts(light, model, where)
     finding = _onnx_checker_findings(light)
+    try:
+        ort_accepts(light, model, where)
+    except BadModelError as refused:
+        if finding is not None:  # onnx's own words often say more about the same defect
+            refused.message = f"{refused.message}; onnx.checker: {finding}"
+            refused.args = (refused.message,)
+        raise
     if finding is not None:
         logger.warning(
             "%s: onnx.checker finds %s; onnxruntime loads the model, so dmlshim does too",

@@ -183,8 +183,15 @@ def _refusal(model: onnx.ModelProto, what: str, exc: BaseException, path: str | 
             f"an operator ONNX deprecated is refused from the opset that deprecates it ({op} is gone from "
             f"opset {deprecated['v']} on{'; use ScatterElements' if op == 'Scatter' else ''})"
         )
-        if node is None:
-            node = next((name for name, n in walk_nodes(model.graph) if n.op_type == op), None)
+        named = re.search(r"Name: (\S*) OpType: " + re.escape(op), text)
+        node = next(
+            (
+                name
+                for name, n in walk_nodes(model.graph)
+                if n.op_type == op and (named is None or n.name == named[1])
+            ),
+            node,
+        )
         return BadModelError(
             f"onnxruntime cannot load {what}: {op} does not exist at ai.onnx opset {deprecated['v']} ({text})",
             node=node,
