@@ -133,7 +133,11 @@ def scatter_at_opset(opset: int) -> onnx.ModelProto:
     graph = helper.make_graph(
         nodes,
         "scatter",
-        [_vi("d", TensorProto.FLOAT, [3, 3]), _vi("i", TensorProto.INT64, [1, 3]), _vi("u", TensorProto.FLOAT, [1, 3])],
+        [
+            _vi("d", TensorProto.FLOAT, [3, 3]),
+            _vi("i", TensorProto.INT64, [1, 3]),
+            _vi("u", TensorProto.FLOAT, [1, 3]),
+        ],
         [_vi("y", TensorProto.FLOAT, [3, 3])],
     )
     return _model(graph, opset=opset)
@@ -190,7 +194,7 @@ def functions_model() -> Built:
         ["data", "idx", "sidx", "upd"],
         ["out"],
         [
-            helper.make_node("Constant", [], ["nd"], value=numpy_helper.from_array(np.array([[1], [0]], np.int64))),
+            helper.make_node("Constant", [], ["nd"], value=numpy_helper.from_array(np.array([[1], [0]]))),
             _call("Pick", ["data", "idx", "sidx", "upd"], ["p"], name="inner_call"),
             helper.make_node("GatherND", ["p", "nd"], ["out"], name="outer_gather_nd"),
         ],
