@@ -241,9 +241,7 @@ def functions_model() -> Built:
         ],
         [_vi(n, f32, None) for n in ("y1", "y2", "y3", "y4")],
     )
-    model = _model(
-        graph, extra_opsets=[helper.make_opsetid(LOCAL, 1)], functions=[pick, outer, branchy]
-    )
+    model = _model(graph, extra_opsets=[helper.make_opsetid(LOCAL, 1)], functions=[pick, outer, branchy])
     feeds = {
         "a": RNG.standard_normal((5, 3)).astype(np.float32),
         "ia": np.array([4, 1], dtype=np.int64),

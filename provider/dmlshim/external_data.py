@@ -209,7 +209,11 @@ def load_external_data(proto: onnx.ModelProto, path: Path) -> None:
             raise _refuse(t, f"cannot read external data: {exc.strerror or exc}", str(path)) from exc
         if ref.length is not None and len(data) != ref.length:
             raise _refuse(
-                t, f"external data ends after {len(data)} of {ref.length} bytes", str(path), len(data), EXTENT_RULE
+                t,
+                f"external data ends after {len(data)} of {ref.length} bytes",
+                str(path),
+                len(data),
+                EXTENT_RULE,
             )
         del t.external_data[:]
         t.data_location = TensorProto.DEFAULT

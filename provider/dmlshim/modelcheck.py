@@ -21,7 +21,7 @@ from onnx import TensorProto
 
 from .errors import BadModelError
 from .external_data import EXTERNAL_DATA_RULE, check_external_data, load_external_data
-from .graph import all_tensors, node_path, subgraph_prefix, subgraphs, walk_nodes
+from .graph import all_tensors, node_path, subgraph_prefix, subgraphs
 from .ort_errors import (
     GATHER_SCATTER_INDEX_TYPES,
     UnknownOperator,

@@ -193,7 +193,8 @@ def _refusal(model: onnx.ModelProto, what: str, exc: BaseException, path: str | 
             node,
         )
         return BadModelError(
-            f"onnxruntime cannot load {what}: {op} does not exist at ai.onnx opset {deprecated['v']} ({text})",
+            f"onnxruntime cannot load {what}: {op} does not exist at ai.onnx opset "
+            f"{deprecated['v']} ({text})",
             node=node,
             op_type=op,
             value=int(deprecated["v"]),

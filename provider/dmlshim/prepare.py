@@ -23,8 +23,8 @@ import onnx
 from onnx import numpy_helper
 
 from .graph import subgraphs
-from .limits import check_bytes
 from .inline import FunctionKey, IndexedNode, expand_functions, function_table, has_local_calls
+from .limits import check_bytes
 
 logger = logging.getLogger(__name__)
 
