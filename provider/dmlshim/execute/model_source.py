@@ -6,6 +6,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import onnx
 from google.protobuf.message import DecodeError
@@ -15,6 +16,7 @@ from ..filekind import require_onnx_model
 from ..limits import check_model_inputs
 from ..modelcheck import check_model, load_external_data
 from ..prepare import prepare_model
+from .supplied import take_supplied_initializers
 
 logger = logging.getLogger(__name__)
 
@@ -24,16 +26,22 @@ ModelSource = str | os.PathLike[str] | bytes | onnx.ModelProto
 
 @dataclass(frozen=True)
 class LoadedModel:
-    """A model and the file it came from (None for bytes or a ModelProto)."""
+    """A model, the file it came from (None for bytes or a ModelProto), and the initializers the session
+    options supplied (``add_external_initializers``; their values are in ``proto``)."""
 
     proto: onnx.ModelProto
     path: str | None
+    supplied: frozenset[str] = frozenset()
 
 
-def load_model(model: ModelSource) -> LoadedModel:
+def load_model(model: ModelSource, sess_options: Any = None) -> LoadedModel:
     """Read a model from a path, bytes or a ModelProto, with external data kept inside the model's folder,
     checked (:func:`dmlshim.modelcheck.check_model`) and prepared as onnxruntime prepares it (local
     functions expanded, nodes sorted: :func:`dmlshim.prepare.prepare_model`).
+
+    External-data initializers that ``sess_options`` supplies (``add_external_initializers``) are taken
+    from it, as onnxruntime takes them; their file is neither checked nor read
+    (:mod:`dmlshim.execute.supplied`).
 
     Raises:
         BadModelError: the file is missing, empty, is not an ONNX model, is truncated, or has external data
@@ -44,9 +52,11 @@ def load_model(model: ModelSource) -> LoadedModel:
         loaded = LoadedModel(model, None)
     elif isinstance(model, (bytes, bytearray, memoryview)):
         try:
-            loaded = LoadedModel(onnx.load_from_string(bytes(model)), None)
+            parsed = onnx.load_from_string(bytes(model))
         except (DecodeError, ValueError, RuntimeError) as exc:
             raise BadModelError(f"the bytes are not a serialized ONNX model: {exc}") from exc
+        supplied = take_supplied_initializers(parsed, sess_options) if parsed.HasField("graph") else frozenset()
+        loaded = LoadedModel(parsed, None, supplied)
     elif isinstance(model, (str, os.PathLike)):
         path = Path(model)
         if not path.is_file():
@@ -59,9 +69,10 @@ def load_model(model: ModelSource) -> LoadedModel:
         except (DecodeError, ValueError, RuntimeError, OSError) as exc:
             raise BadModelError(f"not a readable ONNX model: {exc}", path=str(path)) from exc
         _require_graph(proto, str(path))
+        supplied = take_supplied_initializers(proto, sess_options)
         check_model(proto, path)  # before reading any weights
         load_external_data(proto, path)
-        loaded = LoadedModel(prepare_model(proto, owned=True), str(path))
+        loaded = LoadedModel(prepare_model(proto, owned=True), str(path), supplied)
     else:
         raise BadModelError(
             f"model must be a path, bytes or onnx.ModelProto, not {type(model).__name__}",
@@ -71,7 +82,8 @@ def load_model(model: ModelSource) -> LoadedModel:
     if loaded.path is None:
         check_model(loaded.proto)
         # bytes were parsed here (ours to change); a caller's ModelProto is copied if it must change
-        loaded = LoadedModel(prepare_model(loaded.proto, owned=not isinstance(model, onnx.ModelProto)), None)
+        owned = not isinstance(model, onnx.ModelProto)
+        loaded = LoadedModel(prepare_model(loaded.proto, owned=owned), None, loaded.supplied)
     check_model_inputs(loaded.proto, path=loaded.path)
     return loaded
 

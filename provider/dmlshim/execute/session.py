@@ -103,12 +103,13 @@ class InferenceSession:
             self._profiler = SessionProfiler(sess_options.profile_file_prefix)
         from_file = isinstance(path_or_bytes, (str, os.PathLike))
         with self._span("model_loading_uri" if from_file else "model_loading_array"):  # onnxruntime's names
-            loaded = load_model(path_or_bytes)
+            loaded = load_model(path_or_bytes, sess_options)
         self._loaded = loaded
         self._describe(loaded)
         self._last_run_record: RunRecord | None = None
         with self._span("session_initialization"):
-            write_optimized_model(loaded.proto, loaded.path, sess_options)
+            # With initializers taken from the options, the model's file would miss them: use the proto.
+            write_optimized_model(loaded.proto, None if loaded.supplied else loaded.path, sess_options)
             self._engine: Engine = self._build_engine()
         logger.debug(
             "session for %s ready (engine %s)", loaded.path or "<in-memory model>", self._engine.name
@@ -141,7 +142,10 @@ class InferenceSession:
             feature_level=self._feature_level,
             index_mode=self._index_mode,
             sess_options=engine_options(
-                self._sess_options, profile_prefix=profiler.partition_prefix if profiler else None
+                self._sess_options,
+                profile_prefix=profiler.partition_prefix if profiler else None,
+                # the supplied initializers are in the model now; the engine's partitions must not get them
+                copy=bool(self._loaded.supplied),
             ),
             # Only the real DirectML engine hands providers to onnxruntime; the others run on its CPU.
             providers=tuple(zip(self._choice.names, self._choice.options, strict=True))

@@ -109,16 +109,18 @@ def copy_options(so: Any, *, profile_prefix: str | None = None) -> ort.SessionOp
     return out
 
 
-def engine_options(so: Any, *, profile_prefix: str | None) -> ort.SessionOptions | None:
+def engine_options(so: Any, *, profile_prefix: str | None, copy: bool = False) -> ort.SessionOptions | None:
     """The options the engine builds its onnxruntime sessions with (None: the engine's own defaults).
 
     The caller's own object when it asks for neither profiling nor an optimized model file, so that
     everything it holds (custom-op libraries, free dimension overrides, added initializers) reaches the
-    partitions; otherwise a copy (see :func:`copy_options`) that writes no file of its own.
+    partitions; otherwise (or with ``copy``: the model already holds the initializers the options supplied
+    through ``add_external_initializers``) a copy (see :func:`copy_options`) that writes no file of its
+    own.
     """
     if so is None:
         return None
-    if not so.enable_profiling and not so.optimized_model_filepath and profile_prefix is None:
+    if not copy and not so.enable_profiling and not so.optimized_model_filepath and profile_prefix is None:
         return so
     return copy_options(so, profile_prefix=profile_prefix)
 
