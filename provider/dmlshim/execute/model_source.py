@@ -55,7 +55,9 @@ def load_model(model: ModelSource, sess_options: Any = None) -> LoadedModel:
             parsed = onnx.load_from_string(bytes(model))
         except (DecodeError, ValueError, RuntimeError) as exc:
             raise BadModelError(f"the bytes are not a serialized ONNX model: {exc}") from exc
-        supplied = take_supplied_initializers(parsed, sess_options) if parsed.HasField("graph") else frozenset()
+        supplied = frozenset[str]()
+        if parsed.HasField("graph"):
+            supplied = take_supplied_initializers(parsed, sess_options)
         loaded = LoadedModel(parsed, None, supplied)
     elif isinstance(model, (str, os.PathLike)):
         path = Path(model)
