@@ -11,7 +11,7 @@ dmlshim does the same, with onnxruntime's names, so that reports, exports and pr
 * calls are expanded graph by graph in passes over the nodes in onnxruntime's order (the nodes the model
   lists, then the nodes each expansion appends), so a function called inside another one is expanded
   in the next pass, and an unnamed node keeps the index onnxruntime gives it (its profile name
-  ``<op_type>_<index>``).
+  ``<op_type>_<index>``; Constant nodes, which onnxruntime turns into initializers, take no index).
 
 Attributes a body refers to (``ref_attr_name``) take the call's value, else the function's default, else
 are left out, as ONNX specifies.
@@ -20,14 +20,14 @@ are left out, as ONNX specifies.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import onnx
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["IndexedNode", "expand_functions", "has_local_calls"]
+__all__ = ["IndexedNode", "expand_functions", "has_local_calls", "is_constant", "ort_indices"]
 
 FunctionKey = tuple[str, str, str]
 
@@ -54,6 +54,25 @@ class _GraphNames:
             self.counter += 1
         self.taken.add(name)
         return name
+
+
+def is_constant(node: onnx.NodeProto) -> bool:
+    """An ONNX Constant node: onnxruntime turns it into an initializer when it builds its graph, so it has
+    no node index there (the nodes after it are numbered as if it were not listed)."""
+    return node.op_type == "Constant" and node.domain in ("", "ai.onnx")
+
+
+def ort_indices(nodes: Sequence[onnx.NodeProto]) -> list[IndexedNode]:
+    """The nodes of one graph with the indices onnxruntime gives them (-1 for Constant nodes)."""
+    out: list[IndexedNode] = []
+    index = 0
+    for node in nodes:
+        if is_constant(node):
+            out.append(IndexedNode(-1, node))
+        else:
+            out.append(IndexedNode(index, node))
+            index += 1
+    return out
 
 
 def _domain(domain: str) -> str:
@@ -169,7 +188,7 @@ def _expand_graph(
     next_index = max((n.index for n in nodes), default=-1) + 1
     expanded = 0
     while True:
-        calls = [n.index for n in sorted(nodes, key=lambda n: n.index) if _key(n.node) in functions]
+        calls = sorted(n.index for n in nodes if _key(n.node) in functions)
         if not calls:
             return nodes, expanded
         for index in calls:
@@ -178,8 +197,13 @@ def _expand_graph(
             function = functions[_key(call)]
             node_names = {n.node.name for n in nodes if n.node.name}
             uid = names.generate(f"_inlfunc_{function.name}", node_names)
-            body = [IndexedNode(next_index + k, node) for k, node in enumerate(_body(call, function, uid))]
-            next_index += len(body)
+            body: list[IndexedNode] = []
+            for node in _body(call, function, uid):
+                if is_constant(node):  # onnxruntime makes it an initializer: it takes no node index
+                    body.append(IndexedNode(-1, node))
+                else:
+                    body.append(IndexedNode(next_index, node))
+                    next_index += 1
             nodes[position : position + 1] = body
             expanded += 1
 

@@ -10,7 +10,8 @@ see the same graph onnxruntime runs:
 * sparse initializers become dense initializers (onnxruntime densifies them when it loads the model), so
   that every engine reads them like any other weight;
 * in a graph that changed, an unnamed node is given the name onnxruntime reports it under
-  (``<op_type>_<index>``, its index in onnxruntime's graph), so that names do not move with the new order.
+  (``<op_type>_<index>``, its index in onnxruntime's graph, where Constant nodes take none), so that names
+  do not move with the new order.
 """
 
 from __future__ import annotations
@@ -23,7 +24,14 @@ import onnx
 from onnx import numpy_helper
 
 from .graph import subgraphs
-from .inline import FunctionKey, IndexedNode, expand_functions, function_table, has_local_calls
+from .inline import (
+    FunctionKey,
+    IndexedNode,
+    expand_functions,
+    function_table,
+    has_local_calls,
+    ort_indices,
+)
 from .limits import check_bytes
 
 logger = logging.getLogger(__name__)
@@ -92,7 +100,7 @@ def _topological(nodes: list[IndexedNode]) -> list[IndexedNode] | None:
 
 def _prepare_graph(graph: onnx.GraphProto, functions: dict[FunctionKey, onnx.FunctionProto]) -> bool:
     """Expand calls and sort the nodes of ``graph`` and its subgraphs, in place; whether anything changed."""
-    nodes = [IndexedNode(i, node) for i, node in enumerate(graph.node)]
+    nodes = ort_indices(graph.node)
     expanded = 0
     if functions:
         nodes, expanded = expand_functions(nodes, functions)
@@ -111,7 +119,7 @@ def _prepare_graph(graph: onnx.GraphProto, functions: dict[FunctionKey, onnx.Fun
     for item in nodes:
         node = onnx.NodeProto()
         node.CopyFrom(item.node)
-        if not node.name:
+        if not node.name and item.index >= 0:
             proposed = f"{node.op_type}_{item.index}"
             if proposed not in named:
                 node.name = proposed
