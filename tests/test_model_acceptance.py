@@ -248,3 +248,39 @@ def test_a_refusal_names_node_and_rule_in_one_paragraph(tmp_path: Path) -> None:
     with pytest.raises(BadModelError) as info:
         InferenceSession(path)
     assert info.value.rule is not None and info.value.path == str(path)
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("onnxruntime_extensions") is None, reason="needs onnxruntime-extensions"
+)
+def test_custom_operators_registered_in_the_options_load_as_in_onnxruntime() -> None:
+    from onnx import TensorProto, helper
+    from onnxruntime_extensions import get_library_path
+
+    from tests.oracle import IR_VERSION
+
+    contrib = "ai.onnx.contrib"
+    graph = helper.make_graph(
+        [
+            helper.make_node("Inverse", ["x"], ["inv"], domain=contrib, name="inv"),
+            helper.make_node("Gather", ["inv", "i"], ["y"], axis=0, name="pick"),
+        ],
+        "custom",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 3]),
+            helper.make_tensor_value_info("i", TensorProto.INT64, [2]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid(contrib, 1)]
+    model = helper.make_model(graph, opset_imports=opsets, ir_version=IR_VERSION)
+    feeds = {"x": np.diag([2.0, 4.0, 8.0]).astype(np.float32), "i": np.array([2, 0], dtype=np.int64)}
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.register_custom_ops_library(get_library_path())
+    expected = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    session = InferenceSession(model, so)
+    _bits(session.run(None, feeds), list(expected.run(None, feeds)))
+    with pytest.raises(BadModelError) as info:  # without the library, onnxruntime refuses it too
+        InferenceSession(model)
+    assert info.value.node == "inv"

@@ -386,7 +386,9 @@ def _onnx_checker_findings(light: onnx.ModelProto) -> str | None:
     return None
 
 
-def check_model(model: onnx.ModelProto, path: str | os.PathLike[str] | None = None) -> None:
+def check_model(
+    model: onnx.ModelProto, path: str | os.PathLike[str] | None = None, *, sess_options: object = None
+) -> None:
     """The one model check every command runs (inspect, validate, run, lower, export, InferenceSession).
 
     Refuses, as :class:`BadModelError` naming the file, node or tensor: damaged protos
@@ -396,6 +398,12 @@ def check_model(model: onnx.ModelProto, path: str | os.PathLike[str] | None = No
     weightless copy: weights are never read or re-serialised for this). What onnx.checker finds on a
     model onnxruntime loads is logged as a warning only (IR-3 initializers not listed as inputs, inputs
     without a shape, unsorted nodes, ...); on a refused model it is added to the message.
+
+    Args:
+        model: the model, external data not loaded.
+        path: the file it was read from (external data is found beside it).
+        sess_options: the caller's ``onnxruntime.SessionOptions`` (``InferenceSession``): an operator that
+            only a custom-op library it registers may define is then not refused here.
 
     Raises:
         BadModelError: the model is not one onnxruntime would load.
@@ -411,6 +419,12 @@ def check_model(model: onnx.ModelProto, path: str | os.PathLike[str] | None = No
     try:
         ort_accepts(light, model, where)
     except BadModelError as refused:
+        if sess_options is not None and unknown_operators(model):
+            # The caller's options may register the library that defines them (register_custom_ops_library),
+            # which a new SessionOptions cannot copy: the engine's own sessions, built with those options,
+            # decide.
+            logger.info("%s; left to the session options' custom operators", refused)
+            return
         if finding is not None:  # onnx's own words often say more about the same defect
             refused.message = f"{refused.message}; onnx.checker: {finding}"
             refused.args = (refused.message,)

@@ -72,7 +72,7 @@ def load_model(model: ModelSource, sess_options: Any = None) -> LoadedModel:
             raise BadModelError(f"not a readable ONNX model: {exc}", path=str(path)) from exc
         _require_graph(proto, str(path))
         supplied = take_supplied_initializers(proto, sess_options)
-        check_model(proto, path)  # before reading any weights
+        check_model(proto, path, sess_options=sess_options)  # before reading any weights
         load_external_data(proto, path)
         loaded = LoadedModel(prepare_model(proto, owned=True), str(path), supplied)
     else:
@@ -82,7 +82,7 @@ def load_model(model: ModelSource, sess_options: Any = None) -> LoadedModel:
         )
     _require_graph(loaded.proto, loaded.path)
     if loaded.path is None:
-        check_model(loaded.proto)
+        check_model(loaded.proto, sess_options=sess_options)
         # bytes were parsed here (ours to change); a caller's ModelProto is copied if it must change
         owned = not isinstance(model, onnx.ModelProto)
         loaded = LoadedModel(prepare_model(loaded.proto, owned=owned), None, loaded.supplied)
