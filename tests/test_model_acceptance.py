@@ -62,6 +62,10 @@ def test_session_runs_what_onnxruntime_runs(tmp_path: Path, form: str, engine: s
     for source in (path, model.SerializeToString(), model):
         session = InferenceSession(source, engine=engine)
         _bits(session.run(None, feeds), expected)
+        record = session.last_run_record
+        assert record is not None and record.nodes
+        if engine == "partitioned":  # every gather/scatter node ran from its DirectML descriptor
+            assert all(n.placement == "dml" for n in record.nodes), record.nodes
 
 
 @pytest.mark.parametrize("form", list(FORMS))
