@@ -200,3 +200,15 @@ def test_unnamed_nodes_carry_onnxruntime_profile_names(tmp_path: Path, engine: s
     _bits(session.run(None, feeds), ort_run(model, feeds))
     record = session.last_run_record
     assert record is not None and sorted(n.name for n in record.nodes) == ours
+
+
+def test_generated_inputs_respect_function_bodies() -> None:
+    from dmlshim.inputs import generate
+
+    model, _ = am.functions_model()
+    generated = generate(model, seed=7)  # the caller's raw model, functions not yet expanded
+    # onnxruntime runs the model on them: every index in a body is in range for the node it feeds
+    got = ort_run(model, generated.feeds)
+    branch = (4, 3) if generated.feeds["cond"] else (3, 4)  # then: Gather axis 1, else: axis 0
+    assert [a.shape for a in got] == [(2, 3), (3, 6, 2), (2, 3), branch]
+    assert generated.feeds["ib"].max() < 4 and generated.feeds["sa"].max() < 3

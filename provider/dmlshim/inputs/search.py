@@ -115,7 +115,9 @@ def _as_proto(model: onnx.ModelProto | LoadedModel) -> tuple[onnx.ModelProto, st
         return model.proto, model.path
     if isinstance(model, onnx.ModelProto):
         check_well_formed(model)
-        return model, None
+        from ..prepare import prepare_model
+
+        return prepare_model(model), None  # function bodies and sorted nodes, as onnxruntime sees them
     raise BadModelError(f"expected an onnx.ModelProto, got {type(model).__name__}")
 
 
