@@ -4,6 +4,7 @@ byte of it is read; MemoryError, RecursionError and protobuf errors never leave 
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -307,7 +308,9 @@ def test_if_nested_32_deep(tmp_path: Path, command: str) -> None:
     assert_cli_error(r.code, r.err, str(path), "MaxDepth")
 
 
-def test_decode_error_after_shape_inference(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_decode_error_after_shape_inference(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     from google.protobuf.message import DecodeError
 
     def deep(*args: object, **kwargs: object) -> None:
@@ -316,8 +319,10 @@ def test_decode_error_after_shape_inference(tmp_path: Path, monkeypatch: pytest.
         )
 
     monkeypatch.setattr(onnx.shape_inference, "infer_shapes", deep)
-    with pytest.raises(BadModelError, match="nested deeper than protobuf allows"):
+    # onnxruntime loads the model, so onnx's failure is only a warning that says what happened
+    with caplog.at_level(logging.WARNING, logger="dmlshim.modelcheck"):
         check_model(_model())
+    assert "nested deeper than protobuf allows" in caplog.text
 
 
 @pytest.mark.parametrize("exc", [MemoryError(), MemoryError("Unable to allocate 4.00 GiB for an array")])

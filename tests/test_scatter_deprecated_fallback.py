@@ -1,7 +1,6 @@
-"""Deprecated Scatter at opset 11 that falls back to the CPU runs as the equivalent ScatterElements-11.
-
-onnxruntime has no Scatter kernel from opset 11 on, so the expected values are ScatterElements-11 on
-onnxruntime CPU (single-threaded), and every run record says which op onnxruntime ran.
+"""Deprecated Scatter: from opset 11 on onnxruntime refuses the model, and so does dmlshim (exit 2 /
+BadModelError naming the node); at opset 10 it runs. ``for_onnxruntime`` (still used for models dmlshim
+builds itself) rewrites it as the equivalent ScatterElements without touching the caller's model.
 """
 
 from __future__ import annotations
@@ -14,6 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from dmlshim import InferenceSession
+from dmlshim.errors import BadModelError
 from dmlshim.execute.fallback import REASON_SCATTER_AS_SCATTER_ELEMENTS, for_onnxruntime
 from tests.oracle import IR_VERSION, make_node_model, ort_node, ort_run
 
@@ -67,38 +67,15 @@ def _assert_bits(got: np.ndarray, expected: np.ndarray) -> None:
 
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("case", list(CASES))
-def test_fallback_equals_scatter_elements_11(case: str, engine: str) -> None:
-    inputs, attrs, level, code = CASES[case]
+def test_scatter_11_is_refused_as_onnxruntime_refuses_it(case: str, engine: str) -> None:
+    inputs, attrs, level, _ = CASES[case]
     model = make_node_model("Scatter", inputs, attrs, 11)
     with pytest.raises(Exception, match="deprecated"):
-        ort_run(model, inputs)  # onnxruntime alone refuses the node
-    session = InferenceSession(model, feature_level=level, engine=engine)
-    (got,) = session.run(None, inputs)
-    _assert_bits(got, ort_node("ScatterElements", inputs, attrs, 11))
-    record = session.last_run_record
-    assert record is not None
-    (node,) = record.nodes
-    assert node.op_type == "Scatter" and node.placement == "onnxruntime-cpu"
-    codes = [c for c, _ in node.reasons]
-    assert code in codes and codes[-1] == REASON_SCATTER_AS_SCATTER_ELEMENTS
-    assert "ScatterElements" in node.reasons[-1][1]
-
-
-@pytest.mark.parametrize("engine", ENGINES)
-def test_a_scatter_11_that_translates_runs_as_a_descriptor_without_the_note(engine: str) -> None:
-    inputs = {
-        "data": RNG.standard_normal((3, 4)).astype(np.float32),
-        "indices": np.array([[2, 0, -1, 1]], dtype=np.int64),
-        "updates": RNG.standard_normal((1, 4)).astype(np.float32),
-    }
-    session = InferenceSession(make_node_model("Scatter", inputs, {"axis": 0}, 11), engine=engine)
-    (got,) = session.run(None, inputs)
-    _assert_bits(got, ort_node("ScatterElements", inputs, {"axis": 0}, 11))
-    record = session.last_run_record
-    assert record is not None
-    (node,) = record.nodes
-    assert node.placement == "dml" and node.operator == "DML_OPERATOR_SCATTER"
-    assert REASON_SCATTER_AS_SCATTER_ELEMENTS not in [c for c, _ in node.reasons]
+        ort_run(model, inputs)  # onnxruntime refuses the model
+    with pytest.raises(BadModelError) as info:
+        InferenceSession(model, feature_level=level, engine=engine)
+    assert info.value.op_type == "Scatter" and info.value.node == "Scatter_0"
+    assert "opset 11" in str(info.value) and "ScatterElements" in str(info.value)
 
 
 def _if_model() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
@@ -134,26 +111,12 @@ def _if_model() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     return model, {"cond": np.array(True), "x": RNG.standard_normal((3, 4)).astype(np.float32)}
 
 
-def _as_scatter_elements(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The reference: the same model written with ScatterElements by hand (not through dmlshim)."""
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)
-    then_branch = next(a.g for a in copy.graph.node[0].attribute if a.name == "then_branch")
-    then_branch.node[0].op_type = "ScatterElements"
-    return copy
 
-
-def test_scatter_inside_an_if_body_runs_in_the_partitioned_engine() -> None:
-    model, feeds = _if_model()
-    session = InferenceSession(model)
-    (got,) = session.run(None, feeds)
-    (expected,) = ort_run(_as_scatter_elements(model), feeds)
-    _assert_bits(got, expected)
-    record = session.last_run_record
-    assert record is not None
-    (node,) = record.nodes
-    assert node.name == "choose/then_branch/scatter_then" and node.placement == "onnxruntime-cpu"
-    assert [c for c, _ in node.reasons][-1] == REASON_SCATTER_AS_SCATTER_ELEMENTS
+def test_scatter_11_inside_an_if_body_is_refused_naming_the_node() -> None:
+    model, _ = _if_model()
+    with pytest.raises(BadModelError) as info:
+        InferenceSession(model)
+    assert info.value.node == "choose/then_branch/scatter_then" and info.value.op_type == "Scatter"
 
 
 def test_opset_10_scatter_is_left_alone() -> None:

@@ -186,17 +186,35 @@ def check_external_data(model: onnx.ModelProto, path: str | os.PathLike[str] | N
 def load_external_data(proto: onnx.ModelProto, path: Path) -> None:
     """Load the external data of ``proto`` (read from ``path``) in place, after :func:`check_external_data`.
 
+    Each tensor's bytes are read from the file :func:`check_external_data` resolved (a symbolic link that
+    stays inside the model's folder is followed, as onnxruntime follows it), at its offset and length.
+
     Raises:
         BadModelError: as :func:`check_external_data`, or the files cannot be read.
         TooLargeError: as :func:`check_external_data`.
     """
-    from onnx import external_data_helper as edh
+    from .reading import open_regular
 
-    if not check_external_data(proto, path):
+    refs = check_external_data(proto, path)
+    if not refs:
         return
-    try:
-        edh.load_external_data_for_model(proto, str(Path(path).parent))
-    except (OSError, ValueError, onnx.checker.ValidationError) as exc:
-        raise BadModelError(
-            f"cannot read the model's external data: {exc}", path=str(path), rule=EXTERNAL_DATA_RULE
-        ) from exc
+    tensors = external_tensors(proto.graph)
+    for t, ref in zip(tensors, refs, strict=True):
+        assert ref.file is not None  # a path was given
+        try:
+            with open_regular(ref.file, what="external data", error=BadModelError) as handle:
+                handle.seek(ref.offset)
+                data = handle.read(ref.length) if ref.length is not None else handle.read()
+        except OSError as exc:
+            raise _refuse(t, f"cannot read external data: {exc.strerror or exc}", str(path)) from exc
+        if ref.length is not None and len(data) != ref.length:
+            raise _refuse(
+                t,
+                f"external data ends after {len(data)} of {ref.length} bytes",
+                str(path),
+                len(data),
+                EXTENT_RULE,
+            )
+        del t.external_data[:]
+        t.data_location = TensorProto.DEFAULT
+        t.raw_data = data

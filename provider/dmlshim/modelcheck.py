@@ -21,7 +21,7 @@ from onnx import TensorProto
 
 from .errors import BadModelError
 from .external_data import EXTERNAL_DATA_RULE, check_external_data, load_external_data
-from .graph import all_tensors, node_path, subgraph_prefix, subgraphs, walk_nodes
+from .graph import all_tensors, node_path, subgraph_prefix, subgraphs
 from .ort_errors import (
     GATHER_SCATTER_INDEX_TYPES,
     UnknownOperator,
@@ -317,29 +317,18 @@ def _check_names(graph: onnx.GraphProto, prefix: str, path: str | None) -> None:
 
 
 def _checkable(model: onnx.ModelProto) -> onnx.ModelProto:
-    """What onnx's checker and shape inference are given: ``model`` itself, or a copy in which
-
-    * large and external-data initializers are graph inputs of the same type and shape
-      (:func:`dmlshim.weightless.without_weights`), so no weight is read or re-serialised for the check;
-    * ``Scatter`` at opset 11 and later (deprecated in ONNX, still run by onnxruntime) is checked as the
-      ``ScatterElements`` it is an alias of.
+    """What onnxruntime, onnx's checker and shape inference are given: ``model`` itself, or a copy in
+    which large and external-data initializers are graph inputs of the same type and shape
+    (:func:`dmlshim.weightless.without_weights`), so no weight is read or re-serialised for the check.
     """
     from .external_data import external_tensors
 
-    opset = next((int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-    deprecated = opset >= 11 and any(
-        n.op_type == "Scatter" and n.domain in ("", "ai.onnx") for _, n in walk_nodes(model.graph)
-    )
     light = without_weights(model)  # large and external initializers as typed inputs: no weight copied
     if light is model:
-        if not deprecated and not external_tensors(model.graph):
+        if not external_tensors(model.graph):
             return model
         light = onnx.ModelProto()
         light.CopyFrom(model)
-    if deprecated:
-        for _, node in walk_nodes(light.graph):
-            if node.op_type == "Scatter" and node.domain in ("", "ai.onnx"):
-                node.op_type = "ScatterElements"
     # Inside subgraphs (and in attributes) a tensor cannot become an input: give the checker zeros of the
     # declared size instead (already checked against the memory limit by check_external_data).
     for t in external_tensors(light.graph):
@@ -350,26 +339,39 @@ def _checkable(model: onnx.ModelProto) -> onnx.ModelProto:
     return light
 
 
-def check_model(model: onnx.ModelProto, path: str | os.PathLike[str] | None = None) -> None:
-    """The one model check every command runs (inspect, validate, run, lower, export, InferenceSession).
+ACCEPTANCE_RULE = "a model loads exactly when onnxruntime's own session creation accepts it"
 
-    Refuses, as :class:`BadModelError` naming the file, node or tensor: damaged protos
-    (:func:`check_well_formed`), unknown ir_version or opset versions, duplicate node names, initializers
-    whose type or shape disagrees with their declared input, unsound external data (checked without
-    reading it), and whatever onnx.checker finds on the shape-inferred model (duplicate outputs, unknown or
-    repeated attributes, type mismatches). Weights are never read or re-serialised for this.
+
+def ort_accepts(light: onnx.ModelProto, original: onnx.ModelProto, path: str | None) -> None:
+    """Create an onnxruntime CPU session on ``light`` (the weightless copy of ``original``), with graph
+    optimizations off and one thread: onnxruntime decides whether the model loads.
 
     Raises:
-        BadModelError: the model is not one onnxruntime would load.
-        TooLargeError: its external data exceeds the memory limit.
+        BadModelError: onnxruntime refuses the model, naming its reason (and the culprit node when it can).
     """
-    where = os.fspath(path) if path is not None else None
-    check_well_formed(model, where)
-    _check_versions(model, where)
-    _check_names(model.graph, "", where)
-    check_external_data(model, where)
+    import onnxruntime as ort
+
+    from .ort_errors import ORT_ERRORS
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 4
     try:
-        inferred = onnx.shape_inference.infer_shapes(_checkable(model), check_type=False, strict_mode=False)
+        payload = light.SerializeToString()
+        ort.InferenceSession(payload, options, providers=["CPUExecutionProvider"])
+    except (EncodeError, *ORT_ERRORS) as exc:
+        error = ort_load_error(original, "the model", exc, path=path)
+        if error.rule is None:
+            error.rule = ACCEPTANCE_RULE
+        raise error from exc
+
+
+def _onnx_checker_findings(light: onnx.ModelProto) -> str | None:
+    """What onnx.checker finds on the shape-inferred model (None: nothing)."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False)
         # onnx.checker insists on a typed, shaped ValueInfo for every graph output; onnxruntime does not
         # (e.g. a Loop output of unknown rank). Check the nodes, not that bookkeeping.
         keep = [o for o in inferred.graph.output if o.type.tensor_type.HasField("shape")]
@@ -380,4 +382,56 @@ def check_model(model: onnx.ModelProto, path: str | os.PathLike[str] | None = No
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if isinstance(exc, (DecodeError, RecursionError)):
             first = f"{first} (subgraphs nested deeper than protobuf allows)"
-        raise BadModelError(f"the model fails onnx.checker: {first}", path=where) from exc
+        return first
+    return None
+
+
+def check_model(
+    model: onnx.ModelProto, path: str | os.PathLike[str] | None = None, *, sess_options: object = None
+) -> None:
+    """The one model check every command runs (inspect, validate, run, lower, export, InferenceSession).
+
+    Refuses, as :class:`BadModelError` naming the file, node or tensor: damaged protos
+    (:func:`check_well_formed`), unknown ir_version or opset versions, duplicate node names, initializers
+    whose type or shape disagrees with their declared input, unsound external data (checked without
+    reading it), and every model onnxruntime's own session creation refuses (:func:`ort_accepts`, on the
+    weightless copy: weights are never read or re-serialised for this). What onnx.checker finds on a
+    model onnxruntime loads is logged as a warning only (IR-3 initializers not listed as inputs, inputs
+    without a shape, unsorted nodes, ...); on a refused model it is added to the message.
+
+    Args:
+        model: the model, external data not loaded.
+        path: the file it was read from (external data is found beside it).
+        sess_options: the caller's ``onnxruntime.SessionOptions`` (``InferenceSession``): an operator that
+            only a custom-op library it registers may define is then not refused here.
+
+    Raises:
+        BadModelError: the model is not one onnxruntime would load.
+        TooLargeError: its external data exceeds the memory limit.
+    """
+    where = os.fspath(path) if path is not None else None
+    check_well_formed(model, where)
+    _check_versions(model, where)
+    _check_names(model.graph, "", where)
+    check_external_data(model, where)
+    light = _checkable(model)
+    finding = _onnx_checker_findings(light)
+    try:
+        ort_accepts(light, model, where)
+    except BadModelError as refused:
+        if sess_options is not None and unknown_operators(model):
+            # The caller's options may register the library that defines them (register_custom_ops_library),
+            # which a new SessionOptions cannot copy: the engine's own sessions, built with those options,
+            # decide.
+            logger.info("%s; left to the session options' custom operators", refused)
+            return
+        if finding is not None:  # onnx's own words often say more about the same defect
+            refused.message = f"{refused.message}; onnx.checker: {finding}"
+            refused.args = (refused.message,)
+        raise
+    if finding is not None:
+        logger.warning(
+            "%s: onnx.checker finds %s; onnxruntime loads the model, so dmlshim does too",
+            where or "the model",
+            finding,
+        )

@@ -3,6 +3,7 @@ the gather/scatter op does not take."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import onnx
@@ -149,4 +150,61 @@ def ort_load_error(
                 path=path,
                 rule=f"{node.op_type} indices must be {want}",
             )
-    return BadModelError(f"onnxruntime cannot load {what}: {exc}", path=path)
+    return _refusal(model, what, exc, path)
+
+
+# onnxruntime names the node it refuses as ``In Node, ("name", OpType, "domain", since_version)``.
+_ORT_NODE = re.compile(r'In Node, \("(?P<name>[^"]*)", (?P<op>[^,]+), "(?P<domain>[^"]*)", -?\d+\)')
+_DEPRECATED = re.compile(r"Op registered for (?P<op>\S+) is deprecated in domain_version of (?P<v>\d+)")
+
+
+def _one_paragraph(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__
+
+
+def _refusal(model: onnx.ModelProto, what: str, exc: BaseException, path: str | None) -> BadModelError:
+    """onnxruntime's refusal as one paragraph, naming the node (as dmlshim reports it) and the rule."""
+    text = _one_paragraph(exc)
+    found = _ORT_NODE.search(text)
+    node: str | None = None
+    op: str | None = None
+    if found is not None:
+        op = found["op"].strip()
+        wanted = found["name"]
+        for name, candidate in walk_nodes(model.graph):
+            if candidate.op_type == op and (not wanted or candidate.name == wanted):
+                node = name
+                break
+    deprecated = _DEPRECATED.search(text)
+    if deprecated is not None:
+        op = deprecated["op"]
+        rule = (
+            f"an operator ONNX deprecated is refused from the opset that deprecates it ({op} is gone from "
+            f"opset {deprecated['v']} on{'; use ScatterElements' if op == 'Scatter' else ''})"
+        )
+        named = re.search(r"Name: (\S*) OpType: " + re.escape(op), text)
+        node = next(
+            (
+                name
+                for name, n in walk_nodes(model.graph)
+                if n.op_type == op and (named is None or n.name == named[1])
+            ),
+            node,
+        )
+        return BadModelError(
+            f"onnxruntime cannot load {what}: {op} does not exist at ai.onnx opset "
+            f"{deprecated['v']} ({text})",
+            node=node,
+            op_type=op,
+            value=int(deprecated["v"]),
+            path=path,
+            rule=rule,
+        )
+    return BadModelError(
+        f"onnxruntime cannot load {what}: {text}",
+        node=node,
+        op_type=op,
+        path=path,
+        rule="a model loads exactly when onnxruntime's own session creation accepts it",
+    )

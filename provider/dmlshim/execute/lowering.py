@@ -41,6 +41,7 @@ from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
 from ..errors import DmlShimError, guard_resources
 from ..graph import is_gather_scatter, node_path, subgraph_prefix, subgraphs
 from ..kernels.options import IndexMode
+from ..prepare import prepare_model
 from ..translate import TensorInfo, infer_shapes, translate_node
 from ..translate.shapes_info import tensor_infos
 from ..translate.translator import model_opsets, node_since_version
@@ -157,7 +158,8 @@ def lower_model(
     """Lower every translated gather/scatter node of a model (subgraphs included) to a custom-op node.
 
     Args:
-        model: the model (not modified).
+        model: the model (not modified); its local functions are expanded and its nodes sorted first
+            (:func:`dmlshim.prepare.prepare_model`).
         feature_level: the target DirectML feature level.
         input_shapes: concrete shapes for graph inputs with symbolic dims (the lowered model's inputs get
             these shapes, so more nodes get a static descriptor).
@@ -170,6 +172,7 @@ def lower_model(
         BadInputError: ``input_shapes`` names no graph input or has the wrong rank.
     """
     fl = FeatureLevel(feature_level)
+    model = prepare_model(model)  # local functions expanded, nodes sorted (a no-op for loaded models)
     try:
         work = infer_shapes(model, input_shapes)
     except DmlShimError as exc:

@@ -6,6 +6,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import onnx
 from google.protobuf.message import DecodeError
@@ -14,6 +15,8 @@ from ..errors import BadModelError
 from ..filekind import require_onnx_model
 from ..limits import check_model_inputs
 from ..modelcheck import check_model, load_external_data
+from ..prepare import prepare_model
+from .supplied import take_supplied_initializers
 
 logger = logging.getLogger(__name__)
 
@@ -23,16 +26,22 @@ ModelSource = str | os.PathLike[str] | bytes | onnx.ModelProto
 
 @dataclass(frozen=True)
 class LoadedModel:
-    """A model and the file it came from (None for bytes or a ModelProto)."""
+    """A model, the file it came from (None for bytes or a ModelProto), and the initializers the session
+    options supplied (``add_external_initializers``; their values are in ``proto``)."""
 
     proto: onnx.ModelProto
     path: str | None
-    external: frozenset[str] = frozenset()
-    """The main graph's initializers whose data the file keeps in external files."""
+    supplied: frozenset[str] = frozenset()
 
 
-def load_model(model: ModelSource) -> LoadedModel:
-    """Read a model from a path, bytes or a ModelProto, with external data kept inside the model's folder.
+def load_model(model: ModelSource, sess_options: Any = None) -> LoadedModel:
+    """Read a model from a path, bytes or a ModelProto, with external data kept inside the model's folder,
+    checked (:func:`dmlshim.modelcheck.check_model`) and prepared as onnxruntime prepares it (local
+    functions expanded, nodes sorted: :func:`dmlshim.prepare.prepare_model`).
+
+    External-data initializers that ``sess_options`` supplies (``add_external_initializers``) are taken
+    from it, as onnxruntime takes them; their file is neither checked nor read
+    (:mod:`dmlshim.execute.supplied`).
 
     Raises:
         BadModelError: the file is missing, empty, is not an ONNX model, is truncated, or has external data
@@ -43,9 +52,13 @@ def load_model(model: ModelSource) -> LoadedModel:
         loaded = LoadedModel(model, None)
     elif isinstance(model, (bytes, bytearray, memoryview)):
         try:
-            loaded = LoadedModel(onnx.load_from_string(bytes(model)), None)
+            parsed = onnx.load_from_string(bytes(model))
         except (DecodeError, ValueError, RuntimeError) as exc:
             raise BadModelError(f"the bytes are not a serialized ONNX model: {exc}") from exc
+        supplied = frozenset[str]()
+        if parsed.HasField("graph"):
+            supplied = take_supplied_initializers(parsed, sess_options)
+        loaded = LoadedModel(parsed, None, supplied)
     elif isinstance(model, (str, os.PathLike)):
         path = Path(model)
         if not path.is_file():
@@ -58,12 +71,10 @@ def load_model(model: ModelSource) -> LoadedModel:
         except (DecodeError, ValueError, RuntimeError, OSError) as exc:
             raise BadModelError(f"not a readable ONNX model: {exc}", path=str(path)) from exc
         _require_graph(proto, str(path))
-        check_model(proto, path)  # before reading any weights
-        external = frozenset(
-            t.name for t in proto.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL
-        )
+        supplied = take_supplied_initializers(proto, sess_options)
+        check_model(proto, path, sess_options=sess_options)  # before reading any weights
         load_external_data(proto, path)
-        loaded = LoadedModel(proto, str(path), external)
+        loaded = LoadedModel(prepare_model(proto, owned=True), str(path), supplied)
     else:
         raise BadModelError(
             f"model must be a path, bytes or onnx.ModelProto, not {type(model).__name__}",
@@ -71,7 +82,10 @@ def load_model(model: ModelSource) -> LoadedModel:
         )
     _require_graph(loaded.proto, loaded.path)
     if loaded.path is None:
-        check_model(loaded.proto)
+        check_model(loaded.proto, sess_options=sess_options)
+        # bytes were parsed here (ours to change); a caller's ModelProto is copied if it must change
+        owned = not isinstance(model, onnx.ModelProto)
+        loaded = LoadedModel(prepare_model(loaded.proto, owned=owned), None, loaded.supplied)
     check_model_inputs(loaded.proto, path=loaded.path)
     return loaded
 

@@ -105,18 +105,24 @@ class InferenceSession:
             self._profiler = SessionProfiler(sess_options.profile_file_prefix, inputs=(model_file,))
         from_file = isinstance(path_or_bytes, (str, os.PathLike))
         with self._span("model_loading_uri" if from_file else "model_loading_array"):  # onnxruntime's names
-            loaded = load_model(path_or_bytes)
+            loaded = load_model(path_or_bytes, sess_options)
         self._loaded = loaded
         self._describe(loaded)
         self._last_run_record: RunRecord | None = None
         with self._span("session_initialization"):
-            # Values the options add (add_initializer, add_external_initializers) go into the model every
-            # engine runs, so that emulated nodes read them too.
-            self._added = added_initializers(loaded.proto, sess_options, loaded.external)
+            # Values the options add go into the model every engine runs, so that emulated nodes read them
+            # too: add_external_initializers values were taken at load (their file is never read), and
+            # add_initializer values are found here.
+            self._added = added_initializers(loaded.proto, sess_options, loaded.supplied)
             self._model = (
                 with_initializers(loaded.proto, self._added.values) if self._added.values else loaded.proto
             )
-            write_optimized_model(self._model, loaded.path, sess_options, from_proto=bool(self._added.values))
+            write_optimized_model(
+                self._model,
+                None if loaded.supplied else loaded.path,
+                sess_options,
+                from_proto=bool(self._added.values),
+            )
             self._engine: Engine = self._build_engine()
         logger.debug(
             "session for %s ready (engine %s)", loaded.path or "<in-memory model>", self._engine.name
@@ -155,7 +161,8 @@ class InferenceSession:
             sess_options=engine_options(
                 self._sess_options,
                 profile_prefix=profiler.partition_prefix if profiler else None,
-                without_added=bool(self._added.external),
+                # the added/supplied initializers are in the model now; the partitions must not get them
+                without_added=bool(self._added.external or self._loaded.supplied),
             ),
             # Only the real DirectML engine hands providers to onnxruntime; the others run on its CPU.
             providers=tuple(zip(self._choice.names, self._choice.options, strict=True))

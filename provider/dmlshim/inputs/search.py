@@ -115,7 +115,9 @@ def _as_proto(model: onnx.ModelProto | LoadedModel) -> tuple[onnx.ModelProto, st
         return model.proto, model.path
     if isinstance(model, onnx.ModelProto):
         check_well_formed(model)
-        return model, None
+        from ..prepare import prepare_model
+
+        return prepare_model(model), None  # function bodies and sorted nodes, as onnxruntime sees them
     raise BadModelError(f"expected an onnx.ModelProto, got {type(model).__name__}")
 
 
@@ -240,6 +242,16 @@ def generate(
     proto, path = _as_proto(model)
     dims = model_dims(proto)
     fixed, given = split_given(dims, input_shapes)
+    for spec in dims.inputs:
+        if spec.dims is None and spec.name not in fixed:
+            # a bare type annotation: onnxruntime takes any rank there, so none can be chosen for it
+            raise BadInputError(
+                f"graph input {spec.name!r} is declared with an element type and no shape (unknown rank), "
+                f"so no shape can be generated for it; give --input-shape {spec.name}=D0,D1,.. or your own "
+                "inputs (--inputs FILE.npz)",
+                tensor=spec.name,
+                rule="a generated input needs a known rank",
+            )
     candidates = _Candidates(proto, dims, fixed, seed, negative_indices)
     free = [s for s in dims.symbols if s not in given]
     seen: set[tuple[int, ...]] = set()

@@ -20,6 +20,7 @@ import onnx
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
 from ..errors import DmlShimError, guard_resources
 from ..graph import node_path, subgraph_prefix, subgraphs
+from ..prepare import prepare_model
 from .converters import get_converter
 from .placement import CPU_PREFERRED_MESSAGE, REASON_CPU_PREFERRED, graph_placements
 from .plan import CPU_PROVIDER, DML_PROVIDER, NodeTranslation, Reason, TensorInfo, replace_translation
@@ -182,7 +183,8 @@ def translate_model(
     """Translate every gather/scatter node of a model, subgraphs included.
 
     Args:
-        model: the model (not modified).
+        model: the model (not modified); its local functions are expanded and its nodes sorted first, as
+            onnxruntime does (:func:`dmlshim.prepare.prepare_model`).
         feature_level: the target DirectML feature level.
         input_shapes: concrete shapes for graph inputs, replacing symbolic or unknown dims before shape
             inference (the ``--input-shape`` option).
@@ -198,6 +200,7 @@ def translate_model(
         BadModelError: shape inference fails on the model.
     """
     fl = FeatureLevel(feature_level)
+    model = prepare_model(model)  # local functions expanded, nodes sorted (a no-op for loaded models)
     inferred = infer_shapes(model, input_shapes)
     opsets = model_opsets(inferred)
     translations: list[NodeTranslation] = []

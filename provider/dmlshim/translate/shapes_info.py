@@ -13,6 +13,7 @@ from google.protobuf.message import DecodeError
 from ..errors import BadInputError, BadModelError
 from ..filekind import require_onnx_model
 from ..modelcheck import ONNX_ERRORS, check_model, load_external_data
+from ..prepare import prepare_model
 from ..reading import open_regular
 from ..weightless import without_weights
 from .plan import TensorInfo
@@ -102,7 +103,8 @@ def infer_shapes(
 
 
 def load_model(path: str | os.PathLike[str]) -> onnx.ModelProto:
-    """Read and check an ONNX model file.
+    """Read and check an ONNX model file, prepared as onnxruntime prepares it (local functions expanded,
+    nodes sorted: :func:`dmlshim.prepare.prepare_model`).
 
     The checker runs on the shape-inferred model, leaving out graph outputs whose type or rank stays
     unknown (onnxruntime accepts those), so only real defects fail it.
@@ -125,4 +127,4 @@ def load_model(path: str | os.PathLike[str]) -> onnx.ModelProto:
         raise BadModelError("not an ONNX model (no graph or no opset_import)", path=where)
     check_model(model, where)  # the one model check; reads no weights
     load_external_data(model, Path(where))
-    return model
+    return prepare_model(model, owned=True)  # local functions expanded, nodes sorted, as onnxruntime does

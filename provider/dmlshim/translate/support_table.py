@@ -163,7 +163,7 @@ SUPPORT_TABLE: tuple[SupportRow, ...] = (
     SupportRow("Scatter", 9, OperatorType.SCATTER_ELEMENTS, None, _SCATTER, FeatureLevel.FL_1_0, ("axis",),
                EpRule.REGISTERED, ("deprecated", "padded to at least 4 dimensions")),
     SupportRow("Scatter", 11, OperatorType.SCATTER_ELEMENTS, None, _SCATTER, FeatureLevel.FL_1_0, ("axis",),
-               EpRule.REGISTERED, ("deprecated in opset 11: onnx.checker rejects it",)),
+               EpRule.REGISTERED, ("gone from opset 11: onnxruntime refuses the model, so dmlshim does",)),
     SupportRow("ScatterElements", 11, OperatorType.SCATTER_ELEMENTS, None, _SCATTER, FeatureLevel.FL_1_0,
                ("axis",), EpRule.REGISTERED, (_WINDOW,)),
     SupportRow("ScatterElements", 13, OperatorType.SCATTER_ELEMENTS, None, _SCATTER, FeatureLevel.FL_1_0,
