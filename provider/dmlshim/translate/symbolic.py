@@ -165,7 +165,8 @@ def symbolic_note(names: Sequence[str]) -> Reason:
         "SIZES_SYMBOLIC",
         f"Sizes follow the symbolic dimensions ({shown}); the operator, DimensionCount, Axis and counts "
         "are decided, and the rules that depend on runtime sizes (empty tensors, the 2^32-1 element and "
-        "UINT32 size limits, indices smaller than data) are checked when the node runs",
+        "UINT32 size limits, indices smaller than data, equal sizes the model names differently such as "
+        "batch dimensions) are checked when the node runs",
         list(dict.fromkeys(names)),
     )
 
