@@ -326,8 +326,8 @@ def _output_rank_violation(ctx: _Context, name: str, concatenated: list[int]) ->
         "OUTPUT_RANK_EXCEEDS_DIMENSION_COUNT",
         f"{name}.Sizes",
         concatenated,
-        f"the {name}.Sizes formula yields {_shown(concatenated)}, whose meaningful dimensions do not fit into "
-        f"DimensionCount {ctx.dimension_count}",
+        f"the {name}.Sizes formula yields {_shown(concatenated)}, whose meaningful dimensions do not fit "
+        f"into DimensionCount {ctx.dimension_count}",
     )
 
 
