@@ -6,6 +6,7 @@ node is not handled, a per-node table, a verdict and the next command to run.
 
 from __future__ import annotations
 
+import collections
 import io
 import json
 from collections.abc import Mapping, Sequence
@@ -15,9 +16,20 @@ from typing import Any, TextIO
 from ..translate.model_translation import ModelTranslation
 from ..translate.plan import NodeTranslation, Status, elem_type_name
 from ..translate.symbolic import describe
+from ..translate.translator import is_ep_reason
 from .text import shape_text, table
 
-__all__ = ["GraphValue", "next_command", "render_json", "render_text", "verdict", "write_json"]
+__all__ = [
+    "GraphValue",
+    "next_command",
+    "placement_reasons",
+    "placement_verdict",
+    "render_json",
+    "render_text",
+    "verdict",
+    "verdict_lines",
+    "write_json",
+]
 
 PROVIDER_WARNINGS = frozenset({"EP_OUTPUT_UNWRITTEN", "EP_DESCRIPTOR_FAILS"})
 """``EP_*`` codes that warn about what the provider computes, not where it places the node."""
@@ -45,23 +57,33 @@ class GraphValue:
 
 
 def verdict(mt: ModelTranslation) -> str:
-    """YES: every gather/scatter node runs as DirectML; PARTIAL: some do; NO: none do."""
+    """The answer to the first question, which decides inspect's exit code: does every gather/scatter node
+    translate to a DirectML operator at the target level? YES: every one; PARTIAL: some; NO: none."""
     summary = mt.summary
     if summary["all_dml"]:
         return "YES"
     return "PARTIAL" if summary["dml"] else "NO"
 
 
+def placement_verdict(mt: ModelTranslation) -> str:
+    """The answer to the second question: would onnxruntime-directml run every gather/scatter node on
+    DmlExecutionProvider today? YES: every one; PARTIAL: some; NO: none (an empty model answers YES)."""
+    on_dml = mt.summary["ort_placement"]["DmlExecutionProvider"]
+    if on_dml == len(mt.nodes):
+        return "YES"
+    return "PARTIAL" if on_dml else "NO"
+
+
 def _meaning(mt: ModelTranslation) -> str:
-    """The verdict in words, from the counts: nothing is said that did not happen."""
+    """The first answer in words, from the counts: nothing is said that did not happen."""
     s = mt.summary
     if not mt.nodes:
         return "nothing to translate"
     symbolic = sum(1 for n in mt.nodes if n.ok and n.symbolic)
     if s["all_dml"]:
-        out = "every gather/scatter node runs as a DirectML operator"
+        out = "every gather/scatter node translates to a DirectML operator"
         if symbolic:
-            out += f"; {symbolic} with symbolic sizes, whose size limits are checked when they run"
+            out += f"; {symbolic} with symbolic sizes, whose size rules are checked when they run"
         return out
     parts = []
     if s["fallback"]:
@@ -73,11 +95,47 @@ def _meaning(mt: ModelTranslation) -> str:
         if s["error"] - unknown:
             parts.append(f"{s['error'] - unknown} not translated")
     head = f"{s['dml']} of {s['gather_scatter_nodes']} translate to DirectML operators"
-    translated = [n for n in mt.nodes if n.ok]
-    on_cpu = sum(1 for n in translated if n.ort_placement == "CPUExecutionProvider")
-    if on_cpu:
-        parts.append(f"{on_cpu} translated but placed on the CPU by onnxruntime's DirectML provider")
     return head + "; " + ", ".join(parts)
+
+
+def placement_reasons(node: NodeTranslation) -> list[str]:
+    """The reason codes for which onnxruntime's DirectML provider does not run ``node`` on DML (its
+    ``EP_*`` codes other than the warnings, else the translation's own reasons)."""
+    codes = [r.code for r in node.reasons if is_ep_reason(r) and r.code not in PROVIDER_WARNINGS]
+    if not codes and not node.ok:
+        codes = [r.code for r in node.reasons if r.code != "SIZES_SYMBOLIC"]
+    return list(dict.fromkeys(codes))
+
+
+def _placement_meaning(mt: ModelTranslation) -> str:
+    """The second answer in words: counts by provider, with the reason codes of the nodes not on DML."""
+    if not mt.nodes:
+        return "nothing to place"
+    total = len(mt.nodes)
+    parts = []
+    for provider, label in (
+        ("CPUExecutionProvider", "on CPUExecutionProvider"),
+        (None, "rejected by the provider (the session fails)"),
+    ):
+        nodes = [n for n in mt.nodes if n.ort_placement == provider]
+        if not nodes:
+            continue
+        codes = collections.Counter(c for n in nodes for c in placement_reasons(n))
+        why = ", ".join(f"{c} {k}" for c, k in sorted(codes.items()))
+        parts.append(f"{len(nodes)} {label}" + (f": {why}" if why else ""))
+    on_dml = mt.summary["ort_placement"]["DmlExecutionProvider"]
+    if on_dml == total:
+        return "every gather/scatter node on DmlExecutionProvider"
+    return f"{on_dml} of {total} on DmlExecutionProvider; " + "; ".join(parts)
+
+
+def verdict_lines(mt: ModelTranslation) -> list[str]:
+    """The two answers, each on its own line: the first decides the exit code."""
+    return [
+        "Verdict:",
+        f"  DirectML operators at {mt.feature_level.dml_name}: {verdict(mt)} ({_meaning(mt)})",
+        f"  onnxruntime-directml today: {placement_verdict(mt)} ({_placement_meaning(mt)})",
+    ]
 
 
 def next_command(
@@ -205,7 +263,7 @@ def render_text(
     else:
         lines += ["", "No Gather, GatherElements, GatherND, Scatter, ScatterElements or ScatterND node."]
     nxt = next_command(mt, model_path, symbolic_inputs, inputs_path)
-    lines += ["", f"Verdict: {verdict(mt)} ({_meaning(mt)})", f"Next: {nxt}"]
+    lines += ["", *verdict_lines(mt), f"Next: {nxt}"]
     return "\n".join(lines) + "\n"
 
 
@@ -239,6 +297,8 @@ def _details(nodes: Sequence[NodeTranslation]) -> list[str]:
         for r in n.reasons:
             if r.code in PROVIDER_WARNINGS:
                 mark = "warning"
+            elif is_ep_reason(r):
+                mark = "placement"  # where onnxruntime-directml runs the node, not the translation
             else:
                 mark = "note" if n.status is Status.DML else n.status.value
             lines.append(f"    [{mark}] {r.code}: {r.message}")
