@@ -89,7 +89,10 @@ def test_text_report_with_fallback(capsys: pytest.CaptureFixture[str], with_fall
         "1 fall back to the CPU)" in out
     )
     # The second question: reduction="add" has no DML kernel, so onnxruntime-directml runs it on the CPU.
-    assert "  onnxruntime-directml today: PARTIAL (1 of 2 on DmlExecutionProvider; 1 on CPUExecutionProvider" in out
+    assert (
+        "  onnxruntime-directml today: PARTIAL (1 of 2 on DmlExecutionProvider; 1 on CPUExecutionProvider"
+        in out
+    )
     # No sample inputs beside the model: validate draws them (no placeholder file name).
     assert f"Next: dmlshim validate {with_fallback} --feature-level 5_0" in out
 
