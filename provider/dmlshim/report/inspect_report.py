@@ -26,6 +26,7 @@ __all__ = [
     "placement_verdict",
     "render_json",
     "render_text",
+    "shape_hint",
     "verdict",
     "verdict_lines",
     "write_json",
@@ -138,11 +139,26 @@ def verdict_lines(mt: ModelTranslation) -> list[str]:
     ]
 
 
+def shape_hint(symbolic_inputs: Mapping[str, Sequence[object]]) -> dict[str, tuple[int, ...]]:
+    """The ``--input-shape`` sizes ``Next:`` would suggest: 1 for each of the model's own symbolic
+    dimension names; the whole shape (1 for each unknown dim) for an input with an unnamed dimension."""
+    named: dict[str, tuple[int, ...]] = {}
+    whole: dict[str, tuple[int, ...]] = {}
+    for name, dims in symbolic_inputs.items():
+        if any(not isinstance(d, (int, str)) or d == "" for d in dims):
+            whole[name] = tuple(d if isinstance(d, int) else 1 for d in dims)
+        else:
+            named.update((str(d), (1,)) for d in dims if isinstance(d, str))
+    return {**named, **whole}
+
+
 def next_command(
     mt: ModelTranslation,
     model_path: str,
     symbolic_inputs: Mapping[str, Sequence[object]] | None = None,
     inputs_path: str | None = None,
+    *,
+    hint_helps: bool = True,
 ) -> str:
     """The command a user most likely wants next.
 
@@ -152,21 +168,14 @@ def next_command(
         symbolic_inputs: the model's graph inputs with symbolic or unknown dims (name -> dims), those not
             fixed by ``--input-shape``.
         inputs_path: a sample .npz beside the model, if there is one.
+        hint_helps: whether the ``--input-shape`` sizes of :func:`shape_hint` change the answer (the
+            caller tried them); an inspect with them is suggested only then.
     """
     level = mt.feature_level.short
     codes = {code for n in mt.nodes for code in n.reason_codes}
-    if "SHAPE_UNKNOWN" in codes and symbolic_inputs:
-        # Sizes for the model's own symbolic dimensions (by name, as every command takes them); an unnamed
-        # dimension needs the input's whole shape.
-        named: dict[str, None] = {}
-        whole: list[str] = []
-        for name, dims in symbolic_inputs.items():
-            if any(not isinstance(d, (int, str)) or d == "" for d in dims):
-                shape = ",".join(str(d) if isinstance(d, int) else "1" for d in dims)
-                whole.append(f"--input-shape {name}={shape}")
-            else:
-                named.update((str(d), None) for d in dims if isinstance(d, str))
-        args = [f"--input-shape {d}=1" for d in named] + whole
+    if "SHAPE_UNKNOWN" in codes and symbolic_inputs and hint_helps:
+        hint = shape_hint(symbolic_inputs)
+        args = [f"--input-shape {name}={','.join(str(d) for d in dims)}" for name, dims in hint.items()]
         if args:
             return f"dmlshim inspect {model_path} {' '.join(args)} --feature-level {level}"
     if inputs_path is not None:
@@ -214,6 +223,7 @@ def render_text(
     graph_inputs: Sequence[GraphValue] = (),
     graph_outputs: Sequence[GraphValue] = (),
     descriptors: bool = False,
+    hint_helps: bool = True,
 ) -> str:
     """The human-readable report of ``dmlshim inspect``.
 
@@ -225,6 +235,7 @@ def render_text(
         graph_inputs: the graph's inputs (initializers excluded), shown after the target.
         graph_outputs: the graph's outputs.
         descriptors: add each node's descriptor fields (Sizes, Axis, counts), one line per node.
+        hint_helps: see :func:`next_command`.
     """
     s = mt.summary
     nodes = f"{s['total_nodes']} node" + ("" if s["total_nodes"] == 1 else "s")
@@ -262,7 +273,7 @@ def render_text(
         lines += _details(mt.nodes)
     else:
         lines += ["", "No Gather, GatherElements, GatherND, Scatter, ScatterElements or ScatterND node."]
-    nxt = next_command(mt, model_path, symbolic_inputs, inputs_path)
+    nxt = next_command(mt, model_path, symbolic_inputs, inputs_path, hint_helps=hint_helps)
     lines += ["", *verdict_lines(mt), f"Next: {nxt}"]
     return "\n".join(lines) + "\n"
 
