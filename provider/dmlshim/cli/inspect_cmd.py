@@ -99,7 +99,7 @@ def _inspect(args: argparse.Namespace) -> int:
     shapes = input_shapes(args)
     model = load_model(args.model)
     shapes = apply_input_shapes(model, shapes)
-    translation = translate_model(model, args.feature_level, shapes)
+    translation = translate_model(model, args.feature_level, shapes, other_domains=True)
     for unknown in unknown_operators(model):
         print(
             f"dmlshim inspect: warning: node {unknown.node!r} uses operator {unknown.qualified}, which "
