@@ -351,3 +351,35 @@ def test_onnxruntime_not_implemented_is_not_a_bad_input() -> None:
     )
     err = ort_run_error(exc, "onnxruntime failed running the model")
     assert isinstance(err, NotSupportedError) and err.node == "s" and err.op_type == "ScatterElements"
+
+
+# --- 6. --reference-outputs across dtypes ----------------------------------------------------------------
+
+
+def test_reference_outputs_across_dtypes(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    model = _model(
+        [helper.make_node("Gather", ["labels", "i"], ["picked"], axis=0, name="pick")],
+        [
+            helper.make_tensor_value_info("labels", T.INT32, [4]),
+            helper.make_tensor_value_info("i", T.INT64, [2]),
+        ],
+        [helper.make_tensor_value_info("picked", T.INT32, [2])],
+    )
+    path = _save(tmp_path, model)
+    feeds = {"labels": np.array([10, 11, 12, 13], np.int32), "i": np.array([3, 1], np.int64)}
+    np.savez(tmp_path / "in.npz", **feeds)
+    (want,) = _reference(model, feeds)
+    np.savez(tmp_path / "ref64.npz", picked=want.astype(np.int64))  # the int64 labels PyTorch saves
+    np.savez(tmp_path / "bad64.npz", picked=want.astype(np.int64) + 1)
+    base = ["validate", path, "--inputs", str(tmp_path / "in.npz"), "--reference-outputs"]
+    # Strict by default: a dtype difference is a mismatch whose message names the option.
+    code = main([*base, str(tmp_path / "ref64.npz")])
+    out = capsys.readouterr().out
+    assert code == 1 and "dtype int32, the reference gives int64" in out and "--reference-any-dtype" in out
+    code = main([*base, str(tmp_path / "ref64.npz"), "--reference-any-dtype"])
+    assert code == 0, capsys.readouterr().out
+    capsys.readouterr()
+    code = main([*base, str(tmp_path / "bad64.npz"), "--reference-any-dtype", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    external = doc["outputs"][0]["reference_outputs"]
+    assert code == 1 and external["mismatches"] == 2 and external["problem"] is None
