@@ -383,3 +383,39 @@ def test_reference_outputs_across_dtypes(capsys: pytest.CaptureFixture[str], tmp
     doc = json.loads(capsys.readouterr().out)
     external = doc["outputs"][0]["reference_outputs"]
     assert code == 1 and external["mismatches"] == 2 and external["problem"] is None
+
+
+def test_rule_messages_name_symbols() -> None:
+    # A symbolic GATHER_ND1 whose second batch dimension is known to differ (5 against 3): the rule fails,
+    # and its message and value show the symbol by name, never the placeholder.
+    from dmlshim.dml.enums import DataType, FeatureLevel
+    from dmlshim.dml.operators import GatherNd1Desc
+    from dmlshim.dml.rule_checks import find_violations
+    from dmlshim.dml.tensor import BufferTensorDesc
+    from dmlshim.translate.symbolic import SIZE_DEPENDENT_RULES, placeholder_shape
+
+    (b,) = placeholder_shape(("seq_a",), 0)
+    (c,) = placeholder_shape(("seq_b",), 1)
+    f32, i64 = DataType.FLOAT32, DataType.INT64
+    desc = GatherNd1Desc(
+        BufferTensorDesc(f32, (b, 5, 4)),
+        BufferTensorDesc(i64, (c, 3, 1)),
+        BufferTensorDesc(f32, (b, 3, 4)),
+        3,
+        3,
+        2,
+    )
+    (v,) = [v for v in find_violations(desc, FeatureLevel.FL_5_0) if v.rule == "BATCH_SIZES_MISMATCH"]
+    assert "['seq_b', 3]" in v.message and "['seq_a', 5]" in v.message
+    assert v.value == ["seq_b", 3, 1] and not PLACEHOLDER.search(str(v))
+    # With only the symbols differing in name, nothing fails.
+    same = GatherNd1Desc(
+        BufferTensorDesc(f32, (b, 5, 4)),
+        BufferTensorDesc(i64, (c, 3, 1)),
+        BufferTensorDesc(f32, (c, 3, 4)),
+        3,
+        3,
+        1,
+    )
+    # (The size limits are left to the run, as the translator does for symbolic descriptors.)
+    assert not [v for v in find_violations(same, FeatureLevel.FL_5_0) if v.rule not in SIZE_DEPENDENT_RULES]

@@ -60,7 +60,7 @@ class _Context:
         return all(t.dimension_count == self.dimension_count for t in self.tensors.values())
 
     def violation(self, rule: str, field: str, value: object, text: str) -> Violation:
-        return Violation(rule=rule, field=field, message=f"{self.where}: {text}.", value=value)
+        return Violation(rule=rule, field=field, message=f"{self.where}: {text}.", value=_shown_value(value))
 
 
 _Check = Callable[[_Context], Iterator[Violation]]
@@ -75,6 +75,17 @@ def _shown(sizes: Sequence[int]) -> list[int | str]:
     from ..translate.symbolic import describe
 
     return [describe(int(s)) for s in sizes]
+
+
+def _shown_value(value: object) -> object:
+    """A violation's value with symbolic sizes by name (plain ints, and lists of them, only)."""
+    from ..translate.symbolic import describe
+
+    if isinstance(value, list):
+        return [_shown_value(v) for v in value]
+    if isinstance(value, int) and (type(value) is int or type(value).__name__ == "SymDim"):
+        return describe(value)
+    return value
 
 
 def _known_different(a: Sequence[int], b: Sequence[int]) -> bool:
