@@ -71,27 +71,20 @@ def _sizes(sizes: Sequence[int]) -> list[int]:
 
 
 def _shown(sizes: Sequence[int]) -> list[int | str]:
-    """Sizes as messages show them: a symbolic size (inspect's placeholder) by its dimension's name."""
-    from ..translate.symbolic import describe
+    from ..translate.symbolic import describe  # symbolic descriptors: sizes by their dimension's name
 
     return [describe(int(s)) for s in sizes]
 
 
 def _shown_value(value: object) -> object:
-    """A violation's value with symbolic sizes by name (plain ints, and lists of them, only)."""
-    from ..translate.symbolic import describe
+    from ..translate.symbolic import shown_value
 
-    if isinstance(value, list):
-        return [_shown_value(v) for v in value]
-    if isinstance(value, int) and (type(value) is int or type(value).__name__ == "SymDim"):
-        return describe(value)
-    return value
+    return shown_value(value)
 
 
 def _known_different(a: Sequence[int], b: Sequence[int]) -> bool:
-    """Whether two size lists are known to differ. Symbolic descriptors (inspect on dynamic shapes) hold
-    placeholder sizes; two differently named symbols may be equal at run time, so only sizes known to differ
-    count (the run checks the real ones)."""
+    """Whether two size lists are known to differ: two differently named symbols (inspect's placeholders)
+    may be equal at run time, so only sizes known to differ count (the run checks the real ones)."""
     from ..translate.symbolic import any_differ
 
     return any_differ(_sizes(a), _sizes(b))

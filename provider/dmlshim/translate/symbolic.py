@@ -32,6 +32,7 @@ __all__ = [
     "is_symbolic",
     "placeholder_shape",
     "render_json",
+    "shown_value",
     "symbolic_note",
 ]
 
@@ -156,6 +157,16 @@ def describe(value: int) -> int | str:
         return int(value)
     parts = [*([str(rest)] if rest != 1 else []), *names]
     return "*".join(parts)
+
+
+def shown_value(value: object) -> object:
+    """A rule violation's value with placeholder sizes by name (plain ints and lists of them only: enum
+    values keep their type)."""
+    if isinstance(value, list):
+        return [shown_value(v) for v in value]
+    if type(value) is int or type(value) is SymDim:
+        return describe(value)
+    return value
 
 
 def symbolic_note(names: Sequence[str]) -> Reason:
