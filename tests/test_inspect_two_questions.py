@@ -89,6 +89,10 @@ def test_verdict_separates_translation_from_placement(
     path, _ = _scatternd18(tmp_path)
     code, out = _inspect(capsys, path)
     assert code == 0  # the exit code answers the first question
+    code, doc = _inspect(capsys, path, "--json")
+    summary = json.loads(doc)["summary"]
+    assert summary["all_dml"] is True and summary["all_on_dml_ep"] is False
+    code, out = _inspect(capsys, path)
     assert "DirectML operators at DML_FEATURE_LEVEL_5_0: YES" in out
     assert (
         "onnxruntime-directml today: NO (0 of 1 on DmlExecutionProvider; 1 on CPUExecutionProvider: "

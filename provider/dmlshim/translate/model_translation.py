@@ -59,7 +59,9 @@ class ModelTranslation:
     def summary(self) -> dict[str, Any]:
         """Counts: nodes by status and placement; one counter per reason code of the nodes not run as
         DirectML (``reasons``), of notes on translated nodes (``notes``) and of why onnxruntime's DirectML
-        provider would place nodes on the CPU or reject them (``ort_reasons``, codes ``EP_*``)."""
+        provider would place nodes on the CPU or reject them (``ort_reasons``, codes ``EP_*``). The two
+        questions of the verdict: ``all_dml`` (every node translates to a DirectML operator; the exit
+        code) and ``all_on_dml_ep`` (onnxruntime-directml places every node on DmlExecutionProvider)."""
         status = collections.Counter(n.status.value for n in self.nodes)
         placement = collections.Counter(n.ort_placement or "none" for n in self.nodes)
         reasons = collections.Counter(
@@ -86,6 +88,8 @@ class ModelTranslation:
             "ort_reasons": dict(sorted(ep.items())),
             "min_feature_level": max(levels).dml_name if levels else None,
             "all_dml": all(n.ok for n in self.nodes),
+            # The second question (where onnxruntime-directml runs them), apart from the first (all_dml).
+            "all_on_dml_ep": placement.get(DML_PROVIDER, 0) == len(self.nodes),
         }
 
     def to_json(self, *, plan: bool = True) -> dict[str, Any]:
