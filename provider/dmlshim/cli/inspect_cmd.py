@@ -13,9 +13,10 @@ import sys
 
 import onnx
 
+from ..errors import DmlShimError
 from ..modelcheck import unknown_operators
-from ..report.inspect_report import GraphValue, render_text, write_json
-from ..translate.model_translation import translate_model
+from ..report.inspect_report import GraphValue, render_text, shape_hint, write_json
+from ..translate.model_translation import ModelTranslation, translate_model
 from ..translate.shapes_info import load_model, tensor_info
 from .options import add_feature_level, add_input_shape, apply_input_shapes, input_shapes
 
@@ -98,7 +99,7 @@ def _inspect(args: argparse.Namespace) -> int:
     shapes = input_shapes(args)
     model = load_model(args.model)
     shapes = apply_input_shapes(model, shapes)
-    translation = translate_model(model, args.feature_level, shapes)
+    translation = translate_model(model, args.feature_level, shapes, other_domains=True)
     for unknown in unknown_operators(model):
         print(
             f"dmlshim inspect: warning: node {unknown.node!r} uses operator {unknown.qualified}, which "
@@ -118,6 +119,7 @@ def _inspect(args: argparse.Namespace) -> int:
             if any(not isinstance(d, int) for d in dims):
                 symbolic[v.name] = v.shape
         npz = os.path.splitext(args.model)[0] + ".npz"
+        hint_helps = _hint_helps(args, translation, symbolic) if symbolic else False
         text = render_text(
             translation,
             args.model,
@@ -126,6 +128,27 @@ def _inspect(args: argparse.Namespace) -> int:
             graph_inputs=inputs,
             graph_outputs=outputs,
             descriptors=args.descriptors,
+            hint_helps=hint_helps,
         )
         sys.stdout.write(text)
     return 0 if translation.summary["all_dml"] else 1
+
+
+def _unknown(translation: ModelTranslation) -> int:
+    return sum(1 for n in translation.nodes if "SHAPE_UNKNOWN" in n.reason_codes)
+
+
+def _hint_helps(
+    args: argparse.Namespace, translation: ModelTranslation, symbolic: dict[str, tuple[object, ...]]
+) -> bool:
+    """Whether the ``--input-shape`` sizes ``Next:`` would suggest leave fewer nodes of unknown rank: the
+    model is translated again with them (only when some node is SHAPE_UNKNOWN)."""
+    before = _unknown(translation)
+    if not before:
+        return False
+    try:
+        model = load_model(args.model)
+        shapes = apply_input_shapes(model, {**input_shapes(args), **shape_hint(symbolic)})
+        return _unknown(translate_model(model, args.feature_level, shapes)) < before
+    except DmlShimError:
+        return False

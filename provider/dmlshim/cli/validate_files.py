@@ -34,6 +34,12 @@ def add_array_files(parser: argparse.ArgumentParser) -> None:
         "RunResults JSON (first runner, first iteration); a difference fails the verdict",
     )
     parser.add_argument(
+        "--reference-any-dtype",
+        action="store_true",
+        help="with --reference-outputs: compare numbers of different dtypes by value (int32 outputs against "
+        "int64 references); by default a different dtype is a mismatch",
+    )
+    parser.add_argument(
         "--only-problems",
         action="store_true",
         help="list only outputs that differ and nodes that need a look (text report)",
@@ -61,7 +67,13 @@ def finish(report: ValidationReport, tolerances: Tolerances, args: argparse.Name
     report = apply_tolerances(report, tolerances)
     if args.reference_outputs:
         reference = read_arrays(args.reference_outputs, what="reference outputs file")
-        report = apply_reference_outputs(report, reference, args.reference_outputs, tolerances)
+        report = apply_reference_outputs(
+            report,
+            reference,
+            args.reference_outputs,
+            tolerances,
+            any_dtype=getattr(args, "reference_any_dtype", False),
+        )
     guard = (*args.model, args.inputs, args.reference_outputs)
     if args.save_inputs:
         write_arrays(

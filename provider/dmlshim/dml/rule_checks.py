@@ -60,7 +60,7 @@ class _Context:
         return all(t.dimension_count == self.dimension_count for t in self.tensors.values())
 
     def violation(self, rule: str, field: str, value: object, text: str) -> Violation:
-        return Violation(rule=rule, field=field, message=f"{self.where}: {text}.", value=value)
+        return Violation(rule=rule, field=field, message=f"{self.where}: {text}.", value=_shown_value(value))
 
 
 _Check = Callable[[_Context], Iterator[Violation]]
@@ -68,6 +68,26 @@ _Check = Callable[[_Context], Iterator[Violation]]
 
 def _sizes(sizes: Sequence[int]) -> list[int]:
     return [int(s) for s in sizes]
+
+
+def _shown(sizes: Sequence[int]) -> list[int | str]:
+    from ..translate.symbolic import describe  # symbolic descriptors: sizes by their dimension's name
+
+    return [describe(int(s)) for s in sizes]
+
+
+def _shown_value(value: object) -> object:
+    from ..translate.symbolic import shown_value
+
+    return shown_value(value)
+
+
+def _known_different(a: Sequence[int], b: Sequence[int]) -> bool:
+    """Whether two size lists are known to differ: two differently named symbols (inspect's placeholders)
+    may be equal at run time, so only sizes known to differ count (the run checks the real ones)."""
+    from ..translate.symbolic import any_differ
+
+    return any_differ(_sizes(a), _sizes(b))
 
 
 # --- operator and buffer tensor rules (every operator) -------------------------------------------------
@@ -274,13 +294,13 @@ def _leading_ones(ctx: _Context, name: str, meaningful: int, count_field: str) -
     """The dimensions before the last ``meaningful`` ones are padding and must be 1."""
     sizes = _sizes(ctx.tensors[name].sizes)
     padding = sizes[: len(sizes) - meaningful]
-    if any(s != 1 for s in padding):
+    if _known_different(padding, [1] * len(padding)):
         yield ctx.violation(
             "LEADING_DIMENSIONS_NOT_ONE",
             f"{name}.Sizes",
             sizes,
             f"with {count_field} {meaningful} the leading {len(padding)} dimensions of {name} are padding "
-            f"and must be 1, Sizes is {sizes}",
+            f"and must be 1, Sizes is {_shown(sizes)}",
         )
 
 
@@ -297,11 +317,11 @@ def _sizes_equal(
         i for i, (a, w) in enumerate(zip(actual, want, strict=False)) if differ(a, w) and i != skip_axis
     ]
     if differs or len(actual) != len(want):
-        shown = "{" + ",".join(str(s) for s in want) + "}"
+        shown = "{" + ",".join(str(s) for s in _shown(want)) + "}"
         if skip_axis is not None:
             shown += f" except dimension {skip_axis} (Axis)"
         yield ctx.violation(
-            "SIZES_MISMATCH", f"{name}.Sizes", actual, f"{rule_text}: expected {shown}, got {actual}"
+            "SIZES_MISMATCH", f"{name}.Sizes", actual, f"{rule_text}: expected {shown}, got {_shown(actual)}"
         )
 
 
@@ -310,8 +330,8 @@ def _output_rank_violation(ctx: _Context, name: str, concatenated: list[int]) ->
         "OUTPUT_RANK_EXCEEDS_DIMENSION_COUNT",
         f"{name}.Sizes",
         concatenated,
-        f"the {name}.Sizes formula yields {concatenated}, whose meaningful dimensions do not fit into "
-        f"DimensionCount {ctx.dimension_count}",
+        f"the {name}.Sizes formula yields {_shown(concatenated)}, whose meaningful dimensions do not fit "
+        f"into DimensionCount {ctx.dimension_count}",
     )
 
 
@@ -424,13 +444,13 @@ def _check_nd(ctx: _Context) -> Iterator[Violation]:
     indices_sizes = _sizes(desc.indices_tensor.sizes)
     input_batch = input_sizes[d - input_count : d - input_count + batch]
     indices_batch = indices_sizes[d - indices_count : d - indices_count + batch]
-    if input_batch != indices_batch:
+    if _known_different(input_batch, indices_batch):
         yield ctx.violation(
             "BATCH_SIZES_MISMATCH",
             "IndicesTensor.Sizes",
             indices_sizes,
-            f"the first BatchDimensionCount ({batch}) meaningful dimensions of IndicesTensor {indices_batch} "
-            f"must equal those of InputTensor {input_batch}",
+            f"the first BatchDimensionCount ({batch}) meaningful dimensions of IndicesTensor "
+            f"{_shown(indices_batch)} must equal those of InputTensor {_shown(input_batch)}",
         )
 
     tuple_size = indices_sizes[-1]

@@ -24,7 +24,7 @@ import onnx
 import onnxruntime as ort
 
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
-from ..errors import BadInputError, BadModelError
+from ..errors import BadModelError
 from ..kernels.options import IndexMode
 from ..translate import NodeTranslation, Status
 from ..translate.plan import np_dtype_of
@@ -34,6 +34,7 @@ from .custom_op_types import CUSTOM_DOMAIN, MODE_DESCRIPTOR
 from .engine import EngineConfig
 from .fallback import has_deprecated_scatter, note_scatter_as_scatter_elements
 from .lowering import LoweredModel, LoweredNode, lower_model
+from .ort_support import ort_run_error
 from .record import PLACEMENT_CPU, PLACEMENT_DML, NodeRecord, RunRecord
 
 logger = logging.getLogger(__name__)
@@ -231,7 +232,9 @@ class CustomOpEngine:
                 # A custom op's failure can make a later onnxruntime node fail; the custom op's is the cause.
                 if state.error is not None:
                     raise state.error from exc
-                raise BadInputError(f"onnxruntime failed running the lowered model: {exc}") from exc
+                # The same classes as the other engines: an index onnxruntime rejects (a node left to
+                # onnxruntime: string or empty data, a function body) is IndexOutOfRangeError.
+                raise ort_run_error(exc, "onnxruntime failed running the lowered model") from exc
         if state.error is not None:
             raise state.error
         return list(results), self._record(state)

@@ -10,7 +10,7 @@ from typing import Any
 import onnx
 import onnxruntime as ort
 
-from ..errors import BadInputError, IndexOutOfRangeError
+from ..errors import BadInputError, IndexOutOfRangeError, NotSupportedError
 from ..modelcheck import ort_load_error
 from ..ort_errors import ORT_ERRORS
 from .engine import EngineConfig
@@ -85,9 +85,11 @@ _ORT_INDEX_VALUE = re.compile(r"(?:idx|index|indice)\s*=\s*(-?\d+)")
 
 def ort_run_error(
     exc: BaseException, what: str, *, node: str | None = None, op_type: str | None = None
-) -> BadInputError:
+) -> BadInputError | NotSupportedError:
     """onnxruntime's run failure as a dmlshim error: IndexOutOfRangeError when onnxruntime rejected an
-    index of a gather/scatter node (it names the node and often the value), BadInputError otherwise."""
+    index of a gather/scatter node (it names the node and often the value), NotSupportedError when
+    onnxruntime has no implementation for what it was asked (status NOT_IMPLEMENTED: a kernel lacking a
+    data type; the feeds are fine), BadInputError otherwise."""
     text = str(exc)
     found = _ORT_NODE.search(text)
     if found is not None:
@@ -99,6 +101,12 @@ def ort_run_error(
             f"{what}: an index is out of range ({text.strip().splitlines()[0]})",
             rule="ONNX: every index must lie within the dimension it addresses",
             value=int(value.group(1)) if value else None,
+            node=node,
+            op_type=op_type,
+        )
+    if "NOT_IMPLEMENTED" in text or type(exc).__name__ == "NotImplemented":
+        return NotSupportedError(
+            f"{what}: onnxruntime has no implementation for this ({text.strip().splitlines()[0]})",
             node=node,
             op_type=op_type,
         )

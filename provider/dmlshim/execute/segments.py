@@ -46,6 +46,7 @@ def tensor_type(elem_type: int, dims: Sequence[int] | None) -> onnx.TypeProto:
     tp.tensor_type.elem_type = elem_type
     if dims is not None:
         shape = tp.tensor_type.shape
+        shape.SetInParent()  # no dims: a scalar (rank 0), not an unknown rank
         for d in dims:
             shape.dim.add().dim_value = int(d)
     return tp

@@ -6,6 +6,7 @@ node is not handled, a per-node table, a verdict and the next command to run.
 
 from __future__ import annotations
 
+import collections
 import io
 import json
 from collections.abc import Mapping, Sequence
@@ -15,9 +16,21 @@ from typing import Any, TextIO
 from ..translate.model_translation import ModelTranslation
 from ..translate.plan import NodeTranslation, Status, elem_type_name
 from ..translate.symbolic import describe
+from ..translate.translator import is_ep_reason
 from .text import shape_text, table
 
-__all__ = ["GraphValue", "next_command", "render_json", "render_text", "verdict", "write_json"]
+__all__ = [
+    "GraphValue",
+    "next_command",
+    "placement_reasons",
+    "placement_verdict",
+    "render_json",
+    "render_text",
+    "shape_hint",
+    "verdict",
+    "verdict_lines",
+    "write_json",
+]
 
 PROVIDER_WARNINGS = frozenset({"EP_OUTPUT_UNWRITTEN", "EP_DESCRIPTOR_FAILS"})
 """``EP_*`` codes that warn about what the provider computes, not where it places the node."""
@@ -45,23 +58,33 @@ class GraphValue:
 
 
 def verdict(mt: ModelTranslation) -> str:
-    """YES: every gather/scatter node runs as DirectML; PARTIAL: some do; NO: none do."""
+    """The answer to the first question, which decides inspect's exit code: does every gather/scatter node
+    translate to a DirectML operator at the target level? YES: every one; PARTIAL: some; NO: none."""
     summary = mt.summary
     if summary["all_dml"]:
         return "YES"
     return "PARTIAL" if summary["dml"] else "NO"
 
 
+def placement_verdict(mt: ModelTranslation) -> str:
+    """The answer to the second question: would onnxruntime-directml run every gather/scatter node on
+    DmlExecutionProvider today? YES: every one; PARTIAL: some; NO: none (an empty model answers YES)."""
+    on_dml = mt.summary["ort_placement"]["DmlExecutionProvider"]
+    if on_dml == len(mt.nodes):
+        return "YES"
+    return "PARTIAL" if on_dml else "NO"
+
+
 def _meaning(mt: ModelTranslation) -> str:
-    """The verdict in words, from the counts: nothing is said that did not happen."""
+    """The first answer in words, from the counts: nothing is said that did not happen."""
     s = mt.summary
     if not mt.nodes:
         return "nothing to translate"
     symbolic = sum(1 for n in mt.nodes if n.ok and n.symbolic)
     if s["all_dml"]:
-        out = "every gather/scatter node runs as a DirectML operator"
+        out = "every gather/scatter node translates to a DirectML operator"
         if symbolic:
-            out += f"; {symbolic} with symbolic sizes, whose size limits are checked when they run"
+            out += f"; {symbolic} with symbolic sizes, whose size rules are checked when they run"
         return out
     parts = []
     if s["fallback"]:
@@ -73,11 +96,60 @@ def _meaning(mt: ModelTranslation) -> str:
         if s["error"] - unknown:
             parts.append(f"{s['error'] - unknown} not translated")
     head = f"{s['dml']} of {s['gather_scatter_nodes']} translate to DirectML operators"
-    translated = [n for n in mt.nodes if n.ok]
-    on_cpu = sum(1 for n in translated if n.ort_placement == "CPUExecutionProvider")
-    if on_cpu:
-        parts.append(f"{on_cpu} translated but placed on the CPU by onnxruntime's DirectML provider")
     return head + "; " + ", ".join(parts)
+
+
+def placement_reasons(node: NodeTranslation) -> list[str]:
+    """The reason codes for which onnxruntime's DirectML provider does not run ``node`` on DML (its
+    ``EP_*`` codes other than the warnings, else the translation's own reasons)."""
+    codes = [r.code for r in node.reasons if is_ep_reason(r) and r.code not in PROVIDER_WARNINGS]
+    if not codes and not node.ok:
+        codes = [r.code for r in node.reasons if r.code != "SIZES_SYMBOLIC"]
+    return list(dict.fromkeys(codes))
+
+
+def _placement_meaning(mt: ModelTranslation) -> str:
+    """The second answer in words: counts by provider, with the reason codes of the nodes not on DML."""
+    if not mt.nodes:
+        return "nothing to place"
+    total = len(mt.nodes)
+    parts = []
+    for provider, label in (
+        ("CPUExecutionProvider", "on CPUExecutionProvider"),
+        (None, "rejected by the provider (the session fails)"),
+    ):
+        nodes = [n for n in mt.nodes if n.ort_placement == provider]
+        if not nodes:
+            continue
+        codes = collections.Counter(c for n in nodes for c in placement_reasons(n))
+        why = ", ".join(f"{c} {k}" for c, k in sorted(codes.items()))
+        parts.append(f"{len(nodes)} {label}" + (f": {why}" if why else ""))
+    on_dml = mt.summary["ort_placement"]["DmlExecutionProvider"]
+    if on_dml == total:
+        return "every gather/scatter node on DmlExecutionProvider"
+    return f"{on_dml} of {total} on DmlExecutionProvider; " + "; ".join(parts)
+
+
+def verdict_lines(mt: ModelTranslation) -> list[str]:
+    """The two answers, each on its own line: the first decides the exit code."""
+    return [
+        "Verdict:",
+        f"  DirectML operators at {mt.feature_level.dml_name}: {verdict(mt)} ({_meaning(mt)})",
+        f"  onnxruntime-directml today: {placement_verdict(mt)} ({_placement_meaning(mt)})",
+    ]
+
+
+def shape_hint(symbolic_inputs: Mapping[str, Sequence[object]]) -> dict[str, tuple[int, ...]]:
+    """The ``--input-shape`` sizes ``Next:`` would suggest: 1 for each of the model's own symbolic
+    dimension names; the whole shape (1 for each unknown dim) for an input with an unnamed dimension."""
+    named: dict[str, tuple[int, ...]] = {}
+    whole: dict[str, tuple[int, ...]] = {}
+    for name, dims in symbolic_inputs.items():
+        if any(not isinstance(d, (int, str)) or d == "" for d in dims):
+            whole[name] = tuple(d if isinstance(d, int) else 1 for d in dims)
+        else:
+            named.update((str(d), (1,)) for d in dims if isinstance(d, str))
+    return {**named, **whole}
 
 
 def next_command(
@@ -85,6 +157,8 @@ def next_command(
     model_path: str,
     symbolic_inputs: Mapping[str, Sequence[object]] | None = None,
     inputs_path: str | None = None,
+    *,
+    hint_helps: bool = True,
 ) -> str:
     """The command a user most likely wants next.
 
@@ -94,21 +168,14 @@ def next_command(
         symbolic_inputs: the model's graph inputs with symbolic or unknown dims (name -> dims), those not
             fixed by ``--input-shape``.
         inputs_path: a sample .npz beside the model, if there is one.
+        hint_helps: whether the ``--input-shape`` sizes of :func:`shape_hint` change the answer (the
+            caller tried them); an inspect with them is suggested only then.
     """
     level = mt.feature_level.short
     codes = {code for n in mt.nodes for code in n.reason_codes}
-    if "SHAPE_UNKNOWN" in codes and symbolic_inputs:
-        # Sizes for the model's own symbolic dimensions (by name, as every command takes them); an unnamed
-        # dimension needs the input's whole shape.
-        named: dict[str, None] = {}
-        whole: list[str] = []
-        for name, dims in symbolic_inputs.items():
-            if any(not isinstance(d, (int, str)) or d == "" for d in dims):
-                shape = ",".join(str(d) if isinstance(d, int) else "1" for d in dims)
-                whole.append(f"--input-shape {name}={shape}")
-            else:
-                named.update((str(d), None) for d in dims if isinstance(d, str))
-        args = [f"--input-shape {d}=1" for d in named] + whole
+    if "SHAPE_UNKNOWN" in codes and symbolic_inputs and hint_helps:
+        hint = shape_hint(symbolic_inputs)
+        args = [f"--input-shape {name}={','.join(str(d) for d in dims)}" for name, dims in hint.items()]
         if args:
             return f"dmlshim inspect {model_path} {' '.join(args)} --feature-level {level}"
     if inputs_path is not None:
@@ -156,6 +223,7 @@ def render_text(
     graph_inputs: Sequence[GraphValue] = (),
     graph_outputs: Sequence[GraphValue] = (),
     descriptors: bool = False,
+    hint_helps: bool = True,
 ) -> str:
     """The human-readable report of ``dmlshim inspect``.
 
@@ -167,6 +235,7 @@ def render_text(
         graph_inputs: the graph's inputs (initializers excluded), shown after the target.
         graph_outputs: the graph's outputs.
         descriptors: add each node's descriptor fields (Sizes, Axis, counts), one line per node.
+        hint_helps: see :func:`next_command`.
     """
     s = mt.summary
     nodes = f"{s['total_nodes']} node" + ("" if s["total_nodes"] == 1 else "s")
@@ -204,8 +273,8 @@ def render_text(
         lines += _details(mt.nodes)
     else:
         lines += ["", "No Gather, GatherElements, GatherND, Scatter, ScatterElements or ScatterND node."]
-    nxt = next_command(mt, model_path, symbolic_inputs, inputs_path)
-    lines += ["", f"Verdict: {verdict(mt)} ({_meaning(mt)})", f"Next: {nxt}"]
+    nxt = next_command(mt, model_path, symbolic_inputs, inputs_path, hint_helps=hint_helps)
+    lines += ["", *verdict_lines(mt), f"Next: {nxt}"]
     return "\n".join(lines) + "\n"
 
 
@@ -239,6 +308,8 @@ def _details(nodes: Sequence[NodeTranslation]) -> list[str]:
         for r in n.reasons:
             if r.code in PROVIDER_WARNINGS:
                 mark = "warning"
+            elif is_ep_reason(r):
+                mark = "placement"  # where onnxruntime-directml runs the node, not the translation
             else:
                 mark = "note" if n.status is Status.DML else n.status.value
             lines.append(f"    [{mark}] {r.code}: {r.message}")

@@ -9,7 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from ..validate import OutputComparison, ValidationReport
+from ..execute.record import PLACEMENT_DML
+from ..translate.placement import REASON_CPU_PREFERRED
+from ..translate.plan import CPU_PROVIDER, DML_PROVIDER
+from ..validate import NodeValidation, OutputComparison, ValidationReport
 from ..validate.results import (
     ATTR_DIVERGES,
     ATTR_MATCH,
@@ -21,9 +24,10 @@ from ..validate.results import (
     CAUSE_OTHER_NODES,
     CAUSE_UNEXPLAINED,
 )
+from .inspect_report import placement_reasons
 from .text import shape_text, table
 
-__all__ = ["render_json", "render_text", "verdict"]
+__all__ = ["ort_cell", "ran_cell", "render_json", "render_text", "verdict"]
 
 _ATTRIBUTION_WORDS = {
     ATTR_MATCH: "match",
@@ -41,6 +45,36 @@ _INFORMATION_CODES = frozenset({"ORT_DML_EP_RUNS_ON_CPU", "FALLBACK_TO_CPU", "NO
 def verdict(report: ValidationReport) -> str:
     """``MATCH`` when every output agrees with the like-for-like reference, else ``MISMATCH``."""
     return "MATCH" if report.match else "MISMATCH"
+
+
+def ran_cell(n: NodeValidation) -> str:
+    """What dmlshim's run did with the node: emulated as a DirectML operator, or left to onnxruntime's
+    CPU provider (with the reason codes)."""
+    rec = n.record
+    if rec is None:
+        return "-"
+    if rec.placement == PLACEMENT_DML:
+        return f"emulated as {rec.operator}" if rec.operator else "emulated"
+    if rec.status == "not_emulated":
+        return "onnxruntime CPU (inside control flow)"
+    codes = list(dict.fromkeys(c for c, _ in rec.reasons if not c.startswith("EP_")))
+    return "onnxruntime CPU" + (f" ({', '.join(codes)})" if codes else "")
+
+
+def ort_cell(n: NodeValidation) -> str:
+    """Where onnxruntime-directml would run the node today, with the reason codes when not on DML."""
+    where = n.ort_placement
+    if where == DML_PROVIDER:
+        return "run it on DML"
+    codes: list[str] = []
+    if n.translation is not None:
+        codes += placement_reasons(n.translation)
+    if n.record is not None:
+        codes += [REASON_CPU_PREFERRED for c, _ in n.record.reasons if c == "ort_cpu_preferred"]
+    shown = f" ({', '.join(dict.fromkeys(codes))})" if codes else ""
+    if where == CPU_PROVIDER:
+        return "place it on CPU" + shown
+    return ("reject it" + shown) if n.translation is not None or n.record is not None else "-"
 
 
 def _number(value: float | None) -> str:
@@ -202,15 +236,12 @@ def render_text(report: ValidationReport, only_problems: bool = False) -> str:
     lines += table(rows) if len(rows) > 1 else ["  every output matches"]
     lines += ["", f"gather/scatter nodes ({len(report.nodes)})"]
     if report.nodes:
-        rows = [["node", "op", "ran on", "operator", "DML EP places on", "compared with the reference"]]
+        rows = [["node", "op", "dmlshim ran it", "onnxruntime-directml would", "compared with the reference"]]
         for n in report.nodes:
             if only_problems and n.attribution in (ATTR_MATCH, ATTR_NOT_COMPARED) and n.placement == "dml":
                 continue
-            operator = (n.record.operator if n.record and n.record.operator else None) or "-"
             attribution = _ATTRIBUTION_WORDS[n.attribution]
-            rows.append(
-                [n.name, n.op_type, n.placement or "-", operator, n.ort_placement or "-", attribution]
-            )
+            rows.append([n.name, n.op_type, ran_cell(n), ort_cell(n), attribution])
         lines += table(rows) if len(rows) > 1 else ["  none needs a look"]
     if not any(n.placement == "dml" for n in report.nodes):
         why = "no node ran from its descriptor" if report.nodes else "the model has no gather/scatter node"

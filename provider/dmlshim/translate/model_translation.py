@@ -19,11 +19,19 @@ import onnx
 
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
 from ..errors import DmlShimError, guard_resources
-from ..graph import node_path, subgraph_prefix, subgraphs
+from ..graph import GATHER_SCATTER_OPS, node_path, subgraph_prefix, subgraphs
 from ..prepare import prepare_model
 from .converters import get_converter
 from .placement import CPU_PREFERRED_MESSAGE, REASON_CPU_PREFERRED, graph_placements
-from .plan import CPU_PROVIDER, DML_PROVIDER, NodeTranslation, Reason, TensorInfo, replace_translation
+from .plan import (
+    CPU_PROVIDER,
+    DML_PROVIDER,
+    NodeTranslation,
+    Reason,
+    Status,
+    TensorInfo,
+    replace_translation,
+)
 from .shapes_info import infer_shapes, tensor_info
 from .translator import _attributes, is_ep_reason, model_opsets, translate_node
 
@@ -52,7 +60,9 @@ class ModelTranslation:
     def summary(self) -> dict[str, Any]:
         """Counts: nodes by status and placement; one counter per reason code of the nodes not run as
         DirectML (``reasons``), of notes on translated nodes (``notes``) and of why onnxruntime's DirectML
-        provider would place nodes on the CPU or reject them (``ort_reasons``, codes ``EP_*``)."""
+        provider would place nodes on the CPU or reject them (``ort_reasons``, codes ``EP_*``). The two
+        questions of the verdict: ``all_dml`` (every node translates to a DirectML operator; the exit
+        code) and ``all_on_dml_ep`` (onnxruntime-directml places every node on DmlExecutionProvider)."""
         status = collections.Counter(n.status.value for n in self.nodes)
         placement = collections.Counter(n.ort_placement or "none" for n in self.nodes)
         reasons = collections.Counter(
@@ -79,6 +89,8 @@ class ModelTranslation:
             "ort_reasons": dict(sorted(ep.items())),
             "min_feature_level": max(levels).dml_name if levels else None,
             "all_dml": all(n.ok for n in self.nodes),
+            # The second question (where onnxruntime-directml runs them), apart from the first (all_dml).
+            "all_on_dml_ep": placement.get(DML_PROVIDER, 0) == len(self.nodes),
         }
 
     def to_json(self, *, plan: bool = True) -> dict[str, Any]:
@@ -179,6 +191,7 @@ def translate_model(
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     *,
     symbolic: bool = True,
+    other_domains: bool = False,
 ) -> ModelTranslation:
     """Translate every gather/scatter node of a model, subgraphs included.
 
@@ -190,6 +203,9 @@ def translate_model(
             inference (the ``--input-shape`` option).
         symbolic: translate nodes with symbolic sizes from their ranks and types (see
             :func:`translate_node`); their descriptors are descriptions, not something to run.
+        other_domains: also list nodes of other domains named like the six ops (``com.microsoft``
+            GatherND), status ``fallback`` on ``CPUExecutionProvider`` with reason ``DOMAIN_NOT_ONNX``
+            (``dmlshim inspect`` lists them; the engines leave them to onnxruntime).
 
     Returns:
         The translations and counts; nodes whose shapes stay unknown have status ``error`` with reason
@@ -214,6 +230,10 @@ def translate_model(
         total += 1
         domain = "" if node.domain == "ai.onnx" else node.domain
         if get_converter(domain, node.op_type) is None:
+            if other_domains and domain and node.op_type in GATHER_SCATTER_OPS:
+                if scope is top:
+                    top_level[index] = len(translations)
+                translations.append(_other_domain(node, name, domain, opsets.get(domain, 0), fl))
             continue
         infos = tuple(scope.get(i) if i else None for i in node.input)
         opset = opsets.get(domain, 0)
@@ -233,6 +253,39 @@ def translate_model(
     # The graph as given: in the inferred copy large initializers are graph inputs (no weight bytes).
     _apply_graph_placement(model.graph, top, top_level, translations)
     return ModelTranslation(fl, tuple(translations), total, opsets.get("", 0))
+
+
+def _other_domain(
+    node: onnx.NodeProto, name: str, domain: str, opset: int, fl: FeatureLevel
+) -> NodeTranslation:
+    """A node of another domain named like one of the six ops: not the ONNX operator, so not translated;
+    onnxruntime runs it with that domain's kernel, which onnxruntime's DirectML provider does not register."""
+    qualified = f"{domain}:{node.op_type}"
+    return NodeTranslation(
+        name=name,
+        op_type=node.op_type,
+        domain=domain,
+        since_version=opset,
+        feature_level=fl,
+        status=Status.FALLBACK,
+        operator=None,
+        ort_placement=CPU_PROVIDER,
+        reasons=(
+            Reason(
+                "DOMAIN_NOT_ONNX",
+                f"{qualified} is not the ONNX operator {node.op_type} (domain {domain!r}); dmlshim "
+                "translates only the ai.onnx operators, and onnxruntime runs this node on the CPU with its "
+                "own kernel",
+                domain,
+            ),
+            Reason(
+                "EP_NOT_REGISTERED",
+                f"onnxruntime's DirectML provider registers no kernel for {qualified}; it runs on the CPU "
+                "provider",
+            ),
+        ),
+        min_feature_level=None,
+    )
 
 
 def _quotes_names(t: NodeTranslation, node: onnx.NodeProto) -> bool:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Collection, Mapping
 
 import onnx
 
-from .plan import DML_PROVIDER, NodeTranslation, Reason, Status
+from .plan import CPU_PROVIDER, DML_PROVIDER, NodeTranslation, Reason, Status
 from .support_table import find_row, ort_placement
 
 __all__ = [
@@ -53,6 +53,12 @@ REASON_CPU_PREFERRED = "EP_CPU_PREFERRED"
 CPU_PREFERRED_MESSAGE = (
     "onnxruntime's DirectML provider runs this node on the CPU: every input is a CPU tensor (a shape "
     "computation), a small initializer or a graph input"
+)
+
+EP_INDEX_TUPLE_EMPTY = Reason(
+    "EP_INDEX_TUPLE_EMPTY",
+    "a ScatterND whose index tuples have 0 coordinates has no DirectML SCATTER_ND form; it runs on the CPU "
+    "provider, whose kernel replaces the whole data tensor with each update",
 )
 
 # The provider rejects these outright, so it places the node nowhere.
@@ -137,7 +143,10 @@ def node_placement(
     """
     if _EP_REJECT_CODES.intersection(codes) or (status is Status.ERROR and "SHAPE_UNKNOWN" not in codes):
         return None, ()
-    return _row_placement(op_type, since, reduction, elem_types)
+    placement, reasons = _row_placement(op_type, since, reduction, elem_types)
+    if placement == DML_PROVIDER and "INDEX_TUPLE_EMPTY" in codes:
+        return CPU_PROVIDER, (EP_INDEX_TUPLE_EMPTY,)
+    return placement, reasons
 
 
 def provider_notes(

@@ -78,9 +78,97 @@ def _override_inputs(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence
             )
         tensor_type.ClearField("shape")
         shape = tensor_type.shape
+        shape.SetInParent()  # NAME= (no dims) declares a scalar: rank 0, not an unknown rank
         for d in dims:
             shape.dim.add().dim_value = int(d)
     return model
+
+
+_RANK_OPS = frozenset({"Reshape", "Expand", "ConstantOfShape", "Tile", "Range"})
+"""Ops whose output rank follows from their inputs' ranks and shape tensors' lengths, even when the
+values (and so onnx's inference) leave the output's dimensions unknown."""
+
+
+def _ranked(name: str, elem_type: int, rank: int) -> onnx.ValueInfoProto:
+    value = onnx.ValueInfoProto(name=name)
+    tensor_type = value.type.tensor_type
+    tensor_type.elem_type = elem_type
+    tensor_type.shape.SetInParent()
+    for _ in range(rank):
+        tensor_type.shape.dim.add()  # a dimension of unknown size
+    return value
+
+
+def _output_rank(node: onnx.NodeProto, known: Mapping[str, TensorInfo]) -> tuple[int, int] | None:
+    """(element type, rank) of ``node``'s output from its inputs' ranks and shape-tensor lengths."""
+
+    def info(i: int) -> TensorInfo | None:
+        return known.get(node.input[i]) if i < len(node.input) and node.input[i] else None
+
+    def rank(i: int) -> int | None:
+        found = info(i)
+        return len(found.shape) if found is not None and found.shape is not None else None
+
+    def length(i: int) -> int | None:  # the length of a 1-D shape tensor
+        found = info(i)
+        if found is None or found.shape is None or len(found.shape) != 1:
+            return None
+        n = found.shape[0]
+        return n if isinstance(n, int) and n >= 0 else None
+
+    def elem(i: int) -> int:
+        found = info(i)
+        return found.elem_type if found is not None else 0
+
+    op = node.op_type
+    if op == "Reshape":
+        out = length(1)
+        return None if out is None else (elem(0), out)
+    if op == "Expand":
+        n, r = length(1), rank(0)
+        return None if n is None or r is None else (elem(0), max(n, r))
+    if op == "ConstantOfShape":
+        n = length(0)
+        values = [a.t for a in node.attribute if a.name == "value"]
+        elem_type = int(values[0].data_type) if values else onnx.TensorProto.FLOAT
+        return None if n is None else (elem_type, n)
+    if op == "Tile":
+        r = rank(0)
+        return None if r is None else (elem(0), r)
+    if op == "Range":
+        return elem(0), 1
+    return None
+
+
+def _propagate_ranks(model: onnx.ModelProto) -> bool:
+    """Give the outputs of Reshape/Expand/ConstantOfShape/Tile/Range in the top-level graph the rank their
+    inputs fix where onnx's inference left it unknown (a shape tensor of known length but unknown values);
+    True when it added any (the caller infers again, so the ranks reach the nodes downstream)."""
+    graph = model.graph
+    candidates = [n for n in graph.node if n.op_type in _RANK_OPS and n.domain in ("", "ai.onnx")]
+    if not candidates:
+        return False
+    known = tensor_infos(graph)
+    added = False
+    for node in candidates:
+        if not node.output or not node.output[0]:
+            continue
+        have = known.get(node.output[0])
+        if have is not None and have.shape is not None:
+            continue
+        found = _output_rank(node, known)
+        if found is None or not found[0]:
+            continue
+        elem_type, rank = found
+        value = _ranked(node.output[0], elem_type, rank)
+        for i, old in enumerate(graph.value_info):
+            if old.name == value.name:
+                del graph.value_info[i]
+                break
+        graph.value_info.append(value)
+        known[value.name] = TensorInfo((None,) * rank, elem_type)
+        added = True
+    return added
 
 
 def infer_shapes(
@@ -97,7 +185,16 @@ def infer_shapes(
     # onnx's inference serializes the model and parses it back: give it no weight bytes to copy.
     model = _override_inputs(model, input_shapes) if input_shapes else without_weights(model)
     try:
-        return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(
+            model, check_type=False, strict_mode=False, data_prop=True
+        )
+        for _ in range(3):  # each pass can give ranks to the next op of the kind downstream
+            if not _propagate_ranks(inferred):
+                break
+            inferred = onnx.shape_inference.infer_shapes(
+                inferred, check_type=False, strict_mode=False, data_prop=True
+            )
+        return inferred
     except _ONNX_ERRORS as exc:
         raise BadModelError(f"ONNX shape inference failed: {exc}") from exc
 

@@ -32,6 +32,7 @@ __all__ = [
     "is_symbolic",
     "placeholder_shape",
     "render_json",
+    "shown_value",
     "symbolic_note",
 ]
 
@@ -158,6 +159,16 @@ def describe(value: int) -> int | str:
     return "*".join(parts)
 
 
+def shown_value(value: object) -> object:
+    """A rule violation's value with placeholder sizes by name (plain ints and lists of them only: enum
+    values keep their type)."""
+    if isinstance(value, list):
+        return [shown_value(v) for v in value]
+    if type(value) is int or type(value) is SymDim:
+        return describe(value)
+    return value
+
+
 def symbolic_note(names: Sequence[str]) -> Reason:
     """The note of a node translated from placeholder sizes."""
     shown = ", ".join(dict.fromkeys(names)) or UNNAMED
@@ -165,7 +176,8 @@ def symbolic_note(names: Sequence[str]) -> Reason:
         "SIZES_SYMBOLIC",
         f"Sizes follow the symbolic dimensions ({shown}); the operator, DimensionCount, Axis and counts "
         "are decided, and the rules that depend on runtime sizes (empty tensors, the 2^32-1 element and "
-        "UINT32 size limits, indices smaller than data) are checked when the node runs",
+        "UINT32 size limits, indices smaller than data, equal sizes the model names differently such as "
+        "batch dimensions) are checked when the node runs",
         list(dict.fromkeys(names)),
     )
 

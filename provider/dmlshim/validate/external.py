@@ -60,13 +60,43 @@ class ExternalComparison:
         }
 
 
+ANY_DTYPE_OPTION = "--reference-any-dtype"
+"""The option that compares values across dtypes (``any_dtype=True`` in Python)."""
+
+_NUMERIC_KINDS = frozenset("biuf")
+
+
+def _common(got: np.ndarray, expected: np.ndarray) -> np.dtype | None:
+    """The dtype both arrays are compared in across dtypes (numpy's promotion), None when either is not a
+    number or bool (strings are never equal to numbers)."""
+    if got.dtype.kind not in _NUMERIC_KINDS or expected.dtype.kind not in _NUMERIC_KINDS:
+        return None
+    return np.result_type(got.dtype, expected.dtype)
+
+
 def compare_external(
-    got: np.ndarray, expected: np.ndarray | None, rtol: float, atol: float
+    got: np.ndarray, expected: np.ndarray | None, rtol: float, atol: float, *, any_dtype: bool = False
 ) -> ExternalComparison:
-    """One output against its reference array (None: not in the file)."""
+    """One output against its reference array (None: not in the file).
+
+    The dtypes must be equal unless ``any_dtype``: then numbers of different dtypes (int32 labels against
+    int64 references, as polygraphy compares them) are compared by value, in the dtype numpy promotes
+    both to; the tolerance stays the one of dmlshim's output dtype."""
     if expected is None:
         return ExternalComparison(False, rtol, atol, problem="not in the reference outputs file")
     expected = np.asarray(expected)
+    if got.dtype != expected.dtype:
+        common = _common(got, expected) if any_dtype else None
+        if common is not None:
+            got, expected = got.astype(common), expected.astype(common)
+        elif not any_dtype:
+            return ExternalComparison(
+                False,
+                rtol,
+                atol,
+                problem=f"dtype {got.dtype}, the reference gives {expected.dtype} (values of different "
+                f"dtypes are compared only with {ANY_DTYPE_OPTION}; Python: any_dtype=True)",
+            )
     c = compare_arrays(got, expected, rtol, atol)
     if c.problem is not None:
         return ExternalComparison(False, rtol, atol, problem=c.problem)
@@ -82,11 +112,17 @@ def compare_external(
 
 
 def apply_reference_outputs(
-    report: ValidationReport, reference: Mapping[str, np.ndarray], source: str, tolerances: Tolerances
+    report: ValidationReport,
+    reference: Mapping[str, np.ndarray],
+    source: str,
+    tolerances: Tolerances,
+    *,
+    any_dtype: bool = False,
 ) -> ValidationReport:
     """The report with every output compared against ``reference`` too; the verdict fails when any
     differs beyond its tolerance. Names in the file that are no output of the model are ignored (the
-    file may hold intermediate values); an output missing from the file is a mismatch."""
+    file may hold intermediate values); an output missing from the file is a mismatch. ``any_dtype``:
+    see :func:`compare_external`."""
     outputs = []
     for o in report.outputs:
         if o.dmlshim is None:
@@ -98,7 +134,9 @@ def apply_reference_outputs(
         else:
             rtol, atol = dtype_tolerance(got.dtype)
         outputs.append(
-            dataclasses.replace(o, external=compare_external(got, reference.get(o.name), rtol, atol))
+            dataclasses.replace(
+                o, external=compare_external(got, reference.get(o.name), rtol, atol, any_dtype=any_dtype)
+            )
         )
     match = report.match and all(o.external is None or o.external.match for o in outputs)
     return dataclasses.replace(report, outputs=tuple(outputs), match=match, reference_outputs=source)

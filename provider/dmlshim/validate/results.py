@@ -269,7 +269,13 @@ class NodeValidation:
         else:
             doc = {"name": self.name, "op_type": self.op_type, "status": None, "ort_placement": None}
         doc["ort_placement"] = self.ort_placement
-        doc["run"] = self.record.to_json() if self.record is not None else None
+        rec = self.record
+        if rec is not None and rec.status in ("dml", "fallback", "error") and doc.get("status") != rec.status:
+            # The static translation (from the graph's shapes) could not decide what the run, with real
+            # shapes, did: the status is the run's; the static answer stays beside it.
+            doc["static_status"] = doc.get("status")
+            doc["status"] = rec.status
+        doc["run"] = rec.to_json() if rec is not None else None
         doc["placement"] = self.placement
         doc["output_match"] = self.output_match
         doc["inputs"] = [{"name": n, "match": m} for n, m in self.input_matches]

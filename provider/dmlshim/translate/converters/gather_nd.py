@@ -15,7 +15,7 @@ from typing import ClassVar
 
 from ...dml.enums import FeatureLevel, OperatorType
 from ..plan import HostStep, HostStepKind, Reason
-from ..symbolic import any_differ, is_symbolic
+from ..symbolic import any_differ, describe, is_symbolic
 from .base import (
     ConvertContext,
     Converter,
@@ -167,11 +167,13 @@ def fold_batch(
         (n, *idx_shape[batch_dims:]),
         (n, *out_shape[batch_dims:]),
     )
+    names = ", ".join(str(describe(b)) for b in batch)
     step = HostStep(
         HostStepKind.FOLD_BATCH_INTO_INDICES,
-        f"fold each index tuple's batch position into it (batch dimensions {list(batch)} flattened to {n}, "
-        f"read with data's next dimension of size {first} as one of size {n * first}: the first coordinate "
-        f"i becomes position * {first} + i), so DML_OPERATOR_GATHER_ND, which has no batch dimensions, "
+        f"fold each index tuple's batch position into it (batch dimensions [{names}] flattened to "
+        f"{describe(n)}, read with data's next dimension of size {describe(first)} as one of size "
+        f"{describe(n * first)}: the first coordinate i becomes position * {describe(first)} + i), so "
+        "DML_OPERATOR_GATHER_ND, which has no batch dimensions, "
         f"runs batch_dims={batch_dims} ({ctx.feature_level.dml_name} has no DML_OPERATOR_GATHER_ND1)",
         bounds=data_shape[: batch_dims + 1],
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from ...dml.enums import OperatorType
-from ..symbolic import any_differ
+from ..symbolic import any_differ, is_symbolic
 from .base import (
     ConvertContext,
     Converter,
@@ -18,6 +18,7 @@ from .base import (
     Target,
     View,
     check_common,
+    inexpressible,
     malformed,
     read_inputs,
     scatter_implementations,
@@ -35,6 +36,8 @@ class ScatterNDConverter(Converter):
 
     def _lower(self, ctx: ConvertContext) -> Lowering:
         (data_shape, data_elem), (idx_shape, _), (upd_shape, _) = read_inputs(ctx, updates=True)
+        if data_shape and idx_shape and idx_shape[-1] == 0 and not is_symbolic(idx_shape[-1]):
+            _empty_tuples(idx_shape, data_shape, upd_shape)
         k, expected = nd_shapes(ctx, data_shape, idx_shape, 0)
         if any_differ(upd_shape, expected):
             raise malformed(
@@ -55,3 +58,26 @@ class ScatterNDConverter(Converter):
         return target.lower(build, lambda v: max(v.ranks), index_bounds=data_shape[:k], per_component=True)
 
     IMPLEMENTATIONS: ClassVar[Implementations] = scatter_implementations(_lower)
+
+
+def _empty_tuples(
+    idx_shape: tuple[int, ...], data_shape: tuple[int, ...], upd_shape: tuple[int, ...]
+) -> None:
+    """A ScatterND whose index tuples have 0 coordinates: valid ONNX (each update replaces the whole data
+    tensor, as onnxruntime's CPU kernel computes it), but DirectML's SCATTER_ND takes tuples of 1 to
+    InputDimensionCount coordinates: always a fallback (or malformed when the updates do not fit)."""
+    expected = idx_shape[:-1] + data_shape
+    if any_differ(upd_shape, expected):
+        raise malformed(
+            "UPDATES_SHAPE_INVALID",
+            f"ScatterND updates must have shape indices.shape[:-1] + data.shape = {list(expected)} when the "
+            f"last dim of indices is 0, not {list(upd_shape)}",
+            list(upd_shape),
+        )
+    raise inexpressible(
+        "INDEX_TUPLE_EMPTY",
+        f"the last dim of indices {list(idx_shape)} is 0: every index tuple is empty and each update "
+        "replaces the whole data tensor; DirectML's SCATTER_ND takes tuples of 1 or more coordinates, so the "
+        "node runs on the CPU",
+        list(idx_shape),
+    )
