@@ -37,7 +37,7 @@ from ..translate.placement import CPU_PREFERRED_MESSAGE, graph_placements
 from ..translate.plan import CPU_PROVIDER
 from ..translate.shapes_info import tensor_infos
 from ..translate.translator import model_opsets, node_since_version
-from ..weightless import without_weights
+from ..weightless import tensor_nbytes, without_weights
 from .engine import EngineConfig
 from .fallback import has_deprecated_scatter, note_scatter_as_scatter_elements
 from .ort_support import ORT_ERRORS, cpu_session, ort_run_error, segment_session, whole_model_session
@@ -47,6 +47,7 @@ from .partition import (
     nested_gather_scatter,
     partition_graph,
 )
+from .path_choice import PATH_CHECK, PATH_PARTITIONED, TRIAL_MAX_WEIGHT_BYTES, PathChooser
 from .record import PLACEMENT_CPU, NodeRecord, RunRecord
 from .segments import (
     SEGMENT_IR_VERSION,
@@ -277,6 +278,7 @@ class PartitionedEngine:
 
         self._template = template
         self._check: WholeModelCheck | None = None
+        self._chooser = PathChooser()
         self._steps: list[Callable[[Values, RunState], None]] = []
         self._static_values: Values = {}
         graph_inputs = [v.name for v in graph.input]
@@ -375,6 +377,8 @@ class PartitionedEngine:
             self._check = build_whole_model_check(
                 model, emulated, set(graph_inputs), make, ORT_ERRORS, self._static_values
             )
+            weight_bytes = sum(tensor_nbytes(t) for t in init_protos.values())
+            self._chooser = PathChooser(trial=weight_bytes <= TRIAL_MAX_WEIGHT_BYTES)
         if self._check is None:
             for cpu_step in self._steps:
                 if isinstance(cpu_step, CpuStep):
@@ -437,15 +441,34 @@ class PartitionedEngine:
         whole-model onnxruntime run when every kernel reproduces onnxruntime's values; otherwise, and
         always without it, every step runs as :meth:`run_traced` runs them.
         """
-        if self._check is not None and self.step_observer is None:
+        check, chooser = self._check, self._chooser
+        if check is None or self.step_observer is not None:
+            results, record, _ = self.run_traced(output_names, feeds, run_options=run_options)
+            return results, record
+        path, number = chooser.next_path()
+        start = chooser.clock()
+        answer: tuple[list[Any], RunRecord] | None = None
+        if path == PATH_CHECK:
             state = RunState(self._template.copy(), run_options)
             values = dict(self._static_values)
             values.update(feeds)
-            checked = self._check.run(output_names, values, state, run_options)
+            checked = check.run(output_names, values, state, run_options)
             if checked is not None:
-                return checked, self._record(state)
-        results, record, _ = self.run_traced(output_names, feeds, run_options=run_options)
-        return results, record
+                answer = checked, self._record(state, PATH_CHECK)
+            elif check.given_up:
+                chooser.settle(PATH_PARTITIONED)
+        if answer is None:
+            results, record, _ = self.run_traced(output_names, feeds, run_options=run_options)
+            answer = results, record
+        answered = answer[1].path
+        chosen = chooser.observe(path, answered, chooser.clock() - start, number)
+        if chosen == PATH_PARTITIONED or chooser.chosen == PATH_PARTITIONED:
+            self._check = None  # its session (and its copy of the weights) goes
+        elif chosen == PATH_CHECK:
+            for step in self._steps:
+                if isinstance(step, CpuStep):
+                    step.unload()  # built for the trial; rebuilt if a kernel ever disagrees
+        return answer
 
     def run_traced(
         self, output_names: Sequence[str], feeds: Mapping[str, np.ndarray], *, run_options: Any = None
@@ -476,7 +499,7 @@ class PartitionedEngine:
             ]
         return results, self._record(state), values
 
-    def _record(self, state: RunState) -> RunRecord:
+    def _record(self, state: RunState, path: str = PATH_PARTITIONED) -> RunRecord:
         nodes = tuple(r for r in state.records if r is not None)
         if self._scatter_as_elements:
             nodes = note_scatter_as_scatter_elements(nodes)
@@ -486,6 +509,7 @@ class PartitionedEngine:
             nodes=nodes,
             cpu_partitions=self._cpu_partitions,
             translations_computed=state.translations_computed,
+            path=path,
         )
 
 
