@@ -288,7 +288,7 @@ class PartitionedEngine:
             whole = (
                 None
                 if config.sess_options is not None
-                else SharedWeights({t.name: t for t in graph.initializer})
+                else SharedWeights({t.name: t for t in graph.initializer}, model_path=config.model_path)
             )
             payload = light_copy(model, whole) if whole else model
             session = cpu_session(payload, config.sess_options, "the model", whole)
@@ -320,8 +320,11 @@ class PartitionedEngine:
         overridable = init_names & set(graph_inputs)
         for name in ((emulated_reads | graph_outputs) & set(init_protos)) | overridable:
             self._static_values[name] = numpy_helper.to_array(init_protos[name])
-        # With onnxruntime's default options, large weights go to its sessions as arrays, not serialized.
-        shared = SharedWeights(init_protos) if config.sess_options is None else None
+        # With onnxruntime's default options, large weights are never serialized for its sessions: they
+        # read them from the model's files, or are handed arrays.
+        shared = None
+        if config.sess_options is None:
+            shared = SharedWeights(init_protos, model_path=config.model_path)
         if shared is not None:
             shared.adopt(self._static_values)
         self._copy_on_output = frozenset(graph_outputs & (set(graph_inputs) | set(self._static_values)))
