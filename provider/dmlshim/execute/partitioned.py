@@ -148,6 +148,9 @@ class PartitionedEngine:
             the CPU (shape computations over CPU tensors) on the CPU too, as that provider does.
         reference: run every emulated node alone in onnxruntime instead of through dmlshim's kernels,
             keeping every other decision (the like-for-like reference of ``dmlshim validate``).
+        segments_from: an engine of the same model and options whose CPU segments' sessions this one
+            uses instead of building its own (validate's reference run: the same segments, one copy of
+            the weights in onnxruntime).
     """
 
     name = "partitioned"
@@ -159,6 +162,7 @@ class PartitionedEngine:
         *,
         ort_cpu_preference: bool = True,
         reference: bool = False,
+        segments_from: PartitionedEngine | None = None,
     ) -> None:
         self.config = config
         self.reference = reference
@@ -342,6 +346,11 @@ class PartitionedEngine:
                 label = (
                     f"CPU partition {segments} (nodes {names[step.nodes[0]]!r}..{names[step.nodes[-1]]!r})"
                 )
+                same = segments_from.cpu_step(label, step.inputs, step.outputs) if segments_from else None
+                if same is not None:
+                    self._steps.append(same)
+                    segments += 1
+                    continue
                 build = functools.partial(
                     segment_session, model, step, seg_types, init_protos, config, label, shared
                 )
@@ -397,6 +406,18 @@ class PartitionedEngine:
             self._cpu_partitions,
             sum(isinstance(s, EmulatedStep) for s in self._steps),
         )
+
+    def cpu_step(self, label: str, inputs: Sequence[str], outputs: Sequence[str]) -> CpuStep | None:
+        """This engine's CPU segment of that label, inputs and outputs (None when it has none)."""
+        for step in self._steps:
+            if (
+                isinstance(step, CpuStep)
+                and step.label == label
+                and step.inputs == tuple(inputs)
+                and step.outputs == list(outputs)
+            ):
+                return step
+        return None
 
     @property
     def cpu_partitions(self) -> int:

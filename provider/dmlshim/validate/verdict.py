@@ -168,12 +168,14 @@ def _validate_loaded(
     common = {"feature_level": level, "index_mode": index_mode, "level": opt_level, "model_path": loaded.path}
     try:
         ours = partitioned_run(proto, feeds, reference=False, **common)  # type: ignore[arg-type]
-        ref = partitioned_run(proto, feeds, reference=True, **common)  # type: ignore[arg-type]
+        ref = partitioned_run(
+            proto, feeds, reference=True, segments_from=ours.engine, **common  # type: ignore[arg-type]
+        )
     except DmlShimError as exc:
         if generated is not None:
             annotate_error(exc, generated)  # say which shapes were generated and how to choose others
         raise
-    whole, whole_error = whole_model_run(proto, feeds, opt_level)
+    whole, whole_error = whole_model_run(proto, feeds, opt_level, loaded.path)
     exact = rtol == 0 and atol == 0
 
     def agree(a: np.ndarray, b: np.ndarray) -> bool:
