@@ -3,6 +3,7 @@ with the whole-model onnxruntime run alongside as information, and the warnings 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -171,6 +172,8 @@ def _validate_loaded(
         ref = partitioned_run(
             proto, feeds, reference=True, segments_from=ours.engine, **common  # type: ignore[arg-type]
         )
+        # The engines' onnxruntime sessions (a copy of the weights) go before the whole-model session.
+        ours, ref = dataclasses.replace(ours, engine=None), dataclasses.replace(ref, engine=None)
     except DmlShimError as exc:
         if generated is not None:
             annotate_error(exc, generated)  # say which shapes were generated and how to choose others
