@@ -7,9 +7,11 @@ Serializing a model with large weights for each of those costs seconds and a cop
 
 * :func:`dmlshim.weightless.without_weights` gives shape inference a copy whose large initializers are
   typed graph inputs (only their type and shape matter to it, and values that drive shapes are small);
-* :class:`SharedWeights` gives onnxruntime sessions small placeholder initializers ("external data")
-  and hands it the arrays directly through ``SessionOptions.add_external_initializers``, so no weight
-  is serialized or parsed again.
+* :class:`SharedWeights` gives onnxruntime sessions initializers without bytes ("external data"): for a
+  model read from a file, references to where the bytes lie in its files, which onnxruntime reads itself
+  (:mod:`dmlshim.execute.weight_file`); otherwise placeholders whose arrays it is handed through
+  ``SessionOptions.add_external_initializers`` (which copies them). No weight is serialized or parsed
+  again.
 """
 
 from __future__ import annotations
@@ -53,12 +55,14 @@ def placeholder(tensor: onnx.TensorProto) -> onnx.TensorProto:
 
 
 class SharedWeights:
-    """The large initializers of one model, each turned into an array once and handed to every
-    onnxruntime session that needs it.
+    """The large initializers of one model, each read by every onnxruntime session that needs it from
+    the model's files, or turned into an array once and handed to those sessions.
 
     Args:
         initializers: the model's initializers (and folded constants) by name.
         min_bytes: the size from which an initializer is shared.
+        model_path: the file the model (``initializers`` among it) was read from, unmodified; None for
+            a model from bytes or a ModelProto (arrays are handed then).
     """
 
     def __init__(
