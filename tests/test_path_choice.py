@@ -130,3 +130,26 @@ def test_other_engines_leave_the_path_empty() -> None:
     session = dmlshim.InferenceSession(model, engine="cpu")
     session.run(None, feeds)
     assert session.last_run_record.path == ""
+
+
+def test_partitions_that_fail_to_build_leave_the_check_answering() -> None:
+    model, feeds = chain_model()
+    expected = ort_run(model, feeds)
+    session = dmlshim.InferenceSession(model)
+    engine = session.engine
+
+    def refused() -> None:
+        raise dmlshim.BadModelError("onnxruntime refuses this partition (simulated)")
+
+    for step in engine._steps:
+        if isinstance(step, CpuStep):
+            assert step._session is None, "with the check, segments are built on first use"
+            step._build = refused
+    paths = []
+    for _ in range(3):
+        got = session.run(None, feeds)
+        paths.append(session.last_run_record.path)
+        for g, e in zip(got, expected, strict=True):
+            assert np.array_equal(g, e, equal_nan=True)
+    assert paths == [PATH_CHECK] * 3
+    assert engine._chooser.chosen == PATH_CHECK

@@ -471,18 +471,27 @@ class PartitionedEngine:
             return results, record
         path, number = chooser.next_path()
         start = chooser.clock()
-        answer: tuple[list[Any], RunRecord] | None = None
-        if path == PATH_CHECK:
+
+        def by_check() -> tuple[list[Any], RunRecord] | None:
             state = RunState(self._template.copy(), run_options)
             values = dict(self._static_values)
             values.update(feeds)
             checked = check.run(output_names, values, state, run_options)
-            if checked is not None:
-                answer = checked, self._record(state, PATH_CHECK)
-            elif check.given_up:
-                chooser.settle(PATH_PARTITIONED)
+            return None if checked is None else (checked, self._record(state, PATH_CHECK))
+
+        answer = by_check() if path == PATH_CHECK else None
+        if answer is None and path == PATH_CHECK and check.given_up:
+            chooser.settle(PATH_PARTITIONED)
         if answer is None:
-            results, record, _ = self.run_traced(output_names, feeds, run_options=run_options)
+            try:
+                results, record, _ = self.run_traced(output_names, feeds, run_options=run_options)
+            except DmlShimError:
+                # Trying the partitions failed (a segment onnxruntime refuses, say): the check keeps
+                # answering, as it did before the trial, when it can answer this run.
+                if path != PATH_PARTITIONED or chooser.chosen is not None or (answer := by_check()) is None:
+                    raise
+                chooser.settle(PATH_CHECK)
+                return answer
             answer = results, record
         answered = answer[1].path
         chosen = chooser.observe(path, answered, chooser.clock() - start, number)
