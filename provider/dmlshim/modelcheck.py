@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+from typing import Any
 
 import onnx
 from google.protobuf.descriptor import FieldDescriptor
@@ -85,9 +86,24 @@ _KNOWN_TYPES = frozenset(TensorProto.DataType.values()) - {TensorProto.UNDEFINED
 _INT_ATTRIBUTES = {"axis", "batch_dims"}
 
 
+def _text_and_message_fields(message: Message) -> list[tuple[FieldDescriptor, Any]]:
+    """``message.ListFields()`` without its bytes fields: ListFields hands back every value, and a
+    tensor's ``raw_data`` would be copied (hundreds of MB for a large weight) only to be skipped."""
+    if not isinstance(message, onnx.TensorProto) or not message.HasField("raw_data"):
+        return list(message.ListFields())
+    found: list[tuple[FieldDescriptor, Any]] = []
+    for field in message.DESCRIPTOR.fields:
+        if field.type not in (FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_MESSAGE):
+            continue
+        value = getattr(message, field.name)
+        if (len(value) if field.is_repeated else message.HasField(field.name)):
+            found.append((field, value))
+    return found
+
+
 def _bad_string(message: Message, where: str) -> str | None:
     """The path of the first string field that is not valid UTF-8 (protobuf then hands back bytes)."""
-    for field, value in message.ListFields():
+    for field, value in _text_and_message_fields(message):
         if field.type == FieldDescriptor.TYPE_STRING:
             values = value if field.is_repeated else [value]
             if any(not isinstance(v, str) for v in values):
@@ -107,6 +123,35 @@ def _bad_string(message: Message, where: str) -> str | None:
     return None
 
 
+def _varint_size(n: int) -> int:
+    return max(1, (n.bit_length() + 6) // 7)
+
+
+def _raw_length(t: onnx.TensorProto) -> int:
+    """``len(t.raw_data)`` without reading ``t.raw_data`` (which copies the bytes: hundreds of MB for a
+    large weight): the tensor's serialized size less that of its other fields is the raw_data field's
+    tag (1 byte), length (a varint) and bytes. Read for real when that does not add up."""
+    rest = onnx.TensorProto()
+    for field in t.DESCRIPTOR.fields:
+        if field.name == "raw_data":
+            continue
+        if field.is_repeated:
+            values = getattr(t, field.name)
+            if len(values):
+                getattr(rest, field.name).extend(values)
+        elif t.HasField(field.name):
+            if field.type == FieldDescriptor.TYPE_MESSAGE:
+                getattr(rest, field.name).CopyFrom(getattr(t, field.name))
+            else:
+                setattr(rest, field.name, getattr(t, field.name))
+    field_bytes = t.ByteSize() - rest.ByteSize() - 1
+    for prefix in range(1, 11):
+        length = field_bytes - prefix
+        if length >= 0 and _varint_size(length) == prefix:
+            return length
+    return len(t.raw_data)
+
+
 def _tensor_problem(t: onnx.TensorProto) -> str | None:
     if t.data_type not in _KNOWN_TYPES:
         return f"element type {t.data_type} is not an ONNX type"
@@ -115,11 +160,13 @@ def _tensor_problem(t: onnx.TensorProto) -> str | None:
     if t.data_location == TensorProto.EXTERNAL or t.external_data:
         return None
     count = math.prod(int(d) for d in t.dims)
-    if t.raw_data:
-        size = _RAW_ITEMSIZE.get(t.data_type)
-        if size is not None and len(t.raw_data) != count * size:
-            return f"{len(t.raw_data)} bytes of raw_data for {count} elements of {size} bytes"
-        return None
+    if t.HasField("raw_data"):
+        have = _raw_length(t)
+        if have:
+            size = _RAW_ITEMSIZE.get(t.data_type)
+            if size is not None and have != count * size:
+                return f"{have} bytes of raw_data for {count} elements of {size} bytes"
+            return None
     typed = _TYPED_FIELD.get(t.data_type)
     if typed is not None:
         name, per = typed

@@ -37,7 +37,7 @@ from ..translate.placement import CPU_PREFERRED_MESSAGE, graph_placements
 from ..translate.plan import CPU_PROVIDER
 from ..translate.shapes_info import tensor_infos
 from ..translate.translator import model_opsets, node_since_version
-from ..weightless import without_weights
+from ..weightless import tensor_nbytes, without_weights
 from .engine import EngineConfig
 from .fallback import has_deprecated_scatter, note_scatter_as_scatter_elements
 from .ort_support import ORT_ERRORS, cpu_session, ort_run_error, segment_session, whole_model_session
@@ -47,6 +47,7 @@ from .partition import (
     nested_gather_scatter,
     partition_graph,
 )
+from .path_choice import PATH_CHECK, PATH_PARTITIONED, TRIAL_MAX_WEIGHT_BYTES, PathChooser
 from .record import PLACEMENT_CPU, NodeRecord, RunRecord
 from .segments import (
     SEGMENT_IR_VERSION,
@@ -147,6 +148,9 @@ class PartitionedEngine:
             the CPU (shape computations over CPU tensors) on the CPU too, as that provider does.
         reference: run every emulated node alone in onnxruntime instead of through dmlshim's kernels,
             keeping every other decision (the like-for-like reference of ``dmlshim validate``).
+        segments_from: an engine of the same model and options whose CPU segments' sessions this one
+            uses instead of building its own (validate's reference run: the same segments, one copy of
+            the weights in onnxruntime).
     """
 
     name = "partitioned"
@@ -158,6 +162,7 @@ class PartitionedEngine:
         *,
         ort_cpu_preference: bool = True,
         reference: bool = False,
+        segments_from: PartitionedEngine | None = None,
     ) -> None:
         self.config = config
         self.reference = reference
@@ -277,6 +282,7 @@ class PartitionedEngine:
 
         self._template = template
         self._check: WholeModelCheck | None = None
+        self._chooser = PathChooser()
         self._steps: list[Callable[[Values, RunState], None]] = []
         self._static_values: Values = {}
         graph_inputs = [v.name for v in graph.input]
@@ -286,7 +292,7 @@ class PartitionedEngine:
             whole = (
                 None
                 if config.sess_options is not None
-                else SharedWeights({t.name: t for t in graph.initializer})
+                else SharedWeights({t.name: t for t in graph.initializer}, model_path=config.model_path)
             )
             payload = light_copy(model, whole) if whole else model
             session = cpu_session(payload, config.sess_options, "the model", whole)
@@ -318,8 +324,11 @@ class PartitionedEngine:
         overridable = init_names & set(graph_inputs)
         for name in ((emulated_reads | graph_outputs) & set(init_protos)) | overridable:
             self._static_values[name] = numpy_helper.to_array(init_protos[name])
-        # With onnxruntime's default options, large weights go to its sessions as arrays, not serialized.
-        shared = SharedWeights(init_protos) if config.sess_options is None else None
+        # With onnxruntime's default options, large weights are never serialized for its sessions: they
+        # read them from the model's files, or are handed arrays.
+        shared = None
+        if config.sess_options is None:
+            shared = SharedWeights(init_protos, model_path=config.model_path)
         if shared is not None:
             shared.adopt(self._static_values)
         self._copy_on_output = frozenset(graph_outputs & (set(graph_inputs) | set(self._static_values)))
@@ -337,6 +346,11 @@ class PartitionedEngine:
                 label = (
                     f"CPU partition {segments} (nodes {names[step.nodes[0]]!r}..{names[step.nodes[-1]]!r})"
                 )
+                same = segments_from.cpu_step(label, step.inputs, step.outputs) if segments_from else None
+                if same is not None:
+                    self._steps.append(same)
+                    segments += 1
+                    continue
                 build = functools.partial(
                     segment_session, model, step, seg_types, init_protos, config, label, shared
                 )
@@ -375,6 +389,8 @@ class PartitionedEngine:
             self._check = build_whole_model_check(
                 model, emulated, set(graph_inputs), make, ORT_ERRORS, self._static_values
             )
+            weight_bytes = sum(tensor_nbytes(t) for t in init_protos.values())
+            self._chooser = PathChooser(trial=weight_bytes <= TRIAL_MAX_WEIGHT_BYTES)
         if self._check is None:
             for cpu_step in self._steps:
                 if isinstance(cpu_step, CpuStep):
@@ -390,6 +406,18 @@ class PartitionedEngine:
             self._cpu_partitions,
             sum(isinstance(s, EmulatedStep) for s in self._steps),
         )
+
+    def cpu_step(self, label: str, inputs: Sequence[str], outputs: Sequence[str]) -> CpuStep | None:
+        """This engine's CPU segment of that label, inputs and outputs (None when it has none)."""
+        for step in self._steps:
+            if (
+                isinstance(step, CpuStep)
+                and step.label == label
+                and step.inputs == tuple(inputs)
+                and step.outputs == list(outputs)
+            ):
+                return step
+        return None
 
     @property
     def cpu_partitions(self) -> int:
@@ -437,15 +465,43 @@ class PartitionedEngine:
         whole-model onnxruntime run when every kernel reproduces onnxruntime's values; otherwise, and
         always without it, every step runs as :meth:`run_traced` runs them.
         """
-        if self._check is not None and self.step_observer is None:
+        check, chooser = self._check, self._chooser
+        if check is None or self.step_observer is not None:
+            results, record, _ = self.run_traced(output_names, feeds, run_options=run_options)
+            return results, record
+        path, number = chooser.next_path()
+        start = chooser.clock()
+
+        def by_check() -> tuple[list[Any], RunRecord] | None:
             state = RunState(self._template.copy(), run_options)
             values = dict(self._static_values)
             values.update(feeds)
-            checked = self._check.run(output_names, values, state, run_options)
-            if checked is not None:
-                return checked, self._record(state)
-        results, record, _ = self.run_traced(output_names, feeds, run_options=run_options)
-        return results, record
+            checked = check.run(output_names, values, state, run_options)
+            return None if checked is None else (checked, self._record(state, PATH_CHECK))
+
+        answer = by_check() if path == PATH_CHECK else None
+        if answer is None and path == PATH_CHECK and check.given_up:
+            chooser.settle(PATH_PARTITIONED)
+        if answer is None:
+            try:
+                results, record, _ = self.run_traced(output_names, feeds, run_options=run_options)
+            except DmlShimError:
+                # Trying the partitions failed (a segment onnxruntime refuses, say): the check keeps
+                # answering, as it did before the trial, when it can answer this run.
+                if path != PATH_PARTITIONED or chooser.chosen is not None or (answer := by_check()) is None:
+                    raise
+                chooser.settle(PATH_CHECK)
+                return answer
+            answer = results, record
+        answered = answer[1].path
+        chosen = chooser.observe(path, answered, chooser.clock() - start, number)
+        if chosen == PATH_PARTITIONED or chooser.chosen == PATH_PARTITIONED:
+            self._check = None  # its session (and its copy of the weights) goes
+        elif chosen == PATH_CHECK:
+            for step in self._steps:
+                if isinstance(step, CpuStep):
+                    step.unload()  # built for the trial; rebuilt if a kernel ever disagrees
+        return answer
 
     def run_traced(
         self, output_names: Sequence[str], feeds: Mapping[str, np.ndarray], *, run_options: Any = None
@@ -476,7 +532,7 @@ class PartitionedEngine:
             ]
         return results, self._record(state), values
 
-    def _record(self, state: RunState) -> RunRecord:
+    def _record(self, state: RunState, path: str = PATH_PARTITIONED) -> RunRecord:
         nodes = tuple(r for r in state.records if r is not None)
         if self._scatter_as_elements:
             nodes = note_scatter_as_scatter_elements(nodes)
@@ -486,6 +542,7 @@ class PartitionedEngine:
             nodes=nodes,
             cpu_partitions=self._cpu_partitions,
             translations_computed=state.translations_computed,
+            path=path,
         )
 
 

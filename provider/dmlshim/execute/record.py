@@ -69,6 +69,9 @@ class RunRecord:
         cpu_partitions: how many onnxruntime CPU sessions the engine built for the graph at creation.
         translations_computed: node translations computed during this run (0 when every node's
             translation for these shapes and types was cached).
+        path: how the partitioned engine answered the run: ``"partitioned"`` (its steps in turn) or
+            ``"whole-model check"`` (one whole-model onnxruntime run, every emulated node's kernel checked
+            against it); ``""`` for the other engines.
     """
 
     engine: str
@@ -76,6 +79,7 @@ class RunRecord:
     nodes: tuple[NodeRecord, ...] = field(default=())
     cpu_partitions: int = 0
     translations_computed: int = 0
+    path: str = ""
 
     @property
     def emulated(self) -> tuple[NodeRecord, ...]:
@@ -93,5 +97,6 @@ class RunRecord:
             "feature_level": self.feature_level,
             "cpu_partitions": self.cpu_partitions,
             "translations_computed": self.translations_computed,
+            "path": self.path,
             "nodes": [n.to_json() for n in self.nodes],
         }

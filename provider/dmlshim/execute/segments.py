@@ -23,7 +23,7 @@ from ..translate import infer_shapes
 from ..translate.plan import elem_type_of
 from ..weightless import without_weights
 from .partition import CpuSegment
-from .weights import SharedWeights, placeholder
+from .weights import SharedWeights
 
 logger = logging.getLogger(__name__)
 
@@ -133,7 +133,7 @@ def segment_model(
         vi.type.CopyFrom(tp)
     for name in segment.initializers:
         tensor = init_protos[name]
-        seg.initializer.append(placeholder(tensor) if shared is not None and name in shared else tensor)
+        seg.initializer.append(shared.stub(tensor) if shared is not None and name in shared else tensor)
     for name in segment.outputs:
         seg.output.add().name = name
     out = onnx.ModelProto(

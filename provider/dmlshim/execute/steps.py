@@ -65,7 +65,7 @@ class CpuStep:
     way once, so that it runs wherever onnxruntime runs the whole model.
     """
 
-    __slots__ = ("_build", "_relaxed", "_session", "inputs", "label", "outputs")
+    __slots__ = ("_build", "_builder", "_relaxed", "_session", "inputs", "label", "outputs")
 
     def __init__(
         self,
@@ -77,6 +77,7 @@ class CpuStep:
     ):
         self._session = session if isinstance(session, ort.InferenceSession) else None
         self._build = None if isinstance(session, ort.InferenceSession) else session
+        self._builder = self._build
         self._relaxed = relaxed
         self.inputs = tuple(inputs)
         self.outputs = list(outputs)
@@ -88,6 +89,11 @@ class CpuStep:
             assert self._build is not None
             self._session, self._build = self._build(), None
         return self._session
+
+    def unload(self) -> None:
+        """Drop a session built on first use (its weights with it); the next use builds it again."""
+        if self._builder is not None and self._session is not None:
+            self._session, self._build = None, self._builder
 
     def __call__(self, values: Values, state: RunState) -> None:
         feeds = {name: values[name] for name in self.inputs}
@@ -102,7 +108,7 @@ class CpuStep:
                 self.label,
                 str(exc).strip().splitlines()[0],
             )
-            self._session, self._relaxed = self._relaxed(), None
+            self._session, self._relaxed, self._builder = self._relaxed(), None, None
             try:
                 results = self._session.run(self.outputs, feeds, state.run_options)
             except ORT_ERRORS as again:

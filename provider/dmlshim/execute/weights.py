@@ -7,14 +7,17 @@ Serializing a model with large weights for each of those costs seconds and a cop
 
 * :func:`dmlshim.weightless.without_weights` gives shape inference a copy whose large initializers are
   typed graph inputs (only their type and shape matter to it, and values that drive shapes are small);
-* :class:`SharedWeights` gives onnxruntime sessions small placeholder initializers ("external data")
-  and hands it the arrays directly through ``SessionOptions.add_external_initializers``, so no weight
-  is serialized or parsed again.
+* :class:`SharedWeights` gives onnxruntime sessions initializers without bytes ("external data"): for a
+  model read from a file, references to where the bytes lie in its files, which onnxruntime reads itself
+  (:mod:`dmlshim.execute.weight_file`); otherwise placeholders whose arrays it is handed through
+  ``SessionOptions.add_external_initializers`` (which copies them). No weight is serialized or parsed
+  again.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -24,6 +27,7 @@ import onnxruntime as ort
 from onnx import numpy_helper
 
 from ..weightless import graph_shell, model_shell, tensor_nbytes
+from .weight_file import FOLDER_KEY, FileSlice, weight_slices
 
 logger = logging.getLogger(__name__)
 
@@ -51,17 +55,38 @@ def placeholder(tensor: onnx.TensorProto) -> onnx.TensorProto:
 
 
 class SharedWeights:
-    """The large initializers of one model, each turned into an array once and handed to every
-    onnxruntime session that needs it.
+    """The large initializers of one model, each read by every onnxruntime session that needs it from
+    the model's files, or turned into an array once and handed to those sessions.
 
     Args:
         initializers: the model's initializers (and folded constants) by name.
         min_bytes: the size from which an initializer is shared.
+        model_path: the file the model (``initializers`` among it) was read from, unmodified; None for
+            a model from bytes or a ModelProto (arrays are handed then).
     """
 
-    def __init__(self, initializers: Mapping[str, onnx.TensorProto], min_bytes: int = SHARE_MIN_BYTES):
+    def __init__(
+        self,
+        initializers: Mapping[str, onnx.TensorProto],
+        min_bytes: int = SHARE_MIN_BYTES,
+        model_path: str | None = None,
+    ):
         self._protos = {n: t for n, t in initializers.items() if is_large(t, min_bytes)}
         self._arrays: dict[str, np.ndarray] = {}
+        self._folder: str | None = None
+        self._files: dict[str, FileSlice] = {}
+        self._stamps: dict[str, tuple[int, int] | None] = {}
+        if model_path is not None and self._protos:
+            # Weights whose bytes sit in the model's files are read there by onnxruntime itself.
+            self._folder = os.path.dirname(os.path.abspath(model_path))
+            self._files = {
+                n: s
+                for n, s in weight_slices(model_path).items()
+                if n in self._protos and s.length == tensor_nbytes(self._protos[n])
+            }
+            self._stamps = {
+                f: _stamp(os.path.join(self._folder, f)) for f in {s.location for s in self._files.values()}
+            }
 
     def __contains__(self, name: object) -> bool:
         return name in self._protos
@@ -84,14 +109,39 @@ class SharedWeights:
             if name in self._protos and isinstance(value, np.ndarray) and value.flags.c_contiguous:
                 self._arrays.setdefault(name, value)
 
+    def stub(self, tensor: onnx.TensorProto) -> onnx.TensorProto:
+        """What a session's model holds for the shared ``tensor``: external data pointing at its bytes
+        in the model's files when they are known, else a placeholder :meth:`attach` gives an array."""
+        where = self._files.get(tensor.name)
+        if (
+            where is not None
+            and _stamp(os.path.join(str(self._folder), where.location)) != self._stamps[where.location]
+        ):
+            logger.warning(
+                "%s changed since the model was read; its weights are handed as arrays", where.location
+            )
+            self._files.clear()  # a session built later (a CPU segment) must not read other weights
+            where = None
+        if where is None:
+            return placeholder(tensor)
+        ref = onnx.TensorProto(name=tensor.name, data_type=tensor.data_type, dims=list(tensor.dims))
+        ref.data_location = onnx.TensorProto.EXTERNAL
+        for key, value in (("location", where.location), ("offset", where.offset), ("length", where.length)):
+            entry = ref.external_data.add()
+            entry.key, entry.value = key, str(value)
+        return ref
+
     def attach(self, options: Any, model: onnx.ModelProto) -> None:
         """Give ``options`` the arrays of ``model``'s placeholders (onnxruntime copies them when the
-        session is built)."""
-        wanted = [
-            t.name
+        session is built), and the model's folder when some weights are read from its files."""
+        external = [
+            t
             for t in model.graph.initializer
             if t.name in self._protos and t.data_location == onnx.TensorProto.EXTERNAL
         ]
+        if self._folder is not None and any(t.name in self._files for t in external):
+            options.add_session_config_entry(FOLDER_KEY, self._folder)
+        wanted = [t.name for t in external if t.name not in self._files]
         if wanted:
             options.add_external_initializers(
                 wanted, [ort.OrtValue.ortvalue_from_numpy(self.array(n)) for n in wanted]
@@ -103,6 +153,15 @@ class SharedWeights:
         self._arrays = {n: a for n, a in self._arrays.items() if n in kept}
 
 
+def _stamp(path: str) -> tuple[int, int] | None:
+    """A file's size and modification time (None when it cannot be read)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
+
+
 def light_copy(
     model: onnx.ModelProto, shared: SharedWeights, extra_outputs: Sequence[str] = ()
 ) -> onnx.ModelProto:
@@ -111,7 +170,7 @@ def light_copy(
     out = model_shell(model)
     g = out.graph
     graph_shell(graph, g)
-    g.initializer.extend(placeholder(t) if t.name in shared else t for t in graph.initializer)
+    g.initializer.extend(shared.stub(t) if t.name in shared else t for t in graph.initializer)
     for name in extra_outputs:
         g.output.add().name = name
     return out

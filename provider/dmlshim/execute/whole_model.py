@@ -111,6 +111,11 @@ class WholeModelCheck:
         self.agreements = 0
         """Runs the check answered."""
 
+    @property
+    def given_up(self) -> bool:
+        """The check is no longer tried (it disagreed :data:`GIVE_UP_AFTER` times and never agreed)."""
+        return self.disagreements >= GIVE_UP_AFTER and not self.agreements
+
     def run(
         self,
         output_names: Sequence[str],

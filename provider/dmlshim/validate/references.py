@@ -102,6 +102,7 @@ class PartitionedRun:
     values: Mapping[str, Any]
     record: RunRecord
     emulated: tuple[EmulatedIO, ...]
+    engine: PartitionedEngine | None = None
 
 
 def feeds_for(
@@ -138,8 +139,10 @@ def partitioned_run(
     level: str,
     reference: bool,
     model_path: str | None,
+    segments_from: PartitionedEngine | None = None,
 ) -> PartitionedRun:
-    """Run the model through the partitioned engine (``reference``: gather/scatter nodes by onnxruntime)."""
+    """Run the model through the partitioned engine (``reference``: gather/scatter nodes by onnxruntime),
+    with the CPU segments' sessions of ``segments_from`` when given (the same segments, built once)."""
     config = EngineConfig(
         feature_level=feature_level,
         index_mode=index_mode,
@@ -147,14 +150,14 @@ def partitioned_run(
         model_path=model_path,
         whole_model_check=False,  # walk the partitions: they are what the two runs must share
     )
-    engine = PartitionedEngine(proto, config, reference=reference)
+    engine = PartitionedEngine(proto, config, reference=reference, segments_from=segments_from)
     names = [o.name for o in proto.graph.output]
     results, record, values = engine.run_traced(names, feeds)
-    return PartitionedRun(dict(zip(names, results, strict=True)), values, record, engine.emulated_io)
+    return PartitionedRun(dict(zip(names, results, strict=True)), values, record, engine.emulated_io, engine)
 
 
 def whole_model_run(
-    proto: onnx.ModelProto, feeds: Mapping[str, np.ndarray], level: str
+    proto: onnx.ModelProto, feeds: Mapping[str, np.ndarray], level: str, model_path: str | None = None
 ) -> tuple[dict[str, np.ndarray] | None, str | None]:
     """onnxruntime running the whole model: the outputs by name, or None and why the run failed.
 
@@ -162,7 +165,9 @@ def whole_model_run(
         BadModelError: onnxruntime cannot load the model (then a deployment could not either).
     """
     names = [o.name for o in proto.graph.output]
-    session = reference_session(proto, level)
+    # From the file when there is one (``proto`` was read from it): onnxruntime reads the weights there
+    # itself, with no serialized copy of them.
+    session = reference_session(model_path if model_path is not None else proto, level)
     try:
         results = session.run(names, dict(feeds))
     except ORT_ERRORS as exc:

@@ -3,6 +3,7 @@ with the whole-model onnxruntime run alongside as information, and the warnings 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -168,12 +169,16 @@ def _validate_loaded(
     common = {"feature_level": level, "index_mode": index_mode, "level": opt_level, "model_path": loaded.path}
     try:
         ours = partitioned_run(proto, feeds, reference=False, **common)  # type: ignore[arg-type]
-        ref = partitioned_run(proto, feeds, reference=True, **common)  # type: ignore[arg-type]
+        ref = partitioned_run(
+            proto, feeds, reference=True, segments_from=ours.engine, **common  # type: ignore[arg-type]
+        )
+        # The engines' onnxruntime sessions (a copy of the weights) go before the whole-model session.
+        ours, ref = dataclasses.replace(ours, engine=None), dataclasses.replace(ref, engine=None)
     except DmlShimError as exc:
         if generated is not None:
             annotate_error(exc, generated)  # say which shapes were generated and how to choose others
         raise
-    whole, whole_error = whole_model_run(proto, feeds, opt_level)
+    whole, whole_error = whole_model_run(proto, feeds, opt_level, loaded.path)
     exact = rtol == 0 and atol == 0
 
     def agree(a: np.ndarray, b: np.ndarray) -> bool:
