@@ -15,6 +15,8 @@ import onnxruntime as ort
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
 from ..errors import BadInputError, DmlShimError, NotSupportedError, guard_resources
 from ..kernels.options import IndexMode
+from ..ort.exceptions import raises_onnxruntime_errors
+from ..ort.real import pybind_state
 from .engine import Engine, EngineConfig, get_engine_factory
 from .feeds import FeedValidator, ModelMetadata, NodeArg, node_arg
 from .iobinding import IOBinding, as_array, fill_fetches, ortvalues_from_vector, to_ortvalue
@@ -76,6 +78,7 @@ class InferenceSession:
         EngineUnavailableError: the engine is unknown or cannot run on this machine.
     """
 
+    @raises_onnxruntime_errors()
     @guard_resources("loading the model")
     def __init__(
         self,
@@ -243,6 +246,7 @@ class InferenceSession:
         """Each provider's options (string keys and values), as given."""
         return self._choice.as_dict()
 
+    @raises_onnxruntime_errors()
     def set_providers(
         self,
         providers: Sequence[Any] | None = None,
@@ -260,6 +264,7 @@ class InferenceSession:
         self._choice = choice
         self._engine = self._build_engine()
 
+    @raises_onnxruntime_errors()
     def get_provider_graph_assignment_info(self) -> list[EpAssignedSubgraph]:
         """Which provider runs each top-level node, as planned when the session was built.
 
@@ -332,6 +337,7 @@ class InferenceSession:
         self._last_run_record = record
         return outputs
 
+    @raises_onnxruntime_errors()
     @guard_resources("running the model")
     def run(
         self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any], run_options: Any = None
@@ -355,6 +361,7 @@ class InferenceSession:
         names = self._wanted(output_names)
         return self._execute(names, self._feeds(input_feed), run_options)
 
+    @raises_onnxruntime_errors()
     def run_async(
         self,
         output_names: Sequence[str] | None,
@@ -380,6 +387,7 @@ class InferenceSession:
 
         threading.Thread(target=work, name="dmlshim-run-async", daemon=True).start()
 
+    @raises_onnxruntime_errors()
     def run_with_ort_values(
         self,
         output_names: Sequence[str] | None,
@@ -390,6 +398,7 @@ class InferenceSession:
         outputs = self.run(output_names, input_dict_ort_values, run_options)
         return [to_ortvalue(o) for o in outputs]
 
+    @raises_onnxruntime_errors()
     def run_with_ortvaluevector(
         self,
         run_options: Any,
@@ -408,6 +417,7 @@ class InferenceSession:
         """An :class:`~dmlshim.execute.iobinding.IOBinding` for :meth:`run_with_iobinding`."""
         return IOBinding(self)
 
+    @raises_onnxruntime_errors(RuntimeError, pybind_state.Fail)
     def run_with_iobinding(self, iobinding: IOBinding, run_options: Any = None) -> None:
         """Run with the inputs and outputs bound on ``iobinding``; read results from it afterwards.
 
@@ -421,6 +431,7 @@ class InferenceSession:
             raise BadInputError("at least one output must be bound (bind_output) before run_with_iobinding")
         iobinding.store_results(self.run(names, iobinding.bound_feeds(), run_options))
 
+    @raises_onnxruntime_errors()
     def create_ortvalue_from_shape_and_type(
         self,
         shape: Sequence[int],
@@ -449,6 +460,7 @@ class InferenceSession:
 
     # --- profiling ---------------------------------------------------------------------------------
 
+    @raises_onnxruntime_errors()
     def end_profiling(self) -> str:
         """Write the session's one profile file and return its name ('' if profiling is off or ended).
 
