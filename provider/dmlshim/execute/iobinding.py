@@ -156,6 +156,11 @@ class IOBinding:
         """The session that created this binding."""
         return self._session
 
+    @property
+    def _iobinding(self) -> IOBinding:
+        """What ``session._sess.run_with_iobinding`` takes, as onnxruntime's ``IOBinding._iobinding``."""
+        return self
+
     def _check_name(self, name: str, outputs: bool) -> None:
         """Refuse, at bind time as onnxruntime does, a name that is not an input (output) of the model."""
         if outputs:

@@ -15,7 +15,9 @@ import onnxruntime as ort
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
 from ..errors import BadInputError, DmlShimError, NotSupportedError, guard_resources
 from ..kernels.options import IndexMode
+from ..ort.attributes import OrtSessionAttributes
 from ..ort.exceptions import raises_onnxruntime_errors
+from ..ort.free_dims import with_free_dimension_overrides
 from ..ort.real import pybind_state
 from .engine import Engine, EngineConfig, get_engine_factory
 from .feeds import FeedValidator, ModelMetadata, NodeArg, node_arg
@@ -45,7 +47,7 @@ __all__ = ["InferenceSession", "LoadedModel", "ModelSource", "load_model"]
 logger = logging.getLogger(__name__)
 
 
-class InferenceSession:
+class InferenceSession(OrtSessionAttributes):
     """Runs an ONNX model with its gather/scatter nodes executed as DirectML executes them.
 
     A drop-in for ``onnxruntime.InferenceSession``: same constructor, same methods (see
@@ -93,6 +95,7 @@ class InferenceSession:
         **kwargs: Any,
     ) -> None:
         check_session_options(sess_options)
+        self._remember_source(path_or_bytes)
         self._fallback_enabled = fallback_flag(kwargs)
         self._feature_level = parse_feature_level(feature_level)
         self._index_mode = parse_index_mode(index_mode)
@@ -121,7 +124,9 @@ class InferenceSession:
         proto = loaded.proto
         graph = proto.graph
         init_names = {t.name for t in graph.initializer}
-        self._inputs = tuple(node_arg(v) for v in graph.input if v.name not in init_names)
+        self._inputs = with_free_dimension_overrides(
+            proto, tuple(node_arg(v) for v in graph.input if v.name not in init_names), self._sess_options
+        )
         self._overridable = tuple(node_arg(v) for v in graph.input if v.name in init_names)
         self._outputs = tuple(node_arg(v) for v in typed_outputs(proto))
         self._output_names = [o.name for o in self._outputs]
