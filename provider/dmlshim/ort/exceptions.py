@@ -120,9 +120,13 @@ def combined_class(base: type[DmlShimError], extra: tuple[type[BaseException], .
 
 def as_onnxruntime_error(exc: DmlShimError, *extra: type[BaseException]) -> DmlShimError:
     """Re-class ``exc`` (in place, traceback kept) so it is also onnxruntime's class for it and ``extra``."""
-    if type(exc).__module__ == __name__:
-        return exc  # already re-classed by an inner boundary
-    exc.__class__ = combined_class(type(exc), (onnxruntime_class(exc), *extra))
+    current = type(exc)
+    if current.__module__ == __name__:  # re-classed by an inner boundary: add this boundary's classes
+        base = current.__mro__[1]
+        classes = tuple(c for c in current.__bases__[1:] if c not in extra) + extra
+    else:
+        base, classes = current, (onnxruntime_class(exc), *extra)
+    exc.__class__ = combined_class(base, classes)  # type: ignore[arg-type]
     return exc
 
 
