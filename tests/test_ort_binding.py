@@ -64,12 +64,16 @@ def _same_results(ours: dict[str, Any], theirs: dict[str, Any]) -> None:
     assert ours["outputs"].keys() == theirs["outputs"].keys()
     for name, value in theirs["outputs"].items():
         np.testing.assert_array_equal(np.asarray(ours["outputs"][name]), np.asarray(value), err_msg=name)
-    assert ours["errors"] == theirs["errors"] == {
-        "wrong_dtype": "InvalidArgument",
-        "missing_file": "NoSuchFile",
-        "bind_unknown": "RuntimeError",
-        "unbound_input": "RuntimeError",
-    }
+    assert (
+        ours["errors"]
+        == theirs["errors"]
+        == {
+            "wrong_dtype": "InvalidArgument",
+            "missing_file": "NoSuchFile",
+            "bind_unknown": "RuntimeError",
+            "unbound_input": "RuntimeError",
+        }
+    )
     assert ours["version"] == theirs["version"] == onnxruntime.__version__
     assert ours["model_path"] == theirs["model_path"] == str(MODEL)
 

@@ -148,9 +148,11 @@ def test_every_available_provider_list_is_accepted() -> None:
     ours = InferenceSession(model, providers=dmlshim.get_available_providers())
     assert ours.get_providers() == ["DmlExecutionProvider", *[p for p in real if p != "DmlExecutionProvider"]]
     np.testing.assert_array_equal(ours.run(None, OVERRIDE_FEEDS)[0], want[0])
-    reordered = [("CPUExecutionProvider", {}), *[(p, {}) for p in reversed(real) if p != "CPUExecutionProvider"]]
+    others = [(p, {}) for p in reversed(real) if p != "CPUExecutionProvider"]
+    reordered = [("CPUExecutionProvider", {}), *others]
     cpu_only = InferenceSession(model, providers=reordered)
-    assert cpu_only.get_providers() == onnxruntime.InferenceSession(model, providers=reordered).get_providers()
+    theirs = onnxruntime.InferenceSession(model, providers=reordered)
+    assert cpu_only.get_providers() == theirs.get_providers()
     np.testing.assert_array_equal(cpu_only.run(None, OVERRIDE_FEEDS)[0], want[0])
 
 

@@ -50,7 +50,9 @@ with open(out_path, "w", encoding="utf-8") as handle:
             "device": ort.get_device(),
             "model_path": sess._model_path,
             "errors": errors,
-            "outputs": {o.name: np.asarray(v).tolist() for o, v in zip(sess.get_outputs(), outputs)},
+            "outputs": {
+                o.name: np.asarray(v).tolist() for o, v in zip(sess.get_outputs(), outputs, strict=True)
+            },
         },
         handle,
     )

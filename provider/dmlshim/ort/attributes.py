@@ -109,23 +109,23 @@ class OrtSessionAttributes:
 
     @property
     def _providers(self) -> list[str]:
-        return self.get_providers()  # type: ignore[attr-defined,no-any-return]
+        return self.get_providers()  # type: ignore[attr-defined]
 
     @property
     def _provider_options(self) -> dict[str, dict[str, str]]:
-        return self.get_provider_options()  # type: ignore[attr-defined,no-any-return]
+        return self.get_provider_options()  # type: ignore[attr-defined]
 
     @property
     def _inputs_meta(self) -> list[Any]:
-        return self.get_inputs()  # type: ignore[attr-defined,no-any-return]
+        return self.get_inputs()  # type: ignore[attr-defined]
 
     @property
     def _outputs_meta(self) -> list[Any]:
-        return self.get_outputs()  # type: ignore[attr-defined,no-any-return]
+        return self.get_outputs()  # type: ignore[attr-defined]
 
     @property
     def _overridable_initializers(self) -> list[Any]:
-        return self.get_overridable_initializers()  # type: ignore[attr-defined,no-any-return]
+        return self.get_overridable_initializers()  # type: ignore[attr-defined]
 
     @property
     def _model_meta(self) -> Any:
@@ -133,11 +133,11 @@ class OrtSessionAttributes:
 
     @property
     def _input_meminfos(self) -> list[Any]:
-        return self.get_input_memory_infos()  # type: ignore[attr-defined,no-any-return]
+        return self.get_input_memory_infos()  # type: ignore[attr-defined]
 
     @property
     def _output_meminfos(self) -> list[Any]:
-        return self.get_output_memory_infos()  # type: ignore[attr-defined,no-any-return]
+        return self.get_output_memory_infos()  # type: ignore[attr-defined]
 
 
 _ROUTED = False
@@ -166,5 +166,5 @@ def route_ort_iobinding() -> None:
             return object.__new__(cls)
         return original_new(cls, session, *args, **kwargs)
 
-    OrtIOBinding.__new__ = __new__  # type: ignore[method-assign,assignment]
+    OrtIOBinding.__new__ = __new__
     _ROUTED = True

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from google.protobuf.message import DecodeError
 
@@ -126,7 +126,7 @@ def as_onnxruntime_error(exc: DmlShimError, *extra: type[BaseException]) -> DmlS
         classes = tuple(c for c in current.__bases__[1:] if c not in extra) + extra
     else:
         base, classes = current, (onnxruntime_class(exc), *extra)
-    exc.__class__ = combined_class(base, classes)  # type: ignore[arg-type]
+    exc.__class__ = combined_class(base, classes)
     return exc
 
 
@@ -160,4 +160,4 @@ def __getattr__(name: str) -> Any:
         if not isinstance(cls, type):
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
         extra.append(cls)
-    return combined_class(base, tuple(extra))
+    return combined_class(cast(Any, base), tuple(extra))

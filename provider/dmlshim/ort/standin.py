@@ -106,7 +106,7 @@ def standin_module() -> ModuleType:
         except AttributeError:
             raise AttributeError(f"module 'onnxruntime' has no attribute {name!r}") from None
 
-    standin.__getattr__ = __getattr__  # type: ignore[attr-defined]
+    setattr(standin, "__getattr__", __getattr__)  # noqa: B010 - a module-level __getattr__
     _STANDIN = standin
     return standin
 
