@@ -16,6 +16,7 @@ from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
 from ..errors import BadInputError, DmlShimError, NotSupportedError, guard_resources
 from ..kernels.options import IndexMode
 from ..ort.attributes import OrtSessionAttributes
+from ..ort.emulate import emulate_all, with_dml_first
 from ..ort.exceptions import raises_onnxruntime_errors
 from ..ort.free_dims import with_free_dimension_overrides
 from ..ort.real import pybind_state
@@ -95,6 +96,8 @@ class InferenceSession(OrtSessionAttributes):
         **kwargs: Any,
     ) -> None:
         check_session_options(sess_options)
+        if emulate_all():  # $DMLSHIM_ORT_EMULATE=all: DirectML emulated whatever the client asks for
+            providers, provider_options = with_dml_first(providers, provider_options)
         self._remember_source(path_or_bytes)
         self._fallback_enabled = fallback_flag(kwargs)
         self._feature_level = parse_feature_level(feature_level)

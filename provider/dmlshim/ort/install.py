@@ -31,8 +31,9 @@ from typing import Any
 
 from ..errors import BadInputError
 from . import tracking
+from .emulate import EMULATE_CHOICES, EMULATE_ENV
 from .real import ORT_VERSION, ort
-from .standin import EMULATE_ENV, is_standin, standin_module
+from .standin import is_standin, standin_module
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +52,6 @@ BOOT_DIR = str(Path(__file__).resolve().parent / "boot")
 """The folder holding dmlshim's ``sitecustomize`` for worker processes."""
 
 _SUMMARY_FORMATS = ("text", "json", "off")
-_EMULATE = ("asked", "all")
 _FLUSH_INTERVAL_S = 1.0
 
 
@@ -100,7 +100,7 @@ def install(
         BadInputError: an unknown ``summary`` or ``emulate`` value.
     """
     os.environ[SUMMARY_ENV] = _choice(summary, SUMMARY_ENV, _SUMMARY_FORMATS, "text")
-    os.environ[EMULATE_ENV] = _choice(emulate, EMULATE_ENV, _EMULATE, "asked")
+    os.environ[EMULATE_ENV] = _choice(emulate, EMULATE_ENV, EMULATE_CHOICES, "asked")
     if summary_file is not None:
         os.environ[SUMMARY_FILE_ENV] = os.path.abspath(os.fspath(summary_file))
     if OWNER_ENV not in os.environ:

@@ -16,40 +16,22 @@ names). Only these differ:
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
 from ..execute.iobinding import IOBinding
-from ..execute.providers import DML_EP, available_providers
+from ..execute.providers import available_providers
 from ..execute.session import InferenceSession
 from . import tracking
+from .emulate import EMULATE_ENV
 from .real import REAL_MODULE_ATTR, ort
-
-EMULATE_ENV = "DMLSHIM_ORT_EMULATE"
-"""``asked`` (default): DirectML is emulated in the sessions that ask for DmlExecutionProvider (or name no
-providers), as onnxruntime-directml would run them; ``all``: in every session, DmlExecutionProvider put
-first in each session's providers."""
-
-
-def _with_dml_first(providers: Any, provider_options: Any) -> tuple[Any, Any]:
-    if providers is None or isinstance(providers, (str, bytes)) or not isinstance(providers, Sequence):
-        return providers, provider_options
-    names = [p[0] if isinstance(p, tuple) and p else p for p in providers]
-    if DML_EP in names:
-        return providers, provider_options
-    if provider_options is not None and isinstance(provider_options, Sequence):
-        return [DML_EP, *providers], [{}, *provider_options]
-    if any(isinstance(p, tuple) for p in providers):
-        return [(DML_EP, {}), *providers], provider_options
-    return [DML_EP, *providers], provider_options
 
 
 class TrackedInferenceSession(InferenceSession):
     """dmlshim's ``InferenceSession``, counted in the exit summary of a program bound with
-    :func:`dmlshim.ort.install` (``$DMLSHIM_ORT_EMULATE=all`` puts DmlExecutionProvider first)."""
+    :func:`dmlshim.ort.install`."""
 
     def __init__(
         self,
@@ -59,8 +41,6 @@ class TrackedInferenceSession(InferenceSession):
         provider_options: Sequence[Mapping[str, Any]] | None = None,
         **kwargs: Any,
     ) -> None:
-        if os.environ.get(EMULATE_ENV, "asked").strip().lower() == "all":
-            providers, provider_options = _with_dml_first(providers, provider_options)
         super().__init__(path_or_bytes, sess_options, providers, provider_options, **kwargs)
         model = self._model_path or f"<in-memory model {self._meta.graph_name or 'unnamed'}>"
         self._tally = tracking.TRACKER.add_session(model, self.get_providers(), self.engine.name)
