@@ -120,8 +120,17 @@ def _bind_children() -> None:
     os.environ[INSTALL_ENV] = "1"
     package_root = str(Path(__file__).resolve().parents[2])  # the folder holding dmlshim
     parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    wanted = [BOOT_DIR, package_root]
+    wanted = [BOOT_DIR]
+    if not _is_site_packages(package_root):  # a source tree: children must find dmlshim there too
+        wanted.append(package_root)
     os.environ["PYTHONPATH"] = os.pathsep.join([*wanted, *(p for p in parts if p not in wanted)])
+
+
+def _is_site_packages(folder: str) -> bool:
+    import site
+
+    known = [*site.getsitepackages(), site.getusersitepackages()]
+    return any(os.path.realpath(folder) == os.path.realpath(k) for k in known)
 
 
 def _bind() -> ModuleType:
