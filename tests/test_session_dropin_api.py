@@ -91,7 +91,9 @@ def test_signature_order_is_onnxruntimes() -> None:
 def test_module_names_a_script_uses() -> None:
     for name in ("SessionOptions", "RunOptions", "GraphOptimizationLevel", "ExecutionMode", "OrtValue"):
         assert getattr(dmlshim, name) is getattr(onnxruntime, name)
-    assert dmlshim.get_available_providers() == ["DmlExecutionProvider", "CPUExecutionProvider"]
+    real = [p for p in onnxruntime.get_available_providers() if p != "DmlExecutionProvider"]
+    assert dmlshim.get_available_providers() == ["DmlExecutionProvider", *real]
+    assert "CPUExecutionProvider" in real
     assert dmlshim.get_device() == "CPU-DML"
     assert dmlshim.get_version_string() == onnxruntime.get_version_string()
     assert isinstance(dmlshim.__version__, str)
@@ -129,12 +131,29 @@ def test_keyword_arguments() -> None:
 # --- Providers. ---------------------------------------------------------------------------------
 
 
-def test_unsupported_provider_names_the_supported_ones() -> None:
-    with pytest.raises(BadInputError) as err:
-        InferenceSession(overridable_model(), providers=["CUDAExecutionProvider", "CPUExecutionProvider"])
-    text = str(err.value)
-    assert "'CUDAExecutionProvider'" in text
-    assert "DmlExecutionProvider" in text and "CPUExecutionProvider" in text
+def test_an_unavailable_provider_is_dropped_with_a_warning_as_onnxruntime_does() -> None:
+    model = overridable_model().SerializeToString()
+    asked = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    with pytest.warns(UserWarning, match="CUDAExecutionProvider"):
+        ours = InferenceSession(model, providers=asked)
+    with pytest.warns(UserWarning, match="CUDAExecutionProvider"):
+        theirs = onnxruntime.InferenceSession(model, providers=asked)
+    assert ours.get_providers() == theirs.get_providers() == ["CPUExecutionProvider"]
+
+
+def test_every_available_provider_list_is_accepted() -> None:
+    model = overridable_model().SerializeToString()
+    real = onnxruntime.get_available_providers()  # AzureExecutionProvider among them here
+    want = reference(model).run(None, OVERRIDE_FEEDS)
+    ours = InferenceSession(model, providers=dmlshim.get_available_providers())
+    assert ours.get_providers() == ["DmlExecutionProvider", *[p for p in real if p != "DmlExecutionProvider"]]
+    np.testing.assert_array_equal(ours.run(None, OVERRIDE_FEEDS)[0], want[0])
+    others = [(p, {}) for p in reversed(real) if p != "CPUExecutionProvider"]
+    reordered = [("CPUExecutionProvider", {}), *others]
+    cpu_only = InferenceSession(model, providers=reordered)
+    theirs = onnxruntime.InferenceSession(model, providers=reordered)
+    assert cpu_only.get_providers() == theirs.get_providers()
+    np.testing.assert_array_equal(cpu_only.run(None, OVERRIDE_FEEDS)[0], want[0])
 
 
 @pytest.mark.parametrize(
@@ -181,8 +200,9 @@ def test_cpu_provider_alone_emulates_nothing_and_set_providers_switches() -> Non
         np.testing.assert_array_equal(got, w)
     record = sess.last_run_record
     assert record is not None and len(record.emulated) == len(record.nodes) == 5
-    with pytest.raises(BadInputError):
+    with pytest.warns(UserWarning, match="TensorrtExecutionProvider"):
         sess.set_providers(["TensorrtExecutionProvider"])
+    assert sess.get_providers() == ["CPUExecutionProvider"]
 
 
 # --- Description. -------------------------------------------------------------------------------

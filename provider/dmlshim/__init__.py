@@ -55,6 +55,8 @@ _ORT_API = (
 
 if TYPE_CHECKING:
     from .execute.session import InferenceSession
+    from .ort.install import install as install
+    from .ort.install import uninstall as uninstall
     from .ort_api import ExecutionMode as ExecutionMode
     from .ort_api import ExecutionOrder as ExecutionOrder
     from .ort_api import GraphOptimizationLevel as GraphOptimizationLevel
@@ -77,6 +79,10 @@ def __getattr__(name: str) -> Any:
         from .execute.session import InferenceSession
 
         return InferenceSession
+    if name in ("install", "uninstall"):
+        from .ort import install as _install
+
+        return getattr(_install, name)
     if name in _ORT_API:
         from . import ort_api
 
@@ -85,7 +91,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_ORT_API) | {"InferenceSession"})
+    return sorted(set(globals()) | set(_ORT_API) | {"InferenceSession", "install", "uninstall"})
 
 
 __all__ = [
@@ -104,5 +110,7 @@ __all__ = [
     "UnsupportedNodeError",
     "ValidationMismatchError",
     "__version__",
+    "install",
+    "uninstall",
     *_ORT_API,
 ]

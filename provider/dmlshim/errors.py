@@ -2,7 +2,9 @@
 
 User errors (a bad model, a bad input, a node DirectML cannot express) are separated from internal bugs.
 Every error carries structured context so the CLI can print one paragraph naming the file, node, op,
-tensor, rule and offending value, and so tests can assert on fields instead of sentences.
+tensor, rule and offending value, and so tests can assert on fields instead of sentences. Errors leaving an
+``InferenceSession`` or ``IOBinding`` are also made instances of onnxruntime's own exception classes (see
+:mod:`dmlshim.ort.exceptions`).
 """
 
 from __future__ import annotations

@@ -398,6 +398,7 @@ def ort_accepts(light: onnx.ModelProto, original: onnx.ModelProto, path: str | N
     """
     import onnxruntime as ort
 
+    from .ort.real import OrtInferenceSession
     from .ort_errors import ORT_ERRORS
 
     options = ort.SessionOptions()
@@ -407,7 +408,7 @@ def ort_accepts(light: onnx.ModelProto, original: onnx.ModelProto, path: str | N
     options.log_severity_level = 4
     try:
         payload = light.SerializeToString()
-        ort.InferenceSession(payload, options, providers=["CPUExecutionProvider"])
+        OrtInferenceSession(payload, options, providers=["CPUExecutionProvider"])
     except (EncodeError, *ORT_ERRORS) as exc:
         error = ort_load_error(original, "the model", exc, path=path)
         if error.rule is None:

@@ -2,7 +2,7 @@
 
 Option and value types (``SessionOptions``, ``RunOptions``, ``OrtValue``, the enums) are onnxruntime's own
 objects: dmlshim hands them to the onnxruntime sessions it builds. The module-level functions answer for
-dmlshim: ``get_available_providers()`` lists the emulated ``DmlExecutionProvider`` and the CPU provider,
+dmlshim: ``get_available_providers()`` lists the emulated ``DmlExecutionProvider``, then onnxruntime's own,
 ``get_device()`` says ``"CPU-DML"`` as onnxruntime-directml does.
 """
 
@@ -37,12 +37,12 @@ ORT_VERSION = _ort.__version__
 
 
 def get_available_providers() -> list[str]:
-    """``["DmlExecutionProvider", "CPUExecutionProvider"]``: DirectML emulated, then onnxruntime's CPU."""
+    """``DmlExecutionProvider`` (emulated), then what the onnxruntime installed here lists."""
     return available_providers()
 
 
 def get_all_providers() -> list[str]:
-    """Every provider a dmlshim session accepts (the same two as :func:`get_available_providers`)."""
+    """The two providers that decide how dmlshim runs a model (DirectML emulated, or the CPU alone)."""
     return [DML_EP, CPU_EP]
 
 

@@ -27,6 +27,7 @@ from ..errors import BadInputError, DmlShimError
 from ..execute.fallback import for_onnxruntime
 from ..execute.partition import outer_scope_inputs
 from ..graph import is_gather_scatter, node_path, subgraph_prefix, subgraphs, walk_nodes
+from ..ort.real import OrtInferenceSession
 from ..translate.translator import model_opsets, node_since_version
 
 log = logging.getLogger(__name__)
@@ -131,7 +132,7 @@ def capture_values(
         # onnxruntime infers the type of an output declared by name only.
         copy.graph.output.append(typed[name] if name in typed else onnx.ValueInfoProto(name=name))
     try:
-        session = ort.InferenceSession(
+        session = OrtInferenceSession(
             copy.SerializeToString(), _session_options(), providers=["CPUExecutionProvider"]
         )
         results = session.run(wanted, dict(feeds))
@@ -383,7 +384,7 @@ class _Capturer:
         model.functions.extend(self.model.functions)
         model = for_onnxruntime(model)
         try:
-            return ort.InferenceSession(
+            return OrtInferenceSession(
                 model.SerializeToString(), _session_options(), providers=["CPUExecutionProvider"]
             )
         except Exception as exc:  # onnxruntime raises its own exception types

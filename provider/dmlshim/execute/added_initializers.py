@@ -24,10 +24,10 @@ from typing import Any
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import helper, numpy_helper
 
 from ..errors import BadInputError
+from ..ort.real import OrtInferenceSession
 from ..ort_errors import ORT_ERRORS
 from ..weightless import graph_shell, model_shell
 
@@ -85,7 +85,7 @@ def _probe(folder: Path, tensors: Mapping[str, onnx.TensorProto], external: set[
     path = folder / "probe.onnx"
     onnx.save(model, str(path))
     with _quiet(so):
-        session = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        session = OrtInferenceSession(str(path), so, providers=["CPUExecutionProvider"])
     return list(session.run(None, {}))[:-1]
 
 

@@ -26,6 +26,7 @@ import onnxruntime as ort
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
 from ..errors import BadModelError
 from ..kernels.options import IndexMode
+from ..ort.real import OrtInferenceSession
 from ..translate import NodeTranslation, Status
 from ..translate.plan import np_dtype_of
 from .custom_op_bridge import extensions, library_path, register_custom_ops, session_options_with_custom_ops
@@ -157,7 +158,7 @@ class CustomOpEngine:
         self._scatter_as_elements = has_deprecated_scatter(model)
         payload = self._lowered.model.SerializeToString()
         try:
-            self._session = ort.InferenceSession(
+            self._session = OrtInferenceSession(
                 payload, session_options_with_custom_ops(sess_options), providers=["CPUExecutionProvider"]
             )
         except Exception as exc:

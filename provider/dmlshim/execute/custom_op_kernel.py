@@ -30,6 +30,7 @@ from ..dml.operators import OperatorDesc
 from ..errors import BadInputError, DmlShimError
 from ..kernels import execute
 from ..kernels.options import IndexMode, KernelOptions
+from ..ort.real import OrtInferenceSession
 from ..translate import NodeTranslation, Status, TensorInfo, run_translation, translate_node
 from ..translate.plan import elem_type_of, np_dtype_of
 from .custom_op_types import DECLARED_ATTRIBUTES, MODE_DESCRIPTOR, MODE_TAGS, transport_type
@@ -266,7 +267,7 @@ class Prepared:
             so = ort.SessionOptions()
             so.intra_op_num_threads = 1
             so.inter_op_num_threads = 1
-            session = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+            session = OrtInferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
             self._fallback_sessions[key] = session
         try:
             (out,) = session.run(["output"], feeds)

@@ -13,6 +13,7 @@ import onnxruntime as ort
 
 from ..dml.enums import FeatureLevel
 from ..errors import BadInputError, BadModelError, EngineUnavailableError
+from ..ort.real import OrtInferenceSession, ort_available_providers
 from ..translate import translate_model
 from ..translate.plan import DML_PROVIDER
 from .engine import EngineConfig
@@ -30,14 +31,14 @@ _ASSIGNMENT_ERRORS: tuple[type[BaseException], ...] = (AttributeError, *ORT_ERRO
 
 def dml_available() -> bool:
     """Whether onnxruntime's DmlExecutionProvider can be used in this process."""
-    return DML_EP in ort.get_available_providers()
+    return DML_EP in ort_available_providers()
 
 
 def unavailable_reason() -> str:
     """Why the directml engine cannot run here (for messages and test skips)."""
     return (
         f"{DML_EP} is not available on this machine (onnxruntime {ort.__version__} offers "
-        f"{', '.join(ort.get_available_providers())}). The directml engine needs Windows 10/11 with a "
+        f"{', '.join(ort_available_providers())}). The directml engine needs Windows 10/11 with a "
         "DirectX 12 GPU and the onnxruntime-directml package installed in place of onnxruntime "
         "(pip uninstall onnxruntime; pip install onnxruntime-directml). Use engine='partitioned' to emulate "
         "DirectML on any machine."
@@ -59,7 +60,7 @@ class DirectMLEngine:
 
     def __init__(self, model: onnx.ModelProto, config: EngineConfig) -> None:
         if not dml_available():
-            raise EngineUnavailableError(unavailable_reason(), value=ort.get_available_providers())
+            raise EngineUnavailableError(unavailable_reason(), value=ort_available_providers())
         if config.feature_level < MIN_DEVICE_FEATURE_LEVEL:
             raise EngineUnavailableError(
                 f"the directml engine runs on a real device at {MIN_DEVICE_FEATURE_LEVEL.dml_name} or above; "
@@ -76,7 +77,7 @@ class DirectMLEngine:
             list(config.providers) if config.providers else [DML_EP, "CPUExecutionProvider"]
         )
         try:
-            self._session = ort.InferenceSession(model.SerializeToString(), so, providers=providers)
+            self._session = OrtInferenceSession(model.SerializeToString(), so, providers=providers)
         except ORT_ERRORS as exc:
             raise BadModelError(f"onnxruntime ({DML_EP}) cannot load the model: {exc}") from exc
         self._nodes = self._records(model)

@@ -18,6 +18,8 @@ import onnxruntime as ort
 from onnx import helper
 
 from ..errors import BadInputError, NotSupportedError
+from ..ort.exceptions import raises_onnxruntime_errors
+from ..ort.real import pybind_state
 
 if TYPE_CHECKING:
     from .session import InferenceSession
@@ -124,6 +126,10 @@ def fill_fetches(fetches: Any, outputs: Sequence[Any]) -> None:
             fetches.push_back(owned._get_c_value())
 
 
+_binds = raises_onnxruntime_errors(RuntimeError, pybind_state.Fail)
+"""onnxruntime raises a plain RuntimeError when a binding names no input or output of the model."""
+
+
 @dataclass
 class _OutputBinding:
     """Where one output goes: allocated by the run (target None), an OrtValue, or CPU memory."""
@@ -150,12 +156,36 @@ class IOBinding:
         """The session that created this binding."""
         return self._session
 
+    @property
+    def _iobinding(self) -> IOBinding:
+        """What ``session._sess.run_with_iobinding`` takes, as onnxruntime's ``IOBinding._iobinding``."""
+        return self
+
+    def _check_name(self, name: str, outputs: bool) -> None:
+        """Refuse, at bind time as onnxruntime does, a name that is not an input (output) of the model."""
+        if outputs:
+            known = [a.name for a in self._session.get_outputs()]
+        else:
+            session = self._session
+            known = [a.name for a in (*session.get_inputs(), *session.get_overridable_initializers())]
+        if name not in known:
+            kind = "output" if outputs else "input"
+            raise BadInputError(
+                f"cannot bind {name!r}: it is not an {kind} of the model ({kind}s: {', '.join(known)})",
+                tensor=str(name),
+                value=name,
+                rule=f"a bound {kind} must be an {kind} of the model",
+            )
+
     # --- inputs ------------------------------------------------------------------------------------
 
+    @_binds
     def bind_cpu_input(self, name: str, arr_on_cpu: Any) -> None:
         """Bind an input to a numpy array (kept by reference, as in onnxruntime: not copied)."""
+        self._check_name(name, outputs=False)
         self._inputs[name] = arr_on_cpu
 
+    @_binds
     def bind_input(
         self,
         name: str,
@@ -170,11 +200,14 @@ class IOBinding:
         Raises:
             NotSupportedError: ``device_type`` is not ``"cpu"``.
         """
+        self._check_name(name, outputs=False)
         _check_cpu(device_type, f"input {name!r} bound")
         self._inputs[name] = array_at(buffer_ptr, element_type, shape)
 
+    @_binds
     def bind_ortvalue_input(self, name: str, ortvalue: Any) -> None:
         """Bind an input to an ``onnxruntime.OrtValue`` (a CPU tensor)."""
+        self._check_name(name, outputs=False)
         as_array(ortvalue)
         self._inputs[name] = ortvalue
 
@@ -187,6 +220,7 @@ class IOBinding:
 
     # --- outputs -----------------------------------------------------------------------------------
 
+    @_binds
     def bind_output(
         self,
         name: str,
@@ -202,6 +236,7 @@ class IOBinding:
             NotSupportedError: ``device_type`` is not ``"cpu"``.
             BadInputError: ``buffer_ptr`` without ``element_type`` and ``shape``.
         """
+        self._check_name(name, outputs=True)
         _check_cpu(device_type, f"output {name!r} bound")
         if buffer_ptr is None:
             self._outputs[name] = _OutputBinding(name)
@@ -212,8 +247,10 @@ class IOBinding:
             )
         self._outputs[name] = _OutputBinding(name, buffer=array_at(buffer_ptr, element_type, shape))
 
+    @_binds
     def bind_ortvalue_output(self, name: str, ortvalue: Any) -> None:
         """Bind an output to an ``onnxruntime.OrtValue`` (a CPU tensor of the output's type and shape)."""
+        self._check_name(name, outputs=True)
         as_array(ortvalue)
         self._outputs[name] = _OutputBinding(name, ortvalue=ortvalue)
 

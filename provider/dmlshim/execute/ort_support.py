@@ -12,6 +12,7 @@ import onnxruntime as ort
 
 from ..errors import BadInputError, IndexOutOfRangeError, NotSupportedError
 from ..modelcheck import ort_load_error
+from ..ort.real import OrtInferenceSession
 from ..ort_errors import ORT_ERRORS
 from .engine import EngineConfig
 from .fallback import for_onnxruntime
@@ -72,7 +73,7 @@ def cpu_session(
     separate_profile(sess_options)
     payload = model if isinstance(model, bytes) else model.SerializeToString()
     try:
-        return ort.InferenceSession(payload, sess_options, providers=["CPUExecutionProvider"])
+        return OrtInferenceSession(payload, sess_options, providers=["CPUExecutionProvider"])
     except ORT_ERRORS as exc:
         proto = model if isinstance(model, onnx.ModelProto) else onnx.load_from_string(model)
         raise ort_load_error(proto, what, exc) from exc
@@ -146,4 +147,4 @@ def whole_model_session(
         payload = light.SerializeToString()
     else:
         payload = augmented_model(model, extra_outputs)
-    return ort.InferenceSession(payload, options, providers=["CPUExecutionProvider"])
+    return OrtInferenceSession(payload, options, providers=["CPUExecutionProvider"])

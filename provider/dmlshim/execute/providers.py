@@ -1,9 +1,11 @@
 """The ``providers`` and ``provider_options`` arguments of ``InferenceSession``, read as onnxruntime reads
-them, with the two providers dmlshim understands."""
+them: ``DmlExecutionProvider`` emulated, every other provider meaning what it means to the onnxruntime
+installed here (registered when available, dropped with onnxruntime's warning when not)."""
 
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,8 +21,9 @@ CPU_EP = "CPUExecutionProvider"
 DML_EP_ALIASES = ("DmlShimExecutionProvider",)
 """Names earlier dmlshim versions reported for the emulated provider; read as ``DmlExecutionProvider``."""
 SUPPORTED = (DML_EP, CPU_EP)
+"""The providers that decide how dmlshim runs a model; any other provider onnxruntime has here is kept."""
 
-_RULE = "dmlshim understands DmlExecutionProvider (emulated) and CPUExecutionProvider"
+_RULE = "providers are names or (name, options) tuples, as onnxruntime takes them"
 
 
 @dataclass(frozen=True)
@@ -55,10 +58,12 @@ def normalize_providers(providers: Any, provider_options: Any = None) -> Provide
     provider, then the CPU provider. ``CPUExecutionProvider`` is appended when missing, as onnxruntime
     always registers it.
 
+    Any other provider is read as onnxruntime reads it on this machine: one that onnxruntime lists as
+    available (e.g. ``AzureExecutionProvider``) is registered and reported; one it does not have (CUDA on a
+    machine without it, a misspelt name) is dropped with a warning, as onnxruntime falls back to the CPU.
+
     Raises:
-        BadInputError: a malformed argument, or a provider other than DmlExecutionProvider and
-            CPUExecutionProvider (dmlshim cannot run CUDA, TensorRT, ... nodes, and onnxruntime's silent
-            fallback to the CPU would hide that nothing is emulated).
+        BadInputError: a malformed argument (as onnxruntime's ``ValueError``).
     """
     if providers is None:
         if provider_options is not None:
@@ -103,25 +108,30 @@ def normalize_providers(providers: Any, provider_options: Any = None) -> Provide
                 )
     names: list[str] = []
     options: list[dict[str, str]] = []
+    dropped: list[str] = []
+    available = set(available_providers())
     for name, opts in pairs:
         if not isinstance(opts, Mapping):
             raise BadInputError(
                 f"the options of {name} must be a dict, not {type(opts).__name__}", value=opts, rule=_RULE
             )
         canonical = DML_EP if name in DML_EP_ALIASES else name
-        if canonical not in SUPPORTED:
-            raise BadInputError(
-                f"provider {name!r} is not supported: dmlshim understands {DML_EP} (gather/scatter nodes "
-                f"emulated as DirectML runs them, everything else on onnxruntime's CPU provider) and "
-                f"{CPU_EP} (the whole model on onnxruntime's CPU provider, nothing emulated)",
-                value=name,
-                rule=_RULE,
+        if canonical not in SUPPORTED and canonical not in available:
+            warnings.warn(
+                f"provider {name!r} is not available to onnxruntime on this machine (available: "
+                f"{', '.join(available_providers())}); dmlshim runs without it, as onnxruntime does",
+                UserWarning,
+                stacklevel=3,
             )
+            dropped.append(canonical)
+            continue
         if canonical in names:
             logger.warning("duplicate provider %r ignored", name)
             continue
         names.append(canonical)
         options.append({str(k): str(v) for k, v in opts.items()})
+    if not names and dropped:  # nothing usable asked for: onnxruntime falls back to its CPU provider
+        return ProviderChoice((CPU_EP,), ({},), explicit=True)
     if not names:  # onnxruntime treats an empty list as "the default providers"
         return ProviderChoice((DML_EP, CPU_EP), ({}, {}), explicit=False)
     if CPU_EP not in names:
@@ -131,5 +141,12 @@ def normalize_providers(providers: Any, provider_options: Any = None) -> Provide
 
 
 def available_providers() -> list[str]:
-    """What ``dmlshim.get_available_providers()`` reports: the emulated DirectML provider, then CPU."""
-    return [DML_EP, CPU_EP]
+    """What ``dmlshim.get_available_providers()`` reports: the emulated DirectML provider, then what the
+    onnxruntime installed here lists (e.g. ``AzureExecutionProvider``, ``CPUExecutionProvider``)."""
+    from ..ort.real import ort_available_providers
+
+    found = [DML_EP]
+    found.extend(p for p in ort_available_providers() if p not in found)
+    if CPU_EP not in found:
+        found.append(CPU_EP)
+    return found

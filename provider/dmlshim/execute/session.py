@@ -15,6 +15,11 @@ import onnxruntime as ort
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
 from ..errors import BadInputError, DmlShimError, NotSupportedError, guard_resources
 from ..kernels.options import IndexMode
+from ..ort.attributes import OrtSessionAttributes
+from ..ort.emulate import emulate_all, with_dml_first
+from ..ort.exceptions import raises_onnxruntime_errors
+from ..ort.free_dims import with_free_dimension_overrides
+from ..ort.real import pybind_state
 from .added_initializers import added_initializers, with_initializers
 from .engine import Engine, EngineConfig, get_engine_factory
 from .feeds import FeedValidator, ModelMetadata, NodeArg, node_arg
@@ -44,7 +49,7 @@ __all__ = ["InferenceSession", "LoadedModel", "ModelSource", "load_model"]
 logger = logging.getLogger(__name__)
 
 
-class InferenceSession:
+class InferenceSession(OrtSessionAttributes):
     """Runs an ONNX model with its gather/scatter nodes executed as DirectML executes them.
 
     A drop-in for ``onnxruntime.InferenceSession``: same constructor, same methods (see
@@ -77,6 +82,7 @@ class InferenceSession:
         EngineUnavailableError: the engine is unknown or cannot run on this machine.
     """
 
+    @raises_onnxruntime_errors()
     @guard_resources("loading the model")
     def __init__(
         self,
@@ -91,6 +97,9 @@ class InferenceSession:
         **kwargs: Any,
     ) -> None:
         check_session_options(sess_options)
+        if emulate_all():  # $DMLSHIM_ORT_EMULATE=all: DirectML emulated whatever the client asks for
+            providers, provider_options = with_dml_first(providers, provider_options)
+        self._remember_source(path_or_bytes)
         self._fallback_enabled = fallback_flag(kwargs)
         self._feature_level = parse_feature_level(feature_level)
         self._index_mode = parse_index_mode(index_mode)
@@ -132,9 +141,11 @@ class InferenceSession:
         proto = loaded.proto
         graph = proto.graph
         init_names = {t.name for t in graph.initializer}
-        self._inputs = tuple(node_arg(v) for v in graph.input if v.name not in init_names)
         # As onnxruntime: before IR version 4 every initializer is a constant, even one listed as a graph
         # input, and cannot be fed; from 4 on such an initializer is a default the caller may override.
+        self._inputs = with_free_dimension_overrides(
+            proto, tuple(node_arg(v) for v in graph.input if v.name not in init_names), self._sess_options
+        )
         self._overridable = (
             tuple(node_arg(v) for v in graph.input if v.name in init_names) if proto.ir_version >= 4 else ()
         )
@@ -264,6 +275,7 @@ class InferenceSession:
         """Each provider's options (string keys and values), as given."""
         return self._choice.as_dict()
 
+    @raises_onnxruntime_errors()
     def set_providers(
         self,
         providers: Sequence[Any] | None = None,
@@ -281,6 +293,7 @@ class InferenceSession:
         self._choice = choice
         self._engine = self._build_engine()
 
+    @raises_onnxruntime_errors()
     def get_provider_graph_assignment_info(self) -> list[EpAssignedSubgraph]:
         """Which provider runs each top-level node, as planned when the session was built.
 
@@ -353,6 +366,7 @@ class InferenceSession:
         self._last_run_record = record
         return outputs
 
+    @raises_onnxruntime_errors()
     @guard_resources("running the model")
     def run(
         self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any], run_options: Any = None
@@ -376,6 +390,7 @@ class InferenceSession:
         names = self._wanted(output_names)
         return self._execute(names, self._feeds(input_feed), run_options)
 
+    @raises_onnxruntime_errors()
     def run_async(
         self,
         output_names: Sequence[str] | None,
@@ -401,6 +416,7 @@ class InferenceSession:
 
         threading.Thread(target=work, name="dmlshim-run-async", daemon=True).start()
 
+    @raises_onnxruntime_errors()
     def run_with_ort_values(
         self,
         output_names: Sequence[str] | None,
@@ -411,6 +427,7 @@ class InferenceSession:
         outputs = self.run(output_names, input_dict_ort_values, run_options)
         return [to_ortvalue(o) for o in outputs]
 
+    @raises_onnxruntime_errors()
     def run_with_ortvaluevector(
         self,
         run_options: Any,
@@ -429,6 +446,7 @@ class InferenceSession:
         """An :class:`~dmlshim.execute.iobinding.IOBinding` for :meth:`run_with_iobinding`."""
         return IOBinding(self)
 
+    @raises_onnxruntime_errors(RuntimeError, pybind_state.Fail)
     def run_with_iobinding(self, iobinding: IOBinding, run_options: Any = None) -> None:
         """Run with the inputs and outputs bound on ``iobinding``; read results from it afterwards.
 
@@ -442,6 +460,7 @@ class InferenceSession:
             raise BadInputError("at least one output must be bound (bind_output) before run_with_iobinding")
         iobinding.store_results(self.run(names, iobinding.bound_feeds(), run_options))
 
+    @raises_onnxruntime_errors()
     def create_ortvalue_from_shape_and_type(
         self,
         shape: Sequence[int],
@@ -470,6 +489,7 @@ class InferenceSession:
 
     # --- profiling ---------------------------------------------------------------------------------
 
+    @raises_onnxruntime_errors()
     def end_profiling(self) -> str:
         """Write the session's one profile file and return its name ('' if profiling is off or ended).
 

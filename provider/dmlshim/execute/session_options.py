@@ -25,6 +25,7 @@ import onnxruntime as ort
 from .. import files
 from ..errors import BadInputError
 from ..modelcheck import ort_load_error
+from ..ort.real import OrtInferenceSession
 
 logger = logging.getLogger(__name__)
 
@@ -192,7 +193,7 @@ def write_optimized_model(
         copy.log_severity_level = max(int(so.log_severity_level), 3)
         source: Any = model_path if model_path is not None and not from_proto else model.SerializeToString()
         try:
-            ort.InferenceSession(source, copy, providers=["CPUExecutionProvider"])
+            OrtInferenceSession(source, copy, providers=["CPUExecutionProvider"])
         except _ort_errors() as exc:
             raise ort_load_error(model, "the whole model (for optimized_model_filepath)", exc) from exc
         if not staged.is_file():

@@ -18,6 +18,7 @@ from ..dml.enums import FeatureLevel
 from ..kernels.indices import has_negative
 from ..kernels.options import IndexMode
 from ..limits import check_tensor, gather_scatter_output_shape
+from ..ort.real import OrtInferenceSession
 from ..translate import NodeTranslation, Status, TensorInfo, run_translation, translate_node
 from ..translate.plan import elem_type_of
 from .ort_support import ORT_ERRORS, cpu_session, ort_run_error
@@ -75,8 +76,8 @@ class CpuStep:
         label: str,
         relaxed: Callable[[], ort.InferenceSession] | None = None,
     ):
-        self._session = session if isinstance(session, ort.InferenceSession) else None
-        self._build = None if isinstance(session, ort.InferenceSession) else session
+        self._session = session if isinstance(session, OrtInferenceSession) else None
+        self._build = None if isinstance(session, OrtInferenceSession) else session
         self._builder = self._build
         self._relaxed = relaxed
         self.inputs = tuple(inputs)

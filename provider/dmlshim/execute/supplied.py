@@ -19,6 +19,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from ..ort.real import OrtInferenceSession
 from ..ort_errors import ORT_ERRORS
 from ..weightless import is_external
 
@@ -52,13 +53,12 @@ def _probe(model: onnx.ModelProto, tensors: list[onnx.TensorProto]) -> onnx.Mode
 
 def _session(model: onnx.ModelProto, options: Any) -> Any:
     """An onnxruntime session on ``model`` with the caller's options, writing no profile or model file."""
-    import onnxruntime as ort
 
     saved = (options.enable_profiling, options.optimized_model_filepath)
     options.enable_profiling = False
     options.optimized_model_filepath = ""
     try:
-        return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        return OrtInferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     finally:
         options.enable_profiling, options.optimized_model_filepath = saved
 

@@ -197,12 +197,14 @@ def _assignments(dims: ModelDims, given: Mapping[str, int], default: int) -> Ite
 def _onnxruntime_session(model: onnx.ModelProto, path: str | None) -> Any:
     import onnxruntime as ort
 
+    from ..ort.real import OrtInferenceSession
+
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     so.inter_op_num_threads = 1
     so.log_severity_level = 4
     source: Any = path if path is not None and os.path.isfile(path) else model.SerializeToString()
-    return ort.InferenceSession(source, so, providers=["CPUExecutionProvider"])
+    return OrtInferenceSession(source, so, providers=["CPUExecutionProvider"])
 
 
 def _first_line(exc: BaseException) -> str:

@@ -25,7 +25,7 @@ RANGE_RULE = (
     "an index must address an existing element: [0, size-1], or [-size, -1] counted from the end when "
     "the index DataType is signed and the feature level is DML_FEATURE_LEVEL_3_0 or later (DirectML "
     "leaves out-of-range results undefined and ONNX makes them an error; --clamp-indices on the "
-    "command line, index_mode=\"clamp\" in Python, clamps instead)"
+    'command line, index_mode="clamp" in Python, clamps instead)'
 )
 NEGATIVE_RULE = (
     "negative indices need DML_FEATURE_LEVEL_3_0 or later and a signed index DataType (INT32 or INT64); "

@@ -318,4 +318,3 @@ def node_since_version(node: onnx.NodeProto, opsets: Mapping[str, int]) -> int:
     domain = "" if node.domain == "ai.onnx" else node.domain
     opset = opsets.get(domain, 0)
     return _schema_since(node.op_type, opset, domain) or opset
-

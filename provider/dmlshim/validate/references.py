@@ -33,6 +33,7 @@ from ..execute.record import RunRecord
 from ..execute.session import LoadedModel
 from ..inputs import GeneratedInputs, generate
 from ..kernels.options import IndexMode
+from ..ort.real import OrtInferenceSession
 
 OPTIMIZATION_LEVELS: dict[str, ort.GraphOptimizationLevel] = {
     "disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
@@ -82,7 +83,7 @@ def reference_session(
     so = session_options(optimization_level)
     payload = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
     try:
-        return ort.InferenceSession(payload, so, providers=["CPUExecutionProvider"])
+        return OrtInferenceSession(payload, so, providers=["CPUExecutionProvider"])
     except ORT_ERRORS as exc:
         raise BadModelError(f"onnxruntime cannot load the model: {exc}") from exc
 

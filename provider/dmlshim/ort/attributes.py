@@ -1,0 +1,170 @@
+"""The private attributes client libraries read on an ``onnxruntime.InferenceSession``, on dmlshim's.
+
+onnxruntime's Python session keeps its state in underscore attributes, and popular clients read them:
+optimum reads ``_model_path`` on every load (to find the model's folder), onnxruntime's own tests reach
+``_sess`` (the C++ session), ``_providers``, ``_provider_options``, ``_inputs_meta`` and the like.
+:class:`OrtSessionAttributes` gives a dmlshim session the same names with onnxruntime's meanings;
+``_sess`` is a :class:`SessionCore`, which answers the C++ session's methods by running the dmlshim
+session (so whatever runs through it is emulated too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..execute.session import InferenceSession
+
+
+class SessionCore:
+    """What ``session._sess`` is in onnxruntime (its C++ session), answered by a dmlshim session."""
+
+    def __init__(self, session: InferenceSession) -> None:
+        self._session = session
+
+    @property
+    def session_options(self) -> Any:
+        return self._session.get_session_options()
+
+    @property
+    def inputs_meta(self) -> list[Any]:
+        return self._session.get_inputs()
+
+    @property
+    def outputs_meta(self) -> list[Any]:
+        return self._session.get_outputs()
+
+    @property
+    def overridable_initializers(self) -> list[Any]:
+        return self._session.get_overridable_initializers()
+
+    @property
+    def model_meta(self) -> Any:
+        return self._session.get_modelmeta()
+
+    @property
+    def input_meminfos(self) -> list[Any]:
+        return self._session.get_input_memory_infos()
+
+    @property
+    def output_meminfos(self) -> list[Any]:
+        return self._session.get_output_memory_infos()
+
+    def get_providers(self) -> list[str]:
+        return self._session.get_providers()
+
+    def get_provider_options(self) -> dict[str, dict[str, str]]:
+        return self._session.get_provider_options()
+
+    def get_profiling_start_time_ns(self) -> int:
+        return self._session.get_profiling_start_time_ns()
+
+    def end_profiling(self) -> str:
+        return self._session.end_profiling()
+
+    def is_webgpu_graph_capture_enabled(self) -> bool:
+        return False
+
+    def run(self, output_names: Sequence[str], input_feed: Mapping[str, Any], run_options: Any = None) -> Any:
+        return self._session.run(output_names, input_feed, run_options)
+
+    def run_with_iobinding(self, iobinding: Any, run_options: Any = None) -> None:
+        self._session.run_with_iobinding(iobinding, run_options)
+
+    def __repr__(self) -> str:
+        return f"<dmlshim SessionCore of {self._session.model_path or 'an in-memory model'}>"
+
+
+class OrtSessionAttributes:
+    """onnxruntime's private session attributes, with onnxruntime's meanings (mixed into the session)."""
+
+    _model_path: str | None
+    _model_bytes: bytes | None
+    _fallback_enabled: bool
+
+    def _remember_source(self, path_or_bytes: Any) -> None:
+        """``_model_path`` / ``_model_bytes`` as onnxruntime sets them from the first argument."""
+        import os
+
+        route_ort_iobinding()
+        if isinstance(path_or_bytes, (str, os.PathLike)):
+            self._model_path, self._model_bytes = os.fspath(path_or_bytes), None
+        elif isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
+            self._model_path, self._model_bytes = None, bytes(path_or_bytes)
+        else:  # an onnx.ModelProto, which onnxruntime does not take
+            self._model_path, self._model_bytes = None, None
+
+    @property
+    def _sess(self) -> SessionCore:
+        return SessionCore(self)  # type: ignore[arg-type]
+
+    @property
+    def _enable_fallback(self) -> bool:
+        return self._fallback_enabled
+
+    @property
+    def _fallback_providers(self) -> list[str]:
+        return ["CPUExecutionProvider"]
+
+    @property
+    def _providers(self) -> list[str]:
+        return self.get_providers()  # type: ignore[attr-defined]
+
+    @property
+    def _provider_options(self) -> dict[str, dict[str, str]]:
+        return self.get_provider_options()  # type: ignore[attr-defined]
+
+    @property
+    def _inputs_meta(self) -> list[Any]:
+        return self.get_inputs()  # type: ignore[attr-defined]
+
+    @property
+    def _outputs_meta(self) -> list[Any]:
+        return self.get_outputs()  # type: ignore[attr-defined]
+
+    @property
+    def _overridable_initializers(self) -> list[Any]:
+        return self.get_overridable_initializers()  # type: ignore[attr-defined]
+
+    @property
+    def _model_meta(self) -> Any:
+        return self.get_modelmeta()  # type: ignore[attr-defined]
+
+    @property
+    def _input_meminfos(self) -> list[Any]:
+        return self.get_input_memory_infos()  # type: ignore[attr-defined]
+
+    @property
+    def _output_meminfos(self) -> list[Any]:
+        return self.get_output_memory_infos()  # type: ignore[attr-defined]
+
+
+_ROUTED = False
+
+
+def route_ort_iobinding() -> None:
+    """Make ``onnxruntime.IOBinding(session)`` give a dmlshim IOBinding when ``session`` is dmlshim's.
+
+    Clients import onnxruntime's ``IOBinding`` class before any session exists (optimum creates
+    ``IOBinding(session)`` on every model load), so the class itself answers: its constructor hands a
+    dmlshim session to :meth:`dmlshim.InferenceSession.io_binding`; onnxruntime's own sessions are
+    unaffected. Done once, when the first dmlshim session is created.
+    """
+    global _ROUTED
+    if _ROUTED:
+        return
+    from ..execute.session import InferenceSession
+    from .real import OrtIOBinding
+
+    original_new = OrtIOBinding.__new__
+
+    def __new__(cls: type, session: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(session, InferenceSession):
+            return session.io_binding()
+        if original_new is object.__new__:
+            return object.__new__(cls)
+        return original_new(cls, session, *args, **kwargs)
+
+    OrtIOBinding.__new__ = __new__
+    _ROUTED = True

@@ -1,0 +1,163 @@
+"""dmlshim's errors as instances of onnxruntime's exception classes too.
+
+onnxruntime raises its own classes (``onnxruntime.capi.onnxruntime_pybind11_state.InvalidArgument``,
+``NoSuchFile``, ``InvalidProtobuf``, ``Fail``, ...), and client code catches them by name. A dmlshim
+session keeps its own, clearer errors, but each one leaving the session is re-classed as a subclass of both
+its dmlshim class and the onnxruntime class onnxruntime raises in that situation, so
+``except dmlshim.BadInputError`` and ``except InvalidArgument`` both catch it. The combined classes are
+made on first use and cached; they pickle by name (this module builds them again on unpickling).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
+from google.protobuf.message import DecodeError
+
+from .. import errors as _errors
+from ..errors import (
+    BadInputError,
+    BadModelError,
+    DmlShimError,
+    EngineUnavailableError,
+    NotSupportedError,
+    OutOfMemoryError,
+    UnsupportedNodeError,
+)
+from .real import pybind_state
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+ORT_CLASS_NAMES = (
+    "Fail",
+    "InvalidArgument",
+    "NoSuchFile",
+    "NoModel",
+    "EngineError",
+    "RuntimeException",
+    "InvalidProtobuf",
+    "ModelLoaded",
+    "NotImplemented",
+    "InvalidGraph",
+    "EPFail",
+)
+"""onnxruntime's own exception classes (``onnxruntime_pybind11_state``), by name."""
+
+_SEP = "__as__"
+
+
+def _ort_class(name: str) -> type[BaseException]:
+    found = getattr(pybind_state, name)
+    assert isinstance(found, type) and issubclass(found, BaseException)
+    return found
+
+
+def _ort_classes() -> tuple[type[BaseException], ...]:
+    return tuple(_ort_class(n) for n in ORT_CLASS_NAMES if hasattr(pybind_state, n))
+
+
+def _from_cause(exc: BaseException) -> type[BaseException] | None:
+    """The onnxruntime class of the onnxruntime error behind ``exc`` (its cause chain), if any."""
+    own = _ort_classes()
+    seen: set[int] = set()
+    cause = exc.__cause__ or exc.__context__
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        for cls in own:
+            if type(cause) is cls:
+                return cls
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
+def _has_decode_cause(exc: BaseException) -> bool:
+    cause = exc.__cause__
+    while cause is not None:
+        if isinstance(cause, DecodeError):
+            return True
+        cause = cause.__cause__
+    return False
+
+
+_NOT_A_MODEL = ("not a serialized onnx model", "not a readable onnx model", "not an onnx model", "empty")
+
+
+def onnxruntime_class(exc: DmlShimError) -> type[BaseException]:
+    """The onnxruntime class onnxruntime raises where dmlshim raised ``exc``."""
+    from_ort = _from_cause(exc)
+    if from_ort is not None:
+        return from_ort
+    if isinstance(exc, OutOfMemoryError):
+        return _ort_class("RuntimeException")
+    if isinstance(exc, BadInputError):
+        return _ort_class("InvalidArgument")
+    if isinstance(exc, BadModelError):
+        if exc.path is not None and not os.path.lexists(exc.path):
+            return _ort_class("NoSuchFile")
+        if _has_decode_cause(exc) or any(t in exc.message.lower() for t in _NOT_A_MODEL):
+            return _ort_class("InvalidProtobuf")
+        return _ort_class("InvalidGraph")
+    if isinstance(exc, (NotSupportedError, UnsupportedNodeError)):
+        return _ort_class("NotImplemented")
+    if isinstance(exc, EngineUnavailableError):
+        return _ort_class("EPFail")
+    return _ort_class("Fail")
+
+
+@functools.cache
+def combined_class(base: type[DmlShimError], extra: tuple[type[BaseException], ...]) -> type[DmlShimError]:
+    """The subclass of ``base`` and each class of ``extra`` (made once), named after ``base``."""
+    wanted = tuple(c for c in extra if not issubclass(base, c))
+    if not wanted:
+        return base
+    qualname = base.__name__ + _SEP + "_".join(c.__name__ for c in wanted)
+    cls = type(base.__name__, (base, *wanted), {"__module__": __name__, "__qualname__": qualname})
+    return cls
+
+
+def as_onnxruntime_error(exc: DmlShimError, *extra: type[BaseException]) -> DmlShimError:
+    """Re-class ``exc`` (in place, traceback kept) so it is also onnxruntime's class for it and ``extra``."""
+    current = type(exc)
+    if current.__module__ == __name__:  # re-classed by an inner boundary: add this boundary's classes
+        base = current.__mro__[1]
+        classes = tuple(c for c in current.__bases__[1:] if c not in extra) + extra
+    else:
+        base, classes = current, (onnxruntime_class(exc), *extra)
+    exc.__class__ = combined_class(base, classes)
+    return exc
+
+
+def raises_onnxruntime_errors(*extra: type[BaseException]) -> Callable[[_F], _F]:
+    """Decorate a public session method: a dmlshim error leaving it is also onnxruntime's class for it
+    (and each class of ``extra``, e.g. ``RuntimeError`` where onnxruntime raises a plain one)."""
+
+    def wrap(func: _F) -> _F:
+        @functools.wraps(func)
+        def inner(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return func(*args, **kwargs)
+            except DmlShimError as exc:
+                as_onnxruntime_error(exc, *extra)
+                raise
+
+        return inner  # type: ignore[return-value]
+
+    return wrap
+
+
+def __getattr__(name: str) -> Any:
+    # Unpickling a combined class: "<dmlshim class>__as__<onnxruntime classes>".
+    base_name, sep, rest = name.partition(_SEP)
+    base = getattr(_errors, base_name, None)
+    if not sep or not isinstance(base, type) or not issubclass(base, DmlShimError):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    extra: list[type[BaseException]] = []
+    for part in rest.split("_"):
+        cls = getattr(pybind_state, part, None) or getattr(__import__("builtins"), part, None)
+        if not isinstance(cls, type):
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        extra.append(cls)
+    return combined_class(cast(Any, base), tuple(extra))

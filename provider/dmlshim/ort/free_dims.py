@@ -1,0 +1,70 @@
+"""Free-dimension overrides (``SessionOptions.add_free_dimension_override_by_name`` / ``_by_denotation``)
+in the input shapes a session reports, as onnxruntime reports them.
+
+onnxruntime's ``SessionOptions`` does not give its overrides back, so onnxruntime itself is asked: a model
+made of the graph's inputs alone (each passed through ``Identity``) is loaded with the caller's options,
+and the shapes onnxruntime reports for it are the shapes it would report for the whole model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import onnx
+from onnx import helper
+
+from ..execute.feeds import NodeArg
+from .real import OrtInferenceSession
+
+logger = logging.getLogger(__name__)
+
+
+def _symbolic(arg: NodeArg) -> bool:
+    return arg.is_tensor and any(not isinstance(d, int) for d in arg.dims)
+
+
+def _interface_model(model: onnx.ModelProto, names: Sequence[str]) -> onnx.ModelProto:
+    wanted = set(names)
+    inputs = [vi for vi in model.graph.input if vi.name in wanted]
+    nodes = [helper.make_node("Identity", [vi.name], [vi.name + "__out"]) for vi in inputs]
+    outputs = [helper.make_value_info(vi.name + "__out", onnx.TypeProto()) for vi in inputs]
+    for out, vi in zip(outputs, inputs, strict=True):
+        out.type.tensor_type.elem_type = vi.type.tensor_type.elem_type
+    graph = helper.make_graph(nodes, "dmlshim_inputs", inputs, outputs)
+    opsets = [o for o in model.opset_import if o.domain in ("", "ai.onnx")] or [helper.make_opsetid("", 17)]
+    return helper.make_model(graph, opset_imports=opsets, ir_version=model.ir_version)
+
+
+def with_free_dimension_overrides(
+    model: onnx.ModelProto, inputs: tuple[NodeArg, ...], sess_options: Any
+) -> tuple[NodeArg, ...]:
+    """``inputs`` with the free dimensions ``sess_options`` overrides fixed, as onnxruntime reports them.
+
+    Unchanged when there are no options, no symbolic dimension, or when the options would write a file
+    of their own (profiling, ``optimized_model_filepath``) or onnxruntime refuses the inputs-only model.
+    """
+    if sess_options is None or sess_options.enable_profiling or sess_options.optimized_model_filepath:
+        return inputs
+    symbolic = [a.name for a in inputs if _symbolic(a)]
+    if not symbolic:
+        return inputs
+    try:
+        probe = _interface_model(model, symbolic)
+        session = OrtInferenceSession(
+            probe.SerializeToString(), sess_options, providers=["CPUExecutionProvider"]
+        )
+        shapes = {a.name: a.shape for a in session.get_inputs()}
+    except Exception as exc:  # any refusal: keep the model's own shapes
+        logger.debug("free dimension overrides not read back: %s", exc)
+        return inputs
+    out = []
+    for arg in inputs:
+        shape = shapes.get(arg.name)
+        if shape is not None and len(shape) == len(arg.dims):
+            dims = tuple(d if isinstance(d, int) else (d if d else None) for d in shape)
+            arg = dataclasses.replace(arg, dims=dims)
+        out.append(arg)
+    return tuple(out)

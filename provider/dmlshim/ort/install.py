@@ -1,0 +1,270 @@
+"""Binding dmlshim in place of onnxruntime for a whole program, and the summary printed at its exit.
+
+:func:`install` puts dmlshim's stand-in (:mod:`dmlshim.ort.standin`) in ``sys.modules["onnxruntime"]``,
+so every later ``import onnxruntime`` (the program's, optimum's, transformers') gets dmlshim's sessions.
+With ``children=True`` (the default) it also binds worker processes: the environment it leaves makes
+every Python process the program starts (multiprocessing spawn or forkserver workers, subprocesses) run
+:mod:`dmlshim.ort.boot.sitecustomize` first; forked workers inherit the binding as they are.
+
+At exit the first process prints one summary for the program and its workers (sessions, runs, where
+each gather/scatter node ran, warnings such as duplicate scatter indices) on stderr: as text, or as JSON
+with ``summary="json"`` / ``$DMLSHIM_ORT_SUMMARY=json``; ``off`` prints nothing;
+``$DMLSHIM_ORT_SUMMARY_FILE`` also writes the JSON to that file. Workers hand their tallies to the first
+process through files in a private temporary folder.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from ..errors import BadInputError
+from . import tracking
+from .emulate import EMULATE_CHOICES, EMULATE_ENV
+from .real import ORT_VERSION, ort
+from .standin import is_standin, standin_module
+
+logger = logging.getLogger(__name__)
+
+INSTALL_ENV = "DMLSHIM_ORT_INSTALL"
+"""``1``: processes started with the boot folder on ``PYTHONPATH`` bind dmlshim at start-up."""
+SUMMARY_ENV = "DMLSHIM_ORT_SUMMARY"
+"""``text`` (default), ``json`` or ``off``: the summary printed on stderr at exit."""
+SUMMARY_FILE_ENV = "DMLSHIM_ORT_SUMMARY_FILE"
+"""A file to write the JSON summary to at exit (besides stderr)."""
+STATE_ENV = "DMLSHIM_ORT_STATE"
+"""The private folder where worker processes leave their tallies (set by the first process)."""
+OWNER_ENV = "DMLSHIM_ORT_OWNER"
+"""The process id of the first process, which prints the summary."""
+
+BOOT_DIR = str(Path(__file__).resolve().parent / "boot")
+"""The folder holding dmlshim's ``sitecustomize`` for worker processes."""
+
+_SUMMARY_FORMATS = ("text", "json", "off")
+_FLUSH_INTERVAL_S = 1.0
+
+
+class _State:
+    installed = False
+    previous: ModuleType | None = None
+    registered = False
+    last_flush = 0.0
+    flushed_changes = -1
+    finalizer = False
+
+
+def _choice(value: str | None, env: str, allowed: tuple[str, ...], default: str) -> str:
+    chosen = (value if value is not None else os.environ.get(env, default)).strip().lower() or default
+    if chosen not in allowed:
+        raise BadInputError(f"{env} must be one of {', '.join(allowed)}, not {chosen!r}", value=chosen)
+    return chosen
+
+
+def installed() -> bool:
+    """Whether ``import onnxruntime`` gives dmlshim's stand-in now."""
+    return is_standin(sys.modules.get("onnxruntime"))
+
+
+def install(
+    *,
+    summary: str | None = None,
+    summary_file: str | os.PathLike[str] | None = None,
+    emulate: str | None = None,
+    children: bool = True,
+) -> ModuleType:
+    """Bind dmlshim in place of onnxruntime for this process (call it before the program imports
+    onnxruntime), and in the Python processes it starts when ``children`` is true.
+
+    Args:
+        summary: ``"text"`` (default), ``"json"`` or ``"off"``: the summary printed on stderr at exit.
+        summary_file: also write the JSON summary to this file at exit.
+        emulate: ``"asked"`` (default: sessions asking for DmlExecutionProvider or for no provider are
+            emulated, as onnxruntime-directml would run them) or ``"all"`` (every session).
+        children: bind worker and child Python processes too (through ``PYTHONPATH``).
+
+    Returns:
+        The stand-in module now in ``sys.modules["onnxruntime"]``.
+
+    Raises:
+        BadInputError: an unknown ``summary`` or ``emulate`` value.
+    """
+    os.environ[SUMMARY_ENV] = _choice(summary, SUMMARY_ENV, _SUMMARY_FORMATS, "text")
+    os.environ[EMULATE_ENV] = _choice(emulate, EMULATE_ENV, EMULATE_CHOICES, "asked")
+    if summary_file is not None:
+        os.environ[SUMMARY_FILE_ENV] = os.path.abspath(os.fspath(summary_file))
+    if OWNER_ENV not in os.environ:
+        os.environ[OWNER_ENV] = str(os.getpid())
+        os.environ[STATE_ENV] = tempfile.mkdtemp(prefix="dmlshim-ort-")
+    if children:
+        _bind_children()
+    return _bind()
+
+
+def install_from_environment() -> ModuleType:
+    """:func:`install` as a worker process does it, with the settings its parent left in the environment."""
+    return install(children=True)
+
+
+def _bind_children() -> None:
+    os.environ[INSTALL_ENV] = "1"
+    package_root = str(Path(__file__).resolve().parents[2])  # the folder holding dmlshim
+    parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    wanted = [BOOT_DIR]
+    if not _is_site_packages(package_root):  # a source tree: children must find dmlshim there too
+        wanted.append(package_root)
+    os.environ["PYTHONPATH"] = os.pathsep.join([*wanted, *(p for p in parts if p not in wanted)])
+
+
+def _is_site_packages(folder: str) -> bool:
+    import site
+
+    known = [*site.getsitepackages(), site.getusersitepackages()]
+    return any(os.path.realpath(folder) == os.path.realpath(k) for k in known)
+
+
+def _bind() -> ModuleType:
+    standin = standin_module()
+    current = sys.modules.get("onnxruntime")
+    if current is not standin:
+        _State.previous = current if isinstance(current, ModuleType) else ort
+        sys.modules["onnxruntime"] = standin
+    _State.installed = True
+    if not _State.registered:
+        atexit.register(_at_exit)
+        tracking.AFTER_CHANGE.append(_after_change)
+        _State.registered = True
+    logger.debug("dmlshim bound in place of onnxruntime %s (pid %d)", ORT_VERSION, os.getpid())
+    return standin
+
+
+def uninstall() -> None:
+    """Give ``import onnxruntime`` the real module again and stop binding child processes (no summary)."""
+    if installed():
+        sys.modules["onnxruntime"] = _State.previous if _State.previous is not None else ort
+    _State.installed = False
+    if _State.registered:
+        atexit.unregister(_at_exit)
+        tracking.AFTER_CHANGE.remove(_after_change)
+        _State.registered = False
+    state = os.environ.get(STATE_ENV)
+    if _is_owner() and state:
+        shutil.rmtree(state, ignore_errors=True)
+    for name in (INSTALL_ENV, STATE_ENV, OWNER_ENV, SUMMARY_ENV, SUMMARY_FILE_ENV, EMULATE_ENV):
+        os.environ.pop(name, None)
+    parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != BOOT_DIR]
+    if parts:
+        os.environ["PYTHONPATH"] = os.pathsep.join(parts)
+    else:
+        os.environ.pop("PYTHONPATH", None)
+
+
+def _is_owner() -> bool:
+    return os.environ.get(OWNER_ENV) == str(os.getpid())
+
+
+def _worker_file() -> Path | None:
+    state = os.environ.get(STATE_ENV)
+    return Path(state) / f"{os.getpid()}.json" if state else None
+
+
+def flush() -> None:
+    """A worker's tally to the shared folder (nothing when it made no session)."""
+    target = _worker_file()
+    if target is None or _is_owner() or not tracking.TRACKER.sessions or not target.parent.is_dir():
+        return
+    if tracking.TRACKER.changes == _State.flushed_changes:
+        return
+    from .. import files
+
+    with contextlib.suppress(BadInputError):
+        files.write_json(target, tracking.TRACKER.to_json(), overwrite=True, what="dmlshim worker tally")
+        _State.flushed_changes = tracking.TRACKER.changes
+    _State.last_flush = time.monotonic()
+
+
+def maybe_flush() -> None:
+    """:func:`flush` at most once a second (after runs in a worker)."""
+    if not _is_owner() and time.monotonic() - _State.last_flush >= _FLUSH_INTERVAL_S:
+        flush()
+
+
+def _after_change() -> None:
+    if _is_owner():
+        return
+    if not _State.finalizer:
+        # multiprocessing ends its workers with os._exit (no atexit): its finalizers still run.
+        import multiprocessing.util
+
+        multiprocessing.util.Finalize(None, flush, exitpriority=100)
+        # A pool ends its workers with SIGTERM: hand the tally on first.
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            with contextlib.suppress(ValueError):  # not the main thread
+                signal.signal(signal.SIGTERM, _on_sigterm)
+        _State.finalizer = True
+    maybe_flush()
+
+
+def _reset_in_child() -> None:
+    _State.last_flush = 0.0
+    _State.flushed_changes = -1
+    _State.finalizer = False
+
+
+os.register_at_fork(after_in_child=_reset_in_child)
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    flush()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def summary() -> dict[str, Any]:
+    """The summary so far: this process's tally and those its workers left."""
+    parts = [tracking.TRACKER.to_json()]
+    state = os.environ.get(STATE_ENV)
+    if state and os.path.isdir(state):
+        for path in sorted(Path(state).glob("*.json")):
+            if path.stem == str(os.getpid()):
+                continue
+            with contextlib.suppress(OSError, ValueError):
+                parts.append(json.loads(path.read_text(encoding="utf-8")))
+    merged = tracking.merge(parts)
+    from .. import __version__
+
+    return {"dmlshim": __version__, "onnxruntime": ORT_VERSION, **merged}
+
+
+def _at_exit() -> None:
+    if not _is_owner():
+        flush()
+        return
+    fmt = os.environ.get(SUMMARY_ENV, "text")
+    result = summary()
+    target = os.environ.get(SUMMARY_FILE_ENV)
+    if target:
+        from .. import files
+
+        try:
+            files.write_json(target, result, overwrite=True, what="dmlshim summary")
+        except BadInputError as exc:
+            sys.stderr.write(f"dmlshim: {exc}\n")
+    if fmt == "json":
+        sys.stderr.write(json.dumps(result, indent=2) + "\n")
+    elif fmt == "text":
+        header = f"dmlshim (DirectML emulated over onnxruntime {ORT_VERSION})"
+        sys.stderr.write(tracking.render(result, header) + "\n")
+    state = os.environ.get(STATE_ENV)
+    if state:
+        shutil.rmtree(state, ignore_errors=True)

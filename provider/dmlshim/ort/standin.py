@@ -1,0 +1,105 @@
+"""The stand-in for the ``onnxruntime`` module: onnxruntime's own names and submodules, with the session
+and the provider functions answered by dmlshim.
+
+``sys.modules["onnxruntime"] = dmlshim.ort.standin_module()`` (what :func:`dmlshim.ort.install` does)
+makes every later ``import onnxruntime`` get it. It carries every public name of the real package (the
+option types, ``OrtValue``, ``AdapterFormat``, ``OrtArenaCfg``, ``set_global_thread_pool_sizes``, ...), its
+``__version__`` and ``__path__``, so ``onnxruntime.transformers``, ``onnxruntime.quantization``,
+``onnxruntime.backend`` and ``onnxruntime.capi`` import from the real package (and see the stand-in's
+names). Only these differ:
+
+* ``InferenceSession``: :class:`TrackedInferenceSession` (dmlshim's session, counted for the summary);
+* ``IOBinding``: dmlshim's;
+* ``get_available_providers()``: ``DmlExecutionProvider`` first, then what onnxruntime lists here;
+* ``get_device()``: ``"CPU-DML"``, as onnxruntime-directml says.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from types import ModuleType
+from typing import Any
+
+from ..execute.iobinding import IOBinding
+from ..execute.providers import available_providers
+from ..execute.session import InferenceSession
+from . import tracking
+from .emulate import EMULATE_ENV
+from .real import REAL_MODULE_ATTR, ort
+
+
+class TrackedInferenceSession(InferenceSession):
+    """dmlshim's ``InferenceSession``, counted in the exit summary of a program bound with
+    :func:`dmlshim.ort.install`."""
+
+    def __init__(
+        self,
+        path_or_bytes: Any,
+        sess_options: Any = None,
+        providers: Sequence[Any] | None = None,
+        provider_options: Sequence[Mapping[str, Any]] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(path_or_bytes, sess_options, providers, provider_options, **kwargs)
+        model = self._model_path or f"<in-memory model {self._meta.graph_name or 'unnamed'}>"
+        self._tally = tracking.TRACKER.add_session(model, self.get_providers(), self.engine.name)
+        tracking.changed()
+
+    def _execute(self, names: list[str], feeds: dict[str, Any], run_options: Any) -> list[Any]:
+        outputs = super()._execute(names, feeds, run_options)
+        tracking.TRACKER.add_run(self._tally, self.last_run_record)
+        tracking.changed()
+        return outputs
+
+
+TrackedInferenceSession.__name__ = TrackedInferenceSession.__qualname__ = "InferenceSession"
+
+
+def get_device() -> str:
+    """``"CPU-DML"``: what onnxruntime-directml reports (the DirectML device is emulated on the CPU)."""
+    return "CPU-DML"
+
+
+_STANDIN: ModuleType | None = None
+
+
+def standin_module() -> ModuleType:
+    """The stand-in ``onnxruntime`` module (made once): put it in ``sys.modules["onnxruntime"]``."""
+    global _STANDIN
+    if _STANDIN is not None:
+        return _STANDIN
+    standin = ModuleType("onnxruntime", ort.__doc__)
+    for name, value in vars(ort).items():
+        if name not in ("__name__", "__doc__"):
+            setattr(standin, name, value)
+    standin.InferenceSession = TrackedInferenceSession  # type: ignore[attr-defined]
+    standin.IOBinding = IOBinding  # type: ignore[attr-defined]
+    standin.get_available_providers = available_providers  # type: ignore[attr-defined]
+    standin.get_device = get_device  # type: ignore[attr-defined]
+    setattr(standin, REAL_MODULE_ATTR, ort)
+    standin.__dmlshim__ = True  # type: ignore[attr-defined]
+
+    def __getattr__(name: str) -> Any:  # names the real package gains later (submodules imported there)
+        try:
+            return getattr(ort, name)
+        except AttributeError:
+            raise AttributeError(f"module 'onnxruntime' has no attribute {name!r}") from None
+
+    setattr(standin, "__getattr__", __getattr__)  # noqa: B010 - a module-level __getattr__
+    _STANDIN = standin
+    return standin
+
+
+def is_standin(module: Any) -> bool:
+    """Whether ``module`` is dmlshim's stand-in."""
+    return isinstance(module, ModuleType) and getattr(module, "__dmlshim__", False) is True
+
+
+def bound_module() -> ModuleType | None:
+    """What ``import onnxruntime`` gives now, if anything was imported."""
+    found = sys.modules.get("onnxruntime")
+    return found if isinstance(found, ModuleType) else None
+
+
+__all__ = ["EMULATE_ENV", "TrackedInferenceSession", "bound_module", "is_standin", "standin_module"]

@@ -1,0 +1,206 @@
+"""What the sessions of a program bound to dmlshim emulated: sessions, runs, and each gather/scatter node's
+placements, reasons and warnings, gathered per process for the summary printed at exit."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..execute.record import PLACEMENT_DML, RunRecord
+
+
+@dataclass
+class NodeTally:
+    """One gather/scatter node of one session, over all its runs."""
+
+    name: str
+    op_type: str
+    placements: Counter[str] = field(default_factory=Counter)
+    operators: set[str] = field(default_factory=set)
+    reasons: dict[str, str] = field(default_factory=dict)
+    duplicate_indices: int = 0
+    negative_indices: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "op_type": self.op_type,
+            "runs": dict(sorted(self.placements.items())),
+            "operators": sorted(self.operators),
+            "reasons": [{"code": c, "message": m} for c, m in sorted(self.reasons.items())],
+            "duplicate_indices": self.duplicate_indices,
+            "negative_indices": self.negative_indices,
+        }
+
+
+@dataclass
+class SessionTally:
+    """One session: its model, providers, engine and runs."""
+
+    number: int
+    model: str
+    providers: list[str]
+    engine: str
+    runs: int = 0
+    nodes: dict[str, NodeTally] = field(default_factory=dict)
+
+    def add_run(self, record: RunRecord) -> None:
+        self.runs += 1
+        self.engine = record.engine
+        for node in record.nodes:
+            tally = self.nodes.get(node.name)
+            if tally is None:
+                tally = self.nodes[node.name] = NodeTally(node.name, node.op_type)
+            tally.placements[node.placement] += 1
+            if node.operator:
+                tally.operators.add(node.operator)
+            for code, message in node.reasons:
+                tally.reasons.setdefault(code, message)
+            tally.duplicate_indices += node.duplicate_indices
+            tally.negative_indices = tally.negative_indices or node.negative_indices
+
+    def to_json(self, pid: int) -> dict[str, Any]:
+        return {
+            "process": pid,
+            "number": self.number,
+            "model": self.model,
+            "providers": list(self.providers),
+            "engine": self.engine,
+            "runs": self.runs,
+            "nodes": [n.to_json() for n in self.nodes.values()],
+        }
+
+
+class Tracker:
+    """The sessions of this process (reset in a forked child, which starts its own tally)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.sessions: list[SessionTally] = []
+        self.changes = 0
+
+    def reset(self) -> None:
+        self._lock = threading.Lock()
+        self.sessions = []
+        self.changes = 0
+
+    def add_session(self, model: str, providers: list[str], engine: str) -> SessionTally:
+        with self._lock:
+            tally = SessionTally(len(self.sessions) + 1, model, providers, engine)
+            self.sessions.append(tally)
+            self.changes += 1
+            return tally
+
+    def add_run(self, tally: SessionTally, record: RunRecord | None) -> None:
+        if record is None:
+            return
+        with self._lock:
+            tally.add_run(record)
+            self.changes += 1
+
+    def to_json(self) -> dict[str, Any]:
+        with self._lock:
+            pid = os.getpid()
+            return {"process": pid, "sessions": [s.to_json(pid) for s in self.sessions]}
+
+
+TRACKER = Tracker()
+"""This process's tally."""
+
+os.register_at_fork(after_in_child=TRACKER.reset)
+
+AFTER_CHANGE: list[Callable[[], None]] = []
+"""Called after a session is added or a run counted (a worker hands its tally on from there)."""
+
+
+def changed() -> None:
+    for hook in list(AFTER_CHANGE):
+        hook()
+
+
+def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One summary from the per-process tallies: totals, sessions, and warnings."""
+    sessions = [s for part in parts for s in part.get("sessions", ())]
+    warnings: list[dict[str, Any]] = []
+    emulated = not_emulated = 0
+    for number, sess in enumerate(sessions, 1):
+        sess["number"] = number
+        if "DmlExecutionProvider" not in sess["providers"]:
+            warnings.append(
+                {
+                    "code": "nothing_emulated",
+                    "session": number,
+                    "message": f"session {number} ({sess['model']}) asked for {', '.join(sess['providers'])} "
+                    "without DmlExecutionProvider: it ran on onnxruntime's CPU provider, nothing emulated "
+                    "(ask for DmlExecutionProvider, or set DMLSHIM_ORT_EMULATE=all)",
+                }
+            )
+        for node in sess["nodes"]:
+            if node["runs"].get(PLACEMENT_DML):
+                emulated += 1
+            else:
+                not_emulated += 1
+            if node["duplicate_indices"]:
+                warnings.append(
+                    {
+                        "code": "duplicate_scatter_indices",
+                        "session": number,
+                        "node": node["name"],
+                        "message": f"{node['op_type']} {node['name']!r} (session {number}): "
+                        f"{node['duplicate_indices']} scatter write(s) hit an element written before; "
+                        "DirectML guarantees no winner among them",
+                    }
+                )
+            if node["negative_indices"]:
+                warnings.append(
+                    {
+                        "code": "negative_indices",
+                        "session": number,
+                        "node": node["name"],
+                        "message": f"{node['op_type']} {node['name']!r} (session {number}): negative "
+                        "indices seen (DirectML takes them from feature level 3_0)",
+                    }
+                )
+    return {
+        "processes": sorted({int(p["process"]) for p in parts}),
+        "totals": {
+            "sessions": len(sessions),
+            "runs": sum(s["runs"] for s in sessions),
+            "gather_scatter_nodes": emulated + not_emulated,
+            "emulated_nodes": emulated,
+            "not_emulated_nodes": not_emulated,
+        },
+        "sessions": sessions,
+        "warnings": warnings,
+    }
+
+
+def render(summary: dict[str, Any], header: str) -> str:
+    """The summary as text for stderr."""
+    totals = summary["totals"]
+    procs = len(summary["processes"])
+    lines = [
+        f"{header}: {totals['sessions']} session(s), {totals['runs']} run(s) in {procs} process(es); "
+        f"{totals['emulated_nodes']} of {totals['gather_scatter_nodes']} gather/scatter node(s) "
+        "ran as DirectML"
+    ]
+    for sess in summary["sessions"]:
+        lines.append(
+            f"  [{sess['number']}] {sess['model']}  engine={sess['engine']}  runs={sess['runs']}  "
+            f"providers={','.join(sess['providers'])}  pid={sess['process']}"
+        )
+        for node in sess["nodes"]:
+            runs = ", ".join(f"{k} x{v}" for k, v in node["runs"].items())
+            ops = f"  {'/'.join(node['operators'])}" if node["operators"] else ""
+            off_dml = any(k != PLACEMENT_DML for k in node["runs"])
+            why = "; ".join(f"{r['code']}" for r in node["reasons"]) if off_dml else ""
+            why = f"  ({why})" if why else ""
+            lines.append(f"      {node['op_type']:<15} {node['name']:<30} {runs}{ops}{why}")
+    if summary["warnings"]:
+        lines.append("  warnings:")
+        lines.extend(f"    - {w['message']}" for w in summary["warnings"])
+    return "\n".join(lines)
