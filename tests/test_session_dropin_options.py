@@ -104,7 +104,12 @@ def test_one_profile_covers_partitions_and_emulated_nodes(tmp_path: Path) -> Non
     assert first["input_type_shape"] == [{"float": [32, 16]}, {"int64": [1, 1]}]
     assert first["output_type_shape"] == [{"float": [1, 1, 16]}]
 
-    cpu_nodes = [e for e in events if e["cat"] == "Node" and "partition" in e["args"]]
+    # onnxruntime before 1.23 also writes *_fence_before/_after node events, which name no provider.
+    cpu_nodes = [
+        e
+        for e in events
+        if e["cat"] == "Node" and "partition" in e["args"] and e["name"].endswith("_kernel_time")
+    ]
     assert {e["args"]["provider"] for e in cpu_nodes} == {"CPUExecutionProvider"}
     assert {"MatMul", "Softmax", "TopK"} <= {e["args"]["op_name"] for e in cpu_nodes}
     assert record.cpu_partitions >= 2
