@@ -170,9 +170,7 @@ def test_a_property_the_installed_onnxruntime_lacks_is_not_copied(
 
     missing = "a_property_onnxruntime_does_not_have"
     assert not hasattr(onnxruntime.SessionOptions(), missing)
-    monkeypatch.setattr(
-        session_options, "COPIED_ATTRIBUTES", (missing, *session_options.COPIED_ATTRIBUTES)
-    )
+    monkeypatch.setattr(session_options, "COPIED_ATTRIBUTES", (missing, *session_options.COPIED_ATTRIBUTES))
     monkeypatch.chdir(tmp_path)
     copy = copy_options(options(intra_op_num_threads=2, enable_profiling=True))
     assert copy.intra_op_num_threads == 2 and not copy.enable_profiling
