@@ -227,6 +227,16 @@ def test_memory_infos_and_devices_match_onnxruntime(version: int | None) -> None
     assert devices[0] == devices[1]
 
 
+def test_ep_devices_before_onnxruntime_1_23_say_which_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    """onnxruntime 1.20-1.22 have no OrtEpDevice: one sentence naming the version, not an AttributeError."""
+    monkeypatch.delattr(onnxruntime, "get_ep_devices", raising=False)
+    sess = InferenceSession(overridable_model())
+    with pytest.raises(NotSupportedError, match=r"needs onnxruntime 1\.23 or newer") as info:
+        sess.get_input_epdevices()
+    assert onnxruntime.__version__ in str(info.value) and "\n" not in str(info.value)
+    assert len(sess.get_input_memory_infos()) == len(sess.get_inputs())  # these need nothing newer
+
+
 def test_session_options_are_returned() -> None:
     so = single_thread()
     so.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC

@@ -104,7 +104,7 @@ def test_one_profile_covers_partitions_and_emulated_nodes(tmp_path: Path) -> Non
     assert first["input_type_shape"] == [{"float": [32, 16]}, {"int64": [1, 1]}]
     assert first["output_type_shape"] == [{"float": [1, 1, 16]}]
 
-    # onnxruntime before 1.23 also writes *_fence_before/_after node events, which name no provider.
+    # onnxruntime 1.20 also writes *_fence_before/_after node events, which name no provider (1.22 does not).
     cpu_nodes = [
         e
         for e in events
