@@ -1,11 +1,10 @@
 """GatherND with batch_dims below FL 3_0: the batch folded into the index tuples, run as GATHER_ND (FL 2_1).
 
-Expected values come from the ONNX backend cases (built in memory by onnx) and from onnxruntime CPU.
+Expected values come from the ONNX backend cases (built in memory by onnx, or read from its case folders
+before onnx 1.23) and from onnxruntime CPU.
 """
 
 from __future__ import annotations
-
-import warnings
 
 import numpy as np
 import onnx
@@ -28,24 +27,17 @@ def _gathernd_node(batch_dims: int) -> onnx.NodeProto:
 
 
 def _backend_batch_cases() -> list[tuple[str, onnx.ModelProto, list[np.ndarray], list[np.ndarray]]]:
-    from onnx import numpy_helper
-    from onnx.backend.test.loader import load_model_tests
+    # The conformance suite's discovery: onnx's in-memory cases, or (before onnx 1.23) its case folders.
+    from dmlshim.conformance.backend_suite import discover_cases
 
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore")
-        tests = load_model_tests(kind="node")
     found = []
-    for test in tests:
-        model = test.model
-        if model is None or [n.op_type for n in model.graph.node] != ["GatherND"]:
+    for case in discover_cases():
+        model = case.model
+        if [n.op_type for n in model.graph.node] != ["GatherND"]:
             continue
         attrs = {a.name: helper.get_attribute_value(a) for a in model.graph.node[0].attribute}
-        if not attrs.get("batch_dims"):
-            continue
-        for inputs, outputs in test.data_sets:
-            arrays_in = [numpy_helper.to_array(t) if isinstance(t, TensorProto) else t for t in inputs]
-            arrays_out = [numpy_helper.to_array(t) if isinstance(t, TensorProto) else t for t in outputs]
-            found.append((test.name, model, arrays_in, arrays_out))
+        if attrs.get("batch_dims"):
+            found.append((case.name, model, list(case.inputs), list(case.outputs)))
     return found
 
 

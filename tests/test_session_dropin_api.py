@@ -228,11 +228,33 @@ def test_description_matches_onnxruntime(version: int | None) -> None:
     for name in (*fields, "custom_metadata_map"):
         assert getattr(ours.get_modelmeta(), name) == getattr(theirs.get_modelmeta(), name), name
     assert repr(ours.get_inputs()[0]) == "NodeArg(name='x', type='tensor(float)', shape=['N', 3])"
+
+
+@pytest.mark.skipif(
+    not hasattr(onnxruntime.InferenceSession, "get_input_memory_infos"),
+    reason=f"onnxruntime {onnxruntime.__version__} has no get_input_memory_infos or get_input_epdevices "
+    "(added in onnxruntime 1.23)",
+)
+@pytest.mark.parametrize("version", [7, None])
+def test_memory_infos_and_devices_match_onnxruntime(version: int | None) -> None:
+    model = overridable_model(version)
+    ours = InferenceSession(model)
+    theirs = reference(model.SerializeToString())
     assert len(ours.get_input_memory_infos()) == len(theirs.get_input_memory_infos())
     mem = [[m.name for m in s.get_output_memory_infos()] for s in (ours, theirs)]
     assert mem[0] == mem[1]
     devices = [[d.ep_name for d in s.get_input_epdevices()] for s in (ours, theirs)]
     assert devices[0] == devices[1]
+
+
+def test_ep_devices_before_onnxruntime_1_23_say_which_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    """onnxruntime 1.20-1.22 have no OrtEpDevice: one sentence naming the version, not an AttributeError."""
+    monkeypatch.delattr(onnxruntime, "get_ep_devices", raising=False)
+    sess = InferenceSession(overridable_model())
+    with pytest.raises(NotSupportedError, match=r"needs onnxruntime 1\.23 or newer") as info:
+        sess.get_input_epdevices()
+    assert onnxruntime.__version__ in str(info.value) and "\n" not in str(info.value)
+    assert len(sess.get_input_memory_infos()) == len(sess.get_inputs())  # these need nothing newer
 
 
 def test_session_options_are_returned() -> None:

@@ -1,9 +1,11 @@
 """The ONNX backend node tests for gather/scatter, run through :mod:`dmlshim.backend`.
 
-The cases are the ones the onnx package builds in memory (``onnx.backend.test.loader.load_model_tests``
-with ``kind="node"``; the on-disk folder is never read): every single-op model whose op is Gather,
-GatherElements, GatherND, Scatter, ScatterElements or ScatterND (26 in onnx 1.23), plus the TensorScatter
-cases, which are reported but are not DirectML gather/scatter operators and run on onnxruntime's CPU.
+The cases are the ones the onnx package lists (``onnx.backend.test.loader.load_model_tests`` with
+``kind="node"``): onnx 1.23 and later build them in memory; older onnx lists only their folders, so each
+case's ``model.onnx`` and ``test_data_set_0`` tensors are read from the onnx package's data folder. The
+suite takes every single-op model whose op is Gather, GatherElements, GatherND, Scatter, ScatterElements or
+ScatterND (26 in onnx 1.23, 23 in onnx 1.17), plus the TensorScatter cases (onnx 1.23 and later), which are
+reported but are not DirectML gather/scatter operators and run on onnxruntime's CPU.
 
 Each case is prepared with ``dmlshim.backend.prepare(model, device="CPU", feature_level=...)`` and run on
 its data set; outputs are compared the way onnx's backend runner does (the same number of outputs, the
@@ -12,7 +14,13 @@ exact dtype, then ``rtol``/``atol`` of the case). A case ends as:
 * ``dml``: outputs match and every in-scope node executed from its DirectML descriptor;
 * ``fallback``: outputs match but some node ran on onnxruntime's CPU provider (the reason says why, e.g.
   DirectML has no scatter reduction);
-* ``fail``: an output differs, has the wrong dtype or shape, or the run raised (the reason says which).
+* ``fail``: an output differs, has the wrong dtype or shape, or the run raised (the reason says which);
+* ``ort_cannot_load``: the run raised and the installed onnxruntime cannot load the case's model by itself
+  either (an opset or IR version newer than it knows, e.g. TensorScatter-24 on onnxruntime 1.24), so
+  nothing about dmlshim is learnt from it.
+
+The suite passes when no gather/scatter case ends as ``fail`` or ``ort_cannot_load``; the other reported
+cases never decide it.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import logging
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -42,14 +51,16 @@ __all__ = [
     "SuiteCorpusError",
     "SuiteResult",
     "discover_cases",
+    "min_in_scope_cases",
+    "ort_cannot_load",
     "run_case",
     "run_suite",
 ]
 
 logger = logging.getLogger(__name__)
 
-CaseStatus = Literal["dml", "fallback", "fail"]
-STATUSES: tuple[CaseStatus, ...] = ("dml", "fallback", "fail")
+CaseStatus = Literal["dml", "fallback", "fail", "ort_cannot_load"]
+STATUSES: tuple[CaseStatus, ...] = ("dml", "fallback", "fail", "ort_cannot_load")
 
 IN_SCOPE_OPS = frozenset({"Gather", "GatherElements", "GatherND", "Scatter", "ScatterElements", "ScatterND"})
 """The ONNX ops dmlshim executes as DirectML operators."""
@@ -59,6 +70,10 @@ REPORTED_OPS = frozenset({"TensorScatter"})
 
 MIN_IN_SCOPE_CASES = 26
 """onnx 1.23 builds 26 in-scope cases; fewer means the corpus shrank and the suite proves less."""
+
+MIN_IN_SCOPE_CASES_BEFORE_1_23 = 23
+"""onnx 1.17 (the lowest onnx dmlshim supports) has 23: the ``*_with_element_indices`` ScatterND cases and
+``test_scatter_elements_with_reduction_mul`` came later."""
 
 SUITE_LEVELS: tuple[FeatureLevel, ...] = (FeatureLevel.FL_5_0, FeatureLevel.FL_3_0, FeatureLevel.FL_2_1)
 """The feature levels the conformance report covers."""
@@ -108,7 +123,7 @@ class CaseOutcome:
         name: the onnx test name.
         op_type: the op.
         opset: the model's ai.onnx opset.
-        status: ``dml``, ``fallback`` or ``fail``.
+        status: ``dml``, ``fallback``, ``fail`` or ``ort_cannot_load``.
         reason: why the case fell back or failed; for ``dml`` cases, host-side steps DirectML needed
             around the operator at this level (empty when none).
         in_scope: whether the op is one of the six gather/scatter ops.
@@ -149,7 +164,7 @@ class SuiteResult:
 
     @property
     def totals(self) -> dict[str, int]:
-        """``{"dml": n, "fallback": n, "fail": n}`` over every case."""
+        """``{"dml": n, "fallback": n, "fail": n, "ort_cannot_load": n}`` over every case."""
         return _count(self.cases)
 
     @property
@@ -159,8 +174,10 @@ class SuiteResult:
 
     @property
     def passed(self) -> bool:
-        """True when no case failed."""
-        return self.totals["fail"] == 0
+        """True when every gather/scatter case passed: none failed, none the installed onnxruntime cannot
+        load. The reported out-of-scope cases (TensorScatter) do not count."""
+        s = self.in_scope_totals
+        return s["fail"] == 0 and s["ort_cannot_load"] == 0
 
     def to_json(self) -> dict[str, Any]:
         """The ``dmlshim conformance --json`` document."""
@@ -186,6 +203,16 @@ def _as_array(value: Any) -> np.ndarray:
     return np.asarray(value)
 
 
+def min_in_scope_cases(onnx_version: str | None = None) -> int:
+    """The in-scope case floor for an onnx version (the installed one by default)."""
+    text = onnx.__version__ if onnx_version is None else onnx_version
+    try:
+        major, minor = (int(part) for part in text.split(".")[:2])
+    except ValueError:
+        return MIN_IN_SCOPE_CASES
+    return MIN_IN_SCOPE_CASES if (major, minor) >= (1, 23) else MIN_IN_SCOPE_CASES_BEFORE_1_23
+
+
 @functools.lru_cache(maxsize=1)
 def _load_node_tests() -> tuple[Any, ...]:
     from onnx.backend.test.loader import load_model_tests
@@ -196,28 +223,73 @@ def _load_node_tests() -> tuple[Any, ...]:
         return tuple(load_model_tests(kind="node"))
 
 
-def discover_cases(min_in_scope: int = MIN_IN_SCOPE_CASES) -> tuple[BackendCase, ...]:
+def _single_op(model: onnx.ModelProto) -> str | None:
+    """The op of a model whose nodes are all one op we run or report, else None."""
+    ops = {n.op_type for n in model.graph.node}
+    if len(ops) != 1:
+        return None
+    op_type = next(iter(ops))
+    return op_type if op_type in IN_SCOPE_OPS | REPORTED_OPS else None
+
+
+def _numbered(folder: Path, stem: str) -> list[Path]:
+    """``stem_0.pb``, ``stem_1.pb``, ... in numeric order."""
+    paths = folder.glob(f"{stem}_*.pb")
+    return sorted(paths, key=lambda p: int(p.stem.rpartition("_")[2]))
+
+
+def _read_tensor(path: Path) -> np.ndarray:
+    tensor = onnx.TensorProto()
+    tensor.ParseFromString(path.read_bytes())
+    return numpy_helper.to_array(tensor)
+
+
+def _from_disk(test: Any) -> tuple[onnx.ModelProto, tuple[Any, Any]] | None:
+    """Before onnx 1.23 the node cases come without a model: read ``model.onnx`` and the first data set
+    from the case's folder in the onnx package (None when it is not a case of ours or has no data)."""
+    folder = Path(test.model_dir)
+    model = onnx.load(str(folder / "model.onnx"))
+    if _single_op(model) is None:
+        return None
+    data = folder / "test_data_set_0"
+    if not data.is_dir():
+        return None
+    inputs = [_read_tensor(p) for p in _numbered(data, "input")]
+    outputs = [_read_tensor(p) for p in _numbered(data, "output")]
+    return model, (inputs, outputs)
+
+
+def _case_model(test: Any) -> tuple[onnx.ModelProto, tuple[Any, Any]] | None:
+    """The model and first data set of one onnx node test, wherever this onnx keeps them."""
+    if test.model is not None:
+        return (test.model, test.data_sets[0]) if test.data_sets else None
+    if getattr(test, "model_dir", None):
+        return _from_disk(test)
+    return None
+
+
+def discover_cases(min_in_scope: int | None = None) -> tuple[BackendCase, ...]:
     """The gather/scatter backend node tests onnx builds, in scope first, each group by name.
 
     Args:
-        min_in_scope: the floor on in-scope cases.
+        min_in_scope: the floor on in-scope cases (by default :func:`min_in_scope_cases` for the
+            installed onnx).
 
     Raises:
         SuiteCorpusError: fewer than ``min_in_scope`` in-scope cases were found.
     """
+    if min_in_scope is None:
+        min_in_scope = min_in_scope_cases()
     found: list[BackendCase] = []
     for test in _load_node_tests():
-        model = test.model
-        if model is None or not test.data_sets:
+        loaded = _case_model(test)
+        if loaded is None:
             continue
-        ops = {n.op_type for n in model.graph.node}
-        if len(ops) != 1:
-            continue
-        op_type = next(iter(ops))
-        if op_type not in IN_SCOPE_OPS | REPORTED_OPS:
+        model, (inputs, outputs) = loaded
+        op_type = _single_op(model)
+        if op_type is None:
             continue
         opset = next((int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-        inputs, outputs = test.data_sets[0]
         found.append(
             BackendCase(
                 name=test.name,
@@ -314,11 +386,25 @@ def _sess_options() -> Any:
     return so
 
 
+def ort_cannot_load(model: onnx.ModelProto) -> str | None:
+    """Why the installed onnxruntime cannot load ``model`` on its own CPU provider (None: it can)."""
+    import onnxruntime as ort
+
+    from ..ort_errors import ORT_ERRORS
+
+    try:
+        ort.InferenceSession(model.SerializeToString(), _sess_options(), providers=["CPUExecutionProvider"])
+    except ORT_ERRORS as exc:
+        return f"onnxruntime {ort.__version__} cannot load this model: {exc}".strip()
+    return None
+
+
 def run_case(case: BackendCase, feature_level: FeatureLevel) -> CaseOutcome:
     """Prepare and run one case through :mod:`dmlshim.backend` and classify the result.
 
-    Errors dmlshim raises on purpose, and onnxruntime failures, become ``fail`` with the error text;
-    anything else is an internal bug and propagates.
+    Errors dmlshim raises on purpose, and onnxruntime failures, become ``fail`` with the error text, or
+    ``ort_cannot_load`` when the installed onnxruntime cannot load the model by itself either; anything
+    else is an internal bug and propagates.
     """
     from .. import backend
 
@@ -332,6 +418,9 @@ def run_case(case: BackendCase, feature_level: FeatureLevel) -> CaseOutcome:
         actual = rep.run(list(case.inputs))
     except (DmlShimError, RuntimeError, ValueError) as exc:
         logger.debug("%s at %s raised", case.name, feature_level.short, exc_info=True)
+        unloadable = ort_cannot_load(case.model)
+        if unloadable is not None:
+            return outcome("ort_cannot_load", unloadable)
         return outcome("fail", f"{type(exc).__name__}: {exc}")
     mismatch = compare_outputs([np.asarray(a) for a in actual], case.outputs, case.rtol, case.atol)
     if mismatch is not None:
@@ -379,11 +468,12 @@ def run_suite(
     result = SuiteResult(level, outcomes)
     totals = result.totals
     logger.info(
-        "backend suite at %s: %d dml, %d fallback, %d fail",
+        "backend suite at %s: %d dml, %d fallback, %d fail, %d onnxruntime cannot load",
         level.short,
         totals["dml"],
         totals["fallback"],
         totals["fail"],
+        totals["ort_cannot_load"],
     )
     return result
 

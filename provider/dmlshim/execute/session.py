@@ -259,7 +259,8 @@ class InferenceSession(OrtSessionAttributes):
         return [cpu_memory_info() for _ in self._outputs]
 
     def get_input_epdevices(self) -> list[Any]:
-        """onnxruntime's CPU ``OrtEpDevice`` for each input (dmlshim reads every input on the CPU)."""
+        """onnxruntime's CPU ``OrtEpDevice`` for each input (dmlshim reads every input on the CPU); needs
+        onnxruntime 1.23 or newer, as in onnxruntime."""
         device = cpu_ep_device()
         return [device for _ in self._inputs]
 

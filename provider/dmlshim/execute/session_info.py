@@ -9,6 +9,7 @@ from typing import Any
 import onnx
 import onnxruntime as ort
 
+from ..errors import NotSupportedError
 from ..graph import display_names
 from .providers import CPU_EP, DML_EP
 
@@ -52,9 +53,20 @@ def cpu_memory_info() -> Any:
 
 
 def cpu_ep_device() -> Any:
-    """onnxruntime's CPU ``OrtEpDevice``, or None when this onnxruntime has no device list."""
+    """onnxruntime's CPU ``OrtEpDevice`` (None when its device list names no CPU device).
+
+    Raises:
+        NotSupportedError: the installed onnxruntime is older than 1.23, which brought ``OrtEpDevice``.
+    """
+    get_ep_devices = getattr(ort, "get_ep_devices", None)
+    if get_ep_devices is None:
+        raise NotSupportedError(
+            f"get_input_epdevices needs onnxruntime 1.23 or newer (onnxruntime {ort.__version__} has no "
+            "OrtEpDevice); every dmlshim input is read on the CPU",
+            value=ort.__version__,
+        )
     try:
-        devices = ort.get_ep_devices()
-    except (AttributeError, RuntimeError):
+        devices = get_ep_devices()
+    except RuntimeError:
         return None
     return next((d for d in devices if d.ep_name == CPU_EP), None)

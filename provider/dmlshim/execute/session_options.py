@@ -44,7 +44,8 @@ COPIED_ATTRIBUTES = (
     "use_deterministic_compute",
     "use_per_session_threads",
 )
-"""The ``SessionOptions`` properties carried to every onnxruntime session the engine builds."""
+"""The ``SessionOptions`` properties carried to every onnxruntime session the engine builds (those the
+installed onnxruntime has: ``use_per_session_threads`` arrived in onnxruntime 1.23)."""
 
 COPIED_CONFIG_KEYS = (
     "session.disable_prepacking",
@@ -100,7 +101,9 @@ def copy_options(so: Any, *, profile_prefix: str | None = None) -> ort.SessionOp
     out = ort.SessionOptions()
     if so is not None:
         for name in COPIED_ATTRIBUTES:
-            setattr(out, name, getattr(so, name))
+            # An older onnxruntime lacks some properties; one it lacks cannot have been set either.
+            if hasattr(so, name) and hasattr(out, name):
+                setattr(out, name, getattr(so, name))
         for key in COPIED_CONFIG_KEYS:
             value = config_entry(so, key)
             if value is not None:

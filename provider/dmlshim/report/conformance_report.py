@@ -30,10 +30,13 @@ def _totals_line(result: SuiteResult) -> str:
     t = result.totals
     s = result.in_scope_totals
     in_scope = sum(s.values())
+    # Counted only when some case has it, so results from an onnxruntime that loads every case read as before.
+    unloadable = f", {t['ort_cannot_load']} ort_cannot_load" if t["ort_cannot_load"] else ""
+    in_scope_unloadable = f", {s['ort_cannot_load']} ort_cannot_load" if s["ort_cannot_load"] else ""
     return (
-        f"{len(result.cases)} cases: {t['dml']} dml, {t['fallback']} fallback, {t['fail']} fail; "
+        f"{len(result.cases)} cases: {t['dml']} dml, {t['fallback']} fallback, {t['fail']} fail{unloadable}; "
         f"in scope: {s['dml'] + s['fallback']}/{in_scope} passing "
-        f"({s['dml']} dml, {s['fallback']} fallback, {s['fail']} fail)"
+        f"({s['dml']} dml, {s['fallback']} fallback, {s['fail']} fail{in_scope_unloadable})"
     )
 
 
@@ -130,7 +133,8 @@ def render_results_markdown(
         "",
         "`dml`: outputs match and every gather/scatter node executed from its DirectML descriptor; "
         "`fallback`: outputs match, some node ran on onnxruntime's CPU provider (reason given); "
-        "`fail`: an output differs (the case's rtol/atol, exact dtype) or the run raised.",
+        "`fail`: an output differs (the case's rtol/atol, exact dtype) or the run raised; "
+        "`ort_cannot_load`: the installed onnxruntime cannot load the case's model by itself either.",
         "",
         summary_markdown(results),
         "",
