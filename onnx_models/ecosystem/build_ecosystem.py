@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from eco_common import HERE, MAX_BYTES, Spec, gather_scatter_counts, ort_outputs, save_npz  # noqa: E402
 
 MANIFEST = HERE / "manifest.json"
-MODULES = ("producers_sklearn", "producers_onnxscript", "producers_ort", "producers_jax", "handwritten")
+MODULES = ("producers_sklearn", "producers_onnxscript", "producers_ort", "producers_jax", "producers_tf", "handwritten")
 BASE_PACKAGES = ("onnx", "onnxruntime", "numpy")
 
 
