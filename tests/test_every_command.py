@@ -43,7 +43,9 @@ PENDING: dict[tuple[str, str], str] = {}
 
 def _cases(command: str) -> list[Any]:
     return [
-        pytest.param(path, id=_id(path), marks=pytest.mark.xfail(strict=True, reason=PENDING[(_id(path), command)]))
+        pytest.param(
+            path, id=_id(path), marks=pytest.mark.xfail(strict=True, reason=PENDING[(_id(path), command)])
+        )
         if (_id(path), command) in PENDING
         else pytest.param(path, id=_id(path))
         for path in MODELS
