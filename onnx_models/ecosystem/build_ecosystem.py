@@ -32,7 +32,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from eco_common import HERE, MAX_BYTES, Spec, gather_scatter_counts, ort_outputs, save_npz  # noqa: E402
 
 MANIFEST = HERE / "manifest.json"
-MODULES = ("producers_sklearn", "producers_onnxscript", "producers_ort", "producers_jax", "producers_tf", "handwritten")
+MODULES = (
+    "producers_sklearn",
+    "producers_onnxscript",
+    "producers_ort",
+    "producers_jax",
+    "producers_tf",
+    "handwritten",
+)
 BASE_PACKAGES = ("onnx", "onnxruntime", "numpy")
 
 
@@ -64,6 +71,7 @@ def _save(spec: Spec) -> dict[str, Any]:
     model = built.model
     path = HERE / f"{spec.name}.onnx"
     if built.external_data:
+        (HERE / built.external_data).unlink(missing_ok=True)  # onnx appends to an existing file
         onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
                         location=built.external_data, size_threshold=0)
     else:
@@ -85,7 +93,7 @@ def _save(spec: Spec) -> dict[str, Any]:
         "description": spec.description,
         "notes": built.notes,
         "ir_version": reloaded.ir_version,
-        "opsets": {o.domain or "ai.onnx": o.version for o in reloaded.opset_import},
+        "opsets": dict(sorted((o.domain or "ai.onnx", o.version) for o in reloaded.opset_import)),
         "bytes": size,
         "nodes": len(reloaded.graph.node),
         "functions": len(reloaded.functions),

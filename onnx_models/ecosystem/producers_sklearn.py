@@ -25,6 +25,10 @@ def _data(seed: int, n: int = 60, d: int = 4) -> tuple[np.ndarray, np.ndarray]:
 
 def _ir(model: onnx.ModelProto) -> onnx.ModelProto:
     model.ir_version = min(model.ir_version, 10)
+    # skl2onnx lists the opsets in set order (it changes with PYTHONHASHSEED): sort them for stable bytes.
+    opsets = sorted(model.opset_import, key=lambda o: o.domain)
+    del model.opset_import[:]
+    model.opset_import.extend(opsets)
     return model
 
 
