@@ -217,7 +217,33 @@ def ms_gathernd() -> Built:
     return Built(_model(graph, 13, 7, {"com.microsoft": 1}), {"data": data, "idx": idx})
 
 
+def bare_value_info() -> Built:
+    """Intermediate and output value-infos that carry an element type and no shape (a "bare" annotation:
+    unknown rank, not rank 0; onnxruntime warns about nothing and runs)."""
+    rng = _rng(9)
+    x = rng.standard_normal((3, 5)).astype(np.float32)
+    idx = np.array([[4, 0], [1, 1], [-1, 2]], dtype=np.int64)
+    nodes = [
+        helper.make_node("Tanh", ["x"], ["t"], name="tanh"),
+        helper.make_node("GatherElements", ["t", "idx"], ["g"], name="gather_elements", axis=1),
+        helper.make_node("Gather", ["g", "col"], ["out"], name="gather_col", axis=1),
+    ]
+    bare_t, bare_out = onnx.ValueInfoProto(name="t"), onnx.ValueInfoProto(name="out")
+    bare_t.type.tensor_type.elem_type = F
+    bare_out.type.tensor_type.elem_type = F
+    graph = helper.make_graph(
+        nodes, "bare_value_info",
+        [helper.make_tensor_value_info("x", F, [3, 5]), helper.make_tensor_value_info("idx", I64, [3, 2])],
+        [bare_out],
+        initializer=[numpy_helper.from_array(np.array([1, 0, 1], np.int64), "col")],
+        value_info=[bare_t],
+    )
+    return Built(_model(graph, 18, 10), {"x": x, "idx": idx})
+
+
 SPECS: list[Spec] = [
+    Spec("hw_bare_value_info", "handwritten", "GatherElements/Gather on values annotated with a type and no "
+         "shape", bare_value_info),
     Spec("hw_noshape_inputs", "handwritten", "Gather on graph inputs with an element type and no shape",
          noshape_inputs),
     Spec("hw_unsorted_nodes", "handwritten", "GatherElements -> Mul -> ScatterElements listed in reverse order",
