@@ -1,9 +1,10 @@
 """dmlshim on the ecosystem corpus (onnx_models/ecosystem/: skl2onnx, hummingbird-ml, onnxscript with
-model-local functions, onnxruntime.quantization, onnx.version_converter, onnxsim, jax2onnx and hand-written
-forms; see its README and manifest.json).
+model-local functions, onnxruntime.quantization, onnx.version_converter, onnxsim, jax2onnx, tf2onnx and
+hand-written forms; see its README and manifest.json).
 
 Per model: validate exits 0 with the shipped inputs and with generated ones; inspect reports every
-gather/scatter node, function bodies included (counted from the file, once per call site); the default
+gather/scatter node, function bodies included (counted from the file, once per call site), with no node
+in error and none SHAPE_UNKNOWN; the default
 InferenceSession, ``engine="customop"`` and ``dmlshim run -o`` give onnxruntime CPU's outputs bit for bit.
 
 ``PENDING`` holds the (model, check) pairs that fail today, each with the failure it shows (issue 19
