@@ -123,25 +123,21 @@ def _summary_json(
         "engine": record.engine,
         "feature_level": record.feature_level,
         "providers": session.get_providers(),
-        "outputs": [
-            {
-                "name": n,
-                **_json_shape(o),
-                **({"stored": is_array(o)} if output_path is not None else {}),
-                "value": describe(o),
-            }
-            for n, o in zip(names, outputs, strict=False)
-        ],
+        "outputs": [_json_output(n, o, output_path) for n, o in zip(names, outputs, strict=False)],
         "record": record.to_json(),
         "output_file": str(output_path) if output_path is not None else None,
     }
 
 
-def _json_shape(value: Any) -> dict[str, Any]:
-    """``shape`` and ``dtype`` of an array (as before); for other values their kind in ``dtype``."""
+def _json_output(name: str, value: Any, output_path: Path | None) -> dict[str, Any]:
+    """An array's name, shape and dtype; a sequence, map or OrtValue also says what it is (``value``)
+    and, with ``-o``, that the .npz left it out (``stored``)."""
     if is_array(value):
-        return {"shape": list(value.shape), "dtype": str(value.dtype)}
-    return {"shape": None, "dtype": kind_text(value)}
+        return {"name": name, "shape": list(value.shape), "dtype": str(value.dtype)}
+    out: dict[str, Any] = {"name": name, "shape": None, "dtype": kind_text(value), "value": describe(value)}
+    if output_path is not None:
+        out["stored"] = False
+    return out
 
 
 def _inputs_line(args: argparse.Namespace, generated: GeneratedInputs | None) -> str:
