@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -20,3 +22,25 @@ def shared_dir() -> Path:
     if not SHARED.is_dir():
         pytest.skip(f"../shared not found at {SHARED}: the seeds and WebNN cases are not available")
     return SHARED
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _every_export_follows_dxdispatch_rules() -> Iterator[None]:
+    """Every DxDispatch model.json the suite writes in-process is checked against DxDispatch's parser
+    rules (tests/dxdispatch_rules.py) the moment it is saved, so a format regression fails the test that
+    wrote it. Hand-edited files written by tests to provoke errors go through json, not ``save``."""
+    from dmlshim.dxdispatch.model_file import DxDispatchModel
+
+    from .dxdispatch_rules import dxdispatch_rule_violations
+
+    original = DxDispatchModel.save
+
+    def checked_save(self: DxDispatchModel, path: Any, *, overwrite: bool = True) -> Path:
+        written = original(self, path, overwrite=overwrite)
+        problems = dxdispatch_rule_violations(written)
+        assert not problems, f"{written} breaks DxDispatch's rules: {problems}"
+        return written
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(DxDispatchModel, "save", checked_save)
+        yield

@@ -294,6 +294,8 @@ def test_jobs_give_the_same_table_and_survive_a_dying_worker(
         return real(args, model)
 
     monkeypatch.setattr(validate_files, "model_report", dies)
+    # Workers are spawned (as on Windows) and would not see the patch: fork them here so they inherit it.
+    monkeypatch.setattr(validate_many, "process_context", lambda: multiprocessing.get_context("fork"))
     assert main(["validate", *models, "--jobs", "2"]) == 2
     out = capsys.readouterr().out
     assert f"{models[1]}: crash: the worker process died" in out

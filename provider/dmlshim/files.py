@@ -35,6 +35,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from . import portable
 from .errors import BadInputError
 
 __all__ = [
@@ -78,7 +79,10 @@ def file_mode(directory: bool = False) -> int:
     return (0o777 if directory else 0o666) & ~_umask()
 
 
-def _kind(mode: int) -> str:
+def _kind(st: os.stat_result) -> str:
+    if portable.is_link(st):
+        return "a symbolic link"  # junctions included
+    mode = st.st_mode
     for test, name in (
         (stat.S_ISDIR, "a directory"),
         (stat.S_ISCHR, "a character device"),
@@ -157,14 +161,19 @@ def check_output_file(
                 path=text,
                 rule=_RULE,
             )
+    if portable.is_windows() and portable.reserved_device_name(target.name):
+        raise BadInputError(
+            f"the {what} {target.name!r} names a Windows device; dmlshim only writes regular files",
+            path=text,
+            rule=_RULE,
+        )
     st = _lstat(target)
     if st is not None:
         if stat.S_ISDIR(st.st_mode):
             raise BadInputError(f"the {what} is a directory; give a file name", path=text, rule=_RULE)
-        if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+        if not (stat.S_ISREG(st.st_mode) or portable.is_link(st)):
             raise BadInputError(
-                f"the {what} is {_kind(st.st_mode)}; "
-                "dmlshim only replaces regular files, even with --overwrite",
+                f"the {what} is {_kind(st)}; dmlshim only replaces regular files, even with --overwrite",
                 path=text,
                 rule=_RULE,
             )
@@ -177,29 +186,24 @@ def check_output_file(
 
 
 def _fsync_dir(directory: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    portable.fsync_dir(directory)
 
 
 def _place(tmp: Path, target: Path, overwrite: bool, what: str) -> None:
     """Move the finished temporary file to the target (checked again: the target may have changed)."""
     st = _lstat(target)
-    if st is not None and not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+    if st is not None and not (stat.S_ISREG(st.st_mode) or portable.is_link(st)):
         raise BadInputError(
-            f"the {what} is {_kind(st.st_mode)}; dmlshim only replaces regular files",
+            f"the {what} is {_kind(st)}; dmlshim only replaces regular files",
             path=str(target),
             rule=_RULE,
         )
     if overwrite:
-        os.replace(tmp, target)  # replaces a link itself, never its target
+        portable.replace(tmp, target)  # replaces a link itself, never its target
         return
     try:
         # A hard link fails if the name exists, so a file that appeared meanwhile is kept.
-        os.link(tmp, target, follow_symlinks=False)
+        portable.link_new(tmp, target)
     except FileExistsError as exc:
         raise BadInputError(f"the {what} exists; pass --overwrite to replace it", path=str(target)) from exc
     except OSError:  # no hard links on this file system
@@ -207,7 +211,7 @@ def _place(tmp: Path, target: Path, overwrite: bool, what: str) -> None:
             raise BadInputError(
                 f"the {what} exists; pass --overwrite to replace it", path=str(target)
             ) from None
-        os.replace(tmp, target)
+        portable.replace(tmp, target)
 
 
 def write_stream(
@@ -243,7 +247,7 @@ def write_stream(
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as handle:
-            os.fchmod(handle.fileno(), file_mode())
+            portable.set_mode(handle.fileno(), tmp, file_mode())
             writer(handle)
             handle.flush()
             os.fsync(handle.fileno())
@@ -348,6 +352,12 @@ def confined_path(root: PathLike, relative: str, *, what: str = "path", suffixes
         raise refuse("names the folder itself, not a file")
     if ".." in parts:
         raise refuse("leaves the folder (..)")
+    # Names read from files travel between machines: refuse what Windows would read as a device or an
+    # alternate data stream (``out.npy:stream``), whatever machine reads the file now.
+    if any(":" in p for p in parts):
+        raise refuse("contains ':' (a drive or an alternate data stream on Windows)")
+    if any(portable.reserved_device_name(p) for p in parts):
+        raise refuse("names a Windows device (CON, NUL, COM1, ...)")
     if suffixes and not any(
         parts[-1].lower().endswith(s.lower()) and len(parts[-1]) > len(s) for s in suffixes
     ):
@@ -359,14 +369,14 @@ def _real_dir(directory: Path, what: str) -> None:
     st = _lstat(directory)
     if st is None:
         return
-    if stat.S_ISLNK(st.st_mode):
+    if portable.is_link(st):
         raise BadInputError(
             f"{what} {str(directory)!r} is a symbolic link; dmlshim does not write through links",
             path=str(directory),
             rule=_RULE,
         )
     if not stat.S_ISDIR(st.st_mode):
-        raise BadInputError(f"{what} {str(directory)!r} is {_kind(st.st_mode)}, not a folder", rule=_RULE)
+        raise BadInputError(f"{what} {str(directory)!r} is {_kind(st)}, not a folder", rule=_RULE)
 
 
 def _make_dirs(root: Path, directory: Path) -> None:

@@ -7,16 +7,14 @@ there before (regular files, and folders of regular files, that the previous ind
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
 import stat
 import tempfile
-import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from . import portable
 from .errors import BadInputError
 from .files import (
     _RULE,
@@ -33,32 +31,18 @@ from .files import (
 __all__ = ["StagedFolder"]
 
 
-@contextlib.contextmanager
-def _signals_held() -> Iterator[None]:
-    """Hold SIGINT/SIGTERM back while a few renames run, so they happen all or none."""
-    held = {signal.SIGINT, signal.SIGTERM}
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
-        yield
-        return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
 def _removable_entry(path: Path) -> str | None:
     """Why dmlshim may not remove this previous output (None when it may: a regular file, or a real
     folder holding only regular files)."""
     st = _lstat(path)
     if st is None or stat.S_ISREG(st.st_mode):
         return None
-    if not stat.S_ISDIR(st.st_mode):
-        return f"{str(path)!r} is {_kind(st.st_mode)}"
+    if portable.is_link(st) or not stat.S_ISDIR(st.st_mode):  # a junction is a link here
+        return f"{str(path)!r} is {_kind(st)}"
     for child in path.iterdir():
         cst = os.lstat(child)
         if not stat.S_ISREG(cst.st_mode):
-            return f"{str(child)!r} is {_kind(cst.st_mode)}"
+            return f"{str(child)!r} is {_kind(cst)}"
     return None
 
 
@@ -115,7 +99,7 @@ class StagedFolder:
         self._mode = "new"
         if st is None:
             return
-        if stat.S_ISLNK(st.st_mode):
+        if portable.is_link(st):
             if not self.overwrite:
                 raise BadInputError(
                     f"the {self.what} is a symbolic link; pass --overwrite to replace the link itself "
@@ -127,7 +111,7 @@ class StagedFolder:
             return
         if not stat.S_ISDIR(st.st_mode):
             raise BadInputError(
-                f"the {self.what} exists and is {_kind(st.st_mode)}, not a folder", path=text, rule=_RULE
+                f"the {self.what} exists and is {_kind(st)}, not a folder", path=text, rule=_RULE
             )
         if not any(self.target.iterdir()):
             self._mode = "empty"
@@ -182,12 +166,14 @@ class StagedFolder:
         """Move the staged content into the target; ``last`` (e.g. the index) is moved in last."""
         staging = self.path
         text = str(self.target)
-        with _signals_held():
+        with portable.hold_signals():
             try:
                 if self._mode == "link":
                     os.unlink(self.target)  # the link itself; its target is untouched
                 if self._mode in ("new", "link", "empty"):
                     _real_dir(self.target, "the " + self.what)  # an empty folder is replaced by rename
+                    if self._mode == "empty" and portable.is_windows():
+                        os.rmdir(self.target)  # Windows' rename never replaces a folder, even an empty one
                     os.rename(staging, self.target)
                 else:
                     self._merge(staging, last)

@@ -26,6 +26,7 @@ import onnx
 from onnx import helper
 
 from .errors import TooLargeError
+from .portable import physical_memory
 
 __all__ = [
     "check_bytes",
@@ -52,10 +53,7 @@ def memory_limit() -> int | None:
             return max(0, int(env))
         except ValueError:
             logger.warning("DMLSHIM_MEMORY_LIMIT=%r is not an integer; ignored", env)
-    try:
-        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
-    except (ValueError, OSError, AttributeError):  # not POSIX, or the names are unknown
-        return None
+    return physical_memory()
 
 
 def _limit_text(cap: int) -> str:
@@ -135,7 +133,7 @@ def check_tensor(
     raise TooLargeError(
         f"{what}{name} of shape {dims} and type {_type_name(dtype)} would need {format_bytes(need)} "
         f"({need} bytes), more than {_limit_text(cap)}; refusing before allocating",
-        rule="a tensor must fit in physical memory (os.sysconf SC_PAGE_SIZE * SC_PHYS_PAGES, or "
+        rule="a tensor must fit in physical memory (as the operating system reports it, or "
         "DMLSHIM_MEMORY_LIMIT)",
         value=need,
         tensor=tensor,
@@ -167,7 +165,7 @@ def check_bytes(
     raise TooLargeError(
         f"{what} would need {format_bytes(need)} ({need} bytes), more than {_limit_text(cap)}; "
         "refusing before reading or allocating",
-        rule="a tensor must fit in physical memory (os.sysconf SC_PAGE_SIZE * SC_PHYS_PAGES, or "
+        rule="a tensor must fit in physical memory (as the operating system reports it, or "
         "DMLSHIM_MEMORY_LIMIT)",
         value=need,
         tensor=tensor,

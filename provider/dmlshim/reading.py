@@ -17,6 +17,7 @@ from typing import IO, Any, BinaryIO
 
 import numpy as np
 
+from . import portable
 from .errors import BadInputError, DmlShimError
 from .limits import check_bytes, check_tensor
 
@@ -49,7 +50,7 @@ def open_regular(
     if "\x00" in text:
         raise error(f"the {what} path contains a NUL character", value=text)
     try:
-        fd = os.open(text, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(text, portable.read_flags())
     except FileNotFoundError as exc:
         raise error(f"the {what} was not found", path=text) from exc
     except OSError as exc:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..errors import BadInputError, DmlShimError
+from ..portable import process_context
 from ..report.text import table
 from .progress import Progress
 
@@ -163,7 +164,7 @@ def _in_processes(
 ) -> dict[str, ModelOutcome]:
     outcomes: dict[str, ModelOutcome] = {}
     broken: list[str] = []
-    with ProcessPoolExecutor(max_workers=min(jobs, len(models))) as pool:
+    with ProcessPoolExecutor(max_workers=min(jobs, len(models)), mp_context=process_context()) as pool:
         futures: dict[Future[ModelOutcome], str] = {pool.submit(validate_one, m, args): m for m in models}
         for future, model in futures.items():
             try:
@@ -176,7 +177,7 @@ def _in_processes(
     for model in broken:
         start = time.perf_counter()
         try:
-            with ProcessPoolExecutor(max_workers=1) as pool:
+            with ProcessPoolExecutor(max_workers=1, mp_context=process_context()) as pool:
                 outcomes[model] = pool.submit(validate_one, model, args).result()
         except BrokenProcessPool:
             outcomes[model] = ModelOutcome(

@@ -51,7 +51,18 @@ def prepare_input(binding: InputBinding, array: np.ndarray) -> PreparedInput:
     """
     source = np.asarray(array)
     prepared = bind_input(source, binding)
-    return PreparedInput(binding.binding, prepared, _describe_steps(binding, source, prepared))
+    steps = _describe_steps(binding, source, prepared)
+    tensor = binding.tensor
+    if tensor.strides is not None and prepared.size > tensor.buffer_element_count:
+        # DirectML reads only the span Strides reach (DMLCalcBufferTensorSize); a DxDispatch buffer
+        # holds exactly those bytes, so the rest of the flat ONNX buffer is left out.
+        flat_size = prepared.size
+        prepared = np.ascontiguousarray(prepared.reshape(-1)[: tensor.buffer_element_count])
+        steps = (
+            *steps,
+            f"buffer trimmed from {flat_size} to the {prepared.size} elements Sizes and Strides reach",
+        )
+    return PreparedInput(binding.binding, prepared, steps)
 
 
 def _describe_steps(binding: InputBinding, source: np.ndarray, prepared: np.ndarray) -> tuple[str, ...]:

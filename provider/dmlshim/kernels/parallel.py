@@ -21,6 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from ..portable import usable_cores
+
 logger = logging.getLogger(__name__)
 
 
@@ -33,14 +35,7 @@ def _env_int(name: str, default: int) -> int:
         return default
 
 
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
-THREADS = _env_int("DMLSHIM_KERNEL_THREADS", min(_cores(), 8))
+THREADS = _env_int("DMLSHIM_KERNEL_THREADS", min(usable_cores(), 8))
 """Worker threads used for large tensors."""
 
 CHUNK_ELEMENTS = _env_int("DMLSHIM_KERNEL_CHUNK", 1 << 18)

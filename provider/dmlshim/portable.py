@@ -1,0 +1,243 @@
+"""Every platform-dependent call dmlshim makes, each with its Windows path.
+
+Python documents which ``os`` functions accept ``follow_symlinks``, a file descriptor or ``dir_fd``
+(``os.supports_follow_symlinks``, ``os.supports_fd``, ``os.supports_dir_fd``) and which names exist only on
+POSIX (``os.fchmod`` before 3.13, ``os.sched_getaffinity``, ``signal.pthread_sigmask``, ``signal.SIGHUP``,
+``os.O_DIRECTORY``, ``os.O_NONBLOCK``). The rest of the package asks this module instead of calling them
+directly, so a Windows break shows up on Linux too: tests/test_windows_capabilities.py runs the writers,
+readers and ``validate --jobs`` with those capabilities taken away as on Windows (docs/windows.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import multiprocessing
+import os
+import signal
+import stat
+import threading
+import time
+from collections.abc import Iterator
+from multiprocessing.context import BaseContext
+from typing import Any
+
+__all__ = [
+    "READ_FLAGS",
+    "WINDOWS_RESERVED_NAMES",
+    "fsync_dir",
+    "hold_signals",
+    "is_link",
+    "is_windows",
+    "link_new",
+    "physical_memory",
+    "process_context",
+    "read_flags",
+    "replace",
+    "reserved_device_name",
+    "set_mode",
+    "termination_signals",
+    "usable_cores",
+]
+
+WINDOWS_RESERVED_NAMES = frozenset(
+    ["CON", "PRN", "AUX", "NUL", "CONIN$", "CONOUT$"]
+    + [f"{stem}{n}" for stem in ("COM", "LPT") for n in (*"123456789", "¹", "²", "³")]
+)
+"""Names Windows maps to devices in every folder, with any extension (``NUL.npy`` is the null device)."""
+
+# Name-surrogate reparse points (symbolic links, junctions, ...) lead elsewhere: Windows' own test for them.
+_REPARSE_NAME_SURROGATE = 0x20000000
+
+# Windows reports a file another process holds open as a sharing violation (or access denied) on
+# replace; such holders (virus scanners, indexers, an editor) usually let go within a second.
+_REPLACE_RETRIES = 20
+_REPLACE_WAIT_S = 0.05
+
+
+def is_windows() -> bool:
+    """True on Windows. Callers ask this function (never ``os.name``) so tests can simulate Windows."""
+    return os.name == "nt"
+
+
+READ_FLAGS = os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0)
+"""Flags for ``os.open`` of a file to read: binary on Windows (no newline or Ctrl-Z translation)."""
+
+
+def read_flags() -> int:
+    """:data:`READ_FLAGS`, plus non-blocking where POSIX has it (a FIFO must not block the open)."""
+    return READ_FLAGS | getattr(os, "O_NONBLOCK", 0)
+
+
+def reserved_device_name(name: str) -> bool:
+    """True when a file name means a device on Windows (``NUL``, ``con.txt``, ``COM1.npy``...)."""
+    stem = name.split(".", 1)[0].rstrip(" ").upper()
+    return stem in WINDOWS_RESERVED_NAMES
+
+
+def is_link(st: os.stat_result) -> bool:
+    """True for a symbolic link, and on Windows for any reparse point that names another place
+    (junctions and mount points too, which ``stat.S_ISLNK`` does not report)."""
+    if stat.S_ISLNK(st.st_mode):
+        return True
+    return bool(getattr(st, "st_reparse_tag", 0) & _REPARSE_NAME_SURROGATE)
+
+
+def link_new(source: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:
+    """Give ``source`` (a regular file dmlshim just wrote) the new name ``target``, failing with
+    ``FileExistsError`` when ``target`` exists: the no-overwrite step of the careful writer.
+
+    ``follow_symlinks=False`` is passed only where ``os.link`` accepts it (not on Windows, where it would
+    raise NotImplementedError); ``source`` is never a link, so the result is the same.
+    """
+    if os.link in os.supports_follow_symlinks:
+        os.link(source, target, follow_symlinks=False)
+    else:
+        os.link(source, target)
+
+
+def replace(source: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:
+    """``os.replace``, waiting briefly on Windows while another process holds ``target`` open.
+
+    Raises:
+        OSError: the target stays in use (the caller names the file), or any other failure.
+    """
+    for attempt in range(_REPLACE_RETRIES):
+        try:
+            os.replace(source, target)
+            return
+        except PermissionError as exc:
+            in_use = getattr(exc, "winerror", None) in (5, 32) or exc.errno == errno.EACCES
+            if not (is_windows() and in_use) or attempt == _REPLACE_RETRIES - 1:
+                raise
+            time.sleep(_REPLACE_WAIT_S)
+
+
+def set_mode(fd: int, path: str | os.PathLike[str], mode: int) -> None:
+    """Set a new file's permission bits (by descriptor where the platform allows, else by name).
+
+    On Windows only the read-only bit exists and a new file is writable already: nothing to do.
+    """
+    if is_windows():
+        return
+    if os.chmod in os.supports_fd:
+        os.chmod(fd, mode)
+    else:
+        os.chmod(path, mode)
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its affinity mask where the platform has one)."""
+    getaffinity = getattr(os, "sched_getaffinity", None)
+    if getaffinity is not None:
+        with contextlib.suppress(OSError):
+            return max(1, len(getaffinity(0)))
+    return os.cpu_count() or 1
+
+
+def physical_memory() -> int | None:
+    """The machine's physical memory in bytes (None when the platform does not say).
+
+    POSIX answers through ``os.sysconf``; Windows has no ``sysconf`` and answers through
+    ``GlobalMemoryStatusEx``.
+    """
+    sysconf = getattr(os, "sysconf", None)
+    if sysconf is not None:
+        with contextlib.suppress(ValueError, OSError):
+            return int(sysconf("SC_PAGE_SIZE")) * int(sysconf("SC_PHYS_PAGES"))
+    if not is_windows():
+        return None
+    try:
+        import ctypes
+
+        class _MemoryStatusEx(ctypes.Structure):
+            _fields_ = [
+                ("dwLength", ctypes.c_ulong),
+                ("dwMemoryLoad", ctypes.c_ulong),
+                ("ullTotalPhys", ctypes.c_ulonglong),
+                ("ullAvailPhys", ctypes.c_ulonglong),
+                ("ullTotalPageFile", ctypes.c_ulonglong),
+                ("ullAvailPageFile", ctypes.c_ulonglong),
+                ("ullTotalVirtual", ctypes.c_ulonglong),
+                ("ullAvailVirtual", ctypes.c_ulonglong),
+                ("ullAvailExtendedVirtual", ctypes.c_ulonglong),
+            ]
+
+        status = _MemoryStatusEx()
+        status.dwLength = ctypes.sizeof(status)
+        if ctypes.windll.kernel32.GlobalMemoryStatusEx(ctypes.byref(status)):  # type: ignore[attr-defined]
+            return int(status.ullTotalPhys)
+    except (AttributeError, OSError, ImportError):
+        pass
+    return None
+
+
+def termination_signals() -> tuple[signal.Signals, ...]:
+    """The signals that ask dmlshim to stop: SIGINT and SIGTERM everywhere, SIGHUP on POSIX, SIGBREAK
+    (Ctrl-Break) on Windows."""
+    names = ("SIGINT", "SIGTERM", "SIGHUP", "SIGBREAK")
+    return tuple(getattr(signal, n) for n in names if hasattr(signal, n))
+
+
+@contextlib.contextmanager
+def hold_signals() -> Iterator[None]:
+    """Hold termination signals back while a few renames run, so they happen all or none.
+
+    POSIX blocks them (``pthread_sigmask``) and delivers them afterwards. Windows has no signal mask:
+    Python handlers are swapped for ones that note the signal, and the first noted one is raised again
+    at the end, so Ctrl-C / Ctrl-Break still stop the program, just after the renames.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = termination_signals()
+    sigmask = getattr(signal, "pthread_sigmask", None)
+    if sigmask is not None:
+        old = sigmask(signal.SIG_BLOCK, set(held))
+        try:
+            yield
+        finally:
+            sigmask(signal.SIG_SETMASK, old)
+        return
+    noted: list[int] = []
+    previous: dict[int, Any] = {}
+
+    def note(signum: int, _frame: Any) -> None:
+        noted.append(signum)
+
+    for sig in held:
+        with contextlib.suppress(OSError, ValueError):
+            previous[sig] = signal.signal(sig, note)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if noted:
+            signal.raise_signal(noted[0])
+
+
+def fsync_dir(directory: str | os.PathLike[str]) -> None:
+    """Flush a folder's entries (a rename just made) to disk where the platform can.
+
+    POSIX opens the folder and ``fsync``s it; Windows cannot open a folder this way and commits
+    renames through the file system's own journal, so there is nothing to do.
+    """
+    if is_windows():
+        return
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def process_context() -> BaseContext:
+    """The start method for worker processes: ``spawn`` on every platform.
+
+    Windows only has ``spawn``; using it everywhere means Linux CI runs the same code path (workers
+    import dmlshim afresh and receive only picklable arguments), and no worker inherits onnxruntime's
+    threads through ``fork``.
+    """
+    return multiprocessing.get_context("spawn")
