@@ -193,7 +193,12 @@ def _declare_as_onnxruntime_saw(
     the last bits of float results). The declaration gives onnxruntime back exactly its own view."""
     declared = {v.name for v in (*graph.value_info, *graph.output, *graph.input)}
     wanted = [name for name in replaced if name not in declared]
-    untyped = [o for o in graph.output if o.type.WhichOneof("value") is None]
+    untyped = [
+        o
+        for o in graph.output
+        if o.type.WhichOneof("value") is None
+        or (o.type.HasField("tensor_type") and not o.type.tensor_type.HasField("shape"))
+    ]
     if not wanted and not untyped:
         return
     view = ort_value_types(source, onnx_types=onnx_types)
@@ -203,12 +208,17 @@ def _declare_as_onnxruntime_saw(
             vi = graph.value_info.add()
             vi.name = name
             vi.type.CopyFrom(tp)
-    # An output declared without a type (onnxruntime accepts it, onnx.checker does not) gets the type
-    # onnxruntime gives it, so that the lowered file passes onnx.checker.
+    # An output declared without a type or shape (onnxruntime accepts it, onnx.checker does not) gets a type so
+    # that the lowered file passes onnx.checker: ONNX's inference (the checker wants a shape, which
+    # onnxruntime's view leaves out when unknown), else onnxruntime's.
     for out in untyped:
-        tp = view.get(out.name) or onnx_types.get(out.name)
-        if tp is not None:
+        tp = onnx_types.get(out.name) or view.get(out.name)
+        if tp is None:
+            continue
+        if out.type.WhichOneof("value") is None:
             out.type.CopyFrom(tp)
+        elif tp.HasField("tensor_type") and tp.tensor_type.HasField("shape"):
+            out.type.tensor_type.shape.CopyFrom(tp.tensor_type.shape)
 
 
 @guard_resources("lowering the model")
