@@ -15,7 +15,8 @@ Rules it enforces, so each command does not have to:
   contain ``..``, NUL, or are empty or ``.``.
 * **No silent overwrite.** An existing file is replaced only when the caller passes ``overwrite``, and
   never when it is one of the command's inputs (compared by ``os.path.samefile``, so links and hard
-  links to the input count).
+  links to the input count). An input that is an ONNX model brings every file it reads: each
+  external-data location its tensors name counts as an input too.
 * **Usual permissions.** New files get ``0666 & ~umask`` (folders ``0777 & ~umask``), as ``open`` would.
 
 Every refusal is a :class:`~dmlshim.errors.BadInputError` naming the path and the reason.
@@ -24,6 +25,7 @@ Every refusal is a :class:`~dmlshim.errors.BadInputError` naming the path and th
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -42,6 +44,7 @@ __all__ = [
     "check_output_file",
     "confined_path",
     "file_mode",
+    "input_files",
     "write_bytes",
     "write_inside",
     "write_json",
@@ -129,6 +132,55 @@ def _same_file(a: PathLike, b: PathLike) -> bool:
         return False
 
 
+def _model_data_files(source: str) -> list[Path]:
+    """The external-data files an ONNX model file names (its tensors' ``location`` entries, resolved
+    against its folder); empty for anything that is not a readable ONNX model."""
+    if not source.lower().endswith(".onnx") or not os.path.isfile(source):
+        return []
+    st = os.stat(source)
+    folder = Path(source).parent
+    return [folder / loc for loc in _locations(os.path.realpath(source), st.st_mtime_ns, st.st_size)]
+
+
+@functools.lru_cache(maxsize=16)
+def _locations(source: str, mtime_ns: int, size: int) -> tuple[str, ...]:
+    """The distinct external-data locations of the model file ``source`` (a real path; its time and size
+    key the cache)."""
+    import onnx  # files.py stays import-light for commands that write no model
+
+    from .external_data import external_tensors
+
+    try:
+        model = onnx.load(source, load_external_data=False)
+    except Exception as exc:  # not a model, unreadable: nothing more to protect than the file itself
+        logger.debug("no external data listed for %s: %s", source, exc)
+        return ()
+    found: dict[str, None] = {}
+    for tensor in external_tensors(model.graph):
+        for entry in tensor.external_data:
+            if entry.key == "location" and entry.value and "\x00" not in entry.value:
+                found.setdefault(entry.value)
+    return tuple(found)
+
+
+def input_files(inputs: Iterable[PathLike | None]) -> list[tuple[Path, str]]:
+    """Every file the inputs read, each with how to name it: the inputs themselves and, for an ONNX
+    model, each of its external-data files."""
+    out: list[tuple[Path, str]] = []
+    for source in inputs:
+        if source is None:
+            continue
+        text = os.fspath(source)
+        if isinstance(text, bytes):
+            text = os.fsdecode(text)
+        out.append((Path(text), f"the input {text!r}"))
+        out.extend(
+            (data, f"{str(data)!r}, the external data of the input model {text!r}")
+            for data in _model_data_files(text)
+        )
+    return out
+
+
 def check_output_file(
     path: PathLike,
     *,
@@ -141,7 +193,8 @@ def check_output_file(
     Args:
         path: the file to write.
         overwrite: whether an existing regular file (or a link, which is replaced) may be replaced.
-        inputs: the command's input files; the output may not be any of them (links included).
+        inputs: the command's input files; the output may not be any of them (links included), nor any
+            external-data file of an input ONNX model.
         what: how to name the file in messages.
 
     Returns:
@@ -153,11 +206,10 @@ def check_output_file(
     """
     text = _check_text(path, what)
     target = Path(text)
-    for source in inputs:
-        if source is not None and _same_file(target, source):
+    for source, named in input_files(inputs):
+        if _same_file(target, source):
             raise BadInputError(
-                f"the {what} is the input {os.fspath(source)!r} (or a link to it); "
-                "refusing to replace an input",
+                f"the {what} is {named} (or a link to it); refusing to replace an input",
                 path=text,
                 rule=_RULE,
             )
@@ -400,11 +452,13 @@ def write_inside(
     suffixes: Sequence[str] = (),
     overwrite: bool = True,
     create_root: bool = True,
+    inputs: Iterable[PathLike | None] = (),
 ) -> Path:
     """Write ``root/relative`` atomically, refusing names and links that would leave ``root``.
 
     Missing folders (``root`` included when ``create_root``) are created; an existing regular file is
-    replaced when ``overwrite`` (the default: a target folder is dmlshim's to fill).
+    replaced when ``overwrite`` (the default: a target folder is dmlshim's to fill), unless it is one
+    of ``inputs``.
 
     Returns:
         The path written.
@@ -435,4 +489,4 @@ def write_inside(
     real_root = os.path.realpath(root_path)
     if os.path.commonpath([real_root, os.path.realpath(target.parent)]) != real_root:
         raise BadInputError(f"{what} {relative!r} resolves outside the target folder", path=str(target))
-    return write_stream(target, writer, overwrite=overwrite, what=what)
+    return write_stream(target, writer, overwrite=overwrite, what=what, inputs=inputs)

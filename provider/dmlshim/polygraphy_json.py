@@ -100,6 +100,12 @@ def arrays_from_document(doc: Any, where: str) -> dict[str, np.ndarray]:
         if not runs or not isinstance(runs[0], (list, tuple)) or len(runs[0]) != 2 or not runs[0][1]:
             raise BadInputError("the polygraphy RunResults file holds no outputs", path=where)
         runner, iterations = runs[0]
+        if not isinstance(iterations, list):
+            raise BadInputError(
+                f"the polygraphy RunResults entry of runner {runner!r} holds {type(iterations).__name__}, "
+                "not a list of iterations",
+                path=where,
+            )
         if len(runs) > 1 or len(iterations) > 1:
             logger.warning("%s: using runner %r, iteration 0 of %d", where, runner, len(iterations))
         first = iterations[0]

@@ -9,9 +9,12 @@
 
 from __future__ import annotations
 
+import ast
+import io
 import json
 import os
 import stat
+import struct
 from collections.abc import Callable
 from typing import IO, Any, BinaryIO
 
@@ -21,7 +24,15 @@ from . import portable
 from .errors import BadInputError, DmlShimError
 from .limits import check_bytes, check_tensor
 
-__all__ = ["loads_json", "open_regular", "read_json", "read_npy", "read_text"]
+__all__ = [
+    "NpyHeaderError",
+    "loads_json",
+    "npy_header",
+    "open_regular",
+    "read_json",
+    "read_npy",
+    "read_text",
+]
 
 ErrorType = type[DmlShimError]
 
@@ -105,21 +116,90 @@ def read_json(
     return loads_json(text, what=what, path=os.fspath(path), error=error, **hooks)
 
 
+NPY_MAGIC = b"\x93NUMPY"
+NPY_MAX_HEADER = 10_000
+"""The largest ``.npy`` header read (numpy's own default limit; a real array's header is ~100 bytes)."""
+
+_NPY_KEYS = frozenset({"descr", "fortran_order", "shape"})
+
+
+class NpyHeaderError(ValueError):
+    """An ``.npy`` header that is malformed or declares something no array can be."""
+
+
+def _exactly(stream: IO[bytes], count: int, what: str) -> bytes:
+    data = stream.read(count)
+    if len(data) != count:
+        raise NpyHeaderError(f"the .npy data ends inside its {what}")
+    return data
+
+
+def _header_v3(text: str) -> tuple[Any, Any, Any]:
+    """The fields of a version-3.0 header: version 2.0's dictionary, in UTF-8."""
+    try:
+        fields = ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError) as exc:
+        raise NpyHeaderError(f"the .npy header is not a Python dictionary literal ({exc})") from None
+    if not isinstance(fields, dict) or set(fields) != _NPY_KEYS:
+        raise NpyHeaderError(
+            "the .npy header must be a dictionary of exactly 'descr', 'fortran_order' and 'shape'"
+        )
+    try:
+        dtype = np.lib.format.descr_to_dtype(fields["descr"])
+    except (TypeError, ValueError, KeyError) as exc:
+        raise NpyHeaderError(f"the .npy header's descr {fields['descr']!r} is not a dtype ({exc})") from None
+    return fields["shape"], fields["fortran_order"], dtype
+
+
 def npy_header(stream: IO[bytes]) -> tuple[tuple[int, ...], bool, np.dtype]:
-    """The ``(shape, fortran_order, dtype)`` an ``.npy`` header declares, read without the data.
+    """The ``(shape, fortran_order, dtype)`` an ``.npy`` header declares, read without the data and
+    with numpy's public API only (every format version: 1.0, 2.0 and 3.0, whose header is 2.0's in
+    UTF-8). The stream is left at the first byte of the data.
 
     Raises:
-        ValueError: not an ``.npy`` header, or a format version this numpy cannot read.
+        NpyHeaderError: (a ValueError) not an ``.npy`` header, an unknown version, a header over
+            :data:`NPY_MAX_HEADER` bytes, a truncated or malformed header, or a shape that is not a tuple
+            of non-negative integers; the message is one sentence.
     """
-    version = np.lib.format.read_magic(stream)
-    if version == (1, 0):
-        return np.lib.format.read_array_header_1_0(stream)
-    if version == (2, 0):
-        return np.lib.format.read_array_header_2_0(stream)
-    reader = getattr(np.lib.format, "_read_array_header", None)
-    if reader is None:
-        raise ValueError(f".npy format version {version} is not supported by this numpy")
-    return reader(stream, version)
+    start = _exactly(stream, len(NPY_MAGIC) + 2, "magic string")
+    if not start.startswith(NPY_MAGIC):
+        raise NpyHeaderError("the data does not start with the .npy magic string")
+    version = (start[-2], start[-1])
+    if version not in ((1, 0), (2, 0), (3, 0)):
+        raise NpyHeaderError(f"the .npy format version {version[0]}.{version[1]} is unknown")
+    width = 2 if version == (1, 0) else 4
+    raw_length = _exactly(stream, width, "header length")
+    length = struct.unpack("<H" if width == 2 else "<I", raw_length)[0]
+    if length > NPY_MAX_HEADER:
+        raise NpyHeaderError(
+            f"the .npy header is {length} bytes, more than the {NPY_MAX_HEADER} dmlshim reads "
+            "(a real array's header is about a hundred bytes)"
+        )
+    header = _exactly(stream, length, "header")
+    if version == (3, 0):
+        try:
+            text = header.decode("utf-8")
+        except UnicodeDecodeError:
+            raise NpyHeaderError("the version-3.0 .npy header is not UTF-8 text") from None
+        shape, fortran, dtype = _header_v3(text)
+    else:
+        reader = (
+            np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        )
+        try:
+            shape, fortran, dtype = reader(io.BytesIO(raw_length + header), max_header_size=NPY_MAX_HEADER)
+        except (ValueError, TypeError, SyntaxError, KeyError, EOFError, RecursionError) as exc:
+            reason = str(exc).split("\n")[0].rstrip(".")
+            raise NpyHeaderError(f"the .npy header is malformed ({reason})") from None
+    if not isinstance(shape, tuple) or not all(
+        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
+    ):
+        raise NpyHeaderError(
+            f"the .npy header declares shape {shape!r}; a shape is a tuple of non-negative integers"
+        )
+    if not isinstance(fortran, bool):
+        raise NpyHeaderError(f"the .npy header's fortran_order {fortran!r} is not True or False")
+    return shape, fortran, np.dtype(dtype)
 
 
 def read_npy(
@@ -132,13 +212,20 @@ def read_npy(
     """
     text = os.fspath(path)
     with open_regular(text, what=what, error=error) as handle:
-        try:
-            shape, _, dtype = npy_header(handle)
-        except (ValueError, OSError, TypeError, SyntaxError):
-            shape = None  # not an .npy header: numpy.load below says what it is
-        if shape is not None:
+        if handle.read(len(NPY_MAGIC)) == NPY_MAGIC:
+            handle.seek(0)
+            try:
+                shape, _, dtype = npy_header(handle)
+            except NpyHeaderError as exc:
+                raise error(f"the {what} cannot be read: {exc}", path=text) from None
+            if dtype.hasobject:
+                raise error(
+                    f"cannot read the {what}: it holds Python objects, which only unpickling could read",
+                    path=text,
+                    rule="arrays are loaded with allow_pickle=False",
+                )
             check_tensor(shape, dtype, what=f"the array in {what}", path=text)
-            size = os.fstat(handle.fileno()).st_size
+            size = os.fstat(handle.fileno()).st_size - handle.tell()  # the bytes after the header
             need = int(np.prod(shape, dtype=object)) * np.dtype(dtype).itemsize
             if need > size:
                 raise error(

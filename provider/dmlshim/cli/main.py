@@ -153,9 +153,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"dmlshim {args.command}: error: {exc}", file=sys.stderr)
         _json_error(args, exc, exc.exit_code)
         return exc.exit_code
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        # SIGINT, or SIGTERM/SIGHUP turned into an interruption (validate of several models): 128 + signal.
+        signum = int(getattr(exc, "signum", 2))
         print(f"dmlshim {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return 128 + signum
     except MemoryError as exc:
         if debug:
             log.exception("dmlshim failed")

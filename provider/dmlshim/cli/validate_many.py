@@ -12,12 +12,16 @@ validated (bad model, bad input, crash).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import multiprocessing
+import signal
 import sys
+import threading
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -25,7 +29,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..errors import BadInputError, DmlShimError
-from ..portable import process_context
+from ..portable import process_context, termination_signals
 from ..report.text import table
 from .progress import Progress
 
@@ -34,6 +38,57 @@ STATUS_EXIT: dict[Status, int] = {"match": 0, "mismatch": 1, "error": 2, "crash"
 
 _SINGLE_MODEL_OPTIONS = ("inputs",)
 """validate options that describe one model and so cannot apply to several."""
+
+
+_ENDING_SIGNALS = tuple(s for s in termination_signals() if s != signal.SIGINT)
+"""Signals that end a validation of several models as Ctrl-C does (the termination signals but
+SIGINT: SIGTERM, and the hang-up or break signal of the platform): workers stopped, "interrupted"."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or the hang-up signal received: handled as Ctrl-C is (exit code 128 + ``signum``)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_interrupted(signum: int, frame: object) -> None:
+    raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def _signals_interrupt() -> Iterator[None]:
+    """The ending signals raise :class:`Interrupted` in the main thread while the models run."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, _raise_interrupted) for s in _ENDING_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _worker_start() -> None:
+    """In each worker: the ending signals end the process (the parent's handlers are not inherited)."""
+    for s in _ENDING_SIGNALS:
+        signal.signal(s, signal.SIG_DFL)
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """End the pool's worker processes now (an interrupted parent must leave none behind, nor their
+    inherited pipes open)."""
+    pool.shutdown(wait=False, cancel_futures=True)
+    children = multiprocessing.active_children()
+    for child in children:
+        child.terminate()
+    for child in children:
+        child.join(timeout=5)
+        if child.is_alive():
+            child.kill()
+            child.join(timeout=5)
 
 
 @dataclass(frozen=True)
@@ -164,21 +219,31 @@ def _in_processes(
 ) -> dict[str, ModelOutcome]:
     outcomes: dict[str, ModelOutcome] = {}
     broken: list[str] = []
-    with ProcessPoolExecutor(max_workers=min(jobs, len(models)), mp_context=process_context()) as pool:
-        futures: dict[Future[ModelOutcome], str] = {pool.submit(validate_one, m, args): m for m in models}
-        for future, model in futures.items():
-            try:
-                outcomes[model] = future.result()
-                done(outcomes[model])
-            except BrokenProcessPool:
-                broken.append(model)
+    workers = min(jobs, len(models))
+    with ProcessPoolExecutor(workers, mp_context=process_context(), initializer=_worker_start) as pool:
+        try:
+            futures: dict[Future[ModelOutcome], str] = {pool.submit(validate_one, m, args): m for m in models}
+            for future, model in futures.items():
+                try:
+                    outcomes[model] = future.result()
+                    done(outcomes[model])
+                except BrokenProcessPool:
+                    broken.append(model)
+        except BaseException:  # Ctrl-C, SIGTERM, SIGHUP: no worker outlives the command
+            _stop_workers(pool)
+            raise
     # A dead worker takes every unfinished model down with it: run those again, one process each, so
     # only the model that kills its process is reported as a crash.
     for model in broken:
         start = time.perf_counter()
         try:
-            with ProcessPoolExecutor(max_workers=1, mp_context=process_context()) as pool:
-                outcomes[model] = pool.submit(validate_one, model, args).result()
+            with ProcessPoolExecutor(1, mp_context=process_context(), initializer=_worker_start) as single:
+                try:
+                    outcomes[model] = single.submit(validate_one, model, args).result()
+                except BaseException as exc:
+                    if not isinstance(exc, BrokenProcessPool):
+                        _stop_workers(single)
+                    raise
         except BrokenProcessPool:
             outcomes[model] = ModelOutcome(
                 model, "crash", time.perf_counter() - start, message="the worker process died"
@@ -257,7 +322,8 @@ def run(args: argparse.Namespace) -> int:
                 value=name,
             )
     models = collect_models(args.model)
-    outcomes = validate_models(models, args, args.jobs, Progress.for_args(args))
+    with _signals_interrupt():
+        outcomes = validate_models(models, args, args.jobs, Progress.for_args(args))
     if args.json:
         for o in outcomes:
             sys.stdout.write(json.dumps(o.to_json(), default=str) + "\n")

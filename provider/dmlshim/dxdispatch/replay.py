@@ -31,6 +31,7 @@ from .model_file import (
     WriteFileCommand,
     load_model_file,
 )
+from .values import NpyFile
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +148,7 @@ def replay_model(
     dispatches: list[DispatchRecord] = []
     printed: list[str] = []
     messages: list[str] = []
+    sources = _source_files(model)
 
     for i, command in enumerate(model.commands):
         path = f"$.commands[{i}]"
@@ -161,7 +163,9 @@ def replay_model(
             )
             messages.append(f"Dispatch '{record.dispatchable}': done{note}")
         elif isinstance(command, WriteFileCommand):
-            written = _write_file(command, buffers[command.resource], types[command.resource], out_dir, path)
+            written = _write_file(
+                command, buffers[command.resource], types[command.resource], out_dir, path, sources
+            )
             files.append(written)
             messages.append(f"Resource '{written.resource}' written to '{written.path}'")
         elif isinstance(command, PrintCommand):
@@ -264,8 +268,26 @@ def _dispatch(
     return DispatchRecord(name, out_resource, int(result.duplicate_indices)), output.copy()
 
 
+def _source_files(model: DxDispatchModel) -> tuple[Path, ...]:
+    """The files the model was read from: the JSON file and its ``sourcePath`` arrays (never written)."""
+    if model.source_path is None:
+        return ()
+    folder = Path(model.source_path).parent
+    found = [Path(model.source_path)]
+    for resource in model.resources.values():
+        iv = resource.initial_values
+        if isinstance(iv, NpyFile):
+            found.append(folder / iv.source_path)
+    return tuple(found)
+
+
 def _write_file(
-    command: WriteFileCommand, buf: np.ndarray, data_type: DataType, out_dir: Path, path: str
+    command: WriteFileCommand,
+    buf: np.ndarray,
+    data_type: DataType,
+    out_dir: Path,
+    path: str,
+    sources: tuple[Path, ...] = (),
 ) -> WrittenFile:
     flat = _typed(buf, data_type)
     if command.dimensions is None:
@@ -288,6 +310,7 @@ def _write_file(
         lambda handle: np.lib.format.write_array(handle, data, allow_pickle=False),
         what=f"{path}.targetPath",
         suffixes=TARGET_SUFFIXES,
+        inputs=sources,
     ).absolute()
     log.info("Resource '%s' written to '%s'", command.resource, target)
     return WrittenFile(command.resource, target, tuple(array.shape), data_type)

@@ -27,6 +27,8 @@ class LoadedModel:
 
     proto: onnx.ModelProto
     path: str | None
+    external: frozenset[str] = frozenset()
+    """The main graph's initializers whose data the file keeps in external files."""
 
 
 def load_model(model: ModelSource) -> LoadedModel:
@@ -57,8 +59,11 @@ def load_model(model: ModelSource) -> LoadedModel:
             raise BadModelError(f"not a readable ONNX model: {exc}", path=str(path)) from exc
         _require_graph(proto, str(path))
         check_model(proto, path)  # before reading any weights
+        external = frozenset(
+            t.name for t in proto.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL
+        )
         load_external_data(proto, path)
-        loaded = LoadedModel(proto, str(path))
+        loaded = LoadedModel(proto, str(path), external)
     else:
         raise BadModelError(
             f"model must be a path, bytes or onnx.ModelProto, not {type(model).__name__}",

@@ -66,8 +66,10 @@ class SessionProfiler:
             relative to the working directory unless the prefix holds a folder, as in onnxruntime.
     """
 
-    def __init__(self, prefix: str) -> None:
+    def __init__(self, prefix: str, inputs: tuple[str | None, ...] = ()) -> None:
         self._prefix = prefix or DEFAULT_PREFIX
+        self.inputs = inputs
+        """Files the session reads (the model): the profile is never written over one of them."""
         self._start_wall_ns = time.time_ns()
         self._start_perf_ns = time.perf_counter_ns()
         self._tmp = tempfile.TemporaryDirectory(prefix="dmlshim-profile-")
@@ -75,6 +77,7 @@ class SessionProfiler:
         self._lock = threading.Lock()
         self._pid = os.getpid()
         self._ended = False
+        self._end_lock = threading.Lock()  # end() hands the file name out once, whatever the threads
 
     @property
     def start_time_ns(self) -> int:
@@ -179,10 +182,14 @@ class SessionProfiler:
         Raises:
             BadInputError: the profile file cannot be written.
         """
-        if self._ended:
-            return ""
+        with self._end_lock:
+            if self._ended:
+                return ""
+            self._ended = True
+            return self._finish(sessions)
+
+    def _finish(self, sessions: OrtSessions) -> str:
         self.harvest(sessions)
-        self._ended = True
         with self._lock:
             events = sorted(self._events, key=lambda e: (e.get("ts", 0), -e.get("dur", 0)))
         stamp = time.localtime(self._start_wall_ns / 1e9)
@@ -190,7 +197,7 @@ class SessionProfiler:
         name = f"{self._prefix}_{time.strftime('%Y-%m-%d_%H-%M-%S', stamp)}_{millis:03d}.json"
         data = json.dumps(events, separators=(",", ":")).encode("utf-8")
         try:
-            write_session_file(Path(name), data, what="profile file")
+            write_session_file(Path(name), data, what="profile file", inputs=self.inputs)
         finally:
             self._tmp.cleanup()
         logger.info("profile with %d events written to %s", len(events), name)

@@ -15,6 +15,7 @@ import onnxruntime as ort
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
 from ..errors import BadInputError, DmlShimError, NotSupportedError, guard_resources
 from ..kernels.options import IndexMode
+from .added_initializers import added_initializers, with_initializers
 from .engine import Engine, EngineConfig, get_engine_factory
 from .feeds import FeedValidator, ModelMetadata, NodeArg, node_arg
 from .iobinding import IOBinding, as_array, fill_fetches, ortvalues_from_vector, to_ortvalue
@@ -100,7 +101,8 @@ class InferenceSession:
         self._profiler: SessionProfiler | None = None
         if sess_options is not None and sess_options.enable_profiling:
             check_prefix(sess_options.profile_file_prefix)
-            self._profiler = SessionProfiler(sess_options.profile_file_prefix)
+            model_file = os.fspath(path_or_bytes) if isinstance(path_or_bytes, (str, os.PathLike)) else None
+            self._profiler = SessionProfiler(sess_options.profile_file_prefix, inputs=(model_file,))
         from_file = isinstance(path_or_bytes, (str, os.PathLike))
         with self._span("model_loading_uri" if from_file else "model_loading_array"):  # onnxruntime's names
             loaded = load_model(path_or_bytes)
@@ -108,7 +110,13 @@ class InferenceSession:
         self._describe(loaded)
         self._last_run_record: RunRecord | None = None
         with self._span("session_initialization"):
-            write_optimized_model(loaded.proto, loaded.path, sess_options)
+            # Values the options add (add_initializer, add_external_initializers) go into the model every
+            # engine runs, so that emulated nodes read them too.
+            self._added = added_initializers(loaded.proto, sess_options, loaded.external)
+            self._model = (
+                with_initializers(loaded.proto, self._added.values) if self._added.values else loaded.proto
+            )
+            write_optimized_model(self._model, loaded.path, sess_options, from_proto=bool(self._added.values))
             self._engine: Engine = self._build_engine()
         logger.debug(
             "session for %s ready (engine %s)", loaded.path or "<in-memory model>", self._engine.name
@@ -119,7 +127,11 @@ class InferenceSession:
         graph = proto.graph
         init_names = {t.name for t in graph.initializer}
         self._inputs = tuple(node_arg(v) for v in graph.input if v.name not in init_names)
-        self._overridable = tuple(node_arg(v) for v in graph.input if v.name in init_names)
+        # As onnxruntime: before IR version 4 every initializer is a constant, even one listed as a graph
+        # input, and cannot be fed; from 4 on such an initializer is a default the caller may override.
+        self._overridable = (
+            tuple(node_arg(v) for v in graph.input if v.name in init_names) if proto.ir_version >= 4 else ()
+        )
         self._outputs = tuple(node_arg(v) for v in typed_outputs(proto))
         self._output_names = [o.name for o in self._outputs]
         self._known_outputs = frozenset(self._output_names)
@@ -141,7 +153,9 @@ class InferenceSession:
             feature_level=self._feature_level,
             index_mode=self._index_mode,
             sess_options=engine_options(
-                self._sess_options, profile_prefix=profiler.partition_prefix if profiler else None
+                self._sess_options,
+                profile_prefix=profiler.partition_prefix if profiler else None,
+                without_added=bool(self._added.external),
             ),
             # Only the real DirectML engine hands providers to onnxruntime; the others run on its CPU.
             providers=tuple(zip(self._choice.names, self._choice.options, strict=True))
@@ -153,7 +167,7 @@ class InferenceSession:
             whole_model_check=profiler is None,
         )
         try:
-            engine = get_engine_factory(name)(self._loaded.proto, config)
+            engine = get_engine_factory(name)(self._model, config)
         except DmlShimError as exc:
             if exc.path is None:
                 exc.path = self._loaded.path

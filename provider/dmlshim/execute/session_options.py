@@ -72,6 +72,8 @@ COPIED_CONFIG_KEYS = (
 well-known keys are read back; model-format keys are left out (the engine's partitions are ONNX bytes)."""
 
 GRAPH_ASSIGNMENT_KEY = "session.record_ep_graph_assignment_info"
+EXTERNAL_FILE_KEY = "session.optimized_model_external_initializers_file_name"
+EXTERNAL_MIN_SIZE_KEY = "session.optimized_model_external_initializers_min_size_in_bytes"
 
 
 def config_entry(so: Any, key: str) -> str | None:
@@ -109,16 +111,25 @@ def copy_options(so: Any, *, profile_prefix: str | None = None) -> ort.SessionOp
     return out
 
 
-def engine_options(so: Any, *, profile_prefix: str | None) -> ort.SessionOptions | None:
+def engine_options(
+    so: Any, *, profile_prefix: str | None, without_added: bool = False
+) -> ort.SessionOptions | None:
     """The options the engine builds its onnxruntime sessions with (None: the engine's own defaults).
 
     The caller's own object when it asks for neither profiling nor an optimized model file, so that
     everything it holds (custom-op libraries, free dimension overrides, added initializers) reaches the
-    partitions; otherwise a copy (see :func:`copy_options`) that writes no file of its own.
+    partitions; otherwise a copy (see :func:`copy_options`) that writes no file of its own. A copy too
+    with ``without_added``: the model already holds the values added through
+    ``add_external_initializers``, which onnxruntime would refuse to apply to a partition.
     """
     if so is None:
         return None
-    if not so.enable_profiling and not so.optimized_model_filepath and profile_prefix is None:
+    if (
+        not so.enable_profiling
+        and not so.optimized_model_filepath
+        and profile_prefix is None
+        and not without_added
+    ):
         return so
     return copy_options(so, profile_prefix=profile_prefix)
 
@@ -144,12 +155,15 @@ def check_session_options(so: Any) -> None:
     )
 
 
-def write_optimized_model(model: onnx.ModelProto, model_path: str | None, so: Any) -> Path | None:
+def write_optimized_model(
+    model: onnx.ModelProto, model_path: str | None, so: Any, *, from_proto: bool = False
+) -> Path | None:
     """Honour ``so.optimized_model_filepath`` for the whole model, as onnxruntime does.
 
     One onnxruntime CPU session is built over the whole, unpartitioned model with the caller's options
     (graph optimization level included); onnxruntime writes the optimized graph to a private folder and
-    the result is then written to the requested path. The file therefore holds what onnxruntime's CPU
+    the result is then written to the requested path (``from_proto``: onnxruntime reads ``model``, which
+    holds values the options added, instead of the file). The file therefore holds what onnxruntime's CPU
     provider would run for this model, not dmlshim's partitions: gather/scatter nodes appear as ordinary
     ONNX nodes (possibly folded or fused by onnxruntime's optimizers).
 
@@ -164,16 +178,19 @@ def write_optimized_model(model: onnx.ModelProto, model_path: str | None, so: An
     if not target:
         return None
     target_path = Path(os.fspath(target))
+    what = "optimized model (optimized_model_filepath)"
+    files.check_output_file(target_path, overwrite=True, inputs=(model_path,), what=what)
     with tempfile.TemporaryDirectory(prefix="dmlshim-optimized-") as tmp:
         staged = Path(tmp) / ("optimized" + "".join(target_path.suffixes[-1:]))
         copy = copy_options(so)
-        for key in ("session.save_model_format",):
+        for key in ("session.save_model_format", EXTERNAL_FILE_KEY, EXTERNAL_MIN_SIZE_KEY):
             value = config_entry(so, key)
             if value is not None:
                 copy.add_session_config_entry(key, value)
+        weights_name = config_entry(so, EXTERNAL_FILE_KEY) or ""
         copy.optimized_model_filepath = str(staged)
         copy.log_severity_level = max(int(so.log_severity_level), 3)
-        source: Any = model_path if model_path is not None else model.SerializeToString()
+        source: Any = model_path if model_path is not None and not from_proto else model.SerializeToString()
         try:
             ort.InferenceSession(source, copy, providers=["CPUExecutionProvider"])
         except _ort_errors() as exc:
@@ -183,11 +200,32 @@ def write_optimized_model(model: onnx.ModelProto, model_path: str | None, so: An
                 "onnxruntime wrote no optimized model", path=str(target_path), value=str(target_path)
             )
         data = staged.read_bytes()
-    written = write_session_file(
-        target_path, data, what="optimized model (optimized_model_filepath)", inputs=(model_path,)
-    )
+        if weights_name:
+            _move_weights(Path(tmp), weights_name, target_path, model_path)
+    written = write_session_file(target_path, data, what=what, inputs=(model_path,))
     logger.info("optimized whole model written to %s", written)
     return written
+
+
+def _move_weights(staged_dir: Path, name: str, target: Path, model_path: str | None) -> None:
+    """Write the external-initializers file onnxruntime put beside the staged optimized model to the
+    same place beside the target (``name`` must stay in that folder, as onnxruntime requires)."""
+    try:
+        relative = files.confined_path(staged_dir, name, what=f"session config {EXTERNAL_FILE_KEY!r}")
+    except BadInputError as exc:
+        raise BadInputError(
+            exc.message, value=name, rule="the file is named relative to the optimized model"
+        ) from None
+    if not relative.is_file():
+        logger.debug("onnxruntime wrote no external initializers file %s (no initializer large enough)", name)
+        return
+    destination = target.parent / relative.relative_to(staged_dir)
+    write_session_file(
+        destination,
+        relative.read_bytes(),
+        what=f"optimized model's external initializers ({EXTERNAL_FILE_KEY})",
+        inputs=(model_path,),
+    )
 
 
 def write_session_file(path: Path, data: bytes, *, what: str, inputs: tuple[str | None, ...] = ()) -> Path:

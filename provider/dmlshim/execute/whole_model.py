@@ -102,7 +102,9 @@ class WholeModelCheck:
         self._steps = tuple(steps)
         self._fetch = [*graph_outputs, *captured]
         self._position = {name: i for i, name in enumerate(self._fetch)}
-        self._inputs = [i.name for i in session.get_inputs()]
+        # The caller's value of an initializer that is also a graph input replaces the model's, as in
+        # onnxruntime: those are fed too (get_inputs() leaves them out).
+        self._inputs = [i.name for i in (*session.get_inputs(), *session.get_overridable_initializers())]
         self._ort_errors = ort_errors
         self.disagreements = 0
         """Runs in which a kernel's output differed from onnxruntime's (the partitioned run answered)."""

@@ -81,7 +81,7 @@ def _not_npz(kind: str, head: bytes, where: str) -> BadInputError:
         f"BASE64 .npy}}}} feeds, as polygraphy run --save-inputs writes); {_SAVE_HINT}",
         "pickle": "the inputs file is a Python pickle; refusing to unpickle it (that would run code from the "
         f"file); {_SAVE_HINT}",
-        "text": "the inputs file is text, not an .npz archive; {_SAVE_HINT}",
+        "text": f"the inputs file is text, not an .npz archive; {_SAVE_HINT}",
     }
     message = messages.get(kind) or (
         f"not an .npz archive (numpy.savez): the file starts with bytes {head[:8].hex(' ')}; {_SAVE_HINT}"

@@ -1,0 +1,180 @@
+"""Initializers a caller adds through ``SessionOptions``, applied to the model as onnxruntime applies them.
+
+``SessionOptions.add_initializer(name, value)`` replaces the model's initializer ``name``;
+``add_external_initializers(names, values)`` replaces initializers whose data the model keeps in an
+external file (onnxruntime refuses a name the model holds inline or does not have). A dmlshim session runs
+the model as several pieces, some not in onnxruntime at all (the emulated gather/scatter nodes), so the
+values must be known to dmlshim itself. onnxruntime cannot list what a ``SessionOptions`` holds; it is
+asked instead: a probe model with no nodes whose outputs are empty stand-ins for the model's initializers
+is run with the caller's options, and every output that comes back with another shape is a value the
+caller added. The model handed to the engines then holds those values, so every engine, every partition
+and every emulated node reads what onnxruntime would.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import helper, numpy_helper
+
+from ..errors import BadInputError
+from ..ort_errors import ORT_ERRORS
+from ..weightless import graph_shell, model_shell
+
+logger = logging.getLogger(__name__)
+
+SENTINEL_DIMS = (0, 1, 0, 1, 0, 1, 0)
+"""The shape of a stand-in: empty, and a shape no caller's value has in practice."""
+
+_UNKNOWN_EXTERNAL = re.compile(r"Failed to find existing initializer with name (\S+?)\.?$", re.MULTILINE)
+_PROBE_OPSET = 17
+_EMPTY_FILE = "dmlshim-probe-empty.bin"
+_ANCHOR = "dmlshim.probe.anchor"
+
+
+def _stand_in(tensor: onnx.TensorProto, external: bool) -> onnx.TensorProto:
+    """An initializer named as ``tensor``, of its type: empty with :data:`SENTINEL_DIMS`, or (``external``)
+    of its real dims with data in an empty file (onnxruntime must replace it, never read it)."""
+    dims = list(tensor.dims) if external else list(SENTINEL_DIMS)
+    stub = onnx.TensorProto(name=tensor.name, data_type=tensor.data_type, dims=dims)
+    if external:
+        stub.data_location = onnx.TensorProto.EXTERNAL
+        for key, value in (("location", _EMPTY_FILE), ("offset", "0"), ("length", "0")):
+            entry = stub.external_data.add()
+            entry.key, entry.value = key, value
+    return stub
+
+
+@contextmanager
+def _quiet(so: Any) -> Iterator[Any]:
+    """``so`` with its file outputs (profile, optimized model) off while the probe is built, restored
+    after: only the caller's own object holds the added values."""
+    saved = (so.enable_profiling, so.optimized_model_filepath, so.log_severity_level)
+    so.enable_profiling, so.optimized_model_filepath = False, ""
+    so.log_severity_level = max(int(saved[2]), 3)
+    try:
+        yield so
+    finally:
+        so.enable_profiling, so.optimized_model_filepath, so.log_severity_level = saved
+
+
+def _probe(folder: Path, tensors: Mapping[str, onnx.TensorProto], external: set[str], so: Any) -> list[Any]:
+    # onnxruntime refuses a graph without any value: an anchor output keeps the probe valid when empty.
+    anchor = helper.make_tensor(_ANCHOR, onnx.TensorProto.FLOAT, [0], [])
+    graph = helper.make_graph(
+        [],
+        "dmlshim_added_initializer_probe",
+        [],
+        [
+            *(helper.make_tensor_value_info(n, t.data_type, None) for n, t in tensors.items()),
+            helper.make_tensor_value_info(_ANCHOR, onnx.TensorProto.FLOAT, [0]),
+        ],
+        [*(_stand_in(t, n in external) for n, t in tensors.items()), anchor],
+    )
+    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", _PROBE_OPSET)])
+    path = folder / "probe.onnx"
+    onnx.save(model, str(path))
+    with _quiet(so):
+        session = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    return list(session.run(None, {}))[:-1]
+
+
+@dataclass(frozen=True)
+class AddedInitializers:
+    """What a ``SessionOptions`` adds to a model.
+
+    Attributes:
+        values: the added value of each initializer replaced, by name.
+        external: the names among them given through ``add_external_initializers``.
+    """
+
+    values: Mapping[str, np.ndarray] = field(default_factory=dict)
+    external: frozenset[str] = frozenset()
+
+
+def added_initializers(
+    model: onnx.ModelProto, so: Any, external_names: frozenset[str] = frozenset()
+) -> AddedInitializers:
+    """The values ``so`` adds for initializers of ``model``'s main graph (none when it adds none).
+
+    Args:
+        model: the model (not modified).
+        so: the caller's ``onnxruntime.SessionOptions`` (restored as it was).
+        external_names: the initializers the model file keeps in external data (the only ones
+            ``add_external_initializers`` may replace).
+
+    Raises:
+        BadInputError: onnxruntime refuses an added value (a name the model does not hold in external
+            data, another shape or type), as it would refuse the session.
+    """
+    if so is None:
+        return AddedInitializers()
+    tensors = {
+        t.name: t
+        for t in model.graph.initializer
+        if t.data_type != onnx.TensorProto.UNDEFINED and t.name != _ANCHOR
+    }
+    external: set[str] = set()
+    with tempfile.TemporaryDirectory(prefix="dmlshim-probe-") as tmp:
+        folder = Path(tmp)
+        (folder / _EMPTY_FILE).write_bytes(b"")
+        while True:
+            try:
+                # External names first, alone: onnxruntime names one it cannot place per attempt.
+                _probe(folder, {n: tensors[n] for n in external}, external, so)
+                break
+            except ORT_ERRORS as exc:
+                found = _UNKNOWN_EXTERNAL.search(str(exc))
+                if found is None or found.group(1) in external:
+                    raise _refused(exc) from exc
+                name = found.group(1)
+                if name not in tensors or name not in external_names:
+                    where = "holds inline" if name in tensors else "does not have"
+                    raise BadInputError(
+                        f"SessionOptions.add_external_initializers names {name!r}, an initializer the model "
+                        f"{where}: onnxruntime replaces only initializers whose data is in an external file",
+                        tensor=name,
+                        rule="add_external_initializers replaces external-data initializers only",
+                    ) from exc
+                external.add(name)
+        try:
+            outputs = _probe(folder, tensors, external, so)
+        except ORT_ERRORS as exc:
+            raise _refused(exc) from exc
+    found_values: dict[str, np.ndarray] = {}
+    for name, value in zip(tensors, outputs, strict=True):
+        arr = np.asarray(value)
+        if name in external or arr.shape != SENTINEL_DIMS:
+            found_values[name] = arr
+    if found_values:
+        logger.info("initializers added by the session options: %s", ", ".join(sorted(found_values)))
+    return AddedInitializers(found_values, frozenset(external))
+
+
+def _refused(exc: BaseException) -> BadInputError:
+    return BadInputError(
+        f"onnxruntime refuses an initializer added through the session options: {str(exc).strip()}",
+        rule="an added initializer must match the name, type and shape of the model's",
+    )
+
+
+def with_initializers(model: onnx.ModelProto, values: Mapping[str, np.ndarray]) -> onnx.ModelProto:
+    """A copy of ``model`` whose initializers named in ``values`` hold those values (``model`` is not
+    modified)."""
+    out = model_shell(model)
+    graph_shell(model.graph, out.graph)
+    out.graph.initializer.extend(
+        numpy_helper.from_array(np.asarray(values[t.name]), t.name) if t.name in values else t
+        for t in model.graph.initializer
+    )
+    return out

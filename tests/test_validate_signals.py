@@ -1,0 +1,107 @@
+"""``dmlshim validate DIR --jobs 2`` ends with its worker processes on SIGTERM and SIGHUP, as on Ctrl-C:
+no orphan, the pipes closed, "interrupted" reported, exit 128 + the signal."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def slow_model(iterations: int) -> onnx.ModelProto:
+    """A Loop of ``iterations`` steps around a Gather: seconds of onnxruntime work per run."""
+    body = helper.make_graph(
+        [
+            helper.make_node("Gather", ["v", "idx"], ["g"], axis=0),
+            helper.make_node("Identity", ["cond"], ["cond_out"]),
+            helper.make_node("Add", ["g", "one"], ["v_out"]),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("v", TensorProto.FLOAT, [4]),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [4]),
+        ],
+        [
+            numpy_helper.from_array(np.array([3, 2, 1, 0], dtype=np.int64), "idx"),
+            numpy_helper.from_array(np.ones(4, dtype=np.float32), "one"),
+        ],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["n", "c", "x"], ["y"], body=body)],
+        "slow",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        [
+            numpy_helper.from_array(np.array(iterations, dtype=np.int64), "n"),
+            numpy_helper.from_array(np.array(True), "c"),
+        ],
+    )
+    return helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def children(pid: int) -> set[int]:
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError):
+            found |= {int(c) for c in (task / "children").read_text().split()}
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs /proc to find the workers")
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_signal_ends_the_workers_with_the_parent(tmp_path: Path, signum: int) -> None:
+    for i in range(3):
+        onnx.save(slow_model(20_000_000), str(tmp_path / f"slow{i}.onnx"))
+    env = dict(os.environ, PYTHONPATH=str(REPO / "provider"))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dmlshim", "validate", str(tmp_path), "--jobs", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    workers: set[int] = set()
+    deadline = time.monotonic() + 60
+    while len(workers) < 2 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+        workers |= children(proc.pid)
+    assert proc.poll() is None and len(workers) >= 2, "the workers never started"
+    time.sleep(1.0)  # let them reach the models
+    proc.send_signal(signum)
+    try:
+        _, err = proc.communicate(timeout=30)  # returns only once every holder of the pipes is gone
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        for pid in workers:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        pytest.fail("the command did not end (or its workers kept its pipes open)")
+    assert proc.returncode == 128 + signum, err
+    assert "interrupted" in err
+    assert "Traceback" not in err
+    time.sleep(0.5)
+    assert not [pid for pid in workers if alive(pid)]
