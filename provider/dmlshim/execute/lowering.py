@@ -208,9 +208,9 @@ def _declare_as_onnxruntime_saw(
             vi = graph.value_info.add()
             vi.name = name
             vi.type.CopyFrom(tp)
-    # An output declared without a type or shape (onnxruntime accepts it, onnx.checker does not) gets a type so
-    # that the lowered file passes onnx.checker: ONNX's inference (the checker wants a shape, which
-    # onnxruntime's view leaves out when unknown), else onnxruntime's.
+    # An output declared without a type or shape (onnxruntime accepts it, onnx.checker does not) gets
+    # one so that the lowered file passes onnx.checker: ONNX's inference (the checker wants a shape,
+    # which onnxruntime's view leaves out when unknown), else onnxruntime's.
     for out in untyped:
         tp = onnx_types.get(out.name) or view.get(out.name)
         if tp is None:
