@@ -2,8 +2,9 @@
 
 Every gather/scatter node that translates to a DirectML operator (subgraphs included) becomes an
 ``ai.onnx.contrib`` node carrying its descriptor, with Reshape/Cast nodes for the tensor mapping; the file
-passes ``onnx.checker`` and opens in Netron. Exit codes: 0 written, 2 bad model or usage (including an
-existing OUT without ``--overwrite``).
+passes ``onnx.checker`` and opens in Netron. Every initializer is kept: inside the file where the source
+held it, in ``OUT.data`` beside it where the source kept external data. Exit codes: 0 written, 2 bad
+model or usage (including an existing OUT without ``--overwrite``).
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ import os
 import onnx
 
 from ..errors import BadModelError
+from ..execute.lowered_file import external_refs, write_lowered
 from ..execute.lowering import lower_model
-from ..files import check_output_file, write_onnx
+from ..files import check_output_file
 from ..kernels.options import IndexMode
 from ..translate.shapes_info import load_model
 from .options import add_feature_level, add_input_shape, apply_input_shapes, input_shapes
@@ -59,7 +61,14 @@ def run(args: argparse.Namespace) -> int:
         onnx.checker.check_model(lowered.model)
     except onnx.checker.ValidationError as exc:
         raise BadModelError(f"the lowered model fails onnx.checker: {exc}", path=out) from exc
-    write_onnx(out, lowered.model, overwrite=args.overwrite, inputs=(args.model,))
+    refs = external_refs(args.model)
+    data_file = write_lowered(
+        out,
+        lowered.model,
+        [r.tensor for r in refs],
+        overwrite=args.overwrite,
+        inputs=(args.model, *(r.file for r in refs)),
+    )
 
     print(
         f"{args.model}: {lowered.lowered_count} of {len(lowered.nodes)} gather/scatter nodes lowered at "
@@ -72,5 +81,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {node.name}: {node.op_type} -> {node.signature.op_type} [{node.mode}] {what}")
         else:
             print(f"  {node.name}: {node.op_type} kept: {node.reason}")
+    if data_file is not None:
+        print(f"wrote {data_file} (the initializers {args.model} keeps as external data)")
     print(f"wrote {out} (custom domain ai.onnx.contrib; open it in Netron to read the descriptors)")
     return 0

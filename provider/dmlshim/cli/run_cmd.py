@@ -20,6 +20,7 @@ from ..execute.session import InferenceSession, load_model
 from ..files import check_output_file, write_npz
 from ..inputs import GeneratedInputs, annotate_error, generate
 from ..report.text import shape_text, table
+from ..value_kinds import describe, is_array, kind_text
 from .options import add_feature_level, add_input_shape, input_shapes
 
 logger = logging.getLogger(__name__)
@@ -87,11 +88,18 @@ def run(args: argparse.Namespace) -> int:
         raise
     record = session.last_run_record
     assert record is not None  # set by every run
+    stored = [(n, o) for n, o in zip(names, outputs, strict=False) if is_array(o)]
     if output_path is not None:
-        write_npz(
-            output_path, dict(zip(names, outputs, strict=False)), overwrite=args.overwrite, inputs=inputs
-        )
-        logger.info("wrote %d outputs to %s", len(outputs), output_path)
+        write_npz(output_path, dict(stored), overwrite=args.overwrite, inputs=inputs)
+        logger.info("wrote %d outputs to %s", len(stored), output_path)
+        left_out = [(n, o) for n, o in zip(names, outputs, strict=False) if not is_array(o)]
+        if left_out:
+            listed = "; ".join(f"{n!r} is {kind_text(o)}" for n, o in left_out)
+            print(
+                f"dmlshim run: note: an .npz holds arrays only, so {output_path} leaves out {len(left_out)} "
+                f"output(s): {listed} (--json describes them)",
+                file=sys.stderr,
+            )
     if args.json:
         doc = _summary_json(args.model, session, names, outputs, record, output_path)
         doc["inputs"] = generated.to_json() if generated else {"source": "file", "path": args.inputs}
@@ -115,13 +123,21 @@ def _summary_json(
         "engine": record.engine,
         "feature_level": record.feature_level,
         "providers": session.get_providers(),
-        "outputs": [
-            {"name": n, "shape": list(np.shape(o)), "dtype": str(getattr(o, "dtype", type(o).__name__))}
-            for n, o in zip(names, outputs, strict=False)
-        ],
+        "outputs": [_json_output(n, o, output_path) for n, o in zip(names, outputs, strict=False)],
         "record": record.to_json(),
         "output_file": str(output_path) if output_path is not None else None,
     }
+
+
+def _json_output(name: str, value: Any, output_path: Path | None) -> dict[str, Any]:
+    """An array's name, shape and dtype; a sequence, map or OrtValue also says what it is (``value``)
+    and, with ``-o``, that the .npz left it out (``stored``)."""
+    if is_array(value):
+        return {"name": name, "shape": list(value.shape), "dtype": str(value.dtype)}
+    out: dict[str, Any] = {"name": name, "shape": None, "dtype": kind_text(value), "value": describe(value)}
+    if output_path is not None:
+        out["stored"] = False
+    return out
 
 
 def _inputs_line(args: argparse.Namespace, generated: GeneratedInputs | None) -> str:
@@ -153,7 +169,7 @@ def _summary_text(
         [
             ["name", "shape", "dtype"],
             *(
-                [n, shape_text(np.shape(o)), str(getattr(o, "dtype", type(o).__name__))]
+                [n, shape_text(o.shape), str(o.dtype)] if is_array(o) else [n, "-", kind_text(o)]
                 for n, o in zip(names, outputs, strict=False)
             ),
         ],
@@ -174,5 +190,5 @@ def _summary_text(
             rows.append([n.name, n.op_type, n.placement, n.operator or "-", reason or "-"])
         lines += table([["node", "op", "placement", "DML operator", "reason"], *rows])
     if output_path is not None:
-        lines += ["", f"wrote {len(outputs)} output(s) to {output_path}"]
+        lines += ["", f"wrote {sum(is_array(o) for o in outputs)} output(s) to {output_path}"]
     return "\n".join(lines)

@@ -39,6 +39,7 @@ from onnx import numpy_helper
 
 from ..dml.enums import FeatureLevel
 from ..errors import DmlShimError
+from ..ort.real import OrtInferenceSession
 
 __all__ = [
     "IN_SCOPE_OPS",
@@ -393,7 +394,7 @@ def ort_cannot_load(model: onnx.ModelProto) -> str | None:
     from ..ort_errors import ORT_ERRORS
 
     try:
-        ort.InferenceSession(model.SerializeToString(), _sess_options(), providers=["CPUExecutionProvider"])
+        OrtInferenceSession(model.SerializeToString(), _sess_options(), providers=["CPUExecutionProvider"])
     except ORT_ERRORS as exc:
         return f"onnxruntime {ort.__version__} cannot load this model: {exc}".strip()
     return None

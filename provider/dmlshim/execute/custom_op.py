@@ -37,6 +37,7 @@ from .fallback import has_deprecated_scatter, note_scatter_as_scatter_elements
 from .lowering import LoweredModel, LoweredNode, lower_model
 from .ort_support import ort_run_error
 from .record import PLACEMENT_CPU, PLACEMENT_DML, NodeRecord, RunRecord
+from .weights import SharedWeights, light_copy
 
 logger = logging.getLogger(__name__)
 
@@ -156,13 +157,20 @@ class CustomOpEngine:
         # Scatter nodes kept (lowering rewrote them), or handed to onnxruntime at run time, run as
         # ScatterElements there.
         self._scatter_as_elements = has_deprecated_scatter(model)
-        payload = self._lowered.model.SerializeToString()
+        # Large weights reach onnxruntime as arrays, not serialized into the payload a second time.
+        lowered_model = self._lowered.model
+        shared = SharedWeights({t.name: t for t in lowered_model.graph.initializer})
+        light = light_copy(lowered_model, shared) if shared.names else lowered_model
+        options = session_options_with_custom_ops(sess_options)
+        shared.attach(options, light)
         try:
             self._session = OrtInferenceSession(
-                payload, session_options_with_custom_ops(sess_options), providers=["CPUExecutionProvider"]
+                light.SerializeToString(), options, providers=["CPUExecutionProvider"]
             )
         except Exception as exc:
             raise BadModelError(f"onnxruntime cannot load the lowered model: {exc}") from exc
+        finally:
+            shared.release()
         self._template = tuple(_template_record(n) for n in self._lowered.nodes)
         logger.info(
             "custom-op engine: %d of %d gather/scatter nodes lowered",

@@ -41,6 +41,7 @@ from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
 from ..errors import DmlShimError, guard_resources
 from ..graph import is_gather_scatter, node_path, subgraph_prefix, subgraphs
 from ..kernels.options import IndexMode
+from ..ort_view import ort_value_types
 from ..prepare import prepare_model
 from ..translate import TensorInfo, infer_shapes, translate_node
 from ..translate.shapes_info import tensor_infos
@@ -117,6 +118,7 @@ class LoweredModel:
 
 def _walk(
     graph: onnx.GraphProto,
+    inferred: onnx.GraphProto | None,
     prefix: str,
     scope: Mapping[str, TensorInfo],
     opsets: Mapping[str, int],
@@ -124,9 +126,15 @@ def _walk(
     fl: FeatureLevel,
     index_mode: IndexMode,
     found: list[LoweredNode],
+    replaced: list[str],
 ) -> None:
+    """Lower the gather/scatter nodes of ``graph`` in place. Types and shapes come from ``inferred``, the
+    same graph after shape inference (None when inference failed); ``graph`` itself keeps only what the
+    source declared, so onnxruntime sees the lowered model as it saw the source."""
     local = dict(scope)
     local.update(tensor_infos(graph))
+    if inferred is not None:
+        local.update(tensor_infos(inferred))
     new_nodes: list[onnx.NodeProto] = []
     for index, node in enumerate(list(graph.node)):
         name = node_path(prefix, node, index)
@@ -139,12 +147,79 @@ def _walk(
                 node, t, infos, since, graph, names, fl, index_mode, opsets.get("", 0)
             )
             found.append(record)
+            if record.lowered and not prefix:
+                replaced.extend(o for o in node.output if o)
             logger.debug("%s: %s", name, record.mode or f"kept ({record.reason})")
-        for attr_name, sub in subgraphs(node):
-            _walk(sub, subgraph_prefix(name, attr_name), local, opsets, names, fl, index_mode, found)
+        twin = inferred.node[index] if inferred is not None and index < len(inferred.node) else None
+        twin_subs = list(subgraphs(twin)) if twin is not None and twin.op_type == node.op_type else []
+        for k, (attr_name, sub) in enumerate(subgraphs(node)):
+            inferred_sub = twin_subs[k][1] if k < len(twin_subs) else None
+            _walk(
+                sub,
+                inferred_sub,
+                subgraph_prefix(name, attr_name),
+                local,
+                opsets,
+                names,
+                fl,
+                index_mode,
+                found,
+                replaced,
+            )
         new_nodes.extend(replacement or [node])
     del graph.node[:]
     graph.node.extend(new_nodes)
+
+
+def _fix_input_shapes(
+    graph: onnx.GraphProto, inferred: onnx.GraphProto, input_shapes: Mapping[str, Sequence[int]]
+) -> None:
+    """Give ``graph``'s inputs named in ``input_shapes`` the fixed shapes of the inferred copy."""
+    fixed = {v.name: v for v in inferred.input if v.name in input_shapes}
+    for value in graph.input:
+        if value.name in fixed:
+            value.type.CopyFrom(fixed[value.name].type)
+
+
+def _declare_as_onnxruntime_saw(
+    graph: onnx.GraphProto,
+    source: onnx.ModelProto,
+    replaced: Sequence[str],
+    onnx_types: Mapping[str, onnx.TypeProto],
+) -> None:
+    """Declare each replaced node's output with the type and shape onnxruntime inferred in the source.
+
+    A custom op's output has no shape to onnxruntime, and a Reshape back to the ONNX shape has a static one
+    onnxruntime may never have known; either changes which fusions onnxruntime applies downstream (and so
+    the last bits of float results). The declaration gives onnxruntime back exactly its own view."""
+    declared = {v.name for v in (*graph.value_info, *graph.output, *graph.input)}
+    wanted = [name for name in replaced if name not in declared]
+    untyped = [
+        o
+        for o in graph.output
+        if o.type.WhichOneof("value") is None
+        or (o.type.HasField("tensor_type") and not o.type.tensor_type.HasField("shape"))
+    ]
+    if not wanted and not untyped:
+        return
+    view = ort_value_types(source, onnx_types=onnx_types)
+    for name in wanted:
+        tp = view.get(name)
+        if tp is not None:
+            vi = graph.value_info.add()
+            vi.name = name
+            vi.type.CopyFrom(tp)
+    # An output declared without a type or shape (onnxruntime accepts it, onnx.checker does not) gets
+    # one so that the lowered file passes onnx.checker: ONNX's inference (the checker wants a shape,
+    # which onnxruntime's view leaves out when unknown), else onnxruntime's.
+    for out in untyped:
+        tp = onnx_types.get(out.name) or view.get(out.name)
+        if tp is None:
+            continue
+        if out.type.WhichOneof("value") is None:
+            out.type.CopyFrom(tp)
+        elif tp.HasField("tensor_type") and tp.tensor_type.HasField("shape"):
+            out.type.tensor_type.shape.CopyFrom(tp.tensor_type.shape)
 
 
 @guard_resources("lowering the model")
@@ -173,19 +248,39 @@ def lower_model(
     """
     fl = FeatureLevel(feature_level)
     model = prepare_model(model)  # local functions expanded, nodes sorted (a no-op for loaded models)
+    inferred: onnx.ModelProto | None
     try:
-        work = infer_shapes(model, input_shapes)
+        # Shape inference runs on a weightless copy; its types and shapes guide the translation only.
+        inferred = infer_shapes(model, input_shapes)
     except DmlShimError as exc:
         if input_shapes:
             raise
         logger.warning(
             "shape inference failed (%s); gather/scatter nodes will be translated at run time", exc
         )
-        work = onnx.ModelProto.FromString(model.SerializeToString())
+        inferred = None
+    # The lowered model is the source itself, every initializer kept as the source holds it, with no
+    # inferred annotation added (onnxruntime would read those as facts and fuse differently).
+    work = onnx.ModelProto()
+    work.CopyFrom(model)
+    if input_shapes and inferred is not None:
+        _fix_input_shapes(work.graph, inferred.graph, input_shapes)
     opsets = model_opsets(work)
     names = Names(work)
     found: list[LoweredNode] = []
-    _walk(work.graph, "", {}, opsets, names, fl, IndexMode(index_mode), found)
+    replaced: list[str] = []
+    inferred_graph = inferred.graph if inferred is not None else None
+    _walk(work.graph, inferred_graph, "", {}, opsets, names, fl, IndexMode(index_mode), found, replaced)
+    onnx_types = (
+        {
+            v.name: v.type
+            for v in (*inferred.graph.value_info, *inferred.graph.output)
+            if v.type.WhichOneof("value") is not None
+        }
+        if inferred is not None
+        else {}
+    )
+    _declare_as_onnxruntime_saw(work.graph, model, replaced, onnx_types)
     # The Scatter nodes kept (opset 11 and later) as the ScatterElements onnxruntime can load.
     rewrite_deprecated_scatter(work)
     if any(n.lowered for n in found) and CUSTOM_DOMAIN not in opsets:

@@ -5,8 +5,9 @@ A segment's inputs declare only what is certain. onnxruntime checks every feed a
 and fixed dimensions, so a stale shape (legacy exporters leave ``value_info`` entries that no longer match
 what the graph computes) would make a segment refuse a value the whole model runs fine with. Graph inputs
 keep the type the model declares (onnxruntime checks those for the whole model too); a value some node
-computes declares its element type, plus the shape ONNX shape inference derives from the graph inputs and
-initializers alone, with the model's own ``value_info`` and output shapes left out.
+computes declares its element type, plus the shape onnxruntime's own inference (ONNX's where onnxruntime
+gives none) derives from the graph inputs and initializers alone, with the model's own ``value_info`` and
+output shapes left out.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..errors import BadModelError, DmlShimError
+from ..ort_view import ort_value_types
 from ..translate import infer_shapes
 from ..translate.plan import elem_type_of
 from ..weightless import without_weights
@@ -55,9 +57,10 @@ def tensor_type(elem_type: int, dims: Sequence[int] | None) -> onnx.TypeProto:
 def proven_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
     """Types of node-computed values that follow from the graph inputs and initializers alone.
 
-    ONNX shape inference runs on a copy of the model with its ``value_info`` removed and the graph
-    outputs' shapes cleared, so that nothing an exporter wrote about intermediate values (possibly stale)
-    takes part. Empty when inference fails.
+    onnxruntime's own inference (:func:`dmlshim.ort_view.ort_value_types`), completed by ONNX's, runs on
+    a copy of the model with its ``value_info`` removed and the graph outputs' shapes cleared, so that
+    nothing an exporter wrote about intermediate values (possibly stale) takes part. Empty when neither
+    can run.
     """
     copy = onnx.ModelProto()
     copy.CopyFrom(without_weights(model))  # only types and shapes of large initializers matter here
@@ -67,10 +70,17 @@ def proven_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
             out.type.tensor_type.ClearField("shape")
     try:
         inferred = infer_shapes(copy)
+        onnx_view = {
+            vi.name: vi.type for vi in inferred.graph.value_info if vi.type.WhichOneof("value") is not None
+        }
     except DmlShimError as exc:
         logger.debug("shape inference of the value_info-free model failed: %s", exc)
-        return {}
-    return {vi.name: vi.type for vi in inferred.graph.value_info if vi.type.WhichOneof("value") is not None}
+        onnx_view = {}
+    # onnxruntime's own inference is the authority (it types ai.onnx.ml and com.microsoft outputs that
+    # ONNX's does not, and proves no static size onnxruntime never knew); ONNX's fills in the rest.
+    found = dict(onnx_view)
+    found.update(ort_value_types(copy, keep_annotations=False, onnx_types=onnx_view))
+    return found
 
 
 def boundary_types(

@@ -57,6 +57,45 @@ _FEED_SHAPE_REFUSED = ("Invalid rank for input", "Got invalid dimensions for inp
 """onnxruntime's words when a feed does not fit the rank or dimensions a graph input declares."""
 
 
+_NUMPY_TENSOR_TYPES = frozenset(
+    f"tensor({t})"
+    for t in (
+        "float", "double", "float16", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+        "uint64", "bool", "string", "complex64", "complex128",
+    )
+)  # fmt: skip
+"""onnxruntime tensor types numpy holds; values of other types (bfloat16, float8, int4, ...) cross
+partition boundaries as the ``OrtValue`` onnxruntime produced."""
+
+
+def needs_ort_values(session: ort.InferenceSession) -> bool:
+    """Whether an output of ``session`` is a tensor numpy cannot hold (``session.run`` refuses those)."""
+    return any(
+        o.type.startswith("tensor(") and o.type not in _NUMPY_TENSOR_TYPES for o in session.get_outputs()
+    )
+
+
+def run_session(
+    session: ort.InferenceSession, outputs: Sequence[str], feeds: Mapping[str, Any], run_options: Any
+) -> list[Any]:
+    """``session.run``, except that values numpy cannot hold go in and come out as OrtValues, unconverted
+    (onnxruntime's ``run`` cannot return a bfloat16 tensor); numpy-typed outputs still come out as arrays."""
+    if not any(isinstance(v, ort.OrtValue) for v in feeds.values()) and not needs_ort_values(session):
+        return list(session.run(list(outputs), dict(feeds), run_options))
+    ort_feeds = {
+        name: v if isinstance(v, ort.OrtValue) else ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v))
+        for name, v in feeds.items()
+    }
+    results = session.run_with_ort_values(list(outputs), ort_feeds, run_options)
+    out: list[Any] = []
+    for value in results:
+        if value.is_tensor() and value.data_type() in _NUMPY_TENSOR_TYPES:
+            out.append(value.numpy())
+        else:
+            out.append(value)
+    return out
+
+
 class CpuStep:
     """A CPU segment: one onnxruntime session fed from the value table. The session can be given as a
     function that builds it, called on first use (the whole-model check usually makes it unnecessary).
@@ -99,7 +138,7 @@ class CpuStep:
     def __call__(self, values: Values, state: RunState) -> None:
         feeds = {name: values[name] for name in self.inputs}
         try:
-            results = self.session.run(self.outputs, feeds, state.run_options)
+            results = run_session(self.session, self.outputs, feeds, state.run_options)
         except ORT_ERRORS as exc:
             if self._relaxed is None or not any(p in str(exc) for p in _FEED_SHAPE_REFUSED):
                 raise ort_run_error(exc, f"onnxruntime failed in {self.label}") from exc
@@ -111,7 +150,7 @@ class CpuStep:
             )
             self._session, self._relaxed, self._builder = self._relaxed(), None, None
             try:
-                results = self._session.run(self.outputs, feeds, state.run_options)
+                results = run_session(self._session, self.outputs, feeds, state.run_options)
             except ORT_ERRORS as again:
                 raise ort_run_error(again, f"onnxruntime failed in {self.label}") from again
         for name, value in zip(self.outputs, results, strict=False):

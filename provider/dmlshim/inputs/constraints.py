@@ -4,7 +4,10 @@ their values must stay in.
 Graph inputs are traced forward to the ``indices`` input of every gather/scatter node (in the main graph
 and in control-flow bodies) through ops that only move or copy values (Reshape, Unsqueeze, Concat,
 Transpose, Expand, the data input of a gather, ...) and through Add/Sub with an integer constant (an
-offset). Each such input is then drawn so that every index lands inside the data dimension it addresses:
+offset). A negative-index normalisation ``Where(idx < 0, idx + n, idx)`` (jax2onnx writes one around every
+index; Cast on the way and either branch order too) counts as one use of ``idx``, not two; Mod and Clip
+make any value valid, so tracing stops there. Model-local functions are inlined first. Each such input
+is then drawn so that every index lands inside the data dimension it addresses:
 
 * Gather, GatherElements, Scatter, ScatterElements: ``data.shape[axis]``;
 * GatherND: the dims ``data.shape[b:b+k]`` (``b`` = batch_dims, ``k`` = the last indices dim), the smallest
@@ -239,6 +242,40 @@ def _node_requirement(
     return min(dims), unique, "tuples", 0, dims
 
 
+_PASS_THROUGH = frozenset({"Identity", "Cast", "CastLike"})
+_NEGATIVE_TESTS = frozenset({"Less", "LessOrEqual", "Greater", "GreaterOrEqual"})
+
+
+def _strip(name: str, producers: Mapping[str, onnx.NodeProto]) -> str:
+    """``name`` with Identity/Cast producers skipped (the value they copy)."""
+    for _ in range(64):
+        node = producers.get(name)
+        if node is None or node.op_type not in _PASS_THROUGH or not node.input:
+            return name
+        name = node.input[0]
+    return name
+
+
+def _normalised_branch(node: onnx.NodeProto, producers: Mapping[str, onnx.NodeProto]) -> str | None:
+    """The plain branch of a negative-index normalisation ``Where(c, x + n, x)`` (or ``Where(c, x,
+    x + n)``, or ``x - n``): the two branches are one value ``x`` and ``x`` plus or minus something, and
+    the condition compares ``x``. None for any other Where (both branches are then real uses)."""
+    cond, first, second = node.input
+    tested = producers.get(_strip(cond, producers))
+    if tested is None or tested.op_type not in _NEGATIVE_TESTS:
+        return None
+    compared = {_strip(i, producers) for i in tested.input}
+    for shifted, plain in ((first, second), (second, first)):
+        base = _strip(plain, producers)
+        add = producers.get(_strip(shifted, producers))
+        if add is None or add.op_type not in ("Add", "Sub") or len(add.input) != 2:
+            continue
+        operands = [_strip(i, producers) for i in add.input]
+        if base in operands and (add.op_type == "Add" or operands[0] == base) and base in compared:
+            return plain
+    return None
+
+
 def _trace(
     name: str,
     graph_inputs: set[str],
@@ -268,6 +305,12 @@ def _trace(
         elif c_left is not None and op == "Add":
             yield from _trace(right, graph_inputs, producers, constants, offset + c_left, False, depth + 1)
         return
+    if op == "Where" and len(node.input) == 3:
+        plain = _normalised_branch(node, producers)
+        if plain is not None:
+            # Where(idx < 0, idx + n, idx): a negative index wrapped; the index is idx itself.
+            yield from _trace(plain, graph_inputs, producers, constants, offset, direct, depth + 1)
+            return
     if op not in _VALUE_PRESERVING:
         return
     positions = _VALUE_PRESERVING[op] or tuple(range(len(node.input)))
@@ -297,6 +340,11 @@ def plan_for_shapes(
         light: ``light_copy(model)``, when the caller plans several shape choices.
     """
     base = light if light is not None else light_copy(model)
+    if base.functions:
+        # onnxruntime inlines model-local functions before it places nodes; their indices count as well.
+        from onnx import inliner
+
+        base = inliner.inline_local_functions(base)
     inferred = _infer(_with_static_inputs(base, shapes))
     table = _shape_table(inferred.graph)
     constants = _constants(inferred.graph)

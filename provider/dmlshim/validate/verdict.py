@@ -21,6 +21,7 @@ from ..graph import is_gather_scatter, walk_nodes
 from ..inputs import annotate_error
 from ..kernels.options import IndexMode
 from ..translate import CPU_PROVIDER, NodeTranslation, translate_model
+from ..value_kinds import comparable, is_array, kind_text
 from .attribution import compare_nodes, dependencies, suspects, upstream_order
 from .random_nodes import random_node_warnings
 from .references import (
@@ -204,8 +205,24 @@ def _validate_loaded(
 
     outputs: list[OutputComparison] = []
     for o in proto.graph.output:
-        got, want = np.asarray(ours.outputs[o.name]), np.asarray(ref.outputs[o.name])
-        c = compare_arrays(got, want, rtol, atol, exact=exact)
+        raw_got, raw_want = ours.outputs[o.name], ref.outputs[o.name]
+        if is_array(raw_got) and is_array(raw_want):
+            got, want = np.asarray(raw_got), np.asarray(raw_want)
+            c = compare_arrays(got, want, rtol, atol, exact=exact)
+        else:
+            # Sequences and maps: the same structure, then the same elements.
+            (got_kind, got), (want_kind, want) = comparable(raw_got), comparable(raw_want)
+            c = (
+                compare_arrays(got, want, rtol, atol, exact=exact)
+                if got_kind == want_kind
+                else Comparison(
+                    False,
+                    None,
+                    got.size,
+                    None,
+                    f"{kind_text(raw_got)}, the reference gives {kind_text(raw_want)}",
+                )
+            )
         outputs.append(
             OutputComparison(
                 name=o.name,
@@ -251,6 +268,8 @@ def _validate_loaded(
 def _whole(
     got: np.ndarray, onnxruntime: np.ndarray, like_for_like_match: bool, blamed: bool
 ) -> WholeModelComparison:
+    if not is_array(onnxruntime):
+        onnxruntime = comparable(onnxruntime)[1]  # a sequence or map: its elements, as ``got`` holds them
     onnxruntime = np.asarray(onnxruntime)
     rtol, atol = dtype_tolerance(onnxruntime.dtype)
     exact = compare_arrays(got, onnxruntime, exact=True)

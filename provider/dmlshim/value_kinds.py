@@ -1,0 +1,77 @@
+"""Values a model can produce besides numpy arrays: sequences (lists), maps (dicts, or lists of dicts as
+skl2onnx's ZipMap gives), and OrtValues of element types numpy cannot hold (bfloat16, float8, int4).
+
+An ``.npz`` holds arrays only; reports describe the other values by kind and compare them element by
+element.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+__all__ = ["comparable", "describe", "is_array", "kind_text"]
+
+
+def is_array(value: Any) -> bool:
+    """A numpy array an ``.npz`` can hold (no object dtype)."""
+    return isinstance(value, np.ndarray) and value.dtype != object
+
+
+def kind_text(value: Any) -> str:
+    """What the value is, in a few words (``a sequence of 2 tensors``, ``a map``, ...)."""
+    if isinstance(value, ort.OrtValue):
+        return f"an onnxruntime {value.data_type()} value"
+    if isinstance(value, dict):
+        return f"a map of {len(value)} entries"
+    if isinstance(value, (list, tuple)):
+        if value and all(isinstance(v, dict) for v in value):
+            return f"a sequence of {len(value)} maps"
+        return f"a sequence of {len(value)} tensors"
+    if isinstance(value, np.ndarray):
+        return f"an array of Python objects {list(value.shape)}"
+    return f"a {type(value).__name__}"
+
+
+def describe(value: Any) -> dict[str, Any]:
+    """A JSON description of any output: shape and dtype for arrays, kind and parts for the rest."""
+    if is_array(value):
+        return {"kind": "tensor", "shape": list(value.shape), "dtype": str(value.dtype)}
+    if isinstance(value, ort.OrtValue):
+        out: dict[str, Any] = {"kind": "ortvalue", "type": value.data_type()}
+        if value.is_tensor():
+            out["shape"] = list(value.shape())
+        return out
+    if isinstance(value, dict):
+        return {"kind": "map", "size": len(value)}
+    if isinstance(value, (list, tuple)):
+        return {"kind": "sequence", "length": len(value), "elements": [describe(v) for v in value]}
+    return {"kind": type(value).__name__}
+
+
+def _parts(value: Any) -> tuple[tuple[Any, ...], list[np.ndarray]]:
+    if isinstance(value, dict):
+        keys = sorted(value, key=repr)
+        inner = [_parts(value[k]) for k in keys]
+        return ("map", tuple(keys), tuple(s for s, _ in inner)), [a for _, arrays in inner for a in arrays]
+    if isinstance(value, (list, tuple)):
+        inner = [_parts(v) for v in value]
+        return ("seq", tuple(s for s, _ in inner)), [a for _, arrays in inner for a in arrays]
+    arr = np.asarray(value)
+    return ("tensor", arr.shape, str(arr.dtype)), [arr.reshape(-1)]
+
+
+def comparable(value: Any) -> tuple[tuple[Any, ...], np.ndarray]:
+    """The value's structure (kinds, keys, shapes, dtypes) and all its elements as one flat array, so two
+    sequences or maps compare as their structures and their elements."""
+    structure, arrays = _parts(value)
+    if not arrays:
+        return structure, np.zeros(0)
+    if len(arrays) == 1:
+        return structure, arrays[0]
+    dtypes = {a.dtype for a in arrays}
+    if len(dtypes) > 1:
+        return structure, np.concatenate([a.astype(np.float64) for a in arrays])
+    return structure, np.concatenate(arrays)
