@@ -78,27 +78,16 @@ _SKL_TYPE = (
     "(shape inference gave none), so CPU partition 1 cannot declare it as an input"
 )
 
+_NOSHAPE_GENERATED = (
+    "graph input 'data' has no shape (unknown rank): generated inputs and inspect need --input-shape"
+)
+
 #: (model, check) -> the failure it shows today. Delete an entry when its fix lands (strict xfail).
 PENDING: dict[tuple[str, str], str] = {
-    **{("hw_ir3_initializers", c): _IR3 for c in CHECKS},
-    **{("hw_noshape_inputs", c): _NOSHAPE for c in CHECKS},
-    **{("hw_unsorted_nodes", c): _UNSORTED for c in CHECKS},
-    **{
-        ("hw_sparse_initializer", c): _SPARSE
-        for c in ("validate_inputs", "validate_generated", "session", "cli_run")
-    },
-    **{
-        (m, "inspect_count"): _FUNC_INSPECT
-        for m in ("os_if_in_function", "os_nested_functions", "os_two_call_sites")
-    },
-    **{(m, "validate_generated"): _FUNC_GENERATED for m in ("os_nested_functions", "os_two_call_sites")},
-    ("os_if_in_function", "validate_generated"): (
-        "item 2 (functions): validate exit 2: node '_inlfunc_choose_token_0_n3', op If: onnxruntime "
-        "failed running the model: INVALID_ARGUMENT (an out-of-range generated index in a branch's Gather)"
-    ),
-    ("jax_at_set_add", "validate_generated"): _WHERE.format("rows"),
-    ("jax_fancy_index", "validate_generated"): _WHERE.format("i"),
-    ("jax_take_along_axis", "validate_generated"): _WHERE.format("idx"),
+    # A graph input with an element type and no shape has no rank: inputs cannot be generated for it and
+    # inspect cannot size its nodes without --input-shape (validate says so, exit 2).
+    ("hw_noshape_inputs", "validate_generated"): _NOSHAPE_GENERATED,
+    ("hw_noshape_inputs", "inspect_clean"): _NOSHAPE_GENERATED,
     ("tf_scatters", "validate_generated"): (
         "item 5 (generated inputs): validate exit 2: node 'ScatterND__45', tensor Concat__42:0: index 4 is "
         "out of range [-3, 2] (unsorted_segment_sum's ids reach the ScatterND through Unsqueeze/Concat)"
@@ -110,21 +99,6 @@ PENDING: dict[tuple[str, str], str] = {
     ("hw_ms_gathernd", "inspect_clean"): (
         "item 3 (types from onnxruntime): Gather 'gather_col' is status error SHAPE_UNKNOWN: the type or "
         "rank of data 'g' (output of com.microsoft GatherND) is not known statically"
-    ),
-    ("skl_column_pipeline", "validate_inputs"): _SKL_TYPE,
-    ("skl_column_pipeline", "validate_generated"): _SKL_TYPE,
-    ("skl_knn_zipmap", "cli_run"): (
-        "item 3 (run -o with a ZipMap output): traceback: ValueError: Object arrays cannot be saved when "
-        "allow_pickle=False"
-    ),
-    ("hw_external_data", "customop"): (
-        "item 4 (customop weights): BadInputError: onnxruntime failed running the lowered model: "
-        "Required inputs (['table']) are missing from input feed (['ids'])."
-    ),
-    ("hw_scatternd_empty_index", "inspect_clean"): (
-        "not in issue 19's items: inspect gives ScatterND 'scatter_nd_whole' status error "
-        "INDICES_SHAPE_INVALID ('the last dim of indices (0) must be in [1, rank(data) - batch_dims]') "
-        "although onnxruntime runs it and validate/run pass"
     ),
 }
 

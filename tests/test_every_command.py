@@ -54,23 +54,6 @@ _LOWER_WEIGHTS = (
 
 #: (model id, command) -> the failure it shows today. Delete an entry when its fix lands (strict xfail).
 PENDING: dict[tuple[str, str], str] = {
-    **{
-        (f"ecosystem/{model}", command): _ACCEPT.format(rule)
-        for model, rule in (
-            ("hw_ir3_initializers", "table in initializer but not in graph input"),
-            ("hw_noshape_inputs", "Field 'shape' of 'type' is required but missing."),
-            (
-                "hw_unsorted_nodes",
-                "Nodes in a graph must be topologically sorted, however input 'picked2' ...",
-            ),
-        )
-        for command in COMMANDS
-    },
-    **{("ecosystem/hw_sparse_initializer", c): _SPARSE for c in ("validate", "run", "engine_default")},
-    ("ecosystem/hw_sparse_initializer", "export"): (
-        "item 1 (sparse_initializer): export exit 2: onnxruntime could not run the model to capture node "
-        "inputs: [ONNXRuntimeError] : 1 : FAIL : ... running Gather node 'gather_sparse'"
-    ),
     ("ecosystem/hw_bfloat16_casts", "export"): (
         "item 3 (bfloat16 across boundaries): export exit 2: onnxruntime could not run the model to capture "
         "node inputs: No corresponding Numpy type for Tensor Type. bfloat16"
@@ -79,27 +62,10 @@ PENDING: dict[tuple[str, str], str] = {
         "item 3 (types from onnxruntime): lower exit 2: the lowered model fails onnx.checker: Field 'shape' "
         "of 'type' is required but missing. (the com.microsoft GatherND output has no inferred type)"
     ),
-    ("ecosystem/skl_column_pipeline", "validate"): (
-        "item 3 (boundaries): validate exit 2: tensor variable1: the type of 'variable1' is unknown "
-        "(shape inference gave none), so CPU partition 1 cannot declare it as an input"
+    ("ecosystem/hw_noshape_inputs", "lower"): (
+        "lower exit 2: the lowered model fails onnx.checker: Field 'shape' of 'type' is required but "
+        "missing (the source's graph input has no shape)"
     ),
-    ("ecosystem/skl_knn_zipmap", "run"): (
-        "item 3 (run -o with a ZipMap output): traceback: ValueError: Object arrays cannot be saved when "
-        "allow_pickle=False"
-    ),
-    ("ecosystem/hw_external_data", "lower"): _LOWER_WEIGHTS,
-    ("ecosystem/hw_external_data", "engine_customop"): _LOWER_WEIGHTS,
-    **{
-        (f"real/{model}", c): _NOT_EXACT
-        for model in (
-            "bart_decoder_past_torchscript",
-            "bart_torchscript",
-            "bert_torchscript",
-            "gpt2_past_torchscript",
-            "swin_torchscript",
-        )
-        for c in ("lower", "engine_customop")
-    },
 }
 
 
