@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 
 import dmlshim
@@ -17,6 +18,14 @@ from tests.oracle import ort_run
 from tests.test_session_models import chain_model
 
 TRIAL = 2 * (1 + path_choice.TIMED_RUNS)
+
+
+def basic_options() -> ort.SessionOptions:
+    """Optimization at most basic: the only levels at which the partitioned steps are tried (at extended
+    and all, onnxruntime's fusions across partition boundaries change the last bits)."""
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    return so
 
 
 def _clock(check_cost: float, partitioned_cost: float) -> Callable[[], float]:
@@ -53,7 +62,7 @@ def test_the_cheaper_path_answers_after_the_trial(
 ) -> None:
     model, feeds = chain_model()
     expected = ort_run(model, feeds)
-    session = dmlshim.InferenceSession(model)
+    session = dmlshim.InferenceSession(model, sess_options=basic_options())
     engine = session.engine
     assert engine._check is not None, "three CPU segments: the whole-model check is built"
     engine._chooser.clock = _clock(check_cost, partitioned_cost)
@@ -79,7 +88,7 @@ def test_the_cheaper_path_answers_after_the_trial(
 def test_kept_check_that_disagrees_rebuilds_the_partitions(monkeypatch: pytest.MonkeyPatch) -> None:
     model, feeds = chain_model()
     expected = ort_run(model, feeds)
-    session = dmlshim.InferenceSession(model)
+    session = dmlshim.InferenceSession(model, sess_options=basic_options())
     session.engine._chooser.clock = _clock(0.1, 1.0)
     assert set(_run_all(session, feeds, TRIAL)) == {PATH_CHECK, PATH_PARTITIONED}
     monkeypatch.setattr(whole_model, "identical", lambda ours, theirs: False)
@@ -93,7 +102,7 @@ def test_large_weights_keep_the_check_without_a_trial(monkeypatch: pytest.Monkey
     monkeypatch.setattr(partitioned, "TRIAL_MAX_WEIGHT_BYTES", 0)
     model, feeds = chain_model()
     expected = ort_run(model, feeds)
-    session = dmlshim.InferenceSession(model)
+    session = dmlshim.InferenceSession(model, sess_options=basic_options())
     assert _run_all(session, feeds, 4) == [PATH_CHECK] * 4
     got = session.run(None, feeds)
     for g, e in zip(got, expected, strict=True):
@@ -103,7 +112,7 @@ def test_large_weights_keep_the_check_without_a_trial(monkeypatch: pytest.Monkey
 
 def test_a_check_that_gave_up_leaves_the_partitions(monkeypatch: pytest.MonkeyPatch) -> None:
     model, feeds = chain_model()
-    session = dmlshim.InferenceSession(model)
+    session = dmlshim.InferenceSession(model, sess_options=basic_options())
     monkeypatch.setattr(whole_model, "identical", lambda ours, theirs: False)
     paths = _run_all(session, feeds, 2 * whole_model.GIVE_UP_AFTER + 2)
     assert set(paths) == {PATH_PARTITIONED}, "a disagreeing check never answers"
@@ -135,7 +144,7 @@ def test_other_engines_leave_the_path_empty() -> None:
 def test_partitions_that_fail_to_build_leave_the_check_answering() -> None:
     model, feeds = chain_model()
     expected = ort_run(model, feeds)
-    session = dmlshim.InferenceSession(model)
+    session = dmlshim.InferenceSession(model, sess_options=basic_options())
     engine = session.engine
 
     def refused() -> None:
@@ -153,3 +162,20 @@ def test_partitions_that_fail_to_build_leave_the_check_answering() -> None:
             assert np.array_equal(g, e, equal_nan=True)
     assert paths == [PATH_CHECK] * 3
     assert engine._chooser.chosen == PATH_CHECK
+
+
+@pytest.mark.parametrize("level", ["ORT_ENABLE_EXTENDED", "ORT_ENABLE_ALL", None])
+def test_extended_optimization_keeps_the_check_on_every_run(level: str | None) -> None:
+    # A new user's finding: with onnxruntime's default optimization, the partitioned steps gave other last
+    # bits than onnxruntime on every other run. At these levels only the check answers.
+    model, feeds = chain_model()
+    so = None
+    if level is not None:
+        so = ort.SessionOptions()
+        so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
+    session = dmlshim.InferenceSession(model, sess_options=so)
+    paths = []
+    for _ in range(TRIAL + 2):
+        session.run(None, feeds)
+        paths.append(session.last_run_record.path)
+    assert paths == [PATH_CHECK] * (TRIAL + 2)
