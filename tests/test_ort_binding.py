@@ -268,3 +268,25 @@ def test_the_command_reports_a_missing_script(tmp_path: Path) -> None:
         timeout=120,
     )
     assert proc.returncode == 2 and "nope.py" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_the_summary_file_never_replaces_an_input_or_an_existing_file(tmp_path: Path) -> None:
+    # A tester's finding: --summary-file overwrote the model the script was given, and the script itself.
+    model = tmp_path / "m.onnx"
+    model.write_bytes(SCATTER_MODEL.read_bytes())
+    script = tmp_path / "s.py"
+    script.write_text("import sys, onnxruntime as ort\nort.InferenceSession(sys.argv[1])\n")
+    existing = tmp_path / "existing.json"
+    existing.write_text("{}")
+    for target, expect in ((model, "refusing to replace an input"), (script, "refusing to replace an input"),
+                           (existing, "pass --overwrite")):  # fmt: skip
+        before = target.read_bytes()
+        proc = subprocess.run(
+            [sys.executable, "-m", "dmlshim.ort", "--summary-file", str(target), str(script), str(model)],
+            cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=240,
+        )  # fmt: skip
+        assert proc.returncode == 2 and expect in proc.stderr, proc.stderr
+        assert target.read_bytes() == before
+    _python(["-m", "dmlshim.ort", "--summary-file", str(existing), "--overwrite", str(script), str(model)],
+            tmp_path)  # fmt: skip
+    assert json.loads(existing.read_text())["totals"]["sessions"] == 1

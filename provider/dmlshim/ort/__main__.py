@@ -9,6 +9,7 @@ import os
 import runpy
 import sys
 
+from ..errors import BadInputError
 from .install import install
 
 _USAGE = (
@@ -33,6 +34,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--summary-file", default=None, help="also write the JSON summary to this file")
     parser.add_argument(
+        "--overwrite", action="store_true", help="let --summary-file replace an existing file"
+    )
+    parser.add_argument(
         "--emulate",
         choices=("asked", "all"),
         default=None,
@@ -51,7 +55,19 @@ def main(argv: list[str] | None = None) -> int:
         _parser().print_usage(sys.stderr)
         sys.stderr.write("python -m dmlshim.ort: error: give a script or -m MODULE\n")
         return 2
-    install(summary=args.summary, summary_file=args.summary_file, emulate=args.emulate)
+    # The script and every argument naming an existing file are inputs the summary may never replace.
+    read = [a for a in args.target if os.path.isfile(a)]
+    try:
+        install(
+            summary=args.summary,
+            summary_file=args.summary_file,
+            emulate=args.emulate,
+            overwrite=args.overwrite,
+            inputs=read,
+        )
+    except BadInputError as exc:
+        sys.stderr.write(f"python -m dmlshim.ort: error: {exc}\n")
+        return 2
     if args.module is not None:
         sys.argv = [args.module, *args.target]
         runpy.run_module(args.module, run_name="__main__", alter_sys=True)

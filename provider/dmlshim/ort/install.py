@@ -25,6 +25,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -42,6 +43,7 @@ INSTALL_ENV = "DMLSHIM_ORT_INSTALL"
 SUMMARY_ENV = "DMLSHIM_ORT_SUMMARY"
 """``text`` (default), ``json`` or ``off``: the summary printed on stderr at exit."""
 SUMMARY_FILE_ENV = "DMLSHIM_ORT_SUMMARY_FILE"
+SUMMARY_INPUTS_ENV = "DMLSHIM_ORT_SUMMARY_INPUTS"
 """A file to write the JSON summary to at exit (besides stderr)."""
 STATE_ENV = "DMLSHIM_ORT_STATE"
 """The private folder where worker processes leave their tallies (set by the first process)."""
@@ -82,6 +84,8 @@ def install(
     summary_file: str | os.PathLike[str] | None = None,
     emulate: str | None = None,
     children: bool = True,
+    overwrite: bool = False,
+    inputs: Sequence[str | os.PathLike[str]] = (),
 ) -> ModuleType:
     """Bind dmlshim in place of onnxruntime for this process (call it before the program imports
     onnxruntime), and in the Python processes it starts when ``children`` is true.
@@ -92,6 +96,9 @@ def install(
         emulate: ``"asked"`` (default: sessions asking for DmlExecutionProvider or for no provider are
             emulated, as onnxruntime-directml would run them) or ``"all"`` (every session).
         children: bind worker and child Python processes too (through ``PYTHONPATH``).
+        overwrite: let ``summary_file`` replace an existing regular file.
+        inputs: files the program reads (its script, models): ``summary_file`` may never be one of them,
+            nor the external data of a model among them (checked now and again at exit).
 
     Returns:
         The stand-in module now in ``sys.modules["onnxruntime"]``.
@@ -102,7 +109,12 @@ def install(
     os.environ[SUMMARY_ENV] = _choice(summary, SUMMARY_ENV, _SUMMARY_FORMATS, "text")
     os.environ[EMULATE_ENV] = _choice(emulate, EMULATE_ENV, EMULATE_CHOICES, "asked")
     if summary_file is not None:
+        from .. import files
+
+        # Refused now, before the program runs, as every dmlshim writer refuses (an existing file, an input).
+        files.check_output_file(summary_file, overwrite=overwrite, inputs=inputs, what="summary file")
         os.environ[SUMMARY_FILE_ENV] = os.path.abspath(os.fspath(summary_file))
+        os.environ[SUMMARY_INPUTS_ENV] = os.pathsep.join(os.path.abspath(os.fspath(p)) for p in inputs)
     if OWNER_ENV not in os.environ:
         os.environ[OWNER_ENV] = str(os.getpid())
         os.environ[STATE_ENV] = tempfile.mkdtemp(prefix="dmlshim-ort-")
@@ -160,7 +172,9 @@ def uninstall() -> None:
     state = os.environ.get(STATE_ENV)
     if _is_owner() and state:
         shutil.rmtree(state, ignore_errors=True)
-    for name in (INSTALL_ENV, STATE_ENV, OWNER_ENV, SUMMARY_ENV, SUMMARY_FILE_ENV, EMULATE_ENV):
+    names = (INSTALL_ENV, STATE_ENV, OWNER_ENV, SUMMARY_ENV, SUMMARY_FILE_ENV, SUMMARY_INPUTS_ENV)
+    names += (EMULATE_ENV,)
+    for name in names:
         os.environ.pop(name, None)
     parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != BOOT_DIR]
     if parts:
@@ -257,7 +271,9 @@ def _at_exit() -> None:
         from .. import files
 
         try:
-            files.write_json(target, result, overwrite=True, what="dmlshim summary")
+            # Checked when installed (existing file only with overwrite); an input never, even now.
+            read = [p for p in os.environ.get(SUMMARY_INPUTS_ENV, "").split(os.pathsep) if p]
+            files.write_json(target, result, overwrite=True, inputs=read, what="dmlshim summary")
         except BadInputError as exc:
             sys.stderr.write(f"dmlshim: {exc}\n")
     if fmt == "json":
