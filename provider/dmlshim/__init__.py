@@ -79,6 +79,10 @@ def __getattr__(name: str) -> Any:
         from .execute.session import InferenceSession
 
         return InferenceSession
+    if name == "ort":  # dmlshim.ort.standin_module() after a plain `import dmlshim`, as docs/coming-from.md
+        import importlib
+
+        return importlib.import_module(".ort", __name__)
     if name in ("install", "uninstall"):
         from .ort import install as _install
 
