@@ -245,3 +245,26 @@ def test_type_from_ort_reads_onnxruntime_type_strings() -> None:
     assert [d.dim_param for d in dims] == ["n", "", ""] and dims[1].dim_value == 3
     assert not dims[2].HasField("dim_value")
     assert type_from_ort("tensor(") is None
+
+
+def test_validate_compares_a_bfloat16_graph_output(tmp_path: Path) -> None:
+    # A tester's finding: a bfloat16 graph output ended validate in a numpy traceback.
+    from onnx import TensorProto, helper
+
+    from dmlshim.cli.main import main as cli
+
+    g = helper.make_graph(
+        [
+            helper.make_node("Gather", ["x", "i"], ["g"], axis=0),
+            helper.make_node("Cast", ["g"], ["y"], to=TensorProto.BFLOAT16),
+        ],
+        "bf16_out",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 3]),
+         helper.make_tensor_value_info("i", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.BFLOAT16, [2, 3])],
+    )  # fmt: skip
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+    path = tmp_path / "bf16_out.onnx"
+    path.write_bytes(model.SerializeToString())
+    np.savez(tmp_path / "in.npz", x=np.arange(12, dtype=np.float32).reshape(4, 3), i=np.array([3, 0]))
+    assert cli(["validate", str(path), "--inputs", str(tmp_path / "in.npz"), "-q"]) == 0
