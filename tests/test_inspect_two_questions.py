@@ -424,3 +424,22 @@ def test_rule_messages_name_symbols() -> None:
     )
     # (The size limits are left to the run, as the translator does for symbolic descriptors.)
     assert not [v for v in find_violations(same, FeatureLevel.FL_5_0) if v.rule not in SIZE_DEPENDENT_RULES]
+
+
+def test_a_descriptor_the_provider_builds_wrong_makes_today_no(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # A tester's finding: a strided-window GatherElements, which onnxruntime-directml places on DML with a
+    # descriptor DirectML rejects (session creation fails, directml-facts.md), was answered "today: YES".
+    g = helper.make_graph(
+        [helper.make_node("GatherElements", ["x", "i"], ["y"], axis=0)],
+        "strided",
+        [helper.make_tensor_value_info("x", T.FLOAT, [3, 10]),
+         helper.make_tensor_value_info("i", T.INT64, [2, 4])],
+        [helper.make_tensor_value_info("y", T.FLOAT, [2, 4])],
+    )  # fmt: skip
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=10)
+    code, out = _inspect(capsys, _save(tmp_path, model))
+    assert code == 0  # the first question (it translates) decides the exit code
+    assert "DirectML operators at DML_FEATURE_LEVEL_5_0: YES" in out
+    assert "onnxruntime-directml today: NO (" in out and "EP_DESCRIPTOR_FAILS" in out

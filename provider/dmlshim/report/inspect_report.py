@@ -69,10 +69,17 @@ def verdict(mt: ModelTranslation) -> str:
 def placement_verdict(mt: ModelTranslation) -> str:
     """The answer to the second question: would onnxruntime-directml run every gather/scatter node on
     DmlExecutionProvider today? YES: every one; PARTIAL: some; NO: none (an empty model answers YES)."""
+    if _session_fails(mt):
+        return "NO"
     on_dml = mt.summary["ort_placement"]["DmlExecutionProvider"]
     if on_dml == len(mt.nodes):
         return "YES"
     return "PARTIAL" if on_dml else "NO"
+
+
+def _session_fails(mt: ModelTranslation) -> list[str]:
+    """Nodes the provider places on DML with a descriptor DirectML rejects: its session creation fails."""
+    return [n.name for n in mt.nodes if "EP_DESCRIPTOR_FAILS" in n.reason_codes]
 
 
 def _meaning(mt: ModelTranslation) -> str:
@@ -125,6 +132,14 @@ def _placement_meaning(mt: ModelTranslation) -> str:
         why = ", ".join(f"{c} {k}" for c, k in sorted(codes.items()))
         parts.append(f"{len(nodes)} {label}" + (f": {why}" if why else ""))
     on_dml = mt.summary["ort_placement"]["DmlExecutionProvider"]
+    failing = _session_fails(mt)
+    if failing:
+        parts.insert(
+            0,
+            f"{len(failing)} placed on DmlExecutionProvider with a descriptor DirectML rejects, so session "
+            "creation fails there: EP_DESCRIPTOR_FAILS",
+        )
+        return "; ".join(parts)
     if on_dml == total:
         return "every gather/scatter node on DmlExecutionProvider"
     return f"{on_dml} of {total} on DmlExecutionProvider; " + "; ".join(parts)
