@@ -54,10 +54,6 @@ _LOWER_WEIGHTS = (
 
 #: (model id, command) -> the failure it shows today. Delete an entry when its fix lands (strict xfail).
 PENDING: dict[tuple[str, str], str] = {
-    ("ecosystem/hw_bfloat16_casts", "export"): (
-        "item 3 (bfloat16 across boundaries): export exit 2: onnxruntime could not run the model to capture "
-        "node inputs: No corresponding Numpy type for Tensor Type. bfloat16"
-    ),
     ("ecosystem/hw_ms_gathernd", "lower"): (
         "item 3 (types from onnxruntime): lower exit 2: the lowered model fails onnx.checker: Field 'shape' "
         "of 'type' is required but missing. (the com.microsoft GatherND output has no inferred type)"
