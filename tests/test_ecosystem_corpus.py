@@ -92,14 +92,6 @@ PENDING: dict[tuple[str, str], str] = {
         "item 5 (generated inputs): validate exit 2: node 'ScatterND__45', tensor Concat__42:0: index 4 is "
         "out of range [-3, 2] (unsorted_segment_sum's ids reach the ScatterND through Unsqueeze/Concat)"
     ),
-    ("hw_ms_gathernd", "validate_generated"): (
-        "item 5 (generated inputs): validate exit 2: node 'ms_gather_nd' (com.microsoft GatherND): "
-        "onnxruntime failed in CPU partition 0: an index is out of range"
-    ),
-    ("hw_ms_gathernd", "inspect_clean"): (
-        "item 3 (types from onnxruntime): Gather 'gather_col' is status error SHAPE_UNKNOWN: the type or "
-        "rank of data 'g' (output of com.microsoft GatherND) is not known statically"
-    ),
 }
 
 

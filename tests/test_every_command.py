@@ -54,10 +54,6 @@ _LOWER_WEIGHTS = (
 
 #: (model id, command) -> the failure it shows today. Delete an entry when its fix lands (strict xfail).
 PENDING: dict[tuple[str, str], str] = {
-    ("ecosystem/hw_ms_gathernd", "lower"): (
-        "item 3 (types from onnxruntime): lower exit 2: the lowered model fails onnx.checker: Field 'shape' "
-        "of 'type' is required but missing. (the com.microsoft GatherND output has no inferred type)"
-    ),
     ("ecosystem/hw_noshape_inputs", "lower"): (
         "lower exit 2: the lowered model fails onnx.checker: Field 'shape' of 'type' is required but "
         "missing (the source's graph input has no shape)"

@@ -14,6 +14,10 @@ is then drawn so that every index lands inside the data dimension it addresses:
   of them when the input is not the indices tensor itself;
 * ScatterND: the dims ``data.shape[:k]``.
 
+onnxruntime's com.microsoft GatherND (no batch_dims) reads its indices as ai.onnx GatherND with
+``batch_dims`` 0 does, and an out-of-range index fails it the same way, so its indices are constrained
+alike.
+
 Scatter without a reduction must not write one place twice (ONNX leaves it undefined and DirectML gives no
 guaranteed winner), so such indices are drawn without repetition (see :mod:`dmlshim.inputs.values`).
 """
@@ -215,6 +219,11 @@ def _attr(node: onnx.NodeProto, name: str, default: object) -> object:
     return default
 
 
+def _reads_indices(node: onnx.NodeProto) -> bool:
+    """A node whose second input indexes its first: the six ai.onnx ops and com.microsoft GatherND."""
+    return is_gather_scatter(node) or (node.domain == "com.microsoft" and node.op_type == "GatherND")
+
+
 def _node_requirement(
     node: onnx.NodeProto, shapes: Mapping[str, tuple[int | None, ...]]
 ) -> tuple[int, bool, str, int, tuple[int, ...]] | None:
@@ -356,7 +365,7 @@ def plan_for_shapes(
     names = set(shapes)
     found: dict[str, list[IndexConstraint]] = {n: [] for n in shapes}
     for node_name, node in walk_nodes(inferred.graph):
-        if not is_gather_scatter(node) or len(node.input) < 2:
+        if not _reads_indices(node) or len(node.input) < 2:
             continue
         requirement = _node_requirement(node, table)
         for source, offset, direct in _trace(node.input[1], names, producers, constants):
