@@ -88,10 +88,6 @@ PENDING: dict[tuple[str, str], str] = {
     # inspect cannot size its nodes without --input-shape (validate says so, exit 2).
     ("hw_noshape_inputs", "validate_generated"): _NOSHAPE_GENERATED,
     ("hw_noshape_inputs", "inspect_clean"): _NOSHAPE_GENERATED,
-    ("tf_scatters", "validate_generated"): (
-        "item 5 (generated inputs): validate exit 2: node 'ScatterND__45', tensor Concat__42:0: index 4 is "
-        "out of range [-3, 2] (unsorted_segment_sum's ids reach the ScatterND through Unsqueeze/Concat)"
-    ),
 }
 
 
