@@ -54,10 +54,6 @@ _LOWER_WEIGHTS = (
 
 #: (model id, command) -> the failure it shows today. Delete an entry when its fix lands (strict xfail).
 PENDING: dict[tuple[str, str], str] = {
-    ("ecosystem/hw_noshape_inputs", "lower"): (
-        "lower exit 2: the lowered model fails onnx.checker: Field 'shape' of 'type' is required but "
-        "missing (the source's graph input has no shape)"
-    ),
 }
 
 
