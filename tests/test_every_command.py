@@ -37,24 +37,8 @@ def _id(path: Path) -> str:
     return str(path.relative_to(ROOT).with_suffix(""))
 
 
-_ACCEPT = "item 1 (acceptance): exit 2 / BadModelError: the model fails onnx.checker: {}"
-_SPARSE = (
-    "item 1 (sparse_initializer): node 'gather_sparse', op Gather, tensor table: node 'gather_sparse' reads "
-    "'table', which no node, graph input or initializer provides"
-)
-_NOT_EXACT = (
-    "not in issue 19's items: the custom-op engine (and the lowered file in plain onnxruntime) differ from "
-    "onnxruntime CPU in float32 output 0 by a few ulp (bert_torchscript: max 7.2e-07, 77 % of the elements) "
-    "at every graph optimization level; the default engine is bit-exact"
-)
-_LOWER_WEIGHTS = (
-    "item 4 (lower/customop weights): Required inputs (['table']) are missing from input feed (['ids']) "
-    "(the 128 KiB external-data table is declared as a graph input without data)"
-)
-
 #: (model id, command) -> the failure it shows today. Delete an entry when its fix lands (strict xfail).
-PENDING: dict[tuple[str, str], str] = {
-}
+PENDING: dict[tuple[str, str], str] = {}
 
 
 #: tests/test_real_corpus.py already runs these on every model of real/ (same arguments).

@@ -122,5 +122,5 @@ def test_the_lowered_check_follows_onnxruntime(tmp_path: Path, caplog: pytest.Lo
         check_lowered(model("Relu"), out)
     assert "Field 'shape' of 'type' is required but missing" in caplog.text
     assert "onnxruntime loads the lowered model" in caplog.text
-    with pytest.raises(BadModelError, match="onnxruntime cannot load the lowered model: .*onnx.checker"):
+    with pytest.raises(BadModelError, match=r"onnxruntime cannot load the lowered model: .*onnx\.checker"):
         check_lowered(model("NoSuchOperator"), out)
