@@ -44,3 +44,20 @@ def _every_export_follows_dxdispatch_rules() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(DxDispatchModel, "save", checked_save)
         yield
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests that run a zero-depth ScatterND (the ecosystem model hw_scatternd_empty_index, or marked
+    ``zero_depth_scatternd``) are skipped, with the reason, where the installed onnxruntime crashes on it."""
+    affected = [
+        item
+        for item in items
+        if "hw_scatternd_empty_index" in item.nodeid or item.get_closest_marker("zero_depth_scatternd")
+    ]
+    if not affected:
+        return
+    from .oracle import ZERO_DEPTH_SCATTERND_CRASH, ort_crashes_on_zero_depth_scatternd
+
+    if ort_crashes_on_zero_depth_scatternd():
+        for item in affected:
+            item.add_marker(pytest.mark.skip(reason=ZERO_DEPTH_SCATTERND_CRASH))

@@ -7,12 +7,9 @@ thread, and each dmlshim command runs in-process through ``dmlshim.cli.main.main
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
+import sys
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -21,49 +18,13 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-GATHER_SCATTER_OPS = frozenset(
-    {"Gather", "GatherElements", "GatherND", "Scatter", "ScatterElements", "ScatterND"}
-)
+# One CLI runner for both corpora: the real-export one beside its models.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "onnx_models" / "real"))
+from corpus_results import CliRun, run_cli
 
+from dmlshim.graph import GATHER_SCATTER_OPS
 
-@dataclass(frozen=True)
-class CliRun:
-    """One in-process CLI invocation."""
-
-    argv: tuple[str, ...]
-    code: int
-    out: str
-    err: str
-
-    @property
-    def doc(self) -> dict[str, Any] | None:
-        try:
-            value = json.loads(self.out)
-        except ValueError:
-            return None
-        return value if isinstance(value, dict) else None
-
-    @property
-    def message(self) -> str:
-        text = (self.err.strip() + "\n" + self.out.strip()).strip()
-        for line in text.splitlines():
-            if "error" in line.lower() or line.startswith(("verdict", "Traceback")):
-                return line.strip()[:300]
-        return text.splitlines()[-1].strip()[:300] if text else ""
-
-
-def run_cli(*argv: str) -> CliRun:
-    from dmlshim.cli.main import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(list(argv))
-        except SystemExit as exc:  # argparse errors
-            code = int(exc.code or 0)
-        except Exception as exc:  # a traceback is a failure the test must name, not crash on
-            return CliRun(tuple(argv), 99, out.getvalue(), f"Traceback: {type(exc).__name__}: {exc}")
-    return CliRun(tuple(argv), code, out.getvalue(), err.getvalue())
+__all__ = ["CliRun", "run_cli"]
 
 
 def expected_gather_scatter(path: Path) -> Counter[str]:

@@ -6,6 +6,7 @@ never from dmlshim's own kernels.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -70,3 +71,36 @@ def ort_node(
     model = make_node_model(op_type, inputs, attrs, opset)
     feeds = {k: v for k, v in inputs.items() if v is not None}
     return ort_run(model, feeds)[0]
+
+
+_ZERO_DEPTH_PROBE = """
+import numpy as np, onnxruntime as ort
+from onnx import TensorProto, helper
+g = helper.make_graph(
+    [helper.make_node("ScatterND", ["x", "i", "u"], ["y"])], "g",
+    [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]),
+     helper.make_tensor_value_info("i", TensorProto.INT64, [1, 0]),
+     helper.make_tensor_value_info("u", TensorProto.FLOAT, [1, 2])],
+    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+s = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+s.run(None, {"x": np.zeros(2, np.float32), "i": np.zeros((1, 0), np.int64), "u": np.ones((1, 2), np.float32)})
+"""
+
+
+@functools.cache
+def ort_crashes_on_zero_depth_scatternd() -> bool:
+    """True when the installed onnxruntime kills the process (SIGFPE) running a ScatterND whose indices'
+    last dimension is 0 — onnxruntime 1.22 and 1.24 do; 1.32 replaces the whole tensor. Probed once, in a
+    child process."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _ZERO_DEPTH_PROBE], capture_output=True, timeout=120)
+    return done.returncode < 0
+
+
+ZERO_DEPTH_SCATTERND_CRASH = (
+    f"onnxruntime {ort.__version__} crashes the process (SIGFPE) on a ScatterND whose indices' last "
+    "dimension is 0; newer onnxruntime runs it"
+)

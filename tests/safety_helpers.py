@@ -20,7 +20,28 @@ class ChildResult:
     stdout: str
     stderr: str
     peak_rss: int
-    """The child's own peak resident set size in bytes (its ``wait4`` rusage, not a max over children)."""
+    """The child's own peak resident set size in bytes (see :func:`own_peak_rss`)."""
+
+
+# Linux keeps ru_maxrss across fork and execve, so a child of a large test process would report the
+# parent's peak; VmHWM belongs to the child's own address space, which execve starts afresh.
+_REPORT_PEAK = (
+    "import atexit, os, runpy, sys\n"
+    "def _peak():\n"
+    "    with open('/proc/self/status') as f, open(os.environ['DMLSHIM_TEST_PEAK_FILE'], 'w') as o:\n"
+    "        o.write(next(l.split()[1] for l in f if l.startswith('VmHWM:')))\n"
+    "atexit.register(_peak)\n"
+    "sys.argv[0] = 'dmlshim'\n"
+    "runpy.run_module('dmlshim', run_name='__main__', alter_sys=True)\n"
+)
+
+
+def own_peak_rss(script_args: list[str]) -> list[str]:
+    """The command line that runs ``python -m dmlshim`` and writes its own peak RSS (kB, VmHWM) to the file
+    ``$DMLSHIM_TEST_PEAK_FILE`` names (Linux); elsewhere plain ``python -m dmlshim`` (wait4's figure)."""
+    if not Path("/proc/self/status").is_file():
+        return [sys.executable, "-m", "dmlshim", *script_args]
+    return [sys.executable, "-c", _REPORT_PEAK, *script_args]
 
 
 def run_child(argv: list[str], env: Mapping[str, str] | None = None, timeout: float = 300) -> ChildResult:
@@ -28,11 +49,16 @@ def run_child(argv: list[str], env: Mapping[str, str] | None = None, timeout: fl
 
     The child is killed after ``timeout`` seconds (a hang then shows as exit -9, not a stuck suite).
     """
-    full_env = {**os.environ, "PYTHONPATH": str(REPO / "provider"), **(env or {})}
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "dmlshim", *argv], stdout=out, stderr=err, env=full_env
-        )
+    tmp_dir = tempfile.TemporaryDirectory()
+    with tmp_dir as tmp, tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        peak_file = Path(tmp) / "peak"
+        full_env = {
+            **os.environ,
+            "PYTHONPATH": str(REPO / "provider"),
+            "DMLSHIM_TEST_PEAK_FILE": str(peak_file),
+            **(env or {}),
+        }
+        proc = subprocess.Popen(own_peak_rss(argv), stdout=out, stderr=err, env=full_env)
         timer = threading.Timer(timeout, proc.kill)
         timer.start()
         try:
@@ -46,5 +72,5 @@ def run_child(argv: list[str], env: Mapping[str, str] | None = None, timeout: fl
             proc.returncode,
             out.read().decode("utf-8", "replace"),
             err.read().decode("utf-8", "replace"),
-            usage.ru_maxrss * 1024,
+            int(peak_file.read_text()) * 1024 if peak_file.is_file() else usage.ru_maxrss * 1024,
         )

@@ -282,6 +282,7 @@ def _zero_depth_scatternd() -> onnx.ModelProto:
     )
 
 
+@pytest.mark.zero_depth_scatternd
 def test_zero_depth_scatternd_is_a_cpu_fallback(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     model = _zero_depth_scatternd()
     path = _save(tmp_path, model)

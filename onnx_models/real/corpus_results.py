@@ -47,7 +47,7 @@ class CliRun:
         """The first line a user reads when the command did not succeed."""
         text = self.err.strip() or self.out.strip()
         for line in text.splitlines():
-            if "error" in line.lower() or line.startswith("verdict"):
+            if "error" in line.lower() or line.startswith(("verdict", "Traceback")):
                 return line.strip()
         return text.splitlines()[-1].strip() if text else ""
 
@@ -65,6 +65,8 @@ def run_cli(*argv: str) -> CliRun:
             code = main(list(argv))
         except SystemExit as exc:  # argparse errors
             code = int(exc.code or 0)
+        except Exception as exc:  # a traceback is a failure the caller must name, not crash on
+            return CliRun(tuple(argv), 99, out.getvalue(), f"Traceback: {type(exc).__name__}: {exc}")
     return CliRun(tuple(argv), code, out.getvalue(), err.getvalue())
 
 
