@@ -46,38 +46,6 @@ CHECKS = (
     "cli_run",
 )
 
-_IR3 = (
-    "item 1 (acceptance): exit 2 / BadModelError: the model fails onnx.checker: "
-    "table in initializer but not in graph input"
-)
-_NOSHAPE = (
-    "item 1 (acceptance): exit 2 / BadModelError: the model fails onnx.checker: "
-    "Field 'shape' of 'type' is required but missing."
-)
-_UNSORTED = (
-    "item 1 (acceptance): exit 2 / BadModelError: the model fails onnx.checker: "
-    "Nodes in a graph must be topologically sorted, however input 'picked2' of node: ..."
-)
-_SPARSE = (
-    "item 1 (sparse_initializer): exit 2 / BadModelError: node 'gather_sparse', op Gather, tensor table: "
-    "node 'gather_sparse' reads 'table', which no node, graph input or initializer provides"
-)
-_FUNC_INSPECT = (
-    "item 2 (functions): inspect reports no gather/scatter node; all of them are in function bodies"
-)
-_FUNC_GENERATED = (
-    "item 2 (functions): validate exit 2: onnxruntime failed running the model: an index is out of range "
-    "(generated inputs ignore the gather/scatter nodes in function bodies)"
-)
-_WHERE = (
-    "item 5 (generated inputs): validate exit 2: input '{}': "
-    "no value is a valid index for every node it feeds (jax2onnx's Where(idx < 0, idx + n, idx))"
-)
-_SKL_TYPE = (
-    "item 3 (boundaries): validate exit 2: tensor variable1: the type of 'variable1' is unknown "
-    "(shape inference gave none), so CPU partition 1 cannot declare it as an input"
-)
-
 _NOSHAPE_GENERATED = (
     "graph input 'data' has no shape (unknown rank): generated inputs and inspect need --input-shape"
 )
@@ -88,18 +56,6 @@ PENDING: dict[tuple[str, str], str] = {
     # inspect cannot size its nodes without --input-shape (validate says so, exit 2).
     ("hw_noshape_inputs", "validate_generated"): _NOSHAPE_GENERATED,
     ("hw_noshape_inputs", "inspect_clean"): _NOSHAPE_GENERATED,
-    ("tf_scatters", "validate_generated"): (
-        "item 5 (generated inputs): validate exit 2: node 'ScatterND__45', tensor Concat__42:0: index 4 is "
-        "out of range [-3, 2] (unsorted_segment_sum's ids reach the ScatterND through Unsqueeze/Concat)"
-    ),
-    ("hw_ms_gathernd", "validate_generated"): (
-        "item 5 (generated inputs): validate exit 2: node 'ms_gather_nd' (com.microsoft GatherND): "
-        "onnxruntime failed in CPU partition 0: an index is out of range"
-    ),
-    ("hw_ms_gathernd", "inspect_clean"): (
-        "item 3 (types from onnxruntime): Gather 'gather_col' is status error SHAPE_UNKNOWN: the type or "
-        "rank of data 'g' (output of com.microsoft GatherND) is not known statically"
-    ),
 }
 
 

@@ -37,36 +37,8 @@ def _id(path: Path) -> str:
     return str(path.relative_to(ROOT).with_suffix(""))
 
 
-_ACCEPT = "item 1 (acceptance): exit 2 / BadModelError: the model fails onnx.checker: {}"
-_SPARSE = (
-    "item 1 (sparse_initializer): node 'gather_sparse', op Gather, tensor table: node 'gather_sparse' reads "
-    "'table', which no node, graph input or initializer provides"
-)
-_NOT_EXACT = (
-    "not in issue 19's items: the custom-op engine (and the lowered file in plain onnxruntime) differ from "
-    "onnxruntime CPU in float32 output 0 by a few ulp (bert_torchscript: max 7.2e-07, 77 % of the elements) "
-    "at every graph optimization level; the default engine is bit-exact"
-)
-_LOWER_WEIGHTS = (
-    "item 4 (lower/customop weights): Required inputs (['table']) are missing from input feed (['ids']) "
-    "(the 128 KiB external-data table is declared as a graph input without data)"
-)
-
 #: (model id, command) -> the failure it shows today. Delete an entry when its fix lands (strict xfail).
-PENDING: dict[tuple[str, str], str] = {
-    ("ecosystem/hw_bfloat16_casts", "export"): (
-        "item 3 (bfloat16 across boundaries): export exit 2: onnxruntime could not run the model to capture "
-        "node inputs: No corresponding Numpy type for Tensor Type. bfloat16"
-    ),
-    ("ecosystem/hw_ms_gathernd", "lower"): (
-        "item 3 (types from onnxruntime): lower exit 2: the lowered model fails onnx.checker: Field 'shape' "
-        "of 'type' is required but missing. (the com.microsoft GatherND output has no inferred type)"
-    ),
-    ("ecosystem/hw_noshape_inputs", "lower"): (
-        "lower exit 2: the lowered model fails onnx.checker: Field 'shape' of 'type' is required but "
-        "missing (the source's graph input has no shape)"
-    ),
-}
+PENDING: dict[tuple[str, str], str] = {}
 
 
 #: tests/test_real_corpus.py already runs these on every model of real/ (same arguments).

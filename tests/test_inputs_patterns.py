@@ -270,3 +270,79 @@ def test_two_real_uses_still_intersect() -> None:
     )
     idx = next(s for s in plan_inputs(model) if s.name == "idx")
     assert idx.bounds == (0, N - 2)
+
+
+# --------------------------------------------------------------------------------------------------
+# Index tuples assembled from separate inputs (tf2onnx's unsorted_segment_sum: Concat of Unsqueezes)
+
+
+def _tuple_model(
+    nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto], data: list[int]
+) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        [*nodes, helper.make_node("GatherND", ["data", "tuples"], ["y"], name="gather_nd")],
+        "tuples",
+        [helper.make_tensor_value_info("data", TensorProto.FLOAT, data), *inputs],
+        [OUT, helper.make_tensor_value_info("tuples", TensorProto.INT64, None)],
+        [numpy_helper.from_array(np.array([-1], dtype=np.int64), "last1")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+def _check_tuples(model: onnx.ModelProto, tmp_path: Path, bounds: dict[str, tuple[int, int]]) -> None:
+    """The planned bounds are the data dims each input's components address (ONNX's GatherND rule), and
+    onnxruntime computes the model on generated inputs with every tuple inside the data."""
+    from dmlshim.inputs.constraints import plan_inputs
+
+    specs = {s.name: s for s in plan_inputs(model)}
+    assert {n: specs[n].bounds for n in bounds} == bounds
+    path = tmp_path / "tuples.onnx"
+    onnx.save(model, str(path))
+    data_shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    session = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    for seed in range(5):
+        feeds = generate(model, seed=seed).feeds
+        tuples = session.run(["tuples"], feeds)[0]
+        k = tuples.shape[-1]
+        assert np.all((tuples >= 0) & (tuples < np.array(data_shape[:k]))), (seed, tuples)
+
+
+def test_unsqueezed_ids_bound_by_the_dimension_of_their_component(tmp_path: Path) -> None:
+    """rows reaches component 0 (data dim 2), cols component 1 (data dim 7): each its own bound, not the
+    smaller dim for both."""
+    model = _tuple_model(
+        [
+            helper.make_node("Unsqueeze", ["rows", "last1"], ["r1"]),
+            helper.make_node("Cast", ["cols"], ["cols64"], to=TensorProto.INT64),
+            helper.make_node("Unsqueeze", ["cols64", "last1"], ["c1"]),
+            helper.make_node("Concat", ["r1", "c1"], ["tuples"], axis=-1),
+        ],
+        [
+            helper.make_tensor_value_info("rows", TensorProto.INT64, [4]),
+            helper.make_tensor_value_info("cols", TensorProto.INT32, [4]),
+        ],
+        [2, 7, 3],
+    )
+    _check_tuples(model, tmp_path, {"rows": (0, 2), "cols": (0, 7)})
+
+
+def test_a_wider_part_and_a_reshaped_part_of_one_tuple(tmp_path: Path) -> None:
+    """Concat([a (n,1) reshaped from (n,), b (n,2)], axis 1) over data [3, 6, 4]: a is component 0 (3),
+    b components 1-2 (the smaller of 6 and 4)."""
+    model = _tuple_model(
+        [
+            helper.make_node("Reshape", ["a", "shape"], ["a2"]),
+            helper.make_node("Concat", ["a2", "b"], ["tuples"], axis=1),
+        ],
+        [
+            helper.make_tensor_value_info("a", TensorProto.INT64, [5]),
+            helper.make_tensor_value_info("b", TensorProto.INT64, [5, 2]),
+            helper.make_tensor_value_info("shape", TensorProto.INT64, [2]),
+        ],
+        [3, 6, 4],
+    )
+    model.graph.input.pop()  # the shape is a constant
+    model.graph.initializer.append(numpy_helper.from_array(np.array([5, 1], dtype=np.int64), "shape"))
+    _check_tuples(model, tmp_path, {"a": (0, 3), "b": (0, 4)})

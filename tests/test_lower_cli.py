@@ -98,3 +98,29 @@ def test_bad_model_and_bad_input_shape(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["lower", model, "-o", str(tmp_path / "o.onnx"), "--input-shape", "nope=1"]) == 2
     assert "not a graph input" in capsys.readouterr().err
     assert not (tmp_path / "o.onnx").exists()
+
+
+def test_the_lowered_check_follows_onnxruntime(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """onnx.checker's finding on a lowered model onnxruntime loads is a warning; one onnxruntime refuses
+    is an error naming both."""
+    from onnx import TensorProto, helper
+
+    from dmlshim.errors import BadModelError
+    from dmlshim.execute.lowered_file import check_lowered
+
+    def model(op: str) -> onnx.ModelProto:
+        graph = helper.make_graph(
+            [helper.make_node(op, ["x"], ["y"])],
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],  # no shape: onnx.checker objects
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        )
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+    out = tmp_path / "out.onnx"
+    with caplog.at_level("WARNING"):
+        check_lowered(model("Relu"), out)
+    assert "Field 'shape' of 'type' is required but missing" in caplog.text
+    assert "onnxruntime loads the lowered model" in caplog.text
+    with pytest.raises(BadModelError, match=r"onnxruntime cannot load the lowered model: .*onnx\.checker"):
+        check_lowered(model("NoSuchOperator"), out)

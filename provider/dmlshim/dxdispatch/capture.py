@@ -20,15 +20,14 @@ from typing import Any
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import helper, numpy_helper
 
 from ..errors import BadInputError, DmlShimError
 from ..execute.fallback import for_onnxruntime
 from ..execute.partition import outer_scope_inputs
 from ..graph import is_gather_scatter, node_path, subgraph_prefix, subgraphs, walk_nodes
-from ..ort.real import OrtInferenceSession
 from ..translate.translator import model_opsets, node_since_version
+from .capture_run import CaptureRunner
 
 log = logging.getLogger(__name__)
 
@@ -79,16 +78,6 @@ class Capture:
     missed: tuple[Uncaptured, ...]
 
 
-def _session_options() -> ort.SessionOptions:
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    so.inter_op_num_threads = 1
-    # Unfused ops only: the captured values must be what each node really reads.
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    so.log_severity_level = 3
-    return so
-
-
 def _holds_gather_scatter(node: onnx.NodeProto) -> bool:
     return any(is_gather_scatter(n) for _, sub in subgraphs(node) for _, n in walk_nodes(sub))
 
@@ -132,10 +121,7 @@ def capture_values(
         # onnxruntime infers the type of an output declared by name only.
         copy.graph.output.append(typed[name] if name in typed else onnx.ValueInfoProto(name=name))
     try:
-        session = OrtInferenceSession(
-            copy.SerializeToString(), _session_options(), providers=["CPUExecutionProvider"]
-        )
-        results = session.run(wanted, dict(feeds))
+        results = CaptureRunner(copy, wanted).run(feeds)
     except Exception as exc:  # onnxruntime raises its own exception types
         raise BadInputError(f"onnxruntime could not run the model to capture node inputs: {exc}") from exc
     for name, value in zip(wanted, results, strict=True):
@@ -163,7 +149,7 @@ class _Capturer:
         self.opsets = model_opsets(model)
         self.nodes: list[CapturedNode] = []
         self.missed: list[Uncaptured] = []
-        self._sessions: dict[tuple[Any, ...], ort.InferenceSession] = {}
+        self._sessions: dict[tuple[Any, ...], CaptureRunner] = {}
 
     # --- graphs -------------------------------------------------------------------------------------
 
@@ -364,7 +350,7 @@ class _Capturer:
         if session is None:
             session = self._sessions[key] = self._session(body, feeds, ask)
         try:
-            results = session.run(ask, feeds)
+            results = session.run(feeds)
         except Exception as exc:  # onnxruntime raises its own exception types
             raise BadInputError(f"onnxruntime could not run the body: {exc}") from exc
         values.update(zip(ask, results, strict=True))
@@ -372,7 +358,7 @@ class _Capturer:
 
     def _session(
         self, body: onnx.GraphProto, feeds: Mapping[str, Any], outputs: Sequence[str]
-    ) -> ort.InferenceSession:
+    ) -> CaptureRunner:
         graph = onnx.GraphProto(name=f"{body.name or 'body'}_capture")
         graph.node.extend(body.node)
         graph.initializer.extend(body.initializer)
@@ -384,9 +370,7 @@ class _Capturer:
         model.functions.extend(self.model.functions)
         model = for_onnxruntime(model)
         try:
-            return OrtInferenceSession(
-                model.SerializeToString(), _session_options(), providers=["CPUExecutionProvider"]
-            )
+            return CaptureRunner(model, outputs)
         except Exception as exc:  # onnxruntime raises its own exception types
             raise BadInputError(f"onnxruntime cannot load the body as a model: {exc}") from exc
 

@@ -4,6 +4,11 @@ Initializers the source held inside the .onnx file stay inside the lowered file.
 data go to one data file beside the lowered file, named after it (``OUT.onnx.data``), each at its own
 64-byte aligned offset; the lowered file then runs standalone from its folder, as the source did. Both files
 go through :mod:`dmlshim.files` (atomic, never over an input, ``--overwrite`` to replace).
+
+Before it is written, the lowered model is checked with the rule dmlshim's loader applies to every model
+(:func:`dmlshim.modelcheck.check_model`): onnxruntime decides. What onnx.checker finds on a lowered model
+onnxruntime loads (with dmlshim's custom ops registered) is a warning, e.g. a graph input the source
+declares with an element type and no shape; a model onnxruntime refuses is an error.
 """
 
 from __future__ import annotations
@@ -15,16 +20,22 @@ from pathlib import Path
 from typing import BinaryIO
 
 import onnx
+import onnxruntime as ort
+from google.protobuf.message import EncodeError
 from onnx import numpy_helper
 
-from ..errors import BadModelError
+from ..errors import BadModelError, EngineUnavailableError
 from ..external_data import ExternalRef, check_external_data
 from ..files import check_output_file, write_onnx, write_stream
 from ..graph import all_tensors
+from ..ort.real import OrtInferenceSession
+from ..ort_errors import ORT_ERRORS
+from ..weightless import without_weights
+from .custom_op_bridge import session_options_with_custom_ops
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ALIGNMENT", "data_file_name", "external_refs", "write_lowered"]
+__all__ = ["ALIGNMENT", "check_lowered", "data_file_name", "external_refs", "write_lowered"]
 
 ALIGNMENT = 64
 """Byte alignment of each tensor in the data file (lets onnxruntime map it)."""
@@ -47,6 +58,52 @@ def external_refs(path: str | os.PathLike[str]) -> list[ExternalRef]:
     except (OSError, ValueError, RuntimeError) as exc:
         raise BadModelError(f"not a readable ONNX model: {exc}", path=os.fspath(path)) from exc
     return check_external_data(proto, path)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def check_lowered(model: onnx.ModelProto, out: str | os.PathLike[str]) -> None:
+    """Check a lowered model as dmlshim checks every model: onnxruntime decides whether it loads.
+
+    onnx.checker runs first; only when it finds something is onnxruntime asked (a CPU session over a
+    weightless copy, dmlshim's custom ops registered): a finding on a model onnxruntime loads is logged as
+    a warning.
+
+    Raises:
+        BadModelError: onnxruntime refuses the lowered model (or cannot be asked: onnxruntime-extensions
+            is not installed) and onnx.checker finds a defect.
+    """
+    where = os.fspath(out)
+    try:
+        onnx.checker.check_model(model)
+        return
+    except onnx.checker.ValidationError as exc:
+        finding = _first_line(exc)
+    try:
+        options = session_options_with_custom_ops()
+    except EngineUnavailableError as exc:
+        raise BadModelError(
+            f"the lowered model fails onnx.checker: {finding} (and whether onnxruntime loads it cannot be "
+            f"checked: {exc})",
+            path=where,
+        ) from exc
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 4
+    try:
+        OrtInferenceSession(
+            without_weights(model).SerializeToString(), options, providers=["CPUExecutionProvider"]
+        )
+    except (EncodeError, *ORT_ERRORS) as exc:
+        raise BadModelError(
+            f"onnxruntime cannot load the lowered model: {_first_line(exc)}; onnx.checker: {finding}",
+            path=where,
+        ) from exc
+    logger.warning("%s: onnx.checker finds %s; onnxruntime loads the lowered model", where, finding)
 
 
 def data_file_name(out: str | os.PathLike[str]) -> str:

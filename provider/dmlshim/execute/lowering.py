@@ -181,6 +181,12 @@ def _fix_input_shapes(
             value.type.CopyFrom(fixed[value.name].type)
 
 
+def _shaped(tp: onnx.TypeProto) -> bool:
+    """A type onnx.checker takes for a graph output: a tensor with a shape, or any other kind."""
+    kind = tp.WhichOneof("value")
+    return kind is not None and (kind != "tensor_type" or tp.tensor_type.HasField("shape"))
+
+
 def _declare_as_onnxruntime_saw(
     graph: onnx.GraphProto,
     source: onnx.ModelProto,
@@ -211,9 +217,11 @@ def _declare_as_onnxruntime_saw(
             vi.type.CopyFrom(tp)
     # An output declared without a type or shape (onnxruntime accepts it, onnx.checker does not) gets
     # one so that the lowered file passes onnx.checker: ONNX's inference (the checker wants a shape,
-    # which onnxruntime's view leaves out when unknown), else onnxruntime's.
+    # which onnxruntime's view leaves out when unknown), else onnxruntime's, for a value ONNX cannot shape
+    # (the output of a com.microsoft operator).
     for out in untyped:
-        tp = onnx_types.get(out.name) or view.get(out.name)
+        found = [tp for tp in (onnx_types.get(out.name), view.get(out.name)) if tp is not None]
+        tp = next((t for t in found if _shaped(t)), found[0] if found else None)
         if tp is None:
             continue
         if out.type.WhichOneof("value") is None:

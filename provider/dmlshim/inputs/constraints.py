@@ -3,16 +3,24 @@ their values must stay in.
 
 Graph inputs are traced forward to the ``indices`` input of every gather/scatter node (in the main graph
 and in control-flow bodies) through ops that only move or copy values (Reshape, Unsqueeze, Concat,
-Transpose, Expand, the data input of a gather, ...) and through Add/Sub with an integer constant (an
-offset). A negative-index normalisation ``Where(idx < 0, idx + n, idx)`` (jax2onnx writes one around every
-index; Cast on the way and either branch order too) counts as one use of ``idx``, not two; Mod and Clip
-make any value valid, so tracing stops there. Model-local functions are inlined first. Each such input
-is then drawn so that every index lands inside the data dimension it addresses:
+Transpose, Expand, the data input of a gather, the values of TopK and Unique, ...) and through Add/Sub
+with an integer constant (an offset). A negative-index normalisation ``Where(idx < 0, idx + n, idx)``
+(jax2onnx writes one around every index; Cast on the way and either branch order too) counts as one use
+of ``idx``, not two; Mod and Clip make any value valid, so tracing stops there. Model-local functions are
+inlined first. Each such input is then drawn so that every index lands inside the data dimension it addresses:
 
 * Gather, GatherElements, Scatter, ScatterElements: ``data.shape[axis]``;
 * GatherND: the dims ``data.shape[b:b+k]`` (``b`` = batch_dims, ``k`` = the last indices dim), the smallest
   of them when the input is not the indices tensor itself;
 * ScatterND: the dims ``data.shape[:k]``.
+
+For GatherND/ScatterND, when the input's values are known to sit in some components of the index tuples
+(ids unsqueezed into a last axis of 1 and concatenated with other parts along it, as tf2onnx builds them),
+only the dims of those components bound it (:mod:`dmlshim.inputs.trace`).
+
+onnxruntime's com.microsoft GatherND (no batch_dims) reads its indices as ai.onnx GatherND with
+``batch_dims`` 0 does, and an out-of-range index fails it the same way, so its indices are constrained
+alike.
 
 Scatter without a reduction must not write one place twice (ONNX leaves it undefined and DirectML gives no
 guaranteed winner), so such indices are drawn without repetition (see :mod:`dmlshim.inputs.values`).
@@ -21,7 +29,7 @@ guaranteed winner), so such indices are drawn without repetition (see :mod:`dmls
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,6 +39,7 @@ from onnx import TensorProto, helper, numpy_helper
 from ..graph import is_gather_scatter, subgraphs, walk_nodes
 from ..weightless import without_weights
 from .symbols import resolve_input_shapes
+from .trace import Shapes, Traced, attr, trace
 
 __all__ = ["DEFAULT_DIM", "IndexConstraint", "InputSpec", "light_copy", "plan_for_shapes", "plan_inputs"]
 
@@ -38,31 +47,6 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_DIM = 2
 """Size given to a symbolic or unknown dimension that the caller did not fix."""
-
-# Ops whose output values are a subset (or a copy) of the values of the listed inputs.
-_VALUE_PRESERVING: Mapping[str, tuple[int, ...]] = {
-    "Identity": (0,),
-    "Cast": (0,),
-    "Reshape": (0,),
-    "Unsqueeze": (0,),
-    "Squeeze": (0,),
-    "Flatten": (0,),
-    "Transpose": (0,),
-    "Expand": (0,),
-    "Slice": (0,),
-    "Split": (0,),
-    "Tile": (0,),
-    "Concat": (),  # every input
-    "Gather": (0,),
-    "GatherElements": (0,),
-    "GatherND": (0,),
-    "Where": (1, 2),
-    "Scatter": (0, 2),
-    "ScatterElements": (0, 2),
-    "ScatterND": (0, 2),
-}
-# The subset of the above that keeps shape and layout (the graph input *is* the indices tensor).
-_LAYOUT_PRESERVING = frozenset({"Identity", "Cast"})
 
 _SCATTER_OPS = frozenset({"Scatter", "ScatterElements", "ScatterND"})
 _INDEX_ELEM_TYPES = frozenset(
@@ -199,125 +183,58 @@ def _constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
     return found
 
 
-def _int_scalar(value: np.ndarray | None) -> int | None:
-    """The single integer a constant holds (every element equal), else None."""
-    if value is None or value.size == 0 or value.dtype.kind not in "iu":
-        return None
-    first = value.reshape(-1)[0]
-    return int(first) if bool(np.all(value == first)) else None
+def _reads_indices(node: onnx.NodeProto) -> bool:
+    """A node whose second input indexes its first: the six ai.onnx ops and com.microsoft GatherND."""
+    return is_gather_scatter(node) or (node.domain == "com.microsoft" and node.op_type == "GatherND")
 
 
-def _attr(node: onnx.NodeProto, name: str, default: object) -> object:
-    for a in node.attribute:
-        if a.name == name:
-            value = helper.get_attribute_value(a)
-            return value.decode() if isinstance(value, bytes) else value
-    return default
+@dataclass(frozen=True)
+class _Requirement:
+    """What a node asks of its indices: the data dims they address (None where unknown; one dim for
+    Gather/GatherElements/Scatter/ScatterElements, the tuple's dims for GatherND/ScatterND)."""
+
+    dims: tuple[int | None, ...]
+    unique: bool
+    structure: str
+    axis: int = 0
 
 
 def _node_requirement(
     node: onnx.NodeProto, shapes: Mapping[str, tuple[int | None, ...]]
-) -> tuple[int, bool, str, int, tuple[int, ...]] | None:
-    """(bound, unique, structure, axis, tuple_dims) of a node's indices; None if data's shape is unknown."""
+) -> _Requirement | None:
+    """The requirement of a node's indices; None if the data's rank (or the axis) is unknown."""
     data = shapes.get(node.input[0]) if node.input else None
     indices = shapes.get(node.input[1]) if len(node.input) > 1 else None
     if data is None or not data:
         return None
     op = node.op_type
-    reduction = str(_attr(node, "reduction", "none"))
+    reduction = str(attr(node, "reduction", "none"))
     unique = op in _SCATTER_OPS and reduction == "none"
     r = len(data)
     if op in ("Gather", "GatherElements", "Scatter", "ScatterElements"):
-        axis = int(_attr(node, "axis", 0))  # type: ignore[call-overload]
+        axis = int(attr(node, "axis", 0))  # type: ignore[call-overload]
         axis = axis + r if axis < 0 else axis
-        if not 0 <= axis < r or data[axis] is None:
+        if not 0 <= axis < r:
             return None
-        return int(data[axis]), unique, "lines" if op != "Gather" else "values", axis, ()
+        return _Requirement((data[axis],), unique, "lines" if op != "Gather" else "values", axis)
     k = indices[-1] if indices else None
-    b = int(_attr(node, "batch_dims", 0)) if op == "GatherND" else 0  # type: ignore[call-overload]
+    b = int(attr(node, "batch_dims", 0)) if op == "GatherND" else 0  # type: ignore[call-overload]
     addressed = data[b : b + k] if k is not None else data[b:]
-    if not addressed or any(d is None for d in addressed):
+    return _Requirement(tuple(addressed), unique, "tuples") if addressed else None
+
+
+def _bound(requirement: _Requirement, traced: Traced, shapes: Shapes) -> int | None:
+    """The size the traced input's values must stay under: the smallest data dim its values address
+    (only the index-tuple components they sit in, when known); None when one of those is unknown."""
+    dims = requirement.dims
+    where = traced.component
+    if requirement.structure == "tuples" and where is not None:
+        width = 1 if where.single else (shapes.get(traced.source) or (None,))[-1]
+        if width is not None and where.start + width <= len(dims):
+            dims = dims[where.start : where.start + width]
+    if not dims or any(d is None for d in dims):
         return None
-    dims = tuple(int(d) for d in addressed if d is not None)
-    return min(dims), unique, "tuples", 0, dims
-
-
-_PASS_THROUGH = frozenset({"Identity", "Cast", "CastLike"})
-_NEGATIVE_TESTS = frozenset({"Less", "LessOrEqual", "Greater", "GreaterOrEqual"})
-
-
-def _strip(name: str, producers: Mapping[str, onnx.NodeProto]) -> str:
-    """``name`` with Identity/Cast producers skipped (the value they copy)."""
-    for _ in range(64):
-        node = producers.get(name)
-        if node is None or node.op_type not in _PASS_THROUGH or not node.input:
-            return name
-        name = node.input[0]
-    return name
-
-
-def _normalised_branch(node: onnx.NodeProto, producers: Mapping[str, onnx.NodeProto]) -> str | None:
-    """The plain branch of a negative-index normalisation ``Where(c, x + n, x)`` (or ``Where(c, x,
-    x + n)``, or ``x - n``): the two branches are one value ``x`` and ``x`` plus or minus something, and
-    the condition compares ``x``. None for any other Where (both branches are then real uses)."""
-    cond, first, second = node.input
-    tested = producers.get(_strip(cond, producers))
-    if tested is None or tested.op_type not in _NEGATIVE_TESTS:
-        return None
-    compared = {_strip(i, producers) for i in tested.input}
-    for shifted, plain in ((first, second), (second, first)):
-        base = _strip(plain, producers)
-        add = producers.get(_strip(shifted, producers))
-        if add is None or add.op_type not in ("Add", "Sub") or len(add.input) != 2:
-            continue
-        operands = [_strip(i, producers) for i in add.input]
-        if base in operands and (add.op_type == "Add" or operands[0] == base) and base in compared:
-            return plain
-    return None
-
-
-def _trace(
-    name: str,
-    graph_inputs: set[str],
-    producers: Mapping[str, onnx.NodeProto],
-    constants: Mapping[str, np.ndarray],
-    offset: int = 0,
-    direct: bool = True,
-    depth: int = 0,
-) -> Iterator[tuple[str, int, bool]]:
-    """Yield (graph input, offset, direct) for every graph input whose values reach ``name``."""
-    if depth > 64:
-        return
-    if name in graph_inputs:
-        yield name, offset, direct
-        return
-    node = producers.get(name)
-    if node is None:
-        return
-    op = node.op_type
-    if op in ("Add", "Sub") and len(node.input) == 2:
-        left, right = node.input
-        c_right = _int_scalar(constants.get(right))
-        c_left = _int_scalar(constants.get(left))
-        if c_right is not None:
-            delta = c_right if op == "Add" else -c_right
-            yield from _trace(left, graph_inputs, producers, constants, offset + delta, False, depth + 1)
-        elif c_left is not None and op == "Add":
-            yield from _trace(right, graph_inputs, producers, constants, offset + c_left, False, depth + 1)
-        return
-    if op == "Where" and len(node.input) == 3:
-        plain = _normalised_branch(node, producers)
-        if plain is not None:
-            # Where(idx < 0, idx + n, idx): a negative index wrapped; the index is idx itself.
-            yield from _trace(plain, graph_inputs, producers, constants, offset, direct, depth + 1)
-            return
-    if op not in _VALUE_PRESERVING:
-        return
-    positions = _VALUE_PRESERVING[op] or tuple(range(len(node.input)))
-    keeps = direct and op in _LAYOUT_PRESERVING
-    for pos in positions:
-        if pos < len(node.input) and node.input[pos]:
-            yield from _trace(node.input[pos], graph_inputs, producers, constants, offset, keeps, depth + 1)
+    return min(int(d) for d in dims if d is not None)
 
 
 def light_copy(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -356,11 +273,13 @@ def plan_for_shapes(
     names = set(shapes)
     found: dict[str, list[IndexConstraint]] = {n: [] for n in shapes}
     for node_name, node in walk_nodes(inferred.graph):
-        if not is_gather_scatter(node) or len(node.input) < 2:
+        if not _reads_indices(node) or len(node.input) < 2:
             continue
         requirement = _node_requirement(node, table)
-        for source, offset, direct in _trace(node.input[1], names, producers, constants):
-            if requirement is None:
+        for traced in trace(node.input[1], names, producers, constants, table):
+            source, offset = traced.source, traced.offset
+            bound = _bound(requirement, traced, table) if requirement is not None else None
+            if requirement is None or bound is None:
                 logger.warning(
                     "input %r feeds the indices of %s %r whose data shape is unknown: drawing zeros",
                     source,
@@ -369,18 +288,18 @@ def plan_for_shapes(
                 )
                 found[source].append(IndexConstraint(node_name, node.op_type, -offset, 1 - offset))
                 continue
-            bound, unique, structure, axis, dims = requirement
+            direct = traced.direct
             found[source].append(
                 IndexConstraint(
                     node=node_name,
                     op_type=node.op_type,
                     low=-offset,
                     high=bound - offset,
-                    unique=unique,
+                    unique=requirement.unique,
                     direct=direct,
-                    structure=structure if direct else "values",
-                    axis=axis,
-                    tuple_dims=dims,
+                    structure=requirement.structure if direct else "values",
+                    axis=requirement.axis,
+                    tuple_dims=tuple(int(d) for d in requirement.dims if d is not None) if direct else (),
                     offset=offset,
                 )
             )

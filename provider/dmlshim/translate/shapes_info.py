@@ -1,4 +1,6 @@
-"""Static types and shapes of a model's tensors: ONNX shape inference plus ``--input-shape`` overrides."""
+"""Static types and shapes of a model's tensors: ONNX shape inference plus ``--input-shape`` overrides,
+completed by onnxruntime's own inference for the values ONNX's cannot type (outputs of com.microsoft and
+other operators whose schemas only onnxruntime holds)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from google.protobuf.message import DecodeError
 from ..errors import BadInputError, BadModelError
 from ..filekind import require_onnx_model
 from ..modelcheck import ONNX_ERRORS, check_model, load_external_data
+from ..ort_view import ort_value_types
 from ..prepare import prepare_model
 from ..reading import open_regular
 from ..weightless import without_weights
@@ -171,6 +174,52 @@ def _propagate_ranks(model: onnx.ModelProto) -> bool:
     return added
 
 
+def _lacks_rank(tp: onnx.TypeProto | None) -> bool:
+    """No type at all, or a tensor type of unknown rank."""
+    if tp is None or tp.WhichOneof("value") is None:
+        return True
+    return tp.HasField("tensor_type") and not tp.tensor_type.HasField("shape")
+
+
+def _add_ort_types(source: onnx.ModelProto, inferred: onnx.ModelProto) -> bool:
+    """Give the top-level node outputs ONNX's inference left untyped (or of unknown rank) the type and shape
+    onnxruntime infers for them in ``source``; True when any was added (the caller infers again, so they
+    reach the nodes downstream). onnxruntime's session is built only when such a value exists."""
+    graph = inferred.graph
+    typed = {v.name: v.type for v in (*graph.input, *graph.value_info, *graph.output)}
+    typed.update((t.name, onnx.TypeProto()) for t in graph.initializer)  # initializers are always typed
+    initializers = {t.name for t in graph.initializer}
+    missing = [
+        name
+        for node in graph.node
+        for name in node.output
+        if name and name not in initializers and _lacks_rank(typed.get(name))
+    ]
+    if not missing:
+        return False
+    onnx_types = {n: tp for n, tp in typed.items() if tp.WhichOneof("value") is not None}
+    view = ort_value_types(source, onnx_types=onnx_types)
+    added = False
+    outputs = {o.name: o for o in graph.output}
+    for name in missing:
+        tp = view.get(name)
+        if tp is None or (typed.get(name) is not None and _lacks_rank(tp)):
+            continue  # onnxruntime knows no more than ONNX does
+        target = outputs.get(name)
+        if target is None:
+            for i, old in enumerate(graph.value_info):
+                if old.name == name:
+                    del graph.value_info[i]
+                    break
+            target = graph.value_info.add()
+            target.name = name
+        target.type.CopyFrom(tp)
+        added = True
+    if added:
+        logger.debug("types from onnxruntime's inference for %s", ", ".join(missing))
+    return added
+
+
 def infer_shapes(
     model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None = None
 ) -> onnx.ModelProto:
@@ -188,6 +237,10 @@ def infer_shapes(
         inferred = onnx.shape_inference.infer_shapes(
             model, check_type=False, strict_mode=False, data_prop=True
         )
+        if _add_ort_types(model, inferred):
+            inferred = onnx.shape_inference.infer_shapes(
+                inferred, check_type=False, strict_mode=False, data_prop=True
+            )
         for _ in range(3):  # each pass can give ranks to the next op of the kind downstream
             if not _propagate_ranks(inferred):
                 break
