@@ -9,15 +9,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import ml_dtypes
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper
 
 from dmlshim.dxdispatch.capture import capture_nodes
 from dmlshim.dxdispatch.export import export_model
 
 from .oracle import IR_VERSION, ort_run
+
+# onnx maps bfloat16 to ml_dtypes' type only from 1.18 (older onnx: float32, and no ml_dtypes installed);
+# dmlshim then says capturing needs that onnx.
+ml_dtypes = pytest.importorskip(
+    "ml_dtypes", reason=f"capturing bfloat16 needs onnx 1.18+ (ml_dtypes); onnx {onnx.__version__} installed"
+)
 
 _X = np.linspace(-3.1, 7.7, 48, dtype=np.float32).reshape(6, 8)
 _IDS = np.array([4, 0, 5, 1], dtype=np.int64)

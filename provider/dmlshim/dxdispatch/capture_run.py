@@ -20,20 +20,27 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
+from ..errors import NotSupportedError
 from ..ort.real import OrtInferenceSession
 from ..ort_view import type_from_ort
 
 __all__ = ["CaptureRunner", "capture_session_options"]
 
+# Element types onnxruntime's run cannot return as numpy, and the type each is widened to without changing
+# a value. Looked up by name: older onnx releases lack some (FLOAT4E2M1 arrived in onnx 1.18).
 _WIDENING: dict[int, int] = {
-    TensorProto.BFLOAT16: TensorProto.FLOAT,
-    TensorProto.FLOAT8E4M3FN: TensorProto.FLOAT,
-    TensorProto.FLOAT8E4M3FNUZ: TensorProto.FLOAT,
-    TensorProto.FLOAT8E5M2: TensorProto.FLOAT,
-    TensorProto.FLOAT8E5M2FNUZ: TensorProto.FLOAT,
-    TensorProto.FLOAT4E2M1: TensorProto.FLOAT,
-    TensorProto.INT4: TensorProto.INT8,
-    TensorProto.UINT4: TensorProto.UINT8,
+    getattr(TensorProto, narrow): getattr(TensorProto, wide)
+    for narrow, wide in (
+        ("BFLOAT16", "FLOAT"),
+        ("FLOAT8E4M3FN", "FLOAT"),
+        ("FLOAT8E4M3FNUZ", "FLOAT"),
+        ("FLOAT8E5M2", "FLOAT"),
+        ("FLOAT8E5M2FNUZ", "FLOAT"),
+        ("FLOAT4E2M1", "FLOAT"),
+        ("INT4", "INT8"),
+        ("UINT4", "UINT8"),
+    )
+    if hasattr(TensorProto, narrow)
 }
 """Element types numpy cannot hold -> a type onnxruntime casts them to without changing any value."""
 
@@ -113,7 +120,15 @@ class CaptureRunner:
                 wide = _wide_name(name, taken)
                 copy.graph.node.append(helper.make_node("Cast", [name], [wide], to=_WIDENING[elem]))
                 copy.graph.output.append(onnx.ValueInfoProto(name=wide))
-                self._fetch[name] = (wide, np.dtype(helper.tensor_dtype_to_np_dtype(elem)))
+                back = np.dtype(helper.tensor_dtype_to_np_dtype(elem))
+                if back.itemsize > 2 or (back.itemsize == 2) != (elem == TensorProto.BFLOAT16):
+                    raise NotSupportedError(
+                        f"capturing {TensorProto.DataType.Name(elem)} values needs an onnx whose numpy "
+                        f"types come from ml_dtypes (onnx 1.18 or newer); onnx {onnx.__version__} maps "
+                        f"them to {back}",
+                        tensor=name,
+                    )
+                self._fetch[name] = (wide, back)
             session = _session(copy)
         self.session = session
 

@@ -172,8 +172,8 @@ def uninstall() -> None:
     state = os.environ.get(STATE_ENV)
     if _is_owner() and state:
         shutil.rmtree(state, ignore_errors=True)
-    names = (INSTALL_ENV, STATE_ENV, OWNER_ENV, SUMMARY_ENV, SUMMARY_FILE_ENV, SUMMARY_INPUTS_ENV)
-    names += (EMULATE_ENV,)
+    names = [INSTALL_ENV, STATE_ENV, OWNER_ENV, SUMMARY_ENV, SUMMARY_FILE_ENV, SUMMARY_INPUTS_ENV]
+    names.append(EMULATE_ENV)
     for name in names:
         os.environ.pop(name, None)
     parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != BOOT_DIR]
