@@ -171,7 +171,7 @@ def test_external_data_through_a_link_leaving_the_folder_is_refused(tmp_path: Pa
     folder.mkdir()
     (folder / "m.onnx").write_bytes(path.read_bytes())
     os.symlink(tmp_path / "elsewhere" / "w.bin", folder / "w.bin")
-    with pytest.raises(Exception, match="escapes model directory"):
+    with pytest.raises(Exception, match=r"escapes (both )?model directory"):
         ort.InferenceSession(str(folder / "m.onnx"), providers=["CPUExecutionProvider"])
     r = run_cli("run", folder / "m.onnx")
     assert_cli_error(r.code, r.err, "'w'", "outside the model's folder")
@@ -204,7 +204,7 @@ def test_external_data_neither_supplied_nor_present_is_refused(tmp_path: Path) -
     path, _, _ = _external(tmp_path / "m")
     (tmp_path / "m" / "w.bin").unlink()
     so = ort.SessionOptions()
-    with pytest.raises(Exception, match="does not exist"):
+    with pytest.raises(Exception, match=r"does not exist|No such file"):
         ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
     with pytest.raises(BadModelError) as info:
         InferenceSession(path, so)
