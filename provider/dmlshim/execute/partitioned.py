@@ -20,7 +20,6 @@ import dataclasses
 import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,9 +27,8 @@ import onnx
 import onnxruntime as ort
 from onnx import numpy_helper
 
-from ..errors import BadModelError, DmlShimError
+from ..errors import DmlShimError
 from ..graph import display_names, is_gather_scatter
-from ..limits import check_static_values
 from ..translate import NodeTranslation, Status, TensorInfo, infer_shapes, translate_node
 from ..translate.model_translation import model_placements
 from ..translate.placement import CPU_PREFERRED_MESSAGE, graph_placements
@@ -47,6 +45,7 @@ from .partition import (
     nested_gather_scatter,
     partition_graph,
 )
+from .partition_checks import EmulatedIO, check_outputs_defined, check_static_sizes
 from .path_choice import PATH_CHECK, PATH_PARTITIONED, TRIAL_MAX_WEIGHT_BYTES, PathChooser
 from .record import PLACEMENT_CPU, NodeRecord, RunRecord
 from .segments import (
@@ -96,48 +95,6 @@ MIN_SEGMENTS_FOR_CHECK = 2
 onnxruntime call."""
 
 
-@dataclass(frozen=True)
-class EmulatedIO:
-    """An emulated node's place in the value table: what it reads and what it writes.
-
-    Attributes:
-        name: the node's display name.
-        op_type: its op.
-        inputs: its input value names ("" for an omitted optional input).
-        output: its output value name.
-    """
-
-    name: str
-    op_type: str
-    inputs: tuple[str, ...]
-    output: str
-
-
-def _check_outputs_defined(graph: onnx.GraphProto) -> None:
-    """Every graph output must be computed by a node or be an input or initializer of the graph."""
-    defined = {v.name for v in graph.input} | {t.name for t in graph.initializer}
-    defined |= {o for node in graph.node for o in node.output if o}
-    for out in graph.output:
-        if out.name not in defined:
-            raise BadModelError(
-                f"graph output {out.name!r} is computed by no node and is no graph input or initializer",
-                tensor=out.name,
-                rule="every graph output must be defined in the graph",
-            )
-
-
-def _check_static_sizes(
-    graph: onnx.GraphProto, infos: Mapping[str, TensorInfo], names: Sequence[str]
-) -> None:
-    """Refuse, before any allocation, a graph in which a statically shaped value cannot fit in memory."""
-    producers = {
-        out: (names[i], node.op_type) for i, node in enumerate(graph.node) for out in node.output if out
-    }
-    check_static_values(
-        {n: (i.static_shape, i.elem_type) for n, i in infos.items() if i.is_static}, producers=producers
-    )
-
-
 class PartitionedEngine:
     """The default engine. See the module docstring.
 
@@ -182,14 +139,14 @@ class PartitionedEngine:
                 list(config.providers),
             )
 
-        _check_outputs_defined(graph)
+        check_outputs_defined(graph)
         try:
             inferred = infer_shapes(without_weights(model))
         except DmlShimError as exc:
             logger.warning("shape inference failed (%s); translating gather/scatter nodes at run time", exc)
             inferred = model
         infos = tensor_infos(inferred.graph)
-        _check_static_sizes(inferred.graph, infos, names)
+        check_static_sizes(inferred.graph, infos, names)
         types = type_protos(inferred.graph)
         constants = folded_constants(graph)
         for name, tensor in constants.items():

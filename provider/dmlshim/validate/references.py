@@ -28,7 +28,8 @@ from ..errors import BadInputError, BadModelError
 from ..execute.engine import EngineConfig
 from ..execute.feeds import FeedValidator, load_npz, node_arg
 from ..execute.ort_support import ORT_ERRORS
-from ..execute.partitioned import EmulatedIO, PartitionedEngine
+from ..execute.partition_checks import EmulatedIO
+from ..execute.partitioned import PartitionedEngine
 from ..execute.record import RunRecord
 from ..execute.session import LoadedModel
 from ..inputs import GeneratedInputs, generate
