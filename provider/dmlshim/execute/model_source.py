@@ -16,6 +16,7 @@ from ..filekind import require_onnx_model
 from ..limits import check_model_inputs
 from ..modelcheck import check_model, load_external_data
 from ..prepare import prepare_model
+from .added_initializers import AddedInitializers
 from .supplied import take_supplied_initializers
 
 logger = logging.getLogger(__name__)
@@ -26,12 +27,18 @@ ModelSource = str | os.PathLike[str] | bytes | onnx.ModelProto
 
 @dataclass(frozen=True)
 class LoadedModel:
-    """A model, the file it came from (None for bytes or a ModelProto), and the initializers the session
-    options supplied (``add_external_initializers``; their values are in ``proto``)."""
+    """A model, the file it came from (None for bytes or a ModelProto), and what the session options add
+    when that was asked while loading (``added.external``: the ``add_external_initializers`` names, whose
+    values are in ``proto``; None when it was not asked)."""
 
     proto: onnx.ModelProto
     path: str | None
-    supplied: frozenset[str] = frozenset()
+    added: AddedInitializers | None = None
+
+    @property
+    def supplied(self) -> frozenset[str]:
+        """The initializers ``add_external_initializers`` supplied (their values are in ``proto``)."""
+        return self.added.external if self.added is not None else frozenset()
 
 
 def load_model(model: ModelSource, sess_options: Any = None) -> LoadedModel:
@@ -55,10 +62,8 @@ def load_model(model: ModelSource, sess_options: Any = None) -> LoadedModel:
             parsed = onnx.load_from_string(bytes(model))
         except (DecodeError, ValueError, RuntimeError) as exc:
             raise BadModelError(f"the bytes are not a serialized ONNX model: {exc}") from exc
-        supplied = frozenset[str]()
-        if parsed.HasField("graph"):
-            supplied = take_supplied_initializers(parsed, sess_options)
-        loaded = LoadedModel(parsed, None, supplied)
+        added = take_supplied_initializers(parsed, sess_options) if parsed.HasField("graph") else None
+        loaded = LoadedModel(parsed, None, added)
     elif isinstance(model, (str, os.PathLike)):
         path = Path(model)
         if not path.is_file():
@@ -71,10 +76,10 @@ def load_model(model: ModelSource, sess_options: Any = None) -> LoadedModel:
         except (DecodeError, ValueError, RuntimeError, OSError) as exc:
             raise BadModelError(f"not a readable ONNX model: {exc}", path=str(path)) from exc
         _require_graph(proto, str(path))
-        supplied = take_supplied_initializers(proto, sess_options)
+        added = take_supplied_initializers(proto, sess_options)
         check_model(proto, path, sess_options=sess_options)  # before reading any weights
         load_external_data(proto, path)
-        loaded = LoadedModel(prepare_model(proto, owned=True), str(path), supplied)
+        loaded = LoadedModel(prepare_model(proto, owned=True), str(path), added)
     else:
         raise BadModelError(
             f"model must be a path, bytes or onnx.ModelProto, not {type(model).__name__}",
@@ -85,7 +90,7 @@ def load_model(model: ModelSource, sess_options: Any = None) -> LoadedModel:
         check_model(loaded.proto, sess_options=sess_options)
         # bytes were parsed here (ours to change); a caller's ModelProto is copied if it must change
         owned = not isinstance(model, onnx.ModelProto)
-        loaded = LoadedModel(prepare_model(loaded.proto, owned=owned), None, loaded.supplied)
+        loaded = LoadedModel(prepare_model(loaded.proto, owned=owned), None, loaded.added)
     check_model_inputs(loaded.proto, path=loaded.path)
     return loaded
 

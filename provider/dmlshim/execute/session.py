@@ -122,7 +122,12 @@ class InferenceSession(OrtSessionAttributes):
             # Values the options add go into the model every engine runs, so that emulated nodes read them
             # too: add_external_initializers values were taken at load (their file is never read), and
             # add_initializer values are found here.
-            self._added = added_initializers(loaded.proto, sess_options, loaded.supplied)
+            # Asked once: at load when the model has external data (so their file is never read), else here.
+            self._added = (
+                loaded.added
+                if loaded.added is not None
+                else added_initializers(loaded.proto, sess_options, loaded.supplied)
+            )
             self._model = (
                 with_initializers(loaded.proto, self._added.values) if self._added.values else loaded.proto
             )

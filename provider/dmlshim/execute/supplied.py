@@ -16,32 +16,35 @@ import onnx
 from onnx import numpy_helper
 
 from ..weightless import is_external
-from .added_initializers import added_initializers
+from .added_initializers import AddedInitializers, added_initializers
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["take_supplied_initializers"]
 
 
-def take_supplied_initializers(model: onnx.ModelProto, options: Any) -> frozenset[str]:
+def take_supplied_initializers(model: onnx.ModelProto, options: Any) -> AddedInitializers | None:
     """Replace, in ``model``, every external-data initializer ``options`` supplies through
-    ``add_external_initializers`` by the value onnxruntime takes from the options; their names.
+    ``add_external_initializers`` by the value onnxruntime takes from the options.
 
-    Only models with top-level external-data initializers are probed (others need no file).
+    Returns:
+        What the options add (``external``: the names supplied; ``values`` also holds what
+        ``add_initializer`` adds), or None when nothing was probed: only models with top-level
+        external-data initializers are (others need no file).
 
     Raises:
         BadInputError: onnxruntime refuses what the options add (a name the model holds inline, another
             type or shape), as it would refuse the session.
     """
     if options is None:
-        return frozenset()
+        return None
     external = frozenset(t.name for t in model.graph.initializer if is_external(t))
     if not external:
-        return frozenset()
+        return None
     added = added_initializers(model, options, external)
     for i, t in enumerate(model.graph.initializer):
         if t.name in added.external:
             model.graph.initializer[i].CopyFrom(numpy_helper.from_array(added.values[t.name], t.name))
     if added.external:
         logger.info("initializers taken from the session options: %s", ", ".join(sorted(added.external)))
-    return added.external
+    return added
