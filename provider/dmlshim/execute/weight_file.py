@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -105,15 +106,21 @@ def _tensor(f: BinaryIO, end: int, model_name: str, found: dict[str, FileSlice])
             )
 
 
-def _graph(f: BinaryIO, end: int, model_name: str, found: dict[str, FileSlice]) -> None:
+def _messages(f: BinaryIO, end: int, field_number: int, read: Callable[[int], None]) -> None:
+    """Call ``read(stop)`` for every length-delimited field ``field_number`` in [tell, end), the file at
+    the field's first byte and ``stop`` its end; skip every other field."""
     while f.tell() < end:
         tag = _varint(f)
         field, wire = tag >> 3, tag & 7
-        if field == _GRAPH_INITIALIZER and wire == _LEN:
+        if field == field_number and wire == _LEN:
             length = _varint(f)
-            _tensor(f, f.tell() + length, model_name, found)
+            read(f.tell() + length)
         else:
             _skip(f, wire)
+
+
+def _graph(f: BinaryIO, end: int, model_name: str, found: dict[str, FileSlice]) -> None:
+    _messages(f, end, _GRAPH_INITIALIZER, lambda stop: _tensor(f, stop, model_name, found))
 
 
 def weight_slices(path: str | os.PathLike[str]) -> dict[str, FileSlice]:
@@ -125,14 +132,7 @@ def weight_slices(path: str | os.PathLike[str]) -> dict[str, FileSlice]:
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
-            while f.tell() < size:
-                tag = _varint(f)
-                field, wire = tag >> 3, tag & 7
-                if field == _MODEL_GRAPH and wire == _LEN:
-                    length = _varint(f)
-                    _graph(f, f.tell() + length, name, found)
-                else:
-                    _skip(f, wire)
+            _messages(f, size, _MODEL_GRAPH, lambda stop: _graph(f, stop, name, found))
     except (OSError, _WireError, ValueError) as exc:  # DecodeError is a ValueError too
         logger.debug("weights of %s not located in its files (%s); arrays are handed instead", path, exc)
         return {}
