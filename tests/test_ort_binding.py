@@ -269,6 +269,58 @@ def test_worker_processes_are_bound_and_counted(tmp_path: Path, method: str) -> 
     assert os.getpid() not in summary["processes"] and len(summary["processes"]) >= 2
 
 
+def test_sigterm_inside_a_flush_ends_the_worker_with_its_tally(tmp_path: Path) -> None:
+    """A pool's finalizer flushes the tally and the pool then sends SIGTERM: when the signal lands inside
+    that flush the worker must still end (it once waited forever on the tally's lock) and leave its tally."""
+    state = tmp_path / "state"
+    state.mkdir()
+    worker = tmp_path / "worker.py"
+    worker.write_text(
+        textwrap.dedent(
+            f"""
+            import os, signal
+            import numpy as np
+            import dmlshim
+            from dmlshim.ort import install as binding, tracking
+
+            dmlshim.install(children=False)
+            import onnxruntime
+            sess = onnxruntime.InferenceSession({str(MODEL)!r})
+            with np.load({str(FEEDS)!r}) as data:
+                sess.run(None, {{i.name: data[i.name] for i in sess.get_inputs()}})
+            tally = tracking.TRACKER.sessions[0]
+            real = type(tally).to_json
+
+            def signal_then_describe(self, pid):
+                # delivered while the flush holds the tally's lock, as a pool's terminate can be
+                os.kill(os.getpid(), signal.SIGTERM)
+                return real(self, pid)
+
+            type(tally).to_json = signal_then_describe
+            binding._State.flushed_changes = -1
+            binding.flush()
+            print("still running after SIGTERM")
+            """
+        ),
+        encoding="utf-8",
+    )
+    env = _env()
+    env["DMLSHIM_ORT_STATE"] = str(state)
+    env["DMLSHIM_ORT_OWNER"] = "1"  # some other process owns the summary: this one is a worker
+    try:
+        proc = subprocess.run(
+            [sys.executable, str(worker)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("a SIGTERM inside the flush left the worker waiting forever")
+    assert proc.returncode == -15, (proc.returncode, proc.stdout, proc.stderr[-3000:])
+    assert "still running" not in proc.stdout
+    tallies = list(state.glob("*.json"))
+    assert len(tallies) == 1
+    tally = json.loads(tallies[0].read_text(encoding="utf-8"))
+    assert len(tally["sessions"]) == 1 and tally["process"] == int(tallies[0].stem)
+
+
 def test_the_command_reports_a_missing_script(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "dmlshim.ort", str(tmp_path / "nope.py")],

@@ -64,6 +64,8 @@ class _State:
     last_flush = 0.0
     flushed_changes = -1
     finalizer = False
+    flushing = False
+    end_after_flush = False
 
 
 def _choice(value: str | None, env: str, allowed: tuple[str, ...], default: str) -> str:
@@ -201,10 +203,16 @@ def flush() -> None:
         return
     from .. import files
 
-    with contextlib.suppress(BadInputError):
-        files.write_json(target, tracking.TRACKER.to_json(), overwrite=True, what="dmlshim worker tally")
-        _State.flushed_changes = tracking.TRACKER.changes
-    _State.last_flush = time.monotonic()
+    _State.flushing = True
+    try:
+        with contextlib.suppress(BadInputError):
+            files.write_json(target, tracking.TRACKER.to_json(), overwrite=True, what="dmlshim worker tally")
+            _State.flushed_changes = tracking.TRACKER.changes
+        _State.last_flush = time.monotonic()
+    finally:
+        _State.flushing = False
+    if _State.end_after_flush:
+        _end_by_sigterm()
 
 
 def maybe_flush() -> None:
@@ -233,13 +241,24 @@ def _reset_in_child() -> None:
     _State.last_flush = 0.0
     _State.flushed_changes = -1
     _State.finalizer = False
+    _State.flushing = False
+    _State.end_after_flush = False
 
 
 os.register_at_fork(after_in_child=_reset_in_child)
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
+    # The signal may land inside a flush (a pool's finalizer flushes, then the pool sends SIGTERM):
+    # flushing again there would wait forever on the tally's lock, so the flush under way ends the process.
+    if _State.flushing:
+        _State.end_after_flush = True
+        return
     flush()
+    _end_by_sigterm()
+
+
+def _end_by_sigterm() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGTERM)
 
