@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,9 @@ from ..modelcheck import check_model, load_external_data
 from ..prepare import prepare_model
 from .added_initializers import AddedInitializers
 from .supplied import take_supplied_initializers
+from .weight_file import read_weightless
+from .weight_values import load_nested_external_data, weight_files, with_weights
+from .weights import SHARE_MIN_BYTES
 
 logger = logging.getLogger(__name__)
 
@@ -34,14 +38,34 @@ class LoadedModel:
     proto: onnx.ModelProto
     path: str | None
     added: AddedInitializers | None = None
+    weight_files: Mapping[str, tuple[int, int] | None] | None = None
+    """Read without its weights (``load_model(weightless=True)``): the files its top-level external
+    initializers point at (the .onnx file itself among them), with their size and modification time
+    when read; None when ``proto`` holds every weight but those of ``add_external_initializers``."""
 
     @property
     def supplied(self) -> frozenset[str]:
         """The initializers ``add_external_initializers`` supplied (their values are in ``proto``)."""
         return self.added.external if self.added is not None else frozenset()
 
+    @property
+    def weightless(self) -> bool:
+        """``proto`` keeps its large top-level initializers as references into the model's files."""
+        return self.weight_files is not None
 
-def load_model(model: ModelSource, sess_options: Any = None) -> LoadedModel:
+    def with_weights(self) -> onnx.ModelProto:
+        """The model with every weight in it: ``proto`` itself, or for a model read without its weights
+        a copy with them read from its files (:func:`dmlshim.execute.weight_values.with_weights`).
+
+        Raises:
+            BadModelError: a file changed since the model was read, or cannot be read.
+        """
+        if self.weight_files is None or self.path is None:
+            return self.proto
+        return with_weights(self.proto, self.path, self.weight_files)
+
+
+def load_model(model: ModelSource, sess_options: Any = None, *, weightless: bool = False) -> LoadedModel:
     """Read a model from a path, bytes or a ModelProto, with external data kept inside the model's folder,
     checked (:func:`dmlshim.modelcheck.check_model`) and prepared as onnxruntime prepares it (local
     functions expanded, nodes sorted: :func:`dmlshim.prepare.prepare_model`).
@@ -49,6 +73,11 @@ def load_model(model: ModelSource, sess_options: Any = None) -> LoadedModel:
     External-data initializers that ``sess_options`` supplies (``add_external_initializers``) are taken
     from it, as onnxruntime takes them; their file is neither checked nor read
     (:mod:`dmlshim.execute.supplied`).
+
+    With ``weightless`` (a model file, no ``sess_options``), the large top-level initializers are never
+    read: those held inline become external data pointing at their bytes in the .onnx file
+    (:func:`dmlshim.execute.weight_file.read_weightless`) and external data stays external, checked as
+    usual; ``LoadedModel.with_weights`` gives the whole model to whoever needs it.
 
     Raises:
         BadModelError: the file is missing, empty, is not an ONNX model, is truncated, or has external data
@@ -71,15 +100,21 @@ def load_model(model: ModelSource, sess_options: Any = None) -> LoadedModel:
                 "model file not found" if not path.exists() else "not a regular file", path=str(path)
             )
         require_onnx_model(path)
+        light = _read_weightless(path) if weightless and sess_options is None else None
         try:
-            proto = onnx.load(str(path), load_external_data=False)
+            proto = light if light is not None else onnx.load(str(path), load_external_data=False)
         except (DecodeError, ValueError, RuntimeError, OSError) as exc:
             raise BadModelError(f"not a readable ONNX model: {exc}", path=str(path)) from exc
         _require_graph(proto, str(path))
         added = take_supplied_initializers(proto, sess_options)
         check_model(proto, path, sess_options=sess_options)  # before reading any weights
-        load_external_data(proto, path)
-        loaded = LoadedModel(prepare_model(proto, owned=True), str(path), added)
+        files = None
+        if light is not None:
+            load_nested_external_data(proto, path)
+            files = weight_files(proto, os.path.dirname(os.path.abspath(path))) or None
+        else:
+            load_external_data(proto, path)
+        loaded = LoadedModel(prepare_model(proto, owned=True), str(path), added, files)
     else:
         raise BadModelError(
             f"model must be a path, bytes or onnx.ModelProto, not {type(model).__name__}",
@@ -93,6 +128,22 @@ def load_model(model: ModelSource, sess_options: Any = None) -> LoadedModel:
         loaded = LoadedModel(prepare_model(loaded.proto, owned=owned), None, loaded.added)
     check_model_inputs(loaded.proto, path=loaded.path)
     return loaded
+
+
+def _read_weightless(path: Path) -> onnx.ModelProto | None:
+    """The model at ``path`` without its large inline weights (None: read it whole). A model file that
+    is a link leading out of its folder is read whole: its weights would be external data outside the
+    model's folder, which the model check refuses."""
+    folder = os.path.realpath(path.parent)
+    if os.path.commonpath([folder, os.path.realpath(path)]) != folder:
+        return None
+    found = read_weightless(path, SHARE_MIN_BYTES)
+    if found is None:
+        return None
+    proto, moved = found
+    if moved:
+        logger.debug("%d initializers of %s left in the file", len(moved), path)
+    return proto
 
 
 def _require_graph(proto: onnx.ModelProto, path: str | None) -> None:

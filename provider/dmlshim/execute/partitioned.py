@@ -19,13 +19,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import onnx
 import onnxruntime as ort
-from onnx import numpy_helper
 
 from ..errors import DmlShimError
 from ..graph import display_names, is_gather_scatter
@@ -69,6 +69,7 @@ from .steps import (
     reasons_of,
     static_key,
 )
+from .weight_values import initializer_value
 from .weights import SharedWeights, light_copy
 from .whole_model import WholeModelCheck, build_whole_model_check
 
@@ -244,6 +245,7 @@ class PartitionedEngine:
         self._static_values: Values = {}
         graph_inputs = [v.name for v in graph.input]
         init_names = {t.name for t in graph.initializer}
+        folder = os.path.dirname(os.path.abspath(config.model_path)) if config.model_path else None
         if not candidates:
             # Nothing to emulate: the model runs as it is, in one onnxruntime session.
             whole = (
@@ -257,7 +259,7 @@ class PartitionedEngine:
                 CpuStep(session, [n for n in graph_inputs], [o.name for o in graph.output], "the model")
             )
             self._default_feeds = {
-                t.name: numpy_helper.to_array(t) for t in graph.initializer if t.name in set(graph_inputs)
+                t.name: initializer_value(t, folder) for t in graph.initializer if t.name in set(graph_inputs)
             }
             self._cpu_partitions = 1
             self._whole_model = True
@@ -280,7 +282,8 @@ class PartitionedEngine:
         graph_outputs = {o.name for o in graph.output}
         overridable = init_names & set(graph_inputs)
         for name in ((emulated_reads | graph_outputs) & set(init_protos)) | overridable:
-            self._static_values[name] = numpy_helper.to_array(init_protos[name])
+            # Weights a model read without them keeps in its files are mapped from there, not copied.
+            self._static_values[name] = initializer_value(init_protos[name], folder)
         # With onnxruntime's default options, large weights are never serialized for its sessions: they
         # read them from the model's files, or are handed arrays.
         shared = None

@@ -114,7 +114,9 @@ class InferenceSession(OrtSessionAttributes):
             self._profiler = SessionProfiler(sess_options.profile_file_prefix, inputs=(model_file,))
         from_file = isinstance(path_or_bytes, (str, os.PathLike))
         with self._span("model_loading_uri" if from_file else "model_loading_array"):  # onnxruntime's names
-            loaded = load_model(path_or_bytes, sess_options)
+            # With onnxruntime's default options the default engine reads the large weights from the
+            # model's files where it needs them: they are never all held in Python.
+            loaded = load_model(path_or_bytes, sess_options, weightless=True)
         self._loaded = loaded
         self._describe(loaded)
         self._last_run_record: RunRecord | None = None
@@ -189,8 +191,11 @@ class InferenceSession(OrtSessionAttributes):
             # (nor is its extra onnxruntime session built).
             whole_model_check=profiler is None,
         )
+        model = self._model
+        if self._loaded.weightless and name != "partitioned":
+            model = self._loaded.with_weights()  # engines other than the default read every weight
         try:
-            engine = get_engine_factory(name)(self._model, config)
+            engine = get_engine_factory(name)(model, config)
         except DmlShimError as exc:
             if exc.path is None:
                 exc.path = self._loaded.path

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 import onnx
+from google.protobuf.message import DecodeError
 
 logger = logging.getLogger(__name__)
 
@@ -76,8 +77,9 @@ def _skip(f: BinaryIO, wire: int) -> None:
         raise _WireError(f"wire type {wire} unexpected")
 
 
-def _tensor(f: BinaryIO, end: int, model_name: str, found: dict[str, FileSlice]) -> None:
-    """Read one TensorProto in [tell, end): its fields but raw_data (kept as a slice)."""
+def _split_raw(f: BinaryIO, end: int) -> tuple[bytes, tuple[int, int] | None]:
+    """One TensorProto in [tell, end): the bytes of its fields but raw_data, and where raw_data lies
+    (offset, length; the last one wins, as in protobuf)."""
     rest = bytearray()
     raw: tuple[int, int] | None = None
     while f.tell() < end:
@@ -95,7 +97,13 @@ def _tensor(f: BinaryIO, end: int, model_name: str, found: dict[str, FileSlice])
         rest += f.read(stop - start)
     if f.tell() != end:
         raise _WireError("tensor overruns its length")
-    tensor = onnx.TensorProto.FromString(bytes(rest))
+    return bytes(rest), raw
+
+
+def _tensor(f: BinaryIO, end: int, model_name: str, found: dict[str, FileSlice]) -> None:
+    """Read one TensorProto in [tell, end): its fields but raw_data (kept as a slice)."""
+    rest, raw = _split_raw(f, end)
+    tensor = onnx.TensorProto.FromString(rest)
     if raw is not None:
         found[tensor.name] = FileSlice(model_name, raw[0], raw[1])
     elif tensor.data_location == onnx.TensorProto.EXTERNAL:
@@ -133,7 +141,134 @@ def weight_slices(path: str | os.PathLike[str]) -> dict[str, FileSlice]:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             _messages(f, size, _MODEL_GRAPH, lambda stop: _graph(f, stop, name, found))
-    except (OSError, _WireError, ValueError) as exc:  # DecodeError is a ValueError too
+    except (OSError, _WireError, ValueError, DecodeError) as exc:
         logger.debug("weights of %s not located in its files (%s); arrays are handed instead", path, exc)
         return {}
     return found
+
+
+# --- reading a model without its large weights -----------------------------------------------------
+
+_TENSOR_EXTERNAL_DATA, _TENSOR_DATA_LOCATION = 13, 14
+
+WALK_MIN_GRAPH_BYTES = 4 * 1024 * 1024
+"""A graph message at least this large is walked tensor by tensor; a smaller one is read whole (its
+weights are too small to matter, and one read is faster than the walk)."""
+
+
+def _encode_varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        low = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(low | 0x80)
+        else:
+            out.append(low)
+            return bytes(out)
+
+
+def _length_delimited(field: int, payload: bytes) -> bytes:
+    return _encode_varint(field << 3 | _LEN) + _encode_varint(len(payload)) + payload
+
+
+def _reference(f: BinaryIO, end: int, model_name: str, min_bytes: int) -> onnx.TensorProto | None:
+    """The initializer in [tell, end) with its ``raw_data`` replaced by an external-data reference to
+    where those bytes lie in the file; None when it is to be kept as it is (small, no raw_data, already
+    external, or a length its dims and type disagree with: the model check reports that)."""
+    from ..weightless import tensor_nbytes
+
+    rest, raw = _split_raw(f, end)
+    if raw is None or raw[1] < min_bytes:
+        return None
+    tensor = onnx.TensorProto.FromString(rest)
+    if (
+        tensor.data_location == onnx.TensorProto.EXTERNAL
+        or len(tensor.external_data)
+        or tensor_nbytes(tensor) != raw[1]
+    ):
+        return None
+    tensor.data_location = onnx.TensorProto.EXTERNAL
+    for key, value in (("location", model_name), ("offset", raw[0]), ("length", raw[1])):
+        entry = tensor.external_data.add()
+        entry.key, entry.value = key, str(value)
+    return tensor
+
+
+def _copy_field(f: BinaryIO, start: int, wire: int, end: int) -> bytes:
+    """The bytes of the field whose tag was read from ``start`` (the file is after the tag)."""
+    _skip(f, wire)
+    stop = f.tell()
+    if stop > end:
+        raise _WireError("a field overruns its message")
+    f.seek(start)
+    return f.read(stop - start)
+
+
+def _weightless_graph(
+    f: BinaryIO, end: int, model_name: str, min_bytes: int, moved: list[str]
+) -> bytes:
+    out = bytearray()
+    while f.tell() < end:
+        start = f.tell()
+        tag = _varint(f)
+        field, wire = tag >> 3, tag & 7
+        if field == _GRAPH_INITIALIZER and wire == _LEN:
+            length = _varint(f)
+            stop = f.tell() + length
+            if stop > end:
+                raise _WireError("an initializer overruns its graph")
+            ref = _reference(f, stop, model_name, min_bytes)
+            if ref is not None:
+                out += _length_delimited(_GRAPH_INITIALIZER, ref.SerializeToString())
+                moved.append(ref.name)
+                continue
+            f.seek(start)
+            _varint(f)
+        out += _copy_field(f, start, wire, end)
+    if f.tell() != end:
+        raise _WireError("the graph overruns its length")
+    return bytes(out)
+
+
+def read_weightless(
+    path: str | os.PathLike[str], min_bytes: int
+) -> tuple[onnx.ModelProto, frozenset[str]] | None:
+    """The model at ``path`` with every top-level initializer whose inline ``raw_data`` holds at least
+    ``min_bytes`` turned into external data pointing at those bytes in the file itself (location: the
+    file's name), and the names of those initializers. Everything else is read as ``onnx.load`` reads it
+    (external data stays external); the weights' bytes are never read.
+
+    None when the file cannot be walked this way (not one graph, a malformed field): the caller reads it
+    with onnx, whose error then says what is wrong.
+    """
+    name = os.path.basename(os.fspath(path))
+    moved: list[str] = []
+    out = bytearray()
+    graphs = 0
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            while f.tell() < size:
+                start = f.tell()
+                tag = _varint(f)
+                field, wire = tag >> 3, tag & 7
+                if field == _MODEL_GRAPH and wire == _LEN:
+                    length = _varint(f)
+                    stop = f.tell() + length
+                    if stop > size:
+                        raise _WireError("the graph overruns the file")
+                    graphs += 1
+                    if length >= WALK_MIN_GRAPH_BYTES:
+                        graph = _weightless_graph(f, stop, name, min_bytes, moved)
+                    else:
+                        graph = f.read(length)
+                    out += _length_delimited(_MODEL_GRAPH, graph)
+                    continue
+                out += _copy_field(f, start, wire, size)
+        if graphs != 1:
+            return None  # none (onnx says so), or several (protobuf merges them): onnx reads it
+        return onnx.ModelProto.FromString(bytes(out)), frozenset(moved)
+    except (OSError, _WireError, ValueError, DecodeError) as exc:
+        logger.debug("%s not read weightless (%s); onnx reads it", path, exc)
+        return None

@@ -24,10 +24,10 @@ from typing import Any
 import numpy as np
 import onnx
 import onnxruntime as ort
-from onnx import numpy_helper
 
-from ..weightless import graph_shell, model_shell, tensor_nbytes
+from ..weightless import graph_shell, is_external, model_shell, tensor_nbytes
 from .weight_file import FOLDER_KEY, FileSlice, weight_slices
+from .weight_values import check_unchanged, external_slice, file_stamp, initializer_value
 
 logger = logging.getLogger(__name__)
 
@@ -76,14 +76,27 @@ class SharedWeights:
         self._folder: str | None = None
         self._files: dict[str, FileSlice] = {}
         self._stamps: dict[str, tuple[int, int] | None] = {}
+        self._model_path = model_path
+        # A model read without its weights holds them as external data already (in its .onnx file or
+        # its external-data file): onnxruntime reads them there, and no array of them can be made but
+        # from those files.
+        self._refs: frozenset[str] = frozenset()
+        refs: dict[str, FileSlice] = {}
+        if model_path is not None:
+            refs = {n: external_slice(t) for n, t in initializers.items() if is_external(t)}
+            self._refs = frozenset(refs)
+            self._protos.update((n, initializers[n]) for n in refs)
         if model_path is not None and self._protos:
             # Weights whose bytes sit in the model's files are read there by onnxruntime itself.
             self._folder = os.path.dirname(os.path.abspath(model_path))
-            self._files = {
-                n: s
-                for n, s in weight_slices(model_path).items()
-                if n in self._protos and s.length == tensor_nbytes(self._protos[n])
-            }
+            inline = {n for n in self._protos if n not in self._refs}
+            if inline:
+                self._files = {
+                    n: s
+                    for n, s in weight_slices(model_path).items()
+                    if n in inline and s.length == tensor_nbytes(self._protos[n])
+                }
+            self._files.update(refs)
             self._stamps = {
                 f: _stamp(os.path.join(self._folder, f)) for f in {s.location for s in self._files.values()}
             }
@@ -100,7 +113,8 @@ class SharedWeights:
         """The initializer as an array (made once, then kept until :meth:`release`)."""
         found = self._arrays.get(name)
         if found is None:
-            found = self._arrays[name] = np.ascontiguousarray(numpy_helper.to_array(self._protos[name]))
+            value = initializer_value(self._protos[name], self._folder)
+            found = self._arrays[name] = np.ascontiguousarray(value)
         return found
 
     def adopt(self, arrays: Mapping[str, np.ndarray]) -> None:
@@ -113,14 +127,19 @@ class SharedWeights:
         """What a session's model holds for the shared ``tensor``: external data pointing at its bytes
         in the model's files when they are known, else a placeholder :meth:`attach` gives an array."""
         where = self._files.get(tensor.name)
-        if (
+        if where is not None and tensor.name in self._refs:
+            # No copy of these weights was ever made: the files are all there is.
+            stamps = {where.location: self._stamps[where.location]}
+            check_unchanged(stamps, str(self._folder), str(self._model_path))
+        elif (
             where is not None
             and _stamp(os.path.join(str(self._folder), where.location)) != self._stamps[where.location]
         ):
             logger.warning(
                 "%s changed since the model was read; its weights are handed as arrays", where.location
             )
-            self._files.clear()  # a session built later (a CPU segment) must not read other weights
+            # A session built later (a CPU segment) must not read other weights from it.
+            self._files = {n: s for n, s in self._files.items() if n in self._refs}
             where = None
         if where is None:
             return placeholder(tensor)
@@ -153,13 +172,7 @@ class SharedWeights:
         self._arrays = {n: a for n, a in self._arrays.items() if n in kept}
 
 
-def _stamp(path: str) -> tuple[int, int] | None:
-    """A file's size and modification time (None when it cannot be read)."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_size, st.st_mtime_ns
+_stamp = file_stamp
 
 
 def light_copy(
