@@ -205,9 +205,7 @@ def _copy_field(f: BinaryIO, start: int, wire: int, end: int) -> bytes:
     return f.read(stop - start)
 
 
-def _weightless_graph(
-    f: BinaryIO, end: int, model_name: str, min_bytes: int, moved: list[str]
-) -> bytes:
+def _weightless_graph(f: BinaryIO, end: int, model_name: str, min_bytes: int, moved: list[str]) -> bytes:
     out = bytearray()
     while f.tell() < end:
         start = f.tell()

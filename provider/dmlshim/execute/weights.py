@@ -88,12 +88,15 @@ class SharedWeights:
             self._protos.update((n, initializers[n]) for n in refs)
         if model_path is not None and self._protos:
             # Weights whose bytes sit in the model's files are read there by onnxruntime itself.
-            self._folder = os.path.dirname(os.path.abspath(model_path))
+            # External data is relative to the model's folder; the bytes of a model file that is a link
+            # lie in the folder of the file it leads to (onnxruntime refuses a location leaving the folder).
+            where = os.path.abspath(model_path) if refs else os.path.realpath(model_path)
+            self._folder = os.path.dirname(where)
             inline = {n for n in self._protos if n not in self._refs}
             if inline:
                 self._files = {
                     n: s
-                    for n, s in weight_slices(model_path).items()
+                    for n, s in weight_slices(where).items()
                     if n in inline and s.length == tensor_nbytes(self._protos[n])
                 }
             self._files.update(refs)

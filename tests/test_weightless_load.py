@@ -1,0 +1,203 @@
+"""Sessions that never hold the model's weights in Python (issue 22): a model file read with its large
+initializers left in the file (inline raw_data or external data), onnxruntime reading them there, the
+emulated nodes' static inputs memory-mapped, and outputs bit-identical to onnxruntime's."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import dmlshim
+from dmlshim.errors import BadModelError
+from dmlshim.execute import weight_file
+from dmlshim.execute.model_source import load_model
+from dmlshim.execute.weight_file import read_weightless
+from dmlshim.execute.weights import SHARE_MIN_BYTES
+from tests.oracle import IR_VERSION, ort_run
+
+LARGE = ("table", "weight", "cols", "cache", "table16")
+
+
+def _model() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """Every kind of large weight an emulated node or onnxruntime reads: a float32 embedding table and a
+    float16 one gathered by the kernels, a MatMul weight only onnxruntime reads, int64 indices a Gather
+    takes as constants, a cache a ScatterND writes into (its kernel copies it), and a small initializer
+    that stays in the model."""
+    rng = np.random.default_rng(22)
+    table = rng.standard_normal((512, 64)).astype(np.float32)
+    weight = (rng.standard_normal((64, 512)) * 0.1).astype(np.float32)
+    cols = rng.integers(0, 512, size=16384, dtype=np.int64)  # 128 KiB of constant indices
+    cache = rng.standard_normal((1024, 64)).astype(np.float32)
+    table16 = rng.standard_normal((1024, 64)).astype(np.float16)
+    scale = np.array([0.5], dtype=np.float32)  # small: stays inline
+    nodes = [
+        helper.make_node("Gather", ["table", "ids"], ["rows"], name="embed", axis=0),
+        helper.make_node("MatMul", ["rows", "weight"], ["m"], name="matmul"),
+        helper.make_node("Tanh", ["m"], ["t"], name="tanh"),
+        helper.make_node("Gather", ["t", "cols"], ["picked"], name="pick", axis=1),
+        helper.make_node("Mul", ["picked", "scale"], ["y"], name="mul"),
+        helper.make_node("ScatterND", ["cache", "pos", "rows"], ["new_cache"], name="write"),
+        helper.make_node("Gather", ["table16", "ids"], ["rows16"], name="embed16", axis=0),
+        helper.make_node("Cast", ["rows16"], ["y16"], name="cast", to=TensorProto.FLOAT),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "weightless",
+        [
+            helper.make_tensor_value_info("ids", TensorProto.INT64, [4]),
+            helper.make_tensor_value_info("pos", TensorProto.INT64, [4, 1]),
+        ],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("new_cache", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("y16", TensorProto.FLOAT, None),
+        ],
+        [
+            numpy_helper.from_array(table, "table"),
+            numpy_helper.from_array(weight, "weight"),
+            numpy_helper.from_array(cols, "cols"),
+            numpy_helper.from_array(cache, "cache"),
+            numpy_helper.from_array(table16, "table16"),
+            numpy_helper.from_array(scale, "scale"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=IR_VERSION)
+    feeds = {
+        "ids": np.array([5, 0, 511, 7], dtype=np.int64),
+        "pos": np.array([[3], [1023], [0], [500]], dtype=np.int64),
+    }
+    return model, feeds
+
+
+def _save(model: onnx.ModelProto, folder: Path, external: bool) -> Path:
+    path = folder / "model.onnx"
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    onnx.save_model(
+        copy,
+        str(path),
+        save_as_external_data=external,
+        all_tensors_to_one_file=True,
+        location="model.bin",
+        size_threshold=1024,
+    )
+    return path
+
+
+@pytest.fixture
+def walk_every_graph(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Walk graphs of any size (only graphs of several MB are walked otherwise)."""
+    monkeypatch.setattr(weight_file, "WALK_MIN_GRAPH_BYTES", 0)
+
+
+def _same(got: list[np.ndarray], expected: list[np.ndarray]) -> None:
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected, strict=True):
+        assert g.dtype == e.dtype and g.shape == e.shape
+        assert np.array_equal(g.view(np.uint8), e.view(np.uint8))  # bit for bit
+
+
+def test_read_weightless_points_at_the_bytes_onnx_wrote(tmp_path: Path, walk_every_graph: None) -> None:
+    model, _ = _model()
+    path = _save(model, tmp_path, external=False)
+    found = read_weightless(path, SHARE_MIN_BYTES)
+    assert found is not None
+    proto, moved = found
+    assert moved == frozenset(LARGE)
+    original = {t.name: t for t in model.graph.initializer}
+    data = path.read_bytes()
+    for tensor in proto.graph.initializer:
+        if tensor.name not in LARGE:
+            assert tensor.raw_data == original[tensor.name].raw_data  # small ones stay as they were
+            continue
+        info = {e.key: e.value for e in tensor.external_data}
+        assert tensor.data_location == TensorProto.EXTERNAL and not tensor.HasField("raw_data")
+        assert info["location"] == "model.onnx"
+        start, length = int(info["offset"]), int(info["length"])
+        assert data[start : start + length] == original[tensor.name].raw_data
+        assert list(tensor.dims) == list(original[tensor.name].dims)
+    assert list(proto.graph.node) == list(model.graph.node)
+    assert proto.ByteSize() < 4096 < path.stat().st_size // 100  # the weights are not in it
+
+
+def test_read_weightless_declines_a_file_it_cannot_walk(tmp_path: Path, walk_every_graph: None) -> None:
+    path = tmp_path / "junk.onnx"
+    path.write_bytes(b"\x3a\x10\x0a\x02")  # a graph field longer than the file
+    assert read_weightless(path, SHARE_MIN_BYTES) is None
+
+
+@pytest.mark.parametrize("external", [False, True])
+def test_session_holds_no_weight_and_matches_onnxruntime(
+    tmp_path: Path, walk_every_graph: None, external: bool
+) -> None:
+    model, feeds = _model()
+    path = _save(model, tmp_path, external)
+    expected = ort_run(model, feeds)
+    session = dmlshim.InferenceSession(str(path))
+    loaded = session._loaded
+    assert loaded.weightless
+    held = {t.name for t in loaded.proto.graph.initializer if t.HasField("raw_data")}
+    assert held == {"scale"}
+    assert loaded.proto.ByteSize() < 4096
+    for _ in range(8):  # through the path trial: the whole-model check and the partitioned steps
+        _same(session.run(None, feeds), expected)
+    static = session.engine._static_values  # the kernels' constant inputs, mapped from the file
+    for name in ("table", "cols", "cache", "table16"):
+        assert isinstance(static[name].base, np.memmap) and not static[name].flags.writeable
+
+
+def test_other_engines_get_the_whole_model(tmp_path: Path, walk_every_graph: None) -> None:
+    model, feeds = _model()
+    path = _save(model, tmp_path, external=False)
+    expected = ort_run(model, feeds)
+    session = dmlshim.InferenceSession(str(path))
+    session.set_providers(["CPUExecutionProvider"])  # the cpu engine: the model as onnxruntime runs it
+    assert session.engine.name == "cpu"
+    _same(session.run(None, feeds), expected)
+    full = load_model(str(path), weightless=True).with_weights()
+    for ours, theirs in zip(full.graph.initializer, model.graph.initializer, strict=True):
+        assert ours.name == theirs.name
+        assert np.array_equal(numpy_helper.to_array(ours), numpy_helper.to_array(theirs))
+
+
+def test_caller_options_read_the_whole_model(tmp_path: Path, walk_every_graph: None) -> None:
+    import onnxruntime as ort
+
+    model, feeds = _model()
+    path = _save(model, tmp_path, external=False)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = dmlshim.InferenceSession(str(path), options)
+    assert not session._loaded.weightless
+    _same(session.run(None, feeds), ort_run(model, feeds))
+
+
+def test_a_file_changed_under_the_session_is_refused(tmp_path: Path, walk_every_graph: None) -> None:
+    model, feeds = _model()
+    path = _save(model, tmp_path, external=False)
+    session = dmlshim.InferenceSession(str(path))
+    _same(session.run(None, feeds), ort_run(model, feeds))
+    with open(path, "ab") as f:
+        f.write(b"\0")
+    os.utime(path, ns=(1, 1))
+    with pytest.raises(BadModelError, match="changed since the session was created") as caught:
+        session.set_providers(["CPUExecutionProvider"])
+    assert caught.value.path == str(path)
+
+
+def test_a_model_linked_from_another_folder_is_read_whole(tmp_path: Path, walk_every_graph: None) -> None:
+    model, feeds = _model()
+    store = tmp_path / "blobs"
+    store.mkdir()
+    target = _save(model, store, external=False)
+    (tmp_path / "snapshot").mkdir()
+    link = tmp_path / "snapshot" / "model.onnx"
+    link.symlink_to(target)
+    session = dmlshim.InferenceSession(str(link))
+    assert not session._loaded.weightless  # its weights would lie outside the model's folder
+    _same(session.run(None, feeds), ort_run(model, feeds))
