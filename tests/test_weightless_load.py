@@ -201,3 +201,29 @@ def test_a_model_linked_from_another_folder_is_read_whole(tmp_path: Path, walk_e
     session = dmlshim.InferenceSession(str(link))
     assert not session._loaded.weightless  # its weights would lie outside the model's folder
     _same(session.run(None, feeds), ort_run(model, feeds))
+
+
+def test_read_weightless_keeps_everything_else_as_onnx_reads_it(
+    tmp_path: Path, walk_every_graph: None
+) -> None:
+    model, _ = _model()
+    model.doc_string = "a model"
+    model.producer_name = "tests"
+    helper.set_model_props(model, {"k": "v"})
+    model.graph.doc_string = "its graph"
+    model.graph.value_info.append(helper.make_tensor_value_info("rows", TensorProto.FLOAT, [4, 64]))
+    model.graph.sparse_initializer.append(
+        helper.make_sparse_tensor(
+            numpy_helper.from_array(np.array([1.0, 2.0], dtype=np.float32), "unused_sparse"),
+            numpy_helper.from_array(np.array([0, 5], dtype=np.int64), "unused_sparse_indices"),
+            [8],
+        )
+    )
+    path = _save(model, tmp_path, external=False)
+    found = read_weightless(path, min_bytes=1 << 40)  # nothing large enough to leave in the file
+    assert found is not None and found[1] == frozenset()
+    assert found[0].SerializeToString() == onnx.load(str(path)).SerializeToString()
+    light, _ = read_weightless(path, SHARE_MIN_BYTES) or (None, None)
+    assert light is not None
+    assert light.metadata_props == model.metadata_props and light.graph.doc_string == "its graph"
+    assert light.graph.sparse_initializer == model.graph.sparse_initializer
