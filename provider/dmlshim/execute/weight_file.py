@@ -176,7 +176,7 @@ def _reference(f: BinaryIO, end: int, model_name: str, min_bytes: int) -> onnx.T
     """The initializer in [tell, end) with its ``raw_data`` replaced by an external-data reference to
     where those bytes lie in the file; None when it is to be kept as it is (small, no raw_data, already
     external, or a length its dims and type disagree with: the model check reports that)."""
-    from ..weightless import tensor_nbytes
+    from ..model.weightless import tensor_nbytes
 
     rest, raw = _split_raw(f, end)
     if raw is None or raw[1] < min_bytes:

@@ -22,9 +22,9 @@ import onnx
 from onnx import numpy_helper
 
 from ..errors import BadModelError
-from ..external_data import load_external_data
-from ..reading import open_regular
-from ..weightless import is_external, tensor_nbytes
+from ..fileio.external_data import load_external_data
+from ..fileio.reading import open_regular
+from ..model.weightless import is_external, tensor_nbytes
 from .weight_file import FileSlice
 
 logger = logging.getLogger(__name__)
@@ -141,7 +141,7 @@ def initializer_value(tensor: onnx.TensorProto, folder: str | None) -> np.ndarra
 def load_nested_external_data(model: onnx.ModelProto, path: Path) -> None:
     """Load the external data of every tensor of ``model`` but its top-level initializers (those in
     subgraphs, node attributes and sparse initializers, which the engines read from the model), checked
-    as :func:`dmlshim.external_data.load_external_data` checks it."""
+    as :func:`dmlshim.fileio.external_data.load_external_data` checks it."""
     graph = model.graph
     kept = onnx.GraphProto()
     kept.initializer.extend(graph.initializer)  # weightless: no weight is copied
