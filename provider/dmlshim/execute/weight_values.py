@@ -5,7 +5,9 @@ A session built from a file with onnxruntime's default options keeps the model w
 their bytes, in the .onnx file itself or in its external-data file. onnxruntime reads them there itself;
 what dmlshim needs of them (the static inputs of emulated nodes: an embedding table a Gather reads, say)
 is memory-mapped read-only from the file (:func:`initializer_value`), so only the pages a kernel touches
-are ever read, and nothing writes them. Every other consumer gets the whole model
+are ever read, and nothing writes them; bytes at an offset that is no multiple of the element size (most
+weights inline in an .onnx file) are read once into aligned memory instead, since numpy copies an
+unaligned array whole on every ``np.take``. Every other consumer gets the whole model
 (:func:`with_weights`), as it was before.
 """
 
@@ -91,8 +93,8 @@ def check_unchanged(stamps: Mapping[str, tuple[int, int] | None], folder: str, m
 
 def initializer_value(tensor: onnx.TensorProto, folder: str | None) -> np.ndarray:
     """The value of an initializer: ``numpy_helper.to_array`` for one held in the model; for external
-    data (relative to ``folder``), a read-only memory map of its bytes where the element type allows,
-    else its bytes read and decoded as onnx decodes them.
+    data (relative to ``folder``), a read-only memory map of its bytes where the element type and the
+    offset's alignment allow, else its bytes read (aligned, read-only) and decoded as onnx decodes them.
 
     Raises:
         BadModelError: the tensor is external but no folder is known, or its file cannot be read.
@@ -109,6 +111,10 @@ def initializer_value(tensor: onnx.TensorProto, folder: str | None) -> np.ndarra
     shape = tuple(int(d) for d in tensor.dims)
     dtype = _MAPPABLE.get(tensor.data_type)
     if dtype is not None and where.length and where.length == tensor_nbytes(tensor):
+        if where.offset % np.dtype(dtype).itemsize:
+            # Bytes at an offset that is no multiple of the element size would make an unaligned array,
+            # which numpy copies whole on every np.take: read them once into aligned memory instead.
+            return _read_aligned(tensor, file, where, np.dtype(dtype).newbyteorder("<"), shape)
         try:
             mapped = np.memmap(
                 file, dtype=np.dtype(dtype).newbyteorder("<"), mode="r", offset=where.offset, shape=shape
@@ -136,6 +142,25 @@ def initializer_value(tensor: onnx.TensorProto, folder: str | None) -> np.ndarra
     inline = onnx.TensorProto(name=tensor.name, data_type=tensor.data_type, dims=list(tensor.dims))
     inline.raw_data = data
     return numpy_helper.to_array(inline)
+
+
+def _read_aligned(
+    tensor: onnx.TensorProto, file: str, where: FileSlice, dtype: np.dtype, shape: tuple[int, ...]
+) -> np.ndarray:
+    count = where.length // dtype.itemsize
+    with open_regular(file, what="external data", error=BadModelError) as handle:
+        handle.seek(where.offset)
+        value = np.fromfile(handle, dtype=dtype, count=count)
+    if value.size != count:
+        raise BadModelError(
+            f"initializer {tensor.name!r}: its data in {where.location!r} ends after {value.nbytes} of "
+            f"{where.length} bytes",
+            tensor=tensor.name,
+            path=file,
+        )
+    value = value.reshape(shape).astype(dtype.newbyteorder("="), copy=False)
+    value.flags.writeable = False  # as the mapped ones: a static value is never written
+    return value
 
 
 def load_nested_external_data(model: onnx.ModelProto, path: Path) -> None:
