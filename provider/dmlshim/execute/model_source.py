@@ -20,7 +20,7 @@ from ..model.prepare import prepare_model
 from .added_initializers import AddedInitializers
 from .supplied import take_supplied_initializers
 from .weight_file import read_weightless
-from .weight_values import load_nested_external_data, weight_files, with_weights
+from .weight_values import load_small_external_data, weight_files, with_weights
 from .weights import SHARE_MIN_BYTES
 
 logger = logging.getLogger(__name__)
@@ -76,8 +76,8 @@ def load_model(model: ModelSource, sess_options: Any = None, *, weightless: bool
 
     With ``weightless`` (a model file, no ``sess_options``), the large top-level initializers are never
     read: those held inline become external data pointing at their bytes in the .onnx file
-    (:func:`dmlshim.execute.weight_file.read_weightless`) and external data stays external, checked as
-    usual; ``LoadedModel.with_weights`` gives the whole model to whoever needs it.
+    (:func:`dmlshim.execute.weight_file.read_weightless`) and large external data stays external (both
+    checked as usual; small external tensors are read, as small inline ones stay); ``LoadedModel.with_weights`` gives the whole model to whoever needs it.
 
     Raises:
         BadModelError: the file is missing, empty, is not an ONNX model, is truncated, or has external data
@@ -110,7 +110,7 @@ def load_model(model: ModelSource, sess_options: Any = None, *, weightless: bool
         check_model(proto, path, sess_options=sess_options)  # before reading any weights
         files = None
         if light is not None:
-            load_nested_external_data(proto, path)
+            load_small_external_data(proto, path, SHARE_MIN_BYTES)
             files = weight_files(proto, os.path.dirname(os.path.abspath(path))) or None
         else:
             load_external_data(proto, path)

@@ -163,18 +163,26 @@ def _read_aligned(
     return value
 
 
-def load_nested_external_data(model: onnx.ModelProto, path: Path) -> None:
-    """Load the external data of every tensor of ``model`` but its top-level initializers (those in
-    subgraphs, node attributes and sparse initializers, which the engines read from the model), checked
+def load_small_external_data(model: onnx.ModelProto, path: Path, min_bytes: int) -> None:
+    """Load the external data of every tensor of ``model`` but its top-level initializers of at least
+    ``min_bytes`` (small ones drive shapes and stay in the model, as small inline ones do; those in
+    subgraphs, node attributes and sparse initializers are read from the model by the engines), checked
     as :func:`dmlshim.fileio.external_data.load_external_data` checks it."""
     graph = model.graph
-    kept = onnx.GraphProto()
-    kept.initializer.extend(graph.initializer)  # weightless: no weight is copied
+    saved = onnx.GraphProto()
+    saved.initializer.extend(graph.initializer)  # weightless: no weight is copied
+    large = {i for i, t in enumerate(saved.initializer) if is_external(t) and tensor_nbytes(t) >= min_bytes}
     del graph.initializer[:]
+    graph.initializer.extend(t for i, t in enumerate(saved.initializer) if i not in large)
     try:
         load_external_data(model, path)
-    finally:
-        graph.initializer.extend(kept.initializer)
+        rest = iter(list(graph.initializer))
+        del graph.initializer[:]
+        graph.initializer.extend(t if i in large else next(rest) for i, t in enumerate(saved.initializer))
+    except BaseException:
+        del graph.initializer[:]
+        graph.initializer.extend(saved.initializer)
+        raise
 
 
 def with_weights(
