@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import sysconfig
 import threading
 from collections import OrderedDict
 
@@ -29,7 +30,11 @@ MIN_BYTES = 1 << 20
 MAX_BYTES = 256 << 20
 """The most memory the pool keeps (free or in use) beyond what callers hold."""
 
-ENABLED = os.environ.get("DMLSHIM_KERNEL_RECYCLE", "1") != "0"
+# Reuse is decided by reference counts, which are exact only where the GIL is on (free-threaded builds
+# defer and bias them): there the pool stays off.
+ENABLED = os.environ.get("DMLSHIM_KERNEL_RECYCLE", "1") != "0" and not sysconfig.get_config_var(
+    "Py_GIL_DISABLED"
+)
 
 # The references a free buffer has inside _take: the pool's dict, the loop variable, getrefcount's arg.
 _FREE_REFS = 3
