@@ -77,7 +77,8 @@ def load_model(model: ModelSource, sess_options: Any = None, *, weightless: bool
     With ``weightless`` (a model file, no ``sess_options``), the large top-level initializers are never
     read: those held inline become external data pointing at their bytes in the .onnx file
     (:func:`dmlshim.execute.weight_file.read_weightless`) and large external data stays external (both
-    checked as usual; small external tensors are read, as small inline ones stay); ``LoadedModel.with_weights`` gives the whole model to whoever needs it.
+    checked as usual; small external tensors are read, as small inline ones stay);
+    ``LoadedModel.with_weights`` gives the whole model to whoever needs it.
 
     Raises:
         BadModelError: the file is missing, empty, is not an ONNX model, is truncated, or has external data
