@@ -254,3 +254,28 @@ def test_small_external_tensors_are_read_into_the_model(tmp_path: Path) -> None:
     scale = next(t for t in proto.graph.initializer if t.name == "scale")
     assert numpy_helper.to_array(scale).tolist() == [0.5]  # small ones may drive shapes: in the model
     _same(session.run(None, feeds), ort_run(model, feeds))
+
+
+def test_a_model_with_nothing_to_emulate_and_an_overridable_weight(
+    tmp_path: Path, walk_every_graph: None
+) -> None:
+    rng = np.random.default_rng(5)
+    weight = rng.standard_normal((64, 512)).astype(np.float32)  # 128 KiB, also a graph input (IR >= 4)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "weight"], ["y"], name="matmul")],
+        "plain",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64]),
+            helper.make_tensor_value_info("weight", TensorProto.FLOAT, [64, 512]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(weight, "weight")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=IR_VERSION)
+    path = _save(model, tmp_path, external=False)
+    session = dmlshim.InferenceSession(str(path))
+    assert session._loaded.weightless
+    x = rng.standard_normal((2, 64)).astype(np.float32)
+    _same(session.run(None, {"x": x}), ort_run(model, {"x": x}))
+    other = -weight
+    _same(session.run(None, {"x": x, "weight": other}), ort_run(model, {"x": x, "weight": other}))
