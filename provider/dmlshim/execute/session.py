@@ -18,7 +18,7 @@ from ..kernels.options import IndexMode
 from ..ort.attributes import OrtSessionAttributes
 from ..ort.emulate import emulate_all, with_dml_first
 from ..ort.exceptions import raises_onnxruntime_errors
-from ..ort.free_dims import with_free_dimension_overrides
+from ..ort.free_dims import outputs_for_inputs, with_free_dimension_overrides
 from ..ort.real import pybind_state
 from .added_initializers import added_initializers, with_initializers
 from .engine import Engine, EngineConfig, get_engine_factory
@@ -154,7 +154,7 @@ class InferenceSession(OrtSessionAttributes):
         self._overridable = (
             tuple(node_arg(v) for v in graph.input if v.name in init_names) if proto.ir_version >= 4 else ()
         )
-        self._outputs = tuple(node_arg(v) for v in typed_outputs(proto))
+        self._outputs = outputs_for_inputs(proto, self._inputs, typed_outputs)
         self._output_names = [o.name for o in self._outputs]
         self._known_outputs = frozenset(self._output_names)
         self._validator = FeedValidator(self._inputs, self._overridable)
