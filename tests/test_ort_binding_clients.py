@@ -3,6 +3,10 @@ model and options: each expectation is what onnxruntime itself answers in the sa
 
 from __future__ import annotations
 
+import threading
+from typing import Any
+
+import numpy as np
 import onnxruntime
 import pytest
 from onnx import TensorProto, helper
@@ -55,3 +59,69 @@ def test_free_dimension_overrides_fix_the_reported_output_shapes(
     # the model's own declared shapes are left as they were for the next session
     plain = dmlshim.InferenceSession(model, _options())
     assert [a.shape for a in plain.get_outputs()] == [["K", 4], ["K", 4]]
+
+
+def _gather_model() -> bytes:
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["d", "i"], ["o"], axis=0, name="g")],
+        "g",
+        [
+            helper.make_tensor_value_info("d", TensorProto.FLOAT, [5, 4]),
+            helper.make_tensor_value_info("i", TensorProto.INT64, ["K"]),
+        ],
+        [helper.make_tensor_value_info("o", TensorProto.FLOAT, ["K", 4])],
+    )
+    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 18)])
+    return model.SerializeToString()
+
+
+D = np.arange(20, dtype=np.float32).reshape(5, 4)
+I = np.array([4, 0], dtype=np.int64)  # noqa: E741
+ASYNC_CASES = {
+    "ok": (None, {"d": D, "i": I}),
+    "unknown output": (["nope"], {"d": D, "i": I}),
+    "wrong dtype": (None, {"d": D.astype(np.float64), "i": I}),
+    "wrong rank": (None, {"d": D[None], "i": I}),
+    "unknown input": (None, {"d": D, "i": I, "nope": I}),
+    "index out of range": (None, {"d": D, "i": np.array([9], np.int64)}),
+    "missing input": (None, {"d": D}),
+}
+
+
+def _run_async(session: Any, outputs: list[str] | None, feeds: dict[str, Any]) -> tuple[str, Any]:
+    """("sync", exception class) when run_async raises, else ("callback", (outputs, user data, error?))."""
+    done = threading.Event()
+    got: list[Any] = []
+
+    def callback(results: list[Any], user_data: Any, error: str) -> None:
+        got.append(([np.asarray(r) for r in results], user_data, bool(error)))
+        done.set()
+
+    try:
+        session.run_async(outputs, feeds, callback, "data")
+    except Exception as exc:  # the class is what is compared
+        return "sync", exc
+    assert done.wait(60), "the callback was never called"
+    return "callback", got[0]
+
+
+@pytest.mark.parametrize("case", sorted(ASYNC_CASES))
+@pytest.mark.parametrize("threads", [2, 1])
+def test_run_async_reports_errors_where_onnxruntime_does(case: str, threads: int) -> None:
+    so = onnxruntime.SessionOptions()
+    so.intra_op_num_threads = threads
+    model = _gather_model()
+    outputs, feeds = ASYNC_CASES[case]
+    theirs = _run_async(
+        onnxruntime.InferenceSession(model, so, providers=["CPUExecutionProvider"]), outputs, feeds
+    )
+    ours = _run_async(dmlshim.InferenceSession(model, so), outputs, feeds)
+    assert ours[0] == theirs[0]
+    if theirs[0] == "sync":
+        assert isinstance(ours[1], type(theirs[1]))
+    else:
+        (their_out, their_data, their_err), (our_out, our_data, our_err) = theirs[1], ours[1]
+        assert (our_data, our_err) == (their_data, their_err)
+        assert len(our_out) == len(their_out)
+        for a, b in zip(our_out, their_out, strict=True):
+            np.testing.assert_array_equal(a, b)

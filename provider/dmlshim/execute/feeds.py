@@ -154,12 +154,8 @@ class FeedValidator:
         dtype = numpy_dtype(arg.elem_type) if arg.is_tensor else None
         return _InputCheck(arg.name, dtype, arg.type, arg.dims if arg.rank_known else None)
 
-    def validate(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
-        """Return the feeds as arrays; raise BadInputError naming the first input that does not fit.
-
-        Arrays are passed through without a copy; Python scalars and lists become arrays of the input's
-        dtype only when that conversion is exact.
-        """
+    def check_present(self, feeds: Mapping[str, Any]) -> None:
+        """Raise BadInputError unless ``feeds`` is a mapping with a value for every required input."""
         if not isinstance(feeds, Mapping):
             raise BadInputError(
                 f"input_feed must be a mapping from input name to array, not {type(feeds).__name__}"
@@ -171,6 +167,14 @@ class FeedValidator:
                 tensor=missing[0],
                 value=missing,
             )
+
+    def validate(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
+        """Return the feeds as arrays; raise BadInputError naming the first input that does not fit.
+
+        Arrays are passed through without a copy; Python scalars and lists become arrays of the input's
+        dtype only when that conversion is exact.
+        """
+        self.check_present(feeds)
         out: dict[str, Any] = {}
         for name, value in feeds.items():
             check = self._checks.get(name)

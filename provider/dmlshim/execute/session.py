@@ -408,16 +408,27 @@ class InferenceSession(OrtSessionAttributes):
         """Run in a background thread, then call ``callback(outputs, user_data, error)`` from it.
 
         ``error`` is ``""`` on success; on failure the outputs are ``[]`` and ``error`` is the dmlshim
-        error's message. Feeds and output names are checked before the thread starts, as in onnxruntime.
+        error's message. As in onnxruntime, only a missing input, and options whose intra-op thread pool
+        is a single thread, are refused here; any other problem (an unknown output or input name, a wrong
+        dtype or rank, an index out of range) reaches the callback as its ``error``.
         """
-        names = self._wanted(output_names)
-        feeds = self._feeds(input_feed)
+        self._validator.check_present(input_feed)
+        threads = getattr(self._sess_options, "intra_op_num_threads", 0)
+        if threads == 1:
+            raise BadInputError(
+                "run_async needs an intra-op thread pool of at least two threads, as onnxruntime's does, "
+                "but the SessionOptions set intra_op_num_threads = 1",
+                value=threads,
+            )
 
         def work() -> None:
             try:
-                outputs, error = self._execute(names, feeds, run_options), ""
+                names = self._wanted(output_names)
+                outputs, error = self._execute(names, self._feeds(input_feed), run_options), ""
             except DmlShimError as exc:
                 outputs, error = [], str(exc)
+            except Exception as exc:  # the callback is always called, as onnxruntime calls it
+                outputs, error = [], f"{type(exc).__name__}: {exc}"
             callback(outputs, user_data, error)
 
         threading.Thread(target=work, name="dmlshim-run-async", daemon=True).start()
