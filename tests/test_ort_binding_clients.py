@@ -125,3 +125,45 @@ def test_run_async_reports_errors_where_onnxruntime_does(case: str, threads: int
         assert len(our_out) == len(their_out)
         for a, b in zip(our_out, their_out, strict=True):
             np.testing.assert_array_equal(a, b)
+
+
+def _bfloat16_model() -> bytes:
+    graph = helper.make_graph(
+        [
+            helper.make_node("Cast", ["d"], ["db"], to=TensorProto.BFLOAT16),
+            helper.make_node("Gather", ["db", "i"], ["o"], axis=0, name="g"),
+            helper.make_node("Cast", ["o"], ["of"], to=TensorProto.FLOAT),
+        ],
+        "g",
+        [
+            helper.make_tensor_value_info("d", TensorProto.FLOAT, [5, 4]),
+            helper.make_tensor_value_info("i", TensorProto.INT64, [2]),
+        ],
+        [
+            helper.make_tensor_value_info("of", TensorProto.FLOAT, [2, 4]),
+            helper.make_tensor_value_info("o", TensorProto.BFLOAT16, [2, 4]),
+        ],
+    )
+    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 18)])
+    return model.SerializeToString()
+
+
+def _raised(call: Any) -> BaseException:
+    try:
+        call()
+    except Exception as exc:  # the class is what is compared
+        return exc
+    raise AssertionError("no exception")
+
+
+def test_a_bfloat16_output_run_cannot_return_is_onnxruntimes_runtime_error() -> None:
+    model = _bfloat16_model()
+    theirs = onnxruntime.InferenceSession(model, _options(), providers=["CPUExecutionProvider"])
+    ours = dmlshim.InferenceSession(model, _options())
+    feeds = {"d": D, "i": I}
+    np.testing.assert_array_equal(ours.run(["of"], feeds)[0], theirs.run(["of"], feeds)[0])
+    their_error = _raised(lambda: theirs.run(None, feeds))
+    our_error = _raised(lambda: ours.run(None, feeds))
+    assert type(their_error) is RuntimeError  # onnxruntime's Python layer, no status class
+    assert isinstance(our_error, RuntimeError) and isinstance(our_error, dmlshim.DmlShimError)
+    assert "bfloat16" in str(our_error)
