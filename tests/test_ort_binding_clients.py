@@ -167,3 +167,25 @@ def test_a_bfloat16_output_run_cannot_return_is_onnxruntimes_runtime_error() -> 
     assert type(their_error) is RuntimeError  # onnxruntime's Python layer, no status class
     assert isinstance(our_error, RuntimeError) and isinstance(our_error, dmlshim.DmlShimError)
     assert "bfloat16" in str(our_error)
+
+
+def test_optional_and_sequence_values_report_onnxruntimes_shapes() -> None:
+    tensor = helper.make_tensor_type_proto(TensorProto.FLOAT, ["n", 4])
+    types = {
+        "opt": helper.make_optional_type_proto(tensor),
+        "seq": helper.make_sequence_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, [2, 4])),
+        "optseq": helper.make_optional_type_proto(helper.make_sequence_type_proto(tensor)),
+    }
+    graph = helper.make_graph(
+        [helper.make_node("Identity", [f"{n}_in"], [n]) for n in types],
+        "g",
+        [helper.make_value_info(f"{n}_in", t) for n, t in types.items()],
+        [helper.make_value_info(n, t) for n, t in types.items()],
+    )
+    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 18)])
+    data = model.SerializeToString()
+    theirs = onnxruntime.InferenceSession(data, _options(), providers=["CPUExecutionProvider"])
+    ours = dmlshim.InferenceSession(data, _options())
+    for mine, their in ((ours.get_inputs(), theirs.get_inputs()), (ours.get_outputs(), theirs.get_outputs())):
+        assert [(a.name, a.type, a.shape) for a in mine] == [(a.name, a.type, a.shape) for a in their]
+    assert theirs.get_outputs()[0].shape == ["n", 4]  # the optional tensor's own shape

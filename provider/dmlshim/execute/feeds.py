@@ -96,9 +96,17 @@ def _elem_name(elem_type: int) -> str:
 def node_arg(vi: onnx.ValueInfoProto) -> NodeArg:
     """The :class:`NodeArg` of a graph input or output."""
     tp = vi.type
-    if tp.WhichOneof("value") != "tensor_type":
+    kind = tp.WhichOneof("value")
+    if kind == "optional_type" and tp.optional_type.elem_type.WhichOneof("value") == "tensor_type":
+        # onnxruntime reports an optional tensor's shape as the tensor's (its checks stay onnxruntime's)
+        return NodeArg(vi.name, _dims(tp.optional_type.elem_type.tensor_type), type_string(tp))
+    if kind != "tensor_type":
         return NodeArg(vi.name, (), type_string(tp))
     tt = tp.tensor_type
+    return NodeArg(vi.name, _dims(tt), type_string(tp), int(tt.elem_type), tt.HasField("shape"))
+
+
+def _dims(tt: onnx.TypeProto.Tensor) -> tuple[Dim, ...]:
     dims: list[Dim] = []
     if tt.HasField("shape"):
         for d in tt.shape.dim:
@@ -108,7 +116,7 @@ def node_arg(vi: onnx.ValueInfoProto) -> NodeArg:
                 dims.append(d.dim_param)
             else:
                 dims.append(None)
-    return NodeArg(vi.name, tuple(dims), type_string(tp), int(tt.elem_type), tt.HasField("shape"))
+    return tuple(dims)
 
 
 def numpy_dtype(elem_type: int) -> np.dtype | None:
