@@ -3,6 +3,7 @@ model and options: each expectation is what onnxruntime itself answers in the sa
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from typing import Any
 
@@ -189,3 +190,72 @@ def test_optional_and_sequence_values_report_onnxruntimes_shapes() -> None:
     for mine, their in ((ours.get_inputs(), theirs.get_inputs()), (ours.get_outputs(), theirs.get_outputs())):
         assert [(a.name, a.type, a.shape) for a in mine] == [(a.name, a.type, a.shape) for a in their]
     assert theirs.get_outputs()[0].shape == ["n", 4]  # the optional tensor's own shape
+
+
+def _bits(value: Any) -> np.ndarray:
+    """The raw 16-bit words of a CPU bfloat16 OrtValue (numpy cannot hold it; its memory can be read)."""
+    count = int(np.prod(value.shape()))
+    buffer = (ctypes.c_uint16 * count).from_address(value.data_ptr())
+    return np.frombuffer(buffer, dtype=np.uint16, count=count).copy().reshape(value.shape())
+
+
+def _bfloat16_gather_scatter_model() -> bytes:
+    bf16 = TensorProto.BFLOAT16
+    graph = helper.make_graph(
+        [
+            helper.make_node("Gather", ["d", "i"], ["o"], axis=0, name="gather_bf16"),
+            helper.make_node("ScatterND", ["d", "si", "u"], ["p"], name="scatter_bf16"),
+            helper.make_node("Cast", ["o"], ["of"], to=TensorProto.FLOAT),
+        ],
+        "bf16",
+        [
+            helper.make_tensor_value_info("d", bf16, [4, 2]),
+            helper.make_tensor_value_info("i", TensorProto.INT64, [3]),
+            helper.make_tensor_value_info("si", TensorProto.INT64, [1, 1]),
+            helper.make_tensor_value_info("u", bf16, [1, 2]),
+        ],
+        [
+            helper.make_tensor_value_info("o", bf16, [3, 2]),
+            helper.make_tensor_value_info("p", bf16, [4, 2]),
+            helper.make_tensor_value_info("of", TensorProto.FLOAT, [3, 2]),
+        ],
+    )
+    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 18)])
+    return model.SerializeToString()
+
+
+def test_bfloat16_ortvalue_feeds_and_outputs_as_onnxruntime() -> None:
+    # bfloat16 words of 1.5, -2, 3.25, 4, 0.5, 6, 7, -1 and of 9, 10
+    words = np.array([0x3FC0, 0xC000, 0x4050, 0x4080, 0x3F00, 0x40C0, 0x40E0, 0xBF80], np.uint16).reshape(
+        4, 2
+    )
+    update = np.array([[0x4110, 0x4120]], np.uint16)
+
+    def feeds() -> dict[str, Any]:
+        make = onnxruntime.OrtValue
+        return {
+            "d": make.ortvalue_from_numpy_with_onnx_type(words, TensorProto.BFLOAT16),
+            "i": make.ortvalue_from_numpy(np.array([3, 0, -1], np.int64)),
+            "si": make.ortvalue_from_numpy(np.array([[2]], np.int64)),
+            "u": make.ortvalue_from_numpy_with_onnx_type(update, TensorProto.BFLOAT16),
+        }
+
+    model = _bfloat16_gather_scatter_model()
+    theirs = onnxruntime.InferenceSession(model, _options(), providers=["CPUExecutionProvider"])
+    ours = dmlshim.InferenceSession(model, _options())
+    want = theirs.run_with_ort_values(None, feeds())
+    got = ours.run_with_ort_values(None, feeds())
+    assert [v.data_type() for v in got] == [v.data_type() for v in want]
+    for g, w in zip(got[:2], want[:2], strict=True):
+        np.testing.assert_array_equal(_bits(g), _bits(w))
+    np.testing.assert_array_equal(got[2].numpy(), want[2].numpy())
+    np.testing.assert_array_equal(ours.run(["of"], feeds())[0], theirs.run(["of"], feeds())[0])
+    # run() cannot return a bfloat16 output, nor take a numpy bfloat16 array: RuntimeErrors in both
+    assert type(_raised(lambda: theirs.run(None, feeds()))) is RuntimeError
+    assert isinstance(_raised(lambda: ours.run(None, feeds())), RuntimeError)
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    raw = {**{k: v.numpy() for k, v in feeds().items() if k in ("i", "si")}}
+    raw.update(d=words.view(ml_dtypes.bfloat16), u=update.view(ml_dtypes.bfloat16))
+    assert type(_raised(lambda: theirs.run(["of"], raw))) is RuntimeError
+    error = _raised(lambda: ours.run(["of"], raw))
+    assert isinstance(error, RuntimeError) and "ortvalue_from_numpy_with_onnx_type" in str(error)

@@ -199,6 +199,8 @@ class FeedValidator:
     def _check_value(check: _InputCheck, value: Any) -> Any:
         if not check.type.startswith("tensor("):
             return value  # sequences, maps, optionals: onnxruntime checks those
+        if callable(getattr(value, "data_type", None)) and callable(getattr(value, "shape", None)):
+            return _checked_ortvalue(check, value)
         arr = value if isinstance(value, np.ndarray) else _as_array(check, value)
         if check.dtype is not None and arr.dtype != check.dtype:
             raise BadInputError(
@@ -227,6 +229,30 @@ class FeedValidator:
                         rule="static dimensions of a graph input must match the feed",
                     )
         return arr
+
+
+def _checked_ortvalue(check: _InputCheck, value: Any) -> Any:
+    """An OrtValue of an element type numpy cannot hold (bfloat16, float8, 4-bit), checked as an array is."""
+    got = value.data_type()
+    if got != check.type:
+        raise BadInputError(
+            f"input {check.name!r} expects {check.type} but the feed is an OrtValue of {got}",
+            tensor=check.name,
+            value=got,
+            rule="feed dtype must equal the graph input's element type",
+        )
+    shape = tuple(value.shape())
+    if check.shape is not None and (
+        len(shape) != len(check.shape)
+        or any(isinstance(w, int) and w != g for w, g in zip(check.shape, shape, strict=False))
+    ):
+        raise BadInputError(
+            f"input {check.name!r} expects shape {_fmt_shape(check.shape)} but the feed has shape {shape}",
+            tensor=check.name,
+            value=shape,
+            rule="feed shape must match the graph input's shape",
+        )
+    return value
 
 
 def _as_array(check: _InputCheck, value: Any) -> np.ndarray:

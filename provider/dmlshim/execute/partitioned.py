@@ -67,6 +67,7 @@ from .steps import (
     Values,
     overwrites,
     reasons_of,
+    run_session,
     static_key,
 )
 from .weights import SharedWeights, light_copy
@@ -518,6 +519,6 @@ class PartitionedEngine:
 def _run_whole(step: CpuStep, values: Values, output_names: Sequence[str], run_options: Any) -> list[Any]:
     feeds = {n: values[n] for n in step.inputs if n in values}
     try:
-        return list(step.session.run(list(output_names), feeds, run_options))
+        return run_session(step.session, output_names, feeds, run_options)
     except ORT_ERRORS as exc:
         raise ort_run_error(exc, "onnxruntime failed running the model") from exc

@@ -23,7 +23,14 @@ from ..ort.real import pybind_state
 from .added_initializers import added_initializers, with_initializers
 from .engine import Engine, EngineConfig, get_engine_factory
 from .feeds import FeedValidator, ModelMetadata, NodeArg, node_arg
-from .iobinding import IOBinding, as_array, fill_fetches, ortvalues_from_vector, to_ortvalue
+from .iobinding import (
+    IOBinding,
+    as_array,
+    fill_fetches,
+    ortvalues_from_vector,
+    refuse_unconvertible_array,
+    to_ortvalue,
+)
 from .model_source import LoadedModel, ModelSource, load_model, typed_outputs
 from .profiling import SessionProfiler, check_prefix
 from .providers import normalize_providers
@@ -360,6 +367,8 @@ class InferenceSession(OrtSessionAttributes):
 
     def _feeds(self, input_feed: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(input_feed, Mapping):
+            for name, value in input_feed.items():
+                refuse_unconvertible_array(name, value)
             input_feed = {name: as_array(value) for name, value in input_feed.items()}
         return self._validator.validate(input_feed)
 
@@ -373,7 +382,6 @@ class InferenceSession(OrtSessionAttributes):
         return outputs
 
     @raises_onnxruntime_errors()
-    @guard_resources("running the model")
     def run(
         self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any], run_options: Any = None
     ) -> list[Any]:
@@ -392,8 +400,25 @@ class InferenceSession(OrtSessionAttributes):
             BadInputError: a missing or unknown feed, a wrong dtype or shape, an unknown output name, or a
                 failure of onnxruntime on these inputs.
             IndexOutOfRangeError: an index out of range in an emulated node (``index_mode="error"``).
+            NotSupportedError: an output numpy cannot hold (bfloat16, float8, 4-bit), a ``RuntimeError``
+                as onnxruntime's ``run`` raises there (``run_with_ort_values`` returns those).
         """
         names = self._wanted(output_names)
+        outputs = self._run_values(names, input_feed, run_options)
+        for name, value in zip(names, outputs, strict=True):
+            if isinstance(value, ort.OrtValue) and value.is_tensor():
+                raise NotSupportedError(
+                    f"output {name!r} is a {value.data_type()}, which numpy cannot hold, so run() cannot "
+                    'return it (onnxruntime\'s run raises here too: "No corresponding Numpy type"); '
+                    "ask for it with run_with_ort_values",
+                    tensor=name,
+                    value=value.data_type(),
+                )
+        return outputs
+
+    @guard_resources("running the model")
+    def _run_values(self, names: list[str], input_feed: Mapping[str, Any], run_options: Any) -> list[Any]:
+        """The run behind ``run`` and ``run_with_ort_values``: outputs numpy cannot hold stay OrtValues."""
         return self._execute(names, self._feeds(input_feed), run_options)
 
     @raises_onnxruntime_errors()
@@ -441,7 +466,7 @@ class InferenceSession(OrtSessionAttributes):
         run_options: Any = None,
     ) -> list[Any]:
         """``run`` with ``onnxruntime.OrtValue`` inputs (or arrays); returns ``OrtValue``s."""
-        outputs = self.run(output_names, input_dict_ort_values, run_options)
+        outputs = self._run_values(self._wanted(output_names), input_dict_ort_values, run_options)
         return [to_ortvalue(o) for o in outputs]
 
     @raises_onnxruntime_errors()
