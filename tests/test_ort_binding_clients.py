@@ -259,3 +259,24 @@ def test_bfloat16_ortvalue_feeds_and_outputs_as_onnxruntime() -> None:
     assert type(_raised(lambda: theirs.run(["of"], raw))) is RuntimeError
     error = _raised(lambda: ours.run(["of"], raw))
     assert isinstance(error, RuntimeError) and "ortvalue_from_numpy_with_onnx_type" in str(error)
+
+
+def test_the_exit_summary_counts_runs_that_raised() -> None:
+    from dmlshim.ort import standin_module, tracking
+
+    model = _gather_model()
+    bad = {"d": D, "i": np.array([9], np.int64)}
+    theirs = onnxruntime.InferenceSession(model, _options(), providers=["CPUExecutionProvider"])
+    their_error = _raised(lambda: theirs.run(None, bad))
+    session = standin_module().InferenceSession(model, _options())
+    session.run(None, {"d": D, "i": I})
+    our_error = _raised(lambda: session.run(None, bad))
+    assert isinstance(our_error, type(their_error))  # onnxruntime's InvalidArgument
+    tally = session._tally
+    assert (tally.runs, tally.failed_runs) == (1, 1)
+    assert tally.first_error.startswith("IndexOutOfRangeError: node 'g', op Gather")
+    summary = tracking.merge([tracking.TRACKER.to_json()])
+    mine = [s for s in summary["sessions"] if s["model"] == "<in-memory model g>" and s["failed_runs"]]
+    assert mine and summary["totals"]["failed_runs"] >= 1
+    text = tracking.render(summary, "dmlshim")
+    assert "more raised" in text and "run(s) raised (first: IndexOutOfRangeError" in text

@@ -47,6 +47,8 @@ class SessionTally:
     engine: str
     runs: int = 0
     nodes: dict[str, NodeTally] = field(default_factory=dict)
+    failed_runs: int = 0
+    first_error: str = ""
 
     def add_run(self, record: RunRecord) -> None:
         self.runs += 1
@@ -71,8 +73,14 @@ class SessionTally:
             "providers": list(self.providers),
             "engine": self.engine,
             "runs": self.runs,
+            "failed_runs": self.failed_runs,
+            "first_error": self.first_error,
             "nodes": [n.to_json() for n in self.nodes.values()],
         }
+
+
+_ERROR_TEXT = 300
+"""How much of a failed run's error message the summary keeps."""
 
 
 class Tracker:
@@ -100,6 +108,15 @@ class Tracker:
             return
         with self._lock:
             tally.add_run(record)
+            self.changes += 1
+
+    def add_failure(self, tally: SessionTally, error: BaseException) -> None:
+        """A run that raised: counted, and the first error kept (its class and first line)."""
+        with self._lock:
+            tally.failed_runs += 1
+            if not tally.first_error:
+                lines = str(error).strip().splitlines()
+                tally.first_error = f"{type(error).__name__}: {lines[0][:_ERROR_TEXT] if lines else ''}"
             self.changes += 1
 
     def to_json(self) -> dict[str, Any]:
@@ -139,6 +156,15 @@ def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
                     "(ask for DmlExecutionProvider, or set DMLSHIM_ORT_EMULATE=all)",
                 }
             )
+        if sess.get("failed_runs"):
+            warnings.append(
+                {
+                    "code": "failed_runs",
+                    "session": number,
+                    "message": f"session {number} ({sess['model']}): {sess['failed_runs']} run(s) raised "
+                    f"(first: {sess.get('first_error', '')})",
+                }
+            )
         for node in sess["nodes"]:
             if node["runs"].get(PLACEMENT_DML):
                 emulated += 1
@@ -170,6 +196,7 @@ def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
         "totals": {
             "sessions": len(sessions),
             "runs": sum(s["runs"] for s in sessions),
+            "failed_runs": sum(s.get("failed_runs", 0) for s in sessions),
             "gather_scatter_nodes": emulated + not_emulated,
             "emulated_nodes": emulated,
             "not_emulated_nodes": not_emulated,
@@ -184,14 +211,17 @@ def render(summary: dict[str, Any], header: str) -> str:
     totals = summary["totals"]
     procs = len(summary["processes"])
     lines = [
-        f"{header}: {totals['sessions']} session(s), {totals['runs']} run(s) in {procs} process(es); "
+        f"{header}: {totals['sessions']} session(s), {totals['runs']} run(s)"
+        + (f" ({totals['failed_runs']} more raised)" if totals.get("failed_runs") else "")
+        + f" in {procs} process(es); "
         f"{totals['emulated_nodes']} of {totals['gather_scatter_nodes']} gather/scatter node(s) "
         "ran as DirectML"
     ]
     for sess in summary["sessions"]:
         lines.append(
             f"  [{sess['number']}] {sess['model']}  engine={sess['engine']}  runs={sess['runs']}  "
-            f"providers={','.join(sess['providers'])}  pid={sess['process']}"
+            + (f"failed={sess['failed_runs']}  " if sess.get("failed_runs") else "")
+            + f"providers={','.join(sess['providers'])}  pid={sess['process']}"
         )
         for node in sess["nodes"]:
             runs = ", ".join(f"{k} x{v}" for k, v in node["runs"].items())
