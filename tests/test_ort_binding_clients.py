@@ -280,3 +280,42 @@ def test_the_exit_summary_counts_runs_that_raised() -> None:
     assert mine and summary["totals"]["failed_runs"] >= 1
     text = tracking.render(summary, "dmlshim")
     assert "more raised" in text and "run(s) raised (first: IndexOutOfRangeError" in text
+
+
+FEED_KINDS: dict[str, Any] = {
+    "python int": 2,
+    "numpy scalar": np.int64(2),
+    "tuple": (2, 0),
+    "memoryview": memoryview(np.array([2, 0], np.int64)),
+    "bytes": b"ab",
+    "list": [2, 0],
+    "nested list": [[2], [0]],
+    "0-d array": np.array(2),
+    "array": np.array([2, 0], np.int64),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(FEED_KINDS))
+def test_tensor_feeds_onnxruntime_refuses_are_refused_with_its_class(kind: str) -> None:
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["d", "i"], ["o"], axis=0, name="g")],
+        "g",
+        [
+            helper.make_tensor_value_info("d", TensorProto.FLOAT, [5, 4]),
+            helper.make_tensor_value_info("i", TensorProto.INT64, None),
+        ],
+        [helper.make_tensor_value_info("o", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 18)])
+    data = model.SerializeToString()
+    feeds = {"d": D, "i": FEED_KINDS[kind]}
+    theirs = onnxruntime.InferenceSession(data, _options(), providers=["CPUExecutionProvider"])
+    ours = dmlshim.InferenceSession(data, _options())
+    try:
+        want = theirs.run(None, feeds)[0]
+    except RuntimeError as their_error:
+        our_error = _raised(lambda: ours.run(None, feeds))
+        assert isinstance(our_error, type(their_error)) and isinstance(our_error, dmlshim.BadInputError)
+        assert "numpy.asarray" in str(our_error)
+    else:
+        np.testing.assert_array_equal(ours.run(None, feeds)[0], want)

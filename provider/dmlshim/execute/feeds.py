@@ -17,6 +17,7 @@ from onnx import helper
 from ..errors import BadInputError
 from ..inputs.npz import load_npz as load_npz
 from ..inputs.npz import save_npz as save_npz
+from ..ort.exceptions import as_onnxruntime_error
 
 logger = logging.getLogger(__name__)
 
@@ -201,6 +202,21 @@ class FeedValidator:
             return value  # sequences, maps, optionals: onnxruntime checks those
         if callable(getattr(value, "data_type", None)) and callable(getattr(value, "shape", None)):
             return _checked_ortvalue(check, value)
+        if not isinstance(value, (np.ndarray, list)):
+            # onnxruntime's run takes an array, a list or an OrtValue and raises RuntimeError for anything
+            # else (a Python or numpy scalar, a tuple, a torch tensor): a program must not pass here and fail
+            # there.
+            raise as_onnxruntime_error(
+                BadInputError(
+                    f"input {check.name!r} is fed a {type(value).__module__}.{type(value).__qualname__}, "
+                    "which onnxruntime's run refuses (it takes a numpy array, a list or an OrtValue); feed "
+                    f"numpy.asarray(value, dtype=numpy.{check.dtype or 'float32'}) instead",
+                    tensor=check.name,
+                    value=type(value).__qualname__,
+                    rule="a tensor feed is a numpy array, a list or an OrtValue, as onnxruntime takes it",
+                ),
+                RuntimeError,
+            )
         arr = value if isinstance(value, np.ndarray) else _as_array(check, value)
         if check.dtype is not None and arr.dtype != check.dtype:
             raise BadInputError(
