@@ -319,3 +319,20 @@ def test_tensor_feeds_onnxruntime_refuses_are_refused_with_its_class(kind: str) 
         assert "numpy.asarray" in str(our_error)
     else:
         np.testing.assert_array_equal(ours.run(None, feeds)[0], want)
+
+
+def test_keyword_arguments_onnxruntime_ignores_run_with_a_warning_at_the_callers_line() -> None:
+    model = _gather_model()
+    feeds = {"d": D, "i": I}
+    want = onnxruntime.InferenceSession(model, _options(), providers=["CPUExecutionProvider"], bogus=1).run(
+        None, feeds
+    )
+    with pytest.warns(UserWarning, match="ignores the keyword argument") as seen:
+        ours = dmlshim.InferenceSession(model, _options(), bogus=1)
+    np.testing.assert_array_equal(ours.run(None, feeds)[0], want[0])
+    with pytest.warns(UserWarning, match="not available to onnxruntime") as seen_provider:
+        dmlshim.InferenceSession(model, _options(), providers=["NoSuchExecutionProvider"])
+    for warning in (*seen, *seen_provider):
+        assert warning.filename == __file__  # the program's line, not dmlshim's
+    with pytest.raises(dmlshim.BadInputError, match="unknown keyword argument"):
+        dmlshim.InferenceSession(model, _options(), index_mdoe="clamp")  # dmlshim's own, misspelt
