@@ -336,3 +336,24 @@ def test_keyword_arguments_onnxruntime_ignores_run_with_a_warning_at_the_callers
         assert warning.filename == __file__  # the program's line, not dmlshim's
     with pytest.raises(dmlshim.BadInputError, match="unknown keyword argument"):
         dmlshim.InferenceSession(model, _options(), index_mdoe="clamp")  # dmlshim's own, misspelt
+
+
+def test_a_run_terminated_by_its_run_options_is_onnxruntimes_fail_not_a_bad_input() -> None:
+    from onnxruntime.capi import onnxruntime_pybind11_state as state
+
+    from dmlshim.execute.ort_support import ort_run_error
+
+    model = _gather_model()
+    feeds = {"d": D, "i": I}
+    stop = onnxruntime.RunOptions()
+    stop.terminate = True
+    theirs = onnxruntime.InferenceSession(model, _options(), providers=["CPUExecutionProvider"])
+    their_error = _raised(lambda: theirs.run(None, feeds, stop))
+    assert type(their_error) is state.Fail
+    # what a CPU partition's onnxruntime call raises when terminate is set while the run is under way
+    wrapped = ort_run_error(their_error, "onnxruntime failed in CPU partition 0")
+    assert not isinstance(wrapped, dmlshim.BadInputError) and "RunOptions.terminate" in str(wrapped)
+    ours = dmlshim.InferenceSession(model, _options())
+    assert isinstance(_raised(lambda: ours.run(None, feeds, stop)), state.Fail)
+    stop.terminate = False
+    np.testing.assert_array_equal(ours.run(None, feeds, stop)[0], theirs.run(None, feeds, stop)[0])

@@ -38,7 +38,14 @@ from ..translate.translator import model_opsets, node_since_version
 from ..weightless import tensor_nbytes, without_weights
 from .engine import EngineConfig
 from .fallback import has_deprecated_scatter, note_scatter_as_scatter_elements
-from .ort_support import ORT_ERRORS, cpu_session, ort_run_error, segment_session, whole_model_session
+from .ort_support import (
+    ORT_ERRORS,
+    cpu_session,
+    ort_run_error,
+    segment_session,
+    terminated,
+    whole_model_session,
+)
 from .partition import (
     CpuSegment,
     EmulatedNode,
@@ -492,6 +499,9 @@ class PartitionedEngine:
             values.update(feeds)
             observe = self.step_observer
             for run_step in self._steps:
+                stop = terminated(run_options)
+                if stop is not None:
+                    raise stop  # set while the run was under way: onnxruntime stops between nodes too
                 if observe is None:
                     run_step(values, state)
                 else:

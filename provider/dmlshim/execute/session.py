@@ -32,6 +32,7 @@ from .iobinding import (
     to_ortvalue,
 )
 from .model_source import LoadedModel, ModelSource, load_model, typed_outputs
+from .ort_support import terminated
 from .profiling import SessionProfiler, check_prefix
 from .providers import normalize_providers
 from .record import RunRecord
@@ -373,9 +374,9 @@ class InferenceSession(OrtSessionAttributes):
         return self._validator.validate(input_feed)
 
     def _execute(self, names: list[str], feeds: dict[str, Any], run_options: Any) -> list[Any]:
-        if run_options is not None and getattr(run_options, "terminate", False):
-            # As onnxruntime: a run asked to terminate does not start (emulated nodes included).
-            raise DmlShimError("exiting due to terminate flag being set to true (RunOptions.terminate)")
+        stop = terminated(run_options)
+        if stop is not None:
+            raise stop  # as onnxruntime: a run asked to terminate does not start (emulated nodes included)
         with self._span("model_run"):
             outputs, record = self._engine.run(names, feeds, run_options=run_options)
         self._last_run_record = record
