@@ -357,3 +357,11 @@ def test_a_run_terminated_by_its_run_options_is_onnxruntimes_fail_not_a_bad_inpu
     assert isinstance(_raised(lambda: ours.run(None, feeds, stop)), state.Fail)
     stop.terminate = False
     np.testing.assert_array_equal(ours.run(None, feeds, stop)[0], theirs.run(None, feeds, stop)[0])
+
+
+@pytest.mark.parametrize("model", [None, 42, 3.5])
+def test_a_model_of_the_wrong_type_is_onnxruntimes_type_error(model: Any) -> None:
+    their_error = _raised(lambda: onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"]))
+    assert type(their_error) is TypeError
+    our_error = _raised(lambda: dmlshim.InferenceSession(model))
+    assert isinstance(our_error, TypeError) and isinstance(our_error, dmlshim.BadModelError)
