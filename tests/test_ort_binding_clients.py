@@ -4,7 +4,11 @@ model and options: each expectation is what onnxruntime itself answers in the sa
 from __future__ import annotations
 
 import ctypes
+import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -365,3 +369,21 @@ def test_a_model_of_the_wrong_type_is_onnxruntimes_type_error(model: Any) -> Non
     assert type(their_error) is TypeError
     our_error = _raised(lambda: dmlshim.InferenceSession(model))
     assert isinstance(our_error, TypeError) and isinstance(our_error, dmlshim.BadModelError)
+
+
+def test_the_command_gives_the_script_an_absolute_file_as_python_does(tmp_path: Path) -> None:
+    script = tmp_path / "where.py"
+    script.write_text(
+        "import os, sys\nos.chdir('/')\nprint(os.path.isfile(__file__), os.path.isabs(__file__))\n",
+        encoding="utf-8",
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DMLSHIM_ORT_")}
+    env["PYTHONPATH"] = str(Path(dmlshim.__file__).resolve().parent.parent)
+    env["DMLSHIM_ORT_SUMMARY"] = "off"
+    runs = [
+        subprocess.run(
+            [sys.executable, *args, "where.py"], cwd=tmp_path, env=env, capture_output=True, text=True
+        )
+        for args in ([], ["-m", "dmlshim.ort"])
+    ]
+    assert [r.stdout for r in runs] == ["True True\n", "True True\n"], runs[1].stderr
