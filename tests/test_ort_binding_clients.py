@@ -4,6 +4,7 @@ model and options: each expectation is what onnxruntime itself answers in the sa
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import subprocess
 import sys
@@ -387,3 +388,51 @@ def test_the_command_gives_the_script_an_absolute_file_as_python_does(tmp_path: 
         for args in ([], ["-m", "dmlshim.ort"])
     ]
     assert [r.stdout for r in runs] == ["True True\n", "True True\n"], runs[1].stderr
+
+
+FORK_SCRIPT = """
+import json, multiprocessing, sys
+import numpy as np
+import onnxruntime as ort
+
+SESSION = ort.InferenceSession(sys.argv[1], providers=["DmlExecutionProvider", "CPUExecutionProvider"])
+
+
+def work(i):
+    return np.asarray(SESSION.run(None, {"d": np.arange(20, dtype=np.float32).reshape(5, 4),
+                                         "i": np.array([i % 5], np.int64)})[0]).tolist()
+
+
+if __name__ == "__main__":
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        results = pool.map(work, range(4))
+    print(json.dumps(results))
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="fork start method")
+def test_forked_workers_runs_of_the_parents_session_are_counted(tmp_path: Path) -> None:
+    model = tmp_path / "gather.onnx"
+    model.write_bytes(_gather_model())
+    script = tmp_path / "fork_script.py"
+    script.write_text(FORK_SCRIPT, encoding="utf-8")
+    summary_file = tmp_path / "summary.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DMLSHIM_ORT_")}
+    env["PYTHONPATH"] = str(Path(dmlshim.__file__).resolve().parent.parent)
+    command = ["-m", "dmlshim.ort", "--summary", "off", "--summary-file", str(summary_file)]
+    proc = subprocess.run(
+        [sys.executable, *command, str(script), str(model)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    theirs = onnxruntime.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    want = [theirs.run(None, {"d": D, "i": np.array([i % 5], np.int64)})[0].tolist() for i in range(4)]
+    assert json.loads(proc.stdout) == want
+    summary = json.loads(summary_file.read_text(encoding="utf-8"))
+    # one session (made in the parent) whose runs all happened in the forked workers
+    assert summary["totals"]["sessions"] == 1 and summary["totals"]["runs"] == 4
+    (node,) = summary["sessions"][0]["nodes"]
+    assert node["runs"] == {"dml": 4}
