@@ -436,3 +436,19 @@ def test_forked_workers_runs_of_the_parents_session_are_counted(tmp_path: Path) 
     assert summary["totals"]["sessions"] == 1 and summary["totals"]["runs"] == 4
     (node,) = summary["sessions"][0]["nodes"]
     assert node["runs"] == {"dml": 4}
+
+
+def test_install_after_the_program_imported_onnxruntime_says_so(tmp_path: Path) -> None:
+    late = "import onnxruntime\nimport dmlshim\ndmlshim.install()\n"
+    early = "import dmlshim\ndmlshim.install()\nimport onnxruntime\n"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DMLSHIM_ORT_")}
+    env["PYTHONPATH"] = str(Path(dmlshim.__file__).resolve().parent.parent)
+    env["DMLSHIM_ORT_SUMMARY"] = "off"
+    runs = {
+        name: subprocess.run(
+            [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True
+        )
+        for name, code in (("late", late), ("early", early))
+    }
+    assert "dmlshim.install() came after __main__ imported onnxruntime" in runs["late"].stderr
+    assert "UserWarning" not in runs["early"].stderr, runs["early"].stderr
