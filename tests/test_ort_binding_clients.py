@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 import onnxruntime
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 import dmlshim
 
@@ -452,3 +453,48 @@ def test_install_after_the_program_imported_onnxruntime_says_so(tmp_path: Path) 
     }
     assert "dmlshim.install() came after __main__ imported onnxruntime" in runs["late"].stderr
     assert "UserWarning" not in runs["early"].stderr, runs["early"].stderr
+
+
+def _matmul_add_model() -> bytes:
+    rng = np.random.default_rng(0)
+    weights = [
+        numpy_helper.from_array(rng.standard_normal((4, 3)).astype(np.float32), "w"),
+        numpy_helper.from_array(rng.standard_normal(3).astype(np.float32), "b"),
+    ]
+    graph = helper.make_graph(
+        [
+            helper.make_node("Gather", ["d", "i"], ["g"], axis=0, name="g"),
+            helper.make_node("MatMul", ["g", "w"], ["m"], name="mm"),
+            helper.make_node("Add", ["m", "b"], ["y"], name="add"),
+        ],
+        "mm",
+        [
+            helper.make_tensor_value_info("d", TensorProto.FLOAT, [5, 4]),
+            helper.make_tensor_value_info("i", TensorProto.INT64, [2]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        weights,
+    )
+    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 18)])
+    return model.SerializeToString()
+
+
+@pytest.mark.parametrize("disabled", [[], ["MatMulAddFusion"]])
+def test_disabled_optimizers_reach_onnxruntime_as_in_its_own_session(
+    tmp_path: Path, disabled: list[str]
+) -> None:
+    # onnxruntime.transformers.optimizer passes disabled_optimizers= and reads the optimized model back
+    model = _matmul_add_model()
+    written = {}
+    for name, make in (("theirs", onnxruntime.InferenceSession), ("ours", dmlshim.InferenceSession)):
+        so = _options()
+        so.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+        so.optimized_model_filepath = str(tmp_path / f"{name}.onnx")
+        # onnxruntime on its CPU; dmlshim with the Gather emulated (its partitions built as onnxruntime's)
+        providers = ["CPUExecutionProvider"] if name == "theirs" else None
+        session = make(model, so, providers=providers, disabled_optimizers=disabled)
+        written[name] = sorted(n.op_type for n in onnx.load(str(tmp_path / f"{name}.onnx")).graph.node)
+        written[name + "_run"] = session.run(None, {"d": D, "i": I})[0]
+    assert written["ours"] == written["theirs"]
+    assert ("Gemm" in written["theirs"]) == (not disabled)  # the fusion the option turns off
+    np.testing.assert_array_equal(written["ours_run"], written["theirs_run"])

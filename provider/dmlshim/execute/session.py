@@ -19,7 +19,7 @@ from ..ort.attributes import OrtSessionAttributes
 from ..ort.emulate import emulate_all, with_dml_first
 from ..ort.exceptions import raises_onnxruntime_errors
 from ..ort.free_dims import outputs_for_inputs, with_free_dimension_overrides
-from ..ort.real import pybind_state
+from ..ort.real import optimizers_disabled, pybind_state
 from .added_initializers import added_initializers, with_initializers
 from .engine import Engine, EngineConfig, get_engine_factory
 from .feeds import FeedValidator, ModelMetadata, NodeArg, node_arg
@@ -38,6 +38,7 @@ from .providers import normalize_providers
 from .record import RunRecord
 from .session_args import (
     NO_MODEL_VERSION,
+    disabled_optimizers,
     fallback_flag,
     parse_feature_level,
     parse_index_mode,
@@ -109,6 +110,7 @@ class InferenceSession(OrtSessionAttributes):
             providers, provider_options = with_dml_first(providers, provider_options)
         self._remember_source(path_or_bytes)
         self._fallback_enabled = fallback_flag(kwargs)
+        self._disabled_optimizers = disabled_optimizers(kwargs)
         self._feature_level = parse_feature_level(feature_level)
         self._index_mode = parse_index_mode(index_mode)
         self._choice = normalize_providers(providers, provider_options)
@@ -126,7 +128,7 @@ class InferenceSession(OrtSessionAttributes):
         self._loaded = loaded
         self._describe(loaded)
         self._last_run_record: RunRecord | None = None
-        with self._span("session_initialization"):
+        with self._span("session_initialization"), optimizers_disabled(self._disabled_optimizers):
             # Values the options add go into the model every engine runs, so that emulated nodes read them
             # too: add_external_initializers values were taken at load (their file is never read), and
             # add_initializer values are found here.
@@ -305,7 +307,8 @@ class InferenceSession(OrtSessionAttributes):
         if self._profiler is not None:
             self._profiler.harvest(self._ort_sessions())
         self._choice = choice
-        self._engine = self._build_engine()
+        with optimizers_disabled(self._disabled_optimizers):
+            self._engine = self._build_engine()
 
     @raises_onnxruntime_errors()
     def get_provider_graph_assignment_info(self) -> list[EpAssignedSubgraph]:
@@ -377,7 +380,7 @@ class InferenceSession(OrtSessionAttributes):
         stop = terminated(run_options)
         if stop is not None:
             raise stop  # as onnxruntime: a run asked to terminate does not start (emulated nodes included)
-        with self._span("model_run"):
+        with self._span("model_run"), optimizers_disabled(self._disabled_optimizers):
             outputs, record = self._engine.run(names, feeds, run_options=run_options)
         self._last_run_record = record
         return outputs

@@ -57,13 +57,15 @@ def fallback_flag(kwargs: dict[str, Any]) -> bool:
             "read_config_from_model is not supported: dmlshim does not read session options from the "
             "model's metadata; pass an onnxruntime.SessionOptions as sess_options instead"
         )
-    if kwargs.get("disabled_optimizers"):
-        raise NotSupportedError(
-            "disabled_optimizers is not supported; use the session config entry "
-            "'optimization.disable_specified_optimizers' or graph_optimization_level on sess_options, "
-            "which dmlshim passes to every onnxruntime session it builds"
-        )
     return int(kwargs.get("enable_fallback", 1)) == 1
+
+
+def disabled_optimizers(kwargs: dict[str, Any]) -> frozenset[str]:
+    """onnxruntime's ``disabled_optimizers=`` keyword (``onnxruntime.transformers.optimizer`` passes it):
+    the optimizers every onnxruntime session dmlshim builds for the session leaves out, as onnxruntime's
+    own session would (:func:`dmlshim.ort.real.optimizers_disabled`)."""
+    names = kwargs.get("disabled_optimizers")
+    return frozenset(str(n) for n in names) if names else frozenset()
 
 
 def resolve_engine(requested: str | None, choice: ProviderChoice) -> str:
