@@ -106,6 +106,20 @@ def refuse_unconvertible_array(name: str, value: Any) -> None:
     )
 
 
+def refuse_unholdable_outputs(names: Sequence[str], outputs: Sequence[Any]) -> None:
+    """Raise NotSupportedError (a ``RuntimeError``, as onnxruntime's) for an output ``run()`` cannot return:
+    a tensor numpy cannot hold (bfloat16, float8), which onnxruntime's ``run`` refuses too."""
+    for name, value in zip(names, outputs, strict=True):
+        if isinstance(value, ort.OrtValue) and value.is_tensor():
+            raise NotSupportedError(
+                f"output {name!r} is a {value.data_type()}, which numpy cannot hold, so run() cannot "
+                'return it (onnxruntime\'s run raises here too: "No corresponding Numpy type"); '
+                "ask for it with run_with_ort_values",
+                tensor=name,
+                value=value.data_type(),
+            )
+
+
 def to_ortvalue(value: Any) -> Any:
     """A run's output as an ``onnxruntime.OrtValue`` (tensors only; one numpy cannot hold, e.g. bfloat16,
     is already onnxruntime's OrtValue and is returned as it is)."""

@@ -29,6 +29,7 @@ from .iobinding import (
     fill_fetches,
     ortvalues_from_vector,
     refuse_unconvertible_array,
+    refuse_unholdable_outputs,
     to_ortvalue,
 )
 from .model_source import LoadedModel, ModelSource, load_model, typed_outputs
@@ -409,15 +410,7 @@ class InferenceSession(OrtSessionAttributes):
         """
         names = self._wanted(output_names)
         outputs = self._run_values(names, input_feed, run_options)
-        for name, value in zip(names, outputs, strict=True):
-            if isinstance(value, ort.OrtValue) and value.is_tensor():
-                raise NotSupportedError(
-                    f"output {name!r} is a {value.data_type()}, which numpy cannot hold, so run() cannot "
-                    'return it (onnxruntime\'s run raises here too: "No corresponding Numpy type"); '
-                    "ask for it with run_with_ort_values",
-                    tensor=name,
-                    value=value.data_type(),
-                )
+        refuse_unholdable_outputs(names, outputs)
         return outputs
 
     @guard_resources("running the model")
