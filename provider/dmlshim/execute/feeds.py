@@ -17,6 +17,7 @@ from onnx import helper
 from ..errors import BadInputError
 from ..fileio.npz import load_npz as load_npz
 from ..fileio.npz import save_npz as save_npz
+from ..ort.exceptions import as_onnxruntime_error
 
 logger = logging.getLogger(__name__)
 
@@ -96,9 +97,17 @@ def _elem_name(elem_type: int) -> str:
 def node_arg(vi: onnx.ValueInfoProto) -> NodeArg:
     """The :class:`NodeArg` of a graph input or output."""
     tp = vi.type
-    if tp.WhichOneof("value") != "tensor_type":
+    kind = tp.WhichOneof("value")
+    if kind == "optional_type" and tp.optional_type.elem_type.WhichOneof("value") == "tensor_type":
+        # onnxruntime reports an optional tensor's shape as the tensor's (its checks stay onnxruntime's)
+        return NodeArg(vi.name, _dims(tp.optional_type.elem_type.tensor_type), type_string(tp))
+    if kind != "tensor_type":
         return NodeArg(vi.name, (), type_string(tp))
     tt = tp.tensor_type
+    return NodeArg(vi.name, _dims(tt), type_string(tp), int(tt.elem_type), tt.HasField("shape"))
+
+
+def _dims(tt: onnx.TypeProto.Tensor) -> tuple[Dim, ...]:
     dims: list[Dim] = []
     if tt.HasField("shape"):
         for d in tt.shape.dim:
@@ -108,7 +117,7 @@ def node_arg(vi: onnx.ValueInfoProto) -> NodeArg:
                 dims.append(d.dim_param)
             else:
                 dims.append(None)
-    return NodeArg(vi.name, tuple(dims), type_string(tp), int(tt.elem_type), tt.HasField("shape"))
+    return tuple(dims)
 
 
 def numpy_dtype(elem_type: int) -> np.dtype | None:
@@ -166,12 +175,8 @@ class FeedValidator:
         dtype = numpy_dtype(arg.elem_type) if arg.is_tensor else None
         return _InputCheck(arg.name, dtype, arg.type, arg.dims if arg.rank_known else None)
 
-    def validate(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
-        """Return the feeds as arrays; raise BadInputError naming the first input that does not fit.
-
-        Arrays are passed through without a copy; Python scalars and lists become arrays of the input's
-        dtype only when that conversion is exact.
-        """
+    def check_present(self, feeds: Mapping[str, Any]) -> None:
+        """Raise BadInputError unless ``feeds`` is a mapping with a value for every required input."""
         if not isinstance(feeds, Mapping):
             raise BadInputError(
                 f"input_feed must be a mapping from input name to array, not {type(feeds).__name__}"
@@ -183,6 +188,14 @@ class FeedValidator:
                 tensor=missing[0],
                 value=missing,
             )
+
+    def validate(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
+        """Return the feeds as arrays; raise BadInputError naming the first input that does not fit.
+
+        Arrays are passed through without a copy; Python scalars and lists become arrays of the input's
+        dtype only when that conversion is exact.
+        """
+        self.check_present(feeds)
         out: dict[str, Any] = {}
         quick_checks = self._quick
         for name, value in feeds.items():
@@ -207,6 +220,23 @@ class FeedValidator:
     def _check_value(check: _InputCheck, value: Any) -> Any:
         if not check.type.startswith("tensor("):
             return value  # sequences, maps, optionals: onnxruntime checks those
+        if callable(getattr(value, "data_type", None)) and callable(getattr(value, "shape", None)):
+            return _checked_ortvalue(check, value)
+        if not isinstance(value, (np.ndarray, list)):
+            # onnxruntime's run takes an array, a list or an OrtValue and raises RuntimeError for anything
+            # else (a Python or numpy scalar, a tuple, a torch tensor): a program must not pass here and fail
+            # there.
+            raise as_onnxruntime_error(
+                BadInputError(
+                    f"input {check.name!r} is fed a {type(value).__module__}.{type(value).__qualname__}, "
+                    "which onnxruntime's run refuses (it takes a numpy array, a list or an OrtValue); feed "
+                    f"numpy.asarray(value, dtype=numpy.{check.dtype or 'float32'}) instead",
+                    tensor=check.name,
+                    value=type(value).__qualname__,
+                    rule="a tensor feed is a numpy array, a list or an OrtValue, as onnxruntime takes it",
+                ),
+                RuntimeError,
+            )
         arr = value if isinstance(value, np.ndarray) else _as_array(check, value)
         if check.dtype is not None and arr.dtype != check.dtype:
             raise BadInputError(
@@ -235,6 +265,30 @@ class FeedValidator:
                         rule="static dimensions of a graph input must match the feed",
                     )
         return arr
+
+
+def _checked_ortvalue(check: _InputCheck, value: Any) -> Any:
+    """An OrtValue of an element type numpy cannot hold (bfloat16, float8, 4-bit), checked as an array is."""
+    got = value.data_type()
+    if got != check.type:
+        raise BadInputError(
+            f"input {check.name!r} expects {check.type} but the feed is an OrtValue of {got}",
+            tensor=check.name,
+            value=got,
+            rule="feed dtype must equal the graph input's element type",
+        )
+    shape = tuple(value.shape())
+    if check.shape is not None and (
+        len(shape) != len(check.shape)
+        or any(isinstance(w, int) and w != g for w, g in zip(check.shape, shape, strict=False))
+    ):
+        raise BadInputError(
+            f"input {check.name!r} expects shape {_fmt_shape(check.shape)} but the feed has shape {shape}",
+            tensor=check.name,
+            value=shape,
+            rule="feed shape must match the graph input's shape",
+        )
+    return value
 
 
 def _as_array(check: _InputCheck, value: Any) -> np.ndarray:
