@@ -166,8 +166,10 @@ class FeedValidator:
             )
         missing = [n for n in self._required if n not in feeds]
         if missing:
+            # onnxruntime's own sentence first (clients match it), then what dmlshim adds
             raise BadInputError(
-                f"missing feed for graph input {missing[0]!r} (model inputs: {', '.join(self._required)})",
+                f"Required inputs ({missing}) are missing from input feed ({list(feeds)}): missing feed "
+                f"for graph input {missing[0]!r} (model inputs: {', '.join(self._required)})",
                 tensor=missing[0],
                 value=missing,
             )

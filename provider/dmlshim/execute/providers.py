@@ -39,6 +39,8 @@ class ProviderChoice:
     names: tuple[str, ...]
     options: tuple[dict[str, str], ...]
     explicit: bool
+    unknown: tuple[str, ...] = ()
+    """Names asked for that onnxruntime does not know at all (not in ``get_all_providers()``), dropped."""
 
     @property
     def emulates_dml(self) -> bool:
@@ -130,14 +132,22 @@ def normalize_providers(providers: Any, provider_options: Any = None) -> Provide
             continue
         names.append(canonical)
         options.append({str(k): str(v) for k, v in opts.items()})
+    unknown = tuple(d for d in dropped if d not in _all_providers())
     if not names and dropped:  # nothing usable asked for: onnxruntime falls back to its CPU provider
-        return ProviderChoice((CPU_EP,), ({},), explicit=True)
+        return ProviderChoice((CPU_EP,), ({},), explicit=True, unknown=unknown)
     if not names:  # onnxruntime treats an empty list as "the default providers"
         return ProviderChoice((DML_EP, CPU_EP), ({}, {}), explicit=False)
     if CPU_EP not in names:
         names.append(CPU_EP)
         options.append({})
-    return ProviderChoice(tuple(names), tuple(options), explicit=True)
+    return ProviderChoice(tuple(names), tuple(options), explicit=True, unknown=unknown)
+
+
+def _all_providers() -> frozenset[str]:
+    """Every provider name onnxruntime knows (built here or not)."""
+    from ..ort.real import C
+
+    return frozenset(C.get_all_providers())
 
 
 def available_providers() -> list[str]:

@@ -17,7 +17,7 @@ from ..errors import BadInputError, DmlShimError, NotSupportedError, guard_resou
 from ..kernels.options import IndexMode
 from ..ort.attributes import OrtSessionAttributes
 from ..ort.emulate import emulate_all, with_dml_first
-from ..ort.exceptions import raises_onnxruntime_errors
+from ..ort.exceptions import raises_onnxruntime_errors, with_onnxruntime_class
 from ..ort.free_dims import with_free_dimension_overrides
 from ..ort.real import pybind_state
 from .added_initializers import added_initializers, with_initializers
@@ -26,7 +26,7 @@ from .feeds import FeedValidator, ModelMetadata, NodeArg, node_arg
 from .iobinding import IOBinding, as_array, fill_fetches, ortvalues_from_vector, to_ortvalue
 from .model_source import LoadedModel, ModelSource, load_model, typed_outputs
 from .profiling import SessionProfiler, check_prefix
-from .providers import normalize_providers
+from .providers import available_providers, normalize_providers
 from .record import RunRecord
 from .session_args import (
     NO_MODEL_VERSION,
@@ -290,9 +290,22 @@ class InferenceSession(OrtSessionAttributes):
         """Choose providers again and rebuild the engine, as onnxruntime re-creates its session.
 
         Raises:
-            BadInputError: an unsupported provider (see the constructor).
+            BadInputError: a malformed provider list (see the constructor).
+            DmlShimError: a provider onnxruntime does not know at all (as onnxruntime, a ``RuntimeError``
+                saying "Unknown Provider Type"); the session keeps its providers.
         """
         choice = normalize_providers(providers, provider_options)
+        if choice.unknown:
+            # onnxruntime re-creates its session here and refuses a name it has never heard of
+            raise with_onnxruntime_class(
+                DmlShimError(
+                    f"Unknown Provider Type: {choice.unknown[0]} (available here: "
+                    f"{', '.join(available_providers())}); the session keeps {list(self._choice.names)}",
+                    value=choice.unknown[0],
+                    rule="set_providers takes provider names onnxruntime knows",
+                ),
+                RuntimeError,
+            )
         resolve_engine(self._engine_request, choice)
         if self._profiler is not None:
             self._profiler.harvest(self._ort_sessions())
@@ -308,8 +321,9 @@ class InferenceSession(OrtSessionAttributes):
         ``last_run_record`` for what each run actually did.
         """
         if config_entry(self._sess_options, GRAPH_ASSIGNMENT_KEY) != "1":
-            raise BadInputError(
-                f'session configuration entry {GRAPH_ASSIGNMENT_KEY!r} must be set to "1" to retrieve '
+            # onnxruntime's Fail, with its sentence first
+            raise DmlShimError(
+                f'Session configuration entry {GRAPH_ASSIGNMENT_KEY!r} must be set to "1" to retrieve '
                 "graph assignment information (sess_options.add_session_config_entry); "
                 "last_run_record always says where each gather/scatter node ran",
                 rule="onnxruntime records EP graph assignment only when asked",

@@ -36,15 +36,16 @@ class EpAssignedSubgraph:
 
 
 def graph_assignment(model: onnx.ModelProto, emulated: frozenset[str]) -> list[EpAssignedSubgraph]:
-    """The top-level nodes grouped by provider: those the engine planned to emulate on
-    ``DmlExecutionProvider`` (``emulated`` holds their display names), every other on the CPU provider."""
+    """One subgraph per top-level node, in graph order, as onnxruntime reports nodes its providers run
+    one by one: ``DmlExecutionProvider`` for those the engine planned to emulate (``emulated`` holds their
+    display names), the CPU provider for every other."""
     nodes = list(model.graph.node)
-    dml: list[EpAssignedNode] = []
-    cpu: list[EpAssignedNode] = []
-    for node, name in zip(nodes, display_names(nodes), strict=True):
-        entry = EpAssignedNode(node.name, node.op_type, node.domain)
-        (dml if name in emulated else cpu).append(entry)
-    return [EpAssignedSubgraph(ep, tuple(group)) for ep, group in ((DML_EP, dml), (CPU_EP, cpu)) if group]
+    return [
+        EpAssignedSubgraph(
+            DML_EP if name in emulated else CPU_EP, (EpAssignedNode(node.name, node.op_type, node.domain),)
+        )
+        for node, name in zip(nodes, display_names(nodes), strict=True)
+    ]
 
 
 def cpu_memory_info() -> Any:

@@ -85,8 +85,22 @@ def _has_decode_cause(exc: BaseException) -> bool:
 _NOT_A_MODEL = ("not a serialized onnx model", "not a readable onnx model", "not an onnx model", "empty")
 
 
+ORT_CLASS_ATTR = "onnxruntime_class"
+"""An attribute a raise site may set on a dmlshim error: the onnxruntime class onnxruntime raises there,
+when the error's dmlshim class alone does not say (e.g. a plain ``RuntimeError``)."""
+
+
+def with_onnxruntime_class(exc: DmlShimError, cls: type[BaseException]) -> DmlShimError:
+    """Mark ``exc`` as raised where onnxruntime raises ``cls``; returns ``exc`` (for ``raise``)."""
+    setattr(exc, ORT_CLASS_ATTR, cls)
+    return exc
+
+
 def onnxruntime_class(exc: DmlShimError) -> type[BaseException]:
     """The onnxruntime class onnxruntime raises where dmlshim raised ``exc``."""
+    forced = getattr(exc, ORT_CLASS_ATTR, None)
+    if isinstance(forced, type) and issubclass(forced, BaseException):
+        return forced
     from_ort = _from_cause(exc)
     if from_ort is not None:
         return from_ort
