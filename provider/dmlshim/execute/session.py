@@ -23,6 +23,7 @@ from ..ort.real import pybind_state
 from .added_initializers import added_initializers, with_initializers
 from .engine import Engine, EngineConfig, get_engine_factory
 from .feeds import FeedValidator, ModelMetadata, NodeArg, node_arg
+from .model_config import options_from_model, reads_config_from_model
 from .iobinding import IOBinding, as_array, fill_fetches, ortvalues_from_vector, to_ortvalue
 from .model_source import LoadedModel, ModelSource, load_model, typed_outputs
 from .profiling import SessionProfiler, check_prefix
@@ -73,8 +74,9 @@ class InferenceSession(OrtSessionAttributes):
             :func:`dmlshim.execute.engine.register_engine`.
         index_mode: keyword-only; ``"error"`` (an out-of-range index raises ``IndexOutOfRangeError``, as
             ONNX says) or ``"clamp"`` (clamped into range, a stand-in for DirectML's undefined results).
-        **kwargs: onnxruntime's ``enable_fallback``; its ``read_config_from_model`` and
-            ``disabled_optimizers`` raise ``NotSupportedError``.
+        **kwargs: onnxruntime's ``enable_fallback`` and ``read_config_from_model`` (also read from
+            ``ORT_LOAD_CONFIG_FROM_MODEL``, as onnxruntime); ``disabled_optimizers`` raises
+            ``NotSupportedError``.
 
     Raises:
         BadModelError: the model cannot be read or onnxruntime rejects it.
@@ -108,14 +110,14 @@ class InferenceSession(OrtSessionAttributes):
         get_engine_factory(resolve_engine(engine, self._choice))  # an unknown engine fails before loading
         self._sess_options = sess_options
         self._profiler: SessionProfiler | None = None
-        if sess_options is not None and sess_options.enable_profiling:
-            check_prefix(sess_options.profile_file_prefix)
-            model_file = os.fspath(path_or_bytes) if isinstance(path_or_bytes, (str, os.PathLike)) else None
-            self._profiler = SessionProfiler(sess_options.profile_file_prefix, inputs=(model_file,))
+        self._start_profiler(path_or_bytes)
         from_file = isinstance(path_or_bytes, (str, os.PathLike))
         with self._span("model_loading_uri" if from_file else "model_loading_array"):  # onnxruntime's names
             loaded = load_model(path_or_bytes, sess_options)
         self._loaded = loaded
+        if reads_config_from_model(kwargs):  # as onnxruntime: the model's ort_config over the caller's
+            self._sess_options = sess_options = options_from_model(loaded.proto, sess_options)
+            self._start_profiler(path_or_bytes)
         self._describe(loaded)
         self._last_run_record: RunRecord | None = None
         with self._span("session_initialization"):
@@ -141,6 +143,14 @@ class InferenceSession(OrtSessionAttributes):
         logger.debug(
             "session for %s ready (engine %s)", loaded.path or "<in-memory model>", self._engine.name
         )
+
+    def _start_profiler(self, path_or_bytes: ModelSource) -> None:
+        so = self._sess_options
+        if self._profiler is not None or so is None or not so.enable_profiling:
+            return
+        check_prefix(so.profile_file_prefix)
+        model_file = os.fspath(path_or_bytes) if isinstance(path_or_bytes, (str, os.PathLike)) else None
+        self._profiler = SessionProfiler(so.profile_file_prefix, inputs=(model_file,))
 
     def _describe(self, loaded: LoadedModel) -> None:
         proto = loaded.proto

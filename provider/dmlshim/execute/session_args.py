@@ -42,11 +42,6 @@ def fallback_flag(kwargs: dict[str, Any]) -> bool:
             "feature_level=, engine=, index_mode=",
             value=unknown,
         )
-    if kwargs.get("read_config_from_model") not in (None, 0, "0", False):
-        raise NotSupportedError(
-            "read_config_from_model is not supported: dmlshim does not read session options from the "
-            "model's metadata; pass an onnxruntime.SessionOptions as sess_options instead"
-        )
     if kwargs.get("disabled_optimizers"):
         raise NotSupportedError(
             "disabled_optimizers is not supported; use the session config entry "
