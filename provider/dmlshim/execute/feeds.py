@@ -15,6 +15,8 @@ import onnx
 from onnx import helper
 
 from ..errors import BadInputError
+from ..ort.exceptions import with_onnxruntime_class
+from ..ort.real import pybind_state
 from ..inputs.npz import load_npz as load_npz
 from ..inputs.npz import save_npz as save_npz
 
@@ -157,8 +159,9 @@ class FeedValidator:
     def validate(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
         """Return the feeds as arrays; raise BadInputError naming the first input that does not fit.
 
-        Arrays are passed through without a copy; Python scalars and lists become arrays of the input's
-        dtype only when that conversion is exact.
+        Arrays are passed through without a copy; lists become arrays of the input's dtype as numpy (and
+        onnxruntime) converts them; other objects (scalars, tuples, strings) are refused, as onnxruntime refuses
+        them.
         """
         if not isinstance(feeds, Mapping):
             raise BadInputError(
@@ -220,18 +223,42 @@ class FeedValidator:
 
 
 def _as_array(check: _InputCheck, value: Any) -> np.ndarray:
-    try:
-        arr = np.asarray(value)
-    except Exception as exc:
-        raise BadInputError(
-            f"feed for input {check.name!r} is not array-like: {exc}", tensor=check.name
-        ) from exc
-    if check.dtype is not None and arr.dtype != check.dtype and arr.dtype.kind in "biuf":
-        # Only numbers can convert exactly; anything else is left for the dtype check to report.
-        with np.errstate(all="ignore"):
-            converted = arr.astype(check.dtype)
-        if np.array_equal(converted, arr, equal_nan=arr.dtype.kind == "f"):
-            return converted
+    """A feed that is not an array, as onnxruntime reads it: a list becomes an array of the input's type
+    (as numpy converts it), a dict is left for the dtype check (onnxruntime's InvalidArgument); any
+    other object (a Python or numpy scalar, a tuple, a string, None) is refused with onnxruntime's class."""
+    if isinstance(value, list):
+        # as onnxruntime: numpy builds the tensor in the input's type (floats truncated into integers,
+        # anything into strings); a list numpy cannot build that way is onnxruntime's RuntimeError
+        wanted = check.dtype if check.dtype is not None else (np.str_ if check.type == "tensor(string)" else None)
+        try:
+            return np.array(value, dtype=wanted)
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise with_onnxruntime_class(
+                BadInputError(
+                    f"feed for input {check.name!r} is a list onnxruntime cannot make a {check.type} of "
+                    f"(rectangular, of values that fit the type): {exc}",
+                    tensor=check.name,
+                    rule="a list feed must make a rectangular tensor of the input's type",
+                ),
+                RuntimeError,
+            ) from exc
+    if isinstance(value, Mapping):
+        arr = np.asarray(value, dtype=object)
+    else:
+        # onnxruntime: RuntimeError for any other object; None reaches its kernel as a missing input (Fail)
+        kind = type(value).__name__
+        article = "an" if kind[:1] in "aeiou" else "a"
+        raise with_onnxruntime_class(
+            BadInputError(
+                f"feed for input {check.name!r} is {'None' if value is None else f'{article} {kind}'}; "
+                f"onnxruntime takes a numpy array, a list or an OrtValue for {check.type} "
+                "(np.asarray(value, dtype=...) makes one)",
+                tensor=check.name,
+                value=type(value).__name__,
+                rule="a tensor feed is a numpy array, a list or an OrtValue",
+            ),
+            pybind_state.Fail if value is None else RuntimeError,
+        )
     return arr
 
 

@@ -23,6 +23,7 @@ from ..errors import (
     BadModelError,
     DmlShimError,
     EngineUnavailableError,
+    IndexOutOfRangeError,
     NotSupportedError,
     OutOfMemoryError,
     UnsupportedNodeError,
@@ -82,6 +83,10 @@ def _has_decode_cause(exc: BaseException) -> bool:
     return False
 
 
+_INDEX_ERROR_CLASS = {"GatherElements": "Fail"}
+"""Ops whose out-of-range index onnxruntime's CPU kernel reports with another class than InvalidArgument
+(GatherElements enforces its range check: Fail)."""
+
 _NOT_A_MODEL = ("not a serialized onnx model", "not a readable onnx model", "not an onnx model", "empty")
 
 
@@ -106,6 +111,8 @@ def onnxruntime_class(exc: DmlShimError) -> type[BaseException]:
         return from_ort
     if isinstance(exc, OutOfMemoryError):
         return _ort_class("RuntimeException")
+    if isinstance(exc, IndexOutOfRangeError) and exc.op_type in _INDEX_ERROR_CLASS:
+        return _ort_class(_INDEX_ERROR_CLASS[exc.op_type])
     if isinstance(exc, BadInputError):
         return _ort_class("InvalidArgument")
     if isinstance(exc, BadModelError):
