@@ -94,7 +94,10 @@ def _probe(
             *(helper.make_tensor_value_info(n, t.data_type, None) for n, t in tensors.items()),
             helper.make_tensor_value_info(_ANCHOR, onnx.TensorProto.FLOAT, [0]),
         ],
-        [*(_own_reference(t) if n in own else _stand_in(t, n in external) for n, t in tensors.items()), anchor],
+        [
+            *(_own_reference(t) if n in own else _stand_in(t, n in external) for n, t in tensors.items()),
+            anchor,
+        ],
     )
     model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", _PROBE_OPSET)])
     path = folder / "probe.onnx"

@@ -15,10 +15,10 @@ import onnx
 from onnx import helper
 
 from ..errors import BadInputError
-from ..ort.exceptions import with_onnxruntime_class
-from ..ort.real import pybind_state
 from ..inputs.npz import load_npz as load_npz
 from ..inputs.npz import save_npz as save_npz
+from ..ort.exceptions import with_onnxruntime_class
+from ..ort.real import pybind_state
 
 logger = logging.getLogger(__name__)
 
@@ -160,8 +160,8 @@ class FeedValidator:
         """Return the feeds as arrays; raise BadInputError naming the first input that does not fit.
 
         Arrays are passed through without a copy; lists become arrays of the input's dtype as numpy (and
-        onnxruntime) converts them; other objects (scalars, tuples, strings) are refused, as onnxruntime refuses
-        them.
+        onnxruntime) converts them; other objects (scalars, tuples, strings) are refused, as onnxruntime
+        refuses them.
         """
         if not isinstance(feeds, Mapping):
             raise BadInputError(
@@ -229,7 +229,9 @@ def _as_array(check: _InputCheck, value: Any) -> np.ndarray:
     if isinstance(value, list):
         # as onnxruntime: numpy builds the tensor in the input's type (floats truncated into integers,
         # anything into strings); a list numpy cannot build that way is onnxruntime's RuntimeError
-        wanted = check.dtype if check.dtype is not None else (np.str_ if check.type == "tensor(string)" else None)
+        wanted = (
+            check.dtype if check.dtype is not None else (np.str_ if check.type == "tensor(string)" else None)
+        )
         try:
             return np.array(value, dtype=wanted)
         except (ValueError, TypeError, OverflowError) as exc:

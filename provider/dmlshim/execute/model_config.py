@@ -57,7 +57,11 @@ def options_from_model(model: onnx.ModelProto, sess_options: Any) -> Any:
     so = sess_options if sess_options is not None else ort.SessionOptions()
     anchor = helper.make_tensor("dmlshim.config.anchor", onnx.TensorProto.FLOAT, [0], [])
     graph = helper.make_graph(
-        [], "dmlshim_config_probe", [], [helper.make_tensor_value_info(anchor.name, anchor.data_type, [0])], [anchor]
+        [],
+        "dmlshim_config_probe",
+        [],
+        [helper.make_tensor_value_info(anchor.name, anchor.data_type, [0])],
+        [anchor],
     )
     probe = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 17)])
     probe.metadata_props.extend(config)
@@ -75,7 +79,7 @@ def options_from_model(model: onnx.ModelProto, sess_options: Any) -> Any:
             f"onnxruntime refuses the session options in the model's {ORT_CONFIG_KEY!r} metadata: "
             f"{' '.join(str(exc).split())}",
             value=config[0].value,
-            rule=f"with {ENV_VAR}=1 the model's {ORT_CONFIG_KEY} must hold session options onnxruntime accepts",
+            rule=f"with {ENV_VAR}=1 the model's {ORT_CONFIG_KEY} must hold options onnxruntime accepts",
         )
         raise with_onnxruntime_class(error, type(exc)) from exc
     finally:

@@ -23,8 +23,8 @@ from ..ort.real import pybind_state
 from .added_initializers import added_initializers, with_initializers
 from .engine import Engine, EngineConfig, get_engine_factory
 from .feeds import FeedValidator, ModelMetadata, NodeArg, node_arg
-from .model_config import options_from_model, reads_config_from_model
 from .iobinding import IOBinding, as_array, fill_fetches, ortvalues_from_vector, to_ortvalue
+from .model_config import options_from_model, reads_config_from_model
 from .model_source import LoadedModel, ModelSource, load_model, typed_outputs
 from .profiling import SessionProfiler, check_prefix
 from .providers import available_providers, normalize_providers

@@ -97,7 +97,9 @@ class SessionCore:
         fetches: Any,
         fetch_devices: Any,
     ) -> None:
-        self._session.run_with_ortvaluevector(run_options, feed_names, feeds, fetch_names, fetches, fetch_devices)
+        self._session.run_with_ortvaluevector(
+            run_options, feed_names, feeds, fetch_names, fetches, fetch_devices
+        )
 
     def __repr__(self) -> str:
         return f"<dmlshim SessionCore of {self._session.model_path or 'an in-memory model'}>"

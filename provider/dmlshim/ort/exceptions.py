@@ -118,6 +118,8 @@ def onnxruntime_class(exc: DmlShimError) -> type[BaseException]:
     if isinstance(exc, BadModelError):
         if exc.path is not None and not os.path.lexists(exc.path):
             return _ort_class("NoSuchFile")
+        if isinstance(exc.__cause__, FileNotFoundError):  # the model is there, a file it names is not
+            return _ort_class("Fail")
         if _has_decode_cause(exc) or any(t in exc.message.lower() for t in _NOT_A_MODEL):
             return _ort_class("InvalidProtobuf")
         return _ort_class("InvalidGraph")
