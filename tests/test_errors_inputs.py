@@ -367,3 +367,14 @@ def test_polygraphy_json_inputs(tmp_path: Path) -> None:
         np.testing.assert_array_equal(a[k], b[k])
     r = run_cli("validate", MODEL, "--inputs", path)
     assert r.code == 0, r.err
+
+
+def test_json_inputs_nested_deeper_than_python_parses(tmp_path: Path) -> None:
+    """Nesting deeper than Python's JSON parser reaches is named as such, as --reference-outputs does."""
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 5000 + "]" * 5000, encoding="utf-8")
+    with pytest.raises(BadInputError, match="nests arrays or objects too deeply") as info:
+        load_npz(path)
+    assert "maximum recursion depth" not in str(info.value)
+    r = run_cli("validate", MODEL, "--inputs", path)
+    assert_cli_error(r.code, r.err, "nests arrays or objects too deeply")

@@ -8,15 +8,10 @@ mistake is reported once, not again as the failures it causes downstream.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
 
 from .enums import (
-    DML_MAX_TENSOR_ELEMENTS,
-    DML_MINIMUM_BUFFER_TENSOR_ALIGNMENT,
     FeatureLevel,
-    OperatorType,
-    TensorFlags,
 )
 from .operators import (
     GatherDesc,
@@ -27,257 +22,36 @@ from .operators import (
     ScatterDesc,
     ScatterNdDesc,
 )
-from .rules import UINT64_MAX, UINT_MAX, Violation
+from .rule_context import Check, RuleContext, known_different, shown, sizes_of
+from .rules import Violation
 from .shapes import gather_nd_output_sizes, gather_output_sizes
-from .support import (
-    describe_data_types,
-    describe_dimension_counts,
-    first_feature_level,
-    first_level_supporting_data_type,
-    first_level_supporting_dimension_count,
-    max_dimension_count,
-    support_row,
+from .tensor_checks import (
+    check_availability,
+    check_buffer_tensors,
+    check_data_types,
+    check_dimension_counts,
 )
-from .tensor import BufferTensorDesc, calc_buffer_tensor_size
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class _Context:
-    desc: OperatorDesc
-    op: OperatorType
-    fl: FeatureLevel
-    tensors: dict[str, BufferTensorDesc]
-    dimension_count: int  # InputTensor.DimensionCount: the reference for every other count
-
-    @property
-    def where(self) -> str:
-        return f"{self.op.dml_name} at {self.fl.dml_name}"
-
-    @property
-    def same_dimension_count(self) -> bool:
-        return all(t.dimension_count == self.dimension_count for t in self.tensors.values())
-
-    def violation(self, rule: str, field: str, value: object, text: str) -> Violation:
-        return Violation(rule=rule, field=field, message=f"{self.where}: {text}.", value=_shown_value(value))
-
-
-_Check = Callable[[_Context], Iterator[Violation]]
-
-
-def _sizes(sizes: Sequence[int]) -> list[int]:
-    return [int(s) for s in sizes]
-
-
-def _shown(sizes: Sequence[int]) -> list[int | str]:
-    from ..translate.symbolic import describe  # symbolic descriptors: sizes by their dimension's name
-
-    return [describe(int(s)) for s in sizes]
-
-
-def _shown_value(value: object) -> object:
-    from ..translate.symbolic import shown_value
-
-    return shown_value(value)
-
-
-def _known_different(a: Sequence[int], b: Sequence[int]) -> bool:
-    """Whether two size lists are known to differ: two differently named symbols (inspect's placeholders)
-    may be equal at run time, so only sizes known to differ count (the run checks the real ones)."""
-    from ..translate.symbolic import any_differ
-
-    return any_differ(_sizes(a), _sizes(b))
-
-
-# --- operator and buffer tensor rules (every operator) -------------------------------------------------
-
-
-def _check_availability(ctx: _Context) -> Iterator[Violation]:
-    if support_row(ctx.op, ctx.fl) is None:
-        since = first_feature_level(ctx.op)
-        yield ctx.violation(
-            "OPERATOR_UNAVAILABLE",
-            "Type",
-            ctx.op.dml_name,
-            f"the operator was introduced in {since.dml_name}",
-        )
-
-
-def _check_buffer_tensor(ctx: _Context, name: str, tensor: BufferTensorDesc) -> Iterator[Violation]:
-    limit = max_dimension_count(ctx.fl)
-    if not 1 <= tensor.dimension_count <= limit:
-        constant = "DML_TENSOR_DIMENSION_COUNT_MAX1" if limit > 5 else "DML_TENSOR_DIMENSION_COUNT_MAX"
-        yield ctx.violation(
-            "TENSOR_DIMENSION_COUNT_OUT_OF_RANGE",
-            f"{name}.DimensionCount",
-            tensor.dimension_count,
-            f"a buffer tensor has 1 to {constant} ({limit}) dimensions at this level, "
-            f"{name} has {tensor.dimension_count}",
-        )
-
-    flags = int(tensor.flags)
-    if flags & ~int(TensorFlags.OWNED_BY_DML):
-        yield ctx.violation(
-            "FLAGS_INVALID",
-            f"{name}.Flags",
-            flags,
-            f"DML_TENSOR_FLAGS defines only NONE (0) and OWNED_BY_DML (1), {name}.Flags is {flags}",
-        )
-    elif flags & TensorFlags.OWNED_BY_DML and name not in ctx.desc.INPUT_TENSOR_FIELDS:
-        yield ctx.violation(
-            "FLAGS_INVALID",
-            f"{name}.Flags",
-            flags,
-            f"DML_TENSOR_FLAG_OWNED_BY_DML can only be set on input tensors, not on {name}",
-        )
-
-    sizes = _sizes(tensor.sizes)
-    if any(s == 0 for s in sizes):
-        yield ctx.violation(
-            "SIZE_ZERO",
-            f"{name}.Sizes",
-            sizes,
-            f"a size of 0 in any dimension is invalid, {name} has {sizes}",
-        )
-    if any(not 0 <= s <= UINT_MAX for s in sizes):
-        yield ctx.violation(
-            "UINT_OUT_OF_RANGE", f"{name}.Sizes", sizes, f"every Sizes entry is a UINT, {name} has {sizes}"
-        )
-    elif tensor.element_count > DML_MAX_TENSOR_ELEMENTS:
-        yield ctx.violation(
-            "ELEMENT_COUNT_EXCEEDS_MAX",
-            f"{name}.Sizes",
-            sizes,
-            f"a tensor may hold at most 2^32-1 elements, {name} holds {tensor.element_count}",
-        )
-
-    strides = _sizes(tensor.strides) if tensor.strides is not None else None
-    strides_ok = True
-    if strides is not None and len(strides) != len(sizes):
-        strides_ok = False
-        yield ctx.violation(
-            "STRIDES_LENGTH_MISMATCH",
-            f"{name}.Strides",
-            strides,
-            f"Strides must have DimensionCount ({len(sizes)}) entries, {name} has {len(strides)}",
-        )
-    if strides is not None and any(not 0 <= s <= UINT_MAX for s in strides):
-        strides_ok = False
-        yield ctx.violation(
-            "UINT_OUT_OF_RANGE",
-            f"{name}.Strides",
-            strides,
-            f"every Strides entry is a UINT, {name} has {strides}",
-        )
-
-    if strides_ok and all(s >= 1 for s in sizes):
-        required = calc_buffer_tensor_size(tensor.data_type, sizes, strides)
-        total = int(tensor.total_tensor_size_in_bytes)
-        if total < required:
-            yield ctx.violation(
-                "TOTAL_TENSOR_SIZE_TOO_SMALL",
-                f"{name}.TotalTensorSizeInBytes",
-                total,
-                f"TotalTensorSizeInBytes must be at least DMLCalcBufferTensorSize = {required} bytes",
-            )
-        elif total > UINT64_MAX:
-            yield ctx.violation(
-                "UINT_OUT_OF_RANGE",
-                f"{name}.TotalTensorSizeInBytes",
-                total,
-                "TotalTensorSizeInBytes is a UINT64",
-            )
-
-    alignment = int(tensor.guaranteed_base_offset_alignment)
-    if not 0 <= alignment <= UINT_MAX:
-        yield ctx.violation(
-            "UINT_OUT_OF_RANGE",
-            f"{name}.GuaranteedBaseOffsetAlignment",
-            alignment,
-            "GuaranteedBaseOffsetAlignment is a UINT",
-        )
-    elif alignment and (alignment & (alignment - 1) or alignment < DML_MINIMUM_BUFFER_TENSOR_ALIGNMENT):
-        yield ctx.violation(
-            "BASE_OFFSET_ALIGNMENT_INVALID",
-            f"{name}.GuaranteedBaseOffsetAlignment",
-            alignment,
-            "GuaranteedBaseOffsetAlignment must be 0 or a power of two of at least "
-            f"DML_MINIMUM_BUFFER_TENSOR_ALIGNMENT ({DML_MINIMUM_BUFFER_TENSOR_ALIGNMENT}), not {alignment}",
-        )
-
-
-def _check_buffer_tensors(ctx: _Context) -> Iterator[Violation]:
-    for name, tensor in ctx.tensors.items():
-        yield from _check_buffer_tensor(ctx, name, tensor)
-
-
-def _check_dimension_counts(ctx: _Context) -> Iterator[Violation]:
-    row = support_row(ctx.op, ctx.fl)
-    for name, tensor in ctx.tensors.items():
-        count = tensor.dimension_count
-        if row is not None and count not in row.dimension_counts:
-            since = first_level_supporting_dimension_count(ctx.op, count)
-            later = f" ({count} is supported from {since.dml_name})" if since is not None else ""
-            yield ctx.violation(
-                "DIMENSION_COUNT_UNSUPPORTED",
-                f"{name}.DimensionCount",
-                count,
-                f"the supported dimension counts of {name} are "
-                f"{describe_dimension_counts(row.dimension_counts)}, not {count}{later}",
-            )
-        if name != "InputTensor" and count != ctx.dimension_count:
-            yield ctx.violation(
-                "DIMENSION_COUNT_MISMATCH",
-                f"{name}.DimensionCount",
-                count,
-                f"all tensors must have the same DimensionCount, {name} has {count} "
-                f"and InputTensor {ctx.dimension_count}",
-            )
-
-
-def _check_data_types(ctx: _Context) -> Iterator[Violation]:
-    row = support_row(ctx.op, ctx.fl)
-    input_type = ctx.tensors["InputTensor"].data_type
-    for name, tensor in ctx.tensors.items():
-        data_type = tensor.data_type
-        if row is not None and data_type not in row.data_types_of(name):
-            since = first_level_supporting_data_type(ctx.op, name, data_type)
-            later = f" ({data_type.name} is supported from {since.dml_name})" if since is not None else ""
-            allowed = describe_data_types(row.data_types_of(name))
-            yield ctx.violation(
-                "DATA_TYPE_UNSUPPORTED",
-                f"{name}.DataType",
-                data_type.dml_name,
-                f"{name} supports {allowed}, not {data_type.name}{later}",
-            )
-        if name not in ("InputTensor", "IndicesTensor") and data_type != input_type:
-            yield ctx.violation(
-                "DATA_TYPE_MISMATCH",
-                f"{name}.DataType",
-                data_type.dml_name,
-                f"{name} must have InputTensor's DataType {input_type.name}, not {data_type.name}",
-            )
-
 
 # --- field ranges and Sizes relations (per operator) ----------------------------------------------------
 
 
 def _range_violation(
-    ctx: _Context, rule: str, field: str, value: int, low: int, high: int, bound: str
+    ctx: RuleContext, rule: str, field: str, value: int, low: int, high: int, bound: str
 ) -> Iterator[Violation]:
     """``low <= value <= high`` (inclusive, facts §4) or a violation quoting ``bound``."""
     if not low <= value <= high:
         yield ctx.violation(rule, field, value, f"{field} must be in {bound}, which is [{low}, {high}] here")
 
 
-def _axis(ctx: _Context) -> int:
+def _axis(ctx: RuleContext) -> int:
     if not isinstance(ctx.desc, GatherDesc | GatherElementsDesc | ScatterDesc):
         raise TypeError(f"{ctx.op.dml_name} has no Axis")  # a wiring bug in OPERATOR_CHECKS
     return int(ctx.desc.axis)
 
 
-def _check_axis(ctx: _Context) -> Iterator[Violation]:
+def _check_axis(ctx: RuleContext) -> Iterator[Violation]:
     axis = _axis(ctx)
     d = ctx.dimension_count
     if not 0 <= axis < d:
@@ -286,56 +60,59 @@ def _check_axis(ctx: _Context) -> Iterator[Violation]:
         )
 
 
-def _axis_in_range(ctx: _Context) -> bool:
+def _axis_in_range(ctx: RuleContext) -> bool:
     return 0 <= _axis(ctx) < ctx.dimension_count
 
 
-def _leading_ones(ctx: _Context, name: str, meaningful: int, count_field: str) -> Iterator[Violation]:
+def _leading_ones(ctx: RuleContext, name: str, meaningful: int, count_field: str) -> Iterator[Violation]:
     """The dimensions before the last ``meaningful`` ones are padding and must be 1."""
-    sizes = _sizes(ctx.tensors[name].sizes)
+    sizes = sizes_of(ctx.tensors[name].sizes)
     padding = sizes[: len(sizes) - meaningful]
-    if _known_different(padding, [1] * len(padding)):
+    if known_different(padding, [1] * len(padding)):
         yield ctx.violation(
             "LEADING_DIMENSIONS_NOT_ONE",
             f"{name}.Sizes",
             sizes,
             f"with {count_field} {meaningful} the leading {len(padding)} dimensions of {name} are padding "
-            f"and must be 1, Sizes is {_shown(sizes)}",
+            f"and must be 1, Sizes is {shown(sizes)}",
         )
 
 
 def _sizes_equal(
-    ctx: _Context, name: str, expected: Sequence[int], rule_text: str, skip_axis: int | None = None
+    ctx: RuleContext, name: str, expected: Sequence[int], rule_text: str, skip_axis: int | None = None
 ) -> Iterator[Violation]:
     # Symbolic descriptors (inspect on dynamic shapes) hold placeholder sizes; two different symbols may be
     # equal at run time, so only sizes known to differ fail here (the run checks the real ones).
     from ..translate.symbolic import differ
 
-    actual = _sizes(ctx.tensors[name].sizes)
-    want = _sizes(expected)
+    actual = sizes_of(ctx.tensors[name].sizes)
+    want = sizes_of(expected)
     differs = [
         i for i, (a, w) in enumerate(zip(actual, want, strict=False)) if differ(a, w) and i != skip_axis
     ]
     if differs or len(actual) != len(want):
-        shown = "{" + ",".join(str(s) for s in _shown(want)) + "}"
+        expected_text = "{" + ",".join(str(s) for s in shown(want)) + "}"
         if skip_axis is not None:
-            shown += f" except dimension {skip_axis} (Axis)"
+            expected_text += f" except dimension {skip_axis} (Axis)"
         yield ctx.violation(
-            "SIZES_MISMATCH", f"{name}.Sizes", actual, f"{rule_text}: expected {shown}, got {_shown(actual)}"
+            "SIZES_MISMATCH",
+            f"{name}.Sizes",
+            actual,
+            f"{rule_text}: expected {expected_text}, got {shown(actual)}",
         )
 
 
-def _output_rank_violation(ctx: _Context, name: str, concatenated: list[int]) -> Violation:
+def _output_rank_violation(ctx: RuleContext, name: str, concatenated: list[int]) -> Violation:
     return ctx.violation(
         "OUTPUT_RANK_EXCEEDS_DIMENSION_COUNT",
         f"{name}.Sizes",
         concatenated,
-        f"the {name}.Sizes formula yields {_shown(concatenated)}, whose meaningful dimensions do not fit "
+        f"the {name}.Sizes formula yields {shown(concatenated)}, whose meaningful dimensions do not fit "
         f"into DimensionCount {ctx.dimension_count}",
     )
 
 
-def _check_gather(ctx: _Context) -> Iterator[Violation]:
+def _check_gather(ctx: RuleContext) -> Iterator[Violation]:
     desc = ctx.desc
     if not isinstance(desc, GatherDesc):
         raise TypeError(f"GATHER rules wired to {ctx.op.dml_name}")
@@ -347,8 +124,8 @@ def _check_gather(ctx: _Context) -> Iterator[Violation]:
     if not (ctx.same_dimension_count and _axis_in_range(ctx) and 0 <= k <= d):
         return
     yield from _leading_ones(ctx, "IndicesTensor", k, "IndexDimensions")
-    input_sizes = _sizes(desc.input_tensor.sizes)
-    indices_sizes = _sizes(desc.indices_tensor.sizes)
+    input_sizes = sizes_of(desc.input_tensor.sizes)
+    indices_sizes = sizes_of(desc.indices_tensor.sizes)
     axis = int(desc.axis)
     try:
         expected = gather_output_sizes(input_sizes, indices_sizes, axis, k)
@@ -365,7 +142,7 @@ def _check_gather(ctx: _Context) -> Iterator[Violation]:
     )
 
 
-def _check_elements(ctx: _Context) -> Iterator[Violation]:
+def _check_elements(ctx: RuleContext) -> Iterator[Violation]:
     """GATHER_ELEMENTS and SCATTER: Indices match Input except on Axis; the rest follow from that."""
     if not (ctx.same_dimension_count and _axis_in_range(ctx)):
         return
@@ -392,7 +169,7 @@ def _check_elements(ctx: _Context) -> Iterator[Violation]:
         )
 
 
-def _check_nd(ctx: _Context) -> Iterator[Violation]:
+def _check_nd(ctx: RuleContext) -> Iterator[Violation]:
     """GATHER_ND, GATHER_ND1 and SCATTER_ND share one index-tuple model (no batch dimensions but ND1's)."""
     desc = ctx.desc
     if not isinstance(desc, GatherNdDesc | GatherNd1Desc | ScatterNdDesc):
@@ -440,17 +217,17 @@ def _check_nd(ctx: _Context) -> Iterator[Violation]:
 
     yield from _leading_ones(ctx, "InputTensor", input_count, "InputDimensionCount")
     yield from _leading_ones(ctx, "IndicesTensor", indices_count, "IndicesDimensionCount")
-    input_sizes = _sizes(desc.input_tensor.sizes)
-    indices_sizes = _sizes(desc.indices_tensor.sizes)
+    input_sizes = sizes_of(desc.input_tensor.sizes)
+    indices_sizes = sizes_of(desc.indices_tensor.sizes)
     input_batch = input_sizes[d - input_count : d - input_count + batch]
     indices_batch = indices_sizes[d - indices_count : d - indices_count + batch]
-    if _known_different(input_batch, indices_batch):
+    if known_different(input_batch, indices_batch):
         yield ctx.violation(
             "BATCH_SIZES_MISMATCH",
             "IndicesTensor.Sizes",
             indices_sizes,
             f"the first BatchDimensionCount ({batch}) meaningful dimensions of IndicesTensor "
-            f"{_shown(indices_batch)} must equal those of InputTensor {_shown(input_batch)}",
+            f"{shown(indices_batch)} must equal those of InputTensor {shown(input_batch)}",
         )
 
     tuple_size = indices_sizes[-1]
@@ -484,14 +261,14 @@ def _check_nd(ctx: _Context) -> Iterator[Violation]:
         )
 
 
-COMMON_CHECKS: tuple[_Check, ...] = (
-    _check_availability,
-    _check_buffer_tensors,
-    _check_dimension_counts,
-    _check_data_types,
+COMMON_CHECKS: tuple[Check, ...] = (
+    check_availability,
+    check_buffer_tensors,
+    check_dimension_counts,
+    check_data_types,
 )
 
-OPERATOR_CHECKS: dict[type, tuple[_Check, ...]] = {
+OPERATOR_CHECKS: dict[type, tuple[Check, ...]] = {
     GatherDesc: (_check_axis, _check_gather),
     GatherElementsDesc: (_check_axis, _check_elements),
     ScatterDesc: (_check_axis, _check_elements),
@@ -512,7 +289,7 @@ def find_violations(desc: OperatorDesc, fl: FeatureLevel) -> tuple[Violation, ..
     if checks is None:
         raise TypeError(f"not a DirectML gather/scatter operator descriptor: {type(desc).__name__}")
     tensors = desc.tensors()
-    ctx = _Context(desc, desc.operator_type, fl, tensors, tensors["InputTensor"].dimension_count)
+    ctx = RuleContext(desc, desc.operator_type, fl, tensors, tensors["InputTensor"].dimension_count)
     violations = tuple(v for check_fn in (*COMMON_CHECKS, *checks) for v in check_fn(ctx))
     logger.debug("%s: %d violation(s)", ctx.where, len(violations))
     return violations

@@ -9,7 +9,6 @@ declare gigabytes), and says what a file is when it is not an ``.npz`` archive (
 from __future__ import annotations
 
 import io
-import json
 import logging
 import zipfile
 from collections.abc import Mapping
@@ -21,7 +20,7 @@ import numpy as np
 from ..errors import BadInputError
 from ..limits import check_tensor
 from ..polygraphy_json import arrays_from_document
-from ..reading import npy_header
+from ..reading import loads_json, npy_header
 
 __all__ = ["load_npz", "save_npz", "sniff"]
 
@@ -193,9 +192,10 @@ def _load_polygraphy_json(stream: BinaryIO, head: bytes, where: str) -> dict[str
     # JSON text and its parsed form take a few times the file's size; the arrays are at most 3/4 of it.
     check_tensor((4 * size,), np.uint8, path=where, what="the JSON inputs file once parsed")
     try:
-        doc = json.load(io.TextIOWrapper(stream, encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        text = io.TextIOWrapper(stream, encoding="utf-8").read()
+    except UnicodeDecodeError as exc:
         raise BadInputError(f"the inputs file is not valid JSON: {exc}", path=where) from exc
+    doc = loads_json(text, what="JSON inputs file", path=where)
     feeds = doc[0] if isinstance(doc, list) and doc else doc
     if not isinstance(feeds, dict) or not all(
         isinstance(v, dict) and isinstance(v.get("array"), str) for v in feeds.values()
