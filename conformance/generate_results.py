@@ -17,9 +17,9 @@ from pathlib import Path
 
 import onnxruntime as ort
 
-from dmlshim import files
 from dmlshim.conformance import webnn as webnn_cases
 from dmlshim.conformance.backend_suite import suite_by_level
+from dmlshim.fileio import files
 from dmlshim.report.conformance_report import render_results_markdown, versions, webnn_totals
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"

@@ -22,7 +22,7 @@ import onnxruntime as ort
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "onnx_models" / "real"))
 from corpus_results import CliRun, run_cli
 
-from dmlshim.graph import GATHER_SCATTER_OPS
+from dmlshim.model.graph import GATHER_SCATTER_OPS
 
 __all__ = ["CliRun", "run_cli"]
 

@@ -19,7 +19,7 @@ from onnx import TensorProto, helper
 
 import dmlshim
 from dmlshim.cli.main import main
-from dmlshim.ort_view import ort_value_types, type_from_ort
+from dmlshim.model.ort_view import ort_value_types, type_from_ort
 from tests.test_session_models import assert_bitwise
 
 X = np.arange(12, dtype=np.float32).reshape(4, 3) * 1.5 - 4.0

@@ -10,8 +10,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 import dmlshim
 from dmlshim.execute.weights import SHARE_MIN_BYTES, SharedWeights, light_copy, placeholder
+from dmlshim.model.weightless import without_weights
 from dmlshim.translate import infer_shapes
-from dmlshim.weightless import without_weights
 from tests.oracle import IR_VERSION, ort_run
 
 ROWS, COLS = 512, 64  # 128 KiB of float32: above SHARE_MIN_BYTES

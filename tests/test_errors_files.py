@@ -1,6 +1,6 @@
-"""The careful writer (dmlshim.files, dmlshim.folders): atomic, inside the target, never through a link,
-never over a non-regular file, umask-respecting modes, inputs never replaced; and the commands that use it
-(run -o, lower -o, export -o)."""
+"""The careful writer (dmlshim.fileio.files, dmlshim.fileio.folders): atomic, inside the target, never through
+a link, never over a non-regular file, umask-respecting modes, inputs never replaced; and the commands that
+use it (run -o, lower -o, export -o)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,15 @@ import onnx
 import pytest
 
 from dmlshim.errors import BadInputError
-from dmlshim.files import check_output_file, confined_path, write_bytes, write_inside, write_npy, write_text
-from dmlshim.folders import StagedFolder
+from dmlshim.fileio.files import (
+    check_output_file,
+    confined_path,
+    write_bytes,
+    write_inside,
+    write_npy,
+    write_text,
+)
+from dmlshim.fileio.folders import StagedFolder
 from tests.fuzz_settings import assert_cli_error, run_cli
 
 REPO = Path(__file__).resolve().parents[1]
@@ -55,7 +62,7 @@ def test_existing_file_needs_overwrite_and_is_replaced_whole(tmp_path: Path) -> 
 
 
 def test_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path: Path) -> None:
-    from dmlshim.files import write_stream
+    from dmlshim.fileio.files import write_stream
 
     path = tmp_path / "out.bin"
     path.write_bytes(b"keep")

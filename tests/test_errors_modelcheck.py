@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from dmlshim import InferenceSession
 from dmlshim.errors import BadModelError, DmlShimError, OutOfMemoryError, TooLargeError
-from dmlshim.modelcheck import check_model
+from dmlshim.model.modelcheck import check_model
 from tests.fuzz_settings import assert_cli_error, run_cli
 from tests.oracle import IR_VERSION
 from tests.safety_helpers import run_child
@@ -320,7 +320,7 @@ def test_decode_error_after_shape_inference(
 
     monkeypatch.setattr(onnx.shape_inference, "infer_shapes", deep)
     # onnxruntime loads the model, so onnx's failure is only a warning that says what happened
-    with caplog.at_level(logging.WARNING, logger="dmlshim.modelcheck"):
+    with caplog.at_level(logging.WARNING, logger="dmlshim.model.modelcheck"):
         check_model(_model())
     assert "nested deeper than protobuf allows" in caplog.text
 

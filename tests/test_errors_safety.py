@@ -286,13 +286,13 @@ def test_failed_run_writes_nothing(tmp_path: Path) -> None:
 
 
 def test_run_write_failure_leaves_no_partial_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from dmlshim.execute import feeds
+    from dmlshim.fileio import npz
 
     def broken(handle: Any, arrays: Any) -> None:
         handle.write(b"partial")
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(feeds, "save_npz", broken)
+    monkeypatch.setattr(npz, "save_npz", broken)
     out = tmp_path / "out.npz"
     out.write_bytes(b"keep")
     r = run_cli("run", MODEL, "--inputs", MODEL_INPUTS, "--output", out, "--overwrite")

@@ -1,5 +1,5 @@
 """Every array source (.npz members, polygraphy JSON, replay's .npy files) goes through one hardened
-``.npy`` header reader (``dmlshim.reading.npy_header``).
+``.npy`` header reader (``dmlshim.fileio.reading.npy_header``).
 
 Properties: every array numpy writes, in every ``.npy`` format version, reads back equal to what numpy
 itself loads; every malformed header and every malformed polygraphy structure ends in one dmlshim error
@@ -22,9 +22,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dmlshim.errors import DmlShimError
-from dmlshim.inputs.npz import load_npz
-from dmlshim.polygraphy_json import arrays_from_document
-from dmlshim.reading import NpyHeaderError, npy_header, read_npy
+from dmlshim.fileio.npz import load_npz
+from dmlshim.fileio.polygraphy_json import arrays_from_document
+from dmlshim.fileio.reading import NpyHeaderError, npy_header, read_npy
 from tests.fuzz_settings import FUZZ, assert_cli_error, run_cli
 
 VERSIONS = [(1, 0), (2, 0), (3, 0)]

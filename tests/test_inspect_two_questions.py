@@ -25,7 +25,7 @@ import dmlshim
 from dmlshim.cli.main import main
 from dmlshim.errors import DmlShimError, IndexOutOfRangeError, NotSupportedError
 from dmlshim.execute.ort_support import ort_run_error
-from dmlshim.ort_errors import ORT_ERRORS
+from dmlshim.model.ort_errors import ORT_ERRORS
 from dmlshim.report.validate_report import render_text
 from dmlshim.validate import validate_model
 from tests.oracle import IR_VERSION

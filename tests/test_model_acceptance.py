@@ -18,7 +18,7 @@ import onnxruntime as ort
 import pytest
 
 from dmlshim import BadModelError, InferenceSession
-from dmlshim.modelcheck import check_model
+from dmlshim.model.modelcheck import check_model
 from tests import acceptance_models as am
 from tests.fuzz_settings import assert_cli_error, run_cli
 from tests.oracle import ort_run
@@ -97,7 +97,7 @@ def test_onnx_checker_findings_are_a_warning(caplog: pytest.LogCaptureFixture) -
     model, _ = am.ir3_initializer_not_input()
     with pytest.raises(onnx.checker.ValidationError, match="not in graph input"):
         onnx.checker.check_model(model)
-    with caplog.at_level(logging.WARNING, logger="dmlshim.modelcheck"):
+    with caplog.at_level(logging.WARNING, logger="dmlshim.model.modelcheck"):
         check_model(model)
     assert "not in graph input" in caplog.text and "onnxruntime loads the model" in caplog.text
 

@@ -15,7 +15,7 @@ import pytest
 
 from dmlshim.cli.main import main
 from dmlshim.errors import BadInputError
-from dmlshim.inputs.npz import load_npz
+from dmlshim.fileio.npz import load_npz
 from dmlshim.validate.statistics import error_statistics
 from dmlshim.validate.tolerances import parse_tolerances
 from tests.oracle import ort_run

@@ -27,7 +27,7 @@ import pytest
 from dmlshim import portable
 from dmlshim.cli.main import main
 from dmlshim.errors import BadInputError
-from dmlshim.files import (
+from dmlshim.fileio.files import (
     check_output_file,
     confined_path,
     write_bytes,
@@ -38,8 +38,8 @@ from dmlshim.files import (
     write_onnx,
     write_text,
 )
-from dmlshim.folders import StagedFolder
-from dmlshim.reading import read_npy, read_text
+from dmlshim.fileio.folders import StagedFolder
+from dmlshim.fileio.reading import read_npy, read_text
 
 REPO = Path(__file__).resolve().parents[1]
 MODELS = REPO / "onnx_models"

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
-
 from eco_common import Built, Spec
+from onnx import TensorProto, helper, numpy_helper
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 

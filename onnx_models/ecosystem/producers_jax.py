@@ -7,9 +7,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import onnx
-from jax2onnx import to_onnx
-
 from eco_common import Built, Spec
+from jax2onnx import to_onnx
 
 PACKAGES = ("jax", "jaxlib", "jax2onnx")
 jax.config.update("jax_platforms", "cpu")

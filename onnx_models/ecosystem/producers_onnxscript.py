@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+from eco_common import Built, Spec
 from onnxscript import FLOAT, INT64, script
 from onnxscript import opset18 as op
 from onnxscript.values import Opset
-
-from eco_common import Built, Spec
 
 local = Opset("eco.local", 1)
 PACKAGES = ("onnxscript",)

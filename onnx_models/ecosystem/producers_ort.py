@@ -8,9 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper, version_converter
-
 from eco_common import HERE, Built, Spec
+from onnx import TensorProto, helper, numpy_helper, version_converter
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 VOCAB, HIDDEN, MAXPOS = 64, 32, 16

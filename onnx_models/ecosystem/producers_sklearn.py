@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+from eco_common import Built, Spec
 from sklearn.compose import ColumnTransformer
 from sklearn.ensemble import GradientBoostingClassifier, RandomForestRegressor
 from sklearn.linear_model import LogisticRegression
 from sklearn.neighbors import KNeighborsClassifier
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import OneHotEncoder, StandardScaler
-
-from eco_common import Built, Spec
 
 SKL = ("scikit-learn", "skl2onnx")
 

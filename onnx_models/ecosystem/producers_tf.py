@@ -6,7 +6,6 @@ import numpy as np
 import onnx
 import tensorflow as tf
 import tf2onnx
-
 from eco_common import Built, Spec
 
 PACKAGES = ("tensorflow-cpu", "tf2onnx")

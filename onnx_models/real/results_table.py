@@ -108,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.stdout:
         sys.stdout.write(page)
         return 0
-    from dmlshim import files
+    from dmlshim.fileio import files
 
     files.write_text(args.output, page, overwrite=True)
     print(f"wrote {args.output}")

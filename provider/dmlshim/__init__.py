@@ -51,25 +51,25 @@ _ORT_API = (
     "set_default_logger_verbosity",
     "set_seed",
 )
-"""onnxruntime's module-level names, from :mod:`dmlshim.ort_api`, so ``import dmlshim as ort`` works."""
+"""onnxruntime's module-level names, from :mod:`dmlshim.ort.api`, so ``import dmlshim as ort`` works."""
 
 if TYPE_CHECKING:
     from .execute.session import InferenceSession
+    from .ort.api import ExecutionMode as ExecutionMode
+    from .ort.api import ExecutionOrder as ExecutionOrder
+    from .ort.api import GraphOptimizationLevel as GraphOptimizationLevel
+    from .ort.api import IOBinding as IOBinding
+    from .ort.api import ModelMetadata as ModelMetadata
+    from .ort.api import NodeArg as NodeArg
+    from .ort.api import OrtValue as OrtValue
+    from .ort.api import RunOptions as RunOptions
+    from .ort.api import SessionOptions as SessionOptions
+    from .ort.api import get_all_providers as get_all_providers
+    from .ort.api import get_available_providers as get_available_providers
+    from .ort.api import get_device as get_device
+    from .ort.api import get_version_string as get_version_string
     from .ort.install import install as install
     from .ort.install import uninstall as uninstall
-    from .ort_api import ExecutionMode as ExecutionMode
-    from .ort_api import ExecutionOrder as ExecutionOrder
-    from .ort_api import GraphOptimizationLevel as GraphOptimizationLevel
-    from .ort_api import IOBinding as IOBinding
-    from .ort_api import ModelMetadata as ModelMetadata
-    from .ort_api import NodeArg as NodeArg
-    from .ort_api import OrtValue as OrtValue
-    from .ort_api import RunOptions as RunOptions
-    from .ort_api import SessionOptions as SessionOptions
-    from .ort_api import get_all_providers as get_all_providers
-    from .ort_api import get_available_providers as get_available_providers
-    from .ort_api import get_device as get_device
-    from .ort_api import get_version_string as get_version_string
 
 
 def __getattr__(name: str) -> Any:
@@ -88,7 +88,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(_install, name)
     if name in _ORT_API:
-        from . import ort_api
+        from .ort import api as ort_api
 
         return getattr(ort_api, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

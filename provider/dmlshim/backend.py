@@ -29,7 +29,7 @@ from .dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
 from .errors import BadInputError
 from .execute.record import RunRecord
 from .execute.session import InferenceSession
-from .graph import node_path
+from .model.graph import node_path
 
 logger = logging.getLogger(__name__)
 

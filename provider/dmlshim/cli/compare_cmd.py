@@ -45,7 +45,7 @@ def _table(report: CompareReport) -> str:
 def run(args: argparse.Namespace) -> int:
     """Compare and print the table; 0 when every node matches, 1 otherwise (2 for a bad DIR)."""
     from ..dxdispatch.compare import compare_export
-    from ..filekind import KIND_NAMES, kind_of
+    from ..fileio.filekind import KIND_NAMES, kind_of
 
     kind = kind_of(args.directory)
     if kind is not None:

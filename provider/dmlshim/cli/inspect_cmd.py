@@ -14,7 +14,7 @@ import sys
 import onnx
 
 from ..errors import DmlShimError
-from ..modelcheck import unknown_operators
+from ..model.modelcheck import unknown_operators
 from ..report.inspect_report import GraphValue, render_text, shape_hint, write_json
 from ..translate.model_translation import ModelTranslation, translate_model
 from ..translate.shapes_info import load_model, tensor_info
@@ -49,7 +49,7 @@ def graph_values(model: onnx.ModelProto) -> tuple[list[GraphValue], list[GraphVa
 def _inferred_outputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
     """The graph outputs with the shapes inference gives from the (possibly overridden) input shapes; the
     declared ones where inference gives none."""
-    from ..weightless import without_weights
+    from ..model.weightless import without_weights
 
     light = onnx.ModelProto()
     light.CopyFrom(without_weights(model))

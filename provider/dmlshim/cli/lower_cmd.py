@@ -16,7 +16,7 @@ import os
 
 from ..execute.lowered_file import check_lowered, external_refs, write_lowered
 from ..execute.lowering import lower_model
-from ..files import check_output_file
+from ..fileio.files import check_output_file
 from ..kernels.options import IndexMode
 from ..translate.shapes_info import load_model
 from .options import add_feature_level, add_input_shape, apply_input_shapes, input_shapes

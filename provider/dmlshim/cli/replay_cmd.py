@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Replay the model, printing what DxDispatch would print; returns the exit code."""
     from ..dxdispatch.replay import replay
-    from ..filekind import require_dxdispatch_model
+    from ..fileio.filekind import require_dxdispatch_model
     from ..kernels import IndexMode
 
     require_dxdispatch_model(args.model)

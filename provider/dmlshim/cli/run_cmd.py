@@ -17,10 +17,10 @@ from ..execute.engine import engine_names
 from ..execute.feeds import load_npz
 from ..execute.record import RunRecord
 from ..execute.session import InferenceSession, load_model
-from ..files import check_output_file, write_npz
+from ..fileio.files import check_output_file, write_npz
 from ..inputs import GeneratedInputs, annotate_error, generate
 from ..report.text import shape_text, table
-from ..value_kinds import describe, is_array, kind_text
+from ..validate.value_kinds import describe, is_array, kind_text
 from .options import add_feature_level, add_input_shape, input_shapes
 
 logger = logging.getLogger(__name__)

@@ -49,7 +49,7 @@ def add_array_files(parser: argparse.ArgumentParser) -> None:
 
 def check_array_targets(args: argparse.Namespace) -> None:
     """Refuse unusable ``--save-*`` targets before the (possibly long) run."""
-    from .. import files
+    from ..fileio import files
 
     for target in (args.save_inputs, args.save_outputs):
         if target:
@@ -60,7 +60,7 @@ def check_array_targets(args: argparse.Namespace) -> None:
 
 def finish(report: ValidationReport, tolerances: Tolerances, args: argparse.Namespace) -> ValidationReport:
     """Per-output tolerances and statistics, the reference outputs, then the files asked for."""
-    from ..array_files import read_arrays, write_arrays
+    from ..fileio.array_files import read_arrays, write_arrays
     from ..validate.external import apply_reference_outputs
     from ..validate.tolerances import apply_tolerances
 

@@ -391,7 +391,7 @@ def ort_cannot_load(model: onnx.ModelProto) -> str | None:
     """Why the installed onnxruntime cannot load ``model`` on its own CPU provider (None: it can)."""
     import onnxruntime as ort
 
-    from ..ort_errors import ORT_ERRORS
+    from ..model.ort_errors import ORT_ERRORS
 
     try:
         OrtInferenceSession(model.SerializeToString(), _sess_options(), providers=["CPUExecutionProvider"])

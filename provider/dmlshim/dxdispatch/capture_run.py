@@ -21,8 +21,8 @@ import onnxruntime as ort
 from onnx import TensorProto, helper
 
 from ..errors import NotSupportedError
+from ..model.ort_view import type_from_ort
 from ..ort.real import OrtInferenceSession
-from ..ort_view import type_from_ort
 
 __all__ = ["CaptureRunner", "capture_session_options"]
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..dml.operators import OperatorDesc
 from ..errors import BadInputError, DmlShimError
-from ..files import write_npy, write_text
+from ..fileio.files import write_npy, write_text
 from ..kernels import KernelOptions, execute
 from ..translate import InputBinding, NodeTranslation, Reinterpret, run_translation
 from ..translate.plan import elem_type_name

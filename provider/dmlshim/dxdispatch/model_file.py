@@ -29,9 +29,9 @@ from ..dml.json_form import (
 )
 from ..dml.operators import OperatorDesc
 from ..errors import BadInputError, BadModelError, DmlShimError
-from ..files import write_inside, write_text
+from ..fileio.files import write_inside, write_text
+from ..fileio.reading import loads_json, read_text
 from ..limits import check_bytes
-from ..reading import loads_json, read_text
 from .commands import (
     Command,
     Dispatchable,
@@ -118,7 +118,7 @@ class DxDispatchModel:
     def save(self, path: str | os.PathLike[str], *, overwrite: bool = True) -> Path:
         """Write the model to ``path`` and every ``NpyFile`` array beside it, each atomically.
 
-        ``sourcePath`` files must lie in the model's folder (see :func:`dmlshim.files.write_inside`).
+        ``sourcePath`` files must lie in the model's folder (see :func:`dmlshim.fileio.files.write_inside`).
 
         Returns:
             The path written.

@@ -28,9 +28,9 @@ from ..dml.json_form import (
     expect_uint,
 )
 from ..errors import BadInputError, BadModelError, TooLargeError
-from ..files import confined_path
+from ..fileio.files import confined_path
+from ..fileio.reading import read_npy
 from ..limits import check_bytes
-from ..reading import read_npy
 
 __all__ = [
     "BufferResource",

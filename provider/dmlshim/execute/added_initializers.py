@@ -27,9 +27,9 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..errors import BadInputError
+from ..model.ort_errors import ORT_ERRORS
+from ..model.weightless import graph_shell, model_shell
 from ..ort.real import OrtInferenceSession
-from ..ort_errors import ORT_ERRORS
-from ..weightless import graph_shell, model_shell
 
 logger = logging.getLogger(__name__)
 

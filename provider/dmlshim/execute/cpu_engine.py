@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from ..graph import display_names, is_gather_scatter
+from ..model.graph import display_names, is_gather_scatter
 from .engine import EngineConfig
 from .ort_support import ORT_ERRORS, cpu_session, ort_run_error
 from .partition import nested_gather_scatter

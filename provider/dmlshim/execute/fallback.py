@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 import onnx
 
-from ..graph import subgraphs
+from ..model.graph import subgraphs
 from .record import PLACEMENT_CPU, NodeRecord
 
 __all__ = [

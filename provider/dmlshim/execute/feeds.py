@@ -1,6 +1,6 @@
 """Graph inputs and outputs as onnxruntime describes them, and feed validation.
 
-``load_npz`` and ``save_npz`` live in :mod:`dmlshim.inputs.npz` (re-exported here).
+``load_npz`` and ``save_npz`` live in :mod:`dmlshim.fileio.npz` (re-exported here).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import onnx
 from onnx import helper
 
 from ..errors import BadInputError
-from ..inputs.npz import load_npz as load_npz
-from ..inputs.npz import save_npz as save_npz
+from ..fileio.npz import load_npz as load_npz
+from ..fileio.npz import save_npz as save_npz
 from ..ort.exceptions import with_onnxruntime_class
 from ..ort.real import pybind_state
 

@@ -3,11 +3,11 @@
 Initializers the source held inside the .onnx file stay inside the lowered file. Those it kept as external
 data go to one data file beside the lowered file, named after it (``OUT.onnx.data``), each at its own
 64-byte aligned offset; the lowered file then runs standalone from its folder, as the source did. Both files
-go through :mod:`dmlshim.files` (atomic, never over an input, ``--overwrite`` to replace).
+go through :mod:`dmlshim.fileio.files` (atomic, never over an input, ``--overwrite`` to replace).
 
 Before it is written, the lowered model is checked with the rule dmlshim's loader applies to every model
-(:func:`dmlshim.modelcheck.check_model`): onnxruntime decides. What onnx.checker finds on a lowered model
-onnxruntime loads (with dmlshim's custom ops registered) is a warning, e.g. a graph input the source
+(:func:`dmlshim.model.modelcheck.check_model`): onnxruntime decides. What onnx.checker finds on a lowered
+model onnxruntime loads (with dmlshim's custom ops registered) is a warning, e.g. a graph input the source
 declares with an element type and no shape; a model onnxruntime refuses is an error.
 """
 
@@ -25,12 +25,12 @@ from google.protobuf.message import EncodeError
 from onnx import numpy_helper
 
 from ..errors import BadModelError, EngineUnavailableError
-from ..external_data import ExternalRef, check_external_data
-from ..files import check_output_file, write_onnx, write_stream
-from ..graph import all_tensors
+from ..fileio.external_data import ExternalRef, check_external_data
+from ..fileio.files import check_output_file, write_onnx, write_stream
+from ..model.graph import all_tensors
+from ..model.ort_errors import ORT_ERRORS
+from ..model.weightless import without_weights
 from ..ort.real import OrtInferenceSession
-from ..ort_errors import ORT_ERRORS
-from ..weightless import without_weights
 from .custom_op_bridge import session_options_with_custom_ops
 
 logger = logging.getLogger(__name__)

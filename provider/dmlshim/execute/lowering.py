@@ -39,10 +39,10 @@ from onnx import helper
 
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
 from ..errors import DmlShimError, guard_resources
-from ..graph import is_gather_scatter, node_path, subgraph_prefix, subgraphs
 from ..kernels.options import IndexMode
-from ..ort_view import ort_value_types
-from ..prepare import prepare_model
+from ..model.graph import is_gather_scatter, node_path, subgraph_prefix, subgraphs
+from ..model.ort_view import ort_value_types
+from ..model.prepare import prepare_model
 from ..translate import TensorInfo, infer_shapes, translate_node
 from ..translate.shapes_info import tensor_infos
 from ..translate.translator import model_opsets, node_since_version
@@ -242,7 +242,7 @@ def lower_model(
 
     Args:
         model: the model (not modified); its local functions are expanded and its nodes sorted first
-            (:func:`dmlshim.prepare.prepare_model`).
+            (:func:`dmlshim.model.prepare.prepare_model`).
         feature_level: the target DirectML feature level.
         input_shapes: concrete shapes for graph inputs with symbolic dims (the lowered model's inputs get
             these shapes, so more nodes get a static descriptor).

@@ -22,9 +22,9 @@ import onnx
 from onnx import helper
 
 from ..errors import BadModelError
+from ..model.ort_errors import ORT_ERRORS
 from ..ort.exceptions import with_onnxruntime_class
 from ..ort.real import OrtInferenceSession, ort
-from ..ort_errors import ORT_ERRORS
 
 logger = logging.getLogger(__name__)
 

@@ -12,10 +12,10 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from ..errors import BadModelError
-from ..filekind import require_onnx_model
+from ..fileio.filekind import require_onnx_model
 from ..limits import check_model_inputs
-from ..modelcheck import check_model, load_external_data
-from ..prepare import prepare_model
+from ..model.modelcheck import check_model, load_external_data
+from ..model.prepare import prepare_model
 from .added_initializers import AddedInitializers
 from .supplied import take_supplied_initializers
 
@@ -43,8 +43,8 @@ class LoadedModel:
 
 def load_model(model: ModelSource, sess_options: Any = None) -> LoadedModel:
     """Read a model from a path, bytes or a ModelProto, with external data kept inside the model's folder,
-    checked (:func:`dmlshim.modelcheck.check_model`) and prepared as onnxruntime prepares it (local
-    functions expanded, nodes sorted: :func:`dmlshim.prepare.prepare_model`).
+    checked (:func:`dmlshim.model.modelcheck.check_model`) and prepared as onnxruntime prepares it (local
+    functions expanded, nodes sorted: :func:`dmlshim.model.prepare.prepare_model`).
 
     External-data initializers that ``sess_options`` supplies (``add_external_initializers``) are taken
     from it, as onnxruntime takes them; their file is neither checked nor read

@@ -11,9 +11,9 @@ import onnx
 import onnxruntime as ort
 
 from ..errors import BadInputError, IndexOutOfRangeError, NotSupportedError
-from ..modelcheck import ort_load_error
+from ..model.modelcheck import ort_load_error
+from ..model.ort_errors import ORT_ERRORS
 from ..ort.real import OrtInferenceSession
-from ..ort_errors import ORT_ERRORS
 from .engine import EngineConfig
 from .fallback import for_onnxruntime
 from .partition import CpuSegment

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import onnx
 
 from ..errors import BadModelError
-from ..graph import is_gather_scatter, node_path, subgraph_prefix, subgraphs, walk_nodes
+from ..model.graph import is_gather_scatter, node_path, subgraph_prefix, subgraphs, walk_nodes
 
 # Where onnxruntime's DirectML provider places nodes is decided in one place, shared with inspect.
 from ..translate.placement import (  # noqa: F401 (re-exported)

@@ -28,14 +28,14 @@ import onnxruntime as ort
 from onnx import numpy_helper
 
 from ..errors import DmlShimError
-from ..graph import display_names, is_gather_scatter
+from ..model.graph import display_names, is_gather_scatter
+from ..model.weightless import tensor_nbytes, without_weights
 from ..translate import NodeTranslation, Status, TensorInfo, infer_shapes, translate_node
 from ..translate.model_translation import model_placements
 from ..translate.placement import CPU_PREFERRED_MESSAGE, graph_placements
 from ..translate.plan import CPU_PROVIDER
 from ..translate.shapes_info import tensor_infos
 from ..translate.translator import model_opsets, node_since_version
-from ..weightless import tensor_nbytes, without_weights
 from .engine import EngineConfig
 from .fallback import has_deprecated_scatter, note_scatter_as_scatter_elements
 from .ort_support import ORT_ERRORS, cpu_session, ort_run_error, segment_session, whole_model_session

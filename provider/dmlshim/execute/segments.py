@@ -20,10 +20,10 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..errors import BadModelError, DmlShimError
-from ..ort_view import ort_value_types
+from ..model.ort_view import ort_value_types
+from ..model.weightless import without_weights
 from ..translate import infer_shapes
 from ..translate.plan import elem_type_of
-from ..weightless import without_weights
 from .partition import CpuSegment
 from .weights import SharedWeights
 
@@ -57,7 +57,7 @@ def tensor_type(elem_type: int, dims: Sequence[int] | None) -> onnx.TypeProto:
 def proven_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
     """Types of node-computed values that follow from the graph inputs and initializers alone.
 
-    onnxruntime's own inference (:func:`dmlshim.ort_view.ort_value_types`), completed by ONNX's, runs on
+    onnxruntime's own inference (:func:`dmlshim.model.ort_view.ort_value_types`), completed by ONNX's, runs on
     a copy of the model with its ``value_info`` removed and the graph outputs' shapes cleared, so that
     nothing an exporter wrote about intermediate values (possibly stale) takes part. Empty when neither
     can run.

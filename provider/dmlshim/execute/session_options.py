@@ -22,9 +22,9 @@ from typing import Any
 import onnx
 import onnxruntime as ort
 
-from .. import files
 from ..errors import BadInputError
-from ..modelcheck import ort_load_error
+from ..fileio import files
+from ..model.modelcheck import ort_load_error
 from ..ort.real import OrtInferenceSession
 
 logger = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ def config_entry(so: Any, key: str) -> str | None:
 
 
 def _ort_errors() -> tuple[type[BaseException], ...]:
-    from ..ort_errors import ORT_ERRORS
+    from ..model.ort_errors import ORT_ERRORS
 
     return ORT_ERRORS
 

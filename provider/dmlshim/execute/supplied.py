@@ -16,7 +16,7 @@ from typing import Any
 import onnx
 from onnx import numpy_helper
 
-from ..weightless import is_external
+from ..model.weightless import is_external
 from .added_initializers import AddedInitializers, added_initializers, from_files_in_memory
 
 logger = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ Building an engine needs the model's structure many times (shape inference, the 
 session, one session per CPU segment) but its weights only where onnxruntime computes with them.
 Serializing a model with large weights for each of those costs seconds and a copy each time. Here:
 
-* :func:`dmlshim.weightless.without_weights` gives shape inference a copy whose large initializers are
+* :func:`dmlshim.model.weightless.without_weights` gives shape inference a copy whose large initializers are
   typed graph inputs (only their type and shape matter to it, and values that drive shapes are small);
 * :class:`SharedWeights` gives onnxruntime sessions initializers without bytes ("external data"): for a
   model read from a file, references to where the bytes lie in its files, which onnxruntime reads itself
@@ -26,7 +26,7 @@ import onnx
 import onnxruntime as ort
 from onnx import numpy_helper
 
-from ..weightless import graph_shell, model_shell, tensor_nbytes
+from ..model.weightless import graph_shell, model_shell, tensor_nbytes
 from .weight_file import FOLDER_KEY, FileSlice, weight_slices
 
 logger = logging.getLogger(__name__)

@@ -4,14 +4,14 @@
 * :mod:`.constraints`: which inputs reach gather/scatter indices and the range they must stay in;
 * :mod:`.values`: the values drawn for each input;
 * :mod:`.search`: symbol sizes that onnxruntime CPU accepts, and the public :func:`generate`;
-* :mod:`.npz`: reading ``--inputs`` files (sizes checked against the memory limit before inflating, no
-  pickles, a clear message for files of another type).
+* :func:`load_npz` and :func:`save_npz` (from :mod:`dmlshim.fileio.npz`): reading ``--inputs`` files (sizes
+  checked against the memory limit before inflating, no pickles, a clear message for files of another type).
 """
 
 from __future__ import annotations
 
+from ..fileio.npz import load_npz, save_npz
 from .constraints import DEFAULT_DIM, IndexConstraint, InputSpec, plan_inputs
-from .npz import load_npz, save_npz
 from .search import FIX_HINT, GeneratedInputs, annotate_error, generate, generate_inputs
 from .symbols import resolve_input_shapes
 

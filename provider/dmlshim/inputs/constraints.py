@@ -36,8 +36,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ..graph import is_gather_scatter, subgraphs, walk_nodes
-from ..weightless import without_weights
+from ..model.graph import is_gather_scatter, subgraphs, walk_nodes
+from ..model.weightless import without_weights
 from .symbols import resolve_input_shapes
 from .trace import Shapes, Traced, attr, trace
 

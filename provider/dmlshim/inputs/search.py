@@ -33,7 +33,7 @@ import onnx
 
 from ..errors import BadInputError, BadModelError, DmlShimError, TooLargeError
 from ..limits import check_tensor
-from ..modelcheck import check_well_formed
+from ..model.modelcheck import check_well_formed
 from .constraints import DEFAULT_DIM, light_copy, plan_for_shapes
 from .symbols import ModelDims, model_dims, shapes_for, split_given
 from .values import draw
@@ -115,7 +115,7 @@ def _as_proto(model: onnx.ModelProto | LoadedModel) -> tuple[onnx.ModelProto, st
         return model.proto, model.path
     if isinstance(model, onnx.ModelProto):
         check_well_formed(model)
-        from ..prepare import prepare_model
+        from ..model.prepare import prepare_model
 
         return prepare_model(model), None  # function bodies and sorted nodes, as onnxruntime sees them
     raise BadModelError(f"expected an onnx.ModelProto, got {type(model).__name__}")

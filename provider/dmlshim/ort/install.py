@@ -111,7 +111,7 @@ def install(
     os.environ[SUMMARY_ENV] = _choice(summary, SUMMARY_ENV, _SUMMARY_FORMATS, "text")
     os.environ[EMULATE_ENV] = _choice(emulate, EMULATE_ENV, EMULATE_CHOICES, "asked")
     if summary_file is not None:
-        from .. import files
+        from ..fileio import files
 
         # Refused now, before the program runs, as every dmlshim writer refuses (an existing file, an input).
         files.check_output_file(summary_file, overwrite=overwrite, inputs=inputs, what="summary file")
@@ -201,7 +201,7 @@ def flush() -> None:
         return
     if tracking.TRACKER.changes == _State.flushed_changes:
         return
-    from .. import files
+    from ..fileio import files
 
     _State.flushing = True
     try:
@@ -287,7 +287,7 @@ def _at_exit() -> None:
     result = summary()
     target = os.environ.get(SUMMARY_FILE_ENV)
     if target:
-        from .. import files
+        from ..fileio import files
 
         try:
             # Checked when installed (existing file only with overwrite); an input never, even now.

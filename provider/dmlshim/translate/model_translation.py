@@ -19,8 +19,8 @@ import onnx
 
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
 from ..errors import DmlShimError, guard_resources
-from ..graph import GATHER_SCATTER_OPS, node_path, subgraph_prefix, subgraphs
-from ..prepare import prepare_model
+from ..model.graph import GATHER_SCATTER_OPS, node_path, subgraph_prefix, subgraphs
+from ..model.prepare import prepare_model
 from .converters import get_converter
 from .placement import CPU_PREFERRED_MESSAGE, REASON_CPU_PREFERRED, graph_placements
 from .plan import (
@@ -197,7 +197,7 @@ def translate_model(
 
     Args:
         model: the model (not modified); its local functions are expanded and its nodes sorted first, as
-            onnxruntime does (:func:`dmlshim.prepare.prepare_model`).
+            onnxruntime does (:func:`dmlshim.model.prepare.prepare_model`).
         feature_level: the target DirectML feature level.
         input_shapes: concrete shapes for graph inputs, replacing symbolic or unknown dims before shape
             inference (the ``--input-shape`` option).

@@ -13,12 +13,12 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from ..errors import BadInputError, BadModelError
-from ..filekind import require_onnx_model
-from ..modelcheck import ONNX_ERRORS, check_model, load_external_data
-from ..ort_view import ort_value_types
-from ..prepare import prepare_model
-from ..reading import open_regular
-from ..weightless import without_weights
+from ..fileio.filekind import require_onnx_model
+from ..fileio.reading import open_regular
+from ..model.modelcheck import ONNX_ERRORS, check_model, load_external_data
+from ..model.ort_view import ort_value_types
+from ..model.prepare import prepare_model
+from ..model.weightless import without_weights
 from .plan import TensorInfo
 
 logger = logging.getLogger(__name__)
@@ -225,7 +225,7 @@ def infer_shapes(
 ) -> onnx.ModelProto:
     """A copy of ``model`` with ONNX shape inference applied (after the input-shape overrides); large
     initializers appear in it as graph inputs of their type and shape, without their values
-    (:func:`dmlshim.weightless.without_weights`).
+    (:func:`dmlshim.model.weightless.without_weights`).
 
     Raises:
         BadInputError: an override names no graph input or has the wrong rank.
@@ -254,7 +254,7 @@ def infer_shapes(
 
 def load_model(path: str | os.PathLike[str]) -> onnx.ModelProto:
     """Read and check an ONNX model file, prepared as onnxruntime prepares it (local functions expanded,
-    nodes sorted: :func:`dmlshim.prepare.prepare_model`).
+    nodes sorted: :func:`dmlshim.model.prepare.prepare_model`).
 
     The checker runs on the shape-inferred model, leaving out graph outputs whose type or rank stays
     unknown (onnxruntime accepts those), so only real defects fail it.

@@ -17,11 +17,10 @@ from ..errors import BadInputError, DmlShimError, guard_resources
 from ..execute.record import PLACEMENT_DML
 from ..execute.session import LoadedModel, ModelSource, load_model
 from ..execute.steps import NOTE_SHAPE_DIFFERS
-from ..graph import is_gather_scatter, walk_nodes
 from ..inputs import annotate_error
 from ..kernels.options import IndexMode
+from ..model.graph import is_gather_scatter, walk_nodes
 from ..translate import CPU_PROVIDER, NodeTranslation, translate_model
-from ..value_kinds import comparable, is_array, kind_text
 from .attribution import compare_nodes, dependencies, suspects, upstream_order
 from .random_nodes import random_node_warnings
 from .references import (
@@ -47,6 +46,7 @@ from .results import (
     ValidationWarning,
     WholeModelComparison,
 )
+from .value_kinds import comparable, is_array, kind_text
 
 logger = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """Files of named arrays (inputs and outputs): ``.npz`` or polygraphy's JSON, chosen by the file's content
-when reading and by its extension when writing. Every write goes through :mod:`dmlshim.files`."""
+when reading and by its extension when writing. Every write goes through :mod:`dmlshim.fileio.files`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from . import files
-from .inputs.npz import load_npz, sniff
+from .npz import load_npz, sniff
 from .polygraphy_json import arrays_from_document, inputs_document, outputs_document
 from .reading import open_regular, read_json
 

@@ -3,9 +3,9 @@ clear errors before any weight is read.
 
 * damaged protos (:func:`check_well_formed`), unknown ir_version / opset versions, duplicate node names,
   negative dims, initializers that disagree with their declared input;
-* external data checked in full without reading it (:mod:`dmlshim.external_data`);
+* external data checked in full without reading it (:mod:`dmlshim.fileio.external_data`);
 * onnx.checker on the shape-inferred model, every onnx/protobuf exception turned into BadModelError;
-* when onnxruntime refuses a model, the culprit is named (:mod:`dmlshim.ort_errors`).
+* when onnxruntime refuses a model, the culprit is named (:mod:`dmlshim.model.ort_errors`).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError, EncodeError, Message
 from onnx import TensorProto
 
-from .errors import BadModelError
-from .external_data import EXTERNAL_DATA_RULE, check_external_data, load_external_data
+from ..errors import BadModelError
+from ..fileio.external_data import EXTERNAL_DATA_RULE, check_external_data, load_external_data
 from .graph import all_tensors, node_path, subgraph_prefix, subgraphs
 from .ort_errors import (
     GATHER_SCATTER_INDEX_TYPES,
@@ -366,9 +366,9 @@ def _check_names(graph: onnx.GraphProto, prefix: str, path: str | None) -> None:
 def _checkable(model: onnx.ModelProto) -> onnx.ModelProto:
     """What onnxruntime, onnx's checker and shape inference are given: ``model`` itself, or a copy in
     which large and external-data initializers are graph inputs of the same type and shape
-    (:func:`dmlshim.weightless.without_weights`), so no weight is read or re-serialised for the check.
+    (:func:`dmlshim.model.weightless.without_weights`), so no weight is read or re-serialised for the check.
     """
-    from .external_data import external_tensors
+    from ..fileio.external_data import external_tensors
 
     light = without_weights(model)  # large and external initializers as typed inputs: no weight copied
     if light is model:
@@ -398,7 +398,7 @@ def ort_accepts(light: onnx.ModelProto, original: onnx.ModelProto, path: str | N
     """
     import onnxruntime as ort
 
-    from .ort.real import OrtInferenceSession
+    from ..ort.real import OrtInferenceSession
     from .ort_errors import ORT_ERRORS
 
     options = ort.SessionOptions()

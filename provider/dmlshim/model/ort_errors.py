@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import onnx
 from onnx import TensorProto
 
-from .errors import BadModelError
+from ..errors import BadModelError
 from .graph import walk_nodes
 
 # The exception types an onnxruntime call raises.

@@ -1,7 +1,7 @@
 """Whole output folders (``export``): built out of sight, then moved into place in one step.
 
-The rules are :mod:`dmlshim.files`'s; this adds the folder-level ones: Ctrl-C or an error leaves the old
-folder (or nothing) and never a half-written one, and ``--overwrite`` removes only what dmlshim wrote
+The rules are :mod:`dmlshim.fileio.files`'s; this adds the folder-level ones: Ctrl-C or an error leaves the
+old folder (or nothing) and never a half-written one, and ``--overwrite`` removes only what dmlshim wrote
 there before (regular files, and folders of regular files, that the previous index listed).
 """
 
@@ -14,8 +14,8 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from . import portable
-from .errors import BadInputError
+from .. import portable
+from ..errors import BadInputError
 from .files import (
     _RULE,
     PathLike,

@@ -6,9 +6,9 @@ static sizes onnxruntime never sees, and it gives no type for the outputs of som
 knows (ai.onnx.ml, com.microsoft). What a partition boundary declares, and what a lowered model tells
 onnxruntime about a replaced node's output, must be what onnxruntime itself would have known, so both come
 from here: an onnxruntime CPU session over a weightless copy of the model
-(:func:`dmlshim.weightless.without_weights`) in which every node output is a graph output with no declared
-type; the session's ``get_outputs()`` then lists onnxruntime's own inference. No optimisation runs and no
-weight byte is copied.
+(:func:`dmlshim.model.weightless.without_weights`) in which every node output is a graph output with no
+declared type; the session's ``get_outputs()`` then lists onnxruntime's own inference. No optimisation runs
+and no weight byte is copied.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Mapping
 import onnx
 import onnxruntime as ort
 
-from .ort.real import OrtInferenceSession
+from ..ort.real import OrtInferenceSession
 from .weightless import without_weights
 
 logger = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """Say what a file is when a command is given the wrong kind (an .npz as a model, an .onnx to replay).
 
-The kind comes from the file's first bytes (:func:`dmlshim.inputs.npz.sniff`), so the message names what
+The kind comes from the file's first bytes (:func:`dmlshim.fileio.npz.sniff`), so the message names what
 the file is instead of the parser's complaint about it ("Wire format was corrupt", "not UTF-8 text").
 """
 
@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .errors import BadInputError, BadModelError
+from ..errors import BadInputError, BadModelError
+from .npz import sniff
 
 __all__ = ["KIND_NAMES", "kind_of", "require_dxdispatch_model", "require_onnx_model"]
 
@@ -30,8 +31,6 @@ _HEAD_BYTES = 64
 
 def kind_of(path: str | os.PathLike[str]) -> str | None:
     """The kind of a regular file (a key of :data:`KIND_NAMES`), None when it cannot be read as one."""
-    from .inputs.npz import sniff  # imported here: dmlshim.inputs loads the model machinery
-
     file = Path(path)
     try:
         if not file.is_file():

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from .errors import BadInputError
-from .limits import check_tensor
+from ..errors import BadInputError
+from ..limits import check_tensor
 from .reading import npy_header
 
 logger = logging.getLogger(__name__)

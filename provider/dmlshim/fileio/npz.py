@@ -19,8 +19,8 @@ import numpy as np
 
 from ..errors import BadInputError
 from ..limits import check_tensor
-from ..polygraphy_json import arrays_from_document
-from ..reading import loads_json, npy_header
+from .polygraphy_json import arrays_from_document
+from .reading import loads_json, npy_header
 
 __all__ = ["load_npz", "save_npz", "sniff"]
 

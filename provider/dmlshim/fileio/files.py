@@ -5,7 +5,7 @@ Rules it enforces, so each command does not have to:
 * **Atomic.** Content goes to a temporary file in the target's own folder, is flushed and ``fsync``-ed,
   then renamed over the target (``os.replace``); an interrupted write never leaves a truncated file.
   Folders (``export``) are built in a hidden sibling folder and moved into place in one step with
-  SIGINT/SIGTERM held back, so no half-written export is ever visible (:mod:`dmlshim.folders`).
+  SIGINT/SIGTERM held back, so no half-written export is ever visible (:mod:`dmlshim.fileio.folders`).
 * **Links are replaced, never followed.** A symbolic link at the target is replaced by the new file
   (with ``overwrite``), so the link's target is never touched. Inside a target folder (``replay``'s
   ``--output-path``, an export folder) no component may be a link.
@@ -37,8 +37,8 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from . import portable
-from .errors import BadInputError
+from .. import portable
+from ..errors import BadInputError
 
 __all__ = [
     "check_output_file",
@@ -337,7 +337,7 @@ def write_npy(path: PathLike, array: np.ndarray, **options: Any) -> Path:
 
 def write_npz(path: PathLike, arrays: Mapping[str, np.ndarray], **options: Any) -> Path:
     """Write arrays as ``numpy.savez`` would (one ``NAME.npy`` member each), atomically, without pickles."""
-    from .execute.feeds import save_npz  # feeds imports little, but keep files.py import-light
+    from .npz import save_npz  # imported here: keep files.py import-light
 
     return write_stream(path, lambda handle: save_npz(handle, arrays), **options)
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import onnxruntime as _ort
 
-from .execute.feeds import ModelMetadata, NodeArg
-from .execute.iobinding import IOBinding
-from .execute.providers import CPU_EP, DML_EP, available_providers
+from ..execute.feeds import ModelMetadata, NodeArg
+from ..execute.iobinding import IOBinding
+from ..execute.providers import CPU_EP, DML_EP, available_providers
 
 SessionOptions = _ort.SessionOptions
 RunOptions = _ort.RunOptions

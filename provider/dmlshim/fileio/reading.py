@@ -20,9 +20,9 @@ from typing import IO, Any, BinaryIO
 
 import numpy as np
 
-from . import portable
-from .errors import BadInputError, DmlShimError
-from .limits import check_bytes, check_tensor
+from .. import portable
+from ..errors import BadInputError, DmlShimError
+from ..limits import check_bytes, check_tensor
 
 __all__ = [
     "NpyHeaderError",

@@ -22,9 +22,9 @@ from pathlib import Path
 import onnx
 from onnx import TensorProto
 
-from .errors import BadModelError, TooLargeError
-from .graph import all_tensors
-from .limits import _itemsize, check_bytes, format_bytes
+from ..errors import BadModelError, TooLargeError
+from ..limits import _itemsize, check_bytes, format_bytes
+from ..model.graph import all_tensors
 
 __all__ = [
     "EXTERNAL_DATA_RULE",

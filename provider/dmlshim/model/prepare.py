@@ -4,7 +4,7 @@ Every command and the API read models through :func:`prepare_model` (called by b
 after the model check), so that translation, placement, emulation, export, generated inputs and reports all
 see the same graph onnxruntime runs:
 
-* calls of model-local functions are expanded with onnxruntime's names (:mod:`dmlshim.inline`);
+* calls of model-local functions are expanded with onnxruntime's names (:mod:`dmlshim.model.inline`);
 * nodes listed out of topological order are sorted (onnxruntime sorts them; the ONNX standard asks for
   sorted graphs, but onnxruntime runs unsorted ones);
 * sparse initializers become dense initializers (onnxruntime densifies them when it loads the model), so
@@ -23,6 +23,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from ..limits import check_bytes
 from .graph import subgraphs
 from .inline import (
     FunctionKey,
@@ -32,7 +33,6 @@ from .inline import (
     has_local_calls,
     ort_indices,
 )
-from .limits import check_bytes
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,7 @@
+"""Reading and writing files, carefully.
+
+Every file dmlshim writes goes through :mod:`.files` (one file) or :mod:`.folders` (a whole output
+folder); files named by users or by other files are read through :mod:`.reading`. The rest are the formats
+built on them: named arrays (:mod:`.array_files`, :mod:`.npz`, :mod:`.polygraphy_json`), external-data
+initializers (:mod:`.external_data`) and telling one kind of file from another (:mod:`.filekind`).
+"""
