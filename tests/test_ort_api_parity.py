@@ -262,3 +262,24 @@ def test_read_config_from_model_keyword(monkeypatch: pytest.MonkeyPatch) -> None
         )
         want = theirs.get_session_options().intra_op_num_threads
         assert ours.get_session_options().intra_op_num_threads == want == (2 if env == "1" else 1), env
+
+
+def test_a_map_feed_onnxruntime_cannot_read_keeps_its_class() -> None:
+    values = helper.make_tensor_type_proto(TensorProto.FLOAT, [])
+    map_type = helper.make_map_type_proto(TensorProto.INT64, values)
+    graph = helper.make_graph(
+        [helper.make_node("DictVectorizer", ["m"], ["y"], domain="ai.onnx.ml", int64_vocabulary=[0, 1])],
+        "map_feed",
+        [helper.make_value_info("m", map_type)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)]
+    model = helper.make_model(graph, ir_version=10, opset_imports=opsets).SerializeToString()
+    ours, theirs = _pair(model)
+    good = {"m": {0: 1.5, 1: 2.5}}
+    assert ours.run(None, good)[0].tolist() == theirs.run(None, good)[0].tolist()
+    bad = {"m": {0: 1.5, "a": 2.5}}  # a string key in a map of int64 keys
+    want = _raised(lambda: theirs.run(None, bad))
+    got = _raised(lambda: ours.run(None, bad))
+    assert type(want) is RuntimeError and isinstance(got, RuntimeError) and isinstance(got, DmlShimError)
+    assert "int64" in str(got)
