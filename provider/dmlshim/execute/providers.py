@@ -10,7 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import BadInputError
+from ..errors import BadInputError, DmlShimError
+from ..ort.exceptions import with_onnxruntime_class
 
 logger = logging.getLogger(__name__)
 
@@ -160,3 +161,15 @@ def available_providers() -> list[str]:
     if CPU_EP not in found:
         found.append(CPU_EP)
     return found
+
+
+def unknown_provider_error(name: str, kept: ProviderChoice) -> DmlShimError:
+    """What ``set_providers`` raises for a provider onnxruntime does not know at all: onnxruntime's
+    ``RuntimeError`` ("Unknown Provider Type"), saying the session keeps ``kept``."""
+    error = DmlShimError(
+        f"Unknown Provider Type: {name} (available here: {', '.join(available_providers())}); the session "
+        f"keeps {list(kept.names)}",
+        value=name,
+        rule="set_providers takes provider names onnxruntime knows",
+    )
+    return with_onnxruntime_class(error, RuntimeError)

@@ -17,7 +17,7 @@ from ..errors import BadInputError, DmlShimError, NotSupportedError, guard_resou
 from ..kernels.options import IndexMode
 from ..ort.attributes import OrtSessionAttributes
 from ..ort.emulate import emulate_all, with_dml_first
-from ..ort.exceptions import raises_onnxruntime_errors, with_onnxruntime_class
+from ..ort.exceptions import raises_onnxruntime_errors
 from ..ort.free_dims import with_free_dimension_overrides
 from ..ort.real import pybind_state
 from .added_initializers import added_initializers, with_initializers
@@ -27,7 +27,7 @@ from .iobinding import IOBinding, as_array, fill_fetches, ortvalues_from_vector,
 from .model_config import options_from_model, reads_config_from_model
 from .model_source import LoadedModel, ModelSource, load_model, typed_outputs
 from .profiling import SessionProfiler, check_prefix
-from .providers import available_providers, normalize_providers
+from .providers import normalize_providers, unknown_provider_error
 from .record import RunRecord
 from .session_args import (
     NO_MODEL_VERSION,
@@ -36,7 +36,13 @@ from .session_args import (
     parse_index_mode,
     resolve_engine,
 )
-from .session_info import EpAssignedSubgraph, cpu_ep_device, cpu_memory_info, graph_assignment
+from .session_info import (
+    EpAssignedSubgraph,
+    cpu_ep_device,
+    cpu_memory_info,
+    graph_assignment,
+    graph_assignment_not_recorded,
+)
 from .session_options import (
     GRAPH_ASSIGNMENT_KEY,
     check_session_options,
@@ -305,17 +311,8 @@ class InferenceSession(OrtSessionAttributes):
                 saying "Unknown Provider Type"); the session keeps its providers.
         """
         choice = normalize_providers(providers, provider_options)
-        if choice.unknown:
-            # onnxruntime re-creates its session here and refuses a name it has never heard of
-            raise with_onnxruntime_class(
-                DmlShimError(
-                    f"Unknown Provider Type: {choice.unknown[0]} (available here: "
-                    f"{', '.join(available_providers())}); the session keeps {list(self._choice.names)}",
-                    value=choice.unknown[0],
-                    rule="set_providers takes provider names onnxruntime knows",
-                ),
-                RuntimeError,
-            )
+        if choice.unknown:  # onnxruntime re-creates its session here and refuses a name it never heard of
+            raise unknown_provider_error(choice.unknown[0], self._choice)
         resolve_engine(self._engine_request, choice)
         if self._profiler is not None:
             self._profiler.harvest(self._ort_sessions())
@@ -331,13 +328,7 @@ class InferenceSession(OrtSessionAttributes):
         ``last_run_record`` for what each run actually did.
         """
         if config_entry(self._sess_options, GRAPH_ASSIGNMENT_KEY) != "1":
-            # onnxruntime's Fail, with its sentence first
-            raise DmlShimError(
-                f'Session configuration entry {GRAPH_ASSIGNMENT_KEY!r} must be set to "1" to retrieve '
-                "graph assignment information (sess_options.add_session_config_entry); "
-                "last_run_record always says where each gather/scatter node ran",
-                rule="onnxruntime records EP graph assignment only when asked",
-            )
+            raise graph_assignment_not_recorded(GRAPH_ASSIGNMENT_KEY)
         emulated = getattr(self._engine, "emulated_nodes", ())
         return graph_assignment(self._loaded.proto, frozenset(emulated))
 

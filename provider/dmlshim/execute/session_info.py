@@ -9,7 +9,7 @@ from typing import Any
 import onnx
 import onnxruntime as ort
 
-from ..errors import NotSupportedError
+from ..errors import DmlShimError, NotSupportedError
 from ..model.graph import display_names
 from .providers import CPU_EP, DML_EP
 
@@ -46,6 +46,17 @@ def graph_assignment(model: onnx.ModelProto, emulated: frozenset[str]) -> list[E
         )
         for node, name in zip(nodes, display_names(nodes), strict=True)
     ]
+
+
+def graph_assignment_not_recorded(key: str) -> DmlShimError:
+    """onnxruntime's ``Fail`` when graph assignment info is asked without the config entry ``key``
+    (onnxruntime's sentence first)."""
+    return DmlShimError(
+        f'Session configuration entry {key!r} must be set to "1" to retrieve graph assignment information '
+        "(sess_options.add_session_config_entry); last_run_record always says where each gather/scatter "
+        "node ran",
+        rule="onnxruntime records EP graph assignment only when asked",
+    )
 
 
 def cpu_memory_info() -> Any:
