@@ -206,6 +206,24 @@ def test_scatter_nd_duplicates_with_few_writes_into_a_large_tensor() -> None:
     assert result.duplicate_indices == 3  # two of the three writes to row 5, one of the two to 3999
 
 
+@pytest.mark.parametrize("detect", [True, False], ids=["counted", "not-counted"])
+def test_scatter_nd_runs_with_duplicates_keep_the_last_write(detect: bool) -> None:
+    """Runs of 64 floats (256 bytes: written whole, one item per run) with repeated rows, in and out of
+    the duplicate count: the last write of each row wins, as in single-threaded onnxruntime."""
+    rng = np.random.default_rng(4242)
+    data = rng.standard_normal((300, 4, 64)).astype(np.float32)
+    indices = np.array([[7], [12], [7], [299], [-1], [7], [0]], np.int64)
+    updates = rng.standard_normal((7, 4, 64)).astype(np.float32)
+    desc = scatter_nd_desc(data, indices)
+    result = run_packed(
+        desc,
+        {"InputTensor": data, "IndicesTensor": indices, "UpdatesTensor": updates},
+        KernelOptions(detect_duplicates=detect),
+    )
+    assert_same(desc, result.output, ort("ScatterND", {"data": data, "indices": indices, "updates": updates}))
+    assert result.duplicate_indices == (3 if detect else 0)  # two of three writes to row 7, one to 299
+
+
 @pytest.mark.parametrize("nd", [False, True], ids=["elements", "nd"])
 def test_callers_arrays_are_unchanged(nd: bool) -> None:
     rng = np.random.default_rng(99)

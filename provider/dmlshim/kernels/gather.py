@@ -15,6 +15,7 @@ import numpy as np
 
 from ..dml import shapes
 from ..dml.operators import GatherDesc
+from . import recycle
 from .buffers import grid_offsets
 from .common import (
     bind,
@@ -32,7 +33,7 @@ def _take_blocks(src: np.ndarray, idx: np.ndarray, dtype: np.dtype) -> np.ndarra
     """``src[:, idx, :]`` for a packed ``(pre, dim, post)`` source and validated indices, by chunks of
     the output on the kernel threads."""
     pre, _, post = src.shape
-    out = np.empty((pre, idx.size, post), dtype=dtype)
+    out = recycle.empty((pre, idx.size, post), dtype)
 
     def work(box: tuple[int, int, int, int]) -> bool:
         p0, p1, k0, k1 = box
@@ -84,7 +85,7 @@ def run(desc: GatherDesc, inputs: Mapping[str, Any], options: KernelOptions) -> 
             out = _take_blocks(src, idx, dtype)
         else:
             # Whole blocks of `post` elements move at once: numpy's take along an axis copies them as runs.
-            out = np.take(src, idx, axis=1, mode="clip")
+            out = np.take(src, idx, axis=1, mode="clip", out=recycle.empty((pre, idx.size, post), src.dtype))
     else:
         in_sizes = inp.sizes
         strides = inp.strides

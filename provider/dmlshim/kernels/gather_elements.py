@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..dml.operators import GatherElementsDesc, ScatterDesc
+from . import recycle
 from .buffers import grid_offsets
 from .common import bind, fail, prepared, require_sizes
 from .indices import IndexContext, fast_indices, normalize_indices
@@ -127,7 +128,7 @@ def _fast_gather(
     k = raw.shape[axis]
     raw3 = raw.reshape(pre, k, post)
     flat = inp.reshape(-1)
-    out = np.empty((pre, k, post), dtype=dtype)
+    out = recycle.empty((pre, k, post), dtype)
 
     def work(box: tuple[int, int, int, int]) -> bool:
         off = packed_offsets(raw3, box, dim, post, ctx)

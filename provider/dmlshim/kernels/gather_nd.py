@@ -17,6 +17,7 @@ import numpy as np
 from ..dml import shapes
 from ..dml.operators import GatherNd1Desc, GatherNdDesc, ScatterNdDesc
 from ..dml.tensor import BufferTensorDesc
+from . import recycle
 from .buffers import grid_offsets
 from .common import (
     bind,
@@ -181,7 +182,7 @@ def _fast_gather(packed: np.ndarray, tuples: PackedTuples, block: int, dtype: np
     """GATHER_ND on a packed input, chunk by chunk on the kernel threads; None to use the general path."""
     b_count, n_count, _ = tuples.tuples.shape
     src = packed.reshape(-1, block)
-    out = np.empty((b_count, n_count, block), dtype=dtype)
+    out = recycle.empty((b_count, n_count, block), dtype)
 
     def work(box: tuple[int, int, int, int]) -> bool:
         rows = tuples.rows(box)
@@ -244,10 +245,11 @@ def run(
         row_strides = tuple(s // block for s in inp.strides)
         rows = tuple_offsets(indices, desc.input_tensor, row_strides, r, q, batch, ctx).reshape(-1)
         packed = inp.flat[: inp.element_count]
+        fresh = recycle.empty((rows.size, block), packed.dtype)
         if block == 1:
-            out = np.take(packed, rows, mode="clip")
+            out = np.take(packed, rows, mode="clip", out=fresh.reshape(-1))
         else:
-            out = np.take(packed.reshape(-1, block), rows, axis=0, mode="clip")
+            out = np.take(packed.reshape(-1, block), rows, axis=0, mode="clip", out=fresh)
     else:
         offsets = tuple_offsets(indices, desc.input_tensor, inp.strides, r, q, batch, ctx).reshape(-1)
         if tail:

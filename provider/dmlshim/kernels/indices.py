@@ -270,34 +270,6 @@ def _raise(
     )
 
 
-def last_writes(targets: np.ndarray, target_count: int) -> tuple[np.ndarray | None, int]:
-    """Which of a sequence of writes survive when the last write to each target wins.
-
-    Args:
-        targets: 1-D int64 write targets in index order, all in ``[0, target_count)``.
-        target_count: the number of distinct possible targets.
-
-    Returns:
-        ``(mask, duplicates)``: a boolean mask of the surviving writes (None when every target is written
-        once) and the number of writes overwritten by a later one.
-    """
-    duplicates = count_duplicates(targets, target_count)
-    if duplicates == 0:
-        return None, 0
-    n = targets.size
-    if n * 8 < target_count:
-        # Few writes into a large tensor: sorting the writes is cheaper than a target-sized table.
-        _, first_in_reversed = np.unique(targets[::-1], return_index=True)
-        mask = np.zeros(n, dtype=bool)
-        mask[n - 1 - first_in_reversed] = True
-        return mask, duplicates
-    order = np.arange(n, dtype=np.int64)
-    latest = np.empty(target_count, dtype=np.int64)
-    # np.put writes sequentially in index order, so each target ends up holding its last writer.
-    np.put(latest, targets, order, mode="clip")
-    return np.take(latest, targets, mode="clip") == order, duplicates
-
-
 def write_in_order(out: np.ndarray, targets: np.ndarray, values: np.ndarray, unique: bool) -> None:
     """``out[targets[i]] = values[i]`` for i in index order, so the last write to a target wins.
 

@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from ..portable import usable_cores
+from . import recycle
 
 logger = logging.getLogger(__name__)
 
@@ -165,10 +166,11 @@ def run_all(work: Callable[[Box], bool], boxes: Sequence[Box], elements: int) ->
 
 
 def parallel_copy(flat: np.ndarray) -> np.ndarray:
-    """A new C-contiguous copy of the 1-D array ``flat``, copied chunk by chunk on the kernel threads."""
+    """A new C-contiguous copy of the 1-D array ``flat`` (in a recycled buffer, see
+    :mod:`dmlshim.kernels.recycle`), copied chunk by chunk on the kernel threads when large."""
     if flat.size < PARALLEL_MIN_ELEMENTS or THREADS <= 1:
-        return flat.copy()
-    out = np.empty_like(flat)
+        return recycle.copy(flat)
+    out = recycle.empty(flat.shape, flat.dtype)
 
     def work(box: Box) -> bool:
         _, _, a, b = box

@@ -17,9 +17,10 @@ import numpy as np
 
 from ..dml import shapes
 from ..dml.operators import ScatterNdDesc
+from .buffers import block_view
 from .common import bind, fail, prepared, require_sizes
 from .gather_nd import PackedTuples, check_nd_counts, tuple_offsets
-from .indices import count_duplicates, last_writes, write_in_order
+from .indices import count_duplicates, write_in_order
 from .options import KernelOptions, KernelResult
 from .parallel import chunk_length, run_all, spans, worth_chunking
 from .scatter_elements import copy_input
@@ -36,8 +37,9 @@ def _fast_scatter(out: np.ndarray, tuples: PackedTuples, updates: np.ndarray, bl
         a duplicate: only the general path applies those in index order). ``out`` is then partly written.
     """
     _, n_count, _ = tuples.tuples.shape
-    rows_out = out.reshape(-1, block)
-    upd = updates.reshape(n_count, block)
+    # Runs of several elements move as one opaque item each (see block_view).
+    rows_out = block_view(out, block) if block > 1 else out
+    upd = block_view(updates, block) if block > 1 else updates.reshape(-1)
     # Fewer marked rows than writes means a duplicate; concurrent chunks only ever store True.
     seen = np.zeros(rows_out.shape[0], dtype=np.bool_)
 
@@ -47,10 +49,7 @@ def _fast_scatter(out: np.ndarray, tuples: PackedTuples, updates: np.ndarray, bl
             return False
         _, _, n0, n1 = box
         seen[rows] = True
-        if block == 1:
-            out[rows] = upd[n0:n1, 0]
-        else:
-            rows_out[rows] = upd[n0:n1]
+        rows_out[rows] = upd[n0:n1]
         return True
 
     boxes = spans(1, n_count, max(1, chunk_length(updates.size) // block))
@@ -107,11 +106,10 @@ def run(desc: ScatterNdDesc, inputs: Mapping[str, Any], options: KernelOptions) 
             unique = options.detect_duplicates and not duplicates
             write_in_order(out, rows, updates.reshape(-1), unique=unique)
         else:
-            mask, duplicates = last_writes(rows, row_count)
-            if mask is not None:
-                rows, updates = rows[mask], updates[mask]
-            # Rows are unique now, so the order of the assignment cannot matter.
-            out.reshape(row_count, block)[rows] = updates
+            if options.detect_duplicates:
+                duplicates = count_duplicates(rows, row_count)
+            # np.put stores run after run in index order: the last write to a run wins.
+            np.put(block_view(out, block), rows, block_view(updates, block), mode="clip")
     if duplicates:
         logger.debug("%s: %d writes overwritten", desc.operator_type.dml_name, duplicates)
     if not options.detect_duplicates:
