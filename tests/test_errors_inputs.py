@@ -41,7 +41,8 @@ def session() -> InferenceSession:
             ["(2, 7)", "dimension 1"],
         ),
         ({"input_ids": np.zeros(12, np.int64), "position_ids": IDS}, "input_ids", ["rank 2", "(12,)"]),
-        ({"input_ids": np.int64(3), "position_ids": IDS}, "input_ids", ["int64", "numpy array"]),
+        # onnxruntime's run refuses a numpy scalar (RuntimeError): so does dmlshim, saying what to feed
+        ({"input_ids": np.int64(3), "position_ids": IDS}, "input_ids", ["numpy.int64", "numpy.asarray"]),
         ({"input_ids": "abc", "position_ids": IDS}, "input_ids", ["int64"]),
         ({"input_ids": None, "position_ids": IDS}, "input_ids", ["int64"]),
         ({"input_ids": np.zeros((2, 6), object), "position_ids": IDS}, "input_ids", ["object"]),

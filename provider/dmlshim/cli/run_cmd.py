@@ -81,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
     )
     names = [o.name for o in session.get_outputs()]
     try:
-        outputs = session.run(None, feeds)
+        # bfloat16, float8 and 4-bit outputs come back as OrtValues (run() refuses them, as onnxruntime's)
+        outputs = session._run_values(names, feeds, None)
     except DmlShimError as exc:
         if generated is not None:
             annotate_error(exc, generated)

@@ -98,9 +98,17 @@ def _elem_name(elem_type: int) -> str:
 def node_arg(vi: onnx.ValueInfoProto) -> NodeArg:
     """The :class:`NodeArg` of a graph input or output."""
     tp = vi.type
-    if tp.WhichOneof("value") != "tensor_type":
+    kind = tp.WhichOneof("value")
+    if kind == "optional_type" and tp.optional_type.elem_type.WhichOneof("value") == "tensor_type":
+        # onnxruntime reports an optional tensor's shape as the tensor's (its checks stay onnxruntime's)
+        return NodeArg(vi.name, _dims(tp.optional_type.elem_type.tensor_type), type_string(tp))
+    if kind != "tensor_type":
         return NodeArg(vi.name, (), type_string(tp))
     tt = tp.tensor_type
+    return NodeArg(vi.name, _dims(tt), type_string(tp), int(tt.elem_type), tt.HasField("shape"))
+
+
+def _dims(tt: onnx.TypeProto.Tensor) -> tuple[Dim, ...]:
     dims: list[Dim] = []
     if tt.HasField("shape"):
         for d in tt.shape.dim:
@@ -110,7 +118,7 @@ def node_arg(vi: onnx.ValueInfoProto) -> NodeArg:
                 dims.append(d.dim_param)
             else:
                 dims.append(None)
-    return NodeArg(vi.name, tuple(dims), type_string(tp), int(tt.elem_type), tt.HasField("shape"))
+    return tuple(dims)
 
 
 def numpy_dtype(elem_type: int) -> np.dtype | None:
@@ -168,13 +176,8 @@ class FeedValidator:
         dtype = numpy_dtype(arg.elem_type) if arg.is_tensor else None
         return _InputCheck(arg.name, dtype, arg.type, arg.dims if arg.rank_known else None)
 
-    def validate(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
-        """Return the feeds as arrays; raise BadInputError naming the first input that does not fit.
-
-        Arrays are passed through without a copy; lists become arrays of the input's dtype as numpy (and
-        onnxruntime) converts them; other objects (scalars, tuples, strings) are refused, as onnxruntime
-        refuses them.
-        """
+    def check_present(self, feeds: Mapping[str, Any]) -> None:
+        """Raise BadInputError unless ``feeds`` is a mapping with a value for every required input."""
         if not isinstance(feeds, Mapping):
             raise BadInputError(
                 f"input_feed must be a mapping from input name to array, not {type(feeds).__name__}"
@@ -188,6 +191,15 @@ class FeedValidator:
                 tensor=missing[0],
                 value=missing,
             )
+
+    def validate(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
+        """Return the feeds as arrays; raise BadInputError naming the first input that does not fit.
+
+        Arrays are passed through without a copy; lists become arrays of the input's dtype as numpy (and
+        onnxruntime) converts them; other objects (scalars, tuples, strings) are refused, as onnxruntime
+        refuses them.
+        """
+        self.check_present(feeds)
         out: dict[str, Any] = {}
         quick_checks = self._quick
         for name, value in feeds.items():
@@ -212,6 +224,10 @@ class FeedValidator:
     def _check_value(check: _InputCheck, value: Any) -> Any:
         if not check.type.startswith("tensor("):
             return value  # sequences, maps, optionals: onnxruntime checks those
+        if callable(getattr(value, "data_type", None)) and callable(getattr(value, "shape", None)):
+            return _checked_ortvalue(check, value)
+        if value is None or not isinstance(value, (np.ndarray, list, Mapping)):
+            raise _refused_object(check, value)
         arr = value if isinstance(value, np.ndarray) else _as_array(check, value)
         if check.dtype is not None and arr.dtype != check.dtype:
             raise BadInputError(
@@ -242,46 +258,66 @@ class FeedValidator:
         return arr
 
 
-def _as_array(check: _InputCheck, value: Any) -> np.ndarray:
-    """A feed that is not an array, as onnxruntime reads it: a list becomes an array of the input's type
-    (as numpy converts it), a dict is left for the dtype check (onnxruntime's InvalidArgument); any
-    other object (a Python or numpy scalar, a tuple, a string, None) is refused with onnxruntime's class."""
-    if isinstance(value, list):
-        # as onnxruntime: numpy builds the tensor in the input's type (floats truncated into integers,
-        # anything into strings); a list numpy cannot build that way is onnxruntime's RuntimeError
-        wanted = (
-            check.dtype if check.dtype is not None else (np.str_ if check.type == "tensor(string)" else None)
+def _checked_ortvalue(check: _InputCheck, value: Any) -> Any:
+    """An OrtValue of an element type numpy cannot hold (bfloat16, float8, 4-bit), checked as an array is."""
+    got = value.data_type()
+    if got != check.type:
+        raise BadInputError(
+            f"input {check.name!r} expects {check.type} but the feed is an OrtValue of {got}",
+            tensor=check.name,
+            value=got,
+            rule="feed dtype must equal the graph input's element type",
         )
-        try:
-            return np.array(value, dtype=wanted)
-        except (ValueError, TypeError, OverflowError) as exc:
-            raise with_onnxruntime_class(
-                BadInputError(
-                    f"feed for input {check.name!r} is a list onnxruntime cannot make a {check.type} of "
-                    f"(rectangular, of values that fit the type): {exc}",
-                    tensor=check.name,
-                    rule="a list feed must make a rectangular tensor of the input's type",
-                ),
-                RuntimeError,
-            ) from exc
+    shape = tuple(value.shape())
+    if check.shape is not None and (
+        len(shape) != len(check.shape)
+        or any(isinstance(w, int) and w != g for w, g in zip(check.shape, shape, strict=False))
+    ):
+        raise BadInputError(
+            f"input {check.name!r} expects shape {_fmt_shape(check.shape)} but the feed has shape {shape}",
+            tensor=check.name,
+            value=shape,
+            rule="feed shape must match the graph input's shape",
+        )
+    return value
+
+
+def _refused_object(check: _InputCheck, value: Any) -> BadInputError:
+    """onnxruntime's run takes an array, a list or an OrtValue and raises RuntimeError for anything else (a
+    Python or numpy scalar, a tuple, a string, a torch tensor); None reaches its kernel as a missing input
+    (Fail). A program must not pass here and fail there."""
+    error = BadInputError(
+        f"input {check.name!r} is fed a {type(value).__module__}.{type(value).__qualname__}, "
+        "which onnxruntime's run refuses (it takes a numpy array, a list or an OrtValue); feed "
+        f"numpy.asarray(value, dtype=numpy.{check.dtype or 'float32'}) instead",
+        tensor=check.name,
+        value=type(value).__qualname__,
+        rule="a tensor feed is a numpy array, a list or an OrtValue, as onnxruntime takes it",
+    )
+    return with_onnxruntime_class(error, pybind_state.Fail if value is None else RuntimeError)
+
+
+def _as_array(check: _InputCheck, value: list[Any] | Mapping[Any, Any]) -> np.ndarray:
+    """A list or dict feed, as onnxruntime reads it: a list becomes an array of the input's type (as numpy
+    converts it; one numpy cannot build is onnxruntime's RuntimeError), a dict is left for the dtype check
+    (onnxruntime's InvalidArgument)."""
     if isinstance(value, Mapping):
-        arr = np.asarray(value, dtype=object)
-    else:
-        # onnxruntime: RuntimeError for any other object; None reaches its kernel as a missing input (Fail)
-        kind = type(value).__name__
-        article = "an" if kind[:1] in "aeiou" else "a"
+        return np.asarray(value, dtype=object)
+    # as onnxruntime: numpy builds the tensor in the input's type (floats truncated into integers,
+    # anything into strings)
+    wanted = check.dtype if check.dtype is not None else (np.str_ if check.type == "tensor(string)" else None)
+    try:
+        return np.array(value, dtype=wanted)
+    except (ValueError, TypeError, OverflowError) as exc:
         raise with_onnxruntime_class(
             BadInputError(
-                f"feed for input {check.name!r} is {'None' if value is None else f'{article} {kind}'}; "
-                f"onnxruntime takes a numpy array, a list or an OrtValue for {check.type} "
-                "(np.asarray(value, dtype=...) makes one)",
+                f"feed for input {check.name!r} is a list onnxruntime cannot make a {check.type} of "
+                f"(rectangular, of values that fit the type): {exc}",
                 tensor=check.name,
-                value=type(value).__name__,
-                rule="a tensor feed is a numpy array, a list or an OrtValue",
+                rule="a list feed must make a rectangular tensor of the input's type",
             ),
-            pybind_state.Fail if value is None else RuntimeError,
-        )
-    return arr
+            RuntimeError,
+        ) from exc
 
 
 def _fmt_shape(shape: Sequence[Dim]) -> str:

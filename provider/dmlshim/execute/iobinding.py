@@ -20,6 +20,7 @@ from onnx import helper
 from ..errors import BadInputError, NotSupportedError
 from ..ort.exceptions import raises_onnxruntime_errors
 from ..ort.real import pybind_state
+from .steps import NUMPY_TENSOR_TYPES
 
 if TYPE_CHECKING:
     from .session import InferenceSession
@@ -62,9 +63,13 @@ def array_at(pointer: int, element_type: Any, shape: Sequence[int]) -> np.ndarra
     return np.frombuffer(memoryview(raw), dtype=dtype, count=count).reshape(dims)
 
 
+_NPY_USERDEF = 256
+"""numpy's first number for a type an extension registers (ml_dtypes' bfloat16, float8, int4)."""
+
+
 def as_array(value: Any) -> Any:
-    """An ``onnxruntime.OrtValue`` as the numpy array it holds (a view for CPU tensors); other values
-    unchanged."""
+    """An ``onnxruntime.OrtValue`` as the numpy array it holds (a view for CPU tensors); other values, and
+    OrtValues of element types numpy cannot hold, unchanged."""
     if isinstance(value, ort.OrtValue):
         if not value.is_tensor():
             raise NotSupportedError(
@@ -72,12 +77,54 @@ def as_array(value: Any) -> Any:
                 value=value.data_type(),
             )
         _check_cpu(value.device_name(), "an OrtValue")
+        if value.data_type() not in NUMPY_TENSOR_TYPES:
+            return (
+                value  # bfloat16, float8, 4-bit: numpy cannot hold it; onnxruntime's sessions take it as is
+            )
         return value.numpy()
     return value
 
 
+def refuse_unconvertible_array(name: str, value: Any) -> None:
+    """Raise NotSupportedError (a ``RuntimeError``, as onnxruntime's) for a numpy array of a type numpy
+    only knows through an extension such as ml_dtypes (bfloat16, float8): onnxruntime's ``run`` takes no
+    such array ("Numpy_type 256 can't be converted to MLDataType"), only an OrtValue of that type."""
+    if not isinstance(value, np.ndarray) or value.dtype.num < _NPY_USERDEF:
+        return
+    try:
+        elem = helper.tensor_dtype_to_string(helper.np_dtype_to_tensor_dtype(value.dtype))
+    except (KeyError, TypeError, ValueError):
+        elem = "its ONNX element type"
+    view = "uint8" if value.dtype.itemsize == 1 else "uint16"
+    raise NotSupportedError(
+        f"feed {name!r} is a numpy {value.dtype} array, a type onnxruntime's run takes no numpy array of "
+        '(onnxruntime raises "Numpy_type ... can\'t be converted to MLDataType" here); feed '
+        "onnxruntime.OrtValue.ortvalue_from_numpy_with_onnx_type"
+        f"(array.view(numpy.{view}), onnx.{elem}) instead",
+        tensor=name,
+        value=str(value.dtype),
+    )
+
+
+def refuse_unholdable_outputs(names: Sequence[str], outputs: Sequence[Any]) -> None:
+    """Raise NotSupportedError (a ``RuntimeError``, as onnxruntime's) for an output ``run()`` cannot return:
+    a tensor numpy cannot hold (bfloat16, float8), which onnxruntime's ``run`` refuses too."""
+    for name, value in zip(names, outputs, strict=True):
+        if isinstance(value, ort.OrtValue) and value.is_tensor():
+            raise NotSupportedError(
+                f"output {name!r} is a {value.data_type()}, which numpy cannot hold, so run() cannot "
+                'return it (onnxruntime\'s run raises here too: "No corresponding Numpy type"); '
+                "ask for it with run_with_ort_values",
+                tensor=name,
+                value=value.data_type(),
+            )
+
+
 def to_ortvalue(value: Any) -> Any:
-    """A run's output as an ``onnxruntime.OrtValue`` (tensors only)."""
+    """A run's output as an ``onnxruntime.OrtValue`` (tensors only; one numpy cannot hold, e.g. bfloat16,
+    is already onnxruntime's OrtValue and is returned as it is)."""
+    if isinstance(value, ort.OrtValue) and value.is_tensor():
+        return value
     if not isinstance(value, np.ndarray):
         raise NotSupportedError(
             f"run_with_ort_values returns tensors only; this output is a {type(value).__name__} "

@@ -16,6 +16,7 @@ from ..fileio.filekind import require_onnx_model
 from ..limits import check_model_inputs
 from ..model.modelcheck import check_model, load_external_data
 from ..model.prepare import prepare_model
+from ..ort.exceptions import as_onnxruntime_error
 from .added_initializers import AddedInitializers
 from .supplied import take_supplied_initializers
 
@@ -81,9 +82,13 @@ def load_model(model: ModelSource, sess_options: Any = None) -> LoadedModel:
         load_external_data(proto, path)
         loaded = LoadedModel(prepare_model(proto, owned=True), str(path), added)
     else:
-        raise BadModelError(
-            f"model must be a path, bytes or onnx.ModelProto, not {type(model).__name__}",
-            value=type(model).__name__,
+        # onnxruntime raises a TypeError here ("Unable to load from type ..."): so is this error
+        raise as_onnxruntime_error(
+            BadModelError(
+                f"model must be a path, bytes or onnx.ModelProto, not {type(model).__name__}",
+                value=type(model).__name__,
+            ),
+            TypeError,
         )
     _require_graph(loaded.proto, loaded.path)
     if loaded.path is None:

@@ -10,7 +10,7 @@ from typing import Any
 import onnx
 import onnxruntime as ort
 
-from ..errors import BadInputError, IndexOutOfRangeError, NotSupportedError
+from ..errors import BadInputError, DmlShimError, IndexOutOfRangeError, NotSupportedError
 from ..model.modelcheck import ort_load_error
 from ..model.ort_errors import ORT_ERRORS
 from ..ort.exceptions import with_onnxruntime_class
@@ -85,14 +85,28 @@ _ORT_INDEX_PROBLEMS = ("out of data bounds", "out of range", "invalid ind", "out
 _ORT_INDEX_VALUE = re.compile(r"(?:idx|index|indice)\s*=\s*(-?\d+)")
 
 
+_TERMINATED = "terminate flag being set to true"
+
+
+def terminated(run_options: Any) -> DmlShimError | None:
+    """The error for a run whose ``RunOptions.terminate`` is set (onnxruntime's ``Fail``), or None: checked
+    before a run starts and between its steps, as onnxruntime checks it between nodes."""
+    if run_options is not None and getattr(run_options, "terminate", False):
+        return DmlShimError("exiting due to terminate flag being set to true (RunOptions.terminate)")
+    return None
+
+
 def ort_run_error(
     exc: BaseException, what: str, *, node: str | None = None, op_type: str | None = None
-) -> BadInputError | NotSupportedError:
+) -> DmlShimError:
     """onnxruntime's run failure as a dmlshim error: IndexOutOfRangeError when onnxruntime rejected an
     index of a gather/scatter node (it names the node and often the value), NotSupportedError when
     onnxruntime has no implementation for what it was asked (status NOT_IMPLEMENTED: a kernel lacking a
     data type; the feeds are fine), BadInputError otherwise."""
     text = str(exc)
+    if _TERMINATED in text:
+        # RunOptions.terminate set while the run was under way: not the inputs' fault (onnxruntime: Fail)
+        return DmlShimError(f"{what}: the run was stopped: RunOptions.terminate was set to true")
     found = _ORT_NODE.search(text)
     if found is not None:
         op_type, node = found.group(1), found.group(2) or node

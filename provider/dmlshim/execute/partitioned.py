@@ -38,7 +38,14 @@ from ..translate.shapes_info import tensor_infos
 from ..translate.translator import model_opsets, node_since_version
 from .engine import EngineConfig
 from .fallback import has_deprecated_scatter, note_scatter_as_scatter_elements
-from .ort_support import ORT_ERRORS, cpu_session, ort_run_error, segment_session, whole_model_session
+from .ort_support import (
+    ORT_ERRORS,
+    cpu_session,
+    ort_run_error,
+    segment_session,
+    terminated,
+    whole_model_session,
+)
 from .partition import (
     CpuSegment,
     EmulatedNode,
@@ -67,6 +74,7 @@ from .steps import (
     Values,
     overwrites,
     reasons_of,
+    run_session,
     static_key,
 )
 from .weights import SharedWeights, light_copy
@@ -491,6 +499,9 @@ class PartitionedEngine:
             values.update(feeds)
             observe = self.step_observer
             for run_step in self._steps:
+                stop = terminated(run_options)
+                if stop is not None:
+                    raise stop  # set while the run was under way: onnxruntime stops between nodes too
                 if observe is None:
                     run_step(values, state)
                 else:
@@ -518,6 +529,6 @@ class PartitionedEngine:
 def _run_whole(step: CpuStep, values: Values, output_names: Sequence[str], run_options: Any) -> list[Any]:
     feeds = {n: values[n] for n in step.inputs if n in values}
     try:
-        return list(step.session.run(list(output_names), feeds, run_options))
+        return run_session(step.session, output_names, feeds, run_options)
     except ORT_ERRORS as exc:
         raise ort_run_error(exc, "onnxruntime failed running the model") from exc

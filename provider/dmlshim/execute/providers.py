@@ -5,6 +5,8 @@ installed here (registered when available, dropped with onnxruntime's warning wh
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -14,6 +16,21 @@ from ..errors import BadInputError, DmlShimError
 from ..ort.exceptions import with_onnxruntime_class
 
 logger = logging.getLogger(__name__)
+
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def warn_caller(message: str) -> None:
+    """A ``UserWarning`` attributed to the program's line that called dmlshim (the first frame outside
+    the dmlshim package), not to dmlshim's own code."""
+    frame = sys._getframe(1)
+    level = 2
+    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE):
+        frame = frame.f_back
+        level += 1
+    warnings.warn(message, UserWarning, stacklevel=level)
+
 
 DML_EP = "DmlExecutionProvider"
 """onnxruntime's DirectML provider; in dmlshim, gather/scatter nodes emulated as DirectML runs them."""
@@ -120,11 +137,9 @@ def normalize_providers(providers: Any, provider_options: Any = None) -> Provide
             )
         canonical = DML_EP if name in DML_EP_ALIASES else name
         if canonical not in SUPPORTED and canonical not in available:
-            warnings.warn(
+            warn_caller(
                 f"provider {name!r} is not available to onnxruntime on this machine (available: "
-                f"{', '.join(available_providers())}); dmlshim runs without it, as onnxruntime does",
-                UserWarning,
-                stacklevel=3,
+                f"{', '.join(available_providers())}); dmlshim runs without it, as onnxruntime does"
             )
             dropped.append(canonical)
             continue

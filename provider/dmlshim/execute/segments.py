@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
 from ..errors import BadModelError, DmlShimError
-from ..model.ort_view import ort_value_types
+from ..model.ort_view import ort_value_types, type_from_ort
 from ..model.weightless import without_weights
 from ..translate import infer_shapes
 from ..translate.plan import elem_type_of
@@ -156,14 +157,21 @@ def segment_model(
     return out
 
 
+def value_elem_and_rank(value: Any) -> tuple[int, list[None]]:
+    """The ONNX element type and free dimensions of an array, or of an onnxruntime tensor OrtValue."""
+    if isinstance(value, np.ndarray):
+        return elem_type_of(value.dtype), [None] * value.ndim
+    tp = type_from_ort(value.data_type())
+    elem = tp.tensor_type.elem_type if tp is not None and tp.HasField("tensor_type") else 0
+    return int(elem), [None] * len(value.shape())
+
+
 def single_node_model(
     model: onnx.ModelProto, node: onnx.NodeProto, inputs: Sequence[tuple[str, np.ndarray]]
 ) -> onnx.ModelProto:
-    """A model of one node whose inputs declare element type and rank (every dimension free)."""
-    graph_inputs = [
-        helper.make_tensor_value_info(name, elem_type_of(arr.dtype), [None] * arr.ndim)
-        for name, arr in inputs
-    ]
+    """A model of one node whose inputs declare element type and rank (every dimension free). An input
+    may be an onnxruntime OrtValue (of a type numpy cannot hold, such as bfloat16)."""
+    graph_inputs = [helper.make_tensor_value_info(name, *value_elem_and_rank(arr)) for name, arr in inputs]
     graph = helper.make_graph(
         [node],
         f"{node.op_type}_single",

@@ -18,19 +18,29 @@ from ..kernels.options import IndexMode
 from ..ort.attributes import OrtSessionAttributes
 from ..ort.emulate import emulate_all, with_dml_first
 from ..ort.exceptions import raises_onnxruntime_errors
-from ..ort.free_dims import with_free_dimension_overrides
-from ..ort.real import pybind_state
+from ..ort.free_dims import outputs_for_inputs, with_free_dimension_overrides
+from ..ort.real import optimizers_disabled, pybind_state
 from .added_initializers import added_initializers, with_initializers
 from .engine import Engine, EngineConfig, get_engine_factory
 from .feeds import FeedValidator, ModelMetadata, NodeArg, node_arg
-from .iobinding import IOBinding, as_array, fill_fetches, ortvalues_from_vector, to_ortvalue
+from .iobinding import (
+    IOBinding,
+    as_array,
+    fill_fetches,
+    ortvalues_from_vector,
+    refuse_unconvertible_array,
+    refuse_unholdable_outputs,
+    to_ortvalue,
+)
 from .model_config import options_from_model, reads_config_from_model
 from .model_source import LoadedModel, ModelSource, load_model, typed_outputs
+from .ort_support import terminated
 from .profiling import SessionProfiler, check_prefix
 from .providers import normalize_providers, unknown_provider_error
 from .record import RunRecord
 from .session_args import (
     NO_MODEL_VERSION,
+    disabled_optimizers,
     fallback_flag,
     parse_feature_level,
     parse_index_mode,
@@ -109,6 +119,7 @@ class InferenceSession(OrtSessionAttributes):
             providers, provider_options = with_dml_first(providers, provider_options)
         self._remember_source(path_or_bytes)
         self._fallback_enabled = fallback_flag(kwargs)
+        self._disabled_optimizers = disabled_optimizers(kwargs)
         self._feature_level = parse_feature_level(feature_level)
         self._index_mode = parse_index_mode(index_mode)
         self._choice = normalize_providers(providers, provider_options)
@@ -126,7 +137,7 @@ class InferenceSession(OrtSessionAttributes):
             self._start_profiler(path_or_bytes)
         self._describe(loaded)
         self._last_run_record: RunRecord | None = None
-        with self._span("session_initialization"):
+        with self._span("session_initialization"), optimizers_disabled(self._disabled_optimizers):
             # Values the options add go into the model every engine runs, so that emulated nodes read them
             # too: add_external_initializers values were taken at load (their file is never read), and
             # add_initializer values are found here.
@@ -170,7 +181,7 @@ class InferenceSession(OrtSessionAttributes):
         self._overridable = (
             tuple(node_arg(v) for v in graph.input if v.name in init_names) if proto.ir_version >= 4 else ()
         )
-        self._outputs = tuple(node_arg(v) for v in typed_outputs(proto))
+        self._outputs = outputs_for_inputs(proto, self._inputs, typed_outputs)
         self._output_names = [o.name for o in self._outputs]
         self._known_outputs = frozenset(self._output_names)
         self._validator = FeedValidator(self._inputs, self._overridable)
@@ -317,7 +328,8 @@ class InferenceSession(OrtSessionAttributes):
         if self._profiler is not None:
             self._profiler.harvest(self._ort_sessions())
         self._choice = choice
-        self._engine = self._build_engine()
+        with optimizers_disabled(self._disabled_optimizers):
+            self._engine = self._build_engine()
 
     @raises_onnxruntime_errors()
     def get_provider_graph_assignment_info(self) -> list[EpAssignedSubgraph]:
@@ -375,20 +387,21 @@ class InferenceSession(OrtSessionAttributes):
 
     def _feeds(self, input_feed: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(input_feed, Mapping):
+            for name, value in input_feed.items():
+                refuse_unconvertible_array(name, value)
             input_feed = {name: as_array(value) for name, value in input_feed.items()}
         return self._validator.validate(input_feed)
 
     def _execute(self, names: list[str], feeds: dict[str, Any], run_options: Any) -> list[Any]:
-        if run_options is not None and getattr(run_options, "terminate", False):
-            # As onnxruntime: a run asked to terminate does not start (emulated nodes included).
-            raise DmlShimError("exiting due to terminate flag being set to true (RunOptions.terminate)")
-        with self._span("model_run"):
+        stop = terminated(run_options)
+        if stop is not None:
+            raise stop  # as onnxruntime: a run asked to terminate does not start (emulated nodes included)
+        with self._span("model_run"), optimizers_disabled(self._disabled_optimizers):
             outputs, record = self._engine.run(names, feeds, run_options=run_options)
         self._last_run_record = record
         return outputs
 
     @raises_onnxruntime_errors()
-    @guard_resources("running the model")
     def run(
         self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any], run_options: Any = None
     ) -> list[Any]:
@@ -407,8 +420,17 @@ class InferenceSession(OrtSessionAttributes):
             BadInputError: a missing or unknown feed, a wrong dtype or shape, an unknown output name, or a
                 failure of onnxruntime on these inputs.
             IndexOutOfRangeError: an index out of range in an emulated node (``index_mode="error"``).
+            NotSupportedError: an output numpy cannot hold (bfloat16, float8, 4-bit), a ``RuntimeError``
+                as onnxruntime's ``run`` raises there (``run_with_ort_values`` returns those).
         """
         names = self._wanted(output_names)
+        outputs = self._run_values(names, input_feed, run_options)
+        refuse_unholdable_outputs(names, outputs)
+        return outputs
+
+    @guard_resources("running the model")
+    def _run_values(self, names: list[str], input_feed: Mapping[str, Any], run_options: Any) -> list[Any]:
+        """The run behind ``run`` and ``run_with_ort_values``: outputs numpy cannot hold stay OrtValues."""
         return self._execute(names, self._feeds(input_feed), run_options)
 
     @raises_onnxruntime_errors()
@@ -423,16 +445,27 @@ class InferenceSession(OrtSessionAttributes):
         """Run in a background thread, then call ``callback(outputs, user_data, error)`` from it.
 
         ``error`` is ``""`` on success; on failure the outputs are ``[]`` and ``error`` is the dmlshim
-        error's message. Feeds and output names are checked before the thread starts, as in onnxruntime.
+        error's message. As in onnxruntime, only a missing input, and options whose intra-op thread pool
+        is a single thread, are refused here; any other problem (an unknown output or input name, a wrong
+        dtype or rank, an index out of range) reaches the callback as its ``error``.
         """
-        names = self._wanted(output_names)
-        feeds = self._feeds(input_feed)
+        self._validator.check_present(input_feed)
+        threads = getattr(self._sess_options, "intra_op_num_threads", 0)
+        if threads == 1:
+            raise BadInputError(
+                "run_async needs an intra-op thread pool of at least two threads, as onnxruntime's does, "
+                "but the SessionOptions set intra_op_num_threads = 1",
+                value=threads,
+            )
 
         def work() -> None:
             try:
-                outputs, error = self._execute(names, feeds, run_options), ""
+                names = self._wanted(output_names)
+                outputs, error = self._execute(names, self._feeds(input_feed), run_options), ""
             except DmlShimError as exc:
                 outputs, error = [], str(exc)
+            except Exception as exc:  # the callback is always called, as onnxruntime calls it
+                outputs, error = [], f"{type(exc).__name__}: {exc}"
             callback(outputs, user_data, error)
 
         threading.Thread(target=work, name="dmlshim-run-async", daemon=True).start()
@@ -445,7 +478,7 @@ class InferenceSession(OrtSessionAttributes):
         run_options: Any = None,
     ) -> list[Any]:
         """``run`` with ``onnxruntime.OrtValue`` inputs (or arrays); returns ``OrtValue``s."""
-        outputs = self.run(output_names, input_dict_ort_values, run_options)
+        outputs = self._run_values(self._wanted(output_names), input_dict_ort_values, run_options)
         return [to_ortvalue(o) for o in outputs]
 
     @raises_onnxruntime_errors()

@@ -23,7 +23,7 @@ from ..translate import NodeTranslation, Status, TensorInfo, run_translation, tr
 from ..translate.plan import elem_type_of
 from .ort_support import ORT_ERRORS, cpu_session, ort_run_error
 from .record import PLACEMENT_CPU, PLACEMENT_DML, NodeRecord
-from .segments import single_node_model
+from .segments import single_node_model, value_elem_and_rank
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ _FEED_SHAPE_REFUSED = ("Invalid rank for input", "Got invalid dimensions for inp
 """onnxruntime's words when a feed does not fit the rank or dimensions a graph input declares."""
 
 
-_NUMPY_TENSOR_TYPES = frozenset(
+NUMPY_TENSOR_TYPES = frozenset(
     f"tensor({t})"
     for t in (
         "float", "double", "float16", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
@@ -71,7 +71,7 @@ partition boundaries as the ``OrtValue`` onnxruntime produced."""
 def needs_ort_values(session: ort.InferenceSession) -> bool:
     """Whether an output of ``session`` is a tensor numpy cannot hold (``session.run`` refuses those)."""
     return any(
-        o.type.startswith("tensor(") and o.type not in _NUMPY_TENSOR_TYPES for o in session.get_outputs()
+        o.type.startswith("tensor(") and o.type not in NUMPY_TENSOR_TYPES for o in session.get_outputs()
     )
 
 
@@ -89,7 +89,7 @@ def run_session(
     results = session.run_with_ort_values(list(outputs), ort_feeds, run_options)
     out: list[Any] = []
     for value in results:
-        if value.is_tensor() and value.data_type() in _NUMPY_TENSOR_TYPES:
+        if value.is_tensor() and value.data_type() in NUMPY_TENSOR_TYPES:
             out.append(value.numpy())
         else:
             out.append(value)
@@ -253,7 +253,8 @@ class EmulatedStep:
             record = self._run_reference(values, arrays, state)
         else:
             record = self._run(values, arrays, state)
-        shape = np.shape(values[self.output])
+        out = values[self.output]
+        shape = tuple(out.shape()) if isinstance(out, ort.OrtValue) else np.shape(out)
         if shape != self._agreed_shape:
             note = shape_note(shape, self.inferred_output)
             if note is not None:
@@ -273,6 +274,8 @@ class EmulatedStep:
         )
 
     def _run(self, values: Values, arrays: list[Any], state: RunState) -> NodeRecord:
+        if any(isinstance(a, ort.OrtValue) for a in arrays):
+            return self._run_ortvalues(values, arrays, state)
         key = tuple((a.shape, a.dtype) if a is not None else None for a in arrays)
         entry = self._cache.get(key)
         if entry is None:
@@ -321,16 +324,35 @@ class EmulatedStep:
             )
         return clean
 
-    def _run_on_cpu(self, arrays: Sequence[np.ndarray | None], state: RunState) -> np.ndarray:
+    def _run_ortvalues(self, values: Values, arrays: list[Any], state: RunState) -> NodeRecord:
+        """An input numpy cannot hold (a bfloat16 OrtValue, say): DirectML cannot hold it either, so the
+        node runs in onnxruntime's CPU provider, on the OrtValues as they are."""
+        values[self.output] = self._run_on_cpu(arrays, state)
+        kinds = sorted({a.data_type() for a in arrays if isinstance(a, ort.OrtValue)})
+        return NodeRecord(
+            name=self.name,
+            op_type=self.node.op_type,
+            placement=PLACEMENT_CPU,
+            status=Status.FALLBACK.value,
+            reasons=(
+                (
+                    REASON_RUNTIME_FALLBACK,
+                    f"an input is a {', '.join(kinds)}, which neither numpy nor DirectML holds; the node ran "
+                    "in onnxruntime's CPU provider",
+                ),
+            ),
+        )
+
+    def _run_on_cpu(self, arrays: Sequence[Any], state: RunState) -> Any:
         present = [(n, a) for n, a in zip(self.inputs, arrays, strict=False) if a is not None]
-        key = tuple((a.dtype, a.ndim) for _, a in present)
+        key = tuple((elem, len(dims)) for elem, dims in (value_elem_and_rank(a) for _, a in present))
         session = self.fallback_sessions.get(key)
         if session is None:
             session = self.fallback_sessions[key] = cpu_session(
                 single_node_model(self._model, self.node, present), self._sess_options, f"node {self.name!r}"
             )
         try:
-            (out,) = session.run([self.output], {n: a for n, a in present}, state.run_options)
+            (out,) = run_session(session, [self.output], dict(present), state.run_options)
         except ORT_ERRORS as exc:
             raise ort_run_error(exc, "onnxruntime failed", node=self.name, op_type=self.node.op_type) from exc
         return out

@@ -78,7 +78,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     sys.argv = [script, *rest]
     sys.path[0] = os.path.dirname(os.path.abspath(script))
-    runpy.run_path(script, run_name="__main__")
+    # __file__ absolute, as python makes it (a script that changes directory still finds its files);
+    # runpy sets argv[0] to the same absolute path
+    runpy.run_path(os.path.abspath(script), run_name="__main__")
     return 0
 
 

@@ -74,6 +74,20 @@ def _from_cause(exc: BaseException) -> type[BaseException] | None:
     return None
 
 
+def _plain_runtime_cause(exc: BaseException) -> bool:
+    """Whether the cause chain of ``exc`` holds a plain ``RuntimeError``: what onnxruntime's Python layer
+    raises outside its status classes (a bfloat16 output ``run`` cannot return, an array it cannot
+    convert), and what a client catching onnxruntime's error there catches."""
+    seen: set[int] = set()
+    cause = exc.__cause__ or exc.__context__
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if type(cause) is RuntimeError:
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
 def _has_decode_cause(exc: BaseException) -> bool:
     cause = exc.__cause__
     while cause is not None:
@@ -95,7 +109,10 @@ ORT_CLASS_ATTR = "onnxruntime_class"
 when the error's dmlshim class alone does not say (e.g. a plain ``RuntimeError``)."""
 
 
-def with_onnxruntime_class(exc: DmlShimError, cls: type[BaseException]) -> DmlShimError:
+_E = TypeVar("_E", bound=DmlShimError)
+
+
+def with_onnxruntime_class(exc: _E, cls: type[BaseException]) -> _E:
     """Mark ``exc`` as raised where onnxruntime raises ``cls``; returns ``exc`` (for ``raise``)."""
     setattr(exc, ORT_CLASS_ATTR, cls)
     return exc
@@ -149,6 +166,8 @@ def as_onnxruntime_error(exc: DmlShimError, *extra: type[BaseException]) -> DmlS
         classes = tuple(c for c in current.__bases__[1:] if c not in extra) + extra
     else:
         base, classes = current, (onnxruntime_class(exc), *extra)
+        if _plain_runtime_cause(exc) and RuntimeError not in classes:
+            classes = (*classes, RuntimeError)
     exc.__class__ = combined_class(base, classes)
     return exc
 

@@ -1,22 +1,23 @@
 """Free-dimension overrides (``SessionOptions.add_free_dimension_override_by_name`` / ``_by_denotation``)
-in the input shapes a session reports, as onnxruntime reports them.
+in the input and output shapes a session reports, as onnxruntime reports them.
 
 onnxruntime's ``SessionOptions`` does not give its overrides back, so onnxruntime itself is asked: a model
 made of the graph's inputs alone (each passed through ``Identity``) is loaded with the caller's options,
-and the shapes onnxruntime reports for it are the shapes it would report for the whole model.
+and the shapes onnxruntime reports for it are the shapes it would report for the whole model. The output
+shapes follow by shape inference from the fixed inputs, as onnxruntime infers them once it has fixed them.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import onnx
 from onnx import helper
 
-from ..execute.feeds import NodeArg
+from ..execute.feeds import NodeArg, node_arg
 from .real import OrtInferenceSession
 
 logger = logging.getLogger(__name__)
@@ -68,3 +69,35 @@ def with_free_dimension_overrides(
             arg = dataclasses.replace(arg, dims=dims)
         out.append(arg)
     return tuple(out)
+
+
+def outputs_for_inputs(
+    model: onnx.ModelProto,
+    inputs: Sequence[NodeArg],
+    describe: Callable[[onnx.ModelProto], Sequence[onnx.ValueInfoProto]],
+) -> tuple[NodeArg, ...]:
+    """The graph outputs ``describe`` reports for ``model`` once the dimensions ``inputs`` fix (free-dimension
+    overrides) are fixed in its graph inputs too: ``[3, 4]`` rather than ``["batch", 4]`` after
+    ``add_free_dimension_override_by_name("batch", 3)``, as onnxruntime reports them.
+
+    The model's input dimensions are set for the call only and restored before returning.
+    """
+    fixed = {a.name: a.dims for a in inputs}
+    restore: list[tuple[onnx.TensorShapeProto.Dimension, str | None]] = []
+    for vi in model.graph.input:
+        dims = fixed.get(vi.name)
+        if dims is None or vi.type.WhichOneof("value") != "tensor_type":
+            continue
+        shape = vi.type.tensor_type.shape
+        for dim, value in zip(shape.dim, dims, strict=False):
+            if isinstance(value, int) and not dim.HasField("dim_value"):
+                restore.append((dim, dim.dim_param if dim.HasField("dim_param") else None))
+                dim.dim_value = value
+    try:
+        return tuple(node_arg(v) for v in describe(model))
+    finally:
+        for dim, param in restore:
+            if param is None:
+                dim.Clear()
+            else:
+                dim.dim_param = param

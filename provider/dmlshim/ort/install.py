@@ -25,6 +25,7 @@ import signal
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
@@ -122,7 +123,36 @@ def install(
         os.environ[STATE_ENV] = tempfile.mkdtemp(prefix="dmlshim-ort-")
     if children:
         _bind_children()
+    if not installed():
+        early = early_importers()
+        if early:
+            warnings.warn(
+                f"dmlshim.install() came after {', '.join(early[:5])}{' ...' if len(early) > 5 else ''} "
+                "imported onnxruntime: sessions made through the onnxruntime held there are onnxruntime's "
+                "own, nothing emulated, and not in the summary; call dmlshim.install() before the program "
+                "imports onnxruntime (or run it with python -m dmlshim.ort)",
+                UserWarning,
+                stacklevel=2,
+            )
     return _bind()
+
+
+def early_importers() -> list[str]:
+    """The modules (dmlshim's and onnxruntime's own aside) that hold the real onnxruntime module or its
+    ``InferenceSession`` class: imported before :func:`install`, they keep onnxruntime's sessions."""
+    real = (ort, ort.InferenceSession)
+    found = []
+    seen: set[int] = set()
+    for name, module in list(sys.modules.items()):
+        if module is None or id(module) in seen or name.partition(".")[0] in ("onnxruntime", "dmlshim"):
+            continue
+        seen.add(id(module))  # __mp_main__ is __main__
+        namespace = getattr(module, "__dict__", None)
+        if isinstance(namespace, dict) and any(
+            v is real[0] or v is real[1] for v in list(namespace.values())
+        ):
+            found.append(name)
+    return sorted(found)
 
 
 def install_from_environment() -> ModuleType:

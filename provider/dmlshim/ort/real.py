@@ -11,13 +11,45 @@ the real package module even when the stand-in occupies ``sys.modules["onnxrunti
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator
+from contextvars import ContextVar
 from types import ModuleType
+from typing import Any
 
 from onnxruntime.capi import _pybind_state as C
 from onnxruntime.capi import onnxruntime_pybind11_state as pybind_state
-from onnxruntime.capi.onnxruntime_inference_collection import InferenceSession as OrtInferenceSession
+from onnxruntime.capi.onnxruntime_inference_collection import InferenceSession as _RealInferenceSession
 from onnxruntime.capi.onnxruntime_inference_collection import IOBinding as OrtIOBinding
+
+DISABLED_OPTIMIZERS: ContextVar[frozenset[str]] = ContextVar(
+    "dmlshim_disabled_optimizers", default=frozenset()
+)
+"""The ``disabled_optimizers=`` of the dmlshim session being built or run (:func:`optimizers_disabled`)."""
+
+
+class OrtInferenceSession(_RealInferenceSession):
+    """onnxruntime's own ``InferenceSession`` (never a name a program patched), built with the
+    ``disabled_optimizers`` of the dmlshim session at work, as onnxruntime's session for the whole model
+    would be."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        disabled = DISABLED_OPTIMIZERS.get()
+        if disabled and "disabled_optimizers" not in kwargs:
+            kwargs["disabled_optimizers"] = set(disabled)
+        super().__init__(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def optimizers_disabled(names: frozenset[str]) -> Iterator[None]:
+    """Within: every :class:`OrtInferenceSession` built leaves ``names`` out (onnxruntime's optimizers)."""
+    token = DISABLED_OPTIMIZERS.set(names)
+    try:
+        yield
+    finally:
+        DISABLED_OPTIMIZERS.reset(token)
+
 
 REAL_MODULE_ATTR = "__dmlshim_real_module__"
 """The attribute on dmlshim's stand-in module that holds the real onnxruntime package module."""
@@ -42,11 +74,13 @@ def ort_available_providers() -> list[str]:
 
 
 __all__ = [
+    "DISABLED_OPTIMIZERS",
     "ORT_VERSION",
     "REAL_MODULE_ATTR",
     "C",
     "OrtIOBinding",
     "OrtInferenceSession",
+    "optimizers_disabled",
     "ort",
     "ort_available_providers",
     "pybind_state",

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
+from ..errors import DmlShimError
 from ..execute.iobinding import IOBinding
 from ..execute.providers import available_providers
 from ..execute.session import InferenceSession
@@ -47,7 +48,12 @@ class TrackedInferenceSession(InferenceSession):
         tracking.changed()
 
     def _execute(self, names: list[str], feeds: dict[str, Any], run_options: Any) -> list[Any]:
-        outputs = super()._execute(names, feeds, run_options)
+        try:
+            outputs = super()._execute(names, feeds, run_options)
+        except DmlShimError as exc:
+            tracking.TRACKER.add_failure(self._tally, exc)
+            tracking.changed()
+            raise
         tracking.TRACKER.add_run(self._tally, self.last_run_record)
         tracking.changed()
         return outputs

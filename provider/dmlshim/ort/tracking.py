@@ -47,6 +47,11 @@ class SessionTally:
     engine: str
     runs: int = 0
     nodes: dict[str, NodeTally] = field(default_factory=dict)
+    failed_runs: int = 0
+    first_error: str = ""
+    origin: int = field(default_factory=os.getpid)
+    """The process that made the session (a forked worker runs its parent's sessions)."""
+    inherited: bool = False
 
     def add_run(self, record: RunRecord) -> None:
         self.runs += 1
@@ -70,9 +75,16 @@ class SessionTally:
             "model": self.model,
             "providers": list(self.providers),
             "engine": self.engine,
+            "origin": [self.origin, self.number],
             "runs": self.runs,
+            "failed_runs": self.failed_runs,
+            "first_error": self.first_error,
             "nodes": [n.to_json() for n in self.nodes.values()],
         }
+
+
+_ERROR_TEXT = 300
+"""How much of a failed run's error message the summary keeps."""
 
 
 class Tracker:
@@ -86,6 +98,17 @@ class Tracker:
     def reset(self) -> None:
         self._lock = threading.Lock()
         self.sessions = []
+        self.changes = 0
+
+    def reset_after_fork(self) -> None:
+        """In a forked child: the parent's sessions stay (the child may run them) with nothing counted
+        yet; the child reports those it runs, and the summary adds them to the parent's."""
+        self._lock = threading.Lock()
+        for tally in self.sessions:
+            tally.runs = tally.failed_runs = 0
+            tally.first_error = ""
+            tally.nodes = {}
+            tally.inherited = True
         self.changes = 0
 
     def add_session(self, model: str, providers: list[str], engine: str) -> SessionTally:
@@ -102,16 +125,26 @@ class Tracker:
             tally.add_run(record)
             self.changes += 1
 
+    def add_failure(self, tally: SessionTally, error: BaseException) -> None:
+        """A run that raised: counted, and the first error kept (its class and first line)."""
+        with self._lock:
+            tally.failed_runs += 1
+            if not tally.first_error:
+                lines = str(error).strip().splitlines()
+                tally.first_error = f"{type(error).__name__}: {lines[0][:_ERROR_TEXT] if lines else ''}"
+            self.changes += 1
+
     def to_json(self) -> dict[str, Any]:
         with self._lock:
             pid = os.getpid()
-            return {"process": pid, "sessions": [s.to_json(pid) for s in self.sessions]}
+            shown = [s for s in self.sessions if not s.inherited or s.runs or s.failed_runs]
+            return {"process": pid, "sessions": [s.to_json(pid) for s in shown]}
 
 
 TRACKER = Tracker()
 """This process's tally."""
 
-os.register_at_fork(after_in_child=TRACKER.reset)
+os.register_at_fork(after_in_child=TRACKER.reset_after_fork)
 
 AFTER_CHANGE: list[Callable[[], None]] = []
 """Called after a session is added or a run counted (a worker hands its tally on from there)."""
@@ -122,9 +155,39 @@ def changed() -> None:
         hook()
 
 
+def _fold(into: dict[str, Any], other: dict[str, Any]) -> None:
+    """Add a forked worker's runs of a session to the session's entry."""
+    into["runs"] += other["runs"]
+    into["failed_runs"] = into.get("failed_runs", 0) + other.get("failed_runs", 0)
+    into["first_error"] = into.get("first_error") or other.get("first_error", "")
+    nodes = {n["name"]: n for n in into["nodes"]}
+    for node in other["nodes"]:
+        mine = nodes.get(node["name"])
+        if mine is None:
+            into["nodes"].append(node)
+            nodes[node["name"]] = node
+            continue
+        mine["runs"] = dict(sorted((Counter(mine["runs"]) + Counter(node["runs"])).items()))
+        mine["operators"] = sorted(set(mine["operators"]) | set(node["operators"]))
+        known = {r["code"] for r in mine["reasons"]}
+        mine["reasons"] += [r for r in node["reasons"] if r["code"] not in known]
+        mine["duplicate_indices"] += node["duplicate_indices"]
+        mine["negative_indices"] = mine["negative_indices"] or node["negative_indices"]
+
+
 def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    """One summary from the per-process tallies: totals, sessions, and warnings."""
-    sessions = [s for part in parts for s in part.get("sessions", ())]
+    """One summary from the per-process tallies: totals, sessions, and warnings. A session a forked worker
+    ran is one session: the worker's runs are added to it."""
+    sessions: list[dict[str, Any]] = []
+    by_origin: dict[tuple[int, int], dict[str, Any]] = {}
+    for sess in (s for part in parts for s in part.get("sessions", ())):
+        origin = tuple(sess.get("origin") or (sess["process"], sess["number"]))
+        key = (int(origin[0]), int(origin[1]))
+        if key in by_origin:
+            _fold(by_origin[key], sess)
+        else:
+            by_origin[key] = sess
+            sessions.append(sess)
     warnings: list[dict[str, Any]] = []
     emulated = not_emulated = 0
     for number, sess in enumerate(sessions, 1):
@@ -137,6 +200,15 @@ def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
                     "message": f"session {number} ({sess['model']}) asked for {', '.join(sess['providers'])} "
                     "without DmlExecutionProvider: it ran on onnxruntime's CPU provider, nothing emulated "
                     "(ask for DmlExecutionProvider, or set DMLSHIM_ORT_EMULATE=all)",
+                }
+            )
+        if sess.get("failed_runs"):
+            warnings.append(
+                {
+                    "code": "failed_runs",
+                    "session": number,
+                    "message": f"session {number} ({sess['model']}): {sess['failed_runs']} run(s) raised "
+                    f"(first: {sess.get('first_error', '')})",
                 }
             )
         for node in sess["nodes"]:
@@ -170,6 +242,7 @@ def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
         "totals": {
             "sessions": len(sessions),
             "runs": sum(s["runs"] for s in sessions),
+            "failed_runs": sum(s.get("failed_runs", 0) for s in sessions),
             "gather_scatter_nodes": emulated + not_emulated,
             "emulated_nodes": emulated,
             "not_emulated_nodes": not_emulated,
@@ -184,14 +257,17 @@ def render(summary: dict[str, Any], header: str) -> str:
     totals = summary["totals"]
     procs = len(summary["processes"])
     lines = [
-        f"{header}: {totals['sessions']} session(s), {totals['runs']} run(s) in {procs} process(es); "
+        f"{header}: {totals['sessions']} session(s), {totals['runs']} run(s)"
+        + (f" ({totals['failed_runs']} more raised)" if totals.get("failed_runs") else "")
+        + f" in {procs} process(es); "
         f"{totals['emulated_nodes']} of {totals['gather_scatter_nodes']} gather/scatter node(s) "
         "ran as DirectML"
     ]
     for sess in summary["sessions"]:
         lines.append(
             f"  [{sess['number']}] {sess['model']}  engine={sess['engine']}  runs={sess['runs']}  "
-            f"providers={','.join(sess['providers'])}  pid={sess['process']}"
+            + (f"failed={sess['failed_runs']}  " if sess.get("failed_runs") else "")
+            + f"providers={','.join(sess['providers'])}  pid={sess['process']}"
         )
         for node in sess["nodes"]:
             runs = ", ".join(f"{k} x{v}" for k, v in node["runs"].items())
