@@ -42,6 +42,15 @@ _EMPTY_FILE = "dmlshim-probe-empty.bin"
 _ANCHOR = "dmlshim.probe.anchor"
 
 
+def _own_reference(tensor: onnx.TensorProto) -> onnx.TensorProto:
+    """``tensor``'s external reference as the model has it (location, offset, length), no data: in the
+    probe's empty folder onnxruntime can only find it among the options' in-memory files."""
+    stub = onnx.TensorProto(name=tensor.name, data_type=tensor.data_type, dims=list(tensor.dims))
+    stub.data_location = onnx.TensorProto.EXTERNAL
+    stub.external_data.extend(tensor.external_data)
+    return stub
+
+
 def _stand_in(tensor: onnx.TensorProto, external: bool) -> onnx.TensorProto:
     """An initializer named as ``tensor``, of its type: empty with :data:`SENTINEL_DIMS`, or (``external``)
     of its real dims with data in an empty file (onnxruntime must replace it, never read it)."""
@@ -68,7 +77,13 @@ def _quiet(so: Any) -> Iterator[Any]:
         so.enable_profiling, so.optimized_model_filepath, so.log_severity_level = saved
 
 
-def _probe(folder: Path, tensors: Mapping[str, onnx.TensorProto], external: set[str], so: Any) -> list[Any]:
+def _probe(
+    folder: Path,
+    tensors: Mapping[str, onnx.TensorProto],
+    external: set[str],
+    so: Any,
+    own: frozenset[str] = frozenset(),
+) -> list[Any]:
     # onnxruntime refuses a graph without any value: an anchor output keeps the probe valid when empty.
     anchor = helper.make_tensor(_ANCHOR, onnx.TensorProto.FLOAT, [0], [])
     graph = helper.make_graph(
@@ -79,7 +94,10 @@ def _probe(folder: Path, tensors: Mapping[str, onnx.TensorProto], external: set[
             *(helper.make_tensor_value_info(n, t.data_type, None) for n, t in tensors.items()),
             helper.make_tensor_value_info(_ANCHOR, onnx.TensorProto.FLOAT, [0]),
         ],
-        [*(_stand_in(t, n in external) for n, t in tensors.items()), anchor],
+        [
+            *(_own_reference(t) if n in own else _stand_in(t, n in external) for n, t in tensors.items()),
+            anchor,
+        ],
     )
     model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", _PROBE_OPSET)])
     path = folder / "probe.onnx"
@@ -159,6 +177,29 @@ def added_initializers(
     if found_values:
         logger.info("initializers added by the session options: %s", ", ".join(sorted(found_values)))
     return AddedInitializers(found_values, frozenset(external))
+
+
+def from_files_in_memory(tensors: Mapping[str, onnx.TensorProto], so: Any) -> dict[str, np.ndarray]:
+    """The values onnxruntime reads for external-data ``tensors`` from the files ``so`` holds in memory
+    (``SessionOptions.add_external_initializers_from_files_in_memory``); a tensor whose file is not among
+    them is left out (its file is read from disk as usual)."""
+    if so is None or not tensors:
+        return {}
+    found: dict[str, np.ndarray] = {}
+    with tempfile.TemporaryDirectory(prefix="dmlshim-probe-") as tmp:
+        folder = Path(tmp)
+        try:  # all at once (the common case: every missing file is in memory) ...
+            outputs = _probe(folder, tensors, set(), so, own=frozenset(tensors))
+            return {n: np.asarray(v) for n, v in zip(tensors, outputs, strict=True)}
+        except ORT_ERRORS:
+            pass
+        for name, tensor in tensors.items():  # ... else one by one
+            try:
+                (value,) = _probe(folder, {name: tensor}, set(), so, own=frozenset((name,)))
+            except ORT_ERRORS:
+                continue
+            found[name] = np.asarray(value)
+    return found
 
 
 def _refused(exc: BaseException) -> BadInputError:

@@ -17,7 +17,8 @@ from onnx import helper
 from ..errors import BadInputError
 from ..fileio.npz import load_npz as load_npz
 from ..fileio.npz import save_npz as save_npz
-from ..ort.exceptions import as_onnxruntime_error
+from ..ort.exceptions import with_onnxruntime_class
+from ..ort.real import pybind_state
 
 logger = logging.getLogger(__name__)
 
@@ -183,8 +184,10 @@ class FeedValidator:
             )
         missing = [n for n in self._required if n not in feeds]
         if missing:
+            # onnxruntime's own sentence first (clients match it), then what dmlshim adds
             raise BadInputError(
-                f"missing feed for graph input {missing[0]!r} (model inputs: {', '.join(self._required)})",
+                f"Required inputs ({missing}) are missing from input feed ({list(feeds)}): missing feed "
+                f"for graph input {missing[0]!r} (model inputs: {', '.join(self._required)})",
                 tensor=missing[0],
                 value=missing,
             )
@@ -192,8 +195,9 @@ class FeedValidator:
     def validate(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
         """Return the feeds as arrays; raise BadInputError naming the first input that does not fit.
 
-        Arrays are passed through without a copy; Python scalars and lists become arrays of the input's
-        dtype only when that conversion is exact.
+        Arrays are passed through without a copy; lists become arrays of the input's dtype as numpy (and
+        onnxruntime) converts them; other objects (scalars, tuples, strings) are refused, as onnxruntime
+        refuses them.
         """
         self.check_present(feeds)
         out: dict[str, Any] = {}
@@ -222,21 +226,8 @@ class FeedValidator:
             return value  # sequences, maps, optionals: onnxruntime checks those
         if callable(getattr(value, "data_type", None)) and callable(getattr(value, "shape", None)):
             return _checked_ortvalue(check, value)
-        if not isinstance(value, (np.ndarray, list)):
-            # onnxruntime's run takes an array, a list or an OrtValue and raises RuntimeError for anything
-            # else (a Python or numpy scalar, a tuple, a torch tensor): a program must not pass here and fail
-            # there.
-            raise as_onnxruntime_error(
-                BadInputError(
-                    f"input {check.name!r} is fed a {type(value).__module__}.{type(value).__qualname__}, "
-                    "which onnxruntime's run refuses (it takes a numpy array, a list or an OrtValue); feed "
-                    f"numpy.asarray(value, dtype=numpy.{check.dtype or 'float32'}) instead",
-                    tensor=check.name,
-                    value=type(value).__qualname__,
-                    rule="a tensor feed is a numpy array, a list or an OrtValue, as onnxruntime takes it",
-                ),
-                RuntimeError,
-            )
+        if value is None or not isinstance(value, (np.ndarray, list, Mapping)):
+            raise _refused_object(check, value)
         arr = value if isinstance(value, np.ndarray) else _as_array(check, value)
         if check.dtype is not None and arr.dtype != check.dtype:
             raise BadInputError(
@@ -291,20 +282,42 @@ def _checked_ortvalue(check: _InputCheck, value: Any) -> Any:
     return value
 
 
-def _as_array(check: _InputCheck, value: Any) -> np.ndarray:
+def _refused_object(check: _InputCheck, value: Any) -> BadInputError:
+    """onnxruntime's run takes an array, a list or an OrtValue and raises RuntimeError for anything else (a
+    Python or numpy scalar, a tuple, a string, a torch tensor); None reaches its kernel as a missing input
+    (Fail). A program must not pass here and fail there."""
+    error = BadInputError(
+        f"input {check.name!r} is fed a {type(value).__module__}.{type(value).__qualname__}, "
+        "which onnxruntime's run refuses (it takes a numpy array, a list or an OrtValue); feed "
+        f"numpy.asarray(value, dtype=numpy.{check.dtype or 'float32'}) instead",
+        tensor=check.name,
+        value=type(value).__qualname__,
+        rule="a tensor feed is a numpy array, a list or an OrtValue, as onnxruntime takes it",
+    )
+    return with_onnxruntime_class(error, pybind_state.Fail if value is None else RuntimeError)
+
+
+def _as_array(check: _InputCheck, value: list[Any] | Mapping[Any, Any]) -> np.ndarray:
+    """A list or dict feed, as onnxruntime reads it: a list becomes an array of the input's type (as numpy
+    converts it; one numpy cannot build is onnxruntime's RuntimeError), a dict is left for the dtype check
+    (onnxruntime's InvalidArgument)."""
+    if isinstance(value, Mapping):
+        return np.asarray(value, dtype=object)
+    # as onnxruntime: numpy builds the tensor in the input's type (floats truncated into integers,
+    # anything into strings)
+    wanted = check.dtype if check.dtype is not None else (np.str_ if check.type == "tensor(string)" else None)
     try:
-        arr = np.asarray(value)
-    except Exception as exc:
-        raise BadInputError(
-            f"feed for input {check.name!r} is not array-like: {exc}", tensor=check.name
+        return np.array(value, dtype=wanted)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise with_onnxruntime_class(
+            BadInputError(
+                f"feed for input {check.name!r} is a list onnxruntime cannot make a {check.type} of "
+                f"(rectangular, of values that fit the type): {exc}",
+                tensor=check.name,
+                rule="a list feed must make a rectangular tensor of the input's type",
+            ),
+            RuntimeError,
         ) from exc
-    if check.dtype is not None and arr.dtype != check.dtype and arr.dtype.kind in "biuf":
-        # Only numbers can convert exactly; anything else is left for the dtype check to report.
-        with np.errstate(all="ignore"):
-            converted = arr.astype(check.dtype)
-        if np.array_equal(converted, arr, equal_nan=arr.dtype.kind == "f"):
-            return converted
-    return arr
 
 
 def _fmt_shape(shape: Sequence[Dim]) -> str:

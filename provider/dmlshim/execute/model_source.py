@@ -108,7 +108,7 @@ def load_model(model: ModelSource, sess_options: Any = None, *, weightless: bool
         except (DecodeError, ValueError, RuntimeError, OSError) as exc:
             raise BadModelError(f"not a readable ONNX model: {exc}", path=str(path)) from exc
         _require_graph(proto, str(path))
-        added = take_supplied_initializers(proto, sess_options)
+        added = take_supplied_initializers(proto, sess_options, path.parent)
         check_model(proto, path, sess_options=sess_options)  # before reading any weights
         files = None
         if light is not None:

@@ -13,6 +13,7 @@ import onnxruntime as ort
 from ..errors import BadInputError, DmlShimError, IndexOutOfRangeError, NotSupportedError
 from ..model.modelcheck import ort_load_error
 from ..model.ort_errors import ORT_ERRORS
+from ..ort.exceptions import with_onnxruntime_class
 from ..ort.real import OrtInferenceSession
 from .engine import EngineConfig
 from .fallback import for_onnxruntime
@@ -125,7 +126,10 @@ def ort_run_error(
             node=node,
             op_type=op_type,
         )
-    return BadInputError(f"{what}: {text}", node=node, op_type=op_type)
+    error = BadInputError(f"{what}: {text}", node=node, op_type=op_type)
+    if type(exc) in (RuntimeError, TypeError):  # raised by onnxruntime's Python layer (e.g. a map feed's key)
+        with_onnxruntime_class(error, type(exc))
+    return error
 
 
 def segment_session(

@@ -12,7 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import BadInputError
+from ..errors import BadInputError, DmlShimError
+from ..ort.exceptions import with_onnxruntime_class
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +57,8 @@ class ProviderChoice:
     names: tuple[str, ...]
     options: tuple[dict[str, str], ...]
     explicit: bool
+    unknown: tuple[str, ...] = ()
+    """Names asked for that onnxruntime does not know at all (not in ``get_all_providers()``), dropped."""
 
     @property
     def emulates_dml(self) -> bool:
@@ -145,14 +148,22 @@ def normalize_providers(providers: Any, provider_options: Any = None) -> Provide
             continue
         names.append(canonical)
         options.append({str(k): str(v) for k, v in opts.items()})
+    unknown = tuple(d for d in dropped if d not in _all_providers())
     if not names and dropped:  # nothing usable asked for: onnxruntime falls back to its CPU provider
-        return ProviderChoice((CPU_EP,), ({},), explicit=True)
+        return ProviderChoice((CPU_EP,), ({},), explicit=True, unknown=unknown)
     if not names:  # onnxruntime treats an empty list as "the default providers"
         return ProviderChoice((DML_EP, CPU_EP), ({}, {}), explicit=False)
     if CPU_EP not in names:
         names.append(CPU_EP)
         options.append({})
-    return ProviderChoice(tuple(names), tuple(options), explicit=True)
+    return ProviderChoice(tuple(names), tuple(options), explicit=True, unknown=unknown)
+
+
+def _all_providers() -> frozenset[str]:
+    """Every provider name onnxruntime knows (built here or not)."""
+    from ..ort.real import C
+
+    return frozenset(C.get_all_providers())
 
 
 def available_providers() -> list[str]:
@@ -165,3 +176,15 @@ def available_providers() -> list[str]:
     if CPU_EP not in found:
         found.append(CPU_EP)
     return found
+
+
+def unknown_provider_error(name: str, kept: ProviderChoice) -> DmlShimError:
+    """What ``set_providers`` raises for a provider onnxruntime does not know at all: onnxruntime's
+    ``RuntimeError`` ("Unknown Provider Type"), saying the session keeps ``kept``."""
+    error = DmlShimError(
+        f"Unknown Provider Type: {name} (available here: {', '.join(available_providers())}); the session "
+        f"keeps {list(kept.names)}",
+        value=name,
+        rule="set_providers takes provider names onnxruntime knows",
+    )
+    return with_onnxruntime_class(error, RuntimeError)

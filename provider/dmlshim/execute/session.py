@@ -32,10 +32,11 @@ from .iobinding import (
     refuse_unholdable_outputs,
     to_ortvalue,
 )
+from .model_config import options_from_model, reads_config_from_model
 from .model_source import LoadedModel, ModelSource, load_model, typed_outputs
 from .ort_support import terminated
 from .profiling import SessionProfiler, check_prefix
-from .providers import normalize_providers
+from .providers import normalize_providers, unknown_provider_error
 from .record import RunRecord
 from .session_args import (
     NO_MODEL_VERSION,
@@ -45,7 +46,13 @@ from .session_args import (
     parse_index_mode,
     resolve_engine,
 )
-from .session_info import EpAssignedSubgraph, cpu_ep_device, cpu_memory_info, graph_assignment
+from .session_info import (
+    EpAssignedSubgraph,
+    cpu_ep_device,
+    cpu_memory_info,
+    graph_assignment,
+    graph_assignment_not_recorded,
+)
 from .session_options import (
     GRAPH_ASSIGNMENT_KEY,
     check_session_options,
@@ -83,8 +90,9 @@ class InferenceSession(OrtSessionAttributes):
             :func:`dmlshim.execute.engine.register_engine`.
         index_mode: keyword-only; ``"error"`` (an out-of-range index raises ``IndexOutOfRangeError``, as
             ONNX says) or ``"clamp"`` (clamped into range, a stand-in for DirectML's undefined results).
-        **kwargs: onnxruntime's ``enable_fallback``; its ``read_config_from_model`` and
-            ``disabled_optimizers`` raise ``NotSupportedError``.
+        **kwargs: onnxruntime's ``enable_fallback`` and ``read_config_from_model`` (also read from
+            ``ORT_LOAD_CONFIG_FROM_MODEL``, as onnxruntime); ``disabled_optimizers`` raises
+            ``NotSupportedError``.
 
     Raises:
         BadModelError: the model cannot be read or onnxruntime rejects it.
@@ -119,16 +127,16 @@ class InferenceSession(OrtSessionAttributes):
         get_engine_factory(resolve_engine(engine, self._choice))  # an unknown engine fails before loading
         self._sess_options = sess_options
         self._profiler: SessionProfiler | None = None
-        if sess_options is not None and sess_options.enable_profiling:
-            check_prefix(sess_options.profile_file_prefix)
-            model_file = os.fspath(path_or_bytes) if isinstance(path_or_bytes, (str, os.PathLike)) else None
-            self._profiler = SessionProfiler(sess_options.profile_file_prefix, inputs=(model_file,))
+        self._start_profiler(path_or_bytes)
         from_file = isinstance(path_or_bytes, (str, os.PathLike))
         with self._span("model_loading_uri" if from_file else "model_loading_array"):  # onnxruntime's names
             # With onnxruntime's default options the default engine reads the large weights from the
             # model's files where it needs them: they are never all held in Python.
             loaded = load_model(path_or_bytes, sess_options, weightless=True)
         self._loaded = loaded
+        if reads_config_from_model(kwargs):  # as onnxruntime: the model's ort_config over the caller's
+            self._sess_options = sess_options = options_from_model(loaded.proto, sess_options)
+            self._start_profiler(path_or_bytes)
         self._describe(loaded)
         self._last_run_record: RunRecord | None = None
         with self._span("session_initialization"), optimizers_disabled(self._disabled_optimizers):
@@ -154,6 +162,14 @@ class InferenceSession(OrtSessionAttributes):
         logger.debug(
             "session for %s ready (engine %s)", loaded.path or "<in-memory model>", self._engine.name
         )
+
+    def _start_profiler(self, path_or_bytes: ModelSource) -> None:
+        so = self._sess_options
+        if self._profiler is not None or so is None or not so.enable_profiling:
+            return
+        check_prefix(so.profile_file_prefix)
+        model_file = os.fspath(path_or_bytes) if isinstance(path_or_bytes, (str, os.PathLike)) else None
+        self._profiler = SessionProfiler(so.profile_file_prefix, inputs=(model_file,))
 
     def _describe(self, loaded: LoadedModel) -> None:
         proto = loaded.proto
@@ -306,9 +322,13 @@ class InferenceSession(OrtSessionAttributes):
         """Choose providers again and rebuild the engine, as onnxruntime re-creates its session.
 
         Raises:
-            BadInputError: an unsupported provider (see the constructor).
+            BadInputError: a malformed provider list (see the constructor).
+            DmlShimError: a provider onnxruntime does not know at all (as onnxruntime, a ``RuntimeError``
+                saying "Unknown Provider Type"); the session keeps its providers.
         """
         choice = normalize_providers(providers, provider_options)
+        if choice.unknown:  # onnxruntime re-creates its session here and refuses a name it never heard of
+            raise unknown_provider_error(choice.unknown[0], self._choice)
         resolve_engine(self._engine_request, choice)
         if self._profiler is not None:
             self._profiler.harvest(self._ort_sessions())
@@ -325,12 +345,7 @@ class InferenceSession(OrtSessionAttributes):
         ``last_run_record`` for what each run actually did.
         """
         if config_entry(self._sess_options, GRAPH_ASSIGNMENT_KEY) != "1":
-            raise BadInputError(
-                f'session configuration entry {GRAPH_ASSIGNMENT_KEY!r} must be set to "1" to retrieve '
-                "graph assignment information (sess_options.add_session_config_entry); "
-                "last_run_record always says where each gather/scatter node ran",
-                rule="onnxruntime records EP graph assignment only when asked",
-            )
+            raise graph_assignment_not_recorded(GRAPH_ASSIGNMENT_KEY)
         emulated = getattr(self._engine, "emulated_nodes", ())
         return graph_assignment(self._loaded.proto, frozenset(emulated))
 

@@ -7,7 +7,7 @@ import difflib
 from typing import Any
 
 from ..dml.enums import FeatureLevel
-from ..errors import BadInputError, NotSupportedError
+from ..errors import BadInputError
 from ..kernels.options import IndexMode
 from .providers import DML_EP, ProviderChoice, warn_caller
 
@@ -51,11 +51,6 @@ def fallback_flag(kwargs: dict[str, Any]) -> bool:
         warn_caller(
             f"InferenceSession ignores the keyword argument(s) {', '.join(unknown)}, as onnxruntime "
             "ignores keyword arguments it does not know"
-        )
-    if kwargs.get("read_config_from_model") not in (None, 0, "0", False):
-        raise NotSupportedError(
-            "read_config_from_model is not supported: dmlshim does not read session options from the "
-            "model's metadata; pass an onnxruntime.SessionOptions as sess_options instead"
         )
     return int(kwargs.get("enable_fallback", 1)) == 1
 

@@ -9,7 +9,7 @@ from typing import Any
 import onnx
 import onnxruntime as ort
 
-from ..errors import NotSupportedError
+from ..errors import DmlShimError, NotSupportedError
 from ..model.graph import display_names
 from .providers import CPU_EP, DML_EP
 
@@ -36,15 +36,27 @@ class EpAssignedSubgraph:
 
 
 def graph_assignment(model: onnx.ModelProto, emulated: frozenset[str]) -> list[EpAssignedSubgraph]:
-    """The top-level nodes grouped by provider: those the engine planned to emulate on
-    ``DmlExecutionProvider`` (``emulated`` holds their display names), every other on the CPU provider."""
+    """One subgraph per top-level node, in graph order, as onnxruntime reports nodes its providers run
+    one by one: ``DmlExecutionProvider`` for those the engine planned to emulate (``emulated`` holds their
+    display names), the CPU provider for every other."""
     nodes = list(model.graph.node)
-    dml: list[EpAssignedNode] = []
-    cpu: list[EpAssignedNode] = []
-    for node, name in zip(nodes, display_names(nodes), strict=True):
-        entry = EpAssignedNode(node.name, node.op_type, node.domain)
-        (dml if name in emulated else cpu).append(entry)
-    return [EpAssignedSubgraph(ep, tuple(group)) for ep, group in ((DML_EP, dml), (CPU_EP, cpu)) if group]
+    return [
+        EpAssignedSubgraph(
+            DML_EP if name in emulated else CPU_EP, (EpAssignedNode(node.name, node.op_type, node.domain),)
+        )
+        for node, name in zip(nodes, display_names(nodes), strict=True)
+    ]
+
+
+def graph_assignment_not_recorded(key: str) -> DmlShimError:
+    """onnxruntime's ``Fail`` when graph assignment info is asked without the config entry ``key``
+    (onnxruntime's sentence first)."""
+    return DmlShimError(
+        f'Session configuration entry {key!r} must be set to "1" to retrieve graph assignment information '
+        "(sess_options.add_session_config_entry); last_run_record always says where each gather/scatter "
+        "node ran",
+        rule="onnxruntime records EP graph assignment only when asked",
+    )
 
 
 def cpu_memory_info() -> Any:

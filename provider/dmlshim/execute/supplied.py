@@ -10,22 +10,28 @@ references, so their file is never read.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import onnx
 from onnx import numpy_helper
 
 from ..model.weightless import is_external
-from .added_initializers import AddedInitializers, added_initializers
+from .added_initializers import AddedInitializers, added_initializers, from_files_in_memory
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["take_supplied_initializers"]
 
 
-def take_supplied_initializers(model: onnx.ModelProto, options: Any) -> AddedInitializers | None:
+def take_supplied_initializers(
+    model: onnx.ModelProto, options: Any, folder: Path | None = None
+) -> AddedInitializers | None:
     """Replace, in ``model``, every external-data initializer ``options`` supplies through
-    ``add_external_initializers`` by the value onnxruntime takes from the options.
+    ``add_external_initializers`` by the value onnxruntime takes from the options, and every one whose
+    file is missing from ``folder`` (the model's; the working folder for a model given as bytes) by the
+    value onnxruntime reads from the options' in-memory files
+    (``add_external_initializers_from_files_in_memory``).
 
     Returns:
         What the options add (``external``: the names supplied; ``values`` also holds what
@@ -47,4 +53,20 @@ def take_supplied_initializers(model: onnx.ModelProto, options: Any) -> AddedIni
             model.graph.initializer[i].CopyFrom(numpy_helper.from_array(added.values[t.name], t.name))
     if added.external:
         logger.info("initializers taken from the session options: %s", ", ".join(sorted(added.external)))
+    base = folder if folder is not None else Path.cwd()
+    missing = {
+        t.name: t
+        for t in model.graph.initializer
+        if is_external(t) and t.name not in added.external and not (base / _location(t)).is_file()
+    }
+    in_memory = from_files_in_memory(missing, options)
+    for i, t in enumerate(model.graph.initializer):
+        if t.name in in_memory:
+            model.graph.initializer[i].CopyFrom(numpy_helper.from_array(in_memory[t.name], t.name))
+    if in_memory:
+        logger.info("initializers read from in-memory files: %s", ", ".join(sorted(in_memory)))
     return added
+
+
+def _location(tensor: onnx.TensorProto) -> str:
+    return next((e.value for e in tensor.external_data if e.key == "location"), "")

@@ -72,6 +72,35 @@ class SessionCore:
     def run_with_iobinding(self, iobinding: Any, run_options: Any = None) -> None:
         self._session.run_with_iobinding(iobinding, run_options)
 
+    def run_with_ort_values(
+        self, input_dict_ort_values: Mapping[str, Any], output_names: Sequence[str], run_options: Any = None
+    ) -> Any:
+        """The C++ session's call: C-level ``OrtValue`` feeds (``OrtValue._get_c_value()``) in, an
+        ``OrtValueVector`` out (argument order as in onnxruntime's binding: feeds, names, options)."""
+        from .real import C, ort
+
+        feeds = {
+            name: ort.OrtValue(value) if isinstance(value, C.OrtValue) else value
+            for name, value in input_dict_ort_values.items()
+        }
+        vector = C.OrtValueVector()
+        for value in self._session.run_with_ort_values(list(output_names), feeds, run_options):
+            vector.push_back(value._get_c_value())
+        return vector
+
+    def run_with_ortvaluevector(
+        self,
+        run_options: Any,
+        feed_names: Sequence[str],
+        feeds: Any,
+        fetch_names: Sequence[str],
+        fetches: Any,
+        fetch_devices: Any,
+    ) -> None:
+        self._session.run_with_ortvaluevector(
+            run_options, feed_names, feeds, fetch_names, fetches, fetch_devices
+        )
+
     def __repr__(self) -> str:
         return f"<dmlshim SessionCore of {self._session.model_path or 'an in-memory model'}>"
 

@@ -23,6 +23,7 @@ from ..errors import (
     BadModelError,
     DmlShimError,
     EngineUnavailableError,
+    IndexOutOfRangeError,
     NotSupportedError,
     OutOfMemoryError,
     UnsupportedNodeError,
@@ -96,21 +97,46 @@ def _has_decode_cause(exc: BaseException) -> bool:
     return False
 
 
+_INDEX_ERROR_CLASS = {"GatherElements": "Fail"}
+"""Ops whose out-of-range index onnxruntime's CPU kernel reports with another class than InvalidArgument
+(GatherElements enforces its range check: Fail)."""
+
 _NOT_A_MODEL = ("not a serialized onnx model", "not a readable onnx model", "not an onnx model", "empty")
+
+
+ORT_CLASS_ATTR = "onnxruntime_class"
+"""An attribute a raise site may set on a dmlshim error: the onnxruntime class onnxruntime raises there,
+when the error's dmlshim class alone does not say (e.g. a plain ``RuntimeError``)."""
+
+
+_E = TypeVar("_E", bound=DmlShimError)
+
+
+def with_onnxruntime_class(exc: _E, cls: type[BaseException]) -> _E:
+    """Mark ``exc`` as raised where onnxruntime raises ``cls``; returns ``exc`` (for ``raise``)."""
+    setattr(exc, ORT_CLASS_ATTR, cls)
+    return exc
 
 
 def onnxruntime_class(exc: DmlShimError) -> type[BaseException]:
     """The onnxruntime class onnxruntime raises where dmlshim raised ``exc``."""
+    forced = getattr(exc, ORT_CLASS_ATTR, None)
+    if isinstance(forced, type) and issubclass(forced, BaseException):
+        return forced
     from_ort = _from_cause(exc)
     if from_ort is not None:
         return from_ort
     if isinstance(exc, OutOfMemoryError):
         return _ort_class("RuntimeException")
+    if isinstance(exc, IndexOutOfRangeError) and exc.op_type in _INDEX_ERROR_CLASS:
+        return _ort_class(_INDEX_ERROR_CLASS[exc.op_type])
     if isinstance(exc, BadInputError):
         return _ort_class("InvalidArgument")
     if isinstance(exc, BadModelError):
         if exc.path is not None and not os.path.lexists(exc.path):
             return _ort_class("NoSuchFile")
+        if isinstance(exc.__cause__, FileNotFoundError):  # the model is there, a file it names is not
+            return _ort_class("Fail")
         if _has_decode_cause(exc) or any(t in exc.message.lower() for t in _NOT_A_MODEL):
             return _ort_class("InvalidProtobuf")
         return _ort_class("InvalidGraph")
