@@ -90,7 +90,7 @@ def test_the_class_patched(tmp_path: Path, theirs: dict[str, Any]) -> None:
         """,
     )
     _same_results(ours, theirs)
-    assert ours["session_class"] == "dmlshim.execute.session.InferenceSession"
+    assert ours["session_class"] == "dmlshim.ort.session.InferenceSession"
     # Patching the class alone leaves onnxruntime's provider list: the client asked for what it lists.
     assert ours["providers"] == theirs["providers"]
 

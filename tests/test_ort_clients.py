@@ -100,7 +100,7 @@ def test_the_class_patched(models: Path, theirs: dict[str, Any]) -> None:
     prologue = "import onnxruntime, dmlshim\nonnxruntime.InferenceSession = dmlshim.InferenceSession\n"
     # optimum asks for its default, the CPU provider: DMLSHIM_ORT_EMULATE=all emulates DirectML anyway.
     _prologue_run(models, prologue, out, env={"DMLSHIM_ORT_EMULATE": "all"})
-    _same(json.loads(out.read_text(encoding="utf-8")), theirs, "dmlshim.execute.session.InferenceSession")
+    _same(json.loads(out.read_text(encoding="utf-8")), theirs, "dmlshim.ort.session.InferenceSession")
 
 
 def test_the_module_replaced(models: Path, theirs: dict[str, Any]) -> None:

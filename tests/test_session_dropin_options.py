@@ -14,7 +14,7 @@ import onnxruntime
 import pytest
 
 from dmlshim import BadInputError, InferenceSession
-from dmlshim.execute.session_options import copy_options
+from dmlshim.ort.session_options import copy_options
 
 REPO = Path(__file__).resolve().parents[1]
 DECODER = REPO / "onnx_models" / "tiny_decoder_step.onnx"

@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
-from dmlshim.execute.session import InferenceSession
+from dmlshim.ort.session import InferenceSession
 from dmlshim.translate import load_model, translate_model
 from dmlshim.translate.placement import provider_notes
 from dmlshim.validate import validate_model

@@ -54,7 +54,6 @@ _ORT_API = (
 """onnxruntime's module-level names, from :mod:`dmlshim.ort.api`, so ``import dmlshim as ort`` works."""
 
 if TYPE_CHECKING:
-    from .execute.session import InferenceSession
     from .ort.api import ExecutionMode as ExecutionMode
     from .ort.api import ExecutionOrder as ExecutionOrder
     from .ort.api import GraphOptimizationLevel as GraphOptimizationLevel
@@ -70,13 +69,14 @@ if TYPE_CHECKING:
     from .ort.api import get_version_string as get_version_string
     from .ort.install import install as install
     from .ort.install import uninstall as uninstall
+    from .ort.session import InferenceSession
 
 
 def __getattr__(name: str) -> Any:
     # InferenceSession and the onnxruntime names pull in onnxruntime and the translator; import them only
     # when used, so that the CLI and the translator start fast.
     if name == "InferenceSession":
-        from .execute.session import InferenceSession
+        from .ort.session import InferenceSession
 
         return InferenceSession
     if name == "ort":  # dmlshim.ort.standin_module() after a plain `import dmlshim`, as docs/coming-from.md

@@ -28,8 +28,8 @@ from onnx.backend.base import Backend, BackendRep
 from .dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
 from .errors import BadInputError
 from .execute.record import RunRecord
-from .execute.session import InferenceSession
 from .model.graph import node_path
+from .ort.session import InferenceSession
 
 logger = logging.getLogger(__name__)
 

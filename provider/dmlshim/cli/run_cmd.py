@@ -16,9 +16,9 @@ from ..errors import DmlShimError
 from ..execute.engine import engine_names
 from ..execute.feeds import load_npz
 from ..execute.record import RunRecord
-from ..execute.session import InferenceSession, load_model
 from ..fileio.files import check_output_file, write_npz
 from ..inputs import GeneratedInputs, annotate_error, generate
+from ..ort.session import InferenceSession, load_model
 from ..report.text import shape_text, table
 from ..validate.value_kinds import describe, is_array, kind_text
 from .options import add_feature_level, add_input_shape, input_shapes

@@ -26,10 +26,10 @@ from onnx import helper
 
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
 from ..errors import BadInputError, DmlShimError, IndexOutOfRangeError, guard_resources
-from ..execute.session import LoadedModel, ModelSource, load_model
 from ..fileio.files import write_json
 from ..fileio.folders import StagedFolder
 from ..fileio.reading import read_json
+from ..ort.session import LoadedModel, ModelSource, load_model
 from ..translate import Status, TensorInfo, translate_node
 from .capture import CapturedNode, capture_nodes
 from .export_node import export_node, prepare_input

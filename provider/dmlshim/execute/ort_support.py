@@ -14,11 +14,11 @@ from ..errors import BadInputError, DmlShimError, IndexOutOfRangeError, NotSuppo
 from ..model.modelcheck import ort_load_error
 from ..model.ort_errors import ORT_ERRORS
 from ..ort.exceptions import with_onnxruntime_class
+from ..ort.profiling import separate_profile
 from ..ort.real import OrtInferenceSession
 from .engine import EngineConfig
 from .fallback import for_onnxruntime
 from .partition import CpuSegment
-from .profiling import separate_profile
 from .segments import segment_model
 from .weights import SharedWeights, light_copy
 from .whole_model import augmented_model

@@ -39,7 +39,7 @@ from .symbols import ModelDims, model_dims, shapes_for, split_given
 from .values import draw
 
 if TYPE_CHECKING:
-    from ..execute.session import LoadedModel
+    from ..ort.session import LoadedModel
 
 __all__ = ["GeneratedInputs", "annotate_error", "generate", "generate_inputs"]
 
@@ -109,7 +109,7 @@ def annotate_error(exc: DmlShimError, generated: GeneratedInputs) -> DmlShimErro
 
 
 def _as_proto(model: onnx.ModelProto | LoadedModel) -> tuple[onnx.ModelProto, str | None]:
-    from ..execute.session import LoadedModel
+    from ..ort.session import LoadedModel
 
     if isinstance(model, LoadedModel):
         return model.proto, model.path
@@ -225,7 +225,7 @@ def generate(
 
     Args:
         model: a ``ModelProto`` (checked for well-formedness here), or a model read by
-            :func:`dmlshim.execute.session.load_model` (which has checked it already).
+            :func:`dmlshim.ort.session.load_model` (which has checked it already).
         input_shapes: an input name -> its full shape, or a symbolic dimension -> its size; what is given
             is kept, the other symbols are searched.
         seed: the seed of the values; the same seed gives the same feeds.

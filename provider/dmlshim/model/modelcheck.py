@@ -407,7 +407,7 @@ def ort_accepts(light: onnx.ModelProto, original: onnx.ModelProto, path: str | N
     options.inter_op_num_threads = 1
     options.log_severity_level = 4
     # A configuration the model carries for onnxruntime (ORT_LOAD_CONFIG_FROM_MODEL=1) is the session's,
-    # read once (dmlshim.execute.model_config): the check must not start a profile of its own from it.
+    # read once (dmlshim.ort.model_config): the check must not start a profile of its own from it.
     # (``light`` may be the caller's model itself, small since weightless: changed on a copy.)
     if any(p.key == "ort_config" for p in light.metadata_props):
         kept = [p for p in light.metadata_props if p.key != "ort_config"]

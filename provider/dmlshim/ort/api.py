@@ -11,8 +11,8 @@ from __future__ import annotations
 import onnxruntime as _ort
 
 from ..execute.feeds import ModelMetadata, NodeArg
-from ..execute.iobinding import IOBinding
-from ..execute.providers import CPU_EP, DML_EP, available_providers
+from .iobinding import IOBinding
+from .providers import CPU_EP, DML_EP, available_providers
 
 SessionOptions = _ort.SessionOptions
 RunOptions = _ort.RunOptions

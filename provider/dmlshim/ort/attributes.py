@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..execute.session import InferenceSession
+    from .session import InferenceSession
 
 
 class SessionCore:
@@ -183,8 +183,8 @@ def route_ort_iobinding() -> None:
     global _ROUTED
     if _ROUTED:
         return
-    from ..execute.session import InferenceSession
     from .real import OrtIOBinding
+    from .session import InferenceSession
 
     original_new = OrtIOBinding.__new__
 

@@ -22,12 +22,12 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import DmlShimError
-from ..execute.iobinding import IOBinding
-from ..execute.providers import available_providers
-from ..execute.session import InferenceSession
 from . import tracking
 from .emulate import EMULATE_ENV
+from .iobinding import IOBinding
+from .providers import available_providers
 from .real import REAL_MODULE_ATTR, ort
+from .session import InferenceSession
 
 
 class TrackedInferenceSession(InferenceSession):

@@ -31,10 +31,10 @@ from ..execute.ort_support import ORT_ERRORS
 from ..execute.partition_checks import EmulatedIO
 from ..execute.partitioned import PartitionedEngine
 from ..execute.record import RunRecord
-from ..execute.session import LoadedModel
 from ..inputs import GeneratedInputs, generate
 from ..kernels.options import IndexMode
 from ..ort.real import OrtInferenceSession
+from ..ort.session import LoadedModel
 
 OPTIMIZATION_LEVELS: dict[str, ort.GraphOptimizationLevel] = {
     "disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,

@@ -18,9 +18,9 @@ import onnxruntime as ort
 from onnx import helper
 
 from ..errors import BadInputError, NotSupportedError
-from ..ort.exceptions import raises_onnxruntime_errors
-from ..ort.real import pybind_state
-from .steps import NUMPY_TENSOR_TYPES
+from ..execute.steps import NUMPY_TENSOR_TYPES
+from .exceptions import raises_onnxruntime_errors
+from .real import pybind_state
 
 if TYPE_CHECKING:
     from .session import InferenceSession

@@ -14,15 +14,17 @@ import onnxruntime as ort
 
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
 from ..errors import BadInputError, DmlShimError, NotSupportedError, guard_resources
+from ..execute.added_initializers import added_initializers, with_initializers
+from ..execute.engine import Engine, EngineConfig, get_engine_factory
+from ..execute.feeds import FeedValidator, ModelMetadata, NodeArg, node_arg
+from ..execute.model_source import LoadedModel, ModelSource, load_model, typed_outputs
+from ..execute.ort_support import terminated
+from ..execute.record import RunRecord
 from ..kernels.options import IndexMode
-from ..ort.attributes import OrtSessionAttributes
-from ..ort.emulate import emulate_all, with_dml_first
-from ..ort.exceptions import raises_onnxruntime_errors
-from ..ort.free_dims import outputs_for_inputs, with_free_dimension_overrides
-from ..ort.real import optimizers_disabled, pybind_state
-from .added_initializers import added_initializers, with_initializers
-from .engine import Engine, EngineConfig, get_engine_factory
-from .feeds import FeedValidator, ModelMetadata, NodeArg, node_arg
+from .attributes import OrtSessionAttributes
+from .emulate import emulate_all, with_dml_first
+from .exceptions import raises_onnxruntime_errors
+from .free_dims import outputs_for_inputs, with_free_dimension_overrides
 from .iobinding import (
     IOBinding,
     as_array,
@@ -33,11 +35,9 @@ from .iobinding import (
     to_ortvalue,
 )
 from .model_config import options_from_model, reads_config_from_model
-from .model_source import LoadedModel, ModelSource, load_model, typed_outputs
-from .ort_support import terminated
 from .profiling import SessionProfiler, check_prefix
 from .providers import normalize_providers, unknown_provider_error
-from .record import RunRecord
+from .real import optimizers_disabled, pybind_state
 from .session_args import (
     NO_MODEL_VERSION,
     disabled_optimizers,
@@ -502,7 +502,7 @@ class InferenceSession(OrtSessionAttributes):
         fill_fetches(fetches, self.run(list(fetch_names), values, run_options))
 
     def io_binding(self) -> IOBinding:
-        """An :class:`~dmlshim.execute.iobinding.IOBinding` for :meth:`run_with_iobinding`."""
+        """An :class:`~dmlshim.ort.iobinding.IOBinding` for :meth:`run_with_iobinding`."""
         return IOBinding(self)
 
     @raises_onnxruntime_errors(RuntimeError, pybind_state.Fail)
@@ -553,7 +553,7 @@ class InferenceSession(OrtSessionAttributes):
         """Write the session's one profile file and return its name ('' if profiling is off or ended).
 
         The file covers the whole model: onnxruntime's events for the CPU partitions' nodes and dmlshim's
-        for each emulated node (Chrome trace format; see :mod:`dmlshim.execute.profiling`).
+        for each emulated node (Chrome trace format; see :mod:`dmlshim.ort.profiling`).
         """
         if self._profiler is None:
             return ""

@@ -35,8 +35,8 @@ import onnx
 from onnx import helper
 
 from ..errors import BadInputError
+from ..execute.record import PLACEMENT_DML
 from .providers import CPU_EP, DML_EP
-from .record import PLACEMENT_DML
 from .session_options import write_session_file
 
 logger = logging.getLogger(__name__)

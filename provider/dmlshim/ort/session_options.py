@@ -6,7 +6,7 @@ of them unchanged: ``optimized_model_filepath`` would be written once per partit
 fragment) and profiling would give one file per partition. Instead:
 
 * the engine's onnxruntime sessions get a copy of the options without ``optimized_model_filepath``, and
-  with profiling redirected to a private folder that :mod:`dmlshim.execute.profiling` merges from;
+  with profiling redirected to a private folder that :mod:`dmlshim.ort.profiling` merges from;
 * ``optimized_model_filepath`` is honoured by one onnxruntime CPU session over the *whole* model, built
   with the caller's own options, whose output is then written to the path through the careful writer.
 """
@@ -25,7 +25,7 @@ import onnxruntime as ort
 from ..errors import BadInputError
 from ..fileio import files
 from ..model.modelcheck import ort_load_error
-from ..ort.real import OrtInferenceSession
+from .real import OrtInferenceSession
 
 logger = logging.getLogger(__name__)
 
