@@ -329,7 +329,7 @@ def test_decode_error_after_shape_inference(
 def test_memory_error_says_what_ran_out(
     tmp_path: Path, feeds: Path, monkeypatch: pytest.MonkeyPatch, exc: MemoryError
 ) -> None:
-    from dmlshim.execute import session
+    from dmlshim.ort import session
 
     def exhausted(self: object) -> None:
         raise exc

@@ -166,7 +166,7 @@ def test_a_property_the_installed_onnxruntime_lacks_is_not_copied(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """onnxruntime before 1.23 has no ``use_per_session_threads``: copying must skip what is missing."""
-    from dmlshim.execute import session_options
+    from dmlshim.ort import session_options
 
     missing = "a_property_onnxruntime_does_not_have"
     assert not hasattr(onnxruntime.SessionOptions(), missing)
