@@ -16,7 +16,7 @@ from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
 from ..errors import BadInputError, DmlShimError, NotSupportedError, guard_resources
 from ..execute.added_initializers import added_initializers, with_initializers
 from ..execute.engine import Engine, EngineConfig, get_engine_factory
-from ..execute.feeds import FeedValidator, ModelMetadata, NodeArg, node_arg
+from ..execute.feeds import FeedValidator, ModelMetadata, node_arg
 from ..execute.model_source import LoadedModel, ModelSource, load_model, typed_outputs
 from ..execute.ort_support import terminated
 from ..execute.record import RunRecord
@@ -46,27 +46,19 @@ from .session_args import (
     parse_index_mode,
     resolve_engine,
 )
-from .session_info import (
-    EpAssignedSubgraph,
-    cpu_ep_device,
-    cpu_memory_info,
-    graph_assignment,
-    graph_assignment_not_recorded,
-)
 from .session_options import (
-    GRAPH_ASSIGNMENT_KEY,
     check_session_options,
-    config_entry,
     engine_options,
     write_optimized_model,
 )
+from .session_queries import SessionQueries
 
 __all__ = ["InferenceSession", "LoadedModel", "ModelSource", "load_model"]
 
 logger = logging.getLogger(__name__)
 
 
-class InferenceSession(OrtSessionAttributes):
+class InferenceSession(SessionQueries, OrtSessionAttributes):
     """Runs an ONNX model with its gather/scatter nodes executed as DirectML executes them.
 
     A drop-in for ``onnxruntime.InferenceSession``: same constructor, same methods (see
@@ -91,8 +83,9 @@ class InferenceSession(OrtSessionAttributes):
         index_mode: keyword-only; ``"error"`` (an out-of-range index raises ``IndexOutOfRangeError``, as
             ONNX says) or ``"clamp"`` (clamped into range, a stand-in for DirectML's undefined results).
         **kwargs: onnxruntime's ``enable_fallback`` and ``read_config_from_model`` (also read from
-            ``ORT_LOAD_CONFIG_FROM_MODEL``, as onnxruntime); ``disabled_optimizers`` raises
-            ``NotSupportedError``.
+            ``ORT_LOAD_CONFIG_FROM_MODEL``, as onnxruntime) and ``disabled_optimizers`` (left out of every
+            onnxruntime session dmlshim builds); other keywords onnxruntime ignores are ignored with a
+            warning.
 
     Raises:
         BadModelError: the model cannot be read or onnxruntime rejects it.
@@ -267,40 +260,6 @@ class InferenceSession(OrtSessionAttributes):
 
     # --- model description -------------------------------------------------------------------------
 
-    def get_inputs(self) -> list[NodeArg]:
-        """The graph inputs a caller feeds (initializers excluded), like onnxruntime's ``NodeArg`` list."""
-        return list(self._inputs)
-
-    def get_outputs(self) -> list[NodeArg]:
-        """The graph outputs, in graph order."""
-        return list(self._outputs)
-
-    def get_overridable_initializers(self) -> list[NodeArg]:
-        """Graph inputs that have an initializer as default value (may be fed or left out)."""
-        return list(self._overridable)
-
-    def get_modelmeta(self) -> ModelMetadata:
-        """The model's metadata: producer, graph name, domain, description, version, custom map."""
-        return self._meta
-
-    def get_session_options(self) -> Any:
-        """The ``SessionOptions`` the session was created with (onnxruntime's defaults when none)."""
-        return self._sess_options if self._sess_options is not None else ort.SessionOptions()
-
-    def get_input_memory_infos(self) -> list[Any]:
-        """Where each input lives: CPU memory (``OrtMemoryInfo``)."""
-        return [cpu_memory_info() for _ in self._inputs]
-
-    def get_output_memory_infos(self) -> list[Any]:
-        """Where each output lives: CPU memory (``OrtMemoryInfo``)."""
-        return [cpu_memory_info() for _ in self._outputs]
-
-    def get_input_epdevices(self) -> list[Any]:
-        """onnxruntime's CPU ``OrtEpDevice`` for each input (dmlshim reads every input on the CPU); needs
-        onnxruntime 1.23 or newer, as in onnxruntime."""
-        device = cpu_ep_device()
-        return [device for _ in self._inputs]
-
     # --- providers ---------------------------------------------------------------------------------
 
     def get_providers(self) -> list[str]:
@@ -308,10 +267,6 @@ class InferenceSession(OrtSessionAttributes):
         if self._engine.name == "directml":
             return list(self._engine.get_providers())
         return list(self._choice.names)
-
-    def get_provider_options(self) -> dict[str, dict[str, str]]:
-        """Each provider's options (string keys and values), as given."""
-        return self._choice.as_dict()
 
     @raises_onnxruntime_errors()
     def set_providers(
@@ -335,41 +290,6 @@ class InferenceSession(OrtSessionAttributes):
         self._choice = choice
         with optimizers_disabled(self._disabled_optimizers):
             self._engine = self._build_engine()
-
-    @raises_onnxruntime_errors()
-    def get_provider_graph_assignment_info(self) -> list[EpAssignedSubgraph]:
-        """Which provider runs each top-level node, as planned when the session was built.
-
-        Needs the session config entry ``session.record_ep_graph_assignment_info`` set to ``"1"``, as in
-        onnxruntime. Emulated gather/scatter nodes are on ``DmlExecutionProvider``; see
-        ``last_run_record`` for what each run actually did.
-        """
-        if config_entry(self._sess_options, GRAPH_ASSIGNMENT_KEY) != "1":
-            raise graph_assignment_not_recorded(GRAPH_ASSIGNMENT_KEY)
-        emulated = getattr(self._engine, "emulated_nodes", ())
-        return graph_assignment(self._loaded.proto, frozenset(emulated))
-
-    def disable_fallback(self) -> None:
-        """Kept for onnxruntime compatibility: dmlshim never retries a run on other providers."""
-        self._fallback_enabled = False
-
-    def enable_fallback(self) -> None:
-        """Kept for onnxruntime compatibility: an emulation error is raised, never hidden by a retry."""
-        self._fallback_enabled = True
-
-    def set_ep_dynamic_options(self, options: Mapping[str, str]) -> None:
-        """Accepted and ignored, as onnxruntime's CPU provider does: the emulation has no dynamic options."""
-        logger.debug("set_ep_dynamic_options ignored: %s", dict(options))
-
-    def get_tuning_results(self) -> list[Any]:
-        """No tunable kernels: always ``[]``, as onnxruntime's CPU provider."""
-        return []
-
-    def set_tuning_results(self, results: Any, *, error_on_invalid: bool = False) -> None:
-        """Accepted and ignored: there are no tunable kernels to tune."""
-
-    def release_captured_graph(self, graph_annotation_id: int = 0) -> None:
-        """Nothing to release: no graph is captured (as onnxruntime's CPU provider)."""
 
     # --- running -----------------------------------------------------------------------------------
 

@@ -1,0 +1,115 @@
+"""What an ``InferenceSession`` reports about itself and the calls onnxruntime keeps for other providers:
+inputs, outputs, metadata, options, memory infos and devices, provider options, graph assignment, and the
+fallback / tuning / captured-graph calls, answered as onnxruntime's CPU provider answers them."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import onnxruntime as ort
+
+from ..execute.engine import Engine
+from ..execute.feeds import ModelMetadata, NodeArg
+from ..execute.model_source import LoadedModel
+from .exceptions import raises_onnxruntime_errors
+from .providers import ProviderChoice
+from .session_info import (
+    EpAssignedSubgraph,
+    cpu_ep_device,
+    cpu_memory_info,
+    graph_assignment,
+    graph_assignment_not_recorded,
+)
+from .session_options import GRAPH_ASSIGNMENT_KEY, config_entry
+
+logger = logging.getLogger(__name__)
+
+
+class SessionQueries:
+    """The part of :class:`dmlshim.InferenceSession` that reports what the session holds (a mixin: the
+    session sets these attributes when it is built)."""
+
+    _inputs: tuple[NodeArg, ...]
+    _outputs: tuple[NodeArg, ...]
+    _overridable: tuple[NodeArg, ...]
+    _meta: ModelMetadata
+    _sess_options: Any
+    _choice: ProviderChoice
+    _engine: Engine
+    _loaded: LoadedModel
+    _fallback_enabled: bool
+
+    def get_inputs(self) -> list[NodeArg]:
+        """The graph inputs a caller feeds (initializers excluded), like onnxruntime's ``NodeArg`` list."""
+        return list(self._inputs)
+
+    def get_outputs(self) -> list[NodeArg]:
+        """The graph outputs, in graph order."""
+        return list(self._outputs)
+
+    def get_overridable_initializers(self) -> list[NodeArg]:
+        """Graph inputs that have an initializer as default value (may be fed or left out)."""
+        return list(self._overridable)
+
+    def get_modelmeta(self) -> ModelMetadata:
+        """The model's metadata: producer, graph name, domain, description, version, custom map."""
+        return self._meta
+
+    def get_session_options(self) -> Any:
+        """The ``SessionOptions`` the session was created with (onnxruntime's defaults when none)."""
+        return self._sess_options if self._sess_options is not None else ort.SessionOptions()
+
+    def get_input_memory_infos(self) -> list[Any]:
+        """Where each input lives: CPU memory (``OrtMemoryInfo``)."""
+        return [cpu_memory_info() for _ in self._inputs]
+
+    def get_output_memory_infos(self) -> list[Any]:
+        """Where each output lives: CPU memory (``OrtMemoryInfo``)."""
+        return [cpu_memory_info() for _ in self._outputs]
+
+    def get_input_epdevices(self) -> list[Any]:
+        """onnxruntime's CPU ``OrtEpDevice`` for each input (dmlshim reads every input on the CPU); needs
+        onnxruntime 1.23 or newer, as in onnxruntime."""
+        device = cpu_ep_device()
+        return [device for _ in self._inputs]
+
+    def get_provider_options(self) -> dict[str, dict[str, str]]:
+        """Each provider's options (string keys and values), as given."""
+        return self._choice.as_dict()
+
+    @raises_onnxruntime_errors()
+    def get_provider_graph_assignment_info(self) -> list[EpAssignedSubgraph]:
+        """Which provider runs each top-level node, as planned when the session was built.
+
+        Needs the session config entry ``session.record_ep_graph_assignment_info`` set to ``"1"``, as in
+        onnxruntime. Emulated gather/scatter nodes are on ``DmlExecutionProvider``; see
+        ``last_run_record`` for what each run actually did.
+        """
+        if config_entry(self._sess_options, GRAPH_ASSIGNMENT_KEY) != "1":
+            raise graph_assignment_not_recorded(GRAPH_ASSIGNMENT_KEY)
+        emulated = getattr(self._engine, "emulated_nodes", ())
+        return graph_assignment(self._loaded.proto, frozenset(emulated))
+
+    def disable_fallback(self) -> None:
+        """Kept for onnxruntime compatibility: dmlshim never retries a run on other providers."""
+        self._fallback_enabled = False
+
+    def enable_fallback(self) -> None:
+        """Kept for onnxruntime compatibility: an emulation error is raised, never hidden by a retry."""
+        self._fallback_enabled = True
+
+    def set_ep_dynamic_options(self, options: Mapping[str, str]) -> None:
+        """Accepted and ignored, as onnxruntime's CPU provider does: the emulation has no dynamic options."""
+        logger.debug("set_ep_dynamic_options ignored: %s", dict(options))
+
+    def get_tuning_results(self) -> list[Any]:
+        """No tunable kernels: always ``[]``, as onnxruntime's CPU provider."""
+        return []
+
+    def set_tuning_results(self, results: Any, *, error_on_invalid: bool = False) -> None:
+        """Accepted and ignored: there are no tunable kernels to tune."""
+
+    def release_captured_graph(self, graph_annotation_id: int = 0) -> None:
+        """Nothing to release: no graph is captured (as onnxruntime's CPU provider)."""
