@@ -18,39 +18,13 @@ from .errors import (
     UnsupportedNodeError,
     ValidationMismatchError,
 )
+from .ort.names import ORT_API_NAMES
 
 __version__ = "0.1.0"
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
-_ORT_API = (
-    "ExecutionMode",
-    "ExecutionOrder",
-    "GraphOptimizationLevel",
-    "IOBinding",
-    "ModelMetadata",
-    "NodeArg",
-    "ORT_VERSION",
-    "OrtAllocatorType",
-    "OrtDevice",
-    "OrtMemType",
-    "OrtMemoryInfo",
-    "OrtSparseFormat",
-    "OrtValue",
-    "RunOptions",
-    "SessionOptions",
-    "SparseTensor",
-    "disable_telemetry_events",
-    "enable_telemetry_events",
-    "get_all_providers",
-    "get_available_providers",
-    "get_build_info",
-    "get_device",
-    "get_version_string",
-    "set_default_logger_severity",
-    "set_default_logger_verbosity",
-    "set_seed",
-)
+_ORT_API = ORT_API_NAMES
 """onnxruntime's module-level names, from :mod:`dmlshim.ort.api`, so ``import dmlshim as ort`` works."""
 
 if TYPE_CHECKING:

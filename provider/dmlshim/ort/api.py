@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import onnxruntime as _ort
 
-from ..execute.feeds import ModelMetadata, NodeArg
-from .iobinding import IOBinding
+from ..execute.feeds import ModelMetadata as ModelMetadata
+from ..execute.feeds import NodeArg as NodeArg
+from .iobinding import IOBinding as IOBinding
+from .names import ORT_API_NAMES
 from .providers import CPU_EP, DML_EP, available_providers
 
 SessionOptions = _ort.SessionOptions
@@ -61,31 +63,4 @@ def get_build_info() -> str:
     return f"dmlshim DirectML emulation over onnxruntime: {_ort.get_build_info()}"
 
 
-__all__ = [
-    "ORT_VERSION",
-    "ExecutionMode",
-    "ExecutionOrder",
-    "GraphOptimizationLevel",
-    "IOBinding",
-    "ModelMetadata",
-    "NodeArg",
-    "OrtAllocatorType",
-    "OrtDevice",
-    "OrtMemType",
-    "OrtMemoryInfo",
-    "OrtSparseFormat",
-    "OrtValue",
-    "RunOptions",
-    "SessionOptions",
-    "SparseTensor",
-    "disable_telemetry_events",
-    "enable_telemetry_events",
-    "get_all_providers",
-    "get_available_providers",
-    "get_build_info",
-    "get_device",
-    "get_version_string",
-    "set_default_logger_severity",
-    "set_default_logger_verbosity",
-    "set_seed",
-]
+__all__ = list(ORT_API_NAMES)
