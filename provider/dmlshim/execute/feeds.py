@@ -17,8 +17,7 @@ from onnx import helper
 from ..errors import BadInputError
 from ..fileio.npz import load_npz as load_npz
 from ..fileio.npz import save_npz as save_npz
-from ..ort.exceptions import with_onnxruntime_class
-from ..ort.real import pybind_state
+from ..ort.exceptions import check_failure_class, with_onnxruntime_class
 
 logger = logging.getLogger(__name__)
 
@@ -285,7 +284,7 @@ def _checked_ortvalue(check: _InputCheck, value: Any) -> Any:
 def _refused_object(check: _InputCheck, value: Any) -> BadInputError:
     """onnxruntime's run takes an array, a list or an OrtValue and raises RuntimeError for anything else (a
     Python or numpy scalar, a tuple, a string, a torch tensor); None reaches its kernel as a missing input
-    (Fail). A program must not pass here and fail there."""
+    (onnxruntime's failed-check class). A program must not pass here and fail there."""
     error = BadInputError(
         f"input {check.name!r} is fed a {type(value).__module__}.{type(value).__qualname__}, "
         "which onnxruntime's run refuses (it takes a numpy array, a list or an OrtValue); feed "
@@ -294,7 +293,7 @@ def _refused_object(check: _InputCheck, value: Any) -> BadInputError:
         value=type(value).__qualname__,
         rule="a tensor feed is a numpy array, a list or an OrtValue, as onnxruntime takes it",
     )
-    return with_onnxruntime_class(error, pybind_state.Fail if value is None else RuntimeError)
+    return with_onnxruntime_class(error, check_failure_class() if value is None else RuntimeError)
 
 
 def _as_array(check: _InputCheck, value: list[Any] | Mapping[Any, Any]) -> np.ndarray:

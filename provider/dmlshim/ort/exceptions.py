@@ -97,9 +97,39 @@ def _has_decode_cause(exc: BaseException) -> bool:
     return False
 
 
-_INDEX_ERROR_CLASS = {"GatherElements": "Fail"}
-"""Ops whose out-of-range index onnxruntime's CPU kernel reports with another class than InvalidArgument
-(GatherElements enforces its range check: Fail)."""
+_CHECK_FAILED_OPS = frozenset({"GatherElements"})
+"""Ops whose out-of-range index onnxruntime's CPU kernel reports as a failed internal check rather than
+InvalidArgument (GatherElements enforces its range check): see :func:`check_failure_class`."""
+
+
+@functools.cache
+def check_failure_class() -> type[BaseException]:
+    """The class onnxruntime raises when one of its internal checks fails (a kernel's ``ORT_ENFORCE`` at
+    run time, a file missing while the session initializes): ``Fail`` in recent versions,
+    ``RuntimeException`` in 1.24 and older. Asked once of the installed onnxruntime itself, with a
+    GatherElements given an out-of-range index."""
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    from .real import OrtInferenceSession
+
+    graph = helper.make_graph(
+        [helper.make_node("GatherElements", ["x", "i"], ["y"], axis=0)],
+        "dmlshim_check_failure_probe",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]),
+            helper.make_tensor_value_info("i", TensorProto.INT64, [1]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=10)
+    try:
+        session = OrtInferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        session.run(None, {"x": np.zeros(2, np.float32), "i": np.array([5], np.int64)})
+    except Exception as exc:  # the answer is whichever onnxruntime class it raised
+        if isinstance(exc, _ort_classes()):
+            return type(exc)
+    return _ort_class("Fail")  # no answer: the class recent onnxruntime versions raise
 
 _NOT_A_MODEL = ("not a serialized onnx model", "not a readable onnx model", "not an onnx model", "empty")
 
@@ -128,15 +158,15 @@ def onnxruntime_class(exc: DmlShimError) -> type[BaseException]:
         return from_ort
     if isinstance(exc, OutOfMemoryError):
         return _ort_class("RuntimeException")
-    if isinstance(exc, IndexOutOfRangeError) and exc.op_type in _INDEX_ERROR_CLASS:
-        return _ort_class(_INDEX_ERROR_CLASS[exc.op_type])
+    if isinstance(exc, IndexOutOfRangeError) and exc.op_type in _CHECK_FAILED_OPS:
+        return check_failure_class()
     if isinstance(exc, BadInputError):
         return _ort_class("InvalidArgument")
     if isinstance(exc, BadModelError):
         if exc.path is not None and not os.path.lexists(exc.path):
             return _ort_class("NoSuchFile")
         if isinstance(exc.__cause__, FileNotFoundError):  # the model is there, a file it names is not
-            return _ort_class("Fail")
+            return check_failure_class()
         if _has_decode_cause(exc) or any(t in exc.message.lower() for t in _NOT_A_MODEL):
             return _ort_class("InvalidProtobuf")
         return _ort_class("InvalidGraph")
