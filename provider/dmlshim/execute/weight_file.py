@@ -205,28 +205,42 @@ def _copy_field(f: BinaryIO, start: int, wire: int, end: int) -> bytes:
     return f.read(stop - start)
 
 
-def _weightless_graph(f: BinaryIO, end: int, model_name: str, min_bytes: int, moved: list[str]) -> bytes:
+def _rewritten(f: BinaryIO, end: int, field_number: int, rewrite: Callable[[int], bytes | None]) -> bytes:
+    """The bytes of [tell, end) with every length-delimited field ``field_number`` replaced by what
+    ``rewrite(stop)`` returns (called with the file at the field's payload, ``stop`` its end; None keeps
+    the field as it is) and every other field copied: the copying twin of :func:`_messages`."""
     out = bytearray()
     while f.tell() < end:
         start = f.tell()
         tag = _varint(f)
         field, wire = tag >> 3, tag & 7
-        if field == _GRAPH_INITIALIZER and wire == _LEN:
+        if field == field_number and wire == _LEN:
             length = _varint(f)
             stop = f.tell() + length
             if stop > end:
-                raise _WireError("an initializer overruns its graph")
-            ref = _reference(f, stop, model_name, min_bytes)
-            if ref is not None:
-                out += _length_delimited(_GRAPH_INITIALIZER, ref.SerializeToString())
-                moved.append(ref.name)
+                raise _WireError(f"field {field_number} overruns its message")
+            payload = rewrite(stop)
+            if payload is not None:
+                out += _length_delimited(field_number, payload)
+                f.seek(stop)
                 continue
             f.seek(start)
             _varint(f)
         out += _copy_field(f, start, wire, end)
     if f.tell() != end:
-        raise _WireError("the graph overruns its length")
+        raise _WireError("a field overruns its message")
     return bytes(out)
+
+
+def _weightless_graph(f: BinaryIO, end: int, model_name: str, min_bytes: int, moved: list[str]) -> bytes:
+    def initializer(stop: int) -> bytes | None:
+        ref = _reference(f, stop, model_name, min_bytes)
+        if ref is None:
+            return None
+        moved.append(ref.name)
+        return ref.SerializeToString()
+
+    return _rewritten(f, end, _GRAPH_INITIALIZER, initializer)
 
 
 def read_weightless(
@@ -242,31 +256,21 @@ def read_weightless(
     """
     name = os.path.basename(os.fspath(path))
     moved: list[str] = []
-    out = bytearray()
-    graphs = 0
+    graphs: list[int] = []
+
+    def graph(f: BinaryIO, stop: int) -> bytes:
+        graphs.append(stop)
+        if stop - f.tell() >= WALK_MIN_GRAPH_BYTES:
+            return _weightless_graph(f, stop, name, min_bytes, moved)
+        return f.read(stop - f.tell())
+
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
-            while f.tell() < size:
-                start = f.tell()
-                tag = _varint(f)
-                field, wire = tag >> 3, tag & 7
-                if field == _MODEL_GRAPH and wire == _LEN:
-                    length = _varint(f)
-                    stop = f.tell() + length
-                    if stop > size:
-                        raise _WireError("the graph overruns the file")
-                    graphs += 1
-                    if length >= WALK_MIN_GRAPH_BYTES:
-                        graph = _weightless_graph(f, stop, name, min_bytes, moved)
-                    else:
-                        graph = f.read(length)
-                    out += _length_delimited(_MODEL_GRAPH, graph)
-                    continue
-                out += _copy_field(f, start, wire, size)
-        if graphs != 1:
+            out = _rewritten(f, size, _MODEL_GRAPH, lambda stop: graph(f, stop))
+        if len(graphs) != 1:
             return None  # none (onnx says so), or several (protobuf merges them): onnx reads it
-        return onnx.ModelProto.FromString(bytes(out)), frozenset(moved)
+        return onnx.ModelProto.FromString(out), frozenset(moved)
     except (OSError, _WireError, ValueError, DecodeError) as exc:
         logger.debug("%s not read weightless (%s); onnx reads it", path, exc)
         return None
