@@ -64,8 +64,9 @@ class Prepared:
 def exporter_missing(python: str) -> str | None:
     """Why ``python`` cannot export (torch or transformers not importable), or None when it can."""
     try:
-        done = subprocess.run([python, "-c", "import torch, transformers"], capture_output=True, text=True,
-                              timeout=300)
+        done = subprocess.run(
+            [python, "-c", "import torch, transformers"], capture_output=True, text=True, timeout=300
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"{python}: {exc}"
     if done.returncode == 0:
@@ -92,13 +93,23 @@ def prepare(
     ``export_python`` lacks torch or transformers. Every export runs in its own process."""
     reason = exporter_missing(export_python)
     if reason is not None:
-        log(f"torch + transformers not available in {export_python} ({reason}); measuring the hand-built "
+        log(
+            f"torch + transformers not available in {export_python} ({reason}); measuring the hand-built "
             f"decoder step ({fallback}, bench/realistic_models.py) instead. Install the export extra "
-            "(pip install '.[export]') into some Python and pass it as --export-python.")
+            "(pip install '.[export]') into some Python and pass it as --export-python."
+        )
         config = FALLBACKS[fallback]
         model, feeds = realistic.prepare(config, workdir, external)
-        return [Prepared(f"hand-built-{fallback}", f"hand-built decoder step, {config}", model, feeds,
-                         "hand-built", _size_mb(model))]
+        return [
+            Prepared(
+                f"hand-built-{fallback}",
+                f"hand-built decoder step, {config}",
+                model,
+                feeds,
+                "hand-built",
+                _size_mb(model),
+            )
+        ]
     prepared = []
     for name in names:
         ext = external or name in EXTERNAL
@@ -112,7 +123,9 @@ def prepare(
                 raise RuntimeError(f"exporting {name} failed ({done.returncode}):\n{done.stderr[-3000:]}")
             info.write_text(done.stdout.strip().splitlines()[-1] + "\n", encoding="utf-8")
         described = json.loads(info.read_text(encoding="utf-8"))
-        prepared.append(Prepared(name, described["description"], model, feeds, "transformers", _size_mb(model)))
+        prepared.append(
+            Prepared(name, described["description"], model, feeds, "transformers", _size_mb(model))
+        )
     return prepared
 
 
@@ -126,50 +139,86 @@ def measure(item: Prepared, args: argparse.Namespace) -> dict[str, Any]:
         row: dict[str, Any] = {}
         for side in realistic.SIDES if r % 2 == 0 else realistic.SIDES[::-1]:
             out = workdir / f"out_{side}.npz"
-            row[side] = realistic._measure([py, child, "--child", side, model, feeds, str(args.runs), str(out)])
+            row[side] = realistic._measure(
+                [py, child, "--child", side, model, feeds, str(args.runs), str(out)]
+            )
         diff = realistic._max_diff(workdir / "out_dmlshim.npz", workdir / "out_ort.npz")
         if not args.skip_validate:
-            row["validate"] = realistic._measure([py, "-m", "dmlshim", "validate", model, "--inputs", feeds, "-q"])
+            row["validate"] = realistic._measure(
+                [py, "-m", "dmlshim", "validate", model, "--inputs", feeds, "-q"]
+            )
             row["ort_once"] = realistic._measure([py, "-c", realistic._ORT_VALIDATE, model, feeds])
             row["ort_twice"] = realistic._measure([py, "-c", realistic._ORT_VALIDATE, model, feeds, "twice"])
         repeats.append(row)
         args.log(f"{item.name} repeat {r + 1}: " + json.dumps(realistic._ratios(row)))
     return {
-        "model": item.name, "description": item.description, "source": item.source,
-        "megabytes": item.megabytes, "file": model, "repeats": repeats,
-        "ratios": [realistic._ratios(row) for row in repeats], "max_abs_diff": diff,
+        "model": item.name,
+        "description": item.description,
+        "source": item.source,
+        "megabytes": item.megabytes,
+        "file": model,
+        "repeats": repeats,
+        "ratios": [realistic._ratios(row) for row in repeats],
+        "max_abs_diff": diff,
     }
 
 
 def summary(results: Sequence[dict[str, Any]]) -> str:
     """One line per model: median ratios over the repeats, the dmlshim path and the largest difference."""
-    keys = ("build", "first_run", "run_p50", "peak_rss", "validate_wall_vs_ort_once",
-            "validate_rss_vs_ort_once", "validate_wall_vs_ort_twice", "validate_rss_vs_ort_twice")
+    keys = (
+        "build",
+        "first_run",
+        "run_p50",
+        "peak_rss",
+        "validate_wall_vs_ort_once",
+        "validate_rss_vs_ort_once",
+        "validate_wall_vs_ort_twice",
+        "validate_rss_vs_ort_twice",
+    )
     present = [k for k in keys if all(k in r for res in results for r in res["ratios"])]
-    lines = ["| model | MB | " + " | ".join(present) + " | dmlshim path | max abs diff |",
-             "| --- | ---: |" + " ---: |" * len(present) + " --- | ---: |"]
+    lines = [
+        "| model | MB | " + " | ".join(present) + " | dmlshim path | max abs diff |",
+        "| --- | ---: |" + " ---: |" * len(present) + " --- | ---: |",
+    ]
     for res in results:
         med = [statistics.median(r[k] for r in res["ratios"]) for k in present]
         paths = sorted({str(row["dmlshim"].get("path")) for row in res["repeats"]})
-        lines.append(f"| {res['description']} | {res['megabytes']:.0f} | "
-                     + " | ".join(f"{m:.2f}x" for m in med) + f" | {', '.join(paths)} | {res['max_abs_diff']} |")
+        lines.append(
+            f"| {res['description']} | {res['megabytes']:.0f} | "
+            + " | ".join(f"{m:.2f}x" for m in med)
+            + f" | {', '.join(paths)} | {res['max_abs_diff']} |"
+        )
     return "\n".join(lines)
 
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
     """The command line (see the module docstring)."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
-    parser.add_argument("--export-python", default=os.environ.get("DMLSHIM_EXPORT_PYTHON", sys.executable),
-                        help="a Python with torch and transformers (the export extra)")
-    parser.add_argument("--external", action="store_true",
-                        help="every model's weights in an external-data file (the Llama step always)")
-    parser.add_argument("--fallback", choices=sorted(FALLBACKS), default="gpt2-small",
-                        help="configuration of the hand-built step measured when torch is missing")
+    parser.add_argument(
+        "--export-python",
+        default=os.environ.get("DMLSHIM_EXPORT_PYTHON", sys.executable),
+        help="a Python with torch and transformers (the export extra)",
+    )
+    parser.add_argument(
+        "--external",
+        action="store_true",
+        help="every model's weights in an external-data file (the Llama step always)",
+    )
+    parser.add_argument(
+        "--fallback",
+        choices=sorted(FALLBACKS),
+        default="gpt2-small",
+        help="configuration of the hand-built step measured when torch is missing",
+    )
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--runs", type=int, default=10, help="steady runs per side (p50)")
     parser.add_argument("--skip-validate", action="store_true")
-    parser.add_argument("--prepare-only", action="store_true", help="export or generate, print the files, stop")
+    parser.add_argument(
+        "--prepare-only", action="store_true", help="export or generate, print the files, stop"
+    )
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "dmlshim-bench-realistic"))
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(list(argv))
@@ -183,8 +232,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.log = lambda message: print(message, file=sys.stderr, flush=True)
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    items = prepare(args.models, workdir, args.export_python, external=args.external, fallback=args.fallback,
-                    log=args.log)
+    items = prepare(
+        args.models, workdir, args.export_python, external=args.external, fallback=args.fallback, log=args.log
+    )
     if args.prepare_only:
         print(json.dumps([{k: str(v) for k, v in vars(item).items()} for item in items], indent=1))
         return 0

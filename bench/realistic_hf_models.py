@@ -95,8 +95,11 @@ def gpt2_step(past: int = 127) -> Export:
             else:
                 cache = DynamicCache(pairs, config=config)
             out = self.model(
-                input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                past_key_values=cache, use_cache=True,
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                past_key_values=cache,
+                use_cache=True,
             )
             present: list[Any] = []
             for layer in out.past_key_values.layers:
@@ -119,8 +122,13 @@ def gpt2_step(past: int = 127) -> Export:
         axes[name] = {0: "batch_size", 2: "past_sequence_length"}
     for name in _cache_names(layers, "present"):
         axes[name] = {0: "batch_size", 2: "total_sequence_length"}
-    return Export(Step(), inputs, ["logits", *_cache_names(layers, "present")], axes,
-                  f"GPT-2 small decode step, {past}-token past")
+    return Export(
+        Step(),
+        inputs,
+        ["logits", *_cache_names(layers, "present")],
+        axes,
+        f"GPT-2 small decode step, {past}-token past",
+    )
 
 
 def bert_base(batch: int = 4, sequence: int = 128) -> Export:
@@ -139,18 +147,25 @@ def bert_base(batch: int = 4, sequence: int = 128) -> Export:
             self.model = model
 
         def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
-            out = self.model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+            out = self.model(
+                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+            )
             return out.last_hidden_state, out.pooler_output
 
     mask = torch.ones(batch, sequence, dtype=torch.int64)
-    mask[-1, sequence - sequence // 4:] = 0  # right padding on the last row
+    mask[-1, sequence - sequence // 4 :] = 0  # right padding on the last row
     types = torch.zeros(batch, sequence, dtype=torch.int64)
-    types[:, sequence // 2:] = 1
-    inputs = {"input_ids": _ids(rng, config.vocab_size, batch, sequence), "attention_mask": mask,
-              "token_type_ids": types}
+    types[:, sequence // 2 :] = 1
+    inputs = {
+        "input_ids": _ids(rng, config.vocab_size, batch, sequence),
+        "attention_mask": mask,
+        "token_type_ids": types,
+    }
     axes = {0: "batch_size", 1: "sequence_length"}
     return Export(
-        Forward(), inputs, ["last_hidden_state", "pooler_output"],
+        Forward(),
+        inputs,
+        ["last_hidden_state", "pooler_output"],
         {**{n: axes for n in (*inputs, "last_hidden_state")}, "pooler_output": {0: "batch_size"}},
         f"BERT-base, {batch} x {sequence} tokens",
     )
@@ -165,8 +180,13 @@ def llama_static(layers: int = 6, hidden: int = 768, past: int = 127, cache_len:
 
     rng = _seed(4)
     config = LlamaConfig(
-        vocab_size=32000, hidden_size=hidden, intermediate_size=2048, num_hidden_layers=layers,
-        num_attention_heads=12, num_key_value_heads=12, max_position_embeddings=2048,
+        vocab_size=32000,
+        hidden_size=hidden,
+        intermediate_size=2048,
+        num_hidden_layers=layers,
+        num_attention_heads=12,
+        num_key_value_heads=12,
+        max_position_embeddings=2048,
     )
     model = LlamaForCausalLM(config).eval()
     kv_heads, head_dim = config.num_key_value_heads, hidden // config.num_attention_heads
@@ -189,8 +209,11 @@ def llama_static(layers: int = 6, hidden: int = 768, past: int = 127, cache_len:
                 layer.keys, layer.values = k.clone(), v.clone()  # the caller's buffers stay untouched
                 layer.cumulative_length = cache_position[0].clone()
             out = self.model(
-                input_ids=input_ids, cache_position=cache_position, position_ids=cache_position.unsqueeze(0),
-                past_key_values=cache, use_cache=True,
+                input_ids=input_ids,
+                cache_position=cache_position,
+                position_ids=cache_position.unsqueeze(0),
+                past_key_values=cache,
+                use_cache=True,
             )
             present: list[Any] = []
             for layer in cache.layers:
@@ -205,8 +228,13 @@ def llama_static(layers: int = 6, hidden: int = 768, past: int = 127, cache_len:
         buf = _randn(rng, 1, kv_heads, cache_len, head_dim)
         buf[:, :, past:] = 0  # positions not yet written are zeros, as in a fresh static cache
         inputs[name] = buf
-    return Export(Step(), inputs, ["logits", *_cache_names(layers, "new_cache")], {},
-                  f"Llama-style static-cache step, {layers} layers x {hidden}, {past}-token past of {cache_len}")
+    return Export(
+        Step(),
+        inputs,
+        ["logits", *_cache_names(layers, "new_cache")],
+        {},
+        f"Llama-style static-cache step, {layers} layers x {hidden}, {past}-token past of {cache_len}",
+    )
 
 
 MODELS: dict[str, Callable[[], Export]] = {"gpt2": gpt2_step, "bert": bert_base, "llama": llama_static}
@@ -243,8 +271,13 @@ def export(name: str, out_dir: Path, external: bool) -> dict[str, Any]:
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
         torch.onnx.export(
-            built.module, tuple(built.inputs.values()), str(tmp), dynamo=False, opset_version=OPSET,
-            input_names=list(built.inputs), output_names=built.output_names,
+            built.module,
+            tuple(built.inputs.values()),
+            str(tmp),
+            dynamo=False,
+            opset_version=OPSET,
+            input_names=list(built.inputs),
+            output_names=built.output_names,
             dynamic_axes=built.dynamic_axes or None,
         )
     model = onnx.load(str(tmp))
@@ -252,8 +285,14 @@ def export(name: str, out_dir: Path, external: bool) -> dict[str, Any]:
     data = path.with_name(path.name + ".data")
     data.unlink(missing_ok=True)
     if external:
-        onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
-                  location=data.name, size_threshold=1024)
+        onnx.save(
+            model,
+            str(path),
+            save_as_external_data=True,
+            all_tensors_to_one_file=True,
+            location=data.name,
+            size_threshold=1024,
+        )
     else:
         onnx.save(model, str(path))
     for leftover in out_dir.glob(f".{name}.tmp.onnx*"):
@@ -274,9 +313,16 @@ def export(name: str, out_dir: Path, external: bool) -> dict[str, Any]:
     import transformers
 
     return {
-        "model": name, "description": built.description, "file": str(path), "feeds": str(out_dir / f"{name}.npz"),
-        "megabytes": size / 2**20, "external": external, "seconds": time.perf_counter() - start,
-        "max_abs_diff_vs_torch": worst, "torch": torch.__version__, "transformers": transformers.__version__,
+        "model": name,
+        "description": built.description,
+        "file": str(path),
+        "feeds": str(out_dir / f"{name}.npz"),
+        "megabytes": size / 2**20,
+        "external": external,
+        "seconds": time.perf_counter() - start,
+        "max_abs_diff_vs_torch": worst,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
     }
 
 

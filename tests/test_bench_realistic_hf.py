@@ -35,7 +35,15 @@ def test_without_torch_the_hand_built_step_is_generated(
     assert "torch blocked" in (realistic_hf.exporter_missing(sys.executable) or "")
 
     workdir = tmp_path / "work"
-    argv = ["--export-python", sys.executable, "--fallback", "tiny", "--workdir", str(workdir), "--prepare-only"]
+    argv = [
+        "--export-python",
+        sys.executable,
+        "--fallback",
+        "tiny",
+        "--workdir",
+        str(workdir),
+        "--prepare-only",
+    ]
     assert realistic_hf.main(argv) == 0
     captured = capsys.readouterr()
     assert "torch + transformers not available" in captured.err and "torch blocked" in captured.err
@@ -49,7 +57,7 @@ def test_without_torch_the_hand_built_step_is_generated(
     config = realistic_hf.FALLBACKS["tiny"]
     with np.load(feeds_path) as data:
         feeds = {k: data[k] for k in data.files}
-    assert 0 <= feeds["input_ids"].min() and feeds["input_ids"].max() < config.vocab
+    assert feeds["input_ids"].min() >= 0 and feeds["input_ids"].max() < config.vocab
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
