@@ -25,13 +25,16 @@ __all__ = ["take_supplied_initializers"]
 
 
 def take_supplied_initializers(
-    model: onnx.ModelProto, options: Any, folder: Path | None = None
+    model: onnx.ModelProto, options: Any, folder: Path | None = None, *, inline: frozenset[str] = frozenset()
 ) -> AddedInitializers | None:
     """Replace, in ``model``, every external-data initializer ``options`` supplies through
     ``add_external_initializers`` by the value onnxruntime takes from the options, and every one whose
     file is missing from ``folder`` (the model's; the working folder for a model given as bytes) by the
     value onnxruntime reads from the options' in-memory files
     (``add_external_initializers_from_files_in_memory``).
+
+    ``inline`` names initializers the model file holds inline that ``model`` (read without its weights)
+    refers to as external data: for onnxruntime they are not external, and their file is the model's.
 
     Returns:
         What the options add (``external``: the names supplied; ``values`` also holds what
@@ -44,7 +47,7 @@ def take_supplied_initializers(
     """
     if options is None:
         return None
-    external = frozenset(t.name for t in model.graph.initializer if is_external(t))
+    external = frozenset(t.name for t in model.graph.initializer if is_external(t) and t.name not in inline)
     if not external:
         return None
     added = added_initializers(model, options, external)
