@@ -152,13 +152,7 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
             self._model = (
                 with_initializers(loaded.proto, self._added.values) if self._added.values else loaded.proto
             )
-            write_optimized_model(
-                self._model,
-                None if loaded.supplied else loaded.path,
-                sess_options,
-                from_proto=bool(self._added.values),
-                weights_folder=self._weights_folder(),
-            )
+            self._write_optimized_model()
             self._engine: Engine = self._build_engine()
         logger.debug(
             "session for %s ready (engine %s)", loaded.path or "<in-memory model>", self._engine.name
@@ -198,6 +192,17 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
             custom_metadata_map={p.key: p.value for p in proto.metadata_props},
         )
 
+    def _write_optimized_model(self) -> None:
+        """``optimized_model_filepath``: onnxruntime reads the model file, or the model as the options
+        changed it (then with every weight in it, so that onnxruntime writes them all into the file)."""
+        so, loaded = self._sess_options, self._loaded
+        path = None if loaded.supplied else loaded.path
+        from_proto = bool(self._added.values)
+        model = self._model
+        if so is not None and so.optimized_model_filepath and (from_proto or path is None):
+            model = loaded.with_weights(model)
+        write_optimized_model(model, path, so, from_proto=from_proto)
+
     def _weights_folder(self) -> str | None:
         """The folder the weights' external-data references of a model read without its weights are
         relative to (None: the model holds its weights)."""
@@ -214,6 +219,8 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
         in_files = name == "partitioned" and (self._sess_options is None or self._copied_dims is not None)
         if folder is not None and not in_files:
             model = self._loaded.with_weights(model)  # every weight read into the model
+        elif folder is not None and self._sess_options is not None:
+            self._loaded.check_unchanged()  # onnxruntime is about to read the weights from the files
         config = EngineConfig(
             feature_level=self._feature_level,
             index_mode=self._index_mode,

@@ -254,22 +254,16 @@ def check_session_options(so: Any) -> None:
 
 
 def write_optimized_model(
-    model: onnx.ModelProto,
-    model_path: str | None,
-    so: Any,
-    *,
-    from_proto: bool = False,
-    weights_folder: str | None = None,
+    model: onnx.ModelProto, model_path: str | None, so: Any, *, from_proto: bool = False
 ) -> Path | None:
     """Honour ``so.optimized_model_filepath`` for the whole model, as onnxruntime does.
 
     One onnxruntime CPU session is built over the whole, unpartitioned model with the caller's options
     (graph optimization level included); onnxruntime writes the optimized graph to a private folder and
     the result is then written to the requested path (``from_proto``: onnxruntime reads ``model``, which
-    holds values the options added, instead of the file; ``weights_folder``: the folder the external-data
-    references of ``model``, read without its weights, are relative to). The file therefore holds what
-    onnxruntime's CPU provider would run for this model, not dmlshim's partitions: gather/scatter nodes
-    appear as ordinary ONNX nodes (possibly folded or fused by onnxruntime's optimizers).
+    holds values the options added, instead of the file). The file therefore holds what onnxruntime's CPU
+    provider would run for this model, not dmlshim's partitions: gather/scatter nodes appear as ordinary
+    ONNX nodes (possibly folded or fused by onnxruntime's optimizers).
 
     Returns:
         The path written, or None when no optimized model was asked for.
@@ -295,8 +289,6 @@ def write_optimized_model(
         copy.optimized_model_filepath = str(staged)
         copy.log_severity_level = max(int(so.log_severity_level), 3)
         source: Any = model_path if model_path is not None and not from_proto else model.SerializeToString()
-        if weights_folder is not None and not isinstance(source, str):
-            copy.add_session_config_entry(FOLDER_KEY, weights_folder)
         try:
             OrtInferenceSession(source, copy, providers=["CPUExecutionProvider"])
         except _ort_errors() as exc:
