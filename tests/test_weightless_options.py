@@ -199,6 +199,7 @@ def test_overrides_by_name_repeat_only_what_a_name_fixes() -> None:
     assert overrides_by_name(model, both) is None
 
 
+@pytest.mark.filterwarnings("ignore:Specified 'providers'")  # onnxruntime's, for the reference session
 def test_what_a_copy_cannot_carry_keeps_the_callers_object(tmp_path: Path) -> None:
     """An operator only a custom-op library defines, or providers named in the options: the engine must
     build with the caller's object, so it gets the whole model."""
@@ -210,6 +211,17 @@ def test_what_a_copy_cannot_carry_keeps_the_callers_object(tmp_path: Path) -> No
     assert sharable_options(_options(), custom, ()) is None
     assert sharable_options(_options(), model, ()) == {}
     assert sharable_options(None, model, ()) == {}
+    feeds = _model()[1]
+    path = _save(model, tmp_path, external=False)
+    so = _options()
+    so.add_provider("CPUExecutionProvider", {})
+    before = _snapshot(so)
+    expected = _reference(path, so, feeds)
+    session = dmlshim.InferenceSession(str(path), so)
+    assert session._copied_dims is None and _large_held() == set(LARGE)
+    assert session.engine.config.sess_options is so  # type: ignore[attr-defined]
+    _same(session.run(None, feeds), expected)
+    assert _snapshot(so) == before
 
 
 def test_add_initializer_on_a_weight_left_in_the_file(tmp_path: Path) -> None:

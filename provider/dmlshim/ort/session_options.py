@@ -219,7 +219,8 @@ def sharable_options(so: Any, model: onnx.ModelProto, inputs: Sequence[NodeArg])
     """
     if so is None:
         return {}
-    if so.has_providers():
+    has_providers = getattr(so, "has_providers", None)  # onnxruntime 1.23 on
+    if has_providers is not None and has_providers():
         logger.debug("the session options name providers: the engine uses them as they are")
         return None
     unknown = unknown_operators(model)
