@@ -101,7 +101,14 @@ def _large_held() -> set[str]:
 def test_caller_options_keep_the_weights_in_the_file(tmp_path: Path, external: bool) -> None:
     model, feeds = _model()
     path = _save(model, tmp_path, external)
-    so = _options(graph_optimization_level=BASIC, enable_mem_pattern=False, logid="caller")
+    so = _options(
+        graph_optimization_level=BASIC,
+        enable_mem_pattern=False,
+        enable_cpu_mem_arena=False,
+        use_deterministic_compute=True,
+        log_severity_level=3,
+        logid="caller",
+    )
     so.add_session_config_entry("session.set_denormal_as_zero", "1")
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     before = _snapshot(so)
