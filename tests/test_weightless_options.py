@@ -319,3 +319,26 @@ def test_a_file_changed_before_the_engine_is_rebuilt_is_refused(tmp_path: Path) 
     with pytest.raises(BadModelError, match="changed since the session was created") as caught:
         session.set_providers(["DmlExecutionProvider"])  # the engine is built again
     assert caught.value.path == str(path)
+
+
+def test_a_file_in_memory_wins_over_the_one_on_disk(tmp_path: Path) -> None:
+    """``add_external_initializers_from_files_in_memory`` naming a file the model's folder also has:
+    onnxruntime reads the one in memory, for every node, so the emulated Gathers read it too."""
+    model, feeds = _model()
+    path = _save(model, tmp_path, external=True)
+    other = onnx.ModelProto()
+    other.CopyFrom(model)
+    for tensor in other.graph.initializer:  # the same layout, other external values (indices in range)
+        value = numpy_helper.to_array(tensor)
+        if value.dtype.kind == "f" and value.nbytes >= 1024:  # the small scale stays in the .onnx
+            tensor.CopyFrom(numpy_helper.from_array((value * 3).astype(value.dtype), tensor.name))
+    elsewhere = tmp_path / "other"
+    elsewhere.mkdir()
+    _save(other, elsewhere, external=True)
+    content = (elsewhere / "model.bin").read_bytes()  # kept alive: onnxruntime keeps a pointer to it
+    so = _options()
+    so.add_external_initializers_from_files_in_memory(["model.bin"], [content], [len(content)])
+    expected = _reference(path, so, feeds)
+    _same(expected, _reference(elsewhere / "model.onnx", _options(), feeds))  # onnxruntime took memory's
+    session = dmlshim.InferenceSession(str(path), so)
+    _same(session.run(None, feeds), expected)
