@@ -117,6 +117,8 @@ class PartitionedEngine:
         segments_from: an engine of the same model and options whose CPU segments' sessions this one
             uses instead of building its own (validate's reference run: the same segments, one copy of
             the weights in onnxruntime).
+        check_always: build the whole-model check (when ``config.whole_model_check``) whatever the number
+            of CPU segments (validate answers from it alone when every kernel agrees).
     """
 
     name = "partitioned"
@@ -129,6 +131,7 @@ class PartitionedEngine:
         ort_cpu_preference: bool = True,
         reference: bool = False,
         segments_from: PartitionedEngine | None = None,
+        check_always: bool = False,
     ) -> None:
         self.config = config
         self.reference = reference
@@ -155,7 +158,8 @@ class PartitionedEngine:
             logger.warning("shape inference failed (%s); translating gather/scatter nodes at run time", exc)
             inferred = model
         infos = tensor_infos(inferred.graph)
-        check_static_sizes(inferred.graph, infos, names)
+        external = {t.name for t in graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL}
+        check_static_sizes(inferred.graph, infos, names, mapped=external)
         types = type_protos(inferred.graph)
         constants = folded_constants(graph)
         for name, tensor in constants.items():
@@ -262,7 +266,7 @@ class PartitionedEngine:
                 else SharedWeights({t.name: t for t in graph.initializer}, model_path=config.model_path)
             )
             payload = light_copy(model, whole) if whole else model
-            session = cpu_session(payload, config.sess_options, "the model", whole)
+            session = cpu_session(payload, config.sess_options, "the model", whole, config.own_options)
             self._steps.append(
                 CpuStep(session, [n for n in graph_inputs], [o.name for o in graph.output], "the model")
             )
@@ -342,7 +346,7 @@ class PartitionedEngine:
                         feature_level=config.feature_level,
                         index_mode=config.index_mode,
                         model=model,
-                        sess_options=config.sess_options,
+                        sess_options=config.options_object(),
                         static=t if key is not None else None,
                         static_key=key,
                         inferred_output=infos.get(nodes[i].output[0]),
@@ -350,7 +354,8 @@ class PartitionedEngine:
                     )
                 )
         self._cpu_partitions = segments
-        if config.whole_model_check and not reference and segments >= MIN_SEGMENTS_FOR_CHECK:
+        wanted = segments >= MIN_SEGMENTS_FOR_CHECK or check_always
+        if config.whole_model_check and not reference and wanted:
             emulated = [s for s in self._steps if isinstance(s, EmulatedStep)]
             outputs = frozenset(s.output for s in emulated)
             make = functools.partial(whole_model_session, model, config, outputs, shared)
@@ -361,9 +366,10 @@ class PartitionedEngine:
             # Partition boundaries stop onnxruntime's extended fusions, whose float results differ in the
             # last bits: the partitioned steps may answer instead of the check only where no such fusion
             # runs (optimization at most basic), so that every run gives onnxruntime's values.
+            options = config.options_object()
             level = (
-                config.sess_options.graph_optimization_level
-                if config.sess_options is not None
+                options.graph_optimization_level
+                if options is not None
                 else ort.GraphOptimizationLevel.ORT_ENABLE_ALL
             )
             exact = level in (
@@ -482,6 +488,28 @@ class PartitionedEngine:
                 if isinstance(step, CpuStep):
                     step.unload()  # built for the trial; rebuilt if a kernel ever disagrees
         return answer
+
+    def run_checked(
+        self, output_names: Sequence[str], feeds: Mapping[str, np.ndarray]
+    ) -> tuple[list[Any], RunRecord, Mapping[str, Any]] | None:
+        """Answer from the whole-model check alone: the named outputs, the run's record and the value
+        table (the feeds, the static values, and every emulated node's inputs and output as onnxruntime
+        computed them and its kernel reproduced them bit for bit), or None when there is no check or it
+        could not answer (a kernel disagreed, onnxruntime refused the run)."""
+        check = self._check
+        if check is None:
+            return None
+        state = RunState(self._template.copy(), None)
+        values = dict(self._static_values)
+        values.update(feeds)
+        checked = check.run(output_names, values, state, None)
+        if checked is None:
+            return None
+        return checked, self._record(state, PATH_CHECK), values
+
+    def drop_check(self) -> None:
+        """Forget the whole-model check (its onnxruntime session, and its copy of the weights, go)."""
+        self._check = None
 
     def run_traced(
         self, output_names: Sequence[str], feeds: Mapping[str, np.ndarray], *, run_options: Any = None
