@@ -54,14 +54,22 @@ class LoadedModel:
         """``proto`` keeps its large top-level initializers as references into the model's files."""
         return self.weight_files is not None
 
+    @property
+    def weights_folder(self) -> str | None:
+        """The folder the external-data references of a model read without its weights are relative to
+        (None: ``proto`` holds its weights)."""
+        if self.weight_files is None or self.path is None:
+            return None
+        return os.path.dirname(os.path.abspath(self.path))
+
     def check_unchanged(self) -> None:
         """Refuse to go on when a file this model's weights are read from changed since it was read.
 
         Raises:
             BadModelError: a file's size or modification time differs.
         """
-        if self.weight_files is not None and self.path is not None:
-            folder = os.path.dirname(os.path.abspath(self.path))
+        folder = self.weights_folder
+        if folder is not None and self.weight_files is not None and self.path is not None:
             check_unchanged(self.weight_files, folder, self.path)
 
     def with_weights(self, model: onnx.ModelProto | None = None) -> onnx.ModelProto:

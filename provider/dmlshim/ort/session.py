@@ -196,24 +196,16 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
         """``optimized_model_filepath``: onnxruntime reads the model file, or the model as the options
         changed it (then with every weight in it, so that onnxruntime writes them all into the file)."""
         so, loaded = self._sess_options, self._loaded
-        path = None if loaded.supplied else loaded.path
-        from_proto = bool(self._added.values)
-        model = self._model
-        if so is not None and so.optimized_model_filepath and (from_proto or path is None):
-            model = loaded.with_weights(model)
+        path, from_proto = (None if loaded.supplied else loaded.path), bool(self._added.values)
+        whole = so is not None and so.optimized_model_filepath and (from_proto or path is None)
+        model = loaded.with_weights(self._model) if whole else self._model
         write_optimized_model(model, path, so, from_proto=from_proto)
-
-    def _weights_folder(self) -> str | None:
-        """The folder the weights' external-data references of a model read without its weights are
-        relative to (None: the model holds its weights)."""
-        path = self._loaded.path
-        return os.path.dirname(os.path.abspath(path)) if self._loaded.weightless and path else None
 
     def _build_engine(self) -> Engine:
         name = resolve_engine(self._engine_request, self._choice)
         profiler = self._profiler
         model = self._model
-        folder = self._weights_folder()
+        folder = self._loaded.weights_folder
         # The default engine reads the weights from the model's files: with onnxruntime's default options
         # (its own sessions are told where), or with a copy of the caller's that is told where.
         in_files = name == "partitioned" and (self._sess_options is None or self._copied_dims is not None)
