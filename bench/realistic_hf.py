@@ -139,9 +139,8 @@ def measure(item: Prepared, args: argparse.Namespace) -> dict[str, Any]:
         row: dict[str, Any] = {}
         for side in realistic.SIDES if r % 2 == 0 else realistic.SIDES[::-1]:
             out = workdir / f"out_{side}.npz"
-            row[side] = realistic._measure(
-                [py, child, "--child", side, model, feeds, str(args.runs), str(out)]
-            )
+            argv = [py, child, "--child", side, model, feeds, str(args.runs), str(out)]
+            row[side] = realistic._measure(argv + (["--with-options"] if args.with_options else []))
         diff = realistic._max_diff(workdir / "out_dmlshim.npz", workdir / "out_ort.npz")
         if not args.skip_validate:
             row["validate"] = realistic._measure(
@@ -216,6 +215,11 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--runs", type=int, default=10, help="steady runs per side (p50)")
     parser.add_argument("--skip-validate", action="store_true")
+    parser.add_argument(
+        "--with-options",
+        action="store_true",
+        help="both sides get the SessionOptions of realistic.py --with-options (a typical client's)",
+    )
     parser.add_argument(
         "--prepare-only", action="store_true", help="export or generate, print the files, stop"
     )
