@@ -72,6 +72,7 @@ _REGISTER_LOCK = threading.Lock()
 _OUR_OPS: dict[int, Any] = {}
 """The onnxruntime-extensions op definitions registered here, by the id the C++ side calls them with."""
 _ARRAY_OUTPUTS = False
+_INT_ATTRIBUTES = frozenset(name for name, kind in DECLARED_ATTRIBUTES if kind == "int")
 
 
 def array_outputs() -> bool:
@@ -100,7 +101,10 @@ def _dispatch_with_arrays(ext: Any) -> Any:
         op = _OUR_OPS.get(k_id)
         if op is None:
             return original(k_id, feed, attributes)
-        out = op.body(*feed, **op.cast_attributes(attributes))
+        # Every attribute arrives as a string; Opdef.cast_attributes would read the op's declared kinds
+        # from the C++ object once per attribute (a dict conversion each time, ~100 us a call).
+        attrs = {k: int(v) if k in _INT_ATTRIBUTES else v for k, v in attributes.items()}
+        out = kernel(*feed, **attrs)
         # The C++ side copies ``itemsize * size`` bytes from the array's buffer: it must be contiguous.
         return (k_id, out.shape, np.ascontiguousarray(out).reshape(-1))
 
