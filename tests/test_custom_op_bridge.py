@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("onnxruntime_extensions")
 
 from dmlshim import InferenceSession
-from dmlshim.execute import custom_op_bridge
+from dmlshim.execute import custom_op_bridge, custom_op_types
 from tests.oracle import make_node_model, ort_run
 
 
@@ -119,3 +119,21 @@ def test_dispatch_leaves_other_python_ops_to_the_original() -> None:
 def test_no_array_dispatch_without_the_hook_points() -> None:
     assert custom_op_bridge._dispatch_with_arrays(SimpleNamespace(PyCustomOpDef=SimpleNamespace())) is None
 
+
+
+@pytest.mark.parametrize("arrays", [True, False], ids=["array-bridge", "list-bridge"])
+def test_float_data_modes_keep_every_bit(arrays: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    # float32 crosses the array bridge as it is; with a list bridge it is lowered in tags mode (positions
+    # out, onnxruntime moves the floats). Either way signalling NaNs and payloads arrive as onnxruntime's.
+    monkeypatch.setattr(custom_op_types, "outputs_cross_as_arrays", lambda: arrays)
+    bits = np.array([0x7F800001, 0xFFA00005, 0x7FC01234, 0x80000000, 0x3F800000, 0xFF800000], np.uint32)
+    data = np.resize(bits, 64 * 48).view(np.float32).reshape(64, 48)
+    rows = np.array([[3], [63], [0], [17]], dtype=np.int64)
+    updates = np.resize(bits[::-1], 4 * 48).view(np.float32).reshape(4, 48)
+    feeds = {"data": data, "indices": rows, "updates": updates}
+    model = make_node_model("ScatterND", feeds, {}, 13)
+    session = InferenceSession(model, engine="customop")
+    modes = [n.mode for n in session._engine.lowered.nodes]  # type: ignore[attr-defined]
+    assert modes == (["descriptor"] if arrays else ["tags"])
+    (got,) = session.run(None, feeds)
+    _same_bytes(got, ort_run(model, feeds)[0])

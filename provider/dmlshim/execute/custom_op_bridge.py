@@ -12,7 +12,7 @@ import onnxruntime as ort
 
 from ..errors import EngineUnavailableError
 from .custom_op_kernel import kernel
-from .custom_op_types import CUSTOM_DOMAIN, DECLARED_ATTRIBUTES, all_signatures
+from .custom_op_types import CUSTOM_DOMAIN, DECLARED_ATTRIBUTES, all_signatures, outputs_cross_as_arrays
 
 logger = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ def register_custom_ops() -> None:
                 attrs=attrs,
             )(kernel)
             _OUR_OPS[int(getattr(getattr(op, "_nativedef", None), "obj_id", id(op)))] = op
-        dispatch = _dispatch_with_arrays(ext)
+        dispatch = _dispatch_with_arrays(ext) if outputs_cross_as_arrays() else None
         if dispatch is not None:
             ext.PyCustomOpDef.install_hooker(dispatch)
             _ARRAY_OUTPUTS = True
