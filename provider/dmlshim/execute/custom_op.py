@@ -8,9 +8,12 @@ those inside If/Loop/Scan bodies, becomes a node of the ``ai.onnx.contrib`` doma
 at run time when the shapes were not static (``translate`` mode), or runs it on element tags so that
 onnxruntime moves float elements bit for bit (``tags`` mode).
 
-onnxruntime-extensions copies every tensor across the bridge element by element (outputs go through
-Python lists), so this engine is far slower than the partitioned one on large tensors; its point is that
-it covers nodes inside control flow and that the lowered model can be inspected.
+Tensors cross onnxruntime-extensions' bridge as numpy arrays, one buffer copy each way (dmlshim replaces
+the extension's dispatcher, which returned Python lists, for its own ops: :mod:`.custom_op_bridge`).
+Shape computations onnxruntime's DirectML provider runs on the CPU stay onnxruntime nodes, as in the
+partitioned engine. The engine's point is that it covers nodes inside control flow and that the lowered
+model can be inspected; each custom-op call costs Python time, so it stays slower than the partitioned
+engine where it emulates nodes that engine leaves to onnxruntime.
 """
 
 from __future__ import annotations
