@@ -24,7 +24,8 @@ def _same_bytes(got: np.ndarray, expected: np.ndarray) -> None:
 def _check(model: Any, feeds: dict[str, np.ndarray]) -> None:
     session = InferenceSession(model, engine="customop")
     got = session.run(None, feeds)
-    assert session.last_run_record.nodes[0].placement == "dml"
+    record = session.last_run_record
+    assert record is not None and record.nodes[0].placement == "dml"
     for g, e in zip(got, ort_run(model, feeds), strict=True):
         _same_bytes(g, e)
 
@@ -58,7 +59,7 @@ def test_scatter_nd_rows_of_every_width(dtype: type) -> None:
     rng = np.random.default_rng(5)
     data = _values(dtype, (512, 96), rng)
     rows = rng.permutation(512)[:200].reshape(200, 1).astype(np.int64)
-    feeds = {"data": data, "indices": rows, "updates": _values(dtype, (200, 96), rng)}
+    feeds: dict[str, np.ndarray] = {"data": data, "indices": rows, "updates": _values(dtype, (200, 96), rng)}
     _check(make_node_model("ScatterND", feeds, {}, 13), feeds)
 
 
@@ -66,7 +67,7 @@ def test_gather_elements_output_is_shaped_like_the_indices() -> None:
     rng = np.random.default_rng(7)
     data = rng.standard_normal((300, 257)).astype(np.float32)
     idx = rng.integers(-300, 300, size=(123, 257), dtype=np.int64)
-    feeds = {"data": data, "indices": idx}
+    feeds: dict[str, np.ndarray] = {"data": data, "indices": idx}
     _check(make_node_model("GatherElements", feeds, {"axis": 0}, 13), feeds)
 
 
@@ -130,7 +131,7 @@ def test_float_data_modes_keep_every_bit(arrays: bool, monkeypatch: pytest.Monke
     data = np.resize(bits, 64 * 48).view(np.float32).reshape(64, 48)
     rows = np.array([[3], [63], [0], [17]], dtype=np.int64)
     updates = np.resize(bits[::-1], 4 * 48).view(np.float32).reshape(4, 48)
-    feeds = {"data": data, "indices": rows, "updates": updates}
+    feeds: dict[str, np.ndarray] = {"data": data, "indices": rows, "updates": updates}
     model = make_node_model("ScatterND", feeds, {}, 13)
     session = InferenceSession(model, engine="customop")
     modes = [n.mode for n in session._engine.lowered.nodes]  # type: ignore[attr-defined]
