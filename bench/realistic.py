@@ -8,6 +8,7 @@ Usage::
     python bench/realistic.py --external            # weights in an external-data file
     python bench/realistic.py --repeats 3 --runs 20 --json
     python bench/realistic.py --engine customop     # also the custom-op engine, against the default one
+    python bench/realistic.py --with-options        # both sides given the same caller's SessionOptions
     python bench/realistic.py --polygraphy VENV/bin/polygraphy   # also `polygraphy run --onnxrt --onnxrt`
 
 The model is generated into ``--workdir`` (default: the system temp folder) the first time and reused;
@@ -46,22 +47,36 @@ def _sides(engine: str | None) -> tuple[str, ...]:
     return SIDES if engine is None else (*SIDES, ENGINE_SIDE + engine)
 
 
-def _child(side: str, model: str, feeds_path: str, runs: int, out_path: str) -> int:
+def caller_options() -> Any:
+    """The ``SessionOptions`` a typical client passes (``--with-options``): two intra-op threads and an
+    explicit optimization level. Both sides get the same settings."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 2
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    return so
+
+
+def _child(
+    side: str, model: str, feeds_path: str, runs: int, out_path: str, with_options: bool = False
+) -> int:
     """One side in this (fresh) process; prints its timings as JSON."""
     import numpy as np
     import onnxruntime as ort
 
     with np.load(feeds_path) as data:
         feeds = {k: data[k] for k in data.files}
+    so = caller_options() if with_options else None
     start = time.perf_counter()
     if side == "ort":
-        session: Any = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+        session: Any = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
     else:
         import dmlshim
 
         engine = side[len(ENGINE_SIDE):] if side.startswith(ENGINE_SIDE) else None
-        session = dmlshim.InferenceSession(model) if engine is None else dmlshim.InferenceSession(
-            model, engine=engine
+        session = dmlshim.InferenceSession(model, so) if engine is None else dmlshim.InferenceSession(
+            model, so, engine=engine
         )
     build = time.perf_counter() - start
     start = time.perf_counter()
@@ -164,7 +179,8 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         order = sides if r % 2 == 0 else sides[::-1]
         for side in order:
             out = workdir / f"out_{side.replace(':', '_')}.npz"
-            row[side] = _measure([py, me, "--child", side, str(model), str(feeds), str(args.runs), str(out)])
+            child = [py, me, "--child", side, str(model), str(feeds), str(args.runs), str(out)]
+            row[side] = _measure(child + (["--with-options"] if args.with_options else []))
         diff = _max_diff(workdir / "out_dmlshim.npz", workdir / "out_ort.npz")
         if args.engine is not None:
             engine_out = workdir / f"out_{(ENGINE_SIDE + args.engine).replace(':', '_')}.npz"
@@ -181,7 +197,9 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         repeats.append(row)
         args.log(f"repeat {r + 1}: " + json.dumps(_ratios(row)))
     return {
-        "config": vars(config) | {"weight_mb": config.weight_bytes / 2**20, "external": args.external},
+        "config": vars(config)
+        | {"weight_mb": config.weight_bytes / 2**20, "external": args.external}
+        | {"with_options": args.with_options},
         "repeats": repeats,
         "ratios": [_ratios(row) for row in repeats],
         "max_abs_diff": diff,
@@ -260,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "--child":
         side, model, feeds, runs, out = argv[1:6]
-        return _child(side, model, feeds, int(runs), out)
+        return _child(side, model, feeds, int(runs), out, with_options="--with-options" in argv[6:])
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -270,6 +288,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=10, help="steady runs per side (p50)")
     parser.add_argument("--skip-validate", action="store_true")
     parser.add_argument("--engine", help="also run dmlshim with this engine (customop, partitioned, ...)")
+    parser.add_argument(
+        "--with-options", action="store_true",
+        help="both sides built with the same caller's SessionOptions "
+        "(2 intra-op threads, extended optimization)",
+    )
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "dmlshim-bench-realistic"))
     parser.add_argument("--json", action="store_true")
     parser.add_argument(
