@@ -19,6 +19,7 @@ engine where it emulates nodes that engine leaves to onnxruntime.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -29,6 +30,7 @@ import onnxruntime as ort
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
 from ..errors import BadModelError
 from ..kernels.options import IndexMode
+from ..model.weightless import is_external
 from ..ort.real import OrtInferenceSession
 from ..translate import NodeTranslation, Status
 from ..translate.placement import CPU_PREFERRED_MESSAGE
@@ -43,6 +45,7 @@ from .lowering import LoweredModel, LoweredNode, lower_model
 from .ort_support import ort_run_error
 from .record import PLACEMENT_CPU, PLACEMENT_DML, NodeRecord, RunRecord
 from .steps import REASON_CPU_PREFERRED
+from .weight_file import FOLDER_KEY
 from .weights import SharedWeights, light_copy
 
 logger = logging.getLogger(__name__)
@@ -144,6 +147,9 @@ class CustomOpEngine:
         ort_cpu_preference: leave to onnxruntime the top-level gather/scatter nodes that onnxruntime's
             DirectML provider runs on the CPU (shape computations), as the partitioned engine does;
             False lowers them too.
+        model_path: the file the model was read from. Initializers it keeps as external data (a model
+            read without its weights: ``dmlshim.execute.model_source.load_model``) stay references, read
+            by onnxruntime from the files in this file's folder; only its own session holds them.
 
     Raises:
         EngineUnavailableError: onnxruntime-extensions is not installed.
@@ -162,6 +168,7 @@ class CustomOpEngine:
         providers: Sequence[Any] | None = None,
         input_shapes: Mapping[str, Sequence[int]] | None = None,
         ort_cpu_preference: bool = True,
+        model_path: str | None = None,
     ) -> None:
         extensions()
         self._feature_level = FeatureLevel(feature_level)
@@ -185,12 +192,8 @@ class CustomOpEngine:
         # Scatter nodes kept (lowering rewrote them), or handed to onnxruntime at run time, run as
         # ScatterElements there.
         self._scatter_as_elements = has_deprecated_scatter(model)
-        # Large weights reach onnxruntime as arrays, not serialized into the payload a second time.
-        lowered_model = self._lowered.model
-        shared = SharedWeights({t.name: t for t in lowered_model.graph.initializer})
-        light = light_copy(lowered_model, shared) if shared.names else lowered_model
         options = session_options_with_custom_ops(sess_options)
-        shared.attach(options, light)
+        light, shared = self._payload(options, model_path)
         try:
             self._session = OrtInferenceSession(
                 light.SerializeToString(), options, providers=["CPUExecutionProvider"]
@@ -206,6 +209,27 @@ class CustomOpEngine:
             len(self._lowered.nodes),
         )
 
+    def _payload(self, options: Any, model_path: str | None) -> tuple[onnx.ModelProto, SharedWeights]:
+        """The lowered model as onnxruntime gets it, with ``options`` (dmlshim's own) told where its
+        weights are. Initializers kept as external data (a model read without its weights) stay
+        references: onnxruntime reads them from the model's files, relative to the model's folder. Large
+        ones held in the model (a model from bytes, values the caller's options added) reach onnxruntime
+        as arrays, not serialized into the payload a second time."""
+        lowered_model = self._lowered.model
+        initializers = lowered_model.graph.initializer
+        if any(is_external(t) for t in initializers):
+            if model_path is None:
+                raise BadModelError(
+                    "the model keeps initializers in external data but no model file is known to read "
+                    "them from",
+                    rule="external data is relative to the model file's folder",
+                )
+            options.add_session_config_entry(FOLDER_KEY, os.path.dirname(os.path.abspath(model_path)))
+        shared = SharedWeights({t.name: t for t in initializers if not is_external(t)})
+        light = light_copy(lowered_model, shared) if shared.names else lowered_model
+        shared.attach(options, light)
+        return light, shared
+
     @classmethod
     def from_config(cls, model: onnx.ModelProto, config: EngineConfig) -> CustomOpEngine:
         """The engine for ``InferenceSession(engine="customop")`` (an ``EngineFactory``)."""
@@ -215,6 +239,7 @@ class CustomOpEngine:
             index_mode=config.index_mode,
             sess_options=config.sess_options,
             providers=config.providers,
+            model_path=config.model_path,
         )
 
     def _prime_static_translations(self) -> None:

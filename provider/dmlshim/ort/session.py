@@ -207,11 +207,15 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
         model = self._model
         folder = self._loaded.weights_folder
         # The default engine reads the weights from the model's files: with onnxruntime's default options
-        # (its own sessions are told where), or with a copy of the caller's that is told where.
-        in_files = name == "partitioned" and (self._sess_options is None or self._copied_dims is not None)
+        # (its own sessions are told where), or with a copy of the caller's that is told where. The
+        # custom-op engine always builds its one session from options it owns, told where too.
+        customop = name == "customop"
+        in_files = customop or (
+            name == "partitioned" and (self._sess_options is None or self._copied_dims is not None)
+        )
         if folder is not None and not in_files:
             model = self._loaded.with_weights(model)  # every weight read into the model
-        elif folder is not None and self._sess_options is not None:
+        elif folder is not None and (self._sess_options is not None or customop):
             self._loaded.check_unchanged()  # onnxruntime is about to read the weights from the files
         config = EngineConfig(
             feature_level=self._feature_level,
@@ -221,7 +225,7 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
                 profile_prefix=profiler.partition_prefix if profiler else None,
                 # the added/supplied initializers are in the model now; the partitions must not get them
                 without_added=bool(self._added.external or self._loaded.supplied),
-                weights_folder=folder if in_files else None,
+                weights_folder=folder if in_files and not customop else None,
                 free_dimensions=self._copied_dims,
             ),
             # Only the real DirectML engine hands providers to onnxruntime; the others run on its CPU.
