@@ -46,11 +46,13 @@ def _options(**settings: Any) -> ort.SessionOptions:
 def _snapshot(so: ort.SessionOptions) -> dict[str, Any]:
     """Every property onnxruntime gives back of ``so`` and the config entries dmlshim knows or sets."""
     props = {n: getattr(so, n) for n in dir(so) if not n.startswith("_") and not callable(getattr(so, n))}
-    return {"properties": props, "entries": {k: config_entry(so, k) for k in (*COPIED_CONFIG_KEYS, FOLDER_KEY)}}
+    keys = (*COPIED_CONFIG_KEYS, FOLDER_KEY)
+    return {"properties": props, "entries": {k: config_entry(so, k) for k in keys}}
 
 
 def _reference(path: Path, so: ort.SessionOptions, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-    return list(ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"]).run(None, dict(feeds)))
+    ref = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    return list(ref.run(None, dict(feeds)))
 
 
 def _lowered_initializers(session: dmlshim.InferenceSession) -> dict[str, onnx.TensorProto]:
@@ -105,7 +107,8 @@ def test_callers_options_are_left_as_they_were(tmp_path: Path, external: bool) -
     assert before["entries"][FOLDER_KEY] is None
     expected = _reference(path, so, feeds)
     session = dmlshim.InferenceSession(str(path), so, engine="customop")
-    assert all(t.data_location == TensorProto.EXTERNAL for n, t in _lowered_initializers(session).items() if n in LARGE)
+    held = _lowered_initializers(session)
+    assert all(held[n].data_location == TensorProto.EXTERNAL for n in LARGE)
     _same(session.run(None, feeds), expected)
     assert _snapshot(so) == before
     assert session.get_session_options() is so
