@@ -21,6 +21,7 @@ from ..limits import check_tensor, gather_scatter_output_shape
 from ..ort.real import OrtInferenceSession
 from ..translate import NodeTranslation, Status, TensorInfo, run_translation, translate_node
 from ..translate.plan import elem_type_of
+from ..translate.runner import verify_translation
 from .ort_support import ORT_ERRORS, cpu_session, ort_run_error
 from .record import PLACEMENT_CPU, PLACEMENT_DML, NodeRecord
 from .segments import single_node_model, value_elem_and_rank
@@ -35,6 +36,12 @@ REASON_CPU_PREFERRED = "ort_cpu_preferred"
 REASON_RUNTIME_FALLBACK = "runtime_fallback"
 REASON_REFERENCE = "reference_run"
 NOTE_SHAPE_DIFFERS = "output_shape_differs_from_inference"
+
+VERIFIED_OPS = frozenset(("Scatter", "ScatterElements", "ScatterND"))
+"""Nodes whose output the whole-model check verifies instead of computing (:meth:`EmulatedStep.verify`)."""
+
+VERIFY_MIN_BYTES = 64 * 1024
+"""Outputs smaller than this are computed and compared whole: below it the verify saves nothing."""
 
 Values = dict[str, Any]
 
@@ -196,6 +203,7 @@ class EmulatedStep:
         "reference",
         "since_version",
         "slot",
+        "verifiable",
     )
 
     def __init__(
@@ -224,6 +232,7 @@ class EmulatedStep:
         self.output = node.output[0]
         self.inferred_output = inferred_output
         self.reference = reference
+        self.verifiable = node.op_type in VERIFIED_OPS
         self._model = model
         self._sess_options = sess_options
         self._agreed_shape: tuple[int, ...] | None = None
@@ -253,7 +262,10 @@ class EmulatedStep:
             record = self._run_reference(values, arrays, state)
         else:
             record = self._run(values, arrays, state)
-        out = values[self.output]
+        self._finish(record, values[self.output], state)
+
+    def _finish(self, record: NodeRecord, out: Any, state: RunState) -> None:
+        """Store the run's record, noting an output shape that contradicts shape inference."""
         shape = tuple(out.shape()) if isinstance(out, ort.OrtValue) else np.shape(out)
         if shape != self._agreed_shape:
             note = shape_note(shape, self.inferred_output)
@@ -262,6 +274,32 @@ class EmulatedStep:
             else:
                 self._agreed_shape = shape  # the last shape that agreed with inference: no note
         state.records[self.slot] = record
+
+    def verify(self, values: Values, state: RunState, theirs: Any) -> bool | None:
+        """Whether ``theirs`` (onnxruntime's value of the output) is, bit for bit, what running this step
+        would store, found without computing the output (a scatter's kernel checks the written targets
+        and that the rest is its input, see :mod:`dmlshim.kernels.verify`). On agreement the step is
+        recorded exactly as a run records it, and ``theirs`` becomes the output value.
+
+        Returns:
+            The verdict, or None when this step has no such check (a gather, a node that runs on the CPU,
+            an output under :data:`VERIFY_MIN_BYTES`): the caller runs the step and compares.
+        """
+        if self.reference or not self.verifiable or getattr(theirs, "nbytes", 0) < VERIFY_MIN_BYTES:
+            return None
+        arrays = [values[n] if n else None for n in self.inputs]
+        if any(isinstance(a, ort.OrtValue) for a in arrays):
+            return None
+        t, clean = self._translation(arrays, state)
+        if clean is None:
+            return None
+        verdict = verify_translation(t, arrays, theirs, index_mode=self.index_mode)
+        if verdict is None:
+            return None
+        if verdict.agrees:
+            values[self.output] = theirs
+            self._finish(self._dml_record(clean, verdict.duplicate_indices, arrays), theirs, state)
+        return verdict.agrees
 
     def _run_reference(self, values: Values, arrays: list[Any], state: RunState) -> NodeRecord:
         values[self.output] = self._run_on_cpu(arrays, state)
@@ -276,27 +314,7 @@ class EmulatedStep:
     def _run(self, values: Values, arrays: list[Any], state: RunState) -> NodeRecord:
         if any(isinstance(a, ort.OrtValue) for a in arrays):
             return self._run_ortvalues(values, arrays, state)
-        key = tuple((a.shape, a.dtype) if a is not None else None for a in arrays)
-        entry = self._cache.get(key)
-        if entry is None:
-            # A gather's output can dwarf its inputs (small data, many indices): size it before running.
-            shape = gather_scatter_output_shape(
-                self.node.op_type, self._attrs, [a.shape if a is not None else None for a in arrays]
-            )
-            if shape is not None and arrays and arrays[0] is not None:
-                check_tensor(
-                    shape, arrays[0].dtype, tensor=self.output, node=self.name, op_type=self.node.op_type,
-                    what="output",
-                )  # fmt: skip
-            infos = [
-                TensorInfo(tuple(a.shape), elem_type_of(a.dtype)) if a is not None else None for a in arrays
-            ]
-            t = translate_node(self.node, self.since_version, infos, self.feature_level, name=self.name)
-            if len(self._cache) >= TRANSLATION_CACHE_SIZE:
-                self._cache.clear()
-            entry = self._cache[key] = (t, self._clean_record(t))
-            state.translations_computed += 1
-        t, clean = entry
+        t, clean = self._translation(arrays, state)
         if clean is None:
             values[self.output] = self._run_on_cpu(arrays, state)
             return NodeRecord(
@@ -317,12 +335,40 @@ class EmulatedStep:
             )
         result = run_translation(t, arrays, index_mode=self.index_mode)
         values[self.output] = result.output
+        return self._dml_record(clean, result.duplicate_indices, arrays)
+
+    def _dml_record(self, clean: NodeRecord, duplicates: int, arrays: list[Any]) -> NodeRecord:
+        """The record of a run from the descriptor: ``clean`` with the run's duplicate writes and whether
+        it saw negative indices."""
         negative = has_negative(arrays[1])
-        if result.duplicate_indices or negative:
-            return dataclasses.replace(
-                clean, duplicate_indices=result.duplicate_indices, negative_indices=negative
-            )
+        if duplicates or negative:
+            return dataclasses.replace(clean, duplicate_indices=duplicates, negative_indices=negative)
         return clean
+
+    def _translation(self, arrays: list[Any], state: RunState) -> tuple[NodeTranslation, NodeRecord | None]:
+        """The translation for these inputs' shapes and dtypes (cached) and its clean record (None when
+        the node runs on the CPU)."""
+        key = tuple((a.shape, a.dtype) if a is not None else None for a in arrays)
+        entry = self._cache.get(key)
+        if entry is None:
+            # A gather's output can dwarf its inputs (small data, many indices): size it before running.
+            shape = gather_scatter_output_shape(
+                self.node.op_type, self._attrs, [a.shape if a is not None else None for a in arrays]
+            )
+            if shape is not None and arrays and arrays[0] is not None:
+                check_tensor(
+                    shape, arrays[0].dtype, tensor=self.output, node=self.name, op_type=self.node.op_type,
+                    what="output",
+                )  # fmt: skip
+            infos = [
+                TensorInfo(tuple(a.shape), elem_type_of(a.dtype)) if a is not None else None for a in arrays
+            ]
+            t = translate_node(self.node, self.since_version, infos, self.feature_level, name=self.name)
+            if len(self._cache) >= TRANSLATION_CACHE_SIZE:
+                self._cache.clear()
+            entry = self._cache[key] = (t, self._clean_record(t))
+            state.translations_computed += 1
+        return entry
 
     def _run_ortvalues(self, values: Values, arrays: list[Any], state: RunState) -> NodeRecord:
         """An input numpy cannot hold (a bfloat16 OrtValue, say): DirectML cannot hold it either, so the

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..dml.enums import DataType, FeatureLevel, OperatorType
 from ..errors import IndexOutOfRangeError
+from .buffers import block_view
 from .options import IndexMode
 
 logger = logging.getLogger(__name__)
@@ -287,13 +288,57 @@ def write_in_order(out: np.ndarray, targets: np.ndarray, values: np.ndarray, uni
         np.put(out, targets, values, mode="clip")
 
 
+def write_rows(out: np.ndarray, rows: np.ndarray, updates: np.ndarray, block: int, unique: bool) -> None:
+    """:func:`write_in_order` for runs of ``block`` elements: run ``rows[i]`` of the flat ``out`` (seen as
+    ``(-1, block)``) becomes run ``i`` of the flat ``updates``, in index order (the last write wins)."""
+    if block == 1:
+        write_in_order(out, rows, updates.reshape(-1), unique=unique)
+    else:
+        # np.put stores run after run in index order: the last write to a run wins.
+        np.put(block_view(out, block), rows, block_view(updates, block), mode="clip")
+
+
+class TargetSet:
+    """The distinct targets of a scatter's writes (element offsets, or row numbers of runs).
+
+    Args:
+        targets: validated flat targets, in write order.
+        target_count: how many targets there are (the output's elements or rows).
+
+    Attributes:
+        duplicates: the writes a later write to the same target overwrites.
+    """
+
+    __slots__ = ("_mask", "_unique", "duplicates")
+
+    def __init__(self, targets: np.ndarray, target_count: int) -> None:
+        n = targets.size
+        self._mask: np.ndarray | None = None
+        self._unique: np.ndarray | None = None
+        if n * 8 < target_count:
+            # Few writes into a large output: sorting them beats a table of every target.
+            self._unique = np.unique(targets)
+            self.duplicates = n - int(self._unique.size)
+        else:
+            mask = np.zeros(target_count, dtype=np.bool_)
+            mask[targets] = True  # every write stores the same value, so the order cannot matter
+            self._mask = mask
+            self.duplicates = n - int(np.count_nonzero(mask))
+
+    def holds_all(self, positions: np.ndarray) -> bool:
+        """Whether every one of ``positions`` (valid targets) is written."""
+        if self._mask is not None:
+            return bool(self._mask[positions].all())
+        assert self._unique is not None
+        unique = self._unique
+        if not unique.size:
+            return not positions.size
+        found = np.minimum(np.searchsorted(unique, positions), unique.size - 1)
+        return bool(np.array_equal(unique[found], positions))
+
+
 def count_duplicates(targets: np.ndarray, target_count: int) -> int:
     """The number of writes in ``targets`` that a later write to the same target overwrites."""
-    n = targets.size
-    if n <= 1:
+    if targets.size <= 1:
         return 0
-    if n * 8 < target_count:
-        return n - int(np.unique(targets).size)
-    seen = np.zeros(target_count, dtype=np.bool_)
-    seen[targets] = True  # every write stores the same value, so the order of writes cannot matter
-    return n - int(np.count_nonzero(seen))
+    return TargetSet(targets, target_count).duplicates
