@@ -19,6 +19,7 @@ from dmlshim.dml.enums import FeatureLevel
 from dmlshim.errors import IndexOutOfRangeError, InvalidDescriptorError
 from dmlshim.execute import steps, whole_model
 from dmlshim.kernels import KernelOptions, can_verify, verify
+from dmlshim.kernels.indices import sorted_unique, unique_slots
 from dmlshim.kernels.options import IndexMode
 from dmlshim.translate import translate_node
 from dmlshim.translate.plan import NodeTranslation, Status, TensorInfo
@@ -367,3 +368,13 @@ def test_small_outputs_are_computed_and_compared(monkeypatch: pytest.MonkeyPatch
     assert session.last_run_record.path == "whole-model check" and compared == [True]
     for g, e in zip(got, ort_run(model, feeds), strict=True):
         assert g.tobytes() == e.tobytes()
+
+
+@pytest.mark.parametrize("size", [0, 1, 2, 50])
+def test_unique_helpers_match_numpy(size: int) -> None:
+    values = np.random.default_rng(size).integers(-5, 6, size)
+    distinct, slots = unique_slots(values)
+    want, inverse = np.unique(values, return_inverse=True)
+    np.testing.assert_array_equal(distinct, want)
+    np.testing.assert_array_equal(slots, inverse.reshape(-1))
+    np.testing.assert_array_equal(sorted_unique(values), want)

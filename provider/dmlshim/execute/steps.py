@@ -15,7 +15,7 @@ import onnxruntime as ort
 from onnx import helper
 
 from ..dml.enums import FeatureLevel
-from ..kernels.indices import has_negative
+from ..kernels.indices import has_negative, sorted_unique
 from ..kernels.options import IndexMode
 from ..limits import check_tensor, gather_scatter_output_shape
 from ..ort.real import OrtInferenceSession
@@ -441,7 +441,7 @@ def overwritten_writes(op_type: str, attrs: Mapping[str, Any], arrays: Sequence[
             line = [-1 if e == d else 1 for e in range(idx.ndim)]
             coord = idx if d == axis else np.arange(idx.shape[d]).reshape(line)
             targets = targets + coord * int(strides[d])
-    return int(targets.size - np.unique(targets).size)
+    return int(targets.size - sorted_unique(targets).size)
 
 
 def static_key(infos: Sequence[TensorInfo | None]) -> tuple[Any, ...] | None:

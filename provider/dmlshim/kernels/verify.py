@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .buffers import TensorView
-from .indices import TargetSet, write_rows
+from .indices import TargetSet, unique_slots, write_rows
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ def verify_writes(
     upd = updates.reshape(-1, block)
     if written.duplicates:
         # The kernel's writer on the compacted problem: one slot per distinct run.
-        where, slots = np.unique(targets, return_inverse=True)
+        where, slots = unique_slots(targets)
         ours = np.empty((where.size, block), dtype=data.dtype)
         write_rows(ours.reshape(-1), slots.reshape(-1), upd, block, unique=False)
     else:
