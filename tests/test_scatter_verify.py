@@ -1,4 +1,4 @@
-"""The scatter kernels' verify mode (dmlshim.kernels.verify): the whole-model check's way to accept
+"""The scatter kernels' verify mode (dmlshim.kernels.scatter_verify): the whole-model check's way to accept
 onnxruntime's scatter output without computing it. Expected arrays come from onnxruntime CPU (one
 intra-op thread) or, where onnxruntime refuses the inputs (clamped indices), from the kernels' normal
 path; every verdict must be exactly "equal to what the kernel would output, bit for bit"."""

@@ -278,7 +278,7 @@ class EmulatedStep:
     def verify(self, values: Values, state: RunState, theirs: Any) -> bool | None:
         """Whether ``theirs`` (onnxruntime's value of the output) is, bit for bit, what running this step
         would store, found without computing the output (a scatter's kernel checks the written targets
-        and that the rest is its input, see :mod:`dmlshim.kernels.verify`). On agreement the step is
+        and that the rest is its input, see :mod:`dmlshim.kernels.scatter_verify`). On agreement the step is
         recorded exactly as a run records it, and ``theirs`` becomes the output value.
 
         Returns:

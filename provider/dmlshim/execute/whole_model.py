@@ -32,7 +32,7 @@ class EmulatedStepLike(Protocol):
     also have ``verify(values, state, theirs) -> bool | None``: whether onnxruntime's output ``theirs``
     is exactly what running the step would store (recording the step as a run does, and storing
     ``theirs``, when it is), or None to have the step run and its output compared (scatters verify
-    their output without computing it, see :mod:`dmlshim.kernels.verify`)."""
+    their output without computing it, see :mod:`dmlshim.kernels.scatter_verify`)."""
 
     inputs: tuple[str, ...]
     output: str

@@ -35,7 +35,7 @@ from ..errors import DmlShimError, InvalidDescriptorError
 from . import gather, gather_elements, gather_nd, scatter_elements, scatter_nd
 from .indices import KernelIndexError
 from .options import IndexMode, KernelOptions, KernelResult
-from .verify import VerifyResult
+from .scatter_verify import VerifyResult
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ _VERIFIERS: dict[type, Callable[[Any, Mapping[str, Any], np.ndarray, KernelOptio
     ScatterDesc: scatter_elements.verify,
     ScatterNdDesc: scatter_nd.verify,
 }
-"""The scatter kernels' verify entry points (see :mod:`dmlshim.kernels.verify`)."""
+"""The scatter kernels' verify entry points (see :mod:`dmlshim.kernels.scatter_verify`)."""
 
 
 def can_verify(desc: OperatorDesc) -> bool:
@@ -115,7 +115,7 @@ def verify(
     options: KernelOptions = DEFAULT_OPTIONS,
 ) -> VerifyResult:
     """Whether ``expected`` is, bit for bit, the output :func:`execute` would return for the same
-    arguments, without computing that output (see :mod:`dmlshim.kernels.verify`).
+    arguments, without computing that output (see :mod:`dmlshim.kernels.scatter_verify`).
 
     Args:
         desc: a SCATTER or SCATTER_ND descriptor (see :func:`can_verify`).

@@ -22,7 +22,7 @@ from .gather_elements import axis_split, check_axis_shapes, element_offsets, pac
 from .indices import IndexContext, count_duplicates, normalize_indices, write_in_order
 from .options import KernelOptions, KernelResult
 from .parallel import chunk_length, parallel_copy, run_all, spans
-from .verify import VerifyResult, packed_input, verify_writes
+from .scatter_verify import VerifyResult, packed_input, verify_writes
 
 logger = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ def verify(
     desc: ScatterDesc, inputs: Mapping[str, Any], expected: np.ndarray, options: KernelOptions
 ) -> VerifyResult:
     """Whether ``expected`` (flat, the output's dtype) is exactly what :func:`run` would output, and the
-    duplicate count it would report; see :mod:`dmlshim.kernels.verify`."""
+    duplicate count it would report; see :mod:`dmlshim.kernels.scatter_verify`."""
     views = bind(desc, inputs)
     ctx, _ = prepared(
         desc, options, "OutputTensor", ("InputTensor", "UpdatesTensor", "OutputTensor"), _check_shapes

@@ -24,7 +24,7 @@ from .indices import IndexContext, count_duplicates, write_rows
 from .options import KernelOptions, KernelResult
 from .parallel import chunk_length, run_all, spans, worth_chunking
 from .scatter_elements import copy_input
-from .verify import VerifyResult, packed_input, verify_writes
+from .scatter_verify import VerifyResult, packed_input, verify_writes
 
 logger = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ def verify(
     desc: ScatterNdDesc, inputs: Mapping[str, Any], expected: np.ndarray, options: KernelOptions
 ) -> VerifyResult:
     """Whether ``expected`` (flat, the output's dtype) is exactly what :func:`run` would output, and the
-    duplicate count it would report; see :mod:`dmlshim.kernels.verify`."""
+    duplicate count it would report; see :mod:`dmlshim.kernels.scatter_verify`."""
     views, ctx, r, q, _, block = _prepare(desc, inputs, options)
     if block == 0:
         # An empty output: run() checks no index either.

@@ -397,7 +397,7 @@ def verify_translation(
 ) -> VerifyResult | None:
     """Whether ``expected`` (onnxruntime's output of the node, say) is, bit for bit, the output
     :func:`run_translation` would return for the same arguments, and the duplicate count it would report,
-    without computing that output (see :mod:`dmlshim.kernels.verify`).
+    without computing that output (see :mod:`dmlshim.kernels.scatter_verify`).
 
     Returns:
         The verdict; None when the translation has no such check (not a scatter, or an output that needs
