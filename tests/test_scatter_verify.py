@@ -54,19 +54,27 @@ def _data(rng: np.random.Generator, shape: tuple[int, ...], dtype: Any) -> np.nd
     return rng.integers(-100 if dt.kind == "i" else 0, 100, shape).astype(dt)
 
 
-def _case(op: str, dtype: Any, seed: int = 0) -> tuple[list[np.ndarray], dict[str, Any]]:
-    """data (6, 5, 4) with distinct written targets, some indices negative."""
+def _case(
+    op: str, dtype: Any, seed: int = 0, sparse: bool = False
+) -> tuple[list[np.ndarray], dict[str, Any]]:
+    """Distinct written targets, some indices negative: data (6, 5, 4), or with ``sparse`` a larger
+    tensor written in few places (the verify then compares the gaps between the written targets)."""
     rng = np.random.default_rng(seed)
-    data = _data(rng, (6, 5, 4), dtype)
     if op == "ScatterND":
-        rows = rng.choice(30, size=7, replace=False)
+        data = _data(rng, (40 if sparse else 6, 5, 4), dtype)
+        count = 3 if sparse else 7
+        rows = rng.choice(data.shape[0] * 5, size=count, replace=False)
         indices = np.stack([rows // 5, rows % 5], axis=-1).astype(np.int64)
-        indices[::3, 0] -= 6  # negative: counted from the end
-        updates = _data(rng, (7, 4), dtype)
+        indices[::3, 0] -= data.shape[0]  # negative: counted from the end
+        updates = _data(rng, (count, 4), dtype)
         return [data, indices, updates], {}
+    data = _data(rng, (6, 5, 4), dtype)
     # Along axis 1: each (i, k) line writes distinct positions.
     picks = np.argsort(rng.random((6, 5, 4)), axis=1)[:, :3, :]
-    indices = np.where(rng.random(picks.shape) < 0.3, picks - 5, picks).astype(np.int64)
+    if sparse:
+        data = _data(rng, (6, 33, 4), dtype)
+        picks = picks[:, :1, :] * 6 + 1  # one write per line of 33
+    indices = np.where(rng.random(picks.shape) < 0.3, picks - data.shape[1], picks).astype(np.int64)
     updates = _data(rng, indices.shape, dtype)
     return [data, indices, updates], {"axis": 1}
 
@@ -105,10 +113,13 @@ OPS = ("ScatterND", "ScatterElements", "Scatter")
 DTYPES = (np.float32, np.float16, np.float64, np.int64, np.int32, np.int8, np.uint16, np.bool_)
 
 
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("op", OPS)
-def test_onnxruntime_output_agrees_and_every_tampered_element_disagrees(op: str, dtype: Any) -> None:
-    arrays, attrs = _case(op, dtype)
+def test_onnxruntime_output_agrees_and_every_tampered_element_disagrees(
+    op: str, dtype: Any, sparse: bool
+) -> None:
+    arrays, attrs = _case(op, dtype, sparse=sparse)
     t = _translation(op, arrays, attrs)
     theirs = _ort(op, arrays, attrs)
     verdict = verify_translation(t, arrays, theirs)

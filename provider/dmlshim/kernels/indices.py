@@ -352,6 +352,11 @@ class TargetSet:
             self._mask = mask
             self.duplicates = n - int(np.count_nonzero(mask))
 
+    @property
+    def sorted_targets(self) -> np.ndarray | None:
+        """The distinct targets, sorted, when the set holds them so (few writes into many targets)."""
+        return self._unique
+
     def holds_all(self, positions: np.ndarray) -> bool:
         """Whether every one of ``positions`` (valid targets) is written."""
         if self._mask is not None:

@@ -66,9 +66,16 @@ def _word_elements(data: np.ndarray) -> int:
     return per_word
 
 
+MAX_GAPS = 64
+"""Up to this many distinct written runs, the words between them are compared gap by gap (no pass to
+locate the differing words); more runs than that, and the differing words are located in one pass and
+looked up among the written runs."""
+
+
 def untouched_equal(expected: np.ndarray, data: np.ndarray, block: int, written: TargetSet) -> bool:
     """Whether the flat ``expected`` equals the flat ``data`` (same dtype and size) everywhere outside the
-    written runs of ``block`` elements: the differing words are found in one pass and each must lie in a
+    written runs of ``block`` elements, each word read once: with few written runs, every gap between
+    them is compared whole; otherwise the differing words are found in one pass and each must lie in a
     written run (a word straddling two runs is split into its elements first)."""
     per_word = _word_elements(data)
     if per_word > 1:
@@ -76,12 +83,16 @@ def untouched_equal(expected: np.ndarray, data: np.ndarray, block: int, written:
         theirs, ours = expected.view(word), data.view(word)
     else:
         theirs, ours = bits(expected), bits(data)
+    word_bytes = theirs.dtype.itemsize
+    run_bytes = block * data.dtype.itemsize
+    whole_words = run_bytes % word_bytes == 0
+    sorted_runs = written.sorted_targets
+    if whole_words and sorted_runs is not None and sorted_runs.size <= MAX_GAPS:
+        return _gaps_equal(theirs, ours, sorted_runs.tolist(), run_bytes // word_bytes)
     differing = np.flatnonzero(theirs != ours)
     if not differing.size:
         return True
-    word_bytes = theirs.dtype.itemsize
-    run_bytes = block * data.dtype.itemsize
-    if run_bytes % word_bytes == 0:
+    if whole_words:
         runs = differing // (run_bytes // word_bytes)
     else:
         # A word holds elements of two runs: only its differing elements must be written.
@@ -89,6 +100,17 @@ def untouched_equal(expected: np.ndarray, data: np.ndarray, block: int, written:
         elements = elements[bits(expected)[elements] != bits(data)[elements]]
         runs = elements // block
     return written.holds_all(runs)
+
+
+def _gaps_equal(theirs: np.ndarray, ours: np.ndarray, runs: list[int], words_per_run: int) -> bool:
+    """Whether the word arrays are equal outside the (sorted, distinct) runs of ``words_per_run`` words."""
+    start = 0
+    for run in runs:
+        end = run * words_per_run
+        if end > start and not bool((theirs[start:end] == ours[start:end]).all()):
+            return False
+        start = end + words_per_run
+    return start >= theirs.size or bool((theirs[start:] == ours[start:]).all())
 
 
 def verify_writes(
