@@ -40,8 +40,10 @@ NOTE_SHAPE_DIFFERS = "output_shape_differs_from_inference"
 VERIFIED_OPS = frozenset(("Scatter", "ScatterElements", "ScatterND"))
 """Nodes whose output the whole-model check verifies instead of computing (:meth:`EmulatedStep.verify`)."""
 
-VERIFY_MIN_BYTES = 64 * 1024
-"""Outputs smaller than this are computed and compared whole: below it the verify saves nothing."""
+VERIFY_MIN_BYTES = 512 * 1024
+"""Outputs smaller than this are computed and compared whole: below about this size the verify's extra
+calls cost what it saves (measured: a 12-row ScatterND, 192 KiB 0.11 vs 0.12 ms, 768 KiB 0.19 vs 0.18
+ms, 3 MiB 0.58 vs 0.42 ms, 12 MiB 4.0 vs 2.1 ms for computing and comparing vs verifying)."""
 
 Values = dict[str, Any]
 

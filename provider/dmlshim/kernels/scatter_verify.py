@@ -66,17 +66,17 @@ def _word_elements(data: np.ndarray) -> int:
     return per_word
 
 
-MAX_GAPS = 64
-"""Up to this many distinct written runs, the words between them are compared gap by gap (no pass to
-locate the differing words); more runs than that, and the differing words are located in one pass and
-looked up among the written runs."""
+WORDS_PER_GAP = 8192
+"""The words the differing-word pass must cover for each gap between written runs before comparing gap
+by gap pays: a gap costs a few microseconds of calls, about what locating the differing words in this
+many words costs (measured: 0.11 ms for 393K words)."""
 
 
 def untouched_equal(expected: np.ndarray, data: np.ndarray, block: int, written: TargetSet) -> bool:
     """Whether the flat ``expected`` equals the flat ``data`` (same dtype and size) everywhere outside the
-    written runs of ``block`` elements, each word read once: with few written runs, every gap between
-    them is compared whole; otherwise the differing words are found in one pass and each must lie in a
-    written run (a word straddling two runs is split into its elements first)."""
+    written runs of ``block`` elements, each word read once: with few written runs in many words, every
+    gap between them is compared whole; otherwise the differing words are found in one pass and each
+    must lie in a written run (a word straddling two runs is split into its elements first)."""
     per_word = _word_elements(data)
     if per_word > 1:
         word = np.dtype(f"u{per_word * data.dtype.itemsize}")
@@ -87,7 +87,7 @@ def untouched_equal(expected: np.ndarray, data: np.ndarray, block: int, written:
     run_bytes = block * data.dtype.itemsize
     whole_words = run_bytes % word_bytes == 0
     sorted_runs = written.sorted_targets
-    if whole_words and sorted_runs is not None and sorted_runs.size <= MAX_GAPS:
+    if whole_words and sorted_runs is not None and (sorted_runs.size + 1) * WORDS_PER_GAP <= theirs.size:
         return _gaps_equal(theirs, ours, sorted_runs.tolist(), run_bytes // word_bytes)
     differing = np.flatnonzero(theirs != ours)
     if not differing.size:
@@ -141,6 +141,6 @@ def verify_writes(
         write_rows(ours.reshape(-1), slots.reshape(-1), upd, block, unique=False)
     else:
         where, ours = targets, upd
-    if not np.array_equal(bits(theirs[where]), bits(np.ascontiguousarray(ours))):
+    if not bool((bits(theirs[where]) == bits(np.ascontiguousarray(ours))).all()):
         return VerifyResult(False, written.duplicates)
     return VerifyResult(untouched_equal(theirs.reshape(-1), data, block, written), written.duplicates)
