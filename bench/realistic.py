@@ -7,6 +7,7 @@ Usage::
     python bench/realistic.py --config held-out     # another configuration (6 x 1024, 32000 vocab)
     python bench/realistic.py --external            # weights in an external-data file
     python bench/realistic.py --repeats 3 --runs 20 --json
+    python bench/realistic.py --polygraphy VENV/bin/polygraphy   # also `polygraphy run --onnxrt --onnxrt`
 
 The model is generated into ``--workdir`` (default: the system temp folder) the first time and reused;
 it is never committed. Every measurement runs in its own fresh process: the child reports build, first
@@ -156,6 +157,11 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
             row["validate"] = _measure(env_cli)
             row["ort_once"] = _measure([py, "-c", _ORT_VALIDATE, str(model), str(feeds)])
             row["ort_twice"] = _measure([py, "-c", _ORT_VALIDATE, str(model), str(feeds), "twice"])
+            if args.polygraphy:
+                row["polygraphy"] = _measure(
+                    [args.polygraphy, "run", str(model), "--onnxrt", "--onnxrt", "--load-inputs",
+                     str(_polygraphy_feeds(args.polygraphy, feeds))]
+                )
         repeats.append(row)
         args.log(f"repeat {r + 1}: " + json.dumps(_ratios(row)))
     return {
@@ -164,6 +170,18 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         "ratios": [_ratios(row) for row in repeats],
         "max_abs_diff": diff,
     }
+
+
+def _polygraphy_feeds(polygraphy: str, feeds: Path) -> Path:
+    """The feeds as polygraphy's JSON, written by polygraphy's own Python (the interpreter of its script)."""
+    target = feeds.with_suffix(".polygraphy.json")
+    if not target.exists():
+        with open(polygraphy, encoding="utf-8") as script:
+            interpreter = script.readline()[2:].strip()
+        code = ("import sys, numpy as np; from polygraphy.json import save_json; "
+                "save_json([dict(np.load(sys.argv[1]))], sys.argv[2])")
+        subprocess.run([interpreter, "-c", code, str(feeds), str(target)], check=True)
+    return target
 
 
 def _ratios(row: dict[str, Any]) -> dict[str, float]:
@@ -179,6 +197,9 @@ def _ratios(row: dict[str, Any]) -> dict[str, float]:
         ratios["validate_rss_vs_ort_once"] = row["validate"]["rss_mb"] / row["ort_once"]["rss_mb"]
         ratios["validate_wall_vs_ort_twice"] = row["validate"]["wall"] / row["ort_twice"]["wall"]
         ratios["validate_rss_vs_ort_twice"] = row["validate"]["rss_mb"] / row["ort_twice"]["rss_mb"]
+    if "polygraphy" in row:
+        ratios["validate_wall_vs_polygraphy"] = row["validate"]["wall"] / row["polygraphy"]["wall"]
+        ratios["validate_rss_vs_polygraphy"] = row["validate"]["rss_mb"] / row["polygraphy"]["rss_mb"]
     return ratios
 
 
@@ -195,7 +216,7 @@ def table(result: dict[str, Any]) -> str:
                 f"| {i} | {side} | {m['build']:.2f} | {m['first']:.3f} | {m['p50'] * 1e3:.1f} | "
                 f"{m['rss_mb']:.0f} | {m.get('path') or ''} |"
             )
-        for side in ("validate", "ort_once", "ort_twice"):
+        for side in ("validate", "ort_once", "ort_twice", "polygraphy"):
             if side in row:
                 m = row[side]
                 lines.append(f"| {i} | {side} (whole process) | {m['wall']:.2f} | | | {m['rss_mb']:.0f} | |")
@@ -223,6 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-validate", action="store_true")
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "dmlshim-bench-realistic"))
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--polygraphy", help="a polygraphy executable: also time `polygraphy run --onnxrt --onnxrt`"
+    )
     args = parser.parse_args(argv)
     args.log = lambda message: print(message, file=sys.stderr, flush=True)
     result = bench(args)

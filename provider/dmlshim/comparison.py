@@ -76,13 +76,33 @@ def dtype_tolerance(dtype: np.dtype) -> tuple[float, float]:
     return (0.0, 0.0)
 
 
+_WORDS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def same_bits(actual: np.ndarray, expected: np.ndarray) -> bool:
+    """Same dtype, shape and bits (numbers and bools; the same array object always): the cheap first
+    question of every comparison, answered without widening either array."""
+    if actual is expected:
+        return True
+    if actual.dtype != expected.dtype or actual.shape != expected.shape or actual.dtype.kind not in "biufc":
+        return False
+    word = _WORDS.get(actual.dtype.itemsize) if actual.dtype.kind != "c" else None
+    if word is None:
+        return actual.tobytes() == expected.tobytes()
+    a, e = np.ascontiguousarray(actual).view(word), np.ascontiguousarray(expected).view(word)
+    return bool(np.array_equal(a, e))
+
+
 def exact_difference(actual: np.ndarray, expected: np.ndarray) -> ArrayDifference:
     """Compare bit for bit, any NaN equal to any NaN (see the module docstring)."""
+    if same_bits(actual, expected):
+        return ArrayDifference(0, 0.0, None)
     if expected.size == 0 or not is_floating(expected.dtype):
         return array_difference(actual, expected)
-    width = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[expected.dtype.itemsize]
-    a = np.ascontiguousarray(actual).view(width)
-    e = np.ascontiguousarray(expected).view(width)
+    width = _WORDS[expected.dtype.itemsize]
+    # ascontiguousarray makes a 0-d array 1-d: the shape is put back so that ``first`` indexes the inputs
+    a = np.ascontiguousarray(actual).view(width).reshape(actual.shape)
+    e = np.ascontiguousarray(expected).view(width).reshape(expected.shape)
     wide_a = actual.astype(np.float64)
     wide_e = expected.astype(np.float64)
     bad = (a != e) & ~(np.isnan(wide_a) & np.isnan(wide_e))

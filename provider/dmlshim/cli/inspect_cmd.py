@@ -14,10 +14,11 @@ import sys
 import onnx
 
 from ..errors import DmlShimError
+from ..execute.model_source import load_model as read_model
 from ..model.modelcheck import unknown_operators
 from ..report.inspect_report import GraphValue, render_text, shape_hint, write_json
 from ..translate.model_translation import ModelTranslation, translate_model
-from ..translate.shapes_info import load_model, tensor_info
+from ..translate.shapes_info import tensor_info
 from .options import add_feature_level, add_input_shape, apply_input_shapes, input_shapes
 
 
@@ -97,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _inspect(args: argparse.Namespace) -> int:
     shapes = input_shapes(args)
-    model = load_model(args.model)
+    model = _read(args.model)
     shapes = apply_input_shapes(model, shapes)
     translation = translate_model(model, args.feature_level, shapes, other_domains=True)
     for unknown in unknown_operators(model):
@@ -134,6 +135,11 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0 if translation.summary["all_dml"] else 1
 
 
+def _read(path: str) -> onnx.ModelProto:
+    # Shapes, types and small constants are all inspect reads: the large weights stay in the model's files.
+    return read_model(path, weightless=True).proto
+
+
 def _unknown(translation: ModelTranslation) -> int:
     return sum(1 for n in translation.nodes if "SHAPE_UNKNOWN" in n.reason_codes)
 
@@ -147,7 +153,7 @@ def _hint_helps(
     if not before:
         return False
     try:
-        model = load_model(args.model)
+        model = _read(args.model)
         shapes = apply_input_shapes(model, {**input_shapes(args), **shape_hint(symbolic)})
         return _unknown(translate_model(model, args.feature_level, shapes)) < before
     except DmlShimError:

@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
             print("dmlshim run: note: --input-shape is ignored with --inputs", file=sys.stderr)
         feeds = load_npz(args.inputs)
     else:
-        generated = generate(load_model(args.model), input_shapes=shapes, seed=args.seed)
+        generated = generate(load_model(args.model, weightless=True), input_shapes=shapes, seed=args.seed)
         feeds = generated.feeds
     session = InferenceSession(
         args.model,

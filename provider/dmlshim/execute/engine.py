@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -50,6 +50,10 @@ class EngineConfig:
         whole_model_check: let the partitioned engine answer a run from one whole-model onnxruntime run
             when every emulated node's kernel reproduces onnxruntime's value bit for bit (see
             ``dmlshim.execute.whole_model``); False always walks the partitions.
+        own_options: makes the options of each onnxruntime session the engine builds when
+            ``sess_options`` is None (validate: one thread at its optimization level), in place of
+            onnxruntime's defaults; the options are dmlshim's own, so large weights are still read from the
+            model's files rather than serialized into each session.
     """
 
     feature_level: FeatureLevel
@@ -58,6 +62,14 @@ class EngineConfig:
     providers: tuple[Any, ...] | None = None
     model_path: str | None = None
     whole_model_check: bool = True
+    own_options: Callable[[], Any] | None = None
+
+    def options_object(self) -> Any:
+        """The options every session of the engine starts from: the caller's, dmlshim's own, or None
+        (onnxruntime's defaults)."""
+        if self.sess_options is not None:
+            return self.sess_options
+        return self.own_options() if self.own_options is not None else None
 
 
 class EngineFactory(Protocol):

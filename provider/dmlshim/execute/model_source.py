@@ -109,7 +109,8 @@ def load_model(model: ModelSource, sess_options: Any = None, *, weightless: bool
             raise BadModelError(f"not a readable ONNX model: {exc}", path=str(path)) from exc
         _require_graph(proto, str(path))
         added = take_supplied_initializers(proto, sess_options, path.parent)
-        check_model(proto, path, sess_options=sess_options)  # before reading any weights
+        # before reading any weights; read without them, only the small ones count against the limits
+        check_model(proto, path, sess_options=sess_options, read_below=SHARE_MIN_BYTES if light else None)
         files = None
         if light is not None:
             load_small_external_data(proto, path, SHARE_MIN_BYTES)

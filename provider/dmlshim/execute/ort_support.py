@@ -4,7 +4,7 @@ turned into dmlshim errors."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import onnx
@@ -43,13 +43,16 @@ def has_scatter(graph: onnx.GraphProto, skip: frozenset[str] = frozenset()) -> b
     return False
 
 
-def default_options(graph: onnx.GraphProto, skip: frozenset[str] = frozenset()) -> ort.SessionOptions:
+def default_options(
+    graph: onnx.GraphProto, skip: frozenset[str] = frozenset(), make: Callable[[], Any] | None = None
+) -> ort.SessionOptions:
     """The options of a session dmlshim builds when the caller gave none: onnxruntime's defaults, quiet
     (the raised DmlShimError already says what onnxruntime would log), and one intra-op thread when a
     scatter runs in it (onnxruntime's CPU ScatterND loses updates on duplicate indices with several
     threads; one thread makes it exact and deterministic). Scatters writing an output in ``skip`` are
-    checked against their kernel instead and do not count."""
-    options = ort.SessionOptions()
+    checked against their kernel instead and do not count. ``make`` gives dmlshim's own options to start
+    from (``EngineConfig.own_options``) instead of onnxruntime's defaults."""
+    options = make() if make is not None else ort.SessionOptions()
     options.log_severity_level = 4
     if has_scatter(graph, skip):
         options.intra_op_num_threads = 1
@@ -57,18 +60,23 @@ def default_options(graph: onnx.GraphProto, skip: frozenset[str] = frozenset()) 
 
 
 def cpu_session(
-    model: onnx.ModelProto | bytes, sess_options: Any, what: str, shared: SharedWeights | None = None
+    model: onnx.ModelProto | bytes,
+    sess_options: Any,
+    what: str,
+    shared: SharedWeights | None = None,
+    make_options: Callable[[], Any] | None = None,
 ) -> ort.InferenceSession:
     """An onnxruntime CPU session for ``model``; ``what`` names it in the error when onnxruntime refuses it.
 
     Without ``sess_options``, onnxruntime's defaults apply, except that a model with a scatter runs with one
-    intra-op thread; placeholders of ``shared`` initializers in ``model`` then get their arrays.
+    intra-op thread (or ``make_options()`` when given); placeholders of ``shared`` initializers in
+    ``model`` then get their arrays.
     """
     if isinstance(model, onnx.ModelProto):
         model = for_onnxruntime(model)  # deprecated Scatter as ScatterElements
     if sess_options is None:
         proto = model if isinstance(model, onnx.ModelProto) else onnx.load_from_string(model)
-        sess_options = default_options(proto.graph)
+        sess_options = default_options(proto.graph, make=make_options)
         if shared is not None and isinstance(model, onnx.ModelProto):
             shared.attach(sess_options, model)
     separate_profile(sess_options)
@@ -143,7 +151,7 @@ def segment_session(
 ) -> ort.InferenceSession:
     """The session of one CPU segment (built when first needed)."""
     seg_model = segment_model(model, segment, types, init_protos, shared)
-    return cpu_session(seg_model, config.sess_options, label, shared)
+    return cpu_session(seg_model, config.sess_options, label, shared, config.own_options)
 
 
 def whole_model_session(
@@ -158,7 +166,7 @@ def whole_model_session(
     given exactly when the options are dmlshim's own."""
     options = config.sess_options
     if options is None:
-        options = default_options(model.graph, skip=emulated)
+        options = default_options(model.graph, skip=emulated, make=config.own_options)
     if shared is not None:
         light = light_copy(model, shared, extra_outputs)
         shared.attach(options, light)

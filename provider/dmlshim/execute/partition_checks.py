@@ -4,7 +4,7 @@ writes in the engine's value table (:class:`EmulatedIO`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import onnx
@@ -47,12 +47,17 @@ def check_outputs_defined(graph: onnx.GraphProto) -> None:
 
 
 def check_static_sizes(
-    graph: onnx.GraphProto, infos: Mapping[str, TensorInfo], names: Sequence[str]
+    graph: onnx.GraphProto,
+    infos: Mapping[str, TensorInfo],
+    names: Sequence[str],
+    mapped: Collection[str] = (),
 ) -> None:
-    """Refuse, before any allocation, a graph in which a statically shaped value cannot fit in memory."""
+    """Refuse, before any allocation, a graph in which a statically shaped value cannot fit in memory
+    (``mapped``: weights read from the model's files where they are needed, never allocated whole)."""
     producers = {
         out: (names[i], node.op_type) for i, node in enumerate(graph.node) for out in node.output if out
     }
     check_static_values(
-        {n: (i.static_shape, i.elem_type) for n, i in infos.items() if i.is_static}, producers=producers
+        {n: (i.static_shape, i.elem_type) for n, i in infos.items() if i.is_static and n not in mapped},
+        producers=producers,
     )

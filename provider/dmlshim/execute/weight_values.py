@@ -26,6 +26,7 @@ from onnx import numpy_helper
 from ..errors import BadModelError
 from ..fileio.external_data import load_external_data
 from ..fileio.reading import open_regular
+from ..limits import check_bytes
 from ..model.weightless import is_external, tensor_nbytes
 from .weight_file import FileSlice
 
@@ -129,6 +130,7 @@ def initializer_value(tensor: onnx.TensorProto, folder: str | None) -> np.ndarra
         if sys.byteorder != "little":
             value = value.astype(np.dtype(dtype))
         return value
+    check_bytes(where.length or 0, what=f"the data of initializer {tensor.name!r}", path=file)
     with open_regular(file, what="external data", error=BadModelError) as handle:
         handle.seek(where.offset)
         data = handle.read(where.length)
@@ -148,6 +150,7 @@ def _read_aligned(
     tensor: onnx.TensorProto, file: str, where: FileSlice, dtype: np.dtype, shape: tuple[int, ...]
 ) -> np.ndarray:
     count = where.length // dtype.itemsize
+    check_bytes(where.length, what=f"the data of initializer {tensor.name!r}", path=file)
     with open_regular(file, what="external data", error=BadModelError) as handle:
         handle.seek(where.offset)
         value = np.fromfile(handle, dtype=dtype, count=count)

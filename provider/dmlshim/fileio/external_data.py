@@ -139,10 +139,15 @@ def _check_one(t: onnx.TensorProto, base: Path | None, path: str | None) -> Exte
     return ExternalRef(t.name, Path(real), offset, size)
 
 
-def check_external_data(model: onnx.ModelProto, path: str | os.PathLike[str] | None) -> list[ExternalRef]:
+def check_external_data(
+    model: onnx.ModelProto, path: str | os.PathLike[str] | None, *, read_below: int | None = None
+) -> list[ExternalRef]:
     """Check every external-data entry of ``model`` (read from ``path``) without reading any data.
 
-    With ``path`` None (a model given in memory) external data cannot be found and is refused.
+    With ``path`` None (a model given in memory) external data cannot be found and is refused. The size
+    limits apply to the tensors that will be read into the model: all of them, or with ``read_below``
+    (a model read without its weights, whose large tensors onnxruntime reads from their files) only those
+    smaller than that many bytes.
 
     Raises:
         BadModelError: a location leaves the folder, holds NUL, or names a missing or non-regular file; an
@@ -166,7 +171,13 @@ def check_external_data(model: onnx.ModelProto, path: str | os.PathLike[str] | N
             value=location,
             rule=EXTERNAL_DATA_RULE,
         )
-    total = sum(r.length or 0 for r in refs)
+    left = (
+        {t.name for t in model.graph.initializer if t.data_location == TensorProto.EXTERNAL}
+        if read_below is not None
+        else set()
+    )  # top-level initializers (the only tensors a read without weights leaves in their files)
+    read = [r for r in refs if r.tensor not in left or read_below is None or (r.length or 0) < read_below]
+    total = sum(r.length or 0 for r in read)
     check_bytes(total, what=f"the external data of {len(refs)} initializer(s)", path=where)
     whole = total + model.ByteSize()
     if whole > PROTOBUF_LIMIT:

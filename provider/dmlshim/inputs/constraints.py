@@ -168,6 +168,8 @@ def _constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
 
     def visit(g: onnx.GraphProto) -> None:
         for t in g.initializer:
+            if t.data_location == onnx.TensorProto.EXTERNAL:
+                continue  # a weight left in the model's files (never a shape): not read
             found[t.name] = numpy_helper.to_array(t)
         for node in g.node:
             if node.op_type == "Constant" and node.output:

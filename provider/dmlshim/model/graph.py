@@ -70,3 +70,40 @@ def all_tensors(graph: onnx.GraphProto) -> list[onnx.TensorProto]:
             for g in attr.graphs:
                 found.extend(all_tensors(g))
     return found
+
+
+_HALF_FLOATS = frozenset({onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16})
+_TYPE_ATTRIBUTES = frozenset({"to", "dtype", "output_dtype"})
+
+
+def _elem_types(tp: onnx.TypeProto) -> Iterator[int]:
+    kind = tp.WhichOneof("value")
+    if kind in ("tensor_type", "sparse_tensor_type"):
+        yield getattr(tp, kind).elem_type
+    elif kind in ("sequence_type", "optional_type"):
+        yield from _elem_types(getattr(tp, kind).elem_type)
+    elif kind == "map_type":
+        yield tp.map_type.key_type
+        yield from _elem_types(tp.map_type.value_type)
+
+
+def uses_half_floats(graph: onnx.GraphProto) -> bool:
+    """Whether a value of the graph or of its subgraphs may be float16 or bfloat16: a declared type, a
+    tensor, or a type attribute (Cast's ``to``, ``dtype``, ``output_dtype``) says so. onnxruntime's CPU
+    provider computes most such nodes in float32 between casts it inserts, and drops the cast pairs
+    between neighbours, so where a graph is cut changes their results."""
+
+    def declared(g: onnx.GraphProto) -> bool:
+        values = (*g.input, *g.output, *g.value_info)
+        return any(t in _HALF_FLOATS for v in values for t in _elem_types(v.type))
+
+    if any(t.data_type in _HALF_FLOATS for t in all_tensors(graph)) or declared(graph):
+        return True
+    for _, node in walk_nodes(graph):
+        for attr in node.attribute:
+            typed = attr.name in _TYPE_ATTRIBUTES and attr.type == onnx.AttributeProto.INT
+            if typed and attr.i in _HALF_FLOATS:
+                return True
+            if (attr.HasField("g") and declared(attr.g)) or any(declared(g) for g in attr.graphs):
+                return True
+    return False

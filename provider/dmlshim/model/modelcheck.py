@@ -445,7 +445,11 @@ def _onnx_checker_findings(light: onnx.ModelProto) -> str | None:
 
 
 def check_model(
-    model: onnx.ModelProto, path: str | os.PathLike[str] | None = None, *, sess_options: object = None
+    model: onnx.ModelProto,
+    path: str | os.PathLike[str] | None = None,
+    *,
+    sess_options: object = None,
+    read_below: int | None = None,
 ) -> None:
     """The one model check every command runs (inspect, validate, run, lower, export, InferenceSession).
 
@@ -462,6 +466,8 @@ def check_model(
         path: the file it was read from (external data is found beside it).
         sess_options: the caller's ``onnxruntime.SessionOptions`` (``InferenceSession``): an operator that
             only a custom-op library it registers may define is then not refused here.
+        read_below: the model is read without its weights: only external tensors smaller than this are
+            read into it, and only they count against the memory and protobuf limits.
 
     Raises:
         BadModelError: the model is not one onnxruntime would load.
@@ -471,7 +477,7 @@ def check_model(
     check_well_formed(model, where)
     _check_versions(model, where)
     _check_names(model.graph, "", where)
-    check_external_data(model, where)
+    check_external_data(model, where, read_below=read_below)
     light = _checkable(model)
     finding = _onnx_checker_findings(light)
     try:

@@ -23,6 +23,7 @@ from ..validate.results import (
     CAUSE_IDENTICAL,
     CAUSE_OTHER_NODES,
     CAUSE_UNEXPLAINED,
+    RUNS_ONE,
 )
 from .inspect_report import placement_reasons
 from .text import shape_text, table
@@ -225,6 +226,12 @@ def render_text(report: ValidationReport, only_problems: bool = False) -> str:
         "onnxruntime graph optimization: "
         + ", ".join(f"{side} {lv}" for side, lv in report.optimization_levels)
     )
+    if report.runs == RUNS_ONE:
+        lines.append(
+            "runs: one onnxruntime run of the whole model; every emulated node's kernel, run on the inputs "
+            "onnxruntime computed, reproduced its output bit for bit (dmlshim, reference and whole model are "
+            "the same values)"
+        )
     lines += ["", f"outputs ({len(report.outputs)}, compared with the reference)"]
     rows = [["output", "dtype", "shape", "result", "max |diff|", "max rel"]]
     for o in report.outputs:

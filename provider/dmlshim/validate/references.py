@@ -10,10 +10,18 @@
 Each side uses the same onnxruntime graph optimisation level (``disabled`` by default: then the fp32 ops
 of the whole model compute exactly what the partitions compute, and the whole-model comparison shows what
 fusion would add only when asked).
+
+At ``disabled`` the three runs are first made as one (:func:`checked_run`): onnxruntime runs the whole model
+once with every emulated node's inputs and output fetched, and each node's kernel runs on the inputs
+onnxruntime computed for it. When every kernel reproduces onnxruntime's output bit for bit, the partition
+boundaries change nothing at that level, so dmlshim's run, the reference and the whole model are the same
+values, computed once, with one copy of the weights in onnxruntime (read from the model's files). When a
+kernel differs or onnxruntime refuses the run, the three runs are made as above.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -47,6 +55,9 @@ OPTIMIZATION_LEVELS: dict[str, ort.GraphOptimizationLevel] = {
 DEFAULT_OPTIMIZATION_LEVEL = "disabled"
 
 SIDES = ("dmlshim", "reference", "whole_model")
+
+ONE_RUN_LEVEL = "disabled"
+"""The optimisation level at which the three runs can be one (:func:`checked_run`)."""
 
 
 def optimization_level(name: str) -> ort.GraphOptimizationLevel:
@@ -132,6 +143,49 @@ def feeds_for(
     return validator.validate(feeds), source, generated
 
 
+def _config(
+    feature_level: FeatureLevel, index_mode: IndexMode, level: str, model_path: str | None, check: bool
+) -> EngineConfig:
+    # dmlshim's own single-threaded options for every session: large weights are read from the model's
+    # files by each session that needs them, never serialized into it.
+    return EngineConfig(
+        feature_level=feature_level,
+        index_mode=index_mode,
+        own_options=functools.partial(session_options, level),
+        model_path=model_path,
+        whole_model_check=check,
+    )
+
+
+def checked_run(
+    proto: onnx.ModelProto,
+    feeds: Mapping[str, np.ndarray],
+    *,
+    feature_level: FeatureLevel,
+    index_mode: IndexMode,
+    level: str,
+    model_path: str | None,
+) -> tuple[PartitionedRun | None, PartitionedEngine]:
+    """The three runs as one, when they can be (see the module docstring): dmlshim's run answered by the
+    whole-model check, or None; and the engine, whose partitions the separate runs then walk."""
+    engine = PartitionedEngine(
+        proto, _config(feature_level, index_mode, level, model_path, check=True), check_always=True
+    )
+    names = [o.name for o in proto.graph.output]
+    answer = engine.run_checked(names, feeds)
+    if answer is None and not engine.emulated_nodes:
+        # Nothing emulated: the model is one onnxruntime session, the same on every side.
+        answer = engine.run_traced(names, feeds)
+    engine.drop_check()  # its session (a copy of the weights) goes before any other is built
+    if answer is None:
+        return None, engine
+    results, record, values = answer
+    return (
+        PartitionedRun(dict(zip(names, results, strict=True)), values, record, engine.emulated_io, None),
+        engine,
+    )
+
+
 def partitioned_run(
     proto: onnx.ModelProto,
     feeds: Mapping[str, np.ndarray],
@@ -142,17 +196,15 @@ def partitioned_run(
     reference: bool,
     model_path: str | None,
     segments_from: PartitionedEngine | None = None,
+    engine: PartitionedEngine | None = None,
 ) -> PartitionedRun:
     """Run the model through the partitioned engine (``reference``: gather/scatter nodes by onnxruntime),
-    with the CPU segments' sessions of ``segments_from`` when given (the same segments, built once)."""
-    config = EngineConfig(
-        feature_level=feature_level,
-        index_mode=index_mode,
-        sess_options=session_options(level),
-        model_path=model_path,
-        whole_model_check=False,  # walk the partitions: they are what the two runs must share
-    )
-    engine = PartitionedEngine(proto, config, reference=reference, segments_from=segments_from)
+    with the CPU segments' sessions of ``segments_from`` when given (the same segments, built once), or
+    through ``engine`` (one :func:`checked_run` built) when given."""
+    if engine is None:
+        # walk the partitions: they are what the two runs must share
+        config = _config(feature_level, index_mode, level, model_path, check=False)
+        engine = PartitionedEngine(proto, config, reference=reference, segments_from=segments_from)
     names = [o.name for o in proto.graph.output]
     results, record, values = engine.run_traced(names, feeds)
     return PartitionedRun(dict(zip(names, results, strict=True)), values, record, engine.emulated_io, engine)

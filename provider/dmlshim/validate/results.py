@@ -14,7 +14,16 @@ from ..translate import NodeTranslation
 
 SCHEMA_VERSION = 2
 """Version of the ``dmlshim validate --json`` document (2: the verdict compares with the like-for-like
-reference; the whole-model comparison, node attribution and optimisation levels were added)."""
+reference; the whole-model comparison, node attribution and optimisation levels were added; ``runs``
+was added later, a field more within version 2)."""
+
+# How the sides of a validation were run (``ValidationReport.runs``).
+RUNS_ONE = "one-run-checked"
+"""One onnxruntime run of the whole model (optimisation disabled) with every emulated node's kernel run on
+the inputs onnxruntime computed and reproducing its output bit for bit: dmlshim's run, the reference and
+the whole model are the same values."""
+RUNS_THREE = "three-runs"
+"""dmlshim's run, the like-for-like reference and the whole model run apart."""
 
 # Attribution of a gather/scatter node (dmlshim's run against the like-for-like reference).
 ATTR_MATCH = "match"
@@ -306,6 +315,9 @@ class ValidationReport:
         tolerances: ``(output, rtol, atol)`` for outputs given their own tolerance.
         reference_outputs: the reference outputs file compared against, if any.
         feeds: the arrays the model ran on (for ``--save-inputs``).
+        runs: how the sides were run: :data:`RUNS_ONE` (one onnxruntime run of the whole model, every
+            emulated node's kernel reproducing onnxruntime's output bit for bit, so the three sides are the
+            same values) or :data:`RUNS_THREE` (dmlshim's run, the reference and the whole model apart).
     """
 
     model: str
@@ -325,6 +337,7 @@ class ValidationReport:
     tolerances: tuple[tuple[str, float, float], ...] = ()
     reference_outputs: str | None = None
     feeds: tuple[tuple[str, np.ndarray], ...] = field(default=(), compare=False, repr=False)
+    runs: str = RUNS_THREE
 
     @property
     def exit_code(self) -> int:
@@ -355,6 +368,7 @@ class ValidationReport:
             "rtol": self.rtol,
             "atol": self.atol,
             "optimization_levels": dict(self.optimization_levels),
+            "runs": self.runs,
             "inputs": {
                 "source": self.inputs_source,
                 "seed": self.seed,

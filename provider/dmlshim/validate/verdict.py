@@ -18,14 +18,16 @@ from ..execute.record import PLACEMENT_DML
 from ..execute.steps import NOTE_SHAPE_DIFFERS
 from ..inputs import annotate_error
 from ..kernels.options import IndexMode
-from ..model.graph import is_gather_scatter, walk_nodes
+from ..model.graph import is_gather_scatter, uses_half_floats, walk_nodes
 from ..ort.session import LoadedModel, ModelSource, load_model
 from ..translate import CPU_PROVIDER, NodeTranslation, translate_model
 from .attribution import compare_nodes, dependencies, suspects, upstream_order
 from .random_nodes import random_node_warnings
 from .references import (
     DEFAULT_OPTIMIZATION_LEVEL,
+    ONE_RUN_LEVEL,
     SIDES,
+    checked_run,
     feeds_for,
     partitioned_run,
     whole_model_run,
@@ -38,6 +40,8 @@ from .results import (
     CAUSE_IDENTICAL,
     CAUSE_OTHER_NODES,
     CAUSE_UNEXPLAINED,
+    RUNS_ONE,
+    RUNS_THREE,
     Comparison,
     Mismatch,
     NodeValidation,
@@ -137,7 +141,8 @@ def validate_model(
     level = feature_level if isinstance(feature_level, FeatureLevel) else _level(feature_level)
     mode = _index_mode(index_mode)
     optimization_level_checked(optimization_level)
-    loaded = load_model(model)
+    # A model file is read without its large weights: every onnxruntime session reads them from the file.
+    loaded = load_model(model, weightless=True)
     try:
         return _validate_loaded(
             loaded, inputs, level, rtol, atol, input_shapes, seed, mode, optimization_level
@@ -168,18 +173,32 @@ def _validate_loaded(
     proto = loaded.proto
     feeds, source, generated = feeds_for(loaded, inputs, input_shapes, seed)
     common = {"feature_level": level, "index_mode": index_mode, "level": opt_level, "model_path": loaded.path}
+    whole: dict[str, np.ndarray] | None
     try:
-        ours = partitioned_run(proto, feeds, reference=False, **common)  # type: ignore[arg-type]
-        ref = partitioned_run(
-            proto, feeds, reference=True, segments_from=ours.engine, **common  # type: ignore[arg-type]
+        one, engine = (
+            checked_run(proto, feeds, **common)  # type: ignore[arg-type]
+            # Half floats: the whole model and the partitions round them at different places.
+            if opt_level == ONE_RUN_LEVEL and not uses_half_floats(proto.graph)
+            else (None, None)
         )
-        # The engines' onnxruntime sessions (a copy of the weights) go before the whole-model session.
-        ours, ref = dataclasses.replace(ours, engine=None), dataclasses.replace(ref, engine=None)
+        if one is None:
+            ours = partitioned_run(proto, feeds, reference=False, engine=engine, **common)  # type: ignore[arg-type]
+            ref = partitioned_run(
+                proto, feeds, reference=True, segments_from=ours.engine, **common  # type: ignore[arg-type]
+            )
+            # The engines' onnxruntime sessions (a copy of the weights) go before the whole-model session.
+            ours, ref = dataclasses.replace(ours, engine=None), dataclasses.replace(ref, engine=None)
+        else:
+            ours = ref = one
+        del engine
     except DmlShimError as exc:
         if generated is not None:
             annotate_error(exc, generated)  # say which shapes were generated and how to choose others
         raise
-    whole, whole_error = whole_model_run(proto, feeds, opt_level, loaded.path)
+    if one is None:
+        whole, whole_error = whole_model_run(proto, feeds, opt_level, loaded.path)
+    else:
+        whole, whole_error = dict(one.outputs), None
     exact = rtol == 0 and atol == 0
 
     def agree(a: np.ndarray, b: np.ndarray) -> bool:
@@ -260,6 +279,7 @@ def _validate_loaded(
         optimization_levels=tuple((side, opt_level) for side in SIDES),
         whole_model_error=whole_error,
         feeds=tuple(feeds.items()),
+        runs=RUNS_THREE if one is None else RUNS_ONE,
     )
     logger.info("validate %s at %s: %s", report.model, level.short, "match" if report.match else "MISMATCH")
     return report
