@@ -391,3 +391,47 @@ def test_unique_helpers_match_numpy(size: int) -> None:
     np.testing.assert_array_equal(distinct, want)
     np.testing.assert_array_equal(slots, inverse.reshape(-1))
     np.testing.assert_array_equal(sorted_unique(values), want)
+
+
+def _session_after_proofs(op: str) -> tuple[Any, dict[str, np.ndarray], list[np.ndarray]]:
+    model, feeds = _kv_model(op)
+    session = dmlshim.InferenceSession(model, sess_options=_one_thread())
+    expected = ort_run(model, feeds)
+    for _ in range(steps.PROVE_RUNS):
+        got = session.run(None, feeds)
+        (node,) = session.last_run_record.nodes
+        assert node.notes == () and session.last_run_record.path == "whole-model check"
+    for g, e in zip(got, expected, strict=True):
+        assert g.tobytes() == e.tobytes()
+    return session, feeds, expected
+
+
+@pytest.mark.parametrize("op", ["ScatterND", "ScatterElements"])
+def test_untouched_elements_are_proved_on_the_first_runs_then_noted(op: str) -> None:
+    session, feeds, expected = _session_after_proofs(op)
+    got = session.run(None, feeds)
+    (node,) = session.last_run_record.nodes
+    assert [code for code, _ in node.notes] == [steps.NOTE_UNTOUCHED_GIVEN]
+    assert "DMLSHIM_FULL_CHECK=1" in node.notes[0][1]
+    for g, e in zip(got, expected, strict=True):
+        assert g.tobytes() == e.tobytes()
+    # The written elements are still proved on every run: a wrong one hands the run to the partitions.
+    check = session.engine._check
+    flat = 7 * 64 + 3 if op == "ScatterND" else 9 * 64 + 3
+    check._session = _Tampering(check._session, check._position["s"], flat)
+    got = session.run(None, feeds)
+    assert session.last_run_record.path == "partitioned"
+    for g, e in zip(got, expected, strict=True):
+        assert g.tobytes() == e.tobytes()
+
+
+def test_full_check_proves_untouched_elements_on_every_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DMLSHIM_FULL_CHECK", "1")
+    session, feeds, expected = _session_after_proofs("ScatterND")
+    check = session.engine._check
+    check._session = _Tampering(check._session, check._position["s"], 0)  # (0, 0, 0): never written
+    got = session.run(None, feeds)
+    assert session.last_run_record.path == "partitioned"
+    assert all(n.notes == () for n in session.last_run_record.nodes)
+    for g, e in zip(got, expected, strict=True):
+        assert g.tobytes() == e.tobytes()

@@ -127,7 +127,12 @@ def verify(
     )
     offsets = _offsets(desc, views, ctx)
     updates = views["UpdatesTensor"].packed().reshape(-1)
-    result = verify_writes(expected, packed_input(views["InputTensor"]), offsets, updates, 1)
+    result = verify_writes(
+        expected,
+        packed_input(views["InputTensor"]),
+        offsets, updates, 1,
+        prove_untouched=options.prove_untouched,
+    )
     if result.duplicate_indices:
         logger.debug("%s: %d writes overwritten", desc.operator_type.dml_name, result.duplicate_indices)
         if not options.detect_duplicates:

@@ -136,7 +136,12 @@ def verify(
         return VerifyResult(expected.size == 0 and expected.dtype == desc.output_tensor.data_type.numpy_dtype)
     rows = _rows(views, desc, ctx, r, q, block)
     updates = views["UpdatesTensor"].packed().reshape(-1)
-    result = verify_writes(expected, packed_input(views["InputTensor"]), rows, updates, block)
+    result = verify_writes(
+        expected,
+        packed_input(views["InputTensor"]),
+        rows, updates, block,
+        prove_untouched=options.prove_untouched,
+    )
     if result.duplicate_indices:
         logger.debug("%s: %d writes overwritten", desc.operator_type.dml_name, result.duplicate_indices)
         if not options.detect_duplicates:

@@ -6,6 +6,7 @@ Sizes (or the whole buffer for a strided window), the kernel, then the way back 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import math
@@ -394,10 +395,12 @@ def verify_translation(
     expected: object,
     *,
     index_mode: IndexMode = IndexMode.ERROR,
+    prove_untouched: bool = True,
 ) -> VerifyResult | None:
     """Whether ``expected`` (onnxruntime's output of the node, say) is, bit for bit, the output
     :func:`run_translation` would return for the same arguments, and the duplicate count it would report,
-    without computing that output (see :mod:`dmlshim.kernels.scatter_verify`).
+    without computing that output (see :mod:`dmlshim.kernels.scatter_verify`). With ``prove_untouched``
+    False, the elements the scatter does not write are taken as given.
 
     Returns:
         The verdict; None when the translation has no such check (not a scatter, or an output that needs
@@ -421,6 +424,8 @@ def verify_translation(
     if not (fits and isinstance(expected, np.ndarray) and expected.dtype == onnx_dtype):
         return VerifyResult(False)
     bound, options = _bound(t, plan, inputs, index_mode, [])
+    if not prove_untouched:
+        options = dataclasses.replace(options, prove_untouched=False)
     flat = np.ascontiguousarray(expected).reshape(-1)
     try:
         result = verify(operator, bound, flat.view(np.uint8) if plan.output_bool else flat, options)
