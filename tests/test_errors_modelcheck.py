@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -259,8 +260,12 @@ def test_external_data_above_protobuf_limit_refused_without_memory_limit(
     assert_cli_error(r.code, r.err, "2 GiB a protobuf message can hold", "refused before reading")
     assert run_cli("inspect", path).code == 0  # inspect reads shapes only
     # An engine that reads every weight into the model refuses it before reading...
-    with pytest.raises(TooLargeError, match="protobuf"):
+    with pytest.raises(TooLargeError, match="protobuf") as refused:
         InferenceSession(str(path), engine="customop")
+    # ...and says which way loads it (the caller's sess_options also mean the model is read whole)
+    assert "InferenceSession(path) without sess_options" in str(refused.value)
+    with pytest.raises(TooLargeError, match="without sess_options"):
+        InferenceSession(str(path), ort.SessionOptions())
     # ...while the default engine reads the model without its weights (issue 22: models larger than
     # memory allows twice): the emulated Gather maps the table from the file (sparse here: zeros).
     session = InferenceSession(str(path))
