@@ -256,6 +256,11 @@ def test_external_data_above_protobuf_limit_refused_without_memory_limit(
     monkeypatch.setenv("DMLSHIM_MEMORY_LIMIT", str(1 << 40))
     count = int(gib * (1 << 30)) // 4
     path = _external(tmp_path, dims=(count, 1), file_bytes=count * 4)
+    with open(tmp_path / "w.bin", "r+b") as data:  # two known rows in the sparse table
+        data.seek(2 * 4)
+        data.write(np.float32(1.5).tobytes())
+        data.seek((count - 1) * 4)
+        data.write(np.float32(-3.0).tobytes())
     r = run_cli("lower", path, "-o", str(tmp_path / "lowered.onnx"))  # lower writes every weight
     assert_cli_error(r.code, r.err, "2 GiB a protobuf message can hold", "refused before reading")
     assert run_cli("inspect", path).code == 0  # inspect reads shapes only
@@ -267,10 +272,12 @@ def test_external_data_above_protobuf_limit_refused_without_memory_limit(
     with pytest.raises(TooLargeError, match="without sess_options"):
         InferenceSession(str(path), ort.SessionOptions())
     # ...while the default engine reads the model without its weights (issue 22: models larger than
-    # memory allows twice): the emulated Gather maps the table from the file (sparse here: zeros).
-    session = InferenceSession(str(path))
-    out = session.run(None, {"idx": np.array([2, count - 1], np.int64)})[0]
-    np.testing.assert_array_equal(out, np.zeros((2, 1), np.float32))
+    # memory allows twice): the emulated Gather maps the table from the file (sparse here: zeros
+    # but the two rows written); so does the cpu engine (onnxruntime's session reads the file).
+    for providers in (None, ["CPUExecutionProvider"]):
+        session = InferenceSession(str(path), providers=providers)
+        out = session.run(None, {"idx": np.array([2, count - 1], np.int64)})[0]
+        np.testing.assert_array_equal(out, np.array([[1.5], [-3.0]], np.float32))
 
 
 # --- no tracebacks ----------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from ..ort.exceptions import as_onnxruntime_error
 from .added_initializers import AddedInitializers
 from .supplied import take_supplied_initializers
 from .weight_file import read_weightless
-from .weight_values import load_small_external_data, weight_files, with_weights
+from .weight_values import check_unchanged, load_small_external_data, weight_files, with_weights
 from .weights import SHARE_MIN_BYTES
 
 logger = logging.getLogger(__name__)
@@ -53,6 +53,16 @@ class LoadedModel:
     def weightless(self) -> bool:
         """``proto`` keeps its large top-level initializers as references into the model's files."""
         return self.weight_files is not None
+
+    def require_unchanged(self) -> None:
+        """For a model read without its weights: its files are as they were when it was read.
+
+        Raises:
+            BadModelError: a file's size or modification time changed since.
+        """
+        if self.weight_files is not None and self.path is not None:
+            folder = os.path.dirname(os.path.abspath(self.path))
+            check_unchanged(self.weight_files, folder, self.path)
 
     def with_weights(self) -> onnx.ModelProto:
         """The model with every weight in it: ``proto`` itself, or for a model read without its weights

@@ -212,8 +212,12 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
             whole_model_check=profiler is None,
         )
         model = self._model
-        if self._loaded.weightless and name != "partitioned":
-            model = self._loaded.with_weights()  # engines other than the default read every weight
+        if self._loaded.weightless:
+            # The default and cpu engines' sessions read the weights from the model's files (a later
+            # engine, after set_providers, too): they must still hold the bytes the model was read with.
+            self._loaded.require_unchanged()
+            if name not in ("partitioned", "cpu"):
+                model = self._loaded.with_weights()  # the customop and directml engines read every weight
         try:
             engine = get_engine_factory(name)(model, config)
         except DmlShimError as exc:
