@@ -16,7 +16,6 @@ computed.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 import os
@@ -28,16 +27,14 @@ import onnx
 import onnxruntime as ort
 
 from ..errors import DmlShimError
-from ..model.graph import display_names, is_gather_scatter
+from ..model.graph import display_names
 from ..model.weightless import tensor_nbytes, without_weights
-from ..translate import NodeTranslation, Status, TensorInfo, infer_shapes, translate_node
-from ..translate.model_translation import model_placements
-from ..translate.placement import CPU_PREFERRED_MESSAGE, graph_placements
-from ..translate.plan import CPU_PROVIDER
+from ..translate import Status, TensorInfo, infer_shapes
 from ..translate.shapes_info import tensor_infos
-from ..translate.translator import model_opsets, node_since_version
+from ..translate.translator import model_opsets
 from .engine import EngineConfig
 from .fallback import has_deprecated_scatter, note_scatter_as_scatter_elements
+from .node_plan import plan_nodes
 from .ort_support import (
     ORT_ERRORS,
     cpu_session,
@@ -49,12 +46,11 @@ from .ort_support import (
 from .partition import (
     CpuSegment,
     EmulatedNode,
-    nested_gather_scatter,
     partition_graph,
 )
 from .partition_checks import EmulatedIO, check_outputs_defined, check_static_sizes
 from .path_choice import PATH_CHECK, PATH_PARTITIONED, TRIAL_MAX_WEIGHT_BYTES, PathChooser
-from .record import PLACEMENT_CPU, NodeRecord, RunRecord
+from .record import RunRecord
 from .segments import (
     SEGMENT_IR_VERSION,
     boundary_types,
@@ -72,8 +68,6 @@ from .steps import (
     EmulatedStep,
     RunState,
     Values,
-    overwrites,
-    reasons_of,
     run_session,
     static_key,
 )
@@ -96,8 +90,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _session = cpu_session  # the name execute.cpu_engine imports
-
-_SHAPE_UNKNOWN = "SHAPE_UNKNOWN"
 
 MIN_SEGMENTS_FOR_CHECK = 2
 """CPU segments from which the whole-model check pays: with one, a partitioned run already makes one
@@ -166,89 +158,8 @@ class PartitionedEngine:
             infos.setdefault(name, TensorInfo(tuple(int(d) for d in tensor.dims), int(tensor.data_type)))
             types.setdefault(name, tensor_type(int(tensor.data_type), tensor.dims))
 
-        # Slots of the per-run record: top-level gather/scatter nodes, each followed by the nested ones.
-        template: list[NodeRecord | None] = []
-        slot_of: dict[int, int] = {}
-        candidates: dict[int, tuple[int, NodeTranslation, list[TensorInfo | None]]] = {}
-        translated: dict[int, NodeTranslation] = {}
-        for i, node in enumerate(nodes):
-            if is_gather_scatter(node):
-                since = node_since_version(node, opsets)
-                node_infos = [infos.get(n) if n else None for n in node.input]
-                t = translate_node(node, since, node_infos, config.feature_level, name=names[i])
-                slot_of[i] = len(template)
-                template.append(None)
-                translated[i] = t
-                shape_unknown = t.status is Status.ERROR and _SHAPE_UNKNOWN in t.reason_codes
-                # A scatter without reduction that falls back still runs as its own step, so that the
-                # writes its duplicate indices overwrite are counted in the run record.
-                counted = t.status is Status.FALLBACK and overwrites(node)
-                if t.status is Status.DML or shape_unknown or counted:
-                    candidates[i] = (since, t, node_infos)
-                else:
-                    template[slot_of[i]] = NodeRecord(
-                        name=names[i],
-                        op_type=node.op_type,
-                        placement=PLACEMENT_CPU,
-                        status=t.status.value,
-                        reasons=reasons_of(t),
-                        ort_placement=t.ort_placement,
-                    )
-            for nested in nested_gather_scatter([node], [names[i]]):
-                template.append(
-                    NodeRecord(
-                        name=nested.path,
-                        op_type=nested.node.op_type,
-                        placement=PLACEMENT_CPU,
-                        status=REASON_NOT_EMULATED,
-                        reasons=(
-                            (
-                                REASON_NOT_EMULATED,
-                                f"inside the {nested.owner_op} node {nested.owner!r}: the partitioned "
-                                "engine runs control flow in onnxruntime as a whole, so this node ran on "
-                                "onnxruntime's CPU provider (the custom-op engine can emulate nodes inside "
-                                "subgraphs)",
-                            ),
-                        ),
-                    )
-                )
-
-        if any(r is not None and r.status == REASON_NOT_EMULATED for r in template):
-            # Inside control flow onnxruntime still places each node: say where, as inspect does.
-            ep = model_placements(model, config.feature_level)
-            template = [
-                dataclasses.replace(r, ort_placement=ep.get(r.name))
-                if r is not None and r.status == REASON_NOT_EMULATED
-                else r
-                for r in template
-            ]
-        if ort_cpu_preference and translated:
-            elem_types = {n: info.elem_type for n, info in infos.items()}
-            moved = graph_placements(graph, translated, elem_types)
-            for i in sorted(moved - set(candidates)):
-                record = template[slot_of[i]]
-                if record is not None:
-                    template[slot_of[i]] = dataclasses.replace(record, ort_placement=CPU_PROVIDER)
-            for i in sorted(moved & set(candidates)):
-                _, t, _ = candidates.pop(i)
-                template[slot_of[i]] = NodeRecord(
-                    name=names[i],
-                    op_type=nodes[i].op_type,
-                    placement=PLACEMENT_CPU,
-                    status=t.status.value,
-                    reasons=(*reasons_of(t), (REASON_CPU_PREFERRED, CPU_PREFERRED_MESSAGE)),
-                    ort_placement=CPU_PROVIDER,
-                )
-
-        for i in candidates:
-            # A gather/scatter output has the data input's type; give it at least that (rank unknown) when
-            # shape inference could not, so a CPU segment can declare it as an input.
-            out, data = nodes[i].output[0], nodes[i].input[0]
-            data_info = infos.get(data)
-            if out not in types and data_info is not None and data_info.elem_type:
-                tp = onnx.TypeProto()
-                tp.tensor_type.elem_type = data_info.elem_type
-                types[out] = tp
+        plan = plan_nodes(model, nodes, names, opsets, infos, types, config, ort_cpu_preference)
+        template, slot_of, candidates = plan.template, plan.slot_of, plan.candidates
 
         self._template = template
         self._check: WholeModelCheck | None = None
