@@ -8,13 +8,16 @@ Usage::
     python bench/realistic.py --external            # weights in an external-data file
     python bench/realistic.py --config large --external   # 16 x 1536, ~2.4 GB: above protobuf's 2 GiB
     python bench/realistic.py --repeats 3 --runs 20 --json
+    python bench/realistic.py --engine customop     # also the custom-op engine, against the default one
+    python bench/realistic.py --with-options        # both sides given the same caller's SessionOptions
     python bench/realistic.py --polygraphy VENV/bin/polygraphy   # also `polygraphy run --onnxrt --onnxrt`
 
 The model is generated into ``--workdir`` (default: the system temp folder) the first time and reused;
 it is never committed. Every measurement runs in its own fresh process: the child reports build, first
 run and steady-run p50 from inside, and the parent reads the child's peak resident size from
 ``os.wait4`` (``ru_maxrss``), so imports count on both sides alike. Sides alternate within each repeat;
-ratios are dmlshim / onnxruntime of the same repeat.
+ratios are dmlshim / onnxruntime of the same repeat. With ``--engine NAME`` a third side runs dmlshim with
+that engine (``dmlshim:NAME``), and its ratios are taken against onnxruntime and against the default engine.
 """
 
 from __future__ import annotations
@@ -37,22 +40,45 @@ from bench.realistic_models import GPT2_SMALL, HELD_OUT, LARGE, DecoderConfig
 
 CONFIGS = {"gpt2-small": GPT2_SMALL, "held-out": HELD_OUT, "large": LARGE}
 SIDES = ("ort", "dmlshim")
+ENGINE_SIDE = "dmlshim:"
+"""Prefix of the side that runs dmlshim with a named engine (``dmlshim:customop``)."""
 
 
-def _child(side: str, model: str, feeds_path: str, runs: int, out_path: str) -> int:
+def _sides(engine: str | None) -> tuple[str, ...]:
+    return SIDES if engine is None else (*SIDES, ENGINE_SIDE + engine)
+
+
+def caller_options() -> Any:
+    """The ``SessionOptions`` a typical client passes (``--with-options``): two intra-op threads and an
+    explicit optimization level. Both sides get the same settings."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 2
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    return so
+
+
+def _child(
+    side: str, model: str, feeds_path: str, runs: int, out_path: str, with_options: bool = False
+) -> int:
     """One side in this (fresh) process; prints its timings as JSON."""
     import numpy as np
     import onnxruntime as ort
 
     with np.load(feeds_path) as data:
         feeds = {k: data[k] for k in data.files}
+    so = caller_options() if with_options else None
     start = time.perf_counter()
     if side == "ort":
-        session: Any = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+        session: Any = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
     else:
         import dmlshim
 
-        session = dmlshim.InferenceSession(model)
+        engine = side[len(ENGINE_SIDE):] if side.startswith(ENGINE_SIDE) else None
+        session = dmlshim.InferenceSession(model, so) if engine is None else dmlshim.InferenceSession(
+            model, so, engine=engine
+        )
     build = time.perf_counter() - start
     start = time.perf_counter()
     outputs = session.run(None, feeds)
@@ -63,7 +89,7 @@ def _child(side: str, model: str, feeds_path: str, runs: int, out_path: str) -> 
         session.run(None, feeds)
         times.append(time.perf_counter() - start)
     result = {"build": build, "first": first, "p50": statistics.median(times)}
-    if side == "dmlshim":
+    if side != "ort":
         record = session.last_run_record
         result["path"] = getattr(record, "path", None)
     names = [o.name for o in session.get_outputs()]
@@ -147,13 +173,19 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     env_cli = [py, "-m", "dmlshim", "validate", str(model), "--inputs", str(feeds), "-q"]
     repeats: list[dict[str, Any]] = []
     diff = None
+    engine_diff = None
+    sides = _sides(args.engine)
     for r in range(args.repeats):
         row: dict[str, Any] = {}
-        order = SIDES if r % 2 == 0 else SIDES[::-1]
+        order = sides if r % 2 == 0 else sides[::-1]
         for side in order:
-            out = workdir / f"out_{side}.npz"
-            row[side] = _measure([py, me, "--child", side, str(model), str(feeds), str(args.runs), str(out)])
+            out = workdir / f"out_{side.replace(':', '_')}.npz"
+            child = [py, me, "--child", side, str(model), str(feeds), str(args.runs), str(out)]
+            row[side] = _measure(child + (["--with-options"] if args.with_options else []))
         diff = _max_diff(workdir / "out_dmlshim.npz", workdir / "out_ort.npz")
+        if args.engine is not None:
+            engine_out = workdir / f"out_{(ENGINE_SIDE + args.engine).replace(':', '_')}.npz"
+            engine_diff = _max_diff(engine_out, workdir / "out_ort.npz")
         if not args.skip_validate:
             row["validate"] = _measure(env_cli)
             row["ort_once"] = _measure([py, "-c", _ORT_VALIDATE, str(model), str(feeds)])
@@ -166,10 +198,14 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         repeats.append(row)
         args.log(f"repeat {r + 1}: " + json.dumps(_ratios(row)))
     return {
-        "config": vars(config) | {"weight_mb": config.weight_bytes / 2**20, "external": args.external},
+        "config": vars(config)
+        | {"weight_mb": config.weight_bytes / 2**20, "external": args.external}
+        | {"with_options": args.with_options},
         "repeats": repeats,
         "ratios": [_ratios(row) for row in repeats],
         "max_abs_diff": diff,
+        "engine": args.engine,
+        "engine_max_abs_diff": engine_diff,
     }
 
 
@@ -193,6 +229,13 @@ def _ratios(row: dict[str, Any]) -> dict[str, float]:
         "run_p50": d["p50"] / o["p50"],
         "peak_rss": d["rss_mb"] / o["rss_mb"],
     }
+    engine = next((side for side in row if side.startswith(ENGINE_SIDE)), None)
+    if engine is not None:
+        e = row[engine]
+        for key, num, den in (("build", "build", "build"), ("first_run", "first", "first"),
+                              ("run_p50", "p50", "p50"), ("peak_rss", "rss_mb", "rss_mb")):
+            ratios[f"{engine} {key} vs ort"] = e[num] / o[den]
+            ratios[f"{engine} {key} vs default"] = e[num] / d[den]
     if "validate" in row:
         ratios["validate_wall_vs_ort_once"] = row["validate"]["wall"] / row["ort_once"]["wall"]
         ratios["validate_rss_vs_ort_once"] = row["validate"]["rss_mb"] / row["ort_once"]["rss_mb"]
@@ -211,7 +254,7 @@ def table(result: dict[str, Any]) -> str:
         "| ---: | --- | ---: | ---: | ---: | ---: | --- |",
     ]
     for i, row in enumerate(result["repeats"], 1):
-        for side in SIDES:
+        for side in _sides(result.get("engine")):
             m = row[side]
             lines.append(
                 f"| {i} | {side} | {m['build']:.2f} | {m['first']:.3f} | {m['p50'] * 1e3:.1f} | "
@@ -227,6 +270,8 @@ def table(result: dict[str, Any]) -> str:
     for key in result["ratios"][0]:
         lines.append(f"| {key} | " + " | ".join(f"{r[key]:.2f}" for r in result["ratios"]) + " |")
     lines.append(f"\nmax |dmlshim - onnxruntime| over the outputs: {result['max_abs_diff']}")
+    if result.get("engine"):
+        lines.append(f"max |{ENGINE_SIDE}{result['engine']} - onnxruntime|: {result['engine_max_abs_diff']}")
     return "\n".join(lines)
 
 
@@ -234,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "--child":
         side, model, feeds, runs, out = argv[1:6]
-        return _child(side, model, feeds, int(runs), out)
+        return _child(side, model, feeds, int(runs), out, with_options="--with-options" in argv[6:])
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -243,6 +288,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--runs", type=int, default=10, help="steady runs per side (p50)")
     parser.add_argument("--skip-validate", action="store_true")
+    parser.add_argument("--engine", help="also run dmlshim with this engine (customop, partitioned, ...)")
+    parser.add_argument(
+        "--with-options", action="store_true",
+        help="both sides built with the same caller's SessionOptions "
+        "(2 intra-op threads, extended optimization)",
+    )
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "dmlshim-bench-realistic"))
     parser.add_argument("--json", action="store_true")
     parser.add_argument(

@@ -17,7 +17,9 @@ pytest.importorskip("onnxruntime_extensions")
 
 from dmlshim import FeatureLevel, IndexOutOfRangeError
 from dmlshim.dml.json_form import operator_from_json
+from dmlshim.execute import custom_op_types
 from dmlshim.execute.custom_op import CustomOpEngine, create_engine
+from dmlshim.execute.custom_op_types import outputs_cross_as_arrays
 from dmlshim.execute.engine import EngineConfig
 from dmlshim.execute.lowering import CUSTOM_DOMAIN, lower_model
 from dmlshim.execute.record import RunRecord
@@ -159,8 +161,10 @@ def test_symbolic_batch_translated_at_run_time_and_cached() -> None:
         ["y"],
     )
     eng = engine(model)
-    # float data: tags mode (onnxruntime moves the floats), translated at run time.
-    assert eng.lowered.nodes[0].dynamic and eng.lowered.nodes[0].mode == "tags"
+    # float32 data crosses the bridge as arrays, every bit kept (tags mode, onnxruntime moving the floats,
+    # where outputs would cross as Python lists), translated at run time.
+    mode = "translate" if outputs_cross_as_arrays() else "tags"
+    assert eng.lowered.nodes[0].dynamic and eng.lowered.nodes[0].mode == mode
     rng = np.random.default_rng(3)
     for batch, expected_new in ((5, 1), (5, 0), (2, 1)):
         feeds = {"x": special_floats(rng, (batch, 4)), "i": np.array([batch - 1, 0, -1], dtype=np.int64)}
@@ -240,19 +244,28 @@ def test_no_gather_scatter_and_output_straight_from_gather() -> None:
     check(direct, {"x": np.arange(6, dtype=np.float32).reshape(3, 2), "i": np.array(-1, np.int64)})
 
 
-def test_lowered_model_carries_the_descriptor() -> None:
+@pytest.mark.parametrize("arrays", [True, False], ids=["array-bridge", "list-bridge"])
+def test_lowered_model_carries_the_descriptor(arrays: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(custom_op_types, "outputs_cross_as_arrays", lambda: arrays)
     model, _ = chain_model()
     lowered = lower_model(model)
     onnx.checker.check_model(lowered.model, full_check=True)
     custom = [n for n in lowered.model.graph.node if n.domain == CUSTOM_DOMAIN]
-    # float data is lowered in tags mode: the custom op returns positions, onnxruntime moves the floats.
-    assert [n.op_type for n in custom] == ["DmlTagsGather_int64", "DmlTagsScatterND_int64"]
+    # Where outputs would cross as Python lists, float data is lowered in tags mode: the custom op returns
+    # positions, onnxruntime moves the floats.
+    mode = b"descriptor" if arrays else b"tags"
+    expected = (
+        ["DmlGather_float32_int64", "DmlScatterND_float32_int64"]
+        if arrays
+        else ["DmlTagsGather_int64", "DmlTagsScatterND_int64"]
+    )
+    assert [n.op_type for n in custom] == expected
     by_name = {n.name: n for n in lowered.nodes}
     for node in custom:
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         t = by_name[attrs["node_name"].decode()].translation
         assert operator_from_json(json.loads(attrs["descriptor"])) == t.operator
-        assert attrs["onnx_op_type"].decode() == t.op_type and attrs["mode"] == b"tags"
+        assert attrs["onnx_op_type"].decode() == t.op_type and attrs["mode"] == mode
         assert t.operator is not None
         assert attrs["dml_operator"].decode() == t.operator.operator_type.dml_name
     assert any(n.op_type == "Reshape" for n in lowered.model.graph.node)
@@ -278,3 +291,49 @@ def test_inference_session_with_the_customop_engine() -> None:
     record = sess.last_run_record
     assert record is not None and record.engine == "customop"
     assert [n.placement for n in record.nodes] == ["dml", "dml", "dml"]
+
+
+def _shape_gather_model() -> onnx.ModelProto:
+    # Shape -> Gather -> Reshape (a shape computation: onnxruntime's DirectML provider runs that Gather on
+    # the CPU) beside a Gather of float data (runs on DirectML).
+    return make_model(
+        [
+            helper.make_node("Shape", ["x"], ["s"], name="shape"),
+            helper.make_node("Gather", ["s", "zero"], ["b"], name="batch_dim", axis=0),
+            helper.make_node("Concat", ["b", "minus_one"], ["new_shape"], name="concat", axis=0),
+            helper.make_node("Reshape", ["x", "new_shape"], ["flat"], name="reshape"),
+            helper.make_node("Gather", ["flat", "i"], ["y"], name="rows", axis=1),
+        ],
+        {"x": (TensorProto.FLOAT, [3, 4, 5]), "i": (TensorProto.INT64, [2])},
+        ["y"],
+        initializers={"zero": np.array([0], np.int64), "minus_one": np.array([-1], np.int64)},
+    )
+
+
+def test_shape_computation_stays_with_onnxruntime_as_in_the_partitioned_engine() -> None:
+    from dmlshim import InferenceSession
+
+    model = _shape_gather_model()
+    feeds = {"x": special_floats(np.random.default_rng(1), (3, 4, 5)), "i": np.array([19, -20], np.int64)}
+    eng = engine(model)
+    got, record = run_all(eng, model, feeds)
+    assert_bitwise(got, ort_run(model, feeds))
+    by_name = {n.name: n for n in record.nodes}
+    assert by_name["rows"].placement == "dml"
+    kept = by_name["batch_dim"]
+    assert kept.placement == "onnxruntime-cpu" and kept.ort_placement == "CPUExecutionProvider"
+    assert kept.reasons[-1][0] == "ort_cpu_preferred"
+    # The default engine records the same node the same way.
+    partitioned = InferenceSession(model, engine="partitioned")
+    partitioned.run(None, feeds)
+    default = {n.name: n for n in partitioned.last_run_record.nodes}["batch_dim"]
+    assert (default.placement, default.reasons, default.ort_placement) == (
+        kept.placement,
+        kept.reasons,
+        kept.ort_placement,
+    )
+    # ort_cpu_preference=False lowers it too.
+    every = engine(model, ort_cpu_preference=False)
+    got, record = run_all(every, model, feeds)
+    assert_bitwise(got, ort_run(model, feeds))
+    assert {n.name: n.placement for n in record.nodes} == {"batch_dim": "dml", "rows": "dml"}

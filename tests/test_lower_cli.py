@@ -52,10 +52,12 @@ def test_lower_loop_model_checks_and_runs(tmp_path: Path, capsys: pytest.Capture
     lowered = onnx.load(str(out))
     onnx.checker.check_model(lowered, full_check=True)
     assert {(o.domain, o.version) for o in lowered.opset_import} >= {(CUSTOM_DOMAIN, 1)}
+    # float32 data crosses the bridge as numpy arrays, every bit kept (see test_custom_op_bridge.py for
+    # tags mode, where the custom op returns positions and onnxruntime moves the floats).
     assert [n.op_type for n in custom_nodes(lowered.graph)] == [
-        "DmlTagsGather_int64",  # float data: positions out, onnxruntime moves the floats
+        "DmlGather_float32_int64",
         "DmlGather_int64_int64",
-        "DmlTagsScatterND_int64",
+        "DmlScatterND_float32_int64",
     ]
     feeds = sample("loop_scatternd")
     assert_bitwise(run_lowered(out, feeds), ort_session(str(MODELS / "loop_scatternd.onnx")).run(None, feeds))
@@ -76,14 +78,14 @@ def test_input_shape_gives_static_descriptors(tmp_path: Path, capsys: pytest.Cap
     model = str(MODELS / "gathernd_dynamic_batch.onnx")
     dynamic, static = tmp_path / "dynamic.onnx", tmp_path / "static.onnx"
     assert main(["lower", model, "-o", str(dynamic)]) == 0
-    assert "[tags] translated at run time" in capsys.readouterr().out
+    assert "[translate] translated at run time" in capsys.readouterr().out
     feeds = sample("gathernd_dynamic_batch")
     shapes = [f"{k}={','.join(map(str, v.shape))}" for k, v in feeds.items()]
     args = ["lower", model, "-o", str(static), "-l", "4_1"]
     for s in shapes:
         args += ["--input-shape", s]
     assert main(args) == 0
-    assert "[tags] DML_OPERATOR_GATHER_ND" in capsys.readouterr().out
+    assert "[descriptor] DML_OPERATOR_GATHER_ND" in capsys.readouterr().out
     want = ort_session(model).run(None, feeds)
     for path in (dynamic, static):
         onnx.checker.check_model(onnx.load(str(path)))

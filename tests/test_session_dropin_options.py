@@ -190,7 +190,7 @@ def test_customop_engine_profile_shows_the_lowered_nodes(tmp_path: Path) -> None
     sess.run(None, decoder_feeds())
     events = json.loads(Path(sess.end_profiling()).read_text(encoding="utf-8"))
     ops = {e["args"]["op_name"] for e in events if e["cat"] == "Node"}
-    assert {"DmlTagsGather_int64", "DmlTagsScatterND_int64", "MatMul"} <= ops
+    assert {"DmlGather_float32_int64", "DmlScatterND_float32_int64", "MatMul"} <= ops
     assert len(list(tmp_path.iterdir())) == 1
 
 

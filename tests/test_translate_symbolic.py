@@ -151,3 +151,21 @@ def test_placeholders() -> None:
     assert placeholder_shape(("batch",), 3)[0] == batch  # one placeholder per name
     assert describe(batch * 768) == "768*batch" and describe(12) == 12
     assert not differ(batch, 5) and differ(4, 5) and not differ(batch, batch)
+
+
+def test_placeholder_primality_is_exact() -> None:
+    from dmlshim.translate.symbolic import _is_prime
+
+    # The first primes above 10^9 (published tables of primes), then every n in a window checked
+    # against plain trial division, and Carmichael numbers and strong pseudoprimes to base 2.
+    known = [1000000007, 1000000009, 1000000021, 1000000033, 1000000087, 1000000093, 1000000097, 1000000103]
+    assert [n for n in range(1000000000, 1000000104) if _is_prime(n)] == known
+
+    def trial(n: int) -> bool:
+        return n >= 2 and all(n % d for d in range(2, int(n**0.5) + 1))
+
+    assert all(_is_prime(n) == trial(n) for n in range(0, 3000))
+    assert all(_is_prime(n) == trial(n) for n in range(1_000_150_000, 1_000_150_400))
+    for composite in (561, 1105, 1729, 2047, 3277, 4033, 25326001, 3215031751, 2152302898747):
+        assert not _is_prime(composite), composite
+    assert _is_prime(2**61 - 1) and not _is_prime((2**61 - 1) * 3)

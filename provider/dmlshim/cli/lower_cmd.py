@@ -54,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
         args.feature_level,
         input_shapes=shapes,
         index_mode=IndexMode.CLAMP if args.clamp_indices else IndexMode.ERROR,
+        ort_cpu_preference=True,  # the model the custom-op engine runs
     )
     check_lowered(lowered.model, out)
     refs = external_refs(args.model)

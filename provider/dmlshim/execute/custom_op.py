@@ -8,9 +8,12 @@ those inside If/Loop/Scan bodies, becomes a node of the ``ai.onnx.contrib`` doma
 at run time when the shapes were not static (``translate`` mode), or runs it on element tags so that
 onnxruntime moves float elements bit for bit (``tags`` mode).
 
-onnxruntime-extensions copies every tensor across the bridge element by element (outputs go through
-Python lists), so this engine is far slower than the partitioned one on large tensors; its point is that
-it covers nodes inside control flow and that the lowered model can be inspected.
+Tensors cross onnxruntime-extensions' bridge as numpy arrays, one buffer copy each way (dmlshim replaces
+the extension's dispatcher, which returned Python lists, for its own ops: :mod:`.custom_op_bridge`).
+Shape computations onnxruntime's DirectML provider runs on the CPU stay onnxruntime nodes, as in the
+partitioned engine. The engine's point is that it covers nodes inside control flow and that the lowered
+model can be inspected; each custom-op call costs Python time, so it stays slower than the partitioned
+engine where it emulates nodes that engine leaves to onnxruntime.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from ..errors import BadModelError
 from ..kernels.options import IndexMode
 from ..ort.real import OrtInferenceSession
 from ..translate import NodeTranslation, Status
+from ..translate.placement import CPU_PREFERRED_MESSAGE
+from ..translate.placement import REASON_CPU_PREFERRED as EP_CPU_PREFERRED
 from ..translate.plan import np_dtype_of
 from .custom_op_bridge import extensions, library_path, register_custom_ops, session_options_with_custom_ops
 from .custom_op_kernel import RunState, active_run, node_attributes, prepared
@@ -37,6 +42,7 @@ from .fallback import has_deprecated_scatter, note_scatter_as_scatter_elements
 from .lowering import LoweredModel, LoweredNode, lower_model
 from .ort_support import ort_run_error
 from .record import PLACEMENT_CPU, PLACEMENT_DML, NodeRecord, RunRecord
+from .steps import REASON_CPU_PREFERRED
 from .weights import SharedWeights, light_copy
 
 logger = logging.getLogger(__name__)
@@ -61,6 +67,20 @@ def _reasons(t: NodeTranslation) -> tuple[tuple[str, str], ...]:
 
 def _template_record(node: LoweredNode) -> NodeRecord:
     t = node.translation
+    if not node.lowered and node.reason == CPU_PREFERRED_MESSAGE:
+        # As the partitioned engine records a shape computation onnxruntime's DirectML provider keeps on
+        # the CPU.
+        return NodeRecord(
+            name=node.name,
+            op_type=node.op_type,
+            placement=PLACEMENT_CPU,
+            status=t.status.value,
+            reasons=(
+                *((c, m) for c, m in _reasons(t) if c != EP_CPU_PREFERRED),
+                (REASON_CPU_PREFERRED, CPU_PREFERRED_MESSAGE),
+            ),
+            ort_placement=t.ort_placement,
+        )
     if not node.lowered:
         return NodeRecord(
             name=node.name,
@@ -121,6 +141,9 @@ class CustomOpEngine:
         providers: accepted for the Engine interface; the session always uses ``CPUExecutionProvider``.
         input_shapes: concrete shapes for graph inputs with symbolic dims (the session then accepts only
             those shapes).
+        ort_cpu_preference: leave to onnxruntime the top-level gather/scatter nodes that onnxruntime's
+            DirectML provider runs on the CPU (shape computations), as the partitioned engine does;
+            False lowers them too.
 
     Raises:
         EngineUnavailableError: onnxruntime-extensions is not installed.
@@ -138,6 +161,7 @@ class CustomOpEngine:
         sess_options: Any = None,
         providers: Sequence[Any] | None = None,
         input_shapes: Mapping[str, Sequence[int]] | None = None,
+        ort_cpu_preference: bool = True,
     ) -> None:
         extensions()
         self._feature_level = FeatureLevel(feature_level)
@@ -150,7 +174,11 @@ class CustomOpEngine:
                 "the custom-op engine runs on CPUExecutionProvider; providers %s ignored", providers
             )
         self._lowered = lower_model(
-            model, self._feature_level, input_shapes=input_shapes, index_mode=self._index_mode
+            model,
+            self._feature_level,
+            input_shapes=input_shapes,
+            index_mode=self._index_mode,
+            ort_cpu_preference=ort_cpu_preference,
         )
         register_custom_ops()
         self._prime_static_translations()

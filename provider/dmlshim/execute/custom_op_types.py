@@ -3,13 +3,15 @@ cross the onnxruntime-extensions bridge.
 
 onnxruntime-extensions moves tensors of a few element types only (float16 and bfloat16 abort the process,
 uint64 outputs are corrupted, and float outputs travel through Python floats, which quiet signalling
-NaNs). Lowering therefore never hands float data to a custom op: for float data the custom op works on
-element *tags* and onnxruntime moves the elements (``MODE_TAGS``); uint64 travels as int64 (an exact
-reinterpretation).
+NaNs). dmlshim hands its outputs to the bridge as numpy arrays instead (one buffer copy, every bit kept;
+:func:`outputs_cross_as_arrays`), so float32 and float64 data cross as they are. Where that is not possible,
+and always for float16 (carried as float32 through Casts), the custom op works on element *tags* and
+onnxruntime moves the elements (``MODE_TAGS``); uint64 travels as int64 (an exact reinterpretation).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from onnx import TensorProto
@@ -26,10 +28,13 @@ __all__ = [
     "MODE_TAGS",
     "MODE_TRANSLATE",
     "TAGGED_TYPES",
+    "TAGGED_TYPES_LIST_BRIDGE",
     "TRANSPORT_TYPES",
     "CustomOpSignature",
     "all_signatures",
+    "outputs_cross_as_arrays",
     "signature_for",
+    "tagged_types",
     "tags_signature_for",
     "transport_type",
     "type_name",
@@ -49,8 +54,35 @@ element tags (each element's position, as the bits of a value of the data type) 
 output element, the position of the element it holds; onnxruntime's own Gather then moves the elements,
 so every bit of every value (NaN payloads, signalling NaNs) arrives as it left."""
 
-TAGGED_TYPES: frozenset[int] = frozenset({TensorProto.FLOAT16, TensorProto.FLOAT, TensorProto.DOUBLE})
-"""Data types lowered in ``MODE_TAGS``: those the bridge (or a Cast around it) would alter."""
+TAGGED_TYPES: frozenset[int] = frozenset({TensorProto.FLOAT16})
+"""Data types lowered in ``MODE_TAGS`` when outputs cross as arrays: float16, which a Cast around the bridge
+would alter."""
+TAGGED_TYPES_LIST_BRIDGE: frozenset[int] = frozenset(
+    {TensorProto.FLOAT16, TensorProto.FLOAT, TensorProto.DOUBLE}
+)
+"""Data types lowered in ``MODE_TAGS`` when outputs cross as Python lists (Python floats quiet signalling
+NaNs)."""
+
+
+@functools.cache
+def outputs_cross_as_arrays() -> bool:
+    """Whether the installed onnxruntime-extensions lets dmlshim hand custom-op outputs over as numpy arrays
+    (its Python dispatcher can be replaced); False when it is missing or lacks those hook points."""
+    try:
+        import onnxruntime_extensions as ext
+    except ImportError:
+        return False
+    ocos = getattr(ext, "_ocos", None)
+    return (
+        callable(getattr(ocos, "_on_pyop_invocation", None))
+        and callable(getattr(getattr(ext, "PyCustomOpDef", None), "install_hooker", None))
+        and isinstance(getattr(getattr(ext, "Opdef", None), "_odlist", None), dict)
+    )
+
+
+def tagged_types() -> frozenset[int]:
+    """The data types lowered in ``MODE_TAGS`` in this process."""
+    return TAGGED_TYPES if outputs_cross_as_arrays() else TAGGED_TYPES_LIST_BRIDGE
 
 DECLARED_ATTRIBUTES: tuple[tuple[str, str], ...] = (
     ("mode", "string"),

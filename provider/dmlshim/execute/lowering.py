@@ -43,7 +43,9 @@ from ..kernels.options import IndexMode
 from ..model.graph import is_gather_scatter, node_path, subgraph_prefix, subgraphs
 from ..model.ort_view import ort_value_types
 from ..model.prepare import prepare_model
-from ..translate import TensorInfo, infer_shapes, translate_node
+from ..translate import NodeTranslation, Reason, TensorInfo, infer_shapes, translate_node
+from ..translate.placement import CPU_PREFERRED_MESSAGE, REASON_CPU_PREFERRED, graph_placements
+from ..translate.plan import CPU_PROVIDER, replace_translation
 from ..translate.shapes_info import tensor_infos
 from ..translate.translator import model_opsets, node_since_version
 from .custom_op_types import (
@@ -127,14 +129,24 @@ def _walk(
     index_mode: IndexMode,
     found: list[LoweredNode],
     replaced: list[str],
+    cpu_preference: bool = False,
 ) -> None:
     """Lower the gather/scatter nodes of ``graph`` in place. Types and shapes come from ``inferred``, the
     same graph after shape inference (None when inference failed); ``graph`` itself keeps only what the
-    source declared, so onnxruntime sees the lowered model as it saw the source."""
+    source declared, so onnxruntime sees the lowered model as it saw the source. With ``cpu_preference``,
+    the nodes of this graph that onnxruntime's DirectML provider runs on the CPU (shape computations) are
+    kept, as the partitioned engine keeps them."""
     local = dict(scope)
     local.update(tensor_infos(graph))
     if inferred is not None:
         local.update(tensor_infos(inferred))
+    translated: dict[int, NodeTranslation] = {}
+    for index, node in enumerate(graph.node):
+        if is_gather_scatter(node):
+            infos = [local.get(i) if i else None for i in node.input]
+            since = node_since_version(node, opsets)
+            translated[index] = translate_node(node, since, infos, fl, name=node_path(prefix, node, index))
+    on_cpu = _cpu_preferred(graph, translated, local) if cpu_preference else set()
     new_nodes: list[onnx.NodeProto] = []
     for index, node in enumerate(list(graph.node)):
         name = node_path(prefix, node, index)
@@ -142,10 +154,14 @@ def _walk(
         if is_gather_scatter(node):
             since = node_since_version(node, opsets)
             infos = [local.get(i) if i else None for i in node.input]
-            t = translate_node(node, since, infos, fl, name=name)
-            replacement, record = lower_node(
-                node, t, infos, since, graph, names, fl, index_mode, opsets.get("", 0)
-            )
+            t = translated[index]
+            if index in on_cpu:
+                moved = _on_cpu(t)
+                replacement, record = [], LoweredNode(name, node.op_type, moved, reason=CPU_PREFERRED_MESSAGE)
+            else:
+                replacement, record = lower_node(
+                    node, t, infos, since, graph, names, fl, index_mode, opsets.get("", 0)
+                )
             found.append(record)
             if record.lowered and not prefix:
                 replaced.extend(o for o in node.output if o)
@@ -169,6 +185,28 @@ def _walk(
         new_nodes.extend(replacement or [node])
     del graph.node[:]
     graph.node.extend(new_nodes)
+
+
+def _cpu_preferred(
+    graph: onnx.GraphProto, translated: Mapping[int, NodeTranslation], infos: Mapping[str, TensorInfo]
+) -> set[int]:
+    """The gather/scatter nodes of ``graph`` that onnxruntime's DirectML provider places on the CPU."""
+    if not translated:
+        return set()
+
+    def elem_type(name: str) -> int:
+        info = infos.get(name)
+        return info.elem_type if info is not None else 0
+
+    return graph_placements(graph, translated, elem_type)
+
+
+def _on_cpu(t: NodeTranslation) -> NodeTranslation:
+    """``t`` placed on the CPU with the reason, as :func:`dmlshim.translate.translate_model` places it."""
+    reasons = tuple(r for r in t.reasons if r.code != REASON_CPU_PREFERRED)
+    return replace_translation(
+        t, ort_placement=CPU_PROVIDER, reasons=(*reasons, Reason(REASON_CPU_PREFERRED, CPU_PREFERRED_MESSAGE))
+    )
 
 
 def _fix_input_shapes(
@@ -237,6 +275,7 @@ def lower_model(
     *,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     index_mode: IndexMode = IndexMode.ERROR,
+    ort_cpu_preference: bool = False,
 ) -> LoweredModel:
     """Lower every translated gather/scatter node of a model (subgraphs included) to a custom-op node.
 
@@ -247,6 +286,9 @@ def lower_model(
         input_shapes: concrete shapes for graph inputs with symbolic dims (the lowered model's inputs get
             these shapes, so more nodes get a static descriptor).
         index_mode: the out-of-range policy the custom nodes apply.
+        ort_cpu_preference: keep the top-level nodes that onnxruntime's DirectML provider runs on the CPU
+            (shape computations: every input a CPU tensor, a small initializer or a graph input) as
+            onnxruntime nodes, with that placement and reason (the custom-op engine's default).
 
     Returns:
         The lowered model (opset ``ai.onnx.contrib`` v1 added) and one entry per gather/scatter node.
@@ -278,7 +320,10 @@ def lower_model(
     found: list[LoweredNode] = []
     replaced: list[str] = []
     inferred_graph = inferred.graph if inferred is not None else None
-    _walk(work.graph, inferred_graph, "", {}, opsets, names, fl, IndexMode(index_mode), found, replaced)
+    _walk(
+        work.graph, inferred_graph, "", {}, opsets, names, fl, IndexMode(index_mode), found, replaced,
+        ort_cpu_preference,
+    )
     onnx_types = (
         {
             v.name: v.type

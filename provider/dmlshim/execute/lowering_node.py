@@ -26,9 +26,9 @@ from .custom_op_types import (
     MODE_DESCRIPTOR,
     MODE_TAGS,
     MODE_TRANSLATE,
-    TAGGED_TYPES,
     CustomOpSignature,
     signature_for,
+    tagged_types,
     tags_signature_for,
     transport_type,
     type_name,
@@ -234,7 +234,7 @@ def _output_rank(node: onnx.NodeProto, t: NodeTranslation, infos: Sequence[Tenso
 
 
 def _mode(node: onnx.NodeProto, t: NodeTranslation, data_type: int, opset: int) -> str:
-    if data_type in TAGGED_TYPES and not _reduces(node):
+    if data_type in tagged_types() and not _reduces(node):
         return MODE_TAGS
     if t.status is Status.DML and _descriptor_mappable(t) and opset >= RESHAPE_INPUT_SINCE:
         return MODE_DESCRIPTOR

@@ -54,26 +54,38 @@ class LoadedModel:
         """``proto`` keeps its large top-level initializers as references into the model's files."""
         return self.weight_files is not None
 
-    def require_unchanged(self) -> None:
-        """For a model read without its weights: its files are as they were when it was read.
+    @property
+    def weights_folder(self) -> str | None:
+        """The folder the external-data references of a model read without its weights are relative to
+        (None: ``proto`` holds its weights)."""
+        if self.weight_files is None or self.path is None:
+            return None
+        return os.path.dirname(os.path.abspath(self.path))
+
+    def check_unchanged(self) -> None:
+        """Refuse to go on when a file this model's weights are read from changed since it was read.
 
         Raises:
-            BadModelError: a file's size or modification time changed since.
+            BadModelError: a file's size or modification time differs.
         """
-        if self.weight_files is not None and self.path is not None:
-            folder = os.path.dirname(os.path.abspath(self.path))
+        folder = self.weights_folder
+        if folder is not None and self.weight_files is not None and self.path is not None:
             check_unchanged(self.weight_files, folder, self.path)
 
-    def with_weights(self) -> onnx.ModelProto:
+    def with_weights(self, model: onnx.ModelProto | None = None) -> onnx.ModelProto:
         """The model with every weight in it: ``proto`` itself, or for a model read without its weights
         a copy with them read from its files (:func:`dmlshim.execute.weight_values.with_weights`).
+
+        Args:
+            model: ``proto`` as changed since (values the session options add), instead of ``proto``.
 
         Raises:
             BadModelError: a file changed since the model was read, or cannot be read.
         """
+        model = self.proto if model is None else model
         if self.weight_files is None or self.path is None:
-            return self.proto
-        return with_weights(self.proto, self.path, self.weight_files)
+            return model
+        return with_weights(model, self.path, self.weight_files)
 
 
 def load_model(model: ModelSource, sess_options: Any = None, *, weightless: bool = False) -> LoadedModel:
@@ -85,11 +97,12 @@ def load_model(model: ModelSource, sess_options: Any = None, *, weightless: bool
     from it, as onnxruntime takes them; their file is neither checked nor read
     (:mod:`dmlshim.execute.supplied`).
 
-    With ``weightless`` (a model file, no ``sess_options``), the large top-level initializers are never
-    read: those held inline become external data pointing at their bytes in the .onnx file
+    With ``weightless`` (a model file), the large top-level initializers are never read: those held
+    inline become external data pointing at their bytes in the .onnx file
     (:func:`dmlshim.execute.weight_file.read_weightless`) and large external data stays external (both
     checked as usual; small external tensors are read, as small inline ones stay);
-    ``LoadedModel.with_weights`` gives the whole model to whoever needs it.
+    ``LoadedModel.with_weights`` gives the whole model to whoever needs it. Only the initializers the file
+    keeps in external data count as such for ``sess_options`` (``add_external_initializers``).
 
     Raises:
         BadModelError: the file is missing, empty, is not an ONNX model, is truncated, or has external data
@@ -112,13 +125,14 @@ def load_model(model: ModelSource, sess_options: Any = None, *, weightless: bool
                 "model file not found" if not path.exists() else "not a regular file", path=str(path)
             )
         require_onnx_model(path)
-        light = _read_weightless(path) if weightless and sess_options is None else None
+        found = _read_weightless(path) if weightless else None
+        light, inline = found if found is not None else (None, frozenset[str]())
         try:
             proto = light if light is not None else onnx.load(str(path), load_external_data=False)
         except (DecodeError, ValueError, RuntimeError, OSError) as exc:
             raise BadModelError(f"not a readable ONNX model: {exc}", path=str(path)) from exc
         _require_graph(proto, str(path))
-        added = take_supplied_initializers(proto, sess_options, path.parent)
+        added = take_supplied_initializers(proto, sess_options, path.parent, inline=inline)
         # before reading any weights; read without them, only the small ones count against the limits
         check_model(proto, path, sess_options=sess_options, read_below=SHARE_MIN_BYTES if light else None)
         files = None
@@ -147,20 +161,17 @@ def load_model(model: ModelSource, sess_options: Any = None, *, weightless: bool
     return loaded
 
 
-def _read_weightless(path: Path) -> onnx.ModelProto | None:
-    """The model at ``path`` without its large inline weights (None: read it whole). A model file that
-    is a link leading out of its folder is read whole: its weights would be external data outside the
-    model's folder, which the model check refuses."""
+def _read_weightless(path: Path) -> tuple[onnx.ModelProto, frozenset[str]] | None:
+    """The model at ``path`` without its large inline weights and the names of those (None: read it
+    whole). A model file that is a link leading out of its folder is read whole: its weights would be
+    external data outside the model's folder, which the model check refuses."""
     folder = os.path.realpath(path.parent)
     if os.path.commonpath([folder, os.path.realpath(path)]) != folder:
         return None
     found = read_weightless(path, SHARE_MIN_BYTES)
-    if found is None:
-        return None
-    proto, moved = found
-    if moved:
-        logger.debug("%d initializers of %s left in the file", len(moved), path)
-    return proto
+    if found is not None and found[1]:
+        logger.debug("%d initializers of %s left in the file", len(found[1]), path)
+    return found
 
 
 def _require_graph(proto: onnx.ModelProto, path: str | None) -> None:

@@ -25,13 +25,16 @@ __all__ = ["take_supplied_initializers"]
 
 
 def take_supplied_initializers(
-    model: onnx.ModelProto, options: Any, folder: Path | None = None
+    model: onnx.ModelProto, options: Any, folder: Path | None = None, *, inline: frozenset[str] = frozenset()
 ) -> AddedInitializers | None:
     """Replace, in ``model``, every external-data initializer ``options`` supplies through
     ``add_external_initializers`` by the value onnxruntime takes from the options, and every one whose
-    file is missing from ``folder`` (the model's; the working folder for a model given as bytes) by the
-    value onnxruntime reads from the options' in-memory files
-    (``add_external_initializers_from_files_in_memory``).
+    file the options hold in memory (``add_external_initializers_from_files_in_memory``; onnxruntime
+    prefers it to a file of that name in ``folder``, the model's or, for a model given as bytes, the
+    working folder) by the value onnxruntime reads from there.
+
+    ``inline`` names initializers the model file holds inline that ``model`` (read without its weights)
+    refers to as external data: for onnxruntime they are not external, and their file is the model's.
 
     Returns:
         What the options add (``external``: the names supplied; ``values`` also holds what
@@ -44,7 +47,7 @@ def take_supplied_initializers(
     """
     if options is None:
         return None
-    external = frozenset(t.name for t in model.graph.initializer if is_external(t))
+    external = frozenset(t.name for t in model.graph.initializer if is_external(t) and t.name not in inline)
     if not external:
         return None
     added = added_initializers(model, options, external)
@@ -54,12 +57,17 @@ def take_supplied_initializers(
     if added.external:
         logger.info("initializers taken from the session options: %s", ", ".join(sorted(added.external)))
     base = folder if folder is not None else Path.cwd()
-    missing = {
-        t.name: t
-        for t in model.graph.initializer
-        if is_external(t) and t.name not in added.external and not (base / _location(t)).is_file()
-    }
-    in_memory = from_files_in_memory(missing, options)
+    by_file: dict[str, dict[str, onnx.TensorProto]] = {}
+    for t in model.graph.initializer:
+        if t.name in external and t.name not in added.external:
+            by_file.setdefault(_location(t), {})[t.name] = t
+    wanted: dict[str, onnx.TensorProto] = {}
+    for location, tensors in by_file.items():
+        # onnxruntime reads a file the options hold in memory from there, even when it is on disk too
+        first = dict([next(iter(tensors.items()))])
+        if not (base / location).is_file() or from_files_in_memory(first, options):
+            wanted.update(tensors)
+    in_memory = from_files_in_memory(wanted, options)
     for i, t in enumerate(model.graph.initializer):
         if t.name in in_memory:
             model.graph.initializer[i].CopyFrom(numpy_helper.from_array(in_memory[t.name], t.name))

@@ -71,6 +71,37 @@ def with_free_dimension_overrides(
     return tuple(out)
 
 
+def overrides_by_name(model: onnx.ModelProto, inputs: Sequence[NodeArg]) -> dict[str, int] | None:
+    """The free-dimension overrides by name that fix in ``model``'s graph inputs exactly what ``inputs``
+    (as :func:`with_free_dimension_overrides` gives them) fixes: ``{"batch": 3}``, ``{}`` when nothing is
+    fixed, None when no such overrides exist (a fixed dimension with no name or with a denotation, one
+    name fixed to two sizes or left free elsewhere: an override by denotation).
+
+    A new ``SessionOptions`` given these behaves as the caller's does for the model's inputs, which is
+    where onnxruntime applies overrides.
+    """
+    given = {a.name: a.dims for a in inputs}
+    fixed: dict[str, int] = {}
+    named: list[tuple[str, bool]] = []
+    for vi in model.graph.input:
+        dims = given.get(vi.name)
+        if dims is None or vi.type.WhichOneof("value") != "tensor_type":
+            continue
+        for dim, value in zip(vi.type.tensor_type.shape.dim, dims, strict=False):
+            if dim.HasField("dim_value"):
+                continue
+            now_fixed = isinstance(value, int)
+            if dim.HasField("dim_param") and dim.dim_param:
+                named.append((dim.dim_param, now_fixed))
+            if not isinstance(value, int):
+                continue
+            if not dim.dim_param or dim.denotation or fixed.setdefault(dim.dim_param, value) != value:
+                return None
+    if any(name in fixed and not now_fixed for name, now_fixed in named):
+        return None
+    return fixed
+
+
 def outputs_for_inputs(
     model: onnx.ModelProto,
     inputs: Sequence[NodeArg],

@@ -49,6 +49,7 @@ from .session_args import (
 from .session_options import (
     check_session_options,
     engine_options,
+    sharable_options,
     write_optimized_model,
 )
 from .session_queries import SessionQueries
@@ -131,6 +132,12 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
             self._sess_options = sess_options = options_from_model(loaded.proto, sess_options)
             self._start_profiler(path_or_bytes)
         self._describe(loaded)
+        # A model read without its weights keeps them there with the caller's options too, when a copy of
+        # the options means all they mean (the engine's sessions then get the copy, the caller's object
+        # stays as it was); else the engine gets the whole model.
+        self._copied_dims = (
+            sharable_options(sess_options, loaded.proto, self._inputs) if loaded.weightless else None
+        )
         self._last_run_record: RunRecord | None = None
         with self._span("session_initialization"), optimizers_disabled(self._disabled_optimizers):
             # Values the options add go into the model every engine runs, so that emulated nodes read them
@@ -145,12 +152,7 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
             self._model = (
                 with_initializers(loaded.proto, self._added.values) if self._added.values else loaded.proto
             )
-            write_optimized_model(
-                self._model,
-                None if loaded.supplied else loaded.path,
-                sess_options,
-                from_proto=bool(self._added.values),
-            )
+            self._write_optimized_model()
             self._engine: Engine = self._build_engine()
         logger.debug(
             "session for %s ready (engine %s)", loaded.path or "<in-memory model>", self._engine.name
@@ -190,9 +192,29 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
             custom_metadata_map={p.key: p.value for p in proto.metadata_props},
         )
 
+    def _write_optimized_model(self) -> None:
+        """``optimized_model_filepath``: onnxruntime reads the model file, or the model as the options
+        changed it (then with every weight in it, so that onnxruntime writes them all into the file)."""
+        so, loaded = self._sess_options, self._loaded
+        path, from_proto = (None if loaded.supplied else loaded.path), bool(self._added.values)
+        whole = so is not None and so.optimized_model_filepath and (from_proto or path is None)
+        model = loaded.with_weights(self._model) if whole else self._model
+        write_optimized_model(model, path, so, from_proto=from_proto)
+
     def _build_engine(self) -> Engine:
         name = resolve_engine(self._engine_request, self._choice)
         profiler = self._profiler
+        model = self._model
+        folder = self._loaded.weights_folder
+        # The default and cpu engines read the weights from the model's files: with onnxruntime's default
+        # options (their own sessions are told where), or with a copy of the caller's that is told where.
+        in_files = name in ("partitioned", "cpu") and (
+            self._sess_options is None or self._copied_dims is not None
+        )
+        if folder is not None and not in_files:
+            model = self._loaded.with_weights(model)  # every weight read into the model
+        elif folder is not None:
+            self._loaded.check_unchanged()  # onnxruntime is about to read the weights from the files
         config = EngineConfig(
             feature_level=self._feature_level,
             index_mode=self._index_mode,
@@ -201,6 +223,8 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
                 profile_prefix=profiler.partition_prefix if profiler else None,
                 # the added/supplied initializers are in the model now; the partitions must not get them
                 without_added=bool(self._added.external or self._loaded.supplied),
+                weights_folder=folder if in_files else None,
+                free_dimensions=self._copied_dims,
             ),
             # Only the real DirectML engine hands providers to onnxruntime; the others run on its CPU.
             providers=tuple(zip(self._choice.names, self._choice.options, strict=True))
@@ -211,13 +235,6 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
             # (nor is its extra onnxruntime session built).
             whole_model_check=profiler is None,
         )
-        model = self._model
-        if self._loaded.weightless:
-            # The default and cpu engines' sessions read the weights from the model's files (a later
-            # engine, after set_providers, too): they must still hold the bytes the model was read with.
-            self._loaded.require_unchanged()
-            if name not in ("partitioned", "cpu"):
-                model = self._loaded.with_weights()  # the customop and directml engines read every weight
         try:
             engine = get_engine_factory(name)(model, config)
         except DmlShimError as exc:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +24,12 @@ import onnx
 import onnxruntime as ort
 
 from ..errors import BadInputError
+from ..execute.feeds import NodeArg
+from ..execute.weight_file import FOLDER_KEY
 from ..fileio import files
 from ..model.modelcheck import ort_load_error
+from ..model.ort_errors import unknown_operators
+from .free_dims import overrides_by_name
 from .real import OrtInferenceSession
 
 logger = logging.getLogger(__name__)
@@ -69,9 +74,55 @@ COPIED_CONFIG_KEYS = (
     "optimization.disable_specified_optimizers",
     "optimization.minimal_build_optimizations",
     "mlas.enable_gemm_fastmath_arm64_bfloat16",
+    # the rest of what onnxruntime 1.32's CPU sessions read (the keys compiled into its library)
+    "session.disable_qdq_constant_folding",
+    "session.enable_dq_matmulnbits_fusion",
+    "session.qdq_matmulnbits_accuracy_level",
+    "session.qdq_matmulnbits_block_size",
+    "session.inter_op.spin_backoff_max",
+    "session.inter_op.spin_duration_us",
+    "session.intra_op.spin_backoff_max",
+    "session.intra_op.spin_duration_us",
+    "session.function_expansion_byte_limit",
+    "session.function_expansion_node_limit",
+    "session.graph_optimizations_loop_level",
+    "session.prepack.enable_parallel",
+    "session.kernel_dispatch_policy",
+    "session.gqa_value_layout",
+    "session.max_shape_override",
+    "session.strict_workspace_verification",
+    "session.use_device_allocator_for_initializers",
+    "session.external_data_loader.chunk_bytes",
+    "session.external_data_loader.min_size_bytes",
+    "session.external_data_loader.pinned_memory_bytes",
+    "session.external_data_loader.threads",
+    "session.use_external_initializer_file_buffers_directly",
+    "session.intra_op_num_threads",
+    "session.inter_op_num_threads",
+    "session.graph_optimization_level",
+    "session.execution_mode",
+    "session.enable_cpu_mem_arena",
+    "session.enable_mem_pattern",
+    "session.use_deterministic_compute",
+    "session.use_per_session_threads",
+    "session.log_id",
+    "session.log_severity_level",
+    "session.log_verbosity_level",
+    "optimization.constant_folding_max_output_size_in_bytes",
+    "optimization.enable_cast_chain_elimination",
+    "mlas.disable_kleidiai",
+    "mlas.kleidiai.conv_igemm_max_work",
+    "mlas.nchwc_depthwise_sliding",
+    "mlas.nchwc_pointwise_conv_max_input_channel_batch",
+    "mlas.qnbit.force_fp32",
+    "mlas.use_lut_gemm",
+    "ep.cpu.qmoe_deferred_scale",
 )
 """Session config entries carried too. onnxruntime cannot list a ``SessionOptions``' entries, so only these
-well-known keys are read back; model-format keys are left out (the engine's partitions are ONNX bytes)."""
+well-known keys are read back. Left out: model-format keys (the engine's partitions are ONNX bytes), the
+keys that make onnxruntime write files or compile (profiling, optimized model, EP context, debug dumps:
+dmlshim writes those for the whole model), other providers' keys, and the external-data folder, which
+the engine sets itself when it does set it (:func:`engine_options`)."""
 
 GRAPH_ASSIGNMENT_KEY = "session.record_ep_graph_assignment_info"
 EXTERNAL_FILE_KEY = "session.optimized_model_external_initializers_file_name"
@@ -116,7 +167,12 @@ def copy_options(so: Any, *, profile_prefix: str | None = None) -> ort.SessionOp
 
 
 def engine_options(
-    so: Any, *, profile_prefix: str | None, without_added: bool = False
+    so: Any,
+    *,
+    profile_prefix: str | None,
+    without_added: bool = False,
+    weights_folder: str | None = None,
+    free_dimensions: Mapping[str, int] | None = None,
 ) -> ort.SessionOptions | None:
     """The options the engine builds its onnxruntime sessions with (None: the engine's own defaults).
 
@@ -125,9 +181,20 @@ def engine_options(
     partitions; otherwise a copy (see :func:`copy_options`) that writes no file of its own. A copy too
     with ``without_added``: the model already holds the values added through
     ``add_external_initializers``, which onnxruntime would refuse to apply to a partition.
+
+    With ``weights_folder`` (the model was read without its weights, and :func:`sharable_options` found
+    that a copy carries everything the caller's options hold): always a copy, with ``free_dimensions``
+    overridden by name and the folder its weights' external-data references are relative to, so that
+    onnxruntime reads the weights from the model's files. The caller's object is never changed.
     """
     if so is None:
         return None
+    if weights_folder is not None:
+        out = copy_options(so, profile_prefix=profile_prefix)
+        for name, value in (free_dimensions or {}).items():
+            out.add_free_dimension_override_by_name(name, value)
+        out.add_session_config_entry(FOLDER_KEY, weights_folder)
+        return out
     if (
         not so.enable_profiling
         and not so.optimized_model_filepath
@@ -136,6 +203,34 @@ def engine_options(
     ):
         return so
     return copy_options(so, profile_prefix=profile_prefix)
+
+
+def sharable_options(so: Any, model: onnx.ModelProto, inputs: Sequence[NodeArg]) -> dict[str, int] | None:
+    """Whether a copy of ``so`` (:func:`copy_options`) means for ``model`` all that ``so`` means, so that the
+    engine may build its onnxruntime sessions from a copy that reads the weights from the model's files:
+    the free dimensions the copy must override (by name), or None when it cannot.
+
+    A copy carries every property and the well-known config entries; what ``so`` holds but cannot give
+    back decides. Values added through ``add_initializer`` / ``add_external_initializers`` are in the
+    model the engine runs already. None when the model has an operator onnxruntime does not define (a
+    custom-op library the options registered defines it), when the options name providers of their own,
+    or when the free dimensions onnxruntime fixes in ``inputs`` (``inputs``: the graph inputs as the session
+    reports them, overrides applied) are not all fixed by name (an override by denotation).
+    """
+    if so is None:
+        return {}
+    has_providers = getattr(so, "has_providers", None)  # onnxruntime 1.23 on
+    if has_providers is not None and has_providers():
+        logger.debug("the session options name providers: the engine uses them as they are")
+        return None
+    unknown = unknown_operators(model)
+    if unknown:
+        logger.debug(
+            "operators onnxruntime does not define (%s): the engine uses the options as they are",
+            unknown[0].op_type,
+        )
+        return None
+    return overrides_by_name(model, inputs)
 
 
 def check_session_options(so: Any) -> None:
