@@ -208,7 +208,9 @@ class EmulatedStep:
         "_attrs",
         "_cache",
         "_full_check",
+        "_marked",
         "_model",
+        "_noted",
         "_proved",
         "_sess_options",
         "fallback_sessions",
@@ -255,6 +257,8 @@ class EmulatedStep:
         self.verifiable = node.op_type in VERIFIED_OPS
         self._full_check = full_check
         self._proved = 0  # verified runs whose untouched elements were proved too
+        self._noted: tuple[NodeRecord, NodeRecord] | None = None
+        self._marked: tuple[NodeRecord, int, bool, NodeRecord] | None = None
         self._model = model
         self._sess_options = sess_options
         self._agreed_shape: tuple[int, ...] | None = None
@@ -325,9 +329,7 @@ class EmulatedStep:
             if prove:
                 self._proved += 1
             else:
-                record = dataclasses.replace(
-                    record, notes=(*record.notes, (NOTE_UNTOUCHED_GIVEN, UNTOUCHED_GIVEN_MESSAGE))
-                )
+                record = self._given(record)
             self._finish(record, theirs, state)
         return verdict.agrees
 
@@ -367,12 +369,28 @@ class EmulatedStep:
         values[self.output] = result.output
         return self._dml_record(clean, result.duplicate_indices, arrays)
 
+    def _given(self, record: NodeRecord) -> NodeRecord:
+        """``record`` noting that the untouched elements were taken as onnxruntime copied them (the last
+        one made is kept: a run's record is usually the previous run's)."""
+        last = self._noted
+        if last is not None and last[0] is record:
+            return last[1]
+        note = (NOTE_UNTOUCHED_GIVEN, UNTOUCHED_GIVEN_MESSAGE)
+        noted = dataclasses.replace(record, notes=(*record.notes, note))
+        self._noted = (record, noted)
+        return noted
+
     def _dml_record(self, clean: NodeRecord, duplicates: int, arrays: list[Any]) -> NodeRecord:
         """The record of a run from the descriptor: ``clean`` with the run's duplicate writes and whether
         it saw negative indices."""
         negative = has_negative(arrays[1])
         if duplicates or negative:
-            return dataclasses.replace(clean, duplicate_indices=duplicates, negative_indices=negative)
+            last = self._marked
+            if last is not None and last[0] is clean and last[1] == duplicates and last[2] == negative:
+                return last[3]  # the same record as the previous run's: made once
+            marked = dataclasses.replace(clean, duplicate_indices=duplicates, negative_indices=negative)
+            self._marked = (clean, duplicates, negative, marked)
+            return marked
         return clean
 
     def _translation(self, arrays: list[Any], state: RunState) -> tuple[NodeTranslation, NodeRecord | None]:
