@@ -6,6 +6,7 @@ Usage::
     python bench/realistic.py                       # GPT-2-small-like step (~650 MB), 2 repeats
     python bench/realistic.py --config held-out     # another configuration (6 x 1024, 32000 vocab)
     python bench/realistic.py --external            # weights in an external-data file
+    python bench/realistic.py --config large --external   # 16 x 1536, ~2.4 GB: above protobuf's 2 GiB
     python bench/realistic.py --repeats 3 --runs 20 --json
     python bench/realistic.py --engine customop     # also the custom-op engine, against the default one
     python bench/realistic.py --with-options        # both sides given the same caller's SessionOptions
@@ -35,9 +36,9 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.realistic_models import GPT2_SMALL, HELD_OUT, DecoderConfig
+from bench.realistic_models import GPT2_SMALL, HELD_OUT, LARGE, DecoderConfig
 
-CONFIGS = {"gpt2-small": GPT2_SMALL, "held-out": HELD_OUT}
+CONFIGS = {"gpt2-small": GPT2_SMALL, "held-out": HELD_OUT, "large": LARGE}
 SIDES = ("ort", "dmlshim")
 ENGINE_SIDE = "dmlshim:"
 """Prefix of the side that runs dmlshim with a named engine (``dmlshim:customop``)."""
@@ -143,9 +144,9 @@ _GENERATE = """
 import sys; sys.path.insert(0, {repo!r})
 import numpy as np
 from pathlib import Path
-from bench.realistic_models import DecoderConfig, decoder_feeds, decoder_step, write_model
+from bench.realistic_models import DecoderConfig, decoder_feeds, write_decoder_step
 config = DecoderConfig(**{config})
-write_model(decoder_step(config), Path({model!r}), external={external})
+write_decoder_step(config, Path({model!r}), external={external})
 np.savez({feeds!r}, **decoder_feeds(config))
 """
 

@@ -6,12 +6,16 @@ per layer LayerNorm, the fused QKV MatMul, two ScatterND writing the new key and
 (``present_*`` outputs, as static-cache exports do), attention over the cache, the output projection and
 the MLP; then the final LayerNorm and the LM head. GPT-2 small's configuration (12 layers x 768, vocab
 50257, 1024 positions) weighs about 650 MB in fp32.
+
+With external data the weights are written to the data file one tensor at a time as they are drawn, and the
+model refers to them, so a model above protobuf's 2 GiB limit (``LARGE``) is never one message in memory.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import onnx
@@ -49,22 +53,50 @@ class DecoderConfig:
 GPT2_SMALL = DecoderConfig()
 HELD_OUT = DecoderConfig(layers=6, hidden=1024, heads=16, vocab=32000, positions=512, past=300)
 """Another configuration than the default (wider, fewer layers, another vocabulary and cache length)."""
+LARGE = DecoderConfig(layers=16, hidden=1536, heads=12, vocab=50257, positions=1024, past=200)
+"""Above protobuf's 2 GiB limit (about 2.4 GB of fp32 weights): only writable with external data."""
+
+_ALIGN = 4096  # offsets of external tensors: page-aligned, so memory maps of them are aligned arrays
+_EXTERNAL_MIN = 1024  # bytes: smaller tensors stay inline (as onnx's size_threshold=1024 did)
 
 
-def _weight(rng: np.random.Generator, name: str, shape: tuple[int, ...], scale: float) -> onnx.TensorProto:
-    return numpy_helper.from_array((rng.standard_normal(shape, dtype=np.float32) * scale), name)
+class _Tensors:
+    """Makes the initializer tensors: inline, or appended to an open external-data file and referenced."""
+
+    def __init__(self, data: BinaryIO | None, location: str) -> None:
+        self._data, self._location = data, location
+
+    def __call__(self, array: np.ndarray, name: str) -> onnx.TensorProto:
+        if self._data is None or array.nbytes < _EXTERNAL_MIN:
+            return numpy_helper.from_array(array, name)
+        offset = -self._data.tell() % _ALIGN + self._data.tell()
+        self._data.seek(offset)
+        self._data.write(np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes())
+        tensor = onnx.TensorProto(name=name, data_type=helper.np_dtype_to_tensor_dtype(array.dtype),
+                                  dims=array.shape, data_location=onnx.TensorProto.EXTERNAL)
+        for key, value in (("location", self._location), ("offset", str(offset)),
+                           ("length", str(array.nbytes))):
+            tensor.external_data.add(key=key, value=value)
+        return tensor
 
 
-def decoder_step(config: DecoderConfig, seed: int = 0) -> onnx.ModelProto:
-    """The decoder step of ``config`` (see the module docstring) with random weights."""
+def decoder_step(config: DecoderConfig, seed: int = 0, *, data: BinaryIO | None = None,
+                 location: str = "") -> onnx.ModelProto:
+    """The decoder step of ``config`` (see the module docstring) with random weights; tensors of 1 KiB or
+    more are appended to ``data`` (an open binary file named ``location`` beside the model) when given."""
     rng = np.random.default_rng(seed)
+    tensor = _Tensors(data, location)
+
+    def _weight(rng: np.random.Generator, name: str, shape: tuple[int, ...], scale: float) -> TensorProto:
+        return tensor(rng.standard_normal(shape, dtype=np.float32) * scale, name)
+
     c = config
     h, nh, hd, s = c.hidden, c.heads, c.hidden // c.heads, c.positions
     inits: list[onnx.TensorProto] = []
     nodes: list[onnx.NodeProto] = []
 
     def const(name: str, value: np.ndarray) -> str:
-        inits.append(numpy_helper.from_array(value, name))
+        inits.append(tensor(value, name))
         return name
 
     def node(op: str, inputs: list[str], output: str, **attrs: object) -> str:
@@ -94,13 +126,13 @@ def decoder_step(config: DecoderConfig, seed: int = 0) -> onnx.ModelProto:
     outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 1, c.vocab])]
 
     def layer_norm(v: str, prefix: str) -> str:
-        inits.append(numpy_helper.from_array(np.ones(h, np.float32), f"{prefix}_g"))
-        inits.append(numpy_helper.from_array(np.zeros(h, np.float32), f"{prefix}_b"))
+        inits.append(tensor(np.ones(h, np.float32), f"{prefix}_g"))
+        inits.append(tensor(np.zeros(h, np.float32), f"{prefix}_b"))
         return node("LayerNormalization", [v, f"{prefix}_g", f"{prefix}_b"], f"{prefix}_out", axis=-1)
 
     def linear(v: str, prefix: str, n_in: int, n_out: int) -> str:
         inits.append(_weight(rng, f"{prefix}_w", (n_in, n_out), 0.02))
-        inits.append(numpy_helper.from_array(np.zeros(n_out, np.float32), f"{prefix}_bias"))
+        inits.append(tensor(np.zeros(n_out, np.float32), f"{prefix}_bias"))
         mm = node("MatMul", [v, f"{prefix}_w"], f"{prefix}_mm")
         return node("Add", [mm, f"{prefix}_bias"], f"{prefix}_out")
 
@@ -178,4 +210,17 @@ def write_model(model: onnx.ModelProto, path: Path, *, external: bool = False) -
         )
     else:
         onnx.save_model(model, str(path))
+    return path
+
+
+def write_decoder_step(config: DecoderConfig, path: Path, *, external: bool = False, seed: int = 0) -> Path:
+    """Generate and save the decoder step of ``config`` at ``path``; with ``external`` its weights go to
+    ``<name>.data`` beside it tensor by tensor as they are drawn (at most one weight in memory at a time)."""
+    if not external:
+        return write_model(decoder_step(config, seed), path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    location = path.name + ".data"
+    with open(path.parent / location, "wb") as data:
+        model = decoder_step(config, seed, data=data, location=location)
+    onnx.save_model(model, str(path))
     return path

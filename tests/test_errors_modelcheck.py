@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -255,6 +256,11 @@ def test_external_data_above_protobuf_limit_refused_without_memory_limit(
     monkeypatch.setenv("DMLSHIM_MEMORY_LIMIT", str(1 << 40))
     count = int(gib * (1 << 30)) // 4
     path = _external(tmp_path, dims=(count, 1), file_bytes=count * 4)
+    with open(tmp_path / "w.bin", "r+b") as data:  # two known rows in the sparse table
+        data.seek(2 * 4)
+        data.write(np.float32(1.5).tobytes())
+        data.seek((count - 1) * 4)
+        data.write(np.float32(-3.0).tobytes())
     r = run_cli("lower", path, "-o", str(tmp_path / "lowered.onnx"))  # lower writes every weight
     assert_cli_error(r.code, r.err, "2 GiB a protobuf message can hold", "refused before reading")
     assert run_cli("inspect", path).code == 0  # inspect reads shapes only
@@ -263,11 +269,17 @@ def test_external_data_above_protobuf_limit_refused_without_memory_limit(
     custom = InferenceSession(str(path), engine="customop")
     [table] = [t for t in custom.engine.lowered.model.graph.initializer if t.name == "w"]  # type: ignore[attr-defined]
     assert table.data_location == TensorProto.EXTERNAL and not table.HasField("raw_data")
-    # The default engine reads the model without its weights too (issue 22: models larger than memory
-    # allows twice): the emulated Gather maps the table from the file (sparse here: zeros).
-    session = InferenceSession(str(path))
-    out = session.run(None, {"idx": np.array([2, count - 1], np.int64)})[0]
-    np.testing.assert_array_equal(out, np.zeros((2, 1), np.float32))
+    # The default engine reads the model without its weights (issue 22: models larger than
+    # memory allows twice): the emulated Gather maps the table from the file (sparse here: zeros
+    # but the two rows written); so does the cpu engine (onnxruntime's session reads the file), with
+    # onnxruntime's default options or the caller's.
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    for providers in (None, ["CPUExecutionProvider"]):
+        for so in (None, options):
+            session = InferenceSession(str(path), so, providers=providers)
+            out = session.run(None, {"idx": np.array([2, count - 1], np.int64)})[0]
+            np.testing.assert_array_equal(out, np.array([[1.5], [-3.0]], np.float32))
 
 
 # --- no tracebacks ----------------------------------------------------------------------------------

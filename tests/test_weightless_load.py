@@ -167,10 +167,50 @@ def test_other_engines_get_the_whole_model(tmp_path: Path, walk_every_graph: Non
     session.set_providers(["CPUExecutionProvider"])  # the cpu engine: the model as onnxruntime runs it
     assert session.engine.name == "cpu"
     _same(session.run(None, feeds), expected)
+    custom = dmlshim.InferenceSession(str(path), engine="customop")  # reads every weight
+    assert custom.engine.name == "customop" and custom._loaded.weightless
+    _same(custom.run(None, feeds), expected)
     full = load_model(str(path), weightless=True).with_weights()
     for ours, theirs in zip(full.graph.initializer, model.graph.initializer, strict=True):
         assert ours.name == theirs.name
         assert np.array_equal(numpy_helper.to_array(ours), numpy_helper.to_array(theirs))
+
+
+@pytest.mark.parametrize("caller_options", [False, True])
+@pytest.mark.parametrize("external", [False, True])
+def test_cpu_engine_reads_the_weights_from_the_files(
+    tmp_path: Path,
+    walk_every_graph: None,
+    external: bool,
+    caller_options: bool,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """providers=["CPUExecutionProvider"] (the cpu engine), with default options or the caller's:
+    onnxruntime's session reads the large weights from the model's files; the model is never read whole
+    (so a model above 2 GiB loads)."""
+    import onnxruntime as ort
+
+    from dmlshim.execute.model_source import LoadedModel
+
+    model, feeds = _model()
+    path = _save(model, tmp_path, external)
+    expected = ort_run(model, feeds)
+
+    def refuse(self: LoadedModel, *args: object) -> onnx.ModelProto:
+        raise AssertionError("the cpu engine read every weight into the model")
+
+    monkeypatch.setattr(LoadedModel, "with_weights", refuse)
+    options = None
+    if caller_options:
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+    session = dmlshim.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    assert session.engine.name == "cpu" and session._loaded.weightless
+    _same(session.run(None, feeds), expected)
+    session.set_providers(["DmlExecutionProvider"])
+    _same(session.run(None, feeds), expected)
+    session.set_providers(["CPUExecutionProvider"])
+    _same(session.run(None, feeds), expected)
 
 
 def test_caller_options_leave_the_weights_in_the_file(tmp_path: Path, walk_every_graph: None) -> None:

@@ -1,5 +1,6 @@
 """The engine for ``providers=["CPUExecutionProvider"]``: nothing emulated, the whole model in one
-onnxruntime CPU session, exactly as onnxruntime would run it with those providers.
+onnxruntime CPU session, exactly as onnxruntime would run it with those providers. It takes the model as
+read without its weights (``LoadedModel.weightless``) when onnxruntime's default options apply.
 
 Its run record still lists every gather/scatter node, each on onnxruntime's CPU provider with the reason,
 so a script that checks ``last_run_record`` sees why nothing ran as DirectML.
@@ -19,6 +20,7 @@ from .engine import EngineConfig
 from .ort_support import ORT_ERRORS, cpu_session, ort_run_error
 from .partition import nested_gather_scatter
 from .record import PLACEMENT_CPU, NodeRecord, RunRecord
+from .weights import SharedWeights, light_copy
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +40,16 @@ class CpuEngine:
     def __init__(self, model: onnx.ModelProto, config: EngineConfig) -> None:
         self.config = config
         graph = model.graph
-        self._session = cpu_session(model, config.sess_options, "the model")
+        # With onnxruntime's default options and a model from a file, the large weights are not serialized:
+        # the session reads them from the model's files (a model read without its weights, above 2 GiB say,
+        # never holds them in Python at all), as the partitioned engine's sessions do.
+        shared = (
+            SharedWeights({t.name: t for t in graph.initializer}, model_path=config.model_path)
+            if config.sess_options is None and config.model_path is not None
+            else None
+        )
+        payload = light_copy(model, shared) if shared is not None else model
+        self._session = cpu_session(payload, config.sess_options, "the model", shared, config.own_options)
         nodes = list(graph.node)
         names = display_names(nodes)
         records = []

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -54,6 +55,9 @@ class EngineConfig:
             ``sess_options`` is None (validate: one thread at its optimization level), in place of
             onnxruntime's defaults; the options are dmlshim's own, so large weights are still read from the
             model's files rather than serialized into each session.
+        full_check: the whole-model check proves every element of every verified scatter's output on
+            every run (validate; ``DMLSHIM_FULL_CHECK=1``); False proves the elements a scatter does not
+            write on its first runs only (``dmlshim.execute.steps.PROVE_RUNS``).
     """
 
     feature_level: FeatureLevel
@@ -63,6 +67,7 @@ class EngineConfig:
     model_path: str | None = None
     whole_model_check: bool = True
     own_options: Callable[[], Any] | None = None
+    full_check: bool = field(default_factory=lambda: os.environ.get("DMLSHIM_FULL_CHECK", "") == "1")
 
     def options_object(self) -> Any:
         """The options every session of the engine starts from: the caller's, dmlshim's own, or None

@@ -262,6 +262,7 @@ class PartitionedEngine:
                         static_key=key,
                         inferred_output=infos.get(nodes[i].output[0]),
                         reference=reference,
+                        full_check=config.full_check,
                     )
                 )
         self._cpu_partitions = segments

@@ -4,11 +4,12 @@ A partitioned run pays, at every boundary between a CPU segment and an emulated 
 onnxruntime call and for the fusions onnxruntime cannot make across the cut. The whole-model check runs
 the model once in onnxruntime with every emulated node's inputs and output added as graph outputs, runs
 each emulated node's kernel on the inputs onnxruntime computed for it, and compares the kernel's output
-with onnxruntime's bit for bit. When every emulated node agrees, the model's outputs are onnxruntime's
-(every gather/scatter value in them is one a DirectML kernel produced, bit for bit) and the run costs
-about one onnxruntime call plus the kernels. When any node disagrees, or onnxruntime refuses the inputs,
-the caller runs the partitioned steps as before, so the result and the errors are exactly the
-partitioned engine's.
+with onnxruntime's bit for bit (a scatter's kernel verifies onnxruntime's output instead: the written
+targets computed and compared, the rest proven equal to the input, without copying the input). When every
+emulated node agrees, the model's outputs are onnxruntime's (every gather/scatter value in them is one a
+DirectML kernel produced, bit for bit) and the run costs about one onnxruntime call plus the kernels. When
+any node disagrees, or onnxruntime refuses the inputs, the caller runs the partitioned steps as before, so
+the result and the errors are exactly the partitioned engine's.
 """
 
 from __future__ import annotations
@@ -27,7 +28,11 @@ GIVE_UP_AFTER = 3
 
 
 class EmulatedStepLike(Protocol):
-    """What the check needs of an emulated step: its input and output names, and running it."""
+    """What the check needs of an emulated step: its input and output names, and running it. A step may
+    also have ``verify(values, state, theirs) -> bool | None``: whether onnxruntime's output ``theirs``
+    is exactly what running the step would store (recording the step as a run does, and storing
+    ``theirs``, when it is), or None to have the step run and its output compared (scatters verify
+    their output without computing it, see :mod:`dmlshim.kernels.scatter_verify`)."""
 
     inputs: tuple[str, ...]
     output: str
@@ -141,9 +146,13 @@ class WholeModelCheck:
             for name in step.inputs:
                 if name and name in position and name not in values:
                     values[name] = fetched[position[name]]
-            step(values, state)
             theirs = fetched[position[step.output]]
-            if not identical(values[step.output], theirs):
+            verify = getattr(step, "verify", None)
+            agrees = verify(values, state, theirs) if verify is not None else None
+            if agrees is None:
+                step(values, state)
+                agrees = identical(values[step.output], theirs)
+            if not agrees:
                 self.disagreements += 1
                 logger.debug("whole-model check: %r differs from onnxruntime; partitions answer", step.output)
                 return None

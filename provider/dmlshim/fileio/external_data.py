@@ -186,7 +186,9 @@ def check_external_data(
         raise TooLargeError(
             f"with its external data the model would be {format_bytes(whole)}, above the 2 GiB a protobuf "
             "message can hold; dmlshim hands models to onnx and onnxruntime as one message, so it cannot "
-            "load this one (refused before reading the data)",
+            "load this one this way (refused before reading the data); the default, cpu and customop "
+            "engines (InferenceSession(path), `dmlshim run`, `validate` and `inspect`) read a model file "
+            "without its weights and load it",
             path=where,
             value=whole,
             rule="a protobuf message is at most 2 GiB",

@@ -35,6 +35,7 @@ from ..errors import DmlShimError, InvalidDescriptorError
 from . import gather, gather_elements, gather_nd, scatter_elements, scatter_nd
 from .indices import KernelIndexError
 from .options import IndexMode, KernelOptions, KernelResult
+from .scatter_verify import VerifyResult
 
 logger = logging.getLogger(__name__)
 
@@ -95,10 +96,64 @@ def execute(
         raise
 
 
+_VERIFIERS: dict[type, Callable[[Any, Mapping[str, Any], np.ndarray, KernelOptions], VerifyResult]] = {
+    ScatterDesc: scatter_elements.verify,
+    ScatterNdDesc: scatter_nd.verify,
+}
+"""The scatter kernels' verify entry points (see :mod:`dmlshim.kernels.scatter_verify`)."""
+
+
+def can_verify(desc: OperatorDesc) -> bool:
+    """Whether :func:`verify` takes ``desc`` (the scatters)."""
+    return type(desc) in _VERIFIERS
+
+
+def verify(
+    desc: OperatorDesc,
+    inputs: Mapping[str, np.ndarray],
+    expected: np.ndarray,
+    options: KernelOptions = DEFAULT_OPTIONS,
+) -> VerifyResult:
+    """Whether ``expected`` is, bit for bit, the output :func:`execute` would return for the same
+    arguments, without computing that output (see :mod:`dmlshim.kernels.scatter_verify`).
+
+    Args:
+        desc: a SCATTER or SCATTER_ND descriptor (see :func:`can_verify`).
+        inputs: as for :func:`execute`.
+        expected: the array to check, with OutputTensor's numpy dtype and element count (any shape: it
+            is read flat, in C order); another dtype or size never agrees.
+        options: as for :func:`execute`.
+
+    Returns:
+        The verdict and the duplicate count :func:`execute` would report.
+
+    Raises:
+        Exactly what :func:`execute` raises for the same arguments; InvalidDescriptorError for a
+        descriptor that has no verify.
+    """
+    verifier = _VERIFIERS.get(type(desc))
+    if verifier is None:
+        raise InvalidDescriptorError(
+            f"no verify for descriptor type {type(desc).__name__}; expected one of "
+            f"{sorted(t.__name__ for t in _VERIFIERS)}",
+            node=options.node,
+            value=type(desc).__name__,
+        )
+    try:
+        return verifier(desc, inputs, np.asarray(expected).reshape(-1), options)
+    except DmlShimError as e:
+        if e.node is None:
+            e.node = options.node
+        raise
+
+
 __all__ = [
     "IndexMode",
     "KernelIndexError",
     "KernelOptions",
     "KernelResult",
+    "VerifyResult",
+    "can_verify",
     "execute",
+    "verify",
 ]

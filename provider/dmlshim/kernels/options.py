@@ -36,12 +36,15 @@ class KernelOptions:
         detect_duplicates: count scatter writes that a later write overwrites
             (``KernelResult.duplicate_indices``). Execution is deterministic either way.
         node: the ONNX node name, used in error messages only.
+        prove_untouched: scatter ``verify`` only: also prove that every element the scatter does not write
+            equals InputTensor; False takes those elements as given (the written ones are still proved).
     """
 
     feature_level: FeatureLevel = FeatureLevel.FL_5_0
     index_mode: IndexMode = IndexMode.ERROR
     detect_duplicates: bool = True
     node: str | None = None
+    prove_untouched: bool = True
 
 
 @dataclass(frozen=True)

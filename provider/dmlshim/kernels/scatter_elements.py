@@ -22,6 +22,7 @@ from .gather_elements import axis_split, check_axis_shapes, element_offsets, pac
 from .indices import IndexContext, count_duplicates, normalize_indices, write_in_order
 from .options import KernelOptions, KernelResult
 from .parallel import chunk_length, parallel_copy, run_all, spans
+from .scatter_verify import VerifyResult, packed_input, verify_writes
 
 logger = logging.getLogger(__name__)
 
@@ -79,27 +80,33 @@ def _check_shapes(desc: ScatterDesc) -> bool:
     return True
 
 
+def _offsets(desc: ScatterDesc, views: dict[str, TensorView], ctx: IndexContext) -> np.ndarray:
+    """The flat output offset each update is written to, in write order; raises, clamps or wraps as the
+    index rules say."""
+    axis = desc.axis
+    idx = normalize_indices(views["IndicesTensor"].array(), (views["InputTensor"].sizes[axis],), (axis,), ctx)
+    if not idx.size:
+        return np.zeros(0, dtype=np.int64)
+    return element_offsets(idx, desc.indices_tensor.sizes, desc.output_tensor.packed_strides, axis)
+
+
 def run(desc: ScatterDesc, inputs: Mapping[str, Any], options: KernelOptions) -> KernelResult:
     """Execute DML_OPERATOR_SCATTER; see :func:`dmlshim.kernels.execute`."""
     views = bind(desc, inputs)
     ctx, _ = prepared(
         desc, options, "OutputTensor", ("InputTensor", "UpdatesTensor", "OutputTensor"), _check_shapes
     )
-    idx_sizes = desc.indices_tensor.sizes
-
     inp = views["InputTensor"]
-    axis = desc.axis
     raw = views["IndicesTensor"].array()
     out = copy_input(inp)
     if raw.size:
         updates = views["UpdatesTensor"].packed()
-        if _fast_scatter(out, desc.output_tensor.sizes, raw, updates, axis, ctx):
+        if _fast_scatter(out, desc.output_tensor.sizes, raw, updates, desc.axis, ctx):
             return KernelResult(out.reshape(desc.output_tensor.sizes), 0)
         out = copy_input(inp)
-    idx = normalize_indices(raw, (inp.sizes[axis],), (axis,), ctx)
+    offsets = _offsets(desc, views, ctx)
     duplicates = 0
-    if idx.size:
-        offsets = element_offsets(idx, idx_sizes, desc.output_tensor.packed_strides, axis)
+    if offsets.size:
         if options.detect_duplicates:
             duplicates = count_duplicates(offsets, out.size)
             if duplicates:
@@ -107,3 +114,27 @@ def run(desc: ScatterDesc, inputs: Mapping[str, Any], options: KernelOptions) ->
         updates = views["UpdatesTensor"].packed().reshape(-1)
         write_in_order(out, offsets, updates, unique=options.detect_duplicates and not duplicates)
     return KernelResult(out.reshape(desc.output_tensor.sizes), duplicates)
+
+
+def verify(
+    desc: ScatterDesc, inputs: Mapping[str, Any], expected: np.ndarray, options: KernelOptions
+) -> VerifyResult:
+    """Whether ``expected`` (flat, the output's dtype) is exactly what :func:`run` would output, and the
+    duplicate count it would report; see :mod:`dmlshim.kernels.scatter_verify`."""
+    views = bind(desc, inputs)
+    ctx, _ = prepared(
+        desc, options, "OutputTensor", ("InputTensor", "UpdatesTensor", "OutputTensor"), _check_shapes
+    )
+    offsets = _offsets(desc, views, ctx)
+    updates = views["UpdatesTensor"].packed().reshape(-1)
+    result = verify_writes(
+        expected,
+        packed_input(views["InputTensor"]),
+        offsets, updates, 1,
+        prove_untouched=options.prove_untouched,
+    )
+    if result.duplicate_indices:
+        logger.debug("%s: %d writes overwritten", desc.operator_type.dml_name, result.duplicate_indices)
+        if not options.detect_duplicates:
+            return VerifyResult(result.agrees, 0)
+    return result

@@ -17,13 +17,14 @@ import numpy as np
 
 from ..dml import shapes
 from ..dml.operators import ScatterNdDesc
-from .buffers import block_view
+from .buffers import TensorView, block_view
 from .common import bind, fail, prepared, require_sizes
 from .gather_nd import PackedTuples, check_nd_counts, tuple_offsets
-from .indices import count_duplicates, write_in_order
+from .indices import IndexContext, count_duplicates, write_rows
 from .options import KernelOptions, KernelResult
 from .parallel import chunk_length, run_all, spans, worth_chunking
 from .scatter_elements import copy_input
+from .scatter_verify import VerifyResult, packed_input, verify_writes
 
 logger = logging.getLogger(__name__)
 
@@ -71,16 +72,32 @@ def _layout(desc: ScatterNdDesc) -> tuple[int, int, int]:
     return r, q, t
 
 
-def run(desc: ScatterNdDesc, inputs: Mapping[str, Any], options: KernelOptions) -> KernelResult:
-    """Execute DML_OPERATOR_SCATTER_ND; see :func:`dmlshim.kernels.execute`."""
+def _prepare(
+    desc: ScatterNdDesc, inputs: Mapping[str, Any], options: KernelOptions
+) -> tuple[dict[str, TensorView], IndexContext, int, int, int, int]:
+    """What a run and a verify share: the bound views, the index rules, ``(r, q, t)`` and the block."""
     views = bind(desc, inputs)
     ctx, (r, q, t) = prepared(
         desc, options, "OutputTensor", ("InputTensor", "UpdatesTensor", "OutputTensor"), _layout
     )
     in_sizes = desc.input_tensor.sizes
+    return views, ctx, r, q, t, math.prod(in_sizes[len(in_sizes) - r + t :])
 
-    d = len(in_sizes)
-    block = math.prod(in_sizes[d - r + t :])
+
+def _rows(
+    views: dict[str, TensorView], desc: ScatterNdDesc, ctx: IndexContext, r: int, q: int, block: int
+) -> np.ndarray:
+    """The row of the packed output (seen as ``(-1, block)``) each index tuple writes, flat, in order;
+    raises, clamps or wraps as the index rules say."""
+    out_desc = desc.output_tensor
+    row_strides = tuple(s // block for s in out_desc.packed_strides)
+    indices = views["IndicesTensor"].array()
+    return tuple_offsets(indices, out_desc, row_strides, r, q, 0, ctx).reshape(-1)
+
+
+def run(desc: ScatterNdDesc, inputs: Mapping[str, Any], options: KernelOptions) -> KernelResult:
+    """Execute DML_OPERATOR_SCATTER_ND; see :func:`dmlshim.kernels.execute`."""
+    views, ctx, r, q, t, block = _prepare(desc, inputs, options)
     out_desc = desc.output_tensor
     out = copy_input(views["InputTensor"])
     if block == 0:
@@ -94,24 +111,39 @@ def run(desc: ScatterNdDesc, inputs: Mapping[str, Any], options: KernelOptions) 
         if _fast_scatter(out, tuples, updates, block):
             return KernelResult(out.reshape(out_desc.sizes), 0)
         out = copy_input(views["InputTensor"])
-    row_strides = tuple(s // block for s in out_desc.packed_strides)
-    rows = tuple_offsets(views["IndicesTensor"].array(), out_desc, row_strides, r, q, 0, ctx).reshape(-1)
+    rows = _rows(views, desc, ctx, r, q, block)
     duplicates = 0
     if rows.size:
-        updates = views["UpdatesTensor"].packed().reshape(rows.size, block)
-        row_count = out.size // block
-        if block == 1:
-            if options.detect_duplicates:
-                duplicates = count_duplicates(rows, row_count)
-            unique = options.detect_duplicates and not duplicates
-            write_in_order(out, rows, updates.reshape(-1), unique=unique)
-        else:
-            if options.detect_duplicates:
-                duplicates = count_duplicates(rows, row_count)
-            # np.put stores run after run in index order: the last write to a run wins.
-            np.put(block_view(out, block), rows, block_view(updates, block), mode="clip")
+        updates = views["UpdatesTensor"].packed().reshape(-1)
+        if options.detect_duplicates:
+            duplicates = count_duplicates(rows, out.size // block)
+        # Without duplicate detection the writes may collide: only then is the order-keeping writer
+        # needed for single elements (runs are always written in order).
+        write_rows(out, rows, updates, block, unique=options.detect_duplicates and not duplicates)
     if duplicates:
         logger.debug("%s: %d writes overwritten", desc.operator_type.dml_name, duplicates)
-    if not options.detect_duplicates:
-        duplicates = 0
     return KernelResult(out.reshape(out_desc.sizes), duplicates)
+
+
+def verify(
+    desc: ScatterNdDesc, inputs: Mapping[str, Any], expected: np.ndarray, options: KernelOptions
+) -> VerifyResult:
+    """Whether ``expected`` (flat, the output's dtype) is exactly what :func:`run` would output, and the
+    duplicate count it would report; see :mod:`dmlshim.kernels.scatter_verify`."""
+    views, ctx, r, q, _, block = _prepare(desc, inputs, options)
+    if block == 0:
+        # An empty output: run() checks no index either.
+        return VerifyResult(expected.size == 0 and expected.dtype == desc.output_tensor.data_type.numpy_dtype)
+    rows = _rows(views, desc, ctx, r, q, block)
+    updates = views["UpdatesTensor"].packed().reshape(-1)
+    result = verify_writes(
+        expected,
+        packed_input(views["InputTensor"]),
+        rows, updates, block,
+        prove_untouched=options.prove_untouched,
+    )
+    if result.duplicate_indices:
+        logger.debug("%s: %d writes overwritten", desc.operator_type.dml_name, result.duplicate_indices)
+        if not options.detect_duplicates:
+            return VerifyResult(result.agrees, 0)
+    return result

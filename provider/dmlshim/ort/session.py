@@ -206,16 +206,16 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
         profiler = self._profiler
         model = self._model
         folder = self._loaded.weights_folder
-        # The default engine reads the weights from the model's files: with onnxruntime's default options
-        # (its own sessions are told where), or with a copy of the caller's that is told where. The
-        # custom-op engine always builds its one session from options it owns, told where too.
+        # The default and cpu engines read the weights from the model's files: with onnxruntime's default
+        # options (their own sessions are told where), or with a copy of the caller's that is told where.
+        # The custom-op engine always builds its one session from options it owns, told where too.
         customop = name == "customop"
         in_files = customop or (
-            name == "partitioned" and (self._sess_options is None or self._copied_dims is not None)
+            name in ("partitioned", "cpu") and (self._sess_options is None or self._copied_dims is not None)
         )
         if folder is not None and not in_files:
             model = self._loaded.with_weights(model)  # every weight read into the model
-        elif folder is not None and (self._sess_options is not None or customop):
+        elif folder is not None:
             self._loaded.check_unchanged()  # onnxruntime is about to read the weights from the files
         config = EngineConfig(
             feature_level=self._feature_level,

@@ -6,6 +6,7 @@ Sizes (or the whole buffer for a strided window), the kernel, then the way back 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import math
@@ -16,7 +17,7 @@ import numpy as np
 
 from ..dml.enums import FeatureLevel
 from ..errors import BadInputError, IndexOutOfRangeError, UnsupportedNodeError
-from ..kernels import execute
+from ..kernels import VerifyResult, can_verify, execute, verify
 from ..kernels.common import per_object
 from ..kernels.options import IndexMode, KernelOptions
 from .plan import (
@@ -32,7 +33,15 @@ from .plan import (
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RunPlan", "RunResult", "bind_input", "onnx_duplicates", "run_plan", "run_translation"]
+__all__ = [
+    "RunPlan",
+    "RunResult",
+    "bind_input",
+    "onnx_duplicates",
+    "run_plan",
+    "run_translation",
+    "verify_translation",
+]
 
 
 @dataclass(frozen=True)
@@ -301,33 +310,15 @@ def run_plan(t: NodeTranslation) -> RunPlan:
     return RunPlan(t)
 
 
-def run_translation(
-    t: NodeTranslation, inputs: Sequence[np.ndarray | None], *, index_mode: IndexMode = IndexMode.ERROR
-) -> RunResult:
-    """Run a translated node on ONNX inputs through the DirectML kernels.
-
-    Args:
-        t: a translation with status ``dml``.
-        inputs: the ONNX node's inputs, in node order (data, indices[, updates]).
-        index_mode: out-of-range policy (ERROR: ONNX semantics, raises IndexOutOfRangeError).
-
-    Returns:
-        The ONNX-shaped, ONNX-typed output.
-
-    Raises:
-        UnsupportedNodeError: the translation's status is not ``dml``.
-        BadInputError: an input does not match the shapes/types the translation was made for.
-        IndexOutOfRangeError: an index outside its dimension (index_mode ERROR).
-    """
-    if t.status is not Status.DML or t.operator is None or t.output is None:
-        codes = ", ".join(t.reason_codes) or "none"
-        raise UnsupportedNodeError(
-            f"the node was not translated to DirectML (status {t.status.value}; reasons: {codes})",
-            node=t.name,
-            op_type=t.op_type,
-        )
-    plan = run_plan(t)
-    applied: list[HostStepKind] = []
+def _bound(
+    t: NodeTranslation,
+    plan: RunPlan,
+    inputs: Sequence[np.ndarray | None],
+    index_mode: IndexMode,
+    applied: list[HostStepKind],
+) -> tuple[dict[str, np.ndarray], KernelOptions]:
+    """The kernel's arguments for ``inputs``: the arrays by binding name (host steps applied) and the
+    options."""
     bound: dict[str, np.ndarray] = {}
     count = len(inputs)
     for binding, index, shape, dtype, sizes, as_bytes in plan.inputs:
@@ -347,6 +338,42 @@ def run_translation(
         options = _kernel_options(t.feature_level, index_mode, t.name)
     except TypeError:  # an unhashable index_mode: the kernel rejects it
         options = KernelOptions(feature_level=t.feature_level, index_mode=index_mode, node=t.name)
+    return bound, options
+
+
+def _require_dml(t: NodeTranslation) -> None:
+    if t.status is not Status.DML or t.operator is None or t.output is None:
+        codes = ", ".join(t.reason_codes) or "none"
+        raise UnsupportedNodeError(
+            f"the node was not translated to DirectML (status {t.status.value}; reasons: {codes})",
+            node=t.name,
+            op_type=t.op_type,
+        )
+
+
+def run_translation(
+    t: NodeTranslation, inputs: Sequence[np.ndarray | None], *, index_mode: IndexMode = IndexMode.ERROR
+) -> RunResult:
+    """Run a translated node on ONNX inputs through the DirectML kernels.
+
+    Args:
+        t: a translation with status ``dml``.
+        inputs: the ONNX node's inputs, in node order (data, indices[, updates]).
+        index_mode: out-of-range policy (ERROR: ONNX semantics, raises IndexOutOfRangeError).
+
+    Returns:
+        The ONNX-shaped, ONNX-typed output.
+
+    Raises:
+        UnsupportedNodeError: the translation's status is not ``dml``.
+        BadInputError: an input does not match the shapes/types the translation was made for.
+        IndexOutOfRangeError: an index outside its dimension (index_mode ERROR).
+    """
+    _require_dml(t)
+    assert t.operator is not None and t.output is not None
+    plan = run_plan(t)
+    applied: list[HostStepKind] = []
+    bound, options = _bound(t, plan, inputs, index_mode, applied)
     try:
         result = execute(t.operator, bound, options)
     except IndexOutOfRangeError as exc:
@@ -360,6 +387,52 @@ def run_translation(
         logger.debug("%s: ran %s with host steps %s", t.name, t.operator.operator_type.dml_name, applied)
     duplicates = int(result.duplicate_indices)
     return RunResult(output, duplicates // 2 if plan.pairs else duplicates, tuple(applied))
+
+
+def verify_translation(
+    t: NodeTranslation,
+    inputs: Sequence[np.ndarray | None],
+    expected: object,
+    *,
+    index_mode: IndexMode = IndexMode.ERROR,
+    prove_untouched: bool = True,
+) -> VerifyResult | None:
+    """Whether ``expected`` (onnxruntime's output of the node, say) is, bit for bit, the output
+    :func:`run_translation` would return for the same arguments, and the duplicate count it would report,
+    without computing that output (see :mod:`dmlshim.kernels.scatter_verify`). With ``prove_untouched``
+    False, the elements the scatter does not write are taken as given.
+
+    Returns:
+        The verdict; None when the translation has no such check (not a scatter, or an output that needs
+        more than a reshape on the way back) and :func:`run_translation` must run instead. An
+        ``expected`` of another shape or dtype never agrees.
+
+    Raises:
+        What :func:`run_translation` raises for the same arguments.
+    """
+    _require_dml(t)
+    operator = t.operator
+    assert operator is not None
+    if not can_verify(operator):
+        return None
+    plan = run_plan(t)
+    dtype = operator.output_tensor.data_type.numpy_dtype
+    if plan.output_shape is None or not (plan.output_bool or dtype == plan.output_dtype):
+        return None
+    onnx_dtype = np.dtype(np.bool_) if plan.output_bool else plan.output_dtype
+    fits = isinstance(expected, np.ndarray) and expected.shape == plan.output_shape
+    if not (fits and isinstance(expected, np.ndarray) and expected.dtype == onnx_dtype):
+        return VerifyResult(False)
+    bound, options = _bound(t, plan, inputs, index_mode, [])
+    if not prove_untouched:
+        options = dataclasses.replace(options, prove_untouched=False)
+    flat = np.ascontiguousarray(expected).reshape(-1)
+    try:
+        result = verify(operator, bound, flat.view(np.uint8) if plan.output_bool else flat, options)
+    except IndexOutOfRangeError as exc:
+        raise _in_onnx_terms(exc, t) from exc
+    duplicates = result.duplicate_indices
+    return VerifyResult(result.agrees, duplicates // 2 if plan.pairs else duplicates)
 
 
 def onnx_duplicates(t: NodeTranslation, kernel_count: int) -> int:

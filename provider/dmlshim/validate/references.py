@@ -154,6 +154,7 @@ def _config(
         own_options=functools.partial(session_options, level),
         model_path=model_path,
         whole_model_check=check,
+        full_check=True,  # every element of every scatter proved, on the one run validate makes
     )
 
 
