@@ -16,9 +16,10 @@ Where DirectML leaves behaviour undefined, the kernels pick one documented answe
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -36,6 +37,8 @@ from . import gather, gather_elements, gather_nd, scatter_elements, scatter_nd
 from .indices import KernelIndexError
 from .options import IndexMode, KernelOptions, KernelResult
 from .scatter_verify import VerifyResult
+
+_T = TypeVar("_T")
 
 logger = logging.getLogger(__name__)
 
@@ -80,16 +83,29 @@ def execute(
             where negatives are not allowed; the message names the node, the operator, IndicesTensor, the
             position, the value and the valid range.
     """
-    kernel = _KERNELS.get(type(desc))
-    if kernel is None:
+    kernel = _entry(_KERNELS, desc, options, "kernel")
+    with _node_named(options):
+        return kernel(desc, inputs, options)
+
+
+def _entry(table: Mapping[type, _T], desc: OperatorDesc, options: KernelOptions, what: str) -> _T:
+    """``table``'s entry for the descriptor's type, or InvalidDescriptorError naming the types it has."""
+    found = table.get(type(desc))
+    if found is None:
         raise InvalidDescriptorError(
-            f"no kernel for descriptor type {type(desc).__name__}; expected one of "
-            f"{sorted(t.__name__ for t in _KERNELS)}",
+            f"no {what} for descriptor type {type(desc).__name__}; expected one of "
+            f"{sorted(t.__name__ for t in table)}",
             node=options.node,
             value=type(desc).__name__,
         )
+    return found
+
+
+@contextlib.contextmanager
+def _node_named(options: KernelOptions) -> Iterator[None]:
+    """Errors raised inside name the node of ``options`` when they name none."""
     try:
-        return kernel(desc, inputs, options)
+        yield
     except DmlShimError as e:
         if e.node is None:
             e.node = options.node
@@ -131,20 +147,9 @@ def verify(
         Exactly what :func:`execute` raises for the same arguments; InvalidDescriptorError for a
         descriptor that has no verify.
     """
-    verifier = _VERIFIERS.get(type(desc))
-    if verifier is None:
-        raise InvalidDescriptorError(
-            f"no verify for descriptor type {type(desc).__name__}; expected one of "
-            f"{sorted(t.__name__ for t in _VERIFIERS)}",
-            node=options.node,
-            value=type(desc).__name__,
-        )
-    try:
+    verifier = _entry(_VERIFIERS, desc, options, "verify")
+    with _node_named(options):
         return verifier(desc, inputs, np.asarray(expected).reshape(-1), options)
-    except DmlShimError as e:
-        if e.node is None:
-            e.node = options.node
-        raise
 
 
 __all__ = [

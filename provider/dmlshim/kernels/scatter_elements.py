@@ -22,7 +22,7 @@ from .gather_elements import axis_split, check_axis_shapes, element_offsets, pac
 from .indices import IndexContext, count_duplicates, normalize_indices, write_in_order
 from .options import KernelOptions, KernelResult
 from .parallel import chunk_length, parallel_copy, run_all, spans
-from .scatter_verify import VerifyResult, packed_input, verify_writes
+from .scatter_verify import VerifyResult, verify_scatter
 
 logger = logging.getLogger(__name__)
 
@@ -126,15 +126,4 @@ def verify(
         desc, options, "OutputTensor", ("InputTensor", "UpdatesTensor", "OutputTensor"), _check_shapes
     )
     offsets = _offsets(desc, views, ctx)
-    updates = views["UpdatesTensor"].packed().reshape(-1)
-    result = verify_writes(
-        expected,
-        packed_input(views["InputTensor"]),
-        offsets, updates, 1,
-        prove_untouched=options.prove_untouched,
-    )
-    if result.duplicate_indices:
-        logger.debug("%s: %d writes overwritten", desc.operator_type.dml_name, result.duplicate_indices)
-        if not options.detect_duplicates:
-            return VerifyResult(result.agrees, 0)
-    return result
+    return verify_scatter(desc.operator_type.dml_name, views, expected, offsets, 1, options)

@@ -24,7 +24,7 @@ from .indices import IndexContext, count_duplicates, write_rows
 from .options import KernelOptions, KernelResult
 from .parallel import chunk_length, run_all, spans, worth_chunking
 from .scatter_elements import copy_input
-from .scatter_verify import VerifyResult, packed_input, verify_writes
+from .scatter_verify import VerifyResult, verify_scatter
 
 logger = logging.getLogger(__name__)
 
@@ -135,15 +135,4 @@ def verify(
         # An empty output: run() checks no index either.
         return VerifyResult(expected.size == 0 and expected.dtype == desc.output_tensor.data_type.numpy_dtype)
     rows = _rows(views, desc, ctx, r, q, block)
-    updates = views["UpdatesTensor"].packed().reshape(-1)
-    result = verify_writes(
-        expected,
-        packed_input(views["InputTensor"]),
-        rows, updates, block,
-        prove_untouched=options.prove_untouched,
-    )
-    if result.duplicate_indices:
-        logger.debug("%s: %d writes overwritten", desc.operator_type.dml_name, result.duplicate_indices)
-        if not options.detect_duplicates:
-            return VerifyResult(result.agrees, 0)
-    return result
+    return verify_scatter(desc.operator_type.dml_name, views, expected, rows, block, options)

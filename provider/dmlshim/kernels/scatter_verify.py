@@ -20,12 +20,16 @@ raises, and counts, exactly what a run would.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import numpy as np
 
 from .buffers import TensorView
 from .indices import TargetSet, unique_slots, write_rows
+from .options import KernelOptions
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -153,3 +157,29 @@ def verify_writes(
         return VerifyResult(False, written.duplicates)
     untouched = untouched_equal(theirs.reshape(-1), data, block, written) if prove_untouched else True
     return VerifyResult(untouched, written.duplicates)
+
+
+def verify_scatter(
+    operator: str,
+    views: dict[str, TensorView],
+    expected: np.ndarray,
+    targets: np.ndarray,
+    block: int,
+    options: KernelOptions,
+) -> VerifyResult:
+    """:func:`verify_writes` for a scatter kernel's bound tensors (``targets``: the runs of ``block``
+    elements its validated indices write, in order), with the duplicate count its run would report."""
+    updates = views["UpdatesTensor"].packed().reshape(-1)
+    result = verify_writes(
+        expected,
+        packed_input(views["InputTensor"]),
+        targets,
+        updates,
+        block,
+        prove_untouched=options.prove_untouched,
+    )
+    if result.duplicate_indices:
+        logger.debug("%s: %d writes overwritten", operator, result.duplicate_indices)
+        if not options.detect_duplicates:
+            return VerifyResult(result.agrees, 0)
+    return result
