@@ -99,7 +99,7 @@ def _flip(a: np.ndarray, flat_position: int) -> np.ndarray:
     """A copy of ``a`` with the lowest bit of one element changed."""
     out = a.copy()
     raw = out.reshape(-1).view(np.dtype(f"u{a.dtype.itemsize}"))
-    raw[flat_position] ^= 1
+    raw[flat_position] ^= raw.dtype.type(1)  # numpy 1.x: uint64 ^ a Python int is float64
     return out
 
 
