@@ -298,16 +298,19 @@ def write_rows(out: np.ndarray, rows: np.ndarray, updates: np.ndarray, block: in
         np.put(block_view(out, block), rows, block_view(updates, block), mode="clip")
 
 
+def _firsts(ordered: np.ndarray) -> np.ndarray:
+    """For a sorted 1-D array: True where a value first appears."""
+    first = np.empty(ordered.size, dtype=np.bool_)
+    first[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    return first
+
+
 def sorted_unique(values: np.ndarray) -> np.ndarray:
     """The distinct values of an integer array, sorted (``np.unique`` without its first call importing
     ``numpy.ma``, 0.1 s of a session's first run)."""
     ordered = np.sort(values.reshape(-1))
-    if ordered.size <= 1:
-        return ordered
-    keep = np.empty(ordered.size, dtype=np.bool_)
-    keep[0] = True
-    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
-    return ordered[keep]
+    return ordered if ordered.size <= 1 else ordered[_firsts(ordered)]
 
 
 def unique_slots(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -317,9 +320,7 @@ def unique_slots(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     flat = values.reshape(-1)
     order = np.argsort(flat, kind="stable")
     ordered = flat[order]
-    first = np.empty(ordered.size, dtype=np.bool_)
-    first[:1] = True
-    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    first = _firsts(ordered)
     slots = np.empty(flat.size, dtype=np.int64)
     slots[order] = np.cumsum(first) - 1
     return ordered[first], slots

@@ -6,7 +6,6 @@ Sizes (or the whole buffer for a strided window), the kernel, then the way back 
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 import math
@@ -60,9 +59,13 @@ class RunResult:
 
 
 @functools.lru_cache(maxsize=1024)
-def _kernel_options(feature_level: FeatureLevel, index_mode: IndexMode, node: str) -> KernelOptions:
+def _kernel_options(
+    feature_level: FeatureLevel, index_mode: IndexMode, node: str, prove_untouched: bool = True
+) -> KernelOptions:
     # One per node and mode: the kernels keep what they derive from the options by the options' values.
-    return KernelOptions(feature_level=feature_level, index_mode=index_mode, node=node)
+    return KernelOptions(
+        feature_level=feature_level, index_mode=index_mode, node=node, prove_untouched=prove_untouched
+    )
 
 
 def _window_slices(window: Sequence[int]) -> tuple[slice, ...]:
@@ -316,6 +319,7 @@ def _bound(
     inputs: Sequence[np.ndarray | None],
     index_mode: IndexMode,
     applied: list[HostStepKind],
+    prove_untouched: bool = True,
 ) -> tuple[dict[str, np.ndarray], KernelOptions]:
     """The kernel's arguments for ``inputs``: the arrays by binding name (host steps applied) and the
     options."""
@@ -335,9 +339,11 @@ def _bound(
         else:
             bound[binding.binding] = bind_input(np.asarray(arr), binding, t, index_mode, applied)
     try:
-        options = _kernel_options(t.feature_level, index_mode, t.name)
+        options = _kernel_options(t.feature_level, index_mode, t.name, prove_untouched)
     except TypeError:  # an unhashable index_mode: the kernel rejects it
-        options = KernelOptions(feature_level=t.feature_level, index_mode=index_mode, node=t.name)
+        options = KernelOptions(
+            feature_level=t.feature_level, index_mode=index_mode, node=t.name, prove_untouched=prove_untouched
+        )
     return bound, options
 
 
@@ -420,12 +426,11 @@ def verify_translation(
     if plan.output_shape is None or not (plan.output_bool or dtype == plan.output_dtype):
         return None
     onnx_dtype = np.dtype(np.bool_) if plan.output_bool else plan.output_dtype
-    fits = isinstance(expected, np.ndarray) and expected.shape == plan.output_shape
-    if not (fits and isinstance(expected, np.ndarray) and expected.dtype == onnx_dtype):
+    if not isinstance(expected, np.ndarray):
         return VerifyResult(False)
-    bound, options = _bound(t, plan, inputs, index_mode, [])
-    if not prove_untouched:
-        options = dataclasses.replace(options, prove_untouched=False)
+    if expected.shape != plan.output_shape or expected.dtype != onnx_dtype:
+        return VerifyResult(False)
+    bound, options = _bound(t, plan, inputs, index_mode, [], prove_untouched)
     flat = np.ascontiguousarray(expected).reshape(-1)
     try:
         result = verify(operator, bound, flat.view(np.uint8) if plan.output_bool else flat, options)
