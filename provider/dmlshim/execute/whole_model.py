@@ -21,6 +21,8 @@ from typing import Any, Protocol
 import numpy as np
 import onnx
 
+from ..comparison import same_bits
+
 logger = logging.getLogger(__name__)
 
 GIVE_UP_AFTER = 3
@@ -41,21 +43,9 @@ class EmulatedStepLike(Protocol):
 
 
 def identical(ours: Any, theirs: Any) -> bool:
-    """Same shape, dtype and bits (NaN payloads and signed zeros included)."""
-    a, b = np.asarray(ours), np.asarray(theirs)
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    if a.size <= 4096 and a.dtype.kind in "iuf":
-        # Same shape and dtype: equal bits are equal C-order bytes (cheaper than ufuncs on small arrays).
-        return a.tobytes() == b.tobytes()
-    if a.dtype.kind in "iufc":
-        # Equal bits are equal bytes: compared 8 bytes at a time when the size allows (fewer, wider
-        # comparisons; a 3 MB KV cache in about 0.1 ms of CPU).
-        word = np.uint64 if a.nbytes % 8 == 0 else np.uint8
-        flat_a = np.ascontiguousarray(a).reshape(-1).view(word)
-        flat_b = np.ascontiguousarray(b).reshape(-1).view(word)
-        return bool(np.array_equal(flat_a, flat_b))
-    return bool(np.array_equal(a, b))
+    """Same shape, dtype and bits (NaN payloads and signed zeros included), as
+    :func:`dmlshim.comparison.same_bits` answers for arrays."""
+    return same_bits(np.asarray(ours), np.asarray(theirs))
 
 
 def captured_names(
