@@ -14,6 +14,7 @@ import onnx
 import onnxruntime as ort
 from onnx import helper
 
+from ..comparison import same_bits
 from ..dml.enums import FeatureLevel
 from ..kernels.indices import has_negative, sorted_unique
 from ..kernels.options import IndexMode
@@ -22,6 +23,7 @@ from ..ort.real import OrtInferenceSession
 from ..translate import NodeTranslation, Status, TensorInfo, run_translation, translate_node
 from ..translate.plan import elem_type_of
 from ..translate.runner import verify_translation
+from .gather_given import GIVEN_OPS, NOTE_GATHER_GIVEN, given_message, output_is_given
 from .ort_support import ORT_ERRORS, cpu_session, ort_run_error
 from .record import PLACEMENT_CPU, PLACEMENT_DML, NodeRecord
 from .segments import single_node_model, value_elem_and_rank
@@ -54,6 +56,8 @@ UNTOUCHED_GIVEN_MESSAGE = (
     f"it on the session's first {PROVE_RUNS} runs (DMLSHIM_FULL_CHECK=1 proves them on every run); the "
     "written elements were proved against the DirectML kernel"
 )
+
+GATHER_GIVEN_MESSAGE = given_message(PROVE_RUNS)
 
 VERIFY_MIN_BYTES = 512 * 1024
 """Outputs smaller than this are computed and compared whole: below about this size the verify's extra
@@ -212,6 +216,7 @@ class EmulatedStep:
         "_model",
         "_noted",
         "_proved",
+        "_proved_key",
         "_sess_options",
         "fallback_sessions",
         "feature_level",
@@ -257,6 +262,7 @@ class EmulatedStep:
         self.verifiable = node.op_type in VERIFIED_OPS
         self._full_check = full_check
         self._proved = 0  # verified runs whose untouched elements were proved too
+        self._proved_key: tuple[Any, ...] | None = None  # a gather's: the shapes and dtypes proved
         self._noted: tuple[NodeRecord, NodeRecord] | None = None
         self._marked: tuple[NodeRecord, int, bool, NodeRecord] | None = None
         self._model = model
@@ -311,7 +317,11 @@ class EmulatedStep:
             The verdict, or None when this step has no such check (a gather, a node that runs on the CPU,
             an output under :data:`VERIFY_MIN_BYTES`): the caller runs the step and compares.
         """
-        if self.reference or not self.verifiable or getattr(theirs, "nbytes", 0) < VERIFY_MIN_BYTES:
+        if self.reference or getattr(theirs, "nbytes", 0) < VERIFY_MIN_BYTES:
+            return None
+        if self.node.op_type in GIVEN_OPS:
+            return self._verify_gather(values, state, theirs)
+        if not self.verifiable:
             return None
         arrays = [values[n] if n else None for n in self.inputs]
         if any(isinstance(a, ort.OrtValue) for a in arrays):
@@ -332,6 +342,29 @@ class EmulatedStep:
                 record = self._given(record)
             self._finish(record, theirs, state)
         return verdict.agrees
+
+    def _verify_gather(self, values: Values, state: RunState, theirs: Any) -> bool | None:
+        """A large gather in the check (see :mod:`dmlshim.execute.gather_given`): run and compared bit
+        for bit on the first :data:`PROVE_RUNS` runs with the same input shapes and dtypes (every run
+        under ``full_check``); later, when every index is in range, ``theirs`` is taken as the output and
+        the record notes it. None (run and compare) when the indices or values do not allow that."""
+        arrays = [values[n] if n else None for n in self.inputs]
+        if any(isinstance(a, ort.OrtValue) for a in arrays):
+            return None
+        key = tuple((a.shape, a.dtype) if a is not None else None for a in arrays)
+        if key != self._proved_key:
+            self._proved_key, self._proved = key, 0
+        if self._full_check or self._proved < PROVE_RUNS:
+            self(values, state)
+            agrees = same_bits(np.asarray(values[self.output]), np.asarray(theirs))
+            self._proved += agrees
+            return agrees
+        _, clean = self._translation(arrays, state)
+        if clean is None or not output_is_given(self.node.op_type, self._attrs, arrays, theirs):
+            return None
+        values[self.output] = theirs
+        self._finish(self._given(clean, (NOTE_GATHER_GIVEN, GATHER_GIVEN_MESSAGE)), theirs, state)
+        return True
 
     def _run_reference(self, values: Values, arrays: list[Any], state: RunState) -> NodeRecord:
         values[self.output] = self._run_on_cpu(arrays, state)
@@ -369,13 +402,14 @@ class EmulatedStep:
         values[self.output] = result.output
         return self._dml_record(clean, result.duplicate_indices, arrays)
 
-    def _given(self, record: NodeRecord) -> NodeRecord:
-        """``record`` noting that the untouched elements were taken as onnxruntime copied them (the last
-        one made is kept: a run's record is usually the previous run's)."""
+    def _given(
+        self, record: NodeRecord, note: tuple[str, str] = (NOTE_UNTOUCHED_GIVEN, UNTOUCHED_GIVEN_MESSAGE)
+    ) -> NodeRecord:
+        """``record`` noting that the untouched elements (a gather: the output) were taken as onnxruntime
+        made them (the last one made is kept: a run's record is usually the previous run's)."""
         last = self._noted
         if last is not None and last[0] is record:
             return last[1]
-        note = (NOTE_UNTOUCHED_GIVEN, UNTOUCHED_GIVEN_MESSAGE)
         noted = dataclasses.replace(record, notes=(*record.notes, note))
         self._noted = (record, noted)
         return noted
