@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any
 
 import onnx
-from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 from onnx import TensorProto
 
@@ -60,40 +59,41 @@ _KNOWN_TYPES = frozenset(TensorProto.DataType.values()) - {TensorProto.UNDEFINED
 _INT_ATTRIBUTES = {"axis", "batch_dims"}
 
 
-def _text_and_message_fields(message: Message) -> list[tuple[FieldDescriptor, Any]]:
-    """``message.ListFields()`` without its bytes fields: ListFields hands back every value, and a
-    tensor's ``raw_data`` would be copied (hundreds of MB for a large weight) only to be skipped."""
-    if not isinstance(message, onnx.TensorProto) or not message.HasField("raw_data"):
-        return list(message.ListFields())
-    found: list[tuple[FieldDescriptor, Any]] = []
-    for field in message.DESCRIPTOR.fields:
-        if field.type not in (FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_MESSAGE):
-            continue
-        value = getattr(message, field.name)
-        if (len(value) if field.is_repeated else message.HasField(field.name)):
-            found.append((field, value))
-    return found
+@functools.cache
+def _text_layout(
+    descriptor: Descriptor,
+) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """A message type's string and message fields: (single strings, repeated strings, single messages,
+    repeated messages). Bytes fields (a tensor's ``raw_data``: hundreds of MB for a large weight) and map
+    entries are left out, so they are never read."""
+    groups: tuple[list[str], list[str], list[str], list[str]] = ([], [], [], [])
+    for field in descriptor.fields:
+        if field.type == FieldDescriptor.TYPE_STRING:
+            groups[1 if field.is_repeated else 0].append(field.name)
+        elif field.type == FieldDescriptor.TYPE_MESSAGE and not field.message_type.GetOptions().map_entry:
+            groups[3 if field.is_repeated else 2].append(field.name)
+    return tuple(groups[0]), tuple(groups[1]), tuple(groups[2]), tuple(groups[3])
 
 
 def _bad_string(message: Message, where: str) -> str | None:
     """The path of the first string field that is not valid UTF-8 (protobuf then hands back bytes)."""
-    for field, value in _text_and_message_fields(message):
-        if field.type == FieldDescriptor.TYPE_STRING:
-            values = value if field.is_repeated else [value]
-            if any(not isinstance(v, str) for v in values):
-                return f"{where}.{field.name}"
-        elif field.type == FieldDescriptor.TYPE_MESSAGE:
-            if field.message_type.GetOptions().map_entry:
-                continue
-            if not field.is_repeated:
-                found = _bad_string(value, f"{where}.{field.name}")
-                if found is not None:
-                    return found
-                continue
-            for i, item in enumerate(value):
-                found = _bad_string(item, f"{where}.{field.name}[{i}]")
-                if found is not None:
-                    return found
+    strings, repeated_strings, messages, repeated_messages = _text_layout(message.DESCRIPTOR)
+    for name in strings:
+        if not isinstance(getattr(message, name), str):  # unset reads as "" (a str)
+            return f"{where}.{name}"
+    for name in repeated_strings:
+        if any(not isinstance(v, str) for v in getattr(message, name)):
+            return f"{where}.{name}"
+    for name in messages:
+        if message.HasField(name):
+            found = _bad_string(getattr(message, name), f"{where}.{name}")
+            if found is not None:
+                return found
+    for name in repeated_messages:
+        for i, item in enumerate(getattr(message, name)):
+            found = _bad_string(item, f"{where}.{name}[{i}]")
+            if found is not None:
+                return found
     return None
 
 
