@@ -12,10 +12,10 @@ import onnxruntime as ort
 import pytest
 
 import dmlshim
+from dmlshim.background import BackgroundBuild
 from dmlshim.dml.enums import FeatureLevel
 from dmlshim.errors import BadModelError
 from dmlshim.execute import ort_support, segments
-from dmlshim.execute.background import BackgroundBuild
 from dmlshim.execute.engine import EngineConfig
 from dmlshim.execute.partitioned import PartitionedEngine
 from dmlshim.ort.real import DISABLED_OPTIMIZERS, OrtInferenceSession, optimizers_disabled

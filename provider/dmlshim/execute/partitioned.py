@@ -148,7 +148,9 @@ class PartitionedEngine:
             inferred = model
         infos = tensor_infos(inferred.graph)
         external = {t.name for t in graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL}
-        check_static_sizes(inferred.graph, infos, names, mapped=external)
+        # Refuses static sizes no machine could hold; nothing before it allocates by them, so it runs
+        # while onnxruntime builds the check's session (below).
+        check_sizes = functools.partial(check_static_sizes, inferred.graph, infos, names, mapped=external)
         types = type_protos(inferred.graph)
         constants = folded_constants(graph)
         for name, tensor in constants.items():
@@ -167,6 +169,7 @@ class PartitionedEngine:
         init_names = {t.name for t in graph.initializer}
         folder = os.path.dirname(os.path.abspath(config.model_path)) if config.model_path else None
         if not candidates:
+            check_sizes()
             # Nothing to emulate: the model runs as it is, in one onnxruntime session.
             whole = (
                 None
@@ -237,6 +240,7 @@ class PartitionedEngine:
                 model, emulated_io, set(graph_inputs), make, ORT_ERRORS, self._static_values
             )
         try:
+            check_sizes()
             self._steps, self._cpu_partitions = make_steps(
                 model,
                 partition,

@@ -21,8 +21,8 @@ from typing import Any, Protocol
 import numpy as np
 import onnx
 
+from ..background import BackgroundBuild
 from ..comparison import same_bits
-from .background import BackgroundBuild
 
 logger = logging.getLogger(__name__)
 

@@ -10,14 +10,17 @@ clear errors before any weight is read.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
+from collections.abc import Callable
 
 import onnx
 from google.protobuf.message import DecodeError, EncodeError
 from onnx import TensorProto
 
+from ..background import BackgroundBuild
 from ..errors import BadModelError
 from ..fileio.external_data import EXTERNAL_DATA_RULE, check_external_data, load_external_data
 from .graph import all_tensors, node_path, subgraph_prefix, subgraphs
@@ -167,9 +170,15 @@ def _checkable(model: onnx.ModelProto) -> onnx.ModelProto:
 ACCEPTANCE_RULE = "a model loads exactly when onnxruntime's own session creation accepts it"
 
 
-def ort_accepts(light: onnx.ModelProto, original: onnx.ModelProto, path: str | None) -> None:
+def ort_accepts(
+    light: onnx.ModelProto,
+    original: onnx.ModelProto,
+    path: str | None,
+    while_building: Callable[[], None] | None = None,
+) -> None:
     """Create an onnxruntime CPU session on ``light`` (the weightless copy of ``original``), with graph
-    optimizations off and one thread: onnxruntime decides whether the model loads.
+    optimizations off and one thread: onnxruntime decides whether the model loads. ``while_building``
+    runs on this thread while onnxruntime builds the session on another.
 
     Raises:
         BadModelError: onnxruntime refuses the model, naming its reason (and the culprit node when it can).
@@ -196,7 +205,14 @@ def ort_accepts(light: onnx.ModelProto, original: onnx.ModelProto, path: str | N
         light = stripped
     try:
         payload = light.SerializeToString()
-        OrtInferenceSession(payload, options, providers=["CPUExecutionProvider"])
+        build = BackgroundBuild(
+            functools.partial(OrtInferenceSession, payload, options, providers=["CPUExecutionProvider"])
+        )
+        # onnxruntime builds its session on another thread (it releases the GIL): onnx's checker runs
+        # meanwhile (its findings only add words to a refusal, or a warning).
+        if while_building is not None:
+            while_building()
+        build.result()
     except (EncodeError, *ORT_ERRORS) as exc:
         error = ort_load_error(original, "the model", exc, path=path)
         if error.rule is None:
@@ -257,10 +273,15 @@ def check_model(
     _check_names(model.graph, "", where)
     check_external_data(model, where, read_below=read_below)
     light = _checkable(model)
-    finding = _onnx_checker_findings(light)
+    findings: list[str | None] = [None]
+
+    def check_with_onnx() -> None:
+        findings[0] = _onnx_checker_findings(light)
+
     try:
-        ort_accepts(light, model, where)
+        ort_accepts(light, model, where, check_with_onnx)
     except BadModelError as refused:
+        finding = findings[0]
         if sess_options is not None and unknown_operators(model):
             # The caller's options may register the library that defines them (register_custom_ops_library),
             # which a new SessionOptions cannot copy: the engine's own sessions, built with those options,
@@ -271,6 +292,7 @@ def check_model(
             refused.message = f"{refused.message}; onnx.checker: {finding}"
             refused.args = (refused.message,)
         raise
+    finding = findings[0]
     if finding is not None:
         logger.warning(
             "%s: onnx.checker finds %s; onnxruntime loads the model, so dmlshim does too",

@@ -1,9 +1,10 @@
-"""Building an onnxruntime session on another thread while the engine goes on with its own graph work.
+"""Building an onnxruntime session on another thread while this one goes on with other work.
 
 onnxruntime releases the GIL while it builds a session (graph optimizations, kernel creation, weight
-placement), so the Python work that follows (the step list, the kernels' plans) runs beside it on a second
-core instead of after it. Only the onnxruntime call runs on the worker: the payload and options are made
-by the caller first, so no protobuf object is shared between threads.
+placement), so Python work done meanwhile (onnx's checker beside the acceptance check, the engine's step
+list beside the whole-model check's session) runs on a second core instead of after it. Only the
+onnxruntime call runs on the worker: its payload and options are made by the caller first, so no protobuf
+object is shared between threads.
 """
 
 from __future__ import annotations
