@@ -6,7 +6,8 @@ and in control-flow bodies) through ops that only move or copy values (Reshape, 
 Transpose, Expand, the data input of a gather, the values of TopK and Unique, ...) and through Add/Sub
 with an integer constant (an offset). A negative-index normalisation ``Where(idx < 0, idx + n, idx)``
 (jax2onnx writes one around every index; Cast on the way and either branch order too) counts as one use
-of ``idx``, not two; Mod and Clip make any value valid, so tracing stops there. Model-local functions are
+of ``idx``, not two; Mod and a Clip with both bounds make any value valid, so tracing stops there (a
+Clip with one bound, ``torch.clamp(min=0)``, is traced through). Model-local functions are
 inlined first. Each such input is then drawn so that every index lands inside the data dimension it addresses:
 
 * Gather, GatherElements, Scatter, ScatterElements: ``data.shape[axis]``;
