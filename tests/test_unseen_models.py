@@ -1,0 +1,54 @@
+"""Differences found by binding dmlshim in place of onnxruntime on models nobody on the team wrote (exports
+of transformers, jax2onnx and hand-written edge cases), each reduced to the smallest graph that shows it.
+Expected values come from onnxruntime's CPU provider, single-threaded."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T
+from onnx import helper
+
+import dmlshim
+from dmlshim.cli.main import main
+from tests.oracle import IR_VERSION, ort_session
+
+
+def _vi(name: str, elem: int, shape: list[int] | None) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def _passthrough_model() -> onnx.ModelProto:
+    """A graph input that is also a graph output declared with a type only (no shape), as some converters
+    write it, read by a Gather: its shape [4,3] comes from the input's declaration."""
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["x", "i"], ["g"], axis=0, name="take_rows")],
+        "passthrough",
+        [_vi("x", T.FLOAT, [4, 3]), _vi("i", T.INT64, [3])],
+        [_vi("x", T.FLOAT, None), _vi("g", T.FLOAT, None)],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=IR_VERSION)
+
+
+def test_input_echoed_as_shapeless_output_keeps_its_shape(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """inspect reported the Gather SHAPE_UNKNOWN (exit 1): the output's shapeless declaration replaced the
+    input's [4,3]."""
+    path = tmp_path / "passthrough.onnx"
+    onnx.save(_passthrough_model(), str(path))
+    assert main(["inspect", str(path), "--json"]) == 0
+    node = json.loads(capsys.readouterr().out)["nodes"][0]
+    assert node["status"] == "dml" and node["operator"]["type"] == "DML_OPERATOR_GATHER"
+    assert node["operator"]["desc"]["InputTensor"]["Sizes"] == [4, 3]
+    feeds = {"x": np.arange(12, dtype=np.float32).reshape(4, 3), "i": np.array([3, -1, 0])}
+    expected = ort_session(str(path)).run(None, feeds)
+    session = dmlshim.InferenceSession(str(path))
+    got = session.run(None, feeds)
+    assert [n.placement for n in session.last_run_record.nodes] == ["dml"]
+    for g, e in zip(got, expected, strict=True):
+        assert g.dtype == e.dtype and g.tobytes() == e.tobytes()
