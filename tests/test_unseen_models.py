@@ -52,3 +52,41 @@ def test_input_echoed_as_shapeless_output_keeps_its_shape(
     assert [n.placement for n in session.last_run_record.nodes] == ["dml"]
     for g, e in zip(got, expected, strict=True):
         assert g.dtype == e.dtype and g.tobytes() == e.tobytes()
+
+
+def _self_model(op: str, shape: list[int | str], **attrs: object) -> onnx.ModelProto:
+    """One node reading the same tensor in several inputs (a gather of a tensor by itself)."""
+    ins = ["i", "i", "i"] if op == "ScatterElements" else ["i", "i"]
+    graph = helper.make_graph(
+        [helper.make_node(op, ins, ["y"], name="self_read", **attrs)],
+        "self_read",
+        [_vi("i", T.INT64, shape)],  # type: ignore[arg-type]
+        [_vi("y", T.INT64, None)],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=IR_VERSION)
+
+
+@pytest.mark.parametrize(
+    ("op", "shape", "value", "level"),
+    [
+        # int64 data below 4_1 moves as UINT32 pairs; at 1_0 the node runs on onnxruntime at run time
+        ("ScatterElements", [4], [2, 1, 0, 3], "1_0"),
+        # an empty tensor (known only at run time) sends the node to onnxruntime CPU at the default level
+        ("Gather", ["n"], [], "5_0"),
+        ("GatherElements", ["n"], [], "5_0"),
+    ],
+)
+def test_node_reading_one_tensor_twice_falls_back(
+    op: str, shape: list[int | str], value: list[int], level: str, tmp_path: Path
+) -> None:
+    """The run-time fallback built a one-node model declaring the tensor once per use, which onnxruntime
+    refuses ("Duplicate definition-site"): dmlshim raised BadModelError on a model onnxruntime runs."""
+    path = tmp_path / f"{op}.onnx"
+    onnx.save(_self_model(op, shape), str(path))
+    feeds = {"i": np.array(value, dtype=np.int64)}
+    (expected,) = ort_session(str(path)).run(None, feeds)
+    session = dmlshim.InferenceSession(str(path), feature_level=level)
+    (got,) = session.run(None, feeds)
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    assert np.array_equal(got, expected)
+    assert [n.placement for n in session.last_run_record.nodes] == ["onnxruntime-cpu"]
