@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto as T
 from onnx import helper
@@ -92,3 +93,71 @@ def test_node_reading_one_tensor_twice_falls_back(
     assert np.array_equal(got, expected)
     record = session.last_run_record
     assert record is not None and [n.placement for n in record.nodes] == ["onnxruntime-cpu"]
+
+
+def _branch(op: str, source: str, out: str, shape: list[int], *extra: str) -> onnx.GraphProto:
+    return helper.make_graph(
+        [helper.make_node(op, [source, *extra], [out])], out, [], [_vi(out, T.FLOAT, shape)]
+    )
+
+
+def _stale_if_model() -> onnx.ModelProto:
+    """TorchScript's scatter_reduce export in miniature: Ifs (``flatten when empty``) whose branches
+    declare the flattened shape while the else branch yields the data as it is. onnxruntime runs it
+    optimised (stale shapes are merged leniently) and fails with optimisations disabled (the second If
+    pre-allocates its output with the stale shape)."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Size", ["s"], ["n"]),
+        helper.make_node("Equal", ["n", "zero"], ["c"]),
+        helper.make_node(
+            "If",
+            ["c"],
+            ["a"],
+            then_branch=_branch("Reshape", "x", "a_then", [12], "minus_one"),
+            else_branch=_branch("Identity", "x", "a_else", [12]),
+            name="flatten_if_empty",
+        ),
+        helper.make_node("Gather", ["a", "i"], ["g"], axis=0, name="take_rows"),
+        helper.make_node(
+            "If",
+            ["c"],
+            ["y"],
+            then_branch=_branch("Identity", "g", "y_then", [4]),
+            else_branch=_branch("Identity", "g", "y_else", [4]),
+            name="maybe_flat",
+        ),
+    ]
+    inits = [
+        onnx.numpy_helper.from_array(np.array([-1], dtype=np.int64), "minus_one"),
+        onnx.numpy_helper.from_array(np.array(0, dtype=np.int64), "zero"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "stale_if",
+        [_vi("x", T.FLOAT, [4, 3]), _vi("i", T.INT64, [4])],
+        [_vi("y", T.FLOAT, [4])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=IR_VERSION)
+
+
+def test_validate_says_when_only_optimised_onnxruntime_runs_the_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "stale_if.onnx"
+    onnx.save(_stale_if_model(), str(path))
+    feeds = {"x": np.arange(12, dtype=np.float32).reshape(4, 3), "i": np.array([3, 0, -1, 1])}
+    inputs = tmp_path / "in.npz"
+    np.savez(inputs, x=feeds["x"], i=feeds["i"])
+    (expected,) = ort_session(str(path)).run(None, feeds)  # onnxruntime's default level runs it
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    with pytest.raises(Exception, match="pre-allocated"):
+        ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"]).run(None, feeds)
+    assert main(["validate", str(path), "--inputs", str(inputs)]) == 2
+    err = capsys.readouterr().err
+    assert "maybe_flat" in err and "pass --optimization-level all" in err
+    assert main(["validate", str(path), "--inputs", str(inputs), "--optimization-level", "all"]) == 0
+    (got,) = dmlshim.InferenceSession(str(path)).run(None, feeds)
+    assert got.shape == expected.shape == (4, 3) and got.tobytes() == expected.tobytes()
