@@ -161,3 +161,27 @@ def test_validate_says_when_only_optimised_onnxruntime_runs_the_model(
     assert main(["validate", str(path), "--inputs", str(inputs), "--optimization-level", "all"]) == 0
     (got,) = dmlshim.InferenceSession(str(path)).run(None, feeds)
     assert got.shape == expected.shape == (4, 3) and got.tobytes() == expected.tobytes()
+
+
+def test_validate_generates_string_inputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A Gather of strings (onnxruntime takes tensor(string) feeds): validate without --inputs refused it
+    ("cannot generate input 'words' of type STRING")."""
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["words", "i"], ["picked"], axis=0, name="pick")],
+        "strings",
+        [_vi("words", T.STRING, [5]), _vi("i", T.INT64, [3])],
+        [_vi("picked", T.STRING, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=IR_VERSION)
+    path = tmp_path / "strings.onnx"
+    onnx.save(model, str(path))
+    assert main(["validate", str(path), "--json"]) == 0, capsys.readouterr().err
+    report = json.loads(capsys.readouterr().out)
+    assert [o["match"] for o in report["outputs"]] == [True]
+    from dmlshim.inputs import generate
+
+    feeds = generate(model, seed=3).feeds
+    assert feeds["words"].dtype == object and all(isinstance(w, str) for w in feeds["words"])
+    (expected,) = ort_session(str(path)).run(None, feeds)
+    (got,) = dmlshim.InferenceSession(str(path)).run(None, feeds)
+    assert got.tolist() == expected.tolist()
