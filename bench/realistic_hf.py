@@ -166,6 +166,7 @@ def summary(results: Sequence[dict[str, Any]]) -> str:
     """One line per model: median ratios over the repeats, the dmlshim path and the largest difference."""
     keys = (
         "build",
+        "build_with_import",
         "first_run",
         "run_p50",
         "peak_rss",

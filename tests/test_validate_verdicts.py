@@ -423,17 +423,17 @@ def test_segment_rebuilt_when_a_derived_shape_is_wrong(
 ) -> None:
     """Should shape inference ever derive a wrong shape for a boundary value, the segment that declares it
     is rebuilt with element types only and the run goes on (onnxruntime alone runs the model)."""
-    import dmlshim.execute.partitioned as partitioned
+    import dmlshim.execute.segments as segments
 
     model, feeds = _stale_rank_model()
-    real = partitioned.proven_types
+    real = segments.proven_types
 
     def wrong(m: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
         found = dict(real(m))
         found["g"] = helper.make_tensor_type_proto(F32, [3, 4, 1])
         return found
 
-    monkeypatch.setattr(partitioned, "proven_types", wrong)
+    monkeypatch.setattr(segments, "proven_types", wrong)
     (expected,) = ort_run(model, feeds)
     engine = PartitionedEngine(model, EngineConfig(FeatureLevel.FL_5_0, whole_model_check=False))
     with caplog.at_level("WARNING", logger="dmlshim.execute.steps"):

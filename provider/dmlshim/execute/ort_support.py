@@ -3,6 +3,7 @@ turned into dmlshim errors."""
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -158,16 +159,17 @@ def segment_session(
     return cpu_session(seg_model, config.sess_options, label, shared, config.own_options)
 
 
-def whole_model_session(
+def whole_model_builder(
     model: onnx.ModelProto,
     config: EngineConfig,
     emulated: frozenset[str],
     shared: SharedWeights | None,
     extra_outputs: Sequence[str],
-) -> ort.InferenceSession:
-    """The whole-model check's session: the model with ``extra_outputs`` added. With default options
-    the emulated scatters do not force one thread (each is checked against its kernel); ``shared`` is
-    given exactly when the options are dmlshim's own."""
+) -> Callable[[], ort.InferenceSession]:
+    """What builds the whole-model check's session: the model with ``extra_outputs`` added. The payload
+    and options are made here; the returned function only calls onnxruntime (so that it may run on
+    another thread). With default options the emulated scatters do not force one thread (each is checked
+    against its kernel); ``shared`` is given exactly when the options are dmlshim's own."""
     options = config.sess_options
     if options is None:
         options = default_options(model.graph, skip=emulated, make=config.own_options)
@@ -177,4 +179,4 @@ def whole_model_session(
         payload = light.SerializeToString()
     else:
         payload = augmented_model(model, extra_outputs)
-    return OrtInferenceSession(payload, options, providers=["CPUExecutionProvider"])
+    return functools.partial(OrtInferenceSession, payload, options, providers=["CPUExecutionProvider"])

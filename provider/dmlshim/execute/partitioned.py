@@ -29,7 +29,7 @@ import onnxruntime as ort
 from ..errors import DmlShimError
 from ..model.graph import display_names
 from ..model.weightless import tensor_nbytes, without_weights
-from ..translate import Status, TensorInfo, infer_shapes
+from ..translate import TensorInfo, infer_shapes
 from ..translate.shapes_info import tensor_infos
 from ..translate.translator import model_opsets
 from .engine import EngineConfig
@@ -39,9 +39,8 @@ from .ort_support import (
     ORT_ERRORS,
     cpu_session,
     ort_run_error,
-    segment_session,
     terminated,
-    whole_model_session,
+    whole_model_builder,
 )
 from .partition import (
     CpuSegment,
@@ -53,12 +52,11 @@ from .path_choice import PATH_CHECK, PATH_PARTITIONED, TRIAL_MAX_WEIGHT_BYTES, P
 from .record import RunRecord
 from .segments import (
     SEGMENT_IR_VERSION,
-    boundary_types,
     folded_constants,
-    proven_types,
     tensor_type,
     type_protos,
 )
+from .step_list import make_steps
 from .steps import (
     REASON_CPU_PREFERRED,
     REASON_NOT_EMULATED,
@@ -69,11 +67,10 @@ from .steps import (
     RunState,
     Values,
     run_session,
-    static_key,
 )
 from .weight_values import initializer_value
 from .weights import SharedWeights, light_copy
-from .whole_model import WholeModelCheck, build_whole_model_check
+from .whole_model import PendingCheck, WholeModelCheck, start_whole_model_check
 
 __all__ = [
     "ORT_ERRORS",
@@ -151,7 +148,9 @@ class PartitionedEngine:
             inferred = model
         infos = tensor_infos(inferred.graph)
         external = {t.name for t in graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL}
-        check_static_sizes(inferred.graph, infos, names, mapped=external)
+        # Refuses static sizes no machine could hold; nothing before it allocates by them, so it runs
+        # while onnxruntime builds the check's session (below).
+        check_sizes = functools.partial(check_static_sizes, inferred.graph, infos, names, mapped=external)
         types = type_protos(inferred.graph)
         constants = folded_constants(graph)
         for name, tensor in constants.items():
@@ -170,6 +169,7 @@ class PartitionedEngine:
         init_names = {t.name for t in graph.initializer}
         folder = os.path.dirname(os.path.abspath(config.model_path)) if config.model_path else None
         if not candidates:
+            check_sizes()
             # Nothing to emulate: the model runs as it is, in one onnxruntime session.
             whole = (
                 None
@@ -216,64 +216,53 @@ class PartitionedEngine:
             shared.adopt(self._static_values)
         self._copy_on_output = frozenset(graph_outputs & (set(graph_inputs) | set(self._static_values)))
 
-        crossing = {n for step in partition.segments for n in step.inputs}
-        proven = proven_types(model) if crossing - set(graph_inputs) else {}
-        seg_types = boundary_types(crossing, graph, types, proven)
-        elem_only = boundary_types(crossing, graph, types, {})
-        segments = 0
-        for step in partition.steps:
-            if isinstance(step, CpuSegment):
-                if not step.outputs:
-                    logger.debug("CPU segment %d produces nothing used later; skipped", step.index)
-                    continue
-                label = (
-                    f"CPU partition {segments} (nodes {names[step.nodes[0]]!r}..{names[step.nodes[-1]]!r})"
-                )
-                same = segments_from.cpu_step(label, step.inputs, step.outputs) if segments_from else None
-                if same is not None:
-                    self._steps.append(same)
-                    segments += 1
-                    continue
-                build = functools.partial(
-                    segment_session, model, step, seg_types, init_protos, config, label, shared
-                )
-                relaxed = None
-                if any(seg_types.get(n) != elem_only.get(n) for n in step.inputs):
-                    relaxed = functools.partial(
-                        segment_session, model, step, elem_only, init_protos, config, label, shared
-                    )
-                self._steps.append(CpuStep(build, step.inputs, step.outputs, label, relaxed))
-                segments += 1
-            else:
-                i = step.node
-                since, t, node_infos = candidates[i]
-                key = static_key(node_infos) if t.status is Status.DML else None
-                self._steps.append(
-                    EmulatedStep(
-                        node=nodes[i],
-                        name=names[i],
-                        since_version=since,
-                        slot=slot_of[i],
-                        feature_level=config.feature_level,
-                        index_mode=config.index_mode,
-                        model=model,
-                        sess_options=config.options_object(),
-                        static=t if key is not None else None,
-                        static_key=key,
-                        inferred_output=infos.get(nodes[i].output[0]),
-                        reference=reference,
-                        full_check=config.full_check,
-                    )
-                )
-        self._cpu_partitions = segments
-        wanted = segments >= MIN_SEGMENTS_FOR_CHECK or check_always
-        if config.whole_model_check and not reference and wanted:
-            emulated = [s for s in self._steps if isinstance(s, EmulatedStep)]
-            outputs = frozenset(s.output for s in emulated)
-            make = functools.partial(whole_model_session, model, config, outputs, shared)
-            self._check = build_whole_model_check(
-                model, emulated, set(graph_inputs), make, ORT_ERRORS, self._static_values
+        emulated_io = [
+            EmulatedIO(
+                names[step.node],
+                nodes[step.node].op_type,
+                tuple(nodes[step.node].input),
+                nodes[step.node].output[0],
             )
+            for step in partition.steps
+            if isinstance(step, EmulatedNode)
+        ]
+        built_segments = sum(1 for s in partition.steps if isinstance(s, CpuSegment) and s.outputs)
+        pending: PendingCheck | None = None
+        if (
+            config.whole_model_check
+            and not reference
+            and (built_segments >= MIN_SEGMENTS_FOR_CHECK or check_always)
+        ):
+            # onnxruntime builds the check's session on another thread while the steps are made here.
+            outputs = frozenset(io.output for io in emulated_io)
+            make = functools.partial(whole_model_builder, model, config, outputs, shared)
+            pending = start_whole_model_check(
+                model, emulated_io, set(graph_inputs), make, ORT_ERRORS, self._static_values
+            )
+        try:
+            check_sizes()
+            self._steps, self._cpu_partitions = make_steps(
+                model,
+                partition,
+                names,
+                candidates,
+                slot_of,
+                infos,
+                types,
+                graph_inputs,
+                init_protos,
+                config,
+                shared,
+                reference,
+                segments_from.cpu_step if segments_from is not None else None,
+            )
+        except BaseException:
+            if pending is not None:
+                pending.wait()
+            raise
+        if pending is not None:
+            self._check = pending.finish([s for s in self._steps if isinstance(s, EmulatedStep)])
+        if self._check is not None:
             weight_bytes = sum(tensor_nbytes(t) for t in init_protos.values())
             # Partition boundaries stop onnxruntime's extended fusions, whose float results differ in the
             # last bits: the partitioned steps may answer instead of the check only where no such fusion
@@ -289,7 +278,7 @@ class PartitionedEngine:
                 ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
             )
             self._chooser = PathChooser(trial=exact and weight_bytes <= TRIAL_MAX_WEIGHT_BYTES)
-        if self._check is None:
+        else:
             for cpu_step in self._steps:
                 if isinstance(cpu_step, CpuStep):
                     _ = cpu_step.session  # built now, so that a segment onnxruntime refuses fails here

@@ -12,6 +12,7 @@ output shapes left out.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
@@ -117,6 +118,45 @@ def boundary_types(
             tp.tensor_type.shape.CopyFrom(sure.tensor_type.shape)
         out[name] = tp
     return out
+
+
+class BoundaryTypes:
+    """The types the inputs of a model's CPU segments declare, worked out when the first segment session
+    is built (with the whole-model check answering, usually never).
+
+    Args:
+        model: the model.
+        crossing: the values that cross a segment boundary.
+        declared: types from the model and its full shape inference.
+        graph_inputs: the model's input names.
+    """
+
+    def __init__(
+        self,
+        model: onnx.ModelProto,
+        crossing: Collection[str],
+        declared: Mapping[str, onnx.TypeProto],
+        graph_inputs: Collection[str],
+    ) -> None:
+        self._model = model
+        self._crossing = set(crossing)
+        self._declared = declared
+        self._computed = bool(self._crossing - set(graph_inputs))
+
+    @functools.cached_property
+    def strict(self) -> dict[str, onnx.TypeProto]:
+        """Element type plus the shape :func:`proven_types` proves (see :func:`boundary_types`)."""
+        proven = proven_types(self._model) if self._computed else {}
+        return boundary_types(self._crossing, self._model.graph, self._declared, proven)
+
+    @functools.cached_property
+    def elem_only(self) -> dict[str, onnx.TypeProto]:
+        """Element types only, for computed values."""
+        return boundary_types(self._crossing, self._model.graph, self._declared, {})
+
+    def relaxes(self, inputs: Sequence[str]) -> bool:
+        """Whether :attr:`elem_only` declares less than :attr:`strict` for one of ``inputs``."""
+        return any(self.strict.get(n) != self.elem_only.get(n) for n in inputs)
 
 
 def segment_model(

@@ -137,7 +137,7 @@ class CpuStep:
         inputs: Sequence[str],
         outputs: Sequence[str],
         label: str,
-        relaxed: Callable[[], ort.InferenceSession] | None = None,
+        relaxed: Callable[[], ort.InferenceSession | None] | None = None,
     ):
         self._session = session if isinstance(session, OrtInferenceSession) else None
         self._build = None if isinstance(session, OrtInferenceSession) else session
@@ -166,13 +166,17 @@ class CpuStep:
         except ORT_ERRORS as exc:
             if self._relaxed is None or not any(p in str(exc) for p in _FEED_SHAPE_REFUSED):
                 raise ort_run_error(exc, f"onnxruntime failed in {self.label}") from exc
+            rebuilt = self._relaxed()
+            self._relaxed = None
+            if rebuilt is None:  # its inputs declare element types only already
+                raise ort_run_error(exc, f"onnxruntime failed in {self.label}") from exc
             logger.warning(
                 "%s: a value's real shape contradicts the shape inferred for it (%s); the partition is "
                 "rebuilt with inputs that declare element types only",
                 self.label,
                 str(exc).strip().splitlines()[0],
             )
-            self._session, self._relaxed, self._builder = self._relaxed(), None, None
+            self._session, self._builder = rebuilt, None
             try:
                 results = run_session(self._session, self.outputs, feeds, state.run_options)
             except ORT_ERRORS as again:

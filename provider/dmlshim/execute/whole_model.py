@@ -21,12 +21,23 @@ from typing import Any, Protocol
 import numpy as np
 import onnx
 
+from ..background import BackgroundBuild
 from ..comparison import same_bits
 
 logger = logging.getLogger(__name__)
 
 GIVE_UP_AFTER = 3
 """Disagreeing runs, with none agreeing, after which the check is no longer tried (each costs a run)."""
+
+
+class NodeIO(Protocol):
+    """An emulated node's input and output names."""
+
+    @property
+    def inputs(self) -> tuple[str, ...]: ...
+
+    @property
+    def output(self) -> str: ...
 
 
 class EmulatedStepLike(Protocol):
@@ -48,9 +59,7 @@ def identical(ours: Any, theirs: Any) -> bool:
     return same_bits(np.asarray(ours), np.asarray(theirs))
 
 
-def captured_names(
-    steps: Sequence[EmulatedStepLike], known: set[str], graph_outputs: Sequence[str]
-) -> list[str]:
+def captured_names(steps: Sequence[NodeIO], known: set[str], graph_outputs: Sequence[str]) -> list[str]:
     """The values to fetch besides the graph outputs: every emulated node's computed inputs and output."""
     seen = set(graph_outputs) | known
     names: list[str] = []
@@ -151,24 +160,62 @@ class WholeModelCheck:
         return [fetched[position[n]] if n in position else values[n] for n in output_names]
 
 
-def build_whole_model_check(
+class PendingCheck:
+    """A whole-model check whose onnxruntime session is being built on another thread.
+
+    Args:
+        build: the session's build, started.
+        graph_outputs: the model's output names.
+        captured: the extra outputs of the session, as :func:`captured_names` lists them.
+        ort_errors: the exception types onnxruntime raises.
+    """
+
+    def __init__(
+        self,
+        build: BackgroundBuild[Any],
+        graph_outputs: Sequence[str],
+        captured: Sequence[str],
+        ort_errors: tuple[type[BaseException], ...],
+    ) -> None:
+        self._build = build
+        self._graph_outputs = list(graph_outputs)
+        self._captured = list(captured)
+        self._ort_errors = ort_errors
+
+    def wait(self) -> None:
+        """Wait for the build to end (the engine failed and drops the check)."""
+        self._build.wait()
+
+    def finish(self, steps: Sequence[EmulatedStepLike]) -> WholeModelCheck | None:
+        """The check over ``steps`` (the emulated steps whose names the session was built for), or None
+        when onnxruntime could not build the session (it refuses an operator or a type that the emulated
+        nodes cover, say)."""
+        try:
+            session = self._build.result()
+        except Exception as exc:
+            logger.debug("whole-model check unavailable: %s", exc)
+            return None
+        return WholeModelCheck(session, steps, self._graph_outputs, self._captured, self._ort_errors)
+
+
+def start_whole_model_check(
     model: onnx.ModelProto,
-    steps: Sequence[EmulatedStepLike],
+    emulated: Sequence[NodeIO],
     known: set[str],
-    make_session: Callable[[list[str]], Any],
+    make_builder: Callable[[list[str]], Callable[[], Any]],
     ort_errors: tuple[type[BaseException], ...],
     static: Mapping[str, Any],
-) -> WholeModelCheck | None:
-    """The check for ``model`` (``make_session`` builds the session of the model with the extra outputs
-    it is given), or None when onnxruntime cannot run the model whole (it refuses an
-    operator or a type that the emulated nodes cover, say) or nothing is emulated."""
-    if not steps:
+) -> PendingCheck | None:
+    """Start building the check's session for ``model`` on another thread (``make_builder`` prepares the
+    session of the model with the extra outputs it is given and returns what builds it). None when
+    nothing is emulated or the session cannot be prepared."""
+    if not emulated:
         return None
     graph_outputs = [o.name for o in model.graph.output]
-    captured = captured_names(steps, known | set(static), graph_outputs)
+    captured = captured_names(emulated, known | set(static), graph_outputs)
     try:
-        session = make_session(captured)
+        build = make_builder(captured)
     except Exception as exc:
         logger.debug("whole-model check unavailable: %s", exc)
         return None
-    return WholeModelCheck(session, steps, graph_outputs, captured, ort_errors)
+    return PendingCheck(BackgroundBuild(build), graph_outputs, captured, ort_errors)

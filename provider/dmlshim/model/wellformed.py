@@ -1,0 +1,250 @@
+"""Well-formedness: a model that parses as protobuf but cannot be an ONNX model is refused before anything
+reads it (:func:`check_well_formed`). onnx.checker lets some of these defects through, and they then break
+deep inside onnx or numpy helpers."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import onnx
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.message import Message
+from onnx import TensorProto
+
+from ..errors import BadModelError
+from .graph import node_path, subgraph_prefix, subgraphs
+from .ort_errors import GATHER_SCATTER_INDEX_TYPES
+
+__all__ = ["RAW_ITEMSIZE", "check_well_formed"]
+
+
+# Where each element type keeps its values when not in raw_data, and how many entries one element takes.
+_TYPED_FIELD: dict[int, tuple[str, int]] = {
+    TensorProto.FLOAT: ("float_data", 1),
+    TensorProto.DOUBLE: ("double_data", 1),
+    TensorProto.INT64: ("int64_data", 1),
+    TensorProto.UINT32: ("uint64_data", 1),
+    TensorProto.UINT64: ("uint64_data", 1),
+    TensorProto.INT32: ("int32_data", 1),
+    TensorProto.INT16: ("int32_data", 1),
+    TensorProto.INT8: ("int32_data", 1),
+    TensorProto.UINT16: ("int32_data", 1),
+    TensorProto.UINT8: ("int32_data", 1),
+    TensorProto.BOOL: ("int32_data", 1),
+    TensorProto.FLOAT16: ("int32_data", 1),
+    TensorProto.BFLOAT16: ("int32_data", 1),
+    TensorProto.STRING: ("string_data", 1),
+    TensorProto.COMPLEX64: ("float_data", 2),
+    TensorProto.COMPLEX128: ("double_data", 2),
+}
+RAW_ITEMSIZE: dict[int, int] = {
+    TensorProto.FLOAT: 4,
+    TensorProto.DOUBLE: 8,
+    TensorProto.INT64: 8,
+    TensorProto.UINT64: 8,
+    TensorProto.INT32: 4,
+    TensorProto.UINT32: 4,
+    TensorProto.INT16: 2,
+    TensorProto.UINT16: 2,
+    TensorProto.FLOAT16: 2,
+    TensorProto.BFLOAT16: 2,
+    TensorProto.INT8: 1,
+    TensorProto.UINT8: 1,
+    TensorProto.BOOL: 1,
+    TensorProto.COMPLEX64: 8,
+    TensorProto.COMPLEX128: 16,
+}
+_KNOWN_TYPES = frozenset(TensorProto.DataType.values()) - {TensorProto.UNDEFINED}
+_INT_ATTRIBUTES = {"axis", "batch_dims"}
+
+
+@functools.cache
+def _text_layout(
+    descriptor: Descriptor,
+) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """A message type's string and message fields: (single strings, repeated strings, single messages,
+    repeated messages). Bytes fields (a tensor's ``raw_data``: hundreds of MB for a large weight) and map
+    entries are left out, so they are never read."""
+    groups: tuple[list[str], list[str], list[str], list[str]] = ([], [], [], [])
+    for field in descriptor.fields:
+        if field.type == FieldDescriptor.TYPE_STRING:
+            groups[1 if field.is_repeated else 0].append(field.name)
+        elif field.type == FieldDescriptor.TYPE_MESSAGE and not field.message_type.GetOptions().map_entry:
+            groups[3 if field.is_repeated else 2].append(field.name)
+    return tuple(groups[0]), tuple(groups[1]), tuple(groups[2]), tuple(groups[3])
+
+
+def _bad_string(message: Message, where: str) -> str | None:
+    """The path of the first string field that is not valid UTF-8 (protobuf then hands back bytes)."""
+    strings, repeated_strings, messages, repeated_messages = _text_layout(message.DESCRIPTOR)
+    for name in strings:
+        if not isinstance(getattr(message, name), str):  # unset reads as "" (a str)
+            return f"{where}.{name}"
+    for name in repeated_strings:
+        if any(not isinstance(v, str) for v in getattr(message, name)):
+            return f"{where}.{name}"
+    for name in messages:
+        if message.HasField(name):
+            found = _bad_string(getattr(message, name), f"{where}.{name}")
+            if found is not None:
+                return found
+    for name in repeated_messages:
+        for i, item in enumerate(getattr(message, name)):
+            found = _bad_string(item, f"{where}.{name}[{i}]")
+            if found is not None:
+                return found
+    return None
+
+
+def _varint_size(n: int) -> int:
+    return max(1, (n.bit_length() + 6) // 7)
+
+
+def _raw_length(t: onnx.TensorProto) -> int:
+    """``len(t.raw_data)`` without reading ``t.raw_data`` (which copies the bytes: hundreds of MB for a
+    large weight): the tensor's serialized size less that of its other fields is the raw_data field's
+    tag (1 byte), length (a varint) and bytes. Read for real when that does not add up."""
+    rest = onnx.TensorProto()
+    for field in t.DESCRIPTOR.fields:
+        if field.name == "raw_data":
+            continue
+        if field.is_repeated:
+            values = getattr(t, field.name)
+            if len(values):
+                getattr(rest, field.name).extend(values)
+        elif t.HasField(field.name):
+            if field.type == FieldDescriptor.TYPE_MESSAGE:
+                getattr(rest, field.name).CopyFrom(getattr(t, field.name))
+            else:
+                setattr(rest, field.name, getattr(t, field.name))
+    field_bytes = t.ByteSize() - rest.ByteSize() - 1
+    for prefix in range(1, 11):
+        length = field_bytes - prefix
+        if length >= 0 and _varint_size(length) == prefix:
+            return length
+    return len(t.raw_data)
+
+
+def _tensor_problem(t: onnx.TensorProto) -> str | None:
+    if t.data_type not in _KNOWN_TYPES:
+        return f"element type {t.data_type} is not an ONNX type"
+    if any(d < 0 for d in t.dims):
+        return f"negative dimension in {list(t.dims)}"
+    if t.data_location == TensorProto.EXTERNAL or t.external_data:
+        return None
+    count = math.prod(int(d) for d in t.dims)
+    if t.HasField("raw_data"):
+        have = _raw_length(t)
+        if have:
+            size = RAW_ITEMSIZE.get(t.data_type)
+            if size is not None and have != count * size:
+                return f"{have} bytes of raw_data for {count} elements of {size} bytes"
+            return None
+    typed = _TYPED_FIELD.get(t.data_type)
+    if typed is not None:
+        name, per = typed
+        have = len(getattr(t, name))
+        if have != count * per:
+            return f"{have} values in {name} for {count} elements"
+    return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _schema_arity(
+    op_type: str, version: int, domain: str
+) -> tuple[tuple[int, int], tuple[int, int]] | None:
+    """((min, max) inputs, (min, max) outputs) of an operator's schema; None when onnx has none."""
+    try:
+        schema = onnx.defs.get_schema(op_type, version, domain)
+    except Exception:
+        return None
+    return (schema.min_input, schema.max_input), (schema.min_output, schema.max_output)
+
+
+def _check_arity(node: onnx.NodeProto, label: str, opsets: dict[str, int], path: str | None) -> None:
+    domain = "" if node.domain == "ai.onnx" else node.domain
+    if domain not in ("", "ai.onnx.ml") or domain not in opsets:
+        return
+    arity = _schema_arity(node.op_type, opsets[domain], domain)
+    if arity is None:  # unknown op or opset: onnxruntime reports those
+        return
+    n_in, n_out = len(node.input), len(node.output)
+    ins, outs = arity
+    if not ins[0] <= n_in <= ins[1] or not outs[0] <= n_out <= outs[1]:
+        raise BadModelError(
+            f"{node.op_type} has {n_in} inputs and {n_out} outputs; opset {opsets[domain]} takes "
+            f"{ins[0]}..{ins[1]} inputs and {outs[0]}..{outs[1]} outputs",
+            node=label,
+            op_type=node.op_type,
+            value=(n_in, n_out),
+            path=path,
+            rule="a node has as many inputs and outputs as its operator's schema allows",
+        )
+
+
+def _check_graph(graph: onnx.GraphProto, prefix: str, path: str | None, opsets: dict[str, int]) -> None:
+    tensors = [(t.name, t) for t in graph.initializer]
+    for vi in (*graph.input, *graph.output):
+        tp = vi.type
+        if tp.WhichOneof("value") == "tensor_type" and tp.tensor_type.elem_type not in _KNOWN_TYPES:
+            raise BadModelError(
+                f"{vi.name!r} is declared as a tensor of element type {tp.tensor_type.elem_type}, which ONNX "
+                "does not define",
+                tensor=vi.name,
+                value=int(tp.tensor_type.elem_type),
+                path=path,
+                rule="graph inputs and outputs have an ONNX element type",
+            )
+    for i, node in enumerate(graph.node):
+        label = node_path(prefix, node, i)
+        _check_arity(node, label, opsets, path)
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.UNDEFINED or (
+                attr.name in _INT_ATTRIBUTES
+                and node.op_type in GATHER_SCATTER_INDEX_TYPES
+                and attr.type != onnx.AttributeProto.INT
+            ):
+                raise BadModelError(
+                    f"attribute {attr.name!r} has no valid type (type {attr.type})",
+                    node=label,
+                    op_type=node.op_type,
+                    value=attr.name,
+                    path=path,
+                    rule="every attribute has a declared type that its op expects",
+                )
+            if attr.HasField("t"):
+                tensors.append((f"{label}.{attr.name}", attr.t))
+            tensors.extend((f"{label}.{attr.name}", t) for t in attr.tensors)
+        for attr_name, sub in subgraphs(node):
+            _check_graph(sub, subgraph_prefix(label, attr_name), path, opsets)
+    for name, t in tensors:
+        problem = _tensor_problem(t)
+        if problem is not None:
+            raise BadModelError(
+                f"tensor {name!r} is damaged: {problem}",
+                tensor=name,
+                path=path,
+                rule="a tensor's data matches its element type and dims",
+            )
+
+
+def check_well_formed(model: onnx.ModelProto, path: str | None = None) -> None:
+    """Refuse a model that parses as protobuf but cannot be an ONNX model: names that are not UTF-8,
+    tensors whose type is unknown or whose data does not match their dims, attributes without a type.
+
+    onnx.checker lets some of these through, and they then break deep inside onnx or numpy helpers.
+
+    Raises:
+        BadModelError: naming the damaged field, tensor or node.
+    """
+    bad = _bad_string(model, "model")
+    if bad is not None:
+        raise BadModelError(
+            f"the field {bad} is not valid UTF-8 text (a damaged or non-ONNX file)",
+            path=path,
+            value=bad,
+            rule="ONNX string fields are UTF-8",
+        )
+    opsets = {("" if o.domain == "ai.onnx" else o.domain): int(o.version) for o in model.opset_import}
+    _check_graph(model.graph, "", path, opsets)
