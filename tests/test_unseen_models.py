@@ -233,3 +233,26 @@ def test_qdq_fusions_around_a_gather_match_onnxruntime(tmp_path: Path) -> None:
     (expected,) = ort_session(str(path)).run(None, feeds)  # onnxruntime's default level: all
     (got,) = dmlshim.InferenceSession(str(path)).run(None, feeds)
     assert got.tobytes() == expected.tobytes()
+
+
+def test_run_writes_string_outputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`run -o` left a tensor(string) output out of the .npz ("an .npz holds arrays only"): it is stored
+    as a numpy text array now, and a text array read with --inputs is the string input it was."""
+    graph = helper.make_graph(
+        [helper.make_node("GatherElements", ["words", "i"], ["picked"], axis=1, name="pick")],
+        "strings",
+        [_vi("words", T.STRING, [2, 3]), _vi("i", T.INT64, [2, 2])],
+        [_vi("picked", T.STRING, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=IR_VERSION)
+    path = tmp_path / "strings.onnx"
+    onnx.save(model, str(path))
+    words = np.array([["the", "quick", "fox"], ["jumps", "over", "dogs"]])
+    index = np.array([[2, -3], [1, 1]])
+    inputs, out = tmp_path / "in.npz", tmp_path / "out.npz"
+    np.savez(inputs, words=words, i=index)
+    assert main(["run", str(path), "--inputs", str(inputs), "-o", str(out)]) == 0, capsys.readouterr().err
+    assert "leaves out" not in capsys.readouterr().err
+    (expected,) = ort_session(str(path)).run(None, {"words": words.astype(object), "i": index})
+    with np.load(out) as stored:
+        assert stored["picked"].tolist() == expected.tolist() == [["fox", "the"], ["over", "over"]]
