@@ -256,3 +256,47 @@ def test_run_writes_string_outputs(tmp_path: Path, capsys: pytest.CaptureFixture
     (expected,) = ort_session(str(path)).run(None, {"words": words.astype(object), "i": index})
     with np.load(out) as stored:
         assert stored["picked"].tolist() == expected.tolist() == [["fox", "the"], ["over", "over"]]
+
+
+def _dynamic_slice_take_model() -> onnx.ModelProto:
+    """jax2onnx's ``x[i]`` for a traced scalar ``i``: the negative-index wrap, then Slice(x, i, i + 1) and
+    Squeeze (an empty slice, from a start past the end, makes the Squeeze fail)."""
+    inits = [
+        onnx.numpy_helper.from_array(np.array(0, dtype=np.int32), "zero"),
+        onnx.numpy_helper.from_array(np.array(7, dtype=np.int32), "n"),
+        onnx.numpy_helper.from_array(np.array([0], dtype=np.int64), "axis0"),
+        onnx.numpy_helper.from_array(np.array([1], dtype=np.int64), "one"),
+    ]
+    nodes = [
+        helper.make_node("Less", ["i", "zero"], ["neg"]),
+        helper.make_node("Add", ["i", "n"], ["wrapped"]),
+        helper.make_node("Where", ["neg", "wrapped", "i"], ["j"]),
+        helper.make_node("Cast", ["j"], ["j64"], to=T.INT64),
+        helper.make_node("Unsqueeze", ["j64", "axis0"], ["start"]),
+        helper.make_node("Add", ["start", "one"], ["end"]),
+        helper.make_node("Slice", ["x", "start", "end", "axis0"], ["piece"], name="dynamic_slice"),
+        helper.make_node("Squeeze", ["piece", "axis0"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "take", [_vi("x", T.FLOAT, [7]), _vi("i", T.INT32, [])], [_vi("y", T.FLOAT, None)], inits
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=IR_VERSION)
+
+
+def test_generated_start_of_a_dynamic_slice_stays_inside(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """validate without --inputs drew the scalar index 0..7 for a dimension of 7: onnxruntime's Squeeze
+    then refused the empty slice (exit 2)."""
+    from dmlshim.inputs import generate
+
+    model = _dynamic_slice_take_model()
+    path = tmp_path / "take.onnx"
+    onnx.save(model, str(path))
+    session = ort_session(str(path))
+    for seed in range(8):
+        feeds = generate(model, seed=seed).feeds
+        assert -7 <= int(feeds["i"]) < 7, (seed, feeds["i"])
+        (value,) = session.run(None, feeds)  # onnxruntime accepts the generated input
+        assert value.shape == ()
+    assert main(["validate", str(path)]) == 0, capsys.readouterr().err
