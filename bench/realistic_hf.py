@@ -5,6 +5,7 @@ Usage::
 
     python bench/realistic_hf.py                              # GPT-2 small step, BERT-base, Llama-style step
     python bench/realistic_hf.py --models gpt2 --repeats 3 --runs 20
+    python bench/realistic_hf.py --held-out                   # Qwen2-0.5B-config step, T5, DeBERTa-v3, ViT
     python bench/realistic_hf.py --export-python VENV/bin/python   # the Python that has torch + transformers
     python bench/realistic_hf.py --prepare-only               # export (or fall back) and print the files
 
@@ -41,7 +42,10 @@ HERE = Path(__file__).resolve().parent
 #: The transformers models (names of realistic_hf_models.MODELS; kept here so that this file does not
 #: import torch) and the ones whose weights always go to an external-data file.
 MODELS = ("gpt2", "bert", "llama")
-EXTERNAL = frozenset({"llama"})
+#: Held-out models (``--held-out``): other architectures at real configurations - a Qwen2-0.5B-config
+#: static-cache step (external data), T5-small, DeBERTa-v3-small (GatherElements), ViT-base.
+HELD_OUT = ("qwen2", "t5", "deberta", "vit")
+EXTERNAL = frozenset({"llama", "qwen2"})
 #: Configurations of the hand-built fallback: realistic.py's, and a tiny one for smoke tests.
 FALLBACKS: dict[str, DecoderConfig] = {
     **realistic.CONFIGS,
@@ -196,7 +200,14 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
+    parser.add_argument(
+        "--models", nargs="+", choices=MODELS + HELD_OUT, help=f"default: {' '.join(MODELS)}"
+    )
+    parser.add_argument(
+        "--held-out",
+        action="store_true",
+        help=f"the held-out models ({' '.join(HELD_OUT)}) instead of the default set",
+    )
     parser.add_argument(
         "--export-python",
         default=os.environ.get("DMLSHIM_EXPORT_PYTHON", sys.executable),
@@ -229,6 +240,10 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     args = parser.parse_args(list(argv))
     if args.repeats < 1 or args.runs < 1:
         parser.error("--repeats and --runs must be at least 1")
+    if args.held_out and args.models:
+        parser.error("--held-out and --models exclude each other")
+    if not args.models:
+        args.models = list(HELD_OUT if args.held_out else MODELS)
     return args
 
 

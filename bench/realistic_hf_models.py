@@ -6,8 +6,9 @@ extra; never the measuring Python)::
     python bench/realistic_hf_models.py MODEL OUT_DIR [--external]
 
 ``MODEL`` is one of :data:`MODELS`. Each model is a transformers class built from a real configuration
-(GPT-2 small, BERT-base, a Llama-style decoder of 6 layers x 768) with weights drawn from a fixed seed -
-no model hub, no network - wrapped the way ``onnx_models/real/export_real.py`` wraps the tiny corpus
+(GPT-2 small, BERT-base, a Llama-style decoder of 6 layers x 768; held out from tuning: Qwen2-0.5B's
+configuration cut to 2 layers, T5-small, DeBERTa-v3-small, ViT-base) with weights drawn from a fixed
+seed - no model hub, no network - wrapped the way ``onnx_models/real/export_real.py`` wraps the tiny corpus
 versions (decoder step with past key/values, static-cache step, encoder with a padding mask), exported
 by torch's TorchScript-based exporter (``dynamo=False``, opset 17, IR version capped at 10), checked in
 onnxruntime CPU against PyTorch on the sample, and written as ``OUT_DIR/<model>.onnx`` (with
@@ -171,25 +172,17 @@ def bert_base(batch: int = 4, sequence: int = 128) -> Export:
     )
 
 
-def llama_static(layers: int = 6, hidden: int = 768, past: int = 127, cache_len: int = 256) -> Export:
-    """A Llama-style decoder (``layers`` x ``hidden``, vocabulary 32000) writing one token into a
-    transformers ``StaticCache`` of ``cache_len`` positions at ``cache_position = past``."""
+def _static_step(model: Any, config: Any, layers: int, past: int, cache_len: int, seed: int,
+                 description: str) -> Export:
+    """A decoder writing one token into a transformers ``StaticCache`` of ``cache_len`` positions at
+    ``cache_position = past`` (``index_copy_``, exported as ScatterND): caches in, updated caches out."""
     import torch
     from torch import nn
-    from transformers import LlamaConfig, LlamaForCausalLM, StaticCache
+    from transformers import StaticCache
 
-    rng = _seed(4)
-    config = LlamaConfig(
-        vocab_size=32000,
-        hidden_size=hidden,
-        intermediate_size=2048,
-        num_hidden_layers=layers,
-        num_attention_heads=12,
-        num_key_value_heads=12,
-        max_position_embeddings=2048,
-    )
-    model = LlamaForCausalLM(config).eval()
-    kv_heads, head_dim = config.num_key_value_heads, hidden // config.num_attention_heads
+    rng = _seed(seed)
+    kv_heads = config.num_key_value_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
 
     class Step(nn.Module):
         """export_real.py's StaticCacheStep for any number of layers: caches in, updated caches out."""
@@ -228,16 +221,204 @@ def llama_static(layers: int = 6, hidden: int = 768, past: int = 127, cache_len:
         buf = _randn(rng, 1, kv_heads, cache_len, head_dim)
         buf[:, :, past:] = 0  # positions not yet written are zeros, as in a fresh static cache
         inputs[name] = buf
-    return Export(
-        Step(),
-        inputs,
-        ["logits", *_cache_names(layers, "new_cache")],
-        {},
+    return Export(Step(), inputs, ["logits", *_cache_names(layers, "new_cache")], {}, description)
+
+
+def llama_static(layers: int = 6, hidden: int = 768, past: int = 127, cache_len: int = 256) -> Export:
+    """A Llama-style decoder (``layers`` x ``hidden``, vocabulary 32000) writing one token into a
+    transformers ``StaticCache`` of ``cache_len`` positions at ``cache_position = past``."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    _seed(4)
+    config = LlamaConfig(
+        vocab_size=32000,
+        hidden_size=hidden,
+        intermediate_size=2048,
+        num_hidden_layers=layers,
+        num_attention_heads=12,
+        num_key_value_heads=12,
+        max_position_embeddings=2048,
+    )
+    model = LlamaForCausalLM(config).eval()
+    return _static_step(
+        model,
+        config,
+        layers,
+        past,
+        cache_len,
+        4,
         f"Llama-style static-cache step, {layers} layers x {hidden}, {past}-token past of {cache_len}",
     )
 
 
-MODELS: dict[str, Callable[[], Export]] = {"gpt2": gpt2_step, "bert": bert_base, "llama": llama_static}
+# Held-out models (``realistic_hf.py --held-out``): other architectures at real configurations, never
+# tuned against. Each keeps its real widths and vocabulary; only the decoder's depth is cut to keep the
+# file near the other models' sizes.
+
+
+def qwen2_static(layers: int = 2, past: int = 600, cache_len: int = 1024) -> Export:
+    """Qwen2-0.5B's configuration (896 wide, 14 query heads over 2 key/value heads, 4864 intermediate,
+    vocabulary 151936, biased q/k/v projections, RoPE base 1e6) cut to ``layers`` layers, writing one token
+    into a ``StaticCache`` of ``cache_len`` positions (one 512 KiB ScatterND per cache)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    _seed(11)
+    config = Qwen2Config(
+        vocab_size=151936,
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=layers,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        max_position_embeddings=32768,
+        rope_theta=1000000.0,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+    )
+    model = Qwen2ForCausalLM(config).eval()
+    return _static_step(
+        model,
+        config,
+        layers,
+        past,
+        cache_len,
+        11,
+        f"Qwen2-0.5B-config static-cache step, {layers} of 24 layers, {past}-token past of {cache_len}",
+    )
+
+
+def t5_small(batch: int = 2, source: int = 64, target: int = 16) -> Export:
+    """T5-small (6 + 6 layers x 512, 8 heads, relative position buckets, vocabulary 32128): encoder and
+    decoder in one graph, ``batch`` x ``source`` tokens in (the last row padded), ``target`` tokens out."""
+    import torch
+    from torch import nn
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    rng = _seed(12)
+    config = T5Config()  # the t5-small configuration
+    model = T5ForConditionalGeneration(config).eval()
+
+    class Forward(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids: Any, attention_mask: Any, decoder_input_ids: Any) -> Any:
+            out = self.model(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                decoder_input_ids=decoder_input_ids,
+                use_cache=False,
+            )
+            return out.logits, out.encoder_last_hidden_state
+
+    mask = torch.ones(batch, source, dtype=torch.int64)
+    mask[-1, source - source // 4 :] = 0
+    inputs = {
+        "input_ids": _ids(rng, config.vocab_size, batch, source),
+        "attention_mask": mask,
+        "decoder_input_ids": _ids(rng, config.vocab_size, batch, target),
+    }
+    return Export(
+        Forward(),
+        inputs,
+        ["logits", "encoder_last_hidden_state"],
+        {
+            "input_ids": {0: "batch", 1: "source"},
+            "attention_mask": {0: "batch", 1: "source"},
+            "decoder_input_ids": {0: "batch", 1: "target"},
+            "logits": {0: "batch", 1: "target"},
+            "encoder_last_hidden_state": {0: "batch", 1: "source"},
+        },
+        f"T5-small encoder-decoder, {batch} x {source} tokens in, {target} out",
+    )
+
+
+def deberta_v3_small(batch: int = 2, sequence: int = 128) -> Export:
+    """DeBERTa-v3-small (6 layers x 768, 12 heads, vocabulary 128100, disentangled attention over 256
+    log-bucketed relative positions: ``torch.gather``, exported as GatherElements)."""
+    import torch
+    from torch import nn
+    from transformers import DebertaV2Config, DebertaV2Model
+
+    rng = _seed(13)
+    config = DebertaV2Config(
+        vocab_size=128100,
+        hidden_size=768,
+        num_hidden_layers=6,
+        num_attention_heads=12,
+        intermediate_size=3072,
+        hidden_act="gelu",
+        max_position_embeddings=512,
+        type_vocab_size=0,
+        relative_attention=True,
+        max_relative_positions=-1,
+        position_buckets=256,
+        norm_rel_ebd="layer_norm",
+        share_att_key=True,
+        pos_att_type=["p2c", "c2p"],
+        position_biased_input=False,
+        layer_norm_eps=1e-7,
+    )
+    model = DebertaV2Model(config).eval()
+
+    class Forward(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids: Any, attention_mask: Any) -> Any:
+            return self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+    mask = torch.ones(batch, sequence, dtype=torch.int64)
+    mask[-1, sequence - sequence // 4 :] = 0
+    inputs = {"input_ids": _ids(rng, config.vocab_size, batch, sequence), "attention_mask": mask}
+    return Export(
+        Forward(),
+        inputs,
+        ["last_hidden_state"],
+        {},
+        f"DeBERTa-v3-small, {batch} x {sequence} tokens",
+    )
+
+
+def vit_base(batch: int = 2) -> Export:
+    """ViT-base/16 at 224 x 224 (12 layers x 768, 197 tokens), ``batch`` images."""
+    from torch import nn
+    from transformers import ViTConfig, ViTModel
+
+    rng = _seed(14)
+    config = ViTConfig()  # ViT-base, patch 16, 224 x 224
+    model = ViTModel(config).eval()
+
+    class Forward(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, pixel_values: Any) -> Any:
+            out = self.model(pixel_values=pixel_values)
+            return out.last_hidden_state, out.pooler_output
+
+    inputs = {"pixel_values": _randn(rng, batch, 3, config.image_size, config.image_size)}
+    return Export(
+        Forward(),
+        inputs,
+        ["last_hidden_state", "pooler_output"],
+        {"pixel_values": {0: "batch"}, "last_hidden_state": {0: "batch"}, "pooler_output": {0: "batch"}},
+        f"ViT-base/16, {batch} images of 224 x 224",
+    )
+
+
+MODELS: dict[str, Callable[[], Export]] = {
+    "gpt2": gpt2_step,
+    "bert": bert_base,
+    "llama": llama_static,
+    "qwen2": qwen2_static,
+    "t5": t5_small,
+    "deberta": deberta_v3_small,
+    "vit": vit_base,
+}
 
 
 def _traceable_masks() -> None:
@@ -266,6 +447,8 @@ def export(name: str, out_dir: Path, external: bool) -> dict[str, Any]:
     built = MODELS[name]()
     with torch.no_grad():
         expected = built.module(*built.inputs.values())
+    if not isinstance(expected, tuple | list):
+        expected = (expected,)
     out_dir.mkdir(parents=True, exist_ok=True)
     path, tmp = out_dir / f"{name}.onnx", out_dir / f".{name}.tmp.onnx"
     with warnings.catch_warnings(), torch.no_grad():

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import pytest
-from bench import realistic_hf
+from bench import realistic_hf, realistic_hf_models
 
 
 def test_arguments() -> None:
@@ -21,6 +21,18 @@ def test_arguments() -> None:
     for bad in (["--models", "gpt3"], ["--repeats", "0"], ["--fallback", "huge"]):
         with pytest.raises(SystemExit):
             realistic_hf.parse(bad)
+
+
+def test_held_out_models_are_a_separate_choice() -> None:
+    # The default set stays the three bench models; --held-out swaps in the other architectures, and any
+    # model can still be named one by one. Every name is one the exporter knows (importing it needs no torch).
+    assert realistic_hf.parse(["--held-out"]).models == ["qwen2", "t5", "deberta", "vit"]
+    assert realistic_hf.parse(["--models", "vit", "gpt2"]).models == ["vit", "gpt2"]
+    assert not set(realistic_hf.HELD_OUT) & set(realistic_hf.MODELS)
+    assert set(realistic_hf_models.MODELS) == {*realistic_hf.MODELS, *realistic_hf.HELD_OUT}
+    assert set(realistic_hf_models.MODELS) >= realistic_hf.EXTERNAL
+    with pytest.raises(SystemExit):
+        realistic_hf.parse(["--held-out", "--models", "bert"])
 
 
 def test_without_torch_the_hand_built_step_is_generated(

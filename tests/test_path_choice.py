@@ -12,8 +12,8 @@ import pytest
 
 import dmlshim
 from dmlshim.execute import partitioned, path_choice, whole_model
+from dmlshim.execute.cpu_step import CpuStep
 from dmlshim.execute.path_choice import PATH_CHECK, PATH_PARTITIONED, PathChooser
-from dmlshim.execute.steps import CpuStep
 from tests.oracle import ort_run
 from tests.test_session_models import chain_model
 

@@ -32,6 +32,7 @@ from ..model.weightless import tensor_nbytes, without_weights
 from ..translate import TensorInfo, infer_shapes
 from ..translate.shapes_info import tensor_infos
 from ..translate.translator import model_opsets
+from .cpu_step import CpuStep, RunState, Values, run_session
 from .engine import EngineConfig
 from .fallback import has_deprecated_scatter, note_scatter_as_scatter_elements
 from .node_plan import plan_nodes
@@ -62,11 +63,7 @@ from .steps import (
     REASON_NOT_EMULATED,
     REASON_RUNTIME_FALLBACK,
     TRANSLATION_CACHE_SIZE,
-    CpuStep,
     EmulatedStep,
-    RunState,
-    Values,
-    run_session,
 )
 from .weight_values import initializer_value
 from .weights import SharedWeights, light_copy

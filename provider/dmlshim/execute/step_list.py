@@ -12,11 +12,12 @@ import onnx
 import onnxruntime as ort
 
 from ..translate import Status, TensorInfo
+from .cpu_step import CpuStep, RunState, Values
 from .engine import EngineConfig
 from .ort_support import segment_session
 from .partition import CpuSegment, Partition
 from .segments import BoundaryTypes
-from .steps import CpuStep, EmulatedStep, RunState, Values, static_key
+from .steps import EmulatedStep, static_key
 from .weights import SharedWeights
 
 logger = logging.getLogger(__name__)

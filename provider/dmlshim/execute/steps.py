@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -14,14 +13,16 @@ import onnx
 import onnxruntime as ort
 from onnx import helper
 
+from ..comparison import same_bits
 from ..dml.enums import FeatureLevel
 from ..kernels.indices import has_negative, sorted_unique
 from ..kernels.options import IndexMode
 from ..limits import check_tensor, gather_scatter_output_shape
-from ..ort.real import OrtInferenceSession
 from ..translate import NodeTranslation, Status, TensorInfo, run_translation, translate_node
 from ..translate.plan import elem_type_of
 from ..translate.runner import verify_translation
+from .cpu_step import RunState, Values, run_session
+from .gather_given import GIVEN_OPS, NOTE_GATHER_GIVEN, given_message, output_is_given
 from .ort_support import ORT_ERRORS, cpu_session, ort_run_error
 from .record import PLACEMENT_CPU, PLACEMENT_DML, NodeRecord
 from .segments import single_node_model, value_elem_and_rank
@@ -55,134 +56,16 @@ UNTOUCHED_GIVEN_MESSAGE = (
     "written elements were proved against the DirectML kernel"
 )
 
+GATHER_GIVEN_MESSAGE = given_message(PROVE_RUNS)
+
 VERIFY_MIN_BYTES = 512 * 1024
 """Outputs smaller than this are computed and compared whole: below about this size the verify's extra
 calls cost what it saves (measured: a 12-row ScatterND, 192 KiB 0.11 vs 0.12 ms, 768 KiB 0.19 vs 0.18
 ms, 3 MiB 0.58 vs 0.42 ms, 12 MiB 4.0 vs 2.1 ms for computing and comparing vs verifying)."""
 
-Values = dict[str, Any]
-
-
-@dataclass
-class RunState:
-    """What one run accumulates besides the values."""
-
-    records: list[NodeRecord | None]
-    run_options: Any
-    translations_computed: int = 0
-
-
 def reasons_of(t: NodeTranslation) -> tuple[tuple[str, str], ...]:
     """A translation's reasons as ``(code, message)`` pairs, as records hold them."""
     return tuple((r.code, r.message) for r in t.reasons)
-
-
-_FEED_SHAPE_REFUSED = ("Invalid rank for input", "Got invalid dimensions for input")
-"""onnxruntime's words when a feed does not fit the rank or dimensions a graph input declares."""
-
-
-NUMPY_TENSOR_TYPES = frozenset(
-    f"tensor({t})"
-    for t in (
-        "float", "double", "float16", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
-        "uint64", "bool", "string", "complex64", "complex128",
-    )
-)  # fmt: skip
-"""onnxruntime tensor types numpy holds; values of other types (bfloat16, float8, int4, ...) cross
-partition boundaries as the ``OrtValue`` onnxruntime produced."""
-
-
-def needs_ort_values(session: ort.InferenceSession) -> bool:
-    """Whether an output of ``session`` is a tensor numpy cannot hold (``session.run`` refuses those)."""
-    return any(
-        o.type.startswith("tensor(") and o.type not in NUMPY_TENSOR_TYPES for o in session.get_outputs()
-    )
-
-
-def run_session(
-    session: ort.InferenceSession, outputs: Sequence[str], feeds: Mapping[str, Any], run_options: Any
-) -> list[Any]:
-    """``session.run``, except that values numpy cannot hold go in and come out as OrtValues, unconverted
-    (onnxruntime's ``run`` cannot return a bfloat16 tensor); numpy-typed outputs still come out as arrays."""
-    if not any(isinstance(v, ort.OrtValue) for v in feeds.values()) and not needs_ort_values(session):
-        return list(session.run(list(outputs), dict(feeds), run_options))
-    ort_feeds = {
-        name: v if isinstance(v, ort.OrtValue) else ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v))
-        for name, v in feeds.items()
-    }
-    results = session.run_with_ort_values(list(outputs), ort_feeds, run_options)
-    out: list[Any] = []
-    for value in results:
-        if value.is_tensor() and value.data_type() in NUMPY_TENSOR_TYPES:
-            out.append(value.numpy())
-        else:
-            out.append(value)
-    return out
-
-
-class CpuStep:
-    """A CPU segment: one onnxruntime session fed from the value table. The session can be given as a
-    function that builds it, called on first use (the whole-model check usually makes it unnecessary).
-
-    ``relaxed`` builds the segment again with inputs that declare element types only. A segment whose
-    declared input shape (derived by shape inference) turns out wrong for a real value is rebuilt that
-    way once, so that it runs wherever onnxruntime runs the whole model.
-    """
-
-    __slots__ = ("_build", "_builder", "_relaxed", "_session", "inputs", "label", "outputs")
-
-    def __init__(
-        self,
-        session: ort.InferenceSession | Callable[[], ort.InferenceSession],
-        inputs: Sequence[str],
-        outputs: Sequence[str],
-        label: str,
-        relaxed: Callable[[], ort.InferenceSession | None] | None = None,
-    ):
-        self._session = session if isinstance(session, OrtInferenceSession) else None
-        self._build = None if isinstance(session, OrtInferenceSession) else session
-        self._builder = self._build
-        self._relaxed = relaxed
-        self.inputs = tuple(inputs)
-        self.outputs = list(outputs)
-        self.label = label
-
-    @property
-    def session(self) -> ort.InferenceSession:
-        if self._session is None:
-            assert self._build is not None
-            self._session, self._build = self._build(), None
-        return self._session
-
-    def unload(self) -> None:
-        """Drop a session built on first use (its weights with it); the next use builds it again."""
-        if self._builder is not None and self._session is not None:
-            self._session, self._build = None, self._builder
-
-    def __call__(self, values: Values, state: RunState) -> None:
-        feeds = {name: values[name] for name in self.inputs}
-        try:
-            results = run_session(self.session, self.outputs, feeds, state.run_options)
-        except ORT_ERRORS as exc:
-            if self._relaxed is None or not any(p in str(exc) for p in _FEED_SHAPE_REFUSED):
-                raise ort_run_error(exc, f"onnxruntime failed in {self.label}") from exc
-            rebuilt = self._relaxed()
-            self._relaxed = None
-            if rebuilt is None:  # its inputs declare element types only already
-                raise ort_run_error(exc, f"onnxruntime failed in {self.label}") from exc
-            logger.warning(
-                "%s: a value's real shape contradicts the shape inferred for it (%s); the partition is "
-                "rebuilt with inputs that declare element types only",
-                self.label,
-                str(exc).strip().splitlines()[0],
-            )
-            self._session, self._builder = rebuilt, None
-            try:
-                results = run_session(self._session, self.outputs, feeds, state.run_options)
-            except ORT_ERRORS as again:
-                raise ort_run_error(again, f"onnxruntime failed in {self.label}") from again
-        for name, value in zip(self.outputs, results, strict=False):
-            values[name] = value
 
 
 def shape_note(shape: tuple[int, ...], inferred: TensorInfo | None) -> tuple[str, str] | None:
@@ -216,6 +99,7 @@ class EmulatedStep:
         "_model",
         "_noted",
         "_proved",
+        "_proved_key",
         "_sess_options",
         "fallback_sessions",
         "feature_level",
@@ -261,6 +145,7 @@ class EmulatedStep:
         self.verifiable = node.op_type in VERIFIED_OPS
         self._full_check = full_check
         self._proved = 0  # verified runs whose untouched elements were proved too
+        self._proved_key: tuple[Any, ...] | None = None  # a gather's: the shapes and dtypes proved
         self._noted: tuple[NodeRecord, NodeRecord] | None = None
         self._marked: tuple[NodeRecord, int, bool, NodeRecord] | None = None
         self._model = model
@@ -315,7 +200,11 @@ class EmulatedStep:
             The verdict, or None when this step has no such check (a gather, a node that runs on the CPU,
             an output under :data:`VERIFY_MIN_BYTES`): the caller runs the step and compares.
         """
-        if self.reference or not self.verifiable or getattr(theirs, "nbytes", 0) < VERIFY_MIN_BYTES:
+        if self.reference or getattr(theirs, "nbytes", 0) < VERIFY_MIN_BYTES:
+            return None
+        if self.node.op_type in GIVEN_OPS:
+            return self._verify_gather(values, state, theirs)
+        if not self.verifiable:
             return None
         arrays = [values[n] if n else None for n in self.inputs]
         if any(isinstance(a, ort.OrtValue) for a in arrays):
@@ -336,6 +225,29 @@ class EmulatedStep:
                 record = self._given(record)
             self._finish(record, theirs, state)
         return verdict.agrees
+
+    def _verify_gather(self, values: Values, state: RunState, theirs: Any) -> bool | None:
+        """A large gather in the check (see :mod:`dmlshim.execute.gather_given`): run and compared bit
+        for bit on the first :data:`PROVE_RUNS` runs with the same input shapes and dtypes (every run
+        under ``full_check``); later, when every index is in range, ``theirs`` is taken as the output and
+        the record notes it. None (run and compare) when the indices or values do not allow that."""
+        arrays = [values[n] if n else None for n in self.inputs]
+        if any(isinstance(a, ort.OrtValue) for a in arrays):
+            return None
+        key = tuple((a.shape, a.dtype) if a is not None else None for a in arrays)
+        if key != self._proved_key:
+            self._proved_key, self._proved = key, 0
+        if self._full_check or self._proved < PROVE_RUNS:
+            self(values, state)
+            agrees = same_bits(np.asarray(values[self.output]), np.asarray(theirs))
+            self._proved += agrees
+            return agrees
+        _, clean = self._translation(arrays, state)
+        if clean is None or not output_is_given(self.node.op_type, self._attrs, arrays, theirs):
+            return None
+        values[self.output] = theirs
+        self._finish(self._given(clean, (NOTE_GATHER_GIVEN, GATHER_GIVEN_MESSAGE)), theirs, state)
+        return True
 
     def _run_reference(self, values: Values, arrays: list[Any], state: RunState) -> NodeRecord:
         values[self.output] = self._run_on_cpu(arrays, state)
@@ -373,13 +285,14 @@ class EmulatedStep:
         values[self.output] = result.output
         return self._dml_record(clean, result.duplicate_indices, arrays)
 
-    def _given(self, record: NodeRecord) -> NodeRecord:
-        """``record`` noting that the untouched elements were taken as onnxruntime copied them (the last
-        one made is kept: a run's record is usually the previous run's)."""
+    def _given(
+        self, record: NodeRecord, note: tuple[str, str] = (NOTE_UNTOUCHED_GIVEN, UNTOUCHED_GIVEN_MESSAGE)
+    ) -> NodeRecord:
+        """``record`` noting that the untouched elements (a gather: the output) were taken as onnxruntime
+        made them (the last one made is kept: a run's record is usually the previous run's)."""
         last = self._noted
         if last is not None and last[0] is record:
             return last[1]
-        note = (NOTE_UNTOUCHED_GIVEN, UNTOUCHED_GIVEN_MESSAGE)
         noted = dataclasses.replace(record, notes=(*record.notes, note))
         self._noted = (record, noted)
         return noted

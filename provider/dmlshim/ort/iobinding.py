@@ -18,7 +18,7 @@ import onnxruntime as ort
 from onnx import helper
 
 from ..errors import BadInputError, NotSupportedError
-from ..execute.steps import NUMPY_TENSOR_TYPES
+from ..execute.cpu_step import NUMPY_TENSOR_TYPES
 from .exceptions import raises_onnxruntime_errors
 from .real import pybind_state
 
