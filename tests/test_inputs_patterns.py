@@ -112,6 +112,31 @@ def clip_then_gather() -> onnx.ModelProto:
     )
 
 
+def clip_min_only() -> onnx.ModelProto:
+    """torch.clamp(idx, min=0) (TorchScript writes Clip with an empty max): values above 0 pass unchanged,
+    so the generated index must still stay below N (it used to be drawn from 0..7)."""
+    return make(
+        [
+            helper.make_node("Clip", ["idx", "lo", ""], ["i2"]),
+            helper.make_node("Gather", ["data", "i2"], ["y"], axis=0, name="gather"),
+            used("i2"),
+        ],
+        inits=(c("lo", 0),),
+    )
+
+
+def clip_max_only() -> onnx.ModelProto:
+    """Clip with only a max (N + 2): values below it pass unchanged."""
+    return make(
+        [
+            helper.make_node("Clip", ["idx", "", "hi"], ["i2"]),
+            helper.make_node("Gather", ["data", "i2"], ["y"], axis=0, name="gather"),
+            used("i2"),
+        ],
+        inits=(c("hi", N + 2),),
+    )
+
+
 def mod_then_gather() -> onnx.ModelProto:
     return make(
         [
@@ -219,6 +244,8 @@ PATTERNS = {
     "where_norm_swapped_with_casts": where_norm_swapped_with_casts,
     "where_norm_shape_derived": where_norm_shape_derived,
     "clip": clip_then_gather,
+    "clip_min_only": clip_min_only,
+    "clip_max_only": clip_max_only,
     "mod": mod_then_gather,
     "function_body": function_body,
     "if_body": if_body,

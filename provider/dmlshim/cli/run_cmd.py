@@ -89,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
         raise
     record = session.last_run_record
     assert record is not None  # set by every run
+    outputs = [_string_tensor_as_text(o) for o in outputs]
     stored = [(n, o) for n, o in zip(names, outputs, strict=False) if is_array(o)]
     if output_path is not None:
         write_npz(output_path, dict(stored), overwrite=args.overwrite, inputs=inputs)
@@ -128,6 +129,18 @@ def _summary_json(
         "record": record.to_json(),
         "output_file": str(output_path) if output_path is not None else None,
     }
+
+
+def _string_tensor_as_text(value: Any) -> Any:
+    """A tensor(string) output (onnxruntime gives an object array of ``str``) as a numpy text array, which
+    an ``.npz`` holds without pickling (``--inputs`` reads one back as the string input it was). Left as
+    it is when a string ends in NUL, which a numpy text array would drop."""
+    if not isinstance(value, np.ndarray) or value.dtype != object:
+        return value
+    flat = value.reshape(-1).tolist()
+    if not all(isinstance(v, str) and not v.endswith("\0") for v in flat):
+        return value
+    return np.array(flat, dtype=str).reshape(value.shape) if flat else np.zeros(value.shape, dtype="<U1")
 
 
 def _json_output(name: str, value: Any, output_path: Path | None) -> dict[str, Any]:

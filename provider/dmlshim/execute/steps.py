@@ -355,7 +355,9 @@ class EmulatedStep:
         )
 
     def _run_on_cpu(self, arrays: Sequence[Any], state: RunState) -> Any:
-        present = [(n, a) for n, a in zip(self.inputs, arrays, strict=False) if a is not None]
+        # One graph input per name: a node reading one tensor twice (ScatterElements(i, i, i)) would
+        # otherwise declare it twice, which onnxruntime refuses.
+        present = list({n: a for n, a in zip(self.inputs, arrays, strict=False) if a is not None}.items())
         key = tuple((elem, len(dims)) for elem, dims in (value_elem_and_rank(a) for _, a in present))
         session = self.fallback_sessions.get(key)
         if session is None:

@@ -6,8 +6,11 @@ and in control-flow bodies) through ops that only move or copy values (Reshape, 
 Transpose, Expand, the data input of a gather, the values of TopK and Unique, ...) and through Add/Sub
 with an integer constant (an offset). A negative-index normalisation ``Where(idx < 0, idx + n, idx)``
 (jax2onnx writes one around every index; Cast on the way and either branch order too) counts as one use
-of ``idx``, not two; Mod and Clip make any value valid, so tracing stops there. Model-local functions are
-inlined first. Each such input is then drawn so that every index lands inside the data dimension it addresses:
+of ``idx``, not two; Mod and a Clip with both bounds make any value valid, so tracing stops there (a
+Clip with one bound, ``torch.clamp(min=0)``, is traced through). Model-local functions are
+inlined first. The one start of a dynamic Slice (``Slice(x, i, i + 1, axis)``, jax2onnx's ``x[i]``)
+counts as an index into the sliced dimension. Each such input is then drawn so that every index lands
+inside the data dimension it addresses:
 
 * Gather, GatherElements, Scatter, ScatterElements: ``data.shape[axis]``;
 * GatherND: the dims ``data.shape[b:b+k]`` (``b`` = batch_dims, ``k`` = the last indices dim), the smallest
@@ -225,6 +228,37 @@ def _node_requirement(
     return _Requirement(tuple(addressed), unique, "tuples") if addressed else None
 
 
+def _is_dynamic_slice(node: onnx.NodeProto, shapes: Mapping[str, tuple[int | None, ...]]) -> bool:
+    """A Slice (opset 10+) with one start, such as jax2onnx writes for ``x[i]`` with a traced ``i``
+    (``Slice(x, i, i + 1, axis)``): an out-of-range start gives an empty slice that a later Squeeze
+    refuses, so the start is an index into the sliced dimension."""
+    return (
+        node.op_type == "Slice"
+        and node.domain in ("", "ai.onnx")
+        and len(node.input) >= 3
+        and shapes.get(node.input[1]) == (1,)
+    )
+
+
+def _slice_requirement(
+    node: onnx.NodeProto, shapes: Mapping[str, tuple[int | None, ...]], constants: Mapping[str, np.ndarray]
+) -> _Requirement | None:
+    """The sliced dimension, as a Gather's requirement; None when the axis or the data's rank is unknown."""
+    data = shapes.get(node.input[0])
+    if not data:
+        return None
+    axis = 0
+    if len(node.input) > 3 and node.input[3]:
+        axes = constants.get(node.input[3])
+        if axes is None or axes.size != 1:
+            return None
+        axis = int(axes.reshape(-1)[0])
+    axis = axis + len(data) if axis < 0 else axis
+    if not 0 <= axis < len(data):
+        return None
+    return _Requirement((data[axis],), False, "values", axis)
+
+
 def _bound(requirement: _Requirement, traced: Traced, shapes: Shapes) -> int | None:
     """The size the traced input's values must stay under: the smallest data dim its values address
     (only the index-tuple components they sit in, when known); None when one of those is unknown."""
@@ -275,12 +309,20 @@ def plan_for_shapes(
     names = set(shapes)
     found: dict[str, list[IndexConstraint]] = {n: [] for n in shapes}
     for node_name, node in walk_nodes(inferred.graph):
-        if not _reads_indices(node) or len(node.input) < 2:
+        sliced = _is_dynamic_slice(node, table)
+        if sliced:
+            requirement = _slice_requirement(node, table, constants)
+            if requirement is None:
+                continue
+        elif not _reads_indices(node) or len(node.input) < 2:
             continue
-        requirement = _node_requirement(node, table)
+        else:
+            requirement = _node_requirement(node, table)
         for traced in trace(node.input[1], names, producers, constants, table):
             source, offset = traced.source, traced.offset
             bound = _bound(requirement, traced, table) if requirement is not None else None
+            if sliced and bound is None:
+                continue  # a slice start into a dimension of unknown size: left free, as before
             if requirement is None or bound is None:
                 logger.warning(
                     "input %r feeds the indices of %s %r whose data shape is unknown: drawing zeros",

@@ -127,6 +127,13 @@ def _normalised_branch(node: onnx.NodeProto, producers: Mapping[str, onnx.NodePr
     return None
 
 
+def _one_sided(node: onnx.NodeProto) -> bool:
+    """Whether a Clip has at most one bound: inputs ``min``/``max`` from opset 11, attributes before."""
+    inputs = [i for i in node.input[1:3] if i]
+    attributes = [a.name for a in node.attribute if a.name in ("min", "max")]
+    return len(inputs) + len(attributes) < 2
+
+
 def _axes(node: onnx.NodeProto, constants: Mapping[str, np.ndarray]) -> list[int] | None:
     """Unsqueeze/Squeeze axes: the second input from opset 13, the attribute before; None if unknown."""
     if len(node.input) > 1 and node.input[1]:
@@ -246,6 +253,13 @@ def trace(
                 plain, graph_inputs, producers, constants, shapes, component, offset, direct, depth + 1
             )
             return
+    if op == "Clip" and node.input and _one_sided(node):
+        # Clip(idx, min=0) (torch.clamp(min=0)) leaves every value above the bound as it is: the index is
+        # still bounded by the dimension it addresses. A Clip with both bounds makes any value valid.
+        yield from trace(
+            node.input[0], graph_inputs, producers, constants, shapes, component, offset, False, depth + 1
+        )
+        return
     if op not in _VALUE_PRESERVING or (op in _FIRST_OUTPUT_ONLY and name != node.output[0]):
         return
     positions = _VALUE_PRESERVING[op] or tuple(range(len(node.input)))

@@ -58,8 +58,13 @@ def draw_free(spec: InputSpec, rng: np.random.Generator) -> np.ndarray:
             return _positions(shape, 0, 1 << 30, dtype)
         # Small non-negative values: safe for integer inputs used as sizes, counts or positions.
         return np.asarray(rng.integers(0, 8, size=shape)).astype(dtype).reshape(shape)
+    if spec.elem_type == onnx.TensorProto.STRING:
+        # Short distinct words, as onnxruntime takes string tensors: a numpy array of Python str.
+        words = [f"w{int(k)}" for k in rng.integers(0, 100, size=int(np.prod(shape, dtype=np.int64)))]
+        return np.array(words, dtype=object).reshape(shape)
     raise BadInputError(
-        f"cannot generate input {spec.name!r} of type {onnx.TensorProto.DataType.Name(spec.elem_type)}",
+        f"cannot generate input {spec.name!r} of type {onnx.TensorProto.DataType.Name(spec.elem_type)}; "
+        "pass the inputs with --inputs FILE.npz",
         tensor=spec.name,
     )
 

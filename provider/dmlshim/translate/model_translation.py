@@ -32,7 +32,7 @@ from .plan import (
     TensorInfo,
     replace_translation,
 )
-from .shapes_info import infer_shapes, tensor_info
+from .shapes_info import infer_shapes, richer, tensor_info
 from .translator import _attributes, is_ep_reason, model_opsets, translate_node
 
 logger = logging.getLogger(__name__)
@@ -111,7 +111,8 @@ class _GraphInfos(Mapping[str, TensorInfo]):
     asks for it: most values of a graph feed no gather/scatter node, and reading a type from protobuf costs
     more than indexing the names."""
 
-    # tensor_infos' order: a later source replaces an earlier one when it gives a TensorInfo.
+    # tensor_infos' order: a later source replaces an earlier one when it gives a TensorInfo (``richer``:
+    # one without a shape keeps the earlier shape).
     _SOURCES = ("input", "value_info", "output", "initializer", "sparse_initializer")
 
     def __init__(self, graph: onnx.GraphProto, scope: Mapping[str, TensorInfo]) -> None:
@@ -146,10 +147,10 @@ class _GraphInfos(Mapping[str, TensorInfo]):
         except KeyError:
             pass
         found: TensorInfo | None = None
-        for source, proto in reversed(self._sources().get(name, ())):
-            found = self._read(source, proto)
-            if found is not None:
-                break
+        for source, proto in self._sources().get(name, ()):
+            read = self._read(source, proto)
+            if read is not None:
+                found = richer(found, read)
         self._cache[name] = found
         return found
 

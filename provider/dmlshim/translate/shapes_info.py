@@ -23,7 +23,7 @@ from .plan import TensorInfo
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["infer_shapes", "load_model", "tensor_info", "tensor_infos"]
+__all__ = ["infer_shapes", "load_model", "richer", "tensor_info", "tensor_infos"]
 
 
 _ONNX_ERRORS = ONNX_ERRORS
@@ -48,13 +48,26 @@ def tensor_info(value: onnx.ValueInfoProto) -> TensorInfo | None:
     return TensorInfo(shape, int(tensor_type.elem_type))
 
 
+def richer(earlier: TensorInfo | None, later: TensorInfo) -> TensorInfo:
+    """What two declarations of one value say together: the later one, except that a declaration without
+    a shape (or element type) keeps the earlier one's. A graph output that is also a graph input is often
+    declared with a type only (``[x, g]`` outputs of a model reading ``x [4,3]``): its input shape stays."""
+    if earlier is None:
+        return later
+    shape = later.shape if later.shape is not None else earlier.shape
+    elem_type = later.elem_type or earlier.elem_type
+    if shape is later.shape and elem_type == later.elem_type:
+        return later
+    return TensorInfo(shape, elem_type)
+
+
 def tensor_infos(graph: onnx.GraphProto) -> dict[str, TensorInfo]:
     """Every typed tensor a graph declares: inputs, initializers, value_info and outputs."""
     out: dict[str, TensorInfo] = {}
     for value in (*graph.input, *graph.value_info, *graph.output):
         info = tensor_info(value)
         if info is not None and value.name:
-            out[value.name] = info
+            out[value.name] = richer(out.get(value.name), info)
     for init in graph.initializer:
         out[init.name] = TensorInfo(tuple(int(d) for d in init.dims), int(init.data_type))
     for sparse in graph.sparse_initializer:

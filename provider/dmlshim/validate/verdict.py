@@ -159,6 +159,30 @@ def optimization_level_checked(name: str) -> None:
     ort_level(name)
 
 
+def _note_default_level_runs(
+    exc: DmlShimError,
+    proto: onnx.ModelProto,
+    feeds: Mapping[str, np.ndarray],
+    opt_level: str,
+    model_path: str | None,
+) -> None:
+    """When onnxruntime failed running the model with graph optimisations disabled (validate's default)
+    and runs it at its own default level (``all``), say so in the error: some exports only run optimised
+    (TorchScript's If whose declared output shape is stale fails with a pre-allocated output, say)."""
+    if opt_level != "disabled" or type(exc) is not BadInputError or "onnxruntime failed" not in exc.message:
+        return
+    try:
+        outputs, _ = whole_model_run(proto, feeds, "all", model_path)
+    except DmlShimError:
+        return
+    if outputs is not None:
+        exc.message = exc.message.rstrip() + (
+            " (onnxruntime runs this model on these inputs at its default optimisation level, all, but not "
+            "with graph optimisations disabled, validate's default: pass --optimization-level all, or "
+            "optimization_level='all' in Python)"
+        )
+
+
 def _validate_loaded(
     loaded: LoadedModel,
     inputs: Mapping[str, np.ndarray] | str | os.PathLike[str] | None,
@@ -194,6 +218,7 @@ def _validate_loaded(
     except DmlShimError as exc:
         if generated is not None:
             annotate_error(exc, generated)  # say which shapes were generated and how to choose others
+        _note_default_level_runs(exc, proto, feeds, opt_level, loaded.path)
         raise
     if one is None:
         whole, whole_error = whole_model_run(proto, feeds, opt_level, loaded.path)
