@@ -153,7 +153,8 @@ def test_validate_says_when_only_optimised_onnxruntime_runs_the_model(
     (expected,) = ort_session(str(path)).run(None, feeds)  # onnxruntime's default level runs it
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    with pytest.raises(Exception, match="pre-allocated"):
+    # onnxruntime's words differ by version (1.32: a pre-allocated output; 1.24: a shape verification)
+    with pytest.raises(Exception, match="maybe_flat"):
         ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"]).run(None, feeds)
     assert main(["validate", str(path), "--inputs", str(inputs)]) == 2
     err = capsys.readouterr().err
