@@ -165,6 +165,7 @@ class PartitionedEngine:
         graph_inputs = [v.name for v in graph.input]
         init_names = {t.name for t in graph.initializer}
         folder = os.path.dirname(os.path.abspath(config.model_path)) if config.model_path else None
+        self._emulated_io: tuple[EmulatedIO, ...] = ()
         if not candidates:
             check_sizes()
             # Nothing to emulate: the model runs as it is, in one onnxruntime session.
@@ -213,7 +214,7 @@ class PartitionedEngine:
             shared.adopt(self._static_values)
         self._copy_on_output = frozenset(graph_outputs & (set(graph_inputs) | set(self._static_values)))
 
-        emulated_io = [
+        emulated_io = self._emulated_io = tuple(
             EmulatedIO(
                 names[step.node],
                 nodes[step.node].op_type,
@@ -222,7 +223,7 @@ class PartitionedEngine:
             )
             for step in partition.steps
             if isinstance(step, EmulatedNode)
-        ]
+        )
         built_segments = sum(1 for s in partition.steps if isinstance(s, CpuSegment) and s.outputs)
         pending: PendingCheck | None = None
         if (
@@ -329,11 +330,7 @@ class PartitionedEngine:
     @property
     def emulated_io(self) -> tuple[EmulatedIO, ...]:
         """The emulated nodes in run order, with the values each reads and writes."""
-        return tuple(
-            EmulatedIO(s.name, s.node.op_type, s.inputs, s.output)
-            for s in self._steps
-            if isinstance(s, EmulatedStep)
-        )
+        return self._emulated_io
 
     def get_providers(self) -> list[str]:
         if self._whole_model:
