@@ -68,6 +68,35 @@ def test_free_dimension_overrides_fix_the_reported_output_shapes(
     assert [a.shape for a in plain.get_outputs()] == [["K", 4], ["K", 4]]
 
 
+@pytest.mark.parametrize("writes", ["profile", "optimized model"])
+def test_free_dimension_overrides_hold_when_the_options_write_files(writes: str, tmp_path: Path) -> None:
+    model = _model(True)
+    sessions = []
+    for side, make in (("theirs", onnxruntime.InferenceSession), ("ours", dmlshim.InferenceSession)):
+        so = _options(N=5, K=2)
+        if writes == "profile":
+            so.enable_profiling = True
+            so.profile_file_prefix = str(tmp_path / side)
+        else:
+            so.optimized_model_filepath = str(tmp_path / f"{side}.onnx")
+        sessions.append(make(model, so, providers=["CPUExecutionProvider"]))
+    theirs, ours = sessions
+    assert [a.shape for a in theirs.get_inputs()] == [[5, 4], [2]]
+    assert [a.shape for a in ours.get_inputs()] == [a.shape for a in theirs.get_inputs()]
+    assert [a.shape for a in ours.get_outputs()] == [a.shape for a in theirs.get_outputs()]
+    d = np.arange(20, dtype=np.float32).reshape(5, 4)
+    good = {"d": d, "i": np.array([4, 1], np.int64)}
+    np.testing.assert_array_equal(ours.run(None, good)[1], theirs.run(None, good)[1])
+    bad = {"d": np.zeros((6, 4), np.float32), "i": np.array([4, 1], np.int64)}
+    for session in (theirs, ours):  # the override makes a 6-row feed one onnxruntime refuses
+        with pytest.raises(onnxruntime.capi.onnxruntime_pybind11_state.InvalidArgument):
+            session.run(None, bad)
+    if writes == "profile":
+        assert Path(ours.end_profiling()).is_file() and Path(theirs.end_profiling()).is_file()
+    else:
+        assert (tmp_path / "ours.onnx").is_file() and (tmp_path / "theirs.onnx").is_file()
+
+
 def _gather_model() -> bytes:
     graph = helper.make_graph(
         [helper.make_node("Gather", ["d", "i"], ["o"], axis=0, name="g")],

@@ -9,9 +9,10 @@ shapes follow by shape inference from the fixed inputs, as onnxruntime infers th
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import onnx
@@ -39,24 +40,40 @@ def _interface_model(model: onnx.ModelProto, names: Sequence[str]) -> onnx.Model
     return helper.make_model(graph, opset_imports=opsets, ir_version=model.ir_version)
 
 
+@contextlib.contextmanager
+def _writing_nothing(so: Any) -> Iterator[None]:
+    """``so`` with profiling and ``optimized_model_filepath`` off for the block, then as it was."""
+    profiling, optimized = so.enable_profiling, so.optimized_model_filepath
+    if not profiling and not optimized:
+        yield
+        return
+    so.enable_profiling, so.optimized_model_filepath = False, ""
+    try:
+        yield
+    finally:
+        so.enable_profiling, so.optimized_model_filepath = profiling, optimized
+
+
 def with_free_dimension_overrides(
     model: onnx.ModelProto, inputs: tuple[NodeArg, ...], sess_options: Any
 ) -> tuple[NodeArg, ...]:
     """``inputs`` with the free dimensions ``sess_options`` overrides fixed, as onnxruntime reports them.
 
-    Unchanged when there are no options, no symbolic dimension, or when the options would write a file
-    of their own (profiling, ``optimized_model_filepath``) or onnxruntime refuses the inputs-only model.
+    Unchanged when there are no options, no symbolic dimension, or when onnxruntime refuses the
+    inputs-only model. Options that would write a file of their own (profiling, ``optimized_model_filepath``)
+    are asked with those two switched off for the probe: the overrides cannot be copied to new options.
     """
-    if sess_options is None or sess_options.enable_profiling or sess_options.optimized_model_filepath:
+    if sess_options is None:
         return inputs
     symbolic = [a.name for a in inputs if _symbolic(a)]
     if not symbolic:
         return inputs
     try:
         probe = _interface_model(model, symbolic)
-        session = OrtInferenceSession(
-            probe.SerializeToString(), sess_options, providers=["CPUExecutionProvider"]
-        )
+        with _writing_nothing(sess_options):
+            session = OrtInferenceSession(
+                probe.SerializeToString(), sess_options, providers=["CPUExecutionProvider"]
+            )
         shapes = {a.name: a.shape for a in session.get_inputs()}
     except Exception as exc:  # any refusal: keep the model's own shapes
         logger.debug("free dimension overrides not read back: %s", exc)

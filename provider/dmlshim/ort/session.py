@@ -24,7 +24,7 @@ from ..kernels.options import IndexMode
 from .attributes import OrtSessionAttributes
 from .emulate import emulate_all, with_dml_first
 from .exceptions import raises_onnxruntime_errors
-from .free_dims import outputs_for_inputs, with_free_dimension_overrides
+from .free_dims import outputs_for_inputs, overrides_by_name, with_free_dimension_overrides
 from .iobinding import (
     IOBinding,
     as_array,
@@ -226,7 +226,9 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
                 # the added/supplied initializers are in the model now; the partitions must not get them
                 without_added=bool(self._added.external or self._loaded.supplied),
                 weights_folder=folder if in_files and not customop else None,
-                free_dimensions=self._copied_dims,
+                free_dimensions=overrides_by_name(self._loaded.proto, self._inputs)
+                if self._copied_dims is None
+                else self._copied_dims,
             ),
             # Only the real DirectML engine hands providers to onnxruntime; the others run on its CPU.
             providers=tuple(zip(self._choice.names, self._choice.options, strict=True))

@@ -178,7 +178,8 @@ def engine_options(
 
     The caller's own object when it asks for neither profiling nor an optimized model file, so that
     everything it holds (custom-op libraries, free dimension overrides, added initializers) reaches the
-    partitions; otherwise a copy (see :func:`copy_options`) that writes no file of its own. A copy too
+    partitions; otherwise a copy (see :func:`copy_options`) that writes no file of its own, overriding
+    ``free_dimensions`` by name as the caller's object does. A copy too
     with ``without_added``: the model already holds the values added through
     ``add_external_initializers``, which onnxruntime would refuse to apply to a partition.
 
@@ -202,7 +203,10 @@ def engine_options(
         and not without_added
     ):
         return so
-    return copy_options(so, profile_prefix=profile_prefix)
+    out = copy_options(so, profile_prefix=profile_prefix)
+    for name, value in (free_dimensions or {}).items():  # the caller's overrides cannot be copied
+        out.add_free_dimension_override_by_name(name, value)
+    return out
 
 
 def sharable_options(so: Any, model: onnx.ModelProto, inputs: Sequence[NodeArg]) -> dict[str, int] | None:
