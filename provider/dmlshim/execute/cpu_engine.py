@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 
 from ..model.graph import display_names, is_gather_scatter
+from .cpu_step import run_session
 from .engine import EngineConfig
 from .ort_support import ORT_ERRORS, cpu_session, ort_run_error
 from .partition import nested_gather_scatter
@@ -83,7 +84,9 @@ class CpuEngine:
         self, output_names: Sequence[str], feeds: Mapping[str, np.ndarray], *, run_options: Any = None
     ) -> tuple[list[np.ndarray], RunRecord]:
         try:
-            outputs = list(self._session.run(list(output_names), dict(feeds), run_options))
+            # Values numpy cannot hold (bfloat16, float8, ...) go in and come out as OrtValues, as in
+            # onnxruntime's run_with_ort_values; run() itself refuses such outputs afterwards.
+            outputs = run_session(self._session, output_names, feeds, run_options)
         except ORT_ERRORS as exc:
             raise ort_run_error(exc, "onnxruntime failed running the model") from exc
         return outputs, RunRecord(
