@@ -1,0 +1,85 @@
+"""Differences found by running exports of producers nobody on the team wrote (torch scatter_reduce,
+index_put and index_add in both torch exporters, torchvision detection, tf2onnx batch_dims gathers and
+segment ops, jax ``.at[]`` updates) through dmlshim, each reduced to a small hand-built graph. Expected
+values come from onnxruntime's CPU provider, single-threaded."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto as T
+from onnx import helper
+
+import dmlshim
+from tests.oracle import IR_VERSION
+
+
+def _bf16(values: np.ndarray) -> ort.OrtValue:
+    """A bfloat16 OrtValue holding ``values`` (float32) truncated to their upper 16 bits."""
+    bits = (np.ascontiguousarray(values, dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(bits, T.BFLOAT16)
+
+
+def _bf16_index_put_model() -> onnx.ModelProto:
+    """``y[i, j] = v`` on bfloat16 data as torch's dynamo exporter writes ``index_put_``: a ScatterND
+    whose index tuples are built from two index vectors, bfloat16 in and out."""
+    nodes = [
+        helper.make_node("Unsqueeze", ["i", "ax"], ["iu"]),
+        helper.make_node("Unsqueeze", ["j", "ax"], ["ju"]),
+        helper.make_node("Concat", ["iu", "ju"], ["ij"], axis=-1),
+        helper.make_node("ScatterND", ["x", "ij", "v"], ["y"], name="index_put"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "bf16_index_put",
+        [
+            helper.make_tensor_value_info("x", T.BFLOAT16, [4, 5]),
+            helper.make_tensor_value_info("i", T.INT64, [3]),
+            helper.make_tensor_value_info("j", T.INT64, [3]),
+            helper.make_tensor_value_info("v", T.BFLOAT16, [3]),
+        ],
+        [helper.make_tensor_value_info("y", T.BFLOAT16, [4, 5])],
+        initializer=[helper.make_tensor("ax", T.INT64, [1], [-1])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=IR_VERSION)
+
+
+def _bits(value: ort.OrtValue) -> bytes:
+    """The raw bytes of a bfloat16 OrtValue (widened to float32 by onnxruntime's Cast, which is exact)."""
+    cast = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("Cast", ["a"], ["b"], to=T.FLOAT)],
+            "widen",
+            [helper.make_tensor_value_info("a", T.BFLOAT16, None)],
+            [helper.make_tensor_value_info("b", T.FLOAT, None)],
+        ),
+        opset_imports=[helper.make_opsetid("", 18)],
+        ir_version=IR_VERSION,
+    )
+    widen = ort.InferenceSession(cast.SerializeToString(), providers=["CPUExecutionProvider"])
+    return bytes(widen.run(None, {"a": value})[0].tobytes())
+
+
+def test_cpu_engine_returns_bfloat16_outputs_from_run_with_ort_values() -> None:
+    """torch's ``index_put_`` on bfloat16 (dynamo, opset 18 and 20; TorchScript, opset 13-17):
+    ``engine="cpu"`` raised BadInputError ("No corresponding Numpy type for Tensor Type. bfloat16") from
+    ``run_with_ort_values``, which onnxruntime answers; the default engine already answered."""
+    model = _bf16_index_put_model().SerializeToString()
+    rng = np.random.default_rng(44)
+    feeds = {
+        "x": _bf16(rng.standard_normal((4, 5)).astype(np.float32)),
+        "i": ort.OrtValue.ortvalue_from_numpy(np.array([0, 3, -1])),
+        "j": ort.OrtValue.ortvalue_from_numpy(np.array([4, -2, 0])),
+        "v": _bf16(np.array([1.5, -2.25, 1e30], np.float32)),
+    }
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    expected = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"]).run_with_ort_values(
+        None, feeds
+    )
+    for engine in ("cpu", "partitioned"):
+        got = dmlshim.InferenceSession(model, engine=engine).run_with_ort_values(None, feeds)
+        assert len(got) == 1 and got[0].data_type() == "tensor(bfloat16)"
+        assert got[0].shape() == [4, 5]
+        assert _bits(got[0]) == _bits(expected[0])
