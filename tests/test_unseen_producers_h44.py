@@ -5,9 +5,12 @@ values come from onnxruntime's CPU provider, single-threaded."""
 
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto as T
 from onnx import helper
 
@@ -61,10 +64,24 @@ def _bits(value: ort.OrtValue) -> bytes:
     return bytes(widen.run(None, {"a": value})[0].tobytes())
 
 
-def test_cpu_engine_returns_bfloat16_outputs_from_run_with_ort_values() -> None:
+_ENGINES = [
+    "cpu",
+    "partitioned",
+    pytest.param(
+        "customop",
+        marks=pytest.mark.skipif(
+            importlib.util.find_spec("onnxruntime_extensions") is None, reason="needs onnxruntime-extensions"
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize("engine", _ENGINES)
+def test_bfloat16_outputs_from_run_with_ort_values(engine: str) -> None:
     """torch's ``index_put_`` on bfloat16 (dynamo, opset 18 and 20; TorchScript, opset 13-17):
-    ``engine="cpu"`` raised BadInputError ("No corresponding Numpy type for Tensor Type. bfloat16") from
-    ``run_with_ort_values``, which onnxruntime answers; the default engine already answered."""
+    ``engine="cpu"`` and ``engine="customop"`` raised BadInputError ("No corresponding Numpy type for
+    Tensor Type. bfloat16") from ``run_with_ort_values``, which onnxruntime answers; the default engine
+    already answered."""
     model = _bf16_index_put_model().SerializeToString()
     rng = np.random.default_rng(44)
     feeds = {
@@ -78,8 +95,12 @@ def test_cpu_engine_returns_bfloat16_outputs_from_run_with_ort_values() -> None:
     expected = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"]).run_with_ort_values(
         None, feeds
     )
-    for engine in ("cpu", "partitioned"):
-        got = dmlshim.InferenceSession(model, engine=engine).run_with_ort_values(None, feeds)
+    session = dmlshim.InferenceSession(model, engine=engine)
+    for _ in range(2):
+        got = session.run_with_ort_values(None, feeds)
         assert len(got) == 1 and got[0].data_type() == "tensor(bfloat16)"
         assert got[0].shape() == [4, 5]
         assert _bits(got[0]) == _bits(expected[0])
+    # run() cannot return bfloat16, as onnxruntime's run cannot: refused with a RuntimeError.
+    with pytest.raises(RuntimeError, match="bfloat16"):
+        session.run(None, feeds)

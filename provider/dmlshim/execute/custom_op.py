@@ -36,6 +36,7 @@ from ..translate import NodeTranslation, Status
 from ..translate.placement import CPU_PREFERRED_MESSAGE
 from ..translate.placement import REASON_CPU_PREFERRED as EP_CPU_PREFERRED
 from ..translate.plan import np_dtype_of
+from .cpu_step import run_session
 from .custom_op_bridge import extensions, library_path, register_custom_ops, session_options_with_custom_ops
 from .custom_op_kernel import RunState, active_run, node_attributes, prepared
 from .custom_op_types import CUSTOM_DOMAIN, MODE_DESCRIPTOR
@@ -289,7 +290,9 @@ class CustomOpEngine:
         state = RunState()
         with active_run(state):
             try:
-                results = self._session.run(list(output_names), dict(feeds), run_options)
+                # bfloat16 (float8, int4) values go in and come out as OrtValues, as onnxruntime's
+                # run_with_ort_values returns them; run() refuses such outputs afterwards.
+                results = run_session(self._session, output_names, feeds, run_options)
             except Exception as exc:
                 # A custom op's failure can make a later onnxruntime node fail; the custom op's is the cause.
                 if state.error is not None:
