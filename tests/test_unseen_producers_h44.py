@@ -104,3 +104,42 @@ def test_bfloat16_outputs_from_run_with_ort_values(engine: str) -> None:
     # run() cannot return bfloat16, as onnxruntime's run cannot: refused with a RuntimeError.
     with pytest.raises(RuntimeError, match="bfloat16"):
         session.run(None, feeds)
+
+
+@pytest.mark.parametrize("engine", _ENGINES)
+def test_bfloat16_outputs_through_io_binding(engine: str) -> None:
+    """The same model through IOBinding: onnxruntime returns the bfloat16 output from ``get_outputs()``
+    and writes it into a bound bfloat16 OrtValue; every dmlshim engine refused it (NotSupportedError,
+    "run() cannot return it")."""
+    model = _bf16_index_put_model().SerializeToString()
+    rng = np.random.default_rng(45)
+    feeds = {
+        "x": _bf16(rng.standard_normal((4, 5)).astype(np.float32)),
+        "i": ort.OrtValue.ortvalue_from_numpy(np.array([3, 3, -4])),
+        "j": ort.OrtValue.ortvalue_from_numpy(np.array([-1, 0, 2])),
+        "v": _bf16(np.array([-0.0, np.inf, 3.0e-39], np.float32)),
+    }
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    reference = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    expected = _bits(reference.run_with_ort_values(None, feeds)[0])
+    session = dmlshim.InferenceSession(model, engine=engine)
+
+    by_name = session.io_binding()
+    for name, value in feeds.items():
+        by_name.bind_ortvalue_input(name, value)
+    by_name.bind_output("y")
+    session.run_with_iobinding(by_name)
+    (out,) = by_name.get_outputs()
+    assert out.data_type() == "tensor(bfloat16)" and out.shape() == [4, 5] and _bits(out) == expected
+    with pytest.raises(RuntimeError, match="bfloat16"):  # as onnxruntime's copy_outputs_to_cpu
+        by_name.copy_outputs_to_cpu()
+
+    target = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(np.zeros((4, 5), np.uint16), T.BFLOAT16)
+    bound = session.io_binding()
+    for name, value in feeds.items():
+        bound.bind_ortvalue_input(name, value)
+    bound.bind_ortvalue_output("y", target)
+    session.run_with_iobinding(bound)
+    assert _bits(target) == expected
+    assert _bits(bound.get_outputs()[0]) == expected

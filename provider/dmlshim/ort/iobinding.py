@@ -196,7 +196,7 @@ class IOBinding:
         self._session = session
         self._inputs: dict[str, Any] = {}
         self._outputs: dict[str, _OutputBinding] = {}
-        self._results: list[np.ndarray] | None = None
+        self._results: list[Any] | None = None
 
     @property
     def session(self) -> InferenceSession:
@@ -314,9 +314,12 @@ class IOBinding:
         results = self._results or []
         out = []
         for binding, value in zip(self._outputs.values(), results, strict=False):
-            out.append(
-                binding.ortvalue if binding.ortvalue is not None else ort.OrtValue.ortvalue_from_numpy(value)
-            )
+            if binding.ortvalue is not None:
+                out.append(binding.ortvalue)
+            elif isinstance(value, ort.OrtValue):  # bfloat16, float8: the run's own OrtValue
+                out.append(value)
+            else:
+                out.append(ort.OrtValue.ortvalue_from_numpy(value))
         return out
 
     def get_outputs_as_ortvaluevector(self) -> Any:
@@ -333,7 +336,10 @@ class IOBinding:
 
     def copy_outputs_to_cpu(self) -> list[np.ndarray]:
         """The outputs of the last run as numpy arrays (copies), in the order they were bound."""
-        return [np.array(v, copy=True) for v in self._results or []]
+        # An OrtValue numpy cannot hold raises here, as onnxruntime's copy_outputs_to_cpu does.
+        return [
+            v.numpy() if isinstance(v, ort.OrtValue) else np.array(v, copy=True) for v in self._results or []
+        ]
 
     # --- used by InferenceSession.run_with_iobinding ----------------------------------------------
 
@@ -351,8 +357,11 @@ class IOBinding:
         Raises:
             BadInputError: an output's shape or type differs from the OrtValue or buffer bound to it.
         """
-        kept: list[np.ndarray] = []
+        kept: list[Any] = []
         for binding, value in zip(self._outputs.values(), results, strict=True):
+            if isinstance(value, ort.OrtValue):  # a type numpy cannot hold (bfloat16, float8)
+                kept.append(_store_raw(binding, value))
+                continue
             arr = np.asarray(value)
             if binding.ortvalue is not None:
                 target = binding.ortvalue.numpy()
@@ -366,6 +375,60 @@ class IOBinding:
             else:
                 kept.append(arr)
         self._results = kept
+
+
+_RAW_ITEMSIZE = {
+    "tensor(bfloat16)": 2,
+    "tensor(float8e4m3fn)": 1,
+    "tensor(float8e4m3fnuz)": 1,
+    "tensor(float8e5m2)": 1,
+    "tensor(float8e5m2fnuz)": 1,
+}
+"""Bytes per element of the tensor types numpy cannot hold whose elements are whole bytes."""
+
+
+def _raw_bytes(name: str, value: Any) -> np.ndarray:
+    """The bytes of a CPU tensor OrtValue of a type numpy cannot hold, as a writable uint8 view."""
+    itemsize = _RAW_ITEMSIZE.get(value.data_type())
+    if itemsize is None:
+        raise NotSupportedError(
+            f"output {name!r} is a {value.data_type()}, which dmlshim cannot copy into bound memory; bind "
+            "the output by name (bind_output) and read it with get_outputs()",
+            tensor=name,
+            value=value.data_type(),
+        )
+    count = int(np.prod(value.shape(), dtype=np.int64)) * itemsize
+    return array_at(value.data_ptr(), np.uint8, [count]) if count else np.zeros(0, np.uint8)
+
+
+def _store_raw(binding: _OutputBinding, value: Any) -> Any:
+    """Keep a bfloat16/float8 output (an OrtValue), copying its bytes into the memory bound to it."""
+    if binding.ortvalue is None and binding.buffer is None:
+        return value
+    if binding.ortvalue is not None:
+        target = binding.ortvalue
+        if target.data_type() != value.data_type() or list(target.shape()) != list(value.shape()):
+            raise BadInputError(
+                f"output {binding.name!r} is {value.data_type()}{list(value.shape())} but the OrtValue bound "
+                f"to it holds {target.data_type()}{list(target.shape())}",
+                tensor=binding.name,
+                value=list(value.shape()),
+                rule="an output bound to pre-allocated memory must have that memory's shape and type",
+            )
+        _raw_bytes(binding.name, target)[...] = _raw_bytes(binding.name, value)
+        return target
+    assert binding.buffer is not None
+    src = _raw_bytes(binding.name, value)
+    if binding.buffer.nbytes != src.nbytes or list(binding.buffer.shape) != list(value.shape()):
+        raise BadInputError(
+            f"output {binding.name!r} is {value.data_type()}{list(value.shape())} but the memory bound to it "
+            f"holds {binding.buffer.dtype}{list(binding.buffer.shape)}",
+            tensor=binding.name,
+            value=list(value.shape()),
+            rule="an output bound to pre-allocated memory must have that memory's shape and type",
+        )
+    binding.buffer.reshape(-1).view(np.uint8)[...] = src
+    return value
 
 
 def _check_fits(name: str, value: np.ndarray, target: np.ndarray) -> None:

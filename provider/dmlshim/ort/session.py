@@ -462,7 +462,8 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
         names = iobinding.bound_output_names()
         if not names:
             raise BadInputError("at least one output must be bound (bind_output) before run_with_iobinding")
-        iobinding.store_results(self.run(names, iobinding.bound_feeds(), run_options))
+        # As onnxruntime's: outputs numpy cannot hold (bfloat16, float8) stay OrtValues (get_outputs).
+        iobinding.store_results(self._run_values(names, iobinding.bound_feeds(), run_options))
 
     @raises_onnxruntime_errors()
     def create_ortvalue_from_shape_and_type(
