@@ -278,7 +278,8 @@ def _explain_unknown(
         t = translations[position]
         reasons = []
         for r in t.reasons:
-            if r.code == "SHAPE_UNKNOWN" and isinstance(r.value, str) and "is not known statically;" in r.message:
+            lost_rank = "is not known statically;" in r.message
+            if r.code == "SHAPE_UNKNOWN" and isinstance(r.value, str) and lost_rank:
                 found = origin(prefix, r.value)
                 if found is not None:
                     r = Reason(r.code, r.message.replace(

@@ -59,7 +59,10 @@ def _dim_key(dim: onnx.TensorShapeProto.Dimension) -> int | str | None:
     return None
 
 
-def _loops(model: onnx.ModelProto) -> Iterator[tuple[str, onnx.NodeProto, Callable[[str], onnx.TypeProto | None]]]:
+_Lookup = Callable[[str], "onnx.TypeProto | None"]
+
+
+def _loops(model: onnx.ModelProto) -> Iterator[tuple[str, onnx.NodeProto, _Lookup]]:
     """Every Loop node with its path name and a lookup of the types its enclosing graphs declare."""
 
     def visit(
