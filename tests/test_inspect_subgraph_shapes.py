@@ -158,3 +158,45 @@ def test_if_branches_of_one_rank_keep_it() -> None:
     outer = {n.name: n for n in translate_model(model).nodes}["outer_gather"]
     assert outer.ok and outer.output is not None
     assert outer.output.onnx_shape == y.shape == (2, 1)
+
+
+def if_on_rank(dims: list[int | str]) -> onnx.ModelProto:
+    """TorchScript's ``if x.dim() == 0`` (``Equal(Size(Shape(x)), 0)``): the then branch flattens ``x`` to
+    rank 1, the else branch passes it on; a Gather reads the If's output. The condition is known before the
+    run from the rank alone, so the Gather gets the shape of the branch that runs."""
+    then_shape = onnx.numpy_helper.from_array(np.array([-1], np.int64), "flat")
+    then = h.make_graph([h.make_node("Reshape", ["x", "flat"], ["t"], name="flatten")], "then_branch", [],
+                        [h.make_tensor_value_info("t", T.FLOAT, None)], [then_shape])
+    other = h.make_graph([h.make_node("Identity", ["x"], ["e"], name="keep")], "else_branch", [],
+                         [h.make_tensor_value_info("e", T.FLOAT, None)])
+    graph = h.make_graph(
+        [
+            h.make_node("Shape", ["x"], ["shape"], name="shape"),
+            h.make_node("Size", ["shape"], ["rank"], name="rank"),
+            h.make_node("Equal", ["rank", "zero"], ["is_scalar"], name="is_scalar"),
+            h.make_node("If", ["is_scalar"], ["chosen"], then_branch=then, else_branch=other,
+                        name="if_scalar"),
+            h.make_node("Gather", ["chosen", "idx"], ["y"], axis=1, name="gather_chosen"),
+        ],
+        "m",
+        [h.make_tensor_value_info("x", T.FLOAT, dims), h.make_tensor_value_info("idx", T.INT64, [2])],
+        [h.make_tensor_value_info("y", T.FLOAT, None)],
+        [onnx.numpy_helper.from_array(np.array(0, np.int64), "zero")],
+    )  # fmt: skip
+    return h.make_model(graph, opset_imports=OPSET, ir_version=10)
+
+
+def test_if_decided_by_a_rank_takes_the_branch_that_runs() -> None:
+    model = if_on_rank([4, 3])
+    (y,) = _run(model, {"x": np.ones((4, 3), np.float32), "idx": np.array([2, 0], np.int64)})
+    # ONNX's own inference merges the branches (rank 1 and rank 2): no rank for the If's output
+    merged = onnx.shape_inference.infer_shapes(model)
+    ranked = [v.name for v in merged.graph.value_info if v.type.tensor_type.HasField("shape")]
+    assert "chosen" not in ranked
+    (node,) = translate_model(model).nodes
+    assert node.ok, node.reasons
+    assert node.output is not None and node.output.onnx_shape == y.shape == (4, 2)
+    assert node.inputs[0].onnx_shape == (4, 3)
+    # symbolic sizes: the rank is still decided (Size of a Shape is the rank)
+    (symbolic,) = translate_model(if_on_rank(["n", 3])).nodes
+    assert symbolic.ok and "SHAPE_UNKNOWN" not in symbolic.reason_codes

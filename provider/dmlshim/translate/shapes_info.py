@@ -20,6 +20,7 @@ from ..model.ort_view import ort_value_types
 from ..model.prepare import prepare_model
 from ..model.weightless import without_weights
 from .plan import TensorInfo
+from .static_if import settle_static_ifs
 from .subgraph_shapes import type_loop_states
 
 logger = logging.getLogger(__name__)
@@ -263,6 +264,10 @@ def infer_shapes(
             )
     except _ONNX_ERRORS as exc:
         raise BadModelError(f"ONNX shape inference failed: {exc}") from exc
+    try:
+        inferred = settle_static_ifs(inferred, _infer_again)
+    except _ONNX_ERRORS as exc:  # the chosen branch's types contradict the graph: leave the If merged
+        logger.debug("If outputs left as ONNX infers them: %s", exc)
     try:
         return type_loop_states(inferred, _infer_again)
     except _ONNX_ERRORS as exc:  # the types given to loop-carried inputs contradict the body: leave them
