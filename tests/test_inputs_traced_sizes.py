@@ -138,3 +138,50 @@ def test_hints_are_the_traced_sizes() -> None:
     assert 6 in size_hints(reshape_to_traced_shape())
     assert 8 in size_hints(indices_from_traced_float())
     assert 8 in size_hints(indices_from_traced_float(quantized=True))
+
+
+def scatter_through_rank_if() -> onnx.ModelProto:
+    """TorchScript's ``scatter_reduce`` wrapper: ``if x.dim() == 0`` flattens data and indices, else passes
+    them on (``If(Equal(Size(Shape(x)), 0))``); the ScatterElements after it reads the If's outputs. The
+    indices reach it through the If, and its data dims are those of the branch that runs ([4, 3])."""
+
+    def branch(name: str, flatten: bool) -> onnx.GraphProto:
+        if flatten:
+            nodes = [helper.make_node("Reshape", [src, "flat"], [f"{name}_{src}"]) for src in ("x", "idx")]
+        else:
+            nodes = [helper.make_node("Identity", [src], [f"{name}_{src}"]) for src in ("x", "idx")]
+        outputs = [helper.make_tensor_value_info(f"{name}_{s}", t, None)
+                   for s, t in (("x", TensorProto.FLOAT), ("idx", TensorProto.INT64))]  # fmt: skip
+        return helper.make_graph(nodes, name, [], outputs)
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Shape", ["x"], ["shape"]),
+            helper.make_node("Size", ["shape"], ["rank"]),
+            helper.make_node("Equal", ["rank", "zero"], ["is_scalar"]),
+            helper.make_node("If", ["is_scalar"], ["data", "indices"], then_branch=branch("t", True),
+                             else_branch=branch("e", False)),
+            helper.make_node("ScatterElements", ["data", "indices", "u"], ["y"], axis=0, reduction="add"),
+        ],
+        "rank_if",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 3]),
+         helper.make_tensor_value_info("idx", TensorProto.INT64, [2, 3]),
+         helper.make_tensor_value_info("u", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array(0, np.int64), "zero"),
+         numpy_helper.from_array(np.array([-1], np.int64), "flat")],
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)], ir_version=10)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_indices_through_an_if_decided_by_rank(seed: int, tmp_path: Path) -> None:
+    model = scatter_through_rank_if()
+    generated = generate(model, seed=seed)
+    idx = generated.feeds["idx"]
+    assert idx.min() >= 0 and idx.max() < 4  # ONNX: ScatterElements indices inside data dim 0 (4)
+    _ort_runs(model, generated.feeds)
+    if seed == 0:
+        path = tmp_path / "m.onnx"
+        onnx.save(model, str(path))
+        assert main(["validate", str(path)]) == 0

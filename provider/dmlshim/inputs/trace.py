@@ -260,6 +260,16 @@ def trace(
             node.input[0], graph_inputs, producers, constants, shapes, component, offset, False, depth + 1
         )
         return
+    if op == "If":
+        # Output k of an If is output k of the branch that runs: the values of either branch's.
+        k = list(node.output).index(name)
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.GRAPH and k < len(a.g.output):
+                yield from trace(
+                    a.g.output[k].name, graph_inputs, producers, constants, shapes, component, offset, False,
+                    depth + 1,
+                )  # fmt: skip
+        return
     if op not in _VALUE_PRESERVING or (op in _FIRST_OUTPUT_ONLY and name != node.output[0]):
         return
     positions = _VALUE_PRESERVING[op] or tuple(range(len(node.input)))
