@@ -75,6 +75,8 @@ class IndexConstraint:
         axis: the scatter axis for ``"lines"``.
         tuple_dims: the data dims an index tuple addresses, for ``"tuples"``.
         offset: what the path adds to the graph input's value before it is an index.
+        exact: the input's value (plus ``offset``) is the index itself, not one digit of a flattened
+            multi-index (where counting from the end is not the same element).
     """
 
     node: str
@@ -87,6 +89,7 @@ class IndexConstraint:
     axis: int = 0
     tuple_dims: tuple[int, ...] = ()
     offset: int = 0
+    exact: bool = True
 
 
 @dataclass(frozen=True)
@@ -341,18 +344,22 @@ def plan_for_shapes(
                 found[source].append(IndexConstraint(node_name, node.op_type, -offset, 1 - offset))
                 continue
             direct = traced.direct
+            high = bound // traced.scale - offset
+            if traced.cap is not None:
+                high = min(high, traced.cap - offset)
             found[source].append(
                 IndexConstraint(
                     node=node_name,
                     op_type=node.op_type,
                     low=-offset,
-                    high=bound - offset,
+                    high=high,
                     unique=requirement.unique,
                     direct=direct,
                     structure=requirement.structure if direct else "values",
                     axis=requirement.axis,
                     tuple_dims=tuple(int(d) for d in requirement.dims if d is not None) if direct else (),
                     offset=offset,
+                    exact=traced.scale == 1 and traced.cap is None,
                 )
             )
     return tuple(
