@@ -200,3 +200,11 @@ def test_if_decided_by_a_rank_takes_the_branch_that_runs() -> None:
     # symbolic sizes: the rank is still decided (Size of a Shape is the rank)
     (symbolic,) = translate_model(if_on_rank(["n", 3])).nodes
     assert symbolic.ok and "SHAPE_UNKNOWN" not in symbolic.reason_codes
+
+
+def test_the_reason_for_an_if_rank_does_not_promise_input_shapes_help() -> None:
+    """The branches' ranks differ whatever the sizes (``c`` is a graph input): --input-shape cannot
+    decide it, so the reason says to run the model."""
+    outer = {n.name: n for n in translate_model(if_with_ranks(1, 2)).nodes}["outer_gather"]
+    message = outer.reasons[0].message
+    assert "run the model" in message and "give --input-shape for the symbolic" not in message

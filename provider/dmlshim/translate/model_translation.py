@@ -282,9 +282,9 @@ def _explain_unknown(
             if r.code == "SHAPE_UNKNOWN" and isinstance(r.value, str) and lost_rank:
                 found = origin(prefix, r.value)
                 if found is not None:
-                    r = Reason(r.code, r.message.replace(
-                        "is not known statically;", f"is not known statically ({found.message});", 1
-                    ), r.value)  # fmt: skip
+                    head = r.message.split("is not known statically;", 1)[0]
+                    r = Reason(r.code, f"{head}is not known statically ({found.message}); {found.advice}",
+                               r.value)  # fmt: skip
             reasons.append(r)
         translations[position] = _copy(t, reasons=tuple(reasons))
 

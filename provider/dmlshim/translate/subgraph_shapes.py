@@ -180,6 +180,10 @@ class UnknownOrigin:
 
     node: str
     message: str
+    advice: str = (
+        "give --input-shape for the symbolic model inputs it depends on, or run the model (run and validate "
+        "translate the node with the real shapes)"
+    )
 
 
 def _if_branches(node: onnx.NodeProto, k: int) -> str | None:
@@ -240,6 +244,7 @@ def unknown_rank_origins(
                 loop,
                 f"{name!r} is carried from one iteration of Loop {loop!r} to the next and the body changes "
                 "its rank (or ONNX shape inference cannot tell it), so only the run knows it",
+                "run the model (run and validate translate the node with the real shapes)",
             )
         node_name, node = producers[(scope, name)]
         if depth < 200:
@@ -256,6 +261,9 @@ def unknown_rank_origins(
                     node_name,
                     f"output {k} of If {node_name!r} has no static rank: {branches}; which branch runs is "
                     f"decided by the condition {node.input[0]!r} at run time",
+                    "--input-shape helps only where the sizes decide that condition before the run (inspect "
+                    "then takes the branch that runs); run the model (run and validate translate the node "
+                    "with the real shapes)",
                 )
         return UnknownOrigin(
             node_name, f"ONNX shape inference gives the output of {node.op_type} {node_name!r} no rank"
