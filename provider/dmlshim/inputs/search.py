@@ -12,7 +12,7 @@ decoder needs ``sequence_length = 1``) are found by trying candidates on onnxrun
    relation;
 4. one symbol at a size the model was traced at (a size read from its constants, :mod:`.hints`: a
    TorchScript export can bake the example's sequence length into a Reshape target or an arithmetic
-   constant), then two symbols at such sizes;
+   constant), then two symbols at such sizes (the 6 smallest);
 5. two symbols changed as in 2, every symbol at 1, one symbol at 0.
 
 Dimensions written as expressions (``past_sequence_length + sequence_length``, ``s0 + s1``) are computed
@@ -51,6 +51,8 @@ logger = logging.getLogger(__name__)
 
 MAX_TRIES = 400
 """Most candidates tried on onnxruntime before giving up."""
+PAIR_HINTS = 6
+"""How many of the smallest traced sizes are tried for two symbols together."""
 TIME_BUDGET_S = 30.0
 """Most seconds spent trying candidates (after the first) before giving up."""
 
@@ -194,8 +196,8 @@ def _assignments(
     for symbol in order:  # one symbol at a size the model was traced at
         for value in hints:
             yield {**base, symbol: value}
-    for first, second in itertools.permutations(order, 2):  # two symbols at traced sizes
-        for a, b in itertools.product(hints, repeat=2):
+    for first, second in itertools.combinations(order, 2):  # two symbols at traced sizes (the smallest)
+        for a, b in itertools.product(hints[:PAIR_HINTS], repeat=2):
             yield {**base, first: a, second: b}
     for first, second in itertools.permutations(order, 2):  # two changed, no 1s
         step = {**base, first: default + 1}
