@@ -173,12 +173,16 @@ def test_what_the_graph_proves_non_negative() -> None:
         helper.make_node("Cast", ["x32"], ["big"], to=TensorProto.INT64),
         helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(np.array([0, 3], np.int64))),
         helper.make_node("Neg", ["clipped"], ["negated"]),
+        helper.make_node("Shape", ["x"], ["n"]),
+        helper.make_node("Range", ["zero", "n", "k"], ["positions"]),
+        helper.make_node("Range", ["n", "zero", "minus"], ["countdown"]),
     ]
     inits = [zero, minus, numpy_helper.from_array(np.array([1], np.int64), "k"),
              numpy_helper.from_array(np.array([2, 2], np.int64), "shape")]  # fmt: skip
     proved = _prover(nodes, inits)
-    yes = ["clipped", "argmax", "indices", "reshaped", "both", "max0", "c", "zero"]
+    yes = ["clipped", "argmax", "indices", "reshaped", "both", "max0", "c", "zero", "positions"]
     no = ["x", "clipped_neg", "unbounded", "values", "mixed", "x32", "big", "negated", "minus", "nope"]
+    no.append("countdown")
     assert [n for n in yes if not proved(n)] == []
     assert [n for n in no if proved(n)] == []
 
