@@ -28,6 +28,7 @@ import onnxruntime as ort
 
 from ..errors import DmlShimError
 from ..model.graph import display_names
+from ..model.nonnegative import nonnegative_prover
 from ..model.weightless import tensor_nbytes, without_weights
 from ..translate import TensorInfo, infer_shapes
 from ..translate.shapes_info import tensor_infos
@@ -35,6 +36,7 @@ from ..translate.translator import model_opsets
 from .cpu_step import CpuStep, RunState, Values, run_session
 from .engine import EngineConfig
 from .fallback import has_deprecated_scatter, note_scatter_as_scatter_elements
+from .gather_given import lean_gathers
 from .node_plan import plan_nodes
 from .ort_support import (
     ORT_ERRORS,
@@ -105,6 +107,8 @@ class PartitionedEngine:
             the weights in onnxruntime).
         check_always: build the whole-model check (when ``config.whole_model_check``) whatever the number
             of CPU segments (validate answers from it alone when every kernel agrees).
+        while_building: the caller's own work, called once while onnxruntime builds the check's session
+            (validate's static translation), or at the end when there is no such session.
     """
 
     name = "partitioned"
@@ -118,6 +122,7 @@ class PartitionedEngine:
         reference: bool = False,
         segments_from: PartitionedEngine | None = None,
         check_always: bool = False,
+        while_building: Callable[[], object] | None = None,
     ) -> None:
         self.config = config
         self.reference = reference
@@ -185,6 +190,8 @@ class PartitionedEngine:
             self._cpu_partitions = 1
             self._whole_model = True
             self._copy_on_output: frozenset[str] = frozenset()
+            if while_building is not None:
+                while_building()
             self._finish_init()
             return
         self._whole_model = False
@@ -226,6 +233,7 @@ class PartitionedEngine:
         )
         built_segments = sum(1 for s in partition.steps if isinstance(s, CpuSegment) and s.outputs)
         pending: PendingCheck | None = None
+        lean: dict[str, tuple[np.dtype[Any], np.dtype[Any]]] = {}
         if (
             config.whole_model_check
             and not reference
@@ -234,8 +242,11 @@ class PartitionedEngine:
             # onnxruntime builds the check's session on another thread while the steps are made here.
             outputs = frozenset(io.output for io in emulated_io)
             make = functools.partial(whole_model_builder, model, config, outputs, shared)
+            if not config.full_check:
+                prover = nonnegative_prover(graph, init_protos, {k: v.elem_type for k, v in infos.items()})
+                lean = lean_gathers(emulated_io, infos, prover, init_protos.keys())
             pending = start_whole_model_check(
-                model, emulated_io, set(graph_inputs), make, ORT_ERRORS, self._static_values
+                model, emulated_io, set(graph_inputs), make, ORT_ERRORS, self._static_values, frozenset(lean)
             )
         try:
             check_sizes()
@@ -254,12 +265,17 @@ class PartitionedEngine:
                 reference,
                 segments_from.cpu_step if segments_from is not None else None,
             )
+            if while_building is not None:
+                while_building()
         except BaseException:
             if pending is not None:
                 pending.wait()
             raise
         if pending is not None:
-            self._check = pending.finish([s for s in self._steps if isinstance(s, EmulatedStep)])
+            emulated_steps = [s for s in self._steps if isinstance(s, EmulatedStep)]
+            for step in emulated_steps:
+                step.lean_dtypes = lean.get(step.output)
+            self._check = pending.finish(emulated_steps)
         if self._check is not None:
             weight_bytes = sum(tensor_nbytes(t) for t in init_protos.values())
             # Partition boundaries stop onnxruntime's extended fusions, whose float results differ in the
