@@ -143,3 +143,22 @@ def test_bfloat16_outputs_through_io_binding(engine: str) -> None:
     session.run_with_iobinding(bound)
     assert _bits(target) == expected
     assert _bits(bound.get_outputs()[0]) == expected
+
+    raw = np.zeros((4, 5), np.uint16)
+    pointed = session.io_binding()
+    for name, value in feeds.items():
+        pointed.bind_ortvalue_input(name, value)
+    pointed.bind_output("y", "cpu", 0, T.BFLOAT16, [4, 5], raw.ctypes.data)
+    session.run_with_iobinding(pointed)
+    assert raw.tobytes() == _raw_bits(reference, feeds)
+
+
+def _raw_bits(reference: ort.InferenceSession, feeds: dict[str, ort.OrtValue]) -> bytes:
+    """The bfloat16 bytes onnxruntime writes into a pointer bound to the output."""
+    raw = np.zeros((4, 5), np.uint16)
+    binding = reference.io_binding()
+    for name, value in feeds.items():
+        binding.bind_ortvalue_input(name, value)
+    binding.bind_output("y", "cpu", 0, T.BFLOAT16, [4, 5], raw.ctypes.data)
+    reference.run_with_iobinding(binding)
+    return raw.tobytes()
