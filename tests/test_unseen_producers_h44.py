@@ -162,3 +162,37 @@ def _raw_bits(reference: ort.InferenceSession, feeds: dict[str, ort.OrtValue]) -
     binding.bind_output("y", "cpu", 0, T.BFLOAT16, [4, 5], raw.ctypes.data)
     reference.run_with_iobinding(binding)
     return raw.tobytes()
+
+
+@pytest.mark.parametrize("engine", _ENGINES)
+def test_bfloat16_outputs_through_run_with_ortvaluevector(engine: str) -> None:
+    """``run_with_ortvaluevector`` (what onnxruntime's own IOBinding-free clients call): onnxruntime appends
+    the bfloat16 output to ``fetches`` or fills the value already there; dmlshim refused it."""
+    from onnxruntime.capi import _pybind_state as C
+
+    model = _bf16_index_put_model().SerializeToString()
+    rng = np.random.default_rng(46)
+    feeds = {
+        "x": _bf16(rng.standard_normal((4, 5)).astype(np.float32)),
+        "i": ort.OrtValue.ortvalue_from_numpy(np.array([1, 1, 2])),
+        "j": ort.OrtValue.ortvalue_from_numpy(np.array([0, -5, 4])),
+        "v": _bf16(np.array([9.0, -7.0, np.nan], np.float32)),
+    }
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    reference = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    expected = _bits(reference.run_with_ort_values(None, feeds)[0])
+    session = dmlshim.InferenceSession(model, engine=engine)
+    vector = C.OrtValueVector()
+    for value in feeds.values():
+        vector.push_back(value._get_c_value())
+
+    appended = C.OrtValueVector()
+    session.run_with_ortvaluevector(None, list(feeds), vector, ["y"], appended, [])
+    assert len(appended) == 1 and _bits(ort.OrtValue(appended[0])) == expected
+
+    held = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(np.zeros((4, 5), np.uint16), T.BFLOAT16)
+    filled = C.OrtValueVector()
+    filled.push_back(held._get_c_value())
+    session.run_with_ortvaluevector(None, list(feeds), vector, ["y"], filled, [])
+    assert _bits(held) == expected

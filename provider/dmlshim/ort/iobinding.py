@@ -164,6 +164,13 @@ def fill_fetches(fetches: Any, outputs: Sequence[Any]) -> None:
             value=len(fetches),
         )
     for i, out in enumerate(outputs):
+        if isinstance(out, ort.OrtValue) and out.data_type() not in NUMPY_TENSOR_TYPES:  # bfloat16, float8
+            if len(fetches) > i:
+                held = ort.OrtValue(fetches[i])
+                _store_raw(_OutputBinding(f"fetch {i}", ortvalue=held), out)
+            else:
+                fetches.push_back(out._get_c_value())
+            continue
         arr = np.ascontiguousarray(to_ortvalue(out).numpy())
         if len(fetches) > i:
             ort.OrtValue(fetches[i]).update_inplace(arr)

@@ -444,7 +444,8 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
         """``run`` over onnxruntime's ``OrtValueVector``s: reads ``feeds``, appends to ``fetches`` (or fills
         the values already in it)."""
         values = ortvalues_from_vector(feed_names, feeds)
-        fill_fetches(fetches, self.run(list(fetch_names), values, run_options))
+        # bfloat16/float8 outputs stay OrtValues (onnxruntime returns them here; only run() cannot).
+        fill_fetches(fetches, self._run_values(self._wanted(list(fetch_names)), values, run_options))
 
     def io_binding(self) -> IOBinding:
         """An :class:`~dmlshim.ort.iobinding.IOBinding` for :meth:`run_with_iobinding`."""
