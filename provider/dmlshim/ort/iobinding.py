@@ -21,6 +21,7 @@ from ..errors import BadInputError, NotSupportedError
 from ..execute.cpu_step import NUMPY_TENSOR_TYPES
 from .exceptions import raises_onnxruntime_errors
 from .real import pybind_state
+from .session_args import tensor_name
 
 if TYPE_CHECKING:
     from .session import InferenceSession
@@ -68,8 +69,8 @@ _NPY_USERDEF = 256
 
 
 def as_array(value: Any) -> Any:
-    """An ``onnxruntime.OrtValue`` as the numpy array it holds (a view for CPU tensors); other values, and
-    OrtValues of element types numpy cannot hold, unchanged."""
+    """An ``onnxruntime.OrtValue`` as the numpy array it holds (a view for CPU tensors), an ndarray subclass
+    as a plain ndarray view; other values, and OrtValues of element types numpy cannot hold, unchanged."""
     if isinstance(value, ort.OrtValue):
         if not value.is_tensor():
             raise NotSupportedError(
@@ -82,6 +83,9 @@ def as_array(value: Any) -> Any:
                 value  # bfloat16, float8, 4-bit: numpy cannot hold it; onnxruntime's sessions take it as is
             )
         return value.numpy()
+    if isinstance(value, np.ndarray) and type(value) is not np.ndarray:
+        # a subclass (np.matrix, a masked array, np.memmap): onnxruntime reads its buffer as a plain array
+        return np.asarray(value)
     return value
 
 
@@ -208,8 +212,10 @@ class IOBinding:
         """What ``session._sess.run_with_iobinding`` takes, as onnxruntime's ``IOBinding._iobinding``."""
         return self
 
-    def _check_name(self, name: str, outputs: bool) -> None:
-        """Refuse, at bind time as onnxruntime does, a name that is not an input (output) of the model."""
+    def _check_name(self, name: Any, outputs: bool) -> str:
+        """The name (bytes read as UTF-8, as onnxruntime takes them); refuse, at bind time as onnxruntime
+        does, a name that is not an input (output) of the model."""
+        name = tensor_name(name, "output" if outputs else "input")
         if outputs:
             known = [a.name for a in self._session.get_outputs()]
         else:
@@ -223,13 +229,14 @@ class IOBinding:
                 value=name,
                 rule=f"a bound {kind} must be an {kind} of the model",
             )
+        return name
 
     # --- inputs ------------------------------------------------------------------------------------
 
     @_binds
     def bind_cpu_input(self, name: str, arr_on_cpu: Any) -> None:
         """Bind an input to a numpy array (kept by reference, as in onnxruntime: not copied)."""
-        self._check_name(name, outputs=False)
+        name = self._check_name(name, outputs=False)
         self._inputs[name] = arr_on_cpu
 
     @_binds
@@ -247,14 +254,14 @@ class IOBinding:
         Raises:
             NotSupportedError: ``device_type`` is not ``"cpu"``.
         """
-        self._check_name(name, outputs=False)
+        name = self._check_name(name, outputs=False)
         _check_cpu(device_type, f"input {name!r} bound")
         self._inputs[name] = array_at(buffer_ptr, element_type, shape)
 
     @_binds
     def bind_ortvalue_input(self, name: str, ortvalue: Any) -> None:
         """Bind an input to an ``onnxruntime.OrtValue`` (a CPU tensor)."""
-        self._check_name(name, outputs=False)
+        name = self._check_name(name, outputs=False)
         as_array(ortvalue)
         self._inputs[name] = ortvalue
 
@@ -283,7 +290,7 @@ class IOBinding:
             NotSupportedError: ``device_type`` is not ``"cpu"``.
             BadInputError: ``buffer_ptr`` without ``element_type`` and ``shape``.
         """
-        self._check_name(name, outputs=True)
+        name = self._check_name(name, outputs=True)
         _check_cpu(device_type, f"output {name!r} bound")
         if buffer_ptr is None:
             self._outputs[name] = _OutputBinding(name)
@@ -297,7 +304,7 @@ class IOBinding:
     @_binds
     def bind_ortvalue_output(self, name: str, ortvalue: Any) -> None:
         """Bind an output to an ``onnxruntime.OrtValue`` (a CPU tensor of the output's type and shape)."""
-        self._check_name(name, outputs=True)
+        name = self._check_name(name, outputs=True)
         as_array(ortvalue)
         self._outputs[name] = _OutputBinding(name, ortvalue=ortvalue)
 

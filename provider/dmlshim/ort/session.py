@@ -45,6 +45,7 @@ from .session_args import (
     parse_feature_level,
     parse_index_mode,
     resolve_engine,
+    wanted_outputs,
 )
 from .session_options import (
     check_session_options,
@@ -180,7 +181,6 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
         )
         self._outputs = outputs_for_inputs(proto, self._inputs, typed_outputs)
         self._output_names = [o.name for o in self._outputs]
-        self._known_outputs = frozenset(self._output_names)
         self._validator = FeedValidator(self._inputs, self._overridable)
         self._meta = ModelMetadata(
             producer_name=proto.producer_name,
@@ -319,21 +319,7 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
     # --- running -----------------------------------------------------------------------------------
 
     def _wanted(self, output_names: Sequence[str] | None) -> list[str]:
-        if not output_names:
-            return list(self._output_names)
-        if isinstance(output_names, (str, bytes)):
-            raise BadInputError(
-                f"output_names must be a list of names or None, not the string {output_names!r}",
-                value=output_names,
-            )
-        names = list(output_names)
-        for name in names:
-            if name not in self._known_outputs:
-                raise BadInputError(
-                    f"{name!r} is not an output of the model (outputs: {', '.join(self._output_names)})",
-                    tensor=name,
-                )
-        return names
+        return wanted_outputs(output_names, self._output_names)
 
     def _feeds(self, input_feed: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(input_feed, Mapping):

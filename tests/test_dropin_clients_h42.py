@@ -1,0 +1,223 @@
+"""Programs that bind dmlshim in place of onnxruntime: what they pass (names, feeds, models) and what they
+catch, compared with onnxruntime's CPU session on the same model in the same test (every expectation is
+onnxruntime's own answer)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnx.external_data_helper import convert_model_to_external_data
+
+import dmlshim
+
+_TABLE = np.arange(40, dtype=np.float32).reshape(10, 4) / 8
+
+
+def _decoder_step(opset: int = 13) -> onnx.ModelProto:
+    """An embedding Gather, a cache Concat and a GatherElements over the logits: a decoder step's shape."""
+    nodes = [
+        helper.make_node("Gather", ["table", "ids"], ["emb"], axis=0, name="embed"),
+        helper.make_node("Concat", ["past", "emb"], ["present"], axis=1, name="cat"),
+        helper.make_node("ReduceSum", ["present"], ["logits"], axes=[2], keepdims=1, name="sum")
+        if opset < 13
+        else helper.make_node("ReduceSum", ["present", "axes"], ["logits"], keepdims=1, name="sum"),
+        helper.make_node("GatherElements", ["logits", "pick"], ["best"], axis=1, name="pick_best"),
+    ]
+    inits = [
+        numpy_helper.from_array(_TABLE, "table"),
+        numpy_helper.from_array(np.array([2], np.int64), "axes"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "decoder_step",
+        [
+            helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "seq"]),
+            helper.make_tensor_value_info("past", TensorProto.FLOAT, ["batch", "past_seq", 4]),
+            helper.make_tensor_value_info("pick", TensorProto.INT64, ["batch", 1, 1]),
+        ],
+        [
+            helper.make_tensor_value_info("present", TensorProto.FLOAT, ["batch", "total", 4]),
+            helper.make_tensor_value_info("best", TensorProto.FLOAT, ["batch", 1, 1]),
+        ],
+        inits,
+    )
+    return helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _options() -> onnxruntime.SessionOptions:
+    so = onnxruntime.SessionOptions()
+    so.intra_op_num_threads = 1
+    return so
+
+
+def _sessions(model: onnx.ModelProto) -> tuple[Any, Any]:
+    data = model.SerializeToString()
+    theirs = onnxruntime.InferenceSession(data, _options(), providers=["CPUExecutionProvider"])
+    return theirs, dmlshim.InferenceSession(data, _options())
+
+
+def _feeds() -> dict[str, np.ndarray]:
+    return {
+        "ids": np.array([[1, -2, 9], [0, 4, 4]], np.int64),
+        "past": np.arange(2 * 2 * 4, dtype=np.float32).reshape(2, 2, 4),
+        "pick": np.array([[[4]], [[-1]]], np.int64),
+    }
+
+
+def _raised(call: Any) -> BaseException:
+    with pytest.raises(BaseException) as info:  # the class is compared with onnxruntime's
+        call()
+    return info.value
+
+
+@pytest.mark.parametrize("opset", [11, 13, 18])
+def test_bytes_output_names_are_taken_as_onnxruntime_takes_them(opset: int) -> None:
+    theirs, ours = _sessions(_decoder_step(opset))
+    feeds = _feeds()
+    expected = theirs.run([b"best", "present"], feeds)
+    got = ours.run([b"best", "present"], feeds)
+    assert [g.shape for g in got] == [e.shape for e in expected] == [(2, 1, 1), (2, 5, 4)]
+    for g, e in zip(got, expected, strict=True):
+        np.testing.assert_array_equal(g, e)
+    values = {k: onnxruntime.OrtValue.ortvalue_from_numpy(v) for k, v in feeds.items()}
+    expected_ov = theirs.run_with_ort_values([b"best"], values)
+    got_ov = ours.run_with_ort_values([b"best"], values)
+    np.testing.assert_array_equal(got_ov[0].numpy(), expected_ov[0].numpy())
+    # an io_binding with bytes names, input and output
+    answers = []
+    for session in (theirs, ours):
+        binding = session.io_binding()
+        binding.bind_cpu_input(b"ids", feeds["ids"])
+        binding.bind_cpu_input("past", feeds["past"])
+        binding.bind_cpu_input("pick", feeds["pick"])
+        binding.bind_output(b"best")
+        session.run_with_iobinding(binding)
+        answers.append(binding.copy_outputs_to_cpu())
+    np.testing.assert_array_equal(answers[1][0], answers[0][0])
+
+
+@pytest.mark.parametrize("names", ["best", b"best", [None], [1], ["best", 2.5]], ids=repr)
+def test_output_names_onnxruntime_cannot_read_are_type_errors(names: Any) -> None:
+    theirs, ours = _sessions(_decoder_step())
+    arrays = _feeds()
+    values = {k: onnxruntime.OrtValue.ortvalue_from_numpy(v) for k, v in arrays.items()}
+    for call, feeds in (("run", arrays), ("run_with_ort_values", values)):
+        expected = _raised(lambda call=call, feeds=feeds: getattr(theirs, call)(names, feeds))
+        assert type(expected) is TypeError  # onnxruntime's "incompatible function arguments"
+        got = _raised(lambda call=call, feeds=feeds: getattr(ours, call)(names, feeds))
+        assert isinstance(got, TypeError) and isinstance(got, dmlshim.BadInputError), got
+
+
+@pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")  # np.matrix, as clients still use it
+@pytest.mark.parametrize(
+    "convert",
+    [np.asmatrix, lambda a: np.ma.masked_array(a, mask=np.zeros_like(a, bool))],
+    ids=["matrix", "masked"],
+)
+def test_ndarray_subclass_feeds_read_as_their_buffer(convert: Any) -> None:
+    """``np.matrix`` indices crashed the Gather kernel (a TypeError from deep inside); onnxruntime reads
+    any ndarray subclass as the plain array it holds."""
+    theirs, ours = _sessions(_decoder_step())
+    feeds = _feeds()
+    feeds["ids"] = convert(feeds["ids"])
+    expected = theirs.run(None, feeds)
+    got = ours.run(None, feeds)
+    for g, e in zip(got, expected, strict=True):
+        assert type(g) is np.ndarray and g.dtype == e.dtype
+        np.testing.assert_array_equal(g, e)
+    binding = ours.io_binding()
+    for name, value in feeds.items():
+        binding.bind_cpu_input(name, value)
+    binding.bind_output("present")
+    ours.run_with_iobinding(binding)
+    np.testing.assert_array_equal(binding.copy_outputs_to_cpu()[0], expected[0])
+
+
+def _without_opset() -> bytes:
+    model = _decoder_step()
+    del model.opset_import[:]
+    return model.SerializeToString()
+
+
+def _without_graph() -> bytes:
+    model = onnx.ModelProto(ir_version=10)
+    model.opset_import.add().version = 13
+    return model.SerializeToString()
+
+
+@pytest.mark.parametrize("source", ["empty", "no graph", "no opset", "folder"])
+@pytest.mark.parametrize("as_file", [True, False], ids=["file", "bytes"])
+def test_models_onnxruntime_refuses_raise_its_class(source: str, as_file: bool, tmp_path: Path) -> None:
+    if source == "folder" and not as_file:
+        pytest.skip("a folder is a path only")
+    data = {"empty": b"", "no graph": _without_graph(), "no opset": _without_opset(), "folder": b""}[source]
+    model: Any = data
+    if as_file:
+        model = tmp_path if source == "folder" else tmp_path / "model.onnx"
+        if source != "folder":
+            model.write_bytes(data)
+        model = str(model)
+    expected = _raised(lambda: onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"]))
+    got = _raised(lambda: dmlshim.InferenceSession(model))
+    assert isinstance(got, type(expected)), (type(got).__mro__, type(expected))
+    assert isinstance(got, dmlshim.BadModelError)
+
+
+def _model_with_external_data(folder: Path) -> Path:
+    model = _decoder_step()
+    big = np.random.default_rng(0).standard_normal((4096, 4)).astype(np.float32)
+    model.graph.initializer[0].CopyFrom(numpy_helper.from_array(big, "table"))
+    (folder / "weights").mkdir(parents=True)
+    convert_model_to_external_data(
+        model, all_tensors_to_one_file=True, location="weights/w.bin", size_threshold=1024
+    )
+    onnx.save(model, str(folder / "model.onnx"))
+    return folder / "model.onnx"
+
+
+def _big_ids() -> dict[str, np.ndarray]:
+    feeds = _feeds()
+    feeds["ids"] = np.array([[4095, 0, -4096], [7, 8, 9]], np.int64)
+    return feeds
+
+
+def test_external_data_of_a_model_given_as_bytes_is_found_from_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """onnxruntime reads the external data of a model given as bytes from the working directory; dmlshim
+    refused such a model ("given in memory, without the folder that file is in")."""
+    path = _model_with_external_data(tmp_path / "model")
+    monkeypatch.chdir(path.parent)
+    data = path.read_bytes()
+    expected = onnxruntime.InferenceSession(data, _options(), providers=["CPUExecutionProvider"]).run(
+        None, _big_ids()
+    )
+    got = dmlshim.InferenceSession(data, _options()).run(None, _big_ids())
+    assert [g.shape for g in got] == [(2, 5, 4), (2, 1, 1)]
+    for g, e in zip(got, expected, strict=True):
+        np.testing.assert_array_equal(g, e)
+
+
+def test_external_data_of_a_model_given_as_bytes_elsewhere_raises_onnxruntimes_class(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _model_with_external_data(tmp_path / "model")
+    monkeypatch.chdir(tmp_path)  # weights/w.bin is not found from here
+    data = path.read_bytes()
+    expected = _raised(lambda: onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]))
+    got = _raised(lambda: dmlshim.InferenceSession(data))
+    assert isinstance(got, type(expected)), (type(got).__mro__, type(expected))
+    assert isinstance(got, dmlshim.BadModelError)
+    # from its path, both run it, with the same answers
+    expected_out = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"]).run(
+        None, _big_ids()
+    )
+    got_out = dmlshim.InferenceSession(path).run(None, _big_ids())
+    for g, e in zip(got_out, expected_out, strict=True):
+        np.testing.assert_array_equal(g, e)
