@@ -267,3 +267,38 @@ def test_external_data_files_in_memory_as_onnxruntime_reads_them(whole: bool, tm
     np.testing.assert_array_equal(want[2], -scale[[0, 299, -1]])  # read from memory, not from w.bin
     for g, e in zip(got_out, want, strict=True):
         np.testing.assert_array_equal(g, e)
+
+
+@pytest.mark.parametrize("strict", [None, "0", "1"])
+def test_strict_shape_type_inference_refuses_what_onnxruntime_refuses(strict: str | None) -> None:
+    """A Gather whose declared output shape disagrees with the inferred one: onnxruntime loads it, but not
+    with ``session.strict_shape_type_inference = 1``; dmlshim's model check loaded it either way (the
+    Gather runs emulated, so no onnxruntime partition saw the declaration)."""
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["x", "i"], ["y"], axis=0, name="g")],
+        "declared_wrong",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4]),
+            helper.make_tensor_value_info("i", TensorProto.INT64, [2]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [5, 4])],
+    )
+    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 13)])
+    data = model.SerializeToString()
+
+    def options() -> onnxruntime.SessionOptions:
+        so = _options()
+        if strict is not None:
+            so.add_session_config_entry("session.strict_shape_type_inference", strict)
+        return so
+
+    feeds = {"x": np.arange(12, dtype=np.float32).reshape(3, 4), "i": np.array([2, -3], np.int64)}
+    try:
+        theirs = onnxruntime.InferenceSession(data, options(), providers=["CPUExecutionProvider"])
+    except Exception as refused:  # onnxruntime's answer decides
+        got = _raised(lambda: dmlshim.InferenceSession(data, options()))
+        assert isinstance(got, type(refused)) and isinstance(got, dmlshim.BadModelError)
+        assert strict == "1"
+        return
+    expected = theirs.run(None, feeds)
+    np.testing.assert_array_equal(dmlshim.InferenceSession(data, options()).run(None, feeds)[0], expected[0])
