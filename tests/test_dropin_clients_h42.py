@@ -302,3 +302,63 @@ def test_strict_shape_type_inference_refuses_what_onnxruntime_refuses(strict: st
         return
     expected = theirs.run(None, feeds)
     np.testing.assert_array_equal(dmlshim.InferenceSession(data, options()).run(None, feeds)[0], expected[0])
+
+
+def _bfloat16_gather() -> bytes:
+    graph = helper.make_graph(
+        [
+            helper.make_node("Gather", ["x", "i"], ["y"], axis=0, name="g"),
+            helper.make_node("Shape", ["y"], ["s"], name="shape"),
+        ],
+        "bf16_gather",
+        [
+            helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [3, 4]),
+            helper.make_tensor_value_info("i", TensorProto.INT64, ["k"]),
+        ],
+        [
+            helper.make_tensor_value_info("y", TensorProto.BFLOAT16, None),
+            helper.make_tensor_value_info("s", TensorProto.INT64, None),
+        ],
+    )
+    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 21)])
+    return model.SerializeToString()
+
+
+def _raw(value: onnxruntime.OrtValue, item_bytes: int) -> bytes:
+    import ctypes
+
+    return ctypes.string_at(value.data_ptr(), int(np.prod(value.shape())) * item_bytes)
+
+
+@pytest.mark.parametrize("bound", ["allocated", "ortvalue"])
+def test_iobinding_outputs_numpy_cannot_hold_come_back_as_ortvalues(bound: str) -> None:
+    """A bfloat16 Gather output bound with bind_output or to an OrtValue: onnxruntime runs and get_outputs
+    gives the OrtValue (copy_outputs_to_cpu is a RuntimeError); dmlshim refused the run."""
+    data = _bfloat16_gather()
+    raw = (np.arange(12, dtype=np.uint16) + 16256).reshape(3, 4)  # bfloat16 bits of 1.0, 1.0078, ...
+    answers = []
+    for session in (
+        onnxruntime.InferenceSession(data, _options(), providers=["CPUExecutionProvider"]),
+        dmlshim.InferenceSession(data, _options()),
+    ):
+        x = onnxruntime.OrtValue.ortvalue_from_numpy_with_onnx_type(raw, TensorProto.BFLOAT16)
+        binding = session.io_binding()
+        binding.bind_ortvalue_input("x", x)
+        binding.bind_cpu_input("i", np.array([2, -3], np.int64))
+        target = None
+        if bound == "allocated":
+            binding.bind_output("y")
+        else:
+            target = onnxruntime.OrtValue.ortvalue_from_shape_and_type([2, 4], TensorProto.BFLOAT16, "cpu", 0)
+            binding.bind_ortvalue_output("y", target)
+        binding.bind_output("s")
+        session.run_with_iobinding(binding)
+        y, s = binding.get_outputs()
+        if target is not None:
+            assert _raw(target, 2) == _raw(y, 2)
+        copy_error = _raised(binding.copy_outputs_to_cpu)
+        answers.append((y.data_type(), y.shape(), _raw(y, 2), s.numpy().tolist(), copy_error))
+    theirs, ours = answers
+    assert ours[:4] == theirs[:4]
+    assert theirs[2] == raw[[2, 0]].tobytes()  # rows 2 and -3
+    assert isinstance(ours[4], type(theirs[4])) and isinstance(theirs[4], RuntimeError)

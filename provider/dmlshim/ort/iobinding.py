@@ -110,15 +110,17 @@ def refuse_unconvertible_array(name: str, value: Any) -> None:
     )
 
 
-def refuse_unholdable_outputs(names: Sequence[str], outputs: Sequence[Any]) -> None:
+def refuse_unholdable_outputs(
+    names: Sequence[str], outputs: Sequence[Any], instead: str = "ask for it with run_with_ort_values"
+) -> None:
     """Raise NotSupportedError (a ``RuntimeError``, as onnxruntime's) for an output ``run()`` cannot return:
     a tensor numpy cannot hold (bfloat16, float8), which onnxruntime's ``run`` refuses too."""
     for name, value in zip(names, outputs, strict=True):
         if isinstance(value, ort.OrtValue) and value.is_tensor():
             raise NotSupportedError(
-                f"output {name!r} is a {value.data_type()}, which numpy cannot hold, so run() cannot "
-                'return it (onnxruntime\'s run raises here too: "No corresponding Numpy type"); '
-                "ask for it with run_with_ort_values",
+                f"output {name!r} is a {value.data_type()}, which numpy cannot hold, so it cannot be "
+                'returned as an array (onnxruntime raises here too: "No corresponding Numpy type"); '
+                f"{instead}",
                 tensor=name,
                 value=value.data_type(),
             )
@@ -200,7 +202,7 @@ class IOBinding:
         self._session = session
         self._inputs: dict[str, Any] = {}
         self._outputs: dict[str, _OutputBinding] = {}
-        self._results: list[np.ndarray] | None = None
+        self._results: list[Any] | None = None
 
     @property
     def session(self) -> InferenceSession:
@@ -321,9 +323,12 @@ class IOBinding:
         results = self._results or []
         out = []
         for binding, value in zip(self._outputs.values(), results, strict=False):
-            out.append(
-                binding.ortvalue if binding.ortvalue is not None else ort.OrtValue.ortvalue_from_numpy(value)
-            )
+            if binding.ortvalue is not None:
+                out.append(binding.ortvalue)
+            elif isinstance(value, ort.OrtValue):  # a type numpy cannot hold (bfloat16, float8)
+                out.append(value)
+            else:
+                out.append(ort.OrtValue.ortvalue_from_numpy(value))
         return out
 
     def get_outputs_as_ortvaluevector(self) -> Any:
@@ -338,9 +343,19 @@ class IOBinding:
             "numpy arrays"
         )
 
+    @_binds
     def copy_outputs_to_cpu(self) -> list[np.ndarray]:
-        """The outputs of the last run as numpy arrays (copies), in the order they were bound."""
-        return [np.array(v, copy=True) for v in self._results or []]
+        """The outputs of the last run as numpy arrays (copies), in the order they were bound.
+
+        Raises:
+            NotSupportedError: an output numpy cannot hold (bfloat16, float8): a ``RuntimeError``, as
+                onnxruntime raises here; :meth:`get_outputs` gives it as an ``OrtValue``.
+        """
+        results = self._results or []
+        refuse_unholdable_outputs(
+            list(self._outputs)[: len(results)], results, "get_outputs() gives it as an OrtValue"
+        )
+        return [np.array(v, copy=True) for v in results]
 
     # --- used by InferenceSession.run_with_iobinding ----------------------------------------------
 
@@ -352,14 +367,17 @@ class IOBinding:
         """The bound outputs, in binding order."""
         return list(self._outputs)
 
-    def store_results(self, results: Sequence[np.ndarray]) -> None:
+    def store_results(self, results: Sequence[Any]) -> None:
         """Keep a run's outputs and write those bound to an OrtValue or a buffer into it.
 
         Raises:
             BadInputError: an output's shape or type differs from the OrtValue or buffer bound to it.
         """
-        kept: list[np.ndarray] = []
+        kept: list[Any] = []
         for binding, value in zip(self._outputs.values(), results, strict=True):
+            if isinstance(value, ort.OrtValue):  # bfloat16, float8: onnxruntime's OrtValue, kept as it is
+                kept.append(_store_ortvalue(binding, value))
+                continue
             arr = np.asarray(value)
             if binding.ortvalue is not None:
                 target = binding.ortvalue.numpy()
@@ -373,6 +391,42 @@ class IOBinding:
             else:
                 kept.append(arr)
         self._results = kept
+
+
+def _store_ortvalue(binding: _OutputBinding, value: Any) -> Any:
+    """An output numpy cannot hold, for its binding: the run's OrtValue, or its bytes copied into the
+    OrtValue bound to it (same type and shape)."""
+    if binding.buffer is not None:
+        raise NotSupportedError(
+            f"output {binding.name!r} is a {value.data_type()}, which numpy cannot hold: bind it with "
+            "bind_output(name) or bind_ortvalue_output, not to a buffer pointer",
+            tensor=binding.name,
+            value=value.data_type(),
+        )
+    target = binding.ortvalue
+    if target is None:
+        return value
+    if target.data_type() != value.data_type() or list(target.shape()) != list(value.shape()):
+        raise BadInputError(
+            f"output {binding.name!r} is {value.data_type()}{list(value.shape())} but the OrtValue bound to "
+            f"it holds {target.data_type()}{list(target.shape())}",
+            tensor=binding.name,
+            value=list(value.shape()),
+            rule="an output bound to pre-allocated memory must have that memory's shape and type",
+        )
+    size = int(np.prod(value.shape(), dtype=np.int64)) * _ITEM_BYTES[value.data_type()]
+    ctypes.memmove(target.data_ptr(), value.data_ptr(), size)
+    return target
+
+
+_ITEM_BYTES = {
+    "tensor(bfloat16)": 2,
+    "tensor(float8e4m3fn)": 1,
+    "tensor(float8e4m3fnuz)": 1,
+    "tensor(float8e5m2)": 1,
+    "tensor(float8e5m2fnuz)": 1,
+}
+"""Bytes per element of the tensor types numpy cannot hold whose OrtValues an IOBinding copies."""
 
 
 def _check_fits(name: str, value: np.ndarray, target: np.ndarray) -> None:

@@ -448,7 +448,8 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
         names = iobinding.bound_output_names()
         if not names:
             raise BadInputError("at least one output must be bound (bind_output) before run_with_iobinding")
-        iobinding.store_results(self.run(names, iobinding.bound_feeds(), run_options))
+        # outputs numpy cannot hold (bfloat16) stay OrtValues: get_outputs() returns them, as onnxruntime's
+        iobinding.store_results(self._run_values(self._wanted(names), iobinding.bound_feeds(), run_options))
 
     @raises_onnxruntime_errors()
     def create_ortvalue_from_shape_and_type(
