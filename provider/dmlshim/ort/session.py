@@ -35,7 +35,7 @@ from .iobinding import (
     to_ortvalue,
 )
 from .model_config import options_from_model, reads_config_from_model
-from .profiling import SessionProfiler, check_prefix
+from .profiling import SessionProfiler
 from .providers import normalize_providers, unknown_provider_error
 from .real import optimizers_disabled, pybind_state
 from .session_args import (
@@ -163,7 +163,6 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
         so = self._sess_options
         if self._profiler is not None or so is None or not so.enable_profiling:
             return
-        check_prefix(so.profile_file_prefix)
         model_file = os.fspath(path_or_bytes) if isinstance(path_or_bytes, (str, os.PathLike)) else None
         self._profiler = SessionProfiler(so.profile_file_prefix, inputs=(model_file,))
 
