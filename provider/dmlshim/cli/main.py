@@ -80,8 +80,15 @@ class _Parser(argparse.ArgumentParser):
         super().error(message)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every available subcommand."""
+def _named_command(argv: Sequence[str] | None) -> str | None:
+    """The subcommand ``argv`` names (the first word that is not an option), when it is one."""
+    word = next((w for w in argv or () if not w.startswith("-")), None)
+    return word if word in COMMANDS else None
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The argument parser with every available subcommand, or with only the one ``argv`` names: each
+    command module imports what its job needs, and a command should not pay for the others' imports."""
     from .. import __version__
 
     parser = _Parser(
@@ -93,7 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="info-level logging")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    named = _named_command(argv)
     for name, (module_name, help_text) in COMMANDS.items():
+        if named is not None and name != named:
+            continue
         try:
             module = importlib.import_module(f"{__package__}.{module_name}")
         except ModuleNotFoundError as exc:
@@ -124,8 +134,8 @@ def _json_error(args: argparse.Namespace | None, exc: BaseException, code: int) 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit code."""
-    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv)
     usage = io.StringIO()
     try:
         with contextlib.redirect_stderr(usage):

@@ -105,6 +105,8 @@ class PartitionedEngine:
             the weights in onnxruntime).
         check_always: build the whole-model check (when ``config.whole_model_check``) whatever the number
             of CPU segments (validate answers from it alone when every kernel agrees).
+        while_building: the caller's own work, called once while onnxruntime builds the check's session
+            (validate's static translation), or at the end when there is no such session.
     """
 
     name = "partitioned"
@@ -118,6 +120,7 @@ class PartitionedEngine:
         reference: bool = False,
         segments_from: PartitionedEngine | None = None,
         check_always: bool = False,
+        while_building: Callable[[], object] | None = None,
     ) -> None:
         self.config = config
         self.reference = reference
@@ -185,6 +188,8 @@ class PartitionedEngine:
             self._cpu_partitions = 1
             self._whole_model = True
             self._copy_on_output: frozenset[str] = frozenset()
+            if while_building is not None:
+                while_building()
             self._finish_init()
             return
         self._whole_model = False
@@ -254,6 +259,8 @@ class PartitionedEngine:
                 reference,
                 segments_from.cpu_step if segments_from is not None else None,
             )
+            if while_building is not None:
+                while_building()
         except BaseException:
             if pending is not None:
                 pending.wait()

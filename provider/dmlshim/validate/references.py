@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -166,11 +166,16 @@ def checked_run(
     index_mode: IndexMode,
     level: str,
     model_path: str | None,
+    while_building: Callable[[], object] | None = None,
 ) -> tuple[PartitionedRun | None, PartitionedEngine]:
     """The three runs as one, when they can be (see the module docstring): dmlshim's run answered by the
-    whole-model check, or None; and the engine, whose partitions the separate runs then walk."""
+    whole-model check, or None; and the engine, whose partitions the separate runs then walk.
+    ``while_building`` is called while onnxruntime builds the check's session."""
     engine = PartitionedEngine(
-        proto, _config(feature_level, index_mode, level, model_path, check=True), check_always=True
+        proto,
+        _config(feature_level, index_mode, level, model_path, check=True),
+        check_always=True,
+        while_building=while_building,
     )
     names = [o.name for o in proto.graph.output]
     answer = engine.run_checked(names, feeds)

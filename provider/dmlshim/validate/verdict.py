@@ -198,9 +198,15 @@ def _validate_loaded(
     feeds, source, generated = feeds_for(loaded, inputs, input_shapes, seed)
     common = {"feature_level": level, "index_mode": index_mode, "level": opt_level, "model_path": loaded.path}
     whole: dict[str, np.ndarray] | None
+    shapes = {k: tuple(int(d) for d in np.shape(v)) for k, v in feeds.items()}
+    translated: list[dict[str, NodeTranslation]] = []
+
+    def translate() -> None:  # while onnxruntime builds the check's session
+        translated.append(_translations(proto, level, shapes))
+
     try:
         one, engine = (
-            checked_run(proto, feeds, **common)  # type: ignore[arg-type]
+            checked_run(proto, feeds, **common, while_building=translate)  # type: ignore[arg-type]
             # Half floats: the whole model and the partitions round them at different places.
             if opt_level == ONE_RUN_LEVEL and not uses_half_floats(proto.graph)
             else (None, None)
@@ -231,8 +237,7 @@ def _validate_loaded(
 
     deps = dependencies(proto.graph)
     compared = compare_nodes(deps, ours.values, ref.values, agree)
-    shapes = {k: tuple(int(d) for d in np.shape(v)) for k, v in feeds.items()}
-    translations = _translations(proto, level, shapes)
+    translations = translated[0] if translated else _translations(proto, level, shapes)
     records = {r.name: r for r in ours.record.nodes}
     nodes = tuple(
         NodeValidation(
