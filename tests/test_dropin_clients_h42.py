@@ -362,3 +362,22 @@ def test_iobinding_outputs_numpy_cannot_hold_come_back_as_ortvalues(bound: str) 
     assert ours[:4] == theirs[:4]
     assert theirs[2] == raw[[2, 0]].tobytes()  # rows 2 and -3
     assert isinstance(ours[4], type(theirs[4])) and isinstance(theirs[4], RuntimeError)
+
+
+def test_output_dimensions_shape_inference_cannot_name_are_none_as_onnxruntime_reports() -> None:
+    """A Gather output whose first dimension comes from an unnamed index dimension: onnxruntime reports
+    None there; dmlshim reported the name onnx's shape inference made up (``unk__0``)."""
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["x", "i"], ["g"], axis=0, name="g")],
+        "unnamed_dims",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4]),
+            helper.make_tensor_value_info("i", TensorProto.INT64, [None, "k"]),
+        ],
+        [helper.make_tensor_value_info("g", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 13)])
+    theirs, ours = _sessions(model)
+    expected = [(o.name, o.type, o.shape) for o in theirs.get_outputs()]
+    assert expected == [("g", "tensor(float)", [None, "k", 4])]
+    assert [(o.name, o.type, o.shape) for o in ours.get_outputs()] == expected

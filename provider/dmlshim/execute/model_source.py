@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -240,10 +241,46 @@ def typed_outputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
         return outputs
     merged = {v.name: v for v in inferred.graph.output}
     known = {v.name: v for v in (*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output)}
+    ours = _dim_params(model.graph)
     result = []
     for out in outputs:
         candidate = merged.get(out.name)
         if out.type.WhichOneof("value") is None:
             candidate = known.get(out.name, candidate)
-        result.append(candidate if candidate is not None and candidate.type.WhichOneof("value") else out)
+        if candidate is not None and candidate.type.WhichOneof("value"):
+            result.append(_without_invented_dims(candidate, ours))
+        else:
+            result.append(out)
     return result
+
+
+_INVENTED_DIM = re.compile(r"unk__\d+")
+"""The names onnx's shape inference makes up for a dimension it cannot name (onnxruntime reports None)."""
+
+
+def _dim_params(graph: onnx.GraphProto) -> frozenset[str]:
+    names: set[str] = set()
+    for v in (*graph.input, *graph.output, *graph.value_info):
+        if v.type.HasField("tensor_type"):
+            names.update(d.dim_param for d in v.type.tensor_type.shape.dim if d.dim_param)
+    return frozenset(names)
+
+
+def _without_invented_dims(value: onnx.ValueInfoProto, ours: frozenset[str]) -> onnx.ValueInfoProto:
+    """``value`` with the dimension names shape inference made up (``unk__0``...) left unnamed, as
+    onnxruntime reports them (None); names the model itself uses are kept."""
+    if not value.type.HasField("tensor_type"):
+        return value
+
+    def invented(d: onnx.TensorShapeProto.Dimension) -> bool:
+        name = d.dim_param
+        return bool(name) and name not in ours and _INVENTED_DIM.fullmatch(name) is not None
+
+    if not any(invented(d) for d in value.type.tensor_type.shape.dim):
+        return value
+    copy = onnx.ValueInfoProto()
+    copy.CopyFrom(value)
+    for d in copy.type.tensor_type.shape.dim:
+        if invented(d):
+            d.ClearField("dim_param")
+    return copy
