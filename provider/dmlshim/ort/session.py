@@ -36,7 +36,7 @@ from .iobinding import (
 )
 from .model_config import options_from_model, reads_config_from_model
 from .profiling import SessionProfiler
-from .providers import normalize_providers, unknown_provider_error
+from .providers import normalize_providers, providers_or_fallback, unknown_provider_error
 from .real import optimizers_disabled, pybind_state
 from .session_args import (
     NO_MODEL_VERSION,
@@ -117,7 +117,9 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
         self._disabled_optimizers = disabled_optimizers(kwargs)
         self._feature_level = parse_feature_level(feature_level)
         self._index_mode = parse_index_mode(index_mode)
-        self._choice = normalize_providers(providers, provider_options)
+        # as onnxruntime: malformed providers fall back to its CPU provider, and its fallback is then off
+        self._choice, fell_back = providers_or_fallback(providers, provider_options, self._fallback_enabled)
+        self._fallback_enabled &= not fell_back
         self._engine_request = engine
         get_engine_factory(resolve_engine(engine, self._choice))  # an unknown engine fails before loading
         self._sess_options = sess_options
