@@ -381,3 +381,32 @@ def test_output_dimensions_shape_inference_cannot_name_are_none_as_onnxruntime_r
     expected = [(o.name, o.type, o.shape) for o in theirs.get_outputs()]
     assert expected == [("g", "tensor(float)", [None, "k", 4])]
     assert [(o.name, o.type, o.shape) for o in ours.get_outputs()] == expected
+
+
+@pytest.mark.parametrize("device", ["dml", "cuda", "gpu"])
+def test_outputs_bound_to_another_device_are_allocated_on_the_cpu_as_onnxruntime(device: str) -> None:
+    """A DirectML program binds its outputs with ``bind_output(name, "dml")``: onnxruntime's CPU package
+    allocates them in CPU memory and runs; dmlshim refused the binding."""
+    answers = []
+    for session in _sessions(_decoder_step()):
+        binding = session.io_binding()
+        for name, value in _feeds().items():
+            binding.bind_cpu_input(name, value)
+        binding.bind_output("present", device)
+        binding.bind_output("best", device, 0)
+        session.run_with_iobinding(binding)
+        outputs = binding.get_outputs()
+        answers.append(([o.device_name() for o in outputs], binding.copy_outputs_to_cpu()))
+    (their_devices, theirs), (our_devices, ours) = answers
+    assert our_devices == their_devices == ["cpu", "cpu"]
+    for g, e in zip(ours, theirs, strict=True):
+        np.testing.assert_array_equal(g, e)
+
+
+@pytest.mark.parametrize("device", ["bogus", "DML"])
+def test_output_devices_onnxruntime_does_not_know_are_refused(device: str) -> None:
+    errors = []
+    for session in _sessions(_decoder_step()):
+        errors.append(_raised(lambda session=session: session.io_binding().bind_output("present", device)))
+    assert type(errors[0]) is Exception  # onnxruntime's "Unsupported device type"
+    assert isinstance(errors[1], Exception) and isinstance(errors[1], dmlshim.DmlShimError)

@@ -34,6 +34,11 @@ _CPU_ONLY = (
 )
 
 
+_DEVICES_ALLOCATED_ON_CPU = frozenset({"cpu", "dml", "cuda", "gpu", "npu", "cann"})
+"""The device names onnxruntime's CPU package takes in ``bind_output`` without a pointer (the output is
+then allocated in CPU memory); it refuses other names ("Unsupported device type")."""
+
+
 def _check_cpu(device_type: str, what: str) -> None:
     if str(device_type).lower() != "cpu":
         raise NotSupportedError(f"{what} on device {device_type!r}: {_CPU_ONLY}", value=device_type)
@@ -293,6 +298,11 @@ class IOBinding:
             BadInputError: ``buffer_ptr`` without ``element_type`` and ``shape``.
         """
         name = self._check_name(name, outputs=True)
+        if buffer_ptr is None and str(device_type) in _DEVICES_ALLOCATED_ON_CPU:
+            # onnxruntime's CPU package takes an output bound to another device (a DirectML program's
+            # bind_output(name, "dml")) and allocates it in CPU memory: so does dmlshim
+            self._outputs[name] = _OutputBinding(name)
+            return
         _check_cpu(device_type, f"output {name!r} bound")
         if buffer_ptr is None:
             self._outputs[name] = _OutputBinding(name)
