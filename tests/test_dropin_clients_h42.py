@@ -410,3 +410,38 @@ def test_output_devices_onnxruntime_does_not_know_are_refused(device: str) -> No
         errors.append(_raised(lambda session=session: session.io_binding().bind_output("present", device)))
     assert type(errors[0]) is Exception  # onnxruntime's "Unsupported device type"
     assert isinstance(errors[1], Exception) and isinstance(errors[1], dmlshim.DmlShimError)
+
+
+def _string_gather() -> onnx.ModelProto:
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["s", "i"], ["g"], axis=0, name="g")],
+        "string_gather",
+        [
+            helper.make_tensor_value_info("s", TensorProto.STRING, ["k"]),
+            helper.make_tensor_value_info("i", TensorProto.INT64, ["j"]),
+        ],
+        [helper.make_tensor_value_info("g", TensorProto.STRING, None)],
+    )
+    return helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_numpy_bytes_feed_for_a_string_input() -> None:
+    """A numpy bytes array (dtype S) fed to a string input crashed the Gather kernel (a ValueError from
+    deep inside); onnxruntime takes it. Each element here is NUL-padded within its width, the case where
+    onnxruntime reads exactly the strings (it reads each element up to a NUL)."""
+    theirs, ours = _sessions(_string_gather())
+    feeds = {"s": np.array([b"a", b"bb", "\u00e9".encode()], dtype="S3"), "i": np.array([2, -3, 1], np.int64)}
+    expected = theirs.run(None, feeds)[0]
+    got = ours.run(None, feeds)[0]
+    assert expected.tolist() == ["\u00e9", "a", "bb"]
+    assert got.dtype == expected.dtype and got.tolist() == expected.tolist()
+
+
+@pytest.mark.parametrize("value", [np.array([1.5, 2.0]), np.array([1, 2])], ids=["float", "int"])
+def test_numbers_fed_to_a_string_input_are_refused_as_onnxruntime(value: np.ndarray) -> None:
+    """dmlshim ran the model on them (a string input has no numpy dtype to compare with)."""
+    theirs, ours = _sessions(_string_gather())
+    feeds = {"s": value, "i": np.array([0], np.int64)}
+    expected = _raised(lambda: theirs.run(None, feeds))
+    got = _raised(lambda: ours.run(None, feeds))
+    assert isinstance(got, type(expected)) and isinstance(got, dmlshim.BadInputError)
