@@ -400,8 +400,9 @@ def test_iobinding_errors() -> None:
         sess.run_with_iobinding(binding)
     with pytest.raises(BadInputError, match="this session"):
         InferenceSession(DECODER).run_with_iobinding(binding)
+    memory = np.zeros(4, np.int64)  # memory on another device: a pointer dmlshim cannot write through
     with pytest.raises(NotSupportedError, match="runs on the CPU"):
-        binding.bind_output("candidate_ids", "cuda")
+        binding.bind_output("candidate_ids", "cuda", 0, np.int64, [4], memory.ctypes.data)
     with pytest.raises(NotSupportedError, match="get_outputs\\(\\)"):
         binding.get_outputs_as_ortvaluevector()
     with pytest.raises(NotSupportedError, match="device_type='cpu'"):
