@@ -4,7 +4,9 @@ and the call that runs such a session with values numpy cannot hold (bfloat16, f
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -45,11 +47,22 @@ NUMPY_TENSOR_TYPES = frozenset(
 partition boundaries as the ``OrtValue`` onnxruntime produced."""
 
 
+_NEEDS_ORT_VALUES: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+
+
 def needs_ort_values(session: ort.InferenceSession) -> bool:
-    """Whether an output of ``session`` is a tensor numpy cannot hold (``session.run`` refuses those)."""
-    return any(
+    """Whether an output of ``session`` is a tensor numpy cannot hold (``session.run`` refuses those).
+    Asked once per session: ``get_outputs()`` builds new objects on every call, on every run."""
+    try:
+        return _NEEDS_ORT_VALUES[session]
+    except (KeyError, TypeError):
+        pass
+    needs = any(
         o.type.startswith("tensor(") and o.type not in NUMPY_TENSOR_TYPES for o in session.get_outputs()
     )
+    with contextlib.suppress(TypeError):  # a session that takes no weak reference: asked every time
+        _NEEDS_ORT_VALUES[session] = needs
+    return needs
 
 
 def run_session(

@@ -28,6 +28,7 @@ import onnxruntime as ort
 
 from ..errors import DmlShimError
 from ..model.graph import display_names
+from ..model.nonnegative import nonnegative_prover
 from ..model.weightless import tensor_nbytes, without_weights
 from ..translate import TensorInfo, infer_shapes
 from ..translate.shapes_info import tensor_infos
@@ -35,6 +36,7 @@ from ..translate.translator import model_opsets
 from .cpu_step import CpuStep, RunState, Values, run_session
 from .engine import EngineConfig
 from .fallback import has_deprecated_scatter, note_scatter_as_scatter_elements
+from .gather_given import lean_gathers
 from .node_plan import plan_nodes
 from .ort_support import (
     ORT_ERRORS,
@@ -231,6 +233,7 @@ class PartitionedEngine:
         )
         built_segments = sum(1 for s in partition.steps if isinstance(s, CpuSegment) and s.outputs)
         pending: PendingCheck | None = None
+        lean: dict[str, tuple[np.dtype[Any], np.dtype[Any]]] = {}
         if (
             config.whole_model_check
             and not reference
@@ -239,8 +242,11 @@ class PartitionedEngine:
             # onnxruntime builds the check's session on another thread while the steps are made here.
             outputs = frozenset(io.output for io in emulated_io)
             make = functools.partial(whole_model_builder, model, config, outputs, shared)
+            if not config.full_check:
+                prover = nonnegative_prover(graph, init_protos, {k: v.elem_type for k, v in infos.items()})
+                lean = lean_gathers(emulated_io, infos, prover, init_protos.keys())
             pending = start_whole_model_check(
-                model, emulated_io, set(graph_inputs), make, ORT_ERRORS, self._static_values
+                model, emulated_io, set(graph_inputs), make, ORT_ERRORS, self._static_values, frozenset(lean)
             )
         try:
             check_sizes()
@@ -266,7 +272,10 @@ class PartitionedEngine:
                 pending.wait()
             raise
         if pending is not None:
-            self._check = pending.finish([s for s in self._steps if isinstance(s, EmulatedStep)])
+            emulated_steps = [s for s in self._steps if isinstance(s, EmulatedStep)]
+            for step in emulated_steps:
+                step.lean_dtypes = lean.get(step.output)
+            self._check = pending.finish(emulated_steps)
         if self._check is not None:
             weight_bytes = sum(tensor_nbytes(t) for t in init_protos.values())
             # Partition boundaries stop onnxruntime's extended fusions, whose float results differ in the

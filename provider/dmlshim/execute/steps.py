@@ -22,7 +22,7 @@ from ..translate import NodeTranslation, Status, TensorInfo, run_translation, tr
 from ..translate.plan import elem_type_of
 from ..translate.runner import verify_translation
 from .cpu_step import RunState, Values, run_session
-from .gather_given import GIVEN_OPS, NOTE_GATHER_GIVEN, given_message, output_is_given
+from .gather_given import GIVEN_OPS, LEAN_MESSAGE, NOTE_GATHER_GIVEN, given_message, output_is_given
 from .ort_support import ORT_ERRORS, cpu_session, ort_run_error
 from .record import PLACEMENT_CPU, PLACEMENT_DML, NodeRecord
 from .segments import single_node_model, value_elem_and_rank
@@ -106,6 +106,7 @@ class EmulatedStep:
         "index_mode",
         "inferred_output",
         "inputs",
+        "lean_dtypes",
         "name",
         "node",
         "output",
@@ -143,6 +144,9 @@ class EmulatedStep:
         self.inferred_output = inferred_output
         self.reference = reference
         self.verifiable = node.op_type in VERIFIED_OPS
+        self.lean_dtypes: tuple[np.dtype[Any], np.dtype[Any]] | None = None
+        """A gather the whole-model check takes from onnxruntime by its inputs' shapes alone: their dtypes
+        (:func:`dmlshim.execute.gather_given.lean_gathers`)."""
         self._full_check = full_check
         self._proved = 0  # verified runs whose untouched elements were proved too
         self._proved_key: tuple[Any, ...] | None = None  # a gather's: the shapes and dtypes proved
@@ -247,6 +251,23 @@ class EmulatedStep:
             return None
         values[self.output] = theirs
         self._finish(self._given(clean, (NOTE_GATHER_GIVEN, GATHER_GIVEN_MESSAGE)), theirs, state)
+        return True
+
+    def given_by_shapes(self, shapes: Sequence[tuple[int, ...]], state: RunState) -> bool:
+        """Record this run of a lean gather (:attr:`lean_dtypes`) from its data and indices shapes, its
+        output being onnxruntime's; False when those shapes do not make a DirectML operator (the check then
+        hands the run to the partitioned steps)."""
+        if self.lean_dtypes is None:
+            return False
+        # Stand-ins with the shapes and dtypes and no memory: the translation reads nothing else.
+        dtypes = self.lean_dtypes
+        stand_ins = [np.broadcast_to(np.zeros((), d), s) for d, s in zip(dtypes, shapes, strict=True)]
+        _, clean = self._translation(stand_ins, state)
+        shape = gather_scatter_output_shape(self.node.op_type, self._attrs, [tuple(s) for s in shapes])
+        if clean is None or shape is None:
+            return False
+        record = self._given(clean, (NOTE_GATHER_GIVEN, LEAN_MESSAGE))
+        self._finish(record, np.broadcast_to(np.zeros((), self.lean_dtypes[0]), shape), state)
         return True
 
     def _run_reference(self, values: Values, arrays: list[Any], state: RunState) -> NodeRecord:

@@ -26,6 +26,7 @@ import onnx
 import onnxruntime as ort
 
 from ..model.weightless import graph_shell, is_external, model_shell, tensor_nbytes
+from .gather_given import add_extra_outputs
 from .weight_file import FOLDER_KEY, FileSlice, weight_slices
 from .weight_values import check_unchanged, external_slice, file_stamp, initializer_value
 
@@ -187,6 +188,5 @@ def light_copy(
     g = out.graph
     graph_shell(graph, g)
     g.initializer.extend(shared.stub(t) if t.name in shared else t for t in graph.initializer)
-    for name in extra_outputs:
-        g.output.add().name = name
+    add_extra_outputs(g, extra_outputs)
     return out

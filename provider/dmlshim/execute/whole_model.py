@@ -23,6 +23,7 @@ import onnx
 
 from ..background import BackgroundBuild
 from ..comparison import same_bits
+from .gather_given import add_extra_outputs, shape_output
 
 logger = logging.getLogger(__name__)
 
@@ -59,29 +60,54 @@ def identical(ours: Any, theirs: Any) -> bool:
     return same_bits(np.asarray(ours), np.asarray(theirs))
 
 
-def captured_names(steps: Sequence[NodeIO], known: set[str], graph_outputs: Sequence[str]) -> list[str]:
-    """The values to fetch besides the graph outputs: every emulated node's computed inputs and output."""
+def captured_names(
+    steps: Sequence[NodeIO],
+    known: set[str],
+    graph_outputs: Sequence[str],
+    lean: frozenset[str] = frozenset(),
+) -> list[str]:
+    """The values to fetch besides the graph outputs: every emulated node's computed inputs and output;
+    for a lean gather (its output named in ``lean``, see :func:`dmlshim.execute.gather_given.lean_gathers`)
+    only its computed inputs' shapes, and its inputs and output where another emulated node reads them."""
     seen = set(graph_outputs) | known
+    read = {n for step in steps if step.output not in lean for n in step.inputs if n}
+    read |= {n for step in steps for n in step.inputs if n and n in lean}
     names: list[str] = []
+
+    def add(name: str) -> None:
+        if name and name not in seen:
+            seen.add(name)
+            names.append(name)
+
     for step in steps:
-        for name in (*step.inputs, step.output):
-            if name and name not in seen:
-                seen.add(name)
-                names.append(name)
+        if step.output not in lean:
+            for name in (*step.inputs, step.output):
+                add(name)
+            continue
+        for name in step.inputs[:2]:
+            add(name if name in read else shape_output(name))
+        if step.output in read:
+            add(step.output)
     return names
 
 
 def augmented_model(model: onnx.ModelProto, extra_outputs: Sequence[str]) -> bytes:
-    """``model`` serialized with ``extra_outputs`` appended to its graph outputs (``model`` is left as
-    it was: the outputs are added, serialized and removed, so its weights are never copied)."""
+    """``model`` serialized with ``extra_outputs`` appended to its graph outputs, a ``Shape`` node making
+    each shape output among them (``model`` is left as it was: the outputs and nodes are added, serialized
+    and removed, so its weights are never copied)."""
     graph = model.graph
-    before = len(graph.output)
+    before, nodes_before = len(graph.output), len(graph.node)
     try:
-        for name in extra_outputs:
-            graph.output.add().name = name
+        add_extra_outputs(graph, extra_outputs)
         return model.SerializeToString()
     finally:
         del graph.output[before:]
+        del graph.node[nodes_before:]
+
+
+def _shape_of(value: Any) -> tuple[int, ...]:
+    shape = value.shape
+    return tuple(int(d) for d in (shape() if callable(shape) else shape))  # an OrtValue's is a method
 
 
 class WholeModelCheck:
@@ -94,6 +120,7 @@ class WholeModelCheck:
         graph_outputs: the model's output names.
         captured: the extra outputs of the session, as :func:`captured_names` lists them.
         ort_errors: the exception types onnxruntime raises.
+        lean: the outputs of the lean gathers (taken by their inputs' shapes, ``step.given_by_shapes``).
     """
 
     def __init__(
@@ -103,8 +130,10 @@ class WholeModelCheck:
         graph_outputs: Sequence[str],
         captured: Sequence[str],
         ort_errors: tuple[type[BaseException], ...],
+        lean: frozenset[str] = frozenset(),
     ) -> None:
         self._session = session
+        self._lean = lean
         self._steps = tuple(steps)
         self._fetch = [*graph_outputs, *captured]
         self._position = {name: i for i, name in enumerate(self._fetch)}
@@ -142,6 +171,11 @@ class WholeModelCheck:
             return None
         position = self._position
         for step in self._steps:
+            if step.output in self._lean:
+                if not self._given_by_shapes(step, fetched, values, state):
+                    self.disagreements += 1
+                    return None
+                continue
             for name in step.inputs:
                 if name and name in position and name not in values:
                     values[name] = fetched[position[name]]
@@ -158,6 +192,24 @@ class WholeModelCheck:
             values[step.output] = theirs
         self.agreements += 1
         return [fetched[position[n]] if n in position else values[n] for n in output_names]
+
+    def _given_by_shapes(self, step: Any, fetched: list[Any], values: dict[str, Any], state: Any) -> bool:
+        """A lean gather's run: recorded from its inputs' shapes, its output (where fetched) onnxruntime's."""
+        position = self._position
+        shapes = []
+        for name in step.inputs[:2]:
+            if name in position and name not in values:
+                values[name] = fetched[position[name]]
+            if name in values:
+                shapes.append(_shape_of(values[name]))
+            else:
+                shapes.append(tuple(int(d) for d in fetched[position[shape_output(name)]]))
+        if not step.given_by_shapes(shapes, state):
+            logger.debug("whole-model check: %r is no DirectML operator at these shapes", step.output)
+            return False
+        if step.output in position:
+            values[step.output] = fetched[position[step.output]]
+        return True
 
 
 class PendingCheck:
@@ -176,8 +228,10 @@ class PendingCheck:
         graph_outputs: Sequence[str],
         captured: Sequence[str],
         ort_errors: tuple[type[BaseException], ...],
+        lean: frozenset[str] = frozenset(),
     ) -> None:
         self._build = build
+        self._lean = lean
         self._graph_outputs = list(graph_outputs)
         self._captured = list(captured)
         self._ort_errors = ort_errors
@@ -195,7 +249,9 @@ class PendingCheck:
         except Exception as exc:
             logger.debug("whole-model check unavailable: %s", exc)
             return None
-        return WholeModelCheck(session, steps, self._graph_outputs, self._captured, self._ort_errors)
+        return WholeModelCheck(
+            session, steps, self._graph_outputs, self._captured, self._ort_errors, self._lean
+        )
 
 
 def start_whole_model_check(
@@ -205,17 +261,19 @@ def start_whole_model_check(
     make_builder: Callable[[list[str]], Callable[[], Any]],
     ort_errors: tuple[type[BaseException], ...],
     static: Mapping[str, Any],
+    lean: frozenset[str] = frozenset(),
 ) -> PendingCheck | None:
     """Start building the check's session for ``model`` on another thread (``make_builder`` prepares the
     session of the model with the extra outputs it is given and returns what builds it). None when
-    nothing is emulated or the session cannot be prepared."""
+    nothing is emulated or the session cannot be prepared. ``lean``: the outputs of the gathers taken by
+    their inputs' shapes (:func:`dmlshim.execute.gather_given.lean_gathers`)."""
     if not emulated:
         return None
     graph_outputs = [o.name for o in model.graph.output]
-    captured = captured_names(emulated, known | set(static), graph_outputs)
+    captured = captured_names(emulated, known | set(static), graph_outputs, lean)
     try:
         build = make_builder(captured)
     except Exception as exc:
         logger.debug("whole-model check unavailable: %s", exc)
         return None
-    return PendingCheck(BackgroundBuild(build), graph_outputs, captured, ort_errors)
+    return PendingCheck(BackgroundBuild(build), graph_outputs, captured, ort_errors, lean)

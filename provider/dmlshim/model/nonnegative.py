@@ -51,7 +51,7 @@ ALWAYS_NONNEGATIVE = {
 }
 """Operators whose listed outputs cannot hold a negative value (Relu: max(x, 0) of any type)."""
 
-_INT_BITS = {
+_INT_BITS: dict[int, tuple[int, bool]] = {
     TensorProto.BOOL: (1, False),
     TensorProto.UINT8: (8, False),
     TensorProto.UINT16: (16, False),

@@ -41,9 +41,17 @@ class OrtInferenceSession(_RealInferenceSession):
         super().__init__(*args, **kwargs)
 
 
+_UNCHANGED = contextlib.nullcontext()
+
+
+def optimizers_disabled(names: frozenset[str]) -> contextlib.AbstractContextManager[None]:
+    """Within: every :class:`OrtInferenceSession` built leaves ``names`` out (onnxruntime's optimizers).
+    Nothing to do (on every run, usually) when they are already the ones left out."""
+    return _UNCHANGED if DISABLED_OPTIMIZERS.get() == names else _disabled(names)
+
+
 @contextlib.contextmanager
-def optimizers_disabled(names: frozenset[str]) -> Iterator[None]:
-    """Within: every :class:`OrtInferenceSession` built leaves ``names`` out (onnxruntime's optimizers)."""
+def _disabled(names: frozenset[str]) -> Iterator[None]:
     token = DISABLED_OPTIMIZERS.set(names)
     try:
         yield

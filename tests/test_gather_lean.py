@@ -1,0 +1,193 @@
+"""Gathers whose indices the graph makes non-negative (dmlshim.model.nonnegative): the whole-model check
+takes their output from onnxruntime and fetches only their inputs' shapes (dmlshim.execute.gather_given
+``lean_gathers``). Expected outputs and refusals come from onnxruntime CPU (one intra-op thread)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import dmlshim
+from dmlshim.errors import DmlShimError
+from dmlshim.execute.gather_given import LEAN_MESSAGE, NOTE_GATHER_GIVEN, SHAPE_SUFFIX
+from dmlshim.execute.segments import folded_constants
+from dmlshim.execute.whole_model import captured_names
+from dmlshim.model.nonnegative import nonnegative_prover
+from tests.oracle import IR_VERSION, ort_run
+
+SPAN = 256
+
+
+def _model(clip_min: int = 0, clip_max: int = 2 * SPAN - 1, op: str = "GatherElements") -> onnx.ModelProto:
+    """DeBERTa's relative-position gather: positions from the query and key lengths, shifted by the span,
+    clipped, expanded over batch and heads, and used along the last axis of the scores."""
+    c = [
+        numpy_helper.from_array(np.array(v, np.int64), n)
+        for n, v in (("span", SPAN), ("lo", clip_min), ("hi", clip_max), ("zero", 0), ("one", 1))
+    ]
+    nodes = [
+        helper.make_node("Shape", ["q"], ["qshape"], name="qs"),
+        helper.make_node("Gather", ["qshape", "two"], ["qlen"], name="ql", axis=0),
+        helper.make_node("Range", ["zero", "qlen", "one"], ["qpos"], name="qr"),
+        helper.make_node("Unsqueeze", ["qpos", "axis1"], ["qcol"], name="qu"),
+        helper.make_node("Sub", ["qcol", "qpos"], ["rel"], name="rel"),
+        helper.make_node("Add", ["rel", "span"], ["shifted"], name="shift"),
+        helper.make_node("Clip", ["shifted", "lo", "hi"], ["clipped"], name="clip"),
+        helper.make_node("Shape", ["scores"], ["sshape"], name="ss"),
+        helper.make_node("Slice", ["sshape", "s0", "s3"], ["lead"], name="lead"),
+        helper.make_node("Shape", ["clipped"], ["cshape"], name="cs"),
+        helper.make_node("Slice", ["cshape", "c1", "c2"], ["tail"], name="tail"),
+        helper.make_node("Concat", ["lead", "tail"], ["eshape"], name="cat", axis=0),
+        helper.make_node("Expand", ["clipped", "eshape"], ["idx"], name="expand"),
+        helper.make_node("Relu", ["scores"], ["r"], name="relu"),
+    ]
+    if op == "GatherElements":
+        nodes.append(helper.make_node("GatherElements", ["r", "idx"], ["g"], name="gather", axis=-1))
+    else:  # a Gather along the last axis with the clipped positions
+        nodes.append(helper.make_node("Gather", ["r", "clipped"], ["g"], name="gather", axis=-1))
+    nodes.append(helper.make_node("Neg", ["g"], ["y"], name="neg"))
+    consts = [
+        numpy_helper.from_array(np.array(v, np.int64), n)
+        for n, v in (("two", 2), ("axis1", [1]), ("s0", [0]), ("s3", [3]), ("c1", [1]), ("c2", [2]))
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "lean",
+        [
+            helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["b", 12, "s", 2 * SPAN]),
+            helper.make_tensor_value_info("q", TensorProto.FLOAT, ["b", 12, "s", 64]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        c + consts,
+    )
+    return helper.make_model(graph, ir_version=IR_VERSION, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _feeds(batch: int = 2, seq: int = 128, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {
+        "scores": rng.standard_normal((batch, 12, seq, 2 * SPAN)).astype(np.float32),
+        "q": rng.standard_normal((batch, 12, seq, 64)).astype(np.float32),
+    }
+
+
+def _one_thread() -> ort.SessionOptions:
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    return so
+
+
+def _notes(session: Any) -> list[str]:
+    """The notes of the record of the node named "gather"."""
+    node = next(n for n in session.last_run_record.nodes if n.name == "gather")
+    return [code for code, _ in node.notes]
+
+
+def _same(got: list[np.ndarray], want: list[np.ndarray]) -> None:
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype and g.shape == w.shape and g.tobytes() == w.tobytes()
+
+
+@pytest.mark.parametrize("op", ["GatherElements", "Gather"])
+def test_a_gather_of_clipped_positions_is_onnxruntimes_from_the_first_run(op: str) -> None:
+    model = _model(op=op)
+    session = dmlshim.InferenceSession(model, sess_options=_one_thread())
+    for batch, seq in ((2, 128), (1, 200)):
+        feeds = _feeds(batch, seq)
+        _same(session.run(None, feeds), ort_run(model, feeds))
+        record = session.last_run_record
+        assert record.path == "whole-model check"
+        assert _notes(session) == [NOTE_GATHER_GIVEN]
+        node = next(n for n in record.nodes if n.name == "gather")
+        assert node.operator == f"DML_OPERATOR_{'GATHER_ELEMENTS' if op == 'GatherElements' else 'GATHER'}"
+        assert node.notes[0][1] == LEAN_MESSAGE
+
+
+def test_the_check_fetches_shapes_not_the_gathers_values() -> None:
+    model = _model()
+    session = dmlshim.InferenceSession(model, sess_options=_one_thread())
+    fetched = session.engine._check._fetch  # type: ignore[attr-defined]
+    assert sorted(fetched) == ["idx" + SHAPE_SUFFIX, "r" + SHAPE_SUFFIX, "y"]
+
+
+def test_a_negative_clip_bound_keeps_the_kernel_and_the_comparison() -> None:
+    model = _model(clip_min=-3)
+    feeds = _feeds()
+    session = dmlshim.InferenceSession(model, sess_options=_one_thread())
+    _same(session.run(None, feeds), ort_run(model, feeds))
+    assert _notes(session) == []  # computed by the kernel and compared on this first run
+    assert "r" in session.engine._check._fetch  # type: ignore[attr-defined]
+
+
+def test_full_check_computes_the_lean_gather(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DMLSHIM_FULL_CHECK", "1")
+    model, feeds = _model(), _feeds()
+    session = dmlshim.InferenceSession(model, sess_options=_one_thread())
+    _same(session.run(None, feeds), ort_run(model, feeds))
+    assert _notes(session) == []
+
+
+def test_an_index_past_the_axis_is_refused_as_onnxruntime_refuses_it() -> None:
+    model = _model(clip_max=4 * SPAN)  # positions up to 2 * SPAN + seq: past the axis of 2 * SPAN
+    feeds = _feeds(seq=300)
+    cpu = ["CPUExecutionProvider"]
+    theirs = ort.InferenceSession(model.SerializeToString(), _one_thread(), providers=cpu)
+    with pytest.raises(Exception, match=r"[Oo]ut of range|out of bounds"):
+        theirs.run(None, feeds)
+    session = dmlshim.InferenceSession(model, sess_options=_one_thread())
+    with pytest.raises(DmlShimError, match="gather"):
+        session.run(None, feeds)
+    small = _feeds(seq=100)  # in range again: the same session answers as onnxruntime does
+    _same(session.run(None, small), ort_run(model, small))
+
+
+def _prover(nodes: list[onnx.NodeProto], inits: list[onnx.TensorProto]) -> Any:
+    x = helper.make_tensor_value_info("x", TensorProto.INT64, [4])
+    graph = helper.make_graph(nodes, "p", [x], [], inits)
+    consts = {t.name: t for t in inits}
+    consts.update(folded_constants(graph))
+    types = {"x": TensorProto.INT64, "x32": TensorProto.INT32, "big": TensorProto.INT64}
+    return nonnegative_prover(graph, consts, types)
+
+
+def test_what_the_graph_proves_non_negative() -> None:
+    zero, minus = numpy_helper.from_array(np.array(0, np.int64), "zero"), numpy_helper.from_array(
+        np.array(-1, np.int64), "minus"
+    )
+    nodes = [
+        helper.make_node("Clip", ["x", "zero"], ["clipped"]),
+        helper.make_node("Clip", ["x", "minus"], ["clipped_neg"]),
+        helper.make_node("Clip", ["x"], ["unbounded"]),
+        helper.make_node("ArgMax", ["x"], ["argmax"]),
+        helper.make_node("TopK", ["x", "k"], ["values", "indices"]),
+        helper.make_node("Reshape", ["clipped", "shape"], ["reshaped"]),
+        helper.make_node("Concat", ["clipped", "argmax"], ["both"], axis=0),
+        helper.make_node("Concat", ["clipped", "x"], ["mixed"], axis=0),
+        helper.make_node("Max", ["x", "zero"], ["max0"]),
+        helper.make_node("Cast", ["clipped"], ["x32"], to=TensorProto.INT32),  # int64 -> int32 can wrap
+        helper.make_node("Cast", ["x32"], ["big"], to=TensorProto.INT64),
+        helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(np.array([0, 3], np.int64))),
+        helper.make_node("Neg", ["clipped"], ["negated"]),
+    ]
+    inits = [zero, minus, numpy_helper.from_array(np.array([1], np.int64), "k"),
+             numpy_helper.from_array(np.array([2, 2], np.int64), "shape")]  # fmt: skip
+    proved = _prover(nodes, inits)
+    yes = ["clipped", "argmax", "indices", "reshaped", "both", "max0", "c", "zero"]
+    no = ["x", "clipped_neg", "unbounded", "values", "mixed", "x32", "big", "negated", "minus", "nope"]
+    assert [n for n in yes if not proved(n)] == []
+    assert [n for n in no if proved(n)] == []
+
+
+def test_captured_names_keep_values_another_emulated_node_reads() -> None:
+    class IO:
+        def __init__(self, inputs: tuple[str, ...], output: str) -> None:
+            self.inputs, self.output = inputs, output
+
+    steps = [IO(("d", "i"), "g"), IO(("g", "j"), "h")]
+    names = captured_names(steps, set(), ["h"], lean=frozenset({"g"}))
+    assert names == ["d" + SHAPE_SUFFIX, "i" + SHAPE_SUFFIX, "g", "j"]
