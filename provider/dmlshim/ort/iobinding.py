@@ -294,7 +294,9 @@ class IOBinding:
         """Bind an output: allocated by the run, or written into CPU memory at ``buffer_ptr``.
 
         Raises:
-            NotSupportedError: ``device_type`` is not ``"cpu"``.
+            NotSupportedError: ``buffer_ptr`` on a device other than ``"cpu"`` (without one, an output
+                bound to ``"dml"``, ``"cuda"``, ... is allocated in CPU memory, as onnxruntime's CPU package
+                does).
             BadInputError: ``buffer_ptr`` without ``element_type`` and ``shape``.
         """
         name = self._check_name(name, outputs=True)
