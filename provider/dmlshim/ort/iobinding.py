@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnxruntime as ort
-from onnx import helper
+from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import BadInputError, NotSupportedError
 from ..execute.cpu_step import NUMPY_TENSOR_TYPES
@@ -142,15 +142,31 @@ def to_ortvalue(value: Any) -> Any:
             "(use run() for sequence and map outputs)"
         )
     if value.dtype.kind in "OUS":
-        raise NotSupportedError(
-            "run_with_ort_values returns numeric tensors only (onnxruntime builds no OrtValue from strings); "
-            "use run() for string outputs"
-        )
+        return string_ortvalue(value)
     # An OrtValue made by ortvalue_from_numpy only borrows the array's memory, and nothing keeps the array
     # alive once this returns: the OrtValue must own a copy.
     owned = ort.OrtValue.ortvalue_from_shape_and_type(list(value.shape), value.dtype)
     owned.update_inplace(np.ascontiguousarray(value))
     return owned
+
+
+def string_ortvalue(value: np.ndarray) -> Any:
+    """A string tensor as an ``onnxruntime.OrtValue``, which only an onnxruntime session can make (its
+    ``OrtValue`` factories refuse strings): a model holding the strings as a constant, run once."""
+    from .real import OrtInferenceSession
+
+    as_text = np.vectorize(lambda v: v.decode("utf-8") if isinstance(v, bytes) else str(v), otypes=[object])
+    strings = as_text(value) if value.size else np.asarray(value, dtype=object)
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["strings"], ["out"])],
+        "dmlshim_string_ortvalue",
+        [],
+        [helper.make_tensor_value_info("out", TensorProto.STRING, list(value.shape))],
+        [numpy_helper.from_array(np.asarray(strings, dtype=object), "strings")],
+    )
+    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 13)])
+    session = OrtInferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run_with_ort_values(None, {})[0]
 
 
 def ortvalues_from_vector(names: Sequence[str], feeds: Any) -> dict[str, Any]:
@@ -339,6 +355,8 @@ class IOBinding:
                 out.append(binding.ortvalue)
             elif isinstance(value, ort.OrtValue):  # a type numpy cannot hold (bfloat16, float8)
                 out.append(value)
+            elif value.dtype.kind in "OUS":  # strings: an OrtValue only onnxruntime's session makes
+                out.append(string_ortvalue(value))
             else:
                 out.append(ort.OrtValue.ortvalue_from_numpy(value))
         return out
