@@ -173,12 +173,16 @@ def test_what_the_graph_proves_non_negative() -> None:
         helper.make_node("Cast", ["x32"], ["big"], to=TensorProto.INT64),
         helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(np.array([0, 3], np.int64))),
         helper.make_node("Neg", ["clipped"], ["negated"]),
+        helper.make_node("Shape", ["x"], ["n"]),
+        helper.make_node("Range", ["zero", "n", "k"], ["positions"]),
+        helper.make_node("Range", ["n", "zero", "minus"], ["countdown"]),
     ]
     inits = [zero, minus, numpy_helper.from_array(np.array([1], np.int64), "k"),
              numpy_helper.from_array(np.array([2, 2], np.int64), "shape")]  # fmt: skip
     proved = _prover(nodes, inits)
-    yes = ["clipped", "argmax", "indices", "reshaped", "both", "max0", "c", "zero"]
+    yes = ["clipped", "argmax", "indices", "reshaped", "both", "max0", "c", "zero", "positions"]
     no = ["x", "clipped_neg", "unbounded", "values", "mixed", "x32", "big", "negated", "minus", "nope"]
+    no.append("countdown")
     assert [n for n in yes if not proved(n)] == []
     assert [n for n in no if proved(n)] == []
 
@@ -191,3 +195,43 @@ def test_captured_names_keep_values_another_emulated_node_reads() -> None:
     steps = [IO(("d", "i"), "g"), IO(("g", "j"), "h")]
     names = captured_names(steps, set(), ["h"], lean=frozenset({"g"}))
     assert names == ["d" + SHAPE_SUFFIX, "i" + SHAPE_SUFFIX, "g", "j"]
+
+
+def _mask_model() -> onnx.ModelProto:
+    """``x[x[:, 0] > 0]`` as exporters write boolean-mask indexing: NonZero, Transpose, GatherND."""
+    zero = numpy_helper.from_array(np.array(0, np.int64), "zero")
+    nodes = [
+        helper.make_node("Gather", ["x", "zero"], ["first"], name="col", axis=1),
+        helper.make_node("Greater", ["first", "fzero"], ["mask"], name="gt"),
+        helper.make_node("NonZero", ["mask"], ["nz"], name="nonzero"),
+        helper.make_node("Transpose", ["nz"], ["idx"], name="t", perm=[1, 0]),
+        helper.make_node("GatherND", ["x", "idx"], ["rows"], name="gather"),
+        helper.make_node("Relu", ["rows"], ["y"], name="relu"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "mask",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4096])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [zero, numpy_helper.from_array(np.array(0, np.float32), "fzero")],
+    )
+    return helper.make_model(graph, ir_version=IR_VERSION, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_a_boolean_mask_gathernd_is_lean_and_an_empty_selection_still_answers() -> None:
+    model = _mask_model()
+    rng = np.random.default_rng(3)
+    session = dmlshim.InferenceSession(model, sess_options=_one_thread())
+    for rows, sign in ((300, 1.0), (200, -1.0), (300, 1.0)):
+        x = rng.standard_normal((rows, 4096)).astype(np.float32)
+        if sign < 0:
+            x[:, 0] = -np.abs(x[:, 0])  # nothing selected: an empty output
+        feeds = {"x": x}
+        _same(session.run(None, feeds), ort_run(model, feeds))
+        record = session.last_run_record
+        assert record.path == "whole-model check"
+        node = next(n for n in record.nodes if n.name == "gather")
+        if sign < 0:  # no DirectML operator for an empty selection: recorded as the partitioned run would
+            assert node.placement == "onnxruntime-cpu" and node.notes == ()
+        else:
+            assert node.operator == "DML_OPERATOR_GATHER_ND1" and _notes(session) == [NOTE_GATHER_GIVEN]

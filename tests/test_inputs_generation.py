@@ -289,8 +289,9 @@ def test_zero_d_bool_input_is_a_0d_array(tmp_path: Path) -> None:
 
 
 def test_no_candidate_runs_names_shapes_and_fix(tmp_path: Path) -> None:
-    """x [n] reshaped to [3, 5] runs only with n = 15, which no small candidate reaches."""
-    shape = nh.from_array(np.array([3, 5], np.int64), "shape")
+    """x [n] reshaped to [3, 1367] runs only with n = 4101, which no candidate reaches (neither a small
+    size nor a size read from the constants: 3 and 1367 are, their product is above the largest hint)."""
+    shape = nh.from_array(np.array([3, 1367], np.int64), "shape")
     nodes = [
         helper.make_node("Reshape", ["x", "shape"], ["r"], name="reshape"),
         helper.make_node("Gather", ["r", "i"], ["y"], axis=1, name="g"),
@@ -310,7 +311,7 @@ def test_no_candidate_runs_names_shapes_and_fix(tmp_path: Path) -> None:
         generate(model)
     text = str(info.value)
     assert "x [2]" in text and "(n=2)" in text and "--inputs FILE.npz" in text and "--input-shape" in text
-    path = tmp_path / "reshape15.onnx"
+    path = tmp_path / "reshape4101.onnx"
     onnx.save(model, path)
     for command in ("validate", "run", "export"):
         extra: list[object] = ["-o", tmp_path / f"out_{command}"] if command == "export" else []
@@ -318,7 +319,7 @@ def test_no_candidate_runs_names_shapes_and_fix(tmp_path: Path) -> None:
         assert_cli_error(r.code, r.err, "x [2]", "--inputs FILE.npz", "--input-shape")
         doc = json.loads(r.out)
         assert doc["error"]["type"] == "BadInputError" and "x [2]" in doc["error"]["message"]
-    assert run_cli("validate", path, "--input-shape", "n=15").code == 0
+    assert run_cli("validate", path, "--input-shape", "n=4101").code == 0
 
 
 def test_indices_through_cast_and_unsqueeze_follow_the_chosen_sizes() -> None:

@@ -12,9 +12,10 @@ onnxruntime produced long before, so read from memory rather than cache) the ste
 1.13-1.17x onnxruntime's to 1.00-1.01x. Any other case (a negative index, an OrtValue, another dtype or shape
 than the node's, a node the translation sends to the CPU) computes and compares as before.
 
-A gather whose indices cannot be negative by construction (:mod:`dmlshim.model.nonnegative`: a
-DeBERTa-style ``Clip(min=0)`` then ``Expand``, ArgMax, TopK, ...) needs no proof from its values at all:
-onnxruntime's CPU Gather and GatherElements refuse any index outside ``[-dim, dim)``, so on any run
+A gather (GatherND too) whose indices cannot be negative by construction (:mod:`dmlshim.model.nonnegative`:
+a DeBERTa-style ``Clip(min=0)`` then ``Expand``, ArgMax, TopK, a boolean mask's NonZero, ...) needs no proof
+from its values at all: onnxruntime's CPU Gather, GatherElements and GatherND refuse any index outside
+``[-dim, dim)``, so on any run
 onnxruntime completes, its output is the DirectML one. The check then fetches only the shapes of such a
 gather's computed inputs (a ``Shape`` node each, added to the check's model), enough to describe the
 DirectML operator the run used, instead of its inputs and output (:func:`lean_gathers`). That removes
@@ -35,6 +36,10 @@ from ..translate.plan import elem_type_of
 
 GIVEN_OPS = frozenset(("Gather", "GatherElements"))
 """Gathers whose output the whole-model check takes from onnxruntime after the first proved runs."""
+
+LEAN_OPS = GIVEN_OPS | {"GatherND"}
+"""Gathers the check may take by their inputs' shapes alone (onnxruntime's CPU kernels of all three refuse
+an index outside ``[-dim, dim)``)."""
 
 NOTE_GATHER_GIVEN = "output_from_onnxruntime"
 
@@ -146,7 +151,7 @@ def lean_gathers(
     Split or Slice, which would not refuse an index past the axis."""
     found: dict[str, tuple[np.dtype[Any], np.dtype[Any]]] = {}
     for io in emulated:
-        if io.op_type not in GIVEN_OPS or len(io.inputs) < 2 or not all(io.inputs[:2]):
+        if io.op_type not in LEAN_OPS or len(io.inputs) < 2 or not all(io.inputs[:2]):
             continue
         data, indices = (infos.get(n) for n in io.inputs[:2])
         if data is None or indices is None or not data.elem_type or not indices.elem_type:

@@ -255,18 +255,22 @@ class EmulatedStep:
 
     def given_by_shapes(self, shapes: Sequence[tuple[int, ...]], state: RunState) -> bool:
         """Record this run of a lean gather (:attr:`lean_dtypes`) from its data and indices shapes, its
-        output being onnxruntime's; False when those shapes do not make a DirectML operator (the check then
-        hands the run to the partitioned steps)."""
+        output being onnxruntime's; False when no output shape follows from them (the check then hands
+        the run to the partitioned steps)."""
         if self.lean_dtypes is None:
             return False
         # Stand-ins with the shapes and dtypes and no memory: the translation reads nothing else.
         dtypes = self.lean_dtypes
         stand_ins = [np.broadcast_to(np.zeros((), d), s) for d, s in zip(dtypes, shapes, strict=True)]
-        _, clean = self._translation(stand_ins, state)
+        t, clean = self._translation(stand_ins, state)
         shape = gather_scatter_output_shape(self.node.op_type, self._attrs, [tuple(s) for s in shapes])
-        if clean is None or shape is None:
+        if shape is None:
             return False
-        record = self._given(clean, (NOTE_GATHER_GIVEN, LEAN_MESSAGE))
+        # No DirectML operator at these shapes (an empty selection, say): the partitioned steps would run
+        # the node in onnxruntime's CPU provider too, so onnxruntime's output is the answer either way.
+        record = self._cpu_record(t, stand_ins) if clean is None else self._given(
+            clean, (NOTE_GATHER_GIVEN, LEAN_MESSAGE)
+        )
         self._finish(record, np.broadcast_to(np.zeros((), self.lean_dtypes[0]), shape), state)
         return True
 
@@ -286,25 +290,29 @@ class EmulatedStep:
         t, clean = self._translation(arrays, state)
         if clean is None:
             values[self.output] = self._run_on_cpu(arrays, state)
-            return NodeRecord(
-                name=self.name,
-                op_type=self.node.op_type,
-                placement=PLACEMENT_CPU,
-                status=t.status.value,
-                duplicate_indices=overwritten_writes(self.node.op_type, self._attrs, arrays),
-                reasons=(
-                    *reasons_of(t),
-                    (
-                        REASON_RUNTIME_FALLBACK,
-                        "the translation for this run's shapes and types is not a DirectML operator; "
-                        "the node ran in onnxruntime's CPU provider",
-                    ),
-                ),
-                ort_placement=t.ort_placement,
-            )
+            return self._cpu_record(t, arrays)
         result = run_translation(t, arrays, index_mode=self.index_mode)
         values[self.output] = result.output
         return self._dml_record(clean, result.duplicate_indices, arrays)
+
+    def _cpu_record(self, t: NodeTranslation, arrays: list[Any]) -> NodeRecord:
+        """The record of a run whose translation at these shapes and types is no DirectML operator."""
+        return NodeRecord(
+            name=self.name,
+            op_type=self.node.op_type,
+            placement=PLACEMENT_CPU,
+            status=t.status.value,
+            duplicate_indices=overwritten_writes(self.node.op_type, self._attrs, arrays),
+            reasons=(
+                *reasons_of(t),
+                (
+                    REASON_RUNTIME_FALLBACK,
+                    "the translation for this run's shapes and types is not a DirectML operator; "
+                    "the node ran in onnxruntime's CPU provider",
+                ),
+            ),
+            ort_placement=t.ort_placement,
+        )
 
     def _given(
         self, record: NodeRecord, note: tuple[str, str] = (NOTE_UNTOUCHED_GIVEN, UNTOUCHED_GIVEN_MESSAGE)

@@ -41,6 +41,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ..model.graph import is_gather_scatter, subgraphs, walk_nodes
 from ..model.weightless import without_weights
+from ..translate.static_if import settle_static_ifs
 from .symbols import resolve_input_shapes
 from .trace import Shapes, Traced, attr, trace
 
@@ -74,6 +75,8 @@ class IndexConstraint:
         axis: the scatter axis for ``"lines"``.
         tuple_dims: the data dims an index tuple addresses, for ``"tuples"``.
         offset: what the path adds to the graph input's value before it is an index.
+        exact: the input's value (plus ``offset``) is the index itself, not one digit of a flattened
+            multi-index (where counting from the end is not the same element).
     """
 
     node: str
@@ -86,6 +89,7 @@ class IndexConstraint:
     axis: int = 0
     tuple_dims: tuple[int, ...] = ()
     offset: int = 0
+    exact: bool = True
 
 
 @dataclass(frozen=True)
@@ -137,10 +141,17 @@ def _with_static_inputs(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, 
 
 def _infer(model: onnx.ModelProto) -> onnx.ModelProto:
     try:
-        return onnx.shape_inference.infer_shapes(model, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
     except Exception as exc:  # onnx raises several unrelated types here
         logger.warning("shape inference failed (%s): index ranges may be conservative", exc)
         return model
+    try:
+        # an If decided by sizes or ranks (TorchScript's ``if x.dim() == 0``): its outputs take the
+        # shapes of the branch that runs, so the dims its values index are known
+        return settle_static_ifs(inferred, lambda m: onnx.shape_inference.infer_shapes(m, data_prop=True))
+    except Exception as exc:  # onnx raises several unrelated types here
+        logger.debug("If outputs left as ONNX infers them (%s)", exc)
+        return inferred
 
 
 def _shape_table(graph: onnx.GraphProto) -> dict[str, tuple[int | None, ...]]:
@@ -333,18 +344,22 @@ def plan_for_shapes(
                 found[source].append(IndexConstraint(node_name, node.op_type, -offset, 1 - offset))
                 continue
             direct = traced.direct
+            high = bound // traced.scale - offset
+            if traced.cap is not None:
+                high = min(high, traced.cap - offset)
             found[source].append(
                 IndexConstraint(
                     node=node_name,
                     op_type=node.op_type,
                     low=-offset,
-                    high=bound - offset,
+                    high=high,
                     unique=requirement.unique,
                     direct=direct,
                     structure=requirement.structure if direct else "values",
                     axis=requirement.axis,
                     tuple_dims=tuple(int(d) for d in requirement.dims if d is not None) if direct else (),
                     offset=offset,
+                    exact=traced.scale == 1 and traced.cap is None,
                 )
             )
     return tuple(

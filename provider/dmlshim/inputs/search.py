@@ -10,7 +10,10 @@ decoder needs ``sequence_length = 1``) are found by trying candidates on onnxrun
 3. one symbol at 1, alone or with another changed as in 2 (``sequence_length = 1`` and the total one more
    than the past: one decoding step); 1s come after 2 because a size of 1 broadcasts and can hide a
    relation;
-4. two symbols changed as in 2, every symbol at 1, one symbol at 0.
+4. one symbol at a size the model was traced at (a size read from its constants, :mod:`.hints`: a
+   TorchScript export can bake the example's sequence length into a Reshape target or an arithmetic
+   constant), then two symbols at such sizes (the 6 smallest);
+5. two symbols changed as in 2, every symbol at 1, one symbol at 0.
 
 Dimensions written as expressions (``past_sequence_length + sequence_length``, ``s0 + s1``) are computed
 from their symbols, never searched. The first candidate that runs is used; when none does, the error
@@ -35,6 +38,7 @@ from ..errors import BadInputError, BadModelError, DmlShimError, TooLargeError
 from ..limits import check_tensor
 from ..model.modelcheck import check_well_formed
 from .constraints import DEFAULT_DIM, light_copy, plan_for_shapes
+from .hints import size_hints
 from .symbols import ModelDims, model_dims, shapes_for, split_given
 from .values import draw
 
@@ -47,6 +51,8 @@ logger = logging.getLogger(__name__)
 
 MAX_TRIES = 400
 """Most candidates tried on onnxruntime before giving up."""
+PAIR_HINTS = 6
+"""How many of the smallest traced sizes are tried for two symbols together."""
 TIME_BUDGET_S = 30.0
 """Most seconds spent trying candidates (after the first) before giving up."""
 
@@ -153,7 +159,9 @@ class _Candidates:
         return shapes, feeds
 
 
-def _assignments(dims: ModelDims, given: Mapping[str, int], default: int) -> Iterator[dict[str, int]]:
+def _assignments(
+    dims: ModelDims, given: Mapping[str, int], default: int, hints: Sequence[int] = ()
+) -> Iterator[dict[str, int]]:
     """Symbol assignments to try, likeliest first (duplicates removed by the caller).
 
     A size of 1 broadcasts against anything, so a choice that sets a symbol to 1 can run while hiding the
@@ -185,6 +193,12 @@ def _assignments(dims: ModelDims, given: Mapping[str, int], default: int) -> Ite
         step = {**base, first: 1}
         for value in options(second, step):
             yield {**step, second: value}
+    for symbol in order:  # one symbol at a size the model was traced at
+        for value in hints:
+            yield {**base, symbol: value}
+    for first, second in itertools.combinations(order, 2):  # two symbols at traced sizes (the smallest)
+        for a, b in itertools.product(hints[:PAIR_HINTS], repeat=2):
+            yield {**base, first: a, second: b}
     for first, second in itertools.permutations(order, 2):  # two changed, no 1s
         step = {**base, first: default + 1}
         for value in options(second, step):
@@ -261,7 +275,8 @@ def generate(
     session: Any = None
     tries = 0
     started = time.monotonic()
-    for values in _assignments(dims, given, default_dim):
+    hints = size_hints(proto) if free and check else ()
+    for values in _assignments(dims, given, default_dim, hints):
         key = tuple(values[s] for s in dims.symbols)
         if key in seen:
             continue

@@ -14,7 +14,7 @@ value, as before).
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import onnx
@@ -78,6 +78,12 @@ class Traced:
     offset: int
     direct: bool
     component: Component | None
+    scale: int = 1
+    """The input's value (plus ``offset``) is multiplied by this before it is an index: the leading digit
+    of a flattened multi-index ``i * n + j``."""
+    cap: int | None = None
+    """The input's value plus ``offset`` must stay below this as well: the trailing digit ``j`` of
+    ``i * n + j`` must stay in ``[0, n)``."""
 
 
 def int_scalar(value: np.ndarray | None) -> int | None:
@@ -202,6 +208,53 @@ def _input_component(
     return None
 
 
+def _size_value(name: str, producers: Mapping[str, onnx.NodeProto], constants: Mapping[str, np.ndarray],
+                shapes: Shapes) -> int | None:  # fmt: skip
+    """A positive integer scalar known before the run: a constant, or one static dim read by
+    ``Gather(Shape(x), k)`` (through Cast/Identity)."""
+    name = _strip(name, producers)
+    found = int_scalar(constants.get(name))
+    if found is not None:
+        return found if found > 0 else None
+    node = producers.get(name)
+    if node is None or node.op_type != "Gather" or len(node.input) != 2:
+        return None
+    shape_node = producers.get(_strip(node.input[0], producers))
+    k = int_scalar(constants.get(node.input[1]))
+    if shape_node is None or shape_node.op_type != "Shape" or k is None or shape_node.attribute:
+        return None
+    dims = shapes.get(shape_node.input[0])
+    if dims is None or not -len(dims) <= k < len(dims):
+        return None
+    dim = dims[k]
+    return dim if dim is not None and dim > 0 else None
+
+
+def _flattened(
+    node: onnx.NodeProto,
+    graph_inputs: set[str],
+    producers: Mapping[str, onnx.NodeProto],
+    constants: Mapping[str, np.ndarray],
+    shapes: Shapes,
+    depth: int,
+) -> Iterator[Traced]:
+    """``Add(j, Mul(i, n))`` (either order) with ``n`` known: a multi-index flattened into one (torch's
+    advanced indexing over several dims). ``i`` is scaled by ``n`` and ``j`` stays in ``[0, n)``."""
+    for digit, product in (node.input, tuple(reversed(node.input))):
+        mul = producers.get(_strip(product, producers))
+        if mul is None or mul.op_type != "Mul" or len(mul.input) != 2:
+            continue
+        for lead, factor in (mul.input, tuple(reversed(mul.input))):
+            n = _size_value(factor, producers, constants, shapes)
+            if n is None:
+                continue
+            for t in trace(lead, graph_inputs, producers, constants, shapes, None, 0, False, depth + 1):
+                yield replace(t, scale=t.scale * n)
+            for t in trace(digit, graph_inputs, producers, constants, shapes, None, 0, False, depth + 1):
+                yield replace(t, cap=n if t.cap is None else min(t.cap, n))
+            return
+
+
 def trace(
     name: str,
     graph_inputs: set[str],
@@ -229,6 +282,9 @@ def trace(
         args = (graph_inputs, producers, constants, shapes, component)
         c_right = int_scalar(constants.get(right))
         c_left = int_scalar(constants.get(left))
+        if op == "Add" and c_right is None and c_left is None and offset == 0:
+            yield from _flattened(node, graph_inputs, producers, constants, shapes, depth)
+            return
         if c_right is not None:
             delta = c_right if op == "Add" else -c_right
             yield from trace(left, *args, offset + delta, False, depth + 1)
@@ -259,6 +315,16 @@ def trace(
         yield from trace(
             node.input[0], graph_inputs, producers, constants, shapes, component, offset, False, depth + 1
         )
+        return
+    if op == "If":
+        # Output k of an If is output k of the branch that runs: the values of either branch's.
+        k = list(node.output).index(name)
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.GRAPH and k < len(a.g.output):
+                yield from trace(
+                    a.g.output[k].name, graph_inputs, producers, constants, shapes, component, offset, False,
+                    depth + 1,
+                )  # fmt: skip
         return
     if op not in _VALUE_PRESERVING or (op in _FIRST_OUTPUT_ONLY and name != node.output[0]):
         return

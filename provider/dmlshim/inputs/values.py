@@ -112,7 +112,7 @@ def draw_indices(spec: InputSpec, rng: np.random.Generator, negative: bool) -> n
     values: np.ndarray
     if not unique:
         values = rng.integers(low, high, size=shape)
-        if negative and all(c.offset == 0 for c in spec.constraints) and dtype.kind == "i":
+        if negative and all(c.offset == 0 and c.exact for c in spec.constraints) and dtype.kind == "i":
             # x and x - bound address the same element when the dim equals the bound.
             flip = rng.random(shape) < 0.5
             values = np.where(flip, values - high, values)

@@ -9,7 +9,8 @@ check uses this to take such a gather's output from onnxruntime without fetching
 The proof follows a value back through operators that only move, repeat or select elements of their
 data input (Expand, Reshape, Transpose, Slice, a gather's data, ...) to a source that cannot be negative:
 a Clip or Max with a non-negative constant bound, Relu, an index-producing operator (ArgMax, TopK's
-indices, NonZero, Shape, Size), or a constant whose elements are all non-negative. Anything else, a graph
+indices, NonZero, Shape, Size), a Range from a non-negative start by a non-negative step, or a constant
+whose elements are all non-negative. Anything else, a graph
 input included, is not proved. Casts count only when they cannot wrap (to a wider or equal signed type
 from a smaller or equal one).
 """
@@ -132,6 +133,8 @@ def nonnegative_prover(
             return any(constant_at_least_zero(i) for i in inputs if i) or all(
                 proved(i, depth + 1) for i in inputs if i
             )
+        if op == "Range":  # start, start + delta, ...: never below start when delta is not negative
+            return len(inputs) == 3 and proved(inputs[0], depth + 1) and proved(inputs[2], depth + 1)
         if op == "Min":
             return all(proved(i, depth + 1) for i in inputs if i)
         if op == "Cast":

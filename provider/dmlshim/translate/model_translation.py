@@ -33,6 +33,7 @@ from .plan import (
     replace_translation,
 )
 from .shapes_info import infer_shapes, richer, tensor_info
+from .subgraph_shapes import unknown_rank_origins
 from .translator import _attributes, is_ep_reason, model_opsets, translate_node
 
 logger = logging.getLogger(__name__)
@@ -175,14 +176,16 @@ class _GraphInfos(Mapping[str, TensorInfo]):
 
 
 def _walk(
-    graph: onnx.GraphProto, prefix: str, local: _GraphInfos
+    graph: onnx.GraphProto, prefix: str, local: _GraphInfos, scopes: dict[str, _GraphInfos]
 ) -> Iterator[tuple[onnx.NodeProto, str, Mapping[str, TensorInfo], int]]:
-    """Every node with its path name, the type scope it sees and its index in its own graph."""
+    """Every node with its path name, the type scope it sees and its index in its own graph (``scopes``
+    gets the scope of every graph by its path prefix)."""
+    scopes[prefix] = local
     for index, node in enumerate(graph.node):
         name = node_path(prefix, node, index)
         yield node, name, local, index
         for attr_name, sub in subgraphs(node):
-            yield from _walk(sub, subgraph_prefix(name, attr_name), _GraphInfos(sub, local))
+            yield from _walk(sub, subgraph_prefix(name, attr_name), _GraphInfos(sub, local), scopes)
 
 
 @guard_resources("translating the model")
@@ -227,7 +230,9 @@ def translate_model(
     top = _GraphInfos(inferred.graph, {})
     # Nodes that differ only in tensor names share one lowering (None: the reasons quote a name).
     templates: dict[tuple[Any, ...], NodeTranslation | None] = {}
-    for node, name, scope, index in _walk(inferred.graph, "", top):
+    scopes: dict[str, _GraphInfos] = {}
+    unknown: list[tuple[int, str]] = []  # translations of SHAPE_UNKNOWN, with their graph's path prefix
+    for node, name, scope, index in _walk(inferred.graph, "", top, scopes):
         total += 1
         domain = "" if node.domain == "ai.onnx" else node.domain
         if get_converter(domain, node.op_type) is None:
@@ -249,11 +254,39 @@ def translate_model(
         else:
             t = _renamed(template, name, node)
         translations.append(t)
+        if "SHAPE_UNKNOWN" in t.reason_codes:
+            unknown.append((len(translations) - 1, name[: -len(node_path("", node, index))]))
         if debug:
             logger.debug("%s: %s", name, t.status.value)
+    if unknown:
+        _explain_unknown(inferred, scopes, unknown, translations)
     # The graph as given: in the inferred copy large initializers are graph inputs (no weight bytes).
     _apply_graph_placement(model.graph, top, top_level, translations)
     return ModelTranslation(fl, tuple(translations), total, opsets.get("", 0))
+
+
+def _explain_unknown(
+    inferred: onnx.ModelProto,
+    scopes: Mapping[str, _GraphInfos],
+    unknown: Sequence[tuple[int, str]],
+    translations: list[NodeTranslation],
+) -> None:
+    """Say in each ``SHAPE_UNKNOWN`` reason about an input of unknown rank where that rank is lost: an If
+    whose branches disagree, a loop-carried value whose rank changes, or the op ONNX cannot infer."""
+    origin = unknown_rank_origins(inferred, lambda prefix, name: scopes[prefix].get(name))
+    for position, prefix in unknown:
+        t = translations[position]
+        reasons = []
+        for r in t.reasons:
+            lost_rank = "is not known statically;" in r.message
+            if r.code == "SHAPE_UNKNOWN" and isinstance(r.value, str) and lost_rank:
+                found = origin(prefix, r.value)
+                if found is not None:
+                    head = r.message.split("is not known statically;", 1)[0]
+                    r = Reason(r.code, f"{head}is not known statically ({found.message}); {found.advice}",
+                               r.value)  # fmt: skip
+            reasons.append(r)
+        translations[position] = _copy(t, reasons=tuple(reasons))
 
 
 def _other_domain(

@@ -20,6 +20,8 @@ from ..model.ort_view import ort_value_types
 from ..model.prepare import prepare_model
 from ..model.weightless import without_weights
 from .plan import TensorInfo
+from .static_if import settle_static_ifs
+from .subgraph_shapes import type_loop_states
 
 logger = logging.getLogger(__name__)
 
@@ -260,9 +262,21 @@ def infer_shapes(
             inferred = onnx.shape_inference.infer_shapes(
                 inferred, check_type=False, strict_mode=False, data_prop=True
             )
-        return inferred
     except _ONNX_ERRORS as exc:
         raise BadModelError(f"ONNX shape inference failed: {exc}") from exc
+    try:
+        inferred = settle_static_ifs(inferred, _infer_again)
+    except _ONNX_ERRORS as exc:  # the chosen branch's types contradict the graph: leave the If merged
+        logger.debug("If outputs left as ONNX infers them: %s", exc)
+    try:
+        return type_loop_states(inferred, _infer_again)
+    except _ONNX_ERRORS as exc:  # the types given to loop-carried inputs contradict the body: leave them
+        logger.debug("loop-carried inputs left untyped: %s", exc)
+        return inferred
+
+
+def _infer_again(model: onnx.ModelProto) -> onnx.ModelProto:
+    return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
 
 
 def load_model(path: str | os.PathLike[str]) -> onnx.ModelProto:

@@ -1,0 +1,239 @@
+"""Ifs whose condition is known before the run: their outputs take the shapes of the branch that runs.
+
+ONNX shape inference merges the two branches of an If: where their outputs differ in rank, the If's output
+has none, and so has every value computed from it. Exporters often test sizes (TorchScript DeBERTa asks
+whether the query and key lengths differ), and once the sizes are known (``--input-shape``) the test is
+decided: :func:`settle_static_ifs` computes such conditions from constants and static shapes (a small
+numpy evaluation of Shape, Size, Slice, Gather, Squeeze, Unsqueeze, Concat, Cast, comparisons, logic and
+integer arithmetic), gives the If's outputs the types of the branch that runs, and infers again.
+A condition that needs anything else (a graph input's values, a symbolic size) is left to the run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from ..model.graph import subgraphs
+
+__all__ = ["settle_static_ifs"]
+
+logger = logging.getLogger(__name__)
+
+_MAX_PASSES = 3
+_MAX_DEPTH = 64
+_MAX_ELEMENTS = 4096
+
+_BINARY: Mapping[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "Equal": np.equal,
+    "Greater": np.greater,
+    "Less": np.less,
+    "GreaterOrEqual": np.greater_equal,
+    "LessOrEqual": np.less_equal,
+    "And": np.logical_and,
+    "Or": np.logical_or,
+    "Xor": np.logical_xor,
+    "Add": np.add,
+    "Sub": np.subtract,
+    "Mul": np.multiply,
+}
+
+
+class _Unknown(Exception):
+    """The value cannot be computed before the run."""
+
+
+def _attr(node: onnx.NodeProto, name: str, default: object) -> object:
+    for a in node.attribute:
+        if a.name == name:
+            return helper.get_attribute_value(a)
+    return default
+
+
+class _Evaluator:
+    """Computes small values of one graph from its constants and the static shapes it sees."""
+
+    def __init__(self, graph: onnx.GraphProto, shapes: Callable[[str], tuple[int, ...] | None]) -> None:
+        self._producers = {o: n for n in graph.node for o in n.output if o}
+        self._initializers = {t.name: t for t in graph.initializer}
+        self._shapes = shapes
+        self._memo: dict[str, np.ndarray] = {}
+
+    def value(self, name: str, depth: int = 0) -> np.ndarray:
+        if name in self._memo:
+            return self._memo[name]
+        if depth > _MAX_DEPTH:
+            raise _Unknown(name)
+        tensor = self._initializers.get(name)
+        if tensor is not None:
+            if tensor.data_location == onnx.TensorProto.EXTERNAL or int(np.prod(tensor.dims)) > _MAX_ELEMENTS:
+                raise _Unknown(name)
+            found = numpy_helper.to_array(tensor)
+        else:
+            node = self._producers.get(name)
+            if node is None or node.domain not in ("", "ai.onnx") or list(node.output).index(name) != 0:
+                raise _Unknown(name)
+            found = np.asarray(self._compute(node, depth + 1))
+        if found.size > _MAX_ELEMENTS:
+            raise _Unknown(name)
+        self._memo[name] = found
+        return found
+
+    def _static_shape(self, name: str) -> tuple[int, ...]:
+        shape = self._shapes(name)
+        if shape is None:
+            raise _Unknown(name)
+        return shape
+
+    def _compute(self, node: onnx.NodeProto, depth: int) -> np.ndarray:
+        op = node.op_type
+
+        def arg(i: int) -> np.ndarray:
+            if i >= len(node.input) or not node.input[i]:
+                raise _Unknown(node.name)
+            return self.value(node.input[i], depth)
+
+        def optional(i: int) -> np.ndarray | None:
+            return arg(i) if i < len(node.input) and node.input[i] else None
+
+        if op == "Constant":
+            for a in node.attribute:
+                if a.name == "value":
+                    return numpy_helper.to_array(a.t)
+                if a.name in ("value_int", "value_ints"):
+                    return np.asarray(helper.get_attribute_value(a), dtype=np.int64)
+                if a.name in ("value_float", "value_floats"):
+                    return np.asarray(helper.get_attribute_value(a), dtype=np.float32)
+            raise _Unknown(node.name)
+        if op == "Shape":
+            dims = np.asarray(self._static_shape(node.input[0]), dtype=np.int64)
+            start, end = int(_attr(node, "start", 0)), _attr(node, "end", None)  # type: ignore[call-overload]
+            return dims[start : None if end is None else int(end)]  # type: ignore[call-overload]
+        if op == "Size":
+            return np.asarray(int(np.prod(self._static_shape(node.input[0]), dtype=np.int64)), np.int64)
+        if op == "Identity":
+            return arg(0)
+        if op == "Cast":
+            return arg(0).astype(helper.tensor_dtype_to_np_dtype(int(_attr(node, "to", 0))))  # type: ignore[call-overload]
+        if op == "Not":
+            return np.logical_not(arg(0))
+        if op == "Neg":
+            return np.negative(arg(0))
+        if op in _BINARY:
+            return np.asarray(_BINARY[op](arg(0), arg(1)))
+        if op in ("Min", "Max"):
+            values = [arg(i) for i in range(len(node.input))]
+            reduce = np.minimum if op == "Min" else np.maximum
+            out = values[0]
+            for v in values[1:]:
+                out = reduce(out, v)
+            return out
+        if op == "Squeeze":
+            axes = optional(1)
+            found = axes if axes is not None else _attr(node, "axes", None)
+            data = arg(0)
+            if found is None:
+                return np.squeeze(data)
+            return np.squeeze(data, axis=tuple(int(a) for a in np.asarray(found).reshape(-1)))
+        if op == "Unsqueeze":
+            axes = optional(1)
+            found = axes if axes is not None else _attr(node, "axes", None)
+            if found is None:
+                raise _Unknown(node.name)
+            out = arg(0)
+            rank = out.ndim + int(np.asarray(found).size)
+            for a in sorted(int(a) + rank if int(a) < 0 else int(a) for a in np.asarray(found).reshape(-1)):
+                out = np.expand_dims(out, a)
+            return out
+        if op == "Gather":
+            return np.take(arg(0), arg(1).astype(np.int64), axis=int(_attr(node, "axis", 0)))  # type: ignore[call-overload]
+        if op == "Concat":
+            return np.concatenate([arg(i) for i in range(len(node.input))], axis=int(_attr(node, "axis", 0)))  # type: ignore[call-overload]
+        if op == "Slice":
+            data, starts, ends = arg(0), arg(1), arg(2)
+            axes, steps = optional(3), optional(4)
+            index: list[slice] = [slice(None)] * data.ndim
+            axes_list = range(len(starts)) if axes is None else [int(a) for a in axes]
+            for k, axis in enumerate(axes_list):
+                step = 1 if steps is None else int(steps[k])
+                index[axis] = slice(int(starts[k]), int(ends[k]), step)
+            return data[tuple(index)]
+        raise _Unknown(node.name)
+
+
+def _declared_shapes(graphs: list[onnx.GraphProto]) -> Callable[[str], tuple[int, ...] | None]:
+    """Static shapes the graphs declare (innermost first)."""
+    table: dict[str, tuple[int, ...] | None] = {}
+    for graph in reversed(graphs):
+        for v in (*graph.input, *graph.value_info, *graph.output):
+            tt = v.type.tensor_type
+            if not v.type.HasField("tensor_type") or not tt.HasField("shape"):
+                table.setdefault(v.name, None)
+                continue
+            dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+            table[v.name] = None if any(d is None for d in dims) else tuple(int(d) for d in dims)  # type: ignore[arg-type]
+        for t in graph.initializer:
+            table[t.name] = tuple(int(d) for d in t.dims)
+    return table.get
+
+
+def _branch_types(node: onnx.NodeProto, then: bool) -> list[onnx.TypeProto] | None:
+    name = "then_branch" if then else "else_branch"
+    for a in node.attribute:
+        if a.name == name and a.type == onnx.AttributeProto.GRAPH:
+            return [o.type for o in a.g.output]
+    return None
+
+
+def _settle(graph: onnx.GraphProto, enclosing: list[onnx.GraphProto]) -> bool:
+    """Give the outputs of every decidable If of ``graph`` (and of its subgraphs) the chosen branch's
+    types; True when any was given."""
+    changed = False
+    evaluator = _Evaluator(graph, _declared_shapes([graph, *enclosing]))
+    for node in graph.node:
+        if node.op_type == "If" and node.domain in ("", "ai.onnx") and node.input:
+            try:
+                cond = evaluator.value(node.input[0])
+            except (_Unknown, ValueError, IndexError, TypeError):
+                cond = None
+            if cond is not None and cond.size == 1:
+                types = _branch_types(node, bool(cond.reshape(-1)[0]))
+                if types is not None and len(types) == len(node.output):
+                    changed = _give_types(graph, node, types) or changed
+        for _, sub in subgraphs(node):
+            changed = _settle(sub, [graph, *enclosing]) or changed
+    return changed
+
+
+def _give_types(graph: onnx.GraphProto, node: onnx.NodeProto, types: list[onnx.TypeProto]) -> bool:
+    declared = {v.name: v for v in (*graph.value_info, *graph.output)}
+    changed = False
+    for name, tp in zip(node.output, types, strict=True):
+        if not name or not tp.HasField("tensor_type") or not tp.tensor_type.HasField("shape"):
+            continue
+        target = declared.get(name)
+        if target is not None and target.type.tensor_type.HasField("shape"):
+            continue  # already ranked
+        if target is None:
+            target = graph.value_info.add()
+            target.name = name
+        target.type.CopyFrom(tp)
+        changed = True
+        logger.debug("If %r: output %r typed from the branch its condition chooses", node.name, name)
+    return changed
+
+
+def settle_static_ifs(
+    model: onnx.ModelProto, infer: Callable[[onnx.ModelProto], onnx.ModelProto]
+) -> onnx.ModelProto:
+    """``model`` (inferred) with the outputs of Ifs whose condition is known typed as the branch that runs,
+    inferred again with ``infer`` after each pass that typed any."""
+    for _ in range(_MAX_PASSES):
+        if not _settle(model.graph, []):
+            break
+        model = infer(model)
+    return model
