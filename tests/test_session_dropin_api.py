@@ -167,8 +167,16 @@ def test_every_available_provider_list_is_accepted() -> None:
     ],
 )
 def test_malformed_providers(providers: object, provider_options: object, fragment: str) -> None:
+    """onnxruntime's constructor falls back to its CPU provider when the providers are malformed (it prints
+    "EP Error ... Falling back"): so does dmlshim's, with a warning; without the fallback it is refused."""
+    model = overridable_model().SerializeToString()
+    theirs = onnxruntime.InferenceSession(model, providers=providers, provider_options=provider_options)  # type: ignore[arg-type]
+    with pytest.warns(UserWarning, match="falling back"):
+        ours = InferenceSession(model, providers=providers, provider_options=provider_options)  # type: ignore[arg-type]
+    assert ours.get_providers() == theirs.get_providers() == ["CPUExecutionProvider"]
+    np.testing.assert_array_equal(ours.run(None, OVERRIDE_FEEDS)[0], theirs.run(None, OVERRIDE_FEEDS)[0])
     with pytest.raises(BadInputError, match=fragment):
-        InferenceSession(overridable_model(), providers=providers, provider_options=provider_options)  # type: ignore[arg-type]
+        InferenceSession(model, providers=providers, provider_options=provider_options, enable_fallback=False)  # type: ignore[arg-type]
 
 
 def test_provider_options_both_forms() -> None:
@@ -392,8 +400,9 @@ def test_iobinding_errors() -> None:
         sess.run_with_iobinding(binding)
     with pytest.raises(BadInputError, match="this session"):
         InferenceSession(DECODER).run_with_iobinding(binding)
+    memory = np.zeros(4, np.int64)  # memory on another device: a pointer dmlshim cannot write through
     with pytest.raises(NotSupportedError, match="runs on the CPU"):
-        binding.bind_output("candidate_ids", "cuda")
+        binding.bind_output("candidate_ids", "cuda", 0, np.int64, [4], memory.ctypes.data)
     with pytest.raises(NotSupportedError, match="get_outputs\\(\\)"):
         binding.get_outputs_as_ortvaluevector()
     with pytest.raises(NotSupportedError, match="device_type='cpu'"):

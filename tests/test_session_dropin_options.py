@@ -131,10 +131,20 @@ def test_profile_keeps_events_across_set_providers(tmp_path: Path) -> None:
     assert any(e["args"].get("partition") == "the model" for e in events)  # the CPU-only session
 
 
-def test_profile_prefix_folder_must_exist(tmp_path: Path) -> None:
-    with pytest.raises(BadInputError, match="profile_file_prefix"):
-        missing = str(tmp_path / "no" / "p")
-        InferenceSession(DECODER, options(enable_profiling=True, profile_file_prefix=missing))
+def test_profile_prefix_in_a_missing_folder_writes_nothing_as_onnxruntime(tmp_path: Path) -> None:
+    """onnxruntime builds and runs the session, and end_profiling returns the name of a file it could not
+    write; dmlshim refused the session."""
+    names = []
+    for side, make in (("theirs", onnxruntime.InferenceSession), ("ours", InferenceSession)):
+        missing = str(tmp_path / side / "p")
+        so = options(enable_profiling=True, profile_file_prefix=missing)
+        sess = make(DECODER, so)  # onnxruntime: its CPU provider; dmlshim: DirectML emulated
+        sess.run(None, decoder_feeds())
+        assert sess.get_profiling_start_time_ns() > 0
+        names.append(sess.end_profiling())
+    for name, side in zip(names, ("theirs", "ours"), strict=True):
+        assert name.startswith(str(tmp_path / side / "p_")) and name.endswith(".json")
+    assert not any(tmp_path.iterdir())  # nothing written, no folder made
 
 
 def test_default_profile_name_is_onnxruntimes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -26,7 +26,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..errors import BadInputError
+from ..errors import BadInputError, BadModelError
 from ..model.ort_errors import ORT_ERRORS
 from ..model.weightless import graph_shell, model_shell
 from ..ort.real import OrtInferenceSession
@@ -200,6 +200,49 @@ def from_files_in_memory(tensors: Mapping[str, onnx.TensorProto], so: Any) -> di
                 continue
             found[name] = np.asarray(value)
     return found
+
+
+_FILE_PROBE = "dmlshim_file_probe"
+
+
+def file_in_memory(location: str, so: Any) -> bool:
+    """Whether ``so`` holds the external-data file ``location`` in memory
+    (``add_external_initializers_from_files_in_memory``): onnxruntime is asked to read its first byte in an
+    empty folder, where only the options' in-memory files can be found."""
+    if so is None or not location:
+        return False
+    probe = onnx.TensorProto(name=_FILE_PROBE, data_type=onnx.TensorProto.UINT8, dims=[1])
+    probe.data_location = onnx.TensorProto.EXTERNAL
+    for key, value in (("location", location), ("offset", "0"), ("length", "1")):
+        entry = probe.external_data.add()
+        entry.key, entry.value = key, value
+    with tempfile.TemporaryDirectory(prefix="dmlshim-probe-") as tmp:
+        try:
+            _probe(Path(tmp), {_FILE_PROBE: probe}, set(), so, own=frozenset((_FILE_PROBE,)))
+        except ORT_ERRORS:
+            return False
+    return True
+
+
+def read_files_in_memory(tensors: Mapping[str, onnx.TensorProto], so: Any) -> dict[str, np.ndarray]:
+    """The values of external-data ``tensors`` whose file ``so`` holds in memory, read by onnxruntime.
+
+    Raises:
+        BadModelError: onnxruntime cannot read one of them there (an offset or length past the in-memory
+            file's end, say), as it then refuses the session (its class: ``Fail``).
+    """
+    with tempfile.TemporaryDirectory(prefix="dmlshim-probe-") as tmp:
+        try:
+            outputs = _probe(Path(tmp), tensors, set(), so, own=frozenset(tensors))
+        except ORT_ERRORS as exc:
+            raise BadModelError(
+                "onnxruntime cannot read the external data of "
+                f"{', '.join(repr(n) for n in tensors)} from the file the session options hold in memory: "
+                f"{str(exc).strip()}",
+                tensor=next(iter(tensors)),
+                rule="external data held in memory must hold every byte the model's tensors refer to",
+            ) from exc
+    return {n: np.asarray(v) for n, v in zip(tensors, outputs, strict=True)}
 
 
 def _refused(exc: BaseException) -> BadInputError:

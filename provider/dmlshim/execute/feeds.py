@@ -228,6 +228,18 @@ class FeedValidator:
         if value is None or not isinstance(value, (np.ndarray, list, Mapping)):
             raise _refused_object(check, value)
         arr = value if isinstance(value, np.ndarray) else _as_array(check, value)
+        if check.type == "tensor(string)" and arr.dtype.kind not in "OU":
+            if arr.dtype.kind != "S":  # onnxruntime: "Unexpected input data type"
+                raise BadInputError(
+                    f"input {check.name!r} expects tensor(string) (numpy str or object) but the feed is "
+                    f"{arr.dtype}",
+                    tensor=check.name,
+                    value=str(arr.dtype),
+                    rule="feed dtype must equal the graph input's element type",
+                )
+            # numpy bytes: the strings they hold, as UTF-8 (onnxruntime takes such arrays too, but reads
+            # each element up to a NUL, past its width when it has none)
+            arr = np.char.decode(arr, "utf-8", "replace").astype(object)
         if check.dtype is not None and arr.dtype != check.dtype:
             raise BadInputError(
                 f"input {check.name!r} expects {check.type} (numpy {check.dtype}) "

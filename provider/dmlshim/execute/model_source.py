@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,11 +14,13 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from ..errors import BadModelError
+from ..fileio.external_data import external_tensors
 from ..fileio.filekind import require_onnx_model
 from ..limits import check_model_inputs
 from ..model.modelcheck import check_model, load_external_data
 from ..model.prepare import prepare_model
-from ..ort.exceptions import as_onnxruntime_error
+from ..ort.exceptions import as_onnxruntime_error, check_failure_class, with_onnxruntime_class
+from ..ort.real import pybind_state
 from .added_initializers import AddedInitializers
 from .supplied import take_supplied_initializers
 from .weight_file import read_weightless
@@ -117,13 +120,16 @@ def load_model(model: ModelSource, sess_options: Any = None, *, weightless: bool
         except (DecodeError, ValueError, RuntimeError) as exc:
             raise BadModelError(f"the bytes are not a serialized ONNX model: {exc}") from exc
         added = take_supplied_initializers(parsed, sess_options) if parsed.HasField("graph") else None
+        _load_external_data_from_cwd(parsed)
         loaded = LoadedModel(parsed, None, added)
     elif isinstance(model, (str, os.PathLike)):
         path = Path(model)
         if not path.is_file():
-            raise BadModelError(
+            error = BadModelError(
                 "model file not found" if not path.exists() else "not a regular file", path=str(path)
             )
+            # onnxruntime reads a folder (or a device) and fails to parse it: InvalidProtobuf
+            raise with_onnxruntime_class(error, pybind_state.InvalidProtobuf) if path.exists() else error
         require_onnx_model(path)
         found = _read_weightless(path) if weightless else None
         light, inline = found if found is not None else (None, frozenset[str]())
@@ -161,6 +167,22 @@ def load_model(model: ModelSource, sess_options: Any = None, *, weightless: bool
     return loaded
 
 
+def _load_external_data_from_cwd(proto: onnx.ModelProto) -> None:
+    """As onnxruntime does for a model given as bytes: external data is found from the working directory
+    (and must stay inside it). Read into the model when every file is there; else left for the model
+    check to refuse, naming the first tensor (onnxruntime refuses such a model too)."""
+    tensors = external_tensors(proto.graph) if proto.HasField("graph") else []
+    locations = [next((e.value for e in t.external_data if e.key == "location"), "") for t in tensors]
+    if not tensors or not all(loc and os.path.isfile(loc) for loc in locations):
+        return
+    logger.debug("external data of a model given in memory read from the working directory %s", os.getcwd())
+    try:
+        load_external_data(proto, Path(os.getcwd()) / "<model given in memory>")
+    except BadModelError as exc:  # e.g. a location leaving the working directory: onnxruntime's Fail
+        exc.path = None
+        raise with_onnxruntime_class(exc, pybind_state.Fail) from exc.__cause__
+
+
 def _read_weightless(path: Path) -> tuple[onnx.ModelProto, frozenset[str]] | None:
     """The model at ``path`` without its large inline weights and the names of those (None: read it
     whole). A model file that is a link leading out of its folder is read whole: its weights would be
@@ -177,10 +199,16 @@ def _read_weightless(path: Path) -> tuple[onnx.ModelProto, frozenset[str]] | Non
 def _require_graph(proto: onnx.ModelProto, path: str | None) -> None:
     # An empty file parses as an empty ModelProto; say so instead of letting onnxruntime say "no graph".
     if not proto.HasField("graph") or not proto.opset_import:
-        raise BadModelError(
+        error = BadModelError(
             "not an ONNX model (empty, or no graph or no opset_import)",
             path=path,
             rule="an ONNX model has a graph and at least one opset_import",
+        )
+        # the classes onnxruntime raises: InvalidArgument ("No graph was found in the protobuf"), and its
+        # failed-check class for a graph without an opset_import ("Missing opset in the model")
+        no_graph = not proto.HasField("graph")
+        raise with_onnxruntime_class(
+            error, pybind_state.InvalidArgument if no_graph else check_failure_class()
         )
 
 
@@ -213,10 +241,46 @@ def typed_outputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
         return outputs
     merged = {v.name: v for v in inferred.graph.output}
     known = {v.name: v for v in (*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output)}
+    ours = _dim_params(model.graph)
     result = []
     for out in outputs:
         candidate = merged.get(out.name)
         if out.type.WhichOneof("value") is None:
             candidate = known.get(out.name, candidate)
-        result.append(candidate if candidate is not None and candidate.type.WhichOneof("value") else out)
+        if candidate is not None and candidate.type.WhichOneof("value"):
+            result.append(_without_invented_dims(candidate, ours))
+        else:
+            result.append(out)
     return result
+
+
+_INVENTED_DIM = re.compile(r"unk__\d+")
+"""The names onnx's shape inference makes up for a dimension it cannot name (onnxruntime reports None)."""
+
+
+def _dim_params(graph: onnx.GraphProto) -> frozenset[str]:
+    names: set[str] = set()
+    for v in (*graph.input, *graph.output, *graph.value_info):
+        if v.type.HasField("tensor_type"):
+            names.update(d.dim_param for d in v.type.tensor_type.shape.dim if d.dim_param)
+    return frozenset(names)
+
+
+def _without_invented_dims(value: onnx.ValueInfoProto, ours: frozenset[str]) -> onnx.ValueInfoProto:
+    """``value`` with the dimension names shape inference made up (``unk__0``...) left unnamed, as
+    onnxruntime reports them (None); names the model itself uses are kept."""
+    if not value.type.HasField("tensor_type"):
+        return value
+
+    def invented(d: onnx.TensorShapeProto.Dimension) -> bool:
+        name = d.dim_param
+        return bool(name) and name not in ours and _INVENTED_DIM.fullmatch(name) is not None
+
+    if not any(invented(d) for d in value.type.tensor_type.shape.dim):
+        return value
+    copy = onnx.ValueInfoProto()
+    copy.CopyFrom(value)
+    for d in copy.type.tensor_type.shape.dim:
+        if invented(d):
+            d.ClearField("dim_param")
+    return copy

@@ -17,7 +17,7 @@ import onnx
 from onnx import numpy_helper
 
 from ..model.weightless import is_external
-from .added_initializers import AddedInitializers, added_initializers, from_files_in_memory
+from .added_initializers import AddedInitializers, added_initializers, file_in_memory, read_files_in_memory
 
 logger = logging.getLogger(__name__)
 
@@ -56,18 +56,17 @@ def take_supplied_initializers(
             model.graph.initializer[i].CopyFrom(numpy_helper.from_array(added.values[t.name], t.name))
     if added.external:
         logger.info("initializers taken from the session options: %s", ", ".join(sorted(added.external)))
-    base = folder if folder is not None else Path.cwd()
     by_file: dict[str, dict[str, onnx.TensorProto]] = {}
     for t in model.graph.initializer:
         if t.name in external and t.name not in added.external:
             by_file.setdefault(_location(t), {})[t.name] = t
-    wanted: dict[str, onnx.TensorProto] = {}
+    in_memory: dict[str, Any] = {}
     for location, tensors in by_file.items():
-        # onnxruntime reads a file the options hold in memory from there, even when it is on disk too
-        first = dict([next(iter(tensors.items()))])
-        if not (base / location).is_file() or from_files_in_memory(first, options):
-            wanted.update(tensors)
-    in_memory = from_files_in_memory(wanted, options)
+        # onnxruntime reads a file the options hold in memory from there, even when it is on disk too, and
+        # refuses the session when a tensor lies outside it; a file neither there nor on disk is refused by
+        # the model check (as onnxruntime refuses it)
+        if file_in_memory(location, options):
+            in_memory.update(read_files_in_memory(tensors, options))
     for i, t in enumerate(model.graph.initializer):
         if t.name in in_memory:
             model.graph.initializer[i].CopyFrom(numpy_helper.from_array(in_memory[t.name], t.name))

@@ -139,6 +139,17 @@ def _check_one(t: onnx.TensorProto, base: Path | None, path: str | None) -> Exte
     return ExternalRef(t.name, Path(real), offset, size)
 
 
+def _in_memory_class(error: BadModelError, location: str) -> BadModelError:
+    """``error`` marked with the class onnxruntime raises for external data of a model given as bytes:
+    ``Fail`` when the file is not found from the working directory ("External data path validation
+    failed"), its failed-check class when it is (its initializer "model_path must not be empty")."""
+    from ..ort.exceptions import check_failure_class, with_onnxruntime_class  # the ort layer, on demand
+    from ..ort.real import pybind_state
+
+    found = bool(location) and os.path.exists(location)
+    return with_onnxruntime_class(error, check_failure_class() if found else pybind_state.Fail)
+
+
 def check_external_data(
     model: onnx.ModelProto, path: str | os.PathLike[str] | None, *, read_below: int | None = None
 ) -> list[ExternalRef]:
@@ -163,7 +174,7 @@ def check_external_data(
     if where is None:
         t = tensors[0]
         location = next((e.value for e in t.external_data if e.key == "location"), "")
-        raise BadModelError(
+        error = BadModelError(
             f"initializer {t.name!r} keeps its data in the external file {location!r}, but the model was "
             "given in memory, without the folder that file is in; pass the model's path, or load it with "
             "onnx.load(path) (which reads external data)",
@@ -171,6 +182,7 @@ def check_external_data(
             value=location,
             rule=EXTERNAL_DATA_RULE,
         )
+        raise _in_memory_class(error, location)
     left = (
         {t.name for t in model.graph.initializer if t.data_location == TensorProto.EXTERNAL}
         if read_below is not None

@@ -170,15 +170,33 @@ def _checkable(model: onnx.ModelProto) -> onnx.ModelProto:
 ACCEPTANCE_RULE = "a model loads exactly when onnxruntime's own session creation accepts it"
 
 
+LOAD_CONFIG_ENTRIES = ("session.strict_shape_type_inference", "session.allow_released_opsets_only")
+"""Session config entries that change which models onnxruntime loads."""
+
+
+def _config_entry(sess_options: object, key: str) -> str | None:
+    getter = getattr(sess_options, "get_session_config_entry", None)
+    if getter is None:
+        return None
+    try:
+        value = getter(key)
+    except RuntimeError:  # not set
+        return None
+    return value if isinstance(value, str) else None
+
+
 def ort_accepts(
     light: onnx.ModelProto,
     original: onnx.ModelProto,
     path: str | None,
     while_building: Callable[[], None] | None = None,
+    sess_options: object = None,
 ) -> None:
     """Create an onnxruntime CPU session on ``light`` (the weightless copy of ``original``), with graph
     optimizations off and one thread: onnxruntime decides whether the model loads. ``while_building``
-    runs on this thread while onnxruntime builds the session on another.
+    runs on this thread while onnxruntime builds the session on another. The config entries of the
+    caller's ``sess_options`` that decide what loads (strict shape and type inference, released opsets
+    only) are the check's too.
 
     Raises:
         BadModelError: onnxruntime refuses the model, naming its reason (and the culprit node when it can).
@@ -193,6 +211,10 @@ def ort_accepts(
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
     options.log_severity_level = 4
+    for key in LOAD_CONFIG_ENTRIES:
+        value = _config_entry(sess_options, key)
+        if value is not None:
+            options.add_session_config_entry(key, value)
     # A configuration the model carries for onnxruntime (ORT_LOAD_CONFIG_FROM_MODEL=1) is the session's,
     # read once (dmlshim.ort.model_config): the check must not start a profile of its own from it.
     # (``light`` may be the caller's model itself, small since weightless: changed on a copy.)
@@ -279,7 +301,7 @@ def check_model(
         findings[0] = _onnx_checker_findings(light)
 
     try:
-        ort_accepts(light, model, where, check_with_onnx)
+        ort_accepts(light, model, where, check_with_onnx, sess_options=sess_options)
     except BadModelError as refused:
         finding = findings[0]
         if sess_options is not None and unknown_operators(model):

@@ -15,12 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnxruntime as ort
-from onnx import helper
+from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import BadInputError, NotSupportedError
 from ..execute.cpu_step import NUMPY_TENSOR_TYPES
 from .exceptions import raises_onnxruntime_errors
 from .real import pybind_state
+from .session_args import tensor_name
 
 if TYPE_CHECKING:
     from .session import InferenceSession
@@ -31,6 +32,11 @@ _CPU_ONLY = (
     "dmlshim runs on the CPU (DirectML is emulated with numpy kernels); bind CPU memory: "
     "device_type='cpu', bind_cpu_input, or a CPU OrtValue"
 )
+
+
+_DEVICES_ALLOCATED_ON_CPU = frozenset({"cpu", "dml", "cuda", "gpu", "npu", "cann"})
+"""The device names onnxruntime's CPU package takes in ``bind_output`` without a pointer (the output is
+then allocated in CPU memory); it refuses other names ("Unsupported device type")."""
 
 
 def _check_cpu(device_type: str, what: str) -> None:
@@ -68,8 +74,8 @@ _NPY_USERDEF = 256
 
 
 def as_array(value: Any) -> Any:
-    """An ``onnxruntime.OrtValue`` as the numpy array it holds (a view for CPU tensors); other values, and
-    OrtValues of element types numpy cannot hold, unchanged."""
+    """An ``onnxruntime.OrtValue`` as the numpy array it holds (a view for CPU tensors), an ndarray subclass
+    as a plain ndarray view; other values, and OrtValues of element types numpy cannot hold, unchanged."""
     if isinstance(value, ort.OrtValue):
         if not value.is_tensor():
             raise NotSupportedError(
@@ -82,6 +88,9 @@ def as_array(value: Any) -> Any:
                 value  # bfloat16, float8, 4-bit: numpy cannot hold it; onnxruntime's sessions take it as is
             )
         return value.numpy()
+    if isinstance(value, np.ndarray) and type(value) is not np.ndarray:
+        # a subclass (np.matrix, a masked array, np.memmap): onnxruntime reads its buffer as a plain array
+        return np.asarray(value)
     return value
 
 
@@ -106,15 +115,17 @@ def refuse_unconvertible_array(name: str, value: Any) -> None:
     )
 
 
-def refuse_unholdable_outputs(names: Sequence[str], outputs: Sequence[Any]) -> None:
+def refuse_unholdable_outputs(
+    names: Sequence[str], outputs: Sequence[Any], instead: str = "ask for it with run_with_ort_values"
+) -> None:
     """Raise NotSupportedError (a ``RuntimeError``, as onnxruntime's) for an output ``run()`` cannot return:
     a tensor numpy cannot hold (bfloat16, float8), which onnxruntime's ``run`` refuses too."""
     for name, value in zip(names, outputs, strict=True):
         if isinstance(value, ort.OrtValue) and value.is_tensor():
             raise NotSupportedError(
-                f"output {name!r} is a {value.data_type()}, which numpy cannot hold, so run() cannot "
-                'return it (onnxruntime\'s run raises here too: "No corresponding Numpy type"); '
-                "ask for it with run_with_ort_values",
+                f"output {name!r} is a {value.data_type()}, which numpy cannot hold, so it cannot be "
+                'returned as an array (onnxruntime raises here too: "No corresponding Numpy type"); '
+                f"{instead}",
                 tensor=name,
                 value=value.data_type(),
             )
@@ -131,15 +142,31 @@ def to_ortvalue(value: Any) -> Any:
             "(use run() for sequence and map outputs)"
         )
     if value.dtype.kind in "OUS":
-        raise NotSupportedError(
-            "run_with_ort_values returns numeric tensors only (onnxruntime builds no OrtValue from strings); "
-            "use run() for string outputs"
-        )
+        return string_ortvalue(value)
     # An OrtValue made by ortvalue_from_numpy only borrows the array's memory, and nothing keeps the array
     # alive once this returns: the OrtValue must own a copy.
     owned = ort.OrtValue.ortvalue_from_shape_and_type(list(value.shape), value.dtype)
     owned.update_inplace(np.ascontiguousarray(value))
     return owned
+
+
+def string_ortvalue(value: np.ndarray) -> Any:
+    """A string tensor as an ``onnxruntime.OrtValue``, which only an onnxruntime session can make (its
+    ``OrtValue`` factories refuse strings): a model holding the strings as a constant, run once."""
+    from .real import OrtInferenceSession
+
+    as_text = np.vectorize(lambda v: v.decode("utf-8") if isinstance(v, bytes) else str(v), otypes=[object])
+    strings = as_text(value) if value.size else np.asarray(value, dtype=object)
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["strings"], ["out"])],
+        "dmlshim_string_ortvalue",
+        [],
+        [helper.make_tensor_value_info("out", TensorProto.STRING, list(value.shape))],
+        [numpy_helper.from_array(np.asarray(strings, dtype=object), "strings")],
+    )
+    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 13)])
+    session = OrtInferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run_with_ort_values(None, {})[0]
 
 
 def ortvalues_from_vector(names: Sequence[str], feeds: Any) -> dict[str, Any]:
@@ -166,8 +193,7 @@ def fill_fetches(fetches: Any, outputs: Sequence[Any]) -> None:
     for i, out in enumerate(outputs):
         if isinstance(out, ort.OrtValue) and out.data_type() not in NUMPY_TENSOR_TYPES:  # bfloat16, float8
             if len(fetches) > i:
-                held = ort.OrtValue(fetches[i])
-                _store_raw(_OutputBinding(f"fetch {i}", ortvalue=held), out)
+                _store_ortvalue(_OutputBinding(f"fetch {i}", ortvalue=ort.OrtValue(fetches[i])), out)
             else:
                 fetches.push_back(out._get_c_value())
             continue
@@ -215,8 +241,10 @@ class IOBinding:
         """What ``session._sess.run_with_iobinding`` takes, as onnxruntime's ``IOBinding._iobinding``."""
         return self
 
-    def _check_name(self, name: str, outputs: bool) -> None:
-        """Refuse, at bind time as onnxruntime does, a name that is not an input (output) of the model."""
+    def _check_name(self, name: Any, outputs: bool) -> str:
+        """The name (bytes read as UTF-8, as onnxruntime takes them); refuse, at bind time as onnxruntime
+        does, a name that is not an input (output) of the model."""
+        name = tensor_name(name, "output" if outputs else "input")
         if outputs:
             known = [a.name for a in self._session.get_outputs()]
         else:
@@ -230,13 +258,14 @@ class IOBinding:
                 value=name,
                 rule=f"a bound {kind} must be an {kind} of the model",
             )
+        return name
 
     # --- inputs ------------------------------------------------------------------------------------
 
     @_binds
     def bind_cpu_input(self, name: str, arr_on_cpu: Any) -> None:
         """Bind an input to a numpy array (kept by reference, as in onnxruntime: not copied)."""
-        self._check_name(name, outputs=False)
+        name = self._check_name(name, outputs=False)
         self._inputs[name] = arr_on_cpu
 
     @_binds
@@ -254,14 +283,14 @@ class IOBinding:
         Raises:
             NotSupportedError: ``device_type`` is not ``"cpu"``.
         """
-        self._check_name(name, outputs=False)
+        name = self._check_name(name, outputs=False)
         _check_cpu(device_type, f"input {name!r} bound")
         self._inputs[name] = array_at(buffer_ptr, element_type, shape)
 
     @_binds
     def bind_ortvalue_input(self, name: str, ortvalue: Any) -> None:
         """Bind an input to an ``onnxruntime.OrtValue`` (a CPU tensor)."""
-        self._check_name(name, outputs=False)
+        name = self._check_name(name, outputs=False)
         as_array(ortvalue)
         self._inputs[name] = ortvalue
 
@@ -287,10 +316,17 @@ class IOBinding:
         """Bind an output: allocated by the run, or written into CPU memory at ``buffer_ptr``.
 
         Raises:
-            NotSupportedError: ``device_type`` is not ``"cpu"``.
+            NotSupportedError: ``buffer_ptr`` on a device other than ``"cpu"`` (without one, an output
+                bound to ``"dml"``, ``"cuda"``, ... is allocated in CPU memory, as onnxruntime's CPU package
+                does).
             BadInputError: ``buffer_ptr`` without ``element_type`` and ``shape``.
         """
-        self._check_name(name, outputs=True)
+        name = self._check_name(name, outputs=True)
+        if buffer_ptr is None and str(device_type) in _DEVICES_ALLOCATED_ON_CPU:
+            # onnxruntime's CPU package takes an output bound to another device (a DirectML program's
+            # bind_output(name, "dml")) and allocates it in CPU memory: so does dmlshim
+            self._outputs[name] = _OutputBinding(name)
+            return
         _check_cpu(device_type, f"output {name!r} bound")
         if buffer_ptr is None:
             self._outputs[name] = _OutputBinding(name)
@@ -304,7 +340,7 @@ class IOBinding:
     @_binds
     def bind_ortvalue_output(self, name: str, ortvalue: Any) -> None:
         """Bind an output to an ``onnxruntime.OrtValue`` (a CPU tensor of the output's type and shape)."""
-        self._check_name(name, outputs=True)
+        name = self._check_name(name, outputs=True)
         as_array(ortvalue)
         self._outputs[name] = _OutputBinding(name, ortvalue=ortvalue)
 
@@ -323,8 +359,10 @@ class IOBinding:
         for binding, value in zip(self._outputs.values(), results, strict=False):
             if binding.ortvalue is not None:
                 out.append(binding.ortvalue)
-            elif isinstance(value, ort.OrtValue):  # bfloat16, float8: the run's own OrtValue
+            elif isinstance(value, ort.OrtValue):  # a type numpy cannot hold (bfloat16, float8)
                 out.append(value)
+            elif value.dtype.kind in "OUS":  # strings: an OrtValue only onnxruntime's session makes
+                out.append(string_ortvalue(value))
             else:
                 out.append(ort.OrtValue.ortvalue_from_numpy(value))
         return out
@@ -341,12 +379,19 @@ class IOBinding:
             "numpy arrays"
         )
 
+    @_binds
     def copy_outputs_to_cpu(self) -> list[np.ndarray]:
-        """The outputs of the last run as numpy arrays (copies), in the order they were bound."""
-        # An OrtValue numpy cannot hold raises here, as onnxruntime's copy_outputs_to_cpu does.
-        return [
-            v.numpy() if isinstance(v, ort.OrtValue) else np.array(v, copy=True) for v in self._results or []
-        ]
+        """The outputs of the last run as numpy arrays (copies), in the order they were bound.
+
+        Raises:
+            NotSupportedError: an output numpy cannot hold (bfloat16, float8): a ``RuntimeError``, as
+                onnxruntime raises here; :meth:`get_outputs` gives it as an ``OrtValue``.
+        """
+        results = self._results or []
+        refuse_unholdable_outputs(
+            list(self._outputs)[: len(results)], results, "get_outputs() gives it as an OrtValue"
+        )
+        return [np.array(v, copy=True) for v in results]
 
     # --- used by InferenceSession.run_with_iobinding ----------------------------------------------
 
@@ -358,7 +403,7 @@ class IOBinding:
         """The bound outputs, in binding order."""
         return list(self._outputs)
 
-    def store_results(self, results: Sequence[np.ndarray]) -> None:
+    def store_results(self, results: Sequence[Any]) -> None:
         """Keep a run's outputs and write those bound to an OrtValue or a buffer into it.
 
         Raises:
@@ -366,8 +411,8 @@ class IOBinding:
         """
         kept: list[Any] = []
         for binding, value in zip(self._outputs.values(), results, strict=True):
-            if isinstance(value, ort.OrtValue):  # a type numpy cannot hold (bfloat16, float8)
-                kept.append(_store_raw(binding, value))
+            if isinstance(value, ort.OrtValue):  # bfloat16, float8: onnxruntime's OrtValue, kept as it is
+                kept.append(_store_ortvalue(binding, value))
                 continue
             arr = np.asarray(value)
             if binding.ortvalue is not None:
@@ -384,58 +429,53 @@ class IOBinding:
         self._results = kept
 
 
-_RAW_ITEMSIZE = {
+def _store_ortvalue(binding: _OutputBinding, value: Any) -> Any:
+    """An output numpy cannot hold, for its binding: the run's OrtValue, or its bytes copied into the
+    OrtValue bound to it (same type and shape)."""
+    if binding.buffer is not None:  # a CPU pointer: the bytes go there, as onnxruntime writes them
+        if value.data_type() not in _ITEM_BYTES:
+            raise NotSupportedError(
+                f"output {binding.name!r} is a {value.data_type()}, which dmlshim cannot copy into a bound "
+                "pointer; bind it with bind_output(name) and read it with get_outputs()",
+                tensor=binding.name,
+                value=value.data_type(),
+            )
+        size = int(np.prod(value.shape(), dtype=np.int64)) * _ITEM_BYTES[value.data_type()]
+        if list(binding.buffer.shape) != list(value.shape()) or binding.buffer.nbytes != size:
+            raise BadInputError(
+                f"output {binding.name!r} is {value.data_type()}{list(value.shape())} but the memory bound "
+                f"to it holds {binding.buffer.dtype}{list(binding.buffer.shape)}",
+                tensor=binding.name,
+                value=list(value.shape()),
+                rule="an output bound to pre-allocated memory must have that memory's shape and type",
+            )
+        if size:
+            ctypes.memmove(binding.buffer.ctypes.data, value.data_ptr(), size)
+        return value
+    target = binding.ortvalue
+    if target is None:
+        return value
+    if target.data_type() != value.data_type() or list(target.shape()) != list(value.shape()):
+        raise BadInputError(
+            f"output {binding.name!r} is {value.data_type()}{list(value.shape())} but the OrtValue bound to "
+            f"it holds {target.data_type()}{list(target.shape())}",
+            tensor=binding.name,
+            value=list(value.shape()),
+            rule="an output bound to pre-allocated memory must have that memory's shape and type",
+        )
+    size = int(np.prod(value.shape(), dtype=np.int64)) * _ITEM_BYTES[value.data_type()]
+    ctypes.memmove(target.data_ptr(), value.data_ptr(), size)
+    return target
+
+
+_ITEM_BYTES = {
     "tensor(bfloat16)": 2,
     "tensor(float8e4m3fn)": 1,
     "tensor(float8e4m3fnuz)": 1,
     "tensor(float8e5m2)": 1,
     "tensor(float8e5m2fnuz)": 1,
 }
-"""Bytes per element of the tensor types numpy cannot hold whose elements are whole bytes."""
-
-
-def _raw_bytes(name: str, value: Any) -> np.ndarray:
-    """The bytes of a CPU tensor OrtValue of a type numpy cannot hold, as a writable uint8 view."""
-    itemsize = _RAW_ITEMSIZE.get(value.data_type())
-    if itemsize is None:
-        raise NotSupportedError(
-            f"output {name!r} is a {value.data_type()}, which dmlshim cannot copy into bound memory; bind "
-            "the output by name (bind_output) and read it with get_outputs()",
-            tensor=name,
-            value=value.data_type(),
-        )
-    count = int(np.prod(value.shape(), dtype=np.int64)) * itemsize
-    return array_at(value.data_ptr(), np.uint8, [count]) if count else np.zeros(0, np.uint8)
-
-
-def _store_raw(binding: _OutputBinding, value: Any) -> Any:
-    """Keep a bfloat16/float8 output (an OrtValue), copying its bytes into the memory bound to it."""
-    if binding.ortvalue is None and binding.buffer is None:
-        return value
-    if binding.ortvalue is not None:
-        target = binding.ortvalue
-        if target.data_type() != value.data_type() or list(target.shape()) != list(value.shape()):
-            raise BadInputError(
-                f"output {binding.name!r} is {value.data_type()}{list(value.shape())} but the OrtValue bound "
-                f"to it holds {target.data_type()}{list(target.shape())}",
-                tensor=binding.name,
-                value=list(value.shape()),
-                rule="an output bound to pre-allocated memory must have that memory's shape and type",
-            )
-        _raw_bytes(binding.name, target)[...] = _raw_bytes(binding.name, value)
-        return target
-    assert binding.buffer is not None
-    src = _raw_bytes(binding.name, value)
-    if binding.buffer.nbytes != src.nbytes or list(binding.buffer.shape) != list(value.shape()):
-        raise BadInputError(
-            f"output {binding.name!r} is {value.data_type()}{list(value.shape())} but the memory bound to it "
-            f"holds {binding.buffer.dtype}{list(binding.buffer.shape)}",
-            tensor=binding.name,
-            value=list(value.shape()),
-            rule="an output bound to pre-allocated memory must have that memory's shape and type",
-        )
-    binding.buffer.reshape(-1).view(np.uint8)[...] = src
-    return value
+"""Bytes per element of the tensor types numpy cannot hold whose OrtValues an IOBinding copies."""
 
 
 def _check_fits(name: str, value: np.ndarray, target: np.ndarray) -> None:

@@ -34,7 +34,6 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from ..errors import BadInputError
 from ..execute.record import PLACEMENT_DML
 from .providers import CPU_EP, DML_EP
 from .session_options import write_session_file
@@ -195,6 +194,11 @@ class SessionProfiler:
         stamp = time.localtime(self._start_wall_ns / 1e9)
         millis = (self._start_wall_ns // 1_000_000) % 1000
         name = f"{self._prefix}_{time.strftime('%Y-%m-%d_%H-%M-%S', stamp)}_{millis:03d}.json"
+        if not Path(name).parent.is_dir():
+            # onnxruntime cannot open the file either: it writes nothing and still returns the name
+            logger.warning("profile not written: the folder of %s does not exist", name)
+            self._tmp.cleanup()
+            return name
         data = json.dumps(events, separators=(",", ":")).encode("utf-8")
         try:
             write_session_file(Path(name), data, what="profile file", inputs=self.inputs)
@@ -222,18 +226,3 @@ def separate_profile(so: Any) -> None:
     if so is not None and so.enable_profiling:
         base = _SESSION_SUFFIX.sub("", so.profile_file_prefix)
         so.profile_file_prefix = f"{base}_s{next(_SESSION_NUMBERS)}"
-
-
-def check_prefix(prefix: str) -> None:
-    """Refuse a profile prefix whose folder does not exist (onnxruntime would fail at end_profiling).
-
-    Raises:
-        BadInputError: the folder of ``prefix`` is missing.
-    """
-    folder = Path(prefix or DEFAULT_PREFIX).parent
-    if not folder.is_dir():
-        raise BadInputError(
-            f"the folder {str(folder)!r} of profile_file_prefix does not exist",
-            path=str(folder),
-            value=prefix,
-        )

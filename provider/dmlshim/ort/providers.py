@@ -188,3 +188,29 @@ def unknown_provider_error(name: str, kept: ProviderChoice) -> DmlShimError:
         rule="set_providers takes provider names onnxruntime knows",
     )
     return with_onnxruntime_class(error, RuntimeError)
+
+
+def providers_or_fallback(
+    providers: Any, provider_options: Any, enable_fallback: bool
+) -> tuple[ProviderChoice, bool]:
+    """:func:`normalize_providers`, or, as onnxruntime's constructor with ``enable_fallback`` does when the
+    providers are malformed (a bare string, a 1-tuple, options of another length, ...), onnxruntime's
+    fallback ``["CPUExecutionProvider"]`` (with DirectML first when ``$DMLSHIM_ORT_EMULATE`` is ``all``),
+    with a warning saying so. The flag says whether it fell back (onnxruntime then turns its fallback off).
+
+    Raises:
+        BadInputError: malformed providers and ``enable_fallback`` false.
+    """
+    from .emulate import emulate_all
+
+    try:
+        return normalize_providers(providers, provider_options), False
+    except BadInputError as exc:
+        if not enable_fallback:
+            raise
+        fallback = [DML_EP, CPU_EP] if emulate_all() else [CPU_EP]
+        warn_caller(
+            f"EP Error {exc.message} when using {providers!r}; falling back to {fallback}, as "
+            "onnxruntime does"
+        )
+        return normalize_providers(fallback), True

@@ -35,8 +35,8 @@ from .iobinding import (
     to_ortvalue,
 )
 from .model_config import options_from_model, reads_config_from_model
-from .profiling import SessionProfiler, check_prefix
-from .providers import normalize_providers, unknown_provider_error
+from .profiling import SessionProfiler
+from .providers import normalize_providers, providers_or_fallback, unknown_provider_error
 from .real import optimizers_disabled, pybind_state
 from .session_args import (
     NO_MODEL_VERSION,
@@ -45,6 +45,7 @@ from .session_args import (
     parse_feature_level,
     parse_index_mode,
     resolve_engine,
+    wanted_outputs,
 )
 from .session_options import (
     check_session_options,
@@ -116,7 +117,9 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
         self._disabled_optimizers = disabled_optimizers(kwargs)
         self._feature_level = parse_feature_level(feature_level)
         self._index_mode = parse_index_mode(index_mode)
-        self._choice = normalize_providers(providers, provider_options)
+        # as onnxruntime: malformed providers fall back to its CPU provider, and its fallback is then off
+        self._choice, fell_back = providers_or_fallback(providers, provider_options, self._fallback_enabled)
+        self._fallback_enabled &= not fell_back
         self._engine_request = engine
         get_engine_factory(resolve_engine(engine, self._choice))  # an unknown engine fails before loading
         self._sess_options = sess_options
@@ -162,7 +165,6 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
         so = self._sess_options
         if self._profiler is not None or so is None or not so.enable_profiling:
             return
-        check_prefix(so.profile_file_prefix)
         model_file = os.fspath(path_or_bytes) if isinstance(path_or_bytes, (str, os.PathLike)) else None
         self._profiler = SessionProfiler(so.profile_file_prefix, inputs=(model_file,))
 
@@ -180,7 +182,6 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
         )
         self._outputs = outputs_for_inputs(proto, self._inputs, typed_outputs)
         self._output_names = [o.name for o in self._outputs]
-        self._known_outputs = frozenset(self._output_names)
         self._validator = FeedValidator(self._inputs, self._overridable)
         self._meta = ModelMetadata(
             producer_name=proto.producer_name,
@@ -319,21 +320,7 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
     # --- running -----------------------------------------------------------------------------------
 
     def _wanted(self, output_names: Sequence[str] | None) -> list[str]:
-        if not output_names:
-            return list(self._output_names)
-        if isinstance(output_names, (str, bytes)):
-            raise BadInputError(
-                f"output_names must be a list of names or None, not the string {output_names!r}",
-                value=output_names,
-            )
-        names = list(output_names)
-        for name in names:
-            if name not in self._known_outputs:
-                raise BadInputError(
-                    f"{name!r} is not an output of the model (outputs: {', '.join(self._output_names)})",
-                    tensor=name,
-                )
-        return names
+        return wanted_outputs(output_names, self._output_names)
 
     def _feeds(self, input_feed: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(input_feed, Mapping):
@@ -463,8 +450,8 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
         names = iobinding.bound_output_names()
         if not names:
             raise BadInputError("at least one output must be bound (bind_output) before run_with_iobinding")
-        # As onnxruntime's: outputs numpy cannot hold (bfloat16, float8) stay OrtValues (get_outputs).
-        iobinding.store_results(self._run_values(names, iobinding.bound_feeds(), run_options))
+        # outputs numpy cannot hold (bfloat16) stay OrtValues: get_outputs() returns them, as onnxruntime's
+        iobinding.store_results(self._run_values(self._wanted(names), iobinding.bound_feeds(), run_options))
 
     @raises_onnxruntime_errors()
     def create_ortvalue_from_shape_and_type(

@@ -4,11 +4,13 @@ onnxruntime's extra keyword arguments, and which engine runs the session."""
 from __future__ import annotations
 
 import difflib
+from collections.abc import Sequence
 from typing import Any
 
 from ..dml.enums import FeatureLevel
 from ..errors import BadInputError
 from ..kernels.options import IndexMode
+from .exceptions import with_onnxruntime_class
 from .providers import DML_EP, ProviderChoice, warn_caller
 
 NO_MODEL_VERSION = 2**63 - 1
@@ -73,3 +75,48 @@ def resolve_engine(requested: str | None, choice: ProviderChoice) -> str:
             value=list(choice.names),
         )
     return requested
+
+
+def tensor_name(name: Any, what: str) -> str:
+    """An input or output name as onnxruntime's bindings take it: a ``str`` (``numpy.str_`` too), or
+    ``bytes`` (read as UTF-8, as pybind11 converts them).
+
+    Raises:
+        BadInputError: anything else (also a ``TypeError``, as onnxruntime's "incompatible function
+            arguments").
+    """
+    if isinstance(name, str):
+        return str(name)
+    if isinstance(name, bytes):
+        try:
+            return name.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+    error = BadInputError(f"{what} names are strings; got {type(name).__name__} {name!r}", value=name)
+    raise with_onnxruntime_class(error, TypeError)
+
+
+def wanted_outputs(output_names: Sequence[Any] | None, outputs: Sequence[str]) -> list[str]:
+    """The outputs ``run`` is asked for, as onnxruntime reads ``output_names``: None or empty means every
+    output in graph order; any iterable of names (str or bytes) otherwise, names repeated as asked.
+
+    Raises:
+        BadInputError: a name that is not an output (also onnxruntime's ``InvalidArgument``); a single
+            string, or a name that is not a string (also a ``TypeError``, as onnxruntime raises there).
+    """
+    if not output_names:
+        return list(outputs)
+    if isinstance(output_names, (str, bytes)):
+        error = BadInputError(
+            f"output_names must be a list of names or None, not the string {output_names!r}",
+            value=output_names,
+        )
+        raise with_onnxruntime_class(error, TypeError)
+    names = [tensor_name(n, "output") for n in output_names]
+    known = frozenset(outputs)
+    for name in names:
+        if name not in known:
+            raise BadInputError(
+                f"{name!r} is not an output of the model (outputs: {', '.join(outputs)})", tensor=name
+            )
+    return names
