@@ -50,7 +50,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Tests that run a zero-depth ScatterND (the ecosystem model hw_scatternd_empty_index, or marked
     ``zero_depth_scatternd``) are skipped, with the reason, where the installed onnxruntime crashes on it."""
     _skip_models_newer_than_onnx(items)
-    _qdq_fusion_before_1_25(items)
     _bfloat16_capture_needs_ml_dtypes(items)
     affected = [
         item
@@ -91,35 +90,6 @@ def _skip_models_newer_than_onnx(items: list[pytest.Item]) -> None:
                         f"onnx {onnx.__version__} defines ({newest}); dmlshim refuses it, naming that"
                     )
                 )
-
-
-_QDQ_FUSED = (
-    "test_inference_session_equals_onnxruntime",
-    "test_cli_run_output_equals_onnxruntime",
-    "test_run_writes_onnxruntime_outputs",
-    "test_default_engine",
-)
-
-
-def _qdq_fusion_before_1_25(items: list[pytest.Item]) -> None:
-    """onnxruntime 1.24 and older fuse the QDQ pattern around ortq_qdq_transformer's embedding Gather
-    into one quantized node; dmlshim runs the Gather on its own, so its outputs equal onnxruntime's with
-    optimization disabled (max difference 0.04 on this model), not its default. Newer onnxruntime gives
-    the same values either way."""
-    import onnxruntime as ort
-
-    major, minor = (int(p) for p in ort.__version__.split(".")[:2])
-    if (major, minor) >= (1, 25):
-        return
-    for item in items:
-        if "ortq_qdq_transformer" in item.nodeid and item.name.startswith(_QDQ_FUSED):
-            item.add_marker(
-                pytest.mark.xfail(
-                    strict=True,
-                    reason=f"onnxruntime {ort.__version__} fuses the QDQ around the Gather; dmlshim equals "
-                    "onnxruntime with optimization disabled there",
-                )
-            )
 
 
 def _bfloat16_capture_needs_ml_dtypes(items: list[pytest.Item]) -> None:

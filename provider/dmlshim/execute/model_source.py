@@ -19,7 +19,12 @@ from ..fileio.filekind import require_onnx_model
 from ..limits import check_model_inputs
 from ..model.modelcheck import check_model, load_external_data
 from ..model.prepare import prepare_model
-from ..ort.exceptions import as_onnxruntime_error, check_failure_class, with_onnxruntime_class
+from ..ort.exceptions import (
+    as_onnxruntime_error,
+    check_failure_class,
+    refusal_class,
+    with_onnxruntime_class,
+)
 from ..ort.real import pybind_state
 from .added_initializers import AddedInitializers
 from .supplied import take_supplied_initializers
@@ -204,12 +209,11 @@ def _require_graph(proto: onnx.ModelProto, path: str | None) -> None:
             path=path,
             rule="an ONNX model has a graph and at least one opset_import",
         )
-        # the classes onnxruntime raises: InvalidArgument ("No graph was found in the protobuf"), and its
-        # failed-check class for a graph without an opset_import ("Missing opset in the model")
+        # onnxruntime's class for it, asked of the installed version (they differ between versions)
+        source = path if path is not None and os.path.isfile(path) else proto.SerializeToString()
         no_graph = not proto.HasField("graph")
-        raise with_onnxruntime_class(
-            error, pybind_state.InvalidArgument if no_graph else check_failure_class()
-        )
+        default = pybind_state.InvalidArgument if no_graph else check_failure_class()
+        raise with_onnxruntime_class(error, refusal_class(source, default))
 
 
 def _fully_static(vi: onnx.ValueInfoProto) -> bool:

@@ -140,14 +140,14 @@ def _check_one(t: onnx.TensorProto, base: Path | None, path: str | None) -> Exte
 
 
 def _in_memory_class(error: BadModelError, location: str) -> BadModelError:
-    """``error`` marked with the class onnxruntime raises for external data of a model given as bytes:
-    ``Fail`` when the file is not found from the working directory ("External data path validation
-    failed"), its failed-check class when it is (its initializer "model_path must not be empty")."""
+    """``error`` marked with the class onnxruntime raises for external data of a model given as bytes,
+    found from the working directory or not: its failed-check class (``Fail`` in 1.32, where a file not
+    found is "External data path validation failed"; ``RuntimeException`` in 1.24, "cannot get file
+    size")."""
     from ..ort.exceptions import check_failure_class, with_onnxruntime_class  # the ort layer, on demand
-    from ..ort.real import pybind_state
 
-    found = bool(location) and os.path.exists(location)
-    return with_onnxruntime_class(error, check_failure_class() if found else pybind_state.Fail)
+    del location  # the class is the same either way
+    return with_onnxruntime_class(error, check_failure_class())
 
 
 def check_external_data(

@@ -142,6 +142,21 @@ when the error's dmlshim class alone does not say (e.g. a plain ``RuntimeError``
 _E = TypeVar("_E", bound=DmlShimError)
 
 
+def refusal_class(model: str | bytes, default: type[BaseException]) -> type[BaseException]:
+    """The class the installed onnxruntime raises loading ``model`` (a path, or serialized bytes), for a
+    model dmlshim refuses before onnxruntime sees it; the classes differ between versions (an empty model
+    is ``InvalidArgument`` in 1.32, ``Fail`` in 1.24). Meant for models that fail fast (no graph, no
+    opset); ``default`` when onnxruntime loads it or answers with no class of its own."""
+    from .real import OrtInferenceSession
+
+    try:
+        OrtInferenceSession(model, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # the answer is whichever onnxruntime class it raised
+        if isinstance(exc, _ort_classes()):
+            return type(exc)
+    return default
+
+
 def with_onnxruntime_class(exc: _E, cls: type[BaseException]) -> _E:
     """Mark ``exc`` as raised where onnxruntime raises ``cls``; returns ``exc`` (for ``raise``)."""
     setattr(exc, ORT_CLASS_ATTR, cls)
