@@ -230,24 +230,12 @@ class FeedValidator:
         arr = value if isinstance(value, np.ndarray) else _as_array(check, value)
         if check.type == "tensor(string)" and arr.dtype.kind not in "OU":
             if arr.dtype.kind != "S":  # onnxruntime: "Unexpected input data type"
-                raise BadInputError(
-                    f"input {check.name!r} expects tensor(string) (numpy str or object) but the feed is "
-                    f"{arr.dtype}",
-                    tensor=check.name,
-                    value=str(arr.dtype),
-                    rule="feed dtype must equal the graph input's element type",
-                )
+                raise _wrong_dtype(check, "tensor(string) (numpy str or object)", arr.dtype)
             # numpy bytes: the strings they hold, as UTF-8 (onnxruntime takes such arrays too, but reads
             # each element up to a NUL, past its width when it has none)
             arr = np.char.decode(arr, "utf-8", "replace").astype(object)
         if check.dtype is not None and arr.dtype != check.dtype:
-            raise BadInputError(
-                f"input {check.name!r} expects {check.type} (numpy {check.dtype}) "
-                f"but the feed is {arr.dtype}",
-                tensor=check.name,
-                value=str(arr.dtype),
-                rule="feed dtype must equal the graph input's element type",
-            )
+            raise _wrong_dtype(check, f"{check.type} (numpy {check.dtype})", arr.dtype)
         if check.shape is not None:
             if arr.ndim != len(check.shape):
                 raise BadInputError(
@@ -291,6 +279,16 @@ def _checked_ortvalue(check: _InputCheck, value: Any) -> Any:
             rule="feed shape must match the graph input's shape",
         )
     return value
+
+
+def _wrong_dtype(check: Any, expected: str, got: np.dtype[Any]) -> BadInputError:
+    """The error for a feed whose element type is not the graph input's."""
+    return BadInputError(
+        f"input {check.name!r} expects {expected} but the feed is {got}",
+        tensor=check.name,
+        value=str(got),
+        rule="feed dtype must equal the graph input's element type",
+    )
 
 
 def _refused_object(check: _InputCheck, value: Any) -> BadInputError:

@@ -429,6 +429,16 @@ class IOBinding:
         self._results = kept
 
 
+def _bound_mismatch(name: str, value: Any, where: str, held: str) -> BadInputError:
+    """The error for an output whose shape or type is not that of the memory bound to it."""
+    return BadInputError(
+        f"output {name!r} is {value.data_type()}{list(value.shape())} but {where} holds {held}",
+        tensor=name,
+        value=list(value.shape()),
+        rule="an output bound to pre-allocated memory must have that memory's shape and type",
+    )
+
+
 def _store_ortvalue(binding: _OutputBinding, value: Any) -> Any:
     """An output numpy cannot hold, for its binding: the run's OrtValue, or its bytes copied into the
     OrtValue bound to it (same type and shape)."""
@@ -442,13 +452,8 @@ def _store_ortvalue(binding: _OutputBinding, value: Any) -> Any:
             )
         size = int(np.prod(value.shape(), dtype=np.int64)) * _ITEM_BYTES[value.data_type()]
         if list(binding.buffer.shape) != list(value.shape()) or binding.buffer.nbytes != size:
-            raise BadInputError(
-                f"output {binding.name!r} is {value.data_type()}{list(value.shape())} but the memory bound "
-                f"to it holds {binding.buffer.dtype}{list(binding.buffer.shape)}",
-                tensor=binding.name,
-                value=list(value.shape()),
-                rule="an output bound to pre-allocated memory must have that memory's shape and type",
-            )
+            held = f"{binding.buffer.dtype}{list(binding.buffer.shape)}"
+            raise _bound_mismatch(binding.name, value, "the memory bound to it", held)
         if size:
             ctypes.memmove(binding.buffer.ctypes.data, value.data_ptr(), size)
         return value
@@ -456,13 +461,8 @@ def _store_ortvalue(binding: _OutputBinding, value: Any) -> Any:
     if target is None:
         return value
     if target.data_type() != value.data_type() or list(target.shape()) != list(value.shape()):
-        raise BadInputError(
-            f"output {binding.name!r} is {value.data_type()}{list(value.shape())} but the OrtValue bound to "
-            f"it holds {target.data_type()}{list(target.shape())}",
-            tensor=binding.name,
-            value=list(value.shape()),
-            rule="an output bound to pre-allocated memory must have that memory's shape and type",
-        )
+        held = f"{target.data_type()}{list(target.shape())}"
+        raise _bound_mismatch(binding.name, value, "the OrtValue bound to it", held)
     size = int(np.prod(value.shape(), dtype=np.int64)) * _ITEM_BYTES[value.data_type()]
     ctypes.memmove(target.data_ptr(), value.data_ptr(), size)
     return target
