@@ -44,11 +44,28 @@ def _check_cpu(device_type: str, what: str) -> None:
         raise NotSupportedError(f"{what} on device {device_type!r}: {_CPU_ONLY}", value=device_type)
 
 
+_STORED_BYTES = {
+    getattr(TensorProto, name): size
+    for name, size in (
+        ("BFLOAT16", 2),
+        ("FLOAT8E4M3FN", 1),
+        ("FLOAT8E4M3FNUZ", 1),
+        ("FLOAT8E5M2", 1),
+        ("FLOAT8E5M2FNUZ", 1),
+    )
+    if hasattr(TensorProto, name)
+}
+"""Bytes per element of the ONNX types numpy has no type of its own for. onnx before 1.18 maps them to
+float32; a view of bound memory must have their own size (their bits, as unsigned integers)."""
+
+
 def numpy_element_type(element_type: Any) -> np.dtype:
     """A numpy dtype from a numpy type or an ONNX element type number, as onnxruntime accepts both."""
     try:
         if isinstance(element_type, (int, np.integer)) and not isinstance(element_type, bool):
-            return np.dtype(helper.tensor_dtype_to_np_dtype(int(element_type)))
+            dtype = np.dtype(helper.tensor_dtype_to_np_dtype(int(element_type)))
+            size = _STORED_BYTES.get(int(element_type))
+            return dtype if size is None or dtype.itemsize == size else np.dtype(f"u{size}")
         return np.dtype(element_type)
     except (KeyError, TypeError, ValueError) as exc:
         raise BadInputError(f"unknown element type {element_type!r}", value=element_type) from exc
