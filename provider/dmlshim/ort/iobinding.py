@@ -15,11 +15,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnxruntime as ort
-from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import BadInputError, NotSupportedError
 from ..execute.cpu_step import NUMPY_TENSOR_TYPES
 from .exceptions import raises_onnxruntime_errors
+from .ortvalues import (
+    array_at,
+    as_array,
+    check_cpu,
+    refuse_unholdable_outputs,
+    string_ortvalue,
+    to_ortvalue,
+)
 from .real import pybind_state
 from .session_args import tensor_name
 
@@ -28,174 +35,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_CPU_ONLY = (
-    "dmlshim runs on the CPU (DirectML is emulated with numpy kernels); bind CPU memory: "
-    "device_type='cpu', bind_cpu_input, or a CPU OrtValue"
-)
-
-
 _DEVICES_ALLOCATED_ON_CPU = frozenset({"cpu", "dml", "cuda", "gpu", "npu", "cann"})
 """The device names onnxruntime's CPU package takes in ``bind_output`` without a pointer (the output is
 then allocated in CPU memory); it refuses other names ("Unsupported device type")."""
-
-
-def _check_cpu(device_type: str, what: str) -> None:
-    if str(device_type).lower() != "cpu":
-        raise NotSupportedError(f"{what} on device {device_type!r}: {_CPU_ONLY}", value=device_type)
-
-
-_STORED_BYTES = {
-    getattr(TensorProto, name): size
-    for name, size in (
-        ("BFLOAT16", 2),
-        ("FLOAT8E4M3FN", 1),
-        ("FLOAT8E4M3FNUZ", 1),
-        ("FLOAT8E5M2", 1),
-        ("FLOAT8E5M2FNUZ", 1),
-    )
-    if hasattr(TensorProto, name)
-}
-"""Bytes per element of the ONNX types numpy has no type of its own for. onnx before 1.18 maps them to
-float32; a view of bound memory must have their own size (their bits, as unsigned integers)."""
-
-
-def numpy_element_type(element_type: Any) -> np.dtype:
-    """A numpy dtype from a numpy type or an ONNX element type number, as onnxruntime accepts both."""
-    try:
-        if isinstance(element_type, (int, np.integer)) and not isinstance(element_type, bool):
-            dtype = np.dtype(helper.tensor_dtype_to_np_dtype(int(element_type)))
-            size = _STORED_BYTES.get(int(element_type))
-            return dtype if size is None or dtype.itemsize == size else np.dtype(f"u{size}")
-        return np.dtype(element_type)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise BadInputError(f"unknown element type {element_type!r}", value=element_type) from exc
-
-
-def array_at(pointer: int, element_type: Any, shape: Sequence[int]) -> np.ndarray:
-    """A numpy view of CPU memory at ``pointer`` holding a tensor of ``element_type`` and ``shape``."""
-    dtype = numpy_element_type(element_type)
-    dims = tuple(int(d) for d in shape)
-    if any(d < 0 for d in dims):
-        raise BadInputError(f"a bound buffer's shape must be non-negative, not {list(dims)}", value=dims)
-    count = int(np.prod(dims, dtype=np.int64))
-    if count == 0:
-        return np.zeros(dims, dtype)
-    if not pointer:
-        raise BadInputError("buffer_ptr is null", value=pointer)
-    raw = (ctypes.c_char * (count * dtype.itemsize)).from_address(int(pointer))
-    return np.frombuffer(memoryview(raw), dtype=dtype, count=count).reshape(dims)
-
-
-_NPY_USERDEF = 256
-"""numpy's first number for a type an extension registers (ml_dtypes' bfloat16, float8, int4)."""
-
-
-def as_array(value: Any) -> Any:
-    """An ``onnxruntime.OrtValue`` as the numpy array it holds (a view for CPU tensors), an ndarray subclass
-    as a plain ndarray view; other values, and OrtValues of element types numpy cannot hold, unchanged."""
-    if isinstance(value, ort.OrtValue):
-        if not value.is_tensor():
-            raise NotSupportedError(
-                "only tensor OrtValues can be fed to a dmlshim session, not sparse tensors or sequences",
-                value=value.data_type(),
-            )
-        _check_cpu(value.device_name(), "an OrtValue")
-        if value.data_type() not in NUMPY_TENSOR_TYPES:
-            return (
-                value  # bfloat16, float8, 4-bit: numpy cannot hold it; onnxruntime's sessions take it as is
-            )
-        return value.numpy()
-    if isinstance(value, np.ndarray) and type(value) is not np.ndarray:
-        # a subclass (np.matrix, a masked array, np.memmap): onnxruntime reads its buffer as a plain array
-        return np.asarray(value)
-    return value
-
-
-def refuse_unconvertible_array(name: str, value: Any) -> None:
-    """Raise NotSupportedError (a ``RuntimeError``, as onnxruntime's) for a numpy array of a type numpy
-    only knows through an extension such as ml_dtypes (bfloat16, float8): onnxruntime's ``run`` takes no
-    such array ("Numpy_type 256 can't be converted to MLDataType"), only an OrtValue of that type."""
-    if not isinstance(value, np.ndarray) or value.dtype.num < _NPY_USERDEF:
-        return
-    try:
-        elem = helper.tensor_dtype_to_string(helper.np_dtype_to_tensor_dtype(value.dtype))
-    except (KeyError, TypeError, ValueError):
-        elem = "its ONNX element type"
-    view = "uint8" if value.dtype.itemsize == 1 else "uint16"
-    raise NotSupportedError(
-        f"feed {name!r} is a numpy {value.dtype} array, a type onnxruntime's run takes no numpy array of "
-        '(onnxruntime raises "Numpy_type ... can\'t be converted to MLDataType" here); feed '
-        "onnxruntime.OrtValue.ortvalue_from_numpy_with_onnx_type"
-        f"(array.view(numpy.{view}), onnx.{elem}) instead",
-        tensor=name,
-        value=str(value.dtype),
-    )
-
-
-def refuse_unholdable_outputs(
-    names: Sequence[str], outputs: Sequence[Any], instead: str = "ask for it with run_with_ort_values"
-) -> None:
-    """Raise NotSupportedError (a ``RuntimeError``, as onnxruntime's) for an output ``run()`` cannot return:
-    a tensor numpy cannot hold (bfloat16, float8), which onnxruntime's ``run`` refuses too."""
-    for name, value in zip(names, outputs, strict=True):
-        if isinstance(value, ort.OrtValue) and value.is_tensor():
-            raise NotSupportedError(
-                f"output {name!r} is a {value.data_type()}, which numpy cannot hold, so it cannot be "
-                'returned as an array (onnxruntime raises here too: "No corresponding Numpy type"); '
-                f"{instead}",
-                tensor=name,
-                value=value.data_type(),
-            )
-
-
-def to_ortvalue(value: Any) -> Any:
-    """A run's output as an ``onnxruntime.OrtValue`` (tensors only; one numpy cannot hold, e.g. bfloat16,
-    is already onnxruntime's OrtValue and is returned as it is)."""
-    if isinstance(value, ort.OrtValue) and value.is_tensor():
-        return value
-    if not isinstance(value, np.ndarray):
-        raise NotSupportedError(
-            f"run_with_ort_values returns tensors only; this output is a {type(value).__name__} "
-            "(use run() for sequence and map outputs)"
-        )
-    if value.dtype.kind in "OUS":
-        return string_ortvalue(value)
-    # An OrtValue made by ortvalue_from_numpy only borrows the array's memory, and nothing keeps the array
-    # alive once this returns: the OrtValue must own a copy.
-    owned = ort.OrtValue.ortvalue_from_shape_and_type(list(value.shape), value.dtype)
-    owned.update_inplace(np.ascontiguousarray(value))
-    return owned
-
-
-def string_ortvalue(value: np.ndarray) -> Any:
-    """A string tensor as an ``onnxruntime.OrtValue``, which only an onnxruntime session can make (its
-    ``OrtValue`` factories refuse strings): a model holding the strings as a constant, run once."""
-    from .real import OrtInferenceSession
-
-    as_text = np.vectorize(lambda v: v.decode("utf-8") if isinstance(v, bytes) else str(v), otypes=[object])
-    strings = as_text(value) if value.size else np.asarray(value, dtype=object)
-    graph = helper.make_graph(
-        [helper.make_node("Identity", ["strings"], ["out"])],
-        "dmlshim_string_ortvalue",
-        [],
-        [helper.make_tensor_value_info("out", TensorProto.STRING, list(value.shape))],
-        [numpy_helper.from_array(np.asarray(strings, dtype=object), "strings")],
-    )
-    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 13)])
-    session = OrtInferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return session.run_with_ort_values(None, {})[0]
-
-
-def ortvalues_from_vector(names: Sequence[str], feeds: Any) -> dict[str, Any]:
-    """The values of an onnxruntime ``OrtValueVector``, by name (``run_with_ortvaluevector``'s feeds)."""
-    if len(names) != len(feeds):
-        raise BadInputError(
-            f"{len(names)} feed names for {len(feeds)} feeds; give one name per OrtValue", value=len(feeds)
-        )
-    try:
-        return {name: ort.OrtValue(feeds[i]) for i, name in enumerate(names)}
-    except (TypeError, ValueError) as exc:
-        raise BadInputError(f"feeds must be an onnxruntime OrtValueVector: {exc}") from exc
 
 
 def fill_fetches(fetches: Any, outputs: Sequence[Any]) -> None:
@@ -301,7 +143,7 @@ class IOBinding:
             NotSupportedError: ``device_type`` is not ``"cpu"``.
         """
         name = self._check_name(name, outputs=False)
-        _check_cpu(device_type, f"input {name!r} bound")
+        check_cpu(device_type, f"input {name!r} bound")
         self._inputs[name] = array_at(buffer_ptr, element_type, shape)
 
     @_binds
@@ -344,7 +186,7 @@ class IOBinding:
             # bind_output(name, "dml")) and allocates it in CPU memory: so does dmlshim
             self._outputs[name] = _OutputBinding(name)
             return
-        _check_cpu(device_type, f"output {name!r} bound")
+        check_cpu(device_type, f"output {name!r} bound")
         if buffer_ptr is None:
             self._outputs[name] = _OutputBinding(name)
             return

@@ -25,16 +25,15 @@ from .attributes import OrtSessionAttributes
 from .emulate import emulate_all, with_dml_first
 from .exceptions import raises_onnxruntime_errors
 from .free_dims import outputs_for_inputs, overrides_by_name, with_free_dimension_overrides
-from .iobinding import (
-    IOBinding,
+from .iobinding import IOBinding, fill_fetches
+from .model_config import options_from_model, reads_config_from_model
+from .ortvalues import (
     as_array,
-    fill_fetches,
     ortvalues_from_vector,
     refuse_unconvertible_array,
     refuse_unholdable_outputs,
     to_ortvalue,
 )
-from .model_config import options_from_model, reads_config_from_model
 from .profiling import SessionProfiler
 from .providers import normalize_providers, providers_or_fallback, unknown_provider_error
 from .real import optimizers_disabled, pybind_state
