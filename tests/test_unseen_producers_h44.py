@@ -6,6 +6,7 @@ values come from onnxruntime's CPU provider, single-threaded."""
 from __future__ import annotations
 
 import importlib.util
+from typing import Any
 
 import numpy as np
 import onnx
@@ -15,7 +16,7 @@ from onnx import TensorProto as T
 from onnx import helper
 
 import dmlshim
-from tests.oracle import IR_VERSION
+from tests.oracle import IR_VERSION, ort_session
 
 
 def _bf16(values: np.ndarray) -> ort.OrtValue:
@@ -119,9 +120,7 @@ def test_bfloat16_outputs_through_io_binding(engine: str) -> None:
         "j": ort.OrtValue.ortvalue_from_numpy(np.array([-1, 0, 2])),
         "v": _bf16(np.array([-0.0, np.inf, 3.0e-39], np.float32)),
     }
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    reference = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    reference = ort_session(model)
     expected = _bits(reference.run_with_ort_values(None, feeds)[0])
     session = dmlshim.InferenceSession(model, engine=engine)
 
@@ -144,23 +143,18 @@ def test_bfloat16_outputs_through_io_binding(engine: str) -> None:
     assert _bits(target) == expected
     assert _bits(bound.get_outputs()[0]) == expected
 
-    raw = np.zeros((4, 5), np.uint16)
-    pointed = session.io_binding()
-    for name, value in feeds.items():
-        pointed.bind_ortvalue_input(name, value)
-    pointed.bind_output("y", "cpu", 0, T.BFLOAT16, [4, 5], raw.ctypes.data)
-    session.run_with_iobinding(pointed)
-    assert raw.tobytes() == _raw_bits(reference, feeds)
+    assert _raw_bits(session, feeds) == _raw_bits(reference, feeds)
 
 
-def _raw_bits(reference: ort.InferenceSession, feeds: dict[str, ort.OrtValue]) -> bytes:
-    """The bfloat16 bytes onnxruntime writes into a pointer bound to the output."""
+def _raw_bits(session: Any, feeds: dict[str, ort.OrtValue]) -> bytes:
+    """The bfloat16 bytes ``session`` (onnxruntime's or dmlshim's) writes into a pointer bound to the
+    output."""
     raw = np.zeros((4, 5), np.uint16)
-    binding = reference.io_binding()
+    binding = session.io_binding()
     for name, value in feeds.items():
         binding.bind_ortvalue_input(name, value)
     binding.bind_output("y", "cpu", 0, T.BFLOAT16, [4, 5], raw.ctypes.data)
-    reference.run_with_iobinding(binding)
+    session.run_with_iobinding(binding)
     return raw.tobytes()
 
 
@@ -178,9 +172,7 @@ def test_bfloat16_outputs_through_run_with_ortvaluevector(engine: str) -> None:
         "j": ort.OrtValue.ortvalue_from_numpy(np.array([0, -5, 4])),
         "v": _bf16(np.array([9.0, -7.0, np.nan], np.float32)),
     }
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    reference = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    reference = ort_session(model)
     expected = _bits(reference.run_with_ort_values(None, feeds)[0])
     session = dmlshim.InferenceSession(model, engine=engine)
     vector = C.OrtValueVector()
