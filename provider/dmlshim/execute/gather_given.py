@@ -15,22 +15,23 @@ than the node's, a node the translation sends to the CPU) computes and compares 
 A gather (GatherND too) whose indices cannot be negative by construction (:mod:`dmlshim.model.nonnegative`:
 a DeBERTa-style ``Clip(min=0)`` then ``Expand``, ArgMax, TopK, a boolean mask's NonZero, ...) needs no proof
 from its values at all: onnxruntime's CPU Gather, GatherElements and GatherND refuse any index outside
-``[-dim, dim)``, so on any run
-onnxruntime completes, its output is the DirectML one. The check then fetches only the shapes of such a
-gather's computed inputs (a ``Shape`` node each, added to the check's model), enough to describe the
-DirectML operator the run used, instead of its inputs and output (:func:`lean_gathers`). That removes
-the first runs' proof too: on DeBERTa-v3-small it was 84 MB fetched and 12 kernels run on the first run.
+``[-dim, dim)``, so on any run onnxruntime completes, its output is the DirectML one. The check then
+fetches only the shapes of such a gather's computed inputs (a ``Shape`` node each, added to the check's
+model), enough to describe the DirectML operator the run used, instead of its inputs and output
+(:func:`lean_gathers`). That removes the first runs' proof too: on DeBERTa-v3-small it was 84 MB fetched
+and 12 kernels run on the first run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import onnx
 from onnx import helper
 
+from ..model.nonnegative import nonnegative_prover
 from ..translate import TensorInfo
 from ..translate.plan import elem_type_of
 
@@ -138,18 +139,21 @@ def _static_bytes(info: TensorInfo | None) -> int | None:
 def lean_gathers(
     emulated: Sequence[Any],
     infos: Mapping[str, TensorInfo],
-    proved_nonnegative: Callable[[str], bool],
-    constants: Collection[str] = (),
+    graph: onnx.GraphProto,
+    constants: Mapping[str, onnx.TensorProto],
 ) -> dict[str, tuple[np.dtype[Any], np.dtype[Any]]]:
     """The emulated gathers whose output the whole-model check takes from onnxruntime fetching only their
     inputs' shapes (see the module docstring), by output name, with their data and indices dtypes.
 
     ``emulated``: the emulated nodes' I/O (``op_type``, ``inputs``, ``output``); ``infos``: static types and
-    shapes by value name. A gather qualifies when its indices are proved non-negative, both inputs' element
+    shapes by value name; ``constants``: ``graph``'s initializers and Constant outputs by name. A gather
+    qualifies when its indices are proved non-negative (:func:`dmlshim.model.nonnegative.nonnegative_prover`,
+    made on the first candidate), both inputs' element
     types are known, and its output is not known to be smaller than :data:`LEAN_MIN_BYTES`. Indices that
     are themselves a constant (``constants``) do not qualify: onnxruntime may fold such a gather into a
     Split or Slice, which would not refuse an index past the axis."""
     found: dict[str, tuple[np.dtype[Any], np.dtype[Any]]] = {}
+    proved_nonnegative: Callable[[str], bool] | None = None
     for io in emulated:
         if io.op_type not in LEAN_OPS or len(io.inputs) < 2 or not all(io.inputs[:2]):
             continue
@@ -159,7 +163,12 @@ def lean_gathers(
         size = _static_bytes(infos.get(io.output))
         if size is not None and size < LEAN_MIN_BYTES:
             continue
-        if io.inputs[1] in constants or not proved_nonnegative(io.inputs[1]):
+        if io.inputs[1] in constants:
+            continue
+        if proved_nonnegative is None:
+            elem_types = {name: info.elem_type for name, info in infos.items()}
+            proved_nonnegative = nonnegative_prover(graph, constants, elem_types)
+        if not proved_nonnegative(io.inputs[1]):
             continue
         dtypes = tuple(_numpy_dtype(info.elem_type) for info in (data, indices))
         if dtypes[0] is not None and dtypes[1] is not None:

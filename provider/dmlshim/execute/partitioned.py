@@ -28,7 +28,6 @@ import onnxruntime as ort
 
 from ..errors import DmlShimError
 from ..model.graph import display_names
-from ..model.nonnegative import nonnegative_prover
 from ..model.weightless import tensor_nbytes, without_weights
 from ..translate import TensorInfo, infer_shapes
 from ..translate.shapes_info import tensor_infos
@@ -243,8 +242,7 @@ class PartitionedEngine:
             outputs = frozenset(io.output for io in emulated_io)
             make = functools.partial(whole_model_builder, model, config, outputs, shared)
             if not config.full_check:
-                prover = nonnegative_prover(graph, init_protos, {k: v.elem_type for k, v in infos.items()})
-                lean = lean_gathers(emulated_io, infos, prover, init_protos.keys())
+                lean = lean_gathers(emulated_io, infos, graph, init_protos)
             pending = start_whole_model_check(
                 model, emulated_io, set(graph_inputs), make, ORT_ERRORS, self._static_values, frozenset(lean)
             )

@@ -263,7 +263,7 @@ class EmulatedStep:
         dtypes = self.lean_dtypes
         stand_ins = [np.broadcast_to(np.zeros((), d), s) for d, s in zip(dtypes, shapes, strict=True)]
         t, clean = self._translation(stand_ins, state)
-        shape = gather_scatter_output_shape(self.node.op_type, self._attrs, [tuple(s) for s in shapes])
+        shape = gather_scatter_output_shape(self.node.op_type, self._attrs, shapes)
         if shape is None:
             return False
         # No DirectML operator at these shapes (an empty selection, say): the partitioned steps would run
@@ -271,7 +271,7 @@ class EmulatedStep:
         record = self._cpu_record(t, stand_ins) if clean is None else self._given(
             clean, (NOTE_GATHER_GIVEN, LEAN_MESSAGE)
         )
-        self._finish(record, np.broadcast_to(np.zeros((), self.lean_dtypes[0]), shape), state)
+        self._finish(record, np.broadcast_to(np.zeros((), dtypes[0]), shape), state)
         return True
 
     def _run_reference(self, values: Values, arrays: list[Any], state: RunState) -> NodeRecord:

@@ -85,7 +85,8 @@ def captured_names(
                 add(name)
             continue
         for name in step.inputs[:2]:
-            add(name if name in read else shape_output(name))
+            if name not in seen:  # a graph input, initializer or value fetched already gives its shape
+                add(name if name in read else shape_output(name))
         if step.output in read:
             add(step.output)
     return names

@@ -139,14 +139,13 @@ def _check_one(t: onnx.TensorProto, base: Path | None, path: str | None) -> Exte
     return ExternalRef(t.name, Path(real), offset, size)
 
 
-def _in_memory_class(error: BadModelError, location: str) -> BadModelError:
+def _in_memory_class(error: BadModelError) -> BadModelError:
     """``error`` marked with the class onnxruntime raises for external data of a model given as bytes,
     found from the working directory or not: its failed-check class (``Fail`` in 1.32, where a file not
     found is "External data path validation failed"; ``RuntimeException`` in 1.24, "cannot get file
     size")."""
     from ..ort.exceptions import check_failure_class, with_onnxruntime_class  # the ort layer, on demand
 
-    del location  # the class is the same either way
     return with_onnxruntime_class(error, check_failure_class())
 
 
@@ -182,7 +181,7 @@ def check_external_data(
             value=location,
             rule=EXTERNAL_DATA_RULE,
         )
-        raise _in_memory_class(error, location)
+        raise _in_memory_class(error)
     left = (
         {t.name for t in model.graph.initializer if t.data_location == TensorProto.EXTERNAL}
         if read_below is not None
