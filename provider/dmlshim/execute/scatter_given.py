@@ -82,17 +82,19 @@ def scatter_output_is_given(
         return False
     if theirs.shape != data.shape or theirs.dtype != data.dtype:
         return False
-    if indices.size == 0:
-        return True
     if op_type == "ScatterND":
+        # Before the empty check: tuples of 0 coordinates (an empty indices tensor) each name the whole
+        # data, so two of them are two writes to one place.
         k = indices.shape[-1] if indices.ndim else 0
         if indices.ndim == 0 or k > data.ndim:
             return False
-        if k and not in_range(indices, min(data.shape[:k])):
+        if indices.size and not in_range(indices, min(data.shape[:k])):
             columns = indices.reshape(-1, k)
             if not all(in_range(columns[:, d], data.shape[d]) for d in range(k)):
                 return False
         return _nd_targets_distinct(indices, data.shape)
+    if indices.size == 0:
+        return True
     axis = int(attrs.get("axis", 0))
     axis = axis + data.ndim if axis < 0 else axis
     if not 0 <= axis < data.ndim or indices.ndim != data.ndim:

@@ -427,13 +427,16 @@ def overwritten_writes(op_type: str, attrs: Mapping[str, Any], arrays: Sequence[
     if (reduction.decode() if isinstance(reduction, bytes) else str(reduction)) != "none":
         return 0
     data, indices = arrays[0], arrays[1]
-    if data is None or indices is None or indices.size == 0 or data.size == 0:
+    if data is None or indices is None or data.size == 0:
+        return 0
+    empty_tuples = op_type == "ScatterND" and indices.ndim > 0 and indices.shape[-1] == 0  # each: all data
+    if indices.size == 0 and not empty_tuples:
         return 0
     idx = indices.astype(np.int64, copy=False)
     if op_type == "ScatterND":
         k = idx.shape[-1]
         dims = np.asarray(data.shape[:k], dtype=np.int64)
-        tuples = idx.reshape(-1, k)
+        tuples = idx.reshape(int(np.prod(idx.shape[:-1], dtype=np.int64)), k)
         tuples = np.where(tuples < 0, tuples + dims, tuples)
         strides = np.cumprod(np.concatenate([dims[1:], [1]])[::-1])[::-1] if k else dims
         targets = tuples @ strides if k else np.zeros(len(tuples), np.int64)
