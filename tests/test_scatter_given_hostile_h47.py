@@ -714,3 +714,49 @@ def test_other_engines_are_unaffected(engine: str) -> None:
         node = _scatter(session)
         assert session.last_run_record.path == "" and node.notes == ()
         assert node.placement == ("onnxruntime-cpu" if engine == "cpu" else "dml")
+
+
+def test_runs_alternating_with_the_partitions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without onnxruntime's fusions a session alternates between the partitioned steps and the check on
+    its first runs, then keeps the faster (for the full check, which proves every run, that can be the
+    partitions): whichever answers, each run's node records are the full check's."""
+    so = _one_thread()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    model = _model("ScatterElements", TensorProto.FLOAT, ([H, L, D], [H, 2, D], [H, 2, D]), {"axis": 1})
+    default = dmlshim.InferenceSession(model, sess_options=so)
+    with monkeypatch.context() as m:
+        m.setenv("DMLSHIM_FULL_CHECK", "1")
+        full = dmlshim.InferenceSession(model, sess_options=so)
+    paths = set()
+    for seed in range(10):
+        positions = [5, 5] if seed % 3 == 0 else [3, 4]
+        feeds = _cache_feeds(positions, seed)
+        want = ort_run(model, feeds)
+        for session in (default, full):
+            _same(session.run(None, dict(feeds)), want)
+        paths.add(default.last_run_record.path)
+        assert _untaken(default.last_run_record).nodes == _untaken(full.last_run_record).nodes
+        node = _scatter(default)
+        taken = NOTE_GATHER_GIVEN in _codes(node)
+        assert taken == (positions == [3, 4] and default.last_run_record.path == "whole-model check")
+    assert paths == {"partitioned", "whole-model check"}
+
+
+def test_io_binding_with_an_ortvalue_index(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Indices bound as an OrtValue and outputs bound to CPU memory: taken when distinct, as with run."""
+    model = _model("ScatterElements", TensorProto.FLOAT, ([H, L, D], [H, 2, D], [H, 2, D]), {"axis": 1})
+    session = dmlshim.InferenceSession(model, sess_options=_one_thread())
+    for seed, positions in enumerate([[6, 6], [3, 4], [6, 6], [3, 4]]):
+        feeds = _cache_feeds(positions, seed)
+        binding = session.io_binding()
+        binding.bind_cpu_input("data", feeds["data"])
+        binding.bind_ortvalue_input("idx", ort.OrtValue.ortvalue_from_numpy(feeds["idx"]))
+        binding.bind_cpu_input("upd", feeds["upd"])
+        binding.bind_output("present")
+        binding.bind_output("total")
+        session.run_with_iobinding(binding)
+        _same(binding.copy_outputs_to_cpu(), ort_run(model, feeds))
+        node = _scatter(session)
+        assert session.last_run_record.path == "whole-model check"
+        assert (NOTE_GATHER_GIVEN in _codes(node)) == (positions == [3, 4])
+        assert node.duplicate_indices == (H * D if positions == [6, 6] else 0)
