@@ -760,3 +760,41 @@ def test_io_binding_with_an_ortvalue_index(monkeypatch: pytest.MonkeyPatch) -> N
         assert session.last_run_record.path == "whole-model check"
         assert (NOTE_GATHER_GIVEN in _codes(node)) == (positions == [3, 4])
         assert node.duplicate_indices == (H * D if positions == [6, 6] else 0)
+
+
+def test_indices_made_by_an_emulated_gather(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scatter's indices are a Gather's output (a constant, non-negative gather index): each line along
+    the axis a permutation, taken; one repeat planted in one line, verified and counted."""
+    nodes = [
+        helper.make_node("Neg", ["data"], ["past"], name="before"),
+        helper.make_node("Gather", ["choices", "which"], ["idx"], name="pick", axis=0),
+        helper.make_node("ScatterElements", ["past", "idx", "upd"], ["present"], name="update", axis=1),
+        helper.make_node("Identity", ["present"], ["total"], name="after"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "picked",
+        [
+            helper.make_tensor_value_info("data", TensorProto.FLOAT, [H, L, D]),
+            helper.make_tensor_value_info("choices", TensorProto.INT64, [2, H, L, D]),
+            helper.make_tensor_value_info("upd", TensorProto.FLOAT, [H, L, D]),
+        ],
+        [onnx.ValueInfoProto(name="present"), onnx.ValueInfoProto(name="total")],
+        initializer=[onnx.numpy_helper.from_array(np.array(1, np.int64), "which")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=IR_VERSION)
+    pair = _sessions(model, monkeypatch)
+    for seed, repeat in enumerate([False, True, False, False, True, False]):
+        rng = np.random.default_rng(seed)
+        lines = np.stack([rng.permutation(L) for _ in range(H * D)]).reshape(H, D, L).transpose(0, 2, 1)
+        choices = np.stack([np.zeros_like(lines), lines]).astype(np.int64)
+        if repeat:
+            choices[1, 2, 1, 9] = choices[1, 2, 0, 9]
+        feeds = {
+            "data": rng.standard_normal((H, L, D)).astype(np.float32),
+            "choices": choices,
+            "upd": rng.standard_normal((H, L, D)).astype(np.float32),
+        }
+        node = _run(pair, model, feeds)
+        assert (NOTE_GATHER_GIVEN in _codes(node)) == (not repeat)
+        assert node.duplicate_indices == int(repeat)
