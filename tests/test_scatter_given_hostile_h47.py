@@ -798,3 +798,21 @@ def test_indices_made_by_an_emulated_gather(monkeypatch: pytest.MonkeyPatch) -> 
         node = _run(pair, model, feeds)
         assert (NOTE_GATHER_GIVEN in _codes(node)) == (not repeat)
         assert node.duplicate_indices == int(repeat)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="found by h47, outside the given path: a bool feed whose bytes are not 0/1 (a uint8 array viewed "
+    "as bool) is copied byte for byte by onnxruntime, but the kernels' output is converted back with "
+    "astype(bool), which writes 1; the check then disagrees and the partitioned run answers with other bytes",
+)
+def test_bool_bytes_other_than_one_are_copied_as_onnxruntime_copies_them() -> None:
+    model = _model("ScatterElements", TensorProto.BOOL, ([64, 64], [64, 2], [64, 2]), {"axis": 1})
+    rng = np.random.default_rng(16)
+    feeds = {
+        "data": rng.integers(0, 3, (64, 64)).astype(np.uint8).view(np.bool_),
+        "idx": np.tile(np.array([3, 9], np.int64), (64, 1)),
+        "upd": np.full((64, 2), 2, np.uint8).view(np.bool_),
+    }
+    session = dmlshim.InferenceSession(model, sess_options=_one_thread())
+    _same(session.run(None, dict(feeds)), ort_run(model, feeds))
