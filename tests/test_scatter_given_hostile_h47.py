@@ -816,3 +816,29 @@ def test_bool_bytes_other_than_one_are_copied_as_onnxruntime_copies_them() -> No
     }
     session = dmlshim.InferenceSession(model, sess_options=_one_thread())
     _same(session.run(None, dict(feeds)), ort_run(model, feeds))
+
+
+@pytest.mark.parametrize(
+    ("op", "index_elem", "opset"),
+    [
+        ("ScatterElements", TensorProto.UINT32, 18),
+        ("ScatterElements", TensorProto.UINT64, 13),
+        ("Scatter", TensorProto.UINT64, 10),
+        ("ScatterND", TensorProto.INT32, 18),
+    ],
+)
+def test_index_types_onnx_refuses_are_refused(op: str, index_elem: int, opset: int) -> None:
+    """Unsigned indices (and int32 for ScatterND) are not ONNX: onnxruntime refuses the model, so does
+    dmlshim, naming the node and the type, before any run could take an output."""
+    nd = op == "ScatterND"
+    shapes = ([H, L, D], [4, 2] if nd else [H, 2, D], [4, D] if nd else [H, 2, D])
+    model = _model(
+        op, TensorProto.FLOAT, shapes, {} if nd else {"axis": 1}, opset=opset, index_elem=index_elem
+    )
+    with pytest.raises(Exception, match="INVALID_GRAPH"):
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    with pytest.raises(
+        dmlshim.BadModelError,
+        match=f"node 'update', op {op}.*{helper.tensor_dtype_to_string(index_elem).split('.')[-1].lower()}",
+    ):
+        dmlshim.InferenceSession(model)
