@@ -46,6 +46,7 @@ from .session_args import (
     resolve_engine,
     wanted_outputs,
 )
+from .session_copy import session_copy
 from .session_options import (
     check_session_options,
     engine_options,
@@ -108,10 +109,10 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
         index_mode: IndexMode | str = IndexMode.ERROR,
         **kwargs: Any,
     ) -> None:
+        self._remember_source(path_or_bytes, sess_options, kwargs)  # a bytearray is refused, as onnxruntime
         check_session_options(sess_options)
         if emulate_all():  # $DMLSHIM_ORT_EMULATE=all: DirectML emulated whatever the client asks for
             providers, provider_options = with_dml_first(providers, provider_options)
-        self._remember_source(path_or_bytes)
         self._fallback_enabled = fallback_flag(kwargs)
         self._disabled_optimizers = disabled_optimizers(kwargs)
         self._feature_level = parse_feature_level(feature_level)
@@ -121,7 +122,7 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
         self._fallback_enabled &= not fell_back
         self._engine_request = engine
         get_engine_factory(resolve_engine(engine, self._choice))  # an unknown engine fails before loading
-        self._sess_options = sess_options
+        self._options = sess_options
         self._profiler: SessionProfiler | None = None
         self._start_profiler(path_or_bytes)
         from_file = isinstance(path_or_bytes, (str, os.PathLike))
@@ -131,8 +132,9 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
             loaded = load_model(path_or_bytes, sess_options, weightless=True)
         self._loaded = loaded
         if reads_config_from_model(kwargs):  # as onnxruntime: the model's ort_config over the caller's
-            self._sess_options = sess_options = options_from_model(loaded.proto, sess_options)
+            self._options = sess_options = options_from_model(loaded.proto, sess_options)
             self._start_profiler(path_or_bytes)
+        self._copy = session_copy(sess_options, self._choice)  # get_session_options(), as onnxruntime's
         self._describe(loaded)
         # A model read without its weights keeps them there with the caller's options too, when a copy of
         # the options means all they mean (the engine's sessions then get the copy, the caller's object
@@ -161,7 +163,7 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
         )
 
     def _start_profiler(self, path_or_bytes: ModelSource) -> None:
-        so = self._sess_options
+        so = self._options
         if self._profiler is not None or so is None or not so.enable_profiling:
             return
         model_file = os.fspath(path_or_bytes) if isinstance(path_or_bytes, (str, os.PathLike)) else None
@@ -174,7 +176,7 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
         # As onnxruntime: before IR version 4 every initializer is a constant, even one listed as a graph
         # input, and cannot be fed; from 4 on such an initializer is a default the caller may override.
         self._inputs = with_free_dimension_overrides(
-            proto, tuple(node_arg(v) for v in graph.input if v.name not in init_names), self._sess_options
+            proto, tuple(node_arg(v) for v in graph.input if v.name not in init_names), self._options
         )
         self._overridable = (
             tuple(node_arg(v) for v in graph.input if v.name in init_names) if proto.ir_version >= 4 else ()
@@ -195,7 +197,7 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
     def _write_optimized_model(self) -> None:
         """``optimized_model_filepath``: onnxruntime reads the model file, or the model as the options
         changed it (then with every weight in it, so that onnxruntime writes them all into the file)."""
-        so, loaded = self._sess_options, self._loaded
+        so, loaded = self._options, self._loaded
         path, from_proto = (None if loaded.supplied else loaded.path), bool(self._added.values)
         whole = so is not None and so.optimized_model_filepath and (from_proto or path is None)
         model = loaded.with_weights(self._model) if whole else self._model
@@ -211,7 +213,7 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
         # The custom-op engine always builds its one session from options it owns, told where too.
         customop = name == "customop"
         in_files = customop or (
-            name in ("partitioned", "cpu") and (self._sess_options is None or self._copied_dims is not None)
+            name in ("partitioned", "cpu") and (self._options is None or self._copied_dims is not None)
         )
         if folder is not None and not in_files:
             model = self._loaded.with_weights(model)  # every weight read into the model
@@ -221,7 +223,7 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
             feature_level=self._feature_level,
             index_mode=self._index_mode,
             sess_options=engine_options(
-                self._sess_options,
+                self._options,
                 profile_prefix=profiler.partition_prefix if profiler else None,
                 # the added/supplied initializers are in the model now; the partitions must not get them
                 without_added=bool(self._added.external or self._loaded.supplied),
@@ -315,6 +317,7 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
         self._choice = choice
         with optimizers_disabled(self._disabled_optimizers):
             self._engine = self._build_engine()
+        self._copy = session_copy(self._options, choice)  # onnxruntime copies the options again
 
     # --- running -----------------------------------------------------------------------------------
 
@@ -386,7 +389,7 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
         dtype or rank, an index out of range) reaches the callback as its ``error``.
         """
         self._validator.check_present(input_feed)
-        threads = getattr(self._sess_options, "intra_op_num_threads", 0)
+        threads = getattr(self._options, "intra_op_num_threads", 0)
         if threads == 1:
             raise BadInputError(
                 "run_async needs an intra-op thread pool of at least two threads, as onnxruntime's does, "
@@ -398,6 +401,8 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
             try:
                 names = self._wanted(output_names)
                 outputs, error = self._execute(names, self._feeds(input_feed), run_options), ""
+                # a bfloat16 output: onnxruntime never calls back (it prints this error); dmlshim says it
+                refuse_unholdable_outputs(names, outputs, instead="ask for it with run_with_ort_values")
             except DmlShimError as exc:
                 outputs, error = [], str(exc)
             except Exception as exc:  # the callback is always called, as onnxruntime calls it

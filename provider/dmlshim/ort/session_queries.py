@@ -8,13 +8,12 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-import onnxruntime as ort
-
 from ..execute.engine import Engine
 from ..execute.feeds import ModelMetadata, NodeArg
 from ..execute.model_source import LoadedModel
 from .exceptions import raises_onnxruntime_errors
 from .providers import ProviderChoice
+from .session_copy import SessionCopy
 from .session_info import (
     EpAssignedSubgraph,
     cpu_ep_device,
@@ -35,7 +34,8 @@ class SessionQueries:
     _outputs: tuple[NodeArg, ...]
     _overridable: tuple[NodeArg, ...]
     _meta: ModelMetadata
-    _sess_options: Any
+    _options: Any
+    _copy: SessionCopy
     _choice: ProviderChoice
     _engine: Engine
     _loaded: LoadedModel
@@ -58,8 +58,10 @@ class SessionQueries:
         return self._meta
 
     def get_session_options(self) -> Any:
-        """The ``SessionOptions`` the session was created with (onnxruntime's defaults when none)."""
-        return self._sess_options if self._sess_options is not None else ort.SessionOptions()
+        """The session's own ``SessionOptions``, as onnxruntime's: a copy of the options it was created with
+        (onnxruntime's defaults when none), the same object on every call; changing it changes neither the
+        session nor the caller's object."""
+        return self._copy.options
 
     def get_input_memory_infos(self) -> list[Any]:
         """Where each input lives: CPU memory (``OrtMemoryInfo``)."""
@@ -76,8 +78,9 @@ class SessionQueries:
         return [device for _ in self._inputs]
 
     def get_provider_options(self) -> dict[str, dict[str, str]]:
-        """Each provider's options (string keys and values), as given."""
-        return self._choice.as_dict()
+        """Each provider's options as onnxruntime reports them (the CPU provider: ``{}``); the emulated
+        DirectML provider's as given (string keys and values)."""
+        return self._copy.provider_options_for(self._choice)
 
     @raises_onnxruntime_errors()
     def get_provider_graph_assignment_info(self) -> list[EpAssignedSubgraph]:
@@ -87,7 +90,7 @@ class SessionQueries:
         onnxruntime. Emulated gather/scatter nodes are on ``DmlExecutionProvider``; see
         ``last_run_record`` for what each run actually did.
         """
-        if config_entry(self._sess_options, GRAPH_ASSIGNMENT_KEY) != "1":
+        if config_entry(self._options, GRAPH_ASSIGNMENT_KEY) != "1":
             raise graph_assignment_not_recorded(GRAPH_ASSIGNMENT_KEY)
         emulated = getattr(self._engine, "emulated_nodes", ())
         return graph_assignment(self._loaded.proto, frozenset(emulated))

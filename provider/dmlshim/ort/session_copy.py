@@ -1,0 +1,118 @@
+"""What onnxruntime's session keeps of its arguments: its own copy of the ``SessionOptions`` and the
+options each of its providers reports.
+
+onnxruntime's ``get_session_options()`` is not the caller's object but the session's own copy, made when the
+session was built (the same object on every call): changing it later changes neither the session nor the
+caller's object, and changing the caller's object later does not show in it. Its
+``get_provider_options()`` is what each provider reports, not what was given (the CPU provider reports
+``{}`` whatever it was given). onnxruntime cannot copy a ``SessionOptions`` in Python, so dmlshim asks it:
+one onnxruntime session over a model with no nodes, built with the caller's options and the providers
+onnxruntime has here (the emulated DirectML provider left out), gives both answers.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import onnx
+from onnx import helper
+
+from ..model.ort_errors import ORT_ERRORS
+from .providers import DML_EP, ProviderChoice
+from .real import OrtInferenceSession
+from .session_options import copy_options
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["SessionCopy", "session_copy"]
+
+_PROBE_LOCK = threading.Lock()
+"""The caller's options are briefly changed while onnxruntime copies them (so that the copy writes no
+file): one copy at a time."""
+
+
+@dataclass(frozen=True)
+class SessionCopy:
+    """onnxruntime's answers for a session built with some options and providers.
+
+    Attributes:
+        options: the session's own ``SessionOptions`` (what ``get_session_options()`` returns).
+        provider_options: each provider's options as onnxruntime reports them (providers onnxruntime does
+            not have here, the emulated DirectML provider, are missing).
+    """
+
+    options: Any
+    provider_options: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def provider_options_for(self, choice: ProviderChoice) -> dict[str, dict[str, str]]:
+        """``get_provider_options()`` for ``choice``: onnxruntime's report for each provider it has, the
+        options as given (strings) for the emulated DirectML provider."""
+        return {
+            name: dict(self.provider_options.get(name, given)) if name != DML_EP else dict(given)
+            for name, given in zip(choice.names, choice.options, strict=True)
+        }
+
+
+def _probe_model() -> bytes:
+    anchor = helper.make_tensor("dmlshim.options.anchor", onnx.TensorProto.FLOAT, [0], [])
+    output = helper.make_tensor_value_info(anchor.name, anchor.data_type, [0])
+    graph = helper.make_graph([], "dmlshim_options_probe", [], [output], [anchor])
+    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 17)])
+    return bytes(model.SerializeToString())
+
+
+_PROBE = _probe_model()
+
+
+@contextmanager
+def _writing_nothing(so: Any) -> Iterator[None]:
+    """``so`` without profiling, optimized-model file or warnings for the probe, restored after."""
+    saved = (so.enable_profiling, so.optimized_model_filepath, so.log_severity_level)
+    so.enable_profiling, so.optimized_model_filepath = False, ""
+    so.log_severity_level = max(int(saved[2]), 3)
+    try:
+        yield
+    finally:
+        so.enable_profiling, so.optimized_model_filepath, so.log_severity_level = saved
+
+
+def _readable_copy(so: Any) -> Any:
+    out = copy_options(so)
+    if so is not None:
+        out.enable_profiling, out.profile_file_prefix = so.enable_profiling, so.profile_file_prefix
+        out.optimized_model_filepath = so.optimized_model_filepath
+    return out
+
+
+def session_copy(so: Any, choice: ProviderChoice) -> SessionCopy:
+    """onnxruntime's own copy of ``so`` (its defaults when None) and its provider options for ``choice``.
+
+    When onnxruntime cannot build the probe with these options (options that name initializers the probe
+    lacks, an ORT-format load switch, ...), the copy is :func:`~dmlshim.ort.session_options.copy_options`
+    (every property and the well-known config entries) and the provider options are as given.
+    """
+    providers = [(n, o) for n, o in zip(choice.names, choice.options, strict=True) if n != DML_EP]
+    try:
+        with _PROBE_LOCK:
+            if so is None:
+                probe = OrtInferenceSession(_PROBE, providers=providers)
+            else:
+                with _writing_nothing(so):
+                    probe = OrtInferenceSession(_PROBE, so, providers=providers)
+    except ORT_ERRORS as exc:
+        logger.debug("onnxruntime cannot copy these session options (%s); copying what can be read", exc)
+        return SessionCopy(_readable_copy(so), {})
+    options = probe._sess.session_options  # keeps the probe alive, as onnxruntime's keeps its session
+    if so is not None:
+        options.enable_profiling = so.enable_profiling
+        options.optimized_model_filepath = so.optimized_model_filepath
+        options.log_severity_level = so.log_severity_level
+    reported = {
+        str(name): {str(k): str(v) for k, v in opts.items()} for name, opts in probe.get_provider_options().items()
+    }
+    return SessionCopy(options, reported)
