@@ -10,10 +10,8 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import onnxruntime as ort
-
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
-from ..errors import BadInputError, DmlShimError, NotSupportedError, guard_resources
+from ..errors import BadInputError, DmlShimError, guard_resources
 from ..execute.added_initializers import added_initializers, with_initializers
 from ..execute.engine import Engine, EngineConfig, get_engine_factory
 from ..execute.feeds import FeedValidator, ModelMetadata, node_arg
@@ -456,33 +454,6 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
             raise BadInputError("at least one output must be bound (bind_output) before run_with_iobinding")
         # outputs numpy cannot hold (bfloat16) stay OrtValues: get_outputs() returns them, as onnxruntime's
         iobinding.store_results(self._run_values(self._wanted(names), iobinding.bound_feeds(), run_options))
-
-    @raises_onnxruntime_errors()
-    def create_ortvalue_from_shape_and_type(
-        self,
-        shape: Sequence[int],
-        element_type: Any,
-        device_type: str,
-        device_id: int = 0,
-        vendor_id: int = -1,
-    ) -> Any:
-        """A CPU ``onnxruntime.OrtValue`` of this shape and element type.
-
-        Raises:
-            NotSupportedError: ``device_type`` is not ``"cpu"`` (dmlshim runs on the CPU).
-        """
-        if str(device_type).lower() != "cpu":
-            raise NotSupportedError(
-                f"cannot allocate on device {device_type!r}: dmlshim runs on the CPU; use device_type='cpu'",
-                value=device_type,
-            )
-        try:
-            return ort.OrtValue.ortvalue_from_shape_and_type(list(shape), element_type, "cpu", device_id)
-        except (TypeError, ValueError, RuntimeError) as exc:
-            raise BadInputError(
-                f"cannot create an OrtValue of shape {list(shape)} and type {element_type!r}: {exc}",
-                value=element_type,
-            ) from exc
 
     # --- profiling ---------------------------------------------------------------------------------
 

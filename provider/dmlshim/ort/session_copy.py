@@ -112,7 +112,6 @@ def session_copy(so: Any, choice: ProviderChoice) -> SessionCopy:
         options.enable_profiling = so.enable_profiling
         options.optimized_model_filepath = so.optimized_model_filepath
         options.log_severity_level = so.log_severity_level
-    reported = {
-        str(name): {str(k): str(v) for k, v in opts.items()} for name, opts in probe.get_provider_options().items()
-    }
-    return SessionCopy(options, reported)
+    reported = probe.get_provider_options().items()
+    as_strings = {str(name): {str(k): str(v) for k, v in opts.items()} for name, opts in reported}
+    return SessionCopy(options, as_strings)

@@ -5,9 +5,12 @@ fallback / tuning / captured-graph calls, answered as onnxruntime's CPU provider
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+import onnxruntime as ort
+
+from ..errors import BadInputError, NotSupportedError
 from ..execute.engine import Engine
 from ..execute.feeds import ModelMetadata, NodeArg
 from ..execute.model_source import LoadedModel
@@ -94,6 +97,33 @@ class SessionQueries:
             raise graph_assignment_not_recorded(GRAPH_ASSIGNMENT_KEY)
         emulated = getattr(self._engine, "emulated_nodes", ())
         return graph_assignment(self._loaded.proto, frozenset(emulated))
+
+    @raises_onnxruntime_errors()
+    def create_ortvalue_from_shape_and_type(
+        self,
+        shape: Sequence[int],
+        element_type: Any,
+        device_type: str,
+        device_id: int = 0,
+        vendor_id: int = -1,
+    ) -> Any:
+        """A CPU ``onnxruntime.OrtValue`` of this shape and element type.
+
+        Raises:
+            NotSupportedError: ``device_type`` is not ``"cpu"`` (dmlshim runs on the CPU).
+        """
+        if str(device_type).lower() != "cpu":
+            raise NotSupportedError(
+                f"cannot allocate on device {device_type!r}: dmlshim runs on the CPU; use device_type='cpu'",
+                value=device_type,
+            )
+        try:
+            return ort.OrtValue.ortvalue_from_shape_and_type(list(shape), element_type, "cpu", device_id)
+        except (TypeError, ValueError, RuntimeError) as exc:
+            raise BadInputError(
+                f"cannot create an OrtValue of shape {list(shape)} and type {element_type!r}: {exc}",
+                value=element_type,
+            ) from exc
 
     def disable_fallback(self) -> None:
         """Kept for onnxruntime compatibility: dmlshim never retries a run on other providers."""
