@@ -24,7 +24,7 @@ from .emulate import emulate_all, with_dml_first
 from .exceptions import raises_onnxruntime_errors
 from .free_dims import outputs_for_inputs, overrides_by_name, with_free_dimension_overrides
 from .iobinding import IOBinding, fill_fetches
-from .model_config import options_from_model, reads_config_from_model
+from .model_config import ORT_CONFIG_KEY, options_from_model, reads_config_from_model
 from .ortvalues import (
     as_array,
     ortvalues_from_vector,
@@ -44,7 +44,7 @@ from .session_args import (
     resolve_engine,
     wanted_outputs,
 )
-from .session_copy import session_copy
+from .session_copy import SessionCopy, session_copy
 from .session_options import (
     check_session_options,
     engine_options,
@@ -132,7 +132,10 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
         if reads_config_from_model(kwargs):  # as onnxruntime: the model's ort_config over the caller's
             self._options = sess_options = options_from_model(loaded.proto, sess_options)
             self._start_profiler(path_or_bytes)
-        self._copy = session_copy(sess_options, self._choice)  # get_session_options(), as onnxruntime's
+        # get_session_options(): onnxruntime's own copy of the caller's options, finalised as it would be
+        self._config = [p for p in loaded.proto.metadata_props if p.key == ORT_CONFIG_KEY]
+        self._kwargs = kwargs
+        self._copy = self._session_copy()
         self._describe(loaded)
         # A model read without its weights keeps them there with the caller's options too, when a copy of
         # the options means all they mean (the engine's sessions then get the copy, the caller's object
@@ -159,6 +162,10 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
         logger.debug(
             "session for %s ready (engine %s)", loaded.path or "<in-memory model>", self._engine.name
         )
+
+    def _session_copy(self) -> SessionCopy:
+        given = self._sess_options_initial
+        return session_copy(given, self._choice, config=self._config, kwargs=self._kwargs)
 
     def _start_profiler(self, path_or_bytes: ModelSource) -> None:
         so = self._options
@@ -315,7 +322,7 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
         self._choice = choice
         with optimizers_disabled(self._disabled_optimizers):
             self._engine = self._build_engine()
-        self._copy = session_copy(self._options, choice)  # onnxruntime copies the options again
+        self._copy = self._session_copy()  # onnxruntime copies the caller's options again
 
     # --- running -----------------------------------------------------------------------------------
 

@@ -12,9 +12,11 @@ onnxruntime has here (the emulated DirectML provider left out), gives both answe
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,27 +60,36 @@ class SessionCopy:
         }
 
 
-def _probe_model() -> bytes:
+def _probe_model(config: Sequence[Any] = ()) -> bytes:
+    """A model with no nodes, carrying ``config`` (the model's ``ort_config`` metadata) as onnxruntime
+    reads it with ``ORT_LOAD_CONFIG_FROM_MODEL``."""
     anchor = helper.make_tensor("dmlshim.options.anchor", onnx.TensorProto.FLOAT, [0], [])
     output = helper.make_tensor_value_info(anchor.name, anchor.data_type, [0])
     graph = helper.make_graph([], "dmlshim_options_probe", [], [output], [anchor])
     model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 17)])
+    model.metadata_props.extend(config)
     return bytes(model.SerializeToString())
 
 
 _PROBE = _probe_model()
 
+_SILENCED = ("enable_profiling", "optimized_model_filepath", "log_severity_level")
+"""What the probe must not act on (it would write files or warn); given back to the copy afterwards."""
+
 
 @contextmanager
-def _writing_nothing(so: Any) -> Iterator[None]:
-    """``so`` without profiling, optimized-model file or warnings for the probe, restored after."""
-    saved = (so.enable_profiling, so.optimized_model_filepath, so.log_severity_level)
-    so.enable_profiling, so.optimized_model_filepath = False, ""
-    so.log_severity_level = max(int(saved[2]), 3)
+def _writing_nothing(so: Any) -> Iterator[tuple[Any, ...]]:
+    """``so`` without profiling, optimized-model file or warnings for the probe, restored after; yields
+    the values the probe saw."""
+    saved = tuple(getattr(so, name) for name in _SILENCED)
+    silenced = (False, "", max(int(saved[2]), 3))
+    for name, value in zip(_SILENCED, silenced, strict=True):
+        setattr(so, name, value)
     try:
-        yield
+        yield silenced
     finally:
-        so.enable_profiling, so.optimized_model_filepath, so.log_severity_level = saved
+        for name, value in zip(_SILENCED, saved, strict=True):
+            setattr(so, name, value)
 
 
 def _readable_copy(so: Any) -> Any:
@@ -89,29 +100,43 @@ def _readable_copy(so: Any) -> Any:
     return out
 
 
-def session_copy(so: Any, choice: ProviderChoice) -> SessionCopy:
+def session_copy(
+    so: Any, choice: ProviderChoice, *, config: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None
+) -> SessionCopy:
     """onnxruntime's own copy of ``so`` (its defaults when None) and its provider options for ``choice``.
 
-    When onnxruntime cannot build the probe with these options (options that name initializers the probe
-    lacks, an ORT-format load switch, ...), the copy is :func:`~dmlshim.ort.session_options.copy_options`
-    (every property and the well-known config entries) and the provider options are as given.
+    ``config`` (the model's ``ort_config`` metadata) and ``kwargs`` (the constructor's
+    ``read_config_from_model``) make onnxruntime finalise the options from the model as it would for the
+    session. When onnxruntime cannot build the probe with these options (options that name initializers
+    the probe lacks, an ORT-format load switch, ...), the copy is
+    :func:`~dmlshim.ort.session_options.copy_options` (every property and the well-known config entries)
+    and the provider options are as given.
     """
     providers = [(n, o) for n, o in zip(choice.names, choice.options, strict=True) if n != DML_EP]
+    extra = {k: v for k, v in (kwargs or {}).items() if k == "read_config_from_model"}
+    model = _probe_model(config) if config else _PROBE
+    silenced: tuple[Any, ...] = ()
     try:
         with _PROBE_LOCK:
             if so is None:
-                probe = OrtInferenceSession(_PROBE, providers=providers)
+                probe = OrtInferenceSession(model, providers=providers, **extra)
             else:
-                with _writing_nothing(so):
-                    probe = OrtInferenceSession(_PROBE, so, providers=providers)
+                with _writing_nothing(so) as silenced:
+                    probe = OrtInferenceSession(model, so, providers=providers, **extra)
     except ORT_ERRORS as exc:
         logger.debug("onnxruntime cannot copy these session options (%s); copying what can be read", exc)
         return SessionCopy(_readable_copy(so), {})
     options = probe._sess.session_options  # keeps the probe alive, as onnxruntime's keeps its session
-    if so is not None:
-        options.enable_profiling = so.enable_profiling
-        options.optimized_model_filepath = so.optimized_model_filepath
-        options.log_severity_level = so.log_severity_level
+    if options.enable_profiling:  # the model's configuration turned profiling on: the probe's is no one's
+        with contextlib.suppress(OSError):
+            os.remove(probe.end_profiling())
+    for name, set_here, value in zip(_SILENCED, silenced, _given(so), strict=False):
+        if getattr(options, name) == set_here:  # left as the probe had it: the caller's value
+            setattr(options, name, value)
     reported = probe.get_provider_options().items()
     as_strings = {str(name): {str(k): str(v) for k, v in opts.items()} for name, opts in reported}
     return SessionCopy(options, as_strings)
+
+
+def _given(so: Any) -> tuple[Any, ...]:
+    return tuple(getattr(so, name) for name in _SILENCED) if so is not None else ()
