@@ -37,6 +37,7 @@ from .providers import normalize_providers, providers_or_fallback, unknown_provi
 from .real import optimizers_disabled, pybind_state
 from .session_args import (
     NO_MODEL_VERSION,
+    check_provider_list,
     disabled_optimizers,
     fallback_flag,
     parse_feature_level,
@@ -313,6 +314,7 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
             DmlShimError: a provider onnxruntime does not know at all (as onnxruntime, a ``RuntimeError``
                 saying "Unknown Provider Type"); the session keeps its providers.
         """
+        check_provider_list(providers, self._choice)
         choice = normalize_providers(providers, provider_options)
         if choice.unknown:  # onnxruntime re-creates its session here and refuses a name it never heard of
             raise unknown_provider_error(choice.unknown[0], self._choice)
