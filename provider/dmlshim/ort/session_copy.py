@@ -26,7 +26,7 @@ from onnx import helper
 
 from ..model.ort_errors import ORT_ERRORS
 from .providers import DML_EP, ProviderChoice
-from .real import OrtInferenceSession
+from .real import OrtInferenceSession, ort
 from .session_options import copy_options
 
 logger = logging.getLogger(__name__)
@@ -73,8 +73,15 @@ def _probe_model(config: Sequence[Any] = ()) -> bytes:
 
 _PROBE = _probe_model()
 
-_SILENCED = ("enable_profiling", "optimized_model_filepath", "log_severity_level")
-"""What the probe must not act on (it would write files or warn); given back to the copy afterwards."""
+_SILENCED = (
+    "enable_profiling",
+    "optimized_model_filepath",
+    "log_severity_level",
+    "intra_op_num_threads",
+    "inter_op_num_threads",
+)
+"""What the probe must not act on (it would write files, warn, or keep a thread pool of its own alive as
+long as the copy); given back to the copy afterwards."""
 
 
 @contextmanager
@@ -82,7 +89,7 @@ def _writing_nothing(so: Any) -> Iterator[tuple[Any, ...]]:
     """``so`` without profiling, optimized-model file or warnings for the probe, restored after; yields
     the values the probe saw."""
     saved = tuple(getattr(so, name) for name in _SILENCED)
-    silenced = (False, "", max(int(saved[2]), 3))
+    silenced = (False, "", max(int(saved[2]), 3), 1, 1)
     for name, value in zip(_SILENCED, silenced, strict=True):
         setattr(so, name, value)
     try:
@@ -115,14 +122,11 @@ def session_copy(
     providers = [(n, o) for n, o in zip(choice.names, choice.options, strict=True) if n != DML_EP]
     extra = {k: v for k, v in (kwargs or {}).items() if k == "read_config_from_model"}
     model = _probe_model(config) if config else _PROBE
+    given = so if so is not None else ort.SessionOptions()  # onnxruntime's defaults
     silenced: tuple[Any, ...] = ()
     try:
-        with _PROBE_LOCK:
-            if so is None:
-                probe = OrtInferenceSession(model, providers=providers, **extra)
-            else:
-                with _writing_nothing(so) as silenced:
-                    probe = OrtInferenceSession(model, so, providers=providers, **extra)
+        with _PROBE_LOCK, _writing_nothing(given) as silenced:
+            probe = OrtInferenceSession(model, given, providers=providers, **extra)
     except ORT_ERRORS as exc:
         logger.debug("onnxruntime cannot copy these session options (%s); copying what can be read", exc)
         return SessionCopy(_readable_copy(so), {})
@@ -130,13 +134,10 @@ def session_copy(
     if options.enable_profiling:  # the model's configuration turned profiling on: the probe's is no one's
         with contextlib.suppress(OSError):
             os.remove(probe.end_profiling())
-    for name, set_here, value in zip(_SILENCED, silenced, _given(so), strict=False):
+    for name, set_here in zip(_SILENCED, silenced, strict=True):
         if getattr(options, name) == set_here:  # left as the probe had it: the caller's value
-            setattr(options, name, value)
+            setattr(options, name, getattr(given, name))
     reported = probe.get_provider_options().items()
     as_strings = {str(name): {str(k): str(v) for k, v in opts.items()} for name, opts in reported}
     return SessionCopy(options, as_strings)
 
-
-def _given(so: Any) -> tuple[Any, ...]:
-    return tuple(getattr(so, name) for name in _SILENCED) if so is not None else ()
