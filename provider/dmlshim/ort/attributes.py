@@ -146,11 +146,11 @@ class OrtSessionAttributes:
 
     @property
     def _profiling_start_time_ns(self) -> int:
-        return self.get_profiling_start_time_ns()  # type: ignore[attr-defined,no-any-return]
+        return self.get_profiling_start_time_ns()  # type: ignore[attr-defined]
 
     @property
     def _input_epdevices(self) -> list[Any]:
-        return self.get_input_epdevices()  # type: ignore[attr-defined,no-any-return]
+        return self.get_input_epdevices()  # type: ignore[attr-defined]
 
     @property
     def _sess(self) -> SessionCore:
