@@ -393,7 +393,9 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
         ``error`` is ``""`` on success; on failure the outputs are ``[]`` and ``error`` is the dmlshim
         error's message. As in onnxruntime, only a missing input, and options whose intra-op thread pool
         is a single thread, are refused here; any other problem (an unknown output or input name, a wrong
-        dtype or rank, an index out of range) reaches the callback as its ``error``.
+        dtype or rank, an index out of range) reaches the callback as its ``error``. An output numpy cannot
+        hold (bfloat16, float8) is such an error too: onnxruntime never calls back then (it prints "No
+        corresponding Numpy type"), dmlshim calls back with that error rather than leave the caller waiting.
         """
         self._validator.check_present(input_feed)
         threads = getattr(self._options, "intra_op_num_threads", 0)
