@@ -243,6 +243,7 @@ def _run_async(session: Any, names: list[str]) -> tuple[threading.Event, list[An
     return done, calls
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # onnxruntime's, unraised
 def test_run_async_with_a_bfloat16_output() -> None:
     theirs, ours = _theirs(so=_options(2)), dmlshim.InferenceSession(_DATA, _options(2))
     plain, plain_calls = _run_async(theirs, ["rows"])
@@ -308,3 +309,24 @@ def test_set_providers_with_a_bare_string_raises_onnxruntimes_class_and_keeps_th
     # onnxruntime's session is torn down by the failed call; dmlshim's keeps its providers and runs
     assert ours.get_providers() == ["DmlExecutionProvider", "CPUExecutionProvider"]
     np.testing.assert_array_equal(ours.run(["rows"], _FEEDS)[0], _TABLE[[5, 0, -1]])
+
+
+@pytest.mark.parametrize(
+    ("name", "public"),
+    [
+        ("_captured_graph_bindings", "release_captured_graph"),
+        ("_reset_session", "set_providers"),
+        ("_create_inference_session", "set_providers"),
+        ("_bind_session", "InferenceSession"),
+        ("_register_ep_custom_ops", "register_custom_ops_library"),
+        ("_validate_input", "run()"),
+    ],
+)
+def test_onnxruntime_internals_dmlshim_does_not_keep_name_the_public_call(name: str, public: str) -> None:
+    theirs, ours = _theirs(), dmlshim.InferenceSession(_DATA)
+    if not hasattr(theirs, name):
+        pytest.skip(f"onnxruntime {onnxruntime.__version__} has no {name}")
+    with pytest.raises(AttributeError, match=public.replace("(", r"\(").replace(")", r"\)")) as info:
+        getattr(ours, name)
+    assert info.value.name == name
+    assert not hasattr(ours, "_no_such_attribute") and not hasattr(theirs, "_no_such_attribute")

@@ -107,6 +107,17 @@ class SessionCore:
         return f"<dmlshim SessionCore of {self._session.model_path or 'an in-memory model'}>"
 
 
+_PUBLIC_INSTEAD = {
+    "_captured_graph_bindings": "release_captured_graph() (dmlshim captures no graph)",
+    "_reset_session": "set_providers(providers, provider_options)",
+    "_create_inference_session": "set_providers(providers, provider_options), or a new InferenceSession",
+    "_bind_session": "a new InferenceSession",
+    "_register_ep_custom_ops": "SessionOptions.register_custom_ops_library(path)",
+    "_validate_input": "run(), which checks the feeds",
+}
+"""onnxruntime's private session attributes that dmlshim does not answer, and the public call to use."""
+
+
 class OrtSessionAttributes:
     """onnxruntime's private session attributes, with onnxruntime's meanings (mixed into the session)."""
 
@@ -151,6 +162,20 @@ class OrtSessionAttributes:
     @property
     def _input_epdevices(self) -> list[Any]:
         return self.get_input_epdevices()  # type: ignore[attr-defined]
+
+    if not TYPE_CHECKING:  # (hidden from mypy, which would otherwise take any attribute as present)
+
+        def __getattr__(self, name: str) -> Any:
+            """onnxruntime's private names dmlshim does not hold: an AttributeError naming the public call."""
+            public = _PUBLIC_INSTEAD.get(name)
+            if public is None:
+                raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+            raise AttributeError(
+                f"dmlshim's InferenceSession has no {name!r} (an onnxruntime internal it does not keep); "
+                f"use {public}",
+                name=name,
+                obj=self,
+            )
 
     @property
     def _sess(self) -> SessionCore:
