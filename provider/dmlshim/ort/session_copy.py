@@ -45,17 +45,18 @@ class SessionCopy:
     Attributes:
         options: the session's own ``SessionOptions`` (what ``get_session_options()`` returns).
         provider_options: each provider's options as onnxruntime reports them (providers onnxruntime does
-            not have here, the emulated DirectML provider, are missing).
+            not have here, such as the emulated DirectML provider, are missing).
     """
 
     options: Any
     provider_options: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def provider_options_for(self, choice: ProviderChoice) -> dict[str, dict[str, str]]:
-        """``get_provider_options()`` for ``choice``: onnxruntime's report for each provider it has, the
-        options as given (strings) for the emulated DirectML provider."""
+        """``get_provider_options()`` for ``choice``: onnxruntime's report for each provider it has; ``{}``
+        for the emulated DirectML provider, as onnxruntime-directml's reports (its provider keeps no
+        options to report, whatever it was given)."""
         return {
-            name: dict(self.provider_options.get(name, given)) if name != DML_EP else dict(given)
+            name: dict(self.provider_options.get(name, given)) if name != DML_EP else {}
             for name, given in zip(choice.names, choice.options, strict=True)
         }
 

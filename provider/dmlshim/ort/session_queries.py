@@ -81,8 +81,8 @@ class SessionQueries:
         return [device for _ in self._inputs]
 
     def get_provider_options(self) -> dict[str, dict[str, str]]:
-        """Each provider's options as onnxruntime reports them (the CPU provider: ``{}``); the emulated
-        DirectML provider's as given (string keys and values)."""
+        """Each provider's options as onnxruntime reports them: ``{}`` for the CPU provider and for
+        DirectML (onnxruntime-directml's reports none), whatever they were given."""
         return self._copy.provider_options_for(self._choice)
 
     @raises_onnxruntime_errors()
