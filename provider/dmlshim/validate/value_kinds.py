@@ -12,12 +12,19 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-__all__ = ["comparable", "describe", "is_array", "kind_text", "ortvalue_bits"]
+__all__ = ["comparable", "describe", "feed_shape", "is_array", "kind_text", "ortvalue_bits"]
 
 
 def is_array(value: Any) -> bool:
     """A numpy array an ``.npz`` can hold (no object dtype)."""
     return isinstance(value, np.ndarray) and value.dtype != object
+
+
+def feed_shape(value: Any) -> tuple[int, ...]:
+    """The shape of a feed: an array's, or an OrtValue's (a bfloat16 or float8 input, say)."""
+    if isinstance(value, ort.OrtValue):
+        return tuple(int(d) for d in value.shape())
+    return tuple(int(d) for d in np.shape(value))
 
 
 def kind_text(value: Any) -> str:

@@ -50,7 +50,7 @@ from .results import (
     ValidationWarning,
     WholeModelComparison,
 )
-from .value_kinds import comparable, is_array, kind_text
+from .value_kinds import comparable, feed_shape, is_array, kind_text
 
 logger = logging.getLogger(__name__)
 
@@ -198,7 +198,7 @@ def _validate_loaded(
     feeds, source, generated = feeds_for(loaded, inputs, input_shapes, seed)
     common = {"feature_level": level, "index_mode": index_mode, "level": opt_level, "model_path": loaded.path}
     whole: dict[str, np.ndarray] | None
-    shapes = {k: tuple(int(d) for d in np.shape(v)) for k, v in feeds.items()}
+    shapes = {k: feed_shape(v) for k, v in feeds.items()}
     translated: list[dict[str, NodeTranslation]] = []
 
     def translate() -> None:  # while onnxruntime builds the check's session

@@ -1,0 +1,241 @@
+"""Graph inputs of the floating-point types numpy has no dtype for: bfloat16 and the float8 types.
+
+onnxruntime takes such an input only as an ``onnxruntime.OrtValue`` of that element type (its ``run``
+refuses every numpy array for it), and an ``.npz`` cannot hold such a type either. So:
+
+* generated values are drawn as float32 (:mod:`.values`) and rounded to the input's type by onnxruntime's
+  own ``Cast`` (round to nearest even), giving an OrtValue both sides of a comparison are fed;
+* an ``--inputs`` file gives such an input in one of two forms, told apart by the array's dtype, the model
+  saying which type the input is (:func:`feed_from_array`):
+
+  - the raw bits, as unsigned integers of the type's width (``uint16`` for bfloat16, ``uint8`` for a
+    float8 type), e.g. ``torch_tensor.view(torch.uint16).numpy()`` or ``ml_array.view(numpy.uint16)``;
+  - float32 values, rounded to the type by onnxruntime's ``Cast`` (round to nearest even, as torch's
+    ``.to(torch.bfloat16)``); a value beyond the type's largest finite number is refused (``Cast``
+    saturates it to that number, torch makes it infinite or NaN: no answer is the obvious one);
+
+  and, from Python, an ml_dtypes array of exactly that type (its bits), or the void array of the same
+  width that ``numpy.savez`` writes for one. Any other dtype is refused with the forms it could take.
+
+:func:`bits_of` gives an OrtValue's bits back in the first form, which is how ``--save-inputs`` writes
+such an input (so the file reads back as the same bits).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from ..errors import BadInputError
+
+__all__ = [
+    "NARROW_FLOATS",
+    "NarrowFloat",
+    "bits_of",
+    "feed_from_array",
+    "from_bits",
+    "from_float32",
+    "is_narrow_float",
+    "narrow_feeds",
+]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class NarrowFloat:
+    """One floating-point element type numpy has no dtype for.
+
+    Attributes:
+        elem_type: the ONNX element type number.
+        name: onnxruntime's name of it (``bfloat16``, ``float8e4m3fn``, ...).
+        bits: the width of one element in bits (16 or 8).
+        max_finite: its largest finite value.
+        has_inf: whether it has infinities (bfloat16 and float8e5m2 do).
+    """
+
+    elem_type: int
+    name: str
+    bits: int
+    max_finite: float
+    has_inf: bool
+
+    @property
+    def bits_dtype(self) -> np.dtype:
+        """The unsigned integer dtype that holds one element's bits."""
+        return np.dtype(np.uint16 if self.bits == 16 else np.uint8)
+
+
+def _types() -> dict[int, NarrowFloat]:
+    table = (
+        ("BFLOAT16", "bfloat16", 16, float.fromhex("0x1.fep127"), True),
+        ("FLOAT8E4M3FN", "float8e4m3fn", 8, 448.0, False),
+        ("FLOAT8E4M3FNUZ", "float8e4m3fnuz", 8, 240.0, False),
+        ("FLOAT8E5M2", "float8e5m2", 8, 57344.0, True),
+        ("FLOAT8E5M2FNUZ", "float8e5m2fnuz", 8, 57344.0, False),
+    )
+    # onnx versions without the float8 types (before 1.14) simply have fewer entries
+    return {
+        getattr(TensorProto, enum): NarrowFloat(getattr(TensorProto, enum), name, bits, top, inf)
+        for enum, name, bits, top, inf in table
+        if hasattr(TensorProto, enum)
+    }
+
+
+NARROW_FLOATS: dict[int, NarrowFloat] = _types()
+"""The floating-point element types numpy cannot hold that onnxruntime's CPU provider takes as graph
+inputs, by ONNX element type number."""
+
+_ML_DTYPES_NAMES = {
+    "bfloat16": "bfloat16",
+    "float8e4m3fn": "float8_e4m3fn",
+    "float8e4m3fnuz": "float8_e4m3fnuz",
+    "float8e5m2": "float8_e5m2",
+    "float8e5m2fnuz": "float8_e5m2fnuz",
+}
+"""ml_dtypes' name of each type (numpy arrays of these names hold the type's bits)."""
+
+_CAST_OPSET = 19
+"""The first opset whose Cast converts to the float8 types (bfloat16 needs 13)."""
+
+
+def is_narrow_float(elem_type: int) -> bool:
+    """Whether an ONNX element type is one of :data:`NARROW_FLOATS`."""
+    return int(elem_type) in NARROW_FLOATS
+
+
+def _kind(elem_type: int) -> NarrowFloat:
+    try:
+        return NARROW_FLOATS[int(elem_type)]
+    except KeyError:
+        raise BadInputError(f"element type {elem_type} is not bfloat16 or a float8 type", value=elem_type) from None
+
+
+def from_bits(bits: np.ndarray, elem_type: int) -> Any:
+    """An ``onnxruntime.OrtValue`` of ``elem_type`` holding these raw bits (unsigned integers of the type's
+    width; the OrtValue keeps its own contiguous copy alive)."""
+    from ..ort.real import ort
+
+    kind = _kind(elem_type)
+    held = np.array(bits, dtype=kind.bits_dtype, copy=True, order="C")
+    return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(held, onnx_element_type=kind.elem_type)
+
+
+@functools.lru_cache(maxsize=len(NARROW_FLOATS) or 1)
+def _cast_session(elem_type: int) -> Any:
+    """A one-node onnxruntime CPU session casting float32 to ``elem_type`` (onnxruntime's own rounding)."""
+    from ..ort.real import OrtInferenceSession, ort
+
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["values"], ["narrow"], to=elem_type)],
+        "dmlshim_narrow_float_cast",
+        [helper.make_tensor_value_info("values", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("narrow", elem_type, None)],
+    )
+    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", _CAST_OPSET)])
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 4
+    return OrtInferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def from_float32(values: np.ndarray, elem_type: int, name: str = "") -> Any:
+    """float32 values rounded to ``elem_type`` by onnxruntime's ``Cast`` (round to nearest even), as an
+    ``onnxruntime.OrtValue`` of that type.
+
+    Raises:
+        BadInputError: a value (other than NaN, or an infinity the type has) beyond the type's largest
+            finite value.
+    """
+    from ..ort.real import ort
+
+    kind = _kind(elem_type)
+    array = np.ascontiguousarray(values, dtype=np.float32)
+    with np.errstate(invalid="ignore"):
+        beyond = ~np.isnan(array) & (np.abs(array) > kind.max_finite)
+        if kind.has_inf:
+            beyond &= ~np.isinf(array)
+    if beyond.any():
+        where = tuple(int(i) for i in np.argwhere(beyond)[0])
+        label = f"input {name!r}" if name else "a value"
+        raise BadInputError(
+            f"{label} is {kind.name}, and its float32 value {float(array[where])!r} at {list(where)} is "
+            f"beyond the largest finite {kind.name} ({kind.max_finite:g}): onnxruntime's Cast would "
+            "saturate it and torch would not, so it is refused; clip the values, or give the raw bits "
+            f"as {kind.bits_dtype} (see docs/commands.md)",
+            tensor=name or None,
+            value=float(array[where]),
+            rule=f"float32 values given for a {kind.name} input must lie within its finite range",
+        )
+    session = _cast_session(kind.elem_type)
+    fed = ort.OrtValue.ortvalue_from_numpy(array)
+    # the returned OrtValue owns its memory (onnxruntime allocated it)
+    return session.run_with_ort_values(["narrow"], {"values": fed})[0]
+
+
+def bits_of(value: Any) -> np.ndarray:
+    """A bfloat16 or float8 OrtValue's raw bits as unsigned integers of its width, in its shape."""
+    from ..validate.value_kinds import ortvalue_bits
+
+    return ortvalue_bits(value).reshape(tuple(value.shape()))
+
+
+def _forms(kind: NarrowFloat) -> str:
+    return (
+        f"give its raw bits as {kind.bits_dtype} or its values as float32 (rounded to nearest even by "
+        "onnxruntime's Cast); see docs/commands.md"
+    )
+
+
+def feed_from_array(name: str, array: np.ndarray, elem_type: int) -> Any:
+    """The OrtValue for a graph input of a bfloat16 or float8 type given as an array (the convention of the
+    module docstring: raw bits as unsigned integers of the type's width, or float32 values, or an ml_dtypes
+    array of the type, or the void array ``numpy.savez`` writes for one).
+
+    Raises:
+        BadInputError: any other dtype (a float16 or float64 array, integers of another width, ...), or a
+            float32 value beyond the type's finite range.
+    """
+    kind = _kind(elem_type)
+    dtype = array.dtype
+    if dtype == kind.bits_dtype:
+        return from_bits(array, elem_type)
+    if dtype == np.float32:
+        return from_float32(array, elem_type, name)
+    if dtype.name == _ML_DTYPES_NAMES[kind.name] or (
+        dtype.kind == "V" and dtype.itemsize * 8 == kind.bits and dtype.names is None and not dtype.subdtype
+    ):
+        return from_bits(np.ascontiguousarray(array).view(kind.bits_dtype), elem_type)
+    raise BadInputError(
+        f"input {name!r} is {kind.name} (the model says so) but the array given is {dtype}; {_forms(kind)}",
+        tensor=name,
+        value=str(dtype),
+        rule=f"a {kind.name} input is given as {kind.bits_dtype} bits or float32 values",
+    )
+
+
+def narrow_feeds(graph: onnx.GraphProto, feeds: Mapping[str, Any]) -> dict[str, Any]:
+    """The feeds with every array given for a bfloat16 or float8 graph input made the OrtValue onnxruntime
+    takes for it (:func:`feed_from_array`); other feeds, and OrtValues, unchanged."""
+    types = {
+        vi.name: vi.type.tensor_type.elem_type
+        for vi in graph.input
+        if vi.type.WhichOneof("value") == "tensor_type" and is_narrow_float(vi.type.tensor_type.elem_type)
+    }
+    if not types:
+        return dict(feeds)
+    out = dict(feeds)
+    for name, elem_type in types.items():
+        value = out.get(name)
+        if isinstance(value, np.ndarray):
+            out[name] = feed_from_array(name, value, elem_type)
+            logger.debug("input %r: %s array read as %s", name, value.dtype, NARROW_FLOATS[elem_type].name)
+    return out
