@@ -38,12 +38,16 @@ from ..errors import BadInputError
 __all__ = [
     "NARROW_FLOATS",
     "NarrowFloat",
+    "as_file_arrays",
     "bits_of",
+    "decoded",
     "feed_from_array",
     "from_bits",
     "from_float32",
     "is_narrow_float",
     "narrow_feeds",
+    "narrow_inputs",
+    "narrow_type",
 ]
 
 logger = logging.getLogger(__name__)
@@ -93,6 +97,8 @@ NARROW_FLOATS: dict[int, NarrowFloat] = _types()
 """The floating-point element types numpy cannot hold that onnxruntime's CPU provider takes as graph
 inputs, by ONNX element type number."""
 
+_BY_NAME = {f"tensor({kind.name})": kind for kind in NARROW_FLOATS.values()}
+
 _ML_DTYPES_NAMES = {
     "bfloat16": "bfloat16",
     "float8e4m3fn": "float8_e4m3fn",
@@ -128,16 +134,16 @@ def from_bits(bits: np.ndarray, elem_type: int) -> Any:
     return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(held, onnx_element_type=kind.elem_type)
 
 
-@functools.lru_cache(maxsize=len(NARROW_FLOATS) or 1)
-def _cast_session(elem_type: int) -> Any:
-    """A one-node onnxruntime CPU session casting float32 to ``elem_type`` (onnxruntime's own rounding)."""
+@functools.lru_cache(maxsize=2 * len(NARROW_FLOATS) or 1)
+def _cast_session(source: int, target: int) -> Any:
+    """A one-node onnxruntime CPU session casting ``source`` to ``target`` (onnxruntime's own rounding)."""
     from ..ort.real import OrtInferenceSession, ort
 
     graph = helper.make_graph(
-        [helper.make_node("Cast", ["values"], ["narrow"], to=elem_type)],
+        [helper.make_node("Cast", ["values"], ["cast"], to=target)],
         "dmlshim_narrow_float_cast",
-        [helper.make_tensor_value_info("values", TensorProto.FLOAT, None)],
-        [helper.make_tensor_value_info("narrow", elem_type, None)],
+        [helper.make_tensor_value_info("values", source, None)],
+        [helper.make_tensor_value_info("cast", target, None)],
     )
     model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", _CAST_OPSET)])
     options = ort.SessionOptions()
@@ -175,10 +181,31 @@ def from_float32(values: np.ndarray, elem_type: int, name: str = "") -> Any:
             value=float(array[where]),
             rule=f"float32 values given for a {kind.name} input must lie within its finite range",
         )
-    session = _cast_session(kind.elem_type)
+    session = _cast_session(TensorProto.FLOAT, kind.elem_type)
     fed = ort.OrtValue.ortvalue_from_numpy(array)
     # the returned OrtValue owns its memory (onnxruntime allocated it)
-    return session.run_with_ort_values(["narrow"], {"values": fed})[0]
+    return session.run_with_ort_values(["cast"], {"values": fed})[0]
+
+
+def narrow_type(value: Any) -> NarrowFloat | None:
+    """The type of a tensor OrtValue of a bfloat16 or float8 type; None for any other value."""
+    from ..ort.real import ort
+
+    if not isinstance(value, ort.OrtValue) or not value.is_tensor():
+        return None
+    return _BY_NAME.get(value.data_type())
+
+
+def decoded(value: Any) -> np.ndarray | None:
+    """A CPU tensor OrtValue of a bfloat16 or float8 type as the float32 array of its values (exact: every
+    such value is a float32 value; -0.0 stays -0.0), or None for any other value."""
+    kind = narrow_type(value)
+    if kind is None:
+        return None
+    if kind.bits == 16:  # bfloat16 is the upper half of a float32: payloads and signs kept
+        return (bits_of(value).astype(np.uint32) << 16).view(np.float32)
+    widened = _cast_session(kind.elem_type, TensorProto.FLOAT).run(["cast"], {"values": value})[0]
+    return np.asarray(widened, dtype=np.float32).reshape(tuple(value.shape()))
 
 
 def bits_of(value: Any) -> np.ndarray:
@@ -186,6 +213,12 @@ def bits_of(value: Any) -> np.ndarray:
     from ..validate.value_kinds import ortvalue_bits
 
     return ortvalue_bits(value).reshape(tuple(value.shape()))
+
+
+def as_file_arrays(feeds: Mapping[str, Any]) -> dict[str, Any]:
+    """Feeds as an inputs file holds them: a bfloat16 or float8 OrtValue as its raw bits (which
+    :func:`narrow_feeds` reads back as the same values); other feeds unchanged."""
+    return {name: bits_of(v) if narrow_type(v) is not None else v for name, v in feeds.items()}
 
 
 def _forms(kind: NarrowFloat) -> str:
@@ -222,18 +255,25 @@ def feed_from_array(name: str, array: np.ndarray, elem_type: int) -> Any:
     )
 
 
-def narrow_feeds(graph: onnx.GraphProto, feeds: Mapping[str, Any]) -> dict[str, Any]:
-    """The feeds with every array given for a bfloat16 or float8 graph input made the OrtValue onnxruntime
-    takes for it (:func:`feed_from_array`); other feeds, and OrtValues, unchanged."""
-    types = {
+def narrow_inputs(graph: onnx.GraphProto) -> dict[str, int]:
+    """The graph inputs of a bfloat16 or float8 type: name -> ONNX element type."""
+    return {
         vi.name: vi.type.tensor_type.elem_type
         for vi in graph.input
         if vi.type.WhichOneof("value") == "tensor_type" and is_narrow_float(vi.type.tensor_type.elem_type)
     }
-    if not types:
-        return dict(feeds)
+
+
+def narrow_feeds(graph: onnx.GraphProto, feeds: Mapping[str, Any]) -> dict[str, Any]:
+    """The feeds read from an inputs file, with every array given for a bfloat16 or float8 graph input made
+    the OrtValue onnxruntime takes for it (:func:`feed_from_array`); other feeds unchanged.
+
+    Raises:
+        BadInputError: such an array of a dtype the convention does not take, or a float32 value beyond
+            the type's finite range.
+    """
     out = dict(feeds)
-    for name, elem_type in types.items():
+    for name, elem_type in narrow_inputs(graph).items():
         value = out.get(name)
         if isinstance(value, np.ndarray):
             out[name] = feed_from_array(name, value, elem_type)

@@ -12,12 +12,40 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-__all__ = ["comparable", "describe", "feed_shape", "is_array", "kind_text", "ortvalue_bits"]
+__all__ = [
+    "as_compared",
+    "comparable",
+    "compared_dtype",
+    "describe",
+    "feed_shape",
+    "is_array",
+    "kind_text",
+    "ortvalue_bits",
+]
 
 
 def is_array(value: Any) -> bool:
     """A numpy array an ``.npz`` can hold (no object dtype)."""
     return isinstance(value, np.ndarray) and value.dtype != object
+
+
+def as_compared(value: Any) -> Any:
+    """The value as comparisons take it: a bfloat16 or float8 tensor OrtValue as the float32 array of its
+    values (decoded exactly, so bit-for-bit equality is value equality with NaN equal to NaN, and a
+    tolerance applies to the numbers, not to their bits); any other value unchanged."""
+    from ..inputs.narrow_floats import decoded
+
+    values = decoded(value)
+    return value if values is None else values
+
+
+def compared_dtype(value: Any) -> str | None:
+    """The type a report names for a bfloat16 or float8 OrtValue (``bfloat16``), which
+    :func:`as_compared` turns into float32; None for any other value (its array's dtype is its own)."""
+    from ..inputs.narrow_floats import narrow_type
+
+    kind = narrow_type(value)
+    return None if kind is None else kind.name
 
 
 def feed_shape(value: Any) -> tuple[int, ...]:

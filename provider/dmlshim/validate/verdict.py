@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import onnx
 
-from ..comparison import array_difference, dtype_tolerance, exact_difference
+from ..comparison import DTYPE_TOLERANCE, array_difference, dtype_tolerance, exact_difference
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
 from ..errors import BadInputError, DmlShimError, guard_resources
 from ..execute.record import PLACEMENT_DML
@@ -50,7 +50,7 @@ from .results import (
     ValidationWarning,
     WholeModelComparison,
 )
-from .value_kinds import comparable, feed_shape, is_array, kind_text
+from .value_kinds import as_compared, comparable, compared_dtype, feed_shape, is_array, kind_text
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +64,13 @@ W_TRANSLATION_ERROR = "NOT_TRANSLATED"
 W_NODE_DIFFERS = "NODE_OUTPUT_DIFFERS"
 W_INPUTS_DIFFER = "NODE_INPUTS_DIFFER"
 W_SHAPE_NOTE = "OUTPUT_SHAPE_DIFFERS_FROM_INFERENCE"
+
+_NARROW_TOLERANCE = {
+    "bfloat16": DTYPE_TOLERANCE["bfloat16"],
+    **{name: (0.25, 0.25) for name in ("float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz")},
+}
+"""The whole-model tolerance of outputs compared as decoded float32 values, by their own type (what
+:func:`dmlshim.comparison.dtype_tolerance` gives ml_dtypes' arrays of those types)."""
 
 
 def compare_arrays(
@@ -255,6 +262,8 @@ def _validate_loaded(
     outputs: list[OutputComparison] = []
     for o in proto.graph.output:
         raw_got, raw_want = ours.outputs[o.name], ref.outputs[o.name]
+        # bfloat16 and float8 outputs (OrtValues) compare as their values, decoded exactly to float32
+        raw_got, raw_want, dtype = as_compared(raw_got), as_compared(raw_want), compared_dtype(raw_got)
         if is_array(raw_got) and is_array(raw_want):
             got, want = np.asarray(raw_got), np.asarray(raw_want)
             c = compare_arrays(got, want, rtol, atol, exact=exact)
@@ -276,7 +285,7 @@ def _validate_loaded(
             OutputComparison(
                 name=o.name,
                 match=c.match,
-                dtype=str(got.dtype),
+                dtype=dtype or str(got.dtype),
                 shape=tuple(got.shape),
                 max_abs_diff=c.max_abs_diff,
                 mismatches=c.mismatches,
@@ -285,7 +294,7 @@ def _validate_loaded(
                 upstream_nodes=upstream_order(o.name, deps, nodes),
                 suspect_nodes=suspects(o.name, deps, nodes) if not c.match else (),
                 whole_model=(
-                    _whole(got, whole[o.name], c.match, bool(suspects(o.name, deps, nodes)))
+                    _whole(got, as_compared(whole[o.name]), c.match, bool(suspects(o.name, deps, nodes)), dtype)
                     if whole is not None
                     else None
                 ),
@@ -316,12 +325,13 @@ def _validate_loaded(
 
 
 def _whole(
-    got: np.ndarray, onnxruntime: np.ndarray, like_for_like_match: bool, blamed: bool
+    got: np.ndarray, onnxruntime: np.ndarray, like_for_like_match: bool, blamed: bool, dtype: str | None = None
 ) -> WholeModelComparison:
+    """``dtype``: the output's own type when its values were decoded to float32 (bfloat16, float8)."""
     if not is_array(onnxruntime):
         onnxruntime = comparable(onnxruntime)[1]  # a sequence or map: its elements, as ``got`` holds them
     onnxruntime = np.asarray(onnxruntime)
-    rtol, atol = dtype_tolerance(onnxruntime.dtype)
+    rtol, atol = _NARROW_TOLERANCE.get(dtype or "", None) or dtype_tolerance(onnxruntime.dtype)
     exact = compare_arrays(got, onnxruntime, exact=True)
     close = exact if exact.match else compare_arrays(got, onnxruntime, rtol, atol)
     if exact.match:
