@@ -37,8 +37,10 @@ from ..errors import BadInputError
 
 __all__ = [
     "NARROW_FLOATS",
+    "NARROW_TYPE_NAMES",
     "NarrowFloat",
     "as_file_arrays",
+    "as_ortvalues",
     "bits_of",
     "decoded",
     "feed_from_array",
@@ -48,6 +50,7 @@ __all__ = [
     "narrow_feeds",
     "narrow_inputs",
     "narrow_type",
+    "run_any_outputs",
 ]
 
 logger = logging.getLogger(__name__)
@@ -99,6 +102,9 @@ inputs, by ONNX element type number."""
 
 _BY_NAME = {f"tensor({kind.name})": kind for kind in NARROW_FLOATS.values()}
 
+NARROW_TYPE_NAMES = frozenset(_BY_NAME)
+"""onnxruntime's names of the tensor types of :data:`NARROW_FLOATS` (``tensor(bfloat16)``, ...)."""
+
 _ML_DTYPES_NAMES = {
     "bfloat16": "bfloat16",
     "float8e4m3fn": "float8_e4m3fn",
@@ -121,7 +127,8 @@ def _kind(elem_type: int) -> NarrowFloat:
     try:
         return NARROW_FLOATS[int(elem_type)]
     except KeyError:
-        raise BadInputError(f"element type {elem_type} is not bfloat16 or a float8 type", value=elem_type) from None
+        message = f"element type {elem_type} is not bfloat16 or a float8 type"
+        raise BadInputError(message, value=elem_type) from None
 
 
 def from_bits(bits: np.ndarray, elem_type: int) -> Any:
@@ -213,6 +220,31 @@ def bits_of(value: Any) -> np.ndarray:
     from ..validate.value_kinds import ortvalue_bits
 
     return ortvalue_bits(value).reshape(tuple(value.shape()))
+
+
+def run_any_outputs(session: Any, feeds: Mapping[str, Any]) -> None:
+    """Run an onnxruntime session on ``feeds`` for its verdict only, whatever its outputs' types: ``run``
+    cannot return a bfloat16 or float8 output, so the outputs it can return are asked for, and when there
+    is none the session runs through ``run_with_ort_values``.
+
+    Raises:
+        whatever onnxruntime raises for the run.
+    """
+    names = [o.name for o in session.get_outputs() if o.type not in NARROW_TYPE_NAMES]
+    if names:
+        session.run(names, dict(feeds))
+        return
+    session.run_with_ort_values(None, as_ortvalues(feeds))
+
+
+def as_ortvalues(feeds: Mapping[str, Any]) -> dict[str, Any]:
+    """Feeds as ``run_with_ort_values`` takes them: arrays wrapped as OrtValues (over their memory, which
+    the OrtValue keeps alive), OrtValues as they are."""
+    from ..ort.real import ort
+
+    return {
+        k: v if isinstance(v, ort.OrtValue) else ort.OrtValue.ortvalue_from_numpy(v) for k, v in feeds.items()
+    }
 
 
 def as_file_arrays(feeds: Mapping[str, Any]) -> dict[str, Any]:

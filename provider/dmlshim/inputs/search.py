@@ -39,6 +39,7 @@ from ..limits import check_tensor
 from ..model.modelcheck import check_well_formed
 from .constraints import DEFAULT_DIM, light_copy, plan_for_shapes
 from .hints import size_hints
+from .narrow_floats import run_any_outputs
 from .symbols import ModelDims, model_dims, shapes_for, split_given
 from .values import draw
 
@@ -301,7 +302,7 @@ def generate(
                 return GeneratedInputs(feeds, shapes, symbols, seed)
         tries += 1
         try:
-            session.run(None, feeds)
+            run_any_outputs(session, feeds)  # a bfloat16 output is one run() cannot return
         except Exception as exc:  # onnxruntime's exception types share no useful base
             logger.debug("candidate %s failed on onnxruntime: %s", symbols, _first_line(exc))
             if first is None:

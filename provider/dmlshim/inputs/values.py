@@ -52,11 +52,10 @@ def draw_free(spec: InputSpec, rng: np.random.Generator) -> Any:
     if spec.elem_type in NARROW_FLOATS:
         # Drawn as float32 inputs are (ones for a mask), then rounded by onnxruntime's own Cast. Checked
         # before ``spec.dtype``: onnx before 1.18 calls these types float32.
-        if _is_mask(spec.name):
-            drawn = np.ones(spec.shape, np.float32)
-        else:
-            drawn = np.asarray(rng.standard_normal(spec.shape)).reshape(spec.shape)
-        return from_float32(drawn, spec.elem_type, spec.name)
+        drawn: np.ndarray = (
+            np.ones(spec.shape) if _is_mask(spec.name) else np.asarray(rng.standard_normal(spec.shape))
+        )
+        return from_float32(drawn.reshape(spec.shape), spec.elem_type, spec.name)
     dtype = spec.dtype
     shape = spec.shape
     if _is_mask(spec.name) and dtype.kind in "biuf":

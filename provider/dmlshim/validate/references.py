@@ -40,7 +40,7 @@ from ..execute.partition_checks import EmulatedIO
 from ..execute.partitioned import PartitionedEngine
 from ..execute.record import RunRecord
 from ..inputs import GeneratedInputs, generate
-from ..inputs.narrow_floats import NARROW_FLOATS, narrow_feeds
+from ..inputs.narrow_floats import NARROW_TYPE_NAMES, as_ortvalues, narrow_feeds
 from ..kernels.options import IndexMode
 from ..ort.real import OrtInferenceSession
 from ..ort.session import LoadedModel
@@ -242,11 +242,8 @@ def _run_whole(session: ort.InferenceSession, names: list[str], feeds: Mapping[s
     model with one runs through ``run_with_ort_values``, those outputs kept as OrtValues (as dmlshim's
     runs give them) and the others read as arrays."""
     types = {o.name: o.type for o in session.get_outputs()}
-    if not any(types.get(n, "") in _NARROW_TYPES for n in names):
+    if not any(types.get(n, "") in NARROW_TYPE_NAMES for n in names):
         return list(session.run(names, dict(feeds)))
-    given = {k: v if isinstance(v, ort.OrtValue) else ort.OrtValue.ortvalue_from_numpy(v) for k, v in feeds.items()}
-    values = session.run_with_ort_values(names, given)
-    return [v if types.get(n, "") in _NARROW_TYPES else v.numpy() for n, v in zip(names, values, strict=True)]
-
-
-_NARROW_TYPES = frozenset(f"tensor({kind.name})" for kind in NARROW_FLOATS.values())
+    values = session.run_with_ort_values(names, as_ortvalues(feeds))
+    narrow = [types.get(n, "") in NARROW_TYPE_NAMES for n in names]
+    return [v if keep else v.numpy() for v, keep in zip(values, narrow, strict=True)]

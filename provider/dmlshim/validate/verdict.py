@@ -260,6 +260,10 @@ def _validate_loaded(
     )
 
     outputs: list[OutputComparison] = []
+
+    def blamed(output: str) -> bool:
+        return bool(suspects(output, deps, nodes))
+
     for o in proto.graph.output:
         raw_got, raw_want = ours.outputs[o.name], ref.outputs[o.name]
         # bfloat16 and float8 outputs (OrtValues) compare as their values, decoded exactly to float32
@@ -294,7 +298,7 @@ def _validate_loaded(
                 upstream_nodes=upstream_order(o.name, deps, nodes),
                 suspect_nodes=suspects(o.name, deps, nodes) if not c.match else (),
                 whole_model=(
-                    _whole(got, as_compared(whole[o.name]), c.match, bool(suspects(o.name, deps, nodes)), dtype)
+                    _whole(got, as_compared(whole[o.name]), c.match, blamed(o.name), dtype)
                     if whole is not None
                     else None
                 ),
@@ -325,13 +329,17 @@ def _validate_loaded(
 
 
 def _whole(
-    got: np.ndarray, onnxruntime: np.ndarray, like_for_like_match: bool, blamed: bool, dtype: str | None = None
+    got: np.ndarray,
+    onnxruntime: np.ndarray,
+    like_for_like_match: bool,
+    blamed: bool,
+    dtype: str | None = None,
 ) -> WholeModelComparison:
     """``dtype``: the output's own type when its values were decoded to float32 (bfloat16, float8)."""
     if not is_array(onnxruntime):
         onnxruntime = comparable(onnxruntime)[1]  # a sequence or map: its elements, as ``got`` holds them
     onnxruntime = np.asarray(onnxruntime)
-    rtol, atol = _NARROW_TOLERANCE.get(dtype or "", None) or dtype_tolerance(onnxruntime.dtype)
+    rtol, atol = _NARROW_TOLERANCE.get(dtype or "") or dtype_tolerance(onnxruntime.dtype)
     exact = compare_arrays(got, onnxruntime, exact=True)
     close = exact if exact.match else compare_arrays(got, onnxruntime, rtol, atol)
     if exact.match:
