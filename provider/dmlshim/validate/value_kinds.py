@@ -29,22 +29,32 @@ def is_array(value: Any) -> bool:
     return isinstance(value, np.ndarray) and value.dtype != object
 
 
-def as_compared(value: Any) -> Any:
+def as_compared(value: Any, declared: int | None = None) -> Any:
     """The value as comparisons take it: a bfloat16 or float8 tensor OrtValue as the float32 array of its
     values (decoded exactly, so bit-for-bit equality is value equality with NaN equal to NaN, and a
-    tolerance applies to the numbers, not to their bits); any other value unchanged."""
-    from ..inputs.narrow_floats import decoded
+    tolerance applies to the numbers, not to their bits); any other value unchanged.
 
+    ``declared``: the ONNX element type the graph declares for the value. onnxruntime's ``run`` returns a
+    float8 output as a uint8 array of its bits; given the declared float8 type, such an array is decoded
+    too."""
+    from ..inputs.narrow_floats import NARROW_FLOATS, decoded, from_bits
+
+    kind = NARROW_FLOATS.get(declared) if declared is not None else None
+    if kind is not None and isinstance(value, np.ndarray) and value.dtype == kind.bits_dtype:
+        value = from_bits(value, kind.elem_type)
     values = decoded(value)
     return value if values is None else values
 
 
-def compared_dtype(value: Any) -> str | None:
-    """The type a report names for a bfloat16 or float8 OrtValue (``bfloat16``), which
-    :func:`as_compared` turns into float32; None for any other value (its array's dtype is its own)."""
-    from ..inputs.narrow_floats import narrow_type
+def compared_dtype(value: Any, declared: int | None = None) -> str | None:
+    """The type a report names for a bfloat16 or float8 value (``bfloat16``), which :func:`as_compared`
+    turns into float32; None for any other value (its array's dtype is its own)."""
+    from ..inputs.narrow_floats import NARROW_FLOATS, narrow_type
 
     kind = narrow_type(value)
+    if kind is None and declared is not None and isinstance(value, np.ndarray):
+        kind = NARROW_FLOATS.get(declared)
+        kind = kind if kind is not None and value.dtype == kind.bits_dtype else None
     return None if kind is None else kind.name
 
 

@@ -267,7 +267,9 @@ def _validate_loaded(
     for o in proto.graph.output:
         raw_got, raw_want = ours.outputs[o.name], ref.outputs[o.name]
         # bfloat16 and float8 outputs (OrtValues) compare as their values, decoded exactly to float32
-        raw_got, raw_want, dtype = as_compared(raw_got), as_compared(raw_want), compared_dtype(raw_got)
+        declared = o.type.tensor_type.elem_type if o.type.HasField("tensor_type") else None
+        dtype = compared_dtype(raw_got, declared)
+        raw_got, raw_want = as_compared(raw_got, declared), as_compared(raw_want, declared)
         if is_array(raw_got) and is_array(raw_want):
             got, want = np.asarray(raw_got), np.asarray(raw_want)
             c = compare_arrays(got, want, rtol, atol, exact=exact)
@@ -298,7 +300,7 @@ def _validate_loaded(
                 upstream_nodes=upstream_order(o.name, deps, nodes),
                 suspect_nodes=suspects(o.name, deps, nodes) if not c.match else (),
                 whole_model=(
-                    _whole(got, as_compared(whole[o.name]), c.match, blamed(o.name), dtype)
+                    _whole(got, as_compared(whole[o.name], declared), c.match, blamed(o.name), dtype)
                     if whole is not None
                     else None
                 ),
