@@ -391,3 +391,22 @@ def _outputs_bits(value: ort.OrtValue) -> np.ndarray:
     binding.bind_output("b", "cpu", 0, elem, shape, host.ctypes.data)
     session.run_with_iobinding(binding)
     return host
+
+
+def test_export_takes_bfloat16_inputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model = _cast_gather(tmp_path)
+    x = _ort_cast(np.stack([TIES, TIES * 3, -TIES, TIES / 2]).astype(np.float32), T.BFLOAT16)
+    i = np.array([3, 1])
+    np.savez(tmp_path / "in.npz", x=_bits(x), i=i)
+    want = ort_session(str(model)).run(["y"], {"x": x, "i": i})[0]
+    folders = {}
+    for name, extra in (("file", ["--inputs", str(tmp_path / "in.npz")]), ("generated", [])):
+        doc = _json(capsys, ["export", str(model), "-o", str(tmp_path / name), "--json", *extra])
+        assert [e["node"] for e in doc["exported"]] == ["rows"], name
+        index = json.loads((tmp_path / name / "index.json").read_text())
+        assert index["input_shapes"] == {"x": [4, 3], "i": [2]}, name
+        folders[name] = tmp_path / name / doc["exported"][0]["folder"]
+    # the Gather's data is the float32 onnxruntime widened the bfloat16 bits to; its output onnxruntime's
+    node = folders["file"]
+    assert np.load(node / "input.npy").tobytes() == _ort_widen(x).tobytes()
+    assert np.load(node / "expected_output.npy").tobytes() == want.tobytes()
