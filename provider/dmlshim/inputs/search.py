@@ -68,7 +68,8 @@ class GeneratedInputs:
     """Random feeds and how they were chosen.
 
     Attributes:
-        feeds: graph input name -> array, in graph-input order.
+        feeds: graph input name -> array, in graph-input order (an ``onnxruntime.OrtValue`` of its type for
+            a bfloat16 or float8 input, which numpy cannot hold: :mod:`.narrow_floats`).
         shapes: graph input name -> shape.
         symbols: symbolic dimension -> the size chosen (``INPUT[axis]`` for an unnamed dimension).
         seed: the seed of the values.
@@ -76,7 +77,7 @@ class GeneratedInputs:
         checked: onnxruntime CPU ran the model on these feeds.
     """
 
-    feeds: dict[str, np.ndarray]
+    feeds: dict[str, Any]
     shapes: dict[str, tuple[int, ...]]
     symbols: dict[str, int] = field(default_factory=dict)
     seed: int = 0
