@@ -73,7 +73,7 @@ def _axis(attrs: Mapping[str, Any], rank: int) -> int | None:
     return axis if 0 <= axis < rank else None
 
 
-def _in_range(indices: np.ndarray, dim: int) -> bool:
+def in_range(indices: np.ndarray, dim: int) -> bool:
     """Every index in ``[0, dim)``: usually one OR-reduction (no sign bit anywhere and the OR below
     ``dim`` bounds every value), else the maximum."""
     if indices.size == 0:
@@ -106,7 +106,7 @@ def output_is_given(
         shape = indices.shape
     else:
         shape = (*data.shape[:axis], *indices.shape, *data.shape[axis + 1 :])
-    return theirs.shape == shape and _in_range(indices, data.shape[axis])
+    return theirs.shape == shape and in_range(indices, data.shape[axis])
 
 
 def shape_output(name: str) -> str:

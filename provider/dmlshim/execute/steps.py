@@ -25,6 +25,7 @@ from .cpu_step import RunState, Values, run_session
 from .gather_given import GIVEN_OPS, LEAN_MESSAGE, NOTE_GATHER_GIVEN, given_message, output_is_given
 from .ort_support import ORT_ERRORS, cpu_session, ort_run_error
 from .record import PLACEMENT_CPU, PLACEMENT_DML, NodeRecord
+from .scatter_given import SCATTER_GIVEN_MESSAGE, scatter_output_is_given
 from .segments import single_node_model, value_elem_and_rank
 
 logger = logging.getLogger(__name__)
@@ -42,12 +43,14 @@ VERIFIED_OPS = frozenset(("Scatter", "ScatterElements", "ScatterND"))
 """Nodes whose output the whole-model check verifies instead of computing (:meth:`EmulatedStep.verify`)."""
 
 PROVE_RUNS = 3
-"""Verified runs of a scatter in which the whole-model check also proves that every element the scatter
-does not write is its InputTensor. Later runs of the session take those elements as onnxruntime copied
-them (ONNX and DirectML both define them as the data input; only the written elements can differ, and
-they are proved on every run): the proof reads the input and the output in full, 9-31 ms per run of the
-24 KV-cache ScatterND of a 652 MB decoder step, where onnxruntime's whole run takes 30-45 ms.
-``EngineConfig.full_check`` (validate, ``DMLSHIM_FULL_CHECK=1``) proves them on every run."""
+"""Verified runs of a scatter (with the same input shapes and dtypes) in which the whole-model check also
+proves that every element the scatter does not write is its InputTensor (a scatter whose indices alone
+prove its output, :mod:`dmlshim.execute.scatter_given`, is not verified at all). Later runs take those
+elements as onnxruntime copied them (ONNX and DirectML both define them as the data input; only the
+written elements can differ, and they are verified on every run): the proof reads the input and the output
+in full, 9-31 ms per run of the 24 KV-cache ScatterND of a 652 MB decoder step, where onnxruntime's whole
+run takes 30-45 ms. ``EngineConfig.full_check`` (validate, ``DMLSHIM_FULL_CHECK=1``) proves them on every
+run."""
 
 NOTE_UNTOUCHED_GIVEN = "untouched_elements_from_onnxruntime"
 UNTOUCHED_GIVEN_MESSAGE = (
@@ -149,8 +152,8 @@ class EmulatedStep:
         (:func:`dmlshim.execute.gather_given.lean_gathers`)."""
         self._full_check = full_check
         self._proved = 0  # verified runs whose untouched elements were proved too
-        self._proved_key: tuple[Any, ...] | None = None  # a gather's: the shapes and dtypes proved
-        self._noted: tuple[NodeRecord, NodeRecord] | None = None
+        self._proved_key: tuple[Any, ...] | None = None  # the shapes and dtypes proved
+        self._noted: tuple[NodeRecord, tuple[str, str], NodeRecord] | None = None
         self._marked: tuple[NodeRecord, int, bool, NodeRecord] | None = None
         self._model = model
         self._sess_options = sess_options
@@ -216,6 +219,13 @@ class EmulatedStep:
         t, clean = self._translation(arrays, state)
         if clean is None:
             return None
+        key = tuple((a.shape, a.dtype) if a is not None else None for a in arrays)
+        if key != self._proved_key:
+            self._proved_key, self._proved = key, 0
+        if not self._full_check and scatter_output_is_given(self.node.op_type, self._attrs, arrays, theirs):
+            values[self.output] = theirs
+            self._finish(self._given(clean, (NOTE_GATHER_GIVEN, SCATTER_GIVEN_MESSAGE)), theirs, state)
+            return True
         prove = self._full_check or self._proved < PROVE_RUNS
         verdict = verify_translation(t, arrays, theirs, index_mode=self.index_mode, prove_untouched=prove)
         if verdict is None:
@@ -320,10 +330,10 @@ class EmulatedStep:
         """``record`` noting that the untouched elements (a gather: the output) were taken as onnxruntime
         made them (the last one made is kept: a run's record is usually the previous run's)."""
         last = self._noted
-        if last is not None and last[0] is record:
-            return last[1]
+        if last is not None and last[0] is record and last[1] == note:
+            return last[2]
         noted = dataclasses.replace(record, notes=(*record.notes, note))
-        self._noted = (record, noted)
+        self._noted = (record, note, noted)
         return noted
 
     def _dml_record(self, clean: NodeRecord, duplicates: int, arrays: list[Any]) -> NodeRecord:
