@@ -288,6 +288,31 @@ def test_bfloat16_data_into_gather_and_scatter_falls_back(
     }
 
 
+def test_reference_outputs_of_a_bfloat16_output_get_its_tolerance(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a framework's bfloat16 result, upcast to float32, one rounding away: within bfloat16's tolerance
+    model = _direct(tmp_path)
+    x = _ort_cast(np.linspace(1, 4, 6, dtype=np.float32).reshape(2, 3), T.BFLOAT16)
+    u = _ort_cast(np.full((1, 3), 0.5, np.float32), T.BFLOAT16)
+    i, si = np.array([1, 0]), np.array([[1, 0, 1]])
+    np.savez(tmp_path / "in.npz", x=_bits(x), i=i, si=si, u=_bits(u))
+    fed = {
+        "x": x,
+        "i": ort.OrtValue.ortvalue_from_numpy(i),
+        "si": ort.OrtValue.ortvalue_from_numpy(si),
+        "u": u,
+    }
+    g, s = (_ort_widen(v) for v in ort_session(str(model)).run_with_ort_values(["g", "s"], fed))
+    for scale, code in ((1.03, 0), (1.2, 1)):
+        np.savez(tmp_path / "ref.npz", g=g * np.float32(scale), s=s)
+        argv = ["validate", str(model), "--inputs", str(tmp_path / "in.npz"), "--json"]
+        doc = _json(capsys, [*argv, "--reference-outputs", str(tmp_path / "ref.npz")], code)
+        external = {o["name"]: o["reference_outputs"] for o in doc["outputs"]}
+        assert (external["g"]["rtol"], external["g"]["atol"]) == (0.06, 0.06)
+        assert external["g"]["match"] is (code == 0) and external["s"]["match"] is True
+
+
 def test_bfloat16_outputs_with_a_symbolic_dimension_are_generated(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -12,12 +12,15 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
+from ..comparison import DTYPE_TOLERANCE, dtype_tolerance
+
 __all__ = [
     "as_compared",
     "comparable",
     "compared_dtype",
     "describe",
     "feed_shape",
+    "fitting_tolerance",
     "is_array",
     "kind_text",
     "ortvalue_bits",
@@ -56,6 +59,20 @@ def compared_dtype(value: Any, declared: int | None = None) -> str | None:
         kind = NARROW_FLOATS.get(declared)
         kind = kind if kind is not None and value.dtype == kind.bits_dtype else None
     return None if kind is None else kind.name
+
+
+_NARROW_TOLERANCE = {
+    "bfloat16": DTYPE_TOLERANCE["bfloat16"],
+    **{name: (0.25, 0.25) for name in ("float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz")},
+}
+"""The tolerance fitting outputs compared as decoded float32 values, by their own type (what
+:func:`dmlshim.comparison.dtype_tolerance` gives ml_dtypes' arrays of those types)."""
+
+
+def fitting_tolerance(compared: np.ndarray, own_type: str | None = None) -> tuple[float, float]:
+    """(rtol, atol) fitting a compared array's dtype, or the output's own type when :func:`as_compared`
+    decoded it (``own_type``, from :func:`compared_dtype`: bfloat16's, not float32's)."""
+    return _NARROW_TOLERANCE.get(own_type or "") or dtype_tolerance(compared.dtype)
 
 
 def feed_shape(value: Any) -> tuple[int, ...]:

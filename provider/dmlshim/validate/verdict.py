@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import onnx
 
-from ..comparison import DTYPE_TOLERANCE, array_difference, dtype_tolerance, exact_difference
+from ..comparison import array_difference, exact_difference
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
 from ..errors import BadInputError, DmlShimError, guard_resources
 from ..execute.record import PLACEMENT_DML
@@ -50,7 +50,15 @@ from .results import (
     ValidationWarning,
     WholeModelComparison,
 )
-from .value_kinds import as_compared, comparable, compared_dtype, feed_shape, is_array, kind_text
+from .value_kinds import (
+    as_compared,
+    comparable,
+    compared_dtype,
+    feed_shape,
+    fitting_tolerance,
+    is_array,
+    kind_text,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -64,13 +72,6 @@ W_TRANSLATION_ERROR = "NOT_TRANSLATED"
 W_NODE_DIFFERS = "NODE_OUTPUT_DIFFERS"
 W_INPUTS_DIFFER = "NODE_INPUTS_DIFFER"
 W_SHAPE_NOTE = "OUTPUT_SHAPE_DIFFERS_FROM_INFERENCE"
-
-_NARROW_TOLERANCE = {
-    "bfloat16": DTYPE_TOLERANCE["bfloat16"],
-    **{name: (0.25, 0.25) for name in ("float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz")},
-}
-"""The whole-model tolerance of outputs compared as decoded float32 values, by their own type (what
-:func:`dmlshim.comparison.dtype_tolerance` gives ml_dtypes' arrays of those types)."""
 
 
 def compare_arrays(
@@ -341,7 +342,7 @@ def _whole(
     if not is_array(onnxruntime):
         onnxruntime = comparable(onnxruntime)[1]  # a sequence or map: its elements, as ``got`` holds them
     onnxruntime = np.asarray(onnxruntime)
-    rtol, atol = _NARROW_TOLERANCE.get(dtype or "") or dtype_tolerance(onnxruntime.dtype)
+    rtol, atol = fitting_tolerance(onnxruntime, dtype)
     exact = compare_arrays(got, onnxruntime, exact=True)
     close = exact if exact.match else compare_arrays(got, onnxruntime, rtol, atol)
     if exact.match:
