@@ -14,8 +14,8 @@ refuses every numpy array for it), and an ``.npz`` cannot hold such a type eithe
     ``.to(torch.bfloat16)``); a value beyond the type's largest finite number is refused (``Cast``
     saturates it to that number, torch makes it infinite or NaN: no answer is the obvious one);
 
-  and, from Python, an ml_dtypes array of exactly that type (its bits), or the void array of the same
-  width that ``numpy.savez`` writes for one. Any other dtype is refused with the forms it could take.
+  and an ml_dtypes array of exactly that type is read as its bits, as is the void array of the same width
+  that ``numpy.savez`` writes for one. Any other dtype is refused with the forms it could take.
 
 :func:`bits_of` gives an OrtValue's bits back in the first form, which is how ``--save-inputs`` writes
 such an input (so the file reads back as the same bits).
