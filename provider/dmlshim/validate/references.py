@@ -35,6 +35,7 @@ from ..dml.enums import FeatureLevel
 from ..errors import BadInputError, BadModelError
 from ..execute.engine import EngineConfig
 from ..execute.feeds import FeedValidator, load_npz, node_arg
+from ..execute.model_source import LoadedModel
 from ..execute.ort_support import ORT_ERRORS
 from ..execute.partition_checks import EmulatedIO
 from ..execute.partitioned import PartitionedEngine
@@ -43,7 +44,6 @@ from ..inputs import GeneratedInputs, generate
 from ..inputs.narrow_floats import NARROW_TYPE_NAMES, as_ortvalues, narrow_feeds
 from ..kernels.options import IndexMode
 from ..ort.real import OrtInferenceSession
-from ..ort.session import LoadedModel
 
 OPTIMIZATION_LEVELS: dict[str, ort.GraphOptimizationLevel] = {
     "disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,

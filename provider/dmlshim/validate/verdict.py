@@ -14,12 +14,12 @@ import onnx
 from ..comparison import array_difference, exact_difference
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
 from ..errors import BadInputError, DmlShimError, guard_resources
+from ..execute.model_source import LoadedModel, ModelSource, load_model
 from ..execute.record import PLACEMENT_DML
 from ..execute.steps import NOTE_SHAPE_DIFFERS
 from ..inputs import annotate_error
 from ..kernels.options import IndexMode
 from ..model.graph import is_gather_scatter, uses_half_floats, walk_nodes
-from ..ort.session import LoadedModel, ModelSource, load_model
 from ..translate import CPU_PROVIDER, NodeTranslation, translate_model
 from .attribution import compare_nodes, dependencies, suspects, upstream_order
 from .random_nodes import random_node_warnings
