@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import multiprocessing
 import os
 import signal
 import stat
 import threading
 import time
 from collections.abc import Iterator
-from multiprocessing.context import BaseContext
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from multiprocessing.context import BaseContext
 
 __all__ = [
     "READ_FLAGS",
@@ -240,4 +241,6 @@ def process_context() -> BaseContext:
     import dmlshim afresh and receive only picklable arguments), and no worker inherits onnxruntime's
     threads through ``fork``.
     """
+    import multiprocessing  # here: only process pools need it, and it costs ~25 ms of imports
+
     return multiprocessing.get_context("spawn")

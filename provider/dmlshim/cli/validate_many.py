@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import multiprocessing
 import signal
 import sys
 import threading
@@ -22,16 +21,17 @@ import time
 import traceback
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import BadInputError, DmlShimError
 from ..portable import process_context, termination_signals
 from ..report.text import table
 from .progress import Progress
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future, ProcessPoolExecutor
 
 Status = Literal["match", "mismatch", "error", "crash"]
 STATUS_EXIT: dict[Status, int] = {"match": 0, "mismatch": 1, "error": 2, "crash": 2}
@@ -80,6 +80,8 @@ def _worker_start() -> None:
 def _stop_workers(pool: ProcessPoolExecutor) -> None:
     """End the pool's worker processes now (an interrupted parent must leave none behind, nor their
     inherited pipes open)."""
+    import multiprocessing
+
     pool.shutdown(wait=False, cancel_futures=True)
     children = multiprocessing.active_children()
     for child in children:
@@ -217,6 +219,10 @@ def validate_one(model: str, args: argparse.Namespace) -> ModelOutcome:
 def _in_processes(
     models: Sequence[str], args: argparse.Namespace, jobs: int, done: Callable[[ModelOutcome], None]
 ) -> dict[str, ModelOutcome]:
+    # The process pool is imported here: a single model's validate never needs it (~25 ms of imports).
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
     outcomes: dict[str, ModelOutcome] = {}
     broken: list[str] = []
     workers = min(jobs, len(models))
