@@ -152,6 +152,19 @@ def test_the_copy_reports_profiling_and_the_optimized_model_and_builds_a_session
         s.end_profiling()
 
 
+@pytest.mark.parametrize("env", ["0", "1"])
+def test_the_copy_follows_the_config_switch_alone(monkeypatch: pytest.MonkeyPatch, env: str) -> None:
+    # ORT_LOAD_CONFIG_FROM_MODEL=1 with a model that carries no ort_config: onnxruntime's session options
+    # are then its defaults, not the caller's
+    monkeypatch.setenv("ORT_LOAD_CONFIG_FROM_MODEL", env)
+    so_theirs, so_ours = _options(3), _options(3)
+    so_theirs.logid = so_ours.logid = "client"
+    theirs, ours = _theirs(_DATA, so_theirs), dmlshim.InferenceSession(_DATA, so_ours)
+    assert _fields(ours.get_session_options()) == _fields(theirs.get_session_options())
+    assert (theirs.get_session_options().logid == "client") == (env == "0")
+    np.testing.assert_array_equal(ours.run(["rows"], _FEEDS)[0], theirs.run(["rows"], _FEEDS)[0])
+
+
 # --- 2. get_provider_options() -----------------------------------------------------------------------
 
 

@@ -81,23 +81,44 @@ _SILENCED = (
     "intra_op_num_threads",
     "inter_op_num_threads",
 )
-"""What the probe must not act on (it would write files, warn, or keep a thread pool of its own alive as
-long as the copy); given back to the copy afterwards."""
+"""What the probe kept must not act on (it would write files, warn, or keep a thread pool of its own alive
+as long as the copy); given back to the copy afterwards."""
 
 
 @contextmanager
-def _writing_nothing(so: Any) -> Iterator[tuple[Any, ...]]:
-    """``so`` without profiling, optimized-model file or warnings for the probe, restored after; yields
-    the values the probe saw."""
-    saved = tuple(getattr(so, name) for name in _SILENCED)
-    silenced = (False, "", max(int(saved[2]), 3), 1, 1)
-    for name, value in zip(_SILENCED, silenced, strict=True):
-        setattr(so, name, value)
+def _silenced(so: Any, names: Sequence[str] = _SILENCED) -> Iterator[tuple[Any, ...]]:
+    """``so`` without ``names`` (profiling, optimized-model file, warnings, threads) for a probe, restored
+    after; yields the values the probe saw."""
+    saved = {name: getattr(so, name) for name in names}
+    quiet = {
+        "enable_profiling": False,
+        "optimized_model_filepath": "",
+        "log_severity_level": max(int(so.log_severity_level), 3),
+        "intra_op_num_threads": 1,
+        "inter_op_num_threads": 1,
+    }
+    for name in names:
+        setattr(so, name, quiet[name])
     try:
-        yield silenced
+        yield tuple(quiet[name] for name in names)
     finally:
-        for name, value in zip(_SILENCED, saved, strict=True):
+        for name, value in saved.items():
             setattr(so, name, value)
+
+
+def _without_files(so: Any) -> contextlib.AbstractContextManager[Any]:
+    """The caller's object is changed (briefly, under the lock) only when it asks for files: profiling or
+    an optimized model, which the first probe must not write."""
+    if so.enable_profiling or so.optimized_model_filepath:
+        return _silenced(so, ("enable_profiling", "optimized_model_filepath"))
+    return contextlib.nullcontext()
+
+
+def _drop_profile(probe: Any) -> None:
+    """A probe whose options the model's configuration turned profiling on for: its profile is no one's."""
+    if probe._sess.session_options.enable_profiling:
+        with contextlib.suppress(OSError):
+            os.remove(probe.end_profiling())
 
 
 def _readable_copy(so: Any) -> Any:
@@ -115,30 +136,38 @@ def session_copy(
 
     ``config`` (the model's ``ort_config`` metadata) and ``kwargs`` (the constructor's
     ``read_config_from_model``) make onnxruntime finalise the options from the model as it would for the
-    session. When onnxruntime cannot build the probe with these options (options that name initializers
-    the probe lacks, an ORT-format load switch, ...), the copy is
-    :func:`~dmlshim.ort.session_options.copy_options` (every property and the well-known config entries)
-    and the provider options are as given.
+    session. Two probes: the first copies the caller's object (changed only while it asks for files), the
+    second copies that private copy with one thread each way and no files or warnings, so that the copy
+    kept holds no thread pool of its own; the values silenced are given back to it. When onnxruntime
+    cannot build the probe with these options (options that name initializers the probe lacks, an
+    ORT-format load switch, ...), the copy is :func:`~dmlshim.ort.session_options.copy_options` (every
+    property and the well-known config entries) and the provider options are as given.
     """
     providers = [(n, o) for n, o in zip(choice.names, choice.options, strict=True) if n != DML_EP]
     extra = {k: v for k, v in (kwargs or {}).items() if k == "read_config_from_model"}
     model = _probe_model(config) if config else _PROBE
     given = so if so is not None else ort.SessionOptions()  # onnxruntime's defaults
-    silenced: tuple[Any, ...] = ()
     try:
-        with _PROBE_LOCK, _writing_nothing(given) as silenced:
-            probe = OrtInferenceSession(model, given, providers=providers, **extra)
+        with _PROBE_LOCK:
+            with _without_files(given) as files_silenced:
+                first = OrtInferenceSession(model, given, providers=providers, **extra)
+            _drop_profile(first)
+            private = first._sess.session_options
+            if files_silenced:  # the caller's files, as the first probe would have reported them
+                private.enable_profiling, private.optimized_model_filepath = (
+                    given.enable_profiling,
+                    given.optimized_model_filepath,
+                )
+            with _silenced(private) as quiet:
+                probe = OrtInferenceSession(model, private, providers=providers, **extra)
     except ORT_ERRORS as exc:
         logger.debug("onnxruntime cannot copy these session options (%s); copying what can be read", exc)
         return SessionCopy(_readable_copy(so), {})
+    _drop_profile(probe)
     options = probe._sess.session_options  # keeps the probe alive, as onnxruntime's keeps its session
-    if options.enable_profiling:  # the model's configuration turned profiling on: the probe's is no one's
-        with contextlib.suppress(OSError):
-            os.remove(probe.end_profiling())
-    for name, set_here in zip(_SILENCED, silenced, strict=True):
-        if getattr(options, name) == set_here:  # left as the probe had it: the caller's value
-            setattr(options, name, getattr(given, name))
+    for name, set_here in zip(_SILENCED, quiet, strict=True):
+        if getattr(options, name) == set_here:  # left as the probe had it: the first copy's value
+            setattr(options, name, getattr(private, name))
     reported = probe.get_provider_options().items()
     as_strings = {str(name): {str(k): str(v) for k, v in opts.items()} for name, opts in reported}
     return SessionCopy(options, as_strings)
-
