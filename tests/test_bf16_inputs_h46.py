@@ -72,6 +72,16 @@ def _direct(tmp_path: Path) -> Path:
     )
 
 
+def _direct_feeds(x: Any, i: np.ndarray, si: np.ndarray, u: Any) -> dict[str, Any]:
+    """The feeds of :func:`_direct`'s model as onnxruntime takes them (OrtValues throughout)."""
+    return {
+        "x": x,
+        "i": ort.OrtValue.ortvalue_from_numpy(i),
+        "si": ort.OrtValue.ortvalue_from_numpy(si),
+        "u": u,
+    }
+
+
 def _ortvalue(bits: np.ndarray, elem: int) -> ort.OrtValue:
     return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(np.ascontiguousarray(bits), elem)
 
@@ -254,12 +264,7 @@ def test_bfloat16_data_into_gather_and_scatter_falls_back(
     u = _ort_cast(TIES.reshape(1, 3), T.BFLOAT16)
     i, si = np.array([3, 2]), np.array([[1, 0, 3]])
     np.savez(tmp_path / "in.npz", x=_bits(x), i=i, si=si, u=_bits(u))
-    fed = {
-        "x": x,
-        "i": ort.OrtValue.ortvalue_from_numpy(i),
-        "si": ort.OrtValue.ortvalue_from_numpy(si),
-        "u": u,
-    }
+    fed = _direct_feeds(x, i, si, u)
     g, s = ort_session(str(model)).run_with_ort_values(["g", "s"], fed)
     out = tmp_path / "out.npz"
     doc = _json(capsys, ["validate", str(model), "--inputs", str(tmp_path / "in.npz"), "--json",
@@ -297,12 +302,7 @@ def test_reference_outputs_of_a_bfloat16_output_get_its_tolerance(
     u = _ort_cast(np.full((1, 3), 0.5, np.float32), T.BFLOAT16)
     i, si = np.array([1, 0]), np.array([[1, 0, 1]])
     np.savez(tmp_path / "in.npz", x=_bits(x), i=i, si=si, u=_bits(u))
-    fed = {
-        "x": x,
-        "i": ort.OrtValue.ortvalue_from_numpy(i),
-        "si": ort.OrtValue.ortvalue_from_numpy(si),
-        "u": u,
-    }
+    fed = _direct_feeds(x, i, si, u)
     g, s = (_ort_widen(v) for v in ort_session(str(model)).run_with_ort_values(["g", "s"], fed))
     for scale, code in ((1.03, 0), (1.2, 1)):
         np.savez(tmp_path / "ref.npz", g=g * np.float32(scale), s=s)
