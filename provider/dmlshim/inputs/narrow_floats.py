@@ -215,10 +215,31 @@ def decoded(value: Any) -> np.ndarray | None:
     return np.asarray(widened, dtype=np.float32).reshape(tuple(value.shape()))
 
 
+# Bits per element of the tensor types numpy has no dtype for.
+_BITS = {"bfloat16": 16, "float8e4m3fn": 8, "float8e4m3fnuz": 8, "float8e5m2": 8, "float8e5m2fnuz": 8,
+         "int4": 4, "uint4": 4, "float4e2m1": 4}  # fmt: skip
+
+
+def ortvalue_bits(value: Any) -> np.ndarray:
+    """A CPU tensor OrtValue's raw bytes (as unsigned integers of the element's width, or bytes for
+    packed 4-bit types), so values numpy cannot hold compare bit for bit."""
+    try:
+        return np.asarray(value.numpy()).reshape(-1)
+    except (RuntimeError, TypeError):
+        pass
+    import ctypes
+    import math
+
+    name = value.data_type().removeprefix("tensor(").removesuffix(")")
+    bits = _BITS.get(name, 8)
+    count = math.prod(value.shape())
+    nbytes = (count * bits + 7) // 8
+    raw = ctypes.string_at(value.data_ptr(), nbytes) if nbytes else b""
+    return np.frombuffer(raw, dtype=np.uint16 if bits == 16 else np.uint8).copy()
+
+
 def bits_of(value: Any) -> np.ndarray:
     """A bfloat16 or float8 OrtValue's raw bits as unsigned integers of its width, in its shape."""
-    from ..validate.value_kinds import ortvalue_bits
-
     return ortvalue_bits(value).reshape(tuple(value.shape()))
 
 

@@ -13,6 +13,7 @@ import numpy as np
 import onnxruntime as ort
 
 from ..comparison import DTYPE_TOLERANCE, dtype_tolerance
+from ..inputs.narrow_floats import ortvalue_bits
 
 __all__ = [
     "as_compared",
@@ -127,29 +128,6 @@ def _parts(value: Any) -> tuple[tuple[Any, ...], list[np.ndarray]]:
         return ("ortvalue", kind, shape), [ortvalue_bits(value)]
     arr = np.asarray(value)
     return ("tensor", arr.shape, str(arr.dtype)), [arr.reshape(-1)]
-
-
-# Bits per element of the tensor types numpy has no dtype for.
-_BITS = {"bfloat16": 16, "float8e4m3fn": 8, "float8e4m3fnuz": 8, "float8e5m2": 8, "float8e5m2fnuz": 8,
-         "int4": 4, "uint4": 4, "float4e2m1": 4}  # fmt: skip
-
-
-def ortvalue_bits(value: ort.OrtValue) -> np.ndarray:
-    """A CPU tensor OrtValue's raw bytes (as unsigned integers of the element's width, or bytes for
-    packed 4-bit types), so values numpy cannot hold compare bit for bit."""
-    try:
-        return np.asarray(value.numpy()).reshape(-1)
-    except (RuntimeError, TypeError):
-        pass
-    import ctypes
-    import math
-
-    name = value.data_type().removeprefix("tensor(").removesuffix(")")
-    bits = _BITS.get(name, 8)
-    count = math.prod(value.shape())
-    nbytes = (count * bits + 7) // 8
-    raw = ctypes.string_at(value.data_ptr(), nbytes) if nbytes else b""
-    return np.frombuffer(raw, dtype=np.uint16 if bits == 16 else np.uint8).copy()
 
 
 def comparable(value: Any) -> tuple[tuple[Any, ...], np.ndarray]:
