@@ -7,7 +7,7 @@ never from dmlshim's own kernels.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -104,3 +104,19 @@ ZERO_DEPTH_SCATTERND_CRASH = (
     f"onnxruntime {ort.__version__} crashes the process (SIGFPE) on a ScatterND whose indices' last "
     "dimension is 0; newer onnxruntime runs it"
 )
+
+
+def tamper_with_check(session: Any, name: str, change: Callable[[np.ndarray], None]) -> None:
+    """Make ``session``'s whole-model check see onnxruntime's value ``name`` altered by ``change`` (on a
+    copy): what a kernel must catch."""
+    check = session.engine._check
+    real, position = check._session, check._position[name]
+
+    class Tampering:
+        def run(self, names: Any, feeds: Any, options: Any = None) -> list[Any]:
+            fetched = list(real.run(names, feeds, options))
+            fetched[position] = fetched[position].copy()
+            change(fetched[position])
+            return fetched
+
+    check._session = Tampering()

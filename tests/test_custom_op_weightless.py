@@ -111,7 +111,8 @@ def test_callers_options_are_left_as_they_were(tmp_path: Path, external: bool) -
     assert all(held[n].data_location == TensorProto.EXTERNAL for n in LARGE)
     _same(session.run(None, feeds), expected)
     assert _snapshot(so) == before
-    assert session.get_session_options() is so
+    assert session._sess_options_initial is so  # get_session_options(): a copy
+    assert session.get_session_options().logid == "caller"
     used = _ort_options(session)
     assert config_entry(used, FOLDER_KEY) == str(tmp_path)
     assert used.graph_optimization_level == so.graph_optimization_level and used.logid == "caller"

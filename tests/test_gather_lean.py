@@ -235,3 +235,48 @@ def test_a_boolean_mask_gathernd_is_lean_and_an_empty_selection_still_answers() 
             assert node.placement == "onnxruntime-cpu" and node.notes == ()
         else:
             assert node.operator == "DML_OPERATOR_GATHER_ND1" and _notes(session) == [NOTE_GATHER_GIVEN]
+
+
+def _constant_index_model(index: Any, op: str = "Gather") -> onnx.ModelProto:
+    """Neg -> a gather of rows by a constant index -> Abs; the row count is symbolic, so onnxruntime
+    checks the index only when the run comes (or never, where it folds the gather into a Slice)."""
+    nodes = [
+        helper.make_node("Neg", ["x"], ["nx"], name="neg"),
+        helper.make_node(op, ["nx", "i"], ["g"], name="gather", **({"axis": 0} if op == "Gather" else {})),
+        helper.make_node("Abs", ["g"], ["y"], name="abs"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "constant_index",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 131072])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array(index, np.int64), "i")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=IR_VERSION)
+
+
+@pytest.mark.parametrize(("op", "index"), [("Gather", [1]), ("Gather", 1), ("GatherND", [[1]])])
+def test_a_constant_index_in_range_is_lean_and_one_past_the_axis_is_refused(op: str, index: Any) -> None:
+    x = np.random.default_rng(4).standard_normal((2, 131072)).astype(np.float32)
+    model = _constant_index_model(index, op)
+    session = dmlshim.InferenceSession(model, sess_options=_one_thread())
+    _same(session.run(None, {"x": x}), ort_run(model, {"x": x}))
+    assert session.last_run_record.path == "whole-model check" and _notes(session) == [NOTE_GATHER_GIVEN]
+    # One row fewer: the constant index is past the axis; onnxruntime refuses the run, and so does dmlshim
+    # (the check proves the constant in range on every run, and hands this one to the kernel).
+    short = x[:1]
+    cpu = ["CPUExecutionProvider"]
+    with pytest.raises(Exception, match=r"out of (range|data bounds)|invalid ind(ex|ice)"):
+        ort.InferenceSession(model.SerializeToString(), _one_thread(), providers=cpu).run(None, {"x": short})
+    with pytest.raises(DmlShimError, match=r"index 1 .*out of range"):
+        session.run(None, {"x": short})
+    _same(session.run(None, {"x": x}), ort_run(model, {"x": x}))
+
+
+def test_a_negative_constant_index_keeps_the_kernel() -> None:
+    x = np.random.default_rng(5).standard_normal((3, 131072)).astype(np.float32)
+    model = _constant_index_model([-1])
+    session = dmlshim.InferenceSession(model, sess_options=_one_thread())
+    for _ in range(2):
+        _same(session.run(None, {"x": x}), ort_run(model, {"x": x}))
+        assert _notes(session) == [] and session.last_run_record.nodes[0].negative_indices

@@ -16,7 +16,7 @@ import dmlshim
 from dmlshim.execute import steps
 from dmlshim.execute.gather_given import NOTE_GATHER_GIVEN
 from dmlshim.execute.scatter_given import scatter_output_is_given
-from tests.oracle import IR_VERSION, ort_run
+from tests.oracle import IR_VERSION, ort_run, tamper_with_check
 from tests.test_session_models import make_model
 
 HEADS, MAX_LEN, DIM = 4, 256, 128  # a 512 KiB float32 cache: the size the check verifies in place
@@ -152,17 +152,10 @@ def test_full_check_verifies_every_run(monkeypatch: pytest.MonkeyPatch) -> None:
         _same(session.run(None, feeds), ort_run(model, feeds))
         assert _update(session).notes == ()
     # A wrong element from onnxruntime is caught by the kernel: the partitions answer, correctly.
-    check = session.engine._check
-    real, position = check._session, check._position["present"]
+    def change(present: np.ndarray) -> None:
+        present[0, 1, 3, 0] += 1.0  # an element the scatter did not write
 
-    class Tampering:
-        def run(self, names: Any, feeds: Any, options: Any = None) -> list[Any]:
-            fetched = list(real.run(names, feeds, options))
-            fetched[position] = fetched[position].copy()
-            fetched[position][0, 1, 3, 0] += 1.0  # an element the scatter did not write
-            return fetched
-
-    check._session = Tampering()
+    tamper_with_check(session, "present", change)
     feeds = _feeds([7], seed=7)
     _same(session.run(None, feeds), ort_run(model, feeds))
     assert session.last_run_record.path == "partitioned"

@@ -119,7 +119,8 @@ def test_caller_options_keep_the_weights_in_the_file(tmp_path: Path, external: b
     for _ in range(8):  # through the path trial: the whole-model check and the partitioned steps
         _same(session.run(None, feeds), expected)
     assert _snapshot(so) == before  # the caller's object is as it was
-    assert session.get_session_options() is so
+    assert session._sess_options_initial is so  # get_session_options(): a copy
+    assert session.get_session_options().logid == "caller"
     used = _engine_options(session)
     assert used and all(u is not so for u in used)
     for opts in used:  # a copy that means what the caller's options mean, told where the weights are

@@ -45,7 +45,13 @@ def run(args: argparse.Namespace) -> int:
     from ..execute.feeds import load_npz
 
     shapes = input_shapes(args)
-    feeds = load_npz(args.inputs) if args.inputs else None
+    feeds = None
+    if args.inputs:
+        from ..inputs.narrow_floats import narrow_feeds
+        from ..ort.session import load_model
+
+        # bfloat16 and float8 inputs: raw bits or float32 values (inputs/narrow_floats.py)
+        feeds = narrow_feeds(load_model(args.model, weightless=True).proto.graph, load_npz(args.inputs))
     with status(args, f"export: running {args.model} and writing a folder per node"):
         result = export_model(
             args.model,

@@ -18,6 +18,7 @@ from ..execute.feeds import load_npz
 from ..execute.record import RunRecord
 from ..fileio.files import check_output_file, write_npz
 from ..inputs import GeneratedInputs, annotate_error, generate
+from ..inputs.narrow_floats import narrow_feeds
 from ..ort.session import InferenceSession, load_model
 from ..report.text import shape_text, table
 from ..validate.value_kinds import describe, is_array, kind_text
@@ -69,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
     if args.inputs:
         if shapes:
             print("dmlshim run: note: --input-shape is ignored with --inputs", file=sys.stderr)
-        feeds = load_npz(args.inputs)
+        # bfloat16 and float8 inputs: raw bits or float32 values (inputs/narrow_floats.py)
+        feeds = narrow_feeds(load_model(args.model, weightless=True).proto.graph, load_npz(args.inputs))
     else:
         generated = generate(load_model(args.model, weightless=True), input_shapes=shapes, seed=args.seed)
         feeds = generated.feeds

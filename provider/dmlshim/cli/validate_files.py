@@ -76,9 +76,11 @@ def finish(report: ValidationReport, tolerances: Tolerances, args: argparse.Name
         )
     guard = (*args.model, args.inputs, args.reference_outputs)
     if args.save_inputs:
-        write_arrays(
-            args.save_inputs, dict(report.feeds), kind="inputs", overwrite=args.overwrite, inputs=guard
-        )
+        from ..inputs.narrow_floats import as_file_arrays
+
+        # bfloat16 and float8 inputs as their raw bits, which --inputs reads back as the same values
+        feeds = as_file_arrays(dict(report.feeds))
+        write_arrays(args.save_inputs, feeds, kind="inputs", overwrite=args.overwrite, inputs=guard)
         logger.info("inputs written to %s", args.save_inputs)
     if args.save_outputs:
         outputs = {o.name: o.dmlshim for o in report.outputs if o.dmlshim is not None}

@@ -29,8 +29,10 @@ from ..errors import BadInputError, DmlShimError, IndexOutOfRangeError, guard_re
 from ..fileio.files import write_json
 from ..fileio.folders import StagedFolder
 from ..fileio.reading import read_json
+from ..inputs.narrow_floats import narrow_type
 from ..ort.session import LoadedModel, ModelSource, load_model
 from ..translate import Status, TensorInfo, translate_node
+from ..validate.value_kinds import feed_shape
 from .capture import CapturedNode, capture_nodes
 from .export_node import export_node, prepare_input
 from .export_results import (
@@ -90,7 +92,8 @@ def _feeds(
     extra = sorted(set(inputs) - set(graph_inputs))
     if extra:
         log.warning("ignoring inputs that are not graph inputs: %s", ", ".join(extra))
-    return {n: np.asarray(inputs[n]) for n in graph_inputs}, {}
+    # a bfloat16 or float8 input is an onnxruntime OrtValue (numpy cannot hold it): kept as it is
+    return {n: v if narrow_type(v := inputs[n]) is not None else np.asarray(v) for n in graph_inputs}, {}
 
 
 def _previous_export(directory: Path) -> list[str]:
@@ -190,7 +193,7 @@ def export_model(
             "model": model_label,
             "feature_level": fl.dml_name,
             "inputs": "given" if inputs is not None else generated,
-            "input_shapes": {k: list(np.shape(v)) for k, v in feeds.items()},
+            "input_shapes": {k: list(feed_shape(v)) for k, v in feeds.items()},
             "iteration": iteration,
             "exported": [e.to_json() for e in exported],
             "skipped": [s.to_json() for s in result.skipped],

@@ -19,7 +19,10 @@ from its values at all: onnxruntime's CPU Gather, GatherElements and GatherND re
 fetches only the shapes of such a gather's computed inputs (a ``Shape`` node each, added to the check's
 model), enough to describe the DirectML operator the run used, instead of its inputs and output
 (:func:`lean_gathers`). That removes the first runs' proof too: on DeBERTa-v3-small it was 84 MB fetched
-and 12 kernels run on the first run.
+and 12 kernels run on the first run. A non-negative constant index qualifies too, proved in range against
+each run's data shape (onnxruntime may have folded its gather into a Slice). Not fetching matters most
+between quantization nodes: a fetched DequantizeLinear output stops onnxruntime's QDQ fusions, whose
+float results differ from the unfused nodes', so such a gather is lean whatever its size.
 """
 
 from __future__ import annotations
@@ -149,11 +152,15 @@ def lean_gathers(
     shapes by value name; ``constants``: ``graph``'s initializers and Constant outputs by name. A gather
     qualifies when its indices are proved non-negative (:func:`dmlshim.model.nonnegative.nonnegative_prover`,
     made on the first candidate), both inputs' element
-    types are known, and its output is not known to be smaller than :data:`LEAN_MIN_BYTES`. Indices that
-    are themselves a constant (``constants``) do not qualify: onnxruntime may fold such a gather into a
-    Split or Slice, which would not refuse an index past the axis."""
+    types are known, and its output is not known to be smaller than :data:`LEAN_MIN_BYTES` or it sits
+    between quantization nodes (its data a DequantizeLinear's output, or its output a QuantizeLinear's
+    input: fetching either stops onnxruntime's QDQ fusions, whose results differ from the unfused nodes').
+    Indices that are a constant qualify when non-negative; since onnxruntime may fold such a gather into a
+    Split or Slice, which would not refuse an index past the axis, the check then proves them in range on
+    every run (:func:`lean_indices_in_range`)."""
     found: dict[str, tuple[np.dtype[Any], np.dtype[Any]]] = {}
     proved_nonnegative: Callable[[str], bool] | None = None
+    quantized: frozenset[str] | None = None
     for io in emulated:
         if io.op_type not in LEAN_OPS or len(io.inputs) < 2 or not all(io.inputs[:2]):
             continue
@@ -162,9 +169,10 @@ def lean_gathers(
             continue
         size = _static_bytes(infos.get(io.output))
         if size is not None and size < LEAN_MIN_BYTES:
-            continue
-        if io.inputs[1] in constants:
-            continue
+            if quantized is None:
+                quantized = _next_to_quantization(graph)
+            if io.inputs[0] not in quantized and io.output not in quantized:
+                continue
         if proved_nonnegative is None:
             elem_types = {name: info.elem_type for name, info in infos.items()}
             proved_nonnegative = nonnegative_prover(graph, constants, elem_types)
@@ -174,6 +182,38 @@ def lean_gathers(
         if dtypes[0] is not None and dtypes[1] is not None:
             found[io.output] = (dtypes[0], dtypes[1])
     return found
+
+
+def _next_to_quantization(graph: onnx.GraphProto) -> frozenset[str]:
+    """The values a DequantizeLinear produces or a QuantizeLinear reads (their QDQ groups are what
+    onnxruntime's fusions rewrite)."""
+    names: set[str] = set()
+    for node in graph.node:
+        if node.domain in ("", "ai.onnx", "com.microsoft"):
+            if node.op_type == "DequantizeLinear" and node.output:
+                names.add(node.output[0])
+            elif node.op_type == "QuantizeLinear" and node.input:
+                names.add(node.input[0])
+    return frozenset(names)
+
+
+def lean_indices_in_range(
+    op_type: str, attrs: Mapping[str, Any], data_shape: Sequence[int], indices: np.ndarray
+) -> bool:
+    """Whether a lean gather's indices, when the check holds them (a constant, or a value fetched for
+    another node), are all in ``[0, dim)`` for the run's data shape: a constant's gather may have been
+    folded by onnxruntime into a Slice, which refuses nothing."""
+    if indices.dtype.kind not in "iu" or not len(data_shape):
+        return False
+    if op_type == "GatherND":
+        batch = int(attrs.get("batch_dims", 0))
+        k = indices.shape[-1] if indices.ndim else 0
+        if indices.ndim == 0 or batch + k > len(data_shape):
+            return False
+        columns = indices.reshape(-1, k) if k else indices.reshape(-1, 0)
+        return all(in_range(columns[:, d], int(data_shape[batch + d])) for d in range(k))
+    axis = _axis(attrs, len(data_shape))
+    return axis is not None and in_range(indices, int(data_shape[axis]))
 
 
 def _numpy_dtype(elem_type: int) -> np.dtype[Any] | None:

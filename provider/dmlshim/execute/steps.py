@@ -22,7 +22,14 @@ from ..translate import NodeTranslation, Status, TensorInfo, run_translation, tr
 from ..translate.plan import elem_type_of
 from ..translate.runner import verify_translation
 from .cpu_step import RunState, Values, run_session
-from .gather_given import GIVEN_OPS, LEAN_MESSAGE, NOTE_GATHER_GIVEN, given_message, output_is_given
+from .gather_given import (
+    GIVEN_OPS,
+    LEAN_MESSAGE,
+    NOTE_GATHER_GIVEN,
+    given_message,
+    lean_indices_in_range,
+    output_is_given,
+)
 from .ort_support import ORT_ERRORS, cpu_session, ort_run_error
 from .record import PLACEMENT_CPU, PLACEMENT_DML, NodeRecord
 from .scatter_given import SCATTER_GIVEN_MESSAGE, scatter_output_is_given
@@ -263,11 +270,17 @@ class EmulatedStep:
         self._finish(self._given(clean, (NOTE_GATHER_GIVEN, GATHER_GIVEN_MESSAGE)), theirs, state)
         return True
 
-    def given_by_shapes(self, shapes: Sequence[tuple[int, ...]], state: RunState) -> bool:
+    def given_by_shapes(
+        self, shapes: Sequence[tuple[int, ...]], state: RunState, indices: np.ndarray | None = None
+    ) -> bool:
         """Record this run of a lean gather (:attr:`lean_dtypes`) from its data and indices shapes, its
-        output being onnxruntime's; False when no output shape follows from them (the check then hands
-        the run to the partitioned steps)."""
+        output being onnxruntime's; False when no output shape follows from them, or when ``indices``
+        (the indices' values, when the check holds them: a constant) are not all in range (the check then
+        hands the run to the partitioned steps)."""
         if self.lean_dtypes is None:
+            return False
+        op_type, attrs = self.node.op_type, self._attrs
+        if indices is not None and not lean_indices_in_range(op_type, attrs, shapes[0], indices):
             return False
         # Stand-ins with the shapes and dtypes and no memory: the translation reads nothing else.
         dtypes = self.lean_dtypes

@@ -205,7 +205,8 @@ class WholeModelCheck:
                 shapes.append(_shape_of(values[name]))
             else:
                 shapes.append(tuple(int(d) for d in fetched[position[shape_output(name)]]))
-        if not step.given_by_shapes(shapes, state):
+        indices = values.get(step.inputs[1])
+        if not step.given_by_shapes(shapes, state, indices if isinstance(indices, np.ndarray) else None):
             logger.debug("whole-model check: %r is no DirectML operator at these shapes", step.output)
             return False
         if step.output in position:

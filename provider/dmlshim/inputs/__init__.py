@@ -3,6 +3,8 @@
 * :mod:`.symbols`: the dimensions of the graph inputs (static, symbolic, derived) and sizes given by name;
 * :mod:`.constraints`: which inputs reach gather/scatter indices and the range they must stay in;
 * :mod:`.values`: the values drawn for each input;
+* :mod:`.narrow_floats`: bfloat16 and float8 inputs, which numpy cannot hold (generated as OrtValues, read
+  from files as raw bits or float32 values);
 * :mod:`.search`: symbol sizes that onnxruntime CPU accepts, and the public :func:`generate`;
 * :func:`load_npz` and :func:`save_npz` (from :mod:`dmlshim.fileio.npz`): reading ``--inputs`` files (sizes
   checked against the memory limit before inflating, no pickles, a clear message for files of another type).

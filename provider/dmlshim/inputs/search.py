@@ -39,6 +39,7 @@ from ..limits import check_tensor
 from ..model.modelcheck import check_well_formed
 from .constraints import DEFAULT_DIM, light_copy, plan_for_shapes
 from .hints import size_hints
+from .narrow_floats import run_any_outputs
 from .symbols import ModelDims, model_dims, shapes_for, split_given
 from .values import draw
 
@@ -67,7 +68,8 @@ class GeneratedInputs:
     """Random feeds and how they were chosen.
 
     Attributes:
-        feeds: graph input name -> array, in graph-input order.
+        feeds: graph input name -> array, in graph-input order (an ``onnxruntime.OrtValue`` of its type for
+            a bfloat16 or float8 input, which numpy cannot hold: :mod:`.narrow_floats`).
         shapes: graph input name -> shape.
         symbols: symbolic dimension -> the size chosen (``INPUT[axis]`` for an unnamed dimension).
         seed: the seed of the values.
@@ -75,7 +77,7 @@ class GeneratedInputs:
         checked: onnxruntime CPU ran the model on these feeds.
     """
 
-    feeds: dict[str, np.ndarray]
+    feeds: dict[str, Any]
     shapes: dict[str, tuple[int, ...]]
     symbols: dict[str, int] = field(default_factory=dict)
     seed: int = 0
@@ -301,7 +303,7 @@ def generate(
                 return GeneratedInputs(feeds, shapes, symbols, seed)
         tries += 1
         try:
-            session.run(None, feeds)
+            run_any_outputs(session, feeds)  # a bfloat16 output is one run() cannot return
         except Exception as exc:  # onnxruntime's exception types share no useful base
             logger.debug("candidate %s failed on onnxruntime: %s", symbols, _first_line(exc))
             if first is None:

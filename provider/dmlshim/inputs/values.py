@@ -1,8 +1,10 @@
 """Values of generated inputs: free values by type (and by the conventions of common input names), and
 indices that stay inside the dimensions they address.
 
-* Floating-point inputs: standard normal. Booleans: fair coin. Other integers: 0..7 (safe as sizes, counts
-  and positions).
+* Floating-point inputs: standard normal. bfloat16 and float8 inputs (numpy has no dtype for them): the
+  same, rounded to the type by onnxruntime's Cast, as an ``onnxruntime.OrtValue`` of that type
+  (:mod:`.narrow_floats`; onnxruntime takes no numpy array for them). Booleans: fair coin. Other
+  integers: 0..7 (safe as sizes, counts and positions).
 * Attention masks (an input whose name contains ``mask``): all ones, so that no query row is fully
   masked (a fully masked softmax row is NaN or arbitrary in many exports).
 * Positions (``position_ids``, ``cache_position``): ``0, 1, 2, ...`` along the last axis, inside the range
@@ -13,19 +15,21 @@ indices that stay inside the dimensions they address.
   and as all-distinct values otherwise.
 
 Every value is a numpy array, a 0-d array for a scalar input (never a numpy scalar: onnxruntime refuses
-those).
+those), except the OrtValues of bfloat16 and float8 inputs.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from typing import Any
 
 import numpy as np
 import onnx
 
 from ..errors import BadInputError
 from .constraints import InputSpec
+from .narrow_floats import NARROW_FLOATS, from_float32
 
 __all__ = ["draw", "draw_free", "draw_indices"]
 
@@ -43,8 +47,15 @@ def _is_position(name: str) -> bool:
     return any(p in lowered for p in _POSITION_NAMES)
 
 
-def draw_free(spec: InputSpec, rng: np.random.Generator) -> np.ndarray:
-    """Values for an input that reaches no indices."""
+def draw_free(spec: InputSpec, rng: np.random.Generator) -> Any:
+    """Values for an input that reaches no indices (an OrtValue for a bfloat16 or float8 input)."""
+    if spec.elem_type in NARROW_FLOATS:
+        # Drawn as float32 inputs are (ones for a mask), then rounded by onnxruntime's own Cast. Checked
+        # before ``spec.dtype``: onnx before 1.18 calls these types float32.
+        drawn: np.ndarray = (
+            np.ones(spec.shape) if _is_mask(spec.name) else np.asarray(rng.standard_normal(spec.shape))
+        )
+        return from_float32(drawn.reshape(spec.shape), spec.elem_type, spec.name)
     dtype = spec.dtype
     shape = spec.shape
     if _is_mask(spec.name) and dtype.kind in "biuf":
@@ -75,7 +86,7 @@ def _positions(shape: tuple[int, ...], low: int, high: int, dtype: np.dtype) -> 
     return np.broadcast_to(line, shape).astype(dtype)
 
 
-def draw(spec: InputSpec, rng: np.random.Generator, negative: bool = False) -> np.ndarray:
+def draw(spec: InputSpec, rng: np.random.Generator, negative: bool = False) -> Any:
     """Values for one input: free, or indices valid for every node the input reaches."""
     if not spec.constraints:
         return draw_free(spec, rng)

@@ -57,7 +57,9 @@ class SessionCore:
     def get_provider_options(self) -> dict[str, dict[str, str]]:
         return self._session.get_provider_options()
 
+    @property
     def get_profiling_start_time_ns(self) -> int:
+        """A property on onnxruntime's C++ session (its Python session's method returns it)."""
         return self._session.get_profiling_start_time_ns()
 
     def end_profiling(self) -> str:
@@ -105,24 +107,75 @@ class SessionCore:
         return f"<dmlshim SessionCore of {self._session.model_path or 'an in-memory model'}>"
 
 
+_PUBLIC_INSTEAD = {
+    "_captured_graph_bindings": "release_captured_graph() (dmlshim captures no graph)",
+    "_reset_session": "set_providers(providers, provider_options)",
+    "_create_inference_session": "set_providers(providers, provider_options), or a new InferenceSession",
+    "_bind_session": "a new InferenceSession",
+    "_register_ep_custom_ops": "SessionOptions.register_custom_ops_library(path)",
+    "_validate_input": "run(), which checks the feeds",
+}
+"""onnxruntime's private session attributes that dmlshim does not answer, and the public call to use."""
+
+
 class OrtSessionAttributes:
     """onnxruntime's private session attributes, with onnxruntime's meanings (mixed into the session)."""
 
     _model_path: str | None
     _model_bytes: bytes | None
     _fallback_enabled: bool
+    _sess_options_initial: Any
+    _read_config_from_model: bool
+    _from_model_package = False  # onnxruntime 1.25+: a session opened from a model package (never here)
 
-    def _remember_source(self, path_or_bytes: Any) -> None:
-        """``_model_path`` / ``_model_bytes`` as onnxruntime sets them from the first argument."""
+    def _remember_source(self, path_or_bytes: Any, sess_options: Any, kwargs: Mapping[str, Any]) -> None:
+        """``_model_path`` / ``_model_bytes`` / ``_sess_options_initial`` / ``_read_config_from_model`` as
+        onnxruntime sets them from its arguments.
+
+        Raises:
+            BadInputError: a ``bytearray`` or ``memoryview`` model, refused with onnxruntime's ``TypeError``.
+        """
         import os
 
+        from .model_config import reads_config_from_model
+
         route_ort_iobinding()
+        if isinstance(path_or_bytes, (bytearray, memoryview)):
+            raise unloadable_type(path_or_bytes)
         if isinstance(path_or_bytes, (str, os.PathLike)):
             self._model_path, self._model_bytes = os.fspath(path_or_bytes), None
-        elif isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
-            self._model_path, self._model_bytes = None, bytes(path_or_bytes)
+        elif isinstance(path_or_bytes, bytes):
+            self._model_path, self._model_bytes = None, path_or_bytes
         else:  # an onnx.ModelProto, which onnxruntime does not take
             self._model_path, self._model_bytes = None, None
+        self._sess_options_initial = sess_options  # the caller's object, as onnxruntime keeps it
+        self._read_config_from_model = reads_config_from_model(kwargs)
+
+    @property
+    def _sess_options(self) -> Any:
+        return self.get_session_options()  # type: ignore[attr-defined]
+
+    @property
+    def _profiling_start_time_ns(self) -> int:
+        return self.get_profiling_start_time_ns()  # type: ignore[attr-defined]
+
+    @property
+    def _input_epdevices(self) -> list[Any]:
+        return self.get_input_epdevices()  # type: ignore[attr-defined]
+
+    if not TYPE_CHECKING:  # (hidden from mypy, which would otherwise take any attribute as present)
+
+        def __getattr__(self, name: str) -> Any:
+            """onnxruntime's private names dmlshim does not hold: an AttributeError naming the public call."""
+            public = _PUBLIC_INSTEAD.get(name)
+            if public is None:
+                raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+            raise AttributeError(
+                f"dmlshim's InferenceSession has no {name!r} (an onnxruntime internal it does not keep); "
+                f"use {public}",
+                name=name,
+                obj=self,
+            )
 
     @property
     def _sess(self) -> SessionCore:
@@ -167,6 +220,22 @@ class OrtSessionAttributes:
     @property
     def _output_meminfos(self) -> list[Any]:
         return self.get_output_memory_infos()  # type: ignore[attr-defined]
+
+
+def unloadable_type(model: Any) -> Exception:
+    """The error for a model given as a ``bytearray`` or ``memoryview``: onnxruntime's ``TypeError``
+    ("Unable to load from type ..."), saying what to pass instead."""
+    from ..errors import BadInputError
+    from .exceptions import with_onnxruntime_class
+
+    kind = type(model).__name__
+    error = BadInputError(
+        f"cannot load a model from a {kind}: onnxruntime takes a path or bytes (Unable to load from type "
+        f"'{type(model)}'); pass bytes(model)",
+        value=kind,
+        rule="InferenceSession takes a model path, bytes or an onnx.ModelProto",
+    )
+    return with_onnxruntime_class(error, TypeError)
 
 
 _ROUTED = False

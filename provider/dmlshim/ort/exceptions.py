@@ -195,7 +195,7 @@ def onnxruntime_class(exc: DmlShimError) -> type[BaseException]:
 @functools.cache
 def combined_class(base: type[DmlShimError], extra: tuple[type[BaseException], ...]) -> type[DmlShimError]:
     """The subclass of ``base`` and each class of ``extra`` (made once), named after ``base``."""
-    wanted = tuple(c for c in extra if not issubclass(base, c))
+    wanted = tuple(dict.fromkeys(c for c in extra if not issubclass(base, c)))  # each class once
     if not wanted:
         return base
     qualname = base.__name__ + _SEP + "_".join(c.__name__ for c in wanted)

@@ -18,7 +18,7 @@ import onnxruntime as ort
 
 from ..errors import BadInputError, NotSupportedError
 from ..execute.cpu_step import NUMPY_TENSOR_TYPES
-from .exceptions import raises_onnxruntime_errors
+from .exceptions import raises_onnxruntime_errors, with_onnxruntime_class
 from .ortvalues import (
     array_at,
     as_array,
@@ -123,8 +123,24 @@ class IOBinding:
 
     @_binds
     def bind_cpu_input(self, name: str, arr_on_cpu: Any) -> None:
-        """Bind an input to a numpy array (kept by reference, as in onnxruntime: not copied)."""
+        """Bind an input to a numpy array (kept by reference, as in onnxruntime: not copied).
+
+        Raises:
+            BadInputError: anything but a numpy array (a list, a scalar, an ``OrtValue``), with
+                onnxruntime's ``RuntimeError`` ("Unable to create OrtValue from the given python object").
+        """
         name = self._check_name(name, outputs=False)
+        if not isinstance(arr_on_cpu, np.ndarray):
+            hint = "bind_ortvalue_input" if isinstance(arr_on_cpu, ort.OrtValue) else "np.asarray(value)"
+            error = BadInputError(
+                f"cannot bind input {name!r} to a {type(arr_on_cpu).__name__}: bind_cpu_input takes a numpy "
+                "array, as onnxruntime's (Unable to create OrtValue from the given python object); use "
+                f"{hint}",
+                tensor=name,
+                value=type(arr_on_cpu).__name__,
+                rule="bind_cpu_input takes a numpy array",
+            )
+            raise with_onnxruntime_class(error, RuntimeError)
         self._inputs[name] = arr_on_cpu
 
     @_binds

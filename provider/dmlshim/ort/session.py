@@ -10,10 +10,8 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import onnxruntime as ort
-
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
-from ..errors import BadInputError, DmlShimError, NotSupportedError, guard_resources
+from ..errors import BadInputError, DmlShimError, guard_resources
 from ..execute.added_initializers import added_initializers, with_initializers
 from ..execute.engine import Engine, EngineConfig, get_engine_factory
 from ..execute.feeds import FeedValidator, ModelMetadata, node_arg
@@ -26,7 +24,7 @@ from .emulate import emulate_all, with_dml_first
 from .exceptions import raises_onnxruntime_errors
 from .free_dims import outputs_for_inputs, overrides_by_name, with_free_dimension_overrides
 from .iobinding import IOBinding, fill_fetches
-from .model_config import options_from_model, reads_config_from_model
+from .model_config import ORT_CONFIG_KEY, options_from_model, reads_config_from_model
 from .ortvalues import (
     as_array,
     ortvalues_from_vector,
@@ -39,6 +37,7 @@ from .providers import normalize_providers, providers_or_fallback, unknown_provi
 from .real import optimizers_disabled, pybind_state
 from .session_args import (
     NO_MODEL_VERSION,
+    check_provider_list,
     disabled_optimizers,
     fallback_flag,
     parse_feature_level,
@@ -46,6 +45,7 @@ from .session_args import (
     resolve_engine,
     wanted_outputs,
 )
+from .session_copy import SessionCopy, session_copy
 from .session_options import (
     check_session_options,
     engine_options,
@@ -108,10 +108,10 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
         index_mode: IndexMode | str = IndexMode.ERROR,
         **kwargs: Any,
     ) -> None:
+        self._remember_source(path_or_bytes, sess_options, kwargs)  # a bytearray is refused, as onnxruntime
         check_session_options(sess_options)
         if emulate_all():  # $DMLSHIM_ORT_EMULATE=all: DirectML emulated whatever the client asks for
             providers, provider_options = with_dml_first(providers, provider_options)
-        self._remember_source(path_or_bytes)
         self._fallback_enabled = fallback_flag(kwargs)
         self._disabled_optimizers = disabled_optimizers(kwargs)
         self._feature_level = parse_feature_level(feature_level)
@@ -121,7 +121,7 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
         self._fallback_enabled &= not fell_back
         self._engine_request = engine
         get_engine_factory(resolve_engine(engine, self._choice))  # an unknown engine fails before loading
-        self._sess_options = sess_options
+        self._options = sess_options
         self._profiler: SessionProfiler | None = None
         self._start_profiler(path_or_bytes)
         from_file = isinstance(path_or_bytes, (str, os.PathLike))
@@ -131,8 +131,12 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
             loaded = load_model(path_or_bytes, sess_options, weightless=True)
         self._loaded = loaded
         if reads_config_from_model(kwargs):  # as onnxruntime: the model's ort_config over the caller's
-            self._sess_options = sess_options = options_from_model(loaded.proto, sess_options)
+            self._options = sess_options = options_from_model(loaded.proto, sess_options)
             self._start_profiler(path_or_bytes)
+        # get_session_options(): onnxruntime's own copy of the caller's options, finalised as it would be
+        self._config = [p for p in loaded.proto.metadata_props if p.key == ORT_CONFIG_KEY]
+        self._kwargs = kwargs
+        self._copy = self._session_copy()
         self._describe(loaded)
         # A model read without its weights keeps them there with the caller's options too, when a copy of
         # the options means all they mean (the engine's sessions then get the copy, the caller's object
@@ -160,8 +164,12 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
             "session for %s ready (engine %s)", loaded.path or "<in-memory model>", self._engine.name
         )
 
+    def _session_copy(self) -> SessionCopy:
+        given = self._sess_options_initial
+        return session_copy(given, self._choice, config=self._config, kwargs=self._kwargs)
+
     def _start_profiler(self, path_or_bytes: ModelSource) -> None:
-        so = self._sess_options
+        so = self._options
         if self._profiler is not None or so is None or not so.enable_profiling:
             return
         model_file = os.fspath(path_or_bytes) if isinstance(path_or_bytes, (str, os.PathLike)) else None
@@ -174,7 +182,7 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
         # As onnxruntime: before IR version 4 every initializer is a constant, even one listed as a graph
         # input, and cannot be fed; from 4 on such an initializer is a default the caller may override.
         self._inputs = with_free_dimension_overrides(
-            proto, tuple(node_arg(v) for v in graph.input if v.name not in init_names), self._sess_options
+            proto, tuple(node_arg(v) for v in graph.input if v.name not in init_names), self._options
         )
         self._overridable = (
             tuple(node_arg(v) for v in graph.input if v.name in init_names) if proto.ir_version >= 4 else ()
@@ -195,7 +203,7 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
     def _write_optimized_model(self) -> None:
         """``optimized_model_filepath``: onnxruntime reads the model file, or the model as the options
         changed it (then with every weight in it, so that onnxruntime writes them all into the file)."""
-        so, loaded = self._sess_options, self._loaded
+        so, loaded = self._options, self._loaded
         path, from_proto = (None if loaded.supplied else loaded.path), bool(self._added.values)
         whole = so is not None and so.optimized_model_filepath and (from_proto or path is None)
         model = loaded.with_weights(self._model) if whole else self._model
@@ -211,7 +219,7 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
         # The custom-op engine always builds its one session from options it owns, told where too.
         customop = name == "customop"
         in_files = customop or (
-            name in ("partitioned", "cpu") and (self._sess_options is None or self._copied_dims is not None)
+            name in ("partitioned", "cpu") and (self._options is None or self._copied_dims is not None)
         )
         if folder is not None and not in_files:
             model = self._loaded.with_weights(model)  # every weight read into the model
@@ -221,7 +229,7 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
             feature_level=self._feature_level,
             index_mode=self._index_mode,
             sess_options=engine_options(
-                self._sess_options,
+                self._options,
                 profile_prefix=profiler.partition_prefix if profiler else None,
                 # the added/supplied initializers are in the model now; the partitions must not get them
                 without_added=bool(self._added.external or self._loaded.supplied),
@@ -306,6 +314,7 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
             DmlShimError: a provider onnxruntime does not know at all (as onnxruntime, a ``RuntimeError``
                 saying "Unknown Provider Type"); the session keeps its providers.
         """
+        check_provider_list(providers, self._choice)
         choice = normalize_providers(providers, provider_options)
         if choice.unknown:  # onnxruntime re-creates its session here and refuses a name it never heard of
             raise unknown_provider_error(choice.unknown[0], self._choice)
@@ -315,6 +324,7 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
         self._choice = choice
         with optimizers_disabled(self._disabled_optimizers):
             self._engine = self._build_engine()
+        self._copy = self._session_copy()  # onnxruntime copies the caller's options again
 
     # --- running -----------------------------------------------------------------------------------
 
@@ -383,10 +393,12 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
         ``error`` is ``""`` on success; on failure the outputs are ``[]`` and ``error`` is the dmlshim
         error's message. As in onnxruntime, only a missing input, and options whose intra-op thread pool
         is a single thread, are refused here; any other problem (an unknown output or input name, a wrong
-        dtype or rank, an index out of range) reaches the callback as its ``error``.
+        dtype or rank, an index out of range) reaches the callback as its ``error``. An output numpy cannot
+        hold (bfloat16, float8) is such an error too: onnxruntime never calls back then (it prints "No
+        corresponding Numpy type"), dmlshim calls back with that error rather than leave the caller waiting.
         """
         self._validator.check_present(input_feed)
-        threads = getattr(self._sess_options, "intra_op_num_threads", 0)
+        threads = getattr(self._options, "intra_op_num_threads", 0)
         if threads == 1:
             raise BadInputError(
                 "run_async needs an intra-op thread pool of at least two threads, as onnxruntime's does, "
@@ -398,6 +410,8 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
             try:
                 names = self._wanted(output_names)
                 outputs, error = self._execute(names, self._feeds(input_feed), run_options), ""
+                # a bfloat16 output: onnxruntime never calls back (it prints this error); dmlshim says it
+                refuse_unholdable_outputs(names, outputs, instead="ask for it with run_with_ort_values")
             except DmlShimError as exc:
                 outputs, error = [], str(exc)
             except Exception as exc:  # the callback is always called, as onnxruntime calls it
@@ -451,33 +465,6 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
             raise BadInputError("at least one output must be bound (bind_output) before run_with_iobinding")
         # outputs numpy cannot hold (bfloat16) stay OrtValues: get_outputs() returns them, as onnxruntime's
         iobinding.store_results(self._run_values(self._wanted(names), iobinding.bound_feeds(), run_options))
-
-    @raises_onnxruntime_errors()
-    def create_ortvalue_from_shape_and_type(
-        self,
-        shape: Sequence[int],
-        element_type: Any,
-        device_type: str,
-        device_id: int = 0,
-        vendor_id: int = -1,
-    ) -> Any:
-        """A CPU ``onnxruntime.OrtValue`` of this shape and element type.
-
-        Raises:
-            NotSupportedError: ``device_type`` is not ``"cpu"`` (dmlshim runs on the CPU).
-        """
-        if str(device_type).lower() != "cpu":
-            raise NotSupportedError(
-                f"cannot allocate on device {device_type!r}: dmlshim runs on the CPU; use device_type='cpu'",
-                value=device_type,
-            )
-        try:
-            return ort.OrtValue.ortvalue_from_shape_and_type(list(shape), element_type, "cpu", device_id)
-        except (TypeError, ValueError, RuntimeError) as exc:
-            raise BadInputError(
-                f"cannot create an OrtValue of shape {list(shape)} and type {element_type!r}: {exc}",
-                value=element_type,
-            ) from exc
 
     # --- profiling ---------------------------------------------------------------------------------
 

@@ -120,3 +120,22 @@ def wanted_outputs(output_names: Sequence[Any] | None, outputs: Sequence[str]) -
                 f"{name!r} is not an output of the model (outputs: {', '.join(outputs)})", tensor=name
             )
     return names
+
+
+def check_provider_list(providers: Any, kept: ProviderChoice) -> None:
+    """``set_providers`` with a bare string: onnxruntime reads each character as a provider name and
+    raises its ``RuntimeError`` ("Unknown Provider Type") after tearing its session down; dmlshim raises
+    that class saying what to pass, and the session keeps ``kept``.
+
+    Raises:
+        BadInputError: ``providers`` is a string.
+    """
+    if not isinstance(providers, (str, bytes)):
+        return
+    error = BadInputError(
+        f"providers must be a list of provider names, not the string {providers!r} (write [{providers!r}]); "
+        f"the session keeps {list(kept.names)}",
+        value=providers,
+        rule="set_providers takes a list of provider names or (name, options) tuples",
+    )
+    raise with_onnxruntime_class(error, RuntimeError)

@@ -5,16 +5,18 @@ fallback / tuning / captured-graph calls, answered as onnxruntime's CPU provider
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import onnxruntime as ort
 
+from ..errors import BadInputError, NotSupportedError
 from ..execute.engine import Engine
 from ..execute.feeds import ModelMetadata, NodeArg
 from ..execute.model_source import LoadedModel
 from .exceptions import raises_onnxruntime_errors
 from .providers import ProviderChoice
+from .session_copy import SessionCopy
 from .session_info import (
     EpAssignedSubgraph,
     cpu_ep_device,
@@ -35,7 +37,8 @@ class SessionQueries:
     _outputs: tuple[NodeArg, ...]
     _overridable: tuple[NodeArg, ...]
     _meta: ModelMetadata
-    _sess_options: Any
+    _options: Any
+    _copy: SessionCopy
     _choice: ProviderChoice
     _engine: Engine
     _loaded: LoadedModel
@@ -58,8 +61,10 @@ class SessionQueries:
         return self._meta
 
     def get_session_options(self) -> Any:
-        """The ``SessionOptions`` the session was created with (onnxruntime's defaults when none)."""
-        return self._sess_options if self._sess_options is not None else ort.SessionOptions()
+        """The session's own ``SessionOptions``, as onnxruntime's: a copy of the options it was created with
+        (onnxruntime's defaults when none), the same object on every call; changing it changes neither the
+        session nor the caller's object."""
+        return self._copy.options
 
     def get_input_memory_infos(self) -> list[Any]:
         """Where each input lives: CPU memory (``OrtMemoryInfo``)."""
@@ -76,8 +81,9 @@ class SessionQueries:
         return [device for _ in self._inputs]
 
     def get_provider_options(self) -> dict[str, dict[str, str]]:
-        """Each provider's options (string keys and values), as given."""
-        return self._choice.as_dict()
+        """Each provider's options as onnxruntime reports them: ``{}`` for the CPU provider and for
+        DirectML (onnxruntime-directml's reports none), whatever they were given."""
+        return self._copy.provider_options_for(self._choice)
 
     @raises_onnxruntime_errors()
     def get_provider_graph_assignment_info(self) -> list[EpAssignedSubgraph]:
@@ -87,10 +93,37 @@ class SessionQueries:
         onnxruntime. Emulated gather/scatter nodes are on ``DmlExecutionProvider``; see
         ``last_run_record`` for what each run actually did.
         """
-        if config_entry(self._sess_options, GRAPH_ASSIGNMENT_KEY) != "1":
+        if config_entry(self._options, GRAPH_ASSIGNMENT_KEY) != "1":
             raise graph_assignment_not_recorded(GRAPH_ASSIGNMENT_KEY)
         emulated = getattr(self._engine, "emulated_nodes", ())
         return graph_assignment(self._loaded.proto, frozenset(emulated))
+
+    @raises_onnxruntime_errors()
+    def create_ortvalue_from_shape_and_type(
+        self,
+        shape: Sequence[int],
+        element_type: Any,
+        device_type: str,
+        device_id: int = 0,
+        vendor_id: int = -1,
+    ) -> Any:
+        """A CPU ``onnxruntime.OrtValue`` of this shape and element type.
+
+        Raises:
+            NotSupportedError: ``device_type`` is not ``"cpu"`` (dmlshim runs on the CPU).
+        """
+        if str(device_type).lower() != "cpu":
+            raise NotSupportedError(
+                f"cannot allocate on device {device_type!r}: dmlshim runs on the CPU; use device_type='cpu'",
+                value=device_type,
+            )
+        try:
+            return ort.OrtValue.ortvalue_from_shape_and_type(list(shape), element_type, "cpu", device_id)
+        except (TypeError, ValueError, RuntimeError) as exc:
+            raise BadInputError(
+                f"cannot create an OrtValue of shape {list(shape)} and type {element_type!r}: {exc}",
+                value=element_type,
+            ) from exc
 
     def disable_fallback(self) -> None:
         """Kept for onnxruntime compatibility: dmlshim never retries a run on other providers."""

@@ -10,10 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from ..comparison import dtype_tolerance
 from .results import Mismatch, ValidationReport, json_scalar
 from .statistics import ErrorStatistics, error_statistics
 from .tolerances import Tolerances
+from .value_kinds import fitting_tolerance
 from .verdict import compare_arrays
 
 
@@ -132,7 +132,7 @@ def apply_reference_outputs(
         if tolerances.has_own(o.name):
             rtol, atol = tolerances.for_output(o.name)
         else:
-            rtol, atol = dtype_tolerance(got.dtype)
+            rtol, atol = fitting_tolerance(got, o.dtype)  # a bfloat16 output's own, not float32's
         outputs.append(
             dataclasses.replace(
                 o, external=compare_external(got, reference.get(o.name), rtol, atol, any_dtype=any_dtype)

@@ -41,6 +41,7 @@ from ..execute.partition_checks import EmulatedIO
 from ..execute.partitioned import PartitionedEngine
 from ..execute.record import RunRecord
 from ..inputs import GeneratedInputs, generate
+from ..inputs.narrow_floats import NARROW_TYPE_NAMES, as_ortvalues, narrow_feeds
 from ..kernels.options import IndexMode
 from ..ort.real import OrtInferenceSession
 
@@ -131,7 +132,8 @@ def feeds_for(
         generated = generate(loaded, input_shapes=input_shapes, seed=seed)
         feeds, source = dict(generated.feeds), "random"
     elif isinstance(inputs, (str, os.PathLike)):
-        feeds, source = load_npz(os.fspath(inputs)), "file"
+        # bfloat16 and float8 inputs: raw bits or float32 values (inputs/narrow_floats.py)
+        feeds, source = narrow_feeds(loaded.proto.graph, load_npz(os.fspath(inputs))), "file"
     else:
         feeds, source = dict(inputs), "given"
     graph = loaded.proto.graph
@@ -229,7 +231,19 @@ def whole_model_run(
     # itself, with no serialized copy of them.
     session = reference_session(model_path if model_path is not None else proto, level)
     try:
-        results = session.run(names, dict(feeds))
+        results = _run_whole(session, names, feeds)
     except ORT_ERRORS as exc:
         return None, f"onnxruntime CPU failed on these inputs: {exc}"
     return dict(zip(names, results, strict=True)), None
+
+
+def _run_whole(session: ort.InferenceSession, names: list[str], feeds: Mapping[str, Any]) -> list[Any]:
+    """The outputs of one run. onnxruntime's ``run`` cannot return a bfloat16 or float8 output, so a
+    model with one runs through ``run_with_ort_values``, those outputs kept as OrtValues (as dmlshim's
+    runs give them) and the others read as arrays."""
+    types = {o.name: o.type for o in session.get_outputs()}
+    if not any(types.get(n, "") in NARROW_TYPE_NAMES for n in names):
+        return list(session.run(names, dict(feeds)))
+    values = session.run_with_ort_values(names, as_ortvalues(feeds))
+    narrow = [types.get(n, "") in NARROW_TYPE_NAMES for n in names]
+    return [v if keep else v.numpy() for v, keep in zip(values, narrow, strict=True)]

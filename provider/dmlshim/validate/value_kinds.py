@@ -12,12 +12,75 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-__all__ = ["comparable", "describe", "is_array", "kind_text", "ortvalue_bits"]
+from ..comparison import DTYPE_TOLERANCE, dtype_tolerance
+from ..inputs.narrow_floats import ortvalue_bits
+
+__all__ = [
+    "as_compared",
+    "comparable",
+    "compared_dtype",
+    "describe",
+    "feed_shape",
+    "fitting_tolerance",
+    "is_array",
+    "kind_text",
+    "ortvalue_bits",
+]
 
 
 def is_array(value: Any) -> bool:
     """A numpy array an ``.npz`` can hold (no object dtype)."""
     return isinstance(value, np.ndarray) and value.dtype != object
+
+
+def as_compared(value: Any, declared: int | None = None) -> Any:
+    """The value as comparisons take it: a bfloat16 or float8 tensor OrtValue as the float32 array of its
+    values (decoded exactly, so bit-for-bit equality is value equality with NaN equal to NaN, and a
+    tolerance applies to the numbers, not to their bits); any other value unchanged.
+
+    ``declared``: the ONNX element type the graph declares for the value. onnxruntime's ``run`` returns a
+    float8 output as a uint8 array of its bits; given the declared float8 type, such an array is decoded
+    too."""
+    from ..inputs.narrow_floats import NARROW_FLOATS, decoded, from_bits
+
+    kind = NARROW_FLOATS.get(declared) if declared is not None else None
+    if kind is not None and isinstance(value, np.ndarray) and value.dtype == kind.bits_dtype:
+        value = from_bits(value, kind.elem_type)
+    values = decoded(value)
+    return value if values is None else values
+
+
+def compared_dtype(value: Any, declared: int | None = None) -> str | None:
+    """The type a report names for a bfloat16 or float8 value (``bfloat16``), which :func:`as_compared`
+    turns into float32; None for any other value (its array's dtype is its own)."""
+    from ..inputs.narrow_floats import NARROW_FLOATS, narrow_type
+
+    kind = narrow_type(value)
+    if kind is None and declared is not None and isinstance(value, np.ndarray):
+        kind = NARROW_FLOATS.get(declared)
+        kind = kind if kind is not None and value.dtype == kind.bits_dtype else None
+    return None if kind is None else kind.name
+
+
+_NARROW_TOLERANCE = {
+    "bfloat16": DTYPE_TOLERANCE["bfloat16"],
+    **{name: (0.25, 0.25) for name in ("float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz")},
+}
+"""The tolerance fitting outputs compared as decoded float32 values, by their own type (what
+:func:`dmlshim.comparison.dtype_tolerance` gives ml_dtypes' arrays of those types)."""
+
+
+def fitting_tolerance(compared: np.ndarray, own_type: str | None = None) -> tuple[float, float]:
+    """(rtol, atol) fitting a compared array's dtype, or the output's own type when :func:`as_compared`
+    decoded it (``own_type``, from :func:`compared_dtype`: bfloat16's, not float32's)."""
+    return _NARROW_TOLERANCE.get(own_type or "") or dtype_tolerance(compared.dtype)
+
+
+def feed_shape(value: Any) -> tuple[int, ...]:
+    """The shape of a feed: an array's, or an OrtValue's (a bfloat16 or float8 input, say)."""
+    if isinstance(value, ort.OrtValue):
+        return tuple(int(d) for d in value.shape())
+    return tuple(int(d) for d in np.shape(value))
 
 
 def kind_text(value: Any) -> str:
@@ -65,29 +128,6 @@ def _parts(value: Any) -> tuple[tuple[Any, ...], list[np.ndarray]]:
         return ("ortvalue", kind, shape), [ortvalue_bits(value)]
     arr = np.asarray(value)
     return ("tensor", arr.shape, str(arr.dtype)), [arr.reshape(-1)]
-
-
-# Bits per element of the tensor types numpy has no dtype for.
-_BITS = {"bfloat16": 16, "float8e4m3fn": 8, "float8e4m3fnuz": 8, "float8e5m2": 8, "float8e5m2fnuz": 8,
-         "int4": 4, "uint4": 4, "float4e2m1": 4}  # fmt: skip
-
-
-def ortvalue_bits(value: ort.OrtValue) -> np.ndarray:
-    """A CPU tensor OrtValue's raw bytes (as unsigned integers of the element's width, or bytes for
-    packed 4-bit types), so values numpy cannot hold compare bit for bit."""
-    try:
-        return np.asarray(value.numpy()).reshape(-1)
-    except (RuntimeError, TypeError):
-        pass
-    import ctypes
-    import math
-
-    name = value.data_type().removeprefix("tensor(").removesuffix(")")
-    bits = _BITS.get(name, 8)
-    count = math.prod(value.shape())
-    nbytes = (count * bits + 7) // 8
-    raw = ctypes.string_at(value.data_ptr(), nbytes) if nbytes else b""
-    return np.frombuffer(raw, dtype=np.uint16 if bits == 16 else np.uint8).copy()
 
 
 def comparable(value: Any) -> tuple[tuple[Any, ...], np.ndarray]:

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import onnx
 
-from ..comparison import array_difference, dtype_tolerance, exact_difference
+from ..comparison import array_difference, exact_difference
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
 from ..errors import BadInputError, DmlShimError, guard_resources
 from ..execute.model_source import LoadedModel, ModelSource, load_model
@@ -50,7 +50,15 @@ from .results import (
     ValidationWarning,
     WholeModelComparison,
 )
-from .value_kinds import comparable, is_array, kind_text
+from .value_kinds import (
+    as_compared,
+    comparable,
+    compared_dtype,
+    feed_shape,
+    fitting_tolerance,
+    is_array,
+    kind_text,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -198,7 +206,7 @@ def _validate_loaded(
     feeds, source, generated = feeds_for(loaded, inputs, input_shapes, seed)
     common = {"feature_level": level, "index_mode": index_mode, "level": opt_level, "model_path": loaded.path}
     whole: dict[str, np.ndarray] | None
-    shapes = {k: tuple(int(d) for d in np.shape(v)) for k, v in feeds.items()}
+    shapes = {k: feed_shape(v) for k, v in feeds.items()}
     translated: list[dict[str, NodeTranslation]] = []
 
     def translate() -> None:  # while onnxruntime builds the check's session
@@ -253,8 +261,16 @@ def _validate_loaded(
     )
 
     outputs: list[OutputComparison] = []
+
+    def blamed(output: str) -> bool:
+        return bool(suspects(output, deps, nodes))
+
     for o in proto.graph.output:
         raw_got, raw_want = ours.outputs[o.name], ref.outputs[o.name]
+        # bfloat16 and float8 outputs (OrtValues) compare as their values, decoded exactly to float32
+        declared = o.type.tensor_type.elem_type if o.type.HasField("tensor_type") else None
+        dtype = compared_dtype(raw_got, declared)
+        raw_got, raw_want = as_compared(raw_got, declared), as_compared(raw_want, declared)
         if is_array(raw_got) and is_array(raw_want):
             got, want = np.asarray(raw_got), np.asarray(raw_want)
             c = compare_arrays(got, want, rtol, atol, exact=exact)
@@ -276,7 +292,7 @@ def _validate_loaded(
             OutputComparison(
                 name=o.name,
                 match=c.match,
-                dtype=str(got.dtype),
+                dtype=dtype or str(got.dtype),
                 shape=tuple(got.shape),
                 max_abs_diff=c.max_abs_diff,
                 mismatches=c.mismatches,
@@ -285,7 +301,7 @@ def _validate_loaded(
                 upstream_nodes=upstream_order(o.name, deps, nodes),
                 suspect_nodes=suspects(o.name, deps, nodes) if not c.match else (),
                 whole_model=(
-                    _whole(got, whole[o.name], c.match, bool(suspects(o.name, deps, nodes)))
+                    _whole(got, as_compared(whole[o.name], declared), c.match, blamed(o.name), dtype)
                     if whole is not None
                     else None
                 ),
@@ -316,12 +332,17 @@ def _validate_loaded(
 
 
 def _whole(
-    got: np.ndarray, onnxruntime: np.ndarray, like_for_like_match: bool, blamed: bool
+    got: np.ndarray,
+    onnxruntime: np.ndarray,
+    like_for_like_match: bool,
+    blamed: bool,
+    dtype: str | None = None,
 ) -> WholeModelComparison:
+    """``dtype``: the output's own type when its values were decoded to float32 (bfloat16, float8)."""
     if not is_array(onnxruntime):
         onnxruntime = comparable(onnxruntime)[1]  # a sequence or map: its elements, as ``got`` holds them
     onnxruntime = np.asarray(onnxruntime)
-    rtol, atol = dtype_tolerance(onnxruntime.dtype)
+    rtol, atol = fitting_tolerance(onnxruntime, dtype)
     exact = compare_arrays(got, onnxruntime, exact=True)
     close = exact if exact.match else compare_arrays(got, onnxruntime, rtol, atol)
     if exact.match:
