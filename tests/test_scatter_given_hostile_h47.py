@@ -800,13 +800,10 @@ def test_indices_made_by_an_emulated_gather(monkeypatch: pytest.MonkeyPatch) -> 
         assert node.duplicate_indices == int(repeat)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="found by h47, outside the given path: a bool feed whose bytes are not 0/1 (a uint8 array viewed "
-    "as bool) is copied byte for byte by onnxruntime, but the kernels' output is converted back with "
-    "astype(bool), which writes 1; the check then disagrees and the partitioned run answers with other bytes",
-)
 def test_bool_bytes_other_than_one_are_copied_as_onnxruntime_copies_them() -> None:
+    """A bool feed whose bytes are not 0/1 (a uint8 array viewed as bool): onnxruntime copies the bytes,
+    and so does DirectML, which moves bool as UINT8 (found by h47: the kernels' output was converted back
+    with astype(bool), which writes 1)."""
     model = _model("ScatterElements", TensorProto.BOOL, ([64, 64], [64, 2], [64, 2]), {"axis": 1})
     rng = np.random.default_rng(16)
     feeds = {

@@ -207,7 +207,8 @@ def _unbind_output(
         result = np.ascontiguousarray(out).reshape((*binding.view_shape, 2)).view(dtype)
         result = result.reshape(binding.view_shape)
     elif binding.reinterpret is Reinterpret.BOOL_AS_UINT8:
-        result = out.reshape(binding.view_shape).astype(np.bool_)
+        # DirectML moves bool as its bytes: a byte that is neither 0 nor 1 stays as it came, as in onnxruntime
+        result = out.reshape(binding.view_shape).view(np.bool_)
     else:
         result = out.reshape(binding.view_shape).astype(dtype, copy=False)
     for step in binding.host_steps:
@@ -386,7 +387,7 @@ def run_translation(
         raise _in_onnx_terms(exc, t) from exc
     if plan.output_shape is not None:
         output = result.output.reshape(plan.output_shape)
-        output = output.astype(np.bool_) if plan.output_bool else output.astype(plan.output_dtype, copy=False)
+        output = output.view(np.bool_) if plan.output_bool else output.astype(plan.output_dtype, copy=False)
     else:
         output = _unbind_output(result.output, t.output, inputs, applied)
     if logger.isEnabledFor(logging.DEBUG):
