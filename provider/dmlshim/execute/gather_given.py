@@ -28,6 +28,7 @@ float results differ from the unfused nodes', so such a gather is lean whatever 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -157,31 +158,93 @@ def lean_gathers(
     input: fetching either stops onnxruntime's QDQ fusions, whose results differ from the unfused nodes').
     Indices that are a constant qualify when non-negative; since onnxruntime may fold such a gather into a
     Split or Slice, which would not refuse an index past the axis, the check then proves them in range on
-    every run (:func:`lean_indices_in_range`)."""
+    every run (:func:`lean_indices_in_range`). Indices that are a graph input qualify between quantization
+    nodes: the check holds the fed values and proves them in range on every run the same way (a negative
+    one hands the run to the partitioned steps)."""
     found: dict[str, tuple[np.dtype[Any], np.dtype[Any]]] = {}
     proved_nonnegative: Callable[[str], bool] | None = None
-    quantized: frozenset[str] | None = None
+    quantized = _next_to_quantization(graph)
+    fed = {v.name for v in graph.input} - set(constants)
     for io in emulated:
         if io.op_type not in LEAN_OPS or len(io.inputs) < 2 or not all(io.inputs[:2]):
             continue
         data, indices = (infos.get(n) for n in io.inputs[:2])
         if data is None or indices is None or not data.elem_type or not indices.elem_type:
             continue
+        between_qdq = io.inputs[0] in quantized or io.output in quantized
         size = _static_bytes(infos.get(io.output))
-        if size is not None and size < LEAN_MIN_BYTES:
-            if quantized is None:
-                quantized = _next_to_quantization(graph)
-            if io.inputs[0] not in quantized and io.output not in quantized:
-                continue
+        if size is not None and size < LEAN_MIN_BYTES and not between_qdq:
+            continue
         if proved_nonnegative is None:
             elem_types = {name: info.elem_type for name, info in infos.items()}
             proved_nonnegative = nonnegative_prover(graph, constants, elem_types)
-        if not proved_nonnegative(io.inputs[1]):
+        if not proved_nonnegative(io.inputs[1]) and not (between_qdq and io.inputs[1] in fed):
             continue
         dtypes = tuple(_numpy_dtype(info.elem_type) for info in (data, indices))
         if dtypes[0] is not None and dtypes[1] is not None:
             found[io.output] = (dtypes[0], dtypes[1])
     return found
+
+
+@dataclass(frozen=True)
+class FeedShapes:
+    """Shapes of lean gathers' inputs that follow from the feeds' shapes alone: each dim a size, or a
+    symbolic name some graph input declares (static shape inference carried it there).
+
+    Attributes:
+        dims: the dims by value name.
+        symbols: for each symbolic name, the graph input and axis that declare it.
+    """
+
+    dims: Mapping[str, tuple[int | str, ...]]
+    symbols: Mapping[str, tuple[str, int]]
+
+    def resolve(self, name: str, values: Mapping[str, Any]) -> tuple[int, ...] | None:
+        """The run's shape of ``name`` from the fed values' shapes (None when a feed is missing)."""
+        shape: list[int] = []
+        for d in self.dims[name]:
+            if isinstance(d, int):
+                shape.append(d)
+                continue
+            feed, axis = self.symbols[d]
+            value = values.get(feed)
+            dims = getattr(value, "shape", None)
+            dims = dims() if callable(dims) else dims  # an OrtValue's shape is a method
+            if dims is None or axis >= len(dims):
+                return None
+            shape.append(int(dims[axis]))
+        return tuple(shape)
+
+
+def feed_shapes(
+    emulated: Sequence[Any],
+    lean: Iterable[str],
+    infos: Mapping[str, TensorInfo],
+    graph: onnx.GraphProto,
+) -> FeedShapes:
+    """The inputs of the lean gathers between quantization nodes whose shapes follow from the feeds'
+    (:class:`FeedShapes`): the check takes those shapes from the feeds instead of a ``Shape`` node, because
+    any added reader of a value inside a QDQ group (the ``DequantizeLinear`` output a gather reads, or
+    anything up to the node before it) stops onnxruntime's fusion of that group, whose float results
+    differ from the unfused nodes' (a Conv -> AveragePool -> Gather of rows -> MaxPool quantized with
+    ``quantize_static``: 0.1 apart at the default level)."""
+    symbols: dict[str, tuple[str, int]] = {}
+    for value in graph.input:
+        for axis, d in enumerate(value.type.tensor_type.shape.dim):
+            if d.dim_param and not d.HasField("dim_value"):
+                symbols.setdefault(d.dim_param, (value.name, axis))
+    quantized = _next_to_quantization(graph)
+    lean = set(lean)
+    dims: dict[str, tuple[int | str, ...]] = {}
+    for io in emulated:
+        if io.output not in lean or (io.inputs[0] not in quantized and io.output not in quantized):
+            continue
+        for name in io.inputs[:2]:
+            info = infos.get(name)
+            shape = info.shape if info is not None else None
+            if shape is not None and all(isinstance(d, int) or d in symbols for d in shape):
+                dims[name] = tuple(d for d in shape if d is not None)
+    return FeedShapes(dims, symbols)
 
 
 def _next_to_quantization(graph: onnx.GraphProto) -> frozenset[str]:
