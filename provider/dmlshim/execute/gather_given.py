@@ -49,7 +49,8 @@ an index outside ``[-dim, dim)``)."""
 NOTE_GATHER_GIVEN = "output_from_onnxruntime"
 
 LEAN_MESSAGE = (
-    "this gather's output is onnxruntime's: its indices cannot be negative (proved from the graph), and "
+    "this gather's output is onnxruntime's: its indices cannot be negative (proved from the graph, or for "
+    "constant or fed indices from their values on this run), and "
     "onnxruntime refuses any index outside [-dim, dim), so ONNX and DirectML select the same elements; "
     "only the shapes of its inputs were fetched (DMLSHIM_FULL_CHECK=1 computes and compares it on every run)"
 )

@@ -88,9 +88,10 @@ def captured_names(
                 add(name)
             continue
         for name in step.inputs[:2]:
-            if name not in seen:  # a graph input, initializer or value fetched already gives its shape
-                if name in read or name not in shaped:
-                    add(name if name in read else shape_output(name))
+            # A graph input, initializer or value fetched already gives its shape; so do the feeds for
+            # those in ``shaped``.
+            if name not in seen and (name in read or name not in shaped):
+                add(name if name in read else shape_output(name))
         if step.output in read:
             add(step.output)
     return names
@@ -268,7 +269,13 @@ class PendingCheck:
             logger.debug("whole-model check unavailable: %s", exc)
             return None
         return WholeModelCheck(
-            session, steps, self._graph_outputs, self._captured, self._ort_errors, self._lean, self._feed_shapes
+            session,
+            steps,
+            self._graph_outputs,
+            self._captured,
+            self._ort_errors,
+            self._lean,
+            self._feed_shapes,
         )
 
 
