@@ -335,3 +335,20 @@ def test_constant_indices_accepted_and_refused_as_onnxruntime_does(
         if op == "GatherND" and attrs and opset < 12:
             continue
         _assert_same(_constant_model(op, index, dtype, as_node, opset, attrs), "default", runs)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "known gap: with symbolic spatial dims the pooled DequantizeLinear output's shape (b, 8, h', w') does "
+        "not follow from the feeds' by static inference (h', w' are unnamed), so the check still adds a "
+        "Shape node on it; that reader stops onnxruntime's QDQ fusion around DQ -> AveragePool -> Q and the "
+        "outputs move by 2-5 quantization steps (0.05-0.1) at default/all/extended"
+    ),
+)
+@pytest.mark.parametrize("op", ["Gather", "GatherElements"])
+def test_qdq_gather_with_symbolic_spatial_dims_equals_onnxruntime(op: str) -> None:
+    model = _pool_model(op, fed=False)
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    dims[2].dim_param, dims[3].dim_param = "h", "w"
+    _assert_same(model, "default", [{"x": _x(1, k)} for k in range(2)])
