@@ -27,17 +27,21 @@ float results differ from the unfused nodes', so such a gather is lean whatever 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import onnx
+import onnx.shape_inference
 from onnx import helper
 
 from ..model.nonnegative import nonnegative_prover
 from ..translate import TensorInfo
 from ..translate.plan import elem_type_of
+
+logger = logging.getLogger(__name__)
 
 GIVEN_OPS = frozenset(("Gather", "GatherElements"))
 """Gathers whose output the whole-model check takes from onnxruntime after the first proved runs."""
@@ -190,45 +194,116 @@ def lean_gathers(
 @dataclass(frozen=True)
 class FeedShapes:
     """Shapes of lean gathers' inputs that follow from the feeds' shapes alone: each dim a size, or a
-    symbolic name some graph input declares (static shape inference carried it there).
+    symbolic name some graph input declares (static shape inference carried it there); else, when
+    ``skeleton`` is given, onnx's shape inference of the model at the run's input shapes (once per
+    distinct input shapes).
 
     Attributes:
-        dims: the dims by value name.
+        dims: the static dims by value name (a dim may be None or a name no input declares).
         symbols: for each symbolic name, the graph input and axis that declare it.
+        skeleton: the model without its large initializers (declared as inputs instead), or None.
     """
 
-    dims: Mapping[str, tuple[int | str, ...]]
+    dims: Mapping[str, tuple[int | str | None, ...]]
     symbols: Mapping[str, tuple[str, int]]
+    skeleton: onnx.ModelProto | None = None
+    _inferred: dict[tuple[Any, ...], dict[str, tuple[int, ...]]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     def resolve(self, name: str, values: Mapping[str, Any]) -> tuple[int, ...] | None:
-        """The run's shape of ``name`` from the fed values' shapes (None when a feed is missing)."""
+        """The run's shape of ``name`` from the fed values' shapes (None when it does not follow)."""
         shape: list[int] = []
         for d in self.dims[name]:
             if isinstance(d, int):
                 shape.append(d)
                 continue
-            feed, axis = self.symbols[d]
-            value = values.get(feed)
-            dims = getattr(value, "shape", None)
-            dims = dims() if callable(dims) else dims  # an OrtValue's shape is a method
+            feed, axis = self.symbols.get(d, ("", 0)) if d is not None else ("", 0)
+            dims = _shape(values.get(feed)) if feed else None
             if dims is None or axis >= len(dims):
-                return None
+                return self._infer(values).get(name)
             shape.append(int(dims[axis]))
         return tuple(shape)
+
+    def _infer(self, values: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+        if self.skeleton is None:
+            return {}
+        fed = [(v.name, _shape(values.get(v.name))) for v in self.skeleton.graph.input if v.name in values]
+        key = tuple(fed)
+        if key not in self._inferred:
+            self._inferred[key] = _inferred_shapes(self.skeleton, dict(fed), set(self.dims))
+        return self._inferred[key]
+
+
+def _shape(value: Any) -> tuple[int, ...] | None:
+    dims = getattr(value, "shape", None)
+    dims = dims() if callable(dims) else dims  # an OrtValue's shape is a method
+    return None if dims is None else tuple(int(d) for d in dims)
+
+
+def _inferred_shapes(
+    skeleton: onnx.ModelProto, fed: Mapping[str, tuple[int, ...] | None], names: set[str]
+) -> dict[str, tuple[int, ...]]:
+    """The static shapes onnx infers for ``names`` with the graph inputs at the ``fed`` shapes."""
+    model = onnx.ModelProto()
+    model.CopyFrom(skeleton)
+    for value in model.graph.input:
+        shape = fed.get(value.name)
+        if shape is not None:
+            del value.type.tensor_type.shape.dim[:]
+            for d in shape:
+                value.type.tensor_type.shape.dim.add().dim_value = d
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    except Exception as exc:  # an op onnx cannot infer: the run goes to the partitioned steps
+        logger.debug("whole-model check: no shapes inferred at %s (%s)", dict(fed), exc)
+        return {}
+    found: dict[str, tuple[int, ...]] = {}
+    for value in (*inferred.graph.value_info, *inferred.graph.output):
+        dims = value.type.tensor_type.shape.dim
+        known = value.type.tensor_type.HasField("shape") and all(d.HasField("dim_value") for d in dims)
+        if value.name in names and known:
+            found[value.name] = tuple(int(d.dim_value) for d in dims)
+    return found
+
+
+def _skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` for shape inference: nodes and inputs, small integer initializers (shape constants), the
+    other initializers declared as inputs of their type and shape."""
+    graph = model.graph
+    inputs = list(graph.input)
+    declared = {v.name for v in inputs}
+    small = []
+    for t in graph.initializer:
+        if t.name in declared:
+            continue
+        count = int(np.prod(t.dims, dtype=np.int64))
+        if t.data_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32) and count <= 64 and (
+            t.data_location != onnx.TensorProto.EXTERNAL
+        ):
+            small.append(t)
+        else:
+            inputs.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    skeleton_graph = helper.make_graph(list(graph.node), graph.name, inputs, list(graph.output), small)
+    skeleton = helper.make_model(skeleton_graph, opset_imports=list(model.opset_import))
+    skeleton.ir_version = model.ir_version
+    skeleton.functions.extend(model.functions)
+    return skeleton
 
 
 def feed_shapes(
     emulated: Sequence[Any],
     lean: Iterable[str],
     infos: Mapping[str, TensorInfo],
-    graph: onnx.GraphProto,
+    model: onnx.ModelProto,
 ) -> FeedShapes:
-    """The inputs of the lean gathers between quantization nodes whose shapes follow from the feeds'
-    (:class:`FeedShapes`): the check takes those shapes from the feeds instead of a ``Shape`` node, because
-    any added reader of a value inside a QDQ group (the ``DequantizeLinear`` output a gather reads, or
-    anything up to the node before it) stops onnxruntime's fusion of that group, whose float results
-    differ from the unfused nodes' (a Conv -> AveragePool -> Gather of rows -> MaxPool quantized with
-    ``quantize_static``: 0.1 apart at the default level)."""
+    """The inputs of the lean gathers between quantization nodes, whose shapes the check takes from the
+    feeds' (:class:`FeedShapes`) instead of a ``Shape`` node, because any added reader of a value inside
+    a QDQ group (the ``DequantizeLinear`` output a gather reads, or anything up to the node before it)
+    stops onnxruntime's fusion of that group, whose float results differ from the unfused nodes' (a
+    Conv -> AveragePool -> Gather of rows -> MaxPool quantized with ``quantize_static``: 0.1 apart at
+    the default level)."""
+    graph = model.graph
     symbols: dict[str, tuple[str, int]] = {}
     for value in graph.input:
         for axis, d in enumerate(value.type.tensor_type.shape.dim):
@@ -236,16 +311,16 @@ def feed_shapes(
                 symbols.setdefault(d.dim_param, (value.name, axis))
     quantized = _next_to_quantization(graph)
     lean = set(lean)
-    dims: dict[str, tuple[int | str, ...]] = {}
+    dims: dict[str, tuple[int | str | None, ...]] = {}
     for io in emulated:
         if io.output not in lean or (io.inputs[0] not in quantized and io.output not in quantized):
             continue
         for name in io.inputs[:2]:
             info = infos.get(name)
-            shape = info.shape if info is not None else None
-            if shape is not None and all(isinstance(d, int) or d in symbols for d in shape):
-                dims[name] = tuple(d for d in shape if d is not None)
-    return FeedShapes(dims, symbols)
+            if info is not None and info.shape is not None:
+                dims[name] = tuple(info.shape)
+    inferable = all(isinstance(d, int) or d in symbols for shape in dims.values() for d in shape)
+    return FeedShapes(dims, symbols, None if inferable else _skeleton(model))
 
 
 def _next_to_quantization(graph: onnx.GraphProto) -> frozenset[str]:
