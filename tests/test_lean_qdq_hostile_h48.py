@@ -353,3 +353,20 @@ def test_qdq_gather_with_symbolic_spatial_dims_equals_onnxruntime(op: str, level
     for record in _assert_same(model, level, runs)[:1]:
         assert record.path == "whole-model check"
         assert [c for c, _ in record.nodes[0].notes] == [NOTE_GATHER_GIVEN]
+
+
+@pytest.mark.parametrize("level", ["default", "all"])
+def test_computed_indices_inside_qdq_groups_are_fetched_and_proved_per_run(level: str) -> None:
+    # Indices computed from a graph input (Mul by one) prove nothing from the graph: before, the check
+    # fetched the gather's DequantizeLinear input and the outputs were 0.05 apart; now only the indices are
+    # fetched (no QDQ group holds them) and proved in range on each run.
+    model = _pool_model("Gather", fed=True)
+    gather = next(n for n in model.graph.node if n.op_type == "Gather")
+    gather.input[1] = "i1"
+    model.graph.initializer.append(_t("one", 1, np.int64))
+    model.graph.node.insert(0, helper.make_node("Mul", ["i", "one"], ["i1"]))
+    runs = [{"x": _x(2, k), "i": np.asarray(v, np.int64)} for k, v in enumerate(([3, 1, 0, 2], [2, 2, 3, 3]))]
+    for record in _assert_same(model, level, runs):
+        assert record.path == "whole-model check"
+        assert [c for c, _ in record.nodes[0].notes] == [NOTE_GATHER_GIVEN]
+    _assert_same(model, level, [{"x": _x(2, 5), "i": np.asarray([0, 4, 0, 0], np.int64)}])  # both refuse

@@ -54,7 +54,7 @@ NOTE_GATHER_GIVEN = "output_from_onnxruntime"
 
 LEAN_MESSAGE = (
     "this gather's output is onnxruntime's: its indices cannot be negative (proved from the graph, or for "
-    "constant or fed indices from their values on this run), and "
+    "constant, fed or fetched indices from their values on this run), and "
     "onnxruntime refuses any index outside [-dim, dim), so ONNX and DirectML select the same elements; "
     "only the shapes of its inputs were fetched (DMLSHIM_FULL_CHECK=1 computes and compares it on every run)"
 )
@@ -163,13 +163,12 @@ def lean_gathers(
     input: fetching either stops onnxruntime's QDQ fusions, whose results differ from the unfused nodes').
     Indices that are a constant qualify when non-negative; since onnxruntime may fold such a gather into a
     Split or Slice, which would not refuse an index past the axis, the check then proves them in range on
-    every run (:func:`lean_indices_in_range`). Indices that are a graph input qualify between quantization
-    nodes: the check holds the fed values and proves them in range on every run the same way (a negative
-    one hands the run to the partitioned steps)."""
+    every run (:func:`lean_indices_in_range`). Between quantization nodes any indices qualify: the check
+    holds their values (fed, or fetched: integer indices sit in no QDQ group) and proves them in range on
+    every run the same way (a negative one hands the run to the partitioned steps)."""
     found: dict[str, tuple[np.dtype[Any], np.dtype[Any]]] = {}
     proved_nonnegative: Callable[[str], bool] | None = None
     quantized = _next_to_quantization(graph)
-    fed = {v.name for v in graph.input} - set(constants)
     for io in emulated:
         if io.op_type not in LEAN_OPS or len(io.inputs) < 2 or not all(io.inputs[:2]):
             continue
@@ -183,12 +182,16 @@ def lean_gathers(
         if proved_nonnegative is None:
             elem_types = {name: info.elem_type for name, info in infos.items()}
             proved_nonnegative = nonnegative_prover(graph, constants, elem_types)
-        if not proved_nonnegative(io.inputs[1]) and not (between_qdq and io.inputs[1] in fed):
+        if not between_qdq and not proved_nonnegative(io.inputs[1]):
             continue
         dtypes = tuple(_numpy_dtype(info.elem_type) for info in (data, indices))
         if dtypes[0] is not None and dtypes[1] is not None:
             found[io.output] = (dtypes[0], dtypes[1])
     return found
+
+
+INFERRED_KEPT = 64
+"""Distinct input shapes whose inferred shapes :class:`FeedShapes` keeps (then it starts over)."""
 
 
 @dataclass(frozen=True)
@@ -202,11 +205,14 @@ class FeedShapes:
         dims: the static dims by value name (a dim may be None or a name no input declares).
         symbols: for each symbolic name, the graph input and axis that declare it.
         skeleton: the model without its large initializers (declared as inputs instead), or None.
+        indices: the computed indices of those gathers, which the check fetches (their values prove
+            them in range on each run; no QDQ group holds integer indices).
     """
 
     dims: Mapping[str, tuple[int | str | None, ...]]
     symbols: Mapping[str, tuple[str, int]]
     skeleton: onnx.ModelProto | None = None
+    indices: frozenset[str] = frozenset()
     _inferred: dict[tuple[Any, ...], dict[str, tuple[int, ...]]] = field(
         default_factory=dict, compare=False, repr=False
     )
@@ -231,6 +237,8 @@ class FeedShapes:
         fed = [(v.name, _shape(values.get(v.name))) for v in self.skeleton.graph.input if v.name in values]
         key = tuple(fed)
         if key not in self._inferred:
+            if len(self._inferred) >= INFERRED_KEPT:
+                self._inferred.clear()
             self._inferred[key] = _inferred_shapes(self.skeleton, dict(fed), set(self.dims))
         return self._inferred[key]
 
@@ -312,15 +320,25 @@ def feed_shapes(
     quantized = _next_to_quantization(graph)
     lean = set(lean)
     dims: dict[str, tuple[int | str | None, ...]] = {}
+    static = {v.name for v in graph.input} | {t.name for t in graph.initializer}
+    indices: set[str] = set()
     for io in emulated:
         if io.output not in lean or (io.inputs[0] not in quantized and io.output not in quantized):
             continue
+        if io.inputs[1] not in static and not _is_constant_node_output(graph, io.inputs[1]):
+            indices.add(io.inputs[1])
         for name in io.inputs[:2]:
+            if name in indices:
+                continue
             info = infos.get(name)
             if info is not None and info.shape is not None:
                 dims[name] = tuple(info.shape)
     inferable = all(isinstance(d, int) or d in symbols for shape in dims.values() for d in shape)
-    return FeedShapes(dims, symbols, None if inferable else _skeleton(model))
+    return FeedShapes(dims, symbols, None if inferable else _skeleton(model), frozenset(indices))
+
+
+def _is_constant_node_output(graph: onnx.GraphProto, name: str) -> bool:
+    return any(node.op_type == "Constant" and name in node.output for node in graph.node)
 
 
 def _next_to_quantization(graph: onnx.GraphProto) -> frozenset[str]:

@@ -66,14 +66,15 @@ def captured_names(
     graph_outputs: Sequence[str],
     lean: frozenset[str] = frozenset(),
     shaped: frozenset[str] = frozenset(),
+    indices: frozenset[str] = frozenset(),
 ) -> list[str]:
     """The values to fetch besides the graph outputs: every emulated node's computed inputs and output;
     for a lean gather (its output named in ``lean``, see :func:`dmlshim.execute.gather_given.lean_gathers`)
     only its computed inputs' shapes (none for those in ``shaped``, whose shapes follow from the feeds':
     :func:`dmlshim.execute.gather_given.feed_shapes`), and its inputs and output where another emulated
-    node reads them."""
+    node reads them; the values of ``indices`` (a lean gather's, proved in range from them)."""
     seen = set(graph_outputs) | known
-    read = {n for step in steps if step.output not in lean for n in step.inputs if n}
+    read = {n for step in steps if step.output not in lean for n in step.inputs if n} | indices
     read |= {n for step in steps for n in step.inputs if n and n in lean}
     names: list[str] = []
 
@@ -219,8 +220,11 @@ class WholeModelCheck:
                     return False
                 shapes.append(resolved)
         indices = values.get(step.inputs[1])
-        if step.inputs[1] in self._inputs and not isinstance(indices, np.ndarray):
-            return False  # fed indices are proved in range from their values (an OrtValue's are not read)
+        by_values = self._feed_shapes.indices if self._feed_shapes is not None else frozenset()
+        if (step.inputs[1] in self._inputs or step.inputs[1] in by_values) and not isinstance(
+            indices, np.ndarray
+        ):
+            return False  # such indices are proved in range from their values
         if not step.given_by_shapes(shapes, state, indices if isinstance(indices, np.ndarray) else None):
             logger.debug("whole-model check: %r is no DirectML operator at these shapes", step.output)
             return False
@@ -298,7 +302,8 @@ def start_whole_model_check(
         return None
     graph_outputs = [o.name for o in model.graph.output]
     shaped = frozenset(feed_shapes.dims) if feed_shapes is not None else frozenset()
-    captured = captured_names(emulated, known | set(static), graph_outputs, lean, shaped)
+    indices = feed_shapes.indices if feed_shapes is not None else frozenset()
+    captured = captured_names(emulated, known | set(static), graph_outputs, lean, shaped, indices)
     try:
         build = make_builder(captured)
     except Exception as exc:
