@@ -27,16 +27,21 @@ float results differ from the unfused nodes', so such a gather is lean whatever 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import onnx
+import onnx.shape_inference
 from onnx import helper
 
 from ..model.nonnegative import nonnegative_prover
 from ..translate import TensorInfo
 from ..translate.plan import elem_type_of
+
+logger = logging.getLogger(__name__)
 
 GIVEN_OPS = frozenset(("Gather", "GatherElements"))
 """Gathers whose output the whole-model check takes from onnxruntime after the first proved runs."""
@@ -48,7 +53,8 @@ an index outside ``[-dim, dim)``)."""
 NOTE_GATHER_GIVEN = "output_from_onnxruntime"
 
 LEAN_MESSAGE = (
-    "this gather's output is onnxruntime's: its indices cannot be negative (proved from the graph), and "
+    "this gather's output is onnxruntime's: its indices cannot be negative (proved from the graph, or for "
+    "constant, fed or fetched indices from their values on this run), and "
     "onnxruntime refuses any index outside [-dim, dim), so ONNX and DirectML select the same elements; "
     "only the shapes of its inputs were fetched (DMLSHIM_FULL_CHECK=1 computes and compares it on every run)"
 )
@@ -157,31 +163,182 @@ def lean_gathers(
     input: fetching either stops onnxruntime's QDQ fusions, whose results differ from the unfused nodes').
     Indices that are a constant qualify when non-negative; since onnxruntime may fold such a gather into a
     Split or Slice, which would not refuse an index past the axis, the check then proves them in range on
-    every run (:func:`lean_indices_in_range`)."""
+    every run (:func:`lean_indices_in_range`). Between quantization nodes any indices qualify: the check
+    holds their values (fed, or fetched: integer indices sit in no QDQ group) and proves them in range on
+    every run the same way (a negative one hands the run to the partitioned steps)."""
     found: dict[str, tuple[np.dtype[Any], np.dtype[Any]]] = {}
     proved_nonnegative: Callable[[str], bool] | None = None
-    quantized: frozenset[str] | None = None
+    quantized = _next_to_quantization(graph)
     for io in emulated:
         if io.op_type not in LEAN_OPS or len(io.inputs) < 2 or not all(io.inputs[:2]):
             continue
         data, indices = (infos.get(n) for n in io.inputs[:2])
         if data is None or indices is None or not data.elem_type or not indices.elem_type:
             continue
+        between_qdq = io.inputs[0] in quantized or io.output in quantized
         size = _static_bytes(infos.get(io.output))
-        if size is not None and size < LEAN_MIN_BYTES:
-            if quantized is None:
-                quantized = _next_to_quantization(graph)
-            if io.inputs[0] not in quantized and io.output not in quantized:
-                continue
+        if size is not None and size < LEAN_MIN_BYTES and not between_qdq:
+            continue
         if proved_nonnegative is None:
             elem_types = {name: info.elem_type for name, info in infos.items()}
             proved_nonnegative = nonnegative_prover(graph, constants, elem_types)
-        if not proved_nonnegative(io.inputs[1]):
+        if not between_qdq and not proved_nonnegative(io.inputs[1]):
             continue
         dtypes = tuple(_numpy_dtype(info.elem_type) for info in (data, indices))
         if dtypes[0] is not None and dtypes[1] is not None:
             found[io.output] = (dtypes[0], dtypes[1])
     return found
+
+
+INFERRED_KEPT = 64
+"""Distinct input shapes whose inferred shapes :class:`FeedShapes` keeps (then it starts over)."""
+
+
+@dataclass(frozen=True)
+class FeedShapes:
+    """Shapes of lean gathers' inputs that follow from the feeds' shapes alone: each dim a size, or a
+    symbolic name some graph input declares (static shape inference carried it there); else, when
+    ``skeleton`` is given, onnx's shape inference of the model at the run's input shapes (once per
+    distinct input shapes).
+
+    Attributes:
+        dims: the static dims by value name (a dim may be None or a name no input declares).
+        symbols: for each symbolic name, the graph input and axis that declare it.
+        skeleton: the model without its large initializers (declared as inputs instead), or None.
+        indices: the computed indices of those gathers, which the check fetches (their values prove
+            them in range on each run; no QDQ group holds integer indices).
+    """
+
+    dims: Mapping[str, tuple[int | str | None, ...]]
+    symbols: Mapping[str, tuple[str, int]]
+    skeleton: onnx.ModelProto | None = None
+    indices: frozenset[str] = frozenset()
+    _inferred: dict[tuple[Any, ...], dict[str, tuple[int, ...]]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    def resolve(self, name: str, values: Mapping[str, Any]) -> tuple[int, ...] | None:
+        """The run's shape of ``name`` from the fed values' shapes (None when it does not follow)."""
+        shape: list[int] = []
+        for d in self.dims[name]:
+            if isinstance(d, int):
+                shape.append(d)
+                continue
+            feed, axis = self.symbols.get(d, ("", 0)) if d is not None else ("", 0)
+            dims = _shape(values.get(feed)) if feed else None
+            if dims is None or axis >= len(dims):
+                return self._infer(values).get(name)
+            shape.append(int(dims[axis]))
+        return tuple(shape)
+
+    def _infer(self, values: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+        if self.skeleton is None:
+            return {}
+        fed = [(v.name, _shape(values.get(v.name))) for v in self.skeleton.graph.input if v.name in values]
+        key = tuple(fed)
+        if key not in self._inferred:
+            if len(self._inferred) >= INFERRED_KEPT:
+                self._inferred.clear()
+            self._inferred[key] = _inferred_shapes(self.skeleton, dict(fed), set(self.dims))
+        return self._inferred[key]
+
+
+def _shape(value: Any) -> tuple[int, ...] | None:
+    dims = getattr(value, "shape", None)
+    dims = dims() if callable(dims) else dims  # an OrtValue's shape is a method
+    return None if dims is None else tuple(int(d) for d in dims)
+
+
+def _inferred_shapes(
+    skeleton: onnx.ModelProto, fed: Mapping[str, tuple[int, ...] | None], names: set[str]
+) -> dict[str, tuple[int, ...]]:
+    """The static shapes onnx infers for ``names`` with the graph inputs at the ``fed`` shapes."""
+    model = onnx.ModelProto()
+    model.CopyFrom(skeleton)
+    for value in model.graph.input:
+        shape = fed.get(value.name)
+        if shape is not None:
+            del value.type.tensor_type.shape.dim[:]
+            for d in shape:
+                value.type.tensor_type.shape.dim.add().dim_value = d
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    except Exception as exc:  # an op onnx cannot infer: the run goes to the partitioned steps
+        logger.debug("whole-model check: no shapes inferred at %s (%s)", dict(fed), exc)
+        return {}
+    found: dict[str, tuple[int, ...]] = {}
+    for value in (*inferred.graph.value_info, *inferred.graph.output):
+        dims = value.type.tensor_type.shape.dim
+        known = value.type.tensor_type.HasField("shape") and all(d.HasField("dim_value") for d in dims)
+        if value.name in names and known:
+            found[value.name] = tuple(int(d.dim_value) for d in dims)
+    return found
+
+
+def _skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` for shape inference: nodes and inputs, small integer initializers (shape constants), the
+    other initializers declared as inputs of their type and shape."""
+    graph = model.graph
+    inputs = list(graph.input)
+    declared = {v.name for v in inputs}
+    small = []
+    for t in graph.initializer:
+        if t.name in declared:
+            continue
+        count = int(np.prod(t.dims, dtype=np.int64))
+        if t.data_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32) and count <= 64 and (
+            t.data_location != onnx.TensorProto.EXTERNAL
+        ):
+            small.append(t)
+        else:
+            inputs.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    skeleton_graph = helper.make_graph(list(graph.node), graph.name, inputs, list(graph.output), small)
+    skeleton = helper.make_model(skeleton_graph, opset_imports=list(model.opset_import))
+    skeleton.ir_version = model.ir_version
+    skeleton.functions.extend(model.functions)
+    return skeleton
+
+
+def feed_shapes(
+    emulated: Sequence[Any],
+    lean: Iterable[str],
+    infos: Mapping[str, TensorInfo],
+    model: onnx.ModelProto,
+) -> FeedShapes:
+    """The inputs of the lean gathers between quantization nodes, whose shapes the check takes from the
+    feeds' (:class:`FeedShapes`) instead of a ``Shape`` node, because any added reader of a value inside
+    a QDQ group (the ``DequantizeLinear`` output a gather reads, or anything up to the node before it)
+    stops onnxruntime's fusion of that group, whose float results differ from the unfused nodes' (a
+    Conv -> AveragePool -> Gather of rows -> MaxPool quantized with ``quantize_static``: 0.1 apart at
+    the default level)."""
+    graph = model.graph
+    symbols: dict[str, tuple[str, int]] = {}
+    for value in graph.input:
+        for axis, d in enumerate(value.type.tensor_type.shape.dim):
+            if d.dim_param and not d.HasField("dim_value"):
+                symbols.setdefault(d.dim_param, (value.name, axis))
+    quantized = _next_to_quantization(graph)
+    lean = set(lean)
+    dims: dict[str, tuple[int | str | None, ...]] = {}
+    static = {v.name for v in graph.input} | {t.name for t in graph.initializer}
+    indices: set[str] = set()
+    for io in emulated:
+        if io.output not in lean or (io.inputs[0] not in quantized and io.output not in quantized):
+            continue
+        if io.inputs[1] not in static and not _is_constant_node_output(graph, io.inputs[1]):
+            indices.add(io.inputs[1])
+        for name in io.inputs[:2]:
+            if name in indices:
+                continue
+            info = infos.get(name)
+            if info is not None and info.shape is not None:
+                dims[name] = tuple(info.shape)
+    inferable = all(isinstance(d, int) or d in symbols for shape in dims.values() for d in shape)
+    return FeedShapes(dims, symbols, None if inferable else _skeleton(model), frozenset(indices))
+
+
+def _is_constant_node_output(graph: onnx.GraphProto, name: str) -> bool:
+    return any(node.op_type == "Constant" and name in node.output for node in graph.node)
 
 
 def _next_to_quantization(graph: onnx.GraphProto) -> frozenset[str]:

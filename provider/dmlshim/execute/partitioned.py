@@ -35,7 +35,7 @@ from ..translate.translator import model_opsets
 from .cpu_step import CpuStep, RunState, Values, run_session
 from .engine import EngineConfig
 from .fallback import has_deprecated_scatter, note_scatter_as_scatter_elements
-from .gather_given import lean_gathers
+from .gather_given import feed_shapes, lean_gathers
 from .node_plan import plan_nodes
 from .ort_support import (
     ORT_ERRORS,
@@ -233,6 +233,7 @@ class PartitionedEngine:
         built_segments = sum(1 for s in partition.steps if isinstance(s, CpuSegment) and s.outputs)
         pending: PendingCheck | None = None
         lean: dict[str, tuple[np.dtype[Any], np.dtype[Any]]] = {}
+        shapes_from_feeds = None
         if (
             config.whole_model_check
             and not reference
@@ -243,8 +244,16 @@ class PartitionedEngine:
             make = functools.partial(whole_model_builder, model, config, outputs, shared)
             if not config.full_check:
                 lean = lean_gathers(emulated_io, infos, graph, init_protos)
+                shapes_from_feeds = feed_shapes(emulated_io, lean, infos, model)
             pending = start_whole_model_check(
-                model, emulated_io, set(graph_inputs), make, ORT_ERRORS, self._static_values, frozenset(lean)
+                model,
+                emulated_io,
+                set(graph_inputs),
+                make,
+                ORT_ERRORS,
+                self._static_values,
+                frozenset(lean),
+                shapes_from_feeds,
             )
         try:
             check_sizes()

@@ -23,7 +23,7 @@ import onnx
 
 from ..background import BackgroundBuild
 from ..comparison import same_bits
-from .gather_given import add_extra_outputs, shape_output
+from .gather_given import FeedShapes, add_extra_outputs, shape_output
 
 logger = logging.getLogger(__name__)
 
@@ -65,12 +65,16 @@ def captured_names(
     known: set[str],
     graph_outputs: Sequence[str],
     lean: frozenset[str] = frozenset(),
+    shaped: frozenset[str] = frozenset(),
+    indices: frozenset[str] = frozenset(),
 ) -> list[str]:
     """The values to fetch besides the graph outputs: every emulated node's computed inputs and output;
     for a lean gather (its output named in ``lean``, see :func:`dmlshim.execute.gather_given.lean_gathers`)
-    only its computed inputs' shapes, and its inputs and output where another emulated node reads them."""
+    only its computed inputs' shapes (none for those in ``shaped``, whose shapes follow from the feeds':
+    :func:`dmlshim.execute.gather_given.feed_shapes`), and its inputs and output where another emulated
+    node reads them; the values of ``indices`` (a lean gather's, proved in range from them)."""
     seen = set(graph_outputs) | known
-    read = {n for step in steps if step.output not in lean for n in step.inputs if n}
+    read = {n for step in steps if step.output not in lean for n in step.inputs if n} | indices
     read |= {n for step in steps for n in step.inputs if n and n in lean}
     names: list[str] = []
 
@@ -85,7 +89,9 @@ def captured_names(
                 add(name)
             continue
         for name in step.inputs[:2]:
-            if name not in seen:  # a graph input, initializer or value fetched already gives its shape
+            # A graph input, initializer or value fetched already gives its shape; so do the feeds for
+            # those in ``shaped``.
+            if name not in seen and (name in read or name not in shaped):
                 add(name if name in read else shape_output(name))
         if step.output in read:
             add(step.output)
@@ -122,6 +128,7 @@ class WholeModelCheck:
         captured: the extra outputs of the session, as :func:`captured_names` lists them.
         ort_errors: the exception types onnxruntime raises.
         lean: the outputs of the lean gathers (taken by their inputs' shapes, ``step.given_by_shapes``).
+        feed_shapes: the lean gathers' inputs whose shapes come from the feeds' (none fetched).
     """
 
     def __init__(
@@ -132,9 +139,11 @@ class WholeModelCheck:
         captured: Sequence[str],
         ort_errors: tuple[type[BaseException], ...],
         lean: frozenset[str] = frozenset(),
+        feed_shapes: FeedShapes | None = None,
     ) -> None:
         self._session = session
         self._lean = lean
+        self._feed_shapes = feed_shapes
         self._steps = tuple(steps)
         self._fetch = [*graph_outputs, *captured]
         self._position = {name: i for i, name in enumerate(self._fetch)}
@@ -203,9 +212,19 @@ class WholeModelCheck:
                 values[name] = fetched[position[name]]
             if name in values:
                 shapes.append(_shape_of(values[name]))
-            else:
+            elif shape_output(name) in position:
                 shapes.append(tuple(int(d) for d in fetched[position[shape_output(name)]]))
+            else:  # a shape that follows from the feeds' (none fetched)
+                resolved = self._feed_shapes.resolve(name, values) if self._feed_shapes else None
+                if resolved is None:
+                    return False
+                shapes.append(resolved)
         indices = values.get(step.inputs[1])
+        by_values = self._feed_shapes.indices if self._feed_shapes is not None else frozenset()
+        if (step.inputs[1] in self._inputs or step.inputs[1] in by_values) and not isinstance(
+            indices, np.ndarray
+        ):
+            return False  # such indices are proved in range from their values
         if not step.given_by_shapes(shapes, state, indices if isinstance(indices, np.ndarray) else None):
             logger.debug("whole-model check: %r is no DirectML operator at these shapes", step.output)
             return False
@@ -231,9 +250,11 @@ class PendingCheck:
         captured: Sequence[str],
         ort_errors: tuple[type[BaseException], ...],
         lean: frozenset[str] = frozenset(),
+        feed_shapes: FeedShapes | None = None,
     ) -> None:
         self._build = build
         self._lean = lean
+        self._feed_shapes = feed_shapes
         self._graph_outputs = list(graph_outputs)
         self._captured = list(captured)
         self._ort_errors = ort_errors
@@ -252,7 +273,13 @@ class PendingCheck:
             logger.debug("whole-model check unavailable: %s", exc)
             return None
         return WholeModelCheck(
-            session, steps, self._graph_outputs, self._captured, self._ort_errors, self._lean
+            session,
+            steps,
+            self._graph_outputs,
+            self._captured,
+            self._ort_errors,
+            self._lean,
+            self._feed_shapes,
         )
 
 
@@ -264,18 +291,22 @@ def start_whole_model_check(
     ort_errors: tuple[type[BaseException], ...],
     static: Mapping[str, Any],
     lean: frozenset[str] = frozenset(),
+    feed_shapes: FeedShapes | None = None,
 ) -> PendingCheck | None:
     """Start building the check's session for ``model`` on another thread (``make_builder`` prepares the
     session of the model with the extra outputs it is given and returns what builds it). None when
     nothing is emulated or the session cannot be prepared. ``lean``: the outputs of the gathers taken by
-    their inputs' shapes (:func:`dmlshim.execute.gather_given.lean_gathers`)."""
+    their inputs' shapes (:func:`dmlshim.execute.gather_given.lean_gathers`), ``feed_shapes`` those of
+    their inputs whose shapes come from the feeds' (:func:`dmlshim.execute.gather_given.feed_shapes`)."""
     if not emulated:
         return None
     graph_outputs = [o.name for o in model.graph.output]
-    captured = captured_names(emulated, known | set(static), graph_outputs, lean)
+    shaped = frozenset(feed_shapes.dims) if feed_shapes is not None else frozenset()
+    indices = feed_shapes.indices if feed_shapes is not None else frozenset()
+    captured = captured_names(emulated, known | set(static), graph_outputs, lean, shaped, indices)
     try:
         build = make_builder(captured)
     except Exception as exc:
         logger.debug("whole-model check unavailable: %s", exc)
         return None
-    return PendingCheck(BackgroundBuild(build), graph_outputs, captured, ort_errors, lean)
+    return PendingCheck(BackgroundBuild(build), graph_outputs, captured, ort_errors, lean, feed_shapes)
