@@ -370,3 +370,29 @@ def test_computed_indices_inside_qdq_groups_are_fetched_and_proved_per_run(level
         assert record.path == "whole-model check"
         assert [c for c, _ in record.nodes[0].notes] == [NOTE_GATHER_GIVEN]
     _assert_same(model, level, [{"x": _x(2, 5), "i": np.asarray([0, 4, 0, 0], np.int64)}])  # both refuse
+
+
+@pytest.mark.parametrize("level", ["default", "all"])
+def test_proved_computed_indices_inside_qdq_groups_are_not_fetched(level: str) -> None:
+    # Indices a Range makes (non-negative by construction) need no values: the check fetches only their
+    # shape. Fetching them broke onnxruntime 1.24, which folds such a Range to a constant and then cannot
+    # return it as an output (the check's session failed to build; ortq_qdq_transformer's positions).
+    from dmlshim.execute.gather_given import feed_shapes, lean_gathers
+    from dmlshim.translate.shapes_info import tensor_infos
+
+    model = _pool_model("Gather", fed=False)
+    gather = next(n for n in model.graph.node if n.op_type == "Gather")
+    gather.input[1] = "positions"
+    bounds = [_t("start", 0, np.int64), _t("limit", 4, np.int64), _t("step", 1, np.int64)]
+    model.graph.initializer.extend(bounds)
+    model.graph.node.insert(0, helper.make_node("Range", ["start", "limit", "step"], ["positions"]))
+    constants = {t.name: t for t in model.graph.initializer}
+    infos = tensor_infos(onnx.shape_inference.infer_shapes(model).graph)
+    io = [type("IO", (), {"op_type": "Gather", "inputs": (gather.input[0], "positions"), "output": "g"})()]
+    lean = lean_gathers(io, infos, model.graph, constants)
+    assert set(lean) == {"g"}
+    assert feed_shapes(io, lean, infos, model, constants).indices == frozenset()
+    runs = [{"x": _x(2, k)} for k in range(2)]
+    for record in _assert_same(model, level, runs):
+        assert record.path == "whole-model check"
+        assert [c for c, _ in record.nodes[0].notes] == [NOTE_GATHER_GIVEN]

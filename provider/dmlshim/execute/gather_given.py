@@ -304,6 +304,7 @@ def feed_shapes(
     lean: Iterable[str],
     infos: Mapping[str, TensorInfo],
     model: onnx.ModelProto,
+    constants: Mapping[str, onnx.TensorProto] | None = None,
 ) -> FeedShapes:
     """The inputs of the lean gathers between quantization nodes, whose shapes the check takes from the
     feeds' (:class:`FeedShapes`) instead of a ``Shape`` node, because any added reader of a value inside
@@ -322,13 +323,22 @@ def feed_shapes(
     dims: dict[str, tuple[int | str | None, ...]] = {}
     static = {v.name for v in graph.input} | {t.name for t in graph.initializer}
     indices: set[str] = set()
+    proved: Callable[[str], bool] | None = None
     for io in emulated:
         if io.output not in lean or (io.inputs[0] not in quantized and io.output not in quantized):
             continue
-        if io.inputs[1] not in static and not _is_constant_node_output(graph, io.inputs[1]):
-            indices.add(io.inputs[1])
+        computed = io.inputs[1] not in static and not _is_constant_node_output(graph, io.inputs[1])
+        if computed:
+            if proved is None:
+                elem_types = {name: info.elem_type for name, info in infos.items()}
+                proved = nonnegative_prover(graph, constants or {}, elem_types)
+            if not proved(io.inputs[1]):
+                indices.add(io.inputs[1])
         for name in io.inputs[:2]:
-            if name in indices:
+            # Indices the graph proves non-negative keep their Shape node (no QDQ group holds integer
+            # indices), and are not fetched: onnxruntime 1.24 cannot return a value it folded to a
+            # constant (a position Range), and fails to build the check.
+            if name in indices or (name == io.inputs[1] and computed):
                 continue
             info = infos.get(name)
             if info is not None and info.shape is not None:

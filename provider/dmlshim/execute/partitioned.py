@@ -244,7 +244,7 @@ class PartitionedEngine:
             make = functools.partial(whole_model_builder, model, config, outputs, shared)
             if not config.full_check:
                 lean = lean_gathers(emulated_io, infos, graph, init_protos)
-                shapes_from_feeds = feed_shapes(emulated_io, lean, infos, model)
+                shapes_from_feeds = feed_shapes(emulated_io, lean, infos, model, init_protos)
             pending = start_whole_model_check(
                 model,
                 emulated_io,
