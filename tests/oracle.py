@@ -120,3 +120,12 @@ def tamper_with_check(session: Any, name: str, change: Callable[[np.ndarray], No
             return fetched
 
     check._session = Tampering()
+
+
+def binding_with_inputs(session: Any, values: Mapping[str, Any]) -> Any:
+    """``session.io_binding()`` (onnxruntime's or dmlshim's) with every OrtValue of ``values`` bound as the
+    input of its name; the caller binds the outputs."""
+    binding = session.io_binding()
+    for name, value in values.items():
+        binding.bind_ortvalue_input(name, value)
+    return binding

@@ -15,6 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.external_data_helper import convert_model_to_external_data
 
 import dmlshim
+from tests.oracle import binding_with_inputs
 
 _TABLE = np.arange(40, dtype=np.float32).reshape(10, 4) / 8
 
@@ -473,9 +474,7 @@ def test_string_outputs_come_back_as_ortvalues_as_onnxruntime(indices: list[int]
     answers = []
     for session in (theirs, ours):
         (out,) = session.run_with_ort_values(None, values)
-        binding = session.io_binding()
-        for name, value in values.items():
-            binding.bind_ortvalue_input(name, value)
+        binding = binding_with_inputs(session, values)
         binding.bind_output("g")
         session.run_with_iobinding(binding)
         (bound,) = binding.get_outputs()

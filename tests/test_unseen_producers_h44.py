@@ -16,7 +16,7 @@ from onnx import TensorProto as T
 from onnx import helper
 
 import dmlshim
-from tests.oracle import IR_VERSION, ort_session
+from tests.oracle import IR_VERSION, binding_with_inputs, ort_session
 
 
 def _bf16(values: np.ndarray) -> ort.OrtValue:
@@ -124,9 +124,7 @@ def test_bfloat16_outputs_through_io_binding(engine: str) -> None:
     expected = _bits(reference.run_with_ort_values(None, feeds)[0])
     session = dmlshim.InferenceSession(model, engine=engine)
 
-    by_name = session.io_binding()
-    for name, value in feeds.items():
-        by_name.bind_ortvalue_input(name, value)
+    by_name = binding_with_inputs(session, feeds)
     by_name.bind_output("y")
     session.run_with_iobinding(by_name)
     (out,) = by_name.get_outputs()
@@ -135,9 +133,7 @@ def test_bfloat16_outputs_through_io_binding(engine: str) -> None:
         by_name.copy_outputs_to_cpu()
 
     target = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(np.zeros((4, 5), np.uint16), T.BFLOAT16)
-    bound = session.io_binding()
-    for name, value in feeds.items():
-        bound.bind_ortvalue_input(name, value)
+    bound = binding_with_inputs(session, feeds)
     bound.bind_ortvalue_output("y", target)
     session.run_with_iobinding(bound)
     assert _bits(target) == expected
@@ -150,9 +146,7 @@ def _raw_bits(session: Any, feeds: dict[str, ort.OrtValue]) -> bytes:
     """The bfloat16 bytes ``session`` (onnxruntime's or dmlshim's) writes into a pointer bound to the
     output."""
     raw = np.zeros((4, 5), np.uint16)
-    binding = session.io_binding()
-    for name, value in feeds.items():
-        binding.bind_ortvalue_input(name, value)
+    binding = binding_with_inputs(session, feeds)
     binding.bind_output("y", "cpu", 0, T.BFLOAT16, [4, 5], raw.ctypes.data)
     session.run_with_iobinding(binding)
     return raw.tobytes()
