@@ -37,34 +37,40 @@ SCATTER_GIVEN_MESSAGE = (
 """The record note's text for a scatter whose output was taken as onnxruntime computed it."""
 
 
-def _no_reduction(attrs: Mapping[str, Any]) -> bool:
+def no_reduction(attrs: Mapping[str, Any]) -> bool:
+    """A scatter's ``reduction`` attribute is absent or ``none``: a later write to a place replaces an
+    earlier one."""
     reduction = attrs.get("reduction", b"none")
     return (reduction.decode() if isinstance(reduction, bytes) else str(reduction)) == "none"
 
 
-def _repeats_along(indices: np.ndarray, axis: int) -> bool:
-    """Whether two indices of one line along ``axis`` are equal (ScatterElements' duplicate targets: the
-    other coordinates of a write are its own)."""
+def repeated_writes(op_type: str, axis: int, data_shape: Sequence[int], indices: np.ndarray) -> int:
+    """Writes of a scatter that a later write to the same place overwrites, counted as the kernels count
+    them: elements for Scatter/ScatterElements (along ``axis``, non-negative), index tuples for ScatterND.
+    The indices are in range; negative ones wrap, as ONNX's do."""
+    if op_type == "ScatterND":
+        k = indices.shape[-1]
+        count = int(np.prod(indices.shape[:-1], dtype=np.int64))
+        if count <= 1:
+            return 0
+        if k == 0:
+            return count - 1  # every tuple of no coordinates names the whole data
+        dims = np.asarray(data_shape[:k], dtype=np.int64)
+        tuples = indices.reshape(count, k).astype(np.int64, copy=False)
+        tuples = np.where(tuples < 0, tuples + dims, tuples)
+        strides = np.ones(k, dtype=np.int64)
+        for d in range(k - 2, -1, -1):
+            strides[d] = strides[d + 1] * dims[d + 1]
+        flat = np.sort(tuples @ strides)
+        return int((flat[1:] == flat[:-1]).sum())
+    # A ScatterElements write keeps every coordinate of its position but the axis one: two writes meet
+    # only on one line along the axis, with equal indices.
     if indices.shape[axis] <= 1:
-        return False
-    ordered = np.sort(indices, axis=axis)
-    return bool((np.diff(ordered, axis=axis) == 0).any())
-
-
-def _nd_targets_distinct(indices: np.ndarray, data_shape: tuple[int, ...]) -> bool:
-    """Whether ScatterND's index tuples (in range, non-negative) name distinct places."""
-    k = indices.shape[-1]
-    count = indices.size // k if k else int(np.prod(indices.shape[:-1], dtype=np.int64))
-    if count <= 1:
-        return True
-    if k == 0:
-        return False  # every tuple names the whole data
-    tuples = indices.reshape(-1, k).astype(np.int64, copy=False)
-    strides = np.ones(k, dtype=np.int64)
-    for d in range(k - 2, -1, -1):
-        strides[d] = strides[d + 1] * data_shape[d + 1]
-    flat = np.sort(tuples @ strides)
-    return not bool((flat[1:] == flat[:-1]).any())
+        return 0
+    wrapped = indices.astype(np.int64, copy=False)
+    wrapped = np.where(wrapped < 0, wrapped + data_shape[axis], wrapped)
+    ordered = np.sort(wrapped, axis=axis)
+    return int((np.diff(ordered, axis=axis) == 0).sum())
 
 
 def scatter_output_is_given(
@@ -73,7 +79,7 @@ def scatter_output_is_given(
     """Whether ``theirs`` can stand for the DirectML scatter's output of ``arrays``: numpy arrays of the
     data's shape and dtype, no reduction, and integer indices all in ``[0, dim)`` with no two writes to
     one place (see the module docstring). False means: verify as before."""
-    if op_type not in SCATTERS or len(arrays) < 3 or not _no_reduction(attrs):
+    if op_type not in SCATTERS or len(arrays) < 3 or not no_reduction(attrs):
         return False
     data, indices, updates = arrays[0], arrays[1], arrays[2]
     if not all(isinstance(a, np.ndarray) for a in (data, indices, updates, theirs)):
@@ -92,11 +98,11 @@ def scatter_output_is_given(
             columns = indices.reshape(-1, k)
             if not all(in_range(columns[:, d], data.shape[d]) for d in range(k)):
                 return False
-        return _nd_targets_distinct(indices, data.shape)
+        return repeated_writes(op_type, 0, data.shape, indices) == 0
     if indices.size == 0:
         return True
     axis = int(attrs.get("axis", 0))
     axis = axis + data.ndim if axis < 0 else axis
     if not 0 <= axis < data.ndim or indices.ndim != data.ndim:
         return False
-    return in_range(indices, data.shape[axis]) and not _repeats_along(indices, axis)
+    return in_range(indices, data.shape[axis]) and not repeated_writes(op_type, axis, data.shape, indices)

@@ -15,7 +15,7 @@ from onnx import helper
 
 from ..comparison import same_bits
 from ..dml.enums import FeatureLevel
-from ..kernels.indices import has_negative, sorted_unique
+from ..kernels.indices import has_negative
 from ..kernels.options import IndexMode
 from ..limits import check_tensor, gather_scatter_output_shape
 from ..translate import NodeTranslation, Status, TensorInfo, run_translation, translate_node
@@ -32,7 +32,13 @@ from .gather_given import (
 )
 from .ort_support import ORT_ERRORS, cpu_session, ort_run_error
 from .record import PLACEMENT_CPU, PLACEMENT_DML, NodeRecord
-from .scatter_given import SCATTER_GIVEN_MESSAGE, scatter_output_is_given
+from .scatter_given import (
+    SCATTER_GIVEN_MESSAGE,
+    SCATTERS,
+    no_reduction,
+    repeated_writes,
+    scatter_output_is_given,
+)
 from .segments import single_node_model, value_elem_and_rank
 
 logger = logging.getLogger(__name__)
@@ -46,7 +52,7 @@ REASON_RUNTIME_FALLBACK = "runtime_fallback"
 REASON_REFERENCE = "reference_run"
 NOTE_SHAPE_DIFFERS = "output_shape_differs_from_inference"
 
-VERIFIED_OPS = frozenset(("Scatter", "ScatterElements", "ScatterND"))
+VERIFIED_OPS = SCATTERS
 """Nodes whose output the whole-model check verifies instead of computing (:meth:`EmulatedStep.verify`)."""
 
 PROVE_RUNS = 3
@@ -425,7 +431,7 @@ class EmulatedStep:
 
 def overwrites(node: onnx.NodeProto) -> bool:
     """A scatter without reduction: duplicate indices make some of its writes overwrite others."""
-    if node.op_type not in ("Scatter", "ScatterElements", "ScatterND"):
+    if node.op_type not in SCATTERS:
         return False
     return not any(a.name == "reduction" and a.s not in (b"", b"none") for a in node.attribute)
 
@@ -434,10 +440,7 @@ def overwritten_writes(op_type: str, attrs: Mapping[str, Any], arrays: Sequence[
     """Writes of a scatter without reduction that a later write to the same place overwrites, counted as
     the kernels count them (elements for ScatterElements, index tuples for ScatterND), for nodes that ran
     on onnxruntime (which has accepted the indices, so they are in range)."""
-    if op_type not in ("Scatter", "ScatterElements", "ScatterND") or len(arrays) < 2:
-        return 0
-    reduction = attrs.get("reduction", b"none")
-    if (reduction.decode() if isinstance(reduction, bytes) else str(reduction)) != "none":
+    if op_type not in SCATTERS or len(arrays) < 2 or not no_reduction(attrs):
         return 0
     data, indices = arrays[0], arrays[1]
     if data is None or indices is None or data.size == 0:
@@ -445,25 +448,8 @@ def overwritten_writes(op_type: str, attrs: Mapping[str, Any], arrays: Sequence[
     empty_tuples = op_type == "ScatterND" and indices.ndim > 0 and indices.shape[-1] == 0  # each: all data
     if indices.size == 0 and not empty_tuples:
         return 0
-    idx = indices.astype(np.int64, copy=False)
-    if op_type == "ScatterND":
-        k = idx.shape[-1]
-        dims = np.asarray(data.shape[:k], dtype=np.int64)
-        tuples = idx.reshape(int(np.prod(idx.shape[:-1], dtype=np.int64)), k)
-        tuples = np.where(tuples < 0, tuples + dims, tuples)
-        strides = np.cumprod(np.concatenate([dims[1:], [1]])[::-1])[::-1] if k else dims
-        targets = tuples @ strides if k else np.zeros(len(tuples), np.int64)
-    else:
-        axis = int(attrs.get("axis", 0))
-        axis = axis + data.ndim if axis < 0 else axis
-        idx = np.where(idx < 0, idx + data.shape[axis], idx)
-        strides = np.cumprod((*data.shape[1:], 1)[::-1])[::-1]
-        targets = np.zeros(idx.shape, np.int64)
-        for d in range(idx.ndim):
-            line = [-1 if e == d else 1 for e in range(idx.ndim)]
-            coord = idx if d == axis else np.arange(idx.shape[d]).reshape(line)
-            targets = targets + coord * int(strides[d])
-    return int(targets.size - sorted_unique(targets).size)
+    axis = int(attrs.get("axis", 0))
+    return repeated_writes(op_type, axis + data.ndim if axis < 0 else axis, data.shape, indices)
 
 
 def static_key(infos: Sequence[TensorInfo | None]) -> tuple[Any, ...] | None:
