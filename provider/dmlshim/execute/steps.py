@@ -79,6 +79,11 @@ VERIFY_MIN_BYTES = 512 * 1024
 calls cost what it saves (measured: a 12-row ScatterND, 192 KiB 0.11 vs 0.12 ms, 768 KiB 0.19 vs 0.18
 ms, 3 MiB 0.58 vs 0.42 ms, 12 MiB 4.0 vs 2.1 ms for computing and comparing vs verifying)."""
 
+def shapes_key(arrays: Sequence[Any]) -> tuple[Any, ...]:
+    """The inputs' shapes and dtypes (None for an absent one): what a translation and a proof hold for."""
+    return tuple((a.shape, a.dtype) if a is not None else None for a in arrays)
+
+
 def reasons_of(t: NodeTranslation) -> tuple[tuple[str, str], ...]:
     """A translation's reasons as ``(code, message)`` pairs, as records hold them."""
     return tuple((r.code, r.message) for r in t.reasons)
@@ -232,13 +237,11 @@ class EmulatedStep:
         t, clean = self._translation(arrays, state)
         if clean is None:
             return None
-        key = tuple((a.shape, a.dtype) if a is not None else None for a in arrays)
-        if key != self._proved_key:
-            self._proved_key, self._proved = key, 0
         if not self._full_check and scatter_output_is_given(self.node.op_type, self._attrs, arrays, theirs):
             values[self.output] = theirs
             self._finish(self._given(clean, (NOTE_GATHER_GIVEN, SCATTER_GIVEN_MESSAGE)), theirs, state)
             return True
+        self._restart_proof_on_new_shapes(arrays)
         prove = self._full_check or self._proved < PROVE_RUNS
         verdict = verify_translation(t, arrays, theirs, index_mode=self.index_mode, prove_untouched=prove)
         if verdict is None:
@@ -253,6 +256,12 @@ class EmulatedStep:
             self._finish(record, theirs, state)
         return verdict.agrees
 
+    def _restart_proof_on_new_shapes(self, arrays: list[Any]) -> None:
+        """Count proved runs afresh when the inputs' shapes or dtypes differ from the proved ones."""
+        key = shapes_key(arrays)
+        if key != self._proved_key:
+            self._proved_key, self._proved = key, 0
+
     def _verify_gather(self, values: Values, state: RunState, theirs: Any) -> bool | None:
         """A large gather in the check (see :mod:`dmlshim.execute.gather_given`): run and compared bit
         for bit on the first :data:`PROVE_RUNS` runs with the same input shapes and dtypes (every run
@@ -261,9 +270,7 @@ class EmulatedStep:
         arrays = [values[n] if n else None for n in self.inputs]
         if any(isinstance(a, ort.OrtValue) for a in arrays):
             return None
-        key = tuple((a.shape, a.dtype) if a is not None else None for a in arrays)
-        if key != self._proved_key:
-            self._proved_key, self._proved = key, 0
+        self._restart_proof_on_new_shapes(arrays)
         if self._full_check or self._proved < PROVE_RUNS:
             self(values, state)
             agrees = same_bits(np.asarray(values[self.output]), np.asarray(theirs))
@@ -371,7 +378,7 @@ class EmulatedStep:
     def _translation(self, arrays: list[Any], state: RunState) -> tuple[NodeTranslation, NodeRecord | None]:
         """The translation for these inputs' shapes and dtypes (cached) and its clean record (None when
         the node runs on the CPU)."""
-        key = tuple((a.shape, a.dtype) if a is not None else None for a in arrays)
+        key = shapes_key(arrays)
         entry = self._cache.get(key)
         if entry is None:
             # A gather's output can dwarf its inputs (small data, many indices): size it before running.
