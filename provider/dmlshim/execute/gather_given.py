@@ -225,7 +225,7 @@ class FeedShapes:
                 shape.append(d)
                 continue
             feed, axis = self.symbols.get(d, ("", 0)) if d is not None else ("", 0)
-            dims = _shape(values.get(feed)) if feed else None
+            dims = value_shape(values.get(feed)) if feed else None
             if dims is None or axis >= len(dims):
                 return self._infer(values).get(name)
             shape.append(int(dims[axis]))
@@ -234,7 +234,8 @@ class FeedShapes:
     def _infer(self, values: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
         if self.skeleton is None:
             return {}
-        fed = [(v.name, _shape(values.get(v.name))) for v in self.skeleton.graph.input if v.name in values]
+        inputs = self.skeleton.graph.input
+        fed = [(v.name, value_shape(values.get(v.name))) for v in inputs if v.name in values]
         key = tuple(fed)
         if key not in self._inferred:
             if len(self._inferred) >= INFERRED_KEPT:
@@ -243,7 +244,8 @@ class FeedShapes:
         return self._inferred[key]
 
 
-def _shape(value: Any) -> tuple[int, ...] | None:
+def value_shape(value: Any) -> tuple[int, ...] | None:
+    """An array's or OrtValue's shape (None for anything without one)."""
     dims = getattr(value, "shape", None)
     dims = dims() if callable(dims) else dims  # an OrtValue's shape is a method
     return None if dims is None else tuple(int(d) for d in dims)

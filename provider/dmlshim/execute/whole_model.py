@@ -23,7 +23,7 @@ import onnx
 
 from ..background import BackgroundBuild
 from ..comparison import same_bits
-from .gather_given import FeedShapes, add_extra_outputs, shape_output
+from .gather_given import FeedShapes, add_extra_outputs, shape_output, value_shape
 
 logger = logging.getLogger(__name__)
 
@@ -110,11 +110,6 @@ def augmented_model(model: onnx.ModelProto, extra_outputs: Sequence[str]) -> byt
     finally:
         del graph.output[before:]
         del graph.node[nodes_before:]
-
-
-def _shape_of(value: Any) -> tuple[int, ...]:
-    shape = value.shape
-    return tuple(int(d) for d in (shape() if callable(shape) else shape))  # an OrtValue's is a method
 
 
 class WholeModelCheck:
@@ -210,8 +205,9 @@ class WholeModelCheck:
         for name in step.inputs[:2]:
             if name in position and name not in values:
                 values[name] = fetched[position[name]]
-            if name in values:
-                shapes.append(_shape_of(values[name]))
+            known = value_shape(values.get(name))
+            if known is not None:
+                shapes.append(known)
             elif shape_output(name) in position:
                 shapes.append(tuple(int(d) for d in fetched[position[shape_output(name)]]))
             else:  # a shape that follows from the feeds' (none fetched)
