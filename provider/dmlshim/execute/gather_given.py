@@ -314,6 +314,9 @@ def feed_shapes(
     stops onnxruntime's fusion of that group, whose float results differ from the unfused nodes' (a
     Conv -> AveragePool -> Gather of rows -> MaxPool quantized with ``quantize_static``: 0.1 apart at
     the default level)."""
+    lean = set(lean)
+    if not lean:
+        return FeedShapes({}, {})
     graph = model.graph
     symbols: dict[str, tuple[str, int]] = {}
     for value in graph.input:
@@ -321,7 +324,6 @@ def feed_shapes(
             if d.dim_param and not d.HasField("dim_value"):
                 symbols.setdefault(d.dim_param, (value.name, axis))
     quantized = _next_to_quantization(graph)
-    lean = set(lean)
     dims: dict[str, tuple[int | str | None, ...]] = {}
     static = {v.name for v in graph.input} | {t.name for t in graph.initializer}
     indices: set[str] = set()
