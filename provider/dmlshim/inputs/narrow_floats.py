@@ -215,9 +215,8 @@ def decoded(value: Any) -> np.ndarray | None:
     return np.asarray(widened, dtype=np.float32).reshape(tuple(value.shape()))
 
 
-# Bits per element of the tensor types numpy has no dtype for.
-_BITS = {"bfloat16": 16, "float8e4m3fn": 8, "float8e4m3fnuz": 8, "float8e5m2": 8, "float8e5m2fnuz": 8,
-         "int4": 4, "uint4": 4, "float4e2m1": 4}  # fmt: skip
+# Bits per element of the tensor types numpy has no dtype for: the narrow floats and the packed 4-bit ones.
+_BITS = {kind.name: kind.bits for kind in NARROW_FLOATS.values()} | {"int4": 4, "uint4": 4, "float4e2m1": 4}
 
 
 def ortvalue_bits(value: Any) -> np.ndarray:
