@@ -137,7 +137,8 @@ class LinuxDirectMLEngine:
         except HostError as exc:
             error: DmlShimError = BadInputError(f"onnxruntime ({DML_EP}) failed running the model: {exc}")
             raise error from _ort_exception(str(exc), "run")
-        return outputs, RunRecord(self.name, self.config.feature_level.dml_name, self._nodes)
+        device = tuple((k, str(v)) for k, v in self.stack_record().items())
+        return outputs, RunRecord(self.name, self.config.feature_level.dml_name, self._nodes, device=device)
 
     def close(self) -> None:
         """Release the session in the host."""
