@@ -23,6 +23,7 @@ from ..validate.results import (
     CAUSE_IDENTICAL,
     CAUSE_OTHER_NODES,
     CAUSE_UNEXPLAINED,
+    RUNS_ENGINE,
     RUNS_ONE,
 )
 from .inspect_report import placement_reasons
@@ -210,9 +211,15 @@ def render_text(report: ValidationReport, only_problems: bool = False) -> str:
     source = f"generated (seed {report.seed})" if report.inputs_source == "random" else report.inputs_source
     symbols = ", ".join(f"{k}={v}" for k, v in report.input_symbols)
     lines.append(f"inputs: {source}: {feeds}" + (f" (symbols {symbols})" if symbols else ""))
-    lines.append(
-        "reference: the same partition, with onnxruntime running the gather/scatter nodes (single-threaded)"
-    )
+    if report.runs == RUNS_ENGINE:
+        lines.append(
+            f"engine: {report.engine}; reference: onnxruntime running the whole model (single-threaded)"
+        )
+    else:
+        lines.append(
+            "reference: the same partition, with onnxruntime running the gather/scatter nodes "
+            "(single-threaded)"
+        )
     if report.exact:
         lines.append("comparison: exact (bit for bit; any NaN equals any NaN)")
     else:

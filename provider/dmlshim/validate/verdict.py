@@ -6,7 +6,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import onnx
@@ -23,8 +24,10 @@ from ..model.graph import is_gather_scatter, uses_half_floats, walk_nodes
 from ..translate import CPU_PROVIDER, NodeTranslation, translate_model
 from .attribution import compare_nodes, dependencies, suspects, upstream_order
 from .random_nodes import random_node_warnings
+from .engine_side import PARTITIONED, engine_runs
 from .references import (
     DEFAULT_OPTIMIZATION_LEVEL,
+    PartitionedRun,
     ONE_RUN_LEVEL,
     SIDES,
     checked_run,
@@ -40,6 +43,7 @@ from .results import (
     CAUSE_IDENTICAL,
     CAUSE_OTHER_NODES,
     CAUSE_UNEXPLAINED,
+    RUNS_ENGINE,
     RUNS_ONE,
     RUNS_THREE,
     Comparison,
@@ -116,6 +120,7 @@ def validate_model(
     seed: int = 0,
     index_mode: str = "error",
     optimization_level: str = DEFAULT_OPTIMIZATION_LEVEL,
+    engine: str = PARTITIONED,
 ) -> ValidationReport:
     """Run a model through dmlshim and through references on the same feeds, and compare.
 
@@ -136,6 +141,9 @@ def validate_model(
         index_mode: dmlshim's out-of-range policy (``"error"`` or ``"clamp"``).
         optimization_level: onnxruntime's graph optimisation on every side: ``disabled`` (default),
             ``basic``, ``extended`` or ``all``.
+        engine: the engine whose run is checked (``InferenceSession(engine=...)``): ``partitioned``
+            (default) against the same partition with onnxruntime running the gather/scatter nodes, any
+            other against onnxruntime running the whole model (:mod:`dmlshim.validate.engine_side`).
 
     Returns:
         The report; ``report.match`` says whether every output agreed with the like-for-like reference.
@@ -153,7 +161,7 @@ def validate_model(
     loaded = load_model(model, weightless=True)
     try:
         return _validate_loaded(
-            loaded, inputs, level, rtol, atol, input_shapes, seed, mode, optimization_level
+            loaded, inputs, level, rtol, atol, input_shapes, seed, mode, optimization_level, engine
         )
     except DmlShimError as exc:
         # The engines run copies and parts of the model, so errors raised there do not know the file.
@@ -201,6 +209,7 @@ def _validate_loaded(
     seed: int,
     index_mode: IndexMode,
     opt_level: str,
+    engine_name: str = PARTITIONED,
 ) -> ValidationReport:
     proto = loaded.proto
     feeds, source, generated = feeds_for(loaded, inputs, input_shapes, seed)
@@ -213,31 +222,12 @@ def _validate_loaded(
         translated.append(_translations(proto, level, shapes))
 
     try:
-        one, engine = (
-            checked_run(proto, feeds, **common, while_building=translate)  # type: ignore[arg-type]
-            # Half floats: the whole model and the partitions round them at different places.
-            if opt_level == ONE_RUN_LEVEL and not uses_half_floats(proto.graph)
-            else (None, None)
-        )
-        if one is None:
-            ours = partitioned_run(proto, feeds, reference=False, engine=engine, **common)  # type: ignore[arg-type]
-            ref = partitioned_run(
-                proto, feeds, reference=True, segments_from=ours.engine, **common  # type: ignore[arg-type]
-            )
-            # The engines' onnxruntime sessions (a copy of the weights) go before the whole-model session.
-            ours, ref = dataclasses.replace(ours, engine=None), dataclasses.replace(ref, engine=None)
-        else:
-            ours = ref = one
-        del engine
+        ours, ref, whole, whole_error, runs = _sides(loaded, feeds, common, engine_name, translate)
     except DmlShimError as exc:
         if generated is not None:
             annotate_error(exc, generated)  # say which shapes were generated and how to choose others
         _note_default_level_runs(exc, proto, feeds, opt_level, loaded.path)
         raise
-    if one is None:
-        whole, whole_error = whole_model_run(proto, feeds, opt_level, loaded.path)
-    else:
-        whole, whole_error = dict(one.outputs), None
     exact = rtol == 0 and atol == 0
 
     def agree(a: np.ndarray, b: np.ndarray) -> bool:
@@ -325,10 +315,49 @@ def _validate_loaded(
         optimization_levels=tuple((side, opt_level) for side in SIDES),
         whole_model_error=whole_error,
         feeds=tuple(feeds.items()),
-        runs=RUNS_THREE if one is None else RUNS_ONE,
+        runs=runs,
+        engine=engine_name,
     )
     logger.info("validate %s at %s: %s", report.model, level.short, "match" if report.match else "MISMATCH")
     return report
+
+
+def _sides(
+    loaded: LoadedModel,
+    feeds: Mapping[str, np.ndarray],
+    common: dict[str, Any],
+    engine_name: str,
+    while_building: Callable[[], None],
+) -> tuple[PartitionedRun, PartitionedRun, dict[str, Any] | None, str | None, str]:
+    """dmlshim's run, the like-for-like reference, the whole model's outputs (or None and why not) and
+    how the sides were run (:data:`RUNS_ONE`, :data:`RUNS_THREE` or :data:`RUNS_ENGINE`)."""
+    proto, opt_level = loaded.proto, common["level"]
+    if engine_name != PARTITIONED:
+        ours, ref = engine_runs(
+            loaded,
+            feeds,
+            engine=engine_name,
+            feature_level=common["feature_level"],
+            index_mode=common["index_mode"],
+            level=opt_level,
+        )
+        while_building()
+        return ours, ref, dict(ref.outputs), None, RUNS_ENGINE
+    one, engine = (
+        checked_run(proto, feeds, **common, while_building=while_building)
+        # Half floats: the whole model and the partitions round them at different places.
+        if opt_level == ONE_RUN_LEVEL and not uses_half_floats(proto.graph)
+        else (None, None)
+    )
+    if one is not None:
+        return one, one, dict(one.outputs), None, RUNS_ONE
+    ours = partitioned_run(proto, feeds, reference=False, engine=engine, **common)
+    ref = partitioned_run(proto, feeds, reference=True, segments_from=ours.engine, **common)
+    del engine
+    # The engines' onnxruntime sessions (a copy of the weights) go before the whole-model session.
+    ours, ref = dataclasses.replace(ours, engine=None), dataclasses.replace(ref, engine=None)
+    whole, whole_error = whole_model_run(proto, feeds, opt_level, loaded.path)
+    return ours, ref, whole, whole_error, RUNS_THREE
 
 
 def _whole(
