@@ -36,9 +36,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--optimization-level",
         choices=OPTIMIZATION_LEVEL_NAMES,
-        default="disabled",
+        default=None,
         help="onnxruntime's graph optimization level on every side (onnxruntime's GraphOptimizationLevel: "
-        "disabled, basic, extended, all; default disabled)",
+        "disabled, basic, extended, all; default disabled, or all where onnxruntime fails the model with "
+        "optimizations disabled and runs it at its default level, as the report then says)",
     )
     add_feature_level(parser, "emulated")
     add_engine(parser)

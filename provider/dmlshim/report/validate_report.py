@@ -233,6 +233,8 @@ def render_text(report: ValidationReport, only_problems: bool = False) -> str:
         "onnxruntime graph optimization: "
         + ", ".join(f"{side} {lv}" for side, lv in report.optimization_levels)
     )
+    if report.optimization_level_reason:
+        lines.append(f"  why: {report.optimization_level_reason}")
     if report.runs == RUNS_ONE:
         lines.append(
             "runs: one onnxruntime run of the whole model; every emulated node's kernel, run on the inputs "

@@ -323,6 +323,8 @@ class ValidationReport:
             same values), :data:`RUNS_THREE` (dmlshim's run, the reference and the whole model apart) or
             :data:`RUNS_ENGINE` (another engine's run, with the whole model as its reference).
         engine: the engine whose run was checked (``partitioned``, ``customop``, ``cpu``, ``directml``).
+        optimization_level_reason: why the sides ran at another optimisation level than asked (or than
+            the default, ``disabled``), else None (:mod:`dmlshim.validate.levels`).
     """
 
     model: str
@@ -344,6 +346,7 @@ class ValidationReport:
     feeds: tuple[tuple[str, np.ndarray], ...] = field(default=(), compare=False, repr=False)
     runs: str = RUNS_THREE
     engine: str = "partitioned"
+    optimization_level_reason: str | None = None
 
     @property
     def exit_code(self) -> int:
@@ -375,6 +378,7 @@ class ValidationReport:
             "rtol": self.rtol,
             "atol": self.atol,
             "optimization_levels": dict(self.optimization_levels),
+            "optimization_level_reason": self.optimization_level_reason,
             "runs": self.runs,
             "inputs": {
                 "source": self.inputs_source,

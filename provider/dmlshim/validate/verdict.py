@@ -25,6 +25,7 @@ from ..translate import CPU_PROVIDER, NodeTranslation, translate_model
 from .attribution import compare_nodes, dependencies, suspects, upstream_order
 from .random_nodes import random_node_warnings
 from .engine_side import PARTITIONED, engine_runs
+from .levels import ORT_DEFAULT_LEVEL, note_default_level_runs, only_optimised_runs
 from .references import (
     DEFAULT_OPTIMIZATION_LEVEL,
     PartitionedRun,
@@ -119,7 +120,7 @@ def validate_model(
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     seed: int = 0,
     index_mode: str = "error",
-    optimization_level: str = DEFAULT_OPTIMIZATION_LEVEL,
+    optimization_level: str | None = None,
     engine: str = PARTITIONED,
 ) -> ValidationReport:
     """Run a model through dmlshim and through references on the same feeds, and compare.
@@ -139,8 +140,10 @@ def validate_model(
             random inputs.
         seed: the seed of random inputs.
         index_mode: dmlshim's out-of-range policy (``"error"`` or ``"clamp"``).
-        optimization_level: onnxruntime's graph optimisation on every side: ``disabled`` (default),
-            ``basic``, ``extended`` or ``all``.
+        optimization_level: onnxruntime's graph optimisation on every side: ``disabled``, ``basic``,
+            ``extended`` or ``all``; None (default): ``disabled``, or ``all`` when onnxruntime itself
+            fails the model at ``disabled`` and runs it at its default level (:mod:`.levels`; the report
+            says why in ``optimization_level_reason``).
         engine: the engine whose run is checked (``InferenceSession(engine=...)``): ``partitioned``
             (default) against the same partition with onnxruntime running the gather/scatter nodes, any
             other against onnxruntime running the whole model (:mod:`dmlshim.validate.engine_side`).
@@ -156,7 +159,8 @@ def validate_model(
     """
     level = feature_level if isinstance(feature_level, FeatureLevel) else _level(feature_level)
     mode = _index_mode(index_mode)
-    optimization_level_checked(optimization_level)
+    if optimization_level is not None:
+        optimization_level_checked(optimization_level)
     # A model file is read without its large weights: every onnxruntime session reads them from the file.
     loaded = load_model(model, weightless=True)
     try:
@@ -175,30 +179,6 @@ def optimization_level_checked(name: str) -> None:
     ort_level(name)
 
 
-def _note_default_level_runs(
-    exc: DmlShimError,
-    proto: onnx.ModelProto,
-    feeds: Mapping[str, np.ndarray],
-    opt_level: str,
-    model_path: str | None,
-) -> None:
-    """When onnxruntime failed running the model with graph optimisations disabled (validate's default)
-    and runs it at its own default level (``all``), say so in the error: some exports only run optimised
-    (TorchScript's If whose declared output shape is stale fails with a pre-allocated output, say)."""
-    if opt_level != "disabled" or type(exc) is not BadInputError or "onnxruntime failed" not in exc.message:
-        return
-    try:
-        outputs, _ = whole_model_run(proto, feeds, "all", model_path)
-    except DmlShimError:
-        return
-    if outputs is not None:
-        exc.message = exc.message.rstrip() + (
-            " (onnxruntime runs this model on these inputs at its default optimisation level, all, but not "
-            "with graph optimisations disabled, validate's default: pass --optimization-level all, or "
-            "optimization_level='all' in Python)"
-        )
-
-
 def _validate_loaded(
     loaded: LoadedModel,
     inputs: Mapping[str, np.ndarray] | str | os.PathLike[str] | None,
@@ -208,10 +188,11 @@ def _validate_loaded(
     input_shapes: Mapping[str, Sequence[int]] | None,
     seed: int,
     index_mode: IndexMode,
-    opt_level: str,
+    requested_level: str | None,
     engine_name: str = PARTITIONED,
 ) -> ValidationReport:
     proto = loaded.proto
+    opt_level = requested_level or DEFAULT_OPTIMIZATION_LEVEL
     feeds, source, generated = feeds_for(loaded, inputs, input_shapes, seed)
     common = {"feature_level": level, "index_mode": index_mode, "level": opt_level, "model_path": loaded.path}
     whole: dict[str, np.ndarray] | None
@@ -219,14 +200,24 @@ def _validate_loaded(
     translated: list[dict[str, NodeTranslation]] = []
 
     def translate() -> None:  # while onnxruntime builds the check's session
-        translated.append(_translations(proto, level, shapes))
+        if not translated:
+            translated.append(_translations(proto, level, shapes))
 
+    reason: str | None = None
     try:
-        ours, ref, whole, whole_error, runs = _sides(loaded, feeds, common, engine_name, translate)
+        try:
+            ours, ref, whole, whole_error, runs = _sides(loaded, feeds, common, engine_name, translate)
+        except DmlShimError as exc:
+            reason = only_optimised_runs(exc, proto, feeds, loaded.path) if requested_level is None else None
+            if reason is None:
+                note_default_level_runs(exc, proto, feeds, opt_level, loaded.path)
+                raise
+            logger.info("%s", reason)
+            opt_level = common["level"] = ORT_DEFAULT_LEVEL
+            ours, ref, whole, whole_error, runs = _sides(loaded, feeds, common, engine_name, translate)
     except DmlShimError as exc:
         if generated is not None:
             annotate_error(exc, generated)  # say which shapes were generated and how to choose others
-        _note_default_level_runs(exc, proto, feeds, opt_level, loaded.path)
         raise
     exact = rtol == 0 and atol == 0
 
@@ -317,6 +308,7 @@ def _validate_loaded(
         feeds=tuple(feeds.items()),
         runs=runs,
         engine=engine_name,
+        optimization_level_reason=reason,
     )
     logger.info("validate %s at %s: %s", report.model, level.short, "match" if report.match else "MISMATCH")
     return report
