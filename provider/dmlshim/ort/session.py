@@ -242,7 +242,7 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
             providers=tuple(zip(self._choice.names, self._choice.options, strict=True))
             if name == "directml"
             else None,
-            model_path=self._loaded.path,
+            model_path=self._loaded.weights_path,
             # A profile times every node as it runs, so a run is never answered by the whole-model check
             # (nor is its extra onnxruntime session built).
             whole_model_check=profiler is None,
@@ -342,6 +342,7 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
         stop = terminated(run_options)
         if stop is not None:
             raise stop  # as onnxruntime: a run asked to terminate does not start (emulated nodes included)
+        self._loaded.check_files()  # a mapped external-data file cut short is refused, not a SIGBUS
         with self._span("model_run"), optimizers_disabled(self._disabled_optimizers):
             outputs, record = self._engine.run(names, feeds, run_options=run_options)
         self._last_run_record = record

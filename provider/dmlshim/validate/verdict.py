@@ -204,7 +204,7 @@ def _validate_loaded(
 ) -> ValidationReport:
     proto = loaded.proto
     feeds, source, generated = feeds_for(loaded, inputs, input_shapes, seed)
-    common = {"feature_level": level, "index_mode": index_mode, "level": opt_level, "model_path": loaded.path}
+    common = {"feature_level": level, "index_mode": index_mode, "level": opt_level, "model_path": loaded.weights_path}
     whole: dict[str, np.ndarray] | None
     shapes = {k: feed_shape(v) for k, v in feeds.items()}
     translated: list[dict[str, NodeTranslation]] = []
@@ -232,10 +232,10 @@ def _validate_loaded(
     except DmlShimError as exc:
         if generated is not None:
             annotate_error(exc, generated)  # say which shapes were generated and how to choose others
-        _note_default_level_runs(exc, proto, feeds, opt_level, loaded.path)
+        _note_default_level_runs(exc, proto, feeds, opt_level, loaded.weights_path)
         raise
     if one is None:
-        whole, whole_error = whole_model_run(proto, feeds, opt_level, loaded.path)
+        whole, whole_error = whole_model_run(proto, feeds, opt_level, loaded.weights_path)
     else:
         whole, whole_error = dict(one.outputs), None
     exact = rtol == 0 and atol == 0
