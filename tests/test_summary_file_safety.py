@@ -31,7 +31,7 @@ def _drop_in(cwd: Path, *argv: str, env: dict[str, str] | None = None) -> subpro
 def test_the_variable_naming_the_script_is_refused(tmp_path: Path) -> None:
     (tmp_path / "s.py").write_text(SCRIPT)
     done = _drop_in(tmp_path, "s.py", "out.txt", env={"DMLSHIM_ORT_SUMMARY_FILE": "s.py"})
-    assert done.returncode == 2 and "also given to the program" in done.stderr
+    assert done.returncode == 2 and "given to the program too; refusing to replace an input" in done.stderr
     assert (tmp_path / "s.py").read_text() == SCRIPT
 
 
@@ -46,7 +46,7 @@ def test_the_variable_naming_an_existing_file_is_refused(tmp_path: Path) -> None
 def test_a_result_the_program_writes_is_never_replaced(tmp_path: Path) -> None:
     (tmp_path / "s.py").write_text(SCRIPT)
     done = _drop_in(tmp_path, "--summary-file", "res.json", "s.py", "res.json")
-    assert done.returncode == 2 and "also given to the program" in done.stderr
+    assert done.returncode == 2 and "given to the program too; refusing to replace an input" in done.stderr
     # named nowhere on the command line, written by the program while it ran: kept, even with --overwrite
     late = 'open("late.json", "w").write("the program\'s")\n'
     (tmp_path / "t.py").write_text(late)

@@ -70,8 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     named = os.environ.get(SUMMARY_FILE_ENV) if args.summary_file is None else args.summary_file
     if named and any(_same_path(named, a) for a in args.target):
         sys.stderr.write(
-            f"python -m dmlshim.ort: error: the summary file {named!r} is also given to the program; "
-            "dmlshim never writes a path the program reads or writes: give the summary another name\n"
+            f"python -m dmlshim.ort: error: the summary file {named!r} is given to the program too; "
+            "refusing to replace an input (or a file the program writes): give the summary another name\n"
         )
         return 2
     try:
