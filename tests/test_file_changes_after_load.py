@@ -133,7 +133,7 @@ def test_a_model_in_a_folder_with_no_room_for_a_copy_reads_its_weights(
 
 
 def test_the_copy_is_removed_with_the_session(tmp_path: Path) -> None:
-    model, feeds = _model()
+    model, _ = _model()
     path = _save(model, tmp_path, external=False)
     session = dmlshim.InferenceSession(str(path))
     folder = Path(session._loaded.snapshot.folder)  # type: ignore[union-attr]
@@ -152,7 +152,10 @@ import onnxruntime as ort
 from dmlshim.execute import weight_file
 weight_file.WALK_MIN_GRAPH_BYTES = 0  # read this small model without its weights, as a large one is
 path, how = sys.argv[1], sys.argv[2]
-feeds = {"ids": np.array([5, 0, 511, 7], dtype=np.int64), "pos": np.array([[3], [1023], [0], [500]], dtype=np.int64)}
+feeds = {
+    "ids": np.array([5, 0, 511, 7], dtype=np.int64),
+    "pos": np.array([[3], [1023], [0], [500]], dtype=np.int64),
+}
 s = ort.InferenceSession(path, providers=["DmlExecutionProvider", "CPUExecutionProvider"])
 first = [o.tolist() for o in s.run(None, feeds)]
 size = os.path.getsize(path)
@@ -163,7 +166,8 @@ else:
         f.seek(size // 4)
         f.write(b"\\0" * (size // 2))
 second = [o.tolist() for o in s.run(None, feeds)]
-print(json.dumps({"same": first == second, "providers": s.get_providers(), "weightless": s._loaded.snapshot is not None}))
+own = s._loaded.snapshot is not None
+print(json.dumps({"same": first == second, "providers": s.get_providers(), "weightless": own}))
 """
 
 

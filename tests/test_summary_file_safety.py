@@ -21,10 +21,17 @@ SCRIPT = 'import sys\nopen(sys.argv[1], "w").write("the program\'s result")\n'
 
 def _drop_in(cwd: Path, *argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     full = {**os.environ, "PYTHONPATH": str(REPO / "provider"), "DMLSHIM_ORT_SUMMARY": "off", **(env or {})}
-    full.pop("DMLSHIM_ORT_SUMMARY_FILE", None) if env is None or "DMLSHIM_ORT_SUMMARY_FILE" not in env else None
+    full.pop(
+        "DMLSHIM_ORT_SUMMARY_FILE", None
+    ) if env is None or "DMLSHIM_ORT_SUMMARY_FILE" not in env else None
     return subprocess.run(
-        [sys.executable, "-m", "dmlshim.ort", *argv], cwd=cwd, env=full, capture_output=True, text=True,
-        timeout=120, check=False,
+        [sys.executable, "-m", "dmlshim.ort", *argv],
+        cwd=cwd,
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
 
 
@@ -65,23 +72,39 @@ def test_the_summary_is_written_where_nothing_was(tmp_path: Path) -> None:
 
 def test_install_refuses_an_existing_file_named_by_the_variable(tmp_path: Path) -> None:
     (tmp_path / "mine.json").write_text("mine")
-    code = "import dmlshim\ntry:\n    dmlshim.install()\nexcept dmlshim.errors.BadInputError as e:\n    print('refused', e)\n"
-    env = {**os.environ, "PYTHONPATH": str(REPO / "provider"), "DMLSHIM_ORT_SUMMARY": "off",
-           "DMLSHIM_ORT_SUMMARY_FILE": "mine.json"}
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=120, check=False)
+    code = (
+        "import dmlshim\ntry:\n    dmlshim.install()\n"
+        "except dmlshim.errors.BadInputError as e:\n    print('refused', e)\n"
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO / "provider"),
+        "DMLSHIM_ORT_SUMMARY": "off",
+        "DMLSHIM_ORT_SUMMARY_FILE": "mine.json",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert "refused" in done.stdout and "exists" in done.stdout, done.stderr
     assert (tmp_path / "mine.json").read_text() == "mine"
 
 
 @pytest.mark.parametrize("change", ["appears", "changes"])
-def test_the_writer_keeps_a_file_that_appeared_or_changed_after_the_check(tmp_path: Path, change: str) -> None:
+def test_the_writer_keeps_a_file_that_appeared_or_changed_after_the_check(
+    tmp_path: Path, change: str
+) -> None:
     target = tmp_path / "out.json"
     if change == "changes":
         target.write_text("old")
     files.check_output_file(target, overwrite=True, what="output file")  # the command starts
     target.write_text("the user's, written meanwhile" + "!" * 10)  # someone writes it during the run
-    with pytest.raises(BadInputError, match="(appeared|changed) while dmlshim was running"):
+    with pytest.raises(BadInputError, match=r"(appeared|changed) while dmlshim was running"):
         files.write_json(target, {"a": 1}, overwrite=True)
     assert target.read_text().startswith("the user's")
     # checked again (a new command): replaced as asked
@@ -104,3 +127,26 @@ def test_the_writer_through_a_fifo_or_symlink_never_touches_the_target(tmp_path:
     os.mkfifo(fifo)
     with pytest.raises(BadInputError, match="FIFO"):
         files.write_json(fifo, {"a": 1}, overwrite=True)
+
+
+def test_a_file_at_the_profiles_name_written_during_the_session_is_kept(tmp_path: Path) -> None:
+    import onnxruntime as ort
+
+    import dmlshim
+    from tests.test_weightless_load import _model
+
+    model, feeds = _model()
+    path = tmp_path / "m.onnx"
+    import onnx
+
+    onnx.save_model(model, str(path))
+    so = ort.SessionOptions()
+    so.enable_profiling = True
+    so.profile_file_prefix = str(tmp_path / "prof")
+    session = dmlshim.InferenceSession(str(path), so)
+    session.run(None, feeds)
+    name = Path(session._profiler._file_name())  # the name onnxruntime's rule gives it
+    name.write_text("the user's")
+    with pytest.raises(Exception, match="appeared while dmlshim was running"):
+        session.end_profiling()
+    assert name.read_text() == "the user's"

@@ -13,7 +13,6 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import dmlshim
-from dmlshim.errors import BadModelError
 from dmlshim.execute import weight_file
 from dmlshim.execute.model_source import load_model
 from dmlshim.execute.weight_file import read_weightless

@@ -18,8 +18,8 @@ from ..fileio.external_data import external_tensors
 from ..fileio.filekind import require_onnx_model
 from ..limits import check_model_inputs
 from ..model.modelcheck import check_model, load_external_data
-from ..model.weightless import is_external
 from ..model.prepare import prepare_model
+from ..model.weightless import is_external
 from ..ort.exceptions import (
     as_onnxruntime_error,
     check_failure_class,

@@ -18,6 +18,7 @@ the weights it holds, before anything reads the missing pages.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -25,6 +26,7 @@ import tempfile
 import weakref
 from collections.abc import Iterable
 from pathlib import Path
+from typing import BinaryIO
 
 import onnx
 
@@ -117,7 +119,9 @@ def snapshot_inline(
     try:
         with open_regular(model_path, what="model file", error=BadModelError) as src:
             before = os.fstat(src.fileno())
-            fd = os.open(snapshot.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o600)
+            fd = os.open(
+                snapshot.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o600
+            )
             try:
                 out = 0
                 for tensor in tensors:
@@ -159,7 +163,7 @@ class ExternalDataGuard:
                 where = _slice(tensor)
                 needed[where.location] = max(needed.get(where.location, 0), where.offset + where.length)
         self._files: list[tuple[str, int, int]] = []
-        self._handles = []
+        self._handles: list[BinaryIO] = []
         for location, end in sorted(needed.items()):
             handle = open_regular(Path(folder) / location, what="external data", error=BadModelError)
             self._handles.append(handle)
@@ -182,12 +186,10 @@ class ExternalDataGuard:
                 )
 
 
-def _close_all(handles: list) -> None:
+def _close_all(handles: list[BinaryIO]) -> None:
     for handle in handles:
-        try:
+        with contextlib.suppress(OSError):
             handle.close()
-        except OSError:
-            pass
 
 
 def read_inline(proto: onnx.ModelProto, model_path: str | os.PathLike[str], names: Iterable[str]) -> None:

@@ -256,6 +256,14 @@ def check_output_file(
     return target
 
 
+def remember_output(path: PathLike) -> None:
+    """Remember what ``path`` holds now, without checking it (a file whose name is known when a session
+    starts, written when it ends: a profile): when it is written, a file that appeared there (or one that
+    changed) since is refused even with ``overwrite``."""
+    target = Path(os.fspath(path))
+    _FOUND[os.path.abspath(target)] = _stamp(target)
+
+
 def _refuse_newcomer(target: Path, what: str) -> None:
     """Refuse to replace a file that appeared at ``target``, or changed, since it was checked."""
     key = os.path.abspath(target)

@@ -336,7 +336,7 @@ def _at_exit() -> None:
 
         try:
             # Checked when installed (existing file only with overwrite); an input never, even now; a file
-        # that appeared there while the program ran (its own result, say) is the program's: kept.
+            # that appeared there while the program ran (its own result, say) is the program's: kept.
             read = [p for p in os.environ.get(SUMMARY_INPUTS_ENV, "").split(os.pathsep) if p]
             replace = os.environ.get(SUMMARY_OVERWRITE_ENV) == "1"
             files.write_json(target, result, overwrite=replace, inputs=read, what="dmlshim summary")

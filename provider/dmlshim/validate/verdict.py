@@ -204,7 +204,12 @@ def _validate_loaded(
 ) -> ValidationReport:
     proto = loaded.proto
     feeds, source, generated = feeds_for(loaded, inputs, input_shapes, seed)
-    common = {"feature_level": level, "index_mode": index_mode, "level": opt_level, "model_path": loaded.weights_path}
+    common = {
+        "feature_level": level,
+        "index_mode": index_mode,
+        "level": opt_level,
+        "model_path": loaded.weights_path,
+    }
     whole: dict[str, np.ndarray] | None
     shapes = {k: feed_shape(v) for k, v in feeds.items()}
     translated: list[dict[str, NodeTranslation]] = []
@@ -222,7 +227,11 @@ def _validate_loaded(
         if one is None:
             ours = partitioned_run(proto, feeds, reference=False, engine=engine, **common)  # type: ignore[arg-type]
             ref = partitioned_run(
-                proto, feeds, reference=True, segments_from=ours.engine, **common  # type: ignore[arg-type]
+                proto,
+                feeds,
+                reference=True,
+                segments_from=ours.engine,
+                **common,  # type: ignore[arg-type]
             )
             # The engines' onnxruntime sessions (a copy of the weights) go before the whole-model session.
             ours, ref = dataclasses.replace(ours, engine=None), dataclasses.replace(ref, engine=None)
