@@ -194,7 +194,12 @@ def _validate_loaded(
     proto = loaded.proto
     opt_level = requested_level or DEFAULT_OPTIMIZATION_LEVEL
     feeds, source, generated = feeds_for(loaded, inputs, input_shapes, seed)
-    common = {"feature_level": level, "index_mode": index_mode, "level": opt_level, "model_path": loaded.path}
+    common = {
+        "feature_level": level,
+        "index_mode": index_mode,
+        "level": opt_level,
+        "model_path": loaded.weights_path,
+    }
     whole: dict[str, np.ndarray] | None
     shapes = {k: feed_shape(v) for k, v in feeds.items()}
     translated: list[dict[str, NodeTranslation]] = []
@@ -208,9 +213,9 @@ def _validate_loaded(
         try:
             ours, ref, whole, whole_error, runs = _sides(loaded, feeds, common, engine_name, translate)
         except DmlShimError as exc:
-            reason = only_optimised_runs(exc, proto, feeds, loaded.path) if requested_level is None else None
+            reason = only_optimised_runs(exc, proto, feeds, loaded.weights_path) if requested_level is None else None
             if reason is None:
-                note_default_level_runs(exc, proto, feeds, opt_level, loaded.path)
+                note_default_level_runs(exc, proto, feeds, opt_level, loaded.weights_path)
                 raise
             logger.info("%s", reason)
             opt_level = common["level"] = ORT_DEFAULT_LEVEL
@@ -348,7 +353,7 @@ def _sides(
     del engine
     # The engines' onnxruntime sessions (a copy of the weights) go before the whole-model session.
     ours, ref = dataclasses.replace(ours, engine=None), dataclasses.replace(ref, engine=None)
-    whole, whole_error = whole_model_run(proto, feeds, opt_level, loaded.path)
+    whole, whole_error = whole_model_run(proto, feeds, opt_level, loaded.weights_path)
     return ours, ref, whole, whole_error, RUNS_THREE
 
 
