@@ -85,20 +85,8 @@ def _check_versions(model: onnx.ModelProto, path: str | None) -> None:
 
 
 def _check_names(graph: onnx.GraphProto, prefix: str, path: str | None) -> None:
-    """Node names unique within a graph; dims not negative; initializers that agree with the graph input
-    they feed."""
-    for vi in (*graph.input, *graph.output, *graph.value_info):
-        if vi.type.WhichOneof("value") != "tensor_type":
-            continue
-        for d in vi.type.tensor_type.shape.dim:
-            if d.HasField("dim_value") and d.dim_value < 0:
-                raise BadModelError(
-                    f"{vi.name!r} is declared with dimension {d.dim_value}",
-                    tensor=vi.name,
-                    path=path,
-                    value=int(d.dim_value),
-                    rule="a dimension is a non-negative size or a symbolic name (ONNX TensorShapeProto)",
-                )
+    """Node names unique within a graph; initializers that agree with the graph input they feed (a negative
+    declared dimension is left alone: onnxruntime reads it as a free one)."""
     seen: dict[str, int] = {}
     for i, node in enumerate(graph.node):
         if node.name:

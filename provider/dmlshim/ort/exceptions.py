@@ -56,6 +56,11 @@ def _ort_class(name: str) -> type[BaseException]:
     return found
 
 
+def ort_class(name: str) -> type[BaseException]:
+    """onnxruntime's exception class of that name (``Fail``, ``InvalidArgument`` ...)."""
+    return _ort_class(name)
+
+
 def _ort_classes() -> tuple[type[BaseException], ...]:
     return tuple(_ort_class(n) for n in ORT_CLASS_NAMES if hasattr(pybind_state, n))
 
