@@ -184,13 +184,14 @@ class FeedValidator:
             )
         missing = [n for n in self._required if n not in feeds]
         if missing:
-            # onnxruntime's own sentence first (clients match it), then what dmlshim adds
-            raise BadInputError(
+            # onnxruntime's own sentence first (clients match it), then what dmlshim adds; onnxruntime's
+            # Python layer raises it as a ValueError
+            raise with_onnxruntime_class(BadInputError(
                 f"Required inputs ({missing}) are missing from input feed ({list(feeds)}): missing feed "
                 f"for graph input {missing[0]!r} (model inputs: {', '.join(self._required)})",
                 tensor=missing[0],
                 value=missing,
-            )
+            ), ValueError)
 
     def validate(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
         """Return the feeds as arrays; raise BadInputError naming the first input that does not fit.
