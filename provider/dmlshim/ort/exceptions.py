@@ -242,8 +242,10 @@ def _own_details(exc: DmlShimError) -> str:
 def onnxruntime_text(exc: DmlShimError) -> str:
     """``exc``'s message as onnxruntime's error for it reads: onnxruntime's status prefix, onnxruntime's own
     message first when one is behind it (its cause), then dmlshim's explanation and details."""
-    ours = next((c for c in type(exc).__mro__ if status_prefix(c)), None)
-    prefix = status_prefix(ours) if ours is not None else ""
+    # the class onnxruntime raises there comes first among the added ones: a plain Python class (a
+    # RuntimeError from onnxruntime's bindings) has no status prefix
+    bases = type(exc).__bases__
+    prefix = status_prefix(bases[1]) if type(exc).__module__ == __name__ and len(bases) > 1 else ""
     message = exc.message
     cause = _ort_cause(exc)
     if cause is not None:
