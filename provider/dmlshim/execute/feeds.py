@@ -214,8 +214,8 @@ class FeedValidator:
             check = self._checks.get(name)
             if check is None:
                 raise BadInputError(
-                    f"feed {name!r} is not an input of the model (model inputs: "
-                    f"{', '.join(self._required) or 'none'})",
+                    f"Invalid input name: {name} (dmlshim: feed {name!r} is not an input of the model; model "
+                    f"inputs: {', '.join(self._required) or 'none'})",
                     tensor=name,
                 )
             out[name] = self._check_value(check, value)
