@@ -23,14 +23,14 @@ from ..kernels.options import IndexMode
 from ..model.graph import is_gather_scatter, uses_half_floats, walk_nodes
 from ..translate import CPU_PROVIDER, NodeTranslation, translate_model
 from .attribution import compare_nodes, dependencies, suspects, upstream_order
-from .random_nodes import random_node_warnings
 from .engine_side import PARTITIONED, engine_runs
 from .levels import ORT_DEFAULT_LEVEL, note_default_level_runs, only_optimised_runs
+from .random_nodes import random_node_warnings
 from .references import (
     DEFAULT_OPTIMIZATION_LEVEL,
-    PartitionedRun,
     ONE_RUN_LEVEL,
     SIDES,
+    PartitionedRun,
     checked_run,
     feeds_for,
     partitioned_run,
@@ -213,7 +213,9 @@ def _validate_loaded(
         try:
             ours, ref, whole, whole_error, runs = _sides(loaded, feeds, common, engine_name, translate)
         except DmlShimError as exc:
-            reason = only_optimised_runs(exc, proto, feeds, loaded.weights_path) if requested_level is None else None
+            reason = (
+                only_optimised_runs(exc, proto, feeds, loaded.weights_path) if requested_level is None else None
+            )
             if reason is None:
                 note_default_level_runs(exc, proto, feeds, opt_level, loaded.weights_path)
                 raise
