@@ -99,6 +99,9 @@ def _diff(a: Any, b: Any, where: str, out: list[str]) -> None:
                 out.append(f"{where}/{key}: only in {'after' if key not in a else 'before'}")
             else:
                 _diff(a[key], b[key], f"{where}/{key}", out)
+    elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b)):
+            _diff(x, y, f"{where}[{i}]", out)
     elif a != b:
         out.append(f"{where}: {json.dumps(a)[:200]} -> {json.dumps(b)[:200]}")
 

@@ -35,8 +35,15 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["DATA_MAX_ELEMENTS", "MAX_RANK", "infer_with_data_prop"]
 
-DATA_MAX_ELEMENTS = 64
-"""Values of at most this many elements keep their data through propagation (shape tensors: a rank)."""
+DATA_MAX_ELEMENTS = 1024
+"""Values of at most this many elements keep their data through propagation (a shape tensor's length is
+a rank; onnx 1.23 bounds rank-only inference the same way)."""
+
+DATA_BUDGET = 1 << 20
+"""At most this many data elements (about 80 bytes each in onnx) over all the inputs kept: past it the
+longest ones are cut too (a chain of 20,000 Casts of a 1024-element value would otherwise hold 20M)."""
+
+_CUT_DIM = "__dmlshim_cut__"
 
 MAX_RANK = 1024
 """Longest shape tensor whose length is taken as a rank (onnx 1.23's own bound on rank-only inference)."""
@@ -193,20 +200,41 @@ def _cut_type(tp: onnx.TypeProto, kind: str) -> onnx.TypeProto:
     out.CopyFrom(tp)
     if kind == _BIG and out.tensor_type.HasField("shape"):
         for d in out.tensor_type.shape.dim:
-            d.Clear()  # rank kept, length unknown: no rank trick
+            d.Clear()
+            d.dim_param = _CUT_DIM  # rank kept, length unknown (no rank trick), and no symbol generated
     return out
+
+
+def _length(tp: onnx.TypeProto | None, init: onnx.TensorProto | None) -> int:
+    """The data elements onnx would hold for a kept input (0 when it holds none)."""
+    if init is not None and init.data_type in _INTS and len(init.dims) <= 1:
+        return int(init.dims[0]) if init.dims else 1
+    if tp is None or not tp.HasField("tensor_type") or not tp.tensor_type.HasField("shape"):
+        return 0
+    dims = tp.tensor_type.shape.dim
+    return int(dims[0].dim_value) if len(dims) == 1 and dims[0].HasField("dim_value") else 0
 
 
 def _plan(
     sites: list[_Site], types: dict[str, onnx.TypeProto], inits: dict[str, onnx.TensorProto]
 ) -> dict[_Site, tuple[str, bytes]]:
     plan: dict[_Site, tuple[str, bytes]] = {}
-    for site in sites:
+    kept: list[tuple[int, int, _Site]] = []
+    for order, site in enumerate(sites):
         tp = types.get(site.value)
-        kind = _verdict(site, tp, inits.get(site.value))
-        if kind is not None:
-            declared = _cut_type(tp, kind) if tp is not None else onnx.TypeProto()
-            plan[site] = (kind, declared.SerializeToString(deterministic=True))
+        init = inits.get(site.value)
+        kind = _verdict(site, tp, init)
+        if kind is None and not site.shape_input:
+            kept.append((_length(tp, init), order, site))
+        elif kind is not None:
+            plan[site] = (kind, _cut_type(tp, kind).SerializeToString(deterministic=True) if tp else b"")
+    total = sum(n for n, _, _ in kept)
+    for n, _, site in sorted(kept, key=lambda k: (-k[0], k[1])):
+        if total <= DATA_BUDGET or n == 0:
+            break
+        total -= n
+        tp = types.get(site.value)
+        plan[site] = (_BIG, _cut_type(tp, _BIG).SerializeToString(deterministic=True) if tp else b"")
     return plan
 
 
@@ -283,6 +311,7 @@ def _pinned(model: onnx.ModelProto, plan: dict[_Site, tuple[str, bytes]]) -> set
 
 
 def _restore(inferred: onnx.ModelProto, plan: dict[_Site, tuple[str, bytes]], renamed: dict[str, str]) -> None:
+    """Undo the cuts in ``inferred``: original input names, no fresh inputs, no cut dimension names."""
     for site in plan:
         node = _graph_at(inferred, site.path).node[site.node]
         node.input[site.input] = renamed.get(node.input[site.input], node.input[site.input])
@@ -294,6 +323,18 @@ def _restore(inferred: onnx.ModelProto, plan: dict[_Site, tuple[str, bytes]], re
             infos = [v for v in graph.value_info if v.name not in renamed]
             del graph.value_info[:]
             graph.value_info.extend(infos)
+        for value in (*graph.value_info, *graph.output):
+            _scrub(value.type)
+
+
+def _scrub(tp: onnx.TypeProto) -> None:
+    kind = tp.WhichOneof("value")
+    if kind == "tensor_type":
+        for d in tp.tensor_type.shape.dim:
+            if d.dim_param == _CUT_DIM:
+                d.Clear()
+    elif kind in ("sequence_type", "optional_type"):
+        _scrub(getattr(tp, kind).elem_type)
 
 
 def _infer(model: onnx.ModelProto, check_type: bool, strict_mode: bool, data_prop: bool) -> onnx.ModelProto:
@@ -348,5 +389,9 @@ def infer_with_data_prop(
         logger.debug("data propagation: %d cut input(s), pass %d changed them", len(again), attempt + 1)
         plan = again
         if not plan:
-            return _infer(model, check_type, strict_mode, True)
+            break
+    if all(kind == _UNKNOWN for kind, _ in plan.values()):
+        # Nothing large was read, nor revealed: onnx's own pass gives the same types with the symbols it
+        # names (the cut inputs' declared symbols would shift its unk__N numbering).
+        return _infer(model, check_type, strict_mode, True)
     return inferred
