@@ -150,17 +150,9 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _write_html(args: argparse.Namespace, model: onnx.ModelProto, translation: ModelTranslation, text: str) -> None:
-    from ..report.html import PageText, inspect_marks, write_report
-    from ..report.inspect_report import verdict_lines
+    from ..report.html.reports import write_inspect_report
 
-    page = PageText(
-        title=f"dmlshim inspect {os.path.basename(args.model)}",
-        verdict=tuple(line.strip() for line in verdict_lines(translation)[1:]),
-        passed=bool(translation.summary["all_dml"]),
-        report=text,
-    )
-    marks = inspect_marks(translation.nodes)
-    write_report(args.html, model, marks, page, overwrite=args.overwrite, inputs=(args.model,))
+    write_inspect_report(args.html, model, translation, args.model, text, overwrite=args.overwrite)
     print(f"dmlshim inspect: HTML report written to {args.html}", file=sys.stderr)
 
 

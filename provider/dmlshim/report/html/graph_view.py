@@ -56,6 +56,7 @@ class GraphView:
         nodes: the boxes.
         edges: ``(source index, target index)`` pairs into ``nodes``, without repeats or self-loops.
         total_nodes: the model's node count, bodies included.
+        constants: the Constant nodes not drawn (their values are inputs of the nodes drawn).
         drawn_nodes: the model nodes drawn as their own box.
         bounded: whether the picture leaves nodes out (in groups).
         radius: the neighbourhood drawn around gather/scatter nodes when bounded.
@@ -65,10 +66,15 @@ class GraphView:
     nodes: tuple[ViewNode, ...]
     edges: tuple[tuple[int, int], ...]
     total_nodes: int
+    constants: int
     drawn_nodes: int
     bounded: bool
     radius: int
     undrawn: tuple[str, ...] = ()
+
+
+FOLDED = frozenset({"Constant"})
+"""Ops not drawn: a Constant is a value, like an initializer (half the nodes of a TorchScript export)."""
 
 
 @dataclass
@@ -76,6 +82,7 @@ class _Flat:
     names: list[str]
     ops: list[str]
     edges: set[tuple[int, int]]
+    folded: int = 0
 
 
 def _flatten(model: onnx.ModelProto) -> _Flat:
@@ -87,8 +94,11 @@ def _flatten(model: onnx.ModelProto) -> _Flat:
             for value in graph.input:  # a body's formal inputs come from the node that runs it
                 local[value.name] = owner
         for index, node in enumerate(graph.node):
-            me = len(flat.names)
             name = node_path(prefix, node, index)
+            if node.op_type in FOLDED and node.domain in ("", "ai.onnx") and not node.input:
+                flat.folded += 1  # its value is a constant of its consumer, as an initializer is
+                continue
+            me = len(flat.names)
             flat.names.append(name)
             flat.ops.append(node.op_type)
             fed = False
@@ -146,12 +156,13 @@ def build_view(model: onnx.ModelProto, marked_names: Mapping[str, object] | Iter
     """The graph to draw for ``model``; ``marked_names`` are the gather/scatter nodes' path names."""
     flat = _flatten(model)
     total = len(flat.names)
+    everything = total + flat.folded
     wanted = set(marked_names)
     marked = [i for i, name in enumerate(flat.names) if name in wanted]
     if total <= FULL_GRAPH_NODES:
         nodes = tuple(ViewNode(f"n{i}", flat.names[i], flat.ops[i]) for i in range(total))
         edges = tuple(sorted(flat.edges))
-        return GraphView(nodes, edges, total, total, bounded=False, radius=0)
+        return GraphView(nodes, edges, everything, flat.folded, total, bounded=False, radius=0)
     adjacency: list[list[int]] = [[] for _ in range(total)]
     for a, b in flat.edges:
         adjacency[a].append(b)
@@ -186,5 +197,12 @@ def build_view(model: onnx.ModelProto, marked_names: Mapping[str, object] | Iter
     edges = {(at(a), at(b)) for a, b in flat.edges}
     edges = {(a, b) for a, b in edges if a != b}
     return GraphView(
-        tuple(nodes), tuple(sorted(edges)), total, len(order), bounded=True, radius=radius, undrawn=undrawn
+        tuple(nodes),
+        tuple(sorted(edges)),
+        everything,
+        flat.folded,
+        len(order),
+        bounded=True,
+        radius=radius,
+        undrawn=undrawn,
     )

@@ -70,11 +70,30 @@ def _straight(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return out
 
 
+def _layers(graph: Any) -> list[int]:
+    """Each node's layer: the longest path from a source (cycles broken by igraph's feedback arc set, as
+    its own layering does), except that a node nothing feeds (a Constant, a shape source) sits just above
+    its first consumer instead of in the top layer with every other source, which would make the picture
+    as wide as the model has constants and stretch their edges over the whole height."""
+    n = graph.vcount()
+    dag = graph.copy()
+    dag.delete_edges(graph.feedback_arc_set(method="eades"))
+    layer = [0] * n
+    order = dag.topological_sorting(mode="out")
+    for v in order:
+        for w in dag.successors(v):
+            layer[w] = max(layer[w], layer[v] + 1)
+    for v in reversed(order):
+        if not dag.predecessors(v) and dag.successors(v):
+            layer[v] = max(0, min(layer[w] for w in dag.successors(v)) - 1)
+    return layer
+
+
 def layout(view: GraphView) -> Placed:
     """Lay out ``view`` top to bottom."""
     igraph = layout_library()
     graph = igraph.Graph(n=len(view.nodes), edges=list(view.edges), directed=True)
-    placed = graph.layout_sugiyama(hgap=1, vgap=1)
+    placed = graph.layout_sugiyama(layers=_layers(graph), hgap=1, vgap=1)
     coords = [(float(x), float(y)) for x, y in placed.coords[: len(view.nodes)]]
     routing = getattr(placed, "edge_routing", None) or [[] for _ in view.edges]
     # Dummy vertices (the bends of long edges) take columns of their own, left or right of every node.

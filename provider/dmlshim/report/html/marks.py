@@ -88,6 +88,8 @@ def _summary(t: NodeTranslation | None, category: str) -> str:
         return ""
     if category == DML and t.operator is not None:
         return t.operator.operator_type.dml_name.removeprefix("DML_OPERATOR_")
+    if category == SHAPE:
+        return "shape computation on CPU"
     codes = [c for c in t.reason_codes if c != "SIZES_SYMBOLIC"]
     return codes[0] if codes else t.status.value
 

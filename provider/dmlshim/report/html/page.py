@@ -64,10 +64,10 @@ h1{font-size:16px;margin:0 0 6px}
 #bound{color:#555;margin-top:4px}
 main{display:flex;height:calc(100vh - 150px);min-height:400px}
 #graph{flex:1;overflow:auto;border-right:1px solid #ccc;background:#fafafa}
-#side{width:400px;overflow:auto;padding:8px}
+#side{width:460px;overflow:auto;padding:8px}
 #tools{padding:4px 8px;position:sticky;top:0;background:#fafafa}
-#details dl{display:grid;grid-template-columns:max-content 1fr;gap:2px 8px;font-size:12px}
-#details dt{font-weight:600}#details dd{margin:0;word-break:break-word}
+#details dl{display:grid;grid-template-columns:minmax(90px,38%) 1fr;gap:2px 8px;font-size:12px}
+#details dt{font-weight:600;word-break:break-word}#details dd{margin:0;word-break:break-word}
 table{border-collapse:collapse;font-size:12px;width:100%}
 td,th{border-bottom:1px solid #eee;padding:2px 4px;text-align:left;vertical-align:top}
 tr.gs{cursor:pointer}tr.gs:hover,tr.gs.selected{background:#fff9c4}
@@ -137,7 +137,9 @@ _SCRIPT = """
   document.querySelectorAll('tr.gs').forEach(function (row) {
     row.addEventListener('click', function () { select(row.dataset.key, true); });
   });
-  if (width > pane.clientWidth) { zoom(Math.max(0.3, pane.clientWidth / width)); }
+  if (width > pane.clientWidth) { zoom(Math.max(0.5, pane.clientWidth / width)); }
+  var first = svg.querySelector('g.gs');
+  if (first) { first.scrollIntoView({block: 'center', inline: 'center'}); }
   var wanted = decodeURIComponent(location.hash.replace(/^#select=/, ''));
   if (wanted && location.hash.indexOf('#select=') === 0) {
     var row = document.querySelector('tr.gs[data-name="' + CSS.escape(wanted) + '"]');
@@ -219,14 +221,14 @@ def _node_data(view: GraphView, marks: Mapping[str, NodeMark]) -> dict[str, dict
 
 def _table(view: GraphView, marks: Mapping[str, NodeMark]) -> str:
     drawn = {n.name: n.key for n in view.nodes if not n.members}
-    rows = ["<table id=\"gs-nodes\"><tr><th></th><th>node</th><th>op</th><th>runs</th><th>operator / reason</th></tr>"]
+    rows = ['<table id="gs-nodes"><tr><th></th><th>node</th><th>op</th><th>operator / reason</th></tr>']
     for i, mark in enumerate(marks.values()):
         key = drawn.get(mark.name, f"m{i}")
         label, colour = CATEGORIES[mark.category]
         rows.append(
             f'<tr class="gs cat-{mark.category}" data-key="{key}" data-name="{_esc(mark.name)}">'
-            f'<td class="swatch" style="background:{colour}"></td><td>{_esc(mark.name)}</td>'
-            f"<td>{_esc(mark.op_type)}</td><td>{_esc(label)}</td><td>{_esc(mark.summary)}</td></tr>"
+            f'<td class="swatch" style="background:{colour}" title="{_esc(label)}"></td>'
+            f"<td>{_esc(mark.name)}</td><td>{_esc(mark.op_type)}</td><td>{_esc(mark.summary)}</td></tr>"
         )
     rows.append("</table>")
     return "\n".join(rows)
@@ -243,11 +245,14 @@ def _legend(marks: Mapping[str, NodeMark]) -> str:
 
 
 def _bound_note(view: GraphView) -> str:
+    constants = f" ({view.constants} Constant nodes not drawn)" if view.constants else ""
     if not view.bounded:
-        return f"All {view.total_nodes} nodes drawn."
+        return f"{view.total_nodes} nodes, all drawn" + (
+            f" but {view.constants} Constant nodes." if view.constants else "."
+        )
     text = (
-        f"{view.total_nodes} nodes: drawn are the gather/scatter nodes and the nodes up to {view.radius} "
-        f"edge(s) from them ({view.drawn_nodes}); the others are drawn as grey groups."
+        f"{view.total_nodes} nodes{constants}: drawn are the gather/scatter nodes and the nodes up to "
+        f"{view.radius} edge(s) from them ({view.drawn_nodes}); the others are drawn as grey groups."
     )
     if view.undrawn:
         text += f" {len(view.undrawn)} gather/scatter nodes past the first ones are in groups (listed on the right)."
