@@ -262,7 +262,8 @@ def _bound_note(view: GraphView) -> str:
 def render_page(text: PageText, view: GraphView, placed: Placed, marks: Mapping[str, NodeMark]) -> str:
     """The whole page as one string."""
     data = json.dumps({"nodes": _node_data(view, marks)}, ensure_ascii=True, separators=(",", ":"))
-    data = data.replace("</", "<\\/")  # never closes its script element early
+    # No markup character inside the script element: it can never close early or read as a tag.
+    data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     verdict_class = "pass" if text.passed else "fail"
     return "\n".join(
         [
