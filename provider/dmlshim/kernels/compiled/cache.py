@@ -80,13 +80,22 @@ if FOLDER is not None and _Locator not in _LOCATORS:
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
+def _compile(function: _F, inline: str) -> _F:
+    compiled: _F = numba.njit(
+        nogil=True, cache=FOLDER is not None, boundscheck=False, error_model="numpy", inline=inline
+    )(function)
+    return compiled
+
+
 def jit(function: _F) -> _F:
     """Compile ``function`` lazily, without the GIL, cached in :data:`FOLDER` when there is one.
 
     Indices are proved in range inside the loops before they are used, so numba's own bounds checks
     stay off; ``error_model="numpy"`` keeps integer division from raising.
     """
-    compiled: _F = numba.njit(nogil=True, cache=FOLDER is not None, boundscheck=False, error_model="numpy")(
-        function
-    )
-    return compiled
+    return _compile(function, "never")
+
+
+def inline(function: _F) -> _F:
+    """:func:`jit` for a helper the loops call per element: inlined into each caller by numba."""
+    return _compile(function, "always")

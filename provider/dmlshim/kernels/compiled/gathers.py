@@ -4,7 +4,8 @@ Each entry point takes what :func:`dmlshim.kernels.execute` takes and runs the s
 descriptor checks as the numpy kernel (the same functions, so the same errors, and the per-descriptor
 results they remember are shared). It returns None where the numpy kernel must run instead: an index
 the loop may not use (the numpy kernel then raises or clamps), an input read through Strides, an empty
-tensor, or an element width other than 1, 2, 4 or 8 bytes.
+tensor, an element width other than 1, 2, 4 or 8 bytes, or a gather that moves runs of 64 bytes or more
+per index (``numpy.take`` copies those at memory speed; the compiled copy loop was up to 2.7x slower).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from ..gather_nd import PackedTuples
 from ..gather_nd import _layout as gather_nd_layout
 from ..indices import IndexContext
 from ..options import KernelOptions, KernelResult
-from ..parallel import chunk_length, run_all, spans
+from ..parallel import chunk_length, run_all, spans, worth_chunking
 from . import loops
 
 _BITS = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: np.dtype(np.uint32), 8: np.dtype(np.uint64)}
@@ -60,17 +61,18 @@ def gather(desc: GatherDesc, inputs: Mapping[str, Any], options: KernelOptions) 
     raw = views["IndicesTensor"].array().reshape(-1)
     width = bits(dtype)
     total = pre * raw.size * post
-    if not (inp.contiguous and total and width is not None):
+    # Runs of 64 bytes or more per index are a memory copy numpy's take already does at memory speed.
+    if not (inp.contiguous and total and width is not None and worth_chunking(post * dtype.itemsize)):
         return None
-    idx = np.empty(raw.size, dtype=np.int64)
+    idx = np.empty(raw.size, dtype=np.uint64)
     if loops.normalize(readonly(raw), dim, allow_negative(ctx, raw), idx):
         return None
-    src = readonly(inp.flat[: inp.element_count].view(width).reshape(pre, dim, post))
+    src = readonly(inp.flat[: inp.element_count].view(width))
     out = recycle.empty((pre, raw.size, post), dtype)
-    dst = out.view(width)
+    dst = out.reshape(-1).view(width)
 
     def work(box: tuple[int, int, int, int]) -> bool:
-        return not loops.gather(src, idx, dst, *box)
+        return not loops.gather(src, idx, dst, dim, post, *box)
 
     run_all(work, spans(pre, raw.size, max(1, chunk_length(total) // post)), total)
     return KernelResult(out.reshape(expected))
@@ -90,14 +92,14 @@ def gather_elements(
         return None
     pre, dim, post = axis_split(inp.sizes, desc.axis)
     k = raw.shape[desc.axis]
-    src = readonly(inp.flat[: inp.element_count].view(width).reshape(pre, dim, post))
-    raw3 = readonly(raw.reshape(pre, k, post))
+    src = readonly(inp.flat[: inp.element_count].view(width))
+    flat = readonly(raw.reshape(-1))
     out = recycle.empty((pre, k, post), dtype)
-    dst = out.view(width)
+    dst = out.reshape(-1).view(width)
     negative = allow_negative(ctx, raw)
 
     def work(box: tuple[int, int, int, int]) -> bool:
-        return not loops.gather_elements(src, raw3, dst, *box, negative)
+        return not loops.gather_elements(src, flat, dst, dim, k, post, *box, negative)
 
     boxes = spans(pre, k, max(1, chunk_length(raw.size) // post))
     if not run_all(work, boxes, raw.size):
@@ -117,21 +119,25 @@ def gather_nd(
     batch = desc.batch_dimension_count
     sizes = desc.input_tensor.sizes
     block = math.prod(sizes[len(sizes) - r + batch + t :])
-    if not (inp.contiguous and t and math.prod(expected) and width is not None):
+    if not (
+        inp.contiguous and t and math.prod(expected) and width is not None and worth_chunking(block * dtype.itemsize)
+    ):
         return None
     indices = views["IndicesTensor"].array()
     tuples = PackedTuples(indices, desc.input_tensor, r, q, batch, block, ctx)
     b_count, n_count, _ = tuples.tuples.shape
-    src = readonly(inp.flat[: inp.element_count].view(width).reshape(-1, block))
-    coords = readonly(tuples.tuples)
-    dims = np.asarray(tuples.dims, dtype=np.int64)
-    strides = np.asarray(tuples.strides, dtype=np.int64)
+    src = readonly(inp.flat[: inp.element_count].view(width))
+    coords = readonly(tuples.tuples.reshape(-1))
+    dims = tuple(tuples.dims)
+    strides = tuple(tuples.strides)
     out = recycle.empty((b_count, n_count, block), dtype)
-    dst = out.view(width)
+    dst = out.reshape(-1).view(width)
     negative = allow_negative(ctx, indices)
 
     def work(box: tuple[int, int, int, int]) -> bool:
-        return not loops.gather_nd(src, coords, dims, strides, tuples.batch_rows, dst, *box, negative)
+        return not loops.gather_nd(
+            src, coords, dims, strides, tuples.batch_rows, dst, n_count, block, *box, negative
+        )
 
     boxes = spans(b_count, n_count, max(1, chunk_length(out.size) // block))
     if not run_all(work, boxes, out.size):

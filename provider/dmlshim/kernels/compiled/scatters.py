@@ -34,8 +34,8 @@ _SCATTER_TENSORS = ("InputTensor", "UpdatesTensor", "OutputTensor")
 
 
 def _marks(count: int, options: KernelOptions) -> np.ndarray:
-    """Zeroed marks, one per target, when duplicates are counted."""
-    return np.zeros(count, dtype=np.uint8) if options.detect_duplicates else _NO_MARKS
+    """A zeroed bit set of one mark per target, when duplicates are counted."""
+    return np.zeros((count + 7) // 8, dtype=np.uint8) if options.detect_duplicates else _NO_MARKS
 
 
 def _result(desc: ScatterDesc | ScatterNdDesc, out: np.ndarray, duplicates: int) -> KernelResult:
@@ -55,12 +55,15 @@ def scatter_elements(desc: ScatterDesc, inputs: Mapping[str, Any], options: Kern
     pre, dim, post = axis_split(desc.output_tensor.sizes, desc.axis)
     k = raw.shape[desc.axis]
     out = copy_input(views["InputTensor"])
-    updates = readonly(views["UpdatesTensor"].packed().view(width).reshape(pre, k, post))
     duplicates = loops.scatter_elements(
-        out.view(width).reshape(pre, dim, post),
-        readonly(raw.reshape(pre, k, post)),
-        updates,
+        out.view(width),
+        readonly(raw.reshape(-1)),
+        readonly(views["UpdatesTensor"].packed().reshape(-1).view(width)),
         _marks(out.size, options),
+        pre,
+        dim,
+        k,
+        post,
         allow_negative(ctx, raw),
     )
     return None if duplicates < 0 else _result(desc, out, duplicates)
@@ -75,14 +78,14 @@ def scatter_nd(desc: ScatterNdDesc, inputs: Mapping[str, Any], options: KernelOp
         return None
     out = copy_input(views["InputTensor"])
     tuples = PackedTuples(indices, desc.output_tensor, r, q, 0, block, ctx)
-    rows = out.view(width).reshape(-1, block)
     duplicates = loops.scatter_nd(
-        rows,
-        readonly(tuples.tuples),
-        np.asarray(tuples.dims, dtype=np.int64),
-        np.asarray(tuples.strides, dtype=np.int64),
-        readonly(views["UpdatesTensor"].packed().view(width).reshape(-1, block)),
-        _marks(rows.shape[0], options),
+        out.view(width),
+        readonly(tuples.tuples.reshape(-1)),
+        tuple(tuples.dims),
+        tuple(tuples.strides),
+        readonly(views["UpdatesTensor"].packed().reshape(-1).view(width)),
+        _marks(out.size // block, options),
+        block,
         allow_negative(ctx, indices),
     )
     return None if duplicates < 0 else _result(desc, out, duplicates)
