@@ -75,6 +75,11 @@ def use(mode: str) -> None:
         _kernels()
 
 
+def mode() -> str:
+    """The choice in force: ``auto``, ``numpy`` or ``compiled``."""
+    return _mode
+
+
 def selected() -> str:
     """The kernels calls use now: ``numpy`` or ``compiled``."""
     return "compiled" if _kernels() is not None else "numpy"
