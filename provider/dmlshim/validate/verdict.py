@@ -213,9 +213,8 @@ def _validate_loaded(
         try:
             ours, ref, whole, whole_error, runs = _sides(loaded, feeds, common, engine_name, translate)
         except DmlShimError as exc:
-            reason = (
-                only_optimised_runs(exc, proto, feeds, loaded.weights_path) if requested_level is None else None
-            )
+            weights = loaded.weights_path
+            reason = only_optimised_runs(exc, proto, feeds, weights) if requested_level is None else None
             if reason is None:
                 note_default_level_runs(exc, proto, feeds, opt_level, loaded.weights_path)
                 raise
