@@ -20,6 +20,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     setup.add_argument("--check", action="store_true", help="only report what is in place; exit 1 if incomplete")
     setup.add_argument("--dir", type=Path, default=None, help="the stack folder (default: the user cache folder)")
     setup.add_argument("--json", action="store_true", help="the report as JSON on stdout")
+    sweep = sub.add_parser(
+        "sweep", help="run models on real DirectML; compare with dmlshim's emulation and onnxruntime CPU"
+    )
+    sweep.add_argument("models", nargs="+", type=Path, help="ONNX models (inputs from M.npz beside each, if any)")
+    sweep.add_argument("--json", action="store_true", help="the results as JSON on stdout")
+    sweep.add_argument(
+        "--fail-on-difference", action="store_true", help="exit 1 when real DirectML differs from the emulation"
+    )
     info = sub.add_parser("info", help="print the set-up stack's stack.json")
     info.add_argument("--dir", type=Path, default=None, help="the stack folder")
     info.add_argument("--json", action="store_true", default=True, help=argparse.SUPPRESS)
@@ -44,8 +52,10 @@ def run(args: argparse.Namespace) -> int:
         stack = load_stack(args.dir)
         print(json.dumps(stack.raw, indent=2))
         return 0
+    if action == "sweep":
+        return _sweep(args)
     if action != "setup":
-        print("dmlshim directml: name an action: setup [--check], info", file=sys.stderr)
+        print("dmlshim directml: name an action: setup [--check], sweep MODEL..., info", file=sys.stderr)
         return 2
     setup = Setup(args.dir, progress=_progress(bool(getattr(args, "quiet", False))))
     if not args.check:
@@ -68,3 +78,29 @@ def run(args: argparse.Namespace) -> int:
             print(f"{'ok  ' if s.done else 'MISSING'} {s.name:12} {s.detail}")
         print(f"stack {'complete' if complete else 'incomplete'}: {setup.folder}")
     return 0 if complete else 1
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from ..directml.stack import load_stack
+    from ..directml.sweep import sweep_one, table
+
+    stack = load_stack()
+    results = []
+    for path in args.models:
+        if not getattr(args, "quiet", False):
+            print(f"dmlshim directml sweep: {path}", file=sys.stderr, flush=True)
+        results.append(sweep_one(path))
+    if args.json:
+        doc = {"schema_version": 1, "command": "directml sweep", "stack": stack.versions,
+               "results": [r.to_json() for r in results]}
+        print(json.dumps(doc, indent=2))
+    else:
+        print(stack.describe())
+        print("\n".join(table(results)))
+    unexplained = [
+        r for r in results
+        if (r.outcome == "refused" and not r.predicted_refusal)
+        or (r.outcome == "ran" and r.vs_emulation is not None and not r.vs_emulation.equal and args.fail_on_difference)
+        or r.outcome == "failed"
+    ]
+    return 1 if unexplained else 0

@@ -28,7 +28,8 @@ logger = logging.getLogger(__name__)
 
 DML_EP = "DmlExecutionProvider"
 CPU_EP = "CPUExecutionProvider"
-PLACEMENT_SOURCE = "dmlshim's prediction of onnxruntime-directml's placement (onnxruntime-node reports none)"
+PLACEMENT_LOG = "onnxruntime's own node placement (its verbose log at session creation)"
+PLACEMENT_PREDICTED = "dmlshim's prediction of onnxruntime-directml's placement (onnxruntime logged none)"
 
 _CLASS_BY_MESSAGE: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"Exception during initialization", re.I), "RuntimeException"),
@@ -96,9 +97,13 @@ class LinuxDirectMLEngine:
     def _records(self, model: onnx.ModelProto):  # type: ignore[no-untyped-def]
         from ..execute.record import PLACEMENT_CPU, PLACEMENT_DML, NodeRecord
 
+        placements = self._session.placements
         records = []
         for t in translate_model(model, self.config.feature_level).nodes:
-            on_dml = t.ort_placement == DML_PROVIDER
+            placed = t.ort_placement
+            if placements is not None:
+                placed = placements.get(t.name, placements.get("*", placed))
+            on_dml = placed == DML_PROVIDER
             records.append(
                 NodeRecord(
                     name=t.name,
@@ -107,7 +112,7 @@ class LinuxDirectMLEngine:
                     status=t.status.value,
                     operator=t.operator.operator_type.dml_name if on_dml and t.operator is not None else None,
                     reasons=tuple((r.code, r.message) for r in t.reasons),
-                    ort_placement=t.ort_placement,
+                    ort_placement=placed,
                 )
             )
         return tuple(records)
@@ -120,9 +125,15 @@ class LinuxDirectMLEngine:
             "d3d12": f"vkd3d {self.stack.versions.get('vkd3d')} (DXIL on) in Wine {self.stack.versions.get('wine_d3d')}",
             "vulkan": f"Mesa {self.stack.versions.get('mesa')} lavapipe (llvmpipe, CPU)",
             "wine": self.stack.versions.get("wine_runtime"),
-            "placement_source": PLACEMENT_SOURCE,
+            "placement_source": PLACEMENT_LOG if self._session.placements is not None else PLACEMENT_PREDICTED,
+            "nodes_on_cpu": ", ".join(self.cpu_nodes()) or "none",
             "description": self.stack.describe(),
         }
+
+    def cpu_nodes(self) -> list[str]:
+        """Every node (of any op) onnxruntime placed on its CPU provider, when its log said so."""
+        placements = self._session.placements or {}
+        return sorted(name for name, ep in placements.items() if ep == CPU_EP and name != "*")
 
     def get_providers(self) -> list[str]:
         return [DML_EP, CPU_EP]

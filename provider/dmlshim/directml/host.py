@@ -13,6 +13,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import shutil
 import socket
 import struct
@@ -59,6 +60,33 @@ class HostSession:
     id: int
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
+    placements: dict[str, str] | None = None
+    """node name -> execution provider, from onnxruntime's verbose log (None when it logged none)."""
+
+
+_PLACED = re.compile(r"(?:All nodes placed on|Node\(s\) placed on) \[(\w+)\]")
+_PLACED_NODE = re.compile(r"^\s+(\w[\w.]*) \((.*)\)\s*$")
+
+
+def parse_placements(log: str) -> dict[str, str] | None:
+    """onnxruntime's "Node placements" verbose log as node name -> provider; names of nodes on a provider
+    whose nodes are not listed (``All nodes placed on [X]``) map to ``*``."""
+    placements: dict[str, str] = {}
+    provider: str | None = None
+    seen = False
+    for line in log.splitlines():
+        found = _PLACED.search(line)
+        if found:
+            provider, seen = found.group(1), True
+            if "All nodes placed on" in line:
+                placements["*"] = provider
+            continue
+        node = _PLACED_NODE.match(line)
+        if provider is not None and node:
+            placements[node.group(2)] = provider
+        elif not line.startswith(" "):
+            provider = None
+    return placements if seen else None
 
 
 def _free_display() -> int:
@@ -168,16 +196,35 @@ class Host:
         return reply, data
 
     def load(self, model_path: Path, *, disable_cpu_fallback: bool = False, optimization: str = "all") -> HostSession:
-        """Create an onnxruntime session with the DirectML provider on ``model_path``."""
-        reply, _ = self.request(
-            {
-                "op": "load",
-                "path": windows_path(model_path),
-                "disableCpuFallback": disable_cpu_fallback,
-                "optimization": optimization,
-            }
+        """Create an onnxruntime session with the DirectML provider on ``model_path``.
+
+        The session logs verbosely while it is created, so that onnxruntime's node placement can be read
+        from the host's log (:attr:`HostSession.placements`)."""
+        with self._lock:
+            start = self.log_path.stat().st_size if self.log_path.exists() else 0
+        try:
+            reply, _ = self.request(
+                {
+                    "op": "load",
+                    "path": windows_path(model_path),
+                    "disableCpuFallback": disable_cpu_fallback,
+                    "optimization": optimization,
+                    "logSeverity": 0,
+                }
+            )
+        finally:
+            log = self._read_log(start)
+        return HostSession(
+            int(reply["session"]), tuple(reply["inputs"]), tuple(reply["outputs"]), parse_placements(log)
         )
-        return HostSession(int(reply["session"]), tuple(reply["inputs"]), tuple(reply["outputs"]))
+
+    def _read_log(self, start: int) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(start)
+                return f.read().decode("utf-8", errors="replace")
+        except OSError:
+            return ""
 
     def run(self, session: HostSession, feeds: dict[str, np.ndarray], outputs: list[str]) -> list[np.ndarray]:
         """Run ``session`` on ``feeds``; returns the named outputs."""
