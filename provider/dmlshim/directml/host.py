@@ -135,7 +135,7 @@ class Host:
                     f"{exc}; its log: {self._log_tail()}",
                     value=str(self.log_path),
                 ) from exc
-        self._sock.settimeout(REQUEST_TIMEOUT)
+        self._sock.settimeout(1.0)
         self.info = self.request({"op": "info"})[0]
 
     def _start_xvfb(self) -> str:
@@ -167,8 +167,21 @@ class Host:
 
     def _recv_exact(self, size: int) -> bytes:
         chunks = []
+        deadline = time.monotonic() + REQUEST_TIMEOUT
         while size:
-            chunk = self._sock.recv(min(size, 1 << 20))
+            try:
+                chunk = self._sock.recv(min(size, 1 << 20))
+            except socket.timeout:
+                # node.exe may have crashed without closing the socket (Wine keeps it for a debugger).
+                if self._proc.poll() is not None:
+                    raise HostError(f"the DirectML host exited; its log: {self._log_tail()}", "host") from None
+                if time.monotonic() > deadline:
+                    raise HostError(
+                        f"the DirectML host gave no answer in {REQUEST_TIMEOUT:.0f} s "
+                        f"(DMLSHIM_DIRECTML_TIMEOUT); its log: {self._log_tail()}",
+                        "host",
+                    ) from None
+                continue
             if not chunk:
                 raise HostError(f"the DirectML host exited; its log: {self._log_tail()}", "host")
             chunks.append(chunk)

@@ -47,7 +47,8 @@ ORT_NODE_VERSION = "1.24.3"
 ORT_DML_WHEEL_VERSION = "1.24.4"
 WINE_LOADER = "/usr/lib/wine/wine64"
 WINESERVER = "/usr/lib/wine/wineserver64"
-DLL_OVERRIDES = "d3d12,d3d12core,dxgi,wined3d=n;mscoree,mshtml="
+DLL_OVERRIDES = "d3d12,d3d12core,dxgi,wined3d=n;mscoree,mshtml=;winedbg.exe=d"
+"""Our D3D DLLs beside node.exe win over Wine's; no Mono/Gecko; no debugger (a crash ends the process)."""
 
 SYSTEM_PACKAGES = (
     "wine", "wine64", "libwine", "xvfb", "xauth", "libvulkan1", "gcc-mingw-w64-x86-64-posix",
@@ -246,6 +247,11 @@ class Setup:
             dest = self.node_modules / pkg
             if not (dest / "package.json").exists():
                 self._unpack_npm(self._npm_pack(f"{pkg}@{ORT_NODE_VERSION}"), dest)
+        # onnxruntime.dll delay-loads DirectML.dll and d3d12.dll through the ordinary search path, which
+        # starts at node.exe's folder (0xc06d007e otherwise): the binding's DLLs go beside node.exe too.
+        for dll in (self.node_modules / "onnxruntime-node/bin/napi-v6/win32/x64").glob("*.dll"):
+            if not (self.bin / dll.name).exists():
+                shutil.copy2(dll, self.bin / dll.name)
 
     def step_wheel(self) -> None:
         if (self.dml / "DirectML.dll").exists():
@@ -380,7 +386,7 @@ class Setup:
             "vk_registry": ((self.vk_registry / "vk.xml").exists(), str(self.vk_registry)),
             "wine_source": (self.tree.is_dir(), str(self.tree)),
             "wine_dlls": (all((self.bin / f"{n}.dll").exists() for n in wine_build.TARGET_DLLS), str(self.bin)),
-            "node": ((self.bin / "node.exe").exists() and (binding / "DirectML.dll").exists(), str(self.bin / "node.exe")),
+            "node": ((self.bin / "node.exe").exists() and (self.bin / "DirectML.dll").exists(), str(self.bin / "node.exe")),
             "wheel": ((self.dml / "DirectML.dll").exists(), str(self.dml)),
             "prefix": ((self.prefix / ".dmlshim-configured").exists(), str(self.prefix)),
             "verify": ((self.folder / STACK_FILE).exists(), str(self.folder / STACK_FILE)),

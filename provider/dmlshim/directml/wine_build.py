@@ -170,8 +170,23 @@ def build_dlls(tree: Path, out: Path, run: Runner, jobs: int | None = None) -> d
         if built is None:
             raise _fail(f"{name}.dll", f"make finished but none of {', '.join(map(str, candidates))} exists")
         shutil.copy2(built, out / f"{name}.dll")
+        as_native(out / f"{name}.dll")
         placed[name] = out / f"{name}.dll"
     return placed
+
+
+BUILTIN_MARK = b"Wine builtin DLL"
+
+
+def as_native(dll: Path) -> None:
+    """Clear winebuild's "Wine builtin DLL" mark in the DOS stub: the Wine that runs them (another
+    version) refuses a DLL so marked where its load order says native (c0000135), and these must load
+    from node.exe's folder in place of its own d3d12/dxgi/wined3d."""
+    data = bytearray(dll.read_bytes())
+    at = data.find(BUILTIN_MARK, 0, 0x100)
+    if at >= 0:
+        data[at : at + len(BUILTIN_MARK)] = bytes(len(BUILTIN_MARK))
+        dll.write_bytes(bytes(data))
 
 
 def vkd3d_version(tree: Path) -> str:
