@@ -57,11 +57,43 @@ def _fail(piece: str, detail: str) -> EngineUnavailableError:
     return EngineUnavailableError(f"building Wine's D3D12 DLLs: {piece}: {detail}", value=piece)
 
 
+_KEEP_ALIVE_MARK = "dmlshim: keep winevulkan"
+_KEEP_ALIVE = """
+/* dmlshim: keep winevulkan.dll loaded for the life of the process. The Wine that runs these DLLs (8.0)
+ * forwards vulkan-1.dll to winevulkan.dll without holding a reference: when onnxruntime releases its DXGI
+ * factory, wined3d's last reference goes and winevulkan is unloaded while vkd3d still calls into it (an
+ * "Unhandled page fault on execute access"). */
+BOOL WINAPI DllMain(HINSTANCE instance, DWORD reason, void *reserved)
+{
+    if (reason == DLL_PROCESS_ATTACH)
+    {
+        DisableThreadLibraryCalls(instance);
+        LoadLibraryA("winevulkan.dll");
+    }
+    return TRUE;
+}
+"""
+
+
+def patch_d3d12(tree: Path) -> None:
+    """Give d3d12.dll a DllMain that pins winevulkan.dll (idempotent)."""
+    main = tree / "dlls/d3d12/d3d12_main.c"
+    text = main.read_text(encoding="utf-8")
+    if _KEEP_ALIVE_MARK in text:
+        return
+    anchor = '#include "windef.h"\n'
+    if anchor not in text or "DllMain" in text:
+        raise _fail("d3d12 keep-alive patch", f"{main} is not the d3d12_main.c this patch knows")
+    text = text.replace(anchor, '#include <stdarg.h>\n' + anchor + '#include "winbase.h"\n', 1) + _KEEP_ALIVE
+    main.write_text(text, encoding="utf-8")
+
+
 def patch_vkd3d(tree: Path) -> None:
-    """Apply dmlshim's two vkd3d changes (idempotent)."""
+    """Apply dmlshim's changes: two to vkd3d, one to d3d12 (idempotent)."""
+    patch_d3d12(tree)
     device = tree / "libs/vkd3d/libs/vkd3d/device.c"
     text = device.read_text(encoding="utf-8")
-    if _META_FIXED not in text:
+    if "*num_meta_commands = 0;" not in text:
         if _META_STUB not in text:
             raise _fail("vkd3d EnumerateMetaCommands patch", f"{device} has no stub to replace (another vkd3d?)")
         device.write_text(text.replace(_META_STUB, _META_FIXED, 1), encoding="utf-8")
