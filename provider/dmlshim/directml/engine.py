@@ -102,7 +102,8 @@ class LinuxDirectMLEngine:
         for t in translate_model(model, self.config.feature_level).nodes:
             placed = t.ort_placement
             if placements is not None:
-                placed = placements.get(t.name, placements.get("*", placed))
+                # Nodes on the DirectML provider are fused (DmlFusedNode_*): the log lists the others.
+                placed = placements.get(t.name, placements.get("*", DML_PROVIDER))
             on_dml = placed == DML_PROVIDER
             records.append(
                 NodeRecord(

@@ -64,27 +64,33 @@ class HostSession:
     """node name -> execution provider, from onnxruntime's verbose log (None when it logged none)."""
 
 
-_PLACED = re.compile(r"(?:All nodes placed on|Node\(s\) placed on) \[(\w+)\]")
-_PLACED_NODE = re.compile(r"^\s+(\w[\w.]*) \((.*)\)\s*$")
+_LOG_MESSAGE = re.compile(r"^.*?\[[VIWEF]:onnxruntime:[^\]]*\] ?(.*)$")
+_PLACED = re.compile(r"^\s*(All nodes placed on|Node\(s\) placed on) \[(\w+)\]")
+_PLACED_NODE = re.compile(r"^\s{2,}(\S+) \((.*)\)\s*$")
 
 
 def parse_placements(log: str) -> dict[str, str] | None:
-    """onnxruntime's "Node placements" verbose log as node name -> provider; names of nodes on a provider
-    whose nodes are not listed (``All nodes placed on [X]``) map to ``*``."""
+    """onnxruntime's "Node placements" verbose log (session creation) as node name -> provider. When it
+    says ``All nodes placed on [X]`` without listing them, ``"*"`` maps to X. None when it logged none."""
     placements: dict[str, str] = {}
     provider: str | None = None
     seen = False
     for line in log.splitlines():
-        found = _PLACED.search(line)
+        message = _LOG_MESSAGE.match(line)
+        if message is None:
+            provider = None
+            continue
+        text = message.group(1)
+        found = _PLACED.match(text)
         if found:
-            provider, seen = found.group(1), True
-            if "All nodes placed on" in line:
+            provider, seen = found.group(2), True
+            if found.group(1).startswith("All"):
                 placements["*"] = provider
             continue
-        node = _PLACED_NODE.match(line)
+        node = _PLACED_NODE.match(text)
         if provider is not None and node:
             placements[node.group(2)] = provider
-        elif not line.startswith(" "):
+        else:
             provider = None
     return placements if seen else None
 
