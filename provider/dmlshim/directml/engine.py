@@ -56,6 +56,17 @@ def _ort_exception(message: str, stage: str) -> BaseException:
     return cls(message)  # type: ignore[no-any-return]
 
 
+_LEVELS = {0: "disabled", 1: "basic", 2: "extended", 3: "layout", 99: "all"}
+
+
+def _optimization(config: Any) -> str:
+    """onnxruntime-node's name for the caller's graph optimization level (``all`` by default)."""
+    options = config.options_object() if hasattr(config, "options_object") else None
+    level = getattr(options, "graph_optimization_level", None)
+    name = _LEVELS.get(int(level), "all") if level is not None else "all"
+    return "all" if name == "layout" else name
+
+
 class LinuxDirectMLEngine:
     """The whole model on real DirectML 1.15 through the stack's host process.
 
@@ -86,7 +97,9 @@ class LinuxDirectMLEngine:
         path = Path(self._tmp.name) / "model.onnx"
         onnx.save_model(model, str(path), save_as_external_data=model.ByteSize() > 1_500_000_000)
         try:
-            self._session: HostSession = self.host.load(path, disable_cpu_fallback=disable_cpu_fallback)
+            self._session: HostSession = self.host.load(
+                path, disable_cpu_fallback=disable_cpu_fallback, optimization=_optimization(config)
+            )
         except HostError as exc:
             raise BadModelError(
                 f"onnxruntime ({DML_EP}, real DirectML {self.stack.versions.get('directml', '?')}) cannot load "
