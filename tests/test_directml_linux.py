@@ -78,6 +78,10 @@ def test_refusal_table_names_the_reshape_of_the_readme_model() -> None:
     found = session_refusals(onnx.load(str(MODELS / "tiny_decoder_step.onnx"), load_external_data=False))
     assert [(name, r.code) for name, r in found] == [("node_view_5", "EP_REFUSES_RESHAPE_ALLOWZERO")]
     assert session_refusals(_reshape_model(0)) == ()
+    empty = onnx.load(str(MODELS / "ecosystem/hw_scatternd_empty_index.onnx"), load_external_data=False)
+    assert [(n, r.code, r.when) for n, r in session_refusals(empty)] == [
+        ("scatter_nd_whole", "EP_CRASHES_SCATTERND_EMPTY_INDEX_TUPLE", "run")
+    ]
     assert [r.code for _, r in session_refusals(_reshape_model(1))] == ["EP_REFUSES_RESHAPE_ALLOWZERO"]
 
 

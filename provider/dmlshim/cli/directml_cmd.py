@@ -99,8 +99,7 @@ def _sweep(args: argparse.Namespace) -> int:
         print("\n".join(table(results)))
     unexplained = [
         r for r in results
-        if (r.outcome == "refused" and not r.predicted_refusal)
+        if (r.outcome in ("refused", "failed") and not r.predicted_refusal)
         or (r.outcome == "ran" and r.vs_emulation is not None and not r.vs_emulation.equal and args.fail_on_difference)
-        or r.outcome == "failed"
     ]
     return 1 if unexplained else 0

@@ -23,7 +23,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Comparison:
-    """How two runs' outputs compare: ``bit-equal``, ``max |diff| <x>`` or ``differs: <why>``."""
+    """How two runs' outputs compare: ``bit-equal``, ``max abs diff <x>`` or ``differs: <why>``."""
 
     equal: bool
     max_abs: float
@@ -88,7 +88,7 @@ def compare(a: Sequence[Any], b: Sequence[Any]) -> Comparison:
             return Comparison(False, float("inf"), "differs: integer/bool values differ")
     if worst == 0.0:
         return Comparison(True, 0.0, "bit-equal")
-    return Comparison(False, worst, f"max |diff| {worst:.3g}")
+    return Comparison(False, worst, f"max abs diff {worst:.3g}")
 
 
 def _feeds(path: Path) -> dict[str, np.ndarray]:
@@ -160,7 +160,7 @@ def table(results: Sequence[SweepResult]) -> list[str]:
     for r in results:
         outcome = r.outcome if r.outcome == "ran" else f"{r.outcome}: {r.message.splitlines()[0][:160]}"
         lines.append(
-            f"| {Path(r.model).name} | {outcome} | {r.vs_cpu.text if r.vs_cpu else '-'} | "
+            f"| {r.model.removeprefix('onnx_models/')} | {outcome} | {r.vs_cpu.text if r.vs_cpu else '-'} | "
             f"{r.vs_emulation.text if r.vs_emulation else '-'} | {', '.join(r.cpu_nodes) or '-'} |"
         )
     return lines

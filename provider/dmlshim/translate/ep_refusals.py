@@ -26,6 +26,7 @@ class EpRefusal:
         since: the first ai.onnx opset the form exists in.
         form: the node form, in words.
         seen: what onnxruntime-directml said on real DirectML (version, message).
+        when: ``"session creation"`` (the session fails) or ``"run"`` (the process dies running it).
         matches: ``(node, constants) -> bool``; ``constants`` maps names to the values of initializers and
             Constant outputs of the graph.
     """
@@ -36,6 +37,7 @@ class EpRefusal:
     form: str
     seen: str
     matches: Callable[[onnx.NodeProto, Mapping[str, np.ndarray]], bool]
+    when: str = "session creation"
 
 
 def _attr_int(node: onnx.NodeProto, name: str, default: int) -> int:
@@ -52,6 +54,11 @@ def _reshape_allowzero_minus_one(node: onnx.NodeProto, constants: Mapping[str, n
     return shape is not None and bool((np.asarray(shape) == -1).any())
 
 
+def _scatter_nd_empty_index_tuple(node: onnx.NodeProto, constants: Mapping[str, np.ndarray]) -> bool:
+    indices = constants.get(node.input[1]) if len(node.input) > 1 else None
+    return indices is not None and np.asarray(indices).ndim >= 1 and np.asarray(indices).shape[-1] == 0
+
+
 EP_REFUSALS: tuple[EpRefusal, ...] = (
     EpRefusal(
         code="EP_REFUSES_RESHAPE_ALLOWZERO",
@@ -62,6 +69,18 @@ EP_REFUSALS: tuple[EpRefusal, ...] = (
         seen="DirectML 1.15.4 / onnxruntime-directml 1.24: session creation fails, "
         "MLOperatorAuthorImpl.cpp(2853) 80070057 (E_INVALIDARG), with or without CPU fallback",
         matches=_reshape_allowzero_minus_one,
+    ),
+    EpRefusal(
+        code="EP_CRASHES_SCATTERND_EMPTY_INDEX_TUPLE",
+        op_type="ScatterND",
+        since=11,
+        form="ScatterND whose constant indices have a last dimension of 0 (each update replaces the whole "
+        "data tensor; onnxruntime CPU runs it)",
+        seen="DirectML 1.15.4 / onnxruntime-directml 1.24 (ScatterND placed on CPUExecutionProvider, the rest on "
+        "DML): the session is created, then the first run kills the process with an integer division by "
+        "zero inside onnxruntime.dll (onnx_models/ecosystem/hw_scatternd_empty_index.onnx)",
+        matches=_scatter_nd_empty_index_tuple,
+        when="run",
     ),
 )
 """Every refusal seen on real DirectML (a sweep of onnx_models/ on DirectML 1.15.4)."""
