@@ -146,3 +146,20 @@ def test_bad_feed_gets_onnxruntime_message_and_class() -> None:
     assert "InvalidArgument" in type(err.value).__name__ or any(
         "InvalidArgument" == c.__name__ for c in type(err.value).__mro__
     )
+
+
+@real
+def test_run_command_names_directml_and_the_cpu_nodes(tmp_path: Path) -> None:
+    model = MODELS / "scatter_add_histogram.onnx"
+    done = subprocess.run(
+        [sys.executable, "-m", "dmlshim", "run", str(model), "--inputs", str(model.with_suffix(".npz")),
+         "--engine", "directml", "--json"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    device = doc["record"]["device"]
+    assert device["directml"].startswith("1.15.") and "vkd3d" in device["d3d12"]
+    # onnxruntime's DirectML provider leaves ScatterElements with reduction='add' to its CPU provider.
+    assert device["nodes_on_cpu"] == "node_scatter_add"
+    assert [n["ort_placement"] for n in doc["record"]["nodes"]] == ["CPUExecutionProvider"]
