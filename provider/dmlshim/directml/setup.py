@@ -207,13 +207,19 @@ class Setup:
         for tar in [*self.source.glob("wine_*.orig.tar.xz"), *self.source.glob("wine_*.debian.tar.xz")]:
             self._run(["tar", "xf", tar.name], self.source, f"unpack {tar.name}")
 
+    def _dlls_current(self) -> bool:
+        marker = self.bin / ".dmlshim-patch-level"
+        built = all((self.bin / f"{n}.dll").exists() for n in wine_build.TARGET_DLLS)
+        return built and marker.exists() and marker.read_text(encoding="utf-8").strip() == wine_build.PATCH_LEVEL
+
     def step_wine_dlls(self) -> None:
-        if all((self.bin / f"{n}.dll").exists() for n in wine_build.TARGET_DLLS):
+        if self._dlls_current():
             return
         self.progress("preparing Wine 10's source: generators, vkd3d patched for DirectML, configure (~3 min)")
         wine_build.prepare_tree(self.tree, self.source / "debian", self.vk_registry, self._run)
         self.progress("building d3d12, d3d12core, dxgi and wined3d (vkd3d with DXIL) with mingw (~5 min on 2 cores)")
         wine_build.build_dlls(self.tree, self.bin, self._run)
+        write_text(self.bin / ".dmlshim-patch-level", wine_build.PATCH_LEVEL + "\n", overwrite=True)
 
     def _npm_pack(self, spec: str) -> Path:
         name, _, version = spec.rpartition("@")
@@ -385,7 +391,7 @@ class Setup:
             "mesa": ((self.mesa / "usr/lib/x86_64-linux-gnu/libvulkan_lvp.so").exists() and self.icd.exists(), str(self.icd)),
             "vk_registry": ((self.vk_registry / "vk.xml").exists(), str(self.vk_registry)),
             "wine_source": (self.tree.is_dir(), str(self.tree)),
-            "wine_dlls": (all((self.bin / f"{n}.dll").exists() for n in wine_build.TARGET_DLLS), str(self.bin)),
+            "wine_dlls": (self._dlls_current(), str(self.bin)),
             "node": ((self.bin / "node.exe").exists() and (self.bin / "DirectML.dll").exists(), str(self.bin / "node.exe")),
             "wheel": ((self.dml / "DirectML.dll").exists(), str(self.dml)),
             "prefix": ((self.prefix / ".dmlshim-configured").exists(), str(self.prefix)),

@@ -29,6 +29,9 @@ from ..errors import EngineUnavailableError
 
 logger = logging.getLogger(__name__)
 
+PATCH_LEVEL = "3"
+"""Bumped whenever the changes below change: a stack built at another level is rebuilt."""
+
 TARGET_DLLS = ("wined3d", "d3d12", "d3d12core", "dxgi")
 """The PE DLLs built and placed beside node.exe (vkd3d is linked into wined3d.dll)."""
 
