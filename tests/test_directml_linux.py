@@ -30,9 +30,11 @@ MODELS = ROOT / "onnx_models"
 
 def _why_absent() -> str:
     states = [s for s in Setup().check() if not s.done]
-    return "real DirectML stack not set up (`dmlshim directml setup --check`: missing " + ", ".join(
-        s.name for s in states
-    ) + ")"
+    return (
+        "real DirectML stack not set up (`dmlshim directml setup --check`: missing "
+        + ", ".join(s.name for s in states)
+        + ")"
+    )
 
 
 real = pytest.mark.skipif(not stack_available(), reason=_why_absent() if not stack_available() else "")
@@ -141,10 +143,10 @@ def test_bad_feed_gets_onnxruntime_message_and_class() -> None:
     indices = np.zeros((2, 1), dtype=np.int64)
     model = make_node_model("GatherElements", {"data": data, "indices": indices}, {"axis": 1})
     sess = InferenceSession(model, engine="directml")
-    with pytest.raises(Exception) as err:  # noqa: PT011 - dmlshim's feed check or onnxruntime's, both InvalidArgument
+    with pytest.raises(Exception) as err:
         sess.run(None, {"data": data, "indices": indices.astype(np.int32)})
     assert "InvalidArgument" in type(err.value).__name__ or any(
-        "InvalidArgument" == c.__name__ for c in type(err.value).__mro__
+        c.__name__ == "InvalidArgument" for c in type(err.value).__mro__
     )
 
 

@@ -148,7 +148,8 @@ class Host:
         xvfb = shutil.which("Xvfb")
         if xvfb is None:
             raise EngineUnavailableError(
-                "no DISPLAY and no Xvfb: install the xvfb package (`dmlshim directml setup` does)", value="Xvfb"
+                "no DISPLAY and no Xvfb: install the xvfb package (`dmlshim directml setup` does)",
+                value="Xvfb",
             )
         number = _free_display()
         self._xvfb = subprocess.Popen(
@@ -177,10 +178,12 @@ class Host:
         while size:
             try:
                 chunk = self._sock.recv(min(size, 1 << 20))
-            except socket.timeout:
+            except TimeoutError:
                 # node.exe may have crashed without closing the socket (Wine keeps it for a debugger).
                 if self._proc.poll() is not None:
-                    raise HostError(f"the DirectML host exited; its log: {self._log_tail()}", "host") from None
+                    raise HostError(
+                        f"the DirectML host exited; its log: {self._log_tail()}", "host"
+                    ) from None
                 if time.monotonic() > deadline:
                     raise HostError(
                         f"the DirectML host gave no answer in {REQUEST_TIMEOUT:.0f} s "
@@ -209,12 +212,16 @@ class Host:
                 (blen,) = struct.unpack("<Q", self._recv_exact(8))
                 data = self._recv_exact(blen)
             except OSError as exc:
-                raise HostError(f"lost the DirectML host: {exc}; its log: {self._log_tail()}", "host") from exc
+                raise HostError(
+                    f"lost the DirectML host: {exc}; its log: {self._log_tail()}", "host"
+                ) from exc
         if not reply.get("ok"):
             raise HostError(str(reply.get("error")), str(reply.get("stage")))
         return reply, data
 
-    def load(self, model_path: Path, *, disable_cpu_fallback: bool = False, optimization: str = "all") -> HostSession:
+    def load(
+        self, model_path: Path, *, disable_cpu_fallback: bool = False, optimization: str = "all"
+    ) -> HostSession:
         """Create an onnxruntime session with the DirectML provider on ``model_path``.
 
         The session logs verbosely while it is created, so that onnxruntime's node placement can be read
@@ -259,7 +266,9 @@ class Host:
             data = arr.tobytes()
             specs.append({"name": name, "type": kind, "dims": list(arr.shape), "nbytes": len(data)})
             parts.append(data)
-        reply, body = self.request({"op": "run", "session": session.id, "feeds": specs, "outputs": outputs}, b"".join(parts))
+        reply, body = self.request(
+            {"op": "run", "session": session.id, "feeds": specs, "outputs": outputs}, b"".join(parts)
+        )
         results = []
         offset = 0
         for spec in reply["outputs"]:

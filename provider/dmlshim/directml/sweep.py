@@ -78,7 +78,9 @@ def compare(a: Sequence[Any], b: Sequence[Any]) -> Comparison:
     for x, y in zip(a, b, strict=True):
         x, y = np.asarray(x), np.asarray(y)
         if x.shape != y.shape or x.dtype != y.dtype:
-            return Comparison(False, float("inf"), f"differs: {x.dtype}{list(x.shape)} vs {y.dtype}{list(y.shape)}")
+            return Comparison(
+                False, float("inf"), f"differs: {x.dtype}{list(x.shape)} vs {y.dtype}{list(y.shape)}"
+            )
         if x.dtype.kind in "fc":
             same = (x == y) | (np.isnan(x) & np.isnan(y))
             if not same.all():
@@ -92,8 +94,8 @@ def compare(a: Sequence[Any], b: Sequence[Any]) -> Comparison:
 
 
 def _feeds(path: Path) -> dict[str, np.ndarray]:
-    from ..fileio.npz import load_npz
     from ..execute.model_source import load_model
+    from ..fileio.npz import load_npz
     from ..inputs.narrow_floats import narrow_feeds
     from ..inputs.search import generate
 
@@ -108,7 +110,9 @@ def _cpu(path: Path, feeds: Mapping[str, np.ndarray], names: list[str]) -> list[
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
-    return list(ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"]).run(names, dict(feeds)))
+    return list(
+        ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"]).run(names, dict(feeds))
+    )
 
 
 def sweep_one(path: Path) -> SweepResult:
@@ -129,7 +133,9 @@ def sweep_one(path: Path) -> SweepResult:
     try:
         real = InferenceSession(str(path), engine="directml")
     except DmlShimError as exc:
-        return SweepResult(str(path), "refused", str(exc), predicted_refusal=predicted, seconds=time.monotonic() - start)
+        return SweepResult(
+            str(path), "refused", str(exc), predicted_refusal=predicted, seconds=time.monotonic() - start
+        )
     engine = real._engine if hasattr(real, "_engine") else None
     cpu_nodes = tuple(engine.cpu_nodes()) if engine is not None and hasattr(engine, "cpu_nodes") else ()
     try:

@@ -21,7 +21,6 @@ import logging
 import os
 import re
 import shutil
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -87,7 +86,7 @@ def patch_d3d12(tree: Path) -> None:
     anchor = '#include "windef.h"\n'
     if anchor not in text or "DllMain" in text:
         raise _fail("d3d12 keep-alive patch", f"{main} is not the d3d12_main.c this patch knows")
-    text = text.replace(anchor, '#include <stdarg.h>\n' + anchor + '#include "winbase.h"\n', 1) + _KEEP_ALIVE
+    text = text.replace(anchor, "#include <stdarg.h>\n" + anchor + '#include "winbase.h"\n', 1) + _KEEP_ALIVE
     main.write_text(text, encoding="utf-8")
 
 
@@ -98,7 +97,9 @@ def patch_vkd3d(tree: Path) -> None:
     text = device.read_text(encoding="utf-8")
     if "*num_meta_commands = 0;" not in text:
         if _META_STUB not in text:
-            raise _fail("vkd3d EnumerateMetaCommands patch", f"{device} has no stub to replace (another vkd3d?)")
+            raise _fail(
+                "vkd3d EnumerateMetaCommands patch", f"{device} has no stub to replace (another vkd3d?)"
+            )
         device.write_text(text.replace(_META_STUB, _META_FIXED, 1), encoding="utf-8")
     makefile = tree / "libs/vkd3d/Makefile.in"
     text = makefile.read_text(encoding="utf-8")
@@ -173,7 +174,11 @@ def prepare_tree(tree: Path, debian: Path, vk_registry: Path, run: Runner) -> No
             os.symlink(f"/usr/share/misc/{name}", link)
     opengl = tree / "dlls/opengl32/make_opengl"
     if "khronos-api" not in opengl.read_text(encoding="utf-8"):
-        run(["patch", "-p1", "-i", str(debian / "patches/generate/opengl.patch")], tree, "OpenGL generator patch")
+        run(
+            ["patch", "-p1", "-i", str(debian / "patches/generate/opengl.patch")],
+            tree,
+            "OpenGL generator patch",
+        )
     run(["autoreconf", "-f"], tree, "autoreconf (configure)")
     run(["perl", "tools/make_requests"], tree, "make_requests (server protocol headers)")
     run(["perl", "tools/make_specfiles"], tree, "make_specfiles (syscall tables)")
@@ -228,7 +233,9 @@ def vkd3d_version(tree: Path) -> str:
     """The vkd3d version bundled in the Wine tree (``PACKAGE_VERSION`` of libs/vkd3d/config.h)."""
     config = tree / "libs/vkd3d/config.h"
     if config.exists():
-        found = re.search(r'PACKAGE_VERSION\s+"([^"]+)"', config.read_text(encoding="utf-8", errors="replace"))
+        found = re.search(
+            r'PACKAGE_VERSION\s+"([^"]+)"', config.read_text(encoding="utf-8", errors="replace")
+        )
         if found:
             return found.group(1)
     return "unknown"

@@ -76,7 +76,8 @@ EP_REFUSALS: tuple[EpRefusal, ...] = (
         since=11,
         form="ScatterND whose constant indices have a last dimension of 0 (each update replaces the whole "
         "data tensor; onnxruntime CPU runs it)",
-        seen="DirectML 1.15.4 / onnxruntime-directml 1.24 (ScatterND placed on CPUExecutionProvider, the rest on "
+        seen="DirectML 1.15.4 / onnxruntime-directml 1.24 (ScatterND placed on CPUExecutionProvider, the "
+        "rest on "
         "DML): the session is created, then the first run kills the process with an integer division by "
         "zero inside onnxruntime.dll (onnx_models/ecosystem/hw_scatternd_empty_index.onnx)",
         matches=_scatter_nd_empty_index_tuple,
@@ -89,7 +90,7 @@ EP_REFUSALS: tuple[EpRefusal, ...] = (
 def _constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
     values: dict[str, np.ndarray] = {}
     for init in graph.initializer:
-        if init.data_location != onnx.TensorProto.EXTERNAL and onnx.helper.tensor_dtype_to_np_dtype(init.data_type) != object:
+        if init.data_location != onnx.TensorProto.EXTERNAL and init.data_type != onnx.TensorProto.STRING:
             values[init.name] = numpy_helper.to_array(init)
     for node in graph.node:
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output:
@@ -118,7 +119,11 @@ def session_refusals(model: onnx.ModelProto) -> tuple[tuple[str, EpRefusal], ...
         constants: dict[str, np.ndarray] | None = None
         for node in graph.node:
             for refusal in EP_REFUSALS:
-                if node.op_type != refusal.op_type or node.domain not in ("", "ai.onnx") or opset < refusal.since:
+                if (
+                    node.op_type != refusal.op_type
+                    or node.domain not in ("", "ai.onnx")
+                    or opset < refusal.since
+                ):
                     continue
                 if constants is None:
                     constants = _constants(graph)
