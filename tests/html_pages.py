@@ -108,9 +108,11 @@ class Page(html.parser.HTMLParser):
 
     def rows_of(self, name: str) -> dict[str, str]:
         """The details of a node (label -> text), as shown when it is selected."""
+        strings = self.data["strings"]
         for info in self.data["nodes"].values():
             if info["name"] == name:
-                return {label: text for label, text in info["rows"]}
+                rows = [strings[i] for i in info["rows"]]
+                return dict(zip(rows[::2], rows[1::2], strict=True))
         raise KeyError(name)
 
 
