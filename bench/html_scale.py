@@ -24,7 +24,7 @@ from onnx import TensorProto, helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.inspect_scale import measure  # noqa: E402
+from bench.inspect_scale import measure
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -61,10 +61,10 @@ def _row(label: str, model: Path, folder: Path) -> None:
 
 
 def real_models(folder: Path) -> None:
+    from dmlshim.dml.enums import FeatureLevel
     from dmlshim.execute.model_source import load_model
     from dmlshim.report.html.reports import write_inspect_report
     from dmlshim.translate.model_translation import translate_model
-    from dmlshim.dml.enums import FeatureLevel
 
     print("\n| model | nodes | page | time of the page |\n| --- | --- | --- | --- |")
     for path in sorted((REPO / "onnx_models" / "real").glob("*.onnx")):
@@ -79,7 +79,9 @@ def real_models(folder: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--nodes", type=int, nargs="+", default=[1000, 10000, 100000])
     parser.add_argument("--every", type=int, default=250)
     parser.add_argument("--real", action="store_true")
@@ -89,8 +91,10 @@ def main(argv: list[str] | None = None) -> int:
         print("| model | inspect | inspect --html | report's cost | page | peak RSS |")
         print("| --- | --- | --- | --- | --- | --- |")
         for count in args.nodes:
-            for every, label in ((args.every, f"{count:,} nodes, a Gather every {args.every}"),
-                                 (1, f"{count:,} Gathers")):
+            for every, label in (
+                (args.every, f"{count:,} nodes, a Gather every {args.every}"),
+                (1, f"{count:,} Gathers"),
+            ):
                 path = folder / f"chain_{count}_{every}.onnx"
                 onnx.save(chain(count, every), path)
                 _row(label, path, folder)

@@ -88,7 +88,7 @@ def test_colour_and_details_follow_where_each_node_runs(
     on_dml = page.rows_of("on_dml")
     assert on_dml["where it runs"] == "DirectML operator"
     assert on_dml["DML operator"] == "DML_OPERATOR_GATHER"
-    # Gather axis=1 of a [4, 3] input with 2 indices: DirectML's GATHER descriptor (seeds: Axis, IndexDimensions).
+    # Gather axis=1 of a [4, 3] input with 2 indices: DirectML's GATHER descriptor (Axis, IndexDimensions).
     assert on_dml["descriptor"].startswith("Axis=") and "Output[" in on_dml["descriptor"]
     assert on_dml["lowest feature level"].startswith("DML_FEATURE_LEVEL_")
     assert page.rows_of("shape_gather")["onnxruntime-directml places it on"] == "CPUExecutionProvider"
@@ -141,7 +141,9 @@ def test_hostile_node_names_stay_text(tmp_path: Path, capsys: pytest.CaptureFixt
         initializer=[helper.make_tensor("i", T.INT64, [2], [2, 0])],
     )
     path = tmp_path / "hostile.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=IR_VERSION), path)
+    onnx.save(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=IR_VERSION), path
+    )
     _, page, text = _inspect_page(tmp_path, path)
     capsys.readouterr()
     assert "<img" not in text
@@ -172,7 +174,9 @@ def _chain(path: Path, length: int, every: int) -> tuple[Path, list[str]]:
     return path, gathers
 
 
-def test_large_graph_draws_the_gathers_neighbourhood(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_large_graph_draws_the_gathers_neighbourhood(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     model, gathers = _chain(tmp_path / "long.onnx", 5000, 250)  # 20 Gathers among 5,000 nodes
     start = time.perf_counter()
     _, page, text = _inspect_page(tmp_path, model)
@@ -193,7 +197,7 @@ def test_more_gathers_than_drawn_are_still_listed(tmp_path: Path, capsys: pytest
     from dmlshim.report.html.graph_view import MAX_DRAWN
 
     model, gathers = _chain(tmp_path / "gathers.onnx", MAX_DRAWN + 300, 1)
-    _, page, text = _inspect_page(tmp_path, model)
+    _, page, _ = _inspect_page(tmp_path, model)
     capsys.readouterr()
     assert sorted(page.rows) == sorted(gathers)
     assert len(page.drawn()) == MAX_DRAWN

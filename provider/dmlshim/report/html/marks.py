@@ -148,8 +148,10 @@ def validate_marks(report: ValidationReport) -> dict[str, NodeMark]:
             ("onnxruntime-directml would", ort_cell(n)),
             ("output against the reference", attribution_cell(n)),
         ]
-        rows += [(f"input {name}", {True: "match", False: "differs", None: "not observed"}[m])
-                 for name, m in n.input_matches]
+        rows += [
+            (f"input {name}", {True: "match", False: "differs", None: "not observed"}[m])
+            for name, m in n.input_matches
+        ]
         if n.record is not None:
             rows += [(f"[run] {c}", m) for c, m in n.record.reasons]
             rows += [(f"[run note] {c}", m) for c, m in n.record.notes]

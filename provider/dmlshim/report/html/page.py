@@ -60,7 +60,8 @@ h1{font-size:16px;margin:0 0 6px}
 #verdict.pass{background:#e8f5e9;border:1px solid #43a047}
 #verdict.fail{background:#fff3e0;border:1px solid #fb8c00}
 #legend span{display:inline-block;margin:6px 14px 0 0}
-#legend i{display:inline-block;width:12px;height:12px;margin-right:4px;vertical-align:-2px;border:1px solid #555}
+#legend i{display:inline-block;width:12px;height:12px;margin-right:4px;vertical-align:-2px;
+border:1px solid #555}
 #bound{color:#555;margin-top:4px}
 main{display:flex;height:calc(100vh - 150px);min-height:400px}
 #graph{flex:1;overflow:auto;border-right:1px solid #ccc;background:#fafafa}
@@ -194,7 +195,9 @@ def _svg(view: GraphView, placed: Placed, marks: Mapping[str, NodeMark]) -> str:
             parts.append(_box(node.key, classes, lines, tip, centre, CATEGORIES[mark.category][1]))
         elif node.members:
             ops = ", ".join(f"{op} {n}" for op, n in node.member_ops[:4])
-            parts.append(_box(node.key, "group", [node.name, ops], f"{node.name}: {ops}", centre, "", tail=False))
+            parts.append(
+                _box(node.key, "group", [node.name, ops], f"{node.name}: {ops}", centre, "", tail=False)
+            )
         else:
             parts.append(_box(node.key, "plain", [node.op_type, node.name], node.name, centre, ""))
     parts.append("</svg>")
@@ -218,7 +221,9 @@ class _Strings:
         return [self(part) for row in rows for part in row]
 
 
-def _node_data(view: GraphView, marks: Mapping[str, NodeMark], strings: _Strings) -> dict[str, dict[str, object]]:
+def _node_data(
+    view: GraphView, marks: Mapping[str, NodeMark], strings: _Strings
+) -> dict[str, dict[str, object]]:
     data: dict[str, dict[str, object]] = {}
     drawn = {n.name: n.key for n in view.nodes if not n.members}
     for i, mark in enumerate(marks.values()):
@@ -271,7 +276,10 @@ def _bound_note(view: GraphView) -> str:
         f"{view.radius} edge(s) from them ({view.drawn_nodes}); the others are drawn as grey groups."
     )
     if view.undrawn:
-        text += f" {len(view.undrawn)} gather/scatter nodes past the first ones are in groups (listed on the right)."
+        text += (
+            f" {len(view.undrawn)} gather/scatter nodes past the first ones are in groups (listed on the "
+            "right)."
+        )
     return text
 
 
@@ -284,7 +292,9 @@ def render_page(text: PageText, view: GraphView, placed: Placed, marks: Mapping[
     """The whole page as one string."""
     strings = _Strings()
     nodes = _node_data(view, marks, strings)
-    data = json.dumps({"strings": list(strings.index), "nodes": nodes}, ensure_ascii=True, separators=(",", ":"))
+    data = json.dumps(
+        {"strings": list(strings.index), "nodes": nodes}, ensure_ascii=True, separators=(",", ":")
+    )
     # No markup character inside the script element: it can never close early or read as a tag.
     data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     verdict_class = "pass" if text.passed else "fail"
@@ -304,7 +314,7 @@ def render_page(text: PageText, view: GraphView, placed: Placed, marks: Mapping[
             _svg(view, placed, marks),
             '</div><div id="side"><div id="details"><p>Click a node or a row for its descriptor, feature '
             "level and reasons.</p></div>",
-            f"<h2 style=\"font-size:14px\">Gather/scatter nodes ({len(marks)})</h2>",
+            f'<h2 style="font-size:14px">Gather/scatter nodes ({len(marks)})</h2>',
             _table(view, marks),
             "</div></main>",
             f"<details><summary>Text report</summary><pre>{_esc(text.report)}</pre></details>",
