@@ -160,7 +160,7 @@ def _write_html(
 
 def _read(path: str) -> onnx.ModelProto:
     # Shapes, types and small constants are all inspect reads: the large weights stay in the model's files.
-    return read_model(path, weightless=True).proto
+    return read_model(path, weightless=True, own_weights=False).proto
 
 
 def _unknown(translation: ModelTranslation) -> int:

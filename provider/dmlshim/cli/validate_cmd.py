@@ -11,7 +11,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from . import validate_many
-from .options import add_feature_level, add_input_shape, add_tolerances
+from .options import add_engine, add_feature_level, add_input_shape, add_tolerances
 from .progress import status
 from .validate_files import add_array_files, model_report
 
@@ -36,11 +36,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--optimization-level",
         choices=OPTIMIZATION_LEVEL_NAMES,
-        default="disabled",
+        default=None,
         help="onnxruntime's graph optimization level on every side (onnxruntime's GraphOptimizationLevel: "
-        "disabled, basic, extended, all; default disabled)",
+        "disabled, basic, extended, all; default disabled, or all where onnxruntime fails the model with "
+        "optimizations disabled and runs it at its default level, as the report then says)",
     )
     add_feature_level(parser, "emulated")
+    add_engine(parser)
     add_input_shape(parser)
     parser.add_argument("--seed", type=int, default=0, metavar="N", help="seed of random inputs (default 0)")
     parser.add_argument(

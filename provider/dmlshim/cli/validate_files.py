@@ -118,5 +118,6 @@ def model_report(args: argparse.Namespace, model: str) -> ValidationReport:
         seed=args.seed,
         index_mode="clamp" if args.clamp_indices else "error",
         optimization_level=args.optimization_level,
+        engine=args.engine,
     )
     return finish(report, tolerances, args)
