@@ -16,7 +16,7 @@ from onnx import TensorProto as T
 from onnx import helper
 
 from dmlshim.cli.main import main
-from tests.html_pages import COLOURS, Page, four_places_model, gather_scatter_names
+from tests.html_pages import COLOURS, Page, four_places_model, gather_scatter_names, three_places_model
 from tests.oracle import IR_VERSION
 
 pytest.importorskip("igraph", reason="the html extra (igraph) is not installed: pip install 'dmlshim[html]'")
@@ -119,6 +119,25 @@ def test_validate_page_shows_the_run(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert page.rows["node_ScatterND_18"] == "gs cat-fallback"
     assert page.rows_of("node_ScatterND_18")["in dmlshim's run"].startswith("onnxruntime CPU")
     assert text.strip().splitlines()[-1] in page.verdict
+
+
+@pytest.mark.parametrize("engine", ["partitioned", "customop"])
+def test_validate_page_colours_where_each_engine_ran_the_nodes(
+    tmp_path: Path, engine: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = three_places_model(tmp_path / "three.onnx")
+    out = tmp_path / "three.html"
+    assert main(["validate", str(model), "--engine", engine, "--html", str(out)]) == 0
+    capsys.readouterr()
+    page = Page(out.read_text(encoding="utf-8"))
+    assert page.rows == {
+        "on_dml": "gs cat-dml",
+        "shape_gather": "gs cat-shape",
+        "scatter_add": "gs cat-fallback",
+    }
+    assert page.rows_of("on_dml")["in dmlshim's run"] == "emulated as DML_OPERATOR_GATHER"
+    assert page.rows_of("shape_gather")["in dmlshim's run"].startswith("onnxruntime CPU")
+    assert page.rows_of("on_dml")["output against the reference"] in ("match", "-")
 
 
 def test_page_needs_nothing_from_the_network(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
