@@ -33,7 +33,7 @@ from typing import Any
 
 from ..errors import BadInputError
 from . import tracking
-from .emulate import EMULATE_CHOICES, EMULATE_ENV
+from .emulate import EMULATE_CHOICES, EMULATE_ENV, ENGINE_ENV
 from .real import ORT_VERSION, ort
 from .standin import is_standin, standin_module
 
@@ -87,6 +87,7 @@ def install(
     summary: str | None = None,
     summary_file: str | os.PathLike[str] | None = None,
     emulate: str | None = None,
+    engine: str | None = None,
     children: bool = True,
     overwrite: bool = False,
     inputs: Sequence[str | os.PathLike[str]] = (),
@@ -99,6 +100,9 @@ def install(
         summary_file: also write the JSON summary to this file at exit.
         emulate: ``"asked"`` (default: sessions asking for DmlExecutionProvider or for no provider are
             emulated, as onnxruntime-directml would run them) or ``"all"`` (every session).
+        engine: the engine of every emulated session that passes no ``engine=`` (default
+            ``$DMLSHIM_ORT_ENGINE``, else ``partitioned``); ``customop`` emulates the nodes inside
+            If/Loop/Scan bodies too.
         children: bind worker and child Python processes too (through ``PYTHONPATH``).
         overwrite: let ``summary_file`` replace an existing regular file.
         inputs: files the program reads (its script, models): ``summary_file`` may never be one of them,
@@ -110,9 +114,20 @@ def install(
     Raises:
         BadInputError: an unknown ``summary`` or ``emulate`` value; ``summary_file`` (or
             ``$DMLSHIM_ORT_SUMMARY_FILE``) names an input, or an existing file without ``overwrite``.
+        EngineUnavailableError: an unknown ``engine``.
     """
     os.environ[SUMMARY_ENV] = _choice(summary, SUMMARY_ENV, _SUMMARY_FORMATS, "text")
     os.environ[EMULATE_ENV] = _choice(emulate, EMULATE_ENV, EMULATE_CHOICES, "asked")
+    engine = engine if engine is not None else os.environ.get(ENGINE_ENV, "").strip()
+    if engine:
+        from ..errors import EngineUnavailableError
+        from ..execute.engine import engine_names
+
+        if engine not in engine_names():  # fails now, before the program runs; nothing imported yet
+            raise EngineUnavailableError(
+                f"unknown engine {engine!r}; available engines: {', '.join(engine_names())}", value=engine
+            )
+        os.environ[ENGINE_ENV] = engine
     if summary_file is None and OWNER_ENV not in os.environ and os.environ.get(SUMMARY_FILE_ENV):
         # named by the environment: the same rules as the argument (never an input, nor an existing file)
         summary_file = os.environ[SUMMARY_FILE_ENV]

@@ -35,7 +35,7 @@ from .ortvalues import (
 )
 from .profiling import SessionProfiler
 from .providers import normalize_providers, providers_or_fallback, unknown_provider_error
-from .real import optimizers_disabled, pybind_state
+from .real import callers_options, optimizers_disabled, pybind_state, use_global_thread_pool
 from .session_args import (
     NO_MODEL_VERSION,
     check_provider_list,
@@ -111,6 +111,10 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
     ) -> None:
         self._remember_source(path_or_bytes, sess_options, kwargs)  # a bytearray is refused, as onnxruntime
         check_session_options(sess_options)
+        if sess_options is not None:
+            callers_options(sess_options)
+            if getattr(sess_options, "use_per_session_threads", True) is False:
+                use_global_thread_pool()
         if emulate_all():  # $DMLSHIM_ORT_EMULATE=all: DirectML emulated whatever the client asks for
             providers, provider_options = with_dml_first(providers, provider_options)
         self._fallback_enabled = fallback_flag(kwargs)
