@@ -213,10 +213,10 @@ def _validate_loaded(
         try:
             ours, ref, whole, whole_error, runs = _sides(loaded, feeds, common, engine_name, translate)
         except DmlShimError as exc:
-            weights = loaded.weights_path
-            reason = only_optimised_runs(exc, proto, feeds, weights) if requested_level is None else None
+            # onnxruntime's own session of the model file (as a deployment would load it)
+            reason = only_optimised_runs(exc, proto, feeds, loaded.path) if requested_level is None else None
             if reason is None:
-                note_default_level_runs(exc, proto, feeds, opt_level, loaded.weights_path)
+                note_default_level_runs(exc, proto, feeds, opt_level, loaded.path)
                 raise
             logger.info("%s", reason)
             opt_level = common["level"] = ORT_DEFAULT_LEVEL
@@ -354,7 +354,8 @@ def _sides(
     del engine
     # The engines' onnxruntime sessions (a copy of the weights) go before the whole-model session.
     ours, ref = dataclasses.replace(ours, engine=None), dataclasses.replace(ref, engine=None)
-    whole, whole_error = whole_model_run(proto, feeds, opt_level, loaded.weights_path)
+    # onnxruntime's own session of the model file (it reads and copies the weights itself)
+    whole, whole_error = whole_model_run(proto, feeds, opt_level, loaded.path)
     return ours, ref, whole, whole_error, RUNS_THREE
 
 
