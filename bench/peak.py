@@ -26,7 +26,7 @@ _WRAPPER = (
     "usage = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
     "print(json.dumps({'code': done.returncode, 'peak_kb': usage.ru_maxrss, 'wall': wall,\n"
     "                  'cpu': usage.ru_utime + usage.ru_stime,\n"
-    "                  'out': done.stdout.decode('utf-8', 'replace')[-4000:],\n"
+    "                  'out': done.stdout.decode('utf-8', 'replace'),\n"
     "                  'err': done.stderr.decode('utf-8', 'replace')[-4000:]}))\n"
 )
 

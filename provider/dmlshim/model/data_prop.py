@@ -134,9 +134,14 @@ class _Site:
     shape_input: bool  # a shape input of Reshape/Expand/ConstantOfShape (rank from its length)
 
 
-def _sites(model: onnx.ModelProto, paths: list[GraphPath]) -> list[_Site]:
+def _versions(model: onnx.ModelProto) -> dict[str, int]:
     versions = {op.domain or "": int(op.version) for op in model.opset_import}
     versions.setdefault("", versions.get("ai.onnx", 0))
+    return versions
+
+
+def _sites(model: onnx.ModelProto, paths: list[GraphPath]) -> list[_Site]:
+    versions = _versions(model)
     found: list[_Site] = []
     for path, graph in _each(model, paths):
         for i, node in enumerate(graph.node):
@@ -287,6 +292,8 @@ def _cut_copy(
     renamed: dict[str, str] = {}
     pinned: set[tuple[GraphPath, int]] = set()
     declared_in: dict[GraphPath, dict[str, onnx.ValueInfoProto]] = {}
+    versions = _versions(model)
+    inits = _initializers(model, paths)
     for site, (kind, declared) in plan.items():
         key = (site.value, declared)
         if key not in fresh:
@@ -302,16 +309,25 @@ def _cut_copy(
             pinned.add((site.path, site.node))
             if site.path not in declared_in:
                 declared_in[site.path] = {v.name: v for v in (*graph.value_info, *graph.output)}
-            _pin(graph, node, types, declared_in[site.path])
+            _pin(graph, node, types, declared_in[site.path], versions, renamed, inits)
     return copy, renamed
 
 
-def _pin(graph: onnx.GraphProto, node: onnx.NodeProto, types: dict[str, onnx.TypeProto],
-         declared: dict[str, onnx.ValueInfoProto]) -> None:
-    """Declare the node's outputs with the types already known for them (inference merges its own in);
-    ``declared`` holds the graph's outputs and value_info by name, and gains what is added."""
+def _pin(
+    graph: onnx.GraphProto,
+    node: onnx.NodeProto,
+    types: dict[str, onnx.TypeProto],
+    declared: dict[str, onnx.ValueInfoProto],
+    versions: dict[str, int],
+    renamed: dict[str, str],
+    inits: dict[str, onnx.TensorProto],
+) -> None:
+    """Declare the node's outputs with the types its own inference gives from its inputs' full types
+    (without data; else the types already known for them). ``declared`` holds the graph's outputs and
+    value_info by name, and gains what is added."""
+    own = _node_types(node, types, versions, renamed, inits)
     for name in node.output:
-        tp = types.get(name)
+        tp = own.get(name) or types.get(name)
         if not name or tp is None:
             continue
         target = declared.get(name)
@@ -319,6 +335,31 @@ def _pin(graph: onnx.GraphProto, node: onnx.NodeProto, types: dict[str, onnx.Typ
             target = declared[name] = graph.value_info.add()
             target.name = name
         target.type.CopyFrom(tp)
+
+
+def _node_types(
+    node: onnx.NodeProto,
+    types: dict[str, onnx.TypeProto],
+    versions: dict[str, int],
+    renamed: dict[str, str],
+    inits: dict[str, onnx.TensorProto],
+) -> dict[str, onnx.TypeProto]:
+    """The types the node's own inference gives its outputs from its inputs' types (a cut input read under
+    its fresh name, ``renamed`` mapping it back); empty when onnx cannot tell."""
+    domain = "" if node.domain in ("", "ai.onnx") else node.domain
+    inputs = {name: types[renamed.get(name, name)] for name in node.input if renamed.get(name, name) in types}
+    try:
+        schema = onnx.defs.get_schema(node.op_type, versions.get(domain, 0), domain)
+        data = {name: inits[name] for name in node.input if name in inits and name not in renamed}
+        found = onnx.shape_inference.infer_node_outputs(schema, node, inputs, data)
+    except Exception as exc:  # noqa: BLE001 - onnx raises several unrelated types; the known types do
+        logger.debug("no types for %s from its inputs: %s", node.op_type, exc)
+        return {}
+    return {
+        name: tp
+        for name, tp in found.items()
+        if tp.HasField("tensor_type") and tp.tensor_type.HasField("shape")
+    }
 
 
 def _pinned(model: onnx.ModelProto, plan: dict[_Site, tuple[str, bytes]]) -> set[str]:
