@@ -133,8 +133,10 @@ CASES: dict[str, tuple[Callable[[Path], Path], dict[str, str], dict[str, Any] | 
 """name -> (builder, environment of dmlshim's commands, feeds of the validate comparison or None)."""
 
 
-def bench_case(name: str, folder: Path) -> dict[str, Any]:
+def bench_case(name: str, folder: Path, provider: str | None = None) -> dict[str, Any]:
     build, env, feeds = CASES[name]
+    if provider:  # another checkout's dmlshim (the code before a change)
+        env = {**env, "PYTHONPATH": provider}
     path = build(folder)
     ort = measure(python(ORT_SESSION, str(path)))
     inspect = measure(dmlshim("inspect", "-q", str(path)), env)
@@ -167,11 +169,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--only", nargs="+", choices=sorted(CASES), default=sorted(CASES))
+    parser.add_argument("--provider", help="run dmlshim from this folder (e.g. another worktree's provider/)")
     args = parser.parse_args(argv)
     rows = []
     for name in args.only:
         with tempfile.TemporaryDirectory() as tmp:
-            rows.append(bench_case(name, Path(tmp)))
+            rows.append(bench_case(name, Path(tmp), args.provider))
         if not args.json:
             print(json.dumps(rows[-1]), flush=True)
     if args.json:
