@@ -10,7 +10,7 @@ import runpy
 import sys
 
 from ..errors import DmlShimError
-from .install import install
+from .install import SUMMARY_FILE_ENV, install
 
 _USAGE = (
     "python -m dmlshim.ort [--summary text|json|off] [--summary-file PATH] [--emulate asked|all] "
@@ -54,6 +54,15 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _same_path(a: str, b: str) -> bool:
+    if os.path.abspath(a) == os.path.abspath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
 def split_argv(argv: list[str]) -> tuple[list[str], str | None, list[str]]:
     """``argv`` as ``python`` reads its own: dmlshim's options, then ``-m MODULE`` or ``SCRIPT``, and every
     argument after the module or script passed through untouched (options looking like dmlshim's too).
@@ -86,8 +95,16 @@ def main(argv: list[str] | None = None) -> int:
         _parser().print_usage(sys.stderr)
         sys.stderr.write("python -m dmlshim.ort: error: give a script or -m MODULE\n")
         return 2
-    # The script and every argument naming an existing file are inputs the summary may never replace.
+    # The script and every argument naming an existing file are inputs the summary may never replace;
+    # a path the program is given that does not exist yet may be its output: never the summary's either.
     read = [a for a in target if os.path.isfile(a)]
+    named = os.environ.get(SUMMARY_FILE_ENV) if args.summary_file is None else args.summary_file
+    if named and any(_same_path(named, a) for a in target):
+        sys.stderr.write(
+            f"python -m dmlshim.ort: error: the summary file {named!r} is given to the program too; "
+            "refusing to replace an input (or a file the program writes): give the summary another name\n"
+        )
+        return 2
     try:
         install(
             summary=args.summary,

@@ -45,6 +45,7 @@ SUMMARY_ENV = "DMLSHIM_ORT_SUMMARY"
 """``text`` (default), ``json`` or ``off``: the summary printed on stderr at exit."""
 SUMMARY_FILE_ENV = "DMLSHIM_ORT_SUMMARY_FILE"
 SUMMARY_INPUTS_ENV = "DMLSHIM_ORT_SUMMARY_INPUTS"
+SUMMARY_OVERWRITE_ENV = "DMLSHIM_ORT_SUMMARY_OVERWRITE"
 """A file to write the JSON summary to at exit (besides stderr)."""
 STATE_ENV = "DMLSHIM_ORT_STATE"
 """The private folder where worker processes leave their tallies (set by the first process)."""
@@ -111,7 +112,8 @@ def install(
         The stand-in module now in ``sys.modules["onnxruntime"]``.
 
     Raises:
-        BadInputError: an unknown ``summary`` or ``emulate`` value.
+        BadInputError: an unknown ``summary`` or ``emulate`` value; ``summary_file`` (or
+            ``$DMLSHIM_ORT_SUMMARY_FILE``) names an input, or an existing file without ``overwrite``.
         EngineUnavailableError: an unknown ``engine``.
     """
     os.environ[SUMMARY_ENV] = _choice(summary, SUMMARY_ENV, _SUMMARY_FORMATS, "text")
@@ -126,13 +128,18 @@ def install(
                 f"unknown engine {engine!r}; available engines: {', '.join(engine_names())}", value=engine
             )
         os.environ[ENGINE_ENV] = engine
+    if summary_file is None and OWNER_ENV not in os.environ and os.environ.get(SUMMARY_FILE_ENV):
+        # named by the environment: the same rules as the argument (never an input, nor an existing file)
+        summary_file = os.environ[SUMMARY_FILE_ENV]
     if summary_file is not None:
         from ..fileio import files
 
-        # Refused now, before the program runs, as every dmlshim writer refuses (an existing file, an input).
+        # Refused now, before the program runs, as every dmlshim writer refuses (an existing file, an input);
+        # what is there now is remembered, and a file that appears there while the program runs is kept.
         files.check_output_file(summary_file, overwrite=overwrite, inputs=inputs, what="summary file")
         os.environ[SUMMARY_FILE_ENV] = os.path.abspath(os.fspath(summary_file))
         os.environ[SUMMARY_INPUTS_ENV] = os.pathsep.join(os.path.abspath(os.fspath(p)) for p in inputs)
+        os.environ[SUMMARY_OVERWRITE_ENV] = "1" if overwrite else "0"
     if OWNER_ENV not in os.environ:
         os.environ[OWNER_ENV] = str(os.getpid())
         os.environ[STATE_ENV] = tempfile.mkdtemp(prefix="dmlshim-ort-")
@@ -219,7 +226,15 @@ def uninstall() -> None:
     state = os.environ.get(STATE_ENV)
     if _is_owner() and state:
         shutil.rmtree(state, ignore_errors=True)
-    names = [INSTALL_ENV, STATE_ENV, OWNER_ENV, SUMMARY_ENV, SUMMARY_FILE_ENV, SUMMARY_INPUTS_ENV]
+    names = [
+        INSTALL_ENV,
+        STATE_ENV,
+        OWNER_ENV,
+        SUMMARY_ENV,
+        SUMMARY_FILE_ENV,
+        SUMMARY_INPUTS_ENV,
+        SUMMARY_OVERWRITE_ENV,
+    ]
     names.append(EMULATE_ENV)
     for name in names:
         os.environ.pop(name, None)
@@ -335,9 +350,11 @@ def _at_exit() -> None:
         from ..fileio import files
 
         try:
-            # Checked when installed (existing file only with overwrite); an input never, even now.
+            # Checked when installed (existing file only with overwrite); an input never, even now; a file
+            # that appeared there while the program ran (its own result, say) is the program's: kept.
             read = [p for p in os.environ.get(SUMMARY_INPUTS_ENV, "").split(os.pathsep) if p]
-            files.write_json(target, result, overwrite=True, inputs=read, what="dmlshim summary")
+            replace = os.environ.get(SUMMARY_OVERWRITE_ENV) == "1"
+            files.write_json(target, result, overwrite=replace, inputs=read, what="dmlshim summary")
         except BadInputError as exc:
             sys.stderr.write(f"dmlshim: {exc}\n")
     if fmt == "json":
