@@ -25,8 +25,12 @@ def _device(device: Any) -> tuple[str, int]:
     if isinstance(device, str):
         return device, 0
     kind = device.device_type()
-    name = "cpu" if kind == C.OrtDevice.cpu() else next(
-        (n for n in ("cuda", "dml", "npu") if getattr(C.OrtDevice, n, lambda: None)() == kind), "gpu"
+    name = (
+        "cpu"
+        if kind == C.OrtDevice.cpu()
+        else next(
+            (n for n in ("cuda", "dml", "npu") if getattr(C.OrtDevice, n, lambda: None)() == kind), "gpu"
+        )
     )
     return _DEVICE_NAMES[name], int(device.device_id())
 

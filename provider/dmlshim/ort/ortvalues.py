@@ -15,8 +15,8 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import BadInputError, NotSupportedError
-from .exceptions import with_onnxruntime_class
 from ..execute.cpu_step import NUMPY_TENSOR_TYPES
+from .exceptions import with_onnxruntime_class
 
 logger = logging.getLogger(__name__)
 
