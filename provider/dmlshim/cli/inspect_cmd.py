@@ -43,6 +43,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="show each node's descriptor fields (UINT fields, Sizes, Strides, data types) in the table",
     )
     parser.add_argument("--json", action="store_true", help="print the schema_version 1 JSON document")
+    parser.add_argument(
+        "--html",
+        metavar="REPORT.html",
+        help="also write a self-contained HTML page: the graph, each gather/scatter node coloured by where "
+        "it runs, its details on click (needs the html extra: pip install 'dmlshim[html]')",
+    )
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --html file")
 
 
 def graph_values(model: onnx.ModelProto) -> tuple[list[GraphValue], list[GraphValue]]:
@@ -108,6 +115,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _inspect(args: argparse.Namespace) -> int:
     given = input_shapes(args)
+    if args.html:
+        from ..report.html import check_html_target
+
+        check_html_target(args.html, overwrite=args.overwrite, inputs=(args.model,))
     if given and args.inputs:
         print("dmlshim inspect: note: --input-shape is ignored with --inputs", file=sys.stderr)
         given = {}
@@ -143,7 +154,7 @@ def _inspect(args: argparse.Namespace) -> int:
         write_json(
             translation, sys.stdout, args.model, graph_inputs=inputs, graph_outputs=outputs, run=ran
         )
-    else:
+    if not args.json or args.html:
         symbolic: dict[str, tuple[object, ...]] = {}
         for v in inputs:
             if v.name in shapes or v.shape is None:
@@ -166,13 +177,23 @@ def _inspect(args: argparse.Namespace) -> int:
             hint_helps=hint_helps,
             run=ran,
         )
-        sys.stdout.write(text)
+        if not args.json:
+            sys.stdout.write(text)
+        if args.html:
+            _write_html(args, model, translation, text)
     return 0 if translation.summary["all_dml"] else 1
+
+
+def _write_html(args: argparse.Namespace, model: onnx.ModelProto, translation: ModelTranslation, text: str) -> None:
+    from ..report.html.reports import write_inspect_report
+
+    write_inspect_report(args.html, model, translation, args.model, text, overwrite=args.overwrite)
+    print(f"dmlshim inspect: HTML report written to {args.html}", file=sys.stderr)
 
 
 def _read(path: str) -> onnx.ModelProto:
     # Shapes, types and small constants are all inspect reads: the large weights stay in the model's files.
-    return read_model(path, weightless=True).proto
+    return read_model(path, weightless=True, own_weights=False).proto
 
 
 def _unknown(translation: ModelTranslation) -> int:

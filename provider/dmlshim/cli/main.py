@@ -125,7 +125,8 @@ def _json_error(args: argparse.Namespace | None, exc: BaseException, code: int) 
         return
     fields = {k: getattr(exc, k, None) for k in ("path", "node", "op_type", "tensor", "rule", "value")}
     kind = "UsageError" if args is None else type(exc).__name__
-    error = {"type": kind, "message": str(exc), "exit_code": code}
+    text = DmlShimError.__str__(exc) if isinstance(exc, DmlShimError) else str(exc)
+    error = {"type": kind, "message": text, "exit_code": code}
     error.update({k: v for k, v in fields.items() if v is not None})
     doc = {"schema_version": 1, "command": getattr(args, "command", None), "error": error}
     with contextlib.suppress(OSError):  # stdout is gone (a closed pipe): the stderr paragraph has to do
@@ -160,7 +161,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DmlShimError as exc:
         if debug:
             log.exception("dmlshim failed")
-        print(f"dmlshim {args.command}: error: {exc}", file=sys.stderr)
+        # dmlshim's own paragraph, not the onnxruntime-facing text an InferenceSession's error carries
+        print(f"dmlshim {args.command}: error: {DmlShimError.__str__(exc)}", file=sys.stderr)
         _json_error(args, exc, exc.exit_code)
         return exc.exit_code
     except KeyboardInterrupt as exc:
@@ -198,6 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         if debug:
             log.exception("dmlshim failed")
-        print(f"dmlshim {args.command}: error: {exc}", file=sys.stderr)
+        # dmlshim's own paragraph, not the onnxruntime-facing text an InferenceSession's error carries
+        print(f"dmlshim {args.command}: error: {DmlShimError.__str__(exc)}", file=sys.stderr)
         _json_error(args, exc, 2)
         return 2

@@ -65,9 +65,13 @@ def run(args: argparse.Namespace) -> int:
         if shapes:
             print("dmlshim run: note: --input-shape is ignored with --inputs", file=sys.stderr)
         # bfloat16 and float8 inputs: raw bits or float32 values (inputs/narrow_floats.py)
-        feeds = narrow_feeds(load_model(args.model, weightless=True).proto.graph, load_npz(args.inputs))
+        feeds = narrow_feeds(
+            load_model(args.model, weightless=True, own_weights=False).proto.graph, load_npz(args.inputs)
+        )
     else:
-        generated = generate(load_model(args.model, weightless=True), input_shapes=shapes, seed=args.seed)
+        generated = generate(
+            load_model(args.model, weightless=True, own_weights=False), input_shapes=shapes, seed=args.seed
+        )
         feeds = generated.feeds
     session = InferenceSession(
         args.model,

@@ -15,6 +15,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import BadInputError, NotSupportedError
+from .exceptions import with_onnxruntime_class
 from ..execute.cpu_step import NUMPY_TENSOR_TYPES
 
 logger = logging.getLogger(__name__)
@@ -61,6 +62,15 @@ def numpy_element_type(element_type: Any) -> np.dtype:
 def array_at(pointer: int, element_type: Any, shape: Sequence[int]) -> np.ndarray:
     """A numpy view of CPU memory at ``pointer`` holding a tensor of ``element_type`` and ``shape``."""
     dtype = numpy_element_type(element_type)
+    if dtype.kind in "OUS":  # numpy's str, bytes and object all mean a string tensor to onnxruntime
+        raise with_onnxruntime_class(
+            BadInputError(
+                "Only binding non-string Tensors is currently supported (dmlshim: memory at a pointer holds "
+                "no Python strings; bind an OrtValue or feed the array instead)",
+                value=str(dtype),
+            ),
+            RuntimeError,
+        )
     dims = tuple(int(d) for d in shape)
     if any(d < 0 for d in dims):
         raise BadInputError(f"a bound buffer's shape must be non-negative, not {list(dims)}", value=dims)

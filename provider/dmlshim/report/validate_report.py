@@ -29,7 +29,7 @@ from ..validate.results import (
 from .inspect_report import placement_reasons
 from .text import shape_text, table
 
-__all__ = ["ort_cell", "ran_cell", "render_json", "render_text", "verdict"]
+__all__ = ["attribution_cell", "ort_cell", "ran_cell", "render_json", "render_text", "verdict"]
 
 _ATTRIBUTION_WORDS = {
     ATTR_MATCH: "match",
@@ -61,6 +61,11 @@ def ran_cell(n: NodeValidation) -> str:
         return "onnxruntime CPU (inside control flow)"
     codes = list(dict.fromkeys(c for c, _ in rec.reasons if not c.startswith("EP_")))
     return "onnxruntime CPU" + (f" ({', '.join(codes)})" if codes else "")
+
+
+def attribution_cell(n: NodeValidation) -> str:
+    """The node's output against the like-for-like reference, in words."""
+    return _ATTRIBUTION_WORDS[n.attribution]
 
 
 def ort_cell(n: NodeValidation) -> str:

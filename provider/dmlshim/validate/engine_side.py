@@ -111,7 +111,7 @@ def engine_runs(
     assert record is not None  # set by every run
     del session  # its onnxruntime session (a copy of the weights) goes before the reference's
     ours = PartitionedRun(dict(zip(names, values, strict=True)), {}, record, ())
-    whole, error = whole_model_run(proto, feeds, level, loaded.path)
+    whole, error = whole_model_run(proto, feeds, level, loaded.weights_path)
     if whole is None:
         raise BadInputError(
             f"the reference cannot be made: {error} (optimization level {level}); dmlshim's {engine} engine "

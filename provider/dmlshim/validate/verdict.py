@@ -23,14 +23,14 @@ from ..kernels.options import IndexMode
 from ..model.graph import is_gather_scatter, uses_half_floats, walk_nodes
 from ..translate import CPU_PROVIDER, NodeTranslation, translate_model
 from .attribution import compare_nodes, dependencies, suspects, upstream_order
-from .random_nodes import random_node_warnings
 from .engine_side import COMPARABLE_LEVEL, PARTITIONED, custom_op_layout_reason, engine_runs
 from .levels import ORT_DEFAULT_LEVEL, note_default_level_runs, only_optimised_runs
+from .random_nodes import random_node_warnings
 from .references import (
     DEFAULT_OPTIMIZATION_LEVEL,
-    PartitionedRun,
     ONE_RUN_LEVEL,
     SIDES,
+    PartitionedRun,
     checked_run,
     feeds_for,
     partitioned_run,
@@ -194,7 +194,12 @@ def _validate_loaded(
     proto = loaded.proto
     opt_level = requested_level or DEFAULT_OPTIMIZATION_LEVEL
     feeds, source, generated = feeds_for(loaded, inputs, input_shapes, seed)
-    common = {"feature_level": level, "index_mode": index_mode, "level": opt_level, "model_path": loaded.path}
+    common = {
+        "feature_level": level,
+        "index_mode": index_mode,
+        "level": opt_level,
+        "model_path": loaded.weights_path,
+    }
     whole: dict[str, np.ndarray] | None
     shapes = {k: feed_shape(v) for k, v in feeds.items()}
     translated: list[dict[str, NodeTranslation]] = []
@@ -208,9 +213,10 @@ def _validate_loaded(
         try:
             ours, ref, whole, whole_error, runs = _sides(loaded, feeds, common, engine_name, translate, notes)
         except DmlShimError as exc:
-            reason = only_optimised_runs(exc, proto, feeds, loaded.path) if requested_level is None else None
+            weights = loaded.weights_path
+            reason = only_optimised_runs(exc, proto, feeds, weights) if requested_level is None else None
             if reason is None:
-                note_default_level_runs(exc, proto, feeds, opt_level, loaded.path)
+                note_default_level_runs(exc, proto, feeds, opt_level, loaded.weights_path)
                 raise
             logger.info("%s", reason)
             notes.append(reason)
@@ -358,7 +364,7 @@ def _sides(
     del engine
     # The engines' onnxruntime sessions (a copy of the weights) go before the whole-model session.
     ours, ref = dataclasses.replace(ours, engine=None), dataclasses.replace(ref, engine=None)
-    whole, whole_error = whole_model_run(proto, feeds, opt_level, loaded.path)
+    whole, whole_error = whole_model_run(proto, feeds, opt_level, loaded.weights_path)
     return ours, ref, whole, whole_error, RUNS_THREE
 
 
