@@ -115,3 +115,28 @@ def test_a_run_onnxruntime_refuses_leaves_the_static_verdict(
     doc = json.loads(captured.out)
     assert code == 1 and doc["nodes"][0]["status"] == "error" and doc["nodes"][0]["shapes"] == "static"
     assert doc["run"]["error"] and "verdicts come from static shapes" in captured.err
+
+
+def test_generated_inputs_onnxruntime_refuses_leave_the_static_verdict(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A constant index past the data's dimension: onnxruntime fails the run, so no shape comes from it;
+    inspect still answers from static shapes (and a size the model does not have is still a usage error)."""
+    graph = oh.make_graph(
+        [
+            oh.make_node("Relu", ["data"], ["r"]),
+            oh.make_node("Gather", ["r", "k"], ["out"], axis=0, name="pick"),
+        ],
+        "g",
+        [oh.make_tensor_value_info("data", T.FLOAT, ["n", 4])],
+        [oh.make_tensor_value_info("out", T.FLOAT, [4])],
+        [nh.from_array(np.array(50, dtype=np.int64), "k")],
+    )
+    path = tmp_path / "pick.onnx"
+    onnx.save(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)], ir_version=10), str(path))
+    code = main(["inspect", str(path), "--input-shape", "n=3", "--json"])
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)
+    assert code == 0 and doc["nodes"][0]["status"] == "dml" and doc["nodes"][0]["shapes"] == "static"
+    assert doc["run"]["error"] and "verdicts come from static shapes" in captured.err
+    assert main(["inspect", str(path), "--input-shape", "m=3"]) == 2

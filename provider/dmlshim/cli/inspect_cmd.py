@@ -122,6 +122,8 @@ def _inspect(args: argparse.Namespace) -> int:
     if given and args.inputs:
         print("dmlshim inspect: note: --input-shape is ignored with --inputs", file=sys.stderr)
         given = {}
+    model = _read(args.model)
+    shapes = apply_input_shapes(model, given)  # a size the model contradicts is refused before any run
     ran = (
         run_shapes(args.model, inputs=args.inputs, input_shapes=given, seed=args.seed)
         if args.inputs or given
@@ -133,8 +135,6 @@ def _inspect(args: argparse.Namespace) -> int:
             "the verdicts come from static shapes",
             file=sys.stderr,
         )
-    model = _read(args.model)
-    shapes = apply_input_shapes(model, given)
     translation = translate_model(
         model,
         args.feature_level,

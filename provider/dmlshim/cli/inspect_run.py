@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import onnx
 
-from ..errors import BadModelError
+from ..errors import BadModelError, DmlShimError
 from ..execute.gather_given import shape_output
 from ..execute.model_source import load_model
 from ..execute.ort_support import ORT_ERRORS
@@ -75,7 +75,8 @@ def run_shapes(
     """Run the model on ``inputs`` (an ``.npz``) or on generated inputs and read the shapes.
 
     Raises:
-        BadInputError, BadModelError, TooLargeError: the inputs cannot be read or generated.
+        BadInputError, BadModelError, TooLargeError: the ``.npz`` cannot be read or does not fit the model.
+        (Generated inputs that onnxruntime refuses leave ``error`` set instead.)
     """
     from ..execute.feeds import load_npz
     from ..validate.value_kinds import feed_shape
@@ -87,7 +88,10 @@ def run_shapes(
         feeds = narrow_feeds(loaded.proto.graph, load_npz(inputs))
         source = inputs
     else:
-        generated = generate(loaded, input_shapes=input_shapes, seed=seed)
+        try:
+            generated = generate(loaded, input_shapes=input_shapes, seed=seed)
+        except DmlShimError as exc:  # no inputs onnxruntime accepts: the static verdicts stand
+            return RunShapes("generated inputs", {}, frozenset(), exc.message.strip().splitlines()[0])
         feeds, source = dict(generated.feeds), f"generated (seed {seed}): {generated.describe()}"
     shapes = {n: tuple(int(d) for d in feed_shape(v)) for n, v in feeds.items()}
     graph = loaded.proto.graph  # prepared as onnxruntime prepares it (load_model)
