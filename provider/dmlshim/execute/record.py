@@ -72,6 +72,8 @@ class RunRecord:
         path: how the partitioned engine answered the run: ``"partitioned"`` (its steps in turn) or
             ``"whole-model check"`` (one whole-model onnxruntime run, every emulated node's kernel checked
             against it); ``""`` for the other engines.
+        notes: ``(code, message)`` pairs about the whole run, e.g. the custom-op engine's
+            ``layout_optimizations_around_custom_ops`` (``dmlshim.execute.custom_op_notes``).
     """
 
     engine: str
@@ -80,6 +82,7 @@ class RunRecord:
     cpu_partitions: int = 0
     translations_computed: int = 0
     path: str = ""
+    notes: tuple[tuple[str, str], ...] = ()
 
     @property
     def emulated(self) -> tuple[NodeRecord, ...]:
@@ -98,5 +101,6 @@ class RunRecord:
             "cpu_partitions": self.cpu_partitions,
             "translations_computed": self.translations_computed,
             "path": self.path,
+            **({"notes": [{"code": c, "message": m} for c, m in self.notes]} if self.notes else {}),
             "nodes": [n.to_json() for n in self.nodes],
         }
