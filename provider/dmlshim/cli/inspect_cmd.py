@@ -184,7 +184,9 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0 if translation.summary["all_dml"] else 1
 
 
-def _write_html(args: argparse.Namespace, model: onnx.ModelProto, translation: ModelTranslation, text: str) -> None:
+def _write_html(
+    args: argparse.Namespace, model: onnx.ModelProto, translation: ModelTranslation, text: str
+) -> None:
     from ..report.html.reports import write_inspect_report
 
     write_inspect_report(args.html, model, translation, args.model, text, overwrite=args.overwrite)
