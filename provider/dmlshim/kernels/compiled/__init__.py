@@ -137,7 +137,9 @@ def _kernels() -> dict[type, Kernel] | None:
         return table
 
 
-def kernel_for(desc_type: type, kernels: str | None = None, elements: int = AUTO_MIN_ELEMENTS) -> Kernel | None:
+def kernel_for(
+    desc_type: type, kernels: str | None = None, elements: int = AUTO_MIN_ELEMENTS
+) -> Kernel | None:
     """The compiled entry point for a descriptor type, or None when the numpy kernels are to run.
 
     Args:
@@ -178,5 +180,6 @@ def _import_compiled() -> dict[type, Kernel]:
         return _load()
     except ImportError as e:
         raise EngineUnavailableError(
-            f"the compiled kernels need numba, which cannot be imported ({e}): {INSTALL_HINT}", value="compiled"
+            f"the compiled kernels need numba, which cannot be imported ({e}): {INSTALL_HINT}",
+            value="compiled",
         ) from e
