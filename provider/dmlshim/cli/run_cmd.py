@@ -174,6 +174,7 @@ def _summary_text(
         *([inputs_line] if inputs_line else []),
         f"engine: {record.engine}, {record.feature_level}, "
         f"{record.cpu_partitions} onnxruntime CPU partition(s)",
+        *([f"real DirectML: {dict(record.device).get('description', '')}"] if record.device else []),
         f"gather/scatter nodes: {len(record.nodes)} ({emulated} ran as DirectML operators, "
         f"{len(record.nodes) - emulated} on onnxruntime CPU)",
         "",

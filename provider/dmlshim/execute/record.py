@@ -74,6 +74,8 @@ class RunRecord:
             against it); ``""`` for the other engines.
         notes: ``(code, message)`` pairs about the whole run, e.g. the custom-op engine's
             ``layout_optimizations_around_custom_ops`` (``dmlshim.execute.custom_op_notes``).
+        device: for real DirectML (the directml engine through the Linux stack), what ran: ``(key, value)``
+            pairs naming DirectML's version, onnxruntime's, the D3D12 and Vulkan layers; empty otherwise.
     """
 
     engine: str
@@ -83,6 +85,7 @@ class RunRecord:
     translations_computed: int = 0
     path: str = ""
     notes: tuple[tuple[str, str], ...] = ()
+    device: tuple[tuple[str, str], ...] = ()
 
     @property
     def emulated(self) -> tuple[NodeRecord, ...]:
@@ -102,5 +105,6 @@ class RunRecord:
             "translations_computed": self.translations_computed,
             "path": self.path,
             **({"notes": [{"code": c, "message": m} for c, m in self.notes]} if self.notes else {}),
+            **({"device": dict(self.device)} if self.device else {}),
             "nodes": [n.to_json() for n in self.nodes],
         }

@@ -78,8 +78,9 @@ def verdict(mt: ModelTranslation) -> str:
 
 def placement_verdict(mt: ModelTranslation) -> str:
     """The answer to the second question: would onnxruntime-directml run every gather/scatter node on
-    DmlExecutionProvider today? YES: every one; PARTIAL: some; NO: none (an empty model answers YES)."""
-    if _session_fails(mt):
+    DmlExecutionProvider today? YES: every one; PARTIAL: some; NO: none, or the provider refuses the model
+    at session creation (a node of any op in a form it refuses; an empty model answers YES)."""
+    if _session_fails(mt) or mt.session_refusals:
         return "NO"
     on_dml = mt.summary["ort_placement"]["DmlExecutionProvider"]
     if on_dml == len(mt.nodes):
@@ -127,6 +128,9 @@ def placement_reasons(node: NodeTranslation) -> list[str]:
 
 def _placement_meaning(mt: ModelTranslation) -> str:
     """The second answer in words: counts by provider, with the reason codes of the nodes not on DML."""
+    if mt.session_refusals:
+        named = "; ".join(f"{node}: {code}, {form}" for node, code, form in mt.session_refusals)
+        return f"the DirectML provider refuses the model at session creation ({named})"
     if not mt.nodes:
         return "nothing to place"
     total = len(mt.nodes)

@@ -23,6 +23,7 @@ from ..model.graph import GATHER_SCATTER_OPS, node_path, subgraph_prefix, subgra
 from ..model.prepare import prepare_model
 from .converters import get_converter
 from .placement import CPU_PREFERRED_MESSAGE, REASON_CPU_PREFERRED, graph_placements
+from .ep_refusals import session_refusals
 from .plan import (
     CPU_PROVIDER,
     DML_PROVIDER,
@@ -50,12 +51,16 @@ class ModelTranslation:
         nodes: the translations, in graph order (subgraph nodes after their parent node).
         total_nodes: the number of nodes in the model, subgraphs included.
         opset: the model's ai.onnx opset.
+        session_refusals: ``(node name, code, form)`` for each node, of any op type, in a form
+            onnxruntime-directml refuses at session creation (``dmlshim.translate.ep_refusals``): its
+            session fails whatever the gather/scatter nodes are.
     """
 
     feature_level: FeatureLevel
     nodes: tuple[NodeTranslation, ...]
     total_nodes: int
     opset: int
+    session_refusals: tuple[tuple[str, str, str], ...] = ()
 
     @functools.cached_property
     def summary(self) -> dict[str, Any]:
@@ -91,7 +96,8 @@ class ModelTranslation:
             "min_feature_level": max(levels).dml_name if levels else None,
             "all_dml": all(n.ok for n in self.nodes),
             # The second question (where onnxruntime-directml runs them), apart from the first (all_dml).
-            "all_on_dml_ep": placement.get(DML_PROVIDER, 0) == len(self.nodes),
+            "all_on_dml_ep": placement.get(DML_PROVIDER, 0) == len(self.nodes) and not self.session_refusals,
+            "session_refusals": [{"node": n, "code": c, "form": f} for n, c, f in self.session_refusals],
         }
 
     def to_json(self, *, plan: bool = True) -> dict[str, Any]:
@@ -281,7 +287,8 @@ def translate_model(
         _explain_unknown(inferred, scopes, unknown, translations)
     # The graph as given: in the inferred copy large initializers are graph inputs (no weight bytes).
     _apply_graph_placement(model.graph, top, top_level, translations)
-    return ModelTranslation(fl, tuple(translations), total, opsets.get("", 0))
+    refusals = tuple((name, r.code, r.form) for name, r in session_refusals(model))
+    return ModelTranslation(fl, tuple(translations), total, opsets.get("", 0), refusals)
 
 
 def _explain_unknown(
