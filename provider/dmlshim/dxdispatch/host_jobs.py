@@ -71,6 +71,7 @@ class HostResult:
         ms_compile: milliseconds spent creating and compiling the operators.
         ms_init: milliseconds spent initializing them.
         ms_dispatch: milliseconds from recording the dispatches to the read-back copy's completion.
+        ms_total: milliseconds for the whole job in the host (buffers and read-back included).
     """
 
     status: str
@@ -81,6 +82,7 @@ class HostResult:
     ms_compile: float = 0.0
     ms_init: float = 0.0
     ms_dispatch: float = 0.0
+    ms_total: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -109,6 +111,7 @@ class HostResult:
             "ms_compile": self.ms_compile,
             "ms_init": self.ms_init,
             "ms_dispatch": self.ms_dispatch,
+            "ms_total": self.ms_total,
         }
 
 
@@ -235,6 +238,7 @@ def read_result(folder: Path) -> HostResult:
         ms_compile=number("ms_compile"),
         ms_init=number("ms_init"),
         ms_dispatch=number("ms_dispatch"),
+        ms_total=number("ms_total"),
     )
 
 
