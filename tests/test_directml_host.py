@@ -182,7 +182,7 @@ def _fake_stack(tmp_path: Path) -> HostStack:
     dll = tmp_path / "DirectML.dll"
     dll.write_bytes(b"MZ")
     # the launcher runs "<python> fake_host.py <exe> . <dll>": the script ignores its arguments
-    return HostStack(dll, (sys.executable, str(script)), {})
+    return HostStack(dll, launcher=(sys.executable, str(script)))
 
 
 def test_run_host_goes_on_after_a_crash(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ from ..kernels import IndexMode
 from ..translate import Status, TensorInfo, translate_node
 from .compare import MATCH, NodeComparison, compare_export
 from .export_node import export_node
-from .export_results import INDEX_FILE, INDEX_SCHEMA_VERSION
+from .export_results import INDEX_FILE, INDEX_SCHEMA_VERSION, ExportedNode
 from .host_stack import HostStack
 from .real_replay import DirectMLReplay, replay_folders
 from .sweep_cases import CHECK, OUT_OF_RANGE, SweepCase
@@ -124,7 +124,9 @@ def _ort_output(case: SweepCase) -> np.ndarray | None:
         return None
 
 
-def _export_case(case: SweepCase, directory: Path, *, with_ort: bool) -> tuple[Any, str, bool]:
+def _export_case(
+    case: SweepCase, directory: Path, *, with_ort: bool
+) -> tuple[ExportedNode | None, str, bool]:
     """Write the case's folder: (ExportedNode, "", whether onnxruntime gave a reference), or (None, why
     it was skipped, False)."""
     names = [f"x{i}" for i in range(len(case.inputs))]
@@ -139,26 +141,26 @@ def _export_case(case: SweepCase, directory: Path, *, with_ort: bool) -> tuple[A
     reference = _ort_output(case) if with_ort and case.kind != OUT_OF_RANGE else None
     mode = IndexMode.CLAMP if case.kind == OUT_OF_RANGE else IndexMode.ERROR
     try:
-        node = export_node(
+        exported = export_node(
             case.name, t, list(case.inputs), reference, directory, "dmlshim sweep", index_mode=mode
         )
     except IndexOutOfRangeError as exc:
         return None, f"index out of range on the host side: {exc.message}", False
     except DmlShimError as exc:
         return None, f"export failed: {exc.message}", False
-    return node, "", reference is not None
+    return exported, "", reference is not None
 
 
 def write_sweep(
     cases: Sequence[SweepCase], directory: Path, *, with_ort: bool = True
-) -> tuple[dict[str, Any], dict[str, str], set[str]]:
+) -> tuple[dict[str, ExportedNode], dict[str, str], set[str]]:
     """Write every case's folder and an ``index.json`` into the (new or empty) ``directory``.
 
     Returns:
         (exported nodes by case name, skip reasons by case name, the cases onnxruntime CPU ran).
     """
     directory.mkdir(parents=True, exist_ok=True)
-    exported: dict[str, Any] = {}
+    exported: dict[str, ExportedNode] = {}
     skipped: dict[str, str] = {}
     referenced: set[str] = set()
     for case in cases:

@@ -193,7 +193,10 @@ def job_text(model: DxDispatchModel, buffer_files: Mapping[str, str | None]) -> 
 
 
 def write_job(model: DxDispatchModel, folder: Path) -> None:
-    """Write ``model`` as a job folder (``job.txt`` and ``buf<i>.bin``) into the existing ``folder``."""
+    """Write ``model`` as a job folder (``job.txt`` and ``buf<i>.bin``) into the existing ``folder``.
+
+    The folder is scratch in a private temporary folder, read once by the host: not synced to disk.
+    """
     files: dict[str, str | None] = {}
     for i, (name, resource) in enumerate(model.resources.items()):
         data = initial_buffer(resource)
@@ -201,8 +204,8 @@ def write_job(model: DxDispatchModel, folder: Path) -> None:
             files[name] = None  # the host zero-fills: no file for an all-zero buffer
             continue
         files[name] = f"buf{i}.bin"
-        write_bytes(folder / f"buf{i}.bin", data.tobytes(), overwrite=True)
-    write_text(folder / JOB_FILE, job_text(model, files), overwrite=True)
+        write_bytes(folder / f"buf{i}.bin", data.tobytes(), overwrite=True, sync=False)
+    write_text(folder / JOB_FILE, job_text(model, files), overwrite=True, sync=False)
 
 
 def read_result(folder: Path) -> HostResult:

@@ -126,6 +126,8 @@ def windows_path(path: Path) -> str:
 
 def _command(stack: HostStack, exe: Path, run_dir: Path) -> list[str]:
     args = [".", windows_path(stack.directml_dll)]
+    if stack.dll_dir is not None:
+        args.append(windows_path(stack.dll_dir))
     if sys.platform == "win32":
         return [str(exe), *args]
     return [*stack.launcher, str(exe), *args]

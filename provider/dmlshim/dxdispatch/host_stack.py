@@ -33,6 +33,8 @@ class HostStack:
 
     Attributes:
         directml_dll: the DirectML.dll to load.
+        dll_dir: a folder searched for d3d12.dll and dxgi.dll before the system folder (the stack's own
+            D3D12 layer), or None.
         launcher: the command that runs a Windows .exe (``[wine]`` on Linux; empty on Windows).
         env: environment variables to set for it.
         source: the stack.json this came from (None when built by hand).
@@ -40,6 +42,7 @@ class HostStack:
     """
 
     directml_dll: Path
+    dll_dir: Path | None = None
     launcher: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     source: Path | None = None
@@ -89,11 +92,11 @@ def stack_from_json(doc: Mapping[str, Any], *, source: Path | None = None) -> Ho
     where = str(source) if source else "stack.json"
     dll = _first(doc, "directml_dll")
     if dll is None:
-        folder = _first(doc, "directml_dir", "dll_dir", "windows_dir", "bin_dir")
+        folder = _first(doc, "dml_dir", "directml_dir")
         if folder is not None:
             dll = str(Path(folder) / "DirectML.dll")
     if dll is None:
-        raise BadInputError("stack.json names no DirectML.dll (directml_dll or directml_dir)", path=where)
+        raise BadInputError("stack.json names no DirectML.dll (directml_dll or dml_dir)", path=where)
     dll_path = Path(dll)
     if not dll_path.is_file():
         raise BadInputError("stack.json's DirectML.dll is gone: set the stack up again", path=str(dll_path))
@@ -107,5 +110,6 @@ def stack_from_json(doc: Mapping[str, Any], *, source: Path | None = None) -> Ho
         if wine is None:
             raise BadInputError("stack.json names no wine binary", path=where)
         launcher = (str(wine),)
+    dll_dir = _first(doc, "bin_dir", "dll_dir")
     description = {k: v for k, v in doc.items() if k != "env"}
-    return HostStack(dll_path, launcher, env, source, description)
+    return HostStack(dll_path, Path(dll_dir) if dll_dir else None, launcher, env, source, description)

@@ -8,11 +8,13 @@
  * them, uploads the buffers, records the dispatches, and writes every buffer's final bytes back
  * (out<i>.bin) with result.txt saying what happened.
  *
- * Usage: dml_replay_host.exe RUN_DIR [DIRECTML_DLL]
+ * Usage: dml_replay_host.exe RUN_DIR [DIRECTML_DLL [DLL_DIR]]
  *   RUN_DIR/jobs.txt lists job folders (relative to RUN_DIR), one a line; RUN_DIR/device.txt is written
  *   first (adapter, feature level, data types). Exit 0 when every job was attempted (each job's
  *   result.txt says ok or error), 3 on a GPU timeout, 4 on a crash, 5 when the device was removed
- *   (the caller restarts the host for the jobs left), 2 when no device could be created.
+ *   (the caller restarts the host for the jobs left), 2 when no device could be created. DLL_DIR, when
+ *   given, is searched for d3d12.dll, dxgi.dll and their companions before the system folder (the stack's
+ *   own D3D12 layer, used under Wine with native-first DLL overrides).
  *
  * The DirectML declarations below are written from the published ABI (enum values, struct layouts,
  * interface IIDs and vtable order of DirectML.h, target version 0x6400) for the calls made here only.
@@ -959,13 +961,14 @@ int main(int argc, char **argv) {
     int removed = 0;
 
     if (argc < 2) {
-        fprintf(stderr, "usage: dml_replay_host.exe RUN_DIR [DIRECTML_DLL]\n");
+        fprintf(stderr, "usage: dml_replay_host.exe RUN_DIR [DIRECTML_DLL [DLL_DIR]]\n");
         return EXIT_USAGE;
     }
     SetErrorMode(SEM_FAILCRITICALERRORS | SEM_NOGPFAULTERRORBOX);
     SetUnhandledExceptionFilter(on_crash);
     run_dir = argv[1];
     dml_path = argc > 2 ? argv[2] : "DirectML.dll";
+    if (argc > 3 && argv[3][0]) SetDllDirectoryA(argv[3]);
 
     snprintf(path, sizeof path, "%s\\device.txt", run_dir);
     info = fopen(path, "wb");
