@@ -7,12 +7,14 @@ takes the jobs left, so one bad descriptor never hides the others' results.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -157,13 +159,55 @@ def run_host(
     Raises:
         BadInputError: the host could not create a D3D12 or DirectML device, or could not start at all.
     """
+    env = dict(os.environ)
+    env.update(stack.env)
+    with _display(env):
+        return _run(exe, run_dir, jobs, stack, env, timeout_s)
+
+
+@contextlib.contextmanager
+def _display(env: dict[str, str]) -> Iterator[None]:
+    """Start Xvfb for the run when there is no DISPLAY: Wine's DXGI wants one, even to compute."""
+    if sys.platform == "win32" or env.get("DISPLAY"):
+        yield
+        return
+    xvfb = shutil.which("Xvfb")
+    if xvfb is None:
+        raise BadInputError("no DISPLAY and no Xvfb: install Debian's xvfb (`dmlshim directml setup` does)")
+    number = next(
+        (n for n in range(90, 200) if not os.path.exists(f"/tmp/.X{n}-lock")),
+        None,
+    )
+    if number is None:
+        raise BadInputError("no free X display number in :90-:199 for Xvfb")
+    proc = subprocess.Popen(
+        [xvfb, f":{number}", "-screen", "0", "640x480x24", "-nolisten", "tcp"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not os.path.exists(f"/tmp/.X11-unix/X{number}"):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise BadInputError(f"Xvfb :{number} did not start")
+            time.sleep(0.05)
+        env["DISPLAY"] = f":{number}"
+        yield
+    finally:
+        proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
+
+
+def _run(
+    exe: Path, run_dir: Path, jobs: Sequence[str], stack: HostStack, env: dict[str, str], timeout_s: float
+) -> HostRun:
     start = time.monotonic()
     results: dict[str, HostResult] = {}
     remaining = list(jobs)
     device = DeviceInfo()
     processes = 0
-    env = dict(os.environ)
-    env.update(stack.env)
     while remaining:
         for job in remaining:
             result_file = run_dir / job / RESULT_FILE
