@@ -485,8 +485,9 @@ static int create_devices(const char *dml_path, FILE *info) {
         }
     }
     hr = g_host.create_d3d12((IUnknown *)adapter, D3D_FEATURE_LEVEL_11_0, &IID_ID3D12Device, (void **)&g_host.d3d);
-    COM_RELEASE(adapter);
-    COM_RELEASE(factory);
+    /* The adapter and factory stay alive for the whole process: under Wine, releasing the last DXGI factory
+       can unload winevulkan.dll while vkd3d still calls into it. winevulkan is pinned for the same reason. */
+    LoadLibraryA("winevulkan.dll");
     if (FAILED(hr)) {
         fprintf(info, "error D3D12CreateDevice hr=0x%08lx\n", (unsigned long)hr);
         return 0;
