@@ -197,3 +197,18 @@ def test_inspect_of_a_gnn_with_a_constant_edge_list_costs_what_onnxruntime_costs
     ops = sorted(n["op_type"] for n in json.loads(ours.out)["nodes"])
     assert ops == ["Gather", "Gather", "Gather", "ScatterElements"]
     assert ours.peak_bytes <= 2 * ort.peak_bytes, (ours.peak_bytes, ort.peak_bytes)
+
+
+def test_shape_inference_refuses_under_the_memory_limit_naming_itself(tmp_path: Path):
+    """The limit is honoured by shape inference too: its graph copies are refused before inferring, with
+    an error naming the step (exit 2, no traceback)."""
+    from bench.inspect_scale import gather_chain
+
+    model = gather_chain(2000)
+    path = tmp_path / "chain.onnx"
+    onnx.save(model, path)
+    limit = 2 * model.ByteSize()  # the graph fits, the three copies inference holds do not
+    done = measure(dmlshim("inspect", str(path)), {"DMLSHIM_MEMORY_LIMIT": str(limit)})
+    assert done.code == 2, done.out + done.err
+    assert "shape inference (3 copies of the" in done.err and "DMLSHIM_MEMORY_LIMIT" in done.err
+    assert "Traceback" not in done.err

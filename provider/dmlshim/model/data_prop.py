@@ -31,6 +31,8 @@ from functools import cache
 
 import onnx
 
+from ..limits import check_bytes, memory_limit
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["DATA_MAX_ELEMENTS", "MAX_RANK", "infer_with_data_prop"]
@@ -44,6 +46,19 @@ DATA_BUDGET = 1 << 20
 longest ones are cut too (a chain of 20,000 Casts of a 1024-element value would otherwise hold 20M)."""
 
 _CUT_DIM = "__dmlshim_cut__"
+
+BYTES_PER_ELEMENT = 80
+"""What onnx holds per propagated element (a TensorShapeProto dimension, measured: 21 GB for 268M)."""
+
+GRAPH_COPIES = 3
+"""Copies of the weightless graph one inference holds at once (the serialized bytes, onnx's parsed model,
+the inferred result): refused before inferring when they would pass the memory limit."""
+
+
+def _budget() -> int:
+    """DATA_BUDGET, lowered so the kept data stays within a quarter of the memory limit."""
+    cap = memory_limit()
+    return DATA_BUDGET if cap is None else max(0, min(DATA_BUDGET, cap // (4 * BYTES_PER_ELEMENT)))
 
 MAX_RANK = 1024
 """Longest shape tensor whose length is taken as a rank (onnx 1.23's own bound on rank-only inference)."""
@@ -251,8 +266,9 @@ def _plan(
         elif kind is not None:
             plan[site] = (kind, cut(site.value, kind))
     total = sum(n for n, _, _ in kept)
+    budget = _budget()
     for n, _, site in sorted(kept, key=lambda k: (-k[0], k[1])):
-        if total <= DATA_BUDGET or n == 0:
+        if total <= budget or n == 0:
             break
         total -= n
         plan[site] = (_BIG, cut(site.value, _BIG))
@@ -417,8 +433,14 @@ def infer_with_data_prop(
     """``onnx.shape_inference.infer_shapes(model, data_prop=True)`` with data kept for small values only
     (see the module docstring): no step allocates in proportion to a large value's element count.
 
-    Raises what ``infer_shapes`` raises.
+    Raises:
+        TooLargeError: the weightless graph's copies inference holds would pass the memory limit.
+        What ``infer_shapes`` raises.
     """
+    check_bytes(
+        GRAPH_COPIES * model.ByteSize(),
+        what=f"shape inference ({GRAPH_COPIES} copies of the {model.ByteSize()}-byte graph without weights)",
+    )
     paths = [path for path, _ in _graphs(model.graph)]
     sites = _sites(model, paths)
     if not sites:
