@@ -5,6 +5,7 @@ translation and verdict of the corpus as it was).
 Usage::
 
     python bench/inspect_corpus.py record BEFORE.json      # on the code before the change
+    python bench/inspect_corpus.py record BEFORE.json --provider ../main/provider   # (or another checkout)
     python bench/inspect_corpus.py record AFTER.json       # on the code after it
     python bench/inspect_corpus.py compare BEFORE.json AFTER.json   # exit 1 on any difference
 
@@ -121,11 +122,14 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     rec = sub.add_parser("record")
     rec.add_argument("target", type=Path)
+    rec.add_argument("--provider", help="import dmlshim from this folder (another checkout's provider/)")
     cmp_ = sub.add_parser("compare")
     cmp_.add_argument("before", type=Path)
     cmp_.add_argument("after", type=Path)
     args = parser.parse_args(argv)
     if args.command == "record":
+        if args.provider:
+            sys.path.insert(0, args.provider)
         record(args.target)
         return 0
     return compare(args.before, args.after)
