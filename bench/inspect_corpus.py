@@ -53,8 +53,8 @@ def _types(path: Path) -> dict[str, Any]:
     """value name -> [elem type, shape] for every typed value of every graph, after ``infer_shapes``."""
     import onnx
 
-    from dmlshim.errors import DmlShimError
     from dmlshim.cli.inspect_cmd import _read as read_proto
+    from dmlshim.errors import DmlShimError
     from dmlshim.translate import infer_shapes
     from dmlshim.translate.shapes_info import tensor_info
 
@@ -101,7 +101,7 @@ def _diff(a: Any, b: Any, where: str, out: list[str]) -> None:
             else:
                 _diff(a[key], b[key], f"{where}/{key}", out)
     elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        for i, (x, y) in enumerate(zip(a, b)):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
             _diff(x, y, f"{where}[{i}]", out)
     elif a != b:
         out.append(f"{where}: {json.dumps(a)[:200]} -> {json.dumps(b)[:200]}")

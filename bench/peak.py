@@ -1,4 +1,5 @@
-"""Peak memory of one command, measured as ``bench/inference_memory.py`` and ``tests/test_inference_bounds.py`` measure it.
+"""Peak memory of one command, as ``bench/inference_memory.py`` and ``tests/test_inference_bounds.py``
+measure it.
 
 The command runs as the only child of a small wrapper interpreter, which reports
 ``resource.getrusage(RUSAGE_CHILDREN).ru_maxrss``: the child's own peak, not inherited from a large
@@ -37,9 +38,7 @@ ORT_SESSION = (
 )
 """onnxruntime's session creation on the model ``argv[1]`` (what dmlshim's cost is compared with)."""
 
-ORT_RUN = ORT_SESSION.replace(
-    "ort.InferenceSession(", "s = ort.InferenceSession("
-) + (
+ORT_RUN = ORT_SESSION.replace("ort.InferenceSession(", "s = ort.InferenceSession(") + (
     "import numpy as np, json\n"
     "feeds = json.loads(sys.argv[2])\n"
     "s.run(None, {k: np.array(v[0], dtype=v[1]) for k, v in feeds.items()})\n"
@@ -62,8 +61,7 @@ def measure(argv: Sequence[str], env: Mapping[str, str] | None = None, timeout: 
     full_env = {**os.environ, "PYTHONPATH": str(REPO / "provider"), **(env or {})}
     done = subprocess.run(
         [sys.executable, "-c", _WRAPPER, *argv],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        capture_output=True,
         env=full_env,
         timeout=timeout,
         check=True,

@@ -60,6 +60,7 @@ def _budget() -> int:
     cap = memory_limit()
     return DATA_BUDGET if cap is None else max(0, min(DATA_BUDGET, cap // (4 * BYTES_PER_ELEMENT)))
 
+
 MAX_RANK = 1024
 """Longest shape tensor whose length is taken as a rank (onnx 1.23's own bound on rank-only inference)."""
 
@@ -101,7 +102,7 @@ _INTS = frozenset({onnx.TensorProto.INT64, onnx.TensorProto.INT32})
 def _propagates(op: str, domain: str, version: int) -> bool:
     try:
         schema = onnx.defs.get_schema(op, version, domain)
-    except onnx.defs.SchemaError:
+    except Exception:
         return False
     return bool(getattr(schema, "has_data_propagation_function", False))
 
@@ -206,7 +207,11 @@ def _verdict(site: _Site, tp: onnx.TypeProto | None, init: onnx.TensorProto | No
         if tp is None or not tp.HasField("tensor_type") or not tp.tensor_type.HasField("shape"):
             return None
         dims = tp.tensor_type.shape.dim
-        return _BIG if len(dims) == 1 and dims[0].HasField("dim_value") and dims[0].dim_value > MAX_RANK else None
+        return (
+            _BIG
+            if len(dims) == 1 and dims[0].HasField("dim_value") and dims[0].dim_value > MAX_RANK
+            else None
+        )
     if init is not None and init.data_type in _INTS and len(init.dims) <= 1:
         count = 1
         for d in init.dims:
@@ -368,7 +373,7 @@ def _node_types(
         schema = onnx.defs.get_schema(node.op_type, versions.get(domain, 0), domain)
         data = {name: inits[name] for name in node.input if name in inits and name not in renamed}
         found = onnx.shape_inference.infer_node_outputs(schema, node, inputs, data)
-    except Exception as exc:  # noqa: BLE001 - onnx raises several unrelated types; the known types do
+    except Exception as exc:
         logger.debug("no types for %s from its inputs: %s", node.op_type, exc)
         return {}
     return {
