@@ -22,7 +22,10 @@ REPO = Path(__file__).resolve().parent.parent
 _WRAPPER = (
     "import json, resource, subprocess, sys, time\n"
     "start = time.perf_counter()\n"
-    "done = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.PIPE)\n"
+    "try:\n"
+    "    done = subprocess.run(sys.argv[2:], capture_output=True, timeout=float(sys.argv[1]))\n"
+    "except subprocess.TimeoutExpired as exc:  # the child is killed: no orphan left running\n"
+    "    done = subprocess.CompletedProcess(exc.cmd, -9, exc.stdout or b'', exc.stderr or b'')\n"
     "wall = time.perf_counter() - start\n"
     "usage = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
     "print(json.dumps({'code': done.returncode, 'peak_kb': usage.ru_maxrss, 'wall': wall,\n"
@@ -57,13 +60,14 @@ class Peak:
 
 
 def measure(argv: Sequence[str], env: Mapping[str, str] | None = None, timeout: float = 600) -> Peak:
-    """Run ``argv`` under the wrapper; its exit code, peak RSS (bytes), wall and CPU seconds, output tails."""
+    """Run ``argv`` under the wrapper; its exit code (-9 when killed after ``timeout`` seconds), peak RSS
+    (bytes), wall and CPU seconds, output."""
     full_env = {**os.environ, "PYTHONPATH": str(REPO / "provider"), **(env or {})}
     done = subprocess.run(
-        [sys.executable, "-c", _WRAPPER, *argv],
+        [sys.executable, "-c", _WRAPPER, str(timeout), *argv],
         capture_output=True,
         env=full_env,
-        timeout=timeout,
+        timeout=timeout + 60,
         check=True,
     )
     row = json.loads(done.stdout)
