@@ -174,6 +174,7 @@ def _summary_text(
         *([inputs_line] if inputs_line else []),
         f"engine: {record.engine}, {record.feature_level}, "
         f"{record.cpu_partitions} onnxruntime CPU partition(s)",
+        *([f"real DirectML: {dict(record.device).get('description', '')}"] if record.device else []),
         f"gather/scatter nodes: {len(record.nodes)} ({emulated} ran as DirectML operators, "
         f"{len(record.nodes) - emulated} on onnxruntime CPU)",
         "",
@@ -203,6 +204,8 @@ def _summary_text(
             reason = "; ".join(x for x in [reason, *notes] if x)
             rows.append([n.name, n.op_type, n.placement, n.operator or "-", reason or "-"])
         lines += table([["node", "op", "placement", "DML operator", "reason"], *rows])
+    if record.notes:
+        lines += ["", *(f"note: {code}: {message}" for code, message in record.notes)]
     if output_path is not None:
         lines += ["", f"wrote {sum(is_array(o) for o in outputs)} output(s) to {output_path}"]
     return "\n".join(lines)

@@ -23,7 +23,7 @@ from ..kernels.options import IndexMode
 from ..model.graph import is_gather_scatter, uses_half_floats, walk_nodes
 from ..translate import CPU_PROVIDER, NodeTranslation, translate_model
 from .attribution import compare_nodes, dependencies, suspects, upstream_order
-from .engine_side import PARTITIONED, engine_runs
+from .engine_side import COMPARABLE_LEVEL, PARTITIONED, custom_op_layout_reason, engine_runs
 from .levels import ORT_DEFAULT_LEVEL, note_default_level_runs, only_optimised_runs
 from .random_nodes import random_node_warnings
 from .references import (
@@ -208,10 +208,10 @@ def _validate_loaded(
         if not translated:
             translated.append(_translations(proto, level, shapes))
 
-    reason: str | None = None
+    notes: list[str] = []
     try:
         try:
-            ours, ref, whole, whole_error, runs = _sides(loaded, feeds, common, engine_name, translate)
+            ours, ref, whole, whole_error, runs = _sides(loaded, feeds, common, engine_name, translate, notes)
         except DmlShimError as exc:
             # onnxruntime's own session of the model file (as a deployment would load it)
             reason = only_optimised_runs(exc, proto, feeds, loaded.path) if requested_level is None else None
@@ -219,8 +219,10 @@ def _validate_loaded(
                 note_default_level_runs(exc, proto, feeds, opt_level, loaded.path)
                 raise
             logger.info("%s", reason)
-            opt_level = common["level"] = ORT_DEFAULT_LEVEL
-            ours, ref, whole, whole_error, runs = _sides(loaded, feeds, common, engine_name, translate)
+            notes.append(reason)
+            common["level"] = ORT_DEFAULT_LEVEL
+            ours, ref, whole, whole_error, runs = _sides(loaded, feeds, common, engine_name, translate, notes)
+        opt_level = common["level"]
     except DmlShimError as exc:
         if generated is not None:
             annotate_error(exc, generated)  # say which shapes were generated and how to choose others
@@ -314,7 +316,7 @@ def _validate_loaded(
         feeds=tuple(feeds.items()),
         runs=runs,
         engine=engine_name,
-        optimization_level_reason=reason,
+        optimization_level_reason="; then ".join(notes) or None,
     )
     logger.info("validate %s at %s: %s", report.model, level.short, "match" if report.match else "MISMATCH")
     return report
@@ -326,9 +328,11 @@ def _sides(
     common: dict[str, Any],
     engine_name: str,
     while_building: Callable[[], None],
+    notes: list[str],
 ) -> tuple[PartitionedRun, PartitionedRun, dict[str, Any] | None, str | None, str]:
     """dmlshim's run, the like-for-like reference, the whole model's outputs (or None and why not) and
-    how the sides were run (:data:`RUNS_ONE`, :data:`RUNS_THREE` or :data:`RUNS_ENGINE`)."""
+    how the sides were run (:data:`RUNS_ONE`, :data:`RUNS_THREE` or :data:`RUNS_ENGINE`). Where the level
+    had to change (``common["level"]`` then holds the new one), why is appended to ``notes``."""
     proto, opt_level = loaded.proto, common["level"]
     if engine_name != PARTITIONED:
         ours, ref = engine_runs(
@@ -340,6 +344,12 @@ def _sides(
             level=opt_level,
         )
         while_building()
+        reason = custom_op_layout_reason(engine_name, opt_level, proto.graph, ours, ref)
+        if reason is not None:
+            logger.info("%s", reason)
+            notes.append(reason)
+            common["level"] = COMPARABLE_LEVEL
+            return _sides(loaded, feeds, common, engine_name, while_building, notes)
         return ours, ref, dict(ref.outputs), None, RUNS_ENGINE
     one, engine = (
         checked_run(proto, feeds, **common, while_building=while_building)
