@@ -26,7 +26,7 @@ from .host_stack import HostStack
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DeviceInfo", "HostRun", "run_host", "windows_path"]
+__all__ = ["DeviceInfo", "HostRun", "allow_builtin", "run_host", "windows_path"]
 
 JOBS_FILE = "jobs.txt"
 DEVICE_FILE = "device.txt"
@@ -161,8 +161,25 @@ def run_host(
     """
     env = dict(os.environ)
     env.update(stack.env)
+    if stack.dll_dir is not None and env.get("WINEDLLOVERRIDES"):
+        env["WINEDLLOVERRIDES"] = allow_builtin(env["WINEDLLOVERRIDES"])
     with _display(env):
         return _run(exe, run_dir, jobs, stack, env, timeout_s)
+
+
+def allow_builtin(overrides: str) -> str:
+    """``WINEDLLOVERRIDES`` with every native-only entry (``=n``) widened to ``=n,b``.
+
+    The host loads the stack's D3D DLLs by full path from ``dll_dir`` before anything asks for them by
+    name. Wine builds its PE DLLs with the builtin marker, and Wine 8's loader refuses such a file under a
+    native-only override (status c0000135) when it is not in the program's own folder; ``n,b`` accepts it.
+    Later loads by name find the modules already loaded, so no other d3d12.dll can come in.
+    """
+    entries = []
+    for entry in overrides.split(";"):
+        names, sep, order = entry.partition("=")
+        entries.append(f"{names}=n,b" if sep and order.strip() == "n" else entry)
+    return ";".join(entries)
 
 
 @contextlib.contextmanager
