@@ -1,5 +1,9 @@
-"""Kernel section: each one-node case of cases.py through our kernel, onnxruntime (default options and one
-thread), onnx.reference and the custom-op bridge."""
+"""Kernel section: each one-node case of cases.py through our kernels (numpy, and compiled when numba is
+installed), onnxruntime (default options and one thread), onnx.reference and the custom-op bridge.
+
+The numpy and compiled kernels and onnxruntime are timed in the same interleaved rounds, so their ratios
+share every round's load. ``ours_ms`` / ``ratio_ort`` are the numpy kernels (the reference); the
+``compiled_*`` keys are the compiled ones (None when numba is missing)."""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ import onnx
 from bench.cases import CASE_BUILDERS, KernelCase
 from bench.common import Config, dmlshim_session, error_note, ms, ort_session
 from bench.measure import interleaved, peak_allocation, time_once
-from dmlshim.kernels import execute, recycle
+from dmlshim.kernels import compiled, execute, recycle
 
 
 class SlowCompetitor:
@@ -59,24 +63,23 @@ def bench_kernel_case(
     case: KernelCase, config: Config, reference: SlowCompetitor, bridge: SlowCompetitor
 ) -> dict[str, Any]:
     """One kernel case: our kernel vs onnxruntime (default and 1 thread), onnx.reference, the bridge."""
-    ours = execute(case.desc, case.bound).output
     default, single = ort_session(case.model), ort_session(case.model, 1)
     expected = single.run(None, case.feeds)[0]
-    match = ours.shape == tuple(case.desc.tensors()["OutputTensor"].sizes) and np.array_equal(
-        ours.reshape(expected.shape), expected
-    )
-    del ours
-    timing = interleaved(
-        {
-            "ours": lambda: execute(case.desc, case.bound),
-            "ort": lambda: default.run(None, case.feeds),
-            "ort1": lambda: single.run(None, case.feeds),
-        },
-        config.rounds,
-    )
+    sides = ["numpy", "compiled"] if compiled.installed() else ["numpy"]
+    match = {
+        side: _matches(execute(case.desc, case.bound, kernels=side).output, case, expected) for side in sides
+    }
+    calls: dict[str, Callable[[], Any]] = {
+        "ours": lambda: execute(case.desc, case.bound, kernels="numpy"),
+        "ort": lambda: default.run(None, case.feeds),
+        "ort1": lambda: single.run(None, case.feeds),
+    }
+    if "compiled" in sides:
+        calls["compiled"] = lambda: execute(case.desc, case.bound, kernels="compiled")
+    timing = interleaved(calls, config.rounds)
     # Without the recycled output buffers the timed calls left free, so that the peak includes the output.
     recycle.clear()
-    peak = peak_allocation(lambda: execute(case.desc, case.bound).output)
+    peak = peak_allocation(lambda: execute(case.desc, case.bound, kernels="numpy").output)
     ref_s, ref_note = reference.measure(
         case.name, case.elements, lambda: reference_call(case.model, case.feeds)
     )
@@ -94,12 +97,16 @@ def bench_kernel_case(
         "dml_operator": case.desc.operator_type.dml_name,
         "shape": list(case.shape),
         "elements": case.elements,
-        "match": bool(match),
+        "match": match["numpy"],
         "ours_ms": ms(ours_s),
         "ort_ms": ms(timing.medians["ort"]),
         "ort1_ms": ms(timing.medians["ort1"]),
         "ratio_ort": round(timing.ratio("ours", "ort"), 3),
         "ratio_ort1": round(timing.ratio("ours", "ort1"), 3),
+        "compiled_match": match.get("compiled"),
+        "compiled_ms": ms(timing.medians["compiled"]) if "compiled" in calls else None,
+        "compiled_ratio_ort": round(timing.ratio("compiled", "ort"), 3) if "compiled" in calls else None,
+        "compiled_ratio_ort1": round(timing.ratio("compiled", "ort1"), 3) if "compiled" in calls else None,
         "reference_ms": ms(ref_s),
         "reference_speedup": None if ref_s is None else round(ref_s / ours_s, 1),
         "reference_note": ref_note,
@@ -110,6 +117,13 @@ def bench_kernel_case(
         "io_mb": round(case.io_bytes / 2**20, 3),
         "memory_ratio": round(peak / case.io_bytes, 3),
     }
+
+
+def _matches(ours: np.ndarray, case: KernelCase, expected: np.ndarray) -> bool:
+    """Whether a kernel output has OutputTensor's Sizes and equals onnxruntime's output."""
+    return ours.shape == tuple(case.desc.tensors()["OutputTensor"].sizes) and bool(
+        np.array_equal(ours.reshape(expected.shape), expected)
+    )
 
 
 def bench_kernels(config: Config) -> list[dict[str, Any]]:

@@ -44,12 +44,6 @@ def _dup_attr() -> onnx.ModelProto:
     return _model([node])
 
 
-def _neg_dim() -> onnx.ModelProto:
-    m = _model()
-    m.graph.input[0].type.tensor_type.shape.dim[0].dim_value = -3
-    return m
-
-
 # Each case: the model, and words the one-sentence message must hold (the ONNX rule broken, the value).
 INVALID = {
     "two nodes write y": (lambda: _model([_gather(), _gather("g2")]), ["single static assignment", "'y'"]),
@@ -69,7 +63,6 @@ INVALID = {
         lambda: _model([_gather(out="t"), helper.make_node("Identity", ["t"], ["y"], name="g")]),
         ["two nodes are named 'g'"],
     ),
-    "graph input dim -3": (_neg_dim, ["dimension -3"]),
 }
 
 

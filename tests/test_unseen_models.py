@@ -156,10 +156,20 @@ def test_validate_says_when_only_optimised_onnxruntime_runs_the_model(
     # onnxruntime's words differ by version (1.32: a pre-allocated output; 1.24: a shape verification)
     with pytest.raises(Exception, match="maybe_flat"):
         ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"]).run(None, feeds)
-    assert main(["validate", str(path), "--inputs", str(inputs)]) == 2
+    # asked for disabled, validate fails as onnxruntime does, and says which level runs the model
+    assert main(["validate", str(path), "--inputs", str(inputs), "--optimization-level", "disabled"]) == 2
     err = capsys.readouterr().err
     assert "maybe_flat" in err and "pass --optimization-level all" in err
     assert main(["validate", str(path), "--inputs", str(inputs), "--optimization-level", "all"]) == 0
+    # unasked, it runs at onnxruntime's default level, says why, and compares bit for bit
+    capsys.readouterr()
+    assert main(["validate", str(path), "--inputs", str(inputs), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["optimization_levels"] == dict.fromkeys(("dmlshim", "reference", "whole_model"), "all")
+    assert "fails this model with graph optimizations disabled" in doc["optimization_level_reason"]
+    assert doc["exact"] and doc["match"]
+    (out,) = doc["outputs"]
+    assert out["whole_model"]["identical"]
     (got,) = dmlshim.InferenceSession(str(path)).run(None, feeds)
     assert got.shape == expected.shape == (4, 3) and got.tobytes() == expected.tobytes()
 

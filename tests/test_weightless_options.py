@@ -128,7 +128,9 @@ def test_caller_options_keep_the_weights_in_the_file(tmp_path: Path, external: b
             assert getattr(opts, name) == getattr(so, name), name
         assert config_entry(opts, "session.set_denormal_as_zero") == "1"
         assert config_entry(opts, "session.intra_op.allow_spinning") == "0"
-        assert config_entry(opts, FOLDER_KEY) == str(tmp_path)
+        # the model's folder for external data; the session's own copy of inline weights otherwise
+        folder = str(tmp_path) if external else session._loaded.snapshot.folder
+        assert config_entry(opts, FOLDER_KEY) == folder
 
 
 def test_free_dimension_overrides_reach_the_copy(tmp_path: Path) -> None:
@@ -308,18 +310,31 @@ def test_profiling_with_a_model_read_without_its_weights(tmp_path: Path) -> None
     assert sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".json") == [profile.name]
 
 
-def test_a_file_changed_before_the_engine_is_rebuilt_is_refused(tmp_path: Path) -> None:
+def test_external_data_changed_before_the_engine_is_rebuilt_is_refused(tmp_path: Path) -> None:
     model, feeds = _model()
-    path = _save(model, tmp_path, external=False)
+    path = _save(model, tmp_path, external=True)
     so = _options()
     session = dmlshim.InferenceSession(str(path), so)
     _same(session.run(None, feeds), _reference(path, so, feeds))
-    with open(path, "ab") as f:
+    data = next(p for p in tmp_path.iterdir() if p.suffix != ".onnx")
+    with open(data, "ab") as f:
         f.write(b"\0")
-    os.utime(path, ns=(1, 1))
+    os.utime(data, ns=(1, 1))
     with pytest.raises(BadModelError, match="changed since the session was created") as caught:
         session.set_providers(["DmlExecutionProvider"])  # the engine is built again
     assert caught.value.path == str(path)
+
+
+def test_inline_weights_changed_before_the_engine_is_rebuilt_are_the_sessions_own(tmp_path: Path) -> None:
+    model, feeds = _model()
+    path = _save(model, tmp_path, external=False)
+    so = _options()
+    expected = _reference(path, so, feeds)
+    session = dmlshim.InferenceSession(str(path), so)
+    _same(session.run(None, feeds), expected)
+    path.write_bytes(b"\0" * path.stat().st_size)
+    session.set_providers(["DmlExecutionProvider"])  # the engine is built again, from the session's copy
+    _same(session.run(None, feeds), expected)
 
 
 def test_a_file_in_memory_wins_over_the_one_on_disk(tmp_path: Path) -> None:

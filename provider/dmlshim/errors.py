@@ -71,8 +71,12 @@ class BadModelError(DmlShimError):
     """The model file cannot be read, is not ONNX, fails onnx.checker, or is otherwise unusable."""
 
 
-class BadInputError(DmlShimError, ValueError):
-    """An input tensor or feed does not fit the model or the operator (shape, dtype, index range)."""
+class BadInputError(DmlShimError):
+    """An input tensor or feed does not fit the model or the operator (shape, dtype, index range).
+
+    Not a ``ValueError``: leaving an ``InferenceSession`` it is an instance of onnxruntime's class for the
+    refusal (``InvalidArgument`` ...) and of nothing onnxruntime's error is not, so a client's
+    ``except ValueError`` catches only what it caught under onnxruntime."""
 
 
 class IndexOutOfRangeError(BadInputError):
@@ -114,7 +118,7 @@ class EngineUnavailableError(DmlShimError):
     """The requested execution engine cannot run on this machine (e.g. no DmlExecutionProvider)."""
 
 
-class NotSupportedError(DmlShimError, NotImplementedError):
+class NotSupportedError(DmlShimError):
     """An onnxruntime API dmlshim does not offer; the message says what to use instead."""
 
 

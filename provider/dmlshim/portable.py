@@ -15,6 +15,7 @@ import errno
 import os
 import signal
 import stat
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -39,6 +40,7 @@ __all__ = [
     "set_mode",
     "termination_signals",
     "usable_cores",
+    "user_cache_dir",
 ]
 
 WINDOWS_RESERVED_NAMES = frozenset(
@@ -134,6 +136,25 @@ def usable_cores() -> int:
         with contextlib.suppress(OSError):
             return max(1, len(getaffinity(0)))
     return os.cpu_count() or 1
+
+
+def user_cache_dir() -> str:
+    """dmlshim's folder in the user's cache directory (not created here): ``DMLSHIM_CACHE_DIR`` when set,
+    else ``%LOCALAPPDATA%\\dmlshim\\Cache`` on Windows, ``~/Library/Caches/dmlshim`` on macOS and
+    ``$XDG_CACHE_HOME/dmlshim`` (``~/.cache/dmlshim``) elsewhere."""
+    override = os.environ.get("DMLSHIM_CACHE_DIR", "")
+    if override:
+        return os.path.abspath(os.path.expanduser(override))
+    home = os.path.expanduser("~")
+    if is_windows():
+        local = os.environ.get("LOCALAPPDATA", "") or os.path.join(home, "AppData", "Local")
+        return os.path.join(local, "dmlshim", "Cache")
+    if sys.platform == "darwin":
+        return os.path.join(home, "Library", "Caches", "dmlshim")
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    # The XDG base directory spec ignores a relative XDG_CACHE_HOME.
+    base = xdg if os.path.isabs(xdg) else os.path.join(home, ".cache")
+    return os.path.join(base, "dmlshim")
 
 
 def physical_memory() -> int | None:

@@ -9,13 +9,14 @@ import argparse
 import json
 import sys
 
-from .options import add_feature_level
+from .options import add_engine, add_feature_level
 from .progress import Progress
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the options of ``dmlshim conformance``."""
     add_feature_level(parser, "emulated")
+    add_engine(parser)
     parser.add_argument(
         "--all-levels",
         action="store_true",
@@ -42,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     results = {}
     for i, level in enumerate(levels, 1):
         progress.update(f"conformance: {level.dml_name} ({i} of {len(levels)}, {len(cases)} cases)")
-        results[level] = run_suite(level, cases)
+        results[level] = run_suite(level, cases, args.engine)
     progress.clear()
     if args.json:
         docs = [r.to_json() for r in results.values()]

@@ -51,7 +51,9 @@ def run(args: argparse.Namespace) -> int:
         from ..ort.session import load_model
 
         # bfloat16 and float8 inputs: raw bits or float32 values (inputs/narrow_floats.py)
-        feeds = narrow_feeds(load_model(args.model, weightless=True).proto.graph, load_npz(args.inputs))
+        feeds = narrow_feeds(
+            load_model(args.model, weightless=True, own_weights=False).proto.graph, load_npz(args.inputs)
+        )
     with status(args, f"export: running {args.model} and writing a folder per node"):
         result = export_model(
             args.model,

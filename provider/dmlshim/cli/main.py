@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 from google.protobuf.message import DecodeError, EncodeError
 
 from ..errors import DmlShimError, out_of_memory, too_deep
+from ..startup import interrupts_raise
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("export_cmd", "export translated nodes as DxDispatch models for real DirectML"),
     "compare": ("compare_cmd", "compare DxDispatch outputs with dmlshim's expected outputs"),
     "replay": ("replay_cmd", "execute a DxDispatch model file with dmlshim's kernels"),
+    "directml": ("directml_cmd", "set up real DirectML on Linux (Wine + vkd3d + lavapipe): setup [--check]"),
 }
 """Subcommand name -> (module in dmlshim.cli, one-line help)."""
 
@@ -125,7 +127,8 @@ def _json_error(args: argparse.Namespace | None, exc: BaseException, code: int) 
         return
     fields = {k: getattr(exc, k, None) for k in ("path", "node", "op_type", "tensor", "rule", "value")}
     kind = "UsageError" if args is None else type(exc).__name__
-    error = {"type": kind, "message": str(exc), "exit_code": code}
+    text = DmlShimError.__str__(exc) if isinstance(exc, DmlShimError) else str(exc)
+    error = {"type": kind, "message": text, "exit_code": code}
     error.update({k: v for k, v in fields.items() if v is not None})
     doc = {"schema_version": 1, "command": getattr(args, "command", None), "error": error}
     with contextlib.suppress(OSError):  # stdout is gone (a closed pipe): the stderr paragraph has to do
@@ -155,12 +158,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "_run", None):
         parser.print_help(sys.stderr)
         return 2
+    interrupts_raise()  # Ctrl-C is handled below from here on (KeyboardInterrupt: "interrupted", 130)
     try:
         return int(args._run(args))
     except DmlShimError as exc:
         if debug:
             log.exception("dmlshim failed")
-        print(f"dmlshim {args.command}: error: {exc}", file=sys.stderr)
+        # dmlshim's own paragraph, not the onnxruntime-facing text an InferenceSession's error carries
+        print(f"dmlshim {args.command}: error: {DmlShimError.__str__(exc)}", file=sys.stderr)
         _json_error(args, exc, exc.exit_code)
         return exc.exit_code
     except KeyboardInterrupt as exc:
@@ -198,6 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         if debug:
             log.exception("dmlshim failed")
-        print(f"dmlshim {args.command}: error: {exc}", file=sys.stderr)
+        # dmlshim's own paragraph, not the onnxruntime-facing text an InferenceSession's error carries
+        print(f"dmlshim {args.command}: error: {DmlShimError.__str__(exc)}", file=sys.stderr)
         _json_error(args, exc, 2)
         return 2

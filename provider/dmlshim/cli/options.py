@@ -37,6 +37,20 @@ def add_feature_level(parser: argparse.ArgumentParser, purpose: str = "target") 
     )
 
 
+def add_engine(parser: argparse.ArgumentParser) -> None:
+    """``--engine E``: the execution engine (``dmlshim.InferenceSession(engine=E)``), default partitioned.
+
+    An unknown name is refused by the session, which lists the engines it knows."""
+    from ..execute.engine import engine_names  # no onnxruntime import: building a parser stays cheap
+
+    parser.add_argument(
+        "--engine",
+        default="partitioned",
+        metavar="E",
+        help=f"execution engine: {', '.join(engine_names())} (default partitioned; docs/engines.md)",
+    )
+
+
 def add_input_shape(parser: argparse.ArgumentParser, help_text: str = INPUT_SHAPE_HELP) -> None:
     """``--input-shape NAME=D0,D1,..`` or ``--input-shape SYMBOL=N`` (repeatable)."""
     parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,..", help=help_text)

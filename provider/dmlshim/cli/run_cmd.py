@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 
 from ..errors import DmlShimError
-from ..execute.engine import engine_names
 from ..execute.feeds import load_npz
 from ..execute.record import RunRecord
 from ..fileio.files import check_output_file, write_npz
@@ -22,7 +21,7 @@ from ..inputs.narrow_floats import narrow_feeds
 from ..ort.session import InferenceSession, load_model
 from ..report.text import shape_text, table
 from ..validate.value_kinds import describe, is_array, kind_text
-from .options import add_feature_level, add_input_shape, input_shapes
+from .options import add_engine, add_feature_level, add_input_shape, input_shapes
 
 logger = logging.getLogger(__name__)
 
@@ -46,12 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--overwrite", action="store_true", help="replace the --output file if it exists (refused otherwise)"
     )
     add_feature_level(parser, "emulated")
-    parser.add_argument(
-        "--engine",
-        default="partitioned",
-        metavar="E",
-        help=f"execution engine: {', '.join(engine_names())} (default partitioned)",
-    )
+    add_engine(parser)
     parser.add_argument(
         "--clamp-indices",
         action="store_true",
@@ -71,9 +65,13 @@ def run(args: argparse.Namespace) -> int:
         if shapes:
             print("dmlshim run: note: --input-shape is ignored with --inputs", file=sys.stderr)
         # bfloat16 and float8 inputs: raw bits or float32 values (inputs/narrow_floats.py)
-        feeds = narrow_feeds(load_model(args.model, weightless=True).proto.graph, load_npz(args.inputs))
+        feeds = narrow_feeds(
+            load_model(args.model, weightless=True, own_weights=False).proto.graph, load_npz(args.inputs)
+        )
     else:
-        generated = generate(load_model(args.model, weightless=True), input_shapes=shapes, seed=args.seed)
+        generated = generate(
+            load_model(args.model, weightless=True, own_weights=False), input_shapes=shapes, seed=args.seed
+        )
         feeds = generated.feeds
     session = InferenceSession(
         args.model,
@@ -176,6 +174,7 @@ def _summary_text(
         *([inputs_line] if inputs_line else []),
         f"engine: {record.engine}, {record.feature_level}, "
         f"{record.cpu_partitions} onnxruntime CPU partition(s)",
+        *([f"real DirectML: {dict(record.device).get('description', '')}"] if record.device else []),
         f"gather/scatter nodes: {len(record.nodes)} ({emulated} ran as DirectML operators, "
         f"{len(record.nodes) - emulated} on onnxruntime CPU)",
         "",
@@ -205,6 +204,8 @@ def _summary_text(
             reason = "; ".join(x for x in [reason, *notes] if x)
             rows.append([n.name, n.op_type, n.placement, n.operator or "-", reason or "-"])
         lines += table([["node", "op", "placement", "DML operator", "reason"], *rows])
+    if record.notes:
+        lines += ["", *(f"note: {code}: {message}" for code, message in record.notes)]
     if output_path is not None:
         lines += ["", f"wrote {sum(is_array(o) for o in outputs)} output(s) to {output_path}"]
     return "\n".join(lines)

@@ -11,12 +11,12 @@ import sys
 from typing import TYPE_CHECKING
 
 from . import validate_many
-from .options import add_feature_level, add_input_shape, add_tolerances
+from .options import add_engine, add_feature_level, add_input_shape, add_tolerances
 from .progress import status
 from .validate_files import add_array_files, model_report
 
 if TYPE_CHECKING:
-    pass
+    from ..validate import ValidationReport
 
 # Kept here (not imported from dmlshim.validate) so that building the parser does not load onnxruntime.
 OPTIMIZATION_LEVEL_NAMES = ("disabled", "basic", "extended", "all")
@@ -36,11 +36,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--optimization-level",
         choices=OPTIMIZATION_LEVEL_NAMES,
-        default="disabled",
+        default=None,
         help="onnxruntime's graph optimization level on every side (onnxruntime's GraphOptimizationLevel: "
-        "disabled, basic, extended, all; default disabled)",
+        "disabled, basic, extended, all; default disabled, or all where onnxruntime fails the model with "
+        "optimizations disabled and runs it at its default level, as the report then says)",
     )
     add_feature_level(parser, "emulated")
+    add_engine(parser)
     add_input_shape(parser)
     parser.add_argument("--seed", type=int, default=0, metavar="N", help="seed of random inputs (default 0)")
     parser.add_argument(
@@ -59,12 +61,28 @@ def run(args: argparse.Namespace) -> int:
     from ..report.validate_report import render_json, render_text
 
     if validate_many.applies(args):
-        if args.save_inputs or args.save_outputs or args.reference_outputs:
+        if args.save_inputs or args.save_outputs or args.reference_outputs or args.html:
             from ..errors import BadInputError
 
-            raise BadInputError("--save-inputs, --save-outputs and --reference-outputs take one model")
+            raise BadInputError(
+                "--save-inputs, --save-outputs, --reference-outputs and --html take one model"
+            )
         return validate_many.run(args)
     with status(args, f"validate: running {args.model[0]} through dmlshim and onnxruntime CPU"):
         report = model_report(args, args.model[0])
-    sys.stdout.write(render_json(report) if args.json else render_text(report, args.only_problems))
+    text = render_text(report, args.only_problems)
+    sys.stdout.write(render_json(report) if args.json else text)
+    if args.html:
+        _write_html(args, report, text)
     return report.exit_code
+
+
+def _write_html(args: argparse.Namespace, report: ValidationReport, text: str) -> None:
+    """The HTML page of the report (the model is read again: the report keeps no graph)."""
+    from ..execute.model_source import load_model
+    from ..report.html.reports import write_validate_report
+
+    model = load_model(args.model[0], weightless=True).proto
+    guard = (*args.model, args.inputs, args.reference_outputs)
+    write_validate_report(args.html, model, report, text, overwrite=args.overwrite, inputs=guard)
+    print(f"dmlshim validate: HTML report written to {args.html}", file=sys.stderr)

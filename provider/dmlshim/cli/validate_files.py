@@ -44,18 +44,27 @@ def add_array_files(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="list only outputs that differ and nodes that need a look (text report)",
     )
-    parser.add_argument("--overwrite", action="store_true", help="replace existing --save-* files")
+    parser.add_argument(
+        "--html",
+        metavar="REPORT.html",
+        help="also write a self-contained HTML page: the graph, each gather/scatter node coloured by where "
+        "it ran, its result and details on click (needs the html extra: pip install 'dmlshim[html]')",
+    )
+    parser.add_argument("--overwrite", action="store_true", help="replace existing --save-* and --html files")
 
 
 def check_array_targets(args: argparse.Namespace) -> None:
     """Refuse unusable ``--save-*`` targets before the (possibly long) run."""
     from ..fileio import files
 
+    guard = (*args.model, args.inputs, args.reference_outputs)
     for target in (args.save_inputs, args.save_outputs):
         if target:
-            files.check_output_file(
-                target, overwrite=args.overwrite, inputs=(*args.model, args.inputs, args.reference_outputs)
-            )
+            files.check_output_file(target, overwrite=args.overwrite, inputs=guard)
+    if getattr(args, "html", None):
+        from ..report.html import check_html_target
+
+        check_html_target(args.html, overwrite=args.overwrite, inputs=guard)
 
 
 def finish(report: ValidationReport, tolerances: Tolerances, args: argparse.Namespace) -> ValidationReport:
@@ -109,5 +118,6 @@ def model_report(args: argparse.Namespace, model: str) -> ValidationReport:
         seed=args.seed,
         index_mode="clamp" if args.clamp_indices else "error",
         optimization_level=args.optimization_level,
+        engine=args.engine,
     )
     return finish(report, tolerances, args)

@@ -38,7 +38,7 @@ import onnx
 from onnx import numpy_helper
 
 from ..dml.enums import FeatureLevel
-from ..errors import DmlShimError
+from ..errors import DmlShimError, EngineUnavailableError
 from ..ort.real import OrtInferenceSession
 
 __all__ = [
@@ -80,6 +80,9 @@ SUITE_LEVELS: tuple[FeatureLevel, ...] = (FeatureLevel.FL_5_0, FeatureLevel.FL_3
 """The feature levels the conformance report covers."""
 
 _PLACEMENT_DML = "dml"
+
+
+DEFAULT_ENGINE = "partitioned"
 
 
 class SuiteCorpusError(DmlShimError):
@@ -158,10 +161,12 @@ class SuiteResult:
     Attributes:
         feature_level: the emulated DirectML feature level.
         cases: one outcome per case, in discovery order.
+        engine: the engine every case ran through (``InferenceSession(engine=...)``).
     """
 
     feature_level: FeatureLevel
     cases: tuple[CaseOutcome, ...]
+    engine: str = DEFAULT_ENGINE
 
     @property
     def totals(self) -> dict[str, int]:
@@ -185,6 +190,7 @@ class SuiteResult:
         return {
             "schema_version": 1,
             "feature_level": self.feature_level.dml_name,
+            "engine": self.engine,
             "cases": [c.to_json() for c in self.cases],
             "totals": self.totals,
             "in_scope_totals": self.in_scope_totals,
@@ -400,12 +406,12 @@ def ort_cannot_load(model: onnx.ModelProto) -> str | None:
     return None
 
 
-def run_case(case: BackendCase, feature_level: FeatureLevel) -> CaseOutcome:
-    """Prepare and run one case through :mod:`dmlshim.backend` and classify the result.
+def run_case(case: BackendCase, feature_level: FeatureLevel, engine: str = DEFAULT_ENGINE) -> CaseOutcome:
+    """Prepare and run one case through :mod:`dmlshim.backend` with ``engine`` and classify the result.
 
     Errors dmlshim raises on purpose, and onnxruntime failures, become ``fail`` with the error text, or
-    ``ort_cannot_load`` when the installed onnxruntime cannot load the model by itself either; anything
-    else is an internal bug and propagates.
+    ``ort_cannot_load`` when the installed onnxruntime cannot load the model by itself either; an engine
+    that cannot run here (``EngineUnavailableError``) and internal bugs propagate.
     """
     from .. import backend
 
@@ -414,9 +420,11 @@ def run_case(case: BackendCase, feature_level: FeatureLevel) -> CaseOutcome:
 
     try:
         rep = backend.prepare(
-            case.model, device="CPU", feature_level=feature_level, sess_options=_sess_options()
+            case.model, device="CPU", feature_level=feature_level, sess_options=_sess_options(), engine=engine
         )
         actual = rep.run(list(case.inputs))
+    except EngineUnavailableError:
+        raise  # not the case's failure: no case can run through this engine here
     except (DmlShimError, RuntimeError, ValueError) as exc:
         logger.debug("%s at %s raised", case.name, feature_level.short, exc_info=True)
         unloadable = ort_cannot_load(case.model)
@@ -450,23 +458,26 @@ def run_case(case: BackendCase, feature_level: FeatureLevel) -> CaseOutcome:
 def run_suite(
     feature_level: FeatureLevel | str = FeatureLevel.FL_5_0,
     cases: Sequence[BackendCase] | None = None,
+    engine: str = DEFAULT_ENGINE,
 ) -> SuiteResult:
     """Run every gather/scatter backend node test at one feature level.
 
     Args:
         feature_level: the DirectML feature level to emulate (``FeatureLevel`` or text such as ``"3_0"``).
         cases: the cases to run; :func:`discover_cases` when None.
+        engine: the engine the cases run through (partitioned, customop, cpu, directml).
 
     Returns:
         The outcome of every case.
 
     Raises:
         SuiteCorpusError: fewer in-scope cases than :data:`MIN_IN_SCOPE_CASES` were discovered.
+        EngineUnavailableError: the engine is unknown or cannot run on this machine.
     """
     level = feature_level if isinstance(feature_level, FeatureLevel) else FeatureLevel.parse(feature_level)
     chosen = discover_cases() if cases is None else tuple(cases)
-    outcomes = tuple(run_case(case, level) for case in chosen)
-    result = SuiteResult(level, outcomes)
+    outcomes = tuple(run_case(case, level, engine) for case in chosen)
+    result = SuiteResult(level, outcomes, engine)
     totals = result.totals
     logger.info(
         "backend suite at %s: %d dml, %d fallback, %d fail, %d onnxruntime cannot load",

@@ -26,7 +26,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..errors import BadInputError, BadModelError
+from ..errors import BadInputError, BadModelError, NotSupportedError
 from ..model.ort_errors import ORT_ERRORS
 from ..model.weightless import graph_shell, model_shell
 from ..ort.real import OrtInferenceSession
@@ -77,6 +77,19 @@ def _quiet(so: Any) -> Iterator[Any]:
         so.enable_profiling, so.optimized_model_filepath, so.log_severity_level = saved
 
 
+_NO_NUMPY = frozenset(
+    getattr(onnx.TensorProto, n)
+    for n in ("INT4", "UINT4", "BFLOAT16", "INT2", "UINT2")
+    if hasattr(onnx.TensorProto, n)
+)
+"""Element types onnxruntime's ``run`` cannot return as numpy ("No corresponding Numpy type")."""
+
+
+def _narrow(tensor: onnx.TensorProto) -> bool:
+    """Whether the probe reads ``tensor``'s shape only (its type is one numpy cannot hold)."""
+    return tensor.data_type in _NO_NUMPY
+
+
 def _probe(
     folder: Path,
     tensors: Mapping[str, onnx.TensorProto],
@@ -104,7 +117,12 @@ def _probe(
     onnx.save(model, str(path))
     with _quiet(so):
         session = OrtInferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-    return list(session.run(None, {}))[:-1]
+    # OrtValues: a type numpy cannot hold (4-bit, bfloat16 ...) comes back as its shape alone
+    values = list(session.run_with_ort_values(None, {}))[:-1]
+    return [
+        np.array(v.shape(), np.int64) if _narrow(t) and n not in own else v.numpy()
+        for v, (n, t) in zip(values, tensors.items(), strict=True)
+    ]
 
 
 @dataclass(frozen=True)
@@ -172,6 +190,15 @@ def added_initializers(
     found_values: dict[str, np.ndarray] = {}
     for name, value in zip(tensors, outputs, strict=True):
         arr = np.asarray(value)
+        if _narrow(tensors[name]):  # the probe returned its shape
+            if tuple(int(d) for d in arr) != SENTINEL_DIMS:
+                raise NotSupportedError(
+                    f"SessionOptions.add_initializer replaces {name!r}, a "
+                    f"{onnx.TensorProto.DataType.Name(tensors[name].data_type)} initializer: dmlshim cannot "
+                    "read such a value back from onnxruntime",
+                    tensor=name,
+                )
+            continue
         if name in external or arr.shape != SENTINEL_DIMS:
             found_values[name] = arr
     if found_values:

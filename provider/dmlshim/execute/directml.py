@@ -1,5 +1,6 @@
 """The directml engine: the whole model on onnxruntime's real ``DmlExecutionProvider`` (Windows, with the
-onnxruntime-directml package), so one script can compare emulated and real DirectML results."""
+onnxruntime-directml package; on Linux through the Wine stack ``dmlshim directml setup`` builds), so one
+script can compare emulated and real DirectML results."""
 
 from __future__ import annotations
 
@@ -34,15 +35,49 @@ def dml_available() -> bool:
     return DML_EP in ort_available_providers()
 
 
+def linux_stack_available() -> bool:
+    """Whether real DirectML can run here through the Wine stack (``dmlshim directml setup``)."""
+    from ..directml.stack import stack_available
+
+    return stack_available()
+
+
 def unavailable_reason() -> str:
     """Why the directml engine cannot run here (for messages and test skips)."""
+    from ..directml.stack import stack_file
+
     return (
         f"{DML_EP} is not available on this machine (onnxruntime {ort.__version__} offers "
         f"{', '.join(ort_available_providers())}). The directml engine needs Windows 10/11 with a "
         "DirectX 12 GPU and the onnxruntime-directml package installed in place of onnxruntime "
-        "(pip uninstall onnxruntime; pip install onnxruntime-directml). Use engine='partitioned' to emulate "
-        "DirectML on any machine."
+        "(pip uninstall onnxruntime; pip install onnxruntime-directml); on Debian/Ubuntu Linux, "
+        f"`dmlshim directml setup` builds real DirectML under Wine (no stack at {stack_file()}). Use "
+        "engine='partitioned' to emulate DirectML on any machine."
     )
+
+
+def _check_level(config: EngineConfig) -> None:
+    if config.feature_level < MIN_DEVICE_FEATURE_LEVEL:
+        raise EngineUnavailableError(
+            f"the directml engine runs on a real device at {MIN_DEVICE_FEATURE_LEVEL.dml_name} or above; "
+            f"{config.feature_level.dml_name} can only be emulated (engine='partitioned')",
+            value=config.feature_level.dml_name,
+        )
+
+
+def create_engine(model: onnx.ModelProto, config: EngineConfig) -> Any:
+    """The directml engine: in-process ``DmlExecutionProvider`` when onnxruntime has it, else real DirectML
+    through the Linux Wine stack when it is set up.
+
+    Raises:
+        EngineUnavailableError: neither is available, or the feature level is below 5_0.
+    """
+    if dml_available() or not linux_stack_available():
+        return DirectMLEngine(model, config)
+    _check_level(config)
+    from ..directml.engine import LinuxDirectMLEngine
+
+    return LinuxDirectMLEngine(model, config)
 
 
 class DirectMLEngine:
@@ -61,12 +96,7 @@ class DirectMLEngine:
     def __init__(self, model: onnx.ModelProto, config: EngineConfig) -> None:
         if not dml_available():
             raise EngineUnavailableError(unavailable_reason(), value=ort_available_providers())
-        if config.feature_level < MIN_DEVICE_FEATURE_LEVEL:
-            raise EngineUnavailableError(
-                f"the directml engine runs on a real device at {MIN_DEVICE_FEATURE_LEVEL.dml_name} or above; "
-                f"{config.feature_level.dml_name} can only be emulated (engine='partitioned')",
-                value=config.feature_level.dml_name,
-            )
+        _check_level(config)
         self.config = config
         so = config.sess_options if config.sess_options is not None else ort.SessionOptions()
         # The DirectML provider supports neither memory patterns nor parallel execution.

@@ -85,7 +85,7 @@ class EngineFactory(Protocol):
 
 _BUILTIN_ENGINES: dict[str, str] = {
     "partitioned": "dmlshim.execute.partitioned:PartitionedEngine",
-    "directml": "dmlshim.execute.directml:DirectMLEngine",
+    "directml": "dmlshim.execute.directml:create_engine",
     "customop": "dmlshim.execute.custom_op:create_engine",
     "cpu": "dmlshim.execute.cpu_engine:create_engine",
 }

@@ -151,7 +151,7 @@ class _InputCheck:
         accepted by comparing those alone, else None."""
         if self.dtype is None or self.shape is None or not self.type.startswith("tensor("):
             return None
-        static = tuple((axis, dim) for axis, dim in enumerate(self.shape) if isinstance(dim, int))
+        static = tuple((axis, dim) for axis, dim in enumerate(self.shape) if _fixed(dim))
         return self.dtype, len(self.shape), static
 
 
@@ -173,7 +173,8 @@ class FeedValidator:
     @staticmethod
     def _check_for(arg: NodeArg) -> _InputCheck:
         dtype = numpy_dtype(arg.elem_type) if arg.is_tensor else None
-        return _InputCheck(arg.name, dtype, arg.type, arg.dims if arg.rank_known else None)
+        # onnxruntime checks no shape against a rank-0 declaration (a feed of any rank runs)
+        return _InputCheck(arg.name, dtype, arg.type, arg.dims if arg.rank_known and arg.dims else None)
 
     def check_present(self, feeds: Mapping[str, Any]) -> None:
         """Raise BadInputError unless ``feeds`` is a mapping with a value for every required input."""
@@ -183,12 +184,16 @@ class FeedValidator:
             )
         missing = [n for n in self._required if n not in feeds]
         if missing:
-            # onnxruntime's own sentence first (clients match it), then what dmlshim adds
-            raise BadInputError(
-                f"Required inputs ({missing}) are missing from input feed ({list(feeds)}): missing feed "
-                f"for graph input {missing[0]!r} (model inputs: {', '.join(self._required)})",
-                tensor=missing[0],
-                value=missing,
+            # onnxruntime's own sentence first (clients match it), then what dmlshim adds; onnxruntime's
+            # Python layer raises it as a ValueError
+            raise with_onnxruntime_class(
+                BadInputError(
+                    f"Required inputs ({missing}) are missing from input feed ({list(feeds)}): missing feed "
+                    f"for graph input {missing[0]!r} (model inputs: {', '.join(self._required)})",
+                    tensor=missing[0],
+                    value=missing,
+                ),
+                ValueError,
             )
 
     def validate(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
@@ -212,8 +217,8 @@ class FeedValidator:
             check = self._checks.get(name)
             if check is None:
                 raise BadInputError(
-                    f"feed {name!r} is not an input of the model (model inputs: "
-                    f"{', '.join(self._required) or 'none'})",
+                    f"Invalid input name: {name} (dmlshim: feed {name!r} is not an input of the model; model "
+                    f"inputs: {', '.join(self._required) or 'none'})",
                     tensor=name,
                 )
             out[name] = self._check_value(check, value)
@@ -229,31 +234,11 @@ class FeedValidator:
             raise _refused_object(check, value)
         arr = value if isinstance(value, np.ndarray) else _as_array(check, value)
         if check.type == "tensor(string)" and arr.dtype.kind not in "OU":
-            if arr.dtype.kind != "S":  # onnxruntime: "Unexpected input data type"
-                raise _wrong_dtype(check, "tensor(string) (numpy str or object)", arr.dtype)
-            # numpy bytes: the strings they hold, as UTF-8 (onnxruntime takes such arrays too, but reads
-            # each element up to a NUL, past its width when it has none)
-            arr = np.char.decode(arr, "utf-8", "replace").astype(object)
+            arr = _string_feed(check, arr)
         if check.dtype is not None and arr.dtype != check.dtype:
             raise _wrong_dtype(check, f"{check.type} (numpy {check.dtype})", arr.dtype)
         if check.shape is not None:
-            if arr.ndim != len(check.shape):
-                raise BadInputError(
-                    f"input {check.name!r} expects rank {len(check.shape)} {_fmt_shape(check.shape)} but the "
-                    f"feed has shape {tuple(arr.shape)}",
-                    tensor=check.name,
-                    value=tuple(arr.shape),
-                    rule="feed rank must equal the graph input's rank",
-                )
-            for axis, (want, got) in enumerate(zip(check.shape, arr.shape, strict=False)):
-                if isinstance(want, int) and want != got:
-                    raise BadInputError(
-                        f"input {check.name!r} expects shape {_fmt_shape(check.shape)} but the feed "
-                        f"has shape {tuple(arr.shape)} (dimension {axis} must be {want})",
-                        tensor=check.name,
-                        value=tuple(arr.shape),
-                        rule="static dimensions of a graph input must match the feed",
-                    )
+            _check_shape(check, tuple(arr.shape))
         return arr
 
 
@@ -262,29 +247,77 @@ def _checked_ortvalue(check: _InputCheck, value: Any) -> Any:
     got = value.data_type()
     if got != check.type:
         raise BadInputError(
-            f"input {check.name!r} expects {check.type} but the feed is an OrtValue of {got}",
+            f"Unexpected input data type. Actual: ({got}) , expected: ({check.type}) (dmlshim: input "
+            f"{check.name!r} expects {check.type} but the feed is an OrtValue of {got})",
             tensor=check.name,
             value=got,
             rule="feed dtype must equal the graph input's element type",
         )
-    shape = tuple(value.shape())
-    if check.shape is not None and (
-        len(shape) != len(check.shape)
-        or any(isinstance(w, int) and w != g for w, g in zip(check.shape, shape, strict=False))
-    ):
-        raise BadInputError(
-            f"input {check.name!r} expects shape {_fmt_shape(check.shape)} but the feed has shape {shape}",
-            tensor=check.name,
-            value=shape,
-            rule="feed shape must match the graph input's shape",
-        )
+    if check.shape is not None:
+        _check_shape(check, tuple(value.shape()))
     return value
 
 
+def _fixed(dim: Dim) -> bool:
+    """Whether a declared dimension binds the feed: a size, not a name, None or a negative size (which
+    onnxruntime reads as free)."""
+    return isinstance(dim, int) and dim >= 0
+
+
+def _check_shape(check: _InputCheck, shape: tuple[int, ...]) -> None:
+    """Refuse a feed shape onnxruntime refuses, with onnxruntime's message first."""
+    if len(shape) != len(check.shape or ()):
+        raise BadInputError(
+            f"Invalid rank for input: {check.name} Got: {len(shape)} Expected: {len(check.shape or ())} "
+            "Please fix either the inputs/outputs or the model. (dmlshim: input "
+            f"{check.name!r} is declared {_fmt_shape(check.shape or ())}; the feed has shape {shape})",
+            tensor=check.name,
+            value=shape,
+            rule="feed rank must equal the graph input's rank",
+        )
+    wrong = [
+        (a, g, w)
+        for a, (w, g) in enumerate(zip(check.shape or (), shape, strict=True))
+        if _fixed(w) and w != g
+    ]
+    if wrong:
+        indices = "".join(f" index: {a} Got: {g} Expected: {w}\n" for a, g, w in wrong)
+        raise BadInputError(
+            f"Got invalid dimensions for input: {check.name} for the following indices\n{indices} Please fix "
+            f"either the inputs/outputs or the model. (dmlshim: input {check.name!r} is declared "
+            f"{_fmt_shape(check.shape or ())}; the feed has shape {shape})",
+            tensor=check.name,
+            value=shape,
+            rule="static dimensions of a graph input must match the feed",
+        )
+
+
+def _string_feed(check: _InputCheck, arr: np.ndarray) -> np.ndarray:
+    """A ``tensor(string)`` feed of numpy bytes or void, as onnxruntime reads it: each bytes element up to
+    its first NUL, each void element whole (NULs kept), as UTF-8; any other kind is refused."""
+    if arr.dtype.kind == "S":
+        return np.char.decode(arr, "utf-8", "replace").astype(object)
+    if arr.dtype.kind == "V" and arr.dtype.fields is None:
+        flat = [bytes(v).decode("utf-8", "replace") for v in arr.reshape(-1)]
+        return np.array(flat, dtype=object).reshape(arr.shape)
+    raise _wrong_dtype(check, "tensor(string) (numpy str, bytes, void or object)", arr.dtype)
+
+
+def _onnx_type_name(dtype: np.dtype[Any]) -> str:
+    """onnxruntime's name of a numpy dtype's tensor type: ``tensor(double)``; ``tensor(string)`` for str."""
+    if dtype.kind in "OUSV":
+        return "tensor(string)"
+    try:
+        return f"tensor({_elem_name(helper.np_dtype_to_tensor_dtype(dtype))})"
+    except (KeyError, TypeError, ValueError):
+        return str(dtype)
+
+
 def _wrong_dtype(check: Any, expected: str, got: np.dtype[Any]) -> BadInputError:
-    """The error for a feed whose element type is not the graph input's."""
+    """The error for a feed whose element type is not the graph input's: onnxruntime's sentence first."""
     return BadInputError(
-        f"input {check.name!r} expects {expected} but the feed is {got}",
+        f"Unexpected input data type. Actual: ({_onnx_type_name(got)}) , expected: ({check.type}) "
+        f"(dmlshim: input {check.name!r} expects {expected} but the feed is {got})",
         tensor=check.name,
         value=str(got),
         rule="feed dtype must equal the graph input's element type",

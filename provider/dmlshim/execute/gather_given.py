@@ -37,6 +37,7 @@ import onnx
 import onnx.shape_inference
 from onnx import helper
 
+from ..model.data_prop import infer_with_data_prop
 from ..model.nonnegative import nonnegative_prover
 from ..translate import TensorInfo
 from ..translate.plan import elem_type_of
@@ -264,7 +265,7 @@ def _inferred_shapes(
             for d in shape:
                 value.type.tensor_type.shape.dim.add().dim_value = d
     try:
-        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+        inferred = infer_with_data_prop(model)
     except Exception as exc:  # an op onnx cannot infer: the run goes to the partitioned steps
         logger.debug("whole-model check: no shapes inferred at %s (%s)", dict(fed), exc)
         return {}

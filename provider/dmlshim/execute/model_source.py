@@ -19,6 +19,7 @@ from ..fileio.filekind import require_onnx_model
 from ..limits import check_model_inputs
 from ..model.modelcheck import check_model, load_external_data
 from ..model.prepare import prepare_model
+from ..model.weightless import is_external
 from ..ort.exceptions import (
     as_onnxruntime_error,
     check_failure_class,
@@ -29,6 +30,7 @@ from ..ort.real import pybind_state
 from .added_initializers import AddedInitializers
 from .supplied import take_supplied_initializers
 from .weight_file import read_weightless
+from .weight_snapshot import ExternalDataGuard, WeightSnapshot, read_inline, snapshot_inline
 from .weight_values import check_unchanged, load_small_external_data, weight_files, with_weights
 from .weights import SHARE_MIN_BYTES
 
@@ -49,8 +51,13 @@ class LoadedModel:
     added: AddedInitializers | None = None
     weight_files: Mapping[str, tuple[int, int] | None] | None = None
     """Read without its weights (``load_model(weightless=True)``): the files its top-level external
-    initializers point at (the .onnx file itself among them), with their size and modification time
+    initializers point at (relative to :attr:`weights_folder`), with their size and modification time
     when read; None when ``proto`` holds every weight but those of ``add_external_initializers``."""
+    snapshot: WeightSnapshot | None = None
+    """The session's own copy of the large weights the .onnx file held inline (their external data
+    points there), kept while this object lives; None when there were none (or they are in ``proto``)."""
+    guard: ExternalDataGuard | None = None
+    """The external data the user chose that sessions of this model map (None: none is mapped)."""
 
     @property
     def supplied(self) -> frozenset[str]:
@@ -63,12 +70,31 @@ class LoadedModel:
         return self.weight_files is not None
 
     @property
+    def weights_path(self) -> str | None:
+        """A path whose folder the external-data references of ``proto`` are relative to: the model file,
+        or a name in the folder of :attr:`snapshot` (None for a model from bytes or a ModelProto)."""
+        if self.path is None or self.snapshot is None:
+            return self.path
+        return os.path.join(self.snapshot.folder, os.path.basename(self.path))
+
+    @property
     def weights_folder(self) -> str | None:
         """The folder the external-data references of a model read without its weights are relative to
         (None: ``proto`` holds its weights)."""
-        if self.weight_files is None or self.path is None:
+        path = self.weights_path
+        if self.weight_files is None or path is None:
             return None
-        return os.path.dirname(os.path.abspath(self.path))
+        return os.path.dirname(os.path.abspath(path))
+
+    def check_files(self) -> None:
+        """Refuse a run once an external-data file the sessions map has been cut short (reading it would
+        kill the process).
+
+        Raises:
+            BadModelError: a mapped file is shorter than the weights in it.
+        """
+        if self.guard is not None:
+            self.guard.check()
 
     def check_unchanged(self) -> None:
         """Refuse to go on when a file this model's weights are read from changed since it was read.
@@ -91,12 +117,15 @@ class LoadedModel:
             BadModelError: a file changed since the model was read, or cannot be read.
         """
         model = self.proto if model is None else model
-        if self.weight_files is None or self.path is None:
+        path = self.weights_path
+        if self.weight_files is None or path is None:
             return model
-        return with_weights(model, self.path, self.weight_files)
+        return with_weights(model, path, self.weight_files, shown=self.path)
 
 
-def load_model(model: ModelSource, sess_options: Any = None, *, weightless: bool = False) -> LoadedModel:
+def load_model(
+    model: ModelSource, sess_options: Any = None, *, weightless: bool = False, own_weights: bool = True
+) -> LoadedModel:
     """Read a model from a path, bytes or a ModelProto, with external data kept inside the model's folder,
     checked (:func:`dmlshim.model.modelcheck.check_model`) and prepared as onnxruntime prepares it (local
     functions expanded, nodes sorted: :func:`dmlshim.model.prepare.prepare_model`).
@@ -108,7 +137,11 @@ def load_model(model: ModelSource, sess_options: Any = None, *, weightless: bool
     With ``weightless`` (a model file), the large top-level initializers are never read: those held
     inline become external data pointing at their bytes in the .onnx file
     (:func:`dmlshim.execute.weight_file.read_weightless`) and large external data stays external (both
-    checked as usual; small external tensors are read, as small inline ones stay);
+    checked as usual; small external tensors are read, as small inline ones stay). With ``own_weights``
+    (a session, validate) the large inline weights are then copied once to a file of the model's own
+    (``LoadedModel.snapshot``), so that nothing done to the .onnx file afterwards reaches the model, as
+    nothing reaches an onnxruntime session; without it (a command that only reads the structure) they
+    keep pointing into the .onnx file;
     ``LoadedModel.with_weights`` gives the whole model to whoever needs it. Only the initializers the file
     keeps in external data count as such for ``sess_options`` (``add_external_initializers``).
 
@@ -146,13 +179,17 @@ def load_model(model: ModelSource, sess_options: Any = None, *, weightless: bool
         added = take_supplied_initializers(proto, sess_options, path.parent, inline=inline)
         # before reading any weights; read without them, only the small ones count against the limits
         check_model(proto, path, sess_options=sess_options, read_below=SHARE_MIN_BYTES if light else None)
-        files = None
+        files = snapshot = guard = None
         if light is not None:
             load_small_external_data(proto, path, SHARE_MIN_BYTES)
-            files = weight_files(proto, os.path.dirname(os.path.abspath(path))) or None
+            snapshot = _own_inline_weights(proto, path, inline) if own_weights else None
+            folder = snapshot.folder if snapshot is not None else os.path.dirname(os.path.abspath(path))
+            files = weight_files(proto, folder) or None
+            if files is not None and snapshot is None and own_weights:
+                guard = ExternalDataGuard(proto, folder, str(path))
         else:
             load_external_data(proto, path)
-        loaded = LoadedModel(prepare_model(proto, owned=True), str(path), added, files)
+        loaded = LoadedModel(prepare_model(proto, owned=True), str(path), added, files, snapshot, guard)
     else:
         # onnxruntime raises a TypeError here ("Unable to load from type ..."): so is this error
         raise as_onnxruntime_error(
@@ -199,6 +236,24 @@ def _read_weightless(path: Path) -> tuple[onnx.ModelProto, frozenset[str]] | Non
     if found is not None and found[1]:
         logger.debug("%d initializers of %s left in the file", len(found[1]), path)
     return found
+
+
+def _own_inline_weights(proto: onnx.ModelProto, path: Path, inline: frozenset[str]) -> WeightSnapshot | None:
+    """Make the large weights the .onnx file holds inline (``inline``: external data pointing into the
+    file itself) the session's own, as onnxruntime's are: copied to a file of their own
+    (:func:`dmlshim.execute.weight_snapshot.snapshot_inline`), or, when the model also keeps large
+    weights in external data the user chose (one folder holds every reference onnxruntime reads) or
+    the copy cannot be made, read into ``proto``. None when they are in ``proto`` (or there are none)."""
+    if not inline:
+        return None
+    chosen = [t for t in proto.graph.initializer if is_external(t) and t.name not in inline]
+    if not chosen:
+        try:
+            return snapshot_inline(proto, path, inline)
+        except OSError as exc:
+            logger.warning("the weights of %s cannot be copied (%s); they are read into the model", path, exc)
+    read_inline(proto, path, inline)
+    return None
 
 
 def _require_graph(proto: onnx.ModelProto, path: str | None) -> None:

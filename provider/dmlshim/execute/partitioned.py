@@ -183,8 +183,15 @@ class PartitionedEngine:
             self._steps.append(
                 CpuStep(session, [n for n in graph_inputs], [o.name for o in graph.output], "the model")
             )
+            # the defaults of the initializers a caller may override: those onnxruntime takes as feeds
+            # (an IR 3 model's initializers listed as inputs are constants to onnxruntime)
+            takes = {i.name for i in session.get_inputs()} | {
+                i.name for i in session.get_overridable_initializers()
+            }
             self._default_feeds = {
-                t.name: initializer_value(t, folder) for t in graph.initializer if t.name in set(graph_inputs)
+                t.name: initializer_value(t, folder)
+                for t in graph.initializer
+                if t.name in set(graph_inputs) and t.name in takes
             }
             self._cpu_partitions = 1
             self._whole_model = True

@@ -189,15 +189,21 @@ def load_small_external_data(model: onnx.ModelProto, path: Path, min_bytes: int)
 
 
 def with_weights(
-    model: onnx.ModelProto, path: str, stamps: Mapping[str, tuple[int, int] | None]
+    model: onnx.ModelProto,
+    path: str,
+    stamps: Mapping[str, tuple[int, int] | None],
+    shown: str | None = None,
 ) -> onnx.ModelProto:
-    """A copy of ``model`` (read from ``path`` without its weights) holding every weight, as the model
-    was before it was read weightless.
+    """A copy of ``model`` (read from ``path`` without its weights: external data relative to its
+    folder) holding every weight, as the model was before it was read weightless.
+
+    Args:
+        shown: the model file named in errors (default ``path``).
 
     Raises:
         BadModelError: a file changed since the model was read, or cannot be read.
     """
-    check_unchanged(stamps, os.path.dirname(os.path.abspath(path)), path)
+    check_unchanged(stamps, os.path.dirname(os.path.abspath(path)), shown or path)
     full = onnx.ModelProto()
     full.CopyFrom(model)
     load_external_data(full, Path(path))

@@ -8,8 +8,9 @@ Serializing a model with large weights for each of those costs seconds and a cop
 * :func:`dmlshim.model.weightless.without_weights` gives shape inference a copy whose large initializers are
   typed graph inputs (only their type and shape matter to it, and values that drive shapes are small);
 * :class:`SharedWeights` gives onnxruntime sessions initializers without bytes ("external data"): for a
-  model read from a file, references to where the bytes lie in its files, which onnxruntime reads itself
-  (:mod:`dmlshim.execute.weight_file`); otherwise placeholders whose arrays it is handed through
+  model read without its weights, references to where the bytes lie (the session's own copy of the weights
+  its file held inline, :mod:`dmlshim.execute.weight_snapshot`, or the external data the user chose),
+  which onnxruntime reads itself; otherwise placeholders whose arrays it is handed through
   ``SessionOptions.add_external_initializers`` (which copies them). No weight is serialized or parsed
   again.
 """
@@ -27,7 +28,7 @@ import onnxruntime as ort
 
 from ..model.weightless import graph_shell, is_external, model_shell, tensor_nbytes
 from .gather_given import add_extra_outputs
-from .weight_file import FOLDER_KEY, FileSlice, weight_slices
+from .weight_file import FOLDER_KEY, FileSlice
 from .weight_values import check_unchanged, external_slice, file_stamp, initializer_value
 
 logger = logging.getLogger(__name__)
@@ -87,19 +88,13 @@ class SharedWeights:
             refs = {n: external_slice(t) for n, t in initializers.items() if is_external(t)}
             self._refs = frozenset(refs)
             self._protos.update((n, initializers[n]) for n in refs)
-        if model_path is not None and self._protos:
-            # Weights whose bytes sit in the model's files are read there by onnxruntime itself.
-            # External data is relative to the model's folder; the bytes of a model file that is a link
-            # lie in the folder of the file it leads to (onnxruntime refuses a location leaving the folder).
-            where = os.path.abspath(model_path) if refs else os.path.realpath(model_path)
-            self._folder = os.path.dirname(where)
-            inline = {n for n in self._protos if n not in self._refs}
-            if inline:
-                self._files = {
-                    n: s
-                    for n, s in weight_slices(where).items()
-                    if n in inline and s.length == tensor_nbytes(self._protos[n])
-                }
+        if model_path is not None and refs:
+            # Weights a model read without them keeps as external data (in the session's own copy of the
+            # weights the file held inline, or in the external data the user chose) are read there by
+            # onnxruntime itself, relative to the folder of ``model_path``. Weights held in the model are
+            # handed as arrays: pointing onnxruntime at them in the user's .onnx file would make the file
+            # a live dependency of the session (onnxruntime maps what it reads from files).
+            self._folder = os.path.dirname(os.path.abspath(model_path))
             self._files.update(refs)
             self._stamps = {
                 f: _stamp(os.path.join(self._folder, f)) for f in {s.location for s in self._files.values()}
@@ -131,20 +126,10 @@ class SharedWeights:
         """What a session's model holds for the shared ``tensor``: external data pointing at its bytes
         in the model's files when they are known, else a placeholder :meth:`attach` gives an array."""
         where = self._files.get(tensor.name)
-        if where is not None and tensor.name in self._refs:
+        if where is not None:
             # No copy of these weights was ever made: the files are all there is.
             stamps = {where.location: self._stamps[where.location]}
             check_unchanged(stamps, str(self._folder), str(self._model_path))
-        elif (
-            where is not None
-            and _stamp(os.path.join(str(self._folder), where.location)) != self._stamps[where.location]
-        ):
-            logger.warning(
-                "%s changed since the model was read; its weights are handed as arrays", where.location
-            )
-            # A session built later (a CPU segment) must not read other weights from it.
-            self._files = {n: s for n, s in self._files.items() if n in self._refs}
-            where = None
         if where is None:
             return placeholder(tensor)
         ref = onnx.TensorProto(name=tensor.name, data_type=tensor.data_type, dims=list(tensor.dims))

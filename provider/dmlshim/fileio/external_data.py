@@ -95,25 +95,11 @@ def _check_one(t: onnx.TensorProto, base: Path | None, path: str | None) -> Exte
             path,
             length,
         )
-    if Path(location).is_absolute() or location.startswith("\\") or ".." in Path(location).parts:
-        raise _refuse(
-            t,
-            f"points at external data {location!r} outside the model's folder; refusing to read it",
-            path,
-            location,
-        )
+    if Path(location).is_absolute() or location.startswith(("\\", "/")):
+        raise _escapes(t, location, "Absolute path not allowed for external data location", path)
     if base is None:
         return ExternalRef(t.name, None, offset, length if length is not None else need)
-    real_base = os.path.realpath(base)
-    file = Path(real_base) / location
-    real = os.path.realpath(file)
-    if os.path.commonpath([real_base, real]) != real_base:
-        raise _refuse(
-            t,
-            f"points at external data {location!r} outside the model's folder; refusing to read it",
-            path,
-            location,
-        )
+    real = _contained(t, base, location, path)
     try:
         st = os.stat(real)
     except OSError as exc:
@@ -137,6 +123,48 @@ def _check_one(t: onnx.TensorProto, base: Path | None, path: str | None) -> Exte
             EXTENT_RULE,
         )
     return ExternalRef(t.name, Path(real), offset, size)
+
+
+def _escapes(t: onnx.TensorProto, location: str, reason: str, path: str | None) -> BadModelError:
+    """onnxruntime's refusal of an external data location (its class, ``Fail``, and its sentence first)."""
+    from ..ort.exceptions import ort_class, with_onnxruntime_class  # the ort layer, on demand
+
+    error = _refuse(
+        t,
+        f"points at external data {location!r} outside the model's folder; refusing to read it",
+        path,
+        location,
+    )
+    error.message = (
+        f"External data path validation failed for initializer: {t.name}. Error: {reason} (dmlshim: "
+        f"{error.message})"
+    )
+    error.args = (error.message,)
+    return with_onnxruntime_class(error, ort_class("Fail"))
+
+
+def _contained(t: onnx.TensorProto, base: Path, location: str, path: str | None) -> str:
+    """The real file ``location`` names, checked as onnxruntime checks it: resolved (every symbolic link
+    followed) from the model's folder as given, it lies in that folder, resolved; or, for a model file that
+    is itself a symbolic link (the Hugging Face cache: snapshots/v/model.onnx and its data both links into
+    blobs/), in the folder of the model's real file."""
+    real_base = os.path.realpath(base)
+    real = os.path.realpath(os.path.join(real_base, location))
+    if os.path.commonpath([real_base, real]) == real_base:
+        return real
+    if path is not None and os.path.islink(path):
+        real_dir = os.path.dirname(os.path.realpath(path))
+        apparent = os.path.realpath(os.path.join(base, location))
+        if os.path.commonpath([real_dir, apparent]) == real_dir:
+            return apparent
+        real, real_base = apparent, real_dir
+    raise _escapes(
+        t,
+        location,
+        f'External data path escapes model directory. External data path: "{location}" resolved path: '
+        f'"{real}" allowed directory: "{real_base}"',
+        path,
+    )
 
 
 def _in_memory_class(error: BadModelError) -> BadModelError:

@@ -181,14 +181,29 @@ def input_files(inputs: Iterable[PathLike | None]) -> list[tuple[Path, str]]:
     return out
 
 
+_Stamp = tuple[int, int, int, int] | None
+
+_FOUND: dict[str, _Stamp] = {}
+"""What each output path held when it was checked (None: nothing), until it is written: a file that
+appears or changes there meanwhile is the user's (or the program's), and is never replaced."""
+
+
+def _stamp(path: Path) -> _Stamp:
+    st = _lstat(path)
+    return None if st is None else (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 def check_output_file(
     path: PathLike,
     *,
     overwrite: bool = False,
     inputs: Iterable[PathLike | None] = (),
     what: str = "output file",
+    remember: bool = True,
 ) -> Path:
     """Refuse a bad output file before the work starts, so a long run does not end in an unusable path.
+    What the path holds now is remembered: when the file is written, a file that appeared there (or one
+    that changed) since is refused even with ``overwrite``.
 
     Args:
         path: the file to write.
@@ -196,6 +211,7 @@ def check_output_file(
         inputs: the command's input files; the output may not be any of them (links included), nor any
             external-data file of an input ONNX model.
         what: how to name the file in messages.
+        remember: remember what the path holds now (False: keep what an earlier check remembered).
 
     Returns:
         ``path`` as a :class:`Path`.
@@ -234,7 +250,34 @@ def check_output_file(
     parent = target.parent
     if not parent.is_dir():
         raise BadInputError(f"the {what}'s folder {str(parent)!r} does not exist", path=text, rule=_RULE)
+    key = os.path.abspath(text)
+    if remember or key not in _FOUND:
+        _FOUND[key] = None if st is None else _stamp(target)
     return target
+
+
+def remember_output(path: PathLike) -> None:
+    """Remember what ``path`` holds now, without checking it (a file whose name is known when a session
+    starts, written when it ends: a profile): when it is written, a file that appeared there (or one that
+    changed) since is refused even with ``overwrite``."""
+    target = Path(os.fspath(path))
+    _FOUND[os.path.abspath(target)] = _stamp(target)
+
+
+def _refuse_newcomer(target: Path, what: str) -> None:
+    """Refuse to replace a file that appeared at ``target``, or changed, since it was checked."""
+    key = os.path.abspath(target)
+    if key not in _FOUND:
+        return
+    found, now = _FOUND[key], _stamp(target)
+    if now is not None and now != found:
+        raise BadInputError(
+            f"the {what} {'appeared' if found is None else 'changed'} while dmlshim was running; a file "
+            "written meanwhile (by the program, or by you) is never replaced: move it away, or give "
+            "another name",
+            path=str(target),
+            rule=_RULE,
+        )
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -251,6 +294,7 @@ def _place(tmp: Path, target: Path, overwrite: bool, what: str) -> None:
             rule=_RULE,
         )
     if overwrite:
+        _refuse_newcomer(target, what)
         portable.replace(tmp, target)  # replaces a link itself, never its target
         return
     try:
@@ -292,7 +336,7 @@ def write_stream(
     Raises:
         BadInputError: refused (see :func:`check_output_file`) or the write failed (disk full, ...).
     """
-    target = check_output_file(path, overwrite=overwrite, inputs=inputs, what=what)
+    target = check_output_file(path, overwrite=overwrite, inputs=inputs, what=what, remember=False)
     parent = target.parent
     prefix = "." + target.name[:80] + "."
     try:
@@ -313,6 +357,7 @@ def write_stream(
     finally:
         with contextlib.suppress(OSError):
             tmp.unlink()
+        _FOUND.pop(os.path.abspath(target), None)
     if sync:
         _fsync_dir(parent)
     logger.debug("wrote %s", target)

@@ -39,6 +39,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from ..model.data_prop import infer_with_data_prop
 from ..model.graph import is_gather_scatter, subgraphs, walk_nodes
 from ..model.weightless import without_weights
 from ..translate.static_if import settle_static_ifs
@@ -141,14 +142,14 @@ def _with_static_inputs(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, 
 
 def _infer(model: onnx.ModelProto) -> onnx.ModelProto:
     try:
-        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+        inferred = infer_with_data_prop(model)
     except Exception as exc:  # onnx raises several unrelated types here
         logger.warning("shape inference failed (%s): index ranges may be conservative", exc)
         return model
     try:
         # an If decided by sizes or ranks (TorchScript's ``if x.dim() == 0``): its outputs take the
         # shapes of the branch that runs, so the dims its values index are known
-        return settle_static_ifs(inferred, lambda m: onnx.shape_inference.infer_shapes(m, data_prop=True))
+        return settle_static_ifs(inferred, infer_with_data_prop)
     except Exception as exc:  # onnx raises several unrelated types here
         logger.debug("If outputs left as ONNX infers them (%s)", exc)
         return inferred

@@ -12,6 +12,10 @@ Where DirectML leaves behaviour undefined, the kernels pick one documented answe
 * negative indices count from the end only for signed index types at ``FL_3_0`` and later;
 * when scatter writes overlap, the last write in row-major index order wins and the overwritten writes
   are counted in ``KernelResult.duplicate_indices``.
+
+The numpy kernels here are the reference; when numba is installed (the ``fast`` extra) the compiled
+kernels of :mod:`dmlshim.kernels.compiled` run instead and give the same results bit for bit, handing
+back to the numpy kernel every case they do not take (``DMLSHIM_KERNELS=numpy|compiled`` chooses).
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from ..dml.operators import (
     ScatterNdDesc,
 )
 from ..errors import DmlShimError, InvalidDescriptorError
-from . import gather, gather_elements, gather_nd, scatter_elements, scatter_nd
+from . import compiled, gather, gather_elements, gather_nd, scatter_elements, scatter_nd
 from .indices import KernelIndexError
 from .options import IndexMode, KernelOptions, KernelResult
 from .scatter_verify import VerifyResult
@@ -57,7 +61,11 @@ _KERNELS: dict[type, Callable[[Any, Mapping[str, Any], KernelOptions], KernelRes
 
 
 def execute(
-    desc: OperatorDesc, inputs: Mapping[str, np.ndarray], options: KernelOptions = DEFAULT_OPTIONS
+    desc: OperatorDesc,
+    inputs: Mapping[str, np.ndarray],
+    options: KernelOptions = DEFAULT_OPTIONS,
+    *,
+    kernels: str | None = None,
 ) -> KernelResult:
     """Run one DirectML gather/scatter operator on numpy arrays.
 
@@ -70,6 +78,8 @@ def execute(
             dtype has its bytes reinterpreted. A bound ``OutputTensor`` is ignored. The arrays are
             never modified.
         options: feature level, out-of-range policy, duplicate detection and the node name for messages.
+        kernels: ``"numpy"`` or ``"compiled"`` to choose the kernels for this call; None (the default)
+            uses the ones DMLSHIM_KERNELS selects (see :mod:`dmlshim.kernels.compiled`).
 
     Returns:
         The packed output (``shape == OutputTensor.Sizes``) and, for scatters, the number of overwritten
@@ -82,9 +92,15 @@ def execute(
         IndexOutOfRangeError: an index outside its dimension (``IndexMode.ERROR``), or a negative index
             where negatives are not allowed; the message names the node, the operator, IndicesTensor, the
             position, the value and the valid range.
+        EngineUnavailableError: ``kernels="compiled"`` without numba.
     """
     kernel = _entry(_KERNELS, desc, options, "kernel")
+    fast = compiled.kernel_for(type(desc), kernels, getattr(desc.output_tensor, "element_count", 0))
     with _node_named(options):
+        if fast is not None:
+            result: KernelResult | None = fast(desc, inputs, options)
+            if result is not None:
+                return result
         return kernel(desc, inputs, options)
 
 

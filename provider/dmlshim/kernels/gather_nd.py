@@ -130,6 +130,9 @@ class PackedTuples:
 
     Attributes:
         tuples: the indices viewed as ``(B, N, t)``: B batch positions by N tuples per batch.
+        dims: the sizes the ``t`` tuple components address.
+        strides: each component's row stride.
+        batch_rows: the first row of each batch position, int64 ``(B,)``.
     """
 
     def __init__(
@@ -145,25 +148,25 @@ class PackedTuples:
         d = tensor.dimension_count
         t = indices.shape[-1]
         first = d - r + batch
-        self._dims = tensor.sizes[first : first + t]
+        self.dims = tensor.sizes[first : first + t]
         row_strides = tuple(s // block for s in tensor.packed_strides)
-        self._strides = row_strides[first : first + t]
+        self.strides = row_strides[first : first + t]
         batch_sizes = tensor.sizes[d - r : first]
         b_count = math.prod(batch_sizes)
         n_count = math.prod(indices.shape[d - q + batch : d - 1])
         self.tuples = indices.reshape(b_count, n_count, t)
-        self._batch_rows = grid_offsets(batch_sizes, row_strides[d - r : first])
+        self.batch_rows = grid_offsets(batch_sizes, row_strides[d - r : first])
         self._ctx = ctx
 
     def rows(self, box: tuple[int, int, int, int]) -> np.ndarray | None:
         """The flat row numbers of the tuples in ``box`` (``(b0, b1, n0, n1)`` over ``(B, N)``), or
         None when an index needs the general path of :func:`tuple_offsets`."""
         b0, b1, n0, n1 = box
-        cols = fast_indices(self.tuples[b0:b1, n0:n1], self._dims, self._ctx)
+        cols = fast_indices(self.tuples[b0:b1, n0:n1], self.dims, self._ctx)
         if cols is None:
             return None
         rows: np.ndarray | None = None
-        for j, stride in enumerate(self._strides):
+        for j, stride in enumerate(self.strides):
             if not stride:
                 continue
             if rows is None:
@@ -174,7 +177,7 @@ class PackedTuples:
         if rows is None:
             rows = np.zeros(cols.shape[:-1], dtype=np.int64)
         if self.tuples.shape[0] > 1:
-            rows += self._batch_rows[b0:b1, None]
+            rows += self.batch_rows[b0:b1, None]
         return rows.reshape(-1)
 
 

@@ -85,20 +85,8 @@ def _check_versions(model: onnx.ModelProto, path: str | None) -> None:
 
 
 def _check_names(graph: onnx.GraphProto, prefix: str, path: str | None) -> None:
-    """Node names unique within a graph; dims not negative; initializers that agree with the graph input
-    they feed."""
-    for vi in (*graph.input, *graph.output, *graph.value_info):
-        if vi.type.WhichOneof("value") != "tensor_type":
-            continue
-        for d in vi.type.tensor_type.shape.dim:
-            if d.HasField("dim_value") and d.dim_value < 0:
-                raise BadModelError(
-                    f"{vi.name!r} is declared with dimension {d.dim_value}",
-                    tensor=vi.name,
-                    path=path,
-                    value=int(d.dim_value),
-                    rule="a dimension is a non-negative size or a symbolic name (ONNX TensorShapeProto)",
-                )
+    """Node names unique within a graph; initializers that agree with the graph input they feed (a negative
+    declared dimension is left alone: onnxruntime reads it as a free one)."""
     seen: dict[str, int] = {}
     for i, node in enumerate(graph.node):
         if node.name:
@@ -142,6 +130,54 @@ def _check_names(graph: onnx.GraphProto, prefix: str, path: str | None) -> None:
                     value=list(t.dims),
                     rule="an initializer has its graph input's shape",
                 )
+
+
+_PROBE_BYTES = 1 << 20
+
+
+def _probe_for(model: onnx.ModelProto, own: BadModelError) -> onnx.ModelProto | None:
+    """A small model onnxruntime refuses for the reason ``own`` gives, if it refuses it: the model without
+    its weights (ir_version, opsets and node names kept), or for an initializer that disagrees with its
+    declared input, that input, a zero-filled initializer of its type and shape, and one Identity node."""
+    from .weightless import without_weights
+
+    if own.tensor is None or own.rule is None or "initializer" not in own.rule:
+        light = without_weights(model)
+        return light if light.ByteSize() < PROBE_LIMIT else None
+    t = next((i for i in model.graph.initializer if i.name == own.tensor), None)
+    vi = next((i for i in model.graph.input if i.name == own.tensor), None)
+    size = RAW_ITEMSIZE.get(t.data_type, 0) * math.prod(int(d) for d in t.dims) if t is not None else 0
+    if t is None or vi is None or not size or size > _PROBE_BYTES:
+        return None
+    stub = TensorProto(name=t.name, data_type=t.data_type, dims=list(t.dims), raw_data=bytes(size))
+    out = onnx.helper.make_tensor_value_info(f"{t.name}.dmlshim_probe", vi.type.tensor_type.elem_type, None)
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Identity", [t.name], [out.name])], "probe", [vi], [out], [stub]
+    )
+    return onnx.helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
+
+
+PROBE_LIMIT = 64 << 20
+"""The largest weightless model handed to onnxruntime only to learn its message for a refusal."""
+
+
+def _ort_refusal(probe: onnx.ModelProto | None) -> BaseException | None:
+    """onnxruntime's error creating a session on ``probe`` (None: it accepts it, or no probe)."""
+    if probe is None:
+        return None
+    import onnxruntime as ort
+
+    from ..ort.real import OrtInferenceSession
+    from .ort_errors import ORT_ERRORS
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 4
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    try:
+        OrtInferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    except (EncodeError, *ORT_ERRORS) as exc:
+        return exc
+    return None
 
 
 def _checkable(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -291,8 +327,14 @@ def check_model(
     """
     where = os.fspath(path) if path is not None else None
     check_well_formed(model, where)
-    _check_versions(model, where)
-    _check_names(model.graph, "", where)
+    try:
+        _check_versions(model, where)
+        _check_names(model.graph, "", where)
+    except BadModelError as own:
+        theirs = _ort_refusal(_probe_for(model, own))
+        if theirs is None:
+            raise
+        raise own from theirs  # onnxruntime's class and message first (dmlshim.ort.exceptions)
     check_external_data(model, where, read_below=read_below)
     light = _checkable(model)
     findings: list[str | None] = [None]

@@ -8,11 +8,13 @@ check uses this to take such a gather's output from onnxruntime without fetching
 
 The proof follows a value back through operators that only move, repeat or select elements of their
 data input (Expand, Reshape, Transpose, Slice, a gather's data, ...) to a source that cannot be negative:
-a Clip or Max with a non-negative constant bound, Relu, an index-producing operator (ArgMax, TopK's
-indices, NonZero, Shape, Size), a Range from a non-negative start by a non-negative step, or a constant
-whose elements are all non-negative. Anything else, a graph
-input included, is not proved. Casts count only when they cannot wrap (to a wider or equal signed type
-from a smaller or equal one).
+a Clip whose bounds are both proved non-negative (its ``min`` alone when it has no ``max``: ONNX's Clip is
+``min(max(x, lo), hi)``, so when ``lo > hi`` every element is ``hi``), a Max with one input proved
+non-negative, Relu, an index-producing operator (ArgMax, TopK's indices, NonZero, Shape, Size), a Range
+from a non-negative start by a non-negative step, or a constant whose elements are all non-negative.
+Anything else, a graph input included, is not proved; so is an initializer that is also a graph input
+(the caller may feed it any value). Casts count only when they cannot wrap (to a wider or equal signed
+type from a smaller or equal one).
 """
 
 from __future__ import annotations
@@ -95,6 +97,10 @@ def nonnegative_prover(
     non-negative by construction (see the module docstring). ``constants``: initializers and Constant
     outputs by name; ``elem_types``: the element type of a value where known (for Cast)."""
     producer = {out: node for node in graph.node for out in node.output if out}
+    # An initializer that is also a graph input is a default the caller may override with any value
+    # (from IR version 4; before, it is a constant, but proving less is never wrong).
+    fed = {v.name for v in graph.input}
+    constants = {name: t for name, t in constants.items() if name not in fed}
     memo: dict[str, bool] = {}
 
     def constant_at_least_zero(name: str) -> bool:
@@ -128,11 +134,9 @@ def nonnegative_prover(
         if op == "Where":
             return len(inputs) == 3 and proved(inputs[1], depth + 1) and proved(inputs[2], depth + 1)
         if op == "Clip":
-            return clip_min_nonnegative(node, inputs)
-        if op == "Max":
-            return any(constant_at_least_zero(i) for i in inputs if i) or all(
-                proved(i, depth + 1) for i in inputs if i
-            )
+            return clip_nonnegative(node, inputs, depth)
+        if op == "Max":  # at least its largest input: one input proved non-negative is enough
+            return any(proved(i, depth + 1) for i in inputs if i)
         if op == "Range":  # start, start + delta, ...: never below start when delta is not negative
             return len(inputs) == 3 and proved(inputs[0], depth + 1) and proved(inputs[2], depth + 1)
         if op == "Min":
@@ -146,10 +150,14 @@ def nonnegative_prover(
             )
         return False
 
-    def clip_min_nonnegative(node: onnx.NodeProto, inputs: list[str]) -> bool:
-        for attr in node.attribute:  # Clip before opset 11: the bound is an attribute
-            if attr.name == "min":
-                return bool(attr.f >= 0)
-        return len(inputs) > 1 and bool(inputs[1]) and constant_at_least_zero(inputs[1])
+    def clip_nonnegative(node: onnx.NodeProto, inputs: list[str], depth: int) -> bool:
+        """Clip is ``min(max(x, lo), hi)`` (onnxruntime's too): at least ``min(lo, hi)``; with no ``hi``,
+        at least ``lo``. Both bounds must be proved, as ``Clip(min=0, max=-1)`` gives -1 everywhere."""
+        bounds = {a.name: a.f for a in node.attribute if a.name in ("min", "max")}
+        if bounds:  # Clip before opset 11: the bounds are attributes (max defaults to the largest float)
+            return "min" in bounds and bounds["min"] >= 0 and bounds.get("max", 0.0) >= 0
+        lo = inputs[1] if len(inputs) > 1 else ""
+        hi = inputs[2] if len(inputs) > 2 else ""
+        return bool(lo) and proved(lo, depth + 1) and (not hi or proved(hi, depth + 1))
 
     return proved

@@ -172,9 +172,25 @@ def _densify(graph: onnx.GraphProto) -> None:
             _densify(sub)
 
 
+def _negative_dims(graph: onnx.GraphProto) -> list[onnx.TensorShapeProto.Dimension]:
+    """The declared dimensions of ``graph`` (its subgraphs too) with a negative ``dim_value``."""
+    found = [
+        d
+        for vi in (*graph.input, *graph.output, *graph.value_info)
+        if vi.type.WhichOneof("value") == "tensor_type"
+        for d in vi.type.tensor_type.shape.dim
+        if d.HasField("dim_value") and d.dim_value < 0
+    ]
+    for node in graph.node:
+        for _, sub in subgraphs(node):
+            found.extend(_negative_dims(sub))
+    return found
+
+
 def prepare_model(model: onnx.ModelProto, *, owned: bool = False) -> onnx.ModelProto:
     """The model onnxruntime runs: local-function calls expanded, every graph in topological order,
-    sparse initializers dense.
+    sparse initializers dense, a negative declared dimension unknown (onnxruntime reads ``dim_value: -1``
+    as a free dimension and reports it as None).
 
     Args:
         model: a checked model.
@@ -189,12 +205,15 @@ def prepare_model(model: onnx.ModelProto, *, owned: bool = False) -> onnx.ModelP
     """
     calls = has_local_calls(model)
     sparse = _has_sparse(model.graph)
-    if not calls and not sparse and _is_sorted(model.graph):
+    negative = bool(_negative_dims(model.graph))
+    if not calls and not sparse and not negative and _is_sorted(model.graph):
         return model
     out = model
     if not owned:
         out = onnx.ModelProto()
         out.CopyFrom(model)
+    for dim in _negative_dims(out.graph):
+        dim.ClearField("dim_value")
     if sparse:
         _densify(out.graph)
     functions = function_table(out) if calls else {}

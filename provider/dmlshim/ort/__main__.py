@@ -9,13 +9,15 @@ import os
 import runpy
 import sys
 
-from ..errors import BadInputError
-from .install import install
+from ..errors import DmlShimError
+from .install import SUMMARY_FILE_ENV, install
 
 _USAGE = (
     "python -m dmlshim.ort [--summary text|json|off] [--summary-file PATH] [--emulate asked|all] "
-    "(SCRIPT | -m MODULE) [ARGS...]"
+    "[--engine NAME] (SCRIPT | -m MODULE) [ARGS...]"
 )
+_VALUED = ("--summary", "--summary-file", "--emulate", "--engine")
+"""dmlshim's own options that take a value (``--opt VALUE`` or ``--opt=VALUE``)."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -43,36 +45,83 @@ def _parser() -> argparse.ArgumentParser:
         help="asked (default): sessions asking for DmlExecutionProvider or no provider; "
         "all: every session ($DMLSHIM_ORT_EMULATE)",
     )
-    parser.add_argument("-m", dest="module", default=None, help="run a library module as a script")
-    parser.add_argument("target", nargs=argparse.REMAINDER, help="the script and its arguments")
+    parser.add_argument(
+        "--engine",
+        default=None,
+        help="the engine of every emulated session (default partitioned; customop emulates the nodes "
+        "inside If/Loop/Scan bodies too; $DMLSHIM_ORT_ENGINE)",
+    )
     return parser
+
+
+def _same_path(a: str, b: str) -> bool:
+    if os.path.abspath(a) == os.path.abspath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def split_argv(argv: list[str]) -> tuple[list[str], str | None, list[str]]:
+    """``argv`` as ``python`` reads its own: dmlshim's options, then ``-m MODULE`` or ``SCRIPT``, and every
+    argument after the module or script passed through untouched (options looking like dmlshim's too).
+    Returns (own options, module or None, [script] + its arguments or the module's arguments)."""
+    own: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "-m":
+            return own, (argv[i + 1] if i + 1 < len(argv) else ""), argv[i + 2 :]
+        if arg.startswith("-m") and not arg.startswith("--"):  # -mpytest, as python takes it
+            return own, arg[2:], argv[i + 1 :]
+        if arg == "--":
+            return own, None, argv[i + 1 :]
+        if not arg.startswith("-") or arg == "-":
+            return own, None, argv[i:]
+        own.append(arg)
+        if arg in _VALUED and i + 1 < len(argv):
+            own.append(argv[i + 1])
+            i += 1
+        i += 1
+    return own, None, []
 
 
 def main(argv: list[str] | None = None) -> int:
     """Parse the options, bind dmlshim, and run the program as ``python`` would run it."""
-    args = _parser().parse_args(argv)
-    if args.module is None and not args.target:
+    own, module, target = split_argv(sys.argv[1:] if argv is None else list(argv))
+    args = _parser().parse_args(own)
+    if not module and not target:
         _parser().print_usage(sys.stderr)
         sys.stderr.write("python -m dmlshim.ort: error: give a script or -m MODULE\n")
         return 2
-    # The script and every argument naming an existing file are inputs the summary may never replace.
-    read = [a for a in args.target if os.path.isfile(a)]
+    # The script and every argument naming an existing file are inputs the summary may never replace;
+    # a path the program is given that does not exist yet may be its output: never the summary's either.
+    read = [a for a in target if os.path.isfile(a)]
+    named = os.environ.get(SUMMARY_FILE_ENV) if args.summary_file is None else args.summary_file
+    if named and any(_same_path(named, a) for a in target):
+        sys.stderr.write(
+            f"python -m dmlshim.ort: error: the summary file {named!r} is given to the program too; "
+            "refusing to replace an input (or a file the program writes): give the summary another name\n"
+        )
+        return 2
     try:
         install(
             summary=args.summary,
             summary_file=args.summary_file,
             emulate=args.emulate,
+            engine=args.engine,
             overwrite=args.overwrite,
             inputs=read,
         )
-    except BadInputError as exc:
+    except DmlShimError as exc:
         sys.stderr.write(f"python -m dmlshim.ort: error: {exc}\n")
         return 2
-    if args.module is not None:
-        sys.argv = [args.module, *args.target]
-        runpy.run_module(args.module, run_name="__main__", alter_sys=True)
+    if module is not None:
+        sys.argv = [module, *target]
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
         return 0
-    script, *rest = args.target
+    script, *rest = target
     if not os.path.isfile(script):
         sys.stderr.write(f"python -m dmlshim.ort: error: can't open file {script!r}: no such file\n")
         return 2

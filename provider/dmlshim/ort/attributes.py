@@ -72,7 +72,8 @@ class SessionCore:
         return self._session.run(output_names, input_feed, run_options)
 
     def run_with_iobinding(self, iobinding: Any, run_options: Any = None) -> None:
-        self._session.run_with_iobinding(iobinding, run_options)
+        # a SessionIOBinding(session._sess) holds dmlshim's binding (dmlshim.ort.c_iobinding)
+        self._session.run_with_iobinding(getattr(iobinding, "dmlshim_binding", iobinding), run_options)
 
     def run_with_ort_values(
         self, input_dict_ort_values: Mapping[str, Any], output_names: Sequence[str], run_options: Any = None
@@ -127,6 +128,16 @@ class OrtSessionAttributes:
     _sess_options_initial: Any
     _read_config_from_model: bool
     _from_model_package = False  # onnxruntime 1.25+: a session opened from a model package (never here)
+
+    # The object protocols as onnxruntime's session answers them: copy.copy shares the session (a new
+    # Python object over the same state); pickle and copy.deepcopy fail with onnxruntime's TypeError.
+    def __copy__(self) -> Any:
+        clone = object.__new__(type(self))
+        clone.__dict__.update(self.__dict__)
+        return clone
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise TypeError("cannot pickle 'onnxruntime.capi.onnxruntime_pybind11_state.InferenceSession' object")
 
     def _remember_source(self, path_or_bytes: Any, sess_options: Any, kwargs: Mapping[str, Any]) -> None:
         """``_model_path`` / ``_model_bytes`` / ``_sess_options_initial`` / ``_read_config_from_model`` as

@@ -13,6 +13,9 @@ from collections.abc import Sequence
 from typing import Any
 
 EMULATE_ENV = "DMLSHIM_ORT_EMULATE"
+ENGINE_ENV = "DMLSHIM_ORT_ENGINE"
+"""The engine of every emulated session that does not pass ``engine=`` itself (``python -m dmlshim.ort
+--engine``): ``customop`` emulates the gather/scatter nodes inside If/Loop/Scan bodies too."""
 EMULATE_CHOICES = ("asked", "all")
 _DML_EP = "DmlExecutionProvider"
 
@@ -20,6 +23,11 @@ _DML_EP = "DmlExecutionProvider"
 def emulate_all() -> bool:
     """Whether ``$DMLSHIM_ORT_EMULATE`` is ``all``."""
     return os.environ.get(EMULATE_ENV, "asked").strip().lower() == "all"
+
+
+def chosen_engine() -> str | None:
+    """The engine ``$DMLSHIM_ORT_ENGINE`` names, or None (unset or empty: the default engine)."""
+    return os.environ.get(ENGINE_ENV, "").strip() or None
 
 
 def with_dml_first(providers: Any, provider_options: Any) -> tuple[Any, Any]:

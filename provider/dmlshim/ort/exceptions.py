@@ -56,6 +56,11 @@ def _ort_class(name: str) -> type[BaseException]:
     return found
 
 
+def ort_class(name: str) -> type[BaseException]:
+    """onnxruntime's exception class of that name (``Fail``, ``InvalidArgument`` ...)."""
+    return _ort_class(name)
+
+
 def _ort_classes() -> tuple[type[BaseException], ...]:
     return tuple(_ort_class(n) for n in ORT_CLASS_NAMES if hasattr(pybind_state, n))
 
@@ -131,6 +136,7 @@ def check_failure_class() -> type[BaseException]:
             return type(exc)
     return _ort_class("Fail")  # no answer: the class recent onnxruntime versions raise
 
+
 _NOT_A_MODEL = ("not a serialized onnx model", "not a readable onnx model", "not an onnx model", "empty")
 
 
@@ -192,14 +198,93 @@ def onnxruntime_class(exc: DmlShimError) -> type[BaseException]:
     return _ort_class("Fail")
 
 
+_STATUS_CODES = {
+    "Fail": (1, "FAIL"),
+    "InvalidArgument": (2, "INVALID_ARGUMENT"),
+    "NoSuchFile": (3, "NO_SUCHFILE"),
+    "NoModel": (4, "NO_MODEL"),
+    "EngineError": (5, "ENGINE_ERROR"),
+    "RuntimeException": (6, "RUNTIME_EXCEPTION"),
+    "InvalidProtobuf": (7, "INVALID_PROTOBUF"),
+    "ModelLoaded": (8, "MODEL_LOADED"),
+    "NotImplemented": (9, "NOT_IMPLEMENTED"),
+    "InvalidGraph": (10, "INVALID_GRAPH"),
+    "EPFail": (11, "EP_FAIL"),
+    "ModelLoadCanceled": (12, "MODEL_LOAD_CANCELED"),
+    "ModelRequiresCompilation": (13, "MODEL_REQUIRES_COMPILATION"),
+    "NotFound": (14, "NOT_FOUND"),
+}
+"""onnxruntime's status code of each of its exception classes, as its messages begin:
+``[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : ...``."""
+
+
+def status_prefix(cls: type[BaseException]) -> str:
+    """How onnxruntime begins the message of an error of class ``cls`` ("" for a plain Python class)."""
+    code = _STATUS_CODES.get(cls.__name__) if cls.__module__ == pybind_state.__name__ else None
+    return f"[ONNXRuntimeError] : {code[0]} : {code[1]} : " if code else ""
+
+
+def _own_details(exc: DmlShimError) -> str:
+    """What dmlshim adds to a message: the file, node, op, tensor and rule."""
+    parts = [
+        f"{label} {value}"
+        for label, value in (
+            ("file", repr(exc.path) if exc.path else None),
+            ("node", repr(exc.node) if exc.node is not None else None),
+            ("op", exc.op_type),
+            ("tensor", exc.tensor),
+            ("rule:", exc.rule if exc.rule and exc.rule not in exc.message else None),
+        )
+        if value
+    ]
+    return "; ".join(parts)
+
+
+def onnxruntime_text(exc: DmlShimError) -> str:
+    """``exc``'s message as onnxruntime's error for it reads: onnxruntime's status prefix, onnxruntime's own
+    message first when one is behind it (its cause), then dmlshim's explanation and details."""
+    # the class onnxruntime raises there comes first among the added ones: a plain Python class (a
+    # RuntimeError from onnxruntime's bindings) has no status prefix
+    bases = type(exc).__bases__
+    prefix = status_prefix(bases[1]) if type(exc).__module__ == __name__ and len(bases) > 1 else ""
+    message = exc.message
+    cause = _ort_cause(exc)
+    if cause is not None:
+        theirs = str(cause).strip()
+        prefixed = theirs.startswith("[ONNXRuntimeError]")
+        bare = theirs[len(status_prefix(type(cause))) :] if prefixed else theirs
+        if bare:
+            rest = message.replace(theirs, "").replace(bare, "").strip(" :;,")
+            message = f"{bare} (dmlshim: {rest})" if rest else bare
+    elif prefix and prefix in message:
+        message = message.replace(prefix, "")
+    details = _own_details(exc)
+    return f"{prefix}{message}" + (f" [{details}]" if details else "")
+
+
+def _ort_cause(exc: BaseException) -> BaseException | None:
+    """The onnxruntime error in ``exc``'s cause chain, if any."""
+    own = _ort_classes()
+    seen: set[int] = set()
+    cause = exc.__cause__ or exc.__context__
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, own) and not isinstance(cause, DmlShimError):
+            return cause
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
 @functools.cache
 def combined_class(base: type[DmlShimError], extra: tuple[type[BaseException], ...]) -> type[DmlShimError]:
-    """The subclass of ``base`` and each class of ``extra`` (made once), named after ``base``."""
+    """The subclass of ``base`` and each class of ``extra`` (made once), named after ``base``; its message
+    reads as onnxruntime's (:func:`onnxruntime_text`)."""
     wanted = tuple(dict.fromkeys(c for c in extra if not issubclass(base, c)))  # each class once
     if not wanted:
         return base
     qualname = base.__name__ + _SEP + "_".join(c.__name__ for c in wanted)
-    cls = type(base.__name__, (base, *wanted), {"__module__": __name__, "__qualname__": qualname})
+    namespace = {"__module__": __name__, "__qualname__": qualname, "__str__": onnxruntime_text}
+    cls = type(base.__name__, (base, *wanted), namespace)
     return cls
 
 

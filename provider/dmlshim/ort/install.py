@@ -33,7 +33,7 @@ from typing import Any
 
 from ..errors import BadInputError
 from . import tracking
-from .emulate import EMULATE_CHOICES, EMULATE_ENV
+from .emulate import EMULATE_CHOICES, EMULATE_ENV, ENGINE_ENV
 from .real import ORT_VERSION, ort
 from .standin import is_standin, standin_module
 
@@ -45,6 +45,7 @@ SUMMARY_ENV = "DMLSHIM_ORT_SUMMARY"
 """``text`` (default), ``json`` or ``off``: the summary printed on stderr at exit."""
 SUMMARY_FILE_ENV = "DMLSHIM_ORT_SUMMARY_FILE"
 SUMMARY_INPUTS_ENV = "DMLSHIM_ORT_SUMMARY_INPUTS"
+SUMMARY_OVERWRITE_ENV = "DMLSHIM_ORT_SUMMARY_OVERWRITE"
 """A file to write the JSON summary to at exit (besides stderr)."""
 STATE_ENV = "DMLSHIM_ORT_STATE"
 """The private folder where worker processes leave their tallies (set by the first process)."""
@@ -86,6 +87,7 @@ def install(
     summary: str | None = None,
     summary_file: str | os.PathLike[str] | None = None,
     emulate: str | None = None,
+    engine: str | None = None,
     children: bool = True,
     overwrite: bool = False,
     inputs: Sequence[str | os.PathLike[str]] = (),
@@ -98,6 +100,9 @@ def install(
         summary_file: also write the JSON summary to this file at exit.
         emulate: ``"asked"`` (default: sessions asking for DmlExecutionProvider or for no provider are
             emulated, as onnxruntime-directml would run them) or ``"all"`` (every session).
+        engine: the engine of every emulated session that passes no ``engine=`` (default
+            ``$DMLSHIM_ORT_ENGINE``, else ``partitioned``); ``customop`` emulates the nodes inside
+            If/Loop/Scan bodies too.
         children: bind worker and child Python processes too (through ``PYTHONPATH``).
         overwrite: let ``summary_file`` replace an existing regular file.
         inputs: files the program reads (its script, models): ``summary_file`` may never be one of them,
@@ -107,17 +112,34 @@ def install(
         The stand-in module now in ``sys.modules["onnxruntime"]``.
 
     Raises:
-        BadInputError: an unknown ``summary`` or ``emulate`` value.
+        BadInputError: an unknown ``summary`` or ``emulate`` value; ``summary_file`` (or
+            ``$DMLSHIM_ORT_SUMMARY_FILE``) names an input, or an existing file without ``overwrite``.
+        EngineUnavailableError: an unknown ``engine``.
     """
     os.environ[SUMMARY_ENV] = _choice(summary, SUMMARY_ENV, _SUMMARY_FORMATS, "text")
     os.environ[EMULATE_ENV] = _choice(emulate, EMULATE_ENV, EMULATE_CHOICES, "asked")
+    engine = engine if engine is not None else os.environ.get(ENGINE_ENV, "").strip()
+    if engine:
+        from ..errors import EngineUnavailableError
+        from ..execute.engine import engine_names
+
+        if engine not in engine_names():  # fails now, before the program runs; nothing imported yet
+            raise EngineUnavailableError(
+                f"unknown engine {engine!r}; available engines: {', '.join(engine_names())}", value=engine
+            )
+        os.environ[ENGINE_ENV] = engine
+    if summary_file is None and OWNER_ENV not in os.environ and os.environ.get(SUMMARY_FILE_ENV):
+        # named by the environment: the same rules as the argument (never an input, nor an existing file)
+        summary_file = os.environ[SUMMARY_FILE_ENV]
     if summary_file is not None:
         from ..fileio import files
 
-        # Refused now, before the program runs, as every dmlshim writer refuses (an existing file, an input).
+        # Refused now, before the program runs, as every dmlshim writer refuses (an existing file, an input);
+        # what is there now is remembered, and a file that appears there while the program runs is kept.
         files.check_output_file(summary_file, overwrite=overwrite, inputs=inputs, what="summary file")
         os.environ[SUMMARY_FILE_ENV] = os.path.abspath(os.fspath(summary_file))
         os.environ[SUMMARY_INPUTS_ENV] = os.pathsep.join(os.path.abspath(os.fspath(p)) for p in inputs)
+        os.environ[SUMMARY_OVERWRITE_ENV] = "1" if overwrite else "0"
     if OWNER_ENV not in os.environ:
         os.environ[OWNER_ENV] = str(os.getpid())
         os.environ[STATE_ENV] = tempfile.mkdtemp(prefix="dmlshim-ort-")
@@ -204,7 +226,15 @@ def uninstall() -> None:
     state = os.environ.get(STATE_ENV)
     if _is_owner() and state:
         shutil.rmtree(state, ignore_errors=True)
-    names = [INSTALL_ENV, STATE_ENV, OWNER_ENV, SUMMARY_ENV, SUMMARY_FILE_ENV, SUMMARY_INPUTS_ENV]
+    names = [
+        INSTALL_ENV,
+        STATE_ENV,
+        OWNER_ENV,
+        SUMMARY_ENV,
+        SUMMARY_FILE_ENV,
+        SUMMARY_INPUTS_ENV,
+        SUMMARY_OVERWRITE_ENV,
+    ]
     names.append(EMULATE_ENV)
     for name in names:
         os.environ.pop(name, None)
@@ -320,9 +350,11 @@ def _at_exit() -> None:
         from ..fileio import files
 
         try:
-            # Checked when installed (existing file only with overwrite); an input never, even now.
+            # Checked when installed (existing file only with overwrite); an input never, even now; a file
+            # that appeared there while the program ran (its own result, say) is the program's: kept.
             read = [p for p in os.environ.get(SUMMARY_INPUTS_ENV, "").split(os.pathsep) if p]
-            files.write_json(target, result, overwrite=True, inputs=read, what="dmlshim summary")
+            replace = os.environ.get(SUMMARY_OVERWRITE_ENV) == "1"
+            files.write_json(target, result, overwrite=replace, inputs=read, what="dmlshim summary")
         except BadInputError as exc:
             sys.stderr.write(f"dmlshim: {exc}\n")
     if fmt == "json":

@@ -35,6 +35,7 @@ import onnx
 from onnx import helper
 
 from ..execute.record import PLACEMENT_DML
+from ..fileio import files
 from .providers import CPU_EP, DML_EP
 from .session_options import write_session_file
 
@@ -77,6 +78,9 @@ class SessionProfiler:
         self._pid = os.getpid()
         self._ended = False
         self._end_lock = threading.Lock()  # end() hands the file name out once, whatever the threads
+        # what is at the profile's name now may be replaced (as onnxruntime replaces it); a file that
+        # appears there while the session runs is someone else's
+        files.remember_output(self._file_name())
 
     @property
     def start_time_ns(self) -> int:
@@ -87,6 +91,11 @@ class SessionProfiler:
     def partition_prefix(self) -> str:
         """The ``profile_file_prefix`` for the engine's onnxruntime sessions (a private folder)."""
         return str(Path(self._tmp.name) / "partition")
+
+    def _file_name(self) -> str:
+        stamp = time.localtime(self._start_wall_ns / 1e9)
+        millis = (self._start_wall_ns // 1_000_000) % 1000
+        return f"{self._prefix}_{time.strftime('%Y-%m-%d_%H-%M-%S', stamp)}_{millis:03d}.json"
 
     def _now_us(self) -> int:
         return (time.perf_counter_ns() - self._start_perf_ns) // 1000
@@ -191,9 +200,7 @@ class SessionProfiler:
         self.harvest(sessions)
         with self._lock:
             events = sorted(self._events, key=lambda e: (e.get("ts", 0), -e.get("dur", 0)))
-        stamp = time.localtime(self._start_wall_ns / 1e9)
-        millis = (self._start_wall_ns // 1_000_000) % 1000
-        name = f"{self._prefix}_{time.strftime('%Y-%m-%d_%H-%M-%S', stamp)}_{millis:03d}.json"
+        name = self._file_name()
         if not Path(name).parent.is_dir():
             # onnxruntime cannot open the file either: it writes nothing and still returns the name
             logger.warning("profile not written: the folder of %s does not exist", name)

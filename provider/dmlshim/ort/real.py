@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import weakref
 from collections.abc import Iterator
 from contextvars import ContextVar
 from types import ModuleType
@@ -29,15 +30,47 @@ DISABLED_OPTIMIZERS: ContextVar[frozenset[str]] = ContextVar(
 """The ``disabled_optimizers=`` of the dmlshim session being built or run (:func:`optimizers_disabled`)."""
 
 
+_GLOBAL_POOL = [False]
+_CALLERS: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def use_global_thread_pool() -> None:
+    """The program runs its sessions on onnxruntime's global thread pool (``set_global_thread_pool_sizes``
+    and ``use_per_session_threads = False``): onnxruntime then refuses any session with threads of its own,
+    so every session dmlshim builds for itself from now on uses the global pool too."""
+    _GLOBAL_POOL[0] = True
+
+
+def callers_options(options: Any) -> None:
+    """``options`` are a program's own: never changed here (onnxruntime refuses them as they are)."""
+    with contextlib.suppress(TypeError):
+        _CALLERS.add(options)
+
+
+def _on_global_pool(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    options = args[1] if len(args) > 1 else kwargs.get("sess_options")
+    if options is None:
+        options = ort.SessionOptions()
+        if len(args) > 1:
+            args = (args[0], options, *args[2:])
+        else:
+            kwargs = {**kwargs, "sess_options": options}
+    if getattr(options, "use_per_session_threads", False) and options not in _CALLERS:
+        options.use_per_session_threads = False  # dmlshim's own options object, or a copy of the caller's
+    return args, kwargs
+
+
 class OrtInferenceSession(_RealInferenceSession):
     """onnxruntime's own ``InferenceSession`` (never a name a program patched), built with the
     ``disabled_optimizers`` of the dmlshim session at work, as onnxruntime's session for the whole model
-    would be."""
+    would be, and on onnxruntime's global thread pool once the program uses it."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         disabled = DISABLED_OPTIMIZERS.get()
         if disabled and "disabled_optimizers" not in kwargs:
             kwargs["disabled_optimizers"] = set(disabled)
+        if _GLOBAL_POOL[0]:
+            args, kwargs = _on_global_pool(args, kwargs)
         super().__init__(*args, **kwargs)
 
 
@@ -88,8 +121,10 @@ __all__ = [
     "C",
     "OrtIOBinding",
     "OrtInferenceSession",
+    "callers_options",
     "optimizers_disabled",
     "ort",
     "ort_available_providers",
     "pybind_state",
+    "use_global_thread_pool",
 ]

@@ -15,11 +15,13 @@ from ..errors import BadInputError, DmlShimError, guard_resources
 from ..execute.added_initializers import added_initializers, with_initializers
 from ..execute.engine import Engine, EngineConfig, get_engine_factory
 from ..execute.feeds import FeedValidator, ModelMetadata, node_arg
+from ..execute.folded_reads import keep_model_values_where_folded
 from ..execute.model_source import LoadedModel, ModelSource, load_model, typed_outputs
 from ..execute.ort_support import terminated
 from ..execute.record import RunRecord
 from ..kernels.options import IndexMode
 from .attributes import OrtSessionAttributes
+from .c_iobinding import bind_c_iobinding
 from .emulate import emulate_all, with_dml_first
 from .exceptions import raises_onnxruntime_errors
 from .free_dims import outputs_for_inputs, overrides_by_name, with_free_dimension_overrides
@@ -34,7 +36,7 @@ from .ortvalues import (
 )
 from .profiling import SessionProfiler
 from .providers import normalize_providers, providers_or_fallback, unknown_provider_error
-from .real import optimizers_disabled, pybind_state
+from .real import callers_options, optimizers_disabled, pybind_state, use_global_thread_pool
 from .session_args import (
     NO_MODEL_VERSION,
     check_provider_list,
@@ -57,6 +59,8 @@ from .session_queries import SessionQueries
 __all__ = ["InferenceSession", "LoadedModel", "ModelSource", "load_model"]
 
 logger = logging.getLogger(__name__)
+
+bind_c_iobinding()  # SessionIOBinding(session._sess) takes a dmlshim session too
 
 
 class InferenceSession(SessionQueries, OrtSessionAttributes):
@@ -110,6 +114,10 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
     ) -> None:
         self._remember_source(path_or_bytes, sess_options, kwargs)  # a bytearray is refused, as onnxruntime
         check_session_options(sess_options)
+        if sess_options is not None:
+            callers_options(sess_options)
+            if getattr(sess_options, "use_per_session_threads", True) is False:
+                use_global_thread_pool()
         if emulate_all():  # $DMLSHIM_ORT_EMULATE=all: DirectML emulated whatever the client asks for
             providers, provider_options = with_dml_first(providers, provider_options)
         self._fallback_enabled = fallback_flag(kwargs)
@@ -158,11 +166,27 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
             self._model = (
                 with_initializers(loaded.proto, self._added.values) if self._added.values else loaded.proto
             )
+            # as onnxruntime: the nodes its constant folding computes read the model's own values of
+            # initializers add_initializer replaces (it applies them after optimizing)
+            self._model = keep_model_values_where_folded(
+                self._model,
+                loaded.proto,
+                set(self._added.values) - set(self._added.external) - set(loaded.supplied),
+                folding=self._constant_folding(),
+            )
             self._write_optimized_model()
             self._engine: Engine = self._build_engine()
         logger.debug(
             "session for %s ready (engine %s)", loaded.path or "<in-memory model>", self._engine.name
         )
+
+    def _constant_folding(self) -> bool:
+        """Whether onnxruntime's constant folding runs for these options (level basic or above)."""
+        if "ConstantFolding" in self._disabled_optimizers:
+            return False
+        so = self._options
+        level = getattr(so, "graph_optimization_level", None) if so is not None else None
+        return level is None or int(level) > 0
 
     def _session_copy(self) -> SessionCopy:
         given = self._sess_options_initial
@@ -242,7 +266,7 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
             providers=tuple(zip(self._choice.names, self._choice.options, strict=True))
             if name == "directml"
             else None,
-            model_path=self._loaded.path,
+            model_path=self._loaded.weights_path,
             # A profile times every node as it runs, so a run is never answered by the whole-model check
             # (nor is its extra onnxruntime session built).
             whole_model_check=profiler is None,
@@ -342,6 +366,7 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
         stop = terminated(run_options)
         if stop is not None:
             raise stop  # as onnxruntime: a run asked to terminate does not start (emulated nodes included)
+        self._loaded.check_files()  # a mapped external-data file cut short is refused, not a SIGBUS
         with self._span("model_run"), optimizers_disabled(self._disabled_optimizers):
             outputs, record = self._engine.run(names, feeds, run_options=run_options)
         self._last_run_record = record

@@ -10,6 +10,7 @@ from typing import Any
 from ..dml.enums import FeatureLevel
 from ..errors import BadInputError
 from ..kernels.options import IndexMode
+from .emulate import chosen_engine
 from .exceptions import with_onnxruntime_class
 from .providers import DML_EP, ProviderChoice, warn_caller
 
@@ -66,8 +67,10 @@ def disabled_optimizers(kwargs: dict[str, Any]) -> frozenset[str]:
 
 
 def resolve_engine(requested: str | None, choice: ProviderChoice) -> str:
+    """The engine a session runs on: ``engine=``, else (for an emulated session) ``$DMLSHIM_ORT_ENGINE``,
+    else ``partitioned`` when DirectML is emulated and ``cpu`` when not."""
     if requested is None:
-        return "partitioned" if choice.emulates_dml else "cpu"
+        return (chosen_engine() or "partitioned") if choice.emulates_dml else "cpu"
     if requested not in ("cpu", "directml") and not choice.emulates_dml:
         raise BadInputError(
             f"engine={requested!r} emulates DirectML, but providers {list(choice.names)} leave out "

@@ -6,7 +6,7 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 
-from ..conformance.backend_suite import STATUSES, SuiteResult
+from ..conformance.backend_suite import DEFAULT_ENGINE, STATUSES, SuiteResult
 from ..dml.enums import FeatureLevel
 from .text import table
 
@@ -44,7 +44,8 @@ def render_text(result: SuiteResult) -> str:
     """A fixed-width table (name, op, opset, status, reason) and the totals."""
     header = ("case", "op", "opset", "status", "reason")
     rows = [(c.name, c.op_type, str(c.opset), c.status, c.reason) for c in result.cases]
-    lines = [f"ONNX backend node tests for gather/scatter at {result.feature_level.dml_name}", ""]
+    engine = f" through the {result.engine} engine" if result.engine != DEFAULT_ENGINE else ""
+    lines = [f"ONNX backend node tests for gather/scatter at {result.feature_level.dml_name}{engine}", ""]
     lines += table([header, *rows], indent="")
     lines += ["", _totals_line(result)]
     return "\n".join(lines)
@@ -62,7 +63,8 @@ def _md_cell(text: str) -> str:
 def render_markdown(result: SuiteResult) -> str:
     """One level as a Markdown table plus its totals."""
     lines = [
-        f"### {result.feature_level.dml_name}",
+        f"### {result.feature_level.dml_name}"
+        + (f" ({result.engine} engine)" if result.engine != DEFAULT_ENGINE else ""),
         "",
         "| case | op | opset | status | reason |",
         "| --- | --- | --- | --- | --- |",

@@ -23,12 +23,13 @@ from ..validate.results import (
     CAUSE_IDENTICAL,
     CAUSE_OTHER_NODES,
     CAUSE_UNEXPLAINED,
+    RUNS_ENGINE,
     RUNS_ONE,
 )
 from .inspect_report import placement_reasons
 from .text import shape_text, table
 
-__all__ = ["ort_cell", "ran_cell", "render_json", "render_text", "verdict"]
+__all__ = ["attribution_cell", "ort_cell", "ran_cell", "render_json", "render_text", "verdict"]
 
 _ATTRIBUTION_WORDS = {
     ATTR_MATCH: "match",
@@ -60,6 +61,11 @@ def ran_cell(n: NodeValidation) -> str:
         return "onnxruntime CPU (inside control flow)"
     codes = list(dict.fromkeys(c for c, _ in rec.reasons if not c.startswith("EP_")))
     return "onnxruntime CPU" + (f" ({', '.join(codes)})" if codes else "")
+
+
+def attribution_cell(n: NodeValidation) -> str:
+    """The node's output against the like-for-like reference, in words."""
+    return _ATTRIBUTION_WORDS[n.attribution]
 
 
 def ort_cell(n: NodeValidation) -> str:
@@ -210,9 +216,15 @@ def render_text(report: ValidationReport, only_problems: bool = False) -> str:
     source = f"generated (seed {report.seed})" if report.inputs_source == "random" else report.inputs_source
     symbols = ", ".join(f"{k}={v}" for k, v in report.input_symbols)
     lines.append(f"inputs: {source}: {feeds}" + (f" (symbols {symbols})" if symbols else ""))
-    lines.append(
-        "reference: the same partition, with onnxruntime running the gather/scatter nodes (single-threaded)"
-    )
+    if report.runs == RUNS_ENGINE:
+        lines.append(
+            f"engine: {report.engine}; reference: onnxruntime running the whole model (single-threaded)"
+        )
+    else:
+        lines.append(
+            "reference: the same partition, with onnxruntime running the gather/scatter nodes "
+            "(single-threaded)"
+        )
     if report.exact:
         lines.append("comparison: exact (bit for bit; any NaN equals any NaN)")
     else:
@@ -226,6 +238,8 @@ def render_text(report: ValidationReport, only_problems: bool = False) -> str:
         "onnxruntime graph optimization: "
         + ", ".join(f"{side} {lv}" for side, lv in report.optimization_levels)
     )
+    if report.optimization_level_reason:
+        lines.append(f"  why: {report.optimization_level_reason}")
     if report.runs == RUNS_ONE:
         lines.append(
             "runs: one onnxruntime run of the whole model; every emulated node's kernel, run on the inputs "

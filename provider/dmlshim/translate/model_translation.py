@@ -23,6 +23,7 @@ from ..model.graph import GATHER_SCATTER_OPS, node_path, subgraph_prefix, subgra
 from ..model.prepare import prepare_model
 from .converters import get_converter
 from .placement import CPU_PREFERRED_MESSAGE, REASON_CPU_PREFERRED, graph_placements
+from .ep_refusals import session_refusals
 from .plan import (
     CPU_PROVIDER,
     DML_PROVIDER,
@@ -50,12 +51,16 @@ class ModelTranslation:
         nodes: the translations, in graph order (subgraph nodes after their parent node).
         total_nodes: the number of nodes in the model, subgraphs included.
         opset: the model's ai.onnx opset.
+        session_refusals: ``(node name, code, form)`` for each node, of any op type, in a form
+            onnxruntime-directml refuses at session creation (``dmlshim.translate.ep_refusals``): its
+            session fails whatever the gather/scatter nodes are.
     """
 
     feature_level: FeatureLevel
     nodes: tuple[NodeTranslation, ...]
     total_nodes: int
     opset: int
+    session_refusals: tuple[tuple[str, str, str], ...] = ()
 
     @functools.cached_property
     def summary(self) -> dict[str, Any]:
@@ -91,7 +96,8 @@ class ModelTranslation:
             "min_feature_level": max(levels).dml_name if levels else None,
             "all_dml": all(n.ok for n in self.nodes),
             # The second question (where onnxruntime-directml runs them), apart from the first (all_dml).
-            "all_on_dml_ep": placement.get(DML_PROVIDER, 0) == len(self.nodes),
+            "all_on_dml_ep": placement.get(DML_PROVIDER, 0) == len(self.nodes) and not self.session_refusals,
+            "session_refusals": [{"node": n, "code": c, "form": f} for n, c, f in self.session_refusals],
         }
 
     def to_json(self, *, plan: bool = True) -> dict[str, Any]:
@@ -175,6 +181,22 @@ class _GraphInfos(Mapping[str, TensorInfo]):
         return sum(1 for _ in self)
 
 
+class _RunInfos(_GraphInfos):
+    """The top-level graph's types with the shapes a run gave (``value_shapes``) in place of the inferred
+    ones: the element type stays the inferred one, the dims are the run's."""
+
+    def __init__(self, graph: onnx.GraphProto, value_shapes: Mapping[str, Sequence[int]]) -> None:
+        super().__init__(graph, {})
+        self._run = value_shapes
+
+    def _local(self, name: str) -> TensorInfo | None:
+        found = super()._local(name)
+        shape = self._run.get(name)
+        if shape is not None and found is not None and found.elem_type:
+            found = self._cache[name] = TensorInfo(tuple(int(d) for d in shape), found.elem_type)
+        return found
+
+
 def _walk(
     graph: onnx.GraphProto, prefix: str, local: _GraphInfos, scopes: dict[str, _GraphInfos]
 ) -> Iterator[tuple[onnx.NodeProto, str, Mapping[str, TensorInfo], int]]:
@@ -196,6 +218,7 @@ def translate_model(
     *,
     symbolic: bool = True,
     other_domains: bool = False,
+    value_shapes: Mapping[str, Sequence[int]] | None = None,
 ) -> ModelTranslation:
     """Translate every gather/scatter node of a model, subgraphs included.
 
@@ -210,6 +233,8 @@ def translate_model(
         other_domains: also list nodes of other domains named like the six ops (``com.microsoft``
             GatherND), status ``fallback`` on ``CPUExecutionProvider`` with reason ``DOMAIN_NOT_ONNX``
             (``dmlshim inspect`` lists them; the engines leave them to onnxruntime).
+        value_shapes: shapes a run gave to values of the top-level graph (``dmlshim inspect --inputs``):
+            the nodes reading them are translated at those shapes, whatever inference says.
 
     Returns:
         The translations and counts; nodes whose shapes stay unknown have status ``error`` with reason
@@ -227,7 +252,7 @@ def translate_model(
     top_level: dict[int, int] = {}  # node index in the top-level graph -> position in translations
     total = 0
     debug = logger.isEnabledFor(logging.DEBUG)
-    top = _GraphInfos(inferred.graph, {})
+    top = _RunInfos(inferred.graph, value_shapes) if value_shapes else _GraphInfos(inferred.graph, {})
     # Nodes that differ only in tensor names share one lowering (None: the reasons quote a name).
     templates: dict[tuple[Any, ...], NodeTranslation | None] = {}
     scopes: dict[str, _GraphInfos] = {}
@@ -262,7 +287,8 @@ def translate_model(
         _explain_unknown(inferred, scopes, unknown, translations)
     # The graph as given: in the inferred copy large initializers are graph inputs (no weight bytes).
     _apply_graph_placement(model.graph, top, top_level, translations)
-    return ModelTranslation(fl, tuple(translations), total, opsets.get("", 0))
+    refusals = tuple((name, r.code, r.form) for name, r in session_refusals(model))
+    return ModelTranslation(fl, tuple(translations), total, opsets.get("", 0), refusals)
 
 
 def _explain_unknown(

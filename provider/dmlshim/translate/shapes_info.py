@@ -15,6 +15,7 @@ from google.protobuf.message import DecodeError
 from ..errors import BadInputError, BadModelError
 from ..fileio.filekind import require_onnx_model
 from ..fileio.reading import open_regular
+from ..model.data_prop import MAX_RANK, infer_with_data_prop
 from ..model.modelcheck import ONNX_ERRORS, check_model, load_external_data
 from ..model.ort_view import ort_value_types
 from ..model.prepare import prepare_model
@@ -141,15 +142,15 @@ def _output_rank(node: onnx.NodeProto, known: Mapping[str, TensorInfo]) -> tuple
     op = node.op_type
     if op == "Reshape":
         out = length(1)
-        return None if out is None else (elem(0), out)
+        return None if out is None or out > MAX_RANK else (elem(0), out)
     if op == "Expand":
         n, r = length(1), rank(0)
-        return None if n is None or r is None else (elem(0), max(n, r))
+        return None if n is None or r is None or n > MAX_RANK else (elem(0), max(n, r))
     if op == "ConstantOfShape":
         n = length(0)
         values = [a.t for a in node.attribute if a.name == "value"]
         elem_type = int(values[0].data_type) if values else onnx.TensorProto.FLOAT
-        return None if n is None else (elem_type, n)
+        return None if n is None or n > MAX_RANK else (elem_type, n)
     if op == "Tile":
         r = rank(0)
         return None if r is None else (elem(0), r)
@@ -249,19 +250,13 @@ def infer_shapes(
     # onnx's inference serializes the model and parses it back: give it no weight bytes to copy.
     model = _override_inputs(model, input_shapes) if input_shapes else without_weights(model)
     try:
-        inferred = onnx.shape_inference.infer_shapes(
-            model, check_type=False, strict_mode=False, data_prop=True
-        )
+        inferred = _infer_again(model)
         if _add_ort_types(model, inferred):
-            inferred = onnx.shape_inference.infer_shapes(
-                inferred, check_type=False, strict_mode=False, data_prop=True
-            )
+            inferred = _infer_again(inferred)
         for _ in range(3):  # each pass can give ranks to the next op of the kind downstream
             if not _propagate_ranks(inferred):
                 break
-            inferred = onnx.shape_inference.infer_shapes(
-                inferred, check_type=False, strict_mode=False, data_prop=True
-            )
+            inferred = _infer_again(inferred)
     except _ONNX_ERRORS as exc:
         raise BadModelError(f"ONNX shape inference failed: {exc}") from exc
     try:
@@ -276,7 +271,7 @@ def infer_shapes(
 
 
 def _infer_again(model: onnx.ModelProto) -> onnx.ModelProto:
-    return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
+    return infer_with_data_prop(model)
 
 
 def load_model(path: str | os.PathLike[str]) -> onnx.ModelProto:

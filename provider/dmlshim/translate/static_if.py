@@ -24,7 +24,7 @@ __all__ = ["settle_static_ifs"]
 
 logger = logging.getLogger(__name__)
 
-_MAX_PASSES = 3
+_MAX_PASSES = 8  # each pass settles the Ifs whose condition or chosen branch the previous one typed
 _MAX_DEPTH = 64
 _MAX_ELEMENTS = 4096
 
@@ -181,19 +181,42 @@ def _declared_shapes(graphs: list[onnx.GraphProto]) -> Callable[[str], tuple[int
     return table.get
 
 
-def _branch_types(node: onnx.NodeProto, then: bool) -> list[onnx.TypeProto] | None:
+def _known_types(graphs: list[onnx.GraphProto]) -> dict[str, onnx.TypeProto]:
+    """The types the graphs hold for their values (innermost first), ranked ones only."""
+    table: dict[str, onnx.TypeProto] = {}
+    for graph in reversed(graphs):
+        for v in (*graph.input, *graph.value_info, *graph.output):
+            if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape"):
+                table[v.name] = v.type
+    return table
+
+
+def _branch_types(
+    node: onnx.NodeProto, then: bool, outer: Mapping[str, onnx.TypeProto]
+) -> list[onnx.TypeProto] | None:
+    """The types of the outputs of the branch that runs. A branch output that is an outer value passed
+    through (an ``Identity``, or the outer name itself) has that value's inferred type: legacy TorchScript
+    exports declare the traced sizes on such outputs, which can be stale (a rank-1 shape for a 2-d value)."""
     name = "then_branch" if then else "else_branch"
     for a in node.attribute:
         if a.name == name and a.type == onnx.AttributeProto.GRAPH:
-            return [o.type for o in a.g.output]
+            inner = {n for n in a.g.node for n in n.output} | {i.name for i in a.g.input}
+            identity = {n.output[0]: n.input[0] for n in a.g.node if n.op_type == "Identity" and n.input}
+            types = []
+            for o in a.g.output:
+                source = identity.get(o.name, o.name if o.name not in inner else None)
+                passed = outer.get(source) if source is not None and source not in inner else None
+                types.append(passed if passed is not None else o.type)
+            return types
     return None
 
 
-def _settle(graph: onnx.GraphProto, enclosing: list[onnx.GraphProto]) -> bool:
+def _settle(graph: onnx.GraphProto, enclosing: list[onnx.GraphProto], given: set[str]) -> bool:
     """Give the outputs of every decidable If of ``graph`` (and of its subgraphs) the chosen branch's
-    types; True when any was given."""
+    types, adding their names to ``given``; True when any was given."""
     changed = False
     evaluator = _Evaluator(graph, _declared_shapes([graph, *enclosing]))
+    outer = _known_types([graph, *enclosing])
     for node in graph.node:
         if node.op_type == "If" and node.domain in ("", "ai.onnx") and node.input:
             try:
@@ -201,15 +224,17 @@ def _settle(graph: onnx.GraphProto, enclosing: list[onnx.GraphProto]) -> bool:
             except (_Unknown, ValueError, IndexError, TypeError):
                 cond = None
             if cond is not None and cond.size == 1:
-                types = _branch_types(node, bool(cond.reshape(-1)[0]))
+                types = _branch_types(node, bool(cond.reshape(-1)[0]), outer)
                 if types is not None and len(types) == len(node.output):
-                    changed = _give_types(graph, node, types) or changed
+                    changed = _give_types(graph, node, types, given) or changed
         for _, sub in subgraphs(node):
-            changed = _settle(sub, [graph, *enclosing]) or changed
+            changed = _settle(sub, [graph, *enclosing], given) or changed
     return changed
 
 
-def _give_types(graph: onnx.GraphProto, node: onnx.NodeProto, types: list[onnx.TypeProto]) -> bool:
+def _give_types(
+    graph: onnx.GraphProto, node: onnx.NodeProto, types: list[onnx.TypeProto], given: set[str]
+) -> bool:
     declared = {v.name: v for v in (*graph.value_info, *graph.output)}
     changed = False
     for name, tp in zip(node.output, types, strict=True):
@@ -217,14 +242,27 @@ def _give_types(graph: onnx.GraphProto, node: onnx.NodeProto, types: list[onnx.T
             continue
         target = declared.get(name)
         if target is not None and target.type.tensor_type.HasField("shape"):
-            continue  # already ranked
+            if not _better(tp.tensor_type.shape, target.type.tensor_type.shape):
+                continue  # already as well known
+            if target in graph.output:
+                continue  # the graph's own declaration stays
+            target.type.tensor_type.ClearField("shape")
         if target is None:
             target = graph.value_info.add()
             target.name = name
         target.type.CopyFrom(tp)
+        given.add(name)
         changed = True
         logger.debug("If %r: output %r typed from the branch its condition chooses", node.name, name)
     return changed
+
+
+def _better(new: onnx.TensorShapeProto, old: onnx.TensorShapeProto) -> bool:
+    """``new`` (the branch that runs) says more than ``old`` (ONNX's merge of both branches): another
+    rank, or a static size where ``old`` has none."""
+    if len(new.dim) != len(old.dim):
+        return True
+    return any(n.HasField("dim_value") and not o.HasField("dim_value") for n, o in zip(new.dim, old.dim))
 
 
 def settle_static_ifs(
@@ -232,8 +270,49 @@ def settle_static_ifs(
 ) -> onnx.ModelProto:
     """``model`` (inferred) with the outputs of Ifs whose condition is known typed as the branch that runs,
     inferred again with ``infer`` after each pass that typed any."""
+    given: set[str] = set()
     for _ in range(_MAX_PASSES):
-        if not _settle(model.graph, []):
+        if not _settle(model.graph, [], given):
             break
+        _forget_downstream(model.graph, given)
         model = infer(model)
     return model
+
+
+def _reads(node: onnx.NodeProto) -> set[str]:
+    """The values a node reads, those its subgraphs read from outside included."""
+    names = {i for i in node.input if i}
+    for _, sub in subgraphs(node):
+        for inner in sub.node:
+            names |= _reads(inner)
+    return names
+
+
+def _forget_downstream(graph: onnx.GraphProto, given: set[str]) -> None:
+    """Drop the inferred types of every value computed from the newly typed If outputs (``given`` stays):
+    ONNX's inference keeps a type it finds declared, so the merged shapes inferred before would stand
+    against the chosen branch's."""
+    downstream = set(given)
+
+    def visit(g: onnx.GraphProto) -> None:
+        for node in g.node:
+            if _reads(node) & downstream:
+                downstream.update(o for o in node.output if o)
+                for _, sub in subgraphs(node):
+                    downstream.update(o for n in sub.node for o in n.output if o)
+            for _, sub in subgraphs(node):
+                visit(sub)
+
+    visit(graph)
+    forget = downstream - given
+
+    def prune(g: onnx.GraphProto) -> None:
+        kept = [v for v in g.value_info if v.name not in forget]
+        if len(kept) != len(g.value_info):
+            del g.value_info[:]
+            g.value_info.extend(kept)
+        for node in g.node:
+            for _, sub in subgraphs(node):
+                prune(sub)
+
+    prune(graph)

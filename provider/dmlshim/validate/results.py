@@ -24,6 +24,9 @@ the inputs onnxruntime computed and reproducing its output bit for bit: dmlshim'
 the whole model are the same values."""
 RUNS_THREE = "three-runs"
 """dmlshim's run, the like-for-like reference and the whole model run apart."""
+RUNS_ENGINE = "engine-and-whole-model"
+"""An engine other than the partitioned one (``--engine``) and onnxruntime's whole-model run, which is
+its like-for-like reference."""
 
 # Attribution of a gather/scatter node (dmlshim's run against the like-for-like reference).
 ATTR_MATCH = "match"
@@ -317,7 +320,11 @@ class ValidationReport:
         feeds: the arrays the model ran on (for ``--save-inputs``).
         runs: how the sides were run: :data:`RUNS_ONE` (one onnxruntime run of the whole model, every
             emulated node's kernel reproducing onnxruntime's output bit for bit, so the three sides are the
-            same values) or :data:`RUNS_THREE` (dmlshim's run, the reference and the whole model apart).
+            same values), :data:`RUNS_THREE` (dmlshim's run, the reference and the whole model apart) or
+            :data:`RUNS_ENGINE` (another engine's run, with the whole model as its reference).
+        engine: the engine whose run was checked (``partitioned``, ``customop``, ``cpu``, ``directml``).
+        optimization_level_reason: why the sides ran at another optimisation level than asked (or than
+            the default, ``disabled``), else None (:mod:`dmlshim.validate.levels`).
     """
 
     model: str
@@ -338,6 +345,8 @@ class ValidationReport:
     reference_outputs: str | None = None
     feeds: tuple[tuple[str, np.ndarray], ...] = field(default=(), compare=False, repr=False)
     runs: str = RUNS_THREE
+    engine: str = "partitioned"
+    optimization_level_reason: str | None = None
 
     @property
     def exit_code(self) -> int:
@@ -363,11 +372,13 @@ class ValidationReport:
             "model": self.model,
             "feature_level": self.feature_level.dml_name,
             "match": self.match,
-            "reference": "partitioned-onnxruntime",
+            "engine": self.engine,
+            "reference": "partitioned-onnxruntime" if self.runs != RUNS_ENGINE else "whole-model-onnxruntime",
             "exact": self.exact,
             "rtol": self.rtol,
             "atol": self.atol,
             "optimization_levels": dict(self.optimization_levels),
+            "optimization_level_reason": self.optimization_level_reason,
             "runs": self.runs,
             "inputs": {
                 "source": self.inputs_source,

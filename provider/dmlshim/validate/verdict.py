@@ -6,7 +6,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import onnx
@@ -22,11 +23,14 @@ from ..kernels.options import IndexMode
 from ..model.graph import is_gather_scatter, uses_half_floats, walk_nodes
 from ..translate import CPU_PROVIDER, NodeTranslation, translate_model
 from .attribution import compare_nodes, dependencies, suspects, upstream_order
+from .engine_side import COMPARABLE_LEVEL, PARTITIONED, custom_op_layout_reason, engine_runs
+from .levels import ORT_DEFAULT_LEVEL, note_default_level_runs, only_optimised_runs
 from .random_nodes import random_node_warnings
 from .references import (
     DEFAULT_OPTIMIZATION_LEVEL,
     ONE_RUN_LEVEL,
     SIDES,
+    PartitionedRun,
     checked_run,
     feeds_for,
     partitioned_run,
@@ -40,6 +44,7 @@ from .results import (
     CAUSE_IDENTICAL,
     CAUSE_OTHER_NODES,
     CAUSE_UNEXPLAINED,
+    RUNS_ENGINE,
     RUNS_ONE,
     RUNS_THREE,
     Comparison,
@@ -115,7 +120,8 @@ def validate_model(
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     seed: int = 0,
     index_mode: str = "error",
-    optimization_level: str = DEFAULT_OPTIMIZATION_LEVEL,
+    optimization_level: str | None = None,
+    engine: str = PARTITIONED,
 ) -> ValidationReport:
     """Run a model through dmlshim and through references on the same feeds, and compare.
 
@@ -134,8 +140,13 @@ def validate_model(
             random inputs.
         seed: the seed of random inputs.
         index_mode: dmlshim's out-of-range policy (``"error"`` or ``"clamp"``).
-        optimization_level: onnxruntime's graph optimisation on every side: ``disabled`` (default),
-            ``basic``, ``extended`` or ``all``.
+        optimization_level: onnxruntime's graph optimisation on every side: ``disabled``, ``basic``,
+            ``extended`` or ``all``; None (default): ``disabled``, or ``all`` when onnxruntime itself
+            fails the model at ``disabled`` and runs it at its default level (:mod:`.levels`; the report
+            says why in ``optimization_level_reason``).
+        engine: the engine whose run is checked (``InferenceSession(engine=...)``): ``partitioned``
+            (default) against the same partition with onnxruntime running the gather/scatter nodes, any
+            other against onnxruntime running the whole model (:mod:`dmlshim.validate.engine_side`).
 
     Returns:
         The report; ``report.match`` says whether every output agreed with the like-for-like reference.
@@ -148,12 +159,13 @@ def validate_model(
     """
     level = feature_level if isinstance(feature_level, FeatureLevel) else _level(feature_level)
     mode = _index_mode(index_mode)
-    optimization_level_checked(optimization_level)
+    if optimization_level is not None:
+        optimization_level_checked(optimization_level)
     # A model file is read without its large weights: every onnxruntime session reads them from the file.
     loaded = load_model(model, weightless=True)
     try:
         return _validate_loaded(
-            loaded, inputs, level, rtol, atol, input_shapes, seed, mode, optimization_level
+            loaded, inputs, level, rtol, atol, input_shapes, seed, mode, optimization_level, engine
         )
     except DmlShimError as exc:
         # The engines run copies and parts of the model, so errors raised there do not know the file.
@@ -167,30 +179,6 @@ def optimization_level_checked(name: str) -> None:
     ort_level(name)
 
 
-def _note_default_level_runs(
-    exc: DmlShimError,
-    proto: onnx.ModelProto,
-    feeds: Mapping[str, np.ndarray],
-    opt_level: str,
-    model_path: str | None,
-) -> None:
-    """When onnxruntime failed running the model with graph optimisations disabled (validate's default)
-    and runs it at its own default level (``all``), say so in the error: some exports only run optimised
-    (TorchScript's If whose declared output shape is stale fails with a pre-allocated output, say)."""
-    if opt_level != "disabled" or type(exc) is not BadInputError or "onnxruntime failed" not in exc.message:
-        return
-    try:
-        outputs, _ = whole_model_run(proto, feeds, "all", model_path)
-    except DmlShimError:
-        return
-    if outputs is not None:
-        exc.message = exc.message.rstrip() + (
-            " (onnxruntime runs this model on these inputs at its default optimisation level, all, but not "
-            "with graph optimisations disabled, validate's default: pass --optimization-level all, or "
-            "optimization_level='all' in Python)"
-        )
-
-
 def _validate_loaded(
     loaded: LoadedModel,
     inputs: Mapping[str, np.ndarray] | str | os.PathLike[str] | None,
@@ -200,44 +188,45 @@ def _validate_loaded(
     input_shapes: Mapping[str, Sequence[int]] | None,
     seed: int,
     index_mode: IndexMode,
-    opt_level: str,
+    requested_level: str | None,
+    engine_name: str = PARTITIONED,
 ) -> ValidationReport:
     proto = loaded.proto
+    opt_level = requested_level or DEFAULT_OPTIMIZATION_LEVEL
     feeds, source, generated = feeds_for(loaded, inputs, input_shapes, seed)
-    common = {"feature_level": level, "index_mode": index_mode, "level": opt_level, "model_path": loaded.path}
+    common = {
+        "feature_level": level,
+        "index_mode": index_mode,
+        "level": opt_level,
+        "model_path": loaded.weights_path,
+    }
     whole: dict[str, np.ndarray] | None
     shapes = {k: feed_shape(v) for k, v in feeds.items()}
     translated: list[dict[str, NodeTranslation]] = []
 
     def translate() -> None:  # while onnxruntime builds the check's session
-        translated.append(_translations(proto, level, shapes))
+        if not translated:
+            translated.append(_translations(proto, level, shapes))
 
+    notes: list[str] = []
     try:
-        one, engine = (
-            checked_run(proto, feeds, **common, while_building=translate)  # type: ignore[arg-type]
-            # Half floats: the whole model and the partitions round them at different places.
-            if opt_level == ONE_RUN_LEVEL and not uses_half_floats(proto.graph)
-            else (None, None)
-        )
-        if one is None:
-            ours = partitioned_run(proto, feeds, reference=False, engine=engine, **common)  # type: ignore[arg-type]
-            ref = partitioned_run(
-                proto, feeds, reference=True, segments_from=ours.engine, **common  # type: ignore[arg-type]
-            )
-            # The engines' onnxruntime sessions (a copy of the weights) go before the whole-model session.
-            ours, ref = dataclasses.replace(ours, engine=None), dataclasses.replace(ref, engine=None)
-        else:
-            ours = ref = one
-        del engine
+        try:
+            ours, ref, whole, whole_error, runs = _sides(loaded, feeds, common, engine_name, translate, notes)
+        except DmlShimError as exc:
+            # onnxruntime's own session of the model file (as a deployment would load it)
+            reason = only_optimised_runs(exc, proto, feeds, loaded.path) if requested_level is None else None
+            if reason is None:
+                note_default_level_runs(exc, proto, feeds, opt_level, loaded.path)
+                raise
+            logger.info("%s", reason)
+            notes.append(reason)
+            common["level"] = ORT_DEFAULT_LEVEL
+            ours, ref, whole, whole_error, runs = _sides(loaded, feeds, common, engine_name, translate, notes)
+        opt_level = common["level"]
     except DmlShimError as exc:
         if generated is not None:
             annotate_error(exc, generated)  # say which shapes were generated and how to choose others
-        _note_default_level_runs(exc, proto, feeds, opt_level, loaded.path)
         raise
-    if one is None:
-        whole, whole_error = whole_model_run(proto, feeds, opt_level, loaded.path)
-    else:
-        whole, whole_error = dict(one.outputs), None
     exact = rtol == 0 and atol == 0
 
     def agree(a: np.ndarray, b: np.ndarray) -> bool:
@@ -325,10 +314,59 @@ def _validate_loaded(
         optimization_levels=tuple((side, opt_level) for side in SIDES),
         whole_model_error=whole_error,
         feeds=tuple(feeds.items()),
-        runs=RUNS_THREE if one is None else RUNS_ONE,
+        runs=runs,
+        engine=engine_name,
+        optimization_level_reason="; then ".join(notes) or None,
     )
     logger.info("validate %s at %s: %s", report.model, level.short, "match" if report.match else "MISMATCH")
     return report
+
+
+def _sides(
+    loaded: LoadedModel,
+    feeds: Mapping[str, np.ndarray],
+    common: dict[str, Any],
+    engine_name: str,
+    while_building: Callable[[], None],
+    notes: list[str],
+) -> tuple[PartitionedRun, PartitionedRun, dict[str, Any] | None, str | None, str]:
+    """dmlshim's run, the like-for-like reference, the whole model's outputs (or None and why not) and
+    how the sides were run (:data:`RUNS_ONE`, :data:`RUNS_THREE` or :data:`RUNS_ENGINE`). Where the level
+    had to change (``common["level"]`` then holds the new one), why is appended to ``notes``."""
+    proto, opt_level = loaded.proto, common["level"]
+    if engine_name != PARTITIONED:
+        ours, ref = engine_runs(
+            loaded,
+            feeds,
+            engine=engine_name,
+            feature_level=common["feature_level"],
+            index_mode=common["index_mode"],
+            level=opt_level,
+        )
+        while_building()
+        reason = custom_op_layout_reason(engine_name, opt_level, proto.graph, ours, ref)
+        if reason is not None:
+            logger.info("%s", reason)
+            notes.append(reason)
+            common["level"] = COMPARABLE_LEVEL
+            return _sides(loaded, feeds, common, engine_name, while_building, notes)
+        return ours, ref, dict(ref.outputs), None, RUNS_ENGINE
+    one, engine = (
+        checked_run(proto, feeds, **common, while_building=while_building)
+        # Half floats: the whole model and the partitions round them at different places.
+        if opt_level == ONE_RUN_LEVEL and not uses_half_floats(proto.graph)
+        else (None, None)
+    )
+    if one is not None:
+        return one, one, dict(one.outputs), None, RUNS_ONE
+    ours = partitioned_run(proto, feeds, reference=False, engine=engine, **common)
+    ref = partitioned_run(proto, feeds, reference=True, segments_from=ours.engine, **common)
+    del engine
+    # The engines' onnxruntime sessions (a copy of the weights) go before the whole-model session.
+    ours, ref = dataclasses.replace(ours, engine=None), dataclasses.replace(ref, engine=None)
+    # onnxruntime's own session of the model file (it reads and copies the weights itself)
+    whole, whole_error = whole_model_run(proto, feeds, opt_level, loaded.path)
+    return ours, ref, whole, whole_error, RUNS_THREE
 
 
 def _whole(

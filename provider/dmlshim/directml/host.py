@@ -1,0 +1,303 @@
+"""The Windows host process: ``node.exe`` under Wine running ``host.js`` with onnxruntime-node's DirectML
+provider, spoken to over a loopback socket.
+
+One host serves every session of this Python process (starting one costs seconds: Wine, node,
+onnxruntime.dll, the D3D12 device); it is stopped at exit. Xvfb is started beside it when there is no
+``DISPLAY`` (Wine's DXGI wants a display even for a compute-only device).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import logging
+import os
+import re
+import shutil
+import socket
+import struct
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import EngineUnavailableError
+from .stack import Stack, load_stack, windows_path
+
+logger = logging.getLogger(__name__)
+
+HOST_SCRIPT = Path(__file__).with_name("host.js")
+START_TIMEOUT = 120.0
+"""Seconds to wait for node.exe to connect back (a cold Wine prefix takes ~10 s)."""
+REQUEST_TIMEOUT = float(os.environ.get("DMLSHIM_DIRECTML_TIMEOUT", "600"))
+
+DTYPES: dict[str, str] = {
+    "float32": "float32", "float64": "float64", "int8": "int8", "uint8": "uint8", "int16": "int16",
+    "uint16": "uint16", "int32": "int32", "uint32": "uint32", "int64": "int64", "uint64": "uint64",
+    "bool": "bool", "float16": "float16",
+}  # fmt: skip
+"""numpy dtype name -> onnxruntime-node tensor type (the types its binding takes)."""
+
+
+class HostError(RuntimeError):
+    """The host answered a request with an error (onnxruntime's message), or died."""
+
+    def __init__(self, message: str, stage: str) -> None:
+        super().__init__(message)
+        self.stage = stage
+
+
+@dataclass(frozen=True)
+class HostSession:
+    """A session the host holds."""
+
+    id: int
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    placements: dict[str, str] | None = None
+    """node name -> execution provider, from onnxruntime's verbose log (None when it logged none)."""
+
+
+_PLACED = re.compile(r"(?:All nodes placed on|Node\(s\) placed on) \[(\w+)\]")
+_PLACED_NODE = re.compile(r"^\s+(\w[\w.]*) \((.*)\)\s*$")
+
+
+def parse_placements(log: str) -> dict[str, str] | None:
+    """onnxruntime's "Node placements" verbose log as node name -> provider; names of nodes on a provider
+    whose nodes are not listed (``All nodes placed on [X]``) map to ``*``."""
+    placements: dict[str, str] = {}
+    provider: str | None = None
+    seen = False
+    for line in log.splitlines():
+        found = _PLACED.search(line)
+        if found:
+            provider, seen = found.group(1), True
+            if "All nodes placed on" in line:
+                placements["*"] = provider
+            continue
+        node = _PLACED_NODE.match(line)
+        if provider is not None and node:
+            placements[node.group(2)] = provider
+        elif not line.startswith(" "):
+            provider = None
+    return placements if seen else None
+
+
+def _free_display() -> int:
+    for number in range(90, 200):
+        if not Path(f"/tmp/.X11-unix/X{number}").exists() and not Path(f"/tmp/.X{number}-lock").exists():
+            return number
+    raise EngineUnavailableError("no free X display number in :90-:199 for Xvfb", value="Xvfb")
+
+
+class Host:
+    """A running ``node.exe host.js`` under Wine (and its Xvfb, when one was needed)."""
+
+    def __init__(self, stack: Stack) -> None:
+        self.stack = stack
+        self._lock = threading.Lock()
+        self._xvfb: subprocess.Popen[bytes] | None = None
+        self._log_dir = Path(tempfile.mkdtemp(prefix="dmlshim-dmlhost-"))
+        self.log_path = self._log_dir / "host.log"
+        env = stack.run_env()
+        env["NODE_PATH"] = windows_path(stack.node_modules)
+        if not env.get("DISPLAY"):
+            env["DISPLAY"] = self._start_xvfb()
+        self.info: dict[str, Any] = {}
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
+            server.bind(("127.0.0.1", 0))
+            server.listen(1)
+            server.settimeout(START_TIMEOUT)
+            port = server.getsockname()[1]
+            with open(self.log_path, "wb") as log:
+                # node.exe under Wine fails with EBADF when its stdout is a pipe: a file it is.
+                self._proc = subprocess.Popen(
+                    [stack.wine, str(stack.node_exe), windows_path(HOST_SCRIPT), str(port)],
+                    cwd=stack.bin_dir,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            try:
+                self._sock, _ = server.accept()
+            except OSError as exc:
+                self.close()
+                raise EngineUnavailableError(
+                    f"the DirectML host (node.exe under Wine) did not start within {START_TIMEOUT:.0f} s: "
+                    f"{exc}; its log: {self._log_tail()}",
+                    value=str(self.log_path),
+                ) from exc
+        self._sock.settimeout(REQUEST_TIMEOUT)
+        self.info = self.request({"op": "info"})[0]
+
+    def _start_xvfb(self) -> str:
+        xvfb = shutil.which("Xvfb")
+        if xvfb is None:
+            raise EngineUnavailableError(
+                "no DISPLAY and no Xvfb: install the xvfb package (`dmlshim directml setup` does)", value="Xvfb"
+            )
+        number = _free_display()
+        self._xvfb = subprocess.Popen(
+            [xvfb, f":{number}", "-screen", "0", "640x480x24", "-nolisten", "tcp"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 20
+        while not Path(f"/tmp/.X11-unix/X{number}").exists():
+            if self._xvfb.poll() is not None or time.monotonic() > deadline:
+                raise EngineUnavailableError(f"Xvfb :{number} did not start", value="Xvfb")
+            time.sleep(0.05)
+        return f":{number}"
+
+    def _log_tail(self, lines: int = 15) -> str:
+        with contextlib.suppress(OSError):
+            text = self.log_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+            return " | ".join(text[-lines:]) or "(empty)"
+        return "(none)"
+
+    def _recv_exact(self, size: int) -> bytes:
+        chunks = []
+        while size:
+            chunk = self._sock.recv(min(size, 1 << 20))
+            if not chunk:
+                raise HostError(f"the DirectML host exited; its log: {self._log_tail()}", "host")
+            chunks.append(chunk)
+            size -= len(chunk)
+        return b"".join(chunks)
+
+    def request(self, header: dict[str, Any], body: bytes = b"") -> tuple[dict[str, Any], bytes]:
+        """Send one request and wait for its reply.
+
+        Raises:
+            HostError: the host replied with an error or went away.
+        """
+        head = json.dumps(header).encode("utf-8")
+        with self._lock:
+            try:
+                self._sock.sendall(struct.pack("<I", len(head)) + head + struct.pack("<Q", len(body)) + body)
+                (hlen,) = struct.unpack("<I", self._recv_exact(4))
+                reply = json.loads(self._recv_exact(hlen).decode("utf-8"))
+                (blen,) = struct.unpack("<Q", self._recv_exact(8))
+                data = self._recv_exact(blen)
+            except OSError as exc:
+                raise HostError(f"lost the DirectML host: {exc}; its log: {self._log_tail()}", "host") from exc
+        if not reply.get("ok"):
+            raise HostError(str(reply.get("error")), str(reply.get("stage")))
+        return reply, data
+
+    def load(self, model_path: Path, *, disable_cpu_fallback: bool = False, optimization: str = "all") -> HostSession:
+        """Create an onnxruntime session with the DirectML provider on ``model_path``.
+
+        The session logs verbosely while it is created, so that onnxruntime's node placement can be read
+        from the host's log (:attr:`HostSession.placements`)."""
+        with self._lock:
+            start = self.log_path.stat().st_size if self.log_path.exists() else 0
+        try:
+            reply, _ = self.request(
+                {
+                    "op": "load",
+                    "path": windows_path(model_path),
+                    "disableCpuFallback": disable_cpu_fallback,
+                    "optimization": optimization,
+                    "logSeverity": 0,
+                }
+            )
+        finally:
+            log = self._read_log(start)
+        return HostSession(
+            int(reply["session"]), tuple(reply["inputs"]), tuple(reply["outputs"]), parse_placements(log)
+        )
+
+    def _read_log(self, start: int) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(start)
+                return f.read().decode("utf-8", errors="replace")
+        except OSError:
+            return ""
+
+    def run(self, session: HostSession, feeds: dict[str, np.ndarray], outputs: list[str]) -> list[np.ndarray]:
+        """Run ``session`` on ``feeds``; returns the named outputs."""
+        specs = []
+        parts = []
+        for name, value in feeds.items():
+            arr = np.ascontiguousarray(value)
+            kind = DTYPES.get(arr.dtype.name)
+            if kind is None:
+                raise HostError(
+                    f"input {name!r}: element type {arr.dtype} cannot be passed to onnxruntime-node", "run"
+                )
+            data = arr.tobytes()
+            specs.append({"name": name, "type": kind, "dims": list(arr.shape), "nbytes": len(data)})
+            parts.append(data)
+        reply, body = self.request({"op": "run", "session": session.id, "feeds": specs, "outputs": outputs}, b"".join(parts))
+        results = []
+        offset = 0
+        for spec in reply["outputs"]:
+            dtype = np.dtype("bool" if spec["type"] == "bool" else spec["type"])
+            chunk = body[offset : offset + spec["nbytes"]]
+            offset += spec["nbytes"]
+            results.append(np.frombuffer(chunk, dtype=dtype).reshape(spec["dims"]).copy())
+        return results
+
+    def release(self, session: HostSession) -> None:
+        """Free a session in the host (errors ignored: the host may be gone)."""
+        with contextlib.suppress(HostError, OSError):
+            self.request({"op": "release", "session": session.id})
+
+    def alive(self) -> bool:
+        """Whether node.exe is still running."""
+        return self._proc.poll() is None
+
+    def close(self) -> None:
+        """Stop node.exe (closing the socket ends it) and Xvfb, if started here."""
+        with contextlib.suppress(OSError, AttributeError):
+            self._sock.close()
+        proc = getattr(self, "_proc", None)
+        if proc is not None:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if self._xvfb is not None:
+            self._xvfb.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._xvfb.wait(timeout=5)
+            self._xvfb = None
+
+
+_HOSTS: dict[str, Host] = {}
+_HOSTS_LOCK = threading.Lock()
+
+
+def shared_host(stack: Stack | None = None) -> Host:
+    """The host of this process for ``stack`` (the set-up one by default), started on first use."""
+    stack = stack or load_stack()
+    key = str(stack.folder)
+    with _HOSTS_LOCK:
+        host = _HOSTS.get(key)
+        if host is None or not host.alive():
+            if host is not None:
+                host.close()
+            host = Host(stack)
+            _HOSTS[key] = host
+        return host
+
+
+@atexit.register
+def _close_hosts() -> None:
+    with _HOSTS_LOCK:
+        for host in _HOSTS.values():
+            host.close()
+        _HOSTS.clear()

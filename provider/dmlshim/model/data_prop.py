@@ -1,0 +1,466 @@
+"""ONNX shape inference with data propagation, bounded: data is propagated only for small values.
+
+onnx's data propagation (``infer_shapes(..., data_prop=True)``) gives every value a node reads through
+``getInputData`` a list of "dimensions": the values of a 0-D or 1-D integer initializer, or, for any 1-D
+tensor of static length N (whatever its type, an input or a computed value), N unknown dimensions (onnx
+1.18 and later). A node with a data-propagation function (Cast, Size, Squeeze, Unsqueeze, Concat, Slice,
+Gather, Add, Sub, Mul; Shape reads only the type) therefore materializes one protobuf dimension, about
+80 bytes, per element of every 1-D input, and copies the list to its output: a Gather reading a 1 GiB
+flattened embedding table (268M float32 elements) built 21 GB of dimensions. Only the data of shape-like
+values is of use (a Reshape, Expand, ConstantOfShape or Resize reads it as a shape: its length is a rank).
+
+So before inferring with data propagation, each input a data-propagating node reads is *cut* when its data
+could be large: the node reads a fresh graph input of the same type without its static length instead
+(the rank trick needs a static length), and the node's outputs keep the types inference without data
+propagation gives them (a "pin"). What may be cut:
+
+- big: a 1-D value whose static length is over :data:`DATA_MAX_ELEMENTS`, or an integer initializer of
+  more elements (onnx parses those element by element);
+- unknown: a value whose rank, or 1-D length, the inference without data propagation leaves unknown, since
+  propagation could reveal a large static length. When a pass reveals it small, it is uncut and the
+  model inferred again, until the cuts and the types they declare stop changing; the result is what
+  onnx's own inference gives with data kept for small values only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cache
+
+import onnx
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["DATA_MAX_ELEMENTS", "MAX_RANK", "infer_with_data_prop"]
+
+DATA_MAX_ELEMENTS = 1024
+"""Values of at most this many elements keep their data through propagation (a shape tensor's length is
+a rank; onnx 1.23 bounds rank-only inference the same way)."""
+
+DATA_BUDGET = 1 << 20
+"""At most this many data elements (about 80 bytes each in onnx) over all the inputs kept: past it the
+longest ones are cut too (a chain of 20,000 Casts of a 1024-element value would otherwise hold 20M)."""
+
+_CUT_DIM = "__dmlshim_cut__"
+
+MAX_RANK = 1024
+"""Longest shape tensor whose length is taken as a rank (onnx 1.23's own bound on rank-only inference)."""
+
+_MAX_PASSES = 4
+
+_ALL = None
+_READS: dict[str, tuple[int, ...] | None] = {
+    "Cast": (0,),
+    "Size": (0,),
+    "Squeeze": (0,),
+    "Unsqueeze": (0,),
+    "Gather": (0, 1),
+    "Add": (0, 1),
+    "Sub": (0, 1),
+    "Mul": (0, 1),
+    "Concat": _ALL,
+    "Slice": _ALL,
+    "Shape": (),
+}
+"""The inputs whose data each data-propagating op reads (None: every input). An op that gains a
+propagation function in a later onnx counts as reading every input."""
+
+_TYPE_READS_VALUES: dict[str, frozenset[int]] = {"Slice": frozenset({1, 2, 3, 4})}
+"""Inputs a data-propagating op's type inference reads by value: cut only when big (an unknown one keeps
+its value, which a cut would hide from the type inference)."""
+
+_SHAPE_INPUTS: dict[str, tuple[int, ...]] = {
+    "Reshape": (1,),
+    "Expand": (1,),
+    "ConstantOfShape": (0,),
+}
+"""Inputs whose length onnx takes as the output's rank when their values are unknown (onnx before 1.23
+materializes that many dimensions, however many)."""
+
+_INTS = frozenset({onnx.TensorProto.INT64, onnx.TensorProto.INT32})
+
+
+@cache
+def _propagates(op: str, domain: str, version: int) -> bool:
+    try:
+        schema = onnx.defs.get_schema(op, version, domain)
+    except onnx.defs.SchemaError:
+        return False
+    return bool(getattr(schema, "has_data_propagation_function", False))
+
+
+GraphPath = tuple[tuple[int, str, int], ...]
+"""Where a subgraph is: (node index, attribute name, graph index) from the top-level graph down."""
+
+
+def _graph_at(model: onnx.ModelProto, path: GraphPath) -> onnx.GraphProto:
+    graph = model.graph
+    for index, attr_name, which in path:
+        attr = next(a for a in graph.node[index].attribute if a.name == attr_name)
+        graph = attr.g if attr.HasField("g") else attr.graphs[which]
+    return graph
+
+
+def _graphs(graph: onnx.GraphProto, path: GraphPath = ()) -> Iterator[tuple[GraphPath, onnx.GraphProto]]:
+    yield path, graph
+    for i, node in enumerate(graph.node):
+        if not node.attribute:
+            continue
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from _graphs(attr.g, (*path, (i, attr.name, 0)))
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for k, sub in enumerate(attr.graphs):
+                    yield from _graphs(sub, (*path, (i, attr.name, k)))
+
+
+def _each(model: onnx.ModelProto, paths: list[GraphPath]) -> Iterator[tuple[GraphPath, onnx.GraphProto]]:
+    """The graphs of ``model`` (a copy of the model ``paths`` was taken from)."""
+    for path in paths:
+        yield path, _graph_at(model, path)
+
+
+@dataclass(frozen=True)
+class _Site:
+    """One input of one node whose data inference may read."""
+
+    path: GraphPath
+    node: int
+    input: int
+    value: str
+    by_value: bool  # the node's type inference reads this input's values
+    shape_input: bool  # a shape input of Reshape/Expand/ConstantOfShape (rank from its length)
+
+
+def _versions(model: onnx.ModelProto) -> dict[str, int]:
+    versions = {op.domain or "": int(op.version) for op in model.opset_import}
+    versions.setdefault("", versions.get("ai.onnx", 0))
+    return versions
+
+
+def _sites(model: onnx.ModelProto, paths: list[GraphPath]) -> list[_Site]:
+    versions = _versions(model)
+    found: list[_Site] = []
+    for path, graph in _each(model, paths):
+        for i, node in enumerate(graph.node):
+            domain = "" if node.domain in ("", "ai.onnx") else node.domain
+            if domain == "" and node.op_type in _SHAPE_INPUTS:
+                for k in _SHAPE_INPUTS[node.op_type]:
+                    if k < len(node.input) and node.input[k]:
+                        found.append(_Site(path, i, k, node.input[k], True, True))
+                continue
+            if not _propagates(node.op_type, domain, versions.get(domain, 0)):
+                continue
+            reads = _READS.get(node.op_type, _ALL) if domain == "" else _ALL
+            by_value = _TYPE_READS_VALUES.get(node.op_type, frozenset()) if domain == "" else frozenset()
+            for k, name in enumerate(node.input):
+                if name and (reads is None or k in reads):
+                    found.append(_Site(path, i, k, name, k in by_value, False))
+    return found
+
+
+def _types(model: onnx.ModelProto, paths: list[GraphPath]) -> dict[str, onnx.TypeProto]:
+    """Every value's type, from every graph (later graphs' declarations of a name win)."""
+    out: dict[str, onnx.TypeProto] = {}
+    for _, graph in _each(model, paths):
+        for init in graph.initializer:
+            tp = onnx.TypeProto()
+            tp.tensor_type.elem_type = init.data_type
+            tp.tensor_type.shape.SetInParent()
+            for d in init.dims:
+                tp.tensor_type.shape.dim.add().dim_value = d
+            out[init.name] = tp
+        for value in (*graph.input, *graph.value_info, *graph.output):
+            if value.type.WhichOneof("value") is not None:
+                out[value.name] = value.type
+    return out
+
+
+def _initializers(model: onnx.ModelProto, paths: list[GraphPath]) -> dict[str, onnx.TensorProto]:
+    return {t.name: t for _, g in _each(model, paths) for t in g.initializer}
+
+
+_BIG, _UNKNOWN = "big", "unknown"
+
+
+def _verdict(site: _Site, tp: onnx.TypeProto | None, init: onnx.TensorProto | None) -> str | None:
+    """Whether (and why) the site's input must be cut, from what is known of its type."""
+    if site.shape_input:
+        if tp is None or not tp.HasField("tensor_type") or not tp.tensor_type.HasField("shape"):
+            return None
+        dims = tp.tensor_type.shape.dim
+        return _BIG if len(dims) == 1 and dims[0].HasField("dim_value") and dims[0].dim_value > MAX_RANK else None
+    if init is not None and init.data_type in _INTS and len(init.dims) <= 1:
+        count = 1
+        for d in init.dims:
+            count *= int(d)
+        return _BIG if count > DATA_MAX_ELEMENTS else None
+    if tp is None or not tp.HasField("tensor_type"):
+        return None  # untyped: no rank trick, and no type to declare for a cut
+    if not tp.tensor_type.HasField("shape"):
+        return None if site.by_value else _UNKNOWN
+    dims = tp.tensor_type.shape.dim
+    if len(dims) != 1:
+        return None  # onnx materializes nothing for a rank other than 1
+    if dims[0].HasField("dim_value"):
+        return _BIG if dims[0].dim_value > DATA_MAX_ELEMENTS else None
+    return None if site.by_value else _UNKNOWN
+
+
+def _cut_type(tp: onnx.TypeProto, kind: str) -> onnx.TypeProto:
+    out = onnx.TypeProto()
+    out.CopyFrom(tp)
+    if kind == _BIG and out.tensor_type.HasField("shape"):
+        for d in out.tensor_type.shape.dim:
+            d.Clear()
+            d.dim_param = _CUT_DIM  # rank kept, length unknown (no rank trick), and no symbol generated
+    return out
+
+
+def _length(tp: onnx.TypeProto | None, init: onnx.TensorProto | None) -> int:
+    """The data elements onnx would hold for a kept input (0 when it holds none)."""
+    if init is not None and init.data_type in _INTS and len(init.dims) <= 1:
+        return int(init.dims[0]) if init.dims else 1
+    if tp is None or not tp.HasField("tensor_type") or not tp.tensor_type.HasField("shape"):
+        return 0
+    dims = tp.tensor_type.shape.dim
+    return int(dims[0].dim_value) if len(dims) == 1 and dims[0].HasField("dim_value") else 0
+
+
+def _plan(
+    sites: list[_Site], types: dict[str, onnx.TypeProto], inits: dict[str, onnx.TensorProto]
+) -> dict[_Site, tuple[str, bytes]]:
+    plan: dict[_Site, tuple[str, bytes]] = {}
+    kept: list[tuple[int, int, _Site]] = []
+    made: dict[tuple[str, str], bytes] = {}
+
+    def cut(name: str, kind: str) -> bytes:
+        if (name, kind) not in made:
+            tp = types.get(name)
+            made[name, kind] = _cut_type(tp, kind).SerializeToString(deterministic=True) if tp else b""
+        return made[name, kind]
+
+    for order, site in enumerate(sites):
+        tp = types.get(site.value)
+        init = inits.get(site.value)
+        kind = _verdict(site, tp, init)
+        if kind is None and not site.shape_input:
+            kept.append((_length(tp, init), order, site))
+        elif kind is not None:
+            plan[site] = (kind, cut(site.value, kind))
+    total = sum(n for n, _, _ in kept)
+    for n, _, site in sorted(kept, key=lambda k: (-k[0], k[1])):
+        if total <= DATA_BUDGET or n == 0:
+            break
+        total -= n
+        plan[site] = (_BIG, cut(site.value, _BIG))
+    return plan
+
+
+def _fresh(base: str, taken: set[str]) -> str:
+    name = f"{base}__dmlshim_cut"
+    k = 0
+    while name in taken:
+        k += 1
+        name = f"{base}__dmlshim_cut{k}"
+    taken.add(name)
+    return name
+
+
+def _cut_copy(
+    model: onnx.ModelProto,
+    paths: list[GraphPath],
+    plan: dict[_Site, tuple[str, bytes]],
+    types: dict[str, onnx.TypeProto],
+) -> tuple[onnx.ModelProto, dict[str, str]]:
+    """A copy whose cut sites read fresh graph inputs; the consumers of big inputs pinned to ``types``.
+    Returns the copy and fresh name -> original name."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    taken = {
+        name
+        for _, g in _each(copy, paths)
+        for name in (
+            *(v.name for v in (*g.input, *g.value_info, *g.output)),
+            *(t.name for t in g.initializer),
+            *(o for n in g.node for o in n.output),
+        )
+    }
+    fresh: dict[tuple[str, bytes], str] = {}
+    renamed: dict[str, str] = {}
+    pinned: set[tuple[GraphPath, int]] = set()
+    declared_in: dict[GraphPath, dict[str, onnx.ValueInfoProto]] = {}
+    versions = _versions(model)
+    inits = _initializers(model, paths)
+    for site, (kind, declared) in plan.items():
+        key = (site.value, declared)
+        if key not in fresh:
+            fresh[key] = _fresh(site.value, taken)
+            renamed[fresh[key]] = site.value
+            value = copy.graph.input.add()
+            value.name = fresh[key]
+            value.type.ParseFromString(declared)
+        graph = _graph_at(copy, site.path)
+        node = graph.node[site.node]
+        node.input[site.input] = fresh[key]
+        if kind == _BIG and (site.path, site.node) not in pinned:
+            pinned.add((site.path, site.node))
+            if site.path not in declared_in:
+                declared_in[site.path] = {v.name: v for v in (*graph.value_info, *graph.output)}
+            _pin(graph, node, types, declared_in[site.path], versions, renamed, inits)
+    return copy, renamed
+
+
+def _pin(
+    graph: onnx.GraphProto,
+    node: onnx.NodeProto,
+    types: dict[str, onnx.TypeProto],
+    declared: dict[str, onnx.ValueInfoProto],
+    versions: dict[str, int],
+    renamed: dict[str, str],
+    inits: dict[str, onnx.TensorProto],
+) -> None:
+    """Declare the node's outputs with the types its own inference gives from its inputs' full types
+    (without data; else the types already known for them). ``declared`` holds the graph's outputs and
+    value_info by name, and gains what is added."""
+    own = _node_types(node, types, versions, renamed, inits)
+    for name in node.output:
+        tp = own.get(name) or types.get(name)
+        if not name or tp is None:
+            continue
+        target = declared.get(name)
+        if target is None:
+            target = declared[name] = graph.value_info.add()
+            target.name = name
+        target.type.CopyFrom(tp)
+
+
+def _node_types(
+    node: onnx.NodeProto,
+    types: dict[str, onnx.TypeProto],
+    versions: dict[str, int],
+    renamed: dict[str, str],
+    inits: dict[str, onnx.TensorProto],
+) -> dict[str, onnx.TypeProto]:
+    """The types the node's own inference gives its outputs from its inputs' types (a cut input read under
+    its fresh name, ``renamed`` mapping it back); empty when onnx cannot tell."""
+    domain = "" if node.domain in ("", "ai.onnx") else node.domain
+    inputs = {name: types[renamed.get(name, name)] for name in node.input if renamed.get(name, name) in types}
+    try:
+        schema = onnx.defs.get_schema(node.op_type, versions.get(domain, 0), domain)
+        data = {name: inits[name] for name in node.input if name in inits and name not in renamed}
+        found = onnx.shape_inference.infer_node_outputs(schema, node, inputs, data)
+    except Exception as exc:  # noqa: BLE001 - onnx raises several unrelated types; the known types do
+        logger.debug("no types for %s from its inputs: %s", node.op_type, exc)
+        return {}
+    return {
+        name: tp
+        for name, tp in found.items()
+        if tp.HasField("tensor_type") and tp.tensor_type.HasField("shape")
+    }
+
+
+def _pinned(model: onnx.ModelProto, plan: dict[_Site, tuple[str, bytes]]) -> set[str]:
+    """The outputs of the nodes whose big inputs are cut."""
+    return {
+        name
+        for site, (kind, _) in plan.items()
+        if kind == _BIG
+        for name in _graph_at(model, site.path).node[site.node].output
+        if name
+    }
+
+
+def _restore(
+    inferred: onnx.ModelProto,
+    paths: list[GraphPath],
+    plan: dict[_Site, tuple[str, bytes]],
+    renamed: dict[str, str],
+) -> None:
+    """Undo the cuts in ``inferred``: original input names, no fresh inputs, no cut dimension names."""
+    for site in plan:
+        node = _graph_at(inferred, site.path).node[site.node]
+        node.input[site.input] = renamed.get(node.input[site.input], node.input[site.input])
+    kept = [v for v in inferred.graph.input if v.name not in renamed]
+    del inferred.graph.input[:]
+    inferred.graph.input.extend(kept)
+    for _, graph in _each(inferred, paths):
+        if any(v.name in renamed for v in graph.value_info):
+            infos = [v for v in graph.value_info if v.name not in renamed]
+            del graph.value_info[:]
+            graph.value_info.extend(infos)
+        for value in (*graph.value_info, *graph.output):
+            _scrub(value.type)
+
+
+def _scrub(tp: onnx.TypeProto) -> None:
+    kind = tp.WhichOneof("value")
+    if kind == "tensor_type":
+        for d in tp.tensor_type.shape.dim:
+            if d.dim_param == _CUT_DIM:
+                d.Clear()
+    elif kind in ("sequence_type", "optional_type"):
+        _scrub(getattr(tp, kind).elem_type)
+
+
+def _infer(model: onnx.ModelProto, check_type: bool, strict_mode: bool, data_prop: bool) -> onnx.ModelProto:
+    return onnx.shape_inference.infer_shapes(
+        model, check_type=check_type, strict_mode=strict_mode, data_prop=data_prop
+    )
+
+
+def infer_with_data_prop(
+    model: onnx.ModelProto, *, check_type: bool = False, strict_mode: bool = False
+) -> onnx.ModelProto:
+    """``onnx.shape_inference.infer_shapes(model, data_prop=True)`` with data kept for small values only
+    (see the module docstring): no step allocates in proportion to a large value's element count.
+
+    Raises what ``infer_shapes`` raises.
+    """
+    paths = [path for path, _ in _graphs(model.graph)]
+    sites = _sites(model, paths)
+    if not sites:
+        return _infer(model, check_type, strict_mode, True)
+    inits = _initializers(model, paths)
+    declared = _types(model, paths)
+    shape_sites = [s for s in sites if s.shape_input]
+    # inputs, initializers and declared shape tensors that would already blow up inference without data
+    first = {s: c for s, c in _plan(shape_sites, declared, inits).items() if c[0] == _BIG}
+    graph_level = {v.name for v in model.graph.input} | set(inits)
+    if all(s.value in graph_level for s in sites if not s.shape_input):
+        plan = _plan(sites, declared, inits)  # every read value is typed before inference
+        if not plan:
+            return _infer(model, check_type, strict_mode, True)
+        types = declared
+    else:
+        if first:
+            copy, renamed = _cut_copy(model, paths, first, declared)
+            base = _infer(copy, check_type, strict_mode, False)
+            _restore(base, paths, first, renamed)
+        else:
+            base = _infer(model, check_type, strict_mode, False)
+        types = _types(base, paths)
+        plan = _plan(sites, types, inits)
+        if not plan:
+            return _infer(model, check_type, strict_mode, True)
+    inferred = model
+    for attempt in range(_MAX_PASSES):
+        copy, renamed = _cut_copy(model, paths, plan, types)
+        pins = {name: types.get(name) for name in _pinned(model, plan)}
+        inferred = _infer(copy, check_type, strict_mode, True)
+        _restore(inferred, paths, plan, renamed)
+        types = _types(inferred, paths)
+        again = _plan(sites, types, inits)
+        if again == plan and all(types.get(name) == tp for name, tp in pins.items()):
+            break
+        logger.debug("data propagation: %d cut input(s), pass %d changed them", len(again), attempt + 1)
+        plan = again
+        if not plan:
+            break
+    if all(kind == _UNKNOWN for kind, _ in plan.values()):
+        # Nothing large was read, nor revealed: onnx's own pass gives the same types with the symbols it
+        # names (the cut inputs' declared symbols would shift its unk__N numbering).
+        return _infer(model, check_type, strict_mode, True)
+    return inferred
