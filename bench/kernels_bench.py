@@ -66,7 +66,9 @@ def bench_kernel_case(
     default, single = ort_session(case.model), ort_session(case.model, 1)
     expected = single.run(None, case.feeds)[0]
     sides = ["numpy", "compiled"] if compiled.installed() else ["numpy"]
-    match = {side: _matches(execute(case.desc, case.bound, kernels=side).output, case, expected) for side in sides}
+    match = {
+        side: _matches(execute(case.desc, case.bound, kernels=side).output, case, expected) for side in sides
+    }
     calls: dict[str, Callable[[], Any]] = {
         "ours": lambda: execute(case.desc, case.bound, kernels="numpy"),
         "ort": lambda: default.run(None, case.feeds),

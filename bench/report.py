@@ -85,8 +85,8 @@ def markdown(rows: Sequence[dict[str, Any]], info: dict[str, Any]) -> str:
         lines += [
             "### Kernels (ms per call; ratio = ours / onnxruntime, median of per-round ratios)",
             "",
-            "| case | elements | ours | ORT | ORT 1 thr | ours/ORT | ours/ORT 1 thr | compiled | compiled/ORT "
-            "| compiled/ORT 1 thr | onnx.reference "
+            "| case | elements | ours | ORT | ORT 1 thr | ours/ORT | ours/ORT 1 thr | compiled "
+            "| compiled/ORT | compiled/ORT 1 thr | onnx.reference "
             "| ref/ours | custom-op bridge | bridge/ours | peak MB | peak / (in+out) | same as ORT |",
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
         ]
@@ -99,8 +99,9 @@ def markdown(rows: Sequence[dict[str, Any]], info: dict[str, Any]) -> str:
             lines.append(
                 f"| {r['case']} | {size_label(r['elements'])} | {_fmt(r['ours_ms'], 3)} "
                 f"| {_fmt(r['ort_ms'], 3)} | {_fmt(r['ort1_ms'], 3)} | {_fmt(r['ratio_ort'])} "
-                f"| {_fmt(r['ratio_ort1'])} | {_fmt(r.get('compiled_ms'), 3)} | {_fmt(r.get('compiled_ratio_ort'))} "
-                f"| {_fmt(r.get('compiled_ratio_ort1'))} | {ref} | {_fmt(r['reference_speedup'], 0)} | {bridge} "
+                f"| {_fmt(r['ratio_ort1'])} | {_fmt(r.get('compiled_ms'), 3)} "
+                f"| {_fmt(r.get('compiled_ratio_ort'))} | {_fmt(r.get('compiled_ratio_ort1'))} | {ref} "
+                f"| {_fmt(r['reference_speedup'], 0)} | {bridge} "
                 f"| {_fmt(r['bridge_speedup'], 0)} | {_fmt(r['peak_mb'], 1)} | {_fmt(r['memory_ratio'])} "
                 f"| {_fmt(r['match'] and r.get('compiled_match') is not False)} |"
             )

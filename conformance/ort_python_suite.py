@@ -6,7 +6,8 @@ each binding form of docs/coming-from.md, and every test that passes on onnxrunt
 reported. The files and their ``testdata`` are onnxruntime's and are never copied into this repository::
 
     python conformance/ort_python_suite.py /path/to/onnxruntime/onnxruntime/test/python
-    python conformance/ort_python_suite.py DIR --forms ort,install --files onnxruntime_test_python.py --json out.json
+    python conformance/ort_python_suite.py DIR --forms ort,install --files onnxruntime_test_python.py \
+        --json out.json
 
 The exit status is 1 when any test is lost under a form, 0 otherwise.
 """
@@ -124,7 +125,9 @@ def lost(reference: FileRun, other: FileRun) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("python_dir", help="an onnxruntime checkout's onnxruntime/test/python folder")
     parser.add_argument("--testdata", help="onnxruntime's testdata folder (default: ../testdata beside it)")
     parser.add_argument("--files", default=",".join(CPU_FILES), help="comma-separated test files")

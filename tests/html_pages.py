@@ -108,13 +108,21 @@ class Page(html.parser.HTMLParser):
 
     def rows_of(self, name: str) -> dict[str, str]:
         """The details of a node (label -> text), as shown when it is selected."""
+        strings = self.data["strings"]
         for info in self.data["nodes"].values():
             if info["name"] == name:
-                return {label: text for label, text in info["rows"]}
+                rows = [strings[i] for i in info["rows"]]
+                return dict(zip(rows[::2], rows[1::2], strict=True))
         raise KeyError(name)
 
 
-def four_places_model(path: Path) -> Path:
+def three_places_model(path: Path) -> Path:
+    """The runnable part of :func:`four_places_model`: a Gather on DirectML, a Gather of a Shape (CPU, with
+    onnxruntime's shape computations) and a ScatterElements with reduction "add" (CPU fallback)."""
+    return four_places_model(path, runnable=True)
+
+
+def four_places_model(path: Path, *, runnable: bool = False) -> Path:
     """One gather/scatter node for each place a node can run: a Gather of a float input (DirectML), a
     Gather of a Shape (onnxruntime's DirectML provider runs it on the CPU with the shape computations),
     a ScatterElements with reduction "add" (DirectML has no scatter reduction: CPU fallback) and a Gather
@@ -126,22 +134,25 @@ def four_places_model(path: Path) -> Path:
         helper.make_node(
             "ScatterElements", ["x", "si", "su"], ["sc"], axis=0, reduction="add", name="scatter_add"
         ),
-        helper.make_node("Reshape", ["x", "new_shape"], ["r"], name="reshape"),
-        helper.make_node("Gather", ["r", "zero"], ["u"], axis=0, name="unknown_rank"),
     ]
+    inputs = [helper.make_tensor_value_info("x", T.FLOAT, [4, 3])]
+    outputs = [
+        helper.make_tensor_value_info("g", T.FLOAT, [4, 2]),
+        helper.make_tensor_value_info("d0", T.INT64, []),
+        helper.make_tensor_value_info("sc", T.FLOAT, [4, 3]),
+    ]
+    if not runnable:
+        nodes += [
+            helper.make_node("Reshape", ["x", "new_shape"], ["r"], name="reshape"),
+            helper.make_node("Gather", ["r", "zero"], ["u"], axis=0, name="unknown_rank"),
+        ]
+        inputs.append(helper.make_tensor_value_info("new_shape", T.INT64, ["n"]))
+        outputs.append(helper.make_tensor_value_info("u", T.FLOAT, None))
     graph = helper.make_graph(
         nodes,
         "four",
-        [
-            helper.make_tensor_value_info("x", T.FLOAT, [4, 3]),
-            helper.make_tensor_value_info("new_shape", T.INT64, ["n"]),
-        ],
-        [
-            helper.make_tensor_value_info("g", T.FLOAT, [4, 2]),
-            helper.make_tensor_value_info("d0", T.INT64, []),
-            helper.make_tensor_value_info("sc", T.FLOAT, [4, 3]),
-            helper.make_tensor_value_info("u", T.FLOAT, None),
-        ],
+        inputs,
+        outputs,
         initializer=[
             helper.make_tensor("i", T.INT64, [2], [2, 0]),
             helper.make_tensor("zero", T.INT64, [], [0]),

@@ -111,7 +111,7 @@ def test_missing_output_is_reported(replayed: Path, capsys: Any) -> None:
     assert main(["compare", str(replayed), "--json"]) == 1
     doc = json.loads(capsys.readouterr().out)
     assert doc["all_match"] is False
-    assert doc["counts"] == {"match": 4, "mismatch": 0, "missing": 1}
+    assert doc["counts"] == {"match": 4, "mismatch": 0, "missing": 1, "error": 0}
     assert "dxdispatch.exe" in next(n["detail"] for n in doc["nodes"] if n["status"] == "missing")
 
 

@@ -89,7 +89,9 @@ def test_chromium_shows_every_gather_scatter_node(
     assert "where it runs" in details and "target feature level" in details
 
 
-def test_chromium_screenshot_shows_the_four_colours(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_chromium_screenshot_shows_the_four_colours(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     model = four_places_model(tmp_path / "four.onnx")
     out = tmp_path / "four.html"
     assert main(["inspect", str(model), "--html", str(out)]) == 1

@@ -16,7 +16,7 @@ from onnx import TensorProto as T
 from onnx import helper
 
 from dmlshim.cli.main import main
-from tests.html_pages import COLOURS, Page, four_places_model, gather_scatter_names
+from tests.html_pages import COLOURS, Page, four_places_model, gather_scatter_names, three_places_model
 from tests.oracle import IR_VERSION
 
 pytest.importorskip("igraph", reason="the html extra (igraph) is not installed: pip install 'dmlshim[html]'")
@@ -88,7 +88,7 @@ def test_colour_and_details_follow_where_each_node_runs(
     on_dml = page.rows_of("on_dml")
     assert on_dml["where it runs"] == "DirectML operator"
     assert on_dml["DML operator"] == "DML_OPERATOR_GATHER"
-    # Gather axis=1 of a [4, 3] input with 2 indices: DirectML's GATHER descriptor (seeds: Axis, IndexDimensions).
+    # Gather axis=1 of a [4, 3] input with 2 indices: DirectML's GATHER descriptor (Axis, IndexDimensions).
     assert on_dml["descriptor"].startswith("Axis=") and "Output[" in on_dml["descriptor"]
     assert on_dml["lowest feature level"].startswith("DML_FEATURE_LEVEL_")
     assert page.rows_of("shape_gather")["onnxruntime-directml places it on"] == "CPUExecutionProvider"
@@ -121,6 +121,25 @@ def test_validate_page_shows_the_run(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert text.strip().splitlines()[-1] in page.verdict
 
 
+@pytest.mark.parametrize("engine", ["partitioned", "customop"])
+def test_validate_page_colours_where_each_engine_ran_the_nodes(
+    tmp_path: Path, engine: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = three_places_model(tmp_path / "three.onnx")
+    out = tmp_path / "three.html"
+    assert main(["validate", str(model), "--engine", engine, "--html", str(out)]) == 0
+    capsys.readouterr()
+    page = Page(out.read_text(encoding="utf-8"))
+    assert page.rows == {
+        "on_dml": "gs cat-dml",
+        "shape_gather": "gs cat-shape",
+        "scatter_add": "gs cat-fallback",
+    }
+    assert page.rows_of("on_dml")["in dmlshim's run"] == "emulated as DML_OPERATOR_GATHER"
+    assert page.rows_of("shape_gather")["in dmlshim's run"].startswith("onnxruntime CPU")
+    assert page.rows_of("on_dml")["output against the reference"] in ("match", "-")
+
+
 def test_page_needs_nothing_from_the_network(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _, page, text = _inspect_page(tmp_path, ROOT / "tiny_decoder_step.onnx")
     capsys.readouterr()
@@ -141,7 +160,9 @@ def test_hostile_node_names_stay_text(tmp_path: Path, capsys: pytest.CaptureFixt
         initializer=[helper.make_tensor("i", T.INT64, [2], [2, 0])],
     )
     path = tmp_path / "hostile.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=IR_VERSION), path)
+    onnx.save(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=IR_VERSION), path
+    )
     _, page, text = _inspect_page(tmp_path, path)
     capsys.readouterr()
     assert "<img" not in text
@@ -172,7 +193,9 @@ def _chain(path: Path, length: int, every: int) -> tuple[Path, list[str]]:
     return path, gathers
 
 
-def test_large_graph_draws_the_gathers_neighbourhood(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_large_graph_draws_the_gathers_neighbourhood(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     model, gathers = _chain(tmp_path / "long.onnx", 5000, 250)  # 20 Gathers among 5,000 nodes
     start = time.perf_counter()
     _, page, text = _inspect_page(tmp_path, model)
@@ -193,7 +216,7 @@ def test_more_gathers_than_drawn_are_still_listed(tmp_path: Path, capsys: pytest
     from dmlshim.report.html.graph_view import MAX_DRAWN
 
     model, gathers = _chain(tmp_path / "gathers.onnx", MAX_DRAWN + 300, 1)
-    _, page, text = _inspect_page(tmp_path, model)
+    _, page, _ = _inspect_page(tmp_path, model)
     capsys.readouterr()
     assert sorted(page.rows) == sorted(gathers)
     assert len(page.drawn()) == MAX_DRAWN
@@ -237,3 +260,28 @@ def test_missing_extra_is_named_before_any_work(
         err = capsys.readouterr().err
         assert "pip install 'dmlshim[html]'" in err and "igraph" in err
         assert not out.exists()
+
+
+def test_a_node_where_validate_saw_the_divergence_start_is_marked(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from dmlshim.execute.record import NodeRecord
+    from dmlshim.report.html import PageText, page_html, validate_marks
+    from dmlshim.validate import NodeValidation
+
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["x", "i"], ["y"], axis=0, name="g")],
+        "g",
+        [helper.make_tensor_value_info("x", T.FLOAT, [3, 2])],
+        [helper.make_tensor_value_info("y", T.FLOAT, [2, 2])],
+        initializer=[helper.make_tensor("i", T.INT64, [2], [2, 0])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=IR_VERSION)
+    record = NodeRecord("g", "Gather", placement="dml", status="dml", operator="DML_OPERATOR_GATHER")
+    # Its input agreed with the reference and its output did not: the divergence starts here.
+    node = NodeValidation("g", "Gather", record=record, output_match=False, input_matches=(("x", True),))
+    marks = validate_marks(SimpleNamespace(nodes=(node,)))  # type: ignore[arg-type]
+    assert marks["g"].alert and marks["g"].category == "dml"
+    page = Page(page_html(model, marks, PageText("t", ("verdict: MISMATCH",), False, "")))
+    assert page.boxes[page.drawn()["g"]]["class"] == "node gs cat-dml alert"
+    assert page.rows_of("g")["output against the reference"] == "DIVERGES HERE"

@@ -24,10 +24,10 @@ import pytest
 
 pytest.importorskip("numba", reason="the compiled kernels need numba: pip install 'dmlshim[fast]'")
 
-from dmlshim.dml import FeatureLevel, OperatorDesc  # noqa: E402
-from dmlshim.errors import DmlShimError  # noqa: E402
-from dmlshim.kernels import IndexMode, KernelOptions, compiled, execute  # noqa: E402
-from tests import (  # noqa: E402
+from dmlshim.dml import FeatureLevel, OperatorDesc
+from dmlshim.errors import DmlShimError
+from dmlshim.kernels import IndexMode, KernelOptions, compiled, execute
+from tests import (
     test_kernels_buffers,
     test_kernels_errors,
     test_kernels_gather,
@@ -36,7 +36,7 @@ from tests import (  # noqa: E402
     test_kernels_scatter,
     test_webnn_cases,
 )
-from tests.test_kernels_support import (  # noqa: E402
+from tests.test_kernels_support import (
     DATA_DTYPES,
     INDEX_DTYPES,
     gather_desc,
@@ -118,7 +118,9 @@ def _bind(desc: OperatorDesc, arrays: dict[str, np.ndarray]) -> dict[str, np.nda
 Case = Callable[[np.random.Generator, np.dtype, np.dtype], tuple[OperatorDesc, dict[str, np.ndarray]]]
 
 
-def _gather(rng: np.random.Generator, dt: np.dtype, it: np.dtype) -> tuple[OperatorDesc, dict[str, np.ndarray]]:
+def _gather(
+    rng: np.random.Generator, dt: np.dtype, it: np.dtype
+) -> tuple[OperatorDesc, dict[str, np.ndarray]]:
     data = random_data(rng, (3, 17, 2), dt)
     axis = int(rng.integers(0, 3))
     idx = random_indices(rng, (4, 5), data.shape[axis], it)
@@ -136,7 +138,9 @@ def _gather_elements(
     return gather_elements_desc(data, idx, axis), {"InputTensor": data, "IndicesTensor": idx}
 
 
-def _gather_nd(rng: np.random.Generator, dt: np.dtype, it: np.dtype) -> tuple[OperatorDesc, dict[str, np.ndarray]]:
+def _gather_nd(
+    rng: np.random.Generator, dt: np.dtype, it: np.dtype
+) -> tuple[OperatorDesc, dict[str, np.ndarray]]:
     data = random_data(rng, (3, 5, 6, 2), dt)
     batch = int(rng.integers(0, 2))
     t = int(rng.integers(1, 4 - batch))
@@ -144,17 +148,25 @@ def _gather_nd(rng: np.random.Generator, dt: np.dtype, it: np.dtype) -> tuple[Op
     return gather_nd_desc(data, idx, batch), {"InputTensor": data, "IndicesTensor": idx}
 
 
-def _scatter(rng: np.random.Generator, dt: np.dtype, it: np.dtype) -> tuple[OperatorDesc, dict[str, np.ndarray]]:
+def _scatter(
+    rng: np.random.Generator, dt: np.dtype, it: np.dtype
+) -> tuple[OperatorDesc, dict[str, np.ndarray]]:
     data = random_data(rng, (4, 5, 6), dt)
     axis = int(rng.integers(0, 3))
     shape = list(data.shape)
     shape[axis] = 3  # random indices: duplicates on purpose, so the order of writes shows
     idx = random_indices(rng, tuple(shape), data.shape[axis], it)
     updates = random_data(rng, idx.shape, dt)
-    return scatter_desc(data, idx, axis), {"InputTensor": data, "IndicesTensor": idx, "UpdatesTensor": updates}
+    return scatter_desc(data, idx, axis), {
+        "InputTensor": data,
+        "IndicesTensor": idx,
+        "UpdatesTensor": updates,
+    }
 
 
-def _scatter_nd(rng: np.random.Generator, dt: np.dtype, it: np.dtype) -> tuple[OperatorDesc, dict[str, np.ndarray]]:
+def _scatter_nd(
+    rng: np.random.Generator, dt: np.dtype, it: np.dtype
+) -> tuple[OperatorDesc, dict[str, np.ndarray]]:
     data = random_data(rng, (4, 5, 3), dt)
     t = int(rng.integers(1, 4))
     idx = random_indices(rng, (9, t), data.shape[:t], it)
@@ -205,9 +217,14 @@ def test_random_cases_equal_the_numpy_kernels(op: str, option: str) -> None:
             for spoil in ("none", "high", "low", "max"):
                 if spoil != "none":
                     dims = [s for s in desc.tensors()["InputTensor"].sizes if s > 1] or [1]
-                    arrays = {**arrays, "IndicesTensor": _spoil(rng, arrays["IndicesTensor"], spoil, max(dims))}
+                    arrays = {
+                        **arrays,
+                        "IndicesTensor": _spoil(rng, arrays["IndicesTensor"], spoil, max(dims)),
+                    }
                 bound = _bind(desc, arrays)
-                assert _outcome(desc, bound, options, "compiled") == _outcome(desc, bound, options, "numpy"), (
+                assert _outcome(desc, bound, options, "compiled") == _outcome(
+                    desc, bound, options, "numpy"
+                ), (
                     dt,
                     it,
                     spoil,
@@ -296,3 +313,30 @@ def test_modes() -> None:
     code = "from dmlshim.kernels import compiled; print(compiled.selected())"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert done.stdout.strip() == "numpy", done.stderr
+
+
+AUTO_SCRIPT = """
+import sys
+import numpy as np
+from dmlshim.kernels import compiled, execute
+from tests.test_kernels_support import gather_elements_desc
+def run(rows):
+    data = np.arange(rows * 4, dtype=np.float32).reshape(rows, 4)
+    idx = np.zeros((rows, 4), dtype=np.int64)
+    desc = gather_elements_desc(data, idx, 1)
+    execute(desc, {"InputTensor": data, "IndicesTensor": idx})
+run(8)
+print("small", "numba" in sys.modules)
+run(compiled.AUTO_MIN_ELEMENTS // 4)
+print("large", "numba" in sys.modules, compiled.selected())
+"""
+
+
+def test_auto_loads_numba_at_the_first_large_call() -> None:
+    """DMLSHIM_KERNELS=auto: small calls leave numba unimported; the first large one loads it."""
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "DMLSHIM_KERNELS": "auto"}
+    done = subprocess.run(
+        [sys.executable, "-c", AUTO_SCRIPT], capture_output=True, text=True, env=env, cwd=root, timeout=300
+    )
+    assert done.stdout.split("\n")[:2] == ["small False", "large True compiled"], done.stderr[-2000:]

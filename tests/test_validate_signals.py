@@ -105,3 +105,42 @@ def test_signal_ends_the_workers_with_the_parent(tmp_path: Path, signum: int) ->
     assert "Traceback" not in err
     time.sleep(0.5)
     assert not [pid for pid in workers if alive(pid)]
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs /proc to find the workers")
+@pytest.mark.parametrize("moment", ["starting", "workers_importing", "workers_running"])
+def test_ctrl_c_to_the_whole_group_is_interrupted_without_a_traceback(tmp_path: Path, moment: str) -> None:
+    """A terminal's Ctrl-C reaches the command and its workers at once (the process group): while the
+    command imports, while the workers import, or while they run, the answer is "interrupted", exit 130,
+    no traceback from any process, no worker left."""
+    for i in range(3):
+        onnx.save(slow_model(20_000_000), str(tmp_path / f"slow{i}.onnx"))
+    env = dict(os.environ, PYTHONPATH=str(REPO / "provider"))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dmlshim", "validate", str(tmp_path), "--jobs", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,  # its own process group, as a terminal's foreground job
+    )
+    workers: set[int] = set()
+    if moment == "starting":
+        time.sleep(0.8)
+    else:
+        deadline = time.monotonic() + 60
+        while len(workers) < 2 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+            workers |= children(proc.pid)
+        assert len(workers) >= 2, "the workers never started"
+        time.sleep(0.1 if moment == "workers_importing" else 4.0)
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail("the command did not end after Ctrl-C")
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    time.sleep(0.5)
+    assert not [pid for pid in workers if alive(pid)]

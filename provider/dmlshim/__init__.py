@@ -5,8 +5,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from .dml import DataType, FeatureLevel, OperatorType
-from .errors import (
+from .startup import quiet_interrupt_while_starting
+
+quiet_interrupt_while_starting()  # before the heavy imports below: the command's Ctrl-C, quietly
+
+from .dml import DataType, FeatureLevel, OperatorType  # noqa: E402
+from .errors import (  # noqa: E402
     BadInputError,
     BadModelError,
     DmlShimError,
@@ -18,7 +22,7 @@ from .errors import (
     UnsupportedNodeError,
     ValidationMismatchError,
 )
-from .ort.names import ORT_API_NAMES
+from .ort.names import ORT_API_NAMES  # noqa: E402
 
 __version__ = "0.1.0"
 

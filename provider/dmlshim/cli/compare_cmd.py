@@ -17,6 +17,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("directory", metavar="DIR", help="an export directory written by dmlshim export")
     add_tolerances(parser, "exact")
     parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    parser.add_argument(
+        "--run-directml",
+        action="store_true",
+        help="first replay every node folder on DirectML.dll itself (under Wine on Linux; needs the stack "
+        "`dmlshim directml setup` writes), writing each dml_output.npy, then compare",
+    )
+    parser.add_argument(
+        "--stack",
+        metavar="FILE",
+        help="with --run-directml: the stack.json to use (default: the one in dmlshim's cache folder)",
+    )
 
 
 def _fmt_diff(value: float | None) -> str:
@@ -62,9 +73,17 @@ def run(args: argparse.Namespace) -> int:
             "compare takes one --rtol/--atol for every node; NAME:VALUE is validate's per-output form",
             value=next(iter(tolerances.per_output)),
         )
+    device = None
+    if args.run_directml:
+        device = _run_directml(args.directory, args.stack, quiet=args.json)
+    elif args.stack:
+        raise BadInputError("--stack goes with --run-directml", value=args.stack)
     report = compare_export(args.directory, rtol=tolerances.rtol, atol=tolerances.atol)
     if args.json:
-        print(json.dumps(report.to_json(), indent=2, allow_nan=False))
+        doc = report.to_json()
+        if device is not None:
+            doc["directml"] = device
+        print(json.dumps(doc, indent=2, allow_nan=False))
         return 0 if report.all_match else 1
     counts = report.counts()
     print(f"export: {report.directory} (floats: rtol {report.rtol:g}, atol {report.atol:g})")
@@ -76,8 +95,28 @@ def run(args: argparse.Namespace) -> int:
         for n in details:
             print(f"  {n.node}: {n.detail}")
     print()
+    errors = f", {counts['error']} DirectML error" if counts.get("error") else ""
     print(
-        f"{counts['match']} match, {counts['mismatch']} mismatch, {counts['missing']} missing "
+        f"{counts['match']} match, {counts['mismatch']} mismatch, {counts['missing']} missing{errors} "
         f"of {len(report.nodes)} node(s)"
     )
     return 0 if report.all_match else 1
+
+
+def _run_directml(directory: str, stack_path: str | None, *, quiet: bool) -> dict[str, object]:
+    """Replay the export on DirectML.dll; print the device line; return the device for --json."""
+    from ..dxdispatch.host_stack import load_stack
+    from ..dxdispatch.real_replay import replay_export_on_directml
+
+    replay = replay_export_on_directml(directory, stack=load_stack(stack_path))
+    if not quiet:
+        ran = sum(1 for n in replay.nodes if n.result.ok)
+        print(
+            f"replayed on {replay.device.describe()}: {ran} of {len(replay.nodes)} node(s) ran "
+            f"({replay.seconds:.1f} s)"
+        )
+    return {
+        **replay.device.to_json(),
+        "seconds": round(replay.seconds, 3),
+        "host_processes": replay.processes,
+    }

@@ -19,6 +19,7 @@ from ..model.modelcheck import unknown_operators
 from ..report.inspect_report import GraphValue, render_text, shape_hint, write_json
 from ..translate.model_translation import ModelTranslation, translate_model
 from ..translate.shapes_info import tensor_info
+from .inspect_run import run_shapes
 from .options import add_feature_level, add_input_shape, apply_input_shapes, input_shapes
 
 
@@ -27,6 +28,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", metavar="MODEL", help="the .onnx file")
     add_feature_level(parser, "target")
     add_input_shape(parser)
+    parser.add_argument(
+        "--inputs",
+        metavar="FILE.npz",
+        help="run the model on these inputs (onnxruntime CPU) and translate every gather/scatter node at "
+        "the shapes the run gives; with --input-shape alone, on the inputs run would generate",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, metavar="N", help="seed of generated inputs (default 0)"
+    )
     parser.add_argument(
         "--descriptors",
         action="store_true",
@@ -104,14 +114,34 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    shapes = input_shapes(args)
+    given = input_shapes(args)
     if args.html:
         from ..report.html import check_html_target
 
-        check_html_target(args.html, overwrite=args.overwrite, inputs=(args.model,))
+        check_html_target(args.html, overwrite=args.overwrite, inputs=(args.model, args.inputs))
+    if given and args.inputs:
+        print("dmlshim inspect: note: --input-shape is ignored with --inputs", file=sys.stderr)
+        given = {}
     model = _read(args.model)
-    shapes = apply_input_shapes(model, shapes)
-    translation = translate_model(model, args.feature_level, shapes, other_domains=True)
+    shapes = apply_input_shapes(model, given)  # a size the model contradicts is refused before any run
+    ran = (
+        run_shapes(args.model, inputs=args.inputs, input_shapes=given, seed=args.seed)
+        if args.inputs or given
+        else None
+    )
+    if ran is not None and ran.error:
+        print(
+            f"dmlshim inspect: warning: onnxruntime could not run the model on these inputs ({ran.error}); "
+            "the verdicts come from static shapes",
+            file=sys.stderr,
+        )
+    translation = translate_model(
+        model,
+        args.feature_level,
+        shapes,
+        other_domains=True,
+        value_shapes=ran.value_shapes if ran is not None and not ran.error else None,
+    )
     for unknown in unknown_operators(model):
         print(
             f"dmlshim inspect: warning: node {unknown.node!r} uses operator {unknown.qualified}, which "
@@ -121,7 +151,7 @@ def _inspect(args: argparse.Namespace) -> int:
         )
     inputs, outputs = graph_values(model)
     if args.json:
-        write_json(translation, sys.stdout, args.model, graph_inputs=inputs, graph_outputs=outputs)
+        write_json(translation, sys.stdout, args.model, graph_inputs=inputs, graph_outputs=outputs, run=ran)
     if not args.json or args.html:
         symbolic: dict[str, tuple[object, ...]] = {}
         for v in inputs:
@@ -130,7 +160,9 @@ def _inspect(args: argparse.Namespace) -> int:
             dims = tuple(d for d in v.shape if not (isinstance(d, str) and d in shapes))
             if any(not isinstance(d, int) for d in dims):
                 symbolic[v.name] = v.shape
-        npz = os.path.splitext(args.model)[0] + ".npz"
+        if ran is not None:
+            symbolic = {}  # the run fixed every size
+        npz = args.inputs or os.path.splitext(args.model)[0] + ".npz"
         hint_helps = _hint_helps(args, translation, symbolic) if symbolic else False
         text = render_text(
             translation,
@@ -141,6 +173,7 @@ def _inspect(args: argparse.Namespace) -> int:
             graph_outputs=outputs,
             descriptors=args.descriptors,
             hint_helps=hint_helps,
+            run=ran,
         )
         if not args.json:
             sys.stdout.write(text)
@@ -149,10 +182,14 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0 if translation.summary["all_dml"] else 1
 
 
-def _write_html(args: argparse.Namespace, model: onnx.ModelProto, translation: ModelTranslation, text: str) -> None:
+def _write_html(
+    args: argparse.Namespace, model: onnx.ModelProto, translation: ModelTranslation, text: str
+) -> None:
     from ..report.html.reports import write_inspect_report
 
-    write_inspect_report(args.html, model, translation, args.model, text, overwrite=args.overwrite)
+    write_inspect_report(
+        args.html, model, translation, args.model, text, overwrite=args.overwrite, inputs=(args.inputs,)
+    )
     print(f"dmlshim inspect: HTML report written to {args.html}", file=sys.stderr)
 
 

@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 from google.protobuf.message import DecodeError, EncodeError
 
 from ..errors import DmlShimError, out_of_memory, too_deep
+from ..startup import interrupts_raise
 
 log = logging.getLogger(__name__)
 
@@ -157,6 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "_run", None):
         parser.print_help(sys.stderr)
         return 2
+    interrupts_raise()  # Ctrl-C is handled below from here on (KeyboardInterrupt: "interrupted", 130)
     try:
         return int(args._run(args))
     except DmlShimError as exc:

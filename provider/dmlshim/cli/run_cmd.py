@@ -209,6 +209,8 @@ def _summary_text(
             reason = "; ".join(x for x in [reason, *notes] if x)
             rows.append([n.name, n.op_type, n.placement, n.operator or "-", reason or "-"])
         lines += table([["node", "op", "placement", "DML operator", "reason"], *rows])
+    if record.notes:
+        lines += ["", *(f"note: {code}: {message}" for code, message in record.notes)]
     if output_path is not None:
         lines += ["", f"wrote {sum(is_array(o) for o in outputs)} output(s) to {output_path}"]
     return "\n".join(lines)

@@ -64,7 +64,9 @@ def run(args: argparse.Namespace) -> int:
         if args.save_inputs or args.save_outputs or args.reference_outputs or args.html:
             from ..errors import BadInputError
 
-            raise BadInputError("--save-inputs, --save-outputs, --reference-outputs and --html take one model")
+            raise BadInputError(
+                "--save-inputs, --save-outputs, --reference-outputs and --html take one model"
+            )
         return validate_many.run(args)
     with status(args, f"validate: running {args.model[0]} through dmlshim and onnxruntime CPU"):
         report = model_report(args, args.model[0])

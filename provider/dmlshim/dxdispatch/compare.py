@@ -31,12 +31,17 @@ __all__ = [
     "NodeComparison",
     "compare_arrays",
     "compare_export",
+    "export_entries",
 ]
 
 
 MATCH = "match"
 MISMATCH = "mismatch"
 MISSING = "missing"
+ERROR = "error"
+
+REPLAY_RECORD_FILE = "dml_replay.json"
+"""What ``compare --run-directml`` left in a node folder (see :mod:`dmlshim.dxdispatch.real_replay`)."""
 
 
 @dataclass(frozen=True)
@@ -47,7 +52,8 @@ class NodeComparison:
         folder: the node's folder inside the export directory.
         node: the ONNX node name.
         op_type: the ONNX op type.
-        status: ``match``, ``mismatch`` or ``missing`` (no ``dml_output.npy``, or no expected output).
+        status: ``match``, ``mismatch``, ``missing`` (no ``dml_output.npy``, or no expected output) or
+            ``error`` (replayed on DirectML.dll, which refused or failed to run the descriptor).
         mismatches: the number of differing elements (0 unless the arrays have the same shape).
         max_abs_diff: the largest absolute difference (inf where only one side is NaN or the infinities
             differ), or None when the arrays cannot be compared element-wise.
@@ -102,7 +108,7 @@ class CompareReport:
 
     def counts(self) -> dict[str, int]:
         """Nodes per status."""
-        out = {MATCH: 0, MISMATCH: 0, MISSING: 0}
+        out = {MATCH: 0, MISMATCH: 0, MISSING: 0, ERROR: 0}
         for n in self.nodes:
             out[n.status] = out.get(n.status, 0) + 1
         return out
@@ -139,7 +145,7 @@ def compare_arrays(
     return d.mismatches, d.max_abs_diff, d.first, ""
 
 
-def _entries(directory: Path) -> Iterator[tuple[str, str, str]]:
+def export_entries(directory: Path) -> Iterator[tuple[str, str, str]]:
     """(folder, node, op_type) per exported node: from index.json, else every folder with a model.json."""
     index = directory / INDEX_FILE
     if os.path.lexists(index):
@@ -184,6 +190,9 @@ def _compare_node(
     if not expected_file.is_file():
         return _with(base, detail=f"{EXPECTED_OUTPUT_FILE} not found")
     if not actual_file.is_file():
+        failure = _replay_failure(path)
+        if failure:
+            return _with(base, status=ERROR, detail=failure)
         return _with(
             base, detail=f"{DML_OUTPUT_FILE} not found: run dxdispatch.exe model.json --output_path ."
         )
@@ -213,6 +222,27 @@ def _compare_node(
             f"expected {expected[first].item()!r}, got {actual[first].item()!r}"
         ),
     )
+
+
+def _replay_failure(folder: Path) -> str:
+    """DirectML's failure recorded by ``compare --run-directml`` in ``folder``, or ""."""
+    record = folder / REPLAY_RECORD_FILE
+    if not record.is_file():
+        return ""
+    try:
+        result = read_json(record, what=REPLAY_RECORD_FILE)["result"]
+        if result["status"] == "ok":
+            return ""
+        text = f"DirectML.dll: {result['status']}"
+        if result.get("stage"):
+            text += f" at {result['stage']}"
+        if result.get("hresult") not in (None, "0x00000000"):
+            text += f" (HRESULT {result['hresult']})"
+        if result.get("message"):
+            text += f": {result['message']}"
+        return text
+    except (DmlShimError, TypeError, KeyError):
+        return ""
 
 
 def _with(base: NodeComparison, *, status: str | None = None, detail: str) -> NodeComparison:
@@ -245,7 +275,8 @@ def compare_export(
     if not root.is_dir():
         raise BadInputError("export directory not found", path=str(root))
     nodes = tuple(
-        _compare_node(root, folder, node, op_type, rtol, atol) for folder, node, op_type in _entries(root)
+        _compare_node(root, folder, node, op_type, rtol, atol)
+        for folder, node, op_type in export_entries(root)
     )
     report = CompareReport(root, rtol, atol, nodes)
     log.info("compared %d node(s) in %s: %s", len(nodes), root, report.counts())

@@ -11,7 +11,7 @@ import numpy as np
 from ..dml.operators import OperatorDesc
 from ..errors import BadInputError, DmlShimError
 from ..fileio.files import write_npy, write_text
-from ..kernels import KernelOptions, execute
+from ..kernels import IndexMode, KernelOptions, execute
 from ..translate import InputBinding, NodeTranslation, Reinterpret, run_translation
 from ..translate.plan import elem_type_name
 from ..translate.runner import bind_input, onnx_duplicates
@@ -199,6 +199,7 @@ def export_node(
     directory: Path,
     model_label: str,
     iterations: tuple[tuple[str, int | None], ...] = (),
+    index_mode: IndexMode = IndexMode.ERROR,
 ) -> ExportedNode:
     """Write ``directory/folder`` for a node translated to DirectML (status ``dml``).
 
@@ -210,6 +211,8 @@ def export_node(
         directory: the export directory.
         model_label: how the README names the model.
         iterations: where a node inside control flow was captured (see :class:`ExportedNode`).
+        index_mode: what the expected output does with an out-of-range index (``CLAMP`` writes
+            dmlshim's stand-in for DirectML's undefined result, to observe what DirectML does).
 
     Raises:
         BadInputError: an input is missing or does not fit the translation, or ``folder`` would leave
@@ -230,7 +233,9 @@ def export_node(
             exc.op_type = t.op_type
             raise
     bound = {p.binding: p.array for p in prepared}
-    result = execute(desc, bound, KernelOptions(feature_level=t.feature_level, node=t.name))
+    result = execute(
+        desc, bound, KernelOptions(feature_level=t.feature_level, index_mode=index_mode, node=t.name)
+    )
     expected = np.ascontiguousarray(result.output)
 
     matches = False

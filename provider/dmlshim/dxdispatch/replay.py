@@ -38,7 +38,18 @@ log = logging.getLogger(__name__)
 TARGET_SUFFIXES = (".npy",)
 """``writeFile`` targets dmlshim writes: ``.npy`` files (DxDispatch writes raw bytes for other names)."""
 
-__all__ = ["DispatchRecord", "ReplayResult", "WrittenFile", "format_values", "replay", "replay_model"]
+__all__ = [
+    "DispatchRecord",
+    "ReplayResult",
+    "WrittenFile",
+    "format_values",
+    "initial_buffer",
+    "model_source_files",
+    "replay",
+    "replay_model",
+    "typed_buffer",
+    "write_buffer_file",
+]
 
 
 @dataclass(frozen=True)
@@ -141,14 +152,14 @@ def replay_model(
     """Run an already parsed model; see :func:`replay`."""
     fl = FeatureLevel(feature_level)
     out_dir = Path(output_path) if output_path is not None else Path.cwd()
-    buffers: dict[str, np.ndarray] = {name: _initial_buffer(r) for name, r in model.resources.items()}
+    buffers: dict[str, np.ndarray] = {name: initial_buffer(r) for name, r in model.resources.items()}
     types = {name: r.data_type for name, r in model.resources.items()}
     outputs: dict[str, np.ndarray] = {}
     files: list[WrittenFile] = []
     dispatches: list[DispatchRecord] = []
     printed: list[str] = []
     messages: list[str] = []
-    sources = _source_files(model)
+    sources = model_source_files(model)
 
     for i, command in enumerate(model.commands):
         path = f"$.commands[{i}]"
@@ -163,14 +174,14 @@ def replay_model(
             )
             messages.append(f"Dispatch '{record.dispatchable}': done{note}")
         elif isinstance(command, WriteFileCommand):
-            written = _write_file(
+            written = write_buffer_file(
                 command, buffers[command.resource], types[command.resource], out_dir, path, sources
             )
             files.append(written)
             messages.append(f"Resource '{written.resource}' written to '{written.path}'")
         elif isinstance(command, PrintCommand):
             text = f"Resource '{command.resource}': " + format_values(
-                _typed(buffers[command.resource], types[command.resource])
+                typed_buffer(buffers[command.resource], types[command.resource])
             )
             log.info("%s", text)
             printed.append(text)
@@ -178,7 +189,7 @@ def replay_model(
 
     return ReplayResult(
         outputs=outputs,
-        buffers={name: _typed(buf, types[name]).copy() for name, buf in buffers.items()},
+        buffers={name: typed_buffer(buf, types[name]).copy() for name, buf in buffers.items()},
         files=tuple(files),
         dispatches=tuple(dispatches),
         printed=tuple(printed),
@@ -186,14 +197,15 @@ def replay_model(
     )
 
 
-def _initial_buffer(resource: BufferResource) -> np.ndarray:
+def initial_buffer(resource: BufferResource) -> np.ndarray:
+    """The buffer's bytes before any command runs: its initial values, zero-padded to its size."""
     buf = np.zeros(resource.buffer_size_in_bytes, dtype=np.uint8)
     data = np.ascontiguousarray(resource.values()).view(np.uint8)
     buf[: data.size] = data
     return buf
 
 
-def _typed(buf: np.ndarray, data_type: DataType) -> np.ndarray:
+def typed_buffer(buf: np.ndarray, data_type: DataType) -> np.ndarray:
     """The whole byte buffer as elements of ``data_type`` (a trailing partial element is dropped)."""
     dtype = data_type.numpy_dtype
     count = buf.size // dtype.itemsize
@@ -268,7 +280,7 @@ def _dispatch(
     return DispatchRecord(name, out_resource, int(result.duplicate_indices)), output.copy()
 
 
-def _source_files(model: DxDispatchModel) -> tuple[Path, ...]:
+def model_source_files(model: DxDispatchModel) -> tuple[Path, ...]:
     """The files the model was read from: the JSON file and its ``sourcePath`` arrays (never written)."""
     if model.source_path is None:
         return ()
@@ -281,7 +293,7 @@ def _source_files(model: DxDispatchModel) -> tuple[Path, ...]:
     return tuple(found)
 
 
-def _write_file(
+def write_buffer_file(
     command: WriteFileCommand,
     buf: np.ndarray,
     data_type: DataType,
@@ -289,7 +301,8 @@ def _write_file(
     path: str,
     sources: tuple[Path, ...] = (),
 ) -> WrittenFile:
-    flat = _typed(buf, data_type)
+    """Carry out one ``writeFile`` command on a buffer's bytes: an ``.npy`` file inside ``out_dir``."""
+    flat = typed_buffer(buf, data_type)
     if command.dimensions is None:
         array = flat
     else:

@@ -39,6 +39,7 @@ from ..translate.plan import np_dtype_of
 from .cpu_step import run_session
 from .custom_op_bridge import extensions, library_path, register_custom_ops, session_options_with_custom_ops
 from .custom_op_kernel import RunState, active_run, node_attributes, prepared
+from .custom_op_notes import layout_note
 from .custom_op_types import CUSTOM_DOMAIN, MODE_DESCRIPTOR
 from .engine import EngineConfig
 from .fallback import has_deprecated_scatter, note_scatter_as_scatter_elements
@@ -194,6 +195,9 @@ class CustomOpEngine:
         # ScatterElements there.
         self._scatter_as_elements = has_deprecated_scatter(model)
         options = session_options_with_custom_ops(sess_options)
+        level_all = options.graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        note = layout_note(self._lowered.model.graph, level_all, self._lowered.lowered_count)
+        self._notes = (note,) if note is not None else ()
         light, shared = self._payload(options, model_path)
         try:
             self._session = OrtInferenceSession(
@@ -351,6 +355,7 @@ class CustomOpEngine:
             nodes=nodes,
             cpu_partitions=1,
             translations_computed=state.translations_computed,
+            notes=self._notes,
         )
 
 

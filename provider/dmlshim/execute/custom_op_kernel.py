@@ -27,7 +27,7 @@ from onnx import helper
 from ..dml.enums import FeatureLevel
 from ..dml.json_form import operator_from_json
 from ..dml.operators import OperatorDesc
-from ..errors import BadInputError, DmlShimError
+from ..errors import DmlShimError
 from ..kernels import execute
 from ..kernels.options import IndexMode, KernelOptions
 from ..ort.real import OrtInferenceSession
@@ -35,6 +35,7 @@ from ..translate import NodeTranslation, Status, TensorInfo, run_translation, tr
 from ..translate.plan import elem_type_of, np_dtype_of
 from .custom_op_types import DECLARED_ATTRIBUTES, MODE_DESCRIPTOR, MODE_TAGS, transport_type
 from .fallback import for_onnxruntime
+from .ort_support import ort_run_error
 
 logger = logging.getLogger(__name__)
 
@@ -272,9 +273,9 @@ class Prepared:
         try:
             (out,) = session.run(["output"], feeds)
         except Exception as exc:
-            raise BadInputError(
-                f"onnxruntime failed: {exc}", node=self.node_name, op_type=self.op_type
-            ) from exc
+            # classified as every engine classifies onnxruntime's failures (an index out of range: the
+            # IndexOutOfRangeError the other engines and onnxruntime report)
+            raise ort_run_error(exc, "onnxruntime failed", node=self.node_name, op_type=self.op_type) from exc
         return np.asarray(out)
 
 

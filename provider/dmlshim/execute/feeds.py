@@ -186,12 +186,15 @@ class FeedValidator:
         if missing:
             # onnxruntime's own sentence first (clients match it), then what dmlshim adds; onnxruntime's
             # Python layer raises it as a ValueError
-            raise with_onnxruntime_class(BadInputError(
-                f"Required inputs ({missing}) are missing from input feed ({list(feeds)}): missing feed "
-                f"for graph input {missing[0]!r} (model inputs: {', '.join(self._required)})",
-                tensor=missing[0],
-                value=missing,
-            ), ValueError)
+            raise with_onnxruntime_class(
+                BadInputError(
+                    f"Required inputs ({missing}) are missing from input feed ({list(feeds)}): missing feed "
+                    f"for graph input {missing[0]!r} (model inputs: {', '.join(self._required)})",
+                    tensor=missing[0],
+                    value=missing,
+                ),
+                ValueError,
+            )
 
     def validate(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
         """Return the feeds as arrays; raise BadInputError naming the first input that does not fit.
@@ -272,7 +275,11 @@ def _check_shape(check: _InputCheck, shape: tuple[int, ...]) -> None:
             value=shape,
             rule="feed rank must equal the graph input's rank",
         )
-    wrong = [(a, g, w) for a, (w, g) in enumerate(zip(check.shape or (), shape)) if _fixed(w) and w != g]
+    wrong = [
+        (a, g, w)
+        for a, (w, g) in enumerate(zip(check.shape or (), shape, strict=True))
+        if _fixed(w) and w != g
+    ]
     if wrong:
         indices = "".join(f" index: {a} Got: {g} Expected: {w}\n" for a, g, w in wrong)
         raise BadInputError(

@@ -72,6 +72,8 @@ class RunRecord:
         path: how the partitioned engine answered the run: ``"partitioned"`` (its steps in turn) or
             ``"whole-model check"`` (one whole-model onnxruntime run, every emulated node's kernel checked
             against it); ``""`` for the other engines.
+        notes: ``(code, message)`` pairs about the whole run, e.g. the custom-op engine's
+            ``layout_optimizations_around_custom_ops`` (``dmlshim.execute.custom_op_notes``).
         device: for real DirectML (the directml engine through the Linux stack), what ran: ``(key, value)``
             pairs naming DirectML's version, onnxruntime's, the D3D12 and Vulkan layers; empty otherwise.
     """
@@ -82,6 +84,7 @@ class RunRecord:
     cpu_partitions: int = 0
     translations_computed: int = 0
     path: str = ""
+    notes: tuple[tuple[str, str], ...] = ()
     device: tuple[tuple[str, str], ...] = ()
 
     @property
@@ -101,6 +104,7 @@ class RunRecord:
             "cpu_partitions": self.cpu_partitions,
             "translations_computed": self.translations_computed,
             "path": self.path,
+            **({"notes": [{"code": c, "message": m} for c, m in self.notes]} if self.notes else {}),
             **({"device": dict(self.device)} if self.device else {}),
             "nodes": [n.to_json() for n in self.nodes],
         }

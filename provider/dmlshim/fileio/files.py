@@ -317,6 +317,7 @@ def write_stream(
     overwrite: bool = False,
     inputs: Iterable[PathLike | None] = (),
     what: str = "output file",
+    sync: bool = True,
 ) -> Path:
     """Write a file atomically with ``writer(handle)``; see the module docstring for the rules.
 
@@ -326,6 +327,8 @@ def write_stream(
         overwrite: replace an existing regular file or link.
         inputs: files the output must not be.
         what: how to name the file in messages.
+        sync: ``fsync`` the file and its folder (False only for scratch files in a private temporary
+            folder that nobody reads after a crash: thousands of them, each synced, cost minutes).
 
     Returns:
         ``path`` as a :class:`Path`.
@@ -346,7 +349,8 @@ def write_stream(
             portable.set_mode(handle.fileno(), tmp, file_mode())
             writer(handle)
             handle.flush()
-            os.fsync(handle.fileno())
+            if sync:
+                os.fsync(handle.fileno())
         _place(tmp, target, overwrite, what)
     except OSError as exc:
         raise BadInputError(f"cannot write the {what}: {exc.strerror or exc}", path=str(target)) from exc
@@ -354,7 +358,8 @@ def write_stream(
         with contextlib.suppress(OSError):
             tmp.unlink()
         _FOUND.pop(os.path.abspath(target), None)
-    _fsync_dir(parent)
+    if sync:
+        _fsync_dir(parent)
     logger.debug("wrote %s", target)
     return target
 

@@ -95,7 +95,7 @@ def execute(
         EngineUnavailableError: ``kernels="compiled"`` without numba.
     """
     kernel = _entry(_KERNELS, desc, options, "kernel")
-    fast = compiled.kernel_for(type(desc), kernels)
+    fast = compiled.kernel_for(type(desc), kernels, getattr(desc.output_tensor, "element_count", 0))
     with _node_named(options):
         if fast is not None:
             result: KernelResult | None = fast(desc, inputs, options)

@@ -31,6 +31,8 @@ from functools import cache
 
 import onnx
 
+from ..limits import check_bytes, memory_limit
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["DATA_MAX_ELEMENTS", "MAX_RANK", "infer_with_data_prop"]
@@ -44,6 +46,20 @@ DATA_BUDGET = 1 << 20
 longest ones are cut too (a chain of 20,000 Casts of a 1024-element value would otherwise hold 20M)."""
 
 _CUT_DIM = "__dmlshim_cut__"
+
+BYTES_PER_ELEMENT = 80
+"""What onnx holds per propagated element (a TensorShapeProto dimension, measured: 21 GB for 268M)."""
+
+GRAPH_COPIES = 3
+"""Copies of the weightless graph one inference holds at once (the serialized bytes, onnx's parsed model,
+the inferred result): refused before inferring when they would pass the memory limit."""
+
+
+def _budget() -> int:
+    """DATA_BUDGET, lowered so the kept data stays within a quarter of the memory limit."""
+    cap = memory_limit()
+    return DATA_BUDGET if cap is None else max(0, min(DATA_BUDGET, cap // (4 * BYTES_PER_ELEMENT)))
+
 
 MAX_RANK = 1024
 """Longest shape tensor whose length is taken as a rank (onnx 1.23's own bound on rank-only inference)."""
@@ -86,7 +102,7 @@ _INTS = frozenset({onnx.TensorProto.INT64, onnx.TensorProto.INT32})
 def _propagates(op: str, domain: str, version: int) -> bool:
     try:
         schema = onnx.defs.get_schema(op, version, domain)
-    except onnx.defs.SchemaError:
+    except Exception:
         return False
     return bool(getattr(schema, "has_data_propagation_function", False))
 
@@ -106,11 +122,20 @@ def _graph_at(model: onnx.ModelProto, path: GraphPath) -> onnx.GraphProto:
 def _graphs(graph: onnx.GraphProto, path: GraphPath = ()) -> Iterator[tuple[GraphPath, onnx.GraphProto]]:
     yield path, graph
     for i, node in enumerate(graph.node):
+        if not node.attribute:
+            continue
         for attr in node.attribute:
-            if attr.HasField("g"):
+            if attr.type == onnx.AttributeProto.GRAPH:
                 yield from _graphs(attr.g, (*path, (i, attr.name, 0)))
-            for k, sub in enumerate(attr.graphs):
-                yield from _graphs(sub, (*path, (i, attr.name, k)))
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for k, sub in enumerate(attr.graphs):
+                    yield from _graphs(sub, (*path, (i, attr.name, k)))
+
+
+def _each(model: onnx.ModelProto, paths: list[GraphPath]) -> Iterator[tuple[GraphPath, onnx.GraphProto]]:
+    """The graphs of ``model`` (a copy of the model ``paths`` was taken from)."""
+    for path in paths:
+        yield path, _graph_at(model, path)
 
 
 @dataclass(frozen=True)
@@ -125,11 +150,16 @@ class _Site:
     shape_input: bool  # a shape input of Reshape/Expand/ConstantOfShape (rank from its length)
 
 
-def _sites(model: onnx.ModelProto) -> list[_Site]:
+def _versions(model: onnx.ModelProto) -> dict[str, int]:
     versions = {op.domain or "": int(op.version) for op in model.opset_import}
     versions.setdefault("", versions.get("ai.onnx", 0))
+    return versions
+
+
+def _sites(model: onnx.ModelProto, paths: list[GraphPath]) -> list[_Site]:
+    versions = _versions(model)
     found: list[_Site] = []
-    for path, graph in _graphs(model.graph):
+    for path, graph in _each(model, paths):
         for i, node in enumerate(graph.node):
             domain = "" if node.domain in ("", "ai.onnx") else node.domain
             if domain == "" and node.op_type in _SHAPE_INPUTS:
@@ -147,10 +177,10 @@ def _sites(model: onnx.ModelProto) -> list[_Site]:
     return found
 
 
-def _types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
+def _types(model: onnx.ModelProto, paths: list[GraphPath]) -> dict[str, onnx.TypeProto]:
     """Every value's type, from every graph (later graphs' declarations of a name win)."""
     out: dict[str, onnx.TypeProto] = {}
-    for _, graph in _graphs(model.graph):
+    for _, graph in _each(model, paths):
         for init in graph.initializer:
             tp = onnx.TypeProto()
             tp.tensor_type.elem_type = init.data_type
@@ -164,8 +194,8 @@ def _types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
     return out
 
 
-def _initializers(model: onnx.ModelProto) -> dict[str, onnx.TensorProto]:
-    return {t.name: t for _, g in _graphs(model.graph) for t in g.initializer}
+def _initializers(model: onnx.ModelProto, paths: list[GraphPath]) -> dict[str, onnx.TensorProto]:
+    return {t.name: t for _, g in _each(model, paths) for t in g.initializer}
 
 
 _BIG, _UNKNOWN = "big", "unknown"
@@ -177,7 +207,11 @@ def _verdict(site: _Site, tp: onnx.TypeProto | None, init: onnx.TensorProto | No
         if tp is None or not tp.HasField("tensor_type") or not tp.tensor_type.HasField("shape"):
             return None
         dims = tp.tensor_type.shape.dim
-        return _BIG if len(dims) == 1 and dims[0].HasField("dim_value") and dims[0].dim_value > MAX_RANK else None
+        return (
+            _BIG
+            if len(dims) == 1 and dims[0].HasField("dim_value") and dims[0].dim_value > MAX_RANK
+            else None
+        )
     if init is not None and init.data_type in _INTS and len(init.dims) <= 1:
         count = 1
         for d in init.dims:
@@ -220,6 +254,14 @@ def _plan(
 ) -> dict[_Site, tuple[str, bytes]]:
     plan: dict[_Site, tuple[str, bytes]] = {}
     kept: list[tuple[int, int, _Site]] = []
+    made: dict[tuple[str, str], bytes] = {}
+
+    def cut(name: str, kind: str) -> bytes:
+        if (name, kind) not in made:
+            tp = types.get(name)
+            made[name, kind] = _cut_type(tp, kind).SerializeToString(deterministic=True) if tp else b""
+        return made[name, kind]
+
     for order, site in enumerate(sites):
         tp = types.get(site.value)
         init = inits.get(site.value)
@@ -227,14 +269,14 @@ def _plan(
         if kind is None and not site.shape_input:
             kept.append((_length(tp, init), order, site))
         elif kind is not None:
-            plan[site] = (kind, _cut_type(tp, kind).SerializeToString(deterministic=True) if tp else b"")
+            plan[site] = (kind, cut(site.value, kind))
     total = sum(n for n, _, _ in kept)
+    budget = _budget()
     for n, _, site in sorted(kept, key=lambda k: (-k[0], k[1])):
-        if total <= DATA_BUDGET or n == 0:
+        if total <= budget or n == 0:
             break
         total -= n
-        tp = types.get(site.value)
-        plan[site] = (_BIG, _cut_type(tp, _BIG).SerializeToString(deterministic=True) if tp else b"")
+        plan[site] = (_BIG, cut(site.value, _BIG))
     return plan
 
 
@@ -249,7 +291,10 @@ def _fresh(base: str, taken: set[str]) -> str:
 
 
 def _cut_copy(
-    model: onnx.ModelProto, plan: dict[_Site, tuple[str, bytes]], types: dict[str, onnx.TypeProto]
+    model: onnx.ModelProto,
+    paths: list[GraphPath],
+    plan: dict[_Site, tuple[str, bytes]],
+    types: dict[str, onnx.TypeProto],
 ) -> tuple[onnx.ModelProto, dict[str, str]]:
     """A copy whose cut sites read fresh graph inputs; the consumers of big inputs pinned to ``types``.
     Returns the copy and fresh name -> original name."""
@@ -257,7 +302,7 @@ def _cut_copy(
     copy.CopyFrom(model)
     taken = {
         name
-        for _, g in _graphs(copy.graph)
+        for _, g in _each(copy, paths)
         for name in (
             *(v.name for v in (*g.input, *g.value_info, *g.output)),
             *(t.name for t in g.initializer),
@@ -267,6 +312,9 @@ def _cut_copy(
     fresh: dict[tuple[str, bytes], str] = {}
     renamed: dict[str, str] = {}
     pinned: set[tuple[GraphPath, int]] = set()
+    declared_in: dict[GraphPath, dict[str, onnx.ValueInfoProto]] = {}
+    versions = _versions(model)
+    inits = _initializers(model, paths)
     for site, (kind, declared) in plan.items():
         key = (site.value, declared)
         if key not in fresh:
@@ -280,23 +328,59 @@ def _cut_copy(
         node.input[site.input] = fresh[key]
         if kind == _BIG and (site.path, site.node) not in pinned:
             pinned.add((site.path, site.node))
-            _pin(graph, node, types)
+            if site.path not in declared_in:
+                declared_in[site.path] = {v.name: v for v in (*graph.value_info, *graph.output)}
+            _pin(graph, node, types, declared_in[site.path], versions, renamed, inits)
     return copy, renamed
 
 
-def _pin(graph: onnx.GraphProto, node: onnx.NodeProto, types: dict[str, onnx.TypeProto]) -> None:
-    """Declare the node's outputs with the types already known for them (inference merges its own in)."""
-    outputs = {v.name: v for v in graph.output}
-    declared = {v.name: v for v in graph.value_info}
+def _pin(
+    graph: onnx.GraphProto,
+    node: onnx.NodeProto,
+    types: dict[str, onnx.TypeProto],
+    declared: dict[str, onnx.ValueInfoProto],
+    versions: dict[str, int],
+    renamed: dict[str, str],
+    inits: dict[str, onnx.TensorProto],
+) -> None:
+    """Declare the node's outputs with the types its own inference gives from its inputs' full types
+    (without data; else the types already known for them). ``declared`` holds the graph's outputs and
+    value_info by name, and gains what is added."""
+    own = _node_types(node, types, versions, renamed, inits)
     for name in node.output:
-        tp = types.get(name)
+        tp = own.get(name) or types.get(name)
         if not name or tp is None:
             continue
-        target = outputs.get(name) or declared.get(name)
+        target = declared.get(name)
         if target is None:
-            target = graph.value_info.add()
+            target = declared[name] = graph.value_info.add()
             target.name = name
         target.type.CopyFrom(tp)
+
+
+def _node_types(
+    node: onnx.NodeProto,
+    types: dict[str, onnx.TypeProto],
+    versions: dict[str, int],
+    renamed: dict[str, str],
+    inits: dict[str, onnx.TensorProto],
+) -> dict[str, onnx.TypeProto]:
+    """The types the node's own inference gives its outputs from its inputs' types (a cut input read under
+    its fresh name, ``renamed`` mapping it back); empty when onnx cannot tell."""
+    domain = "" if node.domain in ("", "ai.onnx") else node.domain
+    inputs = {name: types[renamed.get(name, name)] for name in node.input if renamed.get(name, name) in types}
+    try:
+        schema = onnx.defs.get_schema(node.op_type, versions.get(domain, 0), domain)
+        data = {name: inits[name] for name in node.input if name in inits and name not in renamed}
+        found = onnx.shape_inference.infer_node_outputs(schema, node, inputs, data)
+    except Exception as exc:
+        logger.debug("no types for %s from its inputs: %s", node.op_type, exc)
+        return {}
+    return {
+        name: tp
+        for name, tp in found.items()
+        if tp.HasField("tensor_type") and tp.tensor_type.HasField("shape")
+    }
 
 
 def _pinned(model: onnx.ModelProto, plan: dict[_Site, tuple[str, bytes]]) -> set[str]:
@@ -310,7 +394,12 @@ def _pinned(model: onnx.ModelProto, plan: dict[_Site, tuple[str, bytes]]) -> set
     }
 
 
-def _restore(inferred: onnx.ModelProto, plan: dict[_Site, tuple[str, bytes]], renamed: dict[str, str]) -> None:
+def _restore(
+    inferred: onnx.ModelProto,
+    paths: list[GraphPath],
+    plan: dict[_Site, tuple[str, bytes]],
+    renamed: dict[str, str],
+) -> None:
     """Undo the cuts in ``inferred``: original input names, no fresh inputs, no cut dimension names."""
     for site in plan:
         node = _graph_at(inferred, site.path).node[site.node]
@@ -318,7 +407,7 @@ def _restore(inferred: onnx.ModelProto, plan: dict[_Site, tuple[str, bytes]], re
     kept = [v for v in inferred.graph.input if v.name not in renamed]
     del inferred.graph.input[:]
     inferred.graph.input.extend(kept)
-    for _, graph in _graphs(inferred.graph):
+    for _, graph in _each(inferred, paths):
         if any(v.name in renamed for v in graph.value_info):
             infos = [v for v in graph.value_info if v.name not in renamed]
             del graph.value_info[:]
@@ -349,13 +438,20 @@ def infer_with_data_prop(
     """``onnx.shape_inference.infer_shapes(model, data_prop=True)`` with data kept for small values only
     (see the module docstring): no step allocates in proportion to a large value's element count.
 
-    Raises what ``infer_shapes`` raises.
+    Raises:
+        TooLargeError: the weightless graph's copies inference holds would pass the memory limit.
+        What ``infer_shapes`` raises.
     """
-    sites = _sites(model)
+    check_bytes(
+        GRAPH_COPIES * model.ByteSize(),
+        what=f"shape inference ({GRAPH_COPIES} copies of the {model.ByteSize()}-byte graph without weights)",
+    )
+    paths = [path for path, _ in _graphs(model.graph)]
+    sites = _sites(model, paths)
     if not sites:
         return _infer(model, check_type, strict_mode, True)
-    inits = _initializers(model)
-    declared = _types(model)
+    inits = _initializers(model, paths)
+    declared = _types(model, paths)
     shape_sites = [s for s in sites if s.shape_input]
     # inputs, initializers and declared shape tensors that would already blow up inference without data
     first = {s: c for s, c in _plan(shape_sites, declared, inits).items() if c[0] == _BIG}
@@ -367,22 +463,22 @@ def infer_with_data_prop(
         types = declared
     else:
         if first:
-            copy, renamed = _cut_copy(model, first, declared)
+            copy, renamed = _cut_copy(model, paths, first, declared)
             base = _infer(copy, check_type, strict_mode, False)
-            _restore(base, first, renamed)
+            _restore(base, paths, first, renamed)
         else:
             base = _infer(model, check_type, strict_mode, False)
-        types = _types(base)
+        types = _types(base, paths)
         plan = _plan(sites, types, inits)
         if not plan:
             return _infer(model, check_type, strict_mode, True)
     inferred = model
     for attempt in range(_MAX_PASSES):
-        copy, renamed = _cut_copy(model, plan, types)
+        copy, renamed = _cut_copy(model, paths, plan, types)
         pins = {name: types.get(name) for name in _pinned(model, plan)}
         inferred = _infer(copy, check_type, strict_mode, True)
-        _restore(inferred, plan, renamed)
-        types = _types(inferred)
+        _restore(inferred, paths, plan, renamed)
+        types = _types(inferred, paths)
         again = _plan(sites, types, inits)
         if again == plan and all(types.get(name) == tp for name, tp in pins.items()):
             break

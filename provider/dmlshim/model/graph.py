@@ -38,9 +38,17 @@ def display_names(nodes: Sequence[onnx.NodeProto]) -> list[str]:
     return [node_path("", node, i) for i, node in enumerate(nodes)]
 
 
+_MAY_HOLD_GRAPHS = frozenset(
+    {onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS, onnx.AttributeProto.UNDEFINED}
+)
+
+
 def subgraphs(node: onnx.NodeProto) -> Iterator[tuple[str, onnx.GraphProto]]:
     """The (attribute name, graph) pairs a node carries (If branches, Loop/Scan bodies, ...)."""
     for attr in node.attribute:
+        kind = attr.type
+        if kind not in _MAY_HOLD_GRAPHS:
+            continue  # an attribute of another declared type holds no graph (the model check requires types)
         if attr.HasField("g"):
             yield attr.name, attr.g
         for g in attr.graphs:

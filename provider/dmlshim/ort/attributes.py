@@ -72,7 +72,8 @@ class SessionCore:
         return self._session.run(output_names, input_feed, run_options)
 
     def run_with_iobinding(self, iobinding: Any, run_options: Any = None) -> None:
-        self._session.run_with_iobinding(iobinding, run_options)
+        # a SessionIOBinding(session._sess) holds dmlshim's binding (dmlshim.ort.c_iobinding)
+        self._session.run_with_iobinding(getattr(iobinding, "dmlshim_binding", iobinding), run_options)
 
     def run_with_ort_values(
         self, input_dict_ort_values: Mapping[str, Any], output_names: Sequence[str], run_options: Any = None

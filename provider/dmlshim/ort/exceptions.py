@@ -136,6 +136,7 @@ def check_failure_class() -> type[BaseException]:
             return type(exc)
     return _ort_class("Fail")  # no answer: the class recent onnxruntime versions raise
 
+
 _NOT_A_MODEL = ("not a serialized onnx model", "not a readable onnx model", "not an onnx model", "empty")
 
 
@@ -250,7 +251,8 @@ def onnxruntime_text(exc: DmlShimError) -> str:
     cause = _ort_cause(exc)
     if cause is not None:
         theirs = str(cause).strip()
-        bare = theirs[len(status_prefix(type(cause))) :] if theirs.startswith("[ONNXRuntimeError]") else theirs
+        prefixed = theirs.startswith("[ONNXRuntimeError]")
+        bare = theirs[len(status_prefix(type(cause))) :] if prefixed else theirs
         if bare:
             rest = message.replace(theirs, "").replace(bare, "").strip(" :;,")
             message = f"{bare} (dmlshim: {rest})" if rest else bare

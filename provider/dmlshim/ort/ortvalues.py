@@ -15,8 +15,8 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import BadInputError, NotSupportedError
-from .exceptions import with_onnxruntime_class
 from ..execute.cpu_step import NUMPY_TENSOR_TYPES
+from .exceptions import with_onnxruntime_class
 
 logger = logging.getLogger(__name__)
 
@@ -91,9 +91,11 @@ def as_array(value: Any) -> Any:
     """An ``onnxruntime.OrtValue`` as the numpy array it holds (a view for CPU tensors), an ndarray subclass
     as a plain ndarray view; other values, and OrtValues of element types numpy cannot hold, unchanged."""
     if isinstance(value, ort.OrtValue):
+        if value.is_sparse_tensor():
+            return value  # onnxruntime's sessions take it as it is (no gather/scatter reads one)
         if not value.is_tensor():
             raise NotSupportedError(
-                "only tensor OrtValues can be fed to a dmlshim session, not sparse tensors or sequences",
+                "only tensor and sparse tensor OrtValues can be fed to a dmlshim session, not sequences",
                 value=value.data_type(),
             )
         check_cpu(value.device_name(), "an OrtValue")
@@ -148,8 +150,11 @@ def refuse_unholdable_outputs(
 def to_ortvalue(value: Any) -> Any:
     """A run's output as an ``onnxruntime.OrtValue`` (tensors only; one numpy cannot hold, e.g. bfloat16,
     is already onnxruntime's OrtValue and is returned as it is)."""
-    if isinstance(value, ort.OrtValue) and value.is_tensor():
+    if isinstance(value, ort.OrtValue) and (value.is_tensor() or value.is_sparse_tensor()):
         return value
+    if type(value).__name__ == "SparseTensor":  # what onnxruntime's run returns for a sparse output
+        wrapped = value if isinstance(value, ort.SparseTensor) else ort.SparseTensor(value)
+        return ort.OrtValue.ort_value_from_sparse_tensor(wrapped)
     if not isinstance(value, np.ndarray):
         raise NotSupportedError(
             f"run_with_ort_values returns tensors only; this output is a {type(value).__name__} "

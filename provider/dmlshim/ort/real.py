@@ -123,8 +123,8 @@ __all__ = [
     "OrtInferenceSession",
     "callers_options",
     "optimizers_disabled",
-    "use_global_thread_pool",
     "ort",
     "ort_available_providers",
     "pybind_state",
+    "use_global_thread_pool",
 ]

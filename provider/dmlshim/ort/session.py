@@ -21,6 +21,7 @@ from ..execute.ort_support import terminated
 from ..execute.record import RunRecord
 from ..kernels.options import IndexMode
 from .attributes import OrtSessionAttributes
+from .c_iobinding import bind_c_iobinding
 from .emulate import emulate_all, with_dml_first
 from .exceptions import raises_onnxruntime_errors
 from .free_dims import outputs_for_inputs, overrides_by_name, with_free_dimension_overrides
@@ -58,6 +59,8 @@ from .session_queries import SessionQueries
 __all__ = ["InferenceSession", "LoadedModel", "ModelSource", "load_model"]
 
 logger = logging.getLogger(__name__)
+
+bind_c_iobinding()  # SessionIOBinding(session._sess) takes a dmlshim session too
 
 
 class InferenceSession(SessionQueries, OrtSessionAttributes):

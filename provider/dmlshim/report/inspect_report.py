@@ -11,7 +11,7 @@ import io
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 from ..translate.model_translation import ModelTranslation
 from ..translate.plan import NodeTranslation, Status, elem_type_name
@@ -34,6 +34,16 @@ __all__ = [
 
 PROVIDER_WARNINGS = frozenset({"EP_OUTPUT_UNWRITTEN", "EP_DESCRIPTOR_FAILS"})
 """``EP_*`` codes that warn about what the provider computes, not where it places the node."""
+
+
+class RunShapesLike(Protocol):
+    """What ``inspect --inputs`` learnt from a run (:class:`dmlshim.cli.inspect_run.RunShapes`)."""
+
+    source: str
+    nodes: frozenset[str]
+    error: str | None
+
+    def to_json(self) -> dict[str, object]: ...
 
 
 @dataclass(frozen=True)
@@ -243,6 +253,7 @@ def render_text(
     graph_outputs: Sequence[GraphValue] = (),
     descriptors: bool = False,
     hint_helps: bool = True,
+    run: RunShapesLike | None = None,
 ) -> str:
     """The human-readable report of ``dmlshim inspect``.
 
@@ -255,6 +266,7 @@ def render_text(
         graph_outputs: the graph's outputs.
         descriptors: add each node's descriptor fields (Sizes, Axis, counts), one line per node.
         hint_helps: see :func:`next_command`.
+        run: the shapes a run gave (``inspect --inputs``): which nodes were translated at them.
     """
     s = mt.summary
     nodes = f"{s['total_nodes']} node" + ("" if s["total_nodes"] == 1 else "s")
@@ -263,6 +275,8 @@ def render_text(
         f"Target: {mt.feature_level.dml_name} (ai.onnx opset {mt.opset}; {nodes}, "
         f"{s['gather_scatter_nodes']} gather/scatter)",
     ]
+    if run is not None:
+        lines.append(_run_line(mt, run))
     for title, values in (("Inputs", graph_inputs), ("Outputs", graph_outputs)):
         if values:
             lines += ["", f"{title}:", *table([[v.name, v.render()] for v in values])]
@@ -288,7 +302,7 @@ def render_text(
     )
     lines += _counts("Notes on translated nodes:", s["notes"])
     if mt.nodes:
-        lines += ["", "Nodes:", *table(_node_rows(mt.nodes, descriptors))]
+        lines += ["", "Nodes:", *table(_node_rows(mt.nodes, descriptors, run))]
         lines += _details(mt.nodes)
     else:
         lines += ["", "No Gather, GatherElements, GatherND, Scatter, ScatterElements or ScatterND node."]
@@ -297,8 +311,24 @@ def render_text(
     return "\n".join(lines) + "\n"
 
 
-def _node_rows(nodes: Sequence[NodeTranslation], descriptors: bool) -> list[list[str]]:
+def _run_line(mt: ModelTranslation, run: RunShapesLike) -> str:
+    if run.error:
+        return f"Shapes: static (onnxruntime CPU could not run the model on {run.source}: {run.error})"
+    at_run = sum(1 for n in mt.nodes if n.name in run.nodes)
+    rest = len(mt.nodes) - at_run
+    return (
+        f"Shapes: {at_run} of {len(mt.nodes)} gather/scatter nodes translated at the shapes of a run on "
+        f"onnxruntime CPU ({run.source})"
+        + (f"; {rest} inside control flow from static shapes" if rest else "")
+    )
+
+
+def _node_rows(
+    nodes: Sequence[NodeTranslation], descriptors: bool, run: RunShapesLike | None = None
+) -> list[list[str]]:
     rows = [["NODE", "OP", "SINCE", "STATUS", "DML OPERATOR", "MIN FL", "ORT EP"]]
+    if run is not None:
+        rows[0].append("SHAPES")
     if descriptors:
         rows[0].append("DESCRIPTOR")
     for n in nodes:
@@ -312,6 +342,8 @@ def _node_rows(nodes: Sequence[NodeTranslation], descriptors: bool) -> list[list
             level.short if level else "-",
             (n.ort_placement or "rejected").removesuffix("ExecutionProvider"),
         ]
+        if run is not None:
+            row.append("run" if n.name in run.nodes else "static")
         if descriptors:
             row.append(descriptor_line(n))
         rows.append(row)
@@ -357,10 +389,11 @@ def write_json(
     *,
     graph_inputs: Sequence[GraphValue] = (),
     graph_outputs: Sequence[GraphValue] = (),
+    run: RunShapesLike | None = None,
 ) -> None:
     """Write the ``--json`` document: schema_version 1 (extra keys: model, inputs, outputs, each node's
-    plan), one node record per line, written as it is made (a model of 100,000 nodes never holds its whole
-    document in memory)."""
+    plan; with ``run``, ``run`` and each node's ``shapes``, ``"run"`` or ``"static"``), one node record per
+    line, written as it is made (a model of 100,000 nodes never holds its whole document in memory)."""
     encode = json.JSONEncoder(allow_nan=False).encode  # the C encoder: indent would select Python's
     head: dict[str, Any] = {"schema_version": 1}
     if model_path is not None:
@@ -369,13 +402,18 @@ def write_json(
         head["inputs"] = [_value_json(v) for v in graph_inputs]
         head["outputs"] = [_value_json(v) for v in graph_outputs]
     head["feature_level"] = mt.feature_level.dml_name
+    if run is not None:
+        head["run"] = run.to_json()
     stream.write("{\n")
     for key, value in head.items():
         stream.write(f"  {encode(key)}: {encode(value)},\n")
     stream.write('  "nodes": [')
     records = _NodeRecords()
     for i, node in enumerate(mt.nodes):
-        stream.write(("\n    " if i == 0 else ",\n    ") + encode(records.record(node)))
+        record = records.record(node)
+        if run is not None:
+            record = dict(record, shapes="run" if node.name in run.nodes else "static")
+        stream.write(("\n    " if i == 0 else ",\n    ") + encode(record))
     stream.write("\n  ],\n" if mt.nodes else "],\n")
     stream.write(f'  "summary": {encode(mt.summary)}\n}}\n')
 

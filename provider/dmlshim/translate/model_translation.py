@@ -181,6 +181,22 @@ class _GraphInfos(Mapping[str, TensorInfo]):
         return sum(1 for _ in self)
 
 
+class _RunInfos(_GraphInfos):
+    """The top-level graph's types with the shapes a run gave (``value_shapes``) in place of the inferred
+    ones: the element type stays the inferred one, the dims are the run's."""
+
+    def __init__(self, graph: onnx.GraphProto, value_shapes: Mapping[str, Sequence[int]]) -> None:
+        super().__init__(graph, {})
+        self._run = value_shapes
+
+    def _local(self, name: str) -> TensorInfo | None:
+        found = super()._local(name)
+        shape = self._run.get(name)
+        if shape is not None and found is not None and found.elem_type:
+            found = self._cache[name] = TensorInfo(tuple(int(d) for d in shape), found.elem_type)
+        return found
+
+
 def _walk(
     graph: onnx.GraphProto, prefix: str, local: _GraphInfos, scopes: dict[str, _GraphInfos]
 ) -> Iterator[tuple[onnx.NodeProto, str, Mapping[str, TensorInfo], int]]:
@@ -202,6 +218,7 @@ def translate_model(
     *,
     symbolic: bool = True,
     other_domains: bool = False,
+    value_shapes: Mapping[str, Sequence[int]] | None = None,
 ) -> ModelTranslation:
     """Translate every gather/scatter node of a model, subgraphs included.
 
@@ -216,6 +233,8 @@ def translate_model(
         other_domains: also list nodes of other domains named like the six ops (``com.microsoft``
             GatherND), status ``fallback`` on ``CPUExecutionProvider`` with reason ``DOMAIN_NOT_ONNX``
             (``dmlshim inspect`` lists them; the engines leave them to onnxruntime).
+        value_shapes: shapes a run gave to values of the top-level graph (``dmlshim inspect --inputs``):
+            the nodes reading them are translated at those shapes, whatever inference says.
 
     Returns:
         The translations and counts; nodes whose shapes stay unknown have status ``error`` with reason
@@ -233,7 +252,7 @@ def translate_model(
     top_level: dict[int, int] = {}  # node index in the top-level graph -> position in translations
     total = 0
     debug = logger.isEnabledFor(logging.DEBUG)
-    top = _GraphInfos(inferred.graph, {})
+    top = _RunInfos(inferred.graph, value_shapes) if value_shapes else _GraphInfos(inferred.graph, {})
     # Nodes that differ only in tensor names share one lowering (None: the reasons quote a name).
     templates: dict[tuple[Any, ...], NodeTranslation | None] = {}
     scopes: dict[str, _GraphInfos] = {}

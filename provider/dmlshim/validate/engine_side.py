@@ -15,9 +15,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+import onnx
 
 from ..dml.enums import FeatureLevel
 from ..errors import BadInputError
+from ..execute.custom_op_notes import LAYOUT_OP_TYPES, layout_nodes
 from ..execute.model_source import LoadedModel
 from ..kernels.options import IndexMode
 from .references import PartitionedRun, session_options, whole_model_run
@@ -25,6 +27,54 @@ from .references import PartitionedRun, session_options, whole_model_run
 logger = logging.getLogger(__name__)
 
 PARTITIONED = "partitioned"
+CUSTOM_OP = "customop"
+LAYOUT_LEVEL = "all"
+"""The level at which onnxruntime adds its layout optimisations (NCHWc transforms around Conv and
+pooling), which work differently around custom-op nodes."""
+COMPARABLE_LEVEL = "extended"
+"""The highest level without layout optimisations: the custom-op engine gives onnxruntime's outputs there."""
+LAYOUT_OPS = LAYOUT_OP_TYPES
+
+
+
+
+def differing_outputs(ours: PartitionedRun, ref: PartitionedRun) -> list[tuple[str, float | None]]:
+    """The outputs whose bits differ, with the largest absolute difference (None: shape or dtype)."""
+    found = []
+    for name, got in ours.outputs.items():
+        want = ref.outputs.get(name)
+        if not (isinstance(got, np.ndarray) and isinstance(want, np.ndarray)):
+            continue
+        if got.shape != want.shape or got.dtype != want.dtype:
+            found.append((name, None))
+        elif got.tobytes() != want.tobytes() and not (
+            got.dtype.kind == "f" and np.array_equal(got, want, equal_nan=True)
+        ):
+            diff = np.abs(got.astype(np.float64) - want.astype(np.float64)) if got.size else np.zeros(1)
+            found.append((name, float(np.nanmax(diff))))
+    return found
+
+
+def custom_op_layout_reason(
+    engine: str, level: str, graph: onnx.GraphProto, ours: PartitionedRun, ref: PartitionedRun
+) -> str | None:
+    """Why the custom-op engine's run at ``all`` is compared at ``extended`` instead, or None: its outputs
+    differ from onnxruntime's at ``all`` and the model has nodes onnxruntime's layout optimisations
+    transform (custom-op nodes change what those optimisations do around them)."""
+    if engine != CUSTOM_OP or level != LAYOUT_LEVEL:
+        return None
+    nodes = layout_nodes(graph)
+    differ = differing_outputs(ours, ref)
+    if not nodes or not differ:
+        return None
+    diffs = ", ".join(f"{n} max |diff| {d:.3g}" if d is not None else f"{n} shape/dtype" for n, d in differ)
+    shown = ", ".join(nodes[:3]) + (f" and {len(nodes) - 3} more" if len(nodes) > 3 else "")
+    return (
+        f"the custom-op engine differs from onnxruntime at level {LAYOUT_LEVEL} ({diffs}): onnxruntime's "
+        f"layout optimizations (NCHWc transforms around {len(nodes)} Conv/pooling/Resize node(s): "
+        f"{shown}) work differently around custom-op nodes; compared at {COMPARABLE_LEVEL}, the highest "
+        "level without them, where the engine gives onnxruntime's outputs"
+    )
 
 
 def engine_runs(
@@ -61,7 +111,7 @@ def engine_runs(
     assert record is not None  # set by every run
     del session  # its onnxruntime session (a copy of the weights) goes before the reference's
     ours = PartitionedRun(dict(zip(names, values, strict=True)), {}, record, ())
-    whole, error = whole_model_run(proto, feeds, level, loaded.weights_path)
+    whole, error = whole_model_run(proto, feeds, level, loaded.path)  # onnxruntime reads the file itself
     if whole is None:
         raise BadInputError(
             f"the reference cannot be made: {error} (optimization level {level}); dmlshim's {engine} engine "

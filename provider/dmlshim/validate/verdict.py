@@ -23,7 +23,7 @@ from ..kernels.options import IndexMode
 from ..model.graph import is_gather_scatter, uses_half_floats, walk_nodes
 from ..translate import CPU_PROVIDER, NodeTranslation, translate_model
 from .attribution import compare_nodes, dependencies, suspects, upstream_order
-from .engine_side import PARTITIONED, engine_runs
+from .engine_side import COMPARABLE_LEVEL, PARTITIONED, custom_op_layout_reason, engine_runs
 from .levels import ORT_DEFAULT_LEVEL, note_default_level_runs, only_optimised_runs
 from .random_nodes import random_node_warnings
 from .references import (
@@ -208,19 +208,21 @@ def _validate_loaded(
         if not translated:
             translated.append(_translations(proto, level, shapes))
 
-    reason: str | None = None
+    notes: list[str] = []
     try:
         try:
-            ours, ref, whole, whole_error, runs = _sides(loaded, feeds, common, engine_name, translate)
+            ours, ref, whole, whole_error, runs = _sides(loaded, feeds, common, engine_name, translate, notes)
         except DmlShimError as exc:
-            weights = loaded.weights_path
-            reason = only_optimised_runs(exc, proto, feeds, weights) if requested_level is None else None
+            # onnxruntime's own session of the model file (as a deployment would load it)
+            reason = only_optimised_runs(exc, proto, feeds, loaded.path) if requested_level is None else None
             if reason is None:
-                note_default_level_runs(exc, proto, feeds, opt_level, loaded.weights_path)
+                note_default_level_runs(exc, proto, feeds, opt_level, loaded.path)
                 raise
             logger.info("%s", reason)
-            opt_level = common["level"] = ORT_DEFAULT_LEVEL
-            ours, ref, whole, whole_error, runs = _sides(loaded, feeds, common, engine_name, translate)
+            notes.append(reason)
+            common["level"] = ORT_DEFAULT_LEVEL
+            ours, ref, whole, whole_error, runs = _sides(loaded, feeds, common, engine_name, translate, notes)
+        opt_level = common["level"]
     except DmlShimError as exc:
         if generated is not None:
             annotate_error(exc, generated)  # say which shapes were generated and how to choose others
@@ -315,7 +317,7 @@ def _validate_loaded(
         runs=runs,
         engine=engine_name,
         emulation=_emulation_against(loaded, feeds, common, ours) if engine_name == "directml" else (),
-        optimization_level_reason=reason,
+        optimization_level_reason="; then ".join(notes) or None,
     )
     logger.info("validate %s at %s: %s", report.model, level.short, "match" if report.match else "MISMATCH")
     return report
@@ -355,9 +357,11 @@ def _sides(
     common: dict[str, Any],
     engine_name: str,
     while_building: Callable[[], None],
+    notes: list[str],
 ) -> tuple[PartitionedRun, PartitionedRun, dict[str, Any] | None, str | None, str]:
     """dmlshim's run, the like-for-like reference, the whole model's outputs (or None and why not) and
-    how the sides were run (:data:`RUNS_ONE`, :data:`RUNS_THREE` or :data:`RUNS_ENGINE`)."""
+    how the sides were run (:data:`RUNS_ONE`, :data:`RUNS_THREE` or :data:`RUNS_ENGINE`). Where the level
+    had to change (``common["level"]`` then holds the new one), why is appended to ``notes``."""
     proto, opt_level = loaded.proto, common["level"]
     if engine_name != PARTITIONED:
         ours, ref = engine_runs(
@@ -369,6 +373,12 @@ def _sides(
             level=opt_level,
         )
         while_building()
+        reason = custom_op_layout_reason(engine_name, opt_level, proto.graph, ours, ref)
+        if reason is not None:
+            logger.info("%s", reason)
+            notes.append(reason)
+            common["level"] = COMPARABLE_LEVEL
+            return _sides(loaded, feeds, common, engine_name, while_building, notes)
         return ours, ref, dict(ref.outputs), None, RUNS_ENGINE
     one, engine = (
         checked_run(proto, feeds, **common, while_building=while_building)
@@ -383,7 +393,8 @@ def _sides(
     del engine
     # The engines' onnxruntime sessions (a copy of the weights) go before the whole-model session.
     ours, ref = dataclasses.replace(ours, engine=None), dataclasses.replace(ref, engine=None)
-    whole, whole_error = whole_model_run(proto, feeds, opt_level, loaded.weights_path)
+    # onnxruntime's own session of the model file (it reads and copies the weights itself)
+    whole, whole_error = whole_model_run(proto, feeds, opt_level, loaded.path)
     return ours, ref, whole, whole_error, RUNS_THREE
 
 

@@ -9,9 +9,11 @@ they do not take (an index out of range or negative where it may not be, which t
 raises or clamps; an input read through Strides; an empty tensor) to the numpy kernel.
 
 ``DMLSHIM_KERNELS`` chooses (read once, at import): ``auto`` (the default: compiled when numba is
-installed), ``numpy``, or ``compiled`` (an error when numba is missing). :func:`use` changes the choice
-in a running process. numba is imported, and the loops loaded from the on-disk cache or compiled, on the
-first kernel call (or by :func:`warm_up`); see :mod:`.cache` for where the machine code is kept.
+installed, from the first call whose output holds :data:`AUTO_MIN_ELEMENTS` elements or more on),
+``numpy``, or ``compiled`` (every call; an error when numba is missing). :func:`use` changes the choice
+in a running process. Loading numba and the cached loops costs a process about 0.5-1 s and 100 MB
+(docs/performance.md): ``auto`` leaves processes that only ever run small gathers (most models' shape
+computations) without that cost. See :mod:`.cache` for where the machine code is kept.
 """
 
 from __future__ import annotations
@@ -36,6 +38,10 @@ Kernel = Callable[[Any, Mapping[str, Any], Any], Any]
 kernel)."""
 
 INSTALL_HINT = "install numba with `pip install 'dmlshim[fast]'`"
+
+AUTO_MIN_ELEMENTS = 1 << 18
+"""In ``auto`` mode, numba is loaded by the first call with an output this large (1 MB of float32):
+below it the numpy kernels cost tens of microseconds, and loading numba would cost a second."""
 
 
 def installed() -> bool:
@@ -131,17 +137,22 @@ def _kernels() -> dict[type, Kernel] | None:
         return table
 
 
-def kernel_for(desc_type: type, kernels: str | None = None) -> Kernel | None:
+def kernel_for(
+    desc_type: type, kernels: str | None = None, elements: int = AUTO_MIN_ELEMENTS
+) -> Kernel | None:
     """The compiled entry point for a descriptor type, or None when the numpy kernels are to run.
 
     Args:
         desc_type: the descriptor's type.
         kernels: ``"numpy"`` or ``"compiled"`` to choose for this call; None: the selected kernels.
+        elements: the call's output element count (``auto`` loads numba only for a large call).
 
     Raises:
         EngineUnavailableError: compiled kernels asked for (here or by DMLSHIM_KERNELS) without numba.
     """
     if kernels is None:
+        if not _loaded and _mode == "auto" and elements < AUTO_MIN_ELEMENTS:
+            return None
         table = _table if _loaded else _kernels()
     elif kernels == "numpy":
         return None
@@ -169,5 +180,6 @@ def _import_compiled() -> dict[type, Kernel]:
         return _load()
     except ImportError as e:
         raise EngineUnavailableError(
-            f"the compiled kernels need numba, which cannot be imported ({e}): {INSTALL_HINT}", value="compiled"
+            f"the compiled kernels need numba, which cannot be imported ({e}): {INSTALL_HINT}",
+            value="compiled",
         ) from e

@@ -18,7 +18,7 @@ import os
 import stat
 import tempfile
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import numba
 from numba.core import caching
@@ -33,7 +33,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 
 def _usable_folder() -> str | None:
     """The numba cache folder, made if missing; None when it cannot be used."""
-    if numba_config.CACHE_LOCATOR_CLASSES:
+    if getattr(numba_config, "CACHE_LOCATOR_CLASSES", ""):
         logger.debug("NUMBA_CACHE_LOCATOR_CLASSES is set: compiled kernels are not cached on disk")
         return None
     folder = os.path.join(user_cache_dir(), "numba")
@@ -53,7 +53,7 @@ FOLDER = _usable_folder()
 """Where the machine code is kept (None: not kept)."""
 
 
-class _Locator(caching._SourceFileBackedLocatorMixin, caching._CacheLocator):  # type: ignore[misc]
+class _Locator(caching._SourceFileBackedLocatorMixin, caching._CacheLocator):
     """numba's cache locator for this package's loops only: everything in :data:`FOLDER`."""
 
     def __init__(self, py_func: Any, py_file: str) -> None:
@@ -72,16 +72,16 @@ class _Locator(caching._SourceFileBackedLocatorMixin, caching._CacheLocator):  #
 
 
 # Older numba releases name the class _CacheImpl.
-_IMPL = caching.CacheImpl if hasattr(caching, "CacheImpl") else caching._CacheImpl
-_LOCATORS: list[type] = _IMPL._locator_classes
+_IMPL: Any = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl")  # noqa: B009
+_LOCATORS: list[Any] = _IMPL._locator_classes
 if FOLDER is not None and _Locator not in _LOCATORS:
     _LOCATORS.insert(0, _Locator)
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-def _compile(function: _F, inline: str) -> _F:
-    compiled: _F = numba.njit(
+def _compile(function: _F, inline: Literal["never", "always"]) -> _F:
+    compiled: Any = numba.njit(
         nogil=True, cache=FOLDER is not None, boundscheck=False, error_model="numpy", inline=inline
     )(function)
     return compiled

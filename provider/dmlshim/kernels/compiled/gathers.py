@@ -29,7 +29,12 @@ from ..options import KernelOptions, KernelResult
 from ..parallel import chunk_length, run_all, spans, worth_chunking
 from . import loops
 
-_BITS = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: np.dtype(np.uint32), 8: np.dtype(np.uint64)}
+_BITS: dict[int, np.dtype] = {
+    1: np.dtype(np.uint8),
+    2: np.dtype(np.uint16),
+    4: np.dtype(np.uint32),
+    8: np.dtype(np.uint64),
+}
 """The unsigned type each element width is moved as."""
 
 _GATHER_TENSORS = ("InputTensor", "OutputTensor")
@@ -56,7 +61,9 @@ def allow_negative(ctx: IndexContext, raw: np.ndarray) -> bool:
 def gather(desc: GatherDesc, inputs: Mapping[str, Any], options: KernelOptions) -> KernelResult | None:
     """DML_OPERATOR_GATHER: the indices checked in one pass, then one copy pass over the output."""
     views = bind(desc, inputs)
-    ctx, (expected, _, dim, pre, post, dtype) = prepared(desc, options, "InputTensor", _GATHER_TENSORS, gather_layout)
+    ctx, (expected, _, dim, pre, post, dtype) = prepared(
+        desc, options, "InputTensor", _GATHER_TENSORS, gather_layout
+    )
     inp = views["InputTensor"]
     raw = views["IndicesTensor"].array().reshape(-1)
     width = bits(dtype)
@@ -120,7 +127,11 @@ def gather_nd(
     sizes = desc.input_tensor.sizes
     block = math.prod(sizes[len(sizes) - r + batch + t :])
     if not (
-        inp.contiguous and t and math.prod(expected) and width is not None and worth_chunking(block * dtype.itemsize)
+        inp.contiguous
+        and t
+        and math.prod(expected)
+        and width is not None
+        and worth_chunking(block * dtype.itemsize)
     ):
         return None
     indices = views["IndicesTensor"].array()

@@ -117,7 +117,12 @@ def gather_elements(
 
 @inline
 def _row(
-    tuples: np.ndarray, at: np.uint64, dims: tuple[int, ...], strides: tuple[int, ...], base: np.uint64, allow_negative: bool
+    tuples: np.ndarray,
+    at: np.uint64,
+    dims: tuple[int, ...],
+    strides: tuple[int, ...],
+    base: np.uint64,
+    allow_negative: bool,
 ) -> np.int64:
     """The row the tuple at flat offset ``at`` of ``tuples`` selects (``base`` plus each coordinate times
     its row stride); -1 when a coordinate may not be used. ``dims`` and ``strides`` are tuples, not arrays:

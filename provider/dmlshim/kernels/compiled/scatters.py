@@ -44,7 +44,9 @@ def _result(desc: ScatterDesc | ScatterNdDesc, out: np.ndarray, duplicates: int)
     return KernelResult(out.reshape(desc.output_tensor.sizes), duplicates)
 
 
-def scatter_elements(desc: ScatterDesc, inputs: Mapping[str, Any], options: KernelOptions) -> KernelResult | None:
+def scatter_elements(
+    desc: ScatterDesc, inputs: Mapping[str, Any], options: KernelOptions
+) -> KernelResult | None:
     """DML_OPERATOR_SCATTER: the copy, then each index checked, wrapped and written in one pass."""
     views = bind(desc, inputs)
     ctx, _ = prepared(desc, options, "OutputTensor", _SCATTER_TENSORS, scatter_shapes)

@@ -160,9 +160,10 @@ def build_view(model: onnx.ModelProto, marked_names: Mapping[str, object] | Iter
     wanted = set(marked_names)
     marked = [i for i, name in enumerate(flat.names) if name in wanted]
     if total <= FULL_GRAPH_NODES:
-        nodes = tuple(ViewNode(f"n{i}", flat.names[i], flat.ops[i]) for i in range(total))
-        edges = tuple(sorted(flat.edges))
-        return GraphView(nodes, edges, everything, flat.folded, total, bounded=False, radius=0)
+        whole = tuple(ViewNode(f"n{i}", flat.names[i], flat.ops[i]) for i in range(total))
+        return GraphView(
+            whole, tuple(sorted(flat.edges)), everything, flat.folded, total, bounded=False, radius=0
+        )
     adjacency: list[list[int]] = [[] for _ in range(total)]
     for a, b in flat.edges:
         adjacency[a].append(b)
@@ -194,8 +195,7 @@ def build_view(model: onnx.ModelProto, marked_names: Mapping[str, object] | Iter
     def at(v: int) -> int:
         return index[v] if v in index else group_index[group[v]]
 
-    edges = {(at(a), at(b)) for a, b in flat.edges}
-    edges = {(a, b) for a, b in edges if a != b}
+    edges = {(at(a), at(b)) for a, b in flat.edges} - {(k, k) for k in range(len(nodes))}
     return GraphView(
         tuple(nodes),
         tuple(sorted(edges)),

@@ -67,13 +67,28 @@ def _reason_mark(t: NodeTranslation, code: str) -> str:
     return "note" if t.status is Status.DML else t.status.value
 
 
-def _translation_rows(t: NodeTranslation) -> list[tuple[str, str]]:
+class _Descriptors:
+    """Descriptor lines, made once per descriptor object: nodes renamed from one translation share it."""
+
+    def __init__(self) -> None:
+        self._lines: dict[int, tuple[object, str]] = {}
+
+    def __call__(self, t: NodeTranslation) -> str:
+        if t.operator is None:
+            return "-"
+        found = self._lines.get(id(t.operator))
+        if found is None or found[0] is not t.operator:
+            found = self._lines[id(t.operator)] = (t.operator, descriptor_line(t))
+        return found[1]
+
+
+def _translation_rows(t: NodeTranslation, descriptors: _Descriptors) -> list[tuple[str, str]]:
     level = t.min_feature_level
     rows = [
         ("op", f"{t.domain or 'ai.onnx'} {t.op_type}-{t.since_version}"),
         ("status", t.status.value),
         ("DML operator", t.operator.operator_type.dml_name if t.operator is not None else "-"),
-        ("descriptor", descriptor_line(t)),
+        ("descriptor", descriptors(t)),
         ("lowest feature level", level.dml_name if level else "-"),
         ("target feature level", t.feature_level.dml_name),
         ("onnxruntime-directml places it on", t.ort_placement or "rejected (the session fails)"),
@@ -97,10 +112,11 @@ def _summary(t: NodeTranslation | None, category: str) -> str:
 def inspect_marks(nodes: tuple[NodeTranslation, ...] | list[NodeTranslation]) -> dict[str, NodeMark]:
     """The marks of ``dmlshim inspect``'s nodes, by node name."""
     out: dict[str, NodeMark] = {}
+    descriptors = _Descriptors()
     for t in nodes:
         category = _category(t)
         out[t.name] = NodeMark(
-            t.name, t.op_type, category, _summary(t, category), tuple(_translation_rows(t))
+            t.name, t.op_type, category, _summary(t, category), tuple(_translation_rows(t, descriptors))
         )
     return out
 
@@ -123,6 +139,7 @@ def validate_marks(report: ValidationReport) -> dict[str, NodeMark]:
     from ..validate_report import attribution_cell, ort_cell, ran_cell
 
     out: dict[str, NodeMark] = {}
+    descriptors = _Descriptors()
     for n in report.nodes:
         t = n.translation
         category = _run_category(n) or (_category(t) if t is not None else ERROR)
@@ -131,13 +148,15 @@ def validate_marks(report: ValidationReport) -> dict[str, NodeMark]:
             ("onnxruntime-directml would", ort_cell(n)),
             ("output against the reference", attribution_cell(n)),
         ]
-        rows += [(f"input {name}", {True: "match", False: "differs", None: "not observed"}[m])
-                 for name, m in n.input_matches]
+        rows += [
+            (f"input {name}", {True: "match", False: "differs", None: "not observed"}[m])
+            for name, m in n.input_matches
+        ]
         if n.record is not None:
             rows += [(f"[run] {c}", m) for c, m in n.record.reasons]
             rows += [(f"[run note] {c}", m) for c, m in n.record.notes]
         if t is not None:
-            rows += _translation_rows(t)
+            rows += _translation_rows(t, descriptors)
         summary = _summary(t, category)
         if n.record is not None and n.record.operator and category == DML:
             summary = n.record.operator.removeprefix("DML_OPERATOR_")

@@ -19,7 +19,7 @@ from .marks import CATEGORIES, NodeMark
 
 __all__ = ["PageText", "render_page"]
 
-_LABEL_CHARS = 25
+_LABEL_CHARS = 23
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,8 @@ h1{font-size:16px;margin:0 0 6px}
 #verdict.pass{background:#e8f5e9;border:1px solid #43a047}
 #verdict.fail{background:#fff3e0;border:1px solid #fb8c00}
 #legend span{display:inline-block;margin:6px 14px 0 0}
-#legend i{display:inline-block;width:12px;height:12px;margin-right:4px;vertical-align:-2px;border:1px solid #555}
+#legend i{display:inline-block;width:12px;height:12px;margin-right:4px;vertical-align:-2px;
+border:1px solid #555}
 #bound{color:#555;margin-top:4px}
 main{display:flex;height:calc(100vh - 150px);min-height:400px}
 #graph{flex:1;overflow:auto;border-right:1px solid #ccc;background:#fafafa}
@@ -112,11 +113,11 @@ _SCRIPT = """
     h.textContent = info.name;
     box.appendChild(h);
     var dl = document.createElement('dl');
-    info.rows.forEach(function (row) {
-      var dt = document.createElement('dt'); dt.textContent = row[0];
-      var dd = document.createElement('dd'); dd.textContent = row[1];
+    for (var i = 0; i + 1 < info.rows.length; i += 2) {
+      var dt = document.createElement('dt'); dt.textContent = data.strings[info.rows[i]];
+      var dd = document.createElement('dd'); dd.textContent = data.strings[info.rows[i + 1]];
       dl.appendChild(dt); dl.appendChild(dd);
-    });
+    }
     box.appendChild(dl);
   }
   function select(key, scroll) {
@@ -194,14 +195,35 @@ def _svg(view: GraphView, placed: Placed, marks: Mapping[str, NodeMark]) -> str:
             parts.append(_box(node.key, classes, lines, tip, centre, CATEGORIES[mark.category][1]))
         elif node.members:
             ops = ", ".join(f"{op} {n}" for op, n in node.member_ops[:4])
-            parts.append(_box(node.key, "group", [node.name, ops], f"{node.name}: {ops}", centre, "", tail=False))
+            parts.append(
+                _box(node.key, "group", [node.name, ops], f"{node.name}: {ops}", centre, "", tail=False)
+            )
         else:
             parts.append(_box(node.key, "plain", [node.op_type, node.name], node.name, centre, ""))
     parts.append("</svg>")
     return "\n".join(parts)
 
 
-def _node_data(view: GraphView, marks: Mapping[str, NodeMark]) -> dict[str, dict[str, object]]:
+class _Strings:
+    """Every text of the details once: a node's rows are pairs of indices into one list (nodes renamed
+    from one translation share their descriptor and reasons, so a model of many Gathers stays small)."""
+
+    def __init__(self) -> None:
+        self.index: dict[str, int] = {}
+
+    def __call__(self, text: str) -> int:
+        found = self.index.get(text)
+        if found is None:
+            found = self.index[text] = len(self.index)
+        return found
+
+    def rows(self, rows: Sequence[tuple[str, str]]) -> list[int]:
+        return [self(part) for row in rows for part in row]
+
+
+def _node_data(
+    view: GraphView, marks: Mapping[str, NodeMark], strings: _Strings
+) -> dict[str, dict[str, object]]:
     data: dict[str, dict[str, object]] = {}
     drawn = {n.name: n.key for n in view.nodes if not n.members}
     for i, mark in enumerate(marks.values()):
@@ -209,13 +231,13 @@ def _node_data(view: GraphView, marks: Mapping[str, NodeMark]) -> dict[str, dict
         rows = [("where it runs", CATEGORIES[mark.category][0]), *mark.details]
         if mark.name not in drawn:
             rows.append(("picture", "not drawn: the model is large; it is inside one of the grey groups"))
-        data[key] = {"name": mark.name, "rows": rows}
+        data[key] = {"name": mark.name, "rows": strings.rows(rows)}
     for node in view.nodes:
         if node.members:
             rows = [(op, str(n)) for op, n in node.member_ops]
-            data[node.key] = {"name": f"{node.name} (not drawn one by one)", "rows": rows}
+            data[node.key] = {"name": f"{node.name} (not drawn one by one)", "rows": strings.rows(rows)}
         elif node.name not in marks:
-            data[node.key] = {"name": node.name, "rows": [("op", node.op_type)]}
+            data[node.key] = {"name": node.name, "rows": strings.rows([("op", node.op_type)])}
     return data
 
 
@@ -224,11 +246,10 @@ def _table(view: GraphView, marks: Mapping[str, NodeMark]) -> str:
     rows = ['<table id="gs-nodes"><tr><th></th><th>node</th><th>op</th><th>operator / reason</th></tr>']
     for i, mark in enumerate(marks.values()):
         key = drawn.get(mark.name, f"m{i}")
-        label, colour = CATEGORIES[mark.category]
         rows.append(
             f'<tr class="gs cat-{mark.category}" data-key="{key}" data-name="{_esc(mark.name)}">'
-            f'<td class="swatch" style="background:{colour}" title="{_esc(label)}"></td>'
-            f"<td>{_esc(mark.name)}</td><td>{_esc(mark.op_type)}</td><td>{_esc(mark.summary)}</td></tr>"
+            f'<td class="swatch"></td><td>{_esc(mark.name)}</td><td>{_esc(mark.op_type)}</td>'
+            f"<td>{_esc(mark.summary)}</td></tr>"
         )
     rows.append("</table>")
     return "\n".join(rows)
@@ -255,13 +276,25 @@ def _bound_note(view: GraphView) -> str:
         f"{view.radius} edge(s) from them ({view.drawn_nodes}); the others are drawn as grey groups."
     )
     if view.undrawn:
-        text += f" {len(view.undrawn)} gather/scatter nodes past the first ones are in groups (listed on the right)."
+        text += (
+            f" {len(view.undrawn)} gather/scatter nodes past the first ones are in groups (listed on the "
+            "right)."
+        )
     return text
+
+
+def _category_style() -> str:
+    rules = [f"tr.cat-{cat} td.swatch{{background:{colour}}}" for cat, (_, colour) in CATEGORIES.items()]
+    return "".join(rules)
 
 
 def render_page(text: PageText, view: GraphView, placed: Placed, marks: Mapping[str, NodeMark]) -> str:
     """The whole page as one string."""
-    data = json.dumps({"nodes": _node_data(view, marks)}, ensure_ascii=True, separators=(",", ":"))
+    strings = _Strings()
+    nodes = _node_data(view, marks, strings)
+    data = json.dumps(
+        {"strings": list(strings.index), "nodes": nodes}, ensure_ascii=True, separators=(",", ":")
+    )
     # No markup character inside the script element: it can never close early or read as a tag.
     data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     verdict_class = "pass" if text.passed else "fail"
@@ -271,7 +304,7 @@ def render_page(text: PageText, view: GraphView, placed: Placed, marks: Mapping[
             '<html lang="en"><head><meta charset="utf-8">',
             '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
             "style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">",
-            f"<title>{_esc(text.title)}</title><style>{_STYLE}</style></head><body>",
+            f"<title>{_esc(text.title)}</title><style>{_STYLE}{_category_style()}</style></head><body>",
             f"<header><h1>{_esc(text.title)}</h1>",
             f'<div id="verdict" class="{verdict_class}">{_esc(chr(10).join(text.verdict))}</div>',
             _legend(marks),
@@ -281,7 +314,7 @@ def render_page(text: PageText, view: GraphView, placed: Placed, marks: Mapping[
             _svg(view, placed, marks),
             '</div><div id="side"><div id="details"><p>Click a node or a row for its descriptor, feature '
             "level and reasons.</p></div>",
-            f"<h2 style=\"font-size:14px\">Gather/scatter nodes ({len(marks)})</h2>",
+            f'<h2 style="font-size:14px">Gather/scatter nodes ({len(marks)})</h2>',
             _table(view, marks),
             "</div></main>",
             f"<details><summary>Text report</summary><pre>{_esc(text.report)}</pre></details>",
