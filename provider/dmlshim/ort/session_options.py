@@ -13,6 +13,7 @@ fragment) and profiling would give one file per partition. Instead:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import tempfile
@@ -283,6 +284,12 @@ def write_optimized_model(
     target_path = Path(os.fspath(target))
     what = "optimized model (optimized_model_filepath)"
     files.check_output_file(target_path, overwrite=True, inputs=(model_path,), what=what)
+    weights_file = config_entry(so, EXTERNAL_FILE_KEY) or ""
+    if weights_file:
+        # what is there now may be replaced; a file appearing there meanwhile is someone else's (an
+        # unusable name is refused, with the reason, where the file is written)
+        with contextlib.suppress(BadInputError):
+            files.remember_output(files.confined_path(target_path.parent, weights_file))
     with tempfile.TemporaryDirectory(prefix="dmlshim-optimized-") as tmp:
         staged = Path(tmp) / ("optimized" + "".join(target_path.suffixes[-1:]))
         copy = copy_options(so)

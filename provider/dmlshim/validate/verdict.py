@@ -316,10 +316,39 @@ def _validate_loaded(
         feeds=tuple(feeds.items()),
         runs=runs,
         engine=engine_name,
+        emulation=_emulation_against(loaded, feeds, common, ours) if engine_name == "directml" else (),
         optimization_level_reason="; then ".join(notes) or None,
     )
     logger.info("validate %s at %s: %s", report.model, level.short, "match" if report.match else "MISMATCH")
     return report
+
+
+def _emulation_against(
+    loaded: LoadedModel, feeds: Mapping[str, np.ndarray], common: dict[str, Any], real: PartitionedRun
+) -> tuple[tuple[str, str], ...]:
+    """The third side of ``validate --engine directml``: dmlshim's emulation (the partitioned engine)
+    against real DirectML's outputs, one ``(output, result)`` pair per output."""
+    from ..directml.sweep import compare
+
+    try:
+        emulated, _ = engine_runs(
+            loaded,
+            feeds,
+            engine=PARTITIONED,
+            feature_level=common["feature_level"],
+            index_mode=common["index_mode"],
+            level=common["level"],
+        )
+    except DmlShimError as exc:
+        return (("*", f"the emulation failed: {exc}"),)
+    pairs = []
+    for name, value in real.outputs.items():
+        other = emulated.outputs.get(name)
+        if not is_array(value) or not is_array(other):
+            pairs.append((name, "not compared (not a tensor)"))
+            continue
+        pairs.append((name, compare([value], [other]).text))
+    return tuple(pairs)
 
 
 def _sides(
