@@ -71,8 +71,10 @@ def finish(report: ValidationReport, tolerances: Tolerances, args: argparse.Name
     """Per-output tolerances and statistics, the reference outputs, then the files asked for."""
     from ..fileio.array_files import read_arrays, write_arrays
     from ..validate.external import apply_reference_outputs
-    from ..validate.tolerances import apply_tolerances
+    from ..validate.tolerances import apply_tolerances, device_tolerances
 
+    if report.engine == "directml":
+        tolerances = device_tolerances(report, tolerances)
     report = apply_tolerances(report, tolerances)
     if args.reference_outputs:
         reference = read_arrays(args.reference_outputs, what="reference outputs file")

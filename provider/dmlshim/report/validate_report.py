@@ -225,7 +225,12 @@ def render_text(report: ValidationReport, only_problems: bool = False) -> str:
             "reference: the same partition, with onnxruntime running the gather/scatter nodes "
             "(single-threaded)"
         )
-    if report.exact:
+    if report.exact and report.engine == "directml":
+        lines.append(
+            "comparison: integer and bool outputs exact; float outputs within their dtype's tolerance "
+            "unless given one (real DirectML's float math is the device's)"
+        )
+    elif report.exact:
         lines.append("comparison: exact (bit for bit; any NaN equals any NaN)")
     else:
         lines.append(

@@ -3,8 +3,10 @@
 The policy, stated once: against the like-for-like reference the comparison is exact unless a tolerance is
 given (the gather/scatter nodes copy values); against onnxruntime running the whole model, and against
 reference outputs from a file (another framework computed those), a tolerance fitting each output's dtype
-(:data:`dmlshim.comparison.DTYPE_TOLERANCE`) applies unless a tolerance is given. Integer, bool and
-string outputs are always compared exactly.
+(:data:`dmlshim.comparison.DTYPE_TOLERANCE`) applies unless a tolerance is given. So it does against real
+DirectML (``--engine directml``): its float math is the device's, not onnxruntime CPU's (the gathers and
+scatters themselves copy bits: ``dmlshim compare --run-directml`` holds them to bit equality). Integer, bool
+and string outputs are always compared exactly.
 """
 
 from __future__ import annotations
@@ -14,9 +16,12 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..errors import BadInputError
 from .results import OutputComparison, ValidationReport
 from .statistics import error_statistics
+from .value_kinds import fitting_tolerance, is_array
 from .verdict import compare_arrays
 
 
@@ -110,6 +115,21 @@ def recompare(o: OutputComparison, rtol: float, atol: float) -> OutputComparison
         first_mismatch=c.first_mismatch,
         statistics=error_statistics(got, ref, rtol, atol),
     )
+
+
+def device_tolerances(report: ValidationReport, tolerances: Tolerances) -> Tolerances:
+    """``tolerances`` with every float output the user gave no tolerance of its own compared within its
+    dtype's tolerance (the policy above for real DirectML's outputs)."""
+    if tolerances.given:
+        return tolerances
+    own = dict(tolerances.per_output)
+    for o in report.outputs:
+        if o.name in own or o.reference is None or not is_array(o.reference):
+            continue
+        reference = np.asarray(o.reference)
+        if reference.dtype.kind in "fc":
+            own[o.name] = fitting_tolerance(reference)
+    return dataclasses.replace(tolerances, per_output=own)
 
 
 def apply_tolerances(report: ValidationReport, tolerances: Tolerances) -> ValidationReport:
