@@ -58,7 +58,9 @@ def _env_mode() -> str:
 
 
 _lock = threading.Lock()
-_mode = _env_mode()
+_mode: str | None = None
+"""The choice in force; None until first consulted (DMLSHIM_KERNELS is read then, so that a bad value is
+reported through the logging the caller set up after importing dmlshim, as the CLI does)."""
 _table: dict[type, Kernel] | None = None
 _loaded = False
 LOAD_SECONDS: float | None = None
@@ -81,9 +83,16 @@ def use(mode: str) -> None:
         _kernels()
 
 
+def _current() -> str:
+    global _mode
+    if _mode is None:
+        _mode = _env_mode()
+    return _mode
+
+
 def mode() -> str:
     """The choice in force: ``auto``, ``numpy`` or ``compiled``."""
-    return _mode
+    return _current()
 
 
 def selected() -> str:
@@ -126,9 +135,9 @@ def _kernels() -> dict[type, Kernel] | None:
         if _loaded:
             return _table
         table = None
-        if _mode == "compiled":
+        if _current() == "compiled":
             table = _import_compiled()
-        elif _mode == "auto" and installed():
+        elif _current() == "auto" and installed():
             try:
                 table = _load()
             except ImportError as e:
@@ -151,7 +160,7 @@ def kernel_for(
         EngineUnavailableError: compiled kernels asked for (here or by DMLSHIM_KERNELS) without numba.
     """
     if kernels is None:
-        if not _loaded and _mode == "auto" and elements < AUTO_MIN_ELEMENTS:
+        if not _loaded and _current() == "auto" and elements < AUTO_MIN_ELEMENTS:
             return None
         table = _table if _loaded else _kernels()
     elif kernels == "numpy":
@@ -170,7 +179,7 @@ def _compiled_table() -> dict[type, Kernel]:
     """The compiled entry points whatever the mode (loaded once)."""
     global _always
     if _always is None:
-        table = _kernels() if _mode != "numpy" else None
+        table = _kernels() if _current() != "numpy" else None
         _always = table if table is not None else _import_compiled()
     return _always
 
