@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 from collections.abc import Callable
@@ -36,7 +35,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.peak import ORT_RUN, ORT_SESSION, dmlshim, measure, python  # noqa: E402
+from bench.peak import ORT_RUN, ORT_SESSION, dmlshim, measure, python
 
 TABLE_ELEMENTS = 1 << 28
 """float32 elements of the flattened table: 1 GiB."""
@@ -81,7 +80,9 @@ def gnn_edges_model(folder: Path, edges: int = 50_000, nodes: int = 1000) -> Pat
             helper.make_node("Cast", ["dst"], ["dst_f"], to=TensorProto.FLOAT),
             helper.make_node("Size", ["dst"], ["count"]),
             helper.make_node("ConstantOfShape", ["x_shape"], ["zeros"]),
-            helper.make_node("ScatterElements", ["zeros", "dst_idx", "msg"], ["agg"], axis=0, reduction="add"),
+            helper.make_node(
+                "ScatterElements", ["zeros", "dst_idx", "msg"], ["agg"], axis=0, reduction="add"
+            ),
         ],
         "gnn_edges",
         [vi("x", TensorProto.FLOAT, [nodes, 16])],

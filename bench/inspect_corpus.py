@@ -5,6 +5,7 @@ translation and verdict of the corpus as it was).
 Usage::
 
     python bench/inspect_corpus.py record BEFORE.json      # on the code before the change
+    python bench/inspect_corpus.py record BEFORE.json --provider ../main/provider   # (or another checkout)
     python bench/inspect_corpus.py record AFTER.json       # on the code after it
     python bench/inspect_corpus.py compare BEFORE.json AFTER.json   # exit 1 on any difference
 
@@ -52,8 +53,8 @@ def _types(path: Path) -> dict[str, Any]:
     """value name -> [elem type, shape] for every typed value of every graph, after ``infer_shapes``."""
     import onnx
 
-    from dmlshim.errors import DmlShimError
     from dmlshim.cli.inspect_cmd import _read as read_proto
+    from dmlshim.errors import DmlShimError
     from dmlshim.translate import infer_shapes
     from dmlshim.translate.shapes_info import tensor_info
 
@@ -100,7 +101,7 @@ def _diff(a: Any, b: Any, where: str, out: list[str]) -> None:
             else:
                 _diff(a[key], b[key], f"{where}/{key}", out)
     elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        for i, (x, y) in enumerate(zip(a, b)):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
             _diff(x, y, f"{where}[{i}]", out)
     elif a != b:
         out.append(f"{where}: {json.dumps(a)[:200]} -> {json.dumps(b)[:200]}")
@@ -121,11 +122,14 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     rec = sub.add_parser("record")
     rec.add_argument("target", type=Path)
+    rec.add_argument("--provider", help="import dmlshim from this folder (another checkout's provider/)")
     cmp_ = sub.add_parser("compare")
     cmp_.add_argument("before", type=Path)
     cmp_.add_argument("after", type=Path)
     args = parser.parse_args(argv)
     if args.command == "record":
+        if args.provider:
+            sys.path.insert(0, args.provider)
         record(args.target)
         return 0
     return compare(args.before, args.after)

@@ -1,4 +1,5 @@
-"""Peak memory of one command, measured as ``bench/inference_memory.py`` and ``tests/test_inference_bounds.py`` measure it.
+"""Peak memory of one command, as ``bench/inference_memory.py`` and ``tests/test_inference_bounds.py``
+measure it.
 
 The command runs as the only child of a small wrapper interpreter, which reports
 ``resource.getrusage(RUSAGE_CHILDREN).ru_maxrss``: the child's own peak, not inherited from a large
@@ -21,7 +22,10 @@ REPO = Path(__file__).resolve().parent.parent
 _WRAPPER = (
     "import json, resource, subprocess, sys, time\n"
     "start = time.perf_counter()\n"
-    "done = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.PIPE)\n"
+    "try:\n"
+    "    done = subprocess.run(sys.argv[2:], capture_output=True, timeout=float(sys.argv[1]))\n"
+    "except subprocess.TimeoutExpired as exc:  # the child is killed: no orphan left running\n"
+    "    done = subprocess.CompletedProcess(exc.cmd, -9, exc.stdout or b'', exc.stderr or b'')\n"
     "wall = time.perf_counter() - start\n"
     "usage = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
     "print(json.dumps({'code': done.returncode, 'peak_kb': usage.ru_maxrss, 'wall': wall,\n"
@@ -37,9 +41,7 @@ ORT_SESSION = (
 )
 """onnxruntime's session creation on the model ``argv[1]`` (what dmlshim's cost is compared with)."""
 
-ORT_RUN = ORT_SESSION.replace(
-    "ort.InferenceSession(", "s = ort.InferenceSession("
-) + (
+ORT_RUN = ORT_SESSION.replace("ort.InferenceSession(", "s = ort.InferenceSession(") + (
     "import numpy as np, json\n"
     "feeds = json.loads(sys.argv[2])\n"
     "s.run(None, {k: np.array(v[0], dtype=v[1]) for k, v in feeds.items()})\n"
@@ -58,14 +60,14 @@ class Peak:
 
 
 def measure(argv: Sequence[str], env: Mapping[str, str] | None = None, timeout: float = 600) -> Peak:
-    """Run ``argv`` under the wrapper; its exit code, peak RSS (bytes), wall and CPU seconds, output tails."""
+    """Run ``argv`` under the wrapper; its exit code (-9 when killed after ``timeout`` seconds), peak RSS
+    (bytes), wall and CPU seconds, output."""
     full_env = {**os.environ, "PYTHONPATH": str(REPO / "provider"), **(env or {})}
     done = subprocess.run(
-        [sys.executable, "-c", _WRAPPER, *argv],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        [sys.executable, "-c", _WRAPPER, str(timeout), *argv],
+        capture_output=True,
         env=full_env,
-        timeout=timeout,
+        timeout=timeout + 60,
         check=True,
     )
     row = json.loads(done.stdout)

@@ -15,6 +15,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -22,6 +23,9 @@ REPO = Path(__file__).resolve().parent.parent
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("models", nargs="*", help="ONNX models (default: onnx_models/*.onnx)")
+    parser.add_argument(
+        "--backend", action="store_true", help="also the ONNX backend node tests for the six ops (in memory)"
+    )
     parser.add_argument("--feature-levels", default="5_0", help="comma-separated (default 5_0)")
     parser.add_argument("--out", help="keep the exports here (new or empty); default: temporary")
     parser.add_argument("--stack", help="the stack.json to use (default: the one in dmlshim's cache folder)")
@@ -41,7 +45,17 @@ def main(argv: list[str] | None = None) -> int:
     except StackMissingError as exc:
         print(f"directml_models: skipped: {exc.message} ({exc.path})")
         return 0 if args.skip_if_missing else 2
-    models = [Path(m) for m in args.models] or sorted((REPO / "onnx_models").glob("*.onnx"))
+    models: list[tuple[str, Any, Any]] = []
+    for path in [Path(m) for m in args.models] or sorted((REPO / "onnx_models").glob("*.onnx")):
+        npz = path.with_suffix(".npz")
+        models.append((path.stem, path, load_npz(npz) if npz.is_file() else None))
+    if args.backend:
+        from dmlshim.conformance.backend_suite import discover_cases
+
+        for case in discover_cases():
+            if case.in_scope:
+                names = [i.name for i in case.model.graph.input]
+                models.append((case.name, case.model, dict(zip(names, case.inputs, strict=True))))
     levels = [FeatureLevel.parse(f) for f in args.feature_levels.split(",") if f]
 
     start = time.monotonic()
@@ -49,12 +63,10 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(args.out) if args.out else Path(tmp)
         exports: list[tuple[str, Path]] = []
         failed_exports: list[str] = []
-        for model in models:
-            inputs_file = model.with_suffix(".npz")
-            inputs = load_npz(inputs_file) if inputs_file.is_file() else None
+        for stem, model, inputs in models:
             for fl in levels:
-                label = f"{model.stem}@{fl.short}"
-                target = out / f"{model.stem}_fl{fl.short}"
+                label = f"{stem}@{fl.short}"
+                target = out / f"{stem}_fl{fl.short}"
                 try:
                     export_model(model, target, inputs=inputs, feature_level=fl)
                 except DmlShimError as exc:

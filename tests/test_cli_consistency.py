@@ -375,6 +375,8 @@ def test_a_command_imports_only_its_own_module() -> None:
 
     assert loaded("-q", "validate", TOPK) == ["validate_cmd"]
     assert loaded("replay", "m.json") == ["replay_cmd"]
-    assert len(loaded("--help")) == len(loaded("valdate")) == 8
+    from dmlshim.cli.main import COMMANDS
+
+    assert len(loaded("--help")) == len(loaded("valdate")) == len(COMMANDS)
     with pytest.raises(SystemExit):
         main(["valdate", TOPK])

@@ -197,7 +197,7 @@ def test_run_host_goes_on_after_a_crash(tmp_path: Path) -> None:
     assert run.device.directml_version == "1.15.4.0"
     assert [run.results[j].status for j in jobs] == ["ok", "crash", "ok"]
     assert "exit code 4" in run.results["b"].message
-    assert run.processes == 2
+    assert run.processes == 3  # the crashing job is tried twice
 
 
 def test_replay_folders_writes_outputs_and_records(tmp_path: Path) -> None:
@@ -277,3 +277,12 @@ def test_zero_buffers_need_no_file(tmp_path: Path) -> None:
     write_job(model, tmp_path)
     # the output buffer (zeros) has no file: the host zero-fills it
     assert sorted(p.name for p in tmp_path.iterdir()) == ["buf0.bin", "buf1.bin", "job.txt"]
+
+
+def test_allow_builtin_widens_native_only_overrides() -> None:
+    from dmlshim.dxdispatch.host_run import allow_builtin
+
+    assert allow_builtin("d3d12,d3d12core,dxgi,wined3d=n;mscoree,mshtml=") == (
+        "d3d12,d3d12core,dxgi,wined3d=n,b;mscoree,mshtml="
+    )
+    assert allow_builtin("x=b") == "x=b"

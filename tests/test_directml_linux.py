@@ -30,9 +30,11 @@ MODELS = ROOT / "onnx_models"
 
 def _why_absent() -> str:
     states = [s for s in Setup().check() if not s.done]
-    return "real DirectML stack not set up (`dmlshim directml setup --check`: missing " + ", ".join(
-        s.name for s in states
-    ) + ")"
+    return (
+        "real DirectML stack not set up (`dmlshim directml setup --check`: missing "
+        + ", ".join(s.name for s in states)
+        + ")"
+    )
 
 
 real = pytest.mark.skipif(not stack_available(), reason=_why_absent() if not stack_available() else "")
@@ -78,6 +80,10 @@ def test_refusal_table_names_the_reshape_of_the_readme_model() -> None:
     found = session_refusals(onnx.load(str(MODELS / "tiny_decoder_step.onnx"), load_external_data=False))
     assert [(name, r.code) for name, r in found] == [("node_view_5", "EP_REFUSES_RESHAPE_ALLOWZERO")]
     assert session_refusals(_reshape_model(0)) == ()
+    empty = onnx.load(str(MODELS / "ecosystem/hw_scatternd_empty_index.onnx"), load_external_data=False)
+    assert [(n, r.code, r.when) for n, r in session_refusals(empty)] == [
+        ("scatter_nd_whole", "EP_CRASHES_SCATTERND_EMPTY_INDEX_TUPLE", "run")
+    ]
     assert [r.code for _, r in session_refusals(_reshape_model(1))] == ["EP_REFUSES_RESHAPE_ALLOWZERO"]
 
 
@@ -137,8 +143,25 @@ def test_bad_feed_gets_onnxruntime_message_and_class() -> None:
     indices = np.zeros((2, 1), dtype=np.int64)
     model = make_node_model("GatherElements", {"data": data, "indices": indices}, {"axis": 1})
     sess = InferenceSession(model, engine="directml")
-    with pytest.raises(Exception) as err:  # noqa: PT011 - dmlshim's feed check or onnxruntime's, both InvalidArgument
+    with pytest.raises(Exception) as err:
         sess.run(None, {"data": data, "indices": indices.astype(np.int32)})
     assert "InvalidArgument" in type(err.value).__name__ or any(
-        "InvalidArgument" == c.__name__ for c in type(err.value).__mro__
+        c.__name__ == "InvalidArgument" for c in type(err.value).__mro__
     )
+
+
+@real
+def test_run_command_names_directml_and_the_cpu_nodes(tmp_path: Path) -> None:
+    model = MODELS / "scatter_add_histogram.onnx"
+    done = subprocess.run(
+        [sys.executable, "-m", "dmlshim", "run", str(model), "--inputs", str(model.with_suffix(".npz")),
+         "--engine", "directml", "--json"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    device = doc["record"]["device"]
+    assert device["directml"].startswith("1.15.") and "vkd3d" in device["d3d12"]
+    # onnxruntime's DirectML provider leaves ScatterElements with reduction='add' to its CPU provider.
+    assert device["nodes_on_cpu"] == "node_scatter_add"
+    assert [n["ort_placement"] for n in doc["record"]["nodes"]] == ["CPUExecutionProvider"]

@@ -4,6 +4,7 @@ output."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -50,12 +51,17 @@ def test_an_index_into_empty_data_is_out_of_range_everywhere(op: str, engine: st
     model = _model(op)
     feeds = {"d": np.zeros((0, 4), np.float32), "i": np.array(CASES[op][2], np.int64)}
     theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    with pytest.raises(Exception, match=r"out of (data )?bounds|[Oo]ut of range|invalid index"):
-        theirs.run(None, feeds)
     session = dmlshim.InferenceSession(model, **ENGINES[engine])
-    with pytest.raises(IndexOutOfRangeError, match="out of range") as caught:
-        session.run(None, feeds)
-    assert caught.value.op_type == op
+    try:
+        expected = theirs.run(None, feeds)
+    except Exception as exc:  # onnxruntime: the index is out of range
+        assert re.search(r"out of (data )?bounds|[Oo]ut of range|invalid index", str(exc)), exc
+        with pytest.raises(IndexOutOfRangeError, match="out of range") as caught:
+            session.run(None, feeds)
+        assert caught.value.op_type == op
+    else:  # onnxruntime 1.24's GatherND answers an index into empty data: so does dmlshim
+        for got, want in zip(session.run(None, feeds), expected, strict=True):
+            assert got.dtype == want.dtype and got.shape == want.shape
     # no index at all: onnxruntime's empty output
     empty = {"d": feeds["d"], "i": np.zeros((0, *np.asarray(CASES[op][2]).shape[1:]), np.int64)}
     for got, want in zip(session.run(None, empty), ort_run(model, empty), strict=True):

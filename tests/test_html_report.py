@@ -260,3 +260,28 @@ def test_missing_extra_is_named_before_any_work(
         err = capsys.readouterr().err
         assert "pip install 'dmlshim[html]'" in err and "igraph" in err
         assert not out.exists()
+
+
+def test_a_node_where_validate_saw_the_divergence_start_is_marked(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from dmlshim.execute.record import NodeRecord
+    from dmlshim.report.html import PageText, page_html, validate_marks
+    from dmlshim.validate import NodeValidation
+
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["x", "i"], ["y"], axis=0, name="g")],
+        "g",
+        [helper.make_tensor_value_info("x", T.FLOAT, [3, 2])],
+        [helper.make_tensor_value_info("y", T.FLOAT, [2, 2])],
+        initializer=[helper.make_tensor("i", T.INT64, [2], [2, 0])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=IR_VERSION)
+    record = NodeRecord("g", "Gather", placement="dml", status="dml", operator="DML_OPERATOR_GATHER")
+    # Its input agreed with the reference and its output did not: the divergence starts here.
+    node = NodeValidation("g", "Gather", record=record, output_match=False, input_matches=(("x", True),))
+    marks = validate_marks(SimpleNamespace(nodes=(node,)))  # type: ignore[arg-type]
+    assert marks["g"].alert and marks["g"].category == "dml"
+    page = Page(page_html(model, marks, PageText("t", ("verdict: MISMATCH",), False, "")))
+    assert page.boxes[page.drawn()["g"]]["class"] == "node gs cat-dml alert"
+    assert page.rows_of("g")["output against the reference"] == "DIVERGES HERE"

@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
-
 from bench.inference_memory import TABLE_ELEMENTS, flat_table_model, gnn_edges_model
 from bench.peak import ORT_RUN, ORT_SESSION, dmlshim, measure, python
+from onnx import TensorProto, helper, numpy_helper
+
 from dmlshim.model.data_prop import DATA_MAX_ELEMENTS, infer_with_data_prop
 from dmlshim.translate import infer_shapes
 
@@ -86,9 +86,12 @@ def test_gbdt_style_tables_within_the_bound_keep_onnx_result():
     nodes = [helper.make_node("Gather", ["lefts", "i"], ["n"], axis=0),
              helper.make_node("Cast", ["n"], ["f"], to=TensorProto.FLOAT)]  # fmt: skip
     model = _model(nodes, [vi("i", TensorProto.INT64, ["rows"])], [vi("f", TensorProto.FLOAT, None)], [table])
-    assert 108 <= DATA_MAX_ELEMENTS
+    assert DATA_MAX_ELEMENTS >= 108
     ours = infer_with_data_prop(model)
-    assert ours.SerializeToString() == onnx.shape_inference.infer_shapes(model, data_prop=True).SerializeToString()
+    assert (
+        ours.SerializeToString()
+        == onnx.shape_inference.infer_shapes(model, data_prop=True).SerializeToString()
+    )
 
 
 # -- large values: cut, types kept ------------------------------------------------------------------------
@@ -105,7 +108,11 @@ def test_large_one_dimensional_values_keep_their_types_without_their_data():
     ]
     model = _model(
         nodes,
-        [vi("t", TensorProto.FLOAT, [n]), vi("i", TensorProto.INT64, ["k"]), vi("y", TensorProto.FLOAT, [2, 3])],
+        [
+            vi("t", TensorProto.FLOAT, [n]),
+            vi("i", TensorProto.INT64, ["k"]),
+            vi("y", TensorProto.FLOAT, [2, 3]),
+        ],
         [vi("g", TensorProto.FLOAT, None), vi("r", TensorProto.FLOAT, None)],
         [_ints([0], "zero1"), _ints([3], "three")],
     )
@@ -150,7 +157,8 @@ def test_length_only_propagation_reveals_is_cut_in_the_pass_that_reveals_it(tmp_
         "from dmlshim.model.data_prop import infer_with_data_prop\n"
         "m = onnx.load(sys.argv[1])\n"
         "r = infer_with_data_prop(m) if sys.argv[2] == 'bounded' else onnx.shape_inference.infer_shapes(m)\n"
-        "print({v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in (*r.graph.value_info, *r.graph.output)})\n"
+        "values = (*r.graph.value_info, *r.graph.output)\n"
+        "print({v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in values})\n"
     )
     bounded = measure(python(code, str(path), "bounded"))
     plain = measure(python(code, str(path), "plain"))  # onnx without data propagation: the reference cost
@@ -197,3 +205,18 @@ def test_inspect_of_a_gnn_with_a_constant_edge_list_costs_what_onnxruntime_costs
     ops = sorted(n["op_type"] for n in json.loads(ours.out)["nodes"])
     assert ops == ["Gather", "Gather", "Gather", "ScatterElements"]
     assert ours.peak_bytes <= 2 * ort.peak_bytes, (ours.peak_bytes, ort.peak_bytes)
+
+
+def test_shape_inference_refuses_under_the_memory_limit_naming_itself(tmp_path: Path):
+    """The limit is honoured by shape inference too: its graph copies are refused before inferring, with
+    an error naming the step (exit 2, no traceback)."""
+    from bench.inspect_scale import gather_chain
+
+    model = gather_chain(2000)
+    path = tmp_path / "chain.onnx"
+    onnx.save(model, path)
+    limit = 2 * model.ByteSize()  # the graph fits, the three copies inference holds do not
+    done = measure(dmlshim("inspect", str(path)), {"DMLSHIM_MEMORY_LIMIT": str(limit)})
+    assert done.code == 2, done.out + done.err
+    assert "shape inference (3 copies of the" in done.err and "DMLSHIM_MEMORY_LIMIT" in done.err
+    assert "Traceback" not in done.err

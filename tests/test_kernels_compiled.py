@@ -313,3 +313,30 @@ def test_modes() -> None:
     code = "from dmlshim.kernels import compiled; print(compiled.selected())"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert done.stdout.strip() == "numpy", done.stderr
+
+
+AUTO_SCRIPT = """
+import sys
+import numpy as np
+from dmlshim.kernels import compiled, execute
+from tests.test_kernels_support import gather_elements_desc
+def run(rows):
+    data = np.arange(rows * 4, dtype=np.float32).reshape(rows, 4)
+    idx = np.zeros((rows, 4), dtype=np.int64)
+    desc = gather_elements_desc(data, idx, 1)
+    execute(desc, {"InputTensor": data, "IndicesTensor": idx})
+run(8)
+print("small", "numba" in sys.modules)
+run(compiled.AUTO_MIN_ELEMENTS // 4)
+print("large", "numba" in sys.modules, compiled.selected())
+"""
+
+
+def test_auto_loads_numba_at_the_first_large_call() -> None:
+    """DMLSHIM_KERNELS=auto: small calls leave numba unimported; the first large one loads it."""
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "DMLSHIM_KERNELS": "auto"}
+    done = subprocess.run(
+        [sys.executable, "-c", AUTO_SCRIPT], capture_output=True, text=True, env=env, cwd=root, timeout=300
+    )
+    assert done.stdout.split("\n")[:2] == ["small False", "large True compiled"], done.stderr[-2000:]

@@ -342,3 +342,41 @@ def test_the_engine_option_chooses_the_engine_of_emulated_sessions(tmp_path: Pat
     assert default.stdout.split()[0] != "cpu"
     bad = _runner("--engine", "nope", str(script))
     assert bad.returncode == 2 and "unknown engine 'nope'" in bad.stderr
+
+
+_LOOP_SCRIPT = """
+import numpy as np, onnxruntime
+from onnx import TensorProto as T, helper
+body = helper.make_graph(
+    [helper.make_node("Gather", ["x", "i"], ["g"]), helper.make_node("Identity", ["c"], ["co"])],
+    "body",
+    [helper.make_tensor_value_info("it", T.INT64, []), helper.make_tensor_value_info("c", T.BOOL, [])],
+    [helper.make_tensor_value_info("co", T.BOOL, []), helper.make_tensor_value_info("g", T.FLOAT, None)],
+)
+inputs = (("x", T.FLOAT, [4]), ("i", T.INT64, [2]), ("n", T.INT64, []), ("cond", T.BOOL, []))
+g = helper.make_graph(
+    [helper.make_node("Loop", ["n", "cond"], ["out"], body=body)], "g",
+    [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+    [helper.make_tensor_value_info("out", T.FLOAT, None)],
+)
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+s = onnxruntime.InferenceSession(m.SerializeToString(), providers=["DmlExecutionProvider"])
+feeds = {"x": np.arange(4, dtype=np.float32), "i": np.array([3, 1]), "n": np.array(2), "cond": np.array(True)}
+out = s.run(None, feeds)[0].tolist()
+from onnxruntime.capi.onnxruntime_inference_collection import InferenceSession as Real  # onnxruntime's own
+want = Real(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0].tolist()
+print(out == want, [(r.name, r.placement) for r in s.last_run_record.nodes])
+"""
+
+
+def test_the_engine_option_emulates_the_gathers_inside_a_loop_body(tmp_path: Path) -> None:
+    pytest.importorskip("onnxruntime_extensions")  # the custom-op engine's
+    script = tmp_path / "loop.py"
+    script.write_text(_LOOP_SCRIPT)
+    got = _runner("--engine", "customop", str(script))
+    assert got.returncode == 0, got.stderr[-2000:]
+    same, nodes = got.stdout.strip().splitlines()[-1].split(" ", 1)
+    assert same == "True"  # the values onnxruntime's CPU provider gives
+    assert nodes == "[('Loop_0/body/Gather_0', 'dml')]"
+    default = _runner(str(script))
+    assert "('Loop_0/body/Gather_0', 'onnxruntime-cpu')" in default.stdout  # the default engine does not

@@ -6,13 +6,15 @@ import numpy as np
 import pytest
 
 from dmlshim import EngineUnavailableError, InferenceSession
-from dmlshim.execute.directml import dml_available, unavailable_reason
+from dmlshim.execute.directml import dml_available, linux_stack_available, unavailable_reason
 from dmlshim.execute.engine import engine_names
 from tests.oracle import ort_run
 from tests.test_session_models import assert_bitwise, chain_model
 
 
-@pytest.mark.skipif(dml_available(), reason="DmlExecutionProvider is available here")
+@pytest.mark.skipif(
+    dml_available() or linux_stack_available(), reason="real DirectML is available here (in-process or the Linux stack)"
+)
 def test_directml_engine_unavailable_is_a_clear_error() -> None:
     model, _ = chain_model()
     with pytest.raises(EngineUnavailableError) as err:
@@ -20,6 +22,7 @@ def test_directml_engine_unavailable_is_a_clear_error() -> None:
     message = str(err.value)
     assert "DmlExecutionProvider is not available on this machine" in message
     assert "onnxruntime-directml" in message and "Windows" in message
+    assert "dmlshim directml setup" in message
 
 
 def test_unknown_engine_lists_the_known_ones() -> None:
@@ -29,8 +32,8 @@ def test_unknown_engine_lists_the_known_ones() -> None:
     assert {"partitioned", "directml"} <= set(engine_names())
 
 
-@pytest.mark.skipif(not dml_available(), reason=unavailable_reason())
-def test_directml_engine_runs_the_model() -> None:  # pragma: no cover - Windows with a GPU only
+@pytest.mark.skipif(not (dml_available() or linux_stack_available()), reason=unavailable_reason())
+def test_directml_engine_runs_the_model() -> None:  # pragma: no cover - real DirectML only
     model, feeds = chain_model()
     sess = InferenceSession(model, engine="directml")
     got = sess.run(None, feeds)

@@ -17,16 +17,24 @@ from pathlib import Path
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="directml_command", metavar="ACTION")
     setup = sub.add_parser("setup", help="set the real-DirectML stack up (Debian/Ubuntu; apt needs root)")
-    setup.add_argument("--check", action="store_true", help="only report what is in place; exit 1 if incomplete")
-    setup.add_argument("--dir", type=Path, default=None, help="the stack folder (default: the user cache folder)")
+    setup.add_argument(
+        "--check", action="store_true", help="only report what is in place; exit 1 if incomplete"
+    )
+    setup.add_argument(
+        "--dir", type=Path, default=None, help="the stack folder (default: the user cache folder)"
+    )
     setup.add_argument("--json", action="store_true", help="the report as JSON on stdout")
     sweep = sub.add_parser(
         "sweep", help="run models on real DirectML; compare with dmlshim's emulation and onnxruntime CPU"
     )
-    sweep.add_argument("models", nargs="+", type=Path, help="ONNX models (inputs from M.npz beside each, if any)")
+    sweep.add_argument(
+        "models", nargs="+", type=Path, help="ONNX models (inputs from M.npz beside each, if any)"
+    )
     sweep.add_argument("--json", action="store_true", help="the results as JSON on stdout")
     sweep.add_argument(
-        "--fail-on-difference", action="store_true", help="exit 1 when real DirectML differs from the emulation"
+        "--fail-on-difference",
+        action="store_true",
+        help="exit 1 when real DirectML differs from the emulation",
     )
     info = sub.add_parser("info", help="print the set-up stack's stack.json")
     info.add_argument("--dir", type=Path, default=None, help="the stack folder")
@@ -38,7 +46,11 @@ def _progress(quiet: bool):  # type: ignore[no-untyped-def]
 
     def show(line: str) -> None:
         if not quiet:
-            print(f"dmlshim directml setup [{time.monotonic() - start:6.1f}s] {line}", file=sys.stderr, flush=True)
+            print(
+                f"dmlshim directml setup [{time.monotonic() - start:6.1f}s] {line}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     return show
 
@@ -91,16 +103,25 @@ def _sweep(args: argparse.Namespace) -> int:
             print(f"dmlshim directml sweep: {path}", file=sys.stderr, flush=True)
         results.append(sweep_one(path))
     if args.json:
-        doc = {"schema_version": 1, "command": "directml sweep", "stack": stack.versions,
-               "results": [r.to_json() for r in results]}
+        doc = {
+            "schema_version": 1,
+            "command": "directml sweep",
+            "stack": stack.versions,
+            "results": [r.to_json() for r in results],
+        }
         print(json.dumps(doc, indent=2))
     else:
         print(stack.describe())
         print("\n".join(table(results)))
     unexplained = [
-        r for r in results
-        if (r.outcome == "refused" and not r.predicted_refusal)
-        or (r.outcome == "ran" and r.vs_emulation is not None and not r.vs_emulation.equal and args.fail_on_difference)
-        or r.outcome == "failed"
+        r
+        for r in results
+        if (r.outcome in ("refused", "failed") and not r.predicted_refusal)
+        or (
+            r.outcome == "ran"
+            and r.vs_emulation is not None
+            and not r.vs_emulation.equal
+            and args.fail_on_difference
+        )
     ]
     return 1 if unexplained else 0

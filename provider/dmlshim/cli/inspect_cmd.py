@@ -118,7 +118,7 @@ def _inspect(args: argparse.Namespace) -> int:
     if args.html:
         from ..report.html import check_html_target
 
-        check_html_target(args.html, overwrite=args.overwrite, inputs=(args.model,))
+        check_html_target(args.html, overwrite=args.overwrite, inputs=(args.model, args.inputs))
     if given and args.inputs:
         print("dmlshim inspect: note: --input-shape is ignored with --inputs", file=sys.stderr)
         given = {}
@@ -151,9 +151,7 @@ def _inspect(args: argparse.Namespace) -> int:
         )
     inputs, outputs = graph_values(model)
     if args.json:
-        write_json(
-            translation, sys.stdout, args.model, graph_inputs=inputs, graph_outputs=outputs, run=ran
-        )
+        write_json(translation, sys.stdout, args.model, graph_inputs=inputs, graph_outputs=outputs, run=ran)
     if not args.json or args.html:
         symbolic: dict[str, tuple[object, ...]] = {}
         for v in inputs:
@@ -189,7 +187,9 @@ def _write_html(
 ) -> None:
     from ..report.html.reports import write_inspect_report
 
-    write_inspect_report(args.html, model, translation, args.model, text, overwrite=args.overwrite)
+    write_inspect_report(
+        args.html, model, translation, args.model, text, overwrite=args.overwrite, inputs=(args.inputs,)
+    )
     print(f"dmlshim inspect: HTML report written to {args.html}", file=sys.stderr)
 
 

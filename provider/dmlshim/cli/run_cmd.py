@@ -175,6 +175,11 @@ def _summary_text(
         f"engine: {record.engine}, {record.feature_level}, "
         f"{record.cpu_partitions} onnxruntime CPU partition(s)",
         *([f"real DirectML: {dict(record.device).get('description', '')}"] if record.device else []),
+        *(
+            [f"nodes onnxruntime placed on its CPU provider: {dict(record.device).get('nodes_on_cpu', '?')}"]
+            if record.device
+            else []
+        ),
         f"gather/scatter nodes: {len(record.nodes)} ({emulated} ran as DirectML operators, "
         f"{len(record.nodes) - emulated} on onnxruntime CPU)",
         "",

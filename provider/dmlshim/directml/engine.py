@@ -7,6 +7,7 @@ onnxruntime's Python API raises in that situation, so ``except InvalidArgument``
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import tempfile
@@ -38,7 +39,10 @@ _CLASS_BY_MESSAGE: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"Invalid (input|output) name|Unexpected input data type|Got invalid dimensions|"
                 r"input .* is missing|invalid rank", re.I), "InvalidArgument"),
     (re.compile(r"NOT_IMPLEMENTED|Could not find an implementation", re.I), "NotImplemented"),
-    (re.compile(r"This is an invalid model|Type Error|ShapeInferenceError|Node \(.*\) Op", re.I), "InvalidGraph"),
+    (
+        re.compile(r"This is an invalid model|Type Error|ShapeInferenceError|Node \(.*\) Op", re.I),
+        "InvalidGraph",
+    ),
 )  # fmt: skip
 
 
@@ -54,6 +58,17 @@ def ort_class_name(message: str, stage: str) -> str:
 def _ort_exception(message: str, stage: str) -> BaseException:
     cls = getattr(pybind_state, ort_class_name(message, stage), None) or RuntimeError
     return cls(message)  # type: ignore[no-any-return]
+
+
+_LEVELS = {0: "disabled", 1: "basic", 2: "extended", 3: "layout", 99: "all"}
+
+
+def _optimization(config: Any) -> str:
+    """onnxruntime-node's name for the caller's graph optimization level (``all`` by default)."""
+    options = config.options_object() if hasattr(config, "options_object") else None
+    level = getattr(options, "graph_optimization_level", None)
+    name = _LEVELS.get(int(level), "all") if level is not None else "all"
+    return "all" if name == "layout" else name
 
 
 class LinuxDirectMLEngine:
@@ -86,10 +101,13 @@ class LinuxDirectMLEngine:
         path = Path(self._tmp.name) / "model.onnx"
         onnx.save_model(model, str(path), save_as_external_data=model.ByteSize() > 1_500_000_000)
         try:
-            self._session: HostSession = self.host.load(path, disable_cpu_fallback=disable_cpu_fallback)
+            self._session: HostSession = self.host.load(
+                path, disable_cpu_fallback=disable_cpu_fallback, optimization=_optimization(config)
+            )
         except HostError as exc:
             raise BadModelError(
-                f"onnxruntime ({DML_EP}, real DirectML {self.stack.versions.get('directml', '?')}) cannot load "
+                f"onnxruntime ({DML_EP}, real DirectML {self.stack.versions.get('directml', '?')}) "
+                "cannot load "
                 f"the model: {exc}"
             ) from _ort_exception(str(exc), "load")
         self._nodes = self._records(model)
@@ -102,7 +120,8 @@ class LinuxDirectMLEngine:
         for t in translate_model(model, self.config.feature_level).nodes:
             placed = t.ort_placement
             if placements is not None:
-                placed = placements.get(t.name, placements.get("*", placed))
+                # Nodes on the DirectML provider are fused (DmlFusedNode_*): the log lists the others.
+                placed = placements.get(t.name, placements.get("*", DML_PROVIDER))
             on_dml = placed == DML_PROVIDER
             records.append(
                 NodeRecord(
@@ -119,13 +138,16 @@ class LinuxDirectMLEngine:
 
     def stack_record(self) -> dict[str, Any]:
         """What ran: DirectML's version and the D3D12/Vulkan layers (for run records and reports)."""
+        v = self.stack.versions
         return {
             "directml": self.stack.versions.get("directml"),
             "onnxruntime": self.stack.versions.get("onnxruntime_node"),
-            "d3d12": f"vkd3d {self.stack.versions.get('vkd3d')} (DXIL on) in Wine {self.stack.versions.get('wine_d3d')}",
+            "d3d12": f"vkd3d {v.get('vkd3d')} (DXIL on) in Wine {v.get('wine_d3d')}",
             "vulkan": f"Mesa {self.stack.versions.get('mesa')} lavapipe (llvmpipe, CPU)",
             "wine": self.stack.versions.get("wine_runtime"),
-            "placement_source": PLACEMENT_LOG if self._session.placements is not None else PLACEMENT_PREDICTED,
+            "placement_source": PLACEMENT_LOG
+            if self._session.placements is not None
+            else PLACEMENT_PREDICTED,
             "nodes_on_cpu": ", ".join(self.cpu_nodes()) or "none",
             "description": self.stack.describe(),
         }
@@ -144,7 +166,9 @@ class LinuxDirectMLEngine:
         from ..execute.record import RunRecord
 
         try:
-            outputs = self.host.run(self._session, {k: np.asarray(v) for k, v in feeds.items()}, list(output_names))
+            outputs = self.host.run(
+                self._session, {k: np.asarray(v) for k, v in feeds.items()}, list(output_names)
+            )
         except HostError as exc:
             error: DmlShimError = BadInputError(f"onnxruntime ({DML_EP}) failed running the model: {exc}")
             raise error from _ort_exception(str(exc), "run")
@@ -157,7 +181,5 @@ class LinuxDirectMLEngine:
         self._tmp.cleanup()
 
     def __del__(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # interpreter shutdown: the host may be gone
             self.close()
-        except Exception:  # noqa: BLE001 - interpreter shutdown: the host may be gone
-            pass

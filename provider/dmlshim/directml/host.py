@@ -64,27 +64,33 @@ class HostSession:
     """node name -> execution provider, from onnxruntime's verbose log (None when it logged none)."""
 
 
-_PLACED = re.compile(r"(?:All nodes placed on|Node\(s\) placed on) \[(\w+)\]")
-_PLACED_NODE = re.compile(r"^\s+(\w[\w.]*) \((.*)\)\s*$")
+_LOG_MESSAGE = re.compile(r"^.*?\[[VIWEF]:onnxruntime:[^\]]*\] ?(.*)$")
+_PLACED = re.compile(r"^\s*(All nodes placed on|Node\(s\) placed on) \[(\w+)\]")
+_PLACED_NODE = re.compile(r"^\s{2,}(\S+) \((.*)\)\s*$")
 
 
 def parse_placements(log: str) -> dict[str, str] | None:
-    """onnxruntime's "Node placements" verbose log as node name -> provider; names of nodes on a provider
-    whose nodes are not listed (``All nodes placed on [X]``) map to ``*``."""
+    """onnxruntime's "Node placements" verbose log (session creation) as node name -> provider. When it
+    says ``All nodes placed on [X]`` without listing them, ``"*"`` maps to X. None when it logged none."""
     placements: dict[str, str] = {}
     provider: str | None = None
     seen = False
     for line in log.splitlines():
-        found = _PLACED.search(line)
+        message = _LOG_MESSAGE.match(line)
+        if message is None:
+            provider = None
+            continue
+        text = message.group(1)
+        found = _PLACED.match(text)
         if found:
-            provider, seen = found.group(1), True
-            if "All nodes placed on" in line:
+            provider, seen = found.group(2), True
+            if found.group(1).startswith("All"):
                 placements["*"] = provider
             continue
-        node = _PLACED_NODE.match(line)
+        node = _PLACED_NODE.match(text)
         if provider is not None and node:
             placements[node.group(2)] = provider
-        elif not line.startswith(" "):
+        else:
             provider = None
     return placements if seen else None
 
@@ -135,14 +141,15 @@ class Host:
                     f"{exc}; its log: {self._log_tail()}",
                     value=str(self.log_path),
                 ) from exc
-        self._sock.settimeout(REQUEST_TIMEOUT)
+        self._sock.settimeout(1.0)
         self.info = self.request({"op": "info"})[0]
 
     def _start_xvfb(self) -> str:
         xvfb = shutil.which("Xvfb")
         if xvfb is None:
             raise EngineUnavailableError(
-                "no DISPLAY and no Xvfb: install the xvfb package (`dmlshim directml setup` does)", value="Xvfb"
+                "no DISPLAY and no Xvfb: install the xvfb package (`dmlshim directml setup` does)",
+                value="Xvfb",
             )
         number = _free_display()
         self._xvfb = subprocess.Popen(
@@ -167,8 +174,23 @@ class Host:
 
     def _recv_exact(self, size: int) -> bytes:
         chunks = []
+        deadline = time.monotonic() + REQUEST_TIMEOUT
         while size:
-            chunk = self._sock.recv(min(size, 1 << 20))
+            try:
+                chunk = self._sock.recv(min(size, 1 << 20))
+            except TimeoutError:
+                # node.exe may have crashed without closing the socket (Wine keeps it for a debugger).
+                if self._proc.poll() is not None:
+                    raise HostError(
+                        f"the DirectML host exited; its log: {self._log_tail()}", "host"
+                    ) from None
+                if time.monotonic() > deadline:
+                    raise HostError(
+                        f"the DirectML host gave no answer in {REQUEST_TIMEOUT:.0f} s "
+                        f"(DMLSHIM_DIRECTML_TIMEOUT); its log: {self._log_tail()}",
+                        "host",
+                    ) from None
+                continue
             if not chunk:
                 raise HostError(f"the DirectML host exited; its log: {self._log_tail()}", "host")
             chunks.append(chunk)
@@ -190,12 +212,16 @@ class Host:
                 (blen,) = struct.unpack("<Q", self._recv_exact(8))
                 data = self._recv_exact(blen)
             except OSError as exc:
-                raise HostError(f"lost the DirectML host: {exc}; its log: {self._log_tail()}", "host") from exc
+                raise HostError(
+                    f"lost the DirectML host: {exc}; its log: {self._log_tail()}", "host"
+                ) from exc
         if not reply.get("ok"):
             raise HostError(str(reply.get("error")), str(reply.get("stage")))
         return reply, data
 
-    def load(self, model_path: Path, *, disable_cpu_fallback: bool = False, optimization: str = "all") -> HostSession:
+    def load(
+        self, model_path: Path, *, disable_cpu_fallback: bool = False, optimization: str = "all"
+    ) -> HostSession:
         """Create an onnxruntime session with the DirectML provider on ``model_path``.
 
         The session logs verbosely while it is created, so that onnxruntime's node placement can be read
@@ -240,7 +266,9 @@ class Host:
             data = arr.tobytes()
             specs.append({"name": name, "type": kind, "dims": list(arr.shape), "nbytes": len(data)})
             parts.append(data)
-        reply, body = self.request({"op": "run", "session": session.id, "feeds": specs, "outputs": outputs}, b"".join(parts))
+        reply, body = self.request(
+            {"op": "run", "session": session.id, "feeds": specs, "outputs": outputs}, b"".join(parts)
+        )
         results = []
         offset = 0
         for spec in reply["outputs"]:

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import portable
 from ..errors import EngineUnavailableError
 from ..fileio.files import write_json, write_text
 from . import wine_build
@@ -47,7 +48,8 @@ ORT_NODE_VERSION = "1.24.3"
 ORT_DML_WHEEL_VERSION = "1.24.4"
 WINE_LOADER = "/usr/lib/wine/wine64"
 WINESERVER = "/usr/lib/wine/wineserver64"
-DLL_OVERRIDES = "d3d12,d3d12core,dxgi,wined3d=n;mscoree,mshtml="
+DLL_OVERRIDES = "d3d12,d3d12core,dxgi,wined3d=n;mscoree,mshtml=;winedbg.exe=d"
+"""Our D3D DLLs beside node.exe win over Wine's; no Mono/Gecko; no debugger (a crash ends the process)."""
 
 SYSTEM_PACKAGES = (
     "wine", "wine64", "libwine", "xvfb", "xauth", "libvulkan1", "gcc-mingw-w64-x86-64-posix",
@@ -100,13 +102,17 @@ class Setup:
         logger.debug("%s: %s (in %s)", what, " ".join(cmd), cwd)
         try:
             with open(log, "wb") as out:
-                done = subprocess.run(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+                done = subprocess.run(
+                    cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
+                )
         except FileNotFoundError as exc:
             raise EngineUnavailableError(f"{what}: {cmd[0]} is not installed ({exc})", value=cmd[0]) from exc
         if done.returncode != 0:
             tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-12:]
             raise EngineUnavailableError(
-                f"{what} failed (exit {done.returncode}): {' '.join(cmd)}\n  " + "\n  ".join(tail) + f"\n(full log: {log})",
+                f"{what} failed (exit {done.returncode}): {' '.join(cmd)}\n  "
+                + "\n  ".join(tail)
+                + f"\n(full log: {log})",
                 value=what,
             )
 
@@ -136,7 +142,7 @@ class Setup:
         missing = self.missing_packages()
         if not missing:
             return
-        if os.geteuid() != 0:
+        if not portable.is_root():
             raise EngineUnavailableError(
                 "missing Debian packages: " + " ".join(missing) + "; install them as root "
                 "(apt-get install --no-install-recommends " + " ".join(missing) + ") and run setup again",
@@ -146,7 +152,15 @@ class Setup:
         env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
         self._run(["apt-get", "-o", "DPkg::Lock::Timeout=900", "update"], self.folder, "apt-get update", env)
         self._run(
-            ["apt-get", "-o", "DPkg::Lock::Timeout=900", "install", "-y", "--no-install-recommends", *missing],
+            [
+                "apt-get",
+                "-o",
+                "DPkg::Lock::Timeout=900",
+                "install",
+                "-y",
+                "--no-install-recommends",
+                *missing,
+            ],
             self.folder,
             "apt-get install",
             env,
@@ -158,16 +172,26 @@ class Setup:
         sources = self.apt / "sources.list"
         if not sources.exists() or sources.read_text(encoding="utf-8") != APT_SOURCES:
             write_text(sources, APT_SOURCES, overwrite=True)
-        if not any((self.apt / "lists").glob("*Packages*")) or not any((self.apt / "lists").glob("*Sources*")):
-            self.progress(f"reading the apt index of {MESA_SUITE}, trixie and sid's sources (private to the stack)")
-            self._run(["apt-get", *self._apt_options(), "update"], self.folder, "apt-get update (private index)")
+        if not any((self.apt / "lists").glob("*Packages*")) or not any(
+            (self.apt / "lists").glob("*Sources*")
+        ):
+            self.progress(
+                f"reading the apt index of {MESA_SUITE}, trixie and sid's sources (private to the stack)"
+            )
+            self._run(
+                ["apt-get", *self._apt_options(), "update"], self.folder, "apt-get update (private index)"
+            )
 
     def _download_deb(self, spec: str, pattern: str) -> Path:
         self.downloads.mkdir(parents=True, exist_ok=True)
         found = sorted(self.downloads.glob(pattern))
         if not found:
             self.progress(f"downloading {spec}")
-            self._run(["apt-get", *self._apt_options(), "download", spec], self.downloads, f"apt-get download {spec}")
+            self._run(
+                ["apt-get", *self._apt_options(), "download", spec],
+                self.downloads,
+                f"apt-get download {spec}",
+            )
             found = sorted(self.downloads.glob(pattern))
         if not found:
             raise EngineUnavailableError(f"apt-get download {spec} left no {pattern}", value=spec)
@@ -206,13 +230,25 @@ class Setup:
         for tar in [*self.source.glob("wine_*.orig.tar.xz"), *self.source.glob("wine_*.debian.tar.xz")]:
             self._run(["tar", "xf", tar.name], self.source, f"unpack {tar.name}")
 
+    def _dlls_current(self) -> bool:
+        marker = self.bin / ".dmlshim-patch-level"
+        built = all((self.bin / f"{n}.dll").exists() for n in wine_build.TARGET_DLLS)
+        return (
+            built and marker.exists() and marker.read_text(encoding="utf-8").strip() == wine_build.PATCH_LEVEL
+        )
+
     def step_wine_dlls(self) -> None:
-        if all((self.bin / f"{n}.dll").exists() for n in wine_build.TARGET_DLLS):
+        if self._dlls_current():
             return
-        self.progress("preparing Wine 10's source: generators, vkd3d patched for DirectML, configure (~3 min)")
+        self.progress(
+            "preparing Wine 10's source: generators, vkd3d patched for DirectML, configure (~3 min)"
+        )
         wine_build.prepare_tree(self.tree, self.source / "debian", self.vk_registry, self._run)
-        self.progress("building d3d12, d3d12core, dxgi and wined3d (vkd3d with DXIL) with mingw (~5 min on 2 cores)")
+        self.progress(
+            "building d3d12, d3d12core, dxgi and wined3d (vkd3d with DXIL) with mingw (~5 min on 2 cores)"
+        )
         wine_build.build_dlls(self.tree, self.bin, self._run)
+        write_text(self.bin / ".dmlshim-patch-level", wine_build.PATCH_LEVEL + "\n", overwrite=True)
 
     def _npm_pack(self, spec: str) -> Path:
         name, _, version = spec.rpartition("@")
@@ -246,6 +282,11 @@ class Setup:
             dest = self.node_modules / pkg
             if not (dest / "package.json").exists():
                 self._unpack_npm(self._npm_pack(f"{pkg}@{ORT_NODE_VERSION}"), dest)
+        # onnxruntime.dll delay-loads DirectML.dll and d3d12.dll through the ordinary search path, which
+        # starts at node.exe's folder (0xc06d007e otherwise): the binding's DLLs go beside node.exe too.
+        for dll in (self.node_modules / "onnxruntime-node/bin/napi-v6/win32/x64").glob("*.dll"):
+            if not (self.bin / dll.name).exists():
+                shutil.copy2(dll, self.bin / dll.name)
 
     def step_wheel(self) -> None:
         if (self.dml / "DirectML.dll").exists():
@@ -256,7 +297,8 @@ class Setup:
             self.progress(f"pip download onnxruntime-directml=={ORT_DML_WHEEL_VERSION} (win_amd64, 25 MB)")
             self._run(
                 [
-                    "python3", "-m", "pip", "download", "--quiet", "--only-binary=:all:", "--platform", "win_amd64",
+                    "python3", "-m", "pip", "download", "--quiet", "--only-binary=:all:",
+                    "--platform", "win_amd64",
                     "--python-version", "3.12", "--no-deps", "-d", str(self.downloads),
                     f"onnxruntime-directml=={ORT_DML_WHEEL_VERSION}",
                 ],
@@ -265,7 +307,9 @@ class Setup:
             )  # fmt: skip
             wheels = list(self.downloads.glob("onnxruntime_directml-*win_amd64.whl"))
         if not wheels:
-            raise EngineUnavailableError("pip download left no onnxruntime-directml wheel", value="onnxruntime-directml")
+            raise EngineUnavailableError(
+                "pip download left no onnxruntime-directml wheel", value="onnxruntime-directml"
+            )
         self.dml.mkdir(parents=True, exist_ok=True)
         with zipfile.ZipFile(wheels[0]) as whl:
             for name in whl.namelist():
@@ -291,9 +335,24 @@ class Setup:
         self.progress("creating the Wine prefix (Windows 10, Direct3D renderer vulkan)")
         env = dict(os.environ, **self.wine_env())
         self._run([WINE_LOADER, "wineboot", "-i"], self.folder, "wineboot", env)
-        self._run([WINE_LOADER, "reg", "add", r"HKCU\Software\Wine", "/v", "Version", "/d", "win10", "/f"], self.folder, "reg Version", env)
         self._run(
-            [WINE_LOADER, "reg", "add", r"HKCU\Software\Wine\Direct3D", "/v", "renderer", "/d", "vulkan", "/f"],
+            [WINE_LOADER, "reg", "add", r"HKCU\Software\Wine", "/v", "Version", "/d", "win10", "/f"],
+            self.folder,
+            "reg Version",
+            env,
+        )
+        self._run(
+            [
+                WINE_LOADER,
+                "reg",
+                "add",
+                r"HKCU\Software\Wine\Direct3D",
+                "/v",
+                "renderer",
+                "/d",
+                "vulkan",
+                "/f",
+            ],
             self.folder,
             "reg Direct3D renderer",
             env,
@@ -341,7 +400,10 @@ class Setup:
             ],
             "display": "Xvfb started on demand when DISPLAY is unset",
             "versions": self.versions(),
-            "windows_paths": {"bin_dir": windows_path(self.bin), "node_modules": windows_path(self.node_modules)},
+            "windows_paths": {
+                "bin_dir": windows_path(self.bin),
+                "node_modules": windows_path(self.node_modules),
+            },
         }
 
     def step_verify(self) -> None:
@@ -371,16 +433,21 @@ class Setup:
 
     def check(self) -> list[StepState]:
         """Which pieces are in place (nothing is changed)."""
-        binding = self.node_modules / "onnxruntime-node/bin/napi-v6/win32/x64"
         missing = self.missing_packages()
         states = {
             "packages": (not missing, "missing: " + " ".join(missing) if missing else "installed"),
             "apt_index": (any((self.apt / "lists").glob("*Packages*")), str(self.apt)),
-            "mesa": ((self.mesa / "usr/lib/x86_64-linux-gnu/libvulkan_lvp.so").exists() and self.icd.exists(), str(self.icd)),
+            "mesa": (
+                (self.mesa / "usr/lib/x86_64-linux-gnu/libvulkan_lvp.so").exists() and self.icd.exists(),
+                str(self.icd),
+            ),
             "vk_registry": ((self.vk_registry / "vk.xml").exists(), str(self.vk_registry)),
             "wine_source": (self.tree.is_dir(), str(self.tree)),
-            "wine_dlls": (all((self.bin / f"{n}.dll").exists() for n in wine_build.TARGET_DLLS), str(self.bin)),
-            "node": ((self.bin / "node.exe").exists() and (binding / "DirectML.dll").exists(), str(self.bin / "node.exe")),
+            "wine_dlls": (self._dlls_current(), str(self.bin)),
+            "node": (
+                (self.bin / "node.exe").exists() and (self.bin / "DirectML.dll").exists(),
+                str(self.bin / "node.exe"),
+            ),
             "wheel": ((self.dml / "DirectML.dll").exists(), str(self.dml)),
             "prefix": ((self.prefix / ".dmlshim-configured").exists(), str(self.prefix)),
             "verify": ((self.folder / STACK_FILE).exists(), str(self.folder / STACK_FILE)),

@@ -109,7 +109,8 @@ def load_stack(folder: Path | None = None) -> Stack:
     except FileNotFoundError:
         raise EngineUnavailableError(
             f"real DirectML is not set up on this machine: {path} does not exist; run "
-            "`dmlshim directml setup` (Debian/Ubuntu, root for apt) to build the Wine + vkd3d + lavapipe stack",
+            "`dmlshim directml setup` (Debian/Ubuntu, root for apt) to build the Wine + vkd3d + lavapipe "
+            "stack",
             value=str(path),
         ) from None
     except (OSError, ValueError) as exc:

@@ -23,7 +23,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Comparison:
-    """How two runs' outputs compare: ``bit-equal``, ``max |diff| <x>`` or ``differs: <why>``."""
+    """How two runs' outputs compare: ``bit-equal``, ``max abs diff <x>`` or ``differs: <why>``."""
 
     equal: bool
     max_abs: float
@@ -78,7 +78,9 @@ def compare(a: Sequence[Any], b: Sequence[Any]) -> Comparison:
     for x, y in zip(a, b, strict=True):
         x, y = np.asarray(x), np.asarray(y)
         if x.shape != y.shape or x.dtype != y.dtype:
-            return Comparison(False, float("inf"), f"differs: {x.dtype}{list(x.shape)} vs {y.dtype}{list(y.shape)}")
+            return Comparison(
+                False, float("inf"), f"differs: {x.dtype}{list(x.shape)} vs {y.dtype}{list(y.shape)}"
+            )
         if x.dtype.kind in "fc":
             same = (x == y) | (np.isnan(x) & np.isnan(y))
             if not same.all():
@@ -88,12 +90,12 @@ def compare(a: Sequence[Any], b: Sequence[Any]) -> Comparison:
             return Comparison(False, float("inf"), "differs: integer/bool values differ")
     if worst == 0.0:
         return Comparison(True, 0.0, "bit-equal")
-    return Comparison(False, worst, f"max |diff| {worst:.3g}")
+    return Comparison(False, worst, f"max abs diff {worst:.3g}")
 
 
 def _feeds(path: Path) -> dict[str, np.ndarray]:
-    from ..fileio.npz import load_npz
     from ..execute.model_source import load_model
+    from ..fileio.npz import load_npz
     from ..inputs.narrow_floats import narrow_feeds
     from ..inputs.search import generate
 
@@ -108,7 +110,9 @@ def _cpu(path: Path, feeds: Mapping[str, np.ndarray], names: list[str]) -> list[
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
-    return list(ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"]).run(names, dict(feeds)))
+    return list(
+        ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"]).run(names, dict(feeds))
+    )
 
 
 def sweep_one(path: Path) -> SweepResult:
@@ -129,7 +133,9 @@ def sweep_one(path: Path) -> SweepResult:
     try:
         real = InferenceSession(str(path), engine="directml")
     except DmlShimError as exc:
-        return SweepResult(str(path), "refused", str(exc), predicted_refusal=predicted, seconds=time.monotonic() - start)
+        return SweepResult(
+            str(path), "refused", str(exc), predicted_refusal=predicted, seconds=time.monotonic() - start
+        )
     engine = real._engine if hasattr(real, "_engine") else None
     cpu_nodes = tuple(engine.cpu_nodes()) if engine is not None and hasattr(engine, "cpu_nodes") else ()
     try:
@@ -160,7 +166,7 @@ def table(results: Sequence[SweepResult]) -> list[str]:
     for r in results:
         outcome = r.outcome if r.outcome == "ran" else f"{r.outcome}: {r.message.splitlines()[0][:160]}"
         lines.append(
-            f"| {Path(r.model).name} | {outcome} | {r.vs_cpu.text if r.vs_cpu else '-'} | "
+            f"| {r.model.removeprefix('onnx_models/')} | {outcome} | {r.vs_cpu.text if r.vs_cpu else '-'} | "
             f"{r.vs_emulation.text if r.vs_emulation else '-'} | {', '.join(r.cpu_nodes) or '-'} |"
         )
     return lines

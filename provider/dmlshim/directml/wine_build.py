@@ -21,13 +21,15 @@ import logging
 import os
 import re
 import shutil
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import EngineUnavailableError
 
 logger = logging.getLogger(__name__)
+
+PATCH_LEVEL = "3"
+"""Bumped whenever the changes below change: a stack built at another level is rebuilt."""
 
 TARGET_DLLS = ("wined3d", "d3d12", "d3d12core", "dxgi")
 """The PE DLLs built and placed beside node.exe (vkd3d is linked into wined3d.dll)."""
@@ -57,13 +59,47 @@ def _fail(piece: str, detail: str) -> EngineUnavailableError:
     return EngineUnavailableError(f"building Wine's D3D12 DLLs: {piece}: {detail}", value=piece)
 
 
+_KEEP_ALIVE_MARK = "dmlshim: keep winevulkan"
+_KEEP_ALIVE = """
+/* dmlshim: keep winevulkan.dll loaded for the life of the process. The Wine that runs these DLLs (8.0)
+ * forwards vulkan-1.dll to winevulkan.dll without holding a reference: when onnxruntime releases its DXGI
+ * factory, wined3d's last reference goes and winevulkan is unloaded while vkd3d still calls into it (an
+ * "Unhandled page fault on execute access"). */
+BOOL WINAPI DllMain(HINSTANCE instance, DWORD reason, void *reserved)
+{
+    if (reason == DLL_PROCESS_ATTACH)
+    {
+        DisableThreadLibraryCalls(instance);
+        LoadLibraryA("winevulkan.dll");
+    }
+    return TRUE;
+}
+"""
+
+
+def patch_d3d12(tree: Path) -> None:
+    """Give d3d12.dll a DllMain that pins winevulkan.dll (idempotent)."""
+    main = tree / "dlls/d3d12/d3d12_main.c"
+    text = main.read_text(encoding="utf-8")
+    if _KEEP_ALIVE_MARK in text:
+        return
+    anchor = '#include "windef.h"\n'
+    if anchor not in text or "DllMain" in text:
+        raise _fail("d3d12 keep-alive patch", f"{main} is not the d3d12_main.c this patch knows")
+    text = text.replace(anchor, "#include <stdarg.h>\n" + anchor + '#include "winbase.h"\n', 1) + _KEEP_ALIVE
+    main.write_text(text, encoding="utf-8")
+
+
 def patch_vkd3d(tree: Path) -> None:
-    """Apply dmlshim's two vkd3d changes (idempotent)."""
+    """Apply dmlshim's changes: two to vkd3d, one to d3d12 (idempotent)."""
+    patch_d3d12(tree)
     device = tree / "libs/vkd3d/libs/vkd3d/device.c"
     text = device.read_text(encoding="utf-8")
-    if _META_FIXED not in text:
+    if "*num_meta_commands = 0;" not in text:
         if _META_STUB not in text:
-            raise _fail("vkd3d EnumerateMetaCommands patch", f"{device} has no stub to replace (another vkd3d?)")
+            raise _fail(
+                "vkd3d EnumerateMetaCommands patch", f"{device} has no stub to replace (another vkd3d?)"
+            )
         device.write_text(text.replace(_META_STUB, _META_FIXED, 1), encoding="utf-8")
     makefile = tree / "libs/vkd3d/Makefile.in"
     text = makefile.read_text(encoding="utf-8")
@@ -138,7 +174,11 @@ def prepare_tree(tree: Path, debian: Path, vk_registry: Path, run: Runner) -> No
             os.symlink(f"/usr/share/misc/{name}", link)
     opengl = tree / "dlls/opengl32/make_opengl"
     if "khronos-api" not in opengl.read_text(encoding="utf-8"):
-        run(["patch", "-p1", "-i", str(debian / "patches/generate/opengl.patch")], tree, "OpenGL generator patch")
+        run(
+            ["patch", "-p1", "-i", str(debian / "patches/generate/opengl.patch")],
+            tree,
+            "OpenGL generator patch",
+        )
     run(["autoreconf", "-f"], tree, "autoreconf (configure)")
     run(["perl", "tools/make_requests"], tree, "make_requests (server protocol headers)")
     run(["perl", "tools/make_specfiles"], tree, "make_specfiles (syscall tables)")
@@ -170,15 +210,32 @@ def build_dlls(tree: Path, out: Path, run: Runner, jobs: int | None = None) -> d
         if built is None:
             raise _fail(f"{name}.dll", f"make finished but none of {', '.join(map(str, candidates))} exists")
         shutil.copy2(built, out / f"{name}.dll")
+        as_native(out / f"{name}.dll")
         placed[name] = out / f"{name}.dll"
     return placed
+
+
+BUILTIN_MARK = b"Wine builtin DLL"
+
+
+def as_native(dll: Path) -> None:
+    """Clear winebuild's "Wine builtin DLL" mark in the DOS stub: the Wine that runs them (another
+    version) refuses a DLL so marked where its load order says native (c0000135), and these must load
+    from node.exe's folder in place of its own d3d12/dxgi/wined3d."""
+    data = bytearray(dll.read_bytes())
+    at = data.find(BUILTIN_MARK, 0, 0x100)
+    if at >= 0:
+        data[at : at + len(BUILTIN_MARK)] = bytes(len(BUILTIN_MARK))
+        dll.write_bytes(bytes(data))
 
 
 def vkd3d_version(tree: Path) -> str:
     """The vkd3d version bundled in the Wine tree (``PACKAGE_VERSION`` of libs/vkd3d/config.h)."""
     config = tree / "libs/vkd3d/config.h"
     if config.exists():
-        found = re.search(r'PACKAGE_VERSION\s+"([^"]+)"', config.read_text(encoding="utf-8", errors="replace"))
+        found = re.search(
+            r'PACKAGE_VERSION\s+"([^"]+)"', config.read_text(encoding="utf-8", errors="replace")
+        )
         if found:
             return found.group(1)
     return "unknown"

@@ -26,7 +26,7 @@ from .host_stack import HostStack
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DeviceInfo", "HostRun", "run_host", "windows_path"]
+__all__ = ["DeviceInfo", "HostRun", "allow_builtin", "run_host", "windows_path"]
 
 JOBS_FILE = "jobs.txt"
 DEVICE_FILE = "device.txt"
@@ -161,8 +161,25 @@ def run_host(
     """
     env = dict(os.environ)
     env.update(stack.env)
+    if stack.dll_dir is not None and env.get("WINEDLLOVERRIDES"):
+        env["WINEDLLOVERRIDES"] = allow_builtin(env["WINEDLLOVERRIDES"])
     with _display(env):
         return _run(exe, run_dir, jobs, stack, env, timeout_s)
+
+
+def allow_builtin(overrides: str) -> str:
+    """``WINEDLLOVERRIDES`` with every native-only entry (``=n``) widened to ``=n,b``.
+
+    The host loads the stack's D3D DLLs by full path from ``dll_dir`` before anything asks for them by
+    name. Wine builds its PE DLLs with the builtin marker, and Wine 8's loader refuses such a file under a
+    native-only override (status c0000135) when it is not in the program's own folder; ``n,b`` accepts it.
+    Later loads by name find the modules already loaded, so no other d3d12.dll can come in.
+    """
+    entries = []
+    for entry in overrides.split(";"):
+        names, sep, order = entry.partition("=")
+        entries.append(f"{names}=n,b" if sep and order.strip() == "n" else entry)
+    return ";".join(entries)
 
 
 @contextlib.contextmanager
@@ -174,30 +191,40 @@ def _display(env: dict[str, str]) -> Iterator[None]:
     xvfb = shutil.which("Xvfb")
     if xvfb is None:
         raise BadInputError("no DISPLAY and no Xvfb: install Debian's xvfb (`dmlshim directml setup` does)")
-    number = next(
-        (n for n in range(90, 200) if not os.path.exists(f"/tmp/.X{n}-lock")),
-        None,
-    )
-    if number is None:
-        raise BadInputError("no free X display number in :90-:199 for Xvfb")
-    proc = subprocess.Popen(
-        [xvfb, f":{number}", "-screen", "0", "640x480x24", "-nolisten", "tcp"],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
+    proc = None
+    for number in range(90, 200):
+        if os.path.exists(f"/tmp/.X{number}-lock"):
+            continue
+        proc = subprocess.Popen(
+            [xvfb, f":{number}", "-screen", "0", "640x480x24", "-nolisten", "tcp"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        # Another run may have taken the number meanwhile: then this Xvfb exits, and the next is tried.
         deadline = time.monotonic() + 20
-        while not os.path.exists(f"/tmp/.X11-unix/X{number}"):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise BadInputError(f"Xvfb :{number} did not start")
+        while proc.poll() is None and not os.path.exists(f"/tmp/.X11-unix/X{number}"):
+            if time.monotonic() > deadline:
+                break
             time.sleep(0.05)
-        env["DISPLAY"] = f":{number}"
+        time.sleep(0.2)
+        if proc.poll() is None and os.path.exists(f"/tmp/.X11-unix/X{number}"):
+            env["DISPLAY"] = f":{number}"
+            break
+        _stop(proc)
+        proc = None
+    if proc is None:
+        raise BadInputError("Xvfb could not start on any display in :90-:199")
+    try:
         yield
     finally:
-        proc.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=5)
+        _stop(proc)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=5)
 
 
 def _run(
@@ -208,6 +235,7 @@ def _run(
     remaining = list(jobs)
     device = DeviceInfo()
     processes = 0
+    retried: set[str] = set()
     while remaining:
         for job in remaining:
             result_file = run_dir / job / RESULT_FILE
@@ -256,10 +284,16 @@ def _run(
                 progressed = True
                 continue
             if result.status == "running":
-                # The host died in this job: say how, and go on with the next ones in a new process.
-                results[job] = _died(result, code, killed, output)
+                # The host died in this job. Once, it is tried again (a lost display or a Wine hiccup is
+                # not the descriptor's doing); twice, it is marked and the next jobs go on in a new process.
                 progressed = True
-                left = list(remaining[i + 1 :])
+                if job not in retried and not killed:
+                    retried.add(job)
+                    log.warning("the replay host died in %s (exit code %d): trying it again", job, code)
+                    left = list(remaining[i:])
+                else:
+                    results[job] = _died(result, code, killed, output)
+                    left = list(remaining[i + 1 :])
                 break
             left = list(remaining[i:])
             break

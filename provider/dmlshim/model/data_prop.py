@@ -31,6 +31,9 @@ from functools import cache
 
 import onnx
 
+from ..limits import check_bytes, memory_limit
+from .last_inference import infer_shapes
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["DATA_MAX_ELEMENTS", "MAX_RANK", "infer_with_data_prop"]
@@ -44,6 +47,20 @@ DATA_BUDGET = 1 << 20
 longest ones are cut too (a chain of 20,000 Casts of a 1024-element value would otherwise hold 20M)."""
 
 _CUT_DIM = "__dmlshim_cut__"
+
+BYTES_PER_ELEMENT = 80
+"""What onnx holds per propagated element (a TensorShapeProto dimension, measured: 21 GB for 268M)."""
+
+GRAPH_COPIES = 3
+"""Copies of the weightless graph one inference holds at once (the serialized bytes, onnx's parsed model,
+the inferred result): refused before inferring when they would pass the memory limit."""
+
+
+def _budget() -> int:
+    """DATA_BUDGET, lowered so the kept data stays within a quarter of the memory limit."""
+    cap = memory_limit()
+    return DATA_BUDGET if cap is None else max(0, min(DATA_BUDGET, cap // (4 * BYTES_PER_ELEMENT)))
+
 
 MAX_RANK = 1024
 """Longest shape tensor whose length is taken as a rank (onnx 1.23's own bound on rank-only inference)."""
@@ -86,7 +103,7 @@ _INTS = frozenset({onnx.TensorProto.INT64, onnx.TensorProto.INT32})
 def _propagates(op: str, domain: str, version: int) -> bool:
     try:
         schema = onnx.defs.get_schema(op, version, domain)
-    except onnx.defs.SchemaError:
+    except Exception:
         return False
     return bool(getattr(schema, "has_data_propagation_function", False))
 
@@ -191,7 +208,11 @@ def _verdict(site: _Site, tp: onnx.TypeProto | None, init: onnx.TensorProto | No
         if tp is None or not tp.HasField("tensor_type") or not tp.tensor_type.HasField("shape"):
             return None
         dims = tp.tensor_type.shape.dim
-        return _BIG if len(dims) == 1 and dims[0].HasField("dim_value") and dims[0].dim_value > MAX_RANK else None
+        return (
+            _BIG
+            if len(dims) == 1 and dims[0].HasField("dim_value") and dims[0].dim_value > MAX_RANK
+            else None
+        )
     if init is not None and init.data_type in _INTS and len(init.dims) <= 1:
         count = 1
         for d in init.dims:
@@ -251,8 +272,9 @@ def _plan(
         elif kind is not None:
             plan[site] = (kind, cut(site.value, kind))
     total = sum(n for n, _, _ in kept)
+    budget = _budget()
     for n, _, site in sorted(kept, key=lambda k: (-k[0], k[1])):
-        if total <= DATA_BUDGET or n == 0:
+        if total <= budget or n == 0:
             break
         total -= n
         plan[site] = (_BIG, cut(site.value, _BIG))
@@ -352,7 +374,7 @@ def _node_types(
         schema = onnx.defs.get_schema(node.op_type, versions.get(domain, 0), domain)
         data = {name: inits[name] for name in node.input if name in inits and name not in renamed}
         found = onnx.shape_inference.infer_node_outputs(schema, node, inputs, data)
-    except Exception as exc:  # noqa: BLE001 - onnx raises several unrelated types; the known types do
+    except Exception as exc:
         logger.debug("no types for %s from its inputs: %s", node.op_type, exc)
         return {}
     return {
@@ -406,9 +428,7 @@ def _scrub(tp: onnx.TypeProto) -> None:
 
 
 def _infer(model: onnx.ModelProto, check_type: bool, strict_mode: bool, data_prop: bool) -> onnx.ModelProto:
-    return onnx.shape_inference.infer_shapes(
-        model, check_type=check_type, strict_mode=strict_mode, data_prop=data_prop
-    )
+    return infer_shapes(model, check_type=check_type, strict_mode=strict_mode, data_prop=data_prop)
 
 
 def infer_with_data_prop(
@@ -417,8 +437,14 @@ def infer_with_data_prop(
     """``onnx.shape_inference.infer_shapes(model, data_prop=True)`` with data kept for small values only
     (see the module docstring): no step allocates in proportion to a large value's element count.
 
-    Raises what ``infer_shapes`` raises.
+    Raises:
+        TooLargeError: the weightless graph's copies inference holds would pass the memory limit.
+        What ``infer_shapes`` raises.
     """
+    check_bytes(
+        GRAPH_COPIES * model.ByteSize(),
+        what=f"shape inference ({GRAPH_COPIES} copies of the {model.ByteSize()}-byte graph without weights)",
+    )
     paths = [path for path, _ in _graphs(model.graph)]
     sites = _sites(model, paths)
     if not sites:

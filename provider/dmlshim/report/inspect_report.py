@@ -131,7 +131,7 @@ def _placement_meaning(mt: ModelTranslation) -> str:
     """The second answer in words: counts by provider, with the reason codes of the nodes not on DML."""
     if mt.session_refusals:
         named = "; ".join(f"{node}: {code}, {form}" for node, code, form in mt.session_refusals)
-        return f"the DirectML provider refuses the model at session creation ({named})"
+        return f"onnxruntime-directml fails on the model ({named})"
     if not mt.nodes:
         return "nothing to place"
     total = len(mt.nodes)

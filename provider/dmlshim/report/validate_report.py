@@ -255,6 +255,9 @@ def render_text(report: ValidationReport, only_problems: bool = False) -> str:
         result = "match" if o.match else "MISMATCH"
         rows.append([o.name, o.dtype, _shape(o.shape), result, _number(o.max_abs_diff), rel])
     lines += table(rows) if len(rows) > 1 else ["  every output matches"]
+    if report.emulation:
+        lines += ["", "real DirectML vs dmlshim's emulation (partitioned engine)"]
+        lines += table([["output", "result"], *([n, r] for n, r in report.emulation)])
     lines += ["", f"gather/scatter nodes ({len(report.nodes)})"]
     if report.nodes:
         rows = [["node", "op", "dmlshim ran it", "onnxruntime-directml would", "compared with the reference"]]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import onnx
@@ -26,8 +27,10 @@ class EpRefusal:
         since: the first ai.onnx opset the form exists in.
         form: the node form, in words.
         seen: what onnxruntime-directml said on real DirectML (version, message).
-        matches: ``(node, constants) -> bool``; ``constants`` maps names to the values of initializers and
-            Constant outputs of the graph.
+        when: ``"session creation"`` (the session fails) or ``"run"`` (the process dies running it).
+        matches: ``(node, constants, producers) -> bool``; ``constants`` maps names to the values of
+            initializers and Constant outputs of the graph, ``producers`` names to the nodes computing them,
+            the last argument names to the nodes reading them.
     """
 
     code: str
@@ -35,7 +38,8 @@ class EpRefusal:
     since: int
     form: str
     seen: str
-    matches: Callable[[onnx.NodeProto, Mapping[str, np.ndarray]], bool]
+    matches: Callable[[onnx.NodeProto, Mapping[str, np.ndarray], Mapping[str, onnx.NodeProto], Any], bool]
+    when: str = "session creation"
 
 
 def _attr_int(node: onnx.NodeProto, name: str, default: int) -> int:
@@ -45,11 +49,35 @@ def _attr_int(node: onnx.NodeProto, name: str, default: int) -> int:
     return default
 
 
-def _reshape_allowzero_minus_one(node: onnx.NodeProto, constants: Mapping[str, np.ndarray]) -> bool:
+def _reshape_allowzero_minus_one(
+    node: onnx.NodeProto, constants: Mapping[str, np.ndarray], producers: Mapping[str, onnx.NodeProto], _: Any
+) -> bool:
     if _attr_int(node, "allowzero", 0) != 1 or len(node.input) < 2:
         return False
     shape = constants.get(node.input[1])
-    return shape is not None and bool((np.asarray(shape) == -1).any())
+    if shape is not None:
+        return bool((np.asarray(shape) == -1).any())
+    # A shape computed by a Concat of which one piece is a constant holding -1 (torch.export's view()).
+    concat = producers.get(node.input[1])
+    if concat is None or concat.op_type != "Concat":
+        return False
+    return any(i in constants and bool((np.asarray(constants[i]) == -1).any()) for i in concat.input)
+
+
+def _scatter_nd_empty_index_tuple(
+    node: onnx.NodeProto, constants: Mapping[str, np.ndarray], producers: Mapping[str, onnx.NodeProto], _: Any
+) -> bool:
+    indices = constants.get(node.input[1]) if len(node.input) > 1 else None
+    return indices is not None and np.asarray(indices).ndim >= 1 and np.asarray(indices).shape[-1] == 0
+
+
+def _gemm_without_c_then_tanh(
+    node: onnx.NodeProto, constants: Mapping[str, np.ndarray], producers: Any, consumers: Any
+) -> bool:
+    if len([i for i in node.input if i]) != 2 or not node.output:
+        return False
+    readers = consumers.get(node.output[0], [])
+    return len(readers) == 1 and readers[0].op_type == "Tanh"
 
 
 EP_REFUSALS: tuple[EpRefusal, ...] = (
@@ -57,11 +85,38 @@ EP_REFUSALS: tuple[EpRefusal, ...] = (
         code="EP_REFUSES_RESHAPE_ALLOWZERO",
         op_type="Reshape",
         since=14,
-        form="Reshape with allowzero=1 and a -1 in a constant shape (valid ONNX: only 0 and -1 together are "
-        "invalid; onnxruntime CPU runs it)",
-        seen="DirectML 1.15.4 / onnxruntime-directml 1.24: session creation fails, "
-        "MLOperatorAuthorImpl.cpp(2853) 80070057 (E_INVALIDARG), with or without CPU fallback",
+        form="Reshape with allowzero=1 and a -1 in its shape (a constant, or a Concat with a constant -1); "
+        "valid "
+        "ONNX (only 0 and -1 together are invalid), run by onnxruntime CPU",
+        seen="DirectML 1.15.4 / onnxruntime-directml 1.24: with static input shapes session creation fails "
+        "(MLOperatorAuthorImpl.cpp(2853) 80070057, tiny_decoder_step); with dynamic ones the first run fails "
+        "(MLOperatorAuthorImpl.cpp(2597) 8007023E, the torch.export models of onnx_models/real/); with or "
+        "without CPU fallback",
+        when="session creation or first run",
         matches=_reshape_allowzero_minus_one,
+    ),
+    EpRefusal(
+        code="EP_CRASHES_SCATTERND_EMPTY_INDEX_TUPLE",
+        op_type="ScatterND",
+        since=11,
+        form="ScatterND whose constant indices have a last dimension of 0 (each update replaces the whole "
+        "data tensor; onnxruntime CPU runs it)",
+        seen="DirectML 1.15.4 / onnxruntime-directml 1.24 (ScatterND placed on CPUExecutionProvider, the "
+        "rest on "
+        "DML): the session is created, then the first run kills the process with an integer division by "
+        "zero inside onnxruntime.dll (onnx_models/ecosystem/hw_scatternd_empty_index.onnx)",
+        matches=_scatter_nd_empty_index_tuple,
+        when="run",
+    ),
+    EpRefusal(
+        code="EP_REFUSES_GEMM_NO_C_TANH",
+        op_type="Gemm",
+        since=11,
+        form="Gemm without its optional C input whose output goes only to a Tanh (BERT's pooler from "
+        "torch.export): the provider fuses the two into DmlFusedGemm, whose schema needs C",
+        seen="DirectML 1.15.4 / onnxruntime-directml 1.24: session creation fails, INVALID_GRAPH "
+        '"(DmlFusedGemm) has input size 2 not in range [min=3, max=3]" (onnx_models/real/bert_dynamo.onnx)',
+        matches=_gemm_without_c_then_tanh,
     ),
 )
 """Every refusal seen on real DirectML (a sweep of onnx_models/ on DirectML 1.15.4)."""
@@ -70,7 +125,7 @@ EP_REFUSALS: tuple[EpRefusal, ...] = (
 def _constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
     values: dict[str, np.ndarray] = {}
     for init in graph.initializer:
-        if init.data_location != onnx.TensorProto.EXTERNAL and onnx.helper.tensor_dtype_to_np_dtype(init.data_type) != object:
+        if init.data_location != onnx.TensorProto.EXTERNAL and init.data_type != onnx.TensorProto.STRING:
             values[init.name] = numpy_helper.to_array(init)
     for node in graph.node:
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output:
@@ -97,12 +152,21 @@ def session_refusals(model: onnx.ModelProto) -> tuple[tuple[str, EpRefusal], ...
     found = []
     for path, graph in _graphs(model.graph):
         constants: dict[str, np.ndarray] | None = None
+        producers = {out: n for n in graph.node for out in n.output}
+        consumers: dict[str, list[onnx.NodeProto]] = {}
+        for reader in graph.node:
+            for name in reader.input:
+                consumers.setdefault(name, []).append(reader)
         for node in graph.node:
             for refusal in EP_REFUSALS:
-                if node.op_type != refusal.op_type or node.domain not in ("", "ai.onnx") or opset < refusal.since:
+                if (
+                    node.op_type != refusal.op_type
+                    or node.domain not in ("", "ai.onnx")
+                    or opset < refusal.since
+                ):
                     continue
                 if constants is None:
                     constants = _constants(graph)
-                if refusal.matches(node, constants):
+                if refusal.matches(node, constants, producers, consumers):
                     found.append((path + (node.name or node.op_type), refusal))
     return tuple(found)

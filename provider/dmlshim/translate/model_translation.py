@@ -287,7 +287,7 @@ def translate_model(
         _explain_unknown(inferred, scopes, unknown, translations)
     # The graph as given: in the inferred copy large initializers are graph inputs (no weight bytes).
     _apply_graph_placement(model.graph, top, top_level, translations)
-    refusals = tuple((name, r.code, r.form) for name, r in session_refusals(model))
+    refusals = tuple((name, r.code, f"{r.form}; fails at {r.when}") for name, r in session_refusals(model))
     return ModelTranslation(fl, tuple(translations), total, opsets.get("", 0), refusals)
 
 

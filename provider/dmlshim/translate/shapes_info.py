@@ -12,7 +12,7 @@ from pathlib import Path
 import onnx
 from google.protobuf.message import DecodeError
 
-from ..errors import BadInputError, BadModelError
+from ..errors import BadInputError, BadModelError, DmlShimError
 from ..fileio.filekind import require_onnx_model
 from ..fileio.reading import open_regular
 from ..model.data_prop import MAX_RANK, infer_with_data_prop
@@ -257,6 +257,8 @@ def infer_shapes(
             if not _propagate_ranks(inferred):
                 break
             inferred = _infer_again(inferred)
+    except DmlShimError:
+        raise  # a refusal (the memory limit) says itself which step it refuses
     except _ONNX_ERRORS as exc:
         raise BadModelError(f"ONNX shape inference failed: {exc}") from exc
     try:

@@ -325,6 +325,9 @@ class ValidationReport:
         engine: the engine whose run was checked (``partitioned``, ``customop``, ``cpu``, ``directml``).
         optimization_level_reason: why the sides ran at another optimisation level than asked (or than
             the default, ``disabled``), else None (:mod:`dmlshim.validate.levels`).
+        emulation: with the directml engine, the third comparison: each output of real DirectML against
+            dmlshim's emulation (the partitioned engine), as ``(output, "bit-equal" | "max |diff| x" |
+            "differs: ...")``; empty for the other engines.
     """
 
     model: str
@@ -347,6 +350,7 @@ class ValidationReport:
     runs: str = RUNS_THREE
     engine: str = "partitioned"
     optimization_level_reason: str | None = None
+    emulation: tuple[tuple[str, str], ...] = ()
 
     @property
     def exit_code(self) -> int:
@@ -392,4 +396,5 @@ class ValidationReport:
             "reference_outputs": self.reference_outputs,
             "nodes": [n.to_json() for n in self.nodes],
             "warnings": [w.to_json() for w in self.warnings],
+            **({"real_directml_vs_emulation": dict(self.emulation)} if self.emulation else {}),
         }

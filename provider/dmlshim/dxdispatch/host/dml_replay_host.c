@@ -433,10 +433,25 @@ static void print_file_version(FILE *info, const char *key, const WCHAR *path) {
     free(data);
 }
 
-static int create_devices(const char *dml_path, FILE *info) {
+/* Load the stack's own D3D layer from dll_dir by full path, dependencies first, each with its folder
+   searched for its imports; later loads by name (DirectML's, ours) then get these modules. */
+static void preload_dll_dir(const char *dll_dir, FILE *info) {
+    static const char *const names[] = {"wined3d.dll", "dxgi.dll", "d3d12core.dll", "d3d12.dll"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char full[MAX_PATH * 2];
+        snprintf(full, sizeof full, "%s\\%s", dll_dir, names[i]);
+        if (GetFileAttributesA(full) == INVALID_FILE_ATTRIBUTES) continue;
+        if (!LoadLibraryExA(full, NULL, LOAD_WITH_ALTERED_SEARCH_PATH))
+            fprintf(info, "warning %s not loadable (error %lu)\n", full, GetLastError());
+    }
+}
+
+static int create_devices(const char *dml_path, const char *dll_dir, FILE *info) {
     HRESULT hr;
-    HMODULE d3d12 = LoadLibraryA("d3d12.dll");
-    HMODULE dxgi = LoadLibraryA("dxgi.dll");
+    HMODULE d3d12, dxgi;
+    if (dll_dir && dll_dir[0]) preload_dll_dir(dll_dir, info);
+    d3d12 = LoadLibraryA("d3d12.dll");
+    dxgi = LoadLibraryA("dxgi.dll");
     IDXGIFactory1 *factory = NULL;
     IDXGIAdapter1 *adapter = NULL;
     D3D12_COMMAND_QUEUE_DESC qdesc;
@@ -956,7 +971,7 @@ static void write_result(const char *path, const JobResult *r) {
 }
 
 int main(int argc, char **argv) {
-    const char *run_dir, *dml_path;
+    const char *run_dir, *dml_path, *dll_dir;
     char path[MAX_PATH * 2], line[MAX_PATH];
     FILE *info, *jobs;
     int removed = 0;
@@ -969,7 +984,7 @@ int main(int argc, char **argv) {
     SetUnhandledExceptionFilter(on_crash);
     run_dir = argv[1];
     dml_path = argc > 2 ? argv[2] : "DirectML.dll";
-    if (argc > 3 && argv[3][0]) SetDllDirectoryA(argv[3]);
+    dll_dir = argc > 3 ? argv[3] : NULL;
 
     snprintf(path, sizeof path, "%s\\device.txt", run_dir);
     info = fopen(path, "wb");
@@ -978,7 +993,7 @@ int main(int argc, char **argv) {
         return EXIT_USAGE;
     }
     snprintf(g_stage, sizeof g_stage, "device");
-    if (!create_devices(dml_path, info)) {
+    if (!create_devices(dml_path, dll_dir, info)) {
         fclose(info);
         return EXIT_NO_DEVICE;
     }

@@ -27,8 +27,10 @@ def write_inspect_report(
     text: str,
     *,
     overwrite: bool = False,
+    inputs: Iterable[PathLike | None] = (),
 ) -> Path:
-    """Write inspect's page; ``text`` is its text report (shown folded under the picture)."""
+    """Write inspect's page; ``text`` is its text report (shown folded under the picture); the page may
+    replace neither the model nor any of ``inputs``."""
     from ..inspect_report import verdict_lines
 
     page = PageText(
@@ -38,7 +40,7 @@ def write_inspect_report(
         report=text,
     )
     marks = inspect_marks(translation.nodes)
-    return write_report(path, model, marks, page, overwrite=overwrite, inputs=(model_path,))
+    return write_report(path, model, marks, page, overwrite=overwrite, inputs=(model_path, *inputs))
 
 
 def write_validate_report(
