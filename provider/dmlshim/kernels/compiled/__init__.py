@@ -9,7 +9,8 @@ they do not take (an index out of range or negative where it may not be, which t
 raises or clamps; an input read through Strides; an empty tensor) to the numpy kernel.
 
 ``DMLSHIM_KERNELS`` chooses (read once, at the first kernel call: a bad value is logged where the
-caller has set logging up by then): ``auto`` (the default: compiled when numba is installed, from the first call whose output holds :data:`AUTO_MIN_ELEMENTS` elements or more on),
+caller has set logging up by then): ``auto`` (the default: compiled when numba is installed, from
+the first call whose output holds :data:`AUTO_MIN_ELEMENTS` elements or more on),
 ``numpy``, or ``compiled`` (every call; an error when numba is missing). :func:`use` changes the choice
 in a running process. Loading numba and the cached loops costs a process about 0.5-1 s and 100 MB
 (docs/performance.md): ``auto`` leaves processes that only ever run small gathers (most models' shape
