@@ -36,12 +36,15 @@ class RunShapes:
             node reads.
         nodes: the gather/scatter nodes translated at the run's shapes (their translation names).
         error: why the run failed (then ``value_shapes`` holds the feeds' shapes only), else None.
+        constant: the top-level gather/scatter nodes that read only initializers (their static shapes
+            are exact; the run adds nothing).
     """
 
     source: str
     value_shapes: Mapping[str, tuple[int, ...]]
     nodes: frozenset[str]
     error: str | None = None
+    constant: frozenset[str] = frozenset()
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -116,7 +119,10 @@ def run_shapes(
         for name, n in nodes
         if all(not i or i in known for i in n.input) and any(i in shapes for i in n.input)
     )
-    return RunShapes(source, shapes, frozenset() if error else at_run, error)
+    constant = frozenset(
+        name for name, n in nodes if name not in at_run and all(not i or i in initializers for i in n.input)
+    )
+    return RunShapes(source, shapes, frozenset() if error else at_run, error, constant)
 
 
 def _session(payload: bytes) -> object:

@@ -5,6 +5,7 @@ at exit. See docs/coming-from.md."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import runpy
 import sys
@@ -118,6 +119,10 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"python -m dmlshim.ort: error: {exc}\n")
         return 2
     if module is not None:
+        missing = _missing_module(module)
+        if missing:  # as python -m says it: one line, exit 1, no traceback
+            sys.stderr.write(f"{sys.executable}: {missing}\n")
+            return 1
         sys.argv = [module, *target]
         runpy.run_module(module, run_name="__main__", alter_sys=True)
         return 0
@@ -131,6 +136,21 @@ def main(argv: list[str] | None = None) -> int:
     # runpy sets argv[0] to the same absolute path
     runpy.run_path(os.path.abspath(script), run_name="__main__")
     return 0
+
+
+def _missing_module(module: str) -> str | None:
+    """Why ``python -m module`` would not start (python's own words), or None when it would."""
+    try:
+        spec = importlib.util.find_spec(module)
+        package = spec is not None and spec.submodule_search_locations is not None
+        if package and importlib.util.find_spec(f"{module}.__main__") is None:
+            return (
+                f"No module named {module}.__main__; {module!r} is a package and cannot be directly executed"
+            )
+    except (ImportError, ValueError) as exc:
+        kind = type(exc).__name__
+        return f"Error while finding module specification for {module!r} ({kind}: {exc})"
+    return None if spec is not None else f"No module named {module}"
 
 
 if __name__ == "__main__":

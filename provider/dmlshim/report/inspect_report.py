@@ -41,6 +41,7 @@ class RunShapesLike(Protocol):
 
     source: str
     nodes: frozenset[str]
+    constant: frozenset[str]
     error: str | None
 
     def to_json(self) -> dict[str, object]: ...
@@ -315,10 +316,12 @@ def _run_line(mt: ModelTranslation, run: RunShapesLike) -> str:
     if run.error:
         return f"Shapes: static (onnxruntime CPU could not run the model on {run.source}: {run.error})"
     at_run = sum(1 for n in mt.nodes if n.name in run.nodes)
-    rest = len(mt.nodes) - at_run
+    constant = sum(1 for n in mt.nodes if n.name in run.constant)
+    rest = len(mt.nodes) - at_run - constant
     return (
         f"Shapes: {at_run} of {len(mt.nodes)} gather/scatter nodes translated at the shapes of a run on "
         f"onnxruntime CPU ({run.source})"
+        + (f"; {constant} reading only initializers, whose static shapes are exact" if constant else "")
         + (f"; {rest} inside control flow from static shapes" if rest else "")
     )
 

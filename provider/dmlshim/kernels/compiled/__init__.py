@@ -8,8 +8,9 @@ the compiled ones give the same output bit for bit and the same duplicate counts
 they do not take (an index out of range or negative where it may not be, which the numpy kernel then
 raises or clamps; an input read through Strides; an empty tensor) to the numpy kernel.
 
-``DMLSHIM_KERNELS`` chooses (read once, at import): ``auto`` (the default: compiled when numba is
-installed, from the first call whose output holds :data:`AUTO_MIN_ELEMENTS` elements or more on),
+``DMLSHIM_KERNELS`` chooses (read once, at the first kernel call: a bad value is logged where the
+caller has set logging up by then): ``auto`` (the default: compiled when numba is installed, from
+the first call whose output holds :data:`AUTO_MIN_ELEMENTS` elements or more on),
 ``numpy``, or ``compiled`` (every call; an error when numba is missing). :func:`use` changes the choice
 in a running process. Loading numba and the cached loops costs a process about 0.5-1 s and 100 MB
 (docs/performance.md): ``auto`` leaves processes that only ever run small gathers (most models' shape
@@ -58,7 +59,9 @@ def _env_mode() -> str:
 
 
 _lock = threading.Lock()
-_mode = _env_mode()
+_mode: str | None = None
+"""The choice in force; None until first consulted (DMLSHIM_KERNELS is read then, so that a bad value is
+reported through the logging the caller set up after importing dmlshim, as the CLI does)."""
 _table: dict[type, Kernel] | None = None
 _loaded = False
 LOAD_SECONDS: float | None = None
@@ -81,9 +84,16 @@ def use(mode: str) -> None:
         _kernels()
 
 
+def _current() -> str:
+    global _mode
+    if _mode is None:
+        _mode = _env_mode()
+    return _mode
+
+
 def mode() -> str:
     """The choice in force: ``auto``, ``numpy`` or ``compiled``."""
-    return _mode
+    return _current()
 
 
 def selected() -> str:
@@ -126,9 +136,9 @@ def _kernels() -> dict[type, Kernel] | None:
         if _loaded:
             return _table
         table = None
-        if _mode == "compiled":
+        if _current() == "compiled":
             table = _import_compiled()
-        elif _mode == "auto" and installed():
+        elif _current() == "auto" and installed():
             try:
                 table = _load()
             except ImportError as e:
@@ -151,7 +161,7 @@ def kernel_for(
         EngineUnavailableError: compiled kernels asked for (here or by DMLSHIM_KERNELS) without numba.
     """
     if kernels is None:
-        if not _loaded and _mode == "auto" and elements < AUTO_MIN_ELEMENTS:
+        if not _loaded and _current() == "auto" and elements < AUTO_MIN_ELEMENTS:
             return None
         table = _table if _loaded else _kernels()
     elif kernels == "numpy":
@@ -170,7 +180,7 @@ def _compiled_table() -> dict[type, Kernel]:
     """The compiled entry points whatever the mode (loaded once)."""
     global _always
     if _always is None:
-        table = _kernels() if _mode != "numpy" else None
+        table = _kernels() if _current() != "numpy" else None
         _always = table if table is not None else _import_compiled()
     return _always
 
