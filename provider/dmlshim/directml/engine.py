@@ -107,8 +107,7 @@ class LinuxDirectMLEngine:
         except HostError as exc:
             raise BadModelError(
                 f"onnxruntime ({DML_EP}, real DirectML {self.stack.versions.get('directml', '?')}) "
-                "cannot load "
-                f"the model: {exc}"
+                f"cannot load the model: {exc}{_known_refusals(model)}"
             ) from _ort_exception(str(exc), "load")
         self._nodes = self._records(model)
 
@@ -183,3 +182,16 @@ class LinuxDirectMLEngine:
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # interpreter shutdown: the host may be gone
             self.close()
+
+
+def _known_refusals(model: onnx.ModelProto) -> str:
+    """The provider's refusals seen before on real DirectML that this model holds (what inspect's
+    "onnxruntime-directml today" verdict names), as a sentence to append to its error."""
+    from ..translate.ep_refusals import session_refusals
+
+    found = session_refusals(model)
+    if not found:
+        return ""
+    return "; known onnxruntime-directml refusal(s) in this model: " + "; ".join(
+        f"node {name!r}: {refusal.form} ({refusal.code})" for name, refusal in found
+    )
