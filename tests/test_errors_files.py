@@ -14,11 +14,10 @@ import onnx
 import pytest
 
 from dmlshim.errors import BadInputError
+from dmlshim.fileio.confined import confined_path, write_inside
 from dmlshim.fileio.files import (
     check_output_file,
-    confined_path,
     write_bytes,
-    write_inside,
     write_npy,
     write_text,
 )

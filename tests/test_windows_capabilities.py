@@ -27,11 +27,10 @@ import pytest
 from dmlshim import portable
 from dmlshim.cli.main import main
 from dmlshim.errors import BadInputError
+from dmlshim.fileio.confined import confined_path, write_inside
 from dmlshim.fileio.files import (
     check_output_file,
-    confined_path,
     write_bytes,
-    write_inside,
     write_json,
     write_npy,
     write_npz,

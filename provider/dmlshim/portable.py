@@ -239,6 +239,34 @@ def hold_signals() -> Iterator[None]:
             signal.raise_signal(noted[0])
 
 
+@contextlib.contextmanager
+def sigint_blocked() -> Iterator[None]:
+    """SIGINT held back in the main thread while it starts worker processes, which inherit the mask (POSIX;
+    a no-op where there is no signal mask, Windows, and in other threads)."""
+    sigmask = getattr(signal, "pthread_sigmask", None)
+    if sigmask is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        sigmask(signal.SIG_SETMASK, previous)
+
+
+def unblock_sigint() -> None:
+    """Lift an inherited block of SIGINT (see :func:`sigint_blocked`; nothing to do without a signal mask)."""
+    sigmask = getattr(signal, "pthread_sigmask", None)
+    if sigmask is not None:
+        sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def is_root() -> bool:
+    """Whether this process runs as root (POSIX); False on Windows, which has no such user id."""
+    geteuid = getattr(os, "geteuid", None)
+    return geteuid is not None and geteuid() == 0
+
+
 def fsync_dir(directory: str | os.PathLike[str]) -> None:
     """Flush a folder's entries (a rename just made) to disk where the platform can.
 

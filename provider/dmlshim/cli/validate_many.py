@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from .. import portable
 from ..errors import BadInputError, DmlShimError
 from ..portable import process_context, termination_signals
 from ..report.text import table
@@ -75,27 +76,12 @@ def _worker_start() -> None:
     """In each worker: the ending signals end the process (the parent's handlers are not inherited), and
     Ctrl-C is the parent's to handle (a terminal sends it to every process of the group): ignored here,
     where it would print a traceback from whatever the worker was doing. The worker was started with
-    SIGINT blocked (:func:`_sigint_blocked`), so one that arrived while it imported is dropped now."""
+    SIGINT blocked (:func:`dmlshim.portable.sigint_blocked`), so one that arrived while it imported is
+    dropped now."""
     for s in _ENDING_SIGNALS:
         signal.signal(s, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if hasattr(signal, "pthread_sigmask"):
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-
-
-@contextlib.contextmanager
-def _sigint_blocked() -> Iterator[None]:
-    """SIGINT held back in this thread while it starts worker processes, which inherit the mask: a
-    Ctrl-C while a worker starts (imports, unpickles) cannot interrupt it there. The parent gets the
-    signal as soon as the mask is lifted."""
-    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+    portable.unblock_sigint()
 
 
 def _stop_workers(pool: ProcessPoolExecutor) -> None:
@@ -249,7 +235,7 @@ def _in_processes(
     workers = min(jobs, len(models))
     with ProcessPoolExecutor(workers, mp_context=process_context(), initializer=_worker_start) as pool:
         try:
-            with _sigint_blocked():  # submit starts the workers
+            with portable.sigint_blocked():  # submit starts the workers
                 futures: dict[Future[ModelOutcome], str] = {
                     pool.submit(validate_one, m, args): m for m in models
                 }
@@ -269,7 +255,7 @@ def _in_processes(
         try:
             with ProcessPoolExecutor(1, mp_context=process_context(), initializer=_worker_start) as single:
                 try:
-                    with _sigint_blocked():
+                    with portable.sigint_blocked():
                         future = single.submit(validate_one, model, args)
                     outcomes[model] = future.result()
                 except BaseException as exc:

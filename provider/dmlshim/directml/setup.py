@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import portable
 from ..errors import EngineUnavailableError
 from ..fileio.files import write_json, write_text
 from . import wine_build
@@ -141,7 +142,7 @@ class Setup:
         missing = self.missing_packages()
         if not missing:
             return
-        if os.geteuid() != 0:
+        if not portable.is_root():
             raise EngineUnavailableError(
                 "missing Debian packages: " + " ".join(missing) + "; install them as root "
                 "(apt-get install --no-install-recommends " + " ".join(missing) + ") and run setup again",

@@ -20,7 +20,7 @@ from ..dml.json_form import (
 )
 from ..dml.operators import OperatorDesc
 from ..errors import BadInputError
-from ..fileio.files import confined_path
+from ..fileio.confined import confined_path
 
 __all__ = [
     "Command",

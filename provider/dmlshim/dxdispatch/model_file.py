@@ -29,7 +29,8 @@ from ..dml.json_form import (
 )
 from ..dml.operators import OperatorDesc
 from ..errors import BadInputError, BadModelError, DmlShimError
-from ..fileio.files import write_inside, write_text
+from ..fileio.confined import write_inside
+from ..fileio.files import write_text
 from ..fileio.reading import loads_json, read_text
 from ..limits import check_bytes
 from .commands import (
@@ -118,7 +119,8 @@ class DxDispatchModel:
     def save(self, path: str | os.PathLike[str], *, overwrite: bool = True) -> Path:
         """Write the model to ``path`` and every ``NpyFile`` array beside it, each atomically.
 
-        ``sourcePath`` files must lie in the model's folder (see :func:`dmlshim.fileio.files.write_inside`).
+        ``sourcePath`` files must lie in the model's folder
+        (see :func:`dmlshim.fileio.confined.write_inside`).
 
         Returns:
             The path written.

@@ -21,7 +21,7 @@ from ..dml.json_form import JsonFormError
 from ..dml.tensor import BufferTensorDesc
 from ..dml.validate import check
 from ..errors import BadInputError, DmlShimError, guard_resources
-from ..fileio.files import write_inside
+from ..fileio.confined import write_inside
 from ..kernels import IndexMode, KernelOptions, execute
 from .model_file import (
     BufferResource,

@@ -28,7 +28,7 @@ from ..dml.json_form import (
     expect_uint,
 )
 from ..errors import BadInputError, BadModelError, TooLargeError
-from ..fileio.files import confined_path
+from ..fileio.confined import confined_path
 from ..fileio.reading import read_npy
 from ..limits import check_bytes
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from .. import portable
 from ..errors import BadInputError
+from .confined import _real_dir, confined_path
 from .files import (
     _RULE,
     PathLike,
@@ -23,8 +24,6 @@ from .files import (
     _fsync_dir,
     _kind,
     _lstat,
-    _real_dir,
-    confined_path,
     file_mode,
 )
 

@@ -32,6 +32,7 @@ from functools import cache
 import onnx
 
 from ..limits import check_bytes, memory_limit
+from .last_inference import infer_shapes
 
 logger = logging.getLogger(__name__)
 
@@ -427,9 +428,7 @@ def _scrub(tp: onnx.TypeProto) -> None:
 
 
 def _infer(model: onnx.ModelProto, check_type: bool, strict_mode: bool, data_prop: bool) -> onnx.ModelProto:
-    return onnx.shape_inference.infer_shapes(
-        model, check_type=check_type, strict_mode=strict_mode, data_prop=data_prop
-    )
+    return infer_shapes(model, check_type=check_type, strict_mode=strict_mode, data_prop=data_prop)
 
 
 def infer_with_data_prop(

@@ -24,6 +24,7 @@ from ..background import BackgroundBuild
 from ..errors import BadModelError
 from ..fileio.external_data import EXTERNAL_DATA_RULE, check_external_data, load_external_data
 from .graph import all_tensors, node_path, subgraph_prefix, subgraphs
+from .last_inference import infer_shapes
 from .ort_errors import (
     UnknownOperator,
     ort_load_error,
@@ -281,7 +282,7 @@ def ort_accepts(
 def _onnx_checker_findings(light: onnx.ModelProto) -> str | None:
     """What onnx.checker finds on the shape-inferred model (None: nothing)."""
     try:
-        inferred = onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False)
+        inferred = infer_shapes(light)  # remembered: translation asks for the same pass (data_prop's base)
         # onnx.checker insists on a typed, shaped ValueInfo for every graph output; onnxruntime does not
         # (e.g. a Loop output of unknown rank). Check the nodes, not that bookkeeping.
         keep = [o for o in inferred.graph.output if o.type.tensor_type.HasField("shape")]

@@ -129,11 +129,28 @@ def _prepare_graph(graph: onnx.GraphProto, functions: dict[FunctionKey, onnx.Fun
     return True
 
 
-def _is_sorted(graph: onnx.GraphProto) -> bool:
-    nodes = [IndexedNode(i, n) for i, n in enumerate(graph.node)]
-    if _topological(nodes) is not nodes:
-        return False
-    return all(_is_sorted(sub) for node in graph.node for _, sub in subgraphs(node))
+def _is_sorted(graph: onnx.GraphProto, nested: bool = True) -> bool:
+    """Whether :func:`_topological` would keep ``graph``'s nodes (and its subgraphs' nodes) as they are:
+    every value a node reads is produced (first) by an earlier node or by itself. One pass, no sets: on a
+    loaded model (sorted at load) this is the whole cost of :func:`prepare_model`. ``nested=False``: the
+    model is known to hold no subgraph (none is looked for)."""
+    nodes = graph.node
+    producer: dict[str, int] = {}
+    for position, node in enumerate(nodes):
+        for out in node.output:
+            if out:
+                producer.setdefault(out, position)
+    get = producer.get
+    for position, node in enumerate(nodes):
+        for name in node.input:
+            if name and get(name, -1) > position:
+                return False
+        if not nested:
+            continue
+        for _, sub in subgraphs(node):
+            if any(get(name, -1) > position for name in outer_references(sub)) or not _is_sorted(sub):
+                return False
+    return True
 
 
 def dense_tensor(sparse: onnx.SparseTensorProto) -> onnx.TensorProto:
@@ -157,10 +174,13 @@ def dense_tensor(sparse: onnx.SparseTensorProto) -> onnx.TensorProto:
     return numpy_helper.from_array(dense.reshape(dims), sparse.values.name)
 
 
-def _has_sparse(graph: onnx.GraphProto) -> bool:
-    return bool(graph.sparse_initializer) or any(
-        _has_sparse(sub) for node in graph.node for _, sub in subgraphs(node)
-    )
+def _graphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
+    """``graph`` and every subgraph in it."""
+    found = [graph]
+    for node in graph.node:
+        for _, sub in subgraphs(node):
+            found.extend(_graphs(sub))
+    return found
 
 
 def _densify(graph: onnx.GraphProto) -> None:
@@ -172,19 +192,16 @@ def _densify(graph: onnx.GraphProto) -> None:
             _densify(sub)
 
 
-def _negative_dims(graph: onnx.GraphProto) -> list[onnx.TensorShapeProto.Dimension]:
-    """The declared dimensions of ``graph`` (its subgraphs too) with a negative ``dim_value``."""
-    found = [
+def _negative_dims(graphs: list[onnx.GraphProto]) -> list[onnx.TensorShapeProto.Dimension]:
+    """The declared dimensions of ``graphs`` with a negative ``dim_value``."""
+    return [
         d
+        for graph in graphs
         for vi in (*graph.input, *graph.output, *graph.value_info)
         if vi.type.WhichOneof("value") == "tensor_type"
         for d in vi.type.tensor_type.shape.dim
         if d.HasField("dim_value") and d.dim_value < 0
     ]
-    for node in graph.node:
-        for _, sub in subgraphs(node):
-            found.extend(_negative_dims(sub))
-    return found
 
 
 def prepare_model(model: onnx.ModelProto, *, owned: bool = False) -> onnx.ModelProto:
@@ -204,15 +221,16 @@ def prepare_model(model: onnx.ModelProto, *, owned: bool = False) -> onnx.ModelP
         TooLargeError: a sparse initializer's dense form does not fit the memory limit.
     """
     calls = has_local_calls(model)
-    sparse = _has_sparse(model.graph)
-    negative = bool(_negative_dims(model.graph))
-    if not calls and not sparse and not negative and _is_sorted(model.graph):
+    graphs = _graphs(model.graph)  # one walk; the checks below then look at no node's attributes
+    sparse = any(g.sparse_initializer for g in graphs)
+    negative = bool(_negative_dims(graphs))
+    if not calls and not sparse and not negative and _is_sorted(model.graph, nested=len(graphs) > 1):
         return model
     out = model
     if not owned:
         out = onnx.ModelProto()
         out.CopyFrom(model)
-    for dim in _negative_dims(out.graph):
+    for dim in _negative_dims(_graphs(out.graph)):
         dim.ClearField("dim_value")
     if sparse:
         _densify(out.graph)

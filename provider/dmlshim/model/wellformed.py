@@ -75,6 +75,52 @@ def _text_layout(
     return tuple(groups[0]), tuple(groups[1]), tuple(groups[2]), tuple(groups[3])
 
 
+@functools.cache
+def _lists_fields(descriptor: Descriptor) -> bool:
+    """Whether a message type's set fields can be read with ``ListFields``: it has no bytes field (a
+    tensor's ``raw_data`` would be copied)."""
+    return all(field.type != FieldDescriptor.TYPE_BYTES for field in descriptor.fields)
+
+
+def _any_bad_string(message: Message) -> bool:
+    """Whether some string field of ``message`` or of a message inside it is not valid UTF-8: one pass over
+    the set fields only, no paths built (:func:`_bad_string` names the field once one is known bad)."""
+    stack = [message]
+    while stack:
+        current = stack.pop()
+        descriptor = current.DESCRIPTOR
+        if _lists_fields(descriptor):
+            for field, value in current.ListFields():
+                kind = field.type
+                if kind == _STRING:
+                    if field.is_repeated:
+                        if not all(isinstance(v, str) for v in value):
+                            return True
+                    elif not isinstance(value, str):
+                        return True
+                elif kind == _MESSAGE and not field.message_type.GetOptions().map_entry:
+                    if field.is_repeated:
+                        stack.extend(value)
+                    else:
+                        stack.append(value)
+            continue
+        strings, repeated_strings, messages, repeated_messages = _text_layout(descriptor)
+        for name in strings:
+            if not isinstance(getattr(current, name), str):
+                return True
+        for name in repeated_strings:
+            if not all(isinstance(v, str) for v in getattr(current, name)):
+                return True
+        stack.extend(getattr(current, name) for name in messages if current.HasField(name))
+        for name in repeated_messages:
+            stack.extend(getattr(current, name))
+    return False
+
+
+_STRING = FieldDescriptor.TYPE_STRING
+_MESSAGE = FieldDescriptor.TYPE_MESSAGE
+
+
 def _bad_string(message: Message, where: str) -> str | None:
     """The path of the first string field that is not valid UTF-8 (protobuf then hands back bytes)."""
     strings, repeated_strings, messages, repeated_messages = _text_layout(message.DESCRIPTOR)
@@ -238,7 +284,7 @@ def check_well_formed(model: onnx.ModelProto, path: str | None = None) -> None:
     Raises:
         BadModelError: naming the damaged field, tensor or node.
     """
-    bad = _bad_string(model, "model")
+    bad = _bad_string(model, "model") if _any_bad_string(model) else None
     if bad is not None:
         raise BadModelError(
             f"the field {bad} is not valid UTF-8 text (a damaged or non-ONNX file)",

@@ -28,6 +28,7 @@ from ..errors import BadInputError
 from ..execute.feeds import NodeArg
 from ..execute.weight_file import FOLDER_KEY
 from ..fileio import files
+from ..fileio.confined import confined_path
 from ..model.modelcheck import ort_load_error
 from ..model.ort_errors import unknown_operators
 from .free_dims import overrides_by_name
@@ -289,7 +290,7 @@ def write_optimized_model(
         # what is there now may be replaced; a file appearing there meanwhile is someone else's (an
         # unusable name is refused, with the reason, where the file is written)
         with contextlib.suppress(BadInputError):
-            files.remember_output(files.confined_path(target_path.parent, weights_file))
+            files.remember_output(confined_path(target_path.parent, weights_file))
     with tempfile.TemporaryDirectory(prefix="dmlshim-optimized-") as tmp:
         staged = Path(tmp) / ("optimized" + "".join(target_path.suffixes[-1:]))
         copy = copy_options(so)
@@ -321,7 +322,7 @@ def _move_weights(staged_dir: Path, name: str, target: Path, model_path: str | N
     """Write the external-initializers file onnxruntime put beside the staged optimized model to the
     same place beside the target (``name`` must stay in that folder, as onnxruntime requires)."""
     try:
-        relative = files.confined_path(staged_dir, name, what=f"session config {EXTERNAL_FILE_KEY!r}")
+        relative = confined_path(staged_dir, name, what=f"session config {EXTERNAL_FILE_KEY!r}")
     except BadInputError as exc:
         raise BadInputError(
             exc.message, value=name, rule="the file is named relative to the optimized model"

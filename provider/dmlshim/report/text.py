@@ -9,11 +9,12 @@ def table(rows: Sequence[Sequence[str]], indent: str = "  ") -> list[str]:
     """Rows (the first usually a header) as left-aligned columns two spaces apart, without trailing blanks."""
     if not rows:
         return []
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return [
-        (indent + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True))).rstrip()
-        for row in rows
-    ]
+    columns = len(rows[0])
+    if any(len(row) != columns for row in rows):
+        raise ValueError(f"rows of {sorted({len(row) for row in rows})} cells: a table's rows are alike")
+    widths = [max(map(len, column)) for column in zip(*rows)]
+    ljust = str.ljust
+    return [(indent + "  ".join(map(ljust, row, widths))).rstrip() for row in rows]
 
 
 def shape_text(shape: Sequence[int | str | None]) -> str:

@@ -215,10 +215,13 @@ def _settle(graph: onnx.GraphProto, enclosing: list[onnx.GraphProto], given: set
     """Give the outputs of every decidable If of ``graph`` (and of its subgraphs) the chosen branch's
     types, adding their names to ``given``; True when any was given."""
     changed = False
-    evaluator = _Evaluator(graph, _declared_shapes([graph, *enclosing]))
-    outer = _known_types([graph, *enclosing])
+    evaluator: _Evaluator | None = None  # built at the graph's first If: most graphs have none
+    outer: dict[str, onnx.TypeProto] = {}
     for node in graph.node:
         if node.op_type == "If" and node.domain in ("", "ai.onnx") and node.input:
+            if evaluator is None:
+                evaluator = _Evaluator(graph, _declared_shapes([graph, *enclosing]))
+                outer = _known_types([graph, *enclosing])
             try:
                 cond = evaluator.value(node.input[0])
             except (_Unknown, ValueError, IndexError, TypeError):

@@ -68,10 +68,12 @@ def _loops(model: onnx.ModelProto) -> Iterator[tuple[str, onnx.NodeProto, _Looku
     def visit(
         graph: onnx.GraphProto, prefix: str, outer: Callable[[str], onnx.TypeProto | None]
     ) -> Iterator[tuple[str, onnx.NodeProto, Callable[[str], onnx.TypeProto | None]]]:
-        here = _declared(graph)
+        here: list[dict[str, onnx.TypeProto]] = []  # read at the first lookup: most graphs have no Loop
 
         def lookup(name: str) -> onnx.TypeProto | None:
-            found = here.get(name)
+            if not here:
+                here.append(_declared(graph))
+            found = here[0].get(name)
             return found if found is not None else outer(name)
 
         for index, node in enumerate(graph.node):

@@ -16,15 +16,14 @@ from ..comparison import array_difference, exact_difference
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
 from ..errors import BadInputError, DmlShimError, guard_resources
 from ..execute.model_source import LoadedModel, ModelSource, load_model
-from ..execute.record import PLACEMENT_DML
-from ..execute.steps import NOTE_SHAPE_DIFFERS
 from ..inputs import annotate_error
 from ..kernels.options import IndexMode
 from ..model.graph import is_gather_scatter, uses_half_floats, walk_nodes
-from ..translate import CPU_PROVIDER, NodeTranslation, translate_model
+from ..translate import NodeTranslation, translate_model
 from .attribution import compare_nodes, dependencies, suspects, upstream_order
 from .engine_side import COMPARABLE_LEVEL, PARTITIONED, custom_op_layout_reason, engine_runs
 from .levels import ORT_DEFAULT_LEVEL, note_default_level_runs, only_optimised_runs
+from .node_warnings import node_warnings
 from .random_nodes import random_node_warnings
 from .references import (
     DEFAULT_OPTIMIZATION_LEVEL,
@@ -38,8 +37,6 @@ from .references import (
 )
 from .references import optimization_level as ort_level
 from .results import (
-    ATTR_DIVERGES,
-    ATTR_UPSTREAM,
     CAUSE_GATHER_SCATTER,
     CAUSE_IDENTICAL,
     CAUSE_OTHER_NODES,
@@ -52,7 +49,6 @@ from .results import (
     NodeValidation,
     OutputComparison,
     ValidationReport,
-    ValidationWarning,
     WholeModelComparison,
 )
 from .value_kinds import (
@@ -66,18 +62,6 @@ from .value_kinds import (
 )
 
 logger = logging.getLogger(__name__)
-
-# Warning codes.
-W_DUPLICATES = "DUPLICATE_SCATTER_INDICES"
-W_NEGATIVE = "NEGATIVE_INDICES_BELOW_FL_3_0"
-W_EP_CPU = "ORT_DML_EP_RUNS_ON_CPU"
-W_FALLBACK = "FALLBACK_TO_CPU"
-W_NOT_EMULATED = "NOT_EMULATED"
-W_TRANSLATION_ERROR = "NOT_TRANSLATED"
-W_NODE_DIFFERS = "NODE_OUTPUT_DIFFERS"
-W_INPUTS_DIFFER = "NODE_INPUTS_DIFFER"
-W_SHAPE_NOTE = "OUTPUT_SHAPE_DIFFERS_FROM_INFERENCE"
-
 
 def compare_arrays(
     actual: np.ndarray, expected: np.ndarray, rtol: float = 0.0, atol: float = 0.0, *, exact: bool = False
@@ -304,7 +288,7 @@ def _validate_loaded(
         match=all(o.match for o in outputs),
         outputs=tuple(outputs),
         nodes=nodes,
-        warnings=tuple(_warnings(nodes, level)) + random_node_warnings(proto.graph),
+        warnings=tuple(node_warnings(nodes, level)) + random_node_warnings(proto.graph),
         rtol=rtol,
         atol=atol,
         inputs_source=source,
@@ -444,91 +428,6 @@ def _translations(
         logger.warning("static translation failed (%s): node records carry the run only", exc)
         return {}
     return {t.name: t for t in translation.nodes}
-
-
-def _warnings(nodes: Sequence[NodeValidation], level: FeatureLevel) -> list[ValidationWarning]:
-    found: list[ValidationWarning] = []
-    for n in nodes:
-        rec = n.record
-        t = n.translation
-        ran_as_dml = rec is not None and rec.placement == PLACEMENT_DML
-        if t is not None and t.status.value == "error" and not ran_as_dml:
-            codes = ", ".join(t.reason_codes) or "unknown"
-            found.append(
-                ValidationWarning(W_TRANSLATION_ERROR, n.name, f"not translated to DirectML ({codes})")
-            )
-        if rec is not None:
-            found += _record_warnings(n, level)
-        if n.ort_placement == CPU_PROVIDER:
-            messages = [r.message for r in t.reasons if r.code.startswith("EP_")] if t else []
-            if rec is not None:
-                messages += [m for c, m in rec.reasons if c == "ort_cpu_preferred" and m not in messages]
-            why = "; ".join(messages)
-            found.append(
-                ValidationWarning(
-                    W_EP_CPU, n.name, why or "onnxruntime's DirectML provider would run this node on the CPU"
-                )
-            )
-        if n.attribution == ATTR_DIVERGES:
-            found.append(
-                ValidationWarning(
-                    W_NODE_DIFFERS,
-                    n.name,
-                    "every input agreed with the reference but this node's output did not: the "
-                    "divergence starts here",
-                )
-            )
-        elif n.attribution == ATTR_UPSTREAM:
-            differing = ", ".join(name for name, m in n.input_matches if m is False)
-            found.append(
-                ValidationWarning(
-                    W_INPUTS_DIFFER,
-                    n.name,
-                    f"inputs already differed (upstream): {differing}; this node is not to blame",
-                )
-            )
-    return found
-
-
-def _record_warnings(n: NodeValidation, level: FeatureLevel) -> list[ValidationWarning]:
-    rec = n.record
-    assert rec is not None
-    found: list[ValidationWarning] = []
-    if rec.status == "not_emulated":
-        found.append(
-            ValidationWarning(
-                W_NOT_EMULATED,
-                n.name,
-                "inside control flow: ran on onnxruntime CPU, not checked against DirectML semantics",
-            )
-        )
-    elif rec.placement != PLACEMENT_DML:
-        # Reasons about onnxruntime's DirectML provider get their own warning.
-        causes = [(c, m) for c, m in rec.reasons if not c.startswith("EP_")] or list(rec.reasons)
-        why = "; ".join(f"{c}: {m}" for c, m in causes) or rec.status
-        found.append(ValidationWarning(W_FALLBACK, n.name, f"ran on onnxruntime CPU: {why}"))
-    if rec.duplicate_indices:
-        found.append(
-            ValidationWarning(
-                W_DUPLICATES,
-                n.name,
-                f"{rec.duplicate_indices} scatter writes were overwritten by a later write; on "
-                "DirectML duplicate indices are invalid and no write is guaranteed to win",
-            )
-        )
-    if rec.negative_indices and level < FeatureLevel.FL_3_0:
-        found.append(
-            ValidationWarning(
-                W_NEGATIVE,
-                n.name,
-                f"negative indices seen: DirectML takes them only from DML_FEATURE_LEVEL_3_0 "
-                f"(target {level.dml_name}); they were normalised on the host",
-            )
-        )
-    for code, message in rec.notes:
-        if code == NOTE_SHAPE_DIFFERS:
-            found.append(ValidationWarning(W_SHAPE_NOTE, n.name, message))
-    return found
 
 
 def _level(text: str) -> FeatureLevel:
