@@ -1,7 +1,9 @@
 """Real DirectML on Linux: DirectML.dll and onnxruntime's DirectML provider under Wine, D3D12 from vkd3d (with
 DXIL) on Mesa's lavapipe, set up from the package registries (``dmlshim directml setup``).
 
-- :mod:`.stack`: the stack folder and ``stack.json``.
+- :mod:`.wine`: the stack folder, reading ``stack.json``, Wine's environment and the process's one Xvfb
+  (shared with the DxDispatch replay host).
+- :mod:`.stack`: ``stack.json`` as the engine reads it.
 - :mod:`.setup`, :mod:`.wine_build`: setting the stack up.
 - :mod:`.host`: the Windows ``node.exe`` process running onnxruntime-node's DirectML provider.
 - :mod:`.verify`: the stack's one-node self-check.

@@ -13,17 +13,19 @@ import re
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
 
 from ..errors import BadInputError, BadModelError, DmlShimError
 from ..ort.real import pybind_state
-from ..translate import translate_model
 from ..translate.plan import DML_PROVIDER
 from .host import Host, HostError, HostSession, shared_host
 from .stack import Stack, load_stack
+
+if TYPE_CHECKING:
+    from ..execute.record import NodeRecord
 
 logger = logging.getLogger(__name__)
 
@@ -111,29 +113,18 @@ class LinuxDirectMLEngine:
             ) from _ort_exception(str(exc), "load")
         self._nodes = self._records(model)
 
-    def _records(self, model: onnx.ModelProto):  # type: ignore[no-untyped-def]
-        from ..execute.record import PLACEMENT_CPU, PLACEMENT_DML, NodeRecord
+    def _records(self, model: onnx.ModelProto) -> tuple[NodeRecord, ...]:
+        from ..execute.directml import node_records
 
         placements = self._session.placements
-        records = []
-        for t in translate_model(model, self.config.feature_level).nodes:
-            placed = t.ort_placement
-            if placements is not None:
-                # Nodes on the DirectML provider are fused (DmlFusedNode_*): the log lists the others.
-                placed = placements.get(t.name, placements.get("*", DML_PROVIDER))
-            on_dml = placed == DML_PROVIDER
-            records.append(
-                NodeRecord(
-                    name=t.name,
-                    op_type=t.op_type,
-                    placement=PLACEMENT_DML if on_dml else PLACEMENT_CPU,
-                    status=t.status.value,
-                    operator=t.operator.operator_type.dml_name if on_dml and t.operator is not None else None,
-                    reasons=tuple((r.code, r.message) for r in t.reasons),
-                    ort_placement=placed,
-                )
-            )
-        return tuple(records)
+        if placements is None:
+            return node_records(model, self.config.feature_level, lambda t: t.ort_placement)
+        # Nodes on the DirectML provider are fused (DmlFusedNode_*): the log lists the others.
+        return node_records(
+            model,
+            self.config.feature_level,
+            lambda t: placements.get(t.name, placements.get("*", DML_PROVIDER)),
+        )
 
     def stack_record(self) -> dict[str, Any]:
         """What ran: DirectML's version and the D3D12/Vulkan layers (for run records and reports)."""

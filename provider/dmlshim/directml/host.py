@@ -2,8 +2,8 @@
 provider, spoken to over a loopback socket.
 
 One host serves every session of this Python process (starting one costs seconds: Wine, node,
-onnxruntime.dll, the D3D12 device); it is stopped at exit. Xvfb is started beside it when there is no
-``DISPLAY`` (Wine's DXGI wants a display even for a compute-only device).
+onnxruntime.dll, the D3D12 device); it is stopped at exit. When there is no ``DISPLAY`` it runs on the
+process's one Xvfb (:func:`dmlshim.directml.wine.shared_display`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import json
 import logging
 import os
 import re
-import shutil
 import socket
 import struct
 import subprocess
@@ -28,7 +27,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import EngineUnavailableError
-from .stack import Stack, load_stack, windows_path
+from .stack import Stack, load_stack
+from .wine import shared_display, windows_path
 
 logger = logging.getLogger(__name__)
 
@@ -95,26 +95,18 @@ def parse_placements(log: str) -> dict[str, str] | None:
     return placements if seen else None
 
 
-def _free_display() -> int:
-    for number in range(90, 200):
-        if not Path(f"/tmp/.X11-unix/X{number}").exists() and not Path(f"/tmp/.X{number}-lock").exists():
-            return number
-    raise EngineUnavailableError("no free X display number in :90-:199 for Xvfb", value="Xvfb")
-
-
 class Host:
-    """A running ``node.exe host.js`` under Wine (and its Xvfb, when one was needed)."""
+    """A running ``node.exe host.js`` under Wine."""
 
     def __init__(self, stack: Stack) -> None:
         self.stack = stack
         self._lock = threading.Lock()
-        self._xvfb: subprocess.Popen[bytes] | None = None
         self._log_dir = Path(tempfile.mkdtemp(prefix="dmlshim-dmlhost-"))
         self.log_path = self._log_dir / "host.log"
         env = stack.run_env()
         env["NODE_PATH"] = windows_path(stack.node_modules)
         if not env.get("DISPLAY"):
-            env["DISPLAY"] = self._start_xvfb()
+            env["DISPLAY"] = shared_display()
         self.info: dict[str, Any] = {}
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
             server.bind(("127.0.0.1", 0))
@@ -143,28 +135,6 @@ class Host:
                 ) from exc
         self._sock.settimeout(1.0)
         self.info = self.request({"op": "info"})[0]
-
-    def _start_xvfb(self) -> str:
-        xvfb = shutil.which("Xvfb")
-        if xvfb is None:
-            raise EngineUnavailableError(
-                "no DISPLAY and no Xvfb: install the xvfb package (`dmlshim directml setup` does)",
-                value="Xvfb",
-            )
-        number = _free_display()
-        self._xvfb = subprocess.Popen(
-            [xvfb, f":{number}", "-screen", "0", "640x480x24", "-nolisten", "tcp"],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        deadline = time.monotonic() + 20
-        while not Path(f"/tmp/.X11-unix/X{number}").exists():
-            if self._xvfb.poll() is not None or time.monotonic() > deadline:
-                raise EngineUnavailableError(f"Xvfb :{number} did not start", value="Xvfb")
-            time.sleep(0.05)
-        return f":{number}"
 
     def _log_tail(self, lines: int = 15) -> str:
         with contextlib.suppress(OSError):
@@ -288,7 +258,7 @@ class Host:
         return self._proc.poll() is None
 
     def close(self) -> None:
-        """Stop node.exe (closing the socket ends it) and Xvfb, if started here."""
+        """Stop node.exe (closing the socket ends it); the shared Xvfb stops at exit."""
         with contextlib.suppress(OSError, AttributeError):
             self._sock.close()
         proc = getattr(self, "_proc", None)
@@ -298,11 +268,6 @@ class Host:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        if self._xvfb is not None:
-            self._xvfb.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self._xvfb.wait(timeout=5)
-            self._xvfb = None
 
 
 _HOSTS: dict[str, Host] = {}

@@ -7,36 +7,19 @@ program) reads the stack from that file only.
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import EngineUnavailableError
+from .wine import STACK_FILE, cache_root, read_stack_doc, stack_dir, stack_file, windows_path, wine_env
 
-STACK_FILE = "stack.json"
 SCHEMA_VERSION = 1
 
-
-def cache_root() -> Path:
-    """``${DMLSHIM_CACHE_DIR:-${XDG_CACHE_HOME:-~/.cache}/dmlshim}``."""
-    explicit = os.environ.get("DMLSHIM_CACHE_DIR")
-    if explicit:
-        return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "dmlshim"
-
-
-def stack_dir() -> Path:
-    """The folder holding the whole stack (downloads, builds, Wine prefix, ``stack.json``)."""
-    return cache_root() / "directml"
-
-
-def windows_path(path: str | os.PathLike[str]) -> str:
-    """``path`` as Wine's drive Z: names it (Z: is the Linux root in every Wine prefix)."""
-    return "Z:" + str(Path(path).resolve()).replace("/", "\\")
+__all__ = [
+    "SCHEMA_VERSION", "STACK_FILE", "Stack", "cache_root", "load_stack", "stack_available", "stack_dir",
+    "stack_file", "windows_path",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -76,9 +59,7 @@ class Stack:
     def run_env(self, base: dict[str, str] | None = None) -> dict[str, str]:
         """The environment for a Windows process of this stack (``base``, os.environ by default, plus
         the stack's variables)."""
-        env = dict(os.environ if base is None else base)
-        env.update(self.env)
-        return env
+        return wine_env(self.env, base)
 
     def describe(self) -> str:
         """One line naming what runs: DirectML, onnxruntime, the D3D12 and Vulkan layers."""
@@ -91,11 +72,6 @@ class Stack:
         )
 
 
-def stack_file(folder: Path | None = None) -> Path:
-    """The path of ``stack.json``."""
-    return (folder or stack_dir()) / STACK_FILE
-
-
 def load_stack(folder: Path | None = None) -> Stack:
     """Read ``stack.json``.
 
@@ -104,17 +80,11 @@ def load_stack(folder: Path | None = None) -> Stack:
             or names files that are gone.
     """
     path = stack_file(folder)
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise EngineUnavailableError(
-            f"real DirectML is not set up on this machine: {path} does not exist; run "
-            "`dmlshim directml setup` (Debian/Ubuntu, root for apt) to build the Wine + vkd3d + lavapipe "
-            "stack",
-            value=str(path),
-        ) from None
-    except (OSError, ValueError) as exc:
-        raise EngineUnavailableError(f"cannot read {path}: {exc}", value=str(path)) from exc
+    doc = read_stack_doc(
+        path,
+        hint="run `dmlshim directml setup` (Debian/Ubuntu, root for apt) to build the Wine + vkd3d + "
+        "lavapipe stack",
+    )
     try:
         stack = Stack(
             folder=Path(doc["folder"]),

@@ -2,19 +2,19 @@
 
 The executable is cached under ``<cache>/directml/host/``, named after a hash of the source and the
 compiler, so a changed source or compiler builds anew and a warm cache costs nothing. The cache folder is
-``$DMLSHIM_CACHE_DIR``, else ``$XDG_CACHE_HOME/dmlshim``, else ``~/.cache/dmlshim``.
+:func:`dmlshim.directml.wine.cache_root`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
+from ..directml.wine import cache_root, stack_dir
 from ..errors import BadInputError
 from ..fileio.files import write_bytes
 
@@ -34,12 +34,8 @@ _BUILD_TIMEOUT_S = 300
 
 
 def cache_dir() -> Path:
-    """dmlshim's cache folder: ``$DMLSHIM_CACHE_DIR``, ``$XDG_CACHE_HOME/dmlshim`` or ``~/.cache/dmlshim``."""
-    explicit = os.environ.get("DMLSHIM_CACHE_DIR")
-    if explicit:
-        return Path(explicit)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "dmlshim"
+    """dmlshim's cache folder (:func:`dmlshim.directml.wine.cache_root`)."""
+    return cache_root()
 
 
 def find_compiler() -> str:
@@ -86,7 +82,7 @@ def build_host(*, compiler: str | None = None, target_dir: Path | None = None) -
     digest = hashlib.sha256(
         source + b"\0" + _compiler_version(cc).encode() + b"\0" + " ".join(_FLAGS + _LIBS).encode()
     )
-    folder = target_dir or cache_dir() / "directml" / "host"
+    folder = target_dir or stack_dir() / "host"
     exe = folder / f"dml_replay_host-{digest.hexdigest()[:16]}.exe"
     if exe.is_file() and not exe.is_symlink():
         return exe

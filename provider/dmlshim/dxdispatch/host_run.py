@@ -7,18 +7,17 @@ takes the jobs left, so one bad descriptor never hides the others' results.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import BadInputError
+from ..directml.wine import shared_display, windows_path, wine_env
+from ..errors import BadInputError, EngineUnavailableError
 from ..fileio.files import write_text
 from ..fileio.reading import read_text
 from .host_jobs import RESULT_FILE, HostResult, read_result
@@ -119,13 +118,6 @@ class HostRun:
     seconds: float = 0.0
 
 
-def windows_path(path: Path) -> str:
-    """``path`` as a Windows program under Wine sees it (drive Z: is the Unix root)."""
-    if sys.platform == "win32":
-        return str(path)
-    return "Z:" + str(path.resolve()).replace("/", "\\")
-
-
 def _command(stack: HostStack, exe: Path, run_dir: Path) -> list[str]:
     args = [".", windows_path(stack.directml_dll)]
     if stack.dll_dir is not None:
@@ -159,12 +151,16 @@ def run_host(
     Raises:
         BadInputError: the host could not create a D3D12 or DirectML device, or could not start at all.
     """
-    env = dict(os.environ)
-    env.update(stack.env)
+    env = wine_env(stack.env)
     if stack.dll_dir is not None and env.get("WINEDLLOVERRIDES"):
         env["WINEDLLOVERRIDES"] = allow_builtin(env["WINEDLLOVERRIDES"])
-    with _display(env):
-        return _run(exe, run_dir, jobs, stack, env, timeout_s)
+    if sys.platform != "win32" and not env.get("DISPLAY"):
+        # Wine's DXGI wants a display, even to compute: the process's one Xvfb (stopped at exit).
+        try:
+            env["DISPLAY"] = shared_display()
+        except EngineUnavailableError as exc:
+            raise BadInputError(exc.message) from exc
+    return _run(exe, run_dir, jobs, stack, env, timeout_s)
 
 
 def allow_builtin(overrides: str) -> str:
@@ -180,51 +176,6 @@ def allow_builtin(overrides: str) -> str:
         names, sep, order = entry.partition("=")
         entries.append(f"{names}=n,b" if sep and order.strip() == "n" else entry)
     return ";".join(entries)
-
-
-@contextlib.contextmanager
-def _display(env: dict[str, str]) -> Iterator[None]:
-    """Start Xvfb for the run when there is no DISPLAY: Wine's DXGI wants one, even to compute."""
-    if sys.platform == "win32" or env.get("DISPLAY"):
-        yield
-        return
-    xvfb = shutil.which("Xvfb")
-    if xvfb is None:
-        raise BadInputError("no DISPLAY and no Xvfb: install Debian's xvfb (`dmlshim directml setup` does)")
-    proc = None
-    for number in range(90, 200):
-        if os.path.exists(f"/tmp/.X{number}-lock"):
-            continue
-        proc = subprocess.Popen(
-            [xvfb, f":{number}", "-screen", "0", "640x480x24", "-nolisten", "tcp"],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        # Another run may have taken the number meanwhile: then this Xvfb exits, and the next is tried.
-        deadline = time.monotonic() + 20
-        while proc.poll() is None and not os.path.exists(f"/tmp/.X11-unix/X{number}"):
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
-        time.sleep(0.2)
-        if proc.poll() is None and os.path.exists(f"/tmp/.X11-unix/X{number}"):
-            env["DISPLAY"] = f":{number}"
-            break
-        _stop(proc)
-        proc = None
-    if proc is None:
-        raise BadInputError("Xvfb could not start on any display in :90-:199")
-    try:
-        yield
-    finally:
-        _stop(proc)
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=5)
 
 
 def _run(

@@ -7,7 +7,6 @@ file lives at ``<cache>/directml/stack.json``; ``$DMLSHIM_DIRECTML_STACK`` names
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Mapping
@@ -15,16 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..directml.wine import StackMissingError, read_stack_doc, stack_file
 from ..errors import BadInputError
-from .host_build import cache_dir
 
 __all__ = ["HostStack", "StackMissingError", "default_stack_path", "load_stack"]
 
 STACK_ENV = "DMLSHIM_DIRECTML_STACK"
-
-
-class StackMissingError(BadInputError):
-    """No stack.json: real DirectML has not been set up on this machine."""
 
 
 @dataclass(frozen=True)
@@ -54,7 +49,7 @@ def default_stack_path() -> Path:
     explicit = os.environ.get(STACK_ENV)
     if explicit:
         return Path(explicit)
-    return cache_dir() / "directml" / "stack.json"
+    return stack_file()
 
 
 def load_stack(path: str | os.PathLike[str] | None = None) -> HostStack:
@@ -65,18 +60,7 @@ def load_stack(path: str | os.PathLike[str] | None = None) -> HostStack:
         BadInputError: it is not a stack description, or names files that are gone.
     """
     target = Path(path) if path is not None else default_stack_path()
-    if not target.is_file():
-        raise StackMissingError(
-            "real DirectML is not set up here: no stack.json (run `dmlshim directml setup`, or name one with "
-            f"${STACK_ENV})",
-            path=str(target),
-        )
-    try:
-        doc = json.loads(target.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise BadInputError(f"stack.json is not readable JSON: {exc}", path=str(target)) from exc
-    if not isinstance(doc, dict):
-        raise BadInputError("stack.json is not a JSON object", path=str(target))
+    doc = read_stack_doc(target, hint=f"run `dmlshim directml setup`, or name one with ${STACK_ENV}")
     return stack_from_json(doc, source=target)
 
 
