@@ -114,7 +114,7 @@ class LinuxDirectMLEngine:
         self._nodes = self._records(model)
 
     def _records(self, model: onnx.ModelProto) -> tuple[NodeRecord, ...]:
-        from ..execute.directml import node_records
+        from ..execute.directml_records import node_records
 
         placements = self._session.placements
         if placements is None:

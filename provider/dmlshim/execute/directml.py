@@ -5,7 +5,7 @@ script can compare emulated and real DirectML results."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -15,11 +15,10 @@ import onnxruntime as ort
 from ..dml.enums import FeatureLevel
 from ..errors import BadInputError, BadModelError, EngineUnavailableError
 from ..ort.real import OrtInferenceSession, ort_available_providers
-from ..translate import translate_model
-from ..translate.plan import DML_PROVIDER, NodeTranslation
+from .directml_records import node_records
 from .engine import EngineConfig
 from .partitioned import ORT_ERRORS
-from .record import PLACEMENT_CPU, PLACEMENT_DML, NodeRecord, RunRecord
+from .record import NodeRecord, RunRecord
 
 logger = logging.getLogger(__name__)
 
@@ -33,29 +32,6 @@ _ASSIGNMENT_ERRORS: tuple[type[BaseException], ...] = (AttributeError, *ORT_ERRO
 def dml_available() -> bool:
     """Whether onnxruntime's DmlExecutionProvider can be used in this process."""
     return DML_EP in ort_available_providers()
-
-
-def node_records(
-    model: onnx.ModelProto, feature_level: FeatureLevel, placed: Callable[[NodeTranslation], str]
-) -> tuple[NodeRecord, ...]:
-    """One record per node of ``model`` as translated at ``feature_level``, each placed on the execution
-    provider ``placed`` names for it (onnxruntime's own assignment, however the engine learned it)."""
-    records = []
-    for t in translate_model(model, feature_level).nodes:
-        ep = placed(t)
-        on_dml = ep == DML_PROVIDER
-        records.append(
-            NodeRecord(
-                name=t.name,
-                op_type=t.op_type,
-                placement=PLACEMENT_DML if on_dml else PLACEMENT_CPU,
-                status=t.status.value,
-                operator=t.operator.operator_type.dml_name if on_dml and t.operator is not None else None,
-                reasons=tuple((r.code, r.message) for r in t.reasons),
-                ort_placement=ep,
-            )
-        )
-    return tuple(records)
 
 
 def linux_stack_available() -> bool:
