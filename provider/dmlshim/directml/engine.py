@@ -112,6 +112,7 @@ class LinuxDirectMLEngine:
                 f"cannot load the model: {exc}{_known_refusals(model)}"
             ) from _ort_exception(str(exc), "load")
         self._nodes = self._records(model)
+        self._model = model
 
     def _records(self, model: onnx.ModelProto) -> tuple[NodeRecord, ...]:
         from ..execute.directml_records import node_records
@@ -160,7 +161,9 @@ class LinuxDirectMLEngine:
                 self._session, {k: np.asarray(v) for k, v in feeds.items()}, list(output_names)
             )
         except HostError as exc:
-            error: DmlShimError = BadInputError(f"onnxruntime ({DML_EP}) failed running the model: {exc}")
+            error: DmlShimError = BadInputError(
+                f"onnxruntime ({DML_EP}) failed running the model: {exc}{_known_refusals(self._model)}"
+            )
             raise error from _ort_exception(str(exc), "run")
         device = tuple((k, str(v)) for k, v in self.stack_record().items())
         return outputs, RunRecord(self.name, self.config.feature_level.dml_name, self._nodes, device=device)

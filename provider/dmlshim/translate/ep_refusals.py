@@ -10,11 +10,29 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
+
+
+@dataclass(frozen=True)
+class GraphScope:
+    """The graph a node is in, as the matchers read it.
+
+    Attributes:
+        graph: the graph (the model's, or a subgraph).
+        owner: the node whose attribute ``graph`` is (a Loop, If, Scan), None for the model's graph.
+        constants: names to the values of the graph's initializers and Constant outputs.
+        producers: names to the nodes of the graph computing them.
+        consumers: names to the nodes of the graph reading them.
+    """
+
+    graph: onnx.GraphProto
+    owner: onnx.NodeProto | None
+    constants: Mapping[str, np.ndarray]
+    producers: Mapping[str, onnx.NodeProto]
+    consumers: Mapping[str, list[onnx.NodeProto]]
 
 
 @dataclass(frozen=True)
@@ -28,9 +46,7 @@ class EpRefusal:
         form: the node form, in words.
         seen: what onnxruntime-directml said on real DirectML (version, message).
         when: ``"session creation"`` (the session fails) or ``"run"`` (the process dies running it).
-        matches: ``(node, constants, producers) -> bool``; ``constants`` maps names to the values of
-            initializers and Constant outputs of the graph, ``producers`` names to the nodes computing them,
-            the last argument names to the nodes reading them.
+        matches: ``(node, scope) -> bool``, ``scope`` the node's graph as a :class:`GraphScope`.
     """
 
     code: str
@@ -38,7 +54,7 @@ class EpRefusal:
     since: int
     form: str
     seen: str
-    matches: Callable[[onnx.NodeProto, Mapping[str, np.ndarray], Mapping[str, onnx.NodeProto], Any], bool]
+    matches: Callable[[onnx.NodeProto, GraphScope], bool]
     when: str = "session creation"
 
 
@@ -49,35 +65,51 @@ def _attr_int(node: onnx.NodeProto, name: str, default: int) -> int:
     return default
 
 
-def _reshape_allowzero_minus_one(
-    node: onnx.NodeProto, constants: Mapping[str, np.ndarray], producers: Mapping[str, onnx.NodeProto], _: Any
-) -> bool:
+def _reshape_allowzero_minus_one(node: onnx.NodeProto, scope: GraphScope) -> bool:
+    constants = scope.constants
     if _attr_int(node, "allowzero", 0) != 1 or len(node.input) < 2:
         return False
     shape = constants.get(node.input[1])
     if shape is not None:
         return bool((np.asarray(shape) == -1).any())
     # A shape computed by a Concat of which one piece is a constant holding -1 (torch.export's view()).
-    concat = producers.get(node.input[1])
+    concat = scope.producers.get(node.input[1])
     if concat is None or concat.op_type != "Concat":
         return False
     return any(i in constants and bool((np.asarray(constants[i]) == -1).any()) for i in concat.input)
 
 
-def _scatter_nd_empty_index_tuple(
-    node: onnx.NodeProto, constants: Mapping[str, np.ndarray], producers: Mapping[str, onnx.NodeProto], _: Any
-) -> bool:
-    indices = constants.get(node.input[1]) if len(node.input) > 1 else None
+def _scatter_nd_empty_index_tuple(node: onnx.NodeProto, scope: GraphScope) -> bool:
+    indices = scope.constants.get(node.input[1]) if len(node.input) > 1 else None
     return indices is not None and np.asarray(indices).ndim >= 1 and np.asarray(indices).shape[-1] == 0
 
 
-def _gemm_without_c_then_tanh(
-    node: onnx.NodeProto, constants: Mapping[str, np.ndarray], producers: Any, consumers: Any
-) -> bool:
+def _gemm_without_c_then_tanh(node: onnx.NodeProto, scope: GraphScope) -> bool:
     if len([i for i in node.input if i]) != 2 or not node.output:
         return False
-    readers = consumers.get(node.output[0], [])
+    readers = scope.consumers.get(node.output[0], [])
     return len(readers) == 1 and readers[0].op_type == "Tanh"
+
+
+def _static_dims(value: onnx.ValueInfoProto) -> bool:
+    """Whether ``value`` is declared a tensor of known rank whose every dimension is a number."""
+    tensor = value.type.tensor_type
+    return (
+        value.type.HasField("tensor_type")
+        and tensor.HasField("shape")
+        and all(d.HasField("dim_value") for d in tensor.shape.dim)
+    )
+
+
+def _concat_grows_static_loop_state(node: onnx.NodeProto, scope: GraphScope) -> bool:
+    # Loop body: inputs (iteration, cond, state...), outputs (cond, state..., scan outputs...).
+    if scope.owner is None or scope.owner.op_type != "Loop" or not node.output:
+        return False
+    body = scope.graph
+    return any(
+        state.name in node.input and _static_dims(state) and body.output[1 + k].name == node.output[0]
+        for k, state in enumerate(body.input[2 : 1 + len(body.output)])
+    )
 
 
 EP_REFUSALS: tuple[EpRefusal, ...] = (
@@ -118,6 +150,22 @@ EP_REFUSALS: tuple[EpRefusal, ...] = (
         '"(DmlFusedGemm) has input size 2 not in range [min=3, max=3]" (onnx_models/real/bert_dynamo.onnx)',
         matches=_gemm_without_c_then_tanh,
     ),
+    EpRefusal(
+        code="EP_FAILS_CONCAT_GROWING_STATIC_LOOP_STATE",
+        op_type="Concat",
+        since=1,
+        form="Concat in a Loop body that reads a loop-carried input declared with a fully static shape (the "
+        "shape of its initial value, e.g. [0,64,64]) and whose output is that state's next value, so the "
+        "state grows past its declared shape (torchscript's list append); onnxruntime CPU runs it",
+        seen="DirectML 1.15.4 / onnxruntime-directml 1.24 (no node on CPUExecutionProvider): with another "
+        "Concat input of dynamic shape the first run fails at the Loop's second iteration "
+        "(MLOperatorAuthorImpl.cpp(2853) 80070057, Concat_1558 of onnx_models/real/maskrcnn_torchscript); "
+        "with every input shape static the run succeeds with a wrong result, the state never grows "
+        "(shape [1,4,4], one slice, where onnxruntime CPU gives [2,4,4] after two iterations); "
+        "a Loop of one iteration runs right",
+        matches=_concat_grows_static_loop_state,
+        when="run",
+    ),
 )
 """Every refusal seen on real DirectML (a sweep of onnx_models/ on DirectML 1.15.4)."""
 
@@ -137,21 +185,23 @@ def _constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
     return values
 
 
-def _graphs(graph: onnx.GraphProto, path: str = "") -> Iterator[tuple[str, onnx.GraphProto]]:
-    yield path, graph
+def _graphs(
+    graph: onnx.GraphProto, path: str = "", owner: onnx.NodeProto | None = None
+) -> Iterator[tuple[str, onnx.GraphProto, onnx.NodeProto | None]]:
+    yield path, graph, owner
     for node in graph.node:
         for a in node.attribute:
             subs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
             for sub in subs:
-                yield from _graphs(sub, f"{path}{node.name or node.op_type}/{a.name}/")
+                yield from _graphs(sub, f"{path}{node.name or node.op_type}/{a.name}/", node)
 
 
 def session_refusals(model: onnx.ModelProto) -> tuple[tuple[str, EpRefusal], ...]:
     """``(node name, refusal)`` for every node of ``model`` (subgraphs included) in a refused form."""
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     found = []
-    for path, graph in _graphs(model.graph):
-        constants: dict[str, np.ndarray] | None = None
+    for path, graph, owner in _graphs(model.graph):
+        scope: GraphScope | None = None
         producers = {out: n for n in graph.node for out in n.output}
         consumers: dict[str, list[onnx.NodeProto]] = {}
         for reader in graph.node:
@@ -165,8 +215,8 @@ def session_refusals(model: onnx.ModelProto) -> tuple[tuple[str, EpRefusal], ...
                     or opset < refusal.since
                 ):
                     continue
-                if constants is None:
-                    constants = _constants(graph)
-                if refusal.matches(node, constants, producers, consumers):
+                if scope is None:
+                    scope = GraphScope(graph, owner, _constants(graph), producers, consumers)
+                if refusal.matches(node, scope):
                     found.append((path + (node.name or node.op_type), refusal))
     return tuple(found)

@@ -1,0 +1,117 @@
+"""The DirectML provider's failure on a Concat growing a Loop's state declared with a static shape
+(``EP_FAILS_CONCAT_GROWING_STATIC_LOOP_STATE``, met first in ``onnx_models/real/maskrcnn_torchscript.onnx``).
+
+The table's prediction is checked on small models built here; tests marked ``real`` run DirectML 1.15.4
+itself and are skipped without the stack. Expected values come from onnxruntime CPU.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from dmlshim import InferenceSession
+from dmlshim.directml.stack import stack_available
+from dmlshim.errors import DmlShimError
+from dmlshim.translate.ep_refusals import session_refusals
+from tests.oracle import IR_VERSION, ort_run
+
+MODELS = Path(__file__).resolve().parent.parent / "onnx_models"
+CODE = "EP_FAILS_CONCAT_GROWING_STATIC_LOOP_STATE"
+D = 4
+
+real = pytest.mark.skipif(
+    not stack_available(), reason="real DirectML stack not set up (dmlshim directml setup)"
+)
+
+
+def _grow_model(state_dims: list[int | str], y_dims: list[int | str], trips: int = 2) -> onnx.ModelProto:
+    """``out = Loop(trips, state=[]: Concat(state, Unsqueeze(y)))`` (torchscript's list append); the
+    body's state input is declared with ``state_dims`` ([0, D, D], its initial value's shape, or symbols)."""
+
+    def value(name: str, elem: int, dims: list[int | str] | None) -> onnx.ValueInfoProto:
+        return helper.make_tensor_value_info(name, elem, dims)
+
+    body = helper.make_graph(
+        [
+            helper.make_node("Constant", [], ["axes"], value_ints=[0]),
+            helper.make_node("Unsqueeze", ["y", "axes"], ["y1"]),
+            helper.make_node("Concat", ["state", "y1"], ["state_out"], axis=0, name="grow"),
+            helper.make_node("Identity", ["cond"], ["cond_out"]),
+        ],
+        "body",
+        [value("i", TensorProto.INT64, []), value("cond", TensorProto.BOOL, []),
+         value("state", TensorProto.FLOAT, state_dims)],
+        [value("cond_out", TensorProto.BOOL, []), value("state_out", TensorProto.FLOAT, ["a", "b", "c"])],
+    )  # fmt: skip
+    const = {
+        "trips": np.array(trips, np.int64),
+        "keep_going": np.array(True),
+        "empty": np.zeros((0, D, D), np.float32),
+    }
+    nodes = [
+        helper.make_node("Constant", [], [k], value=numpy_helper.from_array(v)) for k, v in const.items()
+    ]
+    nodes.append(
+        helper.make_node("Loop", ["trips", "keep_going", "empty"], ["out"], body=body, name="append")
+    )
+    graph = helper.make_graph(
+        nodes, "grow", [value("y", TensorProto.FLOAT, y_dims)], [value("out", TensorProto.FLOAT, ["n", D, D])]
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = IR_VERSION
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def _y() -> np.ndarray:
+    return np.arange(D * D, dtype=np.float32).reshape(D, D) / 7
+
+
+def test_onnxruntime_cpu_runs_the_growing_state_whatever_its_declared_shape() -> None:
+    for state_dims in ([0, D, D], ["s", D, D]):
+        out = ort_run(_grow_model(state_dims, ["h", "w"]), {"y": _y()})[0]
+        assert out.shape == (2, D, D) and np.array_equal(out, np.stack([_y(), _y()]))
+
+
+def test_table_names_the_concat_growing_a_static_loop_state() -> None:
+    for y_dims in (["h", "w"], [D, D]):
+        found = session_refusals(_grow_model([0, D, D], y_dims))
+        assert [(name, r.code, r.op_type, r.when) for name, r in found] == [
+            ("append/body/grow", CODE, "Concat", "run")
+        ]
+    assert session_refusals(_grow_model(["s", D, D], ["h", "w"])) == ()
+    assert session_refusals(_grow_model(["s", "p", "q"], [D, D])) == ()
+
+
+def test_table_names_concat_1558_of_maskrcnn() -> None:
+    model = onnx.load(str(MODELS / "real/maskrcnn_torchscript.onnx"), load_external_data=False)
+    assert [(n, r.code) for n, r in session_refusals(model)] == [("Loop_1383/body/Concat_1558", CODE)]
+
+
+@real
+def test_real_directml_fails_on_a_dynamic_concat_growing_a_static_loop_state() -> None:
+    sess = InferenceSession(_grow_model([0, D, D], ["h", "w"]), engine="directml")
+    with pytest.raises(DmlShimError, match="80070057") as err:
+        sess.run(None, {"y": _y()})
+    assert CODE in str(err.value)
+
+
+@real
+def test_real_directml_runs_the_same_loop_when_the_state_is_declared_dynamic() -> None:
+    model = _grow_model(["s", D, D], ["h", "w"])
+    got = InferenceSession(model, engine="directml").run(None, {"y": _y()})[0]
+    assert np.array_equal(got, ort_run(model, {"y": _y()})[0])
+
+
+@real
+def test_real_directml_returns_a_wrong_shape_when_every_concat_input_is_static() -> None:
+    model = _grow_model([0, D, D], [D, D])
+    want = ort_run(model, {"y": _y()})[0]
+    got = InferenceSession(model, engine="directml").run(None, {"y": _y()})[0]
+    assert want.shape == (2, D, D) and got.shape == (1, D, D)
+    assert np.array_equal(got[0], want[1])
