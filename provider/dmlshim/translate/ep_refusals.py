@@ -157,12 +157,13 @@ EP_REFUSALS: tuple[EpRefusal, ...] = (
         form="Concat in a Loop body that reads a loop-carried input declared with a fully static shape (the "
         "shape of its initial value, e.g. [0,64,64]) and whose output is that state's next value, so the "
         "state grows past its declared shape (torchscript's list append); onnxruntime CPU runs it",
-        seen="DirectML 1.15.4 / onnxruntime-directml 1.24 (no node on CPUExecutionProvider): with another "
-        "Concat input of dynamic shape the first run fails at the Loop's second iteration "
-        "(MLOperatorAuthorImpl.cpp(2853) 80070057, Concat_1558 of onnx_models/real/maskrcnn_torchscript); "
-        "with every input shape static the run succeeds with a wrong result, the state never grows "
-        "(shape [1,4,4], one slice, where onnxruntime CPU gives [2,4,4] after two iterations); "
-        "a Loop of one iteration runs right",
+        seen="DirectML 1.15.4 / onnxruntime-directml 1.24, the Concat on DML (the Loop on CPU in maskrcnn): "
+        "with another Concat input of dynamic shape the first run fails at the Loop's second iteration "
+        "(MLOperatorAuthorImpl.cpp(2853) 80070057, Concat_1558 of onnx_models/real/maskrcnn_torchscript; "
+        "the same with a non-empty initial state); with every input shape static the run succeeds with a "
+        "wrong result, the state never grows (shape [1,4,4] where onnxruntime CPU gives [2,4,4] or [3,4,4] "
+        "after two or three iterations); a Loop of one iteration runs right; a state declared with "
+        "symbolic dimensions runs right",
         matches=_concat_grows_static_loop_state,
         when="run",
     ),
