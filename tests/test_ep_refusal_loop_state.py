@@ -29,9 +29,11 @@ real = pytest.mark.skipif(
 )
 
 
-def _grow_model(state_dims: list[int | str], y_dims: list[int | str], trips: int = 2) -> onnx.ModelProto:
-    """``out = Loop(trips, state=[]: Concat(state, Unsqueeze(y)))`` (torchscript's list append); the
-    body's state input is declared with ``state_dims`` ([0, D, D], its initial value's shape, or symbols)."""
+def _grow_model(
+    state_dims: list[int | str], y_dims: list[int | str], trips: int = 2, rows: int = 0
+) -> onnx.ModelProto:
+    """``out = Loop(trips, state=zeros[rows,D,D]: Concat(state, Unsqueeze(y)))`` (torchscript's list
+    append); the body's state input is declared with ``state_dims`` (initial value's shape or symbols)."""
 
     def value(name: str, elem: int, dims: list[int | str] | None) -> onnx.ValueInfoProto:
         return helper.make_tensor_value_info(name, elem, dims)
@@ -51,7 +53,7 @@ def _grow_model(state_dims: list[int | str], y_dims: list[int | str], trips: int
     const = {
         "trips": np.array(trips, np.int64),
         "keep_going": np.array(True),
-        "empty": np.zeros((0, D, D), np.float32),
+        "empty": np.zeros((rows, D, D), np.float32),
     }
     nodes = [
         helper.make_node("Constant", [], [k], value=numpy_helper.from_array(v)) for k, v in const.items()
@@ -94,8 +96,11 @@ def test_table_names_concat_1558_of_maskrcnn() -> None:
 
 
 @real
-def test_real_directml_fails_on_a_dynamic_concat_growing_a_static_loop_state() -> None:
-    sess = InferenceSession(_grow_model([0, D, D], ["h", "w"]), engine="directml")
+@pytest.mark.parametrize("rows", [0, 1])
+def test_real_directml_fails_on_a_dynamic_concat_growing_a_static_loop_state(rows: int) -> None:
+    model = _grow_model([rows, D, D], ["h", "w"], rows=rows)
+    assert ort_run(model, {"y": _y()})[0].shape == (rows + 2, D, D)
+    sess = InferenceSession(model, engine="directml")
     with pytest.raises(DmlShimError, match="80070057") as err:
         sess.run(None, {"y": _y()})
     assert CODE in str(err.value)
@@ -109,9 +114,17 @@ def test_real_directml_runs_the_same_loop_when_the_state_is_declared_dynamic() -
 
 
 @real
-def test_real_directml_returns_a_wrong_shape_when_every_concat_input_is_static() -> None:
-    model = _grow_model([0, D, D], [D, D])
+@pytest.mark.parametrize("trips", [2, 3])
+def test_real_directml_returns_a_wrong_shape_when_every_concat_input_is_static(trips: int) -> None:
+    model = _grow_model([0, D, D], [D, D], trips=trips)
     want = ort_run(model, {"y": _y()})[0]
     got = InferenceSession(model, engine="directml").run(None, {"y": _y()})[0]
-    assert want.shape == (2, D, D) and got.shape == (1, D, D)
-    assert np.array_equal(got[0], want[1])
+    assert want.shape == (trips, D, D) and got.shape == (1, D, D)
+    assert np.array_equal(got[0], want[-1])
+
+
+@real
+def test_real_directml_runs_a_single_iteration_right() -> None:
+    model = _grow_model([0, D, D], ["h", "w"], trips=1)
+    got = InferenceSession(model, engine="directml").run(None, {"y": _y()})[0]
+    assert np.array_equal(got, ort_run(model, {"y": _y()})[0])
