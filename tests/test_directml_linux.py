@@ -56,6 +56,17 @@ def test_check_reports_every_missing_piece_and_fails(tmp_path: Path) -> None:
     assert {"mesa", "wine_dlls", "node", "wheel", "prefix", "verify"} <= missing
 
 
+@pytest.mark.parametrize("place", ["after", "before"])
+def test_quiet_is_taken_after_the_action_as_after_every_command(tmp_path: Path, place: str) -> None:
+    action = ["setup", "--check", "--dir", str(tmp_path)]
+    args = [*action, "-q"] if place == "after" else ["-q", *action]
+    done = subprocess.run(
+        [sys.executable, "-m", "dmlshim", "directml", *args], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 1, done.stderr  # incomplete: not a usage error (2)
+    assert "unrecognized" not in done.stderr
+
+
 def test_missing_stack_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(EngineUnavailableError, match=r"dmlshim directml setup"):
         load_stack(tmp_path)

@@ -39,6 +39,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     info = sub.add_parser("info", help="print the set-up stack's stack.json")
     info.add_argument("--dir", type=Path, default=None, help="the stack folder")
     info.add_argument("--json", action="store_true", default=True, help=argparse.SUPPRESS)
+    for action in (setup, sweep, info):  # -q after the action too, as after every other command
+        action.add_argument(
+            "-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="no progress lines"
+        )
 
 
 def _progress(quiet: bool):  # type: ignore[no-untyped-def]
