@@ -128,7 +128,7 @@ def refuse_unconvertible_array(name: str, value: Any) -> None:
         f"(array.view(numpy.{view}), onnx.{elem}) instead",
         tensor=name,
         value=str(value.dtype),
-    )
+    ) from RuntimeError(f"Numpy_type {value.dtype.num} can't be converted to MLDataType.")
 
 
 def refuse_unholdable_outputs(
@@ -144,7 +144,7 @@ def refuse_unholdable_outputs(
                 f"{instead}",
                 tensor=name,
                 value=value.data_type(),
-            )
+            ) from RuntimeError(f"No corresponding Numpy type for Tensor Type. {value.data_type()}")
 
 
 def to_ortvalue(value: Any) -> Any:
