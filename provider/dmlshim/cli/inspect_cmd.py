@@ -20,7 +20,7 @@ from ..report.inspect_report import GraphValue, render_text, shape_hint, write_j
 from ..translate.model_translation import ModelTranslation, translate_model
 from ..translate.shapes_info import tensor_info
 from .inspect_run import run_shapes
-from .options import add_feature_level, add_input_shape, apply_input_shapes, input_shapes
+from .options import add_feature_level, add_html, add_input_shape, apply_input_shapes, input_shapes
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,12 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="show each node's descriptor fields (UINT fields, Sizes, Strides, data types) in the table",
     )
     parser.add_argument("--json", action="store_true", help="print the schema_version 1 JSON document")
-    parser.add_argument(
-        "--html",
-        metavar="REPORT.html",
-        help="also write a self-contained HTML page: the graph, each gather/scatter node coloured by where "
-        "it runs, its details on click (needs the html extra: pip install 'dmlshim[html]')",
-    )
+    add_html(parser, "runs, its details")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --html file")
 
 

@@ -82,9 +82,9 @@ def run_shapes(
         (Generated inputs that onnxruntime refuses leave ``error`` set instead.)
     """
     from ..execute.feeds import load_npz
-    from ..validate.value_kinds import feed_shape
     from ..inputs import generate
     from ..inputs.narrow_floats import narrow_feeds
+    from ..validate.value_kinds import feed_shape
 
     loaded = load_model(model_path, weightless=True)
     if inputs:

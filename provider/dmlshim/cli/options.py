@@ -51,6 +51,16 @@ def add_engine(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_html(parser: argparse.ArgumentParser, shows: str) -> None:
+    """``--html REPORT.html``: the self-contained page of the graph, ``shows`` saying what a click gives."""
+    parser.add_argument(
+        "--html",
+        metavar="REPORT.html",
+        help="also write a self-contained HTML page: the graph, each gather/scatter node coloured by where "
+        f"it {shows} on click (needs the html extra: pip install 'dmlshim[html]')",
+    )
+
+
 def add_input_shape(parser: argparse.ArgumentParser, help_text: str = INPUT_SHAPE_HELP) -> None:
     """``--input-shape NAME=D0,D1,..`` or ``--input-shape SYMBOL=N`` (repeatable)."""
     parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,..", help=help_text)

@@ -10,7 +10,7 @@ import sys
 
 from ..validate import ValidationReport
 from ..validate.tolerances import Tolerances
-from .options import input_shapes
+from .options import add_html, input_shapes
 
 logger = logging.getLogger(__name__)
 
@@ -44,12 +44,7 @@ def add_array_files(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="list only outputs that differ and nodes that need a look (text report)",
     )
-    parser.add_argument(
-        "--html",
-        metavar="REPORT.html",
-        help="also write a self-contained HTML page: the graph, each gather/scatter node coloured by where "
-        "it ran, its result and details on click (needs the html extra: pip install 'dmlshim[html]')",
-    )
+    add_html(parser, "ran, its result and details")
     parser.add_argument("--overwrite", action="store_true", help="replace existing --save-* and --html files")
 
 
