@@ -24,6 +24,9 @@ from dmlshim.kernels import _KERNELS, KernelOptions, KernelResult
 from dmlshim.validate import compare_arrays, validate_model
 from tests.oracle import IR_VERSION, make_node_model, ort_run
 
+# Faults are planted in the numpy kernels' table (dmlshim.kernels._KERNELS).
+pytestmark = pytest.mark.usefixtures("numpy_kernels")
+
 MODELS_DIR = Path(__file__).resolve().parents[1] / "onnx_models"
 MODELS = sorted(MODELS_DIR.glob("*.onnx"))
 

@@ -30,6 +30,9 @@ from dmlshim.validate.results import RUNS_ONE, RUNS_THREE
 from dmlshim.validate.statistics import error_statistics
 from tests.oracle import IR_VERSION, ort_run
 
+# Faults are planted in the numpy kernels' table (dmlshim.kernels._KERNELS).
+pytestmark = pytest.mark.usefixtures("numpy_kernels")
+
 F32, F16, BF16, I64 = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.INT64
 RNG = np.random.default_rng(22)
 

@@ -31,6 +31,9 @@ from dmlshim.kernels import _KERNELS, KernelOptions, KernelResult
 from dmlshim.validate import OPTIMIZATION_LEVELS, compare_arrays, validate_model
 from tests.oracle import IR_VERSION, ort_node, ort_run
 
+# Faults are planted in the numpy kernels' table (dmlshim.kernels._KERNELS).
+pytestmark = pytest.mark.usefixtures("numpy_kernels")
+
 F32, F16, I64 = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.INT64
 
 

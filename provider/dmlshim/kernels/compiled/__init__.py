@@ -75,11 +75,12 @@ def use(mode: str) -> None:
         ValueError: an unknown mode.
         EngineUnavailableError: ``compiled`` without numba.
     """
-    global _mode, _loaded, _table
+    global _mode, _loaded, _table, _always
     if mode not in MODES:
         raise ValueError(f"unknown kernels {mode!r}: expected one of {', '.join(MODES)}")
     with _lock:
-        _mode, _loaded, _table = mode, False, None
+        # _always too: a call asking for the compiled kernels then gets the table now in force
+        _mode, _loaded, _table, _always = mode, False, None, None
     if mode == "compiled":
         _kernels()
 
