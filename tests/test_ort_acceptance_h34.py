@@ -159,7 +159,9 @@ def test_data_outside_the_real_model_folder_is_refused_as_onnxruntime_refuses_it
     want = _raised(lambda: _reference(path))
     got = _raised(lambda: _ours(path))
     assert isinstance(got, type(want)) and isinstance(got, DmlShimError)
-    head = "External data path validation failed for initializer: w. Error: External data path escapes"
+    # the words after "Error:" are onnxruntime's own and change between releases (1.24: "External data path:
+    # ... and real model directory", 1.32: "External data path escapes ...")
+    head = "External data path validation failed for initializer: w. Error: External data path"
     assert head in str(want)
     assert str(got).startswith(str(want)[: str(want).index(head)] + head)
 
@@ -209,6 +211,10 @@ def test_the_global_thread_pool_is_used_as_in_onnxruntime(tmp_path: Path) -> Non
     assert (our_run, our_own) == (ref_run, ref_own) and ref_own == "RuntimeError"
 
 
+@pytest.mark.skipif(
+    tuple(int(p) for p in onnxruntime.__version__.split(".")[:2]) < (1, 25),
+    reason="onnxruntime 1.24 itself dies (SIGSEGV) binding a string tensor at a pointer: no reference to hold to",
+)
 def test_binding_a_string_tensor_at_a_pointer_is_refused_as_onnxruntime_refuses_it() -> None:
     model = _model(
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])], [helper.make_node("Neg", ["x"], ["y"])]
