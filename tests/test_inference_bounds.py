@@ -124,6 +124,11 @@ def test_large_one_dimensional_values_keep_their_types_without_their_data():
     assert len(shapes["r"]) == 3  # rank from the shape tensor's length; its values are not propagated
 
 
+@pytest.mark.skipif(
+    tuple(int(p) for p in onnx.__version__.split(".")[:2]) < (1, 18),
+    reason="onnx 1.17 gives Reshape the rank of any static-length shape input in its own inference (no data "
+    "propagation involved); newer onnx bounds it itself (1.23: at 1024)",
+)
 def test_rank_from_a_long_shape_tensor_is_not_materialized():
     """A shape tensor of 5000 elements: no rank-5000 type is built (onnx 1.23 draws the line at 1024)."""
     model = _model(
