@@ -213,7 +213,8 @@ def test_the_global_thread_pool_is_used_as_in_onnxruntime(tmp_path: Path) -> Non
 
 @pytest.mark.skipif(
     tuple(int(p) for p in onnxruntime.__version__.split(".")[:2]) < (1, 25),
-    reason="onnxruntime 1.24 itself dies (SIGSEGV) binding a string tensor at a pointer: no reference to hold to",
+    reason="onnxruntime 1.24 itself dies (SIGSEGV) binding a string tensor at a pointer: no reference to "
+    "hold dmlshim to",
 )
 def test_binding_a_string_tensor_at_a_pointer_is_refused_as_onnxruntime_refuses_it() -> None:
     model = _model(
