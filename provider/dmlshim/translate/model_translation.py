@@ -22,8 +22,8 @@ from ..errors import DmlShimError, guard_resources
 from ..model.graph import GATHER_SCATTER_OPS, node_path, subgraph_prefix, subgraphs
 from ..model.prepare import prepare_model
 from .converters import get_converter
-from .placement import CPU_PREFERRED_MESSAGE, REASON_CPU_PREFERRED, graph_placements
 from .ep_refusals import session_refusals
+from .placement import CPU_PREFERRED_MESSAGE, REASON_CPU_PREFERRED, graph_placements
 from .plan import (
     CPU_PROVIDER,
     DML_PROVIDER,
