@@ -15,6 +15,7 @@ Call sites::
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -49,15 +50,37 @@ def memory_limit() -> int | None:
     """
     env = os.environ.get("DMLSHIM_MEMORY_LIMIT", "").strip()
     if env:
-        try:
-            return max(0, int(env))
-        except ValueError:
-            logger.warning("DMLSHIM_MEMORY_LIMIT=%r is not an integer; ignored", env)
+        limit = _parse_limit(env)
+        if limit is not None:
+            return limit
     return physical_memory()
 
 
+@functools.lru_cache(maxsize=8)
+def _parse_limit(text: str) -> int | None:
+    """``text`` as a number of bytes: an integer, or a whole number written as a float (``1e9``); None,
+    with one warning per value, for anything else (a negative number would refuse every tensor)."""
+    try:
+        value = int(text)
+    except ValueError:
+        try:
+            number = float(text)
+        except ValueError:
+            number = math.nan
+        value = int(number) if math.isfinite(number) and number == int(number) else -1
+    if value < 0:
+        logger.warning(
+            "DMLSHIM_MEMORY_LIMIT=%r is not a non-negative number of bytes; ignored (the limit stays this "
+            "machine's memory)",
+            text,
+        )
+        return None
+    return value
+
+
 def _limit_text(cap: int) -> str:
-    if os.environ.get("DMLSHIM_MEMORY_LIMIT", "").strip():
+    env = os.environ.get("DMLSHIM_MEMORY_LIMIT", "").strip()
+    if env and _parse_limit(env) is not None:
         return f"the memory limit ({format_bytes(cap)}, DMLSHIM_MEMORY_LIMIT)"
     return f"this machine's memory ({format_bytes(cap)})"
 
