@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _inspect(args: argparse.Namespace) -> int:
     given = input_shapes(args)
-    if args.html:
+    if args.html is not None:
         from ..report.html import check_html_target
 
         check_html_target(args.html, overwrite=args.overwrite, inputs=(args.model, args.inputs))
@@ -147,7 +147,7 @@ def _inspect(args: argparse.Namespace) -> int:
     inputs, outputs = graph_values(model)
     if args.json:
         write_json(translation, sys.stdout, args.model, graph_inputs=inputs, graph_outputs=outputs, run=ran)
-    if not args.json or args.html:
+    if not args.json or args.html is not None:
         symbolic: dict[str, tuple[object, ...]] = {}
         for v in inputs:
             if v.name in shapes or v.shape is None:
@@ -172,7 +172,7 @@ def _inspect(args: argparse.Namespace) -> int:
         )
         if not args.json:
             sys.stdout.write(text)
-        if args.html:
+        if args.html is not None:
             _write_html(args, model, translation, text)
     return 0 if translation.summary["all_dml"] else 1
 

@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     from ..report.validate_report import render_json, render_text
 
     if validate_many.applies(args):
-        if args.save_inputs or args.save_outputs or args.reference_outputs or args.html:
+        if args.save_inputs or args.save_outputs or args.reference_outputs or args.html is not None:
             from ..errors import BadInputError
 
             raise BadInputError(
@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         report = model_report(args, args.model[0])
     text = render_text(report, args.only_problems)
     sys.stdout.write(render_json(report) if args.json else text)
-    if args.html:
+    if args.html is not None:
         _write_html(args, report, text)
     return report.exit_code
 
