@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from .options import add_feature_level, add_input_shape, input_shapes
+from .options import add_feature_level, add_input_shape, input_shapes, path_arg
 from .progress import status
 
 
@@ -14,11 +14,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the export command's arguments."""
     parser.add_argument("model", help="the ONNX model")
     out = parser.add_mutually_exclusive_group(required=True)
-    out.add_argument("-o", "--output", dest="output_dir", metavar="DIR", help="the export folder")
+    out.add_argument("-o", "--output", dest="output_dir", metavar="DIR", type=path_arg, help="the export folder")
     out.add_argument("--output-dir", dest="output_dir", help=argparse.SUPPRESS)  # the old spelling
     parser.add_argument(
         "--inputs",
         metavar="FILE.npz",
+        type=path_arg,
         help="the model inputs, one array per graph input (numpy.savez); random valid inputs if omitted",
     )
     add_feature_level(parser, "target")

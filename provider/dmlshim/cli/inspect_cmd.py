@@ -20,7 +20,7 @@ from ..report.inspect_report import GraphValue, render_text, shape_hint, write_j
 from ..translate.model_translation import ModelTranslation, translate_model
 from ..translate.shapes_info import tensor_info
 from .inspect_run import run_shapes
-from .options import add_feature_level, add_html, add_input_shape, apply_input_shapes, input_shapes
+from .options import add_feature_level, add_html, add_input_shape, apply_input_shapes, input_shapes, path_arg
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,6 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--inputs",
         metavar="FILE.npz",
+        type=path_arg,
         help="run the model on these inputs (onnxruntime CPU) and translate every gather/scatter node at "
         "the shapes the run gives; with --input-shape alone, on the inputs run would generate",
     )

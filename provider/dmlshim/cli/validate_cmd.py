@@ -11,7 +11,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from . import validate_many
-from .options import add_engine, add_feature_level, add_input_shape, add_tolerances
+from .options import add_engine, add_feature_level, add_input_shape, add_tolerances, path_arg
 from .progress import status
 from .validate_files import add_array_files, model_report
 
@@ -28,6 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--inputs",
         metavar="FILE.npz",
+        type=path_arg,
         default=None,
         help="feeds by input name (numpy.savez); random inputs of the right shapes and types when absent",
     )
