@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from ..text import printable
 from .options import add_feature_level, add_input_shape, input_shapes, path_arg
 from .progress import status
 
@@ -88,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
             note += f"  ({e.duplicate_indices} duplicate scatter write(s): DirectML picks any winner)"
         print(f"  {e.folder:<40} {e.op_type:<16} {e.operator}{note}")
     for s in result.skipped:
-        print(f"  skipped {s.node} ({s.op_type}): {s.code}: {s.reason}")
+        print(f"  skipped {printable(s.node)} ({s.op_type}): {s.code}: {s.reason}")
     if result.exported:
         print()
         print("next, on Windows, in each node folder:  dxdispatch.exe model.json --output_path .")

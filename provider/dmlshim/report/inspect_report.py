@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TextIO
 
 from ..dml.symbolic import describe
-from ..text import shape_text, table
+from ..text import printable, shape_text, table
 from ..translate.model_translation import ModelTranslation
 from ..translate.plan import NodeTranslation, Status, elem_type_name
 from ..translate.translator import is_ep_reason
@@ -358,7 +358,7 @@ def _details(nodes: Sequence[NodeTranslation]) -> list[str]:
     for n in nodes:
         if not n.reasons and not n.host_steps:
             continue
-        lines.append(f"  {n.name}:")
+        lines.append(f"  {printable(n.name)}:")
         for r in n.reasons:
             if r.code in PROVIDER_WARNINGS:
                 mark = "warning"
