@@ -336,3 +336,18 @@ def test_an_error_of_the_users_prints_no_stray_onnxruntime_error(tmp_path: Path)
     )  # fmt: skip
     assert res.stdout.strip() == "BadModelError", res.stderr
     assert "GatherElements" not in res.stderr, res.stderr
+
+
+def test_the_summary_keeps_a_file_the_program_wrote_through_a_key_value_argument(tmp_path: Path) -> None:
+    """``s.py --out=res.json``: the argument is not a path, so the summary is not refused at the start;
+    the program's file, appeared during the run, is kept at exit."""
+    onnx.save(_gather_model(), tmp_path / "m.onnx")
+    (tmp_path / "s.py").write_text(
+        "import sys, onnxruntime as ort\n"
+        "ort.InferenceSession('m.onnx', providers=['DmlExecutionProvider'])\n"
+        "open(sys.argv[1].split('=', 1)[1], 'w').write('program result')\n"
+    )
+    res = _dropin(tmp_path, "--summary-file", "res.json", "s.py", "--out=res.json")
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "res.json").read_text() == "program result"
+    assert "Traceback" not in res.stderr
