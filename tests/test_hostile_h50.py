@@ -44,7 +44,9 @@ def _options(module: Any, adds: dict[str, np.ndarray]) -> Any:
 def _ort(model: onnx.ModelProto | str, feeds: dict[str, np.ndarray], adds: dict[str, np.ndarray]) -> Any:
     src = model if isinstance(model, str) else model.SerializeToString()
     try:
-        sess = onnxruntime.InferenceSession(src, _options(onnxruntime, adds), providers=["CPUExecutionProvider"])
+        sess = onnxruntime.InferenceSession(
+            src, _options(onnxruntime, adds), providers=["CPUExecutionProvider"]
+        )
         return sess.run(None, feeds)
     except Exception as exc:  # onnxruntime's refusal: dmlshim must refuse too
         return exc
@@ -89,7 +91,9 @@ def test_add_initializer_of_another_dtype_is_refused(dtype: type, engine: str) -
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_add_external_initializers_of_another_dtype_is_refused_as_onnxruntime_refuses_it(engine: str, tmp_path: Path) -> None:
+def test_add_external_initializers_of_another_dtype_is_refused_as_onnxruntime_refuses_it(
+    engine: str, tmp_path: Path
+) -> None:
     from onnx.external_data_helper import convert_model_to_external_data
 
     model = _gather_of_input()
@@ -121,7 +125,10 @@ def test_add_initializer_of_the_same_dtype_follows_onnxruntime(adds: dict, x: li
 def _clip_then_gather() -> onnx.ModelProto:
     lo = numpy_helper.from_array(np.array(0, np.int64), "lo")
     return _model(
-        [helper.make_node("Clip", ["x", "lo"], ["c"]), helper.make_node("Gather", ["W", "c"], ["y"], name="g")],
+        [
+            helper.make_node("Clip", ["x", "lo"], ["c"]),
+            helper.make_node("Gather", ["W", "c"], ["y"], name="g"),
+        ],
         [_X],
         [_W, lo],
     )
@@ -170,7 +177,12 @@ def _where_chain() -> onnx.ModelProto:
 
 @pytest.mark.parametrize(
     "adds",
-    [{}, {"b": np.array([-4, -1], np.int64)}, {"b": np.array([-5, 4], np.int64)}, {"cond": np.array([0, 0], bool)}],
+    [
+        {},
+        {"b": np.array([-4, -1], np.int64)},
+        {"b": np.array([-5, 4], np.int64)},
+        {"cond": np.array([0, 0], bool)},
+    ],
 )
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_where_chain_with_overridden_branches_follows_onnxruntime(adds: dict, engine: str) -> None:
@@ -233,14 +245,18 @@ def test_a_large_scatterelements_past_its_proof_runs_follows_onnxruntime(engine:
     d = helper.make_tensor_value_info("d", TensorProto.FLOAT, ["N", 4])
     i = helper.make_tensor_value_info("i", TensorProto.INT32, [1, 2])
     u = helper.make_tensor_value_info("u", TensorProto.FLOAT, [1, 2])
-    model = _model([helper.make_node("ScatterElements", ["d", "i", "u"], ["y"], name="s", axis=1)], [d, i, u], [])
+    model = _model(
+        [helper.make_node("ScatterElements", ["d", "i", "u"], ["y"], name="s", axis=1)], [d, i, u], []
+    )
     base = {"d": np.zeros((_N, 4), np.float32), "u": np.array([[5, 6]], np.float32)}
 
     def feeds(idx: list[int]) -> dict[str, np.ndarray]:
         return {**base, "i": np.array([idx], np.int32)}
 
     ok = feeds([0, 1])
-    _sequence(model, [ok, ok, ok, ok, feeds([4, 1]), feeds([-4, -1]), feeds([2, 2]), feeds([-5, 0]), ok], engine)
+    _sequence(
+        model, [ok, ok, ok, ok, feeds([4, 1]), feeds([-4, -1]), feeds([2, 2]), feeds([-5, 0]), ok], engine
+    )
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -288,7 +304,9 @@ _LOCATIONS: dict[str, Callable[[Path], str]] = {
 
 
 @pytest.mark.parametrize("case", sorted(_LOCATIONS))
-def test_external_data_outside_the_folder_is_refused_as_onnxruntime_refuses(case: str, tmp_path: Path) -> None:
+def test_external_data_outside_the_folder_is_refused_as_onnxruntime_refuses(
+    case: str, tmp_path: Path
+) -> None:
     (tmp_path / "other").mkdir()
     (tmp_path / "mdl").mkdir()
     np.arange(12, dtype=np.float32).tofile(tmp_path / "other" / "w.bin")
@@ -300,7 +318,9 @@ def test_external_data_outside_the_folder_is_refused_as_onnxruntime_refuses(case
             with pytest.raises(BadModelError):
                 dmlshim.InferenceSession(path, engine=engine).run(None, feeds)
         else:
-            np.testing.assert_array_equal(dmlshim.InferenceSession(path, engine=engine).run(None, feeds)[0], want[0])
+            np.testing.assert_array_equal(
+                dmlshim.InferenceSession(path, engine=engine).run(None, feeds)[0], want[0]
+            )
     if case != "hard_link":
         assert isinstance(want, Exception) and "External data path validation failed" in str(want)
 
@@ -319,7 +339,14 @@ _SMALL_EDIT = pytest.param(
 
 @pytest.mark.parametrize(
     ("change", "rows"),
-    [("edit", 20_000), _SMALL_EDIT, ("replace", 1000), ("replace", 20_000), ("delete", 1000), ("delete", 20_000)],
+    [
+        ("edit", 20_000),
+        _SMALL_EDIT,
+        ("replace", 1000),
+        ("replace", 20_000),
+        ("delete", 1000),
+        ("delete", 20_000),
+    ],
 )
 @pytest.mark.parametrize("engine", ENGINES)
 def test_external_data_changed_after_load_follows_onnxruntime(

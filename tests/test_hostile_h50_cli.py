@@ -25,10 +25,14 @@ from tests.fuzz_settings import assert_cli_error, run_cli
 def _gather_model(name: str = "g", prefix: str = "") -> onnx.ModelProto:
     x = helper.make_tensor_value_info(prefix + "x", TensorProto.INT64, ["N"])
     w = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(4, 3), prefix + "W")
-    node = helper.make_node("Gather", [prefix + "W", prefix + "x"], [prefix + "y"], name=name, doc_string=name)
+    node = helper.make_node(
+        "Gather", [prefix + "W", prefix + "x"], [prefix + "y"], name=name, doc_string=name
+    )
     out = helper.make_tensor_value_info(prefix + "y", TensorProto.FLOAT, None)
     graph = helper.make_graph([node], prefix + "graph", [x], [out], [w], doc_string=name)
-    return helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 18)], doc_string=name)
+    return helper.make_model(
+        graph, ir_version=10, opset_imports=[helper.make_opsetid("", 18)], doc_string=name
+    )
 
 
 def _ort(path: Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -249,7 +253,9 @@ def test_the_summary_path_is_fixed_before_the_program_changes_directory(tmp_path
     onnx.save(_gather_model(), tmp_path / "m.onnx")
     _script(tmp_path, "m.onnx")
     (tmp_path / "elsewhere").mkdir()
-    res = _dropin(tmp_path, "--summary-file", "s.json", "s.py", env={"H50_CHDIR": str(tmp_path / "elsewhere")})
+    res = _dropin(
+        tmp_path, "--summary-file", "s.json", "s.py", env={"H50_CHDIR": str(tmp_path / "elsewhere")}
+    )
     assert res.returncode == 0, res.stderr
     assert (tmp_path / "s.json").is_file() and not (tmp_path / "elsewhere" / "s.json").exists()
 
@@ -266,7 +272,9 @@ def test_the_summary_replaces_a_link_never_its_target(tmp_path: Path) -> None:
     assert not (tmp_path / "l.json").is_symlink() and (tmp_path / "victim.txt").read_text() == "victim"
 
 
-def _cli(args: list[object], env: dict[str, str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+def _cli(
+    args: list[object], env: dict[str, str], cwd: Path, timeout: float = 300
+) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "dmlshim", *map(str, args)],
         cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False, env={**os.environ, **env},

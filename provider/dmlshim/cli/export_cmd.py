@@ -15,7 +15,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the export command's arguments."""
     parser.add_argument("model", help="the ONNX model")
     out = parser.add_mutually_exclusive_group(required=True)
-    out.add_argument("-o", "--output", dest="output_dir", metavar="DIR", type=path_arg, help="the export folder")
+    out.add_argument(
+        "-o", "--output", dest="output_dir", metavar="DIR", type=path_arg, help="the export folder"
+    )
     out.add_argument("--output-dir", dest="output_dir", help=argparse.SUPPRESS)  # the old spelling
     parser.add_argument(
         "--inputs",

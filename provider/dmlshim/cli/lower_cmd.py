@@ -75,7 +75,9 @@ def run(args: argparse.Namespace) -> int:
         if node.signature is not None:
             t = node.translation
             what = t.operator.operator_type.dml_name if t.operator else "translated at run time"
-            print(f"  {printable(node.name)}: {node.op_type} -> {node.signature.op_type} [{node.mode}] {what}")
+            print(
+                f"  {printable(node.name)}: {node.op_type} -> {node.signature.op_type} [{node.mode}] {what}"
+            )
         else:
             print(f"  {printable(node.name)}: {node.op_type} kept: {node.reason}")
     if data_file is not None:

@@ -40,7 +40,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_input_shape(parser)
     parser.add_argument("--seed", type=int, default=0, metavar="N", help="seed of random inputs (default 0)")
     parser.add_argument(
-        "--output", "-o", metavar="FILE.npz", type=path_arg, help="write the outputs here (numpy.savez format)"
+        "--output",
+        "-o",
+        metavar="FILE.npz",
+        type=path_arg,
+        help="write the outputs here (numpy.savez format)",
     )
     parser.add_argument(
         "--overwrite", action="store_true", help="replace the --output file if it exists (refused otherwise)"

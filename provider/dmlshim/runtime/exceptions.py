@@ -116,8 +116,8 @@ def check_failure_class() -> type[BaseException]:
     import numpy as np
     from onnx import TensorProto, helper
 
-    from .real import ort as real_ort
     from .real import OrtInferenceSession
+    from .real import ort as real_ort
 
     graph = helper.make_graph(
         [helper.make_node("GatherElements", ["x", "i"], ["y"], axis=0)],

@@ -174,7 +174,9 @@ def load_model(
         if light is None and weightless:
             # onnx reads the whole file into memory: a file the walk could not read (a corrupt or hostile
             # one, a run of zeros) is refused before that when it is larger than the memory limit
-            check_bytes(path.stat().st_size, what=f"reading the model file whole ({path.name})", path=str(path))
+            check_bytes(
+                path.stat().st_size, what=f"reading the model file whole ({path.name})", path=str(path)
+            )
         try:
             proto = light if light is not None else onnx.load(str(path), load_external_data=False)
         except (DecodeError, ValueError, RuntimeError, OSError) as exc:
