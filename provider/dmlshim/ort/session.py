@@ -60,6 +60,8 @@ __all__ = ["InferenceSession", "LoadedModel", "ModelSource", "load_model"]
 
 logger = logging.getLogger(__name__)
 
+_COPY_LOCK = threading.Lock()
+
 bind_c_iobinding()  # SessionIOBinding(session._sess) takes a dmlshim session too
 
 
@@ -144,7 +146,7 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
         # get_session_options(): onnxruntime's own copy of the caller's options, finalised as it would be
         self._config = [p for p in loaded.proto.metadata_props if p.key == ORT_CONFIG_KEY]
         self._kwargs = kwargs
-        self._copy = self._session_copy()
+        self._copy_box = self._copy_holder()
         self._describe(loaded)
         # A model read without its weights keeps them there with the caller's options too, when a copy of
         # the options means all they mean (the engine's sessions then get the copy, the caller's object
@@ -191,6 +193,26 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
     def _session_copy(self) -> SessionCopy:
         given = self._sess_options_initial
         return session_copy(given, self._choice, config=self._config, kwargs=self._kwargs)
+
+    def _copy_holder(self) -> list[SessionCopy | None]:
+        """Where :attr:`_copy` is kept. Copying the caller's options builds two probe sessions (about as
+        long as onnxruntime takes to build a small model's session): done now when the caller gave an
+        options object (later changes to it must not show), else when first asked for (onnxruntime's
+        defaults and the model's own configuration cannot change meanwhile). A list, so that a
+        ``copy.copy`` of the session shares it, as it shares everything else."""
+        return [self._session_copy() if self._sess_options_initial is not None else None]
+
+    @property
+    def _copy(self) -> SessionCopy:
+        box = self._copy_box
+        made = box[0]
+        if made is None:
+            with _COPY_LOCK:
+                if box[0] is None:
+                    box[0] = self._session_copy()
+                made = box[0]
+        assert made is not None
+        return made
 
     def _start_profiler(self, path_or_bytes: ModelSource) -> None:
         so = self._options
@@ -348,7 +370,7 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
         self._choice = choice
         with optimizers_disabled(self._disabled_optimizers):
             self._engine = self._build_engine()
-        self._copy = self._session_copy()  # onnxruntime copies the caller's options again
+        self._copy_box = self._copy_holder()  # onnxruntime copies the caller's options again
 
     # --- running -----------------------------------------------------------------------------------
 
