@@ -17,11 +17,11 @@ from dataclasses import dataclass
 import onnx
 
 from ..errors import BadModelError, DmlShimError
-from ..execute.gather_given import shape_output
-from ..execute.model_source import load_model
-from ..execute.ort_support import ORT_ERRORS
-from ..execute.whole_model import augmented_model
-from ..model.graph import is_gather_scatter, node_path
+from ..execute.engines.whole_model import augmented_model
+from ..execute.plan.sessions import ORT_ERRORS
+from ..execute.proofs.gather_given import shape_output
+from ..execute.weights.model_source import load_model
+from ..graph import is_gather_scatter, node_path
 
 logger = logging.getLogger(__name__)
 
@@ -126,7 +126,7 @@ def run_shapes(
 
 
 def _session(payload: bytes) -> object:
-    from ..ort.real import OrtInferenceSession
+    from ..runtime.real import OrtInferenceSession
 
     try:
         return OrtInferenceSession(payload, _options(), providers=["CPUExecutionProvider"])

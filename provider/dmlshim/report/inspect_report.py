@@ -13,11 +13,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TextIO
 
+from ..dml.symbolic import describe
+from ..text import shape_text, table
 from ..translate.model_translation import ModelTranslation
 from ..translate.plan import NodeTranslation, Status, elem_type_name
-from ..translate.symbolic import describe
 from ..translate.translator import is_ep_reason
-from .text import shape_text, table
 
 __all__ = [
     "GraphValue",
