@@ -138,12 +138,33 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
         from_file = isinstance(path_or_bytes, (str, os.PathLike))
         with self._span("model_loading_uri" if from_file else "model_loading_array"):  # onnxruntime's names
             # With onnxruntime's default options the default engine reads the large weights from the
-            # model's files where it needs them: they are never all held in Python.
-            loaded = load_model(path_or_bytes, sess_options, weightless=True)
+            # model's files where it needs them: they are never all held in Python. With them (no files
+            # written, no custom operators) onnxruntime's acceptance session goes on being built while
+            # this session is (its verdict is awaited below).
+            defer = (
+                sess_options is None
+                and not reads_config_from_model(kwargs)
+                and resolve_engine(engine, self._choice) in ("partitioned", "cpu")
+            )
+            loaded = load_model(path_or_bytes, sess_options, weightless=True, defer_acceptance=defer)
+        try:
+            self._build(loaded, sess_options, kwargs, path_or_bytes)
+        except BaseException:
+            loaded.acceptance()  # onnxruntime's refusal of the model comes first, as when it was awaited
+            raise
+        loaded.acceptance()
+        logger.debug(
+            "session for %s ready (engine %s)", loaded.path or "<in-memory model>", self._engine.name
+        )
+
+    def _build(
+        self, loaded: LoadedModel, sess_options: Any, kwargs: Mapping[str, Any], source: ModelSource
+    ) -> None:
+        """Everything the constructor does once the model is loaded."""
         self._loaded = loaded
         if reads_config_from_model(kwargs):  # as onnxruntime: the model's ort_config over the caller's
             self._options = sess_options = options_from_model(loaded.proto, sess_options)
-            self._start_profiler(path_or_bytes)
+            self._start_profiler(source)
         # get_session_options(): onnxruntime's own copy of the caller's options, finalised as it would be
         self._config = [p for p in loaded.proto.metadata_props if p.key == ORT_CONFIG_KEY]
         self._kwargs = kwargs
@@ -179,9 +200,6 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
             )
             self._write_optimized_model()
             self._engine: Engine = self._build_engine()
-        logger.debug(
-            "session for %s ready (engine %s)", loaded.path or "<in-memory model>", self._engine.name
-        )
 
     def _constant_folding(self) -> bool:
         """Whether onnxruntime's constant folding runs for these options (level basic or above)."""
