@@ -47,6 +47,7 @@ PHASES: tuple[tuple[str, str, str], ...] = (
     ("dmlshim.ort.session", "load_model", "load: read, check, own the weights"),
     ("dmlshim.execute.weights.model_source", "check_model", "  model check"),
     ("dmlshim.model.modelcheck", "check_well_formed", "    well-formed walk"),
+    ("dmlshim.model.modelcheck", "ort_accepts", "    acceptance session, waited for (before issue 36)"),
     ("dmlshim.model.modelcheck", "start_ort_acceptance", "    acceptance session started"),
     ("dmlshim.model.modelcheck", "_onnx_checker_findings", "    onnx.checker"),
     ("dmlshim.model.modelcheck.Acceptance", "verdict", "  wait for the acceptance session"),
@@ -109,8 +110,13 @@ def profile(model: str, top: int) -> dict[str, Any]:
     spent: dict[str, list[float]] = {}
     restore = []
     for owner_name, attr, label in PHASES:
-        owner = _resolve(owner_name)
-        original = getattr(owner, attr)
+        try:
+            owner = _resolve(owner_name)
+        except (ImportError, AttributeError):
+            continue
+        original = getattr(owner, attr, None)
+        if original is None:  # another checkout's phases (``PYTHONPATH=OTHER/provider``)
+            continue
 
         def wrapper(*args: Any, __f: Any = original, __label: str = label, **kwargs: Any) -> Any:
             before, wall, cpu = _peak_mb(), time.perf_counter(), time.thread_time()

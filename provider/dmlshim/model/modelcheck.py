@@ -10,7 +10,6 @@ clear errors before any weight is read.
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 import os
@@ -240,7 +239,7 @@ class Acceptance:
         if build is None:
             return
         try:
-            build.result()  # the session is dropped at once: only the verdict is wanted
+            build.result()
         except ORT_ERRORS as exc:
             raise _refusal(self._original, exc, self._path) from exc
 
@@ -290,9 +289,13 @@ def start_ort_acceptance(
         payload = light.SerializeToString()
     except EncodeError as exc:
         raise _refusal(original, exc, path) from exc
-    build: BackgroundBuild[object] = BackgroundBuild(
-        functools.partial(OrtInferenceSession, payload, options, providers=["CPUExecutionProvider"])
-    )
+
+    def accept() -> None:
+        # built and dropped on the worker: only the verdict is wanted, and the session's memory must not
+        # stay held while the caller goes on building its own
+        OrtInferenceSession(payload, options, providers=["CPUExecutionProvider"])
+
+    build: BackgroundBuild[object] = BackgroundBuild(accept)
     return Acceptance(build, original, path)
 
 
