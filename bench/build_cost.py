@@ -6,6 +6,7 @@ Usage::
     python bench/build_cost.py MODEL.onnx [MODEL.onnx ...] [--repeats 3]   # build wall/CPU and peak RSS
     python bench/build_cost.py MODEL.onnx --runs 10        # also first run and run p50 (feeds: MODEL.npz)
     python bench/build_cost.py MODEL.onnx --profile        # dmlshim's build phase by phase, in this process
+    python bench/build_cost.py MODEL.onnx --run-cost 300   # CPU per run, both sides in this process
 
 Each side builds its session in a fresh process, sides alternating within a repeat: without ``--runs``
 through ``build_probe.py --imported`` (the build alone, session modules imported first), with it through
@@ -165,6 +166,34 @@ def profile(model: str, top: int) -> dict[str, Any]:
     }
 
 
+def run_cost(model: str, runs: int, rounds: int = 3) -> dict[str, Any]:
+    """Process CPU milliseconds per run of onnxruntime and dmlshim on the ``.npz`` beside ``model``, both in
+    this process, least of ``rounds`` rounds of ``runs`` runs each (outputs checked equal first)."""
+    import numpy as np
+    import onnxruntime as ort
+
+    import dmlshim
+
+    with np.load(str(Path(model).with_suffix(".npz"))) as data:
+        feeds = {k: data[k] for k in data.files}
+    theirs = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    ours = dmlshim.InferenceSession(model)
+    want, got = theirs.run(None, feeds), ours.run(None, feeds)
+    if not all(np.array_equal(a, b) for a, b in zip(want, got, strict=True)):
+        raise AssertionError(f"{model}: outputs differ from onnxruntime's")
+
+    def per_run(session: Any) -> float:
+        start = time.process_time()
+        for _ in range(runs):
+            session.run(None, feeds)
+        return 1e3 * (time.process_time() - start) / runs
+
+    rows = [(per_run(theirs), per_run(ours)) for _ in range(rounds)]
+    ort_ms, ours_ms = min(r[0] for r in rows), min(r[1] for r in rows)
+    path = ours.last_run_record.path
+    return {"model": model, "ort_ms": ort_ms, "ours_ms": ours_ms, "ratio": ours_ms / ort_ms, "path": path}
+
+
 def _side(side: str, model: Path, runs: int, workdir: Path) -> dict[str, Any]:
     py = sys.executable
     if runs:
@@ -219,10 +248,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--runs", type=int, default=0, help="steady runs per side (0: build only)")
     parser.add_argument("--profile", action="store_true", help="phases of one dmlshim build, in this process")
+    parser.add_argument(
+        "--run-cost",
+        type=int,
+        default=0,
+        metavar="N",
+        help="process CPU per run, both sides in this process, rounds of N runs",
+    )
     parser.add_argument("--top", type=int, default=0, help="with --profile: also cProfile's top N functions")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp"))
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    if args.run_cost:
+        for model in args.models:
+            found = run_cost(str(model), args.run_cost)
+            line = (
+                f"{model}: CPU ms per run onnxruntime {found['ort_ms']:.3f}, dmlshim {found['ours_ms']:.3f}"
+            )
+            print(json.dumps(found) if args.json else f"{line} ({found['ratio']:.2f}x, {found['path']})")
+        return 0
     if args.profile:
         for model in args.models:
             found = profile(str(model), args.top)
