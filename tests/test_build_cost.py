@@ -178,3 +178,29 @@ def test_shape_inference_runs_once_for_a_gather_inside_control_flow(
     nested = [r for r in ours.last_run_record.nodes if r.name == "If_0/then_branch/Gather_0"]
     assert len(nested) == 1 and nested[0].status == "not_emulated"
     assert nested[0].ort_placement == placements["If_0/then_branch/Gather_0"] == "DmlExecutionProvider"
+
+
+def test_a_gather_proved_by_shapes_rebuilds_nothing_on_later_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The corpus's Mixtral step: its Gather/GatherND nodes are answered by the whole-model check from
+    # their inputs' shapes. A later run with the same shapes reuses the first run's records.
+    model = str(Path(__file__).resolve().parents[1] / "onnx_models" / "real" / "mixtral_moe_dynamo.onnx")
+    with np.load(model.replace(".onnx", ".npz")) as data:
+        feeds = {k: data[k] for k in data.files}
+    want = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
+    ours = dmlshim.InferenceSession(model)
+    first = ours.run(None, feeds)
+    first_record = ours.last_run_record
+    lean = [r for r in first_record.nodes if r.notes and r.notes[-1][0] == "output_from_onnxruntime"]
+    assert lean, "no gather answered from the check"
+    import dmlshim.execute.plan.steps as steps
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("stand-ins rebuilt on a later run")
+
+    monkeypatch.setattr(steps.np, "broadcast_to", refused)
+    later = ours.run(None, feeds)
+    assert ours.last_run_record.nodes == first_record.nodes
+    assert ours.last_run_record.path == first_record.path
+    for got in (first, later):
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_array_equal(g, w)
