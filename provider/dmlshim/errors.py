@@ -136,7 +136,10 @@ def out_of_memory(exc: BaseException, doing: str) -> OutOfMemoryError:
     from .limits import format_bytes, memory_limit
 
     detail = str(exc).strip() or "an allocation failed with no further detail"
-    cap = memory_limit()
+    try:
+        cap = memory_limit()
+    except BadInputError:  # a malformed DMLSHIM_MEMORY_LIMIT is refused where it is first read
+        cap = None
     limit = f"; dmlshim's memory limit is {format_bytes(cap)}" if cap is not None else ""
     return OutOfMemoryError(
         f"ran out of memory while {doing}: {detail}. The model, its inputs or its outputs need more memory "

@@ -16,7 +16,6 @@ from google.protobuf.message import DecodeError
 from ..errors import BadModelError
 from ..fileio.external_data import external_tensors
 from ..fileio.filekind import require_onnx_model
-from ..limits import check_model_inputs
 from ..model.modelcheck import check_model, load_external_data
 from ..model.prepare import prepare_model
 from ..model.weightless import is_external
@@ -205,7 +204,6 @@ def load_model(
         # bytes were parsed here (ours to change); a caller's ModelProto is copied if it must change
         owned = not isinstance(model, onnx.ModelProto)
         loaded = LoadedModel(prepare_model(loaded.proto, owned=owned), None, loaded.added)
-    check_model_inputs(loaded.proto, path=loaded.path)
     return loaded
 
 
