@@ -147,7 +147,7 @@ def load_model(
     Raises:
         BadModelError: the file is missing, empty, is not an ONNX model, is truncated, or has external data
             whose location leaves the model's folder.
-        TooLargeError: a graph input has a static shape that cannot fit in this machine's memory.
+        TooLargeError: the model's weights (external data, dense forms) cannot fit in the memory limit.
     """
     if isinstance(model, onnx.ModelProto):
         loaded = LoadedModel(model, None)
