@@ -29,11 +29,11 @@ from .errors import BadInputError, TooLargeError
 from .portable import physical_memory
 
 __all__ = [
+    "MEMORY_LIMIT_ENV",
     "check_bytes",
     "check_static_values",
     "check_tensor",
     "format_bytes",
-    "MEMORY_LIMIT_ENV",
     "gather_scatter_output_shape",
     "memory_limit",
     "tensor_nbytes",

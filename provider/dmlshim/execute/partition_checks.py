@@ -70,6 +70,10 @@ def check_static_sizes(
         out: (names[i], node.op_type) for i, node in enumerate(graph.node) for out in node.output if out
     }
     check_static_values(
-        {n: (i.static_shape, i.elem_type) for n, i in infos.items() if i.is_static and n not in mapped and n not in fed},
+        {
+            n: (i.static_shape, i.elem_type)
+            for n, i in infos.items()
+            if i.is_static and n not in mapped and n not in fed
+        },
         producers=producers,
     )

@@ -150,7 +150,10 @@ class _Candidates:
             return None
         for declared in self._dims.inputs:
             check_tensor(
-                shapes[declared.name], declared.elem_type, tensor=declared.name, what="generated input",
+                shapes[declared.name],
+                declared.elem_type,
+                tensor=declared.name,
+                what="generated input",
                 path=self._path,
             )
         rng = np.random.default_rng(self._seed)
