@@ -64,7 +64,7 @@ from .custom_op_types import (
     transport_type,
 )
 from .fallback import rewrite_deprecated_scatter
-from .lowering_node import LoweredNode, Names, lower_node
+from .lowering_node import LoweredNode, Names, drop_aliased_sources, lower_node
 
 logger = logging.getLogger(__name__)
 
@@ -321,7 +321,16 @@ def lower_model(
     replaced: list[str] = []
     inferred_graph = inferred.graph if inferred is not None else None
     _walk(
-        work.graph, inferred_graph, "", {}, opsets, names, fl, IndexMode(index_mode), found, replaced,
+        work.graph,
+        inferred_graph,
+        "",
+        {},
+        opsets,
+        names,
+        fl,
+        IndexMode(index_mode),
+        found,
+        replaced,
         ort_cpu_preference,
     )
     onnx_types = (
@@ -334,6 +343,7 @@ def lower_model(
         else {}
     )
     _declare_as_onnxruntime_saw(work.graph, model, replaced, onnx_types)
+    drop_aliased_sources(work.graph)
     # The Scatter nodes kept (opset 11 and later) as the ScatterElements onnxruntime can load.
     rewrite_deprecated_scatter(work)
     if any(n.lowered for n in found) and CUSTOM_DOMAIN not in opsets:

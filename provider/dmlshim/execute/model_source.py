@@ -31,7 +31,7 @@ from .supplied import take_supplied_initializers
 from .weight_file import read_weightless
 from .weight_snapshot import ExternalDataGuard, WeightSnapshot, read_inline, snapshot_inline
 from .weight_values import check_unchanged, load_small_external_data, weight_files, with_weights
-from .weights import SHARE_MIN_BYTES
+from .weights import MAP_MIN_BYTES, SHARE_MIN_BYTES
 
 logger = logging.getLogger(__name__)
 
@@ -180,7 +180,7 @@ def load_model(
         check_model(proto, path, sess_options=sess_options, read_below=SHARE_MIN_BYTES if light else None)
         files = snapshot = guard = None
         if light is not None:
-            load_small_external_data(proto, path, SHARE_MIN_BYTES)
+            load_small_external_data(proto, path, MAP_MIN_BYTES)
             snapshot = _own_inline_weights(proto, path, inline) if own_weights else None
             folder = snapshot.folder if snapshot is not None else os.path.dirname(os.path.abspath(path))
             files = weight_files(proto, folder) or None
