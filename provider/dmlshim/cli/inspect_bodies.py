@@ -29,7 +29,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ..model.graph import is_gather_scatter, node_path, subgraph_prefix, subgraphs
+from ..graph import is_gather_scatter, node_path, subgraph_prefix, subgraphs
 
 __all__ = ["BodyRecords", "Execution", "instrument_bodies", "parse_records"]
 

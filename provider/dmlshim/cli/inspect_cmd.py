@@ -15,7 +15,7 @@ import sys
 import onnx
 
 from ..errors import DmlShimError
-from ..execute.model_source import load_model as read_model
+from ..execute.weights.model_source import load_model as read_model
 from ..model.modelcheck import unknown_operators
 from ..report.inspect_report import GraphValue, render_text, shape_hint, write_json
 from ..translate.model_translation import ModelTranslation, translate_model

@@ -21,11 +21,11 @@ from dataclasses import dataclass, field, replace
 import onnx
 
 from ..errors import BadModelError, DmlShimError
-from ..execute.gather_given import shape_output
-from ..execute.model_source import load_model
-from ..execute.ort_support import ORT_ERRORS
-from ..execute.whole_model import augmented_model
-from ..model.graph import is_gather_scatter, node_path, subgraph_prefix, subgraphs, walk_nodes
+from ..execute.engines.whole_model import augmented_model
+from ..execute.plan.sessions import ORT_ERRORS
+from ..execute.proofs.gather_given import shape_output
+from ..execute.weights.model_source import load_model
+from ..graph import is_gather_scatter, node_path, subgraph_prefix, subgraphs, walk_nodes
 from ..translate.run_cases import Execution
 from .inspect_bodies import BodyRecords, instrument_bodies, node_executions, parse_records
 
@@ -179,7 +179,7 @@ def _why_not(name: str, records: BodyRecords) -> str:
 
 
 def _session(payload: bytes) -> object:
-    from ..ort.real import OrtInferenceSession
+    from ..runtime.real import OrtInferenceSession
 
     try:
         return OrtInferenceSession(payload, _options(), providers=["CPUExecutionProvider"])

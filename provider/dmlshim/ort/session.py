@@ -11,19 +11,21 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
-from ..errors import BadInputError, DmlShimError, guard_resources
-from ..execute.added_initializers import added_initializers, with_initializers
+from ..errors import BadInputError, DmlShimError
 from ..execute.engine import Engine, EngineConfig, get_engine_factory
 from ..execute.feeds import FeedValidator, ModelMetadata, node_arg
-from ..execute.folded_reads import keep_model_values_where_folded
-from ..execute.model_source import LoadedModel, ModelSource, load_model, typed_outputs
-from ..execute.ort_support import terminated
+from ..execute.plan.sessions import terminated
 from ..execute.record import RunRecord
+from ..execute.weights.added_initializers import added_initializers, with_initializers
+from ..execute.weights.folded_reads import keep_model_values_where_folded
+from ..execute.weights.model_source import LoadedModel, ModelSource, load_model, typed_outputs
 from ..kernels.options import IndexMode
+from ..resources import guard_resources
+from ..runtime.exceptions import raises_onnxruntime_errors
+from ..runtime.real import callers_options, optimizers_disabled, pybind_state, use_global_thread_pool
 from .attributes import OrtSessionAttributes
 from .c_iobinding import bind_c_iobinding
 from .emulate import emulate_all, with_dml_first
-from .exceptions import raises_onnxruntime_errors
 from .free_dims import outputs_for_inputs, overrides_by_name, with_free_dimension_overrides
 from .iobinding import IOBinding, fill_fetches
 from .model_config import ORT_CONFIG_KEY, options_from_model, reads_config_from_model
@@ -36,7 +38,6 @@ from .ortvalues import (
 )
 from .profiling import SessionProfiler
 from .providers import normalize_providers, providers_or_fallback, unknown_provider_error
-from .real import callers_options, optimizers_disabled, pybind_state, use_global_thread_pool
 from .session_args import (
     NO_MODEL_VERSION,
     check_provider_list,

@@ -13,12 +13,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TextIO
 
+from ..dml.symbolic import describe
+from ..text import shape_text, table
 from ..translate.model_translation import ModelTranslation
 from ..translate.plan import NodeTranslation, Status, elem_type_name
 from ..translate.run_cases import case_lines
-from ..translate.symbolic import describe
 from ..translate.translator import is_ep_reason
-from .text import shape_text, table
 
 __all__ = [
     "GraphValue",

@@ -18,9 +18,10 @@ from typing import Any
 import onnx
 
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
-from ..errors import DmlShimError, guard_resources
-from ..model.graph import GATHER_SCATTER_OPS, node_path, subgraph_prefix, subgraphs
+from ..errors import DmlShimError
+from ..graph import GATHER_SCATTER_OPS, node_path, subgraph_prefix, subgraphs
 from ..model.prepare import prepare_model
+from ..resources import guard_resources
 from .converters import get_converter
 from .ep_refusals import session_refusals
 from .placement import CPU_PREFERRED_MESSAGE, REASON_CPU_PREFERRED, graph_placements
