@@ -153,3 +153,66 @@ def scan_model() -> onnx.ModelProto:
         ],
     )
     return _model(graph)
+
+
+def nested_model() -> onnx.ModelProto:
+    """An outer Loop whose body holds an If (even iterations: a GatherElements on the carried ``x``, which
+    gains a leading axis each iteration) and an inner Loop of ``inner`` trips that gathers rows of ``x``
+    with GatherND: the records of the inner Loop have any length (the carried-record path)."""
+    then = oh.make_graph(
+        [
+            oh.make_node("Shape", ["x_in"], ["xs"]),
+            oh.make_node("ConstantOfShape", ["xs"], ["zeros"], value=nh.from_array(np.array([0], np.int64))),
+            oh.make_node("GatherElements", ["x_in", "zeros"], ["t_out"], axis=0, name="even_pick"),
+        ],
+        "then",
+        [],
+        [oh.make_tensor_value_info("t_out", T.FLOAT, None)],
+    )
+    other = oh.make_graph(
+        [oh.make_node("Identity", ["x_in"], ["e_out"])], "else", [], [oh.make_tensor_value_info("e_out", T.FLOAT, None)]
+    )
+    inner = oh.make_graph(
+        [
+            _c("row0", [0]),
+            oh.make_node("GatherND", ["x_in", "row0"], ["r"], name="inner_read"),
+            oh.make_node("Identity", ["c_in"], ["c_out"]),
+        ],
+        "inner_body",
+        [
+            oh.make_tensor_value_info("j", T.INT64, []),
+            oh.make_tensor_value_info("c_in", T.BOOL, []),
+        ],
+        [oh.make_tensor_value_info("c_out", T.BOOL, []), oh.make_tensor_value_info("r", T.FLOAT, None)],
+    )
+    body = oh.make_graph(
+        [
+            _c("two", 2),
+            oh.make_node("Mod", ["i", "two"], ["parity"]),
+            _c("zero", 0),
+            oh.make_node("Equal", ["parity", "zero"], ["even"]),
+            oh.make_node("If", ["even"], ["picked"], then_branch=then, else_branch=other, name="parity_if"),
+            oh.make_node("Loop", ["inner", ""], ["rows"], body=inner, name="rows_loop"),
+            _c("axes", [0]),
+            oh.make_node("Unsqueeze", ["picked", "axes"], ["x_out"]),
+            oh.make_node("Identity", ["cond_in"], ["cond_out"]),
+        ],
+        "body",
+        [
+            oh.make_tensor_value_info("i", T.INT64, []),
+            oh.make_tensor_value_info("cond_in", T.BOOL, []),
+            oh.make_tensor_value_info("x_in", T.FLOAT, None),
+        ],
+        [oh.make_tensor_value_info("cond_out", T.BOOL, []), oh.make_tensor_value_info("x_out", T.FLOAT, None)],
+    )
+    graph = oh.make_graph(
+        [oh.make_node("Loop", ["trips", "", "x0"], ["x_final"], body=body, name="outer")],
+        "nested_bodies",
+        [
+            oh.make_tensor_value_info("trips", T.INT64, []),
+            oh.make_tensor_value_info("inner", T.INT64, []),
+            oh.make_tensor_value_info("x0", T.FLOAT, ["n"]),
+        ],
+        [oh.make_tensor_value_info("x_final", T.FLOAT, None)],
+    )
+    return _model(graph)

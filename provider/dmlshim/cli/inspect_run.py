@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from typing import Any
 from dataclasses import dataclass, field, replace
 
 import onnx
@@ -128,20 +129,24 @@ def run_shapes(
     error: str | None = None
     executions: dict[str, list[Execution]] = {}
     records = BodyRecords()
-    if wanted or inner:
-        full = load_model(model_path).proto  # onnxruntime needs the weights: the values come from them
-        records = instrument_bodies(full) if inner else records
-        fetched = [*(shape_output(n) for n in wanted), *records.outputs]
+    unrecorded: str | None = None
+    found: list[Any] = []
+    if inner:
         try:
-            session = _session(augmented_model(full, fetched))
-            del full
-            found = session.run(fetched, dict(feeds))
-            shapes.update({n: tuple(int(d) for d in s) for n, s in zip(wanted, found, strict=False)})
+            found, records = _fetch(model_path, wanted, feeds, instrument=True)
             ran, cut = parse_records(records, found[len(wanted) :])
             executions = node_executions(records, ran, cut)
+        except (*ORT_ERRORS, BadModelError) as exc:  # run again without the records' nodes
+            unrecorded = _first_line(exc)
+            logger.warning("the run recording control-flow bodies failed: %s", unrecorded)
+    if (wanted and not inner) or unrecorded is not None:
+        try:
+            found, _ = _fetch(model_path, wanted, feeds, instrument=False)
         except ORT_ERRORS as exc:
-            error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            error = _first_line(exc)
             logger.warning("onnxruntime could not run the model on these inputs: %s", error)
+    if wanted and not error:
+        shapes.update({n: tuple(int(d) for d in s) for n, s in zip(wanted, found, strict=False)})
     known = shapes.keys() | initializers
     at_run = frozenset(
         name
@@ -153,8 +158,27 @@ def run_shapes(
     )
     if error:
         return RunShapes(source, shapes, frozenset(), error, constant)
-    not_run = {name: _why_not(name, records) for name in inner if name not in executions}
+    if unrecorded is not None:
+        not_run = {name: f"recording the bodies made the run fail ({unrecorded})" for name in inner}
+    else:
+        not_run = {name: _why_not(name, records) for name in inner if name not in executions}
     return RunShapes(source, shapes, at_run | frozenset(executions), None, constant, executions, not_run)
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def _fetch(
+    model_path: str, wanted: Sequence[str], feeds: Mapping[str, object], *, instrument: bool
+) -> tuple[list[Any], BodyRecords]:
+    """One onnxruntime run fetching the shapes of ``wanted`` and (``instrument``) the bodies' records."""
+    full = load_model(model_path).proto  # onnxruntime needs the weights: the values come from them
+    records = instrument_bodies(full) if instrument else BodyRecords()
+    fetched = [*(shape_output(n) for n in wanted), *records.outputs]
+    session = _session(augmented_model(full, fetched))
+    del full
+    return list(session.run(fetched, dict(feeds))), records
 
 
 def _body_nodes(graph: onnx.GraphProto) -> dict[str, onnx.NodeProto]:
