@@ -137,7 +137,12 @@ def scan_model() -> onnx.ModelProto:
     graph = oh.make_graph(
         [
             oh.make_node(
-                "Scan", ["s0", "seq", "seq_idx"], ["s_final", "ys"], body=body, num_scan_inputs=2, name="steps"
+                "Scan",
+                ["s0", "seq", "seq_idx"],
+                ["s_final", "ys"],
+                body=body,
+                num_scan_inputs=2,
+                name="steps",
             )
         ],
         "scan_bodies",
@@ -170,7 +175,10 @@ def nested_model() -> onnx.ModelProto:
         [oh.make_tensor_value_info("t_out", T.FLOAT, None)],
     )
     other = oh.make_graph(
-        [oh.make_node("Identity", ["x_in"], ["e_out"])], "else", [], [oh.make_tensor_value_info("e_out", T.FLOAT, None)]
+        [oh.make_node("Identity", ["x_in"], ["e_out"])],
+        "else",
+        [],
+        [oh.make_tensor_value_info("e_out", T.FLOAT, None)],
     )
     inner = oh.make_graph(
         [
@@ -203,7 +211,10 @@ def nested_model() -> onnx.ModelProto:
             oh.make_tensor_value_info("cond_in", T.BOOL, []),
             oh.make_tensor_value_info("x_in", T.FLOAT, None),
         ],
-        [oh.make_tensor_value_info("cond_out", T.BOOL, []), oh.make_tensor_value_info("x_out", T.FLOAT, None)],
+        [
+            oh.make_tensor_value_info("cond_out", T.BOOL, []),
+            oh.make_tensor_value_info("x_out", T.FLOAT, None),
+        ],
     )
     graph = oh.make_graph(
         [oh.make_node("Loop", ["trips", "", "x0"], ["x_final"], body=body, name="outer")],

@@ -23,7 +23,7 @@ from dmlshim.cli.main import main
 from dmlshim.translate.run_cases import iteration_text
 
 sys.path.insert(0, str(Path(__file__).parent))
-import body_shape_models as models  # noqa: E402
+import body_shape_models as models
 
 
 def _ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -35,7 +35,9 @@ def _ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.n
     return dict(zip(names, session.run(None, feeds), strict=True))
 
 
-def _save(tmp_path: Path, name: str, model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> tuple[Path, Path]:
+def _save(
+    tmp_path: Path, name: str, model: onnx.ModelProto, feeds: dict[str, np.ndarray]
+) -> tuple[Path, Path]:
     path, npz = tmp_path / f"{name}.onnx", tmp_path / f"{name}.npz"
     onnx.save(model, str(path))
     np.savez(npz, **feeds)
@@ -73,8 +75,14 @@ IF_FEEDS = {
 }
 
 
-def test_static_inspect_leaves_every_body_node_unknown(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    for name, model in (("if", models.if_model()), ("loop", models.loop_model()), ("scan", models.scan_model())):
+def test_static_inspect_leaves_every_body_node_unknown(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name, model in (
+        ("if", models.if_model()),
+        ("loop", models.loop_model()),
+        ("scan", models.scan_model()),
+    ):
         path = tmp_path / f"{name}.onnx"
         onnx.save(model, str(path))
         code, doc = _inspect([str(path)], capsys)
@@ -82,7 +90,9 @@ def test_static_inspect_leaves_every_body_node_unknown(tmp_path: Path, capsys: p
         assert all("SHAPE_UNKNOWN" in [r["code"] for r in n["reasons"]] for n in doc["nodes"]), name
 
 
-def test_if_branch_that_runs_takes_the_runs_shapes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_if_branch_that_runs_takes_the_runs_shapes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     model = models.if_model()
     feeds = {"flag": np.array(True), **IF_FEEDS}
     path, npz = _save(tmp_path, "if_then", model, feeds)
@@ -126,7 +136,9 @@ def test_if_other_branch(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     text = capsys.readouterr().out
     assert "Shapes: 1 of 2 gather/scatter nodes translated at the shapes of a run" in text
     assert "1 of them inside If/Loop/Scan bodies; 1 in bodies that did not run" in text
-    assert "choose/then_branch/then/GatherNd: static shapes: the then_branch of If 'choose' did not run" in text
+    assert (
+        "choose/then_branch/then/GatherNd: static shapes: the then_branch of If 'choose' did not run" in text
+    )
 
 
 def _carried_after(model: onnx.ModelProto, feeds: dict[str, np.ndarray], iterations: int) -> list[int]:
@@ -172,7 +184,11 @@ def test_loop_worst_iteration_decides(tmp_path: Path, capsys: pytest.CaptureFixt
     code, doc = _inspect([str(path), "--inputs", str(npz)], capsys)
     read = _nodes(doc)["grow/body/read"]
     worst = [c for c in read["run_shapes"] if c["worst"]]
-    assert code == 1 and read["status"] == "fallback" and "RANK_TOO_LARGE" in [r["code"] for r in read["reasons"]]
+    assert (
+        code == 1
+        and read["status"] == "fallback"
+        and "RANK_TOO_LARGE" in [r["code"] for r in read["reasons"]]
+    )
     assert len(read["run_shapes"]) == 9 and [c["iterations"] for c in worst] == ["iteration 9"]
     assert worst[0]["shapes"][0] == _carried_after(model, feeds, 8) == [1] * 8 + [4]
     assert all(c["status"] == "dml" for c in read["run_shapes"][:8])
@@ -205,15 +221,23 @@ def test_scan_steps(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (case,) = take["run_shapes"]
     assert code == 0 and take["shapes"] == "run" and take["status"] == "dml"
     assert case["iterations"] == "iterations 1-4" and got["idx_steps"].shape[0] == 4
-    assert case["shapes"] == [list(got["s_final"].shape), list(got["idx_steps"].shape[1:])] == [[2, 3], [2, 3]]
+    assert (
+        case["shapes"] == [list(got["s_final"].shape), list(got["idx_steps"].shape[1:])] == [[2, 3], [2, 3]]
+    )
     assert take["plan"]["output"]["sizes"] == list(got["ys"].shape[1:])
 
 
 def test_nested_if_and_loop_in_a_loop(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     model = models.nested_model()
-    feeds = {"trips": np.array(3, dtype=np.int64), "inner": np.array(2, dtype=np.int64), "x0": np.arange(4, dtype=np.float32)}
+    feeds = {
+        "trips": np.array(3, dtype=np.int64),
+        "inner": np.array(2, dtype=np.int64),
+        "x0": np.arange(4, dtype=np.float32),
+    }
     path, npz = _save(tmp_path, "nested", model, feeds)
-    after = [list(_ort(model, {**feeds, "trips": np.array(k, dtype=np.int64)})["x_final"].shape) for k in range(3)]
+    after = [
+        list(_ort(model, {**feeds, "trips": np.array(k, dtype=np.int64)})["x_final"].shape) for k in range(3)
+    ]
     code, doc = _inspect([str(path), "--inputs", str(npz)], capsys)
     nodes = _nodes(doc)
     pick = nodes["outer/body/parity_if/then_branch/even_pick"]  # iterations 1 and 3 (i = 0 and 2) are even

@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import onnx
@@ -57,7 +58,8 @@ class BodyRecords:
     Attributes:
         outputs: the extra top-level outputs holding the records.
         meaning: entry id -> ``("graph", prefix, kind)`` (a body's marker; kind ``If``, ``Loop`` or
-            ``Scan``), ``("value", prefix, name)`` or ``("rows", prefix, row_length)`` (a Loop's or Scan's rows).
+            ``Scan``), ``("value", prefix, name)`` or ``("rows", prefix, row_length)`` (a Loop's or
+            Scan's rows).
         nodes: the body gather/scatter nodes whose inputs are recorded, by path name: (graph prefix,
             input names).
         graphs: the bodies instrumented, by prefix: the owner node's path name, the attribute and the
@@ -71,7 +73,9 @@ class BodyRecords:
 
 
 def _holds_gather_scatter(graph: onnx.GraphProto) -> bool:
-    return any(is_gather_scatter(n) or any(_holds_gather_scatter(g) for _, g in subgraphs(n)) for n in graph.node)
+    return any(
+        is_gather_scatter(n) or any(_holds_gather_scatter(g) for _, g in subgraphs(n)) for n in graph.node
+    )
 
 
 def _opset(model: onnx.ModelProto) -> int:
@@ -99,7 +103,7 @@ class _Builder:
         graph.node.append(helper.make_node("Constant", [], [out], value=tensor, name=out))
         return out
 
-    def node(self, graph: onnx.GraphProto, op: str, inputs: Sequence[str], **attrs: object) -> str:
+    def node(self, graph: onnx.GraphProto, op: str, inputs: Sequence[str], **attrs: Any) -> str:
         out = self.name()
         graph.node.append(helper.make_node(op, list(inputs), [out], name=out, **attrs))
         return out
@@ -271,9 +275,7 @@ def parse_records(
 
 
 class _Reader:
-    def __init__(
-        self, records: BodyRecords, executions: dict[str, list[Execution]], cut: set[str]
-    ) -> None:
+    def __init__(self, records: BodyRecords, executions: dict[str, list[Execution]], cut: set[str]) -> None:
         self.records = records
         self.executions = executions
         self.cut = cut

@@ -23,7 +23,6 @@ from ..translate.shapes_info import tensor_info
 from .inspect_run import RunShapes, run_shapes
 from .options import add_feature_level, add_html, add_input_shape, apply_input_shapes, input_shapes
 
-
 logger = logging.getLogger(__name__)
 
 
@@ -178,7 +177,10 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _translate(
-    args: argparse.Namespace, model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]], ran: RunShapes | None
+    args: argparse.Namespace,
+    model: onnx.ModelProto,
+    shapes: dict[str, tuple[int, ...]],
+    ran: RunShapes | None,
 ) -> ModelTranslation:
     """The translation, at the run's shapes when there is a run: its top-level values' and body nodes'
     shapes, and the graph inputs' sizes for static inference (bodies that did not run are inferred from

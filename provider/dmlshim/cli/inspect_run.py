@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import onnx
 
@@ -31,6 +31,8 @@ from ..translate.run_cases import Execution
 from .inspect_bodies import BodyRecords, instrument_bodies, node_executions, parse_records
 
 logger = logging.getLogger(__name__)
+
+_RECORDING_ERRORS: tuple[type[BaseException], ...] = (*ORT_ERRORS, BadModelError)
 
 
 @dataclass(frozen=True)
@@ -136,7 +138,7 @@ def run_shapes(
             found, records = _fetch(model_path, wanted, feeds, instrument=True)
             ran, cut = parse_records(records, found[len(wanted) :])
             executions = node_executions(records, ran, cut)
-        except (*ORT_ERRORS, BadModelError) as exc:  # run again without the records' nodes
+        except _RECORDING_ERRORS as exc:  # run again without the records' nodes
             unrecorded = _first_line(exc)
             logger.warning("the run recording control-flow bodies failed: %s", unrecorded)
     if (wanted and not inner) or unrecorded is not None:
@@ -176,7 +178,7 @@ def _fetch(
     full = load_model(model_path).proto  # onnxruntime needs the weights: the values come from them
     records = instrument_bodies(full) if instrument else BodyRecords()
     fetched = [*(shape_output(n) for n in wanted), *records.outputs]
-    session = _session(augmented_model(full, fetched))
+    session: Any = _session(augmented_model(full, fetched))
     del full
     return list(session.run(fetched, dict(feeds))), records
 

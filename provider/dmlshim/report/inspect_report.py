@@ -40,11 +40,17 @@ PROVIDER_WARNINGS = frozenset({"EP_OUTPUT_UNWRITTEN", "EP_DESCRIPTOR_FAILS"})
 class RunShapesLike(Protocol):
     """What ``inspect --inputs`` learnt from a run (:class:`dmlshim.cli.inspect_run.RunShapes`)."""
 
-    source: str
-    nodes: frozenset[str]
-    constant: frozenset[str]
-    error: str | None
-    not_run: Mapping[str, str]
+    # Read-only (properties): the run's shapes are a frozen dataclass.
+    @property
+    def source(self) -> str: ...
+    @property
+    def nodes(self) -> frozenset[str]: ...
+    @property
+    def constant(self) -> frozenset[str]: ...
+    @property
+    def error(self) -> str | None: ...
+    @property
+    def not_run(self) -> Mapping[str, str]: ...
 
     def to_json(self) -> dict[str, object]: ...
 

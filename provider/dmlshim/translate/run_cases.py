@@ -144,9 +144,8 @@ def case_lines(cases: Mapping[str, Sequence[RunCase]]) -> list[str]:
             operator = f" {c.operator.removeprefix('DML_OPERATOR_')}" if c.operator else ""
             where = (c.ort_placement or "rejected").removesuffix("ExecutionProvider")
             mark = "  <- worst" if c.worst else ""
-            lines.append(
-                f"    {iteration_text(c.iterations)}: inputs {shapes}: {c.status}{operator}, ORT EP {where}{mark}"
-            )
+            verdict = f"{c.status}{operator}, ORT EP {where}{mark}"
+            lines.append(f"    {iteration_text(c.iterations)}: inputs {shapes}: {verdict}")
         if len(shown) < len(found):
             lines.append(f"    ... {len(found) - len(shown)} more shapes (--json lists every one)")
     return lines
