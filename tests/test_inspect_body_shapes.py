@@ -259,3 +259,23 @@ def test_iteration_text() -> None:
     assert iteration_text([(4,)]) == "iteration 4"
     assert iteration_text([()]) == "the run"
     assert iteration_text([(2, 1)]) == "iteration 2.1"
+
+
+def test_a_cut_row_is_reported_not_guessed() -> None:
+    """A row whose record is longer than the row (a length past its end) gives no shapes: the body is
+    reported as cut, its nodes keep static shapes."""
+    from dmlshim.cli.inspect_bodies import instrument_bodies, node_executions, parse_records
+
+    model = models.scan_model()
+    records = instrument_bodies(model)
+    rows = next(k for k, m in records.meaning.items() if m[0] == "rows")
+    length = int(records.meaning[rows][2])  # type: ignore[call-overload]
+    marker = next(k for k, m in records.meaning.items() if m[0] == "graph")
+    row_ok = np.zeros(length, np.int64)
+    row_ok[:3] = [2, marker, 0]
+    row_cut = np.zeros(length, np.int64)
+    row_cut[0] = length  # longer than the row holds
+    flat = np.concatenate([[rows, 2, 2, length], row_ok, row_cut])
+    executions, cut = parse_records(records, [flat])
+    assert cut == {"steps/body/"} and len(executions["steps/body/"]) == 1
+    assert node_executions(records, executions, cut) == {}

@@ -133,6 +133,7 @@ def run_shapes(
     records = BodyRecords()
     unrecorded: str | None = None
     found: list[Any] = []
+    cut: set[str] = set()
     if inner:
         try:
             found, records = _fetch(model_path, wanted, feeds, instrument=True)
@@ -163,7 +164,7 @@ def run_shapes(
     if unrecorded is not None:
         not_run = {name: f"recording the bodies made the run fail ({unrecorded})" for name in inner}
     else:
-        not_run = {name: _why_not(name, records) for name in inner if name not in executions}
+        not_run = {name: _why_not(name, records, cut) for name in inner if name not in executions}
     return RunShapes(source, shapes, at_run | frozenset(executions), None, constant, executions, not_run)
 
 
@@ -193,11 +194,13 @@ def _body_nodes(graph: onnx.GraphProto) -> dict[str, onnx.NodeProto]:
     return found
 
 
-def _why_not(name: str, records: BodyRecords) -> str:
+def _why_not(name: str, records: BodyRecords, cut: set[str]) -> str:
     """Why the run gave a body node no shapes."""
     recorded = records.nodes.get(name)
     if recorded is None:
         return "its body is not one inspect records (only ai.onnx If, Loop and Scan of opset 9 and later)"
+    if any(recorded[0].startswith(c) for c in cut):
+        return "the record of its body in the run was longer than the row inspect sized for it (rank > 16)"
     owner, attr, _holder = records.graphs[recorded[0]]
     if attr in ("then_branch", "else_branch"):
         return f"the {attr} of If {owner!r} did not run on these inputs"
