@@ -169,7 +169,8 @@ def test_loop_each_iterations_shapes(tmp_path: Path, capsys: pytest.CaptureFixtu
     # the worst of the three, so the node's placement.
     assert [c["worst"] for c in read["run_shapes"]] == [True, False, False]
     assert read["ort_placement"] is None and read["run_shapes"][0]["ort_placement"] is None
-    write = nodes["grow/body/write"]
+    write = nodes["grow/body/write"]  # the same verdict at each iteration: none is singled out
+    assert [c["worst"] for c in write["run_shapes"]] == [False, False, False]
     assert [c["shapes"][2] for c in write["run_shapes"]] == [[], [4], [1, 4]]
     gnd = nodes["grow/body/inner/GatherNd"]
     (case,) = gnd["run_shapes"]
@@ -197,6 +198,7 @@ def test_loop_worst_iteration_decides(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "grow/body/read: 9 shapes in the run, verdict from the worst:" in text
     assert "iteration 9: inputs [1,1,1,1,1,1,1,1,4], [1]: fallback, ORT EP rejected  <- worst" in text
     assert "... 2 more shapes (--json lists every one)" in text
+    assert "grow/body/write: 9 shapes in the run, verdict from the worst:" in text
 
 
 def test_scan_steps(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

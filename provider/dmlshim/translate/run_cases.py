@@ -38,7 +38,7 @@ class RunCase:
         operator: the DirectML operator at these shapes, if translated.
         ort_placement: where onnxruntime's DirectML provider would run the node at these shapes (None:
             it rejects the node).
-        worst: whether this is the case the node's verdict comes from (among several).
+        worst: whether this is the case the node's verdict comes from, where the cases' verdicts differ.
     """
 
     iterations: tuple[tuple[int, ...], ...]
@@ -116,7 +116,9 @@ def translate_executions(
         given = iter(zip(shapes, types, strict=True))
         infos = tuple(TensorInfo(*next(given)) if name else None for name in node.input)
         results.append((shapes, translate(infos)))
-    worst = max(range(len(results)), key=lambda k: _severity(results[k][1]))  # the first of the worst
+    severities = [_severity(t) for _, t in results]
+    worst = max(range(len(results)), key=severities.__getitem__)  # the first of the worst
+    differ = len(set(severities)) > 1
     cases = tuple(
         RunCase(
             tuple(grouped[shapes]),
@@ -124,7 +126,7 @@ def translate_executions(
             t.status.value,
             t.operator.operator_type.dml_name if t.operator is not None else None,
             t.ort_placement,
-            k == worst and len(results) > 1,
+            k == worst and differ,
         )
         for k, (shapes, t) in enumerate(results)
     )
@@ -137,7 +139,8 @@ def case_lines(cases: Mapping[str, Sequence[RunCase]]) -> list[str]:
     for name, found in cases.items():
         if len(found) < 2:
             continue
-        lines.append(f"  {name}: {len(found)} shapes in the run, verdict from the worst:")
+        which = "verdict from the worst" if any(c.worst for c in found) else "the same verdict at each"
+        lines.append(f"  {name}: {len(found)} shapes in the run, {which}:")
         shown = [c for k, c in enumerate(found) if k < _SHOWN or c.worst]
         for c in shown:
             shapes = ", ".join("[" + ",".join(str(d) for d in s) + "]" for s in c.shapes)
