@@ -281,3 +281,15 @@ def test_a_cut_row_is_reported_not_guessed() -> None:
     executions, cut = parse_records(records, [flat])
     assert cut == {"steps/body/"} and len(executions["steps/body/"]) == 1
     assert node_executions(records, executions, cut) == {}
+
+
+def test_loop_of_no_iteration_keeps_static_shapes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model = models.loop_model()
+    feeds = {"trips": np.array(0, dtype=np.int64), **LOOP_FEEDS}
+    path, npz = _save(tmp_path, "loop0", model, feeds)
+    assert _ort(model, feeds)["x_final"].shape == (4,)  # onnxruntime runs it: the body never does
+    code, doc = _inspect([str(path), "--inputs", str(npz)], capsys)
+    assert code == 1 and doc["run"]["error"] is None and doc["run"]["nodes_at_run_shapes"] == []
+    for node in doc["nodes"]:
+        assert node["shapes"] == "static" and "run_shapes" not in node
+        assert node["shapes_note"] == "the body of 'grow' ran no iteration on these inputs"
