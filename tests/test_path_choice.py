@@ -184,3 +184,20 @@ def test_extended_optimization_keeps_the_check_on_every_run(level: str | None) -
         session.run(None, feeds)
         paths.append(session.last_run_record.path)
     assert paths == [PATH_CHECK] * (TRIAL + 2)
+
+
+def test_a_partitioned_session_with_nothing_to_emulate_runs_whole_and_says_so() -> None:
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "relu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])],
+    )
+    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 17)])
+    session = dmlshim.InferenceSession(model.SerializeToString())
+    (got,) = session.run(None, {"x": np.array([-1.0, 0.5, 2.0], np.float32)})
+    np.testing.assert_array_equal(got, np.array([0.0, 0.5, 2.0], np.float32))
+    assert session.last_run_record.path == "onnxruntime cpu"
+    assert session.last_run_record.engine == "partitioned"

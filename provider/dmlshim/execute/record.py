@@ -23,7 +23,8 @@ RUN_PATHS: dict[str, str] = {
     "the kernels, in graph order; answers when a kernel disagrees with onnxruntime, or when it is faster",
     PATH_CUSTOM_OP: "custom-op engine: one onnxruntime session of the lowered model, each translated node "
     "a Python custom op running the kernel",
-    PATH_CPU: "cpu engine: the whole model in one onnxruntime CPU session, nothing emulated",
+    PATH_CPU: "the whole model in one onnxruntime CPU session, nothing emulated: the cpu engine, and the "
+    "partitioned engine when no node of the model is emulated",
     PATH_DIRECTML: "directml engine: the whole model on onnxruntime's DmlExecutionProvider (real DirectML, "
     "in this process on Windows, through the Wine host on Linux)",
 }

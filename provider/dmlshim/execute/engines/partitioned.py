@@ -63,7 +63,7 @@ from ..plan.steps import (
     EmulatedStep,
 )
 from ..proofs.gather_given import feed_shapes, lean_gathers
-from ..record import RunRecord
+from ..record import PATH_CPU, RunRecord
 from ..weights.shared import SharedWeights, light_copy
 from ..weights.values import initializer_value
 from .path_choice import PATH_CHECK, PATH_PARTITIONED, TRIAL_MAX_WEIGHT_BYTES, PathChooser
@@ -465,7 +465,8 @@ class PartitionedEngine:
                 np.array(values[n], copy=True) if n in self._copy_on_output else values[n]
                 for n in output_names
             ]
-        return results, self._record(state), values
+        # with nothing to emulate the model ran whole, as the cpu engine runs it
+        return results, self._record(state, PATH_CPU if self._whole_model else PATH_PARTITIONED), values
 
     def _record(self, state: RunState, path: str = PATH_PARTITIONED) -> RunRecord:
         nodes = tuple(r for r in state.records if r is not None)
