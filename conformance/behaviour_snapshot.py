@@ -20,15 +20,22 @@ Normalisation (``normalise``) is explicit and minimal; everything else is kept, 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
+import importlib
 import json
+import logging
+import multiprocessing
 import os
 import re
-import subprocess
+import signal
 import sys
 import tempfile
 import time
+import traceback
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -74,32 +81,61 @@ def normalise(obj: Any, subs: tuple[tuple[str, str], ...] = ()) -> Any:
 
 def offered_engines() -> list[str]:
     """The engines ``dmlshim run --help`` lists, minus EXCLUDED_ENGINES."""
-    text = subprocess.run([*dmlshim_cmd(), "run", "--help"], capture_output=True, text=True, check=True).stdout
+    text = in_child(cli, ["run", "--help"])[1]
     found = re.search(r"execution engine:\s*([a-z_,\s-]+?)\s*\(", " ".join(text.split()))
     if not found:
         raise SystemExit("cannot find the engine list in `dmlshim run --help`")
     return [e.strip() for e in found.group(1).split(",") if e.strip() and e.strip() not in EXCLUDED_ENGINES]
 
 
-def dmlshim_cmd() -> list[str]:
-    """The ``dmlshim`` console script of this interpreter's environment (else the one on PATH)."""
-    beside = Path(sys.executable).parent / "dmlshim"
-    return [str(beside) if beside.exists() else "dmlshim"]
+def cli(args: list[str]) -> Any:
+    """The ``dmlshim`` console script's function (found by its entry point), called as the script would be."""
+    (entry,) = entry_points(group="console_scripts", name="dmlshim")
+    sys.argv = ["dmlshim", *args]
+    return entry.load()()
+
+
+def in_child(fn: Callable[..., Any], *args: Any) -> tuple[int, str, str]:
+    """``fn(*args)`` in a forked child with its own stdout/stderr, as a fresh ``dmlshim`` process would run
+    it but without paying for the imports again; returns (exit code, stdout, stderr)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            code: Any = 1
+            try:
+                signal.alarm(TIMEOUT)  # a hang ends the child (SIGALRM's default action), not the record
+                os.dup2(out.fileno(), 1)
+                os.dup2(err.fileno(), 2)
+                code = fn(*args)
+            except SystemExit as exc:
+                code = exc.code
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code if isinstance(code, int) else (0 if code is None else 1))
+        _, status = os.waitpid(pid, 0)
+        out.seek(0)
+        err.seek(0)
+        return os.waitstatus_to_exitcode(status), out.read().decode(errors="replace"), err.read().decode(
+            errors="replace")
 
 
 def run_cli(args: list[str], subs: tuple[tuple[str, str], ...]) -> dict[str, Any]:
     """One CLI call: exit code, stdout (parsed JSON when it is JSON), stderr lines, all normalised."""
-    proc = subprocess.run([*dmlshim_cmd(), *args], capture_output=True, text=True, cwd=ROOT, timeout=TIMEOUT,
-                          env={**os.environ, "PYTHONHASHSEED": "0"})
+    rc, stdout, stderr = in_child(cli, args)
     try:
-        out: Any = json.loads(proc.stdout)
+        out: Any = json.loads(stdout)
     except ValueError:
-        out = proc.stdout.splitlines()
-    return normalise({"rc": proc.returncode, "stdout": out, "stderr": proc.stderr.splitlines()}, subs)
+        out = stdout.splitlines()
+    return normalise({"rc": rc, "stdout": out, "stderr": stderr.splitlines()}, subs)
 
 
-def api_digest(model: str, npz: str, engines: list[str]) -> dict[str, Any]:
-    """Python API: two consecutive runs per engine, outputs hashed, ``last_run_record`` as JSON."""
+def api_digest(model: str, npz: str, engines: list[str]) -> int:
+    """Python API: two consecutive runs per engine, outputs hashed, ``last_run_record`` as JSON (stdout)."""
     import dmlshim
 
     with np.load(npz, allow_pickle=False) as data:
@@ -114,14 +150,40 @@ def api_digest(model: str, npz: str, engines: list[str]) -> dict[str, Any]:
                 try:
                     outs = sess.run(None, feeds)
                     rec = sess.last_run_record
-                    runs.append({"outputs": dict(zip(names, array_digest(list(outs)))),
+                    runs.append({"outputs": dict(zip(names, array_digest(list(outs)), strict=True)),
                                  "record": rec.to_json() if rec is not None else None})
                 except Exception as exc:  # an error is behaviour too: keep its type and message
                     runs.append({"error": type(exc).__name__, "message": str(exc)})
             result[engine] = {"outputs": names, "runs": runs}
         except Exception as exc:
             result[engine] = {"error": type(exc).__name__, "message": str(exc)}
-    return result
+    print(json.dumps(result))
+    return 0
+
+
+def preload(model: Path, engines: list[str]) -> None:
+    """Import, once in this process, every module the commands import on one model, so that each fork
+    starts with them (imports only: no session, no cache is made here)."""
+    names = Path(tempfile.mkstemp(prefix="snapmods")[1])
+
+    def warm_up() -> int:
+        before = set(sys.modules)
+        npz = str(model.with_suffix(".npz"))
+        for command in ("inspect", "validate"):
+            args = [command, "-q", "--json", "--inputs", npz]
+            with contextlib.suppress(SystemExit):
+                cli([*args, str(model)])
+        api_digest(str(model), npz, engines)
+        names.write_text("\n".join(sorted(set(sys.modules) - before)))
+        return 0
+
+    in_child(warm_up)
+    for name in names.read_text().split():
+        try:
+            importlib.import_module(name)
+        except Exception:  # a module that only imports in some context: the fork imports it itself
+            continue
+    names.unlink()
 
 
 def snapshot_model(model: Path, models_dir: Path, engines: list[str]) -> tuple[str, dict[str, Any]]:
@@ -136,17 +198,16 @@ def snapshot_model(model: Path, models_dir: Path, engines: list[str]) -> tuple[s
         doc["inspect_inputs"] = run_cli(["inspect", "-q", "--json", "--inputs", npz, mpath], subs)
         for engine in engines:
             out = os.path.join(tmp, f"run_{engine}.npz")
-            res = run_cli(["run", "-q", "--json", "--inputs", npz, "--engine", engine, "-o", out, mpath], subs)
+            args = ["run", "-q", "--json", "--inputs", npz, "--engine", engine, "-o", out, mpath]
+            res = run_cli(args, subs)
             if os.path.exists(out):
                 with np.load(out, allow_pickle=False) as data:
                     res["output_file_arrays"] = {k: array_digest(data[k]) for k in sorted(data.files)}
             doc[f"run_{engine}"] = res
         doc["validate"] = run_cli(["validate", "-q", "--json", "--inputs", npz, mpath], subs)
-        proc = subprocess.run([sys.executable, __file__, "_api", mpath, npz, ",".join(engines)],
-                              capture_output=True, text=True, cwd=ROOT, timeout=TIMEOUT,
-                              env={**os.environ, "PYTHONHASHSEED": "0"})
-        api: Any = json.loads(proc.stdout) if proc.returncode == 0 else None
-        doc["api"] = normalise({"rc": proc.returncode, "engines": api, "stderr": proc.stderr.splitlines()}, subs)
+        rc, stdout, stderr = in_child(api_digest, mpath, npz, engines)
+        api = json.loads(stdout) if rc == 0 else stdout.splitlines()
+        doc["api"] = normalise({"rc": rc, "engines": api, "stderr": stderr.splitlines()}, subs)
     return rel, doc
 
 
@@ -155,9 +216,11 @@ def record(out_dir: Path, models_dir: Path, quick: bool, jobs: int) -> int:
     models_dir = models_dir.resolve()
     models = sorted(models_dir.glob("*.onnx") if quick else models_dir.rglob("*.onnx"))
     engines = offered_engines()
+    if models:
+        preload(models[0], engines)
     out_dir.mkdir(parents=True, exist_ok=True)
     print(f"{len(models)} models, engines {engines}, {jobs} job(s)", file=sys.stderr)
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("fork")) as pool:
         futures = [pool.submit(snapshot_model, m, models_dir, engines) for m in models]
         for n, fut in enumerate(futures, 1):
             rel, doc = fut.result()
@@ -184,7 +247,7 @@ def differences(old: Any, new: Any, where: str = "") -> list[str]:
         return lines
     if isinstance(old, list) and isinstance(new, list):
         lines = [f"{where}: length {len(old)} -> {len(new)}"] if len(old) != len(new) else []
-        for i, (a, b) in enumerate(zip(old, new)):
+        for i, (a, b) in enumerate(zip(old, new, strict=False)):
             lines += differences(a, b, f"{where}[{i}]")
         return lines
     if old != new or type(old) is not type(new):
@@ -222,17 +285,19 @@ def main(argv: list[str] | None = None) -> int:
     dif = sub.add_parser("diff", help="print every difference, exit 1 if any")
     dif.add_argument("old_dir", type=Path)
     dif.add_argument("new_dir", type=Path)
-    api = sub.add_parser("_api")  # internal: the Python-API part in a fresh process
-    api.add_argument("model")
-    api.add_argument("npz")
-    api.add_argument("engines")
     args = parser.parse_args(argv)
     if args.command == "record":
+        if os.environ.get("PYTHONHASHSEED") != "0":  # set/dict order in outputs must not vary between runs
+            os.execve(sys.executable, [sys.executable, __file__, *sys.argv[1:]],
+                      {**os.environ, "PYTHONHASHSEED": "0"})
+        os.chdir(ROOT)
+        import dmlshim  # imported once here: every command runs in a fork of this process
+
+        next(iter(entry_points(group="console_scripts", name="dmlshim"))).load()
+        logging.getLogger(__name__).debug("dmlshim %s from %s", dmlshim.__version__, dmlshim.__file__)
+
         return record(args.out_dir, args.models, args.quick, max(1, args.jobs))
-    if args.command == "diff":
-        return diff(args.old_dir, args.new_dir)
-    print(json.dumps(api_digest(args.model, args.npz, args.engines.split(","))))
-    return 0
+    return diff(args.old_dir, args.new_dir)
 
 
 if __name__ == "__main__":
