@@ -7,8 +7,9 @@ A checking tool for refactors (issue 38): record before, record after, diff. Per
 ``dmlshim inspect --json`` (without and with the shipped .npz), ``dmlshim run --json -o`` with every engine
 ``dmlshim run --help`` offers except ``directml``, ``dmlshim validate --json`` (default engine), and the
 Python API (``InferenceSession(model, engine=E).run(None, feeds)`` twice, each run's outputs and
-``last_run_record``), each in a fresh process so that no cache carries over between models. It writes one
-JSON document per model: exit codes, stdout JSON, stderr text, records, output arrays as sha256 digests.
+``last_run_record``). Each command runs in its own fork of one process that imported dmlshim once (with
+PYTHONHASHSEED=0): it starts as a fresh ``dmlshim`` process would, no session or cache carries over. It
+writes one JSON document per model: exit codes, stdout JSON, stderr lines, records, arrays as sha256 digests.
 
 Normalisation (``normalise``) is explicit and minimal; everything else is kept, since it is behaviour:
 - keys in ``DROPPED_KEYS`` (wall-clock timings, pids, library versions) are removed wherever they occur;
@@ -294,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         import dmlshim  # imported once here: every command runs in a fork of this process
 
         next(iter(entry_points(group="console_scripts", name="dmlshim"))).load()
-        logging.getLogger(__name__).debug("dmlshim %s from %s", dmlshim.__version__, dmlshim.__file__)
+        logging.getLogger(__name__).debug("dmlshim from %s", dmlshim.__file__)
 
         return record(args.out_dir, args.models, args.quick, max(1, args.jobs))
     return diff(args.old_dir, args.new_dir)
