@@ -232,8 +232,9 @@ def record(out_dir: Path, models_dir: Path, quick: bool, jobs: int) -> int:
     (out_dir / "_index.json").write_text(json.dumps(index, indent=1) + "\n")
     elapsed = time.monotonic() - start
     # Not compared by `diff`: where and how long.
-    (out_dir / "_run.txt").write_text(f"models_dir={models_dir}\nquick={quick}\njobs={jobs}\n"
-                                      f"elapsed_seconds={elapsed:.0f}\n")
+    dmlshim_file = sys.modules["dmlshim"].__file__  # which tree's dmlshim was recorded
+    (out_dir / "_run.txt").write_text(f"dmlshim={dmlshim_file}\nmodels_dir={models_dir}\nquick={quick}\n"
+                                      f"jobs={jobs}\nelapsed_seconds={elapsed:.0f}\n")
     print(f"recorded {len(models)} models in {elapsed:.0f} s into {out_dir}", file=sys.stderr)
     return 0
 
