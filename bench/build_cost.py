@@ -190,7 +190,8 @@ def run_cost(model: str, runs: int, rounds: int = 3) -> dict[str, Any]:
 
     rows = [(per_run(theirs), per_run(ours)) for _ in range(rounds)]
     ort_ms, ours_ms = min(r[0] for r in rows), min(r[1] for r in rows)
-    path = ours.last_run_record.path
+    record = ours.last_run_record
+    path = record.path if record is not None else None
     return {"model": model, "ort_ms": ort_ms, "ours_ms": ours_ms, "ratio": ours_ms / ort_ms, "path": path}
 
 

@@ -97,7 +97,7 @@ def _child(
         start = time.perf_counter()
         session.run(None, feeds)
         times.append(time.perf_counter() - start)
-    result = {"import": imported, "build": build, "build_cpu": build_cpu, "first": first}
+    result: dict[str, Any] = {"import": imported, "build": build, "build_cpu": build_cpu, "first": first}
     result["p50"] = statistics.median(times)
     if side != "ort":
         record = session.last_run_record

@@ -175,7 +175,9 @@ def test_shape_inference_runs_once_for_a_gather_inside_control_flow(
     # the nested Gather's record says where onnxruntime-directml places it, as a translation of the
     # model on its own (its own shape inference) says
     placements = model_translation.model_placements(onnx.load(path), DEFAULT_FEATURE_LEVEL)
-    nested = [r for r in ours.last_run_record.nodes if r.name == "If_0/then_branch/Gather_0"]
+    record = ours.last_run_record
+    assert record is not None
+    nested = [r for r in record.nodes if r.name == "If_0/then_branch/Gather_0"]
     assert len(nested) == 1 and nested[0].status == "not_emulated"
     assert nested[0].ort_placement == placements["If_0/then_branch/Gather_0"] == "DmlExecutionProvider"
 
@@ -190,6 +192,7 @@ def test_a_gather_proved_by_shapes_rebuilds_nothing_on_later_runs(monkeypatch: p
     ours = dmlshim.InferenceSession(model)
     first = ours.run(None, feeds)
     first_record = ours.last_run_record
+    assert first_record is not None
     lean = [r for r in first_record.nodes if r.notes and r.notes[-1][0] == "output_from_onnxruntime"]
     assert lean, "no gather answered from the check"
     import dmlshim.execute.plan.steps as steps
@@ -199,8 +202,9 @@ def test_a_gather_proved_by_shapes_rebuilds_nothing_on_later_runs(monkeypatch: p
 
     monkeypatch.setattr(steps.np, "broadcast_to", refused)
     later = ours.run(None, feeds)
-    assert ours.last_run_record.nodes == first_record.nodes
-    assert ours.last_run_record.path == first_record.path
+    record = ours.last_run_record
+    assert record is not None
+    assert record.nodes == first_record.nodes and record.path == first_record.path
     for got in (first, later):
         for g, w in zip(got, want, strict=True):
             np.testing.assert_array_equal(g, w)

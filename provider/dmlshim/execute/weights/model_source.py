@@ -16,7 +16,6 @@ from google.protobuf.message import DecodeError
 from ...errors import BadModelError
 from ...fileio.external_data import external_tensors
 from ...fileio.filekind import require_onnx_model
-from ...limits import check_model_inputs
 from ...model.modelcheck import check_model, load_external_data
 from ...model.prepare import prepare_model
 from ...model.weightless import is_external
@@ -29,7 +28,7 @@ from ...runtime.exceptions import (
 from ...runtime.real import pybind_state
 from .added_initializers import AddedInitializers
 from .file_slices import read_weightless
-from .shared import SHARE_MIN_BYTES
+from .shared import MAP_MIN_BYTES, SHARE_MIN_BYTES
 from .snapshot import ExternalDataGuard, WeightSnapshot, read_inline, snapshot_inline
 from .supplied import take_supplied_initializers
 from .values import check_unchanged, load_small_external_data, weight_files, with_weights
@@ -164,7 +163,7 @@ def load_model(
     Raises:
         BadModelError: the file is missing, empty, is not an ONNX model, is truncated, or has external data
             whose location leaves the model's folder.
-        TooLargeError: a graph input has a static shape that cannot fit in this machine's memory.
+        TooLargeError: the model's weights (external data, dense forms) cannot fit in the memory limit.
     """
     if isinstance(model, onnx.ModelProto):
         loaded = LoadedModel(model, None)
@@ -204,7 +203,7 @@ def load_model(
         try:
             files = snapshot = guard = None
             if light is not None:
-                load_small_external_data(proto, path, SHARE_MIN_BYTES)
+                load_small_external_data(proto, path, MAP_MIN_BYTES)
                 snapshot = _own_inline_weights(proto, path, inline) if own_weights else None
                 folder = snapshot.folder if snapshot is not None else os.path.dirname(os.path.abspath(path))
                 files = weight_files(proto, folder) or None
@@ -233,11 +232,6 @@ def load_model(
         # bytes were parsed here (ours to change); a caller's ModelProto is copied if it must change
         owned = not isinstance(model, onnx.ModelProto)
         loaded = LoadedModel(prepare_model(loaded.proto, owned=owned), None, loaded.added)
-    try:
-        check_model_inputs(loaded.proto, path=loaded.path)
-    except BaseException:
-        loaded.acceptance()  # onnxruntime's refusal first
-        raise
     return loaded
 
 
