@@ -256,3 +256,49 @@ def scatter_nd(
             for q in range(ublock):
                 out[o + q] = updates[u + q]
     return duplicates
+
+
+@jit
+def scatter_nd_owners(
+    tuples: np.ndarray,
+    dims: tuple[int, ...],
+    strides: tuple[int, ...],
+    owner: np.ndarray,
+    allow_negative: bool,
+) -> int:
+    """SCATTER_ND's first pass when rows are wide: ``owner[row]`` (prefilled with -1) becomes the number
+    of the last tuple, in index order, that writes ``row``: the write that wins. Returns the count of
+    overwritten writes, or -1 when an index may not be used (nothing is written to the output then)."""
+    t = np.uint64(len(dims))
+    duplicates = 0
+    for n in range(np.uint64(tuples.shape[0]) // t):
+        row = _row(tuples, n * t, dims, strides, np.uint64(0), allow_negative)
+        if row < 0:
+            return -1
+        r = np.uint64(row)
+        if owner[r] >= 0:
+            duplicates += 1
+        owner[r] = n
+    return duplicates
+
+
+@jit
+def scatter_nd_fill(
+    src: np.ndarray, updates: np.ndarray, owner: np.ndarray, out: np.ndarray, block: int, r0: int, r1: int
+) -> int:
+    """SCATTER_ND's second pass over the output rows ``r0:r1``: each row is written once, from the update
+    its owner names or, unowned, from the input, so the input copy and the writes are one pass. Rows are
+    disjoint between calls, so calls may run on several threads at once. Element loops, not slices:
+    numba's slice assignment made this pass 3x slower than a copy, the loops run at copy speed."""
+    ublock = np.uint64(block)
+    for r in range(np.uint64(r0), np.uint64(r1)):
+        n = owner[r]
+        o = r * ublock
+        if n >= 0:
+            u = np.uint64(n) * ublock
+            for q in range(ublock):
+                out[o + q] = updates[u + q]
+        else:
+            for q in range(ublock):
+                out[o + q] = src[o + q]
+    return 0
