@@ -1,7 +1,8 @@
-"""The compiled ScatterND's fused path (rows of 16 bytes or more: owners, then one pass over the output
-rows on the kernel threads) against onnxruntime CPU and, bit for bit, against the numpy kernel: negative
-indices, duplicates (the last write in index order wins), out-of-range errors, clamp mode, several
-threads. Skipped when numba is not installed."""
+"""The compiled kernels' fused paths against onnxruntime CPU and, bit for bit, against the numpy kernels:
+ScatterND's rows of 16 bytes or more (owners, then one pass over the output rows on the kernel threads)
+and GatherElements' runs (proved in range, then copied without a test per element; runs with negative
+or bad indices checked element by element). Negative indices, duplicates (the last write in index order
+wins), out-of-range errors, clamp mode, several threads. Skipped when numba is not installed."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ pytest.importorskip("numba", reason="the compiled kernels need numba: pip instal
 from dmlshim.errors import DmlShimError
 from dmlshim.kernels import IndexMode, KernelOptions, execute, parallel
 from dmlshim.kernels.compiled import loops, scatters
-from tests.test_kernels_support import assert_same, ort, scatter_nd_desc
+from tests.test_kernels_support import assert_same, gather_elements_desc, ort, scatter_nd_desc
 
 CALLS: dict[str, list[str]] = {}
 """The threads each spied loop ran on, by loop name."""
@@ -27,7 +28,7 @@ CALLS: dict[str, list[str]] = {}
 def spy(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Record which fused loops run, and on which threads."""
     CALLS.clear()
-    for name in ("scatter_nd_owners", "scatter_nd_fill", "scatter_nd"):
+    for name in ("scatter_nd_owners", "scatter_nd_fill", "scatter_nd", "gather_elements"):
         loop = getattr(loops, name)
 
         def recording(*args: Any, _loop: Any = loop, _name: str = name) -> Any:
@@ -153,3 +154,52 @@ def test_narrow_rows_keep_the_ordered_writes() -> None:
     assert result.output.reshape(4, 4)[0, 1] == 3 and result.duplicate_indices == 1
     assert "scatter_nd" in CALLS and "scatter_nd_owners" not in CALLS
     assert scatters.OWNER_MIN_BYTES > 4
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2])
+def test_gather_elements_runs_match_onnxruntime(axis: int, small_chunks: None) -> None:
+    """Indices in range, some runs holding negative ones: onnxruntime's output, on two threads."""
+    rng = np.random.default_rng(4 + axis)
+    data = rng.standard_normal((6, 9, 10)).astype(np.float32)
+    shape = list(data.shape)
+    shape[axis] = 7
+    dim = data.shape[axis]
+    idx = rng.integers(0, dim, shape).astype(np.int64)
+    flat = idx.reshape(-1)
+    flat[rng.permutation(flat.size)[:20]] -= dim  # the same element, counted from the end
+    desc = gather_elements_desc(data, idx, axis)
+    bound = {"InputTensor": data.reshape(desc.input_tensor.sizes), "IndicesTensor": idx}
+    bound["IndicesTensor"] = idx.reshape(desc.indices_tensor.sizes)
+    result = execute(desc, bound, kernels="compiled")
+    expected = ort("GatherElements", {"data": data, "indices": idx}, {"axis": axis})
+    assert_same(desc, result.output, expected)
+    assert len(set(CALLS["gather_elements"])) == 2, CALLS
+
+
+@pytest.mark.parametrize("spoil", ["high", "negative", "unsigned"])
+def test_gather_elements_bad_runs_equal_the_numpy_kernel(spoil: str) -> None:
+    """A bad index in a run: the error (naming the first bad index) and clamp mode's output are the
+    numpy kernel's; so is the output when negatives are refused (unsigned indices)."""
+    rng = np.random.default_rng(7)
+    data = rng.integers(0, 100, (5, 8, 3), dtype=np.int16)
+    for axis in range(3):
+        shape = list(data.shape)
+        shape[axis] = 4
+        dim = data.shape[axis]
+        idx = rng.integers(0, dim, shape).astype(np.uint32 if spoil == "unsigned" else np.int64)
+        flat = idx.reshape(-1)
+        at = rng.permutation(flat.size)[:2]
+        if spoil == "high":
+            flat[at] = dim
+        elif spoil == "negative":
+            flat[at] = -dim - 1
+        else:
+            flat[at] = np.iinfo(np.uint32).max
+        desc = gather_elements_desc(data, idx, axis)
+        bound = {"InputTensor": data, "IndicesTensor": idx}
+        for options in (KernelOptions(node="g1"), KernelOptions(index_mode=IndexMode.CLAMP)):
+            outcome = _outcome(desc, bound, options, "compiled")
+            assert outcome == _outcome(desc, bound, options, "numpy"), (axis, options)
+        first = int(np.flatnonzero((flat >= dim) | (flat.astype(np.int64) < -dim))[0])
+        where = ", ".join(str(int(c)) for c in np.unravel_index(first, idx.shape))
+        assert f"IndicesTensor[{where}]" in _outcome(desc, bound, KernelOptions(node="g1"), "compiled")[1]
