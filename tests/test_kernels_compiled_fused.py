@@ -66,17 +66,28 @@ def _outcome(desc: Any, bound: dict[str, np.ndarray], options: KernelOptions, ke
 def test_negative_indices_match_onnxruntime(small_chunks: None) -> None:
     """Distinct rows, half of them named from the end: onnxruntime's output, on both kernel threads."""
     rng = np.random.default_rng(1)
-    data = rng.standard_normal((40, 6, 4)).astype(np.float32)
+    data = rng.standard_normal((40, 2, 4)).astype(np.float32)
     rows = rng.permutation(40)[:25]
     idx = np.where(rng.random(25) < 0.5, rows - 40, rows).astype(np.int64)[:, None]
     assert (idx < 0).any()
-    updates = rng.standard_normal((25, 6, 4)).astype(np.float32)
+    updates = rng.standard_normal((25, 2, 4)).astype(np.float32)
     desc, bound = _bound(data, idx, updates)
     result = execute(desc, bound, kernels="compiled")
     assert_same(desc, result.output, ort("ScatterND", {"data": data, "indices": idx, "updates": updates}))
     assert result.duplicate_indices == 0
     assert len(CALLS["scatter_nd_owners"]) == 1 and "scatter_nd" not in CALLS
     assert len(set(CALLS["scatter_nd_fill"])) == 2, CALLS
+
+
+def test_wide_rows_stay_on_one_thread(small_chunks: None) -> None:
+    """Rows of 64 bytes or more: the fused pass is a memory copy, run on the calling thread only."""
+    data = np.zeros((300, 16), dtype=np.float32)
+    idx = np.arange(0, 300, 2, dtype=np.int64)[:, None]
+    updates = np.ones((150, 16), dtype=np.float32)
+    desc, bound = _bound(data, idx, updates)
+    result = execute(desc, bound, kernels="compiled")
+    assert result.output.reshape(300, 16)[::2].all() and not result.output.reshape(300, 16)[1::2].any()
+    assert CALLS["scatter_nd_fill"] == ["MainThread"]
 
 
 def test_two_tuples_match_onnxruntime() -> None:

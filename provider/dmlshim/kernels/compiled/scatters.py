@@ -5,7 +5,8 @@ threads when large); then one pass writes the updates in row-major index order, 
 element wins exactly as in the numpy kernel, and counts the overwritten writes with one mark per target.
 SCATTER_ND with rows of :data:`OWNER_MIN_BYTES` or more skips the copy: one pass over the tuples names
 each row's last writer (its owner), then each output row is written once, from its owner's update or
-from the input, the rows shared between the kernel threads (disjoint, so any split gives the same bytes).
+from the input, the rows shared between the kernel threads (disjoint, so any split gives the same bytes)
+when they are narrower than 64 bytes (wider ones make that pass a memory copy, kept on one thread).
 None is returned where the numpy kernel must run instead (see :mod:`.gathers`).
 """
 
@@ -24,7 +25,7 @@ from ..common import bind, prepared
 from ..gather_elements import axis_split
 from ..gather_nd import PackedTuples
 from ..options import KernelOptions, KernelResult
-from ..parallel import chunk_length, run_all, spans
+from ..parallel import chunk_length, run_all, spans, worth_chunking
 from ..scatter_elements import _check_shapes as scatter_shapes
 from ..scatter_elements import copy_input
 from ..scatter_nd import _prepare as scatter_nd_prepare
@@ -134,6 +135,13 @@ def _fused_scatter_nd(
     src = readonly(inp.flat[:count].view(updates.dtype))
     out = recycle.empty((count,), inp.flat.dtype)
     dst = out.view(updates.dtype)
+
+    if not worth_chunking(block * updates.itemsize):
+        # Rows of 64 bytes or more make this pass a memory copy: on the calling thread, as the numpy
+        # kernels do (on the loaded bench VM a second thread made it 1.0-1.5x slower, and its time
+        # varied 2x between runs, where one thread stayed within 25%).
+        loops.scatter_nd_fill(src, updates, owner, dst, block, 0, owner.size)
+        return out, duplicates
 
     def work(box: tuple[int, int, int, int]) -> bool:
         _, _, r0, r1 = box
