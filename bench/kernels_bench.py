@@ -165,6 +165,10 @@ def bench_kernels(config: Config) -> list[dict[str, Any]]:
     return rows
 
 
+def _kernel_call(case: KernelCase, side: str) -> Callable[[], Any]:
+    return lambda: execute(case.desc, case.bound, kernels=side)
+
+
 def compare_case(case: KernelCase, rounds: int) -> dict[str, Any]:
     """One case: numpy and compiled kernels against onnxruntime (default options and one thread), the
     same interleaved rounds for all; outputs checked against onnxruntime's first."""
@@ -178,7 +182,7 @@ def compare_case(case: KernelCase, rounds: int) -> dict[str, Any]:
     row: dict[str, Any] = {"case": case.name, "elements": case.elements}
     for side in sides:
         row[f"{side}_match"] = _matches(execute(case.desc, case.bound, kernels=side).output, case, expected)
-        calls[side] = lambda side=side: execute(case.desc, case.bound, kernels=side)
+        calls[side] = _kernel_call(case, side)
     timing = interleaved(calls, rounds)
     row["ort_ms"] = ms(timing.medians["ort"])
     for side in sides:
@@ -214,14 +218,13 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(rows, indent=1))
         return 0
     print(f"load average {os.getloadavg()[0]:.1f} at the end")
-    print("| case | ORT ms | numpy / ORT | compiled / ORT | compiled / ORT 1 thread | compiled / ORT, each repeat |")
+    print("| case | ORT ms | numpy / ORT | compiled / ORT | compiled / ORT 1 thread | each repeat |")
     print("| --- | ---: | ---: | ---: | ---: | --- |")
     for r in rows:
         each = " / ".join(f"{x['compiled_ratio_ort']:.2f}" for x in r["repeats"] if "compiled_ratio_ort" in x)
-        print(
-            f"| {r['case']} | {r['ort_ms']} | {r['numpy_ratio_ort']:.2f} | {r.get('compiled_ratio_ort', '-')} "
-            f"| {r.get('compiled_ratio_ort1', '-')} | {each or '-'} |"
-        )
+        compiled_ratios = (r.get("compiled_ratio_ort", "-"), r.get("compiled_ratio_ort1", "-"))
+        ratios = f"{r['numpy_ratio_ort']:.2f} | {compiled_ratios[0]} | {compiled_ratios[1]}"
+        print(f"| {r['case']} | {r['ort_ms']} | {ratios} | {each or '-'} |")
     return 0
 
 
