@@ -24,6 +24,27 @@ CALLS: dict[str, list[str]] = {}
 """The threads each spied loop ran on, by loop name."""
 
 
+class _Handoff:
+    """Holds the calling thread's first loop call until a kernel thread has made one (at most 10 s):
+    otherwise, on a loaded machine, the calling thread may take every chunk before a helper wakes, and a
+    test of the threaded path would not see two threads."""
+
+    def __init__(self) -> None:
+        self.helper = threading.Event()
+        self.waited = False
+
+    def __call__(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            self.helper.set()
+        elif not self.waited:
+            self.waited = True
+            self.helper.wait(10)
+
+
+HANDOFF: list[_Handoff] = []
+"""The hand-off in force (set by the ``small_chunks`` fixture)."""
+
+
 @pytest.fixture(autouse=True)
 def spy(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Record which fused loops run, and on which threads."""
@@ -33,6 +54,8 @@ def spy(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
         def recording(*args: Any, _loop: Any = loop, _name: str = name) -> Any:
             CALLS.setdefault(_name, []).append(threading.current_thread().name)
+            if HANDOFF and _name in ("scatter_nd_fill", "gather_elements"):
+                HANDOFF[0]()
             return _loop(*args)
 
         monkeypatch.setattr(loops, name, recording)
@@ -46,6 +69,14 @@ def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(parallel, "CHUNK_ELEMENTS", 64)
     monkeypatch.setattr(parallel, "MIN_CHUNK_ELEMENTS", 64)
     monkeypatch.setattr(parallel, "PARALLEL_MIN_ELEMENTS", 64)
+
+
+@pytest.fixture
+def both_threads(small_chunks: None) -> Iterator[None]:
+    """:func:`small_chunks`, and the calling thread's first chunk held until a kernel thread runs one."""
+    HANDOFF[:] = [_Handoff()]
+    yield
+    HANDOFF.clear()
 
 
 def _bound(data: np.ndarray, idx: np.ndarray, updates: np.ndarray) -> tuple[Any, dict[str, np.ndarray]]:
@@ -63,7 +94,7 @@ def _outcome(desc: Any, bound: dict[str, np.ndarray], options: KernelOptions, ke
     return result.output.tobytes(), result.output.dtype, result.output.shape, result.duplicate_indices
 
 
-def test_negative_indices_match_onnxruntime(small_chunks: None) -> None:
+def test_negative_indices_match_onnxruntime(both_threads: None) -> None:
     """Distinct rows, half of them named from the end: onnxruntime's output, on both kernel threads."""
     rng = np.random.default_rng(1)
     data = rng.standard_normal((40, 2, 4)).astype(np.float32)
@@ -129,10 +160,10 @@ def test_random_cases_equal_the_numpy_kernel_bit_for_bit(dtype: type, small_chun
         block = 1 if trial == 0 else int(rng.integers(1, 40))
         t = int(rng.integers(1, 3))
         lead = (int(rng.integers(2, 9)), int(rng.integers(2, 9)))[:t]
-        data = (rng.random((*lead, block)) * 200).astype(dtype)
+        data: np.ndarray = (rng.random((*lead, block)) * 200).astype(dtype)
         n = int(rng.integers(1, 60))
         idx = np.stack([rng.integers(-d, d, n) for d in lead], axis=-1).astype(np.int64)
-        updates = (rng.random((n, block)) * 200).astype(dtype)
+        updates: np.ndarray = (rng.random((n, block)) * 200).astype(dtype)
         desc, bound = _bound(data, idx, updates)
         for options in (KernelOptions(), KernelOptions(detect_duplicates=False)):
             ours = _outcome(desc, bound, options, "compiled")
@@ -169,7 +200,7 @@ def test_narrow_rows_keep_the_ordered_writes() -> None:
 
 
 @pytest.mark.parametrize("axis", [0, 1, 2])
-def test_gather_elements_runs_match_onnxruntime(axis: int, small_chunks: None) -> None:
+def test_gather_elements_runs_match_onnxruntime(axis: int, both_threads: None) -> None:
     """Indices in range, some runs holding negative ones: onnxruntime's output, on two threads."""
     rng = np.random.default_rng(4 + axis)
     data = rng.standard_normal((6, 9, 10)).astype(np.float32)
@@ -180,8 +211,10 @@ def test_gather_elements_runs_match_onnxruntime(axis: int, small_chunks: None) -
     flat = idx.reshape(-1)
     flat[rng.permutation(flat.size)[:20]] -= dim  # the same element, counted from the end
     desc = gather_elements_desc(data, idx, axis)
-    bound = {"InputTensor": data.reshape(desc.input_tensor.sizes), "IndicesTensor": idx}
-    bound["IndicesTensor"] = idx.reshape(desc.indices_tensor.sizes)
+    bound: dict[str, np.ndarray] = {
+        "InputTensor": data.reshape(desc.input_tensor.sizes),
+        "IndicesTensor": idx.reshape(desc.indices_tensor.sizes),
+    }
     result = execute(desc, bound, kernels="compiled")
     expected = ort("GatherElements", {"data": data, "indices": idx}, {"axis": axis})
     assert_same(desc, result.output, expected)
@@ -208,7 +241,7 @@ def test_gather_elements_bad_runs_equal_the_numpy_kernel(spoil: str) -> None:
         else:
             flat[at] = np.iinfo(np.uint32).max
         desc = gather_elements_desc(data, idx, axis)
-        bound = {"InputTensor": data, "IndicesTensor": idx}
+        bound: dict[str, np.ndarray] = {"InputTensor": data, "IndicesTensor": idx}
         for options in (KernelOptions(node="g1"), KernelOptions(index_mode=IndexMode.CLAMP)):
             outcome = _outcome(desc, bound, options, "compiled")
             assert outcome == _outcome(desc, bound, options, "numpy"), (axis, options)
