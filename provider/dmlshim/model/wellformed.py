@@ -82,27 +82,50 @@ def _lists_fields(descriptor: Descriptor) -> bool:
     return all(field.type != FieldDescriptor.TYPE_BYTES for field in descriptor.fields)
 
 
+_STRING = FieldDescriptor.TYPE_STRING
+_MESSAGE = FieldDescriptor.TYPE_MESSAGE
+_OTHER, _TEXT, _TEXTS, _PART, _PARTS = range(5)
+_FIELD_KINDS: dict[FieldDescriptor, int] = {}
+
+
+def _field_kind(field: FieldDescriptor) -> int:
+    """What :func:`_any_bad_string` does with a field (looked up once per field of the schema)."""
+    kind = _FIELD_KINDS.get(field)
+    if kind is None:
+        kind = _OTHER
+        if field.type == _STRING:
+            kind = _TEXTS if field.is_repeated else _TEXT
+        elif field.type == _MESSAGE and not field.message_type.GetOptions().map_entry:
+            kind = _PARTS if field.is_repeated else _PART
+        _FIELD_KINDS[field] = kind
+    return kind
+
+
 def _any_bad_string(message: Message) -> bool:
     """Whether some string field of ``message`` or of a message inside it is not valid UTF-8: one pass over
     the set fields only, no paths built (:func:`_bad_string` names the field once one is known bad)."""
     stack = [message]
+    kinds = _FIELD_KINDS
     while stack:
         current = stack.pop()
         descriptor = current.DESCRIPTOR
         if _lists_fields(descriptor):
             for field, value in current.ListFields():
-                kind = field.type
-                if kind == _STRING:
-                    if field.is_repeated:
-                        if not all(isinstance(v, str) for v in value):
-                            return True
-                    elif not isinstance(value, str):
+                kind = kinds.get(field)
+                if kind is None:
+                    kind = _field_kind(field)
+                if kind == _TEXTS:
+                    try:
+                        "".join(value)  # a string protobuf could not decode is bytes: join refuses it
+                    except TypeError:
                         return True
-                elif kind == _MESSAGE and not field.message_type.GetOptions().map_entry:
-                    if field.is_repeated:
-                        stack.extend(value)
-                    else:
-                        stack.append(value)
+                elif kind == _PARTS:
+                    stack.extend(value)
+                elif kind == _TEXT:
+                    if not isinstance(value, str):
+                        return True
+                elif kind == _PART:
+                    stack.append(value)
             continue
         strings, repeated_strings, messages, repeated_messages = _text_layout(descriptor)
         for name in strings:
@@ -115,10 +138,6 @@ def _any_bad_string(message: Message) -> bool:
         for name in repeated_messages:
             stack.extend(getattr(current, name))
     return False
-
-
-_STRING = FieldDescriptor.TYPE_STRING
-_MESSAGE = FieldDescriptor.TYPE_MESSAGE
 
 
 def _bad_string(message: Message, where: str) -> str | None:

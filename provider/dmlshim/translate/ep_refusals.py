@@ -191,8 +191,15 @@ def _graphs(
 ) -> Iterator[tuple[str, onnx.GraphProto, onnx.NodeProto | None]]:
     yield path, graph, owner
     for node in graph.node:
+        if not node.attribute:
+            continue
         for a in node.attribute:
-            subs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
+            if a.type == onnx.AttributeProto.GRAPH:
+                subs = [a.g]
+            elif a.graphs:
+                subs = list(a.graphs)
+            else:
+                continue
             for sub in subs:
                 yield from _graphs(sub, f"{path}{node.name or node.op_type}/{a.name}/", node)
 

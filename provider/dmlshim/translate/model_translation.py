@@ -358,8 +358,7 @@ def _copy(obj: Any, **changes: Any) -> Any:
     """A shallow copy of a frozen plan object with some fields changed (no checks: same class, same
     fields, so the copy is what the class would build)."""
     out = object.__new__(type(obj))
-    out.__dict__.update(obj.__dict__)
-    out.__dict__.update(changes)
+    out.__dict__.update(obj.__dict__, **changes)
     return out
 
 
