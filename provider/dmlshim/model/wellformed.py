@@ -15,6 +15,7 @@ from onnx import TensorProto
 from ..errors import BadModelError
 from .graph import node_path, subgraph_prefix, subgraphs
 from .ort_errors import GATHER_SCATTER_INDEX_TYPES
+from .utf8_parse import strings_valid
 
 __all__ = ["RAW_ITEMSIZE", "check_well_formed"]
 
@@ -303,7 +304,9 @@ def check_well_formed(model: onnx.ModelProto, path: str | None = None) -> None:
     Raises:
         BadModelError: naming the damaged field, tensor or node.
     """
-    bad = _bad_string(model, "model") if _any_bad_string(model) else None
+    left_out = strings_valid(model)  # protobuf's parser checks the strings of all but the weights
+    unsure = (model,) if left_out is None else left_out
+    bad = _bad_string(model, "model") if any(_any_bad_string(m) for m in unsure) else None
     if bad is not None:
         raise BadModelError(
             f"the field {bad} is not valid UTF-8 text (a damaged or non-ONNX file)",
