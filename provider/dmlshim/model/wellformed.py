@@ -228,7 +228,9 @@ def _schema_arity(
     return (schema.min_input, schema.max_input), (schema.min_output, schema.max_output)
 
 
-def _check_arity(node: onnx.NodeProto, label: str, opsets: dict[str, int], path: str | None) -> None:
+def _check_arity(
+    node: onnx.NodeProto, prefix: str, index: int, opsets: dict[str, int], path: str | None
+) -> None:
     domain = "" if node.domain == "ai.onnx" else node.domain
     if domain not in ("", "ai.onnx.ml") or domain not in opsets:
         return
@@ -238,6 +240,7 @@ def _check_arity(node: onnx.NodeProto, label: str, opsets: dict[str, int], path:
     n_in, n_out = len(node.input), len(node.output)
     ins, outs = arity
     if not ins[0] <= n_in <= ins[1] or not outs[0] <= n_out <= outs[1]:
+        label = node_path(prefix, node, index)
         raise BadModelError(
             f"{node.op_type} has {n_in} inputs and {n_out} outputs; opset {opsets[domain]} takes "
             f"{ins[0]}..{ins[1]} inputs and {outs[0]}..{outs[1]} outputs",
@@ -263,8 +266,10 @@ def _check_graph(graph: onnx.GraphProto, prefix: str, path: str | None, opsets: 
                 rule="graph inputs and outputs have an ONNX element type",
             )
     for i, node in enumerate(graph.node):
-        label = node_path(prefix, node, i)
-        _check_arity(node, label, opsets, path)
+        _check_arity(node, prefix, i, opsets, path)
+        if not node.attribute:
+            continue
+        # The node's name is spelled out only where it is used: most nodes hold no tensor and no graph.
         for attr in node.attribute:
             if attr.type == onnx.AttributeProto.UNDEFINED or (
                 attr.name in _INT_ATTRIBUTES
@@ -273,17 +278,19 @@ def _check_graph(graph: onnx.GraphProto, prefix: str, path: str | None, opsets: 
             ):
                 raise BadModelError(
                     f"attribute {attr.name!r} has no valid type (type {attr.type})",
-                    node=label,
+                    node=node_path(prefix, node, i),
                     op_type=node.op_type,
                     value=attr.name,
                     path=path,
                     rule="every attribute has a declared type that its op expects",
                 )
             if attr.HasField("t"):
-                tensors.append((f"{label}.{attr.name}", attr.t))
-            tensors.extend((f"{label}.{attr.name}", t) for t in attr.tensors)
+                tensors.append((f"{node_path(prefix, node, i)}.{attr.name}", attr.t))
+            if attr.tensors:
+                label = node_path(prefix, node, i)
+                tensors.extend((f"{label}.{attr.name}", t) for t in attr.tensors)
         for attr_name, sub in subgraphs(node):
-            _check_graph(sub, subgraph_prefix(label, attr_name), path, opsets)
+            _check_graph(sub, subgraph_prefix(node_path(prefix, node, i), attr_name), path, opsets)
     for name, t in tensors:
         problem = _tensor_problem(t)
         if problem is not None:
