@@ -275,9 +275,10 @@ def _plan(
             length = _length(tp, init) if kind is None and not site.shape_input else 0
             found = judged[key] = (kind, length)
         kind, length = found
-        if kind is None and not site.shape_input:
-            kept.append((length, order, site))
-        elif kind is not None:
+        if kind is None:
+            if length:  # a kept read of no data counts for nothing against the budget
+                kept.append((length, order, site))
+        else:
             plan[site] = (kind, cut(site.value, kind))
     total = sum(n for n, _, _ in kept)
     budget = _budget()
