@@ -62,7 +62,7 @@ def _row(label: str, model: Path, folder: Path) -> None:
 
 def real_models(folder: Path) -> None:
     from dmlshim.dml.enums import FeatureLevel
-    from dmlshim.execute.model_source import load_model
+    from dmlshim.execute.weights.model_source import load_model
     from dmlshim.report.html.reports import write_inspect_report
     from dmlshim.translate.model_translation import translate_model
 

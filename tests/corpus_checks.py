@@ -22,7 +22,7 @@ import onnxruntime as ort
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "onnx_models" / "real"))
 from corpus_results import CliRun, run_cli
 
-from dmlshim.model.graph import GATHER_SCATTER_OPS
+from dmlshim.graph import GATHER_SCATTER_OPS
 
 __all__ = ["CliRun", "run_cli"]
 
@@ -112,7 +112,7 @@ def cli_run_outputs(path: Path, out: Path) -> tuple[CliRun, list[Any]]:
 
 def lowered_outputs(path: Path, lowered: Path) -> tuple[CliRun, list[Any]]:
     """``dmlshim lower`` then the lowered file in plain onnxruntime with dmlshim's custom ops registered."""
-    from dmlshim.execute.custom_op import session_options_with_custom_ops
+    from dmlshim.execute.engines.custom_op import session_options_with_custom_ops
 
     run = run_cli("lower", str(path), "-o", str(lowered), "-q")
     if run.code != 0:

@@ -16,8 +16,8 @@ import pytest
 from onnx import TensorProto, helper
 
 import dmlshim
-from dmlshim.execute.gather_given import NOTE_GATHER_GIVEN
-from dmlshim.execute.steps import NOTE_UNTOUCHED_GIVEN
+from dmlshim.execute.plan.steps import NOTE_UNTOUCHED_GIVEN
+from dmlshim.execute.proofs.gather_given import NOTE_GATHER_GIVEN
 from tests.oracle import (
     IR_VERSION,
     ort_run,

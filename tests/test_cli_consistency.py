@@ -20,7 +20,7 @@ from dmlshim.cli import validate_files, validate_many
 from dmlshim.cli.main import build_parser, main
 from dmlshim.cli.progress import Progress
 from dmlshim.comparison import DEFAULT_ATOL, DEFAULT_RTOL
-from dmlshim.report.text import shape_text
+from dmlshim.text import shape_text
 from dmlshim.validate.tolerances import parse_tolerances
 
 from .conftest import REPO

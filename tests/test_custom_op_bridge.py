@@ -12,7 +12,8 @@ import pytest
 pytest.importorskip("onnxruntime_extensions")
 
 from dmlshim import InferenceSession
-from dmlshim.execute import custom_op_bridge, custom_op_types
+from dmlshim.execute.custom_ops import bridge as custom_op_bridge
+from dmlshim.execute.custom_ops import types as custom_op_types
 from tests.oracle import make_node_model, ort_run
 
 

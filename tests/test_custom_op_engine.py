@@ -17,11 +17,11 @@ pytest.importorskip("onnxruntime_extensions")
 
 from dmlshim import FeatureLevel, IndexOutOfRangeError
 from dmlshim.dml.json_form import operator_from_json
-from dmlshim.execute import custom_op_types
-from dmlshim.execute.custom_op import CustomOpEngine, create_engine
-from dmlshim.execute.custom_op_types import outputs_cross_as_arrays
+from dmlshim.execute.custom_ops import types as custom_op_types
+from dmlshim.execute.custom_ops.types import outputs_cross_as_arrays
 from dmlshim.execute.engine import EngineConfig
-from dmlshim.execute.lowering import CUSTOM_DOMAIN, lower_model
+from dmlshim.execute.engines.custom_op import CustomOpEngine, create_engine
+from dmlshim.execute.lowering.lower import CUSTOM_DOMAIN, lower_model
 from dmlshim.execute.record import RunRecord
 from dmlshim.kernels.options import IndexMode
 from tests.oracle import ort_run, ort_session
@@ -284,7 +284,7 @@ def test_inference_session_with_the_customop_engine() -> None:
     from dmlshim import InferenceSession
     from dmlshim.execute.engine import register_engine
 
-    register_engine("customop", "dmlshim.execute.custom_op:create_engine")
+    register_engine("customop", "dmlshim.execute.engines.custom_op:create_engine")
     model, feeds = loop_model()
     sess = InferenceSession(model, engine="customop", sess_options=single_thread())
     assert_bitwise(sess.run(None, feeds), ort_run(model, feeds))

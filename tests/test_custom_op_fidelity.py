@@ -17,7 +17,7 @@ from onnx import TensorProto, helper
 pytest.importorskip("onnxruntime_extensions")
 
 from dmlshim import FeatureLevel, InferenceSession
-from dmlshim.execute.lowering import lower_model
+from dmlshim.execute.lowering.lower import lower_model
 from tests.oracle import make_node_model, ort_run
 
 LEVELS = ["2_1", "3_0", "4_1", "5_0"]

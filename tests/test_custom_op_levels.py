@@ -17,7 +17,7 @@ from onnx import helper as oh
 from onnx import numpy_helper as nh
 
 import dmlshim
-from dmlshim.execute.custom_op_notes import NOTE_LAYOUT
+from dmlshim.execute.custom_ops.notes import NOTE_LAYOUT
 from dmlshim.validate import engine_side, validate_model, verdict
 from dmlshim.validate.references import PartitionedRun
 

@@ -20,10 +20,10 @@ pytest.importorskip("onnxruntime_extensions")
 
 import dmlshim
 from dmlshim.errors import BadModelError
-from dmlshim.execute import weight_file
-from dmlshim.execute.custom_op import CustomOpEngine
-from dmlshim.execute.weight_file import FOLDER_KEY
-from dmlshim.execute.weights import SHARE_MIN_BYTES
+from dmlshim.execute.engines.custom_op import CustomOpEngine
+from dmlshim.execute.weights import file_slices as weight_file
+from dmlshim.execute.weights.file_slices import FOLDER_KEY
+from dmlshim.execute.weights.shared import SHARE_MIN_BYTES
 from dmlshim.ort.session_options import COPIED_CONFIG_KEYS, config_entry
 from tests.oracle import ort_run
 from tests.test_weightless_load import LARGE, _model, _same, _save

@@ -22,7 +22,7 @@ pytest.importorskip("onnxruntime_extensions")
 
 import dmlshim
 from dmlshim.cli.main import main
-from dmlshim.execute.custom_op import session_options_with_custom_ops
+from dmlshim.execute.engines.custom_op import session_options_with_custom_ops
 from tests.test_session_models import assert_bitwise
 
 ROOT = Path(__file__).resolve().parents[1] / "onnx_models"

@@ -9,7 +9,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 import dmlshim
-from dmlshim.execute.weights import SHARE_MIN_BYTES, SharedWeights, light_copy, placeholder
+from dmlshim.execute.weights.shared import SHARE_MIN_BYTES, SharedWeights, light_copy, placeholder
 from dmlshim.model.weightless import without_weights
 from dmlshim.translate import infer_shapes
 from tests.oracle import IR_VERSION, ort_run

@@ -23,7 +23,7 @@ import pytest
 
 import dmlshim
 from dmlshim.errors import BadModelError
-from dmlshim.execute import weight_file
+from dmlshim.execute.weights import file_slices as weight_file
 from tests.oracle import ort_run
 from tests.test_weightless_load import _model, _same, _save
 
@@ -118,7 +118,7 @@ def test_a_model_in_a_folder_with_no_room_for_a_copy_reads_its_weights(
 ) -> None:
     """No copy can be made (no space): the weights are read into the model instead, still the
     session's own."""
-    from dmlshim.execute import weight_snapshot
+    from dmlshim.execute.weights import snapshot as weight_snapshot
 
     def no_room(*args: object, **kwargs: object) -> str:
         raise OSError(28, "No space left on device")
@@ -149,7 +149,7 @@ DROP_IN = """
 import os, sys, json
 import numpy as np
 import onnxruntime as ort
-from dmlshim.execute import weight_file
+from dmlshim.execute.weights import file_slices as weight_file
 weight_file.WALK_MIN_GRAPH_BYTES = 0  # read this small model without its weights, as a large one is
 path, how = sys.argv[1], sys.argv[2]
 feeds = {

@@ -1,4 +1,4 @@
-"""Large gathers in the whole-model check (dmlshim.execute.gather_given): run and compared with
+"""Large gathers in the whole-model check (dmlshim.execute.proofs.gather_given): run and compared with
 onnxruntime bit for bit on a session's first runs, later taken as onnxruntime computed them once every
 index is proved in range. Expected outputs come from onnxruntime CPU (one intra-op thread)."""
 
@@ -13,8 +13,8 @@ import pytest
 from onnx import TensorProto, helper
 
 import dmlshim
-from dmlshim.execute import steps
-from dmlshim.execute.gather_given import NOTE_GATHER_GIVEN, output_is_given
+from dmlshim.execute.plan import steps
+from dmlshim.execute.proofs.gather_given import NOTE_GATHER_GIVEN, output_is_given
 from tests.oracle import IR_VERSION, ort_run, tamper_with_check
 from tests.test_session_models import make_model
 

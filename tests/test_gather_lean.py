@@ -1,5 +1,5 @@
 """Gathers whose indices the graph makes non-negative (dmlshim.model.nonnegative): the whole-model check
-takes their output from onnxruntime and fetches only their inputs' shapes (dmlshim.execute.gather_given
+takes their output from onnxruntime and fetches only their inputs' shapes (dmlshim.execute.proofs.gather_given
 ``lean_gathers``). Expected outputs and refusals come from onnxruntime CPU (one intra-op thread)."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 import dmlshim
 from dmlshim.errors import DmlShimError
-from dmlshim.execute.gather_given import LEAN_MESSAGE, NOTE_GATHER_GIVEN, SHAPE_SUFFIX
-from dmlshim.execute.segments import folded_constants
-from dmlshim.execute.whole_model import captured_names
+from dmlshim.execute.engines.whole_model import captured_names
+from dmlshim.execute.plan.segments import folded_constants
+from dmlshim.execute.proofs.gather_given import LEAN_MESSAGE, NOTE_GATHER_GIVEN, SHAPE_SUFFIX
 from dmlshim.model.nonnegative import nonnegative_prover
 from tests.oracle import IR_VERSION, ort_run
 

@@ -16,7 +16,8 @@ import pytest
 
 import dmlshim
 from dmlshim.errors import BadModelError
-from dmlshim.execute import weight_file, weight_snapshot
+from dmlshim.execute.weights import file_slices as weight_file
+from dmlshim.execute.weights import snapshot as weight_snapshot
 from tests.oracle import ort_run
 from tests.test_weightless_load import _model, _same, _save
 

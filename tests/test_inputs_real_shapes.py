@@ -13,7 +13,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from dmlshim.execute.model_source import load_model
+from dmlshim.execute.weights.model_source import load_model
 from dmlshim.inputs import generate
 
 GNN = Path(__file__).resolve().parent / "models" / "pyg_sage_gat.onnx"

@@ -18,7 +18,7 @@ from onnx import helper as oh
 from onnx import numpy_helper as nh
 
 from dmlshim.cli.main import main
-from dmlshim.execute.model_source import load_model
+from dmlshim.execute.weights.model_source import load_model
 from dmlshim.inputs import generate
 
 NODE = "BatchGatherND/GatherNd"

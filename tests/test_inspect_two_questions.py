@@ -24,7 +24,7 @@ from onnx import helper
 import dmlshim
 from dmlshim.cli.main import main
 from dmlshim.errors import DmlShimError, IndexOutOfRangeError, NotSupportedError
-from dmlshim.execute.ort_support import ort_run_error
+from dmlshim.execute.plan.sessions import ort_run_error
 from dmlshim.model.ort_errors import ORT_ERRORS
 from dmlshim.report.validate_report import render_text
 from dmlshim.validate import validate_model
@@ -396,8 +396,8 @@ def test_rule_messages_name_symbols() -> None:
     from dmlshim.dml.enums import DataType, FeatureLevel
     from dmlshim.dml.operators import GatherNd1Desc
     from dmlshim.dml.rule_checks import find_violations
+    from dmlshim.dml.symbolic import SIZE_DEPENDENT_RULES, placeholder_shape
     from dmlshim.dml.tensor import BufferTensorDesc
-    from dmlshim.translate.symbolic import SIZE_DEPENDENT_RULES, placeholder_shape
 
     (b,) = placeholder_shape(("seq_a",), 0)
     (c,) = placeholder_shape(("seq_b",), 1)

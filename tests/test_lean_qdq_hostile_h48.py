@@ -1,5 +1,5 @@
 """Hostile QDQ-quantized models and constant-index gathers against the whole-model check's lean gathers
-(dmlshim.execute.gather_given ``lean_gathers`` / ``feed_shapes``): dmlshim's outputs must be onnxruntime
+(dmlshim.execute.proofs.gather_given ``lean_gathers`` / ``feed_shapes``): dmlshim's outputs must be onnxruntime
 CPU's bit for bit at every optimization level, and it must refuse exactly the runs onnxruntime refuses.
 Expected values and refusals come from onnxruntime CPU (one intra-op thread) on the same model."""
 
@@ -16,7 +16,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import dmlshim
-from dmlshim.execute.gather_given import NOTE_GATHER_GIVEN, SHAPE_SUFFIX, FeedShapes
+from dmlshim.execute.proofs.gather_given import NOTE_GATHER_GIVEN, SHAPE_SUFFIX, FeedShapes
 from tests.oracle import IR_VERSION
 
 LEVELS = {
@@ -210,8 +210,8 @@ def test_feed_shapes_resolve_symbols_from_the_feeds() -> None:
 
 
 def test_the_check_adds_no_shape_node_inside_a_qdq_group() -> None:
-    from dmlshim.execute.gather_given import feed_shapes, lean_gathers
-    from dmlshim.execute.whole_model import captured_names
+    from dmlshim.execute.engines.whole_model import captured_names
+    from dmlshim.execute.proofs.gather_given import feed_shapes, lean_gathers
     from dmlshim.translate.shapes_info import tensor_infos
 
     model = _pool_model("Gather", fed=False)
@@ -377,7 +377,7 @@ def test_proved_computed_indices_inside_qdq_groups_are_not_fetched(level: str) -
     # Indices a Range makes (non-negative by construction) need no values: the check fetches only their
     # shape. Fetching them broke onnxruntime 1.24, which folds such a Range to a constant and then cannot
     # return it as an output (the check's session failed to build; ortq_qdq_transformer's positions).
-    from dmlshim.execute.gather_given import feed_shapes, lean_gathers
+    from dmlshim.execute.proofs.gather_given import feed_shapes, lean_gathers
     from dmlshim.translate.shapes_info import tensor_infos
 
     model = _pool_model("Gather", fed=False)

@@ -19,7 +19,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from dmlshim import InferenceSession
-from dmlshim.model.graph import is_gather_scatter, walk_nodes
+from dmlshim.graph import is_gather_scatter, walk_nodes
 from tests import acceptance_models as am
 from tests.fuzz_settings import run_cli
 from tests.oracle import IR_VERSION, ort_run

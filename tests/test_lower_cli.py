@@ -13,8 +13,8 @@ import pytest
 pytest.importorskip("onnxruntime_extensions")
 
 from dmlshim.cli.main import main
-from dmlshim.execute.custom_op import session_options_with_custom_ops
-from dmlshim.execute.lowering import CUSTOM_DOMAIN
+from dmlshim.execute.engines.custom_op import session_options_with_custom_ops
+from dmlshim.execute.lowering.lower import CUSTOM_DOMAIN
 from tests.oracle import ort_session
 from tests.test_session_models import assert_bitwise
 
@@ -108,7 +108,7 @@ def test_the_lowered_check_follows_onnxruntime(tmp_path: Path, caplog: pytest.Lo
     from onnx import TensorProto, helper
 
     from dmlshim.errors import BadModelError
-    from dmlshim.execute.lowered_file import check_lowered
+    from dmlshim.execute.lowering.file import check_lowered
 
     def model(op: str) -> onnx.ModelProto:
         graph = helper.make_graph(

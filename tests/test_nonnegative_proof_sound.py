@@ -12,8 +12,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import dmlshim
-from dmlshim.execute.gather_given import NOTE_GATHER_GIVEN
-from dmlshim.execute.segments import folded_constants
+from dmlshim.execute.plan.segments import folded_constants
+from dmlshim.execute.proofs.gather_given import NOTE_GATHER_GIVEN
 from dmlshim.model.nonnegative import nonnegative_prover
 from tests.oracle import IR_VERSION, ort_node, ort_run
 from tests.test_gather_lean import _feeds, _model, _notes, _one_thread, _same

@@ -376,7 +376,7 @@ def test_keyword_arguments_onnxruntime_ignores_run_with_a_warning_at_the_callers
 def test_a_run_terminated_by_its_run_options_is_onnxruntimes_fail_not_a_bad_input() -> None:
     from onnxruntime.capi import onnxruntime_pybind11_state as state
 
-    from dmlshim.execute.ort_support import ort_run_error
+    from dmlshim.execute.plan.sessions import ort_run_error
 
     model = _gather_model()
     feeds = {"d": D, "i": I}

@@ -1,5 +1,5 @@
 """Which of onnxruntime's CPU scatters race on duplicate indices with several intra-op threads: dmlshim's
-own sessions take one thread only where one does (``dmlshim.execute.ort_support.default_options``).
+own sessions take one thread only where one does (``dmlshim.execute.plan.sessions.default_options``).
 
 The expectation is asked of the installed onnxruntime itself: its ScatterElements with two threads must
 give its one-thread answer on heavily duplicated indices, run after run, or dmlshim must not let a
@@ -13,7 +13,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
-from dmlshim.execute.ort_support import default_options, has_scatter
+from dmlshim.execute.plan.sessions import default_options, has_scatter
 from tests.oracle import IR_VERSION
 
 N = 1 << 20

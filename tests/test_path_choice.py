@@ -11,9 +11,10 @@ import onnxruntime as ort
 import pytest
 
 import dmlshim
-from dmlshim.execute import partitioned, path_choice, whole_model
-from dmlshim.execute.cpu_step import CpuStep
-from dmlshim.execute.path_choice import PATH_CHECK, PATH_PARTITIONED, PathChooser
+from dmlshim.execute.engines import partitioned, path_choice, whole_model
+from dmlshim.execute.engines.path_choice import PathChooser
+from dmlshim.execute.plan.cpu_step import CpuStep
+from dmlshim.execute.record import PATH_CHECK, PATH_PARTITIONED, RUN_PATHS
 from tests.oracle import ort_run
 from tests.test_session_models import chain_model
 
@@ -134,11 +135,15 @@ def test_chooser_schedule_and_choice() -> None:
     assert chooser.next_path() == (PATH_PARTITIONED, -1)
 
 
-def test_other_engines_leave_the_path_empty() -> None:
+@pytest.mark.parametrize(("engine", "path"), [("cpu", "onnxruntime cpu"), ("customop", "custom-op session")])
+def test_other_engines_name_their_one_path(engine: str, path: str) -> None:
+    if engine == "customop":
+        pytest.importorskip("onnxruntime_extensions")
     model, feeds = chain_model()
-    session = dmlshim.InferenceSession(model, engine="cpu")
+    session = dmlshim.InferenceSession(model, engine=engine)
     session.run(None, feeds)
-    assert session.last_run_record.path == ""
+    assert session.last_run_record.path == path
+    assert path in RUN_PATHS
 
 
 def test_partitions_that_fail_to_build_leave_the_check_answering() -> None:
@@ -179,3 +184,20 @@ def test_extended_optimization_keeps_the_check_on_every_run(level: str | None) -
         session.run(None, feeds)
         paths.append(session.last_run_record.path)
     assert paths == [PATH_CHECK] * (TRIAL + 2)
+
+
+def test_a_partitioned_session_with_nothing_to_emulate_runs_whole_and_says_so() -> None:
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "relu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])],
+    )
+    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 17)])
+    session = dmlshim.InferenceSession(model.SerializeToString())
+    (got,) = session.run(None, {"x": np.array([-1.0, 0.5, 2.0], np.float32)})
+    np.testing.assert_array_equal(got, np.array([0.0, 0.5, 2.0], np.float32))
+    assert session.last_run_record.path == "onnxruntime cpu"
+    assert session.last_run_record.engine == "partitioned"

@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from dmlshim import InferenceSession
 from dmlshim.errors import BadModelError
-from dmlshim.execute.fallback import REASON_SCATTER_AS_SCATTER_ELEMENTS, for_onnxruntime
+from dmlshim.execute.plan.fallback import REASON_SCATTER_AS_SCATTER_ELEMENTS, for_onnxruntime
 from tests.oracle import IR_VERSION, make_node_model, ort_node, ort_run
 
 ENGINES = ["partitioned"]

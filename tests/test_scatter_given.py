@@ -1,4 +1,4 @@
-"""Large scatters in the whole-model check (dmlshim.execute.scatter_given): verified against the DirectML
+"""Large scatters in the whole-model check (dmlshim.execute.proofs.scatter_given): verified against the DirectML
 kernel on a session's first runs, later taken as onnxruntime computed them when the indices prove that
 ONNX and DirectML define the same output. Expected outputs come from onnxruntime CPU (one thread)."""
 
@@ -13,9 +13,9 @@ import pytest
 from onnx import TensorProto, helper
 
 import dmlshim
-from dmlshim.execute import steps
-from dmlshim.execute.gather_given import NOTE_GATHER_GIVEN
-from dmlshim.execute.scatter_given import scatter_output_is_given
+from dmlshim.execute.plan import steps
+from dmlshim.execute.proofs.gather_given import NOTE_GATHER_GIVEN
+from dmlshim.execute.proofs.scatter_given import scatter_output_is_given
 from tests.oracle import IR_VERSION, ort_run, tamper_with_check
 from tests.test_session_models import make_model
 

@@ -1,4 +1,4 @@
-"""Hostile cases for the given scatters of the whole-model check (dmlshim.execute.scatter_given): a scatter
+"""Hostile cases for the given scatters of the whole-model check (dmlshim.execute.proofs.scatter_given): a scatter
 whose output is 512 KiB or more takes onnxruntime's output when that run's indices are in range,
 non-negative and distinct. Every case runs a default session and a DMLSHIM_FULL_CHECK=1 session (the
 authority for the record) on the same feeds: both outputs must equal onnxruntime CPU's (one thread) bit for
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from dmlshim.execute.gather_given import NOTE_GATHER_GIVEN
-from dmlshim.execute.scatter_given import scatter_output_is_given
-from dmlshim.execute.steps import overwritten_writes
+from dmlshim.execute.plan.steps import overwritten_writes
+from dmlshim.execute.proofs.gather_given import NOTE_GATHER_GIVEN
+from dmlshim.execute.proofs.scatter_given import scatter_output_is_given
 from tests.oracle import (
     ZERO_DEPTH_SCATTERND_CRASH,
     ort_crashes_on_zero_depth_scatternd,

@@ -17,7 +17,8 @@ from onnx import TensorProto, helper
 import dmlshim
 from dmlshim.dml.enums import FeatureLevel
 from dmlshim.errors import IndexOutOfRangeError, InvalidDescriptorError
-from dmlshim.execute import steps, whole_model
+from dmlshim.execute.engines import whole_model
+from dmlshim.execute.plan import steps
 from dmlshim.kernels import KernelOptions, can_verify, scatter_verify, verify
 from dmlshim.kernels.indices import sorted_unique, unique_slots
 from dmlshim.kernels.options import IndexMode

@@ -15,10 +15,11 @@ import dmlshim
 from dmlshim.background import BackgroundBuild
 from dmlshim.dml.enums import FeatureLevel
 from dmlshim.errors import BadModelError
-from dmlshim.execute import ort_support, segments
 from dmlshim.execute.engine import EngineConfig
-from dmlshim.execute.partitioned import PartitionedEngine
-from dmlshim.ort.real import DISABLED_OPTIMIZERS, OrtInferenceSession, optimizers_disabled
+from dmlshim.execute.engines import whole_model
+from dmlshim.execute.engines.partitioned import PartitionedEngine
+from dmlshim.execute.plan import segments, step_list
+from dmlshim.runtime.real import DISABLED_OPTIMIZERS, OrtInferenceSession, optimizers_disabled
 from tests.oracle import ort_run
 from tests.test_whole_model_check import _gather_chain
 
@@ -57,7 +58,7 @@ def test_check_session_is_built_on_another_thread_with_the_sessions_optimizers(
             seen.append((threading.get_ident(), DISABLED_OPTIMIZERS.get()))
             super().__init__(*args, **kwargs)
 
-    monkeypatch.setattr(ort_support, "OrtInferenceSession", Recording)
+    monkeypatch.setattr(whole_model, "OrtInferenceSession", Recording)
     session = dmlshim.InferenceSession(model, disabled_optimizers=["ConstantFolding"])
     assert session.engine._check is not None
     assert len(seen) == 1, "only the check's session is built (segment sessions wait for first use)"
@@ -99,13 +100,13 @@ def test_without_the_check_segment_sessions_are_built_with_the_engine(
     model, feeds = _gather_chain()
 
     built: list[int] = []
-    real = ort_support.segment_session
+    real = step_list.segment_session
 
     def counting(*args: Any) -> Any:
         built.append(1)
         return real(*args)
 
-    monkeypatch.setattr("dmlshim.execute.step_list.segment_session", counting)
+    monkeypatch.setattr("dmlshim.execute.plan.step_list.segment_session", counting)
     engine = PartitionedEngine(model, EngineConfig(FeatureLevel.FL_5_0, whole_model_check=False))
     assert len(built) == 3, "every CPU segment's session is built at once, so refusals surface here"
     (got,), _ = engine.run(["y"], feeds)
@@ -114,7 +115,7 @@ def test_without_the_check_segment_sessions_are_built_with_the_engine(
 
 def test_failed_step_making_waits_for_the_check_session(monkeypatch: pytest.MonkeyPatch) -> None:
     model, _ = _gather_chain()
-    import dmlshim.execute.partitioned as partitioned
+    import dmlshim.execute.engines.partitioned as partitioned
 
     waited: list[bool] = []
     real_wait = partitioned.PendingCheck.wait

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dmlshim import EngineUnavailableError, InferenceSession
-from dmlshim.execute.directml import dml_available, linux_stack_available, unavailable_reason
+from dmlshim.directml.engine import dml_available, linux_stack_available, unavailable_reason
 from dmlshim.execute.engine import engine_names
 from tests.oracle import ort_run
 from tests.test_session_models import assert_bitwise, chain_model

@@ -6,7 +6,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from dmlshim import BadModelError
-from dmlshim.execute.partition import CpuSegment, EmulatedNode, outer_scope_inputs, partition_graph
+from dmlshim.execute.plan.partition import CpuSegment, EmulatedNode, outer_scope_inputs, partition_graph
 from tests.test_session_models import chain_model, loop_model, make_model
 
 

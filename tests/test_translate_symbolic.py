@@ -8,8 +8,8 @@ from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
 from dmlshim.dml.enums import FeatureLevel
+from dmlshim.dml.symbolic import SymDim, describe, differ, placeholder_shape
 from dmlshim.translate import translate_model
-from dmlshim.translate.symbolic import SymDim, describe, differ, placeholder_shape
 from tests.oracle import IR_VERSION, ort_session
 
 HIDDEN, VOCAB, POSITIONS = 16, 50, 32
@@ -154,7 +154,7 @@ def test_placeholders() -> None:
 
 
 def test_placeholder_primality_is_exact() -> None:
-    from dmlshim.translate.symbolic import _is_prime
+    from dmlshim.dml.symbolic import _is_prime
 
     # The first primes above 10^9 (published tables of primes), then every n in a window checked
     # against plain trial division, and Carmichael numbers and strong pseudoprimes to base 2.

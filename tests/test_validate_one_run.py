@@ -23,8 +23,8 @@ from onnx import TensorProto, helper, numpy_helper
 from dmlshim.cli.main import main
 from dmlshim.comparison import exact_difference, same_bits
 from dmlshim.dml.operators import GatherDesc
+from dmlshim.graph import uses_half_floats
 from dmlshim.kernels import _KERNELS, KernelOptions, KernelResult
-from dmlshim.model.graph import uses_half_floats
 from dmlshim.validate import validate_model
 from dmlshim.validate.results import RUNS_ONE, RUNS_THREE
 from dmlshim.validate.statistics import error_statistics

@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 
 from dmlshim.dml.enums import DEFAULT_FEATURE_LEVEL
-from dmlshim.execute.cpu_step import CpuStep
+from dmlshim.execute.plan.cpu_step import CpuStep
 from dmlshim.kernels.options import IndexMode
 from dmlshim.validate import validate_model
 from dmlshim.validate.references import partitioned_run, whole_model_run

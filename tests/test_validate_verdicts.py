@@ -25,8 +25,8 @@ from dmlshim.dml.enums import FeatureLevel
 from dmlshim.dml.operators import GatherDesc, ScatterNdDesc
 from dmlshim.errors import BadInputError
 from dmlshim.execute.engine import EngineConfig
-from dmlshim.execute.partitioned import PartitionedEngine
-from dmlshim.execute.segments import boundary_types, proven_types, type_protos
+from dmlshim.execute.engines.partitioned import PartitionedEngine
+from dmlshim.execute.plan.segments import boundary_types, proven_types, type_protos
 from dmlshim.kernels import _KERNELS, KernelOptions, KernelResult
 from dmlshim.validate import OPTIMIZATION_LEVELS, compare_arrays, validate_model
 from tests.oracle import IR_VERSION, ort_node, ort_run
@@ -426,7 +426,7 @@ def test_segment_rebuilt_when_a_derived_shape_is_wrong(
 ) -> None:
     """Should shape inference ever derive a wrong shape for a boundary value, the segment that declares it
     is rebuilt with element types only and the run goes on (onnxruntime alone runs the model)."""
-    import dmlshim.execute.segments as segments
+    import dmlshim.execute.plan.segments as segments
 
     model, feeds = _stale_rank_model()
     real = segments.proven_types
@@ -439,7 +439,7 @@ def test_segment_rebuilt_when_a_derived_shape_is_wrong(
     monkeypatch.setattr(segments, "proven_types", wrong)
     (expected,) = ort_run(model, feeds)
     engine = PartitionedEngine(model, EngineConfig(FeatureLevel.FL_5_0, whole_model_check=False))
-    with caplog.at_level("WARNING", logger="dmlshim.execute.steps"):
+    with caplog.at_level("WARNING", logger="dmlshim.execute.plan.steps"):
         (got,), _ = engine.run(["y"], feeds)
         (again,), _ = engine.run(["y"], feeds)
     assert exact_difference(got, expected).first is None

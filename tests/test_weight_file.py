@@ -12,8 +12,8 @@ import onnx
 import pytest
 
 import dmlshim
-from dmlshim.execute.weight_file import weight_slices
-from dmlshim.execute.weights import PLACEHOLDER_LOCATION, SharedWeights
+from dmlshim.execute.weights.file_slices import weight_slices
+from dmlshim.execute.weights.shared import PLACEHOLDER_LOCATION, SharedWeights
 from tests.oracle import ort_run
 from tests.test_engine_weights import _model
 

@@ -13,10 +13,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import dmlshim
-from dmlshim.execute import weight_file
-from dmlshim.execute.model_source import load_model
-from dmlshim.execute.weight_file import read_weightless
-from dmlshim.execute.weights import SHARE_MIN_BYTES
+from dmlshim.execute.weights import file_slices as weight_file
+from dmlshim.execute.weights.file_slices import read_weightless
+from dmlshim.execute.weights.model_source import load_model
+from dmlshim.execute.weights.shared import SHARE_MIN_BYTES
 from tests.oracle import IR_VERSION, ort_run
 
 LARGE = ("table", "weight", "cols", "cache", "table16")
@@ -189,7 +189,7 @@ def test_cpu_engine_reads_the_weights_from_the_files(
     (so a model above 2 GiB loads)."""
     import onnxruntime as ort
 
-    from dmlshim.execute.model_source import LoadedModel
+    from dmlshim.execute.weights.model_source import LoadedModel
 
     model, feeds = _model()
     path = _save(model, tmp_path, external)

@@ -19,8 +19,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 import dmlshim
 from dmlshim.errors import BadInputError, BadModelError
-from dmlshim.execute import weight_file
-from dmlshim.execute.weight_file import FOLDER_KEY
+from dmlshim.execute.weights import file_slices as weight_file
+from dmlshim.execute.weights.file_slices import FOLDER_KEY
 from dmlshim.ort.free_dims import overrides_by_name
 from dmlshim.ort.session_options import (
     COPIED_ATTRIBUTES,

@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import dmlshim
-from dmlshim.execute import whole_model
+from dmlshim.execute.engines import whole_model
 from tests.oracle import ort_run
 from tests.test_session_models import chain_model, make_model
 
@@ -94,7 +94,7 @@ def test_clamped_index_mode_is_answered_by_the_partitions() -> None:
 def test_check_can_be_turned_off_and_outputs_stay_the_same() -> None:
     from dmlshim.dml import FeatureLevel
     from dmlshim.execute.engine import EngineConfig
-    from dmlshim.execute.partitioned import PartitionedEngine
+    from dmlshim.execute.engines.partitioned import PartitionedEngine
 
     model, feeds = chain_model()
     engine = PartitionedEngine(model, EngineConfig(FeatureLevel.parse("5_0"), whole_model_check=False))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import tensorflow as tf
 import tf2onnx
 from eco_common import Built, Spec

@@ -23,8 +23,7 @@ from .errors import (  # noqa: E402
     ValidationMismatchError,
 )
 from .ort.names import ORT_API_NAMES  # noqa: E402
-
-__version__ = "0.1.0"
+from .version import __version__
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 

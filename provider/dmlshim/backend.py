@@ -28,7 +28,7 @@ from onnx.backend.base import Backend, BackendRep
 from .dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
 from .errors import BadInputError
 from .execute.record import RunRecord
-from .model.graph import node_path
+from .graph import node_path
 from .ort.session import InferenceSession
 
 logger = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ import math
 
 from ..dxdispatch.compare import CompareReport
 from ..errors import BadInputError
-from ..report.text import shape_text, table
+from ..text import shape_text, table
 from .options import add_tolerances
 
 

@@ -14,8 +14,8 @@ import argparse
 import logging
 import os
 
-from ..execute.lowered_file import check_lowered, external_refs, write_lowered
-from ..execute.lowering import lower_model
+from ..execute.lowering.file import check_lowered, external_refs, write_lowered
+from ..execute.lowering.lower import lower_model
 from ..fileio.files import check_output_file
 from ..kernels.options import IndexMode
 from ..translate.shapes_info import load_model

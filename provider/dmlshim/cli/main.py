@@ -21,7 +21,8 @@ from typing import Any, NoReturn
 
 from google.protobuf.message import DecodeError, EncodeError
 
-from ..errors import DmlShimError, out_of_memory, too_deep
+from ..errors import DmlShimError
+from ..resources import out_of_memory, too_deep
 from ..startup import interrupts_raise
 
 log = logging.getLogger(__name__)
@@ -91,7 +92,7 @@ def _named_command(argv: Sequence[str] | None) -> str | None:
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The argument parser with every available subcommand, or with only the one ``argv`` names: each
     command module imports what its job needs, and a command should not pay for the others' imports."""
-    from .. import __version__
+    from ..version import __version__
 
     parser = _Parser(
         prog="dmlshim",

@@ -19,7 +19,7 @@ from ..fileio.files import check_output_file, write_npz
 from ..inputs import GeneratedInputs, annotate_error, generate
 from ..inputs.narrow_floats import narrow_feeds
 from ..ort.session import InferenceSession, load_model
-from ..report.text import shape_text, table
+from ..text import shape_text, table
 from ..validate.value_kinds import describe, is_array, kind_text
 from .options import add_engine, add_feature_level, add_input_shape, input_shapes
 

@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _write_html(args: argparse.Namespace, report: ValidationReport, text: str) -> None:
     """The HTML page of the report (the model is read again: the report keeps no graph)."""
-    from ..execute.model_source import load_model
+    from ..execute.weights.model_source import load_model
     from ..report.html.reports import write_validate_report
 
     model = load_model(args.model[0], weightless=True).proto

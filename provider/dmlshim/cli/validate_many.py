@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from .. import portable
 from ..errors import BadInputError, DmlShimError
 from ..portable import process_context, termination_signals
-from ..report.text import table
+from ..text import table
 from .progress import Progress
 
 if TYPE_CHECKING:

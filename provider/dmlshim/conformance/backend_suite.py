@@ -39,7 +39,7 @@ from onnx import numpy_helper
 
 from ..dml.enums import FeatureLevel
 from ..errors import DmlShimError, EngineUnavailableError
-from ..ort.real import OrtInferenceSession
+from ..runtime.real import OrtInferenceSession
 
 __all__ = [
     "IN_SCOPE_OPS",

@@ -7,4 +7,6 @@ DXIL) on Mesa's lavapipe, set up from the package registries (``dmlshim directml
 - :mod:`.setup`, :mod:`.wine_build`: setting the stack up.
 - :mod:`.host`: the Windows ``node.exe`` process running onnxruntime-node's DirectML provider.
 - :mod:`.verify`: the stack's one-node self-check.
+- :mod:`.engine`: the ``directml`` engine (onnxruntime's DmlExecutionProvider in this process on Windows,
+  or :mod:`.wine_engine` through the host on Linux); :mod:`.records` its run record's nodes.
 """

@@ -94,7 +94,7 @@ def compare(a: Sequence[Any], b: Sequence[Any]) -> Comparison:
 
 
 def _feeds(path: Path) -> dict[str, np.ndarray]:
-    from ..execute.model_source import load_model
+    from ..execute.weights.model_source import load_model
     from ..fileio.npz import load_npz
     from ..inputs.narrow_floats import narrow_feeds
     from ..inputs.search import generate

@@ -83,7 +83,7 @@ def _sizes_equal(
 ) -> Iterator[Violation]:
     # Symbolic descriptors (inspect on dynamic shapes) hold placeholder sizes; two different symbols may be
     # equal at run time, so only sizes known to differ fail here (the run checks the real ones).
-    from ..translate.symbolic import differ
+    from .symbolic import differ
 
     actual = sizes_of(ctx.tensors[name].sizes)
     want = sizes_of(expected)

@@ -40,13 +40,13 @@ def sizes_of(sizes: Sequence[int]) -> list[int]:
 
 
 def shown(sizes: Sequence[int]) -> list[int | str]:
-    from ..translate.symbolic import describe  # symbolic descriptors: sizes by their dimension's name
+    from .symbolic import describe  # symbolic descriptors: sizes by their dimension's name
 
     return [describe(int(s)) for s in sizes]
 
 
 def shown_value(value: object) -> object:
-    from ..translate import symbolic
+    from . import symbolic
 
     return symbolic.shown_value(value)
 
@@ -54,6 +54,6 @@ def shown_value(value: object) -> object:
 def known_different(a: Sequence[int], b: Sequence[int]) -> bool:
     """Whether two size lists are known to differ: two differently named symbols (inspect's placeholders)
     may be equal at run time, so only sizes known to differ count (the run checks the real ones)."""
-    from ..translate.symbolic import any_differ
+    from .symbolic import any_differ
 
     return any_differ(sizes_of(a), sizes_of(b))

@@ -23,9 +23,9 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..errors import BadInputError, DmlShimError
-from ..execute.fallback import for_onnxruntime
-from ..execute.partition import outer_scope_inputs
-from ..model.graph import is_gather_scatter, node_path, subgraph_prefix, subgraphs, walk_nodes
+from ..execute.plan.fallback import for_onnxruntime
+from ..execute.plan.partition import outer_scope_inputs
+from ..graph import is_gather_scatter, node_path, subgraph_prefix, subgraphs, walk_nodes
 from ..translate.translator import model_opsets, node_since_version
 from .capture_run import CaptureRunner
 

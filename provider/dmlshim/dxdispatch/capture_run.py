@@ -22,7 +22,7 @@ from onnx import TensorProto, helper
 
 from ..errors import NotSupportedError
 from ..model.ort_view import type_from_ort
-from ..ort.real import OrtInferenceSession
+from ..runtime.real import OrtInferenceSession
 
 __all__ = ["CaptureRunner", "capture_session_options"]
 

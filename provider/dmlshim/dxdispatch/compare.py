@@ -18,8 +18,9 @@ from typing import Any
 import numpy as np
 
 from ..comparison import DEFAULT_ATOL, DEFAULT_RTOL, array_difference
-from ..errors import BadInputError, DmlShimError, guard_resources
+from ..errors import BadInputError, DmlShimError
 from ..fileio.reading import read_json, read_npy
+from ..resources import guard_resources
 from .export import DML_OUTPUT_FILE, EXPECTED_OUTPUT_FILE, INDEX_FILE, MODEL_FILE
 
 log = logging.getLogger(__name__)

@@ -25,12 +25,13 @@ import onnx
 from onnx import helper
 
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
-from ..errors import BadInputError, DmlShimError, IndexOutOfRangeError, guard_resources
+from ..errors import BadInputError, DmlShimError, IndexOutOfRangeError
 from ..fileio.files import write_json
 from ..fileio.folders import StagedFolder
 from ..fileio.reading import read_json
 from ..inputs.narrow_floats import narrow_type
 from ..ort.session import LoadedModel, ModelSource, load_model
+from ..resources import guard_resources
 from ..translate import Status, TensorInfo, translate_node
 from ..validate.value_kinds import feed_shape
 from .capture import CapturedNode, capture_nodes

@@ -20,9 +20,10 @@ from ..dml.enums import DEFAULT_FEATURE_LEVEL, DataType, FeatureLevel
 from ..dml.json_form import JsonFormError
 from ..dml.tensor import BufferTensorDesc
 from ..dml.validate import check
-from ..errors import BadInputError, DmlShimError, guard_resources
+from ..errors import BadInputError, DmlShimError
 from ..fileio.confined import write_inside
 from ..kernels import IndexMode, KernelOptions, execute
+from ..resources import guard_resources
 from .model_file import (
     BufferResource,
     DispatchCommand,

@@ -50,14 +50,14 @@ class EngineConfig:
         model_path: the model file, when the model came from one (for messages).
         whole_model_check: let the partitioned engine answer a run from one whole-model onnxruntime run
             when every emulated node's kernel reproduces onnxruntime's value bit for bit (see
-            ``dmlshim.execute.whole_model``); False always walks the partitions.
+            ``dmlshim.execute.engines.whole_model``); False always walks the partitions.
         own_options: makes the options of each onnxruntime session the engine builds when
             ``sess_options`` is None (validate: one thread at its optimization level), in place of
             onnxruntime's defaults; the options are dmlshim's own, so large weights are still read from the
             model's files rather than serialized into each session.
         full_check: the whole-model check proves every element of every verified scatter's output on
             every run (validate; ``DMLSHIM_FULL_CHECK=1``); False proves the elements a scatter does not
-            write on its first runs only (``dmlshim.execute.steps.PROVE_RUNS``).
+            write on its first runs only (``dmlshim.execute.plan.steps.PROVE_RUNS``).
     """
 
     feature_level: FeatureLevel
@@ -84,10 +84,10 @@ class EngineFactory(Protocol):
 
 
 _BUILTIN_ENGINES: dict[str, str] = {
-    "partitioned": "dmlshim.execute.partitioned:PartitionedEngine",
-    "directml": "dmlshim.execute.directml:create_engine",
-    "customop": "dmlshim.execute.custom_op:create_engine",
-    "cpu": "dmlshim.execute.cpu_engine:create_engine",
+    "partitioned": "dmlshim.execute.engines.partitioned:PartitionedEngine",
+    "directml": "dmlshim.directml.engine:create_engine",
+    "customop": "dmlshim.execute.engines.custom_op:create_engine",
+    "cpu": "dmlshim.execute.engines.cpu:create_engine",
 }
 """Engines shipped with dmlshim: name -> ``module:factory``, imported on first use."""
 

@@ -17,7 +17,7 @@ from onnx import helper
 from ..errors import BadInputError
 from ..fileio.npz import load_npz as load_npz
 from ..fileio.npz import save_npz as save_npz
-from ..ort.exceptions import check_failure_class, with_onnxruntime_class
+from ..runtime.exceptions import check_failure_class, with_onnxruntime_class
 
 logger = logging.getLogger(__name__)
 

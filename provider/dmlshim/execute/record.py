@@ -10,6 +10,26 @@ PLACEMENT_DML = "dml"
 PLACEMENT_CPU = "onnxruntime-cpu"
 """The node ran in onnxruntime's CPU provider (an ordinary op, a fallback, or inside control flow)."""
 
+PATH_CHECK = "whole-model check"
+PATH_PARTITIONED = "partitioned"
+PATH_CUSTOM_OP = "custom-op session"
+PATH_CPU = "onnxruntime cpu"
+PATH_DIRECTML = "real directml"
+
+RUN_PATHS: dict[str, str] = {
+    PATH_CHECK: "partitioned engine: one onnxruntime run of the whole model; every emulated node's kernel "
+    "output (or a proof that onnxruntime's output stands for it) is compared with onnxruntime's bit for bit",
+    PATH_PARTITIONED: "partitioned engine: CPU segments in onnxruntime sessions and emulated nodes through "
+    "the kernels, in graph order; answers when a kernel disagrees with onnxruntime, or when it is faster",
+    PATH_CUSTOM_OP: "custom-op engine: one onnxruntime session of the lowered model, each translated node "
+    "a Python custom op running the kernel",
+    PATH_CPU: "the whole model in one onnxruntime CPU session, nothing emulated: the cpu engine, and the "
+    "partitioned engine when no node of the model is emulated",
+    PATH_DIRECTML: "directml engine: the whole model on onnxruntime's DmlExecutionProvider (real DirectML, "
+    "in this process on Windows, through the Wine host on Linux)",
+}
+"""Every way a run can be answered: ``RunRecord.path`` -> what it means (docs/engines.md)."""
+
 
 @dataclass(frozen=True)
 class NodeRecord:
@@ -69,11 +89,10 @@ class RunRecord:
         cpu_partitions: how many onnxruntime CPU sessions the engine built for the graph at creation.
         translations_computed: node translations computed during this run (0 when every node's
             translation for these shapes and types was cached).
-        path: how the partitioned engine answered the run: ``"partitioned"`` (its steps in turn) or
-            ``"whole-model check"`` (one whole-model onnxruntime run, every emulated node's kernel checked
-            against it); ``""`` for the other engines.
+        path: how the run was answered, one of :data:`RUN_PATHS`: the partitioned engine's
+            ``"whole-model check"`` or ``"partitioned"``, or the other engines' one path each.
         notes: ``(code, message)`` pairs about the whole run, e.g. the custom-op engine's
-            ``layout_optimizations_around_custom_ops`` (``dmlshim.execute.custom_op_notes``).
+            ``layout_optimizations_around_custom_ops`` (``dmlshim.execute.custom_ops.notes``).
         device: for real DirectML (the directml engine through the Linux stack), what ran: ``(key, value)``
             pairs naming DirectML's version, onnxruntime's, the D3D12 and Vulkan layers; empty otherwise.
     """

@@ -16,6 +16,7 @@ from .files import _RULE, PathLike, Writer, _check_text, _kind, _lstat, write_st
 
 __all__ = ["confined_path", "write_inside"]
 
+
 def confined_path(root: PathLike, relative: str, *, what: str = "path", suffixes: Sequence[str] = ()) -> Path:
     """``root / relative`` after checking that ``relative`` cannot leave ``root``.
 

@@ -23,8 +23,8 @@ import onnx
 from onnx import TensorProto
 
 from ..errors import BadModelError, TooLargeError
+from ..graph import all_tensors
 from ..limits import _itemsize, check_bytes, format_bytes
-from ..model.graph import all_tensors
 
 __all__ = [
     "EXTERNAL_DATA_RULE",
@@ -127,7 +127,7 @@ def _check_one(t: onnx.TensorProto, base: Path | None, path: str | None) -> Exte
 
 def _escapes(t: onnx.TensorProto, location: str, reason: str, path: str | None) -> BadModelError:
     """onnxruntime's refusal of an external data location (its class, ``Fail``, and its sentence first)."""
-    from ..ort.exceptions import ort_class, with_onnxruntime_class  # the ort layer, on demand
+    from ..runtime.exceptions import ort_class, with_onnxruntime_class  # the ort layer, on demand
 
     error = _refuse(
         t,
@@ -172,7 +172,7 @@ def _in_memory_class(error: BadModelError) -> BadModelError:
     found from the working directory or not: its failed-check class (``Fail`` in 1.32, where a file not
     found is "External data path validation failed"; ``RuntimeException`` in 1.24, "cannot get file
     size")."""
-    from ..ort.exceptions import check_failure_class, with_onnxruntime_class  # the ort layer, on demand
+    from ..runtime.exceptions import check_failure_class, with_onnxruntime_class  # the ort layer, on demand
 
     return with_onnxruntime_class(error, check_failure_class())
 

@@ -39,8 +39,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from ..graph import is_gather_scatter, subgraphs, walk_nodes
 from ..model.data_prop import infer_with_data_prop
-from ..model.graph import is_gather_scatter, subgraphs, walk_nodes
 from ..model.weightless import without_weights
 from ..translate.static_if import settle_static_ifs
 from .symbols import resolve_input_shapes

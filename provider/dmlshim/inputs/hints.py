@@ -24,7 +24,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from ..model.graph import walk_nodes
+from ..graph import walk_nodes
 
 __all__ = ["MAX_HINT", "MAX_HINTS", "size_hints"]
 

@@ -134,7 +134,7 @@ def _kind(elem_type: int) -> NarrowFloat:
 def from_bits(bits: np.ndarray, elem_type: int) -> Any:
     """An ``onnxruntime.OrtValue`` of ``elem_type`` holding these raw bits (unsigned integers of the type's
     width; the OrtValue keeps its own contiguous copy alive)."""
-    from ..ort.real import ort
+    from ..runtime.real import ort
 
     kind = _kind(elem_type)
     held = np.array(bits, dtype=kind.bits_dtype, copy=True, order="C")
@@ -144,7 +144,7 @@ def from_bits(bits: np.ndarray, elem_type: int) -> Any:
 @functools.lru_cache(maxsize=2 * len(NARROW_FLOATS) or 1)
 def _cast_session(source: int, target: int) -> Any:
     """A one-node onnxruntime CPU session casting ``source`` to ``target`` (onnxruntime's own rounding)."""
-    from ..ort.real import OrtInferenceSession, ort
+    from ..runtime.real import OrtInferenceSession, ort
 
     graph = helper.make_graph(
         [helper.make_node("Cast", ["values"], ["cast"], to=target)],
@@ -168,7 +168,7 @@ def from_float32(values: np.ndarray, elem_type: int, name: str = "") -> Any:
         BadInputError: a value (other than NaN, or an infinity the type has) beyond the type's largest
             finite value.
     """
-    from ..ort.real import ort
+    from ..runtime.real import ort
 
     kind = _kind(elem_type)
     array = np.ascontiguousarray(values, dtype=np.float32)
@@ -196,7 +196,7 @@ def from_float32(values: np.ndarray, elem_type: int, name: str = "") -> Any:
 
 def narrow_type(value: Any) -> NarrowFloat | None:
     """The type of a tensor OrtValue of a bfloat16 or float8 type; None for any other value."""
-    from ..ort.real import ort
+    from ..runtime.real import ort
 
     if not isinstance(value, ort.OrtValue) or not value.is_tensor():
         return None
@@ -260,7 +260,7 @@ def run_any_outputs(session: Any, feeds: Mapping[str, Any]) -> None:
 def as_ortvalues(feeds: Mapping[str, Any]) -> dict[str, Any]:
     """Feeds as ``run_with_ort_values`` takes them: arrays wrapped as OrtValues (over their memory, which
     the OrtValue keeps alive), OrtValues as they are."""
-    from ..ort.real import ort
+    from ..runtime.real import ort
 
     return {
         k: v if isinstance(v, ort.OrtValue) else ort.OrtValue.ortvalue_from_numpy(v) for k, v in feeds.items()

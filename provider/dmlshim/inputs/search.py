@@ -44,7 +44,7 @@ from .symbols import ModelDims, model_dims, shapes_for, split_given
 from .values import draw
 
 if TYPE_CHECKING:
-    from ..ort.session import LoadedModel
+    from ..execute.weights.model_source import LoadedModel
 
 __all__ = ["GeneratedInputs", "annotate_error", "generate", "generate_inputs"]
 
@@ -86,7 +86,7 @@ class GeneratedInputs:
 
     def describe(self) -> str:
         """``input_ids [1,5], mask [1,7] (batch=1, seq=5, total=7)``."""
-        from ..report.text import shape_text
+        from ..text import shape_text
 
         text = ", ".join(f"{n} {shape_text(s)}" for n, s in self.shapes.items()) or "no inputs"
         if self.symbols:
@@ -117,7 +117,7 @@ def annotate_error(exc: DmlShimError, generated: GeneratedInputs) -> DmlShimErro
 
 
 def _as_proto(model: onnx.ModelProto | LoadedModel) -> tuple[onnx.ModelProto, str | None]:
-    from ..ort.session import LoadedModel
+    from ..execute.weights.model_source import LoadedModel
 
     if isinstance(model, LoadedModel):
         return model.proto, model.path
@@ -213,7 +213,7 @@ def _assignments(
 def _onnxruntime_session(model: onnx.ModelProto, path: str | None) -> Any:
     import onnxruntime as ort
 
-    from ..ort.real import OrtInferenceSession
+    from ..runtime.real import OrtInferenceSession
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1

@@ -23,7 +23,7 @@ from onnx import TensorProto
 from ..background import BackgroundBuild
 from ..errors import BadModelError
 from ..fileio.external_data import EXTERNAL_DATA_RULE, check_external_data, load_external_data
-from .graph import all_tensors, node_path, subgraph_prefix, subgraphs
+from ..graph import all_tensors, node_path, subgraph_prefix, subgraphs
 from .last_inference import infer_shapes
 from .ort_errors import (
     UnknownOperator,
@@ -168,7 +168,7 @@ def _ort_refusal(probe: onnx.ModelProto | None) -> BaseException | None:
         return None
     import onnxruntime as ort
 
-    from ..ort.real import OrtInferenceSession
+    from ..runtime.real import OrtInferenceSession
     from .ort_errors import ORT_ERRORS
 
     options = ort.SessionOptions()
@@ -240,7 +240,7 @@ def ort_accepts(
     """
     import onnxruntime as ort
 
-    from ..ort.real import OrtInferenceSession
+    from ..runtime.real import OrtInferenceSession
     from .ort_errors import ORT_ERRORS
 
     options = ort.SessionOptions()
@@ -335,7 +335,7 @@ def check_model(
         theirs = _ort_refusal(_probe_for(model, own))
         if theirs is None:
             raise
-        raise own from theirs  # onnxruntime's class and message first (dmlshim.ort.exceptions)
+        raise own from theirs  # onnxruntime's class and message first (dmlshim.runtime.exceptions)
     check_external_data(model, where, read_below=read_below)
     light = _checkable(model)
     findings: list[str | None] = [None]

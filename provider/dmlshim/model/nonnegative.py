@@ -4,7 +4,7 @@ A gather's indices that can never be negative select, wherever onnxruntime accep
 and GatherElements refuse an index outside ``[-dim, dim)``), exactly the elements DirectML's GATHER and
 GATHER_ELEMENTS select: negative indices are the only place the two definitions part. The whole-model
 check uses this to take such a gather's output from onnxruntime without fetching its inputs (see
-:mod:`dmlshim.execute.gather_given`).
+:mod:`dmlshim.execute.proofs.gather_given`).
 
 The proof follows a value back through operators that only move, repeat or select elements of their
 data input (Expand, Reshape, Transpose, Slice, a gather's data, ...) to a source that cannot be negative:

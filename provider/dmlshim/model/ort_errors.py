@@ -10,7 +10,7 @@ import onnx
 from onnx import TensorProto
 
 from ..errors import BadModelError
-from .graph import node_path, subgraph_prefix, subgraphs, walk_nodes
+from ..graph import node_path, subgraph_prefix, subgraphs, walk_nodes
 
 # The exception types an onnxruntime call raises.
 ORT_ERRORS: tuple[type[BaseException], ...] = (RuntimeError, ValueError)

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 import onnx
 import onnxruntime as ort
 
-from ..ort.real import OrtInferenceSession
+from ..runtime.real import OrtInferenceSession
 from .weightless import without_weights
 
 logger = logging.getLogger(__name__)

@@ -23,8 +23,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from ..graph import subgraphs
 from ..limits import check_bytes
-from .graph import subgraphs
 from .inline import (
     FunctionKey,
     IndexedNode,

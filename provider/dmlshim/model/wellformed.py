@@ -13,7 +13,7 @@ from google.protobuf.message import Message
 from onnx import TensorProto
 
 from ..errors import BadModelError
-from .graph import node_path, subgraph_prefix, subgraphs
+from ..graph import node_path, subgraph_prefix, subgraphs
 from .ort_errors import GATHER_SCATTER_INDEX_TYPES
 from .utf8_parse import strings_valid
 
@@ -217,9 +217,7 @@ def _tensor_problem(t: onnx.TensorProto) -> str | None:
 
 
 @functools.lru_cache(maxsize=1024)
-def _schema_arity(
-    op_type: str, version: int, domain: str
-) -> tuple[tuple[int, int], tuple[int, int]] | None:
+def _schema_arity(op_type: str, version: int, domain: str) -> tuple[tuple[int, int], tuple[int, int]] | None:
     """((min, max) inputs, (min, max) outputs) of an operator's schema; None when onnx has none."""
     try:
         schema = onnx.defs.get_schema(op_type, version, domain)

@@ -7,7 +7,7 @@ Three ways to bind it (docs/coming-from.md shows each):
 * by hand: ``onnxruntime.InferenceSession = dmlshim.InferenceSession``, or
   ``sys.modules["onnxruntime"] = dmlshim.ort.standin_module()``.
 
-This package is imported by every engine (for :mod:`dmlshim.ort.real`), so it stays light: the rest loads
+This package is imported by every engine (for :mod:`dmlshim.runtime.real`), so it stays light: the rest loads
 on first use.
 """
 

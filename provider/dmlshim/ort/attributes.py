@@ -13,14 +13,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from .session import InferenceSession
+from .session_surface import SessionSurface
 
 
 class SessionCore:
     """What ``session._sess`` is in onnxruntime (its C++ session), answered by a dmlshim session."""
 
-    def __init__(self, session: InferenceSession) -> None:
+    def __init__(self, session: SessionSurface) -> None:
         self._session = session
 
     @property
@@ -80,7 +79,7 @@ class SessionCore:
     ) -> Any:
         """The C++ session's call: C-level ``OrtValue`` feeds (``OrtValue._get_c_value()``) in, an
         ``OrtValueVector`` out (argument order as in onnxruntime's binding: feeds, names, options)."""
-        from .real import C, ort
+        from ..runtime.real import C, ort
 
         feeds = {
             name: ort.OrtValue(value) if isinstance(value, C.OrtValue) else value
@@ -237,7 +236,7 @@ def unloadable_type(model: Any) -> Exception:
     """The error for a model given as a ``bytearray`` or ``memoryview``: onnxruntime's ``TypeError``
     ("Unable to load from type ..."), saying what to pass instead."""
     from ..errors import BadInputError
-    from .exceptions import with_onnxruntime_class
+    from ..runtime.exceptions import with_onnxruntime_class
 
     kind = type(model).__name__
     error = BadInputError(
@@ -263,13 +262,12 @@ def route_ort_iobinding() -> None:
     global _ROUTED
     if _ROUTED:
         return
-    from .real import OrtIOBinding
-    from .session import InferenceSession
+    from ..runtime.real import OrtIOBinding
 
     original_new = OrtIOBinding.__new__
 
     def __new__(cls: type, session: Any = None, *args: Any, **kwargs: Any) -> Any:
-        if isinstance(session, InferenceSession):
+        if isinstance(session, OrtSessionAttributes):
             return session.io_binding()
         if original_new is object.__new__:
             return object.__new__(cls)

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..runtime.real import C
 from .attributes import SessionCore
 from .iobinding import IOBinding
-from .real import C
 
 _DEVICE_NAMES = {"cpu": "cpu", "cuda": "cuda", "dml": "dml", "npu": "npu", "gpu": "gpu"}
 
@@ -69,7 +69,7 @@ class DmlshimSessionIOBinding:
 
 
 def _wrapped(value: Any) -> Any:
-    from .real import ort
+    from ..runtime.real import ort
 
     return ort.OrtValue(value) if isinstance(value, C.OrtValue) else value
 

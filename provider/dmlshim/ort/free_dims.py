@@ -19,7 +19,7 @@ import onnx
 from onnx import helper
 
 from ..execute.feeds import NodeArg, node_arg
-from .real import OrtInferenceSession
+from ..runtime.real import OrtInferenceSession
 
 logger = logging.getLogger(__name__)
 

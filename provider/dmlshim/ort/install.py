@@ -32,9 +32,9 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import BadInputError
+from ..runtime.real import ORT_VERSION, ort
 from . import tracking
 from .emulate import EMULATE_CHOICES, EMULATE_ENV, ENGINE_ENV
-from .real import ORT_VERSION, ort
 from .standin import is_standin, standin_module
 
 logger = logging.getLogger(__name__)
@@ -334,7 +334,7 @@ def summary() -> dict[str, Any]:
             with contextlib.suppress(OSError, ValueError):
                 parts.append(json.loads(path.read_text(encoding="utf-8")))
     merged = tracking.merge(parts)
-    from .. import __version__
+    from ..version import __version__
 
     return {"dmlshim": __version__, "onnxruntime": ORT_VERSION, **merged}
 

@@ -11,14 +11,15 @@ import ctypes
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
 
 from ..errors import BadInputError, NotSupportedError
-from ..execute.cpu_step import NUMPY_TENSOR_TYPES
-from .exceptions import raises_onnxruntime_errors, with_onnxruntime_class
+from ..execute.plan.cpu_step import NUMPY_TENSOR_TYPES
+from ..runtime.exceptions import raises_onnxruntime_errors, with_onnxruntime_class
+from ..runtime.real import pybind_state
 from .ortvalues import (
     array_at,
     as_array,
@@ -27,11 +28,8 @@ from .ortvalues import (
     string_ortvalue,
     to_ortvalue,
 )
-from .real import pybind_state
 from .session_args import tensor_name
-
-if TYPE_CHECKING:
-    from .session import InferenceSession
+from .session_surface import SessionSurface
 
 logger = logging.getLogger(__name__)
 
@@ -84,14 +82,14 @@ class IOBinding:
     Create with ``session.io_binding()``. Same methods as ``onnxruntime.IOBinding``.
     """
 
-    def __init__(self, session: InferenceSession) -> None:
+    def __init__(self, session: SessionSurface) -> None:
         self._session = session
         self._inputs: dict[str, Any] = {}
         self._outputs: dict[str, _OutputBinding] = {}
         self._results: list[Any] | None = None
 
     @property
-    def session(self) -> InferenceSession:
+    def session(self) -> SessionSurface:
         """The session that created this binding."""
         return self._session
 

@@ -23,8 +23,8 @@ from onnx import helper
 
 from ..errors import BadModelError
 from ..model.ort_errors import ORT_ERRORS
-from .exceptions import with_onnxruntime_class
-from .real import OrtInferenceSession, ort
+from ..runtime.exceptions import with_onnxruntime_class
+from ..runtime.real import OrtInferenceSession, ort
 
 logger = logging.getLogger(__name__)
 

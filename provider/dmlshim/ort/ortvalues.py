@@ -15,8 +15,8 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import BadInputError, NotSupportedError
-from ..execute.cpu_step import NUMPY_TENSOR_TYPES
-from .exceptions import with_onnxruntime_class
+from ..execute.plan.cpu_step import NUMPY_TENSOR_TYPES
+from ..runtime.exceptions import with_onnxruntime_class
 
 logger = logging.getLogger(__name__)
 
@@ -172,7 +172,7 @@ def to_ortvalue(value: Any) -> Any:
 def string_ortvalue(value: np.ndarray) -> Any:
     """A string tensor as an ``onnxruntime.OrtValue``, which only an onnxruntime session can make (its
     ``OrtValue`` factories refuse strings): a model holding the strings as a constant, run once."""
-    from .real import OrtInferenceSession
+    from ..runtime.real import OrtInferenceSession
 
     as_text = np.vectorize(lambda v: v.decode("utf-8") if isinstance(v, bytes) else str(v), otypes=[object])
     strings = as_text(value) if value.size else np.asarray(value, dtype=object)

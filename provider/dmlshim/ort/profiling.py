@@ -18,11 +18,9 @@ Chrome trace format onnxruntime uses (a JSON array of complete ``"ph": "X"`` eve
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 import logging
 import os
-import re
 import tempfile
 import threading
 import time
@@ -218,18 +216,3 @@ class SessionProfiler:
         """Drop everything (the session went away without ``end_profiling``)."""
         self._ended = True
         self._tmp.cleanup()
-
-
-_SESSION_NUMBERS = itertools.count()
-_SESSION_SUFFIX = re.compile(r"_s\d+$")
-
-
-def separate_profile(so: Any) -> None:
-    """Give the next onnxruntime session built with ``so`` a profile file of its own.
-
-    onnxruntime opens the profile file when the session starts, named by prefix and start time to the
-    millisecond; two partitions started in the same millisecond would share (and truncate) one file.
-    """
-    if so is not None and so.enable_profiling:
-        base = _SESSION_SUFFIX.sub("", so.profile_file_prefix)
-        so.profile_file_prefix = f"{base}_s{next(_SESSION_NUMBERS)}"

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import BadInputError, DmlShimError
-from .exceptions import with_onnxruntime_class
+from ..runtime.exceptions import with_onnxruntime_class
 
 logger = logging.getLogger(__name__)
 
@@ -161,7 +161,7 @@ def normalize_providers(providers: Any, provider_options: Any = None) -> Provide
 
 def _all_providers() -> frozenset[str]:
     """Every provider name onnxruntime knows (built here or not)."""
-    from .real import C
+    from ..runtime.real import C
 
     return frozenset(C.get_all_providers())
 
@@ -169,7 +169,7 @@ def _all_providers() -> frozenset[str]:
 def available_providers() -> list[str]:
     """What ``dmlshim.get_available_providers()`` reports: the emulated DirectML provider, then what the
     onnxruntime installed here lists (e.g. ``AzureExecutionProvider``, ``CPUExecutionProvider``)."""
-    from .real import ort_available_providers
+    from ..runtime.real import ort_available_providers
 
     found = [DML_EP]
     found.extend(p for p in ort_available_providers() if p not in found)

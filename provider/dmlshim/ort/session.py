@@ -6,37 +6,34 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
-from ..errors import BadInputError, DmlShimError, guard_resources
-from ..execute.added_initializers import added_initializers, with_initializers
+from ..errors import DmlShimError
 from ..execute.engine import Engine, EngineConfig, get_engine_factory
 from ..execute.feeds import FeedValidator, ModelMetadata, node_arg
-from ..execute.folded_reads import keep_model_values_where_folded
-from ..execute.model_source import LoadedModel, ModelSource, load_model, typed_outputs
-from ..execute.ort_support import terminated
+from ..execute.plan.sessions import terminated
 from ..execute.record import RunRecord
+from ..execute.weights.added_initializers import added_initializers, with_initializers
+from ..execute.weights.folded_reads import keep_model_values_where_folded
+from ..execute.weights.model_source import LoadedModel, ModelSource, load_model, typed_outputs
 from ..kernels.options import IndexMode
+from ..resources import guard_resources
+from ..runtime.exceptions import raises_onnxruntime_errors
+from ..runtime.real import callers_options, optimizers_disabled, use_global_thread_pool
 from .attributes import OrtSessionAttributes
 from .c_iobinding import bind_c_iobinding
 from .emulate import emulate_all, with_dml_first
-from .exceptions import raises_onnxruntime_errors
 from .free_dims import outputs_for_inputs, overrides_by_name, with_free_dimension_overrides
-from .iobinding import IOBinding, fill_fetches
 from .model_config import ORT_CONFIG_KEY, options_from_model, reads_config_from_model
 from .ortvalues import (
     as_array,
-    ortvalues_from_vector,
     refuse_unconvertible_array,
     refuse_unholdable_outputs,
-    to_ortvalue,
 )
 from .profiling import SessionProfiler
 from .providers import normalize_providers, providers_or_fallback, unknown_provider_error
-from .real import callers_options, optimizers_disabled, pybind_state, use_global_thread_pool
 from .session_args import (
     NO_MODEL_VERSION,
     check_provider_list,
@@ -55,6 +52,7 @@ from .session_options import (
     write_optimized_model,
 )
 from .session_queries import SessionQueries
+from .session_runs import SessionRuns
 
 __all__ = ["InferenceSession", "LoadedModel", "ModelSource", "load_model"]
 
@@ -63,7 +61,7 @@ logger = logging.getLogger(__name__)
 bind_c_iobinding()  # SessionIOBinding(session._sess) takes a dmlshim session too
 
 
-class InferenceSession(SessionQueries, OrtSessionAttributes):
+class InferenceSession(SessionRuns, SessionQueries, OrtSessionAttributes):
     """Runs an ONNX model with its gather/scatter nodes executed as DirectML executes them.
 
     A drop-in for ``onnxruntime.InferenceSession``: same constructor, same methods (see
@@ -403,93 +401,6 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
     def _run_values(self, names: list[str], input_feed: Mapping[str, Any], run_options: Any) -> list[Any]:
         """The run behind ``run`` and ``run_with_ort_values``: outputs numpy cannot hold stay OrtValues."""
         return self._execute(names, self._feeds(input_feed), run_options)
-
-    @raises_onnxruntime_errors()
-    def run_async(
-        self,
-        output_names: Sequence[str] | None,
-        input_feed: Mapping[str, Any],
-        callback: Callable[[list[Any], Any, str], None],
-        user_data: Any,
-        run_options: Any = None,
-    ) -> None:
-        """Run in a background thread, then call ``callback(outputs, user_data, error)`` from it.
-
-        ``error`` is ``""`` on success; on failure the outputs are ``[]`` and ``error`` is the dmlshim
-        error's message. As in onnxruntime, only a missing input, and options whose intra-op thread pool
-        is a single thread, are refused here; any other problem (an unknown output or input name, a wrong
-        dtype or rank, an index out of range) reaches the callback as its ``error``. An output numpy cannot
-        hold (bfloat16, float8) is such an error too: onnxruntime never calls back then (it prints "No
-        corresponding Numpy type"), dmlshim calls back with that error rather than leave the caller waiting.
-        """
-        self._validator.check_present(input_feed)
-        threads = getattr(self._options, "intra_op_num_threads", 0)
-        if threads == 1:
-            raise BadInputError(
-                "run_async needs an intra-op thread pool of at least two threads, as onnxruntime's does, "
-                "but the SessionOptions set intra_op_num_threads = 1",
-                value=threads,
-            )
-
-        def work() -> None:
-            try:
-                names = self._wanted(output_names)
-                outputs, error = self._execute(names, self._feeds(input_feed), run_options), ""
-                # a bfloat16 output: onnxruntime never calls back (it prints this error); dmlshim says it
-                refuse_unholdable_outputs(names, outputs, instead="ask for it with run_with_ort_values")
-            except DmlShimError as exc:
-                outputs, error = [], str(exc)
-            except Exception as exc:  # the callback is always called, as onnxruntime calls it
-                outputs, error = [], f"{type(exc).__name__}: {exc}"
-            callback(outputs, user_data, error)
-
-        threading.Thread(target=work, name="dmlshim-run-async", daemon=True).start()
-
-    @raises_onnxruntime_errors()
-    def run_with_ort_values(
-        self,
-        output_names: Sequence[str] | None,
-        input_dict_ort_values: Mapping[str, Any],
-        run_options: Any = None,
-    ) -> list[Any]:
-        """``run`` with ``onnxruntime.OrtValue`` inputs (or arrays); returns ``OrtValue``s."""
-        outputs = self._run_values(self._wanted(output_names), input_dict_ort_values, run_options)
-        return [to_ortvalue(o) for o in outputs]
-
-    @raises_onnxruntime_errors()
-    def run_with_ortvaluevector(
-        self,
-        run_options: Any,
-        feed_names: Sequence[str],
-        feeds: Any,
-        fetch_names: Sequence[str],
-        fetches: Any,
-        fetch_devices: Any,
-    ) -> None:
-        """``run`` over onnxruntime's ``OrtValueVector``s: reads ``feeds``, appends to ``fetches`` (or fills
-        the values already in it)."""
-        values = ortvalues_from_vector(feed_names, feeds)
-        # bfloat16/float8 outputs stay OrtValues (onnxruntime returns them here; only run() cannot).
-        fill_fetches(fetches, self._run_values(self._wanted(list(fetch_names)), values, run_options))
-
-    def io_binding(self) -> IOBinding:
-        """An :class:`~dmlshim.ort.iobinding.IOBinding` for :meth:`run_with_iobinding`."""
-        return IOBinding(self)
-
-    @raises_onnxruntime_errors(RuntimeError, pybind_state.Fail)
-    def run_with_iobinding(self, iobinding: IOBinding, run_options: Any = None) -> None:
-        """Run with the inputs and outputs bound on ``iobinding``; read results from it afterwards.
-
-        Raises:
-            BadInputError: the binding comes from another session, or no output is bound.
-        """
-        if not isinstance(iobinding, IOBinding) or iobinding.session is not self:
-            raise BadInputError("the IOBinding must come from this session's io_binding()")
-        names = iobinding.bound_output_names()
-        if not names:
-            raise BadInputError("at least one output must be bound (bind_output) before run_with_iobinding")
-        # outputs numpy cannot hold (bfloat16) stay OrtValues: get_outputs() returns them, as onnxruntime's
-        iobinding.store_results(self._run_values(self._wanted(names), iobinding.bound_feeds(), run_options))
 
     # --- profiling ---------------------------------------------------------------------------------
 

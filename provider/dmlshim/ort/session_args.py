@@ -10,8 +10,8 @@ from typing import Any
 from ..dml.enums import FeatureLevel
 from ..errors import BadInputError
 from ..kernels.options import IndexMode
+from ..runtime.exceptions import with_onnxruntime_class
 from .emulate import chosen_engine
-from .exceptions import with_onnxruntime_class
 from .providers import DML_EP, ProviderChoice, warn_caller
 
 NO_MODEL_VERSION = 2**63 - 1
@@ -61,7 +61,7 @@ def fallback_flag(kwargs: dict[str, Any]) -> bool:
 def disabled_optimizers(kwargs: dict[str, Any]) -> frozenset[str]:
     """onnxruntime's ``disabled_optimizers=`` keyword (``onnxruntime.transformers.optimizer`` passes it):
     the optimizers every onnxruntime session dmlshim builds for the session leaves out, as onnxruntime's
-    own session would (:func:`dmlshim.ort.real.optimizers_disabled`)."""
+    own session would (:func:`dmlshim.runtime.real.optimizers_disabled`)."""
     names = kwargs.get("disabled_optimizers")
     return frozenset(str(n) for n in names) if names else frozenset()
 

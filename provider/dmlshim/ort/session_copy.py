@@ -25,8 +25,8 @@ import onnx
 from onnx import helper
 
 from ..model.ort_errors import ORT_ERRORS
+from ..runtime.real import OrtInferenceSession, ort
 from .providers import DML_EP, ProviderChoice
-from .real import OrtInferenceSession, ort
 from .session_options import copy_options
 
 logger = logging.getLogger(__name__)

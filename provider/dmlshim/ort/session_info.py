@@ -10,7 +10,7 @@ import onnx
 import onnxruntime as ort
 
 from ..errors import DmlShimError, NotSupportedError
-from ..model.graph import display_names
+from ..graph import display_names
 from .providers import CPU_EP, DML_EP
 
 

@@ -26,13 +26,13 @@ import onnxruntime as ort
 
 from ..errors import BadInputError
 from ..execute.feeds import NodeArg
-from ..execute.weight_file import FOLDER_KEY
+from ..execute.weights.file_slices import FOLDER_KEY
 from ..fileio import files
 from ..fileio.confined import confined_path
 from ..model.modelcheck import ort_load_error
 from ..model.ort_errors import unknown_operators
+from ..runtime.real import OrtInferenceSession
 from .free_dims import overrides_by_name
-from .real import OrtInferenceSession
 
 logger = logging.getLogger(__name__)
 

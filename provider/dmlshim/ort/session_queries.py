@@ -13,8 +13,8 @@ import onnxruntime as ort
 from ..errors import BadInputError, NotSupportedError
 from ..execute.engine import Engine
 from ..execute.feeds import ModelMetadata, NodeArg
-from ..execute.model_source import LoadedModel
-from .exceptions import raises_onnxruntime_errors
+from ..execute.weights.model_source import LoadedModel
+from ..runtime.exceptions import raises_onnxruntime_errors
 from .providers import ProviderChoice
 from .session_copy import SessionCopy
 from .session_info import (

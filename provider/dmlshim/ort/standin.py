@@ -22,11 +22,11 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import DmlShimError
+from ..runtime.real import REAL_MODULE_ATTR, ort
 from . import tracking
 from .emulate import EMULATE_ENV
 from .iobinding import IOBinding
 from .providers import available_providers
-from .real import REAL_MODULE_ATTR, ort
 from .session import InferenceSession
 
 

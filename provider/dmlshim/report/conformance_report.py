@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 
 from ..conformance.backend_suite import DEFAULT_ENGINE, STATUSES, SuiteResult
 from ..dml.enums import FeatureLevel
-from .text import table
+from ..text import table
 
 __all__ = [
     "WebnnTotals",
@@ -182,7 +182,7 @@ def versions() -> dict[str, str]:
     import onnx
     import onnxruntime
 
-    from .. import __version__
+    from ..version import __version__
 
     return {
         "dmlshim": __version__,

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..execute.record import PLACEMENT_DML
+from ..text import shape_text, table
 from ..translate.placement import REASON_CPU_PREFERRED
 from ..translate.plan import CPU_PROVIDER, DML_PROVIDER
 from ..validate import NodeValidation, OutputComparison, ValidationReport
@@ -27,7 +28,6 @@ from ..validate.results import (
     RUNS_ONE,
 )
 from .inspect_report import placement_reasons
-from .text import shape_text, table
 
 __all__ = ["attribution_cell", "ort_cell", "ran_cell", "render_json", "render_text", "verdict"]
 

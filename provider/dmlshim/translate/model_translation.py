@@ -12,15 +12,16 @@ import collections
 import functools
 import logging
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import onnx
 
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
-from ..errors import DmlShimError, guard_resources
-from ..model.graph import GATHER_SCATTER_OPS, node_path, subgraph_prefix, subgraphs
+from ..errors import DmlShimError
+from ..graph import GATHER_SCATTER_OPS, node_path, subgraph_prefix, subgraphs
 from ..model.prepare import prepare_model
+from ..resources import guard_resources
 from .converters import get_converter
 from .ep_refusals import session_refusals
 from .placement import CPU_PREFERRED_MESSAGE, REASON_CPU_PREFERRED, graph_placements
@@ -33,6 +34,7 @@ from .plan import (
     TensorInfo,
     replace_translation,
 )
+from .run_cases import Execution, RunCase, translate_executions
 from .shapes_info import infer_shapes, richer, tensor_info
 from .subgraph_shapes import unknown_rank_origins
 from .translator import _attributes, is_ep_reason, model_opsets, translate_node
@@ -54,6 +56,9 @@ class ModelTranslation:
         session_refusals: ``(node name, code, form)`` for each node, of any op type, in a form
             onnxruntime-directml refuses at session creation (``dmlshim.translate.ep_refusals``): its
             session fails whatever the gather/scatter nodes are.
+        run_cases: for the body nodes translated at the shapes a run gave them (``run_executions`` of
+            :func:`translate_model`), each distinct set of input shapes with its verdict; the node's
+            translation is the worst of them.
     """
 
     feature_level: FeatureLevel
@@ -61,6 +66,7 @@ class ModelTranslation:
     total_nodes: int
     opset: int
     session_refusals: tuple[tuple[str, str, str], ...] = ()
+    run_cases: Mapping[str, tuple[RunCase, ...]] = field(default_factory=dict, compare=False)
 
     @functools.cached_property
     def summary(self) -> dict[str, Any]:
@@ -219,6 +225,7 @@ def translate_model(
     symbolic: bool = True,
     other_domains: bool = False,
     value_shapes: Mapping[str, Sequence[int]] | None = None,
+    run_executions: Mapping[str, Sequence[Execution]] | None = None,
 ) -> ModelTranslation:
     """Translate every gather/scatter node of a model, subgraphs included.
 
@@ -235,6 +242,9 @@ def translate_model(
             (``dmlshim inspect`` lists them; the engines leave them to onnxruntime).
         value_shapes: shapes a run gave to values of the top-level graph (``dmlshim inspect --inputs``):
             the nodes reading them are translated at those shapes, whatever inference says.
+        run_executions: for nodes inside control-flow bodies (by path name), the shapes a run gave their
+            inputs at each execution (:mod:`dmlshim.translate.run_cases`): each distinct set is
+            translated and the worst verdict kept (``run_cases`` of the result).
 
     Returns:
         The translations and counts; nodes whose shapes stay unknown have status ``error`` with reason
@@ -257,6 +267,7 @@ def translate_model(
     templates: dict[tuple[Any, ...], NodeTranslation | None] = {}
     scopes: dict[str, _GraphInfos] = {}
     unknown: list[tuple[int, str]] = []  # translations of SHAPE_UNKNOWN, with their graph's path prefix
+    run_cases: dict[str, tuple[RunCase, ...]] = {}
     for node, name, scope, index in _walk(inferred.graph, "", top, scopes):
         total += 1
         domain = "" if node.domain == "ai.onnx" else node.domain
@@ -274,7 +285,10 @@ def translate_model(
             top_level[index] = len(translations)
         key = (domain, node.op_type, opset, _attributes(node), infos, tuple([bool(i) for i in names]))
         template = templates.get(key, _UNREAD)
-        if template is _UNREAD or template is None:
+        ran = _at_run(node, name, opset, fl, symbolic, scope, run_executions) if run_executions else None
+        if ran is not None:
+            t, run_cases[name] = ran
+        elif template is _UNREAD or template is None:
             t = translate_node(node, opset, infos, fl, name=name, symbolic=symbolic)
             shape_unknown = "SHAPE_UNKNOWN" in t.reason_codes
             if template is _UNREAD:
@@ -292,7 +306,28 @@ def translate_model(
     # The graph as given: in the inferred copy large initializers are graph inputs (no weight bytes).
     _apply_graph_placement(model.graph, top, top_level, translations)
     refusals = tuple((name, r.code, f"{r.form}; fails at {r.when}") for name, r in session_refusals(model))
-    return ModelTranslation(fl, tuple(translations), total, opsets.get("", 0), refusals)
+    return ModelTranslation(fl, tuple(translations), total, opsets.get("", 0), refusals, run_cases)
+
+
+def _at_run(
+    node: onnx.NodeProto,
+    name: str,
+    opset: int,
+    fl: FeatureLevel,
+    symbolic: bool,
+    scope: Mapping[str, TensorInfo],
+    run_executions: Mapping[str, Sequence[Execution]],
+) -> tuple[NodeTranslation, tuple[RunCase, ...]] | None:
+    """The worst translation of a body node over the shapes a run gave it, or None (no run shapes)."""
+    executions = run_executions.get(name)
+    if not executions:
+        return None
+    return translate_executions(
+        node,
+        executions,
+        scope.get,
+        lambda infos: translate_node(node, opset, infos, fl, name=name, symbolic=symbolic),
+    )
 
 
 def _explain_unknown(

@@ -346,7 +346,7 @@ class NodeTranslation:
                 "output": self.output.to_json(),
             }
         if self.symbolic:
-            from .symbolic import render_json
+            from ..dml.symbolic import render_json
 
             out = render_json(out)
         return out

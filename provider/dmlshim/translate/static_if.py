@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..model.graph import subgraphs
+from ..graph import subgraphs
 
 __all__ = ["settle_static_ifs"]
 

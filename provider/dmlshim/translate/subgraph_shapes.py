@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import onnx
 
-from ..model.graph import node_path, subgraph_prefix, subgraphs
+from ..graph import node_path, subgraph_prefix, subgraphs
 from .plan import TensorInfo
 
 __all__ = ["UnknownOrigin", "type_loop_states", "unknown_rank_origins"]

@@ -19,6 +19,7 @@ from onnx import helper
 
 from ..dml import support
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel, OperatorType
+from ..dml.symbolic import SIZE_DEPENDENT_RULES, UNNAMED
 from ..dml.validate import validate
 from .converters import ConvertContext, Converter, Lowering, NodeFailure, get_converter
 from .deferred import Deferred
@@ -35,7 +36,6 @@ from .plan import (
     assemble,
 )
 from .support_table import SUPPORTED_OPS, find_row
-from .symbolic import SIZE_DEPENDENT_RULES, symbolic_note
 
 logger = logging.getLogger(__name__)
 
@@ -318,3 +318,16 @@ def node_since_version(node: onnx.NodeProto, opsets: Mapping[str, int]) -> int:
     domain = "" if node.domain == "ai.onnx" else node.domain
     opset = opsets.get(domain, 0)
     return _schema_since(node.op_type, opset, domain) or opset
+
+
+def symbolic_note(names: Sequence[str]) -> Reason:
+    """The note of a node translated from placeholder sizes."""
+    shown = ", ".join(dict.fromkeys(names)) or UNNAMED
+    return Reason(
+        "SIZES_SYMBOLIC",
+        f"Sizes follow the symbolic dimensions ({shown}); the operator, DimensionCount, Axis and counts "
+        "are decided, and the rules that depend on runtime sizes (empty tensors, the 2^32-1 element and "
+        "UINT32 size limits, indices smaller than data, equal sizes the model names differently such as "
+        "batch dimensions) are checked when the node runs",
+        list(dict.fromkeys(names)),
+    )

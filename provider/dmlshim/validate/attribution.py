@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from ..model.graph import is_gather_scatter, node_path, subgraph_prefix, subgraphs, walk_nodes
+from ..graph import is_gather_scatter, node_path, subgraph_prefix, subgraphs, walk_nodes
 from .results import ATTR_DIVERGES, NodeValidation
 from .value_kinds import as_compared
 

@@ -19,8 +19,8 @@ import onnx
 
 from ..dml.enums import FeatureLevel
 from ..errors import BadInputError
-from ..execute.custom_op_notes import LAYOUT_OP_TYPES, layout_nodes
-from ..execute.model_source import LoadedModel
+from ..execute.custom_ops.notes import LAYOUT_OP_TYPES, layout_nodes
+from ..execute.weights.model_source import LoadedModel
 from ..kernels.options import IndexMode
 from .references import PartitionedRun, session_options, whole_model_run
 
@@ -34,8 +34,6 @@ pooling), which work differently around custom-op nodes."""
 COMPARABLE_LEVEL = "extended"
 """The highest level without layout optimisations: the custom-op engine gives onnxruntime's outputs there."""
 LAYOUT_OPS = LAYOUT_OP_TYPES
-
-
 
 
 def differing_outputs(ours: PartitionedRun, ref: PartitionedRun) -> list[tuple[str, float | None]]:

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..dml.enums import FeatureLevel
+from ..execute.plan.steps import NOTE_SHAPE_DIFFERS
 from ..execute.record import PLACEMENT_DML
-from ..execute.steps import NOTE_SHAPE_DIFFERS
 from ..translate import CPU_PROVIDER
 from .results import ATTR_DIVERGES, ATTR_UPSTREAM, NodeValidation, ValidationWarning
 
@@ -22,7 +22,6 @@ W_TRANSLATION_ERROR = "NOT_TRANSLATED"
 W_NODE_DIFFERS = "NODE_OUTPUT_DIFFERS"
 W_INPUTS_DIFFER = "NODE_INPUTS_DIFFER"
 W_SHAPE_NOTE = "OUTPUT_SHAPE_DIFFERS_FROM_INFERENCE"
-
 
 
 def node_warnings(nodes: Sequence[NodeValidation], level: FeatureLevel) -> list[ValidationWarning]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import onnx
 from onnx import numpy_helper
 
-from ..model.graph import walk_nodes
+from ..graph import walk_nodes
 from .results import ValidationWarning
 
 W_RANDOM = "RANDOM_NODE"

@@ -34,16 +34,16 @@ import onnxruntime as ort
 from ..dml.enums import FeatureLevel
 from ..errors import BadInputError, BadModelError
 from ..execute.engine import EngineConfig
+from ..execute.engines.partitioned import PartitionedEngine
 from ..execute.feeds import FeedValidator, load_npz, node_arg
-from ..execute.model_source import LoadedModel
-from ..execute.ort_support import ORT_ERRORS
-from ..execute.partition_checks import EmulatedIO
-from ..execute.partitioned import PartitionedEngine
+from ..execute.plan.checks import EmulatedIO
+from ..execute.plan.sessions import ORT_ERRORS
 from ..execute.record import RunRecord
+from ..execute.weights.model_source import LoadedModel
 from ..inputs import GeneratedInputs, generate
 from ..inputs.narrow_floats import NARROW_TYPE_NAMES, as_ortvalues, narrow_feeds
 from ..kernels.options import IndexMode
-from ..ort.real import OrtInferenceSession
+from ..runtime.real import OrtInferenceSession
 
 OPTIMIZATION_LEVELS: dict[str, ort.GraphOptimizationLevel] = {
     "disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,

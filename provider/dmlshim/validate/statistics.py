@@ -70,7 +70,12 @@ def error_statistics(
         figures = dict.fromkeys(("max_abs", "mean_abs", "median_abs", "p99_abs"), 0.0)
         figures.update(dict.fromkeys(("max_rel", "mean_rel", "median_rel", "p99_rel"), 0.0))
         return ErrorStatistics(
-            elements=int(expected.size), over_tolerance=0, rtol=rtol, atol=atol, min_atol=0.0, min_rtol=0.0,
+            elements=int(expected.size),
+            over_tolerance=0,
+            rtol=rtol,
+            atol=atol,
+            min_atol=0.0,
+            min_rtol=0.0,
             **figures,
         )
     wide = np.complex128 if kind == "c" else np.float64

@@ -14,11 +14,12 @@ import onnx
 
 from ..comparison import array_difference, exact_difference
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
-from ..errors import BadInputError, DmlShimError, guard_resources
-from ..execute.model_source import LoadedModel, ModelSource, load_model
+from ..errors import BadInputError, DmlShimError
+from ..execute.weights.model_source import LoadedModel, ModelSource, load_model
+from ..graph import is_gather_scatter, uses_half_floats, walk_nodes
 from ..inputs import annotate_error
 from ..kernels.options import IndexMode
-from ..model.graph import is_gather_scatter, uses_half_floats, walk_nodes
+from ..resources import guard_resources
 from ..translate import NodeTranslation, translate_model
 from .attribution import compare_nodes, dependencies, suspects, upstream_order
 from .engine_side import COMPARABLE_LEVEL, PARTITIONED, custom_op_layout_reason, engine_runs
@@ -62,6 +63,7 @@ from .value_kinds import (
 )
 
 logger = logging.getLogger(__name__)
+
 
 def compare_arrays(
     actual: np.ndarray, expected: np.ndarray, rtol: float = 0.0, atol: float = 0.0, *, exact: bool = False

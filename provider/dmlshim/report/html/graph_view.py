@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import onnx
 
-from ...model.graph import node_path, subgraph_prefix, subgraphs
+from ...graph import node_path, subgraph_prefix, subgraphs
 
 __all__ = ["FULL_GRAPH_NODES", "GraphView", "ViewNode", "build_view"]
 

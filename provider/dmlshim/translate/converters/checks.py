@@ -10,12 +10,12 @@ from onnx import TensorProto
 
 from ...dml import support
 from ...dml.enums import DML_MAX_TENSOR_ELEMENTS, DataType, FeatureLevel, OperatorType
+from ...dml.symbolic import is_symbolic
 from ..plan import (
     Reinterpret,
     elem_type_name,
 )
 from ..support_table import dml_data_type
-from ..symbolic import is_symbolic
 from .context import MAX_ONNX_RANK, ConvertContext, inexpressible, malformed
 from .views import DataPlan
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...dml.enums import FeatureLevel
+from ...dml.symbolic import placeholder_shape
 from ..plan import (
     Reason,
     TensorInfo,
     elem_type_name,
 )
 from ..support_table import SupportRow
-from ..symbolic import placeholder_shape
 
 MAX_ONNX_RANK = 8
 """DML_TENSOR_DIMENSION_COUNT_MAX1: the DML EP refuses ranks above it."""

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from typing import ClassVar
 
 from ...dml.enums import OperatorType
+from ...dml.symbolic import any_differ, describe, differ
 from ...dml.tensor import packed_strides
 from ..plan import Reason
-from ..symbolic import any_differ, describe, differ
 from .base import (
     ConvertContext,
     Converter,

@@ -14,8 +14,8 @@ import math
 from typing import ClassVar
 
 from ...dml.enums import FeatureLevel, OperatorType
+from ...dml.symbolic import any_differ, describe, is_symbolic
 from ..plan import HostStep, HostStepKind, Reason
-from ..symbolic import any_differ, describe, is_symbolic
 from .base import (
     ConvertContext,
     Converter,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from ...dml.enums import OperatorType
-from ..symbolic import any_differ, is_symbolic
+from ...dml.symbolic import any_differ, is_symbolic
 from .base import (
     ConvertContext,
     Converter,

@@ -1,0 +1,365 @@
+"""The custom-op engine: the whole model in one onnxruntime session, gather/scatter nodes as Python ops.
+
+The model is lowered (:mod:`dmlshim.execute.lowering.lower`): every translated gather/scatter node, including
+those inside If/Loop/Scan bodies, becomes a node of the ``ai.onnx.contrib`` domain whose kernel
+(:mod:`dmlshim.execute.custom_ops.kernel`), registered with onnxruntime-extensions
+(:mod:`dmlshim.execute.custom_ops.bridge`), executes the DirectML descriptor through
+:func:`dmlshim.kernels.execute` (``descriptor`` mode), runs the node's whole translation plan, translating
+at run time when the shapes were not static (``translate`` mode), or runs it on element tags so that
+onnxruntime moves float elements bit for bit (``tags`` mode).
+
+Tensors cross onnxruntime-extensions' bridge as numpy arrays, one buffer copy each way (dmlshim replaces
+the extension's dispatcher, which returned Python lists, for its own ops: :mod:`.custom_op_bridge`).
+Shape computations onnxruntime's DirectML provider runs on the CPU stay onnxruntime nodes, as in the
+partitioned engine. The engine's point is that it covers nodes inside control flow and that the lowered
+model can be inspected; each custom-op call costs Python time, so it stays slower than the partitioned
+engine where it emulates nodes that engine leaves to onnxruntime.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from ...dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
+from ...errors import BadModelError
+from ...kernels.options import IndexMode
+from ...model.weightless import is_external
+from ...runtime.real import OrtInferenceSession
+from ...translate import NodeTranslation, Status
+from ...translate.placement import CPU_PREFERRED_MESSAGE
+from ...translate.placement import REASON_CPU_PREFERRED as EP_CPU_PREFERRED
+from ...translate.plan import np_dtype_of
+from ..custom_ops.bridge import extensions, library_path, register_custom_ops, session_options_with_custom_ops
+from ..custom_ops.kernel import RunState, active_run, node_attributes, prepared
+from ..custom_ops.notes import layout_note
+from ..custom_ops.types import CUSTOM_DOMAIN, MODE_DESCRIPTOR
+from ..engine import EngineConfig
+from ..lowering.lower import LoweredModel, LoweredNode, lower_model
+from ..plan.cpu_step import run_session
+from ..plan.fallback import has_deprecated_scatter, note_scatter_as_scatter_elements
+from ..plan.sessions import ort_run_error
+from ..plan.steps import REASON_CPU_PREFERRED
+from ..record import PATH_CUSTOM_OP, PLACEMENT_CPU, PLACEMENT_DML, NodeRecord, RunRecord
+from ..weights.file_slices import FOLDER_KEY
+from ..weights.shared import SharedWeights, light_copy
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "CustomOpEngine",
+    "create_engine",
+    "library_path",
+    "register_custom_ops",
+    "session_options_with_custom_ops",
+]
+
+ENGINE_NAME = "customop"
+REASON_RUNTIME_TRANSLATION = "runtime_translation"
+REASON_RUNTIME_FALLBACK = "runtime_fallback"
+REASON_NOT_LOWERED = "not_lowered"
+
+
+def _reasons(t: NodeTranslation) -> tuple[tuple[str, str], ...]:
+    return tuple((r.code, r.message) for r in t.reasons)
+
+
+def _template_record(node: LoweredNode) -> NodeRecord:
+    t = node.translation
+    if not node.lowered and node.reason == CPU_PREFERRED_MESSAGE:
+        # As the partitioned engine records a shape computation onnxruntime's DirectML provider keeps on
+        # the CPU.
+        return NodeRecord(
+            name=node.name,
+            op_type=node.op_type,
+            placement=PLACEMENT_CPU,
+            status=t.status.value,
+            reasons=(
+                *((c, m) for c, m in _reasons(t) if c != EP_CPU_PREFERRED),
+                (REASON_CPU_PREFERRED, CPU_PREFERRED_MESSAGE),
+            ),
+            ort_placement=t.ort_placement,
+        )
+    if not node.lowered:
+        return NodeRecord(
+            name=node.name,
+            op_type=node.op_type,
+            placement=PLACEMENT_CPU,
+            status=t.status.value,
+            reasons=(*_reasons(t), (REASON_NOT_LOWERED, node.reason or "not lowered")),
+            ort_placement=t.ort_placement,
+        )
+    if node.dynamic:
+        return NodeRecord(
+            name=node.name,
+            op_type=node.op_type,
+            placement=PLACEMENT_DML,
+            status=Status.DML.value,
+            reasons=(
+                (
+                    REASON_RUNTIME_TRANSLATION,
+                    "the shapes are not static; the custom op translates the node from the actual inputs",
+                ),
+            ),
+        )
+    assert t.operator is not None
+    return NodeRecord(
+        name=node.name,
+        op_type=node.op_type,
+        placement=PLACEMENT_DML,
+        status=t.status.value,
+        operator=t.operator.operator_type.dml_name,
+        reasons=_reasons(t),
+        ort_placement=t.ort_placement,
+    )
+
+
+def _custom_nodes(graph: onnx.GraphProto) -> Iterable[onnx.NodeProto]:
+    for node in graph.node:
+        if node.domain == CUSTOM_DOMAIN:
+            yield node
+        for attr in node.attribute:
+            if attr.HasField("g"):
+                yield from _custom_nodes(attr.g)
+            for g in attr.graphs:
+                yield from _custom_nodes(g)
+
+
+class CustomOpEngine:
+    """Runs a lowered model in one onnxruntime session; gather/scatter nodes run as Python custom ops.
+
+    Built once: the model is lowered, the custom op types it needs are registered, static translations
+    are cached, and one onnxruntime CPU session is created.
+
+    Args:
+        model: the model (not modified).
+        feature_level: the DirectML feature level emulated.
+        index_mode: the out-of-range policy (``IndexMode.ERROR`` raises ``IndexOutOfRangeError``).
+        sess_options: onnxruntime ``SessionOptions`` to copy (threads, optimization level, logging);
+            never modified.
+        providers: accepted for the Engine interface; the session always uses ``CPUExecutionProvider``.
+        input_shapes: concrete shapes for graph inputs with symbolic dims (the session then accepts only
+            those shapes).
+        ort_cpu_preference: leave to onnxruntime the top-level gather/scatter nodes that onnxruntime's
+            DirectML provider runs on the CPU (shape computations), as the partitioned engine does;
+            False lowers them too.
+        model_path: the file the model was read from. Initializers it keeps as external data (a model
+            read without its weights: ``dmlshim.execute.weights.model_source.load_model``) stay references, read
+            by onnxruntime from the files in this file's folder; only its own session holds them.
+
+    Raises:
+        EngineUnavailableError: onnxruntime-extensions is not installed.
+        BadModelError: onnxruntime cannot load the lowered model.
+    """
+
+    name = ENGINE_NAME
+
+    def __init__(
+        self,
+        model: onnx.ModelProto,
+        feature_level: FeatureLevel = DEFAULT_FEATURE_LEVEL,
+        *,
+        index_mode: IndexMode = IndexMode.ERROR,
+        sess_options: Any = None,
+        providers: Sequence[Any] | None = None,
+        input_shapes: Mapping[str, Sequence[int]] | None = None,
+        ort_cpu_preference: bool = True,
+        model_path: str | None = None,
+    ) -> None:
+        extensions()
+        self._feature_level = FeatureLevel(feature_level)
+        self._index_mode = IndexMode(index_mode)
+        if providers and any(
+            (p if isinstance(p, str) else p[0]) not in ("CPUExecutionProvider", "DmlShimExecutionProvider")
+            for p in providers
+        ):
+            logger.warning(
+                "the custom-op engine runs on CPUExecutionProvider; providers %s ignored", providers
+            )
+        self._lowered = lower_model(
+            model,
+            self._feature_level,
+            input_shapes=input_shapes,
+            index_mode=self._index_mode,
+            ort_cpu_preference=ort_cpu_preference,
+        )
+        register_custom_ops()
+        self._prime_static_translations()
+        # Scatter nodes kept (lowering rewrote them), or handed to onnxruntime at run time, run as
+        # ScatterElements there.
+        self._scatter_as_elements = has_deprecated_scatter(model)
+        options = session_options_with_custom_ops(sess_options)
+        level_all = options.graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        note = layout_note(self._lowered.model.graph, level_all, self._lowered.lowered_count)
+        self._notes = (note,) if note is not None else ()
+        light, shared = self._payload(options, model_path)
+        try:
+            self._session = OrtInferenceSession(
+                light.SerializeToString(), options, providers=["CPUExecutionProvider"]
+            )
+        except Exception as exc:
+            raise BadModelError(f"onnxruntime cannot load the lowered model: {exc}") from exc
+        finally:
+            shared.release()
+        self._template = tuple(_template_record(n) for n in self._lowered.nodes)
+        logger.info(
+            "custom-op engine: %d of %d gather/scatter nodes lowered",
+            self._lowered.lowered_count,
+            len(self._lowered.nodes),
+        )
+
+    def _payload(self, options: Any, model_path: str | None) -> tuple[onnx.ModelProto, SharedWeights]:
+        """The lowered model as onnxruntime gets it, with ``options`` (dmlshim's own) told where its
+        weights are. Initializers kept as external data (a model read without its weights) stay
+        references: onnxruntime reads them from the model's files, relative to the model's folder. Large
+        ones held in the model (a model from bytes, values the caller's options added) reach onnxruntime
+        as arrays, not serialized into the payload a second time."""
+        lowered_model = self._lowered.model
+        initializers = lowered_model.graph.initializer
+        if any(is_external(t) for t in initializers):
+            if model_path is None:
+                raise BadModelError(
+                    "the model keeps initializers in external data but no model file is known to read "
+                    "them from",
+                    rule="external data is relative to the model file's folder",
+                )
+            options.add_session_config_entry(FOLDER_KEY, os.path.dirname(os.path.abspath(model_path)))
+        shared = SharedWeights({t.name: t for t in initializers if not is_external(t)})
+        light = light_copy(lowered_model, shared) if shared.names else lowered_model
+        shared.attach(options, light)
+        return light, shared
+
+    @classmethod
+    def from_config(cls, model: onnx.ModelProto, config: EngineConfig) -> CustomOpEngine:
+        """The engine for ``InferenceSession(engine="customop")`` (an ``EngineFactory``)."""
+        return cls(
+            model,
+            config.feature_level,
+            index_mode=config.index_mode,
+            sess_options=config.sess_options,
+            providers=config.providers,
+            model_path=config.model_path,
+        )
+
+    def _prime_static_translations(self) -> None:
+        """Seed the kernels' caches with the translations made while lowering, so runs at the static shapes
+        count no new translations."""
+        static = {n.name: n.translation for n in self._lowered.nodes if n.lowered and not n.dynamic}
+        for node in _custom_nodes(self._lowered.model.graph):
+            attrs = node_attributes(node)
+            t = static.get(str(attrs.get("node_name")))
+            if t is None or attrs.get("mode") == MODE_DESCRIPTOR:
+                continue
+            prep = prepared(attrs)
+            key = tuple(
+                (b.onnx_shape, np_dtype_of(b.onnx_elem_type))
+                for b in sorted(t.inputs, key=lambda b: b.onnx_index)
+            )
+            prep.translations.setdefault(key, t)
+
+    def ort_sessions(self) -> list[tuple[str, ort.InferenceSession]]:
+        """The one onnxruntime session, running the lowered model (for profiling)."""
+        return [("the lowered model", self._session)]
+
+    @property
+    def lowered(self) -> LoweredModel:
+        """The lowered model and what happened to each gather/scatter node."""
+        return self._lowered
+
+    @property
+    def feature_level(self) -> FeatureLevel:
+        return self._feature_level
+
+    def get_providers(self) -> list[str]:
+        if self._lowered.lowered_count:
+            return ["DmlShimExecutionProvider", "CPUExecutionProvider"]
+        return ["CPUExecutionProvider"]
+
+    def run(
+        self, output_names: Sequence[str], feeds: Mapping[str, np.ndarray], *, run_options: Any = None
+    ) -> tuple[list[np.ndarray], RunRecord]:
+        """Run the lowered model; return the named outputs and the run's record.
+
+        Raises:
+            IndexOutOfRangeError: an index out of range in a lowered node (index mode ``error``).
+            DmlShimError: any other error a custom op raised, naming the node.
+            BadInputError: onnxruntime failed on these inputs for another reason.
+        """
+        state = RunState()
+        with active_run(state):
+            try:
+                # bfloat16 (float8, int4) values go in and come out as OrtValues, as onnxruntime's
+                # run_with_ort_values returns them; run() refuses such outputs afterwards.
+                results = run_session(self._session, output_names, feeds, run_options)
+            except Exception as exc:
+                # A custom op's failure can make a later onnxruntime node fail; the custom op's is the cause.
+                if state.error is not None:
+                    raise state.error from exc
+                # The same classes as the other engines: an index onnxruntime rejects (a node left to
+                # onnxruntime: string or empty data, a function body) is IndexOutOfRangeError.
+                raise ort_run_error(exc, "onnxruntime failed running the lowered model") from exc
+        if state.error is not None:
+            raise state.error
+        return list(results), self._record(state)
+
+    def _record(self, state: RunState) -> RunRecord:
+        records: list[NodeRecord] = []
+        for template in self._template:
+            run = state.nodes.get(template.name)
+            if run is None or not run.calls:
+                records.append(template)
+            elif run.fallback:
+                records.append(
+                    NodeRecord(
+                        name=template.name,
+                        op_type=template.op_type,
+                        placement=PLACEMENT_CPU,
+                        status=run.status,
+                        reasons=(
+                            *run.reasons,
+                            (
+                                REASON_RUNTIME_FALLBACK,
+                                "the translation for this run's shapes and types is not a DirectML "
+                                "operator; the custom op computed the node with onnxruntime's CPU provider",
+                            ),
+                        ),
+                        ort_placement=template.ort_placement,
+                    )
+                )
+            else:
+                records.append(
+                    NodeRecord(
+                        name=template.name,
+                        op_type=template.op_type,
+                        placement=PLACEMENT_DML,
+                        status=run.status,
+                        operator=run.operator or template.operator,
+                        reasons=run.reasons or template.reasons,
+                        duplicate_indices=run.duplicate_indices,
+                        negative_indices=run.negative_indices,
+                        ort_placement=template.ort_placement,
+                    )
+                )
+        nodes = tuple(records)
+        if self._scatter_as_elements:
+            nodes = note_scatter_as_scatter_elements(nodes)
+        return RunRecord(
+            engine=self.name,
+            feature_level=self._feature_level.dml_name,
+            nodes=nodes,
+            cpu_partitions=1,
+            translations_computed=state.translations_computed,
+            notes=self._notes,
+            path=PATH_CUSTOM_OP,
+        )
+
+
+def create_engine(model: onnx.ModelProto, config: EngineConfig) -> CustomOpEngine:
+    """The ``EngineFactory`` of the custom-op engine (register it as ``"customop"``)."""
+    return CustomOpEngine.from_config(model, config)

@@ -1,0 +1,490 @@
+"""The partitioned engine (the default): gather/scatter nodes run from their DirectML descriptors through
+dmlshim's kernels; everything else runs in onnxruntime CPU sessions, one per connected CPU partition.
+
+Everything that can be decided once is decided when the engine is built: shape inference, the static
+translation of every gather/scatter node, the partition of the graph, one onnxruntime session per CPU
+segment, and the step list a run walks. A run then only moves arrays between steps. Nodes whose shapes are
+symbolic are translated at run time and cached by (shapes, dtypes); if such a translation says the node
+cannot run as a DirectML operator (an empty tensor, say), the node runs in a cached one-node onnxruntime
+session instead.
+
+Built with ``reference=True``, the engine makes the same decisions and the same CPU segments but runs each
+emulated node alone in onnxruntime instead of through the kernels: the like-for-like reference that
+``dmlshim validate`` compares against, differing from a normal run only in what the gather/scatter nodes
+computed.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from ...errors import DmlShimError
+from ...graph import display_names
+from ...model.weightless import tensor_nbytes, without_weights
+from ...translate import TensorInfo, infer_shapes
+from ...translate.shapes_info import tensor_infos
+from ...translate.translator import model_opsets
+from ..engine import EngineConfig
+from ..plan.checks import EmulatedIO, check_outputs_defined, check_static_sizes
+from ..plan.cpu_step import CpuStep, RunState, Values, run_session
+from ..plan.fallback import has_deprecated_scatter, note_scatter_as_scatter_elements
+from ..plan.nodes import plan_nodes
+from ..plan.partition import (
+    CpuSegment,
+    EmulatedNode,
+    partition_graph,
+)
+from ..plan.segments import (
+    SEGMENT_IR_VERSION,
+    folded_constants,
+    tensor_type,
+    type_protos,
+)
+from ..plan.sessions import (
+    ORT_ERRORS,
+    cpu_session,
+    ort_run_error,
+    terminated,
+)
+from ..plan.step_list import make_steps
+from ..plan.steps import (
+    REASON_CPU_PREFERRED,
+    REASON_NOT_EMULATED,
+    REASON_RUNTIME_FALLBACK,
+    TRANSLATION_CACHE_SIZE,
+    EmulatedStep,
+)
+from ..proofs.gather_given import feed_shapes, lean_gathers
+from ..record import PATH_CPU, RunRecord
+from ..weights.shared import SharedWeights, light_copy
+from ..weights.values import initializer_value
+from .path_choice import PATH_CHECK, PATH_PARTITIONED, TRIAL_MAX_WEIGHT_BYTES, PathChooser
+from .whole_model import PendingCheck, WholeModelCheck, start_whole_model_check, whole_model_builder
+
+__all__ = [
+    "ORT_ERRORS",
+    "REASON_CPU_PREFERRED",
+    "REASON_NOT_EMULATED",
+    "REASON_RUNTIME_FALLBACK",
+    "SEGMENT_IR_VERSION",
+    "TRANSLATION_CACHE_SIZE",
+    "EmulatedIO",
+    "PartitionedEngine",
+    "ort_run_error",
+]
+
+logger = logging.getLogger(__name__)
+
+_session = cpu_session  # the name execute.cpu_engine imports
+
+MIN_SEGMENTS_FOR_CHECK = 2
+"""CPU segments from which the whole-model check pays: with one, a partitioned run already makes one
+onnxruntime call."""
+
+
+class PartitionedEngine:
+    """The default engine. See the module docstring.
+
+    Args:
+        model: the model (not modified).
+        config: feature level, index mode and onnxruntime session options.
+        ort_cpu_preference: place gather/scatter nodes that onnxruntime's DirectML provider would run on
+            the CPU (shape computations over CPU tensors) on the CPU too, as that provider does.
+        reference: run every emulated node alone in onnxruntime instead of through dmlshim's kernels,
+            keeping every other decision (the like-for-like reference of ``dmlshim validate``).
+        segments_from: an engine of the same model and options whose CPU segments' sessions this one
+            uses instead of building its own (validate's reference run: the same segments, one copy of
+            the weights in onnxruntime).
+        check_always: build the whole-model check (when ``config.whole_model_check``) whatever the number
+            of CPU segments (validate answers from it alone when every kernel agrees).
+        while_building: the caller's own work, called once while onnxruntime builds the check's session
+            (validate's static translation), or at the end when there is no such session.
+    """
+
+    name = "partitioned"
+
+    def __init__(
+        self,
+        model: onnx.ModelProto,
+        config: EngineConfig,
+        *,
+        ort_cpu_preference: bool = True,
+        reference: bool = False,
+        segments_from: PartitionedEngine | None = None,
+        check_always: bool = False,
+        while_building: Callable[[], object] | None = None,
+    ) -> None:
+        self.config = config
+        self.reference = reference
+        self._scatter_as_elements = has_deprecated_scatter(model)
+        self._fl_name = config.feature_level.dml_name
+        graph = model.graph
+        nodes = list(graph.node)
+        names = display_names(nodes)
+        opsets = model_opsets(model)
+        if config.providers and any(
+            (p if isinstance(p, str) else p[0]) not in ("CPUExecutionProvider", "DmlShimExecutionProvider")
+            for p in config.providers
+        ):
+            logger.warning(
+                "the partitioned engine runs non-emulated nodes on CPUExecutionProvider; "
+                "providers %s ignored",
+                list(config.providers),
+            )
+
+        check_outputs_defined(graph)
+        try:
+            inferred = infer_shapes(without_weights(model))
+        except DmlShimError as exc:
+            logger.warning("shape inference failed (%s); translating gather/scatter nodes at run time", exc)
+            inferred = model
+        infos = tensor_infos(inferred.graph)
+        external = {t.name for t in graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL}
+        # Refuses static sizes no machine could hold; nothing before it allocates by them, so it runs
+        # while onnxruntime builds the check's session (below).
+        check_sizes = functools.partial(check_static_sizes, inferred.graph, infos, names, mapped=external)
+        types = type_protos(inferred.graph)
+        constants = folded_constants(graph)
+        for name, tensor in constants.items():
+            infos.setdefault(name, TensorInfo(tuple(int(d) for d in tensor.dims), int(tensor.data_type)))
+            types.setdefault(name, tensor_type(int(tensor.data_type), tensor.dims))
+
+        plan = plan_nodes(model, nodes, names, opsets, infos, types, config, ort_cpu_preference)
+        template, slot_of, candidates = plan.template, plan.slot_of, plan.candidates
+
+        self._template = template
+        self._check: WholeModelCheck | None = None
+        self._chooser = PathChooser()
+        self._steps: list[Callable[[Values, RunState], None]] = []
+        self._static_values: Values = {}
+        graph_inputs = [v.name for v in graph.input]
+        init_names = {t.name for t in graph.initializer}
+        folder = os.path.dirname(os.path.abspath(config.model_path)) if config.model_path else None
+        self._emulated_io: tuple[EmulatedIO, ...] = ()
+        if not candidates:
+            check_sizes()
+            # Nothing to emulate: the model runs as it is, in one onnxruntime session.
+            whole = (
+                None
+                if config.sess_options is not None
+                else SharedWeights({t.name: t for t in graph.initializer}, model_path=config.model_path)
+            )
+            payload = light_copy(model, whole) if whole else model
+            session = cpu_session(payload, config.sess_options, "the model", whole, config.own_options)
+            self._steps.append(
+                CpuStep(session, [n for n in graph_inputs], [o.name for o in graph.output], "the model")
+            )
+            # the defaults of the initializers a caller may override: those onnxruntime takes as feeds
+            # (an IR 3 model's initializers listed as inputs are constants to onnxruntime)
+            takes = {i.name for i in session.get_inputs()} | {
+                i.name for i in session.get_overridable_initializers()
+            }
+            self._default_feeds = {
+                t.name: initializer_value(t, folder)
+                for t in graph.initializer
+                if t.name in set(graph_inputs) and t.name in takes
+            }
+            self._cpu_partitions = 1
+            self._whole_model = True
+            self._copy_on_output: frozenset[str] = frozenset()
+            if while_building is not None:
+                while_building()
+            self._finish_init()
+            return
+        self._whole_model = False
+        self._default_feeds = {}
+
+        partition = partition_graph(graph, candidates, available=graph_inputs, constants=constants)
+        init_protos = {t.name: t for t in graph.initializer}
+        init_protos.update(constants)
+        emulated_reads = {
+            n
+            for step in partition.steps
+            if isinstance(step, EmulatedNode)
+            for n in nodes[step.node].input
+            if n
+        }
+        graph_outputs = {o.name for o in graph.output}
+        overridable = init_names & set(graph_inputs)
+        for name in ((emulated_reads | graph_outputs) & set(init_protos)) | overridable:
+            # Weights a model read without them keeps in its files are mapped from there, not copied.
+            self._static_values[name] = initializer_value(init_protos[name], folder)
+        # With onnxruntime's default options, large weights are never serialized for its sessions: they
+        # read them from the model's files, or are handed arrays.
+        shared = None
+        if config.sess_options is None:
+            shared = SharedWeights(init_protos, model_path=config.model_path)
+        if shared is not None:
+            shared.adopt(self._static_values)
+        self._copy_on_output = frozenset(graph_outputs & (set(graph_inputs) | set(self._static_values)))
+
+        emulated_io = self._emulated_io = tuple(
+            EmulatedIO(
+                names[step.node],
+                nodes[step.node].op_type,
+                tuple(nodes[step.node].input),
+                nodes[step.node].output[0],
+            )
+            for step in partition.steps
+            if isinstance(step, EmulatedNode)
+        )
+        built_segments = sum(1 for s in partition.steps if isinstance(s, CpuSegment) and s.outputs)
+        pending: PendingCheck | None = None
+        lean: dict[str, tuple[np.dtype[Any], np.dtype[Any]]] = {}
+        shapes_from_feeds = None
+        if (
+            config.whole_model_check
+            and not reference
+            and (built_segments >= MIN_SEGMENTS_FOR_CHECK or check_always)
+        ):
+            # onnxruntime builds the check's session on another thread while the steps are made here.
+            outputs = frozenset(io.output for io in emulated_io)
+            make = functools.partial(whole_model_builder, model, config, outputs, shared)
+            if not config.full_check:
+                lean = lean_gathers(emulated_io, infos, graph, init_protos)
+                shapes_from_feeds = feed_shapes(emulated_io, lean, infos, model, init_protos)
+            pending = start_whole_model_check(
+                model,
+                emulated_io,
+                set(graph_inputs),
+                make,
+                ORT_ERRORS,
+                self._static_values,
+                frozenset(lean),
+                shapes_from_feeds,
+            )
+        try:
+            check_sizes()
+            self._steps, self._cpu_partitions = make_steps(
+                model,
+                partition,
+                names,
+                candidates,
+                slot_of,
+                infos,
+                types,
+                graph_inputs,
+                init_protos,
+                config,
+                shared,
+                reference,
+                segments_from.cpu_step if segments_from is not None else None,
+            )
+            if while_building is not None:
+                while_building()
+        except BaseException:
+            if pending is not None:
+                pending.wait()
+            raise
+        if pending is not None:
+            emulated_steps = [s for s in self._steps if isinstance(s, EmulatedStep)]
+            for step in emulated_steps:
+                step.lean_dtypes = lean.get(step.output)
+            self._check = pending.finish(emulated_steps)
+        if self._check is not None:
+            weight_bytes = sum(tensor_nbytes(t) for t in init_protos.values())
+            # Partition boundaries stop onnxruntime's extended fusions, whose float results differ in the
+            # last bits: the partitioned steps may answer instead of the check only where no such fusion
+            # runs (optimization at most basic), so that every run gives onnxruntime's values.
+            options = config.options_object()
+            level = (
+                options.graph_optimization_level
+                if options is not None
+                else ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            )
+            exact = level in (
+                ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+                ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+            )
+            self._chooser = PathChooser(trial=exact and weight_bytes <= TRIAL_MAX_WEIGHT_BYTES)
+        else:
+            for cpu_step in self._steps:
+                if isinstance(cpu_step, CpuStep):
+                    _ = cpu_step.session  # built now, so that a segment onnxruntime refuses fails here
+        if shared is not None:
+            shared.release()  # segments built later (if ever) make their arrays again
+        self._finish_init()
+
+    def _finish_init(self) -> None:
+        logger.info(
+            "partitioned engine: %d steps, %d CPU partitions, %d emulated nodes",
+            len(self._steps),
+            self._cpu_partitions,
+            sum(isinstance(s, EmulatedStep) for s in self._steps),
+        )
+
+    def cpu_step(self, label: str, inputs: Sequence[str], outputs: Sequence[str]) -> CpuStep | None:
+        """This engine's CPU segment of that label, inputs and outputs (None when it has none)."""
+        for step in self._steps:
+            if (
+                isinstance(step, CpuStep)
+                and step.label == label
+                and step.inputs == tuple(inputs)
+                and step.outputs == list(outputs)
+            ):
+                return step
+        return None
+
+    @property
+    def cpu_partitions(self) -> int:
+        """How many onnxruntime CPU sessions run the graph's non-emulated nodes."""
+        return self._cpu_partitions
+
+    @property
+    def emulated_nodes(self) -> tuple[str, ...]:
+        """Names of the nodes planned to run from their DirectML descriptors."""
+        return tuple(s.name for s in self._steps if isinstance(s, EmulatedStep))
+
+    step_observer: Callable[[Callable[[Values, RunState], None], Values, RunState], None] | None = None
+    """Called as ``observe(step, values, state)`` in place of each ``step(values, state)`` (profiling)."""
+
+    def ort_sessions(self) -> list[tuple[str, ort.InferenceSession]]:
+        """Every onnxruntime session built so far (CPU partitions, then one-node fallbacks), labelled."""
+        found: list[tuple[str, ort.InferenceSession]] = []
+        for step in self._steps:
+            if isinstance(step, CpuStep):
+                found.append((step.label, step.session))
+            elif isinstance(step, EmulatedStep):
+                found.extend((f"node {step.name!r} on the CPU", s) for s in step.fallback_sessions.values())
+        return found
+
+    @property
+    def emulated_io(self) -> tuple[EmulatedIO, ...]:
+        """The emulated nodes in run order, with the values each reads and writes."""
+        return self._emulated_io
+
+    def get_providers(self) -> list[str]:
+        if self._whole_model:
+            return ["CPUExecutionProvider"]
+        return ["DmlShimExecutionProvider", "CPUExecutionProvider"]
+
+    def run(
+        self, output_names: Sequence[str], feeds: Mapping[str, np.ndarray], *, run_options: Any = None
+    ) -> tuple[list[np.ndarray], RunRecord]:
+        """Run the model; return the named outputs and the run's record.
+
+        With the whole-model check (``EngineConfig.whole_model_check``), the answer comes from one
+        whole-model onnxruntime run when every kernel reproduces onnxruntime's values; otherwise, and
+        always without it, every step runs as :meth:`run_traced` runs them.
+        """
+        check, chooser = self._check, self._chooser
+        if check is None or self.step_observer is not None:
+            results, record, _ = self.run_traced(output_names, feeds, run_options=run_options)
+            return results, record
+        path, number = chooser.next_path()
+        start = chooser.clock()
+
+        def by_check() -> tuple[list[Any], RunRecord] | None:
+            state = RunState(self._template.copy(), run_options)
+            values = dict(self._static_values)
+            values.update(feeds)
+            checked = check.run(output_names, values, state, run_options)
+            return None if checked is None else (checked, self._record(state, PATH_CHECK))
+
+        answer = by_check() if path == PATH_CHECK else None
+        if answer is None and path == PATH_CHECK and check.given_up:
+            chooser.settle(PATH_PARTITIONED)
+        if answer is None:
+            try:
+                results, record, _ = self.run_traced(output_names, feeds, run_options=run_options)
+            except DmlShimError:
+                # Trying the partitions failed (a segment onnxruntime refuses, say): the check keeps
+                # answering, as it did before the trial, when it can answer this run.
+                if path != PATH_PARTITIONED or chooser.chosen is not None or (answer := by_check()) is None:
+                    raise
+                chooser.settle(PATH_CHECK)
+                return answer
+            answer = results, record
+        answered = answer[1].path
+        chosen = chooser.observe(path, answered, chooser.clock() - start, number)
+        if chosen == PATH_PARTITIONED or chooser.chosen == PATH_PARTITIONED:
+            self._check = None  # its session (and its copy of the weights) goes
+        elif chosen == PATH_CHECK:
+            for step in self._steps:
+                if isinstance(step, CpuStep):
+                    step.unload()  # built for the trial; rebuilt if a kernel ever disagrees
+        return answer
+
+    def run_checked(
+        self, output_names: Sequence[str], feeds: Mapping[str, np.ndarray]
+    ) -> tuple[list[Any], RunRecord, Mapping[str, Any]] | None:
+        """Answer from the whole-model check alone: the named outputs, the run's record and the value
+        table (the feeds, the static values, and every emulated node's inputs and output as onnxruntime
+        computed them and its kernel reproduced them bit for bit), or None when there is no check or it
+        could not answer (a kernel disagreed, onnxruntime refused the run)."""
+        check = self._check
+        if check is None:
+            return None
+        state = RunState(self._template.copy(), None)
+        values = dict(self._static_values)
+        values.update(feeds)
+        checked = check.run(output_names, values, state, None)
+        if checked is None:
+            return None
+        return checked, self._record(state, PATH_CHECK), values
+
+    def drop_check(self) -> None:
+        """Forget the whole-model check (its onnxruntime session, and its copy of the weights, go)."""
+        self._check = None
+
+    def run_traced(
+        self, output_names: Sequence[str], feeds: Mapping[str, np.ndarray], *, run_options: Any = None
+    ) -> tuple[list[np.ndarray], RunRecord, Mapping[str, Any]]:
+        """Run every step (never the whole-model check); return the named outputs, the run's record and
+        the value table: every value that crossed a step boundary (the inputs and output of every
+        emulated node among them). Its arrays must not be modified."""
+        state = RunState(self._template.copy(), run_options)
+        if self._whole_model:
+            values: Values = dict(self._default_feeds)
+            values.update(feeds)
+            step = self._steps[0]
+            assert isinstance(step, CpuStep)
+            results = _run_whole(step, values, output_names, run_options)
+            values.update(zip(output_names, results, strict=True))
+        else:
+            values = dict(self._static_values)
+            values.update(feeds)
+            observe = self.step_observer
+            for run_step in self._steps:
+                stop = terminated(run_options)
+                if stop is not None:
+                    raise stop  # set while the run was under way: onnxruntime stops between nodes too
+                if observe is None:
+                    run_step(values, state)
+                else:
+                    observe(run_step, values, state)
+            results = [
+                np.array(values[n], copy=True) if n in self._copy_on_output else values[n]
+                for n in output_names
+            ]
+        # with nothing to emulate the model ran whole, as the cpu engine runs it
+        return results, self._record(state, PATH_CPU if self._whole_model else PATH_PARTITIONED), values
+
+    def _record(self, state: RunState, path: str = PATH_PARTITIONED) -> RunRecord:
+        nodes = tuple(r for r in state.records if r is not None)
+        if self._scatter_as_elements:
+            nodes = note_scatter_as_scatter_elements(nodes)
+        return RunRecord(
+            engine=self.name,
+            feature_level=self._fl_name,
+            nodes=nodes,
+            cpu_partitions=self._cpu_partitions,
+            translations_computed=state.translations_computed,
+            path=path,
+        )
+
+
+def _run_whole(step: CpuStep, values: Values, output_names: Sequence[str], run_options: Any) -> list[Any]:
+    feeds = {n: values[n] for n in step.inputs if n in values}
+    try:
+        return run_session(step.session, output_names, feeds, run_options)
+    except ORT_ERRORS as exc:
+        raise ort_run_error(exc, "onnxruntime failed running the model") from exc

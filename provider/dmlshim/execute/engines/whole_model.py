@@ -1,0 +1,337 @@
+"""The whole-model check: a faster way for the partitioned engine to reach the same answer.
+
+A partitioned run pays, at every boundary between a CPU segment and an emulated node, for one more
+onnxruntime call and for the fusions onnxruntime cannot make across the cut. The whole-model check runs
+the model once in onnxruntime with every emulated node's inputs and output added as graph outputs, runs
+each emulated node's kernel on the inputs onnxruntime computed for it, and compares the kernel's output
+with onnxruntime's bit for bit (a scatter's kernel verifies onnxruntime's output instead: the written
+targets computed and compared, the rest proven equal to the input, without copying the input). When every
+emulated node agrees, the model's outputs are onnxruntime's (every gather/scatter value in them is one a
+DirectML kernel produced, bit for bit) and the run costs about one onnxruntime call plus the kernels. When
+any node disagrees, or onnxruntime refuses the inputs, the caller runs the partitioned steps as before, so
+the result and the errors are exactly the partitioned engine's.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from ...background import BackgroundBuild
+from ...comparison import same_bits
+from ...runtime.real import OrtInferenceSession
+from ..engine import EngineConfig
+from ..plan.sessions import default_options
+from ..proofs.gather_given import FeedShapes, add_extra_outputs, shape_output, value_shape
+from ..weights.shared import SharedWeights, light_copy
+
+logger = logging.getLogger(__name__)
+
+GIVE_UP_AFTER = 3
+"""Disagreeing runs, with none agreeing, after which the check is no longer tried (each costs a run)."""
+
+
+class NodeIO(Protocol):
+    """An emulated node's input and output names."""
+
+    @property
+    def inputs(self) -> tuple[str, ...]: ...
+
+    @property
+    def output(self) -> str: ...
+
+
+class EmulatedStepLike(Protocol):
+    """What the check needs of an emulated step: its input and output names, and running it. A step may
+    also have ``verify(values, state, theirs) -> bool | None``: whether onnxruntime's output ``theirs``
+    is exactly what running the step would store (recording the step as a run does, and storing
+    ``theirs``, when it is), or None to have the step run and its output compared (scatters verify
+    their output without computing it, see :mod:`dmlshim.kernels.scatter_verify`)."""
+
+    inputs: tuple[str, ...]
+    output: str
+
+    def __call__(self, values: dict[str, Any], state: Any) -> None: ...
+
+
+def identical(ours: Any, theirs: Any) -> bool:
+    """Same shape, dtype and bits (NaN payloads and signed zeros included), as
+    :func:`dmlshim.comparison.same_bits` answers for arrays."""
+    return same_bits(np.asarray(ours), np.asarray(theirs))
+
+
+def captured_names(
+    steps: Sequence[NodeIO],
+    known: set[str],
+    graph_outputs: Sequence[str],
+    lean: frozenset[str] = frozenset(),
+    shaped: frozenset[str] = frozenset(),
+    indices: frozenset[str] = frozenset(),
+) -> list[str]:
+    """The values to fetch besides the graph outputs: every emulated node's computed inputs and output;
+    for a lean gather (its output named in ``lean``, see :func:`dmlshim.execute.proofs.gather_given.lean_gathers`)
+    only its computed inputs' shapes (none for those in ``shaped``, whose shapes follow from the feeds':
+    :func:`dmlshim.execute.proofs.gather_given.feed_shapes`), and its inputs and output where another emulated
+    node reads them; the values of ``indices`` (a lean gather's, proved in range from them)."""
+    seen = set(graph_outputs) | known
+    read = {n for step in steps if step.output not in lean for n in step.inputs if n} | indices
+    read |= {n for step in steps for n in step.inputs if n and n in lean}
+    names: list[str] = []
+
+    def add(name: str) -> None:
+        if name and name not in seen:
+            seen.add(name)
+            names.append(name)
+
+    for step in steps:
+        if step.output not in lean:
+            for name in (*step.inputs, step.output):
+                add(name)
+            continue
+        for name in step.inputs[:2]:
+            # A graph input, initializer or value fetched already gives its shape; so do the feeds for
+            # those in ``shaped``.
+            if name not in seen and (name in read or name not in shaped):
+                add(name if name in read else shape_output(name))
+        if step.output in read:
+            add(step.output)
+    return names
+
+
+def augmented_model(model: onnx.ModelProto, extra_outputs: Sequence[str]) -> bytes:
+    """``model`` serialized with ``extra_outputs`` appended to its graph outputs, a ``Shape`` node making
+    each shape output among them (``model`` is left as it was: the outputs and nodes are added, serialized
+    and removed, so its weights are never copied)."""
+    graph = model.graph
+    before, nodes_before = len(graph.output), len(graph.node)
+    try:
+        add_extra_outputs(graph, extra_outputs)
+        return model.SerializeToString()
+    finally:
+        del graph.output[before:]
+        del graph.node[nodes_before:]
+
+
+class WholeModelCheck:
+    """One onnxruntime session of the whole model that also returns every emulated node's inputs and
+    output (see the module docstring).
+
+    Args:
+        session: the onnxruntime session of the augmented model.
+        steps: the emulated steps, in graph order.
+        graph_outputs: the model's output names.
+        captured: the extra outputs of the session, as :func:`captured_names` lists them.
+        ort_errors: the exception types onnxruntime raises.
+        lean: the outputs of the lean gathers (taken by their inputs' shapes, ``step.given_by_shapes``).
+        feed_shapes: the lean gathers' inputs whose shapes come from the feeds' (none fetched).
+    """
+
+    def __init__(
+        self,
+        session: Any,
+        steps: Sequence[EmulatedStepLike],
+        graph_outputs: Sequence[str],
+        captured: Sequence[str],
+        ort_errors: tuple[type[BaseException], ...],
+        lean: frozenset[str] = frozenset(),
+        feed_shapes: FeedShapes | None = None,
+    ) -> None:
+        self._session = session
+        self._lean = lean
+        self._feed_shapes = feed_shapes
+        self._steps = tuple(steps)
+        self._fetch = [*graph_outputs, *captured]
+        self._position = {name: i for i, name in enumerate(self._fetch)}
+        # The caller's value of an initializer that is also a graph input replaces the model's, as in
+        # onnxruntime: those are fed too (get_inputs() leaves them out).
+        self._inputs = [i.name for i in (*session.get_inputs(), *session.get_overridable_initializers())]
+        self._ort_errors = ort_errors
+        self.disagreements = 0
+        """Runs in which a kernel's output differed from onnxruntime's (the partitioned run answered)."""
+        self.agreements = 0
+        """Runs the check answered."""
+
+    @property
+    def given_up(self) -> bool:
+        """The check is no longer tried (it disagreed :data:`GIVE_UP_AFTER` times and never agreed)."""
+        return self.disagreements >= GIVE_UP_AFTER and not self.agreements
+
+    def run(
+        self,
+        output_names: Sequence[str],
+        values: dict[str, Any],
+        state: Any,
+        run_options: Any,
+    ) -> list[Any] | None:
+        """The outputs named, or None when the partitioned run must answer (a kernel disagreed with
+        onnxruntime, or onnxruntime refused the run). ``values`` holds the feeds and static values;
+        kernels' records go to ``state``."""
+        if self.disagreements >= GIVE_UP_AFTER and not self.agreements:
+            return None
+        feeds = {n: values[n] for n in self._inputs if n in values}
+        try:
+            fetched = self._session.run(self._fetch, feeds, run_options)
+        except self._ort_errors as exc:
+            logger.debug("whole-model check: onnxruntime refused the run (%s); running the partitions", exc)
+            return None
+        position = self._position
+        for step in self._steps:
+            if step.output in self._lean:
+                if not self._given_by_shapes(step, fetched, values, state):
+                    self.disagreements += 1
+                    return None
+                continue
+            for name in step.inputs:
+                if name and name in position and name not in values:
+                    values[name] = fetched[position[name]]
+            theirs = fetched[position[step.output]]
+            verify = getattr(step, "verify", None)
+            agrees = verify(values, state, theirs) if verify is not None else None
+            if agrees is None:
+                step(values, state)
+                agrees = identical(values[step.output], theirs)
+            if not agrees:
+                self.disagreements += 1
+                logger.debug("whole-model check: %r differs from onnxruntime; partitions answer", step.output)
+                return None
+            values[step.output] = theirs
+        self.agreements += 1
+        return [fetched[position[n]] if n in position else values[n] for n in output_names]
+
+    def _given_by_shapes(self, step: Any, fetched: list[Any], values: dict[str, Any], state: Any) -> bool:
+        """A lean gather's run: recorded from its inputs' shapes, its output (where fetched) onnxruntime's."""
+        position = self._position
+        shapes = []
+        for name in step.inputs[:2]:
+            if name in position and name not in values:
+                values[name] = fetched[position[name]]
+            known = value_shape(values.get(name))
+            if known is not None:
+                shapes.append(known)
+            elif shape_output(name) in position:
+                shapes.append(tuple(int(d) for d in fetched[position[shape_output(name)]]))
+            else:  # a shape that follows from the feeds' (none fetched)
+                resolved = self._feed_shapes.resolve(name, values) if self._feed_shapes else None
+                if resolved is None:
+                    return False
+                shapes.append(resolved)
+        indices = values.get(step.inputs[1])
+        by_values = self._feed_shapes.indices if self._feed_shapes is not None else frozenset()
+        if (step.inputs[1] in self._inputs or step.inputs[1] in by_values) and not isinstance(
+            indices, np.ndarray
+        ):
+            return False  # such indices are proved in range from their values
+        if not step.given_by_shapes(shapes, state, indices if isinstance(indices, np.ndarray) else None):
+            logger.debug("whole-model check: %r is no DirectML operator at these shapes", step.output)
+            return False
+        if step.output in position:
+            values[step.output] = fetched[position[step.output]]
+        return True
+
+
+class PendingCheck:
+    """A whole-model check whose onnxruntime session is being built on another thread.
+
+    Args:
+        build: the session's build, started.
+        graph_outputs: the model's output names.
+        captured: the extra outputs of the session, as :func:`captured_names` lists them.
+        ort_errors: the exception types onnxruntime raises.
+    """
+
+    def __init__(
+        self,
+        build: BackgroundBuild[Any],
+        graph_outputs: Sequence[str],
+        captured: Sequence[str],
+        ort_errors: tuple[type[BaseException], ...],
+        lean: frozenset[str] = frozenset(),
+        feed_shapes: FeedShapes | None = None,
+    ) -> None:
+        self._build = build
+        self._lean = lean
+        self._feed_shapes = feed_shapes
+        self._graph_outputs = list(graph_outputs)
+        self._captured = list(captured)
+        self._ort_errors = ort_errors
+
+    def wait(self) -> None:
+        """Wait for the build to end (the engine failed and drops the check)."""
+        self._build.wait()
+
+    def finish(self, steps: Sequence[EmulatedStepLike]) -> WholeModelCheck | None:
+        """The check over ``steps`` (the emulated steps whose names the session was built for), or None
+        when onnxruntime could not build the session (it refuses an operator or a type that the emulated
+        nodes cover, say)."""
+        try:
+            session = self._build.result()
+        except Exception as exc:
+            logger.debug("whole-model check unavailable: %s", exc)
+            return None
+        return WholeModelCheck(
+            session,
+            steps,
+            self._graph_outputs,
+            self._captured,
+            self._ort_errors,
+            self._lean,
+            self._feed_shapes,
+        )
+
+
+def start_whole_model_check(
+    model: onnx.ModelProto,
+    emulated: Sequence[NodeIO],
+    known: set[str],
+    make_builder: Callable[[list[str]], Callable[[], Any]],
+    ort_errors: tuple[type[BaseException], ...],
+    static: Mapping[str, Any],
+    lean: frozenset[str] = frozenset(),
+    feed_shapes: FeedShapes | None = None,
+) -> PendingCheck | None:
+    """Start building the check's session for ``model`` on another thread (``make_builder`` prepares the
+    session of the model with the extra outputs it is given and returns what builds it). None when
+    nothing is emulated or the session cannot be prepared. ``lean``: the outputs of the gathers taken by
+    their inputs' shapes (:func:`dmlshim.execute.proofs.gather_given.lean_gathers`), ``feed_shapes`` those of
+    their inputs whose shapes come from the feeds' (:func:`dmlshim.execute.proofs.gather_given.feed_shapes`)."""
+    if not emulated:
+        return None
+    graph_outputs = [o.name for o in model.graph.output]
+    shaped = frozenset(feed_shapes.dims) if feed_shapes is not None else frozenset()
+    indices = feed_shapes.indices if feed_shapes is not None else frozenset()
+    captured = captured_names(emulated, known | set(static), graph_outputs, lean, shaped, indices)
+    try:
+        build = make_builder(captured)
+    except Exception as exc:
+        logger.debug("whole-model check unavailable: %s", exc)
+        return None
+    return PendingCheck(BackgroundBuild(build), graph_outputs, captured, ort_errors, lean, feed_shapes)
+
+
+def whole_model_builder(
+    model: onnx.ModelProto,
+    config: EngineConfig,
+    emulated: frozenset[str],
+    shared: SharedWeights | None,
+    extra_outputs: Sequence[str],
+) -> Callable[[], ort.InferenceSession]:
+    """What builds the whole-model check's session: the model with ``extra_outputs`` added. The payload
+    and options are made here; the returned function only calls onnxruntime (so that it may run on
+    another thread). With default options the emulated scatters do not force one thread (each is checked
+    against its kernel); ``shared`` is given exactly when the options are dmlshim's own."""
+    options = config.sess_options
+    if options is None:
+        options = default_options(model.graph, skip=emulated, make=config.own_options)
+    if shared is not None:
+        light = light_copy(model, shared, extra_outputs)
+        shared.attach(options, light)
+        payload = light.SerializeToString()
+    else:
+        payload = augmented_model(model, extra_outputs)
+    return functools.partial(OrtInferenceSession, payload, options, providers=["CPUExecutionProvider"])

@@ -1,0 +1,186 @@
+"""Writing a lowered model (``dmlshim lower``) with its weights where the source kept them.
+
+Initializers the source held inside the .onnx file stay inside the lowered file. Those it kept as external
+data go to one data file beside the lowered file, named after it (``OUT.onnx.data``), each at its own
+64-byte aligned offset; the lowered file then runs standalone from its folder, as the source did. Both files
+go through :mod:`dmlshim.fileio.files` (atomic, never over an input, ``--overwrite`` to replace).
+
+Before it is written, the lowered model is checked with the rule dmlshim's loader applies to every model
+(:func:`dmlshim.model.modelcheck.check_model`): onnxruntime decides. What onnx.checker finds on a lowered
+model onnxruntime loads (with dmlshim's custom ops registered) is a warning, e.g. a graph input the source
+declares with an element type and no shape; a model onnxruntime refuses is an error.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Collection, Iterable
+from pathlib import Path
+from typing import BinaryIO
+
+import onnx
+import onnxruntime as ort
+from google.protobuf.message import EncodeError
+from onnx import numpy_helper
+
+from ...errors import BadModelError, EngineUnavailableError
+from ...fileio.external_data import ExternalRef, check_external_data
+from ...fileio.files import check_output_file, write_onnx, write_stream
+from ...graph import all_tensors
+from ...model.ort_errors import ORT_ERRORS
+from ...model.weightless import without_weights
+from ...runtime.real import OrtInferenceSession
+from ..custom_ops.bridge import session_options_with_custom_ops
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ALIGNMENT", "check_lowered", "data_file_name", "external_refs", "write_lowered"]
+
+ALIGNMENT = 64
+"""Byte alignment of each tensor in the data file (lets onnxruntime map it)."""
+
+_DATA_FIELDS = (
+    "raw_data",
+    "float_data",
+    "int32_data",
+    "string_data",
+    "int64_data",
+    "double_data",
+    "uint64_data",
+)
+
+
+def external_refs(path: str | os.PathLike[str]) -> list[ExternalRef]:
+    """The tensors a model file keeps as external data, and their files (no weight is read)."""
+    try:
+        proto = onnx.load(os.fspath(path), load_external_data=False)
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise BadModelError(f"not a readable ONNX model: {exc}", path=os.fspath(path)) from exc
+    return check_external_data(proto, path)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def check_lowered(model: onnx.ModelProto, out: str | os.PathLike[str]) -> None:
+    """Check a lowered model as dmlshim checks every model: onnxruntime decides whether it loads.
+
+    onnx.checker runs first; only when it finds something is onnxruntime asked (a CPU session over a
+    weightless copy, dmlshim's custom ops registered): a finding on a model onnxruntime loads is logged as
+    a warning.
+
+    Raises:
+        BadModelError: onnxruntime refuses the lowered model (or cannot be asked: onnxruntime-extensions
+            is not installed) and onnx.checker finds a defect.
+    """
+    where = os.fspath(out)
+    try:
+        onnx.checker.check_model(model)
+        return
+    except onnx.checker.ValidationError as exc:
+        finding = _first_line(exc)
+    try:
+        options = session_options_with_custom_ops()
+    except EngineUnavailableError as exc:
+        raise BadModelError(
+            f"the lowered model fails onnx.checker: {finding} (and whether onnxruntime loads it cannot be "
+            f"checked: {exc})",
+            path=where,
+        ) from exc
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 4
+    try:
+        OrtInferenceSession(
+            without_weights(model).SerializeToString(), options, providers=["CPUExecutionProvider"]
+        )
+    except (EncodeError, *ORT_ERRORS) as exc:
+        raise BadModelError(
+            f"onnxruntime cannot load the lowered model: {_first_line(exc)}; onnx.checker: {finding}",
+            path=where,
+        ) from exc
+    logger.warning("%s: onnx.checker finds %s; onnxruntime loads the lowered model", where, finding)
+
+
+def data_file_name(out: str | os.PathLike[str]) -> str:
+    """The data file beside a lowered model: its file name plus ``.data``."""
+    return Path(out).name + ".data"
+
+
+def _tensor_bytes(tensor: onnx.TensorProto) -> bytes:
+    if tensor.HasField("raw_data"):
+        return bytes(tensor.raw_data)
+    if tensor.data_type == onnx.TensorProto.STRING:
+        raise BadModelError(
+            f"initializer {tensor.name!r} is a string tensor; ONNX keeps strings inside the model, not as "
+            "external data",
+            tensor=tensor.name,
+        )
+    return numpy_helper.to_array(tensor).tobytes()
+
+
+def _externalise(model: onnx.ModelProto, names: Collection[str], location: str) -> list[bytes]:
+    """Move the data of the tensors named in ``names`` out of ``model``; return the chunks to write
+    (padding included), in file order."""
+    chunks: list[bytes] = []
+    offset = 0
+    for tensor in all_tensors(model.graph):
+        if tensor.name not in names or tensor.data_location == onnx.TensorProto.EXTERNAL:
+            continue
+        data = _tensor_bytes(tensor)
+        pad = (-offset) % ALIGNMENT
+        if pad:
+            chunks.append(b"\0" * pad)
+            offset += pad
+        chunks.append(data)
+        for field in _DATA_FIELDS:
+            tensor.ClearField(field)
+        tensor.data_location = onnx.TensorProto.EXTERNAL
+        del tensor.external_data[:]
+        for key, value in (("location", location), ("offset", str(offset)), ("length", str(len(data)))):
+            entry = tensor.external_data.add()
+            entry.key, entry.value = key, value
+        offset += len(data)
+    return chunks
+
+
+def write_lowered(
+    out: str | os.PathLike[str],
+    model: onnx.ModelProto,
+    external: Collection[str],
+    *,
+    overwrite: bool = False,
+    inputs: Iterable[str | os.PathLike[str] | None] = (),
+) -> Path | None:
+    """Write ``model`` to ``out``; the tensors named in ``external`` go to the data file beside it.
+
+    ``model`` is modified (those tensors become external references). Returns the data file written, or
+    None when every tensor stays inside the model.
+
+    Raises:
+        BadInputError: a file is refused (exists without ``overwrite``, is an input, ...) or cannot be
+            written.
+    """
+    sources = tuple(inputs)
+    target = Path(os.fspath(out))
+    location = data_file_name(target)
+    data_path = target.parent / location
+    chunks = _externalise(model, frozenset(external), location) if external else []
+    if not chunks:
+        write_onnx(target, model, overwrite=overwrite, inputs=sources)
+        return None
+    check_output_file(target, overwrite=overwrite, inputs=sources)
+    check_output_file(data_path, overwrite=overwrite, inputs=sources, what="external data file")
+
+    def writer(handle: BinaryIO) -> None:
+        for chunk in chunks:
+            handle.write(chunk)
+
+    write_stream(data_path, writer, overwrite=overwrite, inputs=sources, what="external data file")
+    write_onnx(target, model, overwrite=overwrite, inputs=sources)
+    logger.info("wrote %d bytes of external data to %s", sum(len(c) for c in chunks), data_path)
+    return data_path

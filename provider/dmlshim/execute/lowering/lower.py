@@ -1,0 +1,357 @@
+"""Lower a model for the custom-op engine: every translated gather/scatter node becomes a custom-domain node.
+
+Each Gather, GatherElements, GatherND, Scatter, ScatterElements and ScatterND node (subgraphs of If, Loop
+and Scan included) that translates to a DirectML operator is replaced by a node of the domain
+``ai.onnx.contrib`` (the only domain onnxruntime-extensions' Python custom ops can live in), executed by
+:mod:`dmlshim.execute.engines.custom_op`. The custom node comes in one of three modes:
+
+* ``descriptor``: the plan is a plain tensor mapping (no host steps, no window, no 64-bit pair view), so the
+  mapping is written as ordinary ONNX nodes: ``Reshape`` from the ONNX shape to the DirectML ``Sizes``
+  (and ``Cast`` where the DirectML data type differs from the ONNX one) before the custom node, which
+  executes the descriptor it carries, and ``Reshape``/``Cast`` back to the ONNX output after it.
+* ``translate``: the custom node takes the ONNX inputs as they are and runs the whole plan itself (host
+  steps included). Nodes whose shapes are not static are lowered this way too: they are translated at run
+  time from the actual arrays, and the translation is cached by shapes and types.
+* ``tags`` (float16, float32, float64 data): the custom node takes data's shape (``Shape``), the indices
+  and, for scatters, updates' shape; it runs the translation on element tags and returns each output
+  element's position in data (then updates). ``Gather`` on data (and updates) flattened and concatenated
+  moves the elements: no float ever crosses the bridge, so NaN payloads and signalling NaNs survive.
+
+Every custom node carries the ONNX op type, its since_version and attributes (what a run-time translation
+needs), and, when the shapes are static, the descriptor as the DxDispatch JSON string (``descriptor``) and
+field by field (``dml_*`` attributes) for reading in Netron. Nodes that fall back stay as they are.
+
+onnxruntime-extensions moves tensors of a few element types only; uint64 travels as int64, with ``Cast``
+nodes on the way in and out (an exact conversion). Models importing ai.onnx below 5 (where ``Reshape``
+takes its shape as an attribute) get no ``descriptor`` mode, and ``tags`` mode flattens with Reshape-1.
+A custom op cannot return a 0-d tensor (the bridge makes it ``[1]``), so a scalar output is taken back
+to rank 0 with ``Gather`` of element 0, which every opset has.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import onnx
+from onnx import helper
+
+from ...dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
+from ...errors import DmlShimError
+from ...graph import is_gather_scatter, node_path, subgraph_prefix, subgraphs
+from ...kernels.options import IndexMode
+from ...model.ort_view import ort_value_types
+from ...model.prepare import prepare_model
+from ...resources import guard_resources
+from ...translate import NodeTranslation, Reason, TensorInfo, infer_shapes, translate_node
+from ...translate.placement import CPU_PREFERRED_MESSAGE, REASON_CPU_PREFERRED, graph_placements
+from ...translate.plan import CPU_PROVIDER, replace_translation
+from ...translate.shapes_info import tensor_infos
+from ...translate.translator import model_opsets, node_since_version
+from ..custom_ops.types import (
+    CUSTOM_DOMAIN,
+    CUSTOM_OPSET_VERSION,
+    DECLARED_ATTRIBUTES,
+    INDEX_TRANSPORT_TYPES,
+    LOWERED_IR_VERSION,
+    MODE_DESCRIPTOR,
+    MODE_TAGS,
+    MODE_TRANSLATE,
+    TRANSPORT_TYPES,
+    CustomOpSignature,
+    all_signatures,
+    signature_for,
+    transport_type,
+)
+from ..plan.fallback import rewrite_deprecated_scatter
+from .node import LoweredNode, Names, lower_node
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "CUSTOM_DOMAIN",
+    "CUSTOM_OPSET_VERSION",
+    "DECLARED_ATTRIBUTES",
+    "INDEX_TRANSPORT_TYPES",
+    "LOWERED_IR_VERSION",
+    "MODE_DESCRIPTOR",
+    "MODE_TAGS",
+    "MODE_TRANSLATE",
+    "TRANSPORT_TYPES",
+    "CustomOpSignature",
+    "LoweredModel",
+    "LoweredNode",
+    "all_signatures",
+    "lower_model",
+    "signature_for",
+    "transport_type",
+]
+
+
+@dataclass(frozen=True)
+class LoweredModel:
+    """A lowered model and what happened to each gather/scatter node.
+
+    Attributes:
+        model: the lowered model (a new ModelProto).
+        nodes: one entry per gather/scatter node, in graph order, subgraph nodes after their owner.
+        feature_level: the target feature level.
+        index_mode: the out-of-range policy written into the custom nodes.
+    """
+
+    model: onnx.ModelProto
+    nodes: tuple[LoweredNode, ...]
+    feature_level: FeatureLevel
+    index_mode: IndexMode
+
+    @property
+    def signatures(self) -> tuple[CustomOpSignature, ...]:
+        """The distinct custom op types the model uses (each must be registered before a session)."""
+        seen: dict[str, CustomOpSignature] = {}
+        for node in self.nodes:
+            if node.signature is not None:
+                seen.setdefault(node.signature.op_type, node.signature)
+        return tuple(seen.values())
+
+    @property
+    def lowered_count(self) -> int:
+        return sum(n.lowered for n in self.nodes)
+
+
+def _walk(
+    graph: onnx.GraphProto,
+    inferred: onnx.GraphProto | None,
+    prefix: str,
+    scope: Mapping[str, TensorInfo],
+    opsets: Mapping[str, int],
+    names: Names,
+    fl: FeatureLevel,
+    index_mode: IndexMode,
+    found: list[LoweredNode],
+    replaced: list[str],
+    cpu_preference: bool = False,
+) -> None:
+    """Lower the gather/scatter nodes of ``graph`` in place. Types and shapes come from ``inferred``, the
+    same graph after shape inference (None when inference failed); ``graph`` itself keeps only what the
+    source declared, so onnxruntime sees the lowered model as it saw the source. With ``cpu_preference``,
+    the nodes of this graph that onnxruntime's DirectML provider runs on the CPU (shape computations) are
+    kept, as the partitioned engine keeps them."""
+    local = dict(scope)
+    local.update(tensor_infos(graph))
+    if inferred is not None:
+        local.update(tensor_infos(inferred))
+    translated: dict[int, NodeTranslation] = {}
+    for index, node in enumerate(graph.node):
+        if is_gather_scatter(node):
+            infos = [local.get(i) if i else None for i in node.input]
+            since = node_since_version(node, opsets)
+            translated[index] = translate_node(node, since, infos, fl, name=node_path(prefix, node, index))
+    on_cpu = _cpu_preferred(graph, translated, local) if cpu_preference else set()
+    new_nodes: list[onnx.NodeProto] = []
+    for index, node in enumerate(list(graph.node)):
+        name = node_path(prefix, node, index)
+        replacement: list[onnx.NodeProto] = []
+        if is_gather_scatter(node):
+            since = node_since_version(node, opsets)
+            infos = [local.get(i) if i else None for i in node.input]
+            t = translated[index]
+            if index in on_cpu:
+                moved = _on_cpu(t)
+                replacement, record = [], LoweredNode(name, node.op_type, moved, reason=CPU_PREFERRED_MESSAGE)
+            else:
+                replacement, record = lower_node(
+                    node, t, infos, since, graph, names, fl, index_mode, opsets.get("", 0)
+                )
+            found.append(record)
+            if record.lowered and not prefix:
+                replaced.extend(o for o in node.output if o)
+            logger.debug("%s: %s", name, record.mode or f"kept ({record.reason})")
+        twin = inferred.node[index] if inferred is not None and index < len(inferred.node) else None
+        twin_subs = list(subgraphs(twin)) if twin is not None and twin.op_type == node.op_type else []
+        for k, (attr_name, sub) in enumerate(subgraphs(node)):
+            inferred_sub = twin_subs[k][1] if k < len(twin_subs) else None
+            _walk(
+                sub,
+                inferred_sub,
+                subgraph_prefix(name, attr_name),
+                local,
+                opsets,
+                names,
+                fl,
+                index_mode,
+                found,
+                replaced,
+            )
+        new_nodes.extend(replacement or [node])
+    del graph.node[:]
+    graph.node.extend(new_nodes)
+
+
+def _cpu_preferred(
+    graph: onnx.GraphProto, translated: Mapping[int, NodeTranslation], infos: Mapping[str, TensorInfo]
+) -> set[int]:
+    """The gather/scatter nodes of ``graph`` that onnxruntime's DirectML provider places on the CPU."""
+    if not translated:
+        return set()
+
+    def elem_type(name: str) -> int:
+        info = infos.get(name)
+        return info.elem_type if info is not None else 0
+
+    return graph_placements(graph, translated, elem_type)
+
+
+def _on_cpu(t: NodeTranslation) -> NodeTranslation:
+    """``t`` placed on the CPU with the reason, as :func:`dmlshim.translate.translate_model` places it."""
+    reasons = tuple(r for r in t.reasons if r.code != REASON_CPU_PREFERRED)
+    return replace_translation(
+        t, ort_placement=CPU_PROVIDER, reasons=(*reasons, Reason(REASON_CPU_PREFERRED, CPU_PREFERRED_MESSAGE))
+    )
+
+
+def _fix_input_shapes(
+    graph: onnx.GraphProto, inferred: onnx.GraphProto, input_shapes: Mapping[str, Sequence[int]]
+) -> None:
+    """Give ``graph``'s inputs named in ``input_shapes`` the fixed shapes of the inferred copy."""
+    fixed = {v.name: v for v in inferred.input if v.name in input_shapes}
+    for value in graph.input:
+        if value.name in fixed:
+            value.type.CopyFrom(fixed[value.name].type)
+
+
+def _shaped(tp: onnx.TypeProto) -> bool:
+    """A type onnx.checker takes for a graph output: a tensor with a shape, or any other kind."""
+    kind = tp.WhichOneof("value")
+    return kind is not None and (kind != "tensor_type" or tp.tensor_type.HasField("shape"))
+
+
+def _declare_as_onnxruntime_saw(
+    graph: onnx.GraphProto,
+    source: onnx.ModelProto,
+    replaced: Sequence[str],
+    onnx_types: Mapping[str, onnx.TypeProto],
+) -> None:
+    """Declare each replaced node's output with the type and shape onnxruntime inferred in the source.
+
+    A custom op's output has no shape to onnxruntime, and a Reshape back to the ONNX shape has a static one
+    onnxruntime may never have known; either changes which fusions onnxruntime applies downstream (and so
+    the last bits of float results). The declaration gives onnxruntime back exactly its own view."""
+    declared = {v.name for v in (*graph.value_info, *graph.output, *graph.input)}
+    wanted = [name for name in replaced if name not in declared]
+    untyped = [
+        o
+        for o in graph.output
+        if o.type.WhichOneof("value") is None
+        or (o.type.HasField("tensor_type") and not o.type.tensor_type.HasField("shape"))
+    ]
+    if not wanted and not untyped:
+        return
+    view = ort_value_types(source, onnx_types=onnx_types)
+    for name in wanted:
+        tp = view.get(name)
+        if tp is not None:
+            vi = graph.value_info.add()
+            vi.name = name
+            vi.type.CopyFrom(tp)
+    # An output declared without a type or shape (onnxruntime accepts it, onnx.checker does not) gets
+    # one so that the lowered file passes onnx.checker: ONNX's inference (the checker wants a shape,
+    # which onnxruntime's view leaves out when unknown), else onnxruntime's, for a value ONNX cannot shape
+    # (the output of a com.microsoft operator).
+    for out in untyped:
+        found = [tp for tp in (onnx_types.get(out.name), view.get(out.name)) if tp is not None]
+        tp = next((t for t in found if _shaped(t)), found[0] if found else None)
+        if tp is None:
+            continue
+        if out.type.WhichOneof("value") is None:
+            out.type.CopyFrom(tp)
+        elif tp.HasField("tensor_type") and tp.tensor_type.HasField("shape"):
+            out.type.tensor_type.shape.CopyFrom(tp.tensor_type.shape)
+
+
+@guard_resources("lowering the model")
+def lower_model(
+    model: onnx.ModelProto,
+    feature_level: FeatureLevel = DEFAULT_FEATURE_LEVEL,
+    *,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    index_mode: IndexMode = IndexMode.ERROR,
+    ort_cpu_preference: bool = False,
+) -> LoweredModel:
+    """Lower every translated gather/scatter node of a model (subgraphs included) to a custom-op node.
+
+    Args:
+        model: the model (not modified); its local functions are expanded and its nodes sorted first
+            (:func:`dmlshim.model.prepare.prepare_model`).
+        feature_level: the target DirectML feature level.
+        input_shapes: concrete shapes for graph inputs with symbolic dims (the lowered model's inputs get
+            these shapes, so more nodes get a static descriptor).
+        index_mode: the out-of-range policy the custom nodes apply.
+        ort_cpu_preference: keep the top-level nodes that onnxruntime's DirectML provider runs on the CPU
+            (shape computations: every input a CPU tensor, a small initializer or a graph input) as
+            onnxruntime nodes, with that placement and reason (the custom-op engine's default).
+
+    Returns:
+        The lowered model (opset ``ai.onnx.contrib`` v1 added) and one entry per gather/scatter node.
+
+    Raises:
+        BadInputError: ``input_shapes`` names no graph input or has the wrong rank.
+    """
+    fl = FeatureLevel(feature_level)
+    model = prepare_model(model)  # local functions expanded, nodes sorted (a no-op for loaded models)
+    inferred: onnx.ModelProto | None
+    try:
+        # Shape inference runs on a weightless copy; its types and shapes guide the translation only.
+        inferred = infer_shapes(model, input_shapes)
+    except DmlShimError as exc:
+        if input_shapes:
+            raise
+        logger.warning(
+            "shape inference failed (%s); gather/scatter nodes will be translated at run time", exc
+        )
+        inferred = None
+    # The lowered model is the source itself, every initializer kept as the source holds it, with no
+    # inferred annotation added (onnxruntime would read those as facts and fuse differently).
+    work = onnx.ModelProto()
+    work.CopyFrom(model)
+    if input_shapes and inferred is not None:
+        _fix_input_shapes(work.graph, inferred.graph, input_shapes)
+    opsets = model_opsets(work)
+    names = Names(work)
+    found: list[LoweredNode] = []
+    replaced: list[str] = []
+    inferred_graph = inferred.graph if inferred is not None else None
+    _walk(
+        work.graph,
+        inferred_graph,
+        "",
+        {},
+        opsets,
+        names,
+        fl,
+        IndexMode(index_mode),
+        found,
+        replaced,
+        ort_cpu_preference,
+    )
+    onnx_types = (
+        {
+            v.name: v.type
+            for v in (*inferred.graph.value_info, *inferred.graph.output)
+            if v.type.WhichOneof("value") is not None
+        }
+        if inferred is not None
+        else {}
+    )
+    _declare_as_onnxruntime_saw(work.graph, model, replaced, onnx_types)
+    # The Scatter nodes kept (opset 11 and later) as the ScatterElements onnxruntime can load.
+    rewrite_deprecated_scatter(work)
+    if any(n.lowered for n in found) and CUSTOM_DOMAIN not in opsets:
+        work.opset_import.append(helper.make_opsetid(CUSTOM_DOMAIN, CUSTOM_OPSET_VERSION))
+    if not 4 <= int(work.ir_version) <= 13:
+        # Initializers outside the graph inputs (the Reshape shapes) need IR 4; onnxruntime reads <= 13.
+        work.ir_version = LOWERED_IR_VERSION
+    logger.info(
+        "lowered %d of %d gather/scatter nodes at %s", sum(n.lowered for n in found), len(found), fl.dml_name
+    )
+    return LoweredModel(work, tuple(found), fl, IndexMode(index_mode))

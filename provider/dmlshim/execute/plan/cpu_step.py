@@ -1,0 +1,151 @@
+"""The partitioned engine's onnxruntime steps: a CPU segment's session fed from the run's value table,
+and the call that runs such a session with values numpy cannot hold (bfloat16, float8, ...) passed as
+``OrtValue``s."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from ...runtime.real import OrtInferenceSession
+from ..record import NodeRecord
+from .sessions import ORT_ERRORS, ort_run_error
+
+logger = logging.getLogger(__name__)
+
+Values = dict[str, Any]
+
+
+@dataclass
+class RunState:
+    """What one run accumulates besides the values."""
+
+    records: list[NodeRecord | None]
+    run_options: Any
+    translations_computed: int = 0
+
+
+_FEED_SHAPE_REFUSED = ("Invalid rank for input", "Got invalid dimensions for input")
+"""onnxruntime's words when a feed does not fit the rank or dimensions a graph input declares."""
+
+
+NUMPY_TENSOR_TYPES = frozenset(
+    f"tensor({t})"
+    for t in (
+        "float", "double", "float16", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+        "uint64", "bool", "string", "complex64", "complex128",
+    )
+)  # fmt: skip
+"""onnxruntime tensor types numpy holds; values of other types (bfloat16, float8, int4, ...) cross
+partition boundaries as the ``OrtValue`` onnxruntime produced."""
+
+
+_NEEDS_ORT_VALUES: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+
+
+def needs_ort_values(session: ort.InferenceSession) -> bool:
+    """Whether an output of ``session`` is a tensor numpy cannot hold (``session.run`` refuses those).
+    Asked once per session: ``get_outputs()`` builds new objects on every call, on every run."""
+    try:
+        return _NEEDS_ORT_VALUES[session]
+    except (KeyError, TypeError):
+        pass
+    needs = any(
+        o.type.startswith("tensor(") and o.type not in NUMPY_TENSOR_TYPES for o in session.get_outputs()
+    )
+    with contextlib.suppress(TypeError):  # a session that takes no weak reference: asked every time
+        _NEEDS_ORT_VALUES[session] = needs
+    return needs
+
+
+def run_session(
+    session: ort.InferenceSession, outputs: Sequence[str], feeds: Mapping[str, Any], run_options: Any
+) -> list[Any]:
+    """``session.run``, except that values numpy cannot hold go in and come out as OrtValues, unconverted
+    (onnxruntime's ``run`` cannot return a bfloat16 tensor); numpy-typed outputs still come out as arrays."""
+    if not any(isinstance(v, ort.OrtValue) for v in feeds.values()) and not needs_ort_values(session):
+        return list(session.run(list(outputs), dict(feeds), run_options))
+    ort_feeds = {
+        name: v if isinstance(v, ort.OrtValue) else ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v))
+        for name, v in feeds.items()
+    }
+    results = session.run_with_ort_values(list(outputs), ort_feeds, run_options)
+    out: list[Any] = []
+    for value in results:
+        if value.is_tensor() and value.data_type() in NUMPY_TENSOR_TYPES:
+            out.append(value.numpy())
+        else:
+            out.append(value)
+    return out
+
+
+class CpuStep:
+    """A CPU segment: one onnxruntime session fed from the value table. The session can be given as a
+    function that builds it, called on first use (the whole-model check usually makes it unnecessary).
+
+    ``relaxed`` builds the segment again with inputs that declare element types only. A segment whose
+    declared input shape (derived by shape inference) turns out wrong for a real value is rebuilt that
+    way once, so that it runs wherever onnxruntime runs the whole model.
+    """
+
+    __slots__ = ("_build", "_builder", "_relaxed", "_session", "inputs", "label", "outputs")
+
+    def __init__(
+        self,
+        session: ort.InferenceSession | Callable[[], ort.InferenceSession],
+        inputs: Sequence[str],
+        outputs: Sequence[str],
+        label: str,
+        relaxed: Callable[[], ort.InferenceSession | None] | None = None,
+    ):
+        self._session = session if isinstance(session, OrtInferenceSession) else None
+        self._build = None if isinstance(session, OrtInferenceSession) else session
+        self._builder = self._build
+        self._relaxed = relaxed
+        self.inputs = tuple(inputs)
+        self.outputs = list(outputs)
+        self.label = label
+
+    @property
+    def session(self) -> ort.InferenceSession:
+        if self._session is None:
+            assert self._build is not None
+            self._session, self._build = self._build(), None
+        return self._session
+
+    def unload(self) -> None:
+        """Drop a session built on first use (its weights with it); the next use builds it again."""
+        if self._builder is not None and self._session is not None:
+            self._session, self._build = None, self._builder
+
+    def __call__(self, values: Values, state: RunState) -> None:
+        feeds = {name: values[name] for name in self.inputs}
+        try:
+            results = run_session(self.session, self.outputs, feeds, state.run_options)
+        except ORT_ERRORS as exc:
+            if self._relaxed is None or not any(p in str(exc) for p in _FEED_SHAPE_REFUSED):
+                raise ort_run_error(exc, f"onnxruntime failed in {self.label}") from exc
+            rebuilt = self._relaxed()
+            self._relaxed = None
+            if rebuilt is None:  # its inputs declare element types only already
+                raise ort_run_error(exc, f"onnxruntime failed in {self.label}") from exc
+            logger.warning(
+                "%s: a value's real shape contradicts the shape inferred for it (%s); the partition is "
+                "rebuilt with inputs that declare element types only",
+                self.label,
+                str(exc).strip().splitlines()[0],
+            )
+            self._session, self._builder = rebuilt, None
+            try:
+                results = run_session(self._session, self.outputs, feeds, state.run_options)
+            except ORT_ERRORS as again:
+                raise ort_run_error(again, f"onnxruntime failed in {self.label}") from again
+        for name, value in zip(self.outputs, results, strict=False):
+            values[name] = value

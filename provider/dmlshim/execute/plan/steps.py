@@ -1,0 +1,479 @@
+"""The steps a partitioned run walks: a CPU segment (one onnxruntime session) or one gather/scatter node
+run from its DirectML descriptor (or, in a reference run, by onnxruntime alone)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import helper
+
+from ...comparison import same_bits
+from ...dml.enums import FeatureLevel
+from ...kernels.indices import has_negative
+from ...kernels.options import IndexMode
+from ...limits import check_tensor, gather_scatter_output_shape
+from ...translate import NodeTranslation, Status, TensorInfo, run_translation, translate_node
+from ...translate.plan import elem_type_of
+from ...translate.runner import verify_translation
+from ..proofs.gather_given import (
+    GIVEN_OPS,
+    LEAN_MESSAGE,
+    NOTE_GATHER_GIVEN,
+    given_message,
+    lean_indices_in_range,
+    output_is_given,
+)
+from ..proofs.scatter_given import (
+    SCATTER_GIVEN_MESSAGE,
+    SCATTERS,
+    no_reduction,
+    repeated_writes,
+    scatter_output_is_given,
+)
+from ..record import PLACEMENT_CPU, PLACEMENT_DML, NodeRecord
+from .cpu_step import RunState, Values, run_session
+from .segments import single_node_model, value_elem_and_rank
+from .sessions import ORT_ERRORS, cpu_session, ort_run_error
+
+logger = logging.getLogger(__name__)
+
+TRANSLATION_CACHE_SIZE = 64
+"""Translations kept per node (one per distinct input shapes and dtypes); the cache restarts when full."""
+
+REASON_NOT_EMULATED = "not_emulated"
+REASON_CPU_PREFERRED = "ort_cpu_preferred"
+REASON_RUNTIME_FALLBACK = "runtime_fallback"
+REASON_REFERENCE = "reference_run"
+NOTE_SHAPE_DIFFERS = "output_shape_differs_from_inference"
+
+VERIFIED_OPS = SCATTERS
+"""Nodes whose output the whole-model check verifies instead of computing (:meth:`EmulatedStep.verify`)."""
+
+PROVE_RUNS = 3
+"""Verified runs of a scatter (with the same input shapes and dtypes) in which the whole-model check also
+proves that every element the scatter does not write is its InputTensor (a scatter whose indices alone
+prove its output, :mod:`dmlshim.execute.proofs.scatter_given`, is not verified at all). Later runs take those
+elements as onnxruntime copied them (ONNX and DirectML both define them as the data input; only the
+written elements can differ, and they are verified on every run): the proof reads the input and the output
+in full, 9-31 ms per run of the 24 KV-cache ScatterND of a 652 MB decoder step, where onnxruntime's whole
+run takes 30-45 ms. ``EngineConfig.full_check`` (validate, ``DMLSHIM_FULL_CHECK=1``) proves them on every
+run."""
+
+NOTE_UNTOUCHED_GIVEN = "untouched_elements_from_onnxruntime"
+UNTOUCHED_GIVEN_MESSAGE = (
+    "the elements this scatter does not write are onnxruntime's copy of its data input, proved equal to "
+    f"it on the session's first {PROVE_RUNS} runs (DMLSHIM_FULL_CHECK=1 proves them on every run); the "
+    "written elements were proved against the DirectML kernel"
+)
+
+GATHER_GIVEN_MESSAGE = given_message(PROVE_RUNS)
+
+VERIFY_MIN_BYTES = 512 * 1024
+"""Outputs smaller than this are computed and compared whole: below about this size the verify's extra
+calls cost what it saves (measured: a 12-row ScatterND, 192 KiB 0.11 vs 0.12 ms, 768 KiB 0.19 vs 0.18
+ms, 3 MiB 0.58 vs 0.42 ms, 12 MiB 4.0 vs 2.1 ms for computing and comparing vs verifying)."""
+
+
+def shapes_key(arrays: Sequence[Any]) -> tuple[Any, ...]:
+    """The inputs' shapes and dtypes (None for an absent one): what a translation and a proof hold for."""
+    return tuple((a.shape, a.dtype) if a is not None else None for a in arrays)
+
+
+def reasons_of(t: NodeTranslation) -> tuple[tuple[str, str], ...]:
+    """A translation's reasons as ``(code, message)`` pairs, as records hold them."""
+    return tuple((r.code, r.message) for r in t.reasons)
+
+
+def shape_note(shape: tuple[int, ...], inferred: TensorInfo | None) -> tuple[str, str] | None:
+    """A record note when a real output shape contradicts the statically inferred one, else None."""
+    if inferred is None or inferred.shape is None:
+        return None
+    dims = inferred.shape
+    if len(dims) == len(shape) and all(
+        not isinstance(d, int) or d == s for d, s in zip(dims, shape, strict=True)
+    ):
+        return None
+    said = "[" + ",".join("?" if d is None else str(d) for d in dims) + "]"
+    return (
+        NOTE_SHAPE_DIFFERS,
+        f"the output has shape {list(shape)}, static shape inference said {said} (often a stale value_info "
+        "left by the exporter); the run used the real shape",
+    )
+
+
+class EmulatedStep:
+    """One gather/scatter node: run from its DirectML descriptor, or on the CPU when its translation for
+    the actual shapes says so. With ``reference`` set, onnxruntime runs the node alone instead (the
+    like-for-like reference of ``dmlshim validate``)."""
+
+    __slots__ = (
+        "_agreed_shape",
+        "_attrs",
+        "_cache",
+        "_full_check",
+        "_marked",
+        "_model",
+        "_noted",
+        "_proved",
+        "_proved_key",
+        "_sess_options",
+        "fallback_sessions",
+        "feature_level",
+        "index_mode",
+        "inferred_output",
+        "inputs",
+        "lean_dtypes",
+        "name",
+        "node",
+        "output",
+        "reference",
+        "since_version",
+        "slot",
+        "verifiable",
+    )
+
+    def __init__(
+        self,
+        *,
+        node: onnx.NodeProto,
+        name: str,
+        since_version: int,
+        slot: int,
+        feature_level: FeatureLevel,
+        index_mode: IndexMode,
+        model: onnx.ModelProto,
+        sess_options: Any,
+        static: NodeTranslation | None,
+        static_key: tuple[Any, ...] | None,
+        inferred_output: TensorInfo | None = None,
+        reference: bool = False,
+        full_check: bool = False,
+    ) -> None:
+        self.node = node
+        self.name = name
+        self.since_version = since_version
+        self.slot = slot
+        self.feature_level = feature_level
+        self.index_mode = index_mode
+        self.inputs = tuple(node.input)
+        self.output = node.output[0]
+        self.inferred_output = inferred_output
+        self.reference = reference
+        self.verifiable = node.op_type in VERIFIED_OPS
+        self.lean_dtypes: tuple[np.dtype[Any], np.dtype[Any]] | None = None
+        """A gather the whole-model check takes from onnxruntime by its inputs' shapes alone: their dtypes
+        (:func:`dmlshim.execute.proofs.gather_given.lean_gathers`)."""
+        self._full_check = full_check
+        self._proved = 0  # verified runs whose untouched elements were proved too
+        self._proved_key: tuple[Any, ...] | None = None  # the shapes and dtypes proved
+        self._noted: tuple[NodeRecord, tuple[str, str], NodeRecord] | None = None
+        self._marked: tuple[NodeRecord, int, bool, NodeRecord] | None = None
+        self._model = model
+        self._sess_options = sess_options
+        self._agreed_shape: tuple[int, ...] | None = None
+        self._attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        self._cache: dict[tuple[Any, ...], tuple[NodeTranslation, NodeRecord | None]] = {}
+        self.fallback_sessions: dict[tuple[Any, ...], ort.InferenceSession] = {}
+        if static is not None and static_key is not None:
+            self._cache[static_key] = (static, self._clean_record(static))
+
+    def _clean_record(self, t: NodeTranslation) -> NodeRecord | None:
+        """The record of a run with no duplicates and no negative indices (shared, it is frozen)."""
+        if t.status is not Status.DML or t.operator is None:
+            return None
+        return NodeRecord(
+            name=self.name,
+            op_type=self.node.op_type,
+            placement=PLACEMENT_DML,
+            status=t.status.value,
+            operator=t.operator.operator_type.dml_name,
+            reasons=reasons_of(t),
+            ort_placement=t.ort_placement,
+        )
+
+    def __call__(self, values: Values, state: RunState) -> None:
+        arrays = [values[n] if n else None for n in self.inputs]
+        if self.reference:
+            record = self._run_reference(values, arrays, state)
+        else:
+            record = self._run(values, arrays, state)
+        self._finish(record, values[self.output], state)
+
+    def _finish(self, record: NodeRecord, out: Any, state: RunState) -> None:
+        """Store the run's record, noting an output shape that contradicts shape inference."""
+        shape = tuple(out.shape()) if isinstance(out, ort.OrtValue) else np.shape(out)
+        if shape != self._agreed_shape:
+            note = shape_note(shape, self.inferred_output)
+            if note is not None:
+                record = dataclasses.replace(record, notes=(*record.notes, note))
+            else:
+                self._agreed_shape = shape  # the last shape that agreed with inference: no note
+        state.records[self.slot] = record
+
+    def verify(self, values: Values, state: RunState, theirs: Any) -> bool | None:
+        """Whether ``theirs`` (onnxruntime's value of the output) is, bit for bit, what running this step
+        would store, found without computing the output (a scatter's kernel checks the written targets
+        and that the rest is its input, see :mod:`dmlshim.kernels.scatter_verify`). On agreement the step is
+        recorded exactly as a run records it, and ``theirs`` becomes the output value.
+
+        Returns:
+            The verdict, or None when this step has no such check (a gather, a node that runs on the CPU,
+            an output under :data:`VERIFY_MIN_BYTES`): the caller runs the step and compares.
+        """
+        if self.reference or getattr(theirs, "nbytes", 0) < VERIFY_MIN_BYTES:
+            return None
+        if self.node.op_type in GIVEN_OPS:
+            return self._verify_gather(values, state, theirs)
+        if not self.verifiable:
+            return None
+        arrays = [values[n] if n else None for n in self.inputs]
+        if any(isinstance(a, ort.OrtValue) for a in arrays):
+            return None
+        t, clean = self._translation(arrays, state)
+        if clean is None:
+            return None
+        if not self._full_check and scatter_output_is_given(self.node.op_type, self._attrs, arrays, theirs):
+            values[self.output] = theirs
+            self._finish(self._given(clean, (NOTE_GATHER_GIVEN, SCATTER_GIVEN_MESSAGE)), theirs, state)
+            return True
+        self._restart_proof_on_new_shapes(arrays)
+        prove = self._full_check or self._proved < PROVE_RUNS
+        verdict = verify_translation(t, arrays, theirs, index_mode=self.index_mode, prove_untouched=prove)
+        if verdict is None:
+            return None
+        if verdict.agrees:
+            values[self.output] = theirs
+            record = self._dml_record(clean, verdict.duplicate_indices, arrays)
+            if prove:
+                self._proved += 1
+            else:
+                record = self._given(record)
+            self._finish(record, theirs, state)
+        return verdict.agrees
+
+    def _restart_proof_on_new_shapes(self, arrays: list[Any]) -> None:
+        """Count proved runs afresh when the inputs' shapes or dtypes differ from the proved ones."""
+        key = shapes_key(arrays)
+        if key != self._proved_key:
+            self._proved_key, self._proved = key, 0
+
+    def _verify_gather(self, values: Values, state: RunState, theirs: Any) -> bool | None:
+        """A large gather in the check (see :mod:`dmlshim.execute.proofs.gather_given`): run and compared bit
+        for bit on the first :data:`PROVE_RUNS` runs with the same input shapes and dtypes (every run
+        under ``full_check``); later, when every index is in range, ``theirs`` is taken as the output and
+        the record notes it. None (run and compare) when the indices or values do not allow that."""
+        arrays = [values[n] if n else None for n in self.inputs]
+        if any(isinstance(a, ort.OrtValue) for a in arrays):
+            return None
+        self._restart_proof_on_new_shapes(arrays)
+        if self._full_check or self._proved < PROVE_RUNS:
+            self(values, state)
+            agrees = same_bits(np.asarray(values[self.output]), np.asarray(theirs))
+            self._proved += agrees
+            return agrees
+        _, clean = self._translation(arrays, state)
+        if clean is None or not output_is_given(self.node.op_type, self._attrs, arrays, theirs):
+            return None
+        values[self.output] = theirs
+        self._finish(self._given(clean, (NOTE_GATHER_GIVEN, GATHER_GIVEN_MESSAGE)), theirs, state)
+        return True
+
+    def given_by_shapes(
+        self, shapes: Sequence[tuple[int, ...]], state: RunState, indices: np.ndarray | None = None
+    ) -> bool:
+        """Record this run of a lean gather (:attr:`lean_dtypes`) from its data and indices shapes, its
+        output being onnxruntime's; False when no output shape follows from them, or when ``indices``
+        (the indices' values, when the check holds them: a constant) are not all in range (the check then
+        hands the run to the partitioned steps)."""
+        if self.lean_dtypes is None:
+            return False
+        op_type, attrs = self.node.op_type, self._attrs
+        if indices is not None and not lean_indices_in_range(op_type, attrs, shapes[0], indices):
+            return False
+        # Stand-ins with the shapes and dtypes and no memory: the translation reads nothing else.
+        dtypes = self.lean_dtypes
+        stand_ins = [np.broadcast_to(np.zeros((), d), s) for d, s in zip(dtypes, shapes, strict=True)]
+        t, clean = self._translation(stand_ins, state)
+        shape = gather_scatter_output_shape(self.node.op_type, self._attrs, shapes)
+        if shape is None:
+            return False
+        # No DirectML operator at these shapes (an empty selection, say): the partitioned steps would run
+        # the node in onnxruntime's CPU provider too, so onnxruntime's output is the answer either way.
+        record = (
+            self._cpu_record(t, stand_ins)
+            if clean is None
+            else self._given(clean, (NOTE_GATHER_GIVEN, LEAN_MESSAGE))
+        )
+        self._finish(record, np.broadcast_to(np.zeros((), dtypes[0]), shape), state)
+        return True
+
+    def _run_reference(self, values: Values, arrays: list[Any], state: RunState) -> NodeRecord:
+        values[self.output] = self._run_on_cpu(arrays, state)
+        return NodeRecord(
+            name=self.name,
+            op_type=self.node.op_type,
+            placement=PLACEMENT_CPU,
+            status=REASON_REFERENCE,
+            reasons=((REASON_REFERENCE, "the reference run: onnxruntime ran this node alone"),),
+        )
+
+    def _run(self, values: Values, arrays: list[Any], state: RunState) -> NodeRecord:
+        if any(isinstance(a, ort.OrtValue) for a in arrays):
+            return self._run_ortvalues(values, arrays, state)
+        t, clean = self._translation(arrays, state)
+        if clean is None:
+            values[self.output] = self._run_on_cpu(arrays, state)
+            return self._cpu_record(t, arrays)
+        result = run_translation(t, arrays, index_mode=self.index_mode)
+        values[self.output] = result.output
+        return self._dml_record(clean, result.duplicate_indices, arrays)
+
+    def _cpu_record(self, t: NodeTranslation, arrays: list[Any]) -> NodeRecord:
+        """The record of a run whose translation at these shapes and types is no DirectML operator."""
+        return NodeRecord(
+            name=self.name,
+            op_type=self.node.op_type,
+            placement=PLACEMENT_CPU,
+            status=t.status.value,
+            duplicate_indices=overwritten_writes(self.node.op_type, self._attrs, arrays),
+            reasons=(
+                *reasons_of(t),
+                (
+                    REASON_RUNTIME_FALLBACK,
+                    "the translation for this run's shapes and types is not a DirectML operator; "
+                    "the node ran in onnxruntime's CPU provider",
+                ),
+            ),
+            ort_placement=t.ort_placement,
+        )
+
+    def _given(
+        self, record: NodeRecord, note: tuple[str, str] = (NOTE_UNTOUCHED_GIVEN, UNTOUCHED_GIVEN_MESSAGE)
+    ) -> NodeRecord:
+        """``record`` noting that the untouched elements (a gather: the output) were taken as onnxruntime
+        made them (the last one made is kept: a run's record is usually the previous run's)."""
+        last = self._noted
+        if last is not None and last[0] is record and last[1] == note:
+            return last[2]
+        noted = dataclasses.replace(record, notes=(*record.notes, note))
+        self._noted = (record, note, noted)
+        return noted
+
+    def _dml_record(self, clean: NodeRecord, duplicates: int, arrays: list[Any]) -> NodeRecord:
+        """The record of a run from the descriptor: ``clean`` with the run's duplicate writes and whether
+        it saw negative indices."""
+        negative = has_negative(arrays[1])
+        if duplicates or negative:
+            last = self._marked
+            if last is not None and last[0] is clean and last[1] == duplicates and last[2] == negative:
+                return last[3]  # the same record as the previous run's: made once
+            marked = dataclasses.replace(clean, duplicate_indices=duplicates, negative_indices=negative)
+            self._marked = (clean, duplicates, negative, marked)
+            return marked
+        return clean
+
+    def _translation(self, arrays: list[Any], state: RunState) -> tuple[NodeTranslation, NodeRecord | None]:
+        """The translation for these inputs' shapes and dtypes (cached) and its clean record (None when
+        the node runs on the CPU)."""
+        key = shapes_key(arrays)
+        entry = self._cache.get(key)
+        if entry is None:
+            # A gather's output can dwarf its inputs (small data, many indices): size it before running.
+            shape = gather_scatter_output_shape(
+                self.node.op_type, self._attrs, [a.shape if a is not None else None for a in arrays]
+            )
+            if shape is not None and arrays and arrays[0] is not None:
+                check_tensor(
+                    shape, arrays[0].dtype, tensor=self.output, node=self.name, op_type=self.node.op_type,
+                    what="output",
+                )  # fmt: skip
+            infos = [
+                TensorInfo(tuple(a.shape), elem_type_of(a.dtype)) if a is not None else None for a in arrays
+            ]
+            t = translate_node(self.node, self.since_version, infos, self.feature_level, name=self.name)
+            if len(self._cache) >= TRANSLATION_CACHE_SIZE:
+                self._cache.clear()
+            entry = self._cache[key] = (t, self._clean_record(t))
+            state.translations_computed += 1
+        return entry
+
+    def _run_ortvalues(self, values: Values, arrays: list[Any], state: RunState) -> NodeRecord:
+        """An input numpy cannot hold (a bfloat16 OrtValue, say): DirectML cannot hold it either, so the
+        node runs in onnxruntime's CPU provider, on the OrtValues as they are."""
+        values[self.output] = self._run_on_cpu(arrays, state)
+        kinds = sorted({a.data_type() for a in arrays if isinstance(a, ort.OrtValue)})
+        return NodeRecord(
+            name=self.name,
+            op_type=self.node.op_type,
+            placement=PLACEMENT_CPU,
+            status=Status.FALLBACK.value,
+            reasons=(
+                (
+                    REASON_RUNTIME_FALLBACK,
+                    f"an input is a {', '.join(kinds)}, which neither numpy nor DirectML holds; the node ran "
+                    "in onnxruntime's CPU provider",
+                ),
+            ),
+        )
+
+    def _run_on_cpu(self, arrays: Sequence[Any], state: RunState) -> Any:
+        # One graph input per name: a node reading one tensor twice (ScatterElements(i, i, i)) would
+        # otherwise declare it twice, which onnxruntime refuses.
+        present = list({n: a for n, a in zip(self.inputs, arrays, strict=False) if a is not None}.items())
+        key = tuple((elem, len(dims)) for elem, dims in (value_elem_and_rank(a) for _, a in present))
+        session = self.fallback_sessions.get(key)
+        if session is None:
+            session = self.fallback_sessions[key] = cpu_session(
+                single_node_model(self._model, self.node, present), self._sess_options, f"node {self.name!r}"
+            )
+        try:
+            (out,) = run_session(session, [self.output], dict(present), state.run_options)
+        except ORT_ERRORS as exc:
+            raise ort_run_error(exc, "onnxruntime failed", node=self.name, op_type=self.node.op_type) from exc
+        return out
+
+
+def overwrites(node: onnx.NodeProto) -> bool:
+    """A scatter without reduction: duplicate indices make some of its writes overwrite others."""
+    if node.op_type not in SCATTERS:
+        return False
+    return not any(a.name == "reduction" and a.s not in (b"", b"none") for a in node.attribute)
+
+
+def overwritten_writes(op_type: str, attrs: Mapping[str, Any], arrays: Sequence[np.ndarray | None]) -> int:
+    """Writes of a scatter without reduction that a later write to the same place overwrites, counted as
+    the kernels count them (elements for ScatterElements, index tuples for ScatterND), for nodes that ran
+    on onnxruntime (which has accepted the indices, so they are in range)."""
+    if op_type not in SCATTERS or len(arrays) < 2 or not no_reduction(attrs):
+        return 0
+    data, indices = arrays[0], arrays[1]
+    if data is None or indices is None or data.size == 0:
+        return 0
+    empty_tuples = op_type == "ScatterND" and indices.ndim > 0 and indices.shape[-1] == 0  # each: all data
+    if indices.size == 0 and not empty_tuples:
+        return 0
+    axis = int(attrs.get("axis", 0))
+    return repeated_writes(op_type, axis + data.ndim if axis < 0 else axis, data.shape, indices)
+
+
+def static_key(infos: Sequence[TensorInfo | None]) -> tuple[Any, ...] | None:
+    """The cache key a run with exactly these static shapes and types will look up."""
+    key: list[Any] = []
+    for info in infos:
+        if info is None:
+            key.append(None)
+            continue
+        if not info.is_static:
+            return None
+        try:
+            dtype = np.dtype(helper.tensor_dtype_to_np_dtype(info.elem_type))
+        except (KeyError, TypeError, ValueError):
+            return None
+        key.append((info.static_shape, dtype))
+    return tuple(key)

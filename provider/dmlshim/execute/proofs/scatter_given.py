@@ -1,0 +1,108 @@
+"""A scatter's output taken as onnxruntime computed it in the whole-model check (issue 22: each emulated
+node computed once per run, and no Python work per run that onnxruntime already did).
+
+ONNX's Scatter/ScatterElements/ScatterND without reduction and DirectML's SCATTER / SCATTER_ND define the
+same output when every index is in ``[0, dim)`` and no two writes land on the same place: the data input
+with each update copied, bit for bit, to the one place its index names. Negative indices (ONNX wraps them,
+DirectML's rules may not) and repeated targets (ONNX leaves the winner unspecified, onnxruntime's CPU
+ScatterND races on them, DirectML's record counts them) are where the two can differ. So on every run of
+the check, a scatter's indices are looked at first: when they are all in range, non-negative and
+distinct, onnxruntime's output is the DirectML one and is taken as it is (from the first run on: the
+proof is the run's own indices, as a lean gather's is the graph, :mod:`dmlshim.execute.proofs.gather_given`).
+On a Llama-style static-cache decode step (12 KV-cache ScatterElements of 768 KB) that is ~25 µs of index
+checks per scatter instead of ~190 µs for locating and comparing the written elements, and no proof runs
+reading every cache whole. Any other run (a negative or repeated index, an OrtValue, another dtype or
+shape than the node's, a reduction) is verified by the kernel as before
+(:mod:`dmlshim.kernels.scatter_verify`), and ``DMLSHIM_FULL_CHECK=1`` (validate) verifies every run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .gather_given import in_range
+
+SCATTERS = frozenset(("Scatter", "ScatterElements", "ScatterND"))
+"""Scatters whose output the whole-model check takes from onnxruntime when their indices prove it."""
+
+
+SCATTER_GIVEN_MESSAGE = (
+    "this scatter's output is onnxruntime's: every index of this run is in range (onnxruntime refuses any "
+    "other), non-negative and written once, where ONNX and DirectML define the same output "
+    "(DMLSHIM_FULL_CHECK=1 verifies it against the DirectML kernel on every run)"
+)
+"""The record note's text for a scatter whose output was taken as onnxruntime computed it."""
+
+
+def no_reduction(attrs: Mapping[str, Any]) -> bool:
+    """A scatter's ``reduction`` attribute is absent or ``none``: a later write to a place replaces an
+    earlier one."""
+    reduction = attrs.get("reduction", b"none")
+    return (reduction.decode() if isinstance(reduction, bytes) else str(reduction)) == "none"
+
+
+def repeated_writes(op_type: str, axis: int, data_shape: Sequence[int], indices: np.ndarray) -> int:
+    """Writes of a scatter that a later write to the same place overwrites, counted as the kernels count
+    them: elements for Scatter/ScatterElements (along ``axis``, non-negative), index tuples for ScatterND.
+    The indices are in range; negative ones wrap, as ONNX's do."""
+    if op_type == "ScatterND":
+        k = indices.shape[-1]
+        count = int(np.prod(indices.shape[:-1], dtype=np.int64))
+        if count <= 1:
+            return 0
+        if k == 0:
+            return count - 1  # every tuple of no coordinates names the whole data
+        dims = np.asarray(data_shape[:k], dtype=np.int64)
+        tuples = indices.reshape(count, k).astype(np.int64, copy=False)
+        tuples = np.where(tuples < 0, tuples + dims, tuples)
+        strides = np.ones(k, dtype=np.int64)
+        for d in range(k - 2, -1, -1):
+            strides[d] = strides[d + 1] * dims[d + 1]
+        flat = np.sort(tuples @ strides)
+        return int((flat[1:] == flat[:-1]).sum())
+    # A ScatterElements write keeps every coordinate of its position but the axis one: two writes meet
+    # only on one line along the axis, with equal indices.
+    if indices.shape[axis] <= 1:
+        return 0
+    wrapped = indices.astype(np.int64, copy=False)
+    wrapped = np.where(wrapped < 0, wrapped + data_shape[axis], wrapped)
+    ordered = np.sort(wrapped, axis=axis)
+    return int((np.diff(ordered, axis=axis) == 0).sum())
+
+
+def scatter_output_is_given(
+    op_type: str, attrs: Mapping[str, Any], arrays: Sequence[Any], theirs: Any
+) -> bool:
+    """Whether ``theirs`` can stand for the DirectML scatter's output of ``arrays``: numpy arrays of the
+    data's shape and dtype, no reduction, and integer indices all in ``[0, dim)`` with no two writes to
+    one place (see the module docstring). False means: verify as before."""
+    if op_type not in SCATTERS or len(arrays) < 3 or not no_reduction(attrs):
+        return False
+    data, indices, updates = arrays[0], arrays[1], arrays[2]
+    if not all(isinstance(a, np.ndarray) for a in (data, indices, updates, theirs)):
+        return False
+    if indices.dtype.kind not in "iu" or data.ndim == 0 or updates.dtype != data.dtype:
+        return False
+    if theirs.shape != data.shape or theirs.dtype != data.dtype:
+        return False
+    if op_type == "ScatterND":
+        # Before the empty check: tuples of 0 coordinates (an empty indices tensor) each name the whole
+        # data, so two of them are two writes to one place.
+        k = indices.shape[-1] if indices.ndim else 0
+        if indices.ndim == 0 or k > data.ndim:
+            return False
+        if indices.size and not in_range(indices, min(data.shape[:k])):
+            columns = indices.reshape(-1, k)
+            if not all(in_range(columns[:, d], data.shape[d]) for d in range(k)):
+                return False
+        return repeated_writes(op_type, 0, data.shape, indices) == 0
+    if indices.size == 0:
+        return True
+    axis = int(attrs.get("axis", 0))
+    axis = axis + data.ndim if axis < 0 else axis
+    if not 0 <= axis < data.ndim or indices.ndim != data.ndim:
+        return False
+    return in_range(indices, data.shape[axis]) and not repeated_writes(op_type, axis, data.shape, indices)

@@ -1,0 +1,291 @@
+"""Initializers a caller adds through ``SessionOptions``, applied to the model as onnxruntime applies them.
+
+``SessionOptions.add_initializer(name, value)`` replaces the model's initializer ``name``;
+``add_external_initializers(names, values)`` replaces initializers whose data the model keeps in an
+external file (onnxruntime refuses a name the model holds inline or does not have). A dmlshim session runs
+the model as several pieces, some not in onnxruntime at all (the emulated gather/scatter nodes), so the
+values must be known to dmlshim itself. onnxruntime cannot list what a ``SessionOptions`` holds; it is
+asked instead: a probe model with no nodes whose outputs are empty stand-ins for the model's initializers
+is run with the caller's options, and every output that comes back with another shape is a value the
+caller added. The model handed to the engines then holds those values, so every engine, every partition
+and every emulated node reads what onnxruntime would.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from ...errors import BadInputError, BadModelError, NotSupportedError
+from ...model.ort_errors import ORT_ERRORS
+from ...model.weightless import graph_shell, model_shell
+from ...runtime.real import OrtInferenceSession
+
+logger = logging.getLogger(__name__)
+
+SENTINEL_DIMS = (0, 1, 0, 1, 0, 1, 0)
+"""The shape of a stand-in: empty, and a shape no caller's value has in practice."""
+
+_UNKNOWN_EXTERNAL = re.compile(r"Failed to find existing initializer with name (\S+?)\.?$", re.MULTILINE)
+_PROBE_OPSET = 17
+_EMPTY_FILE = "dmlshim-probe-empty.bin"
+_ANCHOR = "dmlshim.probe.anchor"
+
+
+def _own_reference(tensor: onnx.TensorProto) -> onnx.TensorProto:
+    """``tensor``'s external reference as the model has it (location, offset, length), no data: in the
+    probe's empty folder onnxruntime can only find it among the options' in-memory files."""
+    stub = onnx.TensorProto(name=tensor.name, data_type=tensor.data_type, dims=list(tensor.dims))
+    stub.data_location = onnx.TensorProto.EXTERNAL
+    stub.external_data.extend(tensor.external_data)
+    return stub
+
+
+def _stand_in(tensor: onnx.TensorProto, external: bool) -> onnx.TensorProto:
+    """An initializer named as ``tensor``, of its type: empty with :data:`SENTINEL_DIMS`, or (``external``)
+    of its real dims with data in an empty file (onnxruntime must replace it, never read it)."""
+    dims = list(tensor.dims) if external else list(SENTINEL_DIMS)
+    stub = onnx.TensorProto(name=tensor.name, data_type=tensor.data_type, dims=dims)
+    if external:
+        stub.data_location = onnx.TensorProto.EXTERNAL
+        for key, value in (("location", _EMPTY_FILE), ("offset", "0"), ("length", "0")):
+            entry = stub.external_data.add()
+            entry.key, entry.value = key, value
+    return stub
+
+
+@contextmanager
+def _quiet(so: Any) -> Iterator[Any]:
+    """``so`` with its file outputs (profile, optimized model) off while the probe is built, restored
+    after: only the caller's own object holds the added values."""
+    saved = (so.enable_profiling, so.optimized_model_filepath, so.log_severity_level)
+    so.enable_profiling, so.optimized_model_filepath = False, ""
+    so.log_severity_level = max(int(saved[2]), 3)
+    try:
+        yield so
+    finally:
+        so.enable_profiling, so.optimized_model_filepath, so.log_severity_level = saved
+
+
+_NO_NUMPY = frozenset(
+    getattr(onnx.TensorProto, n)
+    for n in ("INT4", "UINT4", "BFLOAT16", "INT2", "UINT2")
+    if hasattr(onnx.TensorProto, n)
+)
+"""Element types onnxruntime's ``run`` cannot return as numpy ("No corresponding Numpy type")."""
+
+
+def _narrow(tensor: onnx.TensorProto) -> bool:
+    """Whether the probe reads ``tensor``'s shape only (its type is one numpy cannot hold)."""
+    return tensor.data_type in _NO_NUMPY
+
+
+def _probe(
+    folder: Path,
+    tensors: Mapping[str, onnx.TensorProto],
+    external: set[str],
+    so: Any,
+    own: frozenset[str] = frozenset(),
+) -> list[Any]:
+    # onnxruntime refuses a graph without any value: an anchor output keeps the probe valid when empty.
+    anchor = helper.make_tensor(_ANCHOR, onnx.TensorProto.FLOAT, [0], [])
+    graph = helper.make_graph(
+        [],
+        "dmlshim_added_initializer_probe",
+        [],
+        [
+            *(helper.make_tensor_value_info(n, t.data_type, None) for n, t in tensors.items()),
+            helper.make_tensor_value_info(_ANCHOR, onnx.TensorProto.FLOAT, [0]),
+        ],
+        [
+            *(_own_reference(t) if n in own else _stand_in(t, n in external) for n, t in tensors.items()),
+            anchor,
+        ],
+    )
+    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", _PROBE_OPSET)])
+    path = folder / "probe.onnx"
+    onnx.save(model, str(path))
+    with _quiet(so):
+        session = OrtInferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    # OrtValues: a type numpy cannot hold (4-bit, bfloat16 ...) comes back as its shape alone
+    values = list(session.run_with_ort_values(None, {}))[:-1]
+    return [
+        np.array(v.shape(), np.int64) if _narrow(t) and n not in own else v.numpy()
+        for v, (n, t) in zip(values, tensors.items(), strict=True)
+    ]
+
+
+@dataclass(frozen=True)
+class AddedInitializers:
+    """What a ``SessionOptions`` adds to a model.
+
+    Attributes:
+        values: the added value of each initializer replaced, by name.
+        external: the names among them given through ``add_external_initializers``.
+    """
+
+    values: Mapping[str, np.ndarray] = field(default_factory=dict)
+    external: frozenset[str] = frozenset()
+
+
+def added_initializers(
+    model: onnx.ModelProto, so: Any, external_names: frozenset[str] = frozenset()
+) -> AddedInitializers:
+    """The values ``so`` adds for initializers of ``model``'s main graph (none when it adds none).
+
+    Args:
+        model: the model (not modified).
+        so: the caller's ``onnxruntime.SessionOptions`` (restored as it was).
+        external_names: the initializers the model file keeps in external data (the only ones
+            ``add_external_initializers`` may replace).
+
+    Raises:
+        BadInputError: onnxruntime refuses an added value (a name the model does not hold in external
+            data, another shape or type), as it would refuse the session.
+    """
+    if so is None:
+        return AddedInitializers()
+    tensors = {
+        t.name: t
+        for t in model.graph.initializer
+        if t.data_type != onnx.TensorProto.UNDEFINED and t.name != _ANCHOR
+    }
+    external: set[str] = set()
+    with tempfile.TemporaryDirectory(prefix="dmlshim-probe-") as tmp:
+        folder = Path(tmp)
+        (folder / _EMPTY_FILE).write_bytes(b"")
+        while True:
+            try:
+                # External names first, alone: onnxruntime names one it cannot place per attempt.
+                _probe(folder, {n: tensors[n] for n in external}, external, so)
+                break
+            except ORT_ERRORS as exc:
+                found = _UNKNOWN_EXTERNAL.search(str(exc))
+                if found is None or found.group(1) in external:
+                    raise _refused(exc) from exc
+                name = found.group(1)
+                if name not in tensors or name not in external_names:
+                    where = "holds inline" if name in tensors else "does not have"
+                    raise BadInputError(
+                        f"SessionOptions.add_external_initializers names {name!r}, an initializer the model "
+                        f"{where}: onnxruntime replaces only initializers whose data is in an external file",
+                        tensor=name,
+                        rule="add_external_initializers replaces external-data initializers only",
+                    ) from exc
+                external.add(name)
+        try:
+            outputs = _probe(folder, tensors, external, so)
+        except ORT_ERRORS as exc:
+            raise _refused(exc) from exc
+    found_values: dict[str, np.ndarray] = {}
+    for name, value in zip(tensors, outputs, strict=True):
+        arr = np.asarray(value)
+        if _narrow(tensors[name]):  # the probe returned its shape
+            if tuple(int(d) for d in arr) != SENTINEL_DIMS:
+                raise NotSupportedError(
+                    f"SessionOptions.add_initializer replaces {name!r}, a "
+                    f"{onnx.TensorProto.DataType.Name(tensors[name].data_type)} initializer: dmlshim cannot "
+                    "read such a value back from onnxruntime",
+                    tensor=name,
+                )
+            continue
+        if name in external or arr.shape != SENTINEL_DIMS:
+            found_values[name] = arr
+    if found_values:
+        logger.info("initializers added by the session options: %s", ", ".join(sorted(found_values)))
+    return AddedInitializers(found_values, frozenset(external))
+
+
+def from_files_in_memory(tensors: Mapping[str, onnx.TensorProto], so: Any) -> dict[str, np.ndarray]:
+    """The values onnxruntime reads for external-data ``tensors`` from the files ``so`` holds in memory
+    (``SessionOptions.add_external_initializers_from_files_in_memory``); a tensor whose file is not among
+    them is left out (its file is read from disk as usual)."""
+    if so is None or not tensors:
+        return {}
+    found: dict[str, np.ndarray] = {}
+    with tempfile.TemporaryDirectory(prefix="dmlshim-probe-") as tmp:
+        folder = Path(tmp)
+        try:  # all at once (the common case: every missing file is in memory) ...
+            outputs = _probe(folder, tensors, set(), so, own=frozenset(tensors))
+            return {n: np.asarray(v) for n, v in zip(tensors, outputs, strict=True)}
+        except ORT_ERRORS:
+            pass
+        for name, tensor in tensors.items():  # ... else one by one
+            try:
+                (value,) = _probe(folder, {name: tensor}, set(), so, own=frozenset((name,)))
+            except ORT_ERRORS:
+                continue
+            found[name] = np.asarray(value)
+    return found
+
+
+_FILE_PROBE = "dmlshim_file_probe"
+
+
+def file_in_memory(location: str, so: Any) -> bool:
+    """Whether ``so`` holds the external-data file ``location`` in memory
+    (``add_external_initializers_from_files_in_memory``): onnxruntime is asked to read its first byte in an
+    empty folder, where only the options' in-memory files can be found."""
+    if so is None or not location:
+        return False
+    probe = onnx.TensorProto(name=_FILE_PROBE, data_type=onnx.TensorProto.UINT8, dims=[1])
+    probe.data_location = onnx.TensorProto.EXTERNAL
+    for key, value in (("location", location), ("offset", "0"), ("length", "1")):
+        entry = probe.external_data.add()
+        entry.key, entry.value = key, value
+    with tempfile.TemporaryDirectory(prefix="dmlshim-probe-") as tmp:
+        try:
+            _probe(Path(tmp), {_FILE_PROBE: probe}, set(), so, own=frozenset((_FILE_PROBE,)))
+        except ORT_ERRORS:
+            return False
+    return True
+
+
+def read_files_in_memory(tensors: Mapping[str, onnx.TensorProto], so: Any) -> dict[str, np.ndarray]:
+    """The values of external-data ``tensors`` whose file ``so`` holds in memory, read by onnxruntime.
+
+    Raises:
+        BadModelError: onnxruntime cannot read one of them there (an offset or length past the in-memory
+            file's end, say), as it then refuses the session (its class: ``Fail``).
+    """
+    with tempfile.TemporaryDirectory(prefix="dmlshim-probe-") as tmp:
+        try:
+            outputs = _probe(Path(tmp), tensors, set(), so, own=frozenset(tensors))
+        except ORT_ERRORS as exc:
+            raise BadModelError(
+                "onnxruntime cannot read the external data of "
+                f"{', '.join(repr(n) for n in tensors)} from the file the session options hold in memory: "
+                f"{str(exc).strip()}",
+                tensor=next(iter(tensors)),
+                rule="external data held in memory must hold every byte the model's tensors refer to",
+            ) from exc
+    return {n: np.asarray(v) for n, v in zip(tensors, outputs, strict=True)}
+
+
+def _refused(exc: BaseException) -> BadInputError:
+    return BadInputError(
+        f"onnxruntime refuses an initializer added through the session options: {str(exc).strip()}",
+        rule="an added initializer must match the name, type and shape of the model's",
+    )
+
+
+def with_initializers(model: onnx.ModelProto, values: Mapping[str, np.ndarray]) -> onnx.ModelProto:
+    """A copy of ``model`` whose initializers named in ``values`` hold those values (``model`` is not
+    modified)."""
+    out = model_shell(model)
+    graph_shell(model.graph, out.graph)
+    out.graph.initializer.extend(
+        numpy_helper.from_array(np.asarray(values[t.name]), t.name) if t.name in values else t
+        for t in model.graph.initializer
+    )
+    return out

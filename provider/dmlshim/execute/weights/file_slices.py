@@ -1,0 +1,276 @@
+"""Where each weight's bytes lie in the model's files, so that onnxruntime reads them there itself.
+
+A model read from a file holds its large initializers either inline (``raw_data`` inside the .onnx file)
+or as external data. Either way the bytes already sit in a file at a known offset; an onnxruntime session
+given a placeholder initializer that points there (external data, relative to the folder named by the
+session's ``session.model_external_initializers_file_folder_path`` entry) reads them itself, with no
+array made in Python for it (``SessionOptions.add_external_initializers`` copies every array it is handed,
+so handing arrays costs one more copy of every weight while the session is built).
+
+The .onnx file is walked as protobuf wire format: tags and lengths are read and every ``raw_data`` is
+skipped with a seek, so finding the slices costs a few reads, not a pass over the weights.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import BinaryIO
+
+import onnx
+from google.protobuf.message import DecodeError
+
+logger = logging.getLogger(__name__)
+
+FOLDER_KEY = "session.model_external_initializers_file_folder_path"
+"""The onnxruntime session configuration entry naming the folder external data locations are relative to."""
+
+_MODEL_GRAPH, _GRAPH_INITIALIZER, _TENSOR_RAW_DATA = 7, 5, 9
+_LEN, _VARINT, _I64, _I32 = 2, 0, 1, 5
+
+
+@dataclass(frozen=True)
+class FileSlice:
+    """The bytes of one tensor in a file.
+
+    Attributes:
+        location: the file, relative to the model's folder.
+        offset: where the bytes start.
+        length: how many bytes.
+    """
+
+    location: str
+    offset: int
+    length: int
+
+
+class _WireError(ValueError):
+    pass
+
+
+def _varint(f: BinaryIO) -> int:
+    result = shift = 0
+    while True:
+        b = f.read(1)
+        if not b:
+            raise _WireError("truncated varint")
+        result |= (b[0] & 0x7F) << shift
+        if not b[0] & 0x80:
+            return result
+        shift += 7
+        if shift > 63:
+            raise _WireError("varint too long")
+
+
+def _skip(f: BinaryIO, wire: int) -> None:
+    if wire == _VARINT:
+        _varint(f)
+    elif wire == _I64:
+        f.seek(8, os.SEEK_CUR)
+    elif wire == _I32:
+        f.seek(4, os.SEEK_CUR)
+    elif wire == _LEN:
+        f.seek(_varint(f), os.SEEK_CUR)
+    else:
+        raise _WireError(f"wire type {wire} unexpected")
+
+
+def _split_raw(f: BinaryIO, end: int) -> tuple[bytes, tuple[int, int] | None]:
+    """One TensorProto in [tell, end): the bytes of its fields but raw_data, and where raw_data lies
+    (offset, length; the last one wins, as in protobuf)."""
+    rest = bytearray()
+    raw: tuple[int, int] | None = None
+    while f.tell() < end:
+        start = f.tell()
+        tag = _varint(f)
+        field, wire = tag >> 3, tag & 7
+        if field == _TENSOR_RAW_DATA and wire == _LEN:
+            length = _varint(f)
+            raw = (f.tell(), length)
+            f.seek(length, os.SEEK_CUR)
+            continue
+        _skip(f, wire)
+        stop = f.tell()
+        f.seek(start)
+        rest += f.read(stop - start)
+    if f.tell() != end:
+        raise _WireError("tensor overruns its length")
+    return bytes(rest), raw
+
+
+def _tensor(f: BinaryIO, end: int, model_name: str, found: dict[str, FileSlice]) -> None:
+    """Read one TensorProto in [tell, end): its fields but raw_data (kept as a slice)."""
+    rest, raw = _split_raw(f, end)
+    tensor = onnx.TensorProto.FromString(rest)
+    if raw is not None:
+        found[tensor.name] = FileSlice(model_name, raw[0], raw[1])
+    elif tensor.data_location == onnx.TensorProto.EXTERNAL:
+        info = {e.key: e.value for e in tensor.external_data}
+        if "location" in info and "length" in info:
+            found[tensor.name] = FileSlice(
+                info["location"], int(info.get("offset", "0")), int(info["length"])
+            )
+
+
+def _messages(f: BinaryIO, end: int, field_number: int, read: Callable[[int], None]) -> None:
+    """Call ``read(stop)`` for every length-delimited field ``field_number`` in [tell, end), the file at
+    the field's first byte and ``stop`` its end; skip every other field."""
+    while f.tell() < end:
+        tag = _varint(f)
+        field, wire = tag >> 3, tag & 7
+        if field == field_number and wire == _LEN:
+            length = _varint(f)
+            read(f.tell() + length)
+        else:
+            _skip(f, wire)
+
+
+def _graph(f: BinaryIO, end: int, model_name: str, found: dict[str, FileSlice]) -> None:
+    _messages(f, end, _GRAPH_INITIALIZER, lambda stop: _tensor(f, stop, model_name, found))
+
+
+def weight_slices(path: str | os.PathLike[str]) -> dict[str, FileSlice]:
+    """Where the bytes of each top-level initializer of the model at ``path`` lie (inline ``raw_data``
+    in the .onnx file itself, or external data with an explicit length); empty when the file cannot be
+    walked."""
+    found: dict[str, FileSlice] = {}
+    name = os.path.basename(os.fspath(path))
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            _messages(f, size, _MODEL_GRAPH, lambda stop: _graph(f, stop, name, found))
+    except (OSError, _WireError, ValueError, DecodeError) as exc:
+        logger.debug("weights of %s not located in its files (%s); arrays are handed instead", path, exc)
+        return {}
+    return found
+
+
+# --- reading a model without its large weights -----------------------------------------------------
+
+_TENSOR_EXTERNAL_DATA, _TENSOR_DATA_LOCATION = 13, 14
+
+WALK_MIN_GRAPH_BYTES = 4 * 1024 * 1024
+"""A graph message at least this large is walked tensor by tensor; a smaller one is read whole (its
+weights are too small to matter, and one read is faster than the walk)."""
+
+
+def _encode_varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        low = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(low | 0x80)
+        else:
+            out.append(low)
+            return bytes(out)
+
+
+def _length_delimited(field: int, payload: bytes) -> bytes:
+    return _encode_varint(field << 3 | _LEN) + _encode_varint(len(payload)) + payload
+
+
+def _reference(f: BinaryIO, end: int, model_name: str, min_bytes: int) -> onnx.TensorProto | None:
+    """The initializer in [tell, end) with its ``raw_data`` replaced by an external-data reference to
+    where those bytes lie in the file; None when it is to be kept as it is (small, no raw_data, already
+    external, or a length its dims and type disagree with: the model check reports that)."""
+    from ...model.weightless import tensor_nbytes
+
+    rest, raw = _split_raw(f, end)
+    if raw is None or raw[1] < min_bytes:
+        return None
+    tensor = onnx.TensorProto.FromString(rest)
+    if (
+        tensor.data_location == onnx.TensorProto.EXTERNAL
+        or len(tensor.external_data)
+        or tensor_nbytes(tensor) != raw[1]
+    ):
+        return None
+    tensor.data_location = onnx.TensorProto.EXTERNAL
+    for key, value in (("location", model_name), ("offset", raw[0]), ("length", raw[1])):
+        entry = tensor.external_data.add()
+        entry.key, entry.value = key, str(value)
+    return tensor
+
+
+def _copy_field(f: BinaryIO, start: int, wire: int, end: int) -> bytes:
+    """The bytes of the field whose tag was read from ``start`` (the file is after the tag)."""
+    _skip(f, wire)
+    stop = f.tell()
+    if stop > end:
+        raise _WireError("a field overruns its message")
+    f.seek(start)
+    return f.read(stop - start)
+
+
+def _rewritten(f: BinaryIO, end: int, field_number: int, rewrite: Callable[[int], bytes | None]) -> bytes:
+    """The bytes of [tell, end) with every length-delimited field ``field_number`` replaced by what
+    ``rewrite(stop)`` returns (called with the file at the field's payload, ``stop`` its end; None keeps
+    the field as it is) and every other field copied: the copying twin of :func:`_messages`."""
+    out = bytearray()
+    while f.tell() < end:
+        start = f.tell()
+        tag = _varint(f)
+        field, wire = tag >> 3, tag & 7
+        if field == field_number and wire == _LEN:
+            length = _varint(f)
+            stop = f.tell() + length
+            if stop > end:
+                raise _WireError(f"field {field_number} overruns its message")
+            payload = rewrite(stop)
+            if payload is not None:
+                out += _length_delimited(field_number, payload)
+                f.seek(stop)
+                continue
+            f.seek(start)
+            _varint(f)
+        out += _copy_field(f, start, wire, end)
+    if f.tell() != end:
+        raise _WireError("a field overruns its message")
+    return bytes(out)
+
+
+def _weightless_graph(f: BinaryIO, end: int, model_name: str, min_bytes: int, moved: list[str]) -> bytes:
+    def initializer(stop: int) -> bytes | None:
+        ref = _reference(f, stop, model_name, min_bytes)
+        if ref is None:
+            return None
+        moved.append(ref.name)
+        return ref.SerializeToString()
+
+    return _rewritten(f, end, _GRAPH_INITIALIZER, initializer)
+
+
+def read_weightless(
+    path: str | os.PathLike[str], min_bytes: int
+) -> tuple[onnx.ModelProto, frozenset[str]] | None:
+    """The model at ``path`` with every top-level initializer whose inline ``raw_data`` holds at least
+    ``min_bytes`` turned into external data pointing at those bytes in the file itself (location: the
+    file's name), and the names of those initializers. Everything else is read as ``onnx.load`` reads it
+    (external data stays external); the weights' bytes are never read.
+
+    None when the file cannot be walked this way (not one graph, a malformed field): the caller reads it
+    with onnx, whose error then says what is wrong.
+    """
+    name = os.path.basename(os.fspath(path))
+    moved: list[str] = []
+    graphs: list[int] = []
+
+    def graph(f: BinaryIO, stop: int) -> bytes:
+        graphs.append(stop)
+        if stop - f.tell() >= WALK_MIN_GRAPH_BYTES:
+            return _weightless_graph(f, stop, name, min_bytes, moved)
+        return f.read(stop - f.tell())
+
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            out = _rewritten(f, size, _MODEL_GRAPH, lambda stop: graph(f, stop))
+        if len(graphs) != 1:
+            return None  # none (onnx says so), or several (protobuf merges them): onnx reads it
+        return onnx.ModelProto.FromString(out), frozenset(moved)
+    except (OSError, _WireError, ValueError, DecodeError) as exc:
+        logger.debug("%s not read weightless (%s); onnx reads it", path, exc)
+        return None

@@ -1,0 +1,96 @@
+"""Which value of an initializer replaced by ``SessionOptions.add_initializer`` each node reads, as in
+onnxruntime.
+
+onnxruntime applies ``add_initializer`` values when it saves the session's initialized tensors, after its
+graph optimizations ran: its constant folding (from ``ORT_ENABLE_BASIC``) computes the nodes whose inputs
+are all constant initializers with the model's own values, and only the nodes left read the added value.
+``Relu(w)`` feeding a Gather is folded with the model's ``w``, while a Gather reading ``w`` itself gets the
+added one. (``add_external_initializers`` replaces the tensors before the optimizations: every node reads
+its values.) dmlshim puts the added values into the model every engine runs, so the nodes onnxruntime
+folds are pointed at a copy of the model's own value instead (:func:`keep_model_values_where_folded`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection
+
+import onnx
+
+from ...model.weightless import graph_shell, model_shell
+
+logger = logging.getLogger(__name__)
+
+MODEL_VALUE_SUFFIX = "__dmlshim_model_value"
+"""Appended to an initializer's name for the copy of the model's own value the folded nodes read."""
+
+NOT_FOLDED = frozenset(
+    {
+        "RandomNormal",
+        "RandomUniform",
+        "RandomNormalLike",
+        "RandomUniformLike",
+        "Multinomial",
+        "Bernoulli",
+        "DequantizeLinear",  # kept for the QDQ fusions at onnxruntime's default settings
+    }
+)
+"""Operators onnxruntime's constant folding leaves to run (random values, QDQ's DequantizeLinear)."""
+
+_SUBGRAPH = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+
+
+def folded_nodes(graph: onnx.GraphProto) -> set[int]:
+    """The positions of the nodes of ``graph`` (topologically sorted) onnxruntime's constant folding
+    computes at session creation: every input a constant initializer (one that is no graph input), a
+    Constant's output, or the output of a folded node."""
+    fed = {v.name for v in graph.input}
+    constant = {t.name for t in graph.initializer if t.name not in fed}
+    folded: set[int] = set()
+    for position, node in enumerate(graph.node):
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+            constant.update(o for o in node.output if o)
+            continue
+        inputs = [i for i in node.input if i]
+        if (
+            not inputs
+            or node.op_type in NOT_FOLDED
+            or any(a.type in _SUBGRAPH for a in node.attribute)
+            or not all(i in constant for i in inputs)
+        ):
+            continue
+        folded.add(position)
+        constant.update(o for o in node.output if o)
+    return folded
+
+
+def keep_model_values_where_folded(
+    model: onnx.ModelProto, original: onnx.ModelProto, added: Collection[str], folding: bool
+) -> onnx.ModelProto:
+    """``model`` (``original`` with the ``add_initializer`` values ``added`` in it) with every node
+    onnxruntime folds reading a copy of ``original``'s value of those initializers, as it does; ``model``
+    itself when no such node reads one (or ``folding`` is off: optimization level ``ORT_DISABLE_ALL``,
+    or ConstantFolding disabled).
+    """
+    names = set(added)
+    if not folding or not names:
+        return model
+    folded = folded_nodes(model.graph)
+    reads = {i for k in folded for i in model.graph.node[k].input if i in names}
+    if not reads:
+        return model
+    out = model_shell(model)
+    graph_shell(model.graph, out.graph)
+    for k, node in enumerate(out.graph.node):
+        if k in folded:
+            for j, name in enumerate(node.input):
+                if name in reads:
+                    node.input[j] = name + MODEL_VALUE_SUFFIX
+    out.graph.initializer.extend(model.graph.initializer)
+    for tensor in original.graph.initializer:
+        if tensor.name in reads:
+            copy = out.graph.initializer.add()
+            copy.CopyFrom(tensor)
+            copy.name = tensor.name + MODEL_VALUE_SUFFIX
+    logger.debug("nodes onnxruntime folds read the model's own %s, not the added values", sorted(reads))
+    return out

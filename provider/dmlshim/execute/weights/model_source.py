@@ -1,0 +1,345 @@
+"""Reading a model for a session: from a path, bytes or an ``onnx.ModelProto``, checked once."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import onnx
+from google.protobuf.message import DecodeError
+
+from ...errors import BadModelError
+from ...fileio.external_data import external_tensors
+from ...fileio.filekind import require_onnx_model
+from ...limits import check_model_inputs
+from ...model.modelcheck import check_model, load_external_data
+from ...model.prepare import prepare_model
+from ...model.weightless import is_external
+from ...runtime.exceptions import (
+    as_onnxruntime_error,
+    check_failure_class,
+    refusal_class,
+    with_onnxruntime_class,
+)
+from ...runtime.real import pybind_state
+from .added_initializers import AddedInitializers
+from .file_slices import read_weightless
+from .shared import SHARE_MIN_BYTES
+from .snapshot import ExternalDataGuard, WeightSnapshot, read_inline, snapshot_inline
+from .supplied import take_supplied_initializers
+from .values import check_unchanged, load_small_external_data, weight_files, with_weights
+
+logger = logging.getLogger(__name__)
+
+ModelSource = str | os.PathLike[str] | bytes | onnx.ModelProto
+"""A model file path, serialized model bytes, or a ``ModelProto``."""
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A model, the file it came from (None for bytes or a ModelProto), and what the session options add
+    when that was asked while loading (``added.external``: the ``add_external_initializers`` names, whose
+    values are in ``proto``; None when it was not asked)."""
+
+    proto: onnx.ModelProto
+    path: str | None
+    added: AddedInitializers | None = None
+    weight_files: Mapping[str, tuple[int, int] | None] | None = None
+    """Read without its weights (``load_model(weightless=True)``): the files its top-level external
+    initializers point at (relative to :attr:`weights_folder`), with their size and modification time
+    when read; None when ``proto`` holds every weight but those of ``add_external_initializers``."""
+    snapshot: WeightSnapshot | None = None
+    """The session's own copy of the large weights the .onnx file held inline (their external data
+    points there), kept while this object lives; None when there were none (or they are in ``proto``)."""
+    guard: ExternalDataGuard | None = None
+    """The external data the user chose that sessions of this model map (None: none is mapped)."""
+
+    @property
+    def supplied(self) -> frozenset[str]:
+        """The initializers ``add_external_initializers`` supplied (their values are in ``proto``)."""
+        return self.added.external if self.added is not None else frozenset()
+
+    @property
+    def weightless(self) -> bool:
+        """``proto`` keeps its large top-level initializers as references into the model's files."""
+        return self.weight_files is not None
+
+    @property
+    def weights_path(self) -> str | None:
+        """A path whose folder the external-data references of ``proto`` are relative to: the model file,
+        or a name in the folder of :attr:`snapshot` (None for a model from bytes or a ModelProto)."""
+        if self.path is None or self.snapshot is None:
+            return self.path
+        return os.path.join(self.snapshot.folder, os.path.basename(self.path))
+
+    @property
+    def weights_folder(self) -> str | None:
+        """The folder the external-data references of a model read without its weights are relative to
+        (None: ``proto`` holds its weights)."""
+        path = self.weights_path
+        if self.weight_files is None or path is None:
+            return None
+        return os.path.dirname(os.path.abspath(path))
+
+    def check_files(self) -> None:
+        """Refuse a run once an external-data file the sessions map has been cut short (reading it would
+        kill the process).
+
+        Raises:
+            BadModelError: a mapped file is shorter than the weights in it.
+        """
+        if self.guard is not None:
+            self.guard.check()
+
+    def check_unchanged(self) -> None:
+        """Refuse to go on when a file this model's weights are read from changed since it was read.
+
+        Raises:
+            BadModelError: a file's size or modification time differs.
+        """
+        folder = self.weights_folder
+        if folder is not None and self.weight_files is not None and self.path is not None:
+            check_unchanged(self.weight_files, folder, self.path)
+
+    def with_weights(self, model: onnx.ModelProto | None = None) -> onnx.ModelProto:
+        """The model with every weight in it: ``proto`` itself, or for a model read without its weights
+        a copy with them read from its files (:func:`dmlshim.execute.weights.values.with_weights`).
+
+        Args:
+            model: ``proto`` as changed since (values the session options add), instead of ``proto``.
+
+        Raises:
+            BadModelError: a file changed since the model was read, or cannot be read.
+        """
+        model = self.proto if model is None else model
+        path = self.weights_path
+        if self.weight_files is None or path is None:
+            return model
+        return with_weights(model, path, self.weight_files, shown=self.path)
+
+
+def load_model(
+    model: ModelSource, sess_options: Any = None, *, weightless: bool = False, own_weights: bool = True
+) -> LoadedModel:
+    """Read a model from a path, bytes or a ModelProto, with external data kept inside the model's folder,
+    checked (:func:`dmlshim.model.modelcheck.check_model`) and prepared as onnxruntime prepares it (local
+    functions expanded, nodes sorted: :func:`dmlshim.model.prepare.prepare_model`).
+
+    External-data initializers that ``sess_options`` supplies (``add_external_initializers``) are taken
+    from it, as onnxruntime takes them; their file is neither checked nor read
+    (:mod:`dmlshim.execute.weights.supplied`).
+
+    With ``weightless`` (a model file), the large top-level initializers are never read: those held
+    inline become external data pointing at their bytes in the .onnx file
+    (:func:`dmlshim.execute.weights.file_slices.read_weightless`) and large external data stays external (both
+    checked as usual; small external tensors are read, as small inline ones stay). With ``own_weights``
+    (a session, validate) the large inline weights are then copied once to a file of the model's own
+    (``LoadedModel.snapshot``), so that nothing done to the .onnx file afterwards reaches the model, as
+    nothing reaches an onnxruntime session; without it (a command that only reads the structure) they
+    keep pointing into the .onnx file;
+    ``LoadedModel.with_weights`` gives the whole model to whoever needs it. Only the initializers the file
+    keeps in external data count as such for ``sess_options`` (``add_external_initializers``).
+
+    Raises:
+        BadModelError: the file is missing, empty, is not an ONNX model, is truncated, or has external data
+            whose location leaves the model's folder.
+        TooLargeError: a graph input has a static shape that cannot fit in this machine's memory.
+    """
+    if isinstance(model, onnx.ModelProto):
+        loaded = LoadedModel(model, None)
+    elif isinstance(model, (bytes, bytearray, memoryview)):
+        try:
+            parsed = onnx.load_from_string(bytes(model))
+        except (DecodeError, ValueError, RuntimeError) as exc:
+            raise BadModelError(f"the bytes are not a serialized ONNX model: {exc}") from exc
+        added = take_supplied_initializers(parsed, sess_options) if parsed.HasField("graph") else None
+        _load_external_data_from_cwd(parsed)
+        loaded = LoadedModel(parsed, None, added)
+    elif isinstance(model, (str, os.PathLike)):
+        path = Path(model)
+        if not path.is_file():
+            error = BadModelError(
+                "model file not found" if not path.exists() else "not a regular file", path=str(path)
+            )
+            # onnxruntime reads a folder (or a device) and fails to parse it: InvalidProtobuf
+            raise with_onnxruntime_class(error, pybind_state.InvalidProtobuf) if path.exists() else error
+        require_onnx_model(path)
+        found = _read_weightless(path) if weightless else None
+        light, inline = found if found is not None else (None, frozenset[str]())
+        try:
+            proto = light if light is not None else onnx.load(str(path), load_external_data=False)
+        except (DecodeError, ValueError, RuntimeError, OSError) as exc:
+            raise BadModelError(f"not a readable ONNX model: {exc}", path=str(path)) from exc
+        _require_graph(proto, str(path))
+        added = take_supplied_initializers(proto, sess_options, path.parent, inline=inline)
+        # before reading any weights; read without them, only the small ones count against the limits
+        check_model(proto, path, sess_options=sess_options, read_below=SHARE_MIN_BYTES if light else None)
+        files = snapshot = guard = None
+        if light is not None:
+            load_small_external_data(proto, path, SHARE_MIN_BYTES)
+            snapshot = _own_inline_weights(proto, path, inline) if own_weights else None
+            folder = snapshot.folder if snapshot is not None else os.path.dirname(os.path.abspath(path))
+            files = weight_files(proto, folder) or None
+            if files is not None and snapshot is None and own_weights:
+                guard = ExternalDataGuard(proto, folder, str(path))
+        else:
+            load_external_data(proto, path)
+        loaded = LoadedModel(prepare_model(proto, owned=True), str(path), added, files, snapshot, guard)
+    else:
+        # onnxruntime raises a TypeError here ("Unable to load from type ..."): so is this error
+        raise as_onnxruntime_error(
+            BadModelError(
+                f"model must be a path, bytes or onnx.ModelProto, not {type(model).__name__}",
+                value=type(model).__name__,
+            ),
+            TypeError,
+        )
+    _require_graph(loaded.proto, loaded.path)
+    if loaded.path is None:
+        check_model(loaded.proto, sess_options=sess_options)
+        # bytes were parsed here (ours to change); a caller's ModelProto is copied if it must change
+        owned = not isinstance(model, onnx.ModelProto)
+        loaded = LoadedModel(prepare_model(loaded.proto, owned=owned), None, loaded.added)
+    check_model_inputs(loaded.proto, path=loaded.path)
+    return loaded
+
+
+def _load_external_data_from_cwd(proto: onnx.ModelProto) -> None:
+    """As onnxruntime does for a model given as bytes: external data is found from the working directory
+    (and must stay inside it). Read into the model when every file is there; else left for the model
+    check to refuse, naming the first tensor (onnxruntime refuses such a model too)."""
+    tensors = external_tensors(proto.graph) if proto.HasField("graph") else []
+    locations = [next((e.value for e in t.external_data if e.key == "location"), "") for t in tensors]
+    if not tensors or not all(loc and os.path.isfile(loc) for loc in locations):
+        return
+    logger.debug("external data of a model given in memory read from the working directory %s", os.getcwd())
+    try:
+        load_external_data(proto, Path(os.getcwd()) / "<model given in memory>")
+    except BadModelError as exc:  # e.g. a location leaving the working directory: onnxruntime's Fail
+        exc.path = None
+        raise with_onnxruntime_class(exc, pybind_state.Fail) from exc.__cause__
+
+
+def _read_weightless(path: Path) -> tuple[onnx.ModelProto, frozenset[str]] | None:
+    """The model at ``path`` without its large inline weights and the names of those (None: read it
+    whole). A model file that is a link leading out of its folder is read whole: its weights would be
+    external data outside the model's folder, which the model check refuses."""
+    folder = os.path.realpath(path.parent)
+    if os.path.commonpath([folder, os.path.realpath(path)]) != folder:
+        return None
+    found = read_weightless(path, SHARE_MIN_BYTES)
+    if found is not None and found[1]:
+        logger.debug("%d initializers of %s left in the file", len(found[1]), path)
+    return found
+
+
+def _own_inline_weights(proto: onnx.ModelProto, path: Path, inline: frozenset[str]) -> WeightSnapshot | None:
+    """Make the large weights the .onnx file holds inline (``inline``: external data pointing into the
+    file itself) the session's own, as onnxruntime's are: copied to a file of their own
+    (:func:`dmlshim.execute.weights.snapshot.snapshot_inline`), or, when the model also keeps large
+    weights in external data the user chose (one folder holds every reference onnxruntime reads) or
+    the copy cannot be made, read into ``proto``. None when they are in ``proto`` (or there are none)."""
+    if not inline:
+        return None
+    chosen = [t for t in proto.graph.initializer if is_external(t) and t.name not in inline]
+    if not chosen:
+        try:
+            return snapshot_inline(proto, path, inline)
+        except OSError as exc:
+            logger.warning("the weights of %s cannot be copied (%s); they are read into the model", path, exc)
+    read_inline(proto, path, inline)
+    return None
+
+
+def _require_graph(proto: onnx.ModelProto, path: str | None) -> None:
+    # An empty file parses as an empty ModelProto; say so instead of letting onnxruntime say "no graph".
+    if not proto.HasField("graph") or not proto.opset_import:
+        error = BadModelError(
+            "not an ONNX model (empty, or no graph or no opset_import)",
+            path=path,
+            rule="an ONNX model has a graph and at least one opset_import",
+        )
+        # onnxruntime's class for it, asked of the installed version (they differ between versions)
+        source = path if path is not None and os.path.isfile(path) else proto.SerializeToString()
+        no_graph = not proto.HasField("graph")
+        default = pybind_state.InvalidArgument if no_graph else check_failure_class()
+        raise with_onnxruntime_class(error, refusal_class(source, default))
+
+
+def _fully_static(vi: onnx.ValueInfoProto) -> bool:
+    tp = vi.type
+    if tp.WhichOneof("value") is None:
+        return False
+    if tp.WhichOneof("value") != "tensor_type":
+        return True
+    tt = tp.tensor_type
+    return tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim)
+
+
+def typed_outputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """The graph outputs as onnxruntime describes them: declared types and shapes, completed by shape
+    inference (a type for an output declared without one, a size for a dimension declared symbolic or
+    unknown when inference finds one)."""
+    outputs = list(model.graph.output)
+    if all(_fully_static(o) for o in outputs):
+        return outputs
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
+    except (
+        onnx.shape_inference.InferenceError,
+        onnx.checker.ValidationError,
+        ValueError,
+        RuntimeError,
+    ) as exc:
+        logger.debug("shape inference failed, output types stay as declared: %s", exc)
+        return outputs
+    merged = {v.name: v for v in inferred.graph.output}
+    known = {v.name: v for v in (*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output)}
+    ours = _dim_params(model.graph)
+    result = []
+    for out in outputs:
+        candidate = merged.get(out.name)
+        if out.type.WhichOneof("value") is None:
+            candidate = known.get(out.name, candidate)
+        if candidate is not None and candidate.type.WhichOneof("value"):
+            result.append(_without_invented_dims(candidate, ours))
+        else:
+            result.append(out)
+    return result
+
+
+_INVENTED_DIM = re.compile(r"unk__\d+")
+"""The names onnx's shape inference makes up for a dimension it cannot name (onnxruntime reports None)."""
+
+
+def _dim_params(graph: onnx.GraphProto) -> frozenset[str]:
+    names: set[str] = set()
+    for v in (*graph.input, *graph.output, *graph.value_info):
+        if v.type.HasField("tensor_type"):
+            names.update(d.dim_param for d in v.type.tensor_type.shape.dim if d.dim_param)
+    return frozenset(names)
+
+
+def _without_invented_dims(value: onnx.ValueInfoProto, ours: frozenset[str]) -> onnx.ValueInfoProto:
+    """``value`` with the dimension names shape inference made up (``unk__0``...) left unnamed, as
+    onnxruntime reports them (None); names the model itself uses are kept."""
+    if not value.type.HasField("tensor_type"):
+        return value
+
+    def invented(d: onnx.TensorShapeProto.Dimension) -> bool:
+        name = d.dim_param
+        return bool(name) and name not in ours and _INVENTED_DIM.fullmatch(name) is not None
+
+    if not any(invented(d) for d in value.type.tensor_type.shape.dim):
+        return value
+    copy = onnx.ValueInfoProto()
+    copy.CopyFrom(value)
+    for d in copy.type.tensor_type.shape.dim:
+        if invented(d):
+            d.ClearField("dim_param")
+    return copy
