@@ -288,6 +288,7 @@ def translate_model(
         ran = _at_run(node, name, opset, fl, symbolic, scope, run_executions) if run_executions else None
         if ran is not None:
             t, run_cases[name] = ran
+            shape_unknown = "SHAPE_UNKNOWN" in t.reason_codes
         elif template is _UNREAD or template is None:
             t = translate_node(node, opset, infos, fl, name=name, symbolic=symbolic)
             shape_unknown = "SHAPE_UNKNOWN" in t.reason_codes
