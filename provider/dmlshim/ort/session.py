@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -57,6 +58,8 @@ from .session_runs import SessionRuns
 __all__ = ["InferenceSession", "LoadedModel", "ModelSource", "load_model"]
 
 logger = logging.getLogger(__name__)
+
+_COPY_LOCK = threading.Lock()
 
 bind_c_iobinding()  # SessionIOBinding(session._sess) takes a dmlshim session too
 
@@ -133,16 +136,37 @@ class InferenceSession(SessionRuns, SessionQueries, OrtSessionAttributes):
         from_file = isinstance(path_or_bytes, (str, os.PathLike))
         with self._span("model_loading_uri" if from_file else "model_loading_array"):  # onnxruntime's names
             # With onnxruntime's default options the default engine reads the large weights from the
-            # model's files where it needs them: they are never all held in Python.
-            loaded = load_model(path_or_bytes, sess_options, weightless=True)
+            # model's files where it needs them: they are never all held in Python. With them (no files
+            # written, no custom operators) onnxruntime's acceptance session goes on being built while
+            # this session is (its verdict is awaited below).
+            defer = (
+                sess_options is None
+                and not reads_config_from_model(kwargs)
+                and resolve_engine(engine, self._choice) in ("partitioned", "cpu")
+            )
+            loaded = load_model(path_or_bytes, sess_options, weightless=True, defer_acceptance=defer)
+        try:
+            self._build(loaded, sess_options, kwargs, path_or_bytes)
+        except BaseException:
+            loaded.acceptance()  # onnxruntime's refusal of the model comes first, as when it was awaited
+            raise
+        loaded.acceptance()
+        logger.debug(
+            "session for %s ready (engine %s)", loaded.path or "<in-memory model>", self._engine.name
+        )
+
+    def _build(
+        self, loaded: LoadedModel, sess_options: Any, kwargs: Mapping[str, Any], source: ModelSource
+    ) -> None:
+        """Everything the constructor does once the model is loaded."""
         self._loaded = loaded
         if reads_config_from_model(kwargs):  # as onnxruntime: the model's ort_config over the caller's
             self._options = sess_options = options_from_model(loaded.proto, sess_options)
-            self._start_profiler(path_or_bytes)
+            self._start_profiler(source)
         # get_session_options(): onnxruntime's own copy of the caller's options, finalised as it would be
         self._config = [p for p in loaded.proto.metadata_props if p.key == ORT_CONFIG_KEY]
         self._kwargs = kwargs
-        self._copy = self._session_copy()
+        self._copy_box = self._copy_holder()
         self._describe(loaded)
         # A model read without its weights keeps them there with the caller's options too, when a copy of
         # the options means all they mean (the engine's sessions then get the copy, the caller's object
@@ -174,9 +198,6 @@ class InferenceSession(SessionRuns, SessionQueries, OrtSessionAttributes):
             )
             self._write_optimized_model()
             self._engine: Engine = self._build_engine()
-        logger.debug(
-            "session for %s ready (engine %s)", loaded.path or "<in-memory model>", self._engine.name
-        )
 
     def _constant_folding(self) -> bool:
         """Whether onnxruntime's constant folding runs for these options (level basic or above)."""
@@ -189,6 +210,26 @@ class InferenceSession(SessionRuns, SessionQueries, OrtSessionAttributes):
     def _session_copy(self) -> SessionCopy:
         given = self._sess_options_initial
         return session_copy(given, self._choice, config=self._config, kwargs=self._kwargs)
+
+    def _copy_holder(self) -> list[SessionCopy | None]:
+        """Where :attr:`_copy` is kept. Copying the caller's options builds two probe sessions (about as
+        long as onnxruntime takes to build a small model's session): done now when the caller gave an
+        options object (later changes to it must not show), else when first asked for (onnxruntime's
+        defaults and the model's own configuration cannot change meanwhile). A list, so that a
+        ``copy.copy`` of the session shares it, as it shares everything else."""
+        return [self._session_copy() if self._sess_options_initial is not None else None]
+
+    @property
+    def _copy(self) -> SessionCopy:
+        box = self._copy_box
+        made = box[0]
+        if made is None:
+            with _COPY_LOCK:
+                if box[0] is None:
+                    box[0] = self._session_copy()
+                made = box[0]
+        assert made is not None
+        return made
 
     def _start_profiler(self, path_or_bytes: ModelSource) -> None:
         so = self._options
@@ -346,7 +387,7 @@ class InferenceSession(SessionRuns, SessionQueries, OrtSessionAttributes):
         self._choice = choice
         with optimizers_disabled(self._disabled_optimizers):
             self._engine = self._build_engine()
-        self._copy = self._session_copy()  # onnxruntime copies the caller's options again
+        self._copy_box = self._copy_holder()  # onnxruntime copies the caller's options again
 
     # --- running -----------------------------------------------------------------------------------
 

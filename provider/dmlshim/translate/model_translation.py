@@ -226,6 +226,7 @@ def translate_model(
     other_domains: bool = False,
     value_shapes: Mapping[str, Sequence[int]] | None = None,
     run_executions: Mapping[str, Sequence[Execution]] | None = None,
+    inferred: onnx.ModelProto | None = None,
 ) -> ModelTranslation:
     """Translate every gather/scatter node of a model, subgraphs included.
 
@@ -245,6 +246,9 @@ def translate_model(
         run_executions: for nodes inside control-flow bodies (by path name), the shapes a run gave their
             inputs at each execution (:mod:`dmlshim.translate.run_cases`): each distinct set is
             translated and the worst verdict kept (``run_cases`` of the result).
+        inferred: ``infer_shapes(model)`` when the caller has it already (a session's engine), so that
+            shape inference and data propagation do not run twice; not modified. Ignored with
+            ``input_shapes``, or when ``model`` is not prepared yet.
 
     Returns:
         The translations and counts; nodes whose shapes stay unknown have status ``error`` with reason
@@ -255,8 +259,10 @@ def translate_model(
         BadModelError: shape inference fails on the model.
     """
     fl = FeatureLevel(feature_level)
-    model = prepare_model(model)  # local functions expanded, nodes sorted (a no-op for loaded models)
-    inferred = infer_shapes(model, input_shapes)
+    prepared = prepare_model(model)  # local functions expanded, nodes sorted (a no-op for loaded models)
+    if inferred is None or input_shapes or prepared is not model:
+        inferred = infer_shapes(prepared, input_shapes)
+    model = prepared
     opsets = model_opsets(inferred)
     translations: list[NodeTranslation] = []
     top_level: dict[int, int] = {}  # node index in the top-level graph -> position in translations
@@ -410,11 +416,14 @@ def _renamed(t: NodeTranslation, name: str, node: onnx.NodeProto) -> NodeTransla
     return _copy(t, name=name, inputs=inputs, output=output)
 
 
-def model_placements(model: onnx.ModelProto, feature_level: FeatureLevel) -> dict[str, str | None]:
+def model_placements(
+    model: onnx.ModelProto, feature_level: FeatureLevel, inferred: onnx.ModelProto | None = None
+) -> dict[str, str | None]:
     """``ort_placement`` of every gather/scatter node of a model by name (subgraphs included); empty when
-    the model cannot be translated statically."""
+    the model cannot be translated statically. ``inferred``: as :func:`translate_model` takes it."""
     try:
-        return {t.name: t.ort_placement for t in translate_model(model, feature_level).nodes}
+        translation = translate_model(model, feature_level, inferred=inferred)
+        return {t.name: t.ort_placement for t in translation.nodes}
     except DmlShimError as exc:
         logger.warning("no static placement: %s", exc)
         return {}
