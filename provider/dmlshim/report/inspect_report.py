@@ -9,7 +9,7 @@ from __future__ import annotations
 import collections
 import io
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TextIO
 
@@ -17,6 +17,7 @@ from ..dml.symbolic import describe
 from ..text import printable, shape_text, table
 from ..translate.model_translation import ModelTranslation
 from ..translate.plan import NodeTranslation, Status, elem_type_name
+from ..translate.run_cases import case_lines
 from ..translate.translator import is_ep_reason
 
 __all__ = [
@@ -39,10 +40,17 @@ PROVIDER_WARNINGS = frozenset({"EP_OUTPUT_UNWRITTEN", "EP_DESCRIPTOR_FAILS"})
 class RunShapesLike(Protocol):
     """What ``inspect --inputs`` learnt from a run (:class:`dmlshim.cli.inspect_run.RunShapes`)."""
 
-    source: str
-    nodes: frozenset[str]
-    constant: frozenset[str]
-    error: str | None
+    # Read-only (properties): the run's shapes are a frozen dataclass.
+    @property
+    def source(self) -> str: ...
+    @property
+    def nodes(self) -> frozenset[str]: ...
+    @property
+    def constant(self) -> frozenset[str]: ...
+    @property
+    def error(self) -> str | None: ...
+    @property
+    def not_run(self) -> Mapping[str, str]: ...
 
     def to_json(self) -> dict[str, object]: ...
 
@@ -304,6 +312,8 @@ def render_text(
     lines += _counts("Notes on translated nodes:", s["notes"])
     if mt.nodes:
         lines += ["", "Nodes:", *table(_node_rows(mt.nodes, descriptors, run))]
+        if run is not None and not run.error:
+            lines += _body_lines(mt, run)
         lines += _details(mt.nodes)
     else:
         lines += ["", "No Gather, GatherElements, GatherND, Scatter, ScatterElements or ScatterND node."]
@@ -317,13 +327,30 @@ def _run_line(mt: ModelTranslation, run: RunShapesLike) -> str:
         return f"Shapes: static (onnxruntime CPU could not run the model on {run.source}: {run.error})"
     at_run = sum(1 for n in mt.nodes if n.name in run.nodes)
     constant = sum(1 for n in mt.nodes if n.name in run.constant)
-    rest = len(mt.nodes) - at_run - constant
+    not_run = sum(1 for n in mt.nodes if n.name in run.not_run and n.name not in run.nodes)
+    rest = len(mt.nodes) - at_run - constant - not_run
+    bodies = sum(1 for n in mt.nodes if n.name in mt.run_cases)
     return (
         f"Shapes: {at_run} of {len(mt.nodes)} gather/scatter nodes translated at the shapes of a run on "
         f"onnxruntime CPU ({run.source})"
+        + (f", {bodies} of them inside If/Loop/Scan bodies" if bodies else "")
         + (f"; {constant} reading only initializers, whose static shapes are exact" if constant else "")
+        + (
+            f"; {not_run} in bodies that did not run, from static shapes (inferred from the run's input "
+            "sizes)"
+            if not_run
+            else ""
+        )
         + (f"; {rest} inside control flow from static shapes" if rest else "")
     )
+
+
+def _body_lines(mt: ModelTranslation, run: RunShapesLike) -> list[str]:
+    """The body nodes whose shapes changed between executions (each shape with its iterations and
+    verdict), and why the run gave some body nodes no shapes."""
+    lines = case_lines(mt.run_cases)
+    lines += [f"  {name}: static shapes: {why}" for name, why in run.not_run.items() if name not in run.nodes]
+    return ["", "Shapes inside control flow:", *lines] if lines else []
 
 
 def _node_rows(
@@ -411,40 +438,103 @@ def write_json(
     for key, value in head.items():
         stream.write(f"  {encode(key)}: {encode(value)},\n")
     stream.write('  "nodes": [')
-    records = _NodeRecords()
+    records = _NodeRecords(encode)
     for i, node in enumerate(mt.nodes):
-        record = records.record(node)
         if run is not None:
-            record = dict(record, shapes="run" if node.name in run.nodes else "static")
-        stream.write(("\n    " if i == 0 else ",\n    ") + encode(record))
+            record = dict(records.record(node), shapes="run" if node.name in run.nodes else "static")
+            cases = mt.run_cases.get(node.name)
+            if cases is not None:
+                record["run_shapes"] = [c.to_json() for c in cases]
+            elif node.name in run.not_run:
+                record["shapes_note"] = run.not_run[node.name]
+            line = encode(record)
+        else:
+            line = records.encoded(node)
+        stream.write(("\n    " if i == 0 else ",\n    ") + line)
     stream.write("\n  ],\n" if mt.nodes else "],\n")
     stream.write(f'  "summary": {encode(mt.summary)}\n}}\n')
 
 
 class _NodeRecords:
     """Node JSON records; nodes renamed from one translation (the same descriptor object and reasons)
-    reuse its record with their own names, instead of rendering the descriptor again."""
+    reuse its record with their own names, instead of rendering the descriptor again; and its encoded
+    text, with only the names encoded for each node (:meth:`encoded`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, encode: Callable[[Any], str] | None = None) -> None:
         self._seen: dict[tuple[Any, ...], dict[str, Any]] = {}
+        self._encode = encode or json.JSONEncoder(allow_nan=False).encode
+        self._texts: dict[tuple[Any, ...], tuple[list[str], list[int]] | None] = {}  # record text, cut
+
+    @staticmethod
+    def _key(n: NodeTranslation) -> tuple[Any, ...]:
+        return (id(n.operator), id(n.reasons), n.status, n.ort_placement, len(n.inputs))
 
     def record(self, n: NodeTranslation) -> dict[str, Any]:
         if n.operator is None:
             return n.to_json()
-        key = (id(n.operator), id(n.reasons), n.status, n.ort_placement, len(n.inputs))
+        key = self._key(n)
         template = self._seen.get(key)
         if template is None:
             out = self._seen[key] = n.to_json()
             return out
-        out = dict(template, name=n.name)
+        return self._renamed(template, n, [n.name, *(b.onnx_name for b in n.inputs)],
+                             n.output.onnx_name if n.output is not None else "")  # fmt: skip
+
+    def encoded(self, n: NodeTranslation) -> str:
+        """``encode(self.record(n))``: for a node renamed from a translation already written, that
+        record's text with this node's names put in (the same characters, in a few string joins)."""
+        if n.operator is None or self._key(n) not in self._seen:
+            return self._encode(self.record(n))
+        key = self._key(n)
+        text_key = (*key, n.output is None)
+        if text_key not in self._texts:
+            self._texts[text_key] = self._split(self._seen[key], n)
+        split = self._texts[text_key]
+        if split is None:
+            return self._encode(self.record(n))
+        parts, order = split
+        names = [n.name, *(b.onnx_name for b in n.inputs)]
+        names.append(n.output.onnx_name if n.output is not None else "")
+        out = [parts[0]]
+        for k, part in zip(order, parts[1:], strict=True):
+            out.append(self._encode(names[k]))
+            out.append(part)
+        return "".join(out)
+
+    def _split(self, template: dict[str, Any], n: NodeTranslation) -> tuple[list[str], list[int]] | None:
+        """The template's text cut where the names go (parts, and which name fills each cut), or None when
+        a name's place cannot be told apart (then each record is encoded whole)."""
+        count = len(n.inputs) + 2
+        markers = [f"\x00dmlshim-name-{k}\x00" for k in range(count)]
+        text = self._encode(self._renamed(template, n, markers[:-1], markers[-1]))
+        places = []
+        for k, marker in enumerate(markers):
+            spelled = self._encode(marker)
+            found = text.count(spelled)
+            if found > 1:
+                return None
+            if found == 1:
+                places.append((text.index(spelled), len(spelled), k))
+        parts, order, start = [], [], 0
+        for at, length, k in sorted(places):
+            parts.append(text[start:at])
+            order.append(k)
+            start = at + length
+        parts.append(text[start:])
+        return parts, order
+
+    @staticmethod
+    def _renamed(
+        template: dict[str, Any], n: NodeTranslation, names: list[str], output: str
+    ) -> dict[str, Any]:
+        """The template record with the node's name (``names[0]``) and its bindings' tensor names."""
+        out = dict(template, name=names[0])
         plan = template.get("plan")
         if plan is not None and n.output is not None:
             out["plan"] = dict(
                 plan,
-                inputs=[
-                    dict(j, onnx_name=b.onnx_name) for j, b in zip(plan["inputs"], n.inputs, strict=True)
-                ],
-                output=dict(plan["output"], onnx_name=n.output.onnx_name),
+                inputs=[dict(j, onnx_name=name) for j, name in zip(plan["inputs"], names[1:], strict=True)],
+                output=dict(plan["output"], onnx_name=output),
             )
         return out
 
