@@ -325,14 +325,14 @@ def test_external_data_outside_the_folder_is_refused_as_onnxruntime_refuses(
         assert isinstance(want, Exception) and "External data path validation failed" in str(want)
 
 
-_SMALL_EDIT = pytest.param(
+_TINY_EDIT = pytest.param(
     "edit",
-    1000,
+    10,
     marks=pytest.mark.xfail(
         strict=True,
-        reason="h50 broken case: onnxruntime maps every external tensor (an in-place edit of a 12 KB w.bin "
-        "shows in its next run); dmlshim reads external initializers under 64 KiB into the model at load "
-        "(SHARE_MIN_BYTES, weights/values.load_small_external_data), so the edit does not show",
+        reason="known gap (docs/safety.md): onnxruntime maps every external tensor, so an in-place edit of "
+        "a 120-byte weight shows in its next run; dmlshim reads weights under 1 KiB into the model at load "
+        "(they may drive shapes)",
     ),
 )
 
@@ -341,7 +341,8 @@ _SMALL_EDIT = pytest.param(
     ("change", "rows"),
     [
         ("edit", 20_000),
-        _SMALL_EDIT,
+        ("edit", 1000),  # 12 KB: under the 64 KiB dmlshim read into the model (found by h50; fixed on main)
+        _TINY_EDIT,
         ("replace", 1000),
         ("replace", 20_000),
         ("delete", 1000),

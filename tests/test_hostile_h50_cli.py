@@ -281,24 +281,32 @@ def _cli(
     )  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    ("value", "refused"),
-    [("1e3", True), ("1.5e3", True), (" 100 ", True), ("-1", False), ("abc", False), ("inf", False)],
-)
-def test_memory_limit_values(value: str, refused: bool, tmp_path: Path) -> None:
-    """1e3 is a limit (it was ignored); -1 is ignored with a warning (it was a 0-byte limit that refused
-    every tensor, its message saying "0 B"); nonsense is ignored with a warning."""
+@pytest.mark.parametrize("value", ["1e3", "1.5e3", "-1", "-0x10", "abc", "inf", "nan", "100B"])
+def test_a_malformed_memory_limit_is_refused_before_any_work(value: str, tmp_path: Path) -> None:
+    """A guard set wrongly is refused, never read as another limit (-1 was a 0-byte limit refusing every
+    tensor; 1e3 was silently ignored): exit 2, one line naming the variable, no output written."""
+    onnx.save(_gather_model(), tmp_path / "m.onnx")
+    np.savez(tmp_path / "in.npz", x=np.zeros(2000, np.int64))
+    res = _cli(["run", "-q", "m.onnx", "--inputs", "in.npz", "-o", "o.npz"], {"DMLSHIM_MEMORY_LIMIT": value},
+               tmp_path)  # fmt: skip
+    assert res.returncode == 2, res.stderr
+    assert f"DMLSHIM_MEMORY_LIMIT={value!r} is not a size in bytes" in res.stderr
+    assert "Traceback" not in res.stderr and not (tmp_path / "o.npz").exists()
+
+
+@pytest.mark.parametrize(("value", "refused"), [(" 100 ", True), ("100000000", False)])
+def test_a_memory_limit_is_applied(value: str, refused: bool, tmp_path: Path) -> None:
     onnx.save(_gather_model(), tmp_path / "m.onnx")
     np.savez(tmp_path / "in.npz", x=np.zeros(2000, np.int64))
     res = _cli(["run", "-q", "m.onnx", "--inputs", "in.npz", "-o", "o.npz"], {"DMLSHIM_MEMORY_LIMIT": value},
                tmp_path)  # fmt: skip
     if refused:
-        assert res.returncode == 2 and "DMLSHIM_MEMORY_LIMIT" in res.stderr, res.stderr
-    else:
-        assert res.returncode == 0, res.stderr
-        assert res.stderr.count("is not a non-negative number of bytes; ignored") == 1, res.stderr
-        got = np.load(tmp_path / "o.npz")["y"]
-        np.testing.assert_array_equal(got, _ort(tmp_path / "m.onnx", {"x": np.zeros(2000, np.int64)})[0])
+        assert res.returncode == 2, res.stderr
+        assert "more than the memory limit (100 B, DMLSHIM_MEMORY_LIMIT)" in res.stderr
+        return
+    assert res.returncode == 0, res.stderr
+    got = np.load(tmp_path / "o.npz")["y"]
+    np.testing.assert_array_equal(got, _ort(tmp_path / "m.onnx", {"x": np.zeros(2000, np.int64)})[0])
 
 
 def _hostile_folder(root: Path) -> Path:
