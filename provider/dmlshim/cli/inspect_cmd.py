@@ -17,7 +17,8 @@ import onnx
 from ..errors import DmlShimError
 from ..execute.weights.model_source import load_model as read_model
 from ..model.modelcheck import unknown_operators
-from ..report.inspect_report import GraphValue, render_text, shape_hint, write_json
+from ..report.inspect_json import write_json
+from ..report.inspect_report import GraphValue, render_text, shape_hint
 from ..translate.model_translation import ModelTranslation, translate_model
 from ..translate.shapes_info import tensor_info
 from .inspect_run import RunShapes, run_shapes
