@@ -21,6 +21,7 @@ pytest.importorskip("onnxruntime_extensions")
 import dmlshim
 from dmlshim.errors import BadModelError
 from dmlshim.execute.engines.custom_op import CustomOpEngine
+from dmlshim.execute.lowering.node import ALIAS_DOC
 from dmlshim.execute.weights import file_slices as weight_file
 from dmlshim.execute.weights.file_slices import FOLDER_KEY
 from dmlshim.execute.weights.shared import SHARE_MIN_BYTES
@@ -58,7 +59,14 @@ def _reference(path: Path, so: ort.SessionOptions, feeds: Mapping[str, np.ndarra
 def _lowered_initializers(session: dmlshim.InferenceSession) -> dict[str, onnx.TensorProto]:
     engine = session.engine
     assert isinstance(engine, CustomOpEngine)
-    return {t.name: t for t in engine.lowered.model.graph.initializer}
+    held = {t.name: t for t in engine.lowered.model.graph.initializer}
+    # An initializer the lowering reshapes is held as an alias of the same bytes ('cols' as
+    # 'pick_IndicesTensor_reshaped'), under the source's name here: a Reshape node would be folded into
+    # a copy at session creation, and the file's edits would not show (onnxruntime's session shows them).
+    for t in list(held.values()):
+        if t.doc_string.startswith(ALIAS_DOC):
+            held.setdefault(t.doc_string[len(ALIAS_DOC) :], t)
+    return held
 
 
 def _ort_options(session: dmlshim.InferenceSession) -> ort.SessionOptions:

@@ -9,7 +9,7 @@ tensor, its shape, its type and the size.
 Call sites::
 
     check_tensor(shape, dtype, tensor="x")            # before allocating one array
-    check_model_inputs(model, path=...)               # graph inputs with fully static shapes
+    unfeedable_inputs(graph)                          # static graph inputs no feed could match
     check_static_values(infos, producers=...)         # every statically shaped value of a graph
 """
 
@@ -25,40 +25,59 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from .errors import TooLargeError
+from .errors import BadInputError, TooLargeError
 from .portable import physical_memory
 
 __all__ = [
+    "MEMORY_LIMIT_ENV",
     "check_bytes",
-    "check_model_inputs",
     "check_static_values",
     "check_tensor",
     "format_bytes",
     "gather_scatter_output_shape",
     "memory_limit",
     "tensor_nbytes",
+    "unfeedable_inputs",
 ]
 
 logger = logging.getLogger(__name__)
 
 
+MEMORY_LIMIT_ENV = "DMLSHIM_MEMORY_LIMIT"
+
+
 def memory_limit() -> int | None:
     """The largest size in bytes one tensor may have: the machine's physical memory (None if unknown).
 
-    ``DMLSHIM_MEMORY_LIMIT`` (bytes) lowers it, e.g. to test the guard or to share a machine.
+    ``DMLSHIM_MEMORY_LIMIT`` (bytes, an integer >= 0) lowers it, e.g. to test the guard or to share a
+    machine.
+
+    Raises:
+        BadInputError: ``DMLSHIM_MEMORY_LIMIT`` is set to something else (a guard set wrongly is refused,
+            never read as another limit). The CLI checks it once, before any command.
     """
-    env = os.environ.get("DMLSHIM_MEMORY_LIMIT", "").strip()
-    if env:
-        try:
-            return max(0, int(env))
-        except ValueError:
-            logger.warning("DMLSHIM_MEMORY_LIMIT=%r is not an integer; ignored", env)
-    return physical_memory()
+    env = os.environ.get(MEMORY_LIMIT_ENV, "").strip()
+    return _parse_limit(env) if env else physical_memory()
+
+
+def _parse_limit(text: str) -> int:
+    try:
+        value = int(text, 10)
+    except ValueError:
+        value = None
+    if value is None or value < 0:
+        raise BadInputError(
+            f"{MEMORY_LIMIT_ENV}={text!r} is not a size in bytes; set it to an integer >= 0 (e.g. "
+            f"{MEMORY_LIMIT_ENV}=4000000000), or unset it to use this machine's memory",
+            rule=f"{MEMORY_LIMIT_ENV} is a number of bytes, an integer >= 0",
+            value=text,
+        )
+    return value
 
 
 def _limit_text(cap: int) -> str:
-    if os.environ.get("DMLSHIM_MEMORY_LIMIT", "").strip():
-        return f"the memory limit ({format_bytes(cap)}, DMLSHIM_MEMORY_LIMIT)"
+    if os.environ.get(MEMORY_LIMIT_ENV, "").strip():
+        return f"the memory limit ({format_bytes(cap)}, {MEMORY_LIMIT_ENV})"
     return f"this machine's memory ({format_bytes(cap)})"
 
 
@@ -185,22 +204,24 @@ def _static_dims(vi: onnx.ValueInfoProto) -> tuple[int, ...] | None:
     return tuple(dims)
 
 
-def check_model_inputs(model: onnx.ModelProto, *, path: str | None = None, limit: int | None = None) -> None:
-    """Refuse a model whose fully static graph inputs (initializers excluded) cannot fit in memory.
+def unfeedable_inputs(graph: onnx.GraphProto, *, limit: int | None = None) -> list[str]:
+    """The graph inputs (initializers excluded) whose fully static declared shape cannot fit in memory.
 
-    Such a model can never be fed on this machine, and generating random inputs for it would try to
-    allocate them.
+    onnxruntime loads such a model and refuses, at run time, every feed whose shape is not the declared
+    one; a feed of the declared shape could never be allocated. So the model loads and no run of it can
+    ever reach a node (nothing is refused or allocated for it at load).
     """
-    init = {t.name for t in model.graph.initializer}
-    for vi in model.graph.input:
-        if vi.name in init:
-            continue
-        dims = _static_dims(vi)
-        if dims is not None:
-            check_tensor(
-                dims, vi.type.tensor_type.elem_type, tensor=vi.name, path=path, what="graph input",
-                limit=limit,
-            )  # fmt: skip
+    cap = memory_limit() if limit is None else limit
+    if cap is None:
+        return []
+    init = {t.name for t in graph.initializer}
+    names: list[str] = []
+    for vi in graph.input:
+        dims = None if vi.name in init else _static_dims(vi)
+        need = None if dims is None else tensor_nbytes(dims, vi.type.tensor_type.elem_type)
+        if need is not None and need > cap:
+            names.append(vi.name)
+    return names
 
 
 def check_static_values(

@@ -19,7 +19,10 @@ def out_of_memory(exc: BaseException, doing: str) -> OutOfMemoryError:
     its inputs need more memory than is free, with the limit dmlshim checks sizes against.
     """
     detail = str(exc).strip() or "an allocation failed with no further detail"
-    cap = memory_limit()
+    try:
+        cap = memory_limit()
+    except BadInputError:  # a malformed DMLSHIM_MEMORY_LIMIT is refused where it is first read
+        cap = None
     limit = f"; dmlshim's memory limit is {format_bytes(cap)}" if cap is not None else ""
     return OutOfMemoryError(
         f"ran out of memory while {doing}: {detail}. The model, its inputs or its outputs need more memory "

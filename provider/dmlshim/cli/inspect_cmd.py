@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import logging
 import os
 import sys
 
@@ -19,8 +20,10 @@ from ..model.modelcheck import unknown_operators
 from ..report.inspect_report import GraphValue, render_text, shape_hint, write_json
 from ..translate.model_translation import ModelTranslation, translate_model
 from ..translate.shapes_info import tensor_info
-from .inspect_run import run_shapes
+from .inspect_run import RunShapes, run_shapes
 from .options import add_feature_level, add_html, add_input_shape, apply_input_shapes, input_shapes
+
+logger = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -130,13 +133,9 @@ def _inspect(args: argparse.Namespace) -> int:
             "the verdicts come from static shapes",
             file=sys.stderr,
         )
-    translation = translate_model(
-        model,
-        args.feature_level,
-        shapes,
-        other_domains=True,
-        value_shapes=ran.value_shapes if ran is not None and not ran.error else None,
-    )
+    translation = _translate(args, model, shapes, ran)
+    if ran is not None and not ran.error:
+        ran = ran.used(translation.run_cases)
     for unknown in unknown_operators(model):
         print(
             f"dmlshim inspect: warning: node {unknown.node!r} uses operator {unknown.qualified}, which "
@@ -175,6 +174,42 @@ def _inspect(args: argparse.Namespace) -> int:
         if args.html:
             _write_html(args, model, translation, text)
     return 0 if translation.summary["all_dml"] else 1
+
+
+def _translate(
+    args: argparse.Namespace,
+    model: onnx.ModelProto,
+    shapes: dict[str, tuple[int, ...]],
+    ran: RunShapes | None,
+) -> ModelTranslation:
+    """The translation, at the run's shapes when there is a run: its top-level values' and body nodes'
+    shapes, and the graph inputs' sizes for static inference (bodies that did not run are inferred from
+    them)."""
+    if ran is None or ran.error:
+        return translate_model(model, args.feature_level, shapes, other_domains=True)
+    initializers = {t.name for t in model.graph.initializer}
+    sizes = {
+        v.name: ran.value_shapes[v.name]
+        for v in model.graph.input
+        if v.name in ran.value_shapes and v.name not in initializers and v.type.HasField("tensor_type")
+    }
+    run: RunShapes = ran
+
+    def at(given: dict[str, tuple[int, ...]]) -> ModelTranslation:
+        return translate_model(
+            model,
+            args.feature_level,
+            given,
+            other_domains=True,
+            value_shapes=run.value_shapes,
+            run_executions=run.executions,
+        )
+
+    try:
+        return at({**shapes, **sizes})
+    except DmlShimError as exc:  # an input size ONNX's inference refuses: infer with the symbols then
+        logger.debug("inference at the run's input sizes failed (%s); symbolic sizes instead", exc)
+        return at(shapes)
 
 
 def _write_html(

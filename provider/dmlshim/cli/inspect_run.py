@@ -5,14 +5,19 @@ The model runs once on onnxruntime CPU (one thread, onnxruntime's default optimi
 ``--input-shape`` sizes, and the shape of every value a top-level gather/scatter node reads is fetched
 (a ``Shape`` node each, so no tensor is copied out). inspect then translates those nodes at the run's
 shapes: a GatherND whose index depth is computed (unknown to static inference) gets the operator the run
-gives it. Nodes inside control-flow bodies keep the shapes static inference gives them.
+gives it. The gather/scatter nodes inside If, Loop and Scan bodies are recorded in the same run
+(:mod:`dmlshim.cli.inspect_bodies`): each execution's input shapes, translated per distinct shape with
+the worst verdict kept (:mod:`dmlshim.translate.run_cases`). A body that did not run (the If branch not
+taken, a Loop of no iteration) keeps static shapes, inferred from the run's input sizes and the run's
+shapes of the top-level values it reads.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import onnx
 
@@ -21,9 +26,13 @@ from ..execute.engines.whole_model import augmented_model
 from ..execute.plan.sessions import ORT_ERRORS
 from ..execute.proofs.gather_given import shape_output
 from ..execute.weights.model_source import load_model
-from ..graph import is_gather_scatter, node_path
+from ..graph import is_gather_scatter, node_path, subgraph_prefix, subgraphs, walk_nodes
+from ..translate.run_cases import Execution
+from .inspect_bodies import BodyRecords, instrument_bodies, node_executions, parse_records
 
 logger = logging.getLogger(__name__)
+
+_RECORDING_ERRORS: tuple[type[BaseException], ...] = (*ORT_ERRORS, BadModelError)
 
 
 @dataclass(frozen=True)
@@ -38,6 +47,10 @@ class RunShapes:
         error: why the run failed (then ``value_shapes`` holds the feeds' shapes only), else None.
         constant: the top-level gather/scatter nodes that read only initializers (their static shapes
             are exact; the run adds nothing).
+        executions: for gather/scatter nodes inside If/Loop/Scan bodies, the input shapes of each of
+            their executions in the run (:data:`dmlshim.translate.run_cases.Execution`).
+        not_run: the body gather/scatter nodes the run gave no shapes, with why (their verdicts are
+            static).
     """
 
     source: str
@@ -45,13 +58,24 @@ class RunShapes:
     nodes: frozenset[str]
     error: str | None = None
     constant: frozenset[str] = frozenset()
+    executions: Mapping[str, Sequence[Execution]] = field(default_factory=dict)
+    not_run: Mapping[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, object]:
-        return {
+        out: dict[str, object] = {
             "source": self.source,
             "nodes_at_run_shapes": sorted(self.nodes),
             "error": self.error,
         }
+        if self.not_run:
+            out["nodes_not_run"] = dict(sorted(self.not_run.items()))
+        return out
+
+    def used(self, translated: Mapping[str, object]) -> RunShapes:
+        """These shapes with ``nodes`` the top-level ones and the body nodes the translation took at
+        the run's shapes (``translated``: its ``run_cases``)."""
+        top = {n for n in self.nodes if n not in self.executions}
+        return replace(self, nodes=frozenset(top | set(translated)))
 
 
 def _options() -> object:
@@ -101,18 +125,31 @@ def run_shapes(
     produced = {o for n in graph.node for o in n.output if o}
     initializers = {t.name for t in graph.initializer}
     nodes = _read_nodes(graph)
-    wanted = sorted({i for _, n in nodes for i in n.input if i in produced})
+    inner = _body_nodes(graph)
+    # The top-level values body nodes read: a branch that does not run still reads them at these shapes.
+    wanted = sorted({i for n in (*(n for _, n in nodes), *inner.values()) for i in n.input if i in produced})
     error: str | None = None
-    if wanted:
-        full = load_model(model_path).proto  # onnxruntime needs the weights: the values come from them
+    executions: dict[str, list[Execution]] = {}
+    records = BodyRecords()
+    unrecorded: str | None = None
+    found: list[Any] = []
+    cut: set[str] = set()
+    if inner:
         try:
-            session = _session(augmented_model(full, [shape_output(n) for n in wanted]))
-            del full
-            found = session.run([shape_output(n) for n in wanted], dict(feeds))
-            shapes.update({n: tuple(int(d) for d in s) for n, s in zip(wanted, found, strict=True)})
+            found, records = _fetch(model_path, wanted, feeds, instrument=True)
+            ran, cut = parse_records(records, found[len(wanted) :])
+            executions = node_executions(records, ran, cut)
+        except _RECORDING_ERRORS as exc:  # run again without the records' nodes
+            unrecorded = _first_line(exc)
+            logger.warning("the run recording control-flow bodies failed: %s", unrecorded)
+    if (wanted and not inner) or unrecorded is not None:
+        try:
+            found, _ = _fetch(model_path, wanted, feeds, instrument=False)
         except ORT_ERRORS as exc:
-            error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            error = _first_line(exc)
             logger.warning("onnxruntime could not run the model on these inputs: %s", error)
+    if wanted and not error:
+        shapes.update({n: tuple(int(d) for d in s) for n, s in zip(wanted, found, strict=False)})
     known = shapes.keys() | initializers
     at_run = frozenset(
         name
@@ -122,7 +159,52 @@ def run_shapes(
     constant = frozenset(
         name for name, n in nodes if name not in at_run and all(not i or i in initializers for i in n.input)
     )
-    return RunShapes(source, shapes, frozenset() if error else at_run, error, constant)
+    if error:
+        return RunShapes(source, shapes, frozenset(), error, constant)
+    if unrecorded is not None:
+        not_run = {name: f"recording the bodies made the run fail ({unrecorded})" for name in inner}
+    else:
+        not_run = {name: _why_not(name, records, cut) for name in inner if name not in executions}
+    return RunShapes(source, shapes, at_run | frozenset(executions), None, constant, executions, not_run)
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def _fetch(
+    model_path: str, wanted: Sequence[str], feeds: Mapping[str, object], *, instrument: bool
+) -> tuple[list[Any], BodyRecords]:
+    """One onnxruntime run fetching the shapes of ``wanted`` and (``instrument``) the bodies' records."""
+    full = load_model(model_path).proto  # onnxruntime needs the weights: the values come from them
+    records = instrument_bodies(full) if instrument else BodyRecords()
+    fetched = [*(shape_output(n) for n in wanted), *records.outputs]
+    session: Any = _session(augmented_model(full, fetched))
+    del full
+    return list(session.run(fetched, dict(feeds))), records
+
+
+def _body_nodes(graph: onnx.GraphProto) -> dict[str, onnx.NodeProto]:
+    """The gather/scatter nodes inside control-flow bodies, by path name."""
+    found: dict[str, onnx.NodeProto] = {}
+    for i, owner in enumerate(graph.node):
+        for attr_name, sub in subgraphs(owner):
+            prefix = subgraph_prefix(node_path("", owner, i), attr_name)
+            found.update((name, n) for name, n in walk_nodes(sub, prefix) if is_gather_scatter(n))
+    return found
+
+
+def _why_not(name: str, records: BodyRecords, cut: set[str]) -> str:
+    """Why the run gave a body node no shapes."""
+    recorded = records.nodes.get(name)
+    if recorded is None:
+        return "its body is not one inspect records (only ai.onnx If, Loop and Scan of opset 9 and later)"
+    if any(recorded[0].startswith(c) for c in cut):
+        return "the record of its body in the run was longer than the row inspect sized for it (rank > 16)"
+    owner, attr, _holder = records.graphs[recorded[0]]
+    if attr in ("then_branch", "else_branch"):
+        return f"the {attr} of If {owner!r} did not run on these inputs"
+    return f"the body of {owner!r} ran no iteration on these inputs"
 
 
 def _session(payload: bytes) -> object:

@@ -161,6 +161,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     interrupts_raise()  # Ctrl-C is handled below from here on (KeyboardInterrupt: "interrupted", 130)
     try:
+        from ..limits import memory_limit
+
+        memory_limit()  # a malformed DMLSHIM_MEMORY_LIMIT: one error before any work
         return int(args._run(args))
     except DmlShimError as exc:
         if debug:

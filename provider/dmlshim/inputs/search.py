@@ -133,8 +133,9 @@ class _Candidates:
     """Builds the feeds for one assignment of the symbols."""
 
     def __init__(self, model: onnx.ModelProto, dims: ModelDims, fixed: Mapping[str, tuple[int, ...]],
-                 seed: int, negative: bool) -> None:  # fmt: skip
+                 seed: int, negative: bool, path: str | None = None) -> None:  # fmt: skip
         self._model = model
+        self._path = path
         self._light = light_copy(model)
         self._dims = dims
         self._fixed = fixed
@@ -149,7 +150,11 @@ class _Candidates:
             return None
         for declared in self._dims.inputs:
             check_tensor(
-                shapes[declared.name], declared.elem_type, tensor=declared.name, what="generated input"
+                shapes[declared.name],
+                declared.elem_type,
+                tensor=declared.name,
+                what="generated input",
+                path=self._path,
             )
         rng = np.random.default_rng(self._seed)
         feeds: dict[str, np.ndarray] = {}
@@ -270,7 +275,7 @@ def generate(
                 tensor=spec.name,
                 rule="a generated input needs a known rank",
             )
-    candidates = _Candidates(proto, dims, fixed, seed, negative_indices)
+    candidates = _Candidates(proto, dims, fixed, seed, negative_indices, path)
     free = [s for s in dims.symbols if s not in given]
     seen: set[tuple[int, ...]] = set()
     first: tuple[dict[str, int], dict[str, tuple[int, ...]], str] | None = None

@@ -10,7 +10,6 @@ clear errors before any weight is read.
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 import os
@@ -222,26 +221,50 @@ def _config_entry(sess_options: object, key: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def ort_accepts(
-    light: onnx.ModelProto,
-    original: onnx.ModelProto,
-    path: str | None,
-    while_building: Callable[[], None] | None = None,
-    sess_options: object = None,
-) -> None:
-    """Create an onnxruntime CPU session on ``light`` (the weightless copy of ``original``), with graph
-    optimizations off and one thread: onnxruntime decides whether the model loads. ``while_building``
-    runs on this thread while onnxruntime builds the session on another. The config entries of the
-    caller's ``sess_options`` that decide what loads (strict shape and type inference, released opsets
-    only) are the check's too.
+class Acceptance:
+    """onnxruntime's verdict on a model whose acceptance session is being built on another thread
+    (:func:`start_ort_acceptance`). :meth:`verdict` waits for it and raises the refusal; later calls do
+    nothing."""
+
+    __slots__ = ("_build", "_original", "_path")
+
+    def __init__(self, build: BackgroundBuild[object] | None, original: onnx.ModelProto, path: str | None):
+        self._build, self._original, self._path = build, original, path
+
+    def verdict(self) -> None:
+        """Wait for onnxruntime; raise its refusal as :class:`BadModelError` (once)."""
+        from .ort_errors import ORT_ERRORS
+
+        build, self._build = self._build, None
+        if build is None:
+            return
+        try:
+            build.result()
+        except ORT_ERRORS as exc:
+            raise _refusal(self._original, exc, self._path) from exc
+
+
+def _refusal(original: onnx.ModelProto, exc: BaseException, path: str | None) -> BadModelError:
+    error = ort_load_error(original, "the model", exc, path=path)
+    if error.rule is None:
+        error.rule = ACCEPTANCE_RULE
+    return error
+
+
+def start_ort_acceptance(
+    light: onnx.ModelProto, original: onnx.ModelProto, path: str | None, sess_options: object = None
+) -> Acceptance:
+    """Start building an onnxruntime CPU session on ``light`` (the weightless copy of ``original``), with
+    graph optimizations off and one thread, on another thread: onnxruntime decides whether the model
+    loads (:meth:`Acceptance.verdict`). The config entries of the caller's ``sess_options`` that decide
+    what loads (strict shape and type inference, released opsets only) are the check's too.
 
     Raises:
-        BadModelError: onnxruntime refuses the model, naming its reason (and the culprit node when it can).
+        BadModelError: the model cannot even be serialized for onnxruntime.
     """
     import onnxruntime as ort
 
     from ..runtime.real import OrtInferenceSession
-    from .ort_errors import ORT_ERRORS
 
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
@@ -264,19 +287,16 @@ def ort_accepts(
         light = stripped
     try:
         payload = light.SerializeToString()
-        build = BackgroundBuild(
-            functools.partial(OrtInferenceSession, payload, options, providers=["CPUExecutionProvider"])
-        )
-        # onnxruntime builds its session on another thread (it releases the GIL): onnx's checker runs
-        # meanwhile (its findings only add words to a refusal, or a warning).
-        if while_building is not None:
-            while_building()
-        build.result()
-    except (EncodeError, *ORT_ERRORS) as exc:
-        error = ort_load_error(original, "the model", exc, path=path)
-        if error.rule is None:
-            error.rule = ACCEPTANCE_RULE
-        raise error from exc
+    except EncodeError as exc:
+        raise _refusal(original, exc, path) from exc
+
+    def accept() -> None:
+        # built and dropped on the worker: only the verdict is wanted, and the session's memory must not
+        # stay held while the caller goes on building its own
+        OrtInferenceSession(payload, options, providers=["CPUExecutionProvider"])
+
+    build: BackgroundBuild[object] = BackgroundBuild(accept)
+    return Acceptance(build, original, path)
 
 
 def _onnx_checker_findings(light: onnx.ModelProto) -> str | None:
@@ -303,14 +323,16 @@ def check_model(
     *,
     sess_options: object = None,
     read_below: int | None = None,
-) -> None:
+    defer_onnxruntime: bool = False,
+) -> Callable[[], None]:
     """The one model check every command runs (inspect, validate, run, lower, export, InferenceSession).
 
     Refuses, as :class:`BadModelError` naming the file, node or tensor: damaged protos
     (:func:`check_well_formed`), unknown ir_version or opset versions, duplicate node names, initializers
     whose type or shape disagrees with their declared input, unsound external data (checked without
-    reading it), and every model onnxruntime's own session creation refuses (:func:`ort_accepts`, on the
-    weightless copy: weights are never read or re-serialised for this). What onnx.checker finds on a
+    reading it), and every model onnxruntime's own session creation refuses
+    (:func:`start_ort_acceptance`, on the weightless copy: weights are never read or re-serialised for
+    this). What onnx.checker finds on a
     model onnxruntime loads is logged as a warning only (IR-3 initializers not listed as inputs, inputs
     without a shape, unsorted nodes, ...); on a refused model it is added to the message.
 
@@ -321,6 +343,14 @@ def check_model(
             only a custom-op library it registers may define is then not refused here.
         read_below: the model is read without its weights: only external tensors smaller than this are
             read into it, and only they count against the memory and protobuf limits.
+        defer_onnxruntime: return before onnxruntime has decided (its acceptance session goes on being
+            built on another thread while the caller works): the caller must call the returned function,
+            which waits for the verdict and raises the refusal, before it uses the model for anything
+            that shows, and before it raises any error of its own (onnxruntime's refusal comes first).
+            The model must not change structurally meanwhile (its initializers may).
+
+    Returns:
+        The verdict: a function raising onnxruntime's refusal (a no-op when already decided; once).
 
     Raises:
         BadModelError: the model is not one onnxruntime would load.
@@ -340,12 +370,7 @@ def check_model(
     light = _checkable(model)
     findings: list[str | None] = [None]
 
-    def check_with_onnx() -> None:
-        findings[0] = _onnx_checker_findings(light)
-
-    try:
-        ort_accepts(light, model, where, check_with_onnx, sess_options=sess_options)
-    except BadModelError as refused:
+    def refused_by_onnxruntime(refused: BadModelError) -> None:
         finding = findings[0]
         if sess_options is not None and unknown_operators(model):
             # The caller's options may register the library that defines them (register_custom_ops_library),
@@ -356,11 +381,56 @@ def check_model(
         if finding is not None:  # onnx's own words often say more about the same defect
             refused.message = f"{refused.message}; onnx.checker: {finding}"
             refused.args = (refused.message,)
-        raise
-    finding = findings[0]
-    if finding is not None:
-        logger.warning(
-            "%s: onnx.checker finds %s; onnxruntime loads the model, so dmlshim does too",
-            where or "the model",
-            finding,
-        )
+        raise refused
+
+    def accepted() -> None:
+        finding = findings[0]
+        if finding is not None:
+            logger.warning(
+                "%s: onnx.checker finds %s; onnxruntime loads the model, so dmlshim does too",
+                where or "the model",
+                finding,
+            )
+
+    try:
+        acceptance = start_ort_acceptance(light, model, where, sess_options)
+    except BadModelError as refused:
+        refused_by_onnxruntime(refused)
+        return _DECIDED
+    # onnxruntime builds its session on another thread (it releases the GIL): onnx's checker runs
+    # meanwhile (its findings only add words to a refusal, or a warning).
+    findings[0] = _onnx_checker_findings(light)
+
+    def verdict() -> None:
+        try:
+            acceptance.verdict()
+        except BadModelError as refused:
+            refused_by_onnxruntime(refused)
+            return
+        accepted()
+
+    if defer_onnxruntime:
+        return _Once(verdict)
+    verdict()
+    return _DECIDED
+
+
+class _Once:
+    """Calls ``decide`` the first time it is called, and never again."""
+
+    __slots__ = ("_decide",)
+
+    def __init__(self, decide: Callable[[], None]) -> None:
+        self._decide: Callable[[], None] | None = decide
+
+    def __call__(self) -> None:
+        decide, self._decide = self._decide, None
+        if decide is not None:
+            decide()
+
+
+def _decided() -> None:
+    """The verdict of a model already checked: nothing left to wait for."""
+
+
+_DECIDED: Callable[[], None] = _decided

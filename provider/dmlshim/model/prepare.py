@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+from collections.abc import Callable
 
 import numpy as np
 import onnx
@@ -204,7 +205,9 @@ def _negative_dims(graphs: list[onnx.GraphProto]) -> list[onnx.TensorShapeProto.
     ]
 
 
-def prepare_model(model: onnx.ModelProto, *, owned: bool = False) -> onnx.ModelProto:
+def prepare_model(
+    model: onnx.ModelProto, *, owned: bool = False, before_change: Callable[[], None] | None = None
+) -> onnx.ModelProto:
     """The model onnxruntime runs: local-function calls expanded, every graph in topological order,
     sparse initializers dense, a negative declared dimension unknown (onnxruntime reads ``dim_value: -1``
     as a free dimension and reports it as None).
@@ -213,6 +216,7 @@ def prepare_model(model: onnx.ModelProto, *, owned: bool = False) -> onnx.ModelP
         model: a checked model.
         owned: the caller owns ``model`` and lets it be changed in place; otherwise a changed model is a
             copy and ``model`` stays as it was.
+        before_change: called once before anything is changed (not at all when nothing needs to be).
 
     Returns:
         ``model`` itself when nothing needed to change, else the prepared model.
@@ -226,6 +230,8 @@ def prepare_model(model: onnx.ModelProto, *, owned: bool = False) -> onnx.ModelP
     negative = bool(_negative_dims(graphs))
     if not calls and not sparse and not negative and _is_sorted(model.graph, nested=len(graphs) > 1):
         return model
+    if before_change is not None:
+        before_change()
     out = model
     if not owned:
         out = onnx.ModelProto()

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
-from ..errors import BadInputError, DmlShimError
+from ..errors import DmlShimError
 from ..execute.engine import Engine, EngineConfig, get_engine_factory
 from ..execute.feeds import FeedValidator, ModelMetadata, node_arg
 from ..execute.plan.sessions import terminated
@@ -22,19 +22,16 @@ from ..execute.weights.model_source import LoadedModel, ModelSource, load_model,
 from ..kernels.options import IndexMode
 from ..resources import guard_resources
 from ..runtime.exceptions import raises_onnxruntime_errors
-from ..runtime.real import callers_options, optimizers_disabled, pybind_state, use_global_thread_pool
+from ..runtime.real import callers_options, optimizers_disabled, use_global_thread_pool
 from .attributes import OrtSessionAttributes
 from .c_iobinding import bind_c_iobinding
 from .emulate import emulate_all, with_dml_first
 from .free_dims import outputs_for_inputs, overrides_by_name, with_free_dimension_overrides
-from .iobinding import IOBinding, fill_fetches
 from .model_config import ORT_CONFIG_KEY, options_from_model, reads_config_from_model
 from .ortvalues import (
     as_array,
-    ortvalues_from_vector,
     refuse_unconvertible_array,
     refuse_unholdable_outputs,
-    to_ortvalue,
 )
 from .profiling import SessionProfiler
 from .providers import normalize_providers, providers_or_fallback, unknown_provider_error
@@ -56,15 +53,18 @@ from .session_options import (
     write_optimized_model,
 )
 from .session_queries import SessionQueries
+from .session_runs import SessionRuns
 
 __all__ = ["InferenceSession", "LoadedModel", "ModelSource", "load_model"]
 
 logger = logging.getLogger(__name__)
 
+_COPY_LOCK = threading.Lock()
+
 bind_c_iobinding()  # SessionIOBinding(session._sess) takes a dmlshim session too
 
 
-class InferenceSession(SessionQueries, OrtSessionAttributes):
+class InferenceSession(SessionRuns, SessionQueries, OrtSessionAttributes):
     """Runs an ONNX model with its gather/scatter nodes executed as DirectML executes them.
 
     A drop-in for ``onnxruntime.InferenceSession``: same constructor, same methods (see
@@ -136,16 +136,37 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
         from_file = isinstance(path_or_bytes, (str, os.PathLike))
         with self._span("model_loading_uri" if from_file else "model_loading_array"):  # onnxruntime's names
             # With onnxruntime's default options the default engine reads the large weights from the
-            # model's files where it needs them: they are never all held in Python.
-            loaded = load_model(path_or_bytes, sess_options, weightless=True)
+            # model's files where it needs them: they are never all held in Python. With them (no files
+            # written, no custom operators) onnxruntime's acceptance session goes on being built while
+            # this session is (its verdict is awaited below).
+            defer = (
+                sess_options is None
+                and not reads_config_from_model(kwargs)
+                and resolve_engine(engine, self._choice) in ("partitioned", "cpu")
+            )
+            loaded = load_model(path_or_bytes, sess_options, weightless=True, defer_acceptance=defer)
+        try:
+            self._build(loaded, sess_options, kwargs, path_or_bytes)
+        except BaseException:
+            loaded.acceptance()  # onnxruntime's refusal of the model comes first, as when it was awaited
+            raise
+        loaded.acceptance()
+        logger.debug(
+            "session for %s ready (engine %s)", loaded.path or "<in-memory model>", self._engine.name
+        )
+
+    def _build(
+        self, loaded: LoadedModel, sess_options: Any, kwargs: Mapping[str, Any], source: ModelSource
+    ) -> None:
+        """Everything the constructor does once the model is loaded."""
         self._loaded = loaded
         if reads_config_from_model(kwargs):  # as onnxruntime: the model's ort_config over the caller's
             self._options = sess_options = options_from_model(loaded.proto, sess_options)
-            self._start_profiler(path_or_bytes)
+            self._start_profiler(source)
         # get_session_options(): onnxruntime's own copy of the caller's options, finalised as it would be
         self._config = [p for p in loaded.proto.metadata_props if p.key == ORT_CONFIG_KEY]
         self._kwargs = kwargs
-        self._copy = self._session_copy()
+        self._copy_box = self._copy_holder()
         self._describe(loaded)
         # A model read without its weights keeps them there with the caller's options too, when a copy of
         # the options means all they mean (the engine's sessions then get the copy, the caller's object
@@ -177,9 +198,6 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
             )
             self._write_optimized_model()
             self._engine: Engine = self._build_engine()
-        logger.debug(
-            "session for %s ready (engine %s)", loaded.path or "<in-memory model>", self._engine.name
-        )
 
     def _constant_folding(self) -> bool:
         """Whether onnxruntime's constant folding runs for these options (level basic or above)."""
@@ -192,6 +210,26 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
     def _session_copy(self) -> SessionCopy:
         given = self._sess_options_initial
         return session_copy(given, self._choice, config=self._config, kwargs=self._kwargs)
+
+    def _copy_holder(self) -> list[SessionCopy | None]:
+        """Where :attr:`_copy` is kept. Copying the caller's options builds two probe sessions (about as
+        long as onnxruntime takes to build a small model's session): done now when the caller gave an
+        options object (later changes to it must not show), else when first asked for (onnxruntime's
+        defaults and the model's own configuration cannot change meanwhile). A list, so that a
+        ``copy.copy`` of the session shares it, as it shares everything else."""
+        return [self._session_copy() if self._sess_options_initial is not None else None]
+
+    @property
+    def _copy(self) -> SessionCopy:
+        box = self._copy_box
+        made = box[0]
+        if made is None:
+            with _COPY_LOCK:
+                if box[0] is None:
+                    box[0] = self._session_copy()
+                made = box[0]
+        assert made is not None
+        return made
 
     def _start_profiler(self, path_or_bytes: ModelSource) -> None:
         so = self._options
@@ -349,7 +387,7 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
         self._choice = choice
         with optimizers_disabled(self._disabled_optimizers):
             self._engine = self._build_engine()
-        self._copy = self._session_copy()  # onnxruntime copies the caller's options again
+        self._copy_box = self._copy_holder()  # onnxruntime copies the caller's options again
 
     # --- running -----------------------------------------------------------------------------------
 
@@ -404,93 +442,6 @@ class InferenceSession(SessionQueries, OrtSessionAttributes):
     def _run_values(self, names: list[str], input_feed: Mapping[str, Any], run_options: Any) -> list[Any]:
         """The run behind ``run`` and ``run_with_ort_values``: outputs numpy cannot hold stay OrtValues."""
         return self._execute(names, self._feeds(input_feed), run_options)
-
-    @raises_onnxruntime_errors()
-    def run_async(
-        self,
-        output_names: Sequence[str] | None,
-        input_feed: Mapping[str, Any],
-        callback: Callable[[list[Any], Any, str], None],
-        user_data: Any,
-        run_options: Any = None,
-    ) -> None:
-        """Run in a background thread, then call ``callback(outputs, user_data, error)`` from it.
-
-        ``error`` is ``""`` on success; on failure the outputs are ``[]`` and ``error`` is the dmlshim
-        error's message. As in onnxruntime, only a missing input, and options whose intra-op thread pool
-        is a single thread, are refused here; any other problem (an unknown output or input name, a wrong
-        dtype or rank, an index out of range) reaches the callback as its ``error``. An output numpy cannot
-        hold (bfloat16, float8) is such an error too: onnxruntime never calls back then (it prints "No
-        corresponding Numpy type"), dmlshim calls back with that error rather than leave the caller waiting.
-        """
-        self._validator.check_present(input_feed)
-        threads = getattr(self._options, "intra_op_num_threads", 0)
-        if threads == 1:
-            raise BadInputError(
-                "run_async needs an intra-op thread pool of at least two threads, as onnxruntime's does, "
-                "but the SessionOptions set intra_op_num_threads = 1",
-                value=threads,
-            )
-
-        def work() -> None:
-            try:
-                names = self._wanted(output_names)
-                outputs, error = self._execute(names, self._feeds(input_feed), run_options), ""
-                # a bfloat16 output: onnxruntime never calls back (it prints this error); dmlshim says it
-                refuse_unholdable_outputs(names, outputs, instead="ask for it with run_with_ort_values")
-            except DmlShimError as exc:
-                outputs, error = [], str(exc)
-            except Exception as exc:  # the callback is always called, as onnxruntime calls it
-                outputs, error = [], f"{type(exc).__name__}: {exc}"
-            callback(outputs, user_data, error)
-
-        threading.Thread(target=work, name="dmlshim-run-async", daemon=True).start()
-
-    @raises_onnxruntime_errors()
-    def run_with_ort_values(
-        self,
-        output_names: Sequence[str] | None,
-        input_dict_ort_values: Mapping[str, Any],
-        run_options: Any = None,
-    ) -> list[Any]:
-        """``run`` with ``onnxruntime.OrtValue`` inputs (or arrays); returns ``OrtValue``s."""
-        outputs = self._run_values(self._wanted(output_names), input_dict_ort_values, run_options)
-        return [to_ortvalue(o) for o in outputs]
-
-    @raises_onnxruntime_errors()
-    def run_with_ortvaluevector(
-        self,
-        run_options: Any,
-        feed_names: Sequence[str],
-        feeds: Any,
-        fetch_names: Sequence[str],
-        fetches: Any,
-        fetch_devices: Any,
-    ) -> None:
-        """``run`` over onnxruntime's ``OrtValueVector``s: reads ``feeds``, appends to ``fetches`` (or fills
-        the values already in it)."""
-        values = ortvalues_from_vector(feed_names, feeds)
-        # bfloat16/float8 outputs stay OrtValues (onnxruntime returns them here; only run() cannot).
-        fill_fetches(fetches, self._run_values(self._wanted(list(fetch_names)), values, run_options))
-
-    def io_binding(self) -> IOBinding:
-        """An :class:`~dmlshim.ort.iobinding.IOBinding` for :meth:`run_with_iobinding`."""
-        return IOBinding(self)
-
-    @raises_onnxruntime_errors(RuntimeError, pybind_state.Fail)
-    def run_with_iobinding(self, iobinding: IOBinding, run_options: Any = None) -> None:
-        """Run with the inputs and outputs bound on ``iobinding``; read results from it afterwards.
-
-        Raises:
-            BadInputError: the binding comes from another session, or no output is bound.
-        """
-        if not isinstance(iobinding, IOBinding) or iobinding.session is not self:
-            raise BadInputError("the IOBinding must come from this session's io_binding()")
-        names = iobinding.bound_output_names()
-        if not names:
-            raise BadInputError("at least one output must be bound (bind_output) before run_with_iobinding")
-        # outputs numpy cannot hold (bfloat16) stay OrtValues: get_outputs() returns them, as onnxruntime's
-        iobinding.store_results(self._run_values(self._wanted(names), iobinding.bound_feeds(), run_options))
 
     # --- profiling ---------------------------------------------------------------------------------
 

@@ -38,11 +38,15 @@ class SessionQueries:
     _overridable: tuple[NodeArg, ...]
     _meta: ModelMetadata
     _options: Any
-    _copy: SessionCopy
     _choice: ProviderChoice
     _engine: Engine
     _loaded: LoadedModel
     _fallback_enabled: bool
+
+    @property
+    def _copy(self) -> SessionCopy:
+        """onnxruntime's own copy of the session's options (made by the session)."""
+        raise NotImplementedError
 
     def get_inputs(self) -> list[NodeArg]:
         """The graph inputs a caller feeds (initializers excluded), like onnxruntime's ``NodeArg`` list."""

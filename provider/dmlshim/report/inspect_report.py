@@ -18,6 +18,7 @@ from ..text import shape_text, table
 from ..translate.ep_refusals import describe_refusals
 from ..translate.model_translation import ModelTranslation
 from ..translate.plan import NodeTranslation, Status, elem_type_name
+from ..translate.run_cases import case_lines
 from ..translate.translator import is_ep_reason
 
 __all__ = [
@@ -40,10 +41,17 @@ PROVIDER_WARNINGS = frozenset({"EP_OUTPUT_UNWRITTEN", "EP_DESCRIPTOR_FAILS"})
 class RunShapesLike(Protocol):
     """What ``inspect --inputs`` learnt from a run (:class:`dmlshim.cli.inspect_run.RunShapes`)."""
 
-    source: str
-    nodes: frozenset[str]
-    constant: frozenset[str]
-    error: str | None
+    # Read-only (properties): the run's shapes are a frozen dataclass.
+    @property
+    def source(self) -> str: ...
+    @property
+    def nodes(self) -> frozenset[str]: ...
+    @property
+    def constant(self) -> frozenset[str]: ...
+    @property
+    def error(self) -> str | None: ...
+    @property
+    def not_run(self) -> Mapping[str, str]: ...
 
     def to_json(self) -> dict[str, object]: ...
 
@@ -304,6 +312,8 @@ def render_text(
     lines += _counts("Notes on translated nodes:", s["notes"])
     if mt.nodes:
         lines += ["", "Nodes:", *table(_node_rows(mt.nodes, descriptors, run))]
+        if run is not None and not run.error:
+            lines += _body_lines(mt, run)
         lines += _details(mt.nodes)
     else:
         lines += ["", "No Gather, GatherElements, GatherND, Scatter, ScatterElements or ScatterND node."]
@@ -317,13 +327,30 @@ def _run_line(mt: ModelTranslation, run: RunShapesLike) -> str:
         return f"Shapes: static (onnxruntime CPU could not run the model on {run.source}: {run.error})"
     at_run = sum(1 for n in mt.nodes if n.name in run.nodes)
     constant = sum(1 for n in mt.nodes if n.name in run.constant)
-    rest = len(mt.nodes) - at_run - constant
+    not_run = sum(1 for n in mt.nodes if n.name in run.not_run and n.name not in run.nodes)
+    rest = len(mt.nodes) - at_run - constant - not_run
+    bodies = sum(1 for n in mt.nodes if n.name in mt.run_cases)
     return (
         f"Shapes: {at_run} of {len(mt.nodes)} gather/scatter nodes translated at the shapes of a run on "
         f"onnxruntime CPU ({run.source})"
+        + (f", {bodies} of them inside If/Loop/Scan bodies" if bodies else "")
         + (f"; {constant} reading only initializers, whose static shapes are exact" if constant else "")
+        + (
+            f"; {not_run} in bodies that did not run, from static shapes (inferred from the run's input "
+            "sizes)"
+            if not_run
+            else ""
+        )
         + (f"; {rest} inside control flow from static shapes" if rest else "")
     )
+
+
+def _body_lines(mt: ModelTranslation, run: RunShapesLike) -> list[str]:
+    """The body nodes whose shapes changed between executions (each shape with its iterations and
+    verdict), and why the run gave some body nodes no shapes."""
+    lines = case_lines(mt.run_cases)
+    lines += [f"  {name}: static shapes: {why}" for name, why in run.not_run.items() if name not in run.nodes]
+    return ["", "Shapes inside control flow:", *lines] if lines else []
 
 
 def _node_rows(
@@ -416,6 +443,11 @@ def write_json(
         record = records.record(node)
         if run is not None:
             record = dict(record, shapes="run" if node.name in run.nodes else "static")
+            cases = mt.run_cases.get(node.name)
+            if cases is not None:
+                record["run_shapes"] = [c.to_json() for c in cases]
+            elif node.name in run.not_run:
+                record["shapes_note"] = run.not_run[node.name]
         stream.write(("\n    " if i == 0 else ",\n    ") + encode(record))
     stream.write("\n  ],\n" if mt.nodes else "],\n")
     stream.write(f'  "summary": {encode(mt.summary)}\n}}\n')

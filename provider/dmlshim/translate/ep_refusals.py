@@ -9,7 +9,7 @@ CPU fallback. ``inspect``'s "onnxruntime-directml today" verdict is NO for such 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
@@ -26,6 +26,8 @@ class GraphScope:
         constants: names to the values of the graph's initializers and Constant outputs.
         producers: names to the nodes of the graph computing them.
         consumers: names to the nodes of the graph reading them.
+        owner_constants: the owner's inputs whose values are constants of the enclosing graphs (a feed
+            cannot replace them: initializers that are also graph inputs are left out).
     """
 
     graph: onnx.GraphProto
@@ -33,6 +35,7 @@ class GraphScope:
     constants: Mapping[str, np.ndarray]
     producers: Mapping[str, onnx.NodeProto]
     consumers: Mapping[str, list[onnx.NodeProto]]
+    owner_constants: Mapping[str, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,10 @@ def _concat_grows_static_loop_state(node: onnx.NodeProto, scope: GraphScope) -> 
     # Loop body: inputs (iteration, cond, state...), outputs (cond, state..., scan outputs...).
     if scope.owner is None or scope.owner.op_type != "Loop" or not node.output:
         return False
+    # A constant trip count of 0 or 1: the state never grows twice; one iteration runs right on DirectML
+    trips = scope.owner_constants.get(scope.owner.input[0]) if scope.owner.input else None
+    if trips is not None and np.asarray(trips).size == 1 and int(np.asarray(trips).reshape(())) <= 1:
+        return False
     body = scope.graph
     return any(
         state.name in node.input and _static_dims(state) and body.output[1 + k].name == node.output[0]
@@ -162,8 +169,8 @@ EP_REFUSALS: tuple[EpRefusal, ...] = (
         "(MLOperatorAuthorImpl.cpp(2853) 80070057, Concat_1558 of onnx_models/real/maskrcnn_torchscript; "
         "the same with a non-empty initial state); with every input shape static the run succeeds with a "
         "wrong result, the state never grows (shape [1,4,4] where onnxruntime CPU gives [2,4,4] or [3,4,4] "
-        "after two or three iterations); a Loop of one iteration runs right; a state declared with "
-        "symbolic dimensions runs right",
+        "after two or three iterations); a Loop of one iteration runs right (a constant trip count of 0 "
+        "or 1 is not matched); a state declared with symbolic dimensions runs right",
         matches=_concat_grows_static_loop_state,
         when="run",
     ),
@@ -186,22 +193,46 @@ def _constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
     return values
 
 
+def _constant(enclosing: Sequence[onnx.GraphProto], name: str) -> np.ndarray | None:
+    """The value of ``name`` as a constant of the innermost of ``enclosing`` (outermost first) that
+    defines it; None when that graph computes it, takes it as an input, or it is in no graph."""
+    for graph in reversed(enclosing):
+        if any(v.name == name for v in graph.input) or any(name in n.output and n.op_type != "Constant"
+                                                           for n in graph.node):  # fmt: skip
+            return None
+        for init in graph.initializer:
+            if init.name == name:
+                return _constants(onnx.GraphProto(initializer=[init])).get(name)
+        for node in graph.node:
+            if node.op_type == "Constant" and name in node.output:
+                return _constants(onnx.GraphProto(node=[node])).get(name)
+    return None
+
+
 def _graphs(
-    graph: onnx.GraphProto, path: str = "", owner: onnx.NodeProto | None = None
-) -> Iterator[tuple[str, onnx.GraphProto, onnx.NodeProto | None]]:
-    yield path, graph, owner
+    graph: onnx.GraphProto,
+    path: str = "",
+    owner: onnx.NodeProto | None = None,
+    enclosing: tuple[onnx.GraphProto, ...] = (),
+) -> Iterator[tuple[str, onnx.GraphProto, onnx.NodeProto | None, dict[str, np.ndarray]]]:
+    """Every graph with its path, its owner, and the owner's constant inputs."""
+    known = {}
+    if owner is not None:
+        known = {n: v for n in set(owner.input) if n and (v := _constant(enclosing, n)) is not None}
+    yield path, graph, owner, known
     for node in graph.node:
         for a in node.attribute:
             subs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
             for sub in subs:
-                yield from _graphs(sub, f"{path}{node.name or node.op_type}/{a.name}/", node)
+                yield from _graphs(sub, f"{path}{node.name or node.op_type}/{a.name}/", node,
+                                   (*enclosing, graph))  # fmt: skip
 
 
 def session_refusals(model: onnx.ModelProto) -> tuple[tuple[str, EpRefusal], ...]:
     """``(node name, refusal)`` for every node of ``model`` (subgraphs included) in a refused form."""
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     found = []
-    for path, graph, owner in _graphs(model.graph):
+    for path, graph, owner, owner_constants in _graphs(model.graph):
         scope: GraphScope | None = None
         producers = {out: n for n in graph.node for out in n.output}
         consumers: dict[str, list[onnx.NodeProto]] = {}
@@ -217,7 +248,7 @@ def session_refusals(model: onnx.ModelProto) -> tuple[tuple[str, EpRefusal], ...
                 ):
                     continue
                 if scope is None:
-                    scope = GraphScope(graph, owner, _constants(graph), producers, consumers)
+                    scope = GraphScope(graph, owner, _constants(graph), producers, consumers, owner_constants)
                 if refusal.matches(node, scope):
                     found.append((path + (node.name or node.op_type), refusal))
     return tuple(found)

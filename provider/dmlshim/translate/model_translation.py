@@ -12,7 +12,7 @@ import collections
 import functools
 import logging
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import onnx
@@ -34,6 +34,7 @@ from .plan import (
     TensorInfo,
     replace_translation,
 )
+from .run_cases import Execution, RunCase, translate_executions
 from .shapes_info import infer_shapes, richer, tensor_info
 from .subgraph_shapes import unknown_rank_origins
 from .translator import _attributes, is_ep_reason, model_opsets, translate_node
@@ -55,6 +56,9 @@ class ModelTranslation:
         session_refusals: ``(node name, code, form)`` for each node, of any op type, in a form
             onnxruntime-directml refuses at session creation (``dmlshim.translate.ep_refusals``): its
             session fails whatever the gather/scatter nodes are.
+        run_cases: for the body nodes translated at the shapes a run gave them (``run_executions`` of
+            :func:`translate_model`), each distinct set of input shapes with its verdict; the node's
+            translation is the worst of them.
     """
 
     feature_level: FeatureLevel
@@ -62,6 +66,7 @@ class ModelTranslation:
     total_nodes: int
     opset: int
     session_refusals: tuple[tuple[str, str, str], ...] = ()
+    run_cases: Mapping[str, tuple[RunCase, ...]] = field(default_factory=dict, compare=False)
 
     @functools.cached_property
     def summary(self) -> dict[str, Any]:
@@ -220,6 +225,8 @@ def translate_model(
     symbolic: bool = True,
     other_domains: bool = False,
     value_shapes: Mapping[str, Sequence[int]] | None = None,
+    run_executions: Mapping[str, Sequence[Execution]] | None = None,
+    inferred: onnx.ModelProto | None = None,
 ) -> ModelTranslation:
     """Translate every gather/scatter node of a model, subgraphs included.
 
@@ -236,6 +243,12 @@ def translate_model(
             (``dmlshim inspect`` lists them; the engines leave them to onnxruntime).
         value_shapes: shapes a run gave to values of the top-level graph (``dmlshim inspect --inputs``):
             the nodes reading them are translated at those shapes, whatever inference says.
+        run_executions: for nodes inside control-flow bodies (by path name), the shapes a run gave their
+            inputs at each execution (:mod:`dmlshim.translate.run_cases`): each distinct set is
+            translated and the worst verdict kept (``run_cases`` of the result).
+        inferred: ``infer_shapes(model)`` when the caller has it already (a session's engine), so that
+            shape inference and data propagation do not run twice; not modified. Ignored with
+            ``input_shapes``, or when ``model`` is not prepared yet.
 
     Returns:
         The translations and counts; nodes whose shapes stay unknown have status ``error`` with reason
@@ -246,8 +259,10 @@ def translate_model(
         BadModelError: shape inference fails on the model.
     """
     fl = FeatureLevel(feature_level)
-    model = prepare_model(model)  # local functions expanded, nodes sorted (a no-op for loaded models)
-    inferred = infer_shapes(model, input_shapes)
+    prepared = prepare_model(model)  # local functions expanded, nodes sorted (a no-op for loaded models)
+    if inferred is None or input_shapes or prepared is not model:
+        inferred = infer_shapes(prepared, input_shapes)
+    model = prepared
     opsets = model_opsets(inferred)
     translations: list[NodeTranslation] = []
     top_level: dict[int, int] = {}  # node index in the top-level graph -> position in translations
@@ -258,6 +273,7 @@ def translate_model(
     templates: dict[tuple[Any, ...], NodeTranslation | None] = {}
     scopes: dict[str, _GraphInfos] = {}
     unknown: list[tuple[int, str]] = []  # translations of SHAPE_UNKNOWN, with their graph's path prefix
+    run_cases: dict[str, tuple[RunCase, ...]] = {}
     for node, name, scope, index in _walk(inferred.graph, "", top, scopes):
         total += 1
         domain = "" if node.domain == "ai.onnx" else node.domain
@@ -273,7 +289,10 @@ def translate_model(
             top_level[index] = len(translations)
         key = (domain, node.op_type, opset, _attributes(node), infos, tuple(bool(i) for i in node.input))
         template = templates.get(key, _UNREAD)
-        if template is _UNREAD or template is None:
+        ran = _at_run(node, name, opset, fl, symbolic, scope, run_executions) if run_executions else None
+        if ran is not None:
+            t, run_cases[name] = ran
+        elif template is _UNREAD or template is None:
             t = translate_node(node, opset, infos, fl, name=name, symbolic=symbolic)
             if template is _UNREAD:
                 templates[key] = None if _quotes_names(t, node) else t
@@ -289,7 +308,28 @@ def translate_model(
     # The graph as given: in the inferred copy large initializers are graph inputs (no weight bytes).
     _apply_graph_placement(model.graph, top, top_level, translations)
     refusals = tuple((name, r.code, f"{r.form}; fails at {r.when}") for name, r in session_refusals(model))
-    return ModelTranslation(fl, tuple(translations), total, opsets.get("", 0), refusals)
+    return ModelTranslation(fl, tuple(translations), total, opsets.get("", 0), refusals, run_cases)
+
+
+def _at_run(
+    node: onnx.NodeProto,
+    name: str,
+    opset: int,
+    fl: FeatureLevel,
+    symbolic: bool,
+    scope: Mapping[str, TensorInfo],
+    run_executions: Mapping[str, Sequence[Execution]],
+) -> tuple[NodeTranslation, tuple[RunCase, ...]] | None:
+    """The worst translation of a body node over the shapes a run gave it, or None (no run shapes)."""
+    executions = run_executions.get(name)
+    if not executions:
+        return None
+    return translate_executions(
+        node,
+        executions,
+        scope.get,
+        lambda infos: translate_node(node, opset, infos, fl, name=name, symbolic=symbolic),
+    )
 
 
 def _explain_unknown(
@@ -371,11 +411,14 @@ def _renamed(t: NodeTranslation, name: str, node: onnx.NodeProto) -> NodeTransla
     return _copy(t, name=name, inputs=inputs, output=output)
 
 
-def model_placements(model: onnx.ModelProto, feature_level: FeatureLevel) -> dict[str, str | None]:
+def model_placements(
+    model: onnx.ModelProto, feature_level: FeatureLevel, inferred: onnx.ModelProto | None = None
+) -> dict[str, str | None]:
     """``ort_placement`` of every gather/scatter node of a model by name (subgraphs included); empty when
-    the model cannot be translated statically."""
+    the model cannot be translated statically. ``inferred``: as :func:`translate_model` takes it."""
     try:
-        return {t.name: t.ort_placement for t in translate_model(model, feature_level).nodes}
+        translation = translate_model(model, feature_level, inferred=inferred)
+        return {t.name: t.ort_placement for t in translation.nodes}
     except DmlShimError as exc:
         logger.warning("no static placement: %s", exc)
         return {}

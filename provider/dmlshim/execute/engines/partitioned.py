@@ -157,7 +157,9 @@ class PartitionedEngine:
             infos.setdefault(name, TensorInfo(tuple(int(d) for d in tensor.dims), int(tensor.data_type)))
             types.setdefault(name, tensor_type(int(tensor.data_type), tensor.dims))
 
-        plan = plan_nodes(model, nodes, names, opsets, infos, types, config, ort_cpu_preference)
+        # the model's shape inference goes to the plan too, so that it does not run twice
+        known = inferred if inferred is not model else None
+        plan = plan_nodes(model, nodes, names, opsets, infos, types, config, ort_cpu_preference, known)
         template, slot_of, candidates = plan.template, plan.slot_of, plan.candidates
 
         self._template = template

@@ -65,7 +65,7 @@ from ..custom_ops.types import (
     transport_type,
 )
 from ..plan.fallback import rewrite_deprecated_scatter
-from .node import LoweredNode, Names, lower_node
+from .node import LoweredNode, Names, drop_aliased_sources, lower_node
 
 logger = logging.getLogger(__name__)
 
@@ -344,6 +344,7 @@ def lower_model(
         else {}
     )
     _declare_as_onnxruntime_saw(work.graph, model, replaced, onnx_types)
+    drop_aliased_sources(work.graph)
     # The Scatter nodes kept (opset 11 and later) as the ScatterElements onnxruntime can load.
     rewrite_deprecated_scatter(work)
     if any(n.lowered for n in found) and CUSTOM_DOMAIN not in opsets:

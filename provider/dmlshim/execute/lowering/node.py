@@ -142,6 +142,56 @@ def _dml_elem_type(dtype: np.dtype, reinterpret: Reinterpret) -> int | None:
     return elem if transport_type(elem) is not None else None
 
 
+ALIAS_DOC = "dmlshim: reshaped alias of "
+"""The ``doc_string`` start of an initializer made by :func:`_external_alias` (then the source's name)."""
+
+
+def drop_aliased_sources(graph: onnx.GraphProto) -> None:
+    """Remove the external initializers of ``graph`` (and its subgraphs) that only aliases replaced: no
+    node reads them any more (onnxruntime would warn of each unused one)."""
+    for node in graph.node:
+        for a in node.attribute:
+            for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
+                drop_aliased_sources(sub)
+    docs = [t.doc_string for t in graph.initializer]
+    sources = {d[len(ALIAS_DOC) :] for d in docs if d.startswith(ALIAS_DOC)}
+    if not sources:
+        return
+    used = _names_read(graph) | {o.name for o in graph.output}
+    keep = [t for t in graph.initializer if t.name not in sources or t.name in used]
+    del graph.initializer[:]
+    graph.initializer.extend(keep)
+
+
+def _names_read(graph: onnx.GraphProto) -> set[str]:
+    names: set[str] = set()
+    for node in graph.node:
+        names.update(node.input)
+        for a in node.attribute:
+            for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
+                names |= _names_read(sub) | {o.name for o in sub.output}
+    return names
+
+
+def _external_alias(
+    graph: onnx.GraphProto, value: str, shape: Sequence[int], name: str
+) -> onnx.TensorProto | None:
+    """``value`` reshaped, as an initializer pointing at the same external bytes, when ``value`` is an
+    initializer of ``graph`` in external data that no feed can replace (None otherwise)."""
+    if any(v.name == value for v in graph.input):
+        return None
+    tensor = next((t for t in graph.initializer if t.name == value), None)
+    if tensor is None or tensor.data_location != TensorProto.EXTERNAL:
+        return None
+    if int(np.prod(shape, dtype=np.int64)) != int(np.prod(list(tensor.dims), dtype=np.int64)):
+        return None
+    alias = TensorProto(name=name, data_type=tensor.data_type, dims=[int(d) for d in shape])
+    alias.doc_string = ALIAS_DOC + value
+    alias.data_location = TensorProto.EXTERNAL
+    alias.external_data.extend(tensor.external_data)
+    return alias
+
+
 @dataclass
 class _Emitter:
     """Builds the replacement nodes of one gather/scatter node inside one graph."""
@@ -174,6 +224,12 @@ class _Emitter:
         if self.opset < RESHAPE_INPUT_SINCE:
             # Reshape-1 (float types only: used for tags mode's float data).
             return self._node("Reshape", [value], out, shape=list(shape))
+        alias = _external_alias(self.graph, value, shape, out)
+        if alias is not None:
+            # onnxruntime folds a Reshape of an initializer into a copy made at session creation; the
+            # source's node reads the mapped external data at run time (an edit to the file shows).
+            self.graph.initializer.append(alias)
+            return out
         shape_name = self._constant(np.asarray(shape, dtype=np.int64), f"{what}_shape")
         return self._node("Reshape", [value, shape_name], out)
 

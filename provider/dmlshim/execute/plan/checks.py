@@ -4,16 +4,19 @@ writes in the engine's value table (:class:`EmulatedIO`)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import onnx
 
 from ...errors import BadModelError
-from ...limits import check_static_values
+from ...limits import check_static_values, unfeedable_inputs
 from ...translate import TensorInfo
 
 __all__ = ["EmulatedIO", "check_outputs_defined", "check_static_sizes"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -53,11 +56,24 @@ def check_static_sizes(
     mapped: Collection[str] = (),
 ) -> None:
     """Refuse, before any allocation, a graph in which a statically shaped value cannot fit in memory
-    (``mapped``: weights read from the model's files where they are needed, never allocated whole)."""
+    (``mapped``: weights read from the model's files where they are needed, never allocated whole).
+
+    Graph inputs are the caller's feeds, not allocated here. A graph input no feed could ever match (its
+    static shape exceeds the memory limit) means no run can reach a node: the model loads, as in
+    onnxruntime, and every run is refused for its feed's shape."""
+    unfeedable = unfeedable_inputs(graph)
+    if unfeedable:
+        logger.info("graph input(s) %s can never be fed on this machine; sizes left unchecked", unfeedable)
+        return
+    fed = {v.name for v in graph.input} - {t.name for t in graph.initializer}
     producers = {
         out: (names[i], node.op_type) for i, node in enumerate(graph.node) for out in node.output if out
     }
     check_static_values(
-        {n: (i.static_shape, i.elem_type) for n, i in infos.items() if i.is_static and n not in mapped},
+        {
+            n: (i.static_shape, i.elem_type)
+            for n, i in infos.items()
+            if i.is_static and n not in mapped and n not in fed
+        },
         producers=producers,
     )

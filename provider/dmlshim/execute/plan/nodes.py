@@ -56,9 +56,12 @@ def plan_nodes(
     types: dict[str, onnx.TypeProto],
     config: EngineConfig,
     ort_cpu_preference: bool,
+    inferred: onnx.ModelProto | None = None,
 ) -> NodePlan:
     """Translate and place every gather/scatter node of ``nodes`` (see the module docstring). ``types``
-    gains the data type of every candidate's output that shape inference left untyped."""
+    gains the data type of every candidate's output that shape inference left untyped. ``inferred``: the
+    model's shape inference, when it succeeded (placing nodes inside control flow then does not run it
+    again)."""
     graph = model.graph
     # Slots of the per-run record: top-level gather/scatter nodes, each followed by the nested ones.
     template: list[NodeRecord | None] = []
@@ -109,7 +112,7 @@ def plan_nodes(
 
     if any(r is not None and r.status == REASON_NOT_EMULATED for r in template):
         # Inside control flow onnxruntime still places each node: say where, as inspect does.
-        ep = model_placements(model, config.feature_level)
+        ep = model_placements(model, config.feature_level, inferred)
         template = [
             dataclasses.replace(r, ort_placement=ep.get(r.name))
             if r is not None and r.status == REASON_NOT_EMULATED

@@ -117,6 +117,7 @@ class EmulatedStep:
         "_attrs",
         "_cache",
         "_full_check",
+        "_lean_runs",
         "_marked",
         "_model",
         "_noted",
@@ -174,6 +175,8 @@ class EmulatedStep:
         self._proved_key: tuple[Any, ...] | None = None  # the shapes and dtypes proved
         self._noted: tuple[NodeRecord, tuple[str, str], NodeRecord] | None = None
         self._marked: tuple[NodeRecord, int, bool, NodeRecord] | None = None
+        # given_by_shapes: (input shapes and dtypes) -> (record, output stand-in) of an earlier run
+        self._lean_runs: dict[tuple[Any, ...], tuple[NodeRecord, np.ndarray]] = {}
         self._model = model
         self._sess_options = sess_options
         self._agreed_shape: tuple[int, ...] | None = None
@@ -296,8 +299,15 @@ class EmulatedStep:
         op_type, attrs = self.node.op_type, self._attrs
         if indices is not None and not lean_indices_in_range(op_type, attrs, shapes[0], indices):
             return False
-        # Stand-ins with the shapes and dtypes and no memory: the translation reads nothing else.
         dtypes = self.lean_dtypes
+        key = tuple((tuple(s), d) for s, d in zip(shapes, dtypes, strict=True))  # shapes_key of stand-ins
+        earlier = self._lean_runs.get(key)
+        if earlier is not None and key in self._cache:
+            # The shapes of an earlier run, whose translation is still the cached one: the same record
+            # (a shape computation's gather sees the same shapes on every run; nothing to redo).
+            self._finish(earlier[0], earlier[1], state)
+            return True
+        # Stand-ins with the shapes and dtypes and no memory: the translation reads nothing else.
         stand_ins = [np.broadcast_to(np.zeros((), d), s) for d, s in zip(dtypes, shapes, strict=True)]
         t, clean = self._translation(stand_ins, state)
         shape = gather_scatter_output_shape(self.node.op_type, self._attrs, shapes)
@@ -310,7 +320,11 @@ class EmulatedStep:
             if clean is None
             else self._given(clean, (NOTE_GATHER_GIVEN, LEAN_MESSAGE))
         )
-        self._finish(record, np.broadcast_to(np.zeros((), dtypes[0]), shape), state)
+        out = np.broadcast_to(np.zeros((), dtypes[0]), shape)
+        if len(self._lean_runs) >= TRANSLATION_CACHE_SIZE:
+            self._lean_runs.clear()
+        self._lean_runs[key] = (record, out)
+        self._finish(record, out, state)
         return True
 
     def _run_reference(self, values: Values, arrays: list[Any], state: RunState) -> NodeRecord:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,6 @@ from google.protobuf.message import DecodeError
 from ...errors import BadModelError
 from ...fileio.external_data import external_tensors
 from ...fileio.filekind import require_onnx_model
-from ...limits import check_model_inputs
 from ...model.modelcheck import check_model, load_external_data
 from ...model.prepare import prepare_model
 from ...model.weightless import is_external
@@ -29,7 +28,7 @@ from ...runtime.exceptions import (
 from ...runtime.real import pybind_state
 from .added_initializers import AddedInitializers
 from .file_slices import read_weightless
-from .shared import SHARE_MIN_BYTES
+from .shared import MAP_MIN_BYTES, SHARE_MIN_BYTES
 from .snapshot import ExternalDataGuard, WeightSnapshot, read_inline, snapshot_inline
 from .supplied import take_supplied_initializers
 from .values import check_unchanged, load_small_external_data, weight_files, with_weights
@@ -38,6 +37,10 @@ logger = logging.getLogger(__name__)
 
 ModelSource = str | os.PathLike[str] | bytes | onnx.ModelProto
 """A model file path, serialized model bytes, or a ``ModelProto``."""
+
+
+def _no_verdict() -> None:
+    """The verdict of a model checked while it was loaded."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,9 @@ class LoadedModel:
     points there), kept while this object lives; None when there were none (or they are in ``proto``)."""
     guard: ExternalDataGuard | None = None
     """The external data the user chose that sessions of this model map (None: none is mapped)."""
+    acceptance: Callable[[], None] = field(default=_no_verdict, compare=False)
+    """onnxruntime's verdict on the model (``load_model(defer_acceptance=True)``): raises its refusal;
+    a no-op once decided."""
 
     @property
     def supplied(self) -> frozenset[str]:
@@ -124,7 +130,12 @@ class LoadedModel:
 
 
 def load_model(
-    model: ModelSource, sess_options: Any = None, *, weightless: bool = False, own_weights: bool = True
+    model: ModelSource,
+    sess_options: Any = None,
+    *,
+    weightless: bool = False,
+    own_weights: bool = True,
+    defer_acceptance: bool = False,
 ) -> LoadedModel:
     """Read a model from a path, bytes or a ModelProto, with external data kept inside the model's folder,
     checked (:func:`dmlshim.model.modelcheck.check_model`) and prepared as onnxruntime prepares it (local
@@ -142,13 +153,17 @@ def load_model(
     (``LoadedModel.snapshot``), so that nothing done to the .onnx file afterwards reaches the model, as
     nothing reaches an onnxruntime session; without it (a command that only reads the structure) they
     keep pointing into the .onnx file;
-    ``LoadedModel.with_weights`` gives the whole model to whoever needs it. Only the initializers the file
-    keeps in external data count as such for ``sess_options`` (``add_external_initializers``).
+    ``LoadedModel.with_weights`` gives the whole model to whoever needs it. With ``defer_acceptance``
+    (a model file) onnxruntime's acceptance session goes on being built while the weights are copied and
+    the caller works: the caller calls ``LoadedModel.acceptance()`` before anything shows the model and
+    before raising any error of its own (see :func:`~dmlshim.model.modelcheck.check_model`). Only the
+    initializers the file keeps in external data count as such for ``sess_options``
+    (``add_external_initializers``).
 
     Raises:
         BadModelError: the file is missing, empty, is not an ONNX model, is truncated, or has external data
             whose location leaves the model's folder.
-        TooLargeError: a graph input has a static shape that cannot fit in this machine's memory.
+        TooLargeError: the model's weights (external data, dense forms) cannot fit in the memory limit.
     """
     if isinstance(model, onnx.ModelProto):
         loaded = LoadedModel(model, None)
@@ -178,18 +193,30 @@ def load_model(
         _require_graph(proto, str(path))
         added = take_supplied_initializers(proto, sess_options, path.parent, inline=inline)
         # before reading any weights; read without them, only the small ones count against the limits
-        check_model(proto, path, sess_options=sess_options, read_below=SHARE_MIN_BYTES if light else None)
-        files = snapshot = guard = None
-        if light is not None:
-            load_small_external_data(proto, path, SHARE_MIN_BYTES)
-            snapshot = _own_inline_weights(proto, path, inline) if own_weights else None
-            folder = snapshot.folder if snapshot is not None else os.path.dirname(os.path.abspath(path))
-            files = weight_files(proto, folder) or None
-            if files is not None and snapshot is None and own_weights:
-                guard = ExternalDataGuard(proto, folder, str(path))
-        else:
-            load_external_data(proto, path)
-        loaded = LoadedModel(prepare_model(proto, owned=True), str(path), added, files, snapshot, guard)
+        verdict = check_model(
+            proto,
+            path,
+            sess_options=sess_options,
+            read_below=SHARE_MIN_BYTES if light else None,
+            defer_onnxruntime=defer_acceptance,
+        )
+        try:
+            files = snapshot = guard = None
+            if light is not None:
+                load_small_external_data(proto, path, MAP_MIN_BYTES)
+                snapshot = _own_inline_weights(proto, path, inline) if own_weights else None
+                folder = snapshot.folder if snapshot is not None else os.path.dirname(os.path.abspath(path))
+                files = weight_files(proto, folder) or None
+                if files is not None and snapshot is None and own_weights:
+                    guard = ExternalDataGuard(proto, folder, str(path))
+            else:
+                load_external_data(proto, path)
+            # the verdict names nodes of the model as onnxruntime was given it: waited for before a change
+            prepared = prepare_model(proto, owned=True, before_change=verdict)
+        except BaseException:
+            verdict()  # onnxruntime's refusal first, as when it was waited for
+            raise
+        loaded = LoadedModel(prepared, str(path), added, files, snapshot, guard, verdict)
     else:
         # onnxruntime raises a TypeError here ("Unable to load from type ..."): so is this error
         raise as_onnxruntime_error(
@@ -205,7 +232,6 @@ def load_model(
         # bytes were parsed here (ours to change); a caller's ModelProto is copied if it must change
         owned = not isinstance(model, onnx.ModelProto)
         loaded = LoadedModel(prepare_model(loaded.proto, owned=owned), None, loaded.added)
-    check_model_inputs(loaded.proto, path=loaded.path)
     return loaded
 
 

@@ -1,0 +1,296 @@
+"""Session build cost of dmlshim against onnxruntime CPU on model files, and where dmlshim's build goes
+(issue 36).
+
+Usage::
+
+    python bench/build_cost.py MODEL.onnx [MODEL.onnx ...] [--repeats 3]   # build wall/CPU and peak RSS
+    python bench/build_cost.py MODEL.onnx --runs 10        # also first run and run p50 (feeds: MODEL.npz)
+    python bench/build_cost.py MODEL.onnx --profile        # dmlshim's build phase by phase, in this process
+    python bench/build_cost.py MODEL.onnx --run-cost 300   # CPU per run, both sides in this process
+
+Each side builds its session in a fresh process, sides alternating within a repeat: without ``--runs``
+through ``build_probe.py --imported`` (the build alone, session modules imported first), with it through
+``realistic.py --child`` (the ``.npz`` beside the model holds the feeds). The parent reads each child's
+peak resident size from ``os.wait4``. ``build_cpu`` is the CPU time of every thread of the child during the
+build: on a shared machine wall times move with the load, CPU times much less. Ratios are dmlshim /
+onnxruntime of the same repeat; the table gives medians.
+
+``--profile`` builds a ``dmlshim.InferenceSession`` here under cProfile (after an onnxruntime session on a
+one-node model, so that the build does not pay onnxruntime's first-use cost) and prints, for each phase of the
+build, its wall and CPU seconds (the calling thread's) and how much it raised the process's peak resident
+size (``ru_maxrss``
+before and after each call of the phase's function).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import functools
+import json
+import pstats
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import realistic
+
+HERE = Path(__file__).resolve().parent
+
+#: (module, attribute, label): the build's phases, patched where their callers look them up.
+PHASES: tuple[tuple[str, str, str], ...] = (
+    ("dmlshim.ort.session", "load_model", "load: read, check, own the weights"),
+    ("dmlshim.execute.weights.model_source", "check_model", "  model check"),
+    ("dmlshim.model.modelcheck", "check_well_formed", "    well-formed walk"),
+    ("dmlshim.model.modelcheck", "ort_accepts", "    acceptance session, waited for (before issue 36)"),
+    ("dmlshim.model.modelcheck", "start_ort_acceptance", "    acceptance session started"),
+    ("dmlshim.model.modelcheck", "_onnx_checker_findings", "    onnx.checker"),
+    ("dmlshim.model.modelcheck.Acceptance", "verdict", "  wait for the acceptance session"),
+    ("dmlshim.execute.weights.model_source", "snapshot_inline", "  copy of the inline weights"),
+    ("dmlshim.ort.session.InferenceSession", "_describe", "describe inputs/outputs"),
+    ("dmlshim.ort.session.InferenceSession", "_build_engine", "engine"),
+    ("dmlshim.execute.engines.partitioned", "infer_shapes", "  shape inference + data propagation"),
+    ("dmlshim.execute.engines.partitioned", "tensor_infos", "  value infos"),
+    ("dmlshim.execute.engines.partitioned", "plan_nodes", "  node plan (static translation)"),
+    ("dmlshim.execute.engines.partitioned", "partition_graph", "  partitioning"),
+    ("dmlshim.execute.engines.partitioned", "lean_gathers", "  gathers proved at build"),
+    ("dmlshim.execute.engines.partitioned", "start_whole_model_check", "  check session started"),
+    ("dmlshim.execute.engines.partitioned", "check_static_sizes", "  static size limits"),
+    ("dmlshim.execute.engines.partitioned", "make_steps", "  step list"),
+    ("dmlshim.execute.engines.whole_model.PendingCheck", "finish", "  wait for the check session"),
+)
+
+
+def _peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _resolve(dotted: str) -> Any:
+    import importlib
+
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            owner: Any = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for name in parts[i:]:
+            owner = getattr(owner, name)
+        return owner
+    raise ImportError(dotted)
+
+
+def _warm_up(ort: Any) -> None:
+    """onnxruntime's first use in the process (its environment, thread pools), on a one-node model, so that
+    it is not charged to the profiled build and leaves the peak resident size where it was."""
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "warm_up", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def profile(model: str, top: int) -> dict[str, Any]:
+    """Phase times and peak-RSS growth of one dmlshim build in this process (see the module docstring)."""
+    import onnxruntime as ort
+
+    import dmlshim
+
+    session_class = dmlshim.InferenceSession
+    _resolve("dmlshim.execute.engines.partitioned")
+    _warm_up(ort)
+    grown: dict[str, float] = {}
+    spent: dict[str, list[float]] = {}
+    restore = []
+    for owner_name, attr, label in PHASES:
+        try:
+            owner = _resolve(owner_name)
+        except (ImportError, AttributeError):
+            continue
+        original = getattr(owner, attr, None)
+        if original is None:  # another checkout's phases (``PYTHONPATH=OTHER/provider``)
+            continue
+
+        def wrapper(*args: Any, __f: Any = original, __label: str = label, **kwargs: Any) -> Any:
+            before, wall, cpu = _peak_mb(), time.perf_counter(), time.thread_time()
+            try:
+                return __f(*args, **kwargs)
+            finally:
+                grown[__label] = grown.get(__label, 0.0) + _peak_mb() - before
+                times = spent.setdefault(__label, [0.0, 0.0])
+                times[0] += time.perf_counter() - wall
+                times[1] += time.thread_time() - cpu
+
+        functools.update_wrapper(wrapper, original)
+        setattr(owner, attr, wrapper)
+        restore.append((owner, attr, original))
+    base = _peak_mb()
+    profiler = cProfile.Profile() if top else None
+    start, cpu = time.perf_counter(), time.process_time()
+    if profiler is not None:
+        profiler.enable()
+    try:
+        session_class(model)
+    finally:
+        if profiler is not None:
+            profiler.disable()
+        for owner, attr, original in restore:
+            setattr(owner, attr, original)
+    wall, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
+    phases = [
+        {
+            "phase": label,
+            "seconds": spent.get(label, [0.0, 0.0])[0],
+            "cpu_seconds": spent.get(label, [0.0, 0.0])[1],
+            "peak_growth_mb": grown.get(label, 0.0),
+        }
+        for _owner, _attr, label in PHASES
+    ]
+    if profiler is not None:
+        pstats.Stats(profiler).sort_stats("cumulative").print_stats(top)
+    return {
+        "model": model,
+        "wall": wall,
+        "cpu": cpu_seconds,
+        "base_mb": base,
+        "peak_mb": _peak_mb(),
+        "phases": phases,
+    }
+
+
+def run_cost(model: str, runs: int, rounds: int = 3) -> dict[str, Any]:
+    """Process CPU milliseconds per run of onnxruntime and dmlshim on the ``.npz`` beside ``model``, both in
+    this process, least of ``rounds`` rounds of ``runs`` runs each (outputs checked equal first)."""
+    import numpy as np
+    import onnxruntime as ort
+
+    import dmlshim
+
+    with np.load(str(Path(model).with_suffix(".npz"))) as data:
+        feeds = {k: data[k] for k in data.files}
+    theirs = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    ours = dmlshim.InferenceSession(model)
+    want, got = theirs.run(None, feeds), ours.run(None, feeds)
+    if not all(np.array_equal(a, b) for a, b in zip(want, got, strict=True)):
+        raise AssertionError(f"{model}: outputs differ from onnxruntime's")
+
+    def per_run(session: Any) -> float:
+        start = time.process_time()
+        for _ in range(runs):
+            session.run(None, feeds)
+        return 1e3 * (time.process_time() - start) / runs
+
+    rows = [(per_run(theirs), per_run(ours)) for _ in range(rounds)]
+    ort_ms, ours_ms = min(r[0] for r in rows), min(r[1] for r in rows)
+    record = ours.last_run_record
+    path = record.path if record is not None else None
+    return {"model": model, "ort_ms": ort_ms, "ours_ms": ours_ms, "ratio": ours_ms / ort_ms, "path": path}
+
+
+def _side(side: str, model: Path, runs: int, workdir: Path) -> dict[str, Any]:
+    py = sys.executable
+    if runs:
+        feeds = model.with_suffix(".npz")
+        out = workdir / f"build_cost_{side}.npz"
+        argv = [py, str(HERE / "realistic.py"), "--child", side, str(model), str(feeds), str(runs), str(out)]
+        return realistic._measure(argv)
+    engine = "ort" if side == "ort" else "partitioned"
+    found = realistic._measure([py, str(HERE / "build_probe.py"), engine, str(model), "--imported"])
+    if "seconds" not in found:
+        raise RuntimeError(f"{side} on {model}: the build failed (exit {found['returncode']})")
+    return found | {"build": found["seconds"], "build_cpu": found["cpu_seconds"]}
+
+
+def measure(model: Path, repeats: int, runs: int, workdir: Path) -> dict[str, Any]:
+    """Every repeat of both sides on ``model`` and the median ratios."""
+    rows = []
+    for r in range(repeats):
+        order = ("ort", "dmlshim") if r % 2 == 0 else ("dmlshim", "ort")
+        rows.append({side: _side(side, model, runs, workdir) for side in order})
+    keys = ["build", "build_cpu", "rss_mb"] + (["first", "p50"] if runs else [])
+    ratios = {k: statistics.median(row["dmlshim"][k] / row["ort"][k] for row in rows) for k in keys}
+    medians = {
+        side: {k: statistics.median(row[side][k] for row in rows) for k in keys}
+        for side in ("ort", "dmlshim")
+    }
+    return {"model": str(model), "repeats": rows, "medians": medians, "ratios": ratios}
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    lines = [
+        "| model | build s ORT / ours (x) | build CPU s ORT / ours (x) | peak RSS MB ORT / ours (x) "
+        "| run p50 (x) |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for res in results:
+        o, d, x = res["medians"]["ort"], res["medians"]["dmlshim"], res["ratios"]
+        run = f"{x['p50']:.2f}" if "p50" in x else "-"
+        lines.append(
+            f"| {Path(res['model']).stem} | {o['build']:.2f} / {d['build']:.2f} ({x['build']:.2f}) "
+            f"| {o['build_cpu']:.2f} / {d['build_cpu']:.2f} ({x['build_cpu']:.2f}) "
+            f"| {o['rss_mb']:.0f} / {d['rss_mb']:.0f} ({x['rss_mb']:.2f}) | {run} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("models", nargs="+", type=Path)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=0, help="steady runs per side (0: build only)")
+    parser.add_argument("--profile", action="store_true", help="phases of one dmlshim build, in this process")
+    parser.add_argument(
+        "--run-cost",
+        type=int,
+        default=0,
+        metavar="N",
+        help="process CPU per run, both sides in this process, rounds of N runs",
+    )
+    parser.add_argument("--top", type=int, default=0, help="with --profile: also cProfile's top N functions")
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp"))
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    if args.run_cost:
+        for model in args.models:
+            found = run_cost(str(model), args.run_cost)
+            line = (
+                f"{model}: CPU ms per run onnxruntime {found['ort_ms']:.3f}, dmlshim {found['ours_ms']:.3f}"
+            )
+            print(json.dumps(found) if args.json else f"{line} ({found['ratio']:.2f}x, {found['path']})")
+        return 0
+    if args.profile:
+        for model in args.models:
+            found = profile(str(model), args.top)
+            if args.json:
+                print(json.dumps(found))
+                continue
+            print(
+                f"{model}: wall {found['wall']:.3f} s, CPU {found['cpu']:.3f} s, "
+                f"peak RSS {found['base_mb']:.0f} -> {found['peak_mb']:.0f} MB"
+            )
+            for p in found["phases"]:
+                print(
+                    f"  {p['phase']:<54} {p['seconds']:7.3f} s  CPU {p['cpu_seconds']:7.3f} s  "
+                    f"peak +{p['peak_growth_mb']:.0f} MB"
+                )
+        return 0
+    results = []
+    for model in args.models:
+        results.append(measure(model, args.repeats, args.runs, args.workdir))
+        print(json.dumps(results[-1]["ratios"]), file=sys.stderr, flush=True)
+    print(json.dumps(results) if args.json else table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
