@@ -15,6 +15,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from ..text import names_text
+
 
 @dataclass(frozen=True)
 class GraphScope:
@@ -266,10 +268,9 @@ def describe_refusals(found: Sequence[tuple[str, str, str]]) -> str:
         groups.setdefault((code, form), []).append(node)
     phrases = []
     for (code, form), nodes in groups.items():
-        shown = ", ".join(repr(n) for n in nodes[:NAMED_NODES])
-        more = len(nodes) - NAMED_NODES
-        where = f"node {shown}" if len(nodes) == 1 else f"{len(nodes)} nodes ({shown}"
-        if len(nodes) > 1:
-            where += f" and {more} more)" if more > 0 else ")"
+        if len(nodes) == 1:
+            where = f"node {nodes[0]!r}"
+        else:
+            where = f"{len(nodes)} nodes ({names_text(nodes, NAMED_NODES, quote=True)})"
         phrases.append(f"{where}: {form} ({code})")
     return "; ".join(phrases)
