@@ -36,3 +36,10 @@ def shape_text(shape: Sequence[int | str | None]) -> str:
     name (``[batch,8]``), unknown ones as ``?``, a scalar as ``[]``.
     """
     return "[" + ",".join("?" if d is None else str(d) for d in shape) + "]"
+
+
+def names_text(names: Sequence[str], limit: int, quote: bool = False) -> str:
+    """The first ``limit`` names joined with commas, then "and N more": a detector has hundreds of
+    gather nodes upstream of one output, and a line naming all of them hides the rest of the report."""
+    shown = ", ".join(repr(n) if quote else n for n in names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")

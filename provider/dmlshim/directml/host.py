@@ -142,6 +142,31 @@ class Host:
             return " | ".join(text[-lines:]) or "(empty)"
         return "(none)"
 
+    def _waited(self, deadline: float) -> None:
+        """After a socket wait timed out: raise if the host is gone or the request's time is over."""
+        # node.exe may have crashed without closing the socket (Wine keeps it for a debugger).
+        if self._proc.poll() is not None:
+            raise HostError(f"the DirectML host exited; its log: {self._log_tail()}", "host")
+        if time.monotonic() > deadline:
+            raise HostError(
+                f"the DirectML host gave no answer in {REQUEST_TIMEOUT:.0f} s "
+                f"(DMLSHIM_DIRECTML_TIMEOUT); its log: {self._log_tail()}",
+                "host",
+            )
+
+    def _send_all(self, data: bytes) -> None:
+        """Send ``data`` whole within the request's time. ``sendall`` would hold the socket's 1 s timeout
+        for the whole transfer: megabytes of feeds to a host busy under Wine take longer."""
+        view = memoryview(data)
+        deadline = time.monotonic() + REQUEST_TIMEOUT
+        while view:
+            try:
+                sent = self._sock.send(view[: 1 << 20])
+            except TimeoutError:
+                self._waited(deadline)
+                continue
+            view = view[sent:]
+
     def _recv_exact(self, size: int) -> bytes:
         chunks = []
         deadline = time.monotonic() + REQUEST_TIMEOUT
@@ -149,17 +174,7 @@ class Host:
             try:
                 chunk = self._sock.recv(min(size, 1 << 20))
             except TimeoutError:
-                # node.exe may have crashed without closing the socket (Wine keeps it for a debugger).
-                if self._proc.poll() is not None:
-                    raise HostError(
-                        f"the DirectML host exited; its log: {self._log_tail()}", "host"
-                    ) from None
-                if time.monotonic() > deadline:
-                    raise HostError(
-                        f"the DirectML host gave no answer in {REQUEST_TIMEOUT:.0f} s "
-                        f"(DMLSHIM_DIRECTML_TIMEOUT); its log: {self._log_tail()}",
-                        "host",
-                    ) from None
+                self._waited(deadline)
                 continue
             if not chunk:
                 raise HostError(f"the DirectML host exited; its log: {self._log_tail()}", "host")
@@ -176,7 +191,7 @@ class Host:
         head = json.dumps(header).encode("utf-8")
         with self._lock:
             try:
-                self._sock.sendall(struct.pack("<I", len(head)) + head + struct.pack("<Q", len(body)) + body)
+                self._send_all(struct.pack("<I", len(head)) + head + struct.pack("<Q", len(body)) + body)
                 (hlen,) = struct.unpack("<I", self._recv_exact(4))
                 reply = json.loads(self._recv_exact(hlen).decode("utf-8"))
                 (blen,) = struct.unpack("<Q", self._recv_exact(8))

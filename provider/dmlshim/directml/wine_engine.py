@@ -183,11 +183,11 @@ class LinuxDirectMLEngine:
 def _known_refusals(model: onnx.ModelProto) -> str:
     """The provider's refusals seen before on real DirectML that this model holds (what inspect's
     "onnxruntime-directml today" verdict names), as a sentence to append to its error."""
-    from ..translate.ep_refusals import session_refusals
+    from ..translate.ep_refusals import describe_refusals, session_refusals
 
     found = session_refusals(model)
     if not found:
         return ""
-    return "; known onnxruntime-directml refusal(s) in this model: " + "; ".join(
-        f"node {name!r}: {refusal.form} ({refusal.code})" for name, refusal in found
+    return "; known onnxruntime-directml refusal(s) in this model: " + describe_refusals(
+        [(name, refusal.code, refusal.form) for name, refusal in found]
     )

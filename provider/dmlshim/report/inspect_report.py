@@ -13,6 +13,7 @@ from typing import Protocol
 
 from ..dml.symbolic import describe
 from ..text import printable, shape_text, table
+from ..translate.ep_refusals import describe_refusals
 from ..translate.model_translation import ModelTranslation
 from ..translate.plan import NodeTranslation, Status, elem_type_name
 from ..translate.run_cases import case_lines
@@ -134,8 +135,7 @@ def placement_reasons(node: NodeTranslation) -> list[str]:
 def _placement_meaning(mt: ModelTranslation) -> str:
     """The second answer in words: counts by provider, with the reason codes of the nodes not on DML."""
     if mt.session_refusals:
-        named = "; ".join(f"{node}: {code}, {form}" for node, code, form in mt.session_refusals)
-        return f"onnxruntime-directml fails on the model ({named})"
+        return f"onnxruntime-directml fails on the model ({describe_refusals(mt.session_refusals)})"
     if not mt.nodes:
         return "nothing to place"
     total = len(mt.nodes)

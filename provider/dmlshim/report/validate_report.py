@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..execute.record import PLACEMENT_DML
-from ..text import printable, shape_text, table
+from ..text import names_text, printable, shape_text, table
 from ..translate.placement import REASON_CPU_PREFERRED
 from ..translate.plan import CPU_PROVIDER, DML_PROVIDER
 from ..validate import NodeValidation, OutputComparison, ValidationReport
@@ -120,6 +120,10 @@ def _external_lines(report: ValidationReport, o: OutputComparison) -> list[str]:
     return lines
 
 
+#: How many gather/scatter nodes upstream of a differing output the text names.
+UPSTREAM_NAMED = 12
+
+
 def _mismatch_lines(report: ValidationReport, o: OutputComparison) -> list[str]:
     if o.match:
         return _external_lines(report, o)
@@ -132,7 +136,10 @@ def _mismatch_lines(report: ValidationReport, o: OutputComparison) -> list[str]:
             f"  {o.mismatches} element(s) differ; first at {list(m.index)}: dmlshim {_value(m.dmlshim)}, "
             f"reference {_value(m.onnxruntime)} (max |diff| {_number(o.max_abs_diff)})"
         )
-    lines.append("  gather/scatter nodes upstream: " + (", ".join(o.upstream_nodes) or "none"))
+    upstream_text = names_text(o.upstream_nodes, UPSTREAM_NAMED) or "none"
+    if len(o.upstream_nodes) > UPSTREAM_NAMED:
+        upstream_text += " (--json lists them all)"
+    lines.append(f"  gather/scatter nodes upstream ({len(o.upstream_nodes)}): {upstream_text}")
     if o.suspect_nodes:
         lines.append("  divergence starts at: " + ", ".join(o.suspect_nodes))
     upstream = set(o.upstream_nodes)

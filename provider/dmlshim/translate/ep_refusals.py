@@ -15,6 +15,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from ..text import names_text
+
 
 @dataclass(frozen=True)
 class GraphScope:
@@ -126,7 +128,7 @@ EP_REFUSALS: tuple[EpRefusal, ...] = (
         since=14,
         form="Reshape with allowzero=1 and a -1 in its shape (a constant, or a Concat with a constant -1); "
         "valid "
-        "ONNX (only 0 and -1 together are invalid), run by onnxruntime CPU",
+        "ONNX (only 0 and -1 together are invalid), which onnxruntime CPU runs",
         seen="DirectML 1.15.4 / onnxruntime-directml 1.24: with static input shapes session creation fails "
         "(MLOperatorAuthorImpl.cpp(2853) 80070057, tiny_decoder_step); with dynamic ones the first run fails "
         "(MLOperatorAuthorImpl.cpp(2597) 8007023E, the torch.export models of onnx_models/real/); with or "
@@ -266,3 +268,23 @@ def session_refusals(model: onnx.ModelProto) -> tuple[tuple[str, EpRefusal], ...
                 if refusal.matches(node, scope):
                     found.append((path + (node.name or node.op_type), refusal))
     return tuple(found)
+
+
+#: How many node names a grouped refusal lists before "and N more".
+NAMED_NODES = 3
+
+
+def describe_refusals(found: Sequence[tuple[str, str, str]]) -> str:
+    """``(node, code, form)`` triples as one phrase per refusal form: a decoder export holds the same
+    refused Reshape in every attention block, and naming the form once per node buried the nodes."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for node, code, form in found:
+        groups.setdefault((code, form), []).append(node)
+    phrases = []
+    for (code, form), nodes in groups.items():
+        if len(nodes) == 1:
+            where = f"node {nodes[0]!r}"
+        else:
+            where = f"{len(nodes)} nodes ({names_text(nodes, NAMED_NODES, quote=True)})"
+        phrases.append(f"{where}: {form} ({code})")
+    return "; ".join(phrases)

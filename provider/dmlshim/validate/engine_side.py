@@ -22,6 +22,7 @@ from ..errors import BadInputError
 from ..execute.custom_ops.notes import LAYOUT_OP_TYPES, layout_nodes
 from ..execute.weights.model_source import LoadedModel
 from ..kernels.options import IndexMode
+from ..text import names_text
 from .references import PartitionedRun, session_options, whole_model_run
 
 logger = logging.getLogger(__name__)
@@ -66,7 +67,7 @@ def custom_op_layout_reason(
     if not nodes or not differ:
         return None
     diffs = ", ".join(f"{n} max |diff| {d:.3g}" if d is not None else f"{n} shape/dtype" for n, d in differ)
-    shown = ", ".join(nodes[:3]) + (f" and {len(nodes) - 3} more" if len(nodes) > 3 else "")
+    shown = names_text(nodes, 3)
     return (
         f"the custom-op engine differs from onnxruntime at level {LAYOUT_LEVEL} ({diffs}): onnxruntime's "
         f"layout optimizations (NCHWc transforms around {len(nodes)} Conv/pooling/Resize node(s): "
