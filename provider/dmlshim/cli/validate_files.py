@@ -74,6 +74,12 @@ def finish(report: ValidationReport, tolerances: Tolerances, args: argparse.Name
     if report.engine == "directml":
         tolerances = device_tolerances(report, tolerances)
     report = apply_tolerances(report, tolerances)
+    if report.engine == "directml" and not report.match:
+        from ..kernels.options import IndexMode
+        from ..validate.directml_nodes import attribute_directml
+
+        mode = IndexMode.CLAMP if getattr(args, "clamp_indices", False) else IndexMode.ERROR
+        report = attribute_directml(report, index_mode=mode)
     if args.reference_outputs:
         reference = read_arrays(args.reference_outputs, what="reference outputs file")
         report = apply_reference_outputs(

@@ -270,6 +270,8 @@ def render_text(report: ValidationReport, only_problems: bool = False) -> str:
     if report.emulation:
         lines += ["", "real DirectML vs dmlshim's emulation (partitioned engine)"]
         lines += table([["output", "result"], *([n, r] for n, r in report.emulation)])
+    if report.directml_nodes is not None:
+        lines += ["", report.directml_nodes.text]
     lines += ["", f"gather/scatter nodes ({len(report.nodes)})"]
     if report.nodes:
         rows = [["node", "op", "dmlshim ran it", "onnxruntime-directml would", "compared with the reference"]]
@@ -295,7 +297,9 @@ def render_text(report: ValidationReport, only_problems: bool = False) -> str:
     lines.append("")
     for o in report.mismatched:
         lines += [*_mismatch_lines(report, o), ""]
-    if report.match:
+    if report.match and report.directml_nodes is not None:
+        lines.append(f"verdict: {report.directml_nodes.text}")
+    elif report.match:
         lines.append("verdict: MATCH - every output agrees with the reference")
     else:
         names = ", ".join(o.name for o in report.mismatched)

@@ -328,6 +328,9 @@ class ValidationReport:
         emulation: with the directml engine, the third comparison: each output of real DirectML against
             dmlshim's emulation (the partitioned engine), as ``(output, "bit-equal" | "max |diff| x" |
             "differs: ...")``; empty for the other engines.
+        directml_nodes: with the directml engine when an output differs beyond tolerance, the
+            :class:`dmlshim.validate.directml_nodes.DirectMLNodeCheck` (each gather/scatter node run by
+            dmlshim on real DirectML's own inputs); else None.
     """
 
     model: str
@@ -351,6 +354,7 @@ class ValidationReport:
     engine: str = "partitioned"
     optimization_level_reason: str | None = None
     emulation: tuple[tuple[str, str], ...] = ()
+    directml_nodes: Any = None
 
     @property
     def exit_code(self) -> int:
@@ -397,4 +401,5 @@ class ValidationReport:
             "nodes": [n.to_json() for n in self.nodes],
             "warnings": [w.to_json() for w in self.warnings],
             **({"real_directml_vs_emulation": dict(self.emulation)} if self.emulation else {}),
+            **({"directml_nodes": self.directml_nodes.to_json()} if self.directml_nodes is not None else {}),
         }

@@ -1,0 +1,239 @@
+"""Why real DirectML's outputs differ: its gather/scatter nodes, or its float arithmetic in other ops.
+
+``validate --engine directml`` compares real DirectML's whole-model run with onnxruntime CPU within each
+float dtype's tolerance. When an output still differs, the model runs on real DirectML once more with
+every top-level gather/scatter node's inputs and output added as graph outputs; dmlshim's kernel then runs
+each node on DirectML's own inputs and its output is compared with DirectML's own output of that node
+(exactly for integer and bool values, within the dtype's tolerance for floats). When every node
+reproduces DirectML, the gather/scatter nodes did what dmlshim emulates and the difference comes from
+DirectML's float arithmetic in the other ops (a Softmax one ulp off, a Conv summed in another order),
+which dmlshim does not emulate: the verdict is a match, and the report says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from ..dml.enums import FeatureLevel
+from ..errors import DmlShimError
+from ..graph import is_gather_scatter, node_path
+from ..kernels.options import IndexMode
+from ..text import names_text
+from ..translate.plan import Status, TensorInfo, elem_type_of
+from ..translate.runner import run_translation
+from ..translate.translator import model_opsets, node_since_version, translate_node
+from .results import ValidationReport
+from .value_kinds import fitting_tolerance, is_array
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class NodeCheck:
+    """One gather/scatter node run by dmlshim's kernel on real DirectML's inputs of that node.
+
+    Attributes:
+        node: the node's path.
+        op_type: its ONNX op.
+        reproduced: dmlshim's output equals DirectML's (floats within the dtype's tolerance); None when
+            the node was not checked.
+        detail: what was compared, or why not.
+    """
+
+    node: str
+    op_type: str
+    reproduced: bool | None
+    detail: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"node": self.node, "op_type": self.op_type, "reproduced": self.reproduced, "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class DirectMLNodeCheck:
+    """The attribution of real DirectML's differing outputs (see the module docstring).
+
+    Attributes:
+        nodes: one check per top-level gather/scatter node, in graph order.
+        first_output: the first output that differs from onnxruntime CPU beyond tolerance.
+        max_abs_diff: its largest absolute difference (None: shape or dtype).
+        error: why the attribution run could not be made, else None.
+    """
+
+    nodes: tuple[NodeCheck, ...]
+    first_output: str
+    max_abs_diff: float | None
+    error: str | None = None
+
+    @property
+    def failing(self) -> tuple[NodeCheck, ...]:
+        """The nodes whose dmlshim output differs from DirectML's on DirectML's inputs."""
+        return tuple(n for n in self.nodes if n.reproduced is False)
+
+    @property
+    def reproduced(self) -> bool:
+        """Every checked node reproduced DirectML and the run could be made."""
+        return self.error is None and not self.failing
+
+    @property
+    def text(self) -> str:
+        """The report's line."""
+        diff = f"max |diff| {self.max_abs_diff:.3g}" if self.max_abs_diff is not None else "shape or dtype"
+        if self.error is not None:
+            return f"real DirectML's differing outputs could not be attributed: {self.error}"
+        checked = sum(n.reproduced is not None for n in self.nodes)
+        skipped = len(self.nodes) - checked
+        also = f" ({skipped} not checked: --json says why)" if skipped else ""
+        if self.failing:
+            named = names_text([n.node for n in self.failing], 12)
+            return (
+                f"real DirectML differs from onnxruntime CPU ({self.first_output}: {diff}) and "
+                f"{len(self.failing)} of {checked} gather/scatter node(s) given DirectML's own inputs do not "
+                f"reproduce DirectML's output: {named}"
+            )
+        return (
+            f"MATCH for the gather/scatter nodes: each of the {checked} gather/scatter node(s) checked, run "
+            f"by dmlshim on real DirectML's own inputs, reproduces DirectML's output{also}; the outputs differ "
+            f"through DirectML's float arithmetic in other ops (first: {self.first_output}, {diff})"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "verdict": "match" if self.reproduced else "mismatch",
+            "first_output": self.first_output,
+            "max_abs_diff": self.max_abs_diff,
+            "error": self.error,
+            "text": self.text,
+            "nodes": [n.to_json() for n in self.nodes],
+        }
+
+
+def _full_model(model_path: str | None, proto: onnx.ModelProto | None) -> onnx.ModelProto:
+    """The model with its weights (a proto read for validation may lack them)."""
+    if model_path is not None:
+        return onnx.load(model_path)
+    if proto is None:
+        raise OSError("the model is not a file and no ModelProto was given")
+    return proto
+
+
+def _node_values(graph: onnx.GraphProto) -> tuple[list[tuple[str, onnx.NodeProto]], list[str]]:
+    """The top-level gather/scatter nodes and the node-produced values they read and write."""
+    produced = {o for n in graph.node for o in n.output if o}
+    nodes, wanted = [], []
+    for i, node in enumerate(graph.node):
+        if not is_gather_scatter(node):
+            continue
+        nodes.append((node_path("", node, i), node))
+        wanted += [v for v in (*node.input, *node.output[:1]) if v in produced]
+    return nodes, list(dict.fromkeys(wanted))
+
+
+def _real_directml_values(
+    model: onnx.ModelProto, names: list[str], feeds: Mapping[str, Any], level: FeatureLevel, opt_level: str
+) -> dict[str, Any]:
+    """Run ``model`` on real DirectML with ``names`` added as graph outputs; their values by name."""
+    from ..ort.session import InferenceSession
+    from .references import session_options
+
+    augmented = onnx.ModelProto()
+    augmented.CopyFrom(model)
+    present = {o.name for o in augmented.graph.output}
+    augmented.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names if n not in present)
+    session = InferenceSession(
+        augmented.SerializeToString(), session_options(opt_level), feature_level=level, engine="directml"
+    )
+    values = session._run_values(names, dict(feeds), None)
+    return dict(zip(names, values, strict=True))
+
+
+def _check_node(
+    name: str,
+    node: onnx.NodeProto,
+    since: int,
+    values: Mapping[str, Any],
+    level: FeatureLevel,
+    index_mode: IndexMode,
+) -> NodeCheck:
+    arrays = [values.get(v) if v else None for v in node.input]
+    want = values.get(node.output[0]) if node.output else None
+    if any(v and not is_array(values.get(v)) for v in node.input) or not is_array(want):
+        return NodeCheck(name, node.op_type, None, "a value numpy cannot hold (not checked)")
+    infos = [TensorInfo(tuple(a.shape), elem_type_of(a.dtype)) if a is not None else None for a in arrays]
+    t = translate_node(node, since, infos, level, name=name)
+    if t.status is not Status.DML:
+        return NodeCheck(
+            name, node.op_type, None, f"not emulated (status {t.status.value}): onnxruntime runs it on the CPU"
+        )
+    try:
+        got = run_translation(t, arrays, index_mode=index_mode).output
+    except DmlShimError as exc:
+        return NodeCheck(name, node.op_type, False, f"dmlshim refused DirectML's inputs: {exc}")
+    want = np.asarray(want)
+    from .verdict import compare_arrays
+
+    if want.dtype.kind in "fc":
+        rtol, atol = fitting_tolerance(want)
+        c = compare_arrays(got, want, rtol, atol)
+        how = f"within rtol={rtol:g} atol={atol:g}"
+    else:
+        c = compare_arrays(got, want, exact=True)
+        how = "exactly"
+    if c.match:
+        return NodeCheck(name, node.op_type, True, f"reproduces DirectML's output {how}")
+    where = c.problem or f"{c.mismatches} element(s) differ, max |diff| {c.max_abs_diff}"
+    return NodeCheck(name, node.op_type, False, f"differs from DirectML's output {how}: {where}")
+
+
+def check_directml_nodes(
+    report: ValidationReport, proto: onnx.ModelProto | None = None, index_mode: IndexMode = IndexMode.ERROR
+) -> DirectMLNodeCheck | None:
+    """Attribute real DirectML's differing outputs (None: the report is not a directml one, or matches).
+
+    The model is read again, with its weights, from ``report.model`` when it is a file, else ``proto``.
+    """
+    if report.engine != "directml" or report.match:
+        return None
+    differing = [o for o in report.outputs if not o.match]
+    if not differing:
+        return None
+    first = differing[0]
+    path = report.model if report.model != "<in-memory model>" else None
+    opt_level = dict(report.optimization_levels).get("dmlshim", "disabled")
+    try:
+        model = _full_model(path, proto)
+        nodes, names = _node_values(model.graph)
+        values = _real_directml_values(model, names, dict(report.feeds), report.feature_level, opt_level)
+    except (DmlShimError, OSError, onnx.onnx_cpp2py_export.checker.ValidationError) as exc:
+        logger.info("real DirectML's extra run failed: %s", exc)
+        return DirectMLNodeCheck((), first.name, first.max_abs_diff, error=str(exc))
+    values = {**dict(report.feeds), **values}
+    for t in model.graph.initializer:
+        if any(t.name in n.input for _, n in nodes):
+            values.setdefault(t.name, numpy_helper.to_array(t))
+    opsets = model_opsets(model)
+    checks = tuple(
+        _check_node(name, node, node_since_version(node, opsets), values, report.feature_level, index_mode)
+        for name, node in nodes
+    )
+    return DirectMLNodeCheck(checks, first.name, first.max_abs_diff)
+
+
+def attribute_directml(
+    report: ValidationReport, proto: onnx.ModelProto | None = None, index_mode: IndexMode = IndexMode.ERROR
+) -> ValidationReport:
+    """The report with :func:`check_directml_nodes`'s result attached; a match when every node
+    reproduced DirectML given DirectML's own inputs."""
+    check = check_directml_nodes(report, proto, index_mode)
+    if check is None:
+        return report
+    logger.info("%s", check.text)
+    return dataclasses.replace(report, directml_nodes=check, match=check.reproduced)
