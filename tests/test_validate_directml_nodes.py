@@ -21,12 +21,14 @@ from onnx import TensorProto, helper, numpy_helper
 from dmlshim.cli.main import main
 from dmlshim.directml.stack import stack_available
 from dmlshim.report.validate_report import render_text
-from dmlshim.validate import validate_model
 from dmlshim.validate import directml_nodes as dn
+from dmlshim.validate import validate_model
 from dmlshim.validate.results import ValidationReport
 from tests.oracle import IR_VERSION, ort_run
 
-real = pytest.mark.skipif(not stack_available(), reason="real DirectML stack not set up (dmlshim directml setup)")
+real = pytest.mark.skipif(
+    not stack_available(), reason="real DirectML stack not set up (dmlshim directml setup)"
+)
 
 
 def _model() -> onnx.ModelProto:
@@ -89,7 +91,8 @@ def _differing_report(tmp_path: Path) -> ValidationReport:
     onnx.save(_model(), path)
     report = validate_model(str(path), inputs=_feeds(), engine="cpu")
     outputs = tuple(
-        dataclasses.replace(o, match=False, max_abs_diff=0.375) if o.name == "y" else o for o in report.outputs
+        dataclasses.replace(o, match=False, max_abs_diff=0.375) if o.name == "y" else o
+        for o in report.outputs
     )
     return dataclasses.replace(report, engine="directml", match=False, outputs=outputs)
 
@@ -115,7 +118,9 @@ def test_every_node_reproducing_the_device_makes_a_match_naming_the_first_output
 def test_an_integer_output_off_by_one_names_the_node_and_stays_a_mismatch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(dn, "_real_directml_values", _fake_device({"z": lambda z: z + np.int64(z == z.max())}))
+    monkeypatch.setattr(
+        dn, "_real_directml_values", _fake_device({"z": lambda z: z + np.int64(z == z.max())})
+    )
     report = dn.attribute_directml(_differing_report(tmp_path))
     assert not report.match and report.exit_code == 1
     check = report.directml_nodes
@@ -136,7 +141,9 @@ def test_floats_compare_within_the_dtype_tolerance(tmp_path: Path, monkeypatch: 
     assert [n.node for n in report.directml_nodes.failing] == ["g_float"]
 
 
-def test_a_failed_extra_run_is_said_and_keeps_the_mismatch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_extra_run_is_said_and_keeps_the_mismatch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def broken(*_: Any) -> dict[str, Any]:
         raise OSError("the host went away")
 
