@@ -271,7 +271,15 @@ def render_text(report: ValidationReport, only_problems: bool = False) -> str:
         lines += ["", "real DirectML vs dmlshim's emulation (partitioned engine)"]
         lines += table([["output", "result"], *([n, r] for n, r in report.emulation)])
     if report.directml_nodes is not None:
-        lines += ["", report.directml_nodes.text]
+        check = report.directml_nodes
+        lines += [
+            "",
+            "real DirectML's gather/scatter nodes run by dmlshim on DirectML's own inputs",
+            f"  {check.text}",
+        ]
+        if check.failing:
+            shown = [[n.node, n.op_type, n.detail] for n in check.failing[:12]]
+            lines += table([["node", "op", "result"], *shown])
     lines += ["", f"gather/scatter nodes ({len(report.nodes)})"]
     if report.nodes:
         rows = [["node", "op", "dmlshim ran it", "onnxruntime-directml would", "compared with the reference"]]
