@@ -177,3 +177,15 @@ def test_real_directml_sum_order_difference_is_attributed_to_reduce_sum(
     check = document["directml_nodes"]
     assert check["verdict"] == "match" and check["first_output"] == "y"
     assert [(n["node"], n["reproduced"]) for n in check["nodes"]] == [("g_float", True), ("g_int", True)]
+
+
+def test_nodes_left_unchecked_are_counted_in_the_line() -> None:
+    nodes = (
+        dn.NodeCheck("g", "Gather", True, "reproduces DirectML's output exactly"),
+        dn.NodeCheck("h", "Gather", None, "not emulated (status fallback): onnxruntime runs it on the CPU"),
+    )
+    check = dn.DirectMLNodeCheck(nodes, "y", 0.5, nested=2)
+    assert check.reproduced
+    assert "each of the 1 gather/scatter node(s) checked" in check.text
+    assert "(1 not checked: --json says why; 2 inside subgraphs not checked)" in check.text
+    assert check.to_json()["nested_not_checked"] == 2
