@@ -70,9 +70,16 @@ def _text_layout(
     for field in descriptor.fields:
         if field.type == FieldDescriptor.TYPE_STRING:
             groups[1 if field.is_repeated else 0].append(field.name)
-        elif field.type == FieldDescriptor.TYPE_MESSAGE and not field.message_type.GetOptions().map_entry:
+        elif field.type == FieldDescriptor.TYPE_MESSAGE and not _is_map_entry(field.message_type):
             groups[3 if field.is_repeated else 2].append(field.name)
     return tuple(groups[0]), tuple(groups[1]), tuple(groups[2]), tuple(groups[3])
+
+
+@functools.cache
+def _is_map_entry(descriptor: Descriptor) -> bool:
+    """Whether a message type is a map's entry. Asked once per type: a descriptor's options are built on
+    first request (importing protobuf's descriptor_pb2), and ONNX's message types have none."""
+    return bool(descriptor.has_options and descriptor.GetOptions().map_entry)
 
 
 @functools.cache
@@ -98,7 +105,7 @@ def _any_bad_string(message: Message) -> bool:
                             return True
                     elif not isinstance(value, str):
                         return True
-                elif kind == _MESSAGE and not field.message_type.GetOptions().map_entry:
+                elif kind == _MESSAGE and not _is_map_entry(field.message_type):
                     if field.is_repeated:
                         stack.extend(value)
                     else:
