@@ -8,10 +8,13 @@ Usage::
     python bench/inspect_corpus.py record BEFORE.json --provider ../main/provider   # (or another checkout)
     python bench/inspect_corpus.py record AFTER.json       # on the code after it
     python bench/inspect_corpus.py compare BEFORE.json AFTER.json   # exit 1 on any difference
+    python bench/inspect_corpus.py record X.json --extra big1.onnx big2.onnx   # more models than the corpus
 
-Each model is inspected in-process through ``dmlshim.cli.main.main`` (exit code, the JSON document and
-the first error line), and its inferred types are recorded too: every value of every graph (subgraphs
-included) with its element type and shape, from ``infer_shapes`` on the model as ``inspect`` loads it.
+Each model is inspected in-process through ``dmlshim.cli.main.main``: ``inspect --json -q`` (exit code,
+the JSON document and the first error line) and ``inspect`` (exit code, the whole text report and what
+it writes to stderr, durations normalised to ``<time>``); its inferred types are recorded too: every value
+of every graph (subgraphs included) with its element type and shape, from ``infer_shapes`` on the model
+as ``inspect`` loads it.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import argparse
 import contextlib
 import io
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,25 +32,40 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "provider"))
 
 
-def _models() -> list[Path]:
-    return sorted((REPO / "onnx_models").rglob("*.onnx"))
+def _models(extra: list[Path] | None = None) -> list[Path]:
+    return [*sorted((REPO / "onnx_models").rglob("*.onnx")), *(extra or [])]
 
 
-def _inspect(path: Path) -> dict[str, Any]:
+def _run(argv: list[str]) -> tuple[int, str, str]:
     from dmlshim.cli.main import main
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
-            code = main(["inspect", "--json", "-q", str(path)])
+            code = main(argv)
         except SystemExit as exc:
             code = int(exc.code or 0)
+    return code, out.getvalue(), err.getvalue()
+
+
+_SECONDS = re.compile(r"\b\d+(\.\d+)? ?(s|ms|us)\b")
+
+
+def _inspect(path: Path) -> dict[str, Any]:
+    code, out, err = _run(["inspect", "--json", "-q", str(path)])
     try:
-        doc: Any = json.loads(out.getvalue())
+        doc: Any = json.loads(out)
     except ValueError:
-        doc = out.getvalue()
-    lines = [line for line in err.getvalue().splitlines() if line.strip()]
-    return {"code": code, "doc": doc, "error": lines[0] if lines else ""}
+        doc = out
+    lines = [line for line in err.splitlines() if line.strip()]
+    text_code, text, text_err = _run(["inspect", str(path)])
+    return {
+        "code": code,
+        "doc": doc,
+        "error": lines[0] if lines else "",
+        # the text report, whole (stdout and stderr), durations written as <time>
+        "text": [text_code, _SECONDS.sub("<time>", text), _SECONDS.sub("<time>", text_err)],
+    }
 
 
 def _types(path: Path) -> dict[str, Any]:
@@ -84,10 +103,10 @@ def _types(path: Path) -> dict[str, Any]:
     return found
 
 
-def record(target: Path) -> None:
+def record(target: Path, extra: list[Path] | None = None) -> None:
     rows: dict[str, Any] = {}
-    for path in _models():
-        key = str(path.relative_to(REPO))
+    for path in _models(extra):
+        key = str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
         rows[key] = {"inspect": _inspect(path), "types": _types(path)}
         print(f"{key}: exit {rows[key]['inspect']['code']}", file=sys.stderr)
     target.write_text(json.dumps(rows, indent=1, sort_keys=True))
@@ -123,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     rec = sub.add_parser("record")
     rec.add_argument("target", type=Path)
     rec.add_argument("--provider", help="import dmlshim from this folder (another checkout's provider/)")
+    rec.add_argument("--extra", nargs="*", type=Path, default=[], help="more models (e.g. the large chains)")
     cmp_ = sub.add_parser("compare")
     cmp_.add_argument("before", type=Path)
     cmp_.add_argument("after", type=Path)
@@ -130,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "record":
         if args.provider:
             sys.path.insert(0, args.provider)
-        record(args.target)
+        record(args.target, [p.resolve() for p in args.extra])
         return 0
     return compare(args.before, args.after)
 

@@ -3,16 +3,30 @@ installed), onnxruntime (default options and one thread), onnx.reference and the
 
 The numpy and compiled kernels and onnxruntime are timed in the same interleaved rounds, so their ratios
 share every round's load. ``ours_ms`` / ``ratio_ort`` are the numpy kernels (the reference); the
-``compiled_*`` keys are the compiled ones (None when numba is missing)."""
+``compiled_*`` keys are the compiled ones (None when numba is missing).
+
+Run alone, it times only the kernels against onnxruntime (no onnx.reference, bridge or memory probe), in
+several repeats of interleaved rounds, and prints each case's ratios per repeat and their median:
+
+    python bench/kernels_bench.py [--size 4194304] [--rounds 9] [--repeats 3] [--cases NAME ...] [--json]
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
+import statistics
+import sys
 import traceback
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import onnx
+
+if __package__ in (None, ""):
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.cases import CASE_BUILDERS, KernelCase
 from bench.common import Config, dmlshim_session, error_note, ms, ort_session
@@ -149,3 +163,70 @@ def bench_kernels(config: Config) -> list[dict[str, Any]]:
             config.log(f"kernel {case.name} @ {case.elements}: {row.get('ratio_ort', row.get('error'))}")
             rows.append(row)
     return rows
+
+
+def _kernel_call(case: KernelCase, side: str) -> Callable[[], Any]:
+    return lambda: execute(case.desc, case.bound, kernels=side)
+
+
+def compare_case(case: KernelCase, rounds: int) -> dict[str, Any]:
+    """One case: numpy and compiled kernels against onnxruntime (default options and one thread), the
+    same interleaved rounds for all; outputs checked against onnxruntime's first."""
+    default, single = ort_session(case.model), ort_session(case.model, 1)
+    expected = single.run(None, case.feeds)[0]
+    sides = ["numpy", "compiled"] if compiled.installed() else ["numpy"]
+    calls: dict[str, Callable[[], Any]] = {
+        "ort": lambda: default.run(None, case.feeds),
+        "ort1": lambda: single.run(None, case.feeds),
+    }
+    row: dict[str, Any] = {"case": case.name, "elements": case.elements}
+    for side in sides:
+        row[f"{side}_match"] = _matches(execute(case.desc, case.bound, kernels=side).output, case, expected)
+        calls[side] = _kernel_call(case, side)
+    timing = interleaved(calls, rounds)
+    row["ort_ms"] = ms(timing.medians["ort"])
+    for side in sides:
+        row[f"{side}_ms"] = ms(timing.medians[side])
+        row[f"{side}_ratio_ort"] = round(timing.ratio(side, "ort"), 3)
+        row[f"{side}_ratio_ort1"] = round(timing.ratio(side, "ort1"), 3)
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="kernels against onnxruntime at its default thread count")
+    parser.add_argument("--size", type=int, default=1 << 22, help="elements per case (default 4M)")
+    parser.add_argument("--rounds", type=int, default=9, help="interleaved rounds per repeat")
+    parser.add_argument("--repeats", type=int, default=3, help="repeats per case (ratios: median)")
+    parser.add_argument("--cases", nargs="+", default=[], help="only cases whose name contains one")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    rows = []
+    for i, build in enumerate(CASE_BUILDERS):
+        case = build(args.size, np.random.default_rng(i))
+        if args.cases and not any(c in case.name for c in args.cases):
+            continue
+        runs = [compare_case(case, args.rounds) for _ in range(args.repeats)]
+        row: dict[str, Any] = {"case": case.name, "elements": case.elements, "repeats": runs}
+        for key in runs[0]:
+            if key.endswith(("_ratio_ort", "_ratio_ort1", "_ms")):
+                row[key] = round(statistics.median(r[key] for r in runs), 3)
+            elif key.endswith("_match"):
+                row[key] = all(r[key] for r in runs)
+        rows.append(row)
+        print(json.dumps({k: v for k, v in row.items() if k != "repeats"}), file=sys.stderr, flush=True)
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    print(f"load average {os.getloadavg()[0]:.1f} at the end")
+    print("| case | ORT ms | numpy / ORT | compiled / ORT | compiled / ORT 1 thread | each repeat |")
+    print("| --- | ---: | ---: | ---: | ---: | --- |")
+    for r in rows:
+        each = " / ".join(f"{x['compiled_ratio_ort']:.2f}" for x in r["repeats"] if "compiled_ratio_ort" in x)
+        compiled_ratios = (r.get("compiled_ratio_ort", "-"), r.get("compiled_ratio_ort1", "-"))
+        ratios = f"{r['numpy_ratio_ort']:.2f} | {compiled_ratios[0]} | {compiled_ratios[1]}"
+        print(f"| {r['case']} | {r['ort_ms']} | {ratios} | {each or '-'} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -2,17 +2,31 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters escaped (``\\x1b``, ``\\n``): a name read from a model can hold an
+    escape sequence (a terminal's title, a cleared screen) or a line break that would print a line of its
+    own, such as a forged verdict."""
+    if not _CONTROL.search(text):
+        return text
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 def table(rows: Sequence[Sequence[str]], indent: str = "  ") -> list[str]:
-    """Rows (the first usually a header) as left-aligned columns two spaces apart, without trailing blanks."""
+    """Rows (the first usually a header) as left-aligned columns two spaces apart, without trailing blanks;
+    control characters in a cell are escaped (see :func:`printable`)."""
     if not rows:
         return []
     columns = len(rows[0])
     if any(len(row) != columns for row in rows):
         raise ValueError(f"rows of {sorted({len(row) for row in rows})} cells: a table's rows are alike")
-    widths = [max(map(len, column)) for column in zip(*rows)]
+    rows = [[printable(cell) for cell in row] for row in rows]
+    widths = [max(map(len, column)) for column in zip(*rows, strict=True)]
     ljust = str.ljust
     return [(indent + "  ".join(map(ljust, row, widths))).rstrip() for row in rows]
 

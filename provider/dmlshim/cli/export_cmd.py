@@ -6,7 +6,8 @@ import argparse
 import json
 from typing import Any
 
-from .options import add_feature_level, add_input_shape, input_shapes
+from ..text import printable
+from .options import add_feature_level, add_input_shape, input_shapes, path_arg
 from .progress import status
 
 
@@ -14,11 +15,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the export command's arguments."""
     parser.add_argument("model", help="the ONNX model")
     out = parser.add_mutually_exclusive_group(required=True)
-    out.add_argument("-o", "--output", dest="output_dir", metavar="DIR", help="the export folder")
+    out.add_argument(
+        "-o", "--output", dest="output_dir", metavar="DIR", type=path_arg, help="the export folder"
+    )
     out.add_argument("--output-dir", dest="output_dir", help=argparse.SUPPRESS)  # the old spelling
     parser.add_argument(
         "--inputs",
         metavar="FILE.npz",
+        type=path_arg,
         help="the model inputs, one array per graph input (numpy.savez); random valid inputs if omitted",
     )
     add_feature_level(parser, "target")
@@ -87,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
             note += f"  ({e.duplicate_indices} duplicate scatter write(s): DirectML picks any winner)"
         print(f"  {e.folder:<40} {e.op_type:<16} {e.operator}{note}")
     for s in result.skipped:
-        print(f"  skipped {s.node} ({s.op_type}): {s.code}: {s.reason}")
+        print(f"  skipped {printable(s.node)} ({s.op_type}): {s.code}: {s.reason}")
     if result.exported:
         print()
         print("next, on Windows, in each node folder:  dxdispatch.exe model.json --output_path .")

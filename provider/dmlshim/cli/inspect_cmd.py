@@ -17,11 +17,19 @@ import onnx
 from ..errors import DmlShimError
 from ..execute.weights.model_source import load_model as read_model
 from ..model.modelcheck import unknown_operators
-from ..report.inspect_report import GraphValue, render_text, shape_hint, write_json
+from ..report.inspect_json import write_json
+from ..report.inspect_report import GraphValue, render_text, shape_hint
 from ..translate.model_translation import ModelTranslation, translate_model
 from ..translate.shapes_info import tensor_info
 from .inspect_run import RunShapes, run_shapes
-from .options import add_feature_level, add_html, add_input_shape, apply_input_shapes, input_shapes
+from .options import (
+    add_feature_level,
+    add_html,
+    add_input_shape,
+    apply_input_shapes,
+    input_shapes,
+    path_arg,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--inputs",
         metavar="FILE.npz",
+        type=path_arg,
         help="run the model on these inputs (onnxruntime CPU) and translate every gather/scatter node at "
         "the shapes the run gives; with --input-shape alone, on the inputs run would generate",
     )
@@ -113,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _inspect(args: argparse.Namespace) -> int:
     given = input_shapes(args)
-    if args.html:
+    if args.html is not None:
         from ..report.html import check_html_target
 
         check_html_target(args.html, overwrite=args.overwrite, inputs=(args.model, args.inputs))
@@ -146,7 +155,7 @@ def _inspect(args: argparse.Namespace) -> int:
     inputs, outputs = graph_values(model)
     if args.json:
         write_json(translation, sys.stdout, args.model, graph_inputs=inputs, graph_outputs=outputs, run=ran)
-    if not args.json or args.html:
+    if not args.json or args.html is not None:
         symbolic: dict[str, tuple[object, ...]] = {}
         for v in inputs:
             if v.name in shapes or v.shape is None:
@@ -171,7 +180,7 @@ def _inspect(args: argparse.Namespace) -> int:
         )
         if not args.json:
             sys.stdout.write(text)
-        if args.html:
+        if args.html is not None:
             _write_html(args, model, translation, text)
     return 0 if translation.summary["all_dml"] else 1
 

@@ -105,14 +105,15 @@ def run_shapes(
         BadInputError, BadModelError, TooLargeError: the ``.npz`` cannot be read or does not fit the model.
         (Generated inputs that onnxruntime refuses leave ``error`` set instead.)
     """
-    from ..execute.feeds import load_npz
     from ..inputs import generate
-    from ..inputs.narrow_floats import narrow_feeds
+    from ..validate.references import feeds_for
     from ..validate.value_kinds import feed_shape
 
     loaded = load_model(model_path, weightless=True)
     if inputs:
-        feeds = narrow_feeds(loaded.proto.graph, load_npz(inputs))
+        # checked as run and validate check them (names, dtypes, ranks, static sizes): a file that does
+        # not fit the model gives no run's shapes, even where no node's input needs fetching
+        feeds = feeds_for(loaded, inputs, input_shapes=None, seed=seed)[0]
         source = inputs
     else:
         try:

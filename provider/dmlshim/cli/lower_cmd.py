@@ -18,6 +18,7 @@ from ..execute.lowering.file import check_lowered, external_refs, write_lowered
 from ..execute.lowering.lower import lower_model
 from ..fileio.files import check_output_file
 from ..kernels.options import IndexMode
+from ..text import printable
 from ..translate.shapes_info import load_model
 from .options import add_feature_level, add_input_shape, apply_input_shapes, input_shapes
 
@@ -74,9 +75,11 @@ def run(args: argparse.Namespace) -> int:
         if node.signature is not None:
             t = node.translation
             what = t.operator.operator_type.dml_name if t.operator else "translated at run time"
-            print(f"  {node.name}: {node.op_type} -> {node.signature.op_type} [{node.mode}] {what}")
+            print(
+                f"  {printable(node.name)}: {node.op_type} -> {node.signature.op_type} [{node.mode}] {what}"
+            )
         else:
-            print(f"  {node.name}: {node.op_type} kept: {node.reason}")
+            print(f"  {printable(node.name)}: {node.op_type} kept: {node.reason}")
     if data_file is not None:
         print(f"wrote {data_file} (the initializers {args.model} keeps as external data)")
     print(f"wrote {out} (custom domain ai.onnx.contrib; open it in Netron to read the descriptors)")

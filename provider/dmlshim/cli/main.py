@@ -15,6 +15,7 @@ import io
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -136,6 +137,25 @@ def _json_error(args: argparse.Namespace | None, exc: BaseException, code: int) 
         print(json.dumps(doc, indent=2, default=str))
 
 
+class _PrintableStdout:
+    """stdout with control characters other than line breaks and tabs escaped (see
+    :func:`dmlshim.text.printable`): a report prints names read from the model, and a name holding an escape
+    sequence or a carriage return must not reach the terminal as one."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(_STDOUT_CONTROL.sub(lambda m: repr(m.group())[1:-1], text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+_STDOUT_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -164,7 +184,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ..limits import memory_limit
 
         memory_limit()  # a malformed DMLSHIM_MEMORY_LIMIT: one error before any work
-        return int(args._run(args))
+        with contextlib.redirect_stdout(_PrintableStdout(sys.stdout)):
+            return int(args._run(args))
     except DmlShimError as exc:
         if debug:
             log.exception("dmlshim failed")

@@ -51,11 +51,20 @@ def add_engine(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def path_arg(text: str) -> str:
+    """A file or folder argument: never empty (``--reference-outputs "$UNSET"`` would otherwise compare
+    nothing, ``-o ""`` write nothing, ``--inputs ""`` generate inputs, each with exit 0)."""
+    if not text:
+        raise argparse.ArgumentTypeError("the path is empty")
+    return text
+
+
 def add_html(parser: argparse.ArgumentParser, shows: str) -> None:
     """``--html REPORT.html``: the self-contained page of the graph, ``shows`` saying what a click gives."""
     parser.add_argument(
         "--html",
         metavar="REPORT.html",
+        type=path_arg,
         help="also write a self-contained HTML page: the graph, each gather/scatter node coloured by where "
         f"it {shows} on click (needs the html extra: pip install 'dmlshim[html]')",
     )

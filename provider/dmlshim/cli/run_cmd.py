@@ -21,7 +21,7 @@ from ..inputs.narrow_floats import narrow_feeds
 from ..ort.session import InferenceSession, load_model
 from ..text import shape_text, table
 from ..validate.value_kinds import describe, is_array, kind_text
-from .options import add_engine, add_feature_level, add_input_shape, input_shapes
+from .options import add_engine, add_feature_level, add_input_shape, input_shapes, path_arg
 
 logger = logging.getLogger(__name__)
 
@@ -33,13 +33,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--inputs",
         metavar="FILE.npz",
+        type=path_arg,
         help="the inputs, one array per graph input name (numpy.savez); pickled objects are refused; "
         "random inputs that onnxruntime CPU accepts when absent",
     )
     add_input_shape(parser)
     parser.add_argument("--seed", type=int, default=0, metavar="N", help="seed of random inputs (default 0)")
     parser.add_argument(
-        "--output", "-o", metavar="FILE.npz", help="write the outputs here (numpy.savez format)"
+        "--output",
+        "-o",
+        metavar="FILE.npz",
+        type=path_arg,
+        help="write the outputs here (numpy.savez format)",
     )
     parser.add_argument(
         "--overwrite", action="store_true", help="replace the --output file if it exists (refused otherwise)"

@@ -11,7 +11,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from . import validate_many
-from .options import add_engine, add_feature_level, add_input_shape, add_tolerances
+from .options import add_engine, add_feature_level, add_input_shape, add_tolerances, path_arg
 from .progress import status
 from .validate_files import add_array_files, model_report
 
@@ -28,6 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--inputs",
         metavar="FILE.npz",
+        type=path_arg,
         default=None,
         help="feeds by input name (numpy.savez); random inputs of the right shapes and types when absent",
     )
@@ -61,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     from ..report.validate_report import render_json, render_text
 
     if validate_many.applies(args):
-        if args.save_inputs or args.save_outputs or args.reference_outputs or args.html:
+        if args.save_inputs or args.save_outputs or args.reference_outputs or args.html is not None:
             from ..errors import BadInputError
 
             raise BadInputError(
@@ -72,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         report = model_report(args, args.model[0])
     text = render_text(report, args.only_problems)
     sys.stdout.write(render_json(report) if args.json else text)
-    if args.html:
+    if args.html is not None:
         _write_html(args, report, text)
     return report.exit_code
 

@@ -10,7 +10,7 @@ import sys
 
 from ..validate import ValidationReport
 from ..validate.tolerances import Tolerances
-from .options import add_html, input_shapes
+from .options import add_html, input_shapes, path_arg
 
 logger = logging.getLogger(__name__)
 
@@ -20,16 +20,19 @@ def add_array_files(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--save-inputs",
         metavar="FILE",
+        type=path_arg,
         help="write the inputs the model ran on (.npz, or polygraphy's inputs JSON for a .json name)",
     )
     parser.add_argument(
         "--save-outputs",
         metavar="FILE",
+        type=path_arg,
         help="write dmlshim's outputs (.npz, or polygraphy's RunResults JSON for a .json name)",
     )
     parser.add_argument(
         "--reference-outputs",
         metavar="FILE",
+        type=path_arg,
         help="also compare the outputs with these (e.g. PyTorch's): .npz by output name, or a polygraphy "
         "RunResults JSON (first runner, first iteration); a difference fails the verdict",
     )

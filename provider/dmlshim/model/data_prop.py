@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass
 from functools import cache
+from typing import NamedTuple
 
 import onnx
 
@@ -139,9 +139,9 @@ def _each(model: onnx.ModelProto, paths: list[GraphPath]) -> Iterator[tuple[Grap
         yield path, _graph_at(model, path)
 
 
-@dataclass(frozen=True)
-class _Site:
-    """One input of one node whose data inference may read."""
+class _Site(NamedTuple):
+    """One input of one node whose data inference may read (a tuple: one per read input of every
+    data-propagating node, so they are built and hashed by the thousand)."""
 
     path: GraphPath
     node: int
@@ -263,13 +263,22 @@ def _plan(
             made[name, kind] = _cut_type(tp, kind).SerializeToString(deterministic=True) if tp else b""
         return made[name, kind]
 
+    # A verdict depends on the value and on how it is read only: a value read by many nodes is judged once.
+    judged: dict[tuple[str, bool, bool], tuple[str | None, int]] = {}
     for order, site in enumerate(sites):
-        tp = types.get(site.value)
-        init = inits.get(site.value)
-        kind = _verdict(site, tp, init)
-        if kind is None and not site.shape_input:
-            kept.append((_length(tp, init), order, site))
-        elif kind is not None:
+        key = (site.value, site.by_value, site.shape_input)
+        found = judged.get(key)
+        if found is None:
+            tp = types.get(site.value)
+            init = inits.get(site.value)
+            kind = _verdict(site, tp, init)
+            length = _length(tp, init) if kind is None and not site.shape_input else 0
+            found = judged[key] = (kind, length)
+        kind, length = found
+        if kind is None:
+            if length:  # a kept read of no data counts for nothing against the budget
+                kept.append((length, order, site))
+        else:
             plan[site] = (kind, cut(site.value, kind))
     total = sum(n for n, _, _ in kept)
     budget = _budget()

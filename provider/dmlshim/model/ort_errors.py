@@ -10,7 +10,7 @@ import onnx
 from onnx import TensorProto
 
 from ..errors import BadModelError
-from ..graph import walk_nodes
+from ..graph import node_path, subgraph_prefix, subgraphs, walk_nodes
 
 # The exception types an onnxruntime call raises.
 ORT_ERRORS: tuple[type[BaseException], ...] = (RuntimeError, ValueError)
@@ -77,18 +77,32 @@ class UnknownOperator:
 def unknown_operators(model: onnx.ModelProto) -> list[UnknownOperator]:
     """Nodes whose operator is defined nowhere dmlshim or onnxruntime can find it, in graph order."""
     local = {(f.domain, f.name) for f in model.functions}
+    known: dict[tuple[str, str], bool] = {}
     found: list[UnknownOperator] = []
-    for name, node in walk_nodes(model.graph):
-        domain = "" if node.domain == "ai.onnx" else node.domain
-        if (domain, node.op_type) in local or domain in _ORT_DOMAINS:
-            continue
-        try:
-            known = onnx.defs.has(node.op_type, domain)
-        except Exception:  # onnx's binding raises on strange strings; treat as unknown
-            known = False
-        if not known:
-            found.append(UnknownOperator(name, domain, node.op_type))
+
+    def visit(graph: onnx.GraphProto, prefix: str) -> None:
+        # Names are spelled out only for unknown operators and for the owners of subgraphs.
+        for index, node in enumerate(graph.node):
+            domain = "" if node.domain == "ai.onnx" else node.domain
+            key = (domain, node.op_type)
+            defined = known.get(key)
+            if defined is None:
+                defined = known[key] = key in local or domain in _ORT_DOMAINS or _defined(*key)
+            if not defined:
+                found.append(UnknownOperator(node_path(prefix, node, index), domain, node.op_type))
+            if node.attribute:
+                for attr_name, sub in subgraphs(node):
+                    visit(sub, subgraph_prefix(node_path(prefix, node, index), attr_name))
+
+    visit(model.graph, "")
     return found
+
+
+def _defined(domain: str, op_type: str) -> bool:
+    try:
+        return bool(onnx.defs.has(op_type, domain))
+    except Exception:  # onnx's binding raises on strange strings; treat as unknown
+        return False
 
 
 def _value_types(graph: onnx.GraphProto) -> dict[str, int]:

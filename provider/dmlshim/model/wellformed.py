@@ -15,6 +15,7 @@ from onnx import TensorProto
 from ..errors import BadModelError
 from ..graph import node_path, subgraph_prefix, subgraphs
 from .ort_errors import GATHER_SCATTER_INDEX_TYPES
+from .utf8_parse import strings_valid
 
 __all__ = ["RAW_ITEMSIZE", "check_well_formed"]
 
@@ -89,27 +90,50 @@ def _lists_fields(descriptor: Descriptor) -> bool:
     return all(field.type != FieldDescriptor.TYPE_BYTES for field in descriptor.fields)
 
 
+_STRING = FieldDescriptor.TYPE_STRING
+_MESSAGE = FieldDescriptor.TYPE_MESSAGE
+_OTHER, _TEXT, _TEXTS, _PART, _PARTS = range(5)
+_FIELD_KINDS: dict[FieldDescriptor, int] = {}
+
+
+def _field_kind(field: FieldDescriptor) -> int:
+    """What :func:`_any_bad_string` does with a field (looked up once per field of the schema)."""
+    kind = _FIELD_KINDS.get(field)
+    if kind is None:
+        kind = _OTHER
+        if field.type == _STRING:
+            kind = _TEXTS if field.is_repeated else _TEXT
+        elif field.type == _MESSAGE and not _is_map_entry(field.message_type):
+            kind = _PARTS if field.is_repeated else _PART
+        _FIELD_KINDS[field] = kind
+    return kind
+
+
 def _any_bad_string(message: Message) -> bool:
     """Whether some string field of ``message`` or of a message inside it is not valid UTF-8: one pass over
     the set fields only, no paths built (:func:`_bad_string` names the field once one is known bad)."""
     stack = [message]
+    kinds = _FIELD_KINDS
     while stack:
         current = stack.pop()
         descriptor = current.DESCRIPTOR
         if _lists_fields(descriptor):
             for field, value in current.ListFields():
-                kind = field.type
-                if kind == _STRING:
-                    if field.is_repeated:
-                        if not all(isinstance(v, str) for v in value):
-                            return True
-                    elif not isinstance(value, str):
+                kind = kinds.get(field)
+                if kind is None:
+                    kind = _field_kind(field)
+                if kind == _TEXTS:
+                    try:
+                        "".join(value)  # a string protobuf could not decode is bytes: join refuses it
+                    except TypeError:
                         return True
-                elif kind == _MESSAGE and not _is_map_entry(field.message_type):
-                    if field.is_repeated:
-                        stack.extend(value)
-                    else:
-                        stack.append(value)
+                elif kind == _PARTS:
+                    stack.extend(value)
+                elif kind == _TEXT:
+                    if not isinstance(value, str):
+                        return True
+                elif kind == _PART:
+                    stack.append(value)
             continue
         strings, repeated_strings, messages, repeated_messages = _text_layout(descriptor)
         for name in strings:
@@ -122,10 +146,6 @@ def _any_bad_string(message: Message) -> bool:
         for name in repeated_messages:
             stack.extend(getattr(current, name))
     return False
-
-
-_STRING = FieldDescriptor.TYPE_STRING
-_MESSAGE = FieldDescriptor.TYPE_MESSAGE
 
 
 def _bad_string(message: Message, where: str) -> str | None:
@@ -213,7 +233,9 @@ def _schema_arity(op_type: str, version: int, domain: str) -> tuple[tuple[int, i
     return (schema.min_input, schema.max_input), (schema.min_output, schema.max_output)
 
 
-def _check_arity(node: onnx.NodeProto, label: str, opsets: dict[str, int], path: str | None) -> None:
+def _check_arity(
+    node: onnx.NodeProto, prefix: str, index: int, opsets: dict[str, int], path: str | None
+) -> None:
     domain = "" if node.domain == "ai.onnx" else node.domain
     if domain not in ("", "ai.onnx.ml") or domain not in opsets:
         return
@@ -223,6 +245,7 @@ def _check_arity(node: onnx.NodeProto, label: str, opsets: dict[str, int], path:
     n_in, n_out = len(node.input), len(node.output)
     ins, outs = arity
     if not ins[0] <= n_in <= ins[1] or not outs[0] <= n_out <= outs[1]:
+        label = node_path(prefix, node, index)
         raise BadModelError(
             f"{node.op_type} has {n_in} inputs and {n_out} outputs; opset {opsets[domain]} takes "
             f"{ins[0]}..{ins[1]} inputs and {outs[0]}..{outs[1]} outputs",
@@ -248,8 +271,10 @@ def _check_graph(graph: onnx.GraphProto, prefix: str, path: str | None, opsets: 
                 rule="graph inputs and outputs have an ONNX element type",
             )
     for i, node in enumerate(graph.node):
-        label = node_path(prefix, node, i)
-        _check_arity(node, label, opsets, path)
+        _check_arity(node, prefix, i, opsets, path)
+        if not node.attribute:
+            continue
+        # The node's name is spelled out only where it is used: most nodes hold no tensor and no graph.
         for attr in node.attribute:
             if attr.type == onnx.AttributeProto.UNDEFINED or (
                 attr.name in _INT_ATTRIBUTES
@@ -258,17 +283,19 @@ def _check_graph(graph: onnx.GraphProto, prefix: str, path: str | None, opsets: 
             ):
                 raise BadModelError(
                     f"attribute {attr.name!r} has no valid type (type {attr.type})",
-                    node=label,
+                    node=node_path(prefix, node, i),
                     op_type=node.op_type,
                     value=attr.name,
                     path=path,
                     rule="every attribute has a declared type that its op expects",
                 )
             if attr.HasField("t"):
-                tensors.append((f"{label}.{attr.name}", attr.t))
-            tensors.extend((f"{label}.{attr.name}", t) for t in attr.tensors)
+                tensors.append((f"{node_path(prefix, node, i)}.{attr.name}", attr.t))
+            if attr.tensors:
+                label = node_path(prefix, node, i)
+                tensors.extend((f"{label}.{attr.name}", t) for t in attr.tensors)
         for attr_name, sub in subgraphs(node):
-            _check_graph(sub, subgraph_prefix(label, attr_name), path, opsets)
+            _check_graph(sub, subgraph_prefix(node_path(prefix, node, i), attr_name), path, opsets)
     for name, t in tensors:
         problem = _tensor_problem(t)
         if problem is not None:
@@ -289,7 +316,9 @@ def check_well_formed(model: onnx.ModelProto, path: str | None = None) -> None:
     Raises:
         BadModelError: naming the damaged field, tensor or node.
     """
-    bad = _bad_string(model, "model") if _any_bad_string(model) else None
+    left_out = strings_valid(model)  # protobuf's parser checks the strings of all but the weights
+    unsure = (model,) if left_out is None else left_out
+    bad = _bad_string(model, "model") if any(_any_bad_string(m) for m in unsure) else None
     if bad is not None:
         raise BadModelError(
             f"the field {bad} is not valid UTF-8 text (a damaged or non-ONNX file)",

@@ -31,7 +31,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from ..errors import BadInputError
+from ..errors import BadInputError, DmlShimError
 from ..runtime.real import ORT_VERSION, ort
 from . import tracking
 from .emulate import EMULATE_CHOICES, EMULATE_ENV, ENGINE_ENV
@@ -353,9 +353,11 @@ def _at_exit() -> None:
             # Checked when installed (existing file only with overwrite); an input never, even now; a file
             # that appeared there while the program ran (its own result, say) is the program's: kept.
             read = [p for p in os.environ.get(SUMMARY_INPUTS_ENV, "").split(os.pathsep) if p]
+            # every model file a session of the program loaded (and, through it, its external data)
+            read += [s["model_file"] for s in result.get("sessions", ()) if s.get("model_file")]
             replace = os.environ.get(SUMMARY_OVERWRITE_ENV) == "1"
             files.write_json(target, result, overwrite=replace, inputs=read, what="dmlshim summary")
-        except BadInputError as exc:
+        except (DmlShimError, OSError) as exc:
             sys.stderr.write(f"dmlshim: {exc}\n")
     if fmt == "json":
         sys.stderr.write(json.dumps(result, indent=2) + "\n")

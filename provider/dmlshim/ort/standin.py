@@ -16,6 +16,7 @@ names). Only these differ:
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from types import ModuleType
@@ -44,7 +45,11 @@ class TrackedInferenceSession(InferenceSession):
     ) -> None:
         super().__init__(path_or_bytes, sess_options, providers, provider_options, **kwargs)
         model = self._model_path or f"<in-memory model {self._meta.graph_name or 'unnamed'}>"
-        self._tally = tracking.TRACKER.add_session(model, self.get_providers(), self.engine.name)
+        # absolute now (the program may change directory): the summary must never replace this file
+        model_file = os.path.abspath(self._model_path) if self._model_path else ""
+        self._tally = tracking.TRACKER.add_session(
+            model, self.get_providers(), self.engine.name, model_file=model_file
+        )
         tracking.changed()
 
     def _execute(self, names: list[str], feeds: dict[str, Any], run_options: Any) -> list[Any]:

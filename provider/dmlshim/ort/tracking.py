@@ -52,6 +52,8 @@ class SessionTally:
     origin: int = field(default_factory=os.getpid)
     """The process that made the session (a forked worker runs its parent's sessions)."""
     inherited: bool = False
+    model_file: str = ""
+    """The model file's absolute path ("" for a model given as bytes): the summary never replaces it."""
 
     def add_run(self, record: RunRecord) -> None:
         self.runs += 1
@@ -73,6 +75,7 @@ class SessionTally:
             "process": pid,
             "number": self.number,
             "model": self.model,
+            "model_file": self.model_file,
             "providers": list(self.providers),
             "engine": self.engine,
             "origin": [self.origin, self.number],
@@ -111,9 +114,11 @@ class Tracker:
             tally.inherited = True
         self.changes = 0
 
-    def add_session(self, model: str, providers: list[str], engine: str) -> SessionTally:
+    def add_session(
+        self, model: str, providers: list[str], engine: str, model_file: str = ""
+    ) -> SessionTally:
         with self._lock:
-            tally = SessionTally(len(self.sessions) + 1, model, providers, engine)
+            tally = SessionTally(len(self.sessions) + 1, model, providers, engine, model_file=model_file)
             self.sessions.append(tally)
             self.changes += 1
             return tally

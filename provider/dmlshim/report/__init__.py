@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
-from .inspect_report import next_command, render_json, render_text, verdict
+from .inspect_json import render_json
+from .inspect_report import next_command, render_text, verdict
 
 __all__ = ["next_command", "render_json", "render_text", "verdict"]

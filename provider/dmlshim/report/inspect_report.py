@@ -7,14 +7,12 @@ node is not handled, a per-node table, a verdict and the next command to run.
 from __future__ import annotations
 
 import collections
-import io
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TextIO
+from typing import Protocol
 
 from ..dml.symbolic import describe
-from ..text import shape_text, table
+from ..text import printable, shape_text, table
 from ..translate.model_translation import ModelTranslation
 from ..translate.plan import NodeTranslation, Status, elem_type_name
 from ..translate.run_cases import case_lines
@@ -25,12 +23,10 @@ __all__ = [
     "next_command",
     "placement_reasons",
     "placement_verdict",
-    "render_json",
     "render_text",
     "shape_hint",
     "verdict",
     "verdict_lines",
-    "write_json",
 ]
 
 PROVIDER_WARNINGS = frozenset({"EP_OUTPUT_UNWRITTEN", "EP_DESCRIPTOR_FAILS"})
@@ -385,7 +381,7 @@ def _details(nodes: Sequence[NodeTranslation]) -> list[str]:
     for n in nodes:
         if not n.reasons and not n.host_steps:
             continue
-        lines.append(f"  {n.name}:")
+        lines.append(f"  {printable(n.name)}:")
         for r in n.reasons:
             if r.code in PROVIDER_WARNINGS:
                 mark = "warning"
@@ -397,93 +393,3 @@ def _details(nodes: Sequence[NodeTranslation]) -> list[str]:
         for step in n.host_steps:
             lines.append(f"    [host] {step.kind.value}: {step.description}")
     return ["", "Details:", *lines] if lines else []
-
-
-def render_json(
-    mt: ModelTranslation,
-    model_path: str | None = None,
-    *,
-    graph_inputs: Sequence[GraphValue] = (),
-    graph_outputs: Sequence[GraphValue] = (),
-) -> str:
-    """The ``--json`` document as a string (see :func:`write_json`)."""
-    out = io.StringIO()
-    write_json(mt, out, model_path, graph_inputs=graph_inputs, graph_outputs=graph_outputs)
-    return out.getvalue()
-
-
-def write_json(
-    mt: ModelTranslation,
-    stream: TextIO,
-    model_path: str | None = None,
-    *,
-    graph_inputs: Sequence[GraphValue] = (),
-    graph_outputs: Sequence[GraphValue] = (),
-    run: RunShapesLike | None = None,
-) -> None:
-    """Write the ``--json`` document: schema_version 1 (extra keys: model, inputs, outputs, each node's
-    plan; with ``run``, ``run`` and each node's ``shapes``, ``"run"`` or ``"static"``), one node record per
-    line, written as it is made (a model of 100,000 nodes never holds its whole document in memory)."""
-    encode = json.JSONEncoder(allow_nan=False).encode  # the C encoder: indent would select Python's
-    head: dict[str, Any] = {"schema_version": 1}
-    if model_path is not None:
-        head["model"] = model_path
-    if graph_inputs or graph_outputs:
-        head["inputs"] = [_value_json(v) for v in graph_inputs]
-        head["outputs"] = [_value_json(v) for v in graph_outputs]
-    head["feature_level"] = mt.feature_level.dml_name
-    if run is not None:
-        head["run"] = run.to_json()
-    stream.write("{\n")
-    for key, value in head.items():
-        stream.write(f"  {encode(key)}: {encode(value)},\n")
-    stream.write('  "nodes": [')
-    records = _NodeRecords()
-    for i, node in enumerate(mt.nodes):
-        record = records.record(node)
-        if run is not None:
-            record = dict(record, shapes="run" if node.name in run.nodes else "static")
-            cases = mt.run_cases.get(node.name)
-            if cases is not None:
-                record["run_shapes"] = [c.to_json() for c in cases]
-            elif node.name in run.not_run:
-                record["shapes_note"] = run.not_run[node.name]
-        stream.write(("\n    " if i == 0 else ",\n    ") + encode(record))
-    stream.write("\n  ],\n" if mt.nodes else "],\n")
-    stream.write(f'  "summary": {encode(mt.summary)}\n}}\n')
-
-
-class _NodeRecords:
-    """Node JSON records; nodes renamed from one translation (the same descriptor object and reasons)
-    reuse its record with their own names, instead of rendering the descriptor again."""
-
-    def __init__(self) -> None:
-        self._seen: dict[tuple[Any, ...], dict[str, Any]] = {}
-
-    def record(self, n: NodeTranslation) -> dict[str, Any]:
-        if n.operator is None:
-            return n.to_json()
-        key = (id(n.operator), id(n.reasons), n.status, n.ort_placement, len(n.inputs))
-        template = self._seen.get(key)
-        if template is None:
-            out = self._seen[key] = n.to_json()
-            return out
-        out = dict(template, name=n.name)
-        plan = template.get("plan")
-        if plan is not None and n.output is not None:
-            out["plan"] = dict(
-                plan,
-                inputs=[
-                    dict(j, onnx_name=b.onnx_name) for j, b in zip(plan["inputs"], n.inputs, strict=True)
-                ],
-                output=dict(plan["output"], onnx_name=n.output.onnx_name),
-            )
-        return out
-
-
-def _value_json(v: GraphValue) -> dict[str, Any]:
-    return {
-        "name": v.name,
-        "type": elem_type_name(v.elem_type) if v.elem_type else None,
-        "shape": None if v.shape is None else [d if d != "" else None for d in v.shape],
-    }

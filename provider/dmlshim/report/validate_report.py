@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..execute.record import PLACEMENT_DML
-from ..text import shape_text, table
+from ..text import printable, shape_text, table
 from ..translate.placement import REASON_CPU_PREFERRED
 from ..translate.plan import CPU_PROVIDER, DML_PROVIDER
 from ..validate import NodeValidation, OutputComparison, ValidationReport
@@ -212,7 +212,7 @@ def render_text(report: ValidationReport, only_problems: bool = False) -> str:
 
     With ``only_problems``, the outputs and nodes tables list only what differs or needs a look."""
     lines = [f"dmlshim validate {report.model} at {report.feature_level.dml_name}"]
-    feeds = ", ".join(f"{n} {_shape(s)}" for n, s in report.input_shapes)
+    feeds = ", ".join(f"{printable(n)} {_shape(s)}" for n, s in report.input_shapes)
     source = f"generated (seed {report.seed})" if report.inputs_source == "random" else report.inputs_source
     symbols = ", ".join(f"{k}={v}" for k, v in report.input_symbols)
     lines.append(f"inputs: {source}: {feeds}" + (f" (symbols {symbols})" if symbols else ""))
@@ -282,7 +282,7 @@ def render_text(report: ValidationReport, only_problems: bool = False) -> str:
     for w in report.warnings:
         if only_problems and w.code in _INFORMATION_CODES:
             continue
-        lines.append(f"  {w.code} {w.node}: {w.message}")
+        lines.append(f"  {w.code} {printable(w.node)}: {w.message}")
     if counts:
         lines.append("  by code: " + ", ".join(f"{c} {k}" for c, k in sorted(counts.items())))
     lines.append("")

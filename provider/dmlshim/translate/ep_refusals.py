@@ -221,34 +221,48 @@ def _graphs(
         known = {n: v for n in set(owner.input) if n and (v := _constant(enclosing, n)) is not None}
     yield path, graph, owner, known
     for node in graph.node:
+        if not node.attribute:
+            continue
         for a in node.attribute:
-            subs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
+            if a.type == onnx.AttributeProto.GRAPH:
+                subs = [a.g]
+            elif a.graphs:
+                subs = list(a.graphs)
+            else:
+                continue
             for sub in subs:
                 yield from _graphs(sub, f"{path}{node.name or node.op_type}/{a.name}/", node,
                                    (*enclosing, graph))  # fmt: skip
+
+
+def _scope(
+    graph: onnx.GraphProto, owner: onnx.NodeProto | None, owner_constants: dict[str, np.ndarray]
+) -> GraphScope:
+    producers = {out: n for n in graph.node for out in n.output}
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for reader in graph.node:
+        for name in reader.input:
+            consumers.setdefault(name, []).append(reader)
+    return GraphScope(graph, owner, _constants(graph), producers, consumers, owner_constants)
 
 
 def session_refusals(model: onnx.ModelProto) -> tuple[tuple[str, EpRefusal], ...]:
     """``(node name, refusal)`` for every node of ``model`` (subgraphs included) in a refused form."""
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     found = []
+    by_op: dict[str, list[EpRefusal]] = {}
+    for refusal in EP_REFUSALS:
+        if opset >= refusal.since:
+            by_op.setdefault(refusal.op_type, []).append(refusal)
     for path, graph, owner, owner_constants in _graphs(model.graph):
         scope: GraphScope | None = None
-        producers = {out: n for n in graph.node for out in n.output}
-        consumers: dict[str, list[onnx.NodeProto]] = {}
-        for reader in graph.node:
-            for name in reader.input:
-                consumers.setdefault(name, []).append(reader)
         for node in graph.node:
-            for refusal in EP_REFUSALS:
-                if (
-                    node.op_type != refusal.op_type
-                    or node.domain not in ("", "ai.onnx")
-                    or opset < refusal.since
-                ):
-                    continue
-                if scope is None:
-                    scope = GraphScope(graph, owner, _constants(graph), producers, consumers, owner_constants)
+            candidates = by_op.get(node.op_type)
+            if not candidates or node.domain not in ("", "ai.onnx"):
+                continue
+            for refusal in candidates:
+                if scope is None:  # built only for a graph holding a node of a refused form's op
+                    scope = _scope(graph, owner, owner_constants)
                 if refusal.matches(node, scope):
                     found.append((path + (node.name or node.op_type), refusal))
     return tuple(found)

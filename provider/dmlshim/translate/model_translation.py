@@ -283,23 +283,28 @@ def translate_model(
                     top_level[index] = len(translations)
                 translations.append(_other_domain(node, name, domain, opsets.get(domain, 0), fl))
             continue
-        infos = tuple(scope.get(i) if i else None for i in node.input)
+        names = node.input
+        get = scope.get
+        infos = tuple([get(i) if i else None for i in names])
         opset = opsets.get(domain, 0)
         if scope is top:
             top_level[index] = len(translations)
-        key = (domain, node.op_type, opset, _attributes(node), infos, tuple(bool(i) for i in node.input))
+        key = (domain, node.op_type, opset, _attributes(node), infos, tuple([bool(i) for i in names]))
         template = templates.get(key, _UNREAD)
         ran = _at_run(node, name, opset, fl, symbolic, scope, run_executions) if run_executions else None
         if ran is not None:
             t, run_cases[name] = ran
+            shape_unknown = "SHAPE_UNKNOWN" in t.reason_codes
         elif template is _UNREAD or template is None:
             t = translate_node(node, opset, infos, fl, name=name, symbolic=symbolic)
+            shape_unknown = "SHAPE_UNKNOWN" in t.reason_codes
             if template is _UNREAD:
                 templates[key] = None if _quotes_names(t, node) else t
         else:
             t = _renamed(template, name, node)
+            shape_unknown = "SHAPE_UNKNOWN" in template.reason_codes if template.reasons else False
         translations.append(t)
-        if "SHAPE_UNKNOWN" in t.reason_codes:
+        if shape_unknown:
             unknown.append((len(translations) - 1, name[: -len(node_path("", node, index))]))
         if debug:
             logger.debug("%s: %s", name, t.status.value)
@@ -399,14 +404,14 @@ def _copy(obj: Any, **changes: Any) -> Any:
     """A shallow copy of a frozen plan object with some fields changed (no checks: same class, same
     fields, so the copy is what the class would build)."""
     out = object.__new__(type(obj))
-    out.__dict__.update(obj.__dict__)
-    out.__dict__.update(changes)
+    out.__dict__.update(obj.__dict__, **changes)
     return out
 
 
 def _renamed(t: NodeTranslation, name: str, node: onnx.NodeProto) -> NodeTranslation:
     """``t`` for another node of the same structure: its name and its tensor names in the bindings."""
-    inputs = tuple(_copy(b, onnx_name=node.input[b.onnx_index]) for b in t.inputs)
+    names = node.input
+    inputs = tuple([_copy(b, onnx_name=names[b.onnx_index]) for b in t.inputs])
     output = _copy(t.output, onnx_name=node.output[0]) if t.output is not None else None
     return _copy(t, name=name, inputs=inputs, output=output)
 

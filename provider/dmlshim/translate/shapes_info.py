@@ -32,11 +32,31 @@ __all__ = ["infer_shapes", "load_model", "richer", "tensor_info", "tensor_infos"
 _ONNX_ERRORS = ONNX_ERRORS
 
 
+_READ_TYPES: dict[bytes, TensorInfo | None] = {}
+_READ_TYPES_MAX = 4096
+
+
 def tensor_info(value: onnx.ValueInfoProto) -> TensorInfo | None:
     """The TensorInfo of a value_info (None when it is not a tensor or carries no type)."""
-    if not value.type.HasField("tensor_type"):
+    # Most values of a large graph share a handful of types: one serialization (in C) finds the
+    # TensorInfo already read, instead of a protobuf read per dimension.
+    tp = value.type
+    key = tp.SerializeToString()
+    try:
+        return _READ_TYPES[key]
+    except KeyError:
+        pass
+    info = _read_type(tp)
+    if len(_READ_TYPES) >= _READ_TYPES_MAX:
+        _READ_TYPES.clear()
+    _READ_TYPES[key] = info
+    return info
+
+
+def _read_type(tp: onnx.TypeProto) -> TensorInfo | None:
+    if not tp.HasField("tensor_type"):
         return None
-    tensor_type = value.type.tensor_type
+    tensor_type = tp.tensor_type
     shape: tuple[int | str | None, ...] | None = None
     if tensor_type.HasField("shape"):
         dims: list[int | str | None] = []

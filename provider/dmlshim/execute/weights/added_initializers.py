@@ -200,6 +200,7 @@ def added_initializers(
                 )
             continue
         if name in external or arr.shape != SENTINEL_DIMS:
+            _check_type(name, tensors[name], arr)
             found_values[name] = arr
     if found_values:
         logger.info("initializers added by the session options: %s", ", ".join(sorted(found_values)))
@@ -270,6 +271,26 @@ def read_files_in_memory(tensors: Mapping[str, onnx.TensorProto], so: Any) -> di
                 rule="external data held in memory must hold every byte the model's tensors refer to",
             ) from exc
     return {n: np.asarray(v) for n, v in zip(tensors, outputs, strict=True)}
+
+
+def _check_type(name: str, tensor: onnx.TensorProto, value: np.ndarray) -> None:
+    """Refuse an added value of another element type than the model's initializer. onnxruntime does not
+    check it: its kernels read the value's bytes as the model's type (a float64 7.0 read as float32 gives
+    0.0 and 2.4375), past the end of the buffer when the added type is narrower."""
+    try:
+        want = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type))
+    except (KeyError, TypeError, ValueError):
+        return
+    if want.kind not in "biuf" or value.dtype.kind not in "biuf" or value.dtype == want:
+        return
+    raise BadInputError(
+        f"SessionOptions.add_initializer replaces the {onnx.TensorProto.DataType.Name(tensor.data_type)} "
+        f"initializer {name!r} with a {value.dtype} value: "
+        f"onnxruntime does not convert it and would read its bytes as {want} (wrong values, or a read past "
+        f"the value's end); pass a {want} array",
+        tensor=name,
+        rule="an added initializer must have the element type of the model's",
+    )
 
 
 def _refused(exc: BaseException) -> BadInputError:

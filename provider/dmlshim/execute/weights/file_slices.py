@@ -64,6 +64,16 @@ def _varint(f: BinaryIO) -> int:
             raise _WireError("varint too long")
 
 
+def _tag(f: BinaryIO) -> tuple[int, int]:
+    """The next field's number and wire type. Field 0 and the group or unknown wire types are never in
+    an ONNX file (protobuf refuses them): a run of zero bytes, say, is not walked two bytes a field."""
+    tag = _varint(f)
+    field, wire = tag >> 3, tag & 7
+    if field == 0 or wire not in (_VARINT, _I64, _LEN, _I32):
+        raise _WireError(f"invalid field tag {tag} at byte {f.tell()}")
+    return field, wire
+
+
 def _skip(f: BinaryIO, wire: int) -> None:
     if wire == _VARINT:
         _varint(f)
@@ -84,8 +94,7 @@ def _split_raw(f: BinaryIO, end: int) -> tuple[bytes, tuple[int, int] | None]:
     raw: tuple[int, int] | None = None
     while f.tell() < end:
         start = f.tell()
-        tag = _varint(f)
-        field, wire = tag >> 3, tag & 7
+        field, wire = _tag(f)
         if field == _TENSOR_RAW_DATA and wire == _LEN:
             length = _varint(f)
             raw = (f.tell(), length)
@@ -118,8 +127,7 @@ def _messages(f: BinaryIO, end: int, field_number: int, read: Callable[[int], No
     """Call ``read(stop)`` for every length-delimited field ``field_number`` in [tell, end), the file at
     the field's first byte and ``stop`` its end; skip every other field."""
     while f.tell() < end:
-        tag = _varint(f)
-        field, wire = tag >> 3, tag & 7
+        field, wire = _tag(f)
         if field == field_number and wire == _LEN:
             length = _varint(f)
             read(f.tell() + length)
@@ -212,8 +220,7 @@ def _rewritten(f: BinaryIO, end: int, field_number: int, rewrite: Callable[[int]
     out = bytearray()
     while f.tell() < end:
         start = f.tell()
-        tag = _varint(f)
-        field, wire = tag >> 3, tag & 7
+        field, wire = _tag(f)
         if field == field_number and wire == _LEN:
             length = _varint(f)
             stop = f.tell() + length

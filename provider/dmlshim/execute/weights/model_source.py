@@ -16,6 +16,7 @@ from google.protobuf.message import DecodeError
 from ...errors import BadModelError
 from ...fileio.external_data import external_tensors
 from ...fileio.filekind import require_onnx_model
+from ...limits import check_bytes
 from ...model.modelcheck import check_model, load_external_data
 from ...model.prepare import prepare_model
 from ...model.weightless import is_external
@@ -186,6 +187,12 @@ def load_model(
         require_onnx_model(path)
         found = _read_weightless(path) if weightless else None
         light, inline = found if found is not None else (None, frozenset[str]())
+        if light is None and weightless:
+            # onnx reads the whole file into memory: a file the walk could not read (a corrupt or hostile
+            # one, a run of zeros) is refused before that when it is larger than the memory limit
+            check_bytes(
+                path.stat().st_size, what=f"reading the model file whole ({path.name})", path=str(path)
+            )
         try:
             proto = light if light is not None else onnx.load(str(path), load_external_data=False)
         except (DecodeError, ValueError, RuntimeError, OSError) as exc:

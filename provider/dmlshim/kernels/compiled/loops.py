@@ -75,6 +75,40 @@ def gather(
     return 0
 
 
+@inline
+def _plain(raw: np.ndarray, a: np.uint64, b: np.uint64, udim: np.uint64) -> bool:
+    """Whether every index of ``raw[a:b]`` is in ``[0, dim)`` as it stands: one branch-free pass that the
+    compiler vectorizes, so the copy after it needs no test per element."""
+    bad = False
+    for j in range(a, b):
+        bad |= np.uint64(np.int64(raw[j])) >= udim
+    return not bad
+
+
+@inline
+def _checked_run(
+    src: np.ndarray,
+    raw: np.ndarray,
+    out: np.ndarray,
+    s: np.uint64,
+    a: np.uint64,
+    b: np.uint64,
+    udim: np.uint64,
+    step: np.uint64,
+    lanes: np.uint64,
+    allow_negative: bool,
+) -> bool:
+    """``out[j] = src[s + index(raw[j]) * step + (j - a) * lanes]`` for ``j`` in ``a:b``, each index
+    wrapped when negative and allowed; True (stopping) at one that may not be used. The run of
+    :func:`gather_elements` that :func:`_plain` refused (negative or bad indices)."""
+    for j in range(a, b):
+        i = _index(raw[j], udim, allow_negative)
+        if i == udim:
+            return True
+        out[j] = src[s + i * step + (j - a) * lanes]
+    return False
+
+
 @jit
 def gather_elements(
     src: np.ndarray,
@@ -90,28 +124,35 @@ def gather_elements(
     allow_negative: bool,
 ) -> int:
     """GATHER_ELEMENTS: the flat ``src (pre, dim, post)`` by the flat ``raw (pre, k, post)`` into the flat
-    ``out (pre, k, post)``, over the box ``p0:p1, k0:k1``; 1 when an index may not be used."""
+    ``out (pre, k, post)``, over the box ``p0:p1, k0:k1``; 1 when an index may not be used.
+
+    Each run of indices (one row's ``k0:k1`` along the last axis, else one ``post`` run) is first proved
+    in range by :func:`_plain`, then copied without a test per element: the loop that tested and copied
+    each element in turn could not be vectorized and was 1.1-1.4x slower (CPU time at 4M elements).
+    Runs with a negative or bad index take :func:`_checked_run`."""
     udim, upost, uk = np.uint64(dim), np.uint64(post), np.uint64(k_count)
+    one, zero = np.uint64(1), np.uint64(0)
     if upost == 1:
-        # Along the last axis (torch.gather's usual case): no inner loop.
+        # Along the last axis (torch.gather's usual case): one run per row.
         for p in range(np.uint64(p0), np.uint64(p1)):
             s = p * udim
-            o = p * uk
-            for k in range(np.uint64(k0), np.uint64(k1)):
-                i = _index(raw[o + k], udim, allow_negative)
-                if i == udim:
-                    return 1
-                out[o + k] = src[s + i]
+            a, b = p * uk + np.uint64(k0), p * uk + np.uint64(k1)
+            if _plain(raw, a, b, udim):
+                for j in range(a, b):
+                    out[j] = src[s + np.uint64(np.int64(raw[j]))]
+            elif _checked_run(src, raw, out, s, a, b, udim, one, zero, allow_negative):
+                return 1
         return 0
     for p in range(np.uint64(p0), np.uint64(p1)):
         s = p * udim * upost
         for k in range(np.uint64(k0), np.uint64(k1)):
-            o = (p * uk + k) * upost
-            for q in range(upost):
-                i = _index(raw[o + q], udim, allow_negative)
-                if i == udim:
-                    return 1
-                out[o + q] = src[s + i * upost + q]
+            a = (p * uk + k) * upost
+            b = a + upost
+            if _plain(raw, a, b, udim):
+                for q in range(upost):
+                    out[a + q] = src[s + np.uint64(np.int64(raw[a + q])) * upost + q]
+            elif _checked_run(src, raw, out, s, a, b, udim, upost, one, allow_negative):
+                return 1
     return 0
 
 
@@ -256,3 +297,49 @@ def scatter_nd(
             for q in range(ublock):
                 out[o + q] = updates[u + q]
     return duplicates
+
+
+@jit
+def scatter_nd_owners(
+    tuples: np.ndarray,
+    dims: tuple[int, ...],
+    strides: tuple[int, ...],
+    owner: np.ndarray,
+    allow_negative: bool,
+) -> int:
+    """SCATTER_ND's first pass when rows are wide: ``owner[row]`` (prefilled with -1) becomes the number
+    of the last tuple, in index order, that writes ``row``: the write that wins. Returns the count of
+    overwritten writes, or -1 when an index may not be used (nothing is written to the output then)."""
+    t = np.uint64(len(dims))
+    duplicates = 0
+    for n in range(np.uint64(tuples.shape[0]) // t):
+        row = _row(tuples, n * t, dims, strides, np.uint64(0), allow_negative)
+        if row < 0:
+            return -1
+        r = np.uint64(row)
+        if owner[r] >= 0:
+            duplicates += 1
+        owner[r] = n
+    return duplicates
+
+
+@jit
+def scatter_nd_fill(
+    src: np.ndarray, updates: np.ndarray, owner: np.ndarray, out: np.ndarray, block: int, r0: int, r1: int
+) -> int:
+    """SCATTER_ND's second pass over the output rows ``r0:r1``: each row is written once, from the update
+    its owner names or, unowned, from the input, so the input copy and the writes are one pass. Rows are
+    disjoint between calls, so calls may run on several threads at once. Element loops, not slices:
+    numba's slice assignment made this pass 3x slower than a copy, the loops run at copy speed."""
+    ublock = np.uint64(block)
+    for r in range(np.uint64(r0), np.uint64(r1)):
+        n = owner[r]
+        o = r * ublock
+        if n >= 0:
+            u = np.uint64(n) * ublock
+            for q in range(ublock):
+                out[o + q] = updates[u + q]
+        else:
+            for q in range(ublock):
+                out[o + q] = src[o + q]
+    return 0
