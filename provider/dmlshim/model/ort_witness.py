@@ -72,5 +72,5 @@ def same_nodes(checked: onnx.ModelProto, built: onnx.ModelProto) -> bool:
         return False
     return all(
         x.op_type == y.op_type and x.domain == y.domain and x.input == y.input and x.output == y.output
-        for x, y in zip(a.node, b.node)
+        for x, y in zip(a.node, b.node, strict=True)
     )

@@ -19,8 +19,8 @@ from ..execute.record import RunRecord
 from ..execute.weights.added_initializers import added_initializers, with_initializers
 from ..execute.weights.folded_reads import keep_model_values_where_folded
 from ..execute.weights.model_source import LoadedModel, ModelSource, load_model, typed_outputs
-from ..model.ort_witness import acceptance_pending
 from ..kernels.options import IndexMode
+from ..model.ort_witness import acceptance_pending
 from ..resources import guard_resources
 from ..runtime.exceptions import raises_onnxruntime_errors
 from ..runtime.real import callers_options, optimizers_disabled, use_global_thread_pool

@@ -28,6 +28,7 @@ import onnxruntime as ort
 
 from ...errors import DmlShimError
 from ...graph import display_names
+from ...model.ort_witness import no_session_coming, session_built
 from ...model.weightless import tensor_nbytes, without_weights
 from ...translate import TensorInfo, infer_shapes
 from ...translate.shapes_info import tensor_infos
@@ -67,7 +68,6 @@ from ..record import PATH_CPU, RunRecord
 from ..weights.shared import SharedWeights, light_copy
 from ..weights.values import initializer_value
 from .path_choice import PATH_CHECK, PATH_PARTITIONED, TRIAL_MAX_WEIGHT_BYTES, PathChooser
-from ...model.ort_witness import no_session_coming, session_built
 from .whole_model import PendingCheck, WholeModelCheck, start_whole_model_check, whole_model_builder
 
 __all__ = [
