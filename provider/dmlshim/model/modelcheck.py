@@ -222,19 +222,44 @@ def _config_entry(sess_options: object, key: str) -> str | None:
 
 
 class Acceptance:
-    """onnxruntime's verdict on a model whose acceptance session is being built on another thread
-    (:func:`start_ort_acceptance`). :meth:`verdict` waits for it and raises the refusal; later calls do
-    nothing."""
+    """onnxruntime's verdict on a model (:func:`start_ort_acceptance`), decided by its acceptance session
+    built on another thread. A lazy one starts that session when :meth:`start` or :meth:`verdict` is
+    first called, unless a session of the same model was built meanwhile (:meth:`witnessed`,
+    :mod:`dmlshim.model.ort_witness`). :meth:`verdict` waits for it and raises the refusal; later calls
+    do nothing."""
 
-    __slots__ = ("_build", "_original", "_path")
+    __slots__ = ("_accept", "_build", "_original", "_path")
 
-    def __init__(self, build: BackgroundBuild[object] | None, original: onnx.ModelProto, path: str | None):
-        self._build, self._original, self._path = build, original, path
+    def __init__(
+        self,
+        build: BackgroundBuild[object] | None,
+        original: onnx.ModelProto,
+        path: str | None,
+        accept: Callable[[], object] | None = None,
+    ):
+        self._build, self._original, self._path, self._accept = build, original, path, accept
+
+    def start(self) -> None:
+        """Start building the acceptance session (a lazy one), if not started or decided."""
+        accept, self._accept = self._accept, None
+        if accept is not None:
+            self._build = BackgroundBuild(accept)
+
+    def witnessed(self, model: onnx.ModelProto) -> None:
+        """onnxruntime built a CPU session of ``model`` with its default options: when ``model`` has the
+        checked model's nodes and inputs (outputs may be added), the model is accepted and a lazy
+        acceptance session is never built."""
+        from .ort_witness import same_nodes
+
+        if self._accept is not None and same_nodes(self._original, model):
+            self._accept = None
+            logger.debug("onnxruntime's acceptance: a session of the model was built")
 
     def verdict(self) -> None:
         """Wait for onnxruntime; raise its refusal as :class:`BadModelError` (once)."""
         from .ort_errors import ORT_ERRORS
 
+        self.start()
         build, self._build = self._build, None
         if build is None:
             return
@@ -252,7 +277,12 @@ def _refusal(original: onnx.ModelProto, exc: BaseException, path: str | None) ->
 
 
 def start_ort_acceptance(
-    light: onnx.ModelProto, original: onnx.ModelProto, path: str | None, sess_options: object = None
+    light: onnx.ModelProto,
+    original: onnx.ModelProto,
+    path: str | None,
+    sess_options: object = None,
+    *,
+    lazy: bool = False,
 ) -> Acceptance:
     """Start building an onnxruntime CPU session on ``light`` (the weightless copy of ``original``), with
     graph optimizations off and one thread, on another thread: onnxruntime decides whether the model
@@ -295,8 +325,9 @@ def start_ort_acceptance(
         # stay held while the caller goes on building its own
         OrtInferenceSession(payload, options, providers=["CPUExecutionProvider"])
 
-    build: BackgroundBuild[object] = BackgroundBuild(accept)
-    return Acceptance(build, original, path)
+    if lazy:
+        return Acceptance(None, original, path, accept)
+    return Acceptance(BackgroundBuild(accept), original, path)
 
 
 def _onnx_checker_findings(light: onnx.ModelProto) -> str | None:
@@ -393,7 +424,10 @@ def check_model(
             )
 
     try:
-        acceptance = start_ort_acceptance(light, model, where, sess_options)
+        # deferred, without the caller's options: started when the engine knows whether a session of the
+        # whole model it builds anyway can stand for it (dmlshim.model.ort_witness)
+        lazy = defer_onnxruntime and sess_options is None
+        acceptance = start_ort_acceptance(light, model, where, sess_options, lazy=lazy)
     except BadModelError as refused:
         refused_by_onnxruntime(refused)
         return _DECIDED
@@ -410,9 +444,28 @@ def check_model(
         accepted()
 
     if defer_onnxruntime:
-        return _Once(verdict)
+        return _Deferred(verdict, acceptance)
     verdict()
     return _DECIDED
+
+
+class _Deferred:
+    """A deferred verdict (``check_model(defer_onnxruntime=True)``): called, decides once; its
+    acceptance may be witnessed or started meanwhile (:mod:`dmlshim.model.ort_witness`)."""
+
+    __slots__ = ("_acceptance", "_once")
+
+    def __init__(self, decide: Callable[[], None], acceptance: Acceptance) -> None:
+        self._once, self._acceptance = _Once(decide), acceptance
+
+    def __call__(self) -> None:
+        self._once()
+
+    def witnessed(self, model: onnx.ModelProto) -> None:
+        self._acceptance.witnessed(model)
+
+    def start(self) -> None:
+        self._acceptance.start()
 
 
 class _Once:

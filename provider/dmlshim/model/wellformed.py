@@ -71,9 +71,16 @@ def _text_layout(
     for field in descriptor.fields:
         if field.type == FieldDescriptor.TYPE_STRING:
             groups[1 if field.is_repeated else 0].append(field.name)
-        elif field.type == FieldDescriptor.TYPE_MESSAGE and not field.message_type.GetOptions().map_entry:
+        elif field.type == FieldDescriptor.TYPE_MESSAGE and not _is_map_entry(field.message_type):
             groups[3 if field.is_repeated else 2].append(field.name)
     return tuple(groups[0]), tuple(groups[1]), tuple(groups[2]), tuple(groups[3])
+
+
+@functools.cache
+def _is_map_entry(descriptor: Descriptor) -> bool:
+    """Whether a message type is a map's entry. Asked once per type: a descriptor's options are built on
+    first request (importing protobuf's descriptor_pb2), and ONNX's message types have none."""
+    return bool(descriptor.has_options and descriptor.GetOptions().map_entry)
 
 
 @functools.cache
@@ -96,7 +103,7 @@ def _field_kind(field: FieldDescriptor) -> int:
         kind = _OTHER
         if field.type == _STRING:
             kind = _TEXTS if field.is_repeated else _TEXT
-        elif field.type == _MESSAGE and not field.message_type.GetOptions().map_entry:
+        elif field.type == _MESSAGE and not _is_map_entry(field.message_type):
             kind = _PARTS if field.is_repeated else _PART
         _FIELD_KINDS[field] = kind
     return kind

@@ -20,6 +20,7 @@ from ..execute.weights.added_initializers import added_initializers, with_initia
 from ..execute.weights.folded_reads import keep_model_values_where_folded
 from ..execute.weights.model_source import LoadedModel, ModelSource, load_model, typed_outputs
 from ..kernels.options import IndexMode
+from ..model.ort_witness import acceptance_pending
 from ..resources import guard_resources
 from ..runtime.exceptions import raises_onnxruntime_errors
 from ..runtime.real import callers_options, optimizers_disabled, use_global_thread_pool
@@ -146,7 +147,9 @@ class InferenceSession(SessionRuns, SessionQueries, OrtSessionAttributes):
             )
             loaded = load_model(path_or_bytes, sess_options, weightless=True, defer_acceptance=defer)
         try:
-            self._build(loaded, sess_options, kwargs, path_or_bytes)
+            # a session of the whole model the engine builds anyway may stand for onnxruntime's acceptance
+            with acceptance_pending(loaded.acceptance):
+                self._build(loaded, sess_options, kwargs, path_or_bytes)
         except BaseException:
             loaded.acceptance()  # onnxruntime's refusal of the model comes first, as when it was awaited
             raise

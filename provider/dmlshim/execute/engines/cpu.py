@@ -16,8 +16,10 @@ import numpy as np
 import onnx
 
 from ...graph import display_names, is_gather_scatter
+from ...model.ort_witness import session_built
 from ..engine import EngineConfig
 from ..plan.cpu_step import run_session
+from ..plan.fallback import has_deprecated_scatter
 from ..plan.partition import nested_gather_scatter
 from ..plan.sessions import ORT_ERRORS, cpu_session, ort_run_error
 from ..record import PATH_CPU, PLACEMENT_CPU, NodeRecord, RunRecord
@@ -51,6 +53,8 @@ class CpuEngine:
         )
         payload = light_copy(model, shared) if shared is not None else model
         self._session = cpu_session(payload, config.sess_options, "the model", shared, config.own_options)
+        if config.sess_options is None and config.own_options is None and not has_deprecated_scatter(model):
+            session_built(model)  # onnxruntime accepts the model: no acceptance session of its own
         nodes = list(graph.node)
         names = display_names(nodes)
         records = []

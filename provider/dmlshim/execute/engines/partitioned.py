@@ -28,6 +28,7 @@ import onnxruntime as ort
 
 from ...errors import DmlShimError
 from ...graph import display_names
+from ...model.ort_witness import no_session_coming, session_built
 from ...model.weightless import tensor_nbytes, without_weights
 from ...translate import TensorInfo, infer_shapes
 from ...translate.shapes_info import tensor_infos
@@ -181,6 +182,7 @@ class PartitionedEngine:
             )
             payload = light_copy(model, whole) if whole else model
             session = cpu_session(payload, config.sess_options, "the model", whole, config.own_options)
+            self._witness(model, config)  # onnxruntime accepts the model: no session of its own for that
             self._steps.append(
                 CpuStep(session, [n for n in graph_inputs], [o.name for o in graph.output], "the model")
             )
@@ -263,6 +265,8 @@ class PartitionedEngine:
                 frozenset(lean),
                 shapes_from_feeds,
             )
+        if pending is None:
+            no_session_coming()  # onnxruntime's acceptance session is built beside the steps
         try:
             check_sizes()
             self._steps, self._cpu_partitions = make_steps(
@@ -291,6 +295,8 @@ class PartitionedEngine:
             for step in emulated_steps:
                 step.lean_dtypes = lean.get(step.output)
             self._check = pending.finish(emulated_steps)
+            if self._check is not None:
+                self._witness(model, config)  # the check's session (outputs added) accepts the model
         if self._check is not None:
             weight_bytes = sum(tensor_nbytes(t) for t in init_protos.values())
             # Partition boundaries stop onnxruntime's extended fusions, whose float results differ in the
@@ -314,6 +320,12 @@ class PartitionedEngine:
         if shared is not None:
             shared.release()  # segments built later (if ever) make their arrays again
         self._finish_init()
+
+    def _witness(self, model: onnx.ModelProto, config: EngineConfig) -> None:
+        """onnxruntime built a session of ``model`` itself (no Scatter rewritten) with its default
+        options: that stands for its acceptance of the model (:mod:`dmlshim.model.ort_witness`)."""
+        if config.sess_options is None and config.own_options is None and not self._scatter_as_elements:
+            session_built(model)
 
     def _finish_init(self) -> None:
         logger.info(

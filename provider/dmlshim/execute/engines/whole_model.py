@@ -215,7 +215,7 @@ class WholeModelCheck:
             if known is not None:
                 shapes.append(known)
             elif shape_output(name) in position:
-                shapes.append(tuple(int(d) for d in fetched[position[shape_output(name)]]))
+                shapes.append(tuple(fetched[position[shape_output(name)]].tolist()))  # a Shape's int64s
             else:  # a shape that follows from the feeds' (none fetched)
                 resolved = self._feed_shapes.resolve(name, values) if self._feed_shapes else None
                 if resolved is None:

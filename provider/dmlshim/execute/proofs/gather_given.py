@@ -245,6 +245,8 @@ class FeedShapes:
 
 def value_shape(value: Any) -> tuple[int, ...] | None:
     """An array's or OrtValue's shape (None for anything without one)."""
+    if type(value) is np.ndarray:
+        return value.shape  # already a tuple of ints (asked on every run of the whole-model check)
     dims = getattr(value, "shape", None)
     dims = dims() if callable(dims) else dims  # an OrtValue's shape is a method
     return None if dims is None else tuple(int(d) for d in dims)
