@@ -137,7 +137,8 @@ def _full_model(model_path: str | None, proto: onnx.ModelProto | None) -> onnx.M
 
 def _node_values(graph: onnx.GraphProto) -> tuple[list[tuple[str, onnx.NodeProto]], list[str]]:
     """The top-level gather/scatter nodes and the node-produced values they read and write."""
-    produced = {o for n in graph.node for o in n.output if o}
+    # Constant nodes' values are read from the model (what a device gives back for them proves nothing)
+    produced = {o for n in graph.node if n.op_type != "Constant" for o in n.output if o}
     nodes, wanted = [], []
     for i, node in enumerate(graph.node):
         if not is_gather_scatter(node):
@@ -145,6 +146,17 @@ def _node_values(graph: onnx.GraphProto) -> tuple[list[tuple[str, onnx.NodeProto
         nodes.append((node_path("", node, i), node))
         wanted += [v for v in (*node.input, *node.output[:1]) if v in produced]
     return nodes, list(dict.fromkeys(wanted))
+
+
+def _constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
+    """The values of the top-level Constant nodes that hold a tensor."""
+    found = {}
+    for node in graph.node:
+        if node.op_type == "Constant" and not node.domain and node.output:
+            for attr in node.attribute:
+                if attr.name == "value":
+                    found[node.output[0]] = numpy_helper.to_array(attr.t)
+    return found
 
 
 def _real_directml_values(
@@ -230,7 +242,7 @@ def check_directml_nodes(
     except (DmlShimError, OSError, ValueError) as exc:
         logger.info("real DirectML's extra run failed: %s", exc)
         return DirectMLNodeCheck((), first.name, first.max_abs_diff, error=str(exc))
-    values = {**dict(report.feeds), **values}
+    values = {**dict(report.feeds), **_constants(model.graph), **values}
     for t in model.graph.initializer:
         if any(t.name in n.input for _, n in nodes):
             values.setdefault(t.name, numpy_helper.to_array(t))
