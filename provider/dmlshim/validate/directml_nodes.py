@@ -163,16 +163,13 @@ def _real_directml_values(
     model: onnx.ModelProto, names: list[str], feeds: Mapping[str, Any], level: FeatureLevel, opt_level: str
 ) -> dict[str, Any]:
     """Run ``model`` on real DirectML with ``names`` added as graph outputs; their values by name."""
+    from ..execute.engines.whole_model import augmented_model
     from ..ort.session import InferenceSession
     from .references import session_options
 
-    augmented = onnx.ModelProto()
-    augmented.CopyFrom(model)
-    present = {o.name for o in augmented.graph.output}
-    augmented.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names if n not in present)
-    session = InferenceSession(
-        augmented.SerializeToString(), session_options(opt_level), feature_level=level, engine="directml"
-    )
+    present = {o.name for o in model.graph.output}
+    payload = augmented_model(model, [n for n in names if n not in present])
+    session = InferenceSession(payload, session_options(opt_level), feature_level=level, engine="directml")
     values = session._run_values(names, dict(feeds), None)
     return dict(zip(names, values, strict=True))
 
