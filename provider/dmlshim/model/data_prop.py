@@ -282,6 +282,8 @@ def _plan(
             plan[site] = (kind, cut(site.value, kind))
     total = sum(n for n, _, _ in kept)
     budget = _budget()
+    if total <= budget:
+        return plan  # within the budget: nothing more is cut, so the kept reads need no order
     for n, _, site in sorted(kept, key=lambda k: (-k[0], k[1])):
         if total <= budget or n == 0:
             break

@@ -41,7 +41,7 @@ from .translator import _attributes, is_ep_reason, model_opsets, translate_node
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ModelTranslation", "model_placements", "translate_model"]
+__all__ = ["ModelTranslation", "model_placements", "nested_placements", "translate_model"]
 
 
 @dataclass(frozen=True)
@@ -427,6 +427,39 @@ def model_placements(
     except DmlShimError as exc:
         logger.warning("no static placement: %s", exc)
         return {}
+
+
+def nested_placements(
+    model: onnx.ModelProto, feature_level: FeatureLevel, inferred: onnx.ModelProto | None
+) -> dict[str, str | None]:
+    """``ort_placement`` of the gather/scatter nodes inside control-flow bodies, by path name: what
+    :func:`model_placements` gives them, without translating the top-level graph's nodes, asking for the
+    graph's session refusals or placing its shape computations (none of which changes a body node's
+    placement). ``inferred``: ``infer_shapes(model)`` of a prepared ``model``; without it (inference
+    failed) this is :func:`model_placements`."""
+    if inferred is None:
+        return model_placements(model, feature_level)
+    fl = FeatureLevel(feature_level)
+    opsets = model_opsets(inferred)
+    top = _GraphInfos(inferred.graph, {})
+    scopes: dict[str, _GraphInfos] = {}
+    # Nodes that differ only in tensor names are placed alike (translate_model shares their lowering).
+    placed: dict[tuple[Any, ...], str | None] = {}
+    found: dict[str, str | None] = {}
+    for node, name, scope, _index in _walk(inferred.graph, "", top, scopes):
+        if scope is top:
+            continue
+        domain = "" if node.domain == "ai.onnx" else node.domain
+        if get_converter(domain, node.op_type) is None:
+            continue
+        names = node.input
+        infos = tuple([scope.get(i) if i else None for i in names])
+        opset = opsets.get(domain, 0)
+        key = (domain, node.op_type, opset, _attributes(node), infos, tuple([bool(i) for i in names]))
+        if key not in placed:
+            placed[key] = translate_node(node, opset, infos, fl, name=name, symbolic=True).ort_placement
+        found[name] = placed[key]
+    return found
 
 
 def _apply_graph_placement(
