@@ -419,13 +419,16 @@ def _restore(
     kept = [v for v in inferred.graph.input if v.name not in renamed]
     del inferred.graph.input[:]
     inferred.graph.input.extend(kept)
+    # Only a big cut declares the cut dimension name (``_cut_type``): without one there is none to clear.
+    scrub = any(kind == _BIG for kind, _ in plan.values())
     for _, graph in _each(inferred, paths):
         if any(v.name in renamed for v in graph.value_info):
             infos = [v for v in graph.value_info if v.name not in renamed]
             del graph.value_info[:]
             graph.value_info.extend(infos)
-        for value in (*graph.value_info, *graph.output):
-            _scrub(value.type)
+        if scrub:
+            for value in (*graph.value_info, *graph.output):
+                _scrub(value.type)
 
 
 def _scrub(tp: onnx.TypeProto) -> None:

@@ -170,6 +170,10 @@ def _bad_string(message: Message, where: str) -> str | None:
     return None
 
 
+_READ_RAW_BELOW = 1 << 16
+"""Tensors of at most this many serialized bytes have their raw_data read as it is (see ``_raw_length``)."""
+
+
 def _varint_size(n: int) -> int:
     return max(1, (n.bit_length() + 6) // 7)
 
@@ -177,7 +181,10 @@ def _varint_size(n: int) -> int:
 def _raw_length(t: onnx.TensorProto) -> int:
     """``len(t.raw_data)`` without reading ``t.raw_data`` (which copies the bytes: hundreds of MB for a
     large weight): the tensor's serialized size less that of its other fields is the raw_data field's
-    tag (1 byte), length (a varint) and bytes. Read for real when that does not add up."""
+    tag (1 byte), length (a varint) and bytes. Read for real when that does not add up, or when the
+    tensor is small (copying its bytes then costs less than rebuilding its other fields)."""
+    if t.ByteSize() <= _READ_RAW_BELOW:
+        return len(t.raw_data)
     rest = onnx.TensorProto()
     for field in t.DESCRIPTOR.fields:
         if field.name == "raw_data":
