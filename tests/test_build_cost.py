@@ -261,3 +261,40 @@ def test_a_session_does_not_translate_the_whole_model_to_place_nested_nodes(
     assert record is not None
     nested = [r for r in record.nodes if r.name == "If_0/then_branch/Gather_0"]
     assert len(nested) == 1 and nested[0].ort_placement == "DmlExecutionProvider"
+
+
+def test_onnxruntimes_view_of_types_comes_from_a_loaded_session_not_an_initialized_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # onnxruntime infers the types when it loads the model: its view (every node output listed as a graph
+    # output) is what an initialized session lists, and no session is initialized for it.
+    from dmlshim.model import ort_view
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    nodes = [
+        helper.make_node("Gelu", ["x"], ["g"], domain="com.microsoft"),  # ONNX's inference cannot type it
+        helper.make_node("Gather", ["g", "i"], ["y"], axis=1),
+    ]
+    i = helper.make_tensor("i", TensorProto.INT64, [2], [0, 3])
+    graph = helper.make_graph(nodes, "view", [x], [y], initializer=[i])
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)], ir_version=10
+    )
+    listed = onnx.ModelProto()
+    listed.CopyFrom(model)
+    listed.graph.output.add().name = "g"
+    session = onnxruntime.InferenceSession(listed.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = {a.name: (a.type, a.shape) for a in session.get_outputs()}
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a session initialized for onnxruntime's view of the types")
+
+    monkeypatch.setattr(onnxruntime.capi._pybind_state.InferenceSession, "initialize_session", refused)
+    got = ort_view.ort_value_types(model)
+    assert want == {"y": ("tensor(float)", ["n", 2]), "g": ("tensor(float)", ["n", 8])}
+    for name, (elem, shape) in want.items():
+        tp = got[name]
+        assert tp.tensor_type.elem_type == TensorProto.FLOAT and elem == "tensor(float)"
+        dims = [d.dim_value if d.HasField("dim_value") else d.dim_param for d in tp.tensor_type.shape.dim]
+        assert dims == shape
