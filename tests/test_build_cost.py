@@ -278,9 +278,8 @@ def test_onnxruntimes_view_of_types_comes_from_a_loaded_session_not_an_initializ
     ]
     i = helper.make_tensor("i", TensorProto.INT64, [2], [0, 3])
     graph = helper.make_graph(nodes, "view", [x], [y], initializer=[i])
-    model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)], ir_version=10
-    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    model = helper.make_model(graph, opset_imports=opsets, ir_version=10)
     listed = onnx.ModelProto()
     listed.CopyFrom(model)
     listed.graph.output.add().name = "g"
