@@ -20,6 +20,7 @@ from ...errors import DmlShimError
 from ...kernels.options import IndexMode
 from ...limits import gather_scatter_output_shape
 from ...translate import NodeTranslation, Reinterpret, Status, TensorInfo
+from ...translate.runner import onnx_position
 from ..custom_ops.types import (
     CUSTOM_DOMAIN,
     INDEX_TRANSPORT_TYPES,
@@ -350,6 +351,10 @@ def lower_node(
         io = {"inputs": real_types, "output": out_dml}
         if mode == MODE_DESCRIPTOR:
             io["bindings"] = [b.binding for b in t.inputs]
+            # where an error found at IndicesTensor[...] lies in the ONNX indices (a plain reshape of them)
+            indices = next((b for b in t.inputs if b.binding == "IndicesTensor"), None)
+            if indices is not None and onnx_position(indices, [0] * indices.tensor.dimension_count) is not None:
+                io["indices_shape"] = [int(d) for d in indices.onnx_shape]
         out_carried = transport_type(out_dml)
         assert out_carried is not None
         carried_in = _carried_types(real_types)
