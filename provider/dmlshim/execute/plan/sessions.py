@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import onnx
 import onnxruntime as ort
 
 from ...errors import BadInputError, DmlShimError, IndexOutOfRangeError, NotSupportedError
+from ...graph import is_gather_scatter
 from ...model.modelcheck import ort_load_error
 from ...model.ort_errors import ORT_ERRORS
 from ...runtime.exceptions import with_onnxruntime_class
@@ -105,7 +106,12 @@ def terminated(run_options: Any) -> DmlShimError | None:
 
 
 def ort_run_error(
-    exc: BaseException, what: str, *, node: str | None = None, op_type: str | None = None
+    exc: BaseException,
+    what: str,
+    *,
+    node: str | None = None,
+    op_type: str | None = None,
+    indices: Mapping[str, str] | None = None,
 ) -> DmlShimError:
     """onnxruntime's run failure as a dmlshim error: IndexOutOfRangeError when onnxruntime rejected an
     index of a gather/scatter node (it names the node and often the value), NotSupportedError when
@@ -127,6 +133,7 @@ def ort_run_error(
             value=int(value.group(1)) if value else None,
             node=node,
             op_type=op_type,
+            tensor=(indices or {}).get(node or ""),
         )
     if "NOT_IMPLEMENTED" in text or type(exc).__name__ == "NotImplemented":
         return NotSupportedError(
@@ -138,6 +145,12 @@ def ort_run_error(
     if type(exc) in (RuntimeError, TypeError):  # raised by onnxruntime's Python layer (e.g. a map feed's key)
         with_onnxruntime_class(error, type(exc))
     return error
+
+
+def indices_tensors(nodes: Iterable[onnx.NodeProto]) -> dict[str, str]:
+    """The indices tensor of every named gather/scatter node among ``nodes`` (as onnxruntime names a
+    failing node: by its own name, in a subgraph too)."""
+    return {n.name: n.input[1] for n in nodes if n.name and is_gather_scatter(n) and len(n.input) > 1}
 
 
 _SESSION_NUMBERS = itertools.count()
