@@ -281,7 +281,8 @@ class Prepared:
                 [self.node],
                 f"{self.op_type}_fallback",
                 [
-                    helper.make_tensor_value_info(n, elem_type_of(v.dtype), [None] * v.ndim)
+                    # no rank: see dmlshim.execute.plan.segments.single_node_model
+                    helper.make_tensor_value_info(n, elem_type_of(v.dtype), None)
                     for n, v in feeds.items()
                 ],
                 [onnx.ValueInfoProto(name="output")],
