@@ -162,7 +162,9 @@ def test_small_external_tensor_driving_a_shape_is_refused_as_onnxruntime_refuses
     ]
     idx = numpy_helper.from_array(np.array([2, 0], np.int64), "I")
     graph = helper.make_graph(nodes, "h6", [x], [y], [shape, idx])
-    path = _external(tmp_path, helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 18)]))
+    path = _external(
+        tmp_path, helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 18)])
+    )
     with pytest.raises(Exception, match="Cannot parse data from external tensors") as theirs:
         _ort_session(path)
     assert "tensor: S" in str(theirs.value)
@@ -188,7 +190,9 @@ def test_small_external_constant_indices_edited_after_load_follow_onnxruntime(
         numpy_helper.from_array(np.array([[3], [0], [1]], np.int64), "I2"),
     ]
     graph = helper.make_graph(nodes, "h6", [x], outs, inits)
-    path = _external(tmp_path, helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 18)]))
+    path = _external(
+        tmp_path, helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 18)])
+    )
     optimization = {
         "default": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL,
         "disabled": onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL,

@@ -158,7 +158,7 @@ class _PrintableFormatter(logging.Formatter):
     """Log records with control characters escaped in their message (a warning naming a model's node or
     tensor); a traceback (``--debug``) keeps its lines."""
 
-    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 (logging's name)
+    def formatMessage(self, record: logging.LogRecord) -> str:
         return printable(super().formatMessage(record))
 
 

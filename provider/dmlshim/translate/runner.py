@@ -280,7 +280,9 @@ def index_error_in_onnx_terms(
         f"index {exc.value} at {where} is out of range: valid range [{valid[0]}, {valid[1]}] for a dimension "
         f"of size {getattr(exc, 'size', '?')} ({dml_op} sees it at IndicesTensor{list(position)})"
     )
-    err = IndexOutOfRangeError(message, rule=exc.rule, value=exc.value, node=node, op_type=op_type, tensor=tensor)
+    err = IndexOutOfRangeError(
+        message, rule=exc.rule, value=exc.value, node=node, op_type=op_type, tensor=tensor
+    )
     err.position = tuple(onnx_position) if onnx_position is not None else tuple(position)  # type: ignore[attr-defined]
     err.valid_range = tuple(valid)  # type: ignore[attr-defined]
     return err

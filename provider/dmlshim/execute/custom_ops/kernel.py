@@ -227,7 +227,11 @@ class Prepared:
         where: tuple[int, ...] | None = None
         if position is not None and self.indices_shape is not None and len(position) == len(sizes):
             flat = int(np.ravel_multi_index(tuple(int(p) for p in position), sizes))
-            where = tuple(int(p) for p in np.unravel_index(flat, self.indices_shape)) if self.indices_shape else ()
+            where = (
+                tuple(int(p) for p in np.unravel_index(flat, self.indices_shape))
+                if self.indices_shape
+                else ()
+            )
         tensor = self.onnx_inputs[1] if len(self.onnx_inputs) > 1 else "indices"
         assert self.descriptor is not None
         return index_error_in_onnx_terms(

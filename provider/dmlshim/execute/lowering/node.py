@@ -353,7 +353,10 @@ def lower_node(
             io["bindings"] = [b.binding for b in t.inputs]
             # where an error found at IndicesTensor[...] lies in the ONNX indices (a plain reshape of them)
             indices = next((b for b in t.inputs if b.binding == "IndicesTensor"), None)
-            if indices is not None and onnx_position(indices, [0] * indices.tensor.dimension_count) is not None:
+            if (
+                indices is not None
+                and onnx_position(indices, [0] * indices.tensor.dimension_count) is not None
+            ):
                 io["indices_shape"] = [int(d) for d in indices.onnx_shape]
         out_carried = transport_type(out_dml)
         assert out_carried is not None

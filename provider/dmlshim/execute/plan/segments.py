@@ -213,7 +213,9 @@ def single_node_model(
     OrtValue (of a type numpy cannot hold, such as bfloat16). No rank is declared: the node's own model may
     leave it unknown, and onnxruntime's shape inference refuses at load what its kernel runs (GatherND of
     a rank-0 data with indices of shape [1, 0], say)."""
-    graph_inputs = [helper.make_tensor_value_info(name, value_elem_and_rank(arr)[0], None) for name, arr in inputs]
+    graph_inputs = [
+        helper.make_tensor_value_info(name, value_elem_and_rank(arr)[0], None) for name, arr in inputs
+    ]
     graph = helper.make_graph(
         [node],
         f"{node.op_type}_single",

@@ -58,7 +58,9 @@ def _esc(text: str) -> str:
 def _attr(text: str) -> str:
     """A name as an attribute value that reads back as the name itself (a ``#select=`` link finds it):
     control characters as character references, so none stands in the file."""
-    return "".join(c if c.isprintable() or c == " " else f"&#x{ord(c):x};" for c in html.escape(text, quote=True))
+    return "".join(
+        c if c.isprintable() or c == " " else f"&#x{ord(c):x};" for c in html.escape(text, quote=True)
+    )
 
 
 def _esc_lines(text: str) -> str:
