@@ -153,3 +153,37 @@ def test_overwrite_still_replaces_a_link_to_a_regular_file_or_a_dangling_one(tmp
             o.name for o in onnx.load(MODELS / "embedding_gather.onnx").graph.output
         ]
     assert (tmp_path / "target.txt").read_text() == "keep"
+
+
+def _python(args: list[str], cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, *args]
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, input=stdin, timeout=600)
+
+
+@pytest.mark.parametrize("form", ["folder", "zip", "stdin", "empty folder"])
+def test_dmlshim_ort_runs_what_python_runs(form: str, tmp_path: Path) -> None:
+    """``python -m dmlshim.ort X`` runs X as ``python X`` does: a folder or zip archive with a __main__
+    module, ``-`` (the program on standard input); a folder without __main__ fails as python fails."""
+    import zipfile
+
+    body = (
+        "import sys, onnxruntime\n"
+        "print(sys.argv[1:], __name__, onnxruntime.InferenceSession.__name__)\n"
+        "raise SystemExit(4)\n"
+    )
+    (tmp_path / "app").mkdir()
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "app" / "__main__.py").write_text(body)
+    with zipfile.ZipFile(tmp_path / "app.pyz", "w") as archive:
+        archive.writestr("__main__.py", body)
+    target, stdin = {"folder": ("app", None), "zip": ("app.pyz", None), "stdin": ("-", body)}.get(
+        form, ("empty", None)
+    )
+    theirs = _python([target, "a"], tmp_path, stdin)
+    ours = _python(["-m", "dmlshim.ort", "--summary", "off", target, "a"], tmp_path, stdin)
+    assert ours.returncode == theirs.returncode == (1 if form == "empty folder" else 4), ours.stderr
+    assert ours.stdout == theirs.stdout
+    if form == "empty folder":
+        assert ours.stderr == theirs.stderr and "can't find '__main__' module" in ours.stderr
+    else:
+        assert ours.stdout == "['a'] __main__ InferenceSession\n"
