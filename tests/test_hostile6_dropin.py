@@ -187,3 +187,15 @@ def test_dmlshim_ort_runs_what_python_runs(form: str, tmp_path: Path) -> None:
         assert ours.stderr == theirs.stderr and "can't find '__main__' module" in ours.stderr
     else:
         assert ours.stdout == "['a'] __main__ InferenceSession\n"
+
+
+@pytest.mark.parametrize("command", ["validate", "run", "inspect", "export"])
+def test_negative_seed_is_a_usage_error_not_a_traceback(command: str, tmp_path: Path) -> None:
+    """``--seed -1`` ended in numpy's traceback with exit status 1 (validate's 'mismatch')."""
+    args = [command, str(MODELS / "embedding_gather.onnx"), "--seed", "-1", "-q"]
+    if command in ("run", "export"):
+        args += ["-o", "out"]
+    done = _run(args, tmp_path)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().endswith("argument --seed: must be a whole number >= 0: '-1'")
