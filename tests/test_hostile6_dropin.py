@@ -199,3 +199,14 @@ def test_negative_seed_is_a_usage_error_not_a_traceback(command: str, tmp_path: 
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
     assert done.stderr.strip().endswith("argument --seed: must be a whole number >= 0: '-1'")
+
+
+def test_empty_model_path_is_onnxruntimes_type_error() -> None:
+    """onnxruntime fails in its constructor (TypeError) for ``InferenceSession("")``; dmlshim read it as
+    the folder '.' ("not a regular file [file '.']")."""
+    with pytest.raises(TypeError) as theirs:
+        onnxruntime.InferenceSession("", providers=["CPUExecutionProvider"])
+    with pytest.raises(TypeError) as ours:
+        dmlshim.InferenceSession("")
+    assert isinstance(ours.value, type(theirs.value)) and isinstance(ours.value, dmlshim.BadModelError)
+    assert "the model path is empty" in str(ours.value)
