@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -210,3 +211,66 @@ def test_empty_model_path_is_onnxruntimes_type_error() -> None:
         dmlshim.InferenceSession("")
     assert isinstance(ours.value, type(theirs.value)) and isinstance(ours.value, dmlshim.BadModelError)
     assert "the model path is empty" in str(ours.value)
+
+
+def _gather_session(module) -> Any:
+    model = _model("Gather", ["d", "i"])
+    if module is onnxruntime:
+        return _ort(model)
+    return dmlshim.InferenceSession(model)
+
+
+_FEEDS = {"d": np.arange(12, dtype=np.float32).reshape(4, 3), "i": np.array([1, -1])}
+
+
+def _gen():
+    yield "o"
+
+
+_NAMES = {
+    "dict": lambda: {"o": 1},  # onnxruntime's TypeError (dmlshim ran it)
+    "OrderedDict": lambda: __import__("collections").OrderedDict(o=1),
+    "list_iterator": lambda: iter(["o"]),  # an iterator that is no generator: TypeError
+    "mappingproxy": lambda: __import__("types").MappingProxyType({"o": 1}),
+    "keys": lambda: {"o": 1}.keys(),  # accepted by both
+    "frozenset": lambda: frozenset(["o"]),
+    "ndarray": lambda: np.array(["o"]),
+    "generator": _gen,
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_NAMES))
+def test_output_names_containers_as_onnxruntime_takes_them(kind: str) -> None:
+    try:
+        theirs: Any = _gather_session(onnxruntime).run(_NAMES[kind](), _FEEDS)
+    except Exception as exc:
+        theirs = exc
+    if isinstance(theirs, Exception):
+        assert isinstance(theirs, TypeError)
+        with pytest.raises(TypeError) as ours:
+            _gather_session(dmlshim).run(_NAMES[kind](), _FEEDS)
+        assert isinstance(ours.value, BadInputError)
+    else:
+        np.testing.assert_array_equal(_gather_session(dmlshim).run(_NAMES[kind](), _FEEDS)[0], theirs[0])
+
+
+@pytest.mark.parametrize("feeds", [None, [("i", np.array([1]))], ("i",), 3])
+def test_input_feed_that_is_no_mapping_is_onnxruntimes_attribute_error(feeds: Any) -> None:
+    with pytest.raises(AttributeError) as theirs:
+        _gather_session(onnxruntime).run(None, feeds)
+    with pytest.raises(AttributeError) as ours:
+        _gather_session(dmlshim).run(None, feeds)
+    assert isinstance(ours.value, BadInputError)
+    assert str(ours.value).startswith(str(theirs.value))
+
+
+@pytest.mark.parametrize("dtype", ["datetime64[s]", "m8[ms]", "complex64", "complex128", "longdouble"])
+def test_feed_of_a_numpy_type_onnx_lacks_is_onnxruntimes_runtime_error(dtype: str) -> None:
+    feeds = {"d": _FEEDS["d"], "i": np.zeros(2, dtype=dtype)}
+    with pytest.raises(RuntimeError) as theirs:
+        _gather_session(onnxruntime).run(None, feeds)
+    with pytest.raises(RuntimeError) as ours:
+        _gather_session(dmlshim).run(None, feeds)
+    assert isinstance(ours.value, BadInputError) and ours.value.tensor == "i"
+    assert not isinstance(ours.value, onnxruntime.capi.onnxruntime_pybind11_state.InvalidArgument)
+    assert str(ours.value).startswith(str(theirs.value).rstrip("."))
