@@ -77,3 +77,34 @@ def test_index_out_of_range_in_a_loop_body_names_the_body_node(engine: str) -> N
     err = info.value
     assert isinstance(err, onnxruntime.capi.onnxruntime_pybind11_state.InvalidArgument)
     assert (err.node, err.op_type, err.tensor, err.value) == ("loop/body/put_row", "ScatterND", "pos", 4)
+
+
+_SCALAR_CASES = {
+    "gather": ("Gather", {}, np.arange(5), np.array(4)),
+    "gather_negative": ("Gather", {}, np.arange(5), np.array(-5)),
+    "gather_nd": ("GatherND", {}, np.arange(24).reshape(2, 3, 4), np.array([1, 2, 3])),
+    "gather_nd_batch": ("GatherND", {"batch_dims": 1}, np.arange(6).reshape(2, 3), np.array([[2], [0]])),
+    "gather_not_scalar": ("Gather", {"axis": 1}, np.arange(6).reshape(2, 3), np.array(-1)),
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int64])
+@pytest.mark.parametrize("case", sorted(_SCALAR_CASES))
+@pytest.mark.parametrize("engine", ENGINES)
+def test_scalar_output_of_inputs_of_unknown_rank(case: str, dtype: type, engine: str) -> None:
+    """Inputs declared without a shape whose Gather/GatherND output is a scalar: the custom-op engine
+    returned [1] (the bridge's form of a scalar) where onnxruntime returns a 0-d array."""
+    op, attrs, data, indices = _SCALAR_CASES[case]
+    elem = {np.float32: F, np.float16: TensorProto.FLOAT16, np.int64: I64}[dtype]
+    graph = helper.make_graph(
+        [helper.make_node(op, ["d", "i"], ["o"], name="n", **attrs)],
+        "h6",
+        [_vi("d", elem, None), _vi("i", I64, None)],
+        [_vi("o", elem, None)],
+    )
+    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 18)])
+    feeds = {"d": data.astype(dtype), "i": indices}
+    want = _ort(model.SerializeToString()).run(None, feeds)[0]
+    got = dmlshim.InferenceSession(model.SerializeToString(), engine=engine).run(None, feeds)[0]
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)

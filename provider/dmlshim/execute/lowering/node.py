@@ -41,6 +41,8 @@ RESHAPE_INPUT_SINCE = 5
 """The ai.onnx opset from which Reshape takes the shape as an input (Reshape-1 has an attribute)."""
 CAST_SINCE = 6
 """The first ai.onnx opset onnxruntime has a Cast kernel for (Cast-1 names the type as a string)."""
+SLICE_INPUT_SINCE = 10
+"""Slice takes starts and ends as inputs from ai.onnx opset 10 (a rank known only at run time)."""
 
 
 @dataclass(frozen=True)
@@ -243,6 +245,36 @@ class _Emitter:
         out = output or self.names.fresh(f"{self.stem}_{what}_scalar")
         return self._node("Gather", [value, zero], out, axis=0)
 
+    def to_output_rank(self, value: str, node: onnx.NodeProto, output: str | None = None) -> str:
+        """A Gather's or GatherND's custom-op output (a rank-0 output leaves the bridge as ``[1]``) reshaped
+        to the rank ONNX gives the node's output, computed at run time from its inputs' ranks: for inputs
+        of unknown rank, whose output may be a scalar."""
+        data_rank = self._node(
+            "Size", [self.shape(node.input[0], "data")], self.names.fresh(f"{self.stem}_rank_d")
+        )
+        indices_shape = self.shape(node.input[1], "indices")
+        indices_rank = self._node("Size", [indices_shape], self.names.fresh(f"{self.stem}_rank_i"))
+        total = self._node("Add", [data_rank, indices_rank], self.names.fresh(f"{self.stem}_rank_sum"))
+        if node.op_type == "GatherND":
+            batch = next((a.i for a in node.attribute if a.name == "batch_dims"), 0)
+            last = self._constant(np.array(-1, dtype=np.int64), "last")
+            tuple_size = self._node(
+                "Gather", [indices_shape, last], self.names.fresh(f"{self.stem}_tuple"), axis=0
+            )
+            extra = self._constant(np.array(1 + batch, dtype=np.int64), "rank_extra")
+            less = self._node("Add", [tuple_size, extra], self.names.fresh(f"{self.stem}_rank_less"))
+        else:
+            less = self._constant(np.array(1, dtype=np.int64), "rank_less")
+        rank = self._node("Sub", [total, less], self.names.fresh(f"{self.stem}_rank"))
+        one = self._constant(np.array([1], dtype=np.int64), "rank_as_list")
+        end = self._node("Reshape", [rank, one], self.names.fresh(f"{self.stem}_rank_end"))
+        zero = self._constant(np.array([0], dtype=np.int64), "rank_start")
+        wanted = self._node(
+            "Slice", [self.shape(value, "output"), zero, end], self.names.fresh(f"{self.stem}_output_dims")
+        )
+        out = output or self.names.fresh(f"{self.stem}_output_ranked")
+        return self._node("Reshape", [value, wanted], out)
+
     def concat(self, values: Sequence[str], what: str) -> str:
         return self._node("Concat", values, self.names.fresh(f"{self.stem}_{what}"), axis=0)
 
@@ -332,7 +364,18 @@ def lower_node(
     emit = _Emitter(graph, names, stem, [], opset)
     initializers_before = len(graph.initializer)
     out_name = node.output[0]
-    scalar = _output_rank(node, t, infos) == 0
+    rank = _output_rank(node, t, infos)
+    scalar = rank == 0
+    # inputs of unknown rank: the output may be a scalar, which the bridge returns as [1]
+    ranked = rank is None and node.op_type in ("Gather", "GatherND")
+    if ranked and opset < SLICE_INPUT_SINCE:
+        return _kept(
+            t,
+            node,
+            "its inputs' ranks are unknown, so its output may be a scalar, which a custom op returns as "
+            "[1]; the rank is restored with Slice, which takes its ends as an input from ai.onnx "
+            f"{SLICE_INPUT_SINCE} (the model imports {opset})",
+        )
     io: dict[str, object] = {"inputs": list(onnx_types), "output": onnx_types[0]}
     if mode == MODE_TAGS:
         index_carried = transport_type(onnx_types[1])
@@ -372,6 +415,8 @@ def lower_node(
             )
         if scalar and mode == MODE_TRANSLATE:
             tail.insert(0, ("scalar", None))
+        if ranked and mode == MODE_TRANSLATE:
+            tail.insert(0, ("rank", node))
         if out_carried != out_dml:
             tail.append(("cast", (out_carried, out_dml)))
         custom_out = out_name if not tail else names.fresh(f"{stem}_dml_output")
@@ -405,6 +450,7 @@ def lower_node(
         )
     if mode == MODE_TAGS:
         positions = emit.scalar(custom_out, "positions") if scalar else custom_out
+        positions = emit.to_output_rank(positions, node) if ranked else positions
         source = emit.reshape(node.input[0], [-1], "data")
         if len(node.input) > 2:
             source = emit.concat([source, emit.reshape(node.input[2], [-1], "updates")], "elements")
@@ -457,7 +503,7 @@ def _plain_inputs(
 
 def _emit_tail(emit: _Emitter, current: str, tail: Tail, out_name: str) -> None:
     # Casts back come first in the list's order only after a reshape; the carried type is undone last.
-    ordered = [s for s in tail if s[0] == "scalar"] + [s for s in tail if s[0] == "reshape"]
+    ordered = [s for s in tail if s[0] in ("scalar", "rank")] + [s for s in tail if s[0] == "reshape"]
     ordered += [s for s in reversed(tail) if s[0] == "cast"]
     for k, (kind, arg) in enumerate(ordered):
         target = out_name if k == len(ordered) - 1 else None
@@ -466,6 +512,9 @@ def _emit_tail(emit: _Emitter, current: str, tail: Tail, out_name: str) -> None:
             current = emit.reshape(current, arg, "output", output=target)
         elif kind == "scalar":
             current = emit.scalar(current, "output", output=target)
+        elif kind == "rank":
+            assert isinstance(arg, onnx.NodeProto)
+            current = emit.to_output_rank(current, arg, output=target)
         else:
             assert isinstance(arg, tuple)
             current = emit.cast(current, arg[0], arg[1], "output", output=target or None)
