@@ -29,6 +29,7 @@ from .options import (
     apply_input_shapes,
     input_shapes,
     path_arg,
+    seed_type,
 )
 
 logger = logging.getLogger(__name__)
@@ -47,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "the shapes the run gives; with --input-shape alone, on the inputs run would generate",
     )
     parser.add_argument(
-        "--seed", type=int, default=0, metavar="N", help="seed of generated inputs (default 0)"
+        "--seed", type=seed_type, default=0, metavar="N", help="seed of generated inputs (default 0)"
     )
     parser.add_argument(
         "--descriptors",
