@@ -55,6 +55,24 @@ def subgraphs(node: onnx.NodeProto) -> Iterator[tuple[str, onnx.GraphProto]]:
             yield attr.name, g
 
 
+def op_types(graph: onnx.GraphProto) -> frozenset[str]:
+    """The op types of a graph's nodes and of its subgraphs' nodes (any domain): one walk, so that a pass
+    looking for one op (If, Loop) can be skipped where no node of that op exists."""
+    found: set[str] = set()
+    pending = [graph]
+    while pending:
+        g = pending.pop()
+        found.update([node.op_type for node in g.node])
+        for node in g.node:
+            for attr in node.attribute:
+                if attr.type not in _MAY_HOLD_GRAPHS:
+                    continue  # as in subgraphs()
+                if attr.HasField("g"):
+                    pending.append(attr.g)
+                pending.extend(attr.graphs)
+    return frozenset(found)
+
+
 def walk_nodes(graph: onnx.GraphProto, prefix: str = "") -> Iterator[tuple[str, onnx.NodeProto]]:
     """Every node of a graph and of its subgraphs with its path name, each subgraph right after its owner."""
     for i, node in enumerate(graph.node):

@@ -25,7 +25,7 @@ propagation gives them (a "pin"). What may be cut:
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from functools import cache
 from typing import NamedTuple
 
@@ -160,22 +160,45 @@ def _versions(model: onnx.ModelProto) -> dict[str, int]:
 def _sites(model: onnx.ModelProto, paths: list[GraphPath]) -> list[_Site]:
     versions = _versions(model)
     found: list[_Site] = []
+    # What a (domain, op) reads, looked up once per distinct op: the chain of 20,000 Gathers asks once.
+    # None: the op propagates no data and has no shape input.
+    ops: dict[tuple[str, str], tuple[bool, Container[int] | None, frozenset[int]] | None] = {}
     for path, graph in _each(model, paths):
         for i, node in enumerate(graph.node):
+            op_type = node.op_type
             domain = "" if node.domain in ("", "ai.onnx") else node.domain
-            if domain == "" and node.op_type in _SHAPE_INPUTS:
-                for k in _SHAPE_INPUTS[node.op_type]:
-                    if k < len(node.input) and node.input[k]:
-                        found.append(_Site(path, i, k, node.input[k], True, True))
+            key = (domain, op_type)
+            try:
+                how = ops[key]
+            except KeyError:
+                how = ops[key] = _reading(op_type, domain, versions.get(domain, 0))
+            if how is None:
                 continue
-            if not _propagates(node.op_type, domain, versions.get(domain, 0)):
+            shape_op, reads, by_value = how
+            inputs = node.input
+            if shape_op:
+                for k in _SHAPE_INPUTS[op_type]:
+                    if k < len(inputs) and inputs[k]:
+                        found.append(_Site(path, i, k, inputs[k], True, True))
                 continue
-            reads = _READS.get(node.op_type, _ALL) if domain == "" else _ALL
-            by_value = _TYPE_READS_VALUES.get(node.op_type, frozenset()) if domain == "" else frozenset()
-            for k, name in enumerate(node.input):
+            for k, name in enumerate(inputs):
                 if name and (reads is None or k in reads):
                     found.append(_Site(path, i, k, name, k in by_value, False))
     return found
+
+
+def _reading(
+    op_type: str, domain: str, version: int
+) -> tuple[bool, Container[int] | None, frozenset[int]] | None:
+    """How :func:`_sites` reads a node of this op: (a shape-input op, the inputs data inference reads,
+    those its type inference reads by value), or None when it reads none."""
+    if domain == "" and op_type in _SHAPE_INPUTS:
+        return True, None, frozenset()
+    if not _propagates(op_type, domain, version):
+        return None
+    reads = _READS.get(op_type, _ALL) if domain == "" else _ALL
+    by_value = _TYPE_READS_VALUES.get(op_type, frozenset()) if domain == "" else frozenset()
+    return False, reads, by_value
 
 
 def _types(model: onnx.ModelProto, paths: list[GraphPath]) -> dict[str, onnx.TypeProto]:
@@ -265,15 +288,23 @@ def _plan(
 
     # A verdict depends on the value and on how it is read only: a value read by many nodes is judged once.
     judged: dict[tuple[str, bool, bool], tuple[str | None, int]] = {}
+    # ... and, for a value that is no initializer, from its type alone: values of one type judged once.
+    by_type: dict[tuple[bytes, bool, bool], tuple[str | None, int]] = {}
     for order, site in enumerate(sites):
         key = (site.value, site.by_value, site.shape_input)
         found = judged.get(key)
         if found is None:
             tp = types.get(site.value)
             init = inits.get(site.value)
-            kind = _verdict(site, tp, init)
-            length = _length(tp, init) if kind is None and not site.shape_input else 0
-            found = judged[key] = (kind, length)
+            typed = (tp.SerializeToString(), site.by_value, site.shape_input) if tp is not None and init is None else None
+            found = by_type.get(typed) if typed else None
+            if found is None:
+                kind = _verdict(site, tp, init)
+                length = _length(tp, init) if kind is None and not site.shape_input else 0
+                found = (kind, length)
+                if typed:
+                    by_type[typed] = found
+            judged[key] = found
         kind, length = found
         if kind is None:
             if length:  # a kept read of no data counts for nothing against the budget
