@@ -90,11 +90,13 @@ def all_tensors(graph: onnx.GraphProto) -> list[onnx.TensorProto]:
         for attr in node.attribute:
             if attr.HasField("t"):
                 found.append(attr.t)
-            found.extend(attr.tensors)
+            if attr.tensors:  # an empty repeated field tested is cheaper than extended (3 walks per load)
+                found.extend(attr.tensors)
             if attr.HasField("g"):
                 found.extend(all_tensors(attr.g))
-            for g in attr.graphs:
-                found.extend(all_tensors(g))
+            if attr.graphs:
+                for g in attr.graphs:
+                    found.extend(all_tensors(g))
     return found
 
 

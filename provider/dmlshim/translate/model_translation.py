@@ -227,6 +227,7 @@ def translate_model(
     value_shapes: Mapping[str, Sequence[int]] | None = None,
     run_executions: Mapping[str, Sequence[Execution]] | None = None,
     inferred: onnx.ModelProto | None = None,
+    prepared: bool = False,
 ) -> ModelTranslation:
     """Translate every gather/scatter node of a model, subgraphs included.
 
@@ -249,6 +250,8 @@ def translate_model(
         inferred: ``infer_shapes(model)`` when the caller has it already (a session's engine), so that
             shape inference and data propagation do not run twice; not modified. Ignored with
             ``input_shapes``, or when ``model`` is not prepared yet.
+        prepared: ``model`` is what :func:`dmlshim.model.prepare.prepare_model` returned, unchanged since
+            (the model a load gave): it is not walked again to find that out.
 
     Returns:
         The translations and counts; nodes whose shapes stay unknown have status ``error`` with reason
@@ -259,10 +262,11 @@ def translate_model(
         BadModelError: shape inference fails on the model.
     """
     fl = FeatureLevel(feature_level)
-    prepared = prepare_model(model)  # local functions expanded, nodes sorted (a no-op for loaded models)
-    if inferred is None or input_shapes or prepared is not model:
-        inferred = infer_shapes(prepared, input_shapes)
-    model = prepared
+    # local functions expanded, nodes sorted (a no-op for loaded models)
+    ready = model if prepared else prepare_model(model)
+    if inferred is None or input_shapes or ready is not model:
+        inferred = infer_shapes(ready, input_shapes)
+    model = ready
     opsets = model_opsets(inferred)
     translations: list[NodeTranslation] = []
     top_level: dict[int, int] = {}  # node index in the top-level graph -> position in translations
