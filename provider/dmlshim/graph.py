@@ -38,9 +38,12 @@ def display_names(nodes: Sequence[onnx.NodeProto]) -> list[str]:
     return [node_path("", node, i) for i, node in enumerate(nodes)]
 
 
-_MAY_HOLD_GRAPHS = frozenset(
+GRAPH_ATTRIBUTE_TYPES = frozenset(
     {onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS, onnx.AttributeProto.UNDEFINED}
 )
+"""The attribute types :func:`subgraphs` looks for graphs in (an attribute of another declared type holds
+none: the model check requires types)."""
+_MAY_HOLD_GRAPHS = GRAPH_ATTRIBUTE_TYPES
 
 
 def subgraphs(node: onnx.NodeProto) -> Iterator[tuple[str, onnx.GraphProto]]:
