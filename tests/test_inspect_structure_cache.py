@@ -127,3 +127,16 @@ def test_cut_casts_of_other_targets_keep_their_own_types(monkeypatch):
     assert ours == theirs
     assert {ours[f"c{i}"][0] for i in range(4)} == {TensorProto.FLOAT, TensorProto.INT64, TensorProto.DOUBLE}
     assert 4 <= len(asked) < 100  # typed per structure, not per node (hundreds were cut)
+
+
+def test_nodes_sharing_a_translation_keep_their_own_names():
+    # x [4,3] -> [2,3] -> [2,3] -> [2,3]: the third node is a renamed copy of the second one's translation
+    nodes = [
+        helper.make_node("Gather", ["x" if i == 0 else f"g{i - 1}", "idx"], [f"g{i}"], name=f"n{i}", axis=0)
+        for i in range(3)
+    ]
+    got = translate_model(_model(nodes, 13)).nodes
+    for node, t in zip(nodes, got, strict=True):
+        assert t.name == node.name
+        assert [b.onnx_name for b in t.inputs] == [node.input[b.onnx_index] for b in t.inputs]
+        assert t.output is not None and t.output.onnx_name == node.output[0]

@@ -431,7 +431,8 @@ def _renamed(t: NodeTranslation, name: str, node: onnx.NodeProto) -> NodeTransla
     names = node.input
     # a binding of a tensor both nodes read (the chain's shared indices) is the template's own (frozen)
     inputs = tuple([
-        b if b.onnx_name == (name := names[b.onnx_index]) else _with(b, "onnx_name", name) for b in t.inputs
+        b if b.onnx_name == names[b.onnx_index] else _with(b, "onnx_name", names[b.onnx_index])
+        for b in t.inputs
     ])  # fmt: skip
     output = t.output
     if output is not None and output.onnx_name != node.output[0]:
