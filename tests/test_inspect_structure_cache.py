@@ -4,7 +4,7 @@ two nodes that differ in anything their result reads.
 - ``translate_model`` translates nodes of one structure once (key: op, opset, attributes as bytes, input
   types): two nodes differing in one attribute (or one input type) each get their own translation, the
   one they get when translated alone, whichever comes first.
-- data propagation's cut nodes are typed once per structure (``data_prop._same_node_types``): a chain of
+- data propagation's cut nodes are typed once per structure (``node_types._same_node_types``): a chain of
   Casts whose ``to`` differs from node to node keeps every value's type as onnx's own inference gives it.
 """
 
@@ -15,7 +15,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from dmlshim.model import data_prop
+from dmlshim.model import data_prop, node_types
 from dmlshim.translate.model_translation import translate_model
 
 X = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 3])
@@ -115,13 +115,13 @@ def test_cut_casts_of_other_targets_keep_their_own_types(monkeypatch):
     targets = [TensorProto.FLOAT, TensorProto.INT64, TensorProto.DOUBLE, TensorProto.INT64] * 300
     model = _cast_chain(targets, 1000)
     asked: list[str] = []
-    original = data_prop._node_types
+    original = node_types._node_types
 
     def counting(node, *args):
         asked.append(node.output[0])
         return original(node, *args)
 
-    monkeypatch.setattr(data_prop, "_node_types", counting)
+    monkeypatch.setattr(node_types, "_node_types", counting)
     ours = _value_types(data_prop.infer_with_data_prop(model))
     theirs = _value_types(onnx.shape_inference.infer_shapes(model))  # onnx's own types, no data needed
     assert ours == theirs
