@@ -296,7 +296,7 @@ def translate_model(
         opset = opsets.get(domain, 0)
         if scope is top:
             top_level[index] = len(translations)
-        # The attributes as their bytes: equal bytes are equal attributes (and cost a tenth of decoding).
+        # The attributes as their bytes: equal bytes are equal attributes (about half the cost of decoding).
         attrs = tuple([a.SerializeToString() for a in node.attribute])
         key = (domain, node.op_type, opset, attrs, infos, tuple([bool(i) for i in names]))
         template = templates.get(key, _UNREAD)
