@@ -196,7 +196,8 @@ def _translate(
     shapes, and the graph inputs' sizes for static inference (bodies that did not run are inferred from
     them)."""
     if ran is None or ran.error:
-        return translate_model(model, args.feature_level, shapes, other_domains=True)
+        # the model as the load prepared it, unless sizes were fixed in it (fix_symbols) since
+        return translate_model(model, args.feature_level, shapes, other_domains=True, prepared=not shapes)
     initializers = {t.name for t in model.graph.initializer}
     sizes = {
         v.name: ran.value_shapes[v.name]

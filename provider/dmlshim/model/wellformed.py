@@ -13,7 +13,7 @@ from google.protobuf.message import Message
 from onnx import TensorProto
 
 from ..errors import BadModelError
-from ..graph import node_path, subgraph_prefix, subgraphs
+from ..graph import GRAPH_ATTRIBUTE_TYPES, node_path, subgraph_prefix, subgraphs
 from .ort_errors import GATHER_SCATTER_INDEX_TYPES
 from .utf8_parse import strings_valid
 
@@ -282,7 +282,9 @@ def _check_graph(graph: onnx.GraphProto, prefix: str, path: str | None, opsets: 
         if not node.attribute:
             continue
         # The node's name is spelled out only where it is used: most nodes hold no tensor and no graph.
+        held = False  # an attribute that may hold a graph: subgraphs() looks (one walk of the attributes)
         for attr in node.attribute:
+            held = held or attr.type in GRAPH_ATTRIBUTE_TYPES
             if attr.type == onnx.AttributeProto.UNDEFINED or (
                 attr.name in _INT_ATTRIBUTES
                 and node.op_type in GATHER_SCATTER_INDEX_TYPES
@@ -301,6 +303,8 @@ def _check_graph(graph: onnx.GraphProto, prefix: str, path: str | None, opsets: 
             if attr.tensors:
                 label = node_path(prefix, node, i)
                 tensors.extend((f"{label}.{attr.name}", t) for t in attr.tensors)
+        if not held:
+            continue
         for attr_name, sub in subgraphs(node):
             _check_graph(sub, subgraph_prefix(node_path(prefix, node, i), attr_name), path, opsets)
     for name, t in tensors:
