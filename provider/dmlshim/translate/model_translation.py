@@ -220,6 +220,15 @@ def _walk(
 
 
 @guard_resources("translating the model")
+def _structure_key(
+    node: onnx.NodeProto, domain: str, opset: int, infos: tuple[TensorInfo | None, ...]
+) -> tuple[Any, ...]:
+    """What translating ``node`` reads besides its names: nodes with equal keys translate alike."""
+    # The attributes as their bytes: equal bytes are equal attributes (about half the cost of decoding).
+    attrs = tuple([a.SerializeToString() for a in node.attribute])
+    return (domain, node.op_type, opset, attrs, infos, tuple([bool(i) for i in node.input]))
+
+
 def translate_model(
     model: onnx.ModelProto,
     feature_level: FeatureLevel = DEFAULT_FEATURE_LEVEL,
@@ -296,9 +305,7 @@ def translate_model(
         opset = opsets.get(domain, 0)
         if scope is top:
             top_level[index] = len(translations)
-        # The attributes as their bytes: equal bytes are equal attributes (about half the cost of decoding).
-        attrs = tuple([a.SerializeToString() for a in node.attribute])
-        key = (domain, node.op_type, opset, attrs, infos, tuple([bool(i) for i in names]))
+        key = _structure_key(node, domain, opset, infos)
         template = templates.get(key, _UNREAD)
         ran = _at_run(node, name, opset, fl, symbolic, scope, run_executions) if run_executions else None
         if ran is not None:
@@ -479,7 +486,7 @@ def nested_placements(
         names = node.input
         infos = tuple([scope.get(i) if i else None for i in names])
         opset = opsets.get(domain, 0)
-        key = (domain, node.op_type, opset, _attributes(node), infos, tuple([bool(i) for i in names]))
+        key = _structure_key(node, domain, opset, infos)
         if key not in placed:
             placed[key] = translate_node(node, opset, infos, fl, name=name, symbolic=True).ort_placement
         found[name] = placed[key]
