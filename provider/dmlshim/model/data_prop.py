@@ -25,15 +25,23 @@ propagation gives them (a "pin"). What may be cut:
 from __future__ import annotations
 
 import logging
-from collections.abc import Container, Iterator
+from collections.abc import Container
 from functools import cache
-from typing import NamedTuple
+from operator import itemgetter
 
 import onnx
 
 from ..limits import check_bytes, memory_limit
+from .data_cuts import BIG as _BIG
+from .data_cuts import CUT_DIM as _CUT_DIM
+from .data_cuts import UNKNOWN as _UNKNOWN
+from .data_cuts import GraphPath, cut_copy, pinned, restore
+from .data_cuts import Site as _Site
+from .data_cuts import each as _each
+from .data_cuts import graph_paths as _graphs
+from .data_cuts import initializers as _initializers
+from .data_cuts import versions as _versions
 from .last_inference import infer_shapes
-from .node_types import pin_outputs
 
 logger = logging.getLogger(__name__)
 
@@ -46,8 +54,6 @@ a rank; onnx 1.23 bounds rank-only inference the same way)."""
 DATA_BUDGET = 1 << 20
 """At most this many data elements (about 80 bytes each in onnx) over all the inputs kept: past it the
 longest ones are cut too (a chain of 20,000 Casts of a 1024-element value would otherwise hold 20M)."""
-
-_CUT_DIM = "__dmlshim_cut__"
 
 BYTES_PER_ELEMENT = 80
 """What onnx holds per propagated element (a TensorShapeProto dimension, measured: 21 GB for 268M)."""
@@ -109,55 +115,6 @@ def _propagates(op: str, domain: str, version: int) -> bool:
     return bool(getattr(schema, "has_data_propagation_function", False))
 
 
-GraphPath = tuple[tuple[int, str, int], ...]
-"""Where a subgraph is: (node index, attribute name, graph index) from the top-level graph down."""
-
-
-def _graph_at(model: onnx.ModelProto, path: GraphPath) -> onnx.GraphProto:
-    graph = model.graph
-    for index, attr_name, which in path:
-        attr = next(a for a in graph.node[index].attribute if a.name == attr_name)
-        graph = attr.g if attr.HasField("g") else attr.graphs[which]
-    return graph
-
-
-def _graphs(graph: onnx.GraphProto, path: GraphPath = ()) -> Iterator[tuple[GraphPath, onnx.GraphProto]]:
-    yield path, graph
-    for i, node in enumerate(graph.node):
-        if not node.attribute:
-            continue
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                yield from _graphs(attr.g, (*path, (i, attr.name, 0)))
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for k, sub in enumerate(attr.graphs):
-                    yield from _graphs(sub, (*path, (i, attr.name, k)))
-
-
-def _each(model: onnx.ModelProto, paths: list[GraphPath]) -> Iterator[tuple[GraphPath, onnx.GraphProto]]:
-    """The graphs of ``model`` (a copy of the model ``paths`` was taken from)."""
-    for path in paths:
-        yield path, _graph_at(model, path)
-
-
-class _Site(NamedTuple):
-    """One input of one node whose data inference may read (a tuple: one per read input of every
-    data-propagating node, so they are built and hashed by the thousand)."""
-
-    path: GraphPath
-    node: int
-    input: int
-    value: str
-    by_value: bool  # the node's type inference reads this input's values
-    shape_input: bool  # a shape input of Reshape/Expand/ConstantOfShape (rank from its length)
-
-
-def _versions(model: onnx.ModelProto) -> dict[str, int]:
-    versions = {op.domain or "": int(op.version) for op in model.opset_import}
-    versions.setdefault("", versions.get("ai.onnx", 0))
-    return versions
-
-
 def _sites(model: onnx.ModelProto, paths: list[GraphPath]) -> list[_Site]:
     versions = _versions(model)
     found: list[_Site] = []
@@ -217,13 +174,6 @@ def _types(model: onnx.ModelProto, paths: list[GraphPath]) -> dict[str, onnx.Typ
             if value.type.WhichOneof("value") is not None:
                 out[value.name] = value.type
     return out
-
-
-def _initializers(model: onnx.ModelProto, paths: list[GraphPath]) -> dict[str, onnx.TensorProto]:
-    return {t.name: t for _, g in _each(model, paths) for t in g.initializer}
-
-
-_BIG, _UNKNOWN = "big", "unknown"
 
 
 def _verdict(site: _Site, tp: onnx.TypeProto | None, init: onnx.TensorProto | None) -> str | None:
@@ -326,113 +276,13 @@ def _plan(
     budget = _budget()
     if total <= budget:
         return plan  # within the budget: nothing more is cut, so the kept reads need no order
-    for n, _, site in sorted(kept, key=lambda k: (-k[0], k[1])):
+    # longest first, in site order among equals (``kept`` is in site order, and the sort is stable)
+    for n, _, site in sorted(kept, key=itemgetter(0), reverse=True):
         if total <= budget or n == 0:
             break
         total -= n
         plan[site] = (_BIG, cut(site.value, _BIG))
     return plan
-
-
-def _fresh(base: str, taken: set[str]) -> str:
-    name = f"{base}__dmlshim_cut"
-    k = 0
-    while name in taken:
-        k += 1
-        name = f"{base}__dmlshim_cut{k}"
-    taken.add(name)
-    return name
-
-
-def _cut_copy(
-    model: onnx.ModelProto,
-    paths: list[GraphPath],
-    plan: dict[_Site, tuple[str, bytes]],
-    types: dict[str, onnx.TypeProto],
-) -> tuple[onnx.ModelProto, dict[str, str]]:
-    """A copy whose cut sites read fresh graph inputs; the consumers of big inputs pinned to ``types``.
-    Returns the copy and fresh name -> original name."""
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)
-    taken = {
-        name
-        for _, g in _each(copy, paths)
-        for name in (
-            *(v.name for v in (*g.input, *g.value_info, *g.output)),
-            *(t.name for t in g.initializer),
-            *(o for n in g.node for o in n.output),
-        )
-    }
-    fresh: dict[tuple[str, bytes], str] = {}
-    renamed: dict[str, str] = {}
-    pinned: set[tuple[GraphPath, int]] = set()
-    declared_in: dict[GraphPath, dict[str, onnx.ValueInfoProto]] = {}
-    versions = _versions(model)
-    inits = _initializers(model, paths)
-    typed_nodes: dict[tuple[object, ...], list[bytes | None]] = {}
-    for site, (kind, declared) in plan.items():
-        key = (site.value, declared)
-        if key not in fresh:
-            fresh[key] = _fresh(site.value, taken)
-            renamed[fresh[key]] = site.value
-            value = copy.graph.input.add()
-            value.name = fresh[key]
-            value.type.ParseFromString(declared)
-        graph = _graph_at(copy, site.path)
-        node = graph.node[site.node]
-        node.input[site.input] = fresh[key]
-        if kind == _BIG and (site.path, site.node) not in pinned:
-            pinned.add((site.path, site.node))
-            if site.path not in declared_in:
-                declared_in[site.path] = {v.name: v for v in (*graph.value_info, *graph.output)}
-            pin_outputs(graph, node, types, declared_in[site.path], versions, renamed, inits, typed_nodes)
-    return copy, renamed
-
-
-def _pinned(model: onnx.ModelProto, plan: dict[_Site, tuple[str, bytes]]) -> set[str]:
-    """The outputs of the nodes whose big inputs are cut."""
-    return {
-        name
-        for site, (kind, _) in plan.items()
-        if kind == _BIG
-        for name in _graph_at(model, site.path).node[site.node].output
-        if name
-    }
-
-
-def _restore(
-    inferred: onnx.ModelProto,
-    paths: list[GraphPath],
-    plan: dict[_Site, tuple[str, bytes]],
-    renamed: dict[str, str],
-) -> None:
-    """Undo the cuts in ``inferred``: original input names, no fresh inputs, no cut dimension names."""
-    for site in plan:
-        node = _graph_at(inferred, site.path).node[site.node]
-        node.input[site.input] = renamed.get(node.input[site.input], node.input[site.input])
-    kept = [v for v in inferred.graph.input if v.name not in renamed]
-    del inferred.graph.input[:]
-    inferred.graph.input.extend(kept)
-    # Only a big cut declares the cut dimension name (``_cut_type``): without one there is none to clear.
-    scrub = any(kind == _BIG for kind, _ in plan.values())
-    for _, graph in _each(inferred, paths):
-        if any(v.name in renamed for v in graph.value_info):
-            infos = [v for v in graph.value_info if v.name not in renamed]
-            del graph.value_info[:]
-            graph.value_info.extend(infos)
-        if scrub:
-            for value in (*graph.value_info, *graph.output):
-                _scrub(value.type)
-
-
-def _scrub(tp: onnx.TypeProto) -> None:
-    kind = tp.WhichOneof("value")
-    if kind == "tensor_type":
-        for d in tp.tensor_type.shape.dim:
-            if d.dim_param == _CUT_DIM:
-                d.Clear()
-    elif kind in ("sequence_type", "optional_type"):
-        _scrub(getattr(tp, kind).elem_type)
 
 
 def _infer(model: onnx.ModelProto, check_type: bool, strict_mode: bool, data_prop: bool) -> onnx.ModelProto:
@@ -470,9 +320,9 @@ def infer_with_data_prop(
         types = declared
     else:
         if first:
-            copy, renamed = _cut_copy(model, paths, first, declared)
+            copy, renamed = cut_copy(model, paths, first, declared)
             base = _infer(copy, check_type, strict_mode, False)
-            _restore(base, paths, first, renamed)
+            restore(base, paths, first, renamed)
         else:
             base = _infer(model, check_type, strict_mode, False)
         types = _types(base, paths)
@@ -481,10 +331,10 @@ def infer_with_data_prop(
             return _infer(model, check_type, strict_mode, True)
     inferred = model
     for attempt in range(_MAX_PASSES):
-        copy, renamed = _cut_copy(model, paths, plan, types)
-        pins = {name: types.get(name) for name in _pinned(model, plan)}
+        copy, renamed = cut_copy(model, paths, plan, types)
+        pins = {name: types.get(name) for name in pinned(model, plan)}
         inferred = _infer(copy, check_type, strict_mode, True)
-        _restore(inferred, paths, plan, renamed)
+        restore(inferred, paths, plan, renamed)
         types = _types(inferred, paths)
         again = _plan(sites, types, inits)
         if again == plan and all(types.get(name) == tp for name, tp in pins.items()):

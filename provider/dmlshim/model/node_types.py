@@ -27,14 +27,18 @@ def pin_outputs(
     value_info by name, and gains what is added; ``typed_nodes``: see :func:`_same_node_types`."""
     own = _same_node_types(node, types, versions, renamed, inits, typed_nodes)
     for name in node.output:
-        tp = own.get(name) or types.get(name)
-        if not name or tp is None:
+        found = own.get(name)
+        tp = types.get(name) if found is None else None
+        if not name or (found is None and tp is None):
             continue
         target = declared.get(name)
         if target is None:
             target = declared[name] = graph.value_info.add()
             target.name = name
-        target.type.CopyFrom(tp)
+        if found is not None:
+            target.type.ParseFromString(found)  # parsing clears first: as CopyFrom of the parsed type
+        else:
+            target.type.CopyFrom(tp)
 
 
 def _same_node_types(
@@ -44,11 +48,11 @@ def _same_node_types(
     renamed: dict[str, str],
     inits: dict[str, onnx.TensorProto],
     typed_nodes: dict[tuple[object, ...], list[bytes | None]],
-) -> dict[str, onnx.TypeProto]:
-    """:func:`_node_types`, asked of onnx once per structure: ``typed_nodes`` keeps, by everything the
-    node's inference reads (op, domain, opset, attributes as bytes, each input's type and data, which
-    inputs and outputs share a name), the output types by position. 19,000 cut Casts of one chain are
-    typed once."""
+) -> dict[str, bytes]:
+    """:func:`_node_types`, serialized, asked of onnx once per structure: ``typed_nodes`` keeps, by
+    everything the node's inference reads (op, domain, opset, attributes as bytes, each input's type and
+    data, which inputs and outputs share a name), the output types by position. 19,000 cut Casts of one
+    chain are typed once."""
     domain = "" if node.domain in ("", "ai.onnx") else node.domain
     seen: dict[str, int] = {}
     inputs: list[tuple[object, ...]] = []
@@ -72,15 +76,12 @@ def _same_node_types(
     )
     known = typed_nodes.get(key)
     if known is not None:
-        out: dict[str, onnx.TypeProto] = {}
-        for name, found in zip(node.output, known, strict=True):
-            if found is not None:
-                out[name] = onnx.TypeProto.FromString(found)
-        return out
+        return {name: found for name, found in zip(node.output, known, strict=True) if found is not None}
     own = _node_types(node, types, versions, renamed, inits)
+    found_types = [own[n].SerializeToString() if n in own else None for n in node.output]
     if own:  # an empty answer (onnx could not tell) is asked again: it may be an error worth logging
-        typed_nodes[key] = [own[n].SerializeToString() if n in own else None for n in node.output]
-    return own
+        typed_nodes[key] = found_types
+    return {name: found for name, found in zip(node.output, found_types, strict=True) if found is not None}
 
 
 def _node_types(
