@@ -170,9 +170,8 @@ def _types(model: onnx.ModelProto, paths: list[GraphPath]) -> dict[str, onnx.Typ
             for d in init.dims:
                 tp.tensor_type.shape.dim.add().dim_value = d
             out[init.name] = tp
-        for value in (*graph.input, *graph.value_info, *graph.output):
-            if value.type.WhichOneof("value") is not None:
-                out[value.name] = value.type
+        for values in (graph.input, graph.value_info, graph.output):
+            out.update({v.name: tp for v in values if (tp := v.type).WhichOneof("value") is not None})
     return out
 
 
@@ -232,18 +231,27 @@ def _plan(
     made: dict[tuple[str, str], bytes] = {}
 
     by_content: dict[tuple[bytes, str], bytes] = {}  # values of one type share their cut type
+    contents: dict[str, bytes] = {}  # each value's serialized type, once (its verdict's key, its cut's)
+
+    def content_of(name: str, tp: onnx.TypeProto) -> bytes:
+        found = contents.get(name)
+        if found is None:
+            found = contents[name] = tp.SerializeToString()
+        return found
 
     def cut(name: str, kind: str) -> bytes:
-        if (name, kind) not in made:
+        found = made.get((name, kind))
+        if found is None:
             tp = types.get(name)
             if tp is None:
-                made[name, kind] = b""
+                found = b""
             else:
-                content = (tp.SerializeToString(), kind)
-                if content not in by_content:
-                    by_content[content] = _cut_type(tp, kind).SerializeToString(deterministic=True)
-                made[name, kind] = by_content[content]
-        return made[name, kind]
+                content = (content_of(name, tp), kind)
+                found = by_content.get(content)
+                if found is None:
+                    found = by_content[content] = _cut_type(tp, kind).SerializeToString(deterministic=True)
+            made[name, kind] = found
+        return found
 
     # A verdict depends on the value and on how it is read only: a value read by many nodes is judged once.
     judged: dict[tuple[str, bool, bool], tuple[str | None, int]] = {}
@@ -257,7 +265,7 @@ def _plan(
             init = inits.get(site.value)
             typed = None
             if tp is not None and init is None:
-                typed = (tp.SerializeToString(), site.by_value, site.shape_input)
+                typed = (content_of(site.value, tp), site.by_value, site.shape_input)
             found = by_type.get(typed) if typed else None
             if found is None:
                 kind = _verdict(site, tp, init)

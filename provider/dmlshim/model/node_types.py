@@ -65,7 +65,7 @@ def _same_node_types(
             tp.SerializeToString() if tp is not None else None,
             data.SerializeToString() if data is not None else None,
         ))  # fmt: skip
-    outputs = tuple(seen.setdefault(name, len(seen)) for name in node.output)
+    outputs = tuple([seen.setdefault(name, len(seen)) for name in node.output])
     key = (
         node.op_type,
         domain,
