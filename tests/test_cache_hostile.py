@@ -1,0 +1,139 @@
+"""Hostile inputs for the per-structure caches of translation and data propagation: nodes that share a
+cache key where they must not share the result. Each case compares what dmlshim gives a node in company
+with what it gives the node alone, or with onnxruntime's CPU values, in every engine.
+
+- names that a reason quotes through ``repr`` escapes (a backslash, a newline): the node sharing the
+  translation must name its own tensor, not the first node's;
+- sibling If branches declaring one value name with other types and data: data propagation types each
+  branch's cut nodes from the branch's own values (it read one flat table by name);
+- an initializer that is also a graph input (a default the caller may override): its value must decide
+  no type, or an engine runs at the default's length after a feed changed it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import dmlshim
+from dmlshim.translate.model_translation import translate_model
+
+ENGINES = ("partitioned", "customop", "cpu")
+
+
+def _model(nodes, inputs, outputs, initializers=(), opset: int = 13) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "hostile", inputs, outputs, initializer=list(initializers))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
+
+
+def _ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.log_severity_level = 3
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
+
+
+def _translations(model: onnx.ModelProto) -> dict[str, dict[str, object]]:
+    return {t.name: t.to_json() for t in translate_model(model).nodes}
+
+
+@pytest.mark.parametrize("sep", ["\\", "\n", "\u200b", "\x7f"])
+def test_a_name_quoted_with_escapes_is_the_nodes_own(sep: str) -> None:
+    # Data of unknown rank: SHAPE_UNKNOWN quotes the data tensor's name with repr, which escapes these.
+    a, b = f"Q{sep}1", f"Q{sep}2"
+    nodes = [
+        helper.make_node("Gather", [a, "K"], ["Z1"], name="A"),
+        helper.make_node("Gather", [b, "K"], ["Z2"], name="B"),
+    ]
+    inputs = [
+        helper.make_tensor_value_info(a, TensorProto.FLOAT, None),
+        helper.make_tensor_value_info(b, TensorProto.FLOAT, None),
+        helper.make_tensor_value_info("K", TensorProto.INT64, [2]),
+    ]
+    outputs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in ("Z1", "Z2")]
+    both = _translations(_model(nodes, inputs, outputs))
+    for node, out in zip(nodes, outputs, strict=True):
+        alone = _translations(_model([node], inputs, [out]))
+        assert both[node.name] == alone[node.name]
+    assert [r["value"] for r in both["B"]["reasons"] if r["code"] == "SHAPE_UNKNOWN"] == [b]
+    assert repr(b) in both["B"]["reasons"][0]["message"]
+
+
+def _branch(tag: str, idx: list[int]) -> onnx.GraphProto:
+    # g = BIG[idx] (BIG: 1-D, past data propagation's cut size), then g[len(idx) - 1]
+    nodes = [
+        helper.make_node("Gather", ["BIG", "idx"], ["g"], name="G1"),
+        helper.make_node("Gather", ["g", "last"], ["o"], name="G2"),
+    ]
+    inits = [
+        numpy_helper.from_array(np.array(idx, np.int64), "idx"),
+        numpy_helper.from_array(np.array([len(idx) - 1], np.int64), "last"),
+    ]
+    return helper.make_graph(nodes, tag, [], [helper.make_tensor_value_info("o", TensorProto.FLOAT, None)], inits)
+
+
+@pytest.mark.parametrize("length", [2000, 100])  # cut by data propagation, and not
+@pytest.mark.parametrize("cond", [True, False])
+@pytest.mark.parametrize("engine", ENGINES)
+def test_sibling_branches_with_one_value_name_keep_their_own_types(length: int, cond: bool, engine: str) -> None:
+    node = helper.make_node(
+        "If", ["c"], ["y"], name="IF", then_branch=_branch("t", [5, 6]), else_branch=_branch("e", [7, 8, 9])
+    )
+    inputs = [
+        helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+        helper.make_tensor_value_info("BIG", TensorProto.FLOAT, [length]),
+    ]
+    model = _model([node], inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    feeds = {"c": np.array(cond), "BIG": np.arange(length, dtype=np.float32)}
+    expected = _ort(model, feeds)
+    assert expected[0].tolist() == ([6.0] if cond else [9.0])
+    got = dmlshim.InferenceSession(model.SerializeToString(), engine=engine).run(None, feeds)
+    np.testing.assert_array_equal(got[0], expected[0])
+
+
+def test_sibling_branches_translate_at_their_own_shapes() -> None:
+    node = helper.make_node(
+        "If", ["c"], ["y"], name="IF", then_branch=_branch("t", [5, 6]), else_branch=_branch("e", [7, 8, 9])
+    )
+    inputs = [
+        helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+        helper.make_tensor_value_info("BIG", TensorProto.FLOAT, [2000]),
+    ]
+    got = _translations(_model([node], inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]))
+    # each branch's second Gather reads g of its own length (numpy: len(BIG[idx]))
+    for branch, length in (("then_branch", 2), ("else_branch", 3)):
+        desc = got[f"IF/{branch}/G2"]["operator"]["desc"]
+        assert desc["InputTensor"]["Sizes"][-1] == length
+
+
+@pytest.mark.parametrize("length", [2000, 100])
+@pytest.mark.parametrize("feeds_end", [None, 20])
+@pytest.mark.parametrize("engine", ENGINES)
+def test_an_overridable_default_decides_no_shape(length: int, feeds_end: int | None, engine: str) -> None:
+    # s = BIG[st:en] with st, en initializers that are also graph inputs; y = s[-1]
+    nodes = [
+        helper.make_node("Slice", ["BIG", "st", "en"], ["s"], name="SL"),
+        helper.make_node("Gather", ["s", "k"], ["y"], name="G"),
+    ]
+    inputs = [
+        helper.make_tensor_value_info("BIG", TensorProto.FLOAT, [length]),
+        helper.make_tensor_value_info("st", TensorProto.INT64, [1]),
+        helper.make_tensor_value_info("en", TensorProto.INT64, [1]),
+    ]
+    inits = [
+        numpy_helper.from_array(np.array([0], np.int64), "st"),
+        numpy_helper.from_array(np.array([10], np.int64), "en"),
+        numpy_helper.from_array(np.array([-1], np.int64), "k"),
+    ]
+    model = _model(nodes, inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    feeds = {"BIG": np.arange(length, dtype=np.float32)}
+    if feeds_end is not None:
+        feeds["en"] = np.array([feeds_end], np.int64)
+    expected = _ort(model, feeds)
+    assert expected[0].tolist() == [float((feeds_end or 10) - 1)]
+    got = dmlshim.InferenceSession(model.SerializeToString(), engine=engine).run(None, feeds)
+    np.testing.assert_array_equal(got[0], expected[0])
