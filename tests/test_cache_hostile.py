@@ -73,13 +73,17 @@ def _branch(tag: str, idx: list[int]) -> onnx.GraphProto:
         numpy_helper.from_array(np.array(idx, np.int64), "idx"),
         numpy_helper.from_array(np.array([len(idx) - 1], np.int64), "last"),
     ]
-    return helper.make_graph(nodes, tag, [], [helper.make_tensor_value_info("o", TensorProto.FLOAT, None)], inits)
+    return helper.make_graph(
+        nodes, tag, [], [helper.make_tensor_value_info("o", TensorProto.FLOAT, None)], inits
+    )
 
 
 @pytest.mark.parametrize("length", [2000, 100])  # cut by data propagation, and not
 @pytest.mark.parametrize("cond", [True, False])
 @pytest.mark.parametrize("engine", ENGINES)
-def test_sibling_branches_with_one_value_name_keep_their_own_types(length: int, cond: bool, engine: str) -> None:
+def test_sibling_branches_with_one_value_name_keep_their_own_types(
+    length: int, cond: bool, engine: str
+) -> None:
     node = helper.make_node(
         "If", ["c"], ["y"], name="IF", then_branch=_branch("t", [5, 6]), else_branch=_branch("e", [7, 8, 9])
     )
@@ -135,5 +139,93 @@ def test_an_overridable_default_decides_no_shape(length: int, feeds_end: int | N
         feeds["en"] = np.array([feeds_end], np.int64)
     expected = _ort(model, feeds)
     assert expected[0].tolist() == [float((feeds_end or 10) - 1)]
+    got = dmlshim.InferenceSession(model.SerializeToString(), engine=engine).run(None, feeds)
+    np.testing.assert_array_equal(got[0], expected[0])
+
+
+def _loop_branch(tag: str, idx: list[int]) -> onnx.GraphProto:
+    # v = BIG[idx]; a one-trip Loop whose body reads v from the enclosing branch: o = v[len(idx) - 1]
+    body = helper.make_graph(
+        [
+            helper.make_node("Gather", ["v", "last"], ["o"], name="G2"),
+            helper.make_node("Identity", ["cin"], ["cout"], name="ID"),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("it", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cin", TensorProto.BOOL, []),
+        ],
+        [
+            helper.make_tensor_value_info("cout", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("o", TensorProto.FLOAT, None),
+        ],
+    )
+    nodes = [
+        helper.make_node("Gather", ["BIG", "idx"], ["v"], name="G1"),
+        helper.make_node("Loop", ["trip", "cond0"], ["scan_o"], name="L", body=body),
+        helper.make_node("Identity", ["scan_o"], ["r"], name="ID2"),
+    ]
+    inits = [
+        numpy_helper.from_array(np.array(idx, np.int64), "idx"),
+        numpy_helper.from_array(np.array([len(idx) - 1], np.int64), "last"),
+        numpy_helper.from_array(np.array(1, np.int64), "trip"),
+        numpy_helper.from_array(np.array(True), "cond0"),
+    ]
+    return helper.make_graph(
+        nodes, tag, [], [helper.make_tensor_value_info("r", TensorProto.FLOAT, None)], inits
+    )
+
+
+@pytest.mark.parametrize("cond", [True, False])
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_loop_body_reads_the_outer_value_of_its_own_branch(cond: bool, engine: str) -> None:
+    node = helper.make_node(
+        "If", ["c"], ["y"], name="IF", then_branch=_loop_branch("t", [5, 6]),
+        else_branch=_loop_branch("e", [7, 8, 9]),
+    )  # fmt: skip
+    inputs = [
+        helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+        helper.make_tensor_value_info("BIG", TensorProto.FLOAT, [2000]),
+    ]
+    model = _model([node], inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    feeds = {"c": np.array(cond), "BIG": np.arange(2000, dtype=np.float32)}
+    expected = _ort(model, feeds)
+    assert expected[0].tolist() == ([[6.0]] if cond else [[9.0]])
+    got = dmlshim.InferenceSession(model.SerializeToString(), engine=engine).run(None, feeds)
+    np.testing.assert_array_equal(got[0], expected[0])
+
+
+@pytest.mark.parametrize("feed_cond", [None, False])
+@pytest.mark.parametrize("engine", ENGINES)
+def test_an_if_on_an_overridable_condition_is_not_settled_statically(
+    feed_cond: bool | None, engine: str
+) -> None:
+    # y = X[[1, 2]] if c else X[[0, 1, 2]], c an initializer (True) that is also a graph input; z = y[-1]
+    def branch(tag: str, idx: list[int]) -> onnx.GraphProto:
+        return helper.make_graph(
+            [helper.make_node("Gather", ["X", "idx"], ["g"], name="G1")], tag, [],
+            [helper.make_tensor_value_info("g", TensorProto.FLOAT, None)],
+            [numpy_helper.from_array(np.array(idx, np.int64), "idx")],
+        )  # fmt: skip
+
+    nodes = [
+        helper.make_node("If", ["c"], ["y"], name="IF", then_branch=branch("t", [1, 2]),
+                         else_branch=branch("e", [0, 1, 2])),
+        helper.make_node("Gather", ["y", "last"], ["z"], name="G3"),
+    ]  # fmt: skip
+    inputs = [
+        helper.make_tensor_value_info("X", TensorProto.FLOAT, [4]),
+        helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+    ]
+    inits = [
+        numpy_helper.from_array(np.array(True), "c"),
+        numpy_helper.from_array(np.array([-1], np.int64), "last"),
+    ]
+    model = _model(nodes, inputs, [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)], inits)
+    feeds = {"X": np.array([10, 20, 30, 40], np.float32)}
+    if feed_cond is not None:
+        feeds["c"] = np.array(feed_cond)
+    expected = _ort(model, feeds)
+    assert expected[0].tolist() == [30.0]
     got = dmlshim.InferenceSession(model.SerializeToString(), engine=engine).run(None, feeds)
     np.testing.assert_array_equal(got[0], expected[0])

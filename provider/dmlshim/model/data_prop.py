@@ -409,7 +409,13 @@ def _cut_copy(
             if site.path not in declared_in:
                 declared_in[site.path] = {v.name: v for v in (*graph.value_info, *graph.output)}
             pin_outputs(
-                graph, node, types[site.path], declared_in[site.path], versions, renamed, inits[site.path],
+                graph,
+                node,
+                types[site.path],
+                declared_in[site.path],
+                versions,
+                renamed,
+                inits[site.path],
                 typed_nodes,
             )
     return copy, renamed

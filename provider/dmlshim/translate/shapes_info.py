@@ -14,8 +14,8 @@ from google.protobuf.message import DecodeError
 
 from ..errors import BadInputError, BadModelError, DmlShimError
 from ..fileio.filekind import require_onnx_model
-from ..graph import op_types
 from ..fileio.reading import open_regular
+from ..graph import op_types
 from ..model.data_prop import MAX_RANK, infer_with_data_prop
 from ..model.modelcheck import ONNX_ERRORS, check_model, load_external_data
 from ..model.ort_view import ort_value_types
