@@ -316,7 +316,7 @@ class EmulatedStep:
         if indices is not None and not lean_indices_in_range(op_type, attrs, shapes[0], indices):
             return False
         dtypes = self.lean_dtypes
-        key = tuple((tuple(s), d) for s, d in zip(shapes, dtypes, strict=True))  # shapes_key of stand-ins
+        key = tuple(zip(map(tuple, shapes), dtypes, strict=True))  # shapes_key of stand-ins
         earlier = self._lean_runs.get(key)
         if earlier is not None and key in self._cache:
             # The shapes of an earlier run, whose translation is still the cached one: the same record
