@@ -4,6 +4,7 @@
 Usage::
 
     python bench/build_cost.py MODEL.onnx [MODEL.onnx ...] [--repeats 3]   # build wall/CPU and peak RSS
+    python bench/build_cost.py MODEL.onnx --cold           # the same, dmlshim's imports counted in
     python bench/build_cost.py MODEL.onnx --runs 10        # also first run and run p50 (feeds: MODEL.npz)
     python bench/build_cost.py MODEL.onnx --profile        # dmlshim's build phase by phase, in this process
     python bench/build_cost.py MODEL.onnx --run-cost 300   # CPU per run, both sides in this process
@@ -195,7 +196,7 @@ def run_cost(model: str, runs: int, rounds: int = 3) -> dict[str, Any]:
     return {"model": model, "ort_ms": ort_ms, "ours_ms": ours_ms, "ratio": ours_ms / ort_ms, "path": path}
 
 
-def _side(side: str, model: Path, runs: int, workdir: Path) -> dict[str, Any]:
+def _side(side: str, model: Path, runs: int, workdir: Path, cold: bool = False) -> dict[str, Any]:
     py = sys.executable
     if runs:
         feeds = model.with_suffix(".npz")
@@ -203,18 +204,19 @@ def _side(side: str, model: Path, runs: int, workdir: Path) -> dict[str, Any]:
         argv = [py, str(HERE / "realistic.py"), "--child", side, str(model), str(feeds), str(runs), str(out)]
         return realistic._measure(argv)
     engine = "ort" if side == "ort" else "partitioned"
-    found = realistic._measure([py, str(HERE / "build_probe.py"), engine, str(model), "--imported"])
+    argv = [py, str(HERE / "build_probe.py"), engine, str(model)] + ([] if cold else ["--imported"])
+    found = realistic._measure(argv)
     if "seconds" not in found:
         raise RuntimeError(f"{side} on {model}: the build failed (exit {found['returncode']})")
     return found | {"build": found["seconds"], "build_cpu": found["cpu_seconds"]}
 
 
-def measure(model: Path, repeats: int, runs: int, workdir: Path) -> dict[str, Any]:
-    """Every repeat of both sides on ``model`` and the median ratios."""
+def measure(model: Path, repeats: int, runs: int, workdir: Path, cold: bool = False) -> dict[str, Any]:
+    """Every repeat of both sides on ``model`` and the median ratios (``cold``: imports in the build)."""
     rows = []
     for r in range(repeats):
         order = ("ort", "dmlshim") if r % 2 == 0 else ("dmlshim", "ort")
-        rows.append({side: _side(side, model, runs, workdir) for side in order})
+        rows.append({side: _side(side, model, runs, workdir, cold) for side in order})
     keys = ["build", "build_cpu", "rss_mb"] + (["first", "p50"] if runs else [])
     ratios = {k: statistics.median(row["dmlshim"][k] / row["ort"][k] for row in rows) for k in keys}
     medians = {
@@ -258,6 +260,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--top", type=int, default=0, help="with --profile: also cProfile's top N functions")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp"))
+    parser.add_argument(
+        "--cold",
+        action="store_true",
+        help="build only: dmlshim's imports (its session and engine modules, onnx) counted in the build",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if args.run_cost:
@@ -286,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     results = []
     for model in args.models:
-        results.append(measure(model, args.repeats, args.runs, args.workdir))
+        results.append(measure(model, args.repeats, args.runs, args.workdir, args.cold))
         print(json.dumps(results[-1]["ratios"]), file=sys.stderr, flush=True)
     print(json.dumps(results) if args.json else table(results))
     return 0

@@ -208,3 +208,92 @@ def test_a_gather_proved_by_shapes_rebuilds_nothing_on_later_runs(monkeypatch: p
     for got in (first, later):
         for g, w in zip(got, want, strict=True):
             np.testing.assert_array_equal(g, w)
+
+
+_NESTED_MODELS = (
+    "loop_scatternd.onnx",
+    "ecosystem/vc_loop_scatternd_opset19.onnx",
+    "ecosystem/os_if_in_function.onnx",
+    "real/fasterrcnn_torchscript.onnx",
+)
+
+
+@pytest.mark.parametrize("name", _NESTED_MODELS)
+def test_nested_placements_are_the_whole_translations(name: str) -> None:
+    # The session places the gather/scatter nodes inside control flow without translating the whole model
+    # again: each placement is the one a translation of the whole model gives that node.
+    from dmlshim.execute.plan.partition import nested_gather_scatter
+    from dmlshim.graph import display_names
+    from dmlshim.model.prepare import prepare_model
+    from dmlshim.model.weightless import without_weights
+    from dmlshim.translate import model_translation
+
+    path = Path(__file__).resolve().parents[1] / "onnx_models" / name
+    model = prepare_model(onnx.load(str(path), load_external_data=False))
+    nodes = list(model.graph.node)
+    nested = {n.path for n in nested_gather_scatter(nodes, display_names(nodes))}
+    assert nested
+    whole = model_translation.translate_model(model, DEFAULT_FEATURE_LEVEL)
+    want = {t.name: t.ort_placement for t in whole.nodes if t.name in nested}
+    inferred = shapes_info.infer_shapes(without_weights(model))
+    got = model_translation.nested_placements(model, DEFAULT_FEATURE_LEVEL, inferred)
+    assert got == want and set(got) == nested
+
+
+def test_a_session_does_not_translate_the_whole_model_to_place_nested_nodes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import dmlshim.translate.model_translation as model_translation
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("translate_model called while building a session")
+
+    path = _save(tmp_path, _if_model())
+    _ = dmlshim.InferenceSession  # imported before translate_model is replaced
+    monkeypatch.setattr(model_translation, "translate_model", refused)
+    ours = dmlshim.InferenceSession(path)
+    feeds = {"x": np.arange(12, dtype=np.float32).reshape(4, 3), "i": np.array([2, 0], np.int64),
+             "c": np.array(True)}  # fmt: skip
+    want = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)
+    for g, w in zip(ours.run(None, feeds), want, strict=True):
+        np.testing.assert_array_equal(g, w)
+    record = ours.last_run_record
+    assert record is not None
+    nested = [r for r in record.nodes if r.name == "If_0/then_branch/Gather_0"]
+    assert len(nested) == 1 and nested[0].ort_placement == "DmlExecutionProvider"
+
+
+def test_onnxruntimes_view_of_types_comes_from_a_loaded_session_not_an_initialized_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # onnxruntime infers the types when it loads the model: its view (every node output listed as a graph
+    # output) is what an initialized session lists, and no session is initialized for it.
+    from dmlshim.model import ort_view
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    nodes = [
+        helper.make_node("Gelu", ["x"], ["g"], domain="com.microsoft"),  # ONNX's inference cannot type it
+        helper.make_node("Gather", ["g", "i"], ["y"], axis=1),
+    ]
+    i = helper.make_tensor("i", TensorProto.INT64, [2], [0, 3])
+    graph = helper.make_graph(nodes, "view", [x], [y], initializer=[i])
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    model = helper.make_model(graph, opset_imports=opsets, ir_version=10)
+    listed = onnx.ModelProto()
+    listed.CopyFrom(model)
+    listed.graph.output.add().name = "g"
+    session = onnxruntime.InferenceSession(listed.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = {a.name: (a.type, a.shape) for a in session.get_outputs()}
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a session initialized for onnxruntime's view of the types")
+
+    monkeypatch.setattr(onnxruntime.capi._pybind_state.InferenceSession, "initialize_session", refused)
+    got = ort_view.ort_value_types(model)
+    assert want == {"y": ("tensor(float)", ["n", 2]), "g": ("tensor(float)", ["n", 8])}
+    for name, (elem, shape) in want.items():
+        tp = got[name]
+        assert tp.tensor_type.elem_type == TensorProto.FLOAT and elem == "tensor(float)"
+        dims = [d.dim_value if d.HasField("dim_value") else d.dim_param for d in tp.tensor_type.shape.dim]
+        assert dims == shape

@@ -21,7 +21,7 @@ pytest.importorskip("onnxruntime_extensions")
 import dmlshim
 from dmlshim.errors import BadModelError
 from dmlshim.execute.engines.custom_op import CustomOpEngine
-from dmlshim.execute.lowering.node import ALIAS_DOC
+from dmlshim.execute.lowering.emitter import ALIAS_DOC
 from dmlshim.execute.weights import file_slices as weight_file
 from dmlshim.execute.weights.file_slices import FOLDER_KEY
 from dmlshim.execute.weights.shared import SHARE_MIN_BYTES

@@ -325,24 +325,12 @@ def test_external_data_outside_the_folder_is_refused_as_onnxruntime_refuses(
         assert isinstance(want, Exception) and "External data path validation failed" in str(want)
 
 
-_TINY_EDIT = pytest.param(
-    "edit",
-    10,
-    marks=pytest.mark.xfail(
-        strict=True,
-        reason="known gap (docs/safety.md): onnxruntime maps every external tensor, so an in-place edit of "
-        "a 120-byte weight shows in its next run; dmlshim reads weights under 1 KiB into the model at load "
-        "(they may drive shapes)",
-    ),
-)
-
-
 @pytest.mark.parametrize(
     ("change", "rows"),
     [
         ("edit", 20_000),
         ("edit", 1000),  # 12 KB: under the 64 KiB dmlshim read into the model (found by h50; fixed on main)
-        _TINY_EDIT,
+        ("edit", 10),  # 120 bytes: onnxruntime 1.24 and 1.32 map even a 12-byte external tensor
         ("replace", 1000),
         ("replace", 20_000),
         ("delete", 1000),

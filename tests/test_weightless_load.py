@@ -280,7 +280,10 @@ def test_read_weightless_keeps_everything_else_as_onnx_reads_it(
     assert light.graph.sparse_initializer == model.graph.sparse_initializer
 
 
-def test_small_external_tensors_are_read_into_the_model(tmp_path: Path) -> None:
+def test_small_external_tensors_stay_mapped_as_onnxruntime_maps_them(tmp_path: Path) -> None:
+    """onnxruntime (1.24 and 1.32) maps external data of every size (an edit to a 4-byte weight shows in
+    its next run): dmlshim keeps every external tensor a reference to the file (h6; it read those under
+    1 KiB into the model before)."""
     model, feeds = _model()
     path = tmp_path / "model.onnx"
     copy = onnx.ModelProto()
@@ -293,9 +296,8 @@ def test_small_external_tensors_are_read_into_the_model(tmp_path: Path) -> None:
     }  # even the 4-byte one is external
     session = dmlshim.InferenceSession(str(path))
     proto = session._loaded.proto
-    assert {t.name for t in proto.graph.initializer if t.data_location == TensorProto.EXTERNAL} == set(LARGE)
-    scale = next(t for t in proto.graph.initializer if t.name == "scale")
-    assert numpy_helper.to_array(scale).tolist() == [0.5]  # small ones may drive shapes: in the model
+    external = {t.name for t in proto.graph.initializer if t.data_location == TensorProto.EXTERNAL}
+    assert external == {t.name for t in model.graph.initializer} and "scale" in external
     _same(session.run(None, feeds), ort_run(model, feeds))
 
 

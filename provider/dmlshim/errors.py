@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from .text import printable
+
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
@@ -58,7 +60,7 @@ class DmlShimError(Exception):
         if self.op_type:
             parts.append(f"op {self.op_type}")
         if self.tensor:
-            parts.append(f"tensor {self.tensor}")
+            parts.append(f"tensor {printable(self.tensor)}")
         where = (", ".join(parts) + ": ") if parts else ""
         text = where + self.message
         if self.rule and self.rule not in self.message:

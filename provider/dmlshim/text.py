@@ -25,7 +25,8 @@ def table(rows: Sequence[Sequence[str]], indent: str = "  ") -> list[str]:
     columns = len(rows[0])
     if any(len(row) != columns for row in rows):
         raise ValueError(f"rows of {sorted({len(row) for row in rows})} cells: a table's rows are alike")
-    rows = [[printable(cell) for cell in row] for row in rows]
+    if _CONTROL.search("".join(["".join(row) for row in rows])):  # one search, not one per cell
+        rows = [[printable(cell) for cell in row] for row in rows]
     widths = [max(map(len, column)) for column in zip(*rows, strict=True)]
     ljust = str.ljust
     return [(indent + "  ".join(map(ljust, row, widths))).rstrip() for row in rows]

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from ..text import printable
-from .options import add_feature_level, add_input_shape, input_shapes, path_arg
+from .options import add_feature_level, add_input_shape, input_shapes, path_arg, seed_type
 from .progress import status
 
 
@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_feature_level(parser, "target")
     add_input_shape(parser)
-    parser.add_argument("--seed", type=int, default=0, help="seed of generated inputs (default 0)")
+    parser.add_argument("--seed", type=seed_type, default=0, help="seed of generated inputs (default 0)")
     parser.add_argument(
         "--iteration",
         type=int,

@@ -29,6 +29,7 @@ from .options import (
     apply_input_shapes,
     input_shapes,
     path_arg,
+    seed_type,
 )
 
 logger = logging.getLogger(__name__)
@@ -47,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "the shapes the run gives; with --input-shape alone, on the inputs run would generate",
     )
     parser.add_argument(
-        "--seed", type=int, default=0, metavar="N", help="seed of generated inputs (default 0)"
+        "--seed", type=seed_type, default=0, metavar="N", help="seed of generated inputs (default 0)"
     )
     parser.add_argument(
         "--descriptors",
@@ -195,7 +196,8 @@ def _translate(
     shapes, and the graph inputs' sizes for static inference (bodies that did not run are inferred from
     them)."""
     if ran is None or ran.error:
-        return translate_model(model, args.feature_level, shapes, other_domains=True)
+        # the model as the load prepared it, unless sizes were fixed in it (fix_symbols) since
+        return translate_model(model, args.feature_level, shapes, other_domains=True, prepared=not shapes)
     initializers = {t.name for t in model.graph.initializer}
     sizes = {
         v.name: ran.value_shapes[v.name]

@@ -25,6 +25,7 @@ from google.protobuf.message import DecodeError, EncodeError
 from ..errors import DmlShimError
 from ..resources import out_of_memory, too_deep
 from ..startup import interrupts_raise
+from ..text import printable
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +154,14 @@ class _PrintableStdout:
         return getattr(self._stream, name)
 
 
+class _PrintableFormatter(logging.Formatter):
+    """Log records with control characters escaped in their message (a warning naming a model's node or
+    tensor); a traceback (``--debug``) keeps its lines."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return printable(super().formatMessage(record))
+
+
 _STDOUT_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
@@ -176,6 +185,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if debug else (logging.INFO if args.verbose else logging.WARNING),
         format="%(levelname)s %(name)s: %(message)s",
     )
+    for handler in logging.getLogger().handlers:
+        if handler.formatter is not None and not isinstance(handler.formatter, _PrintableFormatter):
+            handler.setFormatter(_PrintableFormatter(handler.formatter._fmt))
     if not getattr(args, "_run", None):
         parser.print_help(sys.stderr)
         return 2
@@ -190,7 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if debug:
             log.exception("dmlshim failed")
         # dmlshim's own paragraph, not the onnxruntime-facing text an InferenceSession's error carries
-        print(f"dmlshim {args.command}: error: {DmlShimError.__str__(exc)}", file=sys.stderr)
+        print(f"dmlshim {args.command}: error: {printable(DmlShimError.__str__(exc))}", file=sys.stderr)
         _json_error(args, exc, exc.exit_code)
         return exc.exit_code
     except KeyboardInterrupt as exc:
@@ -229,6 +241,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if debug:
             log.exception("dmlshim failed")
         # dmlshim's own paragraph, not the onnxruntime-facing text an InferenceSession's error carries
-        print(f"dmlshim {args.command}: error: {DmlShimError.__str__(exc)}", file=sys.stderr)
+        print(f"dmlshim {args.command}: error: {printable(DmlShimError.__str__(exc))}", file=sys.stderr)
         _json_error(args, exc, 2)
         return 2

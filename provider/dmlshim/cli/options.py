@@ -59,6 +59,17 @@ def path_arg(text: str) -> str:
     return text
 
 
+def seed_type(text: str) -> int:
+    """``--seed``: a whole number >= 0 (numpy's generators take no negative seed)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0: {text!r}")
+    return value
+
+
 def add_html(parser: argparse.ArgumentParser, shows: str) -> None:
     """``--html REPORT.html``: the self-contained page of the graph, ``shows`` saying what a click gives."""
     parser.add_argument(

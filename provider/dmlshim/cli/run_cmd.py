@@ -21,7 +21,7 @@ from ..inputs.narrow_floats import narrow_feeds
 from ..ort.session import InferenceSession, load_model
 from ..text import shape_text, table
 from ..validate.value_kinds import describe, is_array, kind_text
-from .options import add_engine, add_feature_level, add_input_shape, input_shapes, path_arg
+from .options import add_engine, add_feature_level, add_input_shape, input_shapes, path_arg, seed_type
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "random inputs that onnxruntime CPU accepts when absent",
     )
     add_input_shape(parser)
-    parser.add_argument("--seed", type=int, default=0, metavar="N", help="seed of random inputs (default 0)")
+    parser.add_argument(
+        "--seed", type=seed_type, default=0, metavar="N", help="seed of random inputs (default 0)"
+    )
     parser.add_argument(
         "--output",
         "-o",

@@ -11,7 +11,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from . import validate_many
-from .options import add_engine, add_feature_level, add_input_shape, add_tolerances, path_arg
+from .options import add_engine, add_feature_level, add_input_shape, add_tolerances, path_arg, seed_type
 from .progress import status
 from .validate_files import add_array_files, model_report
 
@@ -45,7 +45,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_feature_level(parser, "emulated")
     add_engine(parser)
     add_input_shape(parser)
-    parser.add_argument("--seed", type=int, default=0, metavar="N", help="seed of random inputs (default 0)")
+    parser.add_argument(
+        "--seed", type=seed_type, default=0, metavar="N", help="seed of random inputs (default 0)"
+    )
     parser.add_argument(
         "--clamp-indices",
         action="store_true",

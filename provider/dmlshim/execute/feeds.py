@@ -17,7 +17,7 @@ from onnx import helper
 from ..errors import BadInputError
 from ..fileio.npz import load_npz as load_npz
 from ..fileio.npz import save_npz as save_npz
-from ..runtime.exceptions import check_failure_class, with_onnxruntime_class
+from ..runtime.exceptions import check_failure_class, combined_class, with_onnxruntime_class
 
 logger = logging.getLogger(__name__)
 
@@ -179,8 +179,11 @@ class FeedValidator:
     def check_present(self, feeds: Mapping[str, Any]) -> None:
         """Raise BadInputError unless ``feeds`` is a mapping with a value for every required input."""
         if not isinstance(feeds, Mapping):
-            raise BadInputError(
-                f"input_feed must be a mapping from input name to array, not {type(feeds).__name__}"
+            # onnxruntime's Python layer calls input_feed.keys(): an AttributeError (made one from the
+            # start: its layout cannot be given to an error afterwards)
+            raise combined_class(BadInputError, (AttributeError,))(
+                f"'{type(feeds).__name__}' object has no attribute 'keys' (dmlshim: input_feed must be a "
+                f"mapping from input name to array, not {type(feeds).__name__})"
             )
         missing = [n for n in self._required if n not in feeds]
         if missing:
@@ -233,6 +236,8 @@ class FeedValidator:
         if value is None or not isinstance(value, (np.ndarray, list, Mapping)):
             raise _refused_object(check, value)
         arr = value if isinstance(value, np.ndarray) else _as_array(check, value)
+        if arr.dtype.num in _NO_ONNX_TYPE:
+            raise _no_onnx_type(check, arr.dtype)
         if check.type == "tensor(string)" and arr.dtype.kind not in "OU":
             arr = _string_feed(check, arr)
         if check.dtype is not None and arr.dtype != check.dtype:
@@ -240,6 +245,24 @@ class FeedValidator:
         if check.shape is not None:
             _check_shape(check, tuple(arr.shape))
         return arr
+
+
+_NO_ONNX_TYPE = frozenset(
+    np.dtype(t).num for t in (np.longdouble, np.complex64, np.complex128, np.clongdouble, "M8[s]", "m8[s]")
+)
+"""numpy's type numbers onnxruntime has no tensor type for (long double, complex, datetime, timedelta):
+it refuses such a feed before looking at the input's type, with a ``RuntimeError``."""
+
+
+def _no_onnx_type(check: _InputCheck, dtype: np.dtype) -> BadInputError:
+    error = BadInputError(
+        f"Numpy_type {dtype.num} can't be converted to MLDataType. (dmlshim: the feed for input "
+        f"{check.name!r} is {dtype}, which has no ONNX tensor type; {check.name!r} expects {check.type})",
+        tensor=check.name,
+        value=str(dtype),
+        rule="a feed is a numpy array of a type ONNX has",
+    )
+    return with_onnxruntime_class(error, RuntimeError)
 
 
 def _checked_ortvalue(check: _InputCheck, value: Any) -> Any:

@@ -98,6 +98,44 @@ def _kind(st: os.stat_result) -> str:
     return "not a regular file"
 
 
+_STREAM_LINKS = ("/proc/", "/dev/fd/")
+"""Where a link stands for a process's open file (``/dev/stdout`` -> ``/proc/self/fd/1``)."""
+
+
+def _stream_link(target: Path) -> str | None:
+    """What a symbolic link at ``target`` stands for when replacing it would break more than a name: a
+    link to a device, FIFO or socket (``/dev/stdout``, ``/dev/stderr``: a process's stream), else None.
+    ``-o /dev/stdout --overwrite`` asks to write to the stream; replacing the system's link by a regular
+    file would break ``/dev/stdout`` for every program on the machine."""
+    hop = str(target)
+    for _ in range(40):
+        try:
+            nxt = os.readlink(hop)
+        except OSError:
+            break
+        hop = os.path.join(os.path.dirname(hop), nxt)
+        if hop.startswith(_STREAM_LINKS):
+            return f"a link to a process's open file ({nxt!r})"
+    try:
+        st = os.stat(target)
+    except OSError:
+        return None  # dangling: the link alone is replaced
+    if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+        return None
+    return f"a link to {_kind(st)} ({os.path.realpath(target)!r})"
+
+
+def _refuse_stream_link(target: Path, what: str) -> None:
+    found = _stream_link(target)
+    if found is not None:
+        raise BadInputError(
+            f"the {what} is {found}; dmlshim writes files, never to a stream or device, and does not "
+            "replace such a link even with --overwrite",
+            path=str(target),
+            rule=_RULE,
+        )
+
+
 def _check_text(path: PathLike, what: str) -> str:
     text = os.fspath(path)
     if isinstance(text, bytes):  # os.PathLike[bytes]
@@ -243,6 +281,8 @@ def check_output_file(
                 path=text,
                 rule=_RULE,
             )
+        if portable.is_link(st):
+            _refuse_stream_link(target, what)
         if not overwrite:
             raise BadInputError(f"the {what} exists; pass --overwrite to replace it", path=text, rule=_RULE)
     parent = target.parent
@@ -291,6 +331,8 @@ def _place(tmp: Path, target: Path, overwrite: bool, what: str) -> None:
             path=str(target),
             rule=_RULE,
         )
+    if st is not None and portable.is_link(st):
+        _refuse_stream_link(target, what)
     if overwrite:
         _refuse_newcomer(target, what)
         portable.replace(tmp, target)  # replaces a link itself, never its target

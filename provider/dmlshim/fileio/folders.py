@@ -24,6 +24,7 @@ from .files import (
     _fsync_dir,
     _kind,
     _lstat,
+    _refuse_stream_link,
     file_mode,
 )
 
@@ -99,6 +100,7 @@ class StagedFolder:
         if st is None:
             return
         if portable.is_link(st):
+            _refuse_stream_link(self.target, self.what)
             if not self.overwrite:
                 raise BadInputError(
                     f"the {self.what} is a symbolic link; pass --overwrite to replace the link itself "

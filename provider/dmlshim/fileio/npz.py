@@ -142,13 +142,15 @@ def load_npz(path: str | Path | BinaryIO) -> dict[str, np.ndarray]:
 
 
 def _load_members(archive: zipfile.ZipFile, where: str) -> dict[str, np.ndarray]:
+    # Each member is opened twice (headers first, all checked against the memory limit before any data
+    # is inflated) but its header parsed once: the second pass skips it and reads the data as declared.
     infos = [i for i in archive.infolist() if not i.is_dir()]
-    sizes: list[int] = []
+    headers: list[tuple[zipfile.ZipInfo, str, tuple[int, ...], bool, np.dtype, int, int]] = []
     for info in infos:
         key = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
         try:
             with archive.open(info) as member:
-                shape, _fortran, dtype = npy_header(member)
+                shape, fortran, dtype = npy_header(member)
                 header_len = member.tell()
         except _READ_ERRORS as exc:
             raise BadInputError(
@@ -171,18 +173,39 @@ def _load_members(archive: zipfile.ZipFile, where: str) -> dict[str, np.ndarray]
                 path=where,
                 tensor=key,
             )
-        sizes.append(nbytes)
-    check_tensor((sum(sizes),), np.uint8, path=where, what="the arrays of the inputs file together")
+        headers.append((info, key, shape, fortran, dtype, header_len, nbytes))
+    check_tensor(
+        (sum(h[-1] for h in headers),), np.uint8, path=where, what="the arrays of the inputs file together"
+    )
     out: dict[str, np.ndarray] = {}
-    for info in infos:
-        key = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
+    for info, key, shape, fortran, dtype, header_len, nbytes in headers:
         try:
             with archive.open(info) as member:
-                out[key] = np.lib.format.read_array(member, allow_pickle=False)
+                out[key] = _read_data(member, shape, fortran, dtype, header_len, nbytes)
         except _READ_ERRORS as exc:
             raise BadInputError(f"array {key!r} cannot be read: {exc}", path=where, tensor=key) from exc
     logger.debug("loaded %d arrays from %s", len(out), where)
     return out
+
+
+def _read_data(
+    member: IO[bytes], shape: tuple[int, ...], fortran: bool, dtype: np.dtype, header_len: int, nbytes: int
+) -> np.ndarray:
+    """The array whose header (``header_len`` bytes, already parsed) starts ``member``."""
+    if nbytes == 0:
+        return np.zeros(shape, dtype=dtype, order="F" if fortran else "C")
+    if len(member.read(header_len)) != header_len:
+        raise EOFError("the member ends inside its .npy header")
+    buffer = bytearray(nbytes)
+    view = memoryview(buffer)
+    filled = 0
+    while filled < nbytes:
+        got = member.readinto(view[filled:])  # type: ignore[attr-defined]
+        if not got:
+            raise EOFError(f"the data ends after {filled} of {nbytes} bytes")
+        filled += got
+    flat = np.frombuffer(buffer, dtype=dtype)
+    return flat.reshape(shape[::-1]).transpose() if fortran else flat.reshape(shape)
 
 
 def _load_polygraphy_json(stream: BinaryIO, head: bytes, where: str) -> dict[str, np.ndarray]:

@@ -25,7 +25,7 @@ propagation gives them (a "pin"). What may be cut:
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from functools import cache
 from typing import NamedTuple
 
@@ -33,6 +33,7 @@ import onnx
 
 from ..limits import check_bytes, memory_limit
 from .last_inference import infer_shapes
+from .node_types import pin_outputs
 
 logger = logging.getLogger(__name__)
 
@@ -160,22 +161,45 @@ def _versions(model: onnx.ModelProto) -> dict[str, int]:
 def _sites(model: onnx.ModelProto, paths: list[GraphPath]) -> list[_Site]:
     versions = _versions(model)
     found: list[_Site] = []
+    # What a (domain, op) reads, looked up once per distinct op: the chain of 20,000 Gathers asks once.
+    # None: the op propagates no data and has no shape input.
+    ops: dict[tuple[str, str], tuple[bool, Container[int] | None, frozenset[int]] | None] = {}
     for path, graph in _each(model, paths):
         for i, node in enumerate(graph.node):
+            op_type = node.op_type
             domain = "" if node.domain in ("", "ai.onnx") else node.domain
-            if domain == "" and node.op_type in _SHAPE_INPUTS:
-                for k in _SHAPE_INPUTS[node.op_type]:
-                    if k < len(node.input) and node.input[k]:
-                        found.append(_Site(path, i, k, node.input[k], True, True))
+            key = (domain, op_type)
+            try:
+                how = ops[key]
+            except KeyError:
+                how = ops[key] = _reading(op_type, domain, versions.get(domain, 0))
+            if how is None:
                 continue
-            if not _propagates(node.op_type, domain, versions.get(domain, 0)):
+            shape_op, reads, by_value = how
+            inputs = node.input
+            if shape_op:
+                for k in _SHAPE_INPUTS[op_type]:
+                    if k < len(inputs) and inputs[k]:
+                        found.append(_Site(path, i, k, inputs[k], True, True))
                 continue
-            reads = _READS.get(node.op_type, _ALL) if domain == "" else _ALL
-            by_value = _TYPE_READS_VALUES.get(node.op_type, frozenset()) if domain == "" else frozenset()
-            for k, name in enumerate(node.input):
+            for k, name in enumerate(inputs):
                 if name and (reads is None or k in reads):
                     found.append(_Site(path, i, k, name, k in by_value, False))
     return found
+
+
+def _reading(
+    op_type: str, domain: str, version: int
+) -> tuple[bool, Container[int] | None, frozenset[int]] | None:
+    """How :func:`_sites` reads a node of this op: (a shape-input op, the inputs data inference reads,
+    those its type inference reads by value), or None when it reads none."""
+    if domain == "" and op_type in _SHAPE_INPUTS:
+        return True, None, frozenset()
+    if not _propagates(op_type, domain, version):
+        return None
+    reads = _READS.get(op_type, _ALL) if domain == "" else _ALL
+    by_value = _TYPE_READS_VALUES.get(op_type, frozenset()) if domain == "" else frozenset()
+    return False, reads, by_value
 
 
 def _types(model: onnx.ModelProto, paths: list[GraphPath]) -> dict[str, onnx.TypeProto]:
@@ -257,23 +281,41 @@ def _plan(
     kept: list[tuple[int, int, _Site]] = []
     made: dict[tuple[str, str], bytes] = {}
 
+    by_content: dict[tuple[bytes, str], bytes] = {}  # values of one type share their cut type
+
     def cut(name: str, kind: str) -> bytes:
         if (name, kind) not in made:
             tp = types.get(name)
-            made[name, kind] = _cut_type(tp, kind).SerializeToString(deterministic=True) if tp else b""
+            if tp is None:
+                made[name, kind] = b""
+            else:
+                content = (tp.SerializeToString(), kind)
+                if content not in by_content:
+                    by_content[content] = _cut_type(tp, kind).SerializeToString(deterministic=True)
+                made[name, kind] = by_content[content]
         return made[name, kind]
 
     # A verdict depends on the value and on how it is read only: a value read by many nodes is judged once.
     judged: dict[tuple[str, bool, bool], tuple[str | None, int]] = {}
+    # ... and, for a value that is no initializer, from its type alone: values of one type judged once.
+    by_type: dict[tuple[bytes, bool, bool], tuple[str | None, int]] = {}
     for order, site in enumerate(sites):
         key = (site.value, site.by_value, site.shape_input)
         found = judged.get(key)
         if found is None:
             tp = types.get(site.value)
             init = inits.get(site.value)
-            kind = _verdict(site, tp, init)
-            length = _length(tp, init) if kind is None and not site.shape_input else 0
-            found = judged[key] = (kind, length)
+            typed = None
+            if tp is not None and init is None:
+                typed = (tp.SerializeToString(), site.by_value, site.shape_input)
+            found = by_type.get(typed) if typed else None
+            if found is None:
+                kind = _verdict(site, tp, init)
+                length = _length(tp, init) if kind is None and not site.shape_input else 0
+                found = (kind, length)
+                if typed:
+                    by_type[typed] = found
+            judged[key] = found
         kind, length = found
         if kind is None:
             if length:  # a kept read of no data counts for nothing against the budget
@@ -282,6 +324,8 @@ def _plan(
             plan[site] = (kind, cut(site.value, kind))
     total = sum(n for n, _, _ in kept)
     budget = _budget()
+    if total <= budget:
+        return plan  # within the budget: nothing more is cut, so the kept reads need no order
     for n, _, site in sorted(kept, key=lambda k: (-k[0], k[1])):
         if total <= budget or n == 0:
             break
@@ -325,6 +369,7 @@ def _cut_copy(
     declared_in: dict[GraphPath, dict[str, onnx.ValueInfoProto]] = {}
     versions = _versions(model)
     inits = _initializers(model, paths)
+    typed_nodes: dict[tuple[object, ...], list[bytes | None]] = {}
     for site, (kind, declared) in plan.items():
         key = (site.value, declared)
         if key not in fresh:
@@ -340,57 +385,8 @@ def _cut_copy(
             pinned.add((site.path, site.node))
             if site.path not in declared_in:
                 declared_in[site.path] = {v.name: v for v in (*graph.value_info, *graph.output)}
-            _pin(graph, node, types, declared_in[site.path], versions, renamed, inits)
+            pin_outputs(graph, node, types, declared_in[site.path], versions, renamed, inits, typed_nodes)
     return copy, renamed
-
-
-def _pin(
-    graph: onnx.GraphProto,
-    node: onnx.NodeProto,
-    types: dict[str, onnx.TypeProto],
-    declared: dict[str, onnx.ValueInfoProto],
-    versions: dict[str, int],
-    renamed: dict[str, str],
-    inits: dict[str, onnx.TensorProto],
-) -> None:
-    """Declare the node's outputs with the types its own inference gives from its inputs' full types
-    (without data; else the types already known for them). ``declared`` holds the graph's outputs and
-    value_info by name, and gains what is added."""
-    own = _node_types(node, types, versions, renamed, inits)
-    for name in node.output:
-        tp = own.get(name) or types.get(name)
-        if not name or tp is None:
-            continue
-        target = declared.get(name)
-        if target is None:
-            target = declared[name] = graph.value_info.add()
-            target.name = name
-        target.type.CopyFrom(tp)
-
-
-def _node_types(
-    node: onnx.NodeProto,
-    types: dict[str, onnx.TypeProto],
-    versions: dict[str, int],
-    renamed: dict[str, str],
-    inits: dict[str, onnx.TensorProto],
-) -> dict[str, onnx.TypeProto]:
-    """The types the node's own inference gives its outputs from its inputs' types (a cut input read under
-    its fresh name, ``renamed`` mapping it back); empty when onnx cannot tell."""
-    domain = "" if node.domain in ("", "ai.onnx") else node.domain
-    inputs = {name: types[renamed.get(name, name)] for name in node.input if renamed.get(name, name) in types}
-    try:
-        schema = onnx.defs.get_schema(node.op_type, versions.get(domain, 0), domain)
-        data = {name: inits[name] for name in node.input if name in inits and name not in renamed}
-        found = onnx.shape_inference.infer_node_outputs(schema, node, inputs, data)
-    except Exception as exc:
-        logger.debug("no types for %s from its inputs: %s", node.op_type, exc)
-        return {}
-    return {
-        name: tp
-        for name, tp in found.items()
-        if tp.HasField("tensor_type") and tp.tensor_type.HasField("shape")
-    }
 
 
 def _pinned(model: onnx.ModelProto, plan: dict[_Site, tuple[str, bytes]]) -> set[str]:
@@ -417,13 +413,16 @@ def _restore(
     kept = [v for v in inferred.graph.input if v.name not in renamed]
     del inferred.graph.input[:]
     inferred.graph.input.extend(kept)
+    # Only a big cut declares the cut dimension name (``_cut_type``): without one there is none to clear.
+    scrub = any(kind == _BIG for kind, _ in plan.values())
     for _, graph in _each(inferred, paths):
         if any(v.name in renamed for v in graph.value_info):
             infos = [v for v in graph.value_info if v.name not in renamed]
             del graph.value_info[:]
             graph.value_info.extend(infos)
-        for value in (*graph.value_info, *graph.output):
-            _scrub(value.type)
+        if scrub:
+            for value in (*graph.value_info, *graph.output):
+                _scrub(value.type)
 
 
 def _scrub(tp: onnx.TypeProto) -> None:

@@ -180,16 +180,17 @@ def _ort_refusal(probe: onnx.ModelProto | None) -> BaseException | None:
     return None
 
 
-def _checkable(model: onnx.ModelProto) -> onnx.ModelProto:
+def _checkable(model: onnx.ModelProto, external: bool = True) -> onnx.ModelProto:
     """What onnxruntime, onnx's checker and shape inference are given: ``model`` itself, or a copy in
     which large and external-data initializers are graph inputs of the same type and shape
     (:func:`dmlshim.model.weightless.without_weights`), so no weight is read or re-serialised for the check.
+    ``external``: False when ``model`` is known to hold no external-data tensor (not looked for again).
     """
     from ..fileio.external_data import external_tensors
 
     light = without_weights(model)  # large and external initializers as typed inputs: no weight copied
     if light is model:
-        if not external_tensors(model.graph):
+        if not external or not external_tensors(model.graph):
             return model
         light = onnx.ModelProto()
         light.CopyFrom(model)
@@ -397,8 +398,8 @@ def check_model(
         if theirs is None:
             raise
         raise own from theirs  # onnxruntime's class and message first (dmlshim.runtime.exceptions)
-    check_external_data(model, where, read_below=read_below)
-    light = _checkable(model)
+    # no entry checked: no external-data tensor anywhere (the walk is not made twice)
+    light = _checkable(model, external=bool(check_external_data(model, where, read_below=read_below)))
     findings: list[str | None] = [None]
 
     def refused_by_onnxruntime(refused: BadModelError) -> None:

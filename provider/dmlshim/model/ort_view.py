@@ -7,8 +7,9 @@ knows (ai.onnx.ml, com.microsoft). What a partition boundary declares, and what 
 onnxruntime about a replaced node's output, must be what onnxruntime itself would have known, so both come
 from here: an onnxruntime CPU session over a weightless copy of the model
 (:func:`dmlshim.model.weightless.without_weights`) in which every node output is a graph output with no
-declared type; the session's ``get_outputs()`` then lists onnxruntime's own inference. No optimisation runs
-and no weight byte is copied.
+declared type; the session's outputs then list onnxruntime's own inference. The session is only loaded
+(its graph resolved, which is where onnxruntime infers types), never initialized: no kernel is created, no
+optimisation runs and no weight byte is copied.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Mapping
 import onnx
 import onnxruntime as ort
 
-from ..runtime.real import OrtInferenceSession
+from ..runtime.real import loaded_outputs
 from .weightless import without_weights
 
 logger = logging.getLogger(__name__)
@@ -140,12 +141,12 @@ def ort_value_types(
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.log_severity_level = 3
     try:
-        session = OrtInferenceSession(copy.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        outputs = loaded_outputs(copy.SerializeToString(), so)
     except Exception as exc:  # onnxruntime raises several unrelated types for a model it refuses
         logger.debug("onnxruntime's view of the model is not available: %s", exc)
         return {}
     types: dict[str, onnx.TypeProto] = {}
-    for arg in session.get_outputs():
+    for arg in outputs:
         tp = type_from_ort(arg.type, arg.shape)
         if tp is not None and _rank_zero(tp) and not _rank_zero((onnx_types or {}).get(arg.name)):
             tp.tensor_type.ClearField("shape")

@@ -13,7 +13,7 @@ from google.protobuf.message import Message
 from onnx import TensorProto
 
 from ..errors import BadModelError
-from ..graph import node_path, subgraph_prefix, subgraphs
+from ..graph import GRAPH_ATTRIBUTE_TYPES, node_path, subgraph_prefix, subgraphs
 from .ort_errors import GATHER_SCATTER_INDEX_TYPES
 from .utf8_parse import strings_valid
 
@@ -170,6 +170,10 @@ def _bad_string(message: Message, where: str) -> str | None:
     return None
 
 
+_READ_RAW_BELOW = 1 << 16
+"""Tensors of at most this many serialized bytes have their raw_data read as it is (see ``_raw_length``)."""
+
+
 def _varint_size(n: int) -> int:
     return max(1, (n.bit_length() + 6) // 7)
 
@@ -177,7 +181,10 @@ def _varint_size(n: int) -> int:
 def _raw_length(t: onnx.TensorProto) -> int:
     """``len(t.raw_data)`` without reading ``t.raw_data`` (which copies the bytes: hundreds of MB for a
     large weight): the tensor's serialized size less that of its other fields is the raw_data field's
-    tag (1 byte), length (a varint) and bytes. Read for real when that does not add up."""
+    tag (1 byte), length (a varint) and bytes. Read for real when that does not add up, or when the
+    tensor is small (copying its bytes then costs less than rebuilding its other fields)."""
+    if t.ByteSize() <= _READ_RAW_BELOW:
+        return len(t.raw_data)
     rest = onnx.TensorProto()
     for field in t.DESCRIPTOR.fields:
         if field.name == "raw_data":
@@ -275,7 +282,9 @@ def _check_graph(graph: onnx.GraphProto, prefix: str, path: str | None, opsets: 
         if not node.attribute:
             continue
         # The node's name is spelled out only where it is used: most nodes hold no tensor and no graph.
+        held = False  # an attribute that may hold a graph: subgraphs() looks (one walk of the attributes)
         for attr in node.attribute:
+            held = held or attr.type in GRAPH_ATTRIBUTE_TYPES
             if attr.type == onnx.AttributeProto.UNDEFINED or (
                 attr.name in _INT_ATTRIBUTES
                 and node.op_type in GATHER_SCATTER_INDEX_TYPES
@@ -294,6 +303,8 @@ def _check_graph(graph: onnx.GraphProto, prefix: str, path: str | None, opsets: 
             if attr.tensors:
                 label = node_path(prefix, node, i)
                 tensors.extend((f"{label}.{attr.name}", t) for t in attr.tensors)
+        if not held:
+            continue
         for attr_name, sub in subgraphs(node):
             _check_graph(sub, subgraph_prefix(node_path(prefix, node, i), attr_name), path, opsets)
     for name, t in tensors:

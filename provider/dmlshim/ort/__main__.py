@@ -9,6 +9,8 @@ import importlib.util
 import os
 import runpy
 import sys
+import types
+import zipfile
 
 from ..errors import DmlShimError
 from .install import SUMMARY_FILE_ENV, install
@@ -127,6 +129,21 @@ def main(argv: list[str] | None = None) -> int:
         runpy.run_module(module, run_name="__main__", alter_sys=True)
         return 0
     script, *rest = target
+    if script == "-":  # as `python -`: the program is read from standard input
+        sys.argv = ["-", *rest]
+        sys.path[0] = ""
+        _run_source(sys.stdin.read(), "<stdin>")
+        return 0
+    if os.path.isdir(script) or (os.path.isfile(script) and zipfile.is_zipfile(script)):
+        # as python runs a folder or a zip archive: its __main__ module, the folder first on sys.path
+        if not _has_main(script):
+            sys.stderr.write(
+                f"{sys.executable}: can't find '__main__' module in {os.path.abspath(script)!r}\n"
+            )
+            return 1
+        sys.argv = [script, *rest]
+        runpy.run_path(script, run_name="__main__")
+        return 0
     if not os.path.isfile(script):
         sys.stderr.write(f"python -m dmlshim.ort: error: can't open file {script!r}: no such file\n")
         return 2
@@ -136,6 +153,28 @@ def main(argv: list[str] | None = None) -> int:
     # runpy sets argv[0] to the same absolute path
     runpy.run_path(os.path.abspath(script), run_name="__main__")
     return 0
+
+
+def _has_main(path: str) -> bool:
+    """Whether a folder or zip archive holds the ``__main__`` module python would run."""
+    names = ("__main__.py", "__main__.pyc")
+    if os.path.isdir(path):
+        return any(os.path.isfile(os.path.join(path, n)) for n in names)
+    with zipfile.ZipFile(path) as archive:
+        return any(n in archive.NameToInfo for n in names)
+
+
+def _run_source(source: str, filename: str) -> None:
+    """Run program text as the ``__main__`` module, as python runs ``python -``."""
+    main_module = types.ModuleType("__main__")
+    main_module.__dict__["__builtins__"] = __builtins__
+    saved = sys.modules.get("__main__")
+    sys.modules["__main__"] = main_module
+    try:
+        exec(compile(source, filename, "exec"), main_module.__dict__)
+    finally:
+        if saved is not None:
+            sys.modules["__main__"] = saved
 
 
 def _missing_module(module: str) -> str | None:

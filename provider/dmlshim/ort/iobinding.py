@@ -74,6 +74,9 @@ class _OutputBinding:
     name: str
     ortvalue: Any = None
     buffer: np.ndarray | None = None
+    allocated: tuple[int, ...] | None = None
+    """The shape of the output a run allocated for a binding by name: onnxruntime keeps that output
+    bound, as pre-allocated memory, until the output is bound again."""
 
 
 class IOBinding:
@@ -282,8 +285,13 @@ class IOBinding:
         Raises:
             BadInputError: an output's shape or type differs from the OrtValue or buffer bound to it.
         """
+        for binding, value in zip(self._outputs.values(), results, strict=True):
+            _check_allocated(binding, value)
         kept: list[Any] = []
         for binding, value in zip(self._outputs.values(), results, strict=True):
+            if binding.ortvalue is None and binding.buffer is None:
+                shape = value.shape() if isinstance(value, ort.OrtValue) else np.shape(value)
+                binding.allocated = tuple(int(d) for d in shape)
             if isinstance(value, ort.OrtValue):  # bfloat16, float8: onnxruntime's OrtValue, kept as it is
                 kept.append(_store_ortvalue(binding, value))
                 continue
@@ -300,6 +308,24 @@ class IOBinding:
             else:
                 kept.append(arr)
         self._results = kept
+
+
+def _check_allocated(binding: _OutputBinding, value: Any) -> None:
+    """As onnxruntime: an output bound by name holds the output its first run allocated, and a later run
+    whose output has another shape fails (the binding is pre-allocated memory from then on)."""
+    if binding.allocated is None:
+        return
+    shape = tuple(int(d) for d in (value.shape() if isinstance(value, ort.OrtValue) else np.shape(value)))
+    if shape != binding.allocated:
+        raise BadInputError(
+            f"output {binding.name!r} of this run has shape {list(shape)}, but the binding holds the "
+            f"{list(binding.allocated)} output an earlier run allocated for it (onnxruntime keeps an output "
+            "bound with bind_output(name) after a run, as pre-allocated memory); bind the output again "
+            "(bind_output, or clear_binding_outputs) before a run whose output has another shape",
+            tensor=binding.name,
+            value=list(shape),
+            rule="an output bound to pre-allocated memory must have that memory's shape and type",
+        )
 
 
 def _bound_mismatch(name: str, value: Any, where: str, held: str) -> BadInputError:

@@ -4,7 +4,9 @@ onnxruntime's extra keyword arguments, and which engine runs the session."""
 from __future__ import annotations
 
 import difflib
-from collections.abc import Sequence
+import types
+from collections.abc import ItemsView, KeysView, Mapping, Sequence, ValuesView
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from ..dml.enums import FeatureLevel
@@ -115,6 +117,13 @@ def wanted_outputs(output_names: Sequence[Any] | None, outputs: Sequence[str]) -
             value=output_names,
         )
         raise with_onnxruntime_class(error, TypeError)
+    if not _names_container(output_names):
+        # onnxruntime's binding (pybind11) takes a sequence, a set, a dict view or a generator of names
+        error = BadInputError(
+            f"output_names must be a list of names or None, not {type(output_names).__name__}",
+            value=type(output_names).__name__,
+        )
+        raise with_onnxruntime_class(error, TypeError)
     names = [tensor_name(n, "output") for n in output_names]
     known = frozenset(outputs)
     for name in names:
@@ -123,6 +132,18 @@ def wanted_outputs(output_names: Sequence[Any] | None, outputs: Sequence[str]) -
                 f"{name!r} is not an output of the model (outputs: {', '.join(outputs)})", tensor=name
             )
     return names
+
+
+def _names_container(value: Any) -> bool:
+    """Whether onnxruntime's binding converts ``value`` to a list of names (pybind11's rule, measured on
+    onnxruntime 1.24 and 1.32): a sequence that is no mapping (list, tuple, deque, range, numpy array), a
+    set, a dict's keys or values, a generator; not a dict, an iterator or a plain iterable."""
+    if isinstance(value, Mapping):
+        return False
+    if isinstance(value, (AbstractSet, KeysView, ValuesView, ItemsView, types.GeneratorType)):
+        return True
+    kind = type(value)
+    return hasattr(kind, "__getitem__") and hasattr(kind, "__len__")
 
 
 def check_provider_list(providers: Any, kept: ProviderChoice) -> None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..execute.record import PLACEMENT_DML, RunRecord
+from ..text import printable
 
 
 @dataclass
@@ -284,4 +285,5 @@ def render(summary: dict[str, Any], header: str) -> str:
     if summary["warnings"]:
         lines.append("  warnings:")
         lines.extend(f"    - {w['message']}" for w in summary["warnings"])
-    return "\n".join(lines)
+    # each line is one entry: a model path, node name or message read from the model stays on its line
+    return "\n".join(map(printable, lines))

@@ -357,17 +357,24 @@ def _node_rows(
         rows[0].append("SHAPES")
     if descriptors:
         rows[0].append("DESCRIPTOR")
+    # A large graph's nodes share a handful of rows but for the name: each distinct one is spelled once.
+    cells: dict[tuple[object, ...], list[str]] = {}
     for n in nodes:
-        level = n.min_feature_level
-        row = [
-            n.name,
-            n.op_type,
-            str(n.since_version),
-            n.status.value,
-            _operator_cell(n),
-            level.short if level else "-",
-            (n.ort_placement or "rejected").removesuffix("ExecutionProvider"),
-        ]
+        operator = n.operator
+        kind = operator.operator_type if operator is not None else None
+        key = (n.op_type, n.since_version, n.status, kind, n.min_feature_level, n.ort_placement)
+        tail = cells.get(key)
+        if tail is None:
+            level = n.min_feature_level
+            tail = cells[key] = [
+                n.op_type,
+                str(n.since_version),
+                n.status.value,
+                _operator_cell(n),
+                level.short if level else "-",
+                (n.ort_placement or "rejected").removesuffix("ExecutionProvider"),
+            ]
+        row = [n.name, *tail]
         if run is not None:
             row.append("run" if n.name in run.nodes else "static")
         if descriptors:

@@ -261,7 +261,8 @@ def onnxruntime_text(exc: DmlShimError) -> str:
         prefixed = theirs.startswith("[ONNXRuntimeError]")
         bare = theirs[len(status_prefix(type(cause))) :] if prefixed else theirs
         if bare:
-            rest = message.replace(theirs, "").replace(bare, "").strip(" :;,")
+            # onnxruntime's message quoted in dmlshim's ("... out of range (THEIRS)") is not said twice
+            rest = message.replace(theirs, "").replace(bare, "").replace(" ()", "").strip(" :;,")
             message = f"{bare} (dmlshim: {rest})" if rest else bare
     elif prefix and prefix in message:
         message = message.replace(prefix, "")

@@ -74,6 +74,22 @@ class OrtInferenceSession(_RealInferenceSession):
         super().__init__(*args, **kwargs)
 
 
+def loaded_outputs(model: bytes, options: Any) -> list[Any]:
+    """The graph outputs (``NodeArg``: name, type, shape) of onnxruntime's session of ``model`` when it is
+    loaded but not initialized: its graph is resolved, so every type is onnxruntime's own inference, and no
+    kernel, memory plan or optimization is made (that is ``initialize_session``, the most of a session's
+    build). ``options``: dmlshim's own ``SessionOptions`` (put on the global thread pool when the program
+    uses it, as :class:`OrtInferenceSession` does).
+
+    Raises:
+        What onnxruntime raises for a model it cannot load.
+    """
+    if _GLOBAL_POOL[0]:
+        options.use_per_session_threads = False
+    session = C.InferenceSession(options, model, False, False)  # loads; initialize_session is not called
+    return list(session.outputs_meta)
+
+
 _UNCHANGED = contextlib.nullcontext()
 
 
@@ -122,6 +138,7 @@ __all__ = [
     "OrtIOBinding",
     "OrtInferenceSession",
     "callers_options",
+    "loaded_outputs",
     "optimizers_disabled",
     "ort",
     "ort_available_providers",

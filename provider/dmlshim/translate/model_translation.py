@@ -37,11 +37,11 @@ from .plan import (
 from .run_cases import Execution, RunCase, translate_executions
 from .shapes_info import infer_shapes, richer, tensor_info
 from .subgraph_shapes import unknown_rank_origins
-from .translator import _attributes, is_ep_reason, model_opsets, translate_node
+from .translator import is_ep_reason, model_opsets, translate_node
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ModelTranslation", "model_placements", "translate_model"]
+__all__ = ["ModelTranslation", "model_placements", "nested_placements", "translate_model"]
 
 
 @dataclass(frozen=True)
@@ -117,6 +117,7 @@ class ModelTranslation:
 
 
 _UNREAD: Any = object()
+_DECLARED = frozenset({"input", "value_info", "output"})
 
 
 class _GraphInfos(Mapping[str, TensorInfo]):
@@ -160,10 +161,12 @@ class _GraphInfos(Mapping[str, TensorInfo]):
         except KeyError:
             pass
         found: TensorInfo | None = None
-        for source, proto in self._sources().get(name, ()):
-            read = self._read(source, proto)
+        index = self._index if self._index is not None else self._sources()
+        for source, proto in index.get(name, ()):
+            # a value_info, input or output: tensor_info directly (one call less per value of a large graph)
+            read = tensor_info(proto) if source in _DECLARED else self._read(source, proto)
             if read is not None:
-                found = richer(found, read)
+                found = read if found is None else richer(found, read)
         self._cache[name] = found
         return found
 
@@ -217,6 +220,15 @@ def _walk(
 
 
 @guard_resources("translating the model")
+def _structure_key(
+    node: onnx.NodeProto, domain: str, opset: int, infos: tuple[TensorInfo | None, ...]
+) -> tuple[Any, ...]:
+    """What translating ``node`` reads besides its names: nodes with equal keys translate alike."""
+    # The attributes as their bytes: equal bytes are equal attributes (about half the cost of decoding).
+    attrs = tuple([a.SerializeToString() for a in node.attribute])
+    return (domain, node.op_type, opset, attrs, infos, tuple([bool(i) for i in node.input]))
+
+
 def translate_model(
     model: onnx.ModelProto,
     feature_level: FeatureLevel = DEFAULT_FEATURE_LEVEL,
@@ -227,6 +239,7 @@ def translate_model(
     value_shapes: Mapping[str, Sequence[int]] | None = None,
     run_executions: Mapping[str, Sequence[Execution]] | None = None,
     inferred: onnx.ModelProto | None = None,
+    prepared: bool = False,
 ) -> ModelTranslation:
     """Translate every gather/scatter node of a model, subgraphs included.
 
@@ -249,6 +262,8 @@ def translate_model(
         inferred: ``infer_shapes(model)`` when the caller has it already (a session's engine), so that
             shape inference and data propagation do not run twice; not modified. Ignored with
             ``input_shapes``, or when ``model`` is not prepared yet.
+        prepared: ``model`` is what :func:`dmlshim.model.prepare.prepare_model` returned, unchanged since
+            (the model a load gave): it is not walked again to find that out.
 
     Returns:
         The translations and counts; nodes whose shapes stay unknown have status ``error`` with reason
@@ -259,10 +274,11 @@ def translate_model(
         BadModelError: shape inference fails on the model.
     """
     fl = FeatureLevel(feature_level)
-    prepared = prepare_model(model)  # local functions expanded, nodes sorted (a no-op for loaded models)
-    if inferred is None or input_shapes or prepared is not model:
-        inferred = infer_shapes(prepared, input_shapes)
-    model = prepared
+    # local functions expanded, nodes sorted (a no-op for loaded models)
+    ready = model if prepared else prepare_model(model)
+    if inferred is None or input_shapes or ready is not model:
+        inferred = infer_shapes(ready, input_shapes)
+    model = ready
     opsets = model_opsets(inferred)
     translations: list[NodeTranslation] = []
     top_level: dict[int, int] = {}  # node index in the top-level graph -> position in translations
@@ -289,7 +305,7 @@ def translate_model(
         opset = opsets.get(domain, 0)
         if scope is top:
             top_level[index] = len(translations)
-        key = (domain, node.op_type, opset, _attributes(node), infos, tuple([bool(i) for i in names]))
+        key = _structure_key(node, domain, opset, infos)
         template = templates.get(key, _UNREAD)
         ran = _at_run(node, name, opset, fl, symbolic, scope, run_executions) if run_executions else None
         if ran is not None:
@@ -408,11 +424,26 @@ def _copy(obj: Any, **changes: Any) -> Any:
     return out
 
 
+def _with(obj: Any, key: str, value: Any) -> Any:
+    """``_copy(obj, key=value)`` for one field, with fewer steps (run per binding of every renamed node)."""
+    fields = obj.__dict__.copy()
+    fields[key] = value
+    out = object.__new__(type(obj))
+    object.__setattr__(out, "__dict__", fields)
+    return out
+
+
 def _renamed(t: NodeTranslation, name: str, node: onnx.NodeProto) -> NodeTranslation:
     """``t`` for another node of the same structure: its name and its tensor names in the bindings."""
     names = node.input
-    inputs = tuple([_copy(b, onnx_name=names[b.onnx_index]) for b in t.inputs])
-    output = _copy(t.output, onnx_name=node.output[0]) if t.output is not None else None
+    # a binding of a tensor both nodes read (the chain's shared indices) is the template's own (frozen)
+    inputs = tuple([
+        b if b.onnx_name == names[b.onnx_index] else _with(b, "onnx_name", names[b.onnx_index])
+        for b in t.inputs
+    ])  # fmt: skip
+    output = t.output
+    if output is not None and output.onnx_name != node.output[0]:
+        output = _with(output, "onnx_name", node.output[0])
     return _copy(t, name=name, inputs=inputs, output=output)
 
 
@@ -427,6 +458,39 @@ def model_placements(
     except DmlShimError as exc:
         logger.warning("no static placement: %s", exc)
         return {}
+
+
+def nested_placements(
+    model: onnx.ModelProto, feature_level: FeatureLevel, inferred: onnx.ModelProto | None
+) -> dict[str, str | None]:
+    """``ort_placement`` of the gather/scatter nodes inside control-flow bodies, by path name: what
+    :func:`model_placements` gives them, without translating the top-level graph's nodes, asking for the
+    graph's session refusals or placing its shape computations (none of which changes a body node's
+    placement). ``inferred``: ``infer_shapes(model)`` of a prepared ``model``; without it (inference
+    failed) this is :func:`model_placements`."""
+    if inferred is None:
+        return model_placements(model, feature_level)
+    fl = FeatureLevel(feature_level)
+    opsets = model_opsets(inferred)
+    top = _GraphInfos(inferred.graph, {})
+    scopes: dict[str, _GraphInfos] = {}
+    # Nodes that differ only in tensor names are placed alike (translate_model shares their lowering).
+    placed: dict[tuple[Any, ...], str | None] = {}
+    found: dict[str, str | None] = {}
+    for node, name, scope, _index in _walk(inferred.graph, "", top, scopes):
+        if scope is top:
+            continue
+        domain = "" if node.domain == "ai.onnx" else node.domain
+        if get_converter(domain, node.op_type) is None:
+            continue
+        names = node.input
+        infos = tuple([scope.get(i) if i else None for i in names])
+        opset = opsets.get(domain, 0)
+        key = _structure_key(node, domain, opset, infos)
+        if key not in placed:
+            placed[key] = translate_node(node, opset, infos, fl, name=name, symbolic=True).ort_placement
+        found[name] = placed[key]
+    return found
 
 
 def _apply_graph_placement(

@@ -36,7 +36,9 @@ __all__ = [
     "RunPlan",
     "RunResult",
     "bind_input",
+    "index_error_in_onnx_terms",
     "onnx_duplicates",
+    "onnx_position",
     "run_plan",
     "run_translation",
     "verify_translation",
@@ -222,7 +224,7 @@ def _unbind_output(
     return result
 
 
-def _onnx_position(binding: InputBinding, position: Sequence[int]) -> tuple[int, ...] | None:
+def onnx_position(binding: InputBinding, position: Sequence[int]) -> tuple[int, ...] | None:
     """The position in the ONNX indices of an element found at ``position`` of IndicesTensor, when the
     tensor is a plain reshape of the ONNX indices (no window, no strides, no pair duplication)."""
     tensor = binding.tensor
@@ -246,20 +248,42 @@ def _in_onnx_terms(exc: IndexOutOfRangeError, t: NodeTranslation) -> IndexOutOfR
     """The kernel's error restated for the ONNX node: its op, its indices tensor, ONNX coordinates."""
     binding = next((b for b in t.inputs if b.binding == "IndicesTensor"), None)
     position = getattr(exc, "position", None)
-    valid = getattr(exc, "valid_range", None)
-    if binding is None or position is None or valid is None:
+    if binding is None or position is None:
         return exc
-    onnx_pos = _onnx_position(binding, position)
-    where = f"{binding.onnx_name}{list(onnx_pos)}" if onnx_pos is not None else f"{binding.onnx_name}"
-    dml_op = t.operator.operator_type.dml_name if t.operator else "DirectML"
+    return index_error_in_onnx_terms(
+        exc,
+        node=t.name,
+        op_type=t.op_type,
+        tensor=binding.onnx_name,
+        onnx_position=onnx_position(binding, position),
+        dml_op=t.operator.operator_type.dml_name if t.operator else "DirectML",
+    )
+
+
+def index_error_in_onnx_terms(
+    exc: IndexOutOfRangeError,
+    *,
+    node: str | None,
+    op_type: str,
+    tensor: str,
+    onnx_position: Sequence[int] | None,
+    dml_op: str,
+) -> IndexOutOfRangeError:
+    """A kernel's out-of-range error (DirectML terms: IndicesTensor, its position) restated for the ONNX
+    node ``node`` of ``op_type``: its indices tensor ``tensor`` and, where known, the ONNX position."""
+    position = getattr(exc, "position", None)
+    valid = getattr(exc, "valid_range", None)
+    if position is None or valid is None:
+        return exc
+    where = f"{tensor}{list(onnx_position)}" if onnx_position is not None else tensor
     message = (
         f"index {exc.value} at {where} is out of range: valid range [{valid[0]}, {valid[1]}] for a dimension "
         f"of size {getattr(exc, 'size', '?')} ({dml_op} sees it at IndicesTensor{list(position)})"
     )
     err = IndexOutOfRangeError(
-        message, rule=exc.rule, value=exc.value, node=t.name, op_type=t.op_type, tensor=binding.onnx_name
+        message, rule=exc.rule, value=exc.value, node=node, op_type=op_type, tensor=tensor
     )
-    err.position = onnx_pos if onnx_pos is not None else tuple(position)  # type: ignore[attr-defined]
+    err.position = tuple(onnx_position) if onnx_position is not None else tuple(position)  # type: ignore[attr-defined]
     err.valid_range = tuple(valid)  # type: ignore[attr-defined]
     return err
 

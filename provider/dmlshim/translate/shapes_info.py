@@ -14,6 +14,7 @@ from google.protobuf.message import DecodeError
 
 from ..errors import BadInputError, BadModelError, DmlShimError
 from ..fileio.filekind import require_onnx_model
+from ..graph import op_types
 from ..fileio.reading import open_regular
 from ..model.data_prop import MAX_RANK, infer_with_data_prop
 from ..model.modelcheck import ONNX_ERRORS, check_model, load_external_data
@@ -269,6 +270,9 @@ def infer_shapes(
     """
     # onnx's inference serializes the model and parses it back: give it no weight bytes to copy.
     model = _override_inputs(model, input_shapes) if input_shapes else without_weights(model)
+    # Inference changes types, never nodes: the If and Loop passes below (each a walk of every graph) are
+    # skipped where no If or Loop exists.
+    ops = op_types(model.graph)
     try:
         inferred = _infer_again(model)
         if _add_ort_types(model, inferred):
@@ -282,9 +286,12 @@ def infer_shapes(
     except _ONNX_ERRORS as exc:
         raise BadModelError(f"ONNX shape inference failed: {exc}") from exc
     try:
-        inferred = settle_static_ifs(inferred, _infer_again)
+        if "If" in ops:
+            inferred = settle_static_ifs(inferred, _infer_again)
     except _ONNX_ERRORS as exc:  # the chosen branch's types contradict the graph: leave the If merged
         logger.debug("If outputs left as ONNX infers them: %s", exc)
+    if "Loop" not in ops:
+        return inferred
     try:
         return type_loop_states(inferred, _infer_again)
     except _ONNX_ERRORS as exc:  # the types given to loop-carried inputs contradict the body: leave them

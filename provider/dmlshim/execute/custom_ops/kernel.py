@@ -27,12 +27,13 @@ from onnx import helper
 from ...dml.enums import FeatureLevel
 from ...dml.json_form import operator_from_json
 from ...dml.operators import OperatorDesc
-from ...errors import DmlShimError
+from ...errors import DmlShimError, IndexOutOfRangeError
 from ...kernels import execute
 from ...kernels.options import IndexMode, KernelOptions
 from ...runtime.real import OrtInferenceSession
 from ...translate import NodeTranslation, Status, TensorInfo, run_translation, translate_node
 from ...translate.plan import elem_type_of, np_dtype_of
+from ...translate.runner import index_error_in_onnx_terms
 from ..plan.fallback import for_onnxruntime
 from ..plan.sessions import ort_run_error
 from .types import DECLARED_ATTRIBUTES, MODE_DESCRIPTOR, MODE_TAGS, transport_type
@@ -130,6 +131,8 @@ class Prepared:
             assert carried is not None  # lowering only emits types that cross the bridge
             self.bridge_dtype = np_dtype_of(carried)
         self.bindings: tuple[str, ...] = tuple(io.get("bindings", ()))
+        shape = io.get("indices_shape")
+        self.indices_shape: tuple[int, ...] | None = None if shape is None else tuple(int(d) for d in shape)
         self.onnx_inputs: tuple[str, ...] = tuple(json.loads(str(attrs["onnx_inputs"])))
         self.onnx_attributes: dict[str, Any] = json.loads(str(attrs["onnx_attributes"]))
         text = str(attrs["descriptor"])
@@ -207,12 +210,38 @@ class Prepared:
     def _run_descriptor(self, values: Sequence[np.ndarray], run: NodeRun) -> np.ndarray:
         assert self.descriptor is not None
         bound = dict(zip(self.bindings, values, strict=True))
-        result = execute(self.descriptor, bound, self.options)
+        try:
+            result = execute(self.descriptor, bound, self.options)
+        except IndexOutOfRangeError as exc:
+            raise self._in_onnx_terms(exc, bound["IndicesTensor"].shape) from exc
         run.operator = self.descriptor.operator_type.dml_name
         run.duplicate_indices += int(result.duplicate_indices)
         run.negative_indices |= _has_negative(bound.get("IndicesTensor"))
         out = result.output
         return out.astype(self.output_dtype) if out.dtype != self.output_dtype else out
+
+    def _in_onnx_terms(self, exc: IndexOutOfRangeError, sizes: tuple[int, ...]) -> IndexOutOfRangeError:
+        """The kernel's error named as the other engines name it: the ONNX node, op, indices tensor and,
+        where the lowering recorded the ONNX indices' shape, the ONNX position."""
+        position = getattr(exc, "position", None)
+        where: tuple[int, ...] | None = None
+        if position is not None and self.indices_shape is not None and len(position) == len(sizes):
+            flat = int(np.ravel_multi_index(tuple(int(p) for p in position), sizes))
+            where = (
+                tuple(int(p) for p in np.unravel_index(flat, self.indices_shape))
+                if self.indices_shape
+                else ()
+            )
+        tensor = self.onnx_inputs[1] if len(self.onnx_inputs) > 1 else "indices"
+        assert self.descriptor is not None
+        return index_error_in_onnx_terms(
+            exc,
+            node=self.node_name,
+            op_type=self.op_type,
+            tensor=tensor,
+            onnx_position=where,
+            dml_op=self.descriptor.operator_type.dml_name,
+        )
 
     def translation_for(self, values: Sequence[np.ndarray], state: RunState | None) -> NodeTranslation:
         key = tuple((v.shape, v.dtype) for v in values)
@@ -256,7 +285,8 @@ class Prepared:
                 [self.node],
                 f"{self.op_type}_fallback",
                 [
-                    helper.make_tensor_value_info(n, elem_type_of(v.dtype), [None] * v.ndim)
+                    # no rank: see dmlshim.execute.plan.segments.single_node_model
+                    helper.make_tensor_value_info(n, elem_type_of(v.dtype), None)
                     for n, v in feeds.items()
                 ],
                 [onnx.ValueInfoProto(name="output")],

@@ -21,7 +21,7 @@ from ..engine import EngineConfig
 from ..plan.cpu_step import run_session
 from ..plan.fallback import has_deprecated_scatter
 from ..plan.partition import nested_gather_scatter
-from ..plan.sessions import ORT_ERRORS, cpu_session, ort_run_error
+from ..plan.sessions import ORT_ERRORS, cpu_session, indices_tensors, ort_run_error, subgraph_paths
 from ..record import PATH_CPU, PLACEMENT_CPU, NodeRecord, RunRecord
 from ..weights.shared import SharedWeights, light_copy
 
@@ -65,6 +65,10 @@ class CpuEngine:
                 self._record(n.path, n.node.op_type) for n in nested_gather_scatter([node], [name])
             )
         self._records = tuple(records)
+        nested = nested_gather_scatter(nodes, names)
+        self._indices = indices_tensors([*nodes, *(n.node for n in nested)])
+        # onnxruntime names a body's node by its own name; the records name it by its path
+        self._paths = subgraph_paths(nested)
         logger.debug("cpu engine: %d gather/scatter nodes, none emulated", len(records))
 
     def _record(self, name: str, op_type: str) -> NodeRecord:
@@ -92,7 +96,9 @@ class CpuEngine:
             # onnxruntime's run_with_ort_values; run() itself refuses such outputs afterwards.
             outputs = run_session(self._session, output_names, feeds, run_options)
         except ORT_ERRORS as exc:
-            raise ort_run_error(exc, "onnxruntime failed running the model") from exc
+            raise ort_run_error(
+                exc, "onnxruntime failed running the model", indices=self._indices, paths=self._paths
+            ) from exc
         return outputs, RunRecord(
             self.name, self.config.feature_level.dml_name, self._records, cpu_partitions=1, path=PATH_CPU
         )

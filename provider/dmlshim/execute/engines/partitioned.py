@@ -26,7 +26,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from ...errors import DmlShimError
+from ...errors import DmlShimError, IndexOutOfRangeError
 from ...graph import display_names
 from ...model.ort_witness import no_session_coming, session_built
 from ...model.weightless import tensor_nbytes, without_weights
@@ -41,6 +41,7 @@ from ..plan.nodes import plan_nodes
 from ..plan.partition import (
     CpuSegment,
     EmulatedNode,
+    nested_gather_scatter,
     partition_graph,
 )
 from ..plan.segments import (
@@ -52,7 +53,10 @@ from ..plan.segments import (
 from ..plan.sessions import (
     ORT_ERRORS,
     cpu_session,
+    indices_tensors,
+    name_index_error,
     ort_run_error,
+    subgraph_paths,
     terminated,
 )
 from ..plan.step_list import make_steps
@@ -131,6 +135,9 @@ class PartitionedEngine:
         nodes = list(graph.node)
         names = display_names(nodes)
         opsets = model_opsets(model)
+        nested = nested_gather_scatter(nodes, names)
+        self._indices = indices_tensors([*nodes, *(n.node for n in nested)])
+        self._paths = subgraph_paths(nested)
         if config.providers and any(
             (p if isinstance(p, str) else p[0]) not in ("CPUExecutionProvider", "DmlShimExecutionProvider")
             for p in config.providers
@@ -381,6 +388,17 @@ class PartitionedEngine:
         return ["DmlShimExecutionProvider", "CPUExecutionProvider"]
 
     def run(
+        self, output_names: Sequence[str], feeds: Mapping[str, np.ndarray], *, run_options: Any = None
+    ) -> tuple[list[np.ndarray], RunRecord]:
+        """Run the model; return the named outputs and the run's record (see :meth:`_run`)."""
+        try:
+            return self._run(output_names, feeds, run_options=run_options)
+        except IndexOutOfRangeError as exc:
+            # onnxruntime's words name a node by its own name: its indices tensor and path added
+            name_index_error(exc, self._indices, self._paths)
+            raise
+
+    def _run(
         self, output_names: Sequence[str], feeds: Mapping[str, np.ndarray], *, run_options: Any = None
     ) -> tuple[list[np.ndarray], RunRecord]:
         """Run the model; return the named outputs and the run's record.

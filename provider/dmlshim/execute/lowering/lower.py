@@ -65,7 +65,8 @@ from ..custom_ops.types import (
     transport_type,
 )
 from ..plan.fallback import rewrite_deprecated_scatter
-from .node import LoweredNode, Names, drop_aliased_sources, lower_node
+from .emitter import Names, drop_aliased_sources
+from .node import LoweredNode, lower_node
 
 logger = logging.getLogger(__name__)
 

@@ -8,11 +8,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 from ...dml.enums import FeatureLevel
 from ...dml.json_form import operator_to_json
@@ -20,6 +19,7 @@ from ...errors import DmlShimError
 from ...kernels.options import IndexMode
 from ...limits import gather_scatter_output_shape
 from ...translate import NodeTranslation, Reinterpret, Status, TensorInfo
+from ...translate.runner import onnx_position
 from ..custom_ops.types import (
     CUSTOM_DOMAIN,
     INDEX_TRANSPORT_TYPES,
@@ -33,13 +33,14 @@ from ..custom_ops.types import (
     transport_type,
     type_name,
 )
+from .emitter import RESHAPE_INPUT_SINCE, Emitter, Names, Tail, emit_tail
 
-__all__ = ["RESHAPE_INPUT_SINCE", "LoweredNode", "Names", "lower_node"]
+__all__ = ["LoweredNode", "lower_node"]
 
-RESHAPE_INPUT_SINCE = 5
-"""The ai.onnx opset from which Reshape takes the shape as an input (Reshape-1 has an attribute)."""
 CAST_SINCE = 6
 """The first ai.onnx opset onnxruntime has a Cast kernel for (Cast-1 names the type as a string)."""
+SLICE_INPUT_SINCE = 10
+"""Slice takes starts and ends as inputs from ai.onnx opset 10 (a rank known only at run time)."""
 
 
 @dataclass(frozen=True)
@@ -70,36 +71,6 @@ class LoweredNode:
     def dynamic(self) -> bool:
         """Lowered without a static translation (translated at run time)."""
         return self.lowered and self.translation.status is not Status.DML
-
-
-class Names:
-    """Fresh value and node names, unique over the whole model (subgraphs share one namespace)."""
-
-    def __init__(self, model: onnx.ModelProto) -> None:
-        self._used: set[str] = set()
-        self._collect(model.graph)
-
-    def _collect(self, graph: onnx.GraphProto) -> None:
-        self._used.update(v.name for v in (*graph.input, *graph.output, *graph.value_info))
-        self._used.update(t.name for t in graph.initializer)
-        for node in graph.node:
-            self._used.update(node.input)
-            self._used.update(node.output)
-            self._used.add(node.name)
-            for attr in node.attribute:
-                if attr.HasField("g"):
-                    self._collect(attr.g)
-                for g in attr.graphs:
-                    self._collect(g)
-
-    def fresh(self, stem: str) -> str:
-        name = stem
-        k = 0
-        while name in self._used:
-            k += 1
-            name = f"{stem}_{k}"
-        self._used.add(name)
-        return name
 
 
 def _onnx_attributes(node: onnx.NodeProto) -> dict[str, object]:
@@ -140,113 +111,6 @@ def _dml_elem_type(dtype: np.dtype, reinterpret: Reinterpret) -> int | None:
     except (KeyError, TypeError, ValueError):
         return None
     return elem if transport_type(elem) is not None else None
-
-
-ALIAS_DOC = "dmlshim: reshaped alias of "
-"""The ``doc_string`` start of an initializer made by :func:`_external_alias` (then the source's name)."""
-
-
-def drop_aliased_sources(graph: onnx.GraphProto) -> None:
-    """Remove the external initializers of ``graph`` (and its subgraphs) that only aliases replaced: no
-    node reads them any more (onnxruntime would warn of each unused one)."""
-    for node in graph.node:
-        for a in node.attribute:
-            for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
-                drop_aliased_sources(sub)
-    docs = [t.doc_string for t in graph.initializer]
-    sources = {d[len(ALIAS_DOC) :] for d in docs if d.startswith(ALIAS_DOC)}
-    if not sources:
-        return
-    used = _names_read(graph) | {o.name for o in graph.output}
-    keep = [t for t in graph.initializer if t.name not in sources or t.name in used]
-    del graph.initializer[:]
-    graph.initializer.extend(keep)
-
-
-def _names_read(graph: onnx.GraphProto) -> set[str]:
-    names: set[str] = set()
-    for node in graph.node:
-        names.update(node.input)
-        for a in node.attribute:
-            for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
-                names |= _names_read(sub) | {o.name for o in sub.output}
-    return names
-
-
-def _external_alias(
-    graph: onnx.GraphProto, value: str, shape: Sequence[int], name: str
-) -> onnx.TensorProto | None:
-    """``value`` reshaped, as an initializer pointing at the same external bytes, when ``value`` is an
-    initializer of ``graph`` in external data that no feed can replace (None otherwise)."""
-    if any(v.name == value for v in graph.input):
-        return None
-    tensor = next((t for t in graph.initializer if t.name == value), None)
-    if tensor is None or tensor.data_location != TensorProto.EXTERNAL:
-        return None
-    if int(np.prod(shape, dtype=np.int64)) != int(np.prod(list(tensor.dims), dtype=np.int64)):
-        return None
-    alias = TensorProto(name=name, data_type=tensor.data_type, dims=[int(d) for d in shape])
-    alias.doc_string = ALIAS_DOC + value
-    alias.data_location = TensorProto.EXTERNAL
-    alias.external_data.extend(tensor.external_data)
-    return alias
-
-
-@dataclass
-class _Emitter:
-    """Builds the replacement nodes of one gather/scatter node inside one graph."""
-
-    graph: onnx.GraphProto
-    names: Names
-    stem: str
-    nodes: list[onnx.NodeProto]
-    opset: int
-
-    def _node(self, op: str, inputs: Sequence[str], out: str, **attrs: Any) -> str:
-        self.nodes.append(
-            helper.make_node(op, list(inputs), [out], name=self.names.fresh(f"{out}_{op.lower()}"), **attrs)
-        )
-        return out
-
-    def _constant(self, value: np.ndarray, what: str) -> str:
-        name = self.names.fresh(f"{self.stem}_{what}")
-        self.graph.initializer.append(numpy_helper.from_array(value, name))
-        return name
-
-    def cast(self, value: str, from_type: int, to_type: int, what: str, output: str | None = None) -> str:
-        if from_type == to_type:
-            return value
-        out = output or self.names.fresh(f"{self.stem}_{what}_{type_name(to_type)}")
-        return self._node("Cast", [value], out, to=to_type)
-
-    def reshape(self, value: str, shape: Sequence[int], what: str, output: str | None = None) -> str:
-        out = output or self.names.fresh(f"{self.stem}_{what}_reshaped")
-        if self.opset < RESHAPE_INPUT_SINCE:
-            # Reshape-1 (float types only: used for tags mode's float data).
-            return self._node("Reshape", [value], out, shape=list(shape))
-        alias = _external_alias(self.graph, value, shape, out)
-        if alias is not None:
-            # onnxruntime folds a Reshape of an initializer into a copy made at session creation; the
-            # source's node reads the mapped external data at run time (an edit to the file shows).
-            self.graph.initializer.append(alias)
-            return out
-        shape_name = self._constant(np.asarray(shape, dtype=np.int64), f"{what}_shape")
-        return self._node("Reshape", [value, shape_name], out)
-
-    def shape(self, value: str, what: str) -> str:
-        return self._node("Shape", [value], self.names.fresh(f"{self.stem}_{what}_shape_of"))
-
-    def scalar(self, value: str, what: str, output: str | None = None) -> str:
-        """A ``[1]`` tensor back to rank 0: Gather of element 0 (every opset, every type)."""
-        zero = self._constant(np.array(0, dtype=np.int64), f"{what}_element0")
-        out = output or self.names.fresh(f"{self.stem}_{what}_scalar")
-        return self._node("Gather", [value, zero], out, axis=0)
-
-    def concat(self, values: Sequence[str], what: str) -> str:
-        return self._node("Concat", values, self.names.fresh(f"{self.stem}_{what}"), axis=0)
-
-    def gather(self, data: str, positions: str, output: str) -> str:
-        return self._node("Gather", [data, positions], output, axis=0)
 
 
 def _descriptor_attributes(t: NodeTranslation) -> dict[str, object]:
@@ -328,10 +192,21 @@ def lower_node(
         )
 
     stem = (node.name or node.op_type).replace("/", "_")
-    emit = _Emitter(graph, names, stem, [], opset)
+    emit = Emitter(graph, names, stem, [], opset)
     initializers_before = len(graph.initializer)
     out_name = node.output[0]
-    scalar = _output_rank(node, t, infos) == 0
+    rank = _output_rank(node, t, infos)
+    scalar = rank == 0
+    # inputs of unknown rank: the output may be a scalar, which the bridge returns as [1]
+    ranked = rank is None and node.op_type in ("Gather", "GatherND")
+    if ranked and opset < SLICE_INPUT_SINCE:
+        return _kept(
+            t,
+            node,
+            "its inputs' ranks are unknown, so its output may be a scalar, which a custom op returns as "
+            "[1]; the rank is restored with Slice, which takes its ends as an input from ai.onnx "
+            f"{SLICE_INPUT_SINCE} (the model imports {opset})",
+        )
     io: dict[str, object] = {"inputs": list(onnx_types), "output": onnx_types[0]}
     if mode == MODE_TAGS:
         index_carried = transport_type(onnx_types[1])
@@ -350,6 +225,13 @@ def lower_node(
         io = {"inputs": real_types, "output": out_dml}
         if mode == MODE_DESCRIPTOR:
             io["bindings"] = [b.binding for b in t.inputs]
+            # where an error found at IndicesTensor[...] lies in the ONNX indices (a plain reshape of them)
+            indices = next((b for b in t.inputs if b.binding == "IndicesTensor"), None)
+            if (
+                indices is not None
+                and onnx_position(indices, [0] * indices.tensor.dimension_count) is not None
+            ):
+                io["indices_shape"] = [int(d) for d in indices.onnx_shape]
         out_carried = transport_type(out_dml)
         assert out_carried is not None
         carried_in = _carried_types(real_types)
@@ -364,6 +246,8 @@ def lower_node(
             )
         if scalar and mode == MODE_TRANSLATE:
             tail.insert(0, ("scalar", None))
+        if ranked and mode == MODE_TRANSLATE:
+            tail.insert(0, ("rank", node))
         if out_carried != out_dml:
             tail.append(("cast", (out_carried, out_dml)))
         custom_out = out_name if not tail else names.fresh(f"{stem}_dml_output")
@@ -397,22 +281,22 @@ def lower_node(
         )
     if mode == MODE_TAGS:
         positions = emit.scalar(custom_out, "positions") if scalar else custom_out
+        positions = emit.to_output_rank(positions, node) if ranked else positions
         source = emit.reshape(node.input[0], [-1], "data")
         if len(node.input) > 2:
             source = emit.concat([source, emit.reshape(node.input[2], [-1], "updates")], "elements")
         emit.gather(source, positions, out_name)
     else:
-        _emit_tail(emit, custom_out, tail, out_name)
+        emit_tail(emit, custom_out, tail, out_name)
     return emit.nodes, LoweredNode(t.name, node.op_type, t, mode=mode, signature=signature)
 
 
-Tail = list[tuple[str, object]]
 """The steps from the custom node's output back to the ONNX output: ("reshape", shape), ("cast", (from,
 to)) or ("scalar", None)."""
 
 
 def _plain_inputs(
-    node: onnx.NodeProto, t: NodeTranslation, onnx_types: Sequence[int], mode: str, emit: _Emitter
+    node: onnx.NodeProto, t: NodeTranslation, onnx_types: Sequence[int], mode: str, emit: Emitter
 ) -> tuple[list[str], list[int], int, Tail]:
     """Descriptor and translate modes: the custom node's inputs, their real types, its output's real type,
     and the way back to the ONNX output."""
@@ -445,26 +329,6 @@ def _plain_inputs(
         custom_inputs.append(emit.cast(value, elem, carried, "in"))
         real_types.append(elem)
     return custom_inputs, real_types, onnx_types[0], tail
-
-
-def _emit_tail(emit: _Emitter, current: str, tail: Tail, out_name: str) -> None:
-    # Casts back come first in the list's order only after a reshape; the carried type is undone last.
-    ordered = [s for s in tail if s[0] == "scalar"] + [s for s in tail if s[0] == "reshape"]
-    ordered += [s for s in reversed(tail) if s[0] == "cast"]
-    for k, (kind, arg) in enumerate(ordered):
-        target = out_name if k == len(ordered) - 1 else None
-        if kind == "reshape":
-            assert isinstance(arg, tuple)
-            current = emit.reshape(current, arg, "output", output=target)
-        elif kind == "scalar":
-            current = emit.scalar(current, "output", output=target)
-        else:
-            assert isinstance(arg, tuple)
-            current = emit.cast(current, arg[0], arg[1], "output", output=target or None)
-            if target is not None and current != target:
-                emit.nodes.append(
-                    helper.make_node("Identity", [current], [target], name=emit.names.fresh(target))
-                )
 
 
 def _custom_attributes(

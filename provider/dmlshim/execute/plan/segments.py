@@ -209,9 +209,13 @@ def value_elem_and_rank(value: Any) -> tuple[int, list[None]]:
 def single_node_model(
     model: onnx.ModelProto, node: onnx.NodeProto, inputs: Sequence[tuple[str, np.ndarray]]
 ) -> onnx.ModelProto:
-    """A model of one node whose inputs declare element type and rank (every dimension free). An input
-    may be an onnxruntime OrtValue (of a type numpy cannot hold, such as bfloat16)."""
-    graph_inputs = [helper.make_tensor_value_info(name, *value_elem_and_rank(arr)) for name, arr in inputs]
+    """A model of one node whose inputs declare their element type only. An input may be an onnxruntime
+    OrtValue (of a type numpy cannot hold, such as bfloat16). No rank is declared: the node's own model may
+    leave it unknown, and onnxruntime's shape inference refuses at load what its kernel runs (GatherND of
+    a rank-0 data with indices of shape [1, 0], say)."""
+    graph_inputs = [
+        helper.make_tensor_value_info(name, value_elem_and_rank(arr)[0], None) for name, arr in inputs
+    ]
     graph = helper.make_graph(
         [node],
         f"{node.op_type}_single",

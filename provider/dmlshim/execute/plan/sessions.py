@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import onnx
 import onnxruntime as ort
 
 from ...errors import BadInputError, DmlShimError, IndexOutOfRangeError, NotSupportedError
+from ...graph import is_gather_scatter
 from ...model.modelcheck import ort_load_error
 from ...model.ort_errors import ORT_ERRORS
 from ...runtime.exceptions import with_onnxruntime_class
@@ -105,7 +106,13 @@ def terminated(run_options: Any) -> DmlShimError | None:
 
 
 def ort_run_error(
-    exc: BaseException, what: str, *, node: str | None = None, op_type: str | None = None
+    exc: BaseException,
+    what: str,
+    *,
+    node: str | None = None,
+    op_type: str | None = None,
+    indices: Mapping[str, str] | None = None,
+    paths: Mapping[str, str] | None = None,
 ) -> DmlShimError:
     """onnxruntime's run failure as a dmlshim error: IndexOutOfRangeError when onnxruntime rejected an
     index of a gather/scatter node (it names the node and often the value), NotSupportedError when
@@ -115,19 +122,24 @@ def ort_run_error(
     if _TERMINATED in text:
         # RunOptions.terminate set while the run was under way: not the inputs' fault (onnxruntime: Fail)
         return DmlShimError(f"{what}: the run was stopped: RunOptions.terminate was set to true")
-    found = _ORT_NODE.search(text)
+    # the innermost node: a failure inside a Loop/If/Scan body names the body's node last
+    found = next(reversed(list(_ORT_NODE.finditer(text))), None)
     if found is not None:
         op_type, node = found.group(1), found.group(2) or node
     lowered = text.lower()
     if op_type in GATHER_SCATTER_OPS and any(p in lowered for p in _ORT_INDEX_PROBLEMS):
         value = _ORT_INDEX_VALUE.search(text)
-        return IndexOutOfRangeError(
+        error = IndexOutOfRangeError(
             f"{what}: an index is out of range ({text.strip().splitlines()[0]})",
             rule="ONNX: every index must lie within the dimension it addresses",
             value=int(value.group(1)) if value else None,
             node=node,
             op_type=op_type,
+            tensor=(indices or {}).get(node or ""),
         )
+        if node is not None and paths and node in paths:
+            error.node = paths[node]
+        return error
     if "NOT_IMPLEMENTED" in text or type(exc).__name__ == "NotImplemented":
         return NotSupportedError(
             f"{what}: onnxruntime has no implementation for this ({text.strip().splitlines()[0]})",
@@ -138,6 +150,31 @@ def ort_run_error(
     if type(exc) in (RuntimeError, TypeError):  # raised by onnxruntime's Python layer (e.g. a map feed's key)
         with_onnxruntime_class(error, type(exc))
     return error
+
+
+def name_index_error(exc: DmlShimError, indices: Mapping[str, str], paths: Mapping[str, str]) -> None:
+    """Complete an IndexOutOfRangeError onnxruntime raised (found by :func:`ort_run_error` without the
+    model at hand): the node's indices tensor and, for a subgraph's node, its path."""
+    if not isinstance(exc, IndexOutOfRangeError) or exc.node is None:
+        return
+    own = exc.node
+    if exc.tensor is None and own in indices:
+        exc.tensor = indices[own]
+    if own in paths:
+        exc.node = paths[own]
+
+
+def subgraph_paths(nested: Iterable[Any]) -> dict[str, str]:
+    """A subgraph node's own name (as onnxruntime names it) -> its path (``loop/body/scatter``), for the
+    :func:`~dmlshim.execute.plan.partition.nested_gather_scatter` nodes whose name is theirs alone."""
+    own = [n.node.name for n in nested]
+    return {n.node.name: n.path for n in nested if n.node.name and own.count(n.node.name) == 1}
+
+
+def indices_tensors(nodes: Iterable[onnx.NodeProto]) -> dict[str, str]:
+    """The indices tensor of every named gather/scatter node among ``nodes`` (as onnxruntime names a
+    failing node: by its own name, in a subgraph too)."""
+    return {n.name: n.input[1] for n in nodes if n.name and is_gather_scatter(n) and len(n.input) > 1}
 
 
 _SESSION_NUMBERS = itertools.count()

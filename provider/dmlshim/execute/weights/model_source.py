@@ -177,6 +177,9 @@ def load_model(
         _load_external_data_from_cwd(parsed)
         loaded = LoadedModel(parsed, None, added)
     elif isinstance(model, (str, os.PathLike)):
+        if os.fspath(model) in ("", b""):
+            # onnxruntime takes an empty path for no model and fails in its C++ constructor (a TypeError)
+            raise as_onnxruntime_error(BadModelError("the model path is empty", value=""), TypeError)
         path = Path(model)
         if not path.is_file():
             error = BadModelError(

@@ -37,7 +37,7 @@ SHARE_MIN_BYTES = 64 * 1024
 """Initializers at least this large are shared with onnxruntime instead of serialized, and left out of
 shape inference. Smaller ones (shape constants among them) stay in the model."""
 
-MAP_MIN_BYTES = 1024
+MAP_MIN_BYTES = 0
 """External data at least this large stays a reference to the user's file, which onnxruntime maps (so an
 edit to the file shows in the next run, as in onnxruntime's own session); smaller ones (onnx writes none
 below its default ``size_threshold`` of 1024 bytes; shape constants among them) are read into the model."""

@@ -13,6 +13,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ...text import printable
 from .graph_view import GraphView
 from .layout import BOX_HEIGHT, BOX_WIDTH, Placed
 from .marks import CATEGORIES, NodeMark
@@ -49,7 +50,22 @@ def _tail(text: str, limit: int = _LABEL_CHARS) -> str:
 
 
 def _esc(text: str) -> str:
-    return html.escape(text, quote=True)
+    """Text for the page: HTML-escaped, control characters in a name (a line break, an escape sequence)
+    shown escaped as in the text reports (:func:`dmlshim.text.printable`)."""
+    return html.escape(printable(text), quote=True)
+
+
+def _attr(text: str) -> str:
+    """A name as an attribute value that reads back as the name itself (a ``#select=`` link finds it):
+    control characters as character references, so none stands in the file."""
+    return "".join(
+        c if c.isprintable() or c == " " else f"&#x{ord(c):x};" for c in html.escape(text, quote=True)
+    )
+
+
+def _esc_lines(text: str) -> str:
+    """:func:`_esc` for text of several lines, its line breaks kept."""
+    return "\n".join(_esc(line) for line in text.split("\n"))
 
 
 _STYLE = """
@@ -247,7 +263,7 @@ def _table(view: GraphView, marks: Mapping[str, NodeMark]) -> str:
     for i, mark in enumerate(marks.values()):
         key = drawn.get(mark.name, f"m{i}")
         rows.append(
-            f'<tr class="gs cat-{mark.category}" data-key="{key}" data-name="{_esc(mark.name)}">'
+            f'<tr class="gs cat-{mark.category}" data-key="{key}" data-name="{_attr(mark.name)}">'
             f'<td class="swatch"></td><td>{_esc(mark.name)}</td><td>{_esc(mark.op_type)}</td>'
             f"<td>{_esc(mark.summary)}</td></tr>"
         )
@@ -306,7 +322,7 @@ def render_page(text: PageText, view: GraphView, placed: Placed, marks: Mapping[
             "style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">",
             f"<title>{_esc(text.title)}</title><style>{_STYLE}{_category_style()}</style></head><body>",
             f"<header><h1>{_esc(text.title)}</h1>",
-            f'<div id="verdict" class="{verdict_class}">{_esc(chr(10).join(text.verdict))}</div>',
+            f'<div id="verdict" class="{verdict_class}">{_esc_lines(chr(10).join(text.verdict))}</div>',
             _legend(marks),
             f'<div id="bound">{_esc(_bound_note(view))} Click a node for its details.</div></header>',
             '<main><div id="graph"><div id="tools"><button id="zoom-out">\u2212</button> '
@@ -317,7 +333,7 @@ def render_page(text: PageText, view: GraphView, placed: Placed, marks: Mapping[
             f'<h2 style="font-size:14px">Gather/scatter nodes ({len(marks)})</h2>',
             _table(view, marks),
             "</div></main>",
-            f"<details><summary>Text report</summary><pre>{_esc(text.report)}</pre></details>",
+            f"<details><summary>Text report</summary><pre>{_esc_lines(text.report)}</pre></details>",
             f'<script type="application/json" id="report-data">{data}</script>',
             f"<script>{_SCRIPT}</script>",
             "</body></html>",

@@ -1,0 +1,108 @@
+"""The output types of a node whose big input data propagation cuts (:mod:`dmlshim.model.data_prop`):
+what the node's own inference gives from its inputs' full types, asked of onnx once per structure."""
+
+from __future__ import annotations
+
+import logging
+
+import onnx
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["pin_outputs"]
+
+
+def pin_outputs(
+    graph: onnx.GraphProto,
+    node: onnx.NodeProto,
+    types: dict[str, onnx.TypeProto],
+    declared: dict[str, onnx.ValueInfoProto],
+    versions: dict[str, int],
+    renamed: dict[str, str],
+    inits: dict[str, onnx.TensorProto],
+    typed_nodes: dict[tuple[object, ...], list[bytes | None]],
+) -> None:
+    """Declare the node's outputs with the types its own inference gives from its inputs' full types
+    (without data; else the types already known for them). ``declared`` holds the graph's outputs and
+    value_info by name, and gains what is added; ``typed_nodes``: see :func:`_same_node_types`."""
+    own = _same_node_types(node, types, versions, renamed, inits, typed_nodes)
+    for name in node.output:
+        tp = own.get(name) or types.get(name)
+        if not name or tp is None:
+            continue
+        target = declared.get(name)
+        if target is None:
+            target = declared[name] = graph.value_info.add()
+            target.name = name
+        target.type.CopyFrom(tp)
+
+
+def _same_node_types(
+    node: onnx.NodeProto,
+    types: dict[str, onnx.TypeProto],
+    versions: dict[str, int],
+    renamed: dict[str, str],
+    inits: dict[str, onnx.TensorProto],
+    typed_nodes: dict[tuple[object, ...], list[bytes | None]],
+) -> dict[str, onnx.TypeProto]:
+    """:func:`_node_types`, asked of onnx once per structure: ``typed_nodes`` keeps, by everything the
+    node's inference reads (op, domain, opset, attributes as bytes, each input's type and data, which
+    inputs and outputs share a name), the output types by position. 19,000 cut Casts of one chain are
+    typed once."""
+    domain = "" if node.domain in ("", "ai.onnx") else node.domain
+    seen: dict[str, int] = {}
+    inputs: list[tuple[object, ...]] = []
+    for name in node.input:
+        original = renamed.get(name, name)
+        tp = types.get(original)
+        data = inits[name] if name in inits and name not in renamed else None
+        inputs.append((
+            seen.setdefault(name, len(seen)),
+            tp.SerializeToString() if tp is not None else None,
+            data.SerializeToString() if data is not None else None,
+        ))  # fmt: skip
+    outputs = tuple(seen.setdefault(name, len(seen)) for name in node.output)
+    key = (
+        node.op_type,
+        domain,
+        versions.get(domain, 0),
+        tuple([a.SerializeToString() for a in node.attribute]),
+        tuple(inputs),
+        outputs,
+    )
+    known = typed_nodes.get(key)
+    if known is not None:
+        out: dict[str, onnx.TypeProto] = {}
+        for name, found in zip(node.output, known, strict=True):
+            if found is not None:
+                out[name] = onnx.TypeProto.FromString(found)
+        return out
+    own = _node_types(node, types, versions, renamed, inits)
+    if own:  # an empty answer (onnx could not tell) is asked again: it may be an error worth logging
+        typed_nodes[key] = [own[n].SerializeToString() if n in own else None for n in node.output]
+    return own
+
+
+def _node_types(
+    node: onnx.NodeProto,
+    types: dict[str, onnx.TypeProto],
+    versions: dict[str, int],
+    renamed: dict[str, str],
+    inits: dict[str, onnx.TensorProto],
+) -> dict[str, onnx.TypeProto]:
+    """The types the node's own inference gives its outputs from its inputs' types (a cut input read under
+    its fresh name, ``renamed`` mapping it back); empty when onnx cannot tell."""
+    domain = "" if node.domain in ("", "ai.onnx") else node.domain
+    inputs = {name: types[renamed.get(name, name)] for name in node.input if renamed.get(name, name) in types}
+    try:
+        schema = onnx.defs.get_schema(node.op_type, versions.get(domain, 0), domain)
+        data = {name: inits[name] for name in node.input if name in inits and name not in renamed}
+        found = onnx.shape_inference.infer_node_outputs(schema, node, inputs, data)
+    except Exception as exc:
+        logger.debug("no types for %s from its inputs: %s", node.op_type, exc)
+        return {}
+    return {
+        name: tp
+        for name, tp in found.items()
+        if tp.HasField("tensor_type") and tp.tensor_type.HasField("shape")
+    }
