@@ -229,3 +229,42 @@ def test_an_if_on_an_overridable_condition_is_not_settled_statically(
     assert expected[0].tolist() == [30.0]
     got = dmlshim.InferenceSession(model.SerializeToString(), engine=engine).run(None, feeds)
     np.testing.assert_array_equal(got[0], expected[0])
+
+
+# Tensor names a reason may quote: escapes (backslash, quotes, a newline, invisible characters), names that
+# are words of the messages themselves, and short names found inside longer ones.
+HOSTILE_NAMES = ["x\\y", "q'r", 'q"r', "n\nl", "\u200b", "\x7f", "data", "indices", "the", "e", "[0]", "None"]
+PAIR_CASES = [
+    ("Gather", {"axis": 0}, [None, [2]], 13),  # data of unknown rank: SHAPE_UNKNOWN quotes it
+    ("Gather", {"axis": 5}, [[4, 3], [2]], 13),  # axis out of range
+    ("GatherElements", {"axis": 1}, [["N", 3], [2, 3]], 13),  # symbolic sizes
+    ("GatherND", {"batch_dims": 1}, [[2], None], 18),  # indices of unknown rank
+    ("ScatterElements", {"axis": 0, "reduction": "max"}, [[4, 3], [1, 3], [1, 3]], 18),
+    ("ScatterND", {"reduction": "mul"}, [[4, 3], [2, 1], None], 16),
+    ("Scatter", {"axis": 1}, [[4, 3], [1, 3], [1, 3]], 10),
+]
+
+
+@pytest.mark.parametrize(("op", "attrs", "shapes", "opset"), PAIR_CASES)
+@pytest.mark.parametrize("first", range(0, len(HOSTILE_NAMES), 3))
+def test_same_structure_nodes_with_hostile_names_translate_as_alone(op, attrs, shapes, opset, first) -> None:
+    count = len(shapes)
+    names_a = [HOSTILE_NAMES[(first + k) % len(HOSTILE_NAMES)] for k in range(count)]
+    names_b = [n + "\\" for n in names_a]
+    elem = [TensorProto.FLOAT, TensorProto.INT64, TensorProto.FLOAT][:count]
+    inputs = [
+        helper.make_tensor_value_info(n, elem[k], shapes[k])
+        for names in (names_a, names_b)
+        for k, n in enumerate(names)
+    ]
+    nodes = [
+        helper.make_node(op, names_a, ["O\\1"], name="A", **attrs),
+        helper.make_node(op, names_b, ["O2"], name="B", **attrs),
+    ]
+    outputs = [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in ("O\\1", "O2")]
+    alone = {
+        **_translations(_model(nodes[:1], inputs, outputs[:1], opset=opset)),
+        **_translations(_model(nodes[1:], inputs, outputs[1:], opset=opset)),
+    }
+    assert _translations(_model(nodes, inputs, outputs, opset=opset)) == alone
+    assert _translations(_model(nodes[::-1], inputs, outputs[::-1], opset=opset)) == alone
