@@ -268,3 +268,25 @@ def test_same_structure_nodes_with_hostile_names_translate_as_alone(op, attrs, s
     }
     assert _translations(_model(nodes, inputs, outputs, opset=opset)) == alone
     assert _translations(_model(nodes[::-1], inputs, outputs[::-1], opset=opset)) == alone
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_onnxruntimes_message_names_the_node_in_every_engine(engine: str) -> None:
+    # symbolic sizes; at run time updates [1,2] do not fit data [2,2,3] with indices [1,2]: onnxruntime's
+    # error names node 'S', and so must each engine's (the custom-op fallback ran an unnamed copy)
+    node = helper.make_node("ScatterND", ["D", "nd", "upd"], ["s"], name="S")
+    inputs = [
+        helper.make_tensor_value_info("D", TensorProto.FLOAT, ["a", "b", "c"]),
+        helper.make_tensor_value_info("nd", TensorProto.INT64, ["n", 2]),
+        helper.make_tensor_value_info("upd", TensorProto.FLOAT, ["n", "k"]),
+    ]
+    model = _model([node], inputs, [helper.make_tensor_value_info("s", TensorProto.FLOAT, None)])
+    feeds = {
+        "D": np.zeros((2, 2, 3), np.float32),
+        "nd": np.array([[1, 2]], np.int64),
+        "upd": np.array([[7, 8]], np.float32),
+    }
+    with pytest.raises(Exception, match="Name:'S'"):
+        _ort(model, feeds)
+    with pytest.raises(Exception, match="Name:'S'"):
+        dmlshim.InferenceSession(model.SerializeToString(), engine=engine).run(None, feeds)
