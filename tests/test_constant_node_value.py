@@ -7,7 +7,7 @@ import onnx
 import onnx.external_data_helper
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
 from dmlshim.graph import constant_node_shape, constant_node_value
 
@@ -22,6 +22,8 @@ SPARSE_COORDS = helper.make_sparse_tensor(
     [2, 3],
 )
 
+EMPTY_INTS = helper.make_attribute("value_ints", [], attr_type=AttributeProto.INTS)
+
 FORMS = {
     "value_f32": {"value": numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(2, 3) - 2.5)},
     "value_f16": {"value": numpy_helper.from_array(np.array([0.1, 65504.0], np.float16))},
@@ -34,7 +36,7 @@ FORMS = {
     "value_floats": {"value_floats": [1.0, -0.5, 3.25]},
     "value_int": {"value_int": 7},
     "value_ints": {"value_ints": [3, -1, 0]},
-    "value_ints_empty": {"value_ints": helper.make_attribute("value_ints", [], attr_type=onnx.AttributeProto.INTS)},
+    "value_ints_empty": {"value_ints": EMPTY_INTS},
     "value_string": {"value_string": "héllo"},
     "value_strings": {"value_strings": ["a", "", "ü"]},
 }
