@@ -89,3 +89,28 @@ def test_not_a_constant_or_unreadable() -> None:
     external.ClearField("raw_data")
     node = helper.make_node("Constant", [], ["c"], value=external)
     assert constant_node_value(node) is None and constant_node_shape(node) == (4,)
+
+
+@pytest.mark.parametrize("engine", ["partitioned", "customop"])
+def test_constant_forms_feeding_a_gather_run_as_onnxruntime_runs_them(engine: str) -> None:
+    from dmlshim import InferenceSession
+    from tests.oracle import IR_VERSION, ort_run
+
+    nodes = [
+        helper.make_node("Constant", [], ["idx"], value_ints=[2, 0, 2]),
+        helper.make_node("Constant", [], ["scale"], value_float=0.5),
+        helper.make_node("Constant", [], ["bias"], sparse_value=SPARSE_LINEAR),
+        helper.make_node("Mul", ["x", "scale"], ["xs"]),
+        helper.make_node("Add", ["xs", "bias"], ["xb"]),
+        helper.make_node("Gather", ["xb", "idx"], ["y"], axis=1),
+    ]
+    graph = helper.make_graph(
+        nodes, "forms", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 3])],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = IR_VERSION
+    feeds = {"x": np.arange(12, dtype=np.float32).reshape(3, 4)}
+    want = ort_run(model, feeds)[0]
+    got = InferenceSession(model.SerializeToString(), engine=engine).run(None, feeds)[0]
+    np.testing.assert_array_equal(got, want)

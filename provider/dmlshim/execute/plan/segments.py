@@ -22,7 +22,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ...errors import BadModelError, DmlShimError
-from ...graph import constant_node_value
+from ...graph import CONSTANT_VALUE_ATTRIBUTES, constant_node_value
 from ...model.ort_view import ort_value_types, type_from_ort
 from ...model.weightless import without_weights
 from ...translate import infer_shapes
@@ -228,12 +228,15 @@ def folded_constants(graph: onnx.GraphProto) -> dict[str, onnx.TensorProto]:
     found: dict[str, onnx.TensorProto] = {}
     for node in graph.node:
         value = constant_node_value(node)
-        if value is None or value.dtype == object or node.attribute[0].name == "sparse_value":
+        if value is None:
+            continue
+        attr = next(a for a in node.attribute if a.name in CONSTANT_VALUE_ATTRIBUTES)
+        if value.dtype == object or attr.name == "sparse_value":
             continue  # strings and sparse values stay nodes
         out = node.output[0]
         tensor = onnx.TensorProto()
-        if node.attribute[0].name == "value":
-            tensor.CopyFrom(node.attribute[0].t)
+        if attr.name == "value":
+            tensor.CopyFrom(attr.t)
         else:
             tensor = numpy_helper.from_array(value)
         tensor.name = out
