@@ -239,3 +239,19 @@ def test_constants_and_initializers_are_taken_from_the_model_never_fetched(
     assert checked.match
     reproduced = [(n.node, n.reproduced) for n in checked.directml_nodes.nodes]
     assert reproduced == [("g_float", True), ("g_int", True)]
+
+
+def test_inputs_no_node_could_have_run_on_make_the_attribution_inconclusive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Keypoint R-CNN's extra run handed back indices hundreds of millions past their axis for Gathers
+    DirectML had run: the values handed back are not what ran, so no node is blamed and the mismatch
+    stands."""
+    garbage = _fake_device({"am": lambda am: am + np.int64(380741200)})
+    monkeypatch.setattr(dn, "_real_directml_values", garbage)
+    report = dn.attribute_directml(_differing_report(tmp_path))
+    assert not report.match and report.exit_code == 1
+    check = report.directml_nodes
+    assert check.error is not None and "no node is blamed" in check.error and "g_int" in check.error
+    assert check.text.startswith("real DirectML's differing outputs could not be attributed")
+    assert report.to_json()["directml_nodes"]["verdict"] == "mismatch"
