@@ -4,7 +4,7 @@ put back under the original names."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
 import onnx
@@ -69,10 +69,6 @@ def versions(model: onnx.ModelProto) -> dict[str, int]:
     return found
 
 
-def initializers(model: onnx.ModelProto, paths: list[GraphPath]) -> dict[str, onnx.TensorProto]:
-    return {t.name: t for _, g in each(model, paths) for t in g.initializer}
-
-
 def _fresh(base: str, taken: set[str]) -> str:
     name = f"{base}__dmlshim_cut"
     k = 0
@@ -87,10 +83,12 @@ def cut_copy(
     model: onnx.ModelProto,
     paths: list[GraphPath],
     plan: dict[Site, tuple[str, bytes]],
-    types: dict[str, onnx.TypeProto],
+    types: Mapping[GraphPath, Mapping[str, onnx.TypeProto]],
+    inits: Mapping[GraphPath, Mapping[str, onnx.TensorProto]],
 ) -> tuple[onnx.ModelProto, dict[str, str]]:
     """A copy whose cut sites read fresh graph inputs; the consumers of big inputs pinned to ``types``.
-    Returns the copy and fresh name -> original name."""
+    ``types`` and ``inits``: what each graph (by path) sees by name. Returns the copy and fresh name ->
+    original name."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     graphs = dict(each(copy, paths))
@@ -107,7 +105,6 @@ def cut_copy(
     done: set[tuple[GraphPath, int]] = set()
     declared_in: dict[GraphPath, dict[str, onnx.ValueInfoProto]] = {}
     opsets = versions(model)
-    inits = initializers(model, paths)
     typed_nodes: dict[tuple[object, ...], list[bytes | None]] = {}
     top_inputs = copy.graph.input
     for site, (kind, declared) in plan.items():
@@ -128,22 +125,22 @@ def cut_copy(
             known = declared_in.get(path)
             if known is None:
                 known = declared_in[path] = {v.name: v for v in (*graph.value_info, *graph.output)}
-            pin_outputs(graph, node, types, known, opsets, renamed, inits, typed_nodes)
+            pin_outputs(graph, node, types[path], known, opsets, renamed, inits[path], typed_nodes)
     return copy, renamed
 
 
-def pinned(model: onnx.ModelProto, plan: dict[Site, tuple[str, bytes]]) -> set[str]:
-    """The outputs of the nodes whose big inputs are cut."""
+def pinned(model: onnx.ModelProto, plan: dict[Site, tuple[str, bytes]]) -> set[tuple[GraphPath, str]]:
+    """The outputs of the nodes whose big inputs are cut, with their graph's path."""
     graphs: dict[GraphPath, onnx.GraphProto] = {}
-    out: set[str] = set()
+    out: set[tuple[GraphPath, str]] = set()
     for site, (kind, _) in plan.items():
         if kind != BIG:
             continue
-        graph = graphs.get(site.path)
+        path = site.path
+        graph = graphs.get(path)
         if graph is None:
-            graph = graphs[site.path] = graph_at(model, site.path)
-        out.update(graph.node[site.node].output)
-    out.discard("")
+            graph = graphs[path] = graph_at(model, path)
+        out.update([(path, name) for name in graph.node[site.node].output if name])
     return out
 
 

@@ -25,9 +25,11 @@ propagation gives them (a "pin"). What may be cut:
 from __future__ import annotations
 
 import logging
-from collections.abc import Container
+from collections import ChainMap
+from collections.abc import Container, Mapping
 from functools import cache
 from operator import itemgetter
+from typing import TypeVar
 
 import onnx
 
@@ -39,7 +41,6 @@ from .data_cuts import GraphPath, cut_copy, pinned, restore
 from .data_cuts import Site as _Site
 from .data_cuts import each as _each
 from .data_cuts import graph_paths as _graphs
-from .data_cuts import initializers as _initializers
 from .data_cuts import versions as _versions
 from .last_inference import infer_shapes
 
@@ -103,6 +104,8 @@ _SHAPE_INPUTS: dict[str, tuple[int, ...]] = {
 """Inputs whose length onnx takes as the output's rank when their values are unknown (onnx before 1.23
 materializes that many dimensions, however many)."""
 
+T = TypeVar("T")
+
 _INTS = frozenset({onnx.TensorProto.INT64, onnx.TensorProto.INT32})
 
 
@@ -159,20 +162,43 @@ def _reading(
     return False, reads, by_value
 
 
-def _types(model: onnx.ModelProto, paths: list[GraphPath]) -> dict[str, onnx.TypeProto]:
-    """Every value's type, from every graph (later graphs' declarations of a name win)."""
-    out: dict[str, onnx.TypeProto] = {}
-    for _, graph in _each(model, paths):
-        for init in graph.initializer:
-            tp = onnx.TypeProto()
-            tp.tensor_type.elem_type = init.data_type
-            tp.tensor_type.shape.SetInParent()
-            for d in init.dims:
-                tp.tensor_type.shape.dim.add().dim_value = d
-            out[init.name] = tp
-        for values in (graph.input, graph.value_info, graph.output):
-            out.update({v.name: tp for v in values if (tp := v.type).WhichOneof("value") is not None})
+Scoped = dict[GraphPath, Mapping[str, T]]
+"""Per graph (by path), what the graph sees by name: its own values over those of the graphs enclosing
+it. Sibling bodies (an If's two branches) may each declare a value of one name with another type or
+other data: a flat name lookup would give one branch the other's."""
+
+
+def _scoped(own: dict[GraphPath, dict[str, T]]) -> Scoped[T]:
+    out: Scoped[T] = {}
+    for path, values in own.items():
+        if not path:
+            out[path] = values  # the top-level graph (the only one of most models): a plain dict
+        else:
+            out[path] = ChainMap(values, *(own[path[:k]] for k in range(len(path) - 1, -1, -1)))
     return out
+
+
+def _graph_types(graph: onnx.GraphProto) -> dict[str, onnx.TypeProto]:
+    out: dict[str, onnx.TypeProto] = {}
+    for init in graph.initializer:
+        tp = onnx.TypeProto()
+        tp.tensor_type.elem_type = init.data_type
+        tp.tensor_type.shape.SetInParent()
+        for d in init.dims:
+            tp.tensor_type.shape.dim.add().dim_value = d
+        out[init.name] = tp
+    for values in (graph.input, graph.value_info, graph.output):
+        out.update({v.name: tp for v in values if (tp := v.type).WhichOneof("value") is not None})
+    return out
+
+
+def _types(model: onnx.ModelProto, paths: list[GraphPath]) -> Scoped[onnx.TypeProto]:
+    """Every value's type as each graph sees it (its own declarations over its enclosing graphs')."""
+    return _scoped({path: _graph_types(graph) for path, graph in _each(model, paths)})
+
+
+def _initializers(model: onnx.ModelProto, paths: list[GraphPath]) -> Scoped[onnx.TensorProto]:
+    return _scoped({path: {t.name: t for t in g.initializer} for path, g in _each(model, paths)})
 
 
 def _verdict(site: _Site, tp: onnx.TypeProto | None, init: onnx.TensorProto | None) -> str | None:
@@ -224,48 +250,50 @@ def _length(tp: onnx.TypeProto | None, init: onnx.TensorProto | None) -> int:
 
 
 def _plan(
-    sites: list[_Site], types: dict[str, onnx.TypeProto], inits: dict[str, onnx.TensorProto]
+    sites: list[_Site], types: Scoped[onnx.TypeProto], inits: Scoped[onnx.TensorProto]
 ) -> dict[_Site, tuple[str, bytes]]:
     plan: dict[_Site, tuple[str, bytes]] = {}
     kept: list[tuple[int, int, _Site]] = []
-    made: dict[tuple[str, str], bytes] = {}
+    made: dict[tuple[GraphPath, str, str], bytes] = {}
 
     by_content: dict[tuple[bytes, str], bytes] = {}  # values of one type share their cut type
-    contents: dict[str, bytes] = {}  # each value's serialized type, once (its verdict's key, its cut's)
+    # each value's serialized type, once (its verdict's key, its cut's)
+    contents: dict[tuple[GraphPath, str], bytes] = {}
 
-    def content_of(name: str, tp: onnx.TypeProto) -> bytes:
-        found = contents.get(name)
+    def content_of(path: GraphPath, name: str, tp: onnx.TypeProto) -> bytes:
+        found = contents.get((path, name))
         if found is None:
-            found = contents[name] = tp.SerializeToString()
+            found = contents[path, name] = tp.SerializeToString()
         return found
 
-    def cut(name: str, kind: str) -> bytes:
-        found = made.get((name, kind))
+    def cut(path: GraphPath, name: str, kind: str) -> bytes:
+        found = made.get((path, name, kind))
         if found is None:
-            tp = types.get(name)
+            tp = types[path].get(name)
             if tp is None:
                 found = b""
             else:
-                content = (content_of(name, tp), kind)
+                content = (content_of(path, name, tp), kind)
                 found = by_content.get(content)
                 if found is None:
                     found = by_content[content] = _cut_type(tp, kind).SerializeToString(deterministic=True)
-            made[name, kind] = found
+            made[path, name, kind] = found
         return found
 
-    # A verdict depends on the value and on how it is read only: a value read by many nodes is judged once.
-    judged: dict[tuple[str, bool, bool], tuple[str | None, int]] = {}
+    # A verdict depends on the value (as the site's graph sees it) and on how it is read only: a value read
+    # by many nodes of one graph is judged once.
+    judged: dict[tuple[GraphPath, str, bool, bool], tuple[str | None, int]] = {}
     # ... and, for a value that is no initializer, from its type alone: values of one type judged once.
     by_type: dict[tuple[bytes, bool, bool], tuple[str | None, int]] = {}
     for order, site in enumerate(sites):
-        key = (site.value, site.by_value, site.shape_input)
+        key = (site.path, site.value, site.by_value, site.shape_input)
         found = judged.get(key)
         if found is None:
-            tp = types.get(site.value)
-            init = inits.get(site.value)
+            tp = types[site.path].get(site.value)
+            init = inits[site.path].get(site.value)
             typed = None
             if tp is not None and init is None:
-                typed = (content_of(site.value, tp), site.by_value, site.shape_input)
+                typed = (content_of(site.path, site.value, tp), site.by_value, site.shape_input)
             found = by_type.get(typed) if typed else None
             if found is None:
                 kind = _verdict(site, tp, init)
@@ -279,7 +307,7 @@ def _plan(
             if length:  # a kept read of no data counts for nothing against the budget
                 kept.append((length, order, site))
         else:
-            plan[site] = (kind, cut(site.value, kind))
+            plan[site] = (kind, cut(site.path, site.value, kind))
     total = sum(n for n, _, _ in kept)
     budget = _budget()
     if total <= budget:
@@ -289,7 +317,7 @@ def _plan(
         if total <= budget or n == 0:
             break
         total -= n
-        plan[site] = (_BIG, cut(site.value, _BIG))
+        plan[site] = (_BIG, cut(site.path, site.value, _BIG))
     return plan
 
 
@@ -320,7 +348,7 @@ def infer_with_data_prop(
     shape_sites = [s for s in sites if s.shape_input]
     # inputs, initializers and declared shape tensors that would already blow up inference without data
     first = {s: c for s, c in _plan(shape_sites, declared, inits).items() if c[0] == _BIG}
-    graph_level = {v.name for v in model.graph.input} | set(inits)
+    graph_level = {v.name for v in model.graph.input}.union(*(inits[p].keys() for p in paths))
     if all(s.value in graph_level for s in sites if not s.shape_input):
         plan = _plan(sites, declared, inits)  # every read value is typed before inference
         if not plan:
@@ -328,7 +356,7 @@ def infer_with_data_prop(
         types = declared
     else:
         if first:
-            copy, renamed = cut_copy(model, paths, first, declared)
+            copy, renamed = cut_copy(model, paths, first, declared, inits)
             base = _infer(copy, check_type, strict_mode, False)
             restore(base, paths, first, renamed)
         else:
@@ -339,13 +367,13 @@ def infer_with_data_prop(
             return _infer(model, check_type, strict_mode, True)
     inferred = model
     for attempt in range(_MAX_PASSES):
-        copy, renamed = cut_copy(model, paths, plan, types)
-        pins = {name: types.get(name) for name in pinned(model, plan)}
+        copy, renamed = cut_copy(model, paths, plan, types, inits)
+        pins = {(path, name): types[path].get(name) for path, name in pinned(model, plan)}
         inferred = _infer(copy, check_type, strict_mode, True)
         restore(inferred, paths, plan, renamed)
         types = _types(inferred, paths)
         again = _plan(sites, types, inits)
-        if again == plan and all(types.get(name) == tp for name, tp in pins.items()):
+        if again == plan and all(types[path].get(name) == tp for (path, name), tp in pins.items()):
             break
         logger.debug("data propagation: %d cut input(s), pass %d changed them", len(again), attempt + 1)
         plan = again
