@@ -400,7 +400,8 @@ def run_translation(
         BadInputError: an input does not match the shapes/types the translation was made for.
         IndexOutOfRangeError: an index outside its dimension (index_mode ERROR).
     """
-    _require_dml(t)
+    if t.status is not Status.DML or t.operator is None or t.output is None:
+        _require_dml(t)
     assert t.operator is not None and t.output is not None
     plan = run_plan(t)
     applied: list[HostStepKind] = []

@@ -501,7 +501,7 @@ class PartitionedEngine:
         return results, self._record(state, PATH_CPU if self._whole_model else PATH_PARTITIONED), values
 
     def _record(self, state: RunState, path: str = PATH_PARTITIONED) -> RunRecord:
-        nodes = tuple(r for r in state.records if r is not None)
+        nodes = tuple(filter(None, state.records))  # NodeRecords are always true
         if self._scatter_as_elements:
             nodes = note_scatter_as_scatter_elements(nodes)
         return RunRecord(

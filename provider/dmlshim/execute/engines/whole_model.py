@@ -152,6 +152,24 @@ class WholeModelCheck:
         # onnxruntime: those are fed too (get_inputs() leaves them out).
         self._inputs = [i.name for i in (*session.get_inputs(), *session.get_overridable_initializers())]
         self._ort_errors = ort_errors
+        # Per step, what a run reads: whether it is lean, its verify (None: run and compare), and the
+        # fetched inputs with their positions (worked out once, not on every run).
+        position = self._position
+        by_values = feed_shapes.indices if feed_shapes is not None else frozenset()
+        self._plan = tuple(
+            (
+                step,
+                step.output in lean,
+                getattr(step, "verify", None),
+                tuple((n, position[n]) for n in step.inputs if n and n in position),
+                position.get(step.output),
+                # a lean gather: its data and indices (name, fetched at, its shape fetched at), and
+                # whether its indices must be held as values (proved in range from them)
+                tuple((n, position.get(n), position.get(shape_output(n))) for n in step.inputs[:2]),
+                len(step.inputs) > 1 and (step.inputs[1] in self._inputs or step.inputs[1] in by_values),
+            )
+            for step in self._steps
+        )
         self.disagreements = 0
         """Runs in which a kernel's output differed from onnxruntime's (the partitioned run answered)."""
         self.agreements = 0
@@ -181,17 +199,16 @@ class WholeModelCheck:
             logger.debug("whole-model check: onnxruntime refused the run (%s); running the partitions", exc)
             return None
         position = self._position
-        for step in self._steps:
-            if step.output in self._lean:
-                if not self._given_by_shapes(step, fetched, values, state):
+        for step, lean, verify, fetched_inputs, at, lean_inputs, needs_indices in self._plan:
+            if lean:
+                if not self._given_by_shapes(step, fetched, values, state, lean_inputs, needs_indices, at):
                     self.disagreements += 1
                     return None
                 continue
-            for name in step.inputs:
-                if name and name in position and name not in values:
-                    values[name] = fetched[position[name]]
-            theirs = fetched[position[step.output]]
-            verify = getattr(step, "verify", None)
+            for name, i in fetched_inputs:
+                if name not in values:
+                    values[name] = fetched[i]
+            theirs = fetched[at]
             agrees = verify(values, state, theirs) if verify is not None else None
             if agrees is None:
                 step(values, state)
@@ -204,34 +221,42 @@ class WholeModelCheck:
         self.agreements += 1
         return [fetched[position[n]] if n in position else values[n] for n in output_names]
 
-    def _given_by_shapes(self, step: Any, fetched: list[Any], values: dict[str, Any], state: Any) -> bool:
-        """A lean gather's run: recorded from its inputs' shapes, its output (where fetched) onnxruntime's."""
-        position = self._position
+    def _given_by_shapes(
+        self,
+        step: Any,
+        fetched: list[Any],
+        values: dict[str, Any],
+        state: Any,
+        inputs: tuple[tuple[str, int | None, int | None], ...],
+        needs_indices: bool,
+        out_at: int | None,
+    ) -> bool:
+        """A lean gather's run: recorded from its inputs' shapes, its output (where fetched) onnxruntime's.
+        ``inputs``: its data and indices with where the run fetched each value or shape (None: not);
+        ``needs_indices``: its indices are proved in range from their values, which must be held;
+        ``out_at``: where the run fetched its output (None: not fetched)."""
         shapes = []
-        for name in step.inputs[:2]:
-            if name in position and name not in values:
-                values[name] = fetched[position[name]]
+        for name, at, shape_at in inputs:
+            if at is not None and name not in values:
+                values[name] = fetched[at]
             known = value_shape(values.get(name))
             if known is not None:
                 shapes.append(known)
-            elif shape_output(name) in position:
-                shapes.append(tuple(fetched[position[shape_output(name)]].tolist()))  # a Shape's int64s
+            elif shape_at is not None:
+                shapes.append(tuple(fetched[shape_at].tolist()))  # a Shape's int64s
             else:  # a shape that follows from the feeds' (none fetched)
                 resolved = self._feed_shapes.resolve(name, values) if self._feed_shapes else None
                 if resolved is None:
                     return False
                 shapes.append(resolved)
         indices = values.get(step.inputs[1])
-        by_values = self._feed_shapes.indices if self._feed_shapes is not None else frozenset()
-        if (step.inputs[1] in self._inputs or step.inputs[1] in by_values) and not isinstance(
-            indices, np.ndarray
-        ):
+        if needs_indices and not isinstance(indices, np.ndarray):
             return False  # such indices are proved in range from their values
         if not step.given_by_shapes(shapes, state, indices if isinstance(indices, np.ndarray) else None):
             logger.debug("whole-model check: %r is no DirectML operator at these shapes", step.output)
             return False
-        if step.output in position:
-            values[step.output] = fetched[position[step.output]]
+        if out_at is not None:
+            values[step.output] = fetched[out_at]
         return True
 
 

@@ -1,0 +1,25 @@
+"""bench/run_profile.py on shipped models: the parts it names are found in the profile (no timing asserts)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.run_profile import profile_model
+
+MODELS = Path(__file__).resolve().parents[1] / "onnx_models"
+
+
+def test_partitioned_model_profile_names_its_kernel_step() -> None:
+    found = profile_model(str(MODELS / "gathernd_batch_dims1.onnx"), runs=3)
+    assert found["path"] == "partitioned"  # one emulated node, no CPU segment: no whole-model check
+    parts = found["us_per_run"]
+    assert parts["emulated_steps"] > 0 and parts["total"] >= parts["emulated_steps"]
+    assert parts["onnxruntime"] == 0  # nothing of this model runs in onnxruntime
+    assert found["calls_per_run"] > 10
+
+
+def test_checked_model_profile_names_onnxruntime_and_lean_gathers() -> None:
+    found = profile_model(str(MODELS / "real" / "mixtral_moe_dynamo.onnx"), runs=3)
+    assert found["path"] == "whole-model check"
+    parts = found["us_per_run"]
+    assert parts["onnxruntime"] > 0 and parts["lean_gathers"] > 0 and parts["emulated_steps"] > 0
