@@ -18,8 +18,9 @@ propagation gives them (a "pin"). What may be cut:
   more elements (onnx parses those element by element);
 - unknown: a value whose rank, or 1-D length, the inference without data propagation leaves unknown, since
   propagation could reveal a large static length. When a pass reveals it small, it is uncut and the
-  model inferred again, until the cuts and the types they declare stop changing; the result is what
-  onnx's own inference gives with data kept for small values only.
+  model inferred again, until the cuts and the types they declare stop changing (or change only by a
+  one-to-one renaming of the dimension names onnx generates, which every later pass would repeat); the
+  result is what onnx's own inference gives with data kept for small values only.
 """
 
 from __future__ import annotations
