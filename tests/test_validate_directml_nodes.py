@@ -189,3 +189,69 @@ def test_nodes_left_unchecked_are_counted_in_the_line() -> None:
     assert "each of the 1 gather/scatter node(s) checked" in check.text
     assert "(1 not checked: --json says why; 2 inside subgraphs not checked)" in check.text
     assert check.to_json()["nested_not_checked"] == 2
+
+
+def test_the_model_validate_read_is_reused_not_read_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dmlshim.execute.weights.model_source import load_model
+
+    report = _differing_report(tmp_path)
+    report = dataclasses.replace(report, loaded=load_model(report.model, weightless=True))
+
+    def no_second_read(*_: Any, **__: Any) -> Any:
+        raise AssertionError("the model was read again")
+
+    monkeypatch.setattr(onnx, "load", no_second_read)
+    monkeypatch.setattr(onnx, "load_model", no_second_read)
+    monkeypatch.setattr("dmlshim.execute.weights.model_source.load_model", no_second_read)
+    monkeypatch.setattr(dn, "_real_directml_values", _fake_device())
+    checked = dn.attribute_directml(report)
+    assert checked.match
+    reproduced = [(n.node, n.reproduced) for n in checked.directml_nodes.nodes]
+    assert reproduced == [("g_float", True), ("g_int", True)]
+
+
+def test_constants_and_initializers_are_taken_from_the_model_never_fetched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """onnxruntime-directml gives an initializer made a graph output back as freed memory (or dies):
+    the extra outputs are node-computed values only; Constants (any form) come from the model."""
+    model = _model()
+    graph = model.graph
+    del graph.initializer[1]  # idx, now a Constant in its value_ints form
+    graph.node.insert(0, helper.make_node("Constant", [], ["idx"], value_ints=[3, 0, 7, 7, 1]))
+    path = tmp_path / "attrib_const.onnx"
+    onnx.save(model, path)
+    report = validate_model(str(path), inputs=_feeds(), engine="cpu")
+    outputs = tuple(dataclasses.replace(o, match=False, max_abs_diff=0.375) for o in report.outputs)
+    report = dataclasses.replace(report, engine="directml", match=False, outputs=outputs)
+    fetched: list[str] = []
+    device = _fake_device()
+
+    def recording(model: onnx.ModelProto, names: list[str], *rest: Any) -> dict[str, Any]:
+        fetched.extend(names)
+        return device(model, names, *rest)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(dn, "_real_directml_values", recording)
+    checked = dn.attribute_directml(report)
+    assert sorted(fetched) == ["am", "s", "y", "z"]
+    assert checked.match
+    reproduced = [(n.node, n.reproduced) for n in checked.directml_nodes.nodes]
+    assert reproduced == [("g_float", True), ("g_int", True)]
+
+
+def test_inputs_no_node_could_have_run_on_make_the_attribution_inconclusive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Keypoint R-CNN's extra run handed back indices hundreds of millions past their axis for Gathers
+    DirectML had run: the values handed back are not what ran, so no node is blamed and the mismatch
+    stands."""
+    garbage = _fake_device({"am": lambda am: am + np.int64(380741200)})
+    monkeypatch.setattr(dn, "_real_directml_values", garbage)
+    report = dn.attribute_directml(_differing_report(tmp_path))
+    assert not report.match and report.exit_code == 1
+    check = report.directml_nodes
+    assert check.error is not None and "no node is blamed" in check.error and "g_int" in check.error
+    assert check.text.startswith("real DirectML's differing outputs could not be attributed")
+    assert report.to_json()["directml_nodes"]["verdict"] == "mismatch"

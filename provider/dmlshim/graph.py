@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 
+import numpy as np
 import onnx
+from onnx import numpy_helper
 
 GATHER_SCATTER_OPS = frozenset(
     {"Gather", "GatherElements", "GatherND", "Scatter", "ScatterElements", "ScatterND"}
@@ -138,3 +141,90 @@ def uses_half_floats(graph: onnx.GraphProto) -> bool:
             if (attr.HasField("g") and declared(attr.g)) or any(declared(g) for g in attr.graphs):
                 return True
     return False
+
+
+CONSTANT_VALUE_ATTRIBUTES = (
+    "value", "sparse_value", "value_float", "value_floats", "value_int", "value_ints", "value_string",
+    "value_strings",
+)  # fmt: skip
+"""The attributes of which an ONNX Constant node holds exactly one (ONNX spec, Constant-13)."""
+
+
+def _constant_attribute(node: onnx.NodeProto) -> onnx.AttributeProto | None:
+    if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or len(node.output) != 1:
+        return None
+    found = [a for a in node.attribute if a.name in CONSTANT_VALUE_ATTRIBUTES]
+    return found[0] if len(found) == 1 else None
+
+
+def constant_node_shape(node: onnx.NodeProto) -> tuple[int, ...] | None:
+    """The shape of a Constant node's value without reading its data (None: not a Constant with one
+    value attribute)."""
+    attr = _constant_attribute(node)
+    if attr is None:
+        return None
+    name = attr.name
+    if name == "value":
+        return tuple(int(d) for d in attr.t.dims)
+    if name == "sparse_value":
+        return tuple(int(d) for d in attr.sparse_tensor.dims)
+    if name in ("value_float", "value_int", "value_string"):
+        return ()
+    return (len(attr.floats) if name == "value_floats" else len(attr.ints) if name == "value_ints"
+            else len(attr.strings),)  # fmt: skip
+
+
+def _dense(sparse: onnx.SparseTensorProto) -> np.ndarray:
+    """A SparseTensorProto as the dense array onnxruntime's Constant gives (zeros where no value is)."""
+    values = _tensor_value(sparse.values)
+    indices = numpy_helper.to_array(sparse.indices).astype(np.int64)
+    dims = tuple(int(d) for d in sparse.dims)
+    out = np.zeros(math.prod(dims), dtype=values.dtype)
+    if values.dtype == object:
+        out[:] = ""
+    flat = indices.reshape(-1) if indices.ndim == 1 else np.ravel_multi_index(tuple(indices.T), dims)
+    out[flat] = values.reshape(-1)
+    return out.reshape(dims)
+
+
+def _tensor_value(tensor: onnx.TensorProto) -> np.ndarray:
+    value = numpy_helper.to_array(tensor)
+    if tensor.data_type == onnx.TensorProto.STRING:  # onnxruntime gives str; older onnx helpers give bytes
+        flat = [v.decode("utf-8") if isinstance(v, bytes) else v for v in value.reshape(-1)]
+        value = np.array(flat, dtype=object).reshape(value.shape)
+    return value
+
+
+def constant_node_value(node: onnx.NodeProto) -> np.ndarray | None:
+    """The value a Constant node (default domain) gives, with onnxruntime's dtype and shape, for every
+    form the ONNX spec allows: ``value`` (a tensor), ``sparse_value`` (made dense), ``value_float(s)``
+    (float32), ``value_int(s)`` (int64), ``value_string(s)`` (object arrays of ``str``); the singular
+    forms are scalars, the plural ones 1-D.
+
+    None when ``node`` is not such a Constant (another op or domain, no or several value attributes) or
+    its tensor lies in external data (not readable without the model's folder).
+    """
+    attr = _constant_attribute(node)
+    if attr is None:
+        return None
+    name = attr.name
+    if name == "value":
+        if attr.t.data_location == onnx.TensorProto.EXTERNAL:
+            return None
+        return _tensor_value(attr.t)
+    if name == "sparse_value":
+        sparse = attr.sparse_tensor
+        if onnx.TensorProto.EXTERNAL in (sparse.values.data_location, sparse.indices.data_location):
+            return None
+        return _dense(sparse)
+    if name == "value_float":
+        return np.array(attr.f, dtype=np.float32)
+    if name == "value_floats":
+        return np.array(list(attr.floats), dtype=np.float32)
+    if name == "value_int":
+        return np.array(attr.i, dtype=np.int64)
+    if name == "value_ints":
+        return np.array(list(attr.ints), dtype=np.int64)
+    if name == "value_string":
+        return np.array(attr.s.decode("utf-8"), dtype=object)
+    return np.array([s.decode("utf-8") for s in attr.strings], dtype=object).reshape(len(attr.strings))

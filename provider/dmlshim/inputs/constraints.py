@@ -39,7 +39,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ..graph import is_gather_scatter, subgraphs, walk_nodes
+from ..graph import constant_node_value, is_gather_scatter, subgraphs, walk_nodes
 from ..model.data_prop import infer_with_data_prop
 from ..model.weightless import without_weights
 from ..translate.static_if import settle_static_ifs
@@ -187,12 +187,9 @@ def _constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
                 continue  # a weight left in the model's files (never a shape): not read
             found[t.name] = numpy_helper.to_array(t)
         for node in g.node:
-            if node.op_type == "Constant" and node.output:
-                for attr in node.attribute:
-                    if attr.name == "value":
-                        found[node.output[0]] = numpy_helper.to_array(attr.t)
-                    elif attr.name in ("value_int", "value_ints"):
-                        found[node.output[0]] = np.asarray(helper.get_attribute_value(attr), dtype=np.int64)
+            value = constant_node_value(node)
+            if value is not None:
+                found[node.output[0]] = value
             for _, sub in subgraphs(node):
                 visit(sub)
 

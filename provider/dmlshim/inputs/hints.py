@@ -24,7 +24,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from ..graph import walk_nodes
+from ..graph import constant_node_shape, constant_node_value, walk_nodes
 
 __all__ = ["MAX_HINT", "MAX_HINTS", "size_hints"]
 
@@ -56,14 +56,14 @@ def _constant_values(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     for tensor in model.graph.initializer:
         keep(tensor.name, tensor)
     for _, node in walk_nodes(model.graph):
-        if node.op_type == "Constant" and node.output:
-            for a in node.attribute:
-                if a.name == "value":
-                    keep(node.output[0], a.t)
-                elif a.name == "value_int":
-                    found[node.output[0]] = np.asarray(a.i, dtype=np.int64)
-                elif a.name == "value_ints":
-                    found[node.output[0]] = np.asarray(list(a.ints), dtype=np.int64)
+        shape = constant_node_shape(node)
+        if shape is not None and math.prod(shape) <= 64:
+            try:
+                value = constant_node_value(node)
+            except Exception:  # an unusual element type: not a size anyway
+                continue
+            if value is not None:
+                found[node.output[0]] = value
     return found
 
 

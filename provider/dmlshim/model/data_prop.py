@@ -26,9 +26,10 @@ propagation gives them (a "pin"). What may be cut:
 from __future__ import annotations
 
 import logging
-from collections.abc import Container, Iterator
+from collections import ChainMap
+from collections.abc import Container, Iterator, Mapping
 from functools import cache
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import onnx
 
@@ -97,6 +98,8 @@ _SHAPE_INPUTS: dict[str, tuple[int, ...]] = {
 }
 """Inputs whose length onnx takes as the output's rank when their values are unknown (onnx before 1.23
 materializes that many dimensions, however many)."""
+
+T = TypeVar("T")
 
 _INTS = frozenset({onnx.TensorProto.INT64, onnx.TensorProto.INT32})
 
@@ -203,25 +206,44 @@ def _reading(
     return False, reads, by_value
 
 
-def _types(model: onnx.ModelProto, paths: list[GraphPath]) -> dict[str, onnx.TypeProto]:
-    """Every value's type, from every graph (later graphs' declarations of a name win)."""
-    out: dict[str, onnx.TypeProto] = {}
-    for _, graph in _each(model, paths):
-        for init in graph.initializer:
-            tp = onnx.TypeProto()
-            tp.tensor_type.elem_type = init.data_type
-            tp.tensor_type.shape.SetInParent()
-            for d in init.dims:
-                tp.tensor_type.shape.dim.add().dim_value = d
-            out[init.name] = tp
-        for value in (*graph.input, *graph.value_info, *graph.output):
-            if value.type.WhichOneof("value") is not None:
-                out[value.name] = value.type
+Scoped = dict[GraphPath, Mapping[str, T]]
+"""Per graph (by path), what the graph sees by name: its own values over those of the graphs enclosing
+it. Sibling bodies (an If's two branches) may each declare a value of one name with another type or
+other data: a flat name lookup would give one branch the other's."""
+
+
+def _scoped(own: dict[GraphPath, dict[str, T]]) -> Scoped[T]:
+    out: Scoped[T] = {}
+    for path, values in own.items():
+        if not path:
+            out[path] = values  # the top-level graph (the only one of most models): a plain dict
+        else:
+            out[path] = ChainMap(values, *(own[path[:k]] for k in range(len(path) - 1, -1, -1)))
     return out
 
 
-def _initializers(model: onnx.ModelProto, paths: list[GraphPath]) -> dict[str, onnx.TensorProto]:
-    return {t.name: t for _, g in _each(model, paths) for t in g.initializer}
+def _graph_types(graph: onnx.GraphProto) -> dict[str, onnx.TypeProto]:
+    out: dict[str, onnx.TypeProto] = {}
+    for init in graph.initializer:
+        tp = onnx.TypeProto()
+        tp.tensor_type.elem_type = init.data_type
+        tp.tensor_type.shape.SetInParent()
+        for d in init.dims:
+            tp.tensor_type.shape.dim.add().dim_value = d
+        out[init.name] = tp
+    for value in (*graph.input, *graph.value_info, *graph.output):
+        if value.type.WhichOneof("value") is not None:
+            out[value.name] = value.type
+    return out
+
+
+def _types(model: onnx.ModelProto, paths: list[GraphPath]) -> Scoped[onnx.TypeProto]:
+    """Every value's type as each graph sees it (its own declarations over its enclosing graphs')."""
+    return _scoped({path: _graph_types(graph) for path, graph in _each(model, paths)})
+
+
+def _initializers(model: onnx.ModelProto, paths: list[GraphPath]) -> Scoped[onnx.TensorProto]:
+    return _scoped({path: {t.name: t for t in g.initializer} for path, g in _each(model, paths)})
 
 
 _BIG, _UNKNOWN = "big", "unknown"
@@ -276,36 +298,37 @@ def _length(tp: onnx.TypeProto | None, init: onnx.TensorProto | None) -> int:
 
 
 def _plan(
-    sites: list[_Site], types: dict[str, onnx.TypeProto], inits: dict[str, onnx.TensorProto]
+    sites: list[_Site], types: Scoped[onnx.TypeProto], inits: Scoped[onnx.TensorProto]
 ) -> dict[_Site, tuple[str, bytes]]:
     plan: dict[_Site, tuple[str, bytes]] = {}
     kept: list[tuple[int, int, _Site]] = []
-    made: dict[tuple[str, str], bytes] = {}
+    made: dict[tuple[GraphPath, str, str], bytes] = {}
 
     by_content: dict[tuple[bytes, str], bytes] = {}  # values of one type share their cut type
 
-    def cut(name: str, kind: str) -> bytes:
-        if (name, kind) not in made:
-            tp = types.get(name)
+    def cut(path: GraphPath, name: str, kind: str) -> bytes:
+        if (path, name, kind) not in made:
+            tp = types[path].get(name)
             if tp is None:
-                made[name, kind] = b""
+                made[path, name, kind] = b""
             else:
                 content = (tp.SerializeToString(), kind)
                 if content not in by_content:
                     by_content[content] = _cut_type(tp, kind).SerializeToString(deterministic=True)
-                made[name, kind] = by_content[content]
-        return made[name, kind]
+                made[path, name, kind] = by_content[content]
+        return made[path, name, kind]
 
-    # A verdict depends on the value and on how it is read only: a value read by many nodes is judged once.
-    judged: dict[tuple[str, bool, bool], tuple[str | None, int]] = {}
+    # A verdict depends on the value (as the site's graph sees it) and on how it is read only: a value read
+    # by many nodes of one graph is judged once.
+    judged: dict[tuple[GraphPath, str, bool, bool], tuple[str | None, int]] = {}
     # ... and, for a value that is no initializer, from its type alone: values of one type judged once.
     by_type: dict[tuple[bytes, bool, bool], tuple[str | None, int]] = {}
     for order, site in enumerate(sites):
-        key = (site.value, site.by_value, site.shape_input)
+        key = (site.path, site.value, site.by_value, site.shape_input)
         found = judged.get(key)
         if found is None:
-            tp = types.get(site.value)
-            init = inits.get(site.value)
+            tp = types[site.path].get(site.value)
+            init = inits[site.path].get(site.value)
             typed = None
             if tp is not None and init is None:
                 typed = (tp.SerializeToString(), site.by_value, site.shape_input)
@@ -322,7 +345,7 @@ def _plan(
             if length:  # a kept read of no data counts for nothing against the budget
                 kept.append((length, order, site))
         else:
-            plan[site] = (kind, cut(site.value, kind))
+            plan[site] = (kind, cut(site.path, site.value, kind))
     total = sum(n for n, _, _ in kept)
     budget = _budget()
     if total <= budget:
@@ -331,7 +354,7 @@ def _plan(
         if total <= budget or n == 0:
             break
         total -= n
-        plan[site] = (_BIG, cut(site.value, _BIG))
+        plan[site] = (_BIG, cut(site.path, site.value, _BIG))
     return plan
 
 
@@ -349,7 +372,7 @@ def _cut_copy(
     model: onnx.ModelProto,
     paths: list[GraphPath],
     plan: dict[_Site, tuple[str, bytes]],
-    types: dict[str, onnx.TypeProto],
+    types: Scoped[onnx.TypeProto],
 ) -> tuple[onnx.ModelProto, dict[str, str]]:
     """A copy whose cut sites read fresh graph inputs; the consumers of big inputs pinned to ``types``.
     Returns the copy and fresh name -> original name."""
@@ -386,14 +409,23 @@ def _cut_copy(
             pinned.add((site.path, site.node))
             if site.path not in declared_in:
                 declared_in[site.path] = {v.name: v for v in (*graph.value_info, *graph.output)}
-            pin_outputs(graph, node, types, declared_in[site.path], versions, renamed, inits, typed_nodes)
+            pin_outputs(
+                graph,
+                node,
+                types[site.path],
+                declared_in[site.path],
+                versions,
+                renamed,
+                inits[site.path],
+                typed_nodes,
+            )
     return copy, renamed
 
 
-def _pinned(model: onnx.ModelProto, plan: dict[_Site, tuple[str, bytes]]) -> set[str]:
-    """The outputs of the nodes whose big inputs are cut."""
+def _pinned(model: onnx.ModelProto, plan: dict[_Site, tuple[str, bytes]]) -> set[tuple[GraphPath, str]]:
+    """The outputs of the nodes whose big inputs are cut, with their graph's path."""
     return {
-        name
+        (site.path, name)
         for site, (kind, _) in plan.items()
         if kind == _BIG
         for name in _graph_at(model, site.path).node[site.node].output
@@ -529,7 +561,7 @@ def infer_with_data_prop(
     shape_sites = [s for s in sites if s.shape_input]
     # inputs, initializers and declared shape tensors that would already blow up inference without data
     first = {s: c for s, c in _plan(shape_sites, declared, inits).items() if c[0] == _BIG}
-    graph_level = {v.name for v in model.graph.input} | set(inits)
+    graph_level = {v.name for v in model.graph.input}.union(*(inits[p].keys() for p in paths))
     if all(s.value in graph_level for s in sites if not s.shape_input):
         plan = _plan(sites, declared, inits)  # every read value is typed before inference
         if not plan:
@@ -549,12 +581,12 @@ def infer_with_data_prop(
     inferred = model
     for attempt in range(_MAX_PASSES):
         copy, renamed = _cut_copy(model, paths, plan, types)
-        pins = {name: types.get(name) for name in _pinned(model, plan)}
+        pins = {(path, name): types[path].get(name) for path, name in _pinned(model, plan)}
         inferred = _infer(copy, check_type, strict_mode, True)
         _restore(inferred, paths, plan, renamed)
         types = _types(inferred, paths)
         again = _plan(sites, types, inits)
-        if again == plan and all(types.get(name) == tp for name, tp in pins.items()):
+        if again == plan and all(types[path].get(name) == tp for (path, name), tp in pins.items()):
             break
         if again and _renamed_only(plan, again, model, paths):
             # The same cuts, their types differing only in the names onnx generated for unknown dimensions:

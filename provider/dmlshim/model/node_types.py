@@ -4,6 +4,7 @@ what the node's own inference gives from its inputs' full types, asked of onnx o
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 import onnx
 
@@ -15,15 +16,16 @@ __all__ = ["pin_outputs"]
 def pin_outputs(
     graph: onnx.GraphProto,
     node: onnx.NodeProto,
-    types: dict[str, onnx.TypeProto],
+    types: Mapping[str, onnx.TypeProto],
     declared: dict[str, onnx.ValueInfoProto],
     versions: dict[str, int],
     renamed: dict[str, str],
-    inits: dict[str, onnx.TensorProto],
+    inits: Mapping[str, onnx.TensorProto],
     typed_nodes: dict[tuple[object, ...], list[bytes | None]],
 ) -> None:
     """Declare the node's outputs with the types its own inference gives from its inputs' full types
-    (without data; else the types already known for them). ``declared`` holds the graph's outputs and
+    (without data; else the types already known for them). ``types`` and ``inits``: what the node's
+    graph sees by name (its own values over its enclosing graphs'). ``declared`` holds the graph's outputs and
     value_info by name, and gains what is added; ``typed_nodes``: see :func:`_same_node_types`."""
     own = _same_node_types(node, types, versions, renamed, inits, typed_nodes)
     for name in node.output:
@@ -39,10 +41,10 @@ def pin_outputs(
 
 def _same_node_types(
     node: onnx.NodeProto,
-    types: dict[str, onnx.TypeProto],
+    types: Mapping[str, onnx.TypeProto],
     versions: dict[str, int],
     renamed: dict[str, str],
-    inits: dict[str, onnx.TensorProto],
+    inits: Mapping[str, onnx.TensorProto],
     typed_nodes: dict[tuple[object, ...], list[bytes | None]],
 ) -> dict[str, onnx.TypeProto]:
     """:func:`_node_types`, asked of onnx once per structure: ``typed_nodes`` keeps, by everything the
@@ -85,10 +87,10 @@ def _same_node_types(
 
 def _node_types(
     node: onnx.NodeProto,
-    types: dict[str, onnx.TypeProto],
+    types: Mapping[str, onnx.TypeProto],
     versions: dict[str, int],
     renamed: dict[str, str],
-    inits: dict[str, onnx.TensorProto],
+    inits: Mapping[str, onnx.TensorProto],
 ) -> dict[str, onnx.TypeProto]:
     """The types the node's own inference gives its outputs from its inputs' types (a cut input read under
     its fresh name, ``renamed`` mapping it back); empty when onnx cannot tell."""

@@ -75,3 +75,31 @@ def without_weights(model: onnx.ModelProto, min_bytes: int = WEIGHTLESS_MIN_BYTE
         if t.name not in declared
     )
     return light
+
+
+def without_fed_defaults(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` without the values of the initializers a caller may override (those that are
+    also graph inputs, from IR version 4): they stay graph inputs, typed as declared (shaped as the
+    initializer when the declaration has no shape). onnxruntime does not treat them as constants, so no
+    type may follow from their values (onnx's inference would read them: a Slice's ``ends`` default gave
+    a static length that a feed then changed). ``model`` itself when it has none."""
+    graph = model.graph
+    fed = {v.name for v in graph.input}
+    defaults = [t for t in graph.initializer if t.name in fed] if model.ir_version >= 4 else []
+    if not defaults:
+        return model
+    out = model_shell(model)
+    graph_shell(graph, out.graph)
+    names = {t.name: t for t in defaults}
+    out.graph.initializer.extend(t for t in graph.initializer if t.name not in names)
+    for value in out.graph.input:
+        tensor = names.get(value.name)
+        tensor_type = value.type.tensor_type
+        if tensor is None or not value.type.HasField("tensor_type") or tensor_type.HasField("shape"):
+            continue
+        if not tensor_type.elem_type:
+            tensor_type.elem_type = tensor.data_type
+        tensor_type.shape.SetInParent()
+        for d in tensor.dims:
+            tensor_type.shape.dim.add().dim_value = int(d)
+    return out

@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from ..graph import constant_node_value
 from ..text import names_text
 
 
@@ -186,12 +187,9 @@ def _constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
         if init.data_location != onnx.TensorProto.EXTERNAL and init.data_type != onnx.TensorProto.STRING:
             values[init.name] = numpy_helper.to_array(init)
     for node in graph.node:
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output:
-            for a in node.attribute:
-                if a.name == "value" and a.t.data_location != onnx.TensorProto.EXTERNAL:
-                    values[node.output[0]] = numpy_helper.to_array(a.t)
-                elif a.name == "value_ints":
-                    values[node.output[0]] = np.array(a.ints, dtype=np.int64)
+        value = constant_node_value(node)
+        if value is not None and value.dtype != object:
+            values[node.output[0]] = value
     return values
 
 

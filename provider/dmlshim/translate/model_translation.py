@@ -412,8 +412,9 @@ def _other_domain(
 
 def _quotes_names(t: NodeTranslation, node: onnx.NodeProto) -> bool:
     """Whether a translation's reasons mention the node's tensor names (then it cannot be shared)."""
-    names = [n for n in (*node.input, *node.output) if n]
-    return any(n in r.message or n in repr(r.value) for r in t.reasons for n in names)
+    # A message quotes a name as repr() spells it ('a\\b' for a\b): look for that spelling too.
+    forms = {f for n in (*node.input, *node.output) if n for f in (n, repr(n)[1:-1])}
+    return any(f in r.message or f in repr(r.value) for r in t.reasons for f in forms)
 
 
 def _copy(obj: Any, **changes: Any) -> Any:

@@ -23,6 +23,7 @@ from collections.abc import Callable, Collection, Mapping
 
 import onnx
 
+from ..graph import constant_node_shape
 from .plan import CPU_PROVIDER, DML_PROVIDER, NodeTranslation, Reason, Status
 from .support_table import find_row, ort_placement
 
@@ -187,22 +188,8 @@ def small_constants(graph: onnx.GraphProto) -> set[str]:
     """Initializers and Constant-node outputs with at most SMALL_INITIALIZER_ELEMENTS elements."""
     small = {t.name for t in graph.initializer if math.prod(t.dims) <= SMALL_INITIALIZER_ELEMENTS}
     for node in graph.node:
-        if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or len(node.attribute) != 1:
-            continue
-        attr = node.attribute[0]
-        if attr.name == "value":
-            if attr.t.data_location == onnx.TensorProto.EXTERNAL:
-                continue
-            count = math.prod(attr.t.dims)
-        elif attr.name in ("value_float", "value_int"):
-            count = 1
-        elif attr.name == "value_floats":
-            count = len(attr.floats)
-        elif attr.name == "value_ints":
-            count = len(attr.ints)
-        else:
-            continue
-        if count <= SMALL_INITIALIZER_ELEMENTS:
+        shape = constant_node_shape(node)
+        if shape is not None and math.prod(shape) <= SMALL_INITIALIZER_ELEMENTS:
             small.add(node.output[0])
     return small
 

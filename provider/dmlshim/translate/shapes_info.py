@@ -14,13 +14,13 @@ from google.protobuf.message import DecodeError
 
 from ..errors import BadInputError, BadModelError, DmlShimError
 from ..fileio.filekind import require_onnx_model
-from ..graph import op_types
 from ..fileio.reading import open_regular
+from ..graph import op_types
 from ..model.data_prop import MAX_RANK, infer_with_data_prop
 from ..model.modelcheck import ONNX_ERRORS, check_model, load_external_data
 from ..model.ort_view import ort_value_types
 from ..model.prepare import prepare_model
-from ..model.weightless import without_weights
+from ..model.weightless import without_fed_defaults, without_weights
 from .plan import TensorInfo
 from .static_if import settle_static_ifs
 from .subgraph_shapes import type_loop_states
@@ -270,6 +270,7 @@ def infer_shapes(
     """
     # onnx's inference serializes the model and parses it back: give it no weight bytes to copy.
     model = _override_inputs(model, input_shapes) if input_shapes else without_weights(model)
+    model = without_fed_defaults(model)  # a value a feed may change decides no type
     # Inference changes types, never nodes: the If and Loop passes below (each a walk of every graph) are
     # skipped where no If or Loop exists.
     ops = op_types(model.graph)

@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..graph import subgraphs
+from ..graph import constant_node_value, subgraphs
 
 __all__ = ["settle_static_ifs"]
 
@@ -101,14 +101,10 @@ class _Evaluator:
             return arg(i) if i < len(node.input) and node.input[i] else None
 
         if op == "Constant":
-            for a in node.attribute:
-                if a.name == "value":
-                    return numpy_helper.to_array(a.t)
-                if a.name in ("value_int", "value_ints"):
-                    return np.asarray(helper.get_attribute_value(a), dtype=np.int64)
-                if a.name in ("value_float", "value_floats"):
-                    return np.asarray(helper.get_attribute_value(a), dtype=np.float32)
-            raise _Unknown(node.name)
+            value = constant_node_value(node)
+            if value is None:
+                raise _Unknown(node.name)
+            return value
         if op == "Shape":
             dims = np.asarray(self._static_shape(node.input[0]), dtype=np.int64)
             start, end = int(_attr(node, "start", 0)), _attr(node, "end", None)  # type: ignore[call-overload]

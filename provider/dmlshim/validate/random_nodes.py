@@ -6,7 +6,7 @@ from __future__ import annotations
 import onnx
 from onnx import numpy_helper
 
-from ..graph import walk_nodes
+from ..graph import constant_node_value, walk_nodes
 from .results import ValidationWarning
 
 W_RANDOM = "RANDOM_NODE"
@@ -24,9 +24,8 @@ def _constant_false(name: str, graph: onnx.GraphProto) -> bool:
             return not bool(numpy_helper.to_array(t).any())
     for node in graph.node:
         if node.op_type == "Constant" and name in node.output:
-            for attr in node.attribute:
-                if attr.name == "value":
-                    return not bool(numpy_helper.to_array(attr.t).any())
+            value = constant_node_value(node)
+            return value is not None and value.dtype != object and not bool(value.any())
     return False
 
 

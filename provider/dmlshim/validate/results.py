@@ -355,6 +355,9 @@ class ValidationReport:
     optimization_level_reason: str | None = None
     emulation: tuple[tuple[str, str], ...] = ()
     directml_nodes: Any = None
+    loaded: Any = field(default=None, compare=False, repr=False)
+    """With the directml engine, the model as validate read it (a
+    :class:`dmlshim.execute.weights.model_source.LoadedModel`), which the attribution reuses."""
 
     @property
     def exit_code(self) -> int:

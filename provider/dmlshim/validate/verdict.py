@@ -304,6 +304,7 @@ def _validate_loaded(
         engine=engine_name,
         emulation=_emulation_against(loaded, feeds, common, ours) if engine_name == "directml" else (),
         optimization_level_reason="; then ".join(notes) or None,
+        loaded=loaded if engine_name == "directml" else None,
     )
     logger.info("validate %s at %s: %s", report.model, level.short, "match" if report.match else "MISMATCH")
     return report

@@ -140,7 +140,10 @@ class Prepared:
         self.options = KernelOptions(
             feature_level=self.feature_level, index_mode=self.index_mode, node=self.node_name
         )
-        self.node = helper.make_node(self.op_type, list(self.onnx_inputs), ["output"], **self.onnx_attributes)
+        # named as the model's node: onnxruntime's message from the fallback session quotes the name
+        self.node = helper.make_node(
+            self.op_type, list(self.onnx_inputs), ["output"], name=self.node_name, **self.onnx_attributes
+        )
         self.translations: dict[tuple[Any, ...], NodeTranslation] = {}
         self._fallback_sessions: dict[tuple[Any, ...], ort.InferenceSession] = {}
         self._tag_cache: dict[tuple[int, int, str], np.ndarray] = {}

@@ -22,6 +22,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ...errors import BadModelError, DmlShimError
+from ...graph import CONSTANT_VALUE_ATTRIBUTES, constant_node_value
 from ...model.ort_view import ort_value_types, type_from_ort
 from ...model.weightless import without_weights
 from ...translate import infer_shapes
@@ -226,28 +227,22 @@ def single_node_model(
 
 
 def folded_constants(graph: onnx.GraphProto) -> dict[str, onnx.TensorProto]:
-    """Constant nodes with a tensor or numeric value, as initializers named after their output."""
+    """Constant nodes with a tensor or numeric value, as initializers named after their output (a
+    ``value`` tensor copied as it is stored)."""
     found: dict[str, onnx.TensorProto] = {}
     for node in graph.node:
-        if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or len(node.attribute) != 1:
+        value = constant_node_value(node)
+        if value is None:
             continue
-        attr = node.attribute[0]
-        out = node.output[0]
-        if attr.name == "value":
-            tensor = onnx.TensorProto()
-            tensor.CopyFrom(attr.t)
-        elif attr.name == "value_float":
-            tensor = numpy_helper.from_array(np.array(attr.f, dtype=np.float32))
-        elif attr.name == "value_floats":
-            tensor = numpy_helper.from_array(np.array(list(attr.floats), dtype=np.float32))
-        elif attr.name == "value_int":
-            tensor = numpy_helper.from_array(np.array(attr.i, dtype=np.int64))
-        elif attr.name == "value_ints":
-            tensor = numpy_helper.from_array(np.array(list(attr.ints), dtype=np.int64))
-        else:
+        attr = next(a for a in node.attribute if a.name in CONSTANT_VALUE_ATTRIBUTES)
+        if value.dtype == object or attr.name == "sparse_value":
             continue  # strings and sparse values stay nodes
-        if tensor.data_location == onnx.TensorProto.EXTERNAL:
-            continue
+        out = node.output[0]
+        tensor = onnx.TensorProto()
+        if attr.name == "value":
+            tensor.CopyFrom(attr.t)
+        else:
+            tensor = numpy_helper.from_array(value)
         tensor.name = out
         found[out] = tensor
     return found
