@@ -174,7 +174,9 @@ def test_shape_inference_runs_once_for_a_gather_inside_control_flow(
         np.testing.assert_array_equal(g, w)
     # the nested Gather's record says where onnxruntime-directml places it, as a translation of the
     # model on its own (its own shape inference) says
-    placements = model_translation.model_placements(onnx.load(path), DEFAULT_FEATURE_LEVEL)
+    from dmlshim.translate.model_placements import model_placements
+
+    placements = model_placements(onnx.load(path), DEFAULT_FEATURE_LEVEL)
     record = ours.last_run_record
     assert record is not None
     nested = [r for r in record.nodes if r.name == "If_0/then_branch/Gather_0"]
@@ -236,13 +238,16 @@ def test_nested_placements_are_the_whole_translations(name: str) -> None:
     whole = model_translation.translate_model(model, DEFAULT_FEATURE_LEVEL)
     want = {t.name: t.ort_placement for t in whole.nodes if t.name in nested}
     inferred = shapes_info.infer_shapes(without_weights(model))
-    got = model_translation.nested_placements(model, DEFAULT_FEATURE_LEVEL, inferred)
+    from dmlshim.translate.model_placements import nested_placements
+
+    got = nested_placements(model, DEFAULT_FEATURE_LEVEL, inferred)
     assert got == want and set(got) == nested
 
 
 def test_a_session_does_not_translate_the_whole_model_to_place_nested_nodes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import dmlshim.translate.model_placements as model_placements
     import dmlshim.translate.model_translation as model_translation
 
     def refused(*args: Any, **kwargs: Any) -> Any:
@@ -251,6 +256,7 @@ def test_a_session_does_not_translate_the_whole_model_to_place_nested_nodes(
     path = _save(tmp_path, _if_model())
     _ = dmlshim.InferenceSession  # imported before translate_model is replaced
     monkeypatch.setattr(model_translation, "translate_model", refused)
+    monkeypatch.setattr(model_placements, "translate_model", refused)
     ours = dmlshim.InferenceSession(path)
     feeds = {"x": np.arange(12, dtype=np.float32).reshape(4, 3), "i": np.array([2, 0], np.int64),
              "c": np.array(True)}  # fmt: skip

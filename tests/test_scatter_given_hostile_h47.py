@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from dmlshim.execute.plan.steps import overwritten_writes
 from dmlshim.execute.proofs.gather_given import NOTE_GATHER_GIVEN
-from dmlshim.execute.proofs.scatter_given import scatter_output_is_given
+from dmlshim.execute.proofs.scatter_given import overwritten_writes, scatter_output_is_given
 from tests.oracle import (
     ZERO_DEPTH_SCATTERND_CRASH,
     ort_crashes_on_zero_depth_scatternd,

@@ -18,7 +18,6 @@ from typing import Any
 import onnx
 
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
-from ..errors import DmlShimError
 from ..graph import GATHER_SCATTER_OPS, node_path, subgraph_prefix, subgraphs
 from ..model.prepare import prepare_model
 from ..resources import guard_resources
@@ -41,7 +40,7 @@ from .translator import is_ep_reason, model_opsets, translate_node
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ModelTranslation", "model_placements", "nested_placements", "translate_model"]
+__all__ = ["ModelTranslation", "translate_model"]
 
 
 @dataclass(frozen=True)
@@ -446,52 +445,6 @@ def _renamed(t: NodeTranslation, name: str, node: onnx.NodeProto) -> NodeTransla
     if output is not None and output.onnx_name != node.output[0]:
         output = _with(output, "onnx_name", node.output[0])
     return _copy(t, name=name, inputs=inputs, output=output)
-
-
-def model_placements(
-    model: onnx.ModelProto, feature_level: FeatureLevel, inferred: onnx.ModelProto | None = None
-) -> dict[str, str | None]:
-    """``ort_placement`` of every gather/scatter node of a model by name (subgraphs included); empty when
-    the model cannot be translated statically. ``inferred``: as :func:`translate_model` takes it."""
-    try:
-        translation = translate_model(model, feature_level, inferred=inferred)
-        return {t.name: t.ort_placement for t in translation.nodes}
-    except DmlShimError as exc:
-        logger.warning("no static placement: %s", exc)
-        return {}
-
-
-def nested_placements(
-    model: onnx.ModelProto, feature_level: FeatureLevel, inferred: onnx.ModelProto | None
-) -> dict[str, str | None]:
-    """``ort_placement`` of the gather/scatter nodes inside control-flow bodies, by path name: what
-    :func:`model_placements` gives them, without translating the top-level graph's nodes, asking for the
-    graph's session refusals or placing its shape computations (none of which changes a body node's
-    placement). ``inferred``: ``infer_shapes(model)`` of a prepared ``model``; without it (inference
-    failed) this is :func:`model_placements`."""
-    if inferred is None:
-        return model_placements(model, feature_level)
-    fl = FeatureLevel(feature_level)
-    opsets = model_opsets(inferred)
-    top = _GraphInfos(inferred.graph, {})
-    scopes: dict[str, _GraphInfos] = {}
-    # Nodes that differ only in tensor names are placed alike (translate_model shares their lowering).
-    placed: dict[tuple[Any, ...], str | None] = {}
-    found: dict[str, str | None] = {}
-    for node, name, scope, _index in _walk(inferred.graph, "", top, scopes):
-        if scope is top:
-            continue
-        domain = "" if node.domain == "ai.onnx" else node.domain
-        if get_converter(domain, node.op_type) is None:
-            continue
-        names = node.input
-        infos = tuple([scope.get(i) if i else None for i in names])
-        opset = opsets.get(domain, 0)
-        key = _structure_key(node, domain, opset, infos)
-        if key not in placed:
-            placed[key] = translate_node(node, opset, infos, fl, name=name, symbolic=True).ort_placement
-        found[name] = placed[key]
-    return found
 
 
 def _apply_graph_placement(

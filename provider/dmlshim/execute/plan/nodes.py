@@ -17,14 +17,15 @@ import onnx
 
 from ...graph import is_gather_scatter
 from ...translate import NodeTranslation, Status, TensorInfo, translate_node
-from ...translate.model_translation import nested_placements
+from ...translate.model_placements import nested_placements
 from ...translate.placement import CPU_PREFERRED_MESSAGE, graph_placements
 from ...translate.plan import CPU_PROVIDER
 from ...translate.translator import node_since_version
 from ..engine import EngineConfig
+from ..proofs.scatter_given import overwrites
 from ..record import PLACEMENT_CPU, NodeRecord
 from .partition import nested_gather_scatter
-from .steps import REASON_CPU_PREFERRED, REASON_NOT_EMULATED, overwrites, reasons_of
+from .steps import REASON_CPU_PREFERRED, REASON_NOT_EMULATED, reasons_of
 
 _SHAPE_UNKNOWN = "SHAPE_UNKNOWN"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -32,8 +32,7 @@ from ..proofs.gather_given import (
 from ..proofs.scatter_given import (
     SCATTER_GIVEN_MESSAGE,
     SCATTERS,
-    no_reduction,
-    repeated_writes,
+    overwritten_writes,
     scatter_output_is_given,
 )
 from ..record import PLACEMENT_CPU, PLACEMENT_DML, NodeRecord
@@ -473,29 +472,6 @@ class EmulatedStep:
         except ORT_ERRORS as exc:
             raise ort_run_error(exc, "onnxruntime failed", node=self.name, op_type=self.node.op_type) from exc
         return out
-
-
-def overwrites(node: onnx.NodeProto) -> bool:
-    """A scatter without reduction: duplicate indices make some of its writes overwrite others."""
-    if node.op_type not in SCATTERS:
-        return False
-    return not any(a.name == "reduction" and a.s not in (b"", b"none") for a in node.attribute)
-
-
-def overwritten_writes(op_type: str, attrs: Mapping[str, Any], arrays: Sequence[np.ndarray | None]) -> int:
-    """Writes of a scatter without reduction that a later write to the same place overwrites, counted as
-    the kernels count them (elements for ScatterElements, index tuples for ScatterND), for nodes that ran
-    on onnxruntime (which has accepted the indices, so they are in range)."""
-    if op_type not in SCATTERS or len(arrays) < 2 or not no_reduction(attrs):
-        return 0
-    data, indices = arrays[0], arrays[1]
-    if data is None or indices is None or data.size == 0:
-        return 0
-    empty_tuples = op_type == "ScatterND" and indices.ndim > 0 and indices.shape[-1] == 0  # each: all data
-    if indices.size == 0 and not empty_tuples:
-        return 0
-    axis = int(attrs.get("axis", 0))
-    return repeated_writes(op_type, axis + data.ndim if axis < 0 else axis, data.shape, indices)
 
 
 def static_key(infos: Sequence[TensorInfo | None]) -> tuple[Any, ...] | None:

@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import onnx
 
 from .gather_given import in_range
 
@@ -106,3 +107,26 @@ def scatter_output_is_given(
     if not 0 <= axis < data.ndim or indices.ndim != data.ndim:
         return False
     return in_range(indices, data.shape[axis]) and not repeated_writes(op_type, axis, data.shape, indices)
+
+
+def overwrites(node: onnx.NodeProto) -> bool:
+    """A scatter without reduction: duplicate indices make some of its writes overwrite others."""
+    if node.op_type not in SCATTERS:
+        return False
+    return not any(a.name == "reduction" and a.s not in (b"", b"none") for a in node.attribute)
+
+
+def overwritten_writes(op_type: str, attrs: Mapping[str, Any], arrays: Sequence[np.ndarray | None]) -> int:
+    """Writes of a scatter without reduction that a later write to the same place overwrites, counted as
+    the kernels count them (elements for ScatterElements, index tuples for ScatterND), for nodes that ran
+    on onnxruntime (which has accepted the indices, so they are in range)."""
+    if op_type not in SCATTERS or len(arrays) < 2 or not no_reduction(attrs):
+        return 0
+    data, indices = arrays[0], arrays[1]
+    if data is None or indices is None or data.size == 0:
+        return 0
+    empty_tuples = op_type == "ScatterND" and indices.ndim > 0 and indices.shape[-1] == 0  # each: all data
+    if indices.size == 0 and not empty_tuples:
+        return 0
+    axis = int(attrs.get("axis", 0))
+    return repeated_writes(op_type, axis + data.ndim if axis < 0 else axis, data.shape, indices)
