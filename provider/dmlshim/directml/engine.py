@@ -18,6 +18,7 @@ from ..execute.engine import EngineConfig
 from ..execute.record import PATH_DIRECTML, NodeRecord, RunRecord
 from ..model.ort_errors import ORT_ERRORS
 from ..runtime.real import OrtInferenceSession, ort_available_providers
+from .empty_fetch import fetch_around_empty
 from .records import node_records
 
 logger = logging.getLogger(__name__)
@@ -132,7 +133,8 @@ class DirectMLEngine:
         self, output_names: Sequence[str], feeds: Mapping[str, np.ndarray], *, run_options: Any = None
     ) -> tuple[list[np.ndarray], RunRecord]:
         try:
-            outputs = self._session.run(list(output_names), dict(feeds), run_options)
+            given = dict(feeds)
+            outputs = fetch_around_empty(lambda names: self._session.run(names, given, run_options), output_names)
         except ORT_ERRORS as exc:
             raise BadInputError(f"onnxruntime ({DML_EP}) failed running the model: {exc}") from exc
         return list(outputs), RunRecord(

@@ -21,6 +21,7 @@ import onnx
 from ..errors import BadInputError, BadModelError, DmlShimError
 from ..runtime.real import pybind_state
 from ..translate.plan import DML_PROVIDER
+from .empty_fetch import fetch_around_empty
 from .host import Host, HostError, HostSession, shared_host
 from .stack import Stack, load_stack
 
@@ -157,9 +158,8 @@ class LinuxDirectMLEngine:
         from ..execute.record import PATH_DIRECTML, RunRecord
 
         try:
-            outputs = self.host.run(
-                self._session, {k: np.asarray(v) for k, v in feeds.items()}, list(output_names)
-            )
+            given = {k: np.asarray(v) for k, v in feeds.items()}
+            outputs = fetch_around_empty(lambda names: self.host.run(self._session, given, names), output_names)
         except HostError as exc:
             error: DmlShimError = BadInputError(
                 f"onnxruntime ({DML_EP}) failed running the model: {exc}{_known_refusals(self._model)}"
