@@ -268,7 +268,8 @@ def check_directml_nodes(
     if impossible:
         # DirectML ran these nodes, yet the inputs handed back are invalid for them (indices hundreds of
         # millions past the axis): the extra outputs are not the values its nodes computed, so no node's
-        # comparison can be trusted (seen on Keypoint R-CNN; docs/directml-linux.md)
+        # comparison can be trusted (seen on Keypoint R-CNN before the engine fetched around empty
+        # outputs, dmlshim.directml.empty_fetch; kept as a guard: docs/directml-linux.md)
         error = (
             f"real DirectML's extra run handed back inputs {len(impossible)} of its own gather/scatter "
             f"node(s) could not have run on (first: {impossible[0].node}: {impossible[0].detail}), so its "
