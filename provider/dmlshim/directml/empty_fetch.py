@@ -23,7 +23,9 @@ def _empty(value: object) -> bool:
     return isinstance(value, np.ndarray) and value.size == 0
 
 
-def fetch_around_empty(run: Callable[[list[str]], list[np.ndarray]], names: Sequence[str]) -> list[np.ndarray]:
+def fetch_around_empty(
+    run: Callable[[list[str]], list[np.ndarray]], names: Sequence[str]
+) -> list[np.ndarray]:
     """``run(names)``'s values, made safe from the empty-output read-back fault.
 
     ``run`` fetches the named outputs in one run. When some of them come back empty and others not, the

@@ -134,7 +134,9 @@ class DirectMLEngine:
     ) -> tuple[list[np.ndarray], RunRecord]:
         try:
             given = dict(feeds)
-            outputs = fetch_around_empty(lambda names: self._session.run(names, given, run_options), output_names)
+            outputs = fetch_around_empty(
+                lambda names: self._session.run(names, given, run_options), output_names
+            )
         except ORT_ERRORS as exc:
             raise BadInputError(f"onnxruntime ({DML_EP}) failed running the model: {exc}") from exc
         return list(outputs), RunRecord(

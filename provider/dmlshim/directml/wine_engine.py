@@ -159,7 +159,9 @@ class LinuxDirectMLEngine:
 
         try:
             given = {k: np.asarray(v) for k, v in feeds.items()}
-            outputs = fetch_around_empty(lambda names: self.host.run(self._session, given, names), output_names)
+            outputs = fetch_around_empty(
+                lambda names: self.host.run(self._session, given, names), output_names
+            )
         except HostError as exc:
             error: DmlShimError = BadInputError(
                 f"onnxruntime ({DML_EP}) failed running the model: {exc}{_known_refusals(self._model)}"
