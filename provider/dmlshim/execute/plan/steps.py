@@ -244,11 +244,11 @@ class EmulatedStep:
             The verdict, or None when this step has no such check (a gather, a node that runs on the CPU,
             an output under :data:`VERIFY_MIN_BYTES`): the caller runs the step and compares.
         """
-        if self.reference or getattr(theirs, "nbytes", 0) < VERIFY_MIN_BYTES:
+        if self.reference:
             return None
         if self.node.op_type in GIVEN_OPS:
             return self._verify_gather(values, state, theirs)
-        if not self.verifiable:
+        if not self.verifiable or getattr(theirs, "nbytes", 0) < VERIFY_MIN_BYTES:
             return None
         arrays = [values[n] if n else None for n in self.inputs]
         if any(isinstance(a, ort.OrtValue) for a in arrays):
@@ -282,20 +282,26 @@ class EmulatedStep:
             self._proved_key, self._proved = key, 0
 
     def _verify_gather(self, values: Values, state: RunState, theirs: Any) -> bool | None:
-        """A large gather in the check (see :mod:`dmlshim.execute.proofs.gather_given`): run and compared bit
-        for bit on the first :data:`PROVE_RUNS` runs with the same input shapes and dtypes (every run
-        under ``full_check``); later, when every index is in range, ``theirs`` is taken as the output and
-        the record notes it. None (run and compare) when the indices or values do not allow that."""
+        """A gather in the check, whatever its size (see :mod:`dmlshim.execute.proofs.gather_given`): run
+        and compared bit for bit on the first :data:`PROVE_RUNS` runs with the same input shapes and dtypes
+        (every run under ``full_check``); later, when every index is in range, ``theirs`` is taken as the
+        output and the record notes it. None (run and compare) when the indices or values do not allow
+        that."""
         arrays = [values[n] if n else None for n in self.inputs]
-        if any(isinstance(a, ort.OrtValue) for a in arrays):
-            return None
-        self._restart_proof_on_new_shapes(arrays)
+        key = _arrays_key(arrays)
+        if key is None:  # an OrtValue (run and compare), or a mapped weight
+            if any(isinstance(a, ort.OrtValue) for a in arrays):
+                return None
+            key = shapes_key(arrays)
+        if key != self._proved_key:  # other shapes or dtypes than the proved ones: prove afresh
+            self._proved_key, self._proved = key, 0
         if self._full_check or self._proved < PROVE_RUNS:
             self(values, state)
             agrees = same_bits(np.asarray(values[self.output]), np.asarray(theirs))
             self._proved += agrees
             return agrees
-        _, clean = self._translation(arrays, state)
+        entry = self._cache.get(key) or self._translation(arrays, state)
+        clean = entry[1]
         if clean is None or not output_is_given(self.node.op_type, self._attrs, arrays, theirs):
             return None
         values[self.output] = theirs

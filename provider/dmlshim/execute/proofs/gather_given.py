@@ -44,10 +44,11 @@ from ...translate.plan import elem_type_of
 
 logger = logging.getLogger(__name__)
 
-GIVEN_OPS = frozenset(("Gather", "GatherElements"))
-"""Gathers whose output the whole-model check takes from onnxruntime after the first proved runs."""
+GIVEN_OPS = frozenset(("Gather", "GatherElements", "GatherND"))
+"""Gathers whose output the whole-model check takes from onnxruntime after the first proved runs, when
+every index is in range on the run (whatever the output's size)."""
 
-LEAN_OPS = GIVEN_OPS | {"GatherND"}
+LEAN_OPS = GIVEN_OPS
 """Gathers the check may take by their inputs' shapes alone (onnxruntime's CPU kernels of all three refuse
 an index outside ``[-dim, dim)``)."""
 
@@ -105,6 +106,14 @@ def output_is_given(op_type: str, attrs: Mapping[str, Any], arrays: Sequence[Any
         return False
     if indices.dtype.kind not in "iu" or theirs.dtype != data.dtype or data.ndim == 0:
         return False
+    if op_type == "GatherND":
+        batch = int(attrs.get("batch_dims", 0))
+        k = indices.shape[-1] if indices.ndim else -1
+        if k < 0 or batch < 0 or batch + k > data.ndim:
+            return False
+        return theirs.shape == indices.shape[:-1] + data.shape[batch + k :] and lean_indices_in_range(
+            op_type, attrs, data.shape, indices
+        )
     axis = _axis(attrs, data.ndim)
     if axis is None:
         return False
