@@ -202,3 +202,20 @@ def test_a_wrong_element_on_a_proved_run_is_caught() -> None:
     tamper_with_check(session, "g", change)
     _same(session.run(None, feeds), want)
     assert session.last_run_record.path == PARTITIONED and session.engine._check.agreements == 0
+
+
+def test_a_one_node_model_whose_gather_is_still_computed_leaves_the_check() -> None:
+    # Negative indices: the check must compute the gather on every run (onnxruntime's run and the kernel),
+    # where the partitioned steps run the kernel alone; after the proved runs the check is dropped.
+    feeds = {"x": X, "idx": np.array([0, -1, 2], np.int64)}
+    model = make_node_model("Gather", feeds, {"axis": 0})
+    want = ort_run(model, feeds)
+    session = dmlshim.InferenceSession(model)
+    paths = []
+    for _ in range(steps.PROVE_RUNS + 3):
+        _same(session.run(None, feeds), want)
+        paths.append(session.last_run_record.path)
+        (node,) = session.last_run_record.nodes
+        assert node.negative_indices and node.notes == ()
+    assert paths == [CHECK] * (steps.PROVE_RUNS + 1) + [PARTITIONED] * 2
+    assert session.engine._check is None

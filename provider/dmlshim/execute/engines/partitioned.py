@@ -181,6 +181,8 @@ class PartitionedEngine:
 
         self._template = template
         self._check: WholeModelCheck | None = None
+        self._given_only: tuple[EmulatedStep, ...] = ()
+        """The gathers of a check built only because they are given (:func:`gathers_given`)."""
         self._chooser = PathChooser()
         self._steps: list[Callable[[Values, RunState], None]] = []
         self._static_values: Values = {}
@@ -258,16 +260,15 @@ class PartitionedEngine:
         )
         built_segments = sum(1 for s in partition.steps if isinstance(s, CpuSegment) and s.outputs)
         pending: PendingCheck | None = None
+        # below MIN_SEGMENTS_FOR_CHECK, the check pays only while its gathers are given
+        given_only = built_segments < MIN_SEGMENTS_FOR_CHECK and not check_always
+        given_only = given_only and gathers_given(emulated_io, config)
         lean: dict[str, tuple[np.dtype[Any], np.dtype[Any]]] = {}
         shapes_from_feeds = None
         if (
             config.whole_model_check
             and not reference
-            and (
-                built_segments >= MIN_SEGMENTS_FOR_CHECK
-                or check_always
-                or gathers_given(emulated_io, config)
-            )
+            and (built_segments >= MIN_SEGMENTS_FOR_CHECK or check_always or given_only)
         ):
             # onnxruntime builds the check's session on another thread while the steps are made here.
             outputs = frozenset(io.output for io in emulated_io)
@@ -315,6 +316,8 @@ class PartitionedEngine:
             for step in emulated_steps:
                 step.lean_dtypes = lean.get(step.output)
             self._check = pending.finish(emulated_steps)
+            if given_only:
+                self._given_only = tuple(emulated_steps)
             if self._check is not None:
                 self._witness(model, config)  # the check's session (outputs added) accepts the model
         if self._check is not None:
@@ -435,6 +438,10 @@ class PartitionedEngine:
             return None if checked is None else (checked, self._record(state, PATH_CHECK))
 
         answer = by_check() if path == PATH_CHECK else None
+        if answer is not None and any(step.computed_after_proof for step in self._given_only):
+            # A gather the check must still compute after its proved runs (negative indices, a CPU
+            # placement): the partitioned steps, which compute it alone, are cheaper from now on.
+            chooser.settle(PATH_PARTITIONED)
         if answer is None and path == PATH_CHECK and check.given_up:
             chooser.settle(PATH_PARTITIONED)
         if answer is None:

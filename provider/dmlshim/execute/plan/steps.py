@@ -136,6 +136,7 @@ class EmulatedStep:
         "_proved",
         "_proved_key",
         "_sess_options",
+        "computed_after_proof",
         "fallback_sessions",
         "feature_level",
         "index_mode",
@@ -183,6 +184,8 @@ class EmulatedStep:
         """A gather the whole-model check takes from onnxruntime by its inputs' shapes alone: their dtypes
         (:func:`dmlshim.execute.proofs.gather_given.lean_gathers`)."""
         self._full_check = full_check
+        self.computed_after_proof = False
+        """A gather in the check that had to be computed after its proved runs (see :meth:`verify`)."""
         self._proved = 0  # verified runs whose untouched elements were proved too
         self._proved_key: tuple[Any, ...] | None = None  # the shapes and dtypes proved
         self._noted: tuple[NodeRecord, tuple[str, str], NodeRecord] | None = None
@@ -291,9 +294,11 @@ class EmulatedStep:
         key = _arrays_key(arrays)
         if key is None:  # an OrtValue (run and compare), or a mapped weight
             if any(isinstance(a, ort.OrtValue) for a in arrays):
+                self.computed_after_proof = True
                 return None
             key = shapes_key(arrays)
         if key != self._proved_key:  # other shapes or dtypes than the proved ones: prove afresh
+            self.computed_after_proof |= self._proved_key is not None
             self._proved_key, self._proved = key, 0
         if self._full_check or self._proved < PROVE_RUNS:
             self(values, state)
@@ -303,6 +308,7 @@ class EmulatedStep:
         entry = self._cache.get(key) or self._translation(arrays, state)
         clean = entry[1]
         if clean is None or not output_is_given(self.node.op_type, self._attrs, arrays, theirs):
+            self.computed_after_proof = True
             return None
         values[self.output] = theirs
         self._finish(self._given(clean, (NOTE_GATHER_GIVEN, GATHER_GIVEN_MESSAGE)), theirs, state)
