@@ -121,7 +121,9 @@ def _proved_session(model: onnx.ModelProto, feeds: dict[str, np.ndarray], **kwar
 
 
 @pytest.mark.parametrize("model_of", ["one_node", "chain"])
-def test_a_later_negative_index_is_computed_by_the_kernel(model_of: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_later_negative_index_is_computed_by_the_kernel(
+    model_of: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     if model_of == "one_node":
         model = make_node_model("Gather", {"x": X, "idx": np.zeros(3, np.int64)}, {"axis": 0})
     else:

@@ -102,7 +102,8 @@ def output_is_given(op_type: str, attrs: Mapping[str, Any], arrays: Sequence[Any
     if op_type not in GIVEN_OPS or len(arrays) < 2:
         return False
     data, indices = arrays[0], arrays[1]
-    if not all(isinstance(a, np.ndarray) for a in (data, indices, theirs)):
+    ndarray = np.ndarray
+    if not (isinstance(data, ndarray) and isinstance(indices, ndarray) and isinstance(theirs, ndarray)):
         return False
     if indices.dtype.kind not in "iu" or theirs.dtype != data.dtype or data.ndim == 0:
         return False
