@@ -1,15 +1,17 @@
-"""A large gather's output taken as onnxruntime computed it in the whole-model check (issue 22: each
-emulated node computed once per run).
+"""A gather's output taken as onnxruntime computed it in the whole-model check (issue 22: each
+emulated node computed once per run; issue 36: small gathers too, so that a run costs what the nodes
+needing work cost).
 
-For indices that are all in ``[0, dim)``, ONNX's Gather/GatherElements and DirectML's GATHER /
-GATHER_ELEMENTS define the same output: every element is a bit copy of one input element, chosen the same
+For indices that are all in ``[0, dim)``, ONNX's Gather/GatherElements/GatherND and DirectML's GATHER /
+GATHER_ELEMENTS / GATHER_ND define the same output: every element is a bit copy of one input element, chosen the same
 way. Negative indices (ONNX wraps them, DirectML's rules may not) and out-of-range ones are where the two
 can differ. So once the DirectML kernel has reproduced onnxruntime's output bit for bit on a session's
 first runs (:data:`dmlshim.execute.plan.steps.PROVE_RUNS`), later runs of the check only prove that the
 indices are in range, and take onnxruntime's output instead of computing the gather again: on a
 DeBERTa-v3-small (12 GatherElements of 1.5 MB along the last axis, computed by the kernels from inputs
 onnxruntime produced long before, so read from memory rather than cache) the steady run went from
-1.13-1.17x onnxruntime's to 1.00-1.01x. Any other case (a negative index, an OrtValue, another dtype or shape
+1.13-1.17x onnxruntime's to 1.00-1.01x. Small gathers take the same path (a kernel call in Python costs
+tens of microseconds against onnxruntime's few for such a node). Any other case (a negative index, an OrtValue, another dtype or shape
 than the node's, a node the translation sends to the CPU) computes and compares as before.
 
 A gather (GatherND too) whose indices cannot be negative by construction (:mod:`dmlshim.model.nonnegative`:
@@ -65,8 +67,9 @@ SHAPE_SUFFIX = "__dmlshim_shape"
 """Suffix of the check's extra outputs that are the shape of a value (a ``Shape`` node added for it)."""
 
 LEAN_MIN_BYTES = 512 * 1024
-"""A gather whose output is known statically to be smaller than this is computed and compared as before
-(it costs little and exercises the kernel)."""
+"""A gather whose output is known statically to be smaller than this is fetched and computed and
+compared on its first proved runs (exercising the kernel), then given by its indices' values like a
+large one (:func:`output_is_given`), rather than taken by shapes from the first run."""
 
 
 def given_message(prove_runs: int) -> str:
