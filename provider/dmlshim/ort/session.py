@@ -31,6 +31,7 @@ from .free_dims import outputs_for_inputs, overrides_by_name, with_free_dimensio
 from .model_config import ORT_CONFIG_KEY, options_from_model, reads_config_from_model
 from .ortvalues import (
     as_array,
+    plain_arrays,
     refuse_unconvertible_array,
     refuse_unholdable_outputs,
 )
@@ -398,7 +399,7 @@ class InferenceSession(SessionRuns, SessionQueries, OrtSessionAttributes):
         return wanted_outputs(output_names, self._output_names)
 
     def _feeds(self, input_feed: Mapping[str, Any]) -> dict[str, Any]:
-        if isinstance(input_feed, Mapping):
+        if isinstance(input_feed, Mapping) and not plain_arrays(input_feed.values()):
             for name, value in input_feed.items():
                 refuse_unconvertible_array(name, value)
             input_feed = {name: as_array(value) for name, value in input_feed.items()}

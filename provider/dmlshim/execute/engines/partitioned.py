@@ -438,10 +438,12 @@ class PartitionedEngine:
             return None if checked is None else (checked, self._record(state, PATH_CHECK))
 
         answer = by_check() if path == PATH_CHECK else None
-        if answer is not None and self._given_only and any(s.computed_after_proof for s in self._given_only):
-            # A gather the check must still compute after its proved runs (negative indices, a CPU
-            # placement): the partitioned steps, which compute it alone, are cheaper from now on.
-            chooser.settle(PATH_PARTITIONED)
+        for step in self._given_only if answer is not None else ():
+            if step.computed_after_proof:
+                # A gather the check must still compute after its proved runs (negative indices, a CPU
+                # placement, new shapes): the partitioned steps, which compute it alone, cost less.
+                chooser.settle(PATH_PARTITIONED)
+                break
         if answer is None and path == PATH_CHECK and check.given_up:
             chooser.settle(PATH_PARTITIONED)
         if answer is None:
