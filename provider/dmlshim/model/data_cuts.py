@@ -11,7 +11,7 @@ import onnx
 
 from .node_types import pin_outputs
 
-__all__ = ["BIG", "CUT_DIM", "UNKNOWN", "GraphPath", "Site", "cut_copy", "graph_paths", "pinned", "restore"]
+__all__ = ["BIG", "CUT_DIM", "UNKNOWN", "GraphPath", "Site", "cut_copy", "graph_paths", "restore"]
 
 BIG, UNKNOWN = "big", "unknown"
 
@@ -86,11 +86,13 @@ def cut_copy(
     types: Mapping[GraphPath, Mapping[str, onnx.TypeProto]],
     inits: Mapping[GraphPath, Mapping[str, onnx.TensorProto]],
     type_bytes: dict[GraphPath, dict[str, bytes]] | None = None,
+    pinned: set[tuple[GraphPath, str]] | None = None,
 ) -> tuple[onnx.ModelProto, dict[str, str]]:
     """A copy whose cut sites read fresh graph inputs; the consumers of big inputs pinned to ``types``.
     ``types`` and ``inits``: what each graph (by path) sees by name; ``type_bytes``: the serialized
-    ``types`` already known (by path, then name), filled in as more are serialized. Returns the copy and
-    fresh name -> an original name it stands for.
+    ``types`` already known (by path, then name), filled in as more are serialized; ``pinned`` gains the
+    pinned outputs (the outputs of the nodes whose big inputs are cut) with their graph's path. Returns
+    the copy and fresh name -> an original name it stands for.
 
     A big cut's type names every dimension (:data:`CUT_DIM`), so the big cuts of one type share fresh
     inputs: within a node the k-th distinct value cut to a type reads that type's k-th shared input
@@ -155,22 +157,9 @@ def cut_copy(
             if serialized is None:
                 serialized = type_bytes[path] = {}
             pin_outputs(graph, node, types[path], known, opsets, mine[0], inits[path], typed_nodes, serialized)
+            if pinned is not None:
+                pinned.update([(path, name) for name in node.output if name])
     return copy, renamed
-
-
-def pinned(model: onnx.ModelProto, plan: dict[Site, tuple[str, bytes]]) -> set[tuple[GraphPath, str]]:
-    """The outputs of the nodes whose big inputs are cut, with their graph's path."""
-    graphs: dict[GraphPath, onnx.GraphProto] = {}
-    out: set[tuple[GraphPath, str]] = set()
-    for site, (kind, _) in plan.items():
-        if kind != BIG:
-            continue
-        path = site.path
-        graph = graphs.get(path)
-        if graph is None:
-            graph = graphs[path] = graph_at(model, path)
-        out.update([(path, name) for name in graph.node[site.node].output if name])
-    return out
 
 
 def restore(

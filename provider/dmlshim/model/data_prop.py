@@ -38,7 +38,7 @@ from ..limits import check_bytes, memory_limit
 from .data_cuts import BIG as _BIG
 from .data_cuts import CUT_DIM as _CUT_DIM
 from .data_cuts import UNKNOWN as _UNKNOWN
-from .data_cuts import GraphPath, cut_copy, pinned, restore
+from .data_cuts import GraphPath, cut_copy, restore
 from .data_cuts import Site as _Site
 from .data_cuts import each as _each
 from .data_cuts import graph_paths as _graphs
@@ -444,8 +444,9 @@ def infer_with_data_prop(
             return _infer(model, check_type, strict_mode, True)
     inferred = model
     for attempt in range(_MAX_PASSES):
-        copy, renamed = cut_copy(model, paths, plan, types, inits, type_bytes)
-        pins = {(path, name): types[path].get(name) for path, name in pinned(model, plan)}
+        pinned: set[tuple[GraphPath, str]] = set()
+        copy, renamed = cut_copy(model, paths, plan, types, inits, type_bytes, pinned)
+        pins = {(path, name): types[path].get(name) for path, name in pinned}
         inferred = _infer(copy, check_type, strict_mode, True)
         restore(inferred, paths, plan, renamed)
         types, type_bytes = _types(inferred, paths), {}
