@@ -270,3 +270,27 @@ def test_feed_of_a_numpy_type_onnx_lacks_is_onnxruntimes_runtime_error(dtype: st
     assert isinstance(ours.value, BadInputError) and ours.value.tensor == "i"
     assert not isinstance(ours.value, onnxruntime.capi.onnxruntime_pybind11_state.InvalidArgument)
     assert str(ours.value).startswith(str(theirs.value).rstrip("."))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", "{model}", "-o", "-"],
+        ["export", "{model}", "-o", "-"],
+        ["lower", "{model}", "-o", "-"],
+        ["inspect", "{model}", "--html", "-"],
+    ],
+)
+def test_dash_as_an_output_is_a_usage_error_not_a_file_named_dash(args: list[str], tmp_path: Path) -> None:
+    """``-o -`` reads as standard output to anyone used to Unix tools; none of these outputs can go there,
+    so it is refused (exit 2) instead of writing a file called ``-``; ``./-`` still names that file."""
+    model = str(MODELS / "embedding_gather.onnx")
+    done = _run([a.replace("{model}", model) for a in args], tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert "'-' (standard output) is not supported" in done.stderr and "./-" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "-").exists()
+    written = _run(["run", model, "-o", "./-"], tmp_path)
+    assert written.returncode == 0, written.stderr
+    with np.load(tmp_path / "-") as z:
+        assert len(z.files) == 1
