@@ -37,7 +37,11 @@ def _two_lengths() -> onnx.ModelProto:
     return _model(
         nodes,
         [vi("x", TensorProto.INT32, [600]), vi("y", TensorProto.INT32, [700])],
-        [vi("c", TensorProto.INT64, None), vi("d", TensorProto.INT64, None), vi("aa", TensorProto.FLOAT, None)],
+        [
+            vi("c", TensorProto.INT64, None),
+            vi("d", TensorProto.INT64, None),
+            vi("aa", TensorProto.FLOAT, None),
+        ],
     )
 
 
@@ -71,7 +75,11 @@ def _in_if_branch() -> onnx.ModelProto:
     ]
     return _model(
         nodes,
-        [vi("x", TensorProto.INT32, [600]), vi("y", TensorProto.INT32, [700]), vi("cond", TensorProto.BOOL, [])],
+        [
+            vi("x", TensorProto.INT32, [600]),
+            vi("y", TensorProto.INT32, [700]),
+            vi("cond", TensorProto.BOOL, []),
+        ],
         [vi("out", TensorProto.FLOAT, None), vi("bb", TensorProto.FLOAT, None)],
     )
 
@@ -137,6 +145,7 @@ def test_one_node_reading_two_values_of_one_cut_type_reads_two_inputs() -> None:
     assert len(renamed) == 2
     # The pins hold each node's own types from its full inputs: Concat([600], [700]) is [1300].
     pinned = {
-        v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in (*copy.graph.value_info, *copy.graph.output)
+        v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
+        for v in (*copy.graph.value_info, *copy.graph.output)
     }
     assert pinned["ab"] == [1300] and pinned["bab"] == [2000] and pinned["aa"] == [600]

@@ -156,7 +156,9 @@ def cut_copy(
             serialized = type_bytes.get(path)
             if serialized is None:
                 serialized = type_bytes[path] = {}
-            pin_outputs(graph, node, types[path], known, opsets, mine[0], inits[path], typed_nodes, serialized)
+            pin_outputs(
+                graph, node, types[path], known, opsets, mine[0], inits[path], typed_nodes, serialized
+            )
             if pinned is not None:
                 pinned.update([(path, name) for name in node.output if name])
     return copy, renamed
