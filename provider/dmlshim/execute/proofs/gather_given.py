@@ -2,16 +2,17 @@
 emulated node computed once per run; issue 36: small gathers too, so that a run costs what the nodes
 needing work cost).
 
-For indices that are all in ``[0, dim)``, ONNX's Gather/GatherElements/GatherND and DirectML's GATHER /
-GATHER_ELEMENTS / GATHER_ND define the same output: every element is a bit copy of one input element, chosen the same
-way. Negative indices (ONNX wraps them, DirectML's rules may not) and out-of-range ones are where the two
-can differ. So once the DirectML kernel has reproduced onnxruntime's output bit for bit on a session's
-first runs (:data:`dmlshim.execute.plan.steps.PROVE_RUNS`), later runs of the check only prove that the
-indices are in range, and take onnxruntime's output instead of computing the gather again: on a
-DeBERTa-v3-small (12 GatherElements of 1.5 MB along the last axis, computed by the kernels from inputs
-onnxruntime produced long before, so read from memory rather than cache) the steady run went from
-1.13-1.17x onnxruntime's to 1.00-1.01x. Small gathers take the same path (a kernel call in Python costs
-tens of microseconds against onnxruntime's few for such a node). Any other case (a negative index, an OrtValue, another dtype or shape
+For indices that are all in ``[0, dim)``, ONNX's Gather/GatherElements/GatherND and DirectML's
+GATHER / GATHER_ELEMENTS / GATHER_ND define the same output: every element is a bit copy of one input
+element, chosen the same way. Negative indices (ONNX wraps them, DirectML's rules may not) and
+out-of-range ones are where the two can differ. So once the DirectML kernel has reproduced onnxruntime's
+output bit for bit on a session's first runs (:data:`dmlshim.execute.plan.steps.PROVE_RUNS`), later runs
+of the check only prove that the indices are in range, and take onnxruntime's output instead of
+computing the gather again: on a DeBERTa-v3-small (12 GatherElements of 1.5 MB along the last axis,
+computed by the kernels from inputs onnxruntime produced long before, so read from memory rather than
+cache) the steady run went from 1.13-1.17x onnxruntime's to 1.00-1.01x. Small gathers take the same
+path (a kernel call in Python costs tens of microseconds against onnxruntime's few for such a node).
+Any other case (a negative index, an OrtValue, another dtype or shape
 than the node's, a node the translation sends to the CPU) computes and compares as before.
 
 A gather (GatherND too) whose indices cannot be negative by construction (:mod:`dmlshim.model.nonnegative`:
