@@ -67,11 +67,11 @@ from ..plan.steps import (
     TRANSLATION_CACHE_SIZE,
     EmulatedStep,
 )
-from ..proofs.gather_given import GIVEN_OPS, feed_shapes, lean_gathers
+from ..proofs.gather_given import feed_shapes, lean_gathers
 from ..record import PATH_CPU, RunRecord
 from ..weights.shared import SharedWeights, light_copy
 from ..weights.values import initializer_value
-from .path_choice import PATH_CHECK, PATH_PARTITIONED, TRIAL_MAX_WEIGHT_BYTES, PathChooser
+from .path_choice import PATH_CHECK, PATH_PARTITIONED, TRIAL_MAX_WEIGHT_BYTES, PathChooser, gathers_given
 from .whole_model import PendingCheck, WholeModelCheck, start_whole_model_check, whole_model_builder
 
 __all__ = [
@@ -93,15 +93,6 @@ _session = cpu_session  # the name execute.cpu_engine imports
 MIN_SEGMENTS_FOR_CHECK = 2
 """CPU segments from which the whole-model check pays: with one, a partitioned run already makes one
 onnxruntime call."""
-
-
-def gathers_given(emulated: Sequence[EmulatedIO], config: EngineConfig) -> bool:
-    """Whether the whole-model check pays below :data:`MIN_SEGMENTS_FOR_CHECK` CPU segments: every
-    emulated node is a gather whose output the check takes from onnxruntime after its first proved runs
-    (:mod:`dmlshim.execute.proofs.gather_given`), so that a run then costs one onnxruntime call and an
-    index range proof per gather, where the partitioned steps run every gather's kernel (a one-node
-    model's whole run). Not under ``full_check``, which computes every gather on every run anyway."""
-    return bool(emulated) and not config.full_check and all(io.op_type in GIVEN_OPS for io in emulated)
 
 
 class PartitionedEngine:

@@ -17,11 +17,24 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 logger = logging.getLogger(__name__)
 
+from ..engine import EngineConfig
+from ..plan.checks import EmulatedIO
+from ..proofs.gather_given import GIVEN_OPS
 from ..record import PATH_CHECK, PATH_PARTITIONED
+
+
+def gathers_given(emulated: Sequence[EmulatedIO], config: EngineConfig) -> bool:
+    """Whether the whole-model check pays below two CPU segments
+    (:data:`dmlshim.execute.engines.partitioned.MIN_SEGMENTS_FOR_CHECK`): every emulated node is a gather whose output the check takes from onnxruntime after its first proved runs
+    (:mod:`dmlshim.execute.proofs.gather_given`), so that a run then costs one onnxruntime call and an
+    index range proof per gather, where the partitioned steps run every gather's kernel (a one-node
+    model's whole run). Not under ``full_check``, which computes every gather on every run anyway."""
+    return bool(emulated) and not config.full_check and all(io.op_type in GIVEN_OPS for io in emulated)
+
 
 TIMED_RUNS = 2
 """Timed runs of each path before the choice (after one warm-up run of each)."""
