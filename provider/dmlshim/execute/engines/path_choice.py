@@ -29,7 +29,8 @@ from ..record import PATH_CHECK, PATH_PARTITIONED
 
 def gathers_given(emulated: Sequence[EmulatedIO], config: EngineConfig) -> bool:
     """Whether the whole-model check pays below two CPU segments
-    (:data:`dmlshim.execute.engines.partitioned.MIN_SEGMENTS_FOR_CHECK`): every emulated node is a gather whose output the check takes from onnxruntime after its first proved runs
+    (:data:`dmlshim.execute.engines.partitioned.MIN_SEGMENTS_FOR_CHECK`): every emulated node is a
+    gather whose output the check takes from onnxruntime after its first proved runs
     (:mod:`dmlshim.execute.proofs.gather_given`), so that a run then costs one onnxruntime call and an
     index range proof per gather, where the partitioned steps run every gather's kernel (a one-node
     model's whole run). Not under ``full_check``, which computes every gather on every run anyway."""
