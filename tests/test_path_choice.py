@@ -100,7 +100,7 @@ def test_kept_check_that_disagrees_rebuilds_the_partitions(monkeypatch: pytest.M
 
 
 def test_large_weights_keep_the_check_without_a_trial(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(partitioned, "TRIAL_MAX_WEIGHT_BYTES", 0)
+    monkeypatch.setattr(path_choice, "TRIAL_MAX_WEIGHT_BYTES", 0)
     model, feeds = chain_model()
     expected = ort_run(model, feeds)
     session = dmlshim.InferenceSession(model, sess_options=basic_options())
