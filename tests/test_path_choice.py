@@ -11,7 +11,7 @@ import onnxruntime as ort
 import pytest
 
 import dmlshim
-from dmlshim.execute.engines import partitioned, path_choice, whole_model
+from dmlshim.execute.engines import path_choice, whole_model
 from dmlshim.execute.engines.path_choice import PathChooser
 from dmlshim.execute.plan.cpu_step import CpuStep
 from dmlshim.execute.record import PATH_CHECK, PATH_PARTITIONED, RUN_PATHS
