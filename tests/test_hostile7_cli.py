@@ -1,0 +1,104 @@
+"""Hostile pass h7 (issue 35), commands and the file writer: output paths that name a folder, folders that
+are files, hostile member names in an --inputs archive. The commands run in child processes."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from .oracle import IR_VERSION, ort_run
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "dmlshim", *args]
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["d", "i"], ["o"], name="g")],
+        "h7",
+        [
+            helper.make_tensor_value_info("d", TensorProto.FLOAT, [3, 4]),
+            helper.make_tensor_value_info("i", TensorProto.INT64, [2]),
+        ],
+        [helper.make_tensor_value_info("o", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, ir_version=IR_VERSION, opset_imports=[helper.make_opsetid("", 18)])
+    onnx.save(model, tmp_path / "m.onnx")
+    np.savez(tmp_path / "in.npz", d=np.arange(12, dtype=np.float32).reshape(3, 4), i=np.array([2, -1]))
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", "m.onnx", "--inputs", "in.npz", "-o", "out/"],
+        ["lower", "m.onnx", "-o", "out/"],
+        ["inspect", "m.onnx", "--html", "out/"],
+        ["validate", "m.onnx", "--inputs", "in.npz", "--save-outputs", "out/"],
+        ["validate", "m.onnx", "--inputs", "in.npz", "--save-inputs", "out/"],
+    ],
+)
+def test_an_output_file_ending_in_a_separator_is_refused(args: list[str], folder: Path) -> None:
+    """``-o out/`` names a folder (open() refuses it: IsADirectoryError); run and lower wrote a file named
+    ``out`` and reported success."""
+    done = _cli([*args, "-q"], folder)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "ends with '/', which names a folder" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (folder / "out").exists()
+
+
+def test_an_output_file_under_a_regular_file_says_so(folder: Path) -> None:
+    """The message said the folder 'does not exist' when it exists as a file."""
+    (folder / "afile").write_bytes(b"keep")
+    done = _cli(["run", "m.onnx", "--inputs", "in.npz", "-o", "afile/x.npz", "-q"], folder)
+    assert done.returncode == 2
+    assert "folder 'afile' is not a folder" in done.stderr
+    assert (folder / "afile").read_bytes() == b"keep"
+
+
+def _npz(path: Path, members: list[tuple[str, np.ndarray]]) -> None:
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, array in members:
+            data = io.BytesIO()
+            np.save(data, array)
+            archive.writestr(name, data.getvalue())
+
+
+@pytest.mark.parametrize("name", ["../../escape.npy", "/abs.npy", "sub/i.npy", "i.npy.npy"])
+def test_inputs_members_with_path_names_are_no_feed_and_nothing_is_written(name: str, folder: Path) -> None:
+    """A member named like a path is refused as onnxruntime refuses a feed of no input's name; nothing is
+    extracted anywhere."""
+    d = np.arange(12, dtype=np.float32).reshape(3, 4)
+    _npz(folder / "evil.npz", [(name, np.zeros(2)), ("d.npy", d), ("i.npy", np.array([2, -1]))])
+    done = _cli(["run", "m.onnx", "--inputs", "evil.npz", "-q"], folder)
+    assert done.returncode == 2 and "is not an input of the model" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (folder.parent.parent / "escape.npy").exists() and not Path("/abs.npy").exists()
+
+
+@pytest.mark.filterwarnings("ignore:Duplicate name")
+def test_inputs_with_a_member_twice_take_numpys_choice(folder: Path) -> None:
+    """numpy.load reads the last of two members of one name; run reads the same values."""
+    d = np.arange(12, dtype=np.float32).reshape(3, 4)
+    _npz(folder / "dup.npz", [("i.npy", np.array([0, 0])), ("d.npy", d), ("i.npy", np.array([2, -1]))])
+    with np.load(folder / "dup.npz") as loaded:
+        feeds = {"d": loaded["d"], "i": loaded["i"]}
+    done = _cli(["run", "m.onnx", "--inputs", "dup.npz", "-o", "o.npz", "-q"], folder)
+    assert done.returncode == 0, done.stderr
+    want = ort_run(onnx.load(folder / "m.onnx"), feeds)[0]
+    with np.load(folder / "o.npz") as got:
+        np.testing.assert_array_equal(got["o"], want)
