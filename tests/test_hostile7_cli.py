@@ -140,3 +140,23 @@ def test_a_static_tensor_beside_a_symbolic_one_is_held_to_directmls_size_limits(
         node = json.loads(done.stdout)["nodes"][0]
         verdicts.append((node["status"], code in [r["code"] for r in node["reasons"]]))
     assert verdicts == [("fallback", True), ("fallback", True)]
+
+
+@pytest.mark.parametrize(("tolerance", "code"), [([], 1), (["--atol", "0.1"], 0)])
+def test_compare_without_a_tolerance_tells_negative_zero_from_zero(
+    tolerance: list[str], code: int, tmp_path: Path
+) -> None:
+    """compare is exact, bit for bit, by default (docs/validate-files.md): a DirectML output of -0.0 where
+    onnxruntime's Gather copied 0.0 matched, as |a - e| = 0; with a tolerance the values are compared."""
+    path = _symbolic_gather(tmp_path, [3, 4], [2])
+    np.savez(tmp_path / "z.npz", d=np.zeros((3, 4), np.float32), i=np.array([0, -1]))
+    done = _cli(["export", path.name, "--inputs", "z.npz", "-o", "exp", "-q"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    expected = np.load(tmp_path / "exp" / "000_g" / "expected_output.npy")
+    want = ort_run(onnx.load(path), {"d": np.zeros((3, 4), np.float32), "i": np.array([0, -1])})[0]
+    assert expected.tobytes() == want.tobytes()  # +0.0 bits, as onnxruntime copied them
+    np.save(tmp_path / "exp" / "000_g" / "dml_output.npy", -expected)
+    done = _cli(["compare", "exp", *tolerance], tmp_path)
+    assert done.returncode == code, done.stdout + done.stderr
+    if code:
+        assert "expected 0.0, got -0.0" in done.stdout
