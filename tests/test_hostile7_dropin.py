@@ -102,3 +102,17 @@ def test_threads_sharing_a_session_each_get_their_own_shapes_values(engine: str)
         t.join(timeout=300)
     assert not any(t.is_alive() for t in threads)
     assert not problems, problems[:3]
+
+
+def test_an_optimized_model_path_ending_in_a_separator_is_refused(tmp_path: Any) -> None:
+    """onnxruntime fails to write ``optimized_model_filepath = "opt/"`` (EISDIR, 'SystemError : 21'); dmlshim
+    wrote a file named ``opt`` and built the session."""
+    so = onnxruntime.SessionOptions()
+    so.log_severity_level = 4
+    so.optimized_model_filepath = str(tmp_path / "opt_ort") + "/"
+    with pytest.raises(RuntimeError):
+        onnxruntime.InferenceSession(_gather(), so, providers=["CPUExecutionProvider"])
+    so.optimized_model_filepath = str(tmp_path / "opt") + "/"
+    with pytest.raises(BadInputError, match="which names a folder"):
+        dmlshim.InferenceSession(_gather(), so, providers=["CPUExecutionProvider"])
+    assert not (tmp_path / "opt").exists()
