@@ -4,6 +4,7 @@ are files, hostile member names in an --inputs archive. The commands run in chil
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 import sys
 import zipfile
@@ -160,3 +161,25 @@ def test_compare_without_a_tolerance_tells_negative_zero_from_zero(
     assert done.returncode == code, done.stdout + done.stderr
     if code:
         assert "expected 0.0, got -0.0" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "said"),
+    [
+        ("DMLSHIM_KERNEL_THREADS", "many", "ignoring DMLSHIM_KERNEL_THREADS='many': not an integer"),
+        ("DMLSHIM_KERNEL_THREADS", "-1", "DMLSHIM_KERNEL_THREADS='-1' is below 1: using 1"),
+        ("DMLSHIM_KERNEL_CHUNK", "1e6", "ignoring DMLSHIM_KERNEL_CHUNK='1e6': not an integer"),
+    ],
+)
+def test_a_bad_kernel_setting_is_reported_by_the_cli(name: str, value: str, said: str, folder: Path) -> None:
+    """The settings are read at import, before the CLI sets up logging: the warning was lost and the value
+    silently replaced. The run's values are still onnxruntime's."""
+    env = {**os.environ, name: value}
+    cmd = [sys.executable, "-m", "dmlshim", "run", "m.onnx", "--inputs", "in.npz", "-o", "o.npz", "-q"]
+    done = subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert said in done.stderr
+    with np.load(folder / "in.npz") as loaded:
+        feeds = {"d": loaded["d"], "i": loaded["i"]}
+    with np.load(folder / "o.npz") as got:
+        np.testing.assert_array_equal(got["o"], ort_run(onnx.load(folder / "m.onnx"), feeds)[0])
