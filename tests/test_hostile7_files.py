@@ -87,3 +87,25 @@ def test_external_data_entries_are_read_or_refused_as_onnxruntime_does(case: str
     assert "Traceback" not in done.stderr
     if want is None:
         assert "initializer 'W'" in done.stderr
+
+
+@pytest.mark.parametrize("content", [b"root:x:0:0:root:/root:/bin/bash\n", b"", b"\x80\x04K\x01."])
+def test_a_dml_output_that_is_no_numpy_file_is_named_as_such(content: bytes, tmp_path: Path) -> None:
+    """compare read a dml_output.npy that is no .npy file (a link to /etc/passwd, an empty file, a pickle)
+    through numpy.load, whose message advised loading it 'unsafely' with allow_pickle; nothing is
+    unpickled and the message says what the file is not."""
+    path = _external(tmp_path, [("location", "w.bin")])
+    np.savez(tmp_path / "in.npz", x=np.array([1, -1]))
+    export = subprocess.run(
+        [sys.executable, "-m", "dmlshim", "export", path, "--inputs", "in.npz", "-o", "exp", "-q"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+    )
+    assert export.returncode == 0, export.stderr
+    (tmp_path / "exp" / "000_g" / "dml_output.npy").write_bytes(content)
+    done = subprocess.run(
+        [sys.executable, "-m", "dmlshim", "compare", "exp"], cwd=tmp_path, capture_output=True, text=True,
+        timeout=600,
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "is not a numpy array file" in done.stdout
+    assert "allow_pickle=" not in done.stdout + done.stderr
