@@ -62,10 +62,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    output_path = Path(args.output) if args.output else None
     inputs = (args.model, args.inputs)
-    if output_path is not None:
-        check_output_file(output_path, overwrite=args.overwrite, inputs=inputs)
+    # checked as typed: Path() would drop a trailing "/" that names a folder
+    output_path = check_output_file(args.output, overwrite=args.overwrite, inputs=inputs) if args.output else None
     shapes = input_shapes(args)
     generated: GeneratedInputs | None = None
     if args.inputs:

@@ -300,7 +300,9 @@ class CustomOpEngine:
             except Exception as exc:
                 # A custom op's failure can make a later onnxruntime node fail; the custom op's is the cause.
                 if state.error is not None:
-                    raise state.error from exc
+                    # keep the custom op's own cause (onnxruntime's message naming the model's node), not
+                    # the later failure of a node the lowering added (a Reshape named after the output)
+                    raise state.error from (state.error.__cause__ or exc)
                 # The same classes as the other engines: an index onnxruntime rejects (a node left to
                 # onnxruntime: string or empty data, a function body) is IndexOutOfRangeError.
                 raise ort_run_error(exc, "onnxruntime failed running the lowered model") from exc
