@@ -38,6 +38,9 @@ MODULES = (
     "producers_ort",
     "producers_jax",
     "producers_tf",
+    "producers_spox",
+    "producers_paddle",
+    "producers_onnxmltools",
     "handwritten",
 )
 BASE_PACKAGES = ("onnx", "onnxruntime", "numpy")
