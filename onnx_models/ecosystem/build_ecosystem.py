@@ -41,6 +41,7 @@ MODULES = (
     "producers_spox",
     "producers_paddle",
     "producers_onnxmltools",
+    "producers_tflite",
     "handwritten",
 )
 BASE_PACKAGES = ("onnx", "onnxruntime", "numpy")
