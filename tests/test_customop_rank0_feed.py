@@ -26,11 +26,15 @@ def _model() -> bytes:
     graph = helper.make_graph(
         nodes,
         "rank0_index",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 7]),
-         helper.make_tensor_value_info("k", TensorProto.INT64, [])],
-        [helper.make_tensor_value_info("col", TensorProto.FLOAT, [4]),
-         helper.make_tensor_value_info("one", TensorProto.FLOAT, []),
-         helper.make_tensor_value_info("row", TensorProto.FLOAT, [7])],
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 7]),
+            helper.make_tensor_value_info("k", TensorProto.INT64, []),
+        ],
+        [
+            helper.make_tensor_value_info("col", TensorProto.FLOAT, [4]),
+            helper.make_tensor_value_info("one", TensorProto.FLOAT, []),
+            helper.make_tensor_value_info("row", TensorProto.FLOAT, [7]),
+        ],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     model.ir_version = 10
@@ -43,8 +47,11 @@ def _ort(model: bytes, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"]).run(None, feeds)
 
 
-@pytest.mark.parametrize("k", [np.array(3), np.array([3]), np.array([[1]]), np.array([3, 1])],
-                         ids=["rank0", "rank1", "rank2", "two"])
+@pytest.mark.parametrize(
+    "k",
+    [np.array(3), np.array([3]), np.array([[1]]), np.array([3, 1])],
+    ids=["rank0", "rank1", "rank2", "two"],
+)
 def test_customop_follows_the_fed_rank_of_a_rank0_input(k: np.ndarray) -> None:
     model = _model()
     feeds = {"x": np.arange(28, dtype=np.float32).reshape(4, 7), "k": k.astype(np.int64)}

@@ -24,15 +24,30 @@ def _model() -> onnx.ModelProto:
     names = ("x", "idx", "src")
     types = (flt, i64, flt)
     then1 = helper.make_graph(
-        [helper.make_node("Reshape", [n, "flat"], [f"{n}_flat"]) for n in names], "then1", [],
-        [helper.make_tensor_value_info(f"{n}_flat", t, [30]) for n, t in zip(names, types)], initializer=[flat])
+        [helper.make_node("Reshape", [n, "flat"], [f"{n}_flat"]) for n in names],
+        "then1",
+        [],
+        [helper.make_tensor_value_info(f"{n}_flat", t, [30]) for n, t in zip(names, types, strict=True)],
+        initializer=[flat],
+    )
     else1 = helper.make_graph(
-        [helper.make_node("Identity", [n], [f"{n}_same"]) for n in names], "else1", [],
-        [helper.make_tensor_value_info(f"{n}_same", t, [6, 5]) for n, t in zip(names, types)])
-    then2 = helper.make_graph([helper.make_node("Squeeze", ["s"], ["t_out"])], "then2", [],
-                              [helper.make_tensor_value_info("t_out", flt, [30])])
-    else2 = helper.make_graph([helper.make_node("Identity", ["s"], ["e_out"])], "else2", [],
-                              [helper.make_tensor_value_info("e_out", flt, [30])])
+        [helper.make_node("Identity", [n], [f"{n}_same"]) for n in names],
+        "else1",
+        [],
+        [helper.make_tensor_value_info(f"{n}_same", t, [6, 5]) for n, t in zip(names, types, strict=True)],
+    )
+    then2 = helper.make_graph(
+        [helper.make_node("Squeeze", ["s"], ["t_out"])],
+        "then2",
+        [],
+        [helper.make_tensor_value_info("t_out", flt, [30])],
+    )
+    else2 = helper.make_graph(
+        [helper.make_node("Identity", ["s"], ["e_out"])],
+        "else2",
+        [],
+        [helper.make_tensor_value_info("e_out", flt, [30])],
+    )
     zero = helper.make_tensor("zero", i64, [], [0])
     nodes = [
         helper.make_node("Shape", ["x"], ["shape"]),
@@ -43,8 +58,11 @@ def _model() -> onnx.ModelProto:
         helper.make_node("If", ["is_scalar"], ["y"], then_branch=then2, else_branch=else2),
     ]
     graph = helper.make_graph(
-        nodes, "stale_branch", [helper.make_tensor_value_info(n, t, [6, 5]) for n, t in zip(names, types)],
-        [helper.make_tensor_value_info("y", flt, [30])], initializer=[zero],
+        nodes,
+        "stale_branch",
+        [helper.make_tensor_value_info(n, t, [6, 5]) for n, t in zip(names, types, strict=True)],
+        [helper.make_tensor_value_info("y", flt, [30])],
+        initializer=[zero],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     model.ir_version = 10
@@ -53,8 +71,11 @@ def _model() -> onnx.ModelProto:
 
 def _feeds() -> dict[str, np.ndarray]:
     rng = np.random.default_rng(5)
-    return {"x": rng.standard_normal((6, 5)).astype(np.float32), "idx": rng.integers(0, 5, (6, 5)),
-            "src": rng.standard_normal((6, 5)).astype(np.float32)}
+    return {
+        "x": rng.standard_normal((6, 5)).astype(np.float32),
+        "idx": rng.integers(0, 5, (6, 5)),
+        "src": rng.standard_normal((6, 5)).astype(np.float32),
+    }
 
 
 def test_export_captures_a_model_whose_taken_branch_has_a_stale_declared_shape(tmp_path: Path) -> None:

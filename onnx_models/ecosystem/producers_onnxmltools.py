@@ -58,10 +58,25 @@ def xgb_classifier() -> Built:
 
 
 SPECS: list[Spec] = [
-    Spec("mlt_lgbm_classifier", "onnxmltools", "LightGBM classifier, no ZipMap (label declared [1], one per row)",
-         lgbm_classifier, PACKAGES),
-    Spec("mlt_lgbm_regressor_split", "onnxmltools", "LightGBM regressor split into 3 TreeEnsembleRegressor nodes",
-         lgbm_regressor_split, PACKAGES),
-    Spec("mlt_xgb_classifier", "onnxmltools", "XGBoost classifier; the model imports only ai.onnx.ml",
-         xgb_classifier, PACKAGES),
+    Spec(
+        "mlt_lgbm_classifier",
+        "onnxmltools",
+        "LightGBM classifier, no ZipMap (label declared [1], one per row)",
+        lgbm_classifier,
+        PACKAGES,
+    ),
+    Spec(
+        "mlt_lgbm_regressor_split",
+        "onnxmltools",
+        "LightGBM regressor split into 3 TreeEnsembleRegressor nodes",
+        lgbm_regressor_split,
+        PACKAGES,
+    ),
+    Spec(
+        "mlt_xgb_classifier",
+        "onnxmltools",
+        "XGBoost classifier; the model imports only ai.onnx.ml",
+        xgb_classifier,
+        PACKAGES,
+    ),
 ]

@@ -47,9 +47,11 @@ def scatter_elements_int() -> Built:
     i = argument(Tensor(np.int64, (3, 4)))
     u = argument(Tensor(np.int32, (3, 4)))
     outs = {red: op18.scatter_elements(x, i, u, axis=-1, reduction=red) for red in ("min", "max", "mul")}
-    feeds = {"x": _rng(73).integers(-9, 9, (3, 6)).astype(np.int32),
-             "i": _rng(74).integers(-6, 6, (3, 4)).astype(np.int64),
-             "u": _rng(75).integers(-9, 9, (3, 4)).astype(np.int32)}
+    feeds = {
+        "x": _rng(73).integers(-9, 9, (3, 6)).astype(np.int32),
+        "i": _rng(74).integers(-6, 6, (3, 4)).astype(np.int64),
+        "u": _rng(75).integers(-9, 9, (3, 4)).astype(np.int32),
+    }
     return _model({"x": x, "i": i, "u": u}, outs, feeds)
 
 
@@ -58,8 +60,11 @@ def gathernd_batch2() -> Built:
     i = argument(Tensor(np.int64, (2, 3, 2, 1)))
     e = argument(Tensor(np.int64, (2, 3, 4, 2)))
     outs = {"g": op21.gather_nd(d, i, batch_dims=2), "ge": op21.gather_elements(d, e, axis=-1)}
-    feeds = {"d": _f(76, 2, 3, 4, 5), "i": _rng(77).integers(-4, 4, (2, 3, 2, 1)).astype(np.int64),
-             "e": _rng(78).integers(-5, 5, (2, 3, 4, 2)).astype(np.int64)}
+    feeds = {
+        "d": _f(76, 2, 3, 4, 5),
+        "i": _rng(77).integers(-4, 4, (2, 3, 2, 1)).astype(np.int64),
+        "e": _rng(78).integers(-5, 5, (2, 3, 4, 2)).astype(np.int64),
+    }
     return _model({"d": d, "i": i, "e": e}, outs, feeds)
 
 
@@ -79,7 +84,9 @@ def gather_dtypes() -> Built:
         "uint8": rng.integers(0, 255, (4, 3)).astype(np.uint8),
         "float16": rng.standard_normal((4, 3)).astype(np.float16),
         "float64": rng.standard_normal((4, 3)),
-        "string": np.array([["a", "bb", "c"], ["d", "", "ff"], ["g", "h", "ii"], ["j", "k", "l"]], dtype=np.str_),
+        "string": np.array(
+            [["a", "bb", "c"], ["d", "", "ff"], ["g", "h", "ii"], ["j", "k", "l"]], dtype=np.str_
+        ),
     }
     idx = argument(Tensor(np.int32, (3,)))
     ins: dict[str, Var] = {"idx": idx}
@@ -105,16 +112,46 @@ def kv_row_write() -> Built:
 
 
 SPECS: list[Spec] = [
-    Spec("spox_scatternd_minmax", "spox", "ScatterND reduction min, max and mul with a repeated and a negative index",
-         scatternd_minmax, PACKAGES),
-    Spec("spox_scatter_elements_int", "spox", "ScatterElements min/max/mul on int32 data, axis -1, negative indices",
-         scatter_elements_int, PACKAGES),
-    Spec("spox_gathernd_batch2", "spox", "GatherND batch_dims 2 on rank-4 data, GatherElements axis -1",
-         gathernd_batch2, PACKAGES),
-    Spec("spox_gather_scalar_index", "spox", "Gather with a rank-0 index (a rank-0 output), and its negation",
-         gather_scalar_index, PACKAGES),
-    Spec("spox_gather_dtypes", "spox", "Gather over bool, int8, uint8, float16, float64 and string; ScatterElements on bool",
-         gather_dtypes, PACKAGES),
-    Spec("spox_kv_row_write", "spox", "Shape->Gather->Range->GatherND->ScatterND add on symbolic batch and sequence",
-         kv_row_write, PACKAGES),
+    Spec(
+        "spox_scatternd_minmax",
+        "spox",
+        "ScatterND reduction min, max and mul with a repeated and a negative index",
+        scatternd_minmax,
+        PACKAGES,
+    ),
+    Spec(
+        "spox_scatter_elements_int",
+        "spox",
+        "ScatterElements min/max/mul on int32 data, axis -1, negative indices",
+        scatter_elements_int,
+        PACKAGES,
+    ),
+    Spec(
+        "spox_gathernd_batch2",
+        "spox",
+        "GatherND batch_dims 2 on rank-4 data, GatherElements axis -1",
+        gathernd_batch2,
+        PACKAGES,
+    ),
+    Spec(
+        "spox_gather_scalar_index",
+        "spox",
+        "Gather with a rank-0 index (a rank-0 output), and its negation",
+        gather_scalar_index,
+        PACKAGES,
+    ),
+    Spec(
+        "spox_gather_dtypes",
+        "spox",
+        "Gather over bool, int8, uint8, float16, float64 and string; ScatterElements on bool",
+        gather_dtypes,
+        PACKAGES,
+    ),
+    Spec(
+        "spox_kv_row_write",
+        "spox",
+        "Shape->Gather->Range->GatherND->ScatterND add on symbolic batch and sequence",
+        kv_row_write,
+        PACKAGES,
+    ),
 ]

@@ -22,13 +22,20 @@ PACKAGES = ("tensorflow-cpu", "tf2onnx")
 
 @tf.function
 def _gathers(x, i, j, e):  # type: ignore[no-untyped-def]
-    return tf.gather(x, i, axis=2, batch_dims=1), tf.gather_nd(x, j, batch_dims=1), tf.nn.embedding_lookup(e, i)
+    return (
+        tf.gather(x, i, axis=2, batch_dims=1),
+        tf.gather_nd(x, j, batch_dims=1),
+        tf.nn.embedding_lookup(e, i),
+    )
 
 
 @tf.function
 def _scatters(i, u, seg, data):  # type: ignore[no-untyped-def]
-    return (tf.scatter_nd(i, u, tf.constant([6, 3])), tf.math.unsorted_segment_max(data, seg, 4),
-            tf.math.unsorted_segment_sum(data, seg, 4))
+    return (
+        tf.scatter_nd(i, u, tf.constant([6, 3])),
+        tf.math.unsorted_segment_max(data, seg, 4),
+        tf.math.unsorted_segment_sum(data, seg, 4),
+    )
 
 
 @tf.function
@@ -57,14 +64,28 @@ def _f(rng: np.random.Generator, *shape: int) -> np.ndarray:
 
 def gathers() -> Built:
     rng = np.random.default_rng(11)
-    return _convert(_gathers, [_f(rng, 2, 4, 5), rng.integers(0, 5, (2, 3)).astype(np.int32),
-                               np.array([[[1, 4], [3, 0]], [[0, 2], [2, 2]]], np.int32), _f(rng, 5, 6)])
+    return _convert(
+        _gathers,
+        [
+            _f(rng, 2, 4, 5),
+            rng.integers(0, 5, (2, 3)).astype(np.int32),
+            np.array([[[1, 4], [3, 0]], [[0, 2], [2, 2]]], np.int32),
+            _f(rng, 5, 6),
+        ],
+    )
 
 
 def scatters() -> Built:
     rng = np.random.default_rng(12)
-    return _convert(_scatters, [np.array([[1], [4], [1], [0]], np.int32), _f(rng, 4, 3),
-                                np.array([0, 3, 3, 1, 0], np.int32), _f(rng, 5, 2)])
+    return _convert(
+        _scatters,
+        [
+            np.array([[1], [4], [1], [0]], np.int32),
+            _f(rng, 4, 3),
+            np.array([0, 3, 3, 1, 0], np.int32),
+            _f(rng, 5, 2),
+        ],
+    )
 
 
 def topk_gather() -> Built:
@@ -72,9 +93,21 @@ def topk_gather() -> Built:
 
 
 SPECS: list[Spec] = [
-    Spec("tfl_gathers", "tf2onnx (tflite)", "GATHER batch_dims 1, GATHER_ND batch_dims 1, embedding lookup",
-         gathers, PACKAGES),
-    Spec("tfl_scatters", "tf2onnx (tflite)", "SCATTER_ND with a repeated index, unsorted segment max and sum",
-         scatters, PACKAGES),
-    Spec("tfl_topk_gather", "tf2onnx (tflite)", "TOPK_V2 indices into a batched GATHER", topk_gather, PACKAGES),
+    Spec(
+        "tfl_gathers",
+        "tf2onnx (tflite)",
+        "GATHER batch_dims 1, GATHER_ND batch_dims 1, embedding lookup",
+        gathers,
+        PACKAGES,
+    ),
+    Spec(
+        "tfl_scatters",
+        "tf2onnx (tflite)",
+        "SCATTER_ND with a repeated index, unsorted segment max and sum",
+        scatters,
+        PACKAGES,
+    ),
+    Spec(
+        "tfl_topk_gather", "tf2onnx (tflite)", "TOPK_V2 indices into a batched GATHER", topk_gather, PACKAGES
+    ),
 ]
