@@ -6,14 +6,13 @@ held it) came back as [4] where onnxruntime gives [4, 1]. Expected values: onnxr
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
 pytest.importorskip("onnxruntime_extensions")
 
-from dmlshim import InferenceSession  # noqa: E402
+from dmlshim import InferenceSession
 
 
 def _model() -> bytes:

@@ -51,7 +51,7 @@ def _export(layer: paddle.nn.Layer, feeds: dict[str, np.ndarray]) -> Built:
         model = onnx.load(prefix + ".onnx")
     model.ir_version = min(model.ir_version, 10)
     names = [i.name for i in model.graph.input]
-    return Built(model, dict(zip(names, feeds.values())))
+    return Built(model, dict(zip(names, feeds.values(), strict=True)))
 
 
 def _f(rng: np.random.Generator, *shape: int) -> np.ndarray:
