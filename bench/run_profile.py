@@ -29,7 +29,7 @@ PARTS: dict[str, tuple[str, str]] = {
     "onnxruntime": ("", "run"),  # onnxruntime's pybind run (the check's, a CPU segment's)
     "emulated_steps": ("steps.py", "__call__"),
     "lean_gathers": ("whole_model.py", "_given_by_shapes"),
-    "scatter_verify": ("steps.py", "verify"),
+    "verify": ("steps.py", "verify"),  # a scatter verified, a gather proved or given
     "compare": ("whole_model.py", "identical"),
     "record": ("partitioned.py", "_record"),
 }

@@ -7,6 +7,7 @@ never from dmlshim's own kernels.
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -47,18 +48,31 @@ def make_node_model(
     return helper.make_model(graph, opset_imports=opsets, ir_version=IR_VERSION)
 
 
-def ort_session(model: onnx.ModelProto | bytes | str) -> ort.InferenceSession:
-    """A CPU session with one intra-op thread (onnxruntime's ScatterND is racy on duplicates otherwise)."""
+def ort_session(model: onnx.ModelProto | bytes | str | os.PathLike[str], *, quiet: bool = False) -> ort.InferenceSession:
+    """A CPU session with one intra-op thread (onnxruntime's ScatterND is racy on duplicates otherwise).
+
+    ``model`` is a ModelProto, serialized bytes or a path; ``quiet`` keeps onnxruntime's warnings out of
+    the test log (for models whose declared shapes it corrects).
+    """
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     so.inter_op_num_threads = 1
-    payload = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
+    if quiet:
+        so.log_severity_level = 3
+    if isinstance(model, onnx.ModelProto):
+        payload: bytes | str = model.SerializeToString()
+    elif isinstance(model, os.PathLike):
+        payload = os.fspath(model)
+    else:
+        payload = model
     return ort.InferenceSession(payload, so, providers=["CPUExecutionProvider"])
 
 
-def ort_run(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+def ort_run(
+    model: onnx.ModelProto | bytes | str | os.PathLike[str], feeds: Mapping[str, np.ndarray], *, quiet: bool = False
+) -> list[np.ndarray]:
     """Run a model on onnxruntime CPU, single-threaded; all outputs."""
-    return list(ort_session(model).run(None, dict(feeds)))
+    return list(ort_session(model, quiet=quiet).run(None, dict(feeds)))
 
 
 def ort_node(

@@ -7,19 +7,14 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from bench.realistic_models import LARGE, DecoderConfig, decoder_feeds, write_decoder_step
 
 import dmlshim
+from tests.oracle import ort_run
 
 TINY = DecoderConfig(layers=2, hidden=64, heads=4, vocab=500, positions=32, past=5)
 
-
-def _ort(path: Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]).run(None, feeds)
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +28,8 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def test_streamed_external_data_is_the_inline_model(written: tuple[Path, Path]) -> None:
     inline, external = written
     feeds = decoder_feeds(TINY)
-    expected = _ort(inline, feeds)  # onnxruntime CPU on the model saved in one message
-    got = _ort(external, feeds)
+    expected = ort_run(inline, feeds)  # onnxruntime CPU on the model saved in one message
+    got = ort_run(external, feeds)
     assert len(got) == 1 + 2 * TINY.layers
     for a, b in zip(expected, got, strict=True):
         np.testing.assert_array_equal(a, b)
@@ -69,7 +64,7 @@ def test_weights_are_external_page_aligned_and_only_small_tensors_inline(written
 def test_default_session_on_streamed_model_equals_onnxruntime(written: tuple[Path, Path]) -> None:
     _, external = written
     feeds = decoder_feeds(TINY)
-    expected = _ort(external, feeds)
+    expected = ort_run(external, feeds)
     got = dmlshim.InferenceSession(str(external)).run(None, feeds)
     for a, b in zip(expected, got, strict=True):
         np.testing.assert_array_equal(a, b)

@@ -11,7 +11,9 @@ MODELS = Path(__file__).resolve().parents[1] / "onnx_models"
 
 def test_partitioned_model_profile_names_its_kernel_step() -> None:
     found = profile_model(str(MODELS / "gathernd_batch_dims1.onnx"), runs=3)
-    assert found["path"] == "partitioned"  # one emulated node, no CPU segment: no whole-model check
+    # one emulated node and no CPU segment: the check is tried, and dropped once the gather, whose
+    # indices are negative, must still be computed after its proved runs
+    assert found["path"] == "partitioned"
     parts = found["us_per_run"]
     assert parts["emulated_steps"] > 0 and parts["total"] >= parts["emulated_steps"]
     assert parts["onnxruntime"] == 0  # nothing of this model runs in onnxruntime
@@ -22,4 +24,4 @@ def test_checked_model_profile_names_onnxruntime_and_lean_gathers() -> None:
     found = profile_model(str(MODELS / "real" / "mixtral_moe_dynamo.onnx"), runs=3)
     assert found["path"] == "whole-model check"
     parts = found["us_per_run"]
-    assert parts["onnxruntime"] > 0 and parts["lean_gathers"] > 0 and parts["emulated_steps"] > 0
+    assert parts["onnxruntime"] > 0 and parts["lean_gathers"] > 0 and parts["verify"] > 0

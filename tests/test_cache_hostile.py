@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import dmlshim
 from dmlshim.translate.model_translation import translate_model
+from tests.oracle import ort_run
 
 ENGINES = ("partitioned", "customop", "cpu")
 
@@ -28,13 +28,6 @@ def _model(nodes, inputs, outputs, initializers=(), opset: int = 13) -> onnx.Mod
     graph = helper.make_graph(nodes, "hostile", inputs, outputs, initializer=list(initializers))
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
 
-
-def _ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.log_severity_level = 3
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    return session.run(None, feeds)
 
 
 def _translations(model: onnx.ModelProto) -> dict[str, dict[str, object]]:
@@ -93,7 +86,7 @@ def test_sibling_branches_with_one_value_name_keep_their_own_types(
     ]
     model = _model([node], inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
     feeds = {"c": np.array(cond), "BIG": np.arange(length, dtype=np.float32)}
-    expected = _ort(model, feeds)
+    expected = ort_run(model, feeds)
     assert expected[0].tolist() == ([6.0] if cond else [9.0])
     got = dmlshim.InferenceSession(model.SerializeToString(), engine=engine).run(None, feeds)
     np.testing.assert_array_equal(got[0], expected[0])
@@ -137,7 +130,7 @@ def test_an_overridable_default_decides_no_shape(length: int, feeds_end: int | N
     feeds = {"BIG": np.arange(length, dtype=np.float32)}
     if feeds_end is not None:
         feeds["en"] = np.array([feeds_end], np.int64)
-    expected = _ort(model, feeds)
+    expected = ort_run(model, feeds)
     assert expected[0].tolist() == [float((feeds_end or 10) - 1)]
     got = dmlshim.InferenceSession(model.SerializeToString(), engine=engine).run(None, feeds)
     np.testing.assert_array_equal(got[0], expected[0])
@@ -189,7 +182,7 @@ def test_a_loop_body_reads_the_outer_value_of_its_own_branch(cond: bool, engine:
     ]
     model = _model([node], inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
     feeds = {"c": np.array(cond), "BIG": np.arange(2000, dtype=np.float32)}
-    expected = _ort(model, feeds)
+    expected = ort_run(model, feeds)
     assert expected[0].tolist() == ([[6.0]] if cond else [[9.0]])
     got = dmlshim.InferenceSession(model.SerializeToString(), engine=engine).run(None, feeds)
     np.testing.assert_array_equal(got[0], expected[0])
@@ -225,7 +218,7 @@ def test_an_if_on_an_overridable_condition_is_not_settled_statically(
     feeds = {"X": np.array([10, 20, 30, 40], np.float32)}
     if feed_cond is not None:
         feeds["c"] = np.array(feed_cond)
-    expected = _ort(model, feeds)
+    expected = ort_run(model, feeds)
     assert expected[0].tolist() == [30.0]
     got = dmlshim.InferenceSession(model.SerializeToString(), engine=engine).run(None, feeds)
     np.testing.assert_array_equal(got[0], expected[0])
@@ -287,6 +280,6 @@ def test_onnxruntimes_message_names_the_node_in_every_engine(engine: str) -> Non
         "upd": np.array([[7, 8]], np.float32),
     }
     with pytest.raises(Exception, match="Name:'S'"):
-        _ort(model, feeds)
+        ort_run(model, feeds)
     with pytest.raises(Exception, match="Name:'S'"):
         dmlshim.InferenceSession(model.SerializeToString(), engine=engine).run(None, feeds)

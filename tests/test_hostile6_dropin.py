@@ -18,6 +18,7 @@ from onnx import TensorProto, helper
 
 import dmlshim
 from dmlshim.errors import BadInputError
+from tests.oracle import ort_session
 
 ENGINES = ("partitioned", "customop", "cpu")
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
@@ -34,11 +35,6 @@ def _model(op: str, inputs: list[str], **attrs) -> bytes:
     model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 18)])
     return model.SerializeToString()
 
-
-def _ort(model: bytes) -> onnxruntime.InferenceSession:
-    so = onnxruntime.SessionOptions()
-    so.intra_op_num_threads = 1
-    return onnxruntime.InferenceSession(model, so, providers=["CPUExecutionProvider"])
 
 
 _RANK0 = [
@@ -57,7 +53,7 @@ def test_rank0_data_with_empty_index_tuples_follows_onnxruntime(
     inference refused it at load."""
     model = _model(op, inputs)
     feeds = {"d": np.array(1.5, np.float32), **feeds}
-    want = _ort(model).run(None, feeds)
+    want = ort_session(model).run(None, feeds)
     got = dmlshim.InferenceSession(model, engine=engine).run(None, feeds)
     assert got[0].shape == want[0].shape and got[0].dtype == want[0].dtype
     np.testing.assert_array_equal(got[0], want[0])
@@ -77,7 +73,7 @@ def test_output_bound_by_name_keeps_its_first_shape_as_in_onnxruntime(engine: st
     pre-allocated memory: a later run of another output shape fails until the output is bound again."""
     model = _model("Gather", ["d", "i"])
     results = []
-    for sess in (_ort(model), dmlshim.InferenceSession(model, engine=engine)):
+    for sess in (ort_session(model), dmlshim.InferenceSession(model, engine=engine)):
         binding = _bound(sess, np.array([0, 1]))
         sess.run_with_iobinding(binding)
         binding.bind_cpu_input("i", np.array([3, 2]))
@@ -216,7 +212,7 @@ def test_empty_model_path_is_onnxruntimes_type_error() -> None:
 def _gather_session(module) -> Any:
     model = _model("Gather", ["d", "i"])
     if module is onnxruntime:
-        return _ort(model)
+        return ort_session(model)
     return dmlshim.InferenceSession(model)
 
 
@@ -274,3 +270,27 @@ def test_feed_of_a_numpy_type_onnx_lacks_is_onnxruntimes_runtime_error(dtype: st
     assert isinstance(ours.value, BadInputError) and ours.value.tensor == "i"
     assert not isinstance(ours.value, onnxruntime.capi.onnxruntime_pybind11_state.InvalidArgument)
     assert str(ours.value).startswith(str(theirs.value).rstrip("."))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", "{model}", "-o", "-"],
+        ["export", "{model}", "-o", "-"],
+        ["lower", "{model}", "-o", "-"],
+        ["inspect", "{model}", "--html", "-"],
+    ],
+)
+def test_dash_as_an_output_is_a_usage_error_not_a_file_named_dash(args: list[str], tmp_path: Path) -> None:
+    """``-o -`` reads as standard output to anyone used to Unix tools; none of these outputs can go there,
+    so it is refused (exit 2) instead of writing a file called ``-``; ``./-`` still names that file."""
+    model = str(MODELS / "embedding_gather.onnx")
+    done = _run([a.replace("{model}", model) for a in args], tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert "'-' (standard output) is not supported" in done.stderr and "./-" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "-").exists()
+    written = _run(["run", model, "-o", "./-"], tmp_path)
+    assert written.returncode == 0, written.stderr
+    with np.load(tmp_path / "-") as z:
+        assert len(z.files) == 1

@@ -19,15 +19,11 @@ from onnx.external_data_helper import convert_model_to_external_data
 
 import dmlshim
 from dmlshim.errors import BadModelError, IndexOutOfRangeError
+from tests.oracle import ort_session
 
 ENGINES = ("partitioned", "customop", "cpu")
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
 
-
-def _ort_session(src: str | bytes) -> onnxruntime.InferenceSession:
-    so = onnxruntime.SessionOptions()
-    so.intra_op_num_threads = 1
-    return onnxruntime.InferenceSession(src, so, providers=["CPUExecutionProvider"])
 
 
 def _gather(node_name: str, input_name: str, output_name: str, weight: str = "W") -> onnx.ModelProto:
@@ -44,7 +40,7 @@ def test_out_of_range_error_names_the_onnx_node_op_tensor_and_position(engine: s
     model = _gather("my_gather", "ids", "y").SerializeToString()
     feeds = {"ids": np.array([[0, 1], [2, 9]], np.int64)}
     with pytest.raises(Exception) as theirs:
-        _ort_session(model).run(None, feeds)
+        ort_session(model).run(None, feeds)
     assert "idx=9" in str(theirs.value)
     with pytest.raises(IndexOutOfRangeError) as ours:
         dmlshim.InferenceSession(model, engine=engine).run(None, feeds)
@@ -166,7 +162,7 @@ def test_small_external_tensor_driving_a_shape_is_refused_as_onnxruntime_refuses
         tmp_path, helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 18)])
     )
     with pytest.raises(Exception, match="Cannot parse data from external tensors") as theirs:
-        _ort_session(path)
+        ort_session(path)
     assert "tensor: S" in str(theirs.value)
     with pytest.raises(BadModelError, match="Cannot parse data from external tensors"):
         dmlshim.InferenceSession(path, engine=engine)

@@ -11,6 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import dmlshim
 from dmlshim.errors import IndexOutOfRangeError
+from tests.oracle import ort_session
 
 ENGINES = ("partitioned", "customop", "cpu")
 F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
@@ -46,11 +47,6 @@ def _loop_scatter() -> bytes:
     return model.SerializeToString()
 
 
-def _ort(model: bytes) -> onnxruntime.InferenceSession:
-    so = onnxruntime.SessionOptions()
-    so.intra_op_num_threads = 1
-    return onnxruntime.InferenceSession(model, so, providers=["CPUExecutionProvider"])
-
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_index_out_of_range_in_a_loop_body_names_the_body_node(engine: str) -> None:
@@ -63,7 +59,7 @@ def test_index_out_of_range_in_a_loop_body_names_the_body_node(engine: str) -> N
         "upd": np.arange(12, dtype=np.float32).reshape(4, 3),
     }
     np.testing.assert_array_equal(
-        dmlshim.InferenceSession(model, engine=engine).run(None, good)[0], _ort(model).run(None, good)[0]
+        dmlshim.InferenceSession(model, engine=engine).run(None, good)[0], ort_session(model).run(None, good)[0]
     )
     bad = {
         "n": np.array(5),
@@ -71,7 +67,7 @@ def test_index_out_of_range_in_a_loop_body_names_the_body_node(engine: str) -> N
         "upd": np.arange(15, dtype=np.float32).reshape(5, 3),
     }
     with pytest.raises(Exception, match="indice = 4"):
-        _ort(model).run(None, bad)
+        ort_session(model).run(None, bad)
     with pytest.raises(IndexOutOfRangeError) as info:
         dmlshim.InferenceSession(model, engine=engine).run(None, bad)
     err = info.value
@@ -104,7 +100,7 @@ def test_scalar_output_of_inputs_of_unknown_rank(case: str, dtype: type, engine:
     )
     model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 18)])
     feeds = {"d": data.astype(dtype), "i": indices}
-    want = _ort(model.SerializeToString()).run(None, feeds)[0]
+    want = ort_session(model.SerializeToString()).run(None, feeds)[0]
     got = dmlshim.InferenceSession(model.SerializeToString(), engine=engine).run(None, feeds)[0]
     assert got.shape == want.shape and got.dtype == want.dtype
     np.testing.assert_array_equal(got, want)

@@ -11,19 +11,12 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import dmlshim
 from tests.fuzz_settings import run_cli
-
-
-def _ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    so = onnxruntime.SessionOptions()
-    so.intra_op_num_threads = 1
-    sess = onnxruntime.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    return list(sess.run(None, feeds))
+from tests.oracle import ort_run
 
 
 def _constant_and_fed_gathers() -> onnx.ModelProto:
@@ -62,7 +55,7 @@ def test_inspect_inputs_counts_a_gather_of_initializers_as_such(tmp_path: Path) 
     assert "1 reading only initializers" in shapes, shapes
     # and both nodes give onnxruntime's values
     ours = dmlshim.InferenceSession(model.SerializeToString()).run(None, _FEEDS)
-    for got, want in zip(ours, _ort(model, _FEEDS), strict=True):
+    for got, want in zip(ours, ort_run(model, _FEEDS), strict=True):
         np.testing.assert_array_equal(got, want)
         assert got.dtype == want.dtype
 
@@ -94,7 +87,7 @@ def test_a_bad_dmlshim_kernels_value_is_reported_through_logging_set_up_after_im
     assert res.returncode == 0, res.stderr
     assert "ignoring DMLSHIM_KERNELS='fast'" in res.stderr, res.stderr
     got = np.load(tmp_path / "o.npz")
-    want = _ort(model, _FEEDS)
+    want = ort_run(model, _FEEDS)
     np.testing.assert_array_equal(got["row"], want[0])
     np.testing.assert_array_equal(got["cols"], want[1])
 
@@ -112,7 +105,7 @@ def test_a_bad_dmlshim_kernels_value_is_reported_by_the_cli(tmp_path: Path) -> N
     assert res.returncode == 0, res.stderr
     assert "ignoring DMLSHIM_KERNELS='numbaa'" in res.stderr, res.stderr
     got = np.load(tmp_path / "out.npz")
-    want = _ort(model, _FEEDS)
+    want = ort_run(model, _FEEDS)
     np.testing.assert_array_equal(got["row"], want[0])
     np.testing.assert_array_equal(got["cols"], want[1])
 

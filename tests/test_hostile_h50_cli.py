@@ -15,11 +15,11 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from tests.fuzz_settings import assert_cli_error, run_cli
+from tests.oracle import ort_run
 
 
 def _gather_model(name: str = "g", prefix: str = "") -> onnx.ModelProto:
@@ -34,11 +34,6 @@ def _gather_model(name: str = "g", prefix: str = "") -> onnx.ModelProto:
         graph, ir_version=10, opset_imports=[helper.make_opsetid("", 18)], doc_string=name
     )
 
-
-def _ort(path: Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    so = onnxruntime.SessionOptions()
-    so.intra_op_num_threads = 1
-    return onnxruntime.InferenceSession(str(path), so, providers=["CPUExecutionProvider"]).run(None, feeds)
 
 
 _HTML = "</script><script>alert(1)</script><img src=x onerror=alert(2)>\"'&\u2028<!--"
@@ -222,7 +217,7 @@ def test_the_summary_never_replaces_a_model_the_program_loaded(tmp_path: Path) -
     assert res.returncode == 0, res.stderr
     assert "refusing to replace an input" in res.stderr and "Traceback" not in res.stderr
     assert (tmp_path / "m.onnx").read_bytes() == before
-    want = _ort(tmp_path / "m.onnx", {"x": np.array([1], np.int64)})[0].tolist()
+    want = ort_run(tmp_path / "m.onnx", {"x": np.array([1], np.int64)})[0].tolist()
     assert res.stdout.strip() == str(want)
 
 
@@ -306,7 +301,7 @@ def test_a_memory_limit_is_applied(value: str, refused: bool, tmp_path: Path) ->
         return
     assert res.returncode == 0, res.stderr
     got = np.load(tmp_path / "o.npz")["y"]
-    np.testing.assert_array_equal(got, _ort(tmp_path / "m.onnx", {"x": np.zeros(2000, np.int64)})[0])
+    np.testing.assert_array_equal(got, ort_run(tmp_path / "m.onnx", {"x": np.zeros(2000, np.int64)})[0])
 
 
 def _hostile_folder(root: Path) -> Path:

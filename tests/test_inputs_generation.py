@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto as T
 from onnx import helper
@@ -22,6 +21,7 @@ from dmlshim import BadInputError
 from dmlshim.inputs import generate, generate_inputs
 from dmlshim.validate import validate_model
 from tests.fuzz_settings import assert_cli_error, run_cli
+from tests.oracle import ort_run
 
 IR_VERSION = 10
 VOCAB, POSITIONS, HEADS, HEAD_DIM = 50, 16, 2, 4
@@ -88,13 +88,6 @@ def kv_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def _ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(
-        None, feeds
-    )
-
 
 def _relation_holds(shapes: dict[str, tuple[int, ...]]) -> None:
     batch, seq = shapes["input_ids"]
@@ -118,7 +111,7 @@ def test_kv_cache_symbols_are_related(total: str) -> None:
     np.testing.assert_array_equal(
         feeds["position_ids"], np.broadcast_to(np.arange(seq), feeds["position_ids"].shape)
     )
-    _ort(model, feeds)  # onnxruntime itself accepts them
+    ort_run(model, feeds)  # onnxruntime itself accepts them
     if total.startswith("total"):
         assert generated.symbols["total_sequence_length"] == (
             generated.symbols["past_sequence_length"] + generated.symbols["sequence_length"]
@@ -130,7 +123,7 @@ def test_decoding_step_needs_two_symbols_changed() -> None:
     generated = generate(model)
     _relation_holds(generated.shapes)
     assert generated.shapes["input_ids"][1] == 1 and generated.tries > 2
-    _ort(model, generated.feeds)
+    ort_run(model, generated.feeds)
     report = validate_model(model)
     assert report.match and dict(report.input_symbols)["sequence_length"] == 1
 
@@ -276,7 +269,7 @@ def test_zero_d_bool_input_is_a_0d_array(tmp_path: Path) -> None:
         seen.add(bool(cond))
         row = 1 if cond else 3
         np.testing.assert_array_equal(
-            _ort(model, {"cond": cond})[0], np.arange(12, dtype=np.float32)[row * 3 : row * 3 + 3]
+            ort_run(model, {"cond": cond})[0], np.arange(12, dtype=np.float32)[row * 3 : row * 3 + 3]
         )
     assert seen == {True, False}
     path = tmp_path / "cond.onnx"
@@ -347,5 +340,5 @@ def test_indices_through_cast_and_unsqueeze_follow_the_chosen_sizes() -> None:
             assert feeds["ids"].dtype == np.int32 and feeds["ids"].shape == (k,)
             assert feeds["ids"].min() >= 0 and feeds["ids"].max() < n
             want = feeds["data"][feeds["ids"]]  # numpy's own indexing as the reference
-            np.testing.assert_array_equal(_ort(model, feeds)[0], want)
+            np.testing.assert_array_equal(ort_run(model, feeds)[0], want)
     assert validate_model(model, input_shapes={"n": 3, "k": 40}).match

@@ -11,7 +11,7 @@ import onnxruntime as ort
 import pytest
 
 import dmlshim
-from dmlshim.execute.engines import partitioned, path_choice, whole_model
+from dmlshim.execute.engines import path_choice, whole_model
 from dmlshim.execute.engines.path_choice import PathChooser
 from dmlshim.execute.plan.cpu_step import CpuStep
 from dmlshim.execute.record import PATH_CHECK, PATH_PARTITIONED, RUN_PATHS
@@ -100,7 +100,7 @@ def test_kept_check_that_disagrees_rebuilds_the_partitions(monkeypatch: pytest.M
 
 
 def test_large_weights_keep_the_check_without_a_trial(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(partitioned, "TRIAL_MAX_WEIGHT_BYTES", 0)
+    monkeypatch.setattr(path_choice, "TRIAL_MAX_WEIGHT_BYTES", 0)
     model, feeds = chain_model()
     expected = ort_run(model, feeds)
     session = dmlshim.InferenceSession(model, sess_options=basic_options())

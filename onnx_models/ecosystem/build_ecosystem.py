@@ -38,6 +38,10 @@ MODULES = (
     "producers_ort",
     "producers_jax",
     "producers_tf",
+    "producers_spox",
+    "producers_paddle",
+    "producers_onnxmltools",
+    "producers_tflite",
     "handwritten",
 )
 BASE_PACKAGES = ("onnx", "onnxruntime", "numpy")

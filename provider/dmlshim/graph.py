@@ -79,6 +79,35 @@ def op_types(graph: onnx.GraphProto) -> frozenset[str]:
     return frozenset(found)
 
 
+_SCAN_MAX_BYTES = 16 << 20
+"""Largest graph whose serialized bytes :func:`op_types_among` searches (a larger one's bytes would be
+its weights copied): it is walked instead."""
+
+
+def _op_type_field(op: str) -> bytes:
+    """How a NodeProto serializes ``op_type = op``: field 4, length-delimited (tag 0x22), the length as a
+    varint, the UTF-8 bytes."""
+    data = op.encode()
+    length, n = b"", len(data)
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        length += bytes([byte | (0x80 if n else 0)])
+        if not n:
+            return b"\x22" + length + data
+
+
+def op_types_among(graph: onnx.GraphProto, wanted: Sequence[str]) -> frozenset[str]:
+    """``op_types(graph) & set(wanted)``, found without a walk where it is empty: a node of op ``op``
+    (in any subgraph too: a nested message is serialized within its parent) puts :func:`_op_type_field`'s
+    bytes into the graph's serialized bytes, so where none of them occurs no node has any of these ops.
+    An occurrence (a true one, or the same bytes inside another field) walks as :func:`op_types` does."""
+    if graph.ByteSize() <= _SCAN_MAX_BYTES:
+        data = graph.SerializeToString()
+        if not any(_op_type_field(op) in data for op in wanted):
+            return frozenset()
+    return op_types(graph) & frozenset(wanted)
+
+
 def walk_nodes(graph: onnx.GraphProto, prefix: str = "") -> Iterator[tuple[str, onnx.NodeProto]]:
     """Every node of a graph and of its subgraphs with its path name, each subgraph right after its owner."""
     for i, node in enumerate(graph.node):

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from ..text import printable
-from .options import add_feature_level, add_input_shape, input_shapes, path_arg, seed_type
+from .options import add_feature_level, add_input_shape, input_shapes, output_path_arg, path_arg, seed_type
 from .progress import status
 
 
@@ -16,9 +16,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", help="the ONNX model")
     out = parser.add_mutually_exclusive_group(required=True)
     out.add_argument(
-        "-o", "--output", dest="output_dir", metavar="DIR", type=path_arg, help="the export folder"
+        "-o", "--output", dest="output_dir", metavar="DIR", type=output_path_arg, help="the export folder"
     )
-    out.add_argument("--output-dir", dest="output_dir", help=argparse.SUPPRESS)  # the old spelling
+    out.add_argument("--output-dir", dest="output_dir", type=output_path_arg, help=argparse.SUPPRESS)  # the old spelling
     parser.add_argument(
         "--inputs",
         metavar="FILE.npz",

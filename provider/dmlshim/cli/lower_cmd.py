@@ -20,7 +20,7 @@ from ..fileio.files import check_output_file
 from ..kernels.options import IndexMode
 from ..text import printable
 from ..translate.shapes_info import load_model
-from .options import add_feature_level, add_input_shape, apply_input_shapes, input_shapes
+from .options import add_feature_level, add_input_shape, apply_input_shapes, input_shapes, output_path_arg
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +28,9 @@ logger = logging.getLogger(__name__)
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the options of ``dmlshim lower``."""
     parser.add_argument("model", metavar="MODEL", help="the .onnx file")
-    parser.add_argument("-o", "--output", required=True, metavar="OUT.onnx", help="where to write the model")
+    parser.add_argument(
+        "-o", "--output", required=True, metavar="OUT.onnx", type=output_path_arg, help="where to write the model"
+    )
     add_feature_level(parser, "target")
     add_input_shape(
         parser,

@@ -59,6 +59,18 @@ def path_arg(text: str) -> str:
     return text
 
 
+def output_path_arg(text: str) -> str:
+    """A file or folder dmlshim writes: as :func:`path_arg`, and never ``-``. Tools read ``-`` as standard
+    output, which these outputs (an .npz, a folder, a model, a page) never go to; ``./-`` names a file
+    called ``-``."""
+    if text == "-":
+        raise argparse.ArgumentTypeError(
+            "'-' (standard output) is not supported: this output is written to a file; write ./- for a "
+            "file named '-'"
+        )
+    return path_arg(text)
+
+
 def seed_type(text: str) -> int:
     """``--seed``: a whole number >= 0 (numpy's generators take no negative seed)."""
     try:
@@ -75,7 +87,7 @@ def add_html(parser: argparse.ArgumentParser, shows: str) -> None:
     parser.add_argument(
         "--html",
         metavar="REPORT.html",
-        type=path_arg,
+        type=output_path_arg,
         help="also write a self-contained HTML page: the graph, each gather/scatter node coloured by where "
         f"it {shows} on click (needs the html extra: pip install 'dmlshim[html]')",
     )

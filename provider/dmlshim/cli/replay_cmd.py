@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..dml.enums import FeatureLevel
-from .options import add_feature_level
+from .options import add_feature_level, output_path_arg
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -17,11 +17,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--output",
         dest="output_path",
         metavar="DIR",
+        type=output_path_arg,
         default=None,
         help="folder that writeFile targetPaths are relative to (default: the current directory), "
         "like dxdispatch --output_path",
     )
-    out.add_argument("--output-path", dest="output_path", help=argparse.SUPPRESS)  # the old spelling
+    out.add_argument("--output-path", dest="output_path", type=output_path_arg, help=argparse.SUPPRESS)  # the old spelling
     add_feature_level(parser, "validated and executed")
     parser.add_argument(
         "--clamp-indices",

@@ -21,7 +21,7 @@ from ..inputs.narrow_floats import narrow_feeds
 from ..ort.session import InferenceSession, load_model
 from ..text import shape_text, table
 from ..validate.value_kinds import describe, is_array, kind_text
-from .options import add_engine, add_feature_level, add_input_shape, input_shapes, path_arg, seed_type
+from .options import add_engine, add_feature_level, add_input_shape, input_shapes, output_path_arg, path_arg, seed_type
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--output",
         "-o",
         metavar="FILE.npz",
-        type=path_arg,
+        type=output_path_arg,
         help="write the outputs here (numpy.savez format)",
     )
     parser.add_argument(
@@ -62,10 +62,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    output_path = Path(args.output) if args.output else None
     inputs = (args.model, args.inputs)
-    if output_path is not None:
-        check_output_file(output_path, overwrite=args.overwrite, inputs=inputs)
+    # checked as typed: Path() would drop a trailing "/" that names a folder
+    output_path = check_output_file(args.output, overwrite=args.overwrite, inputs=inputs) if args.output else None
     shapes = input_shapes(args)
     generated: GeneratedInputs | None = None
     if args.inputs:

@@ -96,6 +96,22 @@ def _wanted(graph: onnx.GraphProto) -> set[str]:
     return names
 
 
+def _forget_declared_shapes(graph: onnx.GraphProto) -> None:
+    """Clear the shapes declared on ``graph``'s outputs and on every control-flow body's outputs.
+
+    Exporters declare them stale (PyTorch's TorchScript exporter gives both branches of an If the shape
+    of one); onnxruntime's default session folds such an If away, but the capture runs unoptimised and
+    onnxruntime then refuses a branch whose value differs from its declaration. Values never depend on it.
+    """
+    for out in graph.output:
+        if out.type.HasField("tensor_type"):
+            out.type.tensor_type.ClearField("shape")
+    for node in graph.node:
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
+                _forget_declared_shapes(sub)
+
+
 def capture_values(
     model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], names: set[str]
 ) -> dict[str, np.ndarray]:
@@ -120,6 +136,7 @@ def capture_values(
             continue
         # onnxruntime infers the type of an output declared by name only.
         copy.graph.output.append(typed[name] if name in typed else onnx.ValueInfoProto(name=name))
+    _forget_declared_shapes(copy.graph)
     try:
         results = CaptureRunner(copy, wanted).run(feeds)
     except Exception as exc:  # onnxruntime raises its own exception types

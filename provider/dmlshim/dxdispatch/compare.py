@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..comparison import DEFAULT_ATOL, DEFAULT_RTOL, array_difference
+from ..comparison import DEFAULT_ATOL, DEFAULT_RTOL, array_difference, exact_difference
 from ..errors import BadInputError, DmlShimError
 from ..fileio.reading import read_json, read_npy
 from ..resources import guard_resources
@@ -132,7 +132,8 @@ def compare_arrays(
     """Element-wise comparison of an expected and an actual output.
 
     Integers (and bools) must be equal; floats must satisfy ``|a - e| <= atol + rtol * |e|``, with NaN equal
-    to NaN and infinities equal only to the same infinity.
+    to NaN and infinities equal only to the same infinity. Without a tolerance (the default) floats must
+    have identical bits, any NaN equal to any NaN: DirectML copies values, so ``-0.0`` for ``0.0`` differs.
 
     Returns:
         (number of differing elements, max absolute difference, first differing index, detail); the count
@@ -142,7 +143,8 @@ def compare_arrays(
         return -1, None, None, f"dtype {actual.dtype}, expected {expected.dtype}"
     if expected.shape != actual.shape:
         return -1, None, None, f"shape {list(actual.shape)}, expected {list(expected.shape)}"
-    d = array_difference(actual, expected, rtol, atol)
+    exact = rtol == 0 and atol == 0
+    d = exact_difference(actual, expected) if exact else array_difference(actual, expected, rtol, atol)
     return d.mismatches, d.max_abs_diff, d.first, ""
 
 

@@ -214,7 +214,12 @@ class FeedValidator:
             if quick is not None and type(value) is np.ndarray:
                 dtype, rank, static = quick
                 shape = value.shape
-                if value.dtype == dtype and len(shape) == rank and all(shape[a] == d for a, d in static):
+                fits = value.dtype == dtype and len(shape) == rank
+                for a, d in static if fits else ():  # a loop, not all(...): no call per dimension
+                    if shape[a] != d:
+                        fits = False
+                        break
+                if fits:
                     out[name] = value
                     continue
             check = self._checks.get(name)

@@ -75,6 +75,10 @@ def _may_be_external(graph: onnx.GraphProto) -> bool:
 EXTENT_RULE = "external data offset and length are non-negative integers that lie within the file"
 
 
+_KEYS = frozenset({"location", "offset", "length", "checksum"})
+"""The external-data keys onnxruntime (1.24, 1.32) reads; any other is its "model format error!"."""
+
+
 def _refuse(
     t: onnx.TensorProto, message: str, path: str | None, value: object = None, rule: str = EXTERNAL_DATA_RULE
 ) -> BadModelError:
@@ -83,10 +87,19 @@ def _refuse(
     )
 
 
+def _malformed(error: BadModelError, *, file_system: bool = False) -> BadModelError:
+    """``error`` with the class onnxruntime raises for it: ``Fail`` for a malformed entry (a key, offset or
+    length; 1.24 and 1.32 alike), its failed-check class for what it meets opening the file (``Fail`` in
+    1.32, ``RuntimeException`` in 1.24)."""
+    from ..runtime.exceptions import check_failure_class, ort_class, with_onnxruntime_class  # on demand
+
+    return with_onnxruntime_class(error, check_failure_class() if file_system else ort_class("Fail"))
+
+
 def _number(t: onnx.TensorProto, key: str, text: str, path: str | None) -> int:
     if not text.isascii() or not text.isdigit():
-        raise _refuse(
-            t, f"external data {key} {text!r} is not a non-negative integer", path, text, EXTENT_RULE
+        raise _malformed(
+            _refuse(t, f"external data {key} {text!r} is not a non-negative integer", path, text, EXTENT_RULE)
         )
     return int(text)
 
@@ -95,23 +108,39 @@ def _check_one(t: onnx.TensorProto, base: Path | None, path: str | None) -> Exte
     entries: dict[str, str] = {}
     for entry in t.external_data:
         if entry.key in entries:
-            raise _refuse(t, f"external data key {entry.key!r} appears twice", path, entry.key)
+            raise _malformed(_refuse(t, f"external data key {entry.key!r} appears twice", path, entry.key))
+        if entry.key not in _KEYS:
+            raise _malformed(
+                _refuse(
+                    t,
+                    f"model format error! external data key {entry.key!r} is none of "
+                    f"{', '.join(sorted(_KEYS))}, the keys onnxruntime reads",
+                    path,
+                    entry.key,
+                )
+            )
         entries[entry.key] = entry.value
     location = entries.get("location", "")
     if not location:
-        raise _refuse(t, "external data has no location", path)
+        raise _malformed(_refuse(t, "external data has no location", path))
     if "\x00" in location:
-        raise _refuse(t, f"external data location {location!r} contains a NUL character", path, location)
+        raise _malformed(
+            _refuse(t, f"external data location {location!r} contains a NUL character", path, location),
+            file_system=True,
+        )
     offset = _number(t, "offset", entries["offset"], path) if "offset" in entries else 0
     length = _number(t, "length", entries["length"], path) if "length" in entries else None
     itemsize = _itemsize(int(t.data_type))
     need = math.prod(int(d) for d in t.dims) * itemsize if itemsize is not None else None
     if length is not None and need is not None and length != need:
-        raise _refuse(
-            t,
-            f"external data length {length} does not match dims {list(t.dims)} ({need} bytes)",
-            path,
-            length,
+        raise _malformed(
+            _refuse(
+                t,
+                f"external data length {length} does not match dims {list(t.dims)} ({need} bytes)",
+                path,
+                length,
+                EXTENT_RULE,
+            )
         )
     if Path(location).is_absolute() or location.startswith(("\\", "/")):
         raise _escapes(t, location, "Absolute path not allowed for external data location", path)
@@ -125,20 +154,23 @@ def _check_one(t: onnx.TensorProto, base: Path | None, path: str | None) -> Exte
             t, f"cannot read external data {location!r}: {exc.strerror or exc}", path, location
         ) from exc
     if not stat.S_ISREG(st.st_mode):
-        raise _refuse(
-            t, f"external data {location!r} is not a regular file; refusing to read it", path, location
+        raise _malformed(
+            _refuse(t, f"external data {location!r} is not a regular file; refusing to read it", path, location),
+            file_system=True,
         )
     size = length if length is not None else need
     if size is None:
         size = st.st_size - offset
     if offset + size > st.st_size:
-        raise _refuse(
-            t,
-            f"external data {location!r} holds {st.st_size} bytes; offset {offset} + {size} bytes lies "
-            "beyond it",
-            path,
-            location,
-            EXTENT_RULE,
+        raise _malformed(
+            _refuse(
+                t,
+                f"external data {location!r} holds {st.st_size} bytes; offset {offset} + {size} bytes lies "
+                "beyond it",
+                path,
+                location,
+                EXTENT_RULE,
+            )
         )
     return ExternalRef(t.name, Path(real), offset, size)
 

@@ -257,6 +257,11 @@ def check_output_file(
             device, FIFO or socket, it is one of ``inputs``, or it exists and ``overwrite`` is false.
     """
     text = _check_text(path, what)
+    if text.endswith(tuple(sep for sep in (os.sep, os.altsep) if sep)):
+        # Path() drops the separator: the file would be written beside a folder the caller meant
+        raise BadInputError(
+            f"the {what} ends with {text[-1]!r}, which names a folder; give a file name", path=text, rule=_RULE
+        )
     target = Path(text)
     for source, named in input_files(inputs):
         if _same_file(target, source):
@@ -287,7 +292,8 @@ def check_output_file(
             raise BadInputError(f"the {what} exists; pass --overwrite to replace it", path=text, rule=_RULE)
     parent = target.parent
     if not parent.is_dir():
-        raise BadInputError(f"the {what}'s folder {str(parent)!r} does not exist", path=text, rule=_RULE)
+        missing = "is not a folder" if parent.exists() else "does not exist"
+        raise BadInputError(f"the {what}'s folder {str(parent)!r} {missing}", path=text, rule=_RULE)
     key = os.path.abspath(text)
     if remember or key not in _FOUND:
         _FOUND[key] = None if st is None else _stamp(target)

@@ -233,5 +233,14 @@ def read_npy(
                     f"only {size} bytes",
                     path=text,
                 )
+        else:
+            handle.seek(0)
+            if handle.read(4) != b"PK\x03\x04":  # neither .npy nor .npz: numpy would try it as a pickle
+                raise error(
+                    f"the {what} is not a numpy array file: it starts with neither the .npy magic string nor "
+                    "an .npz (zip) header",
+                    path=text,
+                    rule="arrays are loaded with allow_pickle=False",
+                )
         handle.seek(0)
         return np.load(handle, allow_pickle=False)

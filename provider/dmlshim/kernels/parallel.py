@@ -27,13 +27,30 @@ from . import recycle
 logger = logging.getLogger(__name__)
 
 
+_IGNORED: list[str] = []
+"""Settings read at import and not taken as given; reported by :func:`report_ignored` (no logging is set
+up yet at import)."""
+
+
 def _env_int(name: str, default: int) -> int:
     value = os.environ.get(name, "")
-    try:
-        return max(1, int(value)) if value else default
-    except ValueError:
-        logger.warning("ignoring %s=%r: not an integer", name, value)
+    if not value:
         return default
+    try:
+        number = int(value)
+    except ValueError:
+        _IGNORED.append(f"ignoring {name}={value!r}: not an integer")
+        return default
+    if number < 1:
+        _IGNORED.append(f"{name}={value!r} is below 1: using 1")
+    return max(1, number)
+
+
+def report_ignored() -> None:
+    """Log, once, each setting not taken as given at import: called when the kernels are first consulted,
+    so the warning reaches the logging the caller (the CLI) set up after importing dmlshim."""
+    while _IGNORED:
+        logger.warning(_IGNORED.pop(0))
 
 
 THREADS = _env_int("DMLSHIM_KERNEL_THREADS", min(usable_cores(), 8))

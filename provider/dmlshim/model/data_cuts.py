@@ -11,7 +11,7 @@ import onnx
 
 from .node_types import pin_outputs
 
-__all__ = ["BIG", "CUT_DIM", "UNKNOWN", "GraphPath", "Site", "cut_copy", "graph_paths", "pinned", "restore"]
+__all__ = ["BIG", "CUT_DIM", "UNKNOWN", "GraphPath", "Site", "cut_copy", "graph_paths", "restore"]
 
 BIG, UNKNOWN = "big", "unknown"
 
@@ -85,10 +85,20 @@ def cut_copy(
     plan: dict[Site, tuple[str, bytes]],
     types: Mapping[GraphPath, Mapping[str, onnx.TypeProto]],
     inits: Mapping[GraphPath, Mapping[str, onnx.TensorProto]],
+    type_bytes: dict[GraphPath, dict[str, bytes]] | None = None,
+    pinned: set[tuple[GraphPath, str]] | None = None,
 ) -> tuple[onnx.ModelProto, dict[str, str]]:
     """A copy whose cut sites read fresh graph inputs; the consumers of big inputs pinned to ``types``.
-    ``types`` and ``inits``: what each graph (by path) sees by name. Returns the copy and fresh name ->
-    original name."""
+    ``types`` and ``inits``: what each graph (by path) sees by name; ``type_bytes``: the serialized
+    ``types`` already known (by path, then name), filled in as more are serialized; ``pinned`` gains the
+    pinned outputs (the outputs of the nodes whose big inputs are cut) with their graph's path. Returns
+    the copy and fresh name -> an original name it stands for.
+
+    A big cut's type names every dimension (:data:`CUT_DIM`), so the big cuts of one type share fresh
+    inputs: within a node the k-th distinct value cut to a type reads that type's k-th shared input
+    (which inputs of a node read one name is as with one input per value, and that is all a node's
+    inference and its per-structure key see of names). The Cast chain's 18,978 cuts read one input.
+    An "unknown" cut keeps an input of its own (its type may hold unnamed dimensions)."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     graphs = dict(each(copy, paths))
@@ -101,47 +111,57 @@ def cut_copy(
         for n in g.node:
             taken.update(n.output)
     fresh: dict[tuple[str, bytes], str] = {}
+    shared: dict[tuple[bytes, int], str] = {}
     renamed: dict[str, str] = {}
     done: set[tuple[GraphPath, int]] = set()
+    # per node: its cut inputs' fresh name -> original, and per big cut type the values given a slot
+    local: dict[tuple[GraphPath, int], tuple[dict[str, str], dict[bytes, dict[str, int]]]] = {}
     declared_in: dict[GraphPath, dict[str, onnx.ValueInfoProto]] = {}
     opsets = versions(model)
     typed_nodes: dict[tuple[object, ...], list[bytes | None]] = {}
+    if type_bytes is None:
+        type_bytes = {}
     top_inputs = copy.graph.input
     for site, (kind, declared) in plan.items():
-        key = (site.value, declared)
-        name = fresh.get(key)
-        if name is None:
-            name = fresh[key] = _fresh(site.value, taken)
+        path = site.path
+        where = (path, site.node)
+        mine = local.get(where)
+        if mine is None:
+            mine = local[where] = ({}, {})
+        if kind == BIG:
+            slots = mine[1].setdefault(declared, {})
+            slot = (declared, slots.setdefault(site.value, len(slots)))
+            name = shared.get(slot)
+            if name is None:
+                name = shared[slot] = _fresh(site.value, taken)
+        else:
+            own = (site.value, declared)
+            name = fresh.get(own)
+            if name is None:
+                name = fresh[own] = _fresh(site.value, taken)
+        if name not in renamed:
             renamed[name] = site.value
             value = top_inputs.add()
             value.name = name
             value.type.ParseFromString(declared)
-        path = site.path
+        mine[0][name] = site.value
         graph = graphs[path]
         node = graph.node[site.node]
         node.input[site.input] = name
-        if kind == BIG and (path, site.node) not in done:
-            done.add((path, site.node))
+        if kind == BIG and where not in done:
+            done.add(where)
             known = declared_in.get(path)
             if known is None:
                 known = declared_in[path] = {v.name: v for v in (*graph.value_info, *graph.output)}
-            pin_outputs(graph, node, types[path], known, opsets, renamed, inits[path], typed_nodes)
+            serialized = type_bytes.get(path)
+            if serialized is None:
+                serialized = type_bytes[path] = {}
+            pin_outputs(
+                graph, node, types[path], known, opsets, mine[0], inits[path], typed_nodes, serialized
+            )
+            if pinned is not None:
+                pinned.update([(path, name) for name in node.output if name])
     return copy, renamed
-
-
-def pinned(model: onnx.ModelProto, plan: dict[Site, tuple[str, bytes]]) -> set[tuple[GraphPath, str]]:
-    """The outputs of the nodes whose big inputs are cut, with their graph's path."""
-    graphs: dict[GraphPath, onnx.GraphProto] = {}
-    out: set[tuple[GraphPath, str]] = set()
-    for site, (kind, _) in plan.items():
-        if kind != BIG:
-            continue
-        path = site.path
-        graph = graphs.get(path)
-        if graph is None:
-            graph = graphs[path] = graph_at(model, path)
-        out.update([(path, name) for name in graph.node[site.node].output if name])
-    return out
 
 
 def restore(
@@ -152,10 +172,8 @@ def restore(
 ) -> None:
     """Undo the cuts in ``inferred``: original input names, no fresh inputs, no cut dimension names."""
     graphs = dict(each(inferred, paths))
-    for site in plan:
-        node_inputs = graphs[site.path].node[site.node].input
-        name = node_inputs[site.input]
-        node_inputs[site.input] = renamed.get(name, name)
+    for site in plan:  # a shared fresh input stands for several values: each site names its own
+        graphs[site.path].node[site.node].input[site.input] = site.value
     kept = [v for v in inferred.graph.input if v.name not in renamed]
     del inferred.graph.input[:]
     inferred.graph.input.extend(kept)

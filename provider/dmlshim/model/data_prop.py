@@ -38,7 +38,7 @@ from ..limits import check_bytes, memory_limit
 from .data_cuts import BIG as _BIG
 from .data_cuts import CUT_DIM as _CUT_DIM
 from .data_cuts import UNKNOWN as _UNKNOWN
-from .data_cuts import GraphPath, cut_copy, pinned, restore
+from .data_cuts import GraphPath, cut_copy, restore
 from .data_cuts import Site as _Site
 from .data_cuts import each as _each
 from .data_cuts import graph_paths as _graphs
@@ -251,20 +251,29 @@ def _length(tp: onnx.TypeProto | None, init: onnx.TensorProto | None) -> int:
 
 
 def _plan(
-    sites: list[_Site], types: Scoped[onnx.TypeProto], inits: Scoped[onnx.TensorProto]
+    sites: list[_Site],
+    types: Scoped[onnx.TypeProto],
+    inits: Scoped[onnx.TensorProto],
+    contents: dict[GraphPath, dict[str, bytes]] | None = None,
 ) -> dict[_Site, tuple[str, bytes]]:
+    """The cuts: site -> (kind, the fresh input's serialized type). ``contents``: ``types``' values
+    serialized, by path then name, filled in here (and read again by the pins of :func:`cut_copy`)."""
     plan: dict[_Site, tuple[str, bytes]] = {}
     kept: list[tuple[int, int, _Site]] = []
     made: dict[tuple[GraphPath, str, str], bytes] = {}
 
     by_content: dict[tuple[bytes, str], bytes] = {}  # values of one type share their cut type
-    # each value's serialized type, once (its verdict's key, its cut's)
-    contents: dict[tuple[GraphPath, str], bytes] = {}
+    # each value's serialized type, once (its verdict's key, its cut's, its consumer's pin key)
+    if contents is None:
+        contents = {}
 
     def content_of(path: GraphPath, name: str, tp: onnx.TypeProto) -> bytes:
-        found = contents.get((path, name))
+        own = contents.get(path)
+        if own is None:
+            own = contents[path] = {}
+        found = own.get(name)
         if found is None:
-            found = contents[path, name] = tp.SerializeToString()
+            found = own[name] = tp.SerializeToString()
         return found
 
     def cut(path: GraphPath, name: str, kind: str) -> bytes:
@@ -412,34 +421,36 @@ def infer_with_data_prop(
         return _infer(model, check_type, strict_mode, True)
     inits = _initializers(model, paths)
     declared = _types(model, paths)
+    declared_bytes: dict[GraphPath, dict[str, bytes]] = {}  # ``declared`` serialized, as it is asked
     shape_sites = [s for s in sites if s.shape_input]
     # inputs, initializers and declared shape tensors that would already blow up inference without data
-    first = {s: c for s, c in _plan(shape_sites, declared, inits).items() if c[0] == _BIG}
+    first = {s: c for s, c in _plan(shape_sites, declared, inits, declared_bytes).items() if c[0] == _BIG}
     graph_level = {v.name for v in model.graph.input}.union(*(inits[p].keys() for p in paths))
     if all(s.value in graph_level for s in sites if not s.shape_input):
-        plan = _plan(sites, declared, inits)  # every read value is typed before inference
+        plan = _plan(sites, declared, inits, declared_bytes)  # every read value is typed before inference
         if not plan:
             return _infer(model, check_type, strict_mode, True)
-        types = declared
+        types, type_bytes = declared, declared_bytes
     else:
         if first:
-            copy, renamed = cut_copy(model, paths, first, declared, inits)
+            copy, renamed = cut_copy(model, paths, first, declared, inits, declared_bytes)
             base = _infer(copy, check_type, strict_mode, False)
             restore(base, paths, first, renamed)
         else:
             base = _infer(model, check_type, strict_mode, False)
-        types = _types(base, paths)
-        plan = _plan(sites, types, inits)
+        types, type_bytes = _types(base, paths), {}
+        plan = _plan(sites, types, inits, type_bytes)
         if not plan:
             return _infer(model, check_type, strict_mode, True)
     inferred = model
     for attempt in range(_MAX_PASSES):
-        copy, renamed = cut_copy(model, paths, plan, types, inits)
-        pins = {(path, name): types[path].get(name) for path, name in pinned(model, plan)}
+        pinned: set[tuple[GraphPath, str]] = set()
+        copy, renamed = cut_copy(model, paths, plan, types, inits, type_bytes, pinned)
+        pins = {(path, name): types[path].get(name) for path, name in pinned}
         inferred = _infer(copy, check_type, strict_mode, True)
         restore(inferred, paths, plan, renamed)
-        types = _types(inferred, paths)
-        again = _plan(sites, types, inits)
+        types, type_bytes = _types(inferred, paths), {}
+        again = _plan(sites, types, inits, type_bytes)
         if again == plan and all(types[path].get(name) == tp for (path, name), tp in pins.items()):
             break
         if again and _renamed_only(plan, again, model, paths):

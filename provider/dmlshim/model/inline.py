@@ -84,7 +84,13 @@ def _key(node: onnx.NodeProto) -> FunctionKey:
 
 
 def _function_keys(model: onnx.ModelProto) -> dict[FunctionKey, onnx.FunctionProto]:
-    return {(_domain(f.domain), f.name, getattr(f, "overload", "")): f for f in model.functions}
+    # onnxruntime (1.24, 1.32) never calls a local function of the ONNX domain: a node there is the
+    # standard op (a function named Gather does not replace Gather), or an operator it refuses to load
+    return {
+        (_domain(f.domain), f.name, getattr(f, "overload", "")): f
+        for f in model.functions
+        if _domain(f.domain) != ""
+    }
 
 
 def _graph_calls(graph: onnx.GraphProto, functions: Mapping[FunctionKey, onnx.FunctionProto]) -> bool:

@@ -22,12 +22,14 @@ def pin_outputs(
     renamed: dict[str, str],
     inits: Mapping[str, onnx.TensorProto],
     typed_nodes: dict[tuple[object, ...], list[bytes | None]],
+    serialized: dict[str, bytes] | None = None,
 ) -> None:
     """Declare the node's outputs with the types its own inference gives from its inputs' full types
     (without data; else the types already known for them). ``types`` and ``inits``: what the node's
     graph sees by name (its own values over its enclosing graphs'). ``declared`` holds the graph's outputs and
-    value_info by name, and gains what is added; ``typed_nodes``: see :func:`_same_node_types`."""
-    own = _same_node_types(node, types, versions, renamed, inits, typed_nodes)
+    value_info by name, and gains what is added; ``typed_nodes``: see :func:`_same_node_types`;
+    ``serialized``: ``types``' values already serialized, by name (filled in as more are)."""
+    own = _same_node_types(node, types, versions, renamed, inits, typed_nodes, serialized)
     for name in node.output:
         found = own.get(name)
         tp = types.get(name) if found is None else None
@@ -50,6 +52,7 @@ def _same_node_types(
     renamed: dict[str, str],
     inits: Mapping[str, onnx.TensorProto],
     typed_nodes: dict[tuple[object, ...], list[bytes | None]],
+    serialized: dict[str, bytes] | None = None,
 ) -> dict[str, bytes]:
     """:func:`_node_types`, serialized, asked of onnx once per structure: ``typed_nodes`` keeps, by
     everything the node's inference reads (op, domain, opset, attributes as bytes, each input's type and
@@ -58,13 +61,19 @@ def _same_node_types(
     domain = "" if node.domain in ("", "ai.onnx") else node.domain
     seen: dict[str, int] = {}
     inputs: list[tuple[object, ...]] = []
+    if serialized is None:
+        serialized = {}
     for name in node.input:
         original = renamed.get(name, name)
-        tp = types.get(original)
+        content = serialized.get(original)
+        if content is None:
+            tp = types.get(original)
+            if tp is not None:
+                content = serialized[original] = tp.SerializeToString()
         data = inits[name] if name in inits and name not in renamed else None
         inputs.append((
             seen.setdefault(name, len(seen)),
-            tp.SerializeToString() if tp is not None else None,
+            content,
             data.SerializeToString() if data is not None else None,
         ))  # fmt: skip
     outputs = tuple([seen.setdefault(name, len(seen)) for name in node.output])

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -108,6 +108,17 @@ def as_array(value: Any) -> Any:
         # a subclass (np.matrix, a masked array, np.memmap): onnxruntime reads its buffer as a plain array
         return np.asarray(value)
     return value
+
+
+def plain_arrays(values: Iterable[Any]) -> bool:
+    """Whether every value is a plain ndarray of a type numpy knows natively: one that
+    :func:`refuse_unconvertible_array` accepts and :func:`as_array` returns as it is (checked on every run,
+    so without a call per value)."""
+    ndarray, userdef = np.ndarray, _NPY_USERDEF
+    for value in values:
+        if type(value) is not ndarray or value.dtype.num >= userdef:
+            return False
+    return True
 
 
 def refuse_unconvertible_array(name: str, value: Any) -> None:

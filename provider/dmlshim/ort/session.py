@@ -31,6 +31,7 @@ from .free_dims import outputs_for_inputs, overrides_by_name, with_free_dimensio
 from .model_config import ORT_CONFIG_KEY, options_from_model, reads_config_from_model
 from .ortvalues import (
     as_array,
+    plain_arrays,
     refuse_unconvertible_array,
     refuse_unholdable_outputs,
 )
@@ -38,7 +39,9 @@ from .profiling import SessionProfiler
 from .providers import normalize_providers, providers_or_fallback, unknown_provider_error
 from .session_args import (
     NO_MODEL_VERSION,
+    check_feed_names,
     check_provider_list,
+    check_run_options,
     disabled_optimizers,
     fallback_flag,
     parse_feature_level,
@@ -399,12 +402,16 @@ class InferenceSession(SessionRuns, SessionQueries, OrtSessionAttributes):
 
     def _feeds(self, input_feed: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(input_feed, Mapping):
-            for name, value in input_feed.items():
-                refuse_unconvertible_array(name, value)
-            input_feed = {name: as_array(value) for name, value in input_feed.items()}
+            self._validator.check_present(input_feed)  # onnxruntime's Python layer checks this first
+            check_feed_names(input_feed)
+            if not plain_arrays(input_feed.values()):
+                for name, value in input_feed.items():
+                    refuse_unconvertible_array(name, value)
+                input_feed = {name: as_array(value) for name, value in input_feed.items()}
         return self._validator.validate(input_feed)
 
     def _execute(self, names: list[str], feeds: dict[str, Any], run_options: Any) -> list[Any]:
+        check_run_options(run_options)
         stop = terminated(run_options)
         if stop is not None:
             raise stop  # as onnxruntime: a run asked to terminate does not start (emulated nodes included)

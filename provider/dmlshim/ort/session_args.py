@@ -101,6 +101,33 @@ def tensor_name(name: Any, what: str) -> str:
     raise with_onnxruntime_class(error, TypeError)
 
 
+def check_run_options(run_options: Any) -> None:
+    """Refuse what onnxruntime's binding refuses as ``run_options``: anything but a ``RunOptions`` or None
+    (a ``TypeError``; a partitioned run may never hand it to an onnxruntime session)."""
+    from onnxruntime.capi.onnxruntime_pybind11_state import RunOptions
+
+    if run_options is not None and not isinstance(run_options, RunOptions):
+        error = BadInputError(
+            f"run(): incompatible function arguments (dmlshim: run_options must be an onnxruntime.RunOptions "
+            f"or None, not {type(run_options).__name__})",
+            value=type(run_options).__name__,
+        )
+        raise with_onnxruntime_class(error, TypeError)
+
+
+def check_feed_names(input_feed: Mapping[Any, Any]) -> None:
+    """Refuse a feed key that is neither a str nor bytes, as onnxruntime's binding does (a ``TypeError``;
+    bytes it decodes, so those are looked up as names)."""
+    for name in input_feed:
+        if not isinstance(name, (str, bytes)):
+            error = BadInputError(
+                f"run(): incompatible function arguments (dmlshim: input_feed keys are input names, strings; "
+                f"got {type(name).__name__} {name!r})",
+                value=name,
+            )
+            raise with_onnxruntime_class(error, TypeError)
+
+
 def wanted_outputs(output_names: Sequence[Any] | None, outputs: Sequence[str]) -> list[str]:
     """The outputs ``run`` is asked for, as onnxruntime reads ``output_names``: None or empty means every
     output in graph order; any iterable of names (str or bytes) otherwise, names repeated as asked.

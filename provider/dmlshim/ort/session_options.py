@@ -282,9 +282,9 @@ def write_optimized_model(
     target = getattr(so, "optimized_model_filepath", "") if so is not None else ""
     if not target:
         return None
-    target_path = Path(os.fspath(target))
     what = "optimized model (optimized_model_filepath)"
-    files.check_output_file(target_path, overwrite=True, inputs=(model_path,), what=what)
+    # checked as given: Path() would drop a trailing "/" that names a folder
+    target_path = files.check_output_file(target, overwrite=True, inputs=(model_path,), what=what)
     weights_file = config_entry(so, EXTERNAL_FILE_KEY) or ""
     if weights_file:
         # what is there now may be replaced; a file appearing there meanwhile is someone else's (an

@@ -15,7 +15,7 @@ from google.protobuf.message import DecodeError
 from ..errors import BadInputError, BadModelError, DmlShimError
 from ..fileio.filekind import require_onnx_model
 from ..fileio.reading import open_regular
-from ..graph import op_types
+from ..graph import op_types_among
 from ..model.data_prop import MAX_RANK, infer_with_data_prop
 from ..model.modelcheck import ONNX_ERRORS, check_model, load_external_data
 from ..model.ort_view import ort_value_types
@@ -272,8 +272,8 @@ def infer_shapes(
     model = _override_inputs(model, input_shapes) if input_shapes else without_weights(model)
     model = without_fed_defaults(model)  # a value a feed may change decides no type
     # Inference changes types, never nodes: the If and Loop passes below (each a walk of every graph) are
-    # skipped where no If or Loop exists.
-    ops = op_types(model.graph)
+    # skipped where no If or Loop exists (found from the graph's bytes where it can be: no walk).
+    ops = op_types_among(model.graph, ("If", "Loop"))
     try:
         inferred = _infer_again(model)
         if _add_ort_types(model, inferred):

@@ -49,6 +49,7 @@ from ..plan.steps import REASON_CPU_PREFERRED
 from ..record import PATH_CUSTOM_OP, PLACEMENT_CPU, PLACEMENT_DML, NodeRecord, RunRecord
 from ..weights.file_slices import FOLDER_KEY
 from ..weights.shared import SharedWeights, light_copy
+from .fed_rank import FedRanks, fed_ranks, rank_zero_inputs, with_fed_ranks
 
 logger = logging.getLogger(__name__)
 
@@ -173,6 +174,13 @@ class CustomOpEngine:
         model_path: str | None = None,
     ) -> None:
         extensions()
+        self._model = model
+        self._args: dict[str, Any] = {
+            "index_mode": index_mode, "sess_options": sess_options, "providers": providers,
+            "input_shapes": input_shapes, "ort_cpu_preference": ort_cpu_preference, "model_path": model_path,
+        }
+        self._rank_zero = rank_zero_inputs(model)
+        self._at_fed_rank: dict[FedRanks, CustomOpEngine] = {}
         self._feature_level = FeatureLevel(feature_level)
         self._index_mode = IndexMode(index_mode)
         if providers and any(
@@ -291,6 +299,9 @@ class CustomOpEngine:
             DmlShimError: any other error a custom op raised, naming the node.
             BadInputError: onnxruntime failed on these inputs for another reason.
         """
+        ranks = fed_ranks(self._rank_zero, feeds) if self._rank_zero else ()
+        if ranks:
+            return self._engine_at(ranks).run(output_names, feeds, run_options=run_options)
         state = RunState()
         with active_run(state):
             try:
@@ -300,13 +311,25 @@ class CustomOpEngine:
             except Exception as exc:
                 # A custom op's failure can make a later onnxruntime node fail; the custom op's is the cause.
                 if state.error is not None:
-                    raise state.error from exc
+                    # keep the custom op's own cause (onnxruntime's message naming the model's node), not
+                    # the later failure of a node the lowering added (a Reshape named after the output)
+                    raise state.error from (state.error.__cause__ or exc)
                 # The same classes as the other engines: an index onnxruntime rejects (a node left to
                 # onnxruntime: string or empty data, a function body) is IndexOutOfRangeError.
                 raise ort_run_error(exc, "onnxruntime failed running the lowered model") from exc
         if state.error is not None:
             raise state.error
         return list(results), self._record(state)
+
+    def _engine_at(self, ranks: FedRanks) -> CustomOpEngine:
+        """The engine for feeds giving rank-0 inputs at other ranks (onnxruntime runs them at that rank),
+        built on first use from the model with those inputs declared at the fed rank."""
+        engine = self._at_fed_rank.get(ranks)
+        if engine is None:
+            logger.info("custom-op engine: lowering again for rank-0 inputs fed at ranks %s", dict(ranks))
+            engine = CustomOpEngine(with_fed_ranks(self._model, ranks), self._feature_level, **self._args)
+            self._at_fed_rank[ranks] = engine
+        return engine
 
     def _record(self, state: RunState) -> RunRecord:
         records: list[NodeRecord] = []

@@ -35,7 +35,7 @@ from ...translate.shapes_info import tensor_infos
 from ...translate.translator import model_opsets
 from ..engine import EngineConfig
 from ..plan.checks import EmulatedIO, check_outputs_defined, check_static_sizes
-from ..plan.cpu_step import CpuStep, RunState, Values, run_session
+from ..plan.cpu_step import CpuStep, RunState, Values
 from ..plan.fallback import has_deprecated_scatter, note_scatter_as_scatter_elements
 from ..plan.nodes import plan_nodes
 from ..plan.partition import (
@@ -69,9 +69,10 @@ from ..plan.steps import (
 )
 from ..proofs.gather_given import feed_shapes, lean_gathers
 from ..record import PATH_CPU, RunRecord
-from ..weights.shared import SharedWeights, light_copy
+from ..weights.shared import SharedWeights
 from ..weights.values import initializer_value
-from .path_choice import PATH_CHECK, PATH_PARTITIONED, TRIAL_MAX_WEIGHT_BYTES, PathChooser
+from .path_choice import PATH_CHECK, PATH_PARTITIONED, PathChooser, chooser_for_check, gathers_given
+from .plain_model import plain_model_step, run_plain
 from .whole_model import PendingCheck, WholeModelCheck, start_whole_model_check, whole_model_builder
 
 __all__ = [
@@ -172,6 +173,8 @@ class PartitionedEngine:
 
         self._template = template
         self._check: WholeModelCheck | None = None
+        self._given_only: tuple[EmulatedStep, ...] = ()
+        """The gathers of a check built only because they are given (:func:`gathers_given`)."""
         self._chooser = PathChooser()
         self._steps: list[Callable[[Values, RunState], None]] = []
         self._static_values: Values = {}
@@ -182,27 +185,9 @@ class PartitionedEngine:
         if not candidates:
             check_sizes()
             # Nothing to emulate: the model runs as it is, in one onnxruntime session.
-            whole = (
-                None
-                if config.sess_options is not None
-                else SharedWeights({t.name: t for t in graph.initializer}, model_path=config.model_path)
-            )
-            payload = light_copy(model, whole) if whole else model
-            session = cpu_session(payload, config.sess_options, "the model", whole, config.own_options)
+            step, self._default_feeds = plain_model_step(model, config, folder)
             self._witness(model, config)  # onnxruntime accepts the model: no session of its own for that
-            self._steps.append(
-                CpuStep(session, [n for n in graph_inputs], [o.name for o in graph.output], "the model")
-            )
-            # the defaults of the initializers a caller may override: those onnxruntime takes as feeds
-            # (an IR 3 model's initializers listed as inputs are constants to onnxruntime)
-            takes = {i.name for i in session.get_inputs()} | {
-                i.name for i in session.get_overridable_initializers()
-            }
-            self._default_feeds = {
-                t.name: initializer_value(t, folder)
-                for t in graph.initializer
-                if t.name in set(graph_inputs) and t.name in takes
-            }
+            self._steps.append(step)
             self._cpu_partitions = 1
             self._whole_model = True
             self._copy_on_output: frozenset[str] = frozenset()
@@ -249,12 +234,15 @@ class PartitionedEngine:
         )
         built_segments = sum(1 for s in partition.steps if isinstance(s, CpuSegment) and s.outputs)
         pending: PendingCheck | None = None
+        # below MIN_SEGMENTS_FOR_CHECK, the check pays only while its gathers are given
+        given_only = built_segments < MIN_SEGMENTS_FOR_CHECK and not check_always
+        given_only = given_only and gathers_given(emulated_io, config)
         lean: dict[str, tuple[np.dtype[Any], np.dtype[Any]]] = {}
         shapes_from_feeds = None
         if (
             config.whole_model_check
             and not reference
-            and (built_segments >= MIN_SEGMENTS_FOR_CHECK or check_always)
+            and (built_segments >= MIN_SEGMENTS_FOR_CHECK or check_always or given_only)
         ):
             # onnxruntime builds the check's session on another thread while the steps are made here.
             outputs = frozenset(io.output for io in emulated_io)
@@ -302,24 +290,12 @@ class PartitionedEngine:
             for step in emulated_steps:
                 step.lean_dtypes = lean.get(step.output)
             self._check = pending.finish(emulated_steps)
+            if given_only:
+                self._given_only = tuple(emulated_steps)
             if self._check is not None:
                 self._witness(model, config)  # the check's session (outputs added) accepts the model
         if self._check is not None:
-            weight_bytes = sum(tensor_nbytes(t) for t in init_protos.values())
-            # Partition boundaries stop onnxruntime's extended fusions, whose float results differ in the
-            # last bits: the partitioned steps may answer instead of the check only where no such fusion
-            # runs (optimization at most basic), so that every run gives onnxruntime's values.
-            options = config.options_object()
-            level = (
-                options.graph_optimization_level
-                if options is not None
-                else ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-            )
-            exact = level in (
-                ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-                ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-            )
-            self._chooser = PathChooser(trial=exact and weight_bytes <= TRIAL_MAX_WEIGHT_BYTES)
+            self._chooser = chooser_for_check(config, sum(tensor_nbytes(t) for t in init_protos.values()))
         else:
             for cpu_step in self._steps:
                 if isinstance(cpu_step, CpuStep):
@@ -422,6 +398,12 @@ class PartitionedEngine:
             return None if checked is None else (checked, self._record(state, PATH_CHECK))
 
         answer = by_check() if path == PATH_CHECK else None
+        for step in self._given_only if answer is not None else ():
+            if step.computed_after_proof:
+                # A gather the check must still compute after its proved runs (negative indices, a CPU
+                # placement, new shapes): the partitioned steps, which compute it alone, cost less.
+                chooser.settle(PATH_PARTITIONED)
+                break
         if answer is None and path == PATH_CHECK and check.given_up:
             chooser.settle(PATH_PARTITIONED)
         if answer is None:
@@ -479,7 +461,7 @@ class PartitionedEngine:
             values.update(feeds)
             step = self._steps[0]
             assert isinstance(step, CpuStep)
-            results = _run_whole(step, values, output_names, run_options)
+            results = run_plain(step, values, output_names, run_options)
             values.update(zip(output_names, results, strict=True))
         else:
             values = dict(self._static_values)
@@ -512,11 +494,3 @@ class PartitionedEngine:
             translations_computed=state.translations_computed,
             path=path,
         )
-
-
-def _run_whole(step: CpuStep, values: Values, output_names: Sequence[str], run_options: Any) -> list[Any]:
-    feeds = {n: values[n] for n in step.inputs if n in values}
-    try:
-        return run_session(step.session, output_names, feeds, run_options)
-    except ORT_ERRORS as exc:
-        raise ort_run_error(exc, "onnxruntime failed running the model") from exc

@@ -17,11 +17,27 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+
+import onnxruntime as ort
+
+from ..engine import EngineConfig
+from ..plan.checks import EmulatedIO
+from ..proofs.gather_given import GIVEN_OPS
+from ..record import PATH_CHECK, PATH_PARTITIONED
 
 logger = logging.getLogger(__name__)
 
-from ..record import PATH_CHECK, PATH_PARTITIONED
+
+def gathers_given(emulated: Sequence[EmulatedIO], config: EngineConfig) -> bool:
+    """Whether the whole-model check pays below two CPU segments
+    (:data:`dmlshim.execute.engines.partitioned.MIN_SEGMENTS_FOR_CHECK`): every emulated node is a
+    gather whose output the check takes from onnxruntime after its first proved runs
+    (:mod:`dmlshim.execute.proofs.gather_given`), so that a run then costs one onnxruntime call and an
+    index range proof per gather, where the partitioned steps run every gather's kernel (a one-node
+    model's whole run). Not under ``full_check``, which computes every gather on every run anyway."""
+    return bool(emulated) and not config.full_check and all(io.op_type in GIVEN_OPS for io in emulated)
+
 
 TIMED_RUNS = 2
 """Timed runs of each path before the choice (after one warm-up run of each)."""
@@ -30,6 +46,19 @@ TRIAL_MAX_WEIGHT_BYTES = 64 * 2**20
 """Models whose initializers weigh more keep the check without a trial: trying the partitioned steps
 builds every CPU segment's session, which costs a second copy of the weights in onnxruntime and, on a
 650 MB decoder step, 17 s (measured, bench/realistic.py) -- more than the trial could ever win back."""
+
+
+def chooser_for_check(config: EngineConfig, weight_bytes: int) -> PathChooser:
+    """The chooser of a session that has the whole-model check: a trial of both paths only where both give
+    onnxruntime's values bit for bit (optimization at most basic: partition boundaries stop onnxruntime's
+    extended fusions, whose float results differ in the last bits) and the weights are light enough to
+    be worth a second copy (:data:`TRIAL_MAX_WEIGHT_BYTES`)."""
+    options = config.options_object()
+    level = (
+        options.graph_optimization_level if options is not None else ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    )
+    exact = level in (ort.GraphOptimizationLevel.ORT_DISABLE_ALL, ort.GraphOptimizationLevel.ORT_ENABLE_BASIC)
+    return PathChooser(trial=exact and weight_bytes <= TRIAL_MAX_WEIGHT_BYTES)
 
 
 class PathChooser:

@@ -74,7 +74,8 @@ UNTOUCHED_GIVEN_MESSAGE = (
 GATHER_GIVEN_MESSAGE = given_message(PROVE_RUNS)
 
 VERIFY_MIN_BYTES = 512 * 1024
-"""Outputs smaller than this are computed and compared whole: below about this size the verify's extra
+"""Scatter outputs smaller than this are computed and compared whole (gathers of any size go to
+:meth:`EmulatedStep._verify_gather`): below about this size the verify's extra
 calls cost what it saves (measured: a 12-row ScatterND, 192 KiB 0.11 vs 0.12 ms, 768 KiB 0.19 vs 0.18
 ms, 3 MiB 0.58 vs 0.42 ms, 12 MiB 4.0 vs 2.1 ms for computing and comparing vs verifying)."""
 
@@ -136,6 +137,7 @@ class EmulatedStep:
         "_proved",
         "_proved_key",
         "_sess_options",
+        "computed_after_proof",
         "fallback_sessions",
         "feature_level",
         "index_mode",
@@ -183,6 +185,8 @@ class EmulatedStep:
         """A gather the whole-model check takes from onnxruntime by its inputs' shapes alone: their dtypes
         (:func:`dmlshim.execute.proofs.gather_given.lean_gathers`)."""
         self._full_check = full_check
+        self.computed_after_proof = False
+        """A gather in the check that had to be computed after its proved runs (see :meth:`verify`)."""
         self._proved = 0  # verified runs whose untouched elements were proved too
         self._proved_key: tuple[Any, ...] | None = None  # the shapes and dtypes proved
         self._noted: tuple[NodeRecord, tuple[str, str], NodeRecord] | None = None
@@ -241,14 +245,15 @@ class EmulatedStep:
         recorded exactly as a run records it, and ``theirs`` becomes the output value.
 
         Returns:
-            The verdict, or None when this step has no such check (a gather, a node that runs on the CPU,
-            an output under :data:`VERIFY_MIN_BYTES`): the caller runs the step and compares.
+            The verdict, or None when this step has no such check (a node that runs on the CPU, a
+            scatter output under :data:`VERIFY_MIN_BYTES`, a gather on its proved runs or with an index
+            out of ``[0, dim)``): the caller runs the step and compares.
         """
-        if self.reference or getattr(theirs, "nbytes", 0) < VERIFY_MIN_BYTES:
+        if self.reference:
             return None
         if self.node.op_type in GIVEN_OPS:
             return self._verify_gather(values, state, theirs)
-        if not self.verifiable:
+        if not self.verifiable or getattr(theirs, "nbytes", 0) < VERIFY_MIN_BYTES:
             return None
         arrays = [values[n] if n else None for n in self.inputs]
         if any(isinstance(a, ort.OrtValue) for a in arrays):
@@ -282,21 +287,30 @@ class EmulatedStep:
             self._proved_key, self._proved = key, 0
 
     def _verify_gather(self, values: Values, state: RunState, theirs: Any) -> bool | None:
-        """A large gather in the check (see :mod:`dmlshim.execute.proofs.gather_given`): run and compared bit
-        for bit on the first :data:`PROVE_RUNS` runs with the same input shapes and dtypes (every run
-        under ``full_check``); later, when every index is in range, ``theirs`` is taken as the output and
-        the record notes it. None (run and compare) when the indices or values do not allow that."""
+        """A gather in the check, whatever its size (see :mod:`dmlshim.execute.proofs.gather_given`): run
+        and compared bit for bit on the first :data:`PROVE_RUNS` runs with the same input shapes and dtypes
+        (every run under ``full_check``); later, when every index is in range, ``theirs`` is taken as the
+        output and the record notes it. None (run and compare) when the indices or values do not allow
+        that."""
         arrays = [values[n] if n else None for n in self.inputs]
-        if any(isinstance(a, ort.OrtValue) for a in arrays):
-            return None
-        self._restart_proof_on_new_shapes(arrays)
+        key = _arrays_key(arrays)
+        if key is None:  # an OrtValue (run and compare), or a mapped weight
+            if any(isinstance(a, ort.OrtValue) for a in arrays):
+                self.computed_after_proof = True
+                return None
+            key = shapes_key(arrays)
+        if key != self._proved_key:  # other shapes or dtypes than the proved ones: prove afresh
+            self.computed_after_proof |= self._proved_key is not None
+            self._proved_key, self._proved = key, 0
         if self._full_check or self._proved < PROVE_RUNS:
             self(values, state)
             agrees = same_bits(np.asarray(values[self.output]), np.asarray(theirs))
             self._proved += agrees
             return agrees
-        _, clean = self._translation(arrays, state)
+        entry = self._cache.get(key) or self._translation(arrays, state)
+        clean = entry[1]
         if clean is None or not output_is_given(self.node.op_type, self._attrs, arrays, theirs):
+            self.computed_after_proof = True
             return None
         values[self.output] = theirs
         self._finish(self._given(clean, (NOTE_GATHER_GIVEN, GATHER_GIVEN_MESSAGE)), theirs, state)

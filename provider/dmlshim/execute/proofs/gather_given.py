@@ -1,15 +1,18 @@
-"""A large gather's output taken as onnxruntime computed it in the whole-model check (issue 22: each
-emulated node computed once per run).
+"""A gather's output taken as onnxruntime computed it in the whole-model check (issue 22: each
+emulated node computed once per run; issue 36: small gathers too, so that a run costs what the nodes
+needing work cost).
 
-For indices that are all in ``[0, dim)``, ONNX's Gather/GatherElements and DirectML's GATHER /
-GATHER_ELEMENTS define the same output: every element is a bit copy of one input element, chosen the same
-way. Negative indices (ONNX wraps them, DirectML's rules may not) and out-of-range ones are where the two
-can differ. So once the DirectML kernel has reproduced onnxruntime's output bit for bit on a session's
-first runs (:data:`dmlshim.execute.plan.steps.PROVE_RUNS`), later runs of the check only prove that the
-indices are in range, and take onnxruntime's output instead of computing the gather again: on a
-DeBERTa-v3-small (12 GatherElements of 1.5 MB along the last axis, computed by the kernels from inputs
-onnxruntime produced long before, so read from memory rather than cache) the steady run went from
-1.13-1.17x onnxruntime's to 1.00-1.01x. Any other case (a negative index, an OrtValue, another dtype or shape
+For indices that are all in ``[0, dim)``, ONNX's Gather/GatherElements/GatherND and DirectML's
+GATHER / GATHER_ELEMENTS / GATHER_ND define the same output: every element is a bit copy of one input
+element, chosen the same way. Negative indices (ONNX wraps them, DirectML's rules may not) and
+out-of-range ones are where the two can differ. So once the DirectML kernel has reproduced onnxruntime's
+output bit for bit on a session's first runs (:data:`dmlshim.execute.plan.steps.PROVE_RUNS`), later runs
+of the check only prove that the indices are in range, and take onnxruntime's output instead of
+computing the gather again: on a DeBERTa-v3-small (12 GatherElements of 1.5 MB along the last axis,
+computed by the kernels from inputs onnxruntime produced long before, so read from memory rather than
+cache) the steady run went from 1.13-1.17x onnxruntime's to 1.00-1.01x. Small gathers take the same
+path (a kernel call in Python costs tens of microseconds against onnxruntime's few for such a node).
+Any other case (a negative index, an OrtValue, another dtype or shape
 than the node's, a node the translation sends to the CPU) computes and compares as before.
 
 A gather (GatherND too) whose indices cannot be negative by construction (:mod:`dmlshim.model.nonnegative`:
@@ -44,10 +47,11 @@ from ...translate.plan import elem_type_of
 
 logger = logging.getLogger(__name__)
 
-GIVEN_OPS = frozenset(("Gather", "GatherElements"))
-"""Gathers whose output the whole-model check takes from onnxruntime after the first proved runs."""
+GIVEN_OPS = frozenset(("Gather", "GatherElements", "GatherND"))
+"""Gathers whose output the whole-model check takes from onnxruntime after the first proved runs, when
+every index is in range on the run (whatever the output's size)."""
 
-LEAN_OPS = GIVEN_OPS | {"GatherND"}
+LEAN_OPS = GIVEN_OPS
 """Gathers the check may take by their inputs' shapes alone (onnxruntime's CPU kernels of all three refuse
 an index outside ``[-dim, dim)``)."""
 
@@ -64,8 +68,9 @@ SHAPE_SUFFIX = "__dmlshim_shape"
 """Suffix of the check's extra outputs that are the shape of a value (a ``Shape`` node added for it)."""
 
 LEAN_MIN_BYTES = 512 * 1024
-"""A gather whose output is known statically to be smaller than this is computed and compared as before
-(it costs little and exercises the kernel)."""
+"""A gather whose output is known statically to be smaller than this is fetched and computed and
+compared on its first proved runs (exercising the kernel), then given by its indices' values like a
+large one (:func:`output_is_given`), rather than taken by shapes from the first run."""
 
 
 def given_message(prove_runs: int) -> str:
@@ -101,10 +106,19 @@ def output_is_given(op_type: str, attrs: Mapping[str, Any], arrays: Sequence[Any
     if op_type not in GIVEN_OPS or len(arrays) < 2:
         return False
     data, indices = arrays[0], arrays[1]
-    if not all(isinstance(a, np.ndarray) for a in (data, indices, theirs)):
+    ndarray = np.ndarray
+    if not (isinstance(data, ndarray) and isinstance(indices, ndarray) and isinstance(theirs, ndarray)):
         return False
     if indices.dtype.kind not in "iu" or theirs.dtype != data.dtype or data.ndim == 0:
         return False
+    if op_type == "GatherND":
+        batch = int(attrs.get("batch_dims", 0))
+        k = indices.shape[-1] if indices.ndim else -1
+        if k < 0 or batch < 0 or batch + k > data.ndim:
+            return False
+        return theirs.shape == indices.shape[:-1] + data.shape[batch + k :] and lean_indices_in_range(
+            op_type, attrs, data.shape, indices
+        )
     axis = _axis(attrs, data.ndim)
     if axis is None:
         return False

@@ -88,6 +88,9 @@ def use(mode: str) -> None:
 def _current() -> str:
     global _mode
     if _mode is None:
+        from ..parallel import report_ignored  # read at import too: reported with DMLSHIM_KERNELS
+
+        report_ignored()
         _mode = _env_mode()
     return _mode
 

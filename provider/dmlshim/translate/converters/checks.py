@@ -43,10 +43,14 @@ _COMMON_LIMITS: tuple[tuple[str, Callable[[tuple[int, ...]], object], str], ...]
 def check_common(ctx: ConvertContext, shapes: Mapping[str, tuple[int, ...]]) -> None:
     """Level-independent fallbacks: rank above 8, empty tensors, too many elements.
 
-    With symbolic sizes only the rank is decided; the size limits wait for the real shapes.
+    A tensor with a symbolic size has only its rank decided; its size limits wait for the real shapes. A
+    tensor whose sizes are all known is checked now, symbolic sizes elsewhere in the node or not (a data
+    tensor of 4e14 elements falls back whatever the indices' size).
     """
-    if any(is_symbolic(d) for shape in shapes.values() for d in shape):
-        shapes = {role: (1,) * len(shape) for role, shape in shapes.items()}
+    shapes = {
+        role: (1,) * len(shape) if any(is_symbolic(d) for d in shape) else shape
+        for role, shape in shapes.items()
+    }
     if all(
         len(shape) <= MAX_ONNX_RANK and 0 not in shape and math.prod(shape) <= DML_MAX_TENSOR_ELEMENTS
         for shape in shapes.values()

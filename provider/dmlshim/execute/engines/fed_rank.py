@@ -1,0 +1,60 @@
+"""Graph inputs declared rank 0 and fed at another rank.
+
+onnxruntime checks no shape against a rank-0 declaration: a feed of any rank runs, and every node after it
+computes at the fed rank. A model lowered for the declared scalar would restore a scalar where onnxruntime
+keeps the fed rank, so the custom-op engine lowers a copy of the model whose such inputs carry the fed rank
+(each dimension symbolic) and runs that for these feeds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import onnx
+
+__all__ = ["FedRanks", "fed_ranks", "rank_zero_inputs", "with_fed_ranks"]
+
+FedRanks = tuple[tuple[str, int], ...]
+"""``((input name, fed rank), ...)`` for the rank-0 inputs fed at another rank, in name order."""
+
+
+def rank_zero_inputs(model: onnx.ModelProto) -> frozenset[str]:
+    """The graph inputs (initializers excluded) whose declared tensor shape has no dimension."""
+    initializers = {t.name for t in model.graph.initializer}
+    found = set()
+    for value in model.graph.input:
+        tensor = value.type.tensor_type
+        if value.name in initializers or not value.type.HasField("tensor_type"):
+            continue
+        if tensor.HasField("shape") and len(tensor.shape.dim) == 0:
+            found.add(value.name)
+    return frozenset(found)
+
+
+def fed_ranks(names: frozenset[str], feeds: Mapping[str, object]) -> FedRanks:
+    """The inputs among ``names`` that ``feeds`` gives at a rank other than 0 (empty: none)."""
+    ranks = []
+    for name in sorted(names):
+        value = feeds.get(name)
+        ndim = getattr(value, "ndim", None)
+        if ndim is None and value is not None:
+            ndim = np.ndim(value)
+        if ndim:
+            ranks.append((name, int(ndim)))
+    return tuple(ranks)
+
+
+def with_fed_ranks(model: onnx.ModelProto, ranks: FedRanks) -> onnx.ModelProto:
+    """A copy of ``model`` whose inputs named in ``ranks`` are declared at that rank, dims symbolic."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    wanted = dict(ranks)
+    for value in copy.graph.input:
+        rank = wanted.get(value.name)
+        if rank is None:
+            continue
+        shape = value.type.tensor_type.shape
+        for k in range(rank):
+            shape.dim.add().dim_param = f"{value.name}_fed_dim{k}"
+    return copy
