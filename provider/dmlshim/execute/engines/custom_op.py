@@ -49,7 +49,7 @@ from ..plan.steps import REASON_CPU_PREFERRED
 from ..record import PATH_CUSTOM_OP, PLACEMENT_CPU, PLACEMENT_DML, NodeRecord, RunRecord
 from ..weights.file_slices import FOLDER_KEY
 from ..weights.shared import SharedWeights, light_copy
-from .fed_rank import FedRanks, fed_ranks, rank_zero_inputs, with_fed_ranks
+from .fed_rank import FedRanks, declared_rank_zero, fed_ranks, rank_zero_inputs, with_fed_ranks
 
 logger = logging.getLogger(__name__)
 
@@ -153,6 +153,8 @@ class CustomOpEngine:
         model_path: the file the model was read from. Initializers it keeps as external data (a model
             read without its weights: ``dmlshim.execute.weights.model_source.load_model``) stay references, read
             by onnxruntime from the files in this file's folder; only its own session holds them.
+        declared_scalars: inputs of ``model`` (a :func:`with_fed_ranks` copy) that the caller's model
+            declares rank 0: onnxruntime's session of the lowered model declares them so again.
 
     Raises:
         EngineUnavailableError: onnxruntime-extensions is not installed.
@@ -172,6 +174,7 @@ class CustomOpEngine:
         input_shapes: Mapping[str, Sequence[int]] | None = None,
         ort_cpu_preference: bool = True,
         model_path: str | None = None,
+        declared_scalars: frozenset[str] = frozenset(),
     ) -> None:
         extensions()
         self._model = model
@@ -197,6 +200,8 @@ class CustomOpEngine:
             index_mode=self._index_mode,
             ort_cpu_preference=ort_cpu_preference,
         )
+        # a copy lowered at fed ranks: onnxruntime sees the rank-0 declarations (its folds follow them)
+        declared_rank_zero(self._lowered.model, declared_scalars)
         register_custom_ops()
         self._prime_static_translations()
         # Scatter nodes kept (lowering rewrote them), or handed to onnxruntime at run time, run as
@@ -327,7 +332,12 @@ class CustomOpEngine:
         engine = self._at_fed_rank.get(ranks)
         if engine is None:
             logger.info("custom-op engine: lowering again for rank-0 inputs fed at ranks %s", dict(ranks))
-            engine = CustomOpEngine(with_fed_ranks(self._model, ranks), self._feature_level, **self._args)
+            engine = CustomOpEngine(
+                with_fed_ranks(self._model, ranks),
+                self._feature_level,
+                **self._args,
+                declared_scalars=frozenset(name for name, _ in ranks),
+            )
             self._at_fed_rank[ranks] = engine
         return engine
 

@@ -3,7 +3,10 @@
 onnxruntime checks no shape against a rank-0 declaration: a feed of any rank runs, and every node after it
 computes at the fed rank. A model lowered for the declared scalar would restore a scalar where onnxruntime
 keeps the fed rank, so the custom-op engine lowers a copy of the model whose such inputs carry the fed rank
-(each dimension symbolic) and runs that for these feeds.
+(each dimension symbolic) and runs that for these feeds. The lowered copy that onnxruntime runs declares
+those inputs rank 0 again (:func:`declared_rank_zero`): onnxruntime folds a ``Shape`` or ``Size`` of such an
+input from its declaration (``[]`` and 1 at the default optimization level), which a fed-rank declaration
+would change.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from collections.abc import Mapping
 import numpy as np
 import onnx
 
-__all__ = ["FedRanks", "fed_ranks", "rank_zero_inputs", "with_fed_ranks"]
+__all__ = ["FedRanks", "declared_rank_zero", "fed_ranks", "rank_zero_inputs", "with_fed_ranks"]
 
 FedRanks = tuple[tuple[str, int], ...]
 """``((input name, fed rank), ...)`` for the rank-0 inputs fed at another rank, in name order."""
@@ -58,3 +61,11 @@ def with_fed_ranks(model: onnx.ModelProto, ranks: FedRanks) -> onnx.ModelProto:
         for k in range(rank):
             shape.dim.add().dim_param = f"{value.name}_fed_dim{k}"
     return copy
+
+
+def declared_rank_zero(model: onnx.ModelProto, names: frozenset[str]) -> None:
+    """Declare the graph inputs ``names`` of ``model`` (a lowered :func:`with_fed_ranks` copy) rank 0 again,
+    in place, as the caller's model declares them."""
+    for value in model.graph.input:
+        if value.name in names:
+            del value.type.tensor_type.shape.dim[:]

@@ -1,0 +1,73 @@
+"""hostile8: the custom-op engine's rank-0 graph inputs fed at another rank (engines/fed_rank.py).
+
+onnxruntime's default session folds a ``Shape`` (and ``Size``) of an input declared rank 0 from the
+declaration: ``Shape(k)`` is ``[]`` and ``Size(k)`` is 1 whatever rank ``k`` is fed at, while the nodes that
+read ``k``'s values compute at the fed rank. The engine's copy lowered for the fed rank declared the input
+at that rank, so onnxruntime folded nothing there and the custom-op engine returned ``[2]`` where
+onnxruntime returns ``[]``. Expected values: onnxruntime CPU with the same options (one intra-op thread)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+pytest.importorskip("onnxruntime_extensions")
+
+from dmlshim import InferenceSession
+from tests.oracle import IR_VERSION
+
+X = np.arange(28, dtype=np.float32).reshape(4, 7)
+
+
+def _model() -> bytes:
+    nodes = [
+        helper.make_node("Shape", ["k"], ["s"]),
+        helper.make_node("Size", ["k"], ["z"]),
+        helper.make_node("Gather", ["x", "k"], ["g"], axis=1),
+        helper.make_node("GatherElements", ["x", "e"], ["ge"], axis=0),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "rank0_shape",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 7]),
+            helper.make_tensor_value_info("k", TensorProto.INT64, []),
+            helper.make_tensor_value_info("e", TensorProto.INT64, [1, 7]),
+        ],
+        [helper.make_tensor_value_info(n, t, None) for n, t in (("s", 7), ("z", 7), ("g", 1), ("ge", 1))],
+    )
+    return helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=IR_VERSION
+    ).SerializeToString()
+
+
+def _options(level: ort.GraphOptimizationLevel | None) -> ort.SessionOptions:
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.log_severity_level = 3
+    if level is not None:
+        opts.graph_optimization_level = level
+    return opts
+
+
+KS = [np.array([1, 2]), np.array(3), np.array([[1], [2]]), np.array([0]), np.ones((1,) * 9, np.int64)]
+
+
+@pytest.mark.parametrize(
+    "level", [None, ort.GraphOptimizationLevel.ORT_DISABLE_ALL], ids=["default", "disabled"]
+)
+def test_shape_of_a_rank0_input_fed_at_another_rank_is_onnxruntimes(
+    level: ort.GraphOptimizationLevel | None,
+) -> None:
+    model = _model()
+    oracle = ort.InferenceSession(model, _options(level), providers=["CPUExecutionProvider"])
+    sess = InferenceSession(model, _options(level), engine="customop")
+    e = np.array([[3, 0, 1, 2, 3, 0, 1]], np.int64)
+    for k in [*KS, *KS]:  # alternating ranks, each lowered once and then reused
+        feeds = {"x": X, "k": k.astype(np.int64), "e": e}
+        want = oracle.run(None, feeds)
+        got = sess.run(None, feeds)
+        for g, w in zip(got, want, strict=True):
+            assert g.dtype == w.dtype and g.shape == w.shape and g.tobytes() == w.tobytes(), (k.shape, g, w)
