@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 pytest.importorskip("onnxruntime_extensions")
 
@@ -71,3 +71,34 @@ def test_shape_of_a_rank0_input_fed_at_another_rank_is_onnxruntimes(
         got = sess.run(None, feeds)
         for g, w in zip(got, want, strict=True):
             assert g.dtype == w.dtype and g.shape == w.shape and g.tobytes() == w.tobytes(), (k.shape, g, w)
+
+
+def test_an_overridable_rank0_initializer_fed_at_another_rank_runs() -> None:
+    # An initializer that is also a graph input may be fed at any rank (onnxruntime runs the nodes after it
+    # at the fed rank); the custom-op engine failed in its lowered Reshape for the declared scalar.
+    nodes = [helper.make_node("Gather", ["x", "k"], ["g"], axis=1), helper.make_node("Shape", ["k"], ["s"])]
+    graph = helper.make_graph(
+        nodes,
+        "rank0_initializer",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 7]),
+            helper.make_tensor_value_info("k", TensorProto.INT64, []),
+        ],
+        [helper.make_tensor_value_info(n, t, None) for n, t in (("g", 1), ("s", 7))],
+        [numpy_helper.from_array(np.array(2, np.int64), "k")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=IR_VERSION)
+    model = model.SerializeToString()
+    oracle = ort.InferenceSession(model, _options(None), providers=["CPUExecutionProvider"])
+    sess = InferenceSession(model, _options(None), engine="customop")
+    for feeds in (
+        {"x": X},
+        {"x": X, "k": np.array([1, 2])},
+        {"x": X, "k": np.array(3)},
+        {"x": X, "k": np.array([[6]])},
+        {"x": X},
+    ):
+        want = oracle.run(None, feeds)
+        got = sess.run(None, feeds)
+        for g, w in zip(got, want, strict=True):
+            assert g.dtype == w.dtype and g.shape == w.shape and g.tobytes() == w.tobytes(), (feeds, g, w)

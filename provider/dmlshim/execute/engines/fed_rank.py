@@ -23,12 +23,12 @@ FedRanks = tuple[tuple[str, int], ...]
 
 
 def rank_zero_inputs(model: onnx.ModelProto) -> frozenset[str]:
-    """The graph inputs (initializers excluded) whose declared tensor shape has no dimension."""
-    initializers = {t.name for t in model.graph.initializer}
+    """The graph inputs whose declared tensor shape has no dimension (an initializer declared as an input
+    too: onnxruntime takes a feed of it at any rank as well)."""
     found = set()
     for value in model.graph.input:
         tensor = value.type.tensor_type
-        if value.name in initializers or not value.type.HasField("tensor_type"):
+        if not value.type.HasField("tensor_type"):
             continue
         if tensor.HasField("shape") and len(tensor.shape.dim) == 0:
             found.add(value.name)
