@@ -102,3 +102,38 @@ def test_an_overridable_rank0_initializer_fed_at_another_rank_runs() -> None:
         got = sess.run(None, feeds)
         for g, w in zip(got, want, strict=True):
             assert g.dtype == w.dtype and g.shape == w.shape and g.tobytes() == w.tobytes(), (feeds, g, w)
+
+
+def test_a_shapeless_overridable_initializer_fed_at_other_shapes_runs() -> None:
+    # Declared as an input of no shape, the initializer's [2] was the lowering's static shape: a feed of
+    # [[1, 2]] came back as a [4, 2] where onnxruntime gives [4, 1, 2], and [1, 2, 3] or a scalar failed.
+    nodes = [helper.make_node("Gather", ["x", "k"], ["g"], axis=1), helper.make_node("Shape", ["k"], ["s"])]
+    graph = helper.make_graph(
+        nodes,
+        "shapeless_initializer",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 7]),
+            helper.make_tensor_value_info("k", TensorProto.INT64, None),
+        ],
+        [helper.make_tensor_value_info(n, t, None) for n, t in (("g", 1), ("s", 7))],
+        [numpy_helper.from_array(np.array([1, 2], np.int64), "k")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=IR_VERSION)
+    model = model.SerializeToString()
+    oracle = ort.InferenceSession(model, _options(None), providers=["CPUExecutionProvider"])
+    sess = InferenceSession(model, _options(None), engine="customop")
+    ks = [
+        None,
+        np.array([[1, 2]]),
+        np.array(3),
+        np.array([1, 2, 3]),
+        np.array([0, 6]),
+        None,
+        np.array([[1, 2]]),
+    ]
+    for k in ks:
+        feeds = {"x": X} if k is None else {"x": X, "k": k}
+        want = oracle.run(None, feeds)
+        got = sess.run(None, feeds)
+        for g, w in zip(got, want, strict=True):
+            assert g.dtype == w.dtype and g.shape == w.shape and g.tobytes() == w.tobytes(), (feeds, g, w)

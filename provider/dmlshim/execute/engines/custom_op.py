@@ -49,7 +49,14 @@ from ..plan.steps import REASON_CPU_PREFERRED
 from ..record import PATH_CUSTOM_OP, PLACEMENT_CPU, PLACEMENT_DML, NodeRecord, RunRecord
 from ..weights.file_slices import FOLDER_KEY
 from ..weights.shared import SharedWeights, light_copy
-from .fed_rank import FedRanks, declared_rank_zero, fed_ranks, rank_zero_inputs, with_fed_ranks
+from .fed_rank import (
+    FedRanks,
+    declared_again,
+    fed_ranks,
+    rank_zero_inputs,
+    shapeless_initializers,
+    with_fed_ranks,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -153,8 +160,8 @@ class CustomOpEngine:
         model_path: the file the model was read from. Initializers it keeps as external data (a model
             read without its weights: ``dmlshim.execute.weights.model_source.load_model``) stay references, read
             by onnxruntime from the files in this file's folder; only its own session holds them.
-        declared_scalars: inputs of ``model`` (a :func:`with_fed_ranks` copy) that the caller's model
-            declares rank 0: onnxruntime's session of the lowered model declares them so again.
+        declarations: the caller's declarations of inputs that ``model`` (a :func:`with_fed_ranks` copy)
+            declares at their fed rank: onnxruntime's session of the lowered model declares them so again.
 
     Raises:
         EngineUnavailableError: onnxruntime-extensions is not installed.
@@ -174,7 +181,7 @@ class CustomOpEngine:
         input_shapes: Mapping[str, Sequence[int]] | None = None,
         ort_cpu_preference: bool = True,
         model_path: str | None = None,
-        declared_scalars: frozenset[str] = frozenset(),
+        declarations: Sequence[onnx.ValueInfoProto] = (),
     ) -> None:
         extensions()
         self._model = model
@@ -183,6 +190,7 @@ class CustomOpEngine:
             "input_shapes": input_shapes, "ort_cpu_preference": ort_cpu_preference, "model_path": model_path,
         }
         self._rank_zero = rank_zero_inputs(model)
+        self._shapeless = shapeless_initializers(model)
         self._at_fed_rank: dict[FedRanks, CustomOpEngine] = {}
         self._feature_level = FeatureLevel(feature_level)
         self._index_mode = IndexMode(index_mode)
@@ -201,7 +209,7 @@ class CustomOpEngine:
             ort_cpu_preference=ort_cpu_preference,
         )
         # a copy lowered at fed ranks: onnxruntime sees the rank-0 declarations (its folds follow them)
-        declared_rank_zero(self._lowered.model, declared_scalars)
+        declared_again(self._lowered.model, declarations)
         register_custom_ops()
         self._prime_static_translations()
         # Scatter nodes kept (lowering rewrote them), or handed to onnxruntime at run time, run as
@@ -304,7 +312,8 @@ class CustomOpEngine:
             DmlShimError: any other error a custom op raised, naming the node.
             BadInputError: onnxruntime failed on these inputs for another reason.
         """
-        ranks = fed_ranks(self._rank_zero, feeds) if self._rank_zero else ()
+        follow = self._rank_zero or self._shapeless
+        ranks = fed_ranks(self._rank_zero, feeds, self._shapeless) if follow else ()
         if ranks:
             return self._engine_at(ranks).run(output_names, feeds, run_options=run_options)
         state = RunState()
@@ -336,7 +345,7 @@ class CustomOpEngine:
                 with_fed_ranks(self._model, ranks),
                 self._feature_level,
                 **self._args,
-                declared_scalars=frozenset(name for name, _ in ranks),
+                declarations=[v for v in self._model.graph.input if v.name in dict(ranks)],
             )
             self._at_fed_rank[ranks] = engine
         return engine
