@@ -218,3 +218,35 @@ def test_quantized_gather_with_a_symbol_shared_by_another_input() -> None:
 
     runs = [feeds(6, [5, 0])] * 4 + [feeds(3, [5, 0]), feeds(9, [7, 0]), feeds(9, [-1, 0]), feeds(3, [-6, 0])]
     _agree(model, runs)
+
+
+@pytest.mark.parametrize("level", ["2_1", "3_0"])
+def test_gathernd_columns_at_their_dim_after_the_proved_runs(level: str) -> None:
+    model = _chain("GatherND", {}, [6, 4], [3, 2])
+    good = np.array([[5, 3], [0, 1], [2, 0]], np.int64)
+    later = [[[5, 4]], [[6, 0]], [[0, 5]], [[-6, -4]], [[1, 7]]]
+    runs = [{"x": X, "idx": good}] * 4
+    runs += [{"x": X, "idx": np.concatenate([np.array(r, np.int64), good[1:]])} for r in later]
+    _agree(model, [*runs, {"x": X, "idx": good}], feature_level=level)
+
+
+@pytest.mark.parametrize("level", ["2_1", "3_0"])
+def test_gather_elements_through_a_window_at_its_dim(level: str) -> None:
+    model = _chain("GatherElements", {"axis": 0}, [6, 4], [2, 3])  # indices smaller on the other axis
+    good = np.array([[5, 3, 0], [0, 1, 2]], np.int64)
+    later = [[[6, 0, 0], [0, 0, 0]], [[-6, 0, 0], [0, 0, -1]], [[-7, 0, 0], [0, 0, 0]]]
+    runs = [{"x": X, "idx": good}] * 4 + [{"x": X, "idx": np.array(r, np.int64)} for r in later]
+    _agree(model, [*runs, {"x": X, "idx": good}], feature_level=level)
+
+
+@pytest.mark.parametrize("level", ["2_1", "3_0"])
+def test_index_extremes_after_the_proved_runs(level: str) -> None:
+    model = _chain("Gather", {"axis": 0}, ["N", 4], ["K"])
+    runs: list[dict[str, Any]] = [{"x": X, "idx": np.array([1, 2], np.int64)}] * 4
+    for bad in (2**63 - 1, -(2**63), 2**32 + 1, -(2**32) + 1):
+        runs.append({"x": X, "idx": np.array([bad, 0], np.int64)})
+    runs += [
+        {"x": X, "idx": np.zeros(0, np.int64)},
+        {"x": np.zeros((0, 4), np.float32), "idx": np.zeros(0, np.int64)},
+    ]
+    _agree(model, [*runs, {"x": X, "idx": np.array([1, 2], np.int64)}], feature_level=level)
