@@ -137,3 +137,46 @@ def test_a_shapeless_overridable_initializer_fed_at_other_shapes_runs() -> None:
         got = sess.run(None, feeds)
         for g, w in zip(got, want, strict=True):
             assert g.dtype == w.dtype and g.shape == w.shape and g.tobytes() == w.tobytes(), (feeds, g, w)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="left: onnxruntime refuses a rank-0 input fed at rank 1 whose Gather sits in an If branch (the "
+    "branch output keeps the shape inferred from the declaration); the custom-op engine's copy lowered at "
+    "the fed rank runs it (the partitioned engine refuses, as onnxruntime does)",
+)
+def test_a_rank0_input_fed_at_rank1_into_an_if_branch_is_refused_as_onnxruntime_refuses() -> None:
+    then = helper.make_graph(
+        [helper.make_node("Gather", ["x", "k"], ["t"], axis=1)],
+        "then",
+        [],
+        [helper.make_tensor_value_info("t", TensorProto.FLOAT, None)],
+    )
+    other = helper.make_graph(
+        [
+            helper.make_node("Gather", ["x", "k"], ["t0"], axis=0),
+            helper.make_node("ReduceSum", ["t0"], ["t"], keepdims=0),
+        ],
+        "else",
+        [],
+        [helper.make_tensor_value_info("t", TensorProto.FLOAT, None)],
+    )
+    inputs = [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 7]),
+        helper.make_tensor_value_info("k", TensorProto.INT64, []),
+        helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+    ]
+    nodes = [helper.make_node("If", ["c"], ["o"], then_branch=then, else_branch=other)]
+    graph = helper.make_graph(
+        nodes, "rank0_in_if", inputs, [helper.make_tensor_value_info("o", TensorProto.FLOAT, None)]
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=IR_VERSION
+    ).SerializeToString()
+    feeds = {"x": X, "k": np.array([1, 2], np.int64), "c": np.array(True)}
+    oracle = ort.InferenceSession(model, _options(None), providers=["CPUExecutionProvider"])
+    with pytest.raises(Exception, match="computed output shape"):
+        oracle.run(None, feeds)
+    sess = InferenceSession(model, _options(None), engine="customop")
+    with pytest.raises(Exception):  # noqa: B017 - any refusal; the engine runs it today
+        sess.run(None, feeds)
