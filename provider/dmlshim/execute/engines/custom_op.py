@@ -49,7 +49,14 @@ from ..plan.steps import REASON_CPU_PREFERRED
 from ..record import PATH_CUSTOM_OP, PLACEMENT_CPU, PLACEMENT_DML, NodeRecord, RunRecord
 from ..weights.file_slices import FOLDER_KEY
 from ..weights.shared import SharedWeights, light_copy
-from .fed_rank import FedRanks, fed_ranks, rank_zero_inputs, with_fed_ranks
+from .fed_rank import (
+    FedRanks,
+    declared_again,
+    fed_ranks,
+    rank_zero_inputs,
+    shapeless_initializers,
+    with_fed_ranks,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -153,6 +160,8 @@ class CustomOpEngine:
         model_path: the file the model was read from. Initializers it keeps as external data (a model
             read without its weights: ``dmlshim.execute.weights.model_source.load_model``) stay references, read
             by onnxruntime from the files in this file's folder; only its own session holds them.
+        declarations: the caller's declarations of inputs that ``model`` (a :func:`with_fed_ranks` copy)
+            declares at their fed rank: onnxruntime's session of the lowered model declares them so again.
 
     Raises:
         EngineUnavailableError: onnxruntime-extensions is not installed.
@@ -172,6 +181,7 @@ class CustomOpEngine:
         input_shapes: Mapping[str, Sequence[int]] | None = None,
         ort_cpu_preference: bool = True,
         model_path: str | None = None,
+        declarations: Sequence[onnx.ValueInfoProto] = (),
     ) -> None:
         extensions()
         self._model = model
@@ -180,6 +190,7 @@ class CustomOpEngine:
             "input_shapes": input_shapes, "ort_cpu_preference": ort_cpu_preference, "model_path": model_path,
         }
         self._rank_zero = rank_zero_inputs(model)
+        self._shapeless = shapeless_initializers(model)
         self._at_fed_rank: dict[FedRanks, CustomOpEngine] = {}
         self._feature_level = FeatureLevel(feature_level)
         self._index_mode = IndexMode(index_mode)
@@ -197,6 +208,8 @@ class CustomOpEngine:
             index_mode=self._index_mode,
             ort_cpu_preference=ort_cpu_preference,
         )
+        # a copy lowered at fed ranks: onnxruntime sees the rank-0 declarations (its folds follow them)
+        declared_again(self._lowered.model, declarations)
         register_custom_ops()
         self._prime_static_translations()
         # Scatter nodes kept (lowering rewrote them), or handed to onnxruntime at run time, run as
@@ -299,7 +312,8 @@ class CustomOpEngine:
             DmlShimError: any other error a custom op raised, naming the node.
             BadInputError: onnxruntime failed on these inputs for another reason.
         """
-        ranks = fed_ranks(self._rank_zero, feeds) if self._rank_zero else ()
+        follow = self._rank_zero or self._shapeless
+        ranks = fed_ranks(self._rank_zero, feeds, self._shapeless) if follow else ()
         if ranks:
             return self._engine_at(ranks).run(output_names, feeds, run_options=run_options)
         state = RunState()
@@ -327,7 +341,12 @@ class CustomOpEngine:
         engine = self._at_fed_rank.get(ranks)
         if engine is None:
             logger.info("custom-op engine: lowering again for rank-0 inputs fed at ranks %s", dict(ranks))
-            engine = CustomOpEngine(with_fed_ranks(self._model, ranks), self._feature_level, **self._args)
+            engine = CustomOpEngine(
+                with_fed_ranks(self._model, ranks),
+                self._feature_level,
+                **self._args,
+                declarations=[v for v in self._model.graph.input if v.name in dict(ranks)],
+            )
             self._at_fed_rank[ranks] = engine
         return engine
 
