@@ -203,3 +203,17 @@ def test_index_pointing_outside_is_missing_not_followed(replayed: Path) -> None:
     (replayed / "index.json").write_text(json.dumps(index))
     nodes = {n.node: n for n in compare_export(replayed).nodes}
     assert nodes["evil"].status == "missing"
+
+
+def test_index_listing_a_folder_twice_is_refused_not_counted_twice(replayed: Path, capsys: Any) -> None:
+    """A hand-edited index.json that lists one node's folder twice would report that node twice (two
+    matches for one replay): it is refused, naming the folder, as any malformed index is."""
+    index = json.loads((replayed / "index.json").read_text())
+    first = index["exported"][0]
+    index["exported"].append(dict(first))
+    (replayed / "index.json").write_text(json.dumps(index))
+    with pytest.raises(BadInputError, match="listed twice") as caught:
+        compare_export(replayed)
+    assert first["folder"] in str(caught.value)
+    assert main(["compare", str(replayed)]) == 2
+    assert "listed twice" in capsys.readouterr().err

@@ -21,6 +21,7 @@ from ..comparison import DEFAULT_ATOL, DEFAULT_RTOL, array_difference, exact_dif
 from ..errors import BadInputError, DmlShimError
 from ..fileio.reading import read_json, read_npy
 from ..resources import guard_resources
+from ..text import printable
 from .export import DML_OUTPUT_FILE, EXPECTED_OUTPUT_FILE, INDEX_FILE, MODEL_FILE
 
 log = logging.getLogger(__name__)
@@ -157,6 +158,15 @@ def export_entries(directory: Path) -> Iterator[tuple[str, str, str]]:
             entries = [(str(e["folder"]), str(e["node"]), str(e["op_type"])) for e in doc["exported"]]
         except (TypeError, KeyError) as exc:
             raise BadInputError(f"{INDEX_FILE} is not an export index: {exc}", path=str(index)) from exc
+        seen: set[str] = set()
+        for folder, _node, _op in entries:
+            if folder in seen:
+                # each exported node has a folder of its own: a second entry would count one node twice
+                raise BadInputError(
+                    f"{INDEX_FILE} is not an export index: folder {printable(folder)} is listed twice",
+                    path=str(index),
+                )
+            seen.add(folder)
         yield from entries
         return
     folders = sorted(p for p in directory.iterdir() if p.is_dir() and (p / MODEL_FILE).is_file())
