@@ -113,6 +113,22 @@ def test_an_optimized_model_path_ending_in_a_separator_is_refused(tmp_path: Any)
     with pytest.raises(RuntimeError):
         onnxruntime.InferenceSession(_gather(), so, providers=["CPUExecutionProvider"])
     so.optimized_model_filepath = str(tmp_path / "opt") + "/"
-    with pytest.raises(BadInputError, match="which names a folder"):
+    with pytest.raises(BadInputError, match="which names a folder") as caught:
         dmlshim.InferenceSession(_gather(), so, providers=["CPUExecutionProvider"])
+    assert isinstance(caught.value, RuntimeError)  # onnxruntime's class, as above
     assert not (tmp_path / "opt").exists()
+
+
+def test_an_optimized_model_path_naming_a_folder_is_onnxruntimes_runtime_error(tmp_path: Any) -> None:
+    """onnxruntime raises a plain RuntimeError ('SystemError : 21') when ``optimized_model_filepath`` is an
+    existing folder; dmlshim refuses it before writing, with the same class, and the folder stays."""
+    (tmp_path / "here").mkdir()
+    so = onnxruntime.SessionOptions()
+    so.log_severity_level = 4
+    so.optimized_model_filepath = str(tmp_path / "here")
+    with pytest.raises(RuntimeError) as theirs:
+        onnxruntime.InferenceSession(_gather(), so, providers=["CPUExecutionProvider"])
+    with pytest.raises(RuntimeError, match="is a directory") as ours:
+        dmlshim.InferenceSession(_gather(), so, providers=["CPUExecutionProvider"])
+    assert isinstance(ours.value, BadInputError) and type(theirs.value) is RuntimeError
+    assert (tmp_path / "here").is_dir() and not any((tmp_path / "here").iterdir())

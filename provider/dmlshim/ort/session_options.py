@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -31,6 +30,7 @@ from ..fileio import files
 from ..fileio.confined import confined_path
 from ..model.modelcheck import ort_load_error
 from ..model.ort_errors import unknown_operators
+from ..runtime.exceptions import with_onnxruntime_class
 from ..runtime.real import OrtInferenceSession
 from .free_dims import overrides_by_name
 
@@ -284,7 +284,11 @@ def write_optimized_model(
         return None
     what = "optimized model (optimized_model_filepath)"
     # checked as given: Path() would drop a trailing "/" that names a folder
-    target_path = files.check_output_file(target, overwrite=True, inputs=(model_path,), what=what)
+    try:
+        target_path = files.check_output_file(target, overwrite=True, inputs=(model_path,), what=what)
+    except BadInputError as refused:
+        # onnxruntime raises a plain RuntimeError where it cannot write this file (a folder: "SystemError")
+        raise with_onnxruntime_class(refused, RuntimeError) from None
     weights_file = config_entry(so, EXTERNAL_FILE_KEY) or ""
     if weights_file:
         # what is there now may be replaced; a file appearing there meanwhile is someone else's (an
@@ -313,7 +317,10 @@ def write_optimized_model(
         data = staged.read_bytes()
         if weights_name:
             _move_weights(Path(tmp), weights_name, target_path, model_path)
-    written = write_session_file(target_path, data, what=what, inputs=(model_path,))
+    try:
+        written = write_session_file(target_path, data, what=what, inputs=(model_path,))
+    except BadInputError as refused:
+        raise with_onnxruntime_class(refused, RuntimeError) from None
     logger.info("optimized whole model written to %s", written)
     return written
 
