@@ -17,6 +17,7 @@ from ..fileio.filekind import require_onnx_model
 from ..fileio.reading import open_regular
 from ..graph import op_types_among
 from ..model.data_prop import MAX_RANK, infer_with_data_prop
+from ..model.graph_columns import declared_types
 from ..model.modelcheck import ONNX_ERRORS, check_model, load_external_data
 from ..model.ort_view import ort_value_types
 from ..model.prepare import prepare_model
@@ -218,11 +219,34 @@ def _lacks_rank(tp: onnx.TypeProto | None) -> bool:
     return tp.HasField("tensor_type") and not tp.tensor_type.HasField("shape")
 
 
+def _may_lack_ranks(graph: onnx.GraphProto) -> bool:
+    """False when every top-level node output is an initializer or declared with a rank (the usual answer
+    after onnx's inference), found from the graph's columns (:mod:`dmlshim.model.graph_columns`: one parse
+    in C, and one type read per distinct serialized type); True when one may not be (the walk decides)."""
+    columns = declared_types(graph)
+    if columns is None:
+        return True
+    outputs, typed = columns
+    lacks: dict[bytes, bool] = {}
+    declared: set[str] = set()
+    for name, tp in typed.items():
+        found = lacks.get(tp)
+        if found is None:
+            found = lacks[tp] = _lacks_rank(onnx.TypeProto.FromString(tp))
+        if not found:
+            declared.add(name)
+    declared.update(t.name for t in graph.initializer)
+    declared.add("")
+    return not declared.issuperset(outputs)
+
+
 def _add_ort_types(source: onnx.ModelProto, inferred: onnx.ModelProto) -> bool:
     """Give the top-level node outputs ONNX's inference left untyped (or of unknown rank) the type and shape
     onnxruntime infers for them in ``source``; True when any was added (the caller infers again, so they
     reach the nodes downstream). onnxruntime's session is built only when such a value exists."""
     graph = inferred.graph
+    if not _may_lack_ranks(graph):
+        return False
     typed = {v.name: v.type for v in (*graph.input, *graph.value_info, *graph.output)}
     typed.update((t.name, onnx.TypeProto()) for t in graph.initializer)  # initializers are always typed
     initializers = {t.name for t in graph.initializer}
