@@ -17,7 +17,7 @@ from typing import Any
 import onnx
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-__all__ = ["COLUMNS_MAX_BYTES", "declared_types"]
+__all__ = ["COLUMNS_MAX_BYTES", "declared_types", "flat_ops"]
 
 COLUMNS_MAX_BYTES = 16 << 20
 """Largest graph read this way (its bytes are copied twice: a larger one's would be its weights)."""
@@ -37,8 +37,15 @@ def _columns_class() -> Any:
     raw = descriptor_pb2.FieldDescriptorProto.TYPE_BYTES
     message = descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE
 
-    nodes = proto.message_type.add(name="Nodes")  # NodeProto: output = 2
+    attributes = proto.message_type.add(name="Attributes")  # AttributeProto: g = 6, graphs = 11
+    attributes.field.add(name="g", number=6, label=label_rep, type=raw)
+    attributes.field.add(name="graphs", number=11, label=label_rep, type=raw)
+    nodes = proto.message_type.add(name="Nodes")  # NodeProto: output = 2, op_type = 4, domain = 7
     nodes.field.add(name="output", number=2, label=label_rep, type=string)
+    nodes.field.add(name="op_type", number=4, label=label_rep, type=string)
+    nodes.field.add(name="domain", number=7, label=label_rep, type=string)
+    nodes.field.add(name="attribute", number=5, label=label_opt, type=message,
+                    type_name=".dmlshim_columns.Attributes")  # fmt: skip
     values = proto.message_type.add(name="Values")  # ValueInfoProto: name = 1, type = 2
     values.field.add(name="name", number=1, label=label_rep, type=string)
     values.field.add(name="type", number=2, label=label_rep, type=raw)
@@ -73,3 +80,23 @@ def declared_types(graph: onnx.GraphProto) -> tuple[list[str], dict[str, bytes]]
             return None  # a value without its name or type field: the columns do not pair up
         typed.update(zip(values.name, values.type))
     return list(columns.node.output), typed
+
+
+def flat_ops(graph: onnx.GraphProto) -> tuple[set[str], set[str]] | None:
+    """The op types and the domains of ``graph``'s nodes (a node without the field counts as ``""``),
+    where no node carries a graph attribute (field ``g`` or ``graphs`` set, whatever the declared type:
+    the graph is then the only one); None where one does, or the graph is over :data:`COLUMNS_MAX_BYTES`.
+    Each node's (domain, op_type) is among the pairs of the two sets."""
+    columns = _read(graph)
+    if columns is None:
+        return None
+    nodes = columns.node
+    if nodes.attribute.g or nodes.attribute.graphs:
+        return None
+    count = len(graph.node)
+    op_types, domains = set(nodes.op_type), set(nodes.domain)
+    if len(nodes.op_type) < count:
+        op_types.add("")
+    if len(nodes.domain) < count:
+        domains.add("")
+    return op_types, domains

@@ -11,6 +11,7 @@ from onnx import TensorProto
 
 from ..errors import BadModelError
 from ..graph import node_path, subgraph_prefix, subgraphs, walk_nodes
+from .graph_columns import flat_ops
 
 # The exception types an onnxruntime call raises.
 ORT_ERRORS: tuple[type[BaseException], ...] = (RuntimeError, ValueError)
@@ -80,6 +81,13 @@ def unknown_operators(model: onnx.ModelProto) -> list[UnknownOperator]:
     local = {(f.domain, f.name) for f in model.functions if f.domain not in ("", "ai.onnx")}
     known: dict[tuple[str, str], bool] = {}
     found: list[UnknownOperator] = []
+    ops = flat_ops(model.graph)
+    if ops is not None and len(ops[0]) * len(ops[1]) <= _PAIRS_MAX:
+        # One graph: every node's (domain, op) is among these pairs; all defined, none is unknown.
+        op_types, domains = ops
+        pairs = {("" if d == "ai.onnx" else d, op) for d in domains for op in op_types}
+        if all(_known(key, local) for key in pairs):
+            return found
 
     def visit(graph: onnx.GraphProto, prefix: str) -> None:
         # Names are spelled out only for unknown operators and for the owners of subgraphs.
@@ -88,7 +96,7 @@ def unknown_operators(model: onnx.ModelProto) -> list[UnknownOperator]:
             key = (domain, node.op_type)
             defined = known.get(key)
             if defined is None:
-                defined = known[key] = key in local or domain in _ORT_DOMAINS or _defined(*key)
+                defined = known[key] = _known(key, local)
             if not defined:
                 found.append(UnknownOperator(node_path(prefix, node, index), domain, node.op_type))
             if node.attribute:
@@ -97,6 +105,14 @@ def unknown_operators(model: onnx.ModelProto) -> list[UnknownOperator]:
 
     visit(model.graph, "")
     return found
+
+
+_PAIRS_MAX = 256
+"""Most (domain, op) pairs :func:`unknown_operators` looks up before it walks the nodes instead."""
+
+
+def _known(key: tuple[str, str], local: set[tuple[str, str]]) -> bool:
+    return key in local or key[0] in _ORT_DOMAINS or _defined(*key)
 
 
 def _defined(domain: str, op_type: str) -> bool:

@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from ..graph import constant_node_value
+from ..graph import constant_node_value, op_types_among
 from ..text import names_text
 
 
@@ -254,6 +254,8 @@ def session_refusals(model: onnx.ModelProto) -> tuple[tuple[str, EpRefusal], ...
     for refusal in EP_REFUSALS:
         if opset >= refusal.since:
             by_op.setdefault(refusal.op_type, []).append(refusal)
+    if not op_types_among(model.graph, tuple(by_op)):
+        return ()  # no node of a refused form's op in any graph (found from the graph's bytes: no walk)
     for path, graph, owner, owner_constants in _graphs(model.graph):
         scope: GraphScope | None = None
         for node in graph.node:
