@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("model")
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
-    sys.path.insert(0, str(REPO / "provider"))  # this checkout's (an installed dmlshim may lack the shortcuts)
+    sys.path.insert(0, str(REPO / "provider"))  # this checkout's: an installed dmlshim may lack the shortcuts
     spent: dict[str, list[float]] = {"walks": [], "columns": []}
     for round_ in range(args.rounds + 1):
         for side in ("walks", "columns"):

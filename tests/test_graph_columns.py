@@ -41,14 +41,21 @@ def _if_model() -> onnx.ModelProto:
     def branch(name: str, op: str) -> onnx.GraphProto:
         return helper.make_graph([helper.make_node(op, ["x"], ["t"])], name, [], [vi("t", F, None)])
 
-    node = helper.make_node("If", ["c"], ["y"], then_branch=branch("then", "Relu"), else_branch=branch("else", "Neg"))
-    graph = helper.make_graph([node], "if", [vi("c", TensorProto.BOOL, []), vi("x", F, [2])], [vi("y", F, None)])
+    node = helper.make_node(
+        "If", ["c"], ["y"], then_branch=branch("then", "Relu"), else_branch=branch("else", "Neg")
+    )
+    graph = helper.make_graph(
+        [node], "if", [vi("c", TensorProto.BOOL, []), vi("x", F, [2])], [vi("y", F, None)]
+    )
     return _model(graph)
 
 
 def _loop_model(body_op: str = "Identity", body_domain: str = "") -> onnx.ModelProto:
     body = helper.make_graph(
-        [helper.make_node("Identity", ["c"], ["c_out"]), helper.make_node(body_op, ["v"], ["v_out"], domain=body_domain)],
+        [
+            helper.make_node("Identity", ["c"], ["c_out"]),
+            helper.make_node(body_op, ["v"], ["v_out"], domain=body_domain),
+        ],
         "body",
         [vi("i", TensorProto.INT64, []), vi("c", TensorProto.BOOL, []), vi("v", F, [2])],
         [vi("c_out", TensorProto.BOOL, []), vi("v_out", F, [2])],
@@ -131,7 +138,9 @@ def test_rank_shortcut_answers_as_the_walk(name: str) -> None:
         assert shapes_info._may_lack_ranks(graph) == bool(_walk_missing(graph))
         outputs, typed = declared_types(graph)  # type: ignore[misc]
         assert outputs == [o for n in graph.node for o in n.output]
-        walked = {v.name: v.type.SerializeToString() for v in (*graph.input, *graph.value_info, *graph.output)}
+        walked = {
+            v.name: v.type.SerializeToString() for v in (*graph.input, *graph.value_info, *graph.output)
+        }
         assert typed == walked
 
 

@@ -66,9 +66,10 @@ def _read(graph: onnx.GraphProto) -> Any | None:
 
 
 def declared_types(graph: onnx.GraphProto) -> tuple[list[str], dict[str, bytes]] | None:
-    """The top-level node outputs (``[o for node in graph.node for o in node.output]``) and ``{v.name: v.type.SerializeToString() for v in (*graph.input,
-    *graph.value_info, *graph.output)}``, the later declaration of a name winning; None where a value lacks
-    its name or type field (the columns would not align) or the graph is over :data:`COLUMNS_MAX_BYTES`."""
+    """The top-level node outputs (``[o for node in graph.node for o in node.output]``) and
+    ``{v.name: v.type.SerializeToString() for v in (*graph.input, *graph.value_info, *graph.output)}``, the
+    later declaration of a name winning; None where a value lacks its name or type field (the columns
+    would not align) or the graph is over :data:`COLUMNS_MAX_BYTES`."""
     columns = _read(graph)
     if columns is None:
         return None
@@ -78,7 +79,7 @@ def declared_types(graph: onnx.GraphProto) -> tuple[list[str], dict[str, bytes]]
         count = len(getattr(graph, field))
         if len(values.name) != count or len(values.type) != count:
             return None  # a value without its name or type field: the columns do not pair up
-        typed.update(zip(values.name, values.type))
+        typed.update(zip(values.name, values.type, strict=True))
     return list(columns.node.output), typed
 
 
