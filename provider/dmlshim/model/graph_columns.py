@@ -56,7 +56,11 @@ def _columns_class() -> Any:
                         type_name=".dmlshim_columns.Values")  # fmt: skip
     pool = descriptor_pool.DescriptorPool()
     pool.Add(proto)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName("dmlshim_columns.Graph"))
+    descriptor = pool.FindMessageTypeByName("dmlshim_columns.Graph")
+    get_class = getattr(message_factory, "GetMessageClass", None)
+    if get_class is None:  # protobuf before 4.22 (onnx 1.17 accepts 3.20)
+        return message_factory.MessageFactory(pool).GetPrototype(descriptor)
+    return get_class(descriptor)
 
 
 def _read(graph: onnx.GraphProto) -> Any | None:
