@@ -26,8 +26,8 @@ from dmlshim.execute.weights import file_slices as weight_file
 from dmlshim.execute.weights.file_slices import FOLDER_KEY
 from dmlshim.execute.weights.shared import SHARE_MIN_BYTES
 from dmlshim.ort.session_options import COPIED_CONFIG_KEYS, config_entry
-from tests.oracle import ort_run
-from tests.test_weightless_load import LARGE, _model, _same, _save
+from tests.oracle import assert_same_bits, ort_run
+from tests.test_weightless_load import LARGE, _model, _save
 
 
 @pytest.fixture(autouse=True)
@@ -95,7 +95,7 @@ def test_weights_stay_in_the_files(tmp_path: Path, external: bool) -> None:
     folder = str(tmp_path) if external else session._loaded.snapshot.folder  # type: ignore[union-attr]
     assert config_entry(_ort_options(session), FOLDER_KEY) == folder
     for _ in range(3):
-        _same(session.run(None, feeds), expected)
+        assert_same_bits(session.run(None, feeds), expected)
     record = session.last_run_record
     assert record is not None and record.engine == "customop"
     emulated = {n.name for n in record.nodes if n.placement == "dml"}
@@ -119,7 +119,7 @@ def test_callers_options_are_left_as_they_were(tmp_path: Path, external: bool) -
     session = dmlshim.InferenceSession(str(path), so, engine="customop")
     held = _lowered_initializers(session)
     assert all(held[n].data_location == TensorProto.EXTERNAL for n in LARGE)
-    _same(session.run(None, feeds), expected)
+    assert_same_bits(session.run(None, feeds), expected)
     assert _snapshot(so) == before
     assert session._sess_options_initial is so  # get_session_options(): a copy
     assert session.get_session_options().logid == "caller"
@@ -138,7 +138,7 @@ def test_a_large_inline_initializer_from_bytes_or_a_proto(tmp_path: Path) -> Non
         session = dmlshim.InferenceSession(source, _options(), engine="customop")
         assert not session._loaded.weightless
         assert config_entry(_ort_options(session), FOLDER_KEY) is None
-        _same(session.run(None, feeds), expected)
+        assert_same_bits(session.run(None, feeds), expected)
 
 
 def test_add_initializer_over_a_weight_left_in_the_file(tmp_path: Path) -> None:
@@ -158,7 +158,7 @@ def test_add_initializer_over_a_weight_left_in_the_file(tmp_path: Path) -> None:
     assert held["table"].data_location != TensorProto.EXTERNAL
     assert held["weight"].data_location == TensorProto.EXTERNAL
     for _ in range(2):
-        _same(session.run(None, feeds), expected)
+        assert_same_bits(session.run(None, feeds), expected)
     assert _snapshot(so) == before
 
 
@@ -175,7 +175,7 @@ def test_add_external_initializers(tmp_path: Path) -> None:
     held = _lowered_initializers(session)
     assert held["weight"].data_location != TensorProto.EXTERNAL
     assert held["table"].data_location == TensorProto.EXTERNAL
-    _same(session.run(None, feeds), expected)
+    assert_same_bits(session.run(None, feeds), expected)
 
 
 def test_optimized_model_and_profiling(tmp_path: Path) -> None:
@@ -190,10 +190,10 @@ def test_optimized_model_and_profiling(tmp_path: Path) -> None:
     session = dmlshim.InferenceSession(str(path), so, engine="customop")
     assert _snapshot(so) == before
     got = session.run(None, feeds)
-    _same(got, _reference(path, _options(), feeds))
+    assert_same_bits(got, _reference(path, _options(), feeds))
     written = onnx.load(str(target), load_external_data=False)
     assert not any(t.data_location == TensorProto.EXTERNAL for t in written.graph.initializer)
-    _same(_reference(target, _options(), feeds), got)
+    assert_same_bits(_reference(target, _options(), feeds), got)
     profile = Path(session.end_profiling())
     assert profile.is_file() and profile.parent == tmp_path
     assert sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".json") == [profile.name]
@@ -203,7 +203,7 @@ def test_a_file_changed_before_the_engine_is_built_again_is_refused(tmp_path: Pa
     model, feeds = _model()
     path = _save(model, tmp_path, external=True)
     session = dmlshim.InferenceSession(str(path), engine="customop")
-    _same(session.run(None, feeds), ort_run(model, feeds))
+    assert_same_bits(session.run(None, feeds), ort_run(model, feeds))
     with open(tmp_path / "model.bin", "ab") as f:
         f.write(b"\0")
     os.utime(tmp_path / "model.bin", ns=(1, 1))

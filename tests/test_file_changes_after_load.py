@@ -24,8 +24,8 @@ import pytest
 import dmlshim
 from dmlshim.errors import BadModelError
 from dmlshim.execute.weights import file_slices as weight_file
-from tests.oracle import ort_run
-from tests.test_weightless_load import _model, _same, _save
+from tests.oracle import assert_same_bits, ort_run
+from tests.test_weightless_load import _model, _save
 
 REPO = Path(__file__).resolve().parents[1]
 ENGINES = {
@@ -73,14 +73,14 @@ def test_inline_weights_are_the_sessions_own(tmp_path: Path, engine: str, how: s
     session = dmlshim.InferenceSession(str(path), **ENGINES[engine])
     theirs = _ort_session(path)
     expected = ort_run(model, feeds)
-    _same(session.run(None, feeds), expected)
+    assert_same_bits(session.run(None, feeds), expected)
     _change(path, how)
     for _ in range(4):  # through the path trial: the whole-model check and the partitioned steps
-        _same(theirs.run(None, feeds), expected)  # onnxruntime: unchanged
-        _same(session.run(None, feeds), expected)
+        assert_same_bits(theirs.run(None, feeds), expected)  # onnxruntime: unchanged
+        assert_same_bits(session.run(None, feeds), expected)
     # the engine built again (set_providers) from the session's own copy, not the file
     session.set_providers(["DmlExecutionProvider"] if engine == "customop" else ["CPUExecutionProvider"])
-    _same(session.run(None, feeds), expected)
+    assert_same_bits(session.run(None, feeds), expected)
 
 
 @pytest.mark.parametrize("how", CHANGES)
@@ -93,7 +93,7 @@ def test_external_data_follows_onnxruntime_without_a_crash(tmp_path: Path, engin
     data = tmp_path / "model.bin"
     session = dmlshim.InferenceSession(str(path), **ENGINES[engine])
     theirs = _ort_session(path)
-    _same(session.run(None, feeds), ort_run(model, feeds))
+    assert_same_bits(session.run(None, feeds), ort_run(model, feeds))
     _change(data, how)
     if how == "truncate":  # onnxruntime's session would die of SIGBUS here: dmlshim refuses
         for _ in range(2):
@@ -124,7 +124,7 @@ def test_a_model_in_a_folder_with_no_room_for_a_copy_reads_its_weights(
     session = dmlshim.InferenceSession(str(path))
     assert session._loaded.snapshot is None
     _change(path, "truncate")
-    _same(session.run(None, feeds), ort_run(model, feeds))
+    assert_same_bits(session.run(None, feeds), ort_run(model, feeds))
 
 
 def test_the_copy_is_removed_with_the_session(tmp_path: Path) -> None:
@@ -257,7 +257,7 @@ def test_small_external_weights_follow_onnxruntimes_mapping(
     session = dmlshim.InferenceSession(str(path), **ENGINES[engine])
     theirs = _ort_session(path)
     before = theirs.run(None, feeds)
-    _same(session.run(None, feeds), before)
+    assert_same_bits(session.run(None, feeds), before)
     data = tmp_path / "w.bin"
     shown = {}
     for name in ("table", "weight", "bias", "cache", "cols"):
@@ -274,7 +274,7 @@ def test_small_external_weights_follow_onnxruntimes_mapping(
                 np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5, err_msg=name)
     assert shown == {"table": True, "weight": False, "bias": True, "cache": True, "cols": True}
     data.unlink()  # the mapped bytes stay
-    _same(session.run(None, feeds), theirs.run(None, feeds))
+    assert_same_bits(session.run(None, feeds), theirs.run(None, feeds))
 
 
 @pytest.mark.parametrize("engine", sorted(ENGINES))

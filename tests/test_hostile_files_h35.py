@@ -18,8 +18,8 @@ import dmlshim
 from dmlshim.errors import BadModelError
 from dmlshim.execute.weights import file_slices as weight_file
 from dmlshim.execute.weights import snapshot as weight_snapshot
-from tests.oracle import ort_run
-from tests.test_weightless_load import _model, _same, _save
+from tests.oracle import assert_same_bits, ort_run
+from tests.test_weightless_load import _model, _save
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -71,9 +71,9 @@ def test_inline_model_replaced_by_a_fifo_or_a_link(tmp_path: Path, what: str) ->
     else:
         (tmp_path / "elsewhere.onnx").write_bytes(b"\0" * 4096)
         path.symlink_to(tmp_path / "elsewhere.onnx")
-    _same(session.run(None, feeds), expected)
+    assert_same_bits(session.run(None, feeds), expected)
     session.set_providers(["CPUExecutionProvider"])  # built again: from the session's own copy
-    _same(session.run(None, feeds), expected)
+    assert_same_bits(session.run(None, feeds), expected)
 
 
 def test_external_data_replaced_by_a_fifo_keeps_the_mapping_and_refuses_a_rebuild(tmp_path: Path) -> None:
@@ -86,7 +86,7 @@ def test_external_data_replaced_by_a_fifo_keeps_the_mapping_and_refuses_a_rebuil
     data = tmp_path / "model.bin"
     data.unlink()
     os.mkfifo(data)
-    _same(session.run(None, feeds), expected)
+    assert_same_bits(session.run(None, feeds), expected)
     with pytest.raises(BadModelError, match="changed since the session was created"):
         session.set_providers(["CPUExecutionProvider"])
 
@@ -103,7 +103,7 @@ def test_external_data_cut_then_restored_runs_again(tmp_path: Path) -> None:
     with open(data, "r+b") as f:  # the same file, whole again
         f.seek(0)
         f.write(whole)
-    _same(session.run(None, feeds), ort_run(model, feeds))
+    assert_same_bits(session.run(None, feeds), ort_run(model, feeds))
 
 
 def test_the_copy_folder_gone_is_an_error_on_rebuild_not_a_crash(tmp_path: Path) -> None:
@@ -111,7 +111,7 @@ def test_the_copy_folder_gone_is_an_error_on_rebuild_not_a_crash(tmp_path: Path)
     path = _save(model, tmp_path, external=False)
     session = dmlshim.InferenceSession(str(path))
     session._loaded.snapshot.remove()  # type: ignore[union-attr]  # someone removed the temporary folder
-    _same(session.run(None, feeds), ort_run(model, feeds))  # the mappings stay
+    assert_same_bits(session.run(None, feeds), ort_run(model, feeds))  # the mappings stay
     with pytest.raises(BadModelError):
         session.set_providers(["CPUExecutionProvider"])
 

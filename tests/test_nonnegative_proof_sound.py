@@ -16,7 +16,8 @@ from dmlshim.execute.plan.segments import folded_constants
 from dmlshim.execute.proofs.gather_given import NOTE_GATHER_GIVEN
 from dmlshim.model.nonnegative import nonnegative_prover
 from tests.oracle import IR_VERSION, ort_node, ort_run
-from tests.test_gather_lean import _feeds, _model, _notes, _one_thread, _same
+from tests.oracle import assert_same_bits as _same
+from tests.test_gather_lean import _feeds, _model, _notes, _one_thread
 
 
 def _int(name: str, value: object) -> onnx.TensorProto:

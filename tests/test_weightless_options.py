@@ -30,7 +30,8 @@ from dmlshim.ort.session_options import (
     sharable_options,
 )
 from tests.oracle import IR_VERSION
-from tests.test_weightless_load import LARGE, _model, _same, _save
+from tests.oracle import assert_same_bits as _same
+from tests.test_weightless_load import LARGE, _model, _save
 
 BASIC = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
 
