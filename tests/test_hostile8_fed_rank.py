@@ -8,6 +8,7 @@ onnxruntime returns ``[]``. Expected values: onnxruntime CPU with the same optio
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import numpy as np
@@ -22,6 +23,9 @@ from dmlshim import InferenceSession
 from tests.oracle import IR_VERSION
 
 X = np.arange(28, dtype=np.float32).reshape(4, 7)
+# onnxruntime's refusal of a body output computed at another shape than the one it allocated: 1.32's
+# words, then 1.24's
+BODY_SHAPE_REFUSED = "computed output shape|OrtValue shape verification failed"
 
 
 def _model() -> bytes:
@@ -172,10 +176,10 @@ def test_a_rank0_input_fed_at_rank1_into_an_if_branch_is_refused_as_onnxruntime_
     ).SerializeToString()
     feeds = {"x": X, "k": np.array([1, 2], np.int64), "c": np.array(True)}
     oracle = ort.InferenceSession(model, _options(None), providers=["CPUExecutionProvider"])
-    with pytest.raises(Exception, match="computed output shape"):
+    with pytest.raises(Exception, match=BODY_SHAPE_REFUSED):
         oracle.run(None, feeds)
     sess = InferenceSession(model, _options(None), engine="customop")
-    with pytest.raises(Exception, match="computed output shape"):
+    with pytest.raises(Exception, match=BODY_SHAPE_REFUSED):
         sess.run(None, feeds)
     # the else branch's output is a scalar at any rank of k: onnxruntime runs it, and so does the engine
     feeds["c"] = np.array(False)
@@ -248,8 +252,8 @@ def test_a_rank0_input_fed_at_other_ranks_into_bodies_is_onnxruntimes(
             try:
                 want = oracle.run(None, feeds)
             except Exception as exc:  # noqa: BLE001 - the refusal the engine must repeat
-                assert "computed output shape" in str(exc)
-                with pytest.raises(Exception, match="computed output shape"):
+                assert re.search(BODY_SHAPE_REFUSED, str(exc)), exc
+                with pytest.raises(Exception, match=BODY_SHAPE_REFUSED):
                     sess.run(None, feeds)
                 continue
             got = sess.run(None, feeds)
