@@ -49,15 +49,13 @@ from ..plan.steps import REASON_CPU_PREFERRED
 from ..record import PATH_CUSTOM_OP, PLACEMENT_CPU, PLACEMENT_DML, NodeRecord, RunRecord
 from ..weights.file_slices import FOLDER_KEY
 from ..weights.shared import SharedWeights, light_copy
+from .body_outputs import BodyOutputs, body_output_types, declare_body_outputs
 from .fed_rank import (
     FedRanks,
-    SubgraphOutputs,
-    declare_subgraph_outputs,
     declared_again,
     fed_ranks,
     rank_zero_inputs,
     shapeless_initializers,
-    subgraph_output_types,
     with_fed_ranks,
 )
 
@@ -165,8 +163,9 @@ class CustomOpEngine:
             by onnxruntime from the files in this file's folder; only its own session holds them.
         declarations: the caller's declarations of inputs that ``model`` (a :func:`with_fed_ranks` copy)
             declares at their fed rank: onnxruntime's session of the lowered model declares them so again.
-        subgraph_outputs: for such a copy, the types onnxruntime infers for the caller's model's If, Loop
-            and Scan body outputs (:func:`subgraph_output_types`): the lowered bodies declare them so.
+        body_outputs: for such a copy, what onnxruntime sees for the caller's model's If, Loop and Scan
+            body outputs (:func:`.body_outputs.body_output_types`; by default ``model``'s own): the body
+            outputs a custom op computes are declared so.
 
     Raises:
         EngineUnavailableError: onnxruntime-extensions is not installed.
@@ -187,7 +186,7 @@ class CustomOpEngine:
         ort_cpu_preference: bool = True,
         model_path: str | None = None,
         declarations: Sequence[onnx.ValueInfoProto] = (),
-        subgraph_outputs: SubgraphOutputs | None = None,
+        body_outputs: BodyOutputs | None = None,
     ) -> None:
         extensions()
         self._model = model
@@ -198,7 +197,7 @@ class CustomOpEngine:
         self._rank_zero = rank_zero_inputs(model)
         self._shapeless = shapeless_initializers(model)
         self._at_fed_rank: dict[FedRanks, CustomOpEngine] = {}
-        self._subgraph_outputs: SubgraphOutputs | None = None
+        self._body_outputs = body_output_types(model) if body_outputs is None else body_outputs
         self._feature_level = FeatureLevel(feature_level)
         self._index_mode = IndexMode(index_mode)
         if providers and any(
@@ -217,10 +216,10 @@ class CustomOpEngine:
         )
         # a copy lowered at fed ranks: onnxruntime sees the rank-0 declarations (its folds follow them)
         declared_again(self._lowered.model, declarations)
-        # and its bodies' outputs as onnxruntime inferred them from those declarations (an If refuses a
-        # branch computing another shape than a static one; a Loop of no iteration returns that shape)
-        if subgraph_outputs:
-            declare_subgraph_outputs(self._lowered.model, subgraph_outputs)
+        # body outputs a custom op computes as onnxruntime sees them in the caller's model (an If refuses
+        # a branch computing another shape than a static one; a Loop of no iteration returns that shape)
+        if self._body_outputs:
+            declare_body_outputs(self._lowered.model, self._body_outputs)
         register_custom_ops()
         self._prime_static_translations()
         # Scatter nodes kept (lowering rewrote them), or handed to onnxruntime at run time, run as
@@ -352,14 +351,12 @@ class CustomOpEngine:
         engine = self._at_fed_rank.get(ranks)
         if engine is None:
             logger.info("custom-op engine: lowering again for rank-0 inputs fed at ranks %s", dict(ranks))
-            if self._subgraph_outputs is None:
-                self._subgraph_outputs = subgraph_output_types(self._model)
             engine = CustomOpEngine(
                 with_fed_ranks(self._model, ranks),
                 self._feature_level,
                 **self._args,
                 declarations=[v for v in self._model.graph.input if v.name in dict(ranks)],
-                subgraph_outputs=self._subgraph_outputs,
+                body_outputs=self._body_outputs,
             )
             self._at_fed_rank[ranks] = engine
         return engine
