@@ -258,3 +258,42 @@ def test_a_rank0_input_fed_at_other_ranks_into_bodies_is_onnxruntimes(
                 continue
             got = sess.run(None, feeds)
             assert got[0].shape == want[0].shape and got[0].tobytes() == want[0].tobytes(), (c, k.shape)
+
+
+def test_a_stale_static_body_output_declaration_runs_as_onnxruntime_runs_it() -> None:
+    # The then branch's output is declared [4] where its Gather computes [4, 2]: onnxruntime merges the two
+    # (the shape left unknown) and runs. The lowered branch kept the declaration alone, and
+    # onnxruntime-extensions aborted the process when the custom op's [4, 2] met the [4] the If allocated.
+    branch = helper.make_graph(
+        [helper.make_node("Gather", ["x", "k"], ["t"], axis=1)],
+        "then",
+        [],
+        [helper.make_tensor_value_info("t", TensorProto.FLOAT, [4])],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Gather", ["x", "k"], ["u"], axis=0)],
+        "else",
+        [],
+        [helper.make_tensor_value_info("u", TensorProto.FLOAT, [2, 7])],
+    )
+    inputs = [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 7]),
+        helper.make_tensor_value_info("k", TensorProto.INT64, [2]),
+        helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+    ]
+    graph = helper.make_graph(
+        [helper.make_node("If", ["c"], ["o"], then_branch=branch, else_branch=other)],
+        "stale_branch_output",
+        inputs,
+        [helper.make_tensor_value_info("o", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=IR_VERSION
+    ).SerializeToString()
+    oracle = ort.InferenceSession(model, _options(None), providers=["CPUExecutionProvider"])
+    sess = InferenceSession(model, _options(None), engine="customop")
+    for c in (True, False):
+        feeds = {"x": X, "k": np.array([1, 3], np.int64), "c": np.array(c)}
+        want = oracle.run(None, feeds)
+        got = sess.run(None, feeds)
+        assert got[0].shape == want[0].shape and got[0].tobytes() == want[0].tobytes(), c
