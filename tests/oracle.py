@@ -143,3 +143,19 @@ def binding_with_inputs(session: Any, values: Mapping[str, Any]) -> Any:
     for name, value in values.items():
         binding.bind_ortvalue_input(name, value)
     return binding
+
+
+def assert_same_bits(got: Sequence[Any], want: Sequence[Any]) -> None:
+    """Every output of ``got`` is ``want``'s bit for bit: dtype, shape and bytes (objects: as lists)."""
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        if g.dtype == object:
+            assert g.tolist() == w.tolist()
+        else:
+            assert g.tobytes() == w.tobytes()
+
+
+def node_notes(session: Any) -> list[list[str]]:
+    """The note codes of each gather/scatter node in a dmlshim session's last run record."""
+    return [[code for code, _ in n.notes] for n in session.last_run_record.nodes]

@@ -18,10 +18,8 @@ from onnx import TensorProto, helper
 import dmlshim
 from dmlshim.execute.plan.steps import NOTE_UNTOUCHED_GIVEN
 from dmlshim.execute.proofs.gather_given import NOTE_GATHER_GIVEN
-from tests.oracle import (
-    IR_VERSION,
-    ort_run,
-)
+from tests.oracle import IR_VERSION, ort_run
+from tests.oracle import assert_same_bits as same_bits_as
 
 TAKEN = frozenset((NOTE_GATHER_GIVEN, NOTE_UNTOUCHED_GIVEN))
 H, L, D = 4, 256, 128  # a float32 [H, L, D] output is 512 KiB: the size the check verifies in place
@@ -85,15 +83,6 @@ def session_pair(model: onnx.ModelProto, monkeypatch: pytest.MonkeyPatch, **kwar
         full = dmlshim.InferenceSession(model, sess_options=one_thread(), **kwargs)
     return default, full
 
-
-def same_bits_as(got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> None:
-    assert len(got) == len(want)
-    for g, w in zip(got, want, strict=True):
-        assert g.dtype == w.dtype and g.shape == w.shape
-        if g.dtype == object:
-            assert g.tolist() == w.tolist()
-        else:
-            assert g.tobytes() == w.tobytes()
 
 
 def untaken(record: Any) -> Any:

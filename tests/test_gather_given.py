@@ -4,8 +4,6 @@ index is proved in range. Expected outputs come from onnxruntime CPU (one intra-
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -15,7 +13,7 @@ from onnx import TensorProto, helper
 import dmlshim
 from dmlshim.execute.plan import steps
 from dmlshim.execute.proofs.gather_given import NOTE_GATHER_GIVEN, output_is_given
-from tests.oracle import IR_VERSION, ort_run, tamper_with_check
+from tests.oracle import IR_VERSION, assert_same_bits, node_notes, ort_run, tamper_with_check
 from tests.test_session_models import make_model
 
 
@@ -50,14 +48,6 @@ def _elements_feeds(batch: int = 24, seed: int = 0) -> dict[str, np.ndarray]:
     }
 
 
-def _notes(session: Any) -> list[list[str]]:
-    return [[code for code, _ in n.notes] for n in session.last_run_record.nodes]
-
-
-def _same(got: list[np.ndarray], want: list[np.ndarray]) -> None:
-    assert len(got) == len(want)
-    for g, w in zip(got, want, strict=True):
-        assert g.dtype == w.dtype and g.shape == w.shape and g.tobytes() == w.tobytes()
 
 
 def test_a_gather_is_compared_on_the_first_runs_then_taken_from_onnxruntime() -> None:
@@ -65,16 +55,16 @@ def test_a_gather_is_compared_on_the_first_runs_then_taken_from_onnxruntime() ->
     want = ort_run(model, feeds)
     session = dmlshim.InferenceSession(model, sess_options=_one_thread())
     for _ in range(steps.PROVE_RUNS):
-        _same(session.run(None, feeds), want)
-        assert session.last_run_record.path == "whole-model check" and _notes(session) == [[]]
-    _same(session.run(None, feeds), want)
+        assert_same_bits(session.run(None, feeds), want)
+        assert session.last_run_record.path == "whole-model check" and node_notes(session) == [[]]
+    assert_same_bits(session.run(None, feeds), want)
     assert session.last_run_record.path == "whole-model check"
-    assert _notes(session) == [[NOTE_GATHER_GIVEN]]
+    assert node_notes(session) == [[NOTE_GATHER_GIVEN]]
     assert f"first {steps.PROVE_RUNS} runs" in session.last_run_record.nodes[0].notes[0][1]
     # Other shapes start the proof again: the kernel runs for them first.
     other = _elements_feeds(batch=20, seed=1)
-    _same(session.run(None, other), ort_run(model, other))
-    assert _notes(session) == [[]]
+    assert_same_bits(session.run(None, other), ort_run(model, other))
+    assert node_notes(session) == [[]]
 
 
 def test_negative_indices_are_always_computed_by_the_kernel() -> None:
@@ -83,7 +73,7 @@ def test_negative_indices_are_always_computed_by_the_kernel() -> None:
     want = ort_run(model, feeds)
     session = dmlshim.InferenceSession(model, sess_options=_one_thread())
     for _ in range(steps.PROVE_RUNS + 2):
-        _same(session.run(None, feeds), want)
+        assert_same_bits(session.run(None, feeds), want)
         (node,) = session.last_run_record.nodes
         assert node.notes == () and node.negative_indices
 
@@ -94,14 +84,14 @@ def test_full_check_compares_on_every_run(monkeypatch: pytest.MonkeyPatch) -> No
     want = ort_run(model, feeds)
     session = dmlshim.InferenceSession(model, sess_options=_one_thread())
     for _ in range(steps.PROVE_RUNS + 2):
-        _same(session.run(None, feeds), want)
-        assert _notes(session) == [[]]
+        assert_same_bits(session.run(None, feeds), want)
+        assert node_notes(session) == [[]]
     # A wrong element from onnxruntime is caught by the comparison: the partitions answer, correctly.
     def change(g: np.ndarray) -> None:
         g.reshape(-1)[5] += 1.0
 
     tamper_with_check(session, "g", change)
-    _same(session.run(None, feeds), want)
+    assert_same_bits(session.run(None, feeds), want)
     assert session.last_run_record.path == "partitioned"
 
 
@@ -122,9 +112,9 @@ def test_an_embedding_gather_is_taken_too() -> None:
     want = ort_run(model, feeds)
     session = dmlshim.InferenceSession(model, sess_options=_one_thread())
     for _ in range(steps.PROVE_RUNS):
-        _same(session.run(None, feeds), want)
-    _same(session.run(None, feeds), want)
-    assert _notes(session) == [[NOTE_GATHER_GIVEN]]
+        assert_same_bits(session.run(None, feeds), want)
+    assert_same_bits(session.run(None, feeds), want)
+    assert node_notes(session) == [[NOTE_GATHER_GIVEN]]
 
 
 def test_output_is_given_only_for_in_range_integer_indices_and_the_nodes_shape() -> None:

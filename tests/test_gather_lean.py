@@ -18,7 +18,7 @@ from dmlshim.execute.engines.whole_model import captured_names
 from dmlshim.execute.plan.segments import folded_constants
 from dmlshim.execute.proofs.gather_given import LEAN_MESSAGE, NOTE_GATHER_GIVEN, SHAPE_SUFFIX
 from dmlshim.model.nonnegative import nonnegative_prover
-from tests.oracle import IR_VERSION, ort_run
+from tests.oracle import IR_VERSION, assert_same_bits, ort_run
 
 SPAN = 256
 
@@ -88,10 +88,6 @@ def _notes(session: Any) -> list[str]:
     return [code for code, _ in node.notes]
 
 
-def _same(got: list[np.ndarray], want: list[np.ndarray]) -> None:
-    for g, w in zip(got, want, strict=True):
-        assert g.dtype == w.dtype and g.shape == w.shape and g.tobytes() == w.tobytes()
-
 
 @pytest.mark.parametrize("op", ["GatherElements", "Gather"])
 def test_a_gather_of_clipped_positions_is_onnxruntimes_from_the_first_run(op: str) -> None:
@@ -99,7 +95,7 @@ def test_a_gather_of_clipped_positions_is_onnxruntimes_from_the_first_run(op: st
     session = dmlshim.InferenceSession(model, sess_options=_one_thread())
     for batch, seq in ((2, 128), (1, 200)):
         feeds = _feeds(batch, seq)
-        _same(session.run(None, feeds), ort_run(model, feeds))
+        assert_same_bits(session.run(None, feeds), ort_run(model, feeds))
         record = session.last_run_record
         assert record.path == "whole-model check"
         assert _notes(session) == [NOTE_GATHER_GIVEN]
@@ -119,7 +115,7 @@ def test_a_negative_clip_bound_keeps_the_kernel_and_the_comparison() -> None:
     model = _model(clip_min=-3)
     feeds = _feeds()
     session = dmlshim.InferenceSession(model, sess_options=_one_thread())
-    _same(session.run(None, feeds), ort_run(model, feeds))
+    assert_same_bits(session.run(None, feeds), ort_run(model, feeds))
     assert _notes(session) == []  # computed by the kernel and compared on this first run
     assert "r" in session.engine._check._fetch  # type: ignore[attr-defined]
 
@@ -128,7 +124,7 @@ def test_full_check_computes_the_lean_gather(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("DMLSHIM_FULL_CHECK", "1")
     model, feeds = _model(), _feeds()
     session = dmlshim.InferenceSession(model, sess_options=_one_thread())
-    _same(session.run(None, feeds), ort_run(model, feeds))
+    assert_same_bits(session.run(None, feeds), ort_run(model, feeds))
     assert _notes(session) == []
 
 
@@ -143,7 +139,7 @@ def test_an_index_past_the_axis_is_refused_as_onnxruntime_refuses_it() -> None:
     with pytest.raises(DmlShimError, match="gather"):
         session.run(None, feeds)
     small = _feeds(seq=100)  # in range again: the same session answers as onnxruntime does
-    _same(session.run(None, small), ort_run(model, small))
+    assert_same_bits(session.run(None, small), ort_run(model, small))
 
 
 def _prover(nodes: list[onnx.NodeProto], inits: list[onnx.TensorProto]) -> Any:
@@ -227,7 +223,7 @@ def test_a_boolean_mask_gathernd_is_lean_and_an_empty_selection_still_answers() 
         if sign < 0:
             x[:, 0] = -np.abs(x[:, 0])  # nothing selected: an empty output
         feeds = {"x": x}
-        _same(session.run(None, feeds), ort_run(model, feeds))
+        assert_same_bits(session.run(None, feeds), ort_run(model, feeds))
         record = session.last_run_record
         assert record.path == "whole-model check"
         node = next(n for n in record.nodes if n.name == "gather")
@@ -260,7 +256,7 @@ def test_a_constant_index_in_range_is_lean_and_one_past_the_axis_is_refused(op: 
     x = np.random.default_rng(4).standard_normal((2, 131072)).astype(np.float32)
     model = _constant_index_model(index, op)
     session = dmlshim.InferenceSession(model, sess_options=_one_thread())
-    _same(session.run(None, {"x": x}), ort_run(model, {"x": x}))
+    assert_same_bits(session.run(None, {"x": x}), ort_run(model, {"x": x}))
     assert session.last_run_record.path == "whole-model check" and _notes(session) == [NOTE_GATHER_GIVEN]
     # One row fewer: the constant index is past the axis; onnxruntime refuses the run, and so does dmlshim
     # (the check proves the constant in range on every run, and hands this one to the kernel).
@@ -270,7 +266,7 @@ def test_a_constant_index_in_range_is_lean_and_one_past_the_axis_is_refused(op: 
         ort.InferenceSession(model.SerializeToString(), _one_thread(), providers=cpu).run(None, {"x": short})
     with pytest.raises(DmlShimError, match=r"index 1 .*out of range"):
         session.run(None, {"x": short})
-    _same(session.run(None, {"x": x}), ort_run(model, {"x": x}))
+    assert_same_bits(session.run(None, {"x": x}), ort_run(model, {"x": x}))
 
 
 def test_a_negative_constant_index_keeps_the_kernel() -> None:
@@ -278,5 +274,5 @@ def test_a_negative_constant_index_keeps_the_kernel() -> None:
     model = _constant_index_model([-1])
     session = dmlshim.InferenceSession(model, sess_options=_one_thread())
     for _ in range(2):
-        _same(session.run(None, {"x": x}), ort_run(model, {"x": x}))
+        assert_same_bits(session.run(None, {"x": x}), ort_run(model, {"x": x}))
         assert _notes(session) == [] and session.last_run_record.nodes[0].negative_indices

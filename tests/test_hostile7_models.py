@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 import dmlshim
 from dmlshim.errors import DmlShimError

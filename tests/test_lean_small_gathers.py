@@ -16,7 +16,7 @@ from onnx import TensorProto, helper
 import dmlshim
 from dmlshim.execute.plan import steps
 from dmlshim.execute.proofs.gather_given import NOTE_GATHER_GIVEN
-from tests.oracle import make_node_model, ort_run, tamper_with_check
+from tests.oracle import assert_same_bits, make_node_model, node_notes, ort_run, tamper_with_check
 from tests.test_session_models import make_model
 
 CHECK, PARTITIONED = "whole-model check", "partitioned"
@@ -54,14 +54,6 @@ CASES = {
 }
 
 
-def _notes(session: Any) -> list[list[str]]:
-    return [[code for code, _ in n.notes] for n in session.last_run_record.nodes]
-
-
-def _same(got: list[np.ndarray], want: list[np.ndarray]) -> None:
-    assert len(got) == len(want)
-    for g, w in zip(got, want, strict=True):
-        assert g.dtype == w.dtype and g.shape == w.shape and g.tobytes() == w.tobytes()
 
 
 @pytest.mark.parametrize("op", sorted(CASES))
@@ -75,12 +67,12 @@ def test_a_small_gather_is_taken_from_onnxruntime_after_the_proved_runs(
     calls = _kernel_calls(monkeypatch)
     session = dmlshim.InferenceSession(model)
     for run in range(steps.PROVE_RUNS):
-        _same(session.run(None, feeds), want)
-        assert session.last_run_record.path == CHECK and _notes(session) == [[]]
+        assert_same_bits(session.run(None, feeds), want)
+        assert session.last_run_record.path == CHECK and node_notes(session) == [[]]
         assert len(calls) == run + 1, "the first runs compute the gather with the kernel"
     for _ in range(3):
-        _same(session.run(None, feeds), want)
-        assert session.last_run_record.path == CHECK and _notes(session) == [[NOTE_GATHER_GIVEN]]
+        assert_same_bits(session.run(None, feeds), want)
+        assert session.last_run_record.path == CHECK and node_notes(session) == [[NOTE_GATHER_GIVEN]]
     assert len(calls) == steps.PROVE_RUNS, "later runs take onnxruntime's output"
     node = session.last_run_record.nodes[0]
     assert node.placement == "dml" and not node.negative_indices
@@ -94,9 +86,9 @@ def test_a_one_node_gather_model_takes_the_check(monkeypatch: pytest.MonkeyPatch
     calls = _kernel_calls(monkeypatch)
     session = dmlshim.InferenceSession(model)
     for _ in range(steps.PROVE_RUNS + 2):
-        _same(session.run(None, feeds), want)
+        assert_same_bits(session.run(None, feeds), want)
         assert session.last_run_record.path == CHECK
-    assert _notes(session) == [[NOTE_GATHER_GIVEN]]
+    assert node_notes(session) == [[NOTE_GATHER_GIVEN]]
     assert len(calls) == steps.PROVE_RUNS
 
 
@@ -108,7 +100,7 @@ def test_a_one_node_scatter_model_keeps_the_partitions() -> None:
     }
     model = make_node_model("ScatterND", feeds)
     session = dmlshim.InferenceSession(model)
-    _same(session.run(None, feeds), ort_run(model, feeds))
+    assert_same_bits(session.run(None, feeds), ort_run(model, feeds))
     assert session.last_run_record.path == PARTITIONED
 
 
@@ -116,7 +108,7 @@ def _proved_session(model: onnx.ModelProto, feeds: dict[str, np.ndarray], **kwar
     session = dmlshim.InferenceSession(model, **kwargs)
     for _ in range(steps.PROVE_RUNS + 1):
         session.run(None, feeds)
-    assert _notes(session) == [[NOTE_GATHER_GIVEN]]
+    assert node_notes(session) == [[NOTE_GATHER_GIVEN]]
     return session
 
 
@@ -131,7 +123,7 @@ def test_a_later_negative_index_is_computed_by_the_kernel(
     session = _proved_session(model, {"x": X, "idx": np.array([0, 5, 2], np.int64)})
     calls = _kernel_calls(monkeypatch)
     negative = {"x": X, "idx": np.array([0, -1, 2], np.int64)}  # ONNX and DirectML (FL >= 3.0): row 5
-    _same(session.run(None, negative), ort_run(model, negative))
+    assert_same_bits(session.run(None, negative), ort_run(model, negative))
     (node,) = session.last_run_record.nodes
     assert node.notes == () and node.negative_indices and len(calls) == 1
 
@@ -158,8 +150,8 @@ def test_a_later_out_of_range_index_is_still_refused(model_of: str, bad: int) ->
         assert caught.value.node == node
     # and the session carries on: in-range indices are given again
     good = {"x": X, "idx": np.array([1, 1, 4], np.int64)}
-    _same(session.run(None, good), ort_run(model, good))
-    assert _notes(session) == [[NOTE_GATHER_GIVEN]]
+    assert_same_bits(session.run(None, good), ort_run(model, good))
+    assert node_notes(session) == [[NOTE_GATHER_GIVEN]]
 
 
 def test_a_later_out_of_range_index_is_clamped_in_clamp_mode() -> None:
@@ -169,7 +161,7 @@ def test_a_later_out_of_range_index_is_clamped_in_clamp_mode() -> None:
     # DirectML reads out-of-range indices clamped into [0, 5]
     (want,) = ort_run(model, {"x": X, "idx": np.array([5, 0, 0], np.int64)})
     np.testing.assert_array_equal(got, want)
-    assert session.last_run_record.path == PARTITIONED and _notes(session) == [[]]
+    assert session.last_run_record.path == PARTITIONED and node_notes(session) == [[]]
 
 
 @pytest.mark.parametrize("model_of", ["one_node", "chain"])
@@ -185,8 +177,8 @@ def test_full_check_computes_every_run(model_of: str, monkeypatch: pytest.Monkey
     session = dmlshim.InferenceSession(model)
     runs = steps.PROVE_RUNS + 3
     for _ in range(runs):
-        _same(session.run(None, feeds), want)
-        assert _notes(session) == [[]]
+        assert_same_bits(session.run(None, feeds), want)
+        assert node_notes(session) == [[]]
     assert len(calls) == runs
     # a one-node model keeps the partitions there (the check would compute the gather as well)
     assert session.last_run_record.path == (PARTITIONED if model_of == "one_node" else CHECK)
@@ -202,7 +194,7 @@ def test_a_wrong_element_on_a_proved_run_is_caught() -> None:
         g.reshape(-1)[1] += 1.0
 
     tamper_with_check(session, "g", change)
-    _same(session.run(None, feeds), want)
+    assert_same_bits(session.run(None, feeds), want)
     assert session.last_run_record.path == PARTITIONED and session.engine._check.agreements == 0
 
 
@@ -215,7 +207,7 @@ def test_a_one_node_model_whose_gather_is_still_computed_leaves_the_check() -> N
     session = dmlshim.InferenceSession(model)
     paths = []
     for _ in range(steps.PROVE_RUNS + 3):
-        _same(session.run(None, feeds), want)
+        assert_same_bits(session.run(None, feeds), want)
         paths.append(session.last_run_record.path)
         (node,) = session.last_run_record.nodes
         assert node.negative_indices and node.notes == ()

@@ -16,7 +16,7 @@ import dmlshim
 from dmlshim.execute.plan import steps
 from dmlshim.execute.proofs.gather_given import NOTE_GATHER_GIVEN
 from dmlshim.execute.proofs.scatter_given import scatter_output_is_given
-from tests.oracle import IR_VERSION, ort_run, tamper_with_check
+from tests.oracle import IR_VERSION, assert_same_bits, ort_run, tamper_with_check
 from tests.test_session_models import make_model
 
 HEADS, MAX_LEN, DIM = 4, 256, 128  # a 512 KiB float32 cache: the size the check verifies in place
@@ -99,11 +99,6 @@ def _update(session: Any) -> Any:
     return node
 
 
-def _same(got: list[np.ndarray], want: list[np.ndarray]) -> None:
-    assert len(got) == len(want)
-    for g, w in zip(got, want, strict=True):
-        assert g.dtype == w.dtype and g.shape == w.shape and g.tobytes() == w.tobytes()
-
 
 @pytest.mark.parametrize("nd", [False, True], ids=["ScatterElements", "ScatterND"])
 def test_a_kv_cache_scatter_is_taken_from_onnxruntime_when_its_indices_prove_it(nd: bool) -> None:
@@ -111,7 +106,7 @@ def test_a_kv_cache_scatter_is_taken_from_onnxruntime_when_its_indices_prove_it(
     session = dmlshim.InferenceSession(model, sess_options=_one_thread())
     for step in range(steps.PROVE_RUNS + 2):
         feeds = _nd_feeds([17 + step], seed=step) if nd else _feeds([17 + step], seed=step)
-        _same(session.run(None, feeds), ort_run(model, feeds))
+        assert_same_bits(session.run(None, feeds), ort_run(model, feeds))
         node = _update(session)
         assert session.last_run_record.path == "whole-model check"
         assert node.placement == "dml" and node.duplicate_indices == 0 and not node.negative_indices
@@ -127,19 +122,19 @@ def test_repeated_and_negative_positions_are_verified_by_the_kernel() -> None:
     # record counts the overwritten writes (one per head and head_dim element) instead of taking it.
     for seed in range(steps.PROVE_RUNS + 1):
         feeds = _feeds([5, 5], seed=seed)
-        _same(session.run(None, feeds), ort_run(model, feeds))
+        assert_same_bits(session.run(None, feeds), ort_run(model, feeds))
         node = _update(session)
         assert session.last_run_record.path == "whole-model check"
         assert node.duplicate_indices == HEADS * DIM
         assert NOTE_GATHER_GIVEN not in [code for code, _ in node.notes]
     # ONNX's negative positions: verified by the kernel, and reported.
     feeds = _feeds([-1, -2], seed=8)
-    _same(session.run(None, feeds), ort_run(model, feeds))
+    assert_same_bits(session.run(None, feeds), ort_run(model, feeds))
     node = _update(session)
     assert node.negative_indices and NOTE_GATHER_GIVEN not in [code for code, _ in node.notes]
     # Distinct non-negative positions: taken.
     feeds = _feeds([9, 10], seed=9)
-    _same(session.run(None, feeds), ort_run(model, feeds))
+    assert_same_bits(session.run(None, feeds), ort_run(model, feeds))
     assert [code for code, _ in _update(session).notes] == [NOTE_GATHER_GIVEN]
 
 
@@ -149,7 +144,7 @@ def test_full_check_verifies_every_run(monkeypatch: pytest.MonkeyPatch) -> None:
     session = dmlshim.InferenceSession(model, sess_options=_one_thread())
     for step in range(steps.PROVE_RUNS + 2):
         feeds = _feeds([step], seed=step)
-        _same(session.run(None, feeds), ort_run(model, feeds))
+        assert_same_bits(session.run(None, feeds), ort_run(model, feeds))
         assert _update(session).notes == ()
     # A wrong element from onnxruntime is caught by the kernel: the partitions answer, correctly.
     def change(present: np.ndarray) -> None:
@@ -157,7 +152,7 @@ def test_full_check_verifies_every_run(monkeypatch: pytest.MonkeyPatch) -> None:
 
     tamper_with_check(session, "present", change)
     feeds = _feeds([7], seed=7)
-    _same(session.run(None, feeds), ort_run(model, feeds))
+    assert_same_bits(session.run(None, feeds), ort_run(model, feeds))
     assert session.last_run_record.path == "partitioned"
 
 

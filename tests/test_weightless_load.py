@@ -17,7 +17,7 @@ from dmlshim.execute.weights import file_slices as weight_file
 from dmlshim.execute.weights.file_slices import read_weightless
 from dmlshim.execute.weights.model_source import load_model
 from dmlshim.execute.weights.shared import SHARE_MIN_BYTES
-from tests.oracle import IR_VERSION, ort_run
+from tests.oracle import IR_VERSION, assert_same_bits, ort_run
 
 LARGE = ("table", "weight", "cols", "cache", "table16")
 
@@ -94,12 +94,6 @@ def walk_every_graph(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(weight_file, "WALK_MIN_GRAPH_BYTES", 0)
 
 
-def _same(got: list[np.ndarray], expected: list[np.ndarray]) -> None:
-    assert len(got) == len(expected)
-    for g, e in zip(got, expected, strict=True):
-        assert g.dtype == e.dtype and g.shape == e.shape
-        assert np.array_equal(g.view(np.uint8), e.view(np.uint8))  # bit for bit
-
 
 def test_read_weightless_points_at_the_bytes_onnx_wrote(tmp_path: Path, walk_every_graph: None) -> None:
     model, _ = _model()
@@ -144,7 +138,7 @@ def test_session_holds_no_weight_and_matches_onnxruntime(
     assert held == {"scale"}
     assert loaded.proto.ByteSize() < 4096
     for _ in range(8):  # through the path trial: the whole-model check and the partitioned steps
-        _same(session.run(None, feeds), expected)
+        assert_same_bits(session.run(None, feeds), expected)
     static = session.engine._static_values  # the kernels' constant inputs, read from the file
     offsets = {
         t.name: int({e.key: e.value for e in t.external_data}["offset"])
@@ -165,10 +159,10 @@ def test_other_engines_get_the_whole_model(tmp_path: Path, walk_every_graph: Non
     session = dmlshim.InferenceSession(str(path))
     session.set_providers(["CPUExecutionProvider"])  # the cpu engine: the model as onnxruntime runs it
     assert session.engine.name == "cpu"
-    _same(session.run(None, feeds), expected)
+    assert_same_bits(session.run(None, feeds), expected)
     custom = dmlshim.InferenceSession(str(path), engine="customop")  # reads every weight
     assert custom.engine.name == "customop" and custom._loaded.weightless
-    _same(custom.run(None, feeds), expected)
+    assert_same_bits(custom.run(None, feeds), expected)
     full = load_model(str(path), weightless=True).with_weights()
     for ours, theirs in zip(full.graph.initializer, model.graph.initializer, strict=True):
         assert ours.name == theirs.name
@@ -205,11 +199,11 @@ def test_cpu_engine_reads_the_weights_from_the_files(
         options.intra_op_num_threads = 1
     session = dmlshim.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     assert session.engine.name == "cpu" and session._loaded.weightless
-    _same(session.run(None, feeds), expected)
+    assert_same_bits(session.run(None, feeds), expected)
     session.set_providers(["DmlExecutionProvider"])
-    _same(session.run(None, feeds), expected)
+    assert_same_bits(session.run(None, feeds), expected)
     session.set_providers(["CPUExecutionProvider"])
-    _same(session.run(None, feeds), expected)
+    assert_same_bits(session.run(None, feeds), expected)
 
 
 def test_caller_options_leave_the_weights_in_the_file(tmp_path: Path, walk_every_graph: None) -> None:
@@ -222,7 +216,7 @@ def test_caller_options_leave_the_weights_in_the_file(tmp_path: Path, walk_every
     options.intra_op_num_threads = 1
     session = dmlshim.InferenceSession(str(path), options)
     assert session._loaded.weightless and session._loaded.proto.ByteSize() < 4096
-    _same(session.run(None, feeds), ort_run(model, feeds))
+    assert_same_bits(session.run(None, feeds), ort_run(model, feeds))
 
 
 def test_a_file_changed_under_the_session_changes_nothing(tmp_path: Path, walk_every_graph: None) -> None:
@@ -232,13 +226,13 @@ def test_a_file_changed_under_the_session_changes_nothing(tmp_path: Path, walk_e
     path = _save(model, tmp_path, external=False)
     session = dmlshim.InferenceSession(str(path))
     expected = ort_run(model, feeds)
-    _same(session.run(None, feeds), expected)
+    assert_same_bits(session.run(None, feeds), expected)
     with open(path, "r+b") as f:
         f.seek(path.stat().st_size // 4)
         f.write(b"\0" * (path.stat().st_size // 2))
     os.utime(path, ns=(1, 1))
     session.set_providers(["CPUExecutionProvider"])
-    _same(session.run(None, feeds), expected)
+    assert_same_bits(session.run(None, feeds), expected)
 
 
 def test_a_model_linked_from_another_folder_is_read_whole(tmp_path: Path, walk_every_graph: None) -> None:
@@ -251,7 +245,7 @@ def test_a_model_linked_from_another_folder_is_read_whole(tmp_path: Path, walk_e
     link.symlink_to(target)
     session = dmlshim.InferenceSession(str(link))
     assert not session._loaded.weightless  # its weights would lie outside the model's folder
-    _same(session.run(None, feeds), ort_run(model, feeds))
+    assert_same_bits(session.run(None, feeds), ort_run(model, feeds))
 
 
 def test_read_weightless_keeps_everything_else_as_onnx_reads_it(
@@ -298,7 +292,7 @@ def test_small_external_tensors_stay_mapped_as_onnxruntime_maps_them(tmp_path: P
     proto = session._loaded.proto
     external = {t.name for t in proto.graph.initializer if t.data_location == TensorProto.EXTERNAL}
     assert external == {t.name for t in model.graph.initializer} and "scale" in external
-    _same(session.run(None, feeds), ort_run(model, feeds))
+    assert_same_bits(session.run(None, feeds), ort_run(model, feeds))
 
 
 def test_a_model_with_nothing_to_emulate_and_an_overridable_weight(
@@ -321,6 +315,6 @@ def test_a_model_with_nothing_to_emulate_and_an_overridable_weight(
     session = dmlshim.InferenceSession(str(path))
     assert session._loaded.weightless
     x = rng.standard_normal((2, 64)).astype(np.float32)
-    _same(session.run(None, {"x": x}), ort_run(model, {"x": x}))
+    assert_same_bits(session.run(None, {"x": x}), ort_run(model, {"x": x}))
     other = -weight
-    _same(session.run(None, {"x": x, "weight": other}), ort_run(model, {"x": x, "weight": other}))
+    assert_same_bits(session.run(None, {"x": x, "weight": other}), ort_run(model, {"x": x, "weight": other}))
