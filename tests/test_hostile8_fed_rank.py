@@ -221,13 +221,19 @@ def _nested_if() -> bytes:
 
 def _loop_scan_output() -> bytes:
     body = helper.make_graph(
-        [helper.make_node("Identity", ["cond"], ["cond_out"]), helper.make_node("Gather", ["x", "k"], ["g"], axis=1)],
+        [
+            helper.make_node("Identity", ["cond"], ["cond_out"]),
+            helper.make_node("Gather", ["x", "k"], ["g"], axis=1),
+        ],
         "body",
         [
             helper.make_tensor_value_info("i", TensorProto.INT64, []),
             helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
         ],
-        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), helper.make_tensor_value_info("g", 1, None)],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("g", TensorProto.FLOAT, None),
+        ],
     )
     n = helper.make_node("Constant", [], ["n"], value=numpy_helper.from_array(np.array(2, np.int64)))
     return _control_flow_model([n, helper.make_node("Loop", ["n", "c"], ["o"], body=body)])
@@ -251,7 +257,7 @@ def test_a_rank0_input_fed_at_other_ranks_into_bodies_is_onnxruntimes(
             feeds = {"x": X, "k": k, "c": np.array(c)}
             try:
                 want = oracle.run(None, feeds)
-            except Exception as exc:  # noqa: BLE001 - the refusal the engine must repeat
+            except Exception as exc:  # the refusal the engine must repeat
                 assert re.search(BODY_SHAPE_REFUSED, str(exc)), exc
                 with pytest.raises(Exception, match=BODY_SHAPE_REFUSED):
                     sess.run(None, feeds)

@@ -111,7 +111,8 @@ def body_output_types(model: onnx.ModelProto) -> BodyOutputs:
         found[key] = {
             o.name: _merged(o.type, mine[o.name])
             for o in body.output
-            if o.name in mine and o.type.HasField("tensor_type")
+            if o.name in mine
+            and o.type.HasField("tensor_type")
             and o.type.tensor_type.elem_type == mine[o.name].tensor_type.elem_type
         }
     return found
