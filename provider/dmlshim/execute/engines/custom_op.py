@@ -41,6 +41,7 @@ from ..custom_ops.kernel import RunState, active_run, node_attributes, prepared
 from ..custom_ops.notes import layout_note
 from ..custom_ops.types import CUSTOM_DOMAIN, MODE_DESCRIPTOR
 from ..engine import EngineConfig
+from ..lowering.body_outputs import BodyOutputs, body_output_types
 from ..lowering.lower import LoweredModel, LoweredNode, lower_model
 from ..plan.cpu_step import run_session
 from ..plan.fallback import has_deprecated_scatter, note_scatter_as_scatter_elements
@@ -49,7 +50,6 @@ from ..plan.steps import REASON_CPU_PREFERRED
 from ..record import PATH_CUSTOM_OP, PLACEMENT_CPU, PLACEMENT_DML, NodeRecord, RunRecord
 from ..weights.file_slices import FOLDER_KEY
 from ..weights.shared import SharedWeights, light_copy
-from .body_outputs import BodyOutputs, body_output_types, declare_body_outputs
 from .fed_rank import (
     FedRanks,
     declared_again,
@@ -164,8 +164,8 @@ class CustomOpEngine:
         declarations: the caller's declarations of inputs that ``model`` (a :func:`with_fed_ranks` copy)
             declares at their fed rank: onnxruntime's session of the lowered model declares them so again.
         body_outputs: for such a copy, what onnxruntime sees for the caller's model's If, Loop and Scan
-            body outputs (:func:`.body_outputs.body_output_types`; by default ``model``'s own): the body
-            outputs a custom op computes are declared so.
+            body outputs (:func:`dmlshim.execute.lowering.body_outputs.body_output_types`; by default
+            ``model``'s own): the body outputs a custom op computes are declared so.
 
     Raises:
         EngineUnavailableError: onnxruntime-extensions is not installed.
@@ -213,13 +213,10 @@ class CustomOpEngine:
             input_shapes=input_shapes,
             index_mode=self._index_mode,
             ort_cpu_preference=ort_cpu_preference,
+            body_outputs=self._body_outputs,
         )
         # a copy lowered at fed ranks: onnxruntime sees the rank-0 declarations (its folds follow them)
         declared_again(self._lowered.model, declarations)
-        # body outputs a custom op computes as onnxruntime sees them in the caller's model (an If refuses
-        # a branch computing another shape than a static one; a Loop of no iteration returns that shape)
-        if self._body_outputs:
-            declare_body_outputs(self._lowered.model, self._body_outputs)
         register_custom_ops()
         self._prime_static_translations()
         # Scatter nodes kept (lowering rewrote them), or handed to onnxruntime at run time, run as

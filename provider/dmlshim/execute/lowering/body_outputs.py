@@ -6,7 +6,8 @@ would stand. onnxruntime holds a body output to that shape: an If allocates a fu
 branch runs (and refuses the run when the branch computes another), and a Loop that runs no iteration
 returns its scan outputs at it. So each such output of the lowered model is declared as onnxruntime would
 see the caller's model's: ONNX's inference of the node's output (the caller's declarations of the graph
-inputs, as onnxruntime reads them for a copy lowered at a fed rank: :mod:`.fed_rank`) merged with the
+inputs, as onnxruntime reads them for a copy lowered at a fed rank:
+:mod:`dmlshim.execute.engines.fed_rank`) merged with the
 body's declaration as onnxruntime merges them (a conflicting dimension becomes unknown, a conflicting rank
 leaves no shape).
 
