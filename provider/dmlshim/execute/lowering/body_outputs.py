@@ -159,5 +159,8 @@ def _written_by_onnxruntime(
         for i, o in enumerate(node.input):
             if o == name:
                 node.input[i] = fresh
-    body.node.append(helper.make_node("Shape", [fresh], [shape], name=f"{name}_declared_shape"))
-    body.node.append(helper.make_node("Reshape", [fresh, shape], [name], name=f"{name}_declared"))
+    # named after the model's node, which a refusal of the run then names
+    source = next((a.s.decode() for a in producer.attribute if a.name == "node_name" and a.s), producer.name)
+    label = f"{source} (output {name} as declared)"
+    body.node.append(helper.make_node("Shape", [fresh], [shape], name=f"{label} shape"))
+    body.node.append(helper.make_node("Reshape", [fresh, shape], [name], name=label))
