@@ -41,6 +41,7 @@ from ..custom_ops.kernel import RunState, active_run, node_attributes, prepared
 from ..custom_ops.notes import layout_note
 from ..custom_ops.types import CUSTOM_DOMAIN, MODE_DESCRIPTOR
 from ..engine import EngineConfig
+from ..lowering.body_outputs import BodyOutputs, body_output_types
 from ..lowering.lower import LoweredModel, LoweredNode, lower_model
 from ..plan.cpu_step import run_session
 from ..plan.fallback import has_deprecated_scatter, note_scatter_as_scatter_elements
@@ -162,6 +163,9 @@ class CustomOpEngine:
             by onnxruntime from the files in this file's folder; only its own session holds them.
         declarations: the caller's declarations of inputs that ``model`` (a :func:`with_fed_ranks` copy)
             declares at their fed rank: onnxruntime's session of the lowered model declares them so again.
+        body_outputs: for such a copy, what onnxruntime sees for the caller's model's If, Loop and Scan
+            body outputs (:func:`dmlshim.execute.lowering.body_outputs.body_output_types`; by default
+            ``model``'s own): the body outputs a custom op computes are declared so.
 
     Raises:
         EngineUnavailableError: onnxruntime-extensions is not installed.
@@ -182,6 +186,7 @@ class CustomOpEngine:
         ort_cpu_preference: bool = True,
         model_path: str | None = None,
         declarations: Sequence[onnx.ValueInfoProto] = (),
+        body_outputs: BodyOutputs | None = None,
     ) -> None:
         extensions()
         self._model = model
@@ -192,6 +197,7 @@ class CustomOpEngine:
         self._rank_zero = rank_zero_inputs(model)
         self._shapeless = shapeless_initializers(model)
         self._at_fed_rank: dict[FedRanks, CustomOpEngine] = {}
+        self._body_outputs = body_output_types(model) if body_outputs is None else body_outputs
         self._feature_level = FeatureLevel(feature_level)
         self._index_mode = IndexMode(index_mode)
         if providers and any(
@@ -207,6 +213,7 @@ class CustomOpEngine:
             input_shapes=input_shapes,
             index_mode=self._index_mode,
             ort_cpu_preference=ort_cpu_preference,
+            body_outputs=self._body_outputs,
         )
         # a copy lowered at fed ranks: onnxruntime sees the rank-0 declarations (its folds follow them)
         declared_again(self._lowered.model, declarations)
@@ -346,6 +353,7 @@ class CustomOpEngine:
                 self._feature_level,
                 **self._args,
                 declarations=[v for v in self._model.graph.input if v.name in dict(ranks)],
+                body_outputs=self._body_outputs,
             )
             self._at_fed_rank[ranks] = engine
         return engine

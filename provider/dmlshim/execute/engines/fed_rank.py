@@ -7,7 +7,11 @@ keeps the fed rank, so the custom-op engine lowers a copy of the model whose suc
 shape is the same case at any fed shape (lowering takes the initializer's dims as its static shape). The
 lowered copy that onnxruntime runs declares those inputs as the caller's model does (:func:`declared_again`):
 onnxruntime folds a ``Shape`` or ``Size`` of a rank-0 input from its declaration (``[]`` and 1 at the
-default optimization level), which a fed-rank declaration would change.
+default optimization level), which a fed-rank declaration would change. So are the outputs a custom op
+computes in its If, Loop and Scan bodies (from the caller's model:
+:mod:`dmlshim.execute.lowering.body_outputs`): onnxruntime holds a body's output to the shape it inferred
+from the declaration (an If refuses a branch computing another, a Loop of no iteration returns its scan
+outputs at it).
 """
 
 from __future__ import annotations

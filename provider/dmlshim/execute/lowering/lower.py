@@ -65,6 +65,7 @@ from ..custom_ops.types import (
     transport_type,
 )
 from ..plan.fallback import rewrite_deprecated_scatter
+from .body_outputs import BodyOutputs, body_output_types, declare_body_outputs
 from .emitter import Names, drop_aliased_sources
 from .node import LoweredNode, lower_node
 
@@ -278,6 +279,7 @@ def lower_model(
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     index_mode: IndexMode = IndexMode.ERROR,
     ort_cpu_preference: bool = False,
+    body_outputs: BodyOutputs | None = None,
 ) -> LoweredModel:
     """Lower every translated gather/scatter node of a model (subgraphs included) to a custom-op node.
 
@@ -291,6 +293,9 @@ def lower_model(
         ort_cpu_preference: keep the top-level nodes that onnxruntime's DirectML provider runs on the CPU
             (shape computations: every input a CPU tensor, a small initializer or a graph input) as
             onnxruntime nodes, with that placement and reason (the custom-op engine's default).
+        body_outputs: what onnxruntime sees for the If/Loop/Scan body outputs
+            (:func:`.body_outputs.body_output_types`); by default ``model``'s own. The body outputs a
+            custom node computes are declared so (a copy lowered at fed ranks passes the caller's model's).
 
     Returns:
         The lowered model (opset ``ai.onnx.contrib`` v1 added) and one entry per gather/scatter node.
@@ -348,6 +353,9 @@ def lower_model(
     drop_aliased_sources(work.graph)
     # The Scatter nodes kept (opset 11 and later) as the ScatterElements onnxruntime can load.
     rewrite_deprecated_scatter(work)
+    # a custom node's body outputs as onnxruntime sees the source's (its own output has no shape to infer)
+    if any(n.lowered for n in found):
+        declare_body_outputs(work, body_output_types(model) if body_outputs is None else body_outputs)
     if any(n.lowered for n in found) and CUSTOM_DOMAIN not in opsets:
         work.opset_import.append(helper.make_opsetid(CUSTOM_DOMAIN, CUSTOM_OPSET_VERSION))
     if not 4 <= int(work.ir_version) <= 13:
