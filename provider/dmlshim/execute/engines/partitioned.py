@@ -395,7 +395,9 @@ class PartitionedEngine:
             values = dict(self._static_values)
             values.update(feeds)
             checked = check.run(output_names, values, state, run_options)
-            return None if checked is None else (checked, self._record(state, PATH_CHECK))
+            if checked is None:
+                return None
+            return self._owned(output_names, checked), self._record(state, PATH_CHECK)
 
         answer = by_check() if path == PATH_CHECK else None
         for step in self._given_only if answer is not None else ():
@@ -426,6 +428,18 @@ class PartitionedEngine:
                 if isinstance(step, CpuStep):
                     step.unload()  # built for the trial; rebuilt if a kernel ever disagrees
         return answer
+
+    def _owned(self, output_names: Sequence[str], results: list[Any]) -> list[Any]:
+        """``results`` with a copy of each output that is a graph input or an initializer: the caller owns
+        what a run returns, and the check hands such values back as the feed or static array itself (or,
+        in onnxruntime 1.24, as a view of the feed's memory)."""
+        copy = self._copy_on_output
+        if not copy:
+            return results
+        return [
+            np.array(r, copy=True) if n in copy and isinstance(r, np.ndarray) else r
+            for n, r in zip(output_names, results, strict=True)
+        ]
 
     def run_checked(
         self, output_names: Sequence[str], feeds: Mapping[str, np.ndarray]
