@@ -398,7 +398,9 @@ def lean_indices_in_range(
         k = indices.shape[-1] if indices.ndim else 0
         if indices.ndim == 0 or batch + k > len(data_shape):
             return False
-        columns = indices.reshape(-1, k) if k else indices.reshape(-1, 0)
+        if k == 0:  # no index column: every index tuple selects the whole batch slice
+            return True
+        columns = indices.reshape(-1, k)
         return all(in_range(columns[:, d], int(data_shape[batch + d])) for d in range(k))
     axis = _axis(attrs, len(data_shape))
     return axis is not None and in_range(indices, int(data_shape[axis]))
