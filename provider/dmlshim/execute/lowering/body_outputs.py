@@ -32,15 +32,16 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["BodyOutputs", "body_output_types", "declare_body_outputs"]
 
-BodyKey = tuple[tuple[str, str, int], ...]
+BodyKey = tuple[tuple[tuple[str, ...], str, int], ...]
 BodyOutputs = Mapping[BodyKey, Mapping[str, onnx.TypeProto]]
 """The type onnxruntime sees for each output of each If/Loop/Scan body, by the body's place: one
-``(owner node's outputs, attribute, index)`` per level, from the top-level graph down."""
+``(owner node's outputs, attribute, index)`` per level, from the top-level graph down (the outputs as a
+tuple: names may hold any character, so joined ones could name two owners)."""
 
 
 def _bodies(graph: onnx.GraphProto, key: BodyKey = ()) -> Iterator[tuple[BodyKey, onnx.GraphProto]]:
     for node in graph.node:
-        owner = ",".join(node.output)
+        owner = tuple(node.output)
         for attr in node.attribute:
             bodies = [attr.g] if attr.HasField("g") else list(attr.graphs)
             for index, body in enumerate(bodies):

@@ -1,0 +1,49 @@
+"""hostile9: If/Loop/Scan body outputs of the custom-op engine (execute/lowering/body_outputs.py) declared
+for the right body, whatever the owners' output names."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto as T
+from onnx import helper, numpy_helper
+
+pytest.importorskip("onnxruntime_extensions")
+
+from tests.test_hostile8_given_gathers import _agree, _model
+
+vi = helper.make_tensor_value_info
+
+
+def _branch(name: str, k: str, extra: bool) -> object:
+    nodes = [helper.make_node("Gather", ["x", k], ["t"], axis=0, name=f"{name}_gather")]
+    outputs = [vi("t", T.FLOAT, None)]
+    if extra:
+        nodes.append(helper.make_node("Identity", ["x"], ["u"], name=f"{name}_id"))
+        outputs.append(vi("u", T.FLOAT, None))
+    return helper.make_graph(nodes, name, [], outputs)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_ifs_whose_output_names_join_alike_keep_their_own_body_shapes(reverse: bool) -> None:
+    """One If writes 'p,q', another 'p' and 'q': the bodies were told apart by the owner's outputs joined
+    with ',', so both Ifs' branches took one of them's shapes ([3, 4] for a branch gathering 2 rows) and
+    onnxruntime refused the run of the lowered model, where it runs the caller's."""
+    ifs = [
+        helper.make_node(
+            "If", ["c"], ["p,q"], then_branch=_branch("a_then", "k1", False),
+            else_branch=_branch("a_else", "k1", False), name="if1",
+        ),
+        helper.make_node(
+            "If", ["c"], ["p", "q"], then_branch=_branch("b_then", "k2", True),
+            else_branch=_branch("b_else", "k2", True), name="if2",
+        ),
+    ]  # fmt: skip
+    inits = [
+        numpy_helper.from_array(np.array([0, 1], np.int64), "k1"),
+        numpy_helper.from_array(np.array([2, 3, 4], np.int64), "k2"),
+    ]
+    inputs = [vi("x", T.FLOAT, [5, 4]), vi("c", T.BOOL, [])]
+    model = _model(ifs[::-1] if reverse else ifs, inputs, ["p,q", "p", "q"], inits)
+    x = np.arange(20, dtype=np.float32).reshape(5, 4)
+    _agree(model, [{"x": x, "c": np.array(True)}, {"x": x, "c": np.array(False)}], engine="customop")
