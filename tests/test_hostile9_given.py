@@ -4,7 +4,13 @@ intra-op thread) bit for bit, on every emulating engine."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
@@ -24,3 +30,45 @@ def test_a_lean_gathernd_whose_constant_indices_have_no_column(level: str) -> No
     model = _model(nodes, [vi("x", T.FLOAT, ["N", 40000])], ["y"], [idx])
     x = RNG.standard_normal((3, 40000)).astype(np.float32)
     _agree(model, [{"x": x}] * 5 + [{"x": x[:1]}], feature_level=level)
+
+
+def _named_like_a_shape_output(rows: int) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """A model with its own value 'r__dmlshim_shape' beside 'r', the data of a gather whose indices
+    (``Clip(i, 0)``) are proved non-negative: the check's shape output for 'r' has that name."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("Sigmoid", ["r"], ["r__dmlshim_shape"], name="sigmoid"),
+        helper.make_node("Clip", ["i", "zero"], ["ic"], name="clip"),
+        helper.make_node("Gather", ["r", "ic"], ["g"], axis=0, name="gather"),
+        helper.make_node("Neg", ["g"], ["y"], name="neg"),
+    ]
+    inputs = [vi("x", T.FLOAT, ["N", 40000]), vi("i", T.INT64, [4])]
+    zero = numpy_helper.from_array(np.array(0, np.int64), "zero")
+    model = _model(nodes, inputs, ["y", "r__dmlshim_shape"], [zero])
+    feeds = {"x": RNG.standard_normal((rows, 40000)).astype(np.float32), "i": np.array([1, 5, 0, 2])}
+    return model, feeds
+
+
+def test_a_value_named_like_the_checks_shape_output_is_the_models_own() -> None:
+    """The check fetched the model's float 'r__dmlshim_shape' as the shape of 'r' (a bare TypeError,
+    'unhashable type: list', on every run)."""
+    model, feeds = _named_like_a_shape_output(6)
+    _agree(model, [feeds] * 4)
+
+
+def test_inspect_at_a_run_reads_shapes_beside_a_value_named_like_its_shape_outputs(tmp_path: Path) -> None:
+    """inspect --inputs added a Shape node writing 'r__dmlshim_shape', which the model defines: onnxruntime
+    refused the model ("Duplicate definition"), so inspect did."""
+    model, feeds = _named_like_a_shape_output(6)
+    path, inputs = tmp_path / "m.onnx", tmp_path / "in.npz"
+    onnx.save(model, str(path))
+    np.savez(inputs, **feeds)
+    done = subprocess.run(
+        [sys.executable, "-m", "dmlshim", "inspect", str(path), "--inputs", str(inputs), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    (node,) = [n for n in json.loads(done.stdout)["nodes"] if n["name"] == "gather"]
+    assert "[6,40000]" in json.dumps(node).replace(" ", ""), node
