@@ -47,3 +47,25 @@ def test_ifs_whose_output_names_join_alike_keep_their_own_body_shapes(reverse: b
     model = _model(ifs[::-1] if reverse else ifs, inputs, ["p,q", "p", "q"], inits)
     x = np.arange(20, dtype=np.float32).reshape(5, 4)
     _agree(model, [{"x": x, "c": np.array(True)}, {"x": x, "c": np.array(False)}], engine="customop")
+
+
+def test_a_static_body_output_written_beside_an_outer_value_named_like_its_computed_copy() -> None:
+    """A static If-branch output 't' computed by a custom op is written by a Reshape from 't_computed';
+    only the branch's own names were avoided, so with the graph input 't_computed' read in the branch the
+    lowered model was no SSA and onnxruntime refused it."""
+
+    def branch(name: str) -> object:
+        nodes = [
+            helper.make_node("Gather", ["x", "k"], ["t"], axis=0, name=f"{name}_gather"),
+            helper.make_node("Neg", ["t_computed"], ["u"], name=f"{name}_neg"),
+        ]
+        return helper.make_graph(nodes, name, [], [vi("t", T.FLOAT, [2, 4]), vi("u", T.FLOAT, [2, 4])])
+
+    node = helper.make_node(
+        "If", ["c"], ["o1", "o2"], then_branch=branch("a"), else_branch=branch("b"), name="if"
+    )
+    inputs = [vi("x", T.FLOAT, [5, 4]), vi("c", T.BOOL, []), vi("t_computed", T.FLOAT, [2, 4])]
+    model = _model([node], inputs, ["o1", "o2"], [numpy_helper.from_array(np.array([1, 3], np.int64), "k")])
+    x, outer = np.arange(20, dtype=np.float32).reshape(5, 4), np.full((2, 4), 100.0, np.float32)
+    runs = [{"x": x, "c": np.array(c), "t_computed": outer} for c in (True, False)]
+    _agree(model, runs, engine="customop")

@@ -25,6 +25,7 @@ from collections.abc import Iterator, Mapping
 import onnx
 from onnx import helper
 
+from ...graph import value_names
 from ...model.weightless import without_weights
 from ..custom_ops.types import CUSTOM_DOMAIN
 
@@ -130,11 +131,14 @@ def declare_body_outputs(model: onnx.ModelProto, types: BodyOutputs) -> int:
     :func:`body_output_types` of the caller's model) gives it, in place; a fully static one is written by
     a ``Reshape`` after the custom op. Returns how many outputs were declared."""
     count = 0
+    taken: set[str] | None = None  # every name of the model: a body may read any outer one
     for key, body in _bodies(model.graph):
         known = types.get(key)
         if not known:
             continue
         producers = {name: node for node in body.node for name in node.output if name}
+        if taken is None:
+            taken = value_names(model.graph)
         for out in body.output:
             tp, producer = known.get(out.name), producers.get(out.name)
             if tp is None or producer is None or producer.domain != CUSTOM_DOMAIN:
@@ -142,7 +146,7 @@ def declare_body_outputs(model: onnx.ModelProto, types: BodyOutputs) -> int:
             out.type.CopyFrom(tp)
             count += 1
             if _static(tp):
-                _written_by_onnxruntime(body, producer, out.name, set(producers))
+                _written_by_onnxruntime(body, producer, out.name, taken)
     return count
 
 

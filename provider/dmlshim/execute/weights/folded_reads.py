@@ -17,7 +17,7 @@ from collections.abc import Collection
 
 import onnx
 
-from ...graph import walk_nodes
+from ...graph import value_names
 from ...model.weightless import graph_shell, model_shell
 
 logger = logging.getLogger(__name__)
@@ -101,11 +101,7 @@ def keep_model_values_where_folded(
 def _copy_names(graph: onnx.GraphProto, names: list[str]) -> dict[str, str]:
     """A name for the copy of each initializer in ``names``, :data:`MODEL_VALUE_SUFFIX` appended (then a
     number) until no value of the model, in any graph, has it: the model may use any name."""
-    taken = {v.name for v in (*graph.input, *graph.output, *graph.value_info)}
-    taken.update(t.name for t in graph.initializer)
-    for _, node in walk_nodes(graph):
-        taken.update(node.output)
-        taken.update(node.input)
+    taken = value_names(graph)
     copies: dict[str, str] = {}
     for name in names:
         fresh, k = name + MODEL_VALUE_SUFFIX, 1
