@@ -9,7 +9,7 @@ from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
 import dmlshim
-from tests.test_hostile8_given_gathers import _model
+from tests.test_hostile8_given_gathers import _agree, _model
 
 vi = helper.make_tensor_value_info
 
@@ -45,3 +45,32 @@ def test_an_added_initializer_read_by_a_fold_beside_a_value_named_like_its_copy(
     for _ in range(2):
         got, expected = session.run(None, feeds), want.run(None, feeds)
         assert [(a.shape, a.tobytes()) for a in got] == [(b.shape, b.tobytes()) for b in expected]
+
+
+@pytest.mark.parametrize("engine", ["partitioned", "customop"])
+def test_a_sparse_constant_read_directly_by_a_gather(engine: str) -> None:
+    """A Constant with a sparse_value read by a Gather as its indices (or data): the partitioned engine
+    fetched it as an output of onnxruntime's sessions, which onnxruntime cannot return ('Currently do not
+    support dims higher than 2'), and refused every run onnxruntime runs."""
+    if engine == "customop":
+        pytest.importorskip("onnxruntime_extensions")
+    sparse = helper.make_sparse_tensor(
+        numpy_helper.from_array(np.array([3], np.int64), "v"),
+        numpy_helper.from_array(np.array([1], np.int64), "p"),
+        [2],
+    )
+    table = helper.make_sparse_tensor(
+        numpy_helper.from_array(np.array([1.5, -2.0], np.float32), "tv"),
+        numpy_helper.from_array(np.array([1, 6], np.int64), "tp"),
+        [4, 2],
+    )
+    nodes = [
+        helper.make_node("Constant", [], ["i"], sparse_value=sparse, name="indices"),
+        helper.make_node("Constant", [], ["t"], sparse_value=table, name="table"),
+        helper.make_node("Gather", ["x", "i"], ["g"], axis=0, name="gather"),
+        helper.make_node("Gather", ["t", "i"], ["h"], axis=0, name="lookup"),
+        helper.make_node("Neg", ["g"], ["y"], name="neg"),
+    ]
+    model = _model(nodes, [vi("x", T.FLOAT, ["N", 4])], ["y", "h"])
+    x = np.arange(20, dtype=np.float32).reshape(5, 4)
+    _agree(model, [{"x": x}] * 4 + [{"x": x[:3]}, {"x": x[:4]}], engine=engine)
