@@ -3,6 +3,8 @@ never land outside the target's folder, not even while onnxruntime writes them i
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -57,3 +59,31 @@ def test_an_external_initializers_name_leaving_the_folder_writes_nothing_outside
         dmlshim.InferenceSession(str(_model_file(tmp_path)), so)
     assert [v.read_bytes() for v in victims] == [b"precious"] * 2
     assert not (tmp_path / "out" / "opt.onnx").exists()
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--save-inputs", "a.npz", "--save-outputs", "a.npz"],
+        ["--save-outputs", "a.npz", "--html", "./a.npz", "--overwrite"],
+        ["--save-inputs", "sub/../a.npz", "--save-outputs", "a.npz", "--overwrite"],
+    ],
+)
+def test_validate_refuses_two_of_its_files_at_one_path_before_the_run(
+    flags: list[str], tmp_path: Path
+) -> None:
+    """validate wrote the first file, then refused the second (without --overwrite: exit 2 with half the
+    files written) or replaced its own first file with it (with --overwrite: the outputs asked for were
+    gone, an HTML page in their place)."""
+    model = _model_file(tmp_path)
+    (tmp_path / "sub").mkdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "dmlshim", "validate", str(model), "-q", *flags],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "same file" in done.stderr, done.stderr
+    assert not (tmp_path / "a.npz").exists()
