@@ -11,10 +11,13 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
+import dmlshim
+from tests.oracle import ort_session
 from tests.test_hostile8_given_gathers import _agree, _model
 
 vi = helper.make_tensor_value_info
@@ -72,3 +75,70 @@ def test_inspect_at_a_run_reads_shapes_beside_a_value_named_like_its_shape_outpu
     assert done.returncode == 0, done.stderr
     (node,) = [n for n in json.loads(done.stdout)["nodes"] if n["name"] == "gather"]
     assert "[6,40000]" in json.dumps(node).replace(" ", ""), node
+
+
+X2 = np.arange(6, dtype=np.float32).reshape(2, 3) - 2.5
+X3 = np.arange(24, dtype=np.float32).reshape(2, 3, 4) - 11.5
+NO_SHAPE = {
+    "Gather": (
+        {"axis": -1},
+        [{"x": X2, "i": np.array([2, 0])}] * 4
+        + [
+            {"x": X3, "i": np.array([3, -4])},
+            {"x": X3[0, 0], "i": np.array(1)},
+            {"x": X2, "i": np.array([[2]])},
+        ],
+    ),
+    "GatherElements": (
+        {"axis": -1},
+        [{"x": X2, "i": np.array([[2], [0]])}] * 4
+        + [
+            {"x": X3, "i": np.full((2, 3, 1), 3)},
+            {"x": X3[0, 0], "i": np.array([1])},
+            {"x": X2, "i": np.array([2, 0])},
+        ],
+    ),
+    "GatherND": (
+        {},
+        [{"x": X2, "i": np.array([[1, 2]])}] * 4
+        + [
+            {"x": X3, "i": np.array([[1, 2, 3]])},
+            {"x": X3, "i": np.array([1])},
+            {"x": X2, "i": np.array([[1, 2, 0]])},
+        ],
+    ),
+}
+
+
+@pytest.mark.parametrize("op", sorted(NO_SHAPE))
+def test_gathers_of_inputs_without_shapes_change_rank_after_the_proved_runs(op: str) -> None:
+    attrs, runs = NO_SHAPE[op]
+    nodes = [helper.make_node(op, ["x", "i"], ["y"], name="gather", **attrs)]
+    model = _model(nodes, [vi("x", T.FLOAT, None), vi("i", T.INT64, None)], ["y"])
+    _agree(model, runs)
+
+
+def test_output_subsets_and_run_options_changing_after_the_proved_runs() -> None:
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("Gather", ["r", "idx"], ["g"], axis=0, name="gather"),
+        helper.make_node("Neg", ["g"], ["y"], name="neg"),
+        helper.make_node("GatherElements", ["x", "ie"], ["ge"], axis=1, name="elements"),
+    ]
+    inputs = [vi("x", T.FLOAT, [6, 4]), vi("idx", T.INT64, [3]), vi("ie", T.INT64, [6, 2])]
+    model = _model(nodes, inputs, ["y", "g", "ge"])
+    x = RNG.standard_normal((6, 4)).astype(np.float32)
+    good = {"x": x, "idx": np.array([5, 0, 2]), "ie": np.tile(np.array([[3, 0]]), (6, 1))}
+    negative = {"x": x, "idx": np.array([5, -1, 2]), "ie": good["ie"] - 4}
+    oracle = ort_session(model)
+    options = ort.RunOptions()
+    options.log_severity_level = 3
+    for level in ("2_1", "5_0"):
+        session = dmlshim.InferenceSession(model.SerializeToString(), feature_level=level)
+        subsets = [None, ["y"], ["g"], ["ge", "y"], ["y"], ["g"], ["ge"], None, ["y", "y"]]
+        for i, names in enumerate(subsets * 2):
+            feeds = good if i < 9 else negative
+            run_options = options if i % 2 else None
+            got = session.run(names, feeds, run_options)
+            want = oracle.run(names, feeds)
+            assert [(a.shape, a.tobytes()) for a in got] == [(w.shape, w.tobytes()) for w in want], (level, i)
