@@ -69,3 +69,32 @@ def test_a_static_body_output_written_beside_an_outer_value_named_like_its_compu
     x, outer = np.arange(20, dtype=np.float32).reshape(5, 4), np.full((2, 4), 100.0, np.float32)
     runs = [{"x": x, "c": np.array(c), "t_computed": outer} for c in (True, False)]
     _agree(model, runs, engine="customop")
+
+
+def test_a_loop_of_no_iteration_keeps_the_shape_onnxruntime_infers_past_a_custom_op() -> None:
+    """A Loop's scan output is a ReduceSum of a body Gather: onnxruntime infers it [3] per iteration through
+    the Gather, so no iteration gives [0, 3]. In the lowered model the Gather is a custom op, which no
+    inference passes, and only outputs a custom op writes were declared: the custom-op engine returned
+    [0]."""
+    body = helper.make_graph(
+        [
+            helper.make_node("Range", ["zero", "it", "one"], ["r"], name="range"),
+            helper.make_node("Gather", ["x", "r"], ["g"], axis=1, name="gather"),
+            helper.make_node("Identity", ["c"], ["c2"], name="cond"),
+            helper.make_node("ReduceSum", ["g", "axes"], ["sum"], keepdims=0, name="sum"),
+        ],
+        "body",
+        [vi("it", T.INT64, []), vi("c", T.BOOL, [])],
+        [vi("c2", T.BOOL, []), vi("sum", T.FLOAT, None)],
+    )
+    inits = [
+        numpy_helper.from_array(np.array(0, np.int64), "zero"),
+        numpy_helper.from_array(np.array(1, np.int64), "one"),
+        numpy_helper.from_array(np.array([1], np.int64), "axes"),
+    ]
+    loop = helper.make_node("Loop", ["n", "cc"], ["out"], body=body, name="loop")
+    inputs = [vi("x", T.FLOAT, [3, 4]), vi("n", T.INT64, []), vi("cc", T.BOOL, [])]
+    model = _model([loop], inputs, ["out"], inits)
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    runs = [{"x": x, "n": np.array(n), "cc": np.array(True)} for n in (0, 3, 0, 4)]
+    _agree(model, runs, engine="customop")
