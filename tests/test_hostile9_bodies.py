@@ -98,3 +98,47 @@ def test_a_loop_of_no_iteration_keeps_the_shape_onnxruntime_infers_past_a_custom
     x = np.arange(12, dtype=np.float32).reshape(3, 4)
     runs = [{"x": x, "n": np.array(n), "cc": np.array(True)} for n in (0, 3, 0, 4)]
     _agree(model, runs, engine="customop")
+
+
+def test_threads_feeding_a_rank0_input_at_changing_ranks_share_one_custom_op_session() -> None:
+    """The fed-rank copies (execute/engines/fed_rank.py) built and used from four threads at once, each
+    run's rank drawn at random: every run is onnxruntime's, Shape and Size of the input included."""
+    import threading
+
+    import dmlshim
+    from tests.oracle import ort_session
+    from tests.test_hostile8_given_gathers import _outcome
+
+    nodes = [
+        helper.make_node("Gather", ["x", "k"], ["g"], axis=1, name="gather"),
+        helper.make_node("Shape", ["k"], ["shape"], name="shape"),
+        helper.make_node("Size", ["k"], ["size"], name="size"),
+    ]
+    model = _model(nodes, [vi("x", T.FLOAT, [3, 4]), vi("k", T.INT64, [])], ["g", "shape", "size"])
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    ks = [
+        np.array(1),
+        np.array([1, 2]),
+        np.array([[0], [3]]),
+        np.array([[[2]]]),
+        np.array(-1),
+        np.array([[1, -2, 3]]),
+    ]
+    oracle = ort_session(model)
+    session = dmlshim.InferenceSession(model.SerializeToString(), engine="customop")
+    wrong: list[tuple[int, int]] = []
+
+    def worker(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        for j in range(12):
+            feeds = {"x": x, "k": ks[int(rng.integers(len(ks)))]}
+            got = _outcome(lambda feeds=feeds: session.run(None, feeds))
+            if got != _outcome(lambda feeds=feeds: oracle.run(None, feeds)):
+                wrong.append((seed, j))
+
+    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not wrong
