@@ -142,3 +142,38 @@ def test_output_subsets_and_run_options_changing_after_the_proved_runs() -> None
             got = session.run(names, feeds, run_options)
             want = oracle.run(names, feeds)
             assert [(a.shape, a.tobytes()) for a in got] == [(w.shape, w.tobytes()) for w in want], (level, i)
+
+
+def test_inspect_records_the_bodies_beside_a_value_named_like_its_records(tmp_path: Path) -> None:
+    """inspect --inputs records the If branches that run under names 'dmlshim.rec.N'; with the model's own
+    value 'dmlshim.rec.1' the recording run was refused ('Duplicate definition') and the branch that ran
+    was reported as one that did not, from static shapes."""
+    branches = {
+        side: helper.make_graph(
+            [helper.make_node("Gather", ["x", "k"], ["t"], axis=0, name=f"{side}_gather")],
+            side,
+            [],
+            [vi("t", T.FLOAT, None)],
+        )
+        for side in ("then", "else")
+    }
+    nodes = [
+        helper.make_node("Neg", ["x"], ["dmlshim.rec.1"], name="neg"),
+        helper.make_node(
+            "If", ["c"], ["o"], then_branch=branches["then"], else_branch=branches["else"], name="if"
+        ),
+    ]
+    inputs = [vi("x", T.FLOAT, [5, 4]), vi("k", T.INT64, [2]), vi("c", T.BOOL, [])]
+    model = _model(nodes, inputs, ["o", "dmlshim.rec.1"])
+    path, feeds = tmp_path / "m.onnx", tmp_path / "in.npz"
+    onnx.save(model, str(path))
+    np.savez(feeds, x=np.ones((5, 4), np.float32), k=np.array([1, 2]), c=np.array(True))
+    done = subprocess.run(
+        [sys.executable, "-m", "dmlshim", "inspect", str(path), "--inputs", str(feeds), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    shapes = {n["name"]: n["shapes"] for n in json.loads(done.stdout)["nodes"]}
+    assert shapes["if/then_branch/then_gather"] == "run", shapes
