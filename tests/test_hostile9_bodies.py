@@ -142,3 +142,24 @@ def test_threads_feeding_a_rank0_input_at_changing_ranks_share_one_custom_op_ses
     for t in threads:
         t.join()
     assert not wrong
+
+
+@pytest.mark.parametrize("where", ["value_info", "output"])
+@pytest.mark.parametrize("stale", [[4, 5], [20], [1, 5, 4]])
+def test_a_stale_annotation_of_a_gathers_input_runs_as_onnxruntime_runs_it(
+    where: str, stale: list[int]
+) -> None:
+    """The custom-op engine made the descriptor for a shape a stale value_info (or graph output) declared
+    for the gather's data ([4, 5] for a [5, 4] value): onnxruntime runs the model (it warns at most), the
+    kernel refused every run ('InputTensor must be shaped like its Sizes [4, 5]')."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("Gather", ["r", "i"], ["g"], axis=0, name="gather"),
+        helper.make_node("Neg", ["g"], ["y"], name="neg"),
+    ]
+    model = _model(nodes, [vi("x", T.FLOAT, ["N", 4]), vi("i", T.INT64, [2])], ["y"])
+    getattr(model.graph, where).append(vi("r", T.FLOAT, stale))
+    model.graph.value_info.append(vi("g", T.FLOAT, [1]))
+    x = np.arange(20, dtype=np.float32).reshape(5, 4)
+    runs = [{"x": x, "i": np.array([1, 3])}] * 2 + [{"x": x[:2], "i": np.array([1, -2])}]
+    _agree(model, runs, engine="customop")
