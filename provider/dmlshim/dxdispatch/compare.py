@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..comparison import DEFAULT_ATOL, DEFAULT_RTOL, array_difference, exact_difference
+from ..dml.json_form import describe
 from ..errors import BadInputError, DmlShimError
 from ..fileio.reading import read_json, read_npy
 from ..resources import guard_resources
@@ -153,11 +154,7 @@ def export_entries(directory: Path) -> Iterator[tuple[str, str, str]]:
     """(folder, node, op_type) per exported node: from index.json, else every folder with a model.json."""
     index = directory / INDEX_FILE
     if os.path.lexists(index):
-        doc = read_json(index, what=INDEX_FILE)
-        try:
-            entries = [(str(e["folder"]), str(e["node"]), str(e["op_type"])) for e in doc["exported"]]
-        except (TypeError, KeyError) as exc:
-            raise BadInputError(f"{INDEX_FILE} is not an export index: {exc}", path=str(index)) from exc
+        entries = _index_entries(read_json(index, what=INDEX_FILE), index)
         seen: set[str] = set()
         for folder, _node, _op in entries:
             if folder in seen:
@@ -178,6 +175,32 @@ def export_entries(directory: Path) -> Iterator[tuple[str, str, str]]:
     log.warning("%s has no %s; comparing every folder holding a %s", directory, INDEX_FILE, MODEL_FILE)
     for folder in folders:
         yield folder.name, folder.name, "?"
+
+
+def _index_entries(doc: object, index: Path) -> list[tuple[str, str, str]]:
+    """(folder, node, op_type) of each ``exported`` entry, refusing any other shape by its JSON path."""
+
+    def refuse(what: str) -> BadInputError:
+        return BadInputError(f"{INDEX_FILE} is not an export index: {what}", path=str(index))
+
+    # a hand-edited "exported": {} would otherwise iterate as no node at all: "0 of 0 match", exit 0
+    if not isinstance(doc, dict):
+        raise refuse(f"expected a JSON object, got {describe(doc)}")
+    exported = doc.get("exported")
+    if not isinstance(exported, list):
+        raise refuse(f"$.exported: expected a list of nodes, got {describe(exported)}")
+    entries = []
+    for i, entry in enumerate(exported):
+        if not isinstance(entry, dict):
+            raise refuse(f"$.exported[{i}]: expected an object, got {describe(entry)}")
+        fields = []
+        for key in ("folder", "node", "op_type"):
+            value = entry.get(key)
+            if not isinstance(value, str):
+                raise refuse(f"$.exported[{i}].{key}: expected a string, got {describe(value)}")
+            fields.append(value)
+        entries.append((fields[0], fields[1], fields[2]))
+    return entries
 
 
 def _load(path: Path) -> np.ndarray:
