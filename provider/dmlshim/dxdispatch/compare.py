@@ -173,8 +173,8 @@ def export_entries(directory: Path) -> Iterator[tuple[str, str, str]]:
             path=str(directory),
         )
     log.warning("%s has no %s; comparing every folder holding a %s", directory, INDEX_FILE, MODEL_FILE)
-    for folder in folders:
-        yield folder.name, folder.name, "?"
+    for found in folders:
+        yield found.name, found.name, "?"
 
 
 def _index_entries(doc: object, index: Path) -> list[tuple[str, str, str]]:
