@@ -311,6 +311,7 @@ class PartitionedEngine:
             session_built(model)
 
     def _finish_init(self) -> None:
+        self._last_record: tuple[tuple[Any, ...], str, RunRecord] | None = None
         logger.info(
             "partitioned engine: %d steps, %d CPU partitions, %d emulated nodes",
             len(self._steps),
@@ -388,24 +389,18 @@ class PartitionedEngine:
             results, record, _ = self.run_traced(output_names, feeds, run_options=run_options)
             return results, record
         path, number = chooser.next_path()
-        start = chooser.clock()
-
-        def by_check() -> tuple[list[Any], RunRecord] | None:
-            state = RunState(self._template.copy(), run_options)
-            values = dict(self._static_values)
-            values.update(feeds)
-            checked = check.run(output_names, values, state, run_options)
-            if checked is None:
-                return None
-            return self._owned(output_names, checked), self._record(state, PATH_CHECK)
-
-        answer = by_check() if path == PATH_CHECK else None
+        start = chooser.clock() if number >= 0 else 0.0  # timed during the trial only
+        answer = self._by_check(check, output_names, feeds, run_options) if path == PATH_CHECK else None
         for step in self._given_only if answer is not None else ():
             if step.computed_after_proof:
                 # A gather the check must still compute after its proved runs (negative indices, a CPU
                 # placement, new shapes): the partitioned steps, which compute it alone, cost less.
                 chooser.settle(PATH_PARTITIONED)
                 break
+        if answer is not None and number < 0:  # the path is chosen: nothing to observe
+            if chooser.chosen == PATH_PARTITIONED:
+                self._check = None  # its session (and its copy of the weights) goes
+            return answer
         if answer is None and path == PATH_CHECK and check.given_up:
             chooser.settle(PATH_PARTITIONED)
         if answer is None:
@@ -414,7 +409,11 @@ class PartitionedEngine:
             except DmlShimError:
                 # Trying the partitions failed (a segment onnxruntime refuses, say): the check keeps
                 # answering, as it did before the trial, when it can answer this run.
-                if path != PATH_PARTITIONED or chooser.chosen is not None or (answer := by_check()) is None:
+                if (
+                    path != PATH_PARTITIONED
+                    or chooser.chosen is not None
+                    or (answer := self._by_check(check, output_names, feeds, run_options)) is None
+                ):
                     raise
                 chooser.settle(PATH_CHECK)
                 return answer
@@ -428,6 +427,22 @@ class PartitionedEngine:
                 if isinstance(step, CpuStep):
                     step.unload()  # built for the trial; rebuilt if a kernel ever disagrees
         return answer
+
+    def _by_check(
+        self,
+        check: WholeModelCheck,
+        output_names: Sequence[str],
+        feeds: Mapping[str, np.ndarray],
+        run_options: Any,
+    ) -> tuple[list[Any], RunRecord] | None:
+        """The run answered by the whole-model check, or None when the check cannot answer it."""
+        state = RunState(self._template.copy(), run_options)
+        values = dict(self._static_values)
+        values.update(feeds)
+        checked = check.run(output_names, values, state, run_options)
+        if checked is None:
+            return None
+        return self._owned(output_names, checked), self._record(state, PATH_CHECK)
 
     def _owned(self, output_names: Sequence[str], results: list[Any]) -> list[Any]:
         """``results`` with a copy of each output that is a graph input or an initializer: the caller owns
@@ -498,9 +513,13 @@ class PartitionedEngine:
 
     def _record(self, state: RunState, path: str = PATH_PARTITIONED) -> RunRecord:
         nodes = tuple(filter(None, state.records))  # NodeRecords are always true
+        last = self._last_record
+        if last is not None and last[0] == nodes and last[1] == path and not state.translations_computed:
+            return last[2]  # the previous run's record, when nothing in it changed (it is frozen)
+        raw = nodes
         if self._scatter_as_elements:
             nodes = note_scatter_as_scatter_elements(nodes)
-        return RunRecord(
+        record = RunRecord(
             engine=self.name,
             feature_level=self._fl_name,
             nodes=nodes,
@@ -508,3 +527,5 @@ class PartitionedEngine:
             translations_computed=state.translations_computed,
             path=path,
         )
+        self._last_record = (raw, path, record) if not state.translations_computed else None
+        return record

@@ -75,9 +75,10 @@ UNTOUCHED_GIVEN_MESSAGE = (
 GATHER_GIVEN_MESSAGE = given_message(PROVE_RUNS)
 
 VERIFY_MIN_BYTES = 512 * 1024
-"""Scatter outputs smaller than this are computed and compared whole (gathers of any size go to
-:meth:`EmulatedStep._verify_gather`): below about this size the verify's extra
-calls cost what it saves (measured: a 12-row ScatterND, 192 KiB 0.11 vs 0.12 ms, 768 KiB 0.19 vs 0.18
+"""Scatter outputs smaller than this are computed and compared whole on their first proved runs, then
+taken from onnxruntime when their indices prove them (:meth:`EmulatedStep._verify_small_scatter`; gathers
+of any size go to :meth:`EmulatedStep._verify_gather`), never verified: below about this size the verify's
+extra calls cost what it saves (measured: a 12-row ScatterND, 192 KiB 0.11 vs 0.12 ms, 768 KiB 0.19 vs 0.18
 ms, 3 MiB 0.58 vs 0.42 ms, 12 MiB 4.0 vs 2.1 ms for computing and comparing vs verifying)."""
 
 
@@ -258,8 +259,10 @@ class EmulatedStep:
             return None
         if self.node.op_type in GIVEN_OPS:
             return self._verify_gather(values, state, theirs)
-        if not self.verifiable or getattr(theirs, "nbytes", 0) < VERIFY_MIN_BYTES:
+        if not self.verifiable:
             return None
+        if getattr(theirs, "nbytes", 0) < VERIFY_MIN_BYTES:
+            return self._verify_small_scatter(values, state, theirs)
         arrays = [values[n] if n else None for n in self.inputs]
         if any(isinstance(a, ort.OrtValue) for a in arrays):
             return None
@@ -284,6 +287,36 @@ class EmulatedStep:
                 record = self._given(record)
             self._finish(record, theirs, state)
         return verdict.agrees
+
+    def _verify_small_scatter(self, values: Values, state: RunState, theirs: Any) -> bool | None:
+        """A scatter under :data:`VERIFY_MIN_BYTES`: computed and compared by the check (None) on the
+        session's first :data:`PROVE_RUNS` runs with the same input shapes and dtypes (:meth:`agreed`
+        counts them), as gathers are; later runs whose indices prove the output
+        (:func:`dmlshim.execute.proofs.scatter_given.scatter_output_is_given`) take ``theirs``, as a
+        large scatter's runs do from the first. Every run under ``full_check``."""
+        if self._full_check:
+            return None
+        arrays = [values[n] if n else None for n in self.inputs]
+        key = _arrays_key(arrays)
+        if key is None:  # an OrtValue or a mapped weight: computed and compared
+            return None
+        if key != self._proved_key:
+            self._proved_key, self._proved = key, 0
+        if self._proved < PROVE_RUNS:
+            return None
+        entry = self._cache.get(key) or self._translation(arrays, state)
+        clean = entry[1]
+        if clean is None or not scatter_output_is_given(self.node.op_type, self._attrs, arrays, theirs):
+            return None
+        values[self.output] = theirs
+        self._finish(self._given(clean, (NOTE_GATHER_GIVEN, SCATTER_GIVEN_MESSAGE)), theirs, state)
+        return True
+
+    def agreed(self) -> None:
+        """The check ran this scatter (``verify`` said None) and its output was onnxruntime's bit for bit:
+        one more proved run of these input shapes and dtypes."""
+        if self.verifiable:
+            self._proved += 1
 
     def _restart_proof_on_new_shapes(self, arrays: list[Any]) -> None:
         """Count proved runs afresh when the inputs' shapes or dtypes differ from the proved ones."""
