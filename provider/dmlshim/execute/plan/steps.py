@@ -33,23 +33,24 @@ from ..proofs.gather_given import (
 from ..proofs.scatter_given import (
     SCATTER_GIVEN_MESSAGE,
     SCATTERS,
-    overwritten_writes,
     scatter_output_is_given,
 )
-from ..record import PLACEMENT_CPU, PLACEMENT_DML, NodeRecord
-from .cpu_step import RunState, Values, run_session
-from .segments import single_node_model, value_elem_and_rank
-from .sessions import ORT_ERRORS, cpu_session, ort_run_error
+from ..record import PLACEMENT_DML, NodeRecord
+from .cpu_step import RunState, Values
+from .step_fallback import (  # noqa: F401 (the REASON_ codes are read from here too)
+    REASON_CPU_PREFERRED,
+    REASON_NOT_EMULATED,
+    REASON_REFERENCE,
+    REASON_RUNTIME_FALLBACK,
+    CpuFallback,
+    reasons_of,
+)
 
 logger = logging.getLogger(__name__)
 
 TRANSLATION_CACHE_SIZE = 64
 """Translations kept per node (one per distinct input shapes and dtypes); the cache restarts when full."""
 
-REASON_NOT_EMULATED = "not_emulated"
-REASON_CPU_PREFERRED = "ort_cpu_preferred"
-REASON_RUNTIME_FALLBACK = "runtime_fallback"
-REASON_REFERENCE = "reference_run"
 NOTE_SHAPE_DIFFERS = "output_shape_differs_from_inference"
 
 VERIFIED_OPS = SCATTERS
@@ -100,11 +101,6 @@ def shapes_key(arrays: Sequence[Any]) -> tuple[Any, ...]:
     return tuple((a.shape, a.dtype) if a is not None else None for a in arrays)
 
 
-def reasons_of(t: NodeTranslation) -> tuple[tuple[str, str], ...]:
-    """A translation's reasons as ``(code, message)`` pairs, as records hold them."""
-    return tuple((r.code, r.message) for r in t.reasons)
-
-
 def shape_note(shape: tuple[int, ...], inferred: TensorInfo | None) -> tuple[str, str] | None:
     """A record note when a real output shape contradicts the statically inferred one, else None."""
     if inferred is None or inferred.shape is None:
@@ -122,7 +118,7 @@ def shape_note(shape: tuple[int, ...], inferred: TensorInfo | None) -> tuple[str
     )
 
 
-class EmulatedStep:
+class EmulatedStep(CpuFallback):
     """One gather/scatter node: run from its DirectML descriptor, or on the CPU when its translation for
     the actual shapes says so. With ``reference`` set, onnxruntime runs the node alone instead (the
     like-for-like reference of ``dmlshim validate``)."""
@@ -416,16 +412,6 @@ class EmulatedStep:
         self._finish(record, out, state)
         return True
 
-    def _run_reference(self, values: Values, arrays: list[Any], state: RunState) -> NodeRecord:
-        values[self.output] = self._run_on_cpu(arrays, state)
-        return NodeRecord(
-            name=self.name,
-            op_type=self.node.op_type,
-            placement=PLACEMENT_CPU,
-            status=REASON_REFERENCE,
-            reasons=((REASON_REFERENCE, "the reference run: onnxruntime ran this node alone"),),
-        )
-
     def _run(self, values: Values, arrays: list[Any], state: RunState) -> NodeRecord:
         # The translation is looked up directly when every input is a plain array (the common case).
         key = _arrays_key(arrays)
@@ -442,25 +428,6 @@ class EmulatedStep:
         result = run_translation(t, arrays, index_mode=self.index_mode)
         values[self.output] = result.output
         return self._dml_record(clean, result.duplicate_indices, arrays)
-
-    def _cpu_record(self, t: NodeTranslation, arrays: list[Any]) -> NodeRecord:
-        """The record of a run whose translation at these shapes and types is no DirectML operator."""
-        return NodeRecord(
-            name=self.name,
-            op_type=self.node.op_type,
-            placement=PLACEMENT_CPU,
-            status=t.status.value,
-            duplicate_indices=overwritten_writes(self.node.op_type, self._attrs, arrays),
-            reasons=(
-                *reasons_of(t),
-                (
-                    REASON_RUNTIME_FALLBACK,
-                    "the translation for this run's shapes and types is not a DirectML operator; "
-                    "the node ran in onnxruntime's CPU provider",
-                ),
-            ),
-            ort_placement=t.ort_placement,
-        )
 
     def _given(
         self, record: NodeRecord, note: tuple[str, str] = (NOTE_UNTOUCHED_GIVEN, UNTOUCHED_GIVEN_MESSAGE)
@@ -511,41 +478,6 @@ class EmulatedStep:
             entry = self._cache[key] = (t, self._clean_record(t))
             state.translations_computed += 1
         return entry
-
-    def _run_ortvalues(self, values: Values, arrays: list[Any], state: RunState) -> NodeRecord:
-        """An input numpy cannot hold (a bfloat16 OrtValue, say): DirectML cannot hold it either, so the
-        node runs in onnxruntime's CPU provider, on the OrtValues as they are."""
-        values[self.output] = self._run_on_cpu(arrays, state)
-        kinds = sorted({a.data_type() for a in arrays if isinstance(a, ort.OrtValue)})
-        return NodeRecord(
-            name=self.name,
-            op_type=self.node.op_type,
-            placement=PLACEMENT_CPU,
-            status=Status.FALLBACK.value,
-            reasons=(
-                (
-                    REASON_RUNTIME_FALLBACK,
-                    f"an input is a {', '.join(kinds)}, which neither numpy nor DirectML holds; the node ran "
-                    "in onnxruntime's CPU provider",
-                ),
-            ),
-        )
-
-    def _run_on_cpu(self, arrays: Sequence[Any], state: RunState) -> Any:
-        # One graph input per name: a node reading one tensor twice (ScatterElements(i, i, i)) would
-        # otherwise declare it twice, which onnxruntime refuses.
-        present = list({n: a for n, a in zip(self.inputs, arrays, strict=False) if a is not None}.items())
-        key = tuple((elem, len(dims)) for elem, dims in (value_elem_and_rank(a) for _, a in present))
-        session = self.fallback_sessions.get(key)
-        if session is None:
-            session = self.fallback_sessions[key] = cpu_session(
-                single_node_model(self._model, self.node, present), self._sess_options, f"node {self.name!r}"
-            )
-        try:
-            (out,) = run_session(session, [self.output], dict(present), state.run_options)
-        except ORT_ERRORS as exc:
-            raise ort_run_error(exc, "onnxruntime failed", node=self.name, op_type=self.node.op_type) from exc
-        return out
 
 
 def static_key(infos: Sequence[TensorInfo | None]) -> tuple[Any, ...] | None:
