@@ -181,7 +181,7 @@ class PartitionedRuns:
             values.update(feeds)
             observe = self.step_observer
             for run_step in self._steps:
-                stop = terminated(run_options)
+                stop = terminated(run_options) if run_options is not None else None
                 if stop is not None:
                     raise stop  # set while the run was under way: onnxruntime stops between nodes too
                 if observe is None:
