@@ -117,6 +117,19 @@ def walk_nodes(graph: onnx.GraphProto, prefix: str = "") -> Iterator[tuple[str, 
             yield from walk_nodes(sub, subgraph_prefix(name, attr_name))
 
 
+def value_names(graph: onnx.GraphProto) -> set[str]:
+    """Every value name of ``graph`` and of its subgraphs (inputs, outputs, annotations, initializers,
+    what nodes read and write): where a name dmlshim adds must not land, as a body may read any outer one."""
+    names = {v.name for v in (*graph.input, *graph.output, *graph.value_info)}
+    names.update(t.name for t in graph.initializer)
+    for node in graph.node:
+        names.update(node.input)
+        names.update(node.output)
+        for _, sub in subgraphs(node):
+            names |= value_names(sub)
+    return names
+
+
 def all_tensors(graph: onnx.GraphProto) -> list[onnx.TensorProto]:
     """Initializers and tensor attributes of a graph and of every subgraph."""
     found = list(graph.initializer)

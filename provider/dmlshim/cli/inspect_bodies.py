@@ -30,7 +30,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ..graph import is_gather_scatter, node_path, subgraph_prefix, subgraphs
+from ..graph import is_gather_scatter, node_path, subgraph_prefix, subgraphs, value_names
 
 __all__ = ["BodyRecords", "Execution", "instrument_bodies", "parse_records"]
 
@@ -87,9 +87,12 @@ class _Builder:
         self.records = records
         self.opset = _opset(model)
         self.count = 0
+        self._taken = value_names(model.graph)  # the model's own names are never a record's
 
     def name(self) -> str:
         self.count += 1
+        while f"{_PREFIX}{self.count}" in self._taken:
+            self.count += 1
         return f"{_PREFIX}{self.count}"
 
     def ident(self, meaning: tuple[str, str, object]) -> int:

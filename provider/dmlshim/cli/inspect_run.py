@@ -19,12 +19,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
 import onnx
 
 from ..errors import BadModelError, DmlShimError
 from ..execute.engines.whole_model import augmented_model
 from ..execute.plan.sessions import ORT_ERRORS
-from ..execute.proofs.gather_given import shape_output
+from ..execute.proofs.gather_given import shape_output, shape_outputs_clash
 from ..execute.weights.model_source import load_model
 from ..graph import is_gather_scatter, node_path, subgraph_prefix, subgraphs, walk_nodes
 from ..translate.run_cases import Execution
@@ -179,10 +180,15 @@ def _fetch(
     """One onnxruntime run fetching the shapes of ``wanted`` and (``instrument``) the bodies' records."""
     full = load_model(model_path).proto  # onnxruntime needs the weights: the values come from them
     records = instrument_bodies(full) if instrument else BodyRecords()
-    fetched = [*(shape_output(n) for n in wanted), *records.outputs]
+    # where the model names a value like a shape output, the values themselves are fetched
+    whole = shape_outputs_clash(full.graph)
+    fetched = [*(n if whole else shape_output(n) for n in wanted), *records.outputs]
     session: Any = _session(augmented_model(full, fetched))
     del full
-    return list(session.run(fetched, dict(feeds))), records
+    found = list(session.run(fetched, dict(feeds)))
+    if whole:
+        found[: len(wanted)] = [np.array(np.shape(v), np.int64) for v in found[: len(wanted)]]
+    return found, records
 
 
 def _body_nodes(graph: onnx.GraphProto) -> dict[str, onnx.NodeProto]:

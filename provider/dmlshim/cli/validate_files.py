@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from ..validate import ValidationReport
@@ -56,6 +57,13 @@ def check_array_targets(args: argparse.Namespace) -> None:
     from ..fileio import files
 
     guard = (*args.model, args.inputs, args.reference_outputs)
+    _one_file_each(
+        {
+            "--save-inputs": args.save_inputs,
+            "--save-outputs": args.save_outputs,
+            "--html": getattr(args, "html", None),
+        }
+    )
     for target in (args.save_inputs, args.save_outputs):
         if target:
             files.check_output_file(target, overwrite=args.overwrite, inputs=guard)
@@ -63,6 +71,25 @@ def check_array_targets(args: argparse.Namespace) -> None:
         from ..report.html import check_html_target
 
         check_html_target(args.html, overwrite=args.overwrite, inputs=guard)
+
+
+def _one_file_each(targets: dict[str, str | None]) -> None:
+    """Refuse two of the files validate writes at one path (the second would replace the first)."""
+    from ..errors import BadInputError
+
+    seen: dict[str, str] = {}
+    for flag, target in targets.items():
+        if not target:
+            continue
+        where = os.path.join(os.path.realpath(os.path.dirname(target) or "."), os.path.basename(target))
+        if where in seen:
+            raise BadInputError(
+                f"{seen[where]} and {flag} name the same file {target!r}; give each its own file",
+                path=target,
+                value=target,
+                rule="each file validate writes has its own path",
+            )
+        seen[where] = flag
 
 
 def finish(report: ValidationReport, tolerances: Tolerances, args: argparse.Namespace) -> ValidationReport:

@@ -13,7 +13,6 @@ fragment) and profiling would give one file per partition. Instead:
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -291,10 +290,11 @@ def write_optimized_model(
         raise with_onnxruntime_class(refused, RuntimeError) from None
     weights_file = config_entry(so, EXTERNAL_FILE_KEY) or ""
     if weights_file:
-        # what is there now may be replaced; a file appearing there meanwhile is someone else's (an
-        # unusable name is refused, with the reason, where the file is written)
-        with contextlib.suppress(BadInputError):
-            files.remember_output(confined_path(target_path.parent, weights_file))
+        # Refused before onnxruntime writes anything: it writes the file beside the staged model, so a
+        # name leaving the folder ('../w.bin') would replace a file beside the staging folder, in the
+        # temporary directory. What is there now at the target may be replaced; a file appearing there
+        # meanwhile is someone else's.
+        files.remember_output(_weights_path(target_path.parent, weights_file))
     with tempfile.TemporaryDirectory(prefix="dmlshim-optimized-") as tmp:
         staged = Path(tmp) / ("optimized" + "".join(target_path.suffixes[-1:]))
         copy = copy_options(so)
@@ -325,15 +325,21 @@ def write_optimized_model(
     return written
 
 
-def _move_weights(staged_dir: Path, name: str, target: Path, model_path: str | None) -> None:
-    """Write the external-initializers file onnxruntime put beside the staged optimized model to the
-    same place beside the target (``name`` must stay in that folder, as onnxruntime requires)."""
+def _weights_path(folder: Path, name: str) -> Path:
+    """The external-initializers file ``name`` beside an optimized model in ``folder``; refused when the
+    name leaves the folder (absolute, ``..``)."""
     try:
-        relative = confined_path(staged_dir, name, what=f"session config {EXTERNAL_FILE_KEY!r}")
+        return confined_path(folder, name, what=f"session config {EXTERNAL_FILE_KEY!r}")
     except BadInputError as exc:
         raise BadInputError(
             exc.message, value=name, rule="the file is named relative to the optimized model"
         ) from None
+
+
+def _move_weights(staged_dir: Path, name: str, target: Path, model_path: str | None) -> None:
+    """Write the external-initializers file onnxruntime put beside the staged optimized model to the
+    same place beside the target (``name`` must stay in that folder, as onnxruntime requires)."""
+    relative = _weights_path(staged_dir, name)
     if not relative.is_file():
         logger.debug("onnxruntime wrote no external initializers file %s (no initializer large enough)", name)
         return

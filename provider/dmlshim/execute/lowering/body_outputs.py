@@ -22,9 +22,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Mapping
 
+import numpy as np
 import onnx
 from onnx import helper
 
+from ...graph import value_names
 from ...model.weightless import without_weights
 from ..custom_ops.types import CUSTOM_DOMAIN
 
@@ -32,15 +34,16 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["BodyOutputs", "body_output_types", "declare_body_outputs"]
 
-BodyKey = tuple[tuple[str, str, int], ...]
+BodyKey = tuple[tuple[tuple[str, ...], str, int], ...]
 BodyOutputs = Mapping[BodyKey, Mapping[str, onnx.TypeProto]]
 """The type onnxruntime sees for each output of each If/Loop/Scan body, by the body's place: one
-``(owner node's outputs, attribute, index)`` per level, from the top-level graph down."""
+``(owner node's outputs, attribute, index)`` per level, from the top-level graph down (the outputs as a
+tuple: names may hold any character, so joined ones could name two owners)."""
 
 
 def _bodies(graph: onnx.GraphProto, key: BodyKey = ()) -> Iterator[tuple[BodyKey, onnx.GraphProto]]:
     for node in graph.node:
-        owner = ",".join(node.output)
+        owner = tuple(node.output)
         for attr in node.attribute:
             bodies = [attr.g] if attr.HasField("g") else list(attr.graphs)
             for index, body in enumerate(bodies):
@@ -101,6 +104,8 @@ def body_output_types(model: onnx.ModelProto) -> BodyOutputs:
                 tp.CopyFrom(out.type)
                 declared[key][out.name] = tp
                 out.type.tensor_type.ClearField("shape")
+    if bare.ir_version >= 4:  # before, every initializer is a graph input too
+        _outer_constants_inside(bare.graph, {})
     try:
         inferred = onnx.shape_inference.infer_shapes(bare)
     except (onnx.shape_inference.InferenceError, ValueError, RuntimeError) as exc:
@@ -119,29 +124,59 @@ def body_output_types(model: onnx.ModelProto) -> BodyOutputs:
     return found
 
 
+OUTER_CONSTANT_MAX_ELEMENTS = 1024
+"""Largest outer initializer copied into a body for inference (axes, shapes; not weights)."""
+
+
+def _outer_constants_inside(graph: onnx.GraphProto, outer: Mapping[str, onnx.TensorProto]) -> None:
+    """Copy into each body of ``graph`` the small initializers of enclosing graphs it reads, in place (on
+    the copy inferred): onnx's inference reads an initializer's value only in its own graph, onnxruntime's
+    in enclosing ones too (a Loop body's ``ReduceSum`` whose axes are a top-level initializer: onnxruntime
+    knows its output's shape, onnx did not). Initializers a caller may feed are not constants."""
+    fed = {v.name for v in graph.input}
+    here = dict(outer)
+    here.update((t.name, t) for t in graph.initializer if t.name not in fed)
+    for node in graph.node:
+        for attr in node.attribute:
+            for body in [attr.g] if attr.HasField("g") else list(attr.graphs):
+                local = {v.name for v in body.input} | {t.name for t in body.initializer}
+                local.update(o for n in body.node for o in n.output)
+                reads = {i for n in body.node for i in n.input} - local
+                for name in sorted(reads):
+                    tensor = here.get(name)
+                    if tensor is not None and int(np.prod(tensor.dims)) <= OUTER_CONSTANT_MAX_ELEMENTS:
+                        body.initializer.add().CopyFrom(tensor)
+                _outer_constants_inside(body, {n: t for n, t in here.items() if n not in local})
+
+
 def _static(tp: onnx.TypeProto) -> bool:
     shape = tp.tensor_type.shape
     return tp.tensor_type.HasField("shape") and all(d.HasField("dim_value") for d in shape.dim)
 
 
 def declare_body_outputs(model: onnx.ModelProto, types: BodyOutputs) -> int:
-    """Declare each body output of the lowered ``model`` that a custom op computes as ``types`` (from
-    :func:`body_output_types` of the caller's model) gives it, in place; a fully static one is written by
-    a ``Reshape`` after the custom op. Returns how many outputs were declared."""
+    """Declare each body output of the lowered ``model`` that a node computes as ``types`` (from
+    :func:`body_output_types` of the caller's model) gives it, in place: those a custom op computes, and
+    those computed past one (onnxruntime infers nothing through a custom op, so a ReduceSum of a lowered
+    Gather would have no shape where onnxruntime gives the caller's one). A fully static output a custom
+    op computes is written by a ``Reshape`` after it. Returns how many outputs were declared."""
     count = 0
+    taken: set[str] | None = None  # every name of the model: a body may read any outer one
     for key, body in _bodies(model.graph):
         known = types.get(key)
         if not known:
             continue
         producers = {name: node for node in body.node for name in node.output if name}
+        if taken is None:
+            taken = value_names(model.graph)
         for out in body.output:
             tp, producer = known.get(out.name), producers.get(out.name)
-            if tp is None or producer is None or producer.domain != CUSTOM_DOMAIN:
+            if tp is None or producer is None:
                 continue
             out.type.CopyFrom(tp)
             count += 1
-            if _static(tp):
-                _written_by_onnxruntime(body, producer, out.name, set(producers))
+            if producer.domain == CUSTOM_DOMAIN and _static(tp):
+                _written_by_onnxruntime(body, producer, out.name, taken)
     return count
 
 

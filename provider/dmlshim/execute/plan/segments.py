@@ -228,15 +228,16 @@ def single_node_model(
 
 def folded_constants(graph: onnx.GraphProto) -> dict[str, onnx.TensorProto]:
     """Constant nodes with a tensor or numeric value, as initializers named after their output (a
-    ``value`` tensor copied as it is stored)."""
+    ``value`` tensor copied as it is stored, a ``sparse_value`` made dense: onnxruntime cannot return a
+    sparse Constant's value as an output, which a segment's or the check's fetch of it is)."""
     found: dict[str, onnx.TensorProto] = {}
     for node in graph.node:
         value = constant_node_value(node)
         if value is None:
             continue
         attr = next(a for a in node.attribute if a.name in CONSTANT_VALUE_ATTRIBUTES)
-        if value.dtype == object or attr.name == "sparse_value":
-            continue  # strings and sparse values stay nodes
+        if value.dtype == object:
+            continue  # strings stay nodes
         out = node.output[0]
         tensor = onnx.TensorProto()
         if attr.name == "value":

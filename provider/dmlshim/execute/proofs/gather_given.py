@@ -34,6 +34,7 @@ import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -42,6 +43,7 @@ import onnx.shape_inference
 from onnx import helper
 
 from ...model.data_prop import infer_with_data_prop
+from ...model.graph_columns import declared_types
 from ...model.nonnegative import nonnegative_prover
 from ...translate import TensorInfo
 from ...translate.plan import elem_type_of
@@ -171,13 +173,28 @@ def shape_source(output: str) -> str | None:
     return output[: -len(SHAPE_SUFFIX)] if output.endswith(SHAPE_SUFFIX) else None
 
 
+def shape_outputs_clash(graph: onnx.GraphProto) -> bool:
+    """Whether a top-level value of ``graph`` is named like a shape output (:func:`shape_output`): such
+    outputs would then name the model's own values, so none is made (the check takes no gather by its
+    inputs' shapes; inspect fetches the values themselves)."""
+    columns = declared_types(graph)
+    outputs = columns[0] if columns is not None else [o for node in graph.node for o in node.output]
+    names = chain(outputs, (v.name for v in graph.input), (t.name for t in graph.initializer))
+    return any(name.endswith(SHAPE_SUFFIX) for name in names)
+
+
 def add_extra_outputs(graph: onnx.GraphProto, extra_outputs: Iterable[str]) -> None:
     """Append ``extra_outputs`` (the whole-model check's) to ``graph``'s outputs, with a ``Shape`` node
-    making each shape output among them."""
+    making each shape output among them (none where the model names its own values so)."""
+    extra_outputs = list(extra_outputs)
+    shapes: bool | None = None
     for out in extra_outputs:
         source = shape_source(out)
         if source is not None:
-            graph.node.append(helper.make_node("Shape", [source], [out], name=out))
+            if shapes is None:
+                shapes = not shape_outputs_clash(graph)
+            if shapes:
+                graph.node.append(helper.make_node("Shape", [source], [out], name=out))
         graph.output.add().name = out
 
 
@@ -210,6 +227,8 @@ def lean_gathers(
     holds their values (fed, or fetched: integer indices sit in no QDQ group) and proves them in range on
     every run the same way (a negative one hands the run to the partitioned steps)."""
     found: dict[str, tuple[np.dtype[Any], np.dtype[Any]]] = {}
+    if not any(io.op_type in LEAN_OPS for io in emulated) or shape_outputs_clash(graph):
+        return found
     proved_nonnegative: Callable[[str], bool] | None = None
     quantized = _next_to_quantization(graph)
     for io in emulated:
@@ -428,7 +447,9 @@ def lean_indices_in_range(
         k = indices.shape[-1] if indices.ndim else 0
         if indices.ndim == 0 or batch + k > len(data_shape):
             return False
-        columns = indices.reshape(-1, k) if k else indices.reshape(-1, 0)
+        if k == 0:  # no index column: every index tuple selects the whole batch slice
+            return True
+        columns = indices.reshape(-1, k)
         return all(in_range(columns[:, d], int(data_shape[batch + d])) for d in range(k))
     axis = _axis(attrs, len(data_shape))
     return axis is not None and in_range(indices, int(data_shape[axis]))

@@ -17,6 +17,7 @@ from collections.abc import Collection
 
 import onnx
 
+from ...graph import value_names
 from ...model.weightless import graph_shell, model_shell
 
 logger = logging.getLogger(__name__)
@@ -79,18 +80,34 @@ def keep_model_values_where_folded(
     reads = {i for k in folded for i in model.graph.node[k].input if i in names}
     if not reads:
         return model
+    copies = _copy_names(model.graph, sorted(reads))
     out = model_shell(model)
     graph_shell(model.graph, out.graph)
     for k, node in enumerate(out.graph.node):
         if k in folded:
             for j, name in enumerate(node.input):
                 if name in reads:
-                    node.input[j] = name + MODEL_VALUE_SUFFIX
+                    node.input[j] = copies[name]
     out.graph.initializer.extend(model.graph.initializer)
     for tensor in original.graph.initializer:
         if tensor.name in reads:
             copy = out.graph.initializer.add()
             copy.CopyFrom(tensor)
-            copy.name = tensor.name + MODEL_VALUE_SUFFIX
+            copy.name = copies[tensor.name]
     logger.debug("nodes onnxruntime folds read the model's own %s, not the added values", sorted(reads))
     return out
+
+
+def _copy_names(graph: onnx.GraphProto, names: list[str]) -> dict[str, str]:
+    """A name for the copy of each initializer in ``names``, :data:`MODEL_VALUE_SUFFIX` appended (then a
+    number) until no value of the model, in any graph, has it: the model may use any name."""
+    taken = value_names(graph)
+    copies: dict[str, str] = {}
+    for name in names:
+        fresh, k = name + MODEL_VALUE_SUFFIX, 1
+        while fresh in taken:
+            k += 1
+            fresh = f"{name}{MODEL_VALUE_SUFFIX}{k}"
+        taken.add(fresh)
+        copies[name] = fresh
+    return copies
