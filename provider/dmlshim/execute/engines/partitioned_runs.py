@@ -29,10 +29,19 @@ def owned_outputs(
     are, as the check's answers are; otherwise every such value is made an array, as the steps' are."""
     if not copy:
         return results
-    return [
-        np.array(r, copy=True) if n in copy and (not arrays_only or isinstance(r, np.ndarray)) else r
-        for n, r in zip(output_names, results, strict=True)
-    ]
+    return [_owned(r, arrays_only) if n in copy else r for n, r in zip(output_names, results, strict=True)]
+
+
+def _owned(value: Any, arrays_only: bool) -> Any:
+    """One output made the caller's own: an array copied; a sequence (a list of arrays, as onnxruntime
+    returns a sequence-typed output) or a map element by element, never made one ragged array."""
+    if isinstance(value, np.ndarray):
+        return np.array(value, copy=True)
+    if isinstance(value, (list, tuple)):
+        return [_owned(v, True) for v in value]
+    if isinstance(value, dict):
+        return {k: _owned(v, True) for k, v in value.items()}
+    return value if arrays_only else np.array(value, copy=True)
 
 
 class PartitionedRuns:
