@@ -31,7 +31,7 @@ PARTS: dict[str, tuple[str, str]] = {
     "lean_gathers": ("whole_model.py", "_given_by_shapes"),
     "verify": ("steps.py", "verify"),  # a scatter verified, a gather proved or given
     "compare": ("whole_model.py", "identical"),
-    "record": ("partitioned.py", "_record"),
+    "record": ("partitioned_runs.py", "_record"),
 }
 """Part -> (file name, function name) of the function whose inclusive time stands for it ("" file:
 a built-in)."""

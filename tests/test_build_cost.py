@@ -20,6 +20,8 @@ from dmlshim.dml.enums import DEFAULT_FEATURE_LEVEL
 from dmlshim.errors import DmlShimError
 from dmlshim.translate import shapes_info
 
+ECOSYSTEM = Path(__file__).resolve().parents[1] / "onnx_models" / "ecosystem"
+
 _OPTION_FIELDS = (
     "intra_op_num_threads",
     "inter_op_num_threads",
@@ -303,3 +305,51 @@ def test_onnxruntimes_view_of_types_comes_from_a_loaded_session_not_an_initializ
         assert tp.tensor_type.elem_type == TensorProto.FLOAT and elem == "tensor(float)"
         dims = [d.dim_value if d.HasField("dim_value") else d.dim_param for d in tp.tensor_type.shape.dim]
         assert dims == shape
+
+
+@pytest.mark.parametrize(
+    "name", ["hw_ms_gathernd", "mlt_lgbm_regressor_split", "skl_knn_zipmap", "hw_noshape_inputs"]
+)
+def test_onnxruntimes_view_of_the_missing_values_only_is_its_view_among_all(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Shape inference asks onnxruntime only for the values ONNX's inference leaves untyped; each gets the
+    # type an initialized onnxruntime session lists for it when every node output is listed.
+    from dmlshim.model import ort_view
+    from dmlshim.model.weightless import without_weights
+
+    model = without_weights(shapes_info.load_model(ECOSYSTEM / f"{name}.onnx"))
+    asked: list[list[str]] = []
+    real = ort_view.ort_value_types
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        asked.append(list(kwargs["names"]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(shapes_info, "ort_value_types", spy)
+    shapes_info.infer_shapes(model)
+    assert len(asked) == 1 and asked[0]
+    listed = onnx.ModelProto()
+    listed.CopyFrom(model)
+    outputs = {o.name for o in listed.graph.output}
+    for node in listed.graph.node:
+        listed.graph.output.extend(
+            helper.make_value_info(o, onnx.TypeProto()) for o in node.output if o and o not in outputs
+        )
+        outputs.update(node.output)
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = onnxruntime.InferenceSession(
+        listed.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+    theirs = {a.name: (a.type, a.shape) for a in session.get_outputs()}
+    mine = real(model, names=asked[0])
+    assert set(mine) <= set(asked[0]) and mine == {n: tp for n, tp in real(model).items() if n in asked[0]}
+    for value in asked[0]:
+        elem, shape = theirs[value]
+        assert ort_view.type_from_ort(elem) is not None
+        tp = mine[value]
+        assert tp.WhichOneof("value") == ort_view.type_from_ort(elem).WhichOneof("value")
+        if tp.HasField("tensor_type") and tp.tensor_type.HasField("shape"):
+            dims = tp.tensor_type.shape.dim
+            assert [d.dim_value if d.HasField("dim_value") else d.dim_param or None for d in dims] == shape

@@ -28,7 +28,7 @@ def test_same_answer_as_onnx_and_fresh_copies() -> None:
         first = last_inference.infer_shapes(model, data_prop=data_prop)
         assert first.SerializeToString() == theirs
         first.graph.value_info.add().name = "changed by the caller"
-        second = last_inference.infer_shapes(model, data_prop=data_prop)  # remembered
+        second = last_inference.infer_shapes(model, data_prop=data_prop)  # remembered (without data_prop)
         assert second.SerializeToString() == theirs
     # another model (or other flags) is inferred anew, not answered from the last one
     assert _dims(last_inference.infer_shapes(_model(0)), "s") == [2]

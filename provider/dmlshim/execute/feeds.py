@@ -185,6 +185,11 @@ class FeedValidator:
                 f"'{type(feeds).__name__}' object has no attribute 'keys' (dmlshim: input_feed must be a "
                 f"mapping from input name to array, not {type(feeds).__name__})"
             )
+        for name in self._required:
+            if name not in feeds:
+                break
+        else:
+            return  # every required input is fed (checked on every run: no list built)
         missing = [n for n in self._required if n not in feeds]
         if missing:
             # onnxruntime's own sentence first (clients match it), then what dmlshim adds; onnxruntime's
@@ -199,14 +204,15 @@ class FeedValidator:
                 ValueError,
             )
 
-    def validate(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
+    def validate(self, feeds: Mapping[str, Any], *, present: bool = False) -> dict[str, Any]:
         """Return the feeds as arrays; raise BadInputError naming the first input that does not fit.
 
         Arrays are passed through without a copy; lists become arrays of the input's dtype as numpy (and
         onnxruntime) converts them; other objects (scalars, tuples, strings) are refused, as onnxruntime
-        refuses them.
+        refuses them. ``present``: :meth:`check_present` already accepted ``feeds`` (their keys).
         """
-        self.check_present(feeds)
+        if not present:
+            self.check_present(feeds)
         out: dict[str, Any] = {}
         quick_checks = self._quick
         for name, value in feeds.items():

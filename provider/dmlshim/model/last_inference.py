@@ -5,8 +5,8 @@ Loading a model runs onnx's inference without data propagation for the checker's
 (:mod:`dmlshim.model.data_prop`, when a data-propagating node reads a computed value). On a 20,000-node
 chain that pass is a fifth of a second of CPU: the second asks for what the first computed, and gets it
 back from here. The answer is kept as serialized bytes (each caller parses a fresh copy it may change),
-for the last request only, keyed by the model's serialized bytes and the flags: nothing else can change
-onnx's answer.
+for the last request without data propagation only, keyed by the model's serialized bytes and the flags:
+nothing else can change onnx's answer.
 """
 
 from __future__ import annotations
@@ -39,6 +39,10 @@ def infer_shapes(
     inferred = onnx.shape_inference.infer_shapes(
         key[0], check_type=check_type, strict_mode=strict_mode, data_prop=data_prop
     )
-    with _lock:
-        _last = (key, inferred.SerializeToString())
+    if not data_prop:
+        # Only this pass is asked for twice in a row (the model check's, then data propagation's base);
+        # the data-propagating passes each infer another cut copy, so their answers are not kept (keeping
+        # one serializes the whole inferred graph: 2-3 ms a pass on the detectors).
+        with _lock:
+            _last = (key, inferred.SerializeToString())
     return inferred

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 import onnx
 import onnxruntime as ort
@@ -104,8 +104,10 @@ def ort_value_types(
     *,
     keep_annotations: bool = True,
     onnx_types: Mapping[str, onnx.TypeProto] | None = None,
+    names: Collection[str] | None = None,
 ) -> dict[str, onnx.TypeProto]:
-    """The type and shape onnxruntime infers for every value a top-level node of ``model`` computes.
+    """The type and shape onnxruntime infers for every value a top-level node of ``model`` computes (or
+    for ``names`` only).
 
     onnxruntime's Python API lists an unknown shape and a scalar's alike (``[]``): such a value keeps a
     rank-0 shape only when ``onnx_types`` (ONNX's inference) says it is a scalar; otherwise its shape is
@@ -117,6 +119,10 @@ def ort_value_types(
             the model as it is); False leaves them out, so that the shapes follow from the graph inputs and
             initializers alone (a stale annotation cannot take part).
         onnx_types: ONNX's inferred types by value name, to tell scalars from unknown shapes.
+        names: only these values are asked for (listed as outputs, read back and parsed). onnxruntime
+            resolves the whole graph either way and types a node's output from its inputs' types alone, so
+            each value gets the type it gets among all; the one session stays, only the thousands of
+            outputs of a large model are not listed and parsed for nothing.
 
     Returns:
         Value name -> type; empty when onnxruntime cannot build the session (the caller falls back on
@@ -132,9 +138,10 @@ def ort_value_types(
                 out.type.tensor_type.ClearField("shape")
     known = {o.name for o in graph.output} | {v.name for v in graph.input}
     known |= {t.name for t in graph.initializer}
+    wanted = None if names is None else set(names)
     for node in graph.node:
         for name in node.output:
-            if name and name not in known:
+            if name and name not in known and (wanted is None or name in wanted):
                 graph.output.add().name = name
                 known.add(name)
     so = ort.SessionOptions()
@@ -147,6 +154,8 @@ def ort_value_types(
         return {}
     types: dict[str, onnx.TypeProto] = {}
     for arg in outputs:
+        if wanted is not None and arg.name not in wanted:
+            continue
         tp = type_from_ort(arg.type, arg.shape)
         if tp is not None and _rank_zero(tp) and not _rank_zero((onnx_types or {}).get(arg.name)):
             tp.tensor_type.ClearField("shape")

@@ -147,8 +147,9 @@ def refuse_unholdable_outputs(
 ) -> None:
     """Raise NotSupportedError (a ``RuntimeError``, as onnxruntime's) for an output ``run()`` cannot return:
     a tensor numpy cannot hold (bfloat16, float8), which onnxruntime's ``run`` refuses too."""
+    ndarray = np.ndarray
     for name, value in zip(names, outputs, strict=True):
-        if isinstance(value, ort.OrtValue) and value.is_tensor():
+        if type(value) is not ndarray and isinstance(value, ort.OrtValue) and value.is_tensor():
             raise NotSupportedError(
                 f"output {name!r} is a {value.data_type()}, which numpy cannot hold, so it cannot be "
                 'returned as an array (onnxruntime raises here too: "No corresponding Numpy type"); '

@@ -23,7 +23,7 @@ from ..kernels.options import IndexMode
 from ..model.ort_witness import acceptance_pending
 from ..resources import guard_resources
 from ..runtime.exceptions import raises_onnxruntime_errors
-from ..runtime.real import callers_options, optimizers_disabled, use_global_thread_pool
+from ..runtime.real import DISABLED_OPTIMIZERS, callers_options, optimizers_disabled, use_global_thread_pool
 from .attributes import OrtSessionAttributes
 from .c_iobinding import bind_c_iobinding
 from .emulate import emulate_all, with_dml_first
@@ -401,23 +401,28 @@ class InferenceSession(SessionRuns, SessionQueries, OrtSessionAttributes):
         return wanted_outputs(output_names, self._output_names)
 
     def _feeds(self, input_feed: Mapping[str, Any]) -> dict[str, Any]:
-        if isinstance(input_feed, Mapping):
-            self._validator.check_present(input_feed)  # onnxruntime's Python layer checks this first
-            check_feed_names(input_feed)
-            if not plain_arrays(input_feed.values()):
-                for name, value in input_feed.items():
-                    refuse_unconvertible_array(name, value)
-                input_feed = {name: as_array(value) for name, value in input_feed.items()}
-        return self._validator.validate(input_feed)
+        if not isinstance(input_feed, Mapping):
+            return self._validator.validate(input_feed)  # refused, as onnxruntime's Python layer does
+        self._validator.check_present(input_feed)  # onnxruntime's Python layer checks this first
+        check_feed_names(input_feed)
+        if not plain_arrays(input_feed.values()):
+            for name, value in input_feed.items():
+                refuse_unconvertible_array(name, value)
+            input_feed = {name: as_array(value) for name, value in input_feed.items()}
+        return self._validator.validate(input_feed, present=True)
 
     def _execute(self, names: list[str], feeds: dict[str, Any], run_options: Any) -> list[Any]:
-        check_run_options(run_options)
-        stop = terminated(run_options)
-        if stop is not None:
-            raise stop  # as onnxruntime: a run asked to terminate does not start (emulated nodes included)
+        if run_options is not None:
+            check_run_options(run_options)
+            stop = terminated(run_options)
+            if stop is not None:
+                raise stop  # as onnxruntime: a run asked to terminate does not start (emulated nodes too)
         self._loaded.check_files()  # a mapped external-data file cut short is refused, not a SIGBUS
-        with self._span("model_run"), optimizers_disabled(self._disabled_optimizers):
+        if self._profiler is None and DISABLED_OPTIMIZERS.get() == self._disabled_optimizers:
             outputs, record = self._engine.run(names, feeds, run_options=run_options)
+        else:
+            with self._span("model_run"), optimizers_disabled(self._disabled_optimizers):
+                outputs, record = self._engine.run(names, feeds, run_options=run_options)
         self._last_run_record = record
         return outputs
 

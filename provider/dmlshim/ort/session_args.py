@@ -119,7 +119,7 @@ def check_feed_names(input_feed: Mapping[Any, Any]) -> None:
     """Refuse a feed key that is neither a str nor bytes, as onnxruntime's binding does (a ``TypeError``;
     bytes it decodes, so those are looked up as names)."""
     for name in input_feed:
-        if not isinstance(name, (str, bytes)):
+        if type(name) is not str and not isinstance(name, (str, bytes)):
             error = BadInputError(
                 f"run(): incompatible function arguments (dmlshim: input_feed keys are input names, strings; "
                 f"got {type(name).__name__} {name!r})",

@@ -258,8 +258,9 @@ def _add_ort_types(source: onnx.ModelProto, inferred: onnx.ModelProto) -> bool:
     ]
     if not missing:
         return False
-    onnx_types = {n: tp for n, tp in typed.items() if tp.WhichOneof("value") is not None}
-    view = ort_value_types(source, onnx_types=onnx_types)
+    # only the missing values are asked for: onnxruntime's answer for each is the one it gives among all
+    onnx_types = {n: tp for n in missing if (tp := typed.get(n)) is not None and tp.WhichOneof("value")}
+    view = ort_value_types(source, onnx_types=onnx_types, names=missing)
     added = False
     outputs = {o.name: o for o in graph.output}
     for name in missing:

@@ -12,7 +12,7 @@ A condition that needs anything else (a graph input's values, a symbolic size) i
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 import onnx
@@ -161,35 +161,72 @@ class _Evaluator:
         raise _Unknown(node.name)
 
 
-def _declared_shapes(graphs: list[onnx.GraphProto]) -> Callable[[str], tuple[int, ...] | None]:
-    """Static shapes the graphs declare (innermost first)."""
-    table: dict[str, tuple[int, ...] | None] = {}
+_Sources = dict[str, "onnx.ValueInfoProto | onnx.TensorProto | None"]
+
+
+def _ranked_sources(graphs: list[onnx.GraphProto]) -> tuple[_Sources, dict[str, onnx.ValueInfoProto]]:
+    """What the graphs (innermost first) declare of each value: for its static shape, the last value info
+    with a rank or initializer (None when declared without a rank only); for its type, the last value info
+    with a rank (initializers left out). Shapes are read only for the few values an If's condition
+    reaches, not for every value of the graph."""
+    shapes: _Sources = {}
+    ranked: dict[str, onnx.ValueInfoProto] = {}
     for graph in reversed(graphs):
         for v in (*graph.input, *graph.value_info, *graph.output):
-            tt = v.type.tensor_type
-            if not v.type.HasField("tensor_type") or not tt.HasField("shape"):
-                table.setdefault(v.name, None)
-                continue
-            dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
-            table[v.name] = None if any(d is None for d in dims) else tuple(int(d) for d in dims)  # type: ignore[arg-type]
+            tp = v.type
+            if not tp.HasField("tensor_type") or not tp.tensor_type.HasField("shape"):
+                shapes.setdefault(v.name, None)
+            else:
+                shapes[v.name] = ranked[v.name] = v
         for t in graph.initializer:
-            table[t.name] = tuple(int(d) for d in t.dims)
-    return table.get
+            shapes[t.name] = t
+    return shapes, ranked
 
 
-def _known_types(graphs: list[onnx.GraphProto]) -> dict[str, onnx.TypeProto]:
-    """The types the graphs hold for their values (innermost first), ranked ones only."""
-    table: dict[str, onnx.TypeProto] = {}
-    for graph in reversed(graphs):
-        for v in (*graph.input, *graph.value_info, *graph.output):
-            if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape"):
-                table[v.name] = v.type
-    return table
+class _DeclaredShapes:
+    """Static shapes the graphs declare (``sources``: the first of :func:`_ranked_sources`), read when
+    first asked for; :meth:`freeze` reads them before an If's outputs are typed, so that every answer is
+    the graphs' as they were when this was made."""
+
+    def __init__(self, sources: _Sources) -> None:
+        self._sources = sources
+        self._read: dict[str, tuple[int, ...] | None] = {}
+
+    def __call__(self, name: str) -> tuple[int, ...] | None:
+        try:
+            return self._read[name]
+        except KeyError:
+            pass
+        found = self._sources.get(name)
+        if found is None:
+            shape = None
+        elif isinstance(found, onnx.TensorProto):
+            shape = tuple(int(d) for d in found.dims)
+        else:
+            declared = found.type.tensor_type.shape.dim
+            dims = [d.dim_value if d.HasField("dim_value") else None for d in declared]
+            shape = None if any(d is None for d in dims) else tuple(int(d) for d in dims)  # type: ignore[arg-type]
+        self._read[name] = shape
+        return shape
+
+    def freeze(self, names: Iterable[str]) -> None:
+        for name in names:
+            self(name)
 
 
-def _branch_types(
-    node: onnx.NodeProto, then: bool, outer: Mapping[str, onnx.TypeProto]
-) -> list[onnx.TypeProto] | None:
+class _KnownTypes:
+    """The types the graphs hold for their values, ranked ones only (``ranked``: the second of
+    :func:`_ranked_sources`)."""
+
+    def __init__(self, ranked: dict[str, onnx.ValueInfoProto]) -> None:
+        self._ranked = ranked
+
+    def get(self, name: str) -> onnx.TypeProto | None:
+        found = self._ranked.get(name)
+        return None if found is None else found.type
+
+
+def _branch_types(node: onnx.NodeProto, then: bool, outer: _KnownTypes) -> list[onnx.TypeProto] | None:
     """The types of the outputs of the branch that runs. A branch output that is an outer value passed
     through (an ``Identity``, or the outer name itself) has that value's inferred type: legacy TorchScript
     exports declare the traced sizes on such outputs, which can be stale (a rank-1 shape for a 2-d value)."""
@@ -212,12 +249,14 @@ def _settle(graph: onnx.GraphProto, enclosing: list[onnx.GraphProto], given: set
     types, adding their names to ``given``; True when any was given."""
     changed = False
     evaluator: _Evaluator | None = None  # built at the graph's first If: most graphs have none
-    outer: dict[str, onnx.TypeProto] = {}
+    outer, shapes = _KnownTypes({}), _DeclaredShapes({})
     for node in graph.node:
         if node.op_type == "If" and node.domain in ("", "ai.onnx") and node.input:
             if evaluator is None:
-                evaluator = _Evaluator(graph, _declared_shapes([graph, *enclosing]))
-                outer = _known_types([graph, *enclosing])
+                sources, ranked = _ranked_sources([graph, *enclosing])
+                shapes = _DeclaredShapes(sources)
+                evaluator = _Evaluator(graph, shapes)
+                outer = _KnownTypes(ranked)
             try:
                 cond = evaluator.value(node.input[0])
             except (_Unknown, ValueError, IndexError, TypeError):
@@ -225,6 +264,7 @@ def _settle(graph: onnx.GraphProto, enclosing: list[onnx.GraphProto], given: set
             if cond is not None and cond.size == 1:
                 types = _branch_types(node, bool(cond.reshape(-1)[0]), outer)
                 if types is not None and len(types) == len(node.output):
+                    shapes.freeze(node.output)  # the evaluator reads the graphs as they were
                     changed = _give_types(graph, node, types, given) or changed
         for _, sub in subgraphs(node):
             changed = _settle(sub, [graph, *enclosing], given) or changed

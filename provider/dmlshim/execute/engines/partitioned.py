@@ -19,14 +19,14 @@ from __future__ import annotations
 import functools
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 
-from ...errors import DmlShimError, IndexOutOfRangeError
+from ...errors import DmlShimError
 from ...graph import display_names
 from ...model.ort_witness import no_session_coming, session_built
 from ...model.weightless import tensor_nbytes, without_weights
@@ -36,7 +36,7 @@ from ...translate.translator import model_opsets
 from ..engine import EngineConfig
 from ..plan.checks import EmulatedIO, check_outputs_defined, check_static_sizes
 from ..plan.cpu_step import CpuStep, RunState, Values
-from ..plan.fallback import has_deprecated_scatter, note_scatter_as_scatter_elements
+from ..plan.fallback import has_deprecated_scatter
 from ..plan.nodes import plan_nodes
 from ..plan.partition import (
     CpuSegment,
@@ -54,10 +54,8 @@ from ..plan.sessions import (
     ORT_ERRORS,
     cpu_session,
     indices_tensors,
-    name_index_error,
     ort_run_error,
     subgraph_paths,
-    terminated,
 )
 from ..plan.step_list import make_steps
 from ..plan.steps import (
@@ -68,11 +66,11 @@ from ..plan.steps import (
     EmulatedStep,
 )
 from ..proofs.gather_given import feed_shapes, lean_gathers
-from ..record import PATH_CPU, RunRecord
 from ..weights.shared import SharedWeights
 from ..weights.values import initializer_value
-from .path_choice import PATH_CHECK, PATH_PARTITIONED, PathChooser, chooser_for_check, gathers_given
-from .plain_model import plain_model_step, run_plain
+from .partitioned_runs import PartitionedRuns
+from .path_choice import PathChooser, chooser_for_check, gathers_given
+from .plain_model import plain_model_step
 from .whole_model import PendingCheck, WholeModelCheck, start_whole_model_check, whole_model_builder
 
 __all__ = [
@@ -96,7 +94,7 @@ MIN_SEGMENTS_FOR_CHECK = 2
 onnxruntime call."""
 
 
-class PartitionedEngine:
+class PartitionedEngine(PartitionedRuns):
     """The default engine. See the module docstring.
 
     Args:
@@ -114,8 +112,6 @@ class PartitionedEngine:
         while_building: the caller's own work, called once while onnxruntime builds the check's session
             (validate's static translation), or at the end when there is no such session.
     """
-
-    name = "partitioned"
 
     def __init__(
         self,
@@ -340,9 +336,6 @@ class PartitionedEngine:
         """Names of the nodes planned to run from their DirectML descriptors."""
         return tuple(s.name for s in self._steps if isinstance(s, EmulatedStep))
 
-    step_observer: Callable[[Callable[[Values, RunState], None], Values, RunState], None] | None = None
-    """Called as ``observe(step, values, state)`` in place of each ``step(values, state)`` (profiling)."""
-
     def ort_sessions(self) -> list[tuple[str, ort.InferenceSession]]:
         """Every onnxruntime session built so far (CPU partitions, then one-node fallbacks), labelled."""
         found: list[tuple[str, ort.InferenceSession]] = []
@@ -362,149 +355,3 @@ class PartitionedEngine:
         if self._whole_model:
             return ["CPUExecutionProvider"]
         return ["DmlShimExecutionProvider", "CPUExecutionProvider"]
-
-    def run(
-        self, output_names: Sequence[str], feeds: Mapping[str, np.ndarray], *, run_options: Any = None
-    ) -> tuple[list[np.ndarray], RunRecord]:
-        """Run the model; return the named outputs and the run's record (see :meth:`_run`)."""
-        try:
-            return self._run(output_names, feeds, run_options=run_options)
-        except IndexOutOfRangeError as exc:
-            # onnxruntime's words name a node by its own name: its indices tensor and path added
-            name_index_error(exc, self._indices, self._paths)
-            raise
-
-    def _run(
-        self, output_names: Sequence[str], feeds: Mapping[str, np.ndarray], *, run_options: Any = None
-    ) -> tuple[list[np.ndarray], RunRecord]:
-        """Run the model; return the named outputs and the run's record.
-
-        With the whole-model check (``EngineConfig.whole_model_check``), the answer comes from one
-        whole-model onnxruntime run when every kernel reproduces onnxruntime's values; otherwise, and
-        always without it, every step runs as :meth:`run_traced` runs them.
-        """
-        check, chooser = self._check, self._chooser
-        if check is None or self.step_observer is not None:
-            results, record, _ = self.run_traced(output_names, feeds, run_options=run_options)
-            return results, record
-        path, number = chooser.next_path()
-        start = chooser.clock()
-
-        def by_check() -> tuple[list[Any], RunRecord] | None:
-            state = RunState(self._template.copy(), run_options)
-            values = dict(self._static_values)
-            values.update(feeds)
-            checked = check.run(output_names, values, state, run_options)
-            if checked is None:
-                return None
-            return self._owned(output_names, checked), self._record(state, PATH_CHECK)
-
-        answer = by_check() if path == PATH_CHECK else None
-        for step in self._given_only if answer is not None else ():
-            if step.computed_after_proof:
-                # A gather the check must still compute after its proved runs (negative indices, a CPU
-                # placement, new shapes): the partitioned steps, which compute it alone, cost less.
-                chooser.settle(PATH_PARTITIONED)
-                break
-        if answer is None and path == PATH_CHECK and check.given_up:
-            chooser.settle(PATH_PARTITIONED)
-        if answer is None:
-            try:
-                results, record, _ = self.run_traced(output_names, feeds, run_options=run_options)
-            except DmlShimError:
-                # Trying the partitions failed (a segment onnxruntime refuses, say): the check keeps
-                # answering, as it did before the trial, when it can answer this run.
-                if path != PATH_PARTITIONED or chooser.chosen is not None or (answer := by_check()) is None:
-                    raise
-                chooser.settle(PATH_CHECK)
-                return answer
-            answer = results, record
-        answered = answer[1].path
-        chosen = chooser.observe(path, answered, chooser.clock() - start, number)
-        if chosen == PATH_PARTITIONED or chooser.chosen == PATH_PARTITIONED:
-            self._check = None  # its session (and its copy of the weights) goes
-        elif chosen == PATH_CHECK:
-            for step in self._steps:
-                if isinstance(step, CpuStep):
-                    step.unload()  # built for the trial; rebuilt if a kernel ever disagrees
-        return answer
-
-    def _owned(self, output_names: Sequence[str], results: list[Any]) -> list[Any]:
-        """``results`` with a copy of each output that is a graph input or an initializer: the caller owns
-        what a run returns, and the check hands such values back as the feed or static array itself (or,
-        in onnxruntime 1.24, as a view of the feed's memory)."""
-        copy = self._copy_on_output
-        if not copy:
-            return results
-        return [
-            np.array(r, copy=True) if n in copy and isinstance(r, np.ndarray) else r
-            for n, r in zip(output_names, results, strict=True)
-        ]
-
-    def run_checked(
-        self, output_names: Sequence[str], feeds: Mapping[str, np.ndarray]
-    ) -> tuple[list[Any], RunRecord, Mapping[str, Any]] | None:
-        """Answer from the whole-model check alone: the named outputs, the run's record and the value
-        table (the feeds, the static values, and every emulated node's inputs and output as onnxruntime
-        computed them and its kernel reproduced them bit for bit), or None when there is no check or it
-        could not answer (a kernel disagreed, onnxruntime refused the run)."""
-        check = self._check
-        if check is None:
-            return None
-        state = RunState(self._template.copy(), None)
-        values = dict(self._static_values)
-        values.update(feeds)
-        checked = check.run(output_names, values, state, None)
-        if checked is None:
-            return None
-        return checked, self._record(state, PATH_CHECK), values
-
-    def drop_check(self) -> None:
-        """Forget the whole-model check (its onnxruntime session, and its copy of the weights, go)."""
-        self._check = None
-
-    def run_traced(
-        self, output_names: Sequence[str], feeds: Mapping[str, np.ndarray], *, run_options: Any = None
-    ) -> tuple[list[np.ndarray], RunRecord, Mapping[str, Any]]:
-        """Run every step (never the whole-model check); return the named outputs, the run's record and
-        the value table: every value that crossed a step boundary (the inputs and output of every
-        emulated node among them). Its arrays must not be modified."""
-        state = RunState(self._template.copy(), run_options)
-        if self._whole_model:
-            values: Values = dict(self._default_feeds)
-            values.update(feeds)
-            step = self._steps[0]
-            assert isinstance(step, CpuStep)
-            results = run_plain(step, values, output_names, run_options)
-            values.update(zip(output_names, results, strict=True))
-        else:
-            values = dict(self._static_values)
-            values.update(feeds)
-            observe = self.step_observer
-            for run_step in self._steps:
-                stop = terminated(run_options)
-                if stop is not None:
-                    raise stop  # set while the run was under way: onnxruntime stops between nodes too
-                if observe is None:
-                    run_step(values, state)
-                else:
-                    observe(run_step, values, state)
-            results = [
-                np.array(values[n], copy=True) if n in self._copy_on_output else values[n]
-                for n in output_names
-            ]
-        # with nothing to emulate the model ran whole, as the cpu engine runs it
-        return results, self._record(state, PATH_CPU if self._whole_model else PATH_PARTITIONED), values
-
-    def _record(self, state: RunState, path: str = PATH_PARTITIONED) -> RunRecord:
-        nodes = tuple(filter(None, state.records))  # NodeRecords are always true
-        if self._scatter_as_elements:
-            nodes = note_scatter_as_scatter_elements(nodes)
-        return RunRecord(
-            engine=self.name,
-            feature_level=self._fl_name,
-            nodes=nodes,
-            cpu_partitions=self._cpu_partitions,
-            translations_computed=state.translations_computed,
-            path=path,
-        )

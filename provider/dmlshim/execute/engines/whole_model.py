@@ -52,7 +52,8 @@ class EmulatedStepLike(Protocol):
     also have ``verify(values, state, theirs) -> bool | None``: whether onnxruntime's output ``theirs``
     is exactly what running the step would store (recording the step as a run does, and storing
     ``theirs``, when it is), or None to have the step run and its output compared (scatters verify
-    their output without computing it, see :mod:`dmlshim.kernels.scatter_verify`)."""
+    their output without computing it, see :mod:`dmlshim.kernels.scatter_verify`); and ``agreed()``,
+    called when the step ran and its output was onnxruntime's bit for bit."""
 
     inputs: tuple[str, ...]
     output: str
@@ -161,6 +162,7 @@ class WholeModelCheck:
                 step,
                 step.output in lean,
                 getattr(step, "verify", None),
+                getattr(step, "agreed", None),
                 tuple((n, position[n]) for n in step.inputs if n and n in position),
                 position.get(step.output),
                 # a lean gather: its data and indices (name, fetched at, its shape fetched at), and
@@ -199,7 +201,7 @@ class WholeModelCheck:
             logger.debug("whole-model check: onnxruntime refused the run (%s); running the partitions", exc)
             return None
         position = self._position
-        for step, lean, verify, fetched_inputs, at, lean_inputs, needs_indices in self._plan:
+        for step, lean, verify, agreed, fetched_inputs, at, lean_inputs, needs_indices in self._plan:
             if lean:
                 if not self._given_by_shapes(step, fetched, values, state, lean_inputs, needs_indices, at):
                     self.disagreements += 1
@@ -213,6 +215,8 @@ class WholeModelCheck:
             if agrees is None:
                 step(values, state)
                 agrees = identical(values[step.output], theirs)
+                if agrees and agreed is not None:
+                    agreed()
             if not agrees:
                 self.disagreements += 1
                 logger.debug("whole-model check: %r differs from onnxruntime; partitions answer", step.output)

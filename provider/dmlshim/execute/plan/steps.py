@@ -25,30 +25,32 @@ from ..proofs.gather_given import (
     GIVEN_OPS,
     LEAN_MESSAGE,
     NOTE_GATHER_GIVEN,
+    GivenShape,
     given_message,
+    given_shape,
     lean_indices_in_range,
-    output_is_given,
 )
 from ..proofs.scatter_given import (
     SCATTER_GIVEN_MESSAGE,
     SCATTERS,
-    overwritten_writes,
     scatter_output_is_given,
 )
-from ..record import PLACEMENT_CPU, PLACEMENT_DML, NodeRecord
-from .cpu_step import RunState, Values, run_session
-from .segments import single_node_model, value_elem_and_rank
-from .sessions import ORT_ERRORS, cpu_session, ort_run_error
+from ..record import PLACEMENT_DML, NodeRecord
+from .cpu_step import RunState, Values
+from .step_fallback import (  # noqa: F401 (the REASON_ codes are read from here too)
+    REASON_CPU_PREFERRED,
+    REASON_NOT_EMULATED,
+    REASON_REFERENCE,
+    REASON_RUNTIME_FALLBACK,
+    CpuFallback,
+    reasons_of,
+)
 
 logger = logging.getLogger(__name__)
 
 TRANSLATION_CACHE_SIZE = 64
 """Translations kept per node (one per distinct input shapes and dtypes); the cache restarts when full."""
 
-REASON_NOT_EMULATED = "not_emulated"
-REASON_CPU_PREFERRED = "ort_cpu_preferred"
-REASON_RUNTIME_FALLBACK = "runtime_fallback"
-REASON_REFERENCE = "reference_run"
 NOTE_SHAPE_DIFFERS = "output_shape_differs_from_inference"
 
 VERIFIED_OPS = SCATTERS
@@ -74,9 +76,10 @@ UNTOUCHED_GIVEN_MESSAGE = (
 GATHER_GIVEN_MESSAGE = given_message(PROVE_RUNS)
 
 VERIFY_MIN_BYTES = 512 * 1024
-"""Scatter outputs smaller than this are computed and compared whole (gathers of any size go to
-:meth:`EmulatedStep._verify_gather`): below about this size the verify's extra
-calls cost what it saves (measured: a 12-row ScatterND, 192 KiB 0.11 vs 0.12 ms, 768 KiB 0.19 vs 0.18
+"""Scatter outputs smaller than this are computed and compared whole on their first proved runs, then
+taken from onnxruntime when their indices prove them (:meth:`EmulatedStep._verify_small_scatter`; gathers
+of any size go to :meth:`EmulatedStep._verify_gather`), never verified: below about this size the verify's
+extra calls cost what it saves (measured: a 12-row ScatterND, 192 KiB 0.11 vs 0.12 ms, 768 KiB 0.19 vs 0.18
 ms, 3 MiB 0.58 vs 0.42 ms, 12 MiB 4.0 vs 2.1 ms for computing and comparing vs verifying)."""
 
 
@@ -98,11 +101,6 @@ def shapes_key(arrays: Sequence[Any]) -> tuple[Any, ...]:
     return tuple((a.shape, a.dtype) if a is not None else None for a in arrays)
 
 
-def reasons_of(t: NodeTranslation) -> tuple[tuple[str, str], ...]:
-    """A translation's reasons as ``(code, message)`` pairs, as records hold them."""
-    return tuple((r.code, r.message) for r in t.reasons)
-
-
 def shape_note(shape: tuple[int, ...], inferred: TensorInfo | None) -> tuple[str, str] | None:
     """A record note when a real output shape contradicts the statically inferred one, else None."""
     if inferred is None or inferred.shape is None:
@@ -120,7 +118,7 @@ def shape_note(shape: tuple[int, ...], inferred: TensorInfo | None) -> tuple[str
     )
 
 
-class EmulatedStep:
+class EmulatedStep(CpuFallback):
     """One gather/scatter node: run from its DirectML descriptor, or on the CPU when its translation for
     the actual shapes says so. With ``reference`` set, onnxruntime runs the node alone instead (the
     like-for-like reference of ``dmlshim validate``)."""
@@ -130,6 +128,7 @@ class EmulatedStep:
         "_attrs",
         "_cache",
         "_full_check",
+        "_given_at",
         "_lean_runs",
         "_marked",
         "_model",
@@ -189,6 +188,9 @@ class EmulatedStep:
         """A gather in the check that had to be computed after its proved runs (see :meth:`verify`)."""
         self._proved = 0  # verified runs whose untouched elements were proved too
         self._proved_key: tuple[Any, ...] | None = None  # the shapes and dtypes proved
+        # a gather's last given run: its inputs' shapes and dtypes, what they ask of onnxruntime's output
+        # and the run's record (reused while the shapes and dtypes, proved, stay the same)
+        self._given_at: tuple[tuple[Any, ...], GivenShape, NodeRecord | None] | None = None
         self._noted: tuple[NodeRecord, tuple[str, str], NodeRecord] | None = None
         self._marked: tuple[NodeRecord, int, bool, NodeRecord] | None = None
         # given_by_shapes: (input shapes and dtypes) -> (record, output stand-in) of an earlier run
@@ -253,8 +255,10 @@ class EmulatedStep:
             return None
         if self.node.op_type in GIVEN_OPS:
             return self._verify_gather(values, state, theirs)
-        if not self.verifiable or getattr(theirs, "nbytes", 0) < VERIFY_MIN_BYTES:
+        if not self.verifiable:
             return None
+        if getattr(theirs, "nbytes", 0) < VERIFY_MIN_BYTES:
+            return self._verify_small_scatter(values, state, theirs)
         arrays = [values[n] if n else None for n in self.inputs]
         if any(isinstance(a, ort.OrtValue) for a in arrays):
             return None
@@ -280,6 +284,36 @@ class EmulatedStep:
             self._finish(record, theirs, state)
         return verdict.agrees
 
+    def _verify_small_scatter(self, values: Values, state: RunState, theirs: Any) -> bool | None:
+        """A scatter under :data:`VERIFY_MIN_BYTES`: computed and compared by the check (None) on the
+        session's first :data:`PROVE_RUNS` runs with the same input shapes and dtypes (:meth:`agreed`
+        counts them), as gathers are; later runs whose indices prove the output
+        (:func:`dmlshim.execute.proofs.scatter_given.scatter_output_is_given`) take ``theirs``, as a
+        large scatter's runs do from the first. Every run under ``full_check``."""
+        if self._full_check:
+            return None
+        arrays = [values[n] if n else None for n in self.inputs]
+        key = _arrays_key(arrays)
+        if key is None:  # an OrtValue or a mapped weight: computed and compared
+            return None
+        if key != self._proved_key:
+            self._proved_key, self._proved = key, 0
+        if self._proved < PROVE_RUNS:
+            return None
+        entry = self._cache.get(key) or self._translation(arrays, state)
+        clean = entry[1]
+        if clean is None or not scatter_output_is_given(self.node.op_type, self._attrs, arrays, theirs):
+            return None
+        values[self.output] = theirs
+        self._finish(self._given(clean, (NOTE_GATHER_GIVEN, SCATTER_GIVEN_MESSAGE)), theirs, state)
+        return True
+
+    def agreed(self) -> None:
+        """The check ran this scatter (``verify`` said None) and its output was onnxruntime's bit for bit:
+        one more proved run of these input shapes and dtypes."""
+        if self.verifiable:
+            self._proved += 1
+
     def _restart_proof_on_new_shapes(self, arrays: list[Any]) -> None:
         """Count proved runs afresh when the inputs' shapes or dtypes differ from the proved ones."""
         key = shapes_key(arrays)
@@ -294,6 +328,20 @@ class EmulatedStep:
         that."""
         arrays = [values[n] if n else None for n in self.inputs]
         key = _arrays_key(arrays)
+        given = self._given_at
+        if given is not None and key == given[0] == self._proved_key and key in self._cache:
+            # The shapes and dtypes of the last given run: its expectations and record hold; only the
+            # indices' values are proved again.
+            expected = given[1]
+            if (
+                type(theirs) is np.ndarray
+                and theirs.shape == expected.shape
+                and theirs.dtype == expected.dtype
+                and expected.indices_in_range(arrays[1])
+            ):
+                values[self.output] = theirs
+                state.records[self.slot] = given[2]
+                return True
         if key is None:  # an OrtValue (run and compare), or a mapped weight
             if any(isinstance(a, ort.OrtValue) for a in arrays):
                 self.computed_after_proof = True
@@ -309,11 +357,19 @@ class EmulatedStep:
             return agrees
         entry = self._cache.get(key) or self._translation(arrays, state)
         clean = entry[1]
-        if clean is None or not output_is_given(self.node.op_type, self._attrs, arrays, theirs):
+        expected = given_shape(self.node.op_type, self._attrs, arrays) if clean is not None else None
+        if (
+            expected is None
+            or not isinstance(theirs, np.ndarray)
+            or theirs.dtype != expected.dtype
+            or theirs.shape != expected.shape
+            or not expected.indices_in_range(arrays[1])
+        ):
             self.computed_after_proof = True
             return None
         values[self.output] = theirs
         self._finish(self._given(clean, (NOTE_GATHER_GIVEN, GATHER_GIVEN_MESSAGE)), theirs, state)
+        self._given_at = (key, expected, state.records[self.slot]) if key in self._cache else None
         return True
 
     def given_by_shapes(
@@ -356,16 +412,6 @@ class EmulatedStep:
         self._finish(record, out, state)
         return True
 
-    def _run_reference(self, values: Values, arrays: list[Any], state: RunState) -> NodeRecord:
-        values[self.output] = self._run_on_cpu(arrays, state)
-        return NodeRecord(
-            name=self.name,
-            op_type=self.node.op_type,
-            placement=PLACEMENT_CPU,
-            status=REASON_REFERENCE,
-            reasons=((REASON_REFERENCE, "the reference run: onnxruntime ran this node alone"),),
-        )
-
     def _run(self, values: Values, arrays: list[Any], state: RunState) -> NodeRecord:
         # The translation is looked up directly when every input is a plain array (the common case).
         key = _arrays_key(arrays)
@@ -382,25 +428,6 @@ class EmulatedStep:
         result = run_translation(t, arrays, index_mode=self.index_mode)
         values[self.output] = result.output
         return self._dml_record(clean, result.duplicate_indices, arrays)
-
-    def _cpu_record(self, t: NodeTranslation, arrays: list[Any]) -> NodeRecord:
-        """The record of a run whose translation at these shapes and types is no DirectML operator."""
-        return NodeRecord(
-            name=self.name,
-            op_type=self.node.op_type,
-            placement=PLACEMENT_CPU,
-            status=t.status.value,
-            duplicate_indices=overwritten_writes(self.node.op_type, self._attrs, arrays),
-            reasons=(
-                *reasons_of(t),
-                (
-                    REASON_RUNTIME_FALLBACK,
-                    "the translation for this run's shapes and types is not a DirectML operator; "
-                    "the node ran in onnxruntime's CPU provider",
-                ),
-            ),
-            ort_placement=t.ort_placement,
-        )
 
     def _given(
         self, record: NodeRecord, note: tuple[str, str] = (NOTE_UNTOUCHED_GIVEN, UNTOUCHED_GIVEN_MESSAGE)
@@ -451,41 +478,6 @@ class EmulatedStep:
             entry = self._cache[key] = (t, self._clean_record(t))
             state.translations_computed += 1
         return entry
-
-    def _run_ortvalues(self, values: Values, arrays: list[Any], state: RunState) -> NodeRecord:
-        """An input numpy cannot hold (a bfloat16 OrtValue, say): DirectML cannot hold it either, so the
-        node runs in onnxruntime's CPU provider, on the OrtValues as they are."""
-        values[self.output] = self._run_on_cpu(arrays, state)
-        kinds = sorted({a.data_type() for a in arrays if isinstance(a, ort.OrtValue)})
-        return NodeRecord(
-            name=self.name,
-            op_type=self.node.op_type,
-            placement=PLACEMENT_CPU,
-            status=Status.FALLBACK.value,
-            reasons=(
-                (
-                    REASON_RUNTIME_FALLBACK,
-                    f"an input is a {', '.join(kinds)}, which neither numpy nor DirectML holds; the node ran "
-                    "in onnxruntime's CPU provider",
-                ),
-            ),
-        )
-
-    def _run_on_cpu(self, arrays: Sequence[Any], state: RunState) -> Any:
-        # One graph input per name: a node reading one tensor twice (ScatterElements(i, i, i)) would
-        # otherwise declare it twice, which onnxruntime refuses.
-        present = list({n: a for n, a in zip(self.inputs, arrays, strict=False) if a is not None}.items())
-        key = tuple((elem, len(dims)) for elem, dims in (value_elem_and_rank(a) for _, a in present))
-        session = self.fallback_sessions.get(key)
-        if session is None:
-            session = self.fallback_sessions[key] = cpu_session(
-                single_node_model(self._model, self.node, present), self._sess_options, f"node {self.name!r}"
-            )
-        try:
-            (out,) = run_session(session, [self.output], dict(present), state.run_options)
-        except ORT_ERRORS as exc:
-            raise ort_run_error(exc, "onnxruntime failed", node=self.name, op_type=self.node.op_type) from exc
-        return out
 
 
 def static_key(infos: Sequence[TensorInfo | None]) -> tuple[Any, ...] | None:

@@ -30,6 +30,7 @@ float results differ from the unfused nodes', so such a gather is lean whatever 
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -101,36 +102,65 @@ def in_range(indices: np.ndarray, dim: int) -> bool:
     return acc < dim or int(indices.max()) < dim
 
 
-def output_is_given(op_type: str, attrs: Mapping[str, Any], arrays: Sequence[Any], theirs: Any) -> bool:
-    """Whether ``theirs`` can stand for the DirectML gather's output of ``arrays``: numpy arrays of the
-    shape and dtype the node produces, and indices that are integers all in range (see the module
-    docstring). False means: compute and compare."""
+@dataclass(frozen=True)
+class GivenShape:
+    """What :func:`output_is_given` asks of onnxruntime's output and the indices, worked out from the
+    inputs' shapes and dtypes alone (the same for every run with those): the output's shape and dtype,
+    and the range proof of the indices' values."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+    indices_in_range: Callable[[np.ndarray], bool]
+
+
+def given_shape(op_type: str, attrs: Mapping[str, Any], arrays: Sequence[Any]) -> GivenShape | None:
+    """The shape and dtype onnxruntime's output must have to stand for the DirectML gather's output of
+    ``arrays`` (numpy arrays with integer indices), and the proof its indices need, or None when no output
+    can (see :func:`output_is_given`)."""
     if op_type not in GIVEN_OPS or len(arrays) < 2:
-        return False
+        return None
     data, indices = arrays[0], arrays[1]
     ndarray = np.ndarray
-    if not (isinstance(data, ndarray) and isinstance(indices, ndarray) and isinstance(theirs, ndarray)):
-        return False
-    if indices.dtype.kind not in "iu" or theirs.dtype != data.dtype or data.ndim == 0:
-        return False
+    if not (isinstance(data, ndarray) and isinstance(indices, ndarray)):
+        return None
+    if indices.dtype.kind not in "iu" or data.ndim == 0:
+        return None
     if op_type == "GatherND":
         batch = int(attrs.get("batch_dims", 0))
         k = indices.shape[-1] if indices.ndim else -1
         if k < 0 or batch < 0 or batch + k > data.ndim:
-            return False
-        return theirs.shape == indices.shape[:-1] + data.shape[batch + k :] and lean_indices_in_range(
-            op_type, attrs, data.shape, indices
-        )
+            return None
+        proof = functools.partial(lean_indices_in_range, op_type, attrs, data.shape)
+        return GivenShape(indices.shape[:-1] + data.shape[batch + k :], data.dtype, proof)
     axis = _axis(attrs, data.ndim)
     if axis is None:
-        return False
+        return None
     if op_type == "GatherElements":
         if indices.ndim != data.ndim:
-            return False
+            return None
         shape = indices.shape
     else:
         shape = (*data.shape[:axis], *indices.shape, *data.shape[axis + 1 :])
-    return theirs.shape == shape and in_range(indices, data.shape[axis])
+    return GivenShape(shape, data.dtype, functools.partial(_in_range_of, int(data.shape[axis])))
+
+
+def _in_range_of(dim: int, indices: np.ndarray) -> bool:
+    return in_range(indices, dim)
+
+
+def output_is_given(op_type: str, attrs: Mapping[str, Any], arrays: Sequence[Any], theirs: Any) -> bool:
+    """Whether ``theirs`` can stand for the DirectML gather's output of ``arrays``: numpy arrays of the
+    shape and dtype the node produces, and indices that are integers all in range (see the module
+    docstring). False means: compute and compare."""
+    if not isinstance(theirs, np.ndarray):
+        return False
+    given = given_shape(op_type, attrs, arrays)
+    return (
+        given is not None
+        and theirs.dtype == given.dtype
+        and theirs.shape == given.shape
+        and given.indices_in_range(arrays[1])
+    )
 
 
 def shape_output(name: str) -> str:

@@ -1,0 +1,223 @@
+"""Running the partitioned engine (:mod:`dmlshim.execute.engines.partitioned` builds it): a run answered
+by the whole-model check or by the steps, the outputs the caller owns, and the run's record."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ...errors import DmlShimError, IndexOutOfRangeError
+from ..plan.cpu_step import CpuStep, RunState, Values
+from ..plan.fallback import note_scatter_as_scatter_elements
+from ..plan.sessions import name_index_error, terminated
+from ..plan.steps import EmulatedStep
+from ..record import PATH_CPU, RunRecord
+from .path_choice import PATH_CHECK, PATH_PARTITIONED, PathChooser
+from .plain_model import run_plain
+from .whole_model import WholeModelCheck
+
+
+def owned_outputs(
+    output_names: Sequence[str], results: list[Any], copy: frozenset[str], *, arrays_only: bool = True
+) -> list[Any]:
+    """``results`` with a copy of each output named in ``copy`` (the graph outputs that are graph inputs
+    or initializers): the caller owns what a run returns, never the feed or static array itself, which
+    the check and the steps hand back as they are (onnxruntime 1.24's check, as a view of the feed's
+    memory). ``arrays_only``: only numpy arrays are copied, other values (an OrtValue) returned as they
+    are, as the check's answers are; otherwise every such value is made an array, as the steps' are."""
+    if not copy:
+        return results
+    return [_owned(r, arrays_only) if n in copy else r for n, r in zip(output_names, results, strict=True)]
+
+
+def _owned(value: Any, arrays_only: bool) -> Any:
+    """One output made the caller's own: an array copied; a sequence (a list of arrays, as onnxruntime
+    returns a sequence-typed output) or a map element by element, never made one ragged array."""
+    if isinstance(value, np.ndarray):
+        return np.array(value, copy=True)
+    if isinstance(value, (list, tuple)):
+        return [_owned(v, True) for v in value]
+    if isinstance(value, dict):
+        return {k: _owned(v, True) for k, v in value.items()}
+    return value if arrays_only else np.array(value, copy=True)
+
+
+class PartitionedRuns:
+    """The run side of :class:`dmlshim.execute.engines.partitioned.PartitionedEngine`, whose build sets
+    the attributes below."""
+
+    name = "partitioned"
+    _check: WholeModelCheck | None
+    _chooser: PathChooser
+    _given_only: tuple[EmulatedStep, ...]
+    _steps: list[Callable[[Values, RunState], None]]
+    _static_values: Values
+    _default_feeds: Values
+    _template: list[Any]
+    _copy_on_output: frozenset[str]
+    _whole_model: bool
+    _scatter_as_elements: bool
+    _fl_name: str
+    _cpu_partitions: int
+    _indices: Mapping[str, str]
+    _paths: Mapping[str, str]
+    _last_record: tuple[tuple[Any, ...], str, RunRecord] | None = None
+    """The previous run's nodes (before any note), path and record, reused while they stay the same."""
+
+    step_observer: Callable[[Callable[[Values, RunState], None], Values, RunState], None] | None = None
+    """Called as ``observe(step, values, state)`` in place of each ``step(values, state)`` (profiling)."""
+
+    def run(
+        self, output_names: Sequence[str], feeds: Mapping[str, np.ndarray], *, run_options: Any = None
+    ) -> tuple[list[np.ndarray], RunRecord]:
+        """Run the model; return the named outputs and the run's record (see :meth:`_run`)."""
+        try:
+            return self._run(output_names, feeds, run_options=run_options)
+        except IndexOutOfRangeError as exc:
+            # onnxruntime's words name a node by its own name: its indices tensor and path added
+            name_index_error(exc, self._indices, self._paths)
+            raise
+
+    def _run(
+        self, output_names: Sequence[str], feeds: Mapping[str, np.ndarray], *, run_options: Any = None
+    ) -> tuple[list[np.ndarray], RunRecord]:
+        """Run the model; return the named outputs and the run's record.
+
+        With the whole-model check (``EngineConfig.whole_model_check``), the answer comes from one
+        whole-model onnxruntime run when every kernel reproduces onnxruntime's values; otherwise, and
+        always without it, every step runs as :meth:`run_traced` runs them.
+        """
+        check, chooser = self._check, self._chooser
+        if check is None or self.step_observer is not None:
+            results, record, _ = self.run_traced(output_names, feeds, run_options=run_options)
+            return results, record
+        path, number = chooser.next_path()
+        start = chooser.clock() if number >= 0 else 0.0  # timed during the trial only
+        answer = self._by_check(check, output_names, feeds, run_options) if path == PATH_CHECK else None
+        for step in self._given_only if answer is not None else ():
+            if step.computed_after_proof:
+                # A gather the check must still compute after its proved runs (negative indices, a CPU
+                # placement, new shapes): the partitioned steps, which compute it alone, cost less.
+                chooser.settle(PATH_PARTITIONED)
+                break
+        if answer is not None and number < 0:  # the path is chosen: nothing to observe
+            if chooser.chosen == PATH_PARTITIONED:
+                self._check = None  # its session (and its copy of the weights) goes
+            return answer
+        if answer is None and path == PATH_CHECK and check.given_up:
+            chooser.settle(PATH_PARTITIONED)
+        if answer is None:
+            try:
+                results, record, _ = self.run_traced(output_names, feeds, run_options=run_options)
+            except DmlShimError:
+                # Trying the partitions failed (a segment onnxruntime refuses, say): the check keeps
+                # answering, as it did before the trial, when it can answer this run.
+                if (
+                    path != PATH_PARTITIONED
+                    or chooser.chosen is not None
+                    or (answer := self._by_check(check, output_names, feeds, run_options)) is None
+                ):
+                    raise
+                chooser.settle(PATH_CHECK)
+                return answer
+            answer = results, record
+        answered = answer[1].path
+        chosen = chooser.observe(path, answered, chooser.clock() - start, number)
+        if chosen == PATH_PARTITIONED or chooser.chosen == PATH_PARTITIONED:
+            self._check = None  # its session (and its copy of the weights) goes
+        elif chosen == PATH_CHECK:
+            for step in self._steps:
+                if isinstance(step, CpuStep):
+                    step.unload()  # built for the trial; rebuilt if a kernel ever disagrees
+        return answer
+
+    def _by_check(
+        self,
+        check: WholeModelCheck,
+        output_names: Sequence[str],
+        feeds: Mapping[str, np.ndarray],
+        run_options: Any,
+    ) -> tuple[list[Any], RunRecord] | None:
+        """The run answered by the whole-model check, or None when the check cannot answer it."""
+        state = RunState(self._template.copy(), run_options)
+        values = dict(self._static_values)
+        values.update(feeds)
+        checked = check.run(output_names, values, state, run_options)
+        if checked is None:
+            return None
+        return owned_outputs(output_names, checked, self._copy_on_output), self._record(state, PATH_CHECK)
+
+    def run_checked(
+        self, output_names: Sequence[str], feeds: Mapping[str, np.ndarray]
+    ) -> tuple[list[Any], RunRecord, Mapping[str, Any]] | None:
+        """Answer from the whole-model check alone: the named outputs, the run's record and the value
+        table (the feeds, the static values, and every emulated node's inputs and output as onnxruntime
+        computed them and its kernel reproduced them bit for bit), or None when there is no check or it
+        could not answer (a kernel disagreed, onnxruntime refused the run)."""
+        check = self._check
+        if check is None:
+            return None
+        state = RunState(self._template.copy(), None)
+        values = dict(self._static_values)
+        values.update(feeds)
+        checked = check.run(output_names, values, state, None)
+        if checked is None:
+            return None
+        return checked, self._record(state, PATH_CHECK), values
+
+    def drop_check(self) -> None:
+        """Forget the whole-model check (its onnxruntime session, and its copy of the weights, go)."""
+        self._check = None
+
+    def run_traced(
+        self, output_names: Sequence[str], feeds: Mapping[str, np.ndarray], *, run_options: Any = None
+    ) -> tuple[list[np.ndarray], RunRecord, Mapping[str, Any]]:
+        """Run every step (never the whole-model check); return the named outputs, the run's record and
+        the value table: every value that crossed a step boundary (the inputs and output of every
+        emulated node among them). Its arrays must not be modified."""
+        state = RunState(self._template.copy(), run_options)
+        if self._whole_model:
+            values: Values = dict(self._default_feeds)
+            values.update(feeds)
+            step = self._steps[0]
+            assert isinstance(step, CpuStep)
+            results = run_plain(step, values, output_names, run_options)
+            values.update(zip(output_names, results, strict=True))
+        else:
+            values = dict(self._static_values)
+            values.update(feeds)
+            observe = self.step_observer
+            for run_step in self._steps:
+                stop = terminated(run_options) if run_options is not None else None
+                if stop is not None:
+                    raise stop  # set while the run was under way: onnxruntime stops between nodes too
+                if observe is None:
+                    run_step(values, state)
+                else:
+                    observe(run_step, values, state)
+            results = owned_outputs(
+                output_names, [values[n] for n in output_names], self._copy_on_output, arrays_only=False
+            )
+        # with nothing to emulate the model ran whole, as the cpu engine runs it
+        return results, self._record(state, PATH_CPU if self._whole_model else PATH_PARTITIONED), values
+
+    def _record(self, state: RunState, path: str = PATH_PARTITIONED) -> RunRecord:
+        nodes = tuple(filter(None, state.records))  # NodeRecords are always true
+        last = self._last_record
+        if last is not None and last[0] == nodes and last[1] == path and not state.translations_computed:
+            return last[2]  # the previous run's record, when nothing in it changed (it is frozen)
+        raw = nodes
+        if self._scatter_as_elements:
+            nodes = note_scatter_as_scatter_elements(nodes)
+        record = RunRecord(
+            engine=self.name,
+            feature_level=self._fl_name,
+            nodes=nodes,
+            cpu_partitions=self._cpu_partitions,
+            translations_computed=state.translations_computed,
+            path=path,
+        )
+        self._last_record = (raw, path, record) if not state.translations_computed else None
+        return record
