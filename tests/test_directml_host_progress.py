@@ -52,8 +52,8 @@ while True:
         while time.monotonic() < end:
             pass
     elif mode == "burn-in-child":  # its child does the work, as a host's helper process might
-        subprocess.run([sys.executable, "-c",
-                        "import time\nend = time.monotonic() + %r\nwhile time.monotonic() < end: pass" % seconds])
+        burn = "import time\nend = time.monotonic() + %r\nwhile time.monotonic() < end: pass" % seconds
+        subprocess.run([sys.executable, "-c", burn])
     elif mode == "sleep":  # never answers and uses no CPU
         time.sleep(3600)
     elif mode == "spin":  # never answers but keeps using CPU

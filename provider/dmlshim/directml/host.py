@@ -205,23 +205,36 @@ class Host:
         Raises:
             HostError: the host replied with an error, went away, stalled or passed the ceiling.
         """
-        head = json.dumps(header).encode("utf-8")
         with self._lock:
-            wait = ProgressWait.for_request(
-                f"the {header.get('op')!r} request", getattr(self._proc, "pid", None), len(body) + work_bytes
-            )
+            self._owner = threading.get_ident()
             try:
-                self._send_all(
-                    struct.pack("<I", len(head)) + head + struct.pack("<Q", len(body)) + body, wait
-                )
-                (hlen,) = struct.unpack("<I", self._recv_exact(4, wait))
-                reply = json.loads(self._recv_exact(hlen, wait).decode("utf-8"))
-                (blen,) = struct.unpack("<Q", self._recv_exact(8, wait))
-                data = self._recv_exact(blen, wait)
-            except OSError as exc:
-                raise HostError(
-                    f"lost the DirectML host: {exc}; its log: {self._log_tail()}", "host"
-                ) from exc
+                for session in self._deferred_releases():
+                    with contextlib.suppress(HostError, OSError):
+                        self._exchange({"op": "release", "session": session}, b"", 0)
+                return self._exchange(header, body, work_bytes)
+            finally:
+                self._owner = None
+
+    def _deferred_releases(self) -> list[int]:
+        """The sessions :meth:`release` could not free while this thread was inside a request."""
+        pending: list[int] = getattr(self, "_pending_releases", [])
+        self._pending_releases = []
+        return pending
+
+    def _exchange(self, header: dict[str, Any], body: bytes, work_bytes: int) -> tuple[dict[str, Any], bytes]:
+        """One request and its reply; the caller holds the lock."""
+        head = json.dumps(header).encode("utf-8")
+        wait = ProgressWait.for_request(
+            f"the {header.get('op')!r} request", getattr(self._proc, "pid", None), len(body) + work_bytes
+        )
+        try:
+            self._send_all(struct.pack("<I", len(head)) + head + struct.pack("<Q", len(body)) + body, wait)
+            (hlen,) = struct.unpack("<I", self._recv_exact(4, wait))
+            reply = json.loads(self._recv_exact(hlen, wait).decode("utf-8"))
+            (blen,) = struct.unpack("<Q", self._recv_exact(8, wait))
+            data = self._recv_exact(blen, wait)
+        except OSError as exc:
+            raise HostError(f"lost the DirectML host: {exc}; its log: {self._log_tail()}", "host") from exc
         if not reply.get("ok"):
             raise HostError(str(reply.get("error")), str(reply.get("stage")))
         return reply, data
@@ -294,7 +307,14 @@ class Host:
         return results
 
     def release(self, session: HostSession) -> None:
-        """Free a session in the host (errors ignored: the host may be gone)."""
+        """Free a session in the host (errors ignored: the host may be gone).
+
+        Called from a garbage-collected engine's ``__del__`` while this thread is inside a request (the
+        lock is not reentrant, and a request's frames must not interleave), the release is sent before
+        the next request instead."""
+        if getattr(self, "_owner", None) == threading.get_ident():
+            self._pending_releases = [*getattr(self, "_pending_releases", []), session.id]
+            return
         with contextlib.suppress(HostError, OSError):
             self.request({"op": "release", "session": session.id})
 
