@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from dmlshim.directml import progress
-from dmlshim.directml.host import Host, HostError
+from dmlshim.directml.host import Host, HostError, HostSession
 
 FAKE_HOST = r"""
 import json, socket, struct, subprocess, sys, time
@@ -42,9 +42,11 @@ def recv(n):
         data += chunk
     return data
 
+seen = []
 while True:
     (hlen,) = struct.unpack("<I", recv(4))
     header = json.loads(recv(hlen))
+    seen.append(f"{header['op']} {header.get('session', '')}".strip())
     (blen,) = struct.unpack("<Q", recv(8))
     recv(blen)
     end = time.monotonic() + seconds
@@ -59,7 +61,7 @@ while True:
     elif mode == "spin":  # never answers but keeps using CPU
         while True:
             pass
-    head = json.dumps({"ok": True, "op": header["op"]}).encode()
+    head = json.dumps({"ok": True, "op": header["op"], "seen": seen}).encode()
     sock.sendall(struct.pack("<I", len(head)) + head + struct.pack("<Q", 0))
 """
 
@@ -121,7 +123,7 @@ def test_a_host_working_longer_than_the_stall_window_is_waited_for(fake: _Fake) 
     host = fake.connected("burn", 2.2)
     began = time.monotonic()
     reply, _ = host.request({"op": "run"})
-    assert reply == {"ok": True, "op": "run"}
+    assert reply == {"ok": True, "op": "run", "seen": ["run"]}
     assert time.monotonic() - began >= 2.2  # past the 1 s stall window, with no ceiling hit
 
 
@@ -170,6 +172,30 @@ def test_a_host_that_hangs_before_connecting_fails_within_the_stall_window(fake:
     fake.server.settimeout(1.0)
     with pytest.raises(HostError, match=r"no progress on its start \(connecting back\)"):
         host._accept(fake.server)
+
+
+def test_a_release_from_inside_a_request_waits_for_the_next_request(
+    fake: _Fake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A garbage-collected engine's ``__del__`` releases its session; when the collection runs while this
+    thread is inside a request (holding the host's lock), the release deadlocked (seen with the real
+    host). It is now sent before the next request."""
+    host = fake.connected("burn", 0.0)
+    send = host._send_all
+
+    def collected_meanwhile(data: bytes, wait: progress.ProgressWait) -> None:
+        host.release(HostSession(7, (), ()))  # as LinuxDirectMLEngine.__del__ does
+        send(data, wait)
+
+    monkeypatch.setattr(host, "_send_all", collected_meanwhile)
+    replies: list[dict[str, object]] = []
+    worker = threading.Thread(target=lambda: replies.append(host.request({"op": "run"})[0]), daemon=True)
+    worker.start()
+    worker.join(timeout=30)
+    assert not worker.is_alive(), "the request deadlocked on the host's lock"
+    assert replies[0]["seen"] == ["run"]
+    monkeypatch.setattr(host, "_send_all", send)
+    assert host.request({"op": "info"})[0]["seen"] == ["run", "release 7", "info"]
 
 
 def test_default_ceiling_grows_with_the_bytes_and_the_setting_overrides_it(
