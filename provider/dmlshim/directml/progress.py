@@ -169,4 +169,4 @@ class ProgressWait:
     def _used(self, cpu: float | None) -> str:
         if cpu is None or self.cpu0 is None:
             return "its CPU time is unknown"
-        return f"it used {cpu - self.cpu0:.0f} s of CPU"
+        return f"it used {cpu - self.cpu0:.1f} s of CPU"
