@@ -12,14 +12,12 @@ import atexit
 import contextlib
 import json
 import logging
-import os
 import re
 import socket
 import struct
 import subprocess
 import tempfile
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,15 +25,17 @@ from typing import Any
 import numpy as np
 
 from ..errors import EngineUnavailableError
+from .progress import ProgressWait, WaitExpired, ceiling_override, stall_window
 from .stack import Stack, load_stack
 from .wine import shared_display, windows_path
 
 logger = logging.getLogger(__name__)
 
 HOST_SCRIPT = Path(__file__).with_name("host.js")
-START_TIMEOUT = 120.0
-"""Seconds to wait for node.exe to connect back (a cold Wine prefix takes ~10 s)."""
-REQUEST_TIMEOUT = float(os.environ.get("DMLSHIM_DIRECTML_TIMEOUT", "600"))
+START_TIMEOUT = 600.0
+"""The ceiling of the wait for node.exe to connect back (a cold Wine prefix takes ~10 s; a host that
+exits or stops gaining CPU fails sooner, :mod:`dmlshim.directml.progress`), unless
+``DMLSHIM_DIRECTML_TIMEOUT`` sets it."""
 
 DTYPES: dict[str, str] = {
     "float32": "float32", "float64": "float64", "int8": "int8", "uint8": "uint8", "int16": "int16",
@@ -62,6 +62,8 @@ class HostSession:
     outputs: tuple[str, ...]
     placements: dict[str, str] | None = None
     """node name -> execution provider, from onnxruntime's verbose log (None when it logged none)."""
+    model_bytes: int = 0
+    """The model file's size: a run's wait ceiling grows with it."""
 
 
 _LOG_MESSAGE = re.compile(r"^.*?\[[VIWEF]:onnxruntime:[^\]]*\] ?(.*)$")
@@ -111,7 +113,7 @@ class Host:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
             server.bind(("127.0.0.1", 0))
             server.listen(1)
-            server.settimeout(START_TIMEOUT)
+            server.settimeout(1.0)
             port = server.getsockname()[1]
             with open(self.log_path, "wb") as log:
                 # node.exe under Wine fails with EBADF when its stdout is a pipe: a file it is.
@@ -125,12 +127,12 @@ class Host:
                     start_new_session=True,
                 )
             try:
-                self._sock, _ = server.accept()
-            except OSError as exc:
+                self._sock = self._accept(server)
+            except (OSError, HostError) as exc:
                 self.close()
+                detail = str(exc) if isinstance(exc, HostError) else f"{exc}; its log: {self._log_tail()}"
                 raise EngineUnavailableError(
-                    f"the DirectML host (node.exe under Wine) did not start within {START_TIMEOUT:.0f} s: "
-                    f"{exc}; its log: {self._log_tail()}",
+                    f"the DirectML host (node.exe under Wine) did not start: {detail}",
                     value=str(self.log_path),
                 ) from exc
         self._sock.settimeout(1.0)
@@ -142,39 +144,51 @@ class Host:
             return " | ".join(text[-lines:]) or "(empty)"
         return "(none)"
 
-    def _waited(self, deadline: float) -> None:
-        """After a socket wait timed out: raise if the host is gone or the request's time is over."""
+    def _accept(self, server: socket.socket) -> socket.socket:
+        """Wait for node.exe to connect back, while it runs and makes progress (``server`` times out
+        every second)."""
+        wait = ProgressWait(
+            "its start (connecting back)",
+            self._proc.pid,
+            ceiling_override() or START_TIMEOUT,
+            stall_window(),
+        )
+        while True:
+            try:
+                sock, _ = server.accept()
+                return sock
+            except TimeoutError:
+                self._waited(wait)
+
+    def _waited(self, wait: ProgressWait) -> None:
+        """After a socket wait timed out: raise if the host is gone, stalled or past the ceiling."""
         # node.exe may have crashed without closing the socket (Wine keeps it for a debugger).
         if self._proc.poll() is not None:
             raise HostError(f"the DirectML host exited; its log: {self._log_tail()}", "host")
-        if time.monotonic() > deadline:
-            raise HostError(
-                f"the DirectML host gave no answer in {REQUEST_TIMEOUT:.0f} s "
-                f"(DMLSHIM_DIRECTML_TIMEOUT); its log: {self._log_tail()}",
-                "host",
-            )
+        try:
+            wait.check()
+        except WaitExpired as exc:
+            raise HostError(f"{exc}; its log: {self._log_tail()}", "host") from None
 
-    def _send_all(self, data: bytes) -> None:
-        """Send ``data`` whole within the request's time. ``sendall`` would hold the socket's 1 s timeout
-        for the whole transfer: megabytes of feeds to a host busy under Wine take longer."""
+    def _send_all(self, data: bytes, wait: ProgressWait) -> None:
+        """Send ``data`` whole while the host makes progress. ``sendall`` would hold the socket's 1 s
+        timeout for the whole transfer: megabytes of feeds to a host busy under Wine take longer."""
         view = memoryview(data)
-        deadline = time.monotonic() + REQUEST_TIMEOUT
         while view:
             try:
                 sent = self._sock.send(view[: 1 << 20])
             except TimeoutError:
-                self._waited(deadline)
+                self._waited(wait)
                 continue
             view = view[sent:]
 
-    def _recv_exact(self, size: int) -> bytes:
+    def _recv_exact(self, size: int, wait: ProgressWait) -> bytes:
         chunks = []
-        deadline = time.monotonic() + REQUEST_TIMEOUT
         while size:
             try:
                 chunk = self._sock.recv(min(size, 1 << 20))
             except TimeoutError:
-                self._waited(deadline)
+                self._waited(wait)
                 continue
             if not chunk:
                 raise HostError(f"the DirectML host exited; its log: {self._log_tail()}", "host")
@@ -182,24 +196,45 @@ class Host:
             size -= len(chunk)
         return b"".join(chunks)
 
-    def request(self, header: dict[str, Any], body: bytes = b"") -> tuple[dict[str, Any], bytes]:
-        """Send one request and wait for its reply.
+    def request(
+        self, header: dict[str, Any], body: bytes = b"", *, work_bytes: int = 0
+    ) -> tuple[dict[str, Any], bytes]:
+        """Send one request and wait for its reply, as long as the host makes progress
+        (:mod:`dmlshim.directml.progress`; ``work_bytes`` of model beside ``body`` raise the ceiling).
 
         Raises:
-            HostError: the host replied with an error or went away.
+            HostError: the host replied with an error, went away, stalled or passed the ceiling.
         """
-        head = json.dumps(header).encode("utf-8")
         with self._lock:
+            self._owner = threading.get_ident()
             try:
-                self._send_all(struct.pack("<I", len(head)) + head + struct.pack("<Q", len(body)) + body)
-                (hlen,) = struct.unpack("<I", self._recv_exact(4))
-                reply = json.loads(self._recv_exact(hlen).decode("utf-8"))
-                (blen,) = struct.unpack("<Q", self._recv_exact(8))
-                data = self._recv_exact(blen)
-            except OSError as exc:
-                raise HostError(
-                    f"lost the DirectML host: {exc}; its log: {self._log_tail()}", "host"
-                ) from exc
+                for session in self._deferred_releases():
+                    with contextlib.suppress(HostError, OSError):
+                        self._exchange({"op": "release", "session": session}, b"", 0)
+                return self._exchange(header, body, work_bytes)
+            finally:
+                self._owner = None
+
+    def _deferred_releases(self) -> list[int]:
+        """The sessions :meth:`release` could not free while this thread was inside a request."""
+        pending: list[int] = getattr(self, "_pending_releases", [])
+        self._pending_releases = []
+        return pending
+
+    def _exchange(self, header: dict[str, Any], body: bytes, work_bytes: int) -> tuple[dict[str, Any], bytes]:
+        """One request and its reply; the caller holds the lock."""
+        head = json.dumps(header).encode("utf-8")
+        wait = ProgressWait.for_request(
+            f"the {header.get('op')!r} request", getattr(self._proc, "pid", None), len(body) + work_bytes
+        )
+        try:
+            self._send_all(struct.pack("<I", len(head)) + head + struct.pack("<Q", len(body)) + body, wait)
+            (hlen,) = struct.unpack("<I", self._recv_exact(4, wait))
+            reply = json.loads(self._recv_exact(hlen, wait).decode("utf-8"))
+            (blen,) = struct.unpack("<Q", self._recv_exact(8, wait))
+            data = self._recv_exact(blen, wait)
+        except OSError as exc:
+            raise HostError(f"lost the DirectML host: {exc}; its log: {self._log_tail()}", "host") from exc
         if not reply.get("ok"):
             raise HostError(str(reply.get("error")), str(reply.get("stage")))
         return reply, data
@@ -213,6 +248,7 @@ class Host:
         from the host's log (:attr:`HostSession.placements`)."""
         with self._lock:
             start = self.log_path.stat().st_size if self.log_path.exists() else 0
+        model_bytes = model_path.stat().st_size if model_path.is_file() else 0
         try:
             reply, _ = self.request(
                 {
@@ -221,12 +257,17 @@ class Host:
                     "disableCpuFallback": disable_cpu_fallback,
                     "optimization": optimization,
                     "logSeverity": 0,
-                }
+                },
+                work_bytes=model_bytes,
             )
         finally:
             log = self._read_log(start)
         return HostSession(
-            int(reply["session"]), tuple(reply["inputs"]), tuple(reply["outputs"]), parse_placements(log)
+            int(reply["session"]),
+            tuple(reply["inputs"]),
+            tuple(reply["outputs"]),
+            parse_placements(log),
+            model_bytes,
         )
 
     def _read_log(self, start: int) -> str:
@@ -252,7 +293,9 @@ class Host:
             specs.append({"name": name, "type": kind, "dims": list(arr.shape), "nbytes": len(data)})
             parts.append(data)
         reply, body = self.request(
-            {"op": "run", "session": session.id, "feeds": specs, "outputs": outputs}, b"".join(parts)
+            {"op": "run", "session": session.id, "feeds": specs, "outputs": outputs},
+            b"".join(parts),
+            work_bytes=session.model_bytes,
         )
         results = []
         offset = 0
@@ -264,7 +307,14 @@ class Host:
         return results
 
     def release(self, session: HostSession) -> None:
-        """Free a session in the host (errors ignored: the host may be gone)."""
+        """Free a session in the host (errors ignored: the host may be gone).
+
+        Called from a garbage-collected engine's ``__del__`` while this thread is inside a request (the
+        lock is not reentrant, and a request's frames must not interleave), the release is sent before
+        the next request instead."""
+        if getattr(self, "_owner", None) == threading.get_ident():
+            self._pending_releases = [*getattr(self, "_pending_releases", []), session.id]
+            return
         with contextlib.suppress(HostError, OSError):
             self.request({"op": "release", "session": session.id})
 
