@@ -32,7 +32,7 @@ from ...errors import BadModelError
 from ...kernels.options import IndexMode
 from ...model.weightless import is_external
 from ...runtime.real import OrtInferenceSession
-from ...translate import NodeTranslation, Status
+from ...translate import Status
 from ...translate.placement import CPU_PREFERRED_MESSAGE
 from ...translate.placement import REASON_CPU_PREFERRED as EP_CPU_PREFERRED
 from ...translate.plan import np_dtype_of
@@ -46,6 +46,7 @@ from ..lowering.lower import LoweredModel, LoweredNode, lower_model
 from ..plan.cpu_step import run_session
 from ..plan.fallback import has_deprecated_scatter, note_scatter_as_scatter_elements
 from ..plan.sessions import ort_run_error
+from ..plan.step_fallback import reasons_of
 from ..plan.steps import REASON_CPU_PREFERRED
 from ..record import PATH_CUSTOM_OP, PLACEMENT_CPU, PLACEMENT_DML, NodeRecord, RunRecord
 from ..weights.file_slices import FOLDER_KEY
@@ -75,10 +76,6 @@ REASON_RUNTIME_FALLBACK = "runtime_fallback"
 REASON_NOT_LOWERED = "not_lowered"
 
 
-def _reasons(t: NodeTranslation) -> tuple[tuple[str, str], ...]:
-    return tuple((r.code, r.message) for r in t.reasons)
-
-
 def _template_record(node: LoweredNode) -> NodeRecord:
     t = node.translation
     if not node.lowered and node.reason == CPU_PREFERRED_MESSAGE:
@@ -90,7 +87,7 @@ def _template_record(node: LoweredNode) -> NodeRecord:
             placement=PLACEMENT_CPU,
             status=t.status.value,
             reasons=(
-                *((c, m) for c, m in _reasons(t) if c != EP_CPU_PREFERRED),
+                *((c, m) for c, m in reasons_of(t) if c != EP_CPU_PREFERRED),
                 (REASON_CPU_PREFERRED, CPU_PREFERRED_MESSAGE),
             ),
             ort_placement=t.ort_placement,
@@ -101,7 +98,7 @@ def _template_record(node: LoweredNode) -> NodeRecord:
             op_type=node.op_type,
             placement=PLACEMENT_CPU,
             status=t.status.value,
-            reasons=(*_reasons(t), (REASON_NOT_LOWERED, node.reason or "not lowered")),
+            reasons=(*reasons_of(t), (REASON_NOT_LOWERED, node.reason or "not lowered")),
             ort_placement=t.ort_placement,
         )
     if node.dynamic:
@@ -124,7 +121,7 @@ def _template_record(node: LoweredNode) -> NodeRecord:
         placement=PLACEMENT_DML,
         status=t.status.value,
         operator=t.operator.operator_type.dml_name,
-        reasons=_reasons(t),
+        reasons=reasons_of(t),
         ort_placement=t.ort_placement,
     )
 
