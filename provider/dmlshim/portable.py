@@ -194,6 +194,16 @@ def physical_memory() -> int | None:
     return None
 
 
+def clock_ticks_per_second() -> int:
+    """The unit of the CPU times ``/proc/<pid>/stat`` gives (``SC_CLK_TCK``); 100 where the platform
+    does not say (Windows has no ``sysconf`` and no ``/proc``)."""
+    sysconf = getattr(os, "sysconf", None)
+    if sysconf is not None:
+        with contextlib.suppress(ValueError, OSError):
+            return int(sysconf("SC_CLK_TCK")) or 100
+    return 100
+
+
 def termination_signals() -> tuple[signal.Signals, ...]:
     """The signals that ask dmlshim to stop: SIGINT and SIGTERM everywhere, SIGHUP on POSIX, SIGBREAK
     (Ctrl-Break) on Windows."""

@@ -23,6 +23,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..portable import clock_ticks_per_second
+
 logger = logging.getLogger(__name__)
 
 TIMEOUT_ENV = "DMLSHIM_DIRECTML_TIMEOUT"
@@ -88,7 +90,7 @@ def tree_cpu_seconds(root: int) -> float | None:
     fields = _stat_fields(root)
     if fields is None:
         return None
-    tick = os.sysconf("SC_CLK_TCK")
+    tick = clock_ticks_per_second()
     children: dict[int, list[int]] = {}
     stats: dict[int, list[str]] = {root: fields}
     try:
