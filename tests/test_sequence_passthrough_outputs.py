@@ -1,5 +1,5 @@
 """A graph output that is a graph input of sequence type comes back as onnxruntime returns it (a list of
-arrays the caller owns) in every engine, beside a Gather the engines emulate."""
+arrays) in every engine, beside a Gather the engines emulate; the partitioned engine's is the caller's own."""
 
 from __future__ import annotations
 
@@ -40,5 +40,8 @@ def test_a_ragged_sequence_input_returned_as_an_output(engine: str) -> None:
         for got, want in zip(got_seq, want_seq, strict=True):
             assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
         assert got_y.tobytes() == want_y.tobytes()
-        got_seq[0][0] = 42.0  # the caller owns what a run returns: its feed is unchanged
-        assert ragged[0][0] == 1.0
+        if engine == "partitioned":
+            # dmlshim's own answer is the caller's (the cpu and custom-op engines return what onnxruntime
+            # returns, which on 1.24 is the feed's own arrays)
+            got_seq[0][0] = 42.0
+            assert ragged[0][0] == 1.0
