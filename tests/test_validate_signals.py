@@ -107,6 +107,10 @@ def test_signal_ends_the_workers_with_the_parent(tmp_path: Path, signum: int) ->
     assert not [pid for pid in workers if alive(pid)]
 
 
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs /proc to find the workers")
 @pytest.mark.parametrize("moment", ["starting", "workers_importing", "workers_running"])
 def test_ctrl_c_to_the_whole_group_is_interrupted_without_a_traceback(tmp_path: Path, moment: str) -> None:
@@ -123,6 +127,9 @@ def test_ctrl_c_to_the_whole_group_is_interrupted_without_a_traceback(tmp_path: 
         text=True,
         env=env,
         start_new_session=True,  # its own process group, as a terminal's foreground job
+        # a foreground job's Ctrl-C is not ignored, even where this test runs as a background job (which
+        # a shell without job control starts with SIGINT ignored, and Python then never interrupts)
+        preexec_fn=_sigint_default,
     )
     workers: set[int] = set()
     if moment == "starting":

@@ -174,6 +174,15 @@ def test_a_junction_inside_a_target_folder_is_refused(
 
 
 def test_signals_are_held_and_delivered_after_on_windows(windows: None) -> None:
+    # as in an interactive program, even where the tests run as a background job started with SIGINT ignored
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _held_and_delivered()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _held_and_delivered() -> None:
     assert signal.SIGINT in portable.termination_signals()
     reached_end = False
     with pytest.raises(KeyboardInterrupt), portable.hold_signals():
