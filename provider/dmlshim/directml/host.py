@@ -100,6 +100,11 @@ def parse_placements(log: str) -> dict[str, str] | None:
 class Host:
     """A running ``node.exe host.js`` under Wine."""
 
+    _owner: int | None = None
+    """The thread inside a request (holding the lock), if any."""
+    _pending_releases: tuple[int, ...] = ()
+    """Sessions :meth:`release` could not free while their thread was inside a request."""
+
     def __init__(self, stack: Stack) -> None:
         self.stack = stack
         self._lock = threading.Lock()
@@ -215,10 +220,9 @@ class Host:
             finally:
                 self._owner = None
 
-    def _deferred_releases(self) -> list[int]:
+    def _deferred_releases(self) -> tuple[int, ...]:
         """The sessions :meth:`release` could not free while this thread was inside a request."""
-        pending: list[int] = getattr(self, "_pending_releases", [])
-        self._pending_releases = []
+        pending, self._pending_releases = self._pending_releases, ()
         return pending
 
     def _exchange(self, header: dict[str, Any], body: bytes, work_bytes: int) -> tuple[dict[str, Any], bytes]:
@@ -312,8 +316,8 @@ class Host:
         Called from a garbage-collected engine's ``__del__`` while this thread is inside a request (the
         lock is not reentrant, and a request's frames must not interleave), the release is sent before
         the next request instead."""
-        if getattr(self, "_owner", None) == threading.get_ident():
-            self._pending_releases = [*getattr(self, "_pending_releases", []), session.id]
+        if self._owner == threading.get_ident():
+            self._pending_releases = (*self._pending_releases, session.id)
             return
         with contextlib.suppress(HostError, OSError):
             self.request({"op": "release", "session": session.id})
