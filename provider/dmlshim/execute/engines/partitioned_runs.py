@@ -141,13 +141,28 @@ class PartitionedRuns:
         run_options: Any,
     ) -> tuple[list[Any], RunRecord] | None:
         """The run answered by the whole-model check, or None when the check cannot answer it."""
+        answer = self._check_run(check, output_names, feeds, run_options)
+        if answer is None:
+            return None
+        checked, record, _ = answer
+        return owned_outputs(output_names, checked, self._copy_on_output), record
+
+    def _check_run(
+        self,
+        check: WholeModelCheck,
+        output_names: Sequence[str],
+        feeds: Mapping[str, np.ndarray],
+        run_options: Any,
+    ) -> tuple[list[Any], RunRecord, Mapping[str, Any]] | None:
+        """The check's outputs as it hands them back, the run's record and the value table; None when
+        the check cannot answer."""
         state = RunState(self._template.copy(), run_options)
         values = dict(self._static_values)
         values.update(feeds)
         checked = check.run(output_names, values, state, run_options)
         if checked is None:
             return None
-        return owned_outputs(output_names, checked, self._copy_on_output), self._record(state, PATH_CHECK)
+        return checked, self._record(state, PATH_CHECK), values
 
     def run_checked(
         self, output_names: Sequence[str], feeds: Mapping[str, np.ndarray]
@@ -159,13 +174,7 @@ class PartitionedRuns:
         check = self._check
         if check is None:
             return None
-        state = RunState(self._template.copy(), None)
-        values = dict(self._static_values)
-        values.update(feeds)
-        checked = check.run(output_names, values, state, None)
-        if checked is None:
-            return None
-        return checked, self._record(state, PATH_CHECK), values
+        return self._check_run(check, output_names, feeds, None)
 
     def drop_check(self) -> None:
         """Forget the whole-model check (its onnxruntime session, and its copy of the weights, go)."""
