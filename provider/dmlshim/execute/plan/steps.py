@@ -190,7 +190,8 @@ class EmulatedStep(CpuFallback):
         self._proved_key: tuple[Any, ...] | None = None  # the shapes and dtypes proved
         # a gather's last given run: its inputs' shapes and dtypes, what they ask of onnxruntime's output
         # and the run's record (reused while the shapes and dtypes, proved, stay the same)
-        self._given_at: tuple[tuple[Any, ...], GivenShape, NodeRecord | None] | None = None
+        # (a scatter's: its key and record, no GivenShape)
+        self._given_at: tuple[tuple[Any, ...], GivenShape | None, NodeRecord | None] | None = None
         self._noted: tuple[NodeRecord, tuple[str, str], NodeRecord] | None = None
         self._marked: tuple[NodeRecord, int, bool, NodeRecord] | None = None
         # given_by_shapes: (input shapes and dtypes) -> (record, output stand-in) of an earlier run
@@ -268,6 +269,7 @@ class EmulatedStep(CpuFallback):
         if not self._full_check and scatter_output_is_given(self.node.op_type, self._attrs, arrays, theirs):
             values[self.output] = theirs
             self._finish(self._given(clean, (NOTE_GATHER_GIVEN, SCATTER_GIVEN_MESSAGE)), theirs, state)
+            self._remember_given(shapes_key(arrays), None, state)
             return True
         self._restart_proof_on_new_shapes(arrays)
         prove = self._full_check or self._proved < PROVE_RUNS
@@ -306,6 +308,7 @@ class EmulatedStep(CpuFallback):
             return None
         values[self.output] = theirs
         self._finish(self._given(clean, (NOTE_GATHER_GIVEN, SCATTER_GIVEN_MESSAGE)), theirs, state)
+        self._remember_given(key, None, state)
         return True
 
     def agreed(self) -> None:
@@ -369,7 +372,55 @@ class EmulatedStep(CpuFallback):
             return None
         values[self.output] = theirs
         self._finish(self._given(clean, (NOTE_GATHER_GIVEN, GATHER_GIVEN_MESSAGE)), theirs, state)
+        self._remember_given(key, expected, state)
+        return True
+
+    def _remember_given(self, key: tuple[Any, ...], expected: GivenShape | None, state: RunState) -> None:
+        """Keep what this run's given output rested on: the inputs' shapes and dtypes (while their
+        translation is cached), a gather's expectations, and the run's record."""
         self._given_at = (key, expected, state.records[self.slot]) if key in self._cache else None
+
+    def given_on(self, state: RunState) -> bool:
+        """This run (``state``) took the output from onnxruntime on the proof of its indices (a gather past
+        its proved runs, or a scatter whose indices prove it)."""
+        given = self._given_at
+        return given is not None and given[2] is not None and state.records[self.slot] is given[2]
+
+    def given_again(self, inputs: Sequence[Any], state: RunState) -> bool:
+        """The proof of a run of the lean check (:mod:`dmlshim.execute.engines.lean_check`), which fetches
+        of this node only what that proof reads: per input, its values (the indices; graph inputs and
+        initializers) or only its shape (a tuple). True, with the record stored, when the inputs have the
+        shapes of the last given run (see :meth:`given_on`), its translation still cached, and the
+        indices prove the output again exactly as that run's did; False changes nothing (the caller runs
+        the full check instead)."""
+        given = self._given_at
+        if given is None or self._full_check or (given[0] != self._proved_key and given[1] is not None):
+            return False
+        key: list[Any] = []
+        arrays: list[Any] = []
+        for value, proved in zip(inputs, given[0], strict=True):
+            if value is None or proved is None:
+                if value is not proved:
+                    return False
+                key.append(None)
+                arrays.append(None)
+            elif type(value) is tuple:  # a shape: the dtype is the value's type, the same on every run
+                key.append((value, proved[1]))
+                arrays.append(np.broadcast_to(np.zeros((), proved[1]), value))
+            elif type(value) is np.ndarray:
+                key.append((value.shape, value.dtype))
+                arrays.append(value)
+            else:  # an OrtValue, a mapped weight: the full check
+                return False
+        if tuple(key) != given[0] or given[0] not in self._cache:
+            return False
+        expected = given[1]
+        if expected is not None:
+            if not expected.indices_in_range(arrays[1]):
+                return False
+        elif not scatter_output_is_given(self.node.op_type, self._attrs, arrays, arrays[0]):
+            return False
+        state.records[self.slot] = given[2]
         return True
 
     def given_by_shapes(

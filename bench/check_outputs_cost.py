@@ -1,0 +1,161 @@
+"""What the whole-model check's extra outputs cost onnxruntime, per model (issue 36, item 2).
+
+Usage::
+
+    python bench/check_outputs_cost.py MODEL.onnx [...] [--runs 200] [--rounds 3] [--json]
+
+For each model (feeds from the ``.npz`` beside it), builds ``dmlshim.InferenceSession`` and runs it past
+the proved runs, then times onnxruntime alone (CPU provider, one intra-op thread;
+one run of each session in turn, ``--runs`` x ``--rounds`` times, the lower quartile of each's thread
+CPU per run) on:
+
+- ``plain``: the model as it is;
+- ``check``: the model with the check's extra outputs (every emulated node's inputs and output, the lean
+  gathers' shapes): what the whole-model check runs today;
+- ``proofs``: the model with only what the proofs of the given nodes read (a given gather's or scatter's
+  computed indices, and a ``Shape`` of its other computed inputs), the computed nodes' inputs and output,
+  and the lean gathers' outputs as today;
+- ``indices``: as ``proofs`` without the ``Shape`` outputs (the least any lean session could list).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+NOTE_GIVEN = "output_from_onnxruntime"
+
+
+def _outputs(model_path: str) -> tuple[Any, dict[str, Any], dict[str, list[str]], dict[str, int]]:
+    """The model, its feeds, and the extra outputs of each variant; counts of node kinds."""
+    import numpy as np
+    import onnx
+
+    import dmlshim
+    from dmlshim.execute.proofs.gather_given import shape_output
+
+    with np.load(str(Path(model_path).with_suffix(".npz"))) as data:
+        feeds = {k: data[k] for k in data.files}
+    session = dmlshim.InferenceSession(model_path)
+    for _ in range(6):
+        session.run(None, feeds)
+    engine = session._engine
+    check = getattr(engine, "_check", None)
+    model = onnx.load(model_path, load_external_data=False)
+    graph = model.graph
+    static = {v.name for v in graph.input} | {t.name for t in graph.initializer}
+    static |= {o for n in graph.node if n.op_type == "Constant" for o in n.output}
+    graph_outputs = {o.name for o in graph.output}
+    counts = {"lean": 0, "given": 0, "computed": 0}
+    variants: dict[str, list[str]] = {"plain": [], "check": [], "proofs": [], "indices": []}
+    if check is None:
+        return model, feeds, variants, counts
+    record = session.last_run_record
+    notes = {n.name: {k for k, _ in n.notes} for n in record.nodes} if record is not None else {}
+    variants["check"] = list(check._fetch[len(graph.output) :])
+    proofs: list[str] = []
+    indices: list[str] = []
+    seen = set(static) | graph_outputs
+
+    def add(name: str, *into: list[str]) -> None:
+        if name and name not in seen:
+            seen.add(name)
+            for lst in into:
+                lst.append(name)
+
+    for step, lean, *_ in check._plan:
+        if lean:
+            counts["lean"] += 1
+            continue
+        if NOTE_GIVEN in notes.get(step.name, ()):
+            counts["given"] += 1
+            add(step.inputs[1], proofs, indices)
+            for other in (step.inputs[0], *step.inputs[2:3]):
+                if other and other not in static and other not in seen:
+                    add(shape_output(other), proofs)
+            continue
+        counts["computed"] += 1
+        for name in (*step.inputs, step.output):
+            add(name, proofs, indices)
+    # the lean gathers' extra outputs stay as the check lists them
+    lean_extra = [n for n in variants["check"] if n.endswith("__dmlshim_shape") or n in check._lean]
+    for name in lean_extra:
+        add(name, proofs, indices)
+    variants["proofs"] = proofs
+    variants["indices"] = indices
+    return model, feeds, variants, counts
+
+
+def measure(model_path: str, runs: int, rounds: int) -> dict[str, Any]:
+    """One model's onnxruntime CPU per run for each variant (see the module docstring)."""
+    import onnxruntime as ort
+
+    from dmlshim.execute.engines.whole_model import augmented_model
+
+    model, feeds, variants, counts = _outputs(model_path)
+    sessions = {}
+    for name, extra in variants.items():
+        if name in ("proofs", "indices") and not extra and not variants["check"]:
+            continue
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        options.log_severity_level = 3
+        payload = augmented_model(model, extra)
+        sessions[name] = ort.InferenceSession(payload, options, providers=["CPUExecutionProvider"])
+    names = {k: [o.name for o in s.get_outputs()] for k, s in sessions.items()}
+    inputs = {k: {i.name for i in s.get_inputs()} for k, s in sessions.items()}
+    fed = {k: {n: v for n, v in feeds.items() if n in inputs[k]} for k in sessions}
+    for s_name, s in sessions.items():
+        for _ in range(3):
+            s.run(names[s_name], fed[s_name])
+    # One run of each session in turn, ``runs * rounds`` times; each session's lower quartile of its
+    # thread CPU per run (the runs least disturbed by other processes on a shared machine).
+    times: dict[str, list[float]] = {k: [] for k in sessions}
+    clock = time.thread_time
+    for _ in range(runs * rounds):
+        for s_name, s in sessions.items():
+            start = clock()
+            s.run(names[s_name], fed[s_name])
+            times[s_name].append(clock() - start)
+    best = {k: sorted(v)[len(v) // 4] for k, v in times.items()}
+    return {
+        "model": Path(model_path).stem,
+        **counts,
+        "extra": {k: len(v) for k, v in variants.items()},
+        "us": {k: round(v * 1e6) for k, v in best.items()},
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("models", nargs="+")
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    for model in args.models:
+        row = measure(model, args.runs, args.rounds)
+        if args.json:
+            print(json.dumps(row), flush=True)
+            continue
+        us = row["us"]
+        plain = us["plain"]
+        cells = "  ".join(f"{k} {v} ({v / plain:.2f}x)" for k, v in us.items())
+        print(
+            f"{row['model']}: lean {row['lean']} given {row['given']} computed {row['computed']}; "
+            f"extra {row['extra']}; {cells}",
+            flush=True,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
