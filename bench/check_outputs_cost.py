@@ -15,7 +15,9 @@ CPU per run) on:
 - ``proofs``: the model with only what the proofs of the given nodes read (a given gather's or scatter's
   computed indices, and a ``Shape`` of its other computed inputs), the computed nodes' inputs and output,
   and the lean gathers' outputs as today;
-- ``indices``: as ``proofs`` without the ``Shape`` outputs (the least any lean session could list).
+- ``indices``: as ``proofs`` without the ``Shape`` outputs (the least any lean session could list);
+- ``lean``: what the lean check lists (:mod:`dmlshim.execute.engines.lean_check`: as ``proofs``, but no
+  ``Shape`` for the inputs whose shapes follow from the feeds').
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ def _outputs(model_path: str) -> tuple[Any, dict[str, Any], dict[str, list[str]]
     static |= {o for n in graph.node if n.op_type == "Constant" for o in n.output}
     graph_outputs = {o.name for o in graph.output}
     counts = {"lean": 0, "given": 0, "computed": 0}
-    variants: dict[str, list[str]] = {"plain": [], "check": [], "proofs": [], "indices": []}
+    variants: dict[str, list[str]] = {"plain": [], "check": [], "proofs": [], "indices": [], "lean": []}
     if check is None:
         return model, feeds, variants, counts
     record = session.last_run_record
@@ -91,6 +93,8 @@ def _outputs(model_path: str) -> tuple[Any, dict[str, Any], dict[str, list[str]]
         add(name, proofs, indices)
     variants["proofs"] = proofs
     variants["indices"] = indices
+    spec = getattr(check, "_spec", None)
+    variants["lean"] = list(spec.extra) if spec is not None else []
     return model, feeds, variants, counts
 
 
@@ -103,7 +107,7 @@ def measure(model_path: str, runs: int, rounds: int) -> dict[str, Any]:
     model, feeds, variants, counts = _outputs(model_path)
     sessions = {}
     for name, extra in variants.items():
-        if name in ("proofs", "indices") and not extra and not variants["check"]:
+        if name in ("proofs", "indices", "lean") and not extra and not variants["check"]:
             continue
         options = ort.SessionOptions()
         options.intra_op_num_threads = 1
