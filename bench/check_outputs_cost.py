@@ -5,9 +5,9 @@ Usage::
     python bench/check_outputs_cost.py MODEL.onnx [...] [--runs 200] [--rounds 3] [--json]
 
 For each model (feeds from the ``.npz`` beside it), builds ``dmlshim.InferenceSession`` and runs it past
-the proved runs, then times onnxruntime alone (CPU provider, one intra-op thread;
-one run of each session in turn, ``--runs`` x ``--rounds`` times, the lower quartile of each's thread
-CPU per run) on:
+the proved runs, then times onnxruntime alone (CPU provider, one intra-op thread; one run of each
+session in turn, the order rotating, ``--runs`` x ``--rounds`` times; the lower quartile of each's
+thread CPU per run) on:
 
 - ``plain``: the model as it is;
 - ``check``: the model with the check's extra outputs (every emulated node's inputs and output, the lean
@@ -124,10 +124,11 @@ def measure(model_path: str, runs: int, rounds: int) -> dict[str, Any]:
     # thread CPU per run (the runs least disturbed by other processes on a shared machine).
     times: dict[str, list[float]] = {k: [] for k in sessions}
     clock = time.thread_time
-    for _ in range(runs * rounds):
-        for s_name, s in sessions.items():
+    order = list(sessions)
+    for i in range(runs * rounds):
+        for s_name in order[i % len(order) :] + order[: i % len(order)]:  # no session always first
             start = clock()
-            s.run(names[s_name], fed[s_name])
+            sessions[s_name].run(names[s_name], fed[s_name])
             times[s_name].append(clock() - start)
     best = {k: sorted(v)[len(v) // 4] for k, v in times.items()}
     return {
