@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -187,6 +188,7 @@ class WholeModelCheck:
         self._lean_plan: tuple[tuple[Any, ...], ...] = ()
         self._lean_ready = False  # the last full run had every node given: the lean check answers next
         self._lean_blocked = False  # no lean check in this session (it could not be built, say)
+        self._switch = threading.RLock()  # the sessions change under it
 
     @property
     def given_up(self) -> bool:
@@ -216,7 +218,7 @@ class WholeModelCheck:
             self._back_to_full()
         feeds = {n: values[n] for n in self._inputs if n in values}
         try:
-            fetched = self._session.run(self._fetch, feeds, run_options)
+            fetched = (self._session or self._full_session()).run(self._fetch, feeds, run_options)
         except self._ort_errors as exc:
             logger.debug("whole-model check: onnxruntime refused the run (%s); running the partitions", exc)
             return None
@@ -257,41 +259,57 @@ class WholeModelCheck:
         one released first unless the spec keeps both)."""
         spec = self._spec
         assert spec is not None
-        if self._lean_session is None:
-            if not spec.keep_full:
-                self._session = None  # one copy of the weights at a time
-            made = build_lean(
-                spec.make_session, self._graph_outputs, spec.extra, self._steps, self._lean, spec.from_feeds
-            )
-            if made is None:
-                self._lean_blocked = True
-                if self._session is None:
-                    self._session = spec.make_session(self._fetch[len(self._graph_outputs) :])
-                return
-            self._lean_session = made
-            position = made.position
-            self._lean_plan = tuple(
-                (
-                    plan[0],
-                    plan[1],
-                    tuple((n, position.get(n), position.get(shape_output(n))) for n in plan[0].inputs[:2]),
-                    plan[7],
-                    position.get(plan[0].output),
+        with self._switch:
+            if self._lean_session is None and not self._lean_blocked:
+                if not spec.keep_full:
+                    self._session = None  # one copy of the weights at a time
+                made = build_lean(
+                    spec.make_session,
+                    self._graph_outputs,
+                    spec.extra,
+                    self._steps,
+                    self._lean,
+                    spec.from_feeds,
                 )
-                for plan in self._plan
-            )
-        self._lean_ready = True
+                if made is None:
+                    self._lean_blocked = True
+                    self._full_session()
+                    return
+                position = made.position
+                self._lean_plan = tuple(
+                    (
+                        plan[0],
+                        plan[1],
+                        tuple(
+                            (n, position.get(n), position.get(shape_output(n))) for n in plan[0].inputs[:2]
+                        ),
+                        plan[7],
+                        position.get(plan[0].output),
+                    )
+                    for plan in self._plan
+                )
+                self._lean_session = made
+            self._lean_ready = self._lean_session is not None
 
     def _back_to_full(self) -> None:
         """A run the lean proofs could not answer: it goes to the full check, and so do the next runs until
         one has every node given again. With one session at a time, the full one is built again and
         this session stays on it."""
         self._lean_ready = False
-        spec = self._spec
-        if self._session is None and spec is not None:
-            self._lean_session = None
-            self._lean_blocked = True
-            self._session = spec.make_session(self._fetch[len(self._graph_outputs) :])
+        if self._session is None:
+            self._full_session()
+
+    def _full_session(self) -> Any:
+        """The full check's session, built again (the lean one released first, and no lean check after)
+        when the lean one replaced it."""
+        with self._switch:
+            if self._session is None:
+                assert self._spec is not None
+                self._lean_ready = False
+                self._lean_blocked = True
+                self._lean_session = None  # released before the full one is built
+                self._session = self._spec.make_session(self._fetch[len(self._graph_outputs) :])
+            return self._session
 
     def _run_lean(
         self, output_names: Sequence[str], values: dict[str, Any], state: Any, run_options: Any
@@ -299,7 +317,8 @@ class WholeModelCheck:
         """A run of the lean session, every node proved again from what it fetched; None when a proof does
         not hold (nothing of the run is kept: the full check answers it)."""
         made = self._lean_session
-        assert made is not None
+        if made is None:  # released by a concurrent run going back to the full check
+            return None
         feeds = {n: values[n] for n in self._inputs if n in values}
         try:
             fetched = made.run(feeds, run_options)
