@@ -36,6 +36,10 @@ time a run needs it, after which that session stays on the full check (peak memo
 session; see docs/performance.md)."""
 
 
+_ABSENT, _FETCHED, _HELD, _SHAPE, _FROM_FEEDS = range(5)
+"""Where a lean run finds a non-lean step's input (:attr:`LeanSession.given_plan`)."""
+
+
 @dataclass(frozen=True)
 class LeanCheckSpec:
     """What the whole-model check needs to run a lean check.
@@ -153,14 +157,32 @@ class LeanSession:
         self._from_feeds = from_feeds
         self.fetch = [*graph_outputs, *extra]
         position = self.position = {name: i for i, name in enumerate(self.fetch)}
-        # Per non-lean step: per input, (name, fetched value at, fetched shape at).
-        self.given_plan = {
-            step.output: tuple(
-                (n, position.get(n), position.get(shape_output(n))) if n else None for n in step.inputs
-            )
-            for step in steps
-            if step.output not in lean
-        }
+        # Per non-lean step: per input, where its run finds it (decided once): absent, a fetched value,
+        # a held value (a graph input, an initializer), a fetched shape, or a shape from the feeds'.
+        plan: dict[str, tuple[tuple[int, str, int], ...]] = {}
+        self._recipes: dict[str, tuple[Any, ...]] = {}
+        for step in steps:
+            if step.output in lean:
+                continue
+            where = []
+            for n in step.inputs:
+                if not n:
+                    where.append((_ABSENT, "", 0))
+                elif n in position:
+                    where.append((_FETCHED, n, position[n]))
+                elif shape_output(n) in position:
+                    where.append((_SHAPE, n, position[shape_output(n)]))
+                elif n in from_feeds.dims:
+                    where.append((_FROM_FEEDS, n, 0))
+                    # each dim a size, or (the feed, the axis) that declares its name
+                    self._recipes[n] = tuple(
+                        d if isinstance(d, int) else from_feeds.symbols[d]  # type: ignore[index]
+                        for d in from_feeds.dims[n]
+                    )
+                else:
+                    where.append((_HELD, n, 0))
+            plan[step.output] = tuple(where)
+        self.given_plan = plan
 
     def run(self, feeds: dict[str, Any], run_options: Any) -> list[Any]:
         """onnxruntime's run of the lean model."""
@@ -173,26 +195,32 @@ class LeanSession:
         of the others; None when one is neither. Values fetched go to ``values`` (their names to
         ``added``)."""
         inputs: list[Any] = []
-        for entry in self.given_plan[output]:
-            if entry is None:
-                inputs.append(None)
-                continue
-            name, at, shape_at = entry
-            value = values.get(name)
-            if value is None and at is not None:
-                value = values[name] = fetched[at]
-                added.append(name)
-            if value is not None:
+        for kind, name, at in self.given_plan[output]:
+            if kind == _FETCHED:
+                value = values.get(name)
+                if value is None:
+                    value = values[name] = fetched[at]
+                    added.append(name)
                 inputs.append(value)
-            elif shape_at is not None:
-                inputs.append(tuple(fetched[shape_at].tolist()))  # a Shape's int64s
-            elif name in self._from_feeds.dims:
-                shape = self._from_feeds.resolve(name, values)
+            elif kind == _SHAPE:
+                inputs.append(tuple(fetched[at].tolist()))  # a Shape's int64s
+            elif kind == _HELD:
+                value = values.get(name)
+                if value is None:
+                    return None
+                inputs.append(value)
+            elif kind == _FROM_FEEDS:
+                try:  # the feeds' plain arrays: their dims read directly
+                    shape = tuple(
+                        d if type(d) is int else values[d[0]].shape[d[1]] for d in self._recipes[name]
+                    )
+                except (AttributeError, IndexError, KeyError, TypeError):
+                    shape = self._from_feeds.resolve(name, values)  # an OrtValue, say
                 if shape is None:
                     return None
                 inputs.append(shape)
             else:
-                return None
+                inputs.append(None)
         return inputs
 
 

@@ -136,6 +136,7 @@ class EmulatedStep(CpuFallback):
         "_proved",
         "_proved_key",
         "_sess_options",
+        "_stand_ins",
         "computed_after_proof",
         "fallback_sessions",
         "feature_level",
@@ -196,6 +197,7 @@ class EmulatedStep(CpuFallback):
         self._marked: tuple[NodeRecord, int, bool, NodeRecord] | None = None
         # given_by_shapes: (input shapes and dtypes) -> (record, output stand-in) of an earlier run
         self._lean_runs: dict[tuple[Any, ...], tuple[NodeRecord, np.ndarray]] = {}
+        self._stand_ins: tuple[tuple[Any, ...], list[Any]] | None = None  # given_again's, of a scatter
         self._model = model
         self._sess_options = sess_options
         self._agreed_shape: tuple[int, ...] | None = None
@@ -394,32 +396,39 @@ class EmulatedStep(CpuFallback):
         indices prove the output again exactly as that run's did; False changes nothing (the caller runs
         the full check instead)."""
         given = self._given_at
-        if given is None or self._full_check or (given[0] != self._proved_key and given[1] is not None):
+        if given is None or self._full_check or (given[1] is not None and given[0] != self._proved_key):
             return False
-        key: list[Any] = []
-        arrays: list[Any] = []
-        for value, proved in zip(inputs, given[0], strict=True):
-            if value is None or proved is None:
+        proved_key = given[0]
+        if len(inputs) != len(proved_key) or type(inputs[1]) is not np.ndarray:
+            return False
+        for value, proved in zip(inputs, proved_key, strict=True):
+            if proved is None or value is None:
                 if value is not proved:
                     return False
-                key.append(None)
-                arrays.append(None)
             elif type(value) is tuple:  # a shape: the dtype is the value's type, the same on every run
-                key.append((value, proved[1]))
-                arrays.append(np.broadcast_to(np.zeros((), proved[1]), value))
-            elif type(value) is np.ndarray:
-                key.append((value.shape, value.dtype))
-                arrays.append(value)
-            else:  # an OrtValue, a mapped weight: the full check
-                return False
-        if tuple(key) != given[0] or given[0] not in self._cache:
+                if value != proved[0]:
+                    return False
+            elif type(value) is not np.ndarray or value.shape != proved[0] or value.dtype != proved[1]:
+                return False  # an OrtValue, a mapped weight, other shapes: the full check
+        if proved_key not in self._cache:
             return False
         expected = given[1]
         if expected is not None:
-            if not expected.indices_in_range(arrays[1]):
+            if not expected.indices_in_range(inputs[1]):
                 return False
-        elif not scatter_output_is_given(self.node.op_type, self._attrs, arrays, arrays[0]):
-            return False
+        else:
+            # A scatter's proof reads its data's and updates' shapes and dtypes only: stand-ins of them
+            # without memory, made once per proved shapes.
+            made = self._stand_ins
+            if made is None or made[0] is not proved_key:
+                stand_ins = [
+                    None if p is None else np.broadcast_to(np.zeros((), p[1]), p[0]) for p in proved_key
+                ]
+                made = self._stand_ins = (proved_key, stand_ins)
+            arrays = list(made[1])
+            arrays[1] = inputs[1]
+            if not scatter_output_is_given(self.node.op_type, self._attrs, arrays, arrays[0]):
+                return False
         state.records[self.slot] = given[2]
         return True
 
