@@ -3,6 +3,7 @@
 Usage::
 
     python bench/check_outputs_cost.py MODEL.onnx [...] [--runs 200] [--rounds 3] [--json]
+    python bench/check_outputs_cost.py MODEL.onnx [...] --session   # dmlshim's session vs onnxruntime's
 
 For each model (feeds from the ``.npz`` beside it), builds ``dmlshim.InferenceSession`` and runs it past
 the proved runs, then times onnxruntime alone (CPU provider, one intra-op thread; one run of each
@@ -139,14 +140,56 @@ def measure(model_path: str, runs: int, rounds: int) -> dict[str, Any]:
     }
 
 
+def session_cost(model_path: str, runs: int, rounds: int) -> dict[str, Any]:
+    """``--session``: dmlshim's session against onnxruntime's (both one intra-op thread), one run of each
+    in turn, ``runs * rounds`` times after 10 runs of each; the lower quartile of each's thread CPU per
+    run. Run it with ``PYTHONPATH`` pointing at another checkout of ``provider`` to compare two dmlshims."""
+    import numpy as np
+    import onnxruntime as ort
+
+    import dmlshim
+
+    with np.load(str(Path(model_path).with_suffix(".npz"))) as data:
+        feeds = {k: data[k] for k in data.files}
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.log_severity_level = 3
+    sides = {
+        "onnxruntime": ort.InferenceSession(model_path, options, providers=["CPUExecutionProvider"]),
+        "dmlshim": dmlshim.InferenceSession(model_path, options),
+    }
+    for side in sides.values():
+        for _ in range(10):
+            side.run(None, feeds)
+    times: dict[str, list[float]] = {k: [] for k in sides}
+    clock = time.thread_time
+    for i in range(runs * rounds):
+        for name in ("onnxruntime", "dmlshim") if i % 2 else ("dmlshim", "onnxruntime"):
+            start = clock()
+            sides[name].run(None, feeds)
+            times[name].append(clock() - start)
+    best = {k: sorted(v)[len(v) // 4] for k, v in times.items()}
+    return {"model": Path(model_path).stem, "us": {k: round(v * 1e6) for k, v in best.items()}}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("models", nargs="+")
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--session", action="store_true", help="dmlshim's session against onnxruntime's")
     args = parser.parse_args(argv)
     for model in args.models:
+        if args.session:
+            row = session_cost(model, args.runs, args.rounds)
+            us = row["us"]
+            print(
+                f"{row['model']}: onnxruntime {us['onnxruntime']} us, dmlshim {us['dmlshim']} us "
+                f"({us['dmlshim'] / us['onnxruntime']:.2f}x)",
+                flush=True,
+            )
+            continue
         row = measure(model, args.runs, args.rounds)
         if args.json:
             print(json.dumps(row), flush=True)
