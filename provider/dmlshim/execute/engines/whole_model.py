@@ -183,7 +183,10 @@ class WholeModelCheck:
         """Runs the check answered."""
         self.lean_runs = 0
         """Runs of those the lean check answered (:mod:`dmlshim.execute.engines.lean_check`)."""
-        self._spec = lean_check if lean_check is not None and any(not p[1] for p in self._plan) else None
+        # A lean check only where it lists fewer values than this one (a one-node model whose gather
+        # reads a weight and a feed lists none either way: the lean run would only add Python).
+        worth = lean_check is not None and len(lean_check.extra) < len(captured)
+        self._spec = lean_check if worth and any(not p[1] for p in self._plan) else None
         self._lean_session: LeanSession | None = None
         self._lean_plan: tuple[tuple[Any, ...], ...] = ()
         self._lean_ready = False  # the last full run had every node given: the lean check answers next
