@@ -4,6 +4,7 @@ Usage::
 
     python bench/check_outputs_cost.py MODEL.onnx [...] [--runs 200] [--rounds 3] [--json]
     python bench/check_outputs_cost.py MODEL.onnx [...] --session   # dmlshim's session vs onnxruntime's
+    python bench/check_outputs_cost.py MODEL.onnx --peak dmlshim --runs 6   # peak RSS (a fresh process)
 
 For each model (feeds from the ``.npz`` beside it), builds ``dmlshim.InferenceSession`` and runs it past
 the proved runs, then times onnxruntime alone (CPU provider, one intra-op thread; one run of each
@@ -172,6 +173,40 @@ def session_cost(model_path: str, runs: int, rounds: int) -> dict[str, Any]:
     return {"model": Path(model_path).stem, "us": {k: round(v * 1e6) for k, v in best.items()}}
 
 
+def peak(model_path: str, side: str, runs: int) -> dict[str, Any]:
+    """``--peak SIDE``: this process's peak resident size after building ``side``'s session (``ort`` or
+    ``dmlshim``, default options) and ``runs`` runs; run each side in a fresh process."""
+    import resource
+
+    import numpy as np
+
+    with np.load(str(Path(model_path).with_suffix(".npz"))) as data:
+        feeds = {k: data[k] for k in data.files}
+    if side == "ort":
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        session: Any = ort.InferenceSession(model_path, options, providers=["CPUExecutionProvider"])
+    else:
+        import dmlshim
+
+        session = dmlshim.InferenceSession(model_path)
+    names = {i.name for i in session.get_inputs()}
+    feeds = {k: v for k, v in feeds.items() if k in names}
+    start = time.perf_counter()
+    for _ in range(runs):
+        session.run(None, feeds)
+    check = getattr(getattr(session, "_engine", None), "_check", None)
+    return {
+        "model": Path(model_path).stem,
+        "side": side,
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "runs_s": round(time.perf_counter() - start, 1),
+        "lean_runs": getattr(check, "lean_runs", None),
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("models", nargs="+")
@@ -179,8 +214,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--session", action="store_true", help="dmlshim's session against onnxruntime's")
+    parser.add_argument("--peak", choices=("ort", "dmlshim"), help="peak RSS of one side, --runs runs")
     args = parser.parse_args(argv)
     for model in args.models:
+        if args.peak:
+            print(json.dumps(peak(model, args.peak, args.runs)), flush=True)
+            continue
         if args.session:
             row = session_cost(model, args.runs, args.rounds)
             us = row["us"]
