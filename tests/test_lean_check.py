@@ -183,3 +183,31 @@ def test_back_to_the_full_check_on_new_shapes() -> None:
     session.run(None, wider)
     session.run(None, wider)
     assert check.lean_runs == 2
+
+
+def test_no_lean_check_under_full_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DMLSHIM_FULL_CHECK", "1")
+    model = _model()
+    reference = _ort(model)
+    session = dmlshim.InferenceSession(model.SerializeToString())
+    check = _check(session)
+    for _ in range(8):
+        assert _same(session.run(None, _feeds()), reference.run(None, _feeds()))
+    # every run computes and compares every node: nothing is given, nothing goes lean
+    assert check is None or check.lean_runs == 0
+    assert GIVEN not in _notes(session, "Gather")[1]
+
+
+def test_run_checked_never_answers_from_the_lean_check() -> None:
+    model = _model()
+    session = dmlshim.InferenceSession(model.SerializeToString())
+    engine = session._engine
+    for _ in range(5):
+        session.run(None, _feeds())
+    check = _check(session)
+    assert check.lean_runs == 1
+    # validate's reading: every emulated node's inputs and output in the value table
+    outputs, _, values = engine.run_checked(["y"], _feeds())
+    assert check.lean_runs == 1
+    assert {"a", "s", "b", "g"} <= set(values)
+    assert _same(outputs, _ort(model).run(None, _feeds()))
