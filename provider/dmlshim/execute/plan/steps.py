@@ -30,6 +30,7 @@ from ..proofs.gather_given import (
     given_shape,
     lean_indices_in_range,
 )
+from ..proofs.proved_again import StandIns, proved_again, same_inputs
 from ..proofs.scatter_given import (
     SCATTER_GIVEN_MESSAGE,
     SCATTERS,
@@ -197,7 +198,7 @@ class EmulatedStep(CpuFallback):
         self._marked: tuple[NodeRecord, int, bool, NodeRecord] | None = None
         # given_by_shapes: (input shapes and dtypes) -> (record, output stand-in) of an earlier run
         self._lean_runs: dict[tuple[Any, ...], tuple[NodeRecord, np.ndarray]] = {}
-        self._stand_ins: tuple[tuple[Any, ...], list[Any]] | None = None  # given_again's, of a scatter
+        self._stand_ins: StandIns | None = None  # given_again's, of a scatter
         self._model = model
         self._sess_options = sess_options
         self._agreed_shape: tuple[int, ...] | None = None
@@ -398,39 +399,14 @@ class EmulatedStep(CpuFallback):
         given = self._given_at
         if given is None or self._full_check or (given[1] is not None and given[0] != self._proved_key):
             return False
-        proved_key = given[0]
-        if len(inputs) != len(proved_key) or type(inputs[1]) is not np.ndarray:
-            return False
-        for value, proved in zip(inputs, proved_key, strict=True):
-            if proved is None or value is None:
-                if value is not proved:
-                    return False
-            elif type(value) is tuple:  # a shape: the dtype is the value's type, the same on every run
-                if value != proved[0]:
-                    return False
-            elif type(value) is not np.ndarray or value.shape != proved[0] or value.dtype != proved[1]:
-                return False  # an OrtValue, a mapped weight, other shapes: the full check
-        if proved_key not in self._cache:
-            return False
-        expected = given[1]
-        if expected is not None:
-            if not expected.indices_in_range(inputs[1]):
-                return False
-        else:
-            # A scatter's proof reads its data's and updates' shapes and dtypes only: stand-ins of them
-            # without memory, made once per proved shapes.
-            made = self._stand_ins
-            if made is None or made[0] is not proved_key:
-                stand_ins = [
-                    None if p is None else np.broadcast_to(np.zeros((), p[1]), p[0]) for p in proved_key
-                ]
-                made = self._stand_ins = (proved_key, stand_ins)
-            arrays = list(made[1])
-            arrays[1] = inputs[1]
-            if not scatter_output_is_given(self.node.op_type, self._attrs, arrays, arrays[0]):
-                return False
-        state.records[self.slot] = given[2]
-        return True
+        if not same_inputs(inputs, given[0]) or given[0] not in self._cache:
+            return False  # other shapes, an OrtValue, a translation no longer cached: the full check
+        holds, self._stand_ins = proved_again(
+            self.node.op_type, self._attrs, given[0], given[1], inputs[1], self._stand_ins
+        )
+        if holds:
+            state.records[self.slot] = given[2]
+        return holds
 
     def given_by_shapes(
         self, shapes: Sequence[tuple[int, ...]], state: RunState, indices: np.ndarray | None = None
