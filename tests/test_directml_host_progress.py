@@ -22,6 +22,7 @@ import pytest
 
 from dmlshim.directml import progress
 from dmlshim.directml.host import Host, HostError, HostSession
+from dmlshim.errors import DmlShimError
 
 FAKE_HOST = r"""
 import json, socket, struct, subprocess, sys, time
@@ -209,7 +210,7 @@ def test_default_ceiling_grows_with_the_bytes_and_the_setting_overrides_it(
     monkeypatch.setenv(progress.TIMEOUT_ENV, "6000")
     assert progress.ProgressWait.for_request("x", None, 237_000_000).ceiling == 6000.0
     monkeypatch.setenv(progress.TIMEOUT_ENV, "soon")
-    with pytest.raises(ValueError, match="DMLSHIM_DIRECTML_TIMEOUT='soon' is not a number"):
+    with pytest.raises(DmlShimError, match="DMLSHIM_DIRECTML_TIMEOUT='soon' is not a number"):
         progress.ProgressWait.for_request("x", None, 0)
 
 
