@@ -1,0 +1,71 @@
+"""Hostile round 11 (issue 35 item 6): the drop-in ``InferenceSession`` given session options onnxruntime
+refuses.
+
+``SessionOptions.log_severity_level`` outside onnxruntime's severities (0 verbose .. 4 fatal) makes
+onnxruntime refuse the session ("Invalid session log severity level"). dmlshim built the partitioned
+session anyway (a model whose only node is emulated builds no onnxruntime session with those options)
+and, with initializers, blamed the refusal on ``add_initializer`` ("onnxruntime refuses an initializer
+added through the session options") though none was added."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import dmlshim
+from dmlshim.errors import DmlShimError
+
+from .oracle import IR_VERSION
+
+
+def _model(with_initializer: bool) -> bytes:
+    inputs = [helper.make_tensor_value_info("i", TensorProto.INT64, [2])]
+    inits = []
+    if with_initializer:
+        inits = [numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(4, 3), "d")]
+    else:
+        inputs.insert(0, helper.make_tensor_value_info("d", TensorProto.FLOAT, [4, 3]))
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["d", "i"], ["y"], axis=0)],
+        "h11",
+        inputs,
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    model = helper.make_model(graph, ir_version=IR_VERSION, opset_imports=[helper.make_opsetid("", 18)])
+    return model.SerializeToString()
+
+
+def _options(level: int) -> ort.SessionOptions:
+    so = ort.SessionOptions()
+    so.log_severity_level = level
+    return so
+
+
+@pytest.mark.parametrize("level", [5, 7, 1000])
+@pytest.mark.parametrize("with_initializer", [False, True])
+@pytest.mark.parametrize("engine", ["partitioned", "customop", "cpu", None])
+def test_a_log_severity_onnxruntime_refuses_is_refused_as_onnxruntime_refuses_it(
+    level: int, with_initializer: bool, engine: str | None
+) -> None:
+    model = _model(with_initializer)
+    with pytest.raises(RuntimeError, match="Invalid session log severity level"):
+        ort.InferenceSession(model, _options(level), providers=["CPUExecutionProvider"])
+    with pytest.raises(RuntimeError) as caught:
+        dmlshim.InferenceSession(model, _options(level), engine=engine)
+    assert isinstance(caught.value, DmlShimError)
+    message = str(caught.value)
+    assert "log severity level" in message and str(level) in message
+    assert "initializer" not in message
+
+
+@pytest.mark.parametrize("level", [-1, 0, 4])
+def test_a_log_severity_onnxruntime_takes_still_runs(level: int) -> None:
+    model = _model(True)
+    feeds = {"i": np.array([3, 0], np.int64)}
+    expected = ort.InferenceSession(model, _options(level), providers=["CPUExecutionProvider"]).run(None, feeds)
+    for engine in ("partitioned", "customop", None):
+        got = dmlshim.InferenceSession(model, _options(level), engine=engine).run(None, feeds)
+        np.testing.assert_array_equal(got[0], expected[0])
