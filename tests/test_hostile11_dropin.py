@@ -69,3 +69,24 @@ def test_a_log_severity_onnxruntime_takes_still_runs(level: int) -> None:
     for engine in ("partitioned", "customop", None):
         got = dmlshim.InferenceSession(model, _options(level), engine=engine).run(None, feeds)
         np.testing.assert_array_equal(got[0], expected[0])
+
+
+def test_an_empty_profile_prefix_names_the_profile_as_onnxruntime_does(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """``profile_file_prefix = ""``: onnxruntime writes ``_<date>_<time>.json``; dmlshim wrote
+    ``onnxruntime_profile__...`` (the default prefix), a name the caller never chose."""
+    monkeypatch.chdir(tmp_path)
+    model = _model(False)
+    feeds = {"d": np.zeros((4, 3), np.float32), "i": np.array([0, 1], np.int64)}
+    so = ort.SessionOptions()
+    so.enable_profiling, so.profile_file_prefix = True, ""
+    theirs = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    theirs.run(None, feeds)
+    their_name = theirs.end_profiling()
+    assert their_name.startswith("_")
+    for engine in ("partitioned", "customop", None):
+        so = ort.SessionOptions()
+        so.enable_profiling, so.profile_file_prefix = True, ""
+        ours = dmlshim.InferenceSession(model, so, engine=engine)
+        ours.run(None, feeds)
+        name = ours.end_profiling()
+        assert name.startswith("_") and (tmp_path / name).is_file(), name

@@ -39,9 +39,6 @@ from .session_options import write_session_file
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_PREFIX = "onnxruntime_profile_"
-"""onnxruntime's default ``profile_file_prefix``."""
-
 OrtSessions = Sequence[tuple[str, Any]]
 
 
@@ -65,7 +62,7 @@ class SessionProfiler:
     """
 
     def __init__(self, prefix: str, inputs: tuple[str | None, ...] = ()) -> None:
-        self._prefix = prefix or DEFAULT_PREFIX
+        self._prefix = prefix  # "" too: onnxruntime then names the file "_<date>_<time>.json"
         self.inputs = inputs
         """Files the session reads (the model): the profile is never written over one of them."""
         self._start_wall_ns = time.time_ns()
