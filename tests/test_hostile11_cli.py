@@ -20,7 +20,9 @@ from .oracle import IR_VERSION, ort_run
 
 
 def _cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "dmlshim", *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "dmlshim", *args], cwd=cwd, capture_output=True, text=True, timeout=600
+    )
 
 
 def _model(op: str, data_shape: list[int], indices_shape: list[int], **attrs: int) -> onnx.ModelProto:

@@ -21,7 +21,9 @@ HOSTILE = ["-1", "0", "-0", "nan", "NaN", "inf", "-inf", "1e400", "soon", "10s",
 
 @pytest.mark.parametrize("env", [progress.STALL_ENV, progress.TIMEOUT_ENV])
 @pytest.mark.parametrize("raw", HOSTILE)
-def test_a_hostile_wait_setting_is_refused_naming_it(monkeypatch: pytest.MonkeyPatch, env: str, raw: str) -> None:
+def test_a_hostile_wait_setting_is_refused_naming_it(
+    monkeypatch: pytest.MonkeyPatch, env: str, raw: str
+) -> None:
     monkeypatch.setenv(env, raw)
     with pytest.raises(DmlShimError) as caught:
         progress.ProgressWait.for_request("the 'run' request", None, 0)
@@ -31,7 +33,9 @@ def test_a_hostile_wait_setting_is_refused_naming_it(monkeypatch: pytest.MonkeyP
 
 
 @pytest.mark.parametrize("raw, seconds", [(" 30 ", 30.0), ("1e6", 1e6), ("0.5", 0.5), ("1e300", 1e300)])
-def test_finite_positive_settings_are_taken_as_they_are(monkeypatch: pytest.MonkeyPatch, raw: str, seconds: float) -> None:
+def test_finite_positive_settings_are_taken_as_they_are(
+    monkeypatch: pytest.MonkeyPatch, raw: str, seconds: float
+) -> None:
     monkeypatch.setenv(progress.STALL_ENV, raw)
     monkeypatch.setenv(progress.TIMEOUT_ENV, raw)
     wait = progress.ProgressWait.for_request("x", None, 0)
