@@ -9,6 +9,9 @@ added through the session options") though none was added."""
 
 from __future__ import annotations
 
+import os
+import re
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -124,7 +127,10 @@ def test_a_float8e4m3fn_output_is_returned_as_onnxruntime_returns_it(engine: str
     """onnxruntime's ``run`` returns a float8e4m3fn output (alone of the float8 types) as its bytes, a
     uint8 array; dmlshim refused it ("numpy cannot hold"), so a program running under onnxruntime failed."""
     model = _float8_model()
-    feeds = {"d": np.linspace(-300, 300, 12, dtype=np.float32).reshape(4, 3), "i": np.array([3, -4], np.int64)}
+    feeds = {
+        "d": np.linspace(-300, 300, 12, dtype=np.float32).reshape(4, 3),
+        "i": np.array([3, -4], np.int64),
+    }
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     reference = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
@@ -144,3 +150,26 @@ def test_a_float8e4m3fn_output_is_returned_as_onnxruntime_returns_it(engine: str
     binding.bind_output("q")
     session.run_with_iobinding(binding)
     np.testing.assert_array_equal(binding.copy_outputs_to_cpu()[0], expected[1])
+
+
+def _shape_of_name(name: str) -> str:
+    return re.sub(r"\d", "9", os.path.basename(name))
+
+
+def test_the_profile_is_named_as_the_installed_onnxruntime_names_it(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """onnxruntime 1.32 ends a profile's name with milliseconds (``p_2026-11-29_17-55-28_815.json``),
+    1.24 does not (``p_2026-11-29_17-55-28.json``); dmlshim always added them."""
+    monkeypatch.chdir(tmp_path)
+    model = _model(False)
+    feeds = {"d": np.zeros((4, 3), np.float32), "i": np.array([0, 1], np.int64)}
+    so = ort.SessionOptions()
+    so.enable_profiling, so.profile_file_prefix = True, "p"
+    theirs = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    theirs.run(None, feeds)
+    expected = _shape_of_name(theirs.end_profiling())
+    for engine in ("partitioned", "customop", None):
+        so = ort.SessionOptions()
+        so.enable_profiling, so.profile_file_prefix = True, "p"
+        ours = dmlshim.InferenceSession(model, so, engine=engine)
+        ours.run(None, feeds)
+        assert _shape_of_name(ours.end_profiling()) == expected
