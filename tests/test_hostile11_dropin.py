@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
@@ -173,3 +174,30 @@ def test_the_profile_is_named_as_the_installed_onnxruntime_names_it(tmp_path, mo
         ours = dmlshim.InferenceSession(model, so, engine=engine)
         ours.run(None, feeds)
         assert _shape_of_name(ours.end_profiling()) == expected
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="left (issue 35 round 11): dmlshim copies add_initializer values when the session is built; "
+    "onnxruntime reads the caller's OrtValue buffer on every run",
+)
+@pytest.mark.parametrize("engine", ["partitioned", "customop"])
+def test_an_added_initializer_updated_in_place_is_read_on_the_next_run(engine: str) -> None:
+    """onnxruntime keeps using the OrtValue given to ``add_initializer`` (it must outlive the session):
+    a caller who updates it in place between runs (swapping weights without a new session) gets the new
+    values from the next run on. dmlshim's emulated Gather keeps the values of the session's build."""
+    model = _model(True)
+    feeds = {"i": np.array([0, 3], np.int64)}
+
+    def runs(make: Any) -> list[list[float]]:
+        ov = ort.OrtValue.ortvalue_from_numpy(np.full((4, 3), 2, np.float32))
+        so = ort.SessionOptions()
+        so.add_initializer("d", ov)
+        session = make(so)
+        first = session.run(None, feeds)[0]
+        ov.update_inplace(np.full((4, 3), 5, np.float32))
+        return [first.ravel().tolist(), session.run(None, feeds)[0].ravel().tolist()]
+
+    expected = runs(lambda so: ort.InferenceSession(model, so, providers=["CPUExecutionProvider"]))
+    assert expected[1] == [5.0] * 6  # onnxruntime's own answer
+    assert runs(lambda so: dmlshim.InferenceSession(model, so, engine=engine)) == expected
