@@ -201,3 +201,11 @@ def test_an_added_initializer_updated_in_place_is_read_on_the_next_run(engine: s
     expected = runs(lambda so: ort.InferenceSession(model, so, providers=["CPUExecutionProvider"]))
     assert expected[1] == [5.0] * 6  # onnxruntime's own answer
     assert runs(lambda so: dmlshim.InferenceSession(model, so, engine=engine)) == expected
+
+
+@pytest.mark.parametrize("level", [None, 3.0, b"3_0", ["3_0"], object()])
+def test_a_feature_level_of_another_type_is_a_clear_error(level: Any) -> None:
+    """``feature_level=None`` (or a float, bytes, a list) ended in a bare ``AttributeError`` ('NoneType'
+    object has no attribute 'strip') instead of dmlshim's error naming the argument and the known levels."""
+    with pytest.raises(DmlShimError, match=r"unknown DirectML feature level .*known levels: .*5_0"):
+        dmlshim.InferenceSession(_model(False), feature_level=level)
