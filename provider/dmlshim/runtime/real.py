@@ -47,6 +47,15 @@ def callers_options(options: Any) -> None:
         _CALLERS.add(options)
 
 
+def is_callers_options(options: Any) -> bool:
+    """Whether ``options`` is a program's own object (:func:`callers_options`), which the program may go on
+    changing after its session is built (onnxruntime reads it once, when each session is built)."""
+    try:
+        return options in _CALLERS
+    except TypeError:
+        return False
+
+
 def _on_global_pool(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
     options = args[1] if len(args) > 1 else kwargs.get("sess_options")
     if options is None:
@@ -138,6 +147,7 @@ __all__ = [
     "OrtIOBinding",
     "OrtInferenceSession",
     "callers_options",
+    "is_callers_options",
     "loaded_outputs",
     "optimizers_disabled",
     "ort",

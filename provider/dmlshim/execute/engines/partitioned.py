@@ -30,6 +30,7 @@ from ...errors import DmlShimError
 from ...graph import display_names
 from ...model.ort_witness import no_session_coming, session_built
 from ...model.weightless import tensor_nbytes, without_weights
+from ...runtime.real import is_callers_options
 from ...translate import TensorInfo, infer_shapes
 from ...translate.shapes_info import tensor_infos
 from ...translate.translator import model_opsets
@@ -301,7 +302,11 @@ class PartitionedEngine(PartitionedRuns):
             for step in emulated_steps:
                 step.lean_dtypes = lean.get(step.output)
             spec = None
-            if not config.full_check and not shape_outputs_clash(graph):
+            # The lean session (and the full one built again) are built runs after the session: from a
+            # program's own options object, which onnxruntime reads only when a session is built, they
+            # would take whatever the program changed in it since (another Gelu, a file to write).
+            late_builds_safe = not is_callers_options(config.sess_options)
+            if not config.full_check and late_builds_safe and not shape_outputs_clash(graph):
                 static = set(graph_inputs) | set(self._static_values)
                 from_feeds = given_input_shapes(emulated_io, lean, infos, graph, static)
                 extra = lean_outputs(
