@@ -34,7 +34,7 @@ CORPUS = (
 )
 
 
-def _whole_model_inference(model: onnx.ModelProto) -> onnx.ModelProto:
+def _whole_model_inference(model: onnx.ModelProto, remember: bool = True) -> onnx.ModelProto:
     """The slow path: onnx's inference of the whole model, weights included, as before."""
     return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
 
@@ -98,8 +98,8 @@ def test_session_outputs_are_onnxruntimes(tmp_path: Path) -> None:
     assert ours[1].shape == ["batch", 256]  # from inference: the model declares no type for y
 
 
-def test_a_session_build_runs_the_inference_without_data_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The model check's pass answers the output description and data propagation's base alike."""
+def _counted_passes(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """onnx's inferences from now on: data_prop of each."""
     calls: list[bool] = []
     real = onnx.shape_inference.infer_shapes
 
@@ -108,6 +108,35 @@ def test_a_session_build_runs_the_inference_without_data_once(monkeypatch: pytes
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(onnx.shape_inference, "infer_shapes", counting)
+    return calls
+
+
+def test_a_session_build_runs_the_inference_without_data_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The model check's pass answers the output description and data propagation's base alike."""
+    calls = _counted_passes(monkeypatch)
     dmlshim.InferenceSession(str(ROOT / "onnx_models" / "real" / "bert_dynamo.onnx"))
     assert calls.count(False) == 1
     assert calls.count(True) >= 1
+
+
+def test_free_dimension_overrides_are_described_and_not_remembered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The description of a model whose inputs carry the caller's overrides is inferred (onnxruntime's
+    answer), and does not displace the model check's remembered pass, which data propagation reuses."""
+    path = tmp_path / "heavy.onnx"
+    onnx.save(_heavy_weight_model(), str(path))
+
+    def options() -> onnxruntime.SessionOptions:
+        so = onnxruntime.SessionOptions()
+        so.add_free_dimension_override_by_name("batch", 5)
+        return so
+
+    theirs = onnxruntime.InferenceSession(str(path), options(), providers=["CPUExecutionProvider"])
+    calls = _counted_passes(monkeypatch)
+    ours = dmlshim.InferenceSession(str(path), options())
+    assert [(o.name, o.type, o.shape) for o in ours.get_outputs()] == [
+        (o.name, o.type, o.shape) for o in theirs.get_outputs()
+    ]
+    assert ours.get_outputs()[1].shape == [5, 256]
+    assert calls.count(False) == 2  # the model check's, and the overridden description's

@@ -318,15 +318,16 @@ def _fully_static(vi: onnx.ValueInfoProto) -> bool:
     return tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim)
 
 
-def typed_outputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+def typed_outputs(model: onnx.ModelProto, *, overridden: bool = False) -> list[onnx.ValueInfoProto]:
     """The graph outputs as onnxruntime describes them: declared types and shapes, completed by shape
     inference (a type for an output declared without one, a size for a dimension declared symbolic or
-    unknown when inference finds one)."""
+    unknown when inference finds one). ``overridden``: the graph inputs carry the caller's free-dimension
+    overrides for this call only, so no later pass asks for this inference again."""
     outputs = list(model.graph.output)
     if all(_fully_static(o) for o in outputs):
         return outputs
     try:
-        inferred = _inferred(model)
+        inferred = _inferred(model, remember=not overridden)
     except (
         onnx.shape_inference.InferenceError,
         onnx.checker.ValidationError,
@@ -352,14 +353,14 @@ def typed_outputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
     return result
 
 
-def _inferred(model: onnx.ModelProto) -> onnx.ModelProto:
+def _inferred(model: onnx.ModelProto, remember: bool = True) -> onnx.ModelProto:
     """onnx's inference of ``model`` without data propagation (``check_type`` and ``strict_mode`` off),
     from its weightless copy: the pass the model check ran on that very copy (and data propagation asks
     for next), so it is answered from :mod:`dmlshim.model.last_inference` instead of run a third time.
     The weights left out are typed graph inputs of their shape; no inference without data propagation
     reads a value that large (values read for shapes are shape-sized, and the copy keeps every
     initializer under 64 KB), so the types are those of the whole model's inference."""
-    return remembered_inference(without_weights(model))
+    return remembered_inference(without_weights(model), remember=remember)
 
 
 _INVENTED_DIM = re.compile(r"unk__\d+")
