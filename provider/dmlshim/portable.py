@@ -63,6 +63,16 @@ def is_windows() -> bool:
     return os.name == "nt"
 
 
+def folds_case() -> bool:
+    """True where names that differ only in case name one file by default (Windows, macOS)."""
+    return is_windows() or sys.platform == "darwin"
+
+
+def name_key(path: str) -> str:
+    """``path`` as the file system compares names: case-folded where :func:`folds_case`."""
+    return path.casefold() if folds_case() else path
+
+
 READ_FLAGS = os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0)
 """Flags for ``os.open`` of a file to read: binary on Windows (no newline or Ctrl-Z translation)."""
 

@@ -15,13 +15,22 @@ import numpy as np
 from ..errors import DmlShimError
 from ..execute.feeds import load_npz
 from ..execute.record import RunRecord
-from ..fileio.files import check_output_file, write_npz
+from ..fileio.array_files import write_arrays
+from ..fileio.files import check_output_file
 from ..inputs import GeneratedInputs, annotate_error, generate
 from ..inputs.narrow_floats import narrow_feeds
 from ..ort.session import InferenceSession, load_model
 from ..text import shape_text, table
 from ..validate.value_kinds import describe, is_array, kind_text
-from .options import add_engine, add_feature_level, add_input_shape, input_shapes, output_path_arg, path_arg, seed_type
+from .options import (
+    add_engine,
+    add_feature_level,
+    add_input_shape,
+    input_shapes,
+    output_path_arg,
+    path_arg,
+    seed_type,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "-o",
         metavar="FILE.npz",
         type=output_path_arg,
-        help="write the outputs here (numpy.savez format)",
+        help="write the outputs here: numpy.savez format, or polygraphy's RunResults JSON for a .json name "
+        "(as validate --save-outputs)",
     )
     parser.add_argument(
         "--overwrite", action="store_true", help="replace the --output file if it exists (refused otherwise)"
@@ -98,13 +108,13 @@ def run(args: argparse.Namespace) -> int:
     outputs = [_string_tensor_as_text(o) for o in outputs]
     stored = [(n, o) for n, o in zip(names, outputs, strict=False) if is_array(o)]
     if output_path is not None:
-        write_npz(output_path, dict(stored), overwrite=args.overwrite, inputs=inputs)
+        write_arrays(output_path, dict(stored), kind="outputs", overwrite=args.overwrite, inputs=inputs)
         logger.info("wrote %d outputs to %s", len(stored), output_path)
         left_out = [(n, o) for n, o in zip(names, outputs, strict=False) if not is_array(o)]
         if left_out:
             listed = "; ".join(f"{n!r} is {kind_text(o)}" for n, o in left_out)
             print(
-                f"dmlshim run: note: an .npz holds arrays only, so {output_path} leaves out {len(left_out)} "
+                f"dmlshim run: note: the outputs file holds arrays only, so {output_path} leaves out {len(left_out)} "
                 f"output(s): {listed} (--json describes them)",
                 file=sys.stderr,
             )

@@ -9,6 +9,7 @@ import logging
 import os
 import sys
 
+from .. import portable
 from ..validate import ValidationReport
 from ..validate.tolerances import Tolerances
 from .options import add_html, input_shapes, path_arg
@@ -82,6 +83,7 @@ def _one_file_each(targets: dict[str, str | None]) -> None:
         if not target:
             continue
         where = os.path.join(os.path.realpath(os.path.dirname(target) or "."), os.path.basename(target))
+        where = portable.name_key(where)
         if where in seen:
             raise BadInputError(
                 f"{seen[where]} and {flag} name the same file {target!r}; give each its own file",

@@ -163,7 +163,8 @@ def _same_file(a: PathLike, b: PathLike) -> bool:
     except (OSError, ValueError):
         pass
     try:
-        return os.path.realpath(a) == os.path.realpath(b)
+        # neither exists yet, or one does: compare names as the file system will
+        return portable.name_key(os.path.realpath(a)) == portable.name_key(os.path.realpath(b))
     except (OSError, ValueError):
         return False
 
