@@ -17,8 +17,8 @@ from ...errors import BadModelError
 from ...fileio.external_data import external_tensors
 from ...fileio.filekind import require_onnx_model
 from ...limits import check_bytes
-from ...model.modelcheck import check_model, load_external_data
 from ...model.last_inference import infer_shapes as remembered_inference
+from ...model.modelcheck import check_model, load_external_data
 from ...model.prepare import prepare_model
 from ...model.weightless import is_external, without_weights
 from ...runtime.exceptions import (
