@@ -185,18 +185,31 @@ def _locations(source: str, mtime_ns: int, size: int) -> tuple[str, ...]:
     key the cache)."""
     import onnx  # files.py stays import-light for commands that write no model
 
+    from ..execute.weights.file_slices import read_weightless
+    from ..model.weightless import WEIGHTLESS_MIN_BYTES
     from .external_data import external_tensors
 
+    # read without the large inline weights (a 361 MB model parsed whole doubled `run -o`'s peak);
+    # those become references to the model file itself (location: its own name), not data files
+    inline: frozenset[str] = frozenset()
     try:
-        model = onnx.load(source, load_external_data=False)
+        walked = read_weightless(source, WEIGHTLESS_MIN_BYTES)
+        if walked is not None:
+            model, inline = walked
+        else:
+            model = onnx.load(source, load_external_data=False)
     except Exception as exc:  # not a model, unreadable: nothing more to protect than the file itself
         logger.debug("no external data listed for %s: %s", source, exc)
         return ()
+    own_name = os.path.basename(source)
     found: dict[str, None] = {}
     for tensor in external_tensors(model.graph):
         for entry in tensor.external_data:
-            if entry.key == "location" and entry.value and "\x00" not in entry.value:
-                found.setdefault(entry.value)
+            if entry.key != "location" or not entry.value or "\x00" in entry.value:
+                continue
+            if tensor.name in inline and entry.value == own_name:
+                continue  # an inline weight read_weightless left in the model file
+            found.setdefault(entry.value)
     return tuple(found)
 
 

@@ -1,0 +1,88 @@
+"""Held-out round 3: ``dmlshim run -o`` on a 361 MB DistilBERT (weights inline) peaked at 1.13 GB where
+the same run without ``-o`` peaked at 448 MB: the careful writer listed the model's external-data files
+(files an output must never replace) with ``onnx.load``, which reads and parses every inline weight.
+Listing them must not read the weights; the external-data files it finds are unchanged."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+import onnx.external_data_helper
+
+from dmlshim.errors import BadInputError
+from dmlshim.fileio import files
+
+INLINE_ROWS = 16384  # 16384 x 256 float32 = 16 MiB inline
+
+
+def _model(tmp_path: Path) -> Path:
+    """Gather from a 16 MiB inline table plus an Add of a small weight kept in ``small.bin``."""
+    rng = np.random.default_rng(0)
+    table = numpy_helper.from_array(rng.standard_normal((INLINE_ROWS, 256)).astype(np.float32), "table")
+    bias = numpy_helper.from_array(rng.standard_normal(256).astype(np.float32), "bias")
+    graph = helper.make_graph(
+        [
+            helper.make_node("Gather", ["table", "ids"], ["rows"], name="embed"),
+            helper.make_node("Add", ["rows", "bias"], ["y"], name="add"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 256])],
+        [table, bias],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    # the bias lives in small.bin beside the model; the table stays inline
+    onnx.external_data_helper.set_external_data(model.graph.initializer[1], location="small.bin")
+    (tmp_path / "small.bin").write_bytes(model.graph.initializer[1].raw_data)
+    model.graph.initializer[1].ClearField("raw_data")
+    model.graph.initializer[1].data_location = TensorProto.EXTERNAL
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def test_listing_external_data_does_not_read_inline_weights(tmp_path: Path) -> None:
+    path = _model(tmp_path)
+    assert path.stat().st_size > INLINE_ROWS * 256 * 4  # the table is inline
+    files._locations.cache_clear()
+    tracemalloc.start()
+    try:
+        found = files.input_files([str(path)])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert [p.name for p, _ in found] == ["m.onnx", "small.bin"]
+    assert peak < 2 * 1024 * 1024, f"listing external data allocated {peak} bytes (the weights are 16 MiB)"
+
+
+def test_output_onto_external_data_still_refused(tmp_path: Path) -> None:
+    path = _model(tmp_path)
+    files._locations.cache_clear()
+    with pytest.raises(BadInputError, match="external data"):
+        files.check_output_file(tmp_path / "small.bin", overwrite=True, inputs=[str(path)])
+
+
+def test_run_output_file_matches_onnxruntime(tmp_path: Path) -> None:
+    path = _model(tmp_path)
+    ids = np.array([5, INLINE_ROWS - 1, 0], np.int64)
+    np.savez(tmp_path / "in.npz", ids=ids)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    want = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"]).run(None, {"ids": ids})[0]
+    out = tmp_path / "out.npz"
+    done = subprocess.run(
+        [sys.executable, "-m", "dmlshim", "run", str(path), "--inputs", str(tmp_path / "in.npz"), "-o", str(out), "-q"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert np.load(out)["y"].tobytes() == want.tobytes()
