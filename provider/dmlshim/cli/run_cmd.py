@@ -22,7 +22,15 @@ from ..inputs.narrow_floats import narrow_feeds
 from ..ort.session import InferenceSession, load_model
 from ..text import shape_text, table
 from ..validate.value_kinds import describe, is_array, kind_text
-from .options import add_engine, add_feature_level, add_input_shape, input_shapes, output_path_arg, path_arg, seed_type
+from .options import (
+    add_engine,
+    add_feature_level,
+    add_input_shape,
+    input_shapes,
+    output_path_arg,
+    path_arg,
+    seed_type,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import EngineUnavailableError
-from .progress import ProgressWait, WaitExpired, ceiling_override, stall_window
+from .progress import ProgressWait, WaitExpired, ceiling_override, check_settings, stall_window
 from .stack import Stack, load_stack
 from .wine import shared_display, windows_path
 
@@ -106,6 +106,7 @@ class Host:
     """Sessions :meth:`release` could not free while their thread was inside a request."""
 
     def __init__(self, stack: Stack) -> None:
+        check_settings()  # a bad wait setting fails here, not with node.exe already running
         self.stack = stack
         self._lock = threading.Lock()
         self._log_dir = Path(tempfile.mkdtemp(prefix="dmlshim-dmlhost-"))

@@ -18,11 +18,13 @@ Settings (environment, seconds):
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import DmlShimError
 from ..portable import clock_ticks_per_second
 
 logger = logging.getLogger(__name__)
@@ -47,16 +49,30 @@ class WaitExpired(Exception):
 
 
 def _env_seconds(name: str) -> float | None:
+    """The seconds setting ``name`` holds, None when unset; anything but a finite positive number is
+    refused (nan or inf would make a hung host's wait endless)."""
     raw = os.environ.get(name, "").strip()
     if not raw:
         return None
     try:
         value = float(raw)
     except ValueError:
-        raise ValueError(f"{name}={raw!r} is not a number of seconds") from None
-    if not value > 0:
-        raise ValueError(f"{name}={raw!r} must be a positive number of seconds")
+        raise DmlShimError(
+            f"{name}={raw!r} is not a number of seconds", rule="a finite positive number", value=raw
+        ) from None
+    if not (math.isfinite(value) and value > 0):
+        raise DmlShimError(
+            f"{name}={raw!r} must be a finite positive number of seconds",
+            rule="a finite positive number",
+            value=raw,
+        )
     return value
+
+
+def check_settings() -> None:
+    """Refuse an unusable wait setting now, before a host is started (see :func:`_env_seconds`)."""
+    stall_window()
+    ceiling_override()
 
 
 def stall_window() -> float:

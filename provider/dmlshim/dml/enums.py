@@ -204,6 +204,9 @@ class FeatureLevel(enum.IntEnum):
         """Accept ``3_0``, ``3.0``, ``0x3000``, ``DML_FEATURE_LEVEL_3_0`` or the integer 0x3000."""
         if isinstance(text, int):
             return cls(text)
+        known = ", ".join(level.short for level in cls)
+        if not isinstance(text, str):  # None, a float, bytes: named like any unknown level, not a traceback
+            raise ValueError(f"unknown DirectML feature level {text!r}; known levels: {known}")
         raw = text.strip()
         if raw.upper().startswith("DML_FEATURE_LEVEL_"):
             raw = raw[len("DML_FEATURE_LEVEL_") :]
@@ -219,7 +222,6 @@ class FeatureLevel(enum.IntEnum):
                     return cls((int(m.group(1)) << 12) | (int(m.group(2)) << 8))
                 except ValueError:
                     pass
-        known = ", ".join(level.short for level in cls)
         raise ValueError(f"unknown DirectML feature level {text!r}; known levels: {known}")
 
 

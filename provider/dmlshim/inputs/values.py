@@ -109,6 +109,8 @@ def draw_indices(spec: InputSpec, rng: np.random.Generator, negative: bool) -> n
         )
     if dtype.kind == "u":
         low = max(low, 0)
+    if 0 in spec.shape:  # no element, so no index to choose: valid whatever the bounds (an empty axis)
+        return np.zeros(spec.shape, dtype)
     if high <= low:
         raise BadInputError(
             f"input {spec.name!r}: no value is a valid index for every node it feeds "

@@ -24,7 +24,7 @@ from .ortvalues import (
     array_at,
     as_array,
     check_cpu,
-    refuse_unholdable_outputs,
+    numpy_outputs,
     string_ortvalue,
     to_ortvalue,
 )
@@ -263,10 +263,9 @@ class IOBinding:
             NotSupportedError: an output numpy cannot hold (bfloat16, float8): a ``RuntimeError``, as
                 onnxruntime raises here; :meth:`get_outputs` gives it as an ``OrtValue``.
         """
-        results = self._results or []
-        refuse_unholdable_outputs(
-            list(self._outputs)[: len(results)], results, "get_outputs() gives it as an OrtValue"
-        )
+        made = self._results or []
+        names = list(self._outputs)[: len(made)]
+        results = numpy_outputs(names, made, "get_outputs() gives it as an OrtValue")
         return [np.array(v, copy=True) for v in results]
 
     # --- used by InferenceSession.run_with_iobinding ----------------------------------------------

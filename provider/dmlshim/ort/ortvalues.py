@@ -142,14 +142,25 @@ def refuse_unconvertible_array(name: str, value: Any) -> None:
     ) from RuntimeError(f"Numpy_type {value.dtype.num} can't be converted to MLDataType.")
 
 
-def refuse_unholdable_outputs(
+def numpy_outputs(
     names: Sequence[str], outputs: Sequence[Any], instead: str = "ask for it with run_with_ort_values"
-) -> None:
-    """Raise NotSupportedError (a ``RuntimeError``, as onnxruntime's) for an output ``run()`` cannot return:
-    a tensor numpy cannot hold (bfloat16, float8), which onnxruntime's ``run`` refuses too."""
+) -> list[Any]:
+    """``outputs`` as ``run()`` returns them: a tensor kept as an OrtValue becomes what onnxruntime's
+    ``OrtValue.numpy()`` gives (float8e4m3fn: its bytes as uint8, as onnxruntime's ``run`` returns it).
+
+    Raises:
+        NotSupportedError: (a ``RuntimeError``, as onnxruntime's) a tensor onnxruntime has no numpy type
+            for (bfloat16, the other float8 types, 4-bit), which onnxruntime's ``run`` refuses too.
+    """
     ndarray = np.ndarray
-    for name, value in zip(names, outputs, strict=True):
+    out = list(outputs)
+    for k, (name, value) in enumerate(zip(names, outputs, strict=True)):
         if type(value) is not ndarray and isinstance(value, ort.OrtValue) and value.is_tensor():
+            try:
+                out[k] = value.numpy()
+                continue
+            except RuntimeError:
+                pass
             raise NotSupportedError(
                 f"output {name!r} is a {value.data_type()}, which numpy cannot hold, so it cannot be "
                 'returned as an array (onnxruntime raises here too: "No corresponding Numpy type"); '
@@ -157,6 +168,7 @@ def refuse_unholdable_outputs(
                 tensor=name,
                 value=value.data_type(),
             ) from RuntimeError(f"No corresponding Numpy type for Tensor Type. {value.data_type()}")
+    return out
 
 
 def to_ortvalue(value: Any) -> Any:

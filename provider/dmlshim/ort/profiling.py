@@ -18,9 +18,11 @@ Chrome trace format onnxruntime uses (a JSON array of complete ``"ph": "X"`` eve
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
+import re
 import tempfile
 import threading
 import time
@@ -34,15 +36,25 @@ from onnx import helper
 
 from ..execute.record import PLACEMENT_DML
 from ..fileio import files
+from ..runtime.real import OrtInferenceSession, ort
 from .providers import CPU_EP, DML_EP
+from .session_copy import _probe_model
 from .session_options import write_session_file
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_PREFIX = "onnxruntime_profile_"
-"""onnxruntime's default ``profile_file_prefix``."""
-
 OrtSessions = Sequence[tuple[str, Any]]
+
+
+@functools.cache
+def _names_end_in_milliseconds() -> bool:
+    """Whether the installed onnxruntime ends a profile's name with milliseconds (1.32:
+    ``p_2026-11-29_17-55-28_815.json``; 1.24: ``p_2026-11-29_17-55-28.json``), asked of it once."""
+    with tempfile.TemporaryDirectory(prefix="dmlshim-profile-name-") as tmp:
+        so = ort.SessionOptions()
+        so.enable_profiling, so.profile_file_prefix, so.log_severity_level = True, str(Path(tmp) / "p"), 4
+        name = Path(OrtInferenceSession(_probe_model(), so, providers=[CPU_EP]).end_profiling()).name
+    return re.fullmatch(r"p_[\d-]+_[\d-]+_\d{3}\.json", name) is not None
 
 
 def _type_name(dtype: np.dtype) -> str:
@@ -65,7 +77,7 @@ class SessionProfiler:
     """
 
     def __init__(self, prefix: str, inputs: tuple[str | None, ...] = ()) -> None:
-        self._prefix = prefix or DEFAULT_PREFIX
+        self._prefix = prefix  # "" too: onnxruntime then names the file "_<date>_<time>.json"
         self.inputs = inputs
         """Files the session reads (the model): the profile is never written over one of them."""
         self._start_wall_ns = time.time_ns()
@@ -93,7 +105,8 @@ class SessionProfiler:
     def _file_name(self) -> str:
         stamp = time.localtime(self._start_wall_ns / 1e9)
         millis = (self._start_wall_ns // 1_000_000) % 1000
-        return f"{self._prefix}_{time.strftime('%Y-%m-%d_%H-%M-%S', stamp)}_{millis:03d}.json"
+        tail = f"_{millis:03d}" if _names_end_in_milliseconds() else ""
+        return f"{self._prefix}_{time.strftime('%Y-%m-%d_%H-%M-%S', stamp)}{tail}.json"
 
     def _now_us(self) -> int:
         return (time.perf_counter_ns() - self._start_perf_ns) // 1000

@@ -31,9 +31,9 @@ from .free_dims import outputs_for_inputs, overrides_by_name, with_free_dimensio
 from .model_config import ORT_CONFIG_KEY, options_from_model, reads_config_from_model
 from .ortvalues import (
     as_array,
+    numpy_outputs,
     plain_arrays,
     refuse_unconvertible_array,
-    refuse_unholdable_outputs,
 )
 from .profiling import SessionProfiler
 from .providers import normalize_providers, providers_or_fallback, unknown_provider_error
@@ -449,9 +449,7 @@ class InferenceSession(SessionRuns, SessionQueries, OrtSessionAttributes):
                 as onnxruntime's ``run`` raises there (``run_with_ort_values`` returns those).
         """
         names = self._wanted(output_names)
-        outputs = self._run_values(names, input_feed, run_options)
-        refuse_unholdable_outputs(names, outputs)
-        return outputs
+        return numpy_outputs(names, self._run_values(names, input_feed, run_options))
 
     @guard_resources("running the model")
     def _run_values(self, names: list[str], input_feed: Mapping[str, Any], run_options: Any) -> list[Any]:

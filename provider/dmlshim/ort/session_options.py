@@ -242,9 +242,13 @@ def check_session_options(so: Any) -> None:
     """Refuse what is not an ``onnxruntime.SessionOptions`` (or None) in the ``sess_options`` position.
 
     Raises:
-        BadInputError: a feature level or other value given where onnxruntime's order puts the options.
+        BadInputError: a feature level or other value given where onnxruntime's order puts the options,
+            or options onnxruntime refuses before it reads the model (a log severity level outside -1..4).
     """
-    if so is None or isinstance(so, ort.SessionOptions):
+    if so is None:
+        return
+    if isinstance(so, ort.SessionOptions):
+        _check_log_severity(so)
         return
     hint = ""
     if isinstance(so, (str, int)) or type(so).__name__ == "FeatureLevel":
@@ -257,6 +261,21 @@ def check_session_options(so: Any) -> None:
         value=so,
         rule="InferenceSession(path_or_bytes, sess_options=None, providers=None, provider_options=None)",
     )
+
+
+def _check_log_severity(so: Any) -> None:
+    """Refuse a ``log_severity_level`` onnxruntime refuses at session creation (-1, the environment's
+    default, or 0 verbose .. 4 fatal), as it refuses it: a session with no onnxruntime part of its own
+    (every node emulated) would otherwise take it."""
+    level = int(so.log_severity_level)
+    if -1 <= level <= 4:
+        return
+    refused = BadInputError(
+        f"Invalid session log severity level. Not a valid onnxruntime::logging::Severity value: {level}",
+        value=level,
+        rule="SessionOptions.log_severity_level is -1 (the default) or 0 (verbose) to 4 (fatal)",
+    )
+    raise with_onnxruntime_class(refused, RuntimeError)
 
 
 def write_optimized_model(

@@ -11,7 +11,7 @@ from ..errors import BadInputError, DmlShimError
 from ..runtime.exceptions import raises_onnxruntime_errors
 from ..runtime.real import pybind_state
 from .iobinding import IOBinding, fill_fetches
-from .ortvalues import ortvalues_from_vector, refuse_unholdable_outputs, to_ortvalue
+from .ortvalues import numpy_outputs, ortvalues_from_vector, to_ortvalue
 
 if TYPE_CHECKING:
     from ..execute.feeds import FeedValidator
@@ -67,7 +67,7 @@ class SessionRuns:
                 names = self._wanted(output_names)
                 outputs, error = self._execute(names, self._feeds(input_feed), run_options), ""
                 # a bfloat16 output: onnxruntime never calls back (it prints this error); dmlshim says it
-                refuse_unholdable_outputs(names, outputs, instead="ask for it with run_with_ort_values")
+                outputs = numpy_outputs(names, outputs, instead="ask for it with run_with_ort_values")
             except DmlShimError as exc:
                 outputs, error = [], str(exc)
             except Exception as exc:  # the callback is always called, as onnxruntime calls it

@@ -70,7 +70,8 @@ def _quiet(so: Any) -> Iterator[Any]:
     after: only the caller's own object holds the added values."""
     saved = (so.enable_profiling, so.optimized_model_filepath, so.log_severity_level)
     so.enable_profiling, so.optimized_model_filepath = False, ""
-    so.log_severity_level = max(int(saved[2]), 3)
+    # quiet, and a level onnxruntime takes: an invalid one is the real session's error, not the probe's
+    so.log_severity_level = min(max(int(saved[2]), 3), 4)
     try:
         yield so
     finally:
