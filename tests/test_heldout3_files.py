@@ -149,3 +149,69 @@ def test_checking_a_lowered_model_does_not_copy_its_weights(tmp_path: Path) -> N
     count, grown = (int(v) for v in done.stdout.split())
     assert count == 1  # the Gather became a custom op
     assert grown < 8 * 1024 * 1024, f"peak RSS grew {grown} bytes checking the lowered model (weights: 16 MiB)"
+
+
+def test_a_large_model_written_in_pieces_reads_back_as_the_same_model(tmp_path: Path) -> None:
+    """write_onnx writes a model whose initializers hold 64 MiB or more one initializer at a time; onnx
+    reads it back as the model given, and onnxruntime runs it as it runs the original."""
+    rng = np.random.default_rng(1)
+    big = numpy_helper.from_array(rng.standard_normal((300, 1 << 16)).astype(np.float32), "big")  # 75 MiB
+    small = numpy_helper.from_array(np.array([2, 0, 299], np.int64), "ids")
+    graph = helper.make_graph(
+        [
+            helper.make_node("Gather", ["big", "ids"], ["rows"], name="embed"),
+            helper.make_node("ReduceSum", ["rows"], ["y"], keepdims=0, name="sum"),
+        ],
+        "g",
+        [],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])],
+        [big, small],
+        doc_string="kept",
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10, producer_name="t")
+    files.write_onnx(tmp_path / "out.onnx", model)
+    back = onnx.load(str(tmp_path / "out.onnx"))
+    assert back == model
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {})
+    got = ort.InferenceSession(str(tmp_path / "out.onnx"), providers=["CPUExecutionProvider"]).run(None, {})
+    assert got[0].tobytes() == want[0].tobytes()
+
+
+def test_lower_keeps_inline_weights_inline_and_moves_external_ones(tmp_path: Path) -> None:
+    """``lower`` lists the source's external data without reading its inline weights: the 16 MiB table
+    stays inside the lowered file, the bias (kept in small.bin) goes to OUT.onnx.data."""
+    path = _model(tmp_path)
+    out = tmp_path / "low.onnx"
+    done = subprocess.run(
+        [sys.executable, "-m", "dmlshim", "lower", str(path), "-o", str(out)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    back = onnx.load(str(out), load_external_data=False)
+    where = {t.name: t.data_location for t in back.graph.initializer if t.name in ("table", "bias")}
+    assert where == {"table": TensorProto.DEFAULT, "bias": TensorProto.EXTERNAL}
+    assert (tmp_path / "low.onnx.data").stat().st_size >= 256 * 4
+    assert (tmp_path / "low.onnx.data").stat().st_size < 64 * 1024
+
+
+_REFS_PROBE = """
+import re, sys
+from dmlshim.execute.lowering.file import external_refs
+def hwm():
+    return int(re.search(r"VmHWM:\\s+(\\d+) kB", open("/proc/self/status").read()).group(1)) * 1024
+open("/proc/self/clear_refs", "w").write("5")
+before = hwm()
+refs = external_refs(sys.argv[1])
+print(" ".join(r.tensor for r in refs), hwm() - before)
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="resets the peak RSS through /proc (Linux)")
+def test_lower_lists_external_data_without_reading_inline_weights(tmp_path: Path) -> None:
+    """``lower`` read the whole source model (onnx.load) to find its external data: with the 361 MB
+    DistilBERT that alone was a second copy of the weights."""
+    path = _model(tmp_path)
+    done = subprocess.run([sys.executable, "-c", _REFS_PROBE, str(path)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    names, grown = done.stdout.split()
+    assert names == "bias"
+    assert int(grown) < 8 * 1024 * 1024, f"peak RSS grew {grown} bytes listing external data (weights: 16 MiB)"
