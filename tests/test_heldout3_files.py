@@ -12,10 +12,10 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnx.external_data_helper
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-import onnx.external_data_helper
 
 from dmlshim.errors import BadInputError
 from dmlshim.fileio import files
@@ -79,7 +79,18 @@ def test_run_output_file_matches_onnxruntime(tmp_path: Path) -> None:
     want = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"]).run(None, {"ids": ids})[0]
     out = tmp_path / "out.npz"
     done = subprocess.run(
-        [sys.executable, "-m", "dmlshim", "run", str(path), "--inputs", str(tmp_path / "in.npz"), "-o", str(out), "-q"],
+        [
+            sys.executable,
+            "-m",
+            "dmlshim",
+            "run",
+            str(path),
+            "--inputs",
+            str(tmp_path / "in.npz"),
+            "-o",
+            str(out),
+            "-q",
+        ],
         capture_output=True,
         text=True,
         timeout=300,
@@ -115,12 +126,20 @@ def test_looking_for_external_data_does_not_serialize_the_weights(tmp_path: Path
         [table],
     )
     path = tmp_path / "big.onnx"
-    path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10).SerializeToString())
-    done = subprocess.run([sys.executable, "-c", _PROBE, str(path)], capture_output=True, text=True, timeout=300)
+    path.write_bytes(
+        helper.make_model(
+            graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10
+        ).SerializeToString()
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE, str(path)], capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     found, refs, grown = (int(v) for v in done.stdout.split())
     assert (found, refs) == (0, 0)  # onnx itself: the table is inline
-    assert grown < 16 * 1024 * 1024, f"peak RSS grew {grown} bytes looking for external data (the table is 64 MiB)"
+    assert grown < 16 * 1024 * 1024, (
+        f"peak RSS grew {grown} bytes looking for external data (the table is 64 MiB)"
+    )
 
 
 _LOWER_PROBE = """
@@ -131,7 +150,8 @@ from dmlshim.execute.lowering.lower import lower_model
 from dmlshim.translate.shapes_info import load_model
 def hwm():
     return int(re.search(r"VmHWM:\\s+(\\d+) kB", open("/proc/self/status").read()).group(1)) * 1024
-lowered = lower_model(load_model(sys.argv[1]), DEFAULT_FEATURE_LEVEL, input_shapes={}, ort_cpu_preference=True)
+model = load_model(sys.argv[1])
+lowered = lower_model(model, DEFAULT_FEATURE_LEVEL, input_shapes={}, ort_cpu_preference=True)
 open("/proc/self/clear_refs", "w").write("5")
 before = hwm()
 check_lowered(lowered.model, sys.argv[1] + ".lowered.onnx")
@@ -144,11 +164,15 @@ def test_checking_a_lowered_model_does_not_copy_its_weights(tmp_path: Path) -> N
     """``dmlshim lower`` of the 361 MB DistilBERT peaked at 1.86 GB: onnx.checker serialized the whole
     lowered model to check it."""
     path = _model(tmp_path)
-    done = subprocess.run([sys.executable, "-c", _LOWER_PROBE, str(path)], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", _LOWER_PROBE, str(path)], capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     count, grown = (int(v) for v in done.stdout.split())
     assert count == 1  # the Gather became a custom op
-    assert grown < 8 * 1024 * 1024, f"peak RSS grew {grown} bytes checking the lowered model (weights: 16 MiB)"
+    assert grown < 8 * 1024 * 1024, (
+        f"peak RSS grew {grown} bytes checking the lowered model (weights: 16 MiB)"
+    )
 
 
 def test_a_large_model_written_in_pieces_reads_back_as_the_same_model(tmp_path: Path) -> None:
@@ -168,7 +192,9 @@ def test_a_large_model_written_in_pieces_reads_back_as_the_same_model(tmp_path: 
         [big, small],
         doc_string="kept",
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10, producer_name="t")
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10, producer_name="t"
+    )
     files.write_onnx(tmp_path / "out.onnx", model)
     back = onnx.load(str(tmp_path / "out.onnx"))
     assert back == model
@@ -183,7 +209,10 @@ def test_lower_keeps_inline_weights_inline_and_moves_external_ones(tmp_path: Pat
     path = _model(tmp_path)
     out = tmp_path / "low.onnx"
     done = subprocess.run(
-        [sys.executable, "-m", "dmlshim", "lower", str(path), "-o", str(out)], capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "dmlshim", "lower", str(path), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr
     back = onnx.load(str(out), load_external_data=False)
@@ -210,8 +239,12 @@ def test_lower_lists_external_data_without_reading_inline_weights(tmp_path: Path
     """``lower`` read the whole source model (onnx.load) to find its external data: with the 361 MB
     DistilBERT that alone was a second copy of the weights."""
     path = _model(tmp_path)
-    done = subprocess.run([sys.executable, "-c", _REFS_PROBE, str(path)], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", _REFS_PROBE, str(path)], capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     names, grown = done.stdout.split()
     assert names == "bias"
-    assert int(grown) < 8 * 1024 * 1024, f"peak RSS grew {grown} bytes listing external data (weights: 16 MiB)"
+    assert int(grown) < 8 * 1024 * 1024, (
+        f"peak RSS grew {grown} bytes listing external data (weights: 16 MiB)"
+    )

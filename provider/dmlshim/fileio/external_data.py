@@ -167,7 +167,9 @@ def _check_one(t: onnx.TensorProto, base: Path | None, path: str | None) -> Exte
         ) from exc
     if not stat.S_ISREG(st.st_mode):
         raise _malformed(
-            _refuse(t, f"external data {location!r} is not a regular file; refusing to read it", path, location),
+            _refuse(
+                t, f"external data {location!r} is not a regular file; refusing to read it", path, location
+            ),
             file_system=True,
         )
     size = length if length is not None else need

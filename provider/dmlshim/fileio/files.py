@@ -274,7 +274,9 @@ def check_output_file(
     if text.endswith(tuple(sep for sep in (os.sep, os.altsep) if sep)):
         # Path() drops the separator: the file would be written beside a folder the caller meant
         raise BadInputError(
-            f"the {what} ends with {text[-1]!r}, which names a folder; give a file name", path=text, rule=_RULE
+            f"the {what} ends with {text[-1]!r}, which names a folder; give a file name",
+            path=text,
+            rule=_RULE,
         )
     target = Path(text)
     for source, named in input_files(inputs):
