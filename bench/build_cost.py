@@ -55,6 +55,7 @@ PHASES: tuple[tuple[str, str, str], ...] = (
     ("dmlshim.model.modelcheck.Acceptance", "verdict", "  wait for the acceptance session"),
     ("dmlshim.execute.weights.model_source", "snapshot_inline", "  copy of the inline weights"),
     ("dmlshim.ort.session.InferenceSession", "_describe", "describe inputs/outputs"),
+    ("dmlshim.ort.session", "typed_outputs", "  output types (shape inference)"),
     ("dmlshim.ort.session.InferenceSession", "_build_engine", "engine"),
     ("dmlshim.execute.engines.partitioned", "infer_shapes", "  shape inference + data propagation"),
     ("dmlshim.execute.engines.partitioned", "tensor_infos", "  value infos"),

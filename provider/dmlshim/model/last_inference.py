@@ -22,10 +22,16 @@ _last: tuple[tuple[bytes, bool, bool, bool], bytes] | None = None
 
 
 def infer_shapes(
-    model: onnx.ModelProto, *, check_type: bool = False, strict_mode: bool = False, data_prop: bool = False
+    model: onnx.ModelProto,
+    *,
+    check_type: bool = False,
+    strict_mode: bool = False,
+    data_prop: bool = False,
+    remember: bool = True,
 ) -> onnx.ModelProto:
     """``onnx.shape_inference.infer_shapes(model, check_type, strict_mode, data_prop)``: a new model the
     caller owns, the same as onnx gives (computed once for two requests in a row on the same model).
+    ``remember=False``: a request no later one repeats (a remembered answer is still used, and kept).
 
     Raises:
         What ``onnx.shape_inference.infer_shapes`` raises (a failure is not remembered).
@@ -39,7 +45,7 @@ def infer_shapes(
     inferred = onnx.shape_inference.infer_shapes(
         key[0], check_type=check_type, strict_mode=strict_mode, data_prop=data_prop
     )
-    if not data_prop:
+    if not data_prop and remember:
         # Only this pass is asked for twice in a row (the model check's, then data propagation's base);
         # the data-propagating passes each infer another cut copy, so their answers are not kept (keeping
         # one serializes the whole inferred graph: 2-3 ms a pass on the detectors).

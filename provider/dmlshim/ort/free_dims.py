@@ -122,13 +122,14 @@ def overrides_by_name(model: onnx.ModelProto, inputs: Sequence[NodeArg]) -> dict
 def outputs_for_inputs(
     model: onnx.ModelProto,
     inputs: Sequence[NodeArg],
-    describe: Callable[[onnx.ModelProto], Sequence[onnx.ValueInfoProto]],
+    describe: Callable[..., Sequence[onnx.ValueInfoProto]],
 ) -> tuple[NodeArg, ...]:
     """The graph outputs ``describe`` reports for ``model`` once the dimensions ``inputs`` fix (free-dimension
     overrides) are fixed in its graph inputs too: ``[3, 4]`` rather than ``["batch", 4]`` after
     ``add_free_dimension_override_by_name("batch", 3)``, as onnxruntime reports them.
 
-    The model's input dimensions are set for the call only and restored before returning.
+    The model's input dimensions are set for the call only and restored before returning; ``describe`` is
+    told whether any was (``overridden=``).
     """
     fixed = {a.name: a.dims for a in inputs}
     restore: list[tuple[onnx.TensorShapeProto.Dimension, str | None]] = []
@@ -142,7 +143,7 @@ def outputs_for_inputs(
                 restore.append((dim, dim.dim_param if dim.HasField("dim_param") else None))
                 dim.dim_value = value
     try:
-        return tuple(node_arg(v) for v in describe(model))
+        return tuple(node_arg(v) for v in describe(model, overridden=bool(restore)))
     finally:
         for dim, param in restore:
             if param is None:

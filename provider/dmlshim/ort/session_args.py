@@ -3,7 +3,6 @@ onnxruntime's extra keyword arguments, and which engine runs the session."""
 
 from __future__ import annotations
 
-import difflib
 import types
 from collections.abc import ItemsView, KeysView, Mapping, Sequence, ValuesView
 from collections.abc import Set as AbstractSet
@@ -44,7 +43,11 @@ def fallback_flag(kwargs: dict[str, Any]) -> bool:
     unknown = sorted(set(kwargs) - set(_ORT_KWARGS))
     # onnxruntime ignores keyword arguments it does not know, so a program passing one runs there: it runs
     # here too, with a warning, unless the name is a misspelling of one of dmlshim's own.
-    misspelt = [n for n in unknown if difflib.get_close_matches(n, _DMLSHIM_KWARGS, n=1, cutoff=0.75)]
+    misspelt = []
+    if unknown:
+        import difflib  # only for a caller's unknown keyword: not on every session's import
+
+        misspelt = [n for n in unknown if difflib.get_close_matches(n, _DMLSHIM_KWARGS, n=1, cutoff=0.75)]
     if misspelt:
         raise BadInputError(
             f"unknown keyword argument(s) {', '.join(misspelt)}; InferenceSession takes onnxruntime's "

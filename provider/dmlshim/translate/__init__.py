@@ -7,7 +7,8 @@ Public API::
 
 from __future__ import annotations
 
-from .model_translation import ModelTranslation, translate_model
+from typing import TYPE_CHECKING, Any
+
 from .plan import (
     CPU_PROVIDER,
     DML_PROVIDER,
@@ -26,6 +27,22 @@ from .runner import RunResult, run_translation
 from .shapes_info import infer_shapes, load_model
 from .support_table import SUPPORT_TABLE, SupportRow, render_markdown
 from .translator import translate_node
+
+if TYPE_CHECKING:
+    from .model_translation import ModelTranslation, translate_model
+
+_LAZY = frozenset({"ModelTranslation", "translate_model"})
+"""Names of :mod:`.model_translation` (``inspect``'s whole-model translation, with the session refusals and
+run cases it imports): a session build does not use it, so it is imported when first asked for."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from . import model_translation
+
+        return getattr(model_translation, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "CPU_PROVIDER",

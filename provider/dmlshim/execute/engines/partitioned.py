@@ -65,9 +65,10 @@ from ..plan.steps import (
     TRANSLATION_CACHE_SIZE,
     EmulatedStep,
 )
-from ..proofs.gather_given import feed_shapes, lean_gathers
+from ..proofs.gather_given import feed_shapes, lean_gathers, shape_outputs_clash
 from ..weights.shared import SharedWeights
 from ..weights.values import initializer_value
+from .lean_check import KEEP_FULL_MAX_BYTES, LeanCheckSpec, given_input_shapes, lean_outputs
 from .partitioned_runs import PartitionedRuns
 from .path_choice import PathChooser, chooser_for_check, gathers_given
 from .plain_model import plain_model_step
@@ -92,6 +93,20 @@ _session = cpu_session  # the name execute.cpu_engine imports
 MIN_SEGMENTS_FOR_CHECK = 2
 """CPU segments from which the whole-model check pays: with one, a partitioned run already makes one
 onnxruntime call."""
+
+
+def _session_now(
+    make: Callable[[list[str]], Callable[[], ort.InferenceSession]],
+    shared: SharedWeights | None,
+    extra: list[str],
+) -> ort.InferenceSession:
+    """The whole-model check's session with ``extra`` outputs, built now (the lean check's, or the full
+    one again); the weights' arrays made for it are dropped once onnxruntime has its copy."""
+    try:
+        return make(extra)()
+    finally:
+        if shared is not None:
+            shared.release()
 
 
 class PartitionedEngine(PartitionedRuns):
@@ -285,7 +300,23 @@ class PartitionedEngine(PartitionedRuns):
             emulated_steps = [s for s in self._steps if isinstance(s, EmulatedStep)]
             for step in emulated_steps:
                 step.lean_dtypes = lean.get(step.output)
-            self._check = pending.finish(emulated_steps)
+            spec = None
+            if not config.full_check and not shape_outputs_clash(graph):
+                static = set(graph_inputs) | set(self._static_values)
+                from_feeds = given_input_shapes(emulated_io, lean, infos, graph, static)
+                extra = lean_outputs(
+                    emulated_io,
+                    static,
+                    [o.name for o in graph.output],
+                    lean,
+                    shapes_from_feeds.dims if shapes_from_feeds is not None else (),
+                    shapes_from_feeds.indices if shapes_from_feeds is not None else (),
+                    from_feeds.dims,
+                )
+                weights = sum(tensor_nbytes(t) for t in init_protos.values())
+                make_now = functools.partial(_session_now, make, shared)
+                spec = LeanCheckSpec(make_now, tuple(extra), from_feeds, weights <= KEEP_FULL_MAX_BYTES)
+            self._check = pending.finish(emulated_steps, spec)
             if given_only:
                 self._given_only = tuple(emulated_steps)
             if self._check is not None:

@@ -153,13 +153,16 @@ class PartitionedRuns:
         output_names: Sequence[str],
         feeds: Mapping[str, np.ndarray],
         run_options: Any,
+        *,
+        lean: bool = True,
     ) -> tuple[list[Any], RunRecord, Mapping[str, Any]] | None:
         """The check's outputs as it hands them back, the run's record and the value table; None when
-        the check cannot answer."""
+        the check cannot answer. ``lean``: the lean check may answer (its value table then holds the
+        feeds and static values only)."""
         state = RunState(self._template.copy(), run_options)
         values = dict(self._static_values)
         values.update(feeds)
-        checked = check.run(output_names, values, state, run_options)
+        checked = check.run(output_names, values, state, run_options, lean)
         if checked is None:
             return None
         return checked, self._record(state, PATH_CHECK), values
@@ -174,7 +177,7 @@ class PartitionedRuns:
         check = self._check
         if check is None:
             return None
-        return self._check_run(check, output_names, feeds, None)
+        return self._check_run(check, output_names, feeds, None, lean=False)
 
     def drop_check(self) -> None:
         """Forget the whole-model check (its onnxruntime session, and its copy of the weights, go)."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -30,6 +31,7 @@ from ..engine import EngineConfig
 from ..plan.sessions import default_options
 from ..proofs.gather_given import FeedShapes, add_extra_outputs, shape_output, value_shape
 from ..weights.shared import SharedWeights, light_copy
+from .lean_check import LeanCheckSpec, LeanSession, build_lean
 
 logger = logging.getLogger(__name__)
 
@@ -131,6 +133,7 @@ class WholeModelCheck:
         ort_errors: the exception types onnxruntime raises.
         lean: the outputs of the lean gathers (taken by their inputs' shapes, ``step.given_by_shapes``).
         feed_shapes: the lean gathers' inputs whose shapes come from the feeds' (none fetched).
+        lean_check: what the lean check needs (:class:`LeanCheckSpec`), or None for none.
     """
 
     def __init__(
@@ -142,9 +145,11 @@ class WholeModelCheck:
         ort_errors: tuple[type[BaseException], ...],
         lean: frozenset[str] = frozenset(),
         feed_shapes: FeedShapes | None = None,
+        lean_check: LeanCheckSpec | None = None,
     ) -> None:
         self._session = session
         self._lean = lean
+        self._graph_outputs = list(graph_outputs)
         self._feed_shapes = feed_shapes
         self._steps = tuple(steps)
         self._fetch = [*graph_outputs, *captured]
@@ -176,6 +181,17 @@ class WholeModelCheck:
         """Runs in which a kernel's output differed from onnxruntime's (the partitioned run answered)."""
         self.agreements = 0
         """Runs the check answered."""
+        self.lean_runs = 0
+        """Runs of those the lean check answered (:mod:`dmlshim.execute.engines.lean_check`)."""
+        # A lean check only where it lists fewer values than this one (a one-node model whose gather
+        # reads a weight and a feed lists none either way: the lean run would only add Python).
+        worth = lean_check is not None and len(lean_check.extra) < len(captured)
+        self._spec = lean_check if worth and any(not p[1] for p in self._plan) else None
+        self._lean_session: LeanSession | None = None
+        self._lean_plan: tuple[tuple[Any, ...], ...] = ()
+        self._lean_ready = False  # the last full run had every node given: the lean check answers next
+        self._lean_blocked = False  # no lean check in this session (it could not be built, say)
+        self._switch = threading.RLock()  # the sessions change under it
 
     @property
     def given_up(self) -> bool:
@@ -188,21 +204,30 @@ class WholeModelCheck:
         values: dict[str, Any],
         state: Any,
         run_options: Any,
+        lean: bool = True,
     ) -> list[Any] | None:
         """The outputs named, or None when the partitioned run must answer (a kernel disagreed with
         onnxruntime, or onnxruntime refused the run). ``values`` holds the feeds and static values;
-        kernels' records go to ``state``."""
+        kernels' records go to ``state``. ``lean``: the lean check may answer (then ``values`` gets
+        nothing: False when the caller reads every node's inputs and output from it)."""
         if self.disagreements >= GIVE_UP_AFTER and not self.agreements:
             return None
+        if self._lean_ready and lean:
+            answer = self._run_lean(output_names, values, state, run_options)
+            if answer is not None:
+                self.agreements += 1
+                self.lean_runs += 1
+                return answer
+            self._back_to_full()
         feeds = {n: values[n] for n in self._inputs if n in values}
         try:
-            fetched = self._session.run(self._fetch, feeds, run_options)
+            fetched = (self._session or self._full_session()).run(self._fetch, feeds, run_options)
         except self._ort_errors as exc:
             logger.debug("whole-model check: onnxruntime refused the run (%s); running the partitions", exc)
             return None
         position = self._position
-        for step, lean, verify, agreed, fetched_inputs, at, lean_inputs, needs_indices in self._plan:
-            if lean:
+        for step, is_lean, verify, agreed, fetched_inputs, at, lean_inputs, needs_indices in self._plan:
+            if is_lean:
                 if not self._given_by_shapes(step, fetched, values, state, lean_inputs, needs_indices, at):
                     self.disagreements += 1
                     return None
@@ -223,7 +248,99 @@ class WholeModelCheck:
                 return None
             values[step.output] = theirs
         self.agreements += 1
+        if (
+            lean
+            and self._spec is not None
+            and not self._lean_blocked
+            and all(plan[1] or plan[0].given_on(state) for plan in self._plan)
+        ):
+            self._go_lean()
         return [fetched[position[n]] if n in position else values[n] for n in output_names]
+
+    def _go_lean(self) -> None:
+        """Every node was given on this run: the next runs go to the lean session (built now, the full
+        one released first unless the spec keeps both)."""
+        spec = self._spec
+        assert spec is not None
+        with self._switch:
+            if self._lean_session is None and not self._lean_blocked:
+                if not spec.keep_full:
+                    self._session = None  # one copy of the weights at a time
+                made = build_lean(
+                    spec.make_session,
+                    self._graph_outputs,
+                    spec.extra,
+                    self._steps,
+                    self._lean,
+                    spec.from_feeds,
+                )
+                if made is None:
+                    self._lean_blocked = True
+                    self._full_session()
+                    return
+                position = made.position
+                self._lean_plan = tuple(
+                    (
+                        plan[0],
+                        plan[1],
+                        tuple(
+                            (n, position.get(n), position.get(shape_output(n))) for n in plan[0].inputs[:2]
+                        ),
+                        plan[7],
+                        position.get(plan[0].output),
+                    )
+                    for plan in self._plan
+                )
+                self._lean_session = made
+            self._lean_ready = self._lean_session is not None
+
+    def _back_to_full(self) -> None:
+        """A run the lean proofs could not answer: it goes to the full check, and so do the next runs until
+        one has every node given again. With one session at a time, the full one is built again and
+        this session stays on it."""
+        self._lean_ready = False
+        if self._session is None:
+            self._full_session()
+
+    def _full_session(self) -> Any:
+        """The full check's session, built again (the lean one released first, and no lean check after)
+        when the lean one replaced it."""
+        with self._switch:
+            if self._session is None:
+                assert self._spec is not None
+                self._lean_ready = False
+                self._lean_blocked = True
+                self._lean_session = None  # released before the full one is built
+                self._session = self._spec.make_session(self._fetch[len(self._graph_outputs) :])
+            return self._session
+
+    def _run_lean(
+        self, output_names: Sequence[str], values: dict[str, Any], state: Any, run_options: Any
+    ) -> list[Any] | None:
+        """A run of the lean session, every node proved again from what it fetched; None when a proof does
+        not hold (nothing of the run is kept: the full check answers it)."""
+        made = self._lean_session
+        if made is None:  # released by a concurrent run going back to the full check
+            return None
+        feeds = {n: values[n] for n in self._inputs if n in values}
+        try:
+            fetched = made.run(feeds, run_options)
+        except self._ort_errors as exc:
+            logger.debug("lean check: onnxruntime refused the run (%s); the full check answers", exc)
+            return None
+        scratch = dict(values)
+        added: list[str] = []
+        for step, is_lean, lean_inputs, needs_indices, out_at in self._lean_plan:
+            if is_lean:
+                ok = self._given_by_shapes(step, fetched, scratch, state, lean_inputs, needs_indices, out_at)
+            else:
+                inputs = made.inputs_of(step.output, fetched, scratch, added)
+                ok = inputs is not None and step.given_again(inputs, state)
+            if not ok:
+                logger.debug("lean check: %r not proved on this run; the full check answers", step.output)
+                return None
+        position = made.position
+        return [fetched[position[n]] if n in position else scratch[n] for n in output_names]
 
     def _given_by_shapes(
         self,
@@ -294,10 +411,12 @@ class PendingCheck:
         """Wait for the build to end (the engine failed and drops the check)."""
         self._build.wait()
 
-    def finish(self, steps: Sequence[EmulatedStepLike]) -> WholeModelCheck | None:
+    def finish(
+        self, steps: Sequence[EmulatedStepLike], lean_check: LeanCheckSpec | None = None
+    ) -> WholeModelCheck | None:
         """The check over ``steps`` (the emulated steps whose names the session was built for), or None
         when onnxruntime could not build the session (it refuses an operator or a type that the emulated
-        nodes cover, say)."""
+        nodes cover, say). ``lean_check``: what its lean check needs (None: no lean check)."""
         try:
             session = self._build.result()
         except Exception as exc:
@@ -311,6 +430,7 @@ class PendingCheck:
             self._ort_errors,
             self._lean,
             self._feed_shapes,
+            lean_check,
         )
 
 

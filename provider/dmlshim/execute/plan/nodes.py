@@ -17,7 +17,6 @@ import onnx
 
 from ...graph import is_gather_scatter
 from ...translate import NodeTranslation, Status, TensorInfo, translate_node
-from ...translate.model_placements import nested_placements
 from ...translate.placement import CPU_PREFERRED_MESSAGE, graph_placements
 from ...translate.plan import CPU_PROVIDER
 from ...translate.translator import node_since_version
@@ -113,6 +112,9 @@ def plan_nodes(
 
     if any(r is not None and r.status == REASON_NOT_EMULATED for r in template):
         # Inside control flow onnxruntime still places each node: say where, as inspect does.
+        # imported here: only models with gather/scatter nodes inside control flow need it
+        from ...translate.model_placements import nested_placements
+
         ep = nested_placements(model, config.feature_level, inferred)
         template = [
             dataclasses.replace(r, ort_placement=ep.get(r.name))

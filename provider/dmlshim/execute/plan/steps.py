@@ -30,6 +30,7 @@ from ..proofs.gather_given import (
     given_shape,
     lean_indices_in_range,
 )
+from ..proofs.proved_again import StandIns, proved_again, same_inputs
 from ..proofs.scatter_given import (
     SCATTER_GIVEN_MESSAGE,
     SCATTERS,
@@ -136,6 +137,7 @@ class EmulatedStep(CpuFallback):
         "_proved",
         "_proved_key",
         "_sess_options",
+        "_stand_ins",
         "computed_after_proof",
         "fallback_sessions",
         "feature_level",
@@ -190,11 +192,13 @@ class EmulatedStep(CpuFallback):
         self._proved_key: tuple[Any, ...] | None = None  # the shapes and dtypes proved
         # a gather's last given run: its inputs' shapes and dtypes, what they ask of onnxruntime's output
         # and the run's record (reused while the shapes and dtypes, proved, stay the same)
-        self._given_at: tuple[tuple[Any, ...], GivenShape, NodeRecord | None] | None = None
+        # (a scatter's: its key and record, no GivenShape)
+        self._given_at: tuple[tuple[Any, ...], GivenShape | None, NodeRecord | None] | None = None
         self._noted: tuple[NodeRecord, tuple[str, str], NodeRecord] | None = None
         self._marked: tuple[NodeRecord, int, bool, NodeRecord] | None = None
         # given_by_shapes: (input shapes and dtypes) -> (record, output stand-in) of an earlier run
         self._lean_runs: dict[tuple[Any, ...], tuple[NodeRecord, np.ndarray]] = {}
+        self._stand_ins: StandIns | None = None  # given_again's, of a scatter
         self._model = model
         self._sess_options = sess_options
         self._agreed_shape: tuple[int, ...] | None = None
@@ -268,6 +272,7 @@ class EmulatedStep(CpuFallback):
         if not self._full_check and scatter_output_is_given(self.node.op_type, self._attrs, arrays, theirs):
             values[self.output] = theirs
             self._finish(self._given(clean, (NOTE_GATHER_GIVEN, SCATTER_GIVEN_MESSAGE)), theirs, state)
+            self._remember_given(shapes_key(arrays), None, state)
             return True
         self._restart_proof_on_new_shapes(arrays)
         prove = self._full_check or self._proved < PROVE_RUNS
@@ -306,6 +311,7 @@ class EmulatedStep(CpuFallback):
             return None
         values[self.output] = theirs
         self._finish(self._given(clean, (NOTE_GATHER_GIVEN, SCATTER_GIVEN_MESSAGE)), theirs, state)
+        self._remember_given(key, None, state)
         return True
 
     def agreed(self) -> None:
@@ -369,8 +375,38 @@ class EmulatedStep(CpuFallback):
             return None
         values[self.output] = theirs
         self._finish(self._given(clean, (NOTE_GATHER_GIVEN, GATHER_GIVEN_MESSAGE)), theirs, state)
-        self._given_at = (key, expected, state.records[self.slot]) if key in self._cache else None
+        self._remember_given(key, expected, state)
         return True
+
+    def _remember_given(self, key: tuple[Any, ...], expected: GivenShape | None, state: RunState) -> None:
+        """Keep what this run's given output rested on: the inputs' shapes and dtypes (while their
+        translation is cached), a gather's expectations, and the run's record."""
+        self._given_at = (key, expected, state.records[self.slot]) if key in self._cache else None
+
+    def given_on(self, state: RunState) -> bool:
+        """This run (``state``) took the output from onnxruntime on the proof of its indices (a gather past
+        its proved runs, or a scatter whose indices prove it)."""
+        given = self._given_at
+        return given is not None and given[2] is not None and state.records[self.slot] is given[2]
+
+    def given_again(self, inputs: Sequence[Any], state: RunState) -> bool:
+        """The proof of a run of the lean check (:mod:`dmlshim.execute.engines.lean_check`), which fetches
+        of this node only what that proof reads: per input, its values (the indices; graph inputs and
+        initializers) or only its shape (a tuple). True, with the record stored, when the inputs have the
+        shapes of the last given run (see :meth:`given_on`), its translation still cached, and the
+        indices prove the output again exactly as that run's did; False changes nothing (the caller runs
+        the full check instead)."""
+        given = self._given_at
+        if given is None or self._full_check or (given[1] is not None and given[0] != self._proved_key):
+            return False
+        if not same_inputs(inputs, given[0]) or given[0] not in self._cache:
+            return False  # other shapes, an OrtValue, a translation no longer cached: the full check
+        holds, self._stand_ins = proved_again(
+            self.node.op_type, self._attrs, given[0], given[1], inputs[1], self._stand_ins
+        )
+        if holds:
+            state.records[self.slot] = given[2]
+        return holds
 
     def given_by_shapes(
         self, shapes: Sequence[tuple[int, ...]], state: RunState, indices: np.ndarray | None = None

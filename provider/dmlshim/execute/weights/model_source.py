@@ -17,9 +17,10 @@ from ...errors import BadModelError
 from ...fileio.external_data import external_tensors
 from ...fileio.filekind import require_onnx_model
 from ...limits import check_bytes
+from ...model.last_inference import infer_shapes as remembered_inference
 from ...model.modelcheck import check_model, load_external_data
 from ...model.prepare import prepare_model
-from ...model.weightless import is_external
+from ...model.weightless import is_external, without_weights
 from ...runtime.exceptions import (
     as_onnxruntime_error,
     check_failure_class,
@@ -317,15 +318,16 @@ def _fully_static(vi: onnx.ValueInfoProto) -> bool:
     return tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim)
 
 
-def typed_outputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+def typed_outputs(model: onnx.ModelProto, *, overridden: bool = False) -> list[onnx.ValueInfoProto]:
     """The graph outputs as onnxruntime describes them: declared types and shapes, completed by shape
     inference (a type for an output declared without one, a size for a dimension declared symbolic or
-    unknown when inference finds one)."""
+    unknown when inference finds one). ``overridden``: the graph inputs carry the caller's free-dimension
+    overrides for this call only, so no later pass asks for this inference again."""
     outputs = list(model.graph.output)
     if all(_fully_static(o) for o in outputs):
         return outputs
     try:
-        inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
+        inferred = _inferred(model, remember=not overridden)
     except (
         onnx.shape_inference.InferenceError,
         onnx.checker.ValidationError,
@@ -335,7 +337,9 @@ def typed_outputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
         logger.debug("shape inference failed, output types stay as declared: %s", exc)
         return outputs
     merged = {v.name: v for v in inferred.graph.output}
-    known = {v.name: v for v in (*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output)}
+    declared = {v.name for v in model.graph.input}  # not the weights the weightless copy lists as inputs
+    inputs = [v for v in inferred.graph.input if v.name in declared]
+    known = {v.name: v for v in (*inferred.graph.value_info, *inputs, *inferred.graph.output)}
     ours = _dim_params(model.graph)
     result = []
     for out in outputs:
@@ -347,6 +351,16 @@ def typed_outputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
         else:
             result.append(out)
     return result
+
+
+def _inferred(model: onnx.ModelProto, remember: bool = True) -> onnx.ModelProto:
+    """onnx's inference of ``model`` without data propagation (``check_type`` and ``strict_mode`` off),
+    from its weightless copy: the pass the model check ran on that very copy (and data propagation asks
+    for next), so it is answered from :mod:`dmlshim.model.last_inference` instead of run a third time.
+    The weights left out are typed graph inputs of their shape; no inference without data propagation
+    reads a value that large (values read for shapes are shape-sized, and the copy keeps every
+    initializer under 64 KB), so the types are those of the whole model's inference."""
+    return remembered_inference(without_weights(model), remember=remember)
 
 
 _INVENTED_DIM = re.compile(r"unk__\d+")
