@@ -185,18 +185,31 @@ def _locations(source: str, mtime_ns: int, size: int) -> tuple[str, ...]:
     key the cache)."""
     import onnx  # files.py stays import-light for commands that write no model
 
+    from ..execute.weights.file_slices import read_weightless
+    from ..model.weightless import WEIGHTLESS_MIN_BYTES
     from .external_data import external_tensors
 
+    # read without the large inline weights (a 361 MB model parsed whole doubled `run -o`'s peak);
+    # those become references to the model file itself (location: its own name), not data files
+    inline: frozenset[str] = frozenset()
     try:
-        model = onnx.load(source, load_external_data=False)
+        walked = read_weightless(source, WEIGHTLESS_MIN_BYTES)
+        if walked is not None:
+            model, inline = walked
+        else:
+            model = onnx.load(source, load_external_data=False)
     except Exception as exc:  # not a model, unreadable: nothing more to protect than the file itself
         logger.debug("no external data listed for %s: %s", source, exc)
         return ()
+    own_name = os.path.basename(source)
     found: dict[str, None] = {}
     for tensor in external_tensors(model.graph):
         for entry in tensor.external_data:
-            if entry.key == "location" and entry.value and "\x00" not in entry.value:
-                found.setdefault(entry.value)
+            if entry.key != "location" or not entry.value or "\x00" in entry.value:
+                continue
+            if tensor.name in inline and entry.value == own_name:
+                continue  # an inline weight read_weightless left in the model file
+            found.setdefault(entry.value)
     return tuple(found)
 
 
@@ -261,7 +274,9 @@ def check_output_file(
     if text.endswith(tuple(sep for sep in (os.sep, os.altsep) if sep)):
         # Path() drops the separator: the file would be written beside a folder the caller meant
         raise BadInputError(
-            f"the {what} ends with {text[-1]!r}, which names a folder; give a file name", path=text, rule=_RULE
+            f"the {what} ends with {text[-1]!r}, which names a folder; give a file name",
+            path=text,
+            rule=_RULE,
         )
     target = Path(text)
     for source, named in input_files(inputs):
@@ -445,6 +460,8 @@ def write_onnx(path: PathLike, model: Any, **options: Any) -> Path:
     Raises:
         BadInputError: as :func:`write_stream`, or the model is too large for one protobuf (2 GiB).
     """
+    if _initializer_bytes(model) >= _STREAM_MIN_BYTES:
+        return _write_onnx_in_pieces(path, model, **options)
     try:
         data = model.SerializeToString()
     except ValueError as exc:  # protobuf's EncodeError derives from Exception; see below
@@ -457,3 +474,57 @@ def write_onnx(path: PathLike, model: Any, **options: Any) -> Path:
             path=os.fspath(path),
         ) from exc
     return write_bytes(path, data, **options)
+
+
+_STREAM_MIN_BYTES = 64 << 20
+"""Models whose initializers declare at least this many bytes are written one initializer at a time."""
+
+_PROTOBUF_LIMIT = (1 << 31) - 1
+
+
+def _initializer_bytes(model: Any) -> int:
+    return sum(len(t.raw_data) for t in model.graph.initializer if t.HasField("raw_data"))
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        low, value = value & 0x7F, value >> 7
+        out.append(low | 0x80 if value else low)
+        if not value:
+            return bytes(out)
+
+
+def _write_onnx_in_pieces(path: PathLike, model: Any, **options: Any) -> Path:
+    """Write ``model`` as protobuf's wire format without serializing it in one piece (with upb that is a
+    buffer plus the Python bytes: twice the model): every field but the graph, then the graph as its
+    fields but the initializers followed by each initializer. Parsers read fields in any order and keep
+    the initializers' order."""
+    import onnx
+
+    from ..model.weightless import graph_shell, model_shell
+
+    head = model_shell(model)  # every field but the graph
+    shell = onnx.GraphProto()
+    graph_shell(model.graph, shell)  # every field but the initializers
+    shell_bytes = shell.SerializeToString()
+    init_tag = _varint(5 << 3 | 2)  # GraphProto.initializer
+    sizes = [t.ByteSize() for t in model.graph.initializer]
+    graph_size = len(shell_bytes) + sum(len(init_tag) + len(_varint(n)) + n for n in sizes)
+    head_bytes = head.SerializeToString()
+    graph_head = _varint(7 << 3 | 2) + _varint(graph_size)  # ModelProto.graph
+    if len(head_bytes) + len(graph_head) + graph_size > _PROTOBUF_LIMIT:
+        raise BadInputError(
+            "cannot serialise the model (larger than 2 GiB); a model above 2 GiB needs external data",
+            path=os.fspath(path),
+        )
+
+    def writer(handle: BinaryIO) -> None:
+        handle.write(head_bytes)
+        handle.write(graph_head)
+        handle.write(shell_bytes)
+        for tensor, size in zip(model.graph.initializer, sizes, strict=True):
+            handle.write(init_tag + _varint(size))
+            handle.write(tensor.SerializeToString())
+
+    return write_stream(path, writer, **options)

@@ -350,6 +350,7 @@ def load_model(path: str | os.PathLike[str]) -> onnx.ModelProto:
         model = onnx.ModelProto.FromString(payload)
     except (DecodeError, ValueError, RuntimeError) as exc:
         raise BadModelError(f"not an ONNX model (protobuf parse failed: {exc})", path=where) from exc
+    del payload  # the file's bytes: as large as the model, and not needed past the parse
     if not model.HasField("graph") or not model.opset_import:
         raise BadModelError("not an ONNX model (no graph or no opset_import)", path=where)
     check_model(model, where)  # the one model check; reads no weights

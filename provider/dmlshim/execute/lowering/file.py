@@ -29,7 +29,7 @@ from ...fileio.external_data import ExternalRef, check_external_data
 from ...fileio.files import check_output_file, write_onnx, write_stream
 from ...graph import all_tensors
 from ...model.ort_errors import ORT_ERRORS
-from ...model.weightless import without_weights
+from ...model.weightless import WEIGHTLESS_MIN_BYTES, without_weights
 from ...runtime.real import OrtInferenceSession
 from ..custom_ops.bridge import session_options_with_custom_ops
 
@@ -53,6 +53,16 @@ _DATA_FIELDS = (
 
 def external_refs(path: str | os.PathLike[str]) -> list[ExternalRef]:
     """The tensors a model file keeps as external data, and their files (no weight is read)."""
+    from ..weights.file_slices import read_weightless
+
+    walked = read_weightless(path, WEIGHTLESS_MIN_BYTES)  # the inline weights stay unread in the file
+    if walked is not None:
+        proto, inline = walked
+        for tensor in proto.graph.initializer:
+            if tensor.name in inline:  # a reference into the model file itself: inline, not external data
+                tensor.data_location = onnx.TensorProto.DEFAULT
+                del tensor.external_data[:]
+        return check_external_data(proto, path)
     try:
         proto = onnx.load(os.fspath(path), load_external_data=False)
     except (OSError, ValueError, RuntimeError) as exc:
@@ -78,7 +88,8 @@ def check_lowered(model: onnx.ModelProto, out: str | os.PathLike[str]) -> None:
     """
     where = os.fspath(out)
     try:
-        onnx.checker.check_model(model)
+        # on the weightless copy, as the model check does: check_model serializes what it is given
+        onnx.checker.check_model(without_weights(model))
         return
     except onnx.checker.ValidationError as exc:
         finding = _first_line(exc)
