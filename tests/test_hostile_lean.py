@@ -91,11 +91,6 @@ def test_options_changed_after_construction_reach_no_later_session(
     assert list(tmp_path.iterdir()) == []  # no session of ours wrote the file the options name now
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="left: the partitioned engine builds its CPU segments' sessions on first use from the program's "
-    "own SessionOptions object, so changes made to it after construction reach them (not the lean check)",
-)
 def test_options_changed_after_construction_reach_no_partition() -> None:
     data, feeds = _gelu_model(), _gelu_feeds()
     so = ort.SessionOptions()

@@ -204,9 +204,14 @@ def test_customop_engine_profile_shows_the_lowered_nodes(tmp_path: Path) -> None
     assert len(list(tmp_path.iterdir())) == 1
 
 
-def test_plain_options_reach_the_engine_as_they_are(tmp_path: Path) -> None:
+def test_plain_options_reach_the_engine_as_a_copy_taken_at_construction(tmp_path: Path) -> None:
+    """onnxruntime reads the options once, when the session is built; the engine builds some sessions
+    later, so it gets a copy taken then (carrying what the options hold), not the program's object."""
     so = options()
-    assert InferenceSession(DECODER, so).engine.config.sess_options is so  # type: ignore[attr-defined]
+    got = InferenceSession(DECODER, so).engine.config.sess_options  # type: ignore[attr-defined]
+    assert got is not so
+    assert got.intra_op_num_threads == so.intra_op_num_threads == 1
+    assert got.graph_optimization_level == so.graph_optimization_level
     profiled = options(enable_profiling=True, profile_file_prefix=str(tmp_path / "p"))
     got = InferenceSession(DECODER, profiled).engine.config.sess_options  # type: ignore[attr-defined]
     assert got is not profiled and got.enable_profiling and got.intra_op_num_threads == 1

@@ -174,11 +174,12 @@ class InferenceSession(SessionRuns, SessionQueries, OrtSessionAttributes):
         self._kwargs = kwargs
         self._copy_box = self._copy_holder()
         self._describe(loaded)
-        # A model read without its weights keeps them there with the caller's options too, when a copy of
-        # the options means all they mean (the engine's sessions then get the copy, the caller's object
-        # stays as it was); else the engine gets the whole model.
+        # When a copy of the caller's options means all they mean, the engine's sessions get a copy taken
+        # now: onnxruntime reads the options once, here, while the engine builds some sessions on first
+        # use, after the program may have changed its object for its next session. A model read without
+        # its weights then keeps them there too; else the engine gets the whole model.
         self._copied_dims = (
-            sharable_options(sess_options, loaded.proto, self._inputs) if loaded.weightless else None
+            sharable_options(sess_options, loaded.proto, self._inputs) if sess_options is not None else None
         )
         self._last_run_record: RunRecord | None = None
         with self._span("session_initialization"), optimizers_disabled(self._disabled_optimizers):
@@ -302,6 +303,7 @@ class InferenceSession(SessionRuns, SessionQueries, OrtSessionAttributes):
                 profile_prefix=profiler.partition_prefix if profiler else None,
                 # the added/supplied initializers are in the model now; the partitions must not get them
                 without_added=bool(self._added.external or self._loaded.supplied),
+                private=self._copied_dims is not None,
                 weights_folder=folder if in_files and not customop else None,
                 free_dimensions=overrides_by_name(self._loaded.proto, self._inputs)
                 if self._copied_dims is None

@@ -174,6 +174,7 @@ def engine_options(
     without_added: bool = False,
     weights_folder: str | None = None,
     free_dimensions: Mapping[str, int] | None = None,
+    private: bool = False,
 ) -> ort.SessionOptions | None:
     """The options the engine builds its onnxruntime sessions with (None: the engine's own defaults).
 
@@ -188,6 +189,10 @@ def engine_options(
     that a copy carries everything the caller's options hold): always a copy, with ``free_dimensions``
     overridden by name and the folder its weights' external-data references are relative to, so that
     onnxruntime reads the weights from the model's files. The caller's object is never changed.
+
+    With ``private`` (:func:`sharable_options` found that a copy means all the caller's options mean): a
+    copy in every case, taken now, so that sessions the engine builds later see the options as they were
+    when the dmlshim session was built, as onnxruntime's would.
     """
     if so is None:
         return None
@@ -202,6 +207,7 @@ def engine_options(
         and not so.optimized_model_filepath
         and profile_prefix is None
         and not without_added
+        and not private
     ):
         return so
     out = copy_options(so, profile_prefix=profile_prefix)
