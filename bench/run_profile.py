@@ -30,6 +30,7 @@ PARTS: dict[str, tuple[str, str]] = {
     "emulated_steps": ("steps.py", "__call__"),
     "lean_gathers": ("whole_model.py", "_given_by_shapes"),
     "verify": ("steps.py", "verify"),  # a scatter verified, a gather proved or given
+    "proved_again": ("steps.py", "given_again"),  # a node proved again on a lean check's run
     "compare": ("whole_model.py", "identical"),
     "record": ("partitioned_runs.py", "_record"),
 }

@@ -24,4 +24,5 @@ def test_checked_model_profile_names_onnxruntime_and_lean_gathers() -> None:
     found = profile_model(str(MODELS / "real" / "mixtral_moe_dynamo.onnx"), runs=3)
     assert found["path"] == "whole-model check"
     parts = found["us_per_run"]
-    assert parts["onnxruntime"] > 0 and parts["lean_gathers"] > 0 and parts["verify"] > 0
+    # past the proved runs the lean check answers: its nodes are proved again, not verified
+    assert parts["onnxruntime"] > 0 and parts["lean_gathers"] > 0 and parts["proved_again"] > 0
