@@ -16,7 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 from dmlshim.dxdispatch import capture as capture_mod
 from dmlshim.dxdispatch import capture_run
 from dmlshim.dxdispatch import export as export_mod
-from dmlshim.dxdispatch.capture import ModelWeight, capture_nodes
+from dmlshim.dxdispatch.capture import capture_nodes
 from dmlshim.dxdispatch.export import export_model
 from dmlshim.execute.weights.shared import SharedWeights
 from dmlshim.ort.session import load_model
@@ -99,20 +99,24 @@ def test_capture_holds_no_copy_of_the_initializer(big_model: Path, monkeypatch: 
     loaded = load_model(big_model, weightless=True, own_weights=False)
     capture = capture_nodes(loaded.proto, _feeds(), weights_path=loaded.weights_path)
 
-    by_name = {c.name: c for c in capture.nodes}
-    assert set(by_name) == {"embed", "pick/then_branch/inner_gather"}
-    for node in by_name.values():
-        # the captured node keeps a reference to the model's weight, not an array of it
-        assert isinstance(node.inputs[0], ModelWeight)
-        assert not any(isinstance(v, np.ndarray) and v.size >= _TABLE.size for v in node.inputs)
-        # read from the model file on demand: the value onnx writes for the initializer
-        np.testing.assert_array_equal(node.arrays[0], _TABLE)
     assert spy.sessions, "the capture ran no onnxruntime session"
     for model, outputs in spy.sessions:
         assert "table" not in outputs  # never asked of onnxruntime as an extra output
     # the top-level session's model holds the table as a reference to the file, not its bytes
     top, _ = spy.sessions[0]
     assert _table_bytes_in(top) == 0
+    by_name = {c.name: c for c in capture.nodes}
+    assert set(by_name) == {"embed", "pick/then_branch/inner_gather"}
+    for node in by_name.values():
+        # the captured node keeps a reference to the model's weight, not an array of it
+        held = vars(node).values()
+        assert not any(isinstance(v, np.ndarray) and v.size >= _TABLE.size for v in held)
+        assert not any(
+            isinstance(v, np.ndarray) and v.size >= _TABLE.size for t in held if isinstance(t, tuple) for v in t
+        )
+        assert isinstance(node.inputs[0], capture_mod.ModelWeight)
+        # read from the model file on demand: the value onnx writes for the initializer
+        np.testing.assert_array_equal(node.arrays[0], _TABLE)
     want = ort_run(big_model, _feeds())
     np.testing.assert_array_equal(by_name["embed"].output, want[0])
     np.testing.assert_array_equal(by_name["pick/then_branch/inner_gather"].output, want[1])
@@ -126,7 +130,7 @@ def test_capture_from_memory_hands_the_weight_without_serializing_it(monkeypatch
     assert "table" not in outputs
     assert _table_bytes_in(top) == 0  # a placeholder, its array handed to onnxruntime
     embed = next(c for c in capture.nodes if c.name == "embed")
-    assert isinstance(embed.inputs[0], ModelWeight)
+    assert isinstance(embed.inputs[0], capture_mod.ModelWeight)
     np.testing.assert_array_equal(embed.output, ort_run(_big_table_model(), _feeds())[0])
 
 
