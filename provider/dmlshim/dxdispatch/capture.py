@@ -11,9 +11,10 @@ Nothing here uses dmlshim's execution engines: the values are onnxruntime's, wit
 so they are what each node really reads.
 
 Weights are never copied for the capture: the model onnxruntime loads holds its large initializers as
-references to the model's files or as arrays handed to it (:class:`~dmlshim.execute.weights.shared.SharedWeights`,
-as the run engines do), and a node input that is an initializer is not asked of onnxruntime but kept as a
-:class:`ModelWeight`, read from the model when the node is exported (:attr:`CapturedNode.arrays`).
+references to the model's files or as arrays handed to it
+(:class:`~dmlshim.execute.weights.shared.SharedWeights`, as the run engines do), and a node input that
+is an initializer is not asked of onnxruntime but kept as a :class:`ModelWeight`, read from the model
+when the node is exported (:attr:`CapturedNode.arrays`).
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ from ..execute.plan.fallback import for_onnxruntime
 from ..execute.plan.partition import outer_scope_inputs
 from ..execute.weights.shared import SharedWeights, is_large, light_copy
 from ..execute.weights.values import initializer_value
-from ..model.weightless import is_external
 from ..graph import is_gather_scatter, node_path, subgraph_prefix, subgraphs, walk_nodes
+from ..model.weightless import is_external
 from ..translate.translator import model_opsets, node_since_version
 from .capture_run import CaptureRunner
 
@@ -152,7 +153,7 @@ def _forget_declared_shapes(graph: onnx.GraphProto) -> None:
             out.type.tensor_type.ClearField("shape")
     for node in graph.node:
         for attr in node.attribute:
-            for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
+            for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs):
                 _forget_declared_shapes(sub)
 
 
@@ -241,8 +242,8 @@ class _Capturer:
             name = node_path(prefix, node, i)
             pos = i if position is None else position
             if is_gather_scatter(node):
-                arrays = tuple(_array(values.get(n)) if n else None for n in node.input)
-                output = _array(values.get(node.output[0])) if node.output else None
+                arrays = tuple(_input(values.get(n)) if n else None for n in node.input)
+                output = _array(_resolve(values.get(node.output[0]))) if node.output else None
                 self.nodes.append(CapturedNode(pos, name, node, arrays, output, iterations))
             elif _holds_gather_scatter(node):
                 try:
@@ -458,10 +459,13 @@ def _signature(value: Any) -> tuple[Any, ...]:
     return (str(arr.dtype), arr.ndim)
 
 
-def _array(value: Any) -> np.ndarray | ModelWeight | None:
-    if isinstance(value, ModelWeight):
-        return value
+def _array(value: Any) -> np.ndarray | None:
     return None if value is None or isinstance(value, list) else np.asarray(value)
+
+
+def _input(value: Any) -> np.ndarray | ModelWeight | None:
+    """A captured node input: a model weight stays a reference until the node is exported."""
+    return value if isinstance(value, ModelWeight) else _array(value)
 
 
 def _required(scope: Mapping[str, Any], name: str) -> Any:

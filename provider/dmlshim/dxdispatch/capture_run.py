@@ -21,8 +21,8 @@ import onnxruntime as ort
 from onnx import TensorProto, helper
 
 from ..errors import NotSupportedError
-from ..model.ort_view import type_from_ort
 from ..execute.weights.shared import SharedWeights
+from ..model.ort_view import type_from_ort
 from ..runtime.real import OrtInferenceSession
 
 __all__ = ["CaptureRunner", "capture_session_options"]
