@@ -18,6 +18,7 @@ from dmlshim.dxdispatch import capture_run
 from dmlshim.dxdispatch import export as export_mod
 from dmlshim.dxdispatch.capture import capture_nodes
 from dmlshim.dxdispatch.export import export_model
+from dmlshim.errors import BadModelError
 from dmlshim.execute.weights.shared import SharedWeights
 from dmlshim.ort.session import load_model
 
@@ -26,9 +27,11 @@ from .oracle import IR_VERSION, ort_run
 REPO = Path(__file__).resolve().parents[1]
 MODELS = REPO / "onnx_models"
 
-ROWS, WIDTH = 600, 64  # 150 KiB of float32: a weight dmlshim shares rather than copies
+# 5 MiB of float32: dmlshim shares it rather than copies it, and a file this large is read without it
+# (its graph is above WALK_MIN_GRAPH_BYTES), so sessions read it from the file
+ROWS, WIDTH = 20_000, 64
 _TABLE = np.random.default_rng(7).standard_normal((ROWS, WIDTH)).astype(np.float32)
-_IDS = np.array([[3, 599, 0], [17, 3, 250]], dtype=np.int64)
+_IDS = np.array([[3, ROWS - 1, 0], [17, 3, 250]], dtype=np.int64)
 
 
 def _big_table_model() -> onnx.ModelProto:
@@ -95,6 +98,7 @@ def test_capture_holds_no_copy_of_the_initializer(big_model: Path, monkeypatch: 
     spy = _Spy()
     monkeypatch.setattr(capture_mod, "CaptureRunner", spy)
     loaded = load_model(big_model, weightless=True, own_weights=False)
+    assert loaded.weightless
     capture = capture_nodes(loaded.proto, _feeds(), weights_path=loaded.weights_path)
 
     assert spy.sessions, "the capture ran no onnxruntime session"
@@ -180,3 +184,22 @@ def test_export_is_byte_identical_to_the_whole_model_route(
     assert shared.keys() == whole.keys()
     for name in shared:
         assert shared[name] == whole[name], name
+
+
+def test_export_refuses_a_model_file_changed_while_it_is_read(
+    big_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The weights are read from the model file while the folders are written: a file changed meanwhile
+    stops the export, and nothing is left in the output folder."""
+    real_export_one = export_mod._export_one
+
+    def export_then_change(*args: Any, **kwargs: Any) -> Any:
+        entry = real_export_one(*args, **kwargs)
+        with open(big_model, "ab") as handle:
+            handle.write(b"\0")
+        return entry
+
+    monkeypatch.setattr(export_mod, "_export_one", export_then_change)
+    with pytest.raises(BadModelError, match="changed since"):
+        export_model(big_model, tmp_path / "out", inputs=_feeds())
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
