@@ -9,11 +9,18 @@ body's own and every value its gather/scatter nodes (and nested control flow) re
 
 Nothing here uses dmlshim's execution engines: the values are onnxruntime's, with graph optimisations off,
 so they are what each node really reads.
+
+Weights are never copied for the capture: the model onnxruntime loads holds its large initializers as
+references to the model's files or as arrays handed to it
+(:class:`~dmlshim.execute.weights.shared.SharedWeights`, as the run engines do), and a node input that
+is an initializer is not asked of onnxruntime but kept as a :class:`ModelWeight`, read from the model
+when the node is exported (:attr:`CapturedNode.arrays`).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,16 +32,47 @@ from onnx import helper, numpy_helper
 from ..errors import BadInputError, DmlShimError
 from ..execute.plan.fallback import for_onnxruntime
 from ..execute.plan.partition import outer_scope_inputs
+from ..execute.weights.shared import SharedWeights, is_large, light_copy
+from ..execute.weights.values import initializer_value
 from ..graph import is_gather_scatter, node_path, subgraph_prefix, subgraphs, walk_nodes
+from ..model.weightless import is_external
 from ..translate.translator import model_opsets, node_since_version
 from .capture_run import CaptureRunner
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Capture", "CapturedNode", "Uncaptured", "capture_nodes", "capture_values"]
+__all__ = ["Capture", "CapturedNode", "ModelWeight", "Uncaptured", "capture_nodes", "capture_values"]
 
 BODY_IR_VERSION = 10
 """IR version of the models built for control-flow bodies (onnxruntime reads up to 13)."""
+
+
+@dataclass(frozen=True)
+class ModelWeight:
+    """A large initializer a node reads, kept as the model holds it (inline, or a reference into the
+    model's files relative to ``folder``) until its value is needed: a run of the capture never holds
+    a copy of it."""
+
+    tensor: onnx.TensorProto
+    folder: str | None = None
+
+    def value(self) -> np.ndarray:
+        """The initializer's value, read now (a read-only memory map where the file allows)."""
+        if self.folder is None and is_external(self.tensor):
+            # a model given in memory: external data resolved as onnx resolves it
+            return numpy_helper.to_array(self.tensor)
+        return initializer_value(self.tensor, self.folder)
+
+
+def _model_value(tensor: onnx.TensorProto, folder: str | None) -> Any:
+    """An initializer as a captured value: small ones as arrays, large ones as :class:`ModelWeight`."""
+    if is_external(tensor) or is_large(tensor):
+        return ModelWeight(tensor, folder)
+    return numpy_helper.to_array(tensor)
+
+
+def _resolve(value: Any) -> Any:
+    return value.value() if isinstance(value, ModelWeight) else value
 
 
 @dataclass(frozen=True)
@@ -45,7 +83,8 @@ class CapturedNode:
         position: the top-level graph position of the node, or of the control-flow node holding it.
         name: the node's path name (``loop/body/scatter_row``).
         node: the node.
-        arrays: its inputs, in node order (None for an omitted optional input).
+        inputs: its inputs, in node order (None for an omitted optional input); a large initializer as
+            a :class:`ModelWeight`, read from the model by :attr:`arrays`.
         output: its first output as onnxruntime computed it (None when not captured).
         iterations: the enclosing control-flow nodes, outermost first, with the iteration captured (None
             for an If: the branch taken is in the path).
@@ -54,9 +93,15 @@ class CapturedNode:
     position: int
     name: str
     node: onnx.NodeProto
-    arrays: tuple[np.ndarray | None, ...]
+    inputs: tuple[np.ndarray | ModelWeight | None, ...]
     output: np.ndarray | None
     iterations: tuple[tuple[str, int | None], ...] = ()
+
+    @property
+    def arrays(self) -> tuple[np.ndarray | None, ...]:
+        """The node's inputs as arrays (initializers read from the model on each call: hold the result
+        only while it is used)."""
+        return tuple(v.value() if isinstance(v, ModelWeight) else v for v in self.inputs)
 
 
 @dataclass(frozen=True)
@@ -108,24 +153,38 @@ def _forget_declared_shapes(graph: onnx.GraphProto) -> None:
             out.type.tensor_type.ClearField("shape")
     for node in graph.node:
         for attr in node.attribute:
-            for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
+            for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs):
                 _forget_declared_shapes(sub)
 
 
 def capture_values(
-    model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], names: set[str]
-) -> dict[str, np.ndarray]:
-    """The values of ``names`` (tensors of the top-level graph) in one onnxruntime CPU run."""
+    model: onnx.ModelProto,
+    feeds: Mapping[str, np.ndarray],
+    names: set[str],
+    *,
+    weights_path: str | None = None,
+) -> dict[str, Any]:
+    """The values of ``names`` (tensors of the top-level graph) in one onnxruntime CPU run.
+
+    Initializers among ``names`` are not asked of onnxruntime: small ones are arrays, large ones
+    :class:`ModelWeight`. ``weights_path``: a path whose folder the external-data references of
+    ``model`` are relative to (``LoadedModel.weights_path``); onnxruntime reads those weights there.
+    """
     graph = model.graph
-    values: dict[str, np.ndarray] = {k: v for k, v in feeds.items() if k in names}
+    folder = os.path.dirname(os.path.abspath(weights_path)) if weights_path is not None else None
+    values: dict[str, Any] = {k: v for k, v in feeds.items() if k in names}
     for init in graph.initializer:
         if init.name in names and init.name not in values:
-            values[init.name] = numpy_helper.to_array(init)
+            values[init.name] = _model_value(init, folder)
     wanted = sorted(names - set(values))
     if not wanted:
         # An empty output list would make onnxruntime return every graph output instead.
         return values
-    copy = for_onnxruntime(model)
+    # The large weights are neither copied nor serialized: the session reads them from the model's
+    # files, or is handed them as arrays (the run engines' sessions do the same).
+    shared = SharedWeights({t.name: t for t in graph.initializer}, model_path=weights_path)
+    light = light_copy(model, shared) if shared.names else model
+    copy = for_onnxruntime(light)
     if copy is model:
         copy = onnx.ModelProto()
         copy.CopyFrom(model)
@@ -138,7 +197,7 @@ def capture_values(
         copy.graph.output.append(typed[name] if name in typed else onnx.ValueInfoProto(name=name))
     _forget_declared_shapes(copy.graph)
     try:
-        results = CaptureRunner(copy, wanted).run(feeds)
+        results = CaptureRunner(copy, wanted, shared if shared.names else None).run(feeds)
     except Exception as exc:  # onnxruntime raises its own exception types
         raise BadInputError(f"onnxruntime could not run the model to capture node inputs: {exc}") from exc
     for name, value in zip(wanted, results, strict=True):
@@ -160,9 +219,10 @@ def _value_info(name: str, value: Any) -> onnx.ValueInfoProto:
 class _Capturer:
     """Walks a model's graphs, stepping into control flow, collecting node inputs."""
 
-    def __init__(self, model: onnx.ModelProto, iteration: int) -> None:
+    def __init__(self, model: onnx.ModelProto, iteration: int, folder: str | None = None) -> None:
         self.model = model
         self.iteration = iteration
+        self.folder = folder
         self.opsets = model_opsets(model)
         self.nodes: list[CapturedNode] = []
         self.missed: list[Uncaptured] = []
@@ -182,8 +242,8 @@ class _Capturer:
             name = node_path(prefix, node, i)
             pos = i if position is None else position
             if is_gather_scatter(node):
-                arrays = tuple(_array(values.get(n)) if n else None for n in node.input)
-                output = _array(values.get(node.output[0])) if node.output else None
+                arrays = tuple(_input(values.get(n)) if n else None for n in node.input)
+                output = _array(_resolve(values.get(node.output[0]))) if node.output else None
                 self.nodes.append(CapturedNode(pos, name, node, arrays, output, iterations))
             elif _holds_gather_scatter(node):
                 try:
@@ -282,7 +342,7 @@ class _Capturer:
             if target:
                 self.graph(body, subgraph_prefix(name, "body"), values, position, (*iterations, (name, it)))
                 return
-            outs = [values[o.name] for o in body.output]
+            outs = [_resolve(values[o.name]) for o in body.output]
             cond = bool(np.asarray(outs[0]).reshape(-1)[0])
             carried = outs[1 : 1 + len(carried)]
             it += 1
@@ -323,7 +383,7 @@ class _Capturer:
             if target:
                 self.graph(body, subgraph_prefix(name, "body"), values, position, (*iterations, (name, t)))
                 return
-            states = [values[o.name] for o in body.output[:n_states]]
+            states = [_resolve(values[o.name]) for o in body.output[:n_states]]
         self.miss_all(
             node,
             name,
@@ -349,7 +409,7 @@ class _Capturer:
         outer = sorted(n for n in outer_scope_inputs(owner) if n not in bound)
         values: dict[str, Any] = dict(scope)
         values.update(bound)
-        feeds = {n: values[n] for n in (*bound, *outer) if n in values}
+        feeds = {n: _resolve(values[n]) for n in (*bound, *outer) if n in values}
         missing = [n for n in outer if n not in values]
         if missing:
             raise BadInputError(f"the values {missing} the body reads from outside were not captured")
@@ -358,7 +418,7 @@ class _Capturer:
         ask = list(dict.fromkeys(n for n in wanted if n not in feeds and n not in initializers))
         for init in body.initializer:
             if init.name in wanted:
-                values[init.name] = numpy_helper.to_array(init)
+                values[init.name] = _model_value(init, self.folder)
         if not ask:
             return values
         signature = tuple((n, _signature(v)) for n, v in feeds.items())
@@ -403,10 +463,15 @@ def _array(value: Any) -> np.ndarray | None:
     return None if value is None or isinstance(value, list) else np.asarray(value)
 
 
+def _input(value: Any) -> np.ndarray | ModelWeight | None:
+    """A captured node input: a model weight stays a reference until the node is exported."""
+    return value if isinstance(value, ModelWeight) else _array(value)
+
+
 def _required(scope: Mapping[str, Any], name: str) -> Any:
     if name not in scope:
         raise BadInputError(f"the value {name!r} was not captured", tensor=name)
-    return scope[name]
+    return _resolve(scope[name])
 
 
 def _walk_gather_scatter(graph: onnx.GraphProto, prefix: str) -> Iterator[tuple[str, onnx.NodeProto]]:
@@ -418,13 +483,21 @@ def _nested(node: onnx.NodeProto, name: str) -> Iterator[tuple[str, onnx.NodePro
         yield from _walk_gather_scatter(sub, subgraph_prefix(name, attr_name))
 
 
-def capture_nodes(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], *, iteration: int = 0) -> Capture:
+def capture_nodes(
+    model: onnx.ModelProto,
+    feeds: Mapping[str, np.ndarray],
+    *,
+    iteration: int = 0,
+    weights_path: str | None = None,
+) -> Capture:
     """The inputs every gather/scatter node of ``model`` read in one onnxruntime CPU run on ``feeds``.
 
     Args:
         model: the model.
         feeds: a value for every graph input.
         iteration: which iteration of each Loop/Scan body to capture (0 = the first).
+        weights_path: for a model read without its weights (``load_model(weightless=True)``), a path
+            whose folder its external-data references are relative to (``LoadedModel.weights_path``).
 
     Returns:
         The captured nodes and, for nodes inside control flow, the ones not captured with a reason
@@ -435,8 +508,9 @@ def capture_nodes(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], *, it
     """
     if iteration < 0:
         raise BadInputError(f"the iteration to capture must be >= 0, not {iteration}", value=iteration)
-    capturer = _Capturer(model, iteration)
-    values = capture_values(model, feeds, _wanted(model.graph))
+    folder = os.path.dirname(os.path.abspath(weights_path)) if weights_path is not None else None
+    capturer = _Capturer(model, iteration, folder)
+    values = capture_values(model, feeds, _wanted(model.graph), weights_path=weights_path)
     capturer.graph(model.graph, "", values, None, ())
     order = {name: k for k, (name, _) in enumerate(walk_nodes(model.graph))}
     nodes = sorted(capturer.nodes, key=lambda c: order.get(c.name, len(order)))

@@ -21,6 +21,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper
 
 from ..errors import NotSupportedError
+from ..execute.weights.shared import SharedWeights
 from ..model.ort_view import type_from_ort
 from ..runtime.real import OrtInferenceSession
 
@@ -57,10 +58,13 @@ def capture_session_options() -> ort.SessionOptions:
     return so
 
 
-def _session(model: onnx.ModelProto) -> Any:
-    return OrtInferenceSession(
-        model.SerializeToString(), capture_session_options(), providers=["CPUExecutionProvider"]
-    )
+def _session(model: onnx.ModelProto, shared: SharedWeights | None) -> Any:
+    options = capture_session_options()
+    if shared is not None:
+        # the weights ``model`` holds as placeholders or file references: read by onnxruntime from the
+        # model's files, or handed as arrays; never serialized
+        shared.attach(options, model)
+    return OrtInferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
 def _narrow_elem(type_string: str) -> int | None:
@@ -97,12 +101,17 @@ class CaptureRunner:
     """A CPU session over ``model`` whose graph outputs include ``outputs``; ``run`` returns them as numpy
     arrays (ml_dtypes arrays for bfloat16, float8 and 4-bit values), sequences as lists.
 
+    ``shared``: the large initializers ``model`` holds without their bytes
+    (:func:`dmlshim.execute.weights.shared.light_copy`); None when it holds them all.
+
     Raises whatever onnxruntime raises when it cannot load the model (the caller words the error).
     """
 
-    def __init__(self, model: onnx.ModelProto, outputs: Sequence[str]) -> None:
+    def __init__(
+        self, model: onnx.ModelProto, outputs: Sequence[str], shared: SharedWeights | None = None
+    ) -> None:
         self.outputs = list(outputs)
-        session = _session(model)
+        session = _session(model, shared)
         wanted = set(self.outputs)
         narrow = {
             arg.name: elem
@@ -129,7 +138,7 @@ class CaptureRunner:
                         tensor=name,
                     )
                 self._fetch[name] = (wide, back)
-            session = _session(copy)
+            session = _session(copy, shared)
         self.session = session
 
     def run(self, feeds: Mapping[str, Any]) -> list[Any]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -159,7 +160,9 @@ def export_model(
     fl = feature_level if isinstance(feature_level, FeatureLevel) else FeatureLevel.parse(feature_level)
     if iteration < 0:
         raise BadInputError(f"--iteration must be >= 0, not {iteration}", value=iteration)
-    loaded = load_model(model)
+    # Read without its large weights: the capture session reads them from the model's files and a node
+    # that reads one gets it from there when it is written, so no copy of the weights is ever held.
+    loaded = load_model(model, weightless=True, own_weights=False)
     proto = loaded.proto
     model_label = loaded.path or "<in-memory model>"
     out_dir = Path(directory)
@@ -168,22 +171,29 @@ def export_model(
     stage = StagedFolder(out_dir, overwrite=overwrite, previous=_previous_export, what="export directory")
 
     feeds, symbols = _feeds(loaded, inputs, input_shapes, seed)
-    capture = capture_nodes(proto, feeds, iteration=iteration)
+    capture = capture_nodes(proto, feeds, iteration=iteration, weights_path=loaded.weights_path)
     # (graph position, entry): reported in graph order.
     skipped: list[tuple[int, SkippedNode]] = [
         (m.position, SkippedNode(m.name, m.op_type, m.code, m.reason)) for m in capture.missed
     ]
+    # Each node's captured values are let go once its folder is written.
+    pending = deque(capture.nodes)
+    del capture
     with stage:
         since = _default_opset(proto)
         width = max(3, len(str(max(len(proto.graph.node) - 1, 0))))
         used: set[str] = set()
         exported: list[ExportedNode] = []
-        for captured in capture.nodes:
+        while pending:
+            captured = pending.popleft()
             entry = _export_one(captured, since, fl, stage.path, _folder(captured, width, used), model_label)
             if isinstance(entry, ExportedNode):
                 exported.append(entry)
             else:
                 skipped.append((captured.position, entry))
+            del captured
+        # weights were read from the model's files while the folders were written
+        loaded.check_unchanged()
 
         skipped.sort(key=lambda entry: entry[0])
         result = ExportResult(out_dir, fl, tuple(exported), tuple(s for _, s in skipped))
