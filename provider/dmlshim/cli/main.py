@@ -38,7 +38,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("export_cmd", "export translated nodes as DxDispatch models for real DirectML"),
     "compare": ("compare_cmd", "compare DxDispatch outputs with dmlshim's expected outputs"),
     "replay": ("replay_cmd", "execute a DxDispatch model file with dmlshim's kernels"),
-    "directml": ("directml_cmd", "set up real DirectML on Linux (Wine + vkd3d + lavapipe): setup [--check]"),
+    "directml": (
+        "directml_cmd",
+        "real DirectML on Linux (Wine + vkd3d + lavapipe): setup [--check], sweep MODEL..., info",
+    ),
 }
 """Subcommand name -> (module in dmlshim.cli, one-line help)."""
 

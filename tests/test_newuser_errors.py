@@ -1,0 +1,128 @@
+"""What a new user meets first: errors that point at the right fix, and help that lists every action.
+
+An out-of-range index held in the model itself (an initializer, or computed from constants only) cannot be
+fixed by other inputs, so the error says so instead of only suggesting ``--inputs``/``--input-shape``.
+onnxruntime's CPU provider is the authority that the model is bad in the first place.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper
+
+from dmlshim.inputs.search import input_free_values
+
+
+def _save(graph: onnx.GraphProto, path: Path) -> Path:
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 10
+    onnx.save(model, str(path))
+    return path
+
+
+def _constant_index_model(path: Path) -> Path:
+    """Gather with indices [1, 7] into a dimension of 5, the 7 made from constants only (Add of two)."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("Add", ["base", "step"], ["idx"], name="make_idx"),
+            helper.make_node("Gather", ["x", "idx"], ["y"], axis=0, name="bad_gather"),
+        ],
+        "constant_index",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        [
+            helper.make_tensor("base", TensorProto.INT64, [2], [0, 5]),
+            helper.make_tensor("step", TensorProto.INT64, [2], [1, 2]),
+        ],
+    )
+    return _save(graph, path)
+
+
+def _input_index_model(path: Path) -> Path:
+    """Gather whose indices are a graph input: generated indices are in range, a file's may not be."""
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["x", "i"], ["y"], axis=0, name="g")],
+        "input_index",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 3]),
+            helper.make_tensor_value_info("i", TensorProto.INT64, [2]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+    )
+    return _save(graph, path)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "dmlshim", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_onnxruntime_refuses_the_constant_index_model(tmp_path: Path) -> None:
+    path = _constant_index_model(tmp_path / "m.onnx")
+    opts = onnxruntime.SessionOptions()
+    opts.intra_op_num_threads = 1
+    session = onnxruntime.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    with pytest.raises(Exception, match="out of data bounds"):
+        session.run(None, {"x": np.zeros((5, 3), np.float32)})
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_error_says_a_constant_index_is_the_model_s_own(tmp_path: Path, command: str) -> None:
+    path = _constant_index_model(tmp_path / "m.onnx")
+    done = _cli(command, str(path), "-q")
+    assert done.returncode == 2, done.stderr
+    err = done.stderr
+    assert f"file '{path}'" in err  # run names the file, as validate does
+    assert "node 'bad_gather'" in err and "tensor idx" in err and "index 7" in err
+    assert "idx is a constant of the model: it depends on no graph input" in err
+    assert "Traceback" not in err
+
+
+def test_input_indices_are_not_called_constant(tmp_path: Path) -> None:
+    path = _input_index_model(tmp_path / "m.onnx")
+    assert input_free_values(onnx.load(str(path)).graph) == frozenset()
+    np.savez(tmp_path / "bad.npz", x=np.zeros((5, 3), np.float32), i=np.array([1, 9], np.int64))
+    done = _cli("run", str(path), "--inputs", str(tmp_path / "bad.npz"), "-q")
+    assert done.returncode == 2, done.stderr
+    assert "index 9" in done.stderr and "constant of the model" not in done.stderr
+
+
+def test_input_free_values_follow_constants_only() -> None:
+    graph = helper.make_graph(
+        [
+            helper.make_node("Constant", [], ["c"], value_ints=[1, 2], name="k"),
+            helper.make_node("Add", ["c", "w"], ["cw"], name="a"),
+            helper.make_node("Add", ["cw", "x"], ["cx"], name="b"),
+            helper.make_node("RandomNormal", [], ["r"], shape=[2], dtype=TensorProto.FLOAT, name="rn"),
+        ],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.INT64, [2]),
+            helper.make_tensor_value_info("over", TensorProto.INT64, [2]),
+        ],
+        [helper.make_tensor_value_info("cx", TensorProto.INT64, [2])],
+        [
+            helper.make_tensor("w", TensorProto.INT64, [2], [3, 4]),
+            helper.make_tensor("over", TensorProto.INT64, [2], [0, 0]),  # a feed may replace it
+        ],
+    )
+    assert input_free_values(graph) == frozenset({"c", "cw", "w"})
+
+
+def test_top_level_help_lists_every_directml_action() -> None:
+    done = _cli("--help")
+    assert done.returncode == 0
+    # the directml entry of the command list, with argparse's wrapped continuation lines
+    lines = done.stdout.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.strip().startswith("directml"))
+    line = " ".join([lines[start], *(ln for ln in lines[start + 1 :] if ln.startswith(" " * 10))][:3])
+    sub = _cli("directml", "--help").stdout
+    for action in ("setup", "sweep", "info"):
+        assert action in sub  # the actions the subcommand has ...
+        assert action in line  # ... are the ones the overview names
