@@ -60,7 +60,9 @@ def _input_index_model(path: Path) -> Path:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "dmlshim", *args], capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "dmlshim", *args], capture_output=True, text=True, timeout=300
+    )
 
 
 def test_onnxruntime_refuses_the_constant_index_model(tmp_path: Path) -> None:
@@ -126,3 +128,47 @@ def test_top_level_help_lists_every_directml_action() -> None:
     for action in ("setup", "sweep", "info"):
         assert action in sub  # the actions the subcommand has ...
         assert action in line  # ... are the ones the overview names
+
+
+def test_running_a_lowered_file_says_how_to_run_it(tmp_path: Path) -> None:
+    source = _input_index_model(tmp_path / "m.onnx")
+    lowered = tmp_path / "m.lowered.onnx"
+    assert _cli("lower", str(source), "-o", str(lowered), "-q").returncode == 0
+    with pytest.raises(Exception, match=r"ai\.onnx\.contrib"):  # onnxruntime alone cannot load it either
+        onnxruntime.InferenceSession(str(lowered), providers=["CPUExecutionProvider"])
+    done = _cli("run", str(lowered), "-q")
+    assert done.returncode == 2, done.stderr
+    assert (
+        "it looks like a model `dmlshim lower` wrote: run the source model with --engine customop"
+        in done.stderr
+    )
+    assert "session_options_with_custom_ops()" in done.stderr
+    # the way the message names runs it, with onnxruntime CPU's values on the source model
+    from dmlshim.execute.engines.custom_op import session_options_with_custom_ops
+
+    feeds = {"x": np.arange(15, dtype=np.float32).reshape(5, 3), "i": np.array([4, -1], np.int64)}
+    ours = onnxruntime.InferenceSession(
+        str(lowered), session_options_with_custom_ops(), providers=["CPUExecutionProvider"]
+    )
+    expected = onnxruntime.InferenceSession(str(source), providers=["CPUExecutionProvider"]).run(None, feeds)[
+        0
+    ]
+    np.testing.assert_array_equal(ours.run(None, feeds)[0], expected)
+
+
+def test_an_unknown_operator_of_another_domain_gets_no_lowering_hint(tmp_path: Path) -> None:
+    graph = helper.make_graph(
+        [helper.make_node("MyOp", ["x"], ["y"], domain="com.example", name="custom")],
+        "custom",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("com.example", 1)]
+    )
+    model.ir_version = 10
+    onnx.save(model, str(tmp_path / "c.onnx"))
+    done = _cli("run", str(tmp_path / "c.onnx"), "-q")
+    assert done.returncode == 2
+    assert "node 'custom'" in done.stderr and "com.example.MyOp" in done.stderr
+    assert "dmlshim lower" not in done.stderr

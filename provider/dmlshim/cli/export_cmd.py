@@ -13,7 +13,7 @@ from .progress import status
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the export command's arguments."""
-    parser.add_argument("model", help="the ONNX model")
+    parser.add_argument("model", metavar="MODEL", help="the .onnx file")
     out = parser.add_mutually_exclusive_group(required=True)
     out.add_argument(
         "-o", "--output", dest="output_dir", metavar="DIR", type=output_path_arg, help="the export folder"

@@ -38,7 +38,7 @@ JSON_SCHEMA_VERSION = 1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", help="the ONNX model")
+    parser.add_argument("model", metavar="MODEL", help="the .onnx file")
     parser.add_argument(
         "--inputs",
         metavar="FILE.npz",
