@@ -172,3 +172,11 @@ def test_an_unknown_operator_of_another_domain_gets_no_lowering_hint(tmp_path: P
     assert done.returncode == 2
     assert "node 'custom'" in done.stderr and "com.example.MyOp" in done.stderr
     assert "dmlshim lower" not in done.stderr
+
+
+def test_a_misspelt_option_shows_the_command_s_usage() -> None:
+    done = _cli("validate", "onnx_models/topk_gather.onnx", "--feature-levl", "3_0")
+    assert done.returncode == 2
+    assert "usage: dmlshim validate" in done.stderr
+    assert "dmlshim validate: error: unrecognized arguments: --feature-levl 3_0" in done.stderr
+    assert "did you mean '--feature-level'?" in done.stderr
