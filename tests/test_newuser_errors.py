@@ -180,3 +180,15 @@ def test_a_misspelt_option_shows_the_command_s_usage() -> None:
     assert "usage: dmlshim validate" in done.stderr
     assert "dmlshim validate: error: unrecognized arguments: --feature-levl 3_0" in done.stderr
     assert "did you mean '--feature-level'?" in done.stderr
+
+
+def test_every_shapeless_input_is_named_at_once(tmp_path: Path) -> None:
+    """The shipped hw_noshape_inputs has two inputs with no shape: one error names both, and giving both
+    shapes it names runs (onnxruntime CPU's values are the reference validate compares with)."""
+    model = Path(__file__).resolve().parents[1] / "onnx_models" / "ecosystem" / "hw_noshape_inputs.onnx"
+    done = _cli("validate", str(model), "-q")
+    assert done.returncode == 2
+    assert "graph inputs 'data', 'ids' are declared with an element type and no shape" in done.stderr
+    assert "--input-shape data=D0,D1,.. --input-shape ids=D0,D1,.." in done.stderr
+    ok = _cli("validate", str(model), "-q", "--input-shape", "data=4,3", "--input-shape", "ids=2")
+    assert ok.returncode == 0, ok.stderr

@@ -297,16 +297,18 @@ def generate(
     proto, path = _as_proto(model)
     dims = model_dims(proto)
     fixed, given = split_given(dims, input_shapes)
-    for spec in dims.inputs:
-        if spec.dims is None and spec.name not in fixed:
-            # a bare type annotation: onnxruntime takes any rank there, so none can be chosen for it
-            raise BadInputError(
-                f"graph input {spec.name!r} is declared with an element type and no shape (unknown rank), "
-                f"so no shape can be generated for it; give --input-shape {spec.name}=D0,D1,.. or your own "
-                "inputs (--inputs FILE.npz)",
-                tensor=spec.name,
-                rule="a generated input needs a known rank",
-            )
+    # a bare type annotation: onnxruntime takes any rank there, so none can be chosen for it
+    shapeless = [spec.name for spec in dims.inputs if spec.dims is None and spec.name not in fixed]
+    if shapeless:
+        names = ", ".join(repr(n) for n in shapeless)
+        options = " ".join(f"--input-shape {n}=D0,D1,.." for n in shapeless)
+        raise BadInputError(
+            f"graph input{'s' if len(shapeless) > 1 else ''} {names} "
+            f"{'are' if len(shapeless) > 1 else 'is'} declared with an element type and no shape (unknown "
+            f"rank), so no shape can be generated; give {options} or your own inputs (--inputs FILE.npz)",
+            tensor=shapeless[0],
+            rule="a generated input needs a known rank",
+        )
     candidates = _Candidates(proto, dims, fixed, seed, negative_indices, path)
     free = [s for s in dims.symbols if s not in given]
     seen: set[tuple[int, ...]] = set()
