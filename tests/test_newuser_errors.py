@@ -7,6 +7,7 @@ onnxruntime's CPU provider is the authority that the model is bad in the first p
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -192,3 +193,15 @@ def test_every_shapeless_input_is_named_at_once(tmp_path: Path) -> None:
     assert "--input-shape data=D0,D1,.. --input-shape ids=D0,D1,.." in done.stderr
     ok = _cli("validate", str(model), "-q", "--input-shape", "data=4,3", "--input-shape", "ids=2")
     assert ok.returncode == 0, ok.stderr
+
+
+@pytest.mark.parametrize(
+    ("command", "seed"),
+    [(("inspect",), True), (("run",), True), (("validate",), True), (("export",), True), (("lower",), False),
+     (("directml", "sweep"), False)],
+)  # fmt: skip
+def test_every_command_spells_its_model_and_seed_alike(command: tuple[str, ...], seed: bool) -> None:
+    usage = _cli(*command, "--help").stdout.split("\n\n")[0]
+    assert "MODEL" in usage and re.search(r"\bmodels?\b", usage) is None  # not argparse's lowercase dest
+    if seed:
+        assert "[--seed N]" in usage

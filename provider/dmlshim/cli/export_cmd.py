@@ -27,7 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_feature_level(parser, "target")
     add_input_shape(parser)
-    parser.add_argument("--seed", type=seed_type, default=0, help="seed of generated inputs (default 0)")
+    parser.add_argument(
+        "--seed", type=seed_type, default=0, metavar="N", help="seed of generated inputs (default 0)"
+    )
     parser.add_argument(
         "--iteration",
         type=int,
