@@ -111,10 +111,15 @@ def _child(
 def _measure(argv: list[str]) -> dict[str, Any]:
     """Run ``argv`` as a child; its JSON line (if any), wall seconds and peak RSS in MB."""
     start = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert proc.stdout is not None and proc.stderr is not None
-    out, err = proc.stdout.read(), proc.stderr.read()
-    _, status, usage = os.wait4(proc.pid, 0)
+    # stderr to a file: a child writing more than a pipe holds there (onnxruntime's warnings on a large
+    # model) while this process reads its stdout would block both for good
+    with tempfile.TemporaryFile() as err_file:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err_file)
+        assert proc.stdout is not None
+        out = proc.stdout.read()
+        _, status, usage = os.wait4(proc.pid, 0)
+        err_file.seek(0)
+        err = err_file.read()
     proc.returncode = os.waitstatus_to_exitcode(status)
     wall = time.perf_counter() - start
     if proc.returncode not in (0, 1):  # validate exits 1 on a difference; that is still a measurement
