@@ -205,3 +205,14 @@ def test_every_command_spells_its_model_and_seed_alike(command: tuple[str, ...],
     assert "MODEL" in usage and re.search(r"\bmodels?\b", usage) is None  # not argparse's lowercase dest
     if seed:
         assert "[--seed N]" in usage
+
+
+@pytest.mark.parametrize("command", ["inspect", "run", "validate", "export"])
+def test_every_command_says_input_shape_is_ignored_with_inputs(command: str, tmp_path: Path) -> None:
+    model = Path(__file__).resolve().parents[1] / "onnx_models" / "gather_beam_reorder_dynamic"
+    extra = ["-o", str(tmp_path / "export")] if command == "export" else []
+    done = _cli(
+        command, f"{model}.onnx", "--inputs", f"{model}.npz", "--input-shape", "beams=3", "-q", *extra
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"dmlshim {command}: note: --input-shape is ignored with --inputs" in done.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from ..text import printable
@@ -53,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
     shapes = input_shapes(args)
     feeds = None
     if args.inputs:
+        if shapes:  # as run, validate and inspect say
+            print("dmlshim export: note: --input-shape is ignored with --inputs", file=sys.stderr)
         from ..inputs.narrow_floats import narrow_feeds
         from ..ort.session import load_model
 
