@@ -28,7 +28,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "sweep", help="run models on real DirectML; compare with dmlshim's emulation and onnxruntime CPU"
     )
     sweep.add_argument(
-        "models", nargs="+", type=Path, help="ONNX models (inputs from M.npz beside each, if any)"
+        "models",
+        metavar="MODEL",
+        nargs="+",
+        type=Path,
+        help="ONNX models (inputs from M.npz beside each, if any)",
     )
     sweep.add_argument("--json", action="store_true", help="the results as JSON on stdout")
     sweep.add_argument(

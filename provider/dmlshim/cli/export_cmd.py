@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from ..text import printable
@@ -13,7 +14,7 @@ from .progress import status
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the export command's arguments."""
-    parser.add_argument("model", help="the ONNX model")
+    parser.add_argument("model", metavar="MODEL", help="the .onnx file")
     out = parser.add_mutually_exclusive_group(required=True)
     out.add_argument(
         "-o", "--output", dest="output_dir", metavar="DIR", type=output_path_arg, help="the export folder"
@@ -27,7 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_feature_level(parser, "target")
     add_input_shape(parser)
-    parser.add_argument("--seed", type=seed_type, default=0, help="seed of generated inputs (default 0)")
+    parser.add_argument(
+        "--seed", type=seed_type, default=0, metavar="N", help="seed of generated inputs (default 0)"
+    )
     parser.add_argument(
         "--iteration",
         type=int,
@@ -51,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
     shapes = input_shapes(args)
     feeds = None
     if args.inputs:
+        if shapes:  # as run, validate and inspect say
+            print("dmlshim export: note: --input-shape is ignored with --inputs", file=sys.stderr)
         from ..inputs.narrow_floats import narrow_feeds
         from ..ort.session import load_model
 

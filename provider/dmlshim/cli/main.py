@@ -38,7 +38,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("export_cmd", "export translated nodes as DxDispatch models for real DirectML"),
     "compare": ("compare_cmd", "compare DxDispatch outputs with dmlshim's expected outputs"),
     "replay": ("replay_cmd", "execute a DxDispatch model file with dmlshim's kernels"),
-    "directml": ("directml_cmd", "set up real DirectML on Linux (Wine + vkd3d + lavapipe): setup [--check]"),
+    "directml": (
+        "directml_cmd",
+        "real DirectML on Linux (Wine + vkd3d + lavapipe): setup [--check], sweep MODEL..., info",
+    ),
 }
 """Subcommand name -> (module in dmlshim.cli, one-line help)."""
 
@@ -59,13 +62,21 @@ class _Parser(argparse.ArgumentParser):
         self._argv = list(sys.argv[1:] if args is None else args)
         return super().parse_known_args(args, namespace)
 
+    def _command(self) -> argparse.ArgumentParser | None:
+        """The parser of the command named on the command line, if one is."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                command = next((w for w in self._argv if w in action.choices), None)
+                return action.choices[command] if command else None
+        return None
+
     def _options(self) -> list[str]:
         """This parser's option strings and those of the command named on the command line."""
         options = [s for a in self._actions for s in a.option_strings]
         for action in self._actions:
             if isinstance(action, argparse._SubParsersAction):
-                command = next((w for w in self._argv if w in action.choices), None)
-                subs = [action.choices[command]] if command else list(action.choices.values())
+                named = self._command()
+                subs = [named] if named else list(action.choices.values())
                 options += [s for sub in subs for a in sub._actions for s in a.option_strings]
         return sorted(set(options))
 
@@ -82,6 +93,9 @@ class _Parser(argparse.ArgumentParser):
             unknown = message.removeprefix("unrecognized arguments: ").split()
             hints = [_suggest(w.split("=")[0], self._options()) for w in unknown if w.startswith("-")]
             message += "".join(h for h in hints if h)
+            named = self._command()
+            if named is not None:  # the command's usage and name, as argparse gives for its other errors
+                argparse.ArgumentParser.error(named, message)
         super().error(message)
 
 

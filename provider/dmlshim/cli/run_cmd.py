@@ -38,7 +38,7 @@ JSON_SCHEMA_VERSION = 1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", help="the ONNX model")
+    parser.add_argument("model", metavar="MODEL", help="the .onnx file")
     parser.add_argument(
         "--inputs",
         metavar="FILE.npz",
@@ -77,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
     output_path = check_output_file(args.output, overwrite=args.overwrite, inputs=inputs) if args.output else None
     shapes = input_shapes(args)
     generated: GeneratedInputs | None = None
+    generated_for = None  # the graph the inputs were generated for
     if args.inputs:
         if shapes:
             print("dmlshim run: note: --input-shape is ignored with --inputs", file=sys.stderr)
@@ -85,9 +86,9 @@ def run(args: argparse.Namespace) -> int:
             load_model(args.model, weightless=True, own_weights=False).proto.graph, load_npz(args.inputs)
         )
     else:
-        generated = generate(
-            load_model(args.model, weightless=True, own_weights=False), input_shapes=shapes, seed=args.seed
-        )
+        loaded = load_model(args.model, weightless=True, own_weights=False)
+        generated = generate(loaded, input_shapes=shapes, seed=args.seed)
+        generated_for = loaded.proto.graph
         feeds = generated.feeds
     session = InferenceSession(
         args.model,
@@ -101,7 +102,9 @@ def run(args: argparse.Namespace) -> int:
         outputs = session._run_values(names, feeds, None)
     except DmlShimError as exc:
         if generated is not None:
-            annotate_error(exc, generated)
+            annotate_error(exc, generated, generated_for)
+        if exc.path is None:  # as validate: the engines run parts of the model, which do not know the file
+            exc.path = str(args.model)
         raise
     record = session.last_run_record
     assert record is not None  # set by every run

@@ -37,6 +37,7 @@ import onnx
 from ..errors import BadInputError, BadModelError, DmlShimError, TooLargeError
 from ..limits import check_tensor
 from ..model.modelcheck import check_well_formed
+from ..text import printable
 from .constraints import DEFAULT_DIM, light_copy, plan_for_shapes
 from .hints import size_hints
 from .narrow_floats import run_any_outputs
@@ -46,7 +47,7 @@ from .values import draw
 if TYPE_CHECKING:
     from ..execute.weights.model_source import LoadedModel
 
-__all__ = ["GeneratedInputs", "annotate_error", "generate", "generate_inputs"]
+__all__ = ["GeneratedInputs", "annotate_error", "generate", "generate_inputs", "input_free_values"]
 
 logger = logging.getLogger(__name__)
 
@@ -105,12 +106,43 @@ class GeneratedInputs:
         }
 
 
-def annotate_error(exc: DmlShimError, generated: GeneratedInputs) -> DmlShimError:
-    """Add to an error's message that the inputs were generated, their shapes, and how to choose them."""
+_NOT_CONSTANT_OPS = frozenset(
+    {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
+)
+
+
+def input_free_values(graph: onnx.GraphProto) -> frozenset[str]:
+    """The top-level values no graph input can change: initializers a feed cannot override, Constant
+    outputs, and what nodes without subgraphs or randomness compute from those alone."""
+    fed = {i.name for i in graph.input}
+    free = {t.name for t in graph.initializer if t.name not in fed}
+    for node in graph.node:
+        if node.op_type in _NOT_CONSTANT_OPS or any(
+            a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute
+        ):
+            continue
+        if all(not n or n in free for n in node.input):
+            free.update(o for o in node.output if o)
+    return frozenset(free)
+
+
+def annotate_error(
+    exc: DmlShimError, generated: GeneratedInputs, graph: onnx.GraphProto | None = None
+) -> DmlShimError:
+    """Add to an error's message that the inputs were generated, their shapes, and how to choose them.
+
+    With the model's ``graph``, an error about a value no input can change (an out-of-range index held in
+    an initializer, say) says so, instead of suggesting other values would help."""
     if "inputs were generated" not in exc.message:
+        constant = ""
+        if graph is not None and exc.tensor and exc.tensor in input_free_values(graph):
+            constant = (
+                f"{printable(exc.tensor)} is a constant of the model: it depends on no graph input, so no "
+                "generated or given input changes its values; "
+            )
         exc.message = (
-            f"{exc.message} (the inputs were generated with seed {generated.seed}: {generated.describe()}; "
-            f"{FIX_HINT})"
+            f"{exc.message} ({constant}the inputs were generated with seed {generated.seed}: "
+            f"{generated.describe()}; {FIX_HINT})"
         )
         exc.args = (exc.message,)
     return exc
@@ -265,16 +297,18 @@ def generate(
     proto, path = _as_proto(model)
     dims = model_dims(proto)
     fixed, given = split_given(dims, input_shapes)
-    for spec in dims.inputs:
-        if spec.dims is None and spec.name not in fixed:
-            # a bare type annotation: onnxruntime takes any rank there, so none can be chosen for it
-            raise BadInputError(
-                f"graph input {spec.name!r} is declared with an element type and no shape (unknown rank), "
-                f"so no shape can be generated for it; give --input-shape {spec.name}=D0,D1,.. or your own "
-                "inputs (--inputs FILE.npz)",
-                tensor=spec.name,
-                rule="a generated input needs a known rank",
-            )
+    # a bare type annotation: onnxruntime takes any rank there, so none can be chosen for it
+    shapeless = [spec.name for spec in dims.inputs if spec.dims is None and spec.name not in fixed]
+    if shapeless:
+        names = ", ".join(repr(n) for n in shapeless)
+        options = " ".join(f"--input-shape {n}=D0,D1,.." for n in shapeless)
+        raise BadInputError(
+            f"graph input{'s' if len(shapeless) > 1 else ''} {names} "
+            f"{'are' if len(shapeless) > 1 else 'is'} declared with an element type and no shape (unknown "
+            f"rank), so no shape can be generated; give {options} or your own inputs (--inputs FILE.npz)",
+            tensor=shapeless[0],
+            rule="a generated input needs a known rank",
+        )
     candidates = _Candidates(proto, dims, fixed, seed, negative_indices, path)
     free = [s for s in dims.symbols if s not in given]
     seen: set[tuple[int, ...]] = set()

@@ -139,6 +139,19 @@ def type_name(elem_type: int) -> str:
         return f"element type {elem_type}"
 
 
+def _lowered_hint(domain: str, op_type: str) -> str:
+    """What to do with a model ``dmlshim lower`` wrote, whose custom ops only dmlshim registers."""
+    from ..execute.custom_ops.types import CUSTOM_DOMAIN
+
+    if domain != CUSTOM_DOMAIN or not op_type.startswith("Dml"):
+        return ""
+    return (
+        "; it looks like a model `dmlshim lower` wrote: run the source model with --engine customop "
+        "(Python: engine='customop'), or create the onnxruntime session with "
+        "dmlshim.execute.engines.custom_op.session_options_with_custom_ops() (docs/engines.md)"
+    )
+
+
 def ort_load_error(
     model: onnx.ModelProto, what: str, exc: BaseException, *, path: str | None = None
 ) -> BadModelError:
@@ -156,7 +169,8 @@ def ort_load_error(
         others = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
         return BadModelError(
             f"operator {u.qualified} of domain {u.domain or 'ai.onnx'!r} is not defined by ONNX, onnxruntime "
-            f"or a function of the model{others}, so onnxruntime cannot load {what} ({ort_text})",
+            f"or a function of the model{others}, so onnxruntime cannot load {what} ({ort_text})"
+            f"{_lowered_hint(u.domain, u.op_type)}",
             node=u.node,
             op_type=u.qualified,
             value=u.domain,

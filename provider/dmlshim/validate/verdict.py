@@ -211,7 +211,7 @@ def _validate_loaded(
         opt_level = common["level"]
     except DmlShimError as exc:
         if generated is not None:
-            annotate_error(exc, generated)  # say which shapes were generated and how to choose others
+            annotate_error(exc, generated, proto.graph)  # say which shapes were generated and how to choose others
         raise
     exact = rtol == 0 and atol == 0
 
