@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_readme import DOCS, REPO, Block, blocks
+from tests.test_readme import DOCS, README, REPO, Block, blocks
 
 ELIDED = "..."
 
 
 def _transcripts() -> list[tuple[Block, str, list[str]]]:
-    """(block, command, lines shown under it) for each ``$`` line of a docs/ console block with output."""
+    """(block, command, lines shown under it) for each ``$`` line of a README or docs/ console block with output."""
     found: list[tuple[Block, str, list[str]]] = []
-    for path in sorted(DOCS.glob("*.md")):
+    for path in [README, *sorted(DOCS.glob("*.md"))]:
         for block in blocks(path):
             if block.lang != "console":
                 continue
