@@ -156,6 +156,18 @@ def assert_same_bits(got: Sequence[Any], want: Sequence[Any]) -> None:
             assert g.tobytes() == w.tobytes()
 
 
+def same_bits(got: Sequence[Any], want: Sequence[Any]) -> bool:
+    """Whether every output of ``got`` is ``want``'s bit for bit (dtype, shape, bytes): the question
+    :func:`assert_same_bits` asserts, for tests that also expect a difference."""
+    if len(got) != len(want):
+        return False
+    for g, w in zip(got, want, strict=True):
+        g, w = np.asarray(g), np.asarray(w)
+        if g.shape != w.shape or g.dtype != w.dtype or g.tobytes() != w.tobytes():
+            return False
+    return True
+
+
 def node_notes(session: Any) -> list[list[str]]:
     """The note codes of each gather/scatter node in a dmlshim session's last run record."""
     return [[code for code, _ in n.notes] for n in session.last_run_record.nodes]

@@ -18,14 +18,7 @@ from onnx import TensorProto, helper
 
 import dmlshim
 from dmlshim.execute.engines import partitioned
-
-
-def _same(ours: list[object], theirs: list[object]) -> bool:
-    for a, b in zip(ours, theirs, strict=True):
-        a, b = np.asarray(a), np.asarray(b)
-        if a.shape != b.shape or a.dtype != b.dtype or a.tobytes() != b.tobytes():
-            return False
-    return True
+from tests.oracle import same_bits
 
 
 def _gelu_model() -> bytes:
@@ -85,9 +78,9 @@ def test_options_changed_after_construction_reach_no_later_session(
     approximated = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"]).run(None, feeds)
     (tmp_path / "next_session.onnx").unlink()
     expected = reference.run(None, feeds)
-    assert not _same(approximated, expected)  # the change does change onnxruntime's bits
+    assert not same_bits(approximated, expected)  # the change does change onnxruntime's bits
     for run in range(1, 11):
-        assert _same(session.run(None, feeds), expected), f"run {run}"
+        assert same_bits(session.run(None, feeds), expected), f"run {run}"
     assert list(tmp_path.iterdir()) == []  # no session of ours wrote the file the options name now
 
 
@@ -102,7 +95,7 @@ def test_options_changed_after_construction_reach_no_partition() -> None:
     clamped = dict(feeds, gidx=np.array([1, 3, 5, 70], dtype=np.int64))
     ours = session.run(None, clamped)
     assert session.last_run_record.path == "partitioned"
-    assert _same(ours, reference.run(None, feeds))
+    assert same_bits(ours, reference.run(None, feeds))
 
 
 def _shape_model(weights: np.ndarray) -> bytes:
@@ -183,7 +176,7 @@ def test_indices_invalid_on_runs_7_9_11_and_output_subsets(
         feeds = _shape_feeds(run, rows, bad, t=6 if run == 13 else 5)
         names = subsets[run % len(subsets)]
         ours = session.run(names, feeds)
-        assert _same(ours, reference.run(names, feeds)), f"run {run}"
+        assert same_bits(ours, reference.run(names, feeds)), f"run {run}"
         if run == 6:
             assert check.lean_runs == 2  # given on run 4, lean on runs 5 and 6
     # heavy: on the full check for good from run 7; light: lean again once a full run has every node given

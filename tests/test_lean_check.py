@@ -18,6 +18,7 @@ from onnx import TensorProto, helper
 import dmlshim
 from dmlshim.execute.engines import partitioned
 from dmlshim.execute.plan.steps import PROVE_RUNS
+from tests.oracle import same_bits
 
 REAL = Path(__file__).resolve().parent.parent / "onnx_models" / "real"
 GIVEN = "output_from_onnxruntime"
@@ -29,14 +30,6 @@ def _ort(model: onnx.ModelProto | str) -> ort.InferenceSession:
     options.log_severity_level = 3
     source = model if isinstance(model, str) else model.SerializeToString()
     return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
-
-
-def _same(ours: list[object], theirs: list[object]) -> bool:
-    for a, b in zip(ours, theirs, strict=True):
-        a, b = np.asarray(a), np.asarray(b)
-        if a.shape != b.shape or a.dtype != b.dtype or a.tobytes() != b.tobytes():
-            return False
-    return True
 
 
 def _check(session: dmlshim.InferenceSession) -> object:
@@ -54,7 +47,7 @@ def test_corpus_models_bit_identical_over_ten_runs(name: str) -> None:
     reference = _ort(path)
     session = dmlshim.InferenceSession(path)
     for run in range(1, 11):
-        assert _same(session.run(None, feeds), reference.run(None, feeds)), f"run {run}"
+        assert same_bits(session.run(None, feeds), reference.run(None, feeds)), f"run {run}"
     check = _check(session)
     # proved on runs 1-3, every node given on run 4, the lean check from run 5 on
     assert check.lean_runs == 10 - (PROVE_RUNS + 1)
@@ -112,7 +105,7 @@ def test_lean_check_only_after_the_proofs() -> None:
     check = _check(session)
     feeds = _feeds()
     for run in range(1, PROVE_RUNS + 1):
-        assert _same(session.run(None, feeds), reference.run(None, feeds))
+        assert same_bits(session.run(None, feeds), reference.run(None, feeds))
         # on the proved runs every node is computed and compared in the full check: no lean session yet
         assert check.lean_runs == 0, run
         assert check._lean_session is None
@@ -121,7 +114,7 @@ def test_lean_check_only_after_the_proofs() -> None:
     assert check.lean_runs == 0
     assert GIVEN in _notes(session, "Gather")[1] and GIVEN in _notes(session, "ScatterElements")[1]
     for run in range(5, 9):
-        assert _same(session.run(None, feeds), reference.run(None, feeds)), run
+        assert same_bits(session.run(None, feeds), reference.run(None, feeds)), run
         assert check.lean_runs == run - 4
         assert GIVEN in _notes(session, "Gather")[1] and GIVEN in _notes(session, "ScatterElements")[1]
 
@@ -135,17 +128,17 @@ def test_back_to_the_full_check_on_a_negative_index(keep_full: bool, monkeypatch
     session = dmlshim.InferenceSession(model.SerializeToString())
     check = _check(session)
     for _ in range(5):
-        assert _same(session.run(None, _feeds()), reference.run(None, _feeds()))
+        assert same_bits(session.run(None, _feeds()), reference.run(None, _feeds()))
     assert check.lean_runs == 1
     assert (check._session is not None) is keep_full
     negative = _feeds(gidx=[5, -1, 2])
-    assert _same(session.run(None, negative), reference.run(None, negative))
+    assert same_bits(session.run(None, negative), reference.run(None, negative))
     assert check.lean_runs == 1  # run 6 answered by the full check
     node, notes = _notes(session, "Gather")
     assert node.negative_indices and GIVEN not in notes  # computed, as before the lean check
     assert check._session is not None
     for _ in range(3):
-        assert _same(session.run(None, _feeds()), reference.run(None, _feeds()))
+        assert same_bits(session.run(None, _feeds()), reference.run(None, _feeds()))
     # the heavy case stays on the full check once it came back; the light one goes lean again once a
     # full run has every node given (run 7: the shapes are the proved ones), so runs 8 and 9 are lean
     assert check.lean_runs == (3 if keep_full else 1)
@@ -161,7 +154,7 @@ def test_back_to_the_full_check_on_a_duplicate_scatter_index() -> None:
     assert check.lean_runs == 1
     # the same place written twice: ONNX leaves the winner open, the check verifies the kernel's
     twice = _feeds(sidx=[[0, 1, 2, 3], [0, 5, 0, 1]])
-    assert _same(session.run(None, twice), reference.run(None, twice))
+    assert same_bits(session.run(None, twice), reference.run(None, twice))
     assert check.lean_runs == 1
     node, notes = _notes(session, "ScatterElements")
     assert node.duplicate_indices == 1 and GIVEN not in notes
@@ -177,7 +170,7 @@ def test_back_to_the_full_check_on_new_shapes() -> None:
     assert check.lean_runs == 1
     wider = _feeds(n=9, gidx=[8, 0, 2, 7])
     for run in range(1, PROVE_RUNS + 1):  # new shapes: proved again in the full check
-        assert _same(session.run(None, wider), reference.run(None, wider))
+        assert same_bits(session.run(None, wider), reference.run(None, wider))
         assert check.lean_runs == 1, run
         assert GIVEN not in _notes(session, "Gather")[1]
     session.run(None, wider)
@@ -192,7 +185,7 @@ def test_no_lean_check_under_full_check(monkeypatch: pytest.MonkeyPatch) -> None
     session = dmlshim.InferenceSession(model.SerializeToString())
     check = _check(session)
     for _ in range(8):
-        assert _same(session.run(None, _feeds()), reference.run(None, _feeds()))
+        assert same_bits(session.run(None, _feeds()), reference.run(None, _feeds()))
     # every run computes and compares every node: nothing is given, nothing goes lean
     assert check is None or check.lean_runs == 0
     assert GIVEN not in _notes(session, "Gather")[1]
@@ -210,4 +203,4 @@ def test_run_checked_never_answers_from_the_lean_check() -> None:
     outputs, _, values = engine.run_checked(["y"], _feeds())
     assert check.lean_runs == 1
     assert {"a", "s", "b", "g"} <= set(values)
-    assert _same(outputs, _ort(model).run(None, _feeds()))
+    assert same_bits(outputs, _ort(model).run(None, _feeds()))
