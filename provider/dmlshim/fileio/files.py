@@ -460,8 +460,10 @@ def write_onnx(path: PathLike, model: Any, **options: Any) -> Path:
     Raises:
         BadInputError: as :func:`write_stream`, or the model is too large for one protobuf (2 GiB).
     """
-    if _initializer_bytes(model) >= _STREAM_MIN_BYTES:
-        return _write_onnx_in_pieces(path, model, **options)
+    from .onnx_pieces import STREAM_MIN_BYTES, initializer_bytes, piece_writer
+
+    if initializer_bytes(model) >= STREAM_MIN_BYTES:
+        return write_stream(path, piece_writer(model, path), **options)
     try:
         data = model.SerializeToString()
     except ValueError as exc:  # protobuf's EncodeError derives from Exception; see below
@@ -475,56 +477,3 @@ def write_onnx(path: PathLike, model: Any, **options: Any) -> Path:
         ) from exc
     return write_bytes(path, data, **options)
 
-
-_STREAM_MIN_BYTES = 64 << 20
-"""Models whose initializers declare at least this many bytes are written one initializer at a time."""
-
-_PROTOBUF_LIMIT = (1 << 31) - 1
-
-
-def _initializer_bytes(model: Any) -> int:
-    return sum(len(t.raw_data) for t in model.graph.initializer if t.HasField("raw_data"))
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        low, value = value & 0x7F, value >> 7
-        out.append(low | 0x80 if value else low)
-        if not value:
-            return bytes(out)
-
-
-def _write_onnx_in_pieces(path: PathLike, model: Any, **options: Any) -> Path:
-    """Write ``model`` as protobuf's wire format without serializing it in one piece (with upb that is a
-    buffer plus the Python bytes: twice the model): every field but the graph, then the graph as its
-    fields but the initializers followed by each initializer. Parsers read fields in any order and keep
-    the initializers' order."""
-    import onnx
-
-    from ..model.weightless import graph_shell, model_shell
-
-    head = model_shell(model)  # every field but the graph
-    shell = onnx.GraphProto()
-    graph_shell(model.graph, shell)  # every field but the initializers
-    shell_bytes = shell.SerializeToString()
-    init_tag = _varint(5 << 3 | 2)  # GraphProto.initializer
-    sizes = [t.ByteSize() for t in model.graph.initializer]
-    graph_size = len(shell_bytes) + sum(len(init_tag) + len(_varint(n)) + n for n in sizes)
-    head_bytes = head.SerializeToString()
-    graph_head = _varint(7 << 3 | 2) + _varint(graph_size)  # ModelProto.graph
-    if len(head_bytes) + len(graph_head) + graph_size > _PROTOBUF_LIMIT:
-        raise BadInputError(
-            "cannot serialise the model (larger than 2 GiB); a model above 2 GiB needs external data",
-            path=os.fspath(path),
-        )
-
-    def writer(handle: BinaryIO) -> None:
-        handle.write(head_bytes)
-        handle.write(graph_head)
-        handle.write(shell_bytes)
-        for tensor, size in zip(model.graph.initializer, sizes, strict=True):
-            handle.write(init_tag + _varint(size))
-            handle.write(tensor.SerializeToString())
-
-    return write_stream(path, writer, **options)

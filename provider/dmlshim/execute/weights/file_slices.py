@@ -22,6 +22,8 @@ from typing import BinaryIO
 import onnx
 from google.protobuf.message import DecodeError
 
+from ...fileio.onnx_pieces import encode_varint
+
 logger = logging.getLogger(__name__)
 
 FOLDER_KEY = "session.model_external_initializers_file_folder_path"
@@ -164,20 +166,8 @@ WALK_MIN_GRAPH_BYTES = 4 * 1024 * 1024
 weights are too small to matter, and one read is faster than the walk)."""
 
 
-def _encode_varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        low = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(low | 0x80)
-        else:
-            out.append(low)
-            return bytes(out)
-
-
 def _length_delimited(field: int, payload: bytes) -> bytes:
-    return _encode_varint(field << 3 | _LEN) + _encode_varint(len(payload)) + payload
+    return encode_varint(field << 3 | _LEN) + encode_varint(len(payload)) + payload
 
 
 def _reference(f: BinaryIO, end: int, model_name: str, min_bytes: int) -> onnx.TensorProto | None:
