@@ -19,6 +19,12 @@ from ..execute.record import RunRecord
 from ..execute.weights.added_initializers import added_initializers, with_initializers
 from ..execute.weights.folded_reads import keep_model_values_where_folded
 from ..execute.weights.model_source import LoadedModel, ModelSource, load_model, typed_outputs
+from ..execute.weights.ort_format import (
+    is_ort_format,
+    onnx_bytes_from_ort_format,
+    saved_graph_checked,
+    unoptimized_options,
+)
 from ..kernels.options import IndexMode
 from ..model.ort_witness import acceptance_pending
 from ..resources import guard_resources
@@ -123,6 +129,11 @@ class InferenceSession(SessionRuns, SessionQueries, OrtSessionAttributes):
             callers_options(sess_options)
             if getattr(sess_options, "use_per_session_threads", True) is False:
                 use_global_thread_pool()
+        source: ModelSource = path_or_bytes
+        if is_ort_format(path_or_bytes, sess_options):
+            # onnxruntime's flatbuffer form: its ONNX graph, run as onnxruntime runs it (as saved, unoptimized)
+            source = onnx_bytes_from_ort_format(path_or_bytes)
+            sess_options = unoptimized_options(sess_options)
         if emulate_all():  # $DMLSHIM_ORT_EMULATE=all: DirectML emulated whatever the client asks for
             providers, provider_options = with_dml_first(providers, provider_options)
         self._fallback_enabled = fallback_flag(kwargs)
@@ -137,7 +148,7 @@ class InferenceSession(SessionRuns, SessionQueries, OrtSessionAttributes):
         self._options = sess_options
         self._profiler: SessionProfiler | None = None
         self._start_profiler(path_or_bytes)
-        from_file = isinstance(path_or_bytes, (str, os.PathLike))
+        from_file = isinstance(source, (str, os.PathLike))
         with self._span("model_loading_uri" if from_file else "model_loading_array"):  # onnxruntime's names
             # With onnxruntime's default options the default engine reads the large weights from the
             # model's files where it needs them: they are never all held in Python. With them (no files
@@ -148,7 +159,8 @@ class InferenceSession(SessionRuns, SessionQueries, OrtSessionAttributes):
                 and not reads_config_from_model(kwargs)
                 and resolve_engine(engine, self._choice) in ("partitioned", "cpu")
             )
-            loaded = load_model(path_or_bytes, sess_options, weightless=True, defer_acceptance=defer)
+            with saved_graph_checked() if source is not path_or_bytes else contextlib.nullcontext():
+                loaded = load_model(source, sess_options, weightless=True, defer_acceptance=defer)
         try:
             # a session of the whole model the engine builds anyway may stand for onnxruntime's acceptance
             with acceptance_pending(loaded.acceptance):

@@ -30,6 +30,7 @@ from ...runtime.exceptions import (
 from ...runtime.real import pybind_state
 from .added_initializers import AddedInitializers
 from .file_slices import read_weightless
+from .ort_format import is_ort_format, onnx_bytes_from_ort_format, saved_graph_checked
 from .shared import MAP_MIN_BYTES, SHARE_MIN_BYTES
 from .snapshot import ExternalDataGuard, WeightSnapshot, read_inline, snapshot_inline
 from .supplied import take_supplied_initializers
@@ -167,6 +168,15 @@ def load_model(
             whose location leaves the model's folder.
         TooLargeError: the model's weights (external data, dense forms) cannot fit in the memory limit.
     """
+    if not isinstance(model, onnx.ModelProto) and is_ort_format(model, sess_options):
+        with saved_graph_checked():  # onnxruntime's flatbuffer form: the ONNX graph it holds
+            return load_model(
+                onnx_bytes_from_ort_format(model),
+                sess_options,
+                weightless=weightless,
+                own_weights=own_weights,
+                defer_acceptance=defer_acceptance,
+            )
     if isinstance(model, onnx.ModelProto):
         loaded = LoadedModel(model, None)
     elif isinstance(model, (bytes, bytearray, memoryview)):
