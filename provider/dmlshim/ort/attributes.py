@@ -16,6 +16,28 @@ from typing import TYPE_CHECKING, Any
 from .session_surface import SessionSurface
 
 
+class settable_property(property):
+    """A property that a program may also assign, as it may assign any attribute of onnxruntime's session
+    (insightface's ``InferenceSession`` subclass sets ``self.model_path``): once assigned, the program reads
+    back its own value; dmlshim itself never reads these names, only its private state."""
+
+    def __get__(self, obj: Any, objtype: type | None = None) -> Any:
+        if obj is None:
+            return self
+        assert self.fget is not None
+        own = obj.__dict__
+        name = self.fget.__name__
+        return own[name] if name in own else self.fget(obj)
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        assert self.fget is not None
+        obj.__dict__[self.fget.__name__] = value
+
+    def __delete__(self, obj: Any) -> None:
+        assert self.fget is not None
+        obj.__dict__.pop(self.fget.__name__, None)
+
+
 class SessionCore:
     """What ``session._sess`` is in onnxruntime (its C++ session), answered by a dmlshim session."""
 
@@ -136,6 +158,11 @@ class OrtSessionAttributes:
         return clone
 
     def __reduce_ex__(self, protocol: Any) -> Any:
+        # onnxruntime's own state (its C++ session) cannot be pickled, but a program's subclass that says
+        # what its state is (__getstate__, and __setstate__ building the session again, as insightface's
+        # PickableInferenceSession does) pickles and deep-copies by it
+        if getattr(type(self), "__getstate__", None) is not getattr(object, "__getstate__", None):
+            return object.__reduce_ex__(self, protocol)
         raise TypeError("cannot pickle 'onnxruntime.capi.onnxruntime_pybind11_state.InferenceSession' object")
 
     def _remember_source(self, path_or_bytes: Any, sess_options: Any, kwargs: Mapping[str, Any]) -> None:
@@ -161,15 +188,15 @@ class OrtSessionAttributes:
         self._sess_options_initial = sess_options  # the caller's object, as onnxruntime keeps it
         self._read_config_from_model = reads_config_from_model(kwargs)
 
-    @property
+    @settable_property
     def _sess_options(self) -> Any:
         return self.get_session_options()  # type: ignore[attr-defined]
 
-    @property
+    @settable_property
     def _profiling_start_time_ns(self) -> int:
         return self.get_profiling_start_time_ns()  # type: ignore[attr-defined]
 
-    @property
+    @settable_property
     def _input_epdevices(self) -> list[Any]:
         return self.get_input_epdevices()  # type: ignore[attr-defined]
 
@@ -187,47 +214,47 @@ class OrtSessionAttributes:
                 obj=self,
             )
 
-    @property
+    @settable_property
     def _sess(self) -> SessionCore:
         return SessionCore(self)  # type: ignore[arg-type]
 
-    @property
+    @settable_property
     def _enable_fallback(self) -> bool:
         return self._fallback_enabled
 
-    @property
+    @settable_property
     def _fallback_providers(self) -> list[str]:
         return ["CPUExecutionProvider"]
 
-    @property
+    @settable_property
     def _providers(self) -> list[str]:
         return self.get_providers()  # type: ignore[attr-defined]
 
-    @property
+    @settable_property
     def _provider_options(self) -> dict[str, dict[str, str]]:
         return self.get_provider_options()  # type: ignore[attr-defined]
 
-    @property
+    @settable_property
     def _inputs_meta(self) -> list[Any]:
         return self.get_inputs()  # type: ignore[attr-defined]
 
-    @property
+    @settable_property
     def _outputs_meta(self) -> list[Any]:
         return self.get_outputs()  # type: ignore[attr-defined]
 
-    @property
+    @settable_property
     def _overridable_initializers(self) -> list[Any]:
         return self.get_overridable_initializers()  # type: ignore[attr-defined]
 
-    @property
+    @settable_property
     def _model_meta(self) -> Any:
         return self.get_modelmeta()  # type: ignore[attr-defined]
 
-    @property
+    @settable_property
     def _input_meminfos(self) -> list[Any]:
         return self.get_input_memory_infos()  # type: ignore[attr-defined]
 
-    @property
+    @settable_property
     def _output_meminfos(self) -> list[Any]:
         return self.get_output_memory_infos()  # type: ignore[attr-defined]
 

@@ -30,7 +30,7 @@ from ..model.ort_witness import acceptance_pending
 from ..resources import guard_resources
 from ..runtime.exceptions import raises_onnxruntime_errors
 from ..runtime.real import DISABLED_OPTIMIZERS, callers_options, optimizers_disabled, use_global_thread_pool
-from .attributes import OrtSessionAttributes
+from .attributes import OrtSessionAttributes, settable_property
 from .c_iobinding import bind_c_iobinding
 from .emulate import emulate_all, with_dml_first
 from .free_dims import outputs_for_inputs, overrides_by_name, with_free_dimension_overrides
@@ -131,7 +131,7 @@ class InferenceSession(SessionRuns, SessionQueries, OrtSessionAttributes):
                 use_global_thread_pool()
         source: ModelSource = path_or_bytes
         if is_ort_format(path_or_bytes, sess_options):
-            # onnxruntime's flatbuffer form: its ONNX graph, run as onnxruntime runs it (as saved, unoptimized)
+            # onnxruntime's flatbuffer form: its ONNX graph, run as onnxruntime runs it (as saved)
             source = onnx_bytes_from_ort_format(path_or_bytes)
             sess_options = unoptimized_options(sess_options)
         if emulate_all():  # $DMLSHIM_ORT_EMULATE=all: DirectML emulated whatever the client asks for
@@ -349,27 +349,27 @@ class InferenceSession(SessionRuns, SessionQueries, OrtSessionAttributes):
 
     # --- dmlshim's own properties ------------------------------------------------------------------
 
-    @property
+    @settable_property
     def engine(self) -> Engine:
         """The engine that runs the model."""
         return self._engine
 
-    @property
+    @settable_property
     def feature_level(self) -> FeatureLevel:
         """The DirectML feature level emulated."""
         return self._feature_level
 
-    @property
+    @settable_property
     def index_mode(self) -> IndexMode:
         """The out-of-range index policy."""
         return self._index_mode
 
-    @property
+    @settable_property
     def model_path(self) -> str | None:
         """The model file, when the session was built from a path."""
-        return self._loaded.path
+        return self._loaded.path if self._loaded.path is not None else self._model_path
 
-    @property
+    @settable_property
     def last_run_record(self) -> RunRecord | None:
         """The record of the latest ``run`` (None before the first run)."""
         return self._last_run_record

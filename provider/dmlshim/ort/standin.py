@@ -48,7 +48,7 @@ class TrackedInferenceSession(InferenceSession):
         # absolute now (the program may change directory): the summary must never replace this file
         model_file = os.path.abspath(self._model_path) if self._model_path else ""
         self._tally = tracking.TRACKER.add_session(
-            model, self.get_providers(), self.engine.name, model_file=model_file
+            model, self.get_providers(), self._engine.name, model_file=model_file
         )
         tracking.changed()
 
@@ -59,7 +59,7 @@ class TrackedInferenceSession(InferenceSession):
             tracking.TRACKER.add_failure(self._tally, exc)
             tracking.changed()
             raise
-        tracking.TRACKER.add_run(self._tally, self.last_run_record)
+        tracking.TRACKER.add_run(self._tally, self._last_run_record)
         tracking.changed()
         return outputs
 

@@ -14,15 +14,21 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Iterator
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from ...errors import BadModelError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["FORMAT_KEY", "is_ort_format", "onnx_bytes_from_ort_format", "saved_graph_checked", "unoptimized_options"]
+__all__ = [
+    "FORMAT_KEY",
+    "is_ort_format",
+    "onnx_bytes_from_ort_format",
+    "saved_graph_checked",
+    "unoptimized_options",
+]
 
 FORMAT_KEY = "session.load_model_format"
 """The session config entry that names a model's format (``ORT`` or ``ONNX``) over onnxruntime's guess."""
