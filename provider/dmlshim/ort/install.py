@@ -289,12 +289,23 @@ def _after_change() -> None:
         import multiprocessing.util
 
         multiprocessing.util.Finalize(None, flush, exitpriority=100)
+        # A forkserver or spawn worker imports the program's main module before its process starts, and
+        # the start clears the finalizers made until then (a session made at the module's top level): the
+        # start's after-fork hooks, which run right after, make it again.
+        multiprocessing.util.register_after_fork(_State, _finalize_again)
         # A pool ends its workers with SIGTERM: hand the tally on first.
         if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
             with contextlib.suppress(ValueError):  # not the main thread
                 signal.signal(signal.SIGTERM, _on_sigterm)
         _State.finalizer = True
     maybe_flush()
+
+
+def _finalize_again(_: object) -> None:
+    import multiprocessing.util
+
+    if not _is_owner():
+        multiprocessing.util.Finalize(None, flush, exitpriority=100)
 
 
 def _reset_in_child() -> None:
