@@ -18,6 +18,7 @@ from ..execute.plan.sessions import terminated
 from ..execute.record import RunRecord
 from ..execute.weights.added_initializers import added_initializers, with_initializers
 from ..execute.weights.folded_reads import keep_model_values_where_folded
+from ..execute.weights.live_initializers import LiveReader, packed_inputs, with_live_initializers
 from ..execute.weights.model_source import LoadedModel, ModelSource, load_model, typed_outputs
 from ..kernels.options import IndexMode
 from ..model.ort_witness import acceptance_pending
@@ -204,7 +205,23 @@ class InferenceSession(SessionRuns, SessionQueries, OrtSessionAttributes):
                 folding=self._constant_folding(),
             )
             self._write_optimized_model()
+            self._live_model(loaded, sess_options)
             self._engine: Engine = self._build_engine()
+
+    def _live_model(self, loaded: LoadedModel, sess_options: Any) -> None:
+        """Point the engine's model at the ``add_initializer`` values as they are at each run
+        (:mod:`dmlshim.execute.weights.live_initializers`)."""
+        names = set(self._added.values) - set(self._added.external) - set(loaded.supplied)
+        level = getattr(self._options, "graph_optimization_level", None) if self._options is not None else None
+        made = with_live_initializers(
+            self._model, names, packed_inputs(None if level is None else int(level))
+        )
+        self._model, self._live = made.model, made.live
+        self._live_reader = (
+            LiveReader({t.name: t for t in loaded.proto.graph.initializer if t.name in made.live}, sess_options)
+            if made.live
+            else None
+        )
 
     def _constant_folding(self) -> bool:
         """Whether onnxruntime's constant folding runs for these options (level basic or above)."""
@@ -420,6 +437,8 @@ class InferenceSession(SessionRuns, SessionQueries, OrtSessionAttributes):
             if stop is not None:
                 raise stop  # as onnxruntime: a run asked to terminate does not start (emulated nodes too)
         self._loaded.check_files()  # a mapped external-data file cut short is refused, not a SIGBUS
+        if self._live_reader is not None:  # the add_initializer values as the caller's buffers hold them now
+            feeds = {**self._live_reader.read(), **feeds}
         if self._profiler is None and DISABLED_OPTIMIZERS.get() == self._disabled_optimizers:
             outputs, record = self._engine.run(names, feeds, run_options=run_options)
         else:

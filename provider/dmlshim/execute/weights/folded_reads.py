@@ -80,7 +80,7 @@ def keep_model_values_where_folded(
     reads = {i for k in folded for i in model.graph.node[k].input if i in names}
     if not reads:
         return model
-    copies = _copy_names(model.graph, sorted(reads))
+    copies = copy_names(model.graph, sorted(reads))
     out = model_shell(model)
     graph_shell(model.graph, out.graph)
     for k, node in enumerate(out.graph.node):
@@ -98,7 +98,7 @@ def keep_model_values_where_folded(
     return out
 
 
-def _copy_names(graph: onnx.GraphProto, names: list[str]) -> dict[str, str]:
+def copy_names(graph: onnx.GraphProto, names: list[str]) -> dict[str, str]:
     """A name for the copy of each initializer in ``names``, :data:`MODEL_VALUE_SUFFIX` appended (then a
     number) until no value of the model, in any graph, has it: the model may use any name."""
     taken = value_names(graph)
