@@ -47,19 +47,26 @@ def _version(text: str) -> tuple[int, int]:
     return (parts[0], parts[1]) if len(parts) == 2 else (0, 0)
 
 
+def ort_version() -> str:
+    """The installed onnxruntime's version."""
+    import onnxruntime
+
+    return str(onnxruntime.__version__)
+
+
 def ort_crashes(version: str | None = None) -> bool:
     """Whether onnxruntime ``version`` (the installed one by default) crashes on the node."""
-    if version is None:
-        import onnxruntime
+    return _version(ort_version() if version is None else version) < FIXED_IN
 
-        version = onnxruntime.__version__
-    return _version(version) < FIXED_IN
+
+ORT_CRASHES_CODE = "ORT_CRASHES_ON_EMPTY_TUPLES"
+"""The note's code in records, inspect and validate."""
 
 
 CRASH_NOTE = (
     "a ScatterND whose index tuples are empty (indices' last dimension 0) kills onnxruntime {version} "
-    "with SIGFPE; dmlshim computes it with ONNX semantics (each update replaces, or is reduced into, the "
-    "whole data tensor, in row-major order) from ONNX operators onnxruntime runs"
+    "with SIGFPE, so dmlshim computes it itself with ONNX semantics (each update replaces, or is reduced "
+    "into, the whole data tensor, in row-major order)"
 )
 
 

@@ -68,7 +68,7 @@ class CpuFallback:
                     REASON_RUNTIME_FALLBACK,
                     "the translation for this run's shapes and types is not a DirectML operator; "
                     + (
-                        "dmlshim computed it with ONNX semantics: " + CRASH_NOTE.format(version=ort.__version__)
+                        CRASH_NOTE.format(version=ort.__version__)
                         if self._empty_tuples(arrays)
                         else "the node ran in onnxruntime's CPU provider"
                     ),
