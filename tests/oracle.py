@@ -74,7 +74,7 @@ def ort_run(
     """Run a model on onnxruntime CPU, single-threaded; all outputs. A model holding a ScatterND with empty
     index tuples runs in ONNX's reference implementation instead where the installed onnxruntime crashes on
     that node (:func:`ort_crashes_on_zero_depth_scatternd`): newer onnxruntime gives the same values."""
-    if isinstance(model, onnx.ModelProto) and _has_zero_depth_scatternd(model) and ort_crashes_on_zero_depth_scatternd():
+    if isinstance(model, onnx.ModelProto) and has_zero_depth_scatternd(model) and ort_crashes_on_zero_depth_scatternd():
         return onnx_reference_run(model, feeds)
     return list(ort_session(model, quiet=quiet).run(None, dict(feeds)))
 
@@ -103,7 +103,7 @@ def onnx_reference_run(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) 
     return [np.asarray(v) for v in ReferenceEvaluator(model, new_ops=[ScatterND]).run(None, dict(feeds))]
 
 
-def _has_zero_depth_scatternd(model: onnx.ModelProto) -> bool:
+def has_zero_depth_scatternd(model: onnx.ModelProto) -> bool:
     """Whether ``model``'s main graph has a ScatterND whose indices' last dimension is declared 0 (an
     initializer, or a graph input or value of that declared shape)."""
     dims = {t.name: list(t.dims) for t in model.graph.initializer}
