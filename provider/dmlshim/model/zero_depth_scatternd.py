@@ -59,6 +59,9 @@ def ort_crashes(version: str | None = None) -> bool:
     return _version(ort_version() if version is None else version) < FIXED_IN
 
 
+CRASH_MARK = "with SIGFPE, so dmlshim computes it itself"
+"""The words of :data:`CRASH_NOTE` a report looks for."""
+
 ORT_CRASHES_CODE = "ORT_CRASHES_ON_EMPTY_TUPLES"
 """The note's code in records, inspect and validate."""
 
