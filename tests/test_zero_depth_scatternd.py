@@ -120,3 +120,43 @@ def test_the_crash_is_named_in_the_record_where_onnxruntime_crashes(tmp_path: Pa
     assert done.returncode == 0, done.stderr[-2000:]
     text = json.dumps(json.loads(done.stdout.strip().splitlines()[-1])["reasons"])
     assert ("SIGFPE" in text) == ort_crashes_on_zero_depth_scatternd()
+
+
+_DYNAMIC = r"""
+import sys, numpy as np, dmlshim
+from onnx import helper, TensorProto as T
+nodes = [helper.make_node("ScatterND", ["x", "i", "u"], ["s"], reduction=sys.argv[2]), helper.make_node("Neg", ["s"], ["y"])]
+graph = helper.make_graph(nodes, "g", [
+    helper.make_tensor_value_info("x", T.FLOAT, [2]),
+    helper.make_tensor_value_info("i", T.INT64, ["a", "k"]),
+    helper.make_tensor_value_info("u", T.FLOAT, None)], [helper.make_tensor_value_info("y", T.FLOAT, None)])
+model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 18)])
+session = dmlshim.InferenceSession(model, engine=sys.argv[1] or None)
+x = np.array([1, -2], np.float32)
+for i, u in ((np.zeros((3, 0), np.int64), np.arange(6, dtype=np.float32).reshape(3, 2)),
+             (np.array([[1]], np.int64), np.array([9], np.float32))):
+    print(session.run(None, {"x": x, "i": i, "u": u})[0].tolist())
+"""
+
+
+@pytest.mark.parametrize("reduction", ["none", "add"])
+@pytest.mark.parametrize("engine", ["partitioned", "customop", "cpu", ""])
+def test_a_last_dimension_0_only_at_run_time(engine: str, reduction: str) -> None:
+    """Indices declared ``["a", "k"]``: 0 in one run, 1 in the next; each run is ONNX's answer."""
+    done = _child([engine, reduction], _DYNAMIC)
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = [json.loads(line) for line in done.stdout.strip().splitlines()[-2:]]
+    x = np.array([1, -2], np.float32)
+    model = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("ScatterND", ["x", "i", "u"], ["y"], reduction=reduction)],
+            "g",
+            [helper.make_tensor_value_info(n, t, None) for n, t in (("x", TensorProto.FLOAT), ("i", TensorProto.INT64), ("u", TensorProto.FLOAT))],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        ),
+        ir_version=IR_VERSION,
+        opset_imports=[helper.make_opsetid("", 18)],
+    )
+    first = onnx_reference_run(model, {"x": x, "i": np.zeros((3, 0), np.int64), "u": np.arange(6, dtype=np.float32).reshape(3, 2)})[0]
+    second = onnx_reference_run(model, {"x": x, "i": np.array([[1]], np.int64), "u": np.array([9], np.float32)})[0]
+    assert got == [(-first).tolist(), (-second).tolist()]

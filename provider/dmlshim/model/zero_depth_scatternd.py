@@ -96,8 +96,9 @@ def _shapes(model: onnx.ModelProto) -> dict[str, list[int | None]]:
 
 
 def empty_tuple_nodes(model: onnx.ModelProto) -> dict[int, int]:
-    """Positions (with their indices' rank) of the main graph's ScatterND nodes whose indices' last dimension is statically 0 and
-    whose data has rank 1 or more (onnxruntime refuses rank 0 before it divides)."""
+    """Positions of the main graph's ScatterND nodes whose indices' last dimension is 0 (with their
+    indices' rank) or may be 0 at run time (with minus their indices' rank), and whose data may have rank
+    1 or more (onnxruntime refuses rank 0 before it divides)."""
     candidates = [
         k for k, n in enumerate(model.graph.node) if n.op_type == "ScatterND" and n.domain in ("", "ai.onnx")
     ]
@@ -109,8 +110,12 @@ def empty_tuple_nodes(model: onnx.ModelProto) -> dict[int, int]:
         node = model.graph.node[k]
         indices = shapes.get(node.input[1]) if len(node.input) > 1 else None
         data = shapes.get(node.input[0])
-        if indices and indices[-1] == 0 and (data is None or len(data) >= 1):
+        if not indices or (data is not None and len(data) == 0):
+            continue
+        if indices[-1] == 0:
             found[k] = len(indices)
+        elif indices[-1] is None:
+            found[k] = -len(indices)  # 0 or not only at run time: guarded by an If
     return found
 
 
@@ -145,6 +150,44 @@ def _replacement(
     yield helper.make_node("Reshape", [v + "flat", v + "shape"], [node.output[0]], name=node.name, **zero)
 
 
+def _guarded(graph: onnx.GraphProto, node: onnx.NodeProto, prefix: str, opset: int, rank: int) -> None:
+    """Append to ``graph`` ``node`` behind an If on its indices' last dimension: 0 takes the ONNX
+    operators of :func:`_replacement`, anything else the node itself (onnxruntime runs one branch)."""
+    v = f"{prefix}/"
+    graph.initializer.extend(
+        [
+            numpy_helper.from_array(np.array(-1, np.int64), v + "last_axis"),
+            numpy_helper.from_array(np.array(0, np.int64), v + "none"),
+        ]
+    )
+    graph.node.extend(
+        [
+            helper.make_node("Shape", [node.input[1]], [v + "ishape"]),
+            helper.make_node("Gather", [v + "ishape", v + "last_axis"], [v + "depth"], axis=0),
+            helper.make_node("Equal", [v + "depth", v + "none"], [v + "empty"]),
+        ]
+    )
+    branch_out = helper.make_value_info(v + "out", onnx.TypeProto())
+    inner = onnx.NodeProto()
+    inner.CopyFrom(node)
+    inner.output[0] = v + "out"
+    inner.name = ""
+    then_items = list(_replacement(inner, v + "then", opset, rank))
+    then_graph = helper.make_graph(
+        [i for i in then_items if isinstance(i, onnx.NodeProto)],
+        "empty_tuples",
+        [],
+        [branch_out],
+        [i for i in then_items if isinstance(i, onnx.TensorProto)],
+    )
+    else_graph = helper.make_graph([inner], "tuples", [], [branch_out])
+    graph.node.append(
+        helper.make_node(
+            "If", [v + "empty"], [node.output[0]], name=node.name, then_branch=then_graph, else_branch=else_graph
+        )
+    )
+
+
 def without_empty_tuples(model: onnx.ModelProto) -> onnx.ModelProto | None:
     """A copy of ``model`` with every ScatterND of empty index tuples in its main graph computed by other
     ONNX operators, or None when it has none. ``model`` is not modified."""
@@ -167,11 +210,14 @@ def without_empty_tuples(model: onnx.ModelProto) -> onnx.ModelProto | None:
         while any(n.startswith(prefix + "/") for n in taken):
             j += 1
             prefix = f"dmlshim_scatternd_{k}_{j}"
-        for item in _replacement(node, prefix, opset, ranks[k]):
-            if isinstance(item, onnx.TensorProto):
-                out.graph.initializer.append(item)
-            else:
-                out.graph.node.append(item)
+        if ranks[k] > 0:
+            for item in _replacement(node, prefix, opset, ranks[k]):
+                if isinstance(item, onnx.TensorProto):
+                    out.graph.initializer.append(item)
+                else:
+                    out.graph.node.append(item)
+        else:
+            _guarded(out.graph, node, prefix, opset, -ranks[k])
     logger.info(
         "ScatterND with empty index tuples (%s) computed from ONNX operators: onnxruntime before %d.%d crashes",
         ", ".join(model.graph.node[k].name or f"#{k}" for k in sorted(positions)),
