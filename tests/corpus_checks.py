@@ -94,7 +94,9 @@ def assert_same(got: Sequence[Any], want: Sequence[Any], where: str) -> None:
         if isinstance(w, np.ndarray):
             assert g is not None, f"{where} output {k}: missing"
             g = np.asarray(g)
-            if w.dtype == object and g.dtype.kind == "U":  # `run -o` stores strings as a text array (documented)
+            if (
+                w.dtype == object and g.dtype.kind == "U"
+            ):  # `run -o` stores strings as a text array (documented)
                 assert g.shape == w.shape and g.tolist() == w.tolist(), f"{where} output {k}: strings differ"
                 continue
             assert g.dtype == w.dtype, f"{where} output {k}: dtype {g.dtype} != {w.dtype}"

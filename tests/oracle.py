@@ -48,7 +48,9 @@ def make_node_model(
     return helper.make_model(graph, opset_imports=opsets, ir_version=IR_VERSION)
 
 
-def ort_session(model: onnx.ModelProto | bytes | str | os.PathLike[str], *, quiet: bool = False) -> ort.InferenceSession:
+def ort_session(
+    model: onnx.ModelProto | bytes | str | os.PathLike[str], *, quiet: bool = False
+) -> ort.InferenceSession:
     """A CPU session with one intra-op thread (onnxruntime's ScatterND is racy on duplicates otherwise).
 
     ``model`` is a ModelProto, serialized bytes or a path; ``quiet`` keeps onnxruntime's warnings out of
@@ -69,12 +71,19 @@ def ort_session(model: onnx.ModelProto | bytes | str | os.PathLike[str], *, quie
 
 
 def ort_run(
-    model: onnx.ModelProto | bytes | str | os.PathLike[str], feeds: Mapping[str, np.ndarray], *, quiet: bool = False
+    model: onnx.ModelProto | bytes | str | os.PathLike[str],
+    feeds: Mapping[str, np.ndarray],
+    *,
+    quiet: bool = False,
 ) -> list[np.ndarray]:
     """Run a model on onnxruntime CPU, single-threaded; all outputs. A model holding a ScatterND with empty
     index tuples runs in ONNX's reference implementation instead where the installed onnxruntime crashes on
     that node (:func:`ort_crashes_on_zero_depth_scatternd`): newer onnxruntime gives the same values."""
-    if isinstance(model, onnx.ModelProto) and has_zero_depth_scatternd(model) and ort_crashes_on_zero_depth_scatternd():
+    if (
+        isinstance(model, onnx.ModelProto)
+        and has_zero_depth_scatternd(model)
+        and ort_crashes_on_zero_depth_scatternd()
+    ):
         return onnx_reference_run(model, feeds)
     return list(ort_session(model, quiet=quiet).run(None, dict(feeds)))
 
@@ -110,9 +119,7 @@ def has_zero_depth_scatternd(model: onnx.ModelProto) -> bool:
     for v in (*model.graph.input, *model.graph.value_info):
         shape = v.type.tensor_type.shape
         dims.setdefault(v.name, [d.dim_value if d.HasField("dim_value") else -1 for d in shape.dim])
-    return any(
-        n.op_type == "ScatterND" and (dims.get(n.input[1]) or [-1])[-1] == 0 for n in model.graph.node
-    )
+    return any(n.op_type == "ScatterND" and (dims.get(n.input[1]) or [-1])[-1] == 0 for n in model.graph.node)
 
 
 def ort_node(

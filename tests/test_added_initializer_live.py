@@ -9,7 +9,6 @@ runs the same model with the same options and the same updates in onnxruntime's 
 from __future__ import annotations
 
 import re
-
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -27,7 +26,9 @@ from .oracle import IR_VERSION, assert_same_bits
 ENGINES = ["partitioned", "customop", "cpu", None]
 
 
-def _model(nodes: list[Any], inputs: list[Any], inits: list[np.ndarray], names: Sequence[str], outs: Sequence[str]) -> bytes:
+def _model(
+    nodes: list[Any], inputs: list[Any], inits: list[np.ndarray], names: Sequence[str], outs: Sequence[str]
+) -> bytes:
     graph = helper.make_graph(
         nodes,
         "live",
@@ -62,15 +63,26 @@ def _runs(
             values[name].update_inplace(arr.copy())
         try:
             results.append(session.run(None, feeds))
-        except Exception as exc:  # noqa: BLE001 - the error's kind is compared with onnxruntime's
+        except Exception as exc:
             results.append(exc)
     return results
 
 
-def _compare(model: bytes, added: dict[str, np.ndarray], updates: Sequence[dict[str, np.ndarray]],
-             feeds: dict[str, np.ndarray], engine: str | None, level: Any = None) -> list[Any]:
-    want = _runs(lambda so: ort.InferenceSession(model, so, providers=["CPUExecutionProvider"]),
-                 added, updates, feeds, level)
+def _compare(
+    model: bytes,
+    added: dict[str, np.ndarray],
+    updates: Sequence[dict[str, np.ndarray]],
+    feeds: dict[str, np.ndarray],
+    engine: str | None,
+    level: Any = None,
+) -> list[Any]:
+    want = _runs(
+        lambda so: ort.InferenceSession(model, so, providers=["CPUExecutionProvider"]),
+        added,
+        updates,
+        feeds,
+        level,
+    )
     got = _runs(lambda so: dmlshim.InferenceSession(model, so, engine=engine), added, updates, feeds, level)
     for w, g in zip(want, got, strict=True):
         if isinstance(w, Exception):
@@ -90,12 +102,16 @@ def _gather(indices_added: bool) -> bytes:
         return _model(
             [helper.make_node("Gather", ["d", "i"], ["y"], axis=0)],
             [helper.make_tensor_value_info("d", TensorProto.FLOAT, [4, 3])],
-            [np.array([0, 1], np.int64)], ["i"], ["y"],
+            [np.array([0, 1], np.int64)],
+            ["i"],
+            ["y"],
         )
     return _model(
         [helper.make_node("Gather", ["d", "i"], ["y"], axis=0)],
         [helper.make_tensor_value_info("i", TensorProto.INT64, [2])],
-        [data], ["d"], ["y"],
+        [data],
+        ["d"],
+        ["y"],
     )
 
 
@@ -119,7 +135,11 @@ def test_indices_updated_in_place_are_read_and_checked_on_every_run(engine: str 
     want = _compare(
         _gather(True),
         {"i": np.array([0, 1], np.int64)},
-        [{"i": np.array([-1, -4], np.int64)}, {"i": np.array([2, 9], np.int64)}, {"i": np.array([3, 3], np.int64)}],
+        [
+            {"i": np.array([-1, -4], np.int64)},
+            {"i": np.array([2, 9], np.int64)},
+            {"i": np.array([3, 3], np.int64)},
+        ],
         {"d": data},
         engine,
     )
@@ -157,9 +177,13 @@ def test_a_weight_read_by_a_gather_a_matmul_an_add_and_a_folded_relu(engine: str
             helper.make_node("Relu", ["w"], ["r"]),
             helper.make_node("Gather", ["r", "i"], ["rg"], axis=0),
         ],
-        [helper.make_tensor_value_info("i", TensorProto.INT64, [2]),
-         helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 3])],
-        [w], ["w"], ["g", "m", "a", "rg"],
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, [2]),
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 3]),
+        ],
+        [w],
+        ["w"],
+        ["g", "m", "a", "rg"],
     )
     want = _compare(
         model,
@@ -192,4 +216,6 @@ def test_an_added_overridable_initializer_fed_or_not(engine: str | None) -> None
     raw = model.SerializeToString()
     fed = {"d": data, "i": np.full((2, 3), 1, np.int64)}
     for feeds in ({"d": data}, fed):
-        _compare(raw, {"i": np.full((2, 3), 2, np.int64)}, [{"i": np.full((2, 3), 3, np.int64)}], feeds, engine)
+        _compare(
+            raw, {"i": np.full((2, 3), 2, np.int64)}, [{"i": np.full((2, 3), 3, np.int64)}], feeds, engine
+        )

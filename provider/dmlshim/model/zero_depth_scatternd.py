@@ -79,13 +79,11 @@ def _shapes(model: onnx.ModelProto) -> dict[str, list[int | None]]:
 
     try:
         inferred = onnx.shape_inference.infer_shapes(without_weights(model))
-    except Exception as exc:  # noqa: BLE001 - inference is a help here; what it cannot tell stays unknown
+    except Exception as exc:
         logger.debug("shape inference failed while looking for empty ScatterND tuples: %s", exc)
         inferred = model
     graph = inferred.graph
-    shapes: dict[str, list[int | None]] = {
-        t.name: [int(d) for d in t.dims] for t in model.graph.initializer
-    }
+    shapes: dict[str, list[int | None]] = {t.name: [int(d) for d in t.dims] for t in model.graph.initializer}
     for value in (*graph.input, *graph.value_info, *graph.output):
         t = value.type.tensor_type
         if t.HasField("shape"):
@@ -183,7 +181,12 @@ def _guarded(graph: onnx.GraphProto, node: onnx.NodeProto, prefix: str, opset: i
     else_graph = helper.make_graph([inner], "tuples", [], [branch_out])
     graph.node.append(
         helper.make_node(
-            "If", [v + "empty"], [node.output[0]], name=node.name, then_branch=then_graph, else_branch=else_graph
+            "If",
+            [v + "empty"],
+            [node.output[0]],
+            name=node.name,
+            then_branch=then_graph,
+            else_branch=else_graph,
         )
     )
 
@@ -219,7 +222,7 @@ def without_empty_tuples(model: onnx.ModelProto) -> onnx.ModelProto | None:
         else:
             _guarded(out.graph, node, prefix, opset, -ranks[k])
     logger.info(
-        "ScatterND with empty index tuples (%s) computed from ONNX operators: onnxruntime before %d.%d crashes",
+        "ScatterND with empty index tuples (%s) computed from ONNX operators: onnxruntime < %d.%d crashes",
         ", ".join(model.graph.node[k].name or f"#{k}" for k in sorted(positions)),
         *FIXED_IN,
     )

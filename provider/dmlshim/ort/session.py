@@ -212,13 +212,17 @@ class InferenceSession(SessionRuns, SessionQueries, OrtSessionAttributes):
         """Point the engine's model at the ``add_initializer`` values as they are at each run
         (:mod:`dmlshim.execute.weights.live_initializers`)."""
         names = set(self._added.values) - set(self._added.external) - set(loaded.supplied)
-        level = getattr(self._options, "graph_optimization_level", None) if self._options is not None else None
+        level = (
+            getattr(self._options, "graph_optimization_level", None) if self._options is not None else None
+        )
         made = with_live_initializers(
             self._model, names, packed_inputs(None if level is None else int(level))
         )
         self._model, self._live = made.model, made.live
         self._live_reader = (
-            LiveReader({t.name: t for t in loaded.proto.graph.initializer if t.name in made.live}, sess_options)
+            LiveReader(
+                {t.name: t for t in loaded.proto.graph.initializer if t.name in made.live}, sess_options
+            )
             if made.live
             else None
         )

@@ -316,8 +316,8 @@ def render_text(report: ValidationReport, only_problems: bool = False) -> str:
     computed = sorted({printable(w.node) for w in report.warnings if CRASH_MARK in w.message})
     if computed:
         lines.append(
-            f"  the reference for {', '.join(computed)} is dmlshim's ONNX-semantics computation: the installed "
-            f"onnxruntime {ort_version()} crashes (SIGFPE) on a ScatterND with empty index tuples"
+            f"  the reference for {', '.join(computed)} is dmlshim's ONNX-semantics computation: the "
+            f"installed onnxruntime {ort_version()} crashes (SIGFPE) on a ScatterND with empty index tuples"
         )
     return "\n".join(lines) + "\n"
 

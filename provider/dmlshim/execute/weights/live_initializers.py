@@ -11,8 +11,9 @@ was built with.
 dmlshim cannot hold the caller's ``OrtValue`` (``SessionOptions`` does not give it back), so it keeps a
 probe session (:func:`.added_initializers.probe_model`) built with the caller's options and runs it before
 every run: its outputs are the added values as they are now. In the model the engines run, every such
-initializer is a graph input instead, and the values read are fed to it: no engine proves, folds or caches anything from a value that can change, and
-every partition, emulated node and check reads the value of this run. The packing kernels' inputs are
+initializer is a graph input instead, and the values read are fed to it: no engine proves, folds or
+caches anything from a value that can change, and every partition, emulated node and check reads the
+value of this run. The packing kernels' inputs are
 pointed at a copy of the value as it was when the session was built instead.
 """
 
