@@ -18,7 +18,7 @@ from ..execute.plan.sessions import terminated
 from ..execute.record import RunRecord
 from ..execute.weights.added_initializers import added_initializers, with_initializers
 from ..execute.weights.folded_reads import keep_model_values_where_folded
-from ..execute.weights.live_initializers import LiveReader, packed_inputs, with_live_initializers
+from ..execute.weights.live_initializers import LiveReader, live_engine_model
 from ..execute.weights.model_source import LoadedModel, ModelSource, load_model, typed_outputs
 from ..kernels.options import IndexMode
 from ..model.ort_witness import acceptance_pending
@@ -103,6 +103,9 @@ class InferenceSession(SessionRuns, SessionQueries, OrtSessionAttributes):
         BadInputError: bad options, providers or feature level.
         EngineUnavailableError: the engine is unknown or cannot run on this machine.
     """
+
+    _live_reader: LiveReader | None = None
+    """Reads the ``add_initializer`` values anew before each run (None: the options add none)."""
 
     @raises_onnxruntime_errors()
     @guard_resources("loading the model")
@@ -209,22 +212,10 @@ class InferenceSession(SessionRuns, SessionQueries, OrtSessionAttributes):
             self._engine: Engine = self._build_engine()
 
     def _live_model(self, loaded: LoadedModel, sess_options: Any) -> None:
-        """Point the engine's model at the ``add_initializer`` values as they are at each run
-        (:mod:`dmlshim.execute.weights.live_initializers`)."""
+        """Point the engine's model at the ``add_initializer`` values as they are at each run."""
         names = set(self._added.values) - set(self._added.external) - set(loaded.supplied)
-        level = (
-            getattr(self._options, "graph_optimization_level", None) if self._options is not None else None
-        )
-        made = with_live_initializers(
-            self._model, names, packed_inputs(None if level is None else int(level))
-        )
-        self._model, self._live = made.model, made.live
-        self._live_reader = (
-            LiveReader(
-                {t.name: t for t in loaded.proto.graph.initializer if t.name in made.live}, sess_options
-            )
-            if made.live
-            else None
+        self._model, self._live_reader = live_engine_model(
+            self._model, loaded.proto, names, self._options, sess_options
         )
 
     def _constant_folding(self) -> bool:

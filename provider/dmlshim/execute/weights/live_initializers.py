@@ -140,3 +140,24 @@ class LiveReader:
         """The added values by name, copied from the caller's buffers now."""
         values = self._session.run_with_ort_values(self._names, {})
         return {n: v.numpy() for n, v in zip(self._names, values, strict=True)}
+
+
+def live_engine_model(
+    model: onnx.ModelProto, original: onnx.ModelProto, names: Collection[str], options: Any, so: Any
+) -> tuple[onnx.ModelProto, LiveReader | None]:
+    """The engines' model (``model``, the ``add_initializer`` values ``names`` in it) with those values read
+    on every run, and the reader to feed them with (None when no node reads one).
+
+    Args:
+        model: the model the engines would run.
+        original: the model as loaded (its initializers name the values' types and shapes).
+        names: the initializers ``add_initializer`` replaces.
+        options: the session's options as onnxruntime reads them (their optimization level).
+        so: the caller's options, which hold the ``OrtValue``s.
+    """
+    level = getattr(options, "graph_optimization_level", None) if options is not None else None
+    made = with_live_initializers(model, names, packed_inputs(None if level is None else int(level)))
+    if not made.live:
+        return made.model, None
+    tensors = {t.name: t for t in original.graph.initializer if t.name in made.live}
+    return made.model, LiveReader(tensors, so)
