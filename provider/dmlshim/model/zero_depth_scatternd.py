@@ -108,11 +108,16 @@ def empty_tuple_nodes(model: onnx.ModelProto) -> dict[int, int]:
         node = model.graph.node[k]
         indices = shapes.get(node.input[1]) if len(node.input) > 1 else None
         data = shapes.get(node.input[0])
+        updates = shapes.get(node.input[2]) if len(node.input) > 2 else None
         if not indices or (data is not None and len(data) == 0):
             continue
-        if indices[-1] == 0:
+        depth = indices[-1]
+        if depth is None and data is not None and updates is not None:
+            # ONNX: rank(updates) = rank(indices) - 1 + rank(data) - depth, so the ranks tell the depth
+            depth = len(indices) - 1 + len(data) - len(updates)
+        if depth == 0:
             found[k] = len(indices)
-        elif indices[-1] is None:
+        elif depth is None:
             found[k] = -len(indices)  # 0 or not only at run time: guarded by an If
     return found
 
