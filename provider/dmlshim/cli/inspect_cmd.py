@@ -22,6 +22,7 @@ from ..report.inspect_report import GraphValue, render_text, shape_hint
 from ..translate.model_translation import ModelTranslation, translate_model
 from ..translate.shapes_info import tensor_info
 from .inspect_run import RunShapes, run_shapes
+from .progress import file_written
 from .options import (
     add_feature_level,
     add_html,
@@ -231,7 +232,7 @@ def _write_html(
     write_inspect_report(
         args.html, model, translation, args.model, text, overwrite=args.overwrite, inputs=(args.inputs,)
     )
-    print(f"dmlshim inspect: HTML report written to {args.html}", file=sys.stderr)
+    file_written(args, "inspect", "HTML report", args.html)
 
 
 def _read(path: str) -> onnx.ModelProto:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from . import validate_many
 from .options import add_engine, add_feature_level, add_input_shape, add_tolerances, path_arg, seed_type
-from .progress import status
+from .progress import file_written, status
 from .validate_files import add_array_files, model_report
 
 if TYPE_CHECKING:
@@ -88,4 +88,4 @@ def _write_html(args: argparse.Namespace, report: ValidationReport, text: str) -
     model = load_model(args.model[0], weightless=True).proto
     guard = (*args.model, args.inputs, args.reference_outputs)
     write_validate_report(args.html, model, report, text, overwrite=args.overwrite, inputs=guard)
-    print(f"dmlshim validate: HTML report written to {args.html}", file=sys.stderr)
+    file_written(args, "validate", "HTML report", args.html)
