@@ -27,10 +27,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", metavar="MODEL", nargs="+", help="the .onnx file(s), or folders of them")
     parser.add_argument(
         "--inputs",
-        metavar="FILE.npz",
+        metavar="FILE.npz|DIR",
         type=path_arg,
         default=None,
-        help="feeds by input name (numpy.savez); random inputs of the right shapes and types when absent",
+        help="feeds by input name (numpy.savez), or a folder holding <model name>.npz for each model; "
+        "random inputs of the right shapes and types when absent",
     )
     add_tolerances(parser, "exact against the reference; dtype-fitting against --reference-outputs")
     add_array_files(parser)
@@ -71,6 +72,10 @@ def run(args: argparse.Namespace) -> int:
                 "--save-inputs, --save-outputs, --reference-outputs and --html take one model"
             )
         return validate_many.run(args)
+    if args.inputs is not None:
+        from .validate_inputs import inputs_file_of
+
+        args.inputs = inputs_file_of(args.model[0], args.inputs)
     with status(args, f"validate: running {args.model[0]} through dmlshim and onnxruntime CPU"):
         report = model_report(args, args.model[0])
     text = render_text(report, args.only_problems)
