@@ -153,3 +153,12 @@ def test_the_shipped_ecosystem_folder_validates(capsys: pytest.CaptureFixture[st
     out = capsys.readouterr().out
     assert "hw_noshape_inputs.onnx: inputs from" in out
     assert " 0 error, 0 crash of " in out
+
+
+def test_one_model_names_the_file_beside_it_in_its_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # one model: the command line is followed as given (no file taken unasked); the error names the file
+    _shapeless(tmp_path / "noshape.onnx")
+    np.savez(tmp_path / "noshape.npz", data=TABLE, ids=IDS)
+    assert main(["validate", str(tmp_path / "noshape.onnx")]) == 2
+    err = capsys.readouterr().err
+    assert f"beside the model holds its inputs: --inputs {tmp_path / 'noshape.npz'}" in err

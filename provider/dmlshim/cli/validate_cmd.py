@@ -10,6 +10,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
+from ..errors import InputsNotGeneratedError
 from . import validate_many
 from .options import add_engine, add_feature_level, add_input_shape, add_tolerances, path_arg, seed_type
 from .progress import file_written, status
@@ -77,12 +78,28 @@ def run(args: argparse.Namespace) -> int:
 
         args.inputs = inputs_file_of(args.model[0], args.inputs)
     with status(args, f"validate: running {args.model[0]} through dmlshim and onnxruntime CPU"):
-        report = model_report(args, args.model[0])
+        try:
+            report = model_report(args, args.model[0])
+        except InputsNotGeneratedError as exc:
+            if args.inputs is None:
+                _name_the_file_beside(exc, args.model[0])
+            raise
     text = render_text(report, args.only_problems)
     sys.stdout.write(render_json(report) if args.json else text)
     if args.html is not None:
         _write_html(args, report, text)
     return report.exit_code
+
+
+def _name_the_file_beside(exc: InputsNotGeneratedError, model: str) -> None:
+    """Add to the error the ``<stem>.npz`` beside the model when it holds the model's inputs (a folder's
+    validation uses it on its own; one model's takes what the command line says)."""
+    from .validate_inputs import sibling_inputs
+
+    sibling, _ = sibling_inputs(model, exc)
+    if sibling is not None:
+        exc.message += f"; {sibling} beside the model holds its inputs: --inputs {sibling}"
+        exc.args = (exc.message,)
 
 
 def _write_html(args: argparse.Namespace, report: ValidationReport, text: str) -> None:
