@@ -19,6 +19,7 @@ from ..execute.weights.model_source import load_model as read_model
 from ..model.modelcheck import unknown_operators
 from ..report.inspect_json import write_json
 from ..report.inspect_report import GraphValue, render_text, shape_hint
+from ..translate.constant_indices import flag_constant_indices
 from ..translate.model_translation import ModelTranslation, translate_model
 from ..translate.shapes_info import tensor_info
 from .inspect_run import RunShapes, run_shapes
@@ -144,7 +145,7 @@ def _inspect(args: argparse.Namespace) -> int:
             "the verdicts come from static shapes",
             file=sys.stderr,
         )
-    translation = _translate(args, model, shapes, ran)
+    translation = flag_constant_indices(_translate(args, model, shapes, ran), model.graph)
     if ran is not None and not ran.error:
         ran = ran.used(translation.run_cases)
     unknown_ops = unknown_operators(model)
