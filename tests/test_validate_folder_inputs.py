@@ -16,7 +16,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from dmlshim.cli.main import main
-from tests.oracle import IR_VERSION, ort_run
+from tests.oracle import IR_VERSION, ZERO_DEPTH_SCATTERND_CRASH, ort_crashes_on_zero_depth_scatternd, ort_run
 
 REPO = Path(__file__).resolve().parents[1]
 TABLE = np.arange(24, dtype=np.float32).reshape(6, 4)
@@ -149,6 +149,8 @@ def test_a_missing_file_in_the_inputs_folder_for_one_model(tmp_path: Path, capsy
 
 
 def test_the_shipped_ecosystem_folder_validates(capsys: pytest.CaptureFixture[str]) -> None:
+    if ort_crashes_on_zero_depth_scatternd():  # hw_scatternd_empty_index.onnx kills the process there
+        pytest.skip(ZERO_DEPTH_SCATTERND_CRASH)
     assert main(["-q", "validate", str(REPO / "onnx_models" / "ecosystem")]) == 0
     out = capsys.readouterr().out
     assert "hw_noshape_inputs.onnx: inputs from" in out
