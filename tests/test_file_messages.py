@@ -16,8 +16,18 @@ FEEDS = MODEL.with_suffix(".npz")
 
 def test_validate_names_each_file_it_saves(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     inputs, outputs = tmp_path / "in.npz", tmp_path / "out.npz"
-    code = main(["validate", str(MODEL), "--inputs", str(FEEDS), "--save-inputs", str(inputs),
-                 "--save-outputs", str(outputs)])
+    code = main(
+        [
+            "validate",
+            str(MODEL),
+            "--inputs",
+            str(FEEDS),
+            "--save-inputs",
+            str(inputs),
+            "--save-outputs",
+            str(outputs),
+        ]
+    )
     assert code == 0
     captured = capsys.readouterr()
     lines = captured.err.splitlines()

@@ -20,8 +20,13 @@ from tests.oracle import IR_VERSION, ort_run
 F = np.float32
 
 
-def _case(op: str, data_shape: tuple[int, ...], indices: list, updates_shape: tuple[int, ...] | None = None,
-          **attrs: int) -> tuple[str, tuple[int, ...], np.ndarray, tuple[int, ...] | None, dict[str, int]]:
+def _case(
+    op: str,
+    data_shape: tuple[int, ...],
+    indices: list,
+    updates_shape: tuple[int, ...] | None = None,
+    **attrs: int,
+) -> tuple[str, tuple[int, ...], np.ndarray, tuple[int, ...] | None, dict[str, int]]:
     return op, data_shape, np.array(indices, dtype=np.int64), updates_shape, attrs
 
 
@@ -33,7 +38,10 @@ CASES = {
     "gather_too_small": (_case("Gather", (3, 4), [-4], axis=0), ([0], -4, 0, 3)),
     "gather_elements_in_range": (_case("GatherElements", (3, 4), [[0, 1, 2, 0]], axis=0), None),
     "gather_elements_negative": (_case("GatherElements", (3, 4), [[-3, -1, 2, 0]], axis=0), None),
-    "gather_elements_out": (_case("GatherElements", (3, 4), [[0, 1], [2, 3], [3, 0]], axis=0), ([1, 1], 3, 0, 3)),
+    "gather_elements_out": (
+        _case("GatherElements", (3, 4), [[0, 1], [2, 3], [3, 0]], axis=0),
+        ([1, 1], 3, 0, 3),
+    ),
     "gather_nd_in_range": (_case("GatherND", (3, 4), [[1, 3], [2, 0]]), None),
     "gather_nd_negative": (_case("GatherND", (3, 4), [[-3, -4]]), None),
     "gather_nd_out": (_case("GatherND", (3, 4), [[1, 3], [2, 4]]), ([1, 1], 4, 1, 4)),
@@ -63,8 +71,9 @@ def _model(case: tuple, *, as_constant_node: bool) -> onnx.ModelProto:
         nodes.insert(0, helper.make_node("Constant", [], ["idx"], name="idx_constant", value=tensor))
     else:
         initializers.append(tensor)
-    graph = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info("out", T.FLOAT, None)],
-                              initializer=initializers)
+    graph = helper.make_graph(
+        nodes, "g", inputs, [helper.make_tensor_value_info("out", T.FLOAT, None)], initializer=initializers
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=IR_VERSION)
 
 
@@ -105,9 +114,10 @@ def test_inspect_flags_what_onnxruntime_fails(
     assert node["status"] == "error" and code == 1
     reason = node["reasons"][0]
     assert reason["code"] == "INDEX_OUT_OF_RANGE" and reason["value"] == index
-    assert f"constant index {index} at idx{position} addresses axis {axis} of 'data', of size {size}" in reason[
-        "message"
-    ]
+    assert (
+        f"constant index {index} at idx{position} addresses axis {axis} of 'data', of size {size}"
+        in reason["message"]
+    )
     assert f"[{-size}, {size - 1}]" in reason["message"]
 
 
@@ -118,11 +128,15 @@ def test_the_text_report_names_the_rule(tmp_path: Path, capsys: pytest.CaptureFi
     assert main(["inspect", str(path)]) == 1
     out = capsys.readouterr().out
     assert "INDEX_OUT_OF_RANGE: 1" in out
-    assert "[error] INDEX_OUT_OF_RANGE: constant index 4 at idx[0, 1] addresses axis 1 of 'data', of size 4: " \
+    assert (
+        "[error] INDEX_OUT_OF_RANGE: constant index 4 at idx[0, 1] addresses axis 1 of 'data', of size 4: "
         "ONNX Gather takes indices in [-4, 3]" in out
+    )
 
 
-def test_an_initializer_that_is_also_an_input_is_not_constant(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_initializer_that_is_also_an_input_is_not_constant(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     # a feed may replace it (onnxruntime): nothing is known before the run
     case, _ = CASES["gather_too_big"]
     model = _model(case, as_constant_node=False)

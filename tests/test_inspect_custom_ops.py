@@ -13,7 +13,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto as T
-from onnx import helper, numpy_helper
+from onnx import helper
 
 from dmlshim.cli.main import main
 from tests.oracle import IR_VERSION
@@ -34,7 +34,10 @@ def _model(path: Path, *, feeding_a_gather: bool) -> Path:
     graph = helper.make_graph(
         nodes,
         "custom",
-        [helper.make_tensor_value_info("data", T.FLOAT, [5, 4]), helper.make_tensor_value_info("ids", T.INT64, [3])],
+        [
+            helper.make_tensor_value_info("data", T.FLOAT, [5, 4]),
+            helper.make_tensor_value_info("ids", T.INT64, [3]),
+        ],
         outputs,
     )
     model = helper.make_model(
@@ -69,7 +72,9 @@ def test_inspect_reports_the_gathers_and_names_the_custom_node(
     assert [(n["name"], n["status"]) for n in doc["nodes"]] == [("gather_rows", "dml")]
 
 
-def test_a_gather_fed_by_the_custom_op_is_unknown_shaped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_gather_fed_by_the_custom_op_is_unknown_shaped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = _model(tmp_path / "m.onnx", feeding_a_gather=True)
     assert main(["inspect", str(path), "--json"]) == 1  # a node not translated
     doc = json.loads(capsys.readouterr().out)

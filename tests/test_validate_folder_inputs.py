@@ -41,8 +41,10 @@ def _shaped(path: Path) -> None:
     graph = helper.make_graph(
         [node],
         "shaped",
-        [helper.make_tensor_value_info("data", TensorProto.FLOAT, [6, 4]),
-         helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 2])],
+        [
+            helper.make_tensor_value_info("data", TensorProto.FLOAT, [6, 4]),
+            helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 2]),
+        ],
         [helper.make_tensor_value_info("rows", TensorProto.FLOAT, [2, 2, 4])],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=IR_VERSION)
@@ -63,9 +65,9 @@ def test_a_model_with_no_generable_inputs_runs_on_the_file_beside_it(
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if "noshape.onnx " in line)
     assert row.split()[1:3] == ["match", "beside"]
-    assert next(line for line in out.splitlines() if "shaped.onnx " in line and "noshape" not in line).split()[
-        1:3
-    ] == ["match", "generated"]
+    assert next(
+        line for line in out.splitlines() if "shaped.onnx " in line and "noshape" not in line
+    ).split()[1:3] == ["match", "generated"]
     assert f"{tmp_path / 'noshape.onnx'}: inputs from {tmp_path / 'noshape.npz'}, beside the model" in out
     assert "summary: 2 match, 0 mismatch, 0 error, 0 crash of 2 models" in out
 
@@ -78,13 +80,27 @@ def test_a_model_with_no_generable_inputs_runs_on_the_file_beside_it(
     assert shaped["inputs"] is None and shaped["note"] is None
 
 
-def test_the_file_beside_it_runs_as_onnxruntime_runs_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_file_beside_it_runs_as_onnxruntime_runs_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     _shapeless(tmp_path / "noshape.onnx")
     np.savez(tmp_path / "noshape.npz", data=TABLE, ids=IDS)
     # the single model with --inputs DIR takes DIR/<stem>.npz; its saved outputs are onnxruntime's
     out = tmp_path / "out" / "o.npz"
     out.parent.mkdir()
-    assert main(["validate", str(tmp_path / "noshape.onnx"), "--inputs", str(tmp_path), "--save-outputs", str(out)]) == 0
+    assert (
+        main(
+            [
+                "validate",
+                str(tmp_path / "noshape.onnx"),
+                "--inputs",
+                str(tmp_path),
+                "--save-outputs",
+                str(out),
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     (want,) = ort_run(str(tmp_path / "noshape.onnx"), {"data": TABLE, "ids": IDS})
     with np.load(out) as saved:
@@ -121,7 +137,9 @@ def test_no_file_beside_it_is_the_error_it_was(tmp_path: Path, capsys: pytest.Ca
     assert "notes:" not in out and "inputs from" not in out
 
 
-def test_inputs_folder_mirrors_the_folder_validated(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_inputs_folder_mirrors_the_folder_validated(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     models, feeds = tmp_path / "models", tmp_path / "feeds"
     (models / "a").mkdir(parents=True)
     (feeds / "a").mkdir(parents=True)
@@ -141,7 +159,9 @@ def test_inputs_folder_mirrors_the_folder_validated(tmp_path: Path, capsys: pyte
     assert f"expected {feeds / 'h.npz'}" in str(h["message"])
 
 
-def test_a_missing_file_in_the_inputs_folder_for_one_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_missing_file_in_the_inputs_folder_for_one_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     _shaped(tmp_path / "h.onnx")
     (tmp_path / "feeds").mkdir()
     assert main(["validate", str(tmp_path / "h.onnx"), "--inputs", str(tmp_path / "feeds")]) == 2
@@ -157,7 +177,9 @@ def test_the_shipped_ecosystem_folder_validates(capsys: pytest.CaptureFixture[st
     assert " 0 error, 0 crash of " in out
 
 
-def test_one_model_names_the_file_beside_it_in_its_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_one_model_names_the_file_beside_it_in_its_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     # one model: the command line is followed as given (no file taken unasked); the error names the file
     _shapeless(tmp_path / "noshape.onnx")
     np.savez(tmp_path / "noshape.npz", data=TABLE, ids=IDS)

@@ -23,7 +23,6 @@ from ..translate.constant_indices import flag_constant_indices
 from ..translate.model_translation import ModelTranslation, translate_model
 from ..translate.shapes_info import tensor_info
 from .inspect_run import RunShapes, run_shapes
-from .progress import file_written
 from .options import (
     add_feature_level,
     add_html,
@@ -33,6 +32,7 @@ from .options import (
     path_arg,
     seed_type,
 )
+from .progress import file_written
 
 logger = logging.getLogger(__name__)
 

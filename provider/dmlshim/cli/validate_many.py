@@ -4,9 +4,9 @@ Each model is validated on its own, with generated inputs, or with ``--inputs DI
 each model from DIR (below DIR as the model is below the folder it was found in). Without ``--inputs``, a
 model whose inputs cannot be generated (an input with no shape, say) runs on the ``<stem>.npz`` beside it
 when that file names its inputs, and its row says so (:mod:`.validate_inputs`). A model that fails to load,
-raises, or kills its worker process is reported in its row and the others still run. ``--jobs N`` spreads the models over
-N worker processes. ``--json`` prints JSON lines: one object per model (with its full validate document),
-then one summary object.
+raises, or kills its worker process is reported in its row and the others still run. ``--jobs N``
+spreads the models over N worker processes. ``--json`` prints JSON lines: one object per model (with its
+full validate document), then one summary object.
 
 Exit codes: 0 every model matches, 1 some model mismatches (and none errored), 2 some model could not be
 validated (bad model, bad input, crash).
@@ -222,7 +222,9 @@ def validate_one(model: str, args: argparse.Namespace, inputs: InputsPlan | None
             note = f"inputs from {sibling}, beside the model: {exc.message.split(';')[0]}"
             report = model_report(with_inputs(args, sibling), model)
     except DmlShimError as exc:
-        return ModelOutcome(model, "error", time.perf_counter() - start, message=str(exc), inputs=plan.file or "")
+        return ModelOutcome(
+            model, "error", time.perf_counter() - start, message=str(exc), inputs=plan.file or ""
+        )
     except Exception as exc:  # one model's bug must not stop the others: report it as a crash
         where = traceback.extract_tb(exc.__traceback__)[-1]
         detail = f"{type(exc).__name__}: {exc} (at {Path(where.filename).name}:{where.lineno})"

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnx
 
-from ..errors import BadInputError, BadModelError, DmlShimError, InputsNotGeneratedError, TooLargeError
+from ..errors import BadModelError, DmlShimError, InputsNotGeneratedError, TooLargeError
 from ..limits import check_tensor
 from ..model.modelcheck import check_well_formed
 from ..text import printable

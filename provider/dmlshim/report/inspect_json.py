@@ -52,7 +52,9 @@ def write_json(
     if run is not None:
         head["run"] = run.to_json()
     if unknown_ops:  # nodes inspect cannot place: custom ops onnxruntime does not know
-        head["unknown_operators"] = [{"node": u.node, "op_type": u.op_type, "domain": u.domain} for u in unknown_ops]
+        head["unknown_operators"] = [
+            {"node": u.node, "op_type": u.op_type, "domain": u.domain} for u in unknown_ops
+        ]
     stream.write("{\n")
     for key, value in head.items():
         stream.write(f"  {encode(key)}: {encode(value)},\n")

@@ -8,7 +8,8 @@ reason ``INDEX_OUT_OF_RANGE`` naming the first offending index, its position, th
 
 The rules, per the ONNX operators' specifications:
 
-- Gather, GatherElements, Scatter, ScatterElements: every index lies in ``[-s, s-1]``, ``s = data.shape[axis]``.
+- Gather, GatherElements, Scatter, ScatterElements: every index lies in ``[-s, s-1]``,
+  ``s = data.shape[axis]``.
 - GatherND: ``indices[..., j]`` lies in ``[-s, s-1]``, ``s = data.shape[batch_dims + j]``.
 - ScatterND: ``indices[..., j]`` lies in ``[-s, s-1]``, ``s = data.shape[j]``.
 
@@ -74,7 +75,9 @@ def flag_constant_indices(mt: ModelTranslation, graph: onnx.GraphProto) -> Model
     return dataclasses.replace(mt, nodes=tuple(changed)) if found else mt
 
 
-def _first_out_of_range(t: NodeTranslation, node: onnx.NodeProto, graph: onnx.GraphProto) -> OutOfRange | None:
+def _first_out_of_range(
+    t: NodeTranslation, node: onnx.NodeProto, graph: onnx.GraphProto
+) -> OutOfRange | None:
     if len(node.input) < 2 or not node.input[1]:
         return None
     shape = _data_shape(t, node, graph)

@@ -259,8 +259,8 @@ def unknown_rank_origins(
                 node_name,
                 f"{name!r} is an output of {node_name!r}, of operator {unknown[node_name].qualified}, which "
                 "ONNX and onnxruntime do not define (a custom op): no shape inference knows its shapes",
-                f"its shapes are known only when it runs: register the library that defines it ({REGISTER_HOW}) "
-                "and run the model",
+                "its shapes are known only when it runs: register the library that defines it "
+                f"({REGISTER_HOW}) and run the model",
             )
         if depth < 200:
             for i in node.input:

@@ -2,11 +2,11 @@
 
 The numpy kernels of :mod:`dmlshim.kernels` need several passes over the indices (the range proof, the
 offset arithmetic, ``np.take`` or the assignment); the loops here read each index once, check it, wrap
-it and move the element. They are compiled by numba, an optional dependency (the ``fast``
-extra, :func:`dmlshim.extras.install_command`); without it the numpy kernels run unchanged. The numpy kernels stay the reference:
-the compiled ones give the same output bit for bit and the same duplicate counts, and hand every case
-they do not take (an index out of range or negative where it may not be, which the numpy kernel then
-raises or clamps; an input read through Strides; an empty tensor) to the numpy kernel.
+it and move the element. They are compiled by numba, an optional dependency (the ``fast`` extra,
+:func:`dmlshim.extras.install_command`); without it the numpy kernels run unchanged. The numpy kernels
+stay the reference: the compiled ones give the same output bit for bit and the same duplicate counts,
+and hand every case they do not take (an index out of range or negative where it may not be, which the
+numpy kernel then raises or clamps; an input read through Strides; an empty tensor) to the numpy kernel.
 
 ``DMLSHIM_KERNELS`` chooses (read once, at the first kernel call: a bad value is logged where the
 caller has set logging up by then): ``auto`` (the default: compiled when numba is installed, from
