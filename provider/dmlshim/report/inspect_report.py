@@ -328,7 +328,13 @@ def render_text(
             "run and validate refuse this model until onnxruntime knows these operators: register the "
             f"library that defines them ({REGISTER_HOW})"
         )
-    lines += ["", *verdict_lines(mt), f"Next: {nxt}"]
+    lines += ["", *verdict_lines(mt)]
+    if unknown_ops:
+        lines.append(
+            "  (both assume the custom operators' library is registered: without it onnxruntime refuses "
+            "the model)"
+        )
+    lines.append(f"Next: {nxt}")
     return "\n".join(lines) + "\n"
 
 
