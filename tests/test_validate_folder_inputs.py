@@ -186,3 +186,20 @@ def test_one_model_names_the_file_beside_it_in_its_error(
     assert main(["validate", str(tmp_path / "noshape.onnx")]) == 2
     err = capsys.readouterr().err
     assert f"beside the model holds its inputs: --inputs {tmp_path / 'noshape.npz'}" in err
+
+
+def test_the_checker_warning_is_printed_once(tmp_path: Path) -> None:
+    # the model is read again for its retry on the file beside it: its onnx.checker warning is not repeated
+    import subprocess
+    import sys
+
+    _shapeless(tmp_path / "noshape.onnx")
+    np.savez(tmp_path / "noshape.npz", data=TABLE, ids=IDS)
+    done = subprocess.run(
+        [sys.executable, "-m", "dmlshim", "validate", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("onnx.checker finds") == 1, done.stderr
