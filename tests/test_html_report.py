@@ -20,7 +20,7 @@ from dmlshim.extras import install_command
 from tests.html_pages import COLOURS, Page, four_places_model, gather_scatter_names, three_places_model
 from tests.oracle import IR_VERSION
 
-pytest.importorskip("igraph", reason="the html extra (igraph) is not installed: pip install 'dmlshim[html]'")
+pytest.importorskip("igraph", reason=f"the html extra (igraph) is not installed: {install_command('html')}")
 
 ROOT = Path(__file__).resolve().parents[1] / "onnx_models"
 MODELS = sorted(ROOT.glob("*.onnx"))
