@@ -86,7 +86,10 @@ class IndexOutOfRangeError(BadInputError):
 
 class InputsNotGeneratedError(BadInputError):
     """No inputs can be generated for the model (an input with no shape, of a type or range nothing can be
-    drawn from, or no shapes onnxruntime accepts): the caller has to give them."""
+    drawn from, or no shapes onnxruntime accepts): the caller has to give them. Internal: ``--json`` errors
+    report it as the ``BadInputError`` it is (``reported_as``)."""
+
+    reported_as = "BadInputError"
 
 
 class TooLargeError(BadInputError):

@@ -143,7 +143,7 @@ def _json_error(args: argparse.Namespace | None, exc: BaseException, code: int) 
     if (args is not None and not getattr(args, "json", False)) or isinstance(exc, BrokenPipeError):
         return
     fields = {k: getattr(exc, k, None) for k in ("path", "node", "op_type", "tensor", "rule", "value")}
-    kind = "UsageError" if args is None else type(exc).__name__
+    kind = "UsageError" if args is None else getattr(exc, "reported_as", type(exc).__name__)
     text = DmlShimError.__str__(exc) if isinstance(exc, DmlShimError) else str(exc)
     error = {"type": kind, "message": text, "exit_code": code}
     error.update({k: v for k, v in fields.items() if v is not None})
