@@ -29,6 +29,7 @@ import onnxruntime as ort
 from ...errors import DmlShimError
 from ...graph import display_names
 from ...model.ort_witness import no_session_coming, session_built
+from ...model.random_ops import draws_random
 from ...model.weightless import tensor_nbytes, without_weights
 from ...runtime.real import is_callers_options
 from ...translate import TensorInfo, infer_shapes
@@ -251,9 +252,15 @@ class PartitionedEngine(PartitionedRuns):
         given_only = given_only and gathers_given(emulated_io, config)
         lean: dict[str, tuple[np.dtype[Any], np.dtype[Any]]] = {}
         shapes_from_feeds = None
+        # A model that draws random values keeps to the partitioned steps (validate's check aside): each
+        # random node then lives in one onnxruntime session for good, so that a seeded one goes on drawing
+        # onnxruntime's sequence from run to run; the check's session, its lean one and the trial's
+        # switches would each start the sequence again (a seeded RandomUniformLike's run 5 gave run 1's).
+        draws = draws_random(model) and not check_always
         if (
             config.whole_model_check
             and not reference
+            and not draws
             and (built_segments >= MIN_SEGMENTS_FOR_CHECK or check_always or given_only)
         ):
             # onnxruntime builds the check's session on another thread while the steps are made here.
