@@ -83,3 +83,41 @@ def test_a_cancellation_flag_set_after_construction_cancels_no_run() -> None:
         ours, expected = session.run(None, feeds), reference.run(None, feeds)
         assert list(ours[0]) == list(expected[0]), run
         assert same_bits(ours[1], expected[1]), run
+
+
+_SET_BEFORE = {
+    "gelu_approximation": lambda so: so.add_session_config_entry(
+        "optimization.enable_gelu_approximation", "1"
+    ),
+    "disabled_optimizer": lambda so: so.add_session_config_entry(
+        "optimization.disable_specified_optimizers", "GeluApproximation"
+    ),
+    "denormal_as_zero": lambda so: so.add_session_config_entry("session.set_denormal_as_zero", "1"),
+    "parallel": lambda so: setattr(so, "execution_mode", ort.ExecutionMode.ORT_PARALLEL),
+    "override_by_name": lambda so: so.add_free_dimension_override_by_name("n", 8),
+}
+
+
+@pytest.mark.parametrize("setting", sorted(_SET_BEFORE))
+def test_settings_made_before_construction_reach_the_lean_session(
+    setting: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine's private copy of the options, read by the lean session built runs later (one onnxruntime
+    session at a time, so the full one is built again too): every run as onnxruntime's session with the
+    same options, denormals and repeated indices included."""
+    from dmlshim.execute.engines import partitioned
+
+    monkeypatch.setattr(partitioned, "KEEP_FULL_MAX_BYTES", -1)
+    data, feeds = _gelu_model(), _gelu_feeds()
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    _SET_BEFORE[setting](so)
+    reference = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+    session = dmlshim.InferenceSession(data, so)
+    for run in range(14):
+        given = dict(feeds, x=feeds["x"] * (1 + run))
+        given["x"][0, 0] = 1e-40
+        if run >= 8 and run % 2:
+            given["gidx"] = np.array([3, 3, -1], dtype=np.int64)
+        assert same_bits(session.run(None, given), reference.run(None, given)), run
+    assert session.engine._check.lean_runs > 0
