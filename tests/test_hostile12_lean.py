@@ -223,3 +223,67 @@ def test_threads_on_a_session_holding_one_onnxruntime_session(monkeypatch: pytes
     for t in threads:
         t.join()
     assert wrong == []
+
+
+def _elements_model() -> bytes:
+    """GatherElements, GatherND (batch_dims 1), ScatterElements add and max, and a GatherElements on
+    indices computed from fed ones."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"]),
+        helper.make_node("GatherElements", ["a", "ge"], ["g1"], axis=1),
+        helper.make_node("Sigmoid", ["g1"], ["s1"]),
+        helper.make_node("GatherND", ["a", "gn"], ["g2"], batch_dims=1),
+        helper.make_node("Tanh", ["g2"], ["s2"]),
+        helper.make_node("Abs", ["x"], ["ax"]),
+        helper.make_node("ScatterElements", ["ax", "se", "upd"], ["sc"], axis=1, reduction="add"),
+        helper.make_node("Exp", ["sc"], ["y3"]),
+        helper.make_node("ScatterElements", ["ax", "se", "upd"], ["sm"], axis=1, reduction="max"),
+        helper.make_node("Neg", ["sm"], ["y4"]),
+        helper.make_node("Add", ["ge", "one"], ["ge1"]),
+        helper.make_node("GatherElements", ["a", "ge1"], ["g5"], axis=1),
+        helper.make_node("Cos", ["g5"], ["y5"]),
+    ]
+    inputs = [
+        helper.make_tensor_value_info("x", T.FLOAT, [4, 16]),
+        helper.make_tensor_value_info("ge", T.INT64, [4, "k"]),
+        helper.make_tensor_value_info("gn", T.INT64, [4, "j", 1]),
+        helper.make_tensor_value_info("se", T.INT64, [4, "p"]),
+        helper.make_tensor_value_info("upd", T.FLOAT, [4, "p"]),
+    ]
+    outputs = [helper.make_tensor_value_info(n, T.FLOAT, None) for n in ("s1", "s2", "y3", "y4", "y5")]
+    graph = helper.make_graph(
+        nodes, "elements", inputs, outputs, [helper.make_tensor("one", T.INT64, [], [1])]
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=IR_VERSION)
+    return model.SerializeToString()
+
+
+@pytest.mark.parametrize("keep_full", [True, False])
+def test_element_gathers_and_reducing_scatters_alternating(
+    keep_full: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not keep_full:
+        monkeypatch.setattr(partitioned, "KEEP_FULL_MAX_BYTES", -1)
+    data = _elements_model()
+    reference, session = _reference(data), dmlshim.InferenceSession(data)
+    rng = np.random.default_rng(7)
+    for run in range(30):
+        ge, gn = rng.integers(0, 15, (4, 3)), rng.integers(0, 16, (4, 2, 1))
+        se = np.arange(12).reshape(4, 3)
+        if run >= 8 and run % 2 == 0:
+            kind = run % 6
+            if kind == 0:
+                ge[0, 0] = -1
+            elif kind == 2:
+                gn[1, 0, 0] = -16
+            else:
+                se[2, :] = 5  # one place added to three times
+        feeds = {
+            "x": rng.standard_normal((4, 16)).astype(np.float32),
+            "ge": ge,
+            "gn": gn,
+            "se": se,
+            "upd": rng.standard_normal((4, 3)).astype(np.float32),
+        }
+        assert _same(session.run(None, feeds), reference.run(None, feeds)), run
+    assert session.engine._check.lean_runs > 0
