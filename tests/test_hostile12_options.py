@@ -121,3 +121,34 @@ def test_settings_made_before_construction_reach_the_lean_session(
             given["gidx"] = np.array([3, 3, -1], dtype=np.int64)
         assert same_bits(session.run(None, given), reference.run(None, given)), run
     assert session.engine._check.lean_runs > 0
+
+
+def test_a_change_after_construction_reaches_no_segment_of_a_custom_op_model() -> None:
+    """Options that registered a custom-op library (a copy cannot carry it): the program turns on the Gelu
+    approximation for its next session; this session's partitioned run must not take it."""
+    extensions = pytest.importorskip("onnxruntime_extensions")
+    nodes = [
+        helper.make_node("StringUpper", ["s"], ["su"], domain="ai.onnx.contrib"),
+        *onnx.load_from_string(_gelu_model()).graph.node,
+    ]
+    gelu = onnx.load_from_string(_gelu_model()).graph
+    graph = helper.make_graph(
+        nodes,
+        "custom",
+        [helper.make_tensor_value_info("s", T.STRING, [2]), *gelu.input],
+        [helper.make_tensor_value_info("su", T.STRING, None), *gelu.output],
+    )
+    opsets = [helper.make_opsetid(d, v) for d, v in (("", 17), ("com.microsoft", 1), ("ai.onnx.contrib", 1))]
+    data = helper.make_model(graph, opset_imports=opsets, ir_version=IR_VERSION).SerializeToString()
+    feeds = {"s": np.array(["ab", "Cd"], dtype=object), **_gelu_feeds()}
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.register_custom_ops_library(extensions.get_library_path())
+    reference = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+    session = dmlshim.InferenceSession(data, so, index_mode="clamp")
+    so.add_session_config_entry("optimization.enable_gelu_approximation", "1")
+    expected = reference.run(None, feeds)
+    ours = session.run(None, dict(feeds, gidx=np.array([1, 3, 5, 70], dtype=np.int64)))
+    assert session.last_run_record.path == "partitioned"
+    assert list(ours[0]) == list(expected[0]) == ["AB", "CD"]
+    assert same_bits(ours[1:], expected[1:])
