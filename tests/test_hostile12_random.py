@@ -104,3 +104,65 @@ def test_dropout_out_of_training_mode_draws_nothing() -> None:
     assert draws_random(model)
     model.graph.initializer[1].CopyFrom(helper.make_tensor("train", T.BOOL, [], [False]))
     assert not draws_random(model)
+
+
+def test_seeded_random_nodes_in_if_branches_follow_onnxruntimes_sequence() -> None:
+    """A seeded RandomUniformLike and a seeded Bernoulli, in the two branches of an If, draw the indices."""
+    then = helper.make_graph(
+        [
+            helper.make_node(
+                "RandomUniformLike", ["like"], ["r"], low=0.0, high=8.0, dtype=T.FLOAT, seed=5.0
+            ),
+            helper.make_node("Floor", ["r"], ["fl"]),
+            helper.make_node("Cast", ["fl"], ["o"], to=T.INT64),
+        ],
+        "then",
+        [],
+        [helper.make_tensor_value_info("o", T.INT64, None)],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Bernoulli", ["p"], ["o2"], seed=2.0, dtype=T.INT64)],
+        "else",
+        [],
+        [helper.make_tensor_value_info("o2", T.INT64, None)],
+    )
+    nodes = [
+        helper.make_node("If", ["c"], ["idx"], then_branch=then, else_branch=other),
+        helper.make_node("Relu", ["x"], ["a"]),
+        helper.make_node("Gather", ["a", "idx"], ["g"], axis=0),
+        helper.make_node("Neg", ["g"], ["y"]),
+        helper.make_node("Gather", ["a", "idx2"], ["g2"], axis=0),
+        helper.make_node("Abs", ["g2"], ["y2"]),
+    ]
+    inputs = [
+        helper.make_tensor_value_info("x", T.FLOAT, [8, 4]),
+        helper.make_tensor_value_info("c", T.BOOL, []),
+        helper.make_tensor_value_info("like", T.FLOAT, [5]),
+        helper.make_tensor_value_info("p", T.FLOAT, [5]),
+        helper.make_tensor_value_info("idx2", T.INT64, [2]),
+    ]
+    outputs = [
+        helper.make_tensor_value_info(n, t, None)
+        for n, t in (("y", T.FLOAT), ("idx", T.INT64), ("y2", T.FLOAT))
+    ]
+    model = helper.make_model(
+        helper.make_graph(nodes, "branches", inputs, outputs),
+        opset_imports=[helper.make_opsetid("", 17)],
+        ir_version=IR_VERSION,
+    )
+    assert draws_random(model)
+    data = model.SerializeToString()
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    reference = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+    session = dmlshim.InferenceSession(data)
+    x = np.arange(32, dtype=np.float32).reshape(8, 4)
+    for run in range(12):
+        feeds = {
+            "x": x,
+            "c": np.array(run % 3 != 0),
+            "like": np.zeros(5, np.float32),
+            "p": np.full(5, 0.5, np.float32),
+            "idx2": np.array([1, 2]) if run % 2 else np.array([3, 3]),
+        }
+        assert same_bits(session.run(None, feeds), reference.run(None, feeds)), run
