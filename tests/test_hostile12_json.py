@@ -154,3 +154,27 @@ def test_an_npz_member_with_an_empty_name_is_a_clear_error(tmp_path: Path) -> No
     assert done.returncode != 0
     assert "Traceback" not in done.stderr
     assert "empty name" in done.stderr
+
+
+def test_an_output_name_too_long_for_a_zip_member_is_refused_for_npz(tmp_path: Path) -> None:
+    """A zip member name holds at most 65535 bytes: an .npz of a 70000-character output name was a bare
+    struct.error; the .json file holds it."""
+    name = "a" * 70000
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["x", "i"], [name], axis=0)],
+        "long",
+        [helper.make_tensor_value_info("x", T.FLOAT, [3]), helper.make_tensor_value_info("i", T.INT64, [1])],
+        [helper.make_tensor_value_info(name, T.FLOAT, None)],
+    )
+    onnx.save(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=IR_VERSION),
+        tmp_path / "m.onnx",
+    )
+    np.savez(tmp_path / "in.npz", x=np.array([1.0, 2.0, 3.0], np.float32), i=np.array([1]))
+    done = _cli(["run", "m.onnx", "--inputs", "in.npz", "-o", "o.npz", "-q"], tmp_path)
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert "too long for an .npz member name" in done.stderr and len(done.stderr) < 2000
+    assert not (tmp_path / "o.npz").exists()
+    done = _cli(["run", "m.onnx", "--inputs", "in.npz", "-o", "o.json", "-q"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert _arrays_by_polygraphy_rules(tmp_path / "o.json")[name].tolist() == [2.0]

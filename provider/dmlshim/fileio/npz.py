@@ -19,6 +19,7 @@ import numpy as np
 
 from ..errors import BadInputError
 from ..limits import check_tensor
+from ..text import printable
 from .polygraphy_json import arrays_from_document
 from .reading import loads_json, npy_header
 
@@ -240,6 +241,10 @@ def _remaining(stream: BinaryIO) -> int:
     return end - start
 
 
+_ZIP_NAME_MAX_BYTES = 65535
+"""A zip member name's longest encoding (a 16-bit length field)."""
+
+
 def save_npz(target: IO[bytes], arrays: Mapping[str, Any]) -> None:
     """Write arrays in ``numpy.savez``'s format (one ``NAME.npy`` member each), without pickles.
 
@@ -247,6 +252,14 @@ def save_npz(target: IO[bytes], arrays: Mapping[str, Any]) -> None:
     ``file`` cannot collide with that function's own parameters.
     """
     for name in arrays:
+        if len((name + ".npy").encode("utf-8", "surrogatepass")) > _ZIP_NAME_MAX_BYTES:
+            shown = f"{printable(name[:60])}... ({len(name)} characters)"
+            raise BadInputError(
+                f"the name {shown} is too long for an .npz member name ({_ZIP_NAME_MAX_BYTES} bytes with "
+                "'.npy'); write a .json file (polygraphy's format) instead",
+                tensor=shown,
+                rule="an .npz file names each array by a zip member name of at most 65535 bytes",
+            )
         if "\0" in name:  # a zip member's name ends at a NUL: the array would come back under another name
             raise BadInputError(
                 f"the name {name!r} holds a NUL character, which an .npz member name cannot hold; write a "
