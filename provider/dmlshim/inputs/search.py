@@ -37,6 +37,7 @@ import onnx
 from ..errors import BadModelError, DmlShimError, InputsNotGeneratedError, TooLargeError
 from ..limits import check_tensor
 from ..model.modelcheck import check_well_formed
+from ..model.random_ops import RANDOM_OPS
 from ..text import printable
 from .constraints import DEFAULT_DIM, light_copy, plan_for_shapes
 from .hints import size_hints
@@ -106,9 +107,7 @@ class GeneratedInputs:
         }
 
 
-_NOT_CONSTANT_OPS = frozenset(
-    {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
-)
+_NOT_CONSTANT_OPS = RANDOM_OPS
 
 
 def input_free_values(graph: onnx.GraphProto) -> frozenset[str]:
