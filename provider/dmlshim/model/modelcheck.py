@@ -66,7 +66,7 @@ def _check_versions(model: onnx.ModelProto, path: str | None) -> None:
     if model.ir_version > onnx.IR_VERSION:
         raise BadModelError(
             f"ir_version {model.ir_version} is newer than any this onnx ({onnx.__version__}) knows "
-            f"(at most {onnx.IR_VERSION})",
+            f"(at most {onnx.IR_VERSION}); pip install -U onnx if a newer onnx defines it",
             path=path,
             value=int(model.ir_version),
             rule="the model's ir_version must be one onnx and onnxruntime implement",
@@ -77,7 +77,7 @@ def _check_versions(model: onnx.ModelProto, path: str | None) -> None:
         if domain == "" and o.version > newest[""]:
             raise BadModelError(
                 f"opset_import ai.onnx version {o.version} is newer than any this onnx ({onnx.__version__}) "
-                f"defines (at most {newest['']})",
+                f"defines (at most {newest['']}); pip install -U onnx if a newer onnx defines it",
                 path=path,
                 value=int(o.version),
                 rule="every opset the model imports must exist",
