@@ -48,7 +48,9 @@ def make_node_model(
     return helper.make_model(graph, opset_imports=opsets, ir_version=IR_VERSION)
 
 
-def ort_session(model: onnx.ModelProto | bytes | str | os.PathLike[str], *, quiet: bool = False) -> ort.InferenceSession:
+def ort_session(
+    model: onnx.ModelProto | bytes | str | os.PathLike[str], *, quiet: bool = False
+) -> ort.InferenceSession:
     """A CPU session with one intra-op thread (onnxruntime's ScatterND is racy on duplicates otherwise).
 
     ``model`` is a ModelProto, serialized bytes or a path; ``quiet`` keeps onnxruntime's warnings out of
@@ -69,10 +71,55 @@ def ort_session(model: onnx.ModelProto | bytes | str | os.PathLike[str], *, quie
 
 
 def ort_run(
-    model: onnx.ModelProto | bytes | str | os.PathLike[str], feeds: Mapping[str, np.ndarray], *, quiet: bool = False
+    model: onnx.ModelProto | bytes | str | os.PathLike[str],
+    feeds: Mapping[str, np.ndarray],
+    *,
+    quiet: bool = False,
 ) -> list[np.ndarray]:
-    """Run a model on onnxruntime CPU, single-threaded; all outputs."""
+    """Run a model on onnxruntime CPU, single-threaded; all outputs. A model holding a ScatterND with empty
+    index tuples runs in ONNX's reference implementation instead where the installed onnxruntime crashes on
+    that node (:func:`ort_crashes_on_zero_depth_scatternd`): newer onnxruntime gives the same values."""
+    if (
+        isinstance(model, onnx.ModelProto)
+        and has_zero_depth_scatternd(model)
+        and ort_crashes_on_zero_depth_scatternd()
+    ):
+        return onnx_reference_run(model, feeds)
     return list(ort_session(model, quiet=quiet).run(None, dict(feeds)))
+
+
+def onnx_reference_run(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    """All outputs of ``model`` from ONNX's reference implementation (``onnx.reference``), its ScatterND
+    as the operator's specification writes it: onnx 1.17's reference indexes ``output[indices[i]]`` with
+    an array, which for an empty index tuple selects no row (max/min reductions then fail to broadcast)."""
+    from onnx.reference import ReferenceEvaluator
+    from onnx.reference.op_run import OpRun
+
+    class ScatterND(OpRun):  # type: ignore[misc]
+        op_domain = ""
+
+        def _run(self, data, indices, updates, reduction=None):  # type: ignore[no-untyped-def]
+            combine = {
+                None: lambda a, b: b, "none": lambda a, b: b, "add": np.add, "mul": np.multiply,
+                "max": np.maximum, "min": np.minimum,
+            }[reduction]  # fmt: skip
+            output = np.copy(data)
+            for i in np.ndindex(indices.shape[:-1]):
+                at = tuple(indices[i])
+                output[at] = combine(output[at], updates[i])
+            return (output,)
+
+    return [np.asarray(v) for v in ReferenceEvaluator(model, new_ops=[ScatterND]).run(None, dict(feeds))]
+
+
+def has_zero_depth_scatternd(model: onnx.ModelProto) -> bool:
+    """Whether ``model``'s main graph has a ScatterND whose indices' last dimension is declared 0 (an
+    initializer, or a graph input or value of that declared shape)."""
+    dims = {t.name: list(t.dims) for t in model.graph.initializer}
+    for v in (*model.graph.input, *model.graph.value_info):
+        shape = v.type.tensor_type.shape
+        dims.setdefault(v.name, [d.dim_value if d.HasField("dim_value") else -1 for d in shape.dim])
+    return any(n.op_type == "ScatterND" and (dims.get(n.input[1]) or [-1])[-1] == 0 for n in model.graph.node)
 
 
 def ort_node(

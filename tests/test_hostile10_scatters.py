@@ -19,9 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 import dmlshim
 from tests.oracle import (
     IR_VERSION,
-    ZERO_DEPTH_SCATTERND_CRASH,
     assert_same_bits,
-    ort_crashes_on_zero_depth_scatternd,
     ort_run,
 )
 
@@ -171,7 +169,6 @@ def test_constant_duplicate_indices_match_onnxruntime(reduction: str) -> None:
             assert_same_bits(_session(model, engine).run(None, {"x": x, "u": u}), want)
 
 
-@pytest.mark.skipif(ort_crashes_on_zero_depth_scatternd(), reason=ZERO_DEPTH_SCATTERND_CRASH)
 @pytest.mark.parametrize("reduction", ["none", "add", "max"])
 def test_constant_whole_tensor_scatternd_twice_matches_onnxruntime(reduction: str) -> None:
     """Indices of shape (2, 0): each update replaces (or reduces into) the whole tensor, twice."""

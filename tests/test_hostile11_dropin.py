@@ -176,16 +176,12 @@ def test_the_profile_is_named_as_the_installed_onnxruntime_names_it(tmp_path, mo
         assert _shape_of_name(ours.end_profiling()) == expected
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="left (issue 35 round 11): dmlshim copies add_initializer values when the session is built; "
-    "onnxruntime reads the caller's OrtValue buffer on every run",
-)
 @pytest.mark.parametrize("engine", ["partitioned", "customop"])
 def test_an_added_initializer_updated_in_place_is_read_on_the_next_run(engine: str) -> None:
     """onnxruntime keeps using the OrtValue given to ``add_initializer`` (it must outlive the session):
     a caller who updates it in place between runs (swapping weights without a new session) gets the new
-    values from the next run on. dmlshim's emulated Gather keeps the values of the session's build."""
+    values from the next run on; so does dmlshim's emulated Gather (it kept the values of the session's
+    build before)."""
     model = _model(True)
     feeds = {"i": np.array([0, 3], np.int64)}
 

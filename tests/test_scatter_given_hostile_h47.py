@@ -13,8 +13,6 @@ from onnx import TensorProto, helper
 from dmlshim.execute.proofs.gather_given import NOTE_GATHER_GIVEN
 from dmlshim.execute.proofs.scatter_given import overwritten_writes, scatter_output_is_given
 from tests.oracle import (
-    ZERO_DEPTH_SCATTERND_CRASH,
-    ort_crashes_on_zero_depth_scatternd,
     ort_run,
 )
 from tests.scatter_given_cases import (
@@ -99,7 +97,6 @@ def test_overwritten_writes_counts_tuples_of_no_coordinates() -> None:
     assert overwritten_writes("ScatterND", {}, [data, np.zeros((0, 2), np.int64)]) == 0
 
 
-@pytest.mark.skipif(ort_crashes_on_zero_depth_scatternd(), reason=ZERO_DEPTH_SCATTERND_CRASH)
 def test_scatternd_with_no_coordinates_in_a_session(monkeypatch: pytest.MonkeyPatch) -> None:
     """DirectML has no SCATTER_ND of 0-coordinate tuples: the node runs on the CPU in both sessions, and
     the record counts the two overwritten whole-tensor writes."""

@@ -247,7 +247,8 @@ def test_add_initializer_on_a_weight_left_in_the_file(tmp_path: Path) -> None:
     expected = _reference(path, so, feeds)
     session = dmlshim.InferenceSession(str(path), so)
     assert session._loaded.weightless and session._copied_dims == {}
-    assert _large_held() == {"table"}
+    # the added value is fed on every run from the caller's OrtValue (a graph input of the engine's model)
+    assert _large_held() == set() and "table" in {v.name for v in ENGINE_MODELS[-1].graph.input}
     for _ in range(8):
         _same(session.run(None, feeds), expected)
     unchanged = _reference(path, _options(graph_optimization_level=BASIC), feeds)
@@ -288,7 +289,7 @@ def test_optimized_model_from_a_model_read_without_its_weights(tmp_path: Path, a
         plain.add_initializer("cols", cols)
     before = _snapshot(so)
     session = dmlshim.InferenceSession(str(path), so)
-    assert session._loaded.weightless and _large_held() == ({"cols"} if added else set())
+    assert session._loaded.weightless and _large_held() == set()  # an added value is fed on every run
     assert _snapshot(so) == before
     written = onnx.load(str(target), load_external_data=False)
     assert not any(t.data_location == TensorProto.EXTERNAL for t in written.graph.initializer)

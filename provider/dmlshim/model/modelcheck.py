@@ -66,7 +66,7 @@ def _check_versions(model: onnx.ModelProto, path: str | None) -> None:
     if model.ir_version > onnx.IR_VERSION:
         raise BadModelError(
             f"ir_version {model.ir_version} is newer than any this onnx ({onnx.__version__}) knows "
-            f"(at most {onnx.IR_VERSION})",
+            f"(at most {onnx.IR_VERSION}); pip install -U onnx if a newer onnx defines it",
             path=path,
             value=int(model.ir_version),
             rule="the model's ir_version must be one onnx and onnxruntime implement",
@@ -77,7 +77,7 @@ def _check_versions(model: onnx.ModelProto, path: str | None) -> None:
         if domain == "" and o.version > newest[""]:
             raise BadModelError(
                 f"opset_import ai.onnx version {o.version} is newer than any this onnx ({onnx.__version__}) "
-                f"defines (at most {newest['']})",
+                f"defines (at most {newest['']}); pip install -U onnx if a newer onnx defines it",
                 path=path,
                 value=int(o.version),
                 rule="every opset the model imports must exist",
@@ -356,6 +356,7 @@ def check_model(
     sess_options: object = None,
     read_below: int | None = None,
     defer_onnxruntime: bool = False,
+    unknown_operators_allowed: bool = False,
 ) -> Callable[[], None]:
     """The one model check every command runs (inspect, validate, run, lower, export, InferenceSession).
 
@@ -380,6 +381,10 @@ def check_model(
             which waits for the verdict and raises the refusal, before it uses the model for anything
             that shows, and before it raises any error of its own (onnxruntime's refusal comes first).
             The model must not change structurally meanwhile (its initializers may).
+        unknown_operators_allowed: a model onnxruntime refuses while it has nodes of operators nothing
+            defines (a custom op whose library is not registered) is not refused here: ``inspect``, a
+            static report, reads it and names those nodes; what else onnxruntime may refuse is then not
+            known.
 
     Returns:
         The verdict: a function raising onnxruntime's refusal (a no-op when already decided; once).
@@ -404,7 +409,7 @@ def check_model(
 
     def refused_by_onnxruntime(refused: BadModelError) -> None:
         finding = findings[0]
-        if sess_options is not None and unknown_operators(model):
+        if (sess_options is not None or unknown_operators_allowed) and unknown_operators(model):
             # The caller's options may register the library that defines them (register_custom_ops_library),
             # which a new SessionOptions cannot copy: the engine's own sessions, built with those options,
             # decide.

@@ -18,6 +18,7 @@ from ..execute.plan.sessions import terminated
 from ..execute.record import RunRecord
 from ..execute.weights.added_initializers import added_initializers, with_initializers
 from ..execute.weights.folded_reads import keep_model_values_where_folded
+from ..execute.weights.live_initializers import LiveReader, live_engine_model
 from ..execute.weights.model_source import LoadedModel, ModelSource, load_model, typed_outputs
 from ..execute.weights.ort_format import (
     is_ort_format,
@@ -108,6 +109,9 @@ class InferenceSession(SessionRuns, SessionQueries, OrtSessionAttributes):
         BadInputError: bad options, providers or feature level.
         EngineUnavailableError: the engine is unknown or cannot run on this machine.
     """
+
+    _live_reader: LiveReader | None = None
+    """Reads the ``add_initializer`` values anew before each run (None: the options add none)."""
 
     @raises_onnxruntime_errors()
     @guard_resources("loading the model")
@@ -216,7 +220,15 @@ class InferenceSession(SessionRuns, SessionQueries, OrtSessionAttributes):
                 folding=self._constant_folding(),
             )
             self._write_optimized_model()
+            self._live_model(loaded, sess_options)
             self._engine: Engine = self._build_engine()
+
+    def _live_model(self, loaded: LoadedModel, sess_options: Any) -> None:
+        """Point the engine's model at the ``add_initializer`` values as they are at each run."""
+        names = set(self._added.values) - set(self._added.external) - set(loaded.supplied)
+        self._model, self._live_reader = live_engine_model(
+            self._model, loaded.proto, names, self._options, sess_options
+        )
 
     def _constant_folding(self) -> bool:
         """Whether onnxruntime's constant folding runs for these options (level basic or above)."""
@@ -432,6 +444,8 @@ class InferenceSession(SessionRuns, SessionQueries, OrtSessionAttributes):
             if stop is not None:
                 raise stop  # as onnxruntime: a run asked to terminate does not start (emulated nodes too)
         self._loaded.check_files()  # a mapped external-data file cut short is refused, not a SIGBUS
+        if self._live_reader is not None:  # the add_initializer values as the caller's buffers hold them now
+            feeds = {**self._live_reader.read(), **feeds}
         if self._profiler is None and DISABLED_OPTIMIZERS.get() == self._disabled_optimizers:
             outputs, record = self._engine.run(names, feeds, run_options=run_options)
         else:

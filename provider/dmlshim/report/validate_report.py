@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..execute.record import PLACEMENT_DML
+from ..model.zero_depth_scatternd import CRASH_MARK, ort_version
 from ..text import names_text, printable, shape_text, table
 from ..translate.placement import REASON_CPU_PREFERRED
 from ..translate.plan import CPU_PROVIDER, DML_PROVIDER
@@ -312,6 +313,12 @@ def render_text(report: ValidationReport, only_problems: bool = False) -> str:
     else:
         names = ", ".join(o.name for o in report.mismatched)
         lines.append(f"verdict: MISMATCH - {len(report.mismatched)} output(s) differ: {names}")
+    computed = sorted({printable(w.node) for w in report.warnings if CRASH_MARK in w.message})
+    if computed:
+        lines.append(
+            f"  the reference for {', '.join(computed)} is dmlshim's ONNX-semantics computation: the "
+            f"installed onnxruntime {ort_version()} crashes (SIGFPE) on a ScatterND with empty index tuples"
+        )
     return "\n".join(lines) + "\n"
 
 

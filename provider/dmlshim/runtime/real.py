@@ -80,6 +80,13 @@ class OrtInferenceSession(_RealInferenceSession):
             kwargs["disabled_optimizers"] = set(disabled)
         if _GLOBAL_POOL[0]:
             args, kwargs = _on_global_pool(args, kwargs)
+        # never a node that kills this onnxruntime (ScatterND with empty index tuples before 1.32)
+        from ..model.zero_depth_scatternd import guarded_model_source
+
+        if args:
+            args = (guarded_model_source(args[0]), *args[1:])
+        elif "path_or_bytes" in kwargs:
+            kwargs["path_or_bytes"] = guarded_model_source(kwargs["path_or_bytes"])
         super().__init__(*args, **kwargs)
 
 

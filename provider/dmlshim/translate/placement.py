@@ -24,6 +24,7 @@ from collections.abc import Callable, Collection, Mapping
 import onnx
 
 from ..graph import constant_node_shape
+from ..model.zero_depth_scatternd import CRASH_NOTE, ORT_CRASHES_CODE, ort_crashes, ort_version
 from .plan import CPU_PROVIDER, DML_PROVIDER, NodeTranslation, Reason, Status
 from .support_table import find_row, ort_placement
 
@@ -169,6 +170,14 @@ def provider_notes(
                 "onnxruntime's DirectML provider creates no operator for a ScatterND with empty indices and "
                 "leaves its output unwritten (ONNX: the output is a copy of data); dmlshim returns the copy",
                 list(indices),
+            )
+        )
+    if op_type == "ScatterND" and "INDEX_TUPLE_EMPTY" in set(codes or ()) and ort_crashes():
+        notes.append(
+            Reason(
+                ORT_CRASHES_CODE,
+                CRASH_NOTE.format(version=ort_version()),
+                list(indices) if indices is not None else None,
             )
         )
     if codes and ({"STRIDED_WINDOW", "INDICES_SMALLER_THAN_DATA"} & set(codes)):

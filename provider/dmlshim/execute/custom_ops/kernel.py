@@ -30,6 +30,7 @@ from ...dml.operators import OperatorDesc
 from ...errors import DmlShimError, IndexOutOfRangeError
 from ...kernels import execute
 from ...kernels.options import IndexMode, KernelOptions
+from ...model.zero_depth_scatternd import ort_crashes, scatter_nd_empty_tuples
 from ...runtime.real import OrtInferenceSession
 from ...translate import NodeTranslation, Status, TensorInfo, run_translation, translate_node
 from ...translate.plan import elem_type_of, np_dtype_of
@@ -278,6 +279,12 @@ class Prepared:
 
     def _run_on_cpu(self, values: Sequence[np.ndarray]) -> np.ndarray:
         """ONNX's answer from onnxruntime CPU, for shapes the DirectML translation does not cover."""
+        empty_tuples = (
+            self.op_type == "ScatterND" and len(values) > 2 and values[1].ndim and values[1].shape[-1] == 0
+        )
+        if empty_tuples and ort_crashes():  # onnxruntime would die of SIGFPE: ONNX's answer from numpy
+            reduction = next((a.s.decode() for a in self.node.attribute if a.name == "reduction"), "none")
+            return scatter_nd_empty_tuples(values[0], values[1], values[2], reduction)
         key = tuple((v.dtype, v.ndim) for v in values)
         session = self._fallback_sessions.get(key)
         feeds: dict[str, np.ndarray] = {}

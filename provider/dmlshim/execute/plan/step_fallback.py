@@ -7,9 +7,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import onnx
 import onnxruntime as ort
 
+from ...model.zero_depth_scatternd import CRASH_NOTE, ort_crashes, scatter_nd_empty_tuples
 from ...translate import NodeTranslation, Status
 from ..proofs.scatter_given import overwritten_writes
 from ..record import PLACEMENT_CPU, NodeRecord
@@ -65,7 +67,11 @@ class CpuFallback:
                 (
                     REASON_RUNTIME_FALLBACK,
                     "the translation for this run's shapes and types is not a DirectML operator; "
-                    "the node ran in onnxruntime's CPU provider",
+                    + (
+                        CRASH_NOTE.format(version=ort.__version__)
+                        if self._empty_tuples(arrays)
+                        else "the node ran in onnxruntime's CPU provider"
+                    ),
                 ),
             ),
             ort_placement=t.ort_placement,
@@ -90,7 +96,23 @@ class CpuFallback:
             ),
         )
 
+    def _empty_tuples(self, arrays: Sequence[Any]) -> bool:
+        """Whether this run is a ScatterND with empty index tuples on an onnxruntime it would kill."""
+        return (
+            self.node.op_type == "ScatterND"
+            and len(arrays) > 2
+            and all(isinstance(a, np.ndarray) for a in arrays[:3])
+            and arrays[1].ndim >= 1
+            and arrays[1].shape[-1] == 0
+            and ort_crashes()
+        )
+
     def _run_on_cpu(self, arrays: Sequence[Any], state: RunState) -> Any:
+        if self._empty_tuples(arrays):
+            reduction = self._attrs.get("reduction", "none")
+            if isinstance(reduction, bytes):
+                reduction = reduction.decode()
+            return scatter_nd_empty_tuples(arrays[0], arrays[1], arrays[2], str(reduction))
         # One graph input per name: a node reading one tensor twice (ScatterElements(i, i, i)) would
         # otherwise declare it twice, which onnxruntime refuses.
         present = list({n: a for n, a in zip(self.inputs, arrays, strict=False) if a is not None}.items())

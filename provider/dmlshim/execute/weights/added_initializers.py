@@ -91,13 +91,11 @@ def _narrow(tensor: onnx.TensorProto) -> bool:
     return tensor.data_type in _NO_NUMPY
 
 
-def _probe(
-    folder: Path,
-    tensors: Mapping[str, onnx.TensorProto],
-    external: set[str],
-    so: Any,
-    own: frozenset[str] = frozenset(),
-) -> list[Any]:
+def probe_model(
+    tensors: Mapping[str, onnx.TensorProto], external: set[str], own: frozenset[str] = frozenset()
+) -> onnx.ModelProto:
+    """A model with no nodes whose outputs are stand-ins for ``tensors`` (see :func:`_stand_in`): run with
+    the caller's options, it returns the values they add in their place."""
     # onnxruntime refuses a graph without any value: an anchor output keeps the probe valid when empty.
     anchor = helper.make_tensor(_ANCHOR, onnx.TensorProto.FLOAT, [0], [])
     graph = helper.make_graph(
@@ -113,11 +111,26 @@ def _probe(
             anchor,
         ],
     )
-    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", _PROBE_OPSET)])
+    return helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", _PROBE_OPSET)])
+
+
+def probe_session(model: onnx.ModelProto | bytes | str, so: Any) -> Any:
+    """onnxruntime's session of a probe model with ``so`` (its file outputs off while it is built)."""
+    with _quiet(so):
+        return OrtInferenceSession(model, so, providers=["CPUExecutionProvider"])
+
+
+def _probe(
+    folder: Path,
+    tensors: Mapping[str, onnx.TensorProto],
+    external: set[str],
+    so: Any,
+    own: frozenset[str] = frozenset(),
+) -> list[Any]:
+    model = probe_model(tensors, external, own)
     path = folder / "probe.onnx"
     onnx.save(model, str(path))
-    with _quiet(so):
-        session = OrtInferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    session = probe_session(str(path), so)
     # OrtValues: a type numpy cannot hold (4-bit, bfloat16 ...) comes back as its shape alone
     values = list(session.run_with_ort_values(None, {}))[:-1]
     return [

@@ -18,6 +18,7 @@ from collections.abc import Collection
 import onnx
 
 from ...graph import value_names
+from ...model.random_ops import RANDOM_OPS
 from ...model.weightless import graph_shell, model_shell
 
 logger = logging.getLogger(__name__)
@@ -25,17 +26,7 @@ logger = logging.getLogger(__name__)
 MODEL_VALUE_SUFFIX = "__dmlshim_model_value"
 """Appended to an initializer's name for the copy of the model's own value the folded nodes read."""
 
-NOT_FOLDED = frozenset(
-    {
-        "RandomNormal",
-        "RandomUniform",
-        "RandomNormalLike",
-        "RandomUniformLike",
-        "Multinomial",
-        "Bernoulli",
-        "DequantizeLinear",  # kept for the QDQ fusions at onnxruntime's default settings
-    }
-)
+NOT_FOLDED = RANDOM_OPS | {"DequantizeLinear"}
 """Operators onnxruntime's constant folding leaves to run (random values, QDQ's DequantizeLinear)."""
 
 _SUBGRAPH = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
@@ -80,7 +71,7 @@ def keep_model_values_where_folded(
     reads = {i for k in folded for i in model.graph.node[k].input if i in names}
     if not reads:
         return model
-    copies = _copy_names(model.graph, sorted(reads))
+    copies = copy_names(model.graph, sorted(reads))
     out = model_shell(model)
     graph_shell(model.graph, out.graph)
     for k, node in enumerate(out.graph.node):
@@ -98,7 +89,7 @@ def keep_model_values_where_folded(
     return out
 
 
-def _copy_names(graph: onnx.GraphProto, names: list[str]) -> dict[str, str]:
+def copy_names(graph: onnx.GraphProto, names: list[str]) -> dict[str, str]:
     """A name for the copy of each initializer in ``names``, :data:`MODEL_VALUE_SUFFIX` appended (then a
     number) until no value of the model, in any graph, has it: the model may use any name."""
     taken = value_names(graph)
