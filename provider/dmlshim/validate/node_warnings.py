@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..dml.enums import FeatureLevel
-from ..execute.plan.steps import NOTE_SHAPE_DIFFERS
+from ..execute.plan.step_keys import NOTE_SHAPE_DIFFERS
 from ..execute.record import PLACEMENT_DML
 from ..translate import CPU_PROVIDER
 from .results import ATTR_DIVERGES, ATTR_UPSTREAM, NodeValidation, ValidationWarning

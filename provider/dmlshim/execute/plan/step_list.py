@@ -20,7 +20,8 @@ from .cpu_step import CpuStep, RunState, Values
 from .partition import CpuSegment, Partition
 from .segments import BoundaryTypes, segment_model
 from .sessions import cpu_session
-from .steps import EmulatedStep, static_key
+from .step_keys import static_key
+from .steps import EmulatedStep
 
 logger = logging.getLogger(__name__)
 

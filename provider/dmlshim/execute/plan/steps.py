@@ -46,13 +46,12 @@ from .step_fallback import (  # noqa: F401 (the REASON_ codes are read from here
     CpuFallback,
     reasons_of,
 )
+from .step_keys import arrays_key, shape_note, shapes_key
 
 logger = logging.getLogger(__name__)
 
 TRANSLATION_CACHE_SIZE = 64
 """Translations kept per node (one per distinct input shapes and dtypes); the cache restarts when full."""
-
-NOTE_SHAPE_DIFFERS = "output_shape_differs_from_inference"
 
 VERIFIED_OPS = SCATTERS
 """Nodes whose output the whole-model check verifies instead of computing (:meth:`EmulatedStep.verify`)."""
@@ -82,41 +81,6 @@ taken from onnxruntime when their indices prove them (:meth:`EmulatedStep._verif
 of any size go to :meth:`EmulatedStep._verify_gather`), never verified: below about this size the verify's
 extra calls cost what it saves (measured: a 12-row ScatterND, 192 KiB 0.11 vs 0.12 ms, 768 KiB 0.19 vs 0.18
 ms, 3 MiB 0.58 vs 0.42 ms, 12 MiB 4.0 vs 2.1 ms for computing and comparing vs verifying)."""
-
-
-def _arrays_key(arrays: Sequence[Any]) -> tuple[Any, ...] | None:
-    """:func:`shapes_key` when every input is a plain ndarray or absent, else None."""
-    key = []
-    for a in arrays:
-        if a is None:
-            key.append(None)
-        elif type(a) is np.ndarray:
-            key.append((a.shape, a.dtype))
-        else:
-            return None
-    return tuple(key)
-
-
-def shapes_key(arrays: Sequence[Any]) -> tuple[Any, ...]:
-    """The inputs' shapes and dtypes (None for an absent one): what a translation and a proof hold for."""
-    return tuple((a.shape, a.dtype) if a is not None else None for a in arrays)
-
-
-def shape_note(shape: tuple[int, ...], inferred: TensorInfo | None) -> tuple[str, str] | None:
-    """A record note when a real output shape contradicts the statically inferred one, else None."""
-    if inferred is None or inferred.shape is None:
-        return None
-    dims = inferred.shape
-    if len(dims) == len(shape) and all(
-        not isinstance(d, int) or d == s for d, s in zip(dims, shape, strict=True)
-    ):
-        return None
-    said = "[" + ",".join("?" if d is None else str(d) for d in dims) + "]"
-    return (
-        NOTE_SHAPE_DIFFERS,
-        f"the output has shape {list(shape)}, static shape inference said {said} (often a stale value_info "
-        "left by the exporter); the run used the real shape",
-    )
 
 
 class EmulatedStep(CpuFallback):
@@ -298,7 +262,7 @@ class EmulatedStep(CpuFallback):
         if self._full_check:
             return None
         arrays = [values[n] if n else None for n in self.inputs]
-        key = _arrays_key(arrays)
+        key = arrays_key(arrays)
         if key is None:  # an OrtValue or a mapped weight: computed and compared
             return None
         if key != self._proved_key:
@@ -333,7 +297,7 @@ class EmulatedStep(CpuFallback):
         output and the record notes it. None (run and compare) when the indices or values do not allow
         that."""
         arrays = [values[n] if n else None for n in self.inputs]
-        key = _arrays_key(arrays)
+        key = arrays_key(arrays)
         given = self._given_at
         if given is not None and key == given[0] == self._proved_key and key in self._cache:
             # The shapes and dtypes of the last given run: its expectations and record hold; only the
@@ -450,7 +414,7 @@ class EmulatedStep(CpuFallback):
 
     def _run(self, values: Values, arrays: list[Any], state: RunState) -> NodeRecord:
         # The translation is looked up directly when every input is a plain array (the common case).
-        key = _arrays_key(arrays)
+        key = arrays_key(arrays)
         if key is None:
             if any(isinstance(a, ort.OrtValue) for a in arrays):
                 return self._run_ortvalues(values, arrays, state)
@@ -514,20 +478,3 @@ class EmulatedStep(CpuFallback):
             entry = self._cache[key] = (t, self._clean_record(t))
             state.translations_computed += 1
         return entry
-
-
-def static_key(infos: Sequence[TensorInfo | None]) -> tuple[Any, ...] | None:
-    """The cache key a run with exactly these static shapes and types will look up."""
-    key: list[Any] = []
-    for info in infos:
-        if info is None:
-            key.append(None)
-            continue
-        if not info.is_static:
-            return None
-        try:
-            dtype = np.dtype(helper.tensor_dtype_to_np_dtype(info.elem_type))
-        except (KeyError, TypeError, ValueError):
-            return None
-        key.append((info.static_shape, dtype))
-    return tuple(key)
