@@ -208,7 +208,7 @@ def _inspect_json(path: Path) -> tuple[int, str]:
     return code, out.getvalue()
 
 
-def test_inspect_reports_the_same_without_propagation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_inspect_reports_the_same_without_propagation(tmp_path: Path, monkeypatch) -> None:
     path = tmp_path / "cast_chain.onnx"
     onnx.save(_cast_chain(200), path)
     code, skipped = _inspect_json(path)

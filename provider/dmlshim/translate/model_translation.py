@@ -74,16 +74,19 @@ class ModelTranslation:
         provider would place nodes on the CPU or reject them (``ort_reasons``, codes ``EP_*``). The two
         questions of the verdict: ``all_dml`` (every node translates to a DirectML operator; the exit
         code) and ``all_on_dml_ep`` (onnxruntime-directml places every node on DmlExecutionProvider)."""
-        status = collections.Counter(n.status.value for n in self.nodes)
-        placement = collections.Counter(n.ort_placement or "none" for n in self.nodes)
-        reasons = collections.Counter(
-            r.code for n in self.nodes if not n.ok for r in n.reasons if not is_ep_reason(r)
-        )
-        notes = collections.Counter(
-            r.code for n in self.nodes if n.ok for r in n.reasons if not is_ep_reason(r)
-        )
-        ep = collections.Counter(r.code for n in self.nodes for r in n.reasons if is_ep_reason(r))
-        levels = [n.min_feature_level for n in self.nodes if n.min_feature_level is not None]
+        status: collections.Counter[str] = collections.Counter()
+        placement: collections.Counter[str] = collections.Counter()
+        reasons: collections.Counter[str] = collections.Counter()
+        notes: collections.Counter[str] = collections.Counter()
+        ep: collections.Counter[str] = collections.Counter()
+        levels: list[FeatureLevel] = []
+        for n, count in _alike(self.nodes):
+            status[n.status.value] += count
+            placement[n.ort_placement or "none"] += count
+            for r in n.reasons:
+                (ep if is_ep_reason(r) else notes if n.ok else reasons)[r.code] += count
+            if n.min_feature_level is not None:
+                levels.append(n.min_feature_level)
         return {
             "total_nodes": self.total_nodes,
             "gather_scatter_nodes": len(self.nodes),
@@ -113,6 +116,23 @@ class ModelTranslation:
             "nodes": [n.to_json(plan=plan) for n in self.nodes],
             "summary": self.summary,
         }
+
+
+def _alike(nodes: Sequence[NodeTranslation]) -> list[tuple[NodeTranslation, int]]:
+    """The nodes grouped by what the summary reads (status, placement, reasons, feature level), one of each
+    group with its count. Nodes renamed from one translation (``_renamed``) hold the very same objects for
+    these fields, so they are grouped by identity, without comparing reasons node by node."""
+    groups: dict[tuple[object, object, int, int], list[Any]] = {}
+    for n in nodes:
+        fields = n.__dict__
+        level = fields["_min_feature_level"]
+        key = (fields["status"], fields["ort_placement"], id(fields["reasons"]), id(level))
+        group = groups.get(key)
+        if group is None:
+            groups[key] = [n, 1]
+        else:
+            group[1] += 1
+    return [(n, count) for n, count in groups.values()]
 
 
 _UNREAD: Any = object()
