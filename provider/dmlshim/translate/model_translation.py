@@ -228,13 +228,14 @@ class _RunInfos(_GraphInfos):
 def _walk(
     graph: onnx.GraphProto, prefix: str, local: _GraphInfos, scopes: dict[str, _GraphInfos]
 ) -> Iterator[tuple[onnx.NodeProto, str, Mapping[str, TensorInfo], int]]:
-    """Every node with its path name, the type scope it sees and its index in its own graph (``scopes``
-    gets the scope of every graph by its path prefix)."""
+    """Every node with its graph's path prefix (its name is ``node_path(prefix, node, index)``, spelled
+    by the caller for the nodes it keeps: most nodes of a large graph are no gather/scatter), the type
+    scope it sees and its index in its own graph (``scopes`` gets the scope of every graph by its prefix)."""
     scopes[prefix] = local
     for index, node in enumerate(graph.node):
-        name = node_path(prefix, node, index)
-        yield node, name, local, index
+        yield node, prefix, local, index
         for attr_name, sub in subgraphs(node):
+            name = node_path(prefix, node, index)
             yield from _walk(sub, subgraph_prefix(name, attr_name), _GraphInfos(sub, local), scopes)
 
 
@@ -309,15 +310,17 @@ def translate_model(
     scopes: dict[str, _GraphInfos] = {}
     unknown: list[tuple[int, str]] = []  # translations of SHAPE_UNKNOWN, with their graph's path prefix
     run_cases: dict[str, tuple[RunCase, ...]] = {}
-    for node, name, scope, index in _walk(inferred.graph, "", top, scopes):
+    for node, prefix, scope, index in _walk(inferred.graph, "", top, scopes):
         total += 1
         domain = "" if node.domain == "ai.onnx" else node.domain
         if get_converter(domain, node.op_type) is None:
             if other_domains and domain and node.op_type in GATHER_SCATTER_OPS:
+                name = node_path(prefix, node, index)
                 if scope is top:
                     top_level[index] = len(translations)
                 translations.append(_other_domain(node, name, domain, opsets.get(domain, 0), fl))
             continue
+        name = node_path(prefix, node, index)
         names = node.input
         get = scope.get
         infos = tuple([get(i) if i else None for i in names])
@@ -340,7 +343,7 @@ def translate_model(
             shape_unknown = "SHAPE_UNKNOWN" in template.reason_codes if template.reasons else False
         translations.append(t)
         if shape_unknown:
-            unknown.append((len(translations) - 1, name[: -len(node_path("", node, index))]))
+            unknown.append((len(translations) - 1, prefix))
         if debug:
             logger.debug("%s: %s", name, t.status.value)
     if unknown:
