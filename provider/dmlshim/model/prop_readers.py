@@ -23,6 +23,7 @@ from functools import cache
 
 import onnx
 
+from ..graph import may_hold_op_types
 from .graph_columns import flat_ops
 
 __all__ = ["SYMBOLIC_READERS", "propagation_unread"]
@@ -65,8 +66,8 @@ def propagation_unread(model: onnx.ModelProto) -> bool:
     """True when ``infer_shapes(model, data_prop=True)`` equals ``infer_shapes(model, data_prop=False)``
     (``strict_mode`` off) because no node's inference can read what propagation computes (module
     docstring). False when one might (the caller then propagates)."""
-    if len(model.functions):
-        return False
+    if len(model.functions) or may_hold_op_types(model.graph, sorted(SYMBOLIC_READERS)):
+        return False  # (most real models hold a Reshape: answered from the graph's bytes, without a walk)
     versions = {op.domain: int(op.version) for op in model.opset_import}
     versions.setdefault("", versions.get("ai.onnx", 0))
     columns = flat_ops(model.graph)
