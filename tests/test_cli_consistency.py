@@ -227,8 +227,8 @@ def test_validate_several_models_one_table(tmp_path: Path, capsys: pytest.Captur
     assert out.startswith("dmlshim validate: 3 models at DML_FEATURE_LEVEL_5_0")
     rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()[2:5]}
     # topk_gather: 2 outputs, 1 GatherElements that runs from its descriptor.
-    assert rows[TOPK][:4] == ["match", "2/2", "1", "1"]
-    assert rows[str(add)][:4] == ["match", "1/1", "0", "0"]
+    assert rows[TOPK][:5] == ["match", "generated", "2/2", "1", "1"]
+    assert rows[str(add)][:5] == ["match", "generated", "1/1", "0", "0"]
     assert "summary: 3 match, 0 mismatch, 0 error, 0 crash of 3 models" in out
 
 

@@ -14,6 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from dmlshim.dxdispatch import capture as capture_mod
+from dmlshim.dxdispatch import captured as captured_mod
 from dmlshim.dxdispatch import capture_run
 from dmlshim.dxdispatch import export as export_mod
 from dmlshim.dxdispatch.capture import capture_nodes
@@ -159,7 +160,7 @@ def _whole_model_in_memory(monkeypatch: pytest.MonkeyPatch) -> None:
         "SharedWeights",
         lambda inits, model_path=None: SharedWeights(inits, min_bytes=1 << 62),
     )
-    monkeypatch.setattr(capture_mod, "is_large", lambda t: False)
+    monkeypatch.setattr(captured_mod, "is_large", lambda t: False)
 
 
 @pytest.mark.parametrize(

@@ -16,9 +16,10 @@ import numpy as np
 import pytest
 
 from dmlshim.cli.main import main
+from dmlshim.extras import install_command
 from tests.html_pages import COLOURS, Page, four_places_model, gather_scatter_names, read_png
 
-pytest.importorskip("igraph", reason="the html extra (igraph) is not installed: pip install 'dmlshim[html]'")
+pytest.importorskip("igraph", reason=f"the html extra (igraph) is not installed: {install_command('html')}")
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(

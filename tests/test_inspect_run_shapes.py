@@ -137,6 +137,11 @@ def test_generated_inputs_onnxruntime_refuses_leave_the_static_verdict(
     code = main(["inspect", str(path), "--input-shape", "n=3", "--json"])
     captured = capsys.readouterr()
     doc = json.loads(captured.out)
-    assert code == 0 and doc["nodes"][0]["status"] == "dml" and doc["nodes"][0]["shapes"] == "static"
+    # the translation is static; the constant index 50 on an axis of 3 is flagged (onnxruntime's refusal)
+    node = doc["nodes"][0]
+    assert code == 1 and node["status"] == "error" and node["shapes"] == "static"
+    assert node["operator"]["type"] == "DML_OPERATOR_GATHER"
+    assert node["reasons"][0]["code"] == "INDEX_OUT_OF_RANGE" and node["reasons"][0]["value"] == 50
+    assert "of size 3" in node["reasons"][0]["message"]
     assert doc["run"]["error"] and "verdicts come from static shapes" in captured.err
     assert main(["inspect", str(path), "--input-shape", "m=3"]) == 2

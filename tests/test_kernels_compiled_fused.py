@@ -13,7 +13,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-pytest.importorskip("numba", reason="the compiled kernels need numba: pip install 'dmlshim[fast]'")
+from dmlshim.extras import install_command
+
+pytest.importorskip("numba", reason=f"the compiled kernels need numba: {install_command('fast')}")
 
 from dmlshim.errors import DmlShimError
 from dmlshim.kernels import IndexMode, KernelOptions, execute, parallel

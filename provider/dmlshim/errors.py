@@ -84,6 +84,14 @@ class IndexOutOfRangeError(BadInputError):
     """An index lies outside the dimension it addresses (ONNX semantics: an error)."""
 
 
+class InputsNotGeneratedError(BadInputError):
+    """No inputs can be generated for the model (an input with no shape, of a type or range nothing can be
+    drawn from, or no shapes onnxruntime accepts): the caller has to give them. Internal: ``--json`` errors
+    report it as the ``BadInputError`` it is (``reported_as``)."""
+
+    reported_as = "BadInputError"
+
+
 class TooLargeError(BadInputError):
     """The work would need more memory than the machine has; refused before allocating (see dmlshim.limits).
 

@@ -14,11 +14,12 @@ import sys
 
 import onnx
 
-from ..errors import DmlShimError
+from ..errors import BadInputError, DmlShimError
 from ..execute.weights.model_source import load_model as read_model
 from ..model.modelcheck import unknown_operators
 from ..report.inspect_json import write_json
 from ..report.inspect_report import GraphValue, render_text, shape_hint
+from ..translate.constant_indices import flag_constant_indices
 from ..translate.model_translation import ModelTranslation, translate_model
 from ..translate.shapes_info import tensor_info
 from .inspect_run import RunShapes, run_shapes
@@ -31,6 +32,7 @@ from .options import (
     path_arg,
     seed_type,
 )
+from .progress import file_written
 
 logger = logging.getLogger(__name__)
 
@@ -143,10 +145,11 @@ def _inspect(args: argparse.Namespace) -> int:
             "the verdicts come from static shapes",
             file=sys.stderr,
         )
-    translation = _translate(args, model, shapes, ran)
+    translation = flag_constant_indices(_translate(args, model, shapes, ran), model.graph)
     if ran is not None and not ran.error:
         ran = ran.used(translation.run_cases)
-    for unknown in unknown_operators(model):
+    unknown_ops = unknown_operators(model)
+    for unknown in unknown_ops:
         print(
             f"dmlshim inspect: warning: node {unknown.node!r} uses operator {unknown.qualified}, which "
             f"ONNX and onnxruntime do not define (domain {unknown.domain!r}); dmlshim run and validate "
@@ -155,7 +158,15 @@ def _inspect(args: argparse.Namespace) -> int:
         )
     inputs, outputs = graph_values(model)
     if args.json:
-        write_json(translation, sys.stdout, args.model, graph_inputs=inputs, graph_outputs=outputs, run=ran)
+        write_json(
+            translation,
+            sys.stdout,
+            args.model,
+            graph_inputs=inputs,
+            graph_outputs=outputs,
+            run=ran,
+            unknown_ops=unknown_ops,
+        )
     if not args.json or args.html is not None:
         symbolic: dict[str, tuple[object, ...]] = {}
         for v in inputs:
@@ -178,6 +189,7 @@ def _inspect(args: argparse.Namespace) -> int:
             descriptors=args.descriptors,
             hint_helps=hint_helps,
             run=ran,
+            unknown_ops=unknown_ops,
         )
         if not args.json:
             sys.stdout.write(text)
@@ -231,12 +243,19 @@ def _write_html(
     write_inspect_report(
         args.html, model, translation, args.model, text, overwrite=args.overwrite, inputs=(args.inputs,)
     )
-    print(f"dmlshim inspect: HTML report written to {args.html}", file=sys.stderr)
+    file_written(args, "inspect", "HTML report", args.html)
 
 
 def _read(path: str) -> onnx.ModelProto:
     # Shapes, types and small constants are all inspect reads: the large weights stay in the model's files.
-    return read_model(path, weightless=True, own_weights=False).proto
+    if os.path.isdir(path):
+        raise BadInputError(
+            f"a folder: inspect reports on one model (dmlshim inspect {path.rstrip('/')}/MODEL.onnx); "
+            f"validate takes folders (dmlshim validate {path})",
+            path=path,
+        )
+    # A node of an operator onnxruntime does not know (a custom op) does not stop the report: it is named.
+    return read_model(path, weightless=True, own_weights=False, unknown_operators_allowed=True).proto
 
 
 def _unknown(translation: ModelTranslation) -> int:

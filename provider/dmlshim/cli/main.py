@@ -143,7 +143,7 @@ def _json_error(args: argparse.Namespace | None, exc: BaseException, code: int) 
     if (args is not None and not getattr(args, "json", False)) or isinstance(exc, BrokenPipeError):
         return
     fields = {k: getattr(exc, k, None) for k in ("path", "node", "op_type", "tensor", "rule", "value")}
-    kind = "UsageError" if args is None else type(exc).__name__
+    kind = "UsageError" if args is None else getattr(exc, "reported_as", type(exc).__name__)
     text = DmlShimError.__str__(exc) if isinstance(exc, DmlShimError) else str(exc)
     error = {"type": kind, "message": text, "exit_code": code}
     error.update({k: v for k, v in fields.items() if v is not None})
@@ -176,6 +176,24 @@ class _PrintableFormatter(logging.Formatter):
         return printable(super().formatMessage(record))
 
 
+class _OnceFilter(logging.Filter):
+    """Drops a warning already printed word for word during this command (a model read again, as
+    validate's retry on the inputs beside it does, would repeat onnx.checker's finding)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen: set[tuple[str, int, str]] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING or record.exc_info:
+            return True
+        key = (record.name, record.levelno, record.getMessage())
+        if key in self._seen:
+            return False
+        self._seen.add(key)
+        return True
+
+
 _STDOUT_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
@@ -202,6 +220,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for handler in logging.getLogger().handlers:
         if handler.formatter is not None and not isinstance(handler.formatter, _PrintableFormatter):
             handler.setFormatter(_PrintableFormatter(handler.formatter._fmt))
+        if isinstance(handler.formatter, _PrintableFormatter):  # ours: each command starts afresh
+            for old in [f for f in handler.filters if isinstance(f, _OnceFilter)]:
+                handler.removeFilter(old)
+            handler.addFilter(_OnceFilter())
     if not getattr(args, "_run", None):
         parser.print_help(sys.stderr)
         return 2

@@ -89,7 +89,7 @@ def add_html(parser: argparse.ArgumentParser, shows: str) -> None:
         metavar="REPORT.html",
         type=output_path_arg,
         help="also write a self-contained HTML page: the graph, each gather/scatter node coloured by where "
-        f"it {shows} on click (needs the html extra: pip install 'dmlshim[html]')",
+        f"it {shows} on click (needs igraph: the html extra, docs/inspect.md)",
     )
 
 

@@ -68,3 +68,10 @@ def status(args: argparse.Namespace, message: str) -> Iterator[Progress]:
     progress = Progress.for_args(args)
     with progress.status(message):
         yield progress
+
+
+def file_written(args: argparse.Namespace, command: str, what: str, path: object) -> None:
+    """One line on stderr naming a file the command wrote (``--quiet`` silences it): the user learns where
+    it went without ``-v``; stdout stays the report."""
+    if not getattr(args, "quiet", False):
+        print(f"dmlshim {command}: {what} written to {path}", file=sys.stderr)

@@ -10,9 +10,10 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
+from ..errors import InputsNotGeneratedError
 from . import validate_many
 from .options import add_engine, add_feature_level, add_input_shape, add_tolerances, path_arg, seed_type
-from .progress import status
+from .progress import file_written, status
 from .validate_files import add_array_files, model_report
 
 if TYPE_CHECKING:
@@ -27,10 +28,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", metavar="MODEL", nargs="+", help="the .onnx file(s), or folders of them")
     parser.add_argument(
         "--inputs",
-        metavar="FILE.npz",
+        metavar="FILE.npz|DIR",
         type=path_arg,
         default=None,
-        help="feeds by input name (numpy.savez); random inputs of the right shapes and types when absent",
+        help="feeds by input name (numpy.savez), or a folder holding <model name>.npz for each model; "
+        "random inputs of the right shapes and types when absent",
     )
     add_tolerances(parser, "exact against the reference; dtype-fitting against --reference-outputs")
     add_array_files(parser)
@@ -71,13 +73,33 @@ def run(args: argparse.Namespace) -> int:
                 "--save-inputs, --save-outputs, --reference-outputs and --html take one model"
             )
         return validate_many.run(args)
+    if args.inputs is not None:
+        from .validate_inputs import inputs_file_of
+
+        args.inputs = inputs_file_of(args.model[0], args.inputs)
     with status(args, f"validate: running {args.model[0]} through dmlshim and onnxruntime CPU"):
-        report = model_report(args, args.model[0])
+        try:
+            report = model_report(args, args.model[0])
+        except InputsNotGeneratedError as exc:
+            if args.inputs is None:
+                _name_the_file_beside(exc, args.model[0])
+            raise
     text = render_text(report, args.only_problems)
     sys.stdout.write(render_json(report) if args.json else text)
     if args.html is not None:
         _write_html(args, report, text)
     return report.exit_code
+
+
+def _name_the_file_beside(exc: InputsNotGeneratedError, model: str) -> None:
+    """Add to the error the ``<stem>.npz`` beside the model when it holds the model's inputs (a folder's
+    validation uses it on its own; one model's takes what the command line says)."""
+    from .validate_inputs import sibling_inputs
+
+    sibling, _ = sibling_inputs(model, exc)
+    if sibling is not None:
+        exc.message += f"; {sibling} beside the model holds its inputs: --inputs {sibling}"
+        exc.args = (exc.message,)
 
 
 def _write_html(args: argparse.Namespace, report: ValidationReport, text: str) -> None:
@@ -88,4 +110,4 @@ def _write_html(args: argparse.Namespace, report: ValidationReport, text: str) -
     model = load_model(args.model[0], weightless=True).proto
     guard = (*args.model, args.inputs, args.reference_outputs)
     write_validate_report(args.html, model, report, text, overwrite=args.overwrite, inputs=guard)
-    print(f"dmlshim validate: HTML report written to {args.html}", file=sys.stderr)
+    file_written(args, "validate", "HTML report", args.html)

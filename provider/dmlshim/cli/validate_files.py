@@ -5,7 +5,6 @@ file, per-output tolerances, show only the problems)."""
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 
@@ -13,8 +12,7 @@ from .. import portable
 from ..validate import ValidationReport
 from ..validate.tolerances import Tolerances
 from .options import add_html, input_shapes, path_arg
-
-logger = logging.getLogger(__name__)
+from .progress import file_written
 
 
 def add_array_files(parser: argparse.ArgumentParser) -> None:
@@ -125,11 +123,11 @@ def finish(report: ValidationReport, tolerances: Tolerances, args: argparse.Name
         # bfloat16 and float8 inputs as their raw bits, which --inputs reads back as the same values
         feeds = as_file_arrays(dict(report.feeds))
         write_arrays(args.save_inputs, feeds, kind="inputs", overwrite=args.overwrite, inputs=guard)
-        logger.info("inputs written to %s", args.save_inputs)
+        file_written(args, "validate", "inputs", args.save_inputs)
     if args.save_outputs:
         outputs = {o.name: o.dmlshim for o in report.outputs if o.dmlshim is not None}
         write_arrays(args.save_outputs, outputs, kind="outputs", overwrite=args.overwrite, inputs=guard)
-        logger.info("outputs written to %s", args.save_outputs)
+        file_written(args, "validate", "outputs", args.save_outputs)
     return report
 
 

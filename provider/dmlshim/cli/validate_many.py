@@ -1,9 +1,12 @@
 """``dmlshim validate MODEL1 MODEL2 ...`` or a folder: validate each model, then one summary table.
 
-Each model is validated on its own, with generated inputs; a model that fails to load, raises, or kills
-its worker process is reported in its row and the others still run. ``--jobs N`` spreads the models over
-N worker processes. ``--json`` prints JSON lines: one object per model (with its full validate document),
-then one summary object.
+Each model is validated on its own, with generated inputs, or with ``--inputs DIR``: the ``<stem>.npz`` of
+each model from DIR (below DIR as the model is below the folder it was found in). Without ``--inputs``, a
+model whose inputs cannot be generated (an input with no shape, say) runs on the ``<stem>.npz`` beside it
+when that file names its inputs, and its row says so (:mod:`.validate_inputs`). A model that fails to load,
+raises, or kills its worker process is reported in its row and the others still run. ``--jobs N``
+spreads the models over N worker processes. ``--json`` prints JSON lines: one object per model (with its
+full validate document), then one summary object.
 
 Exit codes: 0 every model matches, 1 some model mismatches (and none errored), 2 some model could not be
 validated (bad model, bad input, crash).
@@ -20,26 +23,23 @@ import threading
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from .. import portable
-from ..errors import BadInputError, DmlShimError
+from ..errors import BadInputError, DmlShimError, InputsNotGeneratedError
 from ..portable import process_context, termination_signals
 from ..text import table
 from .progress import Progress
+from .validate_inputs import InputsPlan, plan_inputs, sibling_inputs, with_inputs
 
 if TYPE_CHECKING:
     from concurrent.futures import Future, ProcessPoolExecutor
 
 Status = Literal["match", "mismatch", "error", "crash"]
 STATUS_EXIT: dict[Status, int] = {"match": 0, "mismatch": 1, "error": 2, "crash": 2}
-
-_SINGLE_MODEL_OPTIONS = ("inputs",)
-"""validate options that describe one model and so cannot apply to several."""
-
 
 _ENDING_SIGNALS = tuple(s for s in termination_signals() if s != signal.SIGINT)
 """Signals that end a validation of several models as Ctrl-C does (the termination signals but
@@ -116,6 +116,8 @@ class ModelOutcome:
         warnings: warnings the validation raised.
         message: why the model errored or crashed; the first mismatching outputs otherwise.
         report: the full ``dmlshim validate --json`` document, None when validation did not finish.
+        inputs: the inputs file the model ran on ("" when its inputs were generated).
+        note: why that file, when the user did not name it (the inputs could not be generated).
     """
 
     model: str
@@ -128,6 +130,8 @@ class ModelOutcome:
     warnings: int = 0
     message: str = ""
     report: dict[str, Any] | None = field(default=None, compare=False)
+    inputs: str = ""
+    note: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -142,6 +146,8 @@ class ModelOutcome:
             "emulated": self.emulated,
             "warnings": self.warnings,
             "message": self.message,
+            "inputs": self.inputs or None,
+            "note": self.note or None,
             "report": self.report,
         }
 
@@ -195,15 +201,30 @@ def collect_models(paths: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(models))
 
 
-def validate_one(model: str, args: argparse.Namespace) -> ModelOutcome:
-    """Validate one model with validate's options; every failure becomes an outcome, not an exception."""
+def validate_one(model: str, args: argparse.Namespace, inputs: InputsPlan | None = None) -> ModelOutcome:
+    """Validate one model with validate's options, on the inputs ``inputs`` plans (generated when None);
+    every failure becomes an outcome, not an exception."""
     from .validate_files import model_report
 
+    plan = inputs or InputsPlan()
     start = time.perf_counter()
+    note = ""
     try:
-        report = model_report(args, model)
+        if plan.missing:
+            raise BadInputError(plan.missing, path=model)
+        try:
+            report = model_report(with_inputs(args, plan.file), model)
+        except InputsNotGeneratedError as exc:
+            sibling, why = sibling_inputs(model, exc) if plan.file is None else (None, "")
+            if sibling is None:
+                raise BadInputError(f"{exc}{why}", path=model) from exc
+            plan = InputsPlan(sibling)
+            note = f"inputs from {sibling}, beside the model: {exc.message.split(';')[0]}"
+            report = model_report(with_inputs(args, sibling), model)
     except DmlShimError as exc:
-        return ModelOutcome(model, "error", time.perf_counter() - start, message=str(exc))
+        return ModelOutcome(
+            model, "error", time.perf_counter() - start, message=str(exc), inputs=plan.file or ""
+        )
     except Exception as exc:  # one model's bug must not stop the others: report it as a crash
         where = traceback.extract_tb(exc.__traceback__)[-1]
         detail = f"{type(exc).__name__}: {exc} (at {Path(where.filename).name}:{where.lineno})"
@@ -220,11 +241,17 @@ def validate_one(model: str, args: argparse.Namespace) -> ModelOutcome:
         warnings=len(report.warnings),
         message=f"differ: {', '.join(differing)}" if differing else "",
         report=report.to_json(),
+        inputs=plan.file or "",
+        note=note,
     )
 
 
 def _in_processes(
-    models: Sequence[str], args: argparse.Namespace, jobs: int, done: Callable[[ModelOutcome], None]
+    models: Sequence[str],
+    args: argparse.Namespace,
+    jobs: int,
+    done: Callable[[ModelOutcome], None],
+    plans: Mapping[str, InputsPlan],
 ) -> dict[str, ModelOutcome]:
     # The process pool is imported here: a single model's validate never needs it (~25 ms of imports).
     from concurrent.futures import ProcessPoolExecutor
@@ -237,7 +264,7 @@ def _in_processes(
         try:
             with portable.sigint_blocked():  # submit starts the workers
                 futures: dict[Future[ModelOutcome], str] = {
-                    pool.submit(validate_one, m, args): m for m in models
+                    pool.submit(validate_one, m, args, plans.get(m)): m for m in models
                 }
             for future, model in futures.items():
                 try:
@@ -256,7 +283,7 @@ def _in_processes(
             with ProcessPoolExecutor(1, mp_context=process_context(), initializer=_worker_start) as single:
                 try:
                     with portable.sigint_blocked():
-                        future = single.submit(validate_one, model, args)
+                        future = single.submit(validate_one, model, args, plans.get(model))
                     outcomes[model] = future.result()
                 except BaseException as exc:
                     if not isinstance(exc, BrokenProcessPool):
@@ -271,10 +298,16 @@ def _in_processes(
 
 
 def validate_models(
-    models: Sequence[str], args: argparse.Namespace, jobs: int = 1, progress: Progress | None = None
+    models: Sequence[str],
+    args: argparse.Namespace,
+    jobs: int = 1,
+    progress: Progress | None = None,
+    plans: Mapping[str, InputsPlan] | None = None,
 ) -> list[ModelOutcome]:
-    """Validate every model (in ``jobs`` processes when above 1); outcomes in the order given."""
+    """Validate every model (in ``jobs`` processes when above 1), each on the inputs its plan names
+    (generated when it has none); outcomes in the order given."""
     progress = progress or Progress(False)
+    plans = plans or {}
     finished = 0
 
     def done(outcome: ModelOutcome) -> None:
@@ -284,26 +317,27 @@ def validate_models(
 
     if jobs > 1 and len(models) > 1:
         progress.update(f"validate: {len(models)} models in {min(jobs, len(models))} processes")
-        by_model = _in_processes(models, args, jobs, done)
+        by_model = _in_processes(models, args, jobs, done, plans)
         outcomes = [by_model[m] for m in models]
     else:
         outcomes = []
         for i, model in enumerate(models, 1):
             progress.update(f"validate: {i} of {len(models)}: {model}")
-            outcomes.append(validate_one(model, args))
+            outcomes.append(validate_one(model, args, plans.get(model)))
     progress.clear()
     return outcomes
 
 
 def render_text(outcomes: Sequence[ModelOutcome], level_name: str) -> str:
-    """One summary table, then the problems, then the totals."""
-    rows = [["model", "result", "outputs", "gather/scatter", "emulated", "warnings", "time"]]
+    """One summary table, then the notes (inputs the user did not name), the problems, the totals."""
+    rows = [["model", "result", "inputs", "outputs", "gather/scatter", "emulated", "warnings", "time"]]
     for o in outcomes:
         finished = o.report is not None
         rows.append(
             [
                 o.model,
                 o.status.upper() if o.status != "match" else "match",
+                ("beside" if o.note else "file") if o.inputs else ("generated" if finished else "-"),
                 f"{o.matched}/{o.outputs}" if finished else "-",
                 str(o.nodes) if finished else "-",
                 str(o.emulated) if finished else "-",
@@ -312,6 +346,10 @@ def render_text(outcomes: Sequence[ModelOutcome], level_name: str) -> str:
             ]
         )
     lines = [f"dmlshim validate: {len(outcomes)} models at {level_name}", *table(rows)]
+    notes = [o for o in outcomes if o.note]
+    if notes:
+        lines += ["", "notes:"]
+        lines += [f"  {o.model}: {o.note}" for o in notes]
     problems = [o for o in outcomes if o.status != "match"]
     if problems:
         lines += ["", "problems:"]
@@ -332,16 +370,10 @@ def exit_code(outcomes: Sequence[ModelOutcome]) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Validate several models with validate's options; returns the exit code."""
-    for name in _SINGLE_MODEL_OPTIONS:
-        if getattr(args, name, None):
-            raise BadInputError(
-                f"--{name.replace('_', '-')} describes one model; validate several models without it "
-                "(inputs are generated for each), or validate each model on its own",
-                value=name,
-            )
     models = collect_models(args.model)
+    plans = plan_inputs(models, args.model, args.inputs)
     with _signals_interrupt():
-        outcomes = validate_models(models, args, args.jobs, Progress.for_args(args))
+        outcomes = validate_models(models, args, args.jobs, Progress.for_args(args), plans)
     if args.json:
         for o in outcomes:
             sys.stdout.write(json.dumps(o.to_json(), default=str) + "\n")

@@ -22,22 +22,20 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper
 
 from ..errors import BadInputError, DmlShimError
 from ..execute.plan.fallback import for_onnxruntime
 from ..execute.plan.partition import outer_scope_inputs
-from ..execute.weights.shared import SharedWeights, is_large, light_copy
-from ..execute.weights.values import initializer_value
+from ..execute.weights.shared import SharedWeights, light_copy
 from ..graph import is_gather_scatter, node_path, subgraph_prefix, subgraphs, walk_nodes
-from ..model.weightless import is_external
 from ..translate.translator import model_opsets, node_since_version
 from .capture_run import CaptureRunner
+from .captured import Capture, CapturedNode, ModelWeight, Uncaptured, model_value, resolve
 
 log = logging.getLogger(__name__)
 
@@ -45,82 +43,6 @@ __all__ = ["Capture", "CapturedNode", "ModelWeight", "Uncaptured", "capture_node
 
 BODY_IR_VERSION = 10
 """IR version of the models built for control-flow bodies (onnxruntime reads up to 13)."""
-
-
-@dataclass(frozen=True)
-class ModelWeight:
-    """A large initializer a node reads, kept as the model holds it (inline, or a reference into the
-    model's files relative to ``folder``) until its value is needed: a run of the capture never holds
-    a copy of it."""
-
-    tensor: onnx.TensorProto
-    folder: str | None = None
-
-    def value(self) -> np.ndarray:
-        """The initializer's value, read now (a read-only memory map where the file allows)."""
-        if self.folder is None and is_external(self.tensor):
-            # a model given in memory: external data resolved as onnx resolves it
-            return numpy_helper.to_array(self.tensor)
-        return initializer_value(self.tensor, self.folder)
-
-
-def _model_value(tensor: onnx.TensorProto, folder: str | None) -> Any:
-    """An initializer as a captured value: small ones as arrays, large ones as :class:`ModelWeight`."""
-    if is_external(tensor) or is_large(tensor):
-        return ModelWeight(tensor, folder)
-    return numpy_helper.to_array(tensor)
-
-
-def _resolve(value: Any) -> Any:
-    return value.value() if isinstance(value, ModelWeight) else value
-
-
-@dataclass(frozen=True)
-class CapturedNode:
-    """A gather/scatter node with the values it read in one run.
-
-    Attributes:
-        position: the top-level graph position of the node, or of the control-flow node holding it.
-        name: the node's path name (``loop/body/scatter_row``).
-        node: the node.
-        inputs: its inputs, in node order (None for an omitted optional input); a large initializer as
-            a :class:`ModelWeight`, read from the model by :attr:`arrays`.
-        output: its first output as onnxruntime computed it (None when not captured).
-        iterations: the enclosing control-flow nodes, outermost first, with the iteration captured (None
-            for an If: the branch taken is in the path).
-    """
-
-    position: int
-    name: str
-    node: onnx.NodeProto
-    inputs: tuple[np.ndarray | ModelWeight | None, ...]
-    output: np.ndarray | None
-    iterations: tuple[tuple[str, int | None], ...] = ()
-
-    @property
-    def arrays(self) -> tuple[np.ndarray | None, ...]:
-        """The node's inputs as arrays (initializers read from the model on each call: hold the result
-        only while it is used)."""
-        return tuple(v.value() if isinstance(v, ModelWeight) else v for v in self.inputs)
-
-
-@dataclass(frozen=True)
-class Uncaptured:
-    """A gather/scatter node inside control flow whose inputs were not captured, and why."""
-
-    position: int
-    name: str
-    op_type: str
-    code: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class Capture:
-    """Every gather/scatter node of a model: captured, or not with a reason; each in graph order."""
-
-    nodes: tuple[CapturedNode, ...]
-    missed: tuple[Uncaptured, ...]
 
 
 def _holds_gather_scatter(node: onnx.NodeProto) -> bool:
@@ -175,7 +97,7 @@ def capture_values(
     values: dict[str, Any] = {k: v for k, v in feeds.items() if k in names}
     for init in graph.initializer:
         if init.name in names and init.name not in values:
-            values[init.name] = _model_value(init, folder)
+            values[init.name] = model_value(init, folder)
     wanted = sorted(names - set(values))
     if not wanted:
         # An empty output list would make onnxruntime return every graph output instead.
@@ -243,7 +165,7 @@ class _Capturer:
             pos = i if position is None else position
             if is_gather_scatter(node):
                 arrays = tuple(_input(values.get(n)) if n else None for n in node.input)
-                output = _array(_resolve(values.get(node.output[0]))) if node.output else None
+                output = _array(resolve(values.get(node.output[0]))) if node.output else None
                 self.nodes.append(CapturedNode(pos, name, node, arrays, output, iterations))
             elif _holds_gather_scatter(node):
                 try:
@@ -342,7 +264,7 @@ class _Capturer:
             if target:
                 self.graph(body, subgraph_prefix(name, "body"), values, position, (*iterations, (name, it)))
                 return
-            outs = [_resolve(values[o.name]) for o in body.output]
+            outs = [resolve(values[o.name]) for o in body.output]
             cond = bool(np.asarray(outs[0]).reshape(-1)[0])
             carried = outs[1 : 1 + len(carried)]
             it += 1
@@ -383,7 +305,7 @@ class _Capturer:
             if target:
                 self.graph(body, subgraph_prefix(name, "body"), values, position, (*iterations, (name, t)))
                 return
-            states = [_resolve(values[o.name]) for o in body.output[:n_states]]
+            states = [resolve(values[o.name]) for o in body.output[:n_states]]
         self.miss_all(
             node,
             name,
@@ -409,7 +331,7 @@ class _Capturer:
         outer = sorted(n for n in outer_scope_inputs(owner) if n not in bound)
         values: dict[str, Any] = dict(scope)
         values.update(bound)
-        feeds = {n: _resolve(values[n]) for n in (*bound, *outer) if n in values}
+        feeds = {n: resolve(values[n]) for n in (*bound, *outer) if n in values}
         missing = [n for n in outer if n not in values]
         if missing:
             raise BadInputError(f"the values {missing} the body reads from outside were not captured")
@@ -418,7 +340,7 @@ class _Capturer:
         ask = list(dict.fromkeys(n for n in wanted if n not in feeds and n not in initializers))
         for init in body.initializer:
             if init.name in wanted:
-                values[init.name] = _model_value(init, self.folder)
+                values[init.name] = model_value(init, self.folder)
         if not ask:
             return values
         signature = tuple((n, _signature(v)) for n, v in feeds.items())
@@ -471,7 +393,7 @@ def _input(value: Any) -> np.ndarray | ModelWeight | None:
 def _required(scope: Mapping[str, Any], name: str) -> Any:
     if name not in scope:
         raise BadInputError(f"the value {name!r} was not captured", tensor=name)
-    return _resolve(scope[name])
+    return resolve(scope[name])
 
 
 def _walk_gather_scatter(graph: onnx.GraphProto, prefix: str) -> Iterator[tuple[str, onnx.NodeProto]]:

@@ -251,6 +251,8 @@ class FeedValidator:
             raise _no_onnx_type(check, arr.dtype)
         if check.type == "tensor(string)" and arr.dtype.kind not in "OU":
             arr = _string_feed(check, arr)
+        if check.dtype is not None and arr.dtype != check.dtype and arr.dtype.byteorder == ">":
+            arr = _as_onnxruntime_reads(check, arr)
         if check.dtype is not None and arr.dtype != check.dtype:
             raise _wrong_dtype(check, f"{check.type} (numpy {check.dtype})", arr.dtype)
         if check.shape is not None:
@@ -345,6 +347,22 @@ def _onnx_type_name(dtype: np.dtype[Any]) -> str:
         return f"tensor({_elem_name(helper.np_dtype_to_tensor_dtype(dtype))})"
     except (KeyError, TypeError, ValueError):
         return str(dtype)
+
+
+def _as_onnxruntime_reads(check: _InputCheck, arr: np.ndarray) -> np.ndarray:
+    """A big-endian array fed where its native-order dtype is expected, as onnxruntime takes it: its bytes
+    read in the machine's order (onnxruntime 1.24 and 1.32 do not swap them; ``>f4`` 1.0 is 4.6e-41)."""
+    native = arr.dtype.newbyteorder("=")
+    if native != check.dtype:
+        return arr
+    logger.warning(
+        "input %r is a big-endian %s array: onnxruntime reads its bytes in the machine's order, as does "
+        "dmlshim (convert it with .astype(%r) to feed its values)",
+        check.name,
+        native,
+        str(native),
+    )
+    return arr.view(native)
 
 
 def _wrong_dtype(check: Any, expected: str, got: np.dtype[Any]) -> BadInputError:

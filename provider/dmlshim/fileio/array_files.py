@@ -21,6 +21,17 @@ def is_json_path(path: str | os.PathLike[str]) -> bool:
     return Path(path).suffix.lower() == ".json"
 
 
+def as_raw_bits(value: Any) -> Any:
+    """A bfloat16 or float8 array (an ml_dtypes type, which ``.npy`` can only store as untyped bytes,
+    ``|V1``) as its raw bits in unsigned integers of its width: what onnxruntime's ``run`` returns for a
+    float8 output, and what ``--inputs`` reads back as the same values. Any other value unchanged."""
+    if isinstance(value, np.ndarray) and value.dtype.kind == "V" and value.dtype.names is None:
+        width = {1: np.uint8, 2: np.uint16}.get(value.dtype.itemsize)
+        if width is not None:
+            return value.view(width)
+    return value
+
+
 def read_arrays(path: str | os.PathLike[str], *, what: str = "arrays file") -> dict[str, np.ndarray]:
     """The arrays of an ``.npz`` file, a polygraphy inputs file or a polygraphy ``RunResults`` file.
 
@@ -44,8 +55,10 @@ def write_arrays(
     inputs: tuple[Any, ...] = (),
 ) -> Path:
     """Write ``arrays`` to ``path``: polygraphy JSON for a ``.json`` name (an inputs list for
-    ``kind="inputs"``, a ``RunResults`` for ``kind="outputs"``), else ``.npz``."""
+    ``kind="inputs"``, a ``RunResults`` for ``kind="outputs"``), else ``.npz``. A bfloat16 or float8
+    array goes in as its raw bits (:func:`as_raw_bits`)."""
     what = f"{kind} file"
+    arrays = {name: as_raw_bits(value) for name, value in arrays.items()}
     if is_json_path(path):
         doc = inputs_document(arrays) if kind == "inputs" else outputs_document(arrays)
         return files.write_json(path, doc, overwrite=overwrite, inputs=inputs, what=what)

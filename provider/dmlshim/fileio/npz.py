@@ -19,6 +19,7 @@ import numpy as np
 
 from ..errors import BadInputError
 from ..limits import check_tensor
+from ..text import printable
 from .polygraphy_json import arrays_from_document
 from .reading import loads_json, npy_header
 
@@ -144,7 +145,11 @@ def load_npz(path: str | Path | BinaryIO) -> dict[str, np.ndarray]:
 def _load_members(archive: zipfile.ZipFile, where: str) -> dict[str, np.ndarray]:
     # Each member is opened twice (headers first, all checked against the memory limit before any data
     # is inflated) but its header parsed once: the second pass skips it and reads the data as declared.
-    infos = [i for i in archive.infolist() if not i.is_dir()]
+    infos = [i for i in archive.infolist() if not i.filename.endswith("/")]  # is_dir() fails on ""
+    if any(not i.filename for i in infos):
+        raise BadInputError(
+            "a member of the .npz file has an empty name: no array can be named by it", path=where
+        )
     headers: list[tuple[zipfile.ZipInfo, str, tuple[int, ...], bool, np.dtype, int, int]] = []
     for info in infos:
         key = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
@@ -236,12 +241,33 @@ def _remaining(stream: BinaryIO) -> int:
     return end - start
 
 
+_ZIP_NAME_MAX_BYTES = 65535
+"""A zip member name's longest encoding (a 16-bit length field)."""
+
+
 def save_npz(target: IO[bytes], arrays: Mapping[str, Any]) -> None:
     """Write arrays in ``numpy.savez``'s format (one ``NAME.npy`` member each), without pickles.
 
     Written member by member rather than through ``numpy.savez(**arrays)`` so that output names such as
     ``file`` cannot collide with that function's own parameters.
     """
+    for name in arrays:
+        if len((name + ".npy").encode("utf-8", "surrogatepass")) > _ZIP_NAME_MAX_BYTES:
+            shown = f"{printable(name[:60])}... ({len(name)} characters)"
+            raise BadInputError(
+                f"the name {shown} is too long for an .npz member name ({_ZIP_NAME_MAX_BYTES} bytes with "
+                "'.npy'); write a .json file (polygraphy's format) instead",
+                tensor=shown,
+                rule="an .npz file names each array by a zip member name of at most 65535 bytes",
+            )
+        if "\0" in name:  # a zip member's name ends at a NUL: the array would come back under another name
+            raise BadInputError(
+                f"the name {name!r} holds a NUL character, which an .npz member name cannot hold; write a "
+                ".json file (polygraphy's format) instead",
+                tensor=name,
+                value=name,
+                rule="an .npz file names each array by a zip member name, which ends at a NUL",
+            )
     with zipfile.ZipFile(target, mode="w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
         for name, arr in arrays.items():
             with zf.open(name + ".npy", mode="w", force_zip64=True) as member:

@@ -34,9 +34,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnx
 
-from ..errors import BadInputError, BadModelError, DmlShimError, TooLargeError
+from ..errors import BadModelError, DmlShimError, InputsNotGeneratedError, TooLargeError
 from ..limits import check_tensor
 from ..model.modelcheck import check_well_formed
+from ..model.random_ops import RANDOM_OPS
 from ..text import printable
 from .constraints import DEFAULT_DIM, light_copy, plan_for_shapes
 from .hints import size_hints
@@ -106,9 +107,7 @@ class GeneratedInputs:
         }
 
 
-_NOT_CONSTANT_OPS = frozenset(
-    {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
-)
+_NOT_CONSTANT_OPS = RANDOM_OPS
 
 
 def input_free_values(graph: onnx.GraphProto) -> frozenset[str]:
@@ -302,7 +301,7 @@ def generate(
     if shapeless:
         names = ", ".join(repr(n) for n in shapeless)
         options = " ".join(f"--input-shape {n}=D0,D1,.." for n in shapeless)
-        raise BadInputError(
+        raise InputsNotGeneratedError(
             f"graph input{'s' if len(shapeless) > 1 else ''} {names} "
             f"{'are' if len(shapeless) > 1 else 'is'} declared with an element type and no shape (unknown "
             f"rank), so no shape can be generated; give {options} or your own inputs (--inputs FILE.npz)",
@@ -354,13 +353,13 @@ def generate(
             logger.info("symbol sizes %s chosen after %d tries on onnxruntime CPU", symbols, tries)
         return GeneratedInputs(feeds, shapes, symbols, seed, tries, checked=True)
     if first is None:
-        raise BadInputError(
+        raise InputsNotGeneratedError(
             f"no choice of the symbolic dimensions gives every input a valid shape; {FIX_HINT}",
             value=list(dims.symbols),
         )
     symbols, shapes, error = first
     tried = GeneratedInputs({}, shapes, symbols, seed)
-    raise BadInputError(
+    raise InputsNotGeneratedError(
         f"could not generate inputs that onnxruntime CPU accepts: tried {tries} choice(s) of the symbolic "
         f"dimensions {', '.join(free)}; with {tried.describe()} onnxruntime says: {error}. {FIX_HINT}",
         value={n: list(s) for n, s in shapes.items()},

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import onnx
 
-from ..errors import BadInputError
+from ..errors import BadInputError, InputsNotGeneratedError
 
 __all__ = [
     "Dim",
@@ -183,7 +183,7 @@ def model_dims(model: onnx.ModelProto) -> ModelDims:
         if vi.name in initializers:
             continue
         if vi.type.WhichOneof("value") != "tensor_type":
-            raise BadInputError(
+            raise InputsNotGeneratedError(
                 f"graph input {vi.name!r} is not a tensor: cannot generate it", tensor=vi.name
             )
         tt = vi.type.tensor_type

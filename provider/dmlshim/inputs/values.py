@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from ..errors import BadInputError
+from ..errors import BadInputError, InputsNotGeneratedError
 from .constraints import InputSpec
 from .narrow_floats import NARROW_FLOATS, from_float32
 
@@ -73,7 +73,7 @@ def draw_free(spec: InputSpec, rng: np.random.Generator) -> Any:
         # Short distinct words, as onnxruntime takes string tensors: a numpy array of Python str.
         words = [f"w{int(k)}" for k in rng.integers(0, 100, size=int(np.prod(shape, dtype=np.int64)))]
         return np.array(words, dtype=object).reshape(shape)
-    raise BadInputError(
+    raise InputsNotGeneratedError(
         f"cannot generate input {spec.name!r} of type {onnx.TensorProto.DataType.Name(spec.elem_type)}; "
         "pass the inputs with --inputs FILE.npz",
         tensor=spec.name,
@@ -112,7 +112,7 @@ def draw_indices(spec: InputSpec, rng: np.random.Generator, negative: bool) -> n
     if 0 in spec.shape:  # no element, so no index to choose: valid whatever the bounds (an empty axis)
         return np.zeros(spec.shape, dtype)
     if high <= low:
-        raise BadInputError(
+        raise InputsNotGeneratedError(
             f"input {spec.name!r}: no value is a valid index for every node it feeds "
             f"({', '.join(c.node for c in spec.constraints)})",
             tensor=spec.name,

@@ -356,6 +356,7 @@ def check_model(
     sess_options: object = None,
     read_below: int | None = None,
     defer_onnxruntime: bool = False,
+    unknown_operators_allowed: bool = False,
 ) -> Callable[[], None]:
     """The one model check every command runs (inspect, validate, run, lower, export, InferenceSession).
 
@@ -380,6 +381,10 @@ def check_model(
             which waits for the verdict and raises the refusal, before it uses the model for anything
             that shows, and before it raises any error of its own (onnxruntime's refusal comes first).
             The model must not change structurally meanwhile (its initializers may).
+        unknown_operators_allowed: a model onnxruntime refuses while it has nodes of operators nothing
+            defines (a custom op whose library is not registered) is not refused here: ``inspect``, a
+            static report, reads it and names those nodes; what else onnxruntime may refuse is then not
+            known.
 
     Returns:
         The verdict: a function raising onnxruntime's refusal (a no-op when already decided; once).
@@ -404,7 +409,7 @@ def check_model(
 
     def refused_by_onnxruntime(refused: BadModelError) -> None:
         finding = findings[0]
-        if sess_options is not None and unknown_operators(model):
+        if (sess_options is not None or unknown_operators_allowed) and unknown_operators(model):
             # The caller's options may register the library that defines them (register_custom_ops_library),
             # which a new SessionOptions cannot copy: the engine's own sessions, built with those options,
             # decide.

@@ -139,12 +139,22 @@ def type_name(elem_type: int) -> str:
         return f"element type {elem_type}"
 
 
+REGISTER_HOW = "in Python, SessionOptions.register_custom_ops_library(PATH) given to dmlshim.InferenceSession"
+"""How a custom op's library is registered (the command line registers none)."""
+
+REGISTER_HINT = (
+    f"; a custom operator needs the library that defines it registered with onnxruntime: {REGISTER_HOW} "
+    "(the command line registers none; dmlshim inspect without --inputs reports on the model as it is)"
+)
+"""The end of the error for an operator nothing defines."""
+
+
 def _lowered_hint(domain: str, op_type: str) -> str:
     """What to do with a model ``dmlshim lower`` wrote, whose custom ops only dmlshim registers."""
     from ..execute.custom_ops.types import CUSTOM_DOMAIN
 
     if domain != CUSTOM_DOMAIN or not op_type.startswith("Dml"):
-        return ""
+        return REGISTER_HINT
     return (
         "; it looks like a model `dmlshim lower` wrote: run the source model with --engine customop "
         "(Python: engine='customop'), or create the onnxruntime session with "

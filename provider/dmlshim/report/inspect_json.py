@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
+from ..model.ort_errors import UnknownOperator
 from ..translate.model_translation import ModelTranslation
 from ..translate.plan import NodeTranslation, elem_type_name
 from .inspect_report import GraphValue, RunShapesLike
@@ -35,6 +36,7 @@ def write_json(
     graph_inputs: Sequence[GraphValue] = (),
     graph_outputs: Sequence[GraphValue] = (),
     run: RunShapesLike | None = None,
+    unknown_ops: Sequence[UnknownOperator] = (),
 ) -> None:
     """Write the ``--json`` document: schema_version 1 (extra keys: model, inputs, outputs, each node's
     plan; with ``run``, ``run`` and each node's ``shapes``, ``"run"`` or ``"static"``), one node record per
@@ -49,6 +51,10 @@ def write_json(
     head["feature_level"] = mt.feature_level.dml_name
     if run is not None:
         head["run"] = run.to_json()
+    if unknown_ops:  # nodes inspect cannot place: custom ops onnxruntime does not know
+        head["unknown_operators"] = [
+            {"node": u.node, "op_type": u.op_type, "domain": u.domain} for u in unknown_ops
+        ]
     stream.write("{\n")
     for key, value in head.items():
         stream.write(f"  {encode(key)}: {encode(value)},\n")

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..dml.symbolic import describe
+from ..model.ort_errors import REGISTER_HOW, UnknownOperator
 from ..text import printable, shape_text, table
 from ..translate.ep_refusals import describe_refusals
 from ..translate.model_translation import ModelTranslation
@@ -259,6 +260,7 @@ def render_text(
     descriptors: bool = False,
     hint_helps: bool = True,
     run: RunShapesLike | None = None,
+    unknown_ops: Sequence[UnknownOperator] = (),
 ) -> str:
     """The human-readable report of ``dmlshim inspect``.
 
@@ -272,6 +274,8 @@ def render_text(
         descriptors: add each node's descriptor fields (Sizes, Axis, counts), one line per node.
         hint_helps: see :func:`next_command`.
         run: the shapes a run gave (``inspect --inputs``): which nodes were translated at them.
+        unknown_ops: nodes of operators ONNX and onnxruntime do not define (custom ops): listed as nodes
+            inspect cannot place, and ``Next:`` says their library must be registered first.
     """
     s = mt.summary
     nodes = f"{s['total_nodes']} node" + ("" if s["total_nodes"] == 1 else "s")
@@ -314,7 +318,23 @@ def render_text(
     else:
         lines += ["", "No Gather, GatherElements, GatherND, Scatter, ScatterElements or ScatterND node."]
     nxt = next_command(mt, model_path, symbolic_inputs, inputs_path, hint_helps=hint_helps)
-    lines += ["", *verdict_lines(mt), f"Next: {nxt}"]
+    if unknown_ops:
+        lines += [
+            "",
+            "Nodes inspect cannot place (operators ONNX and onnxruntime do not define: custom ops):",
+            *table([["NODE", "OP", "DOMAIN"], *([u.node, u.op_type, u.domain] for u in unknown_ops)]),
+        ]
+        nxt = (
+            "run and validate refuse this model until onnxruntime knows these operators: register the "
+            f"library that defines them ({REGISTER_HOW})"
+        )
+    lines += ["", *verdict_lines(mt)]
+    if unknown_ops:
+        lines.append(
+            "  (both assume the custom operators' library is registered: without it onnxruntime refuses "
+            "the model)"
+        )
+    lines.append(f"Next: {nxt}")
     return "\n".join(lines) + "\n"
 
 

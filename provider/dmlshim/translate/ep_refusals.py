@@ -193,7 +193,7 @@ def _constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
     return values
 
 
-def _constant(enclosing: Sequence[onnx.GraphProto], name: str) -> np.ndarray | None:
+def constant_value(enclosing: Sequence[onnx.GraphProto], name: str) -> np.ndarray | None:
     """The value of ``name`` as a constant of the innermost of ``enclosing`` (outermost first) that
     defines it; None when that graph computes it, takes it as an input, or it is in no graph."""
     for graph in reversed(enclosing):
@@ -218,7 +218,7 @@ def _graphs(
     """Every graph with its path, its owner, and the owner's constant inputs."""
     known = {}
     if owner is not None:
-        known = {n: v for n in set(owner.input) if n and (v := _constant(enclosing, n)) is not None}
+        known = {n: v for n in set(owner.input) if n and (v := constant_value(enclosing, n)) is not None}
     yield path, graph, owner, known
     for node in graph.node:
         if not node.attribute:

@@ -228,6 +228,10 @@ def unknown_rank_origins(
         for state in body.input[2:]
     }
 
+    from ..model.ort_errors import REGISTER_HOW, unknown_operators
+
+    unknown = {u.node: u for u in unknown_operators(model)}
+
     def unranked(prefix: str, name: str) -> bool:
         found = infos(prefix, name)
         return found is None or found.shape is None
@@ -249,6 +253,15 @@ def unknown_rank_origins(
                 "run the model (run and validate translate the node with the real shapes)",
             )
         node_name, node = producers[(scope, name)]
+        if node_name in unknown:
+            # nothing to infer from: only the custom op's library knows the shapes it produces
+            return UnknownOrigin(
+                node_name,
+                f"{name!r} is an output of {node_name!r}, of operator {unknown[node_name].qualified}, which "
+                "ONNX and onnxruntime do not define (a custom op): no shape inference knows its shapes",
+                "its shapes are known only when it runs: register the library that defines it "
+                f"({REGISTER_HOW}) and run the model",
+            )
         if depth < 200:
             for i in node.input:
                 if i and unranked(scope, i):

@@ -74,6 +74,18 @@ def _common(got: np.ndarray, expected: np.ndarray) -> np.dtype | None:
     return np.result_type(got.dtype, expected.dtype)
 
 
+def _narrow_from_bits(got: np.ndarray, expected: np.ndarray) -> np.ndarray:
+    """A bfloat16 or float8 output's reference given as its raw bits (unsigned integers of its width, as
+    ``--save-outputs`` writes them and onnxruntime returns a float8 output; or the untyped ``|V1`` bytes
+    ``numpy.save`` writes for an ml_dtypes array) viewed as that type; anything else as it is."""
+    if got.dtype.kind != "V" or got.dtype.names is not None or expected.dtype == got.dtype:
+        return expected
+    raw = expected.dtype.kind == "u" or (expected.dtype.kind == "V" and expected.dtype.names is None)
+    if raw and expected.dtype.itemsize == got.dtype.itemsize:
+        return expected.view(got.dtype)
+    return expected
+
+
 def compare_external(
     got: np.ndarray, expected: np.ndarray | None, rtol: float, atol: float, *, any_dtype: bool = False
 ) -> ExternalComparison:
@@ -84,7 +96,7 @@ def compare_external(
     both to; the tolerance stays the one of dmlshim's output dtype."""
     if expected is None:
         return ExternalComparison(False, rtol, atol, problem="not in the reference outputs file")
-    expected = np.asarray(expected)
+    expected = _narrow_from_bits(got, np.asarray(expected))
     if got.dtype != expected.dtype:
         common = _common(got, expected) if any_dtype else None
         if common is not None:

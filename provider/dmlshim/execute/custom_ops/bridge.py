@@ -11,6 +11,7 @@ import onnx
 import onnxruntime as ort
 
 from ...errors import EngineUnavailableError
+from ...extras import install_command
 from .kernel import kernel
 from .types import CUSTOM_DOMAIN, DECLARED_ATTRIBUTES, all_signatures, outputs_cross_as_arrays
 
@@ -52,7 +53,7 @@ def extensions() -> Any:
         import onnxruntime_extensions
     except ImportError as exc:
         raise EngineUnavailableError(
-            "the custom-op engine needs onnxruntime-extensions: pip install 'dmlshim[customop]'",
+            "the custom-op engine needs onnxruntime-extensions: " + install_command("customop"),
             value="onnxruntime-extensions",
         ) from exc
     return onnxruntime_extensions

@@ -29,6 +29,7 @@ import onnxruntime as ort
 from ...errors import DmlShimError
 from ...graph import display_names
 from ...model.ort_witness import no_session_coming, session_built
+from ...model.random_ops import draws_random
 from ...model.weightless import tensor_nbytes, without_weights
 from ...runtime.real import is_callers_options
 from ...translate import TensorInfo, infer_shapes
@@ -142,6 +143,9 @@ class PartitionedEngine(PartitionedRuns):
     ) -> None:
         self.config = config
         self.reference = reference
+        self.builds_from_callers_options = is_callers_options(config.sess_options)
+        """The onnxruntime sessions are built from the program's own options object: each is built at
+        construction and kept (a session built later would read what the program changed since)."""
         self._scatter_as_elements = has_deprecated_scatter(model)
         self._fl_name = config.feature_level.dml_name
         graph = model.graph
@@ -251,9 +255,15 @@ class PartitionedEngine(PartitionedRuns):
         given_only = given_only and gathers_given(emulated_io, config)
         lean: dict[str, tuple[np.dtype[Any], np.dtype[Any]]] = {}
         shapes_from_feeds = None
+        # A model that draws random values keeps to the partitioned steps (validate's check aside): each
+        # random node then lives in one onnxruntime session for good, so that a seeded one goes on drawing
+        # onnxruntime's sequence from run to run; the check's session, its lean one and the trial's
+        # switches would each start the sequence again (a seeded RandomUniformLike's run 5 gave run 1's).
+        draws = draws_random(model) and not check_always
         if (
             config.whole_model_check
             and not reference
+            and not draws
             and (built_segments >= MIN_SEGMENTS_FOR_CHECK or check_always or given_only)
         ):
             # onnxruntime builds the check's session on another thread while the steps are made here.
@@ -305,7 +315,7 @@ class PartitionedEngine(PartitionedRuns):
             # The lean session (and the full one built again) are built runs after the session: from a
             # program's own options object, which onnxruntime reads only when a session is built, they
             # would take whatever the program changed in it since (another Gelu, a file to write).
-            late_builds_safe = not is_callers_options(config.sess_options)
+            late_builds_safe = not self.builds_from_callers_options
             if not config.full_check and late_builds_safe and not shape_outputs_clash(graph):
                 static = set(graph_inputs) | set(self._static_values)
                 from_feeds = given_input_shapes(emulated_io, lean, infos, graph, static)
@@ -328,10 +338,13 @@ class PartitionedEngine(PartitionedRuns):
                 self._witness(model, config)  # the check's session (outputs added) accepts the model
         if self._check is not None:
             self._chooser = chooser_for_check(config, sum(tensor_nbytes(t) for t in init_protos.values()))
-        else:
+        # Built now: so that a segment onnxruntime refuses fails here; and, from the program's own options
+        # object (a copy cannot carry what it holds), before the program can change it for its next
+        # session (onnxruntime reads it once, when the session is built).
+        if self._check is None or self.builds_from_callers_options:
             for cpu_step in self._steps:
                 if isinstance(cpu_step, CpuStep):
-                    _ = cpu_step.session  # built now, so that a segment onnxruntime refuses fails here
+                    _ = cpu_step.session
         if shared is not None:
             shared.release()  # segments built later (if ever) make their arrays again
         self._finish_init()

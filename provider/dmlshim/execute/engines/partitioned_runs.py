@@ -60,6 +60,7 @@ class PartitionedRuns:
     _whole_model: bool
     _scatter_as_elements: bool
     _fl_name: str
+    builds_from_callers_options: bool
     _cpu_partitions: int
     _indices: Mapping[str, str]
     _paths: Mapping[str, str]
@@ -127,7 +128,7 @@ class PartitionedRuns:
         chosen = chooser.observe(path, answered, chooser.clock() - start, number)
         if chosen == PATH_PARTITIONED or chooser.chosen == PATH_PARTITIONED:
             self._check = None  # its session (and its copy of the weights) goes
-        elif chosen == PATH_CHECK:
+        elif chosen == PATH_CHECK and not self.builds_from_callers_options:
             for step in self._steps:
                 if isinstance(step, CpuStep):
                     step.unload()  # built for the trial; rebuilt if a kernel ever disagrees

@@ -11,6 +11,8 @@ from typing import Any
 import onnx
 import onnxruntime as ort
 
+from ...runtime.options_copy import copy_options
+from ...runtime.real import is_callers_options
 from ...translate import Status, TensorInfo
 from ..engine import EngineConfig
 from ..weights.shared import SharedWeights
@@ -49,6 +51,13 @@ def make_steps(
     crossing = {n for step in partition.segments for n in step.inputs}
     boundary = BoundaryTypes(model, crossing, types, graph_inputs)
     segments = 0
+    # A node onnxruntime runs alone gets its session at run time, once per kind of input: from a copy of
+    # the program's own options taken now, which the program may change after construction (onnxruntime
+    # reads them once, when the session is built). A copy carries all a one-node session of a standard
+    # operator reads of them.
+    one_node_options = config.options_object()
+    if is_callers_options(one_node_options):
+        one_node_options = copy_options(one_node_options)
     for step in partition.steps:
         if isinstance(step, CpuSegment):
             if not step.outputs:
@@ -78,7 +87,7 @@ def make_steps(
                     feature_level=config.feature_level,
                     index_mode=config.index_mode,
                     model=model,
-                    sess_options=config.options_object(),
+                    sess_options=one_node_options,
                     static=t if key is not None else None,
                     static_key=key,
                     inferred_output=infos.get(nodes[i].output[0]),

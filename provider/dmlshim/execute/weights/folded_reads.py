@@ -18,6 +18,7 @@ from collections.abc import Collection
 import onnx
 
 from ...graph import value_names
+from ...model.random_ops import RANDOM_OPS
 from ...model.weightless import graph_shell, model_shell
 
 logger = logging.getLogger(__name__)
@@ -25,17 +26,7 @@ logger = logging.getLogger(__name__)
 MODEL_VALUE_SUFFIX = "__dmlshim_model_value"
 """Appended to an initializer's name for the copy of the model's own value the folded nodes read."""
 
-NOT_FOLDED = frozenset(
-    {
-        "RandomNormal",
-        "RandomUniform",
-        "RandomNormalLike",
-        "RandomUniformLike",
-        "Multinomial",
-        "Bernoulli",
-        "DequantizeLinear",  # kept for the QDQ fusions at onnxruntime's default settings
-    }
-)
+NOT_FOLDED = RANDOM_OPS | {"DequantizeLinear"}
 """Operators onnxruntime's constant folding leaves to run (random values, QDQ's DequantizeLinear)."""
 
 _SUBGRAPH = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)

@@ -138,6 +138,7 @@ def load_model(
     weightless: bool = False,
     own_weights: bool = True,
     defer_acceptance: bool = False,
+    unknown_operators_allowed: bool = False,
 ) -> LoadedModel:
     """Read a model from a path, bytes or a ModelProto, with external data kept inside the model's folder,
     checked (:func:`dmlshim.model.modelcheck.check_model`) and prepared as onnxruntime prepares it (local
@@ -160,7 +161,8 @@ def load_model(
     the caller works: the caller calls ``LoadedModel.acceptance()`` before anything shows the model and
     before raising any error of its own (see :func:`~dmlshim.model.modelcheck.check_model`). Only the
     initializers the file keeps in external data count as such for ``sess_options``
-    (``add_external_initializers``).
+    (``add_external_initializers``). With ``unknown_operators_allowed`` (inspect) a model whose operators
+    onnxruntime does not know is read rather than refused (:func:`~dmlshim.model.modelcheck.check_model`).
 
     Raises:
         BadModelError: the file is missing, empty, is not an ONNX model, is truncated, or has external data
@@ -210,6 +212,7 @@ def load_model(
             sess_options=sess_options,
             read_below=SHARE_MIN_BYTES if light else None,
             defer_onnxruntime=defer_acceptance,
+            unknown_operators_allowed=unknown_operators_allowed,
         )
         try:
             files = snapshot = guard = None
@@ -239,7 +242,9 @@ def load_model(
         )
     _require_graph(loaded.proto, loaded.path)
     if loaded.path is None:
-        check_model(loaded.proto, sess_options=sess_options)
+        check_model(
+            loaded.proto, sess_options=sess_options, unknown_operators_allowed=unknown_operators_allowed
+        )
         # bytes were parsed here (ours to change); a caller's ModelProto is copied if it must change
         owned = not isinstance(model, onnx.ModelProto)
         loaded = LoadedModel(prepare_model(loaded.proto, owned=owned), None, loaded.added)

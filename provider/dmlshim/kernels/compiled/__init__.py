@@ -2,11 +2,11 @@
 
 The numpy kernels of :mod:`dmlshim.kernels` need several passes over the indices (the range proof, the
 offset arithmetic, ``np.take`` or the assignment); the loops here read each index once, check it, wrap
-it and move the element. They are compiled by numba, an optional dependency (``pip install
-'dmlshim[fast]'``); without it the numpy kernels run unchanged. The numpy kernels stay the reference:
-the compiled ones give the same output bit for bit and the same duplicate counts, and hand every case
-they do not take (an index out of range or negative where it may not be, which the numpy kernel then
-raises or clamps; an input read through Strides; an empty tensor) to the numpy kernel.
+it and move the element. They are compiled by numba, an optional dependency (the ``fast`` extra,
+:func:`dmlshim.extras.install_command`); without it the numpy kernels run unchanged. The numpy kernels
+stay the reference: the compiled ones give the same output bit for bit and the same duplicate counts,
+and hand every case they do not take (an index out of range or negative where it may not be, which the
+numpy kernel then raises or clamps; an input read through Strides; an empty tensor) to the numpy kernel.
 
 ``DMLSHIM_KERNELS`` chooses (read once, at the first kernel call: a bad value is logged where the
 caller has set logging up by then): ``auto`` (the default: compiled when numba is installed, from
@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ...errors import EngineUnavailableError
+from ...extras import install_command
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +39,6 @@ Kernel = Callable[[Any, Mapping[str, Any], Any], Any]
 """A compiled entry point: ``(desc, inputs, options) -> KernelResult | None`` (None: run the numpy
 kernel)."""
 
-INSTALL_HINT = "install numba with `pip install 'dmlshim[fast]'`"
 
 AUTO_MIN_ELEMENTS = 1 << 18
 """In ``auto`` mode, numba is loaded by the first call with an output this large (1 MB of float32):
@@ -194,6 +194,7 @@ def _import_compiled() -> dict[type, Kernel]:
         return _load()
     except ImportError as e:
         raise EngineUnavailableError(
-            f"the compiled kernels need numba, which cannot be imported ({e}): {INSTALL_HINT}",
+            f"the compiled kernels need numba, which cannot be imported ({e}): "
+            f"install numba with `{install_command('fast')}`",
             value="compiled",
         ) from e

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import EngineUnavailableError
+from ...extras import install_command
 from .graph_view import GraphView
 
 __all__ = ["BOX_HEIGHT", "BOX_WIDTH", "Placed", "layout", "layout_library"]
@@ -47,13 +48,13 @@ def layout_library() -> Any:
     except ImportError as exc:
         raise EngineUnavailableError(
             "the HTML report lays out the graph with igraph, which is not installed: "
-            "pip install 'dmlshim[html]'",
+            + install_command("html"),
             value="igraph",
         ) from exc
     if int(igraph.__version__.split(".")[0]) < 1:  # edge routing came with 1.0
         raise EngineUnavailableError(
             f"the HTML report needs igraph 1.0 or later (installed: {igraph.__version__}): "
-            "pip install 'dmlshim[html]'",
+            + install_command("html"),
             value="igraph",
         )
     return igraph

@@ -1,0 +1,142 @@
+"""Constant indices outside the axis they address, found statically (``dmlshim inspect``).
+
+A gather/scatter node whose indices are an initializer or the output of a Constant node, and whose data
+shape is known, can be checked before any run. ONNX makes an index outside ``[-s, s-1]`` (``s`` the size of
+the axis it addresses) an error: onnxruntime raises at run time, and DirectML's gathers return undefined
+values for it (reads clamped within the buffer, directml-facts.md). Such a node becomes ``error`` with
+reason ``INDEX_OUT_OF_RANGE`` naming the first offending index, its position, the axis and its size.
+
+The rules, per the ONNX operators' specifications:
+
+- Gather, GatherElements, Scatter, ScatterElements: every index lies in ``[-s, s-1]``,
+  ``s = data.shape[axis]``.
+- GatherND: ``indices[..., j]`` lies in ``[-s, s-1]``, ``s = data.shape[batch_dims + j]``.
+- ScatterND: ``indices[..., j]`` lies in ``[-s, s-1]``, ``s = data.shape[j]``.
+
+Only the top-level graph's nodes are checked, and only indices the weightless read holds (large external
+index tensors are left to the run).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import onnx
+
+from ..graph import node_path
+from .ep_refusals import constant_value
+from .model_translation import ModelTranslation
+from .plan import NodeTranslation, Reason, Status
+
+_AXIS_OPS = frozenset({"Gather", "GatherElements", "Scatter", "ScatterElements"})
+_TUPLE_OPS = frozenset({"GatherND", "ScatterND"})
+
+
+@dataclasses.dataclass(frozen=True)
+class OutOfRange:
+    """The first constant index of a node outside the axis it addresses."""
+
+    tensor: str
+    position: tuple[int, ...]
+    index: int
+    axis: int
+    size: int
+
+    def reason(self, op_type: str, data: str) -> Reason:
+        where = f"{self.tensor}{list(self.position)}"
+        return Reason(
+            "INDEX_OUT_OF_RANGE",
+            f"constant index {self.index} at {where} addresses axis {self.axis} of {data!r}, of size "
+            f"{self.size}: ONNX {op_type} takes indices in [{-self.size}, {self.size - 1}], so onnxruntime "
+            "fails the run on it (and DirectML's result for it is undefined)",
+            self.index,
+        )
+
+
+def flag_constant_indices(mt: ModelTranslation, graph: onnx.GraphProto) -> ModelTranslation:
+    """``mt`` with each top-level node whose constant indices leave their axis marked ``error``
+    (reason ``INDEX_OUT_OF_RANGE`` first); ``mt`` itself when there is none."""
+    nodes = {node_path("", n, i): n for i, n in enumerate(graph.node) if n.op_type in _AXIS_OPS | _TUPLE_OPS}
+    if not nodes:
+        return mt
+    changed: list[NodeTranslation] = []
+    found = False
+    for t in mt.nodes:
+        node = nodes.get(t.name)
+        bad = _first_out_of_range(t, node, graph) if node is not None and t.domain == "" else None
+        if bad is None:
+            changed.append(t)
+            continue
+        found = True
+        reason = bad.reason(t.op_type, node.input[0])  # type: ignore[union-attr]
+        changed.append(dataclasses.replace(t, status=Status.ERROR, reasons=(reason, *t.reasons)))
+    return dataclasses.replace(mt, nodes=tuple(changed)) if found else mt
+
+
+def _first_out_of_range(
+    t: NodeTranslation, node: onnx.NodeProto, graph: onnx.GraphProto
+) -> OutOfRange | None:
+    if len(node.input) < 2 or not node.input[1]:
+        return None
+    shape = _data_shape(t, node, graph)
+    if shape is None:
+        return None
+    indices = constant_value((graph,), node.input[1])
+    if indices is None or indices.dtype.kind not in "iu" or indices.size == 0:
+        return None
+    indices = indices.astype(np.int64, copy=False)
+    for axis, values, positions in _checks(node, shape, indices):
+        size = shape[axis]
+        bad = np.flatnonzero((values < -size) | (values >= size))
+        if bad.size:
+            k = int(bad[0])
+            position = tuple(int(p) for p in np.unravel_index(k, values.shape)) + positions
+            return OutOfRange(node.input[1], position, int(values.flat[k]), axis, size)
+    return None
+
+
+def _checks(
+    node: onnx.NodeProto, shape: Sequence[int], indices: np.ndarray
+) -> Iterator[tuple[int, np.ndarray, tuple[int, ...]]]:
+    """(axis of the data, the index values addressing it, the position suffix of those values)."""
+    rank = len(shape)
+    if node.op_type in _AXIS_OPS:
+        axis = _attribute(node, "axis", 0)
+        if -rank <= axis < rank:
+            yield axis % rank, indices, ()
+        return
+    if indices.ndim == 0:
+        return
+    batch = _attribute(node, "batch_dims", 0) if node.op_type == "GatherND" else 0
+    depth = indices.shape[-1]
+    if batch < 0 or batch + depth > rank:
+        return  # a malformed node: its own translation says so
+    for j in range(depth):
+        yield batch + j, indices[..., j], (j,)
+
+
+def _attribute(node: onnx.NodeProto, name: str, default: int) -> int:
+    for a in node.attribute:
+        if a.name == name:
+            return int(a.i)
+    return default
+
+
+def _data_shape(t: NodeTranslation, node: onnx.NodeProto, graph: onnx.GraphProto) -> tuple[int, ...] | None:
+    """The data input's static shape: from the translation's plan, else as the graph declares it."""
+    for b in t.inputs:
+        if b.onnx_index == 0:
+            return tuple(b.onnx_shape)
+    name = node.input[0]
+    for init in graph.initializer:
+        if init.name == name:
+            return tuple(init.dims)
+    for vi in (*graph.input, *graph.value_info):
+        if vi.name == name and vi.type.tensor_type.HasField("shape"):
+            dims = vi.type.tensor_type.shape.dim
+            if all(d.HasField("dim_value") for d in dims):
+                return tuple(d.dim_value for d in dims)
+            return None
+    return None
