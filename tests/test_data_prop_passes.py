@@ -16,6 +16,14 @@ from dmlshim.model.data_prop import _UNKNOWN, _renamed_only, _Site, infer_with_d
 vi = helper.make_tensor_value_info
 
 
+@pytest.fixture(autouse=True)
+def _propagate_always(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These models have no node reading propagated data (inference skips propagation for them, see
+    tests/test_prop_readers.py): the bounded propagation under test is forced, as a model with a shape
+    reader (Reshape, Expand, ...) gets it."""
+    monkeypatch.setattr(data_prop, "propagation_unread", lambda model: False)
+
+
 def _range_model() -> onnx.ModelProto:
     """Range(0, Shape(x)[1], 1) read by an Unsqueeze: without data its length is a generated name, so
     its read is cut as "unknown"; each cut pass declares the last pass's name and onnx generates the next

@@ -14,6 +14,14 @@ from onnx import TensorProto, helper, numpy_helper
 from dmlshim.model import data_cuts, data_prop
 from dmlshim.model.data_prop import infer_with_data_prop
 
+
+@pytest.fixture(autouse=True)
+def _propagate_always(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These models have no node reading propagated data (inference skips propagation for them, see
+    tests/test_prop_readers.py): the bounded propagation under test is forced, as a model with a shape
+    reader (Reshape, Expand, ...) gets it."""
+    monkeypatch.setattr(data_prop, "propagation_unread", lambda model: False)
+
 vi = helper.make_tensor_value_info
 
 

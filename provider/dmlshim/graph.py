@@ -108,6 +108,16 @@ def op_types_among(graph: onnx.GraphProto, wanted: Sequence[str]) -> frozenset[s
     return op_types(graph) & frozenset(wanted)
 
 
+def may_hold_op_types(graph: onnx.GraphProto, wanted: Sequence[str]) -> bool:
+    """False only where no node of ``graph`` or of its subgraphs has one of these ops (none of their
+    :func:`_op_type_field` bytes occurs in the graph's bytes); True where one may (an occurrence, true or
+    not, or a graph too large to search)."""
+    if graph.ByteSize() > _SCAN_MAX_BYTES:
+        return True
+    data = graph.SerializeToString()
+    return any(_op_type_field(op) in data for op in wanted)
+
+
 def walk_nodes(graph: onnx.GraphProto, prefix: str = "") -> Iterator[tuple[str, onnx.NodeProto]]:
     """Every node of a graph and of its subgraphs with its path name, each subgraph right after its owner."""
     for i, node in enumerate(graph.node):

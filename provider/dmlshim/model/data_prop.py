@@ -44,6 +44,7 @@ from .data_cuts import each as _each
 from .data_cuts import graph_paths as _graphs
 from .data_cuts import versions as _versions
 from .last_inference import infer_shapes
+from .prop_readers import propagation_unread
 
 logger = logging.getLogger(__name__)
 
@@ -415,6 +416,10 @@ def infer_with_data_prop(
         GRAPH_COPIES * model.ByteSize(),
         what=f"shape inference ({GRAPH_COPIES} copies of the {model.ByteSize()}-byte graph without weights)",
     )
+    if not strict_mode and propagation_unread(model):
+        # No node's inference reads propagated data: onnx's pass without it is the same model, and costs
+        # no data (and it is the pass the model check just made: remembered, see last_inference).
+        return _infer(model, check_type, strict_mode, False)
     paths = [path for path, _ in _graphs(model.graph)]
     sites = _sites(model, paths)
     if not sites:

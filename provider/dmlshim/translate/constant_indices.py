@@ -63,9 +63,10 @@ def flag_constant_indices(mt: ModelTranslation, graph: onnx.GraphProto) -> Model
         return mt
     changed: list[NodeTranslation] = []
     found = False
+    constants: dict[str, np.ndarray | None] = {}  # constant_value's answers in this graph, by name
     for t in mt.nodes:
         node = nodes.get(t.name)
-        bad = _first_out_of_range(t, node, graph) if node is not None and t.domain == "" else None
+        bad = _first_out_of_range(t, node, graph, constants) if node is not None and t.domain == "" else None
         if bad is None:
             changed.append(t)
             continue
@@ -76,14 +77,17 @@ def flag_constant_indices(mt: ModelTranslation, graph: onnx.GraphProto) -> Model
 
 
 def _first_out_of_range(
-    t: NodeTranslation, node: onnx.NodeProto, graph: onnx.GraphProto
+    t: NodeTranslation, node: onnx.NodeProto, graph: onnx.GraphProto, constants: dict[str, np.ndarray | None]
 ) -> OutOfRange | None:
     if len(node.input) < 2 or not node.input[1]:
         return None
     shape = _data_shape(t, node, graph)
     if shape is None:
         return None
-    indices = constant_value((graph,), node.input[1])
+    name = node.input[1]
+    if name not in constants:  # constant_value walks every node: asked once per name (a 20,000-Gather
+        constants[name] = constant_value((graph,), name)  # chain reading one index tensor was quadratic)
+    indices = constants[name]
     if indices is None or indices.dtype.kind not in "iu" or indices.size == 0:
         return None
     indices = indices.astype(np.int64, copy=False)

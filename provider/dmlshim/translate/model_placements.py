@@ -11,6 +11,7 @@ import onnx
 
 from ..dml.enums import FeatureLevel
 from ..errors import DmlShimError
+from ..graph import node_path
 from .converters import get_converter
 from .model_translation import _GraphInfos, _structure_key, _walk, translate_model
 from .translator import model_opsets, translate_node
@@ -50,12 +51,13 @@ def nested_placements(
     # Nodes that differ only in tensor names are placed alike (translate_model shares their lowering).
     placed: dict[tuple[Any, ...], str | None] = {}
     found: dict[str, str | None] = {}
-    for node, name, scope, _index in _walk(inferred.graph, "", top, scopes):
+    for node, prefix, scope, index in _walk(inferred.graph, "", top, scopes):
         if scope is top:
             continue
         domain = "" if node.domain == "ai.onnx" else node.domain
         if get_converter(domain, node.op_type) is None:
             continue
+        name = node_path(prefix, node, index)
         names = node.input
         infos = tuple([scope.get(i) if i else None for i in names])
         opset = opsets.get(domain, 0)

@@ -74,16 +74,19 @@ class ModelTranslation:
         provider would place nodes on the CPU or reject them (``ort_reasons``, codes ``EP_*``). The two
         questions of the verdict: ``all_dml`` (every node translates to a DirectML operator; the exit
         code) and ``all_on_dml_ep`` (onnxruntime-directml places every node on DmlExecutionProvider)."""
-        status = collections.Counter(n.status.value for n in self.nodes)
-        placement = collections.Counter(n.ort_placement or "none" for n in self.nodes)
-        reasons = collections.Counter(
-            r.code for n in self.nodes if not n.ok for r in n.reasons if not is_ep_reason(r)
-        )
-        notes = collections.Counter(
-            r.code for n in self.nodes if n.ok for r in n.reasons if not is_ep_reason(r)
-        )
-        ep = collections.Counter(r.code for n in self.nodes for r in n.reasons if is_ep_reason(r))
-        levels = [n.min_feature_level for n in self.nodes if n.min_feature_level is not None]
+        status: collections.Counter[str] = collections.Counter()
+        placement: collections.Counter[str] = collections.Counter()
+        reasons: collections.Counter[str] = collections.Counter()
+        notes: collections.Counter[str] = collections.Counter()
+        ep: collections.Counter[str] = collections.Counter()
+        levels: list[FeatureLevel] = []
+        for n, count in _alike(self.nodes):
+            status[n.status.value] += count
+            placement[n.ort_placement or "none"] += count
+            for r in n.reasons:
+                (ep if is_ep_reason(r) else notes if n.ok else reasons)[r.code] += count
+            if n.min_feature_level is not None:
+                levels.append(n.min_feature_level)
         return {
             "total_nodes": self.total_nodes,
             "gather_scatter_nodes": len(self.nodes),
@@ -113,6 +116,23 @@ class ModelTranslation:
             "nodes": [n.to_json(plan=plan) for n in self.nodes],
             "summary": self.summary,
         }
+
+
+def _alike(nodes: Sequence[NodeTranslation]) -> list[tuple[NodeTranslation, int]]:
+    """The nodes grouped by what the summary reads (status, placement, reasons, feature level), one of each
+    group with its count. Nodes renamed from one translation (``_renamed``) hold the very same objects for
+    these fields, so they are grouped by identity, without comparing reasons node by node."""
+    groups: dict[tuple[object, object, int, int], list[Any]] = {}
+    for n in nodes:
+        fields = n.__dict__
+        level = fields["_min_feature_level"]
+        key = (fields["status"], fields["ort_placement"], id(fields["reasons"]), id(level))
+        group = groups.get(key)
+        if group is None:
+            groups[key] = [n, 1]
+        else:
+            group[1] += 1
+    return [(n, count) for n, count in groups.values()]
 
 
 _UNREAD: Any = object()
@@ -208,13 +228,14 @@ class _RunInfos(_GraphInfos):
 def _walk(
     graph: onnx.GraphProto, prefix: str, local: _GraphInfos, scopes: dict[str, _GraphInfos]
 ) -> Iterator[tuple[onnx.NodeProto, str, Mapping[str, TensorInfo], int]]:
-    """Every node with its path name, the type scope it sees and its index in its own graph (``scopes``
-    gets the scope of every graph by its path prefix)."""
+    """Every node with its graph's path prefix (its name is ``node_path(prefix, node, index)``, spelled
+    by the caller for the nodes it keeps: most nodes of a large graph are no gather/scatter), the type
+    scope it sees and its index in its own graph (``scopes`` gets the scope of every graph by its prefix)."""
     scopes[prefix] = local
     for index, node in enumerate(graph.node):
-        name = node_path(prefix, node, index)
-        yield node, name, local, index
+        yield node, prefix, local, index
         for attr_name, sub in subgraphs(node):
+            name = node_path(prefix, node, index)
             yield from _walk(sub, subgraph_prefix(name, attr_name), _GraphInfos(sub, local), scopes)
 
 
@@ -289,15 +310,17 @@ def translate_model(
     scopes: dict[str, _GraphInfos] = {}
     unknown: list[tuple[int, str]] = []  # translations of SHAPE_UNKNOWN, with their graph's path prefix
     run_cases: dict[str, tuple[RunCase, ...]] = {}
-    for node, name, scope, index in _walk(inferred.graph, "", top, scopes):
+    for node, prefix, scope, index in _walk(inferred.graph, "", top, scopes):
         total += 1
         domain = "" if node.domain == "ai.onnx" else node.domain
         if get_converter(domain, node.op_type) is None:
             if other_domains and domain and node.op_type in GATHER_SCATTER_OPS:
+                name = node_path(prefix, node, index)
                 if scope is top:
                     top_level[index] = len(translations)
                 translations.append(_other_domain(node, name, domain, opsets.get(domain, 0), fl))
             continue
+        name = node_path(prefix, node, index)
         names = node.input
         get = scope.get
         infos = tuple([get(i) if i else None for i in names])
@@ -320,7 +343,7 @@ def translate_model(
             shape_unknown = "SHAPE_UNKNOWN" in template.reason_codes if template.reasons else False
         translations.append(t)
         if shape_unknown:
-            unknown.append((len(translations) - 1, name[: -len(node_path("", node, index))]))
+            unknown.append((len(translations) - 1, prefix))
         if debug:
             logger.debug("%s: %s", name, t.status.value)
     if unknown:

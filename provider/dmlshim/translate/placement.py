@@ -197,6 +197,8 @@ def small_constants(graph: onnx.GraphProto) -> set[str]:
     """Initializers and Constant-node outputs with at most SMALL_INITIALIZER_ELEMENTS elements."""
     small = {t.name for t in graph.initializer if math.prod(t.dims) <= SMALL_INITIALIZER_ELEMENTS}
     for node in graph.node:
+        if node.op_type != "Constant":
+            continue  # constant_node_shape answers None for any other op (one call less per node)
         shape = constant_node_shape(node)
         if shape is not None and math.prod(shape) <= SMALL_INITIALIZER_ELEMENTS:
             small.add(node.output[0])
