@@ -13,6 +13,8 @@ from onnx import TensorProto, helper, numpy_helper
 from dmlshim.model import data_prop
 from dmlshim.model.data_prop import _UNKNOWN, _renamed_only, _Site, infer_with_data_prop
 
+from .inference_calls import count_inference_passes
+
 vi = helper.make_tensor_value_info
 
 
@@ -48,14 +50,7 @@ def _range_model() -> onnx.ModelProto:
 
 def test_renaming_only_passes_stop_with_onnx_result(monkeypatch: pytest.MonkeyPatch) -> None:
     model = _range_model()
-    calls: list[bool] = []
-    infer = data_prop._infer
-
-    def counted(m, check_type, strict_mode, data_prop_on):
-        calls.append(data_prop_on)
-        return infer(m, check_type, strict_mode, data_prop_on)
-
-    monkeypatch.setattr(data_prop, "_infer", counted)
+    calls = count_inference_passes(monkeypatch)
     ours = infer_with_data_prop(model)
     expected = onnx.shape_inference.infer_shapes(model, data_prop=True)
     assert ours.SerializeToString(deterministic=True) == expected.SerializeToString(deterministic=True)

@@ -21,6 +21,8 @@ from dmlshim.model import data_prop, prop_readers
 from dmlshim.model.data_prop import infer_with_data_prop
 from dmlshim.model.prop_readers import propagation_unread
 
+from .inference_calls import count_inference_passes
+
 vi = helper.make_tensor_value_info
 REPO = Path(__file__).resolve().parent.parent
 
@@ -67,22 +69,10 @@ def _bytes(model: onnx.ModelProto) -> bytes:
     return model.SerializeToString(deterministic=True)
 
 
-def _counted(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    calls: list[bool] = []
-    infer = data_prop._infer
-
-    def counted(m, check_type, strict_mode, data_prop_on):
-        calls.append(data_prop_on)
-        return infer(m, check_type, strict_mode, data_prop_on)
-
-    monkeypatch.setattr(data_prop, "_infer", counted)
-    return calls
-
-
 def test_cast_chain_does_not_propagate_and_equals_onnx(monkeypatch: pytest.MonkeyPatch) -> None:
     model = _cast_chain()
     assert propagation_unread(model)
-    calls = _counted(monkeypatch)
+    calls = count_inference_passes(monkeypatch)
     ours = infer_with_data_prop(model)
     assert calls == [False]  # one pass, without data propagation
     assert _bytes(ours) == _bytes(onnx.shape_inference.infer_shapes(model, data_prop=True))
@@ -91,7 +81,7 @@ def test_cast_chain_does_not_propagate_and_equals_onnx(monkeypatch: pytest.Monke
 def test_shape_reader_still_propagates(monkeypatch: pytest.MonkeyPatch) -> None:
     model = _shape_reshape()
     assert not propagation_unread(model)
-    calls = _counted(monkeypatch)
+    calls = count_inference_passes(monkeypatch)
     ours = infer_with_data_prop(model)
     assert True in calls
     expected = onnx.shape_inference.infer_shapes(model, data_prop=True)
@@ -173,7 +163,7 @@ def test_unknown_custom_op_is_no_reader(monkeypatch: pytest.MonkeyPatch) -> None
         more_opsets=[helper.make_opsetid("com.example", 1)],
     )  # fmt: skip
     assert propagation_unread(model)
-    calls = _counted(monkeypatch)
+    calls = count_inference_passes(monkeypatch)
     ours = infer_with_data_prop(model)
     assert calls == [False]
     assert _bytes(ours) == _bytes(onnx.shape_inference.infer_shapes(model, data_prop=True))
@@ -181,7 +171,7 @@ def test_unknown_custom_op_is_no_reader(monkeypatch: pytest.MonkeyPatch) -> None
 
 def test_strict_mode_still_propagates(monkeypatch: pytest.MonkeyPatch) -> None:
     # a propagation function's failure is an error onnx raises only in strict mode: propagate there
-    calls = _counted(monkeypatch)
+    calls = count_inference_passes(monkeypatch)
     infer_with_data_prop(_cast_chain(3), strict_mode=True)
     assert calls and calls[-1] is True
 
@@ -212,7 +202,7 @@ def test_inspect_reports_the_same_without_propagation(tmp_path: Path, monkeypatc
     path = tmp_path / "cast_chain.onnx"
     onnx.save(_cast_chain(200), path)
     code, skipped = _inspect_json(path)
-    calls = _counted(monkeypatch)
+    calls = count_inference_passes(monkeypatch)
     monkeypatch.setattr(data_prop, "propagation_unread", lambda model: False)  # the bounded propagation
     code_full, full = _inspect_json(path)
     assert True in calls  # the comparison did propagate
