@@ -169,17 +169,6 @@ def _load_members(archive: zipfile.ZipFile, where: str) -> dict[str, np.ndarray]
                 tensor=key,
                 rule=_PICKLE_RULE,
             )
-        if not dtype.isnative and dtype.itemsize > 1:
-            # onnxruntime would read these bytes in the machine's order (other values than the file's);
-            # a file gives no program to warn, so its values are never taken as other numbers
-            raise BadInputError(
-                f"array {key!r} is stored in the other byte order ({dtype.str}); its values would be read "
-                f"as other numbers: save it with .astype({dtype.newbyteorder('=').str!r})",
-                path=where,
-                tensor=key,
-                value=dtype.str,
-                rule="an inputs file holds arrays in the machine's byte order",
-            )
         check_tensor(shape, dtype, tensor=key, path=where, what="array in the inputs file")
         nbytes = int(np.prod(shape, dtype=object)) * dtype.itemsize
         if info.file_size < header_len + nbytes:

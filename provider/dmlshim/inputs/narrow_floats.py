@@ -322,8 +322,18 @@ def narrow_feeds(graph: onnx.GraphProto, feeds: Mapping[str, Any]) -> dict[str, 
 
     Raises:
         BadInputError: such an array of a dtype the convention does not take, or a float32 value beyond
-            the type's finite range.
+            the type's finite range; an array in the other byte order.
     """
+    for name, value in feeds.items():
+        if isinstance(value, np.ndarray) and not value.dtype.isnative:
+            # onnxruntime would read these bytes in the machine's order, other numbers than the file holds
+            raise BadInputError(
+                f"array {name!r} is stored in the other byte order ({value.dtype.str}); its values would be "
+                f"read as other numbers: save it with .astype({value.dtype.newbyteorder('=').str!r})",
+                tensor=name,
+                value=value.dtype.str,
+                rule="an inputs file holds arrays in the machine's byte order",
+            )
     out = dict(feeds)
     for name, elem_type in narrow_inputs(graph).items():
         value = out.get(name)
