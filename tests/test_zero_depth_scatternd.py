@@ -2,27 +2,25 @@
 
 onnxruntime 1.24 dies of SIGFPE on this node (at run time, or at session creation when constant folding
 computes it); 1.32 computes ONNX's answer. Every case runs in a child process (a crash must fail the
-test, not end the run) and its values are compared with ONNX's reference implementation
-(``onnx.reference``, its ScatterND as the specification writes it), and, where onnxruntime runs the
-node, with onnxruntime's CPU provider too.
+test, not end the run): all of the module's cases in one child (``tests/crash_isolated.py``: a case that
+kills it fails alone, and a new child takes up the rest). Each case's values are compared with ONNX's
+reference implementation (``onnx.reference``, its ScatterND as the specification writes it), and, where
+onnxruntime runs the node, with onnxruntime's CPU provider too.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from .crash_isolated import Outcome, run_isolated
 from .oracle import IR_VERSION, onnx_reference_run, ort_crashes_on_zero_depth_scatternd
-
-PROVIDER = str(Path(__file__).resolve().parent.parent / "provider")
 
 CASES = [
     # data shape, indices shape, reduction, constant indices, all inputs constant
@@ -69,43 +67,106 @@ def _case(
     return model, feeds
 
 
-_CHILD = r"""
-import json, sys, numpy as np, onnx
-import dmlshim
-model = onnx.load(sys.argv[1]); feeds = dict(np.load(sys.argv[2]))
-engine = sys.argv[3] or None
-session = dmlshim.InferenceSession(model.SerializeToString(), engine=engine)
-out = session.run(None, feeds)[0]
-record = session._last_run_record
-reasons = [r for n in record.nodes for r in n.reasons] if record is not None else []
-print(json.dumps({"y": out.tolist(), "shape": list(out.shape), "reasons": reasons}))
-"""
+ENGINES = ["partitioned", "customop", "cpu", ""]
 
 
-def _child(args: list[str], code: str = _CHILD) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": PROVIDER + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.run(
-        [sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=300
+def _case_id(case: tuple) -> str:
+    return f"{case[0]}-{case[1]}-{case[2]}-{'const' if case[4] else 'cidx' if case[3] else 'fed'}"
+
+
+def _dynamic_model(reduction: str, indices_shape: list[Any] | None) -> onnx.ModelProto:
+    """ScatterND -> Neg with indices of shape ``indices_shape`` (None: no shape, so no rank either)."""
+    nodes = [
+        helper.make_node("ScatterND", ["x", "i", "u"], ["s"], reduction=reduction),
+        helper.make_node("Neg", ["s"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]),
+            helper.make_tensor_value_info("i", TensorProto.INT64, indices_shape),
+            helper.make_tensor_value_info("u", TensorProto.FLOAT, None),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
     )
+    return helper.make_model(graph, ir_version=IR_VERSION, opset_imports=[helper.make_opsetid("", 18)])
 
 
-@pytest.mark.parametrize("engine", ["partitioned", "customop", "cpu", ""])
-@pytest.mark.parametrize(
-    "case", CASES, ids=lambda c: f"{c[0]}-{c[1]}-{c[2]}-{'const' if c[4] else 'cidx' if c[3] else 'fed'}"
-)
+DYNAMIC_FEEDS = [
+    {
+        "x": np.array([1, -2], np.float32),
+        "i": np.zeros((3, 0), np.int64),
+        "u": np.arange(6, dtype=np.float32).reshape(3, 2),
+    },
+    {"x": np.array([1, -2], np.float32), "i": np.array([[1]], np.int64), "u": np.array([9], np.float32)},
+]
+
+
+def _save(
+    tmp: Path, name: str, model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]]
+) -> tuple[str, list[str]]:
+    onnx.save(model, str(tmp / f"{name}.onnx"))
+    paths = []
+    for k, f in enumerate(feeds):
+        np.savez(tmp / f"{name}.{k}.npz", **f)
+        paths.append(str(tmp / f"{name}.{k}.npz"))
+    return str(tmp / f"{name}.onnx"), paths
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
+    """Every case of this module, run in one child process (more only where a case kills it)."""
+    tmp = tmp_path_factory.mktemp("zero_depth")
+    jobs: list[dict[str, Any]] = []
+    for case in CASES:
+        model, feeds = _case(*case)
+        path, feed_paths = _save(tmp, _case_id(case), model, [feeds])
+        for engine in ENGINES:
+            jobs.append(
+                {
+                    "id": f"session/{_case_id(case)}/{engine}",
+                    "kind": "session",
+                    "model": path,
+                    "feeds": feed_paths,
+                    "engine": engine,
+                }
+            )
+    for reduction in ("none", "add"):
+        path, feed_paths = _save(
+            tmp, f"dynamic-{reduction}", _dynamic_model(reduction, ["a", "k"]), DYNAMIC_FEEDS
+        )
+        for engine in ENGINES:
+            jobs.append(
+                {
+                    "id": f"dynamic/{reduction}/{engine}",
+                    "kind": "session",
+                    "model": path,
+                    "feeds": feed_paths,
+                    "engine": engine,
+                }
+            )
+    model, feeds = _case([3, 2], [2, 0], "none", True, False)
+    path, (inputs,) = _save(tmp, "cli", model, [feeds])
+    jobs.append({"id": "cli/validate", "kind": "cli", "argv": ["validate", path]})
+    jobs.append({"id": "cli/inspect", "kind": "cli", "argv": ["inspect", path, "--inputs", inputs]})
+    return run_isolated(jobs, tmp)
+
+
+def _output(run: list[dict[str, Any]]) -> np.ndarray:
+    return np.array(run[0]["y"], dtype=run[0]["dtype"]).reshape(run[0]["shape"])
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
 def test_a_session_computes_onnx_answer_and_the_process_lives(
-    tmp_path: Path, case: tuple, engine: str
+    outcomes: dict[str, Outcome], case: tuple, engine: str
 ) -> None:
+    got = outcomes[f"session/{_case_id(case)}/{engine}"].ok()
     model, feeds = _case(*case)
-    onnx.save(model, str(tmp_path / "m.onnx"))
-    np.savez(tmp_path / "f.npz", **feeds)
-    done = _child([str(tmp_path / "m.onnx"), str(tmp_path / "f.npz"), engine])
-    assert done.returncode == 0, done.stderr[-2000:]
-    got = json.loads(done.stdout.strip().splitlines()[-1])
     (want,) = onnx_reference_run(model, feeds)
-    assert got["shape"] == list(want.shape) and np.array_equal(
-        np.array(got["y"], np.float32).reshape(want.shape), want
-    )
+    y = _output(got["runs"][0])
+    assert y.shape == want.shape and np.array_equal(y, want), (y, want)
     if not ort_crashes_on_zero_depth_scatternd():
         from .oracle import ort_run
 
@@ -113,79 +174,31 @@ def test_a_session_computes_onnx_answer_and_the_process_lives(
         assert np.array_equal(theirs, want)  # onnxruntime that runs it agrees with ONNX's reference
 
 
-def test_validate_and_inspect_with_inputs_live(tmp_path: Path) -> None:
-    model, feeds = _case([3, 2], [2, 0], "none", True, False)
-    path = tmp_path / "m.onnx"
-    onnx.save(model, str(path))
-    np.savez(tmp_path / "in.npz", **feeds)
-    code = (
-        "import runpy, sys; sys.argv = ['dmlshim', *sys.argv[1:]]; "
-        "runpy.run_module('dmlshim', run_name='__main__')"
-    )
-    validate = _child(["validate", str(path)], code)
-    assert validate.returncode == 0, validate.stderr[-2000:]
-    assert "verdict: MATCH" in validate.stdout
+def test_validate_and_inspect_with_inputs_live(outcomes: dict[str, Outcome]) -> None:
+    validate = outcomes["cli/validate"].ok()
+    assert validate["code"] == 0, validate["stderr"]
+    assert "verdict: MATCH" in validate["stdout"]
     # the verdict says where the reference for the node came from when onnxruntime would have crashed
-    assert ("ONNX-semantics computation" in validate.stdout) == ort_crashes_on_zero_depth_scatternd()
-    inspect = _child(["inspect", str(path), "--inputs", str(tmp_path / "in.npz")], code)
+    assert ("ONNX-semantics computation" in validate["stdout"]) == ort_crashes_on_zero_depth_scatternd()
+    inspect = outcomes["cli/inspect"].ok()
     # exit 1: not every node translates to DirectML (this one falls back), never a signal
-    assert inspect.returncode == 1, inspect.stderr[-2000:]
-    assert "INDEX_TUPLE_EMPTY" in inspect.stdout and "Verdict:" in inspect.stdout
+    assert inspect["code"] == 1, inspect["stderr"]
+    assert "INDEX_TUPLE_EMPTY" in inspect["stdout"] and "Verdict:" in inspect["stdout"]
 
 
-def test_the_crash_is_named_in_the_record_where_onnxruntime_crashes(tmp_path: Path) -> None:
-    model, feeds = _case([2], [2, 0], "none", False, False)
-    onnx.save(model, str(tmp_path / "m.onnx"))
-    np.savez(tmp_path / "f.npz", **feeds)
-    done = _child([str(tmp_path / "m.onnx"), str(tmp_path / "f.npz"), "partitioned"])
-    assert done.returncode == 0, done.stderr[-2000:]
-    text = json.dumps(json.loads(done.stdout.strip().splitlines()[-1])["reasons"])
-    assert ("SIGFPE" in text) == ort_crashes_on_zero_depth_scatternd()
-
-
-_DYNAMIC = r"""
-import sys, numpy as np, dmlshim
-from onnx import helper, TensorProto as T
-nodes = [helper.make_node("ScatterND", ["x", "i", "u"], ["s"], reduction=sys.argv[2]),
-         helper.make_node("Neg", ["s"], ["y"])]
-graph = helper.make_graph(nodes, "g", [
-    helper.make_tensor_value_info("x", T.FLOAT, [2]),
-    helper.make_tensor_value_info("i", T.INT64, ["a", "k"]),
-    helper.make_tensor_value_info("u", T.FLOAT, None)], [helper.make_tensor_value_info("y", T.FLOAT, None)])
-model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 18)])
-session = dmlshim.InferenceSession(model, engine=sys.argv[1] or None)
-x = np.array([1, -2], np.float32)
-for i, u in ((np.zeros((3, 0), np.int64), np.arange(6, dtype=np.float32).reshape(3, 2)),
-             (np.array([[1]], np.int64), np.array([9], np.float32))):
-    print(session.run(None, {"x": x, "i": i, "u": u})[0].tolist())
-"""
+def test_the_crash_is_named_in_the_record_where_onnxruntime_crashes(outcomes: dict[str, Outcome]) -> None:
+    got = outcomes[f"session/{_case_id(CASES[0])}/partitioned"].ok()
+    assert CASES[0][1][-1] == 0 and not CASES[0][3]  # fed indices: the run-time fallback names the reason
+    assert ("SIGFPE" in json.dumps(got["reasons"])) == ort_crashes_on_zero_depth_scatternd()
 
 
 @pytest.mark.parametrize("reduction", ["none", "add"])
-@pytest.mark.parametrize("engine", ["partitioned", "customop", "cpu", ""])
-def test_a_last_dimension_0_only_at_run_time(engine: str, reduction: str) -> None:
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_last_dimension_0_only_at_run_time(
+    outcomes: dict[str, Outcome], engine: str, reduction: str
+) -> None:
     """Indices declared ``["a", "k"]``: 0 in one run, 1 in the next; each run is ONNX's answer."""
-    done = _child([engine, reduction], _DYNAMIC)
-    assert done.returncode == 0, done.stderr[-2000:]
-    got = [json.loads(line) for line in done.stdout.strip().splitlines()[-2:]]
-    x = np.array([1, -2], np.float32)
-    model = helper.make_model(
-        helper.make_graph(
-            [helper.make_node("ScatterND", ["x", "i", "u"], ["y"], reduction=reduction)],
-            "g",
-            [
-                helper.make_tensor_value_info(n, t, None)
-                for n, t in (("x", TensorProto.FLOAT), ("i", TensorProto.INT64), ("u", TensorProto.FLOAT))
-            ],
-            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        ),
-        ir_version=IR_VERSION,
-        opset_imports=[helper.make_opsetid("", 18)],
-    )
-    first = onnx_reference_run(
-        model, {"x": x, "i": np.zeros((3, 0), np.int64), "u": np.arange(6, dtype=np.float32).reshape(3, 2)}
-    )[0]
-    second = onnx_reference_run(
-        model, {"x": x, "i": np.array([[1]], np.int64), "u": np.array([9], np.float32)}
-    )[0]
-    assert got == [(-first).tolist(), (-second).tolist()]
+    got = outcomes[f"dynamic/{reduction}/{engine}"].ok()
+    model = _dynamic_model(reduction, None)
+    want = [onnx_reference_run(model, feeds)[0] for feeds in DYNAMIC_FEEDS]
+    assert [_output(run).tolist() for run in got["runs"]] == [w.tolist() for w in want]
