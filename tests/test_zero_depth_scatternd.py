@@ -19,6 +19,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from . import zero_depth_models
 from .crash_isolated import Outcome, run_isolated
 from .oracle import IR_VERSION, onnx_reference_run, ort_crashes_on_zero_depth_scatternd
 
@@ -146,6 +147,47 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
                     "engine": engine,
                 }
             )
+    for name, (model, feed_sets) in _leftovers().items():
+        path, feed_paths = _save(tmp, name, model, feed_sets)
+        for engine in ENGINES:
+            jobs.append(
+                {
+                    "id": f"{name}/{engine}",
+                    "kind": "session",
+                    "model": path,
+                    "feeds": feed_paths,
+                    "engine": engine,
+                }
+            )
+        if name.startswith(
+            "unknown_rank"
+        ):  # onnxruntime's own session of the whole model, as dmlshim builds it
+            jobs.append({"id": f"{name}/ort", "kind": "ort", "model": path, "feeds": feed_paths})
+    (tmp / "external").mkdir()
+    path, _, feed_sets = zero_depth_models.external_weights(tmp / "external")
+    _, feed_paths = _save(tmp, "external-feeds", onnx.ModelProto(), feed_sets)
+    for options in ("none", "own", "callers"):
+        jobs.append(
+            {
+                "id": f"external/ort/{options}",
+                "kind": "ort",
+                "model": path,
+                "feeds": feed_paths,
+                "by_path": True,
+                "options": None if options == "none" else options,
+            }
+        )
+    jobs.append(
+        {
+            "id": "external/session/optimized",
+            "kind": "session",
+            "model": path,
+            "feeds": feed_paths,
+            "by_path": True,
+            "options": "optimized",
+            "optimized": str(tmp / "optimized.onnx"),
+        }
+    )
     model, feeds = _case([3, 2], [2, 0], "none", True, False)
     path, (inputs,) = _save(tmp, "cli", model, [feeds])
     jobs.append({"id": "cli/validate", "kind": "cli", "argv": ["validate", path]})
@@ -153,8 +195,42 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
     return run_isolated(jobs, tmp)
 
 
-def _output(run: list[dict[str, Any]]) -> np.ndarray:
-    return np.array(run[0]["y"], dtype=run[0]["dtype"]).reshape(run[0]["shape"])
+def _leftovers() -> dict[str, tuple[onnx.ModelProto, list[dict[str, np.ndarray]]]]:
+    return {
+        "if_branches": zero_depth_models.if_branches(),
+        "loop_with_nested_if": zero_depth_models.loop_with_nested_if(),
+        "scan_body": zero_depth_models.scan_body(),
+        "unknown_rank-none": zero_depth_models.unknown_rank("none"),
+        "unknown_rank-add": zero_depth_models.unknown_rank("add"),
+    }
+
+
+def _output(run: list[dict[str, Any]], k: int = 0) -> np.ndarray:
+    return np.array(run[k]["y"], dtype=run[k]["dtype"]).reshape(run[k]["shape"])
+
+
+def _expected(model: onnx.ModelProto, feed_sets: list[dict[str, np.ndarray]]) -> list[list[np.ndarray]]:
+    """ONNX's reference for each feed set; where onnxruntime runs the node, onnxruntime agrees."""
+    want = [onnx_reference_run(model, feeds) for feeds in feed_sets]
+    if not ort_crashes_on_zero_depth_scatternd():
+        from .oracle import ort_run
+
+        for feeds, expected in zip(feed_sets, want, strict=True):
+            theirs = ort_run(model, feeds)
+            assert all(np.array_equal(t, w) for t, w in zip(theirs, expected, strict=True)), (
+                theirs,
+                expected,
+            )
+    return want
+
+
+def _assert_runs(got: dict[str, Any], want: list[list[np.ndarray]]) -> None:
+    assert len(got["runs"]) == len(want)
+    for run, expected in zip(got["runs"], want, strict=True):
+        values = [_output(run, k) for k in range(len(run))]
+        assert len(values) == len(expected)
+        for value, w in zip(values, expected, strict=True):
+            assert value.shape == w.shape and np.array_equal(value, w), (value, w)
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -202,3 +278,54 @@ def test_a_last_dimension_0_only_at_run_time(
     model = _dynamic_model(reduction, None)
     want = [onnx_reference_run(model, feeds)[0] for feeds in DYNAMIC_FEEDS]
     assert [_output(run).tolist() for run in got["runs"]] == [w.tolist() for w in want]
+
+
+LEFTOVERS = ["if_branches", "loop_with_nested_if", "scan_body"]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("name", LEFTOVERS)
+def test_inside_control_flow_bodies(outcomes: dict[str, Outcome], name: str, engine: str) -> None:
+    """The node in an If branch (fed indices [2, 0]), in an If nested in a Loop body (indices of unknown
+    rank from the outer graph: 0 in one run, 1 in the next), in a Scan body (a constant [1, 0])."""
+    got = outcomes[f"{name}/{engine}"].ok()
+    _assert_runs(got, _expected(*_leftovers()[name]))
+
+
+@pytest.mark.parametrize("engine", [*ENGINES, "ort"])
+@pytest.mark.parametrize("reduction", ["none", "add"])
+def test_indices_of_unknown_rank(outcomes: dict[str, Outcome], reduction: str, engine: str) -> None:
+    """Indices declared with no shape at all: rank 3 with last dimension 0, rank 2 with 0, then [1, 1];
+    every engine and onnxruntime's own session of the whole model (``ort``: dmlshim's
+    ``OrtInferenceSession``) give ONNX's answer, and the process lives."""
+    got = outcomes[f"unknown_rank-{reduction}/{engine}"].ok()
+    _assert_runs(got, _expected(*_leftovers()[f"unknown_rank-{reduction}"]))
+
+
+@pytest.fixture(scope="module")
+def external_expected(tmp_path_factory: pytest.TempPathFactory) -> list[list[np.ndarray]]:
+    _, model, feed_sets = zero_depth_models.external_weights(tmp_path_factory.mktemp("external_reference"))
+    return _expected(model, feed_sets)
+
+
+@pytest.mark.parametrize("how", ["ort/none", "ort/own", "session/optimized"])
+def test_a_model_file_with_external_weights(
+    outcomes: dict[str, Outcome], external_expected: list[list[np.ndarray]], how: str
+) -> None:
+    """A model file whose weight is in a file beside it, handed to onnxruntime by path (as dmlshim does for
+    ``optimized_model_filepath``, the ``ort`` cases directly): the rewritten bytes keep the external
+    reference and onnxruntime reads the weight from the model's folder."""
+    _assert_runs(outcomes[f"external/{how}"].ok(), external_expected)
+
+
+def test_external_weights_with_a_programs_own_options(
+    outcomes: dict[str, Outcome], external_expected: list[list[np.ndarray]]
+) -> None:
+    """A program's own SessionOptions are never changed, so where onnxruntime would crash and the folder
+    cannot be given, the refusal names the node, the op and the rule (never a crash)."""
+    got = outcomes["external/ort/callers"]
+    if not ort_crashes_on_zero_depth_scatternd():
+        _assert_runs(got.ok(), external_expected)
+        return
+    assert got.crashed is None and got.error_type == "NotSupportedError", got
+    assert "'scatter' (ScatterND)" in str(got.error) and "SIGFPE" in str(got.error)

@@ -23,13 +23,12 @@ import logging
 import mmap
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
-
-from ..errors import NotSupportedError
 
 logger = logging.getLogger(__name__)
 
@@ -73,53 +72,60 @@ CRASH_NOTE = (
 )
 
 
-def _shapes(model: onnx.ModelProto) -> dict[str, list[int | None]]:
-    """Static shapes of ``model``'s values (onnx's shape inference on the model without its weights)."""
+def _inferred(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with onnx's shape inference (run on the model without its weights), or as it is."""
     from .weightless import without_weights
 
     try:
-        inferred = onnx.shape_inference.infer_shapes(without_weights(model))
+        return onnx.shape_inference.infer_shapes(without_weights(model))
     except Exception as exc:
         logger.debug("shape inference failed while looking for empty ScatterND tuples: %s", exc)
-        inferred = model
-    graph = inferred.graph
-    shapes: dict[str, list[int | None]] = {t.name: [int(d) for d in t.dims] for t in model.graph.initializer}
+        return model
+
+
+def _graph_shapes(
+    graph: onnx.GraphProto, outer: dict[str, list[int | None] | None]
+) -> dict[str, list[int | None] | None]:
+    """Static shapes of the values ``graph`` sees: its own (initializers, inputs, annotations, outputs;
+    None for a value of unknown rank) over those of the graphs around it (``outer``)."""
+    shapes = dict(outer)
+    own: dict[str, list[int | None] | None] = {t.name: [int(d) for d in t.dims] for t in graph.initializer}
     for value in (*graph.input, *graph.value_info, *graph.output):
         t = value.type.tensor_type
-        if t.HasField("shape"):
-            shapes.setdefault(
-                value.name, [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
-            )
+        shape = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
+        own.setdefault(value.name, shape if t.HasField("shape") else None)
+    shapes.update(own)
     return shapes
 
 
-def empty_tuple_nodes(model: onnx.ModelProto) -> dict[int, int]:
-    """Positions of the main graph's ScatterND nodes whose indices' last dimension is 0 (with their
-    indices' rank) or may be 0 at run time (with minus their indices' rank), and whose data may have rank
-    1 or more (onnxruntime refuses rank 0 before it divides)."""
-    candidates = [
-        k for k, n in enumerate(model.graph.node) if n.op_type == "ScatterND" and n.domain in ("", "ai.onnx")
-    ]
-    if not candidates:
-        return {}
-    shapes = _shapes(model)
-    found: dict[int, int] = {}
-    for k in candidates:
-        node = model.graph.node[k]
-        indices = shapes.get(node.input[1]) if len(node.input) > 1 else None
-        data = shapes.get(node.input[0])
-        updates = shapes.get(node.input[2]) if len(node.input) > 2 else None
-        if not indices or (data is not None and len(data) == 0):
+def _empty_tuples_in(graph: onnx.GraphProto, shapes: dict[str, list[int | None] | None]) -> dict[int, bool]:
+    """Positions of ``graph``'s ScatterND nodes whose indices' last dimension is 0 (True) or may be 0 at
+    run time (False: its rank or last dimension is known only then), and whose data may have rank 1 or
+    more (onnxruntime refuses rank 0 before it divides)."""
+    found: dict[int, bool] = {}
+    for k, node in enumerate(graph.node):
+        if node.op_type != "ScatterND" or node.domain not in ("", "ai.onnx") or len(node.input) < 3:
             continue
-        depth = indices[-1]
-        if depth is None and data is not None and updates is not None:
+        data, indices, updates = (shapes.get(name) for name in node.input[:3])
+        if (indices is not None and len(indices) == 0) or (data is not None and len(data) == 0):
+            continue  # refused by onnxruntime before it divides
+        depth = indices[-1] if indices is not None else None
+        if depth is None and indices is not None and data is not None and updates is not None:
             # ONNX: rank(updates) = rank(indices) - 1 + rank(data) - depth, so the ranks tell the depth
             depth = len(indices) - 1 + len(data) - len(updates)
         if depth == 0:
-            found[k] = len(indices)
+            found[k] = True
         elif depth is None:
-            found[k] = -len(indices)  # 0 or not only at run time: guarded by an If
+            found[k] = False  # 0 or not only at run time: guarded by an If
     return found
+
+
+def empty_tuple_nodes(model: onnx.ModelProto) -> dict[int, bool]:
+    """Positions of the main graph's ScatterND nodes whose indices' last dimension is 0 (True) or may be 0
+    at run time (False), as :func:`without_empty_tuples` rewrites them."""
+    if not any(n.op_type == "ScatterND" for n in model.graph.node):
+        return {}
+    return _empty_tuples_in(model.graph, _graph_shapes(_inferred(model).graph, {}))
 
 
 def _opset(model: onnx.ModelProto) -> int:
@@ -127,17 +133,31 @@ def _opset(model: onnx.ModelProto) -> int:
 
 
 def _replacement(
-    node: onnx.NodeProto, prefix: str, opset: int, indices_rank: int
+    node: onnx.NodeProto, prefix: str, opset: int
 ) -> Iterator[onnx.NodeProto | onnx.TensorProto]:
-    """The nodes (and constant tensors) computing ``node`` with ONNX semantics: the data and each update
-    as rows of one matrix (``Flatten`` keeps empty dimensions, where ``Reshape`` would read a 0 as "copy"),
-    the last row (no reduction) or the rows reduced, in the data's shape."""
+    """The nodes (and constant tensors) computing ``node`` with ONNX semantics, whatever the ranks: the
+    data and each update as the ``k = n + 1`` rows of one matrix (``n = size(updates) / size(data)``, any
+    ``k`` when the data is empty), the last row (no reduction) or the rows reduced, in the data's shape.
+    Reshape targets hold no 0 (which Reshape before opset 14 reads as "copy"): ``[-1]`` and ``[k, -1]``
+    with ``k >= 1``."""
     data, updates = node.input[0], node.input[2]
     reduction = next((a.s.decode() for a in node.attribute if a.name == "reduction"), "none")
     v = f"{prefix}/"
-    yield helper.make_node("Flatten", [data], [v + "d"], axis=0)  # [1, size]
-    yield helper.make_node("Flatten", [updates], [v + "u"], axis=indices_rank - 1)  # [tuples, size]
-    yield helper.make_node("Concat", [v + "d", v + "u"], [v + "rows"], axis=0)
+    yield numpy_helper.from_array(np.array([-1], np.int64), v + "flat_shape")
+    yield numpy_helper.from_array(np.array(0, np.int64), v + "zero")
+    yield numpy_helper.from_array(np.array(1, np.int64), v + "one")
+    yield helper.make_node("Reshape", [data, v + "flat_shape"], [v + "d"])
+    yield helper.make_node("Reshape", [updates, v + "flat_shape"], [v + "u"])
+    yield helper.make_node("Concat", [v + "d", v + "u"], [v + "all"], axis=0)
+    yield helper.make_node("Size", [data], [v + "size"])
+    yield helper.make_node("Size", [updates], [v + "usize"])
+    yield helper.make_node("Equal", [v + "size", v + "zero"], [v + "no_data"])
+    yield helper.make_node("Where", [v + "no_data", v + "one", v + "size"], [v + "divisor"])
+    yield helper.make_node("Div", [v + "usize", v + "divisor"], [v + "n"])
+    yield helper.make_node("Add", [v + "n", v + "one"], [v + "k"])
+    yield helper.make_node("Reshape", [v + "k", v + "flat_shape"], [v + "k1"])
+    yield helper.make_node("Concat", [v + "k1", v + "flat_shape"], [v + "rows_shape"], axis=0)
+    yield helper.make_node("Reshape", [v + "all", v + "rows_shape"], [v + "rows"])
     if reduction == "none":
         yield numpy_helper.from_array(np.array(-1, np.int64), v + "last")
         yield helper.make_node("Gather", [v + "rows", v + "last"], [v + "flat"], axis=0)
@@ -153,7 +173,15 @@ def _replacement(
     yield helper.make_node("Reshape", [v + "flat", v + "shape"], [node.output[0]], name=node.name, **zero)
 
 
-def _guarded(graph: onnx.GraphProto, node: onnx.NodeProto, prefix: str, opset: int, rank: int) -> None:
+def _place(graph: onnx.GraphProto, items: Iterator[onnx.NodeProto | onnx.TensorProto]) -> None:
+    for item in items:
+        if isinstance(item, onnx.TensorProto):
+            graph.initializer.append(item)
+        else:
+            graph.node.append(item)
+
+
+def _guarded(graph: onnx.GraphProto, node: onnx.NodeProto, prefix: str, opset: int) -> None:
     """Append to ``graph`` ``node`` behind an If on its indices' last dimension: 0 takes the ONNX
     operators of :func:`_replacement`, anything else the node itself (onnxruntime runs one branch)."""
     v = f"{prefix}/"
@@ -175,14 +203,8 @@ def _guarded(graph: onnx.GraphProto, node: onnx.NodeProto, prefix: str, opset: i
     inner.CopyFrom(node)
     inner.output[0] = v + "out"
     inner.name = ""
-    then_items = list(_replacement(inner, v + "then", opset, rank))
-    then_graph = helper.make_graph(
-        [i for i in then_items if isinstance(i, onnx.NodeProto)],
-        "empty_tuples",
-        [],
-        [branch_out],
-        [i for i in then_items if isinstance(i, onnx.TensorProto)],
-    )
+    then_graph = helper.make_graph([], "empty_tuples", [], [branch_out])
+    _place(then_graph, _replacement(inner, v + "then", opset))
     else_graph = helper.make_graph([inner], "tuples", [], [branch_out])
     graph.node.append(
         helper.make_node(
@@ -196,42 +218,77 @@ def _guarded(graph: onnx.GraphProto, node: onnx.NodeProto, prefix: str, opset: i
     )
 
 
-def without_empty_tuples(model: onnx.ModelProto) -> onnx.ModelProto | None:
-    """A copy of ``model`` with every ScatterND of empty index tuples in its main graph computed by other
-    ONNX operators, or None when it has none. ``model`` is not modified."""
-    ranks = empty_tuple_nodes(model)
-    positions = set(ranks)
-    if not positions:
-        return None
-    from ..graph import value_names
+class _Rewriter:
+    """Rewrites a graph and its subgraphs (If branches, Loop and Scan bodies, nested) in place."""
 
-    taken = value_names(model.graph)
+    def __init__(self, opset: int, taken: set[str]) -> None:
+        self.opset = opset
+        self.taken = {n.split("/", 1)[0] for n in taken}
+        self.count = 0
+        self.rewritten: list[str] = []
+
+    def _prefix(self) -> str:
+        while f"dmlshim_scatternd_{self.count}" in self.taken:
+            self.count += 1
+        prefix = f"dmlshim_scatternd_{self.count}"
+        self.taken.add(prefix)
+        return prefix
+
+    def graph(self, graph: onnx.GraphProto, inferred: onnx.GraphProto, outer: dict[str, Any]) -> None:
+        """Rewrite ``graph`` (``inferred``: the same graph as shape inference annotated it)."""
+        from ..graph import subgraphs
+
+        shapes = _graph_shapes(inferred, outer)
+        for node, seen in zip(graph.node, inferred.node, strict=True):
+            for (_, sub), (_, seen_sub) in zip(subgraphs(node), subgraphs(seen), strict=True):
+                self.graph(sub, seen_sub, shapes)
+        found = _empty_tuples_in(graph, shapes)
+        if not found:
+            return
+        nodes = list(graph.node)
+        del graph.node[:]
+        for k, node in enumerate(nodes):
+            if k not in found:
+                graph.node.append(node)
+                continue
+            self.rewritten.append(node.name or f"{graph.name}#{k}")
+            if found[k]:
+                _place(graph, _replacement(node, self._prefix(), self.opset))
+            else:
+                _guarded(graph, node, self._prefix(), self.opset)
+
+
+def without_empty_tuples(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    """A copy of ``model`` with every ScatterND of empty index tuples, in its main graph and in every
+    subgraph, computed by other ONNX operators (behind an If on the indices' last dimension where it is
+    known only at run time), or None when it has none. ``model`` is not modified."""
+    return _rewritten(model)[0]
+
+
+def _rewritten(model: onnx.ModelProto) -> tuple[onnx.ModelProto | None, list[str]]:
+    """:func:`without_empty_tuples` and the names of the nodes it rewrote."""
+    from ..graph import op_types, value_names
+
+    if "ScatterND" not in op_types(model.graph):
+        return None, []
+    inferred = _inferred(model)
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    del out.graph.node[:]
-    opset = _opset(model)
-    for k, node in enumerate(model.graph.node):
-        if k not in positions:
-            out.graph.node.append(node)
-            continue
-        prefix, j = f"dmlshim_scatternd_{k}", 0
-        while any(n.startswith(prefix + "/") for n in taken):
-            j += 1
-            prefix = f"dmlshim_scatternd_{k}_{j}"
-        if ranks[k] > 0:
-            for item in _replacement(node, prefix, opset, ranks[k]):
-                if isinstance(item, onnx.TensorProto):
-                    out.graph.initializer.append(item)
-                else:
-                    out.graph.node.append(item)
-        else:
-            _guarded(out.graph, node, prefix, opset, -ranks[k])
+    rewriter = _Rewriter(_opset(model), value_names(model.graph))
+    try:
+        rewriter.graph(out.graph, inferred.graph, {})
+    except ValueError:  # shape inference changed the node lists (it does not): the model's own shapes
+        out.CopyFrom(model)
+        rewriter = _Rewriter(_opset(model), value_names(model.graph))
+        rewriter.graph(out.graph, model.graph, {})
+    if not rewriter.rewritten:
+        return None, []
     logger.info(
         "ScatterND with empty index tuples (%s) computed from ONNX operators: onnxruntime < %d.%d crashes",
-        ", ".join(model.graph.node[k].name or f"#{k}" for k in sorted(positions)),
+        ", ".join(rewriter.rewritten),
         *FIXED_IN,
     )
-    return out
+    return out, rewriter.rewritten
 
 
 def _file_has_field(path: str) -> bool:
@@ -245,50 +302,54 @@ def _file_has_field(path: str) -> bool:
         return False  # onnxruntime reports what it cannot read
 
 
-def guarded_model_source(source: Any) -> Any:
-    """``source`` (what onnxruntime's ``InferenceSession`` takes: a path, bytes) as is, or, on an
-    onnxruntime that crashes on ScatterND with empty index tuples and when it has such a node, the bytes of
-    the model with those nodes computed by other ONNX operators.
+@dataclass(frozen=True)
+class GuardedSource:
+    """What onnxruntime's ``InferenceSession`` is handed instead of a caller's model source.
 
-    Raises:
-        NotSupportedError: such a model given by path keeps its weights in external files (its bytes
-            alone could not find them); the message names the node and the onnxruntime version.
+    Attributes:
+        source: the path or bytes as given, or the bytes of the rewritten model.
+        weights_folder: for the rewritten bytes of a model file whose weights are external: the model's
+            folder, which their locations are relative to (the session needs it as its
+            ``session.model_external_initializers_file_folder_path`` entry); else None.
+        nodes: the nodes rewritten (their names, or the graph's name and position).
     """
+
+    source: Any
+    weights_folder: str | None = None
+    nodes: tuple[str, ...] = ()
+
+
+def guarded_model_source(source: Any) -> GuardedSource:
+    """``source`` (what onnxruntime's ``InferenceSession`` takes: a path, bytes) as is, or, on an
+    onnxruntime that crashes on ScatterND with empty index tuples and when it has such a node (in any
+    graph), the bytes of the model with those nodes computed by other ONNX operators. A model file whose
+    weights are external is read without them: its rewritten bytes keep the external references, and
+    :attr:`GuardedSource.weights_folder` names the folder onnxruntime reads them from (as it would for the
+    file), so the weights are read once, by onnxruntime."""
     if not ort_crashes():
-        return source
+        return GuardedSource(source)
     if isinstance(source, (bytes, bytearray, memoryview)):
         if _FIELD not in source:
-            return source
-        model = onnx.load_from_string(bytes(source))
-        rewritten = without_empty_tuples(model)
-        return source if rewritten is None else rewritten.SerializeToString()
+            return GuardedSource(source)
+        rewritten, nodes = _rewritten(onnx.load_from_string(bytes(source)))
+        if rewritten is None:
+            return GuardedSource(source)
+        return GuardedSource(rewritten.SerializeToString(), None, tuple(nodes))
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
         if not _file_has_field(path):
-            return source
+            return GuardedSource(source)
         model = onnx.load(path, load_external_data=False)
-        rewritten = without_empty_tuples(model)
+        rewritten, nodes = _rewritten(model)
         if rewritten is None:
-            return source
+            return GuardedSource(source)
+        from ..graph import all_tensors
         from .weightless import is_external
 
-        if any(is_external(t) for t in model.graph.initializer):
-            import onnxruntime
-
-            k = min(empty_tuple_nodes(model))
-            raise NotSupportedError(
-                f"node {model.graph.node[k].name or '#' + str(k)!r} (ScatterND): its indices' last dimension "
-                f"is 0, which kills onnxruntime {onnxruntime.__version__} with SIGFPE; dmlshim computes it "
-                "from other ONNX operators, but cannot hand onnxruntime the rewritten model of a file whose "
-                "weights are external: load the model as a ModelProto or bytes, or use onnxruntime "
-                f"{FIXED_IN[0]}.{FIXED_IN[1]} or newer",
-                node=model.graph.node[k].name or None,
-                op_type="ScatterND",
-                rule="onnxruntime before 1.32 crashes on ScatterND with empty index tuples",
-                path=path,
-            )
-        return rewritten.SerializeToString()
-    return source
+        external = any(is_external(t) for t in all_tensors(model.graph))
+        folder = os.path.dirname(os.path.abspath(path)) if external else None
+        return GuardedSource(rewritten.SerializeToString(), folder, tuple(nodes))
+    return GuardedSource(source)
 
 
 def scatter_nd_empty_tuples(

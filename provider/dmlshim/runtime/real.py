@@ -80,14 +80,59 @@ class OrtInferenceSession(_RealInferenceSession):
             kwargs["disabled_optimizers"] = set(disabled)
         if _GLOBAL_POOL[0]:
             args, kwargs = _on_global_pool(args, kwargs)
-        # never a node that kills this onnxruntime (ScatterND with empty index tuples before 1.32)
-        from ..model.zero_depth_scatternd import guarded_model_source
-
-        if args:
-            args = (guarded_model_source(args[0]), *args[1:])
-        elif "path_or_bytes" in kwargs:
-            kwargs["path_or_bytes"] = guarded_model_source(kwargs["path_or_bytes"])
+        if args or "path_or_bytes" in kwargs:
+            args, kwargs = _guarded(args, kwargs)
         super().__init__(*args, **kwargs)
+
+
+def _guarded(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Never a node that kills this onnxruntime (ScatterND with empty index tuples before 1.32): the model
+    source rewritten, and, for a file whose weights are external, options naming the file's folder."""
+    from ..model.zero_depth_scatternd import guarded_model_source
+
+    guarded = guarded_model_source(args[0] if args else kwargs["path_or_bytes"])
+    if args:
+        args = (guarded.source, *args[1:])
+    else:
+        kwargs = {**kwargs, "path_or_bytes": guarded.source}
+    if guarded.weights_folder is None:
+        return args, kwargs
+    options = args[1] if len(args) > 1 else kwargs.get("sess_options")
+    options = _with_weights_folder(options, guarded.weights_folder, guarded.nodes)
+    if len(args) > 1:
+        return (args[0], options, *args[2:]), kwargs
+    return args, {**kwargs, "sess_options": options}
+
+
+def _with_weights_folder(options: Any, folder: str, nodes: tuple[str, ...]) -> Any:
+    """``options`` telling onnxruntime that external-data locations are relative to ``folder``: new
+    options, or dmlshim's own object with that entry (each is built for one session). Options that
+    already name a folder are left as they are.
+
+    Raises:
+        NotSupportedError: ``options`` is a program's own object, which dmlshim never changes.
+    """
+    from ..execute.weights.file_slices import FOLDER_KEY
+    from .options_copy import config_entry
+
+    if options is None:
+        options = ort.SessionOptions()
+    elif config_entry(options, FOLDER_KEY) is not None:
+        return options
+    elif is_callers_options(options):
+        from ..errors import NotSupportedError
+
+        raise NotSupportedError(
+            f"node {nodes[0]!r} (ScatterND): its indices' last dimension is 0, which kills onnxruntime "
+            f"{ort.__version__} with SIGFPE; dmlshim hands onnxruntime the node as other ONNX operators, but "
+            "the model's weights are external and telling onnxruntime their folder would change the "
+            "program's own SessionOptions: load the model as a ModelProto, or use onnxruntime 1.32 or newer",
+            node=nodes[0],
+            op_type="ScatterND",
+            rule="onnxruntime before 1.32 crashes on ScatterND with empty index tuples",
+        )
+    options.add_session_config_entry(FOLDER_KEY, folder)
+    return options
 
 
 def loaded_outputs(model: bytes, options: Any) -> list[Any]:
