@@ -115,6 +115,24 @@ def _arrays(outputs: Sequence[Any]) -> list[dict[str, Any]]:
     ]
 
 
+def _options(job: dict[str, Any]) -> Any:
+    """The job's ``options``: None (the default), ``"own"`` (new, single-threaded), ``"callers"`` (the
+    same, marked as a program's own object), or ``"optimized"`` (own, writing ``optimized_model_filepath``
+    to ``job["optimized"]``)."""
+    from dmlshim.runtime.real import callers_options, ort
+
+    kind = job.get("options")
+    if kind is None:
+        return None
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    if kind == "callers":
+        callers_options(options)
+    elif kind == "optimized":
+        options.optimized_model_filepath = job["optimized"]
+    return options
+
+
 def _session(job: dict[str, Any]) -> dict[str, Any]:
     """``dmlshim.InferenceSession`` of the model (given as bytes, or by ``path``), run on each feeds file."""
     import numpy as np
@@ -127,7 +145,7 @@ def _session(job: dict[str, Any]) -> dict[str, Any]:
         source: Any = job["model"]
     else:
         source = onnx.load(job["model"], load_external_data=False).SerializeToString()
-    session = dmlshim.InferenceSession(source, engine=engine, **job.get("kwargs", {}))
+    session = dmlshim.InferenceSession(source, _options(job), engine=engine)
     runs = [_arrays(session.run(None, dict(np.load(f)))) for f in job["feeds"]]
     record = getattr(session, "_last_run_record", None)
     reasons = [r for n in record.nodes for r in n.reasons] if record is not None else []
@@ -138,12 +156,10 @@ def _ort(job: dict[str, Any]) -> dict[str, Any]:
     """dmlshim's ``OrtInferenceSession`` (onnxruntime's own class) of the model, by path or as bytes."""
     import numpy as np
 
-    from dmlshim.runtime.real import OrtInferenceSession, ort
+    from dmlshim.runtime.real import OrtInferenceSession
 
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
     source: Any = job["model"] if job.get("by_path") else Path(job["model"]).read_bytes()
-    session = OrtInferenceSession(source, options, providers=["CPUExecutionProvider"])
+    session = OrtInferenceSession(source, _options(job), providers=["CPUExecutionProvider"])
     return {"runs": [_arrays(session.run(None, dict(np.load(f)))) for f in job["feeds"]]}
 
 

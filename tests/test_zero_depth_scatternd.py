@@ -163,6 +163,11 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
             "unknown_rank"
         ):  # onnxruntime's own session of the whole model, as dmlshim builds it
             jobs.append({"id": f"{name}/ort", "kind": "ort", "model": path, "feeds": feed_paths})
+    model, _ = zero_depth_models.unknown_rank("none")
+    rank0 = {"x": np.array([1, -2], np.float32), "i": np.array(0, np.int64), "u": np.array(5, np.float32)}
+    path, feed_paths = _save(tmp, "unknown_rank-rank0", model, [rank0])
+    jobs.append({"id": "rank0/cpu", "kind": "session", "model": path, "feeds": feed_paths, "engine": "cpu"})
+    jobs.append({"id": "rank0/ort", "kind": "ort", "model": path, "feeds": feed_paths})
     (tmp / "external").mkdir()
     path, _, feed_sets = zero_depth_models.external_weights(tmp / "external")
     _, feed_paths = _save(tmp, "external-feeds", onnx.ModelProto(), feed_sets)
@@ -300,6 +305,17 @@ def test_indices_of_unknown_rank(outcomes: dict[str, Outcome], reduction: str, e
     ``OrtInferenceSession``) give ONNX's answer, and the process lives."""
     got = outcomes[f"unknown_rank-{reduction}/{engine}"].ok()
     _assert_runs(got, _expected(*_leftovers()[f"unknown_rank-{reduction}"]))
+
+
+@pytest.mark.parametrize("how", ["cpu", "ort"])
+def test_indices_of_unknown_rank_fed_a_scalar_are_refused_as_onnxruntime_refuses(
+    outcomes: dict[str, Outcome], how: str
+) -> None:
+    """Indices of rank 0 at run time: onnxruntime's own refusal of the node (the guard takes the node
+    itself), in the whole-model session and onnxruntime's own."""
+    got = outcomes[f"rank0/{how}"]
+    assert got.crashed is None and got.error is not None, got
+    assert "rank larger than 0" in got.error and "ScatterND" in got.error, got.error
 
 
 @pytest.fixture(scope="module")

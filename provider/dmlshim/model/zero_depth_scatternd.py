@@ -189,12 +189,15 @@ def _guarded(graph: onnx.GraphProto, node: onnx.NodeProto, prefix: str, opset: i
         [
             numpy_helper.from_array(np.array(-1, np.int64), v + "last_axis"),
             numpy_helper.from_array(np.array(0, np.int64), v + "none"),
+            numpy_helper.from_array(np.array([1], np.int64), v + "pad"),
         ]
     )
+    # [1] + the indices' shape: indices of rank 0 read 1 and take the node itself (onnxruntime's refusal)
     graph.node.extend(
         [
             helper.make_node("Shape", [node.input[1]], [v + "ishape"]),
-            helper.make_node("Gather", [v + "ishape", v + "last_axis"], [v + "depth"], axis=0),
+            helper.make_node("Concat", [v + "pad", v + "ishape"], [v + "padded"], axis=0),
+            helper.make_node("Gather", [v + "padded", v + "last_axis"], [v + "depth"], axis=0),
             helper.make_node("Equal", [v + "depth", v + "none"], [v + "empty"]),
         ]
     )
