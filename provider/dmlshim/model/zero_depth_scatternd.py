@@ -9,11 +9,15 @@ node; onnxruntime 1.32 computes ONNX's answer.
 
 On such an onnxruntime every model dmlshim hands it (CPU segments, the whole-model and lean checks,
 validate's reference, the custom-op engine's session, inspect's runs, the acceptance check) goes through
-:func:`guarded_model_source` first: each such node is replaced by ONNX operators that compute ONNX's
-answer: the data and the ``n`` updates as the rows of one matrix, its last row with no reduction (the last
-update wins; the data itself when ``n = 0``), else the rows reduced by ``ReduceSum``/``ReduceProd``/
-``ReduceMax``/``ReduceMin``, reshaped to the data's shape. Where the indices' last dimension is 0 only at
-run time (a dynamic shape), the partitioned engine's run-time fallback computes the node in numpy
+:func:`guarded_model_source` first: each such node, in the main graph or in any If/Loop/Scan body
+(nested), is replaced by ONNX operators that compute ONNX's answer whatever the ranks: the data and the
+``n`` updates as the rows of one matrix, its last row with no reduction (the last update wins; the data
+itself when ``n = 0``), else the rows reduced by ``ReduceSum``/``ReduceProd``/``ReduceMax``/``ReduceMin``,
+reshaped to the data's shape. Where the indices' last dimension (or their rank) is known only at run time,
+the node sits behind an If on that dimension (0: those operators; else the node itself). A model file
+whose weights are external is handed over as the rewritten bytes with the model's folder as the
+external-data folder, so that onnxruntime reads the weights itself, once. The single-node fallbacks (the
+partitioned engine's run-time fallback, the custom-op kernel's CPU path) compute the node in numpy
 (:func:`scatter_nd_empty_tuples`) instead of onnxruntime.
 """
 
