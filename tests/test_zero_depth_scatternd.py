@@ -207,6 +207,7 @@ def _leftovers() -> dict[str, tuple[onnx.ModelProto, list[dict[str, np.ndarray]]
         "scan_body": zero_depth_models.scan_body(),
         "unknown_rank-none": zero_depth_models.unknown_rank("none"),
         "unknown_rank-add": zero_depth_models.unknown_rank("add"),
+        "opset_13_empty_data": zero_depth_models.opset_13_empty_data(),
     }
 
 
@@ -305,6 +306,13 @@ def test_indices_of_unknown_rank(outcomes: dict[str, Outcome], reduction: str, e
     ``OrtInferenceSession``) give ONNX's answer, and the process lives."""
     got = outcomes[f"unknown_rank-{reduction}/{engine}"].ok()
     _assert_runs(got, _expected(*_leftovers()[f"unknown_rank-{reduction}"]))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_empty_data_before_opset_14(outcomes: dict[str, Outcome], engine: str) -> None:
+    """Data [2, 0] at opset 13, where Reshape cannot take the data's shape (its 0 reads as "copy")."""
+    got = outcomes[f"opset_13_empty_data/{engine}"].ok()
+    _assert_runs(got, _expected(*_leftovers()["opset_13_empty_data"]))
 
 
 @pytest.mark.parametrize("how", ["cpu", "ort"])

@@ -180,3 +180,33 @@ def external_weights(folder: Path) -> tuple[str, onnx.ModelProto, list[dict[str,
     onnx.save(on_disk, str(path), save_as_external_data=True, location="weights.bin", size_threshold=128)
     feeds = {"x": np.full(64, 7, np.float32), "u": np.arange(128, dtype=np.float32).reshape(2, 64) % 5}
     return str(path), model, [feeds]
+
+
+def opset_13_empty_data() -> tuple[onnx.ModelProto, list[dict[str, np.ndarray]]]:
+    """Opset 13 (Reshape reads a 0 in its target as "copy"): ScatterND of data [2, 0] and of data [2, 3],
+    indices [2, 0] fed."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("ScatterND", ["e", "i", "ue"], ["ye"]),
+            helper.make_node("ScatterND", ["x", "i", "ux"], ["yx"]),
+        ],
+        "opset_13_empty_data",
+        [
+            helper.make_tensor_value_info("e", F, [2, 0]),
+            helper.make_tensor_value_info("x", F, [2, 3]),
+            helper.make_tensor_value_info("i", I64, [2, 0]),
+            helper.make_tensor_value_info("ue", F, [2, 2, 0]),
+            helper.make_tensor_value_info("ux", F, [2, 2, 3]),
+        ],
+        [_out("ye"), _out("yx")],
+    )
+    model = helper.make_model(graph, ir_version=IR_VERSION, opset_imports=[helper.make_opsetid("", 13)])
+    return model, [
+        {
+            "e": np.zeros((2, 0), np.float32),
+            "x": np.ones((2, 3), np.float32),
+            "i": np.zeros((2, 0), np.int64),
+            "ue": np.zeros((2, 2, 0), np.float32),
+            "ux": np.arange(12, dtype=np.float32).reshape(2, 2, 3),
+        }
+    ]

@@ -173,8 +173,24 @@ def _replacement(
         else:
             yield helper.make_node(op, [v + "rows"], [v + "flat"], keepdims=0, axes=[0])
     yield helper.make_node("Shape", [data], [v + "shape"])
-    zero = {"allowzero": 1} if opset >= 14 else {}
-    yield helper.make_node("Reshape", [v + "flat", v + "shape"], [node.output[0]], name=node.name, **zero)
+    if opset >= 14:
+        yield helper.make_node(
+            "Reshape", [v + "flat", v + "shape"], [node.output[0]], name=node.name, allowzero=1
+        )
+        return
+    # Before opset 14 a 0 in the data's shape would read as "copy": empty data is its own answer
+    out = helper.make_value_info(v + "out", onnx.TypeProto())
+    reshaped = helper.make_node("Reshape", [v + "flat", v + "shape"], [v + "out"])
+    yield helper.make_node(
+        "If",
+        [v + "no_data"],
+        [node.output[0]],
+        name=node.name,
+        then_branch=helper.make_graph(
+            [helper.make_node("Identity", [data], [v + "out"])], "no_data", [], [out]
+        ),
+        else_branch=helper.make_graph([reshaped], "data", [], [out]),
+    )
 
 
 def _place(graph: onnx.GraphProto, items: Iterator[onnx.NodeProto | onnx.TensorProto]) -> None:
