@@ -39,7 +39,6 @@ FIXED_IN = (1, 32)
 _FIELD = b'"\tScatterND'
 """How a NodeProto serializes ``op_type = "ScatterND"`` (field 4, length 9): a cheap first look."""
 
-_REDUCERS = {"add": "ReduceSum", "mul": "ReduceProd", "max": "ReduceMax", "min": "ReduceMin"}
 
 
 def _version(text: str) -> tuple[int, int]:
@@ -73,8 +72,9 @@ CRASH_NOTE = (
 )
 
 
-def _shapes(model: onnx.ModelProto) -> dict[str, list[int | None]]:
-    """Static shapes of ``model``'s values (onnx's shape inference on the model without its weights)."""
+def _shapes(model: onnx.ModelProto) -> tuple[dict[str, list[int | None]], dict[str, int]]:
+    """Static shapes and element types of ``model``'s values (onnx's shape inference on the model without
+    its weights)."""
     from .weightless import without_weights
 
     try:
@@ -84,25 +84,32 @@ def _shapes(model: onnx.ModelProto) -> dict[str, list[int | None]]:
         inferred = model
     graph = inferred.graph
     shapes: dict[str, list[int | None]] = {t.name: [int(d) for d in t.dims] for t in model.graph.initializer}
+    types: dict[str, int] = {t.name: int(t.data_type) for t in model.graph.initializer}
     for value in (*graph.input, *graph.value_info, *graph.output):
         t = value.type.tensor_type
+        if t.elem_type:
+            types.setdefault(value.name, int(t.elem_type))
         if t.HasField("shape"):
             shapes.setdefault(
                 value.name, [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
             )
-    return shapes
+    return shapes, types
 
 
 def empty_tuple_nodes(model: onnx.ModelProto) -> dict[int, int]:
     """Positions of the main graph's ScatterND nodes whose indices' last dimension is 0 (with their
     indices' rank) or may be 0 at run time (with minus their indices' rank), and whose data may have rank
     1 or more (onnxruntime refuses rank 0 before it divides)."""
+    return _empty_tuple_nodes(model)[0]
+
+
+def _empty_tuple_nodes(model: onnx.ModelProto) -> tuple[dict[int, int], dict[str, int]]:
     candidates = [
         k for k, n in enumerate(model.graph.node) if n.op_type == "ScatterND" and n.domain in ("", "ai.onnx")
     ]
     if not candidates:
-        return {}
-    shapes = _shapes(model)
+        return {}, {}
+    shapes, types = _shapes(model)
     found: dict[int, int] = {}
     for k in candidates:
         node = model.graph.node[k]
@@ -119,41 +126,104 @@ def empty_tuple_nodes(model: onnx.ModelProto) -> dict[int, int]:
             found[k] = len(indices)
         elif depth is None:
             found[k] = -len(indices)  # 0 or not only at run time: guarded by an If
-    return found
+    return found, types
 
 
 def _opset(model: onnx.ModelProto) -> int:
     return max((int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx")), default=1)
 
 
+def refused_type(elem_type: int | None, reduction: str) -> bool:
+    """Whether onnxruntime's ScatterND kernel refuses ``reduction`` on data of ``elem_type`` (float16 and
+    bfloat16 with any reduction, bool with max and min; measured on 1.24 and 1.32 at a nonzero depth)."""
+    if reduction == "none" or elem_type is None:
+        return False
+    narrow = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
+    return elem_type in narrow or (elem_type == onnx.TensorProto.BOOL and reduction in ("max", "min"))
+
+
+def _fold_body(node: onnx.NodeProto, updates: str, v: str) -> onnx.GraphProto:
+    """A Loop body folding update row ``i`` (of the outer ``updates`` rows, ``[tuples, size]``) into the
+    accumulated row (``[1, size]``) with ``node`` itself at a depth of 1 (one index tuple ``[0]``): each
+    element is combined by onnxruntime's own kernel, as it combines them at depth 0 (``ReduceMax`` keeps a
+    NaN the kernel drops, ``Where`` writes -0 as 0, ``ReduceSum`` may add in another order)."""
+    i, cond, acc = v + "i", v + "cond", v + "acc"
+    step = onnx.NodeProto()
+    step.CopyFrom(node)
+    step.name = ""
+    step.input[:] = [acc, v + "one_tuple", v + "row"]
+    step.output[:] = [v + "acc_next"]
+    nodes = [
+        helper.make_node("Identity", [cond], [v + "cond_next"]),
+        helper.make_node("Reshape", [i, v + "one"], [v + "i1"]),
+        helper.make_node("Gather", [updates, v + "i1"], [v + "row"], axis=0),  # [1, size]
+        step,
+    ]
+    return helper.make_graph(
+        nodes,
+        "fold",
+        [
+            helper.make_tensor_value_info(i, onnx.TensorProto.INT64, []),
+            helper.make_tensor_value_info(cond, onnx.TensorProto.BOOL, []),
+            helper.make_value_info(acc, onnx.TypeProto()),
+        ],
+        [
+            helper.make_tensor_value_info(v + "cond_next", onnx.TensorProto.BOOL, []),
+            helper.make_value_info(v + "acc_next", onnx.TypeProto()),
+        ],
+        [
+            numpy_helper.from_array(np.zeros((1, 1), np.int64), v + "one_tuple"),
+            numpy_helper.from_array(np.array([1], np.int64), v + "one"),
+        ],
+    )
+
+
 def _replacement(
-    node: onnx.NodeProto, prefix: str, opset: int, indices_rank: int
+    node: onnx.NodeProto, prefix: str, opset: int, indices_rank: int, elem_type: int | None = None
 ) -> Iterator[onnx.NodeProto | onnx.TensorProto]:
     """The nodes (and constant tensors) computing ``node`` with ONNX semantics: the data and each update
-    as rows of one matrix (``Flatten`` keeps empty dimensions, where ``Reshape`` would read a 0 as "copy"),
-    the last row (no reduction) or the rows reduced, in the data's shape."""
+    as rows (``Flatten`` keeps empty dimensions, where ``Reshape`` would read a 0 as "copy"), the last row
+    (no reduction) or the rows folded one after the other into the data as onnxruntime's kernel combines
+    them (a ``Loop``: ``ReduceSum`` may add in another order, ``ReduceMax`` keeps NaN), in the data's
+    shape. A reduction onnxruntime's kernel refuses for the type is left to the kernel at a depth of 1,
+    where it gives its own error without dividing by 0."""
     data, updates = node.input[0], node.input[2]
     reduction = next((a.s.decode() for a in node.attribute if a.name == "reduction"), "none")
     v = f"{prefix}/"
+    if refused_type(elem_type, reduction):
+        yield numpy_helper.from_array(np.zeros((1, 1), np.int64), v + "one_tuple")
+        yield numpy_helper.from_array(np.array([0], np.int64), v + "zero")
+        yield numpy_helper.from_array(np.array([1], np.int64), v + "one")
+        yield helper.make_node("Slice", [data, v + "zero", v + "one", v + "zero"], [v + "first"])
+        refused = onnx.NodeProto()
+        refused.CopyFrom(node)
+        refused.input[:] = [data, v + "one_tuple", v + "first"]
+        yield refused
+        return
     yield helper.make_node("Flatten", [data], [v + "d"], axis=0)  # [1, size]
     yield helper.make_node("Flatten", [updates], [v + "u"], axis=indices_rank - 1)  # [tuples, size]
-    yield helper.make_node("Concat", [v + "d", v + "u"], [v + "rows"], axis=0)
     if reduction == "none":
+        yield helper.make_node("Concat", [v + "d", v + "u"], [v + "rows"], axis=0)
         yield numpy_helper.from_array(np.array(-1, np.int64), v + "last")
         yield helper.make_node("Gather", [v + "rows", v + "last"], [v + "flat"], axis=0)
     else:
-        op = _REDUCERS[reduction]
-        if opset >= (13 if op == "ReduceSum" else 18):
-            yield numpy_helper.from_array(np.array([0], np.int64), v + "axes")
-            yield helper.make_node(op, [v + "rows", v + "axes"], [v + "flat"], keepdims=0)
-        else:
-            yield helper.make_node(op, [v + "rows"], [v + "flat"], keepdims=0, axes=[0])
+        yield numpy_helper.from_array(np.array(0, np.int64), v + "first_axis")
+        yield helper.make_node("Shape", [v + "u"], [v + "ushape"])
+        yield helper.make_node("Gather", [v + "ushape", v + "first_axis"], [v + "tuples"], axis=0)
+        yield helper.make_node(
+            "Loop",  # not Scan: onnxruntime's Scan fails on 0 rows
+            [v + "tuples", "", v + "d"],
+            [v + "flat"],
+            body=_fold_body(node, v + "u", v + "fold/"),
+        )
     yield helper.make_node("Shape", [data], [v + "shape"])
     zero = {"allowzero": 1} if opset >= 14 else {}
     yield helper.make_node("Reshape", [v + "flat", v + "shape"], [node.output[0]], name=node.name, **zero)
 
 
-def _guarded(graph: onnx.GraphProto, node: onnx.NodeProto, prefix: str, opset: int, rank: int) -> None:
+def _guarded(
+    graph: onnx.GraphProto, node: onnx.NodeProto, prefix: str, opset: int, rank: int, elem_type: int | None
+) -> None:
     """Append to ``graph`` ``node`` behind an If on its indices' last dimension: 0 takes the ONNX
     operators of :func:`_replacement`, anything else the node itself (onnxruntime runs one branch)."""
     v = f"{prefix}/"
@@ -175,7 +245,7 @@ def _guarded(graph: onnx.GraphProto, node: onnx.NodeProto, prefix: str, opset: i
     inner.CopyFrom(node)
     inner.output[0] = v + "out"
     inner.name = ""
-    then_items = list(_replacement(inner, v + "then", opset, rank))
+    then_items = list(_replacement(inner, v + "then", opset, rank, elem_type))
     then_graph = helper.make_graph(
         [i for i in then_items if isinstance(i, onnx.NodeProto)],
         "empty_tuples",
@@ -199,7 +269,7 @@ def _guarded(graph: onnx.GraphProto, node: onnx.NodeProto, prefix: str, opset: i
 def without_empty_tuples(model: onnx.ModelProto) -> onnx.ModelProto | None:
     """A copy of ``model`` with every ScatterND of empty index tuples in its main graph computed by other
     ONNX operators, or None when it has none. ``model`` is not modified."""
-    ranks = empty_tuple_nodes(model)
+    ranks, types = _empty_tuple_nodes(model)
     positions = set(ranks)
     if not positions:
         return None
@@ -219,13 +289,13 @@ def without_empty_tuples(model: onnx.ModelProto) -> onnx.ModelProto | None:
             j += 1
             prefix = f"dmlshim_scatternd_{k}_{j}"
         if ranks[k] > 0:
-            for item in _replacement(node, prefix, opset, ranks[k]):
+            for item in _replacement(node, prefix, opset, ranks[k], types.get(node.input[0])):
                 if isinstance(item, onnx.TensorProto):
                     out.graph.initializer.append(item)
                 else:
                     out.graph.node.append(item)
         else:
-            _guarded(out.graph, node, prefix, opset, -ranks[k])
+            _guarded(out.graph, node, prefix, opset, -ranks[k], types.get(node.input[0]))
     logger.info(
         "ScatterND with empty index tuples (%s) computed from ONNX operators: onnxruntime < %d.%d crashes",
         ", ".join(model.graph.node[k].name or f"#{k}" for k in sorted(positions)),
@@ -312,6 +382,17 @@ def scatter_nd_empty_tuples(
             value=list(updates.shape),
             rule="ONNX ScatterND: updates.shape == indices.shape[:-1] + data.shape[indices.shape[-1]:]",
         )
+    elem = helper.np_dtype_to_tensor_dtype(data.dtype) if data.dtype.kind in "biuf" else None
+    if elem is None and data.dtype.itemsize == 2 and data.dtype.kind == "V":
+        elem = onnx.TensorProto.BFLOAT16  # ml_dtypes' bfloat16
+    if refused_type(elem, reduction):
+        raise BadInputError(
+            f"ScatterND: {data.dtype} data is not supported when reduction is {reduction!r} (onnxruntime's "
+            "kernel refuses it)",
+            op_type="ScatterND",
+            value=reduction,
+            rule="onnxruntime's ScatterND reductions: no float16 or bfloat16; max and min not on bool",
+        )
     rows = updates.reshape((int(np.prod(indices.shape[:-1])), *data.shape))
     out = np.array(data, copy=True)
     for row in rows:
@@ -321,8 +402,8 @@ def scatter_nd_empty_tuples(
             out = out + row
         elif reduction == "mul":
             out = out * row
-        elif reduction == "max":
-            out = np.maximum(out, row)
+        elif reduction == "max":  # onnxruntime's kernel: NaN is not kept (np.maximum keeps it)
+            out = np.where(row < out, out, row)
         elif reduction == "min":
-            out = np.minimum(out, row)
+            out = np.where(out < row, out, row)
     return out.astype(data.dtype, copy=False)
