@@ -32,11 +32,15 @@ CASES: list[tuple[str, int, np.ndarray, np.ndarray]] = [
      np.array([[1, NAN, 0.0, -0.0], [2, 3, -0.0, 0.0]], np.float32)),
     ("min", TensorProto.FLOAT, np.array([NAN, 1, 0.0, -0.0], np.float32),
      np.array([[1, NAN, -0.0, 1e30], [2, 3, 0.0, 2.5]], np.float32)),
-    ("min", TensorProto.DOUBLE, np.array([-0.0, 7], np.float64), np.array([[1e30, NAN], [2.5, 4]], np.float64)),
-    ("add", TensorProto.INT8, np.array([100, -128, 5], np.int8), np.array([[100, -1, 5], [100, 2, 5]], np.int8)),
+    ("min", TensorProto.DOUBLE, np.array([-0.0, 7], np.float64),
+     np.array([[1e30, NAN], [2.5, 4]], np.float64)),
+    ("add", TensorProto.INT8, np.array([100, -128, 5], np.int8),
+     np.array([[100, -1, 5], [100, 2, 5]], np.int8)),
     ("mul", TensorProto.UINT16, np.array([300, 7], np.uint16), np.array([[300, 9], [3, 65535]], np.uint16)),
-    ("max", TensorProto.UINT64, np.array([2**63 + 5, 1], np.uint64), np.array([[2**63 + 1, 2**64 - 1]], np.uint64)),
-    ("add", TensorProto.BOOL, np.array([True, False, False]), np.array([[False, False, True], [True, False, True]])),
+    ("max", TensorProto.UINT64, np.array([2**63 + 5, 1], np.uint64),
+     np.array([[2**63 + 1, 2**64 - 1]], np.uint64)),
+    ("add", TensorProto.BOOL, np.array([True, False, False]),
+     np.array([[False, False, True], [True, False, True]])),
     ("add", TensorProto.FLOAT, np.array([1.0, -0.0], np.float32), np.zeros((0, 2), np.float32)),
 ]  # fmt: skip
 
@@ -79,7 +83,10 @@ def _feeds(data: np.ndarray, updates: np.ndarray) -> dict[str, np.ndarray]:
 
 def _same(got: Any, want: np.ndarray) -> None:
     got = np.asarray(got)
-    assert got.dtype == want.dtype and got.shape == want.shape and got.tobytes() == want.tobytes(), (got, want)
+    assert got.dtype == want.dtype and got.shape == want.shape and got.tobytes() == want.tobytes(), (
+        got,
+        want,
+    )
 
 
 @pytest.mark.parametrize("case", range(len(CASES)))

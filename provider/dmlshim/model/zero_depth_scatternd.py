@@ -40,7 +40,6 @@ _FIELD = b'"\tScatterND'
 """How a NodeProto serializes ``op_type = "ScatterND"`` (field 4, length 9): a cheap first look."""
 
 
-
 def _version(text: str) -> tuple[int, int]:
     parts = [int("".join(c for c in p if c.isdigit()) or 0) for p in text.split(".")[:2]]
     return (parts[0], parts[1]) if len(parts) == 2 else (0, 0)
