@@ -115,7 +115,12 @@ def probe_model(
 
 
 def probe_session(model: onnx.ModelProto | bytes | str, so: Any) -> Any:
-    """onnxruntime's session of a probe model with ``so`` (its file outputs off while it is built)."""
+    """onnxruntime's session of a probe model with ``so`` (its file outputs off while it is built); in
+    onnxruntime's ORT format when ``so`` says every model is one (``session.load_model_format``)."""
+    from .ort_format import is_ort_format, ort_format_bytes
+
+    if is_ort_format(None, so):
+        model = ort_format_bytes(model)
     with _quiet(so):
         return OrtInferenceSession(model, so, providers=["CPUExecutionProvider"])
 
