@@ -257,3 +257,84 @@ def test_external_bfloat16_weights_given_through_the_options(tmp_path: Any, way:
     got = dmlshim.InferenceSession(path, options()).run(None, feeds)[0]
     assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
     assert want[0, 0] == (1.0 if way == "files_in_memory" else 1.0078125)
+
+
+def _conv_batchnorm() -> bytes:
+    """Conv then BatchNormalization (fused by onnxruntime at build from the model's scale), then a Gather
+    of the flattened result."""
+    w = np.array([[[[0.5]]], [[[-1.5]]]], np.float32)
+    stats = [("sc", [1.0, 2.0]), ("bi", [0.0, 1.0]), ("mu", [0.0, 0.0]), ("var", [1.0, 1.0])]
+    return _model(
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"]),
+            helper.make_node("BatchNormalization", ["c", "sc", "bi", "mu", "var"], ["b"]),
+            helper.make_node("Flatten", ["b"], ["f"], axis=0),
+            helper.make_node("Gather", ["f", "i"], ["y"], axis=1),
+        ],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 2, 2])],
+        [
+            numpy_helper.from_array(w, "w"),
+            *(numpy_helper.from_array(np.array(v, np.float32), n) for n, v in stats),
+            numpy_helper.from_array(np.array([0, 7], np.int64), "i"),
+        ],
+        ["y"],
+    )
+
+
+def _matmul_scale() -> bytes:
+    """``Mul(MatMul(x, W), s)``: onnxruntime's MatMulScaleFusion folds the model's ``s`` into the MatMul."""
+    return _model(
+        [
+            helper.make_node("MatMul", ["x", "w"], ["m"]),
+            helper.make_node("Mul", ["m", "s"], ["ms"]),
+            helper.make_node("Gather", ["ms", "i"], ["y"], axis=1),
+        ],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [
+            numpy_helper.from_array(np.ones((3, 4), np.float32), "w"),
+            numpy_helper.from_array(np.array(2, np.float32), "s"),
+            numpy_helper.from_array(np.array([0, 3], np.int64), "i"),
+        ],
+        ["y"],
+    )
+
+
+@pytest.mark.parametrize("engine", ["partitioned", "cpu"])
+@pytest.mark.parametrize("level", [None, ort.GraphOptimizationLevel.ORT_DISABLE_ALL])
+@pytest.mark.parametrize("case", ["conv_batchnorm", "matmul_scale"])
+def test_an_added_value_onnxruntimes_fusions_consume_at_build(engine: str, level: Any, case: str) -> None:
+    """Was a silent difference: dmlshim used the added scale, onnxruntime's fused node the model's own (its
+    fusions run before added values are applied, and leave no node reading the name); with optimizations
+    off onnxruntime reads the added value, and anew after update_inplace."""
+    model, name, feeds, added, updated = {
+        "conv_batchnorm": (
+            _conv_batchnorm(),
+            "sc",
+            {"x": np.ones((1, 1, 2, 2), np.float32)},
+            [3, 4],
+            [-1, 5],
+        ),
+        "matmul_scale": (_matmul_scale(), "s", {"x": np.ones((2, 3), np.float32)}, 3, -1),
+    }[case]
+
+    def values() -> dict[str, Any]:
+        return {name: ort.OrtValue.ortvalue_from_numpy(np.array(added, np.float32))}
+
+    def update(held: dict[str, Any]) -> None:
+        held[name].update_inplace(np.array(updated, np.float32))
+
+    def make(library: Any) -> Callable[[Any], Any]:
+        def build(so: Any) -> Any:
+            if level is not None:
+                so.graph_optimization_level = level
+            if library is ort:
+                return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+            return dmlshim.InferenceSession(model, so, engine=engine)
+
+        return build
+
+    want = _runs(make(ort), values, [update], feeds)
+    got = _runs(make(dmlshim), values, [update], feeds)
+    for w, g in zip(want, got, strict=True):
+        assert [a.tobytes() for a in w] == [b.tobytes() for b in g], (w, g)
+    assert (want[0][0].tobytes() == want[1][0].tobytes()) == (level is None)  # fused: the update is unseen

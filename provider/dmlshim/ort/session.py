@@ -18,6 +18,7 @@ from ..execute.plan.sessions import terminated
 from ..execute.record import RunRecord
 from ..execute.weights.added_initializers import added_initializers, with_initializers
 from ..execute.weights.folded_reads import keep_model_values_where_folded
+from ..execute.weights.fused_reads import without_fused
 from ..execute.weights.live_initializers import LiveReader, live_engine_model
 from ..execute.weights.model_source import LoadedModel, ModelSource, load_model, typed_outputs
 from ..execute.weights.ort_format import (
@@ -213,6 +214,7 @@ class InferenceSession(SessionRuns, SessionQueries, OrtSessionAttributes):
                 if loaded.added is not None
                 else added_initializers(loaded.proto, self._adding_options, loaded.supplied)
             )
+            self._added = without_fused(self._added, loaded, self._options)
             self._model = (
                 with_initializers(loaded.proto, self._added.values) if self._added.values else loaded.proto
             )
