@@ -259,9 +259,10 @@ def test_external_bfloat16_weights_given_through_the_options(tmp_path: Any, way:
     assert want[0, 0] == (1.0 if way == "files_in_memory" else 1.0078125)
 
 
-def _conv_batchnorm() -> bytes:
+def _conv_batchnorm(scale_read_too: bool = False) -> bytes:
     """Conv then BatchNormalization (fused by onnxruntime at build from the model's scale), then a Gather
-    of the flattened result."""
+    of the flattened result; ``scale_read_too``: a Gather of the scale itself as well (it reads the added
+    value, anew on every run, while the fused Conv keeps the model's)."""
     w = np.array([[[[0.5]]], [[[-1.5]]]], np.float32)
     stats = [("sc", [1.0, 2.0]), ("bi", [0.0, 1.0]), ("mu", [0.0, 0.0]), ("var", [1.0, 1.0])]
     return _model(
@@ -270,14 +271,16 @@ def _conv_batchnorm() -> bytes:
             helper.make_node("BatchNormalization", ["c", "sc", "bi", "mu", "var"], ["b"]),
             helper.make_node("Flatten", ["b"], ["f"], axis=0),
             helper.make_node("Gather", ["f", "i"], ["y"], axis=1),
+            *([helper.make_node("Gather", ["sc", "i0"], ["z"], axis=0)] if scale_read_too else []),
         ],
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 2, 2])],
         [
             numpy_helper.from_array(w, "w"),
             *(numpy_helper.from_array(np.array(v, np.float32), n) for n, v in stats),
             numpy_helper.from_array(np.array([0, 7], np.int64), "i"),
+            numpy_helper.from_array(np.array([1, 0], np.int64), "i0"),
         ],
-        ["y"],
+        ["y", "z"] if scale_read_too else ["y"],
     )
 
 
@@ -301,7 +304,7 @@ def _matmul_scale() -> bytes:
 
 @pytest.mark.parametrize("engine", ["partitioned", "cpu"])
 @pytest.mark.parametrize("level", [None, ort.GraphOptimizationLevel.ORT_DISABLE_ALL])
-@pytest.mark.parametrize("case", ["conv_batchnorm", "matmul_scale"])
+@pytest.mark.parametrize("case", ["conv_batchnorm", "matmul_scale", "conv_batchnorm_scale_read"])
 def test_an_added_value_onnxruntimes_fusions_consume_at_build(engine: str, level: Any, case: str) -> None:
     """Was a silent difference: dmlshim used the added scale, onnxruntime's fused node the model's own (its
     fusions run before added values are applied, and leave no node reading the name); with optimizations
@@ -315,6 +318,13 @@ def test_an_added_value_onnxruntimes_fusions_consume_at_build(engine: str, level
             [-1, 5],
         ),
         "matmul_scale": (_matmul_scale(), "s", {"x": np.ones((2, 3), np.float32)}, 3, -1),
+        "conv_batchnorm_scale_read": (
+            _conv_batchnorm(True),
+            "sc",
+            {"x": np.ones((1, 1, 2, 2), np.float32)},
+            [3, 4],
+            [-1, 5],
+        ),
     }[case]
 
     def values() -> dict[str, Any]:

@@ -18,7 +18,7 @@ from ..execute.plan.sessions import terminated
 from ..execute.record import RunRecord
 from ..execute.weights.added_initializers import added_initializers, with_initializers
 from ..execute.weights.folded_reads import keep_model_values_where_folded
-from ..execute.weights.fused_reads import without_fused
+from ..execute.weights.fused_reads import fused_reads, keep_model_values_where_fused
 from ..execute.weights.live_initializers import LiveReader, live_engine_model
 from ..execute.weights.model_source import LoadedModel, ModelSource, load_model, typed_outputs
 from ..execute.weights.ort_format import (
@@ -214,7 +214,8 @@ class InferenceSession(SessionRuns, SessionQueries, OrtSessionAttributes):
                 if loaded.added is not None
                 else added_initializers(loaded.proto, self._adding_options, loaded.supplied)
             )
-            self._added = without_fused(self._added, loaded, self._options)
+            fused = fused_reads(self._added, loaded, self._options)
+            self._added = fused.added
             self._model = (
                 with_initializers(loaded.proto, self._added.values) if self._added.values else loaded.proto
             )
@@ -226,6 +227,7 @@ class InferenceSession(SessionRuns, SessionQueries, OrtSessionAttributes):
                 set(self._added.values) - set(self._added.external) - set(loaded.supplied),
                 folding=self._constant_folding(),
             )
+            self._model = keep_model_values_where_fused(self._model, loaded.proto, fused.readers)
             self._write_optimized_model()
             self._live_model(loaded, self._adding_options)
             self._engine: Engine = self._build_engine()
