@@ -348,3 +348,33 @@ def test_an_added_value_onnxruntimes_fusions_consume_at_build(engine: str, level
     for w, g in zip(want, got, strict=True):
         assert [a.tobytes() for a in w] == [b.tobytes() for b in g], (w, g)
     assert (want[0][0].tobytes() == want[1][0].tobytes()) == (level is None)  # fused: the update is unseen
+
+
+@pytest.mark.parametrize("name", ["w", "bias"])
+def test_matmul_and_add_fused_into_a_gemm_read_the_added_values(name: str) -> None:
+    """onnxruntime's Gemm made of MatMul+Add reads both added values by name (its weight packed with the
+    value added at build): no fused node computed with the model's own."""
+    model = _model(
+        [
+            helper.make_node("MatMul", ["x", "w"], ["mm"]),
+            helper.make_node("Add", ["mm", "bias"], ["a"]),
+            helper.make_node("Gather", ["a", "i"], ["y"], axis=1),
+        ],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [
+            numpy_helper.from_array(np.ones((3, 4), np.float32), "w"),
+            numpy_helper.from_array(np.arange(4, dtype=np.float32), "bias"),
+            numpy_helper.from_array(np.array([0, 3], np.int64), "i"),
+        ],
+        ["y"],
+    )
+    shape = (3, 4) if name == "w" else (4,)
+
+    def added() -> dict[str, Any]:
+        return {name: ort.OrtValue.ortvalue_from_numpy(np.full(shape, 2, np.float32))}
+
+    def update(values: dict[str, Any]) -> None:
+        values[name].update_inplace(np.full(shape, -1, np.float32))
+
+    want = _compare(model, added, [update], {"x": np.ones((2, 3), np.float32)}, "partitioned")
+    assert want[0][0].tolist() == ([[6.0, 9.0]] * 2 if name == "w" else [[5.0, 5.0]] * 2)

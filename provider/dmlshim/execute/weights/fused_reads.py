@@ -10,8 +10,9 @@ run; the fused one never does (measured on onnxruntime 1.24 and 1.32).
 
 onnxruntime is asked: it optimizes the model (with its own values, at the caller's level) into a private
 temporary folder. A top-level node reading an added initializer whose outputs no node of the optimized
-graph produces while reading that initializer was fused away: it is pointed at a copy of the model's own
-value. An initializer no optimized node reads at all is not replaced (the added value is read by nothing).
+graph produces while reading that initializer, when no new node of the optimized graph reads it, was
+fused away: it is pointed at a copy of the model's own value. An initializer no optimized node reads at
+all is not replaced (the added value is read by nothing).
 """
 
 from __future__ import annotations
@@ -69,14 +70,19 @@ def _read_names(graph: onnx.GraphProto) -> set[str]:
 def fused_readers(
     graph: onnx.GraphProto, optimized: onnx.GraphProto, names: Collection[str]
 ) -> dict[int, set[str]]:
-    """Positions of ``graph``'s top-level nodes reading one of ``names`` that ``optimized`` fused away
-    (no node there produces their outputs while reading that name), with the names each reads so."""
-    kept = {(i, tuple(n.output)) for n in optimized.node for i in n.input}
-    wanted = set(names)
+    """Positions of ``graph``'s top-level nodes reading one of ``names`` that ``optimized`` fused away, with
+    the names each reads so. A reader is gone when no optimized node makes its outputs reading that name;
+    it was fused with the model's value only when no new optimized node reads the name either (MatMul and
+    Add become a Gemm that reads the MatMul's weight by name: the added value, as the MatMul would)."""
     found: dict[int, set[str]] = {}
-    for k, node in enumerate(graph.node):
-        for name in wanted.intersection(node.input):
-            if (name, tuple(node.output)) not in kept:
+    for name in set(names):
+        original = {(k, tuple(n.output)) for k, n in enumerate(graph.node) if name in n.input}
+        outputs = {o for _, o in original}
+        readers = {tuple(n.output) for n in optimized.node if name in n.input}
+        if readers - outputs:
+            continue  # a new node reads it: which reader it stands for is not known
+        for k, out in original:
+            if out not in readers:
                 found.setdefault(k, set()).add(name)
     return found
 
