@@ -378,3 +378,76 @@ def test_matmul_and_add_fused_into_a_gemm_read_the_added_values(name: str) -> No
 
     want = _compare(model, added, [update], {"x": np.ones((2, 3), np.float32)}, "partitioned")
     assert want[0][0].tolist() == ([[6.0, 9.0]] * 2 if name == "w" else [[5.0, 5.0]] * 2)
+
+
+def _identity_model(kind: str) -> bytes:
+    """Indices ``k`` (added) through Identity nodes, which onnxruntime eliminates before it folds: the
+    Gather reading ``Identity(k)`` reads the added value; ``Neg(Identity(k))`` is folded with the model's."""
+    nodes = [helper.make_node("Identity", ["k"], ["kk"])]
+    outs = ["y"]
+    if kind == "chain":
+        nodes += [
+            helper.make_node("Identity", ["kk"], ["k3"]),
+            helper.make_node("Gather", ["x", "k3"], ["y"], axis=0),
+        ]
+    else:  # folded and direct
+        nodes += [
+            helper.make_node("Neg", ["kk"], ["nk"]),
+            helper.make_node("Gather", ["x", "nk"], ["y"], axis=0),
+            helper.make_node("Gather", ["x", "kk"], ["z"], axis=0),
+        ]
+        outs.append("z")
+    return _model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [numpy_helper.from_array(np.array([0, 3], np.int64), "k")],
+        outs,
+    )
+
+
+def _conv_then(op: str) -> bytes:
+    """Conv then Add or Mul of a per-channel constant ``k`` (fused into the Conv with the model's ``k``)."""
+    return _model(
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"]),
+            helper.make_node(op, ["c", "k"], ["b"]),
+            helper.make_node("Flatten", ["b"], ["f"], axis=0),
+            helper.make_node("Gather", ["f", "i"], ["y"], axis=1),
+        ],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 2, 2])],
+        [
+            numpy_helper.from_array(np.array([[[[0.5]]], [[[-1.5]]]], np.float32), "w"),
+            numpy_helper.from_array(np.array([2, 3], np.float32).reshape(2, 1, 1), "k"),
+            numpy_helper.from_array(np.array([0, 7], np.int64), "i"),
+        ],
+        ["y"],
+    )
+
+
+@pytest.mark.parametrize("case", ["identity_chain", "identity_folded_and_direct", "conv_add", "conv_mul"])
+def test_values_read_through_eliminated_identities_and_fused_convolutions(case: str) -> None:
+    """Were silent differences: dmlshim folded ``Identity(k)`` with the model's ``k`` (onnxruntime removes
+    the Identity, so its reader gets the added value, anew each run), and used the added ``k`` of a
+    Conv+Add/Mul onnxruntime fuses with the model's."""
+    if case.startswith("identity"):
+        model, feeds = _identity_model(case.removeprefix("identity_")), {"x": np.arange(4, dtype=np.float32)}
+        first, then = np.array([1, 2], np.int64), np.array([3, 3], np.int64)
+    else:
+        model, feeds = (
+            _conv_then(case.removeprefix("conv_").title()),
+            {"x": np.ones((1, 1, 2, 2), np.float32)},
+        )
+        first, then = (
+            np.array([5, 7], np.float32).reshape(2, 1, 1),
+            np.array([-1, 1], np.float32).reshape(2, 1, 1),
+        )
+
+    def added() -> dict[str, Any]:
+        return {"k": ort.OrtValue.ortvalue_from_numpy(first.copy())}
+
+    def update(values: dict[str, Any]) -> None:
+        values["k"].update_inplace(then.copy())
+
+    want = _compare(model, added, [update], feeds, "partitioned")
+    changed = want[0][-1].tobytes() != want[1][-1].tobytes()
+    assert changed == case.startswith("identity")  # the fused Conv never sees the added value

@@ -8,6 +8,8 @@ are all constant initializers with the model's own values, and only the nodes le
 added one. (``add_external_initializers`` replaces the tensors before the optimizations: every node reads
 its values.) dmlshim puts the added values into the model every engine runs, so the nodes onnxruntime
 folds are pointed at a copy of the model's own value instead (:func:`keep_model_values_where_folded`).
+Identity nodes are eliminated before folding: a node reading ``Identity(w)`` reads ``w`` (the added value,
+unless that node is folded).
 """
 
 from __future__ import annotations
@@ -53,7 +55,29 @@ def folded_nodes(graph: onnx.GraphProto) -> set[int]:
             continue
         folded.add(position)
         constant.update(o for o in node.output if o)
-    return folded
+    return _without_eliminated_identities(graph, folded)
+
+
+def _without_eliminated_identities(graph: onnx.GraphProto, folded: set[int]) -> set[int]:
+    """``folded`` without the Identity nodes onnxruntime's identity elimination removes first (all but
+    those making a graph output): their readers read the Identity's input itself (:func:`identity_roots`)."""
+    outputs = {o.name for o in graph.output}
+    return {
+        k
+        for k in folded
+        if graph.node[k].op_type != "Identity"
+        or graph.node[k].domain not in ("", "ai.onnx")
+        or set(graph.node[k].output) & outputs
+    }
+
+
+def identity_roots(graph: onnx.GraphProto) -> dict[str, str]:
+    """The value each Identity output of ``graph`` stands for once identities are eliminated."""
+    roots: dict[str, str] = {}
+    for node in graph.node:
+        if node.op_type == "Identity" and node.domain in ("", "ai.onnx") and node.input and node.output:
+            roots[node.output[0]] = roots.get(node.input[0], node.input[0])
+    return roots
 
 
 def keep_model_values_where_folded(
@@ -68,7 +92,8 @@ def keep_model_values_where_folded(
     if not folding or not names:
         return model
     folded = folded_nodes(model.graph)
-    reads = {i for k in folded for i in model.graph.node[k].input if i in names}
+    roots = identity_roots(model.graph)  # a folded node reading Identity(w) reads w once it is eliminated
+    reads = {roots.get(i, i) for k in folded for i in model.graph.node[k].input if roots.get(i, i) in names}
     if not reads:
         return model
     copies = copy_names(model.graph, sorted(reads))
@@ -77,8 +102,8 @@ def keep_model_values_where_folded(
     for k, node in enumerate(out.graph.node):
         if k in folded:
             for j, name in enumerate(node.input):
-                if name in reads:
-                    node.input[j] = copies[name]
+                if roots.get(name, name) in reads:
+                    node.input[j] = copies[roots.get(name, name)]
     out.graph.initializer.extend(model.graph.initializer)
     for tensor in original.graph.initializer:
         if tensor.name in reads:
