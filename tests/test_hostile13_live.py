@@ -451,3 +451,40 @@ def test_values_read_through_eliminated_identities_and_fused_convolutions(case: 
     want = _compare(model, added, [update], feeds, "partitioned")
     changed = want[0][-1].tobytes() != want[1][-1].tobytes()
     assert changed == case.startswith("identity")  # the fused Conv never sees the added value
+
+
+@pytest.mark.parametrize("branch", [True, False])
+def test_a_node_folded_inside_an_if_branch_reads_the_models_value(branch: bool) -> None:
+    """onnxruntime folds ``Neg(k)`` inside the then-branch with the model's ``k`` (dmlshim folded only the
+    main graph's nodes: the branch read the added value); the else-branch's Gather reads the added ``k``."""
+    then = helper.make_graph(
+        [helper.make_node("Neg", ["k"], ["nk"]), helper.make_node("Gather", ["x", "nk"], ["t"], axis=0)],
+        "then",
+        [],
+        [helper.make_value_info("t", onnx.TypeProto())],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Gather", ["x", "k"], ["e"], axis=0)],
+        "else",
+        [],
+        [helper.make_value_info("e", onnx.TypeProto())],
+    )
+    model = _model(
+        [helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)],
+        [
+            helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]),
+        ],
+        [numpy_helper.from_array(np.array([0, 3], np.int64), "k")],
+        ["y"],
+    )
+
+    def added() -> dict[str, Any]:
+        return {"k": ort.OrtValue.ortvalue_from_numpy(np.array([1, 2], np.int64))}
+
+    def update(values: dict[str, Any]) -> None:
+        values["k"].update_inplace(np.array([3, 3], np.int64))
+
+    feeds = {"x": np.arange(4, dtype=np.float32), "c": np.array(branch)}
+    want = _compare(model, added, [update], feeds, "partitioned")
+    assert want[1][0].tolist() == ([0.0, 1.0] if branch else [3.0, 3.0])
