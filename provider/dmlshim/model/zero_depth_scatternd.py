@@ -12,8 +12,9 @@ validate's reference, the custom-op engine's session, inspect's runs, the accept
 :func:`guarded_model_source` first: each such node, in the main graph or in any If/Loop/Scan body
 (nested), is replaced by ONNX operators that compute ONNX's answer whatever the ranks: the data and the
 ``n`` updates as the rows of one matrix, its last row with no reduction (the last update wins; the data
-itself when ``n = 0``), else the rows reduced by ``ReduceSum``/``ReduceProd``/``ReduceMax``/``ReduceMin``,
-reshaped to the data's shape. Where the indices' last dimension (or their rank) is known only at run time,
+itself when ``n = 0``), else the update rows folded into the data row one after the other by the
+ScatterND itself at a depth of 1 (a Loop), so each element is combined by onnxruntime's own kernel, bit for
+bit as onnxruntime 1.32 combines them at depth 0; reshaped to the data's shape. Where the indices' last dimension (or their rank) is known only at run time,
 the node sits behind an If on that dimension (0: those operators; else the node itself). A model file
 whose weights are external is handed over as the rewritten bytes with the model's folder as the
 external-data folder, so that onnxruntime reads the weights itself, once. The single-node fallbacks (the
@@ -41,9 +42,6 @@ FIXED_IN = (1, 32)
 
 _FIELD = b'"\tScatterND'
 """How a NodeProto serializes ``op_type = "ScatterND"`` (field 4, length 9): a cheap first look."""
-
-_REDUCERS = {"add": "ReduceSum", "mul": "ReduceProd", "max": "ReduceMax", "min": "ReduceMin"}
-
 
 def _version(text: str) -> tuple[int, int]:
     parts = [int("".join(c for c in p if c.isdigit()) or 0) for p in text.split(".")[:2]]
@@ -102,6 +100,17 @@ def _graph_shapes(
     return shapes
 
 
+def _graph_types(graph: onnx.GraphProto, outer: dict[str, int]) -> dict[str, int]:
+    """Element types of the values ``graph`` sees, over those of the graphs around it (``outer``)."""
+    types = dict(outer)
+    own: dict[str, int] = {t.name: int(t.data_type) for t in graph.initializer}
+    for value in (*graph.input, *graph.value_info, *graph.output):
+        if value.type.tensor_type.elem_type:
+            own.setdefault(value.name, int(value.type.tensor_type.elem_type))
+    types.update(own)
+    return types
+
+
 def _empty_tuples_in(graph: onnx.GraphProto, shapes: dict[str, list[int | None] | None]) -> dict[int, bool]:
     """Positions of ``graph``'s ScatterND nodes whose indices' last dimension is 0 (True) or may be 0 at
     run time (False: its rank or last dimension is known only then), and whose data may have rank 1 or
@@ -136,17 +145,77 @@ def _opset(model: onnx.ModelProto) -> int:
     return max((int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx")), default=1)
 
 
+def refused_type(elem_type: int | None, reduction: str) -> bool:
+    """Whether onnxruntime's ScatterND kernel refuses ``reduction`` on data of ``elem_type`` (float16 and
+    bfloat16 with any reduction, bool with max and min; measured on 1.24 and 1.32 at a nonzero depth)."""
+    if reduction == "none" or elem_type is None:
+        return False
+    narrow = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
+    return elem_type in narrow or (elem_type == onnx.TensorProto.BOOL and reduction in ("max", "min"))
+
+
+def _fold_body(node: onnx.NodeProto, rows: str, v: str) -> onnx.GraphProto:
+    """A Loop body folding row ``i + 1`` (of the outer ``rows``, ``[n + 1, size]``: the data, then the updates) into the
+    accumulated row (``[1, size]``) with ``node`` itself at a depth of 1 (one index tuple ``[0]``): each
+    element is combined by onnxruntime's own kernel, as it combines them at depth 0 (``ReduceMax`` keeps a
+    NaN the kernel drops, ``Where`` writes -0 as 0, ``ReduceSum`` may add in another order)."""
+    i, cond, acc = v + "i", v + "cond", v + "acc"
+    step = onnx.NodeProto()
+    step.CopyFrom(node)
+    step.name = ""
+    step.input[:] = [acc, v + "one_tuple", v + "row"]
+    step.output[:] = [v + "acc_next"]
+    nodes = [
+        helper.make_node("Identity", [cond], [v + "cond_next"]),
+        helper.make_node("Add", [i, v + "next"], [v + "i_next"]),
+        helper.make_node("Reshape", [v + "i_next", v + "one"], [v + "i1"]),
+        helper.make_node("Gather", [rows, v + "i1"], [v + "row"], axis=0),  # [1, size]
+        step,
+    ]
+    return helper.make_graph(
+        nodes,
+        "fold",
+        [
+            helper.make_tensor_value_info(i, onnx.TensorProto.INT64, []),
+            helper.make_tensor_value_info(cond, onnx.TensorProto.BOOL, []),
+            helper.make_value_info(acc, onnx.TypeProto()),
+        ],
+        [
+            helper.make_tensor_value_info(v + "cond_next", onnx.TensorProto.BOOL, []),
+            helper.make_value_info(v + "acc_next", onnx.TypeProto()),
+        ],
+        [
+            numpy_helper.from_array(np.zeros((1, 1), np.int64), v + "one_tuple"),
+            numpy_helper.from_array(np.array([1], np.int64), v + "one"),
+            numpy_helper.from_array(np.array(1, np.int64), v + "next"),
+        ],
+    )
+
+
 def _replacement(
-    node: onnx.NodeProto, prefix: str, opset: int
+    node: onnx.NodeProto, prefix: str, opset: int, elem_type: int | None = None
 ) -> Iterator[onnx.NodeProto | onnx.TensorProto]:
     """The nodes (and constant tensors) computing ``node`` with ONNX semantics, whatever the ranks: the
     data and each update as the ``k = n + 1`` rows of one matrix (``n = size(updates) / size(data)``, any
-    ``k`` when the data is empty), the last row (no reduction) or the rows reduced, in the data's shape.
-    Reshape targets hold no 0 (which Reshape before opset 14 reads as "copy"): ``[-1]`` and ``[k, -1]``
-    with ``k >= 1``."""
+    ``k`` when the data is empty), the last row (no reduction) or the update rows folded into the data row
+    one after the other as onnxruntime's kernel combines them (a ``Loop``: ``ReduceSum`` may add in another
+    order, ``ReduceMax`` keeps a NaN the kernel drops), in the data's shape. Reshape targets hold no 0
+    (which Reshape before opset 14 reads as "copy"): ``[-1]`` and ``[k, -1]`` with ``k >= 1``. A reduction
+    onnxruntime's kernel refuses for the type is left to the kernel at a depth of 1, where it gives its own
+    error without dividing by 0."""
     data, updates = node.input[0], node.input[2]
     reduction = next((a.s.decode() for a in node.attribute if a.name == "reduction"), "none")
     v = f"{prefix}/"
+    if refused_type(elem_type, reduction):
+        yield numpy_helper.from_array(np.zeros((1, 1), np.int64), v + "one_tuple")
+        yield numpy_helper.from_array(np.array([0], np.int64), v + "start")
+        yield numpy_helper.from_array(np.array([1], np.int64), v + "stop")
+        yield helper.make_node("Slice", [data, v + "start", v + "stop", v + "start"], [v + "first"])
+        refused = onnx.NodeProto()
+        refused.CopyFrom(node)
+        refused.input[:] = [data, v + "one_tuple", v + "first"]
+        yield refused
+        return
     yield numpy_helper.from_array(np.array([-1], np.int64), v + "flat_shape")
     yield numpy_helper.from_array(np.array(0, np.int64), v + "zero")
     yield numpy_helper.from_array(np.array(1, np.int64), v + "one")
@@ -166,12 +235,17 @@ def _replacement(
         yield numpy_helper.from_array(np.array(-1, np.int64), v + "last")
         yield helper.make_node("Gather", [v + "rows", v + "last"], [v + "flat"], axis=0)
     else:
-        op = _REDUCERS[reduction]
-        if opset >= (13 if op == "ReduceSum" else 18):
-            yield numpy_helper.from_array(np.array([0], np.int64), v + "axes")
-            yield helper.make_node(op, [v + "rows", v + "axes"], [v + "flat"], keepdims=0)
-        else:
-            yield helper.make_node(op, [v + "rows"], [v + "flat"], keepdims=0, axes=[0])
+        yield numpy_helper.from_array(np.array([0], np.int64), v + "first_row")
+        yield numpy_helper.from_array(np.array([1], np.int64), v + "rows_from")
+        yield helper.make_node(
+            "Slice", [v + "rows", v + "first_row", v + "rows_from", v + "first_row"], [v + "d1"]
+        )
+        yield helper.make_node(
+            "Loop",  # not Scan: onnxruntime's Scan fails on 0 rows
+            [v + "n", "", v + "d1"],
+            [v + "flat"],  # [1, size]: reshaped once, below (onnxruntime 1.24 fuses two Reshapes, losing allowzero)
+            body=_fold_body(node, v + "rows", v + "fold/"),
+        )
     yield helper.make_node("Shape", [data], [v + "shape"])
     if opset >= 14:
         yield helper.make_node(
@@ -201,7 +275,9 @@ def _place(graph: onnx.GraphProto, items: Iterator[onnx.NodeProto | onnx.TensorP
             graph.node.append(item)
 
 
-def _guarded(graph: onnx.GraphProto, node: onnx.NodeProto, prefix: str, opset: int) -> None:
+def _guarded(
+    graph: onnx.GraphProto, node: onnx.NodeProto, prefix: str, opset: int, elem_type: int | None
+) -> None:
     """Append to ``graph`` ``node`` behind an If on its indices' last dimension: 0 takes the ONNX
     operators of :func:`_replacement`, anything else the node itself (onnxruntime runs one branch)."""
     v = f"{prefix}/"
@@ -227,7 +303,7 @@ def _guarded(graph: onnx.GraphProto, node: onnx.NodeProto, prefix: str, opset: i
     inner.output[0] = v + "out"
     inner.name = ""
     then_graph = helper.make_graph([], "empty_tuples", [], [branch_out])
-    _place(then_graph, _replacement(inner, v + "then", opset))
+    _place(then_graph, _replacement(inner, v + "then", opset, elem_type))
     else_graph = helper.make_graph([inner], "tuples", [], [branch_out])
     graph.node.append(
         helper.make_node(
@@ -257,14 +333,21 @@ class _Rewriter:
         self.taken.add(prefix)
         return prefix
 
-    def graph(self, graph: onnx.GraphProto, inferred: onnx.GraphProto, outer: dict[str, Any]) -> None:
+    def graph(
+        self,
+        graph: onnx.GraphProto,
+        inferred: onnx.GraphProto,
+        outer: dict[str, Any],
+        outer_types: dict[str, int] | None = None,
+    ) -> None:
         """Rewrite ``graph`` (``inferred``: the same graph as shape inference annotated it)."""
         from ..graph import subgraphs
 
         shapes = _graph_shapes(inferred, outer)
+        types = _graph_types(inferred, outer_types or {})
         for node, seen in zip(graph.node, inferred.node, strict=True):
             for (_, sub), (_, seen_sub) in zip(subgraphs(node), subgraphs(seen), strict=True):
-                self.graph(sub, seen_sub, shapes)
+                self.graph(sub, seen_sub, shapes, types)
         found = _empty_tuples_in(graph, shapes)
         if not found:
             return
@@ -275,10 +358,11 @@ class _Rewriter:
                 graph.node.append(node)
                 continue
             self.rewritten.append(node.name or f"{graph.name}#{k}")
+            elem_type = types.get(node.input[0])
             if found[k]:
-                _place(graph, _replacement(node, self._prefix(), self.opset))
+                _place(graph, _replacement(node, self._prefix(), self.opset, elem_type))
             else:
-                _guarded(graph, node, self._prefix(), self.opset)
+                _guarded(graph, node, self._prefix(), self.opset, elem_type)
 
 
 def without_empty_tuples(model: onnx.ModelProto) -> onnx.ModelProto | None:
@@ -396,6 +480,17 @@ def scatter_nd_empty_tuples(
             value=list(updates.shape),
             rule="ONNX ScatterND: updates.shape == indices.shape[:-1] + data.shape[indices.shape[-1]:]",
         )
+    elem = helper.np_dtype_to_tensor_dtype(data.dtype) if data.dtype.kind in "biuf" else None
+    if elem is None and data.dtype.itemsize == 2 and data.dtype.kind == "V":
+        elem = onnx.TensorProto.BFLOAT16  # ml_dtypes' bfloat16
+    if refused_type(elem, reduction):
+        raise BadInputError(
+            f"ScatterND: {data.dtype} data is not supported when reduction is {reduction!r} (onnxruntime's "
+            "kernel refuses it)",
+            op_type="ScatterND",
+            value=reduction,
+            rule="onnxruntime's ScatterND reductions: no float16 or bfloat16; max and min not on bool",
+        )
     rows = updates.reshape((int(np.prod(indices.shape[:-1])), *data.shape))
     out = np.array(data, copy=True)
     for row in rows:
@@ -405,8 +500,8 @@ def scatter_nd_empty_tuples(
             out = out + row
         elif reduction == "mul":
             out = out * row
-        elif reduction == "max":
-            out = np.maximum(out, row)
+        elif reduction == "max":  # onnxruntime's kernel: NaN is not kept (np.maximum keeps it)
+            out = np.where(row < out, out, row)
         elif reduction == "min":
-            out = np.minimum(out, row)
+            out = np.where(out < row, out, row)
     return out.astype(data.dtype, copy=False)

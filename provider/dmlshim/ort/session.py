@@ -18,6 +18,7 @@ from ..execute.plan.sessions import terminated
 from ..execute.record import RunRecord
 from ..execute.weights.added_initializers import added_initializers, with_initializers
 from ..execute.weights.folded_reads import keep_model_values_where_folded
+from ..execute.weights.fused_reads import fused_reads, keep_model_values_where_fused
 from ..execute.weights.live_initializers import LiveReader, live_engine_model
 from ..execute.weights.model_source import LoadedModel, ModelSource, load_model, typed_outputs
 from ..execute.weights.ort_format import (
@@ -134,10 +135,14 @@ class InferenceSession(SessionRuns, SessionQueries, OrtSessionAttributes):
             if getattr(sess_options, "use_per_session_threads", True) is False:
                 use_global_thread_pool()
         source: ModelSource = path_or_bytes
+        self._adding_options = sess_options  # add_initializer's values: in the caller's object only
+        self._ort_format_path: str | None = None  # the .ort file, never written over
         if is_ort_format(path_or_bytes, sess_options):
             # onnxruntime's flatbuffer form: its ONNX graph, run as onnxruntime runs it (as saved)
             source = onnx_bytes_from_ort_format(path_or_bytes)
             sess_options = unoptimized_options(sess_options)
+            if isinstance(path_or_bytes, (str, os.PathLike)):
+                self._ort_format_path = os.fspath(path_or_bytes)
         if emulate_all():  # $DMLSHIM_ORT_EMULATE=all: DirectML emulated whatever the client asks for
             providers, provider_options = with_dml_first(providers, provider_options)
         self._fallback_enabled = fallback_flag(kwargs)
@@ -184,6 +189,7 @@ class InferenceSession(SessionRuns, SessionQueries, OrtSessionAttributes):
         self._loaded = loaded
         if reads_config_from_model(kwargs):  # as onnxruntime: the model's ort_config over the caller's
             self._options = sess_options = options_from_model(loaded.proto, sess_options)
+            self._adding_options = sess_options
             self._start_profiler(source)
         # get_session_options(): onnxruntime's own copy of the caller's options, finalised as it would be
         self._config = [p for p in loaded.proto.metadata_props if p.key == ORT_CONFIG_KEY]
@@ -206,8 +212,10 @@ class InferenceSession(SessionRuns, SessionQueries, OrtSessionAttributes):
             self._added = (
                 loaded.added
                 if loaded.added is not None
-                else added_initializers(loaded.proto, sess_options, loaded.supplied)
+                else added_initializers(loaded.proto, self._adding_options, loaded.supplied)
             )
+            fused = fused_reads(self._added, loaded, self._options)
+            self._added = fused.added
             self._model = (
                 with_initializers(loaded.proto, self._added.values) if self._added.values else loaded.proto
             )
@@ -219,8 +227,9 @@ class InferenceSession(SessionRuns, SessionQueries, OrtSessionAttributes):
                 set(self._added.values) - set(self._added.external) - set(loaded.supplied),
                 folding=self._constant_folding(),
             )
+            self._model = keep_model_values_where_fused(self._model, loaded.proto, fused.readers)
             self._write_optimized_model()
-            self._live_model(loaded, sess_options)
+            self._live_model(loaded, self._adding_options)
             self._engine: Engine = self._build_engine()
 
     def _live_model(self, loaded: LoadedModel, sess_options: Any) -> None:
@@ -301,7 +310,7 @@ class InferenceSession(SessionRuns, SessionQueries, OrtSessionAttributes):
         path, from_proto = (None if loaded.supplied else loaded.path), bool(self._added.values)
         whole = so is not None and so.optimized_model_filepath and (from_proto or path is None)
         model = loaded.with_weights(self._model) if whole else self._model
-        write_optimized_model(model, path, so, from_proto=from_proto)
+        write_optimized_model(model, path, so, from_proto=from_proto, source_path=self._ort_format_path)
 
     def _build_engine(self) -> Engine:
         name = resolve_engine(self._engine_request, self._choice)

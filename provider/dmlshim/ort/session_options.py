@@ -177,7 +177,12 @@ def _check_log_severity(so: Any) -> None:
 
 
 def write_optimized_model(
-    model: onnx.ModelProto, model_path: str | None, so: Any, *, from_proto: bool = False
+    model: onnx.ModelProto,
+    model_path: str | None,
+    so: Any,
+    *,
+    from_proto: bool = False,
+    source_path: str | None = None,
 ) -> Path | None:
     """Honour ``so.optimized_model_filepath`` for the whole model, as onnxruntime does.
 
@@ -187,6 +192,9 @@ def write_optimized_model(
     holds values the options added, instead of the file). The file therefore holds what onnxruntime's CPU
     provider would run for this model, not dmlshim's partitions: gather/scatter nodes appear as ordinary
     ONNX nodes (possibly folded or fused by onnxruntime's optimizers).
+
+    ``source_path``: the file the program gave when ``model`` was read from another (an ORT-format
+    model's), never written over either.
 
     Returns:
         The path written, or None when no optimized model was asked for.
@@ -201,7 +209,9 @@ def write_optimized_model(
     what = "optimized model (optimized_model_filepath)"
     # checked as given: Path() would drop a trailing "/" that names a folder
     try:
-        target_path = files.check_output_file(target, overwrite=True, inputs=(model_path,), what=what)
+        target_path = files.check_output_file(
+            target, overwrite=True, inputs=(model_path, source_path), what=what
+        )
     except BadInputError as refused:
         # onnxruntime raises a plain RuntimeError where it cannot write this file (a folder: "SystemError")
         raise with_onnxruntime_class(refused, RuntimeError) from None
@@ -235,7 +245,7 @@ def write_optimized_model(
         if weights_name:
             _move_weights(Path(tmp), weights_name, target_path, model_path)
     try:
-        written = write_session_file(target_path, data, what=what, inputs=(model_path,))
+        written = write_session_file(target_path, data, what=what, inputs=(model_path, source_path))
     except BadInputError as refused:
         raise with_onnxruntime_class(refused, RuntimeError) from None
     logger.info("optimized whole model written to %s", written)

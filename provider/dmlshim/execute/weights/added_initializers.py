@@ -26,7 +26,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ...errors import BadInputError, BadModelError, NotSupportedError
+from ...errors import BadInputError, BadModelError
 from ...model.ort_errors import ORT_ERRORS
 from ...model.weightless import graph_shell, model_shell
 from ...runtime.real import OrtInferenceSession
@@ -86,7 +86,7 @@ _NO_NUMPY = frozenset(
 """Element types onnxruntime's ``run`` cannot return as numpy ("No corresponding Numpy type")."""
 
 
-def _narrow(tensor: onnx.TensorProto) -> bool:
+def numpy_cannot_hold(tensor: onnx.TensorProto) -> bool:
     """Whether the probe reads ``tensor``'s shape only (its type is one numpy cannot hold)."""
     return tensor.data_type in _NO_NUMPY
 
@@ -115,7 +115,12 @@ def probe_model(
 
 
 def probe_session(model: onnx.ModelProto | bytes | str, so: Any) -> Any:
-    """onnxruntime's session of a probe model with ``so`` (its file outputs off while it is built)."""
+    """onnxruntime's session of a probe model with ``so`` (its file outputs off while it is built); in
+    onnxruntime's ORT format when ``so`` says every model is one (``session.load_model_format``)."""
+    from .ort_format import is_ort_format, ort_format_bytes
+
+    if is_ort_format(None, so):
+        model = ort_format_bytes(model)
     with _quiet(so):
         return OrtInferenceSession(model, so, providers=["CPUExecutionProvider"])
 
@@ -131,12 +136,33 @@ def _probe(
     path = folder / "probe.onnx"
     onnx.save(model, str(path))
     session = probe_session(str(path), so)
-    # OrtValues: a type numpy cannot hold (4-bit, bfloat16 ...) comes back as its shape alone
+    # OrtValues: a type numpy cannot hold (4-bit, bfloat16 ...) comes back as a tensor of its raw bytes
     values = list(session.run_with_ort_values(None, {}))[:-1]
     return [
-        np.array(v.shape(), np.int64) if _narrow(t) and n not in own else v.numpy()
+        narrow_tensor(n, t.data_type, v) if numpy_cannot_hold(t) else v.numpy()
         for v, (n, t) in zip(values, tensors.items(), strict=True)
     ]
+
+
+def narrow_tensor(name: str, elem_type: int, value: Any) -> onnx.TensorProto:
+    """A CPU tensor OrtValue of a type numpy cannot hold as an initializer ``name`` of ``elem_type`` holding
+    its bytes (onnxruntime lays bfloat16 and the packed 4-bit and 2-bit types out as ONNX's raw data
+    does)."""
+    from ...inputs.narrow_floats import ortvalue_bits
+
+    tensor = onnx.TensorProto(name=name, data_type=elem_type, dims=[int(d) for d in value.shape()])
+    tensor.raw_data = ortvalue_bits(value).tobytes()
+    return tensor
+
+
+def as_initializer(value: np.ndarray | onnx.TensorProto, name: str) -> onnx.TensorProto:
+    """An added value (an array, or a tensor of a type numpy cannot hold) as the initializer ``name``."""
+    if isinstance(value, onnx.TensorProto):
+        out = onnx.TensorProto()
+        out.CopyFrom(value)
+        out.name = name
+        return out
+    return numpy_helper.from_array(np.asarray(value), name)
 
 
 @dataclass(frozen=True)
@@ -144,11 +170,12 @@ class AddedInitializers:
     """What a ``SessionOptions`` adds to a model.
 
     Attributes:
-        values: the added value of each initializer replaced, by name.
+        values: the added value of each initializer replaced, by name (a tensor for a type numpy cannot
+            hold: bfloat16, 4-bit; :func:`as_initializer` makes either an initializer).
         external: the names among them given through ``add_external_initializers``.
     """
 
-    values: Mapping[str, np.ndarray] = field(default_factory=dict)
+    values: Mapping[str, np.ndarray | onnx.TensorProto] = field(default_factory=dict)
     external: frozenset[str] = frozenset()
 
 
@@ -201,18 +228,13 @@ def added_initializers(
             outputs = _probe(folder, tensors, external, so)
         except ORT_ERRORS as exc:
             raise _refused(exc) from exc
-    found_values: dict[str, np.ndarray] = {}
+    found_values: dict[str, np.ndarray | onnx.TensorProto] = {}
     for name, value in zip(tensors, outputs, strict=True):
-        arr = np.asarray(value)
-        if _narrow(tensors[name]):  # the probe returned its shape
-            if tuple(int(d) for d in arr) != SENTINEL_DIMS:
-                raise NotSupportedError(
-                    f"SessionOptions.add_initializer replaces {name!r}, a "
-                    f"{onnx.TensorProto.DataType.Name(tensors[name].data_type)} initializer: dmlshim cannot "
-                    "read such a value back from onnxruntime",
-                    tensor=name,
-                )
+        if isinstance(value, onnx.TensorProto):  # a type numpy cannot hold, its bytes as onnxruntime has them
+            if name in external or tuple(value.dims) != SENTINEL_DIMS:
+                found_values[name] = value
             continue
+        arr = np.asarray(value)
         if name in external or arr.shape != SENTINEL_DIMS:
             _check_type(name, tensors[name], arr)
             found_values[name] = arr
@@ -221,18 +243,18 @@ def added_initializers(
     return AddedInitializers(found_values, frozenset(external))
 
 
-def from_files_in_memory(tensors: Mapping[str, onnx.TensorProto], so: Any) -> dict[str, np.ndarray]:
+def from_files_in_memory(tensors: Mapping[str, onnx.TensorProto], so: Any) -> dict[str, Any]:
     """The values onnxruntime reads for external-data ``tensors`` from the files ``so`` holds in memory
     (``SessionOptions.add_external_initializers_from_files_in_memory``); a tensor whose file is not among
     them is left out (its file is read from disk as usual)."""
     if so is None or not tensors:
         return {}
-    found: dict[str, np.ndarray] = {}
+    found: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="dmlshim-probe-") as tmp:
         folder = Path(tmp)
         try:  # all at once (the common case: every missing file is in memory) ...
             outputs = _probe(folder, tensors, set(), so, own=frozenset(tensors))
-            return {n: np.asarray(v) for n, v in zip(tensors, outputs, strict=True)}
+            return dict(zip(tensors, outputs, strict=True))
         except ORT_ERRORS:
             pass
         for name, tensor in tensors.items():  # ... else one by one
@@ -240,7 +262,7 @@ def from_files_in_memory(tensors: Mapping[str, onnx.TensorProto], so: Any) -> di
                 (value,) = _probe(folder, {name: tensor}, set(), so, own=frozenset((name,)))
             except ORT_ERRORS:
                 continue
-            found[name] = np.asarray(value)
+            found[name] = value
     return found
 
 
@@ -266,7 +288,7 @@ def file_in_memory(location: str, so: Any) -> bool:
     return True
 
 
-def read_files_in_memory(tensors: Mapping[str, onnx.TensorProto], so: Any) -> dict[str, np.ndarray]:
+def read_files_in_memory(tensors: Mapping[str, onnx.TensorProto], so: Any) -> dict[str, Any]:
     """The values of external-data ``tensors`` whose file ``so`` holds in memory, read by onnxruntime.
 
     Raises:
@@ -284,7 +306,7 @@ def read_files_in_memory(tensors: Mapping[str, onnx.TensorProto], so: Any) -> di
                 tensor=next(iter(tensors)),
                 rule="external data held in memory must hold every byte the model's tensors refer to",
             ) from exc
-    return {n: np.asarray(v) for n, v in zip(tensors, outputs, strict=True)}
+    return dict(zip(tensors, outputs, strict=True))
 
 
 def _check_type(name: str, tensor: onnx.TensorProto, value: np.ndarray) -> None:
@@ -314,13 +336,14 @@ def _refused(exc: BaseException) -> BadInputError:
     )
 
 
-def with_initializers(model: onnx.ModelProto, values: Mapping[str, np.ndarray]) -> onnx.ModelProto:
+def with_initializers(
+    model: onnx.ModelProto, values: Mapping[str, np.ndarray | onnx.TensorProto]
+) -> onnx.ModelProto:
     """A copy of ``model`` whose initializers named in ``values`` hold those values (``model`` is not
     modified)."""
     out = model_shell(model)
     graph_shell(model.graph, out.graph)
     out.graph.initializer.extend(
-        numpy_helper.from_array(np.asarray(values[t.name]), t.name) if t.name in values else t
-        for t in model.graph.initializer
+        as_initializer(values[t.name], t.name) if t.name in values else t for t in model.graph.initializer
     )
     return out

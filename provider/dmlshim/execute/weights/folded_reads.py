@@ -8,6 +8,8 @@ are all constant initializers with the model's own values, and only the nodes le
 added one. (``add_external_initializers`` replaces the tensors before the optimizations: every node reads
 its values.) dmlshim puts the added values into the model every engine runs, so the nodes onnxruntime
 folds are pointed at a copy of the model's own value instead (:func:`keep_model_values_where_folded`).
+Identity nodes are eliminated before folding: a node reading ``Identity(w)`` reads ``w`` (the added value,
+unless that node is folded).
 """
 
 from __future__ import annotations
@@ -32,12 +34,18 @@ NOT_FOLDED = RANDOM_OPS | {"DequantizeLinear"}
 _SUBGRAPH = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 
 
-def folded_nodes(graph: onnx.GraphProto) -> set[int]:
+def folded_nodes(graph: onnx.GraphProto, outer: frozenset[str] = frozenset()) -> set[int]:
     """The positions of the nodes of ``graph`` (topologically sorted) onnxruntime's constant folding
     computes at session creation: every input a constant initializer (one that is no graph input), a
-    Constant's output, or the output of a folded node."""
+    Constant's output, or the output of a folded node; ``outer``: the constants of the enclosing graphs
+    (for a subgraph)."""
+    return _folded(graph, outer)[0]
+
+
+def _folded(graph: onnx.GraphProto, outer: frozenset[str]) -> tuple[set[int], frozenset[str]]:
+    """:func:`folded_nodes` and the constants of ``graph`` after them (what its subgraphs see)."""
     fed = {v.name for v in graph.input}
-    constant = {t.name for t in graph.initializer if t.name not in fed}
+    constant = (set(outer) - fed) | {t.name for t in graph.initializer if t.name not in fed}
     folded: set[int] = set()
     for position, node in enumerate(graph.node):
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
@@ -53,7 +61,29 @@ def folded_nodes(graph: onnx.GraphProto) -> set[int]:
             continue
         folded.add(position)
         constant.update(o for o in node.output if o)
-    return folded
+    return _without_eliminated_identities(graph, folded), frozenset(constant)
+
+
+def _without_eliminated_identities(graph: onnx.GraphProto, folded: set[int]) -> set[int]:
+    """``folded`` without the Identity nodes onnxruntime's identity elimination removes first (all but
+    those making a graph output): their readers read the Identity's input itself (:func:`identity_roots`)."""
+    outputs = {o.name for o in graph.output}
+    return {
+        k
+        for k in folded
+        if graph.node[k].op_type != "Identity"
+        or graph.node[k].domain not in ("", "ai.onnx")
+        or set(graph.node[k].output) & outputs
+    }
+
+
+def identity_roots(graph: onnx.GraphProto) -> dict[str, str]:
+    """The value each Identity output of ``graph`` stands for once identities are eliminated."""
+    roots: dict[str, str] = {}
+    for node in graph.node:
+        if node.op_type == "Identity" and node.domain in ("", "ai.onnx") and node.input and node.output:
+            roots[node.output[0]] = roots.get(node.input[0], node.input[0])
+    return roots
 
 
 def keep_model_values_where_folded(
@@ -67,18 +97,14 @@ def keep_model_values_where_folded(
     names = set(added)
     if not folding or not names:
         return model
-    folded = folded_nodes(model.graph)
-    reads = {i for k in folded for i in model.graph.node[k].input if i in names}
+    plan = _plan(model.graph, frozenset(), {}, names)
+    reads = {r for _, _, found in plan for r in found.values()}
     if not reads:
         return model
     copies = copy_names(model.graph, sorted(reads))
     out = model_shell(model)
     graph_shell(model.graph, out.graph)
-    for k, node in enumerate(out.graph.node):
-        if k in folded:
-            for j, name in enumerate(node.input):
-                if name in reads:
-                    node.input[j] = copies[name]
+    _point(out.graph, (), plan, copies)
     out.graph.initializer.extend(model.graph.initializer)
     for tensor in original.graph.initializer:
         if tensor.name in reads:
@@ -87,6 +113,46 @@ def keep_model_values_where_folded(
             copy.name = copies[tensor.name]
     logger.debug("nodes onnxruntime folds read the model's own %s, not the added values", sorted(reads))
     return out
+
+
+Plan = list[tuple[tuple[tuple[int, str, int], ...], int, dict[int, str]]]
+"""(path of (node position, attribute name, graph index) to a subgraph, folded node position there, the
+added names it reads by input position)."""
+
+
+def _plan(
+    graph: onnx.GraphProto,
+    outer: frozenset[str],
+    roots: dict[str, str],
+    names: set[str],
+    path: tuple[tuple[int, str, int], ...] = (),
+) -> Plan:
+    """Every folded node of ``graph`` and its subgraphs reading an added name (through Identity nodes
+    too, which onnxruntime eliminates first)."""
+    folded, constant = _folded(graph, outer)
+    roots = {**roots, **identity_roots(graph)}
+    plan: Plan = []
+    for k, node in enumerate(graph.node):
+        if k in folded:
+            found = {j: roots.get(i, i) for j, i in enumerate(node.input) if roots.get(i, i) in names}
+            if found:
+                plan.append((path, k, found))
+        for attr in node.attribute:
+            subs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
+            for n, sub in enumerate(subs):
+                plan += _plan(sub, constant, roots, names, (*path, (k, attr.name, n)))
+    return plan
+
+
+def _point(graph: onnx.GraphProto, path: tuple, plan: Plan, copies: dict[str, str]) -> None:
+    """Point the planned inputs at the copies (``graph`` is the rewritten model's main graph)."""
+    for where, k, found in plan:
+        g = graph
+        for position, attr_name, n in where:
+            attr = next(a for a in g.node[position].attribute if a.name == attr_name)
+            g = attr.g if attr.type == onnx.AttributeProto.GRAPH else attr.graphs[n]
+        for j, root in found.items():
+            g.node[k].input[j] = copies[root]
 
 
 def copy_names(graph: onnx.GraphProto, names: list[str]) -> dict[str, str]:

@@ -24,13 +24,12 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import onnx
 from onnx import helper
 
 from ...graph import subgraphs
 from ...model.weightless import graph_shell, model_shell
-from .added_initializers import probe_model, probe_session
+from .added_initializers import numpy_cannot_hold, probe_model, probe_session
 from .folded_reads import copy_names
 
 logger = logging.getLogger(__name__)
@@ -134,12 +133,14 @@ class LiveReader:
         """Build the probe session for ``tensors`` (the model's initializers of those names) with ``so``
         (the caller's options, read now, as onnxruntime reads them when a session is built)."""
         self._names = list(tensors)
+        self._narrow = frozenset(n for n, t in tensors.items() if numpy_cannot_hold(t))
         self._session = probe_session(probe_model(tensors, set()).SerializeToString(), so)
 
-    def read(self) -> dict[str, np.ndarray]:
-        """The added values by name, copied from the caller's buffers now."""
+    def read(self) -> dict[str, Any]:
+        """The added values by name, copied from the caller's buffers now (an OrtValue for a type numpy
+        cannot hold: bfloat16, 4-bit)."""
         values = self._session.run_with_ort_values(self._names, {})
-        return {n: v.numpy() for n, v in zip(self._names, values, strict=True)}
+        return {n: v if n in self._narrow else v.numpy() for n, v in zip(self._names, values, strict=True)}
 
 
 def live_engine_model(

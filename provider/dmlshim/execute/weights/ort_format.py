@@ -26,6 +26,7 @@ __all__ = [
     "FORMAT_KEY",
     "is_ort_format",
     "onnx_bytes_from_ort_format",
+    "ort_format_bytes",
     "saved_graph_checked",
     "unoptimized_options",
 ]
@@ -88,16 +89,44 @@ def onnx_bytes_from_ort_format(model: str | os.PathLike[str] | bytes) -> bytes:
     return data
 
 
+def ort_format_bytes(model: object) -> bytes:
+    """An ONNX model (a ModelProto, its bytes or its path) in onnxruntime's ORT format, as onnxruntime
+    saves it unoptimized: what a session whose options say ``session.load_model_format = ORT`` can load
+    (dmlshim's probe models are ONNX)."""
+    import onnx
+
+    from ...runtime.real import OrtInferenceSession, ort
+
+    source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
+    with tempfile.TemporaryDirectory(prefix="dmlshim-ortformat-") as tmp:
+        target = Path(tmp) / "model.ort"
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        options.optimized_model_filepath = str(target)
+        options.add_session_config_entry("session.save_model_format", "ORT")
+        options.log_severity_level = 3
+        OrtInferenceSession(source, options, providers=["CPUExecutionProvider"])
+        return target.read_bytes()
+
+
 def unoptimized_options(sess_options: object) -> object:
     """The options a session of an ORT-format model runs its ONNX form with: onnxruntime runs such a model's
     graph as saved, whatever ``graph_optimization_level`` says (its results are the same at every level),
     while the ONNX form at the default level would be optimized again (NCHWc convolutions, for one, round
     differently). A copy of the caller's options (:func:`dmlshim.ort.session_options.copy_options`) with
-    optimization off; the caller's object is never changed."""
+    optimization off, its profiling and ``optimized_model_filepath`` as the caller set them (the values
+    ``add_initializer`` holds are read from the caller's object); the caller's object is never changed."""
     from ...ort.session_options import copy_options
     from ...runtime.real import ort
 
-    options = copy_options(sess_options) if sess_options is not None else ort.SessionOptions()
+    if sess_options is None:
+        options = ort.SessionOptions()
+    else:  # the files the caller asked for are still written (copy_options leaves them out)
+        profiling = bool(getattr(sess_options, "enable_profiling", False))
+        options = copy_options(
+            sess_options, profile_prefix=sess_options.profile_file_prefix if profiling else None
+        )
+        options.optimized_model_filepath = sess_options.optimized_model_filepath
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     return options
 

@@ -14,10 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import onnx
-from onnx import numpy_helper
 
 from ...model.weightless import is_external
-from .added_initializers import AddedInitializers, added_initializers, file_in_memory, read_files_in_memory
+from .added_initializers import (
+    AddedInitializers,
+    added_initializers,
+    as_initializer,
+    file_in_memory,
+    read_files_in_memory,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +58,7 @@ def take_supplied_initializers(
     added = added_initializers(model, options, external)
     for i, t in enumerate(model.graph.initializer):
         if t.name in added.external:
-            model.graph.initializer[i].CopyFrom(numpy_helper.from_array(added.values[t.name], t.name))
+            model.graph.initializer[i].CopyFrom(as_initializer(added.values[t.name], t.name))
     if added.external:
         logger.info("initializers taken from the session options: %s", ", ".join(sorted(added.external)))
     by_file: dict[str, dict[str, onnx.TensorProto]] = {}
@@ -69,7 +74,7 @@ def take_supplied_initializers(
             in_memory.update(read_files_in_memory(tensors, options))
     for i, t in enumerate(model.graph.initializer):
         if t.name in in_memory:
-            model.graph.initializer[i].CopyFrom(numpy_helper.from_array(in_memory[t.name], t.name))
+            model.graph.initializer[i].CopyFrom(as_initializer(in_memory[t.name], t.name))
     if in_memory:
         logger.info("initializers read from in-memory files: %s", ", ".join(sorted(in_memory)))
     return added
