@@ -4,8 +4,9 @@ run from its DirectML descriptor (or, in a reference run, by onnxruntime alone).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -30,7 +31,7 @@ from ..proofs.gather_given import (
     given_shape,
     lean_indices_in_range,
 )
-from ..proofs.proved_again import StandIns, proved_again, same_inputs
+from ..proofs.proved_again import StandIns, proved_again, same_inputs, steady_proof
 from ..proofs.scatter_given import (
     SCATTER_GIVEN_MESSAGE,
     SCATTERS,
@@ -371,6 +372,22 @@ class EmulatedStep(CpuFallback):
         if holds:
             state.records[self.slot] = given[2]
         return holds
+
+    def given_proof(self) -> tuple[tuple[Any, ...], Callable[[np.ndarray], bool]] | None:
+        """The proof :meth:`given_again` would make of the next run, for the steady lane
+        (:mod:`dmlshim.execute.engines.steady_lane`): the inputs' shapes and dtypes of the last given run
+        and the proof of the indices' values; None when :meth:`given_again` would not hold whatever the
+        values (no given run, the full check asked for, its translation no longer cached)."""
+        given = self._given_at
+        if given is None or self._full_check or (given[1] is not None and given[0] != self._proved_key):
+            return None
+        if given[0] not in self._cache:
+            return None
+        return given[0], steady_proof(self.node.op_type, self._attrs, given[0], given[1])
+
+    def lean_proof(self, data_shape: Sequence[int]) -> Callable[[np.ndarray], bool]:
+        """The range proof of a lean gather's held indices at ``data_shape`` (see :meth:`given_by_shapes`)."""
+        return functools.partial(lean_indices_in_range, self.node.op_type, self._attrs, tuple(data_shape))
 
     def given_by_shapes(
         self, shapes: Sequence[tuple[int, ...]], state: RunState, indices: np.ndarray | None = None

@@ -3,7 +3,7 @@ values and its other inputs' shapes (:mod:`dmlshim.execute.engines.lean_check`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -52,3 +52,20 @@ def proved_again(
     arrays = list(stand_ins[1])
     arrays[1] = indices
     return scatter_output_is_given(op_type, attrs, arrays, arrays[0]), stand_ins
+
+
+def steady_proof(
+    op_type: str, attrs: Mapping[str, Any], proved_key: tuple[Any, ...], expected: GivenShape | None
+) -> Callable[[np.ndarray], bool]:
+    """:func:`proved_again` on the indices alone, its stand-ins made once: for a run whose inputs have
+    the shapes and dtypes ``proved_key`` (the steady lane, :mod:`dmlshim.execute.engines.steady_lane`)."""
+    if expected is not None:
+        return expected.indices_in_range
+    stand_ins = [None if p is None else np.broadcast_to(np.zeros((), p[1]), p[0]) for p in proved_key]
+
+    def proof(indices: np.ndarray) -> bool:
+        arrays = list(stand_ins)
+        arrays[1] = indices
+        return scatter_output_is_given(op_type, attrs, arrays, arrays[0])
+
+    return proof
