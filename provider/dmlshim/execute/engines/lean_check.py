@@ -189,6 +189,11 @@ class LeanSession:
             plan[step.output] = tuple(where)
         self.given_plan = plan
 
+    @property
+    def from_feeds(self) -> FeedShapes:
+        """The non-lean nodes' inputs whose shapes follow from the feeds'."""
+        return self._from_feeds
+
     def run(self, feeds: dict[str, Any], run_options: Any) -> list[Any]:
         """onnxruntime's run of the lean model."""
         return self.session.run(self.fetch, feeds, run_options)  # type: ignore[no-any-return]

@@ -161,7 +161,7 @@ def steady_lane(
                     return None
             elif source == "shape":
                 shapes[at] = list(key[i][0])
-            elif source == "feeds" and not _from_feed_dims(from_feeds, name, feeds):
+            elif source == "feeds" and not _from_feed_dims(made.from_feeds, name, feeds):
                 return None
             elif source == "held" and not fixed(name):
                 return None

@@ -1,0 +1,90 @@
+"""The steady lane (issue 36, run cost): after a lean-check run, runs whose feeds have the same names,
+dtypes and shapes are one onnxruntime call plus the index proofs. Outputs stay onnxruntime's bit for
+bit; every index that stops proving a node (out of range, negative, a place written twice) still goes to
+the ordinary path, which refuses or computes it as before.
+
+Expected values come from onnxruntime's own CPU session of the unmodified model (one intra-op thread).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import dmlshim
+from tests.oracle import same_bits
+from tests.test_lean_check import _feeds, _model, _ort
+
+GIVEN = "output_from_onnxruntime"
+
+
+@pytest.fixture(scope="module")
+def sessions() -> tuple[dmlshim.InferenceSession, Any]:
+    model = _model()
+    return dmlshim.InferenceSession(model.SerializeToString()), _ort(model)
+
+
+def _steady(session: dmlshim.InferenceSession) -> Any:
+    for _ in range(5):  # proved on runs 1-3, given on run 4, lean on run 5 (which makes the lane)
+        session.run(None, _feeds())
+    assert session._engine._steady is not None
+    return session._engine._check
+
+
+def test_steady_runs_bit_identical_with_the_lean_record(sessions: tuple[Any, Any]) -> None:
+    session, reference = sessions
+    check = _steady(session)
+    lean_runs, record = check.lean_runs, session.last_run_record
+    for run in range(1, 6):
+        feeds = _feeds()
+        feeds["x"] = np.random.default_rng(run).standard_normal((6, 4)).astype(np.float32)  # same key
+        feeds["gidx"] = np.array([run % 6, 5 - run % 6, 3], dtype=np.int64)
+        assert same_bits(session.run(None, feeds), reference.run(None, feeds)), run
+        assert session.last_run_record is record  # answered by the lane: the lean run's record
+    assert check.lean_runs == lean_runs + 5
+    assert session._engine._steady is not None  # never cleared: the ordinary path (which clears it) never ran
+    node = next(n for n in record.nodes if n.op_type == "Gather")
+    assert GIVEN in {key for key, _ in node.notes}
+
+
+def test_out_of_range_index_still_refused(sessions: tuple[Any, Any]) -> None:
+    session, reference = sessions
+    _steady(session)
+    bad = _feeds(gidx=[5, 6, 2])  # 6 is outside [0, 6): ONNX refuses it
+    with pytest.raises(Exception) as ours:
+        session.run(None, bad)
+    with pytest.raises(Exception) as theirs:
+        reference.run(None, bad)
+    assert isinstance(ours.value, dmlshim.IndexOutOfRangeError)
+    assert "6" in str(ours.value) and "6" in str(theirs.value)
+    assert same_bits(session.run(None, _feeds()), reference.run(None, _feeds()))  # the session goes on
+
+
+def test_negative_and_repeated_indices_leave_the_lane(sessions: tuple[Any, Any]) -> None:
+    session, reference = sessions
+    check = _steady(session)
+    lean_runs = check.lean_runs
+    negative = _feeds(gidx=[5, -1, 2])
+    assert same_bits(session.run(None, negative), reference.run(None, negative))
+    node = next(n for n in session.last_run_record.nodes if n.op_type == "Gather")
+    assert node.negative_indices and GIVEN not in {key for key, _ in node.notes}  # computed
+    _steady(session)
+    twice = _feeds(sidx=[[0, 1, 2, 3], [0, 5, 0, 1]])
+    assert same_bits(session.run(None, twice), reference.run(None, twice))
+    node = next(n for n in session.last_run_record.nodes if n.op_type == "ScatterElements")
+    assert node.duplicate_indices == 1 and GIVEN not in {key for key, _ in node.notes}
+    assert check.lean_runs >= lean_runs
+
+
+def test_feeds_of_another_dtype_or_shape_are_validated(sessions: tuple[Any, Any]) -> None:
+    session, reference = sessions
+    _steady(session)
+    wrong = _feeds()
+    wrong["gidx"] = wrong["gidx"].astype(np.int32)
+    with pytest.raises(dmlshim.BadInputError):
+        session.run(None, wrong)
+    wider = _feeds(n=9, gidx=[8, 0, 2, 7])
+    assert same_bits(session.run(None, wider), reference.run(None, wider))
+    assert session._engine._steady is None  # other shapes: the ordinary path (proved again)
