@@ -88,3 +88,36 @@ def test_feeds_of_another_dtype_or_shape_are_validated(sessions: tuple[Any, Any]
     wider = _feeds(n=9, gidx=[8, 0, 2, 7])
     assert same_bits(session.run(None, wider), reference.run(None, wider))
     assert session._engine._steady is None  # other shapes: the ordinary path (proved again)
+
+
+def _scatter_cases() -> list[tuple[str, dict[str, Any], tuple[int, ...], tuple[int, ...], np.ndarray]]:
+    rng = np.random.default_rng(36)
+    cases = []
+    for _ in range(60):
+        data_shape = (3, 4)
+        values = [-5, -1, 0, 1, 2, 3, 4, 7]
+        if rng.integers(2):
+            shape = tuple(int(x) for x in rng.choice([(1, 1), (1, 2), (2, 1), (0, 2)][rng.integers(4)], 2))
+            cases.append(("ScatterND", {}, data_shape, shape, rng.choice(values, shape).astype(np.int64)))
+        else:
+            shape = [(1, 4), (1, 1), (2, 4), (3, 1)][rng.integers(4)]
+            cases.append(("ScatterElements", {"axis": 0}, data_shape, shape, rng.choice(values, shape).astype(np.int64)))
+    return cases
+
+
+def test_steady_scatter_proof_agrees_with_the_whole_proof() -> None:
+    """The reduced proof (one write per place by shape) answers as the whole proof on every value."""
+    from dmlshim.execute.proofs.proved_again import steady_proof
+    from dmlshim.execute.proofs.scatter_given import scatter_output_is_given
+
+    reduced_used = 0
+    for op, attrs, data_shape, shape, indices in _scatter_cases():
+        data = np.zeros(data_shape, np.float32)
+        updates_shape = shape[:-1] + data_shape[shape[-1]:] if op == "ScatterND" else shape
+        updates = np.zeros(updates_shape, np.float32)
+        key = ((data_shape, data.dtype), (shape, indices.dtype), (updates_shape, updates.dtype))
+        proof = steady_proof(op, attrs, key, None)
+        reduced_used += getattr(proof, "__name__", "") != "proof"
+        whole = scatter_output_is_given(op, attrs, [data, indices, updates], data)
+        assert proof(indices) == whole, (op, shape, indices.tolist())
+    assert reduced_used > 0

@@ -29,6 +29,7 @@ from ..proofs.gather_given import (
     GivenShape,
     given_message,
     given_shape,
+    constant_indices_given,
     lean_indices_in_range,
 )
 from ..proofs.proved_again import StandIns, proved_again, same_inputs, steady_proof
@@ -92,6 +93,7 @@ class EmulatedStep(CpuFallback):
     __slots__ = (
         "_agreed_shape",
         "_attrs",
+        "constant_indices",
         "_cache",
         "_full_check",
         "_given_at",
@@ -151,6 +153,9 @@ class EmulatedStep(CpuFallback):
         """A gather the whole-model check takes from onnxruntime by its inputs' shapes alone: their dtypes
         (:func:`dmlshim.execute.proofs.gather_given.lean_gathers`)."""
         self._full_check = full_check
+        self.constant_indices: np.ndarray | None = None
+        """The indices when they are a constant of the model (the engine's own read-only array; a feed
+        that overrides it is another object): see :func:`constant_indices_given`."""
         self.computed_after_proof = False
         """A gather in the check that had to be computed after its proved runs (see :meth:`verify`)."""
         self._proved = 0  # verified runs whose untouched elements were proved too
@@ -329,6 +334,10 @@ class EmulatedStep(CpuFallback):
         entry = self._cache.get(key) or self._translation(arrays, state)
         clean = entry[1]
         expected = given_shape(self.node.op_type, self._attrs, arrays) if clean is not None else None
+        if expected is not None and not expected.indices_in_range(arrays[1]):
+            expected = constant_indices_given(
+                expected, self.node.op_type, self._attrs, arrays, self.constant_indices, self.feature_level
+            )
         if (
             expected is None
             or not isinstance(theirs, np.ndarray)
@@ -338,8 +347,10 @@ class EmulatedStep(CpuFallback):
         ):
             self.computed_after_proof = True
             return None
+        assert clean is not None
         values[self.output] = theirs
-        self._finish(self._given(clean, (NOTE_GATHER_GIVEN, GATHER_GIVEN_MESSAGE)), theirs, state)
+        record = self._dml_record(clean, 0, arrays)  # negative constant indices noted, as when computed
+        self._finish(self._given(record, (NOTE_GATHER_GIVEN, GATHER_GIVEN_MESSAGE)), theirs, state)
         self._remember_given(key, expected, state)
         return True
 

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from .gather_given import GivenShape
-from .scatter_given import scatter_output_is_given
+from .scatter_given import scatter_output_is_given, steady_scatter_proof
 
 StandIns = tuple[tuple[Any, ...], list[Any]]
 """Stand-ins of a scatter's inputs (no memory), with the key they were made for."""
@@ -61,6 +61,9 @@ def steady_proof(
     the shapes and dtypes ``proved_key`` (the steady lane, :mod:`dmlshim.execute.engines.steady_lane`)."""
     if expected is not None:
         return expected.indices_in_range
+    reduced = steady_scatter_proof(op_type, attrs, proved_key)
+    if reduced is not None:
+        return reduced
     stand_ins = [None if p is None else np.broadcast_to(np.zeros((), p[1]), p[0]) for p in proved_key]
 
     def proof(indices: np.ndarray) -> bool:
