@@ -121,3 +121,60 @@ def test_steady_scatter_proof_agrees_with_the_whole_proof() -> None:
         whole = scatter_output_is_given(op, attrs, [data, indices, updates], data)
         assert proof(indices) == whole, (op, shape, indices.tolist())
     assert reduced_used > 0
+
+
+def _constant_index_model(index: int) -> Any:
+    from onnx import TensorProto, helper
+
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"]),
+        helper.make_node("Gather", ["a", "last"], ["g"], axis=1),
+        helper.make_node("Neg", ["g"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "constant_index",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+        [helper.make_tensor("last", TensorProto.INT64, [], [index])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    return model
+
+
+def test_constant_negative_index_given_after_its_proved_runs() -> None:
+    """A select of index -1 (a decoder's last position): computed and compared on the proved runs, then
+    onnxruntime's output on the proof that the indices are that constant, at a feature level where
+    DirectML wraps negative indices as ONNX does; the record still says negative indices were seen."""
+    model = _constant_index_model(-1)
+    reference = _ort(model)
+    session = dmlshim.InferenceSession(model.SerializeToString())
+    rng = np.random.default_rng(7)
+    for run in range(1, 9):
+        feeds = {"x": rng.standard_normal((2, 5)).astype(np.float32)}
+        assert same_bits(session.run(None, feeds), reference.run(None, feeds)), run
+        node = next(n for n in session.last_run_record.nodes if n.op_type == "Gather")
+        assert node.negative_indices
+        assert (GIVEN in {key for key, _ in node.notes}) == (run > 3), run
+    assert session._engine._steady is not None
+
+
+def test_constant_negative_index_rule_needs_the_constant_and_the_level() -> None:
+    from dmlshim.dml.enums import FeatureLevel
+    from dmlshim.execute.proofs.gather_given import constant_indices_given, given_shape
+
+    data = np.zeros((2, 5), np.float32)
+    constant = np.array(-1, dtype=np.int64)
+    constant.flags.writeable = False
+    arrays = [data, constant]
+    expected = given_shape("Gather", {"axis": 1}, arrays)
+    assert expected is not None and not expected.indices_in_range(constant)
+    given = constant_indices_given(expected, "Gather", {"axis": 1}, arrays, constant, FeatureLevel.FL_5_0)
+    assert given is not None and given.indices_in_range(constant)
+    fed = np.array(-1, dtype=np.int64)  # the same value fed: not the constant, not given
+    assert not given.indices_in_range(fed)
+    assert constant_indices_given(expected, "Gather", {"axis": 1}, arrays, constant, FeatureLevel.FL_2_1) is None
+    outside = np.array(-6, dtype=np.int64)  # outside [-5, 5): ONNX refuses it
+    outside.flags.writeable = False
+    assert constant_indices_given(expected, "Gather", {"axis": 1}, [data, outside], outside, FeatureLevel.FL_5_0) is None

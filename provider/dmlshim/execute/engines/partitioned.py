@@ -312,7 +312,9 @@ class PartitionedEngine(PartitionedRuns):
             for step in emulated_steps:
                 step.lean_dtypes = lean.get(step.output)
                 indices = self._static_values.get(step.inputs[1]) if len(step.inputs) > 1 else None
-                step.constant_indices = indices if isinstance(indices, np.ndarray) else None
+                if isinstance(indices, np.ndarray):
+                    indices.flags.writeable = False  # the engine's own constant: nothing writes it
+                    step.constant_indices = indices
             spec = None
             # The lean session (and the full one built again) are built runs after the session: from a
             # program's own options object, which onnxruntime reads only when a session is built, they
