@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import onnxruntime as ort
 
 from ..proofs.gather_given import FeedShapes
 from ..record import RunRecord
@@ -47,6 +48,8 @@ class SteadyLane:
     proofs: tuple[Proof, ...]
     record: RunRecord
     ort_errors: tuple[type[BaseException], ...]
+    ort_run: Callable[[list[str], Mapping[str, Any], Any], list[Any]]
+    """onnxruntime's run of the lean session (see :func:`_ort_run`)."""
 
     def answer(self, output_names: Sequence[str], feeds: Mapping[str, Any]) -> list[Any] | None:
         """The outputs named, as the lean check would answer them, or None when a check does not hold."""
@@ -57,7 +60,7 @@ class SteadyLane:
             for name in self.feed_names if self.feed_names is not None else feeds:
                 session_feeds[name] = feeds[name]
         try:
-            fetched = self.session.run(session_feeds, None)  # type: ignore[arg-type]
+            fetched = self.ort_run(self.session.fetch, session_feeds, None)
         except self.ort_errors:
             return None  # the ordinary path runs it again and answers as it answers
         ndarray = np.ndarray
@@ -76,6 +79,18 @@ class SteadyLane:
             return [fetched[position[n]] for n in output_names]
         except KeyError:
             return None
+
+
+def _ort_run(session: Any, static_feeds: Mapping[str, Any]) -> Callable[..., list[Any]]:
+    """The lean session's run: onnxruntime's compiled run itself when its Python layer would only repeat
+    checks already made (the feed names, the same as the lean run's; no OrtValue feed; a CPU-only session,
+    so no provider to fall back from), else that layer's ``run``."""
+    inner = getattr(session, "_sess", None)
+    plain = getattr(type(session), "run", None) is ort.InferenceSession.run
+    arrays = all(type(v) is np.ndarray for v in static_feeds.values())
+    if inner is not None and plain and arrays and session.get_providers() == ["CPUExecutionProvider"]:
+        return inner.run  # type: ignore[no-any-return]
+    return session.run  # type: ignore[no-any-return]
 
 
 def _from_feed_dims(from_feeds: FeedShapes | None, name: str, feeds: Mapping[str, Any]) -> bool:
@@ -185,5 +200,6 @@ def steady_lane(
         proofs=tuple(proofs),
         record=record,
         ort_errors=check.ort_errors,
+        ort_run=_ort_run(made.session, static_feeds),
     )
 
