@@ -143,11 +143,7 @@ def given_shape(op_type: str, attrs: Mapping[str, Any], arrays: Sequence[Any]) -
         shape = indices.shape
     else:
         shape = (*data.shape[:axis], *indices.shape, *data.shape[axis + 1 :])
-    return GivenShape(shape, data.dtype, functools.partial(_in_range_of, int(data.shape[axis])))
-
-
-def _in_range_of(dim: int, indices: np.ndarray) -> bool:
-    return in_range(indices, dim)
+    return GivenShape(shape, data.dtype, functools.partial(in_range, dim=int(data.shape[axis])))
 
 
 def constant_indices_given(

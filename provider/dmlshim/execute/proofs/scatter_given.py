@@ -138,7 +138,7 @@ def steady_scatter_proof(
         return _never
     if indices_shape[axis] > 1:
         return None
-    return functools.partial(_below, int(data_shape[axis]))
+    return functools.partial(in_range, dim=int(data_shape[axis]))
 
 
 def _never(indices: np.ndarray) -> bool:
@@ -147,10 +147,6 @@ def _never(indices: np.ndarray) -> bool:
 
 def _always(indices: np.ndarray) -> bool:
     return True
-
-
-def _below(dim: int, indices: np.ndarray) -> bool:
-    return in_range(indices, dim)
 
 
 def _tuples_in_range(dims: tuple[int, ...], indices: np.ndarray) -> bool:
