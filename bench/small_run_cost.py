@@ -123,13 +123,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             us = row["us"]
             print(
-                f"{row['model']} ({row['path']}): onnxruntime {us['onnxruntime']} us, dmlshim {us['dmlshim']} us "
+                f"{row['model']} ({row['path']}): onnxruntime {us['onnxruntime']} us, "
+                f"dmlshim {us['dmlshim']} us "
                 f"-> {row['ratio']:.2f}x (rounds: ort {row['rounds_us']['onnxruntime']}, "
                 f"dmlshim {row['rounds_us']['dmlshim']})",
                 flush=True,
             )
     summary = {"median_ratio": round(statistics.median(ratios), 2), "worst_ratio": max(ratios)}
-    print(json.dumps(summary) if args.json else f"median {summary['median_ratio']:.2f}x, worst {summary['worst_ratio']:.2f}x")
+    print(
+        json.dumps(summary)
+        if args.json
+        else f"median {summary['median_ratio']:.2f}x, worst {summary['worst_ratio']:.2f}x"
+    )
     return 0
 
 

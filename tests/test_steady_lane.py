@@ -101,7 +101,15 @@ def _scatter_cases() -> list[tuple[str, dict[str, Any], tuple[int, ...], tuple[i
             cases.append(("ScatterND", {}, data_shape, shape, rng.choice(values, shape).astype(np.int64)))
         else:
             shape = [(1, 4), (1, 1), (2, 4), (3, 1)][rng.integers(4)]
-            cases.append(("ScatterElements", {"axis": 0}, data_shape, shape, rng.choice(values, shape).astype(np.int64)))
+            cases.append(
+                (
+                    "ScatterElements",
+                    {"axis": 0},
+                    data_shape,
+                    shape,
+                    rng.choice(values, shape).astype(np.int64),
+                )
+            )
     return cases
 
 
@@ -113,7 +121,7 @@ def test_steady_scatter_proof_agrees_with_the_whole_proof() -> None:
     reduced_used = 0
     for op, attrs, data_shape, shape, indices in _scatter_cases():
         data = np.zeros(data_shape, np.float32)
-        updates_shape = shape[:-1] + data_shape[shape[-1]:] if op == "ScatterND" else shape
+        updates_shape = shape[:-1] + data_shape[shape[-1] :] if op == "ScatterND" else shape
         updates = np.zeros(updates_shape, np.float32)
         key = ((data_shape, data.dtype), (shape, indices.dtype), (updates_shape, updates.dtype))
         proof = steady_proof(op, attrs, key, None)
@@ -174,7 +182,12 @@ def test_constant_negative_index_rule_needs_the_constant_and_the_level() -> None
     assert given is not None and given.indices_in_range(constant)
     fed = np.array(-1, dtype=np.int64)  # the same value fed: not the constant, not given
     assert not given.indices_in_range(fed)
-    assert constant_indices_given(expected, "Gather", {"axis": 1}, arrays, constant, FeatureLevel.FL_2_1) is None
+    assert (
+        constant_indices_given(expected, "Gather", {"axis": 1}, arrays, constant, FeatureLevel.FL_2_1) is None
+    )
     outside = np.array(-6, dtype=np.int64)  # outside [-5, 5): ONNX refuses it
     outside.flags.writeable = False
-    assert constant_indices_given(expected, "Gather", {"axis": 1}, [data, outside], outside, FeatureLevel.FL_5_0) is None
+    assert (
+        constant_indices_given(expected, "Gather", {"axis": 1}, [data, outside], outside, FeatureLevel.FL_5_0)
+        is None
+    )

@@ -500,7 +500,7 @@ class InferenceSession(SessionRuns, SessionQueries, OrtSessionAttributes):
                 answered = steady(names, feeds, key)
                 if answered is not None:
                     self._last_run_record = answered[1]
-                    return answered[0]  # type: ignore[no-any-return]
+                    return answered[0]
         return self._execute(names, feeds, run_options)
 
     # --- profiling ---------------------------------------------------------------------------------

@@ -89,8 +89,8 @@ def _ort_run(session: Any, static_feeds: Mapping[str, Any]) -> Callable[..., lis
     plain = getattr(type(session), "run", None) is ort.InferenceSession.run
     arrays = all(type(v) is np.ndarray for v in static_feeds.values())
     if inner is not None and plain and arrays and session.get_providers() == ["CPUExecutionProvider"]:
-        return inner.run  # type: ignore[no-any-return]
-    return session.run  # type: ignore[no-any-return]
+        return inner.run
+    return session.run
 
 
 def _from_feed_dims(from_feeds: FeedShapes | None, name: str, feeds: Mapping[str, Any]) -> bool:
@@ -176,9 +176,9 @@ def steady_lane(
                     return None
             elif source == "shape":
                 shapes[at] = list(key[i][0])
-            elif source == "feeds" and not _from_feed_dims(made.from_feeds, name, feeds):
-                return None
-            elif source == "held" and not fixed(name):
+            elif (source == "feeds" and not _from_feed_dims(made.from_feeds, name, feeds)) or (
+                source == "held" and not fixed(name)
+            ):
                 return None
             if i != 1:
                 continue
@@ -202,4 +202,3 @@ def steady_lane(
         ort_errors=check.ort_errors,
         ort_run=_ort_run(made.session, static_feeds),
     )
-

@@ -348,7 +348,9 @@ class WholeModelCheck:
         state.lean_fetched = fetched
         return [fetched[position[n]] if n in position else scratch[n] for n in output_names]
 
-    def lean_parts(self) -> tuple[LeanSession | None, tuple[tuple[Any, ...], ...], list[str], FeedShapes | None]:
+    def lean_parts(
+        self,
+    ) -> tuple[LeanSession | None, tuple[tuple[Any, ...], ...], list[str], FeedShapes | None]:
         """The lean session (None when there is none or it is not answering), its per-step plan, the
         session's input names and the shapes that follow from the feeds (:mod:`.steady_lane`)."""
         made = self._lean_session if self._lean_ready else None

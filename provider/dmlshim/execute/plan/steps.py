@@ -27,9 +27,9 @@ from ..proofs.gather_given import (
     LEAN_MESSAGE,
     NOTE_GATHER_GIVEN,
     GivenShape,
+    constant_indices_given,
     given_message,
     given_shape,
-    constant_indices_given,
     lean_indices_in_range,
 )
 from ..proofs.proved_again import StandIns, proved_again, same_inputs, steady_proof
@@ -93,7 +93,6 @@ class EmulatedStep(CpuFallback):
     __slots__ = (
         "_agreed_shape",
         "_attrs",
-        "constant_indices",
         "_cache",
         "_full_check",
         "_given_at",
@@ -106,6 +105,7 @@ class EmulatedStep(CpuFallback):
         "_sess_options",
         "_stand_ins",
         "computed_after_proof",
+        "constant_indices",
         "fallback_sessions",
         "feature_level",
         "index_mode",

@@ -161,11 +161,10 @@ def constant_indices_given(
     the proved runs, and later runs differ from those only in the data's values (the shapes are the
     proved ones). The proof is then that the indices are that constant (the engine's own read-only
     array, never a feed overriding it)."""
-    indices = arrays[1] if len(arrays) > 1 else None
+    if constant is None or len(arrays) < 2 or arrays[1] is not constant:
+        return None
     if (
-        constant is None
-        or indices is not constant
-        or op_type not in ("Gather", "GatherElements")
+        op_type not in ("Gather", "GatherElements")
         or feature_level < FeatureLevel.FL_3_0
         or constant.dtype.kind != "i"
         or constant.flags.writeable
