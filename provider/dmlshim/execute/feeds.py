@@ -155,6 +155,15 @@ class _InputCheck:
         return self.dtype, len(self.shape), static
 
 
+def feed_key(feeds: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    """What a run's checks read of its feeds when every one is a plain numpy array: per feed, in order,
+    its name, dtype and shape (None when a feed is anything else). Feeds with the key of feeds the
+    validator accepted as they were are accepted again (their dtypes and shapes are all it reads)."""
+    ndarray = np.ndarray
+    key = tuple([(name, value.dtype, value.shape) for name, value in feeds.items() if type(value) is ndarray])
+    return key if len(key) == len(feeds) else None
+
+
 class FeedValidator:
     """Checks feeds against the graph inputs: names, dtype, rank and static dimensions.
 

@@ -40,6 +40,11 @@ _ABSENT, _FETCHED, _HELD, _SHAPE, _FROM_FEEDS = range(5)
 """Where a lean run finds a non-lean step's input (:attr:`LeanSession.given_plan`)."""
 
 
+def input_source(kind: int) -> str:
+    """A :attr:`LeanSession.given_plan` kind by name: absent, fetched, held, shape or feeds."""
+    return ("absent", "fetched", "held", "shape", "feeds")[kind]
+
+
 @dataclass(frozen=True)
 class LeanCheckSpec:
     """What the whole-model check needs to run a lean check.
@@ -183,6 +188,11 @@ class LeanSession:
                     where.append((_HELD, n, 0))
             plan[step.output] = tuple(where)
         self.given_plan = plan
+
+    @property
+    def from_feeds(self) -> FeedShapes:
+        """The non-lean nodes' inputs whose shapes follow from the feeds'."""
+        return self._from_feeds
 
     def run(self, feeds: dict[str, Any], run_options: Any) -> list[Any]:
         """onnxruntime's run of the lean model."""

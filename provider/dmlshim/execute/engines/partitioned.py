@@ -311,6 +311,10 @@ class PartitionedEngine(PartitionedRuns):
             emulated_steps = [s for s in self._steps if isinstance(s, EmulatedStep)]
             for step in emulated_steps:
                 step.lean_dtypes = lean.get(step.output)
+                indices = self._static_values.get(step.inputs[1]) if len(step.inputs) > 1 else None
+                if isinstance(indices, np.ndarray):
+                    indices.flags.writeable = False  # the engine's own constant: nothing writes it
+                    step.constant_indices = indices
             spec = None
             # The lean session (and the full one built again) are built runs after the session: from a
             # program's own options object, which onnxruntime reads only when a session is built, they

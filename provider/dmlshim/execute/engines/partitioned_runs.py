@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import DmlShimError, IndexOutOfRangeError
+from ..feeds import feed_key
 from ..plan.cpu_step import CpuStep, RunState, Values
 from ..plan.fallback import note_scatter_as_scatter_elements
 from ..plan.sessions import name_index_error, terminated
@@ -16,6 +17,7 @@ from ..plan.steps import EmulatedStep
 from ..record import PATH_CPU, RunRecord
 from .path_choice import PATH_CHECK, PATH_PARTITIONED, PathChooser
 from .plain_model import run_plain
+from .steady_lane import SteadyLane, steady_lane
 from .whole_model import WholeModelCheck
 
 
@@ -70,6 +72,26 @@ class PartitionedRuns:
     step_observer: Callable[[Callable[[Values, RunState], None], Values, RunState], None] | None = None
     """Called as ``observe(step, values, state)`` in place of each ``step(values, state)`` (profiling)."""
 
+    _steady: SteadyLane | None = None
+    """The steady lane made from the last lean run (:mod:`.steady_lane`), while nothing else ran since."""
+
+    def run_steady(
+        self, output_names: Sequence[str], feeds: Mapping[str, np.ndarray], feed_key: tuple[Any, ...]
+    ) -> tuple[list[Any], RunRecord] | None:
+        """A run answered by the steady lane: the named outputs and the run's record, or None when the
+        lane does not answer it (no lane, other feed dtypes or shapes, a proof that does not hold): then
+        :meth:`run` answers it. ``feed_key``: :func:`dmlshim.execute.feeds.feed_key` of ``feeds``, which
+        the caller validated; no run options."""
+        lane, check = self._steady, self._check
+        if lane is None or check is None or lane.feed_key != feed_key:
+            return None
+        answer = lane.answer(output_names, feeds)
+        if answer is None:
+            return None
+        check.agreements += 1
+        check.lean_runs += 1
+        return owned_outputs(output_names, answer, self._copy_on_output), lane.record
+
     def run(
         self, output_names: Sequence[str], feeds: Mapping[str, np.ndarray], *, run_options: Any = None
     ) -> tuple[list[np.ndarray], RunRecord]:
@@ -90,6 +112,7 @@ class PartitionedRuns:
         whole-model onnxruntime run when every kernel reproduces onnxruntime's values; otherwise, and
         always without it, every step runs as :meth:`run_traced` runs them.
         """
+        self._steady = None  # this run may change what the lane rests on; a lean run makes it again
         check, chooser = self._check, self._chooser
         if check is None or self.step_observer is not None:
             results, record, _ = self.run_traced(output_names, feeds, run_options=run_options)
@@ -106,7 +129,9 @@ class PartitionedRuns:
         if answer is not None and number < 0:  # the path is chosen: nothing to observe
             if chooser.chosen == PATH_PARTITIONED:
                 self._check = None  # its session (and its copy of the weights) goes
+                self._steady = None
             return answer
+        self._steady = None  # made only once the check is the chosen path
         if answer is None and path == PATH_CHECK and check.given_up:
             chooser.settle(PATH_PARTITIONED)
         if answer is None:
@@ -166,7 +191,17 @@ class PartitionedRuns:
         checked = check.run(output_names, values, state, run_options, lean)
         if checked is None:
             return None
-        return checked, self._record(state, PATH_CHECK), values
+        record = self._record(state, PATH_CHECK)
+        if (
+            state.lean_fetched is not None
+            and run_options is None
+            and self._chooser.chosen == PATH_CHECK
+            and self.step_observer is None
+        ):
+            key = feed_key(feeds)
+            if key is not None:
+                self._steady = steady_lane(check, state.lean_fetched, feeds, key, self._static_values, record)
+        return checked, record, values
 
     def run_checked(
         self, output_names: Sequence[str], feeds: Mapping[str, np.ndarray]
@@ -183,6 +218,7 @@ class PartitionedRuns:
     def drop_check(self) -> None:
         """Forget the whole-model check (its onnxruntime session, and its copy of the weights, go)."""
         self._check = None
+        self._steady = None
 
     def run_traced(
         self, output_names: Sequence[str], feeds: Mapping[str, np.ndarray], *, run_options: Any = None

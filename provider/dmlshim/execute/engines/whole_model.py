@@ -194,6 +194,11 @@ class WholeModelCheck:
         self._switch = threading.RLock()  # the sessions change under it
 
     @property
+    def ort_errors(self) -> tuple[type[BaseException], ...]:
+        """The exception types onnxruntime raises."""
+        return self._ort_errors
+
+    @property
     def given_up(self) -> bool:
         """The check is no longer tried (it disagreed :data:`GIVE_UP_AFTER` times and never agreed)."""
         return self.disagreements >= GIVE_UP_AFTER and not self.agreements
@@ -340,7 +345,16 @@ class WholeModelCheck:
                 logger.debug("lean check: %r not proved on this run; the full check answers", step.output)
                 return None
         position = made.position
+        state.lean_fetched = fetched
         return [fetched[position[n]] if n in position else scratch[n] for n in output_names]
+
+    def lean_parts(
+        self,
+    ) -> tuple[LeanSession | None, tuple[tuple[Any, ...], ...], list[str], FeedShapes | None]:
+        """The lean session (None when there is none or it is not answering), its per-step plan, the
+        session's input names and the shapes that follow from the feeds (:mod:`.steady_lane`)."""
+        made = self._lean_session if self._lean_ready else None
+        return made, self._lean_plan, self._inputs, self._feed_shapes
 
     def _given_by_shapes(
         self,

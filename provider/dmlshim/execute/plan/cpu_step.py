@@ -30,6 +30,8 @@ class RunState:
     records: list[NodeRecord | None]
     run_options: Any
     translations_computed: int = 0
+    lean_fetched: list[Any] | None = None
+    """What the lean check's session fetched, when a lean run answered (the steady lane is made from it)."""
 
 
 _FEED_SHAPE_REFUSED = ("Invalid rank for input", "Got invalid dimensions for input")

@@ -4,8 +4,9 @@ run from its DirectML descriptor (or, in a reference run, by onnxruntime alone).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -26,11 +27,12 @@ from ..proofs.gather_given import (
     LEAN_MESSAGE,
     NOTE_GATHER_GIVEN,
     GivenShape,
+    constant_indices_given,
     given_message,
     given_shape,
     lean_indices_in_range,
 )
-from ..proofs.proved_again import StandIns, proved_again, same_inputs
+from ..proofs.proved_again import StandIns, proved_again, same_inputs, steady_proof
 from ..proofs.scatter_given import (
     SCATTER_GIVEN_MESSAGE,
     SCATTERS,
@@ -103,6 +105,7 @@ class EmulatedStep(CpuFallback):
         "_sess_options",
         "_stand_ins",
         "computed_after_proof",
+        "constant_indices",
         "fallback_sessions",
         "feature_level",
         "index_mode",
@@ -150,6 +153,9 @@ class EmulatedStep(CpuFallback):
         """A gather the whole-model check takes from onnxruntime by its inputs' shapes alone: their dtypes
         (:func:`dmlshim.execute.proofs.gather_given.lean_gathers`)."""
         self._full_check = full_check
+        self.constant_indices: np.ndarray | None = None
+        """The indices when they are a constant of the model (the engine's own read-only array; a feed
+        that overrides it is another object): see :func:`constant_indices_given`."""
         self.computed_after_proof = False
         """A gather in the check that had to be computed after its proved runs (see :meth:`verify`)."""
         self._proved = 0  # verified runs whose untouched elements were proved too
@@ -328,6 +334,10 @@ class EmulatedStep(CpuFallback):
         entry = self._cache.get(key) or self._translation(arrays, state)
         clean = entry[1]
         expected = given_shape(self.node.op_type, self._attrs, arrays) if clean is not None else None
+        if expected is not None and not expected.indices_in_range(arrays[1]):
+            expected = constant_indices_given(
+                expected, self.node.op_type, self._attrs, arrays, self.constant_indices, self.feature_level
+            )
         if (
             expected is None
             or not isinstance(theirs, np.ndarray)
@@ -337,8 +347,10 @@ class EmulatedStep(CpuFallback):
         ):
             self.computed_after_proof = True
             return None
+        assert clean is not None
         values[self.output] = theirs
-        self._finish(self._given(clean, (NOTE_GATHER_GIVEN, GATHER_GIVEN_MESSAGE)), theirs, state)
+        record = self._dml_record(clean, 0, arrays)  # negative constant indices noted, as when computed
+        self._finish(self._given(record, (NOTE_GATHER_GIVEN, GATHER_GIVEN_MESSAGE)), theirs, state)
         self._remember_given(key, expected, state)
         return True
 
@@ -371,6 +383,22 @@ class EmulatedStep(CpuFallback):
         if holds:
             state.records[self.slot] = given[2]
         return holds
+
+    def given_proof(self) -> tuple[tuple[Any, ...], Callable[[np.ndarray], bool]] | None:
+        """The proof :meth:`given_again` would make of the next run, for the steady lane
+        (:mod:`dmlshim.execute.engines.steady_lane`): the inputs' shapes and dtypes of the last given run
+        and the proof of the indices' values; None when :meth:`given_again` would not hold whatever the
+        values (no given run, the full check asked for, its translation no longer cached)."""
+        given = self._given_at
+        if given is None or self._full_check or (given[1] is not None and given[0] != self._proved_key):
+            return None
+        if given[0] not in self._cache:
+            return None
+        return given[0], steady_proof(self.node.op_type, self._attrs, given[0], given[1])
+
+    def lean_proof(self, data_shape: Sequence[int]) -> Callable[[np.ndarray], bool]:
+        """The range proof of a lean gather's held indices at ``data_shape`` (see :meth:`given_by_shapes`)."""
+        return functools.partial(lean_indices_in_range, self.node.op_type, self._attrs, tuple(data_shape))
 
     def given_by_shapes(
         self, shapes: Sequence[tuple[int, ...]], state: RunState, indices: np.ndarray | None = None

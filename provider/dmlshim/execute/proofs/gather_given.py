@@ -30,6 +30,7 @@ float results differ from the unfused nodes', so such a gather is lean whatever 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -42,6 +43,7 @@ import onnx
 import onnx.shape_inference
 from onnx import helper
 
+from ...dml.enums import FeatureLevel
 from ...model.data_prop import infer_with_data_prop
 from ...model.graph_columns import declared_types
 from ...model.nonnegative import nonnegative_prover
@@ -141,11 +143,44 @@ def given_shape(op_type: str, attrs: Mapping[str, Any], arrays: Sequence[Any]) -
         shape = indices.shape
     else:
         shape = (*data.shape[:axis], *indices.shape, *data.shape[axis + 1 :])
-    return GivenShape(shape, data.dtype, functools.partial(_in_range_of, int(data.shape[axis])))
+    return GivenShape(shape, data.dtype, functools.partial(in_range, dim=int(data.shape[axis])))
 
 
-def _in_range_of(dim: int, indices: np.ndarray) -> bool:
-    return in_range(indices, dim)
+def constant_indices_given(
+    expected: GivenShape,
+    op_type: str,
+    attrs: Mapping[str, Any],
+    arrays: Sequence[Any],
+    constant: np.ndarray | None,
+    feature_level: int,
+) -> GivenShape | None:
+    """``expected`` with a proof that holds for the model's constant indices when some are negative, or
+    None. A Gather's or GatherElements' constant signed indices all in ``[-dim, dim)``, at a feature
+    level where DirectML wraps negative signed indices as ONNX does (3_0 and later), select the same
+    elements in both; the kernel reproduced onnxruntime's output bit for bit with these very indices on
+    the proved runs, and later runs differ from those only in the data's values (the shapes are the
+    proved ones). The proof is then that the indices are that constant (the engine's own read-only
+    array, never a feed overriding it)."""
+    if constant is None or len(arrays) < 2 or arrays[1] is not constant:
+        return None
+    if (
+        op_type not in ("Gather", "GatherElements")
+        or feature_level < FeatureLevel.FL_3_0
+        or constant.dtype.kind != "i"
+        or constant.flags.writeable
+    ):
+        return None
+    axis = _axis(attrs, arrays[0].ndim)
+    if axis is None:
+        return None
+    dim = int(arrays[0].shape[axis])
+    if constant.size and not (int(constant.min()) >= -dim and int(constant.max()) < dim):
+        return None
+    return dataclasses.replace(expected, indices_in_range=functools.partial(_is_constant, constant))
+
+
+def _is_constant(constant: np.ndarray, indices: np.ndarray) -> bool:
+    return indices is constant
 
 
 def output_is_given(op_type: str, attrs: Mapping[str, Any], arrays: Sequence[Any], theirs: Any) -> bool:

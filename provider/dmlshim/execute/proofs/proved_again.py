@@ -3,13 +3,13 @@ values and its other inputs' shapes (:mod:`dmlshim.execute.engines.lean_check`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from .gather_given import GivenShape
-from .scatter_given import scatter_output_is_given
+from .scatter_given import scatter_output_is_given, steady_scatter_proof
 
 StandIns = tuple[tuple[Any, ...], list[Any]]
 """Stand-ins of a scatter's inputs (no memory), with the key they were made for."""
@@ -52,3 +52,23 @@ def proved_again(
     arrays = list(stand_ins[1])
     arrays[1] = indices
     return scatter_output_is_given(op_type, attrs, arrays, arrays[0]), stand_ins
+
+
+def steady_proof(
+    op_type: str, attrs: Mapping[str, Any], proved_key: tuple[Any, ...], expected: GivenShape | None
+) -> Callable[[np.ndarray], bool]:
+    """:func:`proved_again` on the indices alone, its stand-ins made once: for a run whose inputs have
+    the shapes and dtypes ``proved_key`` (the steady lane, :mod:`dmlshim.execute.engines.steady_lane`)."""
+    if expected is not None:
+        return expected.indices_in_range
+    reduced = steady_scatter_proof(op_type, attrs, proved_key)
+    if reduced is not None:
+        return reduced
+    stand_ins = [None if p is None else np.broadcast_to(np.zeros((), p[1]), p[0]) for p in proved_key]
+
+    def proof(indices: np.ndarray) -> bool:
+        arrays = list(stand_ins)
+        arrays[1] = indices
+        return scatter_output_is_given(op_type, attrs, arrays, arrays[0])
+
+    return proof

@@ -18,7 +18,8 @@ shape than the node's, a reduction) is verified by the kernel as before
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -107,6 +108,52 @@ def scatter_output_is_given(
     if not 0 <= axis < data.ndim or indices.ndim != data.ndim:
         return False
     return in_range(indices, data.shape[axis]) and not repeated_writes(op_type, axis, data.shape, indices)
+
+
+def steady_scatter_proof(
+    op_type: str, attrs: Mapping[str, Any], key: Sequence[Any]
+) -> Callable[[np.ndarray], bool] | None:
+    """:func:`scatter_output_is_given` for inputs of the shapes and dtypes ``key`` (per input its shape and
+    dtype, or None) reduced to what depends on the indices' values, when no two writes can meet (one
+    index tuple, or one index along the axis per line): the range proof alone. None otherwise (use the
+    whole proof). Every other test of that function reads only shapes and dtypes: when one fails, the
+    proof is False on any values."""
+    if op_type not in SCATTERS or len(key) < 3 or any(p is None for p in key[:3]) or not no_reduction(attrs):
+        return None
+    (data_shape, data_dtype), (indices_shape, indices_dtype), (_, updates_dtype) = key[:3]
+    if indices_dtype.kind not in "iu" or not data_shape or updates_dtype != data_dtype:
+        return _never
+    if op_type == "ScatterND":
+        k = indices_shape[-1] if indices_shape else 0
+        if not indices_shape or k > len(data_shape):
+            return _never
+        if k == 0 or int(np.prod(indices_shape[:-1], dtype=np.int64)) > 1:
+            return None
+        return functools.partial(_tuples_in_range, tuple(int(d) for d in data_shape[:k]))
+    if 0 in indices_shape:
+        return _always
+    axis = int(attrs.get("axis", 0))
+    axis = axis + len(data_shape) if axis < 0 else axis
+    if not 0 <= axis < len(data_shape) or len(indices_shape) != len(data_shape):
+        return _never
+    if indices_shape[axis] > 1:
+        return None
+    return functools.partial(in_range, dim=int(data_shape[axis]))
+
+
+def _never(indices: np.ndarray) -> bool:
+    return False
+
+
+def _always(indices: np.ndarray) -> bool:
+    return True
+
+
+def _tuples_in_range(dims: tuple[int, ...], indices: np.ndarray) -> bool:
+    if not indices.size or in_range(indices, min(dims)):
+        return True
+    columns = indices.reshape(-1, len(dims))
+    return all(in_range(columns[:, d], dims[d]) for d in range(len(dims)))
 
 
 def overwrites(node: onnx.NodeProto) -> bool:

@@ -1,0 +1,204 @@
+"""The steady lane: a run of the lean check as one onnxruntime call plus the index proofs (issue 36).
+
+Once the lean check (:mod:`dmlshim.execute.engines.lean_check`) has answered a run, every later run with
+feeds of the same names, types, dtypes and shapes (:func:`dmlshim.execute.feeds.feed_key`) does the same
+Python work again: the value table, every node's inputs looked up and compared with the shapes of its
+proved run, the proofs, the records, a run record equal to the last. The steady lane works out once,
+from that lean run, what can still differ on such a run and checks only that:
+
+- the shape and dtype of each fetched value a proof or a record rested on, and each fetched ``Shape``
+  (shapes that depend on values: a ``NonZero``'s count, say);
+- each node's proof on this run's indices (fed or fetched: a gather's ``[0, dim)``, a scatter's no place
+  written twice), exactly as :meth:`~dmlshim.execute.plan.steps.EmulatedStep.given_again` proves it;
+  constant indices were proved at the same data shapes by the run the lane was made from.
+
+Shapes that follow from the feeds' dims, feeds' values used as held inputs, and the static values cannot
+differ under the same feed key. When every check holds, the run's record is that lean run's record (the
+same nodes, proofs and notes); when one does not hold, or onnxruntime refuses the run, nothing of the
+run is kept and the ordinary path answers it (the full check, the partitions, their errors).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from ..proofs.gather_given import FeedShapes
+from ..record import RunRecord
+from .lean_check import LeanSession, input_source
+
+Proof = tuple[str | None, int, Callable[[np.ndarray], bool]]
+"""A proof on this run's indices: the feed holding them (or None), else where the run fetched them."""
+
+
+@dataclass(frozen=True)
+class SteadyLane:
+    """What a steady run checks (see the module docstring); made by :func:`steady_lane`."""
+
+    feed_key: tuple[Any, ...]
+    session: LeanSession
+    static_feeds: dict[str, Any]
+    feed_names: tuple[str, ...] | None
+    values: tuple[tuple[int, tuple[int, ...], np.dtype[Any]], ...]
+    shapes: tuple[tuple[int, list[int]], ...]
+    proofs: tuple[Proof, ...]
+    record: RunRecord
+    ort_errors: tuple[type[BaseException], ...]
+    ort_run: Callable[[list[str], Mapping[str, Any], Any], list[Any]]
+    """onnxruntime's run of the lean session (see :func:`_ort_run`)."""
+
+    def answer(self, output_names: Sequence[str], feeds: Mapping[str, Any]) -> list[Any] | None:
+        """The outputs named, as the lean check would answer them, or None when a check does not hold."""
+        if self.feed_names is None and not self.static_feeds:
+            session_feeds: Mapping[str, Any] = feeds
+        else:
+            session_feeds = dict(self.static_feeds)
+            for name in self.feed_names if self.feed_names is not None else feeds:
+                session_feeds[name] = feeds[name]
+        try:
+            fetched = self.ort_run(self.session.fetch, session_feeds, None)
+        except self.ort_errors:
+            return None  # the ordinary path runs it again and answers as it answers
+        ndarray = np.ndarray
+        for at, shape, dtype in self.values:
+            value = fetched[at]
+            if type(value) is not ndarray or value.shape != shape or value.dtype != dtype:
+                return None
+        for at, dims in self.shapes:
+            if fetched[at].tolist() != dims:
+                return None
+        for feed, at, proof in self.proofs:
+            if not proof(feeds[feed] if feed is not None else fetched[at]):
+                return None
+        position = self.session.position
+        try:
+            return [fetched[position[n]] for n in output_names]
+        except KeyError:
+            return None
+
+
+def _ort_run(session: Any, static_feeds: Mapping[str, Any]) -> Callable[..., list[Any]]:
+    """The lean session's run: onnxruntime's compiled run itself when its Python layer would only repeat
+    checks already made (the feed names, the same as the lean run's; no OrtValue feed; a CPU-only session,
+    so no provider to fall back from), else that layer's ``run``."""
+    inner = getattr(session, "_sess", None)
+    plain = getattr(type(session), "run", None) is ort.InferenceSession.run
+    arrays = all(type(v) is np.ndarray for v in static_feeds.values())
+    if inner is not None and plain and arrays and session.get_providers() == ["CPUExecutionProvider"]:
+        return inner.run
+    return session.run
+
+
+def _from_feed_dims(from_feeds: FeedShapes | None, name: str, feeds: Mapping[str, Any]) -> bool:
+    """Whether ``name``'s shape follows from the feeds' dims alone (not from onnx's inference)."""
+    if from_feeds is None or name not in from_feeds.dims:
+        return False
+    for d in from_feeds.dims[name]:
+        if isinstance(d, int):
+            continue
+        feed, axis = from_feeds.symbols.get(d, ("", 0)) if d is not None else ("", 0)
+        value = feeds.get(feed)
+        if type(value) is not np.ndarray or axis >= value.ndim:
+            return False
+    return True
+
+
+def steady_lane(
+    check: Any,
+    fetched: list[Any],
+    feeds: Mapping[str, Any],
+    feed_key: tuple[Any, ...],
+    static: Mapping[str, Any],
+    record: RunRecord,
+) -> SteadyLane | None:
+    """The steady lane made from a lean run of ``check`` (a ``WholeModelCheck``) that fetched ``fetched``
+    on ``feeds`` (keyed ``feed_key``) and was recorded ``record``; None when some input of a proof is
+    found in a way the lane does not repeat (it then keeps to the ordinary path)."""
+    made, plan, inputs, from_feeds = check.lean_parts()
+    if made is None:
+        return None
+    values: dict[int, tuple[tuple[int, ...], np.dtype[Any]]] = {}
+    shapes: dict[int, list[int]] = {}
+    proofs: list[Proof] = []
+
+    def fixed(name: str) -> bool:  # held unchanged under the same feed key
+        return name in feeds or name in static
+
+    def fetched_value(at: int) -> bool:
+        value = fetched[at]
+        if type(value) is not np.ndarray:
+            return False
+        values[at] = (value.shape, value.dtype)
+        return True
+
+    for step, is_lean, lean_inputs, needs_indices, _ in plan:
+        if is_lean:
+            data_shape: tuple[int, ...] | None = None
+            for i, (name, at, shape_at) in enumerate(lean_inputs):
+                if fixed(name):
+                    shape = np.shape(feeds[name] if name in feeds else static[name])
+                elif at is not None:
+                    if not fetched_value(at):
+                        return None
+                    shape = fetched[at].shape
+                elif shape_at is not None:
+                    shapes[shape_at] = fetched[shape_at].tolist()
+                    shape = tuple(shapes[shape_at])
+                elif _from_feed_dims(from_feeds, name, feeds):
+                    shape = from_feeds.resolve(name, feeds)
+                else:
+                    return None
+                if i == 0:
+                    data_shape = shape
+            if needs_indices:
+                name, at, _ = lean_inputs[1]
+                assert data_shape is not None
+                proof = step.lean_proof(data_shape)
+                if name in feeds:
+                    proofs.append((name, 0, proof))
+                elif name not in static:
+                    if at is None:
+                        return None
+                    proofs.append((None, at, proof))
+            continue
+        given = step.given_proof()
+        if given is None:
+            return None
+        key, proof = given
+        for i, (kind, name, at) in enumerate(made.given_plan[step.output]):
+            source = input_source(kind)
+            if source == "fetched":
+                if not fetched_value(at):
+                    return None
+            elif source == "shape":
+                shapes[at] = list(key[i][0])
+            elif (source == "feeds" and not _from_feed_dims(made.from_feeds, name, feeds)) or (
+                source == "held" and not fixed(name)
+            ):
+                return None
+            if i != 1:
+                continue
+            if source == "fetched":
+                proofs.append((None, at, proof))
+            elif source == "held" and name in feeds:
+                proofs.append((name, 0, proof))
+            elif source != "held":
+                return None
+    names_in = tuple(n for n in feeds if n in inputs)
+    static_feeds = {n: static[n] for n in inputs if n in static and n not in feeds}
+    return SteadyLane(
+        feed_key=feed_key,
+        session=made,
+        static_feeds=static_feeds,
+        feed_names=None if len(names_in) == len(feeds) else names_in,
+        values=tuple((at, s, d) for at, (s, d) in values.items()),
+        shapes=tuple(shapes.items()),
+        proofs=tuple(proofs),
+        record=record,
+        ort_errors=check.ort_errors,
+        ort_run=_ort_run(made.session, static_feeds),
+    )
