@@ -112,9 +112,9 @@ class InferenceSession(SessionRuns, SessionQueries, OrtSessionAttributes):
     """
 
     _live_reader: LiveReader | None = None
+    """Reads the ``add_initializer`` values anew before each run (None: the options add none)."""
     _feeds_accepted: tuple[Any, ...] | None = None
     """The :func:`~dmlshim.execute.feeds.feed_key` of the last plain-array feeds accepted as they were."""
-    """Reads the ``add_initializer`` values anew before each run (None: the options add none)."""
 
     @raises_onnxruntime_errors()
     @guard_resources("loading the model")
