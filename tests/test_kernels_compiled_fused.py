@@ -27,20 +27,22 @@ CALLS: dict[str, list[str]] = {}
 
 
 class _Handoff:
-    """Holds the calling thread's first loop call until a kernel thread has made one (at most 10 s):
-    otherwise, on a loaded machine, the calling thread may take every chunk before a helper wakes, and a
-    test of the threaded path would not see two threads."""
+    """Holds each of the two threads' first loop call until the other has made one (at most 10 s):
+    otherwise, on a loaded machine, one thread may take every chunk before the other wakes, and a test of
+    the threaded path would not see two threads. The calling thread is the one that made the hand-off (the
+    test's thread, which pytest-xdist need not run on the main thread)."""
 
     def __init__(self) -> None:
-        self.helper = threading.Event()
-        self.waited = False
+        self.caller = threading.current_thread()
+        self.seen = {True: threading.Event(), False: threading.Event()}
+        self.waited: set[bool] = set()
 
     def __call__(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            self.helper.set()
-        elif not self.waited:
-            self.waited = True
-            self.helper.wait(10)
+        mine = threading.current_thread() is self.caller
+        self.seen[mine].set()
+        if mine not in self.waited:
+            self.waited.add(mine)
+            self.seen[not mine].wait(10)
 
 
 HANDOFF: list[_Handoff] = []

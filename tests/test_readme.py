@@ -142,7 +142,8 @@ def test_readme_starts_with_what_ci_runs() -> None:
     first, second = blocks(README)[:2]
     assert first.lang == second.lang == "sh"
     assert first.body.strip().endswith(f"pip install '.[test]' && {main_job}")
-    assert "python -m pytest" in ci and second.body.strip().endswith("python -m pytest")
+    test_command = "python -m pytest -n auto --dist loadfile"
+    assert test_command in ci and second.body.strip().endswith(test_command)
     assert README.read_text(encoding="utf-8").index("```sh") < 400, "the two commands belong at the very top"
 
 

@@ -66,7 +66,7 @@ def test_names_text_counts_what_it_leaves_out() -> None:
 
 
 def test_a_long_upstream_list_is_cut_in_text_and_whole_in_json(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str], numpy_kernels: None
 ) -> None:
     model, feeds = _chain()
     (expected,) = ort_run(model, feeds)
