@@ -3,8 +3,9 @@
 Expected outputs come from the onnx package's own backend cases (built in memory by onnx 1.23 and later,
 read from its case folders before). The statuses below are pinned per case and per level, so a case silently
 changing from ``fallback`` to ``dml`` (or back) fails here. The supported range differs in which cases
-exist (onnx 1.20, the floor, has 23 in scope and the 3 TensorScatter cases) and in whether the installed onnxruntime can load
-them (TensorScatter-24 needs a newer one than 1.24): both are taken from onnx and onnxruntime themselves.
+exist (onnx 1.20, the floor, has 23 in scope and the 3 TensorScatter cases) and in whether the installed
+onnxruntime can load them (TensorScatter-24 needs a newer one than 1.24): both are taken from onnx and
+onnxruntime themselves.
 """
 
 from __future__ import annotations
