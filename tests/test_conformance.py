@@ -3,8 +3,9 @@
 Expected outputs come from the onnx package's own backend cases (built in memory by onnx 1.23 and later,
 read from its case folders before). The statuses below are pinned per case and per level, so a case silently
 changing from ``fallback`` to ``dml`` (or back) fails here. The supported range differs in which cases
-exist (onnx 1.17 has 23 in scope and no TensorScatter) and in whether the installed onnxruntime can load
-them (TensorScatter-24 needs a newer one than 1.24): both are taken from onnx and onnxruntime themselves.
+exist (onnx 1.20, the floor, has 23 in scope and the 3 TensorScatter cases) and in whether the installed
+onnxruntime can load them (TensorScatter-24 needs a newer one than 1.24): both are taken from onnx and
+onnxruntime themselves.
 """
 
 from __future__ import annotations
@@ -63,12 +64,12 @@ REDUCTIONS = {
 }
 TENSOR_SCATTER = ["test_tensorscatter", "test_tensorscatter_3d", "test_tensorscatter_circular"]
 
-# Cases onnx 1.17 (the floor) does not have yet; onnx 1.23 has them all.
+# Cases onnx 1.20 (the floor) does not have yet; onnx 1.23 has them all. onnx 1.20 already has the
+# TensorScatter-24 cases (26 cases in all, 23 in scope).
 LATER_CASES = {
     "test_scatter_elements_with_reduction_mul",
     "test_scatternd_max_with_element_indices",
     "test_scatternd_min_with_element_indices",
-    *TENSOR_SCATTER,
 }
 ONNX_1_23 = tuple(int(p) for p in onnx.__version__.split(".")[:2]) >= (1, 23)
 
@@ -141,7 +142,7 @@ def test_discovery_finds_every_case() -> None:
         assert len(cases) == 29
         assert counts == {"Gather": 4, "GatherElements": 3, "GatherND": 3, "Scatter": 2,
                           "ScatterElements": 7, "ScatterND": 7}  # fmt: skip
-    else:  # onnx 1.17 .. 1.22: the later cases may be missing, nothing else
+    else:  # onnx 1.20 .. 1.22: the later cases may be missing, nothing else
         all_names = set(GATHERS) | set(SCATTERS_NONE) | set(REDUCTIONS) | set(TENSOR_SCATTER)
         assert all_names - {c.name for c in cases} <= LATER_CASES
         assert len(in_scope) >= min_in_scope_cases() == 23
@@ -251,7 +252,7 @@ def test_cli_json_schema(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0
     assert doc["feature_level"] == "DML_FEATURE_LEVEL_5_0"
     assert doc["totals"] == _counts(EXPECTED_5_0)
-    assert len(doc["cases"]) == len(EXPECTED_5_0) == (29 if ONNX_1_23 else 23)
+    assert len(doc["cases"]) == len(EXPECTED_5_0) == (29 if ONNX_1_23 else 26)
     for case in doc["cases"]:
         assert {"name", "op_type", "opset", "status", "reason"} <= set(case)
         assert isinstance(case["opset"], int) and case["status"] == EXPECTED_5_0[case["name"]]

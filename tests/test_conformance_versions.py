@@ -54,7 +54,7 @@ def _ort_refuses(model: onnx.ModelProto) -> str:
 
 
 def test_min_in_scope_cases_per_onnx_version() -> None:
-    assert min_in_scope_cases("1.17.0") == 23
+    assert min_in_scope_cases("1.20.0") == 23
     assert min_in_scope_cases("1.22.1") == 23
     assert min_in_scope_cases("1.23.2") == 26
     assert min_in_scope_cases("1.24.0rc1") == 26
@@ -121,7 +121,7 @@ def _write_case_folder(root: Path, case: BackendCase) -> Path:
 def test_node_cases_without_a_model_are_read_from_their_folders(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """onnx 1.17-1.22 list node cases with model=None and a model_dir: dmlshim reads the folder itself."""
+    """onnx 1.20-1.22 list node cases with model=None and a model_dir: dmlshim reads the folder itself."""
     real = discover_cases()
     many_inputs = next(c for c in real if len(c.inputs) == 3)  # data, indices, updates: order matters
     chosen = [_case("test_gather_0"), many_inputs]

@@ -125,9 +125,10 @@ def test_large_one_dimensional_values_keep_their_types_without_their_data():
 
 
 @pytest.mark.skipif(
-    tuple(int(p) for p in onnx.__version__.split(".")[:2]) < (1, 18),
-    reason="onnx 1.17 gives Reshape the rank of any static-length shape input in its own inference (no data "
-    "propagation involved); newer onnx bounds it itself (1.23: at 1024)",
+    tuple(int(p) for p in onnx.__version__.split(".")[:2]) < (1, 23),
+    reason="onnx before 1.23 (1.20, the floor, too) gives Reshape the rank of any static-length shape input "
+    "in its own inference, without data propagation, and onnxruntime 1.24.4 reports that rank too; onnx 1.23 "
+    "bounds it at 1024",
 )
 def test_rank_from_a_long_shape_tensor_is_not_materialized():
     """A shape tensor of 5000 elements: no rank-5000 type is built (onnx 1.23 draws the line at 1024)."""
@@ -138,6 +139,20 @@ def test_rank_from_a_long_shape_tensor_is_not_materialized():
     )
     inferred = infer_shapes(model)
     assert all(len(dims) < 5000 for dims in _shapes(inferred).values())
+
+
+def test_rank_from_a_long_shape_tensor_is_the_rank_onnxruntime_reports():
+    """Whatever the onnx: the Reshape output's rank is the one onnxruntime's own session reports for it
+    (5000 on onnx 1.20 with onnxruntime 1.24.4; unknown on onnx 1.23 with onnxruntime 1.32)."""
+    import onnxruntime as ort
+
+    model = _model(
+        [helper.make_node("Reshape", ["x", "s"], ["r"])],
+        [vi("x", TensorProto.FLOAT, [4]), vi("s", TensorProto.INT64, [5000])],
+        [vi("r", TensorProto.FLOAT, None)],
+    )
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert len(_shapes(infer_shapes(model)).get("r", [])) == len(session.get_outputs()[0].shape)
 
 
 def test_length_only_propagation_reveals_is_cut_in_the_pass_that_reveals_it(tmp_path: Path):

@@ -4,7 +4,7 @@ The cases are the ones the onnx package lists (``onnx.backend.test.loader.load_m
 ``kind="node"``): onnx 1.23 and later build them in memory; older onnx lists only their folders, so each
 case's ``model.onnx`` and ``test_data_set_0`` tensors are read from the onnx package's data folder. The
 suite takes every single-op model whose op is Gather, GatherElements, GatherND, Scatter, ScatterElements or
-ScatterND (26 in onnx 1.23, 23 in onnx 1.17), plus the TensorScatter cases (onnx 1.23 and later), which are
+ScatterND (26 in onnx 1.23, 23 in onnx 1.20), plus the 3 TensorScatter cases (onnx 1.20 and later), which are
 reported but are not DirectML gather/scatter operators and run on onnxruntime's CPU.
 
 Each case is prepared with ``dmlshim.backend.prepare(model, device="CPU", feature_level=...)`` and run on
@@ -73,7 +73,7 @@ MIN_IN_SCOPE_CASES = 26
 """onnx 1.23 builds 26 in-scope cases; fewer means the corpus shrank and the suite proves less."""
 
 MIN_IN_SCOPE_CASES_BEFORE_1_23 = 23
-"""onnx 1.17 (the lowest onnx dmlshim supports) has 23: the ``*_with_element_indices`` ScatterND cases and
+"""onnx 1.20 (the lowest onnx dmlshim supports) has 23: the ``*_with_element_indices`` ScatterND cases and
 ``test_scatter_elements_with_reduction_mul`` came later."""
 
 SUITE_LEVELS: tuple[FeatureLevel, ...] = (FeatureLevel.FL_5_0, FeatureLevel.FL_3_0, FeatureLevel.FL_2_1)

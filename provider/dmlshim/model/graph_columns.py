@@ -57,10 +57,7 @@ def _columns_class() -> Any:
     pool = descriptor_pool.DescriptorPool()
     pool.Add(proto)
     descriptor = pool.FindMessageTypeByName("dmlshim_columns.Graph")
-    get_class = getattr(message_factory, "GetMessageClass", None)
-    if get_class is None:  # protobuf before 4.22 (onnx 1.17 accepts 3.20)
-        return message_factory.MessageFactory(pool).GetPrototype(descriptor)
-    return get_class(descriptor)
+    return message_factory.GetMessageClass(descriptor)  # protobuf 4.22+ (onnx 1.20 needs 4.25.1+)
 
 
 def _read(graph: onnx.GraphProto) -> Any | None:

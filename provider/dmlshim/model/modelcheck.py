@@ -62,14 +62,20 @@ ONNX_ERRORS: tuple[type[Exception], ...] = (
 )
 
 
+IR_VERSION_RULE = "the model's ir_version must be one onnx and onnxruntime implement"
+OPSET_RULE = "every opset the model imports must exist"
+
+
 def _check_versions(model: onnx.ModelProto, path: str | None) -> None:
+    """An ir_version or ai.onnx opset newer than the installed onnx knows (the remedy is added by
+    :func:`_version_remedy`, once onnxruntime's own verdict is known)."""
     if model.ir_version > onnx.IR_VERSION:
         raise BadModelError(
             f"ir_version {model.ir_version} is newer than any this onnx ({onnx.__version__}) knows "
-            f"(at most {onnx.IR_VERSION}); pip install -U onnx if a newer onnx defines it",
+            f"(at most {onnx.IR_VERSION})",
             path=path,
             value=int(model.ir_version),
-            rule="the model's ir_version must be one onnx and onnxruntime implement",
+            rule=IR_VERSION_RULE,
         )
     newest = {"": onnx.defs.onnx_opset_version()}
     for o in model.opset_import:
@@ -77,11 +83,34 @@ def _check_versions(model: onnx.ModelProto, path: str | None) -> None:
         if domain == "" and o.version > newest[""]:
             raise BadModelError(
                 f"opset_import ai.onnx version {o.version} is newer than any this onnx ({onnx.__version__}) "
-                f"defines (at most {newest['']}); pip install -U onnx if a newer onnx defines it",
+                f"defines (at most {newest['']})",
                 path=path,
                 value=int(o.version),
-                rule="every opset the model imports must exist",
+                rule=OPSET_RULE,
             )
+
+
+def _version_remedy(own: BadModelError, theirs: BaseException | None) -> None:
+    """Ends a version refusal with what would load the model: a newer onnx alone when the installed
+    onnxruntime accepts it, else a newer onnxruntime too, with onnxruntime's own last sentence (on the
+    floors, onnx 1.20 and onnxruntime 1.24.4 both stop at opset 25 and IR 13)."""
+    if own.rule not in (IR_VERSION_RULE, OPSET_RULE):
+        return
+    if theirs is None:
+        own.message += "; pip install -U onnx if a newer onnx defines it"
+    else:
+        import onnxruntime as ort
+
+        text = " ".join(str(theirs).split())
+        if "onnxruntime::" in text:  # past the C++ source location and function signature it quotes
+            text = text.rpartition(") ")[2]
+        sentences = [s for s in text.split(". ") if s.strip()]
+        said = f" ({sentences[-1].rstrip('.')})" if sentences else ""
+        own.message += (
+            f"; onnxruntime {ort.__version__} refuses it too{said}: a newer onnxruntime, with an onnx "
+            "that defines it, may load it"
+        )
+    own.args = (own.message,)
 
 
 def _check_names(graph: onnx.GraphProto, prefix: str, path: str | None) -> None:
@@ -400,6 +429,7 @@ def check_model(
         _check_names(model.graph, "", where)
     except BadModelError as own:
         theirs = _ort_refusal(_probe_for(model, own))
+        _version_remedy(own, theirs)
         if theirs is None:
             raise
         raise own from theirs  # onnxruntime's class and message first (dmlshim.runtime.exceptions)
