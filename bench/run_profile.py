@@ -31,6 +31,7 @@ PARTS: dict[str, tuple[str, str]] = {
     "lean_gathers": ("whole_model.py", "_given_by_shapes"),
     "verify": ("steps.py", "verify"),  # a scatter verified, a gather proved or given
     "proved_again": ("steps.py", "given_again"),  # a node proved again on a lean check's run
+    "steady_lane": ("steady_lane.py", "answer"),  # a run as one onnxruntime call plus the index proofs
     "compare": ("whole_model.py", "identical"),
     "record": ("partitioned_runs.py", "_record"),
 }

@@ -7,7 +7,7 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
@@ -64,6 +64,7 @@ from .session_options import (
     sharable_options,
     write_optimized_model,
 )
+from .session_profiling import SessionProfiling
 from .session_queries import SessionQueries
 from .session_runs import SessionRuns
 
@@ -76,7 +77,7 @@ _COPY_LOCK = threading.Lock()
 bind_c_iobinding()  # SessionIOBinding(session._sess) takes a dmlshim session too
 
 
-class InferenceSession(SessionRuns, SessionQueries, OrtSessionAttributes):
+class InferenceSession(SessionRuns, SessionQueries, SessionProfiling, OrtSessionAttributes):
     """Runs an ONNX model with its gather/scatter nodes executed as DirectML executes them.
 
     A drop-in for ``onnxruntime.InferenceSession``: same constructor, same methods (see
@@ -273,13 +274,6 @@ class InferenceSession(SessionRuns, SessionQueries, OrtSessionAttributes):
         assert made is not None
         return made
 
-    def _start_profiler(self, path_or_bytes: ModelSource) -> None:
-        so = self._options
-        if self._profiler is not None or so is None or not so.enable_profiling:
-            return
-        model_file = os.fspath(path_or_bytes) if isinstance(path_or_bytes, (str, os.PathLike)) else None
-        self._profiler = SessionProfiler(so.profile_file_prefix, inputs=(model_file,))
-
     def _describe(self, loaded: LoadedModel) -> None:
         proto = loaded.proto
         graph = proto.graph
@@ -362,13 +356,6 @@ class InferenceSession(SessionRuns, SessionQueries, OrtSessionAttributes):
         if profiler is not None and hasattr(engine, "step_observer"):
             engine.step_observer = profiler.observe_step
         return engine
-
-    def _span(self, name: str) -> contextlib.AbstractContextManager[None]:
-        return self._profiler.span(name) if self._profiler is not None else contextlib.nullcontext()
-
-    def _ort_sessions(self) -> list[tuple[str, Any]]:
-        sessions: Callable[[], list[tuple[str, Any]]] | None = getattr(self._engine, "ort_sessions", None)
-        return list(sessions()) if sessions is not None else []
 
     # --- dmlshim's own properties ------------------------------------------------------------------
 
@@ -511,20 +498,3 @@ class InferenceSession(SessionRuns, SessionQueries, OrtSessionAttributes):
                     self._last_run_record = answered[1]
                     return answered[0]
         return self._execute(names, feeds, run_options)
-
-    # --- profiling ---------------------------------------------------------------------------------
-
-    @raises_onnxruntime_errors()
-    def end_profiling(self) -> str:
-        """Write the session's one profile file and return its name ('' if profiling is off or ended).
-
-        The file covers the whole model: onnxruntime's events for the CPU partitions' nodes and dmlshim's
-        for each emulated node (Chrome trace format; see :mod:`dmlshim.ort.profiling`).
-        """
-        if self._profiler is None:
-            return ""
-        return self._profiler.end(self._ort_sessions())
-
-    def get_profiling_start_time_ns(self) -> int:
-        """When profiling started (nanoseconds since the epoch), 0 when profiling is off."""
-        return self._profiler.start_time_ns if self._profiler is not None else 0
