@@ -15,7 +15,7 @@ unless that node is folded).
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 import onnx
 
@@ -106,11 +106,7 @@ def keep_model_values_where_folded(
     graph_shell(model.graph, out.graph)
     _point(out.graph, (), plan, copies)
     out.graph.initializer.extend(model.graph.initializer)
-    for tensor in original.graph.initializer:
-        if tensor.name in reads:
-            copy = out.graph.initializer.add()
-            copy.CopyFrom(tensor)
-            copy.name = copies[tensor.name]
+    add_model_copies(out.graph, original.graph, copies)
     logger.debug("nodes onnxruntime folds read the model's own %s, not the added values", sorted(reads))
     return out
 
@@ -153,6 +149,15 @@ def _point(graph: onnx.GraphProto, path: tuple, plan: Plan, copies: dict[str, st
             g = attr.g if attr.type == onnx.AttributeProto.GRAPH else attr.graphs[n]
         for j, root in found.items():
             g.node[k].input[j] = copies[root]
+
+
+def add_model_copies(graph: onnx.GraphProto, original: onnx.GraphProto, copies: Mapping[str, str]) -> None:
+    """Append to ``graph`` each initializer of ``original`` named in ``copies``, under its copy's name."""
+    for tensor in original.initializer:
+        if tensor.name in copies:
+            copy = graph.initializer.add()
+            copy.CopyFrom(tensor)
+            copy.name = copies[tensor.name]
 
 
 def copy_names(graph: onnx.GraphProto, names: list[str]) -> dict[str, str]:

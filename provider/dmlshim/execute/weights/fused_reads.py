@@ -30,7 +30,7 @@ from ...graph import walk_nodes
 from ...model.ort_errors import ORT_ERRORS
 from ...model.weightless import graph_shell, model_shell
 from .added_initializers import AddedInitializers
-from .folded_reads import copy_names
+from .folded_reads import add_model_copies, copy_names
 
 logger = logging.getLogger(__name__)
 
@@ -139,10 +139,6 @@ def keep_model_values_where_fused(
         node = out.graph.node[k]
         node.input[:] = [copies[i] if i in reads else i for i in node.input]
     out.graph.initializer.extend(model.graph.initializer)
-    for tensor in original.graph.initializer:
-        if tensor.name in copies:
-            copy = out.graph.initializer.add()
-            copy.CopyFrom(tensor)
-            copy.name = copies[tensor.name]
+    add_model_copies(out.graph, original.graph, copies)
     logger.debug("nodes onnxruntime fuses read the model's own %s, not the added values", names)
     return out
