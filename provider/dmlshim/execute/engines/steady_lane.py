@@ -28,6 +28,7 @@ import numpy as np
 import onnxruntime as ort
 
 from ..proofs.gather_given import FeedShapes
+from ..proofs.proved_again import same_inputs
 from ..record import RunRecord
 from .lean_check import LeanSession, input_source
 
@@ -169,6 +170,11 @@ def steady_lane(
         if given is None:
             return None
         key, proof = given
+        # The step's last given run may be another thread's, with other shapes, since this lean run
+        # proved it: its proof then belongs to those shapes, not to this lane's (a reduced scatter proof
+        # of a one-row update would pass a later run's repeated writes).
+        if not same_inputs(made.inputs_of(step.output, fetched, {**static, **feeds}, []) or (), key):
+            return None
         for i, (kind, name, at) in enumerate(made.given_plan[step.output]):
             source = input_source(kind)
             if source == "fetched":
