@@ -1,0 +1,91 @@
+"""Findings of a new user following README.md (newuser6).
+
+1. ``dmlshim validate`` on the README's own model (``tiny_decoder_step.onnx``) said MATCH with only
+   ``ORT_DML_EP_RUNS_ON_CPU`` warnings, while ``dmlshim inspect`` of the same model says
+   "onnxruntime-directml today: NO": on real DirectML its session fails on ``node_view_5`` (Reshape with
+   ``allowzero=1`` and a -1, ``docs/directml-linux.md``). validate now warns ``ORT_DML_EP_REFUSES_MODEL``,
+   once per refused form, naming the node.
+2. ``dmlshim inspect`` of a file ``dmlshim lower`` wrote ended with the generic "register the library"
+   hint, while run and validate say how to run a lowered file; inspect now says the same.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from dmlshim.cli.main import main
+from dmlshim.validate import validate_model
+from tests.oracle import IR_VERSION
+
+MODELS = Path(__file__).resolve().parent.parent / "onnx_models"
+
+
+def _gather_after_view(allowzero: int) -> onnx.ModelProto:
+    """``view(-1, 4)`` (as torch.export writes it: ``allowzero=1``) feeding a Gather of rows."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("Reshape", ["x", "shape"], ["v"], allowzero=allowzero, name="node_view"),
+            helper.make_node("Gather", ["v", "idx"], ["y"], axis=0, name="node_rows"),
+        ],
+        "view_gather",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2, 4]),
+            helper.make_tensor_value_info("idx", TensorProto.INT64, [3]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])],
+        [helper.make_tensor("shape", TensorProto.INT64, [2], [-1, 4])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=IR_VERSION)
+
+
+FEEDS = {"x": np.arange(16, dtype=np.float32).reshape(2, 2, 4), "idx": np.array([3, 0, 2], dtype=np.int64)}
+
+
+@pytest.mark.parametrize("allowzero", [1, 0])
+def test_validate_warns_when_onnxruntime_directml_refuses_the_model(allowzero: int) -> None:
+    model = _gather_after_view(allowzero)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    (want,) = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(
+        None, FEEDS
+    )
+    report = validate_model(model, inputs=FEEDS)
+    assert report.match
+    np.testing.assert_array_equal(report.outputs[0].dmlshim, want)
+    refused = [w for w in report.warnings if w.code == "ORT_DML_EP_REFUSES_MODEL"]
+    if allowzero:
+        (w,) = refused
+        assert w.node == "node_view"
+        assert "EP_REFUSES_RESHAPE_ALLOWZERO" in w.message and "allowzero=1" in w.message
+        assert w.to_json()["code"] == "ORT_DML_EP_REFUSES_MODEL"
+    else:  # allowzero=0: the same node runs on real DirectML (docs/directml-linux.md)
+        assert refused == []
+
+
+def test_readme_model_validate_agrees_with_inspect(capsys: pytest.CaptureFixture[str]) -> None:
+    model = str(MODELS / "tiny_decoder_step.onnx")
+    assert main(["inspect", model]) == 0
+    out, _ = capsys.readouterr()
+    assert "onnxruntime-directml today: NO" in out and "node_view_5" in out
+    assert main(["validate", model, "--inputs", str(MODELS / "tiny_decoder_step.npz"), "-q"]) == 0
+    out, _ = capsys.readouterr()
+    assert "ORT_DML_EP_REFUSES_MODEL node_view_5:" in out
+
+
+def test_inspect_of_a_lowered_file_says_how_to_run_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lowered = tmp_path / "topk.lowered.onnx"
+    assert main(["lower", str(MODELS / "topk_gather.onnx"), "-o", str(lowered), "-q"]) == 0
+    capsys.readouterr()
+    main(["inspect", str(lowered)])
+    out, _ = capsys.readouterr()
+    (nxt,) = [ln for ln in out.splitlines() if ln.startswith("Next:")]
+    assert "it looks like a model `dmlshim lower` wrote: run the source model with --engine customop" in nxt
+    assert "register_custom_ops_library" not in nxt
