@@ -33,16 +33,19 @@ def session_refusal_warnings(refusals: Sequence[tuple[str, str, str]]) -> tuple[
     groups: dict[tuple[str, str], list[str]] = {}
     for node, code, form in refusals:
         groups.setdefault((code, form), []).append(node)
-    return tuple(
-        ValidationWarning(
-            W_EP_REFUSES_MODEL,
-            nodes[0],
-            "onnxruntime-directml fails on the whole model: "
-            f"{describe_refusals([(n, code, form) for n in nodes])}; the gather/scatter verdict still "
-            "holds for DirectML's operators (docs/directml-linux.md)",
+    found = []
+    for (code, form), nodes in groups.items():
+        # The warning names the first node; a form met at several nodes lists them all.
+        where = f"{form} ({code})" if len(nodes) == 1 else describe_refusals([(n, code, form) for n in nodes])
+        found.append(
+            ValidationWarning(
+                W_EP_REFUSES_MODEL,
+                nodes[0],
+                f"onnxruntime-directml fails on the whole model here: {where}; the verdict on the "
+                "gather/scatter nodes still holds (docs/directml-linux.md)",
+            )
         )
-        for (code, form), nodes in groups.items()
-    )
+    return tuple(found)
 
 
 def node_warnings(nodes: Sequence[NodeValidation], level: FeatureLevel) -> list[ValidationWarning]:
