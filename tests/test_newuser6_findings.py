@@ -89,3 +89,19 @@ def test_inspect_of_a_lowered_file_says_how_to_run_it(
     (nxt,) = [ln for ln in out.splitlines() if ln.startswith("Next:")]
     assert "it looks like a model `dmlshim lower` wrote: run the source model with --engine customop" in nxt
     assert "register_custom_ops_library" not in nxt
+
+
+def test_export_text_lines_up_and_names_the_linux_replay(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The operator column was as wide as each name, so the iteration notes of a Loop's body nodes
+    started at different columns; and the closing hint named only dxdispatch.exe on Windows, while the
+    README's Linux path is ``compare --run-directml``."""
+    out_dir = tmp_path / "exp"
+    assert main(["export", str(MODELS / "loop_scatternd.onnx"), "-o", str(out_dir), "-q"]) == 0
+    out, _ = capsys.readouterr()
+    rows = [ln for ln in out.splitlines() if "(iteration " in ln]
+    assert len(rows) == 3  # the body's two Gathers and its ScatterND, each at iteration 0
+    assert len({ln.index("(iteration ") for ln in rows}) == 1
+    assert f"dmlshim compare {out_dir} --run-directml" in out
+    assert sorted(p.name for p in out_dir.iterdir() if p.is_dir()) == sorted(ln.split()[0] for ln in rows)
