@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -105,3 +106,16 @@ def test_export_text_lines_up_and_names_the_linux_replay(
     assert len({ln.index("(iteration ") for ln in rows}) == 1
     assert f"dmlshim compare {out_dir} --run-directml" in out
     assert sorted(p.name for p in out_dir.iterdir() if p.is_dir()) == sorted(ln.split()[0] for ln in rows)
+
+
+def test_a_warning_of_one_of_several_models_names_the_model(caplog: pytest.LogCaptureFixture) -> None:
+    """``dmlshim validate onnx_models/ecosystem`` printed "input 'idx': 6 scatter indices but only 5
+    distinct values in range: repeats" among 52 models, naming none: which model, and what to do?"""
+    eco = MODELS / "ecosystem"
+    models = [str(eco / "tfl_scatters.onnx"), str(eco / "pd_along_axis.onnx")]
+    with caplog.at_level(logging.WARNING):
+        assert main(["validate", *models, "-q"]) == 0
+    repeats = [r.getMessage() for r in caplog.records if "so some repeat" in r.getMessage()]
+    # each model has one generated index input with more positions than values in range
+    assert [m.split(": input ")[0] for m in repeats] == models
+    assert all("--inputs chooses the values" in m for m in repeats)

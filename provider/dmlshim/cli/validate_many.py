@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import signal
 import sys
 import threading
@@ -323,9 +324,39 @@ def validate_models(
         outcomes = []
         for i, model in enumerate(models, 1):
             progress.update(f"validate: {i} of {len(models)}: {model}")
-            outcomes.append(validate_one(model, args, plans.get(model)))
+            with _warnings_name(model):
+                outcomes.append(validate_one(model, args, plans.get(model)))
     progress.clear()
     return outcomes
+
+
+class _NamesModel(logging.Filter):
+    """Prefixes ``model`` to a warning that does not name it: the table comes after every model ran, so a
+    warning about an input of one of many models must say which."""
+
+    def __init__(self, model: str) -> None:
+        super().__init__()
+        self.model = model
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.WARNING and self.model not in (text := record.getMessage()):
+            record.msg, record.args = f"{self.model}: {text}", None
+        return True
+
+
+@contextlib.contextmanager
+def _warnings_name(model: str) -> Iterator[None]:
+    """While ``model`` is validated, the warnings logged through the root handlers name it. The filter goes
+    first, so the CLI's once-only filter compares the named text (two models may warn alike)."""
+    named = _NamesModel(model)
+    handlers = list(logging.getLogger().handlers)
+    for handler in handlers:
+        handler.filters.insert(0, named)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(named)
 
 
 def render_text(outcomes: Sequence[ModelOutcome], level_name: str) -> str:

@@ -292,7 +292,11 @@ def render_text(
     lines += [
         "",
         f"Gather/scatter nodes translated to DirectML: {s['dml']} of {s['gather_scatter_nodes']}"
-        + (f" ({s['fallback']} fall back to CPU, {s['error']} failed to translate)" if not s["all_dml"] else ""),
+        + (
+            f" ({s['fallback']} fall back to CPU, {s['error']} failed to translate)"
+            if not s["all_dml"]
+            else ""
+        ),
         f"onnxruntime DirectML EP would place: {s['ort_placement']['DmlExecutionProvider']} on "
         f"DmlExecutionProvider, {s['ort_placement']['CPUExecutionProvider']} on CPUExecutionProvider"
         + (f", {s['ort_placement']['none']} rejected" if s["ort_placement"]["none"] else ""),
