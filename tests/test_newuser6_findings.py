@@ -119,3 +119,22 @@ def test_a_warning_of_one_of_several_models_names_the_model(caplog: pytest.LogCa
     # each model has one generated index input with more positions than values in range
     assert [m.split(": input ")[0] for m in repeats] == models
     assert all("--inputs chooses the values" in m for m in repeats)
+
+
+def test_a_jobs_worker_logs_warnings_as_the_parent_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``--jobs 2`` the same models printed none of the warnings ``--jobs 1`` printed (onnx.checker's
+    findings, repeated generated indices): a spawned worker has no log handler, and dmlshim's logger has a
+    NullHandler. The worker now sets up the parent's log output (checked here in-process: no worker)."""
+    from dmlshim.cli import validate_many
+    from dmlshim.cli.main import _OnceFilter, _PrintableFormatter
+
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [])  # as in a freshly spawned process
+    monkeypatch.setattr(root, "level", logging.WARNING)
+    monkeypatch.setattr(validate_many.signal, "signal", lambda *_: None)
+    monkeypatch.setattr(validate_many.portable, "unblock_sigint", lambda: None)
+    validate_many._worker_start(logging.INFO)
+    (handler,) = root.handlers
+    assert root.level == logging.INFO
+    assert isinstance(handler.formatter, _PrintableFormatter)
+    assert any(isinstance(f, _OnceFilter) for f in handler.filters)

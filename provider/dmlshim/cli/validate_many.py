@@ -73,7 +73,7 @@ def _signals_interrupt() -> Iterator[None]:
             signal.signal(s, handler)
 
 
-def _worker_start() -> None:
+def _worker_start(log_level: int) -> None:
     """In each worker: the ending signals end the process (the parent's handlers are not inherited), and
     Ctrl-C is the parent's to handle (a terminal sends it to every process of the group): ignored here,
     where it would print a traceback from whatever the worker was doing. The worker was started with
@@ -83,6 +83,9 @@ def _worker_start() -> None:
         signal.signal(s, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     portable.unblock_sigint()
+    from .main import configure_logging  # a spawned worker starts with no log handler: warn as the parent
+
+    configure_logging(log_level)
 
 
 def _stop_workers(pool: ProcessPoolExecutor) -> None:
@@ -204,7 +207,12 @@ def collect_models(paths: Iterable[str]) -> list[str]:
 
 def validate_one(model: str, args: argparse.Namespace, inputs: InputsPlan | None = None) -> ModelOutcome:
     """Validate one model with validate's options, on the inputs ``inputs`` plans (generated when None);
-    every failure becomes an outcome, not an exception."""
+    every failure becomes an outcome, not an exception. Its warnings name the model."""
+    with _warnings_name(model):
+        return _validate_one(model, args, inputs)
+
+
+def _validate_one(model: str, args: argparse.Namespace, inputs: InputsPlan | None) -> ModelOutcome:
     from .validate_files import model_report
 
     plan = inputs or InputsPlan()
@@ -261,7 +269,12 @@ def _in_processes(
     outcomes: dict[str, ModelOutcome] = {}
     broken: list[str] = []
     workers = min(jobs, len(models))
-    with ProcessPoolExecutor(workers, mp_context=process_context(), initializer=_worker_start) as pool:
+    with ProcessPoolExecutor(
+        workers,
+        mp_context=process_context(),
+        initializer=_worker_start,
+        initargs=(logging.getLogger().getEffectiveLevel(),),
+    ) as pool:
         try:
             with portable.sigint_blocked():  # submit starts the workers
                 futures: dict[Future[ModelOutcome], str] = {
@@ -281,7 +294,12 @@ def _in_processes(
     for model in broken:
         start = time.perf_counter()
         try:
-            with ProcessPoolExecutor(1, mp_context=process_context(), initializer=_worker_start) as single:
+            with ProcessPoolExecutor(
+                1,
+                mp_context=process_context(),
+                initializer=_worker_start,
+                initargs=(logging.getLogger().getEffectiveLevel(),),
+            ) as single:
                 try:
                     with portable.sigint_blocked():
                         future = single.submit(validate_one, model, args, plans.get(model))
@@ -324,8 +342,7 @@ def validate_models(
         outcomes = []
         for i, model in enumerate(models, 1):
             progress.update(f"validate: {i} of {len(models)}: {model}")
-            with _warnings_name(model):
-                outcomes.append(validate_one(model, args, plans.get(model)))
+            outcomes.append(validate_one(model, args, plans.get(model)))
     progress.clear()
     return outcomes
 
