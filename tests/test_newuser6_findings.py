@@ -138,3 +138,17 @@ def test_a_jobs_worker_logs_warnings_as_the_parent_does(monkeypatch: pytest.Monk
     assert root.level == logging.INFO
     assert isinstance(handler.formatter, _PrintableFormatter)
     assert any(isinstance(f, _OnceFilter) for f in handler.filters)
+
+
+def test_compare_before_any_directml_output_says_how_to_get_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """After the README's ``dmlshim export``, ``dmlshim compare DIR`` on Linux listed each node as missing
+    with "run dxdispatch.exe" only; the Linux way (``--run-directml``) is now named once."""
+    out_dir = tmp_path / "exp"
+    assert main(["export", str(MODELS / "topk_gather.onnx"), "-o", str(out_dir), "-q"]) == 0
+    capsys.readouterr()
+    assert main(["compare", str(out_dir)]) == 1  # nothing to compare yet
+    out, _ = capsys.readouterr()
+    assert "0 match, 0 mismatch, 1 missing of 1 node(s)" in out
+    assert f"dmlshim compare {out_dir} --run-directml" in out.splitlines()[-1]
