@@ -100,6 +100,12 @@ def run(args: argparse.Namespace) -> int:
         f"{counts['match']} match, {counts['mismatch']} mismatch, {counts['missing']} missing{errors} "
         f"of {len(report.nodes)} node(s)"
     )
+    if counts.get("missing") and device is None:
+        # the per-node hint names dxdispatch.exe (Windows); the README's Linux path is DirectML.dll under Wine
+        print(
+            f"no DirectML output yet: replay the export with DxDispatch on Windows, or run "
+            f"dmlshim compare {args.directory} --run-directml (Linux, after dmlshim directml setup)"
+        )
     return 0 if report.all_match else 1
 
 

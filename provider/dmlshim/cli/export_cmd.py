@@ -88,17 +88,23 @@ def run(args: argparse.Namespace) -> int:
     if args.inputs is None:
         print(f"inputs: generated (seed {args.seed})")
     print(f"exported {len(result.exported)} node(s) to {result.directory}, skipped {len(result.skipped)}")
+    # The operator column is as wide as its longest name, so the notes after it line up.
+    width = max((len(e.operator) for e in result.exported), default=0)
     for e in result.exported:
         note = "" if e.matches_onnxruntime else "  (dmlshim differs from onnxruntime on this node)"
         for owner, it in e.iterations:
             note += f"  (branch taken by {owner})" if it is None else f"  (iteration {it} of {owner})"
         if e.duplicate_indices:
             note += f"  ({e.duplicate_indices} duplicate scatter write(s): DirectML picks any winner)"
-        print(f"  {e.folder:<40} {e.op_type:<16} {e.operator}{note}")
+        print(f"  {e.folder:<40} {e.op_type:<16} {e.operator:<{width}}{note}".rstrip())
     for s in result.skipped:
         print(f"  skipped {printable(s.node)} ({s.op_type}): {s.code}: {s.reason}")
     if result.exported:
         print()
         print("next, on Windows, in each node folder:  dxdispatch.exe model.json --output_path .")
         print(f"then, anywhere:                         dmlshim compare {result.directory}")
+        print(
+            f"or, on Linux, DirectML.dll under Wine:  dmlshim compare {result.directory} --run-directml"
+            "  (after dmlshim directml setup)"
+        )
     return 0

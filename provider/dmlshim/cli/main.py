@@ -194,6 +194,19 @@ class _OnceFilter(logging.Filter):
         return True
 
 
+def configure_logging(level: int) -> None:
+    """The command's log output on stderr: ``LEVEL logger: message``, control characters escaped, each
+    warning once. Also run in ``validate --jobs`` workers, whose warnings would otherwise be lost."""
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:
+        if handler.formatter is not None and not isinstance(handler.formatter, _PrintableFormatter):
+            handler.setFormatter(_PrintableFormatter(handler.formatter._fmt))
+        if isinstance(handler.formatter, _PrintableFormatter):  # ours: each command starts afresh
+            for old in [f for f in handler.filters if isinstance(f, _OnceFilter)]:
+                handler.removeFilter(old)
+            handler.addFilter(_OnceFilter())
+
+
 _STDOUT_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
@@ -213,17 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise
     sys.stderr.write(usage.getvalue())
     debug = bool(getattr(args, "debug", False))
-    logging.basicConfig(
-        level=logging.DEBUG if debug else (logging.INFO if args.verbose else logging.WARNING),
-        format="%(levelname)s %(name)s: %(message)s",
-    )
-    for handler in logging.getLogger().handlers:
-        if handler.formatter is not None and not isinstance(handler.formatter, _PrintableFormatter):
-            handler.setFormatter(_PrintableFormatter(handler.formatter._fmt))
-        if isinstance(handler.formatter, _PrintableFormatter):  # ours: each command starts afresh
-            for old in [f for f in handler.filters if isinstance(f, _OnceFilter)]:
-                handler.removeFilter(old)
-            handler.addFilter(_OnceFilter())
+    configure_logging(logging.DEBUG if debug else (logging.INFO if args.verbose else logging.WARNING))
     if not getattr(args, "_run", None):
         parser.print_help(sys.stderr)
         return 2

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import signal
 import sys
 import threading
@@ -72,7 +73,7 @@ def _signals_interrupt() -> Iterator[None]:
             signal.signal(s, handler)
 
 
-def _worker_start() -> None:
+def _worker_start(log_level: int) -> None:
     """In each worker: the ending signals end the process (the parent's handlers are not inherited), and
     Ctrl-C is the parent's to handle (a terminal sends it to every process of the group): ignored here,
     where it would print a traceback from whatever the worker was doing. The worker was started with
@@ -82,6 +83,9 @@ def _worker_start() -> None:
         signal.signal(s, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     portable.unblock_sigint()
+    from .main import configure_logging  # a spawned worker starts with no log handler: warn as the parent
+
+    configure_logging(log_level)
 
 
 def _stop_workers(pool: ProcessPoolExecutor) -> None:
@@ -203,7 +207,12 @@ def collect_models(paths: Iterable[str]) -> list[str]:
 
 def validate_one(model: str, args: argparse.Namespace, inputs: InputsPlan | None = None) -> ModelOutcome:
     """Validate one model with validate's options, on the inputs ``inputs`` plans (generated when None);
-    every failure becomes an outcome, not an exception."""
+    every failure becomes an outcome, not an exception. Its warnings name the model."""
+    with _warnings_name(model):
+        return _validate_one(model, args, inputs)
+
+
+def _validate_one(model: str, args: argparse.Namespace, inputs: InputsPlan | None) -> ModelOutcome:
     from .validate_files import model_report
 
     plan = inputs or InputsPlan()
@@ -260,7 +269,12 @@ def _in_processes(
     outcomes: dict[str, ModelOutcome] = {}
     broken: list[str] = []
     workers = min(jobs, len(models))
-    with ProcessPoolExecutor(workers, mp_context=process_context(), initializer=_worker_start) as pool:
+    with ProcessPoolExecutor(
+        workers,
+        mp_context=process_context(),
+        initializer=_worker_start,
+        initargs=(logging.getLogger().getEffectiveLevel(),),
+    ) as pool:
         try:
             with portable.sigint_blocked():  # submit starts the workers
                 futures: dict[Future[ModelOutcome], str] = {
@@ -280,7 +294,12 @@ def _in_processes(
     for model in broken:
         start = time.perf_counter()
         try:
-            with ProcessPoolExecutor(1, mp_context=process_context(), initializer=_worker_start) as single:
+            with ProcessPoolExecutor(
+                1,
+                mp_context=process_context(),
+                initializer=_worker_start,
+                initargs=(logging.getLogger().getEffectiveLevel(),),
+            ) as single:
                 try:
                     with portable.sigint_blocked():
                         future = single.submit(validate_one, model, args, plans.get(model))
@@ -326,6 +345,35 @@ def validate_models(
             outcomes.append(validate_one(model, args, plans.get(model)))
     progress.clear()
     return outcomes
+
+
+class _NamesModel(logging.Filter):
+    """Prefixes ``model`` to a warning that does not name it: the table comes after every model ran, so a
+    warning about an input of one of many models must say which."""
+
+    def __init__(self, model: str) -> None:
+        super().__init__()
+        self.model = model
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.WARNING and self.model not in (text := record.getMessage()):
+            record.msg, record.args = f"{self.model}: {text}", None
+        return True
+
+
+@contextlib.contextmanager
+def _warnings_name(model: str) -> Iterator[None]:
+    """While ``model`` is validated, the warnings logged through the root handlers name it. The filter goes
+    first, so the CLI's once-only filter compares the named text (two models may warn alike)."""
+    named = _NamesModel(model)
+    handlers = list(logging.getLogger().handlers)
+    for handler in handlers:
+        handler.filters.insert(0, named)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(named)
 
 
 def render_text(outcomes: Sequence[ModelOutcome], level_name: str) -> str:

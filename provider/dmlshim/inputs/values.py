@@ -35,6 +35,9 @@ __all__ = ["draw", "draw_free", "draw_indices"]
 
 logger = logging.getLogger(__name__)
 
+# A generated index that repeats: what to do for distinct ones.
+_REPEATS = "so some repeat (--inputs chooses the values)"
+
 _POSITION_NAMES = ("position_ids", "cache_position", "position")
 
 
@@ -135,7 +138,7 @@ def draw_indices(spec: InputSpec, rng: np.random.Generator, negative: bool) -> n
         n = moved.pop(axis)
         if n > high - low:
             logger.warning(
-                "input %r: %d indices per line but only %d targets: repeats", spec.name, n, high - low
+                "input %r: %d indices per line but only %d targets, %s", spec.name, n, high - low, _REPEATS
             )
             values = rng.integers(low, high, size=shape)
         else:
@@ -147,7 +150,7 @@ def draw_indices(spec: InputSpec, rng: np.random.Generator, negative: bool) -> n
         count = size // k if k else 0
         total = math.prod(only.tuple_dims)
         if count > total:
-            logger.warning("input %r: %d tuples but only %d targets: repeats", spec.name, count, total)
+            logger.warning("input %r: %d tuples but only %d targets, %s", spec.name, count, total, _REPEATS)
             flat = rng.integers(0, total, size=count)
         else:
             flat = rng.permutation(total)[:count]
@@ -156,10 +159,11 @@ def draw_indices(spec: InputSpec, rng: np.random.Generator, negative: bool) -> n
         values = (rng.permutation(high - low)[:size] + low).reshape(shape)
     else:
         logger.warning(
-            "input %r: %d scatter indices but only %d distinct values in range: repeats",
+            "input %r: %d scatter indices but only %d distinct values in range, %s",
             spec.name,
             size,
             high - low,
+            _REPEATS,
         )
         values = rng.integers(low, high, size=shape)
     return np.asarray(values).astype(dtype)

@@ -149,17 +149,23 @@ REGISTER_HINT = (
 """The end of the error for an operator nothing defines."""
 
 
-def _lowered_hint(domain: str, op_type: str) -> str:
-    """What to do with a model ``dmlshim lower`` wrote, whose custom ops only dmlshim registers."""
+LOWERED_HOW = (
+    "it looks like a model `dmlshim lower` wrote: run the source model with --engine customop "
+    "(Python: engine='customop'), or create the onnxruntime session with "
+    "dmlshim.execute.engines.custom_op.session_options_with_custom_ops() (docs/engines.md)"
+)
+"""What to do with a model ``dmlshim lower`` wrote, whose custom ops only dmlshim registers."""
+
+
+def is_lowered_op(domain: str, op_type: str) -> bool:
+    """Whether ``domain.op_type`` is one of the custom ops ``dmlshim lower`` writes."""
     from ..execute.custom_ops.types import CUSTOM_DOMAIN
 
-    if domain != CUSTOM_DOMAIN or not op_type.startswith("Dml"):
-        return REGISTER_HINT
-    return (
-        "; it looks like a model `dmlshim lower` wrote: run the source model with --engine customop "
-        "(Python: engine='customop'), or create the onnxruntime session with "
-        "dmlshim.execute.engines.custom_op.session_options_with_custom_ops() (docs/engines.md)"
-    )
+    return domain == CUSTOM_DOMAIN and op_type.startswith("Dml")
+
+
+def _lowered_hint(domain: str, op_type: str) -> str:
+    return f"; {LOWERED_HOW}" if is_lowered_op(domain, op_type) else REGISTER_HINT
 
 
 def ort_load_error(

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..dml.symbolic import describe
-from ..model.ort_errors import REGISTER_HOW, UnknownOperator
+from ..model.ort_errors import LOWERED_HOW, REGISTER_HOW, UnknownOperator, is_lowered_op
 from ..text import printable, shape_text, table
 from ..translate.ep_refusals import describe_refusals
 from ..translate.model_translation import ModelTranslation
@@ -292,7 +292,11 @@ def render_text(
     lines += [
         "",
         f"Gather/scatter nodes translated to DirectML: {s['dml']} of {s['gather_scatter_nodes']}"
-        + (f" ({s['fallback']} fall back to CPU, {s['error']} not translated)" if not s["all_dml"] else ""),
+        + (
+            f" ({s['fallback']} fall back to CPU, {s['error']} failed to translate)"
+            if not s["all_dml"]
+            else ""
+        ),
         f"onnxruntime DirectML EP would place: {s['ort_placement']['DmlExecutionProvider']} on "
         f"DmlExecutionProvider, {s['ort_placement']['CPUExecutionProvider']} on CPUExecutionProvider"
         + (f", {s['ort_placement']['none']} rejected" if s["ort_placement"]["none"] else ""),
@@ -324,8 +328,12 @@ def render_text(
             "Nodes inspect cannot place (operators ONNX and onnxruntime do not define: custom ops):",
             *table([["NODE", "OP", "DOMAIN"], *([u.node, u.op_type, u.domain] for u in unknown_ops)]),
         ]
+        # A file `dmlshim lower` wrote runs only under dmlshim's own custom ops: say how, as run does.
+        lowered = all(is_lowered_op(u.domain, u.op_type) for u in unknown_ops)
         nxt = (
-            "run and validate refuse this model until onnxruntime knows these operators: register the "
+            f"run and validate refuse this model as it is: {LOWERED_HOW}"
+            if lowered
+            else "run and validate refuse this model until onnxruntime knows these operators: register the "
             f"library that defines them ({REGISTER_HOW})"
         )
     lines += ["", *verdict_lines(mt)]

@@ -1,6 +1,7 @@
 """validate's warnings about gather/scatter nodes: what matters on real DirectML (duplicate scatter
-writes, negative indices below FL 3_0, nodes onnxruntime-directml sends to the CPU) and where a divergence
-starts, read from each node's translation, run record and attribution."""
+writes, negative indices below FL 3_0, nodes onnxruntime-directml sends to the CPU, node forms that make
+it fail on the whole model) and where a divergence starts, read from each node's translation, run record
+and attribution."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from ..dml.enums import FeatureLevel
 from ..execute.plan.step_keys import NOTE_SHAPE_DIFFERS
 from ..execute.record import PLACEMENT_DML
 from ..translate import CPU_PROVIDER
+from ..translate.ep_refusals import describe_refusals
 from .results import ATTR_DIVERGES, ATTR_UPSTREAM, NodeValidation, ValidationWarning
 
 # Warning codes.
@@ -22,6 +24,28 @@ W_TRANSLATION_ERROR = "NOT_TRANSLATED"
 W_NODE_DIFFERS = "NODE_OUTPUT_DIFFERS"
 W_INPUTS_DIFFER = "NODE_INPUTS_DIFFER"
 W_SHAPE_NOTE = "OUTPUT_SHAPE_DIFFERS_FROM_INFERENCE"
+W_EP_REFUSES_MODEL = "ORT_DML_EP_REFUSES_MODEL"
+
+
+def session_refusal_warnings(refusals: Sequence[tuple[str, str, str]]) -> tuple[ValidationWarning, ...]:
+    """One warning per refused node form (``ModelTranslation.session_refusals``): onnxruntime-directml
+    fails on the whole model there, whatever the gather/scatter nodes do, as inspect's verdict says."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for node, code, form in refusals:
+        groups.setdefault((code, form), []).append(node)
+    found = []
+    for (code, form), nodes in groups.items():
+        # The warning names the first node; a form met at several nodes lists them all.
+        where = f"{form} ({code})" if len(nodes) == 1 else describe_refusals([(n, code, form) for n in nodes])
+        found.append(
+            ValidationWarning(
+                W_EP_REFUSES_MODEL,
+                nodes[0],
+                f"onnxruntime-directml fails on the whole model here: {where}; the verdict on the "
+                "gather/scatter nodes still holds (docs/directml-linux.md)",
+            )
+        )
+    return tuple(found)
 
 
 def node_warnings(nodes: Sequence[NodeValidation], level: FeatureLevel) -> list[ValidationWarning]:

@@ -20,11 +20,11 @@ from ..graph import is_gather_scatter, uses_half_floats, walk_nodes
 from ..inputs import annotate_error
 from ..kernels.options import IndexMode
 from ..resources import guard_resources
-from ..translate import NodeTranslation, translate_model
+from ..translate import ModelTranslation, translate_model
 from .attribution import compare_nodes, dependencies, suspects, upstream_order
 from .engine_side import COMPARABLE_LEVEL, PARTITIONED, custom_op_layout_reason, engine_runs
 from .levels import ORT_DEFAULT_LEVEL, note_default_level_runs, only_optimised_runs
-from .node_warnings import node_warnings
+from .node_warnings import node_warnings, session_refusal_warnings
 from .random_nodes import random_node_warnings
 from .references import (
     DEFAULT_OPTIMIZATION_LEVEL,
@@ -188,7 +188,7 @@ def _validate_loaded(
     }
     whole: dict[str, np.ndarray] | None
     shapes = {k: feed_shape(v) for k, v in feeds.items()}
-    translated: list[dict[str, NodeTranslation]] = []
+    translated: list[ModelTranslation | None] = []
 
     def translate() -> None:  # while onnxruntime builds the check's session
         if not translated:
@@ -220,7 +220,8 @@ def _validate_loaded(
 
     deps = dependencies(proto.graph)
     compared = compare_nodes(deps, ours.values, ref.values, agree)
-    translations = translated[0] if translated else _translations(proto, level, shapes)
+    translation = translated[0] if translated else _translations(proto, level, shapes)
+    translations = {t.name: t for t in translation.nodes} if translation is not None else {}
     records = {r.name: r for r in ours.record.nodes}
     nodes = tuple(
         NodeValidation(
@@ -290,7 +291,9 @@ def _validate_loaded(
         match=all(o.match for o in outputs),
         outputs=tuple(outputs),
         nodes=nodes,
-        warnings=tuple(node_warnings(nodes, level)) + random_node_warnings(proto.graph),
+        warnings=tuple(node_warnings(nodes, level))
+        + session_refusal_warnings(translation.session_refusals if translation is not None else ())
+        + random_node_warnings(proto.graph),
         rtol=rtol,
         atol=atol,
         inputs_source=source,
@@ -421,7 +424,7 @@ def _whole(
 
 def _translations(
     proto: onnx.ModelProto, level: FeatureLevel, shapes: Mapping[str, tuple[int, ...]]
-) -> dict[str, NodeTranslation]:
+) -> ModelTranslation | None:
     graph = proto.graph
     init = {t.name for t in graph.initializer}
     names = {v.name for v in graph.input if v.name not in init}
@@ -429,8 +432,8 @@ def _translations(
         translation = translate_model(proto, level, {k: v for k, v in shapes.items() if k in names})
     except DmlShimError as exc:
         logger.warning("static translation failed (%s): node records carry the run only", exc)
-        return {}
-    return {t.name: t for t in translation.nodes}
+        return None
+    return translation
 
 
 def _level(text: str) -> FeatureLevel:
