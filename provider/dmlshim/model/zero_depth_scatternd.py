@@ -9,17 +9,17 @@ node; onnxruntime 1.32 computes ONNX's answer.
 
 On such an onnxruntime every model dmlshim hands it (CPU segments, the whole-model and lean checks,
 validate's reference, the custom-op engine's session, inspect's runs, the acceptance check) goes through
-:func:`guarded_model_source` first: each such node, in the main graph or in any If/Loop/Scan body
-(nested), is replaced by ONNX operators that compute ONNX's answer whatever the ranks: the data and the
-``n`` updates as the rows of one matrix, its last row with no reduction (the last update wins; the data
-itself when ``n = 0``), else the update rows folded into the data row one after the other by the
-ScatterND itself at a depth of 1 (a Loop), so each element is combined by onnxruntime's own kernel, bit for
-bit as onnxruntime 1.32 combines them at depth 0; reshaped to the data's shape. Where the indices' last dimension (or their rank) is known only at run time,
-the node sits behind an If on that dimension (0: those operators; else the node itself). A model file
-whose weights are external is handed over as the rewritten bytes with the model's folder as the
-external-data folder, so that onnxruntime reads the weights itself, once. The single-node fallbacks (the
-partitioned engine's run-time fallback, the custom-op kernel's CPU path) compute the node in numpy
-(:func:`scatter_nd_empty_tuples`) instead of onnxruntime.
+:func:`guarded_model_source` first: each such node, in the main graph or in any If/Loop/Scan body (nested),
+is replaced by ONNX operators that compute ONNX's answer whatever the ranks: the data and the ``n`` updates
+as the rows of one matrix, its last row with no reduction (the last update wins; the data itself when ``n =
+0``), else the update rows folded into the data row one after the other by the ScatterND itself at a depth
+of 1 (a Loop), so each element is combined by onnxruntime's own kernel, bit for bit as onnxruntime 1.32
+combines them at depth 0; reshaped to the data's shape. Where the indices' last dimension (or their rank) is
+known only at run time, the node sits behind an If on that dimension (0: those operators; else the node
+itself). A model file whose weights are external is handed over as the rewritten bytes with the model's
+folder as the external-data folder, so that onnxruntime reads the weights itself, once. The single-node
+fallbacks (the partitioned engine's run-time fallback, the custom-op kernel's CPU path) compute the node in
+numpy (:func:`scatter_nd_empty_tuples`) instead of onnxruntime.
 """
 
 from __future__ import annotations
@@ -155,10 +155,11 @@ def refused_type(elem_type: int | None, reduction: str) -> bool:
 
 
 def _fold_body(node: onnx.NodeProto, rows: str, v: str) -> onnx.GraphProto:
-    """A Loop body folding row ``i + 1`` (of the outer ``rows``, ``[n + 1, size]``: the data, then the updates) into the
-    accumulated row (``[1, size]``) with ``node`` itself at a depth of 1 (one index tuple ``[0]``): each
-    element is combined by onnxruntime's own kernel, as it combines them at depth 0 (``ReduceMax`` keeps a
-    NaN the kernel drops, ``Where`` writes -0 as 0, ``ReduceSum`` may add in another order)."""
+    """A Loop body folding row ``i + 1`` (of the outer ``rows``, ``[n + 1, size]``: the data, then the
+    updates) into the accumulated row (``[1, size]``) with ``node`` itself at a depth of 1 (one index
+    tuple ``[0]``): each element is combined by onnxruntime's own kernel, as it combines them at depth 0
+    (``ReduceMax`` keeps a NaN the kernel drops, ``Where`` writes -0 as 0, ``ReduceSum`` may add in
+    another order)."""
     i, cond, acc = v + "i", v + "cond", v + "acc"
     step = onnx.NodeProto()
     step.CopyFrom(node)
@@ -243,7 +244,8 @@ def _replacement(
         yield helper.make_node(
             "Loop",  # not Scan: onnxruntime's Scan fails on 0 rows
             [v + "n", "", v + "d1"],
-            [v + "flat"],  # [1, size]: reshaped once, below (onnxruntime 1.24 fuses two Reshapes, losing allowzero)
+            # [1, size], reshaped once below: onnxruntime 1.24 fuses two Reshapes and loses allowzero
+            [v + "flat"],
             body=_fold_body(node, v + "rows", v + "fold/"),
         )
     yield helper.make_node("Shape", [data], [v + "shape"])
