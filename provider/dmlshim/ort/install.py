@@ -271,8 +271,10 @@ def flush() -> None:
         _State.last_flush = time.monotonic()
     finally:
         _State.flushing = False
-    if _State.end_after_flush:
-        _end_by_sigterm()
+        # even when the write failed: a SIGTERM that came during it was held back, and must still end
+        # the process (a pool's worker that outlives it waits on the pool's queue forever)
+        if _State.end_after_flush:
+            _end_by_sigterm()
 
 
 def maybe_flush() -> None:
@@ -325,8 +327,10 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     if _State.flushing:
         _State.end_after_flush = True
         return
-    flush()
-    _end_by_sigterm()
+    try:
+        flush()
+    finally:
+        _end_by_sigterm()
 
 
 def _end_by_sigterm() -> None:
