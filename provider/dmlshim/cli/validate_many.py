@@ -88,6 +88,15 @@ def _worker_start(log_level: int) -> None:
     configure_logging(log_level)
 
 
+def _pool(workers: int) -> ProcessPoolExecutor:
+    """Worker processes started as the platform allows, each logging at the parent's level (imported here: a
+    single model's validate never needs the pool, ~25 ms of imports)."""
+    from concurrent.futures import ProcessPoolExecutor as Pool
+
+    level = (logging.getLogger().getEffectiveLevel(),)
+    return Pool(workers, mp_context=process_context(), initializer=_worker_start, initargs=level)
+
+
 def _stop_workers(pool: ProcessPoolExecutor) -> None:
     """End the pool's worker processes now (an interrupted parent must leave none behind, nor their
     inherited pipes open)."""
@@ -262,19 +271,12 @@ def _in_processes(
     done: Callable[[ModelOutcome], None],
     plans: Mapping[str, InputsPlan],
 ) -> dict[str, ModelOutcome]:
-    # The process pool is imported here: a single model's validate never needs it (~25 ms of imports).
-    from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
     outcomes: dict[str, ModelOutcome] = {}
     broken: list[str] = []
     workers = min(jobs, len(models))
-    with ProcessPoolExecutor(
-        workers,
-        mp_context=process_context(),
-        initializer=_worker_start,
-        initargs=(logging.getLogger().getEffectiveLevel(),),
-    ) as pool:
+    with _pool(workers) as pool:
         try:
             with portable.sigint_blocked():  # submit starts the workers
                 futures: dict[Future[ModelOutcome], str] = {
@@ -294,12 +296,7 @@ def _in_processes(
     for model in broken:
         start = time.perf_counter()
         try:
-            with ProcessPoolExecutor(
-                1,
-                mp_context=process_context(),
-                initializer=_worker_start,
-                initargs=(logging.getLogger().getEffectiveLevel(),),
-            ) as single:
+            with _pool(1) as single:
                 try:
                     with portable.sigint_blocked():
                         future = single.submit(validate_one, model, args, plans.get(model))
