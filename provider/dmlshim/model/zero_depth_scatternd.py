@@ -223,8 +223,11 @@ def _replacement(
     yield helper.make_node("Reshape", [data, v + "flat_shape"], [v + "d"])
     yield helper.make_node("Reshape", [updates, v + "flat_shape"], [v + "u"])
     yield helper.make_node("Concat", [v + "d", v + "u"], [v + "all"], axis=0)
-    yield helper.make_node("Size", [data], [v + "size"])
-    yield helper.make_node("Size", [updates], [v + "usize"])
+    # sizes from the flat shapes: onnxruntime 1.24 has no Size kernel for bfloat16 and other narrow types
+    yield helper.make_node("Shape", [v + "d"], [v + "dshape"])
+    yield helper.make_node("Gather", [v + "dshape", v + "zero"], [v + "size"], axis=0)
+    yield helper.make_node("Shape", [v + "u"], [v + "ushape"])
+    yield helper.make_node("Gather", [v + "ushape", v + "zero"], [v + "usize"], axis=0)
     yield helper.make_node("Equal", [v + "size", v + "zero"], [v + "no_data"])
     yield helper.make_node("Where", [v + "no_data", v + "one", v + "size"], [v + "divisor"])
     yield helper.make_node("Div", [v + "usize", v + "divisor"], [v + "n"])
