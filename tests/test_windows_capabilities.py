@@ -17,6 +17,7 @@ import re
 import signal
 import stat
 from collections.abc import Iterator
+from multiprocessing import resource_tracker
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,9 @@ PACKAGE = REPO / "provider" / "dmlshim"
 
 @pytest.fixture
 def windows(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    # multiprocessing's resource tracker is (re)launched with pthread_sigmask, which this fixture removes:
+    # make sure it runs before, since an earlier test in this worker may have left it dead.
+    resource_tracker.ensure_running()
     real_link = os.link
 
     def link(src: Any, dst: Any, *, src_dir_fd: Any = None, dst_dir_fd: Any = None, **kw: Any) -> None:
