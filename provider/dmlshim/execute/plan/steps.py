@@ -4,9 +4,7 @@ run from its DirectML descriptor (or, in a reference run, by onnxruntime alone).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -24,15 +22,13 @@ from ...translate.plan import elem_type_of
 from ...translate.runner import verify_translation
 from ..proofs.gather_given import (
     GIVEN_OPS,
-    LEAN_MESSAGE,
     NOTE_GATHER_GIVEN,
     GivenShape,
     constant_indices_given,
     given_message,
     given_shape,
-    lean_indices_in_range,
 )
-from ..proofs.proved_again import StandIns, proved_again, same_inputs, steady_proof
+from ..proofs.proved_again import StandIns
 from ..proofs.scatter_given import (
     SCATTER_GIVEN_MESSAGE,
     SCATTERS,
@@ -48,32 +44,19 @@ from .step_fallback import (  # noqa: F401 (the REASON_ codes are read from here
     CpuFallback,
     reasons_of,
 )
+from .step_given import (  # noqa: F401 (read from here too)
+    NOTE_UNTOUCHED_GIVEN,
+    PROVE_RUNS,
+    TRANSLATION_CACHE_SIZE,
+    UNTOUCHED_GIVEN_MESSAGE,
+    GivenRuns,
+)
 from .step_keys import arrays_key, shape_note, shapes_key
 
 logger = logging.getLogger(__name__)
 
-TRANSLATION_CACHE_SIZE = 64
-"""Translations kept per node (one per distinct input shapes and dtypes); the cache restarts when full."""
-
 VERIFIED_OPS = SCATTERS
 """Nodes whose output the whole-model check verifies instead of computing (:meth:`EmulatedStep.verify`)."""
-
-PROVE_RUNS = 3
-"""Verified runs of a scatter (with the same input shapes and dtypes) in which the whole-model check also
-proves that every element the scatter does not write is its InputTensor (a scatter whose indices alone
-prove its output, :mod:`dmlshim.execute.proofs.scatter_given`, is not verified at all). Later runs take those
-elements as onnxruntime copied them (ONNX and DirectML both define them as the data input; only the
-written elements can differ, and they are verified on every run): the proof reads the input and the output
-in full, 9-31 ms per run of the 24 KV-cache ScatterND of a 652 MB decoder step, where onnxruntime's whole
-run takes 30-45 ms. ``EngineConfig.full_check`` (validate, ``DMLSHIM_FULL_CHECK=1``) proves them on every
-run."""
-
-NOTE_UNTOUCHED_GIVEN = "untouched_elements_from_onnxruntime"
-UNTOUCHED_GIVEN_MESSAGE = (
-    "the elements this scatter does not write are onnxruntime's copy of its data input, proved equal to "
-    f"it on the session's first {PROVE_RUNS} runs (DMLSHIM_FULL_CHECK=1 proves them on every run); the "
-    "written elements were proved against the DirectML kernel"
-)
 
 GATHER_GIVEN_MESSAGE = given_message(PROVE_RUNS)
 
@@ -85,7 +68,7 @@ extra calls cost what it saves (measured: a 12-row ScatterND, 192 KiB 0.11 vs 0.
 ms, 3 MiB 0.58 vs 0.42 ms, 12 MiB 4.0 vs 2.1 ms for computing and comparing vs verifying)."""
 
 
-class EmulatedStep(CpuFallback):
+class EmulatedStep(GivenRuns):
     """One gather/scatter node: run from its DirectML descriptor, or on the CPU when its translation for
     the actual shapes says so. With ``reference`` set, onnxruntime runs the node alone instead (the
     like-for-like reference of ``dmlshim validate``)."""
@@ -354,92 +337,6 @@ class EmulatedStep(CpuFallback):
         self._remember_given(key, expected, state)
         return True
 
-    def _remember_given(self, key: tuple[Any, ...], expected: GivenShape | None, state: RunState) -> None:
-        """Keep what this run's given output rested on: the inputs' shapes and dtypes (while their
-        translation is cached), a gather's expectations, and the run's record."""
-        self._given_at = (key, expected, state.records[self.slot]) if key in self._cache else None
-
-    def given_on(self, state: RunState) -> bool:
-        """This run (``state``) took the output from onnxruntime on the proof of its indices (a gather past
-        its proved runs, or a scatter whose indices prove it)."""
-        given = self._given_at
-        return given is not None and given[2] is not None and state.records[self.slot] is given[2]
-
-    def given_again(self, inputs: Sequence[Any], state: RunState) -> bool:
-        """The proof of a run of the lean check (:mod:`dmlshim.execute.engines.lean_check`), which fetches
-        of this node only what that proof reads: per input, its values (the indices; graph inputs and
-        initializers) or only its shape (a tuple). True, with the record stored, when the inputs have the
-        shapes of the last given run (see :meth:`given_on`), its translation still cached, and the
-        indices prove the output again exactly as that run's did; False changes nothing (the caller runs
-        the full check instead)."""
-        given = self._given_at
-        if given is None or self._full_check or (given[1] is not None and given[0] != self._proved_key):
-            return False
-        if not same_inputs(inputs, given[0]) or given[0] not in self._cache:
-            return False  # other shapes, an OrtValue, a translation no longer cached: the full check
-        holds, self._stand_ins = proved_again(
-            self.node.op_type, self._attrs, given[0], given[1], inputs[1], self._stand_ins
-        )
-        if holds:
-            state.records[self.slot] = given[2]
-        return holds
-
-    def given_proof(self) -> tuple[tuple[Any, ...], Callable[[np.ndarray], bool]] | None:
-        """The proof :meth:`given_again` would make of the next run, for the steady lane
-        (:mod:`dmlshim.execute.engines.steady_lane`): the inputs' shapes and dtypes of the last given run
-        and the proof of the indices' values; None when :meth:`given_again` would not hold whatever the
-        values (no given run, the full check asked for, its translation no longer cached)."""
-        given = self._given_at
-        if given is None or self._full_check or (given[1] is not None and given[0] != self._proved_key):
-            return None
-        if given[0] not in self._cache:
-            return None
-        return given[0], steady_proof(self.node.op_type, self._attrs, given[0], given[1])
-
-    def lean_proof(self, data_shape: Sequence[int]) -> Callable[[np.ndarray], bool]:
-        """The range proof of a lean gather's held indices at ``data_shape`` (see :meth:`given_by_shapes`)."""
-        return functools.partial(lean_indices_in_range, self.node.op_type, self._attrs, tuple(data_shape))
-
-    def given_by_shapes(
-        self, shapes: Sequence[tuple[int, ...]], state: RunState, indices: np.ndarray | None = None
-    ) -> bool:
-        """Record this run of a lean gather (:attr:`lean_dtypes`) from its data and indices shapes, its
-        output being onnxruntime's; False when no output shape follows from them, or when ``indices``
-        (the indices' values, when the check holds them: a constant) are not all in range (the check then
-        hands the run to the partitioned steps)."""
-        if self.lean_dtypes is None:
-            return False
-        op_type, attrs = self.node.op_type, self._attrs
-        if indices is not None and not lean_indices_in_range(op_type, attrs, shapes[0], indices):
-            return False
-        dtypes = self.lean_dtypes
-        key = tuple(zip(map(tuple, shapes), dtypes, strict=True))  # shapes_key of stand-ins
-        earlier = self._lean_runs.get(key)
-        if earlier is not None and key in self._cache:
-            # The shapes of an earlier run, whose translation is still the cached one: the same record
-            # (a shape computation's gather sees the same shapes on every run; nothing to redo).
-            self._finish(earlier[0], earlier[1], state)
-            return True
-        # Stand-ins with the shapes and dtypes and no memory: the translation reads nothing else.
-        stand_ins = [np.broadcast_to(np.zeros((), d), s) for d, s in zip(dtypes, shapes, strict=True)]
-        t, clean = self._translation(stand_ins, state)
-        shape = gather_scatter_output_shape(self.node.op_type, self._attrs, shapes)
-        if shape is None:
-            return False
-        # No DirectML operator at these shapes (an empty selection, say): the partitioned steps would run
-        # the node in onnxruntime's CPU provider too, so onnxruntime's output is the answer either way.
-        record = (
-            self._cpu_record(t, stand_ins)
-            if clean is None
-            else self._given(clean, (NOTE_GATHER_GIVEN, LEAN_MESSAGE))
-        )
-        out = np.broadcast_to(np.zeros((), dtypes[0]), shape)
-        if len(self._lean_runs) >= TRANSLATION_CACHE_SIZE:
-            self._lean_runs.clear()
-        self._lean_runs[key] = (record, out)
-        self._finish(record, out, state)
-        return True
-
     def _run(self, values: Values, arrays: list[Any], state: RunState) -> NodeRecord:
         # The translation is looked up directly when every input is a plain array (the common case).
         key = arrays_key(arrays)
@@ -456,18 +353,6 @@ class EmulatedStep(CpuFallback):
         result = run_translation(t, arrays, index_mode=self.index_mode)
         values[self.output] = result.output
         return self._dml_record(clean, result.duplicate_indices, arrays)
-
-    def _given(
-        self, record: NodeRecord, note: tuple[str, str] = (NOTE_UNTOUCHED_GIVEN, UNTOUCHED_GIVEN_MESSAGE)
-    ) -> NodeRecord:
-        """``record`` noting that the untouched elements (a gather: the output) were taken as onnxruntime
-        made them (the last one made is kept: a run's record is usually the previous run's)."""
-        last = self._noted
-        if last is not None and last[0] is record and last[1] == note:
-            return last[2]
-        noted = dataclasses.replace(record, notes=(*record.notes, note))
-        self._noted = (record, note, noted)
-        return noted
 
     def _dml_record(self, clean: NodeRecord, duplicates: int, arrays: list[Any]) -> NodeRecord:
         """The record of a run from the descriptor: ``clean`` with the run's duplicate writes and whether
