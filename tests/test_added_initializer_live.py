@@ -18,9 +18,9 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-import dmlshim
 from dmlshim.errors import IndexOutOfRangeError
 
+from .added_initializers import both_sides
 from .oracle import IR_VERSION, assert_same_bits
 
 ENGINES = ["partitioned", "customop", "cpu", None]
@@ -40,34 +40,6 @@ def _model(
     return model.SerializeToString()
 
 
-def _runs(
-    make: Callable[[ort.SessionOptions], Any],
-    added: dict[str, np.ndarray],
-    updates: Sequence[dict[str, np.ndarray]],
-    feeds: dict[str, np.ndarray],
-    level: Any = None,
-) -> list[Any]:
-    """Each run's outputs (or the class and message of its error), an update applied before each run
-    after the first."""
-    values = {n: ort.OrtValue.ortvalue_from_numpy(a.copy()) for n, a in added.items()}  # its buffer
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    if level is not None:
-        so.graph_optimization_level = level
-    for name, value in values.items():
-        so.add_initializer(name, value)
-    session = make(so)
-    results: list[Any] = []
-    for update in [{}, *updates]:
-        for name, arr in update.items():
-            values[name].update_inplace(arr.copy())
-        try:
-            results.append(session.run(None, feeds))
-        except Exception as exc:
-            results.append(exc)
-    return results
-
-
 def _compare(
     model: bytes,
     added: dict[str, np.ndarray],
@@ -76,14 +48,19 @@ def _compare(
     engine: str | None,
     level: Any = None,
 ) -> list[Any]:
-    want = _runs(
-        lambda so: ort.InferenceSession(model, so, providers=["CPUExecutionProvider"]),
-        added,
-        updates,
-        feeds,
-        level,
+    def values() -> dict[str, Any]:  # the caller's OrtValues: onnxruntime reads their buffers
+        return {n: ort.OrtValue.ortvalue_from_numpy(a.copy()) for n, a in added.items()}
+
+    def changes(update: dict[str, np.ndarray]) -> Callable[[dict[str, Any]], None]:
+        def change(held: dict[str, Any]) -> None:
+            for name, arr in update.items():
+                held[name].update_inplace(arr.copy())
+
+        return change
+
+    want, got = both_sides(
+        model, engine, values, [changes(u) for u in updates], lambda s: s.run(None, feeds), level
     )
-    got = _runs(lambda so: dmlshim.InferenceSession(model, so, engine=engine), added, updates, feeds, level)
     for w, g in zip(want, got, strict=True):
         if isinstance(w, Exception):
             assert isinstance(g, Exception), f"onnxruntime raised {w!r}, dmlshim returned {g!r}"

@@ -21,6 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import dmlshim
 
+from .added_initializers import both_sides, runs_with_added
 from .oracle import IR_VERSION
 
 ENGINES = ["partitioned", "customop", "cpu"]
@@ -53,31 +54,6 @@ def _outputs(session: Any, feeds: dict[str, np.ndarray], how: str) -> list[np.nd
 Updates = list[Callable[[dict[str, Any]], None]]
 
 
-def _runs(
-    make: Callable[[Any], Any],
-    added: Callable[[], dict[str, Any]],
-    updates: Updates,
-    feeds: dict[str, np.ndarray],
-    how: str = "run",
-) -> list[Any]:
-    values = added()
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    so.log_severity_level = 3
-    for name, value in values.items():
-        so.add_initializer(name, value)
-    session = make(so)
-    results: list[Any] = []
-    for update in [None, *updates]:
-        if update is not None:
-            update(values)
-        try:
-            results.append(_outputs(session, feeds, how))
-        except Exception as exc:  # onnxruntime's run refused (an index out of range): dmlshim's must too
-            results.append(type(exc))
-    return results
-
-
 def _compare(
     model: bytes,
     added: Callable[[], dict[str, Any]],
@@ -86,20 +62,12 @@ def _compare(
     engine: str,
     how: str = "run",
 ) -> list[Any]:
-    want = _runs(
-        lambda so: ort.InferenceSession(model, so, providers=["CPUExecutionProvider"]),
-        added,
-        updates,
-        feeds,
-        how,
-    )
-    got = _runs(lambda so: dmlshim.InferenceSession(model, so, engine=engine), added, updates, feeds, how)
-    assert len(got) == len(want)
+    want, got = both_sides(model, engine, added, updates, lambda s: _outputs(s, feeds, how))
     for w, g in zip(want, got, strict=True):
-        if isinstance(w, type):
-            assert isinstance(g, type), f"onnxruntime's run failed, dmlshim's returned {g}"
+        if isinstance(w, Exception):
+            assert isinstance(g, Exception), f"onnxruntime's run failed, dmlshim's returned {g}"
             continue
-        assert not isinstance(g, type), f"dmlshim's run raised {g}"
+        assert not isinstance(g, Exception), f"dmlshim's run raised {g!r}"
         for a, b in zip(w, g, strict=True):
             assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes(), (a, b)
     return want
@@ -157,7 +125,7 @@ def test_the_callers_numpy_array_changed_under_an_aliasing_ortvalue(engine: str)
         arrays["i"][:] = [3, 7]
 
     want = _compare(_gather_indices_added(), added, [wrap, out_of_range], {"d": DATA}, engine)
-    assert want[1][0].tolist() == DATA[[3, -1]].tolist() and isinstance(want[2], type)
+    assert want[1][0].tolist() == DATA[[3, -1]].tolist() and isinstance(want[2], Exception)
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -343,8 +311,11 @@ def test_an_added_value_onnxruntimes_fusions_consume_at_build(engine: str, level
 
         return build
 
-    want = _runs(make(ort), values, [update], feeds)
-    got = _runs(make(dmlshim), values, [update], feeds)
+    def outputs(session: Any) -> list[Any]:
+        return list(session.run(None, feeds))
+
+    want = runs_with_added(make(ort), values, [update], outputs)
+    got = runs_with_added(make(dmlshim), values, [update], outputs)
     for w, g in zip(want, got, strict=True):
         assert [a.tobytes() for a in w] == [b.tobytes() for b in g], (w, g)
     assert (want[0][0].tobytes() == want[1][0].tobytes()) == (level is None)  # fused: the update is unseen
