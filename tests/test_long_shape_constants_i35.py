@@ -159,3 +159,21 @@ def test_inspect_costs_what_onnxruntimes_session_costs(tmp_path: Path) -> None:
     assert theirs.code == 0, theirs.err
     assert ours.code == 0, ours.err
     assert ours.peak_bytes <= 2 * theirs.peak_bytes, (ours.peak_bytes, theirs.peak_bytes)
+
+
+def test_reading_the_constant_for_a_session_honours_the_memory_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Under a limit below the constant's 8 MiB: the session is refused before the read, naming the step
+    and the constant; inspect, which reads no weight, still answers."""
+    from dmlshim.cli.main import main as cli
+    from dmlshim.errors import TooLargeError
+
+    path = _saved(tmp_path, "Reshape")
+    monkeypatch.setenv("DMLSHIM_MEMORY_LIMIT", str(6_000_000))
+    with pytest.raises(TooLargeError) as refused:
+        shim.InferenceSession(str(path))
+    assert "reading the constants onnxruntime's type inference reads (shape)" in str(refused.value)
+    assert "8388608 bytes" in str(refused.value)
+    assert cli(["inspect", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["nodes"][0]["status"] == "dml"
