@@ -274,9 +274,10 @@ def test_bfloat16_data_into_gather_and_scatter_falls_back(
     assert by_name["g"]["dtype"] == "bfloat16" and by_name["g"]["shape"] == [2, 3]
     assert by_name["s"]["dtype"] == "bfloat16" and by_name["s"]["shape"] == [4, 3]
     assert by_name["s"]["whole_model"]["identical"] is True  # the whole model returned its bfloat16 too
-    saved = _outputs_file(out)  # bfloat16 outputs are saved as their (exact) float32 values
-    assert saved["g"].tobytes() == _ort_widen(g).tobytes() and saved["s"].tobytes() == _ort_widen(s).tobytes()
-    assert np.signbit(saved["g"][1, 0])  # -0.0 kept: bits, not just values
+    saved = _outputs_file(out)  # bfloat16 outputs are saved as their raw bits, as --inputs takes them
+    assert saved["g"].dtype == saved["s"].dtype == np.uint16
+    assert saved["g"].tobytes() == _bits(g).tobytes() and saved["s"].tobytes() == _bits(s).tobytes()
+    assert saved["g"][1, 0] == 0x8000  # -0.0 kept: bits, not just values
     nodes = {n["name"]: n for n in doc["nodes"]}
     for name in ("gather_rows", "scatter_rows"):
         assert nodes[name]["status"] == "fallback" and nodes[name]["run"]["placement"] == "onnxruntime-cpu"

@@ -14,8 +14,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from dmlshim.dxdispatch import capture as capture_mod
-from dmlshim.dxdispatch import captured as captured_mod
 from dmlshim.dxdispatch import capture_run
+from dmlshim.dxdispatch import captured as captured_mod
 from dmlshim.dxdispatch import export as export_mod
 from dmlshim.dxdispatch.capture import capture_nodes
 from dmlshim.dxdispatch.export import export_model
@@ -158,7 +158,7 @@ def _whole_model_in_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(
         capture_mod,
         "SharedWeights",
-        lambda inits, model_path=None: SharedWeights(inits, min_bytes=1 << 62),
+        lambda inits, model_path=None, graph=None: SharedWeights(inits, min_bytes=1 << 62),
     )
     monkeypatch.setattr(captured_mod, "is_large", lambda t: False)
 

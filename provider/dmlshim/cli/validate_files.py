@@ -125,7 +125,13 @@ def finish(report: ValidationReport, tolerances: Tolerances, args: argparse.Name
         write_arrays(args.save_inputs, feeds, kind="inputs", overwrite=args.overwrite, inputs=guard)
         file_written(args, "validate", "inputs", args.save_inputs)
     if args.save_outputs:
-        outputs = {o.name: o.dmlshim for o in report.outputs if o.dmlshim is not None}
+        # bfloat16 and float8 outputs as their raw bits (uint16/uint8: what onnxruntime's run returns for a
+        # float8e4m3fn output), which --reference-outputs and --inputs read back as the same values
+        outputs = {
+            o.name: o.dmlshim if o.dmlshim_bits is None else o.dmlshim_bits
+            for o in report.outputs
+            if o.dmlshim is not None
+        }
         write_arrays(args.save_outputs, outputs, kind="outputs", overwrite=args.overwrite, inputs=guard)
         file_written(args, "validate", "outputs", args.save_outputs)
     return report

@@ -104,7 +104,7 @@ def capture_values(
         return values
     # The large weights are neither copied nor serialized: the session reads them from the model's
     # files, or is handed them as arrays (the run engines' sessions do the same).
-    shared = SharedWeights({t.name: t for t in graph.initializer}, model_path=weights_path)
+    shared = SharedWeights({t.name: t for t in graph.initializer}, model_path=weights_path, graph=graph)
     light = light_copy(model, shared) if shared.names else model
     copy = for_onnxruntime(light)
     if copy is model:

@@ -1,8 +1,20 @@
 """A model without its weight bytes, for the work that needs only its structure: shape inference, the
 model check, placement. Large initializers (and initializers whose data is external) become graph inputs
-of the same type and shape; values that drive shapes or index bounds are small and stay."""
+of the same type and shape; values that drive shapes or index bounds are small and stay.
+
+One exception to "the same shape": a large one-dimensional initializer that a Reshape, Expand or
+ConstantOfShape reads as its shape. Given its values, onnx reads them (as onnxruntime does); given only
+its static length N, onnx before 1.23 makes the output a tensor of rank N, one protobuf dimension (about
+80 bytes) per element, copied at every pass: a Reshape reading a 2^20-element constant cost the model
+check 10 s and 616 MB on onnx 1.20, where onnxruntime's session took 0.7 s and 290 MB. A shape of more than
+:data:`dmlshim.model.data_prop.MAX_RANK` elements is no rank anything runs, so such an input is declared
+of unknown length (onnx 1.23 bounds that inference the same way), and no step that works on the copy
+allocates in proportion to it.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 import numpy as np
 import onnx
@@ -57,9 +69,73 @@ def graph_shell(graph: onnx.GraphProto, out: onnx.GraphProto) -> None:
             setattr(out, field.name, value)
 
 
+SHAPE_SLOTS: dict[str, int] = {"Reshape": 1, "Expand": 1, "ConstantOfShape": 0}
+"""The input each op's inference reads as a shape: given only its length, older onnx takes that as the
+output's rank."""
+
+UNKNOWN_LENGTH = "dmlshim_shape_longer_than_any_rank"
+"""The dimension name a long shape constant's length is declared by in the weightless copy."""
+
+
+def _shape_read(graph: onnx.GraphProto, names: set[str]) -> set[str]:
+    """Those of ``names`` that a node of ``graph`` (or of a graph inside its nodes) reads as a shape."""
+    from ..graph import walk_nodes
+
+    found: set[str] = set()
+    for _, node in walk_nodes(graph):
+        slot = SHAPE_SLOTS.get(node.op_type)
+        if slot is None or node.domain not in ("", "ai.onnx") or slot >= len(node.input):
+            continue
+        if node.input[slot] in names:
+            found.add(node.input[slot])
+    return found
+
+
+VALUE_BLIND_OPS = frozenset(
+    {"Gather", "GatherElements", "GatherND", "Scatter", "ScatterElements", "ScatterND"}
+)
+"""Ops whose type inference reads no input's values (their data and indices are read at run time only)."""
+
+_INTEGER_TYPES = frozenset(
+    getattr(onnx.TensorProto, name)
+    for name in ("INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64")
+)
+
+
+def read_by_value(graph: onnx.GraphProto, tensors: Iterable[onnx.TensorProto]) -> frozenset[str]:
+    """The names of those of ``tensors`` (initializers of ``graph``) whose values onnxruntime's type
+    inference may read when it builds a session: integer, at most one-dimensional (a shape, axes, pads,
+    repeats, a count), read by a node (of ``graph`` or of a graph inside its nodes) that is no gather or
+    scatter. onnxruntime reads no such value from external data or from an initializer handed through
+    ``add_external_initializers`` ("Cannot parse data from external tensors": it refuses a model it runs
+    when the value is inline, such as a Reshape whose 2^20-element shape is a constant), so such a value
+    must reach it inline, however large."""
+    from ..graph import walk_nodes
+
+    candidates = {t.name for t in tensors if t.data_type in _INTEGER_TYPES and len(t.dims) <= 1}
+    if not candidates:
+        return frozenset()
+    found: set[str] = set()
+    for _, node in walk_nodes(graph):
+        if node.op_type in VALUE_BLIND_OPS and node.domain in ("", "ai.onnx"):
+            continue
+        found.update(name for name in node.input if name in candidates)
+    return frozenset(found)
+
+
+def _declared(tensor: onnx.TensorProto, unknown_length: set[str]) -> onnx.ValueInfoProto:
+    if tensor.name in unknown_length:
+        return helper.make_tensor_value_info(tensor.name, tensor.data_type, [UNKNOWN_LENGTH])
+    return helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims))
+
+
 def without_weights(model: onnx.ModelProto, min_bytes: int = WEIGHTLESS_MIN_BYTES) -> onnx.ModelProto:
     """A copy of ``model`` whose initializers of at least ``min_bytes`` (and external ones) are typed
-    graph inputs instead; ``model`` itself when it has none. No weight byte is copied."""
+    graph inputs instead; ``model`` itself when it has none. No weight byte is copied. A one-dimensional
+    one longer than any rank (:data:`~dmlshim.model.data_prop.MAX_RANK`) that a node reads as a shape is
+    declared of unknown length (see the module docstring)."""
+    from .data_prop import MAX_RANK
+
     graph = model.graph
     heavy = [t for t in graph.initializer if is_external(t) or tensor_nbytes(t) >= min_bytes]
     if not heavy:
@@ -69,11 +145,9 @@ def without_weights(model: onnx.ModelProto, min_bytes: int = WEIGHTLESS_MIN_BYTE
     names = {t.name for t in heavy}
     light.graph.initializer.extend(t for t in graph.initializer if t.name not in names)
     declared = {v.name for v in graph.input}
-    light.graph.input.extend(
-        helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
-        for t in heavy
-        if t.name not in declared
-    )
+    long = {t.name for t in heavy if len(t.dims) == 1 and t.dims[0] > MAX_RANK and t.name not in declared}
+    unknown_length = _shape_read(graph, long) if long else set()
+    light.graph.input.extend(_declared(t, unknown_length) for t in heavy if t.name not in declared)
     return light
 
 

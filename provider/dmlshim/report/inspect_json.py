@@ -10,6 +10,7 @@ from typing import Any, TextIO
 from ..model.ort_errors import UnknownOperator
 from ..translate.model_translation import ModelTranslation
 from ..translate.plan import NodeTranslation, elem_type_name
+from ..translate.translator import NOTE_MEANINGS
 from .inspect_report import GraphValue, RunShapesLike
 
 __all__ = ["render_json", "write_json"]
@@ -49,6 +50,10 @@ def write_json(
         head["inputs"] = [_value_json(v) for v in graph_inputs]
         head["outputs"] = [_value_json(v) for v in graph_outputs]
     head["feature_level"] = mt.feature_level.dml_name
+    # what a note means on every node, said once; each node's note keeps what it names (its value)
+    meanings = {code: NOTE_MEANINGS[code] for code in mt.summary["notes"] if code in NOTE_MEANINGS}
+    if meanings:
+        head["notes"] = meanings
     if run is not None:
         head["run"] = run.to_json()
     if unknown_ops:  # nodes inspect cannot place: custom ops onnxruntime does not know

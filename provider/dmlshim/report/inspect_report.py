@@ -18,7 +18,7 @@ from ..translate.ep_refusals import describe_refusals
 from ..translate.model_translation import ModelTranslation
 from ..translate.plan import NodeTranslation, Status, elem_type_name
 from ..translate.run_cases import case_lines
-from ..translate.translator import is_ep_reason
+from ..translate.translator import NOTE_MEANINGS, is_ep_reason
 
 __all__ = [
     "GraphValue",
@@ -243,6 +243,36 @@ def descriptor_line(node: NodeTranslation) -> str:
     return " ".join(parts)
 
 
+_NAMES_SHOWN = 6
+"""Nodes named per line of a note said once (the rest counted; ``--json`` lists every node's notes)."""
+
+
+def _notes(nodes: Sequence[NodeTranslation], counts: Mapping[str, int]) -> list[str]:
+    """The notes on translated nodes, counted; a note whose meaning is the same on every node
+    (:data:`NOTE_MEANINGS`) is explained here once, with its nodes grouped by what the note names (the
+    symbolic dimensions), instead of once per node under Details."""
+    lines = _counts("Notes on translated nodes:", counts)
+    for code in counts:
+        meaning = NOTE_MEANINGS.get(code)
+        if meaning is None:
+            continue
+        index = lines.index(f"  {code}: {counts[code]}")
+        groups: dict[str, list[str]] = {}
+        for n in nodes:
+            for r in n.reasons:
+                if r.code == code and n.ok:
+                    named = r.value if isinstance(r.value, list) else []
+                    groups.setdefault(", ".join(str(v) for v in named) or "-", []).append(printable(n.name))
+        detail = [f"    {meaning}"]
+        for named, names in groups.items():
+            shown = ", ".join(names[:_NAMES_SHOWN])
+            if len(names) > _NAMES_SHOWN:
+                shown += f" and {len(names) - _NAMES_SHOWN} more"
+            detail.append(f"    dimensions {named}: {shown}")
+        lines[index + 1 : index + 1] = detail
+    return lines
+
+
 def _counts(title: str, counts: Mapping[str, int]) -> list[str]:
     if not counts:
         return []
@@ -313,7 +343,7 @@ def render_text(
         "Warnings: onnxruntime's DirectML EP differs from ONNX here:",
         {c: n for c, n in ep.items() if c in PROVIDER_WARNINGS},
     )
-    lines += _counts("Notes on translated nodes:", s["notes"])
+    lines += _notes(mt.nodes, s["notes"])
     if mt.nodes:
         lines += ["", "Nodes:", *table(_node_rows(mt.nodes, descriptors, run))]
         if run is not None and not run.error:
@@ -414,10 +444,12 @@ def _node_rows(
 def _details(nodes: Sequence[NodeTranslation]) -> list[str]:
     lines: list[str] = []
     for n in nodes:
-        if not n.reasons and not n.host_steps:
+        # notes said once for the model (under "Notes on translated nodes") are not repeated per node
+        reasons = [r for r in n.reasons if not (n.ok and r.code in NOTE_MEANINGS)]
+        if not reasons and not n.host_steps:
             continue
         lines.append(f"  {printable(n.name)}:")
-        for r in n.reasons:
+        for r in reasons:
             if r.code in PROVIDER_WARNINGS:
                 mark = "warning"
             elif is_ep_reason(r):

@@ -40,8 +40,11 @@ from .support_table import SUPPORTED_OPS, find_row
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "NOTE_MEANINGS",
+    "SIZES_SYMBOLIC_MEANING",
     "model_opsets",
     "node_since_version",
+    "symbolic_note",
     "translate_node",
 ]
 
@@ -320,14 +323,24 @@ def node_since_version(node: onnx.NodeProto, opsets: Mapping[str, int]) -> int:
     return _schema_since(node.op_type, opset, domain) or opset
 
 
+SIZES_SYMBOLIC_MEANING = (
+    "the operator, DimensionCount, Axis and counts are decided, and the rules that depend on runtime sizes "
+    "(empty tensors, the 2^32-1 element and UINT32 size limits, indices smaller than data, equal sizes the "
+    "model names differently such as batch dimensions) are checked when the node runs"
+)
+"""What a ``SIZES_SYMBOLIC`` note means, said once per report (the note itself names the dimensions)."""
+
+NOTE_MEANINGS: Mapping[str, str] = {"SIZES_SYMBOLIC": SIZES_SYMBOLIC_MEANING}
+"""Notes whose meaning is the same on every node, said once per report: code -> meaning."""
+
+
 def symbolic_note(names: Sequence[str]) -> Reason:
-    """The note of a node translated from placeholder sizes."""
+    """The note of a node translated from placeholder sizes: the dimensions in words and as its value
+    (the rules it leaves to the run: :data:`SIZES_SYMBOLIC_MEANING`)."""
     shown = ", ".join(dict.fromkeys(names)) or UNNAMED
     return Reason(
         "SIZES_SYMBOLIC",
-        f"Sizes follow the symbolic dimensions ({shown}); the operator, DimensionCount, Axis and counts "
-        "are decided, and the rules that depend on runtime sizes (empty tensors, the 2^32-1 element and "
-        "UINT32 size limits, indices smaller than data, equal sizes the model names differently such as "
-        "batch dimensions) are checked when the node runs",
+        f"Sizes follow the symbolic dimensions ({shown}); the rules that depend on runtime sizes are "
+        "checked when the node runs",
         list(dict.fromkeys(names)),
     )

@@ -13,7 +13,7 @@ import numpy as np
 from .results import Mismatch, ValidationReport, json_scalar
 from .statistics import ErrorStatistics, error_statistics
 from .tolerances import Tolerances
-from .value_kinds import fitting_tolerance
+from .value_kinds import fitting_tolerance, reference_values
 from .verdict import compare_arrays
 
 
@@ -145,10 +145,12 @@ def apply_reference_outputs(
             rtol, atol = tolerances.for_output(o.name)
         else:
             rtol, atol = fitting_tolerance(got, o.dtype)  # a bfloat16 output's own, not float32's
+        expected = reference.get(o.name)
+        if expected is not None:
+            # a bfloat16 or float8 output's raw bits (as --save-outputs writes them) compare as its values
+            expected = reference_values(np.asarray(expected), o.dtype if got.dtype == np.float32 else None)
         outputs.append(
-            dataclasses.replace(
-                o, external=compare_external(got, reference.get(o.name), rtol, atol, any_dtype=any_dtype)
-            )
+            dataclasses.replace(o, external=compare_external(got, expected, rtol, atol, any_dtype=any_dtype))
         )
     match = report.match and all(o.external is None or o.external.match for o in outputs)
     return dataclasses.replace(report, outputs=tuple(outputs), match=match, reference_outputs=source)

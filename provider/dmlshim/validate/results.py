@@ -164,6 +164,8 @@ class OutputComparison:
         external: the output against a reference outputs file (``--reference-outputs``), when given.
         dmlshim: dmlshim's array.
         reference: the like-for-like reference's array.
+        dmlshim_bits: for a bfloat16 or float8 output (whose ``dmlshim`` holds its values decoded to
+            float32), its raw bits as unsigned integers of its width: what ``--save-outputs`` writes.
     """
 
     name: str
@@ -181,6 +183,7 @@ class OutputComparison:
     external: Any = None
     dmlshim: np.ndarray | None = field(default=None, compare=False, repr=False)
     reference: np.ndarray | None = field(default=None, compare=False, repr=False)
+    dmlshim_bits: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -24,7 +24,9 @@ __all__ = [
     "fitting_tolerance",
     "is_array",
     "kind_text",
+    "narrow_bits",
     "ortvalue_bits",
+    "reference_values",
 ]
 
 
@@ -60,6 +62,41 @@ def compared_dtype(value: Any, declared: int | None = None) -> str | None:
         kind = NARROW_FLOATS.get(declared)
         kind = kind if kind is not None and value.dtype == kind.bits_dtype else None
     return None if kind is None else kind.name
+
+
+def narrow_bits(value: Any, declared: int | None = None) -> np.ndarray | None:
+    """A bfloat16 or float8 value's raw bits as unsigned integers of its width (``uint16``, ``uint8``), in
+    its shape: what ``--save-outputs`` writes for it, as onnxruntime's ``run`` returns a float8e4m3fn output
+    and ``--inputs`` takes such an input. The bits themselves, not re-encoded values, so NaN payloads and
+    infinities survive. None for any other value."""
+    from ..inputs.narrow_floats import NARROW_FLOATS, bits_of, narrow_type
+
+    if narrow_type(value) is not None:
+        return bits_of(value)
+    kind = NARROW_FLOATS.get(declared) if declared is not None else None
+    if kind is not None and isinstance(value, np.ndarray) and value.dtype == kind.bits_dtype:
+        return value
+    return None
+
+
+def reference_values(reference: np.ndarray, own_type: str | None) -> np.ndarray:
+    """A reference array for an output of a bfloat16 or float8 type (``own_type``, from
+    :func:`compared_dtype`) as the output compares: its raw bits (unsigned integers of the type's width, as
+    ``--save-outputs`` writes them and onnxruntime returns a float8e4m3fn output; an ml_dtypes array of the
+    type, or the untyped void array ``numpy.save`` stores for one) decoded exactly to float32. Any other
+    array, float32 values included, unchanged."""
+    from ..inputs.narrow_floats import NARROW_FLOATS, decoded, from_bits
+
+    kinds = {kind.name: kind for kind in NARROW_FLOATS.values()}
+    kind = kinds.get(own_type or "")
+    dtype = reference.dtype
+    if kind is None or dtype.itemsize * 8 != kind.bits or dtype.names is not None or dtype.subdtype:
+        return reference
+    if dtype == kind.bits_dtype or dtype.kind == "V" or dtype.name.replace("_", "") == kind.name:
+        bits = np.ascontiguousarray(reference).view(kind.bits_dtype)
+        values = decoded(from_bits(bits, kind.elem_type))
+        return reference if values is None else values
+    return reference
 
 
 _NARROW_TOLERANCE = {

@@ -60,6 +60,7 @@ from .value_kinds import (
     fitting_tolerance,
     is_array,
     kind_text,
+    narrow_bits,
 )
 
 logger = logging.getLogger(__name__)
@@ -211,7 +212,8 @@ def _validate_loaded(
         opt_level = common["level"]
     except DmlShimError as exc:
         if generated is not None:
-            annotate_error(exc, generated, proto.graph)  # say which shapes were generated and how to choose others
+            # say which shapes were generated and how to choose others
+            annotate_error(exc, generated, proto.graph)
         raise
     exact = rtol == 0 and atol == 0
 
@@ -246,6 +248,7 @@ def _validate_loaded(
         # bfloat16 and float8 outputs (OrtValues) compare as their values, decoded exactly to float32
         declared = o.type.tensor_type.elem_type if o.type.HasField("tensor_type") else None
         dtype = compared_dtype(raw_got, declared)
+        bits = narrow_bits(raw_got, declared) if dtype is not None else None
         raw_got, raw_want = as_compared(raw_got, declared), as_compared(raw_want, declared)
         if is_array(raw_got) and is_array(raw_want):
             got, want = np.asarray(raw_got), np.asarray(raw_want)
@@ -283,6 +286,7 @@ def _validate_loaded(
                 ),
                 dmlshim=got,
                 reference=want,
+                dmlshim_bits=bits,
             )
         )
     report = ValidationReport(

@@ -47,7 +47,7 @@ class CpuEngine:
         # the session reads them from the model's files (a model read without its weights, above 2 GiB say,
         # never holds them in Python at all), as the partitioned engine's sessions do.
         shared = (
-            SharedWeights({t.name: t for t in graph.initializer}, model_path=config.model_path)
+            SharedWeights({t.name: t for t in graph.initializer}, model_path=config.model_path, graph=graph)
             if config.sess_options is None and config.model_path is not None
             else None
         )

@@ -156,8 +156,9 @@ class CustomOpEngine:
             DirectML provider runs on the CPU (shape computations), as the partitioned engine does;
             False lowers them too.
         model_path: the file the model was read from. Initializers it keeps as external data (a model
-            read without its weights: ``dmlshim.execute.weights.model_source.load_model``) stay references, read
-            by onnxruntime from the files in this file's folder; only its own session holds them.
+            read without its weights: ``dmlshim.execute.weights.model_source.load_model``) stay
+            references, read by onnxruntime from the files in this file's folder; only its own session
+            holds them.
         declarations: the caller's declarations of inputs that ``model`` (a :func:`with_fed_ranks` copy)
             declares at their fed rank: onnxruntime's session of the lowered model declares them so again.
         body_outputs: for such a copy, what onnxruntime sees for the caller's model's If, Loop and Scan
@@ -188,8 +189,12 @@ class CustomOpEngine:
         extensions()
         self._model = model
         self._args: dict[str, Any] = {
-            "index_mode": index_mode, "sess_options": sess_options, "providers": providers,
-            "input_shapes": input_shapes, "ort_cpu_preference": ort_cpu_preference, "model_path": model_path,
+            "index_mode": index_mode,
+            "sess_options": sess_options,
+            "providers": providers,
+            "input_shapes": input_shapes,
+            "ort_cpu_preference": ort_cpu_preference,
+            "model_path": model_path,
         }
         self._rank_zero = rank_zero_inputs(model)
         self._shapeless = shapeless_initializers(model)
@@ -255,7 +260,9 @@ class CustomOpEngine:
                     rule="external data is relative to the model file's folder",
                 )
             options.add_session_config_entry(FOLDER_KEY, os.path.dirname(os.path.abspath(model_path)))
-        shared = SharedWeights({t.name: t for t in initializers if not is_external(t)})
+        shared = SharedWeights(
+            {t.name: t for t in initializers if not is_external(t)}, graph=lowered_model.graph
+        )
         light = light_copy(lowered_model, shared) if shared.names else lowered_model
         shared.attach(options, light)
         return light, shared

@@ -233,7 +233,7 @@ class PartitionedEngine(PartitionedRuns):
         # read them from the model's files, or are handed arrays.
         shared = None
         if config.sess_options is None:
-            shared = SharedWeights(init_protos, model_path=config.model_path)
+            shared = SharedWeights(init_protos, model_path=config.model_path, graph=model.graph)
         if shared is not None:
             shared.adopt(self._static_values)
         self._copy_on_output = frozenset(graph_outputs & (set(graph_inputs) | set(self._static_values)))

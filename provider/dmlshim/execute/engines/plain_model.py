@@ -27,7 +27,7 @@ def plain_model_step(
     whole = (
         None
         if config.sess_options is not None
-        else SharedWeights({t.name: t for t in graph.initializer}, model_path=config.model_path)
+        else SharedWeights({t.name: t for t in graph.initializer}, model_path=config.model_path, graph=graph)
     )
     payload = light_copy(model, whole) if whole else model
     session = cpu_session(payload, config.sess_options, "the model", whole, config.own_options)

@@ -20,7 +20,7 @@ from ...limits import check_bytes
 from ...model.last_inference import infer_shapes as remembered_inference
 from ...model.modelcheck import check_model, load_external_data
 from ...model.prepare import prepare_model
-from ...model.weightless import is_external, without_weights
+from ...model.weightless import is_external, read_by_value, tensor_nbytes, without_weights
 from ...runtime.exceptions import (
     as_onnxruntime_error,
     check_failure_class,
@@ -228,6 +228,8 @@ def load_model(
             files = snapshot = guard = None
             if light is not None:
                 load_small_external_data(proto, path, MAP_MIN_BYTES)
+                if own_weights:  # a session's: what its onnxruntime sessions read by value, inline
+                    inline = _inline_read_by_value(proto, inline, path)
                 snapshot = _own_inline_weights(proto, path, inline) if own_weights else None
                 folder = snapshot.folder if snapshot is not None else os.path.dirname(os.path.abspath(path))
                 files = weight_files(proto, folder) or None
@@ -288,6 +290,33 @@ def _read_weightless(path: Path) -> tuple[onnx.ModelProto, frozenset[str]] | Non
     if found is not None and found[1]:
         logger.debug("%d initializers of %s left in the file", len(found[1]), path)
     return found
+
+
+def _inline_read_by_value(proto: onnx.ModelProto, inline: frozenset[str], path: Path) -> frozenset[str]:
+    """Read into ``proto`` those of its initializers left in the file (``inline``) whose values
+    onnxruntime's type inference reads (:func:`dmlshim.model.weightless.read_by_value`: it cannot read
+    them from a file or from ``add_external_initializers``); the rest of ``inline``."""
+    read = read_by_value(proto.graph, (t for t in proto.graph.initializer if t.name in inline))
+    if read:
+        _inline(proto, read, path)
+    return inline - read
+
+
+def _inline(proto: onnx.ModelProto, names: frozenset[str], path: Path) -> None:
+    """Read the initializers ``names`` (external data pointing into the model file itself) into
+    ``proto``, as inline data; refused first when their bytes would pass the memory limit."""
+    from onnx.external_data_helper import load_external_data_for_tensor
+
+    tensors = [t for t in proto.graph.initializer if t.name in names]
+    check_bytes(
+        sum(tensor_nbytes(t) for t in tensors),
+        what=f"reading the constants onnxruntime's type inference reads ({', '.join(sorted(names))})",
+        path=str(path),
+    )
+    for tensor in tensors:
+        load_external_data_for_tensor(tensor, str(path.parent))
+        del tensor.external_data[:]
+        tensor.data_location = onnx.TensorProto.DEFAULT
 
 
 def _own_inline_weights(proto: onnx.ModelProto, path: Path, inline: frozenset[str]) -> WeightSnapshot | None:

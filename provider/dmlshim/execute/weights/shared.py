@@ -26,7 +26,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from ...model.weightless import graph_shell, is_external, model_shell, tensor_nbytes
+from ...model.weightless import graph_shell, is_external, model_shell, read_by_value, tensor_nbytes
 from ..proofs.gather_given import add_extra_outputs
 from .file_slices import FOLDER_KEY, FileSlice
 from .values import check_unchanged, external_slice, file_stamp, initializer_value
@@ -70,6 +70,9 @@ class SharedWeights:
         min_bytes: the size from which an initializer is shared.
         model_path: the file the model (``initializers`` among it) was read from, unmodified; None for
             a model from bytes or a ModelProto (arrays are handed then).
+        graph: the graph whose nodes read ``initializers``: those of them whose values onnxruntime's
+            type inference reads stay in the sessions' models, however large
+            (:func:`dmlshim.model.weightless.read_by_value`).
     """
 
     def __init__(
@@ -77,8 +80,12 @@ class SharedWeights:
         initializers: Mapping[str, onnx.TensorProto],
         min_bytes: int = SHARE_MIN_BYTES,
         model_path: str | None = None,
+        graph: onnx.GraphProto | None = None,
     ):
         self._protos = {n: t for n, t in initializers.items() if is_large(t, min_bytes)}
+        if graph is not None and self._protos:
+            for name in read_by_value(graph, self._protos.values()):
+                del self._protos[name]
         self._arrays: dict[str, np.ndarray] = {}
         self._folder: str | None = None
         self._files: dict[str, FileSlice] = {}
