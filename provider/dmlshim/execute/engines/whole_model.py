@@ -276,7 +276,7 @@ class WholeModelCheck:
                     self._graph_outputs,
                     spec.extra,
                     self._steps,
-                    self._lean,
+                    self._lean | spec.lean_after,
                     spec.from_feeds,
                 )
                 if made is None:
@@ -287,7 +287,7 @@ class WholeModelCheck:
                 self._lean_plan = tuple(
                     (
                         plan[0],
-                        plan[1],
+                        plan[1] or plan[0].output in spec.lean_after,
                         tuple(
                             (n, position.get(n), position.get(shape_output(n))) for n in plan[0].inputs[:2]
                         ),

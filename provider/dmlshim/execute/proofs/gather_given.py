@@ -281,7 +281,7 @@ def lean_gathers(
             proved_nonnegative = nonnegative_prover(graph, constants, elem_types)
         if not between_qdq and not proved_nonnegative(io.inputs[1]):
             continue
-        dtypes = tuple(_numpy_dtype(info.elem_type) for info in (data, indices))
+        dtypes = tuple(numpy_dtype(info.elem_type) for info in (data, indices))
         if dtypes[0] is not None and dtypes[1] is not None:
             found[io.output] = (dtypes[0], dtypes[1])
     return found
@@ -490,7 +490,7 @@ def lean_indices_in_range(
     return axis is not None and in_range(indices, int(data_shape[axis]))
 
 
-def _numpy_dtype(elem_type: int) -> np.dtype[Any] | None:
+def numpy_dtype(elem_type: int) -> np.dtype[Any] | None:
     """The numpy dtype of an ONNX element type the kernels take, when it maps back to that type."""
     try:
         dtype = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
