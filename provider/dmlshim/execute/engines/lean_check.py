@@ -260,6 +260,8 @@ class LeanSession:
         self.session = session
         self._from_feeds = from_feeds
         self.fetch = [*graph_outputs, *extra]
+        self.graph_outputs = len(graph_outputs)
+        """How many of :attr:`fetch` are the model's outputs (its first)."""
         position = self.position = {name: i for i, name in enumerate(self.fetch)}
         # Per non-lean step: per input, where its run finds it (decided once): absent, a fetched value,
         # a held value (a graph input, an initializer), a fetched shape, or a shape from the feeds'.
