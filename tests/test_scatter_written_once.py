@@ -60,12 +60,14 @@ def test_scatternd_written_once_matches_a_python_count(
             assert repeated_writes("ScatterND", 0, data_shape, indices) == overwritten, trial
 
 
-def test_scatter_elements_lines_written_once_match_a_python_check() -> None:
+@pytest.mark.parametrize(("data_shape", "small"), [((6, 5), (4, 3)), ((60, 50), (40, 30))])
+def test_scatter_elements_lines_written_once_match_a_python_check(
+    data_shape: tuple[int, int], small: tuple[int, int]
+) -> None:
     rng = np.random.default_rng(3)
     for trial in range(60):
         axis = trial % 2
-        data_shape = (6, 5)
-        shape = (4, 3) if axis == 0 else (3, 4)
+        shape = small if axis == 0 else small[::-1]
         dim = data_shape[axis]
         if trial % 4 == 0:  # one permutation per line: distinct
             indices = np.stack(

@@ -493,8 +493,13 @@ def lean_indices_in_range(
             return False
         if k == 0:  # no index column: every index tuple selects the whole batch slice
             return True
+        dims = [int(d) for d in data_shape[batch : batch + k]]
+        if indices.size <= SMALL_INDICES:  # a few tuples, read as lists
+            return all(
+                0 <= v < d for row in indices.reshape(-1, k).tolist() for v, d in zip(row, dims, strict=True)
+            )
         columns = indices.reshape(-1, k)
-        return all(in_range(columns[:, d], int(data_shape[batch + d])) for d in range(k))
+        return all(in_range(columns[:, d], dims[d]) for d in range(k))
     axis = _axis(attrs, len(data_shape))
     return axis is not None and in_range(indices, int(data_shape[axis]))
 

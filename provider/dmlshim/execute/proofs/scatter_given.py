@@ -218,6 +218,11 @@ def _lines_written_once(axis: int, dim: int, indices: np.ndarray) -> bool:
     """A ScatterElements' indices all in ``[0, dim)``, no two equal on one line along ``axis``."""
     if not in_range(indices, dim):
         return False
+    if indices.size <= SMALL_WRITES:  # a few lines, read as lists
+        length = indices.shape[axis]
+        return all(
+            len(set(line)) == length for line in indices.swapaxes(axis, -1).reshape(-1, length).tolist()
+        )
     ordered = np.sort(indices, axis=axis)
     return not (np.diff(ordered, axis=axis) == 0).any()
 
