@@ -19,6 +19,7 @@ shape than the node's, a reduction) is verified by the kernel as before
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -83,7 +84,8 @@ the targets number at most this many times the writes (plus 64K); else by a sort
 
 
 def _space(dims: Sequence[int]) -> int:
-    return int(np.prod(np.asarray(dims, dtype=np.int64))) if len(dims) else 1
+    """How many targets ``dims`` hold (a Python int: no overflow)."""
+    return math.prod(int(d) for d in dims)
 
 
 def _flat_targets(tuples: np.ndarray, dims: Sequence[int]) -> np.ndarray:
