@@ -86,3 +86,23 @@ def test_scatter_elements_lines_written_once_match_a_python_check(
         attrs = {"axis": axis}
         assert steady_proof("ScatterElements", attrs, key, None)(indices) == expected, trial
         assert scatter_output_is_given("ScatterElements", attrs, [data, indices, updates], data) == expected
+
+
+def test_gathernd_tuples_in_range_match_numpy() -> None:
+    """The lean gather's range proof of GatherND tuples (a few read as lists, more by numpy) against a
+    numpy comparison, with negative and past-the-end coordinates."""
+    from dmlshim.execute.proofs.gather_given import lean_indices_in_range
+
+    rng = np.random.default_rng(11)
+    data_shape = (2, 5, 7, 3)
+    for trial in range(200):
+        batch = trial % 2
+        k = 1 + trial % 3
+        count = (1, 3, 20, 40)[trial % 4]
+        dims = np.array(data_shape[batch : batch + k])
+        indices = rng.integers(-1 if trial % 5 == 0 else 0, dims + (trial % 7 == 0), size=(count, k))
+        if batch:
+            indices = np.broadcast_to(indices, (2, count, k)).copy()
+        expected = bool(((indices >= 0) & (indices < dims)).all())
+        got = lean_indices_in_range("GatherND", {"batch_dims": batch}, data_shape, indices.astype(np.int64))
+        assert got == expected, (trial, indices.tolist())

@@ -113,6 +113,17 @@ def in_range(indices: np.ndarray, dim: int) -> bool:
     return acc < dim or int(indices.max()) < dim
 
 
+def columns_in_range(flat: list[int], dims: Sequence[int]) -> bool:
+    """Index tuples of ``len(dims)`` coordinates, listed one after another in ``flat``: every coordinate
+    ``d`` in ``[0, dims[d])``."""
+    k = len(dims)
+    for d, dim in enumerate(dims):
+        column = flat[d::k]
+        if column and (min(column) < 0 or max(column) >= dim):
+            return False
+    return True
+
+
 @dataclass(frozen=True)
 class GivenShape:
     """What :func:`output_is_given` asks of onnxruntime's output and the indices, worked out from the
@@ -495,9 +506,7 @@ def lean_indices_in_range(
             return True
         dims = [int(d) for d in data_shape[batch : batch + k]]
         if indices.size <= SMALL_INDICES:  # a few tuples, read as lists
-            return all(
-                0 <= v < d for row in indices.reshape(-1, k).tolist() for v, d in zip(row, dims, strict=True)
-            )
+            return columns_in_range(indices.ravel().tolist(), dims)
         columns = indices.reshape(-1, k)
         return all(in_range(columns[:, d], dims[d]) for d in range(k))
     axis = _axis(attrs, len(data_shape))

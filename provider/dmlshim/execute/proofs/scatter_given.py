@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from .gather_given import in_range
+from .gather_given import columns_in_range, in_range
 
 SCATTERS = frozenset(("Scatter", "ScatterElements", "ScatterND"))
 """Scatters whose output the whole-model check takes from onnxruntime when their indices prove it."""
@@ -196,16 +196,12 @@ def _always(indices: np.ndarray) -> bool:
 
 def _few_tuples_written_once(dims: tuple[int, ...], indices: np.ndarray) -> bool:
     """A ScatterND's few index tuples all in range (non-negative) and distinct, read as Python lists."""
-    seen: set[tuple[int, ...]] = set()
-    for row in indices.reshape(-1, len(dims)).tolist():
-        for value, dim in zip(row, dims, strict=True):
-            if not 0 <= value < dim:
-                return False
-        target = tuple(row)
-        if target in seen:
-            return False
-        seen.add(target)
-    return True
+    flat = indices.ravel().tolist()
+    if not columns_in_range(flat, dims):
+        return False
+    k = len(dims)
+    targets = flat if k == 1 else list(zip(*(flat[d::k] for d in range(k)), strict=True))
+    return len(set(targets)) == len(targets)
 
 
 def _tuples_written_once(dims: tuple[int, ...], space: int, indices: np.ndarray) -> bool:
@@ -230,7 +226,9 @@ def _lines_written_once(axis: int, dim: int, indices: np.ndarray) -> bool:
 
 
 def _tuples_in_range(dims: tuple[int, ...], indices: np.ndarray) -> bool:
-    if not indices.size or in_range(indices, min(dims)):
+    if indices.size <= SMALL_WRITES:
+        return columns_in_range(indices.ravel().tolist(), dims)
+    if in_range(indices, min(dims)):
         return True
     columns = indices.reshape(-1, len(dims))
     return all(in_range(columns[:, d], dims[d]) for d in range(len(dims)))
