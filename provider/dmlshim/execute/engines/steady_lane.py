@@ -28,7 +28,8 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from ..proofs.gather_given import SMALL_INDICES, FeedShapes, in_range
+from ..proofs.gather_given import FeedShapes
+from ..proofs.index_ranges import SMALL_INDICES, in_range
 from ..proofs.proved_again import same_inputs
 from ..record import RunRecord
 from .lean_check import LeanSession, input_source

@@ -49,6 +49,8 @@ from ...model.graph_columns import declared_types
 from ...model.nonnegative import nonnegative_prover
 from ...translate import TensorInfo
 from ...translate.plan import elem_type_of
+from .index_ranges import axis_of as _axis
+from .index_ranges import in_range, lean_indices_in_range
 
 logger = logging.getLogger(__name__)
 
@@ -85,43 +87,6 @@ def given_message(prove_runs: int) -> str:
         f"session's first {prove_runs} runs, and on this run every index was proved in range, where ONNX "
         "and DirectML define the same elements (DMLSHIM_FULL_CHECK=1 computes and compares it on every run)"
     )
-
-
-def _axis(attrs: Mapping[str, Any], rank: int) -> int | None:
-    axis = int(attrs.get("axis", 0))
-    axis = axis + rank if axis < 0 else axis
-    return axis if 0 <= axis < rank else None
-
-
-SMALL_INDICES = 64
-"""Up to this many indices, :func:`in_range` reads them as a Python list (cheaper than a numpy reduction
-at that size, measured between onnxruntime runs)."""
-
-
-def in_range(indices: np.ndarray, dim: int) -> bool:
-    """Every index in ``[0, dim)``: a few read as a list; else usually one OR-reduction (no sign bit
-    anywhere and the OR below ``dim`` bounds every value), else the maximum."""
-    size = indices.size
-    if size <= SMALL_INDICES:
-        if size == 0:
-            return True
-        values = indices.ravel().tolist()
-        return min(values) >= 0 and max(values) < dim
-    acc = int(np.bitwise_or.reduce(indices, axis=None))
-    if acc < 0:
-        return False
-    return acc < dim or int(indices.max()) < dim
-
-
-def columns_in_range(flat: list[int], dims: Sequence[int]) -> bool:
-    """Index tuples of ``len(dims)`` coordinates, listed one after another in ``flat``: every coordinate
-    ``d`` in ``[0, dims[d])``."""
-    k = len(dims)
-    for d, dim in enumerate(dims):
-        column = flat[d::k]
-        if column and (min(column) < 0 or max(column) >= dim):
-            return False
-    return True
 
 
 @dataclass(frozen=True)
@@ -487,30 +452,6 @@ def _next_to_quantization(graph: onnx.GraphProto) -> frozenset[str]:
             elif node.op_type == "QuantizeLinear" and node.input:
                 names.add(node.input[0])
     return frozenset(names)
-
-
-def lean_indices_in_range(
-    op_type: str, attrs: Mapping[str, Any], data_shape: Sequence[int], indices: np.ndarray
-) -> bool:
-    """Whether a lean gather's indices, when the check holds them (a constant, or a value fetched for
-    another node), are all in ``[0, dim)`` for the run's data shape: a constant's gather may have been
-    folded by onnxruntime into a Slice, which refuses nothing."""
-    if indices.dtype.kind not in "iu" or not len(data_shape):
-        return False
-    if op_type == "GatherND":
-        batch = int(attrs.get("batch_dims", 0))
-        k = indices.shape[-1] if indices.ndim else 0
-        if indices.ndim == 0 or batch + k > len(data_shape):
-            return False
-        if k == 0:  # no index column: every index tuple selects the whole batch slice
-            return True
-        dims = [int(d) for d in data_shape[batch : batch + k]]
-        if indices.size <= SMALL_INDICES:  # a few tuples, read as lists
-            return columns_in_range(indices.ravel().tolist(), dims)
-        columns = indices.reshape(-1, k)
-        return all(in_range(columns[:, d], dims[d]) for d in range(k))
-    axis = _axis(attrs, len(data_shape))
-    return axis is not None and in_range(indices, int(data_shape[axis]))
 
 
 def numpy_dtype(elem_type: int) -> np.dtype[Any] | None:

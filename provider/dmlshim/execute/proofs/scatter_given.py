@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from .gather_given import columns_in_range, in_range
+from .index_ranges import columns_in_range, in_range
 
 SCATTERS = frozenset(("Scatter", "ScatterElements", "ScatterND"))
 """Scatters whose output the whole-model check takes from onnxruntime when their indices prove it."""
