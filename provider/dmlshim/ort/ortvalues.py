@@ -153,6 +153,11 @@ def numpy_outputs(
             for (bfloat16, the other float8 types, 4-bit), which onnxruntime's ``run`` refuses too.
     """
     ndarray = np.ndarray
+    for value in outputs:
+        if type(value) is not ndarray:
+            break
+    else:  # arrays only (the common case): nothing to convert
+        return list(outputs)
     out = list(outputs)
     for k, (name, value) in enumerate(zip(names, outputs, strict=True)):
         if type(value) is not ndarray and isinstance(value, ort.OrtValue) and value.is_tensor():

@@ -474,7 +474,7 @@ class InferenceSession(SessionRuns, SessionQueries, SessionProfiling, OrtSession
             NotSupportedError: an output numpy cannot hold (bfloat16, float8, 4-bit), a ``RuntimeError``
                 as onnxruntime's ``run`` raises there (``run_with_ort_values`` returns those).
         """
-        names = self._wanted(output_names)
+        names = list(self._output_names) if output_names is None else self._wanted(output_names)
         return numpy_outputs(names, self._run_values(names, input_feed, run_options))
 
     @guard_resources("running the model")

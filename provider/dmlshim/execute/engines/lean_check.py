@@ -21,10 +21,12 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import onnx
 
+from ...model.nonnegative import nonnegative_prover
 from ...translate import TensorInfo
-from ..proofs.gather_given import FeedShapes, shape_output
+from ..proofs.gather_given import LEAN_OPS, FeedShapes, numpy_dtype, shape_output
 
 logger = logging.getLogger(__name__)
 
@@ -54,12 +56,17 @@ class LeanCheckSpec:
         extra: the lean session's extra outputs (:func:`lean_outputs`).
         from_feeds: the non-lean nodes' inputs whose shapes follow from the feeds'.
         keep_full: keep the full check's session beside the lean one (:data:`KEEP_FULL_MAX_BYTES`).
+        lean_after: the outputs of the gathers that are lean in the lean session only
+            (:func:`lean_after_proof`).
     """
 
     make_session: Callable[[list[str]], Any]
     extra: tuple[str, ...]
     from_feeds: FeedShapes
     keep_full: bool
+    lean_after: frozenset[str] = frozenset()
+    """Gathers the lean session takes by their inputs' shapes once their proved runs are behind them
+    (:func:`lean_after_proof`)."""
 
 
 def given_input_shapes(
@@ -92,6 +99,98 @@ def given_input_shapes(
             if all(isinstance(d, int) or d in symbols for d in info.shape):
                 dims[name] = tuple(info.shape)
     return FeedShapes(dims, symbols)
+
+
+def _fed_values(graph: onnx.GraphProto) -> set[str]:
+    """The top-level values computed from a graph input that is no initializer (a feed): onnxruntime
+    cannot fold them to constants (values reached only through a subgraph are left out: fewer proofs)."""
+    initializers = {t.name for t in graph.initializer}
+    fed = {v.name for v in graph.input if v.name not in initializers}
+    for node in graph.node:
+        if any(n in fed for n in node.input if n):
+            fed.update(o for o in node.output if o)
+    return fed
+
+
+def lean_after_proof(
+    emulated: Sequence[Any],
+    lean: Collection[str],
+    infos: Mapping[str, TensorInfo],
+    graph: onnx.GraphProto,
+    constants: Mapping[str, onnx.TensorProto],
+) -> tuple[dict[str, tuple[np.dtype[Any], np.dtype[Any]]], dict[str, tuple[int | str | None, ...]]]:
+    """The small gathers (not in ``lean``, see :func:`dmlshim.execute.proofs.gather_given.lean_gathers`)
+    that the lean session takes by their inputs' shapes, as lean gathers are, once the full check has
+    computed and compared them on their proved runs: their indices are computed from the feeds and proved
+    non-negative by the graph (:func:`dmlshim.model.nonnegative.nonnegative_prover`: TopK's indices, an
+    ArgMax, ...), so on any run onnxruntime completes they are in ``[0, dim)`` (its CPU gathers refuse
+    any other index) and ONNX and DirectML select the same elements. The proof holds for every run from
+    the graph alone: nothing of it is fetched or proved per run. Not taken: indices that are a constant
+    or computed from constants only (onnxruntime may fold them, and its gather into a Slice, which
+    refuses nothing), a Range's output (a Range -> Gather may become a Slice), a graph input or an
+    initializer a caller can override (the prover proves neither).
+
+    Returns the gathers' data and indices dtypes by output name, and the static dims of their computed
+    inputs whose shapes follow from the feeds' (each dim a size, or a name a graph input declares: no
+    ``Shape`` output is added for them; a value the model declares in ``value_info`` is not among them)."""
+    found: dict[str, tuple[np.dtype[Any], np.dtype[Any]]] = {}
+    dims: dict[str, tuple[int | str | None, ...]] = {}
+    candidates = [
+        io
+        for io in emulated
+        if io.op_type in LEAN_OPS and io.output not in lean and len(io.inputs) > 1 and all(io.inputs[:2])
+    ]
+    if not candidates:
+        return found, dims
+    fed = _fed_values(graph)
+    producer = {out: node.op_type for node in graph.node for out in node.output if out}
+    symbols = {
+        d.dim_param
+        for value in graph.input
+        for d in value.type.tensor_type.shape.dim
+        if d.dim_param and not d.HasField("dim_value")
+    }
+    declared = {v.name for v in graph.value_info}
+    static = {v.name for v in graph.input} | set(constants)
+    proved: Callable[[str], bool] | None = None
+    for io in candidates:
+        indices = io.inputs[1]
+        if indices in static or indices not in fed or producer.get(indices) in (None, "Range", "Constant"):
+            continue
+        data_info, indices_info = (infos.get(n) for n in io.inputs[:2])
+        if data_info is None or indices_info is None or not data_info.elem_type or not indices_info.elem_type:
+            continue
+        dtypes = numpy_dtype(data_info.elem_type), numpy_dtype(indices_info.elem_type)
+        if dtypes[0] is None or dtypes[1] is None or dtypes[1].kind not in "iu":
+            continue
+        if proved is None:
+            proved = nonnegative_prover(graph, constants, {n: i.elem_type for n, i in infos.items()})
+        if not proved(indices):
+            continue
+        found[io.output] = (dtypes[0], dtypes[1])
+        for name, info in ((io.inputs[0], data_info), (indices, indices_info)):
+            if name in static or name in declared or info.shape is None:
+                continue
+            if all(isinstance(d, int) or d in symbols for d in info.shape):
+                dims[name] = tuple(info.shape)
+    return found, dims
+
+
+def with_dims(
+    shapes: FeedShapes | None, dims: Mapping[str, tuple[int | str | None, ...]], graph: onnx.GraphProto
+) -> FeedShapes | None:
+    """``shapes`` (the lean gathers' inputs whose shapes follow from the feeds') with ``dims`` added
+    (:func:`lean_after_proof`'s), symbols resolved by ``graph``'s inputs."""
+    if not dims:
+        return shapes
+    symbols = dict(shapes.symbols) if shapes is not None else {}
+    for value in graph.input:
+        for axis, d in enumerate(value.type.tensor_type.shape.dim):
+            if d.dim_param and not d.HasField("dim_value"):
+                symbols.setdefault(d.dim_param, (value.name, axis))
+    if shapes is None:
+        return FeedShapes(dict(dims), symbols)
+    return FeedShapes({**dims, **shapes.dims}, symbols, shapes.skeleton, shapes.indices)
 
 
 def lean_outputs(
@@ -161,6 +260,8 @@ class LeanSession:
         self.session = session
         self._from_feeds = from_feeds
         self.fetch = [*graph_outputs, *extra]
+        self.graph_outputs = len(graph_outputs)
+        """How many of :attr:`fetch` are the model's outputs (its first)."""
         position = self.position = {name: i for i, name in enumerate(self.fetch)}
         # Per non-lean step: per input, where its run finds it (decided once): absent, a fetched value,
         # a held value (a graph input, an initializer), a fetched shape, or a shape from the feeds'.

@@ -70,7 +70,14 @@ from ..plan.steps import (
 from ..proofs.gather_given import feed_shapes, lean_gathers, shape_outputs_clash
 from ..weights.shared import SharedWeights
 from ..weights.values import initializer_value
-from .lean_check import KEEP_FULL_MAX_BYTES, LeanCheckSpec, given_input_shapes, lean_outputs
+from .lean_check import (
+    KEEP_FULL_MAX_BYTES,
+    LeanCheckSpec,
+    given_input_shapes,
+    lean_after_proof,
+    lean_outputs,
+    with_dims,
+)
 from .partitioned_runs import PartitionedRuns
 from .path_choice import PathChooser, chooser_for_check, gathers_given
 from .plain_model import plain_model_step
@@ -254,6 +261,7 @@ class PartitionedEngine(PartitionedRuns):
         given_only = built_segments < MIN_SEGMENTS_FOR_CHECK and not check_always
         given_only = given_only and gathers_given(emulated_io, config)
         lean: dict[str, tuple[np.dtype[Any], np.dtype[Any]]] = {}
+        lean_after: dict[str, tuple[np.dtype[Any], np.dtype[Any]]] = {}  # lean in the lean session
         shapes_from_feeds = None
         # A model that draws random values keeps to the partitioned steps (validate's check aside): each
         # random node then lives in one onnxruntime session for good, so that a seeded one goes on drawing
@@ -272,6 +280,8 @@ class PartitionedEngine(PartitionedRuns):
             if not config.full_check:
                 lean = lean_gathers(emulated_io, infos, graph, init_protos)
                 shapes_from_feeds = feed_shapes(emulated_io, lean, infos, model, init_protos)
+                lean_after, after_dims = lean_after_proof(emulated_io, lean, infos, graph, init_protos)
+                shapes_from_feeds = with_dims(shapes_from_feeds, after_dims, graph)
             pending = start_whole_model_check(
                 model,
                 emulated_io,
@@ -310,7 +320,7 @@ class PartitionedEngine(PartitionedRuns):
         if pending is not None:
             emulated_steps = [s for s in self._steps if isinstance(s, EmulatedStep)]
             for step in emulated_steps:
-                step.lean_dtypes = lean.get(step.output)
+                step.lean_dtypes = lean.get(step.output) or lean_after.get(step.output)
                 indices = self._static_values.get(step.inputs[1]) if len(step.inputs) > 1 else None
                 if isinstance(indices, np.ndarray):
                     indices.flags.writeable = False  # the engine's own constant: nothing writes it
@@ -322,19 +332,27 @@ class PartitionedEngine(PartitionedRuns):
             late_builds_safe = not self.builds_from_callers_options
             if not config.full_check and late_builds_safe and not shape_outputs_clash(graph):
                 static = set(graph_inputs) | set(self._static_values)
-                from_feeds = given_input_shapes(emulated_io, lean, infos, graph, static)
+                lean_in_lean = {**lean, **lean_after}
+                from_feeds = given_input_shapes(emulated_io, lean_in_lean, infos, graph, static)
                 extra = lean_outputs(
                     emulated_io,
                     static,
                     [o.name for o in graph.output],
-                    lean,
+                    lean_in_lean,
                     shapes_from_feeds.dims if shapes_from_feeds is not None else (),
-                    shapes_from_feeds.indices if shapes_from_feeds is not None else (),
+                    # a small gather lean in the lean session only: its indices' values are fetched (cheaper
+                    # for onnxruntime than a Shape node), never proved (the graph proves them)
+                    (
+                        *(shapes_from_feeds.indices if shapes_from_feeds is not None else ()),
+                        *(io.inputs[1] for io in emulated_io if io.output in lean_after),
+                    ),
                     from_feeds.dims,
                 )
                 weights = sum(tensor_nbytes(t) for t in init_protos.values())
                 make_now = functools.partial(_session_now, make, shared)
-                spec = LeanCheckSpec(make_now, tuple(extra), from_feeds, weights <= KEEP_FULL_MAX_BYTES)
+                spec = LeanCheckSpec(
+                    make_now, tuple(extra), from_feeds, weights <= KEEP_FULL_MAX_BYTES, frozenset(lean_after)
+                )
             self._check = pending.finish(emulated_steps, spec)
             if given_only:
                 self._given_only = tuple(emulated_steps)

@@ -20,6 +20,7 @@ run is kept and the ordinary path answers it (the full check, the partitions, th
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,7 @@ import numpy as np
 import onnxruntime as ort
 
 from ..proofs.gather_given import FeedShapes
+from ..proofs.index_ranges import SMALL_INDICES, in_range
 from ..proofs.proved_again import same_inputs
 from ..record import RunRecord
 from .lean_check import LeanSession, input_source
@@ -47,10 +49,15 @@ class SteadyLane:
     values: tuple[tuple[int, tuple[int, ...], np.dtype[Any]], ...]
     shapes: tuple[tuple[int, list[int]], ...]
     proofs: tuple[Proof, ...]
+    ranges: tuple[tuple[str | None, int, int], ...]
+    """Proofs that are :func:`~dmlshim.execute.proofs.gather_given.in_range` (every index in ``[0, dim)``),
+    as (feed, fetched at, dim): run inline."""
     record: RunRecord
     ort_errors: tuple[type[BaseException], ...]
     ort_run: Callable[[list[str], Mapping[str, Any], Any], list[Any]]
     """onnxruntime's run of the lean session (see :func:`_ort_run`)."""
+    graph_outputs: list[str]
+    """The model's outputs, in order: the first values the lean session fetches."""
 
     def answer(self, output_names: Sequence[str], feeds: Mapping[str, Any]) -> list[Any] | None:
         """The outputs named, as the lean check would answer them, or None when a check does not hold."""
@@ -72,14 +79,34 @@ class SteadyLane:
         for at, dims in self.shapes:
             if fetched[at].tolist() != dims:
                 return None
+        for feed, at, dim in self.ranges:  # in_range, inlined for a few indices
+            indices = feeds[feed] if feed is not None else fetched[at]
+            if indices.size <= SMALL_INDICES:
+                if indices.size:
+                    listed = indices.ravel().tolist()
+                    if min(listed) < 0 or max(listed) >= dim:
+                        return None
+            elif not in_range(indices, dim):
+                return None
         for feed, at, proof in self.proofs:
             if not proof(feeds[feed] if feed is not None else fetched[at]):
                 return None
+        if output_names == self.graph_outputs:  # every output, in graph order: the first fetched
+            return fetched[: len(output_names)]
         position = self.session.position
         try:
             return [fetched[position[n]] for n in output_names]
         except KeyError:
             return None
+
+
+def _range_dim(proof: Callable[[np.ndarray], bool]) -> int | None:
+    """The ``dim`` of a proof that is ``in_range(indices, dim=dim)``, else None."""
+    if isinstance(proof, functools.partial) and proof.func is in_range and not proof.args:
+        dim = proof.keywords.get("dim")
+        if type(dim) is int and len(proof.keywords) == 1:
+            return dim
+    return None
 
 
 def _ort_run(session: Any, static_feeds: Mapping[str, Any]) -> Callable[..., list[Any]]:
@@ -203,8 +230,10 @@ def steady_lane(
         feed_names=None if len(names_in) == len(feeds) else names_in,
         values=tuple((at, s, d) for at, (s, d) in values.items()),
         shapes=tuple(shapes.items()),
-        proofs=tuple(proofs),
+        proofs=tuple(p for p in proofs if _range_dim(p[2]) is None),
+        ranges=tuple((f, at, d) for f, at, p in proofs if (d := _range_dim(p)) is not None),
         record=record,
         ort_errors=check.ort_errors,
         ort_run=_ort_run(made.session, static_feeds),
+        graph_outputs=list(made.fetch[: made.graph_outputs]),
     )

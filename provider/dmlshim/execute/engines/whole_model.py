@@ -179,14 +179,14 @@ class WholeModelCheck:
         )
         self.disagreements = 0
         """Runs in which a kernel's output differed from onnxruntime's (the partitioned run answered)."""
-        self.agreements = 0
-        """Runs the check answered."""
+        self.agreements = 0  # runs the check answered
         self.lean_runs = 0
         """Runs of those the lean check answered (:mod:`dmlshim.execute.engines.lean_check`)."""
-        # A lean check only where it lists fewer values than this one (a one-node model whose gather
-        # reads a weight and a feed lists none either way: the lean run would only add Python).
+        # A lean check where it lists fewer values than this one (its own session); where it lists the
+        # same, the lean check (and the steady lane, :mod:`.steady_lane`) run this very session.
         worth = lean_check is not None and len(lean_check.extra) < len(captured)
-        self._spec = lean_check if worth and any(not p[1] for p in self._plan) else None
+        self._reuse = lean_check is not None and not worth and set(lean_check.extra) == set(captured)
+        self._spec = lean_check if (worth or self._reuse) and any(not p[1] for p in self._plan) else None
         self._lean_session: LeanSession | None = None
         self._lean_plan: tuple[tuple[Any, ...], ...] = ()
         self._lean_ready = False  # the last full run had every node given: the lean check answers next
@@ -269,14 +269,14 @@ class WholeModelCheck:
         assert spec is not None
         with self._switch:
             if self._lean_session is None and not self._lean_blocked:
-                if not spec.keep_full:
+                if not spec.keep_full and not self._reuse:
                     self._session = None  # one copy of the weights at a time
                 made = build_lean(
-                    spec.make_session,
+                    (lambda _: self._session) if self._reuse else spec.make_session,
                     self._graph_outputs,
                     spec.extra,
                     self._steps,
-                    self._lean,
+                    self._lean | spec.lean_after,
                     spec.from_feeds,
                 )
                 if made is None:
@@ -287,7 +287,7 @@ class WholeModelCheck:
                 self._lean_plan = tuple(
                     (
                         plan[0],
-                        plan[1],
+                        plan[1] or plan[0].output in spec.lean_after,
                         tuple(
                             (n, position.get(n), position.get(shape_output(n))) for n in plan[0].inputs[:2]
                         ),

@@ -49,6 +49,8 @@ from ...model.graph_columns import declared_types
 from ...model.nonnegative import nonnegative_prover
 from ...translate import TensorInfo
 from ...translate.plan import elem_type_of
+from .index_ranges import axis_of as _axis
+from .index_ranges import in_range, lean_indices_in_range
 
 logger = logging.getLogger(__name__)
 
@@ -85,23 +87,6 @@ def given_message(prove_runs: int) -> str:
         f"session's first {prove_runs} runs, and on this run every index was proved in range, where ONNX "
         "and DirectML define the same elements (DMLSHIM_FULL_CHECK=1 computes and compares it on every run)"
     )
-
-
-def _axis(attrs: Mapping[str, Any], rank: int) -> int | None:
-    axis = int(attrs.get("axis", 0))
-    axis = axis + rank if axis < 0 else axis
-    return axis if 0 <= axis < rank else None
-
-
-def in_range(indices: np.ndarray, dim: int) -> bool:
-    """Every index in ``[0, dim)``: usually one OR-reduction (no sign bit anywhere and the OR below
-    ``dim`` bounds every value), else the maximum."""
-    if indices.size == 0:
-        return True
-    acc = int(np.bitwise_or.reduce(indices, axis=None))
-    if acc < 0:
-        return False
-    return acc < dim or int(indices.max()) < dim
 
 
 @dataclass(frozen=True)
@@ -281,7 +266,7 @@ def lean_gathers(
             proved_nonnegative = nonnegative_prover(graph, constants, elem_types)
         if not between_qdq and not proved_nonnegative(io.inputs[1]):
             continue
-        dtypes = tuple(_numpy_dtype(info.elem_type) for info in (data, indices))
+        dtypes = tuple(numpy_dtype(info.elem_type) for info in (data, indices))
         if dtypes[0] is not None and dtypes[1] is not None:
             found[io.output] = (dtypes[0], dtypes[1])
     return found
@@ -469,28 +454,7 @@ def _next_to_quantization(graph: onnx.GraphProto) -> frozenset[str]:
     return frozenset(names)
 
 
-def lean_indices_in_range(
-    op_type: str, attrs: Mapping[str, Any], data_shape: Sequence[int], indices: np.ndarray
-) -> bool:
-    """Whether a lean gather's indices, when the check holds them (a constant, or a value fetched for
-    another node), are all in ``[0, dim)`` for the run's data shape: a constant's gather may have been
-    folded by onnxruntime into a Slice, which refuses nothing."""
-    if indices.dtype.kind not in "iu" or not len(data_shape):
-        return False
-    if op_type == "GatherND":
-        batch = int(attrs.get("batch_dims", 0))
-        k = indices.shape[-1] if indices.ndim else 0
-        if indices.ndim == 0 or batch + k > len(data_shape):
-            return False
-        if k == 0:  # no index column: every index tuple selects the whole batch slice
-            return True
-        columns = indices.reshape(-1, k)
-        return all(in_range(columns[:, d], int(data_shape[batch + d])) for d in range(k))
-    axis = _axis(attrs, len(data_shape))
-    return axis is not None and in_range(indices, int(data_shape[axis]))
-
-
-def _numpy_dtype(elem_type: int) -> np.dtype[Any] | None:
+def numpy_dtype(elem_type: int) -> np.dtype[Any] | None:
     """The numpy dtype of an ONNX element type the kernels take, when it maps back to that type."""
     try:
         dtype = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))

@@ -19,13 +19,14 @@ shape than the node's, a reduction) is verified by the kernel as before
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import onnx
 
-from .gather_given import in_range
+from .index_ranges import columns_in_range, in_range
 
 SCATTERS = frozenset(("Scatter", "ScatterElements", "ScatterND"))
 """Scatters whose output the whole-model check takes from onnxruntime when their indices prove it."""
@@ -60,11 +61,9 @@ def repeated_writes(op_type: str, axis: int, data_shape: Sequence[int], indices:
         dims = np.asarray(data_shape[:k], dtype=np.int64)
         tuples = indices.reshape(count, k).astype(np.int64, copy=False)
         tuples = np.where(tuples < 0, tuples + dims, tuples)
-        strides = np.ones(k, dtype=np.int64)
-        for d in range(k - 2, -1, -1):
-            strides[d] = strides[d + 1] * dims[d + 1]
-        flat = np.sort(tuples @ strides)
-        return int((flat[1:] == flat[:-1]).sum())
+        if count <= SMALL_WRITES:  # a few tuples: distinct ones counted in Python, no sort
+            return count - len(set(map(tuple, tuples.tolist())))
+        return count - _distinct(_flat_targets(tuples, data_shape[:k]), _space(data_shape[:k]))
     # A ScatterElements write keeps every coordinate of its position but the axis one: two writes meet
     # only on one line along the axis, with equal indices.
     if indices.shape[axis] <= 1:
@@ -73,6 +72,44 @@ def repeated_writes(op_type: str, axis: int, data_shape: Sequence[int], indices:
     wrapped = np.where(wrapped < 0, wrapped + data_shape[axis], wrapped)
     ordered = np.sort(wrapped, axis=axis)
     return int((np.diff(ordered, axis=axis) == 0).sum())
+
+
+SMALL_WRITES = 64
+"""Up to this many index tuples (or elements), a proof of distinct writes runs in Python on the values as a
+list (a set of them): cheaper than numpy's calls at that size."""
+
+MARKS_PER_WRITE = 8
+"""Distinct targets are counted with a mark per possible target (one byte each, O(writes + targets)) when
+the targets number at most this many times the writes (plus 64K); else by a sort."""
+
+
+def _space(dims: Sequence[int]) -> int:
+    """How many targets ``dims`` hold (a Python int: no overflow)."""
+    return math.prod(int(d) for d in dims)
+
+
+def _flat_targets(tuples: np.ndarray, dims: Sequence[int]) -> np.ndarray:
+    """Each in-range, non-negative index tuple (a row of ``tuples``) as its row-major offset in ``dims``."""
+    k = tuples.shape[-1]
+    if k == 1:
+        return tuples.reshape(-1)
+    strides = np.ones(k, dtype=np.int64)
+    for d in range(k - 2, -1, -1):
+        strides[d] = strides[d + 1] * int(dims[d + 1])
+    return tuples.astype(np.int64, copy=False) @ strides  # type: ignore[no-any-return]
+
+
+def _distinct(flat: np.ndarray, space: int) -> int:
+    """How many distinct values ``flat`` (offsets in ``[0, space)``) holds: marks when the space is small
+    next to the writes, else a sort (the same count either way)."""
+    if flat.size <= 1:
+        return int(flat.size)
+    if space <= MARKS_PER_WRITE * flat.size + 65536:
+        marks = np.zeros(space, dtype=np.bool_)
+        marks[flat] = True
+        return int(np.count_nonzero(marks))
+    ordered = np.sort(flat)
+    return int(flat.size - np.count_nonzero(ordered[1:] == ordered[:-1]))
 
 
 def scatter_output_is_given(
@@ -114,10 +151,12 @@ def steady_scatter_proof(
     op_type: str, attrs: Mapping[str, Any], key: Sequence[Any]
 ) -> Callable[[np.ndarray], bool] | None:
     """:func:`scatter_output_is_given` for inputs of the shapes and dtypes ``key`` (per input its shape and
-    dtype, or None) reduced to what depends on the indices' values, when no two writes can meet (one
-    index tuple, or one index along the axis per line): the range proof alone. None otherwise (use the
-    whole proof). Every other test of that function reads only shapes and dtypes: when one fails, the
-    proof is False on any values."""
+    dtype, or None) reduced to what depends on the indices' values: when no two writes can meet (one
+    index tuple, or one index along the axis per line), the range proof alone; else the range proof and
+    distinct targets, made once (a few ScatterND tuples as a Python set, more by marks or a sort; a
+    ScatterElements' lines sorted). None for tuples of no coordinates (use the whole proof). Every
+    other test of that function reads only shapes and dtypes: when one fails, the proof is False on any
+    values."""
     if op_type not in SCATTERS or len(key) < 3 or any(p is None for p in key[:3]) or not no_reduction(attrs):
         return None
     (data_shape, data_dtype), (indices_shape, indices_dtype), (_, updates_dtype) = key[:3]
@@ -127,9 +166,15 @@ def steady_scatter_proof(
         k = indices_shape[-1] if indices_shape else 0
         if not indices_shape or k > len(data_shape):
             return _never
-        if k == 0 or int(np.prod(indices_shape[:-1], dtype=np.int64)) > 1:
+        if k == 0:
             return None
-        return functools.partial(_tuples_in_range, tuple(int(d) for d in data_shape[:k]))
+        dims = tuple(int(d) for d in data_shape[:k])
+        count = int(np.prod(indices_shape[:-1], dtype=np.int64))
+        if count <= 1:
+            return functools.partial(_tuples_in_range, dims)
+        if count <= SMALL_WRITES:
+            return functools.partial(_few_tuples_written_once, dims)
+        return functools.partial(_tuples_written_once, dims, _space(dims))
     if 0 in indices_shape:
         return _always
     axis = int(attrs.get("axis", 0))
@@ -137,7 +182,7 @@ def steady_scatter_proof(
     if not 0 <= axis < len(data_shape) or len(indices_shape) != len(data_shape):
         return _never
     if indices_shape[axis] > 1:
-        return None
+        return functools.partial(_lines_written_once, axis, int(data_shape[axis]))
     return functools.partial(in_range, dim=int(data_shape[axis]))
 
 
@@ -149,8 +194,41 @@ def _always(indices: np.ndarray) -> bool:
     return True
 
 
+def _few_tuples_written_once(dims: tuple[int, ...], indices: np.ndarray) -> bool:
+    """A ScatterND's few index tuples all in range (non-negative) and distinct, read as Python lists."""
+    flat = indices.ravel().tolist()
+    if not columns_in_range(flat, dims):
+        return False
+    k = len(dims)
+    targets = flat if k == 1 else list(zip(*(flat[d::k] for d in range(k)), strict=True))
+    return len(set(targets)) == len(targets)
+
+
+def _tuples_written_once(dims: tuple[int, ...], space: int, indices: np.ndarray) -> bool:
+    """A ScatterND's index tuples all in range (non-negative) and distinct."""
+    if not _tuples_in_range(dims, indices):
+        return False
+    tuples = indices.reshape(-1, len(dims))
+    return _distinct(_flat_targets(tuples, dims), space) == tuples.shape[0]
+
+
+def _lines_written_once(axis: int, dim: int, indices: np.ndarray) -> bool:
+    """A ScatterElements' indices all in ``[0, dim)``, no two equal on one line along ``axis``."""
+    if not in_range(indices, dim):
+        return False
+    if indices.size <= SMALL_WRITES:  # a few lines, read as lists
+        length = indices.shape[axis]
+        return all(
+            len(set(line)) == length for line in indices.swapaxes(axis, -1).reshape(-1, length).tolist()
+        )
+    ordered = np.sort(indices, axis=axis)
+    return not (np.diff(ordered, axis=axis) == 0).any()
+
+
 def _tuples_in_range(dims: tuple[int, ...], indices: np.ndarray) -> bool:
-    if not indices.size or in_range(indices, min(dims)):
+    if indices.size <= SMALL_WRITES:
+        return columns_in_range(indices.ravel().tolist(), dims)
+    if in_range(indices, min(dims)):
         return True
     columns = indices.reshape(-1, len(dims))
     return all(in_range(columns[:, d], dims[d]) for d in range(len(dims)))
