@@ -143,3 +143,74 @@ def test_small_sparse_tensors_give_onnxruntimes_values(case: str, where: str, en
     for _ in range(5):
         got = session.run(None, {"x": X})
         assert got[0].shape == want[0].shape and got[0].tobytes() == want[0].tobytes()
+
+
+def _function_model(n: int) -> onnx.ModelProto:
+    """x[N, 4] -> a local function whose body gathers x's rows by a sparse Constant of ``n`` elements."""
+    body = [
+        helper.make_node("Constant", [], ["s0"], value_ints=[0]),
+        helper.make_node("Constant", [], ["s1"], value_ints=[3]),
+        helper.make_node("Constant", [], ["c"], sparse_value=_sparse([1, 1], [1, 2], [n])),
+        helper.make_node("Slice", ["c", "s0", "s1"], ["cs"]),
+        helper.make_node("Gather", ["X", "cs"], ["Y"], axis=0),
+    ]
+    function = helper.make_function("local", "Rows", ["X"], ["Y"], body, [helper.make_opsetid("", 17)])
+    graph = helper.make_graph(
+        [helper.make_node("Rows", ["x"], ["y"], domain="local", name="rows")],
+        "h47f",
+        [helper.make_tensor_value_info("x", T.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("y", T.FLOAT, None)],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("local", 1)]
+    model = helper.make_model(graph, opset_imports=opsets, functions=[function])
+    model.ir_version = IR_VERSION
+    return model
+
+
+@pytest.mark.parametrize("command", ["inspect", "validate", "run"])
+def test_a_sparse_constant_in_a_local_function_does_not_kill_the_cli(tmp_path: Path, command: str) -> None:
+    """onnxruntime's session of such a model, built with optimizations off on a worker thread (the
+    acceptance check's), died with SIGSEGV (exit 139) in every command; it is handed the dense form."""
+    path = tmp_path / "function.onnx"
+    onnx.save(_function_model(100_000), path)
+    result = run_child([command, str(path)], timeout=300)
+    assert result.returncode == 0, (result.returncode, result.stderr[-2000:])
+
+
+@pytest.mark.parametrize("engine", ["partitioned", "customop", "cpu"])
+def test_a_sparse_constant_in_a_local_function_gives_onnxruntimes_values(engine: str) -> None:
+    """Every engine, also with the program's options turning optimizations off, on another thread."""
+    import threading
+
+    model = _function_model(100_000).SerializeToString()
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": X})[0]
+    np.testing.assert_array_equal(want[:, 0], [0.0, 4.0, 4.0])  # ONNX: c[:3] == [0, 1, 1]
+    got: list[object] = []
+
+    def work() -> None:
+        try:
+            options = dmlshim.SessionOptions()
+            options.graph_optimization_level = dmlshim.GraphOptimizationLevel.ORT_DISABLE_ALL
+            session = dmlshim.InferenceSession(model, options, engine=engine)
+            got.extend(session.run(None, {"x": X}) for _ in range(4))
+        except Exception as exc:
+            got.append(exc)
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    worker.join()
+    for outputs in got:
+        assert not isinstance(outputs, Exception), outputs
+        assert outputs[0].tobytes() == want.tobytes()  # type: ignore[index]
+
+
+@pytest.mark.parametrize("command", ["inspect", "validate"])
+def test_a_huge_sparse_constant_in_a_local_function_is_refused_within_the_limit(
+    tmp_path: Path, command: str
+) -> None:
+    path = tmp_path / "function.onnx"
+    onnx.save(_function_model(BIG), path)
+    result = run_child([command, str(path)], env=LIMIT, timeout=120)
+    assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
+    assert "function local.Rows" in result.stderr and "memory limit" in result.stderr, result.stderr
+    assert result.peak_rss < 400 * 2**20, result.peak_rss

@@ -272,6 +272,21 @@ def _sparse_dense_bytes(sparse: onnx.SparseTensorProto) -> int:
     return count * RAW_ITEMSIZE.get(sparse.values.data_type, 1)
 
 
+def _function_sparse(nodes: object, label: str, sparse: list[tuple[str, int]]) -> None:
+    """Collect the sparse tensors the ``nodes`` of a model-local function (and their subgraphs) hold."""
+    for node in nodes:  # type: ignore[attr-defined]
+        for attr in node.attribute:
+            held = [attr.sparse_tensor] if attr.HasField("sparse_tensor") else []
+            held += list(attr.sparse_tensors)
+            sparse.extend(
+                (f"{label}/{node.name or node.op_type}.{attr.name}", _sparse_dense_bytes(t)) for t in held
+            )
+            graphs = [attr.g] if attr.HasField("g") else []
+            for graph in (*graphs, *attr.graphs):
+                _function_sparse(graph.node, label, sparse)
+                sparse.extend((t.values.name, _sparse_dense_bytes(t)) for t in graph.sparse_initializer)
+
+
 def _check_graph(
     graph: onnx.GraphProto,
     prefix: str,
@@ -365,6 +380,8 @@ def check_well_formed(model: onnx.ModelProto, path: str | None = None) -> None:
     opsets = {("" if o.domain == "ai.onnx" else o.domain): int(o.version) for o in model.opset_import}
     sparse: list[tuple[str, int]] = []
     _check_graph(model.graph, "", path, opsets, sparse)
+    for function in model.functions:
+        _function_sparse(function.node, f"function {function.domain}.{function.name}", sparse)
     if sparse:
         names = [repr(name) for name, _ in sparse[:3]] + (["..."] if len(sparse) > 3 else [])
         # onnxruntime makes every sparse initializer and sparse Constant dense when it loads the model (and
