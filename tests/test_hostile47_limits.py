@@ -1,0 +1,91 @@
+"""hostile47: a value whose size follows from the model alone (a Range, ConstantOfShape or Expand of
+constants, 2 GB) in a model with a symbolic input. ``validate`` and ``run`` generate the inputs by trying
+candidates on onnxruntime, and each trial run allocated the 2 GB value: with
+``DMLSHIM_MEMORY_LIMIT=100000000`` both peaked at 2.1 GB before refusing it "before allocating". The static
+sizes are now checked before the first trial run; under the limit, the model still runs as onnxruntime
+runs it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto as T
+from onnx import helper, numpy_helper
+
+from tests.oracle import IR_VERSION
+from tests.safety_helpers import run_child
+
+LIMIT = {"DMLSHIM_MEMORY_LIMIT": "100000000"}
+
+
+def _ints(name: str, value: object) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.array(value, np.int64), name)
+
+
+def _model(op: str, length: int) -> onnx.ModelProto:
+    """x[N, 4] -> Gather(x, r[:2]) where ``r`` is an int64 vector of ``length`` made by ``op``."""
+    if op == "Range":
+        source = helper.make_node("Range", ["z", "lim", "one"], ["r"], name="make")
+        inits = [_ints("z", 0), _ints("lim", length), _ints("one", 1)]
+    elif op == "ConstantOfShape":
+        value = numpy_helper.from_array(np.array([1], np.int64))
+        source = helper.make_node("ConstantOfShape", ["shp"], ["r"], name="make", value=value)
+        inits = [_ints("shp", [length])]
+    else:
+        source = helper.make_node("Expand", ["one1", "shp"], ["r"], name="make")
+        inits = [_ints("one1", [1]), _ints("shp", [length])]
+    nodes = [
+        source,
+        helper.make_node("Slice", ["r", "s0", "s1"], ["rs"], name="slice"),
+        helper.make_node("Gather", ["x", "rs"], ["y"], axis=0, name="gather"),
+    ]
+    inits += [_ints("s0", [0]), _ints("s1", [2])]
+    graph = helper.make_graph(
+        nodes,
+        "h47",
+        [helper.make_tensor_value_info("x", T.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("y", T.FLOAT, None)],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = IR_VERSION
+    return model
+
+
+OPS = ["Range", "ConstantOfShape", "Expand"]
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_a_static_value_over_the_limit_is_refused_before_any_trial_run(
+    tmp_path: Path, op: str, command: str
+) -> None:
+    path = tmp_path / "big.onnx"
+    onnx.save(_model(op, 250_000_000), path)
+    result = run_child([command, str(path)], env=LIMIT, timeout=300)
+    assert result.returncode == 2, (result.stdout[-1000:], result.stderr[-2000:])
+    assert "output 'r' of shape [250000000]" in result.stderr and "memory limit" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.peak_rss < 400 * 2**20, result.peak_rss  # before: 2.1 GB
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_under_the_limit_the_model_runs_as_onnxruntime_runs_it(tmp_path: Path, op: str) -> None:
+    path = tmp_path / "small.onnx"
+    onnx.save(_model(op, 1000), path)
+    result = run_child(["validate", str(path)], env=LIMIT, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "verdict: MATCH" in result.stdout
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    (want,) = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.save(tmp_path / "x.npy", x)
+    np.savez(tmp_path / "in.npz", x=x)
+    out = tmp_path / "out.npz"
+    result = run_child(["run", str(path), "--inputs", str(tmp_path / "in.npz"), "-o", str(out)], env=LIMIT)
+    assert result.returncode == 0, result.stderr[-2000:]
+    with np.load(out) as got:
+        assert got["y"].tobytes() == want.tobytes()
