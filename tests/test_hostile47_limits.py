@@ -89,3 +89,62 @@ def test_under_the_limit_the_model_runs_as_onnxruntime_runs_it(tmp_path: Path, o
     assert result.returncode == 0, result.stderr[-2000:]
     with np.load(out) as got:
         assert got["y"].tobytes() == want.tobytes()
+
+
+def _declared_model(where: str, rows: int) -> onnx.ModelProto:
+    """Gather(x, i) -> Neg, whose graph output (or the gather's ``value_info``) declares ``rows`` rows: the
+    model's word, which onnxruntime does not take (it runs the model and warns)."""
+    nodes = [
+        helper.make_node("Gather", ["x", "i"], ["g"], axis=0, name="gather"),
+        helper.make_node("Neg", ["g"], ["y"], name="neg"),
+    ]
+    inputs = [
+        helper.make_tensor_value_info("x", T.FLOAT, ["N", 4]),
+        helper.make_tensor_value_info("i", T.INT64, ["K"]),
+    ]
+    out_rows: int | str = rows if where == "output" else "K"
+    graph = helper.make_graph(
+        nodes, "h47", inputs, [helper.make_tensor_value_info("y", T.FLOAT, [out_rows, 4])]
+    )
+    if where == "value_info":
+        graph.value_info.append(helper.make_tensor_value_info("g", T.FLOAT, [rows, 4]))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = IR_VERSION
+    return model
+
+
+@pytest.mark.parametrize("engine", ["partitioned", "customop", "cpu"])
+@pytest.mark.parametrize("where", ["output", "value_info"])
+def test_a_declared_shape_that_lies_is_not_refused(where: str, engine: str) -> None:
+    """16 GB declared for a [2, 4] value: the partitioned engine refused it on every machine below that."""
+    import dmlshim
+
+    model = _declared_model(where, 10_000_000_000).SerializeToString()
+    x = np.arange(40, dtype=np.float32).reshape(10, 4)
+    feeds = {"x": x, "i": np.array([1, 2])}
+    (want,) = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
+    session = dmlshim.InferenceSession(model, engine=engine)
+    for _ in range(4):
+        (got,) = session.run(None, feeds)
+        assert got.shape == (2, 4) and got.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_a_declared_shape_that_lies_passes_the_cli_under_the_limit(tmp_path: Path, command: str) -> None:
+    path = tmp_path / "declared.onnx"
+    onnx.save(_declared_model("value_info", 1_000_000_000), path)
+    result = run_child([command, str(path)], env=LIMIT, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_a_declared_shape_that_inference_confirms_is_still_refused(tmp_path: Path) -> None:
+    """The Range's output is the graph output, declared with the size inference finds too."""
+    model = _model("Range", 250_000_000)
+    model.graph.output.append(helper.make_tensor_value_info("r", T.INT64, [250_000_000]))
+    path = tmp_path / "declared_range.onnx"
+    onnx.save(model, path)
+    result = run_child(["validate", str(path)], env=LIMIT, timeout=300)
+    assert result.returncode == 2 and "output 'r' of shape [250000000]" in result.stderr, result.stderr[
+        -2000:
+    ]
+    assert result.peak_rss < 400 * 2**20, result.peak_rss

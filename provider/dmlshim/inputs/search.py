@@ -275,7 +275,7 @@ def _refuse_static_sizes(model: onnx.ModelProto) -> None:
         return  # the session's own inference reports it
     external = {t.name for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL}
     names = display_names(list(model.graph.node))
-    check_static_sizes(inferred.graph, tensor_infos(inferred.graph), names, mapped=external)
+    check_static_sizes(inferred.graph, tensor_infos(inferred.graph), names, mapped=external, model=model)
 
 
 def _first_line(exc: BaseException) -> str:

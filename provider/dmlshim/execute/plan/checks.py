@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import onnx
 
-from ...errors import BadModelError
+from ...errors import BadModelError, DmlShimError, TooLargeError
 from ...limits import check_static_values, unfeedable_inputs
 from ...translate import TensorInfo
 
@@ -54,13 +54,19 @@ def check_static_sizes(
     infos: Mapping[str, TensorInfo],
     names: Sequence[str],
     mapped: Collection[str] = (),
+    model: onnx.ModelProto | None = None,
 ) -> None:
     """Refuse, before any allocation, a graph in which a statically shaped value cannot fit in memory
     (``mapped``: weights read from the model's files where they are needed, never allocated whole).
 
     Graph inputs are the caller's feeds, not allocated here. A graph input no feed could ever match (its
     static shape exceeds the memory limit) means no run can reach a node: the model loads, as in
-    onnxruntime, and every run is refused for its feed's shape."""
+    onnxruntime, and every run is refused for its feed's shape.
+
+    ``model`` (the model ``graph`` was inferred from): a shape only its graph outputs or ``value_info``
+    declare is the model's word, which onnxruntime does not take (it warns when a run's shape differs);
+    such a value is refused only when inference without those declarations finds it as large. A Gather
+    output declared ``[10000000000, 4]`` was refused on every machine though onnxruntime runs it."""
     unfeedable = unfeedable_inputs(graph)
     if unfeedable:
         logger.info("graph input(s) %s can never be fed on this machine; sizes left unchecked", unfeedable)
@@ -69,11 +75,50 @@ def check_static_sizes(
     producers = {
         out: (names[i], node.op_type) for i, node in enumerate(graph.node) for out in node.output if out
     }
-    check_static_values(
-        {
-            n: (i.static_shape, i.elem_type)
-            for n, i in infos.items()
-            if i.is_static and n not in mapped and n not in fed
-        },
-        producers=producers,
-    )
+    shapes = {
+        n: (i.static_shape, i.elem_type)
+        for n, i in infos.items()
+        if i.is_static and n not in mapped and n not in fed
+    }
+    try:
+        check_static_values(shapes, producers=producers)
+    except TooLargeError as exc:
+        declared = _declared(model) if model is not None else set()
+        if exc.tensor not in declared:
+            raise
+        assert model is not None
+        undeclared = _undeclared_infos(model)
+        for name in declared & shapes.keys():
+            info = undeclared.get(name)
+            if info is None or not info.is_static:
+                del shapes[name]
+            else:
+                shapes[name] = (info.static_shape, info.elem_type)
+        check_static_values(shapes, producers=producers)
+
+
+def _declared(model: onnx.ModelProto) -> set[str]:
+    """The top-level values whose shape ``model`` declares (graph outputs, ``value_info``)."""
+    graph = model.graph
+    return {v.name for v in (*graph.output, *graph.value_info) if v.type.tensor_type.HasField("shape")}
+
+
+def _undeclared_infos(model: onnx.ModelProto) -> Mapping[str, TensorInfo]:
+    """Types and shapes of ``model``'s top-level values as inference finds them without the shapes the
+    model declares for its outputs and in ``value_info`` (empty when inference fails)."""
+    from ...model.weightless import without_weights
+    from ...translate import infer_shapes
+    from ...translate.shapes_info import tensor_infos
+
+    light = onnx.ModelProto()
+    light.CopyFrom(without_weights(model))
+    del light.graph.value_info[:]
+    for out in light.graph.output:
+        if out.type.HasField("tensor_type"):
+            out.type.tensor_type.ClearField("shape")
+    try:
+        inferred = infer_shapes(light)
+    except DmlShimError as exc:
+        logger.info("no shapes inferred without the declared ones (%s)", exc)
+        return {}
+    return tensor_infos(inferred.graph)
