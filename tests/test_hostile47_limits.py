@@ -148,3 +148,71 @@ def test_a_declared_shape_that_inference_confirms_is_still_refused(tmp_path: Pat
         -2000:
     ]
     assert result.peak_rss < 400 * 2**20, result.peak_rss
+
+
+def _if_model(length: int, declared: int | None = None) -> onnx.ModelProto:
+    """x[N, 4] -> Gather(x, If(c, ConstantOfShape([length])[:2], [0, 0])); ``declared``: a value_info in
+    the then-branch declaring ``big`` of that many elements (the model's word only)."""
+    one = numpy_helper.from_array(np.array([1], np.int64))
+    then = helper.make_graph(
+        [
+            helper.make_node("ConstantOfShape", ["shp"], ["big"], name="make", value=one),
+            helper.make_node("Slice", ["big", "s0", "s1"], ["t_out"], name="slice"),
+        ],
+        "then",
+        [],
+        [helper.make_tensor_value_info("t_out", T.INT64, None)],
+        [_ints("shp", [length]), _ints("s0", [0]), _ints("s1", [2])],
+    )
+    if declared is not None:
+        then.value_info.append(helper.make_tensor_value_info("big", T.INT64, [declared]))
+    zeros = numpy_helper.from_array(np.array([0, 0], np.int64))
+    other = helper.make_graph(
+        [helper.make_node("Constant", [], ["e_out"], value=zeros)],
+        "else",
+        [],
+        [helper.make_tensor_value_info("e_out", T.INT64, None)],
+    )
+    graph = helper.make_graph(
+        [
+            helper.make_node("If", ["c"], ["r"], name="if", then_branch=then, else_branch=other),
+            helper.make_node("Gather", ["x", "r"], ["y"], axis=0, name="gather"),
+        ],
+        "h47",
+        [
+            helper.make_tensor_value_info("x", T.FLOAT, ["N", 4]),
+            helper.make_tensor_value_info("c", T.BOOL, []),
+        ],
+        [helper.make_tensor_value_info("y", T.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = IR_VERSION
+    return model
+
+
+def test_a_static_value_over_the_limit_inside_an_if_branch_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The branch's 2 GB ConstantOfShape was allocated by onnxruntime on a run taking the branch (2.1 GB
+    peak RSS under a 100 MB limit); refused when the session is built, naming the branch's node."""
+    import dmlshim
+    from dmlshim.errors import TooLargeError
+
+    monkeypatch.setenv("DMLSHIM_MEMORY_LIMIT", LIMIT["DMLSHIM_MEMORY_LIMIT"])
+    with pytest.raises(TooLargeError, match="if/then_branch") as caught:
+        dmlshim.InferenceSession(_if_model(250_000_000).SerializeToString())
+    assert caught.value.tensor == "big"
+
+
+@pytest.mark.parametrize("declared", [None, 10_000_000_000])
+def test_an_if_branch_under_the_limit_runs_as_onnxruntime(declared: int | None) -> None:
+    """Also when the branch's value_info declares 10^10 elements it never has."""
+    import dmlshim
+
+    model = _if_model(1000, declared).SerializeToString()
+    oracle = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    session = dmlshim.InferenceSession(model)
+    x = np.arange(40, dtype=np.float32).reshape(10, 4)
+    for c in (False, True, True, False):
+        feeds = {"x": x, "c": np.array(c)}
+        assert session.run(None, feeds)[0].tobytes() == oracle.run(None, feeds)[0].tobytes()
