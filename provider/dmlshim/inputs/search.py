@@ -265,14 +265,15 @@ def _refuse_static_sizes(model: onnx.ModelProto) -> None:
     trial run would allocate it (2 GB for 100 MB), before the session's own check refused it."""
     from ..execute.plan.checks import check_static_sizes
     from ..graph import display_names
+    from ..model.last_inference import infer_shapes
     from ..model.weightless import without_weights
-    from ..translate import infer_shapes
     from ..translate.shapes_info import tensor_infos
 
-    try:
+    try:  # onnx's plain pass on the weightless copy: the model check's own, remembered
         inferred = infer_shapes(without_weights(model))
-    except DmlShimError:
-        return  # the session's own inference reports it
+    except Exception as exc:  # onnx's errors share no useful base; the session's inference reports them
+        logger.debug("no static sizes checked before the trial runs: %s", exc)
+        return
     external = {t.name for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL}
     names = display_names(list(model.graph.node))
     check_static_sizes(inferred.graph, tensor_infos(inferred.graph), names, mapped=external, model=model)
