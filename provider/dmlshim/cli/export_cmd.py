@@ -19,7 +19,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     out.add_argument(
         "-o", "--output", dest="output_dir", metavar="DIR", type=output_path_arg, help="the export folder"
     )
-    out.add_argument("--output-dir", dest="output_dir", type=output_path_arg, help=argparse.SUPPRESS)  # the old spelling
+    out.add_argument(
+        "--output-dir", dest="output_dir", type=output_path_arg, help=argparse.SUPPRESS
+    )  # the old spelling
     parser.add_argument(
         "--inputs",
         metavar="FILE.npz",
@@ -73,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
             overwrite=args.overwrite,
             seed=args.seed,
             iteration=args.iteration,
+            reads=[args.inputs] if args.inputs else [],
         )
     if args.json:
         doc: dict[str, Any] = {

@@ -130,6 +130,7 @@ def export_model(
     overwrite: bool = False,
     seed: int = 0,
     iteration: int = 0,
+    reads: Sequence[str | os.PathLike[str]] = (),
 ) -> ExportResult:
     """Write every gather/scatter node that runs as a DirectML operator as a DxDispatch model.
 
@@ -148,6 +149,8 @@ def export_model(
             ``index.json`` are removed first, nothing else is.
         seed: the seed of generated inputs.
         iteration: which iteration of each Loop/Scan body to capture nodes in (0 = the first).
+        reads: other files the export reads (the inputs file): with the model and its external data,
+            never removed by ``overwrite``, even inside a node folder the previous export listed.
 
     Returns:
         The nodes exported and skipped.
@@ -168,7 +171,13 @@ def export_model(
     out_dir = Path(directory)
     # Checked before running the model; the export is built out of sight and moved into place at the
     # end, so a failed run or Ctrl-C leaves the old export (or nothing) and never a half-written one.
-    stage = StagedFolder(out_dir, overwrite=overwrite, previous=_previous_export, what="export directory")
+    stage = StagedFolder(
+        out_dir,
+        overwrite=overwrite,
+        previous=_previous_export,
+        what="export directory",
+        inputs=[loaded.path, *reads],  # never removed by --overwrite, even inside a listed node folder
+    )
 
     feeds, symbols = _feeds(loaded, inputs, input_shapes, seed)
     capture = capture_nodes(proto, feeds, iteration=iteration, weights_path=loaded.weights_path)

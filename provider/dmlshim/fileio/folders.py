@@ -11,7 +11,7 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from .. import portable
@@ -26,6 +26,7 @@ from .files import (
     _lstat,
     _refuse_stream_link,
     file_mode,
+    input_files,
 )
 
 __all__ = ["StagedFolder"]
@@ -83,8 +84,10 @@ class StagedFolder:
         overwrite: bool = False,
         previous: Callable[[Path], Sequence[str]] | None = None,
         what: str = "output folder",
+        inputs: Iterable[PathLike | None] = (),
     ) -> None:
         self.target = Path(_check_text(target, what))
+        self._inputs = list(inputs)
         self.overwrite = overwrite
         self.what = what
         self._previous = previous
@@ -134,7 +137,26 @@ class StagedFolder:
                     path=text,
                     rule=_RULE,
                 )
+        self._refuse_inputs_inside(names)
         self._remove = names
+
+    def _refuse_inputs_inside(self, names: Sequence[str]) -> None:
+        """Refuse to remove a listed entry that is, or holds, a file the command reads (the model, its
+        external data, its inputs file): a previous output's node folder is no place for them, but
+        --overwrite must never destroy an input (an exported model saved into its own node folder was
+        removed while it was exported)."""
+        for source, named in input_files(self._inputs):
+            real = os.path.realpath(source)
+            for name in names:
+                entry = os.path.realpath(self.target / name)
+                if real == entry or real.startswith(entry.rstrip(os.sep) + os.sep):
+                    raise BadInputError(
+                        f"the previous output lists {name!r}, which --overwrite replaces, but it holds "
+                        f"{named}; refusing to remove an input: move it out of the {self.what} first",
+                        path=str(self.target),
+                        value=name,
+                        rule=_RULE,
+                    )
 
     @property
     def path(self) -> Path:

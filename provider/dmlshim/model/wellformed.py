@@ -14,6 +14,7 @@ from onnx import TensorProto
 
 from ..errors import BadModelError
 from ..graph import GRAPH_ATTRIBUTE_TYPES, node_path, subgraph_prefix, subgraphs
+from ..limits import check_bytes
 from .ort_errors import GATHER_SCATTER_INDEX_TYPES
 from .utf8_parse import strings_valid
 
@@ -264,8 +265,39 @@ def _check_arity(
         )
 
 
-def _check_graph(graph: onnx.GraphProto, prefix: str, path: str | None, opsets: dict[str, int]) -> None:
+def _sparse_dense_bytes(sparse: onnx.SparseTensorProto) -> int:
+    """The bytes of a sparse tensor's dense form, which onnxruntime makes when it loads the model (its
+    dims alone say it: a 221-byte file may declare a 2 GB constant)."""
+    count = math.prod(max(int(d), 0) for d in sparse.dims)
+    return count * RAW_ITEMSIZE.get(sparse.values.data_type, 1)
+
+
+def _function_sparse(nodes: object, label: str, sparse: list[tuple[str, int]]) -> None:
+    """Collect the sparse tensors the ``nodes`` of a model-local function (and their subgraphs) hold."""
+    for node in nodes:  # type: ignore[attr-defined]
+        for attr in node.attribute:
+            held = [attr.sparse_tensor] if attr.HasField("sparse_tensor") else []
+            held += list(attr.sparse_tensors)
+            sparse.extend(
+                (f"{label}/{node.name or node.op_type}.{attr.name}", _sparse_dense_bytes(t)) for t in held
+            )
+            graphs = [attr.g] if attr.HasField("g") else []
+            for graph in (*graphs, *attr.graphs):
+                _function_sparse(graph.node, label, sparse)
+                sparse.extend((t.values.name, _sparse_dense_bytes(t)) for t in graph.sparse_initializer)
+
+
+def _check_graph(
+    graph: onnx.GraphProto,
+    prefix: str,
+    path: str | None,
+    opsets: dict[str, int],
+    sparse: list[tuple[str, int]] | None = None,
+) -> None:
+    """Check ``graph`` and its subgraphs; ``sparse`` collects each sparse tensor's name and dense bytes."""
+    sparse = [] if sparse is None else sparse
     tensors = [(t.name, t) for t in graph.initializer]
+    sparse.extend((s.values.name, _sparse_dense_bytes(s)) for s in graph.sparse_initializer)
     for vi in (*graph.input, *graph.output):
         tp = vi.type
         if tp.WhichOneof("value") == "tensor_type" and tp.tensor_type.elem_type not in _KNOWN_TYPES:
@@ -307,10 +339,14 @@ def _check_graph(graph: onnx.GraphProto, prefix: str, path: str | None, opsets: 
             if attr.tensors:
                 label = node_path(prefix, node, i)
                 tensors.extend((f"{label}.{attr.name}", t) for t in attr.tensors)
+            if attr.HasField("sparse_tensor") or attr.sparse_tensors:
+                label = f"{node_path(prefix, node, i)}.{attr.name}"
+                held_sparse = [attr.sparse_tensor] if attr.HasField("sparse_tensor") else []
+                sparse.extend((label, _sparse_dense_bytes(s)) for s in (*held_sparse, *attr.sparse_tensors))
         if not held:
             continue
         for attr_name, sub in subgraphs(node):
-            _check_graph(sub, subgraph_prefix(node_path(prefix, node, i), attr_name), path, opsets)
+            _check_graph(sub, subgraph_prefix(node_path(prefix, node, i), attr_name), path, opsets, sparse)
     for name, t in tensors:
         problem = _tensor_problem(t)
         if problem is not None:
@@ -342,4 +378,17 @@ def check_well_formed(model: onnx.ModelProto, path: str | None = None) -> None:
             rule="ONNX string fields are UTF-8",
         )
     opsets = {("" if o.domain == "ai.onnx" else o.domain): int(o.version) for o in model.opset_import}
-    _check_graph(model.graph, "", path, opsets)
+    sparse: list[tuple[str, int]] = []
+    _check_graph(model.graph, "", path, opsets, sparse)
+    for function in model.functions:
+        _function_sparse(function.node, f"function {function.domain}.{function.name}", sparse)
+    if sparse:
+        names = [repr(name) for name, _ in sparse[:3]] + (["..."] if len(sparse) > 3 else [])
+        # onnxruntime makes every sparse initializer and sparse Constant dense when it loads the model (and
+        # so do dmlshim's folding and proofs): refused before any session is built, as external data is
+        check_bytes(
+            sum(size for _, size in sparse),
+            what=f"the dense form of {len(sparse)} sparse tensor(s) ({', '.join(names)})",
+            path=path,
+            tensor=sparse[0][0] if len(sparse) == 1 else None,
+        )

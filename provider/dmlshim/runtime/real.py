@@ -86,15 +86,18 @@ class OrtInferenceSession(_RealInferenceSession):
 
 
 def _guarded(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """Never a node that kills this onnxruntime (ScatterND with empty index tuples before 1.32): the model
-    source rewritten, and, for a file whose weights are external, options naming the file's folder."""
+    """Never a node that kills this onnxruntime (ScatterND with empty index tuples before 1.32, a sparse
+    Constant in a local function: :mod:`dmlshim.runtime.sparse_functions`): the model source rewritten,
+    and, for a file whose weights are external, options naming the file's folder."""
     from ..model.zero_depth_scatternd import guarded_model_source
+    from .sparse_functions import dense_function_constants
 
     guarded = guarded_model_source(args[0] if args else kwargs["path_or_bytes"])
+    source = dense_function_constants(guarded.source)  # a crash of onnxruntime's on their sparse form
     if args:
-        args = (guarded.source, *args[1:])
+        args = (source, *args[1:])
     else:
-        kwargs = {**kwargs, "path_or_bytes": guarded.source}
+        kwargs = {**kwargs, "path_or_bytes": source}
     if guarded.weights_folder is None:
         return args, kwargs
     options = args[1] if len(args) > 1 else kwargs.get("sess_options")

@@ -182,7 +182,9 @@ class PartitionedEngine(PartitionedRuns):
         external = {t.name for t in graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL}
         # Refuses static sizes no machine could hold; nothing before it allocates by them, so it runs
         # while onnxruntime builds the check's session (below).
-        check_sizes = functools.partial(check_static_sizes, inferred.graph, infos, names, mapped=external)
+        check_sizes = functools.partial(
+            check_static_sizes, inferred.graph, infos, names, mapped=external, model=model
+        )
         types = type_protos(inferred.graph)
         constants = folded_constants(graph)
         for name, tensor in constants.items():

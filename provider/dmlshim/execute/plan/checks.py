@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 import onnx
 
-from ...errors import BadModelError
+from ...errors import BadModelError, DmlShimError, TooLargeError
+from ...graph import node_path, subgraph_prefix, subgraphs
 from ...limits import check_static_values, unfeedable_inputs
 from ...translate import TensorInfo
 
@@ -54,13 +55,19 @@ def check_static_sizes(
     infos: Mapping[str, TensorInfo],
     names: Sequence[str],
     mapped: Collection[str] = (),
+    model: onnx.ModelProto | None = None,
 ) -> None:
     """Refuse, before any allocation, a graph in which a statically shaped value cannot fit in memory
     (``mapped``: weights read from the model's files where they are needed, never allocated whole).
 
     Graph inputs are the caller's feeds, not allocated here. A graph input no feed could ever match (its
     static shape exceeds the memory limit) means no run can reach a node: the model loads, as in
-    onnxruntime, and every run is refused for its feed's shape."""
+    onnxruntime, and every run is refused for its feed's shape.
+
+    ``model`` (the model ``graph`` was inferred from): a shape only its graph outputs or ``value_info``
+    declare is the model's word, which onnxruntime does not take (it warns when a run's shape differs);
+    such a value is refused only when inference without those declarations finds it as large. A Gather
+    output declared ``[10000000000, 4]`` was refused on every machine though onnxruntime runs it."""
     unfeedable = unfeedable_inputs(graph)
     if unfeedable:
         logger.info("graph input(s) %s can never be fed on this machine; sizes left unchecked", unfeedable)
@@ -69,11 +76,104 @@ def check_static_sizes(
     producers = {
         out: (names[i], node.op_type) for i, node in enumerate(graph.node) for out in node.output if out
     }
-    check_static_values(
-        {
-            n: (i.static_shape, i.elem_type)
-            for n, i in infos.items()
-            if i.is_static and n not in mapped and n not in fed
-        },
-        producers=producers,
-    )
+    shapes: dict[str, tuple[Sequence[int], int]] = {
+        n: (i.static_shape, i.elem_type)
+        for n, i in infos.items()
+        if i.is_static and n not in mapped and n not in fed
+    }
+    # values inside If branches and Loop/Scan bodies: onnxruntime allocates them when the branch runs
+    inner, inner_producers = _subgraph_values(graph)
+    for name, found in inner.items():
+        shapes.setdefault(name, found)
+    for name, found_by in inner_producers.items():
+        producers.setdefault(name, found_by)
+    try:
+        check_static_values(shapes, producers=producers)
+    except TooLargeError as exc:
+        declared = _declared(model.graph) if model is not None else set()
+        if exc.tensor not in declared:
+            raise
+        assert model is not None
+        undeclared = _undeclared_shapes(model)
+        for name in declared & shapes.keys():
+            if name in undeclared:
+                shapes[name] = undeclared[name]
+            else:
+                del shapes[name]
+        check_static_values(shapes, producers=producers)
+
+
+def _static_dims(value: onnx.ValueInfoProto) -> tuple[int, ...] | None:
+    tensor = value.type.tensor_type
+    if not value.type.HasField("tensor_type") or not tensor.HasField("shape"):
+        return None
+    dims = tensor.shape.dim
+    return tuple(int(d.dim_value) for d in dims) if all(d.HasField("dim_value") for d in dims) else None
+
+
+def _subgraph_values(
+    graph: onnx.GraphProto,
+) -> tuple[dict[str, tuple[Sequence[int], int]], dict[str, tuple[str, str]]]:
+    """The statically shaped values computed inside ``graph``'s subgraphs (their ``value_info`` and
+    outputs, as inference left them), and the node computing each."""
+    shapes: dict[str, tuple[Sequence[int], int]] = {}
+    producers: dict[str, tuple[str, str]] = {}
+
+    def walk(g: onnx.GraphProto, prefix: str) -> None:
+        for i, node in enumerate(g.node):
+            for attr_name, sub in subgraphs(node):
+                label = subgraph_prefix(node_path(prefix, node, i), attr_name)
+                given = {v.name for v in sub.input} | {t.name for t in sub.initializer}
+                for j, inner in enumerate(sub.node):
+                    for out in inner.output:
+                        if out:
+                            producers[out] = (node_path(label, inner, j), inner.op_type)
+                for value in (*sub.value_info, *sub.output):
+                    dims = _static_dims(value)
+                    if dims is not None and value.name not in given:
+                        shapes[value.name] = (dims, value.type.tensor_type.elem_type)
+                walk(sub, label)
+
+    walk(graph, "")
+    return shapes, producers
+
+
+def _declared(graph: onnx.GraphProto) -> set[str]:
+    """The values whose shape the model declares (graph outputs, ``value_info``; in subgraphs too)."""
+    found = {v.name for v in (*graph.output, *graph.value_info) if v.type.tensor_type.HasField("shape")}
+    for node in graph.node:
+        for _, sub in subgraphs(node):
+            found |= _declared(sub)
+    return found
+
+
+def _strip_declared(graph: onnx.GraphProto) -> None:
+    del graph.value_info[:]
+    for out in graph.output:
+        if out.type.HasField("tensor_type"):
+            out.type.tensor_type.ClearField("shape")
+    for node in graph.node:
+        for _, sub in subgraphs(node):
+            _strip_declared(sub)
+
+
+def _undeclared_shapes(model: onnx.ModelProto) -> dict[str, tuple[Sequence[int], int]]:
+    """The static shapes (and element types) of ``model``'s values as inference finds them without the
+    shapes the model declares for outputs and in ``value_info`` (empty when inference fails)."""
+    from ...model.weightless import without_weights
+    from ...translate import infer_shapes
+    from ...translate.shapes_info import tensor_infos
+
+    light = onnx.ModelProto()
+    light.CopyFrom(without_weights(model))
+    _strip_declared(light.graph)
+    try:
+        inferred = infer_shapes(light)
+    except DmlShimError as exc:
+        logger.info("no shapes inferred without the declared ones (%s)", exc)
+        return {}
+    found, _ = _subgraph_values(inferred.graph)
+    for name, info in tensor_infos(inferred.graph).items():
+        if info.is_static:
+            found[name] = (info.static_shape, info.elem_type)
+    return found
