@@ -319,3 +319,45 @@ def test_int64_extreme_indices_after_steady_runs(value: int) -> None:
     bad[1, 0] = value
     _same_as_onnxruntime(session, reference, _nd_feeds(bad, 6, 50))
     _same_as_onnxruntime(session, reference, _nd_feeds(good, 6, 51))
+
+
+def test_scatterelements_indices_longer_than_the_axis(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ScatterElements (1, 7) indices along an axis of 5: two writes always repeat a place (also when
+    written as negatives); onnxruntime's output, two recorded overwrites on every run."""
+    model = scatter_model("ScatterElements", TensorProto.FLOAT, [[2, 5], [1, 7], [1, 7]], {"axis": 1})
+    pair = session_pair(model, monkeypatch)
+    for run in range(RUNS_BEFORE):
+        idx = np.array([[0, 1, 2, 3, 4, 0, 1] if run != 6 else [0, 1, 2, 3, 4, -5, -4]], np.int64)
+        feeds = {"data": np.zeros((2, 5), np.float32), "idx": idx, "upd": np.ones((1, 7), np.float32)}
+        assert run_pair(pair, model, feeds).duplicate_indices == 2
+
+
+@pytest.mark.parametrize("rows", [3, 5000])
+def test_scatternd_repeat_hidden_in_the_second_coordinate(rows: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ScatterND with 65 two-coordinate tuples (past the Python set's limit; marks or a sort): a repeat
+    hidden by a negative second coordinate on runs after the steady ones."""
+    cols = 40
+    model = scatter_model("ScatterND", TensorProto.FLOAT, [[rows, cols], [65, 2], [65]])
+    pair = session_pair(model, monkeypatch)
+    flat = np.random.default_rng(0).choice(rows * cols, 65, replace=False)
+    tuples = np.stack([flat // cols, flat % cols], -1).astype(np.int64)
+    for run in range(RUNS_BEFORE + 1):
+        idx = tuples.copy()
+        if run in (6, 8):
+            idx[5] = (idx[0, 0], idx[0, 1] - cols)
+        feeds = {"data": np.zeros((rows, cols), np.float32), "idx": idx, "upd": np.ones(65, np.float32)}
+        assert run_pair(pair, model, feeds).duplicate_indices == (run in (6, 8))
+
+
+def test_scatterelements_int32_repeat_as_a_negative(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ScatterElements with 65 int32 indices (past the list limit): -67 on an axis of 70 repeats 3."""
+    model = scatter_model(
+        "ScatterElements", TensorProto.FLOAT, [[70], [65], [65]], {"axis": 0}, index_elem=TensorProto.INT32
+    )
+    pair = session_pair(model, monkeypatch)
+    for run in range(RUNS_BEFORE + 1):
+        idx = np.arange(65, dtype=np.int32)
+        if run in (6, 8):
+            idx[10] = -67
+        feeds = {"data": np.zeros(70, np.float32), "idx": idx, "upd": np.ones(65, np.float32)}
+        assert run_pair(pair, model, feeds).duplicate_indices == (run in (6, 8))
