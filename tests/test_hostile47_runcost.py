@@ -18,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import dmlshim
 from tests.oracle import IR_VERSION, ort_run, same_bits
-from tests.scatter_given_cases import run_pair, scatter_model, session_pair
+from tests.scatter_given_cases import run_pair, scatter_model, session_pair, untaken
 
 RUNS_BEFORE = 8  # the proved runs (3), the lean check, then the steady lane
 
@@ -361,3 +361,90 @@ def test_scatterelements_int32_repeat_as_a_negative(monkeypatch: pytest.MonkeyPa
             idx[10] = -67
         feeds = {"data": np.zeros(70, np.float32), "idx": idx, "upd": np.ones(65, np.float32)}
         assert run_pair(pair, model, feeds).duplicate_indices == (run in (6, 8))
+
+
+def test_one_symbol_two_lengths(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two graph inputs declare the same symbolic dim ``n`` (the first one, ``z``, names it for the shapes
+    that follow from the feeds), fed with other lengths after the proved runs: onnxruntime accepts that;
+    the gathered data's real axis decides, in values, errors and node records."""
+    nodes = [
+        helper.make_node("Neg", ["d"], ["nd"]),
+        helper.make_node("TopK", ["x", "k"], ["top", "topi"], axis=-1),
+        helper.make_node("GatherElements", ["nd", "topi"], ["g"], axis=1),
+        helper.make_node("Neg", ["g"], ["y"]),
+        helper.make_node("Neg", ["z"], ["nz"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "one_symbol",
+        [
+            helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, "n"]),
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8]),
+            helper.make_tensor_value_info("d", TensorProto.FLOAT, [1, "n"]),
+        ],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "nz")],
+        [numpy_helper.from_array(np.array([2], np.int64), "k")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=IR_VERSION)
+    default, full = session_pair(model, monkeypatch)
+    reference = _reference(model)
+    rng = np.random.default_rng(6)
+    plan = [(8, 8)] * RUNS_BEFORE + [(8, 4), (8, 4), (4, 8), (4, 8), (8, 3), (8, 3), (8, 1), (8, 2)]
+    for nz, nd in plan:
+        x = np.zeros((1, 8), np.float32)
+        x[0, :2] = (2, 1) if nd != 1 else (1, 2)
+        feeds = {"z": np.ones((1, nz), np.float32), "x": x, "d": rng.random((1, nd), np.float32)}
+        for session in (default, full):
+            _same_as_onnxruntime(session, reference, feeds)
+        if default.last_run_record is not None and full.last_run_record is not None:
+            assert untaken(default.last_run_record).nodes == untaken(full.last_run_record).nodes
+
+
+def test_constant_and_initializer_outputs_mutated_in_place() -> None:
+    """Outputs that are an initializer, its Identity, a ConstantOfShape, a Constant and a gather of
+    constants, each overwritten by the caller between runs: every next run gives onnxruntime's again."""
+    w = np.random.default_rng(7).standard_normal((8, 3)).astype(np.float32)
+    nodes = [
+        helper.make_node("Neg", ["x"], ["nx"]),
+        helper.make_node("ArgMax", ["nx"], ["a"], axis=1, keepdims=0),
+        helper.make_node("Gather", ["W", "a"], ["g"], axis=0),
+        helper.make_node("Neg", ["g"], ["y"]),
+        helper.make_node("Identity", ["W"], ["wi"]),
+        helper.make_node(
+            "ConstantOfShape", ["shp"], ["cz"], value=numpy_helper.from_array(np.array([2.5], np.float32))
+        ),
+        helper.make_node(
+            "Constant", [], ["kc"], value=numpy_helper.from_array(np.arange(4, dtype=np.float32))
+        ),
+        helper.make_node("Gather", ["W", "ci"], ["gc"], axis=0),
+    ]
+    outs = ("y", "W", "wi", "cz", "kc", "gc", "g", "a")
+    graph = helper.make_graph(
+        nodes,
+        "constant_outputs",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+        [
+            helper.make_tensor_value_info(n, TensorProto.INT64 if n == "a" else TensorProto.FLOAT, None)
+            for n in outs
+        ],
+        [
+            numpy_helper.from_array(w, "W"),
+            numpy_helper.from_array(np.array([2, 3], np.int64), "shp"),
+            numpy_helper.from_array(np.array([1, 7], np.int64), "ci"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=IR_VERSION)
+    session, reference = dmlshim.InferenceSession(model.SerializeToString()), _reference(model)
+    rng = np.random.default_rng(8)
+    for run in range(14):
+        feeds = {"x": rng.standard_normal((4, 8)).astype(np.float32)}
+        got = session.run(None, feeds)
+        assert same_bits(got, reference.run(None, feeds)), run
+        for a in got:
+            a[...] = 77
+        subset = ["gc", "W", "W", "cz"]
+        got = session.run(subset, feeds)
+        assert same_bits(got, reference.run(subset, feeds)), run
+        for a in got:
+            a[...] = 78
+    assert session._engine._steady is not None
