@@ -448,3 +448,44 @@ def test_constant_and_initializer_outputs_mutated_in_place() -> None:
         for a in got:
             a[...] = 78
     assert session._engine._steady is not None
+
+
+def test_threads_scatternd_other_shapes_and_repeats() -> None:
+    """Threads run one ScatterND session at once with other row counts, tuple counts around the set's
+    limit, repeats (with equal updates, so the winner is not in question) and negatives: onnxruntime's
+    values on every run."""
+    model = scatter_model("ScatterND", TensorProto.FLOAT, [["r", 4], ["c", 1], ["c", 4]])
+    session = dmlshim.InferenceSession(model.SerializeToString(), sess_options=_one_thread())
+    for seed in range(RUNS_BEFORE):
+        feeds = _nd_feeds(np.arange(64, dtype=np.int64)[:, None], 70, seed)
+        assert same_bits(session.run(None, feeds), ort_run(model, feeds))
+    failures: list[str] = []
+
+    def worker(seed: int) -> None:
+        local = np.random.default_rng(seed)
+        for i in range(30):
+            rows = int(local.choice([70, 70, 70, 130]))
+            count = int(local.choice([1, 63, 64, 65, 66]))
+            targets = local.choice(rows, count, replace=False)
+            if i % 4 == 1 and count > 1:
+                targets[-1] = targets[0]  # a repeat
+            if i % 4 == 2:
+                targets[0] -= rows  # a negative
+            idx = targets.astype(np.int64)[:, None]
+            data = local.standard_normal((rows, 4)).astype(np.float32)
+            upd = (np.mod(idx, rows) * np.ones((1, 4))).astype(np.float32)  # by target: repeats agree
+            feeds = {"data": data, "idx": idx, "upd": upd}
+            try:
+                got = session.run(None, feeds)
+            except Exception as exc:
+                failures.append(f"seed {seed} run {i}: {exc}")
+                continue
+            if not same_bits(got, ort_run(model, feeds)):
+                failures.append(f"seed {seed} run {i}: rows={rows} count={count}")
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures
