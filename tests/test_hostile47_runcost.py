@@ -489,3 +489,55 @@ def test_threads_scatternd_other_shapes_and_repeats() -> None:
     for t in threads:
         t.join()
     assert not failures
+
+
+def test_range_from_an_argmax_start_past_the_axis_in_the_steady_lane() -> None:
+    """Gather indices ``Range(s, s + 3, 1)`` with ``s`` an ArgMax (proved non-negative, always three long,
+    so no new shape announces a bad run): onnxruntime CPU's default level turns Range -> Gather into a
+    Slice that clips; with optimizations off it refuses the indices, as ONNX does, and so does dmlshim
+    (docs/semantics.md, "A Gather of a Range") in the steady lane too."""
+    nodes = [
+        helper.make_node("ArgMax", ["x"], ["s"], axis=0, keepdims=0),
+        helper.make_node("Add", ["s", "three"], ["lim"]),
+        helper.make_node("Range", ["s", "lim", "one"], ["r"]),
+        helper.make_node("Neg", ["d"], ["nd"]),
+        helper.make_node("Gather", ["nd", "r"], ["g"], axis=1),
+        helper.make_node("Neg", ["g"], ["y"]),
+        helper.make_node("Gather", ["W", "fi"], ["g2"], axis=0),
+        helper.make_node("Neg", ["g2"], ["y2"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "range_of_argmax",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [8]),
+            helper.make_tensor_value_info("d", TensorProto.FLOAT, [2, 5]),
+            helper.make_tensor_value_info("fi", TensorProto.INT64, [2]),
+        ],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "y2")],
+        [
+            numpy_helper.from_array(np.array(3, np.int64), "three"),
+            numpy_helper.from_array(np.array(1, np.int64), "one"),
+            numpy_helper.from_array(np.ones((4, 3), np.float32), "W"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=IR_VERSION)
+    so = _one_thread()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    onnx_like = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    session = dmlshim.InferenceSession(model.SerializeToString())
+    d = np.arange(10, dtype=np.float32).reshape(2, 5)
+
+    def feeds(at: int) -> dict[str, np.ndarray]:
+        x = np.zeros(8, np.float32)
+        x[at] = 1
+        return {"x": x, "d": d, "fi": np.array([0, 3])}
+
+    for run in range(10):
+        assert same_bits(session.run(None, feeds(run % 3)), onnx_like.run(None, feeds(run % 3))), run
+    assert session._engine._steady is not None
+    for at in (4, 1, 3, 6, 0, 2):
+        if at >= 3:  # s + 2 past the axis of 5
+            with pytest.raises(dmlshim.IndexOutOfRangeError):
+                session.run(None, feeds(at))
+        _same_as_onnxruntime(session, onnx_like, feeds(at))
