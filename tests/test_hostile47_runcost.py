@@ -541,3 +541,42 @@ def test_range_from_an_argmax_start_past_the_axis_in_the_steady_lane() -> None:
             with pytest.raises(dmlshim.IndexOutOfRangeError):
                 session.run(None, feeds(at))
         _same_as_onnxruntime(session, onnx_like, feeds(at))
+
+
+@pytest.mark.parametrize("op", ["Gather", "GatherElements", "GatherND"])
+def test_ortvalues_and_io_binding_after_the_proved_runs(op: str) -> None:
+    """The same bad and good runs through run_with_ort_values, an IOBinding and run, after the steady
+    lane was made from plain runs: onnxruntime's values and refusals on every one."""
+    model = _topk_gather(op, [1, "n"])
+    session, reference = dmlshim.InferenceSession(model.SerializeToString()), _reference(model)
+    rng = np.random.default_rng(9)
+    for _ in range(RUNS_BEFORE):
+        _same_as_onnxruntime(session, reference, {"x": _x(rng), "d": rng.random((1, 8), np.float32)})
+    for n, past in ((8, None), (4, 6), (8, 7), (4, None), (3, None), (8, 5)):
+        feeds = {"x": _x(rng, past), "d": rng.random((1, n), np.float32)}
+        try:
+            want: list[Any] | None = reference.run(None, feeds)
+        except Exception:
+            want = None
+        values = {k: ort.OrtValue.ortvalue_from_numpy(v) for k, v in feeds.items()}
+        binding = session.io_binding()
+        for k, v in feeds.items():
+            binding.bind_cpu_input(k, v)
+        binding.bind_output("y")
+        for how in ("ort_values", "io_binding", "run"):
+            if want is None:
+                with pytest.raises(Exception):  # noqa: B017
+                    _run_by(session, how, feeds, values, binding)
+            else:
+                assert same_bits(_run_by(session, how, feeds, values, binding), want), (n, past, how)
+
+
+def _run_by(
+    session: Any, how: str, feeds: dict[str, np.ndarray], values: dict[str, Any], binding: Any
+) -> list[Any]:
+    if how == "ort_values":
+        return [o.numpy() for o in session.run_with_ort_values(None, values)]
+    if how == "io_binding":
+        session.run_with_iobinding(binding)
+        return list(binding.copy_outputs_to_cpu())
+    return list(session.run(None, feeds))
