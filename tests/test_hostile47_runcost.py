@@ -580,3 +580,20 @@ def _run_by(
         session.run_with_iobinding(binding)
         return list(binding.copy_outputs_to_cpu())
     return list(session.run(None, feeds))
+
+
+def test_empty_outer_dim_with_indices_past_the_axis(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Gather along axis 1 of a (0, 4) data after the proved runs: nothing is selected, yet onnxruntime
+    still refuses a TopK index of 6 or 7; so do the default and the full-check sessions."""
+    model = _topk_gather("Gather", ["b", 4])
+    default, full = session_pair(model, monkeypatch)
+    reference = _reference(model)
+    rng = np.random.default_rng(10)
+    for _ in range(RUNS_BEFORE):
+        feeds = {"x": _x(rng), "d": rng.random((2, 4), np.float32)}
+        for session in (default, full):
+            _same_as_onnxruntime(session, reference, feeds)
+    for b, past in ((0, 6), (0, None), (2, 6), (0, 7), (3, None)):
+        feeds = {"x": _x(rng, past), "d": rng.random((b, 4), np.float32)}
+        for session in (default, full):
+            _same_as_onnxruntime(session, reference, feeds)
