@@ -15,6 +15,7 @@ import onnxruntime as ort
 from ..dml.enums import FeatureLevel
 from ..errors import BadInputError, BadModelError, EngineUnavailableError
 from ..execute.engine import EngineConfig
+from ..execute.plan.checks import refuse_static_sizes
 from ..execute.record import PATH_DIRECTML, NodeRecord, RunRecord
 from ..model.ort_errors import ORT_ERRORS
 from ..runtime.real import OrtInferenceSession, ort_available_providers
@@ -75,6 +76,7 @@ def create_engine(model: onnx.ModelProto, config: EngineConfig) -> Any:
     if dml_available() or not linux_stack_available():
         return DirectMLEngine(model, config)
     _check_level(config)
+    refuse_static_sizes(model)
     from .wine_engine import LinuxDirectMLEngine
 
     return LinuxDirectMLEngine(model, config)
@@ -97,6 +99,7 @@ class DirectMLEngine:
         if not dml_available():
             raise EngineUnavailableError(unavailable_reason(), value=ort_available_providers())
         _check_level(config)
+        refuse_static_sizes(model)  # onnxruntime would allocate them: when it loads the model or runs
         self.config = config
         so = config.sess_options if config.sess_options is not None else ort.SessionOptions()
         # The DirectML provider supports neither memory patterns nor parallel execution.

@@ -259,26 +259,6 @@ def _onnxruntime_session(model: onnx.ModelProto, path: str | None) -> Any:
     return OrtInferenceSession(source, so, providers=["CPUExecutionProvider"])
 
 
-def _refuse_static_sizes(model: onnx.ModelProto) -> None:
-    """Refuse, before onnxruntime runs any candidate, a model in which a value whose shape follows from
-    the model alone (a Range, ConstantOfShape or Expand of constants) cannot fit in the memory limit: each
-    trial run would allocate it (2 GB for 100 MB), before the session's own check refused it."""
-    from ..execute.plan.checks import check_static_sizes
-    from ..graph import display_names
-    from ..model.last_inference import infer_shapes
-    from ..model.weightless import without_weights
-    from ..translate.shapes_info import tensor_infos
-
-    try:  # onnx's plain pass on the weightless copy: the model check's own, remembered
-        inferred = infer_shapes(without_weights(model))
-    except Exception as exc:  # onnx's errors share no useful base; the session's inference reports them
-        logger.debug("no static sizes checked before the trial runs: %s", exc)
-        return
-    external = {t.name for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL}
-    names = display_names(list(model.graph.node))
-    check_static_sizes(inferred.graph, tensor_infos(inferred.graph), names, mapped=external, model=model)
-
-
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
@@ -354,7 +334,11 @@ def generate(
         if not free or not check:
             return GeneratedInputs(feeds, shapes, symbols, seed)
         if session is None:
-            _refuse_static_sizes(proto)
+            # each trial run would allocate a value whose size follows from the model alone (2 GB for
+            # 100 MB) before the session's own check refused it
+            from ..execute.plan.checks import refuse_static_sizes
+
+            refuse_static_sizes(proto)
             try:
                 session = _onnxruntime_session(proto, path)
             except Exception as exc:  # onnxruntime's exception types share no useful base

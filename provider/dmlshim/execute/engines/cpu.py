@@ -18,6 +18,7 @@ import onnx
 from ...graph import display_names, is_gather_scatter
 from ...model.ort_witness import session_built
 from ..engine import EngineConfig
+from ..plan.checks import refuse_static_sizes
 from ..plan.cpu_step import run_session
 from ..plan.fallback import has_deprecated_scatter
 from ..plan.partition import nested_gather_scatter
@@ -43,6 +44,9 @@ class CpuEngine:
     def __init__(self, model: onnx.ModelProto, config: EngineConfig) -> None:
         self.config = config
         graph = model.graph
+        # onnxruntime folds a ConstantOfShape of constants when it loads the model, and allocates a
+        # branch's value when a run takes it: sizes past the memory limit are refused first
+        refuse_static_sizes(model)
         # With onnxruntime's default options and a model from a file, the large weights are not serialized:
         # the session reads them from the model's files (a model read without its weights, above 2 GiB say,
         # never holds them in Python at all), as the partitioned engine's sessions do.

@@ -43,6 +43,7 @@ from ..custom_ops.types import CUSTOM_DOMAIN, MODE_DESCRIPTOR
 from ..engine import EngineConfig
 from ..lowering.body_outputs import BodyOutputs, body_output_types
 from ..lowering.lower import LoweredModel, LoweredNode, lower_model
+from ..plan.checks import refuse_static_sizes
 from ..plan.cpu_step import run_session
 from ..plan.fallback import has_deprecated_scatter, note_scatter_as_scatter_elements
 from ..plan.sessions import ort_run_error
@@ -187,6 +188,9 @@ class CustomOpEngine:
         body_outputs: BodyOutputs | None = None,
     ) -> None:
         extensions()
+        # before lowering and onnxruntime's session: onnxruntime folds a ConstantOfShape of constants when
+        # it loads the model, and allocates a branch's value when a run takes it
+        refuse_static_sizes(model)
         self._model = model
         self._args: dict[str, Any] = {
             "index_mode": index_mode,

@@ -15,7 +15,7 @@ from ...graph import node_path, subgraph_prefix, subgraphs
 from ...limits import check_static_values, unfeedable_inputs
 from ...translate import TensorInfo
 
-__all__ = ["EmulatedIO", "check_outputs_defined", "check_static_sizes"]
+__all__ = ["EmulatedIO", "check_outputs_defined", "check_static_sizes", "refuse_static_sizes"]
 
 logger = logging.getLogger(__name__)
 
@@ -101,6 +101,33 @@ def check_static_sizes(
             else:
                 del shapes[name]
         check_static_values(shapes, producers=producers)
+
+
+def refuse_static_sizes(model: onnx.ModelProto) -> None:
+    """:func:`check_static_sizes` on ``model`` as onnx's plain inference finds it (on the weightless copy:
+    the model check's pass, remembered), for what builds or runs no partitioned engine: the cpu, custom-op
+    and directml engines before their onnxruntime session is built (onnxruntime folds a top-level
+    ``ConstantOfShape`` of constants when it loads the model, and allocates a branch's when a run takes
+    it), and input generation before its first trial run. A model onnx cannot infer is left to
+    onnxruntime, as the partitioned engine leaves it.
+
+    Raises:
+        TooLargeError: a value whose shape follows from the model alone (in a subgraph too) exceeds the
+            memory limit, naming the node, its op, the value and its size.
+    """
+    from ...graph import display_names
+    from ...model.last_inference import infer_shapes
+    from ...model.weightless import without_weights
+    from ...translate.shapes_info import tensor_infos
+
+    try:
+        inferred = infer_shapes(without_weights(model))
+    except Exception as exc:  # onnx's errors share no useful base; the session's own checks report them
+        logger.debug("no static sizes checked: %s", exc)
+        return
+    external = {t.name for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL}
+    names = display_names(list(model.graph.node))
+    check_static_sizes(inferred.graph, tensor_infos(inferred.graph), names, mapped=external, model=model)
 
 
 def _static_dims(value: onnx.ValueInfoProto) -> tuple[int, ...] | None:
