@@ -30,7 +30,7 @@ from ..text import names_text
 from ..translate.plan import Status, TensorInfo, elem_type_of
 from ..translate.runner import run_translation
 from ..translate.translator import model_opsets, node_since_version, translate_node
-from .results import ValidationReport
+from .results import CAUSE_OTHER_NODES, CAUSE_UNEXPLAINED, ValidationReport
 from .value_kinds import fitting_tolerance, is_array
 
 logger = logging.getLogger(__name__)
@@ -289,4 +289,13 @@ def attribute_directml(
     if check is None:
         return report
     logger.info("%s", check.text)
-    return dataclasses.replace(report, directml_nodes=check, match=check.reproduced)
+    outputs = report.outputs
+    if check.reproduced:
+        # Every node reproduced DirectML: what the whole model differs by is the other ops' float math.
+        outputs = tuple(
+            dataclasses.replace(o, whole_model=dataclasses.replace(o.whole_model, cause=CAUSE_OTHER_NODES))
+            if o.whole_model is not None and o.whole_model.cause == CAUSE_UNEXPLAINED
+            else o
+            for o in outputs
+        )
+    return dataclasses.replace(report, outputs=outputs, directml_nodes=check, match=check.reproduced)
