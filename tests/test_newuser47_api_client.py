@@ -145,3 +145,53 @@ def test_bind_time_refusals_are_plain_runtime_errors() -> None:
             binding.bind_cpu_input("nope", IDS)
         assert not isinstance(err.value, (ValueError, STATE.InvalidArgument, STATE.Fail)), module
         binding.bind_output("nope")  # accepted at bind time by both; the run refuses it
+
+
+_NEGATIVE_SCRIPT = """
+import sys
+import numpy as np
+import onnxruntime as ort
+
+model, level = sys.argv[1], sys.argv[2]
+with np.load(model[:-5] + ".npz") as data:
+    feeds = {k: data[k] for k in data.files}
+kwargs = {} if level == "default" else {"feature_level": level}
+ort.InferenceSession(model, providers=["DmlExecutionProvider"], **kwargs).run(None, feeds)
+"""
+
+
+@pytest.mark.parametrize(("level", "warned"), [("default", False), ("3_0", False), ("2_1", True)])
+def test_drop_in_summary_warns_of_negative_indices_only_below_fl_3_0(
+    tmp_path: Path, level: str, warned: bool
+) -> None:
+    """The graphsurgeon model's four gathers have negative constant indices: DirectML takes them from
+    feature level 3_0 (validate warns only below it, NEGATIVE_INDICES_BELOW_FL_3_0); the drop-in's exit
+    summary warned at every level, 5_0 (the drop-in's default, what onnxruntime-directml needs) included."""
+    script = tmp_path / "client.py"
+    script.write_text(_NEGATIVE_SCRIPT)
+    summary = tmp_path / "summary.json"
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dmlshim.ort",
+            "--summary",
+            "off",
+            "--summary-file",
+            str(summary),
+            str(script),
+            str(MODELS["gs_fp16_gathers_scatters"]),
+            level,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    doc = json.loads(summary.read_text())
+    negative = sorted(w["node"] for w in doc["warnings"] if w["code"] == "negative_indices")
+    expected = ["gather_elements_neg", "gather_rows_neg", "gathernd_batch1_neg", "table_lookup_neg"]
+    assert negative == (expected if warned else [])
+    nodes = {n["name"]: n for n in doc["sessions"][0]["nodes"]}
+    assert all(nodes[name]["negative_indices"] for name in expected)  # recorded at every level
