@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -189,3 +190,68 @@ def test_attributed_directml_difference_names_the_other_ops(capsys: pytest.Captu
     assert doc["directml_nodes"]["verdict"] == "match"
     mixed = next(o for o in doc["outputs"] if o["name"] == "mixed")
     assert mixed["whole_model"]["cause"] in ("identical", CAUSE_OTHER_NODES)
+
+
+def _folding_graph() -> onnx.GraphProto:
+    """Nodes listed out of data order: ``looked`` = Gather(table, idx) and ``twice`` = Neg(looked) fold to
+    constants; ``picked`` reads a feed; ``w`` is an initializer a graph input overrides (not a constant)."""
+    init = [
+        onnx.numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(4, 3), "table"),
+        onnx.numpy_helper.from_array(np.array([-1, 0], np.int64), "idx"),
+        onnx.numpy_helper.from_array(np.ones(3, np.float32), "w"),
+    ]
+    nodes = [
+        helper.make_node("Neg", ["looked"], ["twice"], name="neg"),
+        helper.make_node("Gather", ["table", "idx"], ["looked"], name="lookup"),
+        helper.make_node("Gather", ["table", "i"], ["picked"], name="pick"),
+        helper.make_node("Gather", ["w", "idx"], ["from_w"], name="from_w"),
+    ]
+    return helper.make_graph(
+        nodes,
+        "folding",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, [2]),
+            helper.make_tensor_value_info("w", TensorProto.FLOAT, [3]),
+        ],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("twice", "picked", "from_w")],
+        initializer=init,
+    )
+
+
+def test_attribution_fetches_no_value_onnxruntime_folds_to_a_constant() -> None:
+    """Above ``disabled`` onnxruntime folds ``Gather(constant table, constant indices)`` into an initializer
+    when it builds the session; asked for as an extra output on real DirectML, it killed the host (the
+    attribution of the graphsurgeon model at ``--optimization-level all`` then failed: exit 1)."""
+    from dmlshim.validate.directml_nodes import _folded, _node_values
+
+    graph = _folding_graph()
+    assert _folded(graph) == {"looked", "twice"}
+    _, at_disabled = _node_values(graph, "disabled")
+    _, at_all = _node_values(graph, "all")
+    assert "looked" in at_disabled and "looked" not in at_all
+    assert {"picked", "from_w"} <= set(at_all)
+    # what onnxruntime itself does: at basic the folded value is an initializer of its optimized model
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 10
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    with tempfile.TemporaryDirectory() as tmp:
+        so.optimized_model_filepath = str(Path(tmp) / "opt.onnx")
+        ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        optimized = onnx.load(so.optimized_model_filepath)
+    computed = {o for n in optimized.graph.node for o in n.output}
+    assert "looked" not in computed and "picked" in computed and "from_w" in computed
+
+
+@pytest.mark.skipif(not _real_stack(), reason="real DirectML stack not set up (`dmlshim directml setup`)")
+def test_attribution_at_optimization_level_all_on_real_directml(capsys: pytest.CaptureFixture[str]) -> None:
+    model = ECO / "gs_fp16_gathers_scatters.onnx"
+    args = ["validate", str(model), "--inputs", str(model.with_suffix(".npz")), "--engine", "directml"]
+    code = main(["-q", *args, "--atol", "mixed:0", "--optimization-level", "all", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0, doc["directml_nodes"]
+    nodes = {n["node"]: n for n in doc["directml_nodes"]["nodes"]}
+    assert nodes["table_lookup_neg"]["reproduced"] is None and "folds" in nodes["table_lookup_neg"]["detail"]
+    assert all(
+        nodes[n]["reproduced"] for n in ("gathernd_batch1_neg", "gather_elements_neg", "gather_rows_neg")
+    )
