@@ -42,6 +42,7 @@ MODULES = (
     "producers_paddle",
     "producers_onnxmltools",
     "producers_tflite",
+    "producers_fp16",
     "handwritten",
 )
 BASE_PACKAGES = ("onnx", "onnxruntime", "numpy")

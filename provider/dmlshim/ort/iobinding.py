@@ -18,8 +18,7 @@ import onnxruntime as ort
 
 from ..errors import BadInputError, NotSupportedError
 from ..execute.plan.cpu_step import NUMPY_TENSOR_TYPES
-from ..runtime.exceptions import raises_onnxruntime_errors, with_onnxruntime_class
-from ..runtime.real import pybind_state
+from ..runtime.exceptions import raises_plain_runtime_errors, with_onnxruntime_class
 from .ortvalues import (
     array_at,
     as_array,
@@ -63,8 +62,8 @@ def fill_fetches(fetches: Any, outputs: Sequence[Any]) -> None:
             fetches.push_back(owned._get_c_value())
 
 
-_binds = raises_onnxruntime_errors(RuntimeError, pybind_state.Fail)
-"""onnxruntime raises a plain RuntimeError when a binding names no input or output of the model."""
+_binds = raises_plain_runtime_errors
+"""onnxruntime's IOBinding raises a plain RuntimeError (no status class) for every failure."""
 
 
 @dataclass
@@ -103,13 +102,13 @@ class IOBinding:
 
     def _check_name(self, name: Any, outputs: bool) -> str:
         """The name (bytes read as UTF-8, as onnxruntime takes them); refuse, at bind time as onnxruntime
-        does, a name that is not an input (output) of the model."""
+        does, a name that is not an input of the model. An output's name is checked by the run, as
+        onnxruntime checks it ("Invalid output name"), not at bind time."""
         name = tensor_name(name, "output" if outputs else "input")
         if outputs:
-            known = [a.name for a in self._session.get_outputs()]
-        else:
-            session = self._session
-            known = [a.name for a in (*session.get_inputs(), *session.get_overridable_initializers())]
+            return name
+        session = self._session
+        known = [a.name for a in (*session.get_inputs(), *session.get_overridable_initializers())]
         if name not in known:
             kind = "output" if outputs else "input"
             raise BadInputError(

@@ -8,8 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BadInputError, DmlShimError
-from ..runtime.exceptions import raises_onnxruntime_errors
-from ..runtime.real import pybind_state
+from ..runtime.exceptions import raises_onnxruntime_errors, raises_plain_runtime_errors
 from .iobinding import IOBinding, fill_fetches
 from .ortvalues import numpy_outputs, ortvalues_from_vector, to_ortvalue
 
@@ -107,7 +106,7 @@ class SessionRuns:
         """An :class:`~dmlshim.ort.iobinding.IOBinding` for :meth:`run_with_iobinding`."""
         return IOBinding(self)
 
-    @raises_onnxruntime_errors(RuntimeError, pybind_state.Fail)
+    @raises_plain_runtime_errors
     def run_with_iobinding(self, iobinding: IOBinding, run_options: Any = None) -> None:
         """Run with the inputs and outputs bound on ``iobinding``; read results from it afterwards.
 

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..dml.enums import FeatureLevel
 from ..execute.record import PLACEMENT_DML, RunRecord
 from ..text import printable
 
@@ -25,6 +26,9 @@ class NodeTally:
     reasons: dict[str, str] = field(default_factory=dict)
     duplicate_indices: int = 0
     negative_indices: bool = False
+    negative_below_fl_3_0: bool = False
+    """Negative indices seen in a run at a feature level below 3_0, where DirectML takes none (from 3_0 on
+    they are DirectML's own, nothing to warn about: as validate's NEGATIVE_INDICES_BELOW_FL_3_0)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -35,6 +39,7 @@ class NodeTally:
             "reasons": [{"code": c, "message": m} for c, m in sorted(self.reasons.items())],
             "duplicate_indices": self.duplicate_indices,
             "negative_indices": self.negative_indices,
+            "negative_below_fl_3_0": self.negative_below_fl_3_0,
         }
 
 
@@ -59,6 +64,7 @@ class SessionTally:
     def add_run(self, record: RunRecord) -> None:
         self.runs += 1
         self.engine = record.engine
+        below_3_0 = _below_fl_3_0(record.feature_level)
         for node in record.nodes:
             tally = self.nodes.get(node.name)
             if tally is None:
@@ -70,6 +76,7 @@ class SessionTally:
                 tally.reasons.setdefault(code, message)
             tally.duplicate_indices += node.duplicate_indices
             tally.negative_indices = tally.negative_indices or node.negative_indices
+            tally.negative_below_fl_3_0 = tally.negative_below_fl_3_0 or (node.negative_indices and below_3_0)
 
     def to_json(self, pid: int) -> dict[str, Any]:
         return {
@@ -85,6 +92,12 @@ class SessionTally:
             "first_error": self.first_error,
             "nodes": [n.to_json() for n in self.nodes.values()],
         }
+
+
+def _below_fl_3_0(level: str) -> bool:
+    """Whether a run record's feature level (``DML_FEATURE_LEVEL_2_1``) is below 3_0 (an unknown one: no)."""
+    member = FeatureLevel.__members__.get("FL" + level.removeprefix("DML_FEATURE_LEVEL"))
+    return member is not None and member < FeatureLevel.FL_3_0
 
 
 _ERROR_TEXT = 300
@@ -179,6 +192,7 @@ def _fold(into: dict[str, Any], other: dict[str, Any]) -> None:
         mine["reasons"] += [r for r in node["reasons"] if r["code"] not in known]
         mine["duplicate_indices"] += node["duplicate_indices"]
         mine["negative_indices"] = mine["negative_indices"] or node["negative_indices"]
+        mine["negative_below_fl_3_0"] = mine.get("negative_below_fl_3_0") or node.get("negative_below_fl_3_0")
 
 
 def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
@@ -233,14 +247,15 @@ def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
                         "DirectML guarantees no winner among them",
                     }
                 )
-            if node["negative_indices"]:
+            if node.get("negative_below_fl_3_0"):
                 warnings.append(
                     {
                         "code": "negative_indices",
                         "session": number,
                         "node": node["name"],
                         "message": f"{node['op_type']} {node['name']!r} (session {number}): negative "
-                        "indices seen (DirectML takes them from feature level 3_0)",
+                        "indices seen below feature level 3_0 (DirectML takes them from 3_0; they were "
+                        "normalised on the host)",
                     }
                 )
     return {

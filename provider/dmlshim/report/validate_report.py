@@ -179,7 +179,11 @@ def _whole_model_lines(report: ValidationReport, only_problems: bool = False) ->
             result = f"{w.mismatches} beyond tolerance" if not w.problem else w.problem
         cause = {
             CAUSE_IDENTICAL: "-",
-            CAUSE_OTHER_NODES: "non-gather/scatter nodes only (fusion, partition boundaries)",
+            CAUSE_OTHER_NODES: (
+                "non-gather/scatter nodes only (DirectML's float math in other ops)"
+                if report.engine == "directml"
+                else "non-gather/scatter nodes only (fusion, partition boundaries)"
+            ),
             CAUSE_GATHER_SCATTER: "a gather/scatter node: " + (", ".join(o.suspect_nodes) or "see above"),
             CAUSE_UNEXPLAINED: "no gather/scatter node (see the warnings: random nodes?)",
         }[w.cause]

@@ -310,6 +310,32 @@ def as_onnxruntime_error(exc: DmlShimError, *extra: type[BaseException]) -> DmlS
     return exc
 
 
+def as_plain_runtime_error(exc: DmlShimError) -> DmlShimError:
+    """Re-class ``exc`` (in place) as its dmlshim class and ``RuntimeError`` alone, dropping the onnxruntime
+    status class (and ``ValueError``) an inner boundary gave it: onnxruntime's IOBinding raises a plain
+    ``RuntimeError`` for every failure, at bind time and in ``run_with_iobinding`` ("Error in execution:
+    ..."), so a client's ``except InvalidArgument:`` or ``except ValueError:`` catches none of them."""
+    current = type(exc)
+    base = current.__mro__[1] if current.__module__ == __name__ else current
+    exc.__class__ = combined_class(base, (RuntimeError,))
+    return exc
+
+
+def raises_plain_runtime_errors(func: _F) -> _F:
+    """Decorate an IOBinding method (or ``run_with_iobinding``): a dmlshim error leaving it is a
+    ``RuntimeError`` and no onnxruntime status class (:func:`as_plain_runtime_error`)."""
+
+    @functools.wraps(func)
+    def inner(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except DmlShimError as exc:
+            as_plain_runtime_error(exc)
+            raise
+
+    return inner  # type: ignore[return-value]
+
+
 def raises_onnxruntime_errors(*extra: type[BaseException]) -> Callable[[_F], _F]:
     """Decorate a public session method: a dmlshim error leaving it is also onnxruntime's class for it
     (and each class of ``extra``, e.g. ``RuntimeError`` where onnxruntime raises a plain one)."""

@@ -30,7 +30,7 @@ from ..text import names_text
 from ..translate.plan import Status, TensorInfo, elem_type_of
 from ..translate.runner import run_translation
 from ..translate.translator import model_opsets, node_since_version, translate_node
-from .results import ValidationReport
+from .results import CAUSE_OTHER_NODES, CAUSE_UNEXPLAINED, ValidationReport
 from .value_kinds import fitting_tolerance, is_array
 
 logger = logging.getLogger(__name__)
@@ -142,15 +142,49 @@ def _loaded_model(report: ValidationReport, proto: onnx.ModelProto | None) -> An
     return load_model(report.model, weightless=True)
 
 
-def _node_values(graph: onnx.GraphProto) -> tuple[list[tuple[str, onnx.NodeProto]], list[str]]:
+def _folded(graph: onnx.GraphProto) -> set[str]:
+    """The values onnxruntime's constant folding (every optimization level but ``disabled``) computes
+    when it builds the session, so that they are initializers there: outputs of nodes without subgraphs
+    or random draws whose every input is an initializer no feed overrides, a Constant's output or such
+    a value (a Gather of a constant table at constant indices). Over-counting only leaves a node
+    unchecked."""
+    from ..model.random_ops import RANDOM_OPS
+
+    inputs = {v.name for v in graph.input}
+    constant = {t.name for t in graph.initializer if t.name not in inputs}
+    constant |= {o for n in graph.node if n.op_type == "Constant" for o in n.output if o}
+    folded: set[str] = set()
+    changed = True
+    while changed:  # nodes may be listed out of data order
+        changed = False
+        for node in graph.node:
+            if node.op_type == "Constant" or node.op_type in RANDOM_OPS or not any(node.input):
+                continue
+            if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+                continue
+            if all(not v or v in constant or v in folded for v in node.input):
+                new = {o for o in node.output if o} - folded
+                if new:
+                    folded |= new
+                    changed = True
+    return folded
+
+
+def _node_values(
+    graph: onnx.GraphProto, opt_level: str = "disabled"
+) -> tuple[list[tuple[str, onnx.NodeProto]], list[str]]:
     """The top-level gather/scatter nodes and the node-produced values they read and write.
 
     Only values computed by nodes become extra outputs: an initializer or a Constant node's output
     (onnxruntime makes Constants initializers) made a graph output comes back from onnxruntime-directml
     as freed memory, or kills the process (docs/directml-linux.md, "Initializers as graph outputs"), and
-    the model holds their values anyway; feeds are the report's."""
+    the model holds their values anyway; feeds are the report's. Above ``disabled`` a value onnxruntime
+    folds to a constant is such an initializer too (asking for it killed the host): it is not fetched,
+    and a node reading or writing one is not checked (onnxruntime computed it on the CPU)."""
     produced = {o for n in graph.node if n.op_type != "Constant" for o in n.output if o}
     produced -= {t.name for t in graph.initializer} | {v.name for v in graph.input}
+    if opt_level != "disabled":
+        produced -= _folded(graph)
     nodes, wanted = [], []
     for i, node in enumerate(graph.node):
         if not is_gather_scatter(node):
@@ -192,9 +226,18 @@ def _check_node(
     values: Mapping[str, Any],
     level: FeatureLevel,
     index_mode: IndexMode,
+    folded: frozenset[str] = frozenset(),
 ) -> NodeCheck:
     arrays = [values.get(v) if v else None for v in node.input]
     want = values.get(node.output[0]) if node.output else None
+    if node.output and node.output[0] in folded:
+        return NodeCheck(
+            name,
+            node.op_type,
+            None,
+            "onnxruntime folds it to a constant at this optimization level: DirectML never runs it "
+            "(not checked)",
+        )
     if want is None or any(v and values.get(v) is None for v in node.input):
         return NodeCheck(name, node.op_type, None, "DirectML's run did not give its values (not checked)")
     if any(v and not is_array(values.get(v)) for v in node.input) or not is_array(want):
@@ -246,7 +289,7 @@ def check_directml_nodes(
     try:
         loaded = _loaded_model(report, proto)
         model = loaded.proto
-        nodes, names = _node_values(model.graph)
+        nodes, names = _node_values(model.graph, opt_level)
         full = loaded.with_weights()
         values = _real_directml_values(full, names, dict(report.feeds), report.feature_level, opt_level)
     except (DmlShimError, OSError, ValueError) as exc:
@@ -259,8 +302,11 @@ def check_directml_nodes(
             values[t.name] = numpy_helper.to_array(t)
     del full
     opsets = model_opsets(model)
+    folded = frozenset(_folded(model.graph)) if opt_level != "disabled" else frozenset()
     checks = tuple(
-        _check_node(name, node, node_since_version(node, opsets), values, report.feature_level, index_mode)
+        _check_node(
+            name, node, node_since_version(node, opsets), values, report.feature_level, index_mode, folded
+        )
         for name, node in nodes
     )
     nested = sum(is_gather_scatter(n) for _, n in walk_nodes(model.graph)) - len(nodes)
@@ -289,4 +335,13 @@ def attribute_directml(
     if check is None:
         return report
     logger.info("%s", check.text)
-    return dataclasses.replace(report, directml_nodes=check, match=check.reproduced)
+    outputs = report.outputs
+    if check.reproduced:
+        # Every node reproduced DirectML: what the whole model differs by is the other ops' float math.
+        outputs = tuple(
+            dataclasses.replace(o, whole_model=dataclasses.replace(o.whole_model, cause=CAUSE_OTHER_NODES))
+            if o.whole_model is not None and o.whole_model.cause == CAUSE_UNEXPLAINED
+            else o
+            for o in outputs
+        )
+    return dataclasses.replace(report, outputs=outputs, directml_nodes=check, match=check.reproduced)
