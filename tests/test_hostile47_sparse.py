@@ -214,3 +214,30 @@ def test_a_huge_sparse_constant_in_a_local_function_is_refused_within_the_limit(
     assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
     assert "function local.Rows" in result.stderr and "memory limit" in result.stderr, result.stderr
     assert result.peak_rss < 400 * 2**20, result.peak_rss
+
+
+@pytest.mark.parametrize("form", ["bytes", "path"])
+def test_onnxruntime_is_handed_function_constants_dense_from_bytes_and_from_a_path(
+    tmp_path: Path, form: str
+) -> None:
+    """The crash is intermittent (it hit input generation's session, built from the model's path on the
+    main thread, in one `run` of 4 under load), so what onnxruntime is handed is checked directly: the
+    model from a path is handed as bytes too, its function's Constant dense, and it gives the values the
+    sparse form defines (c = [0, 1, 1, 0, ...]: rows 0, 1, 1)."""
+    from dmlshim.runtime.sparse_functions import dense_function_constants
+
+    model = _function_model(100_000)
+    path = tmp_path / "function.onnx"
+    onnx.save(model, path)
+    source, folder = dense_function_constants(model.SerializeToString() if form == "bytes" else str(path))
+    assert isinstance(source, bytes) and folder is None
+    dense = onnx.load_from_string(source)
+    constant = next(n for n in dense.functions[0].node if n.output[0] == "c")
+    assert [a.name for a in constant.attribute] == ["value"]
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    (got,) = ort.InferenceSession(source, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_array_equal(got, x[[0, 1, 1]])
+    # a model without such a Constant is handed over as given, unparsed
+    plain = tmp_path / "plain.onnx"
+    onnx.save(helper.make_model(helper.make_graph([], "g", [], []), ir_version=IR_VERSION), plain)
+    assert dense_function_constants(str(plain)) == (str(plain), None)

@@ -44,6 +44,7 @@ FIXED_IN = (1, 32)
 _FIELD = b'"\tScatterND'
 """How a NodeProto serializes ``op_type = "ScatterND"`` (field 4, length 9): a cheap first look."""
 
+
 def _version(text: str) -> tuple[int, int]:
     parts = [int("".join(c for c in p if c.isdigit()) or 0) for p in text.split(".")[:2]]
     return (parts[0], parts[1]) if len(parts) == 2 else (0, 0)
@@ -227,13 +228,14 @@ def _rewritten(model: onnx.ModelProto) -> tuple[onnx.ModelProto | None, list[str
     return out, rewriter.rewritten
 
 
-def _file_has_field(path: str) -> bool:
+def file_has_field(path: str, field: bytes = _FIELD) -> bool:
+    """Whether the file at ``path`` holds ``field``'s bytes (False when it cannot be read)."""
     try:
         with open(path, "rb") as f:
             if os.fstat(f.fileno()).st_size == 0:
                 return False
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as view:
-                return view.find(_FIELD) >= 0
+                return view.find(field) >= 0
     except OSError:
         return False  # onnxruntime reports what it cannot read
 
@@ -273,7 +275,7 @@ def guarded_model_source(source: Any) -> GuardedSource:
         return GuardedSource(rewritten.SerializeToString(), None, tuple(nodes))
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
-        if not _file_has_field(path):
+        if not file_has_field(path):
             return GuardedSource(source)
         model = onnx.load(path, load_external_data=False)
         rewritten, nodes = _rewritten(model)

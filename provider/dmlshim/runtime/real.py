@@ -93,15 +93,19 @@ def _guarded(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, 
     from .sparse_functions import dense_function_constants
 
     guarded = guarded_model_source(args[0] if args else kwargs["path_or_bytes"])
-    source = dense_function_constants(guarded.source)  # a crash of onnxruntime's on their sparse form
+    source, dense_folder = dense_function_constants(guarded.source)  # onnxruntime crashes on the sparse form
+    given = args[1] if len(args) > 1 else kwargs.get("sess_options")
+    if dense_folder is not None and guarded.weights_folder is None and is_callers_options(given):
+        source, dense_folder = guarded.source, None  # a program's own options are never changed: as given
     if args:
         args = (source, *args[1:])
     else:
         kwargs = {**kwargs, "path_or_bytes": source}
-    if guarded.weights_folder is None:
+    folder = guarded.weights_folder or dense_folder
+    if folder is None:
         return args, kwargs
     options = args[1] if len(args) > 1 else kwargs.get("sess_options")
-    options = _with_weights_folder(options, guarded.weights_folder, guarded.nodes)
+    options = _with_weights_folder(options, folder, guarded.nodes)
     if len(args) > 1:
         return (args[0], options, *args[2:]), kwargs
     return args, {**kwargs, "sess_options": options}

@@ -50,16 +50,39 @@ def _densify(nodes: Any) -> int:
     return changed
 
 
-def dense_function_constants(source: Any) -> Any:
-    """``source`` (what onnxruntime's ``InferenceSession`` takes), or, for model bytes whose local functions
-    hold a sparse ``Constant``, the bytes of the model with those values dense (see the module docstring)."""
-    if not isinstance(source, (bytes, bytearray, memoryview)) or _MARK not in source:
-        return source
-    try:
-        model = onnx.load_from_string(bytes(source))
-    except (DecodeError, ValueError, RuntimeError):
-        return source  # onnxruntime reports what it cannot parse
+def dense_function_constants(source: Any) -> tuple[Any, str | None]:
+    """``source`` (what onnxruntime's ``InferenceSession`` takes: model bytes or a path), or, for a model
+    whose local functions hold a sparse ``Constant``, the bytes of the model with those values dense (see
+    the module docstring); and, for such bytes made from a file whose weights are external, the file's
+    folder (their locations are relative to it), else None."""
+    import os
+
+    from ..model.zero_depth_scatternd import file_has_field
+
+    folder: str | None = None
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        if _MARK not in source:
+            return source, None
+        try:
+            model = onnx.load_from_string(bytes(source))
+        except (DecodeError, ValueError, RuntimeError):
+            return source, None  # onnxruntime reports what it cannot parse
+    elif isinstance(source, (str, os.PathLike)):
+        path = os.fspath(source)
+        if not file_has_field(path, _MARK):
+            return source, None
+        try:
+            model = onnx.load(path, load_external_data=False)
+        except (OSError, DecodeError, ValueError, RuntimeError):
+            return source, None
+        from ..graph import all_tensors
+        from ..model.weightless import is_external
+
+        if any(is_external(t) for t in all_tensors(model.graph)):
+            folder = os.path.dirname(os.path.abspath(path))
+    else:
+        return source, None
     if not model.functions or not sum(_densify(f.node) for f in model.functions):
-        return source
+        return source, None
     logger.debug("sparse Constant values in local functions handed to onnxruntime dense")
-    return model.SerializeToString()
+    return model.SerializeToString(), folder
