@@ -177,3 +177,27 @@ def without_fed_defaults(model: onnx.ModelProto) -> onnx.ModelProto:
         for d in tensor.dims:
             tensor_type.shape.dim.add().dim_value = int(d)
     return out
+
+
+def without_declared_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A weightless copy of ``model`` (:func:`without_weights`) for shape inference, without the shapes its
+    ``value_info`` and graph outputs declare, in every graph: onnxruntime runs each node at the shapes its
+    inputs give whatever a declaration says (a stale one makes it warn at most)."""
+    light = without_weights(model)
+    if light is model:
+        light = onnx.ModelProto()
+        light.CopyFrom(model)
+    _drop_declared(light.graph)
+    return light
+
+
+def _drop_declared(graph: onnx.GraphProto) -> None:
+    from ..graph import subgraphs
+
+    del graph.value_info[:]
+    for out in graph.output:
+        if out.type.HasField("tensor_type"):
+            out.type.tensor_type.ClearField("shape")
+    for node in graph.node:
+        for _, sub in subgraphs(node):
+            _drop_declared(sub)

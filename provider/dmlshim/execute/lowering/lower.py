@@ -43,7 +43,7 @@ from ...graph import is_gather_scatter, node_path, subgraph_prefix, subgraphs
 from ...kernels.options import IndexMode
 from ...model.ort_view import ort_value_types
 from ...model.prepare import prepare_model
-from ...model.weightless import without_weights
+from ...model.weightless import without_declared_shapes
 from ...resources import guard_resources
 from ...translate import NodeTranslation, Reason, TensorInfo, infer_shapes, translate_node
 from ...translate.placement import CPU_PREFERRED_MESSAGE, REASON_CPU_PREFERRED, graph_placements
@@ -120,29 +120,6 @@ class LoweredModel:
     @property
     def lowered_count(self) -> int:
         return sum(n.lowered for n in self.nodes)
-
-
-def _without_annotations(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A weightless copy of ``model`` for shape inference, without the shapes its ``value_info`` and graph
-    outputs declare (in every graph): onnxruntime runs each node at the shapes its inputs give whatever an
-    annotation says (a stale one makes it warn at most), and a custom op's descriptor must be made for
-    those shapes (a stale ``value_info`` of [4, 5] for a [5, 4] value made it refuse every run)."""
-    light = without_weights(model)
-    if light is model:
-        light = onnx.ModelProto()
-        light.CopyFrom(model)
-    _drop_annotations(light.graph)
-    return light
-
-
-def _drop_annotations(graph: onnx.GraphProto) -> None:
-    del graph.value_info[:]
-    for out in graph.output:
-        if out.type.HasField("tensor_type"):
-            out.type.tensor_type.ClearField("shape")
-    for node in graph.node:
-        for _, sub in subgraphs(node):
-            _drop_annotations(sub)
 
 
 def _walk(
@@ -332,7 +309,7 @@ def lower_model(
     inferred: onnx.ModelProto | None
     try:
         # Shape inference runs on a weightless copy; its types and shapes guide the translation only.
-        inferred = infer_shapes(_without_annotations(model), input_shapes)
+        inferred = infer_shapes(without_declared_shapes(model), input_shapes)
     except DmlShimError as exc:
         if input_shapes:
             raise

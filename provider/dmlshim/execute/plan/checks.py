@@ -174,28 +174,15 @@ def _declared(graph: onnx.GraphProto) -> set[str]:
     return found
 
 
-def _strip_declared(graph: onnx.GraphProto) -> None:
-    del graph.value_info[:]
-    for out in graph.output:
-        if out.type.HasField("tensor_type"):
-            out.type.tensor_type.ClearField("shape")
-    for node in graph.node:
-        for _, sub in subgraphs(node):
-            _strip_declared(sub)
-
-
 def _undeclared_shapes(model: onnx.ModelProto) -> dict[str, tuple[Sequence[int], int]]:
     """The static shapes (and element types) of ``model``'s values as inference finds them without the
     shapes the model declares for outputs and in ``value_info`` (empty when inference fails)."""
-    from ...model.weightless import without_weights
+    from ...model.weightless import without_declared_shapes
     from ...translate import infer_shapes
     from ...translate.shapes_info import tensor_infos
 
-    light = onnx.ModelProto()
-    light.CopyFrom(without_weights(model))
-    _strip_declared(light.graph)
     try:
-        inferred = infer_shapes(light)
+        inferred = infer_shapes(without_declared_shapes(model))
     except DmlShimError as exc:
         logger.info("no shapes inferred without the declared ones (%s)", exc)
         return {}
