@@ -180,8 +180,9 @@ class PartitionedEngine(PartitionedRuns):
             inferred = model
         infos = tensor_infos(inferred.graph)
         external = {t.name for t in graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL}
-        # Refuses static sizes no machine could hold; nothing before it allocates by them, so it runs
-        # while onnxruntime builds the check's session (below).
+        # Refuses static sizes no machine could hold, before any onnxruntime session of the model is built:
+        # onnxruntime 1.24 allocates an If branch's constant value while it builds one (4 GB under a 100 MB
+        # limit when this ran beside the check's session).
         check_sizes = functools.partial(
             check_static_sizes, inferred.graph, infos, names, mapped=external, model=model
         )
@@ -222,6 +223,7 @@ class PartitionedEngine(PartitionedRuns):
             return
         self._whole_model = False
         self._default_feeds = {}
+        check_sizes()
 
         partition = partition_graph(graph, candidates, available=graph_inputs, constants=constants)
         init_protos = {t.name: t for t in graph.initializer}
@@ -297,7 +299,6 @@ class PartitionedEngine(PartitionedRuns):
         if pending is None:
             no_session_coming()  # onnxruntime's acceptance session is built beside the steps
         try:
-            check_sizes()
             self._steps, self._cpu_partitions = make_steps(
                 model,
                 partition,
