@@ -609,3 +609,57 @@ def test_constant_read_by_shape_alone_still_refused(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("DMLSHIM_MEMORY_LIMIT", "150000000")
     with pytest.raises(dmlshim.TooLargeError, match="big"):
         dmlshim.InferenceSession(_shape_of_big(10**8, of_feed=False), engine="cpu")
+
+
+def _table_model(folder: Any, n: int) -> str:
+    """A 1-D int64 table in external data read by a Gather and by Cast (then ReduceSum) and Add (then
+    ReduceMax): the long integer constants inlined for sessions (issue 35 part 3)."""
+    table = (np.arange(n, dtype=np.int64) * 3) % 1000
+    nodes = [
+        h.make_node("Gather", ["table", "idx"], ["g"], axis=0),
+        h.make_node("Cast", ["table"], ["tf"], to=T.FLOAT),
+        h.make_node("ReduceSum", ["tf"], ["rs"], keepdims=0),
+        h.make_node("Add", ["table", "table"], ["a"]),
+        h.make_node("ReduceMax", ["a"], ["am"], keepdims=0),
+    ]
+    g = h.make_graph(
+        nodes,
+        "g",
+        [h.make_tensor_value_info("idx", T.INT64, [3])],
+        [
+            h.make_tensor_value_info("g", T.INT64, [3]),
+            h.make_tensor_value_info("rs", T.FLOAT, []),
+            h.make_tensor_value_info("am", T.INT64, []),
+        ],
+        initializer=[onnx.numpy_helper.from_array(table, "table")],
+    )
+    path = str(folder / "m.onnx")
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
+    onnx.save(model, path, save_as_external_data=True, location="m.data", size_threshold=0)
+    return path
+
+
+@pytest.mark.parametrize("engine", ["partitioned", "cpu", "customop"])
+@pytest.mark.parametrize("change", [None, "add_initializer", "add_external_initializers"])
+def test_long_int_constant_read_by_gather_and_add(engine: str, change: str | None, tmp_path: Any) -> None:
+    """onnxruntime's answers, the caller's value where it takes it: with add_initializer onnxruntime 1.32's
+    Gather reads the caller's table while Cast/Add keep the file's (folded at load), with
+    add_external_initializers every reader takes the caller's."""
+    n = 2**20
+    path = _table_model(tmp_path, n)
+    feeds = {"idx": np.array([0, 5, n - 1], np.int64)}
+    answers = []
+    for mod in (ort, dmlshim):
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 1
+        value = ort.OrtValue.ortvalue_from_numpy(np.full(n, 7, np.int64))
+        if change == "add_initializer":
+            so.add_initializer("table", value)
+        elif change == "add_external_initializers":
+            so.add_external_initializers(["table"], [value])
+        if mod is ort:
+            sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        else:
+            sess = dmlshim.InferenceSession(path, so, engine=engine)
+        answers.append([x.tolist() for x in sess.run(None, feeds)])
+    assert answers[1] == answers[0]
