@@ -663,3 +663,34 @@ def test_long_int_constant_read_by_gather_and_add(engine: str, change: str | Non
             sess = dmlshim.InferenceSession(path, so, engine=engine)
         answers.append([x.tolist() for x in sess.run(None, feeds)])
     assert answers[1] == answers[0]
+
+
+def test_small_external_data_loaded_in_place(tmp_path: Any) -> None:
+    """load_small_external_data hides the large external initializers by location only: the small external
+    one is read, the large one stays external, the inline one untouched, the order kept (taking them out
+    and back copied every inline one twice: 200 MB more for a caller's 100 MB added initializer)."""
+    from pathlib import Path
+
+    from dmlshim.execute.weights.values import load_small_external_data
+
+    tensors = [
+        onnx.numpy_helper.from_array(np.arange(4, dtype=np.int64), "small"),
+        onnx.numpy_helper.from_array(np.arange(4096, dtype=np.float32), "inline"),
+        onnx.numpy_helper.from_array(np.arange(8192, dtype=np.float32), "large"),
+    ]
+    g = h.make_graph([], "g", [], [h.make_tensor_value_info("small", T.INT64, [4])], initializer=tensors)
+    path = tmp_path / "m.onnx"
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
+    onnx.save(model, str(path), save_as_external_data=True, location="m.data", size_threshold=0)
+    loaded = onnx.load(str(path), load_external_data=False)
+    inline = loaded.graph.initializer[1]
+    inline.CopyFrom(tensors[1])
+    load_small_external_data(loaded, Path(path), 16384)
+    small, inline, large = loaded.graph.initializer
+    assert [t.name for t in loaded.graph.initializer] == ["small", "inline", "large"]
+    assert onnx.numpy_helper.to_array(small).tolist() == [0, 1, 2, 3]
+    assert (
+        inline.data_location == T.DEFAULT
+        and onnx.numpy_helper.to_array(inline).sum() == np.arange(4096).sum()
+    )
+    assert large.data_location == T.EXTERNAL and not large.raw_data
