@@ -505,6 +505,16 @@ def bind_cpu_input_scalar(s):
     return b.copy_outputs_to_cpu()
 
 
+@_case
+def int_input_name(s):
+    s.io_binding().bind_cpu_input(3, data)
+
+
+@_case
+def int_output_name(s):
+    s.io_binding().bind_output(3)
+
+
 def _outcome(fn: Callable[[Any], Any], mod: Any) -> tuple[Any, Any]:
     s = _session(mod)
     try:

@@ -117,7 +117,10 @@ class IOBinding:
         """The name (bytes read as UTF-8, as onnxruntime takes them); refuse, at bind time as onnxruntime
         does, a name that is not an input of the model. An output's name is checked by the run, as
         onnxruntime checks it ("Invalid output name"), not at bind time."""
-        name = tensor_name(name, "output" if outputs else "input")
+        try:
+            name = tensor_name(name, "output" if outputs else "input")
+        except BadInputError as exc:  # pybind11's "incompatible function arguments": a TypeError there too
+            raise with_binding_class(exc, TypeError) from None
         if outputs:
             return name
         session = self._session
