@@ -18,7 +18,7 @@ import onnxruntime as ort
 
 from ..errors import BadInputError, NotSupportedError
 from ..execute.plan.cpu_step import NUMPY_TENSOR_TYPES
-from ..runtime.exceptions import raises_plain_runtime_errors, with_onnxruntime_class
+from ..runtime.exceptions import raises_plain_runtime_errors, with_binding_class, with_onnxruntime_class
 from .ortvalues import (
     array_at,
     as_array,
@@ -32,9 +32,22 @@ from .session_surface import SessionSurface
 
 logger = logging.getLogger(__name__)
 
-_DEVICES_ALLOCATED_ON_CPU = frozenset({"cpu", "dml", "cuda", "gpu", "npu", "cann"})
+_DEVICES_ALLOCATED_ON_CPU = frozenset({"cpu", "dml", "cuda", "gpu", "npu", "cann", "webgpu"})
 """The device names onnxruntime's CPU package takes in ``bind_output`` without a pointer (the output is
 then allocated in CPU memory); it refuses other names ("Unsupported device type")."""
+
+
+def _check_device_name(device_type: Any) -> None:
+    """onnxruntime's Python layer refuses a device name it does not know (case matters: ``"CPU"`` too) with a
+    plain ``Exception`` ("Unsupported device type: ...") before any binding."""
+    if device_type not in _DEVICES_ALLOCATED_ON_CPU:
+        error = NotSupportedError(
+            f"Unsupported device type: {device_type} (onnxruntime knows "
+            f"{', '.join(sorted(_DEVICES_ALLOCATED_ON_CPU))})",
+            value=str(device_type),
+            rule="a device name onnxruntime knows",
+        )
+        raise with_binding_class(error, Exception)
 
 
 def fill_fetches(fetches: Any, outputs: Sequence[Any]) -> None:
@@ -104,7 +117,10 @@ class IOBinding:
         """The name (bytes read as UTF-8, as onnxruntime takes them); refuse, at bind time as onnxruntime
         does, a name that is not an input of the model. An output's name is checked by the run, as
         onnxruntime checks it ("Invalid output name"), not at bind time."""
-        name = tensor_name(name, "output" if outputs else "input")
+        try:
+            name = tensor_name(name, "output" if outputs else "input")
+        except BadInputError as exc:  # pybind11's "incompatible function arguments": a TypeError there too
+            raise with_binding_class(exc, TypeError) from None
         if outputs:
             return name
         session = self._session
@@ -156,9 +172,11 @@ class IOBinding:
         """Bind an input to CPU memory at ``buffer_ptr`` holding ``shape`` elements of ``element_type``.
 
         Raises:
-            NotSupportedError: ``device_type`` is not ``"cpu"``.
+            NotSupportedError: ``device_type`` is not ``"cpu"`` (a ``RuntimeError``), or is no name
+                onnxruntime knows (a plain ``Exception``, as onnxruntime's "Unsupported device type").
         """
         name = self._check_name(name, outputs=False)
+        _check_device_name(device_type)
         check_cpu(device_type, f"input {name!r} bound")
         self._inputs[name] = array_at(buffer_ptr, element_type, shape)
 
@@ -194,22 +212,22 @@ class IOBinding:
             NotSupportedError: ``buffer_ptr`` on a device other than ``"cpu"`` (without one, an output
                 bound to ``"dml"``, ``"cuda"``, ... is allocated in CPU memory, as onnxruntime's CPU package
                 does).
-            BadInputError: ``buffer_ptr`` without ``element_type`` and ``shape``.
+            BadInputError: ``buffer_ptr`` without ``element_type`` and ``shape`` (a ``ValueError``, as
+                onnxruntime's); a device name onnxruntime does not know is a plain ``Exception`` as there.
         """
         name = self._check_name(name, outputs=True)
-        if buffer_ptr is None and str(device_type) in _DEVICES_ALLOCATED_ON_CPU:
+        if buffer_ptr is not None and (element_type is None or shape is None):
+            error = BadInputError(
+                "element_type and shape are required with a pre-allocated buffer_ptr", tensor=name
+            )
+            raise with_binding_class(error, ValueError)  # onnxruntime's Python layer: a ValueError
+        _check_device_name(device_type)
+        if buffer_ptr is None:
             # onnxruntime's CPU package takes an output bound to another device (a DirectML program's
             # bind_output(name, "dml")) and allocates it in CPU memory: so does dmlshim
             self._outputs[name] = _OutputBinding(name)
             return
         check_cpu(device_type, f"output {name!r} bound")
-        if buffer_ptr is None:
-            self._outputs[name] = _OutputBinding(name)
-            return
-        if element_type is None or shape is None:
-            raise BadInputError(
-                "element_type and shape are required with a pre-allocated buffer_ptr", tensor=name
-            )
         self._outputs[name] = _OutputBinding(name, buffer=array_at(buffer_ptr, element_type, shape))
 
     @_binds

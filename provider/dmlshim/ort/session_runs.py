@@ -8,7 +8,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BadInputError, DmlShimError
-from ..runtime.exceptions import raises_onnxruntime_errors, raises_plain_runtime_errors
+from ..runtime.exceptions import (
+    raises_onnxruntime_errors,
+    raises_plain_runtime_errors,
+    with_binding_class,
+)
 from .iobinding import IOBinding, fill_fetches
 from .ortvalues import numpy_outputs, ortvalues_from_vector, to_ortvalue
 
@@ -111,10 +115,14 @@ class SessionRuns:
         """Run with the inputs and outputs bound on ``iobinding``; read results from it afterwards.
 
         Raises:
-            BadInputError: the binding comes from another session, or no output is bound.
+            BadInputError: the binding comes from another session (a ``ValueError``, as onnxruntime's), or no
+                output is bound.
         """
         if not isinstance(iobinding, IOBinding) or iobinding.session is not self:
-            raise BadInputError("the IOBinding must come from this session's io_binding()")
+            if not hasattr(iobinding, "_session"):  # onnxruntime reads iobinding._session first
+                raise AttributeError(f"{type(iobinding).__name__!r} object has no attribute '_session'")
+            error = BadInputError("the IOBinding must come from this session's io_binding()")
+            raise with_binding_class(error, ValueError)  # onnxruntime's Python layer: a ValueError
         names = iobinding.bound_output_names()
         if not names:
             raise BadInputError("at least one output must be bound (bind_output) before run_with_iobinding")

@@ -310,6 +310,16 @@ def as_onnxruntime_error(exc: DmlShimError, *extra: type[BaseException]) -> DmlS
     return exc
 
 
+_BINDING_CLASS_ATTR = "onnxruntime_binding_class"
+
+
+def with_binding_class(exc: _E, cls: type[BaseException]) -> _E:
+    """Mark ``exc`` as raised where onnxruntime's IOBinding layer raises the builtin ``cls`` rather than its
+    plain ``RuntimeError`` (:func:`as_plain_runtime_error`); returns ``exc`` (for ``raise``)."""
+    setattr(exc, _BINDING_CLASS_ATTR, cls)
+    return exc
+
+
 def as_plain_runtime_error(exc: DmlShimError) -> DmlShimError:
     """Re-class ``exc`` (in place) as its dmlshim class and ``RuntimeError`` alone, dropping the onnxruntime
     status class (and ``ValueError``) an inner boundary gave it: onnxruntime's IOBinding raises a plain
@@ -317,7 +327,10 @@ def as_plain_runtime_error(exc: DmlShimError) -> DmlShimError:
     ..."), so a client's ``except InvalidArgument:`` or ``except ValueError:`` catches none of them."""
     current = type(exc)
     base = current.__mro__[1] if current.__module__ == __name__ else current
-    exc.__class__ = combined_class(base, (RuntimeError,))
+    # where onnxruntime's IOBinding Python layer raises a builtin class of its own (ValueError for another
+    # session's binding, Exception for an unknown device name), that class instead (with_binding_class)
+    plain = getattr(exc, _BINDING_CLASS_ATTR, RuntimeError)
+    exc.__class__ = combined_class(base, (plain,))
     return exc
 
 

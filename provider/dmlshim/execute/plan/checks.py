@@ -73,6 +73,7 @@ def check_static_sizes(
         logger.info("graph input(s) %s can never be fed on this machine; sizes left unchecked", unfeedable)
         return
     fed = {v.name for v in graph.input} - {t.name for t in graph.initializer}
+    fed |= _shape_only(graph)
     producers = {
         out: (names[i], node.op_type) for i, node in enumerate(graph.node) for out in node.output if out
     }
@@ -128,6 +129,43 @@ def refuse_static_sizes(model: onnx.ModelProto) -> None:
     external = {t.name for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL}
     names = display_names(list(model.graph.node))
     check_static_sizes(inferred.graph, tensor_infos(inferred.graph), names, mapped=external, model=model)
+
+
+def _shape_only(graph: onnx.GraphProto) -> set[str]:
+    """Top-level values only ``Shape`` nodes read (no graph output, no subgraph): onnxruntime's constant
+    folding (every optimization level above disabled, its default) replaces a ``Shape`` of a static shape
+    by a constant and drops the dead producer, so such a value is never allocated (an ``Expand`` of a feed
+    to 10^10 elements read by ``Shape`` alone: 75 MB in onnxruntime). A value computed from constants alone
+    is not among them: onnxruntime folds it first (a ``ConstantOfShape`` of a constant is allocated)."""
+    readers: dict[str, set[str]] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, set()).add(node.op_type)
+        for _, sub in subgraphs(node):
+            for name in _read_names(sub):
+                readers.setdefault(name, set()).add("")
+    outputs = {v.name for v in graph.output}
+    # a value computed from constants alone is folded first, so allocated (a ConstantOfShape of a constant)
+    constant = {t.name for t in graph.initializer} - {v.name for v in graph.input}
+    for node in graph.node:
+        if all(not name or name in constant for name in node.input) and not any(
+            True for _ in subgraphs(node)
+        ):
+            constant.update(o for o in node.output if o)
+    return {
+        name
+        for name, ops in readers.items()
+        if ops == {"Shape"} and name not in outputs and name not in constant
+    }
+
+
+def _read_names(graph: onnx.GraphProto) -> set[str]:
+    names = {name for node in graph.node for name in node.input}
+    names |= {v.name for v in graph.output}
+    for node in graph.node:
+        for _, sub in subgraphs(node):
+            names |= _read_names(sub)
+    return names
 
 
 def _static_dims(value: onnx.ValueInfoProto) -> tuple[int, ...] | None:
