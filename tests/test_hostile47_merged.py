@@ -51,11 +51,6 @@ def _case(f: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return f
 
 
-def case(f):
-    cases[f.__name__] = f
-    return f
-
-
 @_case
 def normal(s):
     b = s.io_binding()
@@ -535,6 +530,11 @@ def _same(a: Any, b: Any) -> bool:
 
 @pytest.mark.parametrize("name", sorted(cases))
 def test_iobinding_misuse_as_onnxruntime(name: str) -> None:
+    if name == "other_session_binding" and not hasattr(_session(ort).io_binding(), "_session"):
+        pytest.skip(
+            "onnxruntime 1.24 runs another session's binding (it reads only the binding's C++ "
+            "object); dmlshim refuses it with onnxruntime 1.32's ValueError (docs/python-api.md)"
+        )
     expected = _outcome(cases[name], ort)
     got = _outcome(cases[name], dmlshim)
     assert got[0] == expected[0], (name, expected, got)
