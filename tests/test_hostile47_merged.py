@@ -613,6 +613,19 @@ def test_value_read_by_shape_alone_is_not_refused(
     assert got[0].tolist() == expected[0].tolist() == [n]
 
 
+@pytest.mark.parametrize("engine", ["partitioned", "cpu", "customop"])
+def test_value_read_by_shape_alone_refused_when_onnxruntime_folds_nothing(
+    engine: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``ORT_DISABLE_ALL`` onnxruntime folds no Shape, so it computes the Expand (485 MB peak for 10^8
+    floats under a 150 MB limit): refused, in every engine, when the caller's options say so."""
+    monkeypatch.setenv("DMLSHIM_MEMORY_LIMIT", "150000000")
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    with pytest.raises(dmlshim.TooLargeError, match="big"):
+        dmlshim.InferenceSession(_shape_of_big(10**8, of_feed=True), so, engine=engine)
+
+
 def test_constant_read_by_shape_alone_still_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     """An Expand of constants is folded (allocated: 456 MB peak in onnxruntime for 10^8 floats) before the
     Shape reading it: refused under a 150 MB limit."""

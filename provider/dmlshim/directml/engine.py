@@ -76,7 +76,7 @@ def create_engine(model: onnx.ModelProto, config: EngineConfig) -> Any:
     if dml_available() or not linux_stack_available():
         return DirectMLEngine(model, config)
     _check_level(config)
-    refuse_static_sizes(model)
+    refuse_static_sizes(model, config.sess_options)
     from .wine_engine import LinuxDirectMLEngine
 
     return LinuxDirectMLEngine(model, config)
@@ -99,7 +99,8 @@ class DirectMLEngine:
         if not dml_available():
             raise EngineUnavailableError(unavailable_reason(), value=ort_available_providers())
         _check_level(config)
-        refuse_static_sizes(model)  # onnxruntime would allocate them: when it loads the model or runs
+        # onnxruntime would allocate them: when it loads the model or runs
+        refuse_static_sizes(model, config.sess_options)
         self.config = config
         so = config.sess_options if config.sess_options is not None else ort.SessionOptions()
         # The DirectML provider supports neither memory patterns nor parallel execution.

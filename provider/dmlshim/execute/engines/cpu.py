@@ -46,7 +46,7 @@ class CpuEngine:
         graph = model.graph
         # onnxruntime folds a ConstantOfShape of constants when it loads the model, and allocates a
         # branch's value when a run takes it: sizes past the memory limit are refused first
-        refuse_static_sizes(model)
+        refuse_static_sizes(model, config.sess_options)
         # With onnxruntime's default options and a model from a file, the large weights are not serialized:
         # the session reads them from the model's files (a model read without its weights, above 2 GiB say,
         # never holds them in Python at all), as the partitioned engine's sessions do.

@@ -190,7 +190,7 @@ class CustomOpEngine:
         extensions()
         # before lowering and onnxruntime's session: onnxruntime folds a ConstantOfShape of constants when
         # it loads the model, and allocates a branch's value when a run takes it
-        refuse_static_sizes(model)
+        refuse_static_sizes(model, sess_options)
         self._model = model
         self._args: dict[str, Any] = {
             "index_mode": index_mode,

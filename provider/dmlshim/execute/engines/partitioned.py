@@ -36,7 +36,7 @@ from ...translate import TensorInfo, infer_shapes
 from ...translate.shapes_info import tensor_infos
 from ...translate.translator import model_opsets
 from ..engine import EngineConfig
-from ..plan.checks import EmulatedIO, check_outputs_defined, check_static_sizes
+from ..plan.checks import EmulatedIO, check_outputs_defined, check_static_sizes, folds_constants
 from ..plan.cpu_step import CpuStep, RunState, Values
 from ..plan.fallback import has_deprecated_scatter
 from ..plan.nodes import plan_nodes
@@ -184,7 +184,13 @@ class PartitionedEngine(PartitionedRuns):
         # onnxruntime 1.24 allocates an If branch's constant value while it builds one (4 GB under a 100 MB
         # limit when this ran beside the check's session).
         check_sizes = functools.partial(
-            check_static_sizes, inferred.graph, infos, names, mapped=external, model=model
+            check_static_sizes,
+            inferred.graph,
+            infos,
+            names,
+            mapped=external,
+            model=model,
+            folds=folds_constants(config.sess_options),
         )
         types = type_protos(inferred.graph)
         constants = folded_constants(graph)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import onnx
 
@@ -56,9 +57,11 @@ def check_static_sizes(
     names: Sequence[str],
     mapped: Collection[str] = (),
     model: onnx.ModelProto | None = None,
+    folds: bool = True,
 ) -> None:
     """Refuse, before any allocation, a graph in which a statically shaped value cannot fit in memory
-    (``mapped``: weights read from the model's files where they are needed, never allocated whole).
+    (``mapped``: weights read from the model's files where they are needed, never allocated whole;
+    ``folds``: onnxruntime's session folds constants, :func:`folds_constants`).
 
     Graph inputs are the caller's feeds, not allocated here. A graph input no feed could ever match (its
     static shape exceeds the memory limit) means no run can reach a node: the model loads, as in
@@ -73,7 +76,8 @@ def check_static_sizes(
         logger.info("graph input(s) %s can never be fed on this machine; sizes left unchecked", unfeedable)
         return
     fed = {v.name for v in graph.input} - {t.name for t in graph.initializer}
-    fed |= _shape_only(graph)
+    if folds:  # with constant folding off onnxruntime computes a Shape's input too
+        fed |= _shape_only(graph)
     producers = {
         out: (names[i], node.op_type) for i, node in enumerate(graph.node) for out in node.output if out
     }
@@ -104,7 +108,19 @@ def check_static_sizes(
         check_static_values(shapes, producers=producers)
 
 
-def refuse_static_sizes(model: onnx.ModelProto) -> None:
+def folds_constants(sess_options: Any) -> bool:
+    """Whether onnxruntime folds constants in a session built with ``sess_options``: at every graph
+    optimization level but ``ORT_DISABLE_ALL`` (its default folds)."""
+    import onnxruntime as ort
+
+    level = getattr(sess_options, "graph_optimization_level", None)
+    try:
+        return level is None or int(level) != int(ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    except (TypeError, ValueError):
+        return True
+
+
+def refuse_static_sizes(model: onnx.ModelProto, sess_options: Any = None) -> None:
     """:func:`check_static_sizes` on ``model`` as onnx's plain inference finds it (on the weightless copy:
     the model check's pass, remembered), for what builds or runs no partitioned engine: the cpu, custom-op
     and directml engines before their onnxruntime session is built (onnxruntime folds a top-level
@@ -128,7 +144,9 @@ def refuse_static_sizes(model: onnx.ModelProto) -> None:
         return
     external = {t.name for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL}
     names = display_names(list(model.graph.node))
-    check_static_sizes(inferred.graph, tensor_infos(inferred.graph), names, mapped=external, model=model)
+    infos = tensor_infos(inferred.graph)
+    folds = folds_constants(sess_options)
+    check_static_sizes(inferred.graph, infos, names, mapped=external, model=model, folds=folds)
 
 
 def _shape_only(graph: onnx.GraphProto) -> set[str]:
