@@ -193,7 +193,8 @@ def check_bytes(
     )
 
 
-def _static_dims(vi: onnx.ValueInfoProto) -> tuple[int, ...] | None:
+def static_dims(vi: onnx.ValueInfoProto) -> tuple[int, ...] | None:
+    """A tensor value's declared shape when every dim is a known size (None otherwise)."""
     if vi.type.WhichOneof("value") != "tensor_type" or not vi.type.tensor_type.HasField("shape"):
         return None
     dims: list[int] = []
@@ -217,7 +218,7 @@ def unfeedable_inputs(graph: onnx.GraphProto, *, limit: int | None = None) -> li
     init = {t.name for t in graph.initializer}
     names: list[str] = []
     for vi in graph.input:
-        dims = None if vi.name in init else _static_dims(vi)
+        dims = None if vi.name in init else static_dims(vi)
         need = None if dims is None else tensor_nbytes(dims, vi.type.tensor_type.elem_type)
         if need is not None and need > cap:
             names.append(vi.name)

@@ -26,7 +26,7 @@ import onnx
 
 from ...model.nonnegative import nonnegative_prover
 from ...translate import TensorInfo
-from ..proofs.gather_given import LEAN_OPS, FeedShapes, numpy_dtype, shape_output
+from ..proofs.gather_given import LEAN_OPS, FeedShapes, input_symbols, numpy_dtype, shape_output
 
 logger = logging.getLogger(__name__)
 
@@ -82,11 +82,7 @@ def given_input_shapes(
     a fusion: measured, such outputs took back most of what leaving the values out saved). A value whose
     shape the model itself declares (``value_info``, which exporters sometimes leave stale) is not
     among them."""
-    symbols: dict[str, tuple[str, int]] = {}
-    for value in graph.input:
-        for axis, d in enumerate(value.type.tensor_type.shape.dim):
-            if d.dim_param and not d.HasField("dim_value"):
-                symbols.setdefault(d.dim_param, (value.name, axis))
+    symbols = input_symbols(graph)
     declared = {v.name for v in graph.value_info}
     dims: dict[str, tuple[int | str | None, ...]] = {}
     for step in steps:
@@ -144,12 +140,7 @@ def lean_after_proof(
         return found, dims
     fed = _fed_values(graph)
     producer = {out: node.op_type for node in graph.node for out in node.output if out}
-    symbols = {
-        d.dim_param
-        for value in graph.input
-        for d in value.type.tensor_type.shape.dim
-        if d.dim_param and not d.HasField("dim_value")
-    }
+    symbols = input_symbols(graph)
     declared = {v.name for v in graph.value_info}
     static = {v.name for v in graph.input} | set(constants)
     proved: Callable[[str], bool] | None = None
@@ -183,11 +174,7 @@ def with_dims(
     (:func:`lean_after_proof`'s), symbols resolved by ``graph``'s inputs."""
     if not dims:
         return shapes
-    symbols = dict(shapes.symbols) if shapes is not None else {}
-    for value in graph.input:
-        for axis, d in enumerate(value.type.tensor_type.shape.dim):
-            if d.dim_param and not d.HasField("dim_value"):
-                symbols.setdefault(d.dim_param, (value.name, axis))
+    symbols = {**input_symbols(graph), **(shapes.symbols if shapes is not None else {})}
     if shapes is None:
         return FeedShapes(dict(dims), symbols)
     return FeedShapes({**dims, **shapes.dims}, symbols, shapes.skeleton, shapes.indices)

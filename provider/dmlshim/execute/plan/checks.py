@@ -13,7 +13,7 @@ import onnx
 
 from ...errors import BadModelError, DmlShimError, TooLargeError
 from ...graph import node_path, subgraph_prefix, subgraphs
-from ...limits import check_static_values, unfeedable_inputs
+from ...limits import check_static_values, static_dims, unfeedable_inputs
 from ...translate import TensorInfo
 
 __all__ = ["EmulatedIO", "check_outputs_defined", "check_static_sizes", "refuse_static_sizes"]
@@ -186,14 +186,6 @@ def _read_names(graph: onnx.GraphProto) -> set[str]:
     return names
 
 
-def _static_dims(value: onnx.ValueInfoProto) -> tuple[int, ...] | None:
-    tensor = value.type.tensor_type
-    if not value.type.HasField("tensor_type") or not tensor.HasField("shape"):
-        return None
-    dims = tensor.shape.dim
-    return tuple(int(d.dim_value) for d in dims) if all(d.HasField("dim_value") for d in dims) else None
-
-
 def _subgraph_values(
     graph: onnx.GraphProto,
 ) -> tuple[dict[str, tuple[Sequence[int], int]], dict[str, tuple[str, str]]]:
@@ -212,7 +204,7 @@ def _subgraph_values(
                         if out:
                             producers[out] = (node_path(label, inner, j), inner.op_type)
                 for value in (*sub.value_info, *sub.output):
-                    dims = _static_dims(value)
+                    dims = static_dims(value)
                     if dims is not None and value.name not in given:
                         shapes[value.name] = (dims, value.type.tensor_type.elem_type)
                 walk(sub, label)

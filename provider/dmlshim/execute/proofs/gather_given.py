@@ -276,6 +276,16 @@ INFERRED_KEPT = 64
 """Distinct input shapes whose inferred shapes :class:`FeedShapes` keeps (then it starts over)."""
 
 
+def input_symbols(graph: onnx.GraphProto) -> dict[str, tuple[str, int]]:
+    """Each symbolic dimension name ``graph``'s inputs declare, with the first input and axis declaring it."""
+    symbols: dict[str, tuple[str, int]] = {}
+    for value in graph.input:
+        for axis, d in enumerate(value.type.tensor_type.shape.dim):
+            if d.dim_param and not d.HasField("dim_value"):
+                symbols.setdefault(d.dim_param, (value.name, axis))
+    return symbols
+
+
 @dataclass(frozen=True)
 class FeedShapes:
     """Shapes of lean gathers' inputs that follow from the feeds' shapes alone: each dim a size, or a
@@ -404,11 +414,7 @@ def feed_shapes(
     if not lean:
         return FeedShapes({}, {})
     graph = model.graph
-    symbols: dict[str, tuple[str, int]] = {}
-    for value in graph.input:
-        for axis, d in enumerate(value.type.tensor_type.shape.dim):
-            if d.dim_param and not d.HasField("dim_value"):
-                symbols.setdefault(d.dim_param, (value.name, axis))
+    symbols = input_symbols(graph)
     quantized = _next_to_quantization(graph)
     dims: dict[str, tuple[int | str | None, ...]] = {}
     static = {v.name for v in graph.input} | {t.name for t in graph.initializer}
