@@ -272,12 +272,16 @@ def _sparse_dense_bytes(sparse: onnx.SparseTensorProto) -> int:
     return count * RAW_ITEMSIZE.get(sparse.values.data_type, 1)
 
 
+def _held_sparse(attr: onnx.AttributeProto) -> list[onnx.SparseTensorProto]:
+    """The sparse tensors an attribute holds (``sparse_tensor`` and ``sparse_tensors``)."""
+    return [*([attr.sparse_tensor] if attr.HasField("sparse_tensor") else []), *attr.sparse_tensors]
+
+
 def _function_sparse(nodes: object, label: str, sparse: list[tuple[str, int]]) -> None:
     """Collect the sparse tensors the ``nodes`` of a model-local function (and their subgraphs) hold."""
     for node in nodes:  # type: ignore[attr-defined]
         for attr in node.attribute:
-            held = [attr.sparse_tensor] if attr.HasField("sparse_tensor") else []
-            held += list(attr.sparse_tensors)
+            held = _held_sparse(attr)
             sparse.extend(
                 (f"{label}/{node.name or node.op_type}.{attr.name}", _sparse_dense_bytes(t)) for t in held
             )
@@ -341,8 +345,7 @@ def _check_graph(
                 tensors.extend((f"{label}.{attr.name}", t) for t in attr.tensors)
             if attr.HasField("sparse_tensor") or attr.sparse_tensors:
                 label = f"{node_path(prefix, node, i)}.{attr.name}"
-                held_sparse = [attr.sparse_tensor] if attr.HasField("sparse_tensor") else []
-                sparse.extend((label, _sparse_dense_bytes(s)) for s in (*held_sparse, *attr.sparse_tensors))
+                sparse.extend((label, _sparse_dense_bytes(s)) for s in _held_sparse(attr))
         if not held:
             continue
         for attr_name, sub in subgraphs(node):
