@@ -55,13 +55,17 @@ def dense_function_constants(source: Any) -> tuple[Any, str | None]:
     whose local functions hold a sparse ``Constant``, the bytes of the model with those values dense (see
     the module docstring); and, for such bytes made from a file whose weights are external, the file's
     folder (their locations are relative to it), else None."""
+    import io
     import os
 
+    from ..execute.weights.file_slices import MODEL_FUNCTIONS, has_model_field
     from ..model.zero_depth_scatternd import file_has_field
 
     folder: str | None = None
     if isinstance(source, (bytes, bytearray, memoryview)):
-        if _MARK not in source:
+        # no local function (a walk of the top-level fields), or no sparse Constant: nothing to do, and no
+        # scan of a large model's bytes on every session build
+        if not has_model_field(io.BytesIO(source), MODEL_FUNCTIONS) or _MARK not in source:
             return source, None
         try:
             model = onnx.load_from_string(bytes(source))
@@ -69,7 +73,12 @@ def dense_function_constants(source: Any) -> tuple[Any, str | None]:
             return source, None  # onnxruntime reports what it cannot parse
     elif isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
-        if not file_has_field(path, _MARK):
+        try:
+            with open(path, "rb") as f:
+                functions = has_model_field(f, MODEL_FUNCTIONS)
+        except OSError:
+            return source, None  # onnxruntime reports what it cannot read
+        if not functions or not file_has_field(path, _MARK):
             return source, None
         try:
             model = onnx.load(path, load_external_data=False)

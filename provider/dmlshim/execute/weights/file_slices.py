@@ -89,6 +89,27 @@ def _skip(f: BinaryIO, wire: int) -> None:
         raise _WireError(f"wire type {wire} unexpected")
 
 
+MODEL_FUNCTIONS = 25
+"""``ModelProto.functions``: the model-local functions' field number."""
+
+
+def has_model_field(f: BinaryIO, number: int) -> bool:
+    """Whether the serialized ``ModelProto`` in ``f`` holds a top-level field ``number``: only the top-level
+    tags are read, each field's bytes skipped unread (a few reads, whatever the weights). True as well when
+    the bytes are no model this walk can read (the caller then looks further)."""
+    end = f.seek(0, os.SEEK_END)
+    f.seek(0)
+    try:
+        while f.tell() < end:
+            field, wire = _tag(f)
+            if field == number:
+                return True
+            _skip(f, wire)
+    except _WireError:
+        return True
+    return False
+
+
 def _split_raw(f: BinaryIO, end: int) -> tuple[bytes, tuple[int, int] | None]:
     """One TensorProto in [tell, end): the bytes of its fields but raw_data, and where raw_data lies
     (offset, length; the last one wins, as in protobuf)."""
