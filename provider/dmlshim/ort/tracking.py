@@ -96,8 +96,10 @@ class SessionTally:
 
 def _below_fl_3_0(level: str) -> bool:
     """Whether a run record's feature level (``DML_FEATURE_LEVEL_2_1``) is below 3_0 (an unknown one: no)."""
-    member = FeatureLevel.__members__.get("FL" + level.removeprefix("DML_FEATURE_LEVEL"))
-    return member is not None and member < FeatureLevel.FL_3_0
+    try:
+        return FeatureLevel.parse(level) < FeatureLevel.FL_3_0
+    except ValueError:
+        return False
 
 
 _ERROR_TEXT = 300
