@@ -183,8 +183,10 @@ def test_a_sparse_constant_in_a_local_function_gives_onnxruntimes_values(engine:
     import threading
 
     model = _function_model(100_000).SerializeToString()
-    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": X})[0]
-    np.testing.assert_array_equal(want[:, 0], [0.0, 4.0, 4.0])  # ONNX: c[:3] == [0, 1, 1]
+    # ONNX: c[:3] == [0, 1, 1] (onnxruntime's own session of this sparse form crashes now and then, on
+    # any thread: not built in the test process, which it would take down)
+    want = X[[0, 1, 1]]
+    np.testing.assert_array_equal(want[:, 0], [0.0, 4.0, 4.0])
     got: list[object] = []
 
     def work() -> None:
@@ -241,3 +243,37 @@ def test_onnxruntime_is_handed_function_constants_dense_from_bytes_and_from_a_pa
     plain = tmp_path / "plain.onnx"
     onnx.save(helper.make_model(helper.make_graph([], "g", [], []), ir_version=IR_VERSION), plain)
     assert dense_function_constants(str(plain)) == (str(plain), None)
+
+
+def test_the_functions_field_is_found_by_the_top_level_walk_and_hostile_bytes_never_raise(
+    tmp_path: Path,
+) -> None:
+    """The walk that lets a model without local functions skip the scan for sparse Constants: onnx's own
+    serialization of a model with functions holds field 25 and one without does not; broken bytes (a
+    truncated varint, a length past any file, garbage) answer True ("look further"), never an exception."""
+    import io
+
+    from dmlshim.execute.weights.file_slices import MODEL_FUNCTIONS, has_model_field
+    from dmlshim.runtime.sparse_functions import dense_function_constants
+
+    with_functions = _function_model(10).SerializeToString()
+    plain = onnx.load_from_string(with_functions)
+    del plain.functions[:]
+    assert has_model_field(io.BytesIO(with_functions), MODEL_FUNCTIONS)
+    assert not has_model_field(io.BytesIO(plain.SerializeToString()), MODEL_FUNCTIONS)
+    hostile = [
+        b"\x3a",  # a length-delimited field with no length
+        b"\x3a\xff\xff\xff\xff\xff\xff\xff\xff\x7f",  # a length past any file
+        b"\x3a\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01",  # a varint too long
+        b"\x00\x00\x00",  # field 0
+        bytes(range(256)),
+    ]
+    for data in hostile:
+        path = tmp_path / "hostile.onnx"
+        path.write_bytes(data)
+        assert has_model_field(io.BytesIO(data), MODEL_FUNCTIONS)
+        with open(path, "rb") as f:
+            assert has_model_field(f, MODEL_FUNCTIONS)
+        # nothing to densify: handed to onnxruntime as given, which reports what it cannot parse
+        assert dense_function_constants(data) == (data, None)
+        assert dense_function_constants(str(path)) == (str(path), None)

@@ -105,7 +105,7 @@ def has_model_field(f: BinaryIO, number: int) -> bool:
             if field == number:
                 return True
             _skip(f, wire)
-    except _WireError:
+    except (ValueError, OSError, OverflowError):  # a broken tag, or a length past any file (seek refuses it)
         return True
     return False
 
