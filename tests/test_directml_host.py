@@ -158,6 +158,11 @@ _FAKE_HOST = textwrap.dedent(
     import os, sys
     from pathlib import Path
     run = Path(".")
+    if (run / "start_fails").exists():  # its count: how many starts die before the device is made
+        left = int((run / "start_fails").read_text())
+        if left:
+            (run / "start_fails").write_text(str(left - 1))
+            sys.exit(1)
     device = "directml_version 1.15.4.0\\nadapter fake\\nmax_feature_level 0x6400\\nok\\n"
     (run / "device.txt").write_text(device)
     for job in (run / "jobs.txt").read_text().split():
@@ -286,3 +291,21 @@ def test_allow_builtin_widens_native_only_overrides() -> None:
         "d3d12,d3d12core,dxgi,wined3d=n,b;mscoree,mshtml="
     )
     assert allow_builtin("x=b") == "x=b"
+
+
+@pytest.mark.parametrize("fails", [1, 2])
+def test_run_host_starts_again_once_when_it_dies_before_its_device(tmp_path: Path, fails: int) -> None:
+    """A host that exits before making its device, saying nothing (a Wine start-up hiccup, seen in CI), is
+    started once more; a second such exit is the device error it always was."""
+    model = load_model_file(SEEDS / "scatter_nd" / "model.json")
+    run_dir = tmp_path / "run"
+    (run_dir / "a").mkdir(parents=True)
+    write_job(model, run_dir / "a")
+    (run_dir / "start_fails").write_text(str(fails))
+    if fails == 2:
+        with pytest.raises(BadInputError, match="could not create its device"):
+            run_host(Path("host.exe"), run_dir, ["a"], _fake_stack(tmp_path), timeout_s=60)
+        return
+    run = run_host(Path("host.exe"), run_dir, ["a"], _fake_stack(tmp_path), timeout_s=60)
+    assert run.results["a"].status == "ok"
+    assert run.processes == 2
