@@ -83,7 +83,7 @@ def _child(
 
         session_class = dmlshim.InferenceSession  # the first use imports the session modules
         imported = time.perf_counter() - start
-        engine = side[len(ENGINE_SIDE):] if side.startswith(ENGINE_SIDE) else None
+        engine = side[len(ENGINE_SIDE) :] if side.startswith(ENGINE_SIDE) else None
         cpu, start = time.process_time(), time.perf_counter()
         session = session_class(model, so) if engine is None else session_class(model, so, engine=engine)
     build = time.perf_counter() - start
@@ -148,8 +148,11 @@ def prepare(config: DecoderConfig, workdir: Path, external: bool) -> tuple[Path,
     feeds_path = workdir / f"{tag}_feeds.npz"
     if not (model_path.exists() and feeds_path.exists()):
         code = _GENERATE.format(
-            repo=str(Path(__file__).resolve().parent.parent), config=repr(vars(config)),
-            model=str(model_path), feeds=str(feeds_path), external=external,
+            repo=str(Path(__file__).resolve().parent.parent),
+            config=repr(vars(config)),
+            model=str(model_path),
+            feeds=str(feeds_path),
+            external=external,
         )
         subprocess.run([sys.executable, "-c", code], check=True)
     return model_path, feeds_path
@@ -174,8 +177,9 @@ with np.load(sys.argv[1]) as a, np.load(sys.argv[2]) as b:
 
 def _max_diff(ours: Path, theirs: Path) -> float:
     # In a child, for the reason prepare() gives.
-    done = subprocess.run([sys.executable, "-c", _DIFF, str(ours), str(theirs)], check=True,
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-c", _DIFF, str(ours), str(theirs)], check=True, capture_output=True, text=True
+    )
     return float(done.stdout.strip())
 
 
@@ -207,8 +211,15 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
             row["ort_twice"] = _measure([py, "-c", _ORT_VALIDATE, str(model), str(feeds), "twice"])
             if args.polygraphy:
                 row["polygraphy"] = _measure(
-                    [args.polygraphy, "run", str(model), "--onnxrt", "--onnxrt", "--load-inputs",
-                     str(_polygraphy_feeds(args.polygraphy, feeds))]
+                    [
+                        args.polygraphy,
+                        "run",
+                        str(model),
+                        "--onnxrt",
+                        "--onnxrt",
+                        "--load-inputs",
+                        str(_polygraphy_feeds(args.polygraphy, feeds)),
+                    ]
                 )
         repeats.append(row)
         args.log(f"repeat {r + 1}: " + json.dumps(_ratios(row)))
@@ -230,8 +241,10 @@ def _polygraphy_feeds(polygraphy: str, feeds: Path) -> Path:
     if not target.exists():
         with open(polygraphy, encoding="utf-8") as script:
             interpreter = script.readline()[2:].strip()
-        code = ("import sys, numpy as np; from polygraphy.json import save_json; "
-                "save_json([dict(np.load(sys.argv[1]))], sys.argv[2])")
+        code = (
+            "import sys, numpy as np; from polygraphy.json import save_json; "
+            "save_json([dict(np.load(sys.argv[1]))], sys.argv[2])"
+        )
         subprocess.run([interpreter, "-c", code, str(feeds), str(target)], check=True)
     return target
 
@@ -248,8 +261,12 @@ def _ratios(row: dict[str, Any]) -> dict[str, float]:
     engine = next((side for side in row if side.startswith(ENGINE_SIDE)), None)
     if engine is not None:
         e = row[engine]
-        for key, num, den in (("build", "build", "build"), ("first_run", "first", "first"),
-                              ("run_p50", "p50", "p50"), ("peak_rss", "rss_mb", "rss_mb")):
+        for key, num, den in (
+            ("build", "build", "build"),
+            ("first_run", "first", "first"),
+            ("run_p50", "p50", "p50"),
+            ("peak_rss", "rss_mb", "rss_mb"),
+        ):
             ratios[f"{engine} {key} vs ort"] = e[num] / o[den]
             ratios[f"{engine} {key} vs default"] = e[num] / d[den]
     if "validate" in row:
@@ -273,16 +290,23 @@ def table(result: dict[str, Any]) -> str:
         for side in _sides(result.get("engine")):
             m = row[side]
             lines.append(
-                f"| {i} | {side} | {m.get('import', 0.0):.2f} | {m['build']:.2f} | {m['first']:.3f} | {m['p50'] * 1e3:.1f} | "
+                f"| {i} | {side} | {m.get('import', 0.0):.2f} | {m['build']:.2f} | {m['first']:.3f} | "
+                f"{m['p50'] * 1e3:.1f} | "
                 f"{m['rss_mb']:.0f} | {m.get('path') or ''} |"
             )
         for side in ("validate", "ort_once", "ort_twice", "polygraphy"):
             if side in row:
                 m = row[side]
-                lines.append(f"| {i} | {side} (whole process) | | {m['wall']:.2f} | | | {m['rss_mb']:.0f} | |")
-    lines += ["", "| ratio (dmlshim / onnxruntime) | " + " | ".join(f"repeat {i + 1}" for i in
-                                                                       range(len(result["ratios"]))) + " |",
-              "| --- |" + " ---: |" * len(result["ratios"])]
+                lines.append(
+                    f"| {i} | {side} (whole process) | | {m['wall']:.2f} | | | {m['rss_mb']:.0f} | |"
+                )
+    lines += [
+        "",
+        "| ratio (dmlshim / onnxruntime) | "
+        + " | ".join(f"repeat {i + 1}" for i in range(len(result["ratios"])))
+        + " |",
+        "| --- |" + " ---: |" * len(result["ratios"]),
+    ]
     for key in result["ratios"][0]:
         lines.append(f"| {key} | " + " | ".join(f"{r[key]:.2f}" for r in result["ratios"]) + " |")
     lines.append(f"\nmax |dmlshim - onnxruntime| over the outputs: {result['max_abs_diff']}")
@@ -306,7 +330,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-validate", action="store_true")
     parser.add_argument("--engine", help="also run dmlshim with this engine (customop, partitioned, ...)")
     parser.add_argument(
-        "--with-options", action="store_true",
+        "--with-options",
+        action="store_true",
         help="both sides built with the same caller's SessionOptions "
         "(2 intra-op threads, extended optimization)",
     )

@@ -200,9 +200,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument(
-        "--models", nargs="+", choices=MODELS + HELD_OUT, help=f"default: {' '.join(MODELS)}"
-    )
+    parser.add_argument("--models", nargs="+", choices=MODELS + HELD_OUT, help=f"default: {' '.join(MODELS)}")
     parser.add_argument(
         "--held-out",
         action="store_true",

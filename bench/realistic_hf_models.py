@@ -172,8 +172,9 @@ def bert_base(batch: int = 4, sequence: int = 128) -> Export:
     )
 
 
-def _static_step(model: Any, config: Any, layers: int, past: int, cache_len: int, seed: int,
-                 description: str) -> Export:
+def _static_step(
+    model: Any, config: Any, layers: int, past: int, cache_len: int, seed: int, description: str
+) -> Export:
     """A decoder writing one token into a transformers ``StaticCache`` of ``cache_len`` positions at
     ``cache_position = past`` (``index_copy_``, exported as ScatterND): caches in, updated caches out."""
     import torch

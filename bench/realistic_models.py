@@ -72,16 +72,24 @@ class _Tensors:
         offset = -self._data.tell() % _ALIGN + self._data.tell()
         self._data.seek(offset)
         self._data.write(np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes())
-        tensor = onnx.TensorProto(name=name, data_type=helper.np_dtype_to_tensor_dtype(array.dtype),
-                                  dims=array.shape, data_location=onnx.TensorProto.EXTERNAL)
-        for key, value in (("location", self._location), ("offset", str(offset)),
-                           ("length", str(array.nbytes))):
+        tensor = onnx.TensorProto(
+            name=name,
+            data_type=helper.np_dtype_to_tensor_dtype(array.dtype),
+            dims=array.shape,
+            data_location=onnx.TensorProto.EXTERNAL,
+        )
+        for key, value in (
+            ("location", self._location),
+            ("offset", str(offset)),
+            ("length", str(array.nbytes)),
+        ):
             tensor.external_data.add(key=key, value=value)
         return tensor
 
 
-def decoder_step(config: DecoderConfig, seed: int = 0, *, data: BinaryIO | None = None,
-                 location: str = "") -> onnx.ModelProto:
+def decoder_step(
+    config: DecoderConfig, seed: int = 0, *, data: BinaryIO | None = None, location: str = ""
+) -> onnx.ModelProto:
     """The decoder step of ``config`` (see the module docstring) with random weights; tensors of 1 KiB or
     more are appended to ``data`` (an open binary file named ``location`` beside the model) when given."""
     rng = np.random.default_rng(seed)
@@ -140,8 +148,9 @@ def decoder_step(config: DecoderConfig, seed: int = 0, *, data: BinaryIO | None 
         a = layer_norm(x, f"l{i}_ln1")
         qkv = linear(a, f"l{i}_qkv", h, 3 * h)
         nodes.append(
-            helper.make_node("Split", [qkv, "split_qkv"], [f"l{i}_q", f"l{i}_k", f"l{i}_v"], axis=-1,
-                             name=f"Split_l{i}")
+            helper.make_node(
+                "Split", [qkv, "split_qkv"], [f"l{i}_q", f"l{i}_k", f"l{i}_v"], axis=-1, name=f"Split_l{i}"
+            )
         )
         heads = {}
         for part in "qkv":
@@ -166,8 +175,11 @@ def decoder_step(config: DecoderConfig, seed: int = 0, *, data: BinaryIO | None 
         m = layer_norm(x, f"l{i}_ln2")
         up = linear(m, f"l{i}_fc", h, 4 * h)
         erf = node("Erf", [node("Mul", [up, "inv_sqrt2"], f"l{i}_gs")], f"l{i}_erf")
-        gelu = node("Mul", [node("Mul", [up, "half"], f"l{i}_gh"), node("Add", [erf, "one"], f"l{i}_ge")],
-                    f"l{i}_gelu")
+        gelu = node(
+            "Mul",
+            [node("Mul", [up, "half"], f"l{i}_gh"), node("Add", [erf, "one"], f"l{i}_ge")],
+            f"l{i}_gelu",
+        )
         down = linear(gelu, f"l{i}_down", 4 * h, h)
         x = node("Add", [x, down], f"l{i}_res2")
     x = layer_norm(x, "ln_f")
@@ -205,8 +217,12 @@ def write_model(model: onnx.ModelProto, path: Path, *, external: bool = False) -
     path.parent.mkdir(parents=True, exist_ok=True)
     if external:
         onnx.save_model(
-            model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
-            location=path.name + ".data", size_threshold=1024,
+            model,
+            str(path),
+            save_as_external_data=True,
+            all_tensors_to_one_file=True,
+            location=path.name + ".data",
+            size_threshold=1024,
         )
     else:
         onnx.save_model(model, str(path))

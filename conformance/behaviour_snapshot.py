@@ -42,10 +42,34 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-DROPPED_KEYS = frozenset({  # none occurs in today's outputs: they guard against timings/versions to come
-    "seconds", "elapsed", "elapsed_s", "elapsed_seconds", "duration", "duration_s", "durations", "time",
-    "time_s", "times", "timing", "timings", "wall_time", "timestamp", "created", "pid", "version", "versions",
-    "dmlshim_version", "onnxruntime_version", "onnx_version", "numpy_version", "python_version", "hostname"})
+DROPPED_KEYS = frozenset(
+    {  # none occurs in today's outputs: they guard against timings/versions to come
+        "seconds",
+        "elapsed",
+        "elapsed_s",
+        "elapsed_seconds",
+        "duration",
+        "duration_s",
+        "durations",
+        "time",
+        "time_s",
+        "times",
+        "timing",
+        "timings",
+        "wall_time",
+        "timestamp",
+        "created",
+        "pid",
+        "version",
+        "versions",
+        "dmlshim_version",
+        "onnxruntime_version",
+        "onnx_version",
+        "numpy_version",
+        "python_version",
+        "hostname",
+    }
+)
 TMP_NAME = re.compile(r"(/tmp|/var/tmp)/[^\s\"'/]+")
 EXCLUDED_ENGINES = ("directml",)  # needs Windows or the Wine stack; not part of the snapshot
 TIMEOUT = 600
@@ -148,8 +172,12 @@ def api_digest(model: str, npz: str, engines: list[str]) -> int:
                 try:
                     outs = sess.run(None, feeds)
                     rec = sess.last_run_record
-                    runs.append({"outputs": dict(zip(names, array_digest(list(outs)), strict=True)),
-                                 "record": rec.to_json() if rec is not None else None})
+                    runs.append(
+                        {
+                            "outputs": dict(zip(names, array_digest(list(outs)), strict=True)),
+                            "record": rec.to_json() if rec is not None else None,
+                        }
+                    )
                 except Exception as exc:  # an error is behaviour too: keep its type and message
                     runs.append({"error": type(exc).__name__, "message": str(exc)})
             result[engine] = {"outputs": names, "runs": runs}
@@ -228,8 +256,10 @@ def record(out_dir: Path, models_dir: Path, quick: bool, jobs: int) -> int:
     elapsed = time.monotonic() - start
     # Not compared by `diff`: where and how long.
     dmlshim_file = sys.modules["dmlshim"].__file__  # which tree's dmlshim was recorded
-    (out_dir / "_run.txt").write_text(f"dmlshim={dmlshim_file}\nmodels_dir={models_dir}\nquick={quick}\n"
-                                      f"jobs={jobs}\nelapsed_seconds={elapsed:.0f}\n")
+    (out_dir / "_run.txt").write_text(
+        f"dmlshim={dmlshim_file}\nmodels_dir={models_dir}\nquick={quick}\n"
+        f"jobs={jobs}\nelapsed_seconds={elapsed:.0f}\n"
+    )
     print(f"recorded {len(models)} models in {elapsed:.0f} s into {out_dir}", file=sys.stderr)
     return 0
 
@@ -285,8 +315,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "record":
         if os.environ.get("PYTHONHASHSEED") != "0":  # set/dict order in outputs must not vary between runs
-            os.execve(sys.executable, [sys.executable, __file__, *sys.argv[1:]],
-                      {**os.environ, "PYTHONHASHSEED": "0"})
+            os.execve(
+                sys.executable,
+                [sys.executable, __file__, *sys.argv[1:]],
+                {**os.environ, "PYTHONHASHSEED": "0"},
+            )
         os.chdir(ROOT)
         import dmlshim  # noqa: F401  # imported once here: every command runs in a fork of this process
 

@@ -84,7 +84,6 @@ def session_pair(model: onnx.ModelProto, monkeypatch: pytest.MonkeyPatch, **kwar
     return default, full
 
 
-
 def untaken(record: Any) -> Any:
     nodes = tuple(
         dataclasses.replace(n, notes=tuple(x for x in n.notes if x[0] not in TAKEN)) for n in record.nodes

@@ -35,11 +35,18 @@ def test_normalise_drops_only_timings_pids_and_versions() -> None:
 
 def test_normalise_replaces_root_and_temp_names() -> None:
     subs = (("/tmp/snapabc", "<tmp>"), ("/work/wt/x", "<root>"))
-    doc = {"output_file": "/tmp/snapabc/run_cpu.npz", "model": "/work/wt/x/onnx_models/a.onnx",
-           "msg": "wrote /tmp/tmpq1w2e3/model.onnx", "rel": "onnx_models/a.onnx"}
+    doc = {
+        "output_file": "/tmp/snapabc/run_cpu.npz",
+        "model": "/work/wt/x/onnx_models/a.onnx",
+        "msg": "wrote /tmp/tmpq1w2e3/model.onnx",
+        "rel": "onnx_models/a.onnx",
+    }
     assert snap.normalise(doc, subs) == {
-        "output_file": "<tmp>/run_cpu.npz", "model": "<root>/onnx_models/a.onnx",
-        "msg": "wrote <tmp>/model.onnx", "rel": "onnx_models/a.onnx"}
+        "output_file": "<tmp>/run_cpu.npz",
+        "model": "<root>/onnx_models/a.onnx",
+        "msg": "wrote <tmp>/model.onnx",
+        "rel": "onnx_models/a.onnx",
+    }
 
 
 def test_array_digest_covers_dtype_shape_and_bytes() -> None:
@@ -70,8 +77,10 @@ def test_diff_exit_codes_and_lines(tmp_path: Path, capsys: pytest.CaptureFixture
     _write(new, "extra.onnx.json", doc)
     assert snap.main(["diff", str(old), str(new)]) == 1
     out = capsys.readouterr().out.splitlines()
-    assert out == ["extra.onnx.json: only in NEW",
-                   'm.onnx.json: .run_cpu.stdout.record.nodes[0].status: "dml" -> "fallback"']
+    assert out == [
+        "extra.onnx.json: only in NEW",
+        'm.onnx.json: .run_cpu.stdout.record.nodes[0].status: "dml" -> "fallback"',
+    ]
 
 
 def test_diff_refuses_empty_folders(tmp_path: Path) -> None:

@@ -13,7 +13,9 @@ from bench import realistic
 
 def test_a_child_writing_more_than_a_pipe_holds_on_stderr_is_measured(tmp_path: Path) -> None:
     child = tmp_path / "child.py"
-    child.write_text('import sys\nsys.stderr.write("w" * 400_000)\nprint(\'{"built": 1}\')\n', encoding="utf-8")
+    child.write_text(
+        'import sys\nsys.stderr.write("w" * 400_000)\nprint(\'{"built": 1}\')\n', encoding="utf-8"
+    )
     found: dict[str, object] = {}
     worker = threading.Thread(target=lambda: found.update(realistic._measure([sys.executable, str(child)])))
     worker.daemon = True

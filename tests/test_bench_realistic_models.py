@@ -16,7 +16,6 @@ from tests.oracle import ort_run
 TINY = DecoderConfig(layers=2, hidden=64, heads=4, vocab=500, positions=32, past=5)
 
 
-
 @pytest.fixture(scope="module")
 def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("realistic")

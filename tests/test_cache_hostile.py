@@ -29,7 +29,6 @@ def _model(nodes, inputs, outputs, initializers=(), opset: int = 13) -> onnx.Mod
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
 
 
-
 def _translations(model: onnx.ModelProto) -> dict[str, dict[str, object]]:
     return {t.name: t.to_json() for t in translate_model(model).nodes}
 

@@ -32,8 +32,18 @@ def _check(model: Any, feeds: dict[str, np.ndarray]) -> None:
 
 
 ALL_TYPES = [
-    np.float32, np.float64, np.float16, np.int8, np.int16, np.int32, np.int64,
-    np.uint8, np.uint16, np.uint32, np.uint64, np.bool_,
+    np.float32,
+    np.float64,
+    np.float16,
+    np.int8,
+    np.int16,
+    np.int32,
+    np.int64,
+    np.uint8,
+    np.uint16,
+    np.uint32,
+    np.uint64,
+    np.bool_,
 ]
 
 
@@ -120,7 +130,6 @@ def test_dispatch_leaves_other_python_ops_to_the_original() -> None:
 
 def test_no_array_dispatch_without_the_hook_points() -> None:
     assert custom_op_bridge._dispatch_with_arrays(SimpleNamespace(PyCustomOpDef=SimpleNamespace())) is None
-
 
 
 @pytest.mark.parametrize("arrays", [True, False], ids=["array-bridge", "list-bridge"])

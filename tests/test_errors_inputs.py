@@ -40,7 +40,11 @@ def session() -> InferenceSession:
             "input_ids",
             ["(2, 7)", "index: 1 Got: 7 Expected: 6"],
         ),
-        ({"input_ids": np.zeros(12, np.int64), "position_ids": IDS}, "input_ids", ["Invalid rank for input: input_ids Got: 1 Expected: 2", "(12,)"]),
+        (
+            {"input_ids": np.zeros(12, np.int64), "position_ids": IDS},
+            "input_ids",
+            ["Invalid rank for input: input_ids Got: 1 Expected: 2", "(12,)"],
+        ),
         # onnxruntime's run refuses a numpy scalar (RuntimeError): so does dmlshim, saying what to feed
         ({"input_ids": np.int64(3), "position_ids": IDS}, "input_ids", ["numpy.int64", "numpy.asarray"]),
         ({"input_ids": "abc", "position_ids": IDS}, "input_ids", ["int64"]),

@@ -48,8 +48,6 @@ def _elements_feeds(batch: int = 24, seed: int = 0) -> dict[str, np.ndarray]:
     }
 
 
-
-
 def test_a_gather_is_compared_on_the_first_runs_then_taken_from_onnxruntime() -> None:
     model, feeds = _elements_model(), _elements_feeds()
     want = ort_run(model, feeds)
@@ -86,6 +84,7 @@ def test_full_check_compares_on_every_run(monkeypatch: pytest.MonkeyPatch) -> No
     for _ in range(steps.PROVE_RUNS + 2):
         assert_same_bits(session.run(None, feeds), want)
         assert node_notes(session) == [[]]
+
     # A wrong element from onnxruntime is caught by the comparison: the partitions answer, correctly.
     def change(g: np.ndarray) -> None:
         g.reshape(-1)[5] += 1.0

@@ -88,7 +88,6 @@ def _notes(session: Any) -> list[str]:
     return [code for code, _ in node.notes]
 
 
-
 @pytest.mark.parametrize("op", ["GatherElements", "Gather"])
 def test_a_gather_of_clipped_positions_is_onnxruntimes_from_the_first_run(op: str) -> None:
     model = _model(op=op)
@@ -152,8 +151,9 @@ def _prover(nodes: list[onnx.NodeProto], inits: list[onnx.TensorProto]) -> Any:
 
 
 def test_what_the_graph_proves_non_negative() -> None:
-    zero, minus = numpy_helper.from_array(np.array(0, np.int64), "zero"), numpy_helper.from_array(
-        np.array(-1, np.int64), "minus"
+    zero, minus = (
+        numpy_helper.from_array(np.array(0, np.int64), "zero"),
+        numpy_helper.from_array(np.array(-1, np.int64), "minus"),
     )
     nodes = [
         helper.make_node("Clip", ["x", "zero"], ["clipped"]),

@@ -36,7 +36,6 @@ def _model(op: str, inputs: list[str], **attrs) -> bytes:
     return model.SerializeToString()
 
 
-
 _RANK0 = [
     ("GatherND", ["d", "i"], {"i": np.zeros((1, 0), np.int64)}),
     ("GatherND", ["d", "i"], {"i": np.zeros((3, 0), np.int64)}),

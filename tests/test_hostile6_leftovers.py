@@ -25,7 +25,6 @@ ENGINES = ("partitioned", "customop", "cpu")
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
 
 
-
 def _gather(node_name: str, input_name: str, output_name: str, weight: str = "W") -> onnx.ModelProto:
     x = helper.make_tensor_value_info(input_name, TensorProto.INT64, [2, 2])
     y = helper.make_tensor_value_info(output_name, TensorProto.FLOAT, [2, 2, 3])

@@ -47,7 +47,6 @@ def _loop_scatter() -> bytes:
     return model.SerializeToString()
 
 
-
 @pytest.mark.parametrize("engine", ENGINES)
 def test_index_out_of_range_in_a_loop_body_names_the_body_node(engine: str) -> None:
     """The partitioned and cpu engines raised a BadInputError naming the Loop (onnxruntime's message names
@@ -59,7 +58,8 @@ def test_index_out_of_range_in_a_loop_body_names_the_body_node(engine: str) -> N
         "upd": np.arange(12, dtype=np.float32).reshape(4, 3),
     }
     np.testing.assert_array_equal(
-        dmlshim.InferenceSession(model, engine=engine).run(None, good)[0], ort_session(model).run(None, good)[0]
+        dmlshim.InferenceSession(model, engine=engine).run(None, good)[0],
+        ort_session(model).run(None, good)[0],
     )
     bad = {
         "n": np.array(5),

@@ -92,7 +92,7 @@ def test_threads_sharing_a_session_each_get_their_own_shapes_values(engine: str)
                 want = reference.run(None, feeds)[0]
                 if got.shape != want.shape or not np.array_equal(got, want):
                     problems.append((k, r, got, want))
-        except Exception as exc:  # noqa: BLE001 - reported below with the thread that raised it
+        except Exception as exc:
             problems.append((k, repr(exc)))
 
     threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]

@@ -69,7 +69,7 @@ def test_external_data_entries_are_read_or_refused_as_onnxruntime_does(case: str
     feeds = {"x": np.array([1, -1])}
     try:
         want = ort_session(path).run(None, feeds)
-    except Exception as exc:  # noqa: BLE001 - onnxruntime's refusal is the expectation
+    except Exception as exc:
         want, theirs = None, exc
     if case == "location_twice" and want is not None:
         pytest.skip("onnxruntime 1.24 reads a repeated location key; dmlshim refuses it, as 1.32 does")
@@ -99,12 +99,18 @@ def test_a_dml_output_that_is_no_numpy_file_is_named_as_such(content: bytes, tmp
     np.savez(tmp_path / "in.npz", x=np.array([1, -1]))
     export = subprocess.run(
         [sys.executable, "-m", "dmlshim", "export", path, "--inputs", "in.npz", "-o", "exp", "-q"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert export.returncode == 0, export.stderr
     (tmp_path / "exp" / "000_g" / "dml_output.npy").write_bytes(content)
     done = subprocess.run(
-        [sys.executable, "-m", "dmlshim", "compare", "exp"], cwd=tmp_path, capture_output=True, text=True,
+        [sys.executable, "-m", "dmlshim", "compare", "exp"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
         timeout=600,
     )
     assert done.returncode == 1 and "Traceback" not in done.stderr

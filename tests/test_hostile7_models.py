@@ -26,8 +26,15 @@ def _vi(name: str, elem: int, shape: list | None) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, elem, shape)
 
 
-def _model(nodes: list, inputs: list, outputs: list, *, inits: tuple = (), opsets: list | None = None,
-           functions: tuple = ()) -> bytes:
+def _model(
+    nodes: list,
+    inputs: list,
+    outputs: list,
+    *,
+    inits: tuple = (),
+    opsets: list | None = None,
+    functions: tuple = (),
+) -> bytes:
     graph = helper.make_graph(nodes, "h7", inputs, outputs, list(inits))
     model = helper.make_model(
         graph,
@@ -43,7 +50,7 @@ def _same_as_onnxruntime(model: bytes, feeds: dict[str, Any], engine: str) -> No
     class naming what onnxruntime's message names."""
     try:
         want = ort_session(model).run(None, feeds)
-    except Exception as theirs:  # noqa: BLE001 - whatever onnxruntime raises is the expectation
+    except Exception as theirs:
         with pytest.raises(type(theirs)) as info:
             dmlshim.InferenceSession(model, engine=engine).run(None, feeds)
         assert isinstance(info.value, DmlShimError)
@@ -63,8 +70,13 @@ def _local_function_named(op: str, domain: str, opset: int = 18) -> bytes:
     if domain not in ("", "ai.onnx"):
         opsets.append(helper.make_opsetid(domain, 1))
     node = helper.make_node(op, ["d", "i"], ["o"], name="g", domain=domain)
-    return _model([node], [_vi("d", F, [3, 4]), _vi("i", I64, [2, 4])], [_vi("o", F, None)], opsets=opsets,
-                  functions=(function,))
+    return _model(
+        [node],
+        [_vi("d", F, [3, 4]), _vi("i", I64, [2, 4])],
+        [_vi("o", F, None)],
+        opsets=opsets,
+        functions=(function,),
+    )
 
 
 @pytest.mark.parametrize(
@@ -113,7 +125,9 @@ def test_a_failed_custom_op_names_the_models_node_not_a_node_the_lowering_added(
     assert (info.value.node, info.value.op_type) == ("g", "Gather")
 
 
-def _one(op: str, feeds: dict[str, np.ndarray], *, opset: int = 18, out: str | None = None, **attrs: Any) -> bytes:
+def _one(
+    op: str, feeds: dict[str, np.ndarray], *, opset: int = 18, out: str | None = None, **attrs: Any
+) -> bytes:
     """One node ``op`` over graph inputs of undeclared shape named after ``feeds`` (in order)."""
     names = list(feeds)
     elems = {n: helper.np_dtype_to_tensor_dtype(np.asarray(v).dtype) for n, v in feeds.items()}
@@ -135,50 +149,108 @@ def _add(name: str, op: str, feeds: dict[str, Any], **attrs: Any) -> None:
 
 
 for _dt in (np.bool_, np.uint8, np.int8, np.uint16, np.uint32, np.uint64, np.float16, np.float64):
-    _data = np.array([1, 0, 1], dtype=_dt) if _dt is np.bool_ else np.array([0, 1, np.iinfo(_dt).max if
-                                                                            np.dtype(_dt).kind == "u" else -1], _dt)
+    _data = (
+        np.array([1, 0, 1], dtype=_dt)
+        if _dt is np.bool_
+        else np.array([0, 1, np.iinfo(_dt).max if np.dtype(_dt).kind == "u" else -1], _dt)
+    )
     _add(f"gather_{np.dtype(_dt).name}", "Gather", {"d": _data, "i": np.array([2, -3])})
-    _add(f"scatter_elements_{np.dtype(_dt).name}", "ScatterElements",
-         {"d": _data, "i": np.array([-1]), "u": _data[:1]})
+    _add(
+        f"scatter_elements_{np.dtype(_dt).name}",
+        "ScatterElements",
+        {"d": _data, "i": np.array([-1]), "u": _data[:1]},
+    )
 _add("gather_string", "Gather", {"d": np.array(["a", "bb", ""], dtype=object), "i": np.array([2, -3])})
 for _v in (_I32.min, _I32.max, 3, -4):
     _add(f"gather_int32_{_v}", "Gather", {"d": A, "i": np.array([_v, 0], np.int32)})
-    _add(f"gather_elements_int32_{_v}", "GatherElements", {"d": A, "i": np.array([[_v], [0], [1]], np.int32)},
-         axis=-1)
+    _add(
+        f"gather_elements_int32_{_v}",
+        "GatherElements",
+        {"d": A, "i": np.array([[_v], [0], [1]], np.int32)},
+        axis=-1,
+    )
 for _v in (_I64.min, _I64.max, 3, -4):
     _add(f"gather_nd_{_v}", "GatherND", {"d": A, "i": np.array([[_v, 0]])})
     _add(f"scatter_nd_{_v}", "ScatterND", {"d": A, "i": np.array([[_v]]), "u": np.ones((1, 4), np.float32)})
 _add("gather_empty_indices", "Gather", {"d": A, "i": np.zeros((0, 2), np.int64)}, axis=1)
-_add("gather_empty_data_out_of_range", "Gather", {"d": np.zeros((0, 3), np.float32), "i": np.array([5])}, axis=1)
+_add(
+    "gather_empty_data_out_of_range",
+    "Gather",
+    {"d": np.zeros((0, 3), np.float32), "i": np.array([5])},
+    axis=1,
+)
 _add("gather_from_empty_axis", "Gather", {"d": np.zeros((0, 3), np.float32), "i": np.array([0])})
-_add("gather_elements_empty_out_of_range", "GatherElements",
-     {"d": np.zeros((0, 3), np.float32), "i": np.full((0, 2), 9)}, axis=1)
-_add("scatter_nd_empty_updates", "ScatterND",
-     {"d": A, "i": np.zeros((0, 1), np.int64), "u": np.zeros((0, 4), np.float32)})
-_add("scatter_nd_empty_data_out_of_range", "ScatterND",
-     {"d": np.zeros((2, 0), np.float32), "i": np.array([[7]]), "u": np.zeros((1, 0), np.float32)})
-_add("scatter_elements_empty_indices_wider", "ScatterElements",
-     {"d": A, "i": np.zeros((0, 5), np.int64), "u": np.zeros((0, 5), np.float32)})
+_add(
+    "gather_elements_empty_out_of_range",
+    "GatherElements",
+    {"d": np.zeros((0, 3), np.float32), "i": np.full((0, 2), 9)},
+    axis=1,
+)
+_add(
+    "scatter_nd_empty_updates",
+    "ScatterND",
+    {"d": A, "i": np.zeros((0, 1), np.int64), "u": np.zeros((0, 4), np.float32)},
+)
+_add(
+    "scatter_nd_empty_data_out_of_range",
+    "ScatterND",
+    {"d": np.zeros((2, 0), np.float32), "i": np.array([[7]]), "u": np.zeros((1, 0), np.float32)},
+)
+_add(
+    "scatter_elements_empty_indices_wider",
+    "ScatterElements",
+    {"d": A, "i": np.zeros((0, 5), np.int64), "u": np.zeros((0, 5), np.float32)},
+)
 _add("gather_axis_minus_rank", "Gather", {"d": A, "i": np.array(-3)}, axis=-2)
 _add("gather_axis_rank", "Gather", {"d": A, "i": np.array(1)}, axis=2)
 _add("gather_scalar_data", "Gather", {"d": np.array(1.0, np.float32), "i": np.array(0)})
-_add("scatter_elements_rank0", "ScatterElements",
-     {"d": np.array(1.0, np.float32), "i": np.array(0), "u": np.array(2.0, np.float32)})
+_add(
+    "scatter_elements_rank0",
+    "ScatterElements",
+    {"d": np.array(1.0, np.float32), "i": np.array(0), "u": np.array(2.0, np.float32)},
+)
 _add("gather_nd_batch_dims_rank", "GatherND", {"d": A, "i": np.zeros((3, 4), np.int64)}, batch_dims=2)
 _add("gather_nd_batch_dims_negative", "GatherND", {"d": A, "i": np.zeros((3, 1), np.int64)}, batch_dims=-1)
-_add("scatter_elements_minus_rank_add", "ScatterElements",
-     {"d": A, "i": np.array([[1, -2, 0, 1]]), "u": np.ones((1, 4), np.float32)}, axis=-2, reduction="add")
-_add("scatter_elements_nan_max", "ScatterElements",
-     {"d": np.array([0.0, -0.0, np.nan, np.inf], np.float32), "i": np.array([0, 1, 2, 3, 0, 1]),
-      "u": np.array([-0.0, 0.0, 1.0, -np.inf, np.nan, np.nan], np.float32)}, reduction="max")
-_add("scatter_elements_int32_overflow_add", "ScatterElements",
-     {"d": np.array([_I32.max, _I32.min], np.int32), "i": np.array([0, 1, 0]),
-      "u": np.array([1, -1, 5], np.int32)}, reduction="add")
-_add("scatter_nd_duplicates_mul", "ScatterND",
-     {"d": A, "i": np.array([[1], [1], [-2]]), "u": np.arange(12, dtype=np.float32).reshape(3, 4)},
-     reduction="mul")
-_add("scatter_opset9", "Scatter", {"d": A, "i": np.array([[1, -1]]), "u": np.array([[7, 8]], np.float32)},
-     opset=9, axis=1)
+_add(
+    "scatter_elements_minus_rank_add",
+    "ScatterElements",
+    {"d": A, "i": np.array([[1, -2, 0, 1]]), "u": np.ones((1, 4), np.float32)},
+    axis=-2,
+    reduction="add",
+)
+_add(
+    "scatter_elements_nan_max",
+    "ScatterElements",
+    {
+        "d": np.array([0.0, -0.0, np.nan, np.inf], np.float32),
+        "i": np.array([0, 1, 2, 3, 0, 1]),
+        "u": np.array([-0.0, 0.0, 1.0, -np.inf, np.nan, np.nan], np.float32),
+    },
+    reduction="max",
+)
+_add(
+    "scatter_elements_int32_overflow_add",
+    "ScatterElements",
+    {
+        "d": np.array([_I32.max, _I32.min], np.int32),
+        "i": np.array([0, 1, 0]),
+        "u": np.array([1, -1, 5], np.int32),
+    },
+    reduction="add",
+)
+_add(
+    "scatter_nd_duplicates_mul",
+    "ScatterND",
+    {"d": A, "i": np.array([[1], [1], [-2]]), "u": np.arange(12, dtype=np.float32).reshape(3, 4)},
+    reduction="mul",
+)
+_add(
+    "scatter_opset9",
+    "Scatter",
+    {"d": A, "i": np.array([[1, -1]]), "u": np.array([[7, 8]], np.float32)},
+    opset=9,
+    axis=1,
+)
 _add("gather_opset1_negative", "Gather", {"d": A, "i": np.array([-1, 2])}, opset=1)
 
 

@@ -23,6 +23,7 @@ def _propagate_always(monkeypatch: pytest.MonkeyPatch) -> None:
     reader (Reshape, Expand, ...) gets it."""
     monkeypatch.setattr(data_prop, "propagation_unread", lambda model: False)
 
+
 vi = helper.make_tensor_value_info
 OPSET = [helper.make_opsetid("", 17)]
 

@@ -35,7 +35,6 @@ def _gather_model(name: str = "g", prefix: str = "") -> onnx.ModelProto:
     )
 
 
-
 _HTML = "</script><script>alert(1)</script><img src=x onerror=alert(2)>\"'&\u2028<!--"
 
 

@@ -88,7 +88,6 @@ def kv_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-
 def _relation_holds(shapes: dict[str, tuple[int, ...]]) -> None:
     batch, seq = shapes["input_ids"]
     assert shapes["position_ids"] == (batch, seq)

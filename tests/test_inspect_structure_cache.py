@@ -40,9 +40,7 @@ PAIRS = [
 
 def _model(nodes: list[onnx.NodeProto], opset: int) -> onnx.ModelProto:
     outputs = [helper.make_tensor_value_info(n.output[0], TensorProto.UNDEFINED, None) for n in nodes]
-    graph = helper.make_graph(
-        nodes, "pair", [X, XI], outputs, initializer=[IDX, IDX2, ND, UPD, UPD_ND]
-    )
+    graph = helper.make_graph(nodes, "pair", [X, XI], outputs, initializer=[IDX, IDX2, ND, UPD, UPD_ND])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
 
 

@@ -165,10 +165,19 @@ def if_on_rank(dims: list[int | str]) -> onnx.ModelProto:
     rank 1, the else branch passes it on; a Gather reads the If's output. The condition is known before the
     run from the rank alone, so the Gather gets the shape of the branch that runs."""
     then_shape = onnx.numpy_helper.from_array(np.array([-1], np.int64), "flat")
-    then = h.make_graph([h.make_node("Reshape", ["x", "flat"], ["t"], name="flatten")], "then_branch", [],
-                        [h.make_tensor_value_info("t", T.FLOAT, None)], [then_shape])
-    other = h.make_graph([h.make_node("Identity", ["x"], ["e"], name="keep")], "else_branch", [],
-                         [h.make_tensor_value_info("e", T.FLOAT, None)])
+    then = h.make_graph(
+        [h.make_node("Reshape", ["x", "flat"], ["t"], name="flatten")],
+        "then_branch",
+        [],
+        [h.make_tensor_value_info("t", T.FLOAT, None)],
+        [then_shape],
+    )
+    other = h.make_graph(
+        [h.make_node("Identity", ["x"], ["e"], name="keep")],
+        "else_branch",
+        [],
+        [h.make_tensor_value_info("e", T.FLOAT, None)],
+    )
     graph = h.make_graph(
         [
             h.make_node("Shape", ["x"], ["shape"], name="shape"),

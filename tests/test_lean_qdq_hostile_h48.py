@@ -1,6 +1,7 @@
 """Hostile QDQ-quantized models and constant-index gathers against the whole-model check's lean gathers
-(dmlshim.execute.proofs.gather_given ``lean_gathers`` / ``feed_shapes``): dmlshim's outputs must be onnxruntime
-CPU's bit for bit at every optimization level, and it must refuse exactly the runs onnxruntime refuses.
+(dmlshim.execute.proofs.gather_given ``lean_gathers`` / ``feed_shapes``): dmlshim's outputs must be
+onnxruntime CPU's bit for bit at every optimization level, and it must refuse exactly the runs
+onnxruntime refuses.
 Expected values and refusals come from onnxruntime CPU (one intra-op thread) on the same model."""
 
 from __future__ import annotations

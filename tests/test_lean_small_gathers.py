@@ -54,8 +54,6 @@ CASES = {
 }
 
 
-
-
 @pytest.mark.parametrize("op", sorted(CASES))
 def test_a_small_gather_is_taken_from_onnxruntime_after_the_proved_runs(
     op: str, monkeypatch: pytest.MonkeyPatch
@@ -139,7 +137,7 @@ def test_a_later_out_of_range_index_is_still_refused(model_of: str, bad: int) ->
         node = "gather"
     session = _proved_session(model, {"x": X, "idx": np.array([0, 5, 2], np.int64)})
     bad_feeds = {"x": X, "idx": np.array([0, bad, 2], np.int64)}
-    with pytest.raises(Exception):  # onnxruntime refuses the index too
+    with pytest.raises(Exception):  # noqa: B017 - onnxruntime refuses the index too, in its own class
         ort_run(model, bad_feeds)
     with pytest.raises(dmlshim.IndexOutOfRangeError) as caught:
         session.run(None, bad_feeds)

@@ -21,7 +21,8 @@ ELIDED = "..."
 
 
 def _transcripts() -> list[tuple[Block, str, list[str]]]:
-    """(block, command, lines shown under it) for each ``$`` line of a README or docs/ console block with output."""
+    """(block, command, lines shown under it) for each ``$`` line of a README or docs/ console block
+    with output."""
     found: list[tuple[Block, str, list[str]]] = []
     for path in [README, *sorted(DOCS.glob("*.md"))]:
         for block in blocks(path):

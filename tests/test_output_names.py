@@ -27,7 +27,10 @@ def _model(folder: Path) -> tuple[Path, dict[str, np.ndarray], list[np.ndarray]]
         [helper.make_node("Gather", ["w", "idx"], ["g"], axis=0), helper.make_node("Relu", ["g"], ["y"])],
         "names",
         [helper.make_tensor_value_info("idx", T.INT64, [3])],
-        [helper.make_tensor_value_info("y", T.FLOAT, [3, 4]), helper.make_tensor_value_info("g", T.FLOAT, [3, 4])],
+        [
+            helper.make_tensor_value_info("y", T.FLOAT, [3, 4]),
+            helper.make_tensor_value_info("g", T.FLOAT, [3, 4]),
+        ],
         [weights],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=IR_VERSION)

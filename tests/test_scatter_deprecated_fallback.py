@@ -111,7 +111,6 @@ def _if_model() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     return model, {"cond": np.array(True), "x": RNG.standard_normal((3, 4)).astype(np.float32)}
 
 
-
 def test_scatter_11_inside_an_if_body_is_refused_naming_the_node() -> None:
     model, _ = _if_model()
     with pytest.raises(BadModelError) as info:

@@ -1,6 +1,6 @@
-"""Large scatters in the whole-model check (dmlshim.execute.proofs.scatter_given): verified against the DirectML
-kernel on a session's first runs, later taken as onnxruntime computed them when the indices prove that
-ONNX and DirectML define the same output. Expected outputs come from onnxruntime CPU (one thread)."""
+"""Large scatters in the whole-model check (dmlshim.execute.proofs.scatter_given): verified against the
+DirectML kernel on a session's first runs, later taken as onnxruntime computed them when the indices prove
+that ONNX and DirectML define the same output. Expected outputs come from onnxruntime CPU (one thread)."""
 
 from __future__ import annotations
 
@@ -99,7 +99,6 @@ def _update(session: Any) -> Any:
     return node
 
 
-
 @pytest.mark.parametrize("nd", [False, True], ids=["ScatterElements", "ScatterND"])
 def test_a_kv_cache_scatter_is_taken_from_onnxruntime_when_its_indices_prove_it(nd: bool) -> None:
     model = _nd_cache_model() if nd else _elements_cache_model()
@@ -146,6 +145,7 @@ def test_full_check_verifies_every_run(monkeypatch: pytest.MonkeyPatch) -> None:
         feeds = _feeds([step], seed=step)
         assert_same_bits(session.run(None, feeds), ort_run(model, feeds))
         assert _update(session).notes == ()
+
     # A wrong element from onnxruntime is caught by the kernel: the partitions answer, correctly.
     def change(present: np.ndarray) -> None:
         present[0, 1, 3, 0] += 1.0  # an element the scatter did not write

@@ -1,5 +1,5 @@
-"""Hostile cases for the given scatters of the whole-model check (dmlshim.execute.proofs.scatter_given): a scatter
-whose output is 512 KiB or more takes onnxruntime's output when that run's indices are in range,
+"""Hostile cases for the given scatters of the whole-model check (dmlshim.execute.proofs.scatter_given): a
+scatter whose output is 512 KiB or more takes onnxruntime's output when that run's indices are in range,
 non-negative and distinct. Every case runs a default session and a DMLSHIM_FULL_CHECK=1 session (the
 authority for the record) on the same feeds: both outputs must equal onnxruntime CPU's (one thread) bit for
 bit, and the records must be equal but for the notes saying what was taken from onnxruntime."""

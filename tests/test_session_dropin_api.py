@@ -429,7 +429,9 @@ def test_compatibility_methods_behave_like_the_cpu_provider() -> None:
 
 def test_every_error_is_a_dmlshim_error() -> None:
     # onnxruntime's NotImplemented is no Python NotImplementedError: neither is dmlshim's error for it
-    assert issubclass(NotSupportedError, DmlShimError) and not issubclass(NotSupportedError, NotImplementedError)
+    assert issubclass(NotSupportedError, DmlShimError) and not issubclass(
+        NotSupportedError, NotImplementedError
+    )
     sess = InferenceSession(overridable_model())
     for call in (
         lambda: sess.run(["nope"], OVERRIDE_FEEDS),

@@ -125,9 +125,7 @@ def _plant(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(_KERNELS, GatherDesc, faulty)
 
 
-def test_a_kernel_that_differs_makes_the_runs_apart(
-    step_file: Step, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_kernel_that_differs_makes_the_runs_apart(step_file: Step, monkeypatch: pytest.MonkeyPatch) -> None:
     path, model, feeds = step_file
     _plant(monkeypatch)
     report = validate_model(path, inputs=feeds)

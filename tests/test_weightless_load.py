@@ -94,7 +94,6 @@ def walk_every_graph(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(weight_file, "WALK_MIN_GRAPH_BYTES", 0)
 
 
-
 def test_read_weightless_points_at_the_bytes_onnx_wrote(tmp_path: Path, walk_every_graph: None) -> None:
     model, _ = _model()
     path = _save(model, tmp_path, external=False)
