@@ -115,7 +115,7 @@ def plain_arrays(values: Iterable[Any]) -> bool:
     :func:`refuse_unconvertible_array` accepts and :func:`as_array` returns as it is (checked on every run,
     so without a call per value)."""
     ndarray, userdef = np.ndarray, _NPY_USERDEF
-    for value in values:
+    for value in values:  # noqa: SIM110 - a loop: no generator frame on every run
         if type(value) is not ndarray or value.dtype.num >= userdef:
             return False
     return True

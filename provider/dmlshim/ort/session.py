@@ -7,7 +7,7 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
@@ -493,8 +493,17 @@ class InferenceSession(SessionRuns, SessionQueries, SessionProfiling, OrtSession
             steady = getattr(self._engine, "run_steady", None)
             if steady is not None and DISABLED_OPTIMIZERS.get() == self._disabled_optimizers:
                 self._loaded.check_files()  # a mapped external-data file cut short is refused, not a SIGBUS
-                answered = steady(names, feeds, key)
+                answered = self._run_steady(steady, names, feeds, key)
                 if answered is not None:
-                    self._last_run_record = answered[1]
-                    return answered[0]
+                    return answered
         return self._execute(names, feeds, run_options)
+
+    def _run_steady(
+        self, steady: Callable[..., Any], names: list[str], feeds: dict[str, Any], key: Any
+    ) -> list[Any] | None:
+        """The outputs of a run the engine's steady lane answers, or None (:meth:`_execute` runs it)."""
+        answered = steady(names, feeds, key)
+        if answered is None:
+            return None
+        self._last_run_record = answered[1]
+        return answered[0]

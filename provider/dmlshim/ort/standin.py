@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -61,6 +61,20 @@ class TrackedInferenceSession(InferenceSession):
             raise
         tracking.TRACKER.add_run(self._tally, self._last_run_record)
         tracking.changed()
+        return outputs
+
+    def _run_steady(
+        self, steady: Callable[..., Any], names: list[str], feeds: dict[str, Any], key: Any
+    ) -> list[Any] | None:
+        try:
+            outputs = super()._run_steady(steady, names, feeds, key)
+        except DmlShimError as exc:
+            tracking.TRACKER.add_failure(self._tally, exc)
+            tracking.changed()
+            raise
+        if outputs is not None:
+            tracking.TRACKER.add_run(self._tally, self._last_run_record)
+            tracking.changed()
         return outputs
 
 
