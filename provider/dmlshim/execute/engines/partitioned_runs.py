@@ -72,6 +72,9 @@ class PartitionedRuns:
     step_observer: Callable[[Callable[[Values, RunState], None], Values, RunState], None] | None = None
     """Called as ``observe(step, values, state)`` in place of each ``step(values, state)`` (profiling)."""
 
+    _planned: tuple[Callable[[Values, RunState], None], ...] = ()
+    """The steps of a partitioned run without run options or an observer (:meth:`_plan_steps`)."""
+
     _steady: SteadyLane | None = None
     """The steady lane made from the last lean run (:mod:`.steady_lane`), while nothing else ran since."""
 
@@ -83,7 +86,10 @@ class PartitionedRuns:
         :meth:`run` answers it. ``feed_key``: :func:`dmlshim.execute.feeds.feed_key` of ``feeds``, which
         the caller validated; no run options."""
         lane, check = self._steady, self._check
-        if lane is None or check is None or lane.feed_key != feed_key:
+        if check is None:
+            # the partitioned steps answer every run: the session's feed checks were its checks
+            return self.run(output_names, feeds) if self.step_observer is None else None
+        if lane is None or lane.feed_key != feed_key:
             return None
         answer = lane.answer(output_names, feeds)
         if answer is None:
@@ -239,19 +245,30 @@ class PartitionedRuns:
             values = dict(self._static_values)
             values.update(feeds)
             observe = self.step_observer
-            for run_step in self._steps:
-                stop = terminated(run_options) if run_options is not None else None
-                if stop is not None:
-                    raise stop  # set while the run was under way: onnxruntime stops between nodes too
-                if observe is None:
+            if observe is None and run_options is None:
+                for run_step in self._planned or self._plan_steps():
                     run_step(values, state)
-                else:
-                    observe(run_step, values, state)
+            else:
+                for run_step in self._steps:
+                    stop = terminated(run_options) if run_options is not None else None
+                    if stop is not None:
+                        raise stop  # set while the run was under way: onnxruntime stops between nodes too
+                    if observe is None:
+                        run_step(values, state)
+                    else:
+                        observe(run_step, values, state)
             results = owned_outputs(
                 output_names, [values[n] for n in output_names], self._copy_on_output, arrays_only=False
             )
         # with nothing to emulate the model ran whole, as the cpu engine runs it
         return results, self._record(state, PATH_CPU if self._whole_model else PATH_PARTITIONED), values
+
+    def _plan_steps(self) -> tuple[Callable[[Values, RunState], None], ...]:
+        """The steps a partitioned run walks: the gathers and scatters by their run plans
+        (:meth:`~dmlshim.execute.plan.steps.EmulatedStep.run_planned`), the CPU segments as they are."""
+        planned = tuple(s.run_planned if isinstance(s, EmulatedStep) else s for s in self._steps)
+        self._planned = planned
+        return planned
 
     def _record(self, state: RunState, path: str = PATH_PARTITIONED) -> RunRecord:
         nodes = tuple(filter(None, state.records))  # NodeRecords are always true
