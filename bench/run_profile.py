@@ -27,7 +27,8 @@ PARTS: dict[str, tuple[str, str]] = {
     "total": ("session.py", "_run_values"),
     "feeds": ("session.py", "_feeds"),
     "onnxruntime": ("", "run"),  # onnxruntime's pybind run (the check's, a CPU segment's)
-    "emulated_steps": ("steps.py", "__call__"),
+    "emulated_steps": ("steps.py", "__call__"),  # a step the whole-model check computes
+    "planned_steps": ("steps.py", "run_planned"),  # a step of a partitioned run (its run plan or kernel)
     "lean_gathers": ("whole_model.py", "_given_by_shapes"),
     "verify": ("steps.py", "verify"),  # a scatter verified, a gather proved or given
     "proved_again": ("steps.py", "given_again"),  # a node proved again on a lean check's run

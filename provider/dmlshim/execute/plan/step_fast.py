@@ -67,9 +67,7 @@ def fast_run(
         return None
     if attrs.get("reduction", b"none") not in (b"none", "none"):
         return None
-    negatives = (
-        operator.indices_tensor.data_type.is_signed_integer and t.feature_level >= FeatureLevel.FL_3_0
-    )
+    negatives = operator.indices_tensor.data_type.is_signed_integer and t.feature_level >= FeatureLevel.FL_3_0
     maker = _MAKERS.get(op_type)
     return None if maker is None else maker(attrs, arrays, negatives)
 
@@ -250,7 +248,6 @@ _MAKERS: dict[str, Callable[[dict[str, Any], Sequence[Any], bool], FastRun | Non
 }
 
 
-
 def proved_fast_run(
     op_type: str,
     attrs: dict[str, Any],
@@ -258,7 +255,7 @@ def proved_fast_run(
     t: NodeTranslation,
     result: Any,
     negative: bool,
-) -> FastRun | None | Literal[False]:
+) -> FastRun | Literal[False] | None:
     """The run plan of :func:`fast_run`, proved on the run the kernel just made (``result``, a
     :class:`~dmlshim.translate.runner.RunResult`, whose indices had a negative value when ``negative``):
     None when there is no plan or it does not give the kernel's output, duplicate count and negative
