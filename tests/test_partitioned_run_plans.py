@@ -382,3 +382,52 @@ def test_run_plans_against_the_kernel_on_random_indices(op: str) -> None:
             assert duplicates == result.duplicate_indices and negative == has_negative(arrays[1])
             answered += 1
     assert answered >= 20 and refused >= 5, (answered, refused)
+
+
+def _plain_model(ir_version: int = 8, overridable: bool = False) -> onnx.ModelProto:
+    """Reshape(x + bias, shape): nothing to emulate; a fed shape onnxruntime refuses fails at run time."""
+    inputs = [
+        helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["n"]),
+        helper.make_tensor_value_info("shape", onnx.TensorProto.INT64, [2]),
+    ]
+    bias = helper.make_tensor("bias", onnx.TensorProto.FLOAT, [1], [0.5])
+    if overridable:
+        inputs.append(helper.make_tensor_value_info("bias", onnx.TensorProto.FLOAT, [1]))
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "bias"], ["s"]), helper.make_node("Reshape", ["s", "shape"], ["y"])],
+        "plain",
+        inputs,
+        [onnx.ValueInfoProto(name="y")],
+        [bias],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=ir_version)
+
+
+@pytest.mark.parametrize("overridable", [False, True])
+def test_a_model_with_nothing_to_emulate_after_steady_runs(overridable: bool) -> None:
+    model = _plain_model(overridable=overridable)
+    x = RNG.standard_normal(12).astype(np.float32)
+    feeds = {"x": x, "shape": np.array([3, 4])}
+    bad = {"x": x, "shape": np.array([5, 4])}
+    with pytest.raises(Exception) as theirs:  # onnxruntime refuses it too
+        ort_run(model, bad)
+    with pytest.raises(dmlshim.DmlShimError) as fresh:
+        dmlshim.InferenceSession(model.SerializeToString()).run(None, bad)
+    session = dmlshim.InferenceSession(model.SerializeToString())
+    first = None
+    for _ in range(4):
+        got = session.run(None, feeds)
+        assert_same_bits(got, ort_run(model, feeds))
+        assert session.last_run_record.path == "onnxruntime cpu"
+        assert first is None or not np.shares_memory(got[0], first[0])
+        first = got
+    with pytest.raises(dmlshim.DmlShimError) as steady:
+        session.run(None, bad)
+    assert type(steady.value) is type(fresh.value) and str(steady.value) == str(fresh.value)
+    assert "5" in str(theirs.value) and "Reshape" in str(steady.value)
+    other = {"x": RNG.standard_normal(8).astype(np.float32), "shape": np.array([2, -1])}
+    assert_same_bits(session.run(None, other), ort_run(model, other))
+    if overridable:
+        over = dict(feeds, bias=np.array([-2.0], np.float32))
+        assert_same_bits(session.run(None, over), ort_run(model, over))
+        assert_same_bits(session.run(None, feeds), ort_run(model, feeds))

@@ -10,14 +10,14 @@ import numpy as np
 
 from ...errors import DmlShimError, IndexOutOfRangeError
 from ..feeds import feed_key
-from ..plan.cpu_step import CpuStep, RunState, Values
+from ..plan.cpu_step import CpuStep, RunState, Values, needs_ort_values
 from ..plan.fallback import note_scatter_as_scatter_elements
-from ..plan.sessions import name_index_error, terminated
+from ..plan.sessions import ORT_ERRORS, name_index_error, ort_run_error, terminated
 from ..plan.steps import EmulatedStep
 from ..record import PATH_CPU, RunRecord
 from .path_choice import PATH_CHECK, PATH_PARTITIONED, PathChooser
 from .plain_model import run_plain
-from .steady_lane import SteadyLane, steady_lane
+from .steady_lane import SteadyLane, ort_run_of, steady_lane
 from .whole_model import WholeModelCheck
 
 
@@ -75,6 +75,9 @@ class PartitionedRuns:
     _planned: tuple[Callable[[Values, RunState], None], ...] = ()
     """The steps of a partitioned run without run options or an observer (:meth:`_plan_steps`)."""
 
+    _plain: Callable[[Sequence[str], Mapping[str, Any]], tuple[list[Any], RunRecord]] | bool | None = None
+    """A steady run of a model with nothing to emulate (:meth:`_plain_runner`; None: not made yet)."""
+
     _steady: SteadyLane | None = None
     """The steady lane made from the last lean run (:mod:`.steady_lane`), while nothing else ran since."""
 
@@ -88,7 +91,13 @@ class PartitionedRuns:
         lane, check = self._steady, self._check
         if check is None:
             # the partitioned steps answer every run: the session's feed checks were its checks
-            return self.run(output_names, feeds) if self.step_observer is None else None
+            if self.step_observer is not None:
+                return None
+            if self._whole_model:
+                plain = self._plain if self._plain is not None else self._plain_runner()
+                if plain:
+                    return plain(output_names, feeds)
+            return self.run(output_names, feeds)
         if lane is None or lane.feed_key != feed_key:
             return None
         answer = lane.answer(output_names, feeds)
@@ -262,6 +271,31 @@ class PartitionedRuns:
             )
         # with nothing to emulate the model ran whole, as the cpu engine runs it
         return results, self._record(state, PATH_CPU if self._whole_model else PATH_PARTITIONED), values
+
+    def _plain_runner(
+        self,
+    ) -> Callable[[Sequence[str], Mapping[str, Any]], tuple[list[Any], RunRecord]] | bool:
+        """A model with nothing to emulate, run as :meth:`run_traced` runs it when the feeds are all the
+        session takes (no initializer default to add): onnxruntime's compiled run where its Python layer
+        would only repeat the session's feed checks (:func:`.steady_lane.ort_run_of`), and the record of
+        every such run. False when its outputs need OrtValues (then :meth:`run` answers)."""
+        step = self._steps[0]
+        assert isinstance(step, CpuStep)
+        session = step.session
+        if self._default_feeds or needs_ort_values(session):
+            self._plain = False
+            return False
+        ort_run = ort_run_of(session, {})
+        record = self._record(RunState(self._template.copy(), None), PATH_CPU)
+
+        def run(output_names: Sequence[str], feeds: Mapping[str, Any]) -> tuple[list[Any], RunRecord]:
+            try:
+                return list(ort_run(output_names, feeds, None)), record
+            except ORT_ERRORS as exc:
+                raise ort_run_error(exc, "onnxruntime failed running the model") from exc
+
+        self._plain = run
+        return run
 
     def _plan_steps(self) -> tuple[Callable[[Values, RunState], None], ...]:
         """The steps a partitioned run walks: the gathers and scatters by their run plans

@@ -55,7 +55,7 @@ class SteadyLane:
     record: RunRecord
     ort_errors: tuple[type[BaseException], ...]
     ort_run: Callable[[list[str], Mapping[str, Any], Any], list[Any]]
-    """onnxruntime's run of the lean session (see :func:`_ort_run`)."""
+    """onnxruntime's run of the lean session (see :func:`ort_run_of`)."""
     graph_outputs: list[str]
     """The model's outputs, in order: the first values the lean session fetches."""
 
@@ -109,7 +109,7 @@ def _range_dim(proof: Callable[[np.ndarray], bool]) -> int | None:
     return None
 
 
-def _ort_run(session: Any, static_feeds: Mapping[str, Any]) -> Callable[..., list[Any]]:
+def ort_run_of(session: Any, static_feeds: Mapping[str, Any]) -> Callable[..., list[Any]]:
     """The lean session's run: onnxruntime's compiled run itself when its Python layer would only repeat
     checks already made (the feed names, the same as the lean run's; no OrtValue feed; a CPU-only session,
     so no provider to fall back from), else that layer's ``run``."""
@@ -234,6 +234,6 @@ def steady_lane(
         ranges=tuple((f, at, d) for f, at, p in proofs if (d := _range_dim(p)) is not None),
         record=record,
         ort_errors=check.ort_errors,
-        ort_run=_ort_run(made.session, static_feeds),
+        ort_run=ort_run_of(made.session, static_feeds),
         graph_outputs=list(made.fetch[: made.graph_outputs]),
     )
