@@ -314,7 +314,7 @@ def _random_case(op: str, rng: np.random.Generator) -> tuple[onnx.NodeProto, int
     attrs: dict[str, Any] = {"axis": axis}
     dim = shape[axis]
     if op == "Gather":
-        indices_shape: tuple[int, ...] = tuple(int(n) for n in rng.integers(1, 4, int(rng.integers(1, 3))))
+        indices_shape: tuple[int, ...] = tuple(int(n) for n in rng.integers(1, 4, int(rng.integers(0, 3))))
     elif op == "GatherND":
         batch = int(rng.integers(0, rank - 1))
         t = int(rng.integers(1, rank - batch + 1))
@@ -431,3 +431,21 @@ def test_a_model_with_nothing_to_emulate_after_steady_runs(overridable: bool) ->
         over = dict(feeds, bias=np.array([-2.0], np.float32))
         assert_same_bits(session.run(None, over), ort_run(model, over))
         assert_same_bits(session.run(None, feeds), ort_run(model, feeds))
+
+
+@pytest.mark.parametrize("data", [DATA[0, 0], DATA[0]], ids=["1-D", "2-D"])
+def test_a_gather_of_a_scalar_index(data: np.ndarray, monkeypatch: pytest.MonkeyPatch) -> None:
+    """x[..., -1] as exporters write it: a rank-0 index (a 0-d output from 1-D data)."""
+    feeds = {"data": data.copy(), "indices": np.array(-1)}
+    model = _model("Gather", feeds, {"axis": 0}, 13)
+    calls = _kernel_calls(monkeypatch)
+    session = _session(model)
+    for index in (-1, -1, 0, -data.shape[0], data.shape[0] - 1):
+        run = dict(feeds, indices=np.array(index))
+        got = session.run(None, run)
+        assert_same_bits(got, ort_run(model, run))
+        assert type(got[0]) is np.ndarray and not np.shares_memory(got[0], data)
+        assert session.last_run_record.nodes[0].negative_indices == (index < 0)
+    assert len(calls) == 1
+    with pytest.raises(IndexOutOfRangeError, match=str(data.shape[0])):
+        session.run(None, dict(feeds, indices=np.array(data.shape[0])))

@@ -10,14 +10,14 @@ import numpy as np
 
 from ...errors import DmlShimError, IndexOutOfRangeError
 from ..feeds import feed_key
-from ..plan.cpu_step import CpuStep, RunState, Values, needs_ort_values
+from ..plan.cpu_step import CpuStep, RunState, Values, needs_ort_values, ort_run_of
 from ..plan.fallback import note_scatter_as_scatter_elements
 from ..plan.sessions import ORT_ERRORS, name_index_error, ort_run_error, terminated
 from ..plan.steps import EmulatedStep
 from ..record import PATH_CPU, RunRecord
 from .path_choice import PATH_CHECK, PATH_PARTITIONED, PathChooser
 from .plain_model import run_plain
-from .steady_lane import SteadyLane, ort_run_of, steady_lane
+from .steady_lane import SteadyLane, steady_lane
 from .whole_model import WholeModelCheck
 
 
@@ -277,8 +277,8 @@ class PartitionedRuns:
     ) -> Callable[[Sequence[str], Mapping[str, Any]], tuple[list[Any], RunRecord]] | bool:
         """A model with nothing to emulate, run as :meth:`run_traced` runs it when the feeds are all the
         session takes (no initializer default to add): onnxruntime's compiled run where its Python layer
-        would only repeat the session's feed checks (:func:`.steady_lane.ort_run_of`), and the record of
-        every such run. False when its outputs need OrtValues (then :meth:`run` answers)."""
+        would only repeat the session's feed checks (:func:`~dmlshim.execute.plan.cpu_step.ort_run_of`),
+        and the record of every such run. False when its outputs need OrtValues (:meth:`run` answers)."""
         step = self._steps[0]
         assert isinstance(step, CpuStep)
         session = step.session
@@ -292,15 +292,19 @@ class PartitionedRuns:
             try:
                 return list(ort_run(output_names, feeds, None)), record
             except ORT_ERRORS as exc:
-                raise ort_run_error(exc, "onnxruntime failed running the model") from exc
+                error = ort_run_error(exc, "onnxruntime failed running the model")
+                if isinstance(error, IndexOutOfRangeError):  # named as :meth:`run` names it
+                    name_index_error(error, self._indices, self._paths)
+                raise error from exc
 
         self._plain = run
         return run
 
     def _plan_steps(self) -> tuple[Callable[[Values, RunState], None], ...]:
         """The steps a partitioned run walks: the gathers and scatters by their run plans
-        (:meth:`~dmlshim.execute.plan.steps.EmulatedStep.run_planned`), the CPU segments as they are."""
-        planned = tuple(s.run_planned if isinstance(s, EmulatedStep) else s for s in self._steps)
+        (:meth:`~dmlshim.execute.plan.steps.EmulatedStep.run_planned`), the CPU segments by onnxruntime's
+        compiled run (:meth:`~dmlshim.execute.plan.cpu_step.CpuStep.run_planned`)."""
+        planned = tuple(s.run_planned if isinstance(s, (EmulatedStep, CpuStep)) else s for s in self._steps)
         self._planned = planned
         return planned
 

@@ -61,7 +61,9 @@ def fast_run(
     if len(arrays) < 2 or any(type(a) is not np.ndarray for a in arrays):
         return None
     data, indices = arrays[0], arrays[1]
-    if indices.dtype not in _INDEX_DTYPES or data.dtype.kind not in "biufc" or indices.ndim == 0:
+    if indices.dtype not in _INDEX_DTYPES or data.dtype.kind not in "biufc":
+        return None
+    if indices.ndim == 0 and op_type != "Gather":  # (a Gather's scalar index is a common one)
         return None
     if math.prod(plan.output_shape) > FAST_MAX_ELEMENTS or indices.size > FAST_MAX_ELEMENTS:
         return None
@@ -85,7 +87,7 @@ def _gather(attrs: dict[str, Any], arrays: Sequence[Any], negatives: bool) -> Fa
     if not -data.ndim <= axis < data.ndim:
         return None
     axis %= data.ndim
-    take = np.take
+    take, ndarray, asarray = np.take, np.ndarray, np.asarray
 
     def run(arrays: Sequence[Any]) -> tuple[np.ndarray, int, bool] | None:
         indices = arrays[1]
@@ -93,9 +95,11 @@ def _gather(attrs: dict[str, Any], arrays: Sequence[Any], negatives: bool) -> Fa
         if negative and not negatives:
             return None
         try:
-            return take(arrays[0], indices, axis=axis), 0, negative
+            out = take(arrays[0], indices, axis=axis)
         except IndexError:  # an index outside [-dim, dim): the kernel raises or clamps
             return None
+        # a scalar index into a 1-D tensor: numpy's scalar, made the 0-d array the kernel returns
+        return (out if type(out) is ndarray else asarray(out)), 0, negative
 
     return run
 
