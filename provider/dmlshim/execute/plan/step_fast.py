@@ -78,7 +78,10 @@ def _negative(indices: np.ndarray) -> bool:
     """:func:`dmlshim.kernels.indices.has_negative` for int32/int64 indices."""
     if indices.size <= SMALL_ELEMENTS:
         return bool(indices.size) and min(indices.ravel().tolist()) < 0
-    return bool(indices.min() < 0)
+    return int(_lowest(indices, axis=None)) < 0  # ndarray.min's Python wrapper skipped
+
+
+_lowest = np.minimum.reduce
 
 
 def _gather(attrs: dict[str, Any], arrays: Sequence[Any], negatives: bool) -> FastRun | None:
