@@ -184,3 +184,18 @@ def test_one_session_from_several_threads() -> None:
         assert_same_bits(session.run(None, variant), want)
         negative = bool((variant["indices"] < 0).any())
         assert session.last_run_record.nodes[0].negative_indices == negative
+
+
+@pytest.mark.parametrize("op", ["Gather", "GatherND", "ScatterElements", "ScatterND"])
+def test_nan_payloads_and_signed_zeros_cross_a_plan_bit_for_bit(op: str) -> None:
+    model, feeds = _case(op)
+    bits = np.array([0x7FC12345, 0xFFA00001, 0x80000000, 0x7F800000], np.uint32)  # NaNs, -0.0, inf
+    data = np.resize(bits, feeds["data"].size).view(np.float32).reshape(feeds["data"].shape)
+    odd = dict(feeds, data=data)
+    if "updates" in feeds:
+        odd["updates"] = (
+            np.resize(bits[::-1], feeds["updates"].size).view(np.float32).reshape(feeds["updates"].shape)
+        )
+    session = _session(model)
+    for _ in range(3):  # the kernel's run, then the plan's
+        assert_same_bits(session.run(None, odd), ort_run(model, odd))
