@@ -3,7 +3,7 @@
 
 Usage::
 
-    python bench/small_run_cost.py [MODEL.onnx ...] [--runs 300] [--rounds 3] [--json]
+    python bench/small_run_cost.py [MODEL.onnx ...] [--runs 300] [--rounds 3] [--partitioned] [--json]
 
 For each model (feeds from the ``.npz`` beside it; default: the four small models issue 36 names), each
 round starts one fresh process per side, the order alternating between rounds. A process builds its
@@ -14,6 +14,8 @@ the other jobs of a shared machine) and reports the median (and the lower quarti
 loaded machine). Printed per model: each side's median of
 its rounds' medians in microseconds and their ratio, then the median and worst ratio over the models.
 ``PYTHONPATH=OTHER/provider`` measures another checkout's dmlshim (onnxruntime's side is the same).
+``--partitioned`` drops dmlshim's whole-model check once the session is built, so that every run goes
+through the partitioned steps (the path of a model whose check was given up, or never built).
 """
 
 from __future__ import annotations
@@ -40,8 +42,9 @@ SIDES = ("onnxruntime", "dmlshim")
 WARM_RUNS = 10
 
 
-def measure_side(model: str, side: str, runs: int) -> dict[str, Any]:
-    """In this process: ``side``'s session of ``model``, warmed up, then the median thread CPU per run."""
+def measure_side(model: str, side: str, runs: int, partitioned: bool = False) -> dict[str, Any]:
+    """In this process: ``side``'s session of ``model``, warmed up, then the median thread CPU per run
+    (``partitioned``: dmlshim's check dropped first)."""
     import numpy as np
     import onnxruntime as ort
 
@@ -54,6 +57,8 @@ def measure_side(model: str, side: str, runs: int) -> dict[str, Any]:
         import dmlshim
 
         session: Any = dmlshim.InferenceSession(model, options)
+        if partitioned:
+            session.engine.drop_check()
     else:
         session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
     names = {i.name for i in session.get_inputs()}
@@ -74,9 +79,10 @@ def measure_side(model: str, side: str, runs: int) -> dict[str, Any]:
     }
 
 
-def _child(model: str, side: str, runs: int) -> dict[str, Any]:
+def _child(model: str, side: str, runs: int, partitioned: bool) -> dict[str, Any]:
     out = subprocess.run(
-        [sys.executable, __file__, model, "--side", side, "--runs", str(runs)],
+        [sys.executable, __file__, model, "--side", side, "--runs", str(runs)]
+        + (["--partitioned"] if partitioned else []),
         check=True,
         capture_output=True,
         text=True,
@@ -85,14 +91,14 @@ def _child(model: str, side: str, runs: int) -> dict[str, Any]:
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def compare(model: str, runs: int, rounds: int) -> dict[str, Any]:
+def compare(model: str, runs: int, rounds: int, partitioned: bool = False) -> dict[str, Any]:
     """One model: ``rounds`` rounds of one process per side (order alternating), medians and ratio."""
     found: dict[str, list[float]] = {side: [] for side in SIDES}
     quartiles: dict[str, list[float]] = {side: [] for side in SIDES}
     path = None
     for r in range(rounds):
         for side in SIDES if r % 2 else SIDES[::-1]:
-            row = _child(model, side, runs)
+            row = _child(model, side, runs, partitioned)
             found[side].append(row["us"])
             quartiles[side].append(row["p25_us"])
             path = row["path"] or path
@@ -114,15 +120,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--partitioned", action="store_true", help="drop dmlshim's whole-model check")
     parser.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)  # a child process's one side
     args = parser.parse_args(argv)
     models = args.models or [str(REPO / m) for m in DEFAULT_MODELS]
     if args.side:
-        print(json.dumps(measure_side(models[0], args.side, args.runs)), flush=True)
+        print(json.dumps(measure_side(models[0], args.side, args.runs, args.partitioned)), flush=True)
         return 0
     ratios, p25_ratios = [], []
     for model in models:
-        row = compare(model, args.runs, args.rounds)
+        row = compare(model, args.runs, args.rounds, args.partitioned)
         ratios.append(row["ratio"])
         p25_ratios.append(row["p25_ratio"])
         if args.json:

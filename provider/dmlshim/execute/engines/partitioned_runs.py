@@ -10,9 +10,9 @@ import numpy as np
 
 from ...errors import DmlShimError, IndexOutOfRangeError
 from ..feeds import feed_key
-from ..plan.cpu_step import CpuStep, RunState, Values
+from ..plan.cpu_step import CpuStep, RunState, Values, needs_ort_values, ort_run_of
 from ..plan.fallback import note_scatter_as_scatter_elements
-from ..plan.sessions import name_index_error, terminated
+from ..plan.sessions import ORT_ERRORS, name_index_error, ort_run_error, terminated
 from ..plan.steps import EmulatedStep
 from ..record import PATH_CPU, RunRecord
 from .path_choice import PATH_CHECK, PATH_PARTITIONED, PathChooser
@@ -72,6 +72,12 @@ class PartitionedRuns:
     step_observer: Callable[[Callable[[Values, RunState], None], Values, RunState], None] | None = None
     """Called as ``observe(step, values, state)`` in place of each ``step(values, state)`` (profiling)."""
 
+    _planned: tuple[Callable[[Values, RunState], None], ...] = ()
+    """The steps of a partitioned run without run options or an observer (:meth:`_plan_steps`)."""
+
+    _plain: Callable[[Sequence[str], Mapping[str, Any]], tuple[list[Any], RunRecord]] | bool | None = None
+    """A steady run of a model with nothing to emulate (:meth:`_plain_runner`; None: not made yet)."""
+
     _steady: SteadyLane | None = None
     """The steady lane made from the last lean run (:mod:`.steady_lane`), while nothing else ran since."""
 
@@ -83,7 +89,16 @@ class PartitionedRuns:
         :meth:`run` answers it. ``feed_key``: :func:`dmlshim.execute.feeds.feed_key` of ``feeds``, which
         the caller validated; no run options."""
         lane, check = self._steady, self._check
-        if lane is None or check is None or lane.feed_key != feed_key:
+        if check is None:
+            # the partitioned steps answer every run: the session's feed checks were its checks
+            if self.step_observer is not None:
+                return None
+            if self._whole_model:
+                plain = self._plain if self._plain is not None else self._plain_runner()
+                if plain:
+                    return plain(output_names, feeds)
+            return self.run(output_names, feeds)
+        if lane is None or lane.feed_key != feed_key:
             return None
         answer = lane.answer(output_names, feeds)
         if answer is None:
@@ -239,19 +254,59 @@ class PartitionedRuns:
             values = dict(self._static_values)
             values.update(feeds)
             observe = self.step_observer
-            for run_step in self._steps:
-                stop = terminated(run_options) if run_options is not None else None
-                if stop is not None:
-                    raise stop  # set while the run was under way: onnxruntime stops between nodes too
-                if observe is None:
+            if observe is None and run_options is None:
+                for run_step in self._planned or self._plan_steps():
                     run_step(values, state)
-                else:
-                    observe(run_step, values, state)
+            else:
+                for run_step in self._steps:
+                    stop = terminated(run_options) if run_options is not None else None
+                    if stop is not None:
+                        raise stop  # set while the run was under way: onnxruntime stops between nodes too
+                    if observe is None:
+                        run_step(values, state)
+                    else:
+                        observe(run_step, values, state)
             results = owned_outputs(
                 output_names, [values[n] for n in output_names], self._copy_on_output, arrays_only=False
             )
         # with nothing to emulate the model ran whole, as the cpu engine runs it
         return results, self._record(state, PATH_CPU if self._whole_model else PATH_PARTITIONED), values
+
+    def _plain_runner(
+        self,
+    ) -> Callable[[Sequence[str], Mapping[str, Any]], tuple[list[Any], RunRecord]] | bool:
+        """A model with nothing to emulate, run as :meth:`run_traced` runs it when the feeds are all the
+        session takes (no initializer default to add): onnxruntime's compiled run where its Python layer
+        would only repeat the session's feed checks (:func:`~dmlshim.execute.plan.cpu_step.ort_run_of`),
+        and the record of every such run. False when its outputs need OrtValues (:meth:`run` answers)."""
+        step = self._steps[0]
+        assert isinstance(step, CpuStep)
+        session = step.session
+        if self._default_feeds or needs_ort_values(session):
+            self._plain = False
+            return False
+        ort_run = ort_run_of(session, {})
+        record = self._record(RunState(self._template.copy(), None), PATH_CPU)
+
+        def run(output_names: Sequence[str], feeds: Mapping[str, Any]) -> tuple[list[Any], RunRecord]:
+            try:
+                return list(ort_run(output_names, feeds, None)), record
+            except ORT_ERRORS as exc:
+                error = ort_run_error(exc, "onnxruntime failed running the model")
+                if isinstance(error, IndexOutOfRangeError):  # named as :meth:`run` names it
+                    name_index_error(error, self._indices, self._paths)
+                raise error from exc
+
+        self._plain = run
+        return run
+
+    def _plan_steps(self) -> tuple[Callable[[Values, RunState], None], ...]:
+        """The steps a partitioned run walks: the gathers and scatters by their run plans
+        (:meth:`~dmlshim.execute.plan.steps.EmulatedStep.run_planned`), the CPU segments by onnxruntime's
+        compiled run (:meth:`~dmlshim.execute.plan.cpu_step.CpuStep.run_planned`)."""
+        planned = tuple(s.run_planned if isinstance(s, (EmulatedStep, CpuStep)) else s for s in self._steps)
+        self._planned = planned
+        return planned
 
     def _record(self, state: RunState, path: str = PATH_PARTITIONED) -> RunRecord:
         nodes = tuple(filter(None, state.records))  # NodeRecords are always true

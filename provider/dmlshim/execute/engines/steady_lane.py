@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import onnxruntime as ort
 
+from ..plan.cpu_step import ort_run_of
 from ..proofs.gather_given import FeedShapes
 from ..proofs.index_ranges import SMALL_INDICES, in_range
 from ..proofs.proved_again import same_inputs
@@ -55,7 +55,7 @@ class SteadyLane:
     record: RunRecord
     ort_errors: tuple[type[BaseException], ...]
     ort_run: Callable[[list[str], Mapping[str, Any], Any], list[Any]]
-    """onnxruntime's run of the lean session (see :func:`_ort_run`)."""
+    """onnxruntime's run of the lean session (see :func:`ort_run_of`)."""
     graph_outputs: list[str]
     """The model's outputs, in order: the first values the lean session fetches."""
 
@@ -107,18 +107,6 @@ def _range_dim(proof: Callable[[np.ndarray], bool]) -> int | None:
         if type(dim) is int and len(proof.keywords) == 1:
             return dim
     return None
-
-
-def _ort_run(session: Any, static_feeds: Mapping[str, Any]) -> Callable[..., list[Any]]:
-    """The lean session's run: onnxruntime's compiled run itself when its Python layer would only repeat
-    checks already made (the feed names, the same as the lean run's; no OrtValue feed; a CPU-only session,
-    so no provider to fall back from), else that layer's ``run``."""
-    inner = getattr(session, "_sess", None)
-    plain = getattr(type(session), "run", None) is ort.InferenceSession.run
-    arrays = all(type(v) is np.ndarray for v in static_feeds.values())
-    if inner is not None and plain and arrays and session.get_providers() == ["CPUExecutionProvider"]:
-        return inner.run
-    return session.run
 
 
 def _from_feed_dims(from_feeds: FeedShapes | None, name: str, feeds: Mapping[str, Any]) -> bool:
@@ -234,6 +222,6 @@ def steady_lane(
         ranges=tuple((f, at, d) for f, at, p in proofs if (d := _range_dim(p)) is not None),
         record=record,
         ort_errors=check.ort_errors,
-        ort_run=_ort_run(made.session, static_feeds),
+        ort_run=ort_run_of(made.session, static_feeds),
         graph_outputs=list(made.fetch[: made.graph_outputs]),
     )

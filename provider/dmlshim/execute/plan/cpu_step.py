@@ -88,6 +88,19 @@ def run_session(
     return out
 
 
+def ort_run_of(session: Any, static_feeds: Mapping[str, Any]) -> Callable[..., list[Any]]:
+    """A session's run for feeds already checked (the steady lane's lean session, a CPU segment's, a model
+    with nothing to emulate): onnxruntime's compiled run itself when its Python layer would only repeat
+    checks already made (the feed names; no OrtValue feed, ``static_feeds`` included; a CPU-only session,
+    so no provider to fall back from), else that layer's ``run``."""
+    inner = getattr(session, "_sess", None)
+    plain = getattr(type(session), "run", None) is ort.InferenceSession.run
+    arrays = all(type(v) is np.ndarray for v in static_feeds.values())
+    if inner is not None and plain and arrays and session.get_providers() == ["CPUExecutionProvider"]:
+        return inner.run
+    return session.run
+
+
 class CpuStep:
     """A CPU segment: one onnxruntime session fed from the value table. The session can be given as a
     function that builds it, called on first use (the whole-model check usually makes it unnecessary).
@@ -97,7 +110,7 @@ class CpuStep:
     way once, so that it runs wherever onnxruntime runs the whole model.
     """
 
-    __slots__ = ("_build", "_builder", "_relaxed", "_session", "inputs", "label", "outputs")
+    __slots__ = ("_build", "_builder", "_planned", "_relaxed", "_session", "inputs", "label", "outputs")
 
     def __init__(
         self,
@@ -111,6 +124,8 @@ class CpuStep:
         self._build = None if isinstance(session, OrtInferenceSession) else session
         self._builder = self._build
         self._relaxed = relaxed
+        self._planned: tuple[Any, Callable[..., list[Any]] | None] | None = None
+        """(the session, onnxruntime's compiled run of it or None) for :meth:`run_planned`."""
         self.inputs = tuple(inputs)
         self.outputs = list(outputs)
         self.label = label
@@ -126,6 +141,31 @@ class CpuStep:
         """Drop a session built on first use (its weights with it); the next use builds it again."""
         if self._builder is not None and self._session is not None:
             self._session, self._build = None, self._builder
+
+    def run_planned(self, values: Values, state: RunState) -> None:
+        """A step of a partitioned run without run options: as a call, except that arrays go straight to
+        onnxruntime's compiled run when its Python layer would only repeat checks the step makes (a
+        CPU-only session whose outputs numpy holds, every feed an array: :func:`ort_run_of`). A run
+        onnxruntime refuses is made again as a call, which raises or rebuilds as before."""
+        session = self._session
+        planned = self._planned
+        if planned is None or planned[0] is not session:
+            plain = session is not None and not needs_ort_values(session)
+            planned = self._planned = (session, ort_run_of(session, {}) if plain else None)
+        run = planned[1]
+        if run is not None:
+            feeds = {name: values[name] for name in self.inputs}
+            ndarray = np.ndarray
+            if all(type(v) is ndarray for v in feeds.values()):
+                try:
+                    results = run(self.outputs, feeds, None)
+                except ORT_ERRORS:
+                    pass
+                else:
+                    for name, value in zip(self.outputs, results, strict=False):
+                        values[name] = value
+                    return
+        self(values, state)
 
     def __call__(self, values: Values, state: RunState) -> None:
         feeds = {name: values[name] for name in self.inputs}

@@ -44,6 +44,7 @@ from .step_fallback import (  # noqa: F401 (the REASON_ codes are read from here
     CpuFallback,
     reasons_of,
 )
+from .step_fast import FastRun, proved_fast_run
 from .step_given import (  # noqa: F401 (read from here too)
     NOTE_UNTOUCHED_GIVEN,
     PROVE_RUNS,
@@ -77,6 +78,7 @@ class EmulatedStep(GivenRuns):
         "_agreed_shape",
         "_attrs",
         "_cache",
+        "_fast_at",
         "_full_check",
         "_given_at",
         "_lean_runs",
@@ -157,6 +159,8 @@ class EmulatedStep(GivenRuns):
         self._agreed_shape: tuple[int, ...] | None = None
         self._attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         self._cache: dict[tuple[Any, ...], tuple[NodeTranslation, NodeRecord | None]] = {}
+        # the run plan of the last inputs' shapes and dtypes the kernel ran (step_fast), its clean record
+        self._fast_at: tuple[tuple[Any, ...], FastRun | None, NodeRecord] | None = None
         self.fallback_sessions: dict[tuple[Any, ...], ort.InferenceSession] = {}
         if static is not None and static_key is not None:
             self._cache[static_key] = (static, self._clean_record(static))
@@ -182,6 +186,24 @@ class EmulatedStep(GivenRuns):
         else:
             record = self._run(values, arrays, state)
         self._finish(record, values[self.output], state)
+
+    def run_planned(self, values: Values, state: RunState) -> None:
+        """A step of a partitioned run: as a call, except that a run with the inputs' shapes and dtypes of
+        the kernel's last run, whose indices DirectML and ONNX read alike, is answered by that run's plan
+        (:mod:`.step_fast`). The whole-model check calls the step itself (the kernel computes what it
+        compares with onnxruntime)."""
+        if self.reference:
+            self(values, state)
+            return
+        arrays = [values[n] if n else None for n in self.inputs]
+        fast = self._fast_at
+        if fast is not None and fast[1] is not None and arrays_key(arrays) == fast[0]:
+            done = fast[1](arrays)
+            if done is not None:
+                out = values[self.output] = done[0]
+                self._finish(self._marked_record(fast[2], done[1], done[2]), out, state)
+                return
+        self._finish(self._run(values, arrays, state, planned=True), values[self.output], state)
 
     def _finish(self, record: NodeRecord, out: Any, state: RunState) -> None:
         """Store the run's record, noting an output shape that contradicts shape inference."""
@@ -337,7 +359,9 @@ class EmulatedStep(GivenRuns):
         self._remember_given(key, expected, state)
         return True
 
-    def _run(self, values: Values, arrays: list[Any], state: RunState) -> NodeRecord:
+    def _run(self, values: Values, arrays: list[Any], state: RunState, planned: bool = False) -> NodeRecord:
+        """The step run through its translation and the kernel (or on the CPU); ``planned``: then make the
+        run plan of these inputs' shapes and dtypes (see :meth:`run_planned`)."""
         # The translation is looked up directly when every input is a plain array (the common case).
         key = arrays_key(arrays)
         if key is None:
@@ -352,12 +376,22 @@ class EmulatedStep(GivenRuns):
             return self._cpu_record(t, arrays)
         result = run_translation(t, arrays, index_mode=self.index_mode)
         values[self.output] = result.output
-        return self._dml_record(clean, result.duplicate_indices, arrays)
+        negative = has_negative(arrays[1])
+        if planned and key is not None and not self._full_check:
+            fast = self._fast_at
+            if fast is None or fast[0] != key:
+                made = proved_fast_run(self.node.op_type, self._attrs, arrays, t, result, negative)
+                if made is not False:
+                    self._fast_at = (key, made, clean)
+        return self._marked_record(clean, result.duplicate_indices, negative)
 
     def _dml_record(self, clean: NodeRecord, duplicates: int, arrays: list[Any]) -> NodeRecord:
         """The record of a run from the descriptor: ``clean`` with the run's duplicate writes and whether
         it saw negative indices."""
-        negative = has_negative(arrays[1])
+        return self._marked_record(clean, duplicates, has_negative(arrays[1]))
+
+    def _marked_record(self, clean: NodeRecord, duplicates: int, negative: bool) -> NodeRecord:
+        """``clean`` with a run's duplicate writes and whether it saw negative indices."""
         if duplicates or negative:
             last = self._marked
             if last is not None and last[0] is clean and last[1] == duplicates and last[2] == negative:
