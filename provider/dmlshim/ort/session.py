@@ -219,9 +219,9 @@ class InferenceSession(SessionRuns, SessionQueries, SessionProfiling, OrtSession
             )
             fused = fused_reads(self._added, loaded, self._options)
             self._added = fused.added
-            self._model = (
-                with_initializers(loaded.proto, self._added.values) if self._added.values else loaded.proto
-            )
+            # the values add_external_initializers supplied are in loaded.proto already (not copied again)
+            pending = {n: v for n, v in self._added.values.items() if n not in loaded.supplied}
+            self._model = with_initializers(loaded.proto, pending) if pending else loaded.proto
             # as onnxruntime: the nodes its constant folding computes read the model's own values of
             # initializers add_initializer replaces (it applies them after optimizing)
             self._model = keep_model_values_where_folded(

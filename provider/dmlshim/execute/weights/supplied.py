@@ -9,6 +9,7 @@ references, so their file is never read.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 from typing import Any
@@ -56,9 +57,14 @@ def take_supplied_initializers(
     if not external:
         return None
     added = added_initializers(model, options, external)
+    values = dict(added.values)
     for i, t in enumerate(model.graph.initializer):
         if t.name in added.external:
-            model.graph.initializer[i].CopyFrom(as_initializer(added.values[t.name], t.name))
+            target = model.graph.initializer[i]
+            target.CopyFrom(as_initializer(values[t.name], t.name))
+            # the model holds the value from now on: the probe's array is let go (one copy, not two)
+            values[t.name] = target
+    added = dataclasses.replace(added, values=values)
     if added.external:
         logger.info("initializers taken from the session options: %s", ", ".join(sorted(added.external)))
     by_file: dict[str, dict[str, onnx.TensorProto]] = {}

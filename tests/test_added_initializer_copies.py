@@ -1,0 +1,93 @@
+"""Issue 35 leftover: a value added through ``SessionOptions.add_external_initializers`` is copied no more
+often than the session needs. The probe that asks onnxruntime which values the options add returned a
+numpy copy of each, which dmlshim kept beside the model's own copy, and the engine's model copied the
+model's copy once more (``bench/added_initializers_cost.py``: 944 MB peak for a 100 MB value, 750 MB
+after). The values are onnxruntime's (a session with the same options); the copies are counted with
+tracemalloc (numpy arrays and bytes objects of the weight's size still held once the session is built)."""
+
+from __future__ import annotations
+
+import gc
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto as T
+from onnx import helper, numpy_helper
+
+from tests.oracle import IR_VERSION
+
+ROWS = 4096  # a 4 MiB float32 weight
+
+
+def _model(folder: Path) -> Path:
+    weight = numpy_helper.from_array(np.zeros((ROWS, 256), np.float32), "w")
+    graph = helper.make_graph(
+        [
+            helper.make_node("Gather", ["w", "i"], ["g"], axis=0, name="gather"),
+            helper.make_node("Relu", ["g"], ["y"], name="relu"),
+        ],
+        "added",
+        [helper.make_tensor_value_info("i", T.INT64, [2])],
+        [helper.make_tensor_value_info("y", T.FLOAT, [2, 256])],
+        [weight],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = IR_VERSION
+    path = folder / "m.onnx"
+    onnx.save(model, str(path), save_as_external_data=True, location="w.bin", size_threshold=0)
+    return path
+
+
+def _options(weight: np.ndarray) -> ort.SessionOptions:
+    so = ort.SessionOptions()
+    so.add_external_initializers(["w"], [ort.OrtValue.ortvalue_from_numpy(weight)])
+    return so
+
+
+@pytest.fixture
+def weight() -> np.ndarray:
+    return np.arange(ROWS * 256, dtype=np.float32).reshape(ROWS, 256) - 1000.0
+
+
+def test_values_are_onnxruntimes(tmp_path: Path, weight: np.ndarray) -> None:
+    import dmlshim
+
+    path = _model(tmp_path)
+    feeds = {"i": np.array([0, ROWS - 1], np.int64)}
+    (want,) = ort.InferenceSession(str(path), _options(weight), providers=["CPUExecutionProvider"]).run(
+        None, feeds
+    )
+    (got,) = dmlshim.InferenceSession(str(path), _options(weight)).run(None, feeds)
+    assert got.tobytes() == want.tobytes()
+    assert float(want[0, 0]) == 0.0 and float(want[1, -1]) == float(weight[-1, -1])  # the added value
+
+
+def test_the_probe_keeps_no_copy_and_the_engine_model_none_of_its_own(
+    tmp_path: Path, weight: np.ndarray
+) -> None:
+    """Held once the session is built: the engine's array of the weight (its Gather reads it) and the
+    check session's model bytes. Before: also the probe's array (and a third proto copy, which tracemalloc
+    does not see)."""
+    import dmlshim
+
+    path = _model(tmp_path)
+    so = _options(weight)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        session = dmlshim.InferenceSession(str(path), so)
+        gc.collect()
+        snapshot = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    copies = [t for t in snapshot.traces if t.size >= weight.nbytes]
+    where = ["\n".join(t.traceback.format()) for t in copies]
+    assert not any("added_initializers.py" in w for w in where), where  # the probe's array let go
+    assert len(copies) <= 2, where
+    assert session._model is session._loaded.proto  # no second model holding the value
+    (got,) = session.run(None, {"i": np.array([0, 1], np.int64)})
+    assert not np.shares_memory(got, weight)
