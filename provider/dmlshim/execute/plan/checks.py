@@ -156,8 +156,12 @@ def _shape_only(graph: onnx.GraphProto) -> set[str]:
     """Top-level values only ``Shape`` nodes read (no graph output, no subgraph): onnxruntime's constant
     folding (every optimization level above disabled, its default) replaces a ``Shape`` of a static shape
     by a constant and drops the dead producer, so such a value is never allocated (an ``Expand`` of a feed
-    to 10^10 elements read by ``Shape`` alone: 75 MB in onnxruntime). A value computed from constants alone
-    is not among them: onnxruntime folds it first (a ``ConstantOfShape`` of a constant is allocated)."""
+    to 10^10 elements read by ``Shape`` alone: 75 MB in onnxruntime). A value onnxruntime folds is not
+    among them: it computes it first (a ``ConstantOfShape`` of a constant is allocated); which values those
+    are is :func:`~dmlshim.execute.weights.folded_reads.folded_values`' answer, shared with validate's
+    DirectML attribution (a random draw or a ``DequantizeLinear`` is not folded, so not allocated)."""
+    from ..weights.folded_reads import folded_values
+
     readers: dict[str, set[str]] = {}
     for node in graph.node:
         for name in node.input:
@@ -166,13 +170,7 @@ def _shape_only(graph: onnx.GraphProto) -> set[str]:
             for name in _read_names(sub):
                 readers.setdefault(name, set()).add("")
     outputs = {v.name for v in graph.output}
-    # a value computed from constants alone is folded first, so allocated (a ConstantOfShape of a constant)
-    constant = {t.name for t in graph.initializer} - {v.name for v in graph.input}
-    for node in graph.node:
-        if all(not name or name in constant for name in node.input) and not any(
-            True for _ in subgraphs(node)
-        ):
-            constant.update(o for o in node.output if o)
+    constant = folded_values(graph, with_sources=True)
     return {
         name
         for name, ops in readers.items()
