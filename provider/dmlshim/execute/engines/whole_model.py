@@ -489,7 +489,8 @@ def whole_model_builder(
     and options are made here; the returned function only calls onnxruntime (so that it may run on
     another thread). With default options the emulated scatters do not force one thread (each is checked
     against its kernel); ``shared`` is given exactly when the options are dmlshim's own. With a copy of
-    the caller's options (``config.fresh_options``) large weights are handed too (``arrays``: the engine's)."""
+    the caller's options (``config.fresh_options``) large weights are handed too (``arrays``: the
+    engine's)."""
     options = config.sess_options
     if options is None:
         options = default_options(model.graph, skip=emulated, make=config.own_options)
