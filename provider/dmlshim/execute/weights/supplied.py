@@ -23,6 +23,7 @@ from .added_initializers import (
     as_initializer,
     file_in_memory,
     read_files_in_memory,
+    take_into_initializer,
 )
 
 logger = logging.getLogger(__name__)
@@ -58,10 +59,11 @@ def take_supplied_initializers(
         return None
     added = added_initializers(model, options, external)
     values = dict(added.values)
+    added = dataclasses.replace(added, values={})  # the probe's arrays are in ``values`` alone now
     for i, t in enumerate(model.graph.initializer):
         if t.name in added.external:
             target = model.graph.initializer[i]
-            target.CopyFrom(as_initializer(values[t.name], t.name))
+            take_into_initializer(target, values, t.name)
             # the model holds the value from now on: the probe's array is let go (one copy, not two)
             values[t.name] = target
     added = dataclasses.replace(added, values=values)
