@@ -122,3 +122,24 @@ def test_the_checks_own_options_keep_the_free_dimension_overrides(tmp_path: Path
     with pytest.raises(Exception) as our_error:
         ours.run(None, bad)
     assert "invalid dimensions" in str(their_error.value) and "invalid dimensions" in str(our_error.value)
+
+
+@pytest.mark.parametrize(
+    "dtype", [np.float32, np.float16, np.float64, np.int8, np.uint16, np.int64, np.bool_]
+)
+def test_an_added_value_goes_into_the_model_as_onnx_writes_it(dtype: type) -> None:
+    """The bytes go straight into the model's tensor: the same tensor ``onnx.numpy_helper.from_array`` makes
+    (every layout, scalars and empty arrays too)."""
+    from dmlshim.execute.weights.added_initializers import fill_initializer, take_into_initializer
+
+    rng = np.random.default_rng(5)
+    for shape in [(), (0,), (7,), (2, 3, 4)]:
+        base = (rng.standard_normal(shape) * 100).astype(dtype)
+        for value in (base, np.asfortranarray(base), base.T):
+            want = numpy_helper.from_array(value, "w").SerializeToString()
+            filled, taken = onnx.TensorProto(), onnx.TensorProto()
+            fill_initializer(filled, value, "w")
+            values = {"w": value.copy(order="K")}
+            take_into_initializer(taken, values, "w")
+            assert filled.SerializeToString() == want == taken.SerializeToString()
+            assert not values  # taken: the array is let go
