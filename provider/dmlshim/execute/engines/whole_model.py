@@ -78,10 +78,11 @@ def captured_names(
     indices: frozenset[str] = frozenset(),
 ) -> list[str]:
     """The values to fetch besides the graph outputs: every emulated node's computed inputs and output;
-    for a lean gather (its output named in ``lean``, see :func:`dmlshim.execute.proofs.gather_given.lean_gathers`)
-    only its computed inputs' shapes (none for those in ``shaped``, whose shapes follow from the feeds':
-    :func:`dmlshim.execute.proofs.gather_given.feed_shapes`), and its inputs and output where another emulated
-    node reads them; the values of ``indices`` (a lean gather's, proved in range from them)."""
+    for a lean gather (its output named in ``lean``, see
+    :func:`dmlshim.execute.proofs.gather_given.lean_gathers`) only its computed inputs' shapes (none for
+    those in ``shaped``, whose shapes follow from the feeds':
+    :func:`dmlshim.execute.proofs.gather_given.feed_shapes`), and its inputs and output where another
+    emulated node reads them; the values of ``indices`` (a lean gather's, proved in range from them)."""
     seen = set(graph_outputs) | known
     read = {n for step in steps if step.output not in lean for n in step.inputs if n} | indices
     read |= {n for step in steps for n in step.inputs if n and n in lean}
@@ -461,8 +462,9 @@ def start_whole_model_check(
     """Start building the check's session for ``model`` on another thread (``make_builder`` prepares the
     session of the model with the extra outputs it is given and returns what builds it). None when
     nothing is emulated or the session cannot be prepared. ``lean``: the outputs of the gathers taken by
-    their inputs' shapes (:func:`dmlshim.execute.proofs.gather_given.lean_gathers`), ``feed_shapes`` those of
-    their inputs whose shapes come from the feeds' (:func:`dmlshim.execute.proofs.gather_given.feed_shapes`)."""
+    their inputs' shapes (:func:`dmlshim.execute.proofs.gather_given.lean_gathers`), ``feed_shapes``
+    those of their inputs whose shapes come from the feeds'
+    (:func:`dmlshim.execute.proofs.gather_given.feed_shapes`)."""
     if not emulated:
         return None
     graph_outputs = [o.name for o in model.graph.output]

@@ -2,9 +2,10 @@
 
 onnxruntime then takes those tensors from the options and never reads their external-data file (which
 need not exist). dmlshim takes them before it reads any external data: onnxruntime itself is asked which
-names the options supply and with which values (:func:`dmlshim.execute.weights.added_initializers.added_initializers`,
-whose probe works the same on every onnxruntime from 1.20), and those values replace the model's external
-references, so their file is never read.
+names the options supply and with which values
+(:func:`dmlshim.execute.weights.added_initializers.added_initializers`, whose probe works the same on every
+onnxruntime from 1.20), and those values replace the model's external references, so their file is never
+read.
 """
 
 from __future__ import annotations
