@@ -55,6 +55,10 @@ class EngineConfig:
             ``sess_options`` is None (validate: one thread at its optimization level), in place of
             onnxruntime's defaults; the options are dmlshim's own, so large weights are still read from the
             model's files rather than serialized into each session.
+        fresh_options: makes a new options object equal to ``sess_options`` (dmlshim's own copy of the
+            caller's) for a session that must add to it: the whole-model check then hands its large
+            weights through ``add_external_initializers`` instead of serializing them (None: the options are
+            the caller's own object, or None).
         full_check: the whole-model check proves every element of every verified scatter's output on
             every run (validate; ``DMLSHIM_FULL_CHECK=1``); False proves the elements a scatter does not
             write on its first runs only (``dmlshim.execute.plan.steps.PROVE_RUNS``).
@@ -67,6 +71,7 @@ class EngineConfig:
     model_path: str | None = None
     whole_model_check: bool = True
     own_options: Callable[[], Any] | None = None
+    fresh_options: Callable[[], Any] | None = None
     full_check: bool = field(default_factory=lambda: os.environ.get("DMLSHIM_FULL_CHECK", "") == "1")
 
     def options_object(self) -> Any:

@@ -12,7 +12,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import onnx
@@ -41,6 +43,26 @@ def _interface_model(model: onnx.ModelProto, names: Sequence[str]) -> onnx.Model
 
 
 @contextlib.contextmanager
+def _with_supplied(probe: onnx.ModelProto, model: onnx.ModelProto, supplied: frozenset[str]) -> Iterator[Any]:
+    """``probe``'s bytes; with ``supplied``, the path of ``probe`` carrying stand-ins for them (graph
+    outputs, so that onnxruntime keeps them to replace), saved beside an empty data file in a folder of
+    its own (removed after)."""
+    if not supplied:
+        yield probe.SerializeToString()
+        return
+    from ..execute.weights.added_initializers import _EMPTY_FILE, _stand_in
+
+    tensors = [t for t in model.graph.initializer if t.name in supplied]
+    probe.graph.initializer.extend(_stand_in(t, True) for t in tensors)
+    probe.graph.output.extend(helper.make_tensor_value_info(t.name, t.data_type, None) for t in tensors)
+    with tempfile.TemporaryDirectory(prefix="dmlshim-probe-") as tmp:
+        (Path(tmp) / _EMPTY_FILE).write_bytes(b"")
+        path = Path(tmp) / "inputs.onnx"
+        onnx.save(probe, str(path))
+        yield str(path)
+
+
+@contextlib.contextmanager
 def _writing_nothing(so: Any) -> Iterator[None]:
     """``so`` with profiling and ``optimized_model_filepath`` off for the block, then as it was."""
     profiling, optimized = so.enable_profiling, so.optimized_model_filepath
@@ -55,13 +77,19 @@ def _writing_nothing(so: Any) -> Iterator[None]:
 
 
 def with_free_dimension_overrides(
-    model: onnx.ModelProto, inputs: tuple[NodeArg, ...], sess_options: Any
+    model: onnx.ModelProto,
+    inputs: tuple[NodeArg, ...],
+    sess_options: Any,
+    supplied: frozenset[str] = frozenset(),
 ) -> tuple[NodeArg, ...]:
     """``inputs`` with the free dimensions ``sess_options`` overrides fixed, as onnxruntime reports them.
 
     Unchanged when there are no options, no symbolic dimension, or when onnxruntime refuses the
     inputs-only model. Options that would write a file of their own (profiling, ``optimized_model_filepath``)
     are asked with those two switched off for the probe: the overrides cannot be copied to new options.
+    ``supplied``: the initializers the options supply (``add_external_initializers``): onnxruntime refuses
+    options holding one the model lacks, so the inputs-only model carries them too, as external data it
+    replaces and never reads (before, the overrides were then lost: a feed onnxruntime refuses ran).
     """
     if sess_options is None:
         return inputs
@@ -70,10 +98,8 @@ def with_free_dimension_overrides(
         return inputs
     try:
         probe = _interface_model(model, symbolic)
-        with _writing_nothing(sess_options):
-            session = OrtInferenceSession(
-                probe.SerializeToString(), sess_options, providers=["CPUExecutionProvider"]
-            )
+        with _writing_nothing(sess_options), _with_supplied(probe, model, supplied) as source:
+            session = OrtInferenceSession(source, sess_options, providers=["CPUExecutionProvider"])
         shapes = {a.name: a.shape for a in session.get_inputs()}
     except Exception as exc:  # any refusal: keep the model's own shapes
         logger.debug("free dimension overrides not read back: %s", exc)

@@ -29,6 +29,7 @@ from .ortvalues import (
 )
 from .session_args import tensor_name
 from .session_surface import SessionSurface
+from .unallocated import unallocated_error, unallocated_ortvalue
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +90,19 @@ class _OutputBinding:
     allocated: tuple[int, ...] | None = None
     """The shape of the output a run allocated for a binding by name: onnxruntime keeps that output
     bound, as pre-allocated memory, until the output is bound again."""
+    result: Any = None
+    """What the last run wrote for this binding (None before a run, and once the output is bound again)."""
+
+    def bound_value(self) -> Any:
+        """What onnxruntime's binding holds for this output: the last run's value, else the bound
+        ``OrtValue``, else an ``OrtValue`` over the bound memory, else (bound by name, never run) None."""
+        if self.result is not None:
+            return self.result
+        if self.ortvalue is not None:
+            return self.ortvalue
+        if self.buffer is not None:
+            return self.buffer
+        return None
 
 
 class IOBinding:
@@ -101,7 +115,6 @@ class IOBinding:
         self._session = session
         self._inputs: dict[str, Any] = {}
         self._outputs: dict[str, _OutputBinding] = {}
-        self._results: list[Any] | None = None
 
     @property
     def session(self) -> SessionSurface:
@@ -243,17 +256,19 @@ class IOBinding:
     def clear_binding_outputs(self) -> None:
         """Forget every bound output (and the results of the last run)."""
         self._outputs.clear()
-        self._results = None
 
     def get_outputs(self) -> list[Any]:
-        """The outputs of the last run as ``onnxruntime.OrtValue``s, in the order they were bound."""
-        results = self._results or []
+        """One ``onnxruntime.OrtValue`` per bound output, in the order they were bound, as onnxruntime's
+        binding holds them: the last run's output; before a run (or once bound again) the bound
+        ``OrtValue``, an ``OrtValue`` over the bound memory (no copy), or, for an output bound by name,
+        an ``OrtValue`` holding nothing yet (``has_value()`` False)."""
         out = []
-        for binding, value in zip(self._outputs.values(), results, strict=False):
-            if binding.ortvalue is not None:
-                out.append(binding.ortvalue)
-            elif isinstance(value, ort.OrtValue):  # a type numpy cannot hold (bfloat16, float8)
-                out.append(value)
+        for binding in self._outputs.values():
+            value = binding.bound_value()
+            if value is None:
+                out.append(unallocated_ortvalue(binding.name))
+            elif binding.ortvalue is not None or isinstance(value, ort.OrtValue):
+                out.append(binding.ortvalue if binding.ortvalue is not None else value)
             elif value.dtype.kind in "OUS":  # strings: an OrtValue only onnxruntime's session makes
                 out.append(string_ortvalue(value))
             else:
@@ -280,8 +295,11 @@ class IOBinding:
             NotSupportedError: an output numpy cannot hold (bfloat16, float8): a ``RuntimeError``, as
                 onnxruntime raises here; :meth:`get_outputs` gives it as an ``OrtValue``.
         """
-        made = self._results or []
-        names = list(self._outputs)[: len(made)]
+        names = list(self._outputs)
+        made = [binding.bound_value() for binding in self._outputs.values()]
+        for name, value in zip(names, made, strict=True):
+            if value is None:
+                raise unallocated_error(name)
         results = numpy_outputs(names, made, "get_outputs() gives it as an OrtValue")
         return [np.array(v, copy=True) for v in results]
 
@@ -323,7 +341,8 @@ class IOBinding:
                 kept.append(binding.buffer)
             else:
                 kept.append(arr)
-        self._results = kept
+        for binding, value in zip(self._outputs.values(), kept, strict=True):
+            binding.result = value
 
 
 def _check_allocated(binding: _OutputBinding, value: Any) -> None:

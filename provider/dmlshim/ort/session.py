@@ -60,7 +60,7 @@ from .session_args import (
 from .session_copy import SessionCopy, session_copy
 from .session_options import (
     check_session_options,
-    engine_options,
+    engine_options_and_copier,
     sharable_options,
     write_optimized_model,
 )
@@ -219,9 +219,9 @@ class InferenceSession(SessionRuns, SessionQueries, SessionProfiling, OrtSession
             )
             fused = fused_reads(self._added, loaded, self._options)
             self._added = fused.added
-            self._model = (
-                with_initializers(loaded.proto, self._added.values) if self._added.values else loaded.proto
-            )
+            # the values add_external_initializers supplied are in loaded.proto already (not copied again)
+            pending = {n: v for n, v in self._added.values.items() if n not in loaded.supplied}
+            self._model = with_initializers(loaded.proto, pending) if pending else loaded.proto
             # as onnxruntime: the nodes its constant folding computes read the model's own values of
             # initializers add_initializer replaces (it applies them after optimizing)
             self._model = keep_model_values_where_folded(
@@ -281,7 +281,10 @@ class InferenceSession(SessionRuns, SessionQueries, SessionProfiling, OrtSession
         # As onnxruntime: before IR version 4 every initializer is a constant, even one listed as a graph
         # input, and cannot be fed; from 4 on such an initializer is a default the caller may override.
         self._inputs = with_free_dimension_overrides(
-            proto, tuple(node_arg(v) for v in graph.input if v.name not in init_names), self._options
+            proto,
+            tuple(node_arg(v) for v in graph.input if v.name not in init_names),
+            self._options,
+            loaded.supplied,
         )
         self._overridable = (
             tuple(node_arg(v) for v in graph.input if v.name in init_names) if proto.ir_version >= 4 else ()
@@ -324,20 +327,22 @@ class InferenceSession(SessionRuns, SessionQueries, SessionProfiling, OrtSession
             model = self._loaded.with_weights(model)  # every weight read into the model
         elif folder is not None:
             self._loaded.check_unchanged()  # onnxruntime is about to read the weights from the files
+        options, fresh = engine_options_and_copier(
+            self._options,
+            profile_prefix=profiler.partition_prefix if profiler else None,
+            # the added/supplied initializers are in the model now; the partitions must not get them
+            without_added=bool(self._added.external or self._loaded.supplied),
+            private=self._copied_dims is not None,
+            weights_folder=folder if in_files and not customop else None,
+            free_dimensions=overrides_by_name(self._loaded.proto, self._inputs)
+            if self._copied_dims is None
+            else self._copied_dims,
+        )
         config = EngineConfig(
             feature_level=self._feature_level,
             index_mode=self._index_mode,
-            sess_options=engine_options(
-                self._options,
-                profile_prefix=profiler.partition_prefix if profiler else None,
-                # the added/supplied initializers are in the model now; the partitions must not get them
-                without_added=bool(self._added.external or self._loaded.supplied),
-                private=self._copied_dims is not None,
-                weights_folder=folder if in_files and not customop else None,
-                free_dimensions=overrides_by_name(self._loaded.proto, self._inputs)
-                if self._copied_dims is None
-                else self._copied_dims,
-            ),
+            sess_options=options,
+            fresh_options=fresh,
             # Only the real DirectML engine hands providers to onnxruntime; the others run on its CPU.
             providers=tuple(zip(self._choice.names, self._choice.options, strict=True))
             if name == "directml"

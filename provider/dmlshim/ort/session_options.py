@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,7 @@ __all__ = [  # the copy's names are read from here too
     "config_entry",
     "copy_options",
     "engine_options",
+    "engine_options_and_copier",
     "sharable_options",
     "write_optimized_model",
     "write_session_file",
@@ -106,6 +107,31 @@ def engine_options(
     for name, value in (free_dimensions or {}).items():  # the caller's overrides cannot be copied
         out.add_free_dimension_override_by_name(name, value)
     return out
+
+
+def engine_options_and_copier(
+    so: Any, **kwargs: Any
+) -> tuple[ort.SessionOptions | None, Callable[[], ort.SessionOptions] | None]:
+    """:func:`engine_options` (same arguments), and what makes a new options object equal to them for one
+    session that adds to them (``EngineConfig.fresh_options``), or None when they are the caller's own
+    object (never copied or changed here: a copy may not mean all it means) or None. A new object is
+    copied from the engine's, taken when the session was built, never from the caller's object as the
+    program may have changed it since."""
+    engine_so = engine_options(so, **kwargs)
+    if engine_so is None or engine_so is so:
+        return engine_so, None
+    dims = dict(kwargs.get("free_dimensions") or {})
+    weights_folder = kwargs.get("weights_folder")
+
+    def make() -> ort.SessionOptions:
+        out = copy_options(engine_so)
+        for name, value in dims.items():  # overrides cannot be read back from engine_so
+            out.add_free_dimension_override_by_name(name, value)
+        if weights_folder is not None and config_entry(out, FOLDER_KEY) is None:
+            out.add_session_config_entry(FOLDER_KEY, weights_folder)
+        return out
+
+    return engine_so, make
 
 
 def sharable_options(so: Any, model: onnx.ModelProto, inputs: Sequence[NodeArg]) -> dict[str, int] | None:

@@ -142,32 +142,14 @@ def _loaded_model(report: ValidationReport, proto: onnx.ModelProto | None) -> An
     return load_model(report.model, weightless=True)
 
 
-def _folded(graph: onnx.GraphProto) -> set[str]:
+def _folded(graph: onnx.GraphProto) -> frozenset[str]:
     """The values onnxruntime's constant folding (every optimization level but ``disabled``) computes
-    when it builds the session, so that they are initializers there: outputs of nodes without subgraphs
-    or random draws whose every input is an initializer no feed overrides, a Constant's output or such
-    a value (a Gather of a constant table at constant indices). Over-counting only leaves a node
-    unchecked."""
-    from ..model.random_ops import RANDOM_OPS
+    when it builds the session, so that they are initializers there (a Gather of a constant table at
+    constant indices): :func:`~dmlshim.execute.weights.folded_reads.folded_values`, the answer the static
+    size check uses too."""
+    from ..execute.weights.folded_reads import folded_values
 
-    inputs = {v.name for v in graph.input}
-    constant = {t.name for t in graph.initializer if t.name not in inputs}
-    constant |= {o for n in graph.node if n.op_type == "Constant" for o in n.output if o}
-    folded: set[str] = set()
-    changed = True
-    while changed:  # nodes may be listed out of data order
-        changed = False
-        for node in graph.node:
-            if node.op_type == "Constant" or node.op_type in RANDOM_OPS or not any(node.input):
-                continue
-            if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
-                continue
-            if all(not v or v in constant or v in folded for v in node.input):
-                new = {o for o in node.output if o} - folded
-                if new:
-                    folded |= new
-                    changed = True
-    return folded
+    return folded_values(graph)
 
 
 def _node_values(

@@ -286,7 +286,9 @@ class PartitionedEngine(PartitionedRuns):
         ):
             # onnxruntime builds the check's session on another thread while the steps are made here.
             outputs = frozenset(io.output for io in emulated_io)
-            make = functools.partial(whole_model_builder, model, config, outputs, shared)
+            make = functools.partial(
+                whole_model_builder, model, config, outputs, shared, arrays=self._static_values
+            )
             if not config.full_check:
                 lean = lean_gathers(emulated_io, infos, graph, init_protos)
                 shapes_from_feeds = feed_shapes(emulated_io, lean, infos, model, init_protos)

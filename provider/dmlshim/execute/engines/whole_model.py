@@ -30,7 +30,7 @@ from ...runtime.real import OrtInferenceSession
 from ..engine import EngineConfig
 from ..plan.sessions import default_options
 from ..proofs.gather_given import FeedShapes, add_extra_outputs, shape_output, value_shape
-from ..weights.shared import SharedWeights, light_copy
+from ..weights.shared import SharedWeights, handed_weights_session, light_copy
 from .lean_check import LeanCheckSpec, LeanSession, build_lean
 
 logger = logging.getLogger(__name__)
@@ -78,10 +78,11 @@ def captured_names(
     indices: frozenset[str] = frozenset(),
 ) -> list[str]:
     """The values to fetch besides the graph outputs: every emulated node's computed inputs and output;
-    for a lean gather (its output named in ``lean``, see :func:`dmlshim.execute.proofs.gather_given.lean_gathers`)
-    only its computed inputs' shapes (none for those in ``shaped``, whose shapes follow from the feeds':
-    :func:`dmlshim.execute.proofs.gather_given.feed_shapes`), and its inputs and output where another emulated
-    node reads them; the values of ``indices`` (a lean gather's, proved in range from them)."""
+    for a lean gather (its output named in ``lean``, see
+    :func:`dmlshim.execute.proofs.gather_given.lean_gathers`) only its computed inputs' shapes (none for
+    those in ``shaped``, whose shapes follow from the feeds':
+    :func:`dmlshim.execute.proofs.gather_given.feed_shapes`), and its inputs and output where another
+    emulated node reads them; the values of ``indices`` (a lean gather's, proved in range from them)."""
     seen = set(graph_outputs) | known
     read = {n for step in steps if step.output not in lean for n in step.inputs if n} | indices
     read |= {n for step in steps for n in step.inputs if n and n in lean}
@@ -461,8 +462,9 @@ def start_whole_model_check(
     """Start building the check's session for ``model`` on another thread (``make_builder`` prepares the
     session of the model with the extra outputs it is given and returns what builds it). None when
     nothing is emulated or the session cannot be prepared. ``lean``: the outputs of the gathers taken by
-    their inputs' shapes (:func:`dmlshim.execute.proofs.gather_given.lean_gathers`), ``feed_shapes`` those of
-    their inputs whose shapes come from the feeds' (:func:`dmlshim.execute.proofs.gather_given.feed_shapes`)."""
+    their inputs' shapes (:func:`dmlshim.execute.proofs.gather_given.lean_gathers`), ``feed_shapes``
+    those of their inputs whose shapes come from the feeds'
+    (:func:`dmlshim.execute.proofs.gather_given.feed_shapes`)."""
     if not emulated:
         return None
     graph_outputs = [o.name for o in model.graph.output]
@@ -483,18 +485,31 @@ def whole_model_builder(
     emulated: frozenset[str],
     shared: SharedWeights | None,
     extra_outputs: Sequence[str],
+    arrays: Mapping[str, Any] | None = None,
 ) -> Callable[[], ort.InferenceSession]:
     """What builds the whole-model check's session: the model with ``extra_outputs`` added. The payload
     and options are made here; the returned function only calls onnxruntime (so that it may run on
     another thread). With default options the emulated scatters do not force one thread (each is checked
-    against its kernel); ``shared`` is given exactly when the options are dmlshim's own."""
+    against its kernel); ``shared`` is given exactly when the options are dmlshim's own. With a copy of
+    the caller's options (``config.fresh_options``) large weights are handed too (``arrays``: the
+    engine's)."""
     options = config.sess_options
     if options is None:
         options = default_options(model.graph, skip=emulated, make=config.own_options)
+    elif shared is None and config.fresh_options is not None:
+        handed = handed_weights_session(
+            model, config.fresh_options, extra_outputs, arrays or {}, _cpu_session
+        )
+        if handed is not None:
+            return handed
     if shared is not None:
         light = light_copy(model, shared, extra_outputs)
         shared.attach(options, light)
         payload = light.SerializeToString()
     else:
         payload = augmented_model(model, extra_outputs)
-    return functools.partial(OrtInferenceSession, payload, options, providers=["CPUExecutionProvider"])
+    return functools.partial(_cpu_session, payload, options)
+
+
+def _cpu_session(payload: bytes, options: Any) -> ort.InferenceSession:
+    return OrtInferenceSession(payload, options, providers=["CPUExecutionProvider"])

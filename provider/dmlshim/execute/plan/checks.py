@@ -92,6 +92,9 @@ def check_static_sizes(
         shapes.setdefault(name, found)
     for name, found_by in inner_producers.items():
         producers.setdefault(name, found_by)
+    if model is not None:  # sized from an enclosing graph's constants, as onnxruntime sizes them
+        for name, found in _outer_sized(model).items():
+            shapes.setdefault(name, found)
     try:
         check_static_values(shapes, producers=producers)
     except TooLargeError as exc:
@@ -153,8 +156,12 @@ def _shape_only(graph: onnx.GraphProto) -> set[str]:
     """Top-level values only ``Shape`` nodes read (no graph output, no subgraph): onnxruntime's constant
     folding (every optimization level above disabled, its default) replaces a ``Shape`` of a static shape
     by a constant and drops the dead producer, so such a value is never allocated (an ``Expand`` of a feed
-    to 10^10 elements read by ``Shape`` alone: 75 MB in onnxruntime). A value computed from constants alone
-    is not among them: onnxruntime folds it first (a ``ConstantOfShape`` of a constant is allocated)."""
+    to 10^10 elements read by ``Shape`` alone: 75 MB in onnxruntime). A value onnxruntime folds is not
+    among them: it computes it first (a ``ConstantOfShape`` of a constant is allocated); which values those
+    are is :func:`~dmlshim.execute.weights.folded_reads.folded_values`' answer, shared with validate's
+    DirectML attribution (a random draw or a ``DequantizeLinear`` is not folded, so not allocated)."""
+    from ..weights.folded_reads import folded_values
+
     readers: dict[str, set[str]] = {}
     for node in graph.node:
         for name in node.input:
@@ -163,13 +170,7 @@ def _shape_only(graph: onnx.GraphProto) -> set[str]:
             for name in _read_names(sub):
                 readers.setdefault(name, set()).add("")
     outputs = {v.name for v in graph.output}
-    # a value computed from constants alone is folded first, so allocated (a ConstantOfShape of a constant)
-    constant = {t.name for t in graph.initializer} - {v.name for v in graph.input}
-    for node in graph.node:
-        if all(not name or name in constant for name in node.input) and not any(
-            True for _ in subgraphs(node)
-        ):
-            constant.update(o for o in node.output if o)
+    constant = folded_values(graph, with_sources=True)
     return {
         name
         for name, ops in readers.items()
@@ -213,6 +214,26 @@ def _subgraph_values(
     return shapes, producers
 
 
+def _outer_sized(model: onnx.ModelProto) -> dict[str, tuple[Sequence[int], int]]:
+    """The static shapes of subgraph values that onnx's inference sizes once the outer-scope constants
+    their size-making nodes read are visible to it (:mod:`dmlshim.model.outer_constants`; empty when no
+    such node reads one, or inference fails). A ``ConstantOfShape`` in an If branch whose shape is a
+    main-graph initializer: onnxruntime reads the outer value and allocates the output."""
+    from ...model.last_inference import infer_shapes
+    from ...model.outer_constants import with_outer_constants
+
+    copy = with_outer_constants(model)
+    if copy is None:
+        return {}
+    try:
+        inferred = infer_shapes(copy, remember=False)
+    except Exception as exc:  # onnx's errors share no useful base; the session's own checks report them
+        logger.debug("no outer-scope constants resolved: %s", exc)
+        return {}
+    found, _ = _subgraph_values(inferred.graph)
+    return found
+
+
 def _declared(graph: onnx.GraphProto) -> set[str]:
     """The values whose shape the model declares (graph outputs, ``value_info``; in subgraphs too)."""
     found = {v.name for v in (*graph.output, *graph.value_info) if v.type.tensor_type.HasField("shape")}
@@ -225,12 +246,14 @@ def _declared(graph: onnx.GraphProto) -> set[str]:
 def _undeclared_shapes(model: onnx.ModelProto) -> dict[str, tuple[Sequence[int], int]]:
     """The static shapes (and element types) of ``model``'s values as inference finds them without the
     shapes the model declares for outputs and in ``value_info`` (empty when inference fails)."""
+    from ...model.outer_constants import with_outer_constants
     from ...model.weightless import without_declared_shapes
     from ...translate import infer_shapes
     from ...translate.shapes_info import tensor_infos
 
+    light = without_declared_shapes(model)
     try:
-        inferred = infer_shapes(without_declared_shapes(model))
+        inferred = infer_shapes(with_outer_constants(light) or light)
     except DmlShimError as exc:
         logger.info("no shapes inferred without the declared ones (%s)", exc)
         return {}

@@ -165,6 +165,41 @@ def as_initializer(value: np.ndarray | onnx.TensorProto, name: str) -> onnx.Tens
     return numpy_helper.from_array(np.asarray(value), name)
 
 
+def fill_initializer(target: onnx.TensorProto, value: np.ndarray | onnx.TensorProto, name: str) -> None:
+    """Make ``target`` (a model's initializer, in place) :func:`as_initializer`'s tensor: a numeric array's
+    bytes go straight into it (``numpy_helper.from_array`` makes a tensor the model then copies: for a
+    100 MB value, a third 100 MB at once)."""
+    if not _plain_numeric(value):
+        target.CopyFrom(as_initializer(value, name))
+        return
+    _typed_header(target, value, name)
+    target.raw_data = np.ascontiguousarray(value).tobytes()
+
+
+def take_into_initializer(target: onnx.TensorProto, values: dict[str, Any], name: str) -> None:
+    """:func:`fill_initializer` with ``values.pop(name)``, the array let go before its bytes are stored (the
+    caller holds no other reference): its bytes and the tensor's, never the array too."""
+    value = values.pop(name)
+    if not _plain_numeric(value):
+        fill_initializer(target, value, name)
+        return
+    _typed_header(target, value, name)
+    raw = np.ascontiguousarray(value).tobytes()
+    del value
+    target.raw_data = raw
+
+
+def _plain_numeric(value: Any) -> bool:
+    return isinstance(value, np.ndarray) and value.dtype.kind in "iuf" and value.dtype.byteorder != ">"
+
+
+def _typed_header(target: onnx.TensorProto, value: np.ndarray, name: str) -> None:
+    """``target`` as ``numpy_helper.from_array(value, name)`` makes it, but for its bytes."""
+    target.CopyFrom(numpy_helper.from_array(np.empty((0,), value.dtype), name))
+    del target.dims[:]
+    target.dims.extend(int(d) for d in value.shape)
+
+
 @dataclass(frozen=True)
 class AddedInitializers:
     """What a ``SessionOptions`` adds to a model.
@@ -343,7 +378,9 @@ def with_initializers(
     modified)."""
     out = model_shell(model)
     graph_shell(model.graph, out.graph)
-    out.graph.initializer.extend(
-        as_initializer(values[t.name], t.name) if t.name in values else t for t in model.graph.initializer
-    )
+    for t in model.graph.initializer:
+        if t.name in values:
+            fill_initializer(out.graph.initializer.add(), values[t.name], t.name)
+        else:
+            out.graph.initializer.append(t)
     return out

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -187,3 +187,37 @@ def light_copy(
     g.initializer.extend(shared.stub(t) if t.name in shared else t for t in graph.initializer)
     add_extra_outputs(g, extra_outputs)
     return out
+
+
+def handed_weights_session(
+    model: onnx.ModelProto,
+    make_options: Callable[[], Any],
+    extra_outputs: Sequence[str],
+    arrays: Mapping[str, np.ndarray],
+    build: Callable[[bytes, Any], Any],
+) -> Callable[[], Any] | None:
+    """What builds one onnxruntime session of ``model`` (``extra_outputs`` added) whose large initializers
+    are handed as arrays through a new options object (``make_options``: equal to the engine's own copy of
+    the caller's options) instead of serialized: ``arrays`` the engine made already are handed as they
+    are, the others made for the session and dropped once onnxruntime has its copy. None when the model
+    holds no such initializer (serializing it costs nothing then).
+
+    A serialized 100 MB weight cost the bytes, onnxruntime's parse of them and its tensor at once (+290 MB
+    while the whole-model check's session was built, the bytes kept for the lean session after); a handed
+    one costs onnxruntime's copy (+105 MB), as ``add_external_initializers`` costs onnxruntime itself."""
+    shared = SharedWeights({t.name: t for t in model.graph.initializer}, graph=model.graph)
+    if not shared.names:
+        return None
+    shared.adopt(arrays)
+    light = light_copy(model, shared, extra_outputs)
+    options = make_options()
+    shared.attach(options, light)
+    payload = light.SerializeToString()
+
+    def session() -> Any:
+        try:
+            return build(payload, options)
+        finally:
+            shared.release()  # onnxruntime has its copy; the engine keeps the arrays it made
+
+    return session

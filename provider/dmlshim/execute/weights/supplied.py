@@ -2,13 +2,15 @@
 
 onnxruntime then takes those tensors from the options and never reads their external-data file (which
 need not exist). dmlshim takes them before it reads any external data: onnxruntime itself is asked which
-names the options supply and with which values (:func:`dmlshim.execute.weights.added_initializers.added_initializers`,
-whose probe works the same on every onnxruntime from 1.20), and those values replace the model's external
-references, so their file is never read.
+names the options supply and with which values
+(:func:`dmlshim.execute.weights.added_initializers.added_initializers`, whose probe works the same on every
+onnxruntime from 1.20), and those values replace the model's external references, so their file is never
+read.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ from .added_initializers import (
     as_initializer,
     file_in_memory,
     read_files_in_memory,
+    take_into_initializer,
 )
 
 logger = logging.getLogger(__name__)
@@ -56,9 +59,15 @@ def take_supplied_initializers(
     if not external:
         return None
     added = added_initializers(model, options, external)
+    values = dict(added.values)
+    added = dataclasses.replace(added, values={})  # the probe's arrays are in ``values`` alone now
     for i, t in enumerate(model.graph.initializer):
         if t.name in added.external:
-            model.graph.initializer[i].CopyFrom(as_initializer(added.values[t.name], t.name))
+            target = model.graph.initializer[i]
+            take_into_initializer(target, values, t.name)
+            # the model holds the value from now on: the probe's array is let go (one copy, not two)
+            values[t.name] = target
+    added = dataclasses.replace(added, values=values)
     if added.external:
         logger.info("initializers taken from the session options: %s", ", ".join(sorted(added.external)))
     by_file: dict[str, dict[str, onnx.TensorProto]] = {}

@@ -1,0 +1,129 @@
+"""Outer-scope constants made visible to shape inference inside subgraphs.
+
+onnx's shape inference reads the values of a graph's own initializers and ``Constant`` nodes, but not
+those of an enclosing graph: a ``ConstantOfShape`` in an If branch (or a Loop body) whose shape is an
+initializer of the main graph gets no static shape, so the memory limit never saw it, while onnxruntime
+resolves the outer value and allocates the output (2 GB under a 100 MB limit, issue 35). For the static
+size check only, :func:`with_outer_constants` gives a copy of the (weightless) model in which each
+subgraph whose size-making node reads an outer constant carries a copy of the outer constants its nodes
+read, as its own initializers; onnx's inference then sizes the branch as onnxruntime does.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import onnx
+from onnx import helper
+
+from ..graph import subgraphs
+
+__all__ = ["SIZE_MAKING_OPS", "with_outer_constants"]
+
+logger = logging.getLogger(__name__)
+
+SIZE_MAKING_OPS = frozenset(
+    {"ConstantOfShape", "Expand", "Tile", "Range", "Pad", "Resize", "Upsample", "OneHot"}
+)
+"""Ops whose output may be far larger than their inputs, sized by an input's values."""
+
+MAX_ELEMENTS = 1024
+"""Outer constants longer than this are no shape, count or bound: never copied into a subgraph."""
+
+
+def _constant_node_tensor(node: onnx.NodeProto) -> onnx.TensorProto | None:
+    """The value of a ``Constant`` node as a tensor named by its output (None: sparse, string, none)."""
+    if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or len(node.output) != 1:
+        return None
+    for attr in node.attribute:
+        if attr.name == "value" and attr.type == onnx.AttributeProto.TENSOR:
+            if not _small(attr.t):
+                return None  # checked before copying: a Constant may hold a large weight
+            tensor = onnx.TensorProto()
+            tensor.CopyFrom(attr.t)
+        elif attr.name == "value_int":
+            tensor = helper.make_tensor("", onnx.TensorProto.INT64, [], [attr.i])
+        elif attr.name == "value_ints" and len(attr.ints) <= MAX_ELEMENTS:
+            tensor = helper.make_tensor("", onnx.TensorProto.INT64, [len(attr.ints)], list(attr.ints))
+        elif attr.name == "value_float":
+            tensor = helper.make_tensor("", onnx.TensorProto.FLOAT, [], [attr.f])
+        elif attr.name == "value_floats" and len(attr.floats) <= MAX_ELEMENTS:
+            tensor = helper.make_tensor("", onnx.TensorProto.FLOAT, [len(attr.floats)], list(attr.floats))
+        else:
+            continue
+        tensor.name = node.output[0]
+        return tensor
+    return None
+
+
+def _small(tensor: onnx.TensorProto) -> bool:
+    count = 1
+    for d in tensor.dims:
+        count *= int(d)
+    return (
+        count <= MAX_ELEMENTS
+        and tensor.data_type not in (0, onnx.TensorProto.STRING)
+        and tensor.data_location != onnx.TensorProto.EXTERNAL
+    )
+
+
+def _own_constants(graph: onnx.GraphProto) -> dict[str, onnx.TensorProto]:
+    """``graph``'s small initializers and ``Constant`` node values, by name."""
+    found = {t.name: t for t in graph.initializer if _small(t)}
+    for node in graph.node:
+        tensor = _constant_node_tensor(node)
+        if tensor is not None:
+            found[tensor.name] = tensor
+    return found
+
+
+def _defined(graph: onnx.GraphProto) -> set[str]:
+    names = {v.name for v in graph.input} | {t.name for t in graph.initializer}
+    names.update(o for node in graph.node for o in node.output)
+    return names
+
+
+def _inject(graph: onnx.GraphProto, outer: dict[str, onnx.TensorProto], top: bool, apply: bool) -> bool:
+    """Copy into each subgraph below ``graph`` the outer constants (``outer``, then each enclosing graph's
+    own) its nodes read, where one of its size-making nodes reads one (``apply`` False: only tell whether
+    any would be). True when any was (or would be) copied."""
+    changed = False
+    defined = _defined(graph)
+    if not top:
+        read = {name for node in graph.node for name in node.input if name and name not in defined}
+        wanted = {name for name in read if name in outer}
+        sizing = any(
+            node.op_type in SIZE_MAKING_OPS and any(name in wanted for name in node.input)
+            for node in graph.node
+        )
+        if sizing and apply:
+            graph.initializer.extend(outer[name] for name in sorted(wanted))
+        changed = sizing
+    # a name this graph defines hides an outer one of the same name
+    if not any(True for node in graph.node for _ in subgraphs(node)):
+        return changed
+    visible = {name: t for name, t in outer.items() if name not in defined}
+    visible.update(_own_constants(graph))
+    for node in graph.node:
+        for _, sub in subgraphs(node):
+            changed |= _inject(sub, visible, top=False, apply=apply)
+    return changed
+
+
+def with_outer_constants(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    """A weightless copy of ``model`` (:func:`~dmlshim.model.weightless.without_weights`: no weight is
+    copied) whose subgraphs carry the outer-scope constants their size-making nodes read; None, and nothing
+    copied, when no subgraph has such a node (the model's own inference already sizes what it can)."""
+    from .weightless import without_weights
+
+    if not any(True for node in model.graph.node for _ in subgraphs(node)):
+        return None
+    if not _inject(model.graph, {}, top=True, apply=False):
+        return None
+    light = without_weights(model)
+    if light is model:
+        light = onnx.ModelProto()
+        light.CopyFrom(model)
+    _inject(light.graph, {}, top=True, apply=True)
+    logger.debug("outer-scope constants copied into subgraphs for the static size check")
+    return light
