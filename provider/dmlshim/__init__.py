@@ -23,7 +23,7 @@ from .errors import (  # noqa: E402
     ValidationMismatchError,
 )
 from .ort.names import ORT_API_NAMES  # noqa: E402
-from .version import __version__
+from .version import __version__  # noqa: E402
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 

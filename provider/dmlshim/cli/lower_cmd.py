@@ -29,7 +29,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the options of ``dmlshim lower``."""
     parser.add_argument("model", metavar="MODEL", help="the .onnx file")
     parser.add_argument(
-        "-o", "--output", required=True, metavar="OUT.onnx", type=output_path_arg, help="where to write the model"
+        "-o",
+        "--output",
+        required=True,
+        metavar="OUT.onnx",
+        type=output_path_arg,
+        help="where to write the model",
     )
     add_feature_level(parser, "target")
     add_input_shape(

@@ -22,7 +22,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="folder that writeFile targetPaths are relative to (default: the current directory), "
         "like dxdispatch --output_path",
     )
-    out.add_argument("--output-path", dest="output_path", type=output_path_arg, help=argparse.SUPPRESS)  # the old spelling
+    out.add_argument(
+        "--output-path", dest="output_path", type=output_path_arg, help=argparse.SUPPRESS
+    )  # the old spelling
     add_feature_level(parser, "validated and executed")
     parser.add_argument(
         "--clamp-indices",

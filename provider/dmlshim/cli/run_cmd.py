@@ -74,7 +74,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     inputs = (args.model, args.inputs)
     # checked as typed: Path() would drop a trailing "/" that names a folder
-    output_path = check_output_file(args.output, overwrite=args.overwrite, inputs=inputs) if args.output else None
+    output_path = (
+        check_output_file(args.output, overwrite=args.overwrite, inputs=inputs) if args.output else None
+    )
     shapes = input_shapes(args)
     generated: GeneratedInputs | None = None
     generated_for = None  # the graph the inputs were generated for
@@ -117,8 +119,8 @@ def run(args: argparse.Namespace) -> int:
         if left_out:
             listed = "; ".join(f"{n!r} is {kind_text(o)}" for n, o in left_out)
             print(
-                f"dmlshim run: note: the outputs file holds arrays only, so {output_path} leaves out {len(left_out)} "
-                f"output(s): {listed} (--json describes them)",
+                f"dmlshim run: note: the outputs file holds arrays only, so {output_path} leaves out "
+                f"{len(left_out)} output(s): {listed} (--json describes them)",
                 file=sys.stderr,
             )
     if args.json:

@@ -1,7 +1,7 @@
 """Checking a scatter's output instead of computing it: the whole-model check's path for scatters.
 
-The whole-model check (:mod:`dmlshim.execute.engines.whole_model`) holds onnxruntime's output of every emulated
-node and needs to know whether the node's kernel would have produced exactly that array. A scatter's
+The whole-model check (:mod:`dmlshim.execute.engines.whole_model`) holds onnxruntime's output of every
+emulated node and needs to know whether the node's kernel would have produced exactly that array. A scatter's
 output is its InputTensor with some targets (elements for SCATTER, runs of elements for SCATTER_ND)
 overwritten, so instead of copying the input, writing the updates and comparing the whole output, the
 scatter kernels' ``verify`` entry points:

@@ -301,7 +301,9 @@ def _better(new: onnx.TensorShapeProto, old: onnx.TensorShapeProto) -> bool:
     rank, or a static size where ``old`` has none."""
     if len(new.dim) != len(old.dim):
         return True
-    return any(n.HasField("dim_value") and not o.HasField("dim_value") for n, o in zip(new.dim, old.dim))
+    return any(
+        n.HasField("dim_value") and not o.HasField("dim_value") for n, o in zip(new.dim, old.dim, strict=True)
+    )
 
 
 def settle_static_ifs(
