@@ -28,16 +28,19 @@ def infer_shapes(
     strict_mode: bool = False,
     data_prop: bool = False,
     remember: bool = True,
+    serialized: bytes | None = None,
 ) -> onnx.ModelProto:
     """``onnx.shape_inference.infer_shapes(model, check_type, strict_mode, data_prop)``: a new model the
     caller owns, the same as onnx gives (computed once for two requests in a row on the same model).
     ``remember=False``: a request no later one repeats (a remembered answer is still used, and kept).
+    ``serialized``: ``model.SerializeToString()``, when the caller already made it (not made again).
 
     Raises:
         What ``onnx.shape_inference.infer_shapes`` raises (a failure is not remembered).
     """
     global _last
-    key = (model.SerializeToString(), check_type, strict_mode, data_prop)
+    data = serialized if serialized is not None else model.SerializeToString()
+    key = (data, check_type, strict_mode, data_prop)
     with _lock:
         last = _last
     if last is not None and last[0] == key:
