@@ -5,6 +5,7 @@ writes in the engine's value table (:class:`EmulatedIO`)."""
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -13,7 +14,7 @@ import onnx
 
 from ...errors import BadModelError, DmlShimError, TooLargeError
 from ...graph import node_path, subgraph_prefix, subgraphs
-from ...limits import check_static_values, static_dims, unfeedable_inputs
+from ...limits import check_static_values, memory_limit, static_dims, tensor_nbytes, unfeedable_inputs
 from ...translate import TensorInfo
 
 __all__ = ["EmulatedIO", "check_outputs_defined", "check_static_sizes", "refuse_static_sizes"]
@@ -78,9 +79,6 @@ def check_static_sizes(
     fed = {v.name for v in graph.input} - {t.name for t in graph.initializer}
     if folds:  # with constant folding off onnxruntime computes a Shape's input too
         fed |= _shape_only(graph)
-    producers = {
-        out: (names[i], node.op_type) for i, node in enumerate(graph.node) for out in node.output if out
-    }
     shapes: dict[str, tuple[Sequence[int], int]] = {
         n: (i.static_shape, i.elem_type)
         for n, i in infos.items()
@@ -90,6 +88,11 @@ def check_static_sizes(
     inner, inner_producers = _subgraph_values(graph)
     for name, found in inner.items():
         shapes.setdefault(name, found)
+    if not _any_over_limit(shapes):
+        return  # the usual answer: the producers, which only the refusal names, are not looked up
+    producers = {
+        out: (names[i], node.op_type) for i, node in enumerate(graph.node) for out in node.output if out
+    }
     for name, found_by in inner_producers.items():
         producers.setdefault(name, found_by)
     try:
@@ -106,6 +109,23 @@ def check_static_sizes(
             else:
                 del shapes[name]
         check_static_values(shapes, producers=producers)
+
+
+def _any_over_limit(shapes: Mapping[str, tuple[Sequence[int], int]]) -> bool:
+    """Whether :func:`check_static_values` would refuse one of ``shapes`` (the same sizes: dims times the
+    element size, an element type without a fixed size never refused), the element size looked up once
+    per type instead of once per value."""
+    cap = memory_limit()
+    if cap is None:
+        return False
+    sizes: dict[int, int | None] = {}
+    for dims, elem_type in shapes.values():
+        size = sizes.get(elem_type, -1)
+        if size == -1:
+            size = sizes[elem_type] = tensor_nbytes((), elem_type)
+        if size is not None and math.prod(int(d) for d in dims) * size > cap:
+            return True
+    return False
 
 
 def folds_constants(sess_options: Any) -> bool:
@@ -155,26 +175,24 @@ def _shape_only(graph: onnx.GraphProto) -> set[str]:
     by a constant and drops the dead producer, so such a value is never allocated (an ``Expand`` of a feed
     to 10^10 elements read by ``Shape`` alone: 75 MB in onnxruntime). A value computed from constants alone
     is not among them: onnxruntime folds it first (a ``ConstantOfShape`` of a constant is allocated)."""
-    readers: dict[str, set[str]] = {}
-    for node in graph.node:
-        for name in node.input:
-            readers.setdefault(name, set()).add(node.op_type)
-        for _, sub in subgraphs(node):
-            for name in _read_names(sub):
-                readers.setdefault(name, set()).add("")
-    outputs = {v.name for v in graph.output}
+    # One walk: the values Shape nodes read, those anything else reads (another op, a subgraph), and the
+    # values computed from constants alone (in node order, as they fold).
+    by_shape: set[str] = set()
+    by_other: set[str] = set()
     # a value computed from constants alone is folded first, so allocated (a ConstantOfShape of a constant)
     constant = {t.name for t in graph.initializer} - {v.name for v in graph.input}
     for node in graph.node:
-        if all(not name or name in constant for name in node.input) and not any(
-            True for _ in subgraphs(node)
-        ):
+        inputs = node.input
+        (by_shape if node.op_type == "Shape" else by_other).update(inputs)
+        held = False
+        if node.attribute:  # most nodes hold no graph, and many no attribute at all
+            for _, sub in subgraphs(node):
+                held = True
+                by_other.update(_read_names(sub))
+        if not held and all(not name or name in constant for name in inputs):
             constant.update(o for o in node.output if o)
-    return {
-        name
-        for name, ops in readers.items()
-        if ops == {"Shape"} and name not in outputs and name not in constant
-    }
+    outputs = {v.name for v in graph.output}
+    return {name for name in by_shape - by_other if name not in outputs and name not in constant}
 
 
 def _read_names(graph: onnx.GraphProto) -> set[str]:
