@@ -13,12 +13,12 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from ..errors import BadInputError, BadModelError, DmlShimError
+from ..fileio.external_data import ExternalRef
 from ..fileio.filekind import require_onnx_model
 from ..fileio.reading import open_regular
 from ..graph import op_types_among
 from ..model.data_prop import MAX_RANK, infer_with_data_prop
 from ..model.graph_columns import declared_types
-from ..fileio.external_data import ExternalRef
 from ..model.modelcheck import ONNX_ERRORS, check_model, load_external_data
 from ..model.ort_view import ort_value_types
 from ..model.prepare import prepare_model
