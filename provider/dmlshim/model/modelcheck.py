@@ -308,6 +308,7 @@ def check_model(
     # onnxruntime builds its session on another thread (it releases the GIL): onnx's checker runs
     # meanwhile (its findings only add words to a refusal, or a warning).
     findings[0] = _onnx_checker_findings(light, acceptance.serialized)
+    acceptance.serialized = None  # read once: not held for the session's life (its closure may hold it)
 
     def verdict() -> None:
         try:

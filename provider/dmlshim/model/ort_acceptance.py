@@ -107,7 +107,8 @@ class Acceptance:
         self._build, self._original, self._path, self._accept = build, original, path, accept
         self.serialized = serialized
         """The weightless copy's bytes as onnxruntime is given them, when they are that copy's own
-        serialization (None: a copy without the model's ``ort_config`` was serialized instead)."""
+        serialization (None: a copy without the model's ``ort_config`` was serialized instead); the model
+        check keys onnx's inference with them, then drops them here."""
 
     def start(self) -> None:
         """Start building the acceptance session (a lazy one), if not started or decided."""
