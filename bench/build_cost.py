@@ -8,6 +8,7 @@ Usage::
     python bench/build_cost.py MODEL.onnx --runs 10        # also first run and run p50 (feeds: MODEL.npz)
     python bench/build_cost.py MODEL.onnx --profile        # dmlshim's build phase by phase, in this process
     python bench/build_cost.py MODEL.onnx --run-cost 300   # CPU per run, both sides in this process
+    python bench/build_cost.py MODEL.onnx ... --against OTHER/provider   # this checkout against another
 
 Each side builds its session in a fresh process, sides alternating within a repeat: without ``--runs``
 through ``build_probe.py --imported`` (the build alone, session modules imported first), with it through
@@ -227,6 +228,37 @@ def measure(model: Path, repeats: int, runs: int, workdir: Path, cold: bool = Fa
     return {"model": str(model), "repeats": rows, "medians": medians, "ratios": ratios}
 
 
+def against(models: list[Path], other: Path, repeats: int, workdir: Path) -> list[dict[str, Any]]:
+    """Every model measured (:func:`measure`) with another checkout's dmlshim (``other``, its ``provider``
+    folder, as ``PYTHONPATH`` of the children: "before") and with this process's (``PYTHONPATH`` as it is:
+    "after"), the two alternating model by model, so that both see the same load; each pair's
+    ``paired`` is dmlshim's build CPU after / before."""
+    import os
+
+    own = os.environ.get("PYTHONPATH")
+    found = []
+    for i, model in enumerate(models):
+        pair: dict[str, Any] = {}
+        for side in ("before", "after") if i % 2 == 0 else ("after", "before"):
+            if side == "before":
+                os.environ["PYTHONPATH"] = str(other)
+            elif own is None:
+                os.environ.pop("PYTHONPATH", None)
+            else:
+                os.environ["PYTHONPATH"] = own
+            try:
+                pair[side] = measure(model, repeats, 0, workdir)
+            finally:
+                if own is None:
+                    os.environ.pop("PYTHONPATH", None)
+                else:
+                    os.environ["PYTHONPATH"] = own
+        ours = [pair[s]["medians"]["dmlshim"]["build_cpu"] for s in ("before", "after")]
+        found.append({"model": str(model), **pair, "paired": ours[1] / ours[0]})
+        print(json.dumps({"model": str(model), "paired": found[-1]["paired"]}), file=sys.stderr, flush=True)
+    return found
+
+
 def table(results: list[dict[str, Any]]) -> str:
     lines = [
         "| model | build s ORT / ours (x) | build CPU s ORT / ours (x) | peak RSS MB ORT / ours (x) "
@@ -267,7 +299,26 @@ def main(argv: list[str] | None = None) -> int:
         help="build only: dmlshim's imports (its session and engine modules, onnx) counted in the build",
     )
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--against",
+        type=Path,
+        metavar="PROVIDER",
+        help="build only: also measure another checkout's dmlshim (its provider folder), alternating",
+    )
     args = parser.parse_args(argv)
+    if args.against is not None:
+        pairs = against(args.models, args.against, args.repeats, args.workdir)
+        if args.json:
+            print(json.dumps(pairs))
+        else:
+            for pair in pairs:
+                b, a = pair["before"], pair["after"]
+                print(
+                    f"{Path(pair['model']).stem}: before {b['ratios']['build_cpu']:.2f}x, after "
+                    f"{a['ratios']['build_cpu']:.2f}x of onnxruntime's build CPU; dmlshim after / before "
+                    f"{pair['paired']:.3f}"
+                )
+        return 0
     if args.run_cost:
         for model in args.models:
             found = run_cost(str(model), args.run_cost)

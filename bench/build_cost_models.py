@@ -3,7 +3,7 @@ torch's TorchScript exporter at opset 17 into a folder of your choice (never int
 
 Usage::
 
-    python bench/build_cost_models.py OUT_DIR graphsage t5            # torch + transformers (export extra)
+    python bench/build_cost_models.py OUT_DIR graphsage t5 qwen3moe   # torch + transformers (export extra)
     python bench/build_cost_models.py OUT_DIR fasterrcnn maskrcnn     # torch + torchvision (export-vision)
 
 Writes ``OUT_DIR/NAME.onnx`` and ``OUT_DIR/NAME.npz`` (the feeds). Needs torch; nothing in dmlshim or its
@@ -164,6 +164,71 @@ def t5_decoder():
     save("t5_decoder_past", Step().eval(), (ids, enc, mask, *past), names, outs, dyn)
 
 
+def qwen3_moe_step():
+    """A Qwen3-MoE decode step (transformers' Qwen3MoeForCausalLM, random weights, 4 layers of 16 experts,
+    top-2 routing, 31 positions of past): 104 Gather, 8 ScatterElements, 4 TopK, 157 MB."""
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from bench.realistic_hf_models import _traceable_masks
+
+    _traceable_masks()
+    from transformers import masking_utils
+
+    if hasattr(masking_utils, "sdpa_mask_older_torch"):  # the vmap builder does not trace
+        masking_utils.sdpa_mask_recent_torch = masking_utils.sdpa_mask_older_torch
+    cfg = Qwen3MoeConfig(
+        vocab_size=32000,
+        hidden_size=512,
+        intermediate_size=1024,
+        moe_intermediate_size=256,
+        num_hidden_layers=4,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        head_dim=64,
+        num_experts=16,
+        num_experts_per_tok=2,
+        decoder_sparse_step=1,
+        norm_topk_prob=True,
+        max_position_embeddings=2048,
+        use_cache=True,
+    )
+    cfg._attn_implementation = "eager"
+    model = Qwen3MoeForCausalLM(cfg).eval()
+    layers, kv_heads, head_dim, past = 4, 4, 64, 31
+
+    class Step(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = model
+
+        def forward(self, ids, mask, pos, *kv):
+            from transformers.cache_utils import DynamicCache
+
+            cache = DynamicCache()
+            for i in range(layers):
+                cache.update(kv[2 * i], kv[2 * i + 1], i)
+            out = self.m(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache)
+            news = []
+            for i in range(layers):
+                news += [out.past_key_values.layers[i].keys, out.past_key_values.layers[i].values]
+            return (out.logits, *news)
+
+    rng = np.random.default_rng(3)
+    ids = torch.from_numpy(rng.integers(0, 32000, (1, 1), dtype=np.int64))
+    mask = torch.ones(1, past + 1, dtype=torch.int64)
+    pos = torch.tensor([[past]], dtype=torch.int64)
+    kv = [torch.randn(1, kv_heads, past, head_dim) for _ in range(2 * layers)]
+    names = ["input_ids", "attention_mask", "position_ids"]
+    names += [f"past.{i}.{k}" for i in range(layers) for k in ("key", "value")]
+    outs = ["logits"] + [f"present.{i}.{k}" for i in range(layers) for k in ("key", "value")]
+    with torch.no_grad():
+        Step()(ids, mask, pos, *kv)
+    dyn = {n: {2: "past_len"} for n in names if n.startswith("past.")}
+    dyn["attention_mask"] = {1: "total_len"}
+    save("qwen3_moe_step", Step().eval(), (ids, mask, pos, *kv), names, outs, dyn)
+
+
 if __name__ == "__main__":
     OUT = Path(sys.argv[1])
     OUT.mkdir(parents=True, exist_ok=True)
@@ -173,4 +238,5 @@ if __name__ == "__main__":
             "fasterrcnn": lambda: rcnn("fasterrcnn"),
             "graphsage": sage,
             "t5": t5_decoder,
+            "qwen3moe": qwen3_moe_step,
         }[what]()

@@ -14,9 +14,9 @@ def count_inference_passes(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     calls: list[bool] = []
     infer = data_prop._infer
 
-    def counted(m: Any, check_type: Any, strict_mode: Any, data_prop_on: bool) -> Any:
+    def counted(m: Any, check_type: Any, strict_mode: Any, data_prop_on: bool, *serialized: Any) -> Any:
         calls.append(data_prop_on)
-        return infer(m, check_type, strict_mode, data_prop_on)
+        return infer(m, check_type, strict_mode, data_prop_on, *serialized)
 
     monkeypatch.setattr(data_prop, "_infer", counted)
     return calls

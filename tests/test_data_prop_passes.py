@@ -23,7 +23,7 @@ def _propagate_always(monkeypatch: pytest.MonkeyPatch) -> None:
     """These models have no node reading propagated data (inference skips propagation for them, see
     tests/test_prop_readers.py): the bounded propagation under test is forced, as a model with a shape
     reader (Reshape, Expand, ...) gets it."""
-    monkeypatch.setattr(data_prop, "propagation_unread", lambda model: False)
+    monkeypatch.setattr(data_prop, "propagation_unread", lambda model, *_: False)
 
 
 def _range_model() -> onnx.ModelProto:

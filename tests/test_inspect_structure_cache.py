@@ -122,7 +122,7 @@ def test_cut_casts_of_other_targets_keep_their_own_types(monkeypatch):
     monkeypatch.setattr(node_types, "_node_types", counting)
     # nothing reads these Casts' data (inference skips propagation for such a model: see
     # tests/test_prop_readers.py); the bounded propagation is forced, as a model with a shape reader gets it
-    monkeypatch.setattr(data_prop, "propagation_unread", lambda model: False)
+    monkeypatch.setattr(data_prop, "propagation_unread", lambda model, *_: False)
     ours = _value_types(data_prop.infer_with_data_prop(model))
     theirs = _value_types(onnx.shape_inference.infer_shapes(model))  # onnx's own types, no data needed
     assert ours == theirs

@@ -203,7 +203,7 @@ def test_inspect_reports_the_same_without_propagation(tmp_path: Path, monkeypatc
     onnx.save(_cast_chain(200), path)
     code, skipped = _inspect_json(path)
     calls = count_inference_passes(monkeypatch)
-    monkeypatch.setattr(data_prop, "propagation_unread", lambda model: False)  # the bounded propagation
+    monkeypatch.setattr(data_prop, "propagation_unread", lambda model, *_: False)  # the bounded propagation
     code_full, full = _inspect_json(path)
     assert True in calls  # the comparison did propagate
     assert (code, skipped) == (code_full, full)

@@ -398,32 +398,49 @@ def _renamed_only(
     return all(form(plan[site][1], before) == form(again[site][1], after) for site in plan)
 
 
-def _infer(model: onnx.ModelProto, check_type: bool, strict_mode: bool, data_prop: bool) -> onnx.ModelProto:
-    return infer_shapes(model, check_type=check_type, strict_mode=strict_mode, data_prop=data_prop)
+def _infer(
+    model: onnx.ModelProto,
+    check_type: bool,
+    strict_mode: bool,
+    data_prop: bool,
+    serialized: bytes | None = None,
+) -> onnx.ModelProto:
+    return infer_shapes(
+        model, check_type=check_type, strict_mode=strict_mode, data_prop=data_prop, serialized=serialized
+    )
 
 
 def infer_with_data_prop(
-    model: onnx.ModelProto, *, check_type: bool = False, strict_mode: bool = False
+    model: onnx.ModelProto,
+    *,
+    check_type: bool = False,
+    strict_mode: bool = False,
+    serialized: bytes | None = None,
 ) -> onnx.ModelProto:
     """``onnx.shape_inference.infer_shapes(model, data_prop=True)`` with data kept for small values only
     (see the module docstring): no step allocates in proportion to a large value's element count.
+    ``serialized``: ``model.SerializeToString()`` when the caller made it already: the size check, the
+    search for ops and every inference of ``model`` itself read it instead of serializing ``model`` again
+    (a serialization each, protobuf's ``ByteSize()`` included).
 
     Raises:
         TooLargeError: the weightless graph's copies inference holds would pass the memory limit.
         What ``infer_shapes`` raises.
     """
+    data = serialized if serialized is not None else model.SerializeToString()
+    size = len(data)  # model.ByteSize(), which serializes the model again
     check_bytes(
-        GRAPH_COPIES * model.ByteSize(),
-        what=f"shape inference ({GRAPH_COPIES} copies of the {model.ByteSize()}-byte graph without weights)",
+        GRAPH_COPIES * size,
+        what=f"shape inference ({GRAPH_COPIES} copies of the {size}-byte graph without weights)",
     )
-    if not strict_mode and propagation_unread(model):
+    if not strict_mode and propagation_unread(model, data):
         # No node's inference reads propagated data: onnx's pass without it is the same model, and costs
         # no data (and it is the pass the model check just made: remembered, see last_inference).
-        return _infer(model, check_type, strict_mode, False)
+        return _infer(model, check_type, strict_mode, False, data)
     paths = [path for path, _ in _graphs(model.graph)]
     sites = _sites(model, paths)
     if not sites:
-        return _infer(model, check_type, strict_mode, True)
+        return _infer(model, check_type, strict_mode, True, data)
     inits = _initializers(model, paths)
     declared = _types(model, paths)
     declared_bytes: dict[GraphPath, dict[str, bytes]] = {}  # ``declared`` serialized, as it is asked
@@ -434,7 +451,7 @@ def infer_with_data_prop(
     if all(s.value in graph_level for s in sites if not s.shape_input):
         plan = _plan(sites, declared, inits, declared_bytes)  # every read value is typed before inference
         if not plan:
-            return _infer(model, check_type, strict_mode, True)
+            return _infer(model, check_type, strict_mode, True, data)
         types, type_bytes = declared, declared_bytes
     else:
         if first:
@@ -442,11 +459,11 @@ def infer_with_data_prop(
             base = _infer(copy, check_type, strict_mode, False)
             restore(base, paths, first, renamed)
         else:
-            base = _infer(model, check_type, strict_mode, False)
+            base = _infer(model, check_type, strict_mode, False, data)
         types, type_bytes = _types(base, paths), {}
         plan = _plan(sites, types, inits, type_bytes)
         if not plan:
-            return _infer(model, check_type, strict_mode, True)
+            return _infer(model, check_type, strict_mode, True, data)
     inferred = model
     for attempt in range(_MAX_PASSES):
         pinned: set[tuple[GraphPath, str]] = set()
@@ -471,5 +488,5 @@ def infer_with_data_prop(
     if all(kind == _UNKNOWN for kind, _ in plan.values()):
         # Nothing large was read, nor revealed: onnx's own pass gives the same types with the symbols it
         # names (the cut inputs' declared symbols would shift its unk__N numbering).
-        return _infer(model, check_type, strict_mode, True)
+        return _infer(model, check_type, strict_mode, True, data)
     return inferred

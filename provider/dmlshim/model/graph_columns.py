@@ -28,7 +28,8 @@ _VALUE_FIELDS = (("input", 11), ("value_info", 13), ("output", 12))
 
 @cache
 def _columns_class() -> Any:
-    """The message class reading a GraphProto's bytes as columns (built once, in a pool of its own)."""
+    """The message classes reading a GraphProto's bytes as columns, and a ModelProto's as its graph's
+    columns (built once, in a pool of their own)."""
     proto = descriptor_pb2.FileDescriptorProto(name="dmlshim_graph_columns.proto", package="dmlshim_columns")
     proto.syntax = "proto2"
     label_opt = descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL
@@ -54,10 +55,13 @@ def _columns_class() -> Any:
     for field, number in _VALUE_FIELDS:
         graph.field.add(name=field, number=number, label=label_opt, type=message,
                         type_name=".dmlshim_columns.Values")  # fmt: skip
+    model = proto.message_type.add(name="Model")  # ModelProto: graph = 7
+    model.field.add(name="graph", number=7, label=label_opt, type=message, type_name=".dmlshim_columns.Graph")
     pool = descriptor_pool.DescriptorPool()
     pool.Add(proto)
-    descriptor = pool.FindMessageTypeByName("dmlshim_columns.Graph")
-    return message_factory.GetMessageClass(descriptor)  # protobuf 4.22+ (onnx 1.20 needs 4.25.1+)
+    classes = (pool.FindMessageTypeByName(f"dmlshim_columns.{name}") for name in ("Graph", "Model"))
+    # protobuf 4.22+ (onnx 1.20 needs 4.25.1+)
+    return tuple(message_factory.GetMessageClass(descriptor) for descriptor in classes)
 
 
 def _raw_bytes(graph: onnx.GraphProto) -> int:
@@ -73,10 +77,19 @@ def _raw_bytes(graph: onnx.GraphProto) -> int:
     )
 
 
-def _read(graph: onnx.GraphProto) -> Any | None:
-    if _raw_bytes(graph) > COLUMNS_MAX_BYTES or graph.ByteSize() > COLUMNS_MAX_BYTES:
+def _read(graph: onnx.GraphProto, model_bytes: bytes | None = None) -> Any | None:
+    """``graph`` read as columns; from ``model_bytes`` (the serialized model holding ``graph`` as its
+    graph) where given, without serializing the graph."""
+    graph_class, model_class = _columns_class()
+    if model_bytes is not None:
+        return model_class.FromString(model_bytes).graph
+    if _raw_bytes(graph) > COLUMNS_MAX_BYTES:
+        return None  # never serialized to be measured: its inline weights alone are over the bound
+    # one serialization: upb's ByteSize() serializes too (same peak), so asking it first took twice the time
+    data = graph.SerializeToString()
+    if len(data) > COLUMNS_MAX_BYTES:
         return None
-    return _columns_class().FromString(graph.SerializeToString())
+    return graph_class.FromString(data)
 
 
 def declared_types(graph: onnx.GraphProto) -> tuple[list[str], dict[str, bytes]] | None:
@@ -97,12 +110,13 @@ def declared_types(graph: onnx.GraphProto) -> tuple[list[str], dict[str, bytes]]
     return list(columns.node.output), typed
 
 
-def flat_ops(graph: onnx.GraphProto) -> tuple[set[str], set[str]] | None:
+def flat_ops(graph: onnx.GraphProto, model_bytes: bytes | None = None) -> tuple[set[str], set[str]] | None:
     """The op types and the domains of ``graph``'s nodes (a node without the field counts as ``""``),
     where no node carries a graph attribute (field ``g`` or ``graphs`` set, whatever the declared type:
     the graph is then the only one); None where one does, or the graph is over :data:`COLUMNS_MAX_BYTES`.
-    Each node's (domain, op_type) is among the pairs of the two sets."""
-    columns = _read(graph)
+    Each node's (domain, op_type) is among the pairs of the two sets. ``model_bytes``: the serialized
+    model whose graph ``graph`` is, read instead (whatever its size: the caller holds it already)."""
+    columns = _read(graph, model_bytes)
     if columns is None:
         return None
     nodes = columns.node

@@ -20,7 +20,12 @@ from google.protobuf.message import DecodeError, EncodeError
 from onnx import TensorProto
 
 from ..errors import BadModelError
-from ..fileio.external_data import EXTERNAL_DATA_RULE, check_external_data, load_external_data
+from ..fileio.external_data import (
+    EXTERNAL_DATA_RULE,
+    ExternalRef,
+    check_external_data,
+    load_external_data,
+)
 from ..graph import all_tensors, node_path, subgraph_prefix, subgraphs
 from .last_inference import infer_shapes
 from .ort_acceptance import Acceptance, ort_refusal, probe_for, start_ort_acceptance
@@ -185,10 +190,12 @@ def _checkable(model: onnx.ModelProto, external: bool = True) -> onnx.ModelProto
     return light
 
 
-def _onnx_checker_findings(light: onnx.ModelProto) -> str | None:
-    """What onnx.checker finds on the shape-inferred model (None: nothing)."""
+def _onnx_checker_findings(light: onnx.ModelProto, serialized: bytes | None = None) -> str | None:
+    """What onnx.checker finds on the shape-inferred model (None: nothing). ``serialized``: ``light``'s
+    bytes, when already made (for onnxruntime's acceptance session)."""
     try:
-        inferred = infer_shapes(light)  # remembered: translation asks for the same pass (data_prop's base)
+        # remembered: translation asks for the same pass (data_prop's base)
+        inferred = infer_shapes(light, serialized=serialized)
         # onnx.checker insists on a typed, shaped ValueInfo for every graph output; onnxruntime does not
         # (e.g. a Loop output of unknown rank). Check the nodes, not that bookkeeping.
         keep = [o for o in inferred.graph.output if o.type.tensor_type.HasField("shape")]
@@ -211,6 +218,7 @@ def check_model(
     read_below: int | None = None,
     defer_onnxruntime: bool = False,
     unknown_operators_allowed: bool = False,
+    external_found: list[ExternalRef] | None = None,
 ) -> Callable[[], None]:
     """The one model check every command runs (inspect, validate, run, lower, export, InferenceSession).
 
@@ -239,6 +247,8 @@ def check_model(
             defines (a custom op whose library is not registered) is not refused here: ``inspect``, a
             static report, reads it and names those nodes; what else onnxruntime may refuse is then not
             known.
+        external_found: given, receives the model's external-data entries as checked (none: the model
+            keeps no data outside, and a loader need not look for any again).
 
     Returns:
         The verdict: a function raising onnxruntime's refusal (a no-op when already decided; once).
@@ -259,7 +269,10 @@ def check_model(
             raise
         raise own from theirs  # onnxruntime's class and message first (dmlshim.runtime.exceptions)
     # no entry checked: no external-data tensor anywhere (the walk is not made twice)
-    light = _checkable(model, external=bool(check_external_data(model, where, read_below=read_below)))
+    refs = check_external_data(model, where, read_below=read_below)
+    if external_found is not None:
+        external_found.extend(refs)
+    light = _checkable(model, external=bool(refs))
     findings: list[str | None] = [None]
 
     def refused_by_onnxruntime(refused: BadModelError) -> None:
@@ -294,7 +307,8 @@ def check_model(
         return _DECIDED
     # onnxruntime builds its session on another thread (it releases the GIL): onnx's checker runs
     # meanwhile (its findings only add words to a refusal, or a warning).
-    findings[0] = _onnx_checker_findings(light)
+    findings[0] = _onnx_checker_findings(light, acceptance.serialized)
+    acceptance.serialized = None  # read once: not held for the session's life (its closure may hold it)
 
     def verdict() -> None:
         try:

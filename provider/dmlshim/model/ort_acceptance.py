@@ -94,7 +94,7 @@ class Acceptance:
     :mod:`dmlshim.model.ort_witness`). :meth:`verdict` waits for it and raises the refusal; later calls
     do nothing."""
 
-    __slots__ = ("_accept", "_build", "_original", "_path")
+    __slots__ = ("_accept", "_build", "_original", "_path", "serialized")
 
     def __init__(
         self,
@@ -102,8 +102,13 @@ class Acceptance:
         original: onnx.ModelProto,
         path: str | None,
         accept: Callable[[], object] | None = None,
+        serialized: bytes | None = None,
     ):
         self._build, self._original, self._path, self._accept = build, original, path, accept
+        self.serialized = serialized
+        """The weightless copy's bytes as onnxruntime is given them, when they are that copy's own
+        serialization (None: a copy without the model's ``ort_config`` was serialized instead); the model
+        check keys onnx's inference with them, then drops them here."""
 
     def start(self) -> None:
         """Start building the acceptance session (a lazy one), if not started or decided."""
@@ -174,7 +179,8 @@ def start_ort_acceptance(
     # A configuration the model carries for onnxruntime (ORT_LOAD_CONFIG_FROM_MODEL=1) is the session's,
     # read once (dmlshim.ort.model_config): the check must not start a profile of its own from it.
     # (``light`` may be the caller's model itself, small since weightless: changed on a copy.)
-    if any(p.key == "ort_config" for p in light.metadata_props):
+    stripped_config = any(p.key == "ort_config" for p in light.metadata_props)
+    if stripped_config:
         kept = [p for p in light.metadata_props if p.key != "ort_config"]
         stripped = onnx.ModelProto()
         stripped.CopyFrom(light)
@@ -191,6 +197,7 @@ def start_ort_acceptance(
         # stay held while the caller goes on building its own
         OrtInferenceSession(payload, options, providers=["CPUExecutionProvider"])
 
+    own = None if stripped_config else payload  # the bytes of ``light`` itself: its inference reads them
     if lazy:
-        return Acceptance(None, original, path, accept)
-    return Acceptance(BackgroundBuild(accept), original, path)
+        return Acceptance(None, original, path, accept, own)
+    return Acceptance(BackgroundBuild(accept), original, path, serialized=own)

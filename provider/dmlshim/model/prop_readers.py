@@ -62,15 +62,16 @@ def _reads_table(domain: str, op_type: str, version: int) -> bool:
     return not schema.has_type_and_shape_inference_function
 
 
-def propagation_unread(model: onnx.ModelProto) -> bool:
+def propagation_unread(model: onnx.ModelProto, serialized: bytes | None = None) -> bool:
     """True when ``infer_shapes(model, data_prop=True)`` equals ``infer_shapes(model, data_prop=False)``
     (``strict_mode`` off) because no node's inference can read what propagation computes (module
-    docstring). False when one might (the caller then propagates)."""
-    if len(model.functions) or may_hold_op_types(model.graph, sorted(SYMBOLIC_READERS)):
+    docstring). False when one might (the caller then propagates). ``serialized``: the model's bytes,
+    when the caller has them (searched and read instead of serializing the graph)."""
+    if len(model.functions) or may_hold_op_types(model.graph, sorted(SYMBOLIC_READERS), serialized):
         return False  # (most real models hold a Reshape: answered from the graph's bytes, without a walk)
     versions = {op.domain: int(op.version) for op in model.opset_import}
     versions.setdefault("", versions.get("ai.onnx", 0))
-    columns = flat_ops(model.graph)
+    columns = flat_ops(model.graph, serialized)
     pairs: Iterable[tuple[str, str]]
     if columns is None:  # subgraphs (or a graph too large for the columns): walk every node
         pairs = _pairs(model.graph)

@@ -13,6 +13,7 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from ..errors import BadInputError, BadModelError, DmlShimError
+from ..fileio.external_data import ExternalRef
 from ..fileio.filekind import require_onnx_model
 from ..fileio.reading import open_regular
 from ..graph import op_types_among
@@ -298,9 +299,12 @@ def infer_shapes(
     model = without_fed_defaults(model)  # a value a feed may change decides no type
     # Inference changes types, never nodes: the If and Loop passes below (each a walk of every graph) are
     # skipped where no If or Loop exists (found from the graph's bytes where it can be: no walk).
-    ops = op_types_among(model.graph, ("If", "Loop"))
+    # One serialization of the model to infer, read by every step below that looks at its bytes (the op
+    # search, the size check, the inference itself): each serialized it again.
+    data = model.SerializeToString()
+    ops = op_types_among(model.graph, ("If", "Loop"), data)
     try:
-        inferred = _infer_again(model)
+        inferred = infer_with_data_prop(model, serialized=data)
         if _add_ort_types(model, inferred):
             inferred = _infer_again(inferred)
         for _ in range(3):  # each pass can give ranks to the next op of the kind downstream
@@ -353,6 +357,8 @@ def load_model(path: str | os.PathLike[str]) -> onnx.ModelProto:
     del payload  # the file's bytes: as large as the model, and not needed past the parse
     if not model.HasField("graph") or not model.opset_import:
         raise BadModelError("not an ONNX model (no graph or no opset_import)", path=where)
-    check_model(model, where)  # the one model check; reads no weights
-    load_external_data(model, Path(where))
+    external: list[ExternalRef] = []
+    check_model(model, where, external_found=external)  # the one model check; reads no weights
+    if external:  # none: nothing to read (the check's walk for them is not made again)
+        load_external_data(model, Path(where))
     return prepare_model(model, owned=True)  # local functions expanded, nodes sorted, as onnxruntime does

@@ -5,6 +5,7 @@ writes in the engine's value table (:class:`EmulatedIO`)."""
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -13,7 +14,7 @@ import onnx
 
 from ...errors import BadModelError, DmlShimError, TooLargeError
 from ...graph import node_path, subgraph_prefix, subgraphs
-from ...limits import check_static_values, static_dims, unfeedable_inputs
+from ...limits import check_static_values, memory_limit, static_dims, tensor_nbytes, unfeedable_inputs
 from ...translate import TensorInfo
 
 __all__ = ["EmulatedIO", "check_outputs_defined", "check_static_sizes", "refuse_static_sizes"]
@@ -78,9 +79,6 @@ def check_static_sizes(
     fed = {v.name for v in graph.input} - {t.name for t in graph.initializer}
     if folds:  # with constant folding off onnxruntime computes a Shape's input too
         fed |= _shape_only(graph)
-    producers = {
-        out: (names[i], node.op_type) for i, node in enumerate(graph.node) for out in node.output if out
-    }
     shapes: dict[str, tuple[Sequence[int], int]] = {
         n: (i.static_shape, i.elem_type)
         for n, i in infos.items()
@@ -90,11 +88,16 @@ def check_static_sizes(
     inner, inner_producers = _subgraph_values(graph)
     for name, found in inner.items():
         shapes.setdefault(name, found)
-    for name, found_by in inner_producers.items():
-        producers.setdefault(name, found_by)
     if model is not None:  # sized from an enclosing graph's constants, as onnxruntime sizes them
         for name, found in _outer_sized(model).items():
             shapes.setdefault(name, found)
+    if not _any_over_limit(shapes):
+        return  # the usual answer: the producers, which only the refusal names, are not looked up
+    producers = {
+        out: (names[i], node.op_type) for i, node in enumerate(graph.node) for out in node.output if out
+    }
+    for name, found_by in inner_producers.items():
+        producers.setdefault(name, found_by)
     try:
         check_static_values(shapes, producers=producers)
     except TooLargeError as exc:
@@ -109,6 +112,23 @@ def check_static_sizes(
             else:
                 del shapes[name]
         check_static_values(shapes, producers=producers)
+
+
+def _any_over_limit(shapes: Mapping[str, tuple[Sequence[int], int]]) -> bool:
+    """Whether :func:`check_static_values` would refuse one of ``shapes`` (the same sizes: dims times the
+    element size, an element type without a fixed size never refused), the element size looked up once
+    per type instead of once per value."""
+    cap = memory_limit()
+    if cap is None:
+        return False
+    sizes: dict[int, int | None] = {}
+    for dims, elem_type in shapes.values():
+        size = sizes.get(elem_type, -1)
+        if size == -1:
+            size = sizes[elem_type] = tensor_nbytes((), elem_type)
+        if size is not None and math.prod(int(d) for d in dims) * size > cap:
+            return True
+    return False
 
 
 def folds_constants(sess_options: Any) -> bool:

@@ -14,7 +14,7 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from ...errors import BadModelError
-from ...fileio.external_data import external_tensors
+from ...fileio.external_data import ExternalRef, external_tensors
 from ...fileio.filekind import require_onnx_model
 from ...limits import check_bytes
 from ...model.last_inference import infer_shapes as remembered_inference
@@ -216,6 +216,7 @@ def load_model(
         _require_graph(proto, str(path))
         added = take_supplied_initializers(proto, sess_options, path.parent, inline=inline)
         # before reading any weights; read without them, only the small ones count against the limits
+        external: list[ExternalRef] = []
         verdict = check_model(
             proto,
             path,
@@ -223,11 +224,13 @@ def load_model(
             read_below=SHARE_MIN_BYTES if light else None,
             defer_onnxruntime=defer_acceptance,
             unknown_operators_allowed=unknown_operators_allowed,
+            external_found=external,
         )
         try:
             files = snapshot = guard = None
             if light is not None:
-                load_small_external_data(proto, path, MAP_MIN_BYTES)
+                if external:  # none: nothing to load (the check's walk for them is not made again)
+                    load_small_external_data(proto, path, MAP_MIN_BYTES)
                 if own_weights:  # a session's: what its onnxruntime sessions read by value, inline
                     inline = _inline_read_by_value(proto, inline, path)
                 snapshot = _own_inline_weights(proto, path, inline) if own_weights else None
@@ -235,7 +238,7 @@ def load_model(
                 files = weight_files(proto, folder) or None
                 if files is not None and snapshot is None and own_weights:
                     guard = ExternalDataGuard(proto, folder, str(path))
-            else:
+            elif external:
                 load_external_data(proto, path)
             # the verdict names nodes of the model as onnxruntime was given it: waited for before a change
             prepared = prepare_model(proto, owned=True, before_change=verdict)
