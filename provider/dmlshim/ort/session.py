@@ -32,7 +32,7 @@ from ..model.ort_witness import acceptance_pending
 from ..resources import guard_resources
 from ..runtime.exceptions import raises_onnxruntime_errors
 from ..runtime.real import DISABLED_OPTIMIZERS, callers_options, optimizers_disabled, use_global_thread_pool
-from .attributes import OrtSessionAttributes, settable_property
+from .attributes import OrtSessionAttributes
 from .c_iobinding import bind_c_iobinding
 from .emulate import emulate_all, with_dml_first
 from .free_dims import outputs_for_inputs, overrides_by_name, with_free_dimension_overrides
@@ -361,35 +361,6 @@ class InferenceSession(SessionRuns, SessionQueries, SessionProfiling, OrtSession
         if profiler is not None and hasattr(engine, "step_observer"):
             engine.step_observer = profiler.observe_step
         return engine
-
-    # --- dmlshim's own properties ------------------------------------------------------------------
-
-    @settable_property
-    def engine(self) -> Engine:
-        """The engine that runs the model."""
-        return self._engine
-
-    @settable_property
-    def feature_level(self) -> FeatureLevel:
-        """The DirectML feature level emulated."""
-        return self._feature_level
-
-    @settable_property
-    def index_mode(self) -> IndexMode:
-        """The out-of-range index policy."""
-        return self._index_mode
-
-    @settable_property
-    def model_path(self) -> str | None:
-        """The model file, when the session was built from a path."""
-        return self._loaded.path if self._loaded.path is not None else self._model_path
-
-    @settable_property
-    def last_run_record(self) -> RunRecord | None:
-        """The record of the latest ``run`` (None before the first run)."""
-        return self._last_run_record
-
-    # --- model description -------------------------------------------------------------------------
 
     # --- providers ---------------------------------------------------------------------------------
 

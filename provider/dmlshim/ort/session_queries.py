@@ -1,6 +1,7 @@
 """What an ``InferenceSession`` reports about itself and the calls onnxruntime keeps for other providers:
 inputs, outputs, metadata, options, memory infos and devices, provider options, graph assignment, and the
-fallback / tuning / captured-graph calls, answered as onnxruntime's CPU provider answers them."""
+fallback / tuning / captured-graph calls, answered as onnxruntime's CPU provider answers them; and
+dmlshim's own properties (engine, feature level, index mode, model path, last run record)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,15 @@ from typing import Any
 
 import onnxruntime as ort
 
+from ..dml.enums import FeatureLevel
 from ..errors import BadInputError, NotSupportedError
 from ..execute.engine import Engine
 from ..execute.feeds import ModelMetadata, NodeArg
+from ..execute.record import RunRecord
 from ..execute.weights.model_source import LoadedModel
+from ..kernels.options import IndexMode
 from ..runtime.exceptions import raises_onnxruntime_errors
+from .attributes import settable_property
 from .providers import ProviderChoice
 from .session_copy import SessionCopy
 from .session_info import (
@@ -42,11 +47,42 @@ class SessionQueries:
     _engine: Engine
     _loaded: LoadedModel
     _fallback_enabled: bool
+    _feature_level: FeatureLevel
+    _index_mode: IndexMode
+    _model_path: str | None
+    _last_run_record: RunRecord | None
 
     @property
     def _copy(self) -> SessionCopy:
         """onnxruntime's own copy of the session's options (made by the session)."""
         raise NotImplementedError
+
+    # dmlshim's own properties
+
+    @settable_property
+    def engine(self) -> Engine:
+        """The engine that runs the model."""
+        return self._engine
+
+    @settable_property
+    def feature_level(self) -> FeatureLevel:
+        """The DirectML feature level emulated."""
+        return self._feature_level
+
+    @settable_property
+    def index_mode(self) -> IndexMode:
+        """The out-of-range index policy."""
+        return self._index_mode
+
+    @settable_property
+    def model_path(self) -> str | None:
+        """The model file, when the session was built from a path."""
+        return self._loaded.path if self._loaded.path is not None else self._model_path
+
+    @settable_property
+    def last_run_record(self) -> RunRecord | None:
+        """The record of the latest ``run`` (None before the first run)."""
+        return self._last_run_record
 
     def get_inputs(self) -> list[NodeArg]:
         """The graph inputs a caller feeds (initializers excluded), like onnxruntime's ``NodeArg`` list."""
