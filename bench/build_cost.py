@@ -66,7 +66,7 @@ PHASES: tuple[tuple[str, str, str], ...] = (
     ("dmlshim.execute.engines.partitioned", "start_whole_model_check", "  check session started"),
     ("dmlshim.execute.engines.partitioned", "check_static_sizes", "  static size limits"),
     ("dmlshim.execute.engines.partitioned", "make_steps", "  step list"),
-    ("dmlshim.execute.engines.whole_model.PendingCheck", "finish", "  wait for the check session"),
+    ("dmlshim.execute.engines.whole_model_start.PendingCheck", "finish", "  wait for the check session"),
 )
 
 

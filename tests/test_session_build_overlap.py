@@ -16,7 +16,7 @@ from dmlshim.background import BackgroundBuild
 from dmlshim.dml.enums import FeatureLevel
 from dmlshim.errors import BadModelError
 from dmlshim.execute.engine import EngineConfig
-from dmlshim.execute.engines import whole_model
+from dmlshim.execute.engines import whole_model_start
 from dmlshim.execute.engines.partitioned import PartitionedEngine
 from dmlshim.execute.plan import segments, step_list
 from dmlshim.runtime.real import DISABLED_OPTIMIZERS, OrtInferenceSession, optimizers_disabled
@@ -58,7 +58,7 @@ def test_check_session_is_built_on_another_thread_with_the_sessions_optimizers(
             seen.append((threading.get_ident(), DISABLED_OPTIMIZERS.get()))
             super().__init__(*args, **kwargs)
 
-    monkeypatch.setattr(whole_model, "OrtInferenceSession", Recording)
+    monkeypatch.setattr(whole_model_start, "OrtInferenceSession", Recording)
     session = dmlshim.InferenceSession(model, disabled_optimizers=["ConstantFolding"])
     assert session.engine._check is not None
     assert len(seen) == 1, "only the check's session is built (segment sessions wait for first use)"

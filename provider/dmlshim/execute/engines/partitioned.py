@@ -81,7 +81,8 @@ from .lean_check import (
 from .partitioned_runs import PartitionedRuns
 from .path_choice import PathChooser, chooser_for_check, gathers_given
 from .plain_model import plain_model_step
-from .whole_model import PendingCheck, WholeModelCheck, start_whole_model_check, whole_model_builder
+from .whole_model import WholeModelCheck
+from .whole_model_start import PendingCheck, start_whole_model_check, whole_model_builder
 
 __all__ = [
     "ORT_ERRORS",
