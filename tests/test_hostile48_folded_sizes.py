@@ -249,6 +249,16 @@ OPS: dict[str, tuple[list[onnx.NodeProto], list[onnx.TensorProto]]] = {
         ],
         [_c("z", np.int64(1)), _c("n", np.int64(5)), _c("one", np.int64(1))],
     ),
+    "reduce_max_min_mod": (
+        [
+            h.make_node("ReduceMax", ["p", "ax"], ["mx"], keepdims=1),
+            h.make_node("ReduceMin", ["p", "ax"], ["mn"], keepdims=1),
+            h.make_node("Mod", ["p", "q"], ["md"]),
+            h.make_node("Mod", ["p", "q"], ["mf"], fmod=1),
+            h.make_node("Concat", ["mx", "mn", "md", "mf"], ["v"], axis=0),
+        ],
+        [_c("p", _a(-7, 9, 5)), _c("q", _a(3, -4, 2)), _c("ax", _a(0))],
+    ),
     "neg_relu_floor": (
         [
             h.make_node("Neg", ["p"], ["n"]),

@@ -56,10 +56,10 @@ _BINARY: Mapping[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Max": np.maximum, "Min": np.minimum,
     "Equal": np.equal, "Less": np.less, "Greater": np.greater,
 }  # fmt: skip
-_ELEMENTWISE = frozenset({*_UNARY, *_BINARY, "Div", "Cast", "Where"})
+_ELEMENTWISE = frozenset({*_UNARY, *_BINARY, "Div", "Mod", "Cast", "Where"})
 _SHAPING = frozenset(
     {"Concat", "Squeeze", "Unsqueeze", "Reshape", "Gather", "Slice", "Shape", "Size", "ReduceProd"}
-    | {"ReduceSum", "Range", "ConstantOfShape"}
+    | {"ReduceSum", "ReduceMax", "ReduceMin", "Range", "ConstantOfShape"}
 )
 """Ops computed here (with numpy, as onnxruntime computes them), whose output is no larger than their
 inputs together (Range and ConstantOfShape: computed only when their own size is small). Any other op
@@ -223,6 +223,12 @@ def _evaluate(node: onnx.NodeProto, inputs: list[np.ndarray | None], opset: int)
             q = a // b  # C++'s division truncates: floor, plus one where the signs differ and it is inexact
             return np.asarray(q + ((a % b != 0) & ((a < 0) != (b < 0))), dtype=a.dtype)
         return np.asarray(np.divide(a, b))
+    if op == "Mod":
+        a, b = args
+        if a.dtype.kind in "iu" and np.any(b == 0):
+            return None
+        # fmod=1: the sign of the dividend (C's fmod); else of the divisor (integers only), as numpy's mod
+        return np.asarray(np.fmod(a, b) if attrs.get("fmod", 0) else np.mod(a, b))
     if op == "Cast":
         if "to" not in attrs or attrs["to"] in (onnx.TensorProto.STRING, onnx.TensorProto.BFLOAT16):
             return None
@@ -257,11 +263,11 @@ def _evaluate(node: onnx.NodeProto, inputs: list[np.ndarray | None], opset: int)
         return shape[slice(attrs.get("start", 0), attrs.get("end"))]
     if op == "Size":
         return np.array(args[0].size, dtype=np.int64)
-    if op in ("ReduceProd", "ReduceSum"):
+    if op in ("ReduceProd", "ReduceSum", "ReduceMax", "ReduceMin"):
         axes = _ints(inputs[1]) if len(inputs) > 1 and inputs[1] is not None else attrs.get("axes")
         if not axes and attrs.get("noop_with_empty_axes", 0):
             return args[0]
-        fn = np.prod if op == "ReduceProd" else np.sum
+        fn = {"ReduceProd": np.prod, "ReduceSum": np.sum, "ReduceMax": np.max, "ReduceMin": np.min}[op]
         keep = bool(attrs.get("keepdims", 1))
         axis = None if not axes else tuple(int(x) for x in axes)
         return np.asarray(fn(args[0], axis=axis, keepdims=keep), dtype=args[0].dtype)
