@@ -161,6 +161,52 @@ def test_validate_refuses_hidden_size(tmp_path: Any, monkeypatch: pytest.MonkeyP
     assert main(["validate", str(path), "-q"]) == 2
 
 
+def _plain_static_with_gather(n: int) -> bytes:
+    """A gather beside ``ConstantOfShape([n])`` of an initializer shape."""
+    one = numpy_helper.from_array(np.array([1], np.float32))
+    nodes = [
+        h.make_node("ConstantOfShape", ["shp"], ["big"], value=one),
+        h.make_node("ReduceSum", ["big"], ["s"], keepdims=1),
+        h.make_node("Gather", ["W", "i"], ["g"], axis=0),
+        h.make_node("Add", ["g", "s"], ["y"]),
+    ]
+    inits = [_c("shp", np.array([n])), _c("W", np.ones((5, 3), np.float32))]
+    return _model(nodes, [_vi("i", T.INT64, [2])], T.FLOAT, inits)
+
+
+@pytest.mark.parametrize("case", ["plain", "hidden"])
+def test_export_refuses_static_sizes(case: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``dmlshim export`` runs the whole model in onnxruntime to capture its gathers' inputs: it peaked at
+    2.1 GB (a ConstantOfShape of an initializer shape) and 4.1 GB (a Range to Mul of constants, beside a
+    Gather) under a 100 MB limit. Now refused first (exit 2), nothing written."""
+    from dmlshim.cli.main import main
+
+    monkeypatch.setenv("DMLSHIM_MEMORY_LIMIT", LIMIT)
+    model = tmp_path / "m.onnx"
+    if case == "plain":
+        model.write_bytes(_plain_static_with_gather(BIG))
+    else:
+        proto = onnx.ModelProto.FromString(range_of_mul(BIG)[0])
+        gather = h.make_node("Gather", ["W", "i"], ["g"], axis=0)
+        proto.graph.node.append(gather)
+        proto.graph.initializer.append(_c("W", np.ones((5, 3), np.float32)))
+        proto.graph.input.append(_vi("i", T.INT64, [2]))
+        proto.graph.output.append(_vi("g", T.FLOAT, None))
+        model.write_bytes(proto.SerializeToString())
+    assert main(["export", str(model), "-o", str(tmp_path / "out"), "-q"]) == 2
+    assert not (tmp_path / "out").exists()
+
+
+def test_export_of_a_small_static_value_still_works(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dmlshim.cli.main import main
+
+    monkeypatch.setenv("DMLSHIM_MEMORY_LIMIT", "1000000")
+    model = tmp_path / "m.onnx"
+    model.write_bytes(_plain_static_with_gather(1000))
+    assert main(["export", str(model), "-o", str(tmp_path / "out"), "-q"]) == 0
+    assert (tmp_path / "out" / "index.json").is_file()
+
+
 # The values folding computes must be onnxruntime's, or a model it runs could be refused (or a large one let
 # through): each op computed here, in a constant chain ending in ConstantOfShape, sized as onnxruntime
 # sizes it.
