@@ -102,3 +102,37 @@ def test_session_warmed_in_the_parent_runs_in_a_forked_child(
     sys.stderr.flush()
     assert _in_child(child) == [True, True]
     np.testing.assert_array_equal(session.run(None, feeds)[0], want)  # the parent's pool still works
+
+
+def test_custom_op_session_runs_in_a_child_forked_during_another_threads_run() -> None:
+    """A thread of the parent inside a custom-op session's run when another forks: the run's lock was
+    copied held into the child, so every custom-op run there waited forever (onnxruntime's own session
+    and the partitioned engine ran). The run in progress is held still here, so the fork always lands
+    inside it."""
+    import threading
+
+    from dmlshim.execute.custom_ops import kernel
+
+    model = _model()
+    feeds = {"j": np.random.default_rng(2).integers(-ROWS, ROWS, (ROWS, COLS))}
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    session = dmlshim.InferenceSession(model, engine="customop")
+    np.testing.assert_array_equal(session.run(None, feeds)[0], want)
+    inside, leave = threading.Event(), threading.Event()
+
+    def run_in_progress() -> None:
+        with kernel.active_run(kernel.RunState()):
+            inside.set()
+            leave.wait(60)
+
+    other = threading.Thread(target=run_in_progress)
+    other.start()
+    try:
+        assert inside.wait(30)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        assert _in_child(lambda: bool(np.array_equal(session.run(None, feeds)[0], want))) is True
+    finally:
+        leave.set()
+        other.join()
+    np.testing.assert_array_equal(session.run(None, feeds)[0], want)
