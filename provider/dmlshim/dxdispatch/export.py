@@ -27,6 +27,7 @@ from onnx import helper
 
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
 from ..errors import BadInputError, DmlShimError, IndexOutOfRangeError
+from ..execute.plan.checks import refuse_static_sizes
 from ..fileio.files import write_json
 from ..fileio.folders import StagedFolder
 from ..fileio.reading import read_json
@@ -179,6 +180,9 @@ def export_model(
         inputs=[loaded.path, *reads],  # never removed by --overwrite, even inside a listed node folder
     )
 
+    # The capture runs the whole model in onnxruntime: a value that cannot fit (a ConstantOfShape of
+    # constants) is refused first, as every engine refuses it (2.1 GB under a 100 MB limit before).
+    refuse_static_sizes(proto)
     feeds, symbols = _feeds(loaded, inputs, input_shapes, seed)
     capture = capture_nodes(proto, feeds, iteration=iteration, weights_path=loaded.weights_path)
     # (graph position, entry): reported in graph order.

@@ -88,6 +88,20 @@ def _executor() -> ThreadPoolExecutor:
         return _pool
 
 
+def _forget_pool_in_child() -> None:
+    """After ``fork``: the child has none of the parent's kernel threads, so the parent's pool would queue
+    a chunk no thread ever takes and :func:`run_all` would wait for it forever (a session run in a forked
+    worker after its parent ran a large gather hung); a lock another thread held at the fork would stay
+    held. The child makes its own pool when it first needs one."""
+    global _pool, _pool_lock
+    _pool = None
+    _pool_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_forget_pool_in_child)
+
+
 SCRATCH_MIN_ELEMENTS = min(1 << 15, CHUNK_ELEMENTS)
 """Index temporaries at least this long come from the thread's reusable scratch buffer (:func:`scratch`)
 instead of a fresh allocation: a fresh multi-megabyte array costs page faults on first touch, which

@@ -44,6 +44,16 @@ _buffers: OrderedDict[int, list[np.ndarray]] = OrderedDict()
 _pooled_bytes = 0
 
 
+def _new_lock_in_child() -> None:
+    """After ``fork``: a lock another thread of the parent held at the fork would stay held in the child."""
+    global _lock
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_new_lock_in_child)
+
+
 def empty(shape: tuple[int, ...], dtype: np.dtype | type) -> np.ndarray:
     """An uninitialised C-contiguous array like ``np.empty(shape, dtype)``, backed by a recycled buffer
     when one of its size is free (see the module docstring)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from typing import Any
 
@@ -70,6 +71,16 @@ def library_path() -> str:
 
 _ALL_REGISTERED = False
 _REGISTER_LOCK = threading.Lock()
+
+
+def _new_lock_in_child() -> None:
+    """After ``fork``: a lock another thread of the parent held at the fork would stay held in the child."""
+    global _REGISTER_LOCK
+    _REGISTER_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_new_lock_in_child)
 _OUR_OPS: dict[int, Any] = {}
 """The onnxruntime-extensions op definitions registered here, by the id the C++ side calls them with."""
 _ARRAY_OUTPUTS = False

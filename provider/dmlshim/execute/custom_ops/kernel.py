@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -72,6 +73,19 @@ class RunState:
 _ACTIVE: RunState | None = None
 """The state of the run in progress; runs are serialized by ``_RUN_LOCK`` (kernels hold the GIL anyway)."""
 _RUN_LOCK = threading.RLock()
+
+
+def _new_run_lock_in_child() -> None:
+    """After ``fork``: a run another thread had in progress holds ``_RUN_LOCK`` in the child too, and no
+    thread there will release it (every run of a custom-op session in a child forked while another thread
+    ran one waited forever)."""
+    global _RUN_LOCK, _ACTIVE
+    _RUN_LOCK = threading.RLock()
+    _ACTIVE = None
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_new_run_lock_in_child)
 
 
 @contextmanager

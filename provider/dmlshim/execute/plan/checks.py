@@ -112,6 +112,28 @@ def check_static_sizes(
             else:
                 del shapes[name]
         check_static_values(shapes, producers=producers)
+    if model is not None:
+        _check_folded(model, graph, names, mapped, folds)
+
+
+def _check_folded(
+    model: onnx.ModelProto, graph: onnx.GraphProto, names: Sequence[str], mapped: Collection[str], folds: bool
+) -> None:
+    """The static sizes again where inference, once small constant arithmetic is computed, sizes more
+    values (a ``Range`` to ``Mul(a, b)``: :mod:`.folded_sizes`)."""
+    from ...model.last_inference import infer_shapes
+    from ...translate.shapes_info import tensor_infos
+    from .folded_sizes import folded_copy
+
+    copy = folded_copy(model, graph)
+    if copy is None:
+        return
+    try:
+        inferred = infer_shapes(copy, remember=False)
+    except Exception as exc:  # onnx's errors share no useful base; the plain pass already checked
+        logger.debug("no sizes checked after folding constants: %s", exc)
+        return
+    check_static_sizes(inferred.graph, tensor_infos(inferred.graph), names, mapped=mapped, folds=folds)
 
 
 def _any_over_limit(shapes: Mapping[str, tuple[Sequence[int], int]]) -> bool:

@@ -68,6 +68,16 @@ LOAD_SECONDS: float | None = None
 """How long importing numba and the compiled modules took in this process (None: not loaded)."""
 
 
+def _new_lock_in_child() -> None:
+    """After ``fork``: a lock another thread of the parent held at the fork would stay held in the child."""
+    global _lock
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_new_lock_in_child)
+
+
 def use(mode: str) -> None:
     """Choose the kernels from now on: ``auto``, ``numpy`` or ``compiled`` (as DMLSHIM_KERNELS).
 
