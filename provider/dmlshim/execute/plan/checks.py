@@ -91,27 +91,27 @@ def check_static_sizes(
     if model is not None:  # sized from an enclosing graph's constants, as onnxruntime sizes them
         for name, found in _outer_sized(model).items():
             shapes.setdefault(name, found)
-    if not _any_over_limit(shapes):
-        return  # the usual answer: the producers, which only the refusal names, are not looked up
-    producers = {
-        out: (names[i], node.op_type) for i, node in enumerate(graph.node) for out in node.output if out
-    }
-    for name, found_by in inner_producers.items():
-        producers.setdefault(name, found_by)
-    try:
-        check_static_values(shapes, producers=producers)
-    except TooLargeError as exc:
-        declared = _declared(model.graph) if model is not None else set()
-        if exc.tensor not in declared:
-            raise
-        assert model is not None
-        undeclared = _undeclared_shapes(model)
-        for name in declared & shapes.keys():
-            if name in undeclared:
-                shapes[name] = undeclared[name]
-            else:
-                del shapes[name]
-        check_static_values(shapes, producers=producers)
+    # the producers, which only a refusal names, are looked up only when something is over the limit
+    if _any_over_limit(shapes):
+        producers = {
+            out: (names[i], node.op_type) for i, node in enumerate(graph.node) for out in node.output if out
+        }
+        for name, found_by in inner_producers.items():
+            producers.setdefault(name, found_by)
+        try:
+            check_static_values(shapes, producers=producers)
+        except TooLargeError as exc:
+            declared = _declared(model.graph) if model is not None else set()
+            if exc.tensor not in declared:
+                raise
+            assert model is not None
+            undeclared = _undeclared_shapes(model)
+            for name in declared & shapes.keys():
+                if name in undeclared:
+                    shapes[name] = undeclared[name]
+                else:
+                    del shapes[name]
+            check_static_values(shapes, producers=producers)
     if model is not None:
         _check_folded(model, graph, names, mapped, folds)
 
