@@ -122,12 +122,15 @@ def _check_folded(
     """The static sizes again where inference, once small constant arithmetic is computed, sizes more
     values (a ``Range`` to ``Mul(a, b)``: :mod:`.folded_sizes`)."""
     from ...model.last_inference import infer_shapes
+    from ...model.outer_constants import with_outer_constants
     from ...translate.shapes_info import tensor_infos
     from .folded_sizes import folded_copy
 
     copy = folded_copy(model, graph)
     if copy is None:
         return
+    # a branch's folded value may meet outer constants at its size-making node (Range(z, Mul(a, b), one))
+    copy = with_outer_constants(copy) or copy
     try:
         inferred = infer_shapes(copy, remember=False)
     except Exception as exc:  # onnx's errors share no useful base; the plain pass already checked
