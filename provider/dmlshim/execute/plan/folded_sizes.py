@@ -111,31 +111,57 @@ def _fold_graph(
     """Fold, in ``graph`` (and its subgraphs, which see its values), the nodes leading to an unsized
     reader's shape input. ``outer``: name -> (small constant value, or the producing node's index path
     and node, or None for a value that is no constant)."""
-    scope: MutableMapping[str, Any] = outer.new_child()
+    scope: ChainMap[str, Any] = outer.new_child()
+    local = scope.maps[0]  # written directly: ChainMap's own __setitem__ is Python code, once per value
     for value in graph.input:
-        scope[value.name] = None  # a graph input (a feed, a body's state, an overridable initializer)
+        local[value.name] = None  # a graph input (a feed, a body's state, an overridable initializer)
     for tensor in graph.initializer:
         if tensor.name not in scope or scope[tensor.name] is not None:
-            scope[tensor.name] = _small_initializer(tensor)
-    sized = {v.name for v in (*graph.value_info, *graph.output) if static_dims(v) is not None}
+            local[tensor.name] = _Stored(tensor)
+    # values are decoded, and declared shapes read, only where a size input's chain reaches them
+    declared = {v.name: v for v in (*graph.value_info, *graph.output)}
     for i, node in enumerate(graph.node):
-        path = (*prefix, i)
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
-            shape = constant_node_shape(node)
-            small = shape is not None and math.prod(shape) <= FOLD_MAX_ELEMENTS
-            value = constant_node_value(node) if small else None
             for out in node.output:
-                scope[out] = value if value is not None and value.dtype != object else None
+                local[out] = _Stored(node)
             continue
         for out in node.output:
             if out:
-                scope[out] = (path, node)
-        if node.op_type in SIZE_INPUTS and node.domain in ("", "ai.onnx") and node.output[0] not in sized:
+                local[out] = (prefix, i, node)
+        if (
+            node.op_type in SIZE_INPUTS
+            and node.domain in ("", "ai.onnx")
+            and not _sized(declared.get(node.output[0]))
+        ):
             for position in SIZE_INPUTS[node.op_type]:
                 if position < len(node.input) and node.input[position]:
                     _value(model, node.input[position], scope, folds)
-        for k, (_, sub) in enumerate(subgraphs(node)):
-            _fold_graph(model, sub, ChainMap(scope), (*path, k), folds)
+        if node.attribute:  # most nodes hold no attribute, so no graph
+            for k, (_, sub) in enumerate(subgraphs(node)):
+                _fold_graph(model, sub, ChainMap(scope), (*prefix, i, k), folds)
+
+
+class _Stored:
+    """An initializer or a ``Constant`` node whose value is decoded when a size input's chain reads it."""
+
+    __slots__ = ("source",)
+
+    def __init__(self, source: onnx.TensorProto | onnx.NodeProto) -> None:
+        self.source = source
+
+    def value(self) -> np.ndarray | None:
+        source = self.source
+        if isinstance(source, onnx.TensorProto):
+            return _small_initializer(source)
+        shape = constant_node_shape(source)
+        if shape is None or math.prod(shape) > FOLD_MAX_ELEMENTS:
+            return None
+        value = constant_node_value(source)
+        return value if value is not None and value.dtype != object else None
+
+
+def _sized(value: onnx.ValueInfoProto | None) -> bool:
+    return value is not None and static_dims(value) is not None
 
 
 def _small_initializer(tensor: onnx.TensorProto) -> np.ndarray | None:
@@ -160,7 +186,12 @@ def _value(
     found = scope.get(name)
     if found is None or isinstance(found, np.ndarray):
         return found
-    path, node = found
+    if isinstance(found, _Stored):
+        value = found.value()
+        scope[name] = value
+        return value
+    prefix, index, node = found
+    path = (*prefix, index)
     scope[name] = None  # computed once, and never again while computing it
     if node.domain not in ("", "ai.onnx") or node.op_type not in _ELEMENTWISE | _SHAPING:
         return None
