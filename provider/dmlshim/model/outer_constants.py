@@ -67,9 +67,12 @@ def _small(tensor: onnx.TensorProto) -> bool:
     )
 
 
-def _own_constants(graph: onnx.GraphProto) -> dict[str, onnx.TensorProto]:
-    """``graph``'s small initializers and ``Constant`` node values, by name."""
-    found = {t.name: t for t in graph.initializer if _small(t)}
+def _own_constants(graph: onnx.GraphProto, overridable: bool) -> dict[str, onnx.TensorProto]:
+    """``graph``'s small initializers and ``Constant`` node values, by name; ``overridable``: an
+    initializer that is also a graph input is a default the caller may feed over (IR version 4 on), which
+    onnxruntime does not treat as a constant, so it is none here."""
+    fed = {v.name for v in graph.input} if overridable else set()
+    found = {t.name: t for t in graph.initializer if _small(t) and t.name not in fed}
     for node in graph.node:
         tensor = _constant_node_tensor(node)
         if tensor is not None:
@@ -83,7 +86,9 @@ def _defined(graph: onnx.GraphProto) -> set[str]:
     return names
 
 
-def _inject(graph: onnx.GraphProto, outer: dict[str, onnx.TensorProto], top: bool, apply: bool) -> bool:
+def _inject(
+    graph: onnx.GraphProto, outer: dict[str, onnx.TensorProto], top: bool, apply: bool, overridable: bool
+) -> bool:
     """Copy into each subgraph below ``graph`` the outer constants (``outer``, then each enclosing graph's
     own) its nodes read, where one of its size-making nodes reads one (``apply`` False: only tell whether
     any would be). True when any was (or would be) copied."""
@@ -103,10 +108,10 @@ def _inject(graph: onnx.GraphProto, outer: dict[str, onnx.TensorProto], top: boo
     if not any(True for node in graph.node for _ in subgraphs(node)):
         return changed
     visible = {name: t for name, t in outer.items() if name not in defined}
-    visible.update(_own_constants(graph))
+    visible.update(_own_constants(graph, overridable))
     for node in graph.node:
         for _, sub in subgraphs(node):
-            changed |= _inject(sub, visible, top=False, apply=apply)
+            changed |= _inject(sub, visible, top=False, apply=apply, overridable=overridable)
     return changed
 
 
@@ -118,12 +123,13 @@ def with_outer_constants(model: onnx.ModelProto) -> onnx.ModelProto | None:
 
     if not any(True for node in model.graph.node for _ in subgraphs(node)):
         return None
-    if not _inject(model.graph, {}, top=True, apply=False):
+    overridable = model.ir_version >= 4  # (before IR 4 every initializer is a graph input, and constant)
+    if not _inject(model.graph, {}, top=True, apply=False, overridable=overridable):
         return None
     light = without_weights(model)
     if light is model:
         light = onnx.ModelProto()
         light.CopyFrom(model)
-    _inject(light.graph, {}, top=True, apply=True)
+    _inject(light.graph, {}, top=True, apply=True, overridable=overridable)
     logger.debug("outer-scope constants copied into subgraphs for the static size check")
     return light

@@ -157,11 +157,12 @@ def refuse_static_sizes(model: onnx.ModelProto, sess_options: Any = None) -> Non
     """
     from ...graph import display_names
     from ...model.last_inference import infer_shapes
-    from ...model.weightless import without_weights
+    from ...model.weightless import without_fed_defaults, without_weights
     from ...translate.shapes_info import tensor_infos
 
     try:
-        inferred = infer_shapes(without_weights(model))
+        # an initializer a caller may feed over sizes nothing (onnxruntime folds no value it reads)
+        inferred = infer_shapes(without_fed_defaults(without_weights(model)))
     except Exception as exc:  # onnx's errors share no useful base; the session's own checks report them
         logger.debug("no static sizes checked: %s", exc)
         return
