@@ -132,3 +132,45 @@ def test_a_loop_carried_shape_hides_the_outer_constant(engine: str) -> None:
     )
     model.graph.output.insert(0, helper.make_tensor_value_info("sf", TensorProto.INT64, None))
     _check(model, engine, {"M": np.array(2)})
+
+
+def _computed_shape_branch(op: str) -> onnx.GraphProto:
+    """A branch making ``ConstantOfShape(op(half, two))`` from two main-graph initializers."""
+    attrs = {"axis": 0} if op == "Concat" else {}
+    nodes = [
+        helper.make_node(op, ["half", "two"], ["sh"], name="arith", **attrs),
+        helper.make_node("ConstantOfShape", ["sh"], ["t"], name="fill"),
+    ]
+    return helper.make_graph(nodes, "then", [], [helper.make_tensor_value_info("t", TensorProto.FLOAT, None)])
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("op", ["Mul", "Concat"])
+def test_a_branch_shape_computed_from_outer_constants_is_refused(engine: str, op: str) -> None:
+    """Built before: only a size-making node reading an outer constant itself was sized (onnxruntime
+    allocates the 200 MB when the branch runs)."""
+    model = _if(_computed_shape_branch(op), [_shape("half", [HUGE // 2]), _shape("two", [2])], [COND])
+    with pytest.raises(TooLargeError) as info:
+        dmlshim.InferenceSession(model.SerializeToString(), engine=engine)
+    assert info.value.node == "if/then_branch/fill"
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_small_branch_shape_computed_from_outer_constants_runs(engine: str) -> None:
+    model = _if(_computed_shape_branch("Mul"), [_shape("half", [3]), _shape("two", [2])], [COND])
+    _check(model, engine, {"c": np.array(True)})
+    _check(model, engine, {"c": np.array(False)})
+
+
+def test_a_top_level_shape_computed_from_constants_is_refused_by_the_cpu_engine() -> None:
+    """onnxruntime folds ``ConstantOfShape(Mul(c, c))`` when it loads the model; the partitioned engine
+    refused it, the cpu engine (onnx's inference without data propagation) built it."""
+    nodes = [
+        helper.make_node("Mul", ["half", "two"], ["sh"], name="mul"),
+        helper.make_node("ConstantOfShape", ["sh"], ["y"], name="fill"),
+    ]
+    model = _model(nodes, [], [_shape("half", [HUGE // 2]), _shape("two", [2])])
+    for engine in ENGINES:
+        with pytest.raises(TooLargeError) as info:
+            dmlshim.InferenceSession(model.SerializeToString(), engine=engine)
+        assert (info.value.node, info.value.op_type) == ("fill", "ConstantOfShape")

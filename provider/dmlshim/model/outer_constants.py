@@ -5,8 +5,10 @@ those of an enclosing graph: a ``ConstantOfShape`` in an If branch (or a Loop bo
 initializer of the main graph gets no static shape, so the memory limit never saw it, while onnxruntime
 resolves the outer value and allocates the output (2 GB under a 100 MB limit, issue 35). For the static
 size check only, :func:`with_outer_constants` gives a copy of the (weightless) model in which each
-subgraph whose size-making node reads an outer constant carries a copy of the outer constants its nodes
-read, as its own initializers; onnx's inference then sizes the branch as onnxruntime does.
+subgraph that has a size-making node and reads an outer constant carries a copy of the outer constants its
+nodes read, as its own initializers; onnx's inference (with data propagation: a ``ConstantOfShape`` of a
+``Mul`` or ``Concat`` of outer constants) then sizes the branch as onnxruntime does. An initializer that
+is also a graph input is a default the caller may feed over: no constant.
 """
 
 from __future__ import annotations
@@ -97,10 +99,9 @@ def _inject(
     if not top:
         read = {name for node in graph.node for name in node.input if name and name not in defined}
         wanted = {name for name in read if name in outer}
-        sizing = any(
-            node.op_type in SIZE_MAKING_OPS and any(name in wanted for name in node.input)
-            for node in graph.node
-        )
+        # a size-making node reading an outer constant, or a value the subgraph computes from them
+        # (``ConstantOfShape(Mul(outer, 2))``): onnx's data propagation follows those within the graph
+        sizing = bool(wanted) and any(node.op_type in SIZE_MAKING_OPS for node in graph.node)
         if sizing and apply:
             graph.initializer.extend(outer[name] for name in sorted(wanted))
         changed = sizing
