@@ -5,8 +5,10 @@ those of an enclosing graph: a ``ConstantOfShape`` in an If branch (or a Loop bo
 initializer of the main graph gets no static shape, so the memory limit never saw it, while onnxruntime
 resolves the outer value and allocates the output (2 GB under a 100 MB limit, issue 35). For the static
 size check only, :func:`with_outer_constants` gives a copy of the (weightless) model in which each
-subgraph whose size-making node reads an outer constant carries a copy of the outer constants its nodes
-read, as its own initializers; onnx's inference then sizes the branch as onnxruntime does.
+subgraph that has a size-making node and reads an outer constant carries a copy of the outer constants its
+nodes read, as its own initializers; onnx's inference (with data propagation: a ``ConstantOfShape`` of a
+``Mul`` or ``Concat`` of outer constants) then sizes the branch as onnxruntime does. An initializer that
+is also a graph input is a default the caller may feed over: no constant.
 """
 
 from __future__ import annotations
@@ -67,9 +69,12 @@ def _small(tensor: onnx.TensorProto) -> bool:
     )
 
 
-def _own_constants(graph: onnx.GraphProto) -> dict[str, onnx.TensorProto]:
-    """``graph``'s small initializers and ``Constant`` node values, by name."""
-    found = {t.name: t for t in graph.initializer if _small(t)}
+def _own_constants(graph: onnx.GraphProto, overridable: bool) -> dict[str, onnx.TensorProto]:
+    """``graph``'s small initializers and ``Constant`` node values, by name; ``overridable``: an
+    initializer that is also a graph input is a default the caller may feed over (IR version 4 on), which
+    onnxruntime does not treat as a constant, so it is none here."""
+    fed = {v.name for v in graph.input} if overridable else set()
+    found = {t.name: t for t in graph.initializer if _small(t) and t.name not in fed}
     for node in graph.node:
         tensor = _constant_node_tensor(node)
         if tensor is not None:
@@ -83,7 +88,9 @@ def _defined(graph: onnx.GraphProto) -> set[str]:
     return names
 
 
-def _inject(graph: onnx.GraphProto, outer: dict[str, onnx.TensorProto], top: bool, apply: bool) -> bool:
+def _inject(
+    graph: onnx.GraphProto, outer: dict[str, onnx.TensorProto], top: bool, apply: bool, overridable: bool
+) -> bool:
     """Copy into each subgraph below ``graph`` the outer constants (``outer``, then each enclosing graph's
     own) its nodes read, where one of its size-making nodes reads one (``apply`` False: only tell whether
     any would be). True when any was (or would be) copied."""
@@ -92,10 +99,9 @@ def _inject(graph: onnx.GraphProto, outer: dict[str, onnx.TensorProto], top: boo
     if not top:
         read = {name for node in graph.node for name in node.input if name and name not in defined}
         wanted = {name for name in read if name in outer}
-        sizing = any(
-            node.op_type in SIZE_MAKING_OPS and any(name in wanted for name in node.input)
-            for node in graph.node
-        )
+        # a size-making node reading an outer constant, or a value the subgraph computes from them
+        # (``ConstantOfShape(Mul(outer, 2))``): onnx's data propagation follows those within the graph
+        sizing = bool(wanted) and any(node.op_type in SIZE_MAKING_OPS for node in graph.node)
         if sizing and apply:
             graph.initializer.extend(outer[name] for name in sorted(wanted))
         changed = sizing
@@ -103,10 +109,10 @@ def _inject(graph: onnx.GraphProto, outer: dict[str, onnx.TensorProto], top: boo
     if not any(True for node in graph.node for _ in subgraphs(node)):
         return changed
     visible = {name: t for name, t in outer.items() if name not in defined}
-    visible.update(_own_constants(graph))
+    visible.update(_own_constants(graph, overridable))
     for node in graph.node:
         for _, sub in subgraphs(node):
-            changed |= _inject(sub, visible, top=False, apply=apply)
+            changed |= _inject(sub, visible, top=False, apply=apply, overridable=overridable)
     return changed
 
 
@@ -118,12 +124,13 @@ def with_outer_constants(model: onnx.ModelProto) -> onnx.ModelProto | None:
 
     if not any(True for node in model.graph.node for _ in subgraphs(node)):
         return None
-    if not _inject(model.graph, {}, top=True, apply=False):
+    overridable = model.ir_version >= 4  # (before IR 4 every initializer is a graph input, and constant)
+    if not _inject(model.graph, {}, top=True, apply=False, overridable=overridable):
         return None
     light = without_weights(model)
     if light is model:
         light = onnx.ModelProto()
         light.CopyFrom(model)
-    _inject(light.graph, {}, top=True, apply=True)
+    _inject(light.graph, {}, top=True, apply=True, overridable=overridable)
     logger.debug("outer-scope constants copied into subgraphs for the static size check")
     return light

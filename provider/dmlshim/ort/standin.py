@@ -52,6 +52,31 @@ class TrackedInferenceSession(InferenceSession):
         )
         tracking.changed()
 
+    def _wanted(self, output_names: Sequence[str] | None) -> list[str]:
+        try:
+            return super()._wanted(output_names)
+        except DmlShimError as exc:  # a run refused for its output names: a run that raised
+            self._failed(exc)
+            raise
+
+    def _feeds(self, input_feed: Mapping[str, Any]) -> dict[str, Any]:
+        try:
+            return super()._feeds(input_feed)
+        except DmlShimError as exc:  # a run refused for its feeds (missing, extra, dtype, shape)
+            self._failed(exc)
+            raise
+
+    def run_async(self, *args: Any, **kwargs: Any) -> None:
+        try:
+            super().run_async(*args, **kwargs)
+        except DmlShimError as exc:  # refused before its thread starts (a missing input, one thread)
+            self._failed(exc)
+            raise
+
+    def _failed(self, exc: DmlShimError) -> None:
+        tracking.TRACKER.add_failure(self._tally, exc)
+        tracking.changed()
+
     def _execute(self, names: list[str], feeds: dict[str, Any], run_options: Any) -> list[Any]:
         try:
             outputs = super()._execute(names, feeds, run_options)

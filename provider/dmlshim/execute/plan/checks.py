@@ -181,12 +181,15 @@ def refuse_static_sizes(model: onnx.ModelProto, sess_options: Any = None) -> Non
             memory limit, naming the node, its op, the value and its size.
     """
     from ...graph import display_names
-    from ...model.last_inference import infer_shapes
-    from ...model.weightless import without_weights
+    from ...model.data_prop import infer_with_data_prop
+    from ...model.weightless import without_fed_defaults, without_weights
     from ...translate.shapes_info import tensor_infos
 
     try:
-        inferred = infer_shapes(without_weights(model))
+        # an initializer a caller may feed over sizes nothing (onnxruntime folds no value it reads); the
+        # values propagated as the partitioned engine's inference propagates them (a ConstantOfShape of
+        # a Mul of constants, which onnxruntime folds when it loads the model)
+        inferred = infer_with_data_prop(without_fed_defaults(without_weights(model)))
     except Exception as exc:  # onnx's errors share no useful base; the session's own checks report them
         logger.debug("no static sizes checked: %s", exc)
         return
@@ -264,14 +267,14 @@ def _outer_sized(model: onnx.ModelProto) -> dict[str, tuple[Sequence[int], int]]
     their size-making nodes read are visible to it (:mod:`dmlshim.model.outer_constants`; empty when no
     such node reads one, or inference fails). A ``ConstantOfShape`` in an If branch whose shape is a
     main-graph initializer: onnxruntime reads the outer value and allocates the output."""
-    from ...model.last_inference import infer_shapes
+    from ...model.data_prop import infer_with_data_prop
     from ...model.outer_constants import with_outer_constants
 
     copy = with_outer_constants(model)
     if copy is None:
         return {}
     try:
-        inferred = infer_shapes(copy, remember=False)
+        inferred = infer_with_data_prop(copy)
     except Exception as exc:  # onnx's errors share no useful base; the session's own checks report them
         logger.debug("no outer-scope constants resolved: %s", exc)
         return {}

@@ -146,7 +146,9 @@ class CpuStep:
         """A step of a partitioned run without run options: as a call, except that arrays go straight to
         onnxruntime's compiled run when its Python layer would only repeat checks the step makes (a
         CPU-only session whose outputs numpy holds, every feed an array: :func:`ort_run_of`). A run
-        onnxruntime refuses is made again as a call, which raises or rebuilds as before."""
+        onnxruntime refuses is answered as a call answers it (raised, or the segment rebuilt for a feed
+        shape it refused), never run again as it was: a segment's seeded random node would draw twice,
+        and every later run would differ from onnxruntime's sequence."""
         session = self._session
         planned = self._planned
         if planned is None or planned[0] is not session:
@@ -159,12 +161,11 @@ class CpuStep:
             if all(type(v) is ndarray for v in feeds.values()):
                 try:
                     results = run(self.outputs, feeds, None)
-                except ORT_ERRORS:
-                    pass
-                else:
-                    for name, value in zip(self.outputs, results, strict=False):
-                        values[name] = value
-                    return
+                except ORT_ERRORS as exc:
+                    results = self._refused(exc, feeds, state)
+                for name, value in zip(self.outputs, results, strict=False):
+                    values[name] = value
+                return
         self(values, state)
 
     def __call__(self, values: Values, state: RunState) -> None:
@@ -172,22 +173,28 @@ class CpuStep:
         try:
             results = run_session(self.session, self.outputs, feeds, state.run_options)
         except ORT_ERRORS as exc:
-            if self._relaxed is None or not any(p in str(exc) for p in _FEED_SHAPE_REFUSED):
-                raise ort_run_error(exc, f"onnxruntime failed in {self.label}") from exc
-            rebuilt = self._relaxed()
-            self._relaxed = None
-            if rebuilt is None:  # its inputs declare element types only already
-                raise ort_run_error(exc, f"onnxruntime failed in {self.label}") from exc
-            logger.warning(
-                "%s: a value's real shape contradicts the shape inferred for it (%s); the partition is "
-                "rebuilt with inputs that declare element types only",
-                self.label,
-                str(exc).strip().splitlines()[0],
-            )
-            self._session, self._builder = rebuilt, None
-            try:
-                results = run_session(self._session, self.outputs, feeds, state.run_options)
-            except ORT_ERRORS as again:
-                raise ort_run_error(again, f"onnxruntime failed in {self.label}") from again
+            results = self._refused(exc, feeds, state)
         for name, value in zip(self.outputs, results, strict=False):
             values[name] = value
+
+    def _refused(self, exc: BaseException, feeds: Mapping[str, Any], state: RunState) -> list[Any]:
+        """The answer to a run onnxruntime refused with ``exc``: its error as dmlshim's, or, when it
+        refused a feed's shape (before any node ran) and the segment can be rebuilt with inputs that
+        declare element types only, the rebuilt segment's run."""
+        if self._relaxed is None or not any(p in str(exc) for p in _FEED_SHAPE_REFUSED):
+            raise ort_run_error(exc, f"onnxruntime failed in {self.label}") from exc
+        rebuilt = self._relaxed()
+        self._relaxed = None
+        if rebuilt is None:  # its inputs declare element types only already
+            raise ort_run_error(exc, f"onnxruntime failed in {self.label}") from exc
+        logger.warning(
+            "%s: a value's real shape contradicts the shape inferred for it (%s); the partition is "
+            "rebuilt with inputs that declare element types only",
+            self.label,
+            str(exc).strip().splitlines()[0],
+        )
+        self._session, self._builder = rebuilt, None
+        try:
+            return run_session(self._session, self.outputs, feeds, state.run_options)
+        except ORT_ERRORS as again:
+            raise ort_run_error(again, f"onnxruntime failed in {self.label}") from again
