@@ -1,7 +1,8 @@
 """The drop-in's exit summary (``python -m dmlshim.ort --summary json``) counts every run a program made
 and every run that raised, on every path: steady runs, the plain runner of a model with nothing to
 emulate, IOBinding, ``run_with_ort_values``, ``run_async``, threads, and runs refused for their feeds or
-output names (missing, extra, wrong dtype or shape, an unknown output: not counted before)."""
+output names (missing, extra, wrong dtype or shape, an unknown output: not counted before), and an
+IOBinding run with no output bound or with outputs that do not fit the OrtValue bound to them."""
 
 from __future__ import annotations
 
@@ -59,6 +60,20 @@ for plain, good_idx, bad_idx in ((False, [1, 2], [1, 9]), (True, [3, 4], [5, 5])
             bad += 1
         else:
             ok += 1
+    unbound = sess.io_binding()  # no output bound: refused before a run
+    unbound.bind_cpu_input("data", data)
+    unbound.bind_cpu_input("idx", np.array(good_idx))
+    small = sess.io_binding()  # an output bound to an OrtValue of the wrong shape: raises after the run
+    small.bind_cpu_input("data", data)
+    small.bind_cpu_input("idx", np.array(good_idx))
+    small.bind_ortvalue_output("out", ort.OrtValue.ortvalue_from_numpy(np.zeros((1, 1), np.float32)))
+    for refused in (unbound, small):
+        try:
+            sess.run_with_iobinding(refused)
+        except Exception:
+            bad += 1
+        else:
+            ok += 1
     for idx in (good_idx, bad_idx):
         pairs = (("data", data), ("idx", np.array(idx)))
         values = {name: ort.OrtValue.ortvalue_from_numpy(v) for name, v in pairs}
@@ -104,4 +119,4 @@ def test_every_run_and_every_refused_run_is_counted(tmp_path: Path) -> None:
     counts = json.loads(proc.stdout.split("COUNTS", 1)[1].strip())
     summary = json.loads(proc.stderr[proc.stderr.index("{") :])
     assert [[s["runs"], s["failed_runs"]] for s in summary["sessions"]] == counts
-    assert counts == [[8 + 2 + 1 + 1 + 8, 1 + 5 + 1 + 1 + 2 + 4]] * 2
+    assert counts == [[8 + 2 + 1 + 1 + 8, 1 + 5 + 1 + 2 + 1 + 2 + 4]] * 2

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
 from typing import Any
@@ -50,6 +51,7 @@ class TrackedInferenceSession(InferenceSession):
         self._tally = tracking.TRACKER.add_session(
             model, self.get_providers(), self._engine.name, model_file=model_file
         )
+        self._outcome = threading.local()  # what this thread's latest run was counted as
         tracking.changed()
 
     def _wanted(self, output_names: Sequence[str] | None) -> list[str]:
@@ -73,19 +75,35 @@ class TrackedInferenceSession(InferenceSession):
             self._failed(exc)
             raise
 
+    def run_with_iobinding(self, iobinding: Any, run_options: Any = None) -> None:
+        self._outcome.counted = None
+        try:
+            super().run_with_iobinding(iobinding, run_options)
+        except DmlShimError as exc:
+            counted = self._outcome.counted
+            if counted == "run":  # the model ran, then its outputs did not fit what was bound to them
+                tracking.TRACKER.undo_run(self._tally)
+            if counted != "failed":  # refused before a run (no output bound), or after one
+                self._failed(exc)
+            raise
+
     def _failed(self, exc: DmlShimError) -> None:
+        self._outcome.counted = "failed"
         tracking.TRACKER.add_failure(self._tally, exc)
+        tracking.changed()
+
+    def _ran(self) -> None:
+        self._outcome.counted = "run"
+        tracking.TRACKER.add_run(self._tally, self._last_run_record)
         tracking.changed()
 
     def _execute(self, names: list[str], feeds: dict[str, Any], run_options: Any) -> list[Any]:
         try:
             outputs = super()._execute(names, feeds, run_options)
         except DmlShimError as exc:
-            tracking.TRACKER.add_failure(self._tally, exc)
-            tracking.changed()
+            self._failed(exc)
             raise
-        tracking.TRACKER.add_run(self._tally, self._last_run_record)
-        tracking.changed()
+        self._ran()
         return outputs
 
     def _run_steady(
@@ -94,12 +112,10 @@ class TrackedInferenceSession(InferenceSession):
         try:
             outputs = super()._run_steady(steady, names, feeds, key)
         except DmlShimError as exc:
-            tracking.TRACKER.add_failure(self._tally, exc)
-            tracking.changed()
+            self._failed(exc)
             raise
         if outputs is not None:
-            tracking.TRACKER.add_run(self._tally, self._last_run_record)
-            tracking.changed()
+            self._ran()
         return outputs
 
 

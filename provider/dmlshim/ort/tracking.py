@@ -146,6 +146,13 @@ class Tracker:
             tally.add_run(record)
             self.changes += 1
 
+    def undo_run(self, tally: SessionTally) -> None:
+        """The latest run counted for ``tally`` raised after all (its outputs could not be stored): it is
+        counted as a failure instead (its nodes' placements stay: they ran)."""
+        with self._lock:
+            tally.runs = max(0, tally.runs - 1)
+            self.changes += 1
+
     def add_failure(self, tally: SessionTally, error: BaseException) -> None:
         """A run that raised: counted, and the first error kept (its class and first line)."""
         with self._lock:
