@@ -104,3 +104,19 @@ def test_inspect_of_a_max_reduction_at_opset_17_is_a_fallback_not_a_rejection(tm
     assert proc.returncode == 1, proc.stderr  # a node that falls back (docs/commands.md)
     assert "EP_REDUCTION_ON_CPU" in proc.stdout and "rejected" not in proc.stdout
     assert "1 fall back to CPU, 0 failed to translate" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("argv", "hint"),
+    [
+        (["lower", "M.onnx", "-o", "OUT.onnx", "--json"], "dmlshim lower has no --json option"),
+        (["replay", "M.json", "--engine", "cpu"], "dmlshim replay has no --engine option"),
+    ],
+)
+def test_a_shared_option_a_command_lacks_is_named_not_misspelt(argv: list[str], hint: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "dmlshim", *argv], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert proc.returncode == 2
+    assert hint in proc.stdout + proc.stderr
+    assert "did you mean" not in proc.stdout + proc.stderr  # lower --json once suggested '--version'
