@@ -155,7 +155,12 @@ class SegmentPool(nn.Module):
         self.segments = segments
 
     def forward(
-        self, x: torch.Tensor, idx: torch.Tensor, bag_ids: torch.Tensor, offsets: torch.Tensor, seg: torch.Tensor
+        self,
+        x: torch.Tensor,
+        idx: torch.Tensor,
+        bag_ids: torch.Tensor,
+        offsets: torch.Tensor,
+        seg: torch.Tensor,
     ) -> tuple[torch.Tensor, ...]:
         batch, points, dim = x.shape
         rows = torch.gather(x, 1, idx.unsqueeze(-1).expand(-1, -1, dim))
