@@ -8,6 +8,7 @@ onnxruntime's values. Expected values come from onnxruntime CPU.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -139,3 +140,19 @@ def test_a_declared_output_shape_inference_contradicts_is_reported_as_onnxruntim
     )
     assert theirs == [2, 4, None]  # onnxruntime 1.32: the dimension declaration and inference disagree on
     assert dmlshim.InferenceSession(model).get_outputs()[0].shape == theirs
+
+
+def test_export_json_carries_its_schema_version_as_the_other_commands(tmp_path: Path) -> None:
+    out = tmp_path / "exp"
+    model = Path(__file__).resolve().parents[1] / "onnx_models" / "topk_gather.onnx"
+    proc = subprocess.run(
+        [sys.executable, "-m", "dmlshim", "export", str(model), "-o", str(out), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["schema_version"] == 1 and doc["model"] == str(model) and doc["directory"] == str(out)
+    assert doc["exported"] and all("operator" in e for e in doc["exported"])
