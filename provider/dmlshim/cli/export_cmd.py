@@ -79,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.json:
         doc: dict[str, Any] = {
+            "schema_version": 1,
+            "model": str(args.model),
             "directory": str(result.directory),
             "feature_level": result.feature_level.dml_name,
             "exported": [e.to_json() for e in result.exported],

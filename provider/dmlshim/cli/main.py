@@ -46,6 +46,21 @@ COMMANDS: dict[str, tuple[str, str]] = {
 """Subcommand name -> (module in dmlshim.cli, one-line help)."""
 
 
+SHARED_OPTIONS = frozenset(
+    {
+        "--json",
+        "--engine",
+        "--input-shape",
+        "--inputs",
+        "--feature-level",
+        "--output",
+        "--overwrite",
+        "--seed",
+    }
+)
+"""Options several commands take, each meaning the same in all of them (docs/commands.md)."""
+
+
 def _suggest(word: str, choices: Sequence[str]) -> str:
     close = difflib.get_close_matches(word, list(choices), n=3, cutoff=0.6)
     if not close and not word.startswith("-"):
@@ -80,6 +95,13 @@ class _Parser(argparse.ArgumentParser):
                 options += [s for sub in subs for a in sub._actions for s in a.option_strings]
         return sorted(set(options))
 
+    def _hint(self, option: str, named: argparse.ArgumentParser | None) -> str:
+        """A "did you mean" for a misspelt option; for a shared option the command lacks, that it lacks it
+        (``lower --json`` is not a misspelt ``--version``)."""
+        if named is not None and option in SHARED_OPTIONS:
+            return f"; {named.prog} has no {option} option (see {named.prog} --help)"
+        return _suggest(option, self._options())
+
     def error(self, message: str) -> NoReturn:
         for action in self._actions:
             if isinstance(action, argparse._SubParsersAction) and "invalid choice" in message:
@@ -91,9 +113,9 @@ class _Parser(argparse.ArgumentParser):
                     message += f" (commands: {', '.join(action.choices)})"
         if message.startswith("unrecognized arguments: "):
             unknown = message.removeprefix("unrecognized arguments: ").split()
-            hints = [_suggest(w.split("=")[0], self._options()) for w in unknown if w.startswith("-")]
-            message += "".join(h for h in hints if h)
             named = self._command()
+            hints = [self._hint(w.split("=")[0], named) for w in unknown if w.startswith("-")]
+            message += "".join(h for h in hints if h)
             if named is not None:  # the command's usage and name, as argparse gives for its other errors
                 argparse.ArgumentParser.error(named, message)
         super().error(message)

@@ -66,7 +66,10 @@ def check_common(ctx: ConvertContext, shapes: Mapping[str, tuple[int, ...]]) -> 
 
 def check_reduction(ctx: ConvertContext) -> str:
     """Scatter reductions: DirectML's scatter descriptors have no reduction field (up to FL 6_4)."""
-    allowed = ("none", "add", "mul") if ctx.since_version < 18 else ("none", "add", "mul", "max", "min")
+    # ONNX adds max and min at opset 18, but onnxruntime's CPU kernels (the ones the node falls back to)
+    # read the attribute whatever the opset: a ScatterElements-16 or ScatterND-16 with reduction='max' (the
+    # TorchScript exporter writes one for scatter_reduce at opset 16-17) computes the maximum there.
+    allowed = ("none", "add", "mul", "max", "min")
     reduction = ctx.str_attr("reduction", "none")
     if reduction not in allowed:
         raise malformed(
@@ -75,9 +78,14 @@ def check_reduction(ctx: ConvertContext) -> str:
             reduction,
         )
     if reduction != "none":
+        newer = (
+            f" (ONNX defines it from opset 18; onnxruntime computes it at opset {ctx.since_version} too)"
+            if reduction in ("max", "min") and ctx.since_version < 18
+            else ""
+        )
         raise inexpressible(
             "SCATTER_REDUCTION_UNSUPPORTED",
-            f"DirectML has no scatter reduction (reduction={reduction!r}); the node runs on the CPU",
+            f"DirectML has no scatter reduction (reduction={reduction!r}){newer}; the node runs on the CPU",
             reduction,
         )
     return reduction
