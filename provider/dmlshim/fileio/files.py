@@ -476,4 +476,3 @@ def write_onnx(path: PathLike, model: Any, **options: Any) -> Path:
             path=os.fspath(path),
         ) from exc
     return write_bytes(path, data, **options)
-

@@ -3,9 +3,9 @@ session maps.
 
 onnxruntime copies the weights a model file holds inline when it builds a session: editing, truncating,
 replacing or deleting the file afterwards changes nothing for that session. A model read without its
-weights (:func:`dmlshim.execute.weights.file_slices.read_weightless`) points at those bytes in the file instead,
-and both onnxruntime and dmlshim's kernels map them from there: an edit would change the results and a
-truncation would kill the process (SIGBUS). So the bytes are copied once, at load, into a file of the
+weights (:func:`dmlshim.execute.weights.file_slices.read_weightless`) points at those bytes in the file
+instead, and both onnxruntime and dmlshim's kernels map them from there: an edit would change the results
+and a truncation would kill the process (SIGBUS). So the bytes are copied once, at load, into a file of the
 session's own (:class:`WeightSnapshot`, in a private temporary folder, removed with the session): the
 sessions and kernels map that copy, so every weight is still shared (one copy in the page cache, none in
 Python) and the model file is never read again.
@@ -105,8 +105,8 @@ def snapshot_inline(
     proto: onnx.ModelProto, model_path: str | os.PathLike[str], names: Iterable[str]
 ) -> WeightSnapshot:
     """Copy the bytes of the initializers ``names`` of ``proto`` (external data pointing into the model
-    file ``model_path`` itself, as :func:`~dmlshim.execute.weights.file_slices.read_weightless` left them) into a
-    file of their own, and point them there (each at an offset aligned for any element type).
+    file ``model_path`` itself, as :func:`~dmlshim.execute.weights.file_slices.read_weightless` left them)
+    into a file of their own, and point them there (each at an offset aligned for any element type).
 
     Raises:
         OSError: the copy cannot be made (no space for it, say): the caller reads the weights instead.
