@@ -464,21 +464,7 @@ SHIPPED = sorted(
 )
 
 
-# A declared output shape that contradicts inference: onnxruntime merges the two ("Falling back to lenient
-# merge": [2,4,6] for a declared [48]; differing dims of equal rank become None), dmlshim reports the
-# declaration of a fully static output unchecked (found by newuser-48; not fixed yet).
-STALE_DECLARED_OUTPUT = frozenset({"real/segment_pool_torchscript.onnx"})
-
-
-@pytest.mark.parametrize(
-    "model",
-    [
-        pytest.param(m, marks=pytest.mark.xfail(strict=True, reason="stale declared output shape"))
-        if m in STALE_DECLARED_OUTPUT
-        else m
-        for m in SHIPPED
-    ],
-)
+@pytest.mark.parametrize("model", SHIPPED)
 def test_shipped_models_are_described_as_onnxruntime_describes_them(model: str) -> None:
     """Names, types and shapes (declared dimensions completed by inference, as onnxruntime does: the
     torchscript GNN declares its output ``[Gemmgraph_logits_dim_0, 3]``, onnxruntime says ``[4, 3]``)."""

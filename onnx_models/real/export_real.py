@@ -57,7 +57,7 @@ from models_encoders import (
     build_t5,
     build_whisper,
 )
-from models_plain import build_beam_step, build_fasterrcnn, build_gnn, build_maskrcnn, build_segment_pool
+from models_plain import build_beam_step, build_fasterrcnn, build_gnn, build_maskrcnn
 
 HERE = Path(__file__).resolve().parent
 MANIFEST = HERE / "manifest.json"
@@ -155,14 +155,6 @@ SPECS: tuple[Spec, ...] = (
         "beam search bookkeeping (plain torch)",
         "torch.gather, advanced indexing, index_put and scatter on beams",
         build_beam_step,
-    ),
-    Spec(
-        "segment_pool",
-        "torch",
-        "segment pooling (plain torch)",
-        "EmbeddingBag (Loop), index_select, torch.gather on two axes, scatter_reduce amax",
-        build_segment_pool,
-        exporters=("torchscript",),
     ),
     Spec(
         "fasterrcnn",

@@ -141,53 +141,6 @@ def build_beam_step() -> Built:
     )
 
 
-class SegmentPool(nn.Module):
-    """Pooling by index as recommenders and point-cloud nets write it: an ``nn.EmbeddingBag`` (sum) over
-    per-sample id bags (a ``Loop`` over the bags in the legacy export), ``index_select`` of a table,
-    ``torch.gather`` of picked rows along dim 1 and of picked channels along the last dim, and a per-segment
-    maximum with ``scatter_reduce(reduce="amax")`` (ScatterElements with reduction "max": at opset 17 the
-    legacy exporter writes it, though ONNX defines it from opset 18)."""
-
-    def __init__(self, vocab: int = 20, dim: int = 6, segments: int = 4) -> None:
-        super().__init__()
-        self.bag = nn.EmbeddingBag(vocab, dim, mode="sum")
-        self.table = nn.Parameter(torch.randn(vocab, dim))
-        self.segments = segments
-
-    def forward(
-        self,
-        x: torch.Tensor,
-        idx: torch.Tensor,
-        bag_ids: torch.Tensor,
-        offsets: torch.Tensor,
-        seg: torch.Tensor,
-    ) -> tuple[torch.Tensor, ...]:
-        batch, points, dim = x.shape
-        rows = torch.gather(x, 1, idx.unsqueeze(-1).expand(-1, -1, dim))
-        channels = torch.gather(x, 2, (idx % dim).unsqueeze(1).expand(-1, points, -1))
-        picked = rows + channels[:, : idx.shape[1], :].sum(-1, keepdim=True)
-        bags = self.bag(bag_ids, offsets) + torch.index_select(self.table, 0, bag_ids).sum(0)
-        floor = torch.full((batch, self.segments, dim), -1e4)
-        seg_max = floor.scatter_reduce(1, seg.view(1, -1, 1).expand(batch, -1, dim), x, reduce="amax")
-        return picked, bags, seg_max
-
-
-def build_segment_pool() -> Built:
-    rng = seed(15)
-    torch.manual_seed(15)
-    return Built(
-        SegmentPool().eval(),
-        {
-            "x": randn(rng, 2, 5, 6),
-            "idx": torch.from_numpy(rng.integers(0, 5, size=(2, 3), dtype=np.int64)),
-            "bag_ids": torch.from_numpy(rng.integers(0, 20, size=7, dtype=np.int64)),
-            "offsets": torch.tensor([0, 3], dtype=torch.int64),
-            "seg": torch.tensor([0, 1, 1, 3, 0], dtype=torch.int64),
-        },
-        ["picked", "bags", "seg_max"],
-    )
-
-
 # --------------------------------------------------------------------------------------------------
 # torchvision detection (If/Loop from the scripted parts of the postprocess)
 # --------------------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ DEFAULT_OUTPUT = REPO / "docs" / "corpus.md"
 HEADER = """# The real-architecture corpus
 
 `onnx_models/real/` holds {count} ONNX exports of {networks} real networks (transformers, torchvision and
-three plain PyTorch modules; two of them also int8 after onnxruntime's dynamic quantization), written by
+two plain PyTorch modules; two of them also int8 after onnxruntime's dynamic quantization), written by
 PyTorch's dynamo and legacy TorchScript exporters from tiny
 configurations with random weights; `onnx_models/real/README.md` says what each one is and how to
 regenerate it, `onnx_models/real/manifest.json` describes each file. They are models nobody on the team
