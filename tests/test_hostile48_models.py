@@ -256,7 +256,20 @@ CASES = {
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_model_runs_as_onnxruntime(case: str, engine: str) -> None:
     model, feeds = CASES[case]()
+    if case == "function_overloads" and _ort_ignores_overloads(model, feeds[0]):
+        pytest.xfail(
+            f"onnxruntime {ort.__version__} ignores IR 10 function overloads (every call runs the last "
+            "function of that name); dmlshim inlines each call's own overload, as ONNX defines it and "
+            "onnxruntime 1.32 runs it (docs/semantics.md)"
+        )
     _assert_as_onnxruntime(model.SerializeToString(), feeds, engine)
+
+
+def _ort_ignores_overloads(model: onnx.ModelProto, feeds: dict[str, Any]) -> bool:
+    """Whether onnxruntime runs the "rows" overload of :func:`_overloads` as the "cols" one (1.24 does)."""
+    session = ort.InferenceSession(model.SerializeToString(), _options(), providers=["CPUExecutionProvider"])
+    rows, cols = session.run(None, feeds)
+    return bool(rows.shape == cols.shape)
 
 
 def _feeds_model() -> onnx.ModelProto:
