@@ -17,31 +17,15 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto as T
-from onnx import helper, numpy_helper
-
-from tests.oracle import IR_VERSION
+from bench.added_initializers_cost import make_model
+from onnx import numpy_helper
 
 ROWS = 4096  # a 4 MiB float32 weight
 
 
 def _model(folder: Path) -> Path:
-    weight = numpy_helper.from_array(np.zeros((ROWS, 256), np.float32), "w")
-    graph = helper.make_graph(
-        [
-            helper.make_node("Gather", ["w", "i"], ["g"], axis=0, name="gather"),
-            helper.make_node("Relu", ["g"], ["y"], name="relu"),
-        ],
-        "added",
-        [helper.make_tensor_value_info("i", T.INT64, [2])],
-        [helper.make_tensor_value_info("y", T.FLOAT, [2, 256])],
-        [weight],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = IR_VERSION
-    path = folder / "m.onnx"
-    onnx.save(model, str(path), save_as_external_data=True, location="w.bin", size_threshold=0)
-    return path
+    """Gather(w, i) -> Relu with ``w`` (zeros, ``ROWS`` x 256) in ``w.bin`` beside the model."""
+    return make_model(folder, ROWS, inline=False)
 
 
 def _options(weight: np.ndarray) -> ort.SessionOptions:

@@ -7,11 +7,9 @@ IOBinding run with no output bound or with outputs that do not fit the OrtValue 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.test_ort_binding import _env
+from tests.test_ort_summary_runs import run_with_summary
 
 _SCRIPT = """
 import concurrent.futures as cf, threading
@@ -105,18 +103,7 @@ print("COUNTS", counts)
 
 
 def test_every_run_and_every_refused_run_is_counted(tmp_path: Path) -> None:
-    script = tmp_path / "client.py"
-    script.write_text(_SCRIPT, encoding="utf-8")
-    proc = subprocess.run(
-        [sys.executable, "-m", "dmlshim.ort", "--summary", "json", str(script)],
-        cwd=tmp_path,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    counts = json.loads(proc.stdout.split("COUNTS", 1)[1].strip())
-    summary = json.loads(proc.stderr[proc.stderr.index("{") :])
+    summary, stdout = run_with_summary(tmp_path, _SCRIPT)
+    counts = json.loads(stdout.split("COUNTS", 1)[1].strip())
     assert [[s["runs"], s["failed_runs"]] for s in summary["sessions"]] == counts
     assert counts == [[8 + 2 + 1 + 1 + 8, 1 + 5 + 1 + 2 + 1 + 2 + 4]] * 2

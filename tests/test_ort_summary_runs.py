@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,20 +39,26 @@ for _ in range({bad}):
 """
 
 
-@pytest.mark.parametrize(("idx", "good", "bad"), [([1, 2], 40, 0), ([1, -1], 12, 0), ([0, 3], 25, 3)])
-def test_every_run_is_counted(tmp_path: Path, idx: list[int], good: int, bad: int) -> None:
-    script = tmp_path / "client.py"
-    script.write_text(textwrap.dedent(_SCRIPT.format(good=good, bad=bad, idx=idx)), encoding="utf-8")
+def run_with_summary(folder: Path, client: str) -> tuple[dict[str, Any], str]:
+    """Run the program ``client`` under ``python -m dmlshim.ort --summary json``: the summary and the
+    program's standard output."""
+    script = folder / "client.py"
+    script.write_text(client, encoding="utf-8")
     proc = subprocess.run(
         [sys.executable, "-m", "dmlshim.ort", "--summary", "json", str(script)],
-        cwd=tmp_path,
+        cwd=folder,
         env=_env(),
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    summary = json.loads(proc.stderr[proc.stderr.index("{") :])
+    return json.loads(proc.stderr[proc.stderr.index("{") :]), proc.stdout
+
+
+@pytest.mark.parametrize(("idx", "good", "bad"), [([1, 2], 40, 0), ([1, -1], 12, 0), ([0, 3], 25, 3)])
+def test_every_run_is_counted(tmp_path: Path, idx: list[int], good: int, bad: int) -> None:
+    summary, _ = run_with_summary(tmp_path, textwrap.dedent(_SCRIPT.format(good=good, bad=bad, idx=idx)))
     (session,) = summary["sessions"]
     assert session["runs"] == good
     assert session["failed_runs"] == bad
