@@ -15,6 +15,9 @@ __all__ = ["BIG", "CUT_DIM", "UNKNOWN", "GraphPath", "Site", "cut_copy", "graph_
 
 BIG, UNKNOWN = "big", "unknown"
 
+MAX_RANK = 1024
+"""Longest shape tensor whose length is taken as a rank (onnx 1.23's own bound on rank-only inference)."""
+
 CUT_DIM = "__dmlshim_cut__"
 """The dimension name a big cut declares (rank kept, length unknown, and no symbol generated)."""
 _CUT_DIM_BYTES = CUT_DIM.encode()

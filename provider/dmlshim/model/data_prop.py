@@ -37,8 +37,8 @@ import onnx
 from ..limits import check_bytes, memory_limit
 from .data_cuts import BIG as _BIG
 from .data_cuts import CUT_DIM as _CUT_DIM
+from .data_cuts import MAX_RANK, GraphPath, cut_copy, restore
 from .data_cuts import UNKNOWN as _UNKNOWN
-from .data_cuts import GraphPath, cut_copy, restore
 from .data_cuts import Site as _Site
 from .data_cuts import each as _each
 from .data_cuts import graph_paths as _graphs
@@ -71,9 +71,6 @@ def _budget() -> int:
     cap = memory_limit()
     return DATA_BUDGET if cap is None else max(0, min(DATA_BUDGET, cap // (4 * BYTES_PER_ELEMENT)))
 
-
-MAX_RANK = 1024
-"""Longest shape tensor whose length is taken as a rank (onnx 1.23's own bound on rank-only inference)."""
 
 _MAX_PASSES = 4
 

@@ -7,7 +7,7 @@ ConstantOfShape reads as its shape. Given its values, onnx reads them (as onnxru
 its static length N, onnx before 1.23 makes the output a tensor of rank N, one protobuf dimension (about
 80 bytes) per element, copied at every pass: a Reshape reading a 2^20-element constant cost the model
 check 10 s and 616 MB on onnx 1.20, where onnxruntime's session took 0.7 s and 290 MB. A shape of more than
-:data:`dmlshim.model.data_prop.MAX_RANK` elements is no rank anything runs, so such an input is declared
+:data:`dmlshim.model.data_cuts.MAX_RANK` elements is no rank anything runs, so such an input is declared
 of unknown length (onnx 1.23 bounds that inference the same way), and no step that works on the copy
 allocates in proportion to it.
 """
@@ -132,9 +132,9 @@ def _declared(tensor: onnx.TensorProto, unknown_length: set[str]) -> onnx.ValueI
 def without_weights(model: onnx.ModelProto, min_bytes: int = WEIGHTLESS_MIN_BYTES) -> onnx.ModelProto:
     """A copy of ``model`` whose initializers of at least ``min_bytes`` (and external ones) are typed
     graph inputs instead; ``model`` itself when it has none. No weight byte is copied. A one-dimensional
-    one longer than any rank (:data:`~dmlshim.model.data_prop.MAX_RANK`) that a node reads as a shape is
+    one longer than any rank (:data:`~dmlshim.model.data_cuts.MAX_RANK`) that a node reads as a shape is
     declared of unknown length (see the module docstring)."""
-    from .data_prop import MAX_RANK
+    from .data_cuts import MAX_RANK
 
     graph = model.graph
     heavy = [t for t in graph.initializer if is_external(t) or tensor_nbytes(t) >= min_bytes]

@@ -12,9 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import onnx
@@ -50,14 +48,13 @@ def _with_supplied(probe: onnx.ModelProto, model: onnx.ModelProto, supplied: fro
     if not supplied:
         yield probe.SerializeToString()
         return
-    from ..execute.weights.added_initializers import _EMPTY_FILE, _stand_in
+    from ..execute.weights.added_initializers import probe_folder, stand_in
 
     tensors = [t for t in model.graph.initializer if t.name in supplied]
-    probe.graph.initializer.extend(_stand_in(t, True) for t in tensors)
+    probe.graph.initializer.extend(stand_in(t, True) for t in tensors)
     probe.graph.output.extend(helper.make_tensor_value_info(t.name, t.data_type, None) for t in tensors)
-    with tempfile.TemporaryDirectory(prefix="dmlshim-probe-") as tmp:
-        (Path(tmp) / _EMPTY_FILE).write_bytes(b"")
-        path = Path(tmp) / "inputs.onnx"
+    with probe_folder() as folder:
+        path = folder / "inputs.onnx"
         onnx.save(probe, str(path))
         yield str(path)
 

@@ -51,7 +51,16 @@ def _own_reference(tensor: onnx.TensorProto) -> onnx.TensorProto:
     return stub
 
 
-def _stand_in(tensor: onnx.TensorProto, external: bool) -> onnx.TensorProto:
+@contextmanager
+def probe_folder() -> Iterator[Path]:
+    """A temporary folder holding the empty data file that external stand-ins name (removed after)."""
+    with tempfile.TemporaryDirectory(prefix="dmlshim-probe-") as tmp:
+        folder = Path(tmp)
+        (folder / _EMPTY_FILE).write_bytes(b"")
+        yield folder
+
+
+def stand_in(tensor: onnx.TensorProto, external: bool) -> onnx.TensorProto:
     """An initializer named as ``tensor``, of its type: empty with :data:`SENTINEL_DIMS`, or (``external``)
     of its real dims with data in an empty file (onnxruntime must replace it, never read it)."""
     dims = list(tensor.dims) if external else list(SENTINEL_DIMS)
@@ -94,7 +103,7 @@ def numpy_cannot_hold(tensor: onnx.TensorProto) -> bool:
 def probe_model(
     tensors: Mapping[str, onnx.TensorProto], external: set[str], own: frozenset[str] = frozenset()
 ) -> onnx.ModelProto:
-    """A model with no nodes whose outputs are stand-ins for ``tensors`` (see :func:`_stand_in`): run with
+    """A model with no nodes whose outputs are stand-ins for ``tensors`` (see :func:`stand_in`): run with
     the caller's options, it returns the values they add in their place."""
     # onnxruntime refuses a graph without any value: an anchor output keeps the probe valid when empty.
     anchor = helper.make_tensor(_ANCHOR, onnx.TensorProto.FLOAT, [0], [])
@@ -107,7 +116,7 @@ def probe_model(
             helper.make_tensor_value_info(_ANCHOR, onnx.TensorProto.FLOAT, [0]),
         ],
         [
-            *(_own_reference(t) if n in own else _stand_in(t, n in external) for n, t in tensors.items()),
+            *(_own_reference(t) if n in own else stand_in(t, n in external) for n, t in tensors.items()),
             anchor,
         ],
     )
@@ -237,9 +246,7 @@ def added_initializers(
         if t.data_type != onnx.TensorProto.UNDEFINED and t.name != _ANCHOR
     }
     external: set[str] = set()
-    with tempfile.TemporaryDirectory(prefix="dmlshim-probe-") as tmp:
-        folder = Path(tmp)
-        (folder / _EMPTY_FILE).write_bytes(b"")
+    with probe_folder() as folder:
         while True:
             try:
                 # External names first, alone: onnxruntime names one it cannot place per attempt.

@@ -38,7 +38,7 @@ _IDENTIFIER = b"ORTM"  # the flatbuffer file identifier of an ORT-format model (
 
 
 def _format_entry(sess_options: object) -> str:
-    from ...ort.session_options import config_entry
+    from ...runtime.options_copy import config_entry
 
     return (config_entry(sess_options, FORMAT_KEY) or "") if sess_options is not None else ""
 
@@ -113,10 +113,10 @@ def unoptimized_options(sess_options: object) -> object:
     """The options a session of an ORT-format model runs its ONNX form with: onnxruntime runs such a model's
     graph as saved, whatever ``graph_optimization_level`` says (its results are the same at every level),
     while the ONNX form at the default level would be optimized again (NCHWc convolutions, for one, round
-    differently). A copy of the caller's options (:func:`dmlshim.ort.session_options.copy_options`) with
+    differently). A copy of the caller's options (:func:`dmlshim.runtime.options_copy.copy_options`) with
     optimization off, its profiling and ``optimized_model_filepath`` as the caller set them (the values
     ``add_initializer`` holds are read from the caller's object); the caller's object is never changed."""
-    from ...ort.session_options import copy_options
+    from ...runtime.options_copy import copy_options
     from ...runtime.real import ort
 
     if sess_options is None:
