@@ -4,8 +4,8 @@ writes in the engine's value table (:class:`EmulatedIO`)."""
 
 from __future__ import annotations
 
+import functools
 import logging
-import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -14,7 +14,7 @@ import onnx
 
 from ...errors import BadModelError, DmlShimError, TooLargeError
 from ...graph import node_path, subgraph_prefix, subgraphs
-from ...limits import check_static_values, memory_limit, static_dims, tensor_nbytes, unfeedable_inputs
+from ...limits import check_static_values, static_dims, unfeedable_inputs
 from ...translate import TensorInfo
 
 __all__ = ["EmulatedIO", "check_outputs_defined", "check_static_sizes", "refuse_static_sizes"]
@@ -91,27 +91,29 @@ def check_static_sizes(
     if model is not None:  # sized from an enclosing graph's constants, as onnxruntime sizes them
         for name, found in _outer_sized(model).items():
             shapes.setdefault(name, found)
-    # the producers, which only a refusal names, are looked up only when something is over the limit
-    if _any_over_limit(shapes):
-        producers = {
-            out: (names[i], node.op_type) for i, node in enumerate(graph.node) for out in node.output if out
-        }
+
+    @functools.cache
+    def producers() -> dict[str, tuple[str, str]]:  # only a refusal names the node: looked up then
+        found = {out: (names[i], node.op_type) for i, node in enumerate(graph.node) for out in node.output}
+        found.pop("", None)
         for name, found_by in inner_producers.items():
-            producers.setdefault(name, found_by)
-        try:
-            check_static_values(shapes, producers=producers)
-        except TooLargeError as exc:
-            declared = _declared(model.graph) if model is not None else set()
-            if exc.tensor not in declared:
-                raise
-            assert model is not None
-            undeclared = _undeclared_shapes(model)
-            for name in declared & shapes.keys():
-                if name in undeclared:
-                    shapes[name] = undeclared[name]
-                else:
-                    del shapes[name]
-            check_static_values(shapes, producers=producers)
+            found.setdefault(name, found_by)
+        return found
+
+    try:
+        check_static_values(shapes, producers=producers)
+    except TooLargeError as exc:
+        declared = _declared(model.graph) if model is not None else set()
+        if exc.tensor not in declared:
+            raise
+        assert model is not None
+        undeclared = _undeclared_shapes(model)
+        for name in declared & shapes.keys():
+            if name in undeclared:
+                shapes[name] = undeclared[name]
+            else:
+                del shapes[name]
+        check_static_values(shapes, producers=producers)
     if model is not None:
         _check_folded(model, graph, names, mapped, folds)
 
@@ -137,23 +139,6 @@ def _check_folded(
         logger.debug("no sizes checked after folding constants: %s", exc)
         return
     check_static_sizes(inferred.graph, tensor_infos(inferred.graph), names, mapped=mapped, folds=folds)
-
-
-def _any_over_limit(shapes: Mapping[str, tuple[Sequence[int], int]]) -> bool:
-    """Whether :func:`check_static_values` would refuse one of ``shapes`` (the same sizes: dims times the
-    element size, an element type without a fixed size never refused), the element size looked up once
-    per type instead of once per value."""
-    cap = memory_limit()
-    if cap is None:
-        return False
-    sizes: dict[int, int | None] = {}
-    for dims, elem_type in shapes.values():
-        size = sizes.get(elem_type, -1)
-        if size == -1:
-            size = sizes[elem_type] = tensor_nbytes((), elem_type)
-        if size is not None and math.prod(int(d) for d in dims) * size > cap:
-            return True
-    return False
 
 
 def folds_constants(sess_options: Any) -> bool:
