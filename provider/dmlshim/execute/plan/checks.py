@@ -88,7 +88,15 @@ def check_static_sizes(
     inner, inner_producers = _subgraph_values(graph)
     for name, found in inner.items():
         shapes.setdefault(name, found)
-    if model is not None:  # sized from an enclosing graph's constants, as onnxruntime sizes them
+    folded, outer = None, False
+    if model is not None:
+        from ...model.outer_constants import has_outer_constants
+        from .folded_sizes import folded_copy
+
+        folded, outer = folded_copy(model, graph), has_outer_constants(model)
+    if outer and folded is None:  # sized from an enclosing graph's constants, as onnxruntime sizes them
+        # (with a folded copy, its pass below infers the outer constants too: one inference, not two)
+        assert model is not None
         for name, found in _outer_sized(model).items():
             shapes.setdefault(name, found)
 
@@ -114,27 +122,26 @@ def check_static_sizes(
             else:
                 del shapes[name]
         check_static_values(shapes, producers=producers)
-    if model is not None:
-        _check_folded(model, graph, names, mapped, folds)
+    if folded is not None:
+        _check_folded(folded, names, mapped, folds, outer)
 
 
 def _check_folded(
-    model: onnx.ModelProto, graph: onnx.GraphProto, names: Sequence[str], mapped: Collection[str], folds: bool
+    copy: onnx.ModelProto, names: Sequence[str], mapped: Collection[str], folds: bool, outer: bool
 ) -> None:
     """The static sizes again where inference, once small constant arithmetic is computed, sizes more
-    values (a ``Range`` to ``Mul(a, b)``: :mod:`.folded_sizes`)."""
+    values (``copy``: the model with a ``Range`` to ``Mul(a, b)`` computed, :mod:`.folded_sizes`);
+    ``outer``: subgraphs' size-making nodes read outer-scope constants, which this pass sizes for
+    :func:`_outer_sized` too (inferred with data propagation, as that pass infers them)."""
+    from ...model.data_prop import infer_with_data_prop
     from ...model.last_inference import infer_shapes
     from ...model.outer_constants import with_outer_constants
     from ...translate.shapes_info import tensor_infos
-    from .folded_sizes import folded_copy
 
-    copy = folded_copy(model, graph)
-    if copy is None:
-        return
     # a branch's folded value may meet outer constants at its size-making node (Range(z, Mul(a, b), one))
     copy = with_outer_constants(copy) or copy
     try:
-        inferred = infer_shapes(copy, remember=False)
+        inferred = infer_with_data_prop(copy) if outer else infer_shapes(copy, remember=False)
     except Exception as exc:  # onnx's errors share no useful base; the plain pass already checked
         logger.debug("no sizes checked after folding constants: %s", exc)
         return
