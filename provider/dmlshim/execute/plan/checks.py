@@ -210,12 +210,10 @@ def _shape_only(graph: onnx.GraphProto) -> set[str]:
             for name in _read_names(sub):
                 readers.setdefault(name, set()).add("")
     outputs = {v.name for v in graph.output}
-    constant = folded_values(graph, with_sources=True)
-    return {
-        name
-        for name, ops in readers.items()
-        if ops == {"Shape"} and name not in outputs and name not in constant
-    }
+    candidates = {name for name, ops in readers.items() if ops == {"Shape"} and name not in outputs}
+    if not candidates:
+        return candidates  # (no Shape reads a value alone: the folded values are not looked for)
+    return candidates - folded_values(graph, with_sources=True)
 
 
 def _read_names(graph: onnx.GraphProto) -> set[str]:
