@@ -9,7 +9,7 @@ Usage::
     python bench/build_cost.py MODEL.onnx --profile        # dmlshim's build phase by phase, in this process
     python bench/build_cost.py MODEL.onnx --run-cost 300   # CPU per run, both sides in this process
     python bench/build_cost.py MODEL.onnx ... --against OTHER/provider   # this checkout against another
-    python bench/build_cost.py MODEL.onnx ... --engine cpu    # the cpu engine (its size check: refuse_static_sizes)
+    python bench/build_cost.py MODEL.onnx ... --engine cpu   # the cpu engine (checks refuse_static_sizes)
 
 Each side builds its session in a fresh process, sides alternating within a repeat: without ``--runs``
 through ``build_probe.py --imported`` (the build alone, session modules imported first), with it through
