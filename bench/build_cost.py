@@ -9,6 +9,7 @@ Usage::
     python bench/build_cost.py MODEL.onnx --profile        # dmlshim's build phase by phase, in this process
     python bench/build_cost.py MODEL.onnx --run-cost 300   # CPU per run, both sides in this process
     python bench/build_cost.py MODEL.onnx ... --against OTHER/provider   # this checkout against another
+    python bench/build_cost.py MODEL.onnx ... --engine cpu   # the cpu engine (checks refuse_static_sizes)
 
 Each side builds its session in a fresh process, sides alternating within a repeat: without ``--runs``
 through ``build_probe.py --imported`` (the build alone, session modules imported first), with it through
@@ -198,27 +199,32 @@ def run_cost(model: str, runs: int, rounds: int = 3) -> dict[str, Any]:
     return {"model": model, "ort_ms": ort_ms, "ours_ms": ours_ms, "ratio": ours_ms / ort_ms, "path": path}
 
 
-def _side(side: str, model: Path, runs: int, workdir: Path, cold: bool = False) -> dict[str, Any]:
+def _side(
+    side: str, model: Path, runs: int, workdir: Path, cold: bool = False, engine: str = "partitioned"
+) -> dict[str, Any]:
     py = sys.executable
     if runs:
         feeds = model.with_suffix(".npz")
         out = workdir / f"build_cost_{side}.npz"
         argv = [py, str(HERE / "realistic.py"), "--child", side, str(model), str(feeds), str(runs), str(out)]
         return realistic._measure(argv)
-    engine = "ort" if side == "ort" else "partitioned"
-    argv = [py, str(HERE / "build_probe.py"), engine, str(model)] + ([] if cold else ["--imported"])
+    probe = [py, str(HERE / "build_probe.py"), "ort" if side == "ort" else engine, str(model)]
+    argv = probe + ([] if cold else ["--imported"])
     found = realistic._measure(argv)
     if "seconds" not in found:
         raise RuntimeError(f"{side} on {model}: the build failed (exit {found['returncode']})")
     return found | {"build": found["seconds"], "build_cpu": found["cpu_seconds"]}
 
 
-def measure(model: Path, repeats: int, runs: int, workdir: Path, cold: bool = False) -> dict[str, Any]:
-    """Every repeat of both sides on ``model`` and the median ratios (``cold``: imports in the build)."""
+def measure(
+    model: Path, repeats: int, runs: int, workdir: Path, cold: bool = False, engine: str = "partitioned"
+) -> dict[str, Any]:
+    """Every repeat of both sides on ``model`` and the median ratios (``cold``: imports in the build;
+    ``engine``: dmlshim's, without ``runs``)."""
     rows = []
     for r in range(repeats):
         order = ("ort", "dmlshim") if r % 2 == 0 else ("dmlshim", "ort")
-        rows.append({side: _side(side, model, runs, workdir, cold) for side in order})
+        rows.append({side: _side(side, model, runs, workdir, cold, engine) for side in order})
     keys = ["build", "build_cpu", "rss_mb"] + (["first", "p50"] if runs else [])
     ratios = {k: statistics.median(row["dmlshim"][k] / row["ort"][k] for row in rows) for k in keys}
     medians = {
@@ -228,7 +234,9 @@ def measure(model: Path, repeats: int, runs: int, workdir: Path, cold: bool = Fa
     return {"model": str(model), "repeats": rows, "medians": medians, "ratios": ratios}
 
 
-def against(models: list[Path], other: Path, repeats: int, workdir: Path) -> list[dict[str, Any]]:
+def against(
+    models: list[Path], other: Path, repeats: int, workdir: Path, engine: str = "partitioned"
+) -> list[dict[str, Any]]:
     """Every model measured (:func:`measure`) with another checkout's dmlshim (``other``, its ``provider``
     folder, as ``PYTHONPATH`` of the children: "before") and with this process's (``PYTHONPATH`` as it is:
     "after"), the two alternating model by model, so that both see the same load; each pair's
@@ -247,7 +255,7 @@ def against(models: list[Path], other: Path, repeats: int, workdir: Path) -> lis
             else:
                 os.environ["PYTHONPATH"] = own
             try:
-                pair[side] = measure(model, repeats, 0, workdir)
+                pair[side] = measure(model, repeats, 0, workdir, engine=engine)
             finally:
                 if own is None:
                     os.environ.pop("PYTHONPATH", None)
@@ -300,6 +308,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", action="store_true")
     parser.add_argument(
+        "--engine",
+        default="partitioned",
+        choices=("partitioned", "cpu", "customop"),
+        help="build only: dmlshim's engine (cpu and customop check sizes with refuse_static_sizes)",
+    )
+    parser.add_argument(
         "--against",
         type=Path,
         metavar="PROVIDER",
@@ -307,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.against is not None:
-        pairs = against(args.models, args.against, args.repeats, args.workdir)
+        pairs = against(args.models, args.against, args.repeats, args.workdir, args.engine)
         if args.json:
             print(json.dumps(pairs))
         else:
@@ -345,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     results = []
     for model in args.models:
-        results.append(measure(model, args.repeats, args.runs, args.workdir, args.cold))
+        results.append(measure(model, args.repeats, args.runs, args.workdir, args.cold, args.engine))
         print(json.dumps(results[-1]["ratios"]), file=sys.stderr, flush=True)
     print(json.dumps(results) if args.json else table(results))
     return 0

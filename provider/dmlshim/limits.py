@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -91,8 +91,23 @@ def format_bytes(n: int) -> str:
     raise AssertionError("unreachable")
 
 
+_ELEMENT_BYTES: dict[int, int | None] = {}
+"""Bytes per element of each ONNX element type met so far (a graph's values share a few types)."""
+
+
 def _itemsize(dtype: Any) -> int | None:
     """Bytes per element of a numpy dtype or an ONNX element type (None when it has no fixed size)."""
+    if type(dtype) is int:
+        size = _ELEMENT_BYTES.get(dtype, -1)
+        if size == -1:
+            size = _find_itemsize(dtype)
+            if len(_ELEMENT_BYTES) < 64:  # (a hostile model's made-up types are not kept)
+                _ELEMENT_BYTES[dtype] = size
+        return size
+    return _find_itemsize(dtype)
+
+
+def _find_itemsize(dtype: Any) -> int | None:
     if isinstance(dtype, (int, np.integer)) and not isinstance(dtype, bool):
         if int(dtype) in (0, onnx.TensorProto.STRING):
             return None
@@ -112,7 +127,7 @@ def tensor_nbytes(shape: Sequence[int], dtype: Any) -> int | None:
     size = _itemsize(dtype)
     if size is None:
         return None
-    return math.prod(int(d) for d in shape) * size
+    return math.prod(map(int, shape)) * size
 
 
 def _type_name(dtype: Any) -> str:
@@ -143,10 +158,33 @@ def check_tensor(
         what: how to call the tensor in the message ("graph input", "output of the node", ...).
         limit: the limit in bytes (default :func:`memory_limit`).
     """
-    need = tensor_nbytes(shape, dtype)
     cap = memory_limit() if limit is None else limit
-    if need is None or cap is None or need <= cap:
-        return
+    need = _need_over(shape, dtype, cap)
+    if need is not None:
+        _refuse(need, shape, dtype, cap, tensor=tensor, node=node, op_type=op_type, path=path, what=what)
+
+
+def _need_over(shape: Sequence[int], dtype: Any, cap: int | None) -> int | None:
+    """The bytes a tensor of this shape and type needs when they exceed ``cap`` (None: it fits, there is
+    no limit, or its element size is not fixed): the one size test of every check here."""
+    if cap is None:
+        return None
+    need = tensor_nbytes(shape, dtype)
+    return None if need is None or need <= cap else need
+
+
+def _refuse(
+    need: int,
+    shape: Sequence[int],
+    dtype: Any,
+    cap: int,
+    *,
+    tensor: str | None,
+    node: str | None,
+    op_type: str | None,
+    path: str | None,
+    what: str,
+) -> None:
     dims = [int(d) for d in shape]
     name = f" {tensor!r}" if tensor else ""
     raise TooLargeError(
@@ -228,7 +266,7 @@ def unfeedable_inputs(graph: onnx.GraphProto, *, limit: int | None = None) -> li
 def check_static_values(
     shapes: Mapping[str, tuple[Sequence[int], int]],
     *,
-    producers: Mapping[str, tuple[str, str]] | None = None,
+    producers: Mapping[str, tuple[str, str]] | Callable[[], Mapping[str, tuple[str, str]]] | None = None,
     path: str | None = None,
     limit: int | None = None,
 ) -> None:
@@ -236,17 +274,20 @@ def check_static_values(
 
     Args:
         shapes: value name -> (static dims, ONNX element type).
-        producers: value name -> (node name, op type) of the node that computes it.
+        producers: value name -> (node name, op type) of the node that computes it; or a function
+            returning that mapping, called only when a value is refused (only a refusal names the node).
     """
     cap = memory_limit() if limit is None else limit
     if cap is None:
         return
     for name, (dims, elem_type) in shapes.items():
-        node, op = (producers or {}).get(name, (None, None))
-        check_tensor(
-            dims, elem_type, tensor=name, node=node, op_type=op, path=path,
-            what="value" if node is None else "output", limit=cap,
-        )  # fmt: skip
+        need = _need_over(dims, elem_type, cap)
+        if need is None:
+            continue
+        found = producers() if callable(producers) else producers
+        node, op = (found or {}).get(name, (None, None))
+        what = "value" if node is None else "output"
+        _refuse(need, dims, elem_type, cap, tensor=name, node=node, op_type=op, path=path, what=what)
 
 
 def gather_scatter_output_shape(

@@ -20,7 +20,7 @@ from onnx import helper
 
 from ..graph import subgraphs
 
-__all__ = ["SIZE_MAKING_OPS", "with_outer_constants"]
+__all__ = ["SIZE_MAKING_OPS", "has_outer_constants", "with_outer_constants"]
 
 logger = logging.getLogger(__name__)
 
@@ -116,17 +116,23 @@ def _inject(
     return changed
 
 
+def has_outer_constants(model: onnx.ModelProto) -> bool:
+    """Whether :func:`with_outer_constants` would copy any outer constant into a subgraph (a walk, no
+    copy)."""
+    if not any(True for node in model.graph.node for _ in subgraphs(node)):
+        return False
+    return _inject(model.graph, {}, top=True, apply=False, overridable=model.ir_version >= 4)
+
+
 def with_outer_constants(model: onnx.ModelProto) -> onnx.ModelProto | None:
     """A weightless copy of ``model`` (:func:`~dmlshim.model.weightless.without_weights`: no weight is
     copied) whose subgraphs carry the outer-scope constants their size-making nodes read; None, and nothing
     copied, when no subgraph has such a node (the model's own inference already sizes what it can)."""
     from .weightless import without_weights
 
-    if not any(True for node in model.graph.node for _ in subgraphs(node)):
+    if not has_outer_constants(model):
         return None
     overridable = model.ir_version >= 4  # (before IR 4 every initializer is a graph input, and constant)
-    if not _inject(model.graph, {}, top=True, apply=False, overridable=overridable):
-        return None
     light = without_weights(model)
     if light is model:
         light = onnx.ModelProto()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import onnx
@@ -64,9 +65,14 @@ def flag_constant_indices(mt: ModelTranslation, graph: onnx.GraphProto) -> Model
     changed: list[NodeTranslation] = []
     found = False
     constants: dict[str, np.ndarray | None] = {}  # constant_value's answers in this graph, by name
+    answers: dict[tuple[Any, ...], OutOfRange | None] = {}  # by indices, op, data shape and attributes
     for t in mt.nodes:
         node = nodes.get(t.name)
-        bad = _first_out_of_range(t, node, graph, constants) if node is not None and t.domain == "" else None
+        bad = (
+            _first_out_of_range(t, node, graph, constants, answers)
+            if node is not None and t.domain == ""
+            else None
+        )
         if bad is None:
             changed.append(t)
             continue
@@ -77,7 +83,11 @@ def flag_constant_indices(mt: ModelTranslation, graph: onnx.GraphProto) -> Model
 
 
 def _first_out_of_range(
-    t: NodeTranslation, node: onnx.NodeProto, graph: onnx.GraphProto, constants: dict[str, np.ndarray | None]
+    t: NodeTranslation,
+    node: onnx.NodeProto,
+    graph: onnx.GraphProto,
+    constants: dict[str, np.ndarray | None],
+    answers: dict[tuple[Any, ...], OutOfRange | None],
 ) -> OutOfRange | None:
     if len(node.input) < 2 or not node.input[1]:
         return None
@@ -85,6 +95,21 @@ def _first_out_of_range(
     if shape is None:
         return None
     name = node.input[1]
+    # the answer follows from these alone: nodes reading the same indices alike share it (a chain of
+    # 20,000 Gathers of one index tensor checked it 20,000 times)
+    key = (name, node.op_type, shape, _attribute(node, "axis", 0), _attribute(node, "batch_dims", 0))
+    if key not in answers:
+        answers[key] = _out_of_range(node, name, shape, graph, constants)
+    return answers[key]
+
+
+def _out_of_range(
+    node: onnx.NodeProto,
+    name: str,
+    shape: tuple[int, ...],
+    graph: onnx.GraphProto,
+    constants: dict[str, np.ndarray | None],
+) -> OutOfRange | None:
     if name not in constants:  # constant_value walks every node: asked once per name (a 20,000-Gather
         constants[name] = constant_value((graph,), name)  # chain reading one index tensor was quadratic)
     indices = constants[name]

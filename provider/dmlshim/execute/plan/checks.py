@@ -4,8 +4,8 @@ writes in the engine's value table (:class:`EmulatedIO`)."""
 
 from __future__ import annotations
 
+import functools
 import logging
-import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -14,7 +14,7 @@ import onnx
 
 from ...errors import BadModelError, DmlShimError, TooLargeError
 from ...graph import node_path, subgraph_prefix, subgraphs
-from ...limits import check_static_values, memory_limit, static_dims, tensor_nbytes, unfeedable_inputs
+from ...limits import check_static_values, static_dims, unfeedable_inputs
 from ...translate import TensorInfo
 
 __all__ = ["EmulatedIO", "check_outputs_defined", "check_static_sizes", "refuse_static_sizes"]
@@ -88,72 +88,64 @@ def check_static_sizes(
     inner, inner_producers = _subgraph_values(graph)
     for name, found in inner.items():
         shapes.setdefault(name, found)
-    if model is not None:  # sized from an enclosing graph's constants, as onnxruntime sizes them
+    folded, outer = None, False
+    if model is not None:
+        from ...model.outer_constants import has_outer_constants
+        from .folded_sizes import folded_copy
+
+        folded, outer = folded_copy(model, graph), has_outer_constants(model)
+    if outer and folded is None:  # sized from an enclosing graph's constants, as onnxruntime sizes them
+        # (with a folded copy, its pass below infers the outer constants too: one inference, not two)
+        assert model is not None
         for name, found in _outer_sized(model).items():
             shapes.setdefault(name, found)
-    # the producers, which only a refusal names, are looked up only when something is over the limit
-    if _any_over_limit(shapes):
-        producers = {
-            out: (names[i], node.op_type) for i, node in enumerate(graph.node) for out in node.output if out
-        }
+
+    @functools.cache
+    def producers() -> dict[str, tuple[str, str]]:  # only a refusal names the node: looked up then
+        found = {out: (names[i], node.op_type) for i, node in enumerate(graph.node) for out in node.output}
+        found.pop("", None)
         for name, found_by in inner_producers.items():
-            producers.setdefault(name, found_by)
-        try:
-            check_static_values(shapes, producers=producers)
-        except TooLargeError as exc:
-            declared = _declared(model.graph) if model is not None else set()
-            if exc.tensor not in declared:
-                raise
-            assert model is not None
-            undeclared = _undeclared_shapes(model)
-            for name in declared & shapes.keys():
-                if name in undeclared:
-                    shapes[name] = undeclared[name]
-                else:
-                    del shapes[name]
-            check_static_values(shapes, producers=producers)
-    if model is not None:
-        _check_folded(model, graph, names, mapped, folds)
+            found.setdefault(name, found_by)
+        return found
+
+    try:
+        check_static_values(shapes, producers=producers)
+    except TooLargeError as exc:
+        declared = _declared(model.graph) if model is not None else set()
+        if exc.tensor not in declared:
+            raise
+        assert model is not None
+        undeclared = _undeclared_shapes(model)
+        for name in declared & shapes.keys():
+            if name in undeclared:
+                shapes[name] = undeclared[name]
+            else:
+                del shapes[name]
+        check_static_values(shapes, producers=producers)
+    if folded is not None:
+        _check_folded(folded, names, mapped, folds, outer)
 
 
 def _check_folded(
-    model: onnx.ModelProto, graph: onnx.GraphProto, names: Sequence[str], mapped: Collection[str], folds: bool
+    copy: onnx.ModelProto, names: Sequence[str], mapped: Collection[str], folds: bool, outer: bool
 ) -> None:
     """The static sizes again where inference, once small constant arithmetic is computed, sizes more
-    values (a ``Range`` to ``Mul(a, b)``: :mod:`.folded_sizes`)."""
+    values (``copy``: the model with a ``Range`` to ``Mul(a, b)`` computed, :mod:`.folded_sizes`);
+    ``outer``: subgraphs' size-making nodes read outer-scope constants, which this pass sizes for
+    :func:`_outer_sized` too (inferred with data propagation, as that pass infers them)."""
+    from ...model.data_prop import infer_with_data_prop
     from ...model.last_inference import infer_shapes
     from ...model.outer_constants import with_outer_constants
     from ...translate.shapes_info import tensor_infos
-    from .folded_sizes import folded_copy
 
-    copy = folded_copy(model, graph)
-    if copy is None:
-        return
     # a branch's folded value may meet outer constants at its size-making node (Range(z, Mul(a, b), one))
     copy = with_outer_constants(copy) or copy
     try:
-        inferred = infer_shapes(copy, remember=False)
+        inferred = infer_with_data_prop(copy) if outer else infer_shapes(copy, remember=False)
     except Exception as exc:  # onnx's errors share no useful base; the plain pass already checked
         logger.debug("no sizes checked after folding constants: %s", exc)
         return
     check_static_sizes(inferred.graph, tensor_infos(inferred.graph), names, mapped=mapped, folds=folds)
-
-
-def _any_over_limit(shapes: Mapping[str, tuple[Sequence[int], int]]) -> bool:
-    """Whether :func:`check_static_values` would refuse one of ``shapes`` (the same sizes: dims times the
-    element size, an element type without a fixed size never refused), the element size looked up once
-    per type instead of once per value."""
-    cap = memory_limit()
-    if cap is None:
-        return False
-    sizes: dict[int, int | None] = {}
-    for dims, elem_type in shapes.values():
-        size = sizes.get(elem_type, -1)
-        if size == -1:
-            size = sizes[elem_type] = tensor_nbytes((), elem_type)
-        if size is not None and math.prod(int(d) for d in dims) * size > cap:
-            return True
-    return False
 
 
 def folds_constants(sess_options: Any) -> bool:
@@ -218,12 +210,10 @@ def _shape_only(graph: onnx.GraphProto) -> set[str]:
             for name in _read_names(sub):
                 readers.setdefault(name, set()).add("")
     outputs = {v.name for v in graph.output}
-    constant = folded_values(graph, with_sources=True)
-    return {
-        name
-        for name, ops in readers.items()
-        if ops == {"Shape"} and name not in outputs and name not in constant
-    }
+    candidates = {name for name, ops in readers.items() if ops == {"Shape"} and name not in outputs}
+    if not candidates:
+        return candidates  # (no Shape reads a value alone: the folded values are not looked for)
+    return candidates - folded_values(graph, with_sources=True)
 
 
 def _read_names(graph: onnx.GraphProto) -> set[str]:

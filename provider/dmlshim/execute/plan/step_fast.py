@@ -74,11 +74,15 @@ def fast_run(
     return None if maker is None else maker(attrs, arrays, negatives)
 
 
-def _negative(indices: np.ndarray) -> bool:
-    """:func:`dmlshim.kernels.indices.has_negative` for int32/int64 indices."""
+def _negative(indices: np.ndarray, allowed: bool) -> bool | None:
+    """Whether int32/int64 ``indices`` hold a negative value (:func:`dmlshim.kernels.indices.has_negative`);
+    None when they do and the descriptor does not allow negative indices (``allowed`` False): the kernel
+    answers that run. Every plan's first step."""
     if indices.size <= SMALL_ELEMENTS:
-        return bool(indices.size) and min(indices.ravel().tolist()) < 0
-    return int(_lowest(indices, axis=None)) < 0  # ndarray.min's Python wrapper skipped
+        negative = bool(indices.size) and min(indices.ravel().tolist()) < 0
+    else:
+        negative = int(_lowest(indices, axis=None)) < 0  # ndarray.min's Python wrapper skipped
+    return None if negative and not allowed else negative
 
 
 _lowest = np.minimum.reduce
@@ -94,8 +98,8 @@ def _gather(attrs: dict[str, Any], arrays: Sequence[Any], negatives: bool) -> Fa
 
     def run(arrays: Sequence[Any]) -> tuple[np.ndarray, int, bool] | None:
         indices = arrays[1]
-        negative = _negative(indices)
-        if negative and not negatives:
+        negative = _negative(indices, negatives)
+        if negative is None:
             return None
         try:
             out = take(arrays[0], indices, axis=axis)
@@ -129,8 +133,8 @@ def _gather_elements(attrs: dict[str, Any], arrays: Sequence[Any], negatives: bo
 
     def run(arrays: Sequence[Any]) -> tuple[np.ndarray, int, bool] | None:
         indices = arrays[1]
-        negative = _negative(indices)
-        if negative and not negatives:
+        negative = _negative(indices, negatives)
+        if negative is None:
             return None
         try:
             return arrays[0][(*before, indices, *after)], 0, negative
@@ -154,8 +158,8 @@ def _gather_nd(attrs: dict[str, Any], arrays: Sequence[Any], negatives: bool) ->
 
     def run(arrays: Sequence[Any]) -> tuple[np.ndarray, int, bool] | None:
         indices = arrays[1]
-        negative = _negative(indices)
-        if negative and not negatives:
+        negative = _negative(indices, negatives)
+        if negative is None:
             return None
         try:
             return arrays[0][(*batch_grids, *[indices[..., j] for j in columns])], 0, negative
@@ -224,8 +228,8 @@ def _scatter_nd(attrs: dict[str, Any], arrays: Sequence[Any], negatives: bool) -
 
     def run(arrays: Sequence[Any]) -> tuple[np.ndarray, int, bool] | None:
         indices = arrays[1]
-        negative = _negative(indices)
-        if negative and not negatives:
+        negative = _negative(indices, negatives)
+        if negative is None:
             return None
         tuples = indices.reshape(count, t)
         if negative:
