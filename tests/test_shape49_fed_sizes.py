@@ -156,3 +156,14 @@ def test_a_fed_over_table_is_sized_by_the_feed_or_its_default(monkeypatch: pytes
     small = np.ones((1000, 2), np.float32)
     out = session.run(None, {"i": _indices("gather", 100_000), "d": small})[0]  # 800 KB: runs
     assert out.shape == (100_000, 2)
+
+
+def test_ortvalue_feeds_are_sized_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DMLSHIM_MEMORY_LIMIT", str(LIMIT))
+    session = dmlshim.InferenceSession(_model("gather").SerializeToString())
+    big = onnxruntime.OrtValue.ortvalue_from_numpy(_indices("gather", 100_000))
+    with pytest.raises(TooLargeError, match="output 'y' of shape \\[100000, 1000\\]"):
+        session.run_with_ort_values(None, {"i": big})
+    small = onnxruntime.OrtValue.ortvalue_from_numpy(_indices("gather", 4))
+    (out,) = session.run_with_ort_values(None, {"i": small})
+    assert out.shape() == [4, 1000]
