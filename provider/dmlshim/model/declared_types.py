@@ -19,12 +19,21 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 import onnx
 import onnx.defs
 import onnx.shape_inference
 
-__all__ = ["dim_params", "merged_output", "source_output", "without_invented_dims"]
+__all__ = [
+    "InferredGraph",
+    "dim_params",
+    "merge_shapes",
+    "merged_output",
+    "source_output",
+    "without_invented_dims",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -49,36 +58,55 @@ def _opset(model: onnx.ModelProto, domain: str) -> int | None:
     return None
 
 
+@dataclass(frozen=True)
+class InferredGraph:
+    """What the producers of graph outputs are inferred from, indexed once: every value's type in onnx's
+    inference, the values of initializers held in the model and of ``Constant`` nodes, each value's
+    producing node."""
+
+    types: Mapping[str, onnx.TypeProto]
+    data: Mapping[str, onnx.TensorProto]
+    producers: Mapping[str, onnx.NodeProto]
+
+    @classmethod
+    def of(cls, inferred: onnx.ModelProto) -> InferredGraph:
+        graph = inferred.graph
+        types: dict[str, onnx.TypeProto] = {}
+        data: dict[str, onnx.TensorProto] = {}
+        producers: dict[str, onnx.NodeProto] = {}
+        for vi in (*graph.input, *graph.value_info, *graph.output):
+            if vi.type.WhichOneof("value"):
+                types.setdefault(vi.name, vi.type)
+        for tensor in graph.initializer:
+            if tensor.name not in types:
+                types[tensor.name] = onnx.helper.make_tensor_type_proto(tensor.data_type, list(tensor.dims))
+            if tensor.data_location != onnx.TensorProto.EXTERNAL:
+                data[tensor.name] = tensor
+        for node in graph.node:
+            for name in node.output:
+                producers.setdefault(name, node)
+            if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output:
+                value = next((a.t for a in node.attribute if a.name == "value" and a.HasField("t")), None)
+                if value is not None:
+                    data[node.output[0]] = value
+        return cls(types, data, producers)
+
+
 def _producer_inference(
-    model: onnx.ModelProto, inferred: onnx.ModelProto, node: onnx.NodeProto
+    model: onnx.ModelProto, known: InferredGraph, node: onnx.NodeProto
 ) -> dict[str, onnx.TypeProto] | None:
-    """The types onnx's inference gives ``node``'s outputs from its inputs' types in ``inferred`` (the
+    """The types onnx's inference gives ``node``'s outputs from its inputs' types in ``known`` (the
     declarations of the outputs left out); None when it cannot say (no schema, a subgraph, an error)."""
     version = _opset(model, node.domain)
     if version is None or any(
         a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute
     ):
         return None
-    graph = inferred.graph
-    types: dict[str, onnx.TypeProto] = {}
-    data: dict[str, onnx.TensorProto] = {}
     wanted = {name for name in node.input if name}
-    for vi in (*graph.input, *graph.value_info, *graph.output):
-        if vi.name in wanted and vi.type.WhichOneof("value"):
-            types.setdefault(vi.name, vi.type)
-    for tensor in graph.initializer:
-        if tensor.name in wanted:
-            if tensor.name not in types:
-                types[tensor.name] = onnx.helper.make_tensor_type_proto(tensor.data_type, list(tensor.dims))
-            if tensor.data_location != onnx.TensorProto.EXTERNAL:
-                data[tensor.name] = tensor
-    for other in graph.node:
-        if other.op_type == "Constant" and other.domain in ("", "ai.onnx") and other.output[0] in wanted:
-            value = next((a.t for a in other.attribute if a.name == "value" and a.HasField("t")), None)
-            if value is not None:
-                data[other.output[0]] = value
-    if not wanted <= types.keys():
+    if not wanted <= known.types.keys():
         return None
+    types = {name: known.types[name] for name in wanted}
+    data = {name: known.data[name] for name in wanted if name in known.data}
     try:
         schema = onnx.defs.get_schema(node.op_type, version, node.domain)
         return onnx.shape_inference.infer_node_outputs(
@@ -156,14 +184,14 @@ def source_output(model: onnx.ModelProto, out: onnx.ValueInfoProto) -> onnx.Valu
 
 
 def merged_output(
-    model: onnx.ModelProto, inferred: onnx.ModelProto, out: onnx.ValueInfoProto
+    model: onnx.ModelProto, known: InferredGraph, out: onnx.ValueInfoProto
 ) -> onnx.ValueInfoProto | None:
     """Graph output ``out`` (declared with a type) as onnxruntime resolves it, or None when its producer
     cannot be inferred alone (the caller keeps onnx's answer then)."""
-    node = next((n for n in inferred.graph.node if out.name in n.output), None)
+    node = known.producers.get(out.name)
     if node is None:
         return None
-    types = _producer_inference(model, inferred, node)
+    types = _producer_inference(model, known, node)
     if types is None or out.name not in types or not types[out.name].WhichOneof("value"):
         return None
     result = onnx.ValueInfoProto()

@@ -17,6 +17,7 @@ from ...fileio.external_data import ExternalRef, external_tensors
 from ...fileio.filekind import require_onnx_model
 from ...limits import check_bytes
 from ...model.declared_types import (
+    InferredGraph,
     dim_params,
     merged_output,
     source_output,
@@ -382,6 +383,7 @@ def typed_outputs(model: onnx.ModelProto, *, overridden: bool = False) -> list[o
     inputs = [v for v in inferred.graph.input if v.name in declared]
     known = {v.name: v for v in (*inferred.graph.value_info, *inputs, *inferred.graph.output)}
     ours = dim_params(model.graph)
+    index: InferredGraph | None = None
     result = []
     for out in outputs:
         candidate = merged.get(out.name)
@@ -390,7 +392,8 @@ def typed_outputs(model: onnx.ModelProto, *, overridden: bool = False) -> list[o
         elif source_output(model, out) is not None:
             candidate = out
         else:
-            candidate = merged_output(model, inferred, out) or candidate
+            index = index or InferredGraph.of(inferred)
+            candidate = merged_output(model, index, out) or candidate
         if candidate is not None and candidate.type.WhichOneof("value"):
             result.append(without_invented_dims(candidate, ours))
         else:
