@@ -69,23 +69,25 @@ class InferredGraph:
     producers: Mapping[str, onnx.NodeProto]
 
     @classmethod
-    def of(cls, inferred: onnx.ModelProto) -> InferredGraph:
+    def of(cls, inferred: onnx.ModelProto, outputs: frozenset[str]) -> InferredGraph:
+        """The index for inferring the producers of ``outputs`` (only their inputs are looked up)."""
         graph = inferred.graph
+        producers = {name: node for node in graph.node for name in node.output if name in outputs}
+        wanted = {name for node in producers.values() for name in node.input if name}
         types: dict[str, onnx.TypeProto] = {}
         data: dict[str, onnx.TensorProto] = {}
-        producers: dict[str, onnx.NodeProto] = {}
         for vi in (*graph.input, *graph.value_info, *graph.output):
-            if vi.type.WhichOneof("value"):
-                types.setdefault(vi.name, vi.type)
+            if vi.name in wanted and vi.name not in types and vi.type.WhichOneof("value"):
+                types[vi.name] = vi.type
         for tensor in graph.initializer:
+            if tensor.name not in wanted:
+                continue
             if tensor.name not in types:
                 types[tensor.name] = onnx.helper.make_tensor_type_proto(tensor.data_type, list(tensor.dims))
             if tensor.data_location != onnx.TensorProto.EXTERNAL:
                 data[tensor.name] = tensor
         for node in graph.node:
-            for name in node.output:
-                producers.setdefault(name, node)
-            if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output:
+            if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output[0] in wanted:
                 value = next((a.t for a in node.attribute if a.name == "value" and a.HasField("t")), None)
                 if value is not None:
                     data[node.output[0]] = value

@@ -392,7 +392,7 @@ def typed_outputs(model: onnx.ModelProto, *, overridden: bool = False) -> list[o
         elif source_output(model, out) is not None:
             candidate = out
         else:
-            index = index or InferredGraph.of(inferred)
+            index = index or InferredGraph.of(inferred, frozenset(o.name for o in outputs))
             candidate = merged_output(model, index, out) or candidate
         if candidate is not None and candidate.type.WhichOneof("value"):
             result.append(without_invented_dims(candidate, ours))
