@@ -123,7 +123,6 @@ def test_a_shared_option_a_command_lacks_is_named_not_misspelt(argv: list[str], 
     assert "did you mean" not in proc.stdout + proc.stderr  # lower --json once suggested '--version'
 
 
-@pytest.mark.xfail(strict=True, reason="a fully static declared output is reported unchecked (not fixed yet)")
 def test_a_declared_output_shape_inference_contradicts_is_reported_as_onnxruntime_merges_it() -> None:
     relu = helper.make_node("Relu", ["x"], ["y"])
     graph = helper.make_graph(

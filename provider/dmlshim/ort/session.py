@@ -14,6 +14,7 @@ from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
 from ..errors import DmlShimError
 from ..execute.engine import Engine, EngineConfig, get_engine_factory
 from ..execute.feeds import FeedValidator, ModelMetadata, feed_key, node_arg
+from ..execute.plan.fed_sizes import FedSizes
 from ..execute.plan.sessions import terminated
 from ..execute.record import RunRecord
 from ..execute.weights.added_initializers import added_initializers, with_initializers
@@ -290,6 +291,7 @@ class InferenceSession(SessionRuns, SessionQueries, SessionProfiling, OrtSession
             tuple(node_arg(v) for v in graph.input if v.name in init_names) if proto.ir_version >= 4 else ()
         )
         self._outputs = outputs_for_inputs(proto, self._inputs, typed_outputs)
+        self._fed_sizes = FedSizes.of(proto)  # gathers sized from the feeds before any engine allocates
         self._output_names = [o.name for o in self._outputs]
         self._validator = FeedValidator(self._inputs, self._overridable)
         self._meta = ModelMetadata(
@@ -418,6 +420,7 @@ class InferenceSession(SessionRuns, SessionQueries, SessionProfiling, OrtSession
             if stop is not None:
                 raise stop  # as onnxruntime: a run asked to terminate does not start (emulated nodes too)
         self._loaded.check_files()  # a mapped external-data file cut short is refused, not a SIGBUS
+        self._fed_sizes.check(feeds)
         if self._live_reader is not None:  # the add_initializer values as the caller's buffers hold them now
             feeds = {**self._live_reader.read(), **feeds}
         if self._profiler is None and DISABLED_OPTIMIZERS.get() == self._disabled_optimizers:

@@ -104,9 +104,16 @@ def _external_alias(
     tensor = next((t for t in graph.initializer if t.name == value), None)
     if tensor is None or tensor.data_location != TensorProto.EXTERNAL:
         return None
-    if int(np.prod(shape, dtype=np.int64)) != int(np.prod(list(tensor.dims), dtype=np.int64)):
+    total = int(np.prod(list(tensor.dims), dtype=np.int64))
+    dims = [int(d) for d in shape]
+    if dims.count(-1) == 1:  # the flattening tags mode asks for ([-1]): its size follows from the data
+        known = int(np.prod([d for d in dims if d != -1], dtype=np.int64))
+        if known <= 0 or total % known:
+            return None
+        dims[dims.index(-1)] = total // known
+    if int(np.prod(dims, dtype=np.int64)) != total:
         return None
-    alias = TensorProto(name=name, data_type=tensor.data_type, dims=[int(d) for d in shape])
+    alias = TensorProto(name=name, data_type=tensor.data_type, dims=dims)
     alias.doc_string = ALIAS_DOC + value
     alias.data_location = TensorProto.EXTERNAL
     alias.external_data.extend(tensor.external_data)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +16,13 @@ from ...errors import BadModelError
 from ...fileio.external_data import ExternalRef, external_tensors
 from ...fileio.filekind import require_onnx_model
 from ...limits import check_bytes
+from ...model.declared_types import (
+    InferredGraph,
+    dim_params,
+    merged_output,
+    source_output,
+    without_invented_dims,
+)
 from ...model.last_inference import infer_shapes as remembered_inference
 from ...model.modelcheck import check_model, load_external_data
 from ...model.prepare import prepare_model
@@ -355,24 +361,13 @@ def _require_graph(proto: onnx.ModelProto, path: str | None) -> None:
         raise with_onnxruntime_class(error, refusal_class(source, default))
 
 
-def _fully_static(vi: onnx.ValueInfoProto) -> bool:
-    tp = vi.type
-    if tp.WhichOneof("value") is None:
-        return False
-    if tp.WhichOneof("value") != "tensor_type":
-        return True
-    tt = tp.tensor_type
-    return tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim)
-
-
 def typed_outputs(model: onnx.ModelProto, *, overridden: bool = False) -> list[onnx.ValueInfoProto]:
-    """The graph outputs as onnxruntime describes them: declared types and shapes, completed by shape
-    inference (a type for an output declared without one, a size for a dimension declared symbolic or
-    unknown when inference finds one). ``overridden``: the graph inputs carry the caller's free-dimension
-    overrides for this call only, so no later pass asks for this inference again."""
-    outputs = list(model.graph.output)
-    if all(_fully_static(o) for o in outputs):
-        return outputs
+    """The graph outputs as onnxruntime describes them: declared types and shapes merged with shape
+    inference as onnxruntime merges them (:mod:`dmlshim.model.declared_types`: a type for an output
+    declared without one, a size for a dimension declared symbolic or unknown, and no size where the
+    declaration and inference disagree). ``overridden``: the graph inputs carry the caller's
+    free-dimension overrides for this call only, so no later pass asks for this inference again."""
+    outputs = [source_output(model, out) or out for out in model.graph.output]
     try:
         inferred = _inferred(model, remember=not overridden)
     except (
@@ -387,14 +382,20 @@ def typed_outputs(model: onnx.ModelProto, *, overridden: bool = False) -> list[o
     declared = {v.name for v in model.graph.input}  # not the weights the weightless copy lists as inputs
     inputs = [v for v in inferred.graph.input if v.name in declared]
     known = {v.name: v for v in (*inferred.graph.value_info, *inputs, *inferred.graph.output)}
-    ours = _dim_params(model.graph)
+    ours = dim_params(model.graph)
+    index: InferredGraph | None = None
     result = []
     for out in outputs:
         candidate = merged.get(out.name)
         if out.type.WhichOneof("value") is None:
             candidate = known.get(out.name, candidate)
+        elif source_output(model, out) is not None:
+            candidate = out
+        else:
+            index = index or InferredGraph.of(inferred, frozenset(o.name for o in outputs))
+            candidate = merged_output(model, index, out) or candidate
         if candidate is not None and candidate.type.WhichOneof("value"):
-            result.append(_without_invented_dims(candidate, ours))
+            result.append(without_invented_dims(candidate, ours))
         else:
             result.append(out)
     return result
@@ -408,35 +409,3 @@ def _inferred(model: onnx.ModelProto, remember: bool = True) -> onnx.ModelProto:
     reads a value that large (values read for shapes are shape-sized, and the copy keeps every
     initializer under 64 KB), so the types are those of the whole model's inference."""
     return remembered_inference(without_weights(model), remember=remember)
-
-
-_INVENTED_DIM = re.compile(r"unk__\d+")
-"""The names onnx's shape inference makes up for a dimension it cannot name (onnxruntime reports None)."""
-
-
-def _dim_params(graph: onnx.GraphProto) -> frozenset[str]:
-    names: set[str] = set()
-    for v in (*graph.input, *graph.output, *graph.value_info):
-        if v.type.HasField("tensor_type"):
-            names.update(d.dim_param for d in v.type.tensor_type.shape.dim if d.dim_param)
-    return frozenset(names)
-
-
-def _without_invented_dims(value: onnx.ValueInfoProto, ours: frozenset[str]) -> onnx.ValueInfoProto:
-    """``value`` with the dimension names shape inference made up (``unk__0``...) left unnamed, as
-    onnxruntime reports them (None); names the model itself uses are kept."""
-    if not value.type.HasField("tensor_type"):
-        return value
-
-    def invented(d: onnx.TensorShapeProto.Dimension) -> bool:
-        name = d.dim_param
-        return bool(name) and name not in ours and _INVENTED_DIM.fullmatch(name) is not None
-
-    if not any(invented(d) for d in value.type.tensor_type.shape.dim):
-        return value
-    copy = onnx.ValueInfoProto()
-    copy.CopyFrom(value)
-    for d in copy.type.tensor_type.shape.dim:
-        if invented(d):
-            d.ClearField("dim_param")
-    return copy

@@ -1,0 +1,180 @@
+"""Gathers whose output size the feeds' shapes set, sized against the memory limit before any run.
+
+A gather's output can dwarf its inputs: a 1000 x 1000 float table gathered by 10^6 fed indices is 4 GB
+where the feeds are 8 MB. The partitioned steps size each gather before running it, but onnxruntime
+allocates first wherever it computes the gather itself: the whole-model check (and its lean session), the
+custom-op engine's session (onnxruntime allocates a custom kernel's output), the cpu engine. So the
+session sizes such a gather from the feeds' shapes before handing the run to any engine, and refuses it
+with the partitioned steps' own error (:func:`dmlshim.limits.check_tensor`).
+
+Which gathers: the top-level ``Gather``, ``GatherElements`` and ``GatherND`` whose data and indices
+shapes follow from the feeds' shapes alone: each is fed (its shape is the feed's), or each of its
+dimensions, in onnx's inference of the model without its weights (no data propagation, the pass the
+model check ran), is a size or a symbolic name a graph input declares (the first input and axis declaring
+it tell its size, as :class:`dmlshim.execute.proofs.gather_given.FeedShapes` reads them). A size only
+the values tell (indices from ``NonZero``, a shape computed from a feed's values) is sized where the
+gather runs, as before.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from ...graph import display_names
+from ...limits import check_tensor, gather_scatter_output_shape
+from ...model.last_inference import infer_shapes
+from ...model.weightless import without_weights
+from ..proofs.gather_given import input_symbols, value_shape
+
+__all__ = ["FedGather", "FedSizes"]
+
+logger = logging.getLogger(__name__)
+
+SIZED_OPS = frozenset({"Gather", "GatherElements", "GatherND"})
+
+Dims = tuple[int | str, ...]
+
+
+def _numpy_type(elem_type: int) -> Any:
+    try:
+        return helper.tensor_dtype_to_np_dtype(elem_type) if elem_type else None
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _static(part: str | Dims) -> bool:
+    return not isinstance(part, str) and all(isinstance(d, int) for d in part)
+
+
+@dataclass(frozen=True)
+class FedGather:
+    """A gather sized from the feeds: its name, op, attributes, output, output element type, and for
+    its data and indices either a fed input's name (its shape is the feed's) or its dims."""
+
+    name: str
+    op_type: str
+    attributes: Mapping[str, Any]
+    output: str
+    elem_type: int
+    inputs: tuple[str | Dims, str | Dims]
+
+
+@dataclass(frozen=True)
+class FedSizes:
+    """The gathers of a model sized from each run's feeds (:meth:`check`)."""
+
+    gathers: tuple[FedGather, ...] = ()
+    symbols: Mapping[str, tuple[str, int]] = field(default_factory=dict)
+    defaults: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    """The shapes of the initializers listed as graph inputs, for a run that feeds none over them."""
+
+    @classmethod
+    def of(cls, model: onnx.ModelProto) -> FedSizes:
+        """The gathers of ``model`` whose output size follows from the feeds' shapes (none when there
+        are none, or onnx cannot infer the model)."""
+        graph = model.graph
+        nodes = [
+            (node, name)
+            for node, name in zip(graph.node, display_names(graph.node), strict=True)
+            if node.op_type in SIZED_OPS and node.domain in ("", "ai.onnx")
+            if len(node.input) >= 2 and all(node.input[:2])
+        ]
+        if not nodes:
+            return cls()
+        initializers = {t.name: t for t in graph.initializer}
+        fed = {v.name for v in graph.input}  # an initializer listed as an input may be fed over
+        symbols = input_symbols(graph)
+        types: dict[str, onnx.TypeProto] = {}
+        try:
+            inferred = infer_shapes(without_weights(model))
+        except Exception as exc:  # onnx cannot infer the model: sized where each gather runs
+            logger.debug("gathers sized where they run: no inference (%s)", exc)
+            inferred = None
+        if inferred is not None:
+            for vi in (*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output):
+                types.setdefault(vi.name, vi.type)
+        for name, tensor in initializers.items():
+            types.setdefault(name, helper.make_tensor_type_proto(tensor.data_type, list(tensor.dims)))
+
+        def dims_of(name: str) -> str | Dims | None:
+            if name in fed:
+                return name
+            tp = types.get(name)
+            if tp is None or tp.WhichOneof("value") != "tensor_type" or not tp.tensor_type.HasField("shape"):
+                return None
+            dims: list[int | str] = []
+            for d in tp.tensor_type.shape.dim:
+                if d.HasField("dim_value"):
+                    dims.append(int(d.dim_value))
+                elif d.dim_param in symbols:
+                    dims.append(d.dim_param)
+                else:
+                    return None
+            return tuple(dims)
+
+        def elem_type(name: str) -> int:
+            tp = types.get(name)
+            return int(tp.tensor_type.elem_type) if tp is not None and tp.HasField("tensor_type") else 0
+
+        gathers = []
+        for node, name in nodes:
+            data, indices = dims_of(node.input[0]), dims_of(node.input[1])
+            if data is None or indices is None or (_static(data) and _static(indices)):
+                continue  # a size no feed sets is checked when the session is built, or where it runs
+            attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+            gathers.append(
+                FedGather(
+                    name,
+                    node.op_type,
+                    attributes,
+                    node.output[0],
+                    elem_type(node.input[0]),
+                    (data, indices),
+                )
+            )
+        defaults = {n: tuple(int(d) for d in t.dims) for n, t in initializers.items() if n in fed}
+        return cls(tuple(gathers), symbols, defaults)
+
+    def check(self, feeds: Mapping[str, Any]) -> None:
+        """Refuse a run one of whose gathers' output would pass the memory limit.
+
+        Raises:
+            TooLargeError: naming the gather, its op, its output and the bytes it would need.
+        """
+        for gather in self.gathers:
+            shapes = [self._shape(part, feeds) for part in gather.inputs]
+            if shapes[0] is None or shapes[1] is None:
+                continue
+            shape = gather_scatter_output_shape(gather.op_type, gather.attributes, shapes)
+            if shape is None:
+                continue
+            fed = gather.inputs[0]
+            value = feeds.get(fed) if isinstance(fed, str) else None
+            dtype = value.dtype if isinstance(value, np.ndarray) else _numpy_type(gather.elem_type)
+            if dtype is None:
+                continue
+            check_tensor(
+                shape, dtype, tensor=gather.output, node=gather.name, op_type=gather.op_type, what="output"
+            )
+
+    def _shape(self, part: str | Dims, feeds: Mapping[str, Any]) -> tuple[int, ...] | None:
+        if isinstance(part, str):
+            return value_shape(feeds.get(part)) if part in feeds else self.defaults.get(part)
+        shape: list[int] = []
+        for d in part:
+            if isinstance(d, int):
+                shape.append(d)
+                continue
+            feed, axis = self.symbols[d]
+            dims = value_shape(feeds.get(feed))
+            if dims is None or axis >= len(dims):
+                return None
+            shape.append(int(dims[axis]))
+        return tuple(shape)
