@@ -5,7 +5,9 @@ external data ("the external data of 31 initializer(s) would need 442.00 MiB ...
 limit"), but read the same weights held inline whole, parsed them and peaked at 3.4 times the limit (a
 Qwen3-shaped 463 MB export under a 300 MB limit: 1.57 GB). It now refuses the file before reading it, as
 docs/performance.md says of models read whole; the commands that give the weights to onnxruntime (run,
-validate, inspect) load the model as before. Expected values come from onnxruntime CPU.
+validate, inspect) load the model as before. An inputs file above the limit is refused in words (its
+arrays and bytes), no longer as a uint8 tensor of the total's shape. Expected values come from onnxruntime
+CPU.
 """
 
 from __future__ import annotations
@@ -93,3 +95,17 @@ def test_run_and_validate_still_load_it_as_onnxruntime_does(tmp_path: Path) -> N
     for command in (["validate", "-q"], ["run", "-q"], ["inspect", "-q"]):
         proc = _cli(*command, str(model), limit=500_000)
         assert proc.returncode == 0, (command, proc.stderr[-2000:])
+
+
+def test_inputs_file_above_the_limit_names_arrays_and_bytes(tmp_path: Path) -> None:
+    """The file inputs together above the limit: said in arrays and bytes, not as a uint8 "tensor of shape
+    [25165840]" (the message a 24 MiB Gemma2 step's inputs got under a 10 MB limit)."""
+    model = tmp_path / "m.onnx"
+    _model(model, external=False)
+    inputs = tmp_path / "m.npz"
+    half = np.zeros((150_000,), np.int64)  # 1.2 MB each, 2.4 MB together: more than the limit below
+    np.savez(inputs, ids=np.array([[0, 1, 2], [3, 4, 5]], np.int64), pad=half, pad2=half)
+    proc = _cli("validate", str(model), "--inputs", str(inputs), limit=2_000_000)
+    assert proc.returncode == 2
+    assert "the 3 arrays of the inputs file together would need" in proc.stderr
+    assert "(2400048 bytes)" in proc.stderr and "uint8" not in proc.stderr
