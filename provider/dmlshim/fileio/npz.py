@@ -18,7 +18,7 @@ from typing import IO, Any, BinaryIO
 import numpy as np
 
 from ..errors import BadInputError
-from ..limits import check_tensor
+from ..limits import check_bytes, check_tensor
 from ..text import printable
 from .polygraphy_json import arrays_from_document
 from .reading import loads_json, npy_header
@@ -179,8 +179,8 @@ def _load_members(archive: zipfile.ZipFile, where: str) -> dict[str, np.ndarray]
                 tensor=key,
             )
         headers.append((info, key, shape, fortran, dtype, header_len, nbytes))
-    check_tensor(
-        (sum(h[-1] for h in headers),), np.uint8, path=where, what="the arrays of the inputs file together"
+    check_bytes(
+        sum(h[-1] for h in headers), what=f"the {len(headers)} arrays of the inputs file together", path=where
     )
     out: dict[str, np.ndarray] = {}
     for info, key, shape, fortran, dtype, header_len, nbytes in headers:

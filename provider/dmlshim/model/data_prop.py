@@ -45,6 +45,7 @@ from .data_cuts import graph_paths as _graphs
 from .data_cuts import versions as _versions
 from .last_inference import infer_shapes
 from .prop_readers import propagation_unread
+from .subgraph_names import give_back, unshared
 
 logger = logging.getLogger(__name__)
 
@@ -434,6 +435,10 @@ def infer_with_data_prop(
         # No node's inference reads propagated data: onnx's pass without it is the same model, and costs
         # no data (and it is the pass the model check just made: remembered, see last_inference).
         return _infer(model, check_type, strict_mode, False, data)
+    shared = unshared(model)
+    if shared is not None:  # subgraphs sharing value names: onnx would mix their data (subgraph_names)
+        copy, back = shared
+        return give_back(infer_with_data_prop(copy, check_type=check_type, strict_mode=strict_mode), back)
     paths = [path for path, _ in _graphs(model.graph)]
     sites = _sites(model, paths)
     if not sites:

@@ -119,11 +119,15 @@ def _version_remedy(own: BadModelError, theirs: BaseException | None) -> None:
 
 
 def _check_names(graph: onnx.GraphProto, prefix: str, path: str | None) -> None:
-    """Node names unique within a graph; initializers that agree with the graph input they feed (a negative
-    declared dimension is left alone: onnxruntime reads it as a free one)."""
+    """Node names unique within a graph (ai.onnx ``Constant`` nodes aside, as in onnxruntime); initializers
+    that agree with the graph input they feed (a negative declared dimension is left alone: onnxruntime
+    reads it as a free one)."""
     seen: dict[str, int] = {}
     for i, node in enumerate(graph.node):
-        if node.name:
+        # onnxruntime makes each ai.onnx Constant node an initializer before it checks the names, so a
+        # Constant may share its name with any node (optimum's merged decoders have such pairs)
+        constant = node.op_type == "Constant" and node.domain in ("", "ai.onnx")
+        if node.name and not constant:
             if node.name in seen:
                 raise BadModelError(
                     f"two nodes are named {node.name!r} (nodes {seen[node.name]} and {i}"

@@ -13,6 +13,7 @@ import onnxruntime as ort
 
 from ...errors import EngineUnavailableError
 from ...extras import install_command
+from .ext_import import import_extensions
 from .kernel import kernel
 from .types import CUSTOM_DOMAIN, DECLARED_ATTRIBUTES, all_signatures, outputs_cross_as_arrays
 
@@ -51,7 +52,7 @@ def extensions() -> Any:
         EngineUnavailableError: it is not installed.
     """
     try:
-        import onnxruntime_extensions
+        onnxruntime_extensions = import_extensions()
     except ImportError as exc:
         raise EngineUnavailableError(
             "the custom-op engine needs onnxruntime-extensions: " + install_command("customop"),

@@ -68,8 +68,10 @@ NaNs)."""
 def outputs_cross_as_arrays() -> bool:
     """Whether the installed onnxruntime-extensions lets dmlshim hand custom-op outputs over as numpy arrays
     (its Python dispatcher can be replaced); False when it is missing or lacks those hook points."""
+    from .ext_import import import_extensions
+
     try:
-        import onnxruntime_extensions as ext
+        ext = import_extensions()
     except ImportError:
         return False
     ocos = getattr(ext, "_ocos", None)
