@@ -17,6 +17,7 @@ from ..fileio.external_data import ExternalRef
 from ..fileio.filekind import require_onnx_model
 from ..fileio.reading import open_regular
 from ..graph import op_types_among
+from ..limits import check_bytes
 from ..model.data_prop import MAX_RANK, infer_with_data_prop
 from ..model.graph_columns import declared_types
 from ..model.modelcheck import ONNX_ERRORS, check_model, load_external_data
@@ -347,6 +348,12 @@ def load_model(path: str | os.PathLike[str]) -> onnx.ModelProto:
     require_onnx_model(where)
     try:
         with open_regular(where, what="model", error=BadModelError) as handle:  # a FIFO must not block
+            # read whole, weights and all (lower writes them out again): the file must fit first
+            check_bytes(
+                os.fstat(handle.fileno()).st_size,
+                what=f"reading the model file whole ({os.path.basename(where)})",
+                path=where,
+            )
             payload = handle.read()
     except OSError as exc:
         raise BadModelError(f"cannot read the model: {exc.strerror or exc}", path=where) from exc
