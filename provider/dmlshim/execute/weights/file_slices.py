@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -311,34 +311,89 @@ def _constant_value(
     return outputs[0].decode("utf-8"), tensor
 
 
-def _weightless_graph(f: BinaryIO, end: int, model_name: str, min_bytes: int, moved: list[str]) -> bytes:
+_ATTRIBUTE_GRAPH, _ATTRIBUTE_GRAPHS = 6, 11
+
+
+def _weightless_graph(
+    f: BinaryIO,
+    end: int,
+    model_name: str,
+    min_bytes: int,
+    moved: list[str],
+    made: list[str],
+    hoisted: list[bytes] | None = None,
+) -> bytes:
     """The graph in [tell, end) with its large initializers made references to their bytes in the file,
-    and its large top-level ``Constant`` nodes made such initializers too, as onnxruntime makes every
+    and its large ``Constant`` nodes made such initializers of the main graph, as onnxruntime makes every
     Constant an initializer when it loads a model (their bytes were otherwise read, and copied again by
-    each step: a 307 MB Constant took ``inspect`` 2.5 GB and 15 s, its initializer twin 83 MB)."""
-    constants: list[bytes] = []
+    each step: a 307 MB Constant took ``inspect`` 2.5 GB and 15 s, its initializer twin 83 MB). A
+    Constant inside an If/Loop/Scan body is hoisted to the main graph, whose values a body reads by name
+    (``hoisted``: where a body's go; None for the main graph, which appends them; ``made``: their names);
+    :func:`_hoisting_is_sound` checks that no scope names them otherwise."""
+    constants: list[bytes] = [] if hoisted is None else hoisted
 
     def initializer(stop: int) -> bytes | None:
+        if hoisted is not None:
+            return None  # a body's own initializers stay where they are
         ref = _reference(f, stop, model_name, min_bytes)
         if ref is None:
             return None
         moved.append(ref.name)
         return ref.SerializeToString()
 
+    def graph(stop: int) -> bytes:
+        return _weightless_graph(f, stop, model_name, min_bytes, moved, made, constants)
+
+    def attribute(stop: int) -> bytes:
+        return _rewritten(f, stop, {_ATTRIBUTE_GRAPH: graph, _ATTRIBUTE_GRAPHS: graph})
+
     def node(stop: int) -> bytes | None:
         start = f.tell()
         found = _constant_value(f, stop, model_name, min_bytes)
         f.seek(start)
         if found is None:
-            return None
+            if stop - start < min_bytes:
+                return None  # too small to hold a large Constant in a body
+            return _rewritten(f, stop, {_NODE_ATTRIBUTE: attribute})
         name, tensor = found
         tensor.name = name
         moved.append(name)
+        made.append(name)
         constants.append(tensor.SerializeToString())
         return _REMOVED
 
     out = _rewritten(f, end, {_GRAPH_INITIALIZER: initializer, _GRAPH_NODE: node})
+    if hoisted is not None:
+        return out
     return out + b"".join(_length_delimited(_GRAPH_INITIALIZER, c) for c in constants)
+
+
+def _hoisting_is_sound(model: onnx.ModelProto, made: Sequence[str]) -> bool:
+    """Every name made a main-graph initializer is one initializer, and no graph input, output, body
+    initializer or node output of any scope has that name (a body would otherwise shadow it)."""
+    from ...graph import subgraphs
+
+    wanted = set(made)
+    if not wanted:
+        return True
+    names = [t.name for t in model.graph.initializer if t.name in wanted]
+    if len(names) != len(set(names)) or len(wanted) != len(made):
+        return False
+
+    def clean(graph: onnx.GraphProto, top: bool) -> bool:
+        declared = [v.name for v in (*graph.input, *graph.output)]
+        if not top:
+            declared += [t.name for t in graph.initializer]
+        if wanted.intersection(declared):
+            return False
+        for node in graph.node:
+            if wanted.intersection(node.output):
+                return False
+            if not all(clean(sub, False) for _, sub in subgraphs(node)):
+                return False
+        return True
+
+    return clean(model.graph, True)
 
 
 def read_weightless(
@@ -354,12 +409,13 @@ def read_weightless(
     """
     name = os.path.basename(os.fspath(path))
     moved: list[str] = []
+    made: list[str] = []  # the Constants among them
     graphs: list[int] = []
 
     def graph(f: BinaryIO, stop: int) -> bytes:
         graphs.append(stop)
         if stop - f.tell() >= WALK_MIN_GRAPH_BYTES:
-            return _weightless_graph(f, stop, name, min_bytes, moved)
+            return _weightless_graph(f, stop, name, min_bytes, moved, made)
         return f.read(stop - f.tell())
 
     try:
@@ -369,9 +425,8 @@ def read_weightless(
         if len(graphs) != 1:
             return None  # none (onnx says so), or several (protobuf merges them): onnx reads it
         model = onnx.ModelProto.FromString(out)
-        names = [t.name for t in model.graph.initializer]
-        if len(names) != len(set(names)):
-            return None  # a Constant named as an initializer: onnx reads it, onnxruntime refuses it
+        if not _hoisting_is_sound(model, made):
+            return None  # a Constant named as another value: onnx reads it as it is
         return model, frozenset(moved)
     except (OSError, _WireError, ValueError, DecodeError) as exc:
         logger.debug("%s not read weightless (%s); onnx reads it", path, exc)
