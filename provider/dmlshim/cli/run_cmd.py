@@ -19,6 +19,7 @@ from ..fileio.array_files import write_arrays
 from ..fileio.files import check_output_file
 from ..inputs import GeneratedInputs, annotate_error, generate
 from ..inputs.narrow_floats import narrow_feeds
+from ..inputs.sizes import feed_shapes, refuse_sizes_at
 from ..ort.session import InferenceSession, load_model
 from ..text import shape_text, table
 from ..validate.value_kinds import describe, is_array, kind_text
@@ -84,9 +85,9 @@ def run(args: argparse.Namespace) -> int:
         if shapes:
             print("dmlshim run: note: --input-shape is ignored with --inputs", file=sys.stderr)
         # bfloat16 and float8 inputs: raw bits or float32 values (inputs/narrow_floats.py)
-        feeds = narrow_feeds(
-            load_model(args.model, weightless=True, own_weights=False).proto.graph, load_npz(args.inputs)
-        )
+        proto = load_model(args.model, weightless=True, own_weights=False).proto
+        feeds = narrow_feeds(proto.graph, load_npz(args.inputs))
+        refuse_sizes_at(proto, feed_shapes(feeds), path=str(args.model))
     else:
         loaded = load_model(args.model, weightless=True, own_weights=False)
         generated = generate(loaded, input_shapes=shapes, seed=args.seed)

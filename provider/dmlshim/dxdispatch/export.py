@@ -32,6 +32,7 @@ from ..fileio.files import write_json
 from ..fileio.folders import StagedFolder
 from ..fileio.reading import read_json
 from ..inputs.narrow_floats import narrow_type
+from ..inputs.sizes import feed_shapes, refuse_sizes_at
 from ..ort.session import LoadedModel, ModelSource, load_model
 from ..resources import guard_resources
 from ..translate import Status, TensorInfo, translate_node
@@ -96,7 +97,9 @@ def _feeds(
     if extra:
         log.warning("ignoring inputs that are not graph inputs: %s", ", ".join(extra))
     # a bfloat16 or float8 input is an onnxruntime OrtValue (numpy cannot hold it): kept as it is
-    return {n: v if narrow_type(v := inputs[n]) is not None else np.asarray(v) for n in graph_inputs}, {}
+    feeds = {n: v if narrow_type(v := inputs[n]) is not None else np.asarray(v) for n in graph_inputs}
+    refuse_sizes_at(model, feed_shapes(feeds), path=loaded.path)
+    return feeds, {}
 
 
 def _previous_export(directory: Path) -> list[str]:

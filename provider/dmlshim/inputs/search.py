@@ -42,6 +42,7 @@ from ..text import printable
 from .constraints import DEFAULT_DIM, light_copy, plan_for_shapes
 from .hints import size_hints
 from .narrow_floats import run_any_outputs
+from .sizes import refuse_sizes_at
 from .symbols import ModelDims, model_dims, shapes_for, split_given
 from .values import draw
 
@@ -187,6 +188,8 @@ class _Candidates:
                 what="generated input",
                 path=self._path,
             )
+        # every value at these shapes, before a trial run or the command's run allocates it
+        refuse_sizes_at(self._light, shapes, path=self._path)
         rng = np.random.default_rng(self._seed)
         feeds: dict[str, np.ndarray] = {}
         for spec in plan_for_shapes(self._model, shapes, light=self._light):

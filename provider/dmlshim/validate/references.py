@@ -42,6 +42,7 @@ from ..execute.record import RunRecord
 from ..execute.weights.model_source import LoadedModel
 from ..inputs import GeneratedInputs, generate
 from ..inputs.narrow_floats import NARROW_TYPE_NAMES, as_ortvalues, narrow_feeds
+from ..inputs.sizes import feed_shapes, refuse_sizes_at
 from ..kernels.options import IndexMode
 from ..runtime.real import OrtInferenceSession
 
@@ -142,7 +143,10 @@ def feeds_for(
         tuple(node_arg(v) for v in graph.input if v.name not in init_names),
         tuple(node_arg(v) for v in graph.input if v.name in init_names),
     )
-    return validator.validate(feeds), source, generated
+    feeds = validator.validate(feeds)
+    if generated is None:  # generated inputs were sized when they were drawn
+        refuse_sizes_at(loaded.proto, feed_shapes(feeds), path=loaded.path)
+    return feeds, source, generated
 
 
 def _config(

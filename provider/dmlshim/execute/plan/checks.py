@@ -110,17 +110,14 @@ def check_static_sizes(
 
     try:
         check_static_values(shapes, producers=producers)
-    except TooLargeError as exc:
-        declared = _declared(model.graph) if model is not None else set()
-        if exc.tensor not in declared:
+    except TooLargeError:
+        if model is None or not _declared(model.graph):
             raise
-        assert model is not None
+        # A declared shape flows into the values computed from it (a Relu of a Gather whose value_info
+        # lies): every size is taken again from inference without the declarations, and a value only
+        # the declarations sized counts for nothing (onnxruntime runs it at the shapes inputs give).
         undeclared = _undeclared_shapes(model)
-        for name in declared & shapes.keys():
-            if name in undeclared:
-                shapes[name] = undeclared[name]
-            else:
-                del shapes[name]
+        shapes = {name: undeclared[name] for name in shapes if name in undeclared}
         check_static_values(shapes, producers=producers)
     if folded is not None:
         _check_folded(folded, names, mapped, folds, outer)

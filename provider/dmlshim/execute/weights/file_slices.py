@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -224,22 +224,25 @@ def _copy_field(f: BinaryIO, start: int, wire: int, end: int) -> bytes:
     return f.read(stop - start)
 
 
-def _rewritten(f: BinaryIO, end: int, field_number: int, rewrite: Callable[[int], bytes | None]) -> bytes:
-    """The bytes of [tell, end) with every length-delimited field ``field_number`` replaced by what
-    ``rewrite(stop)`` returns (called with the file at the field's payload, ``stop`` its end; None keeps
-    the field as it is) and every other field copied: the copying twin of :func:`_messages`."""
+def _rewritten(f: BinaryIO, end: int, rewrites: Mapping[int, Callable[[int], bytes | None]]) -> bytes:
+    """The bytes of [tell, end) with every length-delimited field of a number in ``rewrites`` replaced by
+    what its ``rewrite(stop)`` returns (called with the file at the field's payload, ``stop`` its end;
+    None keeps the field as it is, :data:`_REMOVED` leaves it out) and every other field copied: the
+    copying twin of :func:`_messages`."""
     out = bytearray()
     while f.tell() < end:
         start = f.tell()
         field, wire = _tag(f)
-        if field == field_number and wire == _LEN:
+        rewrite = rewrites.get(field) if wire == _LEN else None
+        if rewrite is not None:
             length = _varint(f)
             stop = f.tell() + length
             if stop > end:
-                raise _WireError(f"field {field_number} overruns its message")
+                raise _WireError(f"field {field} overruns its message")
             payload = rewrite(stop)
             if payload is not None:
-                out += _length_delimited(field_number, payload)
+                if payload is not _REMOVED:
+                    out += _length_delimited(field, payload)
                 f.seek(stop)
                 continue
             f.seek(start)
@@ -250,15 +253,147 @@ def _rewritten(f: BinaryIO, end: int, field_number: int, rewrite: Callable[[int]
     return bytes(out)
 
 
-def _weightless_graph(f: BinaryIO, end: int, model_name: str, min_bytes: int, moved: list[str]) -> bytes:
+_GRAPH_NODE = 1
+_NODE_INPUT, _NODE_OUTPUT, _NODE_OP_TYPE, _NODE_ATTRIBUTE, _NODE_DOMAIN = 1, 2, 4, 5, 7
+_ATTRIBUTE_NAME, _ATTRIBUTE_TENSOR = 1, 5
+_REMOVED = b""
+"""What a rewrite returns for a field left out of the message (:func:`_rewritten`)."""
+
+
+def _constant_value(
+    f: BinaryIO, stop: int, model_name: str, min_bytes: int
+) -> tuple[str, onnx.TensorProto] | None:
+    """A top-level ``Constant`` node in [tell, end) whose one attribute, ``value``, is a tensor of at least
+    ``min_bytes`` inline: its output's name and that tensor as :func:`_reference` makes it (an external
+    reference to its bytes in the file). None for any other node (the file is then anywhere in it)."""
+    if stop - f.tell() < min_bytes:
+        return None
+    fields: dict[int, list[bytes]] = {}
+    tensor: onnx.TensorProto | None = None
+    attributes = 0
+    while f.tell() < stop:
+        field, wire = _tag(f)
+        if wire != _LEN:
+            return None
+        length = _varint(f)
+        end = f.tell() + length
+        if field != _NODE_ATTRIBUTE:
+            if length > 4096:
+                return None
+            fields.setdefault(field, []).append(f.read(length))
+            continue
+        attributes += 1
+        name = b""
+        while f.tell() < end:
+            inner, inner_wire = _tag(f)
+            if inner == _ATTRIBUTE_TENSOR and inner_wire == _LEN and name in (b"", b"value"):
+                length = _varint(f)
+                tensor_stop = f.tell() + length
+                tensor = _reference(f, tensor_stop, model_name, min_bytes)
+                f.seek(tensor_stop)
+            elif inner == _ATTRIBUTE_NAME and inner_wire == _LEN:
+                name = f.read(_varint(f))
+            else:
+                _skip(f, inner_wire)
+        if name != b"value":
+            return None
+    outputs = fields.get(_NODE_OUTPUT, [])
+    if (
+        tensor is None
+        or attributes != 1
+        or fields.get(_NODE_OP_TYPE) != [b"Constant"]
+        or fields.get(_NODE_DOMAIN, [b""])[-1] not in (b"", b"ai.onnx")
+        or any(i for i in fields.get(_NODE_INPUT, []))
+        or len(outputs) != 1
+        or not outputs[0]
+    ):
+        return None
+    return outputs[0].decode("utf-8"), tensor
+
+
+_ATTRIBUTE_GRAPH, _ATTRIBUTE_GRAPHS = 6, 11
+
+
+def _weightless_graph(
+    f: BinaryIO,
+    end: int,
+    model_name: str,
+    min_bytes: int,
+    moved: list[str],
+    made: list[str],
+    hoisted: list[bytes] | None = None,
+) -> bytes:
+    """The graph in [tell, end) with its large initializers made references to their bytes in the file,
+    and its large ``Constant`` nodes made such initializers of the main graph, as onnxruntime makes every
+    Constant an initializer when it loads a model (their bytes were otherwise read, and copied again by
+    each step: a 307 MB Constant took ``inspect`` 2.5 GB and 15 s, its initializer twin 83 MB). A
+    Constant inside an If/Loop/Scan body is hoisted to the main graph, whose values a body reads by name
+    (``hoisted``: where a body's go; None for the main graph, which appends them; ``made``: their names);
+    :func:`_hoisting_is_sound` checks that no scope names them otherwise."""
+    constants: list[bytes] = [] if hoisted is None else hoisted
+
     def initializer(stop: int) -> bytes | None:
+        if hoisted is not None:
+            return None  # a body's own initializers stay where they are
         ref = _reference(f, stop, model_name, min_bytes)
         if ref is None:
             return None
         moved.append(ref.name)
         return ref.SerializeToString()
 
-    return _rewritten(f, end, _GRAPH_INITIALIZER, initializer)
+    def graph(stop: int) -> bytes:
+        return _weightless_graph(f, stop, model_name, min_bytes, moved, made, constants)
+
+    def attribute(stop: int) -> bytes:
+        return _rewritten(f, stop, {_ATTRIBUTE_GRAPH: graph, _ATTRIBUTE_GRAPHS: graph})
+
+    def node(stop: int) -> bytes | None:
+        start = f.tell()
+        found = _constant_value(f, stop, model_name, min_bytes)
+        f.seek(start)
+        if found is None:
+            if stop - start < min_bytes:
+                return None  # too small to hold a large Constant in a body
+            return _rewritten(f, stop, {_NODE_ATTRIBUTE: attribute})
+        name, tensor = found
+        tensor.name = name
+        moved.append(name)
+        made.append(name)
+        constants.append(tensor.SerializeToString())
+        return _REMOVED
+
+    out = _rewritten(f, end, {_GRAPH_INITIALIZER: initializer, _GRAPH_NODE: node})
+    if hoisted is not None:
+        return out
+    return out + b"".join(_length_delimited(_GRAPH_INITIALIZER, c) for c in constants)
+
+
+def _hoisting_is_sound(model: onnx.ModelProto, made: Sequence[str]) -> bool:
+    """Every name made a main-graph initializer is one initializer, and no graph input, output, body
+    initializer or node output of any scope has that name (a body would otherwise shadow it)."""
+    from ...graph import subgraphs
+
+    wanted = set(made)
+    if not wanted:
+        return True
+    names = [t.name for t in model.graph.initializer if t.name in wanted]
+    if len(names) != len(set(names)) or len(wanted) != len(made):
+        return False
+
+    def clean(graph: onnx.GraphProto, top: bool) -> bool:
+        declared = [v.name for v in (*graph.input, *graph.output)]
+        if not top:
+            declared += [t.name for t in graph.initializer]
+        if wanted.intersection(declared):
+            return False
+        for node in graph.node:
+            if wanted.intersection(node.output):
+                return False
+            if not all(clean(sub, False) for _, sub in subgraphs(node)):
+                return False
+        return True
+
+    return clean(model.graph, True)
 
 
 def read_weightless(
@@ -274,21 +409,25 @@ def read_weightless(
     """
     name = os.path.basename(os.fspath(path))
     moved: list[str] = []
+    made: list[str] = []  # the Constants among them
     graphs: list[int] = []
 
     def graph(f: BinaryIO, stop: int) -> bytes:
         graphs.append(stop)
         if stop - f.tell() >= WALK_MIN_GRAPH_BYTES:
-            return _weightless_graph(f, stop, name, min_bytes, moved)
+            return _weightless_graph(f, stop, name, min_bytes, moved, made)
         return f.read(stop - f.tell())
 
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
-            out = _rewritten(f, size, _MODEL_GRAPH, lambda stop: graph(f, stop))
+            out = _rewritten(f, size, {_MODEL_GRAPH: lambda stop: graph(f, stop)})
         if len(graphs) != 1:
             return None  # none (onnx says so), or several (protobuf merges them): onnx reads it
-        return onnx.ModelProto.FromString(out), frozenset(moved)
+        model = onnx.ModelProto.FromString(out)
+        if not _hoisting_is_sound(model, made):
+            return None  # a Constant named as another value: onnx reads it as it is
+        return model, frozenset(moved)
     except (OSError, _WireError, ValueError, DecodeError) as exc:
         logger.debug("%s not read weightless (%s); onnx reads it", path, exc)
         return None

@@ -22,13 +22,20 @@ import contextlib
 import logging
 import os
 import shutil
+import stat
 import tempfile
+import time
 import weakref
 from collections.abc import Iterable
 from pathlib import Path
 from typing import BinaryIO
 
 import onnx
+
+try:
+    import fcntl
+except ImportError:  # Windows: no advisory locks, no sweep
+    fcntl = None  # type: ignore[assignment]
 
 from ...errors import BadModelError
 from ...fileio.reading import open_regular
@@ -83,13 +90,87 @@ def _copy_range(src: int, dst: int, offset: int, length: int, out: int) -> None:
         done += moved
 
 
+SNAPSHOT_PREFIX = "dmlshim-weights-locked-"
+"""The prefix of the private folders in the temporary directory ("locked": each is held by a lock while
+in use; the folders of earlier versions, which held none, are never swept)."""
+
+STALE_AFTER_S = 60.0
+"""A folder younger than this is never taken for a dead process's (it may be locked in a moment)."""
+
+
+def _remove(folder: str, lock: int | None) -> None:
+    shutil.rmtree(folder, True)
+    if lock is not None:
+        with contextlib.suppress(OSError):
+            os.close(lock)
+
+
+def _hold(folder: str) -> int | None:
+    """An open descriptor of ``folder`` holding an advisory lock for as long as it (or a forked copy of
+    it) stays open; None where there are no such locks (Windows)."""
+    if fcntl is None:
+        return None
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def sweep_stale(parent: str | None = None) -> list[str]:
+    """Remove the copies that processes killed before they could remove them left behind (a SIGTERM or
+    SIGKILL skips every finalizer: each kill of a server left a full copy of its weights in the temporary
+    directory, which is memory where that is a tmpfs). A folder is stale when no process holds its lock
+    (every process, and every child forked from it, holds the lock of each copy it may still read), it
+    belongs to this user and it is older than :data:`STALE_AFTER_S`. Returns the folders removed."""
+    if fcntl is None:
+        return []
+    parent = parent if parent is not None else tempfile.gettempdir()
+    removed: list[str] = []
+    try:
+        names = [n for n in os.listdir(parent) if n.startswith(SNAPSHOT_PREFIX)]
+    except OSError:
+        return removed
+    for name in names:
+        folder = os.path.join(parent, name)
+        try:
+            info = os.lstat(folder)
+            if (
+                not stat.S_ISDIR(info.st_mode)
+                or info.st_uid != os.getuid()
+                or time.time() - info.st_mtime < STALE_AFTER_S
+            ):
+                continue
+            fd = os.open(folder, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)  # held by a live process
+            continue
+        try:
+            shutil.rmtree(folder, True)
+            removed.append(folder)
+        finally:
+            os.close(fd)
+    if removed:
+        logger.info("removed %d weight copies left by processes that were killed: %s", len(removed), removed)
+    return removed
+
+
 class WeightSnapshot:
     """A private copy of some of a model file's bytes, in a temporary folder removed with this object
-    (or at exit). ``folder`` is where the copied initializers' external data now lies."""
+    (or at exit). ``folder`` is where the copied initializers' external data now lies. The folder is
+    locked while this process (or a child forked from it) lives, so that the copies of processes killed
+    before they could remove theirs are found and removed (:func:`sweep_stale`)."""
 
     def __init__(self, folder: str) -> None:
         self.folder = folder
-        self._finalizer = weakref.finalize(self, shutil.rmtree, folder, True)
+        lock = _hold(folder)
+        self._finalizer = weakref.finalize(self, _remove, folder, lock)
 
     @property
     def path(self) -> str:
@@ -114,7 +195,8 @@ def snapshot_inline(
     """
     wanted = set(names)
     tensors = [t for t in proto.graph.initializer if t.name in wanted and is_external(t)]
-    folder = tempfile.mkdtemp(prefix="dmlshim-weights-")
+    sweep_stale()
+    folder = tempfile.mkdtemp(prefix=SNAPSHOT_PREFIX)
     snapshot = WeightSnapshot(folder)
     try:
         with open_regular(model_path, what="model file", error=BadModelError) as src:

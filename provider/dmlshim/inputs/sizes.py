@@ -1,0 +1,78 @@
+"""Every value's size at the shapes of the inputs a command runs with, checked before the first run.
+
+``dmlshim run``, ``validate`` and ``export`` know their inputs (generated or read from a file) before they
+run anything; a value those shapes make larger than the memory limit (a Gather of a small table by
+twenty million indices) is refused then, naming the node, op, value and size, rather than allocated by
+onnxruntime's run (or by the export's expected output) and noticed afterwards, if at all. onnx's shape
+inference is asked at those shapes, without the shapes the model declares (onnxruntime runs each node at
+the shapes its inputs give) and without the large weights (read where they lie, never allocated by a
+run); a model onnx cannot infer is left to the run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import onnx
+
+from ..errors import TooLargeError
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["feed_shapes", "refuse_sizes_at"]
+
+
+def feed_shapes(feeds: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+    """The shape of each tensor feed (numpy arrays and onnxruntime ``OrtValue``s); others are left out."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for name, value in feeds.items():
+        shape = getattr(value, "shape", None)
+        if callable(shape):  # an OrtValue (bfloat16, float8): shape() is a method
+            try:
+                shape = shape()
+            except Exception:  # onnxruntime's RuntimeError for a value that is no tensor
+                continue
+        if isinstance(shape, Sequence) and all(isinstance(d, int) for d in shape):
+            shapes[name] = tuple(int(d) for d in shape)
+    return shapes
+
+
+def refuse_sizes_at(
+    model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], *, path: str | None = None
+) -> None:
+    """Refuse a run of ``model`` with inputs of ``shapes`` in which some value would not fit in memory.
+
+    Raises:
+        TooLargeError: a value exceeds the memory limit at these input shapes (see the module docstring).
+    """
+    from ..execute.plan.checks import check_static_sizes
+    from ..graph import display_names
+    from ..model.data_prop import infer_with_data_prop
+    from ..model.weightless import without_declared_shapes
+    from ..translate.shapes_info import tensor_infos
+
+    light = without_declared_shapes(model)
+    for vi in light.graph.input:
+        shape = shapes.get(vi.name)
+        if shape is None or vi.type.WhichOneof("value") != "tensor_type":
+            continue
+        tensor_type = vi.type.tensor_type
+        tensor_type.ClearField("shape")
+        tensor_type.shape.SetInParent()
+        for d in shape:
+            tensor_type.shape.dim.add().dim_value = int(d)
+    try:
+        inferred = infer_with_data_prop(light)
+    except Exception as exc:  # onnx's errors share no useful base; the run reports what it must
+        logger.debug("no sizes checked at the input shapes: %s", exc)
+        return
+    graph = inferred.graph
+    external = {t.name for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL}
+    try:
+        check_static_sizes(graph, tensor_infos(graph), display_names(list(graph.node)), mapped=external)
+    except TooLargeError as exc:
+        if exc.path is None:
+            exc.path = path
+        raise
