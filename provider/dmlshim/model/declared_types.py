@@ -238,8 +238,8 @@ def merge_shapes(declared: onnx.TypeProto, inferred: onnx.TypeProto) -> onnx.Typ
 
 def source_outputs(model: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
     """The graph outputs onnxruntime reports from their source, whatever they are declared as: a graph
-    input (as the input is declared), an initializer or a ``Constant`` node's value (onnxruntime's graph
-    holds it as an initializer; its own type and shape), by name."""
+    input (as the input is declared) or an initializer (its own type and shape), by name. (A ``Constant``
+    node's output, which onnxruntime's graph holds as an initializer, is :func:`resolved_outputs`'.)"""
     graph = model.graph
     names = {out.name for out in graph.output}
     found: dict[str, onnx.ValueInfoProto] = {}
@@ -251,13 +251,6 @@ def source_outputs(model: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
             found[tensor.name] = onnx.helper.make_tensor_value_info(
                 tensor.name, tensor.data_type, list(tensor.dims)
             )
-    for node in graph.node:
-        if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or len(node.output) != 1:
-            continue
-        name = node.output[0]
-        tensor = next((a.t for a in node.attribute if a.name == "value" and a.HasField("t")), None)
-        if name in names and name not in found and tensor is not None:
-            found[name] = onnx.helper.make_tensor_value_info(name, tensor.data_type, list(tensor.dims))
     return found
 
 
@@ -272,7 +265,7 @@ def resolved_outputs(
     contradicted costs another whole-model inference): onnx's answer, the declaration, is kept."""
     graph = inferred.graph
     declared = outputs
-    onnx_types = {v.name: v.type for v in (*graph.value_info, *graph.output) if v.name in declared}
+    onnx_types = {v.name: v.type for v in graph.output if v.name in declared}
     index = InferredGraph.of(inferred, frozenset(declared))
     producers = list({id(node): node for node in index.producers.values()}.values())  # in graph order
     result, changed = _resolve(model, producers, index, declared, onnx_types, outputs.keys())
@@ -302,6 +295,16 @@ def _resolve(
         reads_changed = types is not None and bool(changed) and any(name in changed for name in node.input)
         if not reads_changed and not any(name in declared for name in node.output):
             continue
+        value = _constant(node)
+        if value is not None:  # onnxruntime holds it as an initializer: its type, whatever is declared
+            tp = onnx.helper.make_tensor_type_proto(value.data_type, list(value.dims))
+            if node.output[0] in outputs:
+                result[node.output[0]] = tp
+            if onnx_types.get(node.output[0]) != tp:
+                changed.add(node.output[0])
+                if types is not None:
+                    types[node.output[0]] = tp
+            continue
         inferred = _producer_inference(model, known, node)
         for name in node.output:
             tp = None if inferred is None else inferred.get(name)
@@ -319,6 +322,13 @@ def _resolve(
                 if types is not None:
                     types[name] = tp
     return result, changed
+
+
+def _constant(node: onnx.NodeProto) -> onnx.TensorProto | None:
+    """A ``Constant`` node's ``value`` tensor (None for another node or attribute)."""
+    if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or len(node.output) != 1:
+        return None
+    return next((a.t for a in node.attribute if a.name == "value" and a.HasField("t")), None)
 
 
 def dim_params(graph: onnx.GraphProto) -> frozenset[str]:
