@@ -144,11 +144,11 @@ def test_no_refusal_from_a_shape_the_run_does_not_have(
     np.testing.assert_array_equal(_run(model, feeds, engine), expected)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the build-time static size check trusts a value_info size inference contradicts (onnx keeps it)",
-)
-def test_no_build_refusal_from_a_contradicted_static_declaration(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("engine", ENGINES)
+def test_no_build_refusal_from_a_contradicted_static_declaration(
+    engine: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The build-time static check refused a gather sized by a value_info size inference contradicts."""
     nodes = [
         helper.make_node("Slice", ["x", "st", "en"], ["i"]),
         helper.make_node("Gather", ["t", "i"], ["y"]),
@@ -156,4 +156,21 @@ def test_no_build_refusal_from_a_contradicted_static_declaration(monkeypatch: py
     model = _model(nodes, [vi("x", I64, [50])], [TABLE, START, END], [vi("i", I64, [100_000])])
     feeds = {"x": RNG.integers(0, 1000, 50)}
     monkeypatch.setenv("DMLSHIM_MEMORY_LIMIT", "1000000")
-    np.testing.assert_array_equal(_run(model, feeds, "partitioned"), _theirs(model, feeds))
+    np.testing.assert_array_equal(_run(model, feeds, engine), _theirs(model, feeds))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_static_declaration_inference_confirms_still_refuses(
+    engine: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same model whose Slice does give 100,000 indices: its 25.6 MB gather is refused at build."""
+    end = helper.make_tensor("en", I64, [1], [100_000])
+    nodes = [
+        helper.make_node("Slice", ["x", "st", "en"], ["i"]),
+        helper.make_node("Gather", ["t", "i"], ["y"]),
+    ]
+    model = _model(nodes, [vi("x", I64, [100_000])], [TABLE, START, end], [vi("i", I64, [100_000])])
+    monkeypatch.setenv("DMLSHIM_MEMORY_LIMIT", "1000000")
+    with pytest.raises(TooLargeError, match="output 'y'") as info:
+        dmlshim.InferenceSession(model.SerializeToString(), engine=engine)
+    assert "op Gather" in str(info.value)

@@ -112,6 +112,7 @@ def check_static_sizes(
         check_static_values(shapes, producers=producers)
     except TooLargeError as exc:
         declared = _declared(model.graph) if model is not None else set()
+        declared |= _downstream(graph, declared)  # a size inference carried on from a declared one
         if exc.tensor not in declared:
             raise
         assert model is not None
@@ -279,6 +280,17 @@ def _declared(graph: onnx.GraphProto) -> set[str]:
         for _, sub in subgraphs(node):
             found |= _declared(sub)
     return found
+
+
+def _downstream(graph: onnx.GraphProto, declared: set[str]) -> set[str]:
+    """The values of ``graph``'s nodes that read, directly or not, a value in ``declared``."""
+    reached: set[str] = set()
+    if not declared:
+        return reached
+    for node in graph.node:
+        if any(name in declared or name in reached for name in node.input):
+            reached.update(name for name in node.output if name)
+    return reached
 
 
 def _undeclared_shapes(model: onnx.ModelProto) -> dict[str, tuple[Sequence[int], int]]:
