@@ -110,14 +110,21 @@ def check_static_sizes(
 
     try:
         check_static_values(shapes, producers=producers)
-    except TooLargeError:
-        if model is None or not _declared(model.graph):
+    except TooLargeError as exc:
+        declared = _declared(model.graph) if model is not None else set()
+        declared |= _downstream(graph, declared)  # a size inference carried on from a declared one
+        if exc.tensor not in declared:
             raise
+        assert model is not None
         # A declared shape flows into the values computed from it (a Relu of a Gather whose value_info
-        # lies): every size is taken again from inference without the declarations, and a value only
+        # lies): those sizes are taken again from inference without the declarations, and a value only
         # the declarations sized counts for nothing (onnxruntime runs it at the shapes inputs give).
         undeclared = _undeclared_shapes(model)
-        shapes = {name: undeclared[name] for name in shapes if name in undeclared}
+        for name in declared & shapes.keys():
+            if name in undeclared:
+                shapes[name] = undeclared[name]
+            else:
+                del shapes[name]
         check_static_values(shapes, producers=producers)
     if folded is not None:
         _check_folded(folded, names, mapped, folds, outer)
@@ -276,6 +283,17 @@ def _declared(graph: onnx.GraphProto) -> set[str]:
         for _, sub in subgraphs(node):
             found |= _declared(sub)
     return found
+
+
+def _downstream(graph: onnx.GraphProto, declared: set[str]) -> set[str]:
+    """The values of ``graph``'s nodes that read, directly or not, a value in ``declared``."""
+    reached: set[str] = set()
+    if not declared:
+        return reached
+    for node in graph.node:
+        if any(name in declared or name in reached for name in node.input):
+            reached.update(name for name in node.output if name)
+    return reached
 
 
 def _undeclared_shapes(model: onnx.ModelProto) -> dict[str, tuple[Sequence[int], int]]:

@@ -13,7 +13,9 @@ from typing import Any
 
 import numpy as np
 import onnxruntime as ort
+from onnx import helper
 
+from ...inputs.narrow_floats import NARROW_FLOATS, from_bits
 from ...runtime.real import OrtInferenceSession
 from ..record import NodeRecord
 from .sessions import ORT_ERRORS, ort_run_error
@@ -72,12 +74,9 @@ def run_session(
 ) -> list[Any]:
     """``session.run``, except that values numpy cannot hold go in and come out as OrtValues, unconverted
     (onnxruntime's ``run`` cannot return a bfloat16 tensor); numpy-typed outputs still come out as arrays."""
-    if not any(isinstance(v, ort.OrtValue) for v in feeds.values()) and not needs_ort_values(session):
+    if not any(_narrow(v) for v in feeds.values()) and not needs_ort_values(session):
         return list(session.run(list(outputs), dict(feeds), run_options))
-    ort_feeds = {
-        name: v if isinstance(v, ort.OrtValue) else ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v))
-        for name, v in feeds.items()
-    }
+    ort_feeds = {name: _ort_value(v) for name, v in feeds.items()}
     results = session.run_with_ort_values(list(outputs), ort_feeds, run_options)
     out: list[Any] = []
     for value in results:
@@ -86,6 +85,26 @@ def run_session(
         else:
             out.append(value)
     return out
+
+
+def _narrow(value: Any) -> bool:
+    """Whether ``value`` goes to onnxruntime as an OrtValue: one already, or an ml_dtypes array (a
+    bfloat16 weight, say), which onnxruntime's ``run`` and ``ortvalue_from_numpy`` refuse."""
+    return isinstance(value, ort.OrtValue) or (isinstance(value, np.ndarray) and value.dtype.kind == "V")
+
+
+def _ort_value(value: Any) -> Any:
+    if isinstance(value, ort.OrtValue):
+        return value
+    array = np.ascontiguousarray(value)
+    if array.dtype.kind == "V":
+        try:
+            elem = int(helper.np_dtype_to_tensor_dtype(array.dtype))
+        except (KeyError, TypeError, ValueError):
+            elem = None
+        if elem in NARROW_FLOATS:
+            return from_bits(array.view(NARROW_FLOATS[elem].bits_dtype), elem)
+    return ort.OrtValue.ortvalue_from_numpy(array)
 
 
 def ort_run_of(session: Any, static_feeds: Mapping[str, Any]) -> Callable[..., list[Any]]:

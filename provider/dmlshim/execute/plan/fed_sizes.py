@@ -74,6 +74,10 @@ class FedSizes:
     symbols: Mapping[str, tuple[str, int]] = field(default_factory=dict)
     defaults: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     """The shapes of the initializers listed as graph inputs, for a run that feeds none over them."""
+    declaring: Mapping[str, tuple[tuple[str, int], ...]] = field(default_factory=dict)
+    """Every graph input and axis declaring each symbol: onnxruntime does not hold feeds to one size for
+    a symbol two inputs declare, and a gather sized from a symbol the feeds disagree on is sized where it
+    runs."""
 
     @classmethod
     def of(cls, model: onnx.ModelProto) -> FedSizes:
@@ -91,6 +95,12 @@ class FedSizes:
         initializers = {t.name: t for t in graph.initializer}
         fed = {v.name for v in graph.input}  # an initializer listed as an input may be fed over
         symbols = input_symbols(graph)
+        declaring: dict[str, list[tuple[str, int]]] = {}
+        for value in graph.input:
+            for axis, d in enumerate(value.type.tensor_type.shape.dim):
+                if d.dim_param and not d.HasField("dim_value"):
+                    declaring.setdefault(d.dim_param, []).append((value.name, axis))
+        unchecked = _declared_downstream(graph)
         types: dict[str, onnx.TypeProto] = {}
         try:
             inferred = infer_shapes(without_weights(model))
@@ -106,6 +116,8 @@ class FedSizes:
         def dims_of(name: str) -> str | Dims | None:
             if name in fed:
                 return name
+            if name in unchecked:
+                return None  # a shape the model declares: onnxruntime runs it whatever the run's shape
             tp = types.get(name)
             if tp is None or tp.WhichOneof("value") != "tensor_type" or not tp.tensor_type.HasField("shape"):
                 return None
@@ -140,7 +152,8 @@ class FedSizes:
                 )
             )
         defaults = {n: tuple(int(d) for d in t.dims) for n, t in initializers.items() if n in fed}
-        return cls(tuple(gathers), symbols, defaults)
+        shared = {k: tuple(v) for k, v in declaring.items() if len(v) > 1}
+        return cls(tuple(gathers), symbols, defaults, shared)
 
     def check(self, feeds: Mapping[str, Any]) -> None:
         """Refuse a run one of whose gathers' output would pass the memory limit.
@@ -176,5 +189,34 @@ class FedSizes:
             dims = value_shape(feeds.get(feed))
             if dims is None or axis >= len(dims):
                 return None
+            if not self._agreed(d, int(dims[axis]), feeds):
+                return None
             shape.append(int(dims[axis]))
         return tuple(shape)
+
+    def _agreed(self, symbol: str, size: int, feeds: Mapping[str, Any]) -> bool:
+        """Whether every fed input declaring ``symbol`` has ``size`` there."""
+        for feed, axis in self.declaring.get(symbol, ()):
+            dims = value_shape(feeds.get(feed)) if feed in feeds else None
+            if dims is not None and axis < len(dims) and int(dims[axis]) != size:
+                return False
+        return True
+
+
+def _declared_downstream(graph: onnx.GraphProto) -> frozenset[str]:
+    """The values whose shape in onnx's inference may come from a shape the model declares for a value
+    a node computes (``value_info``, an output): onnx keeps such a declaration and carries it on, while
+    onnxruntime runs the model whatever shape the value has, so those shapes do not size a run."""
+    declared = {
+        v.name
+        for v in (*graph.value_info, *graph.output)
+        if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape")
+    }
+    if not declared:
+        return frozenset()
+    reached: set[str] = set()
+    for node in graph.node:
+        if any(name in declared or name in reached for name in node.input):
+            reached.update(node.output)
+        reached.update(name for name in node.output if name in declared)
+    return frozenset(reached)

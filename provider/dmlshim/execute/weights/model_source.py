@@ -17,10 +17,9 @@ from ...fileio.external_data import ExternalRef, external_tensors
 from ...fileio.filekind import require_onnx_model
 from ...limits import check_bytes
 from ...model.declared_types import (
-    InferredGraph,
     dim_params,
-    merged_output,
-    source_output,
+    resolved_outputs,
+    source_outputs,
     without_invented_dims,
 )
 from ...model.last_inference import infer_shapes as remembered_inference
@@ -367,9 +366,19 @@ def typed_outputs(model: onnx.ModelProto, *, overridden: bool = False) -> list[o
     declared without one, a size for a dimension declared symbolic or unknown, and no size where the
     declaration and inference disagree). ``overridden``: the graph inputs carry the caller's
     free-dimension overrides for this call only, so no later pass asks for this inference again."""
-    outputs = [source_output(model, out) or out for out in model.graph.output]
+    sources = source_outputs(model)
+    outputs = [sources.get(out.name) or out for out in model.graph.output]
+    inferable = model
+    if any(out.name in sources and out.type.WhichOneof("value") for out in model.graph.output):
+        # an input, initializer or constant listed as an output is reported from its source; its declaration
+        # as an output is left out of inference (onnx refuses one that differs from the source's shape)
+        inferable = onnx.ModelProto()
+        inferable.CopyFrom(model)
+        for out in inferable.graph.output:
+            if out.name in sources:
+                out.ClearField("type")
     try:
-        inferred = _inferred(model, remember=not overridden)
+        inferred = _inferred(inferable, remember=not overridden and inferable is model)
     except (
         onnx.shape_inference.InferenceError,
         onnx.checker.ValidationError,
@@ -383,21 +392,29 @@ def typed_outputs(model: onnx.ModelProto, *, overridden: bool = False) -> list[o
     inputs = [v for v in inferred.graph.input if v.name in declared]
     known = {v.name: v for v in (*inferred.graph.value_info, *inputs, *inferred.graph.output)}
     ours = dim_params(model.graph)
-    index: InferredGraph | None = None
+    typed: dict[str, onnx.ValueInfoProto] = {}
+    for out in outputs:  # a name listed twice is one value, typed by its first declaration
+        if out.type.WhichOneof("value") and out.name not in sources:
+            typed.setdefault(out.name, out)
+    resolved = resolved_outputs(model, inferred, typed) if typed else {}
     result = []
+    first: dict[str, onnx.ValueInfoProto] = {}
     for out in outputs:
+        if out.name in first:
+            result.append(first[out.name])
+            continue
         candidate = merged.get(out.name)
         if out.type.WhichOneof("value") is None:
             candidate = known.get(out.name, candidate)
-        elif source_output(model, out) is not None:
+        elif out.name in sources:
             candidate = out
-        else:
-            index = index or InferredGraph.of(inferred, frozenset(o.name for o in outputs))
-            candidate = merged_output(model, index, out) or candidate
+        elif out.name in resolved:
+            candidate = onnx.helper.make_value_info(out.name, resolved[out.name], out.doc_string)
         if candidate is not None and candidate.type.WhichOneof("value"):
             result.append(without_invented_dims(candidate, ours))
         else:
             result.append(out)
+        first[out.name] = result[-1]
     return result
 
 

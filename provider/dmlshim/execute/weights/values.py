@@ -18,10 +18,11 @@ import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
+from onnx import helper, numpy_helper
 
 from ...errors import BadModelError
 from ...fileio.external_data import load_external_data
@@ -92,6 +93,29 @@ def check_unchanged(stamps: Mapping[str, tuple[int, int] | None], folder: str, m
             )
 
 
+def _narrow_dtype(elem_type: int) -> Any:
+    """The ml_dtypes dtype onnx decodes a bfloat16 or float8 tensor to, whose bytes are the file's (one
+    element per byte or two, little-endian): such a weight is mapped like the others, so an edit of the
+    file shows as it does in onnxruntime's mapped session. None for other types, and on a big-endian
+    machine."""
+    if sys.byteorder != "little" or elem_type not in _NARROW:
+        return None
+    try:
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+    except (KeyError, TypeError, ValueError):
+        return None
+    return dtype if dtype.kind == "V" and dtype.itemsize == _NARROW[elem_type] else None
+
+
+_NARROW = {
+    onnx.TensorProto.BFLOAT16: 2,
+    onnx.TensorProto.FLOAT8E4M3FN: 1,
+    onnx.TensorProto.FLOAT8E4M3FNUZ: 1,
+    onnx.TensorProto.FLOAT8E5M2: 1,
+    onnx.TensorProto.FLOAT8E5M2FNUZ: 1,
+}
+
+
 def initializer_value(tensor: onnx.TensorProto, folder: str | None) -> np.ndarray:
     """The value of an initializer: ``numpy_helper.to_array`` for one held in the model; for external
     data (relative to ``folder``), a read-only memory map of its bytes where the element type and the
@@ -110,7 +134,7 @@ def initializer_value(tensor: onnx.TensorProto, folder: str | None) -> np.ndarra
         )
     file = os.path.join(folder, where.location)
     shape = tuple(int(d) for d in tensor.dims)
-    dtype = _MAPPABLE.get(tensor.data_type)
+    dtype = _MAPPABLE.get(tensor.data_type) or _narrow_dtype(tensor.data_type)
     if dtype is not None and where.length and where.length == tensor_nbytes(tensor):
         if where.offset % np.dtype(dtype).itemsize:
             # Bytes at an offset that is no multiple of the element size would make an unaligned array,
