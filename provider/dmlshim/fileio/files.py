@@ -401,25 +401,27 @@ def write_stream(
     target = check_output_file(path, overwrite=overwrite, inputs=inputs, what=what, remember=False)
     parent = target.parent
     prefix = "." + target.name[:80] + "."
-    try:
-        fd, tmp_name = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=parent)
-    except OSError as exc:
-        raise BadInputError(f"cannot write the {what}: {exc.strerror or exc}", path=str(target)) from exc
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            portable.set_mode(handle.fileno(), tmp, file_mode())
-            writer(handle)
-            handle.flush()
-            if sync:
-                os.fsync(handle.fileno())
-        _place(tmp, target, overwrite, what)
-    except OSError as exc:
-        raise BadInputError(f"cannot write the {what}: {exc.strerror or exc}", path=str(target)) from exc
-    finally:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        _FOUND.pop(os.path.abspath(target), None)
+    # SIGTERM/SIGHUP while the temporary file exists: removed first, then the process ends as asked
+    with portable.cleanup_on_termination():
+        try:
+            fd, tmp_name = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=parent)
+        except OSError as exc:
+            raise BadInputError(f"cannot write the {what}: {exc.strerror or exc}", path=str(target)) from exc
+        tmp = Path(tmp_name)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                portable.set_mode(handle.fileno(), tmp, file_mode())
+                writer(handle)
+                handle.flush()
+                if sync:
+                    os.fsync(handle.fileno())
+            _place(tmp, target, overwrite, what)
+        except OSError as exc:
+            raise BadInputError(f"cannot write the {what}: {exc.strerror or exc}", path=str(target)) from exc
+        finally:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            _FOUND.pop(os.path.abspath(target), None)
     if sync:
         _fsync_dir(parent)
     logger.debug("wrote %s", target)

@@ -1,0 +1,159 @@
+"""Hostile round 49b, files: a run ended by SIGTERM or SIGHUP while dmlshim writes leaves nothing in the
+target's folder (the temporary file beside an output, an export's hidden staging folder), and the process
+still ends by that signal; a handler the program installed is left alone."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="POSIX signals")
+
+PROVIDER = str(Path(__file__).resolve().parents[1] / "provider")
+
+
+def _run(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": PROVIDER}
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
+def test_signal_during_file_write_leaves_no_temporary_file(tmp_path: Path, sig: str) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    done = _run(
+        f"""
+        import os, signal
+        from dmlshim.fileio import files
+        def writer(handle):
+            handle.write(b"x" * 100000)
+            handle.flush()
+            os.kill(os.getpid(), signal.{sig})
+            handle.write(b"y" * 100000)
+        files.write_stream("out/result.npz", writer)
+        print("not reached")
+        """,
+        tmp_path,
+    )
+    assert done.returncode == -getattr(signal, sig), done.stderr
+    assert "not reached" not in done.stdout
+    assert sorted(os.listdir(out)) == []
+
+
+def test_signal_during_export_staging_leaves_no_staging_folder(tmp_path: Path) -> None:
+    done = _run(
+        """
+        import os, signal
+        from dmlshim.fileio.folders import StagedFolder
+        with StagedFolder("exp") as staged:
+            (staged.path / "node").mkdir()
+            (staged.path / "node" / "a.bin").write_bytes(b"x" * 1000)
+            os.kill(os.getpid(), signal.SIGTERM)
+            staged.commit()
+        print("not reached")
+        """,
+        tmp_path,
+    )
+    assert done.returncode == -signal.SIGTERM, done.stderr
+    assert sorted(os.listdir(tmp_path)) == []
+
+
+def test_signal_before_commit_of_existing_output_keeps_the_old_file(tmp_path: Path) -> None:
+    (tmp_path / "out.json").write_text("old\n")
+    done = _run(
+        """
+        import os, signal
+        from dmlshim.fileio import files
+        def writer(handle):
+            handle.write(b"new")
+            os.kill(os.getpid(), signal.SIGTERM)
+        files.write_stream("out.json", writer, overwrite=True)
+        """,
+        tmp_path,
+    )
+    assert done.returncode == -signal.SIGTERM
+    assert sorted(os.listdir(tmp_path)) == ["out.json"]
+    assert (tmp_path / "out.json").read_text() == "old\n"
+
+
+def test_program_handler_is_left_alone(tmp_path: Path) -> None:
+    done = _run(
+        """
+        import os, signal
+        from dmlshim.fileio import files
+        seen = []
+        signal.signal(signal.SIGTERM, lambda s, f: seen.append(s))
+        def writer(handle):
+            handle.write(b"a")
+            os.kill(os.getpid(), signal.SIGTERM)
+            handle.write(b"b")
+        files.write_stream("out.bin", writer)
+        print(seen, signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL)
+        """,
+        tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [f"[{int(signal.SIGTERM)}]", "True"]
+    assert (tmp_path / "out.bin").read_bytes() == b"ab"
+
+
+def test_default_handlers_are_restored_after_a_write(tmp_path: Path) -> None:
+    done = _run(
+        """
+        import signal
+        from dmlshim.fileio import files
+        files.write_text("a.txt", "a")
+        print(*(signal.getsignal(s) is signal.SIG_DFL for s in (signal.SIGTERM, signal.SIGHUP)))
+        """,
+        tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "True"]
+
+
+def test_cli_export_ended_by_sigterm_midway_leaves_nothing(tmp_path: Path) -> None:
+    """The CLI: SIGTERM sent while export's staging folder exists (the writer is slowed to make sure)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.arange(40, dtype=np.float32).reshape(10, 4), "W")
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["W", "idx"], ["y"], axis=0, name="g")],
+        "g",
+        [helper.make_tensor_value_info("idx", TensorProto.INT64, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])],
+        [w],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+    onnx.save(model, tmp_path / "m.onnx")
+    (tmp_path / "out").mkdir()
+    done = _run(
+        """
+        import os, signal, sys
+        from dmlshim.fileio import folders
+        real_commit = folders.StagedFolder.commit
+        def commit(self, last=None):
+            os.kill(os.getpid(), signal.SIGTERM)
+            real_commit(self, last)
+        folders.StagedFolder.commit = commit
+        from dmlshim.cli.main import main
+        sys.exit(main(["export", "m.onnx", "-o", "out/exp", "-q"]))
+        """,
+        tmp_path,
+    )
+    assert done.returncode == -signal.SIGTERM, done.stderr
+    assert os.listdir(tmp_path / "out") == []
