@@ -157,3 +157,47 @@ def test_cli_export_ended_by_sigterm_midway_leaves_nothing(tmp_path: Path) -> No
     )
     assert done.returncode == -signal.SIGTERM, done.stderr
     assert os.listdir(tmp_path / "out") == []
+
+
+def test_profile_goes_where_the_working_directory_was_when_the_session_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """onnxruntime opens the profile when the session starts: a relative prefix names a file in that
+    working directory even when the program changed directory before end_profiling (dmlshim wrote it in
+    the new one, outside the guard that keeps a file written meanwhile)."""
+    import numpy as np
+    import onnx
+    import onnxruntime
+    from onnx import TensorProto, helper
+
+    import dmlshim
+
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["x", "i"], ["y"], axis=0, name="g")],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]),
+            helper.make_tensor_value_info("i", TensorProto.INT64, [2]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    model = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10), model)
+    feeds = {"x": np.arange(4, dtype=np.float32), "i": np.array([1, -1])}
+    for name, module, providers in (
+        ("ort", onnxruntime, ["CPUExecutionProvider"]),
+        ("dml", dmlshim, ["DmlExecutionProvider"]),
+        ("dml_cpu", dmlshim, ["CPUExecutionProvider"]),
+    ):
+        (tmp_path / name / "start").mkdir(parents=True)
+        (tmp_path / name / "end").mkdir()
+        monkeypatch.chdir(tmp_path / name / "start")
+        so = onnxruntime.SessionOptions()
+        so.enable_profiling, so.profile_file_prefix = True, "prof"
+        session = module.InferenceSession(str(model), so, providers=providers)
+        session.run(None, feeds)
+        monkeypatch.chdir(tmp_path / name / "end")
+        returned = session.end_profiling()
+        assert returned.startswith("prof_") and "/" not in returned
+        assert os.listdir(tmp_path / name / "end") == []
+        assert os.listdir(tmp_path / name / "start") == [returned]
