@@ -201,3 +201,29 @@ def test_profile_goes_where_the_working_directory_was_when_the_session_started(
         assert returned.startswith("prof_") and "/" not in returned
         assert os.listdir(tmp_path / name / "end") == []
         assert os.listdir(tmp_path / name / "start") == [returned]
+
+
+@pytest.mark.parametrize("name", ["\U0001f600" * 62 + ".npz", "\u20ac" * 84, "é" * 127, "a" * 255])
+def test_long_multibyte_names_are_written(tmp_path: Path, name: str) -> None:
+    """A legal name near the 255-byte limit: its temporary file's name must fit too (cut at 80
+    characters, 62 emoji left 266 bytes: 'File name too long')."""
+    from dmlshim.fileio import files
+    from dmlshim.fileio.folders import StagedFolder
+
+    assert len(os.fsencode(name)) <= 255
+    written = files.write_bytes(tmp_path / name, b"data")
+    assert written.read_bytes() == b"data"
+    with StagedFolder(tmp_path / "exports" / name) as staged:
+        (staged.path / "a.bin").write_bytes(b"x")
+        staged.commit()
+    assert sorted(os.listdir(tmp_path)) == sorted([name, "exports"])
+    assert os.listdir(tmp_path / "exports" / name) == ["a.bin"]
+
+
+def test_temp_prefix_counts_bytes_and_keeps_undecodable_names() -> None:
+    from dmlshim.fileio.files import temp_prefix
+
+    assert temp_prefix("out.npz") == ".out.npz."
+    assert len(os.fsencode(temp_prefix("\U0001f600" * 70))) <= 82
+    raw = os.fsdecode(b"\xff\xfe" * 60)  # undecodable bytes, as a POSIX name may hold
+    assert len(os.fsencode(temp_prefix(raw))) <= 82

@@ -44,6 +44,7 @@ __all__ = [
     "check_output_file",
     "file_mode",
     "input_files",
+    "temp_prefix",
     "write_bytes",
     "write_json",
     "write_npy",
@@ -340,6 +341,26 @@ def _refuse_newcomer(target: Path, what: str) -> None:
         )
 
 
+_TEMP_STEM_BYTES = 80
+"""At most this many bytes of the target's name go into its temporary file's name (a legal name of 255
+bytes plus the temporary file's dot, random part and suffix would pass the file system's limit)."""
+
+
+def temp_prefix(name: str) -> str:
+    """``.<name's start>.``: the prefix of a temporary file (or staging folder) beside ``name``, its start
+    cut to :data:`_TEMP_STEM_BYTES` bytes as the file system counts them (62 emoji are 248 bytes: cutting
+    at 80 characters left a 266-byte temporary name, refused with "File name too long")."""
+    stem = name[:_TEMP_STEM_BYTES]
+    while stem:
+        try:
+            if len(os.fsencode(stem)) <= _TEMP_STEM_BYTES:
+                break
+        except UnicodeError:
+            pass
+        stem = stem[:-1]
+    return "." + stem + "."
+
+
 def _fsync_dir(directory: Path) -> None:
     portable.fsync_dir(directory)
 
@@ -400,7 +421,7 @@ def write_stream(
     """
     target = check_output_file(path, overwrite=overwrite, inputs=inputs, what=what, remember=False)
     parent = target.parent
-    prefix = "." + target.name[:80] + "."
+    prefix = temp_prefix(target.name)
     # SIGTERM/SIGHUP while the temporary file exists: removed first, then the process ends as asked
     with portable.cleanup_on_termination():
         try:

@@ -28,6 +28,7 @@ from .files import (
     _refuse_stream_link,
     file_mode,
     input_files,
+    temp_prefix,
 )
 
 __all__ = ["StagedFolder"]
@@ -175,7 +176,7 @@ class StagedFolder:
         try:
             parent.mkdir(parents=True, exist_ok=True)
             self._staging = Path(
-                tempfile.mkdtemp(prefix="." + self.target.name[:80] + ".", suffix=".tmp", dir=parent)
+                tempfile.mkdtemp(prefix=temp_prefix(self.target.name), suffix=".tmp", dir=parent)
             )
             os.chmod(self._staging, file_mode(directory=True))
         except OSError as exc:
