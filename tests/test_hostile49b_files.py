@@ -227,3 +227,101 @@ def test_temp_prefix_counts_bytes_and_keeps_undecodable_names() -> None:
     assert len(os.fsencode(temp_prefix("\U0001f600" * 70))) <= 82
     raw = os.fsdecode(b"\xff\xfe" * 60)  # undecodable bytes, as a POSIX name may hold
     assert len(os.fsencode(temp_prefix(raw))) <= 82
+
+
+def _as_nobody() -> list[str] | None:
+    """The command prefix that runs a child as an unprivileged user (root's writes pass every mode)."""
+    import shutil
+
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        return None
+    return [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+PROTECTED = """
+import sys
+import dmlshim, onnxruntime
+from dmlshim.fileio import files
+results = []
+try:
+    files.write_bytes("theirs.npz", b"new", overwrite=True)
+    results.append("replaced")
+except dmlshim.BadInputError as exc:
+    results.append("refused" if "write-protected" in str(exc) else str(exc))
+so = onnxruntime.SessionOptions()
+so.optimized_model_filepath = "opt.onnx"
+for module in (onnxruntime, dmlshim):
+    try:
+        module.InferenceSession("m.onnx", so, providers=["CPUExecutionProvider"])
+        results.append("written")
+    except Exception as exc:
+        results.append("refused " + type(exc).__name__)
+print(" ".join(r.split()[0] for r in results))
+"""
+
+
+def test_write_protected_files_are_not_replaced(tmp_path: Path) -> None:
+    """onnxruntime cannot open a file the process may not write (SystemError : 13); dmlshim renamed over
+    it, which the folder's permission allowed, destroying a file its owner had protected."""
+    prefix = _as_nobody()
+    if prefix is None:
+        pytest.skip("running as root without setpriv: no unprivileged user to write as")
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["x", "i"], ["y"], axis=0, name="g")],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]),
+            helper.make_tensor_value_info("i", TensorProto.INT64, [2]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    onnx.save(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10),
+        tmp_path / "m.onnx",
+    )
+    for name in ("theirs.npz", "opt.onnx"):
+        (tmp_path / name).write_bytes(b"precious")
+        (tmp_path / name).chmod(0o444)
+    (tmp_path / "m.onnx").chmod(0o644)
+    tmp_path.chmod(0o777)  # the folder allows the rename: only the file's mode protects it
+    env = {**os.environ, "PYTHONPATH": PROVIDER, "HOME": str(tmp_path)}
+    done = subprocess.run(
+        [*prefix, sys.executable, "-c", PROTECTED],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    # onnxruntime refuses (1.32: ModelRequiresCompilation, "SystemError : 13"); so does dmlshim
+    assert done.stdout.split() == ["refused", "refused", "refused"], done.stdout
+    for name in ("theirs.npz", "opt.onnx"):
+        assert (tmp_path / name).read_bytes() == b"precious"
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".")]
+
+
+def test_write_protected_check_is_the_process_permission(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In-process (also as root): the writer asks os.access, and a writable file is replaced as before."""
+    from dmlshim.errors import BadInputError
+    from dmlshim.fileio import files
+
+    target = tmp_path / "out.json"
+    target.write_text("old")
+    files.write_text(target, "new", overwrite=True)
+    assert target.read_text() == "new"
+    monkeypatch.setattr(files.os, "access", lambda path, mode, **kw: mode != os.W_OK)
+    with pytest.raises(BadInputError, match="write-protected"):
+        files.write_text(target, "newer", overwrite=True)
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    files.write_text(link, "via link", overwrite=True)  # the link is replaced, its target untouched
+    assert target.read_text() == "new" and link.read_text() == "via link" and not link.is_symlink()
