@@ -303,3 +303,44 @@ def test_external_data_of_bytes_found_from_the_working_directory_at_creation(tmp
         os.chdir(old)
     feeds = {"i": np.array([15, -16, 3])}
     _same(("ok", pair[0].run(None, feeds)), ("ok", pair[1].run(None, feeds)))
+
+
+def test_threads_scatter_and_gather_elements_with_duplicates(sessions: dict[str, tuple[Any, Any]]) -> None:
+    """Many threads, one session per model, random shapes; references from numpy (ONNX's definitions)."""
+    scatter_add, scatter_nd, gather_el = (
+        sessions[k][1] for k in ("scatter_elements", "scatter_nd", "gather_elements")
+    )
+    wrong: list[Any] = []
+
+    def work(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        for _ in range(20):
+            a, b, k = (int(v) for v in rng.integers(1, 7, 3))
+            data = rng.integers(-5, 5, (a, b)).astype(np.float32)
+            index = rng.integers(-b, b, (a, k))
+            updates = rng.integers(-5, 5, (a, k)).astype(np.float32)
+            expected = data.copy()
+            np.add.at(
+                expected, (np.arange(a)[:, None].repeat(k, 1), np.where(index < 0, index + b, index)), updates
+            )
+            if not np.array_equal(scatter_add.run(None, {"x": data, "i": index, "u": updates})[0], expected):
+                wrong.append(("ScatterElements", seed))
+            rows = rng.permutation(a)[: int(rng.integers(0, a + 1))]
+            new = rng.standard_normal((len(rows), b)).astype(np.float32)
+            expected = data.copy()
+            expected[rows] = new
+            got = scatter_nd.run(None, {"x": data, "i": rows.reshape(-1, 1).astype(np.int64), "u": new})[0]
+            if not np.array_equal(got, expected):
+                wrong.append(("ScatterND", seed))
+            c, d = int(rng.integers(1, 5)), int(rng.integers(1, b + 1))
+            picks = rng.integers(-a, a, (c, d)).astype(np.int32)
+            expected = data[np.where(picks < 0, picks + a, picks), np.arange(d)[None, :]]
+            if not np.array_equal(gather_el.run(None, {"x": data, "i": picks})[0], expected):
+                wrong.append(("GatherElements", seed))
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert wrong == []
