@@ -325,3 +325,25 @@ def test_write_protected_check_is_the_process_permission(
     link.symlink_to(target)
     files.write_text(link, "via link", overwrite=True)  # the link is replaced, its target untouched
     assert target.read_text() == "new" and link.read_text() == "via link" and not link.is_symlink()
+
+
+@pytest.mark.parametrize("kind", ["hard_link", "link_to_dir", "dangling", "link_to_file"])
+def test_replacing_links_never_touches_what_they_lead_to(tmp_path: Path, kind: str) -> None:
+    from dmlshim.fileio import files
+
+    (tmp_path / "user").mkdir()
+    (tmp_path / "user" / "keep.txt").write_text("precious")
+    target = tmp_path / "out.json"
+    if kind == "hard_link":
+        os.link(tmp_path / "user" / "keep.txt", target)
+    elif kind == "link_to_dir":
+        target.symlink_to(tmp_path / "user", target_is_directory=True)
+    elif kind == "dangling":
+        target.symlink_to(tmp_path / "user" / "missing.json")
+    else:
+        target.symlink_to(tmp_path / "user" / "keep.txt")
+    files.write_json(target, {"a": 1}, overwrite=True)
+    assert not target.is_symlink() and target.read_text() == '{\n  "a": 1\n}\n'
+    assert sorted(os.listdir(tmp_path / "user")) == ["keep.txt"]
+    assert (tmp_path / "user" / "keep.txt").read_text() == "precious"
+    assert sorted(os.listdir(tmp_path)) == ["out.json", "user"]
