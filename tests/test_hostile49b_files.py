@@ -347,3 +347,50 @@ def test_replacing_links_never_touches_what_they_lead_to(tmp_path: Path, kind: s
     assert sorted(os.listdir(tmp_path / "user")) == ["keep.txt"]
     assert (tmp_path / "user" / "keep.txt").read_text() == "precious"
     assert sorted(os.listdir(tmp_path)) == ["out.json", "user"]
+
+
+def test_a_node_whose_export_fails_leaves_no_partial_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk after a node's first array: the node is skipped (EXPORT_FAILED) and its folder, which
+    the index does not list, used to stay in the export, so the next export --overwrite refused it as
+    something dmlshim did not write."""
+    import json
+
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    from dmlshim.dxdispatch import export as export_module
+    from dmlshim.errors import BadInputError
+
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["x", "i"], ["y"], axis=0, name="g")],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]),
+            helper.make_tensor_value_info("i", TensorProto.INT64, [2]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    model = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10), model)
+    inputs = {"x": np.arange(4, dtype=np.float32), "i": np.array([1, -1])}
+    real = export_module.export_node
+
+    def disk_full(folder: str, *args: object, **kwargs: object) -> object:
+        directory = args[3]
+        assert isinstance(directory, Path)
+        (directory / folder).mkdir()
+        (directory / folder / "input.npy").write_bytes(b"partial")
+        raise BadInputError("cannot write the resource 'indices' sourcePath: No space left on device")
+
+    monkeypatch.setattr(export_module, "export_node", disk_full)
+    export_module.export_model(model, tmp_path / "exp", inputs=inputs)
+    index = json.loads((tmp_path / "exp" / "index.json").read_text())
+    assert [s["code"] for s in index["skipped"]] == ["EXPORT_FAILED"]
+    assert os.listdir(tmp_path / "exp") == ["index.json"]
+    monkeypatch.setattr(export_module, "export_node", real)
+    export_module.export_model(model, tmp_path / "exp", inputs=inputs, overwrite=True)
+    index = json.loads((tmp_path / "exp" / "index.json").read_text())
+    assert len(index["exported"]) == 1 and index["skipped"] == []
