@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 __all__ = [
     "READ_FLAGS",
     "WINDOWS_RESERVED_NAMES",
+    "Terminated",
+    "cleanup_on_termination",
     "fsync_dir",
     "hold_signals",
     "is_link",
@@ -256,6 +258,57 @@ def hold_signals() -> Iterator[None]:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         if noted:
+            signal.raise_signal(noted[0])
+
+
+class Terminated(BaseException):
+    """SIGTERM (SIGHUP, SIGBREAK) arrived inside :func:`cleanup_on_termination`: raised so that the
+    ``finally`` blocks removing temporary files run; the signal is delivered again afterwards."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def cleanup_on_termination() -> Iterator[None]:
+    """Let the ``finally`` blocks inside run when SIGTERM, SIGHUP or SIGBREAK ends the process.
+
+    Those signals end a process without unwinding its stack: a temporary file beside an output (or an
+    export's staging folder) would stay in the user's folder. Inside this block, in the main thread, each
+    such signal still at its default action raises :class:`Terminated` instead; when the block is left,
+    the handlers are put back and the signal is delivered again, so the process ends as it would have
+    (exit status 128 + signal). A handler the program installed, SIG_IGN, other threads and nested blocks
+    are left alone (the outermost block answers).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    ours: list[int] = []
+    noted: list[int] = []
+
+    def terminated(signum: int, _frame: Any) -> None:
+        noted.append(signum)
+        raise Terminated(signum)
+
+    for sig in termination_signals():
+        if sig == signal.SIGINT:
+            continue  # Python's own handler already raises KeyboardInterrupt
+        with contextlib.suppress(OSError, ValueError):
+            if signal.getsignal(sig) is signal.SIG_DFL:
+                signal.signal(sig, terminated)
+                ours.append(sig)
+    try:
+        yield
+    finally:
+        for sig in ours:
+            with contextlib.suppress(OSError, ValueError):
+                signal.signal(sig, signal.SIG_DFL)
+        if noted:
+            # the cleanup ran; end as the signal would have (also when something swallowed Terminated)
+            with contextlib.suppress(Exception):
+                if sys.stdout is not None:
+                    sys.stdout.flush()
             signal.raise_signal(noted[0])
 
 

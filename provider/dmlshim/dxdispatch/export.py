@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -269,6 +270,20 @@ def _export_one(
             folder, t, arrays, captured.output, directory, model_label, iterations=captured.iterations
         )
     except IndexOutOfRangeError as exc:
+        _drop_partial(directory, folder)
         return SkippedNode(name, node.op_type, "INDEX_OUT_OF_RANGE", str(exc))
     except DmlShimError as exc:
+        _drop_partial(directory, folder)
         return SkippedNode(name, node.op_type, "EXPORT_FAILED", str(exc))
+
+
+def _drop_partial(directory: Path, folder: str) -> None:
+    """Remove what a skipped node's export wrote before it failed (a full disk after ``input.npy``): the
+    index does not list it, so it would be left in the export, and the next ``--overwrite`` would refuse
+    the folder as something dmlshim did not write. ``directory`` is the export's own staging folder."""
+    partial = directory / folder
+    if os.path.lexists(partial):
+        # our staging folder's entry; rmtree removes links inside without following them
+        shutil.rmtree(partial, ignore_errors=True)
+        if os.path.lexists(partial):
+            log.warning("could not remove the partial export folder %s", partial)

@@ -25,7 +25,6 @@ Every refusal is a :class:`~dmlshim.errors.BadInputError` naming the path and th
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import logging
 import os
@@ -39,11 +38,14 @@ import numpy as np
 
 from .. import portable
 from ..errors import BadInputError
+from .input_files import _locations as _locations  # its cache is cleared by tests
+from .input_files import input_files
 
 __all__ = [
     "check_output_file",
     "file_mode",
     "input_files",
+    "temp_prefix",
     "write_bytes",
     "write_json",
     "write_npy",
@@ -169,68 +171,6 @@ def _same_file(a: PathLike, b: PathLike) -> bool:
         return False
 
 
-def _model_data_files(source: str) -> list[Path]:
-    """The external-data files an ONNX model file names (its tensors' ``location`` entries, resolved
-    against its folder); empty for anything that is not a readable ONNX model."""
-    if not source.lower().endswith(".onnx") or not os.path.isfile(source):
-        return []
-    st = os.stat(source)
-    folder = Path(source).parent
-    return [folder / loc for loc in _locations(os.path.realpath(source), st.st_mtime_ns, st.st_size)]
-
-
-@functools.lru_cache(maxsize=16)
-def _locations(source: str, mtime_ns: int, size: int) -> tuple[str, ...]:
-    """The distinct external-data locations of the model file ``source`` (a real path; its time and size
-    key the cache)."""
-    import onnx  # files.py stays import-light for commands that write no model
-
-    from ..execute.weights.file_slices import read_weightless
-    from ..model.weightless import WEIGHTLESS_MIN_BYTES
-    from .external_data import external_tensors
-
-    # read without the large inline weights (a 361 MB model parsed whole doubled `run -o`'s peak);
-    # those become references to the model file itself (location: its own name), not data files
-    inline: frozenset[str] = frozenset()
-    try:
-        walked = read_weightless(source, WEIGHTLESS_MIN_BYTES)
-        if walked is not None:
-            model, inline = walked
-        else:
-            model = onnx.load(source, load_external_data=False)
-    except Exception as exc:  # not a model, unreadable: nothing more to protect than the file itself
-        logger.debug("no external data listed for %s: %s", source, exc)
-        return ()
-    own_name = os.path.basename(source)
-    found: dict[str, None] = {}
-    for tensor in external_tensors(model.graph):
-        for entry in tensor.external_data:
-            if entry.key != "location" or not entry.value or "\x00" in entry.value:
-                continue
-            if tensor.name in inline and entry.value == own_name:
-                continue  # an inline weight read_weightless left in the model file
-            found.setdefault(entry.value)
-    return tuple(found)
-
-
-def input_files(inputs: Iterable[PathLike | None]) -> list[tuple[Path, str]]:
-    """Every file the inputs read, each with how to name it: the inputs themselves and, for an ONNX
-    model, each of its external-data files."""
-    out: list[tuple[Path, str]] = []
-    for source in inputs:
-        if source is None:
-            continue
-        text = os.fspath(source)
-        if isinstance(text, bytes):
-            text = os.fsdecode(text)
-        out.append((Path(text), f"the input {text!r}"))
-        out.extend(
-            (data, f"{str(data)!r}, the external data of the input model {text!r}")
-            for data in _model_data_files(text)
-        )
-    return out
-
-
 _Stamp = tuple[int, int, int, int] | None
 
 _FOUND: dict[str, _Stamp] = {}
@@ -306,6 +246,7 @@ def check_output_file(
             _refuse_stream_link(target, what)
         if not overwrite:
             raise BadInputError(f"the {what} exists; pass --overwrite to replace it", path=text, rule=_RULE)
+        _refuse_protected(target, st, what)
     parent = target.parent
     if not parent.is_dir():
         missing = "is not a folder" if parent.exists() else "does not exist"
@@ -314,6 +255,20 @@ def check_output_file(
     if remember or key not in _FOUND:
         _FOUND[key] = None if st is None else _stamp(target)
     return target
+
+
+def _refuse_protected(target: Path, st: os.stat_result, what: str) -> None:
+    """Refuse to replace a regular file this process may not write (``chmod a-w``, another user's file in
+    a shared folder): onnxruntime cannot open it (``SystemError : 13``), and renaming over it, which the
+    folder's permission allows, would destroy a file its owner protected. A link is replaced, never its
+    target, so only the file itself counts; root may write anything, as in onnxruntime."""
+    if stat.S_ISREG(st.st_mode) and not os.access(target, os.W_OK):
+        raise BadInputError(
+            f"the {what} is write-protected (this process may not write it); dmlshim does not replace it, "
+            "even with --overwrite: make it writable, or remove it",
+            path=str(target),
+            rule=_RULE,
+        )
 
 
 def remember_output(path: PathLike) -> None:
@@ -340,6 +295,26 @@ def _refuse_newcomer(target: Path, what: str) -> None:
         )
 
 
+_TEMP_STEM_BYTES = 80
+"""At most this many bytes of the target's name go into its temporary file's name (a legal name of 255
+bytes plus the temporary file's dot, random part and suffix would pass the file system's limit)."""
+
+
+def temp_prefix(name: str) -> str:
+    """``.<name's start>.``: the prefix of a temporary file (or staging folder) beside ``name``, its start
+    cut to :data:`_TEMP_STEM_BYTES` bytes as the file system counts them (62 emoji are 248 bytes: cutting
+    at 80 characters left a 266-byte temporary name, refused with "File name too long")."""
+    stem = name[:_TEMP_STEM_BYTES]
+    while stem:
+        try:
+            if len(os.fsencode(stem)) <= _TEMP_STEM_BYTES:
+                break
+        except UnicodeError:
+            pass
+        stem = stem[:-1]
+    return "." + stem + "."
+
+
 def _fsync_dir(directory: Path) -> None:
     portable.fsync_dir(directory)
 
@@ -357,6 +332,8 @@ def _place(tmp: Path, target: Path, overwrite: bool, what: str) -> None:
         _refuse_stream_link(target, what)
     if overwrite:
         _refuse_newcomer(target, what)
+        if st is not None:
+            _refuse_protected(target, st, what)
         portable.replace(tmp, target)  # replaces a link itself, never its target
         return
     try:
@@ -400,26 +377,28 @@ def write_stream(
     """
     target = check_output_file(path, overwrite=overwrite, inputs=inputs, what=what, remember=False)
     parent = target.parent
-    prefix = "." + target.name[:80] + "."
-    try:
-        fd, tmp_name = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=parent)
-    except OSError as exc:
-        raise BadInputError(f"cannot write the {what}: {exc.strerror or exc}", path=str(target)) from exc
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            portable.set_mode(handle.fileno(), tmp, file_mode())
-            writer(handle)
-            handle.flush()
-            if sync:
-                os.fsync(handle.fileno())
-        _place(tmp, target, overwrite, what)
-    except OSError as exc:
-        raise BadInputError(f"cannot write the {what}: {exc.strerror or exc}", path=str(target)) from exc
-    finally:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        _FOUND.pop(os.path.abspath(target), None)
+    prefix = temp_prefix(target.name)
+    # SIGTERM/SIGHUP while the temporary file exists: removed first, then the process ends as asked
+    with portable.cleanup_on_termination():
+        try:
+            fd, tmp_name = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=parent)
+        except OSError as exc:
+            raise BadInputError(f"cannot write the {what}: {exc.strerror or exc}", path=str(target)) from exc
+        tmp = Path(tmp_name)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                portable.set_mode(handle.fileno(), tmp, file_mode())
+                writer(handle)
+                handle.flush()
+                if sync:
+                    os.fsync(handle.fileno())
+            _place(tmp, target, overwrite, what)
+        except OSError as exc:
+            raise BadInputError(f"cannot write the {what}: {exc.strerror or exc}", path=str(target)) from exc
+        finally:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            _FOUND.pop(os.path.abspath(target), None)
     if sync:
         _fsync_dir(parent)
     logger.debug("wrote %s", target)

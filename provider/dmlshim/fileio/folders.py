@@ -7,6 +7,7 @@ there before (regular files, and folders of regular files, that the previous ind
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
@@ -27,6 +28,7 @@ from .files import (
     _refuse_stream_link,
     file_mode,
     input_files,
+    temp_prefix,
 )
 
 __all__ = ["StagedFolder"]
@@ -94,6 +96,7 @@ class StagedFolder:
         self._remove: list[str] = []
         self._staging: Path | None = None
         self._committed = False
+        self._termination: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
         self._check()
 
     def _check(self) -> None:
@@ -167,23 +170,30 @@ class StagedFolder:
 
     def __enter__(self) -> StagedFolder:
         parent = self.target.parent
+        # SIGTERM/SIGHUP while the staging folder exists: removed by __exit__, then the process ends
+        self._termination = portable.cleanup_on_termination()
+        self._termination.__enter__()
         try:
             parent.mkdir(parents=True, exist_ok=True)
             self._staging = Path(
-                tempfile.mkdtemp(prefix="." + self.target.name[:80] + ".", suffix=".tmp", dir=parent)
+                tempfile.mkdtemp(prefix=temp_prefix(self.target.name), suffix=".tmp", dir=parent)
             )
             os.chmod(self._staging, file_mode(directory=True))
         except OSError as exc:
+            self._termination.__exit__(None, None, None)
             raise BadInputError(
                 f"cannot create the {self.what}: {exc.strerror or exc}", path=str(self.target)
             ) from exc
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        if self._staging is not None and not self._committed:
-            # Our own temporary folder; rmtree removes links inside it without following them.
-            shutil.rmtree(self._staging, ignore_errors=True)
-        self._staging = None
+        try:
+            if self._staging is not None and not self._committed:
+                # Our own temporary folder; rmtree removes links inside it without following them.
+                shutil.rmtree(self._staging, ignore_errors=True)
+            self._staging = None
+        finally:
+            self._termination.__exit__(None, None, None)
 
     def commit(self, last: str | None = None) -> None:
         """Move the staged content into the target; ``last`` (e.g. the index) is moved in last."""

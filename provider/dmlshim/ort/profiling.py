@@ -90,7 +90,11 @@ class SessionProfiler:
         self._end_lock = threading.Lock()  # end() hands the file name out once, whatever the threads
         # what is at the profile's name now may be replaced (as onnxruntime replaces it); a file that
         # appears there while the session runs is someone else's
-        files.remember_output(self._file_name())
+        self._name = self._file_name()
+        # onnxruntime opens the file when the session starts: a relative prefix names a file in the
+        # working directory of that moment, whatever directory the program is in when profiling ends
+        self._path = os.path.abspath(self._name)
+        files.remember_output(self._path)
 
     @property
     def start_time_ns(self) -> int:
@@ -211,15 +215,15 @@ class SessionProfiler:
         self.harvest(sessions)
         with self._lock:
             events = sorted(self._events, key=lambda e: (e.get("ts", 0), -e.get("dur", 0)))
-        name = self._file_name()
-        if not Path(name).parent.is_dir():
+        name = self._name  # returned as onnxruntime returns it (relative when the prefix is)
+        if not Path(self._path).parent.is_dir():
             # onnxruntime cannot open the file either: it writes nothing and still returns the name
             logger.warning("profile not written: the folder of %s does not exist", name)
             self._tmp.cleanup()
             return name
         data = json.dumps(events, separators=(",", ":")).encode("utf-8")
         try:
-            write_session_file(Path(name), data, what="profile file", inputs=self.inputs)
+            write_session_file(Path(self._path), data, what="profile file", inputs=self.inputs)
         finally:
             self._tmp.cleanup()
         logger.info("profile with %d events written to %s", len(events), name)

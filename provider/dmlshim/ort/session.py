@@ -50,6 +50,7 @@ from .session_args import (
     NO_MODEL_VERSION,
     check_feed_names,
     check_provider_list,
+    check_run_config,
     check_run_options,
     disabled_optimizers,
     fallback_flag,
@@ -419,6 +420,7 @@ class InferenceSession(SessionRuns, SessionQueries, SessionProfiling, OrtSession
             stop = terminated(run_options)
             if stop is not None:
                 raise stop  # as onnxruntime: a run asked to terminate does not start (emulated nodes too)
+            check_run_config(run_options, self._options)
         self._loaded.check_files()  # a mapped external-data file cut short is refused, not a SIGBUS
         self._fed_sizes.check(feeds)
         if self._live_reader is not None:  # the add_initializer values as the caller's buffers hold them now

@@ -3,6 +3,7 @@ onnxruntime's extra keyword arguments, and which engine runs the session."""
 
 from __future__ import annotations
 
+import functools
 import types
 from collections.abc import ItemsView, KeysView, Mapping, Sequence, ValuesView
 from collections.abc import Set as AbstractSet
@@ -116,6 +117,40 @@ def check_run_options(run_options: Any) -> None:
             value=type(run_options).__name__,
         )
         raise with_onnxruntime_class(error, TypeError)
+
+
+SHRINK_KEY = "memory.enable_memory_arena_shrinkage"
+"""The run config entry onnxruntime checks before every run (its device list must name arenas the
+session has), wherever the run's nodes execute."""
+
+
+@functools.cache
+def _arena_probe(arena: bool) -> Any:
+    """An onnxruntime session of the nodeless probe model, with or without the CPU arena."""
+    from ..runtime.real import OrtInferenceSession, ort
+    from .session_copy import _probe_model
+
+    so = ort.SessionOptions()
+    so.enable_cpu_mem_arena, so.log_severity_level, so.intra_op_num_threads = arena, 3, 1
+    return OrtInferenceSession(_probe_model(), so, providers=["CPUExecutionProvider"])
+
+
+def check_run_config(run_options: Any, sess_options: Any) -> None:
+    """Refuse the run config entries onnxruntime refuses before a run starts (a memory arena shrink list
+    naming a device or arena the session lacks: ``InvalidArgument``), also when no onnxruntime session
+    runs (every node emulated). onnxruntime itself is asked, on a nodeless session with the same arena."""
+    try:
+        shrink = run_options.get_run_config_entry(SHRINK_KEY)
+    except RuntimeError:  # not set: nothing onnxruntime checks
+        return
+    arena = bool(getattr(sess_options, "enable_cpu_mem_arena", True)) if sess_options is not None else True
+    try:
+        _arena_probe(arena).run(None, {}, run_options)
+    except Exception as exc:  # onnxruntime's error classes share no useful base
+        if type(exc).__module__.split(".")[0] != "onnxruntime":
+            raise
+        error = BadInputError(str(exc), value=shrink, rule=f"RunOptions config entry {SHRINK_KEY!r}")
+        raise with_onnxruntime_class(error, type(exc)) from None
 
 
 def check_feed_names(input_feed: Mapping[Any, Any]) -> None:

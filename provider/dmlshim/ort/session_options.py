@@ -247,9 +247,13 @@ def write_optimized_model(
         # name leaving the folder ('../w.bin') would replace a file beside the staging folder, in the
         # temporary directory. What is there now at the target may be replaced; a file appearing there
         # meanwhile is someone else's.
-        files.remember_output(_weights_path(target_path.parent, weights_file))
+        weights_target = _weights_path(target_path.parent, weights_file)
+        _refuse_linked_folders(target_path.parent, weights_target)
+        files.remember_output(weights_target)
     with tempfile.TemporaryDirectory(prefix="dmlshim-optimized-") as tmp:
         staged = Path(tmp) / ("optimized" + "".join(target_path.suffixes[-1:]))
+        if weights_file:
+            _mirror_folders(target_path.parent, _weights_path(Path(tmp), weights_file).parent, Path(tmp))
         copy = copy_options(so)
         for key in ("session.save_model_format", EXTERNAL_FILE_KEY, EXTERNAL_MIN_SIZE_KEY):
             value = config_entry(so, key)
@@ -287,6 +291,31 @@ def _weights_path(folder: Path, name: str) -> Path:
         raise BadInputError(
             exc.message, value=name, rule="the file is named relative to the optimized model"
         ) from None
+
+
+def _refuse_linked_folders(root: Path, weights: Path) -> None:
+    """Refuse a folder between the optimized model's folder and its external-initializers file that is a
+    symbolic link (onnxruntime writes through it, replacing a file of the link's target)."""
+    current = root
+    for part in weights.parent.relative_to(root).parts:
+        current = current / part
+        if current.is_symlink():
+            refused = BadInputError(
+                f"the optimized model's external initializers ({EXTERNAL_FILE_KEY}) would be written "
+                f"through the symbolic link {str(current)!r}; dmlshim does not write through links",
+                path=str(weights),
+                rule="the file is named relative to the optimized model",
+            )
+            raise with_onnxruntime_class(refused, RuntimeError)
+
+
+def _mirror_folders(root: Path, staged_folder: Path, staged_root: Path) -> None:
+    """Make in the staging folder the subfolders that exist on the way to the external-initializers file
+    beside the target (``sub/w.bin``): onnxruntime writes into an existing folder and fails on a missing
+    one, so only the folders it would find beside the target are made."""
+    relative = staged_folder.relative_to(staged_root)
+    if relative.parts and (root / relative).is_dir():
+        staged_folder.mkdir(parents=True, exist_ok=True)
 
 
 def _move_weights(staged_dir: Path, name: str, target: Path, model_path: str | None) -> None:
