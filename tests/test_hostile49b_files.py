@@ -18,6 +18,25 @@ pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="POSIX sig
 PROVIDER = str(Path(__file__).resolve().parents[1] / "provider")
 
 
+def _gather_model(folder: Path) -> Path:
+    """``folder/m.onnx``: y = Gather(x[4], i[2]) on axis 0."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["x", "i"], ["y"], axis=0, name="g")],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]),
+            helper.make_tensor_value_info("i", TensorProto.INT64, [2]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    model = folder / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10), model)
+    return model
+
+
 def _run(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": PROVIDER}
     return subprocess.run(
@@ -166,23 +185,11 @@ def test_profile_goes_where_the_working_directory_was_when_the_session_started(
     working directory even when the program changed directory before end_profiling (dmlshim wrote it in
     the new one, outside the guard that keeps a file written meanwhile)."""
     import numpy as np
-    import onnx
     import onnxruntime
-    from onnx import TensorProto, helper
 
     import dmlshim
 
-    graph = helper.make_graph(
-        [helper.make_node("Gather", ["x", "i"], ["y"], axis=0, name="g")],
-        "g",
-        [
-            helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]),
-            helper.make_tensor_value_info("i", TensorProto.INT64, [2]),
-        ],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
-    )
-    model = tmp_path / "m.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10), model)
+    model = _gather_model(tmp_path)
     feeds = {"x": np.arange(4, dtype=np.float32), "i": np.array([1, -1])}
     for name, module, providers in (
         ("ort", onnxruntime, ["CPUExecutionProvider"]),
@@ -269,22 +276,8 @@ def test_write_protected_files_are_not_replaced(tmp_path: Path) -> None:
     prefix = _as_nobody()
     if prefix is None:
         pytest.skip("running as root without setpriv: no unprivileged user to write as")
-    import onnx
-    from onnx import TensorProto, helper
 
-    graph = helper.make_graph(
-        [helper.make_node("Gather", ["x", "i"], ["y"], axis=0, name="g")],
-        "g",
-        [
-            helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]),
-            helper.make_tensor_value_info("i", TensorProto.INT64, [2]),
-        ],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
-    )
-    onnx.save(
-        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10),
-        tmp_path / "m.onnx",
-    )
+    _gather_model(tmp_path)
     for name in ("theirs.npz", "opt.onnx"):
         (tmp_path / name).write_bytes(b"precious")
         (tmp_path / name).chmod(0o444)
@@ -358,23 +351,11 @@ def test_a_node_whose_export_fails_leaves_no_partial_folder(
     import json
 
     import numpy as np
-    import onnx
-    from onnx import TensorProto, helper
 
     from dmlshim.dxdispatch import export as export_module
     from dmlshim.errors import BadInputError
 
-    graph = helper.make_graph(
-        [helper.make_node("Gather", ["x", "i"], ["y"], axis=0, name="g")],
-        "g",
-        [
-            helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]),
-            helper.make_tensor_value_info("i", TensorProto.INT64, [2]),
-        ],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
-    )
-    model = tmp_path / "m.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10), model)
+    model = _gather_model(tmp_path)
     inputs = {"x": np.arange(4, dtype=np.float32), "i": np.array([1, -1])}
     real = export_module.export_node
 

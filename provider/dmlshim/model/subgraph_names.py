@@ -16,26 +16,15 @@ original names back into the inferred copy, whose types are then those of the mo
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
 import onnx
+
+from .data_cuts import GraphPath, graph_paths
 
 __all__ = ["give_back", "unshared"]
 
 _SUFFIX = "__dmlshim_sub"
-
-Path = tuple[tuple[int, str, int], ...]
-
-
-def _graphs(graph: onnx.GraphProto, path: Path = ()) -> Iterator[tuple[Path, onnx.GraphProto]]:
-    yield path, graph
-    for i, node in enumerate(graph.node):
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                yield from _graphs(attr.g, (*path, (i, attr.name, 0)))
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for k, sub in enumerate(attr.graphs):
-                    yield from _graphs(sub, (*path, (i, attr.name, k)))
 
 
 def _own(graph: onnx.GraphProto) -> set[str]:
@@ -45,10 +34,10 @@ def _own(graph: onnx.GraphProto) -> set[str]:
     return names
 
 
-def unshared(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[Path, dict[str, str]]] | None:
+def unshared(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[GraphPath, dict[str, str]]] | None:
     """A copy of ``model`` in which no subgraph defines a name another graph defines too, with each
     subgraph's renaming (new name -> original) for :func:`give_back`; None when no name is shared."""
-    graphs = list(_graphs(model.graph))
+    graphs = list(graph_paths(model.graph))
     if len(graphs) == 1:
         return None
     owned = {path: _own(graph) for path, graph in graphs}
@@ -57,9 +46,9 @@ def unshared(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[Path, dict[s
         return None
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
-    back: dict[Path, dict[str, str]] = {}
+    back: dict[GraphPath, dict[str, str]] = {}
     taken = set(counts)
-    for n, (path, graph) in enumerate(_graphs(copy.graph)):
+    for n, (path, graph) in enumerate(graph_paths(copy.graph)):
         if not path:
             continue
         renames = {}
@@ -100,9 +89,9 @@ def _rename(graph: onnx.GraphProto, names: Mapping[str, str], top: bool) -> None
             v.name = names.get(v.name, v.name)
 
 
-def give_back(inferred: onnx.ModelProto, back: Mapping[Path, Mapping[str, str]]) -> onnx.ModelProto:
+def give_back(inferred: onnx.ModelProto, back: Mapping[GraphPath, Mapping[str, str]]) -> onnx.ModelProto:
     """``inferred`` (the inference of :func:`unshared`'s copy) with every original name back in place."""
-    for path, graph in _graphs(inferred.graph):
+    for path, graph in graph_paths(inferred.graph):
         names = back.get(path)
         if names:
             _rename(graph, names, top=True)
