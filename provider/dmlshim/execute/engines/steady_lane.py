@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from ..plan.cpu_step import ort_run_of
-from ..proofs.gather_given import FeedShapes
+from ..proofs.gather_given import FeedShapes, feeds_agree
 from ..proofs.index_ranges import SMALL_INDICES, in_range
 from ..proofs.proved_again import same_inputs
 from ..record import RunRecord
@@ -120,6 +120,8 @@ def _from_feed_dims(from_feeds: FeedShapes | None, name: str, feeds: Mapping[str
         value = feeds.get(feed)
         if type(value) is not np.ndarray or axis >= value.ndim:
             return False
+        if d in from_feeds.shared and not feeds_agree(from_feeds.shared[d], feeds):
+            return False  # inputs declaring one name fed different sizes: no size from the feeds
     return True
 
 
