@@ -213,3 +213,33 @@ def test_cli_on_disagreeing_feeds(tmp_path: Path, command: str) -> None:
             assert not isinstance(expected, Exception)
             with np.load(tmp_path / f"{name}_out.npz") as out:
                 np.testing.assert_array_equal(out["y"], expected[0])
+
+
+def test_initializer_input_declaring_the_symbol(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gather's data comes from ``w``, an initializer listed as a graph input (``['N', 4]``, 5 rows by
+    default), while ``x`` (declared first, ``['N', 4]``) is fed 100 rows: ``w``'s rows size the data."""
+    model = _qdq_gather("Gather", [3], z_first=False)
+    graph = model.graph
+    graph.node[0].input[0] = "w"
+    graph.node.append(helper.make_node("Identity", ["x"], ["xo"]))
+    graph.output.append(vi("xo", F, None))
+    graph.input.append(vi("w", F, ["N", 4]))
+    graph.initializer.append(helper.make_tensor("w", F, [5, 4], RNG.random(20, dtype=np.float32).tolist()))
+    resolved: list[tuple[tuple[int, ...] | None, tuple[int, ...]]] = []
+    original = gather_given.FeedShapes.resolve
+
+    def spy(self: Any, name: str, values: Any) -> tuple[int, ...] | None:
+        shape = original(self, name, values)
+        if name == "dq":
+            resolved.append((shape, (5, 4) if "w" not in values else tuple(np.shape(values["w"]))))
+        return shape
+
+    monkeypatch.setattr(gather_given.FeedShapes, "resolve", spy)
+    runs = [
+        {"z": RNG.random(5, dtype=np.float32), "x": RNG.random((rows, 4), dtype=np.float32)}
+        for rows in [5] * 6 + [100] * 4
+    ]
+    runs += [dict(runs[-1], w=RNG.random((9, 4), dtype=np.float32)) for _ in range(3)]
+    assert list(_compare(model, runs)) == []
+    assert resolved, "the lean check never sized the gather's data from the feeds"
+    assert [r for r in resolved if r[0] not in (None, r[1])] == []

@@ -120,8 +120,9 @@ def _from_feed_dims(from_feeds: FeedShapes | None, name: str, feeds: Mapping[str
         value = feeds.get(feed)
         if type(value) is not np.ndarray or axis >= value.ndim:
             return False
-        if d in from_feeds.shared and not feeds_agree(from_feeds.shared[d], feeds):
-            return False  # inputs declaring one name fed different sizes: no size from the feeds
+        where = from_feeds.shared.get(d) if d is not None else None
+        if where and not (all(n in feeds for n, _ in where) and feeds_agree(where, feeds)):
+            return False  # inputs declaring one name fed different sizes (or one not fed): not the feeds'
     return True
 
 
