@@ -26,7 +26,14 @@ import onnx
 
 from ...model.nonnegative import nonnegative_prover
 from ...translate import TensorInfo
-from ..proofs.gather_given import LEAN_OPS, FeedShapes, input_symbols, numpy_dtype, shape_output
+from ..proofs.gather_given import (
+    LEAN_OPS,
+    FeedShapes,
+    input_symbols,
+    numpy_dtype,
+    shape_output,
+    shared_symbols,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +101,7 @@ def given_input_shapes(
                 continue
             if all(isinstance(d, int) or d in symbols for d in info.shape):
                 dims[name] = tuple(info.shape)
-    return FeedShapes(dims, symbols)
+    return FeedShapes(dims, symbols, shared=shared_symbols(graph))
 
 
 def _fed_values(graph: onnx.GraphProto) -> set[str]:
@@ -175,9 +182,10 @@ def with_dims(
     if not dims:
         return shapes
     symbols = {**input_symbols(graph), **(shapes.symbols if shapes is not None else {})}
+    shared = shared_symbols(graph)
     if shapes is None:
-        return FeedShapes(dict(dims), symbols)
-    return FeedShapes({**dims, **shapes.dims}, symbols, shapes.skeleton, shapes.indices)
+        return FeedShapes(dict(dims), symbols, shared=shared)
+    return FeedShapes({**dims, **shapes.dims}, symbols, shapes.skeleton, shapes.indices, shared)
 
 
 def lean_outputs(
@@ -267,11 +275,13 @@ class LeanSession:
                     where.append((_SHAPE, n, position[shape_output(n)]))
                 elif n in from_feeds.dims:
                     where.append((_FROM_FEEDS, n, 0))
-                    # each dim a size, or (the feed, the axis) that declares its name
-                    self._recipes[n] = tuple(
-                        d if isinstance(d, int) else from_feeds.symbols[d]  # type: ignore[index]
-                        for d in from_feeds.dims[n]
-                    )
+                    # each dim a size, or (the feed, the axis) that declares its name; a name several
+                    # inputs declare is read by FeedShapes.resolve, which holds their feeds to one size
+                    if not any(d in from_feeds.shared for d in from_feeds.dims[n]):
+                        self._recipes[n] = tuple(
+                            d if isinstance(d, int) else from_feeds.symbols[d]  # type: ignore[index]
+                            for d in from_feeds.dims[n]
+                        )
                 else:
                     where.append((_HELD, n, 0))
             plan[step.output] = tuple(where)

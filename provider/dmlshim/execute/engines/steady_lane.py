@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from ..plan.cpu_step import ort_run_of
-from ..proofs.gather_given import FeedShapes
+from ..proofs.gather_given import FeedShapes, feeds_agree
 from ..proofs.index_ranges import SMALL_INDICES, in_range
 from ..proofs.proved_again import same_inputs
 from ..record import RunRecord
@@ -120,6 +120,9 @@ def _from_feed_dims(from_feeds: FeedShapes | None, name: str, feeds: Mapping[str
         value = feeds.get(feed)
         if type(value) is not np.ndarray or axis >= value.ndim:
             return False
+        where = from_feeds.shared.get(d) if d is not None else None
+        if where and not (all(n in feeds for n, _ in where) and feeds_agree(where, feeds)):
+            return False  # inputs declaring one name fed different sizes (or one not fed): not the feeds'
     return True
 
 

@@ -286,6 +286,36 @@ def input_symbols(graph: onnx.GraphProto) -> dict[str, tuple[str, int]]:
     return symbols
 
 
+def shared_symbols(graph: onnx.GraphProto) -> dict[str, tuple[tuple[str, int], ...]]:
+    """Each symbolic dimension name two or more of ``graph``'s inputs declare, with every input and axis
+    declaring it: onnxruntime does not hold the feeds to one size for it (``x: ['N', 4]`` fed 100 rows and
+    ``z: ['N']`` fed 5 run), so the first declaring input's size stands for the others' only when the
+    feeds agree."""
+    declaring: dict[str, list[tuple[str, int]]] = {}
+    for value in graph.input:
+        for axis, d in enumerate(value.type.tensor_type.shape.dim):
+            if d.dim_param and not d.HasField("dim_value"):
+                declaring.setdefault(d.dim_param, []).append((value.name, axis))
+    return {name: tuple(where) for name, where in declaring.items() if len(where) > 1}
+
+
+def feeds_agree(where: Sequence[tuple[str, int]], values: Mapping[str, Any]) -> bool:
+    """Whether every value of ``values`` that an input of ``where`` names (a feed, or an initializer
+    listed as an input) has one size at its axis there (one without a shape or that axis: no)."""
+    size: int | None = None
+    for feed, axis in where:
+        if feed not in values:
+            continue
+        dims = value_shape(values[feed])
+        if dims is None or axis >= len(dims):
+            return False
+        if size is None:
+            size = int(dims[axis])
+        elif int(dims[axis]) != size:
+            return False
+    return True
+
+
 @dataclass(frozen=True)
 class FeedShapes:
     """Shapes of lean gathers' inputs that follow from the feeds' shapes alone: each dim a size, or a
@@ -299,12 +329,17 @@ class FeedShapes:
         skeleton: the model without its large initializers (declared as inputs instead), or None.
         indices: the computed indices of those gathers, which the check fetches (their values prove
             them in range on each run; no QDQ group holds integer indices).
+        shared: every input and axis declaring each symbol that several inputs declare
+            (:func:`shared_symbols`): a run whose feeds disagree on one has no size for it from the feeds
+            (onnx's inference at the run's shapes, where ``skeleton`` is given, or none: a proof resting
+            on another input's size would prove indices in range of a dimension the value lacks).
     """
 
     dims: Mapping[str, tuple[int | str | None, ...]]
     symbols: Mapping[str, tuple[str, int]]
     skeleton: onnx.ModelProto | None = None
     indices: frozenset[str] = frozenset()
+    shared: Mapping[str, tuple[tuple[str, int], ...]] = field(default_factory=dict)
     _inferred: dict[tuple[Any, ...], dict[str, tuple[int, ...]]] = field(
         default_factory=dict, compare=False, repr=False
     )
@@ -319,6 +354,8 @@ class FeedShapes:
             feed, axis = self.symbols.get(d, ("", 0)) if d is not None else ("", 0)
             dims = value_shape(values.get(feed)) if feed else None
             if dims is None or axis >= len(dims):
+                return self._infer(values).get(name)
+            if d in self.shared and not feeds_agree(self.shared[d], values):
                 return self._infer(values).get(name)
             shape.append(int(dims[axis]))
         return tuple(shape)
@@ -415,6 +452,7 @@ def feed_shapes(
         return FeedShapes({}, {})
     graph = model.graph
     symbols = input_symbols(graph)
+    shared = shared_symbols(graph)
     quantized = _next_to_quantization(graph)
     dims: dict[str, tuple[int | str | None, ...]] = {}
     static = {v.name for v in graph.input} | {t.name for t in graph.initializer}
@@ -439,8 +477,11 @@ def feed_shapes(
             info = infos.get(name)
             if info is not None and info.shape is not None:
                 dims[name] = tuple(info.shape)
-    inferable = all(isinstance(d, int) or d in symbols for shape in dims.values() for d in shape)
-    return FeedShapes(dims, symbols, None if inferable else _skeleton(model), frozenset(indices))
+    # a symbol several inputs declare: onnx's inference answers a run whose feeds disagree on it
+    known = {d for d in symbols if d not in shared}
+    inferable = all(isinstance(d, int) or d in known for shape in dims.values() for d in shape)
+    skeleton = None if inferable else _skeleton(model)
+    return FeedShapes(dims, symbols, skeleton, frozenset(indices), shared)
 
 
 def _is_constant_node_output(graph: onnx.GraphProto, name: str) -> bool:
