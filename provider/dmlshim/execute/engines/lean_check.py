@@ -26,14 +26,8 @@ import onnx
 
 from ...model.nonnegative import nonnegative_prover
 from ...translate import TensorInfo
-from ..proofs.gather_given import (
-    LEAN_OPS,
-    FeedShapes,
-    input_symbols,
-    numpy_dtype,
-    shape_output,
-    shared_symbols,
-)
+from ..proofs.gather_given import LEAN_OPS, numpy_dtype, shape_output
+from ..proofs.symbol_shapes import FeedShapes, input_symbols, shared_symbols
 
 logger = logging.getLogger(__name__)
 

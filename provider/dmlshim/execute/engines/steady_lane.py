@@ -28,9 +28,9 @@ from typing import Any
 import numpy as np
 
 from ..plan.cpu_step import ort_run_of
-from ..proofs.gather_given import FeedShapes, feeds_agree
 from ..proofs.index_ranges import SMALL_INDICES, in_range
 from ..proofs.proved_again import same_inputs
+from ..proofs.symbol_shapes import FeedShapes, feeds_agree
 from ..record import RunRecord
 from .lean_check import LeanSession, input_source
 

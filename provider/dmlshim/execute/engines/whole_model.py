@@ -23,7 +23,8 @@ import numpy as np
 import onnx
 
 from ...comparison import same_bits
-from ..proofs.gather_given import FeedShapes, add_extra_outputs, shape_output, value_shape
+from ..proofs.gather_given import add_extra_outputs, shape_output
+from ..proofs.symbol_shapes import FeedShapes, value_shape
 from .lean_check import LeanCheckSpec, LeanSession, build_lean
 
 logger = logging.getLogger(__name__)

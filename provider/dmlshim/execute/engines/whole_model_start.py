@@ -16,7 +16,7 @@ from ...background import BackgroundBuild
 from ...runtime.real import OrtInferenceSession
 from ..engine import EngineConfig
 from ..plan.sessions import default_options
-from ..proofs.gather_given import FeedShapes
+from ..proofs.symbol_shapes import FeedShapes
 from ..weights.shared import SharedWeights, handed_weights_session, light_copy
 from .lean_check import LeanCheckSpec
 from .whole_model import EmulatedStepLike, NodeIO, WholeModelCheck, augmented_model, captured_names

@@ -10,8 +10,9 @@ with the partitioned steps' own error (:func:`dmlshim.limits.check_tensor`).
 Which gathers: the top-level ``Gather``, ``GatherElements`` and ``GatherND`` whose data and indices
 shapes follow from the feeds' shapes alone: each is fed (its shape is the feed's), or each of its
 dimensions, in onnx's inference of the model without its weights (no data propagation, the pass the
-model check ran), is a size or a symbolic name a graph input declares (the first input and axis declaring
-it tell its size, as :class:`dmlshim.execute.proofs.gather_given.FeedShapes` reads them). A size only
+model check ran), is a size or a symbolic name a graph input declares (the feeds of the inputs declaring
+it tell its size when they agree on it, as :class:`dmlshim.execute.proofs.symbol_shapes.FeedShapes`
+reads them). A size only
 the values tell (indices from ``NonZero``, a shape computed from a feed's values) is sized where the
 gather runs, as before.
 """
@@ -31,7 +32,7 @@ from ...graph import display_names
 from ...limits import check_tensor, gather_scatter_output_shape
 from ...model.last_inference import infer_shapes
 from ...model.weightless import without_weights
-from ..proofs.gather_given import input_symbols, value_shape
+from ..proofs.symbol_shapes import input_symbols, value_shape
 
 __all__ = ["FedGather", "FedSizes"]
 
