@@ -24,7 +24,7 @@ from ..errors import BadModelError
 logger = logging.getLogger(__name__)
 
 FOLDED_OPS = frozenset({"Gather", "GatherElements", "GatherND", "ScatterElements", "ScatterND"})
-FOLDING_RULE = "onnxruntime's constant folding refuses a node of constant inputs whose indices leave their axis"
+FOLDING_RULE = "onnxruntime's constant folding refuses a node of constant inputs with indices off their axis"
 _BASIC = 1  # ORT_ENABLE_BASIC: the first level that folds constants
 _DEFAULT_LEVEL = 99  # ORT_ENABLE_ALL: a SessionOptions' default
 
@@ -53,7 +53,7 @@ def folding_refusal(
     inputs = {v.name for v in graph.input}
     shapes = {i.name: tuple(int(d) for d in i.dims) for i in graph.initializer if i.name not in inputs}
     constant_nodes = {n.output[0]: n for n in graph.node if n.op_type == "Constant" and n.output}
-    values: dict[str, np.ndarray | None] = {}  # each indices tensor read once (constant_value walks the graph)
+    values: dict[str, np.ndarray | None] = {}  # each indices tensor read once (a walk of the graph)
     for node in graph.node:
         if node.op_type not in FOLDED_OPS or node.domain not in ("", "ai.onnx") or len(node.input) < 2:
             continue
@@ -112,7 +112,7 @@ _PROBES: dict[str, tuple[list[list[int]], list[int] | None]] = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _folding_refuses(op_type: str, level: int) -> type[BaseException] | None:
     """The class of the error this onnxruntime raises creating a session, at ``level``, on a tiny model
     whose ``op_type`` node has constant inputs and an out-of-range index; None when it creates it."""
