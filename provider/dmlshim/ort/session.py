@@ -29,6 +29,7 @@ from ..execute.weights.ort_format import (
     unoptimized_options,
 )
 from ..kernels.options import IndexMode
+from ..model.folding_refusal import folding_refusal
 from ..model.ort_witness import acceptance_pending
 from ..resources import guard_resources
 from ..runtime.exceptions import raises_onnxruntime_errors
@@ -175,6 +176,11 @@ class InferenceSession(SessionRuns, SessionQueries, SessionProfiling, OrtSession
             )
             with saved_graph_checked() if source is not path_or_bytes else contextlib.nullcontext():
                 loaded = load_model(source, sess_options, weightless=True, defer_acceptance=defer)
+            # onnxruntime's constant folding may refuse at creation what its unoptimized acceptance loads
+            folded = folding_refusal(loaded.proto, sess_options, loaded.path)
+            if folded is not None:
+                loaded.acceptance()  # onnxruntime's own refusal of the model comes first
+                raise folded
         try:
             # a session of the whole model the engine builds anyway may stand for onnxruntime's acceptance
             with acceptance_pending(loaded.acceptance):

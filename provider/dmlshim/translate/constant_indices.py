@@ -112,7 +112,14 @@ def _out_of_range(
 ) -> OutOfRange | None:
     if name not in constants:  # constant_value walks every node: asked once per name (a 20,000-Gather
         constants[name] = constant_value((graph,), name)  # chain reading one index tensor was quadratic)
-    indices = constants[name]
+    return first_out_of_range(node, shape, constants[name])
+
+
+def first_out_of_range(
+    node: onnx.NodeProto, shape: Sequence[int], indices: np.ndarray | None
+) -> OutOfRange | None:
+    """The first of ``indices`` (the values of ``node``'s input 1) outside the axis of a data input of
+    ``shape`` it addresses, per the ONNX rules above; None: all in range, or not integer indices."""
     if indices is None or indices.dtype.kind not in "iu" or indices.size == 0:
         return None
     indices = indices.astype(np.int64, copy=False)
