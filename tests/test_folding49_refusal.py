@@ -16,7 +16,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import dmlshim
-from dmlshim.model import folding_refusal as fr
+from dmlshim.translate import folding_refusal as fr
 
 ENGINES = ["partitioned", "cpu", "customop"]
 LEVELS = {

@@ -29,11 +29,11 @@ from ..execute.weights.ort_format import (
     unoptimized_options,
 )
 from ..kernels.options import IndexMode
-from ..model.folding_refusal import folding_refusal
 from ..model.ort_witness import acceptance_pending
 from ..resources import guard_resources
 from ..runtime.exceptions import raises_onnxruntime_errors
 from ..runtime.real import DISABLED_OPTIMIZERS, callers_options, optimizers_disabled, use_global_thread_pool
+from ..translate.folding_refusal import folding_refusal
 from .attributes import OrtSessionAttributes
 from .c_iobinding import bind_c_iobinding
 from .emulate import emulate_all, with_dml_first

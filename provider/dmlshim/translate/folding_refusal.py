@@ -47,8 +47,8 @@ def folding_refusal(
     graph = model.graph
     if not any(n.op_type in FOLDED_OPS and n.domain in ("", "ai.onnx") for n in graph.node):
         return None
-    from ..translate.constant_indices import first_out_of_range
-    from ..translate.ep_refusals import constant_value
+    from .constant_indices import first_out_of_range
+    from .ep_refusals import constant_value
 
     inputs = {v.name for v in graph.input}
     shapes = {i.name: tuple(int(d) for d in i.dims) for i in graph.initializer if i.name not in inputs}
@@ -96,7 +96,7 @@ def _constant_shape(node: onnx.NodeProto, graph: onnx.GraphProto) -> tuple[int, 
     for a in node.attribute:
         if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
             return tuple(int(d) for d in a.t.dims)
-    from ..translate.ep_refusals import constant_value
+    from .ep_refusals import constant_value
 
     value = constant_value((graph,), node.output[0])  # value_ints, value_float, ...: small by nature
     return None if value is None else tuple(value.shape)
@@ -118,8 +118,8 @@ def _folding_refuses(op_type: str, level: int) -> type[BaseException] | None:
     whose ``op_type`` node has constant inputs and an out-of-range index; None when it creates it."""
     import onnxruntime as ort
 
+    from ..model.ort_errors import ORT_ERRORS
     from ..runtime.real import OrtInferenceSession
-    from .ort_errors import ORT_ERRORS
 
     indices, updates = _PROBES[op_type]
     inits = [
