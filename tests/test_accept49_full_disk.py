@@ -83,6 +83,7 @@ def test_export_of_nothing_on_a_full_disk_fails(tmp_path: Path, full: Path, as_j
     done = _cli("export", str(model), "-o", str(full / "exp"), *(["--json"] if as_json else []), cwd=tmp_path)
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert "no node was exported" in done.stderr and "gather (Gather)" in done.stderr, done.stderr
+    assert sorted(os.listdir(full)) == [], "a failed export leaves nothing"
     if as_json:
         doc = json.loads(done.stdout)
         assert doc["exported"] == [] and [s["code"] for s in doc["skipped"]] == ["EXPORT_FAILED"]
