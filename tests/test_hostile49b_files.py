@@ -18,19 +18,24 @@ pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="POSIX sig
 PROVIDER = str(Path(__file__).resolve().parents[1] / "provider")
 
 
-def _gather_model(folder: Path) -> Path:
-    """``folder/m.onnx``: y = Gather(x[4], i[2]) on axis 0."""
+def _gather_model(folder: Path, second: bool = False) -> Path:
+    """``folder/m.onnx``: y = Gather(x[4], i[2]) on axis 0 (and, ``second``, z the same by node 'h')."""
     import onnx
     from onnx import TensorProto, helper
 
+    nodes = [helper.make_node("Gather", ["x", "i"], ["y"], axis=0, name="g")]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])]
+    if second:
+        nodes.append(helper.make_node("Gather", ["x", "i"], ["z"], axis=0, name="h"))
+        outputs.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, [2]))
     graph = helper.make_graph(
-        [helper.make_node("Gather", ["x", "i"], ["y"], axis=0, name="g")],
+        nodes,
         "g",
         [
             helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]),
             helper.make_tensor_value_info("i", TensorProto.INT64, [2]),
         ],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+        outputs,
     )
     model = folder / "m.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10), model)
@@ -355,11 +360,13 @@ def test_a_node_whose_export_fails_leaves_no_partial_folder(
     from dmlshim.dxdispatch import export as export_module
     from dmlshim.errors import BadInputError
 
-    model = _gather_model(tmp_path)
+    model = _gather_model(tmp_path, second=True)  # one node exports, the other fails
     inputs = {"x": np.arange(4, dtype=np.float32), "i": np.array([1, -1])}
     real = export_module.export_node
 
     def disk_full(folder: str, *args: object, **kwargs: object) -> object:
+        if "_g" not in folder:  # the second node (h) is exported: the disk was full for g only
+            return real(folder, *args, **kwargs)
         directory = args[3]
         assert isinstance(directory, Path)
         (directory / folder).mkdir()
@@ -370,8 +377,8 @@ def test_a_node_whose_export_fails_leaves_no_partial_folder(
     export_module.export_model(model, tmp_path / "exp", inputs=inputs)
     index = json.loads((tmp_path / "exp" / "index.json").read_text())
     assert [s["code"] for s in index["skipped"]] == ["EXPORT_FAILED"]
-    assert os.listdir(tmp_path / "exp") == ["index.json"]
+    assert sorted(os.listdir(tmp_path / "exp")) == sorted(["index.json", index["exported"][0]["folder"]])
     monkeypatch.setattr(export_module, "export_node", real)
     export_module.export_model(model, tmp_path / "exp", inputs=inputs, overwrite=True)
     index = json.loads((tmp_path / "exp" / "index.json").read_text())
-    assert len(index["exported"]) == 1 and index["skipped"] == []
+    assert len(index["exported"]) == 2 and index["skipped"] == []

@@ -29,11 +29,14 @@ __all__ = [
     "WINDOWS_RESERVED_NAMES",
     "Terminated",
     "cleanup_on_termination",
+    "folder_locks",
     "fsync_dir",
     "hold_signals",
     "is_link",
     "is_windows",
     "link_new",
+    "lock_folder",
+    "owned_by_me",
     "physical_memory",
     "process_context",
     "read_flags",
@@ -338,6 +341,42 @@ def is_root() -> bool:
     """Whether this process runs as root (POSIX); False on Windows, which has no such user id."""
     geteuid = getattr(os, "geteuid", None)
     return geteuid is not None and geteuid() == 0
+
+
+def lock_folder(folder: str, *, follow_links: bool = True) -> int | None:
+    """An open descriptor of ``folder`` holding an exclusive advisory lock, released when it (and every
+    copy a fork made) is closed; None when another process holds it, the folder cannot be opened (a link,
+    with ``follow_links=False``), or the platform has no such locks (Windows)."""
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    flags = os.O_RDONLY | (0 if follow_links else getattr(os, "O_NOFOLLOW", 0))
+    try:
+        fd = os.open(folder, flags)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def folder_locks() -> bool:
+    """Whether :func:`lock_folder` can lock at all (not on Windows)."""
+    try:
+        import fcntl  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def owned_by_me(info: os.stat_result) -> bool:
+    """Whether a file's stat says this process's user owns it (always, where there are no user ids)."""
+    getuid = getattr(os, "getuid", None)
+    return getuid is None or info.st_uid == getuid()
 
 
 def fsync_dir(directory: str | os.PathLike[str]) -> None:

@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
             "skipped": [s.to_json() for s in result.skipped],
         }
         print(json.dumps(doc, indent=2, allow_nan=False))
-        return 0
+        return _exit_code(result)
     print(f"model: {args.model}")
     print(f"feature level: {result.feature_level.dml_name}")
     if args.inputs is None:
@@ -112,4 +112,18 @@ def run(args: argparse.Namespace) -> int:
             f"or, on Linux, DirectML.dll under Wine:  dmlshim compare {result.directory} --run-directml"
             "  (after dmlshim directml setup)"
         )
-    return 0
+    return _exit_code(result)
+
+
+def _exit_code(result: Any) -> int:
+    """0, or 2 (an error) when no node was exported and a node's files could not be written
+    (``EXPORT_FAILED``, e.g. a full disk): nothing usable was made, so the run is no success."""
+    failed = [s for s in result.skipped if s.code == "EXPORT_FAILED"]
+    if result.exported or not failed:
+        return 0
+    print(
+        f"dmlshim export: error: no node was exported: the files of {len(failed)} node(s) could not be "
+        f"written (first: {printable(failed[0].node)} ({failed[0].op_type}): {failed[0].reason})",
+        file=sys.stderr,
+    )
+    return 2

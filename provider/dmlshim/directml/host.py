@@ -13,6 +13,7 @@ import contextlib
 import json
 import logging
 import re
+import shutil
 import socket
 import struct
 import subprocess
@@ -33,6 +34,11 @@ logger = logging.getLogger(__name__)
 
 HOST_SCRIPT = Path(__file__).with_name("host.js")
 START_TIMEOUT = 600.0
+LOG_PREFIX = "dmlshim-dmlhost-"
+KEPT_MARK = "kept"
+"""A file in a host's log folder kept because an error named its log (see :meth:`Host.close`)."""
+KEPT_LOGS = 10
+"""How many kept log folders (of failed runs) stay in the temporary directory; older ones are removed."""
 """The ceiling of the wait for node.exe to connect back (a cold Wine prefix takes ~10 s; a host that
 exits or stops gaining CPU fails sooner, :mod:`dmlshim.directml.progress`), unless
 ``DMLSHIM_DIRECTML_TIMEOUT`` sets it."""
@@ -109,7 +115,7 @@ class Host:
         check_settings()  # a bad wait setting fails here, not with node.exe already running
         self.stack = stack
         self._lock = threading.Lock()
-        self._log_dir = Path(tempfile.mkdtemp(prefix="dmlshim-dmlhost-"))
+        self._log_dir = Path(tempfile.mkdtemp(prefix=LOG_PREFIX))
         self.log_path = self._log_dir / "host.log"
         env = stack.run_env()
         env["NODE_PATH"] = windows_path(stack.node_modules)
@@ -135,14 +141,18 @@ class Host:
             try:
                 self._sock = self._accept(server)
             except (OSError, HostError) as exc:
-                self.close()
+                self.close(keep_log=True)  # the error names the log
                 detail = str(exc) if isinstance(exc, HostError) else f"{exc}; its log: {self._log_tail()}"
                 raise EngineUnavailableError(
                     f"the DirectML host (node.exe under Wine) did not start: {detail}",
                     value=str(self.log_path),
                 ) from exc
         self._sock.settimeout(1.0)
-        self.info = self.request({"op": "info"})[0]
+        try:
+            self.info = self.request({"op": "info"})[0]
+        except BaseException:
+            self.close()  # never returned: nothing else would stop node.exe (its log's tail is in the error)
+            raise
 
     def _log_tail(self, lines: int = 15) -> str:
         with contextlib.suppress(OSError):
@@ -327,8 +337,11 @@ class Host:
         """Whether node.exe is still running."""
         return self._proc.poll() is None
 
-    def close(self) -> None:
-        """Stop node.exe (closing the socket ends it); the shared Xvfb stops at exit."""
+    def close(self, *, keep_log: bool = False) -> None:
+        """Stop node.exe (closing the socket ends it); the shared Xvfb stops at exit.
+
+        The host's log folder is removed, unless ``keep_log`` (an error names the log): then it stays,
+        marked, and only the newest :data:`KEPT_LOGS` such folders are kept."""
         with contextlib.suppress(OSError, AttributeError):
             self._sock.close()
         proc = getattr(self, "_proc", None)
@@ -338,6 +351,27 @@ class Host:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        log_dir = getattr(self, "_log_dir", None)
+        if log_dir is None or not log_dir.is_dir():
+            return
+        if keep_log:
+            with contextlib.suppress(OSError):
+                (log_dir / KEPT_MARK).touch()
+            prune_kept_logs(log_dir.parent)
+        else:
+            shutil.rmtree(log_dir, ignore_errors=True)
+            logger.debug("removed the DirectML host's log folder %s", log_dir)
+
+
+def prune_kept_logs(folder: Path, keep: int = KEPT_LOGS) -> None:
+    """Remove from ``folder`` all but the newest ``keep`` host log folders kept for failed runs."""
+    kept: list[tuple[float, Path]] = []
+    with contextlib.suppress(OSError):
+        for entry in folder.glob(f"{LOG_PREFIX}*"):
+            with contextlib.suppress(OSError):
+                kept.append(((entry / KEPT_MARK).stat().st_mtime, entry))
+    for _, old in sorted(kept, reverse=True)[keep:]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 _HOSTS: dict[str, Host] = {}

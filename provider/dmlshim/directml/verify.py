@@ -52,16 +52,18 @@ def verify_stack(folder: Path, stack_json: Path) -> None:
         so.intra_op_num_threads = 1
         expected = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
         host = Host(stack)
+        failed = False
         try:
             session = host.load(path, disable_cpu_fallback=True)
             got = host.run(session, feeds, ["out"])[0]
         except HostError as exc:
+            failed = True  # the error names the host's log: it is kept
             raise EngineUnavailableError(
                 f"the stack is built but DirectML did not run the probe: {exc} (host log: {host.log_path})",
                 value="verify",
             ) from exc
         finally:
-            host.close()
+            host.close(keep_log=failed)
     if got.dtype != expected.dtype or got.shape != expected.shape or not np.array_equal(got, expected):
         raise EngineUnavailableError(
             f"DirectML's GatherElements gave {got.tolist()}, onnxruntime CPU {expected.tolist()}: the stack "

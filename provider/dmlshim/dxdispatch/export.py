@@ -214,6 +214,11 @@ def export_model(
 
         skipped.sort(key=lambda entry: entry[0])
         result = ExportResult(out_dir, fl, tuple(exported), tuple(s for _, s in skipped))
+        if not exported and any(s.code == "EXPORT_FAILED" for _, s in skipped):
+            # no node's files could be written (a full disk): a failed run, which leaves the old export
+            # (or nothing) in place; `dmlshim export` exits 2
+            log.warning("no node could be exported to %s: nothing was written", out_dir)
+            return result
         generated = {"generated": True, "seed": seed, "symbols": symbols}
         index = {
             "schema_version": INDEX_SCHEMA_VERSION,

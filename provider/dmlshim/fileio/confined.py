@@ -83,16 +83,38 @@ def _real_dir(directory: Path, what: str) -> None:
         raise BadInputError(f"{what} {str(directory)!r} is {_kind(st)}, not a folder", rule=_RULE)
 
 
-def _make_dirs(root: Path, directory: Path) -> None:
-    """Create ``directory`` (under ``root``) component by component, refusing links on the way."""
+def _make_dirs(root: Path, directory: Path, made: list[Path]) -> None:
+    """Create ``directory`` (under ``root``) component by component, refusing links on the way; the
+    folders created are appended to ``made``."""
     current = root
     for part in directory.relative_to(root).parts:
         current = current / part
         _real_dir(current, "the folder")
         if not os.path.lexists(current):
-            with contextlib.suppress(FileExistsError):
+            try:
                 os.mkdir(current, 0o777)  # the umask applies, as for mkdir(1)
+                made.append(current)
+            except FileExistsError:
+                pass
             _real_dir(current, "the folder")
+
+
+def _missing_ancestors(folder: Path) -> list[Path]:
+    """``folder`` and those of its parents that do not exist, outermost first (what creating it makes)."""
+    missing: list[Path] = []
+    current = folder
+    while not os.path.lexists(current) and current != current.parent:
+        missing.append(current)
+        current = current.parent
+    return missing[::-1]
+
+
+def _remove_made(made: list[Path]) -> None:
+    """Remove the folders a failed write created, innermost first, those still empty only: a full disk
+    or a refused file leaves no empty folder behind (``replay -o new/folder``)."""
+    for folder in reversed(made):
+        with contextlib.suppress(OSError):
+            os.rmdir(folder)
 
 
 def write_inside(
@@ -122,23 +144,29 @@ def write_inside(
     root_path = Path(_check_text(root, "target folder"))
     target = confined_path(root_path, relative, what=what, suffixes=suffixes)
     _real_dir(root_path, "the target folder")
-    if not root_path.exists():
-        if not create_root:
-            raise BadInputError("the target folder does not exist", path=str(root_path))
+    made: list[Path] = []
+    try:
+        if not root_path.exists():
+            if not create_root:
+                raise BadInputError("the target folder does not exist", path=str(root_path))
+            made.extend(_missing_ancestors(root_path))
+            try:
+                root_path.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise BadInputError(
+                    f"cannot create the target folder: {exc.strerror or exc}", path=str(root_path)
+                ) from exc
         try:
-            root_path.mkdir(parents=True, exist_ok=True)
+            _make_dirs(root_path, target.parent, made)
         except OSError as exc:
             raise BadInputError(
-                f"cannot create the target folder: {exc.strerror or exc}", path=str(root_path)
+                f"cannot create the folder for {what}: {exc.strerror or exc}", path=str(target)
             ) from exc
-    try:
-        _make_dirs(root_path, target.parent)
-    except OSError as exc:
-        raise BadInputError(
-            f"cannot create the folder for {what}: {exc.strerror or exc}", path=str(target)
-        ) from exc
-    # Defence in depth: after the checks the real folder must still lie inside the real root.
-    real_root = os.path.realpath(root_path)
-    if os.path.commonpath([real_root, os.path.realpath(target.parent)]) != real_root:
-        raise BadInputError(f"{what} {relative!r} resolves outside the target folder", path=str(target))
-    return write_stream(target, writer, overwrite=overwrite, what=what, inputs=inputs)
+        # Defence in depth: after the checks the real folder must still lie inside the real root.
+        real_root = os.path.realpath(root_path)
+        if os.path.commonpath([real_root, os.path.realpath(target.parent)]) != real_root:
+            raise BadInputError(f"{what} {relative!r} resolves outside the target folder", path=str(target))
+        return write_stream(target, writer, overwrite=overwrite, what=what, inputs=inputs)
+    except BaseException:
+        _remove_made(made)
+        raise

@@ -32,11 +32,7 @@ from typing import BinaryIO
 
 import onnx
 
-try:
-    import fcntl
-except ImportError:  # Windows: no advisory locks, no sweep
-    fcntl = None  # type: ignore[assignment]
-
+from ... import portable
 from ...errors import BadModelError
 from ...fileio.reading import open_regular
 from ...model.weightless import is_external
@@ -108,15 +104,7 @@ def _remove(folder: str, lock: int | None) -> None:
 def _hold(folder: str) -> int | None:
     """An open descriptor of ``folder`` holding an advisory lock for as long as it (or a forked copy of
     it) stays open; None where there are no such locks (Windows)."""
-    if fcntl is None:
-        return None
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        return None
-    return fd
+    return portable.lock_folder(folder)
 
 
 def sweep_stale(parent: str | None = None) -> list[str]:
@@ -125,7 +113,7 @@ def sweep_stale(parent: str | None = None) -> list[str]:
     directory, which is memory where that is a tmpfs). A folder is stale when no process holds its lock
     (every process, and every child forked from it, holds the lock of each copy it may still read), it
     belongs to this user and it is older than :data:`STALE_AFTER_S`. Returns the folders removed."""
-    if fcntl is None:
+    if not portable.folder_locks():  # Windows: no advisory locks, no sweep
         return []
     parent = parent if parent is not None else tempfile.gettempdir()
     removed: list[str] = []
@@ -139,17 +127,14 @@ def sweep_stale(parent: str | None = None) -> list[str]:
             info = os.lstat(folder)
             if (
                 not stat.S_ISDIR(info.st_mode)
-                or info.st_uid != os.getuid()
+                or not portable.owned_by_me(info)
                 or time.time() - info.st_mtime < STALE_AFTER_S
             ):
                 continue
-            fd = os.open(folder, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
         except OSError:
             continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)  # held by a live process
+        fd = portable.lock_folder(folder, follow_links=False)
+        if fd is None:  # held by a live process (or no longer there)
             continue
         try:
             shutil.rmtree(folder, True)
