@@ -250,7 +250,17 @@ def _as_nobody() -> list[str] | None:
     setpriv = shutil.which("setpriv")
     if setpriv is None:
         return None
-    return [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"]
+    prefix = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"]
+    # the user must reach this Python's packages (a venv in a private temporary folder: it cannot)
+    env = {**os.environ, "PYTHONPATH": PROVIDER}
+    probe = subprocess.run(
+        [*prefix, sys.executable, "-c", "import numpy, onnx, onnxruntime, dmlshim"],
+        capture_output=True,
+        env=env,
+        cwd="/",
+        timeout=120,
+    )
+    return prefix if probe.returncode == 0 else None
 
 
 PROTECTED = """
@@ -280,7 +290,7 @@ def test_write_protected_files_are_not_replaced(tmp_path: Path) -> None:
     it, which the folder's permission allowed, destroying a file its owner had protected."""
     prefix = _as_nobody()
     if prefix is None:
-        pytest.skip("running as root without setpriv: no unprivileged user to write as")
+        pytest.skip("as root: no setpriv, or its unprivileged user cannot import this Python's packages")
 
     _gather_model(tmp_path)
     for name in ("theirs.npz", "opt.onnx"):

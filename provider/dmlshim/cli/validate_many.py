@@ -111,6 +111,12 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
         if child.is_alive():
             child.kill()
             child.join(timeout=5)
+    # The pool's manager thread closes its wake-up pipe as it ends; ended first, it cannot race
+    # concurrent.futures' exit hook writing to that pipe (CPython 3.11 then prints "Exception ignored ...
+    # Bad file descriptor" after "interrupted").
+    manager = getattr(pool, "_executor_manager_thread", None)
+    if manager is not None:
+        manager.join(timeout=5)
 
 
 @dataclass(frozen=True)
