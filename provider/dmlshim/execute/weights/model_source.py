@@ -32,10 +32,9 @@ from ...runtime.exceptions import (
     refusal_class,
     with_onnxruntime_class,
 )
-from ...runtime.options_copy import config_entry
 from ...runtime.real import pybind_state
 from .added_initializers import AddedInitializers
-from .file_slices import FOLDER_KEY, read_weightless
+from .file_slices import read_weightless
 from .ort_format import is_ort_format, onnx_bytes_from_ort_format, saved_graph_checked
 from .shared import MAP_MIN_BYTES, SHARE_MIN_BYTES
 from .snapshot import ExternalDataGuard, WeightSnapshot, read_inline, snapshot_inline
@@ -193,9 +192,7 @@ def load_model(
         except (DecodeError, ValueError, RuntimeError) as exc:
             raise BadModelError(f"the bytes are not a serialized ONNX model: {exc}") from exc
         added = take_supplied_initializers(parsed, sess_options) if parsed.HasField("graph") else None
-        if parsed.HasField("graph"):
-            _check_named_folder(parsed, sess_options, None)
-        _load_external_data_from_cwd(parsed, bytes(model), sess_options)
+        _load_external_data_from_cwd(parsed)
         loaded = LoadedModel(parsed, None, added)
     elif isinstance(model, (str, os.PathLike)):
         if os.fspath(model) in ("", b""):
@@ -222,7 +219,6 @@ def load_model(
         except (DecodeError, ValueError, RuntimeError, OSError) as exc:
             raise BadModelError(f"not a readable ONNX model: {exc}", path=str(path)) from exc
         _require_graph(proto, str(path))
-        _check_named_folder(proto, sess_options, str(path))
         added = take_supplied_initializers(proto, sess_options, path.parent, inline=inline)
         # before reading any weights; read without them, only the small ones count against the limits
         external: list[ExternalRef] = []
@@ -275,75 +271,20 @@ def load_model(
     return loaded
 
 
-def _load_external_data_from_cwd(proto: onnx.ModelProto, model: bytes, sess_options: Any) -> None:
+def _load_external_data_from_cwd(proto: onnx.ModelProto) -> None:
     """As onnxruntime does for a model given as bytes: external data is found from the working directory
     (and must stay inside it). Read into the model when every file is there; else left for the model
-    check to refuse, naming the first tensor (onnxruntime refuses such a model too).
-
-    onnxruntime reads such data only while no graph optimization needs an initializer's value: with
-    optimizations on, one that does fails ("model_path must not be empty"). Whether one does is
-    onnxruntime's own affair, so with optimizations on (and no external-initializers folder named) it is
-    asked, with a session of the model as given built on a copy of ``sess_options``; its refusal is
-    raised as onnxruntime raised it."""
+    check to refuse, naming the first tensor (onnxruntime refuses such a model too)."""
     tensors = external_tensors(proto.graph) if proto.HasField("graph") else []
     locations = [next((e.value for e in t.external_data if e.key == "location"), "") for t in tensors]
     if not tensors or not all(loc and os.path.isfile(loc) for loc in locations):
         return
-    if sess_options is not None and config_entry(sess_options, FOLDER_KEY):
-        return  # read from the folder named (checked by _check_named_folder), never the working directory
-    _ort_reads_from_cwd(model, sess_options)
     logger.debug("external data of a model given in memory read from the working directory %s", os.getcwd())
     try:
         load_external_data(proto, Path(os.getcwd()) / "<model given in memory>")
     except BadModelError as exc:  # e.g. a location leaving the working directory: onnxruntime's Fail
         exc.path = None
         raise with_onnxruntime_class(exc, pybind_state.Fail) from exc.__cause__
-
-
-def _ort_reads_from_cwd(model: bytes, sess_options: Any) -> None:
-    """Raise what onnxruntime raises building a CPU session of ``model`` (bytes with external data found
-    in the working directory) with ``sess_options`` (copied: no profile or optimized model of its own
-    is written), unless the options name the external-initializers folder or turn optimizations off (then
-    onnxruntime reads the data without asking for the model's path)."""
-    import onnxruntime as real_ort
-
-    from ...runtime.options_copy import copy_options
-    from ...runtime.real import OrtInferenceSession
-
-    level = getattr(sess_options, "graph_optimization_level", real_ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
-    if level == real_ort.GraphOptimizationLevel.ORT_DISABLE_ALL:
-        return
-    options = copy_options(sess_options) if sess_options is not None else real_ort.SessionOptions()
-    options.log_severity_level = 4  # the refusal is raised, not logged as well
-    logger.debug("asking onnxruntime whether it reads the model's external data from the working directory")
-    OrtInferenceSession(model, options, providers=["CPUExecutionProvider"])
-
-
-def _check_named_folder(proto: onnx.ModelProto, sess_options: Any, path: str | None) -> None:
-    """Refuse, as onnxruntime does, a model file whose external data is not in the folder the options name
-    (``session.model_external_initializers_file_folder_path``, not empty): onnxruntime looks for it there
-    only, not in the model's folder (a relative folder is taken from the working directory).
-
-    Raises:
-        BadModelError: a tensor's file is not in that folder (marked with onnxruntime's failed-check class).
-    """
-    folder = config_entry(sess_options, FOLDER_KEY) if sess_options is not None else None
-    if not folder:
-        return
-    for tensor in external_tensors(proto.graph):
-        location = next((e.value for e in tensor.external_data if e.key == "location"), "")
-        where = os.path.join(folder, location)
-        if location and not os.path.exists(where):
-            error = BadModelError(
-                f"External data path validation failed for initializer: {tensor.name}. External data path "
-                f'does not exist: "{where}" (the folder {FOLDER_KEY} names, {folder!r}, is where '
-                "onnxruntime looks for it, not the model's folder)",
-                path=path,
-                tensor=tensor.name,
-                value=where,
-                rule=f"external data is read from the folder {FOLDER_KEY} names",
-            )
-            raise with_onnxruntime_class(error, check_failure_class())
 
 
 def _read_weightless(path: Path) -> tuple[onnx.ModelProto, frozenset[str]] | None:
