@@ -151,3 +151,25 @@ def test_ctrl_c_to_the_whole_group_is_interrupted_without_a_traceback(tmp_path: 
     assert "interrupted" in err and "Traceback" not in err and "KeyboardInterrupt" not in err, err
     time.sleep(0.5)
     assert not [pid for pid in workers if alive(pid)]
+
+
+def test_stopping_the_pool_ends_its_manager_thread_before_returning() -> None:
+    """An interrupted validate stops its pool and then leaves: the pool's manager thread must have ended by
+    then, or concurrent.futures' exit hook writes to the wake-up pipe the thread is closing (CPython 3.11
+    prints "Exception ignored ... Bad file descriptor" after "interrupted"). ``shutdown(wait=False)``
+    forgets the thread, so it has to be taken first."""
+    import multiprocessing
+    import threading
+
+    from dmlshim.cli.validate_many import _pool, _stop_workers
+
+    pool = _pool(2)
+    futures = [pool.submit(time.sleep, 30) for _ in range(3)]
+    deadline = time.monotonic() + 60
+    while not any(f.running() for f in futures) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    managers = [t for t in threading.enumerate() if type(t).__name__ == "_ExecutorManagerThread"]
+    assert managers, "the pool never started its manager thread"
+    _stop_workers(pool)
+    assert not [t for t in managers if t.is_alive()]
+    assert not multiprocessing.active_children()

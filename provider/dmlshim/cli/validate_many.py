@@ -98,10 +98,14 @@ def _pool(workers: int) -> ProcessPoolExecutor:
 
 
 def _stop_workers(pool: ProcessPoolExecutor) -> None:
-    """End the pool's worker processes now (an interrupted parent must leave none behind, nor their
-    inherited pipes open)."""
+    """End the pool's worker processes and its manager thread now (an interrupted parent must leave none
+    behind, nor their inherited pipes open)."""
     import multiprocessing
 
+    # Taken before shutdown, which forgets it: the manager thread closes its wake-up pipe as it ends, and
+    # left running it races concurrent.futures' exit hook writing to that pipe (CPython 3.11 then prints
+    # "Exception ignored ... Bad file descriptor" after "interrupted").
+    manager = getattr(pool, "_executor_manager_thread", None)
     pool.shutdown(wait=False, cancel_futures=True)
     children = multiprocessing.active_children()
     for child in children:
@@ -111,12 +115,8 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
         if child.is_alive():
             child.kill()
             child.join(timeout=5)
-    # The pool's manager thread closes its wake-up pipe as it ends; ended first, it cannot race
-    # concurrent.futures' exit hook writing to that pipe (CPython 3.11 then prints "Exception ignored ...
-    # Bad file descriptor" after "interrupted").
-    manager = getattr(pool, "_executor_manager_thread", None)
     if manager is not None:
-        manager.join(timeout=5)
+        manager.join(timeout=30)
 
 
 @dataclass(frozen=True)
