@@ -26,16 +26,16 @@ __all__ = ["feed_shapes", "refuse_sizes_at"]
 
 def feed_shapes(feeds: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
     """The shape of each tensor feed (numpy arrays and onnxruntime ``OrtValue``s); others are left out."""
+    from ..execute.proofs.symbol_shapes import value_shape
+
     shapes: dict[str, tuple[int, ...]] = {}
     for name, value in feeds.items():
-        shape = getattr(value, "shape", None)
-        if callable(shape):  # an OrtValue (bfloat16, float8): shape() is a method
-            try:
-                shape = shape()
-            except Exception:  # onnxruntime's RuntimeError for a value that is no tensor
-                continue
-        if isinstance(shape, Sequence) and all(isinstance(d, int) for d in shape):
-            shapes[name] = tuple(int(d) for d in shape)
+        try:
+            shape = value_shape(value)
+        except Exception:  # onnxruntime's RuntimeError for an OrtValue that is no tensor, a shape of non-ints
+            continue
+        if shape is not None:
+            shapes[name] = shape
     return shapes
 
 
