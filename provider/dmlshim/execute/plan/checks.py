@@ -111,8 +111,8 @@ def check_static_sizes(
     try:
         check_static_values(shapes, producers=producers)
     except TooLargeError as exc:
-        declared = _declared(model.graph) if model is not None else set()
-        declared |= _downstream(graph, declared)  # a size inference carried on from a declared one
+        declared = declared_values(model.graph) if model is not None else set()
+        declared |= downstream_of(graph, declared)  # a size inference carried on from a declared one
         if exc.tensor not in declared:
             raise
         assert model is not None
@@ -276,16 +276,19 @@ def _outer_sized(model: onnx.ModelProto) -> dict[str, tuple[Sequence[int], int]]
     return found
 
 
-def _declared(graph: onnx.GraphProto) -> set[str]:
-    """The values whose shape the model declares (graph outputs, ``value_info``; in subgraphs too)."""
+def declared_values(graph: onnx.GraphProto, *, nested: bool = True) -> set[str]:
+    """The values whose shape the model declares (graph outputs, ``value_info``; in subgraphs too unless
+    ``nested`` is False): onnx's inference keeps such a declaration and carries it on, while onnxruntime
+    runs the model whatever shape the value has."""
     found = {v.name for v in (*graph.output, *graph.value_info) if v.type.tensor_type.HasField("shape")}
-    for node in graph.node:
-        for _, sub in subgraphs(node):
-            found |= _declared(sub)
+    if nested:
+        for node in graph.node:
+            for _, sub in subgraphs(node):
+                found |= declared_values(sub)
     return found
 
 
-def _downstream(graph: onnx.GraphProto, declared: set[str]) -> set[str]:
+def downstream_of(graph: onnx.GraphProto, declared: Collection[str]) -> set[str]:
     """The values of ``graph``'s nodes that read, directly or not, a value in ``declared``."""
     reached: set[str] = set()
     if not declared:

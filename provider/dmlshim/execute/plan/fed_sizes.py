@@ -33,6 +33,7 @@ from ...limits import check_tensor, gather_scatter_output_shape
 from ...model.last_inference import infer_shapes
 from ...model.weightless import without_weights
 from ..proofs.symbol_shapes import input_symbols, value_shape
+from .checks import declared_values, downstream_of
 
 __all__ = ["FedGather", "FedSizes"]
 
@@ -205,19 +206,8 @@ class FedSizes:
 
 
 def _declared_downstream(graph: onnx.GraphProto) -> frozenset[str]:
-    """The values whose shape in onnx's inference may come from a shape the model declares for a value
-    a node computes (``value_info``, an output): onnx keeps such a declaration and carries it on, while
-    onnxruntime runs the model whatever shape the value has, so those shapes do not size a run."""
-    declared = {
-        v.name
-        for v in (*graph.value_info, *graph.output)
-        if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape")
-    }
-    if not declared:
-        return frozenset()
-    reached: set[str] = set()
-    for node in graph.node:
-        if any(name in declared or name in reached for name in node.input):
-            reached.update(node.output)
-        reached.update(name for name in node.output if name in declared)
-    return frozenset(reached)
+    """The values of ``graph`` whose shape in onnx's inference may come from a shape the model declares for
+    a value a node computes (``value_info``, an output): those shapes do not size a run."""
+    declared = declared_values(graph, nested=False)
+    computed = {name for node in graph.node for name in node.output if name in declared}
+    return frozenset(computed | downstream_of(graph, declared))
