@@ -202,24 +202,17 @@ VALUE_INFO = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True, reason="a value_info inference contradicts keeps its declared size (docs/python-api.md)"
-)
 @pytest.mark.parametrize("case", sorted(VALUE_INFO))
 def test_value_info_conflict(case: str) -> None:
     data = VALUE_INFO[case].SerializeToString()
     assert _ours(data) == _theirs(data)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="onnx has no schema for onnxruntime's contrib ops: the declared size is kept"
-)
 def test_contrib_op_output() -> None:
     data = _contrib().SerializeToString()
     assert _ours(data) == _theirs(data)
 
 
-@pytest.mark.xfail(strict=True, reason="onnxruntime inlines a local function and infers again; not modelled")
 def test_local_function_output() -> None:
     data = _local_function().SerializeToString()
     assert _ours(data) == _theirs(data, optimized=False)

@@ -16,6 +16,7 @@ from onnx import TensorProto
 from ..background import BackgroundBuild
 from ..errors import BadModelError
 from .ort_errors import ort_load_error
+from .ort_outputs import OrtOutputs
 from .wellformed import RAW_ITEMSIZE
 
 logger = logging.getLogger(__name__)
@@ -94,18 +95,21 @@ class Acceptance:
     :mod:`dmlshim.model.ort_witness`). :meth:`verdict` waits for it and raises the refusal; later calls
     do nothing."""
 
-    __slots__ = ("_accept", "_build", "_original", "_path", "serialized")
+    __slots__ = ("_accept", "_build", "_original", "_path", "outputs", "serialized")
 
     def __init__(
         self,
-        build: BackgroundBuild[object] | None,
+        build: BackgroundBuild[OrtOutputs] | None,
         original: onnx.ModelProto,
         path: str | None,
-        accept: Callable[[], object] | None = None,
+        accept: Callable[[], OrtOutputs] | None = None,
         serialized: bytes | None = None,
     ):
         self._build, self._original, self._path, self._accept = build, original, path, accept
         self.serialized = serialized
+        self.outputs: OrtOutputs | None = None
+        """onnxruntime's ``get_outputs()`` of the acceptance session, once its verdict is known (None: no
+        session was built for the verdict, or it refused the model)."""
         """The weightless copy's bytes as onnxruntime is given them, when they are that copy's own
         serialization (None: a copy without the model's ``ort_config`` was serialized instead); the model
         check keys onnx's inference with them, then drops them here."""
@@ -135,7 +139,7 @@ class Acceptance:
         if build is None:
             return
         try:
-            build.result()
+            self.outputs = build.result()
         except ORT_ERRORS as exc:
             raise _refusal(self._original, exc, self._path) from exc
 
@@ -192,10 +196,12 @@ def start_ort_acceptance(
     except EncodeError as exc:
         raise _refusal(original, exc, path) from exc
 
-    def accept() -> None:
-        # built and dropped on the worker: only the verdict is wanted, and the session's memory must not
-        # stay held while the caller goes on building its own
-        OrtInferenceSession(payload, options, providers=["CPUExecutionProvider"])
+    def accept() -> OrtOutputs:
+        # built and dropped on the worker: only the verdict (and the outputs' types, onnxruntime's first
+        # answer: dmlshim.model.ort_outputs) is wanted, and the session's memory must not stay held while
+        # the caller goes on building its own
+        session = OrtInferenceSession(payload, options, providers=["CPUExecutionProvider"])
+        return OrtOutputs.of(session)
 
     own = None if stripped_config else payload  # the bytes of ``light`` itself: its inference reads them
     if lazy:

@@ -45,6 +45,7 @@ from .ortvalues import (
     plain_arrays,
     refuse_unconvertible_array,
 )
+from .output_types import with_onnxruntime_outputs
 from .profiling import SessionProfiler
 from .providers import normalize_providers, providers_or_fallback, unknown_provider_error
 from .session_args import (
@@ -189,6 +190,8 @@ class InferenceSession(SessionRuns, SessionQueries, SessionProfiling, OrtSession
             loaded.acceptance()  # onnxruntime's refusal of the model comes first, as when it was awaited
             raise
         loaded.acceptance()
+        # onnxruntime's own answer, where its acceptance session was asked (dmlshim.model.ort_outputs)
+        self._outputs = with_onnxruntime_outputs(loaded, self._inputs, self._outputs)
         logger.debug(
             "session for %s ready (engine %s)", loaded.path or "<in-memory model>", self._engine.name
         )
