@@ -1,4 +1,5 @@
-"""Hostile round 49c: get_outputs() against onnxruntime's own answer for the same bytes.
+"""Hostile round 49c: get_outputs() against onnxruntime's own answer for the same bytes (the value_info,
+contrib-op and local-function cases: tests/test_outputs50_onnxruntime.py has them from files too).
 
 Each case builds a model whose declared output (or value_info) types disagree with, or say less than, what
 inference gives, and compares (name, type, shape) with onnxruntime CPU's ``get_outputs()``. Cases whose
