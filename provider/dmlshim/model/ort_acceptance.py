@@ -105,7 +105,8 @@ class Acceptance:
         accept: Callable[[], OrtOutputs] | None = None,
         serialized: bytes | None = None,
     ):
-        self._build, self._original, self._path, self._accept = build, original, path, accept
+        self._build, self._path, self._accept = build, path, accept
+        self._original: onnx.ModelProto | None = original
         self.serialized = serialized
         self.outputs: OrtOutputs | None = None
         """onnxruntime's ``get_outputs()`` of the acceptance session, once its verdict is known (None: no
@@ -126,7 +127,7 @@ class Acceptance:
         acceptance session is never built."""
         from .ort_witness import same_nodes
 
-        if self._accept is not None and same_nodes(self._original, model):
+        if self._accept is not None and self._original is not None and same_nodes(self._original, model):
             self._accept = None
             logger.debug("onnxruntime's acceptance: a session of the model was built")
 
@@ -136,12 +137,14 @@ class Acceptance:
 
         self.start()
         build, self._build = self._build, None
-        if build is None:
+        # the model is not held once decided (a session keeps this object for the outputs' types)
+        original, self._original = self._original, None
+        if build is None or original is None:
             return
         try:
             self.outputs = build.result()
         except ORT_ERRORS as exc:
-            raise _refusal(self._original, exc, self._path) from exc
+            raise _refusal(original, exc, self._path) from exc
 
 
 def _refusal(original: onnx.ModelProto, exc: BaseException, path: str | None) -> BadModelError:
