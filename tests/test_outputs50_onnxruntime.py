@@ -119,3 +119,17 @@ def test_outputs_with_free_dimension_overrides(case: str, optimized: bool) -> No
     assert _described(ours) == _theirs(OVERRIDDEN[case], overrides=True)
     theirs = onnxruntime.InferenceSession(data, _options(True), providers=["CPUExecutionProvider"])
     assert [(a.name, a.shape) for a in ours.get_inputs()] == [(a.name, a.shape) for a in theirs.get_inputs()]
+
+
+@pytest.mark.parametrize("case", ["output conflicting", "outputs chained", "output untyped"])
+def test_outputs_with_overrides_by_denotation(case: str) -> None:
+    """An override by denotation is not asked of onnxruntime: dmlshim resolves twice itself."""
+    model = onnx.ModelProto()
+    model.CopyFrom(OVERRIDDEN[case])
+    model.graph.input[0].type.tensor_type.shape.dim[0].denotation = "DATA_BATCH"
+    data = model.SerializeToString()
+    so = _options(False)
+    so.add_free_dimension_override_by_denotation("DATA_BATCH", 2)
+    theirs = onnxruntime.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+    assert _described(dmlshim.InferenceSession(data, so)) == _described(theirs)
+    assert next(iter(theirs.get_inputs())).shape == [2, 4]
