@@ -19,6 +19,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import dmlshim
+from dmlshim.model.modelcheck import check_model
 from tests import test_hostile49c_outputs as h49c
 
 F = TensorProto.FLOAT
@@ -144,3 +145,37 @@ def test_outputs_with_overrides_by_denotation(case: str) -> None:
     theirs = onnxruntime.InferenceSession(data, so, providers=["CPUExecutionProvider"])
     assert _described(dmlshim.InferenceSession(data, so)) == _described(theirs)
     assert next(iter(theirs.get_inputs())).shape == [2, 4]
+
+
+@pytest.mark.parametrize(
+    ("case", "asked"),
+    [("agreeing", False), ("chain of outputs", True), ("contrib op", True), ("local function", True)],
+)
+def test_acceptance_session_only_where_onnx_cannot_answer(
+    case: str, asked: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model file with onnxruntime's defaults: the acceptance session is left to the engine's own (one
+    onnxruntime session per model) unless onnx's inference cannot type the outputs as onnxruntime does
+    (an output inference contradicts, a contrib op, a local function): then it is built, never witnessed,
+    and its answer kept."""
+    count = [0]
+    original = onnxruntime.InferenceSession.__init__
+
+    def counting(self: onnxruntime.InferenceSession, *args: object, **kwargs: object) -> None:
+        count[0] += 1
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(onnxruntime.InferenceSession, "__init__", counting)
+    path = tmp_path / "m.onnx"
+    given = CASES.get(case) or h49c._model([_relu("x", "y")], [vi("x", F, [2, 4])], [vi("y", F, [2, 4])])
+    onnx.save(given, str(path))
+    model = onnx.load(str(path))
+    verdict = check_model(model, str(path), defer_onnxruntime=True)
+    verdict.witnessed(model)  # type: ignore[attr-defined]
+    verdict()
+    assert count[0] == int(asked)
+    answer = verdict.outputs  # type: ignore[attr-defined]
+    if asked:
+        assert [(o.name, o.type, list(o.shape)) for o in answer.outputs] == _theirs(given)
+    else:
+        assert answer is None
