@@ -108,12 +108,12 @@ class Acceptance:
         self._build, self._path, self._accept = build, path, accept
         self._original: onnx.ModelProto | None = original
         self.serialized = serialized
-        self.outputs: OrtOutputs | None = None
-        """onnxruntime's ``get_outputs()`` of the acceptance session, once its verdict is known (None: no
-        session was built for the verdict, or it refused the model)."""
         """The weightless copy's bytes as onnxruntime is given them, when they are that copy's own
         serialization (None: a copy without the model's ``ort_config`` was serialized instead); the model
         check keys onnx's inference with them, then drops them here."""
+        self.outputs: OrtOutputs | None = None
+        """onnxruntime's ``get_outputs()`` of the acceptance session, once its verdict is known (None: no
+        session was built for the verdict, or it refused the model)."""
 
     def start(self) -> None:
         """Start building the acceptance session (a lazy one), if not started or decided."""

@@ -188,7 +188,7 @@ def outputs_for_inputs(
     finally:
         for dim, param in restore:
             if param is None:
-                dim.Clear()
+                dim.ClearField("dim_value")  # its denotation kept
             else:
                 dim.dim_param = param
         for out, tp in zip(model.graph.output, saved, strict=True):
