@@ -146,6 +146,7 @@ def outputs_for_inputs(
     model: onnx.ModelProto,
     inputs: Sequence[NodeArg],
     describe: Callable[..., Sequence[onnx.ValueInfoProto]],
+    overridden: Callable[[tuple[NodeArg, ...]], tuple[NodeArg, ...] | None] | None = None,
 ) -> tuple[NodeArg, ...]:
     """The graph outputs ``describe`` reports for ``model`` once the dimensions ``inputs`` fix (free-dimension
     overrides) are fixed in its graph inputs too: ``[3, 4]`` rather than ``["batch", 4]`` after
@@ -156,7 +157,9 @@ def outputs_for_inputs(
     unknown, declared ``[2, 3]`` and inferred ``["N", 4]``, takes the fixed inference, ``[2, 4]`` for
     ``N`` = 2): so is ``describe`` asked twice, the outputs declared as it first answered the second time.
     The model's input and output declarations are changed for the call only and restored before
-    returning; ``describe`` is told whether an input was overridden (``overridden=``).
+    returning; ``describe`` is told whether an input was overridden (``overridden=``). ``overridden``,
+    when an input was: asked first, with the first answer, for the outputs as onnxruntime itself reports
+    them with the overrides (None: ``describe`` is asked again).
     """
     fixed = {a.name: a.dims for a in inputs}
     changes: list[tuple[onnx.TensorShapeProto.Dimension, int]] = []
@@ -171,6 +174,9 @@ def outputs_for_inputs(
     first = describe(model, overridden=False)
     if not changes:
         return tuple(node_arg(v) for v in first)
+    answered_by_onnxruntime = overridden(tuple(node_arg(v) for v in first)) if overridden else None
+    if answered_by_onnxruntime is not None:
+        return answered_by_onnxruntime
     restore = [(dim, dim.dim_param if dim.HasField("dim_param") else None) for dim, _ in changes]
     saved: list[onnx.TypeProto | None] = []
     for out in model.graph.output:

@@ -16,7 +16,7 @@ from ..model.weightless import without_weights
 from ..runtime.real import OrtInferenceSession
 from .free_dims import overrides_by_name
 
-__all__ = ["with_onnxruntime_outputs"]
+__all__ = ["overridden_outputs", "with_onnxruntime_outputs"]
 
 logger = logging.getLogger(__name__)
 
@@ -70,27 +70,44 @@ def _asked(model: onnx.ModelProto, overrides: Mapping[str, int]) -> OrtOutputs |
     return OrtOutputs.of(session)
 
 
-def with_onnxruntime_outputs(
-    loaded: LoadedModel, inputs: tuple[NodeArg, ...], outputs: tuple[NodeArg, ...]
-) -> tuple[NodeArg, ...]:
-    """A session's ``outputs`` as onnxruntime types them, where it was asked: its acceptance session's
-    answer (``loaded.acceptance.outputs``, when built), or when free-dimension overrides fixed some of the
-    session's ``inputs`` (which onnxruntime applies even with graph optimizations off, then resolving the
-    graph again) a session of the model with those overrides (by name; overrides by denotation keep
-    dmlshim's own reading). Unchanged when no answer is at hand or it names other outputs. An output that
-    is a graph input or an initializer keeps its description from its source (in the answer's weightless
-    model a large initializer is a graph input)."""
-    answer: OrtOutputs | None = getattr(loaded.acceptance, "outputs", None)
-    overrides = overrides_by_name(loaded.proto, inputs)
-    if overrides is None:
-        return outputs
-    if overrides:
-        answer = _asked(loaded.proto, overrides)
+def _applied(
+    outputs: tuple[NodeArg, ...], answer: OrtOutputs | None, model: onnx.ModelProto
+) -> tuple[NodeArg, ...] | None:
+    """``outputs`` as ``answer`` types them (None: no answer, or it names other outputs). An output that is
+    a graph input or an initializer of ``model`` keeps its description from its source (in the answer's
+    weightless model a large initializer is a graph input)."""
     if answer is None or [o.name for o in answer.outputs] != [o.name for o in outputs]:
-        return outputs
-    graph = loaded.proto.graph
+        return None
+    graph = model.graph
     sources = {v.name for v in graph.input} | {t.name for t in graph.initializer}
     return tuple(
         ours if ours.name in sources else _theirs(ours, theirs)
         for ours, theirs in zip(outputs, answer.outputs, strict=True)
     )
+
+
+def overridden_outputs(
+    model: onnx.ModelProto, inputs: tuple[NodeArg, ...], outputs: tuple[NodeArg, ...]
+) -> tuple[NodeArg, ...] | None:
+    """The ``outputs`` of ``model`` (as described before free-dimension overrides) as onnxruntime reports
+    them once the overrides that fixed the session's ``inputs`` are applied (which it does even with graph
+    optimizations off, resolving the graph again): a session of the model with those overrides by name,
+    graph optimizations off. None when they are no overrides by name (by denotation) or onnxruntime
+    refuses: dmlshim then resolves twice itself (:func:`dmlshim.ort.free_dims.outputs_for_inputs`)."""
+    overrides = overrides_by_name(model, inputs)
+    if not overrides:
+        return None
+    return _applied(outputs, _asked(model, overrides), model)
+
+
+def with_onnxruntime_outputs(
+    loaded: LoadedModel, inputs: tuple[NodeArg, ...], outputs: tuple[NodeArg, ...]
+) -> tuple[NodeArg, ...]:
+    """A session's ``outputs`` as onnxruntime's acceptance session of ``loaded`` typed them, when it was
+    built (``loaded.acceptance.outputs``). Unchanged without that answer, when it names other outputs, or
+    when free-dimension overrides fixed some of the session's ``inputs`` (the acceptance session has none:
+    :func:`overridden_outputs` answered then)."""
+    if overrides_by_name(loaded.proto, inputs) != {}:
+        return outputs
+    applied = _applied(outputs, getattr(loaded.acceptance, "outputs", None), loaded.proto)
+    return outputs if applied is None else applied
