@@ -1,4 +1,5 @@
-"""Hostile round 49c: get_outputs() against onnxruntime's own answer for the same bytes.
+"""Hostile round 49c: get_outputs() against onnxruntime's own answer for the same bytes (the value_info,
+contrib-op and local-function cases: tests/test_outputs50_onnxruntime.py has them from files too).
 
 Each case builds a model whose declared output (or value_info) types disagree with, or say less than, what
 inference gives, and compares (name, type, shape) with onnxruntime CPU's ``get_outputs()``. Cases whose
@@ -202,24 +203,17 @@ VALUE_INFO = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True, reason="a value_info inference contradicts keeps its declared size (docs/python-api.md)"
-)
 @pytest.mark.parametrize("case", sorted(VALUE_INFO))
 def test_value_info_conflict(case: str) -> None:
     data = VALUE_INFO[case].SerializeToString()
     assert _ours(data) == _theirs(data)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="onnx has no schema for onnxruntime's contrib ops: the declared size is kept"
-)
 def test_contrib_op_output() -> None:
     data = _contrib().SerializeToString()
     assert _ours(data) == _theirs(data)
 
 
-@pytest.mark.xfail(strict=True, reason="onnxruntime inlines a local function and infers again; not modelled")
 def test_local_function_output() -> None:
     data = _local_function().SerializeToString()
     assert _ours(data) == _theirs(data, optimized=False)

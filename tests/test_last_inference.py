@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import onnx
+import pytest
 from onnx import TensorProto, helper
 
 from dmlshim.model import last_inference
@@ -41,3 +42,27 @@ def _dims(model: onnx.ModelProto, name: str) -> list[int]:
         if v.name == name and v.type.tensor_type.HasField("shape") and v.type.tensor_type.shape.dim:
             return [d.dim_value for d in v.type.tensor_type.shape.dim]
     raise AssertionError(f"no shape for {name}")
+
+
+def _conflicting() -> onnx.ModelProto:
+    model = _model(1)
+    model.graph.output[0].type.tensor_type.shape.dim.add().dim_value = 7  # w is [2, 4, 3] for onnx
+    return model
+
+
+def test_errors_told_with_the_lenient_answer() -> None:
+    for model, wrong in ((_model(1), False), (_conflicting(), True)):
+        theirs = onnx.shape_inference.infer_shapes(model).SerializeToString()
+        for _ in range(2):  # the second answer is the remembered one, the error remembered with it
+            errors: list[str] = []
+            assert last_inference.infer_shapes(model, errors=errors).SerializeToString() == theirs
+            assert bool(errors) == wrong
+        # an answer remembered without asking for errors is computed again when they are asked for
+        last_inference.infer_shapes(_model(0))
+        last_inference.infer_shapes(model)
+        errors = []
+        assert last_inference.infer_shapes(model, errors=errors).SerializeToString() == theirs
+        assert bool(errors) == wrong
+    with pytest.raises(onnx.shape_inference.InferenceError) as caught:  # onnx's own words, first line
+        onnx.shape_inference.infer_shapes(_conflicting(), strict_mode=True)
+    assert errors[0] == str(caught.value).strip().splitlines()[0]

@@ -13,6 +13,11 @@ onnxruntime infers again whenever one of its graph optimizations changes the gra
 from the lenient answer, and the dimension comes back with the inferred size. dmlshim reports the first
 resolve's answer (what onnxruntime reports when no optimization rewrites the graph, as at
 ``ORT_DISABLE_ALL``): never a size the run contradicts.
+
+This reading holds where onnx's inference meets no error and knows every operator; elsewhere (an
+intermediate ``value_info`` inference contradicts, contrib operators, model-local functions, subgraphs)
+onnxruntime's acceptance session is asked instead (:mod:`dmlshim.model.ort_outputs`), and what it answers
+replaces this reading in the session's ``get_outputs()``.
 """
 
 from __future__ import annotations

@@ -35,6 +35,7 @@ from .ort_errors import (
     type_name,
     unknown_operators,
 )
+from .ort_outputs import OrtOutputs, outputs_need_onnxruntime
 from .weightless import without_weights
 from .wellformed import RAW_ITEMSIZE, check_well_formed
 
@@ -194,12 +195,15 @@ def _checkable(model: onnx.ModelProto, external: bool = True) -> onnx.ModelProto
     return light
 
 
-def _onnx_checker_findings(light: onnx.ModelProto, serialized: bytes | None = None) -> str | None:
+def _onnx_checker_findings(
+    light: onnx.ModelProto, serialized: bytes | None = None, errors: list[str] | None = None
+) -> str | None:
     """What onnx.checker finds on the shape-inferred model (None: nothing). ``serialized``: ``light``'s
-    bytes, when already made (for onnxruntime's acceptance session)."""
+    bytes, when already made (for onnxruntime's acceptance session). ``errors``: receives the error onnx's
+    inference meets, if any (:func:`dmlshim.model.last_inference.infer_shapes`)."""
     try:
         # remembered: translation asks for the same pass (data_prop's base)
-        inferred = infer_shapes(light, serialized=serialized)
+        inferred = infer_shapes(light, serialized=serialized, errors=errors)
         # onnx.checker insists on a typed, shaped ValueInfo for every graph output; onnxruntime does not
         # (e.g. a Loop output of unknown rank). Check the nodes, not that bookkeeping.
         keep = [o for o in inferred.graph.output if o.type.tensor_type.HasField("shape")]
@@ -309,10 +313,20 @@ def check_model(
     except BadModelError as refused:
         refused_by_onnxruntime(refused)
         return _DECIDED
+    # Where onnx's inference cannot type the outputs as onnxruntime does, its acceptance session (graph
+    # optimizations off) is built, not left to the engine's optimized one, and asked (ort_outputs).
+    reason = outputs_need_onnxruntime(model) if lazy else None
+    if reason is not None:
+        logger.debug("onnxruntime's acceptance session built to type the outputs: %s", reason)
+        acceptance.start()
     # onnxruntime builds its session on another thread (it releases the GIL): onnx's checker runs
     # meanwhile (its findings only add words to a refusal, or a warning).
-    findings[0] = _onnx_checker_findings(light, acceptance.serialized)
+    errors: list[str] = []
+    findings[0] = _onnx_checker_findings(light, acceptance.serialized, errors if lazy else None)
     acceptance.serialized = None  # read once: not held for the session's life (its closure may hold it)
+    if errors and reason is None:
+        logger.debug("onnxruntime's acceptance session built to type the outputs: %s", errors[0])
+        acceptance.start()
 
     def verdict() -> None:
         try:
@@ -322,15 +336,16 @@ def check_model(
             return
         accepted()
 
-    if defer_onnxruntime:
-        return _Deferred(verdict, acceptance)
-    verdict()
-    return _DECIDED
+    deferred = _Deferred(verdict, acceptance)
+    if not defer_onnxruntime:
+        deferred()
+    return deferred
 
 
 class _Deferred:
     """A deferred verdict (``check_model(defer_onnxruntime=True)``): called, decides once; its
-    acceptance may be witnessed or started meanwhile (:mod:`dmlshim.model.ort_witness`)."""
+    acceptance may be witnessed or started meanwhile (:mod:`dmlshim.model.ort_witness`). Also what
+    :func:`check_model` returns when it decided before returning (calling it again does nothing)."""
 
     __slots__ = ("_acceptance", "_once")
 
@@ -345,6 +360,12 @@ class _Deferred:
 
     def start(self) -> None:
         self._acceptance.start()
+
+    @property
+    def outputs(self) -> OrtOutputs | None:
+        """onnxruntime's ``get_outputs()`` with graph optimizations off, once decided (None: its
+        acceptance session was not built, :mod:`dmlshim.model.ort_outputs`)."""
+        return self._acceptance.outputs
 
 
 class _Once:

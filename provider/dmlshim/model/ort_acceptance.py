@@ -16,6 +16,7 @@ from onnx import TensorProto
 from ..background import BackgroundBuild
 from ..errors import BadModelError
 from .ort_errors import ort_load_error
+from .ort_outputs import OrtOutputs
 from .wellformed import RAW_ITEMSIZE
 
 logger = logging.getLogger(__name__)
@@ -94,21 +95,25 @@ class Acceptance:
     :mod:`dmlshim.model.ort_witness`). :meth:`verdict` waits for it and raises the refusal; later calls
     do nothing."""
 
-    __slots__ = ("_accept", "_build", "_original", "_path", "serialized")
+    __slots__ = ("_accept", "_build", "_original", "_path", "outputs", "serialized")
 
     def __init__(
         self,
-        build: BackgroundBuild[object] | None,
+        build: BackgroundBuild[OrtOutputs] | None,
         original: onnx.ModelProto,
         path: str | None,
-        accept: Callable[[], object] | None = None,
+        accept: Callable[[], OrtOutputs] | None = None,
         serialized: bytes | None = None,
     ):
-        self._build, self._original, self._path, self._accept = build, original, path, accept
+        self._build, self._path, self._accept = build, path, accept
+        self._original: onnx.ModelProto | None = original
         self.serialized = serialized
         """The weightless copy's bytes as onnxruntime is given them, when they are that copy's own
         serialization (None: a copy without the model's ``ort_config`` was serialized instead); the model
         check keys onnx's inference with them, then drops them here."""
+        self.outputs: OrtOutputs | None = None
+        """onnxruntime's ``get_outputs()`` of the acceptance session, once its verdict is known (None: no
+        session was built for the verdict, or it refused the model)."""
 
     def start(self) -> None:
         """Start building the acceptance session (a lazy one), if not started or decided."""
@@ -122,7 +127,7 @@ class Acceptance:
         acceptance session is never built."""
         from .ort_witness import same_nodes
 
-        if self._accept is not None and same_nodes(self._original, model):
+        if self._accept is not None and self._original is not None and same_nodes(self._original, model):
             self._accept = None
             logger.debug("onnxruntime's acceptance: a session of the model was built")
 
@@ -132,12 +137,14 @@ class Acceptance:
 
         self.start()
         build, self._build = self._build, None
-        if build is None:
+        # the model is not held once decided (a session keeps this object for the outputs' types)
+        original, self._original = self._original, None
+        if build is None or original is None:
             return
         try:
-            build.result()
+            self.outputs = build.result()
         except ORT_ERRORS as exc:
-            raise _refusal(self._original, exc, self._path) from exc
+            raise _refusal(original, exc, self._path) from exc
 
 
 def _refusal(original: onnx.ModelProto, exc: BaseException, path: str | None) -> BadModelError:
@@ -192,10 +199,12 @@ def start_ort_acceptance(
     except EncodeError as exc:
         raise _refusal(original, exc, path) from exc
 
-    def accept() -> None:
-        # built and dropped on the worker: only the verdict is wanted, and the session's memory must not
-        # stay held while the caller goes on building its own
-        OrtInferenceSession(payload, options, providers=["CPUExecutionProvider"])
+    def accept() -> OrtOutputs:
+        # built and dropped on the worker: only the verdict (and the outputs' types, onnxruntime's first
+        # answer: dmlshim.model.ort_outputs) is wanted, and the session's memory must not stay held while
+        # the caller goes on building its own
+        session = OrtInferenceSession(payload, options, providers=["CPUExecutionProvider"])
+        return OrtOutputs.of(session)
 
     own = None if stripped_config else payload  # the bytes of ``light`` itself: its inference reads them
     if lazy:

@@ -146,16 +146,23 @@ def outputs_for_inputs(
     model: onnx.ModelProto,
     inputs: Sequence[NodeArg],
     describe: Callable[..., Sequence[onnx.ValueInfoProto]],
+    overridden: Callable[[tuple[NodeArg, ...]], tuple[NodeArg, ...] | None] | None = None,
 ) -> tuple[NodeArg, ...]:
     """The graph outputs ``describe`` reports for ``model`` once the dimensions ``inputs`` fix (free-dimension
     overrides) are fixed in its graph inputs too: ``[3, 4]`` rather than ``["batch", 4]`` after
     ``add_free_dimension_override_by_name("batch", 3)``, as onnxruntime reports them.
 
-    The model's input dimensions are set for the call only and restored before returning; ``describe`` is
-    told whether any was (``overridden=``).
+    onnxruntime resolves the graph as the model declares it first, then fixes the overridden dimensions and
+    resolves it again, each output's type now merged into the first answer (a dimension that answer left
+    unknown, declared ``[2, 3]`` and inferred ``["N", 4]``, takes the fixed inference, ``[2, 4]`` for
+    ``N`` = 2): so is ``describe`` asked twice, the outputs declared as it first answered the second time.
+    The model's input and output declarations are changed for the call only and restored before
+    returning; ``describe`` is told whether an input was overridden (``overridden=``). ``overridden``,
+    when an input was: asked first, with the first answer, for the outputs as onnxruntime itself reports
+    them with the overrides (None: ``describe`` is asked again).
     """
     fixed = {a.name: a.dims for a in inputs}
-    restore: list[tuple[onnx.TensorShapeProto.Dimension, str | None]] = []
+    changes: list[tuple[onnx.TensorShapeProto.Dimension, int]] = []
     for vi in model.graph.input:
         dims = fixed.get(vi.name)
         if dims is None or vi.type.WhichOneof("value") != "tensor_type":
@@ -163,13 +170,35 @@ def outputs_for_inputs(
         shape = vi.type.tensor_type.shape
         for dim, value in zip(shape.dim, dims, strict=False):
             if isinstance(value, int) and not dim.HasField("dim_value"):
-                restore.append((dim, dim.dim_param if dim.HasField("dim_param") else None))
-                dim.dim_value = value
+                changes.append((dim, value))
+    first = describe(model, overridden=False)
+    if not changes:
+        return tuple(node_arg(v) for v in first)
+    answered_by_onnxruntime = overridden(tuple(node_arg(v) for v in first)) if overridden else None
+    if answered_by_onnxruntime is not None:
+        return answered_by_onnxruntime
+    restore = [(dim, dim.dim_param if dim.HasField("dim_param") else None) for dim, _ in changes]
+    saved: list[onnx.TypeProto | None] = []
+    for out in model.graph.output:
+        saved.append(onnx.TypeProto() if out.HasField("type") else None)
+        if saved[-1] is not None:
+            saved[-1].CopyFrom(out.type)
+    answered = {v.name: v.type for v in first}
     try:
-        return tuple(node_arg(v) for v in describe(model, overridden=bool(restore)))
+        for dim, value in changes:
+            dim.dim_value = value
+        for out in model.graph.output:
+            if out.name in answered:
+                out.type.CopyFrom(answered[out.name])
+        return tuple(node_arg(v) for v in describe(model, overridden=True))
     finally:
         for dim, param in restore:
             if param is None:
-                dim.Clear()
+                dim.ClearField("dim_value")  # its denotation kept
             else:
                 dim.dim_param = param
+        for out, tp in zip(model.graph.output, saved, strict=True):
+            if tp is None:
+                out.ClearField("type")
+            else:
+                out.type.CopyFrom(tp)

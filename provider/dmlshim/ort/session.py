@@ -8,6 +8,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
@@ -45,6 +46,7 @@ from .ortvalues import (
     plain_arrays,
     refuse_unconvertible_array,
 )
+from .output_types import overridden_outputs, with_onnxruntime_outputs
 from .profiling import SessionProfiler
 from .providers import normalize_providers, providers_or_fallback, unknown_provider_error
 from .session_args import (
@@ -189,6 +191,7 @@ class InferenceSession(SessionRuns, SessionQueries, SessionProfiling, OrtSession
             loaded.acceptance()  # onnxruntime's refusal of the model comes first, as when it was awaited
             raise
         loaded.acceptance()
+        self._outputs = with_onnxruntime_outputs(loaded, self._inputs, self._outputs)  # its acceptance's
         logger.debug(
             "session for %s ready (engine %s)", loaded.path or "<in-memory model>", self._engine.name
         )
@@ -297,7 +300,8 @@ class InferenceSession(SessionRuns, SessionQueries, SessionProfiling, OrtSession
         self._overridable = (
             tuple(node_arg(v) for v in graph.input if v.name in init_names) if proto.ir_version >= 4 else ()
         )
-        self._outputs = outputs_for_inputs(proto, self._inputs, typed_outputs)
+        asked = partial(overridden_outputs, proto, self._inputs)  # onnxruntime's, with the overrides
+        self._outputs = outputs_for_inputs(proto, self._inputs, typed_outputs, asked)
         self._fed_sizes = FedSizes.of(proto)  # gathers sized from the feeds before any engine allocates
         self._output_names = [o.name for o in self._outputs]
         self._validator = FeedValidator(self._inputs, self._overridable)

@@ -264,12 +264,13 @@ def load_model(
         )
     _require_graph(loaded.proto, loaded.path)
     if loaded.path is None:
-        check_model(
+        decided = check_model(
             loaded.proto, sess_options=sess_options, unknown_operators_allowed=unknown_operators_allowed
         )
         # bytes were parsed here (ours to change); a caller's ModelProto is copied if it must change
         owned = not isinstance(model, onnx.ModelProto)
-        loaded = LoadedModel(prepare_model(loaded.proto, owned=owned), None, loaded.added)
+        prepared = prepare_model(loaded.proto, owned=owned)
+        loaded = LoadedModel(prepared, None, loaded.added, acceptance=decided)  # its answers kept
     return loaded
 
 
