@@ -3,7 +3,7 @@ writes ``SimplifiedLayerNormalization`` (RMSNorm) with domain ``""``, and onnxru
 schema, registered in the ONNX domain). dmlshim took such a node for a custom op: inspect listed it under
 "Nodes inspect cannot place" and said run and validate refuse the model, and a session given
 ``SessionOptions`` used them as they are (as for a custom-op library), reading the model whole and building
-every partition at once: on a 540 MB genai Llama export, 35 s and 4 GB where onnxruntime needs 12 s and
+every partition at once: on a 540 MB genai Llama export, 35 s and 4 GB where onnxruntime needs 2-12 s and
 0.8 GB. The outputs compared here come from onnxruntime CPU."""
 
 from __future__ import annotations
