@@ -43,6 +43,7 @@ MODULES = (
     "producers_onnxmltools",
     "producers_tflite",
     "producers_fp16",
+    "producers_genai",
     "handwritten",
 )
 BASE_PACKAGES = ("onnx", "onnxruntime", "numpy")

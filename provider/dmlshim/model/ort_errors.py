@@ -3,6 +3,7 @@ the gather/scatter op does not take."""
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -112,7 +113,21 @@ _PAIRS_MAX = 256
 
 
 def _known(key: tuple[str, str], local: set[tuple[str, str]]) -> bool:
-    return key in local or key[0] in _ORT_DOMAINS or _defined(*key)
+    return key in local or key[0] in _ORT_DOMAINS or _defined(*key) or key in _ort_schemas()
+
+
+@functools.cache
+def _ort_schemas() -> frozenset[tuple[str, str]]:
+    """The (domain, op) pairs onnxruntime registers schemas for beyond onnx's: in the ONNX domain itself
+    too, e.g. ``SimplifiedLayerNormalization``, which onnxruntime-genai's model builder writes there, and
+    the operators ONNX removed that onnxruntime still runs (``Affine``, ``Crop``, ``Scale`` ...)."""
+    try:
+        from onnxruntime.capi import onnxruntime_pybind11_state as state
+
+        schemas = state.get_all_operator_schema()
+    except Exception:  # a build without the schema export: onnx's registry and the domains above
+        return frozenset()
+    return frozenset(("" if s.domain == "ai.onnx" else s.domain, s.name) for s in schemas)
 
 
 def _defined(domain: str, op_type: str) -> bool:

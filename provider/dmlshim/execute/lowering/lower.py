@@ -169,6 +169,8 @@ def _walk(
             found.append(record)
             if record.lowered and not prefix:
                 replaced.extend(o for o in node.output if o)
+            elif record.lowered and inferred is not None:
+                _declare_body_values(graph, inferred, [o for o in node.output if o])
             logger.debug("%s: %s", name, record.mode or f"kept ({record.reason})")
         twin = inferred.node[index] if inferred is not None and index < len(inferred.node) else None
         twin_subs = list(subgraphs(twin)) if twin is not None and twin.op_type == node.op_type else []
@@ -189,6 +191,26 @@ def _walk(
         new_nodes.extend(replacement or [node])
     del graph.node[:]
     graph.node.extend(new_nodes)
+
+
+def _declare_body_values(graph: onnx.GraphProto, inferred: onnx.GraphProto, names: Sequence[str]) -> None:
+    """Declare, in an If/Loop/Scan body, the outputs of a node replaced by a custom op with the type and
+    shape inference gives them in the source body (where onnxruntime infers them alike: the body's values
+    are not among what :func:`ort_value_types` can ask onnxruntime for).
+
+    Downstream of an undeclared custom-op output onnxruntime knows no shape, and its fusions that need
+    one stop: ``Mul(x, scalar) -> MatMul`` stays two nodes where the source's becomes a ``FusedMatMul``
+    (onnxruntime's ``MatMulScaleFusion`` wants the scaled input's shape), and T5's scaled ``lm_head`` in
+    optimum's merged decoder (an If) came out 3.3e-6 from onnxruntime's logits at ``extended``/``all``."""
+    declared = {v.name for v in (*graph.value_info, *graph.output, *graph.input)}
+    types = {v.name: v.type for v in inferred.value_info if v.name in names}
+    for name in names:
+        tp = types.get(name)
+        if name in declared or tp is None or not _shaped(tp):
+            continue
+        vi = graph.value_info.add()
+        vi.name = name
+        vi.type.CopyFrom(tp)
 
 
 def _cpu_preferred(
