@@ -30,7 +30,7 @@ from ...errors import DmlShimError
 from ...graph import display_names
 from ...model.ort_witness import no_session_coming, session_built
 from ...model.random_ops import draws_random
-from ...model.weightless import tensor_nbytes, without_weights
+from ...model.weightless import tensor_nbytes
 from ...runtime.real import is_callers_options
 from ...translate import TensorInfo, infer_shapes
 from ...translate.shapes_info import tensor_infos
@@ -175,7 +175,7 @@ class PartitionedEngine(PartitionedRuns):
 
         check_outputs_defined(graph)
         try:
-            inferred = infer_shapes(without_weights(model))
+            inferred = infer_shapes(model)  # of the weightless copy, which it makes (not made twice)
         except DmlShimError as exc:
             logger.warning("shape inference failed (%s); translating gather/scatter nodes at run time", exc)
             inferred = model
