@@ -49,8 +49,22 @@ none: the model check requires types)."""
 _MAY_HOLD_GRAPHS = GRAPH_ATTRIBUTE_TYPES
 
 
+_NO_SUBGRAPHS: Iterator[tuple[str, onnx.GraphProto]] = iter(())
+"""An exhausted iterator: what :func:`subgraphs` gives a node without a graph attribute (shared, since an
+exhausted iterator stays exhausted)."""
+
+
 def subgraphs(node: onnx.NodeProto) -> Iterator[tuple[str, onnx.GraphProto]]:
     """The (attribute name, graph) pairs a node carries (If branches, Loop/Scan bodies, ...)."""
+    # Asked of every node by a dozen walks per session build: a node with no attribute that may hold a
+    # graph (nearly all of them) is answered without making a generator.
+    for attr in node.attribute:
+        if attr.type in _MAY_HOLD_GRAPHS:
+            return _node_subgraphs(node)
+    return _NO_SUBGRAPHS
+
+
+def _node_subgraphs(node: onnx.NodeProto) -> Iterator[tuple[str, onnx.GraphProto]]:
     for attr in node.attribute:
         kind = attr.type
         if kind not in _MAY_HOLD_GRAPHS:

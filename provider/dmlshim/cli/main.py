@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import difflib
 import importlib
 import io
 import json
@@ -62,6 +61,8 @@ SHARED_OPTIONS = frozenset(
 
 
 def _suggest(word: str, choices: Sequence[str]) -> str:
+    import difflib  # only a misspelt word pays for it
+
     close = difflib.get_close_matches(word, list(choices), n=3, cutoff=0.6)
     if not close and not word.startswith("-"):
         close = [c for c in choices if c.startswith(word[:3])][:3]

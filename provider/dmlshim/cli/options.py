@@ -148,9 +148,11 @@ def apply_input_shapes(
     Raises:
         BadInputError: a name is neither an input nor a symbol, or a size contradicts the model.
     """
-    from ..inputs.symbols import fix_symbols
+    if not shapes:
+        return {}
+    from ..inputs.symbols import fix_symbols  # (the inputs package is not imported without shapes)
 
-    return fix_symbols(model, shapes) if shapes else {}
+    return fix_symbols(model, shapes)
 
 
 def add_tolerances(parser: argparse.ArgumentParser, default: str) -> None:

@@ -266,7 +266,8 @@ def check_model(
         TooLargeError: its external data exceeds the memory limit.
     """
     where = os.fspath(path) if path is not None else None
-    check_well_formed(model, where)
+    serialized: list[bytes] = []  # the model's bytes, where the UTF-8 check made them
+    check_well_formed(model, where, serialized)
     try:
         _check_versions(model, where)
         _check_names(model.graph, "", where)
@@ -309,7 +310,10 @@ def check_model(
         # deferred, without the caller's options: started when the engine knows whether a session of the
         # whole model it builds anyway can stand for it (dmlshim.model.ort_witness)
         lazy = defer_onnxruntime and sess_options is None
-        acceptance = start_ort_acceptance(light, model, where, sess_options, lazy=lazy)
+        # ``light`` is the model itself when it holds no weight to leave out and no external data: the
+        # checks since the UTF-8 check read it only, so its bytes are those (not serialized again)
+        same = serialized[0] if serialized and light is model and not refs else None
+        acceptance = start_ort_acceptance(light, model, where, sess_options, lazy=lazy, serialized=same)
     except BadModelError as refused:
         refused_by_onnxruntime(refused)
         return _DECIDED

@@ -161,6 +161,7 @@ def start_ort_acceptance(
     sess_options: object = None,
     *,
     lazy: bool = False,
+    serialized: bytes | None = None,
 ) -> Acceptance:
     """Start building an onnxruntime CPU session on ``light`` (the weightless copy of ``original``), with
     graph optimizations off and one thread, on another thread: onnxruntime decides whether the model
@@ -195,7 +196,8 @@ def start_ort_acceptance(
         stripped.metadata_props.extend(kept)
         light = stripped
     try:
-        payload = light.SerializeToString()
+        # ``serialized``: ``light``'s bytes, already made by the caller (not made again)
+        payload = serialized if serialized is not None and not stripped_config else light.SerializeToString()
     except EncodeError as exc:
         raise _refusal(original, exc, path) from exc
 

@@ -61,10 +61,14 @@ def _proto3_model() -> Any:
     return None
 
 
-def strings_valid(model: onnx.ModelProto) -> tuple[onnx.TensorProto, ...] | None:
+def strings_valid(
+    model: onnx.ModelProto, serialized: list[bytes] | None = None
+) -> tuple[onnx.TensorProto, ...] | None:
     """None when it cannot tell (a string is bad, or no proto3 parser is at hand: the caller walks the
     whole model); else the top-level initializers the parse left out (weights: the caller walks them),
-    every other string field of the model being valid UTF-8."""
+    every other string field of the model being valid UTF-8. ``serialized``: receives
+    ``model.SerializeToString()`` when that is what was parsed (no weight left out), for a caller that
+    serializes the unchanged model next (onnxruntime's acceptance session)."""
     twin = _proto3_model()
     if twin is None:
         return None
@@ -73,6 +77,8 @@ def strings_valid(model: onnx.ModelProto) -> tuple[onnx.TensorProto, ...] | None
         payload = light.SerializeToString()
     except Exception:  # a bad string can fail the copy itself: the walk names it
         return None
+    if serialized is not None and light is model:
+        serialized.append(payload)
     try:
         twin.FromString(payload)
     except DecodeError:

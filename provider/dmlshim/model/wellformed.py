@@ -368,16 +368,21 @@ def _check_graph(
             )
 
 
-def check_well_formed(model: onnx.ModelProto, path: str | None = None) -> None:
+def check_well_formed(
+    model: onnx.ModelProto, path: str | None = None, serialized: list[bytes] | None = None
+) -> None:
     """Refuse a model that parses as protobuf but cannot be an ONNX model: names that are not UTF-8,
     tensors whose type is unknown or whose data does not match their dims, attributes without a type.
 
     onnx.checker lets some of these through, and they then break deep inside onnx or numpy helpers.
+    ``serialized``: receives ``model.SerializeToString()`` where the UTF-8 check made it
+    (:func:`~dmlshim.model.utf8_parse.strings_valid`).
 
     Raises:
         BadModelError: naming the damaged field, tensor or node.
     """
-    left_out = strings_valid(model)  # protobuf's parser checks the strings of all but the weights
+    # protobuf's parser checks the strings of all but the weights
+    left_out = strings_valid(model, serialized)
     unsure = (model,) if left_out is None else left_out
     bad = _bad_string(model, "model") if any(_any_bad_string(m) for m in unsure) else None
     if bad is not None:

@@ -21,15 +21,17 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
 
 from ..graph import node_path
 from .ep_refusals import constant_value
-from .model_translation import ModelTranslation
 from .plan import NodeTranslation, Reason, Status
+
+if TYPE_CHECKING:  # a session build's constant-folding check reads this module without the translation
+    from .model_translation import ModelTranslation
 
 _AXIS_OPS = frozenset({"Gather", "GatherElements", "Scatter", "ScatterElements"})
 _TUPLE_OPS = frozenset({"GatherND", "ScatterND"})

@@ -47,9 +47,6 @@ def folding_refusal(
     graph = model.graph
     if not any(n.op_type in FOLDED_OPS and n.domain in ("", "ai.onnx") for n in graph.node):
         return None
-    from .constant_indices import first_out_of_range
-    from .ep_refusals import constant_value
-
     inputs = {v.name for v in graph.input}
     shapes = {i.name: tuple(int(d) for d in i.dims) for i in graph.initializer if i.name not in inputs}
     constant_nodes = {n.output[0]: n for n in graph.node if n.op_type == "Constant" and n.output}
@@ -65,6 +62,10 @@ def folding_refusal(
             shape = _constant_shape(constant_nodes[node.input[0]], graph)
         if shape is None:
             continue
+        # imported here: most models have no gather/scatter node of constant inputs alone
+        from .constant_indices import first_out_of_range
+        from .ep_refusals import constant_value
+
         if node.input[1] not in values:
             values[node.input[1]] = constant_value((graph,), node.input[1])
         bad = first_out_of_range(node, shape, values[node.input[1]])

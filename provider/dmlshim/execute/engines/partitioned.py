@@ -30,7 +30,7 @@ from ...errors import DmlShimError
 from ...graph import display_names
 from ...model.ort_witness import no_session_coming, session_built
 from ...model.random_ops import draws_random
-from ...model.weightless import tensor_nbytes, without_weights
+from ...model.weightless import tensor_nbytes
 from ...runtime.real import is_callers_options
 from ...translate import TensorInfo, infer_shapes
 from ...translate.shapes_info import tensor_infos
@@ -175,7 +175,7 @@ class PartitionedEngine(PartitionedRuns):
 
         check_outputs_defined(graph)
         try:
-            inferred = infer_shapes(without_weights(model))
+            inferred = infer_shapes(model)  # of the weightless copy, which it makes (not made twice)
         except DmlShimError as exc:
             logger.warning("shape inference failed (%s); translating gather/scatter nodes at run time", exc)
             inferred = model
@@ -268,6 +268,9 @@ class PartitionedEngine(PartitionedRuns):
         )
         built_segments = sum(1 for s in partition.steps if isinstance(s, CpuSegment) and s.outputs)
         pending: PendingCheck | None = None
+        # whether the model names a value like a shape output: asked by the lean gathers and the lean
+        # session, answered once (a serialization of the graph; the graph does not change meanwhile)
+        clash = functools.cache(functools.partial(shape_outputs_clash, graph))
         # below MIN_SEGMENTS_FOR_CHECK, the check pays only while its gathers are given
         given_only = built_segments < MIN_SEGMENTS_FOR_CHECK and not check_always
         given_only = given_only and gathers_given(emulated_io, config)
@@ -291,7 +294,7 @@ class PartitionedEngine(PartitionedRuns):
                 whole_model_builder, model, config, outputs, shared, arrays=self._static_values
             )
             if not config.full_check:
-                lean = lean_gathers(emulated_io, infos, graph, init_protos)
+                lean = lean_gathers(emulated_io, infos, graph, init_protos, clash)
                 shapes_from_feeds = feed_shapes(emulated_io, lean, infos, model, init_protos)
                 lean_after, after_dims = lean_after_proof(emulated_io, lean, infos, graph, init_protos)
                 shapes_from_feeds = with_dims(shapes_from_feeds, after_dims, graph)
@@ -342,7 +345,7 @@ class PartitionedEngine(PartitionedRuns):
             # program's own options object, which onnxruntime reads only when a session is built, they
             # would take whatever the program changed in it since (another Gelu, a file to write).
             late_builds_safe = not self.builds_from_callers_options
-            if not config.full_check and late_builds_safe and not shape_outputs_clash(graph):
+            if not config.full_check and late_builds_safe and not clash():
                 static = set(graph_inputs) | set(self._static_values)
                 lean_in_lean = {**lean, **lean_after}
                 from_feeds = given_input_shapes(emulated_io, lean_in_lean, infos, graph, static)

@@ -230,6 +230,7 @@ def lean_gathers(
     infos: Mapping[str, TensorInfo],
     graph: onnx.GraphProto,
     constants: Mapping[str, onnx.TensorProto],
+    clash: Callable[[], bool] | None = None,
 ) -> dict[str, tuple[np.dtype[Any], np.dtype[Any]]]:
     """The emulated gathers whose output the whole-model check takes from onnxruntime fetching only their
     inputs' shapes (see the module docstring), by output name, with their data and indices dtypes.
@@ -245,9 +246,11 @@ def lean_gathers(
     Split or Slice, which would not refuse an index past the axis, the check then proves them in range on
     every run (:func:`lean_indices_in_range`). Between quantization nodes any indices qualify: the check
     holds their values (fed, or fetched: integer indices sit in no QDQ group) and proves them in range on
-    every run the same way (a negative one hands the run to the partitioned steps)."""
+    every run the same way (a negative one hands the run to the partitioned steps). ``clash``:
+    :func:`shape_outputs_clash` of ``graph``, when the caller asks it too (answered once)."""
     found: dict[str, tuple[np.dtype[Any], np.dtype[Any]]] = {}
-    if not any(io.op_type in LEAN_OPS for io in emulated) or shape_outputs_clash(graph):
+    clashes = clash if clash is not None else functools.partial(shape_outputs_clash, graph)
+    if not any(io.op_type in LEAN_OPS for io in emulated) or clashes():
         return found
     proved_nonnegative: Callable[[str], bool] | None = None
     quantized = _next_to_quantization(graph)
