@@ -9,19 +9,22 @@ added one. (``add_external_initializers`` replaces the tensors before the optimi
 its values.) dmlshim puts the added values into the model every engine runs, so the nodes onnxruntime
 folds are pointed at a copy of the model's own value instead (:func:`keep_model_values_where_folded`).
 Identity nodes are eliminated before folding: a node reading ``Identity(w)`` reads ``w`` (the added value,
-unless that node is folded).
+unless that node is folded). A gather or scatter whose constant indices leave their axis (the model's own
+values) is not folded where this onnxruntime skips folding it instead of refusing the session (1.32): the
+node is left to run, reading the added value, as is every node after it.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import onnx
 
 from ...graph import value_names
 from ...model.random_ops import RANDOM_OPS
 from ...model.weightless import graph_shell, model_shell
+from .cpu_kernels import has_cpu_kernel
 
 logger = logging.getLogger(__name__)
 
@@ -67,8 +70,13 @@ def folded_values(graph: onnx.GraphProto, *, with_sources: bool = False) -> froz
     return constant - sources
 
 
-def _folded(graph: onnx.GraphProto, outer: frozenset[str]) -> tuple[set[int], frozenset[str]]:
-    """:func:`folded_nodes` and the constants of ``graph`` after them (what its subgraphs see)."""
+def _folded(
+    graph: onnx.GraphProto,
+    outer: frozenset[str],
+    unfoldable: Callable[[onnx.NodeProto], bool] | None = None,
+) -> tuple[set[int], frozenset[str]]:
+    """:func:`folded_nodes` and the constants of ``graph`` after them (what its subgraphs see);
+    ``unfoldable``: the nodes of constant inputs onnxruntime's folding fails on (left to run)."""
     fed = {v.name for v in graph.input}
     constant = (set(outer) - fed) | {t.name for t in graph.initializer if t.name not in fed}
     folded: set[int] = set()
@@ -84,6 +92,8 @@ def _folded(graph: onnx.GraphProto, outer: frozenset[str]) -> tuple[set[int], fr
                 continue
             if not all(i in constant for i in inputs):
                 waiting.append((position, node))
+                continue
+            if unfoldable is not None and unfoldable(node):
                 continue
             folded.add(position)
             constant.update(o for o in node.output if o)
@@ -125,7 +135,8 @@ def keep_model_values_where_folded(
     names = set(added)
     if not folding or not names:
         return model
-    plan = _plan(model.graph, frozenset(), {}, names)
+    opsets = {o.domain: int(o.version) for o in model.opset_import}
+    plan = _plan(model.graph, frozenset(), {}, names, (original.graph,), opsets)
     reads = {r for _, _, found in plan for r in found.values()}
     if not reads:
         return model
@@ -149,11 +160,20 @@ def _plan(
     outer: frozenset[str],
     roots: dict[str, str],
     names: set[str],
+    enclosing: tuple[onnx.GraphProto, ...],
+    opsets: Mapping[str, int],
     path: tuple[tuple[int, str, int], ...] = (),
 ) -> Plan:
     """Every folded node of ``graph`` and its subgraphs reading an added name (through Identity nodes
-    too, which onnxruntime eliminates first)."""
-    folded, constant = _folded(graph, outer)
+    too, which onnxruntime eliminates first). ``enclosing``: the model's own graphs down to ``graph``'s
+    (the main graph with the model's values, where its folding reads them). A node the CPU provider has
+    no kernel for at its constants' types is not folded (:mod:`.cpu_kernels`)."""
+    types = _constant_types(enclosing)
+
+    def unfoldable(node: onnx.NodeProto) -> bool:
+        return not has_cpu_kernel(node, opsets, types) or _folding_fails(node, enclosing)
+
+    folded, constant = _folded(graph, outer, unfoldable)
     roots = {**roots, **identity_roots(graph)}
     plan: Plan = []
     for k, node in enumerate(graph.node):
@@ -164,8 +184,52 @@ def _plan(
         for attr in node.attribute:
             subs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
             for n, sub in enumerate(subs):
-                plan += _plan(sub, constant, roots, names, (*path, (k, attr.name, n)))
+                plan += _plan(
+                    sub, constant, roots, names, (*enclosing, sub), opsets, (*path, (k, attr.name, n))
+                )
     return plan
+
+
+def _constant_types(enclosing: tuple[onnx.GraphProto, ...]) -> dict[str, int]:
+    """The element types of the initializers and Constant outputs of ``enclosing`` (innermost wins)."""
+    types: dict[str, int] = {}
+    for graph in enclosing:
+        types.update((t.name, int(t.data_type)) for t in graph.initializer)
+        for node in graph.node:
+            if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output:
+                value = next((a.t for a in node.attribute if a.name == "value" and a.HasField("t")), None)
+                if value is not None:
+                    types[node.output[0]] = int(value.data_type)
+    return types
+
+
+def _folding_fails(node: onnx.NodeProto, enclosing: Sequence[onnx.GraphProto]) -> bool:
+    """Whether onnxruntime's constant folding fails on ``node`` (all its inputs constant): a gather or
+    scatter whose indices (the model's own values, read where small and inline) leave the data's axis.
+    Where this onnxruntime refuses such a session instead, the session was refused before this is asked
+    (:func:`dmlshim.translate.folding_refusal.folding_refusal`)."""
+    from ...translate.constant_indices import first_out_of_range  # translation, on demand
+    from ...translate.ep_refusals import constant_value
+    from ...translate.folding_refusal import FOLDED_OPS
+
+    if node.op_type not in FOLDED_OPS or node.domain not in ("", "ai.onnx") or len(node.input) < 2:
+        return False
+    shape = _constant_dims(enclosing, node.input[0])
+    if shape is None:
+        return False
+    return first_out_of_range(node, shape, constant_value(enclosing, node.input[1])) is not None
+
+
+def _constant_dims(enclosing: Sequence[onnx.GraphProto], name: str) -> tuple[int, ...] | None:
+    """The dims of the constant ``name`` (an initializer's, read from its proto, or a small Constant's)."""
+    from ...translate.ep_refusals import constant_value
+
+    for graph in reversed(enclosing):
+        for init in graph.initializer:
+            if init.name == name:
+                return tuple(int(d) for d in init.dims)
+    value = constant_value(enclosing, name)
+    return None if value is None else tuple(value.shape)
 
 
 def _point(graph: onnx.GraphProto, path: tuple, plan: Plan, copies: dict[str, str]) -> None:
