@@ -192,3 +192,59 @@ def test_a_relu_table_of_an_added_weight(engine: str, dtype: type) -> None:
         got = sess.run(None, feeds)[0]
         assert got.dtype == want.dtype
         np.testing.assert_array_equal(got, want)
+
+
+_F0 = numpy_helper.from_array(np.array(0.0, np.float32), "f0")
+_D0 = numpy_helper.from_array(np.array(0.0, np.float64), "d0")
+_ELIMINATED = {  # what reads the added table T: onnxruntime's level-1 rules remove these nodes first
+    "cast-same": [helper.make_node("Cast", ["T"], ["Tr"], to=F)],
+    "cast-same-twice": [
+        helper.make_node("Cast", ["T"], ["T1"], to=F),
+        helper.make_node("Cast", ["T1"], ["Tr"], to=F),
+    ],
+    "identity-then-cast": [
+        helper.make_node("Identity", ["T"], ["T1"]),
+        helper.make_node("Cast", ["T1"], ["Tr"], to=F),
+    ],
+    "castlike-same": [helper.make_node("CastLike", ["T", "f0"], ["Tr"])],
+    "dropout": [helper.make_node("Dropout", ["T"], ["Tr"])],
+    "dropout-mask-unread": [helper.make_node("Dropout", ["T"], ["Tr", "mask"])],
+    # and nodes that stay, folded with the model's T
+    "cast-to-double-and-back": [
+        helper.make_node("Cast", ["T"], ["T1"], to=TensorProto.DOUBLE),
+        helper.make_node("Cast", ["T1"], ["Tr"], to=F),
+    ],
+    "castlike-double": [
+        helper.make_node("CastLike", ["T", "d0"], ["T1"]),
+        helper.make_node("Cast", ["T1"], ["Tr"], to=F),
+    ],
+    "dropout-mask-read": [helper.make_node("Dropout", ["T"], ["Tr", "mask"])],
+}
+
+
+@pytest.mark.parametrize("case", sorted(_ELIMINATED))
+@pytest.mark.parametrize("engine", ENGINES)
+def test_nodes_onnxruntime_removes_before_folding_read_the_added_value(engine: str, case: str) -> None:
+    """A Cast to the input's own type, a CastLike of the same type and a Dropout whose mask nothing reads
+    are removed before constant folding (CastElimination, EliminateDropout): the Gather reads the added
+    ``T``. dmlshim folded them with the model's ``T``: a silent wrong value in every engine."""
+    nodes = [*_ELIMINATED[case], helper.make_node("Gather", ["Tr", "i"], ["y"], name="g")]
+    outputs = [helper.make_tensor_value_info("y", F, None)]
+    if case == "dropout-mask-read":
+        outputs.append(helper.make_tensor_value_info("mask", TensorProto.BOOL, None))
+    table = numpy_helper.from_array((np.arange(12) % 5 + 1).reshape(4, 3).astype(np.float32), "T")
+    graph = helper.make_graph(
+        nodes, "h50", [helper.make_tensor_value_info("i", TensorProto.INT64, [2])], outputs, [table, _F0, _D0]
+    )
+    model = helper.make_model(
+        graph, ir_version=10, opset_imports=[helper.make_opsetid("", 18)]
+    ).SerializeToString()
+    adds = {"T": np.full((4, 3), 7, np.float32)}
+    feeds = {"i": np.array([1, -1], np.int64)}
+    ref = onnxruntime.InferenceSession(model, _options(onnxruntime, adds), providers=["CPUExecutionProvider"])
+    want = ref.run(None, feeds)
+    sess = dmlshim.InferenceSession(model, _options(dmlshim, adds), engine=engine)
+    for _ in range(5):
+        for got, w in zip(sess.run(None, feeds), want, strict=True):
+            assert got.dtype == w.dtype
+            np.testing.assert_array_equal(got, w)

@@ -3,8 +3,9 @@
 onnxruntime's constant folding computes a node of constant inputs with the CPU provider's kernel; a node
 the provider has no kernel for at its types (``Relu`` of int64: the provider registers float, double,
 int8 and int32) is not folded but run through its ONNX function body once the graph is partitioned, so it
-reads the values ``SessionOptions.add_initializer`` puts in, not the model's. The kernels are
-onnxruntime's own registry (``get_all_opkernel_def``), read once per process.
+reads the values ``SessionOptions.add_initializer`` puts in, not the model's; so is an op with no CPU
+kernel at all (``CastLike``, a function). The kernels are onnxruntime's own registry
+(``get_all_opkernel_def``), read once per process.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def has_cpu_kernel(node: onnx.NodeProto, opsets: Mapping[str, int], elem_types: 
         return True
     kernels = table.get((domain, node.op_type))
     if not kernels:
-        return True  # a function-only op, or one this onnxruntime spells elsewhere: not told here
+        return False  # an ONNX op with no CPU kernel at all (CastLike): run through its function body
     actual: dict[str, str] = {}
     for formal, name in zip(schema.inputs, node.input, strict=False):
         params = {c.type_param_str for c in schema.type_constraints}

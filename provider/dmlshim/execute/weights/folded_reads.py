@@ -31,8 +31,9 @@ logger = logging.getLogger(__name__)
 MODEL_VALUE_SUFFIX = "__dmlshim_model_value"
 """Appended to an initializer's name for the copy of the model's own value the folded nodes read."""
 
-NOT_FOLDED = RANDOM_OPS | {"DequantizeLinear"}
-"""Operators onnxruntime's constant folding leaves to run (random values, QDQ's DequantizeLinear)."""
+NOT_FOLDED = RANDOM_OPS | {"DequantizeLinear", "Dropout"}
+"""Operators onnxruntime's constant folding leaves to run (random values, Dropout, which onnxruntime counts
+as non-deterministic whatever its mode; QDQ's DequantizeLinear)."""
 
 _SUBGRAPH = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 
@@ -74,6 +75,7 @@ def _folded(
     graph: onnx.GraphProto,
     outer: frozenset[str],
     unfoldable: Callable[[onnx.NodeProto], bool] | None = None,
+    types: Mapping[str, int] | None = None,
 ) -> tuple[set[int], frozenset[str]]:
     """:func:`folded_nodes` and the constants of ``graph`` after them (what its subgraphs see);
     ``unfoldable``: the nodes of constant inputs onnxruntime's folding fails on (left to run)."""
@@ -99,29 +101,42 @@ def _folded(
             constant.update(o for o in node.output if o)
         ready = any(all(not i or i in constant for i in node.input) for _, node in waiting)
         pending = waiting if ready else []
-    return _without_eliminated_identities(graph, folded), frozenset(constant)
+    return _without_eliminated_identities(graph, folded, types), frozenset(constant)
 
 
-def _without_eliminated_identities(graph: onnx.GraphProto, folded: set[int]) -> set[int]:
-    """``folded`` without the Identity nodes onnxruntime's identity elimination removes first (all but
-    those making a graph output): their readers read the Identity's input itself (:func:`identity_roots`)."""
+def _without_eliminated_identities(
+    graph: onnx.GraphProto, folded: set[int], types: Mapping[str, int] | None = None
+) -> set[int]:
+    """``folded`` without the nodes onnxruntime's level-1 rules remove first (all but those making a graph
+    output): their readers read the node's input itself (:func:`identity_roots`). Identity nodes; with
+    ``types`` (the constants' element types) also a Cast to the input's own type."""
     outputs = {o.name for o in graph.output}
-    return {
-        k
-        for k in folded
-        if graph.node[k].op_type != "Identity"
-        or graph.node[k].domain not in ("", "ai.onnx")
-        or set(graph.node[k].output) & outputs
-    }
+    roots = identity_roots(graph, types)
+    return {k for k in folded if not graph.node[k].output or graph.node[k].output[0] not in roots
+            or set(graph.node[k].output) & outputs}  # fmt: skip
 
 
-def identity_roots(graph: onnx.GraphProto) -> dict[str, str]:
-    """The value each Identity output of ``graph`` stands for once identities are eliminated."""
+def identity_roots(graph: onnx.GraphProto, types: Mapping[str, int] | None = None) -> dict[str, str]:
+    """The value each output of ``graph``'s eliminated nodes stands for once they are eliminated: Identity
+    outputs; with ``types``, also those of a Cast to its input's own type, as onnxruntime's
+    CastElimination removes it (measured against onnxruntime 1.24 and 1.32,
+    ``tests/test_hostile50_added_folding.py``)."""
     roots: dict[str, str] = {}
     for node in graph.node:
-        if node.op_type == "Identity" and node.domain in ("", "ai.onnx") and node.input and node.output:
-            roots[node.output[0]] = roots.get(node.input[0], node.input[0])
+        if node.domain not in ("", "ai.onnx") or not node.input or not node.input[0] or not node.output:
+            continue
+        root = roots.get(node.input[0], node.input[0])
+        if node.op_type == "Identity" or (types is not None and _same_type_cast(node, types.get(root))):
+            roots[node.output[0]] = root
     return roots
+
+
+def _same_type_cast(node: onnx.NodeProto, source: int | None) -> bool:
+    """A Cast to ``source``, its input's element type (CastLike has no CPU kernel: it is never folded)."""
+    if node.op_type != "Cast" or source is None:
+        return False
+    to = next((a.i for a in node.attribute if a.name == "to"), None)
+    return to is not None and int(to) == source
 
 
 def keep_model_values_where_folded(
@@ -173,8 +188,8 @@ def _plan(
     def unfoldable(node: onnx.NodeProto) -> bool:
         return not has_cpu_kernel(node, opsets, types) or _folding_fails(node, enclosing)
 
-    folded, constant = _folded(graph, outer, unfoldable)
-    roots = {**roots, **identity_roots(graph)}
+    folded, constant = _folded(graph, outer, unfoldable, types)
+    roots = {**roots, **identity_roots(graph, types)}
     plan: Plan = []
     for k, node in enumerate(graph.node):
         if k in folded:
