@@ -41,6 +41,10 @@ def _model(op: str) -> bytes:
     elif op == "Tile":
         nodes = [helper.make_node("Tile", ["x", "s"], ["e"], name="big")]
         inputs += [vi("x", F, [None, 3]), vi("s", I64, [2])]
+    elif op == "OneHot":
+        nodes = [helper.make_node("OneHot", ["k", "s", "v"], ["e"], name="big", axis=0)]
+        inputs += [vi("k", I64, [None]), vi("s", I64, [])]
+        inits.append(numpy_helper.from_array(np.array([0.0, 1.5], np.float32), "v"))
     elif op == "ConstantOfShape":
         value = numpy_helper.from_array(np.array([2.5], np.float32))
         nodes = [helper.make_node("ConstantOfShape", ["s"], ["e"], name="big", value=value)]
@@ -76,6 +80,8 @@ def _feeds(op: str, n: int) -> dict[str, np.ndarray]:
         }
     if op == "ConstantOfShape":
         return {"i": i, "s": np.array([2, n], np.int64)}
+    if op == "OneHot":  # depth 2 along axis 0, n indices
+        return {"i": i, "k": np.arange(n, dtype=np.int64) % 3 - 1, "s": np.array(2, np.int64)}
     return {
         "i": i,
         "a": np.array(5, np.int64),
@@ -84,7 +90,7 @@ def _feeds(op: str, n: int) -> dict[str, np.ndarray]:
     }
 
 
-OPS = ("Expand", "Tile", "ConstantOfShape", "Range")
+OPS = ("Expand", "Tile", "ConstantOfShape", "Range", "OneHot")
 
 
 @pytest.mark.parametrize("op", OPS)

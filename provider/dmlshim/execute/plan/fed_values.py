@@ -1,13 +1,15 @@
 """Values whose size a feed's *values* set (a fed shape, repeats or bounds), sized before any run.
 
-``Expand(x, s)``, ``ConstantOfShape(s)``, ``Tile(x, r)`` and ``Range(start, limit, delta)`` at the top level
-allocate what their shape-like inputs say: with ``s`` a graph input, a feed of ``[20000, 20000]`` made
-onnxruntime allocate 1.6 GB (3.2 GB with the custom-op engine) under ``DMLSHIM_MEMORY_LIMIT=100000000``,
-in every engine, since nothing sized it before onnxruntime ran it. Such a node whose shape-like inputs are
+``Expand(x, s)``, ``ConstantOfShape(s)``, ``Tile(x, r)``, ``Range(start, limit, delta)`` and
+``OneHot(i, depth, v)`` at the top level allocate what their shape-like inputs say: with ``s`` a graph
+input, a feed of ``[20000, 20000]`` made onnxruntime allocate 1.6 GB (3.2 GB with the custom-op engine)
+under ``DMLSHIM_MEMORY_LIMIT=100000000``, in every engine, since nothing sized it before onnxruntime ran
+it (a fed OneHot depth of 100000 for 1000 indices: 400 MB). Such a node whose shape-like inputs are
 graph inputs (fed, small integer tensors) and whose data shape follows from the feeds (fed, or static) is
 sized from the run's feeds and refused before the run reaches any engine
 (:meth:`dmlshim.execute.plan.fed_sizes.FedSizes.check`), naming the node, op, output and size.
-Anything else (a shape computed from a feed) is left to where it runs, as before.
+Anything else is left to where it runs, as before: a shape computed from a feed's shape
+(``ConstantOfShape(Concat(Shape(x), c))``, sized by the CLI's check at the input shapes) or values.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ class FedValued:
     elem_type: int
     data: str | Dims | None
     values: tuple[str, ...]
+    axis: int = -1
+    """OneHot's axis (where the depth goes)."""
 
     def check(
         self, feeds: Mapping[str, Any], shape_of: Callable[[str | Dims], tuple[int, ...] | None]
@@ -52,10 +56,10 @@ class FedValued:
         data_shape = shape_of(self.data) if self.data is not None else ()
         if data_shape is None:
             return
-        shape = _output_shape(self.op_type, data_shape, numbers)  # type: ignore[arg-type]
+        shape = _output_shape(self.op_type, data_shape, numbers, self.axis)  # type: ignore[arg-type]
         if shape is None:
             return
-        data = feeds.get(self.data) if isinstance(self.data, str) else None
+        data = feeds.get(self.data) if isinstance(self.data, str) and self.op_type != "OneHot" else None
         dtype: Any = data.dtype if isinstance(data, np.ndarray) else self.elem_type
         if not dtype:
             return
@@ -73,8 +77,16 @@ def _small_ints(value: Any) -> np.ndarray | None:
     return value
 
 
-def _output_shape(op: str, data: tuple[int, ...], values: list[np.ndarray]) -> tuple[int, ...] | None:
+def _output_shape(
+    op: str, data: tuple[int, ...], values: list[np.ndarray], axis: int = -1
+) -> tuple[int, ...] | None:
     """The output shape onnxruntime allocates, or None where the inputs are invalid (its error stands)."""
+    if op == "OneHot":
+        depth = int(values[0].reshape(-1)[0]) if values[0].size == 1 else -1
+        where = axis if axis >= 0 else len(data) + 1 + axis
+        if depth < 1 or not 0 <= where <= len(data):
+            return None
+        return (*data[:where], depth, *data[where:])
     if op == "Range":
         start, limit, delta = (int(v.reshape(-1)[0]) if v.size == 1 else None for v in values)
         if start is None or limit is None or not delta:
@@ -99,7 +111,7 @@ def _output_shape(op: str, data: tuple[int, ...], values: list[np.ndarray]) -> t
     return tuple(out)
 
 
-_VALUE_INPUTS = {"Expand": (1,), "Tile": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2)}
+_VALUE_INPUTS = {"Expand": (1,), "Tile": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2), "OneHot": (1,)}
 VALUED_OPS = frozenset(_VALUE_INPUTS)
 
 
@@ -120,11 +132,12 @@ def valued_nodes(
         if len(node.input) <= max(positions) or not all(node.input[p] in fed for p in positions):
             continue
         data: str | Dims | None = None
-        if node.op_type in ("Expand", "Tile"):
+        axis = next((int(a.i) for a in node.attribute if a.name == "axis"), -1)
+        if node.op_type in ("Expand", "Tile", "OneHot"):
             data = dims_of(node.input[0])
-            if data is None:
+            if data is None or (node.op_type == "OneHot" and len(node.input) < 3):
                 continue
-            kind = elem_type(node.input[0])
+            kind = elem_type(node.input[2] if node.op_type == "OneHot" else node.input[0])
         elif node.op_type == "Range":
             kind = elem_type(node.input[0])
         else:
@@ -133,5 +146,5 @@ def valued_nodes(
         if not kind:
             continue
         values = tuple(node.input[p] for p in positions)
-        found.append(FedValued(name, node.op_type, node.output[0], kind, data, values))
+        found.append(FedValued(name, node.op_type, node.output[0], kind, data, values, axis))
     return tuple(found)
