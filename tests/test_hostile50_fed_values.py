@@ -160,3 +160,46 @@ def test_the_cli_run_stays_under_the_limit(tmp_path: Path) -> None:
     assert "node 'big'" in done.stderr and "Traceback" not in done.stderr, done.stderr
     peak_kb = int(done.stdout.split("PEAK")[-1].split()[0])
     assert peak_kb < 300 * 1024, peak_kb
+
+
+_CHILD = """
+import sys
+import numpy as np
+import onnx
+import dmlshim
+from onnx import TensorProto, helper
+vi = helper.make_tensor_value_info
+op, engine = sys.argv[1], sys.argv[2]
+nodes = [helper.make_node(op, ["x", "s"], ["e"], name="big"),
+         helper.make_node("Gather", ["e", "i"], ["y"], name="g", axis=1)]
+graph = helper.make_graph(nodes, "h50", [vi("x", TensorProto.FLOAT, [None]), vi("s", TensorProto.INT64, [2]),
+                                         vi("i", TensorProto.INT64, [1])], [vi("y", TensorProto.FLOAT, None)])
+model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 18)])
+model = model.SerializeToString()
+feeds = {"x": np.zeros((0,) if op == "Reshape" else (1,), np.float32), "s": np.array([0, 2**62], np.int64),
+         "i": np.array([0], np.int64)}
+try:
+    out = dmlshim.InferenceSession(model, engine=engine).run(None, feeds)[0]
+    print("VALUE", out.shape)
+except dmlshim.errors.DmlShimError as exc:
+    print("REFUSED", type(exc).__name__, exc.node, exc.op_type)
+"""
+
+
+@pytest.mark.parametrize("op", ["Reshape", "Expand"])
+@pytest.mark.parametrize("engine", ENGINES)
+def test_an_empty_value_numpy_cannot_hold_is_refused_not_a_crash(engine: str, op: str) -> None:
+    """A fed shape ``[0, 2**62]``: onnxruntime computes the empty value (and the Gather's ``(0, 1)``), but
+    numpy refuses such an array: onnxruntime-extensions aborted the process (``terminate called after
+    throwing an instance of 'pybind11::error_already_set'``) in the custom-op engine, and the
+    partitioned engine failed a CPU partition with numpy's message. Both refuse it now, naming the node;
+    the cpu engine, which holds no value in numpy, gives onnxruntime's answer."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "provider")}
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD, op, engine], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    if engine == "cpu":
+        assert "VALUE (0, 1)" in done.stdout, done.stdout
+    else:
+        assert f"REFUSED BadInputError big {op}" in done.stdout, done.stdout + done.stderr[-2000:]

@@ -161,8 +161,9 @@ class FedSizes:
         valued = valued_nodes(graph, display_names(graph.node), fed, dims_of, elem_type)
         return cls(tuple(gathers), symbols, defaults, shared, valued)
 
-    def check(self, feeds: Mapping[str, Any]) -> None:
-        """Refuse a run one of whose gathers' output would pass the memory limit.
+    def check(self, feeds: Mapping[str, Any], *, numpy_values: bool = True) -> None:
+        """Refuse a run one of whose gathers' output would pass the memory limit (``numpy_values``: the
+        engine holds values as numpy arrays, which refuse some empty shapes: :mod:`.fed_values`).
 
         Raises:
             TooLargeError: naming the gather, its op, its output and the bytes it would need.
@@ -183,7 +184,7 @@ class FedSizes:
                 shape, dtype, tensor=gather.output, node=gather.name, op_type=gather.op_type, what="output"
             )
         for node in self.valued:
-            node.check(feeds, lambda part: self._shape(part, feeds))
+            node.check(feeds, lambda part: self._shape(part, feeds), numpy_values=numpy_values)
 
     def _shape(self, part: str | Dims, feeds: Mapping[str, Any]) -> tuple[int, ...] | None:
         if isinstance(part, str):

@@ -22,9 +22,13 @@ from typing import Any
 import numpy as np
 import onnx
 
-from ...limits import check_tensor
+from ...errors import BadInputError
+from ...limits import check_tensor, tensor_nbytes
 
 __all__ = ["VALUED_OPS", "FedValued", "valued_nodes"]
+
+_NUMPY_BYTES = 1 << 63
+"""numpy refuses an array whose non-zero dimensions times its item size reach this, even an empty one."""
 
 _MAX_ELEMENTS = 64
 """Shape-like feeds read for the size: a shape, repeats or a bound is a few numbers."""
@@ -44,12 +48,18 @@ class FedValued:
     data: str | Dims | None
     values: tuple[str, ...]
     axis: int = -1
-    """OneHot's axis (where the depth goes)."""
+    """OneHot's axis (where the depth goes); for Reshape, its ``allowzero``."""
 
     def check(
-        self, feeds: Mapping[str, Any], shape_of: Callable[[str | Dims], tuple[int, ...] | None]
+        self,
+        feeds: Mapping[str, Any],
+        shape_of: Callable[[str | Dims], tuple[int, ...] | None],
+        *,
+        numpy_values: bool = True,
     ) -> None:
-        """Refuse the run when this node's output would pass the memory limit (TooLargeError)."""
+        """Refuse the run when this node's output would pass the memory limit (TooLargeError), or, with
+        ``numpy_values`` (an engine holding values as numpy arrays), when numpy cannot hold it
+        (BadInputError: an empty shape whose other dimensions multiply past 2**63 bytes)."""
         numbers = [_small_ints(feeds.get(n)) for n in self.values]
         if any(v is None for v in numbers):
             return
@@ -63,7 +73,22 @@ class FedValued:
         dtype: Any = data.dtype if isinstance(data, np.ndarray) else self.elem_type
         if not dtype:
             return
-        check_tensor(shape, dtype, tensor=self.output, node=self.name, op_type=self.op_type, what="output")
+        if self.op_type != "Reshape":  # a Reshape holds its input's bytes: only numpy's rule is asked
+            check_tensor(
+                shape, dtype, tensor=self.output, node=self.name, op_type=self.op_type, what="output"
+            )
+        held = tensor_nbytes([d for d in shape if d], dtype) if numpy_values else None
+        if held is not None and held >= _NUMPY_BYTES:
+            raise BadInputError(
+                f"output {self.output!r} of shape {list(shape)} is empty, but its other dimensions multiply "
+                f"past {_NUMPY_BYTES} bytes: numpy cannot hold such an array, and every kernel and custom op "
+                "of dmlshim reads its values as one (onnxruntime-extensions aborted the process on it)",
+                rule="a value's non-zero dimensions, times its element size, stay below 2**63 bytes",
+                value=list(shape),
+                node=self.name,
+                op_type=self.op_type,
+                tensor=self.output,
+            )
 
 
 def _small_ints(value: Any) -> np.ndarray | None:
@@ -93,6 +118,8 @@ def _output_shape(
             return None
         return (max(math.ceil((limit - start) / delta), 0),)
     dims = [int(d) for d in values[0].reshape(-1)]
+    if op == "Reshape":
+        return _reshaped(data, dims, allowzero=bool(axis == 1))
     if any(d < 0 for d in dims):
         return None
     if op == "ConstantOfShape":
@@ -111,7 +138,27 @@ def _output_shape(
     return tuple(out)
 
 
-_VALUE_INPUTS = {"Expand": (1,), "Tile": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2), "OneHot": (1,)}
+def _reshaped(data: tuple[int, ...], dims: list[int], *, allowzero: bool) -> tuple[int, ...] | None:
+    """Reshape's output shape (0 copies the input's dimension unless ``allowzero``; one -1 is inferred)."""
+    out = [data[k] if d == 0 and not allowzero and k < len(data) else d for k, d in enumerate(dims)]
+    if sum(d == -1 for d in out) > 1 or any(d < -1 for d in out):
+        return None
+    if -1 in out:
+        known = math.prod(d for d in out if d != -1)
+        if not known:
+            return None
+        out[out.index(-1)] = math.prod(data) // known
+    return tuple(out) if math.prod(out) == math.prod(data) else None
+
+
+_VALUE_INPUTS = {
+    "Expand": (1,),
+    "Tile": (1,),
+    "ConstantOfShape": (0,),
+    "Range": (0, 1, 2),
+    "OneHot": (1,),
+    "Reshape": (1,),
+}
 VALUED_OPS = frozenset(_VALUE_INPUTS)
 
 
@@ -132,8 +179,9 @@ def valued_nodes(
         if len(node.input) <= max(positions) or not all(node.input[p] in fed for p in positions):
             continue
         data: str | Dims | None = None
-        axis = next((int(a.i) for a in node.attribute if a.name == "axis"), -1)
-        if node.op_type in ("Expand", "Tile", "OneHot"):
+        key = "allowzero" if node.op_type == "Reshape" else "axis"
+        axis = next((int(a.i) for a in node.attribute if a.name == key), -1)
+        if node.op_type in ("Expand", "Tile", "OneHot", "Reshape"):
             data = dims_of(node.input[0])
             if data is None or (node.op_type == "OneHot" and len(node.input) < 3):
                 continue
