@@ -26,9 +26,9 @@ _ONNX_DOMAINS = ("", "ai.onnx")
 def _registry() -> dict[tuple[str, str], list[tuple[tuple[int, int], dict[str, frozenset[str]]]]]:
     """The CPU provider's kernels by (domain, op): their opset ranges and type constraints."""
     try:
-        from onnxruntime.capi import _pybind_state
+        from ...runtime.real import C  # onnxruntime's own binding, whatever stands in for the module
 
-        defs = _pybind_state.get_all_opkernel_def()
+        defs = C.get_all_opkernel_def()
     except (ImportError, AttributeError, RuntimeError) as exc:  # no registry: every node counts as folded
         logger.debug("onnxruntime's kernel registry cannot be read (%s)", exc)
         return {}
