@@ -161,9 +161,12 @@ def _check_one(t: onnx.TensorProto, base: Path | None, path: str | None) -> Exte
     real = _contained(t, base, location, path)
     try:
         st = os.stat(real)
-    except OSError as exc:
-        raise _refuse(
-            t, f"cannot read external data {location!r}: {exc.strerror or exc}", path, location
+        # as onnxruntime opens it, unresolved: 'w.bin/' or 'w.bin/.' name no file, though they resolve to one
+        os.stat(os.path.join(base, location))
+    except OSError as exc:  # onnxruntime's failed check, whatever the errno (ENOTDIR for 'w.bin/')
+        raise _malformed(
+            _refuse(t, f"cannot read external data {location!r}: {exc.strerror or exc}", path, location),
+            file_system=True,
         ) from exc
     if not stat.S_ISREG(st.st_mode):
         raise _malformed(

@@ -432,7 +432,7 @@ class InferenceSession(SessionRuns, SessionQueries, SessionProfiling, OrtSession
                 raise stop  # as onnxruntime: a run asked to terminate does not start (emulated nodes too)
             check_run_config(run_options, self._options)
         self._loaded.check_files()  # a mapped external-data file cut short is refused, not a SIGBUS
-        self._fed_sizes.check(feeds)
+        self._fed_sizes.check(feeds, numpy_values=self._engine.name in ("partitioned", "customop"))
         if self._live_reader is not None:  # the add_initializer values as the caller's buffers hold them now
             feeds = {**self._live_reader.read(), **feeds}
         if self._profiler is None and DISABLED_OPTIMIZERS.get() == self._disabled_optimizers:

@@ -34,6 +34,7 @@ from ...model.last_inference import infer_shapes
 from ...model.weightless import without_weights
 from ..proofs.symbol_shapes import input_symbols, value_shape
 from .checks import declared_values, downstream_of
+from .fed_values import VALUED_OPS, FedValued, valued_nodes
 
 __all__ = ["FedGather", "FedSizes"]
 
@@ -80,6 +81,9 @@ class FedSizes:
     """Every graph input and axis declaring each symbol: onnxruntime does not hold feeds to one size for
     a symbol two inputs declare, and a gather sized from a symbol the feeds disagree on is sized where it
     runs."""
+    valued: tuple[FedValued, ...] = ()
+    """The nodes sized from fed shape-like values (Expand, ConstantOfShape, Tile, Range: see
+    :mod:`.fed_values`)."""
 
     @classmethod
     def of(cls, model: onnx.ModelProto) -> FedSizes:
@@ -92,7 +96,7 @@ class FedSizes:
             if node.op_type in SIZED_OPS and node.domain in ("", "ai.onnx")
             if len(node.input) >= 2 and all(node.input[:2])
         ]
-        if not nodes:
+        if not nodes and not any(n.op_type in VALUED_OPS for n in graph.node):
             return cls()
         initializers = {t.name: t for t in graph.initializer}
         fed = {v.name for v in graph.input}  # an initializer listed as an input may be fed over
@@ -155,10 +159,12 @@ class FedSizes:
             )
         defaults = {n: tuple(int(d) for d in t.dims) for n, t in initializers.items() if n in fed}
         shared = {k: tuple(v) for k, v in declaring.items() if len(v) > 1}
-        return cls(tuple(gathers), symbols, defaults, shared)
+        valued = valued_nodes(graph, display_names(graph.node), fed, dims_of, elem_type)
+        return cls(tuple(gathers), symbols, defaults, shared, valued)
 
-    def check(self, feeds: Mapping[str, Any]) -> None:
-        """Refuse a run one of whose gathers' output would pass the memory limit.
+    def check(self, feeds: Mapping[str, Any], *, numpy_values: bool = True) -> None:
+        """Refuse a run one of whose gathers' output would pass the memory limit (``numpy_values``: the
+        engine holds values as numpy arrays, which refuse some empty shapes: :mod:`.fed_values`).
 
         Raises:
             TooLargeError: naming the gather, its op, its output and the bytes it would need.
@@ -178,6 +184,8 @@ class FedSizes:
             check_tensor(
                 shape, dtype, tensor=gather.output, node=gather.name, op_type=gather.op_type, what="output"
             )
+        for node in self.valued:
+            node.check(feeds, lambda part: self._shape(part, feeds), numpy_values=numpy_values)
 
     def _shape(self, part: str | Dims, feeds: Mapping[str, Any]) -> tuple[int, ...] | None:
         if isinstance(part, str):

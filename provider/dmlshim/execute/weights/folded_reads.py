@@ -9,27 +9,31 @@ added one. (``add_external_initializers`` replaces the tensors before the optimi
 its values.) dmlshim puts the added values into the model every engine runs, so the nodes onnxruntime
 folds are pointed at a copy of the model's own value instead (:func:`keep_model_values_where_folded`).
 Identity nodes are eliminated before folding: a node reading ``Identity(w)`` reads ``w`` (the added value,
-unless that node is folded).
+unless that node is folded). A gather or scatter whose constant indices leave their axis (the model's own
+values) is not folded where this onnxruntime skips folding it instead of refusing the session (1.32): the
+node is left to run, reading the added value, as is every node after it.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import onnx
 
 from ...graph import value_names
 from ...model.random_ops import RANDOM_OPS
 from ...model.weightless import graph_shell, model_shell
+from .cpu_kernels import has_cpu_kernel
 
 logger = logging.getLogger(__name__)
 
 MODEL_VALUE_SUFFIX = "__dmlshim_model_value"
 """Appended to an initializer's name for the copy of the model's own value the folded nodes read."""
 
-NOT_FOLDED = RANDOM_OPS | {"DequantizeLinear"}
-"""Operators onnxruntime's constant folding leaves to run (random values, QDQ's DequantizeLinear)."""
+NOT_FOLDED = RANDOM_OPS | {"DequantizeLinear", "Dropout"}
+"""Operators onnxruntime's constant folding leaves to run (random values, Dropout, which onnxruntime counts
+as non-deterministic whatever its mode; QDQ's DequantizeLinear)."""
 
 _SUBGRAPH = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 
@@ -67,8 +71,14 @@ def folded_values(graph: onnx.GraphProto, *, with_sources: bool = False) -> froz
     return constant - sources
 
 
-def _folded(graph: onnx.GraphProto, outer: frozenset[str]) -> tuple[set[int], frozenset[str]]:
-    """:func:`folded_nodes` and the constants of ``graph`` after them (what its subgraphs see)."""
+def _folded(
+    graph: onnx.GraphProto,
+    outer: frozenset[str],
+    unfoldable: Callable[[onnx.NodeProto], bool] | None = None,
+    types: Mapping[str, int] | None = None,
+) -> tuple[set[int], frozenset[str]]:
+    """:func:`folded_nodes` and the constants of ``graph`` after them (what its subgraphs see);
+    ``unfoldable``: the nodes of constant inputs onnxruntime's folding fails on (left to run)."""
     fed = {v.name for v in graph.input}
     constant = (set(outer) - fed) | {t.name for t in graph.initializer if t.name not in fed}
     folded: set[int] = set()
@@ -85,33 +95,48 @@ def _folded(graph: onnx.GraphProto, outer: frozenset[str]) -> tuple[set[int], fr
             if not all(i in constant for i in inputs):
                 waiting.append((position, node))
                 continue
+            if unfoldable is not None and unfoldable(node):
+                continue
             folded.add(position)
             constant.update(o for o in node.output if o)
         ready = any(all(not i or i in constant for i in node.input) for _, node in waiting)
         pending = waiting if ready else []
-    return _without_eliminated_identities(graph, folded), frozenset(constant)
+    return _without_eliminated_identities(graph, folded, types), frozenset(constant)
 
 
-def _without_eliminated_identities(graph: onnx.GraphProto, folded: set[int]) -> set[int]:
-    """``folded`` without the Identity nodes onnxruntime's identity elimination removes first (all but
-    those making a graph output): their readers read the Identity's input itself (:func:`identity_roots`)."""
+def _without_eliminated_identities(
+    graph: onnx.GraphProto, folded: set[int], types: Mapping[str, int] | None = None
+) -> set[int]:
+    """``folded`` without the nodes onnxruntime's level-1 rules remove first (all but those making a graph
+    output): their readers read the node's input itself (:func:`identity_roots`). Identity nodes; with
+    ``types`` (the constants' element types) also a Cast to the input's own type."""
     outputs = {o.name for o in graph.output}
-    return {
-        k
-        for k in folded
-        if graph.node[k].op_type != "Identity"
-        or graph.node[k].domain not in ("", "ai.onnx")
-        or set(graph.node[k].output) & outputs
-    }
+    roots = identity_roots(graph, types)
+    return {k for k in folded if not graph.node[k].output or graph.node[k].output[0] not in roots
+            or set(graph.node[k].output) & outputs}  # fmt: skip
 
 
-def identity_roots(graph: onnx.GraphProto) -> dict[str, str]:
-    """The value each Identity output of ``graph`` stands for once identities are eliminated."""
+def identity_roots(graph: onnx.GraphProto, types: Mapping[str, int] | None = None) -> dict[str, str]:
+    """The value each output of ``graph``'s eliminated nodes stands for once they are eliminated: Identity
+    outputs; with ``types``, also those of a Cast to its input's own type, as onnxruntime's
+    CastElimination removes it (measured against onnxruntime 1.24 and 1.32,
+    ``tests/test_hostile50_added_folding.py``)."""
     roots: dict[str, str] = {}
     for node in graph.node:
-        if node.op_type == "Identity" and node.domain in ("", "ai.onnx") and node.input and node.output:
-            roots[node.output[0]] = roots.get(node.input[0], node.input[0])
+        if node.domain not in ("", "ai.onnx") or not node.input or not node.input[0] or not node.output:
+            continue
+        root = roots.get(node.input[0], node.input[0])
+        if node.op_type == "Identity" or (types is not None and _same_type_cast(node, types.get(root))):
+            roots[node.output[0]] = root
     return roots
+
+
+def _same_type_cast(node: onnx.NodeProto, source: int | None) -> bool:
+    """A Cast to ``source``, its input's element type (CastLike has no CPU kernel: it is never folded)."""
+    if node.op_type != "Cast" or source is None:
+        return False
+    to = next((a.i for a in node.attribute if a.name == "to"), None)
+    return to is not None and int(to) == source
 
 
 def keep_model_values_where_folded(
@@ -125,7 +150,8 @@ def keep_model_values_where_folded(
     names = set(added)
     if not folding or not names:
         return model
-    plan = _plan(model.graph, frozenset(), {}, names)
+    opsets = {o.domain: int(o.version) for o in model.opset_import}
+    plan = _plan(model.graph, frozenset(), {}, names, (original.graph,), opsets)
     reads = {r for _, _, found in plan for r in found.values()}
     if not reads:
         return model
@@ -149,12 +175,21 @@ def _plan(
     outer: frozenset[str],
     roots: dict[str, str],
     names: set[str],
+    enclosing: tuple[onnx.GraphProto, ...],
+    opsets: Mapping[str, int],
     path: tuple[tuple[int, str, int], ...] = (),
 ) -> Plan:
     """Every folded node of ``graph`` and its subgraphs reading an added name (through Identity nodes
-    too, which onnxruntime eliminates first)."""
-    folded, constant = _folded(graph, outer)
-    roots = {**roots, **identity_roots(graph)}
+    too, which onnxruntime eliminates first). ``enclosing``: the model's own graphs down to ``graph``'s
+    (the main graph with the model's values, where its folding reads them). A node the CPU provider has
+    no kernel for at its constants' types is not folded (:mod:`.cpu_kernels`)."""
+    types = _constant_types(enclosing)
+
+    def unfoldable(node: onnx.NodeProto) -> bool:
+        return not has_cpu_kernel(node, opsets, types) or _folding_fails(node, enclosing)
+
+    folded, constant = _folded(graph, outer, unfoldable, types)
+    roots = {**roots, **identity_roots(graph, types)}
     plan: Plan = []
     for k, node in enumerate(graph.node):
         if k in folded:
@@ -164,8 +199,52 @@ def _plan(
         for attr in node.attribute:
             subs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
             for n, sub in enumerate(subs):
-                plan += _plan(sub, constant, roots, names, (*path, (k, attr.name, n)))
+                plan += _plan(
+                    sub, constant, roots, names, (*enclosing, sub), opsets, (*path, (k, attr.name, n))
+                )
     return plan
+
+
+def _constant_types(enclosing: tuple[onnx.GraphProto, ...]) -> dict[str, int]:
+    """The element types of the initializers and Constant outputs of ``enclosing`` (innermost wins)."""
+    types: dict[str, int] = {}
+    for graph in enclosing:
+        types.update((t.name, int(t.data_type)) for t in graph.initializer)
+        for node in graph.node:
+            if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output:
+                value = next((a.t for a in node.attribute if a.name == "value" and a.HasField("t")), None)
+                if value is not None:
+                    types[node.output[0]] = int(value.data_type)
+    return types
+
+
+def _folding_fails(node: onnx.NodeProto, enclosing: Sequence[onnx.GraphProto]) -> bool:
+    """Whether onnxruntime's constant folding fails on ``node`` (all its inputs constant): a gather or
+    scatter whose indices (the model's own values, read where small and inline) leave the data's axis.
+    Where this onnxruntime refuses such a session instead, the session was refused before this is asked
+    (:func:`dmlshim.translate.folding_refusal.folding_refusal`)."""
+    from ...translate.constant_indices import first_out_of_range  # translation, on demand
+    from ...translate.ep_refusals import constant_value
+    from ...translate.folding_refusal import FOLDED_OPS
+
+    if node.op_type not in FOLDED_OPS or node.domain not in ("", "ai.onnx") or len(node.input) < 2:
+        return False
+    shape = _constant_dims(enclosing, node.input[0])
+    if shape is None:
+        return False
+    return first_out_of_range(node, shape, constant_value(enclosing, node.input[1])) is not None
+
+
+def _constant_dims(enclosing: Sequence[onnx.GraphProto], name: str) -> tuple[int, ...] | None:
+    """The dims of the constant ``name`` (an initializer's, read from its proto, or a small Constant's)."""
+    from ...translate.ep_refusals import constant_value
+
+    for graph in reversed(enclosing):
+        for init in graph.initializer:
+            if init.name == name:
+                return tuple(int(d) for d in init.dims)
+    value = constant_value(enclosing, name)
+    return None if value is None else tuple(value.shape)
 
 
 def _point(graph: onnx.GraphProto, path: tuple, plan: Plan, copies: dict[str, str]) -> None:
