@@ -152,6 +152,9 @@ def test_a_host_spinning_past_the_ceiling_fails_naming_the_setting(
     fake: _Fake, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(progress.TIMEOUT_ENV, "1")
+    # the ceiling is what is tested: a spinning host starved of CPU on a loaded machine must not be
+    # called stalled first
+    monkeypatch.setenv(progress.STALL_ENV, "30")
     host = fake.connected("spin")
     began = time.monotonic()
     with pytest.raises(HostError, match=r"no answer to the 'run' request in \d+ s, past the ceiling of 1 s"):
