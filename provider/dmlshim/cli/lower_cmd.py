@@ -5,8 +5,8 @@ Every gather/scatter node that translates to a DirectML operator (subgraphs incl
 passes ``onnx.checker`` (or, where the source does not, onnxruntime loads it: the finding is a warning) and
 opens in Netron. Every initializer is kept: inside the file where the source
 held it, in ``OUT.data`` beside it where the source kept external data. The weights are never held
-whole: the model is read without them and they are copied from the source's files a chunk at a time. Exit codes: 0 written, 2 bad
-model or usage (including an existing OUT without ``--overwrite``).
+whole: the model is read without them and they are copied from the source's files a chunk at a time.
+Exit codes: 0 written, 2 bad model or usage (including an existing OUT without ``--overwrite``).
 """
 
 from __future__ import annotations
