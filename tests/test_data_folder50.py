@@ -114,3 +114,38 @@ def test_bytes_small_weight_in_working_directory_is_refused_when_optimized(
         assert _outcome(dmlshim, data, size, None, level) == want
         if size <= 8:
             assert want == (1.0 if level == "ORT_DISABLE_ALL" else "Fail"), (real_ort.__version__, level)
+
+
+@pytest.mark.parametrize(("cwd", "folder"), [("a", None), ("a", "."), (".", "a"), ("a", "ABS_A")])
+def test_bytes_data_leaving_the_folder_as_onnxruntime(tmp_path: Path, cwd: str, folder: str | None) -> None:
+    """A location leading out of the folder the data is looked for in (``../d/w.bin``), the file there:
+    refused by both onnxruntime versions, with their class, whichever folder is named."""
+    size = 1 << 14
+    (tmp_path / "a").mkdir()
+    (tmp_path / "d").mkdir()
+    np.full((size,), 3.0, np.float32).tofile(tmp_path / "d" / "w.bin")
+    w = onnx.TensorProto()
+    w.name, w.data_type, w.data_location = "w", TensorProto.FLOAT, TensorProto.EXTERNAL
+    w.dims.append(size)
+    for key, value in (("location", "../d/w.bin"), ("offset", "0"), ("length", str(size * 4))):
+        entry = w.external_data.add()
+        entry.key, entry.value = key, value
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "w"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [size])],
+        [w],
+    )
+    data = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8
+    ).SerializeToString()
+    here = os.getcwd()
+    os.chdir(tmp_path / cwd)
+    try:
+        named = str(tmp_path / "a") if folder == "ABS_A" else folder
+        for level in LEVELS:
+            want = _outcome(real_ort, data, size, named, level)
+            assert _outcome(dmlshim, data, size, named, level) == want, (real_ort.__version__, level)
+    finally:
+        os.chdir(here)
