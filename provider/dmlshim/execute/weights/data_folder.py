@@ -109,10 +109,13 @@ def _ask_onnxruntime(proto: onnx.ModelProto, model: bytes, sess_options: Any) ->
     """Raise what onnxruntime raises building a CPU session of ``model`` (bytes whose external data it
     looks for in the working directory) with a copy of ``sess_options`` (no profile or optimized model is
     written): whether an optimizer reads an external initializer is onnxruntime's own affair."""
-    from ...model.ort_errors import ORT_ERRORS, ort_load_error
+    from ...model.ort_errors import ORT_ERRORS, ort_load_error, unknown_operators
     from ...runtime.options_copy import copy_options
     from ...runtime.real import OrtInferenceSession
 
+    if unknown_operators(proto):  # a custom-op library the options register cannot be copied
+        logger.info("not asking onnxruntime about the bytes' external data: the model has custom operators")
+        return
     options = copy_options(sess_options)
     options.log_severity_level = 4  # the refusal is raised, not logged as well
     logger.debug("asking onnxruntime whether it reads the bytes' external data from the working directory")
