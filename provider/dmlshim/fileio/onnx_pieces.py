@@ -29,18 +29,33 @@ class SourceBytes:
 
 
 def copy_bytes(handle: BinaryIO, source: SourceBytes) -> None:
-    """Copy ``source``'s bytes to ``handle``, a chunk at a time (never the whole in memory).
+    """Copy ``source``'s bytes to ``handle``, a chunk at a time (never the whole in memory); where the
+    source file has holes (a sparse file) and ``handle`` is a file, the holes are skipped, not written as
+    zeros (the file's size is set by :func:`end_sparse`).
 
     Raises:
         BadInputError: the file cannot be read or ends before them (it changed since it was checked).
     """
     from .reading import open_regular
 
-    left = source.length
+    left, at = source.length, source.offset
     try:
         with open_regular(source.file, what="weights file") as src:
-            src.seek(source.offset)
+            if os.fstat(src.fileno()).st_size < at + left:
+                raise BadInputError(
+                    f"the weights file is shorter than the {source.length} bytes at offset {source.offset} "
+                    "it held when the model was read (it changed since)",
+                    path=source.file,
+                    value=source.length,
+                )
             while left:
+                data_at = _next_data(src.fileno(), at, at + left)
+                if data_at > at:  # a hole: skipped in the output too
+                    handle.seek(data_at - at, os.SEEK_CUR)
+                    left -= data_at - at
+                    at = data_at
+                    continue
+                src.seek(at)
                 chunk = src.read(min(left, COPY_CHUNK_BYTES))
                 if not chunk:
                     raise BadInputError(
@@ -51,8 +66,26 @@ def copy_bytes(handle: BinaryIO, source: SourceBytes) -> None:
                     )
                 handle.write(chunk)
                 left -= len(chunk)
+                at += len(chunk)
     except OSError as exc:
         raise BadInputError(f"cannot read the weights file: {exc.strerror or exc}", path=source.file) from exc
+
+
+def end_sparse(handle: BinaryIO) -> None:
+    """Give the file the size its last write or skipped hole reached (a hole at its end is no write)."""
+    handle.truncate(handle.tell())
+
+
+def _next_data(fd: int, at: int, end: int) -> int:
+    """Where the next bytes of data are from ``at`` (``end`` when only a hole is left before it; ``at``
+    where the platform cannot say)."""
+    seek_data = getattr(os, "SEEK_DATA", None)
+    if seek_data is None:
+        return at
+    try:
+        return min(os.lseek(fd, at, seek_data), end)
+    except OSError:  # ENXIO: a hole up to the end of the file; others: no answer
+        return end if at < os.fstat(fd).st_size else at
 
 
 def initializer_bytes(model: Any) -> int:
@@ -120,6 +153,7 @@ def piece_writer(
                 copy_bytes(handle, streamed[tensor.name])
             else:
                 handle.write(tensor.SerializeToString())
+        end_sparse(handle)
 
     return writer
 

@@ -27,7 +27,7 @@ from onnx import numpy_helper
 from ...errors import BadModelError, EngineUnavailableError
 from ...fileio.external_data import ExternalRef, check_external_data
 from ...fileio.files import check_output_file, write_onnx, write_stream
-from ...fileio.onnx_pieces import SourceBytes, copy_bytes, piece_writer
+from ...fileio.onnx_pieces import SourceBytes, copy_bytes, end_sparse, piece_writer
 from ...graph import all_tensors
 from ...model.ort_errors import ORT_ERRORS
 from ...model.weightless import WEIGHTLESS_MIN_BYTES, without_weights
@@ -258,6 +258,7 @@ def write_lowered(
                     copy_bytes(handle, piece)
                 else:
                     handle.write(piece)
+            end_sparse(handle)
 
         write_stream(data_path, writer, overwrite=overwrite, inputs=sources, what="external data file")
     if inline:
