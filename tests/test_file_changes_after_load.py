@@ -113,12 +113,12 @@ def test_a_model_in_a_folder_with_no_room_for_a_copy_reads_its_weights(
 ) -> None:
     """No copy can be made (no space): the weights are read into the model instead, still the
     session's own."""
-    from dmlshim.execute.weights import snapshot as weight_snapshot
+    from dmlshim.fileio import stale_folders  # makes the copy's folder
 
     def no_room(*args: object, **kwargs: object) -> str:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(weight_snapshot.tempfile, "mkdtemp", no_room)
+    monkeypatch.setattr(stale_folders.tempfile, "mkdtemp", no_room)
     model, feeds = _model()
     path = _save(model, tmp_path, external=False)
     session = dmlshim.InferenceSession(str(path))

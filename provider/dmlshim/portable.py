@@ -273,6 +273,20 @@ class Terminated(BaseException):
         self.signum = signum
 
 
+def _default_in_child() -> None:
+    """In a child forked inside :func:`cleanup_on_termination`, the termination signals do what they did
+    before it (the child never leaves the parent's block: a worker a pool ends with SIGTERM would raise
+    :class:`Terminated` instead of ending, and a handler of its own would see this one as the program's)."""
+    for sig in termination_signals():
+        with contextlib.suppress(OSError, ValueError, TypeError):
+            if getattr(signal.getsignal(sig), "dmlshim_termination", False):
+                signal.signal(sig, signal.SIG_DFL)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_default_in_child)
+
+
 @contextlib.contextmanager
 def cleanup_on_termination() -> Iterator[None]:
     """Let the ``finally`` blocks inside run when SIGTERM, SIGHUP or SIGBREAK ends the process.
@@ -293,6 +307,8 @@ def cleanup_on_termination() -> Iterator[None]:
     def terminated(signum: int, _frame: Any) -> None:
         noted.append(signum)
         raise Terminated(signum)
+
+    terminated.dmlshim_termination = True  # type: ignore[attr-defined]  # see _default_in_child
 
     for sig in termination_signals():
         if sig == signal.SIGINT:

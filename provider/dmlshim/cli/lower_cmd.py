@@ -4,8 +4,9 @@ Every gather/scatter node that translates to a DirectML operator (subgraphs incl
 ``ai.onnx.contrib`` node carrying its descriptor, with Reshape/Cast nodes for the tensor mapping; the file
 passes ``onnx.checker`` (or, where the source does not, onnxruntime loads it: the finding is a warning) and
 opens in Netron. Every initializer is kept: inside the file where the source
-held it, in ``OUT.data`` beside it where the source kept external data. Exit codes: 0 written, 2 bad
-model or usage (including an existing OUT without ``--overwrite``).
+held it, in ``OUT.data`` beside it where the source kept external data. The weights are never held
+whole: the model is read without them and they are copied from the source's files a chunk at a time.
+Exit codes: 0 written, 2 bad model or usage (including an existing OUT without ``--overwrite``).
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ import os
 
 from ..execute.lowering.file import check_lowered, external_refs, write_lowered
 from ..execute.lowering.lower import lower_model
+from ..execute.weights.model_source import load_model
 from ..fileio.files import check_output_file
 from ..kernels.options import IndexMode
 from ..text import printable
-from ..translate.shapes_info import load_model
 from .options import add_feature_level, add_input_shape, apply_input_shapes, input_shapes, output_path_arg
 
 logger = logging.getLogger(__name__)
@@ -55,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
     out = os.fspath(args.output)
     check_output_file(out, overwrite=args.overwrite, inputs=(args.model,))
     shapes = input_shapes(args)
-    model = load_model(args.model)
+    # read without its weights: they are copied from the source's files when the lowered one is written
+    model = load_model(args.model, weightless=True, own_weights=False).proto
     shapes = apply_input_shapes(model, shapes)
     lowered = lower_model(
         model,
@@ -70,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
         out,
         lowered.model,
         [r.tensor for r in refs],
+        source=args.model,
         overwrite=args.overwrite,
         inputs=(args.model, *(r.file for r in refs)),
     )

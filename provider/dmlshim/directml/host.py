@@ -12,12 +12,12 @@ import atexit
 import contextlib
 import json
 import logging
+import os
 import re
 import shutil
 import socket
 import struct
 import subprocess
-import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import EngineUnavailableError
+from ..fileio import stale_folders
 from .progress import ProgressWait, WaitExpired, ceiling_override, check_settings, stall_window
 from .stack import Stack, load_stack
 from .wine import shared_display, windows_path
@@ -35,6 +36,10 @@ logger = logging.getLogger(__name__)
 HOST_SCRIPT = Path(__file__).with_name("host.js")
 START_TIMEOUT = 600.0
 LOG_PREFIX = "dmlshim-dmlhost-"
+LOCKED_LOG_PREFIX = LOG_PREFIX + "locked-"
+"""The log folders this version makes: each is locked while its host's Python process (or a child forked
+from it) lives, so that one a killed process left behind is removed by the next host
+(:mod:`dmlshim.fileio.stale_folders`; kept logs are not, and folders of earlier versions, unlocked, never)."""
 KEPT_MARK = "kept"
 """A file in a host's log folder kept because an error named its log (see :meth:`Host.close`)."""
 KEPT_LOGS = 10
@@ -115,7 +120,10 @@ class Host:
         check_settings()  # a bad wait setting fails here, not with node.exe already running
         self.stack = stack
         self._lock = threading.Lock()
-        self._log_dir = Path(tempfile.mkdtemp(prefix=LOG_PREFIX))
+        folder, self._log_lock = stale_folders.make_held_folder(
+            LOCKED_LOG_PREFIX, kept=_kept_log, what="DirectML host log folders"
+        )
+        self._log_dir = Path(folder)
         self.log_path = self._log_dir / "host.log"
         env = stack.run_env()
         env["NODE_PATH"] = windows_path(stack.node_modules)
@@ -352,15 +360,23 @@ class Host:
                 proc.kill()
                 proc.wait()
         log_dir = getattr(self, "_log_dir", None)
+        lock, self._log_lock = getattr(self, "_log_lock", None), None
         if log_dir is None or not log_dir.is_dir():
+            stale_folders.release(None, lock)
             return
         if keep_log:
             with contextlib.suppress(OSError):
                 (log_dir / KEPT_MARK).touch()
+            stale_folders.release(None, lock)
             prune_kept_logs(log_dir.parent)
         else:
-            shutil.rmtree(log_dir, ignore_errors=True)
+            stale_folders.release(str(log_dir), lock)
             logger.debug("removed the DirectML host's log folder %s", log_dir)
+
+
+def _kept_log(folder: str) -> bool:
+    """Whether a host's log folder was kept because an error names its log (pruned apart)."""
+    return os.path.exists(os.path.join(folder, KEPT_MARK))
 
 
 def prune_kept_logs(folder: Path, keep: int = KEPT_LOGS) -> None:

@@ -5,7 +5,8 @@ other writers of wire format share."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from ..errors import BadInputError
@@ -14,6 +15,77 @@ STREAM_MIN_BYTES = 64 << 20
 """Models whose initializers declare at least this many bytes are written one initializer at a time."""
 
 _PROTOBUF_LIMIT = (1 << 31) - 1
+COPY_CHUNK_BYTES = 16 << 20
+"""Bytes copied from a file at a time by the writers that stream weights from one file to another."""
+
+
+@dataclass(frozen=True)
+class SourceBytes:
+    """Bytes of a tensor that lie in a file: ``length`` bytes from ``offset`` in ``file``."""
+
+    file: str
+    offset: int
+    length: int
+
+
+def copy_bytes(handle: BinaryIO, source: SourceBytes) -> None:
+    """Copy ``source``'s bytes to ``handle``, a chunk at a time (never the whole in memory); where the
+    source file has holes (a sparse file) and ``handle`` is a file, the holes are skipped, not written as
+    zeros (the file's size is set by :func:`end_sparse`).
+
+    Raises:
+        BadInputError: the file cannot be read or ends before them (it changed since it was checked).
+    """
+    from .reading import open_regular
+
+    left, at = source.length, source.offset
+    try:
+        with open_regular(source.file, what="weights file") as src:
+            if os.fstat(src.fileno()).st_size < at + left:
+                raise BadInputError(
+                    f"the weights file is shorter than the {source.length} bytes at offset {source.offset} "
+                    "it held when the model was read (it changed since)",
+                    path=source.file,
+                    value=source.length,
+                )
+            while left:
+                data_at = _next_data(src.fileno(), at, at + left)
+                if data_at > at:  # a hole: skipped in the output too
+                    handle.seek(data_at - at, os.SEEK_CUR)
+                    left -= data_at - at
+                    at = data_at
+                    continue
+                src.seek(at)
+                chunk = src.read(min(left, COPY_CHUNK_BYTES))
+                if not chunk:
+                    raise BadInputError(
+                        f"the weights file ends {left} bytes before the {source.length} bytes at offset "
+                        f"{source.offset} it held when the model was read (it changed since)",
+                        path=source.file,
+                        value=source.length,
+                    )
+                handle.write(chunk)
+                left -= len(chunk)
+                at += len(chunk)
+    except OSError as exc:
+        raise BadInputError(f"cannot read the weights file: {exc.strerror or exc}", path=source.file) from exc
+
+
+def end_sparse(handle: BinaryIO) -> None:
+    """Give the file the size its last write or skipped hole reached (a hole at its end is no write)."""
+    handle.truncate(handle.tell())
+
+
+def _next_data(fd: int, at: int, end: int) -> int:
+    """Where the next bytes of data are from ``at`` (``end`` when only a hole is left before it; ``at``
+    where the platform cannot say)."""
+    seek_data = getattr(os, "SEEK_DATA", None)
+    if seek_data is None:
+        return at
+    try:
+        return min(os.lseek(fd, at, seek_data), end)
+    except OSError:  # ENXIO: a hole up to the end of the file; others: no answer
+        return end if at < os.fstat(fd).st_size else at
 
 
 def initializer_bytes(model: Any) -> int:
@@ -31,10 +103,14 @@ def encode_varint(value: int) -> bytes:
             return bytes(out)
 
 
-def piece_writer(model: Any, path: str | os.PathLike[str]) -> Callable[[BinaryIO], None]:
+def piece_writer(
+    model: Any, path: str | os.PathLike[str], streamed: Mapping[str, SourceBytes] | None = None
+) -> Callable[[BinaryIO], None]:
     """What writes ``model`` to an open file: every field but the graph, then the graph as its fields but
     the initializers followed by each initializer. Parsers read fields in any order and keep the
-    initializers' order.
+    initializers' order. The top-level initializers named in ``streamed`` (their data a reference, e.g.
+    into the file the model was read from without its weights) are written inline, their ``raw_data``
+    copied from there a chunk at a time.
 
     Raises:
         BadInputError: the model would exceed protobuf's 2 GiB (``path`` names the target).
@@ -48,7 +124,15 @@ def piece_writer(model: Any, path: str | os.PathLike[str]) -> Callable[[BinaryIO
     graph_shell(model.graph, shell)  # every field but the initializers
     shell_bytes = shell.SerializeToString()
     init_tag = encode_varint(5 << 3 | 2)  # GraphProto.initializer
-    sizes = [t.ByteSize() for t in model.graph.initializer]
+    shells = {
+        t.name: _inline_shell(t, streamed[t.name])
+        for t in model.graph.initializer
+        if t.name in (streamed or {})
+    }
+    sizes = [
+        len(shells[t.name]) + streamed[t.name].length if streamed and t.name in shells else t.ByteSize()
+        for t in model.graph.initializer
+    ]
     graph_size = len(shell_bytes) + sum(len(init_tag) + len(encode_varint(n)) + n for n in sizes)
     head_bytes = head.SerializeToString()
     graph_head = encode_varint(7 << 3 | 2) + encode_varint(graph_size)  # ModelProto.graph
@@ -64,6 +148,24 @@ def piece_writer(model: Any, path: str | os.PathLike[str]) -> Callable[[BinaryIO
         handle.write(shell_bytes)
         for tensor, size in zip(model.graph.initializer, sizes, strict=True):
             handle.write(init_tag + encode_varint(size))
-            handle.write(tensor.SerializeToString())
+            if streamed and tensor.name in shells:
+                handle.write(shells[tensor.name])
+                copy_bytes(handle, streamed[tensor.name])
+            else:
+                handle.write(tensor.SerializeToString())
+        end_sparse(handle)
 
     return writer
+
+
+def _inline_shell(tensor: Any, source: SourceBytes) -> bytes:
+    """``tensor`` serialized as an inline tensor up to its ``raw_data`` (field 9), which is the last field
+    written: its tag and length, the bytes to follow from ``source``."""
+    import onnx
+
+    shell = onnx.TensorProto()
+    shell.CopyFrom(tensor)
+    del shell.external_data[:]
+    shell.ClearField("data_location")
+    shell.ClearField("raw_data")
+    return shell.SerializeToString() + encode_varint(9 << 3 | 2) + encode_varint(source.length)

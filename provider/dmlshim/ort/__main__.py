@@ -12,8 +12,9 @@ import sys
 import types
 import zipfile
 
+from .. import portable
 from ..errors import DmlShimError
-from .install import SUMMARY_FILE_ENV, install
+from .install import SUMMARY_FILE_ENV, discard_state, install
 
 _USAGE = (
     "python -m dmlshim.ort [--summary text|json|off] [--summary-file PATH] [--emulate asked|all] "
@@ -120,6 +121,18 @@ def main(argv: list[str] | None = None) -> int:
     except DmlShimError as exc:
         sys.stderr.write(f"python -m dmlshim.ort: error: {exc}\n")
         return 2
+    # SIGTERM (SIGHUP) at its default action ends the program without atexit: the state folder of its
+    # workers' tallies is removed first, then the process ends as the signal would have ended it
+    with portable.cleanup_on_termination():
+        try:
+            return _run(module, target)
+        except portable.Terminated:
+            discard_state()
+            raise
+
+
+def _run(module: str | None, target: list[str]) -> int:
+    """Run the program (``-m MODULE`` or a script, folder, archive or ``-``) as ``python`` runs it."""
     if module is not None:
         missing = _missing_module(module)
         if missing:  # as python -m says it: one line, exit 1, no traceback

@@ -20,10 +20,8 @@ import contextlib
 import json
 import logging
 import os
-import shutil
 import signal
 import sys
-import tempfile
 import time
 import warnings
 from collections.abc import Sequence
@@ -32,6 +30,7 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import BadInputError, DmlShimError
+from ..fileio import stale_folders
 from ..runtime.real import ORT_VERSION, ort
 from . import tracking
 from .emulate import EMULATE_CHOICES, EMULATE_ENV, ENGINE_ENV
@@ -49,6 +48,10 @@ SUMMARY_OVERWRITE_ENV = "DMLSHIM_ORT_SUMMARY_OVERWRITE"
 """A file to write the JSON summary to at exit (besides stderr)."""
 STATE_ENV = "DMLSHIM_ORT_STATE"
 """The private folder where worker processes leave their tallies (set by the first process)."""
+STATE_PREFIX = "dmlshim-ort-locked-"
+"""The state folder's name in the temporary directory: locked while the first process (or a child forked
+from it) lives, so that one a killed process left is removed by the next (:mod:`dmlshim.fileio.stale_folders`;
+earlier versions' ``dmlshim-ort-*``, unlocked, never are)."""
 OWNER_ENV = "DMLSHIM_ORT_OWNER"
 """The process id of the first process, which prints the summary."""
 
@@ -68,6 +71,8 @@ class _State:
     finalizer = False
     flushing = False
     end_after_flush = False
+    state_lock: int | None = None
+    """The open descriptor locking the state folder (the first process's)."""
 
 
 def _choice(value: str | None, env: str, allowed: tuple[str, ...], default: str) -> str:
@@ -142,7 +147,10 @@ def install(
         os.environ[SUMMARY_OVERWRITE_ENV] = "1" if overwrite else "0"
     if OWNER_ENV not in os.environ:
         os.environ[OWNER_ENV] = str(os.getpid())
-        os.environ[STATE_ENV] = tempfile.mkdtemp(prefix="dmlshim-ort-")
+        state, _State.state_lock = stale_folders.make_held_folder(
+            STATE_PREFIX, what="dmlshim.ort state folders"
+        )
+        os.environ[STATE_ENV] = state
     if children:
         _bind_children()
     if not installed():
@@ -223,9 +231,7 @@ def uninstall() -> None:
         atexit.unregister(_at_exit)
         tracking.AFTER_CHANGE.remove(_after_change)
         _State.registered = False
-    state = os.environ.get(STATE_ENV)
-    if _is_owner() and state:
-        shutil.rmtree(state, ignore_errors=True)
+    discard_state()
     names = [
         INSTALL_ENV,
         STATE_ENV,
@@ -379,6 +385,13 @@ def _at_exit() -> None:
     elif fmt == "text":
         header = f"dmlshim (DirectML emulated over onnxruntime {ORT_VERSION})"
         sys.stderr.write(tracking.render(result, header) + "\n")
+    discard_state()
+
+
+def discard_state() -> None:
+    """Remove the state folder, in the first process (at exit, at :func:`uninstall`, or when SIGTERM ends
+    ``python -m dmlshim.ort``'s program), and let go of its lock."""
     state = os.environ.get(STATE_ENV)
-    if state:
-        shutil.rmtree(state, ignore_errors=True)
+    if _is_owner() and state:
+        lock, _State.state_lock = _State.state_lock, None
+        stale_folders.release(state, lock)

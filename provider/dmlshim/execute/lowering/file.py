@@ -27,6 +27,7 @@ from onnx import numpy_helper
 from ...errors import BadModelError, EngineUnavailableError
 from ...fileio.external_data import ExternalRef, check_external_data
 from ...fileio.files import check_output_file, write_onnx, write_stream
+from ...fileio.onnx_pieces import SourceBytes, copy_bytes, end_sparse, piece_writer
 from ...graph import all_tensors
 from ...model.ort_errors import ORT_ERRORS
 from ...model.weightless import WEIGHTLESS_MIN_BYTES, without_weights
@@ -53,7 +54,9 @@ _DATA_FIELDS = (
 
 
 def external_refs(path: str | os.PathLike[str]) -> list[ExternalRef]:
-    """The tensors a model file keeps as external data, and their files (no weight is read)."""
+    """The tensors a model file keeps as external data, and their files (no weight is read). Only those
+    of subgraphs count against the memory limit: ``write_lowered`` copies the top-level ones from their
+    files a chunk at a time."""
     from ..weights.file_slices import read_weightless
 
     walked = read_weightless(path, WEIGHTLESS_MIN_BYTES)  # the inline weights stay unread in the file
@@ -63,7 +66,7 @@ def external_refs(path: str | os.PathLike[str]) -> list[ExternalRef]:
             if tensor.name in inline:  # a reference into the model file itself: inline, not external data
                 tensor.data_location = onnx.TensorProto.DEFAULT
                 del tensor.external_data[:]
-        return check_external_data(proto, path)
+        return check_external_data(proto, path, read_below=0)
     try:
         proto = onnx.load(os.fspath(path), load_external_data=False)
     except (OSError, ValueError, RuntimeError) as exc:
@@ -135,29 +138,81 @@ def _tensor_bytes(tensor: onnx.TensorProto) -> bytes:
     return numpy_helper.to_array(tensor).tobytes()
 
 
-def _externalise(model: onnx.ModelProto, names: Collection[str], location: str) -> list[bytes]:
-    """Move the data of the tensors named in ``names`` out of ``model``; return the chunks to write
-    (padding included), in file order."""
-    chunks: list[bytes] = []
+def _reference(tensor: onnx.TensorProto, folder: str) -> SourceBytes:
+    """Where the bytes of ``tensor`` (external data, already checked by the model check) lie."""
+    entries = {e.key: e.value for e in tensor.external_data}
+    file = os.path.join(folder, entries.get("location", ""))
+    offset = int(entries.get("offset") or 0)
+    length = entries.get("length")
+    return SourceBytes(file, offset, int(length) if length else os.path.getsize(file) - offset)
+
+
+def _externalise(
+    model: onnx.ModelProto,
+    names: Collection[str],
+    location: str,
+    folder: str | None,
+    kept: Collection[str] = (),
+) -> list[bytes | SourceBytes]:
+    """Move the data of the tensors named in ``names`` out of ``model``, and of every tensor still kept as
+    a reference into the source's files (``folder``: the source model's folder) but the top-level
+    initializers named in ``kept``; return the pieces to write (padding included), in file order: bytes
+    the model held, or where the bytes of a reference lie (copied when written; once for references to
+    the same bytes, e.g. an initializer and the lowering's reshaped alias of it)."""
+    pieces: list[bytes | SourceBytes] = []
+    placed: dict[SourceBytes, int] = {}
     offset = 0
     for tensor in all_tensors(model.graph):
-        if tensor.name not in names or tensor.data_location == onnx.TensorProto.EXTERNAL:
+        external = tensor.data_location == onnx.TensorProto.EXTERNAL
+        if external and (folder is None or tensor.name in kept):
+            continue  # (no source: a reference is left as it is)
+        if tensor.name not in names and not external:
             continue
-        data = _tensor_bytes(tensor)
+        if external and folder is not None:
+            piece: bytes | SourceBytes = _reference(tensor, folder)
+            size = piece.length
+        else:
+            piece = _tensor_bytes(tensor)
+            size = len(piece)
+        at = placed.get(piece) if isinstance(piece, SourceBytes) else None
+        if at is not None:
+            _point(tensor, location, at, size)
+            continue
         pad = (-offset) % ALIGNMENT
         if pad:
-            chunks.append(b"\0" * pad)
+            pieces.append(b"\0" * pad)
             offset += pad
-        chunks.append(data)
-        for field in _DATA_FIELDS:
-            tensor.ClearField(field)
-        tensor.data_location = onnx.TensorProto.EXTERNAL
-        del tensor.external_data[:]
-        for key, value in (("location", location), ("offset", str(offset)), ("length", str(len(data)))):
-            entry = tensor.external_data.add()
-            entry.key, entry.value = key, value
-        offset += len(data)
-    return chunks
+        pieces.append(piece)
+        if isinstance(piece, SourceBytes):
+            placed[piece] = offset
+        _point(tensor, location, offset, size)
+        offset += size
+    return pieces
+
+
+def _point(tensor: onnx.TensorProto, location: str, offset: int, size: int) -> None:
+    """Make ``tensor`` external data at ``offset`` in ``location`` (its values dropped from the model)."""
+    for field in _DATA_FIELDS:
+        tensor.ClearField(field)
+    tensor.data_location = onnx.TensorProto.EXTERNAL
+    del tensor.external_data[:]
+    for key, value in (("location", location), ("offset", str(offset)), ("length", str(size))):
+        entry = tensor.external_data.add()
+        entry.key, entry.value = key, value
+
+
+def _kept_in_source(model: onnx.ModelProto, source: str | None) -> dict[str, SourceBytes]:
+    """The top-level initializers a model read without its weights keeps as references into its own
+    .onnx file (``source``: the source held them inline): where their bytes lie."""
+    if source is None:
+        return {}
+    name, folder = os.path.basename(source), os.path.dirname(os.path.abspath(source))
+    return {
+        t.name: _reference(t, folder)
+        for t in model.graph.initializer
+        if t.data_location == onnx.TensorProto.EXTERNAL
+        and next((e.value for e in t.external_data if e.key == "location"), None) == name
+    }
 
 
 def write_lowered(
@@ -165,17 +220,21 @@ def write_lowered(
     model: onnx.ModelProto,
     external: Collection[str],
     *,
+    source: str | os.PathLike[str] | None = None,
     overwrite: bool = False,
     inputs: Iterable[str | os.PathLike[str] | None] = (),
 ) -> Path | None:
     """Write ``model`` to ``out``; the tensors named in ``external`` go to the data file beside it.
 
-    ``model`` is modified (those tensors become external references). Returns the data file written, or
-    None when every tensor stays inside the model.
+    ``model`` is modified (those tensors become external references). With ``source`` (the file ``model``
+    was read from without its weights: :func:`dmlshim.execute.weights.model_source.load_model`), weights
+    still kept as references into the source's files are copied from there a chunk at a time, never held
+    whole: those the source held inline (references into ``source`` itself) are written inline, the rest
+    to the data file. Returns the data file written, or None when every tensor stays inside the model.
 
     Raises:
         BadInputError: a file is refused (exists without ``overwrite``, is an input, ...) or cannot be
-            written.
+            written, or a source file changed since it was read.
     """
     sources = tuple(inputs)
     if ort_crashes():  # the file is for onnxruntime: never a node that kills this one
@@ -185,18 +244,29 @@ def write_lowered(
     target = Path(os.fspath(out))
     location = data_file_name(target)
     data_path = target.parent / location
-    chunks = _externalise(model, frozenset(external), location) if external else []
-    if not chunks:
-        write_onnx(target, model, overwrite=overwrite, inputs=sources)
-        return None
+    where = os.fspath(source) if source is not None else None
+    inline = _kept_in_source(model, where)
+    folder = os.path.dirname(os.path.abspath(where)) if where is not None else None
+    pieces = _externalise(model, frozenset(external), location, folder, inline.keys())
     check_output_file(target, overwrite=overwrite, inputs=sources)
-    check_output_file(data_path, overwrite=overwrite, inputs=sources, what="external data file")
+    if pieces:
+        check_output_file(data_path, overwrite=overwrite, inputs=sources, what="external data file")
 
-    def writer(handle: BinaryIO) -> None:
-        for chunk in chunks:
-            handle.write(chunk)
+        def writer(handle: BinaryIO) -> None:
+            for piece in pieces:
+                if isinstance(piece, SourceBytes):
+                    copy_bytes(handle, piece)
+                else:
+                    handle.write(piece)
+            end_sparse(handle)
 
-    write_stream(data_path, writer, overwrite=overwrite, inputs=sources, what="external data file")
-    write_onnx(target, model, overwrite=overwrite, inputs=sources)
-    logger.info("wrote %d bytes of external data to %s", sum(len(c) for c in chunks), data_path)
+        write_stream(data_path, writer, overwrite=overwrite, inputs=sources, what="external data file")
+    if inline:
+        write_stream(target, piece_writer(model, target, inline), overwrite=overwrite, inputs=sources)
+    else:
+        write_onnx(target, model, overwrite=overwrite, inputs=sources)
+    if not pieces:
+        return None
+    written = sum(p.length if isinstance(p, SourceBytes) else len(p) for p in pieces)
+    logger.info("wrote %d bytes of external data to %s", written, data_path)
     return data_path

@@ -13,7 +13,7 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from ...errors import BadModelError
-from ...fileio.external_data import ExternalRef, external_tensors
+from ...fileio.external_data import ExternalRef
 from ...fileio.filekind import require_onnx_model
 from ...limits import check_bytes
 from ...model.declared_types import (
@@ -32,10 +32,10 @@ from ...runtime.exceptions import (
     refusal_class,
     with_onnxruntime_class,
 )
-from ...runtime.options_copy import config_entry
 from ...runtime.real import pybind_state
 from .added_initializers import AddedInitializers
-from .file_slices import FOLDER_KEY, read_weightless
+from .data_folder import load_in_memory_external_data, named_folder_refusal
+from .file_slices import read_weightless
 from .ort_format import is_ort_format, onnx_bytes_from_ort_format, saved_graph_checked
 from .shared import MAP_MIN_BYTES, SHARE_MIN_BYTES
 from .snapshot import ExternalDataGuard, WeightSnapshot, read_inline, snapshot_inline
@@ -193,7 +193,7 @@ def load_model(
         except (DecodeError, ValueError, RuntimeError) as exc:
             raise BadModelError(f"the bytes are not a serialized ONNX model: {exc}") from exc
         added = take_supplied_initializers(parsed, sess_options) if parsed.HasField("graph") else None
-        _load_external_data_from_cwd(parsed)
+        load_in_memory_external_data(parsed, bytes(model), sess_options)
         loaded = LoadedModel(parsed, None, added)
     elif isinstance(model, (str, os.PathLike)):
         if os.fspath(model) in ("", b""):
@@ -220,7 +220,7 @@ def load_model(
         except (DecodeError, ValueError, RuntimeError, OSError) as exc:
             raise BadModelError(f"not a readable ONNX model: {exc}", path=str(path)) from exc
         _require_graph(proto, str(path))
-        _named_folder_refusal(proto, sess_options, str(path))
+        named_folder_refusal(proto, sess_options, str(path))
         added = take_supplied_initializers(proto, sess_options, path.parent, inline=inline)
         # before reading any weights; read without them, only the small ones count against the limits
         external: list[ExternalRef] = []
@@ -272,53 +272,6 @@ def load_model(
         prepared = prepare_model(loaded.proto, owned=owned)
         loaded = LoadedModel(prepared, None, loaded.added, acceptance=decided)  # its answers kept
     return loaded
-
-
-def _load_external_data_from_cwd(proto: onnx.ModelProto) -> None:
-    """As onnxruntime does for a model given as bytes: external data is found from the working directory
-    (and must stay inside it). Read into the model when every file is there; else left for the model
-    check to refuse, naming the first tensor (onnxruntime refuses such a model too)."""
-    tensors = external_tensors(proto.graph) if proto.HasField("graph") else []
-    locations = [next((e.value for e in t.external_data if e.key == "location"), "") for t in tensors]
-    if not tensors or not all(loc and os.path.isfile(loc) for loc in locations):
-        return
-    logger.debug("external data of a model given in memory read from the working directory %s", os.getcwd())
-    try:
-        load_external_data(proto, Path(os.getcwd()) / "<model given in memory>")
-    except BadModelError as exc:  # e.g. a location leaving the working directory: onnxruntime's Fail
-        exc.path = None
-        raise with_onnxruntime_class(exc, pybind_state.Fail) from exc.__cause__
-
-
-def _named_folder_refusal(proto: onnx.ModelProto, sess_options: Any, path: str) -> None:
-    """Raise what the installed onnxruntime raises for a model file whose external data is missing from
-    the folder ``session.model_external_initializers_file_folder_path`` names. onnxruntime 1.32 refuses it
-    (``Fail``: it looks in that folder only); 1.24.4 reads the model's own folder, as dmlshim then does.
-    onnxruntime itself is asked, and only then: no session is built for a model whose data is there."""
-    folder = config_entry(sess_options, FOLDER_KEY) if sess_options is not None else None
-    if not folder:
-        return
-    locations = (
-        next((e.value for e in t.external_data if e.key == "location"), "")
-        for t in external_tensors(proto.graph)
-    )
-    if all(not loc or os.path.exists(os.path.join(folder, loc)) for loc in locations):
-        return
-    from ...model.ort_errors import ORT_ERRORS, ort_load_error
-    from ...runtime.options_copy import copy_options
-    from ...runtime.real import OrtInferenceSession
-
-    options = copy_options(sess_options)
-    options.log_severity_level = 4  # the refusal is raised, not logged as well
-    if config_entry(options, FOLDER_KEY) is None:  # not among the entries copy_options carries
-        options.add_session_config_entry(FOLDER_KEY, folder)
-    try:
-        OrtInferenceSession(path, options, providers=["CPUExecutionProvider"])
-    except ORT_ERRORS as exc:
-        raise ort_load_error(proto, "the model", exc, path=path) from exc
-    logger.info(
-        "external data missing from the folder %s names: onnxruntime reads the model's folder", FOLDER_KEY
-    )
 
 
 def _read_weightless(path: Path) -> tuple[onnx.ModelProto, frozenset[str]] | None:

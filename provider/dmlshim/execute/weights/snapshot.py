@@ -21,10 +21,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
-import stat
-import tempfile
-import time
 import weakref
 from collections.abc import Iterable
 from pathlib import Path
@@ -32,8 +28,8 @@ from typing import BinaryIO
 
 import onnx
 
-from ... import portable
 from ...errors import BadModelError
+from ...fileio import stale_folders
 from ...fileio.reading import open_regular
 from ...model.weightless import is_external
 from .file_slices import FileSlice
@@ -90,60 +86,18 @@ SNAPSHOT_PREFIX = "dmlshim-weights-locked-"
 """The prefix of the private folders in the temporary directory ("locked": each is held by a lock while
 in use; the folders of earlier versions, which held none, are never swept)."""
 
-STALE_AFTER_S = 60.0
-"""A folder younger than this is never taken for a dead process's (it may be locked in a moment)."""
-
 
 def _remove(folder: str, lock: int | None) -> None:
-    shutil.rmtree(folder, True)
-    if lock is not None:
-        with contextlib.suppress(OSError):
-            os.close(lock)
-
-
-def _hold(folder: str) -> int | None:
-    """An open descriptor of ``folder`` holding an advisory lock for as long as it (or a forked copy of
-    it) stays open; None where there are no such locks (Windows)."""
-    return portable.lock_folder(folder)
+    stale_folders.release(folder, lock)
 
 
 def sweep_stale(parent: str | None = None) -> list[str]:
     """Remove the copies that processes killed before they could remove them left behind (a SIGTERM or
     SIGKILL skips every finalizer: each kill of a server left a full copy of its weights in the temporary
-    directory, which is memory where that is a tmpfs). A folder is stale when no process holds its lock
-    (every process, and every child forked from it, holds the lock of each copy it may still read), it
-    belongs to this user and it is older than :data:`STALE_AFTER_S`. Returns the folders removed."""
-    if not portable.folder_locks():  # Windows: no advisory locks, no sweep
-        return []
-    parent = parent if parent is not None else tempfile.gettempdir()
-    removed: list[str] = []
-    try:
-        names = [n for n in os.listdir(parent) if n.startswith(SNAPSHOT_PREFIX)]
-    except OSError:
-        return removed
-    for name in names:
-        folder = os.path.join(parent, name)
-        try:
-            info = os.lstat(folder)
-            if (
-                not stat.S_ISDIR(info.st_mode)
-                or not portable.owned_by_me(info)
-                or time.time() - info.st_mtime < STALE_AFTER_S
-            ):
-                continue
-        except OSError:
-            continue
-        fd = portable.lock_folder(folder, follow_links=False)
-        if fd is None:  # held by a live process (or no longer there)
-            continue
-        try:
-            shutil.rmtree(folder, True)
-            removed.append(folder)
-        finally:
-            os.close(fd)
-    if removed:
-        logger.info("removed %d weight copies left by processes that were killed: %s", len(removed), removed)
-    return removed
+    directory, which is memory where that is a tmpfs): :func:`dmlshim.fileio.stale_folders.sweep_stale`
+    (every process, and every child forked from it, holds the lock of each copy it may still read).
+    Returns the folders removed."""
+    return stale_folders.sweep_stale(SNAPSHOT_PREFIX, parent, what="weight copies")
 
 
 class WeightSnapshot:
@@ -152,9 +106,8 @@ class WeightSnapshot:
     locked while this process (or a child forked from it) lives, so that the copies of processes killed
     before they could remove theirs are found and removed (:func:`sweep_stale`)."""
 
-    def __init__(self, folder: str) -> None:
+    def __init__(self, folder: str, lock: int | None) -> None:
         self.folder = folder
-        lock = _hold(folder)
         self._finalizer = weakref.finalize(self, _remove, folder, lock)
 
     @property
@@ -180,9 +133,7 @@ def snapshot_inline(
     """
     wanted = set(names)
     tensors = [t for t in proto.graph.initializer if t.name in wanted and is_external(t)]
-    sweep_stale()
-    folder = tempfile.mkdtemp(prefix=SNAPSHOT_PREFIX)
-    snapshot = WeightSnapshot(folder)
+    snapshot = WeightSnapshot(*stale_folders.make_held_folder(SNAPSHOT_PREFIX))
     try:
         with open_regular(model_path, what="model file", error=BadModelError) as src:
             before = os.fstat(src.fileno())
