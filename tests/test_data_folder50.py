@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import onnx
@@ -18,8 +17,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import dmlshim
+from tests.external_folder import outcome
 
-FOLDER_KEY = "session.model_external_initializers_file_folder_path"
 LEVELS = ("ORT_DISABLE_ALL", "ORT_ENABLE_BASIC", "ORT_ENABLE_ALL")
 
 
@@ -64,22 +63,6 @@ def models(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Pat
         os.chdir(here)
 
 
-def _outcome(module: Any, source: bytes, size: int, folder: str | None, level: str) -> Any:
-    """The first output value, or the onnxruntime exception class the session's build raised."""
-    so = module.SessionOptions()
-    so.log_severity_level = 4
-    so.graph_optimization_level = getattr(module.GraphOptimizationLevel, level)
-    if folder is not None:
-        so.add_session_config_entry(FOLDER_KEY, folder)
-    try:
-        session = module.InferenceSession(source, so, providers=["CPUExecutionProvider"])
-    except Exception as exc:
-        classes = [c for c in type(exc).__mro__ if c.__module__.startswith("onnxruntime")]
-        assert classes, f"{type(exc).__name__} is no onnxruntime class: {exc}"
-        return classes[0].__name__
-    return float(session.run(None, {"x": np.zeros(size, np.float32)})[0][0])
-
-
 @pytest.mark.parametrize("cwd", ["base", "a"])
 @pytest.mark.parametrize("folder", [None, "", "a", "b", "missing", ".", "ABS_B", "ABS_MISSING"])
 def test_bytes_external_data_as_onnxruntime(
@@ -95,8 +78,8 @@ def test_bytes_external_data_as_onnxruntime(
     if named in ("a", "b", "missing") and cwd == "a":
         named = os.path.join("..", named)
     for level in LEVELS:
-        want = _outcome(real_ort, data, size, named, level)
-        got = _outcome(dmlshim, data, size, named, level)
+        want = outcome(real_ort, data, size, named, level)
+        got = outcome(dmlshim, data, size, named, level)
         assert got == want, (real_ort.__version__, level, cwd, folder, got, want)
 
 
@@ -110,8 +93,8 @@ def test_bytes_small_weight_in_working_directory_is_refused_when_optimized(
     os.chdir(a.parent)
     data = a.read_bytes()
     for level in LEVELS:
-        want = _outcome(real_ort, data, size, None, level)
-        assert _outcome(dmlshim, data, size, None, level) == want
+        want = outcome(real_ort, data, size, None, level)
+        assert outcome(dmlshim, data, size, None, level) == want
         if size <= 8:
             assert want == (1.0 if level == "ORT_DISABLE_ALL" else "Fail"), (real_ort.__version__, level)
 
@@ -145,7 +128,7 @@ def test_bytes_data_leaving_the_folder_as_onnxruntime(tmp_path: Path, cwd: str, 
     try:
         named = str(tmp_path / "a") if folder == "ABS_A" else folder
         for level in LEVELS:
-            want = _outcome(real_ort, data, size, named, level)
-            assert _outcome(dmlshim, data, size, named, level) == want, (real_ort.__version__, level)
+            want = outcome(real_ort, data, size, named, level)
+            assert outcome(dmlshim, data, size, named, level) == want, (real_ort.__version__, level)
     finally:
         os.chdir(here)

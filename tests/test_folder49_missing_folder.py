@@ -17,8 +17,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import dmlshim
+from tests.external_folder import outcome
 
-FOLDER_KEY = "session.model_external_initializers_file_folder_path"
 LEVELS = ("ORT_DISABLE_ALL", "ORT_ENABLE_BASIC", "ORT_ENABLE_ALL")
 
 
@@ -52,26 +52,10 @@ def models(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Pat
         os.chdir(here)
 
 
-def _outcome(module: Any, source: Any, size: int, folder: str | None, level: str) -> Any:
-    """The first output value, or the onnxruntime exception class the session's build raised."""
-    so = module.SessionOptions()
-    so.log_severity_level = 4
-    so.graph_optimization_level = getattr(module.GraphOptimizationLevel, level)
-    if folder is not None:
-        so.add_session_config_entry(FOLDER_KEY, folder)
-    try:
-        session = module.InferenceSession(source, so, providers=["CPUExecutionProvider"])
-    except Exception as exc:
-        classes = [c for c in type(exc).__mro__ if c.__module__.startswith("onnxruntime")]
-        assert classes, f"{type(exc).__name__} is no onnxruntime class: {exc}"
-        return classes[0].__name__
-    return float(session.run(None, {"x": np.zeros(size, np.float32)})[0][0])
-
-
 def _compare(source: Callable[[], Any], size: int, folder: str | None) -> None:
     for level in LEVELS:
-        want = _outcome(real_ort, source(), size, folder, level)
-        got = _outcome(dmlshim, source(), size, folder, level)
+        want = outcome(real_ort, source(), size, folder, level)
+        got = outcome(dmlshim, source(), size, folder, level)
         assert got == want, (level, folder, got, want)
 
 
