@@ -100,3 +100,18 @@ def test_only_layout_ops_of_large_constant_initializers_become_views() -> None:
     assert set(views) == {"WT", "WI"}
     assert np.array_equal(views["WT"], weight.T) and not views["WT"].flags.c_contiguous
     assert np.array_equal(views["WI"], weight)
+
+
+def test_kernel_reads_a_read_only_transposed_input_through_its_strides() -> None:
+    """The gather kernel over a read-only transposed weight shares its memory (no copy) and gives what
+    numpy's take gives; a writable one (a program's array) is copied to a packed array, as before."""
+    from dmlshim.translate.runner import _plain_binding
+
+    weight = np.arange(HIDDEN * VOCAB, dtype=np.float32).reshape(HIDDEN, VOCAB)
+    transposed = weight.T.view()
+    transposed.flags.writeable = False
+    bound = _plain_binding(transposed, (1, 1, VOCAB, HIDDEN), as_bytes=False)
+    assert np.shares_memory(bound, weight) and not bound.flags.c_contiguous
+    copied = _plain_binding(weight.T, (1, 1, VOCAB, HIDDEN), as_bytes=False)
+    assert copied.flags.c_contiguous and not np.shares_memory(copied, weight)
+    assert np.array_equal(bound, copied)

@@ -13,7 +13,7 @@ An input array is accepted in one of two forms:
   order is converted rather than reinterpreted.
 
 Nothing is ever copied except when a packed array needs a byte-order conversion or is not C-contiguous
-with non-negative strides (one that is, a transposed weight, is read through its strides); nothing is
+with non-negative strides (a read-only one, a transposed weight, is read through its strides); nothing is
 ever written.
 """
 
@@ -117,9 +117,10 @@ def _is_packed_layout(sizes: tuple[int, ...], strides: tuple[int, ...]) -> bool:
 def _strided_view(name: str, tensor: BufferTensorDesc, arr: np.ndarray) -> TensorView | None:
     """A non-contiguous packed array read through its own strides, as DirectML reads a strided buffer
     (a transposed weight is then never copied): a 1-D view of the memory it spans and its element
-    strides. None when a stride is negative or not a multiple of the element size (it is copied then)."""
+    strides. None for a writable array (a program's own, copied as before: the packed paths are faster),
+    or when a stride is negative or not a multiple of the element size (it is copied then)."""
     itemsize = arr.dtype.itemsize
-    if arr.size == 0 or any(s < 0 or s % itemsize for s in arr.strides):
+    if arr.flags.writeable or arr.size == 0 or any(s < 0 or s % itemsize for s in arr.strides):
         return None
     strides = tuple(s // itemsize for s in arr.strides)
     span = 1 + sum((n - 1) * s for n, s in zip(arr.shape, strides, strict=True))

@@ -339,10 +339,12 @@ def run_plan(t: NodeTranslation) -> RunPlan:
 
 
 def _plain_binding(arr: np.ndarray, sizes: tuple[int, ...], as_bytes: bool) -> np.ndarray:
-    """``arr`` at the binding's ``sizes``: a non-contiguous array (a transposed weight) stays a view where
-    numpy can give it those sizes without a copy (the kernels read it through its strides,
-    :func:`dmlshim.kernels.buffers.view_tensor`); otherwise a contiguous array (copied if need be)."""
-    if not arr.flags.c_contiguous and not as_bytes:
+    """``arr`` at the binding's ``sizes``: a read-only non-contiguous array (a transposed weight,
+    :mod:`dmlshim.execute.weights.layout_views`) stays a view where numpy can give it those sizes without a
+    copy (the kernels read it through its strides, :func:`dmlshim.kernels.buffers.view_tensor`); otherwise
+    a contiguous array (copied if need be: a kernel's packed path is faster than its strided one when the
+    array is small enough to copy each run, as a program's feeds are)."""
+    if not arr.flags.c_contiguous and not arr.flags.writeable and not as_bytes:
         view = arr.view()
         try:
             view.shape = sizes  # AttributeError where only a copy has that shape

@@ -55,7 +55,9 @@ def layout_views(
             if perm is not None and sorted(perm) != list(range(value.ndim)):
                 continue  # onnxruntime refuses it: left to onnxruntime's own error
             value = np.transpose(value, perm)
-        found[name] = np.asarray(value)  # a plain ndarray view (a memory map stays mapped beneath)
+        view = np.asarray(value).view()  # a plain ndarray view (a memory map stays mapped beneath)
+        view.flags.writeable = False  # read through its strides by the kernels, never copied
+        found[name] = view
     return found
 
 
