@@ -12,8 +12,9 @@ An input array is accepted in one of two forms:
   DataType in bytes, in native byte order. An array of the right kind of element but the opposite byte
   order is converted rather than reinterpreted.
 
-Nothing is ever copied except when a packed array is not C-contiguous or needs a byte-order
-conversion; nothing is ever written.
+Nothing is ever copied except when a packed array needs a byte-order conversion or is not C-contiguous
+with non-negative strides (a read-only one, a transposed weight, is read through its strides); nothing is
+ever written.
 """
 
 from __future__ import annotations
@@ -113,6 +114,20 @@ def _is_packed_layout(sizes: tuple[int, ...], strides: tuple[int, ...]) -> bool:
     return True
 
 
+def _strided_view(name: str, tensor: BufferTensorDesc, arr: np.ndarray) -> TensorView | None:
+    """A non-contiguous packed array read through its own strides, as DirectML reads a strided buffer
+    (a transposed weight is then never copied): a 1-D view of the memory it spans and its element
+    strides. None for a writable array (a program's own, copied as before: the packed paths are faster),
+    or when a stride is negative or not a multiple of the element size (it is copied then)."""
+    itemsize = arr.dtype.itemsize
+    if arr.flags.writeable or arr.size == 0 or any(s < 0 or s % itemsize for s in arr.strides):
+        return None
+    strides = tuple(s // itemsize for s in arr.strides)
+    span = 1 + sum((n - 1) * s for n, s in zip(arr.shape, strides, strict=True))
+    flat = np.lib.stride_tricks.as_strided(arr, shape=(span,), strides=(itemsize,), writeable=False)
+    return TensorView(name, tensor, flat, strides, False)
+
+
 def view_tensor(desc: OperatorDesc, name: str, tensor: BufferTensorDesc, array: object) -> TensorView:
     """View a caller's array as the tensor ``name`` of ``desc``; see the module docstring for the forms.
 
@@ -153,6 +168,9 @@ def view_tensor(desc: OperatorDesc, name: str, tensor: BufferTensorDesc, array: 
 
     if arr.shape == sizes and arr.dtype == dtype:
         if not arr.flags.c_contiguous:
+            strided = _strided_view(name, tensor, arr)
+            if strided is not None:
+                return strided
             logger.debug("%s: copying non-contiguous packed %s", op, name)
             arr = np.ascontiguousarray(arr)
         return TensorView(name, tensor, _readonly(arr.reshape(-1)), tensor.packed_strides, True)

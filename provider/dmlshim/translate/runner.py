@@ -338,6 +338,25 @@ def run_plan(t: NodeTranslation) -> RunPlan:
     return RunPlan(t)
 
 
+def _plain_binding(arr: np.ndarray, sizes: tuple[int, ...], as_bytes: bool) -> np.ndarray:
+    """``arr`` at the binding's ``sizes``: a read-only non-contiguous array (a transposed weight,
+    :mod:`dmlshim.execute.weights.layout_views`) stays a view where numpy can give it those sizes without a
+    copy (the kernels read it through its strides, :func:`dmlshim.kernels.buffers.view_tensor`); otherwise
+    a contiguous array (copied if need be: a kernel's packed path is faster than its strided one when the
+    array is small enough to copy each run, as a program's feeds are)."""
+    if not arr.flags.c_contiguous and not arr.flags.writeable and not as_bytes:
+        view = arr.view()
+        try:
+            view.shape = sizes  # AttributeError where only a copy has that shape
+        except AttributeError:
+            pass
+        else:
+            return view
+    if not arr.flags.c_contiguous:
+        arr = np.ascontiguousarray(arr)
+    return (arr.view(np.uint8) if as_bytes else arr).reshape(sizes)
+
+
 def _bound(
     t: NodeTranslation,
     plan: RunPlan,
@@ -358,9 +377,7 @@ def _bound(
             )
         if sizes is not None and type(arr) is np.ndarray and arr.shape == shape and arr.dtype == dtype:
             # The plain binding: bind_input would only reshape (copying a non-contiguous array first).
-            if not arr.flags.c_contiguous:
-                arr = np.ascontiguousarray(arr)
-            bound[binding.binding] = (arr.view(np.uint8) if as_bytes else arr).reshape(sizes)
+            bound[binding.binding] = _plain_binding(arr, sizes, as_bytes)
         else:
             bound[binding.binding] = bind_input(np.asarray(arr), binding, t, index_mode, applied)
     try:

@@ -68,6 +68,7 @@ from ..plan.steps import (
     EmulatedStep,
 )
 from ..proofs.gather_given import feed_shapes, lean_gathers, shape_outputs_clash
+from ..weights.layout_views import layout_views, mapped_bases
 from ..weights.shared import SharedWeights
 from ..weights.values import initializer_value
 from .lean_check import (
@@ -254,6 +255,21 @@ class PartitionedEngine(PartitionedRuns):
             shared = SharedWeights(init_protos, model_path=config.model_path, graph=model.graph)
         if shared is not None:
             shared.adopt(self._static_values)
+        # A weight an emulated node reads transposed is a view of it, never fetched from the check (the
+        # array handed to onnxruntime, or the map of the model's file: no second copy).
+        views = layout_views(
+            graph,
+            emulated_reads - set(self._static_values),
+            init_protos,
+            graph_inputs,
+            lambda t: (
+                shared.held(t.name)
+                if shared is not None and t.name in shared
+                else initializer_value(t, folder)
+            ),
+        )
+        self._static_values.update(views)
+        self._view_maps = mapped_bases(views)
         self._copy_on_output = frozenset(graph_outputs & (set(graph_inputs) | set(self._static_values)))
 
         emulated_io = self._emulated_io = tuple(

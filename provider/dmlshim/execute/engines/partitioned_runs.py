@@ -3,6 +3,7 @@ by the whole-model check or by the steps, the outputs the caller owns, and the r
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -15,6 +16,7 @@ from ..plan.fallback import note_scatter_as_scatter_elements
 from ..plan.sessions import ORT_ERRORS, name_index_error, ort_run_error, terminated
 from ..plan.steps import EmulatedStep
 from ..record import PATH_CPU, RunRecord
+from ..weights.layout_views import drop_pages
 from .path_choice import PATH_CHECK, PATH_PARTITIONED, PathChooser
 from .plain_model import run_plain
 from .steady_lane import SteadyLane, steady_lane
@@ -56,6 +58,8 @@ class PartitionedRuns:
     _given_only: tuple[EmulatedStep, ...]
     _steps: list[Callable[[Values, RunState], None]]
     _static_values: Values
+    _view_maps: tuple[mmap.mmap, ...] = ()
+    """Maps of the model's files beneath static values read through views (:mod:`..weights.layout_views`)."""
     _default_feeds: Values
     _template: list[Any]
     _copy_on_output: frozenset[str]
@@ -118,6 +122,9 @@ class PartitionedRuns:
             # onnxruntime's words name a node by its own name: its indices tensor and path added
             name_index_error(exc, self._indices, self._paths)
             raise
+        finally:
+            if self._view_maps:
+                drop_pages(self._view_maps)
 
     def _run(
         self, output_names: Sequence[str], feeds: Mapping[str, np.ndarray], *, run_options: Any = None

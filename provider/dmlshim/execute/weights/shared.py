@@ -87,6 +87,7 @@ class SharedWeights:
             for name in read_by_value(graph, self._protos.values()):
                 del self._protos[name]
         self._arrays: dict[str, np.ndarray] = {}
+        self._held: set[str] = set()  # arrays the engine holds too: never released (a copy saves nothing)
         self._folder: str | None = None
         self._files: dict[str, FileSlice] = {}
         self._stamps: dict[str, tuple[int, int] | None] = {}
@@ -134,6 +135,12 @@ class SharedWeights:
             if name in self._protos and isinstance(value, np.ndarray) and value.flags.c_contiguous:
                 self._arrays.setdefault(name, value)
 
+    def held(self, name: str) -> np.ndarray:
+        """The initializer as an array (:meth:`array`) that the engine holds (a view of it): kept past
+        :meth:`release`, so that a session built later (the lean check's) is handed it, not a new copy."""
+        self._held.add(name)
+        return self.array(name)
+
     def stub(self, tensor: onnx.TensorProto) -> onnx.TensorProto:
         """What a session's model holds for the shared ``tensor``: external data pointing at its bytes
         in the model's files when they are known, else a placeholder :meth:`attach` gives an array."""
@@ -169,7 +176,7 @@ class SharedWeights:
 
     def release(self, keep: Sequence[str] = ()) -> None:
         """Drop the arrays (but those in ``keep``): every session that needed them has been built."""
-        kept = set(keep)
+        kept = set(keep) | self._held
         self._arrays = {n: a for n, a in self._arrays.items() if n in kept}
 
 
