@@ -141,7 +141,8 @@ class IOBinding:
         if name not in known:
             kind = "output" if outputs else "input"
             raise BadInputError(
-                f"cannot bind {name!r}: it is not an {kind} of the model ({kind}s: {', '.join(known)})",
+                f"Failed to find NodeArg with name: {name} in the def list (dmlshim: cannot bind "
+                f"{name!r}: it is not an {kind} of the model ({kind}s: {', '.join(known)}))",
                 tensor=str(name),
                 value=name,
                 rule=f"a bound {kind} must be an {kind} of the model",
@@ -162,9 +163,8 @@ class IOBinding:
         if not isinstance(arr_on_cpu, np.ndarray):
             hint = "bind_ortvalue_input" if isinstance(arr_on_cpu, ort.OrtValue) else "np.asarray(value)"
             error = BadInputError(
-                f"cannot bind input {name!r} to a {type(arr_on_cpu).__name__}: bind_cpu_input takes a numpy "
-                "array, as onnxruntime's (Unable to create OrtValue from the given python object); use "
-                f"{hint}",
+                "Unable to create OrtValue from the given python object (dmlshim: cannot bind input "
+                f"{name!r} to a {type(arr_on_cpu).__name__}: bind_cpu_input takes a numpy array; use {hint})",
                 tensor=name,
                 value=type(arr_on_cpu).__name__,
                 rule="bind_cpu_input takes a numpy array",

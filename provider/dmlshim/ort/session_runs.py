@@ -12,6 +12,7 @@ from ..runtime.exceptions import (
     raises_onnxruntime_errors,
     raises_plain_runtime_errors,
     with_binding_class,
+    with_leading_text,
 )
 from .iobinding import IOBinding, fill_fetches
 from .ortvalues import numpy_outputs, ortvalues_from_vector, to_ortvalue
@@ -123,8 +124,18 @@ class SessionRuns:
                 raise AttributeError(f"{type(iobinding).__name__!r} object has no attribute '_session'")
             error = BadInputError("the IOBinding must come from this session's io_binding()")
             raise with_binding_class(error, ValueError)  # onnxruntime's Python layer: a ValueError
-        names = iobinding.bound_output_names()
-        if not names:
-            raise BadInputError("at least one output must be bound (bind_output) before run_with_iobinding")
-        # outputs numpy cannot hold (bfloat16) stay OrtValues: get_outputs() returns them, as onnxruntime's
-        iobinding.store_results(self._run_values(self._wanted(names), iobinding.bound_feeds(), run_options))
+        try:
+            names = iobinding.bound_output_names()
+            if not names:
+                raise BadInputError(
+                    "At least one output should be requested. (dmlshim: bind an output (bind_output) before "
+                    "run_with_iobinding)"
+                )
+            # outputs numpy cannot hold (bfloat16) stay OrtValues: get_outputs() returns them, as
+            # onnxruntime's
+            values = self._run_values(self._wanted(names), iobinding.bound_feeds(), run_options)
+            iobinding.store_results(values)
+        except DmlShimError as exc:
+            # onnxruntime's run_with_iobinding begins every message of a failed run so
+            with_leading_text(exc, "Error in execution: ")
+            raise

@@ -266,8 +266,26 @@ def onnxruntime_text(exc: DmlShimError) -> str:
             message = f"{bare} (dmlshim: {rest})" if rest else bare
     elif prefix and prefix in message:
         message = message.replace(prefix, "")
+    if cause is None and isinstance(exc, IndexOutOfRangeError) and exc.node is not None and exc.op_type:
+        # onnxruntime's kernel fails the run this way; its own words for the index follow in dmlshim's
+        message = f"Non-zero status code returned while running {exc.op_type} node. Name:'{exc.node}' " + (
+            f"Status Message: {message}"
+        )
+    lead = getattr(exc, _LEAD_ATTR, "")
+    if lead and not message.startswith(lead):
+        message = lead + message
     details = _own_details(exc)
     return f"{prefix}{message}" + (f" [{details}]" if details else "")
+
+
+_LEAD_ATTR = "onnxruntime_lead"
+
+
+def with_leading_text(exc: _E, lead: str) -> _E:
+    """Mark ``exc`` so its message begins with ``lead``, as onnxruntime's layer that raises it there
+    begins its own (``run_with_iobinding``: "Error in execution: "); returns ``exc`` (for ``raise``)."""
+    setattr(exc, _LEAD_ATTR, lead)
+    return exc
 
 
 def _ort_cause(exc: BaseException) -> BaseException | None:
