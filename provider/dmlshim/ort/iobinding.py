@@ -340,9 +340,25 @@ class IOBinding:
                 binding.buffer[...] = arr
                 kept.append(binding.buffer)
             else:
-                kept.append(arr)
+                kept.append(_into_allocated(binding.result, arr))
         for binding, value in zip(self._outputs.values(), kept, strict=True):
             binding.result = value
+
+
+def _into_allocated(held: Any, arr: np.ndarray) -> np.ndarray:
+    """The memory an output bound by name holds after this run: onnxruntime writes a later run's output
+    into the output its first run allocated, so an ``OrtValue`` from ``get_outputs()`` (or its
+    ``data_ptr()``) taken after one run shows the next run's values. The first run's output is kept as
+    it is, a later one copied into it (a copy of the first where that is not the run's own writable
+    memory)."""
+    if held is None:
+        return arr
+    same = isinstance(held, np.ndarray) and held.shape == arr.shape and held.dtype == arr.dtype
+    if not same or held.dtype.kind in "OUS" or not held.flags.writeable or not held.flags.c_contiguous:
+        return arr
+    if not np.shares_memory(held, arr):
+        held[...] = arr
+    return held
 
 
 def _check_allocated(binding: _OutputBinding, value: Any) -> None:
