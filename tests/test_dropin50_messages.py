@@ -89,6 +89,7 @@ RUNS: dict[str, Callable[[Any], Any]] = {
     "numpy scalar feed": lambda s: s.run(None, {**FEEDS, "idx": np.int64(1)}),
     "tuple feed": lambda s: s.run(None, {**FEEDS, "idx": (1, 0)}),
     "string feed": lambda s: s.run(None, {**FEEDS, "idx": "ab"}),
+    "run_async, one intra-op thread": lambda s: s.run_async(None, FEEDS, lambda *_: None, None),
 }
 
 

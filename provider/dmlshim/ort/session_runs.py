@@ -61,8 +61,9 @@ class SessionRuns:
         threads = getattr(self._options, "intra_op_num_threads", 0)
         if threads == 1:
             raise BadInputError(
-                "run_async needs an intra-op thread pool of at least two threads, as onnxruntime's does, "
-                "but the SessionOptions set intra_op_num_threads = 1",
+                "intra op thread pool must have at least one thread for RunAsync (dmlshim: run_async needs "
+                "an intra-op thread pool of at least two threads, as onnxruntime's does, but the "
+                "SessionOptions set intra_op_num_threads = 1)",
                 value=threads,
             )
 
