@@ -6,6 +6,7 @@ Each expectation is onnxruntime's own message for the same call on the same mode
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -120,6 +121,15 @@ def test_index_out_of_range_names_the_node_as_onnxruntime(
     lead = str(expected).split("Status Message: ")[0] + "Status Message: "
     assert f"running {op} node" in lead
     assert str(got).startswith(lead), (lead, str(got))
+
+
+@pytest.mark.parametrize("case", ["missing file", "not a model"])
+def test_load_error_begins_as_onnxruntimes(tmp_path: Path, case: str) -> None:
+    model: Any = str(tmp_path / "nope.onnx") if case == "missing file" else b"not a model"
+    expected = _raised(lambda: onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"]))
+    got = _raised(lambda: dmlshim.InferenceSession(model))
+    assert _classes(got) == _classes(expected)
+    assert str(got).startswith(str(expected).strip()), (str(expected), str(got))
 
 
 def _binding(session: Any, feeds: dict[str, Any], outputs: tuple[str, ...] = ("y",)) -> Any:

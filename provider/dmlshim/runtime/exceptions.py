@@ -271,6 +271,9 @@ def onnxruntime_text(exc: DmlShimError) -> str:
         message = f"Non-zero status code returned while running {exc.op_type} node. Name:'{exc.node}' " + (
             f"Status Message: {message}"
         )
+    words = getattr(exc, _WORDS_ATTR, "")
+    if words and not message.startswith(words):
+        message = f"{words} (dmlshim: {message})"
     lead = getattr(exc, _LEAD_ATTR, "")
     if lead and not message.startswith(lead):
         message = lead + message
@@ -279,6 +282,15 @@ def onnxruntime_text(exc: DmlShimError) -> str:
 
 
 _LEAD_ATTR = "onnxruntime_lead"
+_WORDS_ATTR = "onnxruntime_words"
+
+
+def with_onnxruntime_words(exc: _E, words: str) -> _E:
+    """Mark ``exc`` so that, leaving a session, its message is onnxruntime's ``words`` for the same
+    failure followed by dmlshim's own in parentheses (dmlshim's commands keep their message); returns
+    ``exc`` (for ``raise``)."""
+    setattr(exc, _WORDS_ATTR, words)
+    return exc
 
 
 def with_leading_text(exc: _E, lead: str) -> _E:
