@@ -129,8 +129,8 @@ class SessionRuns:
             names = iobinding.bound_output_names()
             if not names:
                 raise BadInputError(
-                    "At least one output should be requested. (dmlshim: bind an output (bind_output) before "
-                    "run_with_iobinding)"
+                    "At least one output should be requested. (dmlshim: at least one output must be bound "
+                    "(bind_output) before run_with_iobinding)"
                 )
             # outputs numpy cannot hold (bfloat16) stay OrtValues: get_outputs() returns them, as
             # onnxruntime's
