@@ -21,6 +21,9 @@ if TYPE_CHECKING:
     from ..execute.feeds import FeedValidator
 
 
+_UNKNOWN_OUTPUT = "Invalid output name:"
+
+
 class SessionRuns:
     """``run_async``, ``run_with_ort_values``, ``run_with_ortvaluevector``, ``io_binding`` and
     ``run_with_iobinding``, mixed into :class:`dmlshim.InferenceSession`."""
@@ -137,6 +140,10 @@ class SessionRuns:
             values = self._run_values(self._wanted(names), iobinding.bound_feeds(), run_options)
             iobinding.store_results(values)
         except DmlShimError as exc:
-            # onnxruntime's run_with_iobinding begins every message of a failed run so
+            # onnxruntime's run_with_iobinding begins every message of a failed run so, and words an
+            # unknown output name with a space ("Invalid output name: x"; its run: "...name:x")
+            if exc.message.startswith(_UNKNOWN_OUTPUT) and not exc.message.startswith(_UNKNOWN_OUTPUT + " "):
+                exc.message = exc.message.replace(_UNKNOWN_OUTPUT, _UNKNOWN_OUTPUT + " ", 1)
+                exc.args = (exc.message, *exc.args[1:])
             with_leading_text(exc, "Error in execution: ")
             raise
