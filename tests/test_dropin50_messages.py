@@ -184,3 +184,48 @@ def test_bind_error_begins_as_onnxruntimes(sessions: tuple[Any, Any], case: str)
     got = _raised(lambda: BINDS[case](ours.io_binding()))
     assert _classes(got) == _classes(expected)
     assert str(got).startswith(str(expected).strip()), (str(expected), str(got))
+
+
+def _string_model() -> bytes:
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["d", "i"], ["y"], axis=1, name="g0")],
+        "strings",
+        [
+            helper.make_tensor_value_info("d", TensorProto.STRING, [2, 3]),
+            helper.make_tensor_value_info("i", TensorProto.INT64, [2]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.STRING, None)],
+    )
+    return helper.make_model(
+        graph, ir_version=9, opset_imports=[helper.make_opsetid("", 17)]
+    ).SerializeToString()
+
+
+STRINGS = np.array([["a", "bb", "ccc"], ["d", "", "f"]], dtype=object)
+
+
+@pytest.mark.parametrize("value", [STRINGS, STRINGS.astype(str), np.zeros((2, 3), np.float32)])
+def test_bind_cpu_input_refuses_a_string_input_as_onnxruntime(value: np.ndarray) -> None:
+    """onnxruntime's bind_cpu_input binds no input of type string, whatever array it is given (a string
+    array bound to a float input is refused by the run instead, as a wrong type)."""
+    ours = dmlshim.InferenceSession(_string_model())
+    theirs = onnxruntime.InferenceSession(_string_model(), providers=["CPUExecutionProvider"])
+    expected = _raised(lambda: theirs.io_binding().bind_cpu_input("d", value))
+    got = _raised(lambda: ours.io_binding().bind_cpu_input("d", value))
+    assert _classes(got) == _classes(expected)
+    assert str(got).startswith(str(expected).strip()), (str(expected), str(got))
+    # the run still takes strings, in both
+    feeds = {"d": STRINGS, "i": np.array([2, 0], np.int64)}
+    assert ours.run(None, feeds)[0].tolist() == theirs.run(None, feeds)[0].tolist()
+
+
+def test_string_array_bound_to_a_float_input_fails_the_run(sessions: tuple[Any, Any]) -> None:
+    ours, theirs = sessions
+
+    def run(session: Any) -> None:
+        binding = _binding(session, {**FEEDS, "data": np.array([["a", "b", "c", "d"]] * 3, dtype=object)})
+        session.run_with_iobinding(binding)
+
+    expected, got = _raised(lambda: run(theirs)), _raised(lambda: run(ours))
+    assert _classes(got) == _classes(expected)
+    assert str(got).startswith(str(expected).strip()), (str(expected), str(got))

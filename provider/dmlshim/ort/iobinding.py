@@ -149,6 +149,12 @@ class IOBinding:
             )
         return name
 
+    def _input_type(self, name: str) -> str:
+        """The type of the model input (or overridable initializer) ``name``, as onnxruntime writes it."""
+        session = self._session
+        args = (*session.get_inputs(), *session.get_overridable_initializers())
+        return next((a.type for a in args if a.name == name), "")
+
     # --- inputs ------------------------------------------------------------------------------------
 
     @_binds
@@ -168,6 +174,16 @@ class IOBinding:
                 tensor=name,
                 value=type(arr_on_cpu).__name__,
                 rule="bind_cpu_input takes a numpy array",
+            )
+            raise with_onnxruntime_class(error, RuntimeError)
+        if self._input_type(name) == "tensor(string)":  # onnxruntime's binding refuses any array there
+            error = BadInputError(
+                "Only binding non-string Tensors is currently supported (dmlshim: input "
+                f"{name!r} is a tensor(string), which onnxruntime's bind_cpu_input does not bind: feed it "
+                "with run() instead)",
+                tensor=name,
+                value=str(arr_on_cpu.dtype),
+                rule="bind_cpu_input binds inputs of numeric types only",
             )
             raise with_onnxruntime_class(error, RuntimeError)
         self._inputs[name] = arr_on_cpu
