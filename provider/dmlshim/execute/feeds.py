@@ -385,14 +385,27 @@ def _wrong_dtype(check: Any, expected: str, got: np.dtype[Any]) -> BadInputError
     )
 
 
+def _onnxruntime_refusal(name: str, value: Any) -> str:
+    """How onnxruntime's binding words the refusal of ``value`` (followed by a space; "" for None, which
+    its kernel refuses): an object with ``len`` and item access (a tuple, a string, a torch tensor) is a
+    sequence to it, anything else (a Python or numpy scalar) an object it cannot handle."""
+    if value is None:
+        return ""
+    cls = type(value)
+    if hasattr(cls, "__len__") and hasattr(cls, "__getitem__") and not isinstance(value, np.generic):
+        return f"Input must be a list of dictionaries or a single numpy array for input '{name}'. "
+    return f"Unable to handle object of type {cls!r} "
+
+
 def _refused_object(check: _InputCheck, value: Any) -> BadInputError:
     """onnxruntime's run takes an array, a list or an OrtValue and raises RuntimeError for anything else (a
     Python or numpy scalar, a tuple, a string, a torch tensor); None reaches its kernel as a missing input
     (onnxruntime's failed-check class). A program must not pass here and fail there."""
     error = BadInputError(
-        f"input {check.name!r} is fed a {type(value).__module__}.{type(value).__qualname__}, "
-        "which onnxruntime's run refuses (it takes a numpy array, a list or an OrtValue); feed "
-        f"numpy.asarray(value, dtype=numpy.{check.dtype or 'float32'}) instead",
+        f"{_onnxruntime_refusal(check.name, value)}(dmlshim: input {check.name!r} is fed a "
+        f"{type(value).__module__}.{type(value).__qualname__}, which onnxruntime's run refuses (it takes a "
+        "numpy array, a list or an OrtValue); feed numpy.asarray(value, "
+        f"dtype=numpy.{check.dtype or 'float32'}) instead)",
         tensor=check.name,
         value=type(value).__qualname__,
         rule="a tensor feed is a numpy array, a list or an OrtValue, as onnxruntime takes it",

@@ -141,12 +141,19 @@ class IOBinding:
         if name not in known:
             kind = "output" if outputs else "input"
             raise BadInputError(
-                f"cannot bind {name!r}: it is not an {kind} of the model ({kind}s: {', '.join(known)})",
+                f"Failed to find NodeArg with name: {name} in the def list (dmlshim: cannot bind "
+                f"{name!r}: it is not an {kind} of the model ({kind}s: {', '.join(known)}))",
                 tensor=str(name),
                 value=name,
                 rule=f"a bound {kind} must be an {kind} of the model",
             )
         return name
+
+    def _input_type(self, name: str) -> str:
+        """The type of the model input (or overridable initializer) ``name``, as onnxruntime writes it."""
+        session = self._session
+        args = (*session.get_inputs(), *session.get_overridable_initializers())
+        return next((a.type for a in args if a.name == name), "")
 
     # --- inputs ------------------------------------------------------------------------------------
 
@@ -162,12 +169,21 @@ class IOBinding:
         if not isinstance(arr_on_cpu, np.ndarray):
             hint = "bind_ortvalue_input" if isinstance(arr_on_cpu, ort.OrtValue) else "np.asarray(value)"
             error = BadInputError(
-                f"cannot bind input {name!r} to a {type(arr_on_cpu).__name__}: bind_cpu_input takes a numpy "
-                "array, as onnxruntime's (Unable to create OrtValue from the given python object); use "
-                f"{hint}",
+                "Unable to create OrtValue from the given python object (dmlshim: cannot bind input "
+                f"{name!r} to a {type(arr_on_cpu).__name__}: bind_cpu_input takes a numpy array; use {hint})",
                 tensor=name,
                 value=type(arr_on_cpu).__name__,
                 rule="bind_cpu_input takes a numpy array",
+            )
+            raise with_onnxruntime_class(error, RuntimeError)
+        if self._input_type(name) == "tensor(string)":  # onnxruntime's binding refuses any array there
+            error = BadInputError(
+                "Only binding non-string Tensors is currently supported (dmlshim: input "
+                f"{name!r} is a tensor(string), which onnxruntime's bind_cpu_input does not bind: feed it "
+                "with run() instead)",
+                tensor=name,
+                value=str(arr_on_cpu.dtype),
+                rule="bind_cpu_input binds inputs of numeric types only",
             )
             raise with_onnxruntime_class(error, RuntimeError)
         self._inputs[name] = arr_on_cpu
@@ -340,9 +356,25 @@ class IOBinding:
                 binding.buffer[...] = arr
                 kept.append(binding.buffer)
             else:
-                kept.append(arr)
+                kept.append(_into_allocated(binding.result, arr))
         for binding, value in zip(self._outputs.values(), kept, strict=True):
             binding.result = value
+
+
+def _into_allocated(held: Any, arr: np.ndarray) -> np.ndarray:
+    """The memory an output bound by name holds after this run: onnxruntime writes a later run's output
+    into the output its first run allocated, so an ``OrtValue`` from ``get_outputs()`` (or its
+    ``data_ptr()``) taken after one run shows the next run's values. The first run's output is kept as
+    it is, a later one copied into it (a copy of the first where that is not the run's own writable
+    memory)."""
+    if held is None:
+        return arr
+    same = isinstance(held, np.ndarray) and held.shape == arr.shape and held.dtype == arr.dtype
+    if not same or held.dtype.kind in "OUS" or not held.flags.writeable or not held.flags.c_contiguous:
+        return arr
+    if not np.shares_memory(held, arr):
+        held[...] = arr
+    return held
 
 
 def _check_allocated(binding: _OutputBinding, value: Any) -> None:

@@ -193,8 +193,11 @@ def wanted_outputs(output_names: Sequence[Any] | None, outputs: Sequence[str]) -
     known = frozenset(outputs)
     for name in names:
         if name not in known:
+            # onnxruntime's words first ("Invalid output name:nope"), then dmlshim's explanation
             raise BadInputError(
-                f"{name!r} is not an output of the model (outputs: {', '.join(outputs)})", tensor=name
+                f"Invalid output name:{name} (dmlshim: {name!r} is not an output of the model "
+                f"(outputs: {', '.join(outputs)}))",
+                tensor=name,
             )
     return names
 

@@ -168,6 +168,8 @@ def session_copy(
     for name, set_here in zip(_SILENCED, quiet, strict=True):
         if getattr(options, name) == set_here:  # left as the probe had it: the first copy's value
             setattr(options, name, getattr(private, name))
+    # onnxruntime makes ORT_PARALLEL sequential with one inter-op thread, as the probe had: the first copy's
+    options.execution_mode = private.execution_mode
     reported = probe.get_provider_options().items()
     as_strings = {str(name): {str(k): str(v) for k, v in opts.items()} for name, opts in reported}
     return SessionCopy(options, as_strings)

@@ -12,12 +12,16 @@ from ..runtime.exceptions import (
     raises_onnxruntime_errors,
     raises_plain_runtime_errors,
     with_binding_class,
+    with_leading_text,
 )
 from .iobinding import IOBinding, fill_fetches
 from .ortvalues import numpy_outputs, ortvalues_from_vector, to_ortvalue
 
 if TYPE_CHECKING:
     from ..execute.feeds import FeedValidator
+
+
+_UNKNOWN_OUTPUT = "Invalid output name:"
 
 
 class SessionRuns:
@@ -60,8 +64,9 @@ class SessionRuns:
         threads = getattr(self._options, "intra_op_num_threads", 0)
         if threads == 1:
             raise BadInputError(
-                "run_async needs an intra-op thread pool of at least two threads, as onnxruntime's does, "
-                "but the SessionOptions set intra_op_num_threads = 1",
+                "intra op thread pool must have at least one thread for RunAsync (dmlshim: run_async needs "
+                "an intra-op thread pool of at least two threads, as onnxruntime's does, but the "
+                "SessionOptions set intra_op_num_threads = 1)",
                 value=threads,
             )
 
@@ -123,8 +128,22 @@ class SessionRuns:
                 raise AttributeError(f"{type(iobinding).__name__!r} object has no attribute '_session'")
             error = BadInputError("the IOBinding must come from this session's io_binding()")
             raise with_binding_class(error, ValueError)  # onnxruntime's Python layer: a ValueError
-        names = iobinding.bound_output_names()
-        if not names:
-            raise BadInputError("at least one output must be bound (bind_output) before run_with_iobinding")
-        # outputs numpy cannot hold (bfloat16) stay OrtValues: get_outputs() returns them, as onnxruntime's
-        iobinding.store_results(self._run_values(self._wanted(names), iobinding.bound_feeds(), run_options))
+        try:
+            names = iobinding.bound_output_names()
+            if not names:
+                raise BadInputError(
+                    "At least one output should be requested. (dmlshim: at least one output must be bound "
+                    "(bind_output) before run_with_iobinding)"
+                )
+            # outputs numpy cannot hold (bfloat16) stay OrtValues: get_outputs() returns them, as
+            # onnxruntime's
+            values = self._run_values(self._wanted(names), iobinding.bound_feeds(), run_options)
+            iobinding.store_results(values)
+        except DmlShimError as exc:
+            # onnxruntime's run_with_iobinding begins every message of a failed run so, and words an
+            # unknown output name with a space ("Invalid output name: x"; its run: "...name:x")
+            if exc.message.startswith(_UNKNOWN_OUTPUT) and not exc.message.startswith(_UNKNOWN_OUTPUT + " "):
+                exc.message = exc.message.replace(_UNKNOWN_OUTPUT, _UNKNOWN_OUTPUT + " ", 1)
+                exc.args = (exc.message, *exc.args[1:])
+            with_leading_text(exc, "Error in execution: ")
+            raise

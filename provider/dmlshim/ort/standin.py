@@ -10,6 +10,8 @@ names). Only these differ:
 
 * ``InferenceSession``: :class:`TrackedInferenceSession` (dmlshim's session, counted for the summary);
 * ``IOBinding``: dmlshim's;
+* ``NodeArg`` and ``ModelMetadata``: dmlshim's, the classes its sessions return (``isinstance(arg,
+  onnxruntime.NodeArg)`` holds, as with onnxruntime; neither can be made by a program in onnxruntime);
 * ``get_available_providers()``: ``DmlExecutionProvider`` first, then what onnxruntime lists here;
 * ``get_device()``: ``"CPU-DML"``, as onnxruntime-directml says.
 """
@@ -24,6 +26,7 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import DmlShimError
+from ..execute.feeds import ModelMetadata, NodeArg
 from ..runtime.real import REAL_MODULE_ATTR, ort
 from . import tracking
 from .emulate import EMULATE_ENV
@@ -141,6 +144,8 @@ def standin_module() -> ModuleType:
             setattr(standin, name, value)
     standin.InferenceSession = TrackedInferenceSession  # type: ignore[attr-defined]
     standin.IOBinding = IOBinding  # type: ignore[attr-defined]
+    standin.NodeArg = NodeArg  # type: ignore[attr-defined]
+    standin.ModelMetadata = ModelMetadata  # type: ignore[attr-defined]
     standin.get_available_providers = available_providers  # type: ignore[attr-defined]
     standin.get_device = get_device  # type: ignore[attr-defined]
     setattr(standin, REAL_MODULE_ATTR, ort)

@@ -266,8 +266,38 @@ def onnxruntime_text(exc: DmlShimError) -> str:
             message = f"{bare} (dmlshim: {rest})" if rest else bare
     elif prefix and prefix in message:
         message = message.replace(prefix, "")
+    if cause is None and isinstance(exc, IndexOutOfRangeError) and exc.node is not None and exc.op_type:
+        # onnxruntime's kernel fails the run this way; its own words for the index follow in dmlshim's
+        message = f"Non-zero status code returned while running {exc.op_type} node. Name:'{exc.node}' " + (
+            f"Status Message: {message}"
+        )
+    words = getattr(exc, _WORDS_ATTR, "")
+    if words and not message.startswith(words):
+        message = f"{words} (dmlshim: {message})"
+    lead = getattr(exc, _LEAD_ATTR, "")
+    if lead and not message.startswith(lead):
+        message = lead + message
     details = _own_details(exc)
     return f"{prefix}{message}" + (f" [{details}]" if details else "")
+
+
+_LEAD_ATTR = "onnxruntime_lead"
+_WORDS_ATTR = "onnxruntime_words"
+
+
+def with_onnxruntime_words(exc: _E, words: str) -> _E:
+    """Mark ``exc`` so that, leaving a session, its message is onnxruntime's ``words`` for the same
+    failure followed by dmlshim's own in parentheses (dmlshim's commands keep their message); returns
+    ``exc`` (for ``raise``)."""
+    setattr(exc, _WORDS_ATTR, words)
+    return exc
+
+
+def with_leading_text(exc: _E, lead: str) -> _E:
+    """Mark ``exc`` so its message begins with ``lead``, as onnxruntime's layer that raises it there
+    begins its own (``run_with_iobinding``: "Error in execution: "); returns ``exc`` (for ``raise``)."""
+    setattr(exc, _LEAD_ATTR, lead)
+    return exc
 
 
 def _ort_cause(exc: BaseException) -> BaseException | None:

@@ -101,7 +101,9 @@ def terminated(run_options: Any) -> DmlShimError | None:
     """The error for a run whose ``RunOptions.terminate`` is set (onnxruntime's ``Fail``), or None: checked
     before a run starts and between its steps, as onnxruntime checks it between nodes."""
     if run_options is not None and getattr(run_options, "terminate", False):
-        return DmlShimError("exiting due to terminate flag being set to true (RunOptions.terminate)")
+        return DmlShimError(
+            "Exiting due to terminate flag being set to true. (dmlshim: RunOptions.terminate is set)"
+        )
     return None
 
 

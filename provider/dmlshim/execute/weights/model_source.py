@@ -31,6 +31,7 @@ from ...runtime.exceptions import (
     check_failure_class,
     refusal_class,
     with_onnxruntime_class,
+    with_onnxruntime_words,
 )
 from ...runtime.real import pybind_state
 from .added_initializers import AddedInitializers
@@ -191,7 +192,9 @@ def load_model(
         try:
             parsed = onnx.load_from_string(bytes(model))
         except (DecodeError, ValueError, RuntimeError) as exc:
-            raise BadModelError(f"the bytes are not a serialized ONNX model: {exc}") from exc
+            error = BadModelError(f"the bytes are not a serialized ONNX model: {exc}")
+            words = "Failed to load model because protobuf parsing failed."  # onnxruntime's message
+            raise with_onnxruntime_words(error, words) from exc
         added = take_supplied_initializers(parsed, sess_options) if parsed.HasField("graph") else None
         load_in_memory_external_data(parsed, bytes(model), sess_options)
         loaded = LoadedModel(parsed, None, added)
@@ -205,7 +208,12 @@ def load_model(
                 "model file not found" if not path.exists() else "not a regular file", path=str(path)
             )
             # onnxruntime reads a folder (or a device) and fails to parse it: InvalidProtobuf
-            raise with_onnxruntime_class(error, pybind_state.InvalidProtobuf) if path.exists() else error
+            if path.exists():
+                raise with_onnxruntime_class(error, pybind_state.InvalidProtobuf)
+            shown = os.fsdecode(model)
+            raise with_onnxruntime_words(
+                error, f"Load model from {shown} failed:Load model {shown} failed. File doesn't exist"
+            )
         require_onnx_model(path)
         found = _read_weightless(path) if weightless else None
         light, inline = found if found is not None else (None, frozenset[str]())
