@@ -116,7 +116,10 @@ def _dispatch_with_arrays(ext: Any) -> Any:
             return original(k_id, feed, attributes)
         # Every attribute arrives as a string; Opdef.cast_attributes would read the op's declared kinds
         # from the C++ object once per attribute (a dict conversion each time, ~100 us a call).
-        attrs = {k: int(v) if k in _INT_ATTRIBUTES else v for k, v in attributes.items()}
+        try:
+            attrs = {k: int(v) if k in _INT_ATTRIBUTES else v for k, v in attributes.items()}
+        except (TypeError, ValueError):  # an exception leaving here aborts the process: kernel reports it
+            attrs = dict(attributes)
         out = kernel(*feed, **attrs)
         # The C++ side copies ``itemsize * size`` bytes from the array's buffer: it must be contiguous.
         return (k_id, out.shape, np.ascontiguousarray(out).reshape(-1))

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -28,7 +29,7 @@ import onnx
 import onnxruntime as ort
 
 from ...dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
-from ...errors import BadModelError
+from ...errors import BadInputError, BadModelError
 from ...kernels.options import IndexMode
 from ...model.weightless import is_external
 from ...runtime.real import OrtInferenceSession
@@ -75,6 +76,8 @@ ENGINE_NAME = "customop"
 REASON_RUNTIME_TRANSLATION = "runtime_translation"
 REASON_RUNTIME_FALLBACK = "runtime_fallback"
 REASON_NOT_LOWERED = "not_lowered"
+_ORT_RESHAPE_SHAPES = re.compile(r"Input shape:\{([^}]*)\}, *requested shape:\{([^}]*)\}")
+"""The input and requested shapes onnxruntime's Reshape quotes when it refuses (a numpy guard's refusal)."""
 
 
 def _template_record(node: LoweredNode) -> NodeRecord:
@@ -220,6 +223,7 @@ class CustomOpEngine:
             index_mode=self._index_mode,
             ort_cpu_preference=ort_cpu_preference,
             body_outputs=self._body_outputs,
+            numpy_guards=not declarations,
         )
         # a copy lowered at fed ranks: onnxruntime sees the rank-0 declarations (its folds follow them)
         declared_again(self._lowered.model, declarations)
@@ -345,10 +349,38 @@ class CustomOpEngine:
                     raise state.error from (state.error.__cause__ or exc)
                 # The same classes as the other engines: an index onnxruntime rejects (a node left to
                 # onnxruntime: string or empty data, a function body) is IndexOutOfRangeError.
+                refused = self._guard_refusal(exc)
+                if refused is not None:
+                    raise refused from exc
                 raise ort_run_error(exc, "onnxruntime failed running the lowered model") from exc
         if state.error is not None:
             raise state.error
         return list(results), self._record(state)
+
+    def _guard_refusal(self, exc: Exception) -> BadInputError | None:
+        """A numpy guard's refusal (:mod:`dmlshim.execute.lowering.numpy_guard`) as the BadInputError
+        naming the model's node, or None when ``exc`` is another failure."""
+        text = str(exc)
+        found = _ORT_RESHAPE_SHAPES.search(text)
+        requested = set(found.group(2).split(",")) if found else set()
+        for n in self._lowered.nodes:
+            if not n.guards:
+                continue
+            *reshapes, code = n.guards
+            if any(f"'{g}'" in text for g in reshapes) or requested == {code}:
+                shape = f"[{found.group(1)}]" if found else None
+                return BadInputError(
+                    f"node {n.name!r} ({n.op_type}): an input of shape {shape or '(unknown)'} is empty, "
+                    "but numpy (which "
+                    "the custom-op engine hands it to through onnxruntime-extensions) cannot represent "
+                    "that shape (its non-zero dimensions times the item size reach 2**63); run this "
+                    "model with --engine cpu",
+                    rule="numpy-shape",
+                    value=shape,
+                    node=n.name,
+                    op_type=n.op_type,
+                )
+        return None
 
     def _engine_at(self, ranks: FedRanks) -> CustomOpEngine:
         """The engine for feeds giving rank-0 inputs at other ranks (onnxruntime runs them at that rank),

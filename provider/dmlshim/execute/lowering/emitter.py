@@ -39,6 +39,12 @@ class Names:
     def __init__(self, model: onnx.ModelProto) -> None:
         self._used: set[str] = set()
         self._collect(model.graph)
+        self._guards = 1
+
+    def guard_code(self) -> int:
+        """A number no other numpy guard of the model refuses with (:mod:`.numpy_guard`): 2, 3, ..."""
+        self._guards += 1
+        return self._guards
 
     def _collect(self, graph: onnx.GraphProto) -> None:
         self._used.update(v.name for v in (*graph.input, *graph.output, *graph.value_info))

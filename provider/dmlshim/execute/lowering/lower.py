@@ -134,6 +134,8 @@ def _walk(
     found: list[LoweredNode],
     replaced: list[str],
     cpu_preference: bool = False,
+    *,
+    guards: bool = True,
 ) -> None:
     """Lower the gather/scatter nodes of ``graph`` in place. Types and shapes come from ``inferred``, the
     same graph after shape inference (None when inference failed); ``graph`` itself keeps only what the
@@ -164,7 +166,7 @@ def _walk(
                 replacement, record = [], LoweredNode(name, node.op_type, moved, reason=CPU_PREFERRED_MESSAGE)
             else:
                 replacement, record = lower_node(
-                    node, t, infos, since, graph, names, fl, index_mode, opsets.get("", 0)
+                    node, t, infos, since, graph, names, fl, index_mode, opsets.get("", 0), guard=guards
                 )
             found.append(record)
             if record.lowered and not prefix:
@@ -187,6 +189,7 @@ def _walk(
                 index_mode,
                 found,
                 replaced,
+                guards=guards,
             )
         new_nodes.extend(replacement or [node])
     del graph.node[:]
@@ -303,6 +306,7 @@ def lower_model(
     index_mode: IndexMode = IndexMode.ERROR,
     ort_cpu_preference: bool = False,
     body_outputs: BodyOutputs | None = None,
+    numpy_guards: bool = True,
 ) -> LoweredModel:
     """Lower every translated gather/scatter node of a model (subgraphs included) to a custom-op node.
 
@@ -319,6 +323,9 @@ def lower_model(
         body_outputs: what onnxruntime sees for the If/Loop/Scan body outputs
             (:func:`.body_outputs.body_output_types`); by default ``model``'s own. The body outputs a
             custom node computes are declared so (a copy lowered at fed ranks passes the caller's model's).
+        numpy_guards: guard the inputs of custom nodes whose shapes only the run knows against shapes
+            numpy cannot hold (:mod:`.numpy_guard`). Off for a copy lowered at fed ranks: onnxruntime sees
+            rank-0 declarations there and folds ``Shape`` of such a value to ``[]``.
 
     Returns:
         The lowered model (opset ``ai.onnx.contrib`` v1 added) and one entry per gather/scatter node.
@@ -362,6 +369,7 @@ def lower_model(
         found,
         replaced,
         ort_cpu_preference,
+        guards=numpy_guards,
     )
     onnx_types = (
         {

@@ -19,6 +19,7 @@ from ...errors import DmlShimError
 from ...kernels.options import IndexMode
 from ...limits import gather_scatter_output_shape
 from ...translate import NodeTranslation, Reinterpret, Status, TensorInfo
+from ...translate.plan import np_dtype_of
 from ...translate.runner import onnx_position
 from ..custom_ops.types import (
     CUSTOM_DOMAIN,
@@ -34,6 +35,7 @@ from ..custom_ops.types import (
     type_name,
 )
 from .emitter import RESHAPE_INPUT_SINCE, Emitter, Names, Tail, emit_tail
+from .numpy_guard import GUARD_SINCE, numpy_guard
 
 __all__ = ["LoweredNode", "lower_node"]
 
@@ -62,6 +64,8 @@ class LoweredNode:
     mode: str | None = None
     signature: CustomOpSignature | None = None
     reason: str | None = None
+    guards: tuple[str, ...] = ()
+    """The guard Reshapes before the custom node (:mod:`.numpy_guard`) by node name, then their code."""
 
     @property
     def lowered(self) -> bool:
@@ -171,8 +175,11 @@ def lower_node(
     fl: FeatureLevel,
     index_mode: IndexMode,
     opset: int,
+    *,
+    guard: bool = True,
 ) -> tuple[list[onnx.NodeProto], LoweredNode]:
-    """The nodes replacing ``node`` and the record of the lowering (no nodes: keep it)."""
+    """The nodes replacing ``node`` and the record of the lowering (no nodes: keep it); with ``guard``,
+    inputs whose shape only the run knows pass a guard first (:mod:`.numpy_guard`)."""
     shape_unknown = t.status is Status.ERROR and "SHAPE_UNKNOWN" in t.reason_codes
     if t.status is not Status.DML and not shape_unknown:
         codes = ", ".join(t.reason_codes) or t.status.value
@@ -257,6 +264,16 @@ def lower_node(
             t, node, f"indices of type {type_name(signature.input_types[1])} cannot cross the bridge"
         )
 
+    guards: list[str] = []
+    if guard and mode != MODE_DESCRIPTOR and opset >= GUARD_SINCE:
+        # shapes known only at run time: numpy (in onnxruntime-extensions' C++) must be able to hold them
+        code = names.guard_code()
+        for i in (1,) if mode == MODE_TAGS else range(len(custom_inputs)):
+            itemsize = np_dtype_of(signature.input_types[i]).itemsize
+            custom_inputs[i], reshape = numpy_guard(emit, custom_inputs[i], itemsize, code)
+            guards.append(reshape)
+        guards.append(str(code))
+
     custom = helper.make_node(
         signature.op_type,
         custom_inputs,
@@ -288,7 +305,8 @@ def lower_node(
         emit.gather(source, positions, out_name)
     else:
         emit_tail(emit, custom_out, tail, out_name)
-    return emit.nodes, LoweredNode(t.name, node.op_type, t, mode=mode, signature=signature)
+    lowered_node = LoweredNode(t.name, node.op_type, t, mode=mode, signature=signature, guards=tuple(guards))
+    return emit.nodes, lowered_node
 
 
 """The steps from the custom node's output back to the ONNX output: ("reshape", shape), ("cast", (from,

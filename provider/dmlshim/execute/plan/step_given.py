@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ...errors import BadInputError
 from ...limits import gather_scatter_output_shape
 from ...translate import NodeTranslation
 from ..proofs.gather_given import LEAN_MESSAGE, NOTE_GATHER_GIVEN, GivenShape, lean_indices_in_range
@@ -126,7 +127,17 @@ class GivenRuns(CpuFallback):
             self._finish(earlier[0], earlier[1], state)
             return True
         # Stand-ins with the shapes and dtypes and no memory: the translation reads nothing else.
-        stand_ins = [np.broadcast_to(np.zeros((), d), s) for d, s in zip(dtypes, shapes, strict=True)]
+        try:
+            stand_ins = [np.broadcast_to(np.zeros((), d), s) for d, s in zip(dtypes, shapes, strict=True)]
+        except ValueError as exc:  # an empty shape whose other dimensions numpy cannot hold ([0, 2**62])
+            raise BadInputError(
+                f"an input of shape {[list(s) for s in shapes]} is empty, but numpy cannot hold such an "
+                f"array (its non-zero dimensions times the item size reach 2**63 bytes): {exc}",
+                rule="a value's non-zero dimensions, times its element size, stay below 2**63 bytes",
+                value=[list(s) for s in shapes],
+                node=self.name,
+                op_type=op_type,
+            ) from exc
         t, clean = self._translation(stand_ins, state)
         shape = gather_scatter_output_shape(self.node.op_type, self._attrs, shapes)
         if shape is None:
