@@ -35,7 +35,9 @@ def qdq_embedding(
     info = np.iinfo(np_q)
     table = rng.integers(info.min, int(info.max) + 1, size=(VOCAB, DIM)).astype(np_q)
     scale = (
-        rng.uniform(1e-3, 0.1, size=(DIM,)).astype(np.float32) if per_axis else np.array(0.0123457, np.float32)
+        rng.uniform(1e-3, 0.1, size=(DIM,)).astype(np.float32)
+        if per_axis
+        else np.array(0.0123457, np.float32)
     )
     zp = rng.integers(info.min, int(info.max) + 1, size=scale.shape).astype(np_q)
     inits = [

@@ -17,6 +17,7 @@ and no ``block_size``: a per-axis or blocked scale depends on the element's posi
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,7 +26,7 @@ from onnx import helper
 
 from .emitter import Names
 
-__all__ = ["DequantizedGather", "dequantized_gather", "drop_unread_dequantize"]
+__all__ = ["DequantizedGather", "dequantize_producers", "dequantized_gather", "drop_unread_dequantize"]
 
 GATHERS = frozenset({"Gather", "GatherElements", "GatherND"})
 """The ops whose output elements are each one element of data (so an elementwise map commutes)."""
@@ -53,13 +54,19 @@ def _single_element_initializer(graph: onnx.GraphProto, name: str) -> bool:
     return tensor is not None and int(np.prod(list(tensor.dims), dtype=np.int64)) == 1
 
 
+def dequantize_producers(graph: onnx.GraphProto) -> dict[str, onnx.NodeProto]:
+    """The ``DequantizeLinear`` nodes of ``graph`` by output name."""
+    return {n.output[0]: n for n in graph.node if n.op_type == "DequantizeLinear" and n.output}
+
+
 def dequantized_gather(
-    node: onnx.NodeProto, graph: onnx.GraphProto, names: Names
+    node: onnx.NodeProto, graph: onnx.GraphProto, producers: Mapping[str, onnx.NodeProto], names: Names
 ) -> DequantizedGather | None:
-    """The rewrite of ``node`` when its data is a per-tensor ``DequantizeLinear`` of ``graph`` (else None)."""
+    """The rewrite of ``node`` when its data is a per-tensor ``DequantizeLinear`` of ``graph`` (else None);
+    ``producers``: :func:`dequantize_producers` of ``graph``."""
     if node.op_type not in GATHERS or node.domain not in ("", "ai.onnx") or not node.input[0]:
         return None
-    dq = next((n for n in graph.node if node.input[0] in n.output), None)
+    dq = producers.get(node.input[0])
     if dq is None or dq.op_type != "DequantizeLinear" or dq.domain not in ("", "ai.onnx"):
         return None
     attrs = {a.name: helper.get_attribute_value(a) for a in dq.attribute}

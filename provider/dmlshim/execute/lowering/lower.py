@@ -67,7 +67,7 @@ from ..custom_ops.types import (
 )
 from ..plan.fallback import rewrite_deprecated_scatter
 from .body_outputs import BodyOutputs, body_output_types, declare_body_outputs
-from .dequantized import dequantized_gather, drop_unread_dequantize
+from .dequantized import DequantizedGather, dequantize_producers, dequantized_gather, drop_unread_dequantize
 from .emitter import Names, drop_aliased_sources, names_read
 from .node import LoweredNode, lower_node
 
@@ -147,6 +147,7 @@ def _walk(
         local.update(tensor_infos(inferred))
     translated: dict[int, NodeTranslation] = {}
     dequantized_sources: set[str] = set()
+    dq_producers = dequantize_producers(graph)
     for index, node in enumerate(graph.node):
         if is_gather_scatter(node):
             infos = [local.get(i) if i else None for i in node.input]
@@ -165,12 +166,13 @@ def _walk(
                 moved = _on_cpu(t)
                 replacement, record = [], LoweredNode(name, node.op_type, moved, reason=CPU_PREFERRED_MESSAGE)
             else:
+                rewrite = dequantized_gather(node, graph, dq_producers, names)
                 dequantized = _lower_dequantized(
-                    node, since, local, graph, names, fl, index_mode, opsets.get("", 0), name
+                    rewrite, since, local, graph, names, fl, index_mode, opsets.get("", 0), name
                 )
-                if dequantized is not None:
+                if rewrite is not None and dequantized is not None:
                     replacement, record = dequantized
-                    dequantized_sources.add(node.input[0])
+                    dequantized_sources.add(rewrite.source)
                 else:
                     replacement, record = lower_node(
                         node, t, infos, since, graph, names, fl, index_mode, opsets.get("", 0)
@@ -205,7 +207,7 @@ def _walk(
 
 
 def _lower_dequantized(
-    node: onnx.NodeProto,
+    rewrite: DequantizedGather | None,
     since: int,
     local: Mapping[str, TensorInfo],
     graph: onnx.GraphProto,
@@ -217,7 +219,6 @@ def _lower_dequantized(
 ) -> tuple[list[onnx.NodeProto], LoweredNode] | None:
     """A gather of a per-tensor ``DequantizeLinear`` lowered on the quantized values, then dequantized
     (:mod:`.dequantized`); None when it does not apply or the gather on quantized values is kept."""
-    rewrite = dequantized_gather(node, graph, names)
     if rewrite is None:
         return None
     gather = rewrite.gather
