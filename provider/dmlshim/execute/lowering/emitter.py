@@ -24,6 +24,7 @@ __all__ = [
     "Tail",
     "drop_aliased_sources",
     "emit_tail",
+    "names_read",
 ]
 
 RESHAPE_INPUT_SINCE = 5
@@ -84,19 +85,19 @@ def drop_aliased_sources(graph: onnx.GraphProto) -> None:
     sources = {d[len(ALIAS_DOC) :] for d in docs if d.startswith(ALIAS_DOC)}
     if not sources:
         return
-    used = _names_read(graph) | {o.name for o in graph.output}
+    used = names_read(graph) | {o.name for o in graph.output}
     keep = [t for t in graph.initializer if t.name not in sources or t.name in used]
     del graph.initializer[:]
     graph.initializer.extend(keep)
 
 
-def _names_read(graph: onnx.GraphProto) -> set[str]:
+def names_read(graph: onnx.GraphProto) -> set[str]:
     names: set[str] = set()
     for node in graph.node:
         names.update(node.input)
         for a in node.attribute:
             for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
-                names |= _names_read(sub) | {o.name for o in sub.output}
+                names |= names_read(sub) | {o.name for o in sub.output}
     return names
 
 

@@ -67,7 +67,8 @@ from ..custom_ops.types import (
 )
 from ..plan.fallback import rewrite_deprecated_scatter
 from .body_outputs import BodyOutputs, body_output_types, declare_body_outputs
-from .emitter import Names, drop_aliased_sources
+from .dequantized import DequantizedGather, dequantize_producers, dequantized_gather, drop_unread_dequantize
+from .emitter import Names, drop_aliased_sources, names_read
 from .node import LoweredNode, lower_node
 
 logger = logging.getLogger(__name__)
@@ -147,6 +148,8 @@ def _walk(
     if inferred is not None:
         local.update(tensor_infos(inferred))
     translated: dict[int, NodeTranslation] = {}
+    dequantized_sources: set[str] = set()
+    dq_producers = dequantize_producers(graph)
     for index, node in enumerate(graph.node):
         if is_gather_scatter(node):
             infos = [local.get(i) if i else None for i in node.input]
@@ -165,9 +168,17 @@ def _walk(
                 moved = _on_cpu(t)
                 replacement, record = [], LoweredNode(name, node.op_type, moved, reason=CPU_PREFERRED_MESSAGE)
             else:
-                replacement, record = lower_node(
-                    node, t, infos, since, graph, names, fl, index_mode, opsets.get("", 0), guard=guards
+                rewrite = dequantized_gather(node, graph, dq_producers, names)
+                dequantized = _lower_dequantized(
+                    rewrite, since, local, graph, names, fl, index_mode, opsets.get("", 0), name, guards
                 )
+                if rewrite is not None and dequantized is not None:
+                    replacement, record = dequantized
+                    dequantized_sources.add(rewrite.source)
+                else:
+                    replacement, record = lower_node(
+                        node, t, infos, since, graph, names, fl, index_mode, opsets.get("", 0), guard=guards
+                    )
             found.append(record)
             if record.lowered and not prefix:
                 replaced.extend(o for o in node.output if o)
@@ -194,6 +205,36 @@ def _walk(
         new_nodes.extend(replacement or [node])
     del graph.node[:]
     graph.node.extend(new_nodes)
+    if dequantized_sources:
+        drop_unread_dequantize(graph, dequantized_sources, names_read(graph) | {o.name for o in graph.output})
+
+
+def _lower_dequantized(
+    rewrite: DequantizedGather | None,
+    since: int,
+    local: Mapping[str, TensorInfo],
+    graph: onnx.GraphProto,
+    names: Names,
+    fl: FeatureLevel,
+    index_mode: IndexMode,
+    opset: int,
+    name: str,
+    guards: bool,
+) -> tuple[list[onnx.NodeProto], LoweredNode] | None:
+    """A gather of a per-tensor ``DequantizeLinear`` lowered on the quantized values, then dequantized
+    (:mod:`.dequantized`); None when it does not apply or the gather on quantized values is kept."""
+    if rewrite is None:
+        return None
+    gather = rewrite.gather
+    infos = [local.get(i) if i else None for i in gather.input]
+    t = translate_node(gather, since, infos, fl, name=name)
+    replacement, record = lower_node(
+        gather, t, infos, since, graph, names, fl, index_mode, opset, guard=guards
+    )
+    if not record.lowered:
+        return None
+    logger.debug("%s: gathers the quantized values, then %s dequantizes", name, rewrite.dequantize.name)
+    return [*replacement, rewrite.dequantize], record
 
 
 def _declare_body_values(graph: onnx.GraphProto, inferred: onnx.GraphProto, names: Sequence[str]) -> None:
