@@ -31,6 +31,22 @@ def numpy_kernels() -> Iterator[None]:
 
 
 @pytest.fixture
+def builds(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """How many onnxruntime sessions are built (any thread) after the fixture starts counting."""
+    import onnxruntime
+
+    count = [0]
+    original = onnxruntime.InferenceSession.__init__
+
+    def counting(self: onnxruntime.InferenceSession, *args: object, **kwargs: object) -> None:
+        count[0] += 1
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(onnxruntime.InferenceSession, "__init__", counting)
+    yield count
+
+
+@pytest.fixture
 def shared_dir() -> Path:
     """``../shared`` beside the checkout; tests that need it are skipped with a message when absent."""
     if not SHARED.is_dir():

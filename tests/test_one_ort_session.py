@@ -5,7 +5,6 @@ comes, and a model onnxruntime refuses is still refused with its class and words
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -18,20 +17,6 @@ import dmlshim
 from dmlshim.errors import DmlShimError
 from dmlshim.model.modelcheck import check_model
 from dmlshim.model.ort_witness import same_nodes
-
-
-@pytest.fixture
-def builds(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
-    """How many onnxruntime sessions are built (any thread) after the fixture starts counting."""
-    count = [0]
-    original = onnxruntime.InferenceSession.__init__
-
-    def counting(self: onnxruntime.InferenceSession, *args: object, **kwargs: object) -> None:
-        count[0] += 1
-        original(self, *args, **kwargs)
-
-    monkeypatch.setattr(onnxruntime.InferenceSession, "__init__", counting)
-    yield count
 
 
 def _model(nodes: list[onnx.NodeProto], outputs: list[str]) -> onnx.ModelProto:
