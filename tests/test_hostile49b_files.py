@@ -42,7 +42,14 @@ def _gather_model(folder: Path, second: bool = False) -> Path:
     return model
 
 
-def _run(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def _default_signals() -> None:
+    # as a program started from a terminal has them, whatever this test runner inherited (nohup ignores
+    # SIGHUP)
+    for s in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, signal.SIG_DFL)
+
+
+def _run(code: str, cwd: Path, *, nohup: bool = False) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": PROVIDER}
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
@@ -51,7 +58,34 @@ def _run(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         timeout=120,
+        preexec_fn=_ignored_hangup if nohup else _default_signals,
     )
+
+
+def _ignored_hangup() -> None:
+    _default_signals()
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+
+def test_a_program_run_under_nohup_keeps_ignoring_the_hangup(tmp_path: Path) -> None:
+    """An ignored SIGHUP (``nohup``) stays ignored during a write, and after it: the write completes."""
+    done = _run(
+        """
+        import os, signal
+        from dmlshim.fileio import files
+        def writer(handle):
+            handle.write(b"x" * 1000)
+            os.kill(os.getpid(), signal.SIGHUP)
+            handle.write(b"y" * 1000)
+        files.write_stream("result.bin", writer)
+        print(signal.getsignal(signal.SIGHUP) is signal.SIG_IGN)
+        """,
+        tmp_path,
+        nohup=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True"]
+    assert (tmp_path / "result.bin").read_bytes() == b"x" * 1000 + b"y" * 1000
 
 
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])

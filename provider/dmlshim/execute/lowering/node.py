@@ -35,7 +35,7 @@ from ..custom_ops.types import (
     type_name,
 )
 from .emitter import RESHAPE_INPUT_SINCE, Emitter, Names, Tail, emit_tail
-from .numpy_guard import GUARD_SINCE, numpy_guard
+from .numpy_guard import GUARD_SINCE, numpy_guard, numpy_holds
 
 __all__ = ["LoweredNode", "lower_node"]
 
@@ -270,6 +270,9 @@ def lower_node(
         code = names.guard_code()
         for i in (1,) if mode == MODE_TAGS else range(len(custom_inputs)):
             itemsize = np_dtype_of(signature.input_types[i]).itemsize
+            info = infos[i] if i < len(infos) else None
+            if info is not None and info.is_static and numpy_holds(info.static_shape, itemsize):
+                continue
             custom_inputs[i], reshape = numpy_guard(emit, custom_inputs[i], itemsize, code)
             guards.append(reshape)
         guards.append(str(code))

@@ -19,6 +19,8 @@ know are guarded (translate and tags modes); a non-empty tensor numpy cannot hol
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from onnx import TensorProto
 
@@ -30,6 +32,16 @@ GUARD_SINCE = 9
 """The first ai.onnx opset with every op the guard uses (Where)."""
 _NUMPY_BYTES = float(2**63)
 """numpy refuses a shape whose non-zero dimensions times the item size reach this (``NPY_MAX_INTP + 1``)."""
+
+
+def numpy_holds(shape: Sequence[int], itemsize: int) -> bool:
+    """Whether numpy can make an array of ``shape`` (known when lowering): no guard is needed then, and
+    none is wanted on a constant, whose guard onnxruntime would fold into a copy of it (a copy that
+    leaves the model's file when the weights are mapped from it)."""
+    product = 1.0
+    for d in shape:
+        product *= max(float(d), 1.0)
+    return product * itemsize < _NUMPY_BYTES
 
 
 def numpy_guard(emit: Emitter, value: str, itemsize: int, code: int) -> tuple[str, str]:
