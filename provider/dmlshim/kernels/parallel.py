@@ -78,6 +78,8 @@ Box = tuple[int, int, int, int]
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
+_forked = False
+"""Whether this process is a forked child (see :func:`_forget_pool_in_child`)."""
 
 
 def _executor() -> ThreadPoolExecutor:
@@ -92,8 +94,11 @@ def _forget_pool_in_child() -> None:
     """After ``fork``: the child has none of the parent's kernel threads, so the parent's pool would queue
     a chunk no thread ever takes and :func:`run_all` would wait for it forever (a session run in a forked
     worker after its parent ran a large gather hung); a lock another thread held at the fork would stay
-    held. The child makes its own pool when it first needs one."""
-    global _pool, _pool_lock
+    held. The child starts no kernel threads at all: a forked copy of a threaded process is not safe to
+    start threads in (a run inside onnxruntime's custom-op call hung creating its first helper thread,
+    with onnxruntime 1.24.4), so its kernels run on the calling thread."""
+    global _pool, _pool_lock, _forked
+    _forked = True
     _pool = None
     _pool_lock = threading.Lock()
 
@@ -185,8 +190,7 @@ def run_all(work: Callable[[Box], bool], boxes: Sequence[Box], elements: int) ->
             if not ok:
                 stop.set()
 
-    pool = _executor()
-    helpers = [pool.submit(drain) for _ in range(min(THREADS, len(boxes)) - 1)]
+    helpers = [] if _forked else [_executor().submit(drain) for _ in range(min(THREADS, len(boxes)) - 1)]
     try:
         drain()
     finally:
