@@ -7,6 +7,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from .hang_watch import pytest_runtest_protocol, pytest_terminal_summary, pytest_unconfigure  # noqa: F401
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 

@@ -12,9 +12,8 @@ import sys
 import types
 import zipfile
 
-from .. import portable
 from ..errors import DmlShimError
-from .install import SUMMARY_FILE_ENV, discard_state, install
+from .install import SUMMARY_FILE_ENV, install
 
 _USAGE = (
     "python -m dmlshim.ort [--summary text|json|off] [--summary-file PATH] [--emulate asked|all] "
@@ -121,14 +120,11 @@ def main(argv: list[str] | None = None) -> int:
     except DmlShimError as exc:
         sys.stderr.write(f"python -m dmlshim.ort: error: {exc}\n")
         return 2
-    # SIGTERM (SIGHUP) at its default action ends the program without atexit: the state folder of its
-    # workers' tallies is removed first, then the process ends as the signal would have ended it
-    with portable.cleanup_on_termination():
-        try:
-            return _run(module, target)
-        except portable.Terminated:
-            discard_state()
-            raise
+    # SIGTERM (SIGHUP) ends the program as it ends it under python, at once: no Python handler, which
+    # would run only when the main thread runs Python again (a program waiting on a lock while the signal
+    # lands on another thread never ended). The state folder it leaves is swept by the next run
+    # (dmlshim.fileio.stale_folders), as one a SIGKILL left.
+    return _run(module, target)
 
 
 def _run(module: str | None, target: list[str]) -> int:

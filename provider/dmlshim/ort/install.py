@@ -20,9 +20,8 @@ import contextlib
 import json
 import logging
 import os
-import signal
 import sys
-import time
+import threading
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -59,18 +58,14 @@ BOOT_DIR = str(Path(__file__).resolve().parent / "boot")
 """The folder holding dmlshim's ``sitecustomize`` for worker processes."""
 
 _SUMMARY_FORMATS = ("text", "json", "off")
-_FLUSH_INTERVAL_S = 1.0
 
 
 class _State:
     installed = False
     previous: ModuleType | None = None
     registered = False
-    last_flush = 0.0
     flushed_changes = -1
-    finalizer = False
-    flushing = False
-    end_after_flush = False
+    flush_lock = threading.Lock()
     state_lock: int | None = None
     """The open descriptor locking the state folder (the first process's)."""
 
@@ -261,87 +256,41 @@ def _worker_file() -> Path | None:
 
 
 def flush() -> None:
-    """A worker's tally to the shared folder (nothing when it made no session)."""
+    """A worker's tally to the shared folder, when it changed (nothing when it made no session).
+
+    Called after every change: a pool ends the workers it has no more tasks for with SIGTERM, which
+    must end them as it would without dmlshim. A Python handler cannot promise that (the signal may land
+    on another thread, onnxruntime's or OpenBLAS's, while the main thread waits for a task, and is then
+    never handled: the worker outlived the pool's SIGTERM), so the tally on disk is never behind."""
     target = _worker_file()
     if target is None or _is_owner() or not tracking.TRACKER.sessions or not target.parent.is_dir():
         return
-    if tracking.TRACKER.changes == _State.flushed_changes:
-        return
     from ..fileio import files
 
-    _State.flushing = True
-    try:
+    # one writer at a time: a tally another thread wrote meanwhile must not be replaced by an older one
+    with _State.flush_lock:
+        changes = tracking.TRACKER.changes
+        if changes == _State.flushed_changes:
+            return
         with contextlib.suppress(BadInputError):
-            files.write_json(target, tracking.TRACKER.to_json(), overwrite=True, what="dmlshim worker tally")
-            _State.flushed_changes = tracking.TRACKER.changes
-        _State.last_flush = time.monotonic()
-    finally:
-        _State.flushing = False
-        # even when the write failed: a SIGTERM that came during it was held back, and must still end
-        # the process (a pool's worker that outlives it waits on the pool's queue forever)
-        if _State.end_after_flush:
-            _end_by_sigterm()
-
-
-def maybe_flush() -> None:
-    """:func:`flush` at most once a second (after runs in a worker)."""
-    if not _is_owner() and time.monotonic() - _State.last_flush >= _FLUSH_INTERVAL_S:
-        flush()
+            # not fsync-ed: a scratch file in the private state folder, rewritten at every change
+            files.write_json(
+                target, tracking.TRACKER.to_json(), overwrite=True, what="dmlshim worker tally", sync=False
+            )
+            _State.flushed_changes = changes
 
 
 def _after_change() -> None:
-    if _is_owner():
-        return
-    if not _State.finalizer:
-        # multiprocessing ends its workers with os._exit (no atexit): its finalizers still run.
-        import multiprocessing.util
-
-        multiprocessing.util.Finalize(None, flush, exitpriority=100)
-        # A forkserver or spawn worker imports the program's main module before its process starts, and
-        # the start clears the finalizers made until then (a session made at the module's top level): the
-        # start's after-fork hooks, which run right after, make it again.
-        multiprocessing.util.register_after_fork(_State, _finalize_again)
-        # A pool ends its workers with SIGTERM: hand the tally on first.
-        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-            with contextlib.suppress(ValueError):  # not the main thread
-                signal.signal(signal.SIGTERM, _on_sigterm)
-        _State.finalizer = True
-    maybe_flush()
-
-
-def _finalize_again(_: object) -> None:
-    import multiprocessing.util
-
     if not _is_owner():
-        multiprocessing.util.Finalize(None, flush, exitpriority=100)
+        flush()
 
 
 def _reset_in_child() -> None:
-    _State.last_flush = 0.0
     _State.flushed_changes = -1
-    _State.finalizer = False
-    _State.flushing = False
-    _State.end_after_flush = False
+    _State.flush_lock = threading.Lock()
 
 
 os.register_at_fork(after_in_child=_reset_in_child)
-
-
-def _on_sigterm(signum: int, frame: Any) -> None:
-    # The signal may land inside a flush (a pool's finalizer flushes, then the pool sends SIGTERM):
-    # flushing again there would wait forever on the tally's lock, so the flush under way ends the process.
-    if _State.flushing:
-        _State.end_after_flush = True
-        return
-    try:
-        flush()
-    finally:
-        _end_by_sigterm()
-
-
-def _end_by_sigterm() -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def summary() -> dict[str, Any]:
