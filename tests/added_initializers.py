@@ -13,6 +13,28 @@ import dmlshim
 
 Values = dict[str, Any]
 
+KEPT: list[Any] = []
+"""Options and the OrtValues added to them: onnxruntime keeps pointers, so they must outlive the sessions."""
+
+
+def options_with_added(module: Any, adds: dict[str, Any], level: Any = None, quiet: bool = False) -> Any:
+    """``module.SessionOptions()`` (onnxruntime's or dmlshim's) with one intra-op thread and each array of
+    ``adds`` added as an initializer (an OrtValue kept alive in :data:`KEPT`)."""
+    import numpy as np
+
+    so = module.SessionOptions()
+    so.intra_op_num_threads = 1
+    if quiet:
+        so.log_severity_level = 4
+    if level is not None:
+        so.graph_optimization_level = level
+    for name, value in adds.items():
+        ortvalue = ort.OrtValue.ortvalue_from_numpy(np.asarray(value))
+        KEPT.append((value, ortvalue))
+        so.add_initializer(name, ortvalue)
+    KEPT.append(so)
+    return so
+
 
 def runs_with_added(
     make: Callable[[ort.SessionOptions], Any],

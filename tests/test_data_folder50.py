@@ -14,38 +14,12 @@ import numpy as np
 import onnx
 import onnxruntime as real_ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 import dmlshim
-from tests.external_folder import outcome
+from tests.external_folder import model_with_data_in, outcome
 
 LEVELS = ("ORT_DISABLE_ALL", "ORT_ENABLE_BASIC", "ORT_ENABLE_ALL")
-
-
-def _model(folder: Path, value: float, size: int, folded: bool) -> Path:
-    """y = x + w (or x + Relu(w), which constant folding reads) whose w (``size`` floats equal to
-    ``value``) is in ``folder``/w.bin."""
-    folder.mkdir()
-    w = numpy_helper.from_array(np.full((size,), value, np.float32), "w")
-    nodes = [helper.make_node("Add", ["x", "w"], ["y"])]
-    if folded:
-        nodes = [helper.make_node("Relu", ["w"], ["r"]), helper.make_node("Add", ["x", "r"], ["y"])]
-    graph = helper.make_graph(
-        nodes,
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [size])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [size])],
-        [w],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    path = folder / "m.onnx"
-    here = os.getcwd()
-    os.chdir(folder)  # onnx looks for an existing data file from the working directory
-    try:
-        onnx.save(model, str(path), save_as_external_data=True, location="w.bin", size_threshold=0)
-    finally:
-        os.chdir(here)
-    return path
 
 
 @pytest.fixture(
@@ -54,7 +28,10 @@ def _model(folder: Path, value: float, size: int, folded: bool) -> Path:
 def models(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Path, Path, int]]:
     """The model with w = 1 in ``a`` and with w = 2 in ``b``; the working directory is ``tmp_path``."""
     size, folded = request.param
-    a, b = _model(tmp_path / "a", 1.0, size, folded), _model(tmp_path / "b", 2.0, size, folded)
+    a, b = (
+        model_with_data_in(tmp_path / "a", 1.0, size, folded),
+        model_with_data_in(tmp_path / "b", 2.0, size, folded),
+    )
     here = os.getcwd()
     os.chdir(tmp_path)
     try:

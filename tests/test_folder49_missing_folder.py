@@ -10,40 +10,20 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import onnx
 import onnxruntime as real_ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 import dmlshim
-from tests.external_folder import outcome
+from tests.external_folder import model_with_data_in, outcome
 
 LEVELS = ("ORT_DISABLE_ALL", "ORT_ENABLE_BASIC", "ORT_ENABLE_ALL")
-
-
-def _model(folder: Path, value: float, size: int) -> Path:
-    """A model y = x + w whose w (``size`` floats equal to ``value``) is in ``folder``/w.bin."""
-    folder.mkdir()
-    w = numpy_helper.from_array(np.full((size,), value, np.float32), "w")
-    graph = helper.make_graph(
-        [helper.make_node("Add", ["x", "w"], ["y"])],
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [size])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [size])],
-        [w],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    path = folder / "m.onnx"
-    onnx.save(model, str(path), save_as_external_data=True, location="w.bin", size_threshold=0)
-    return path
 
 
 @pytest.fixture(params=[4, 1 << 18], ids=["small", "large"])
 def models(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Path, Path, int]]:
     """The model with w = 1 in ``a`` and with w = 2 in ``b``; the working directory is ``tmp_path``."""
     size = int(request.param)
-    a, b = _model(tmp_path / "a", 1.0, size), _model(tmp_path / "b", 2.0, size)
+    a, b = model_with_data_in(tmp_path / "a", 1.0, size), model_with_data_in(tmp_path / "b", 2.0, size)
     here = os.getcwd()
     os.chdir(tmp_path)
     try:

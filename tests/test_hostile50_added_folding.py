@@ -24,23 +24,14 @@ from onnx import TensorProto, helper, numpy_helper
 
 import dmlshim
 
+from .added_initializers import options_with_added
+
 ENGINES = ("partitioned", "customop", "cpu")
 F = TensorProto.FLOAT
-_KEEP: list[Any] = []  # OrtValues added to options must outlive the sessions
 
 
 def _options(module: Any, adds: dict[str, np.ndarray], level: Any = None) -> Any:
-    so = module.SessionOptions()
-    so.intra_op_num_threads = 1
-    so.log_severity_level = 4
-    if level is not None:
-        so.graph_optimization_level = level
-    for name, value in adds.items():
-        ortvalue = onnxruntime.OrtValue.ortvalue_from_numpy(value)
-        _KEEP.append((value, ortvalue))
-        so.add_initializer(name, ortvalue)
-    _KEEP.append(so)
-    return so
+    return options_with_added(module, adds, level, quiet=True)
 
 
 def _model(op: str, k: np.ndarray, through_relu: bool = False) -> bytes:

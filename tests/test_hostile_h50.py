@@ -19,8 +19,9 @@ from onnx import TensorProto, helper, numpy_helper
 import dmlshim
 from dmlshim.errors import BadInputError, BadModelError, IndexOutOfRangeError
 
+from .added_initializers import KEPT, options_with_added
+
 ENGINES = ("partitioned", "customop", "cpu")
-_KEEP: list[Any] = []  # OrtValues added to options must outlive the sessions (onnxruntime keeps pointers)
 
 
 def _model(nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto], inits: list[onnx.TensorProto]):
@@ -31,14 +32,7 @@ def _model(nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto], inits
 
 
 def _options(module: Any, adds: dict[str, np.ndarray]) -> Any:
-    so = module.SessionOptions()
-    so.intra_op_num_threads = 1
-    for name, value in adds.items():
-        ortvalue = onnxruntime.OrtValue.ortvalue_from_numpy(value)
-        _KEEP.append((value, ortvalue))
-        so.add_initializer(name, ortvalue)
-    _KEEP.append(so)
-    return so
+    return options_with_added(module, adds)
 
 
 def _ort(model: onnx.ModelProto | str, feeds: dict[str, np.ndarray], adds: dict[str, np.ndarray]) -> Any:
@@ -102,7 +96,7 @@ def test_add_external_initializers_of_another_dtype_is_refused_as_onnxruntime_re
     so = _options(dmlshim, {})
     value = np.full((4, 3), 7, np.float64)
     ortvalue = onnxruntime.OrtValue.ortvalue_from_numpy(value)
-    _KEEP.append((value, ortvalue))
+    KEPT.append((value, ortvalue))
     so.add_external_initializers(["W"], [ortvalue])
     # onnxruntime checks this one itself: its words, as a BadInputError
     with pytest.raises(BadInputError, match="data type does not match"):

@@ -26,7 +26,7 @@ from onnx import TensorProto
 
 from .emitter import Emitter
 
-__all__ = ["GUARD_SINCE", "numpy_guard"]
+__all__ = ["GUARD_SINCE", "numpy_guard", "numpy_holds"]
 
 GUARD_SINCE = 9
 """The first ai.onnx opset with every op the guard uses (Where)."""
