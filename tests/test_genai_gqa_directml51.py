@@ -34,6 +34,7 @@ from tests.oracle import IR_VERSION, ort_run
 MODEL = Path(__file__).resolve().parent.parent / "onnx_models" / "ecosystem" / "genai_llama_gqa.onnx"
 PACKED = "EP_REFUSES_GQA_PACKED_QKV"
 SEPARATE_PAST = "EP_IGNORES_GQA_SEPARATE_PAST"
+ROTARY = "EP_IGNORES_GQA_ROTARY"
 GQA_NODES = ["/model/layers.0/attn/GroupQueryAttention", "/model/layers.1/attn/GroupQueryAttention"]
 NUM_HEADS, KV_HEADS, HEAD = 4, 2, 16  # the shipped model's
 
@@ -164,6 +165,8 @@ def test_separate_qkv_forms() -> None:
     assert _codes(_gqa_model(packed=False, past="p")) == [("gqa", SEPARATE_PAST)]
     assert _codes(_gqa_model(packed=False, past=4)) == [("gqa", SEPARATE_PAST)]
     assert upfront_refusal_error(_gqa_model(packed=False, past="p")) is None  # runs, not refused
+    assert _codes(_gqa_model(packed=False, past=0, rotary=1)) == [("gqa", ROTARY)]
+    assert _codes(_gqa_model(packed=True, past=4, rotary=1)) == [("gqa", PACKED)]  # the refusal says it all
 
 
 def test_other_domains_and_old_opsets_do_not_match() -> None:
@@ -235,3 +238,16 @@ def test_real_directml_ignores_a_separate_past() -> None:
     np.testing.assert_array_equal(want[1][:, :, :4], feeds["pk"])  # onnxruntime CPU copies the past
     assert not np.allclose(got[1][:, :, :4], feeds["pk"])
     assert not np.allclose(got[0], want[0], atol=1e-3)
+
+
+@real
+def test_real_directml_does_not_rotate_with_separate_qkv() -> None:
+    model = _gqa_model(packed=False, past=0, rotary=1)
+    feeds = _gqa_feeds(packed=False, past=0, new=3)
+    got, want = _real(model, feeds), ort_run(model, feeds)
+    np.testing.assert_allclose(got[2], want[2], atol=1e-5)  # values are not rotated
+    np.testing.assert_allclose(got[1][:, :, 0], want[1][:, :, 0], atol=1e-5)  # position 0: identity
+    assert not np.allclose(got[1], want[1], atol=1e-2)  # keys at positions 1, 2 are not rotated
+    one = _gqa_feeds(packed=False, past=0, new=1)
+    for g, w in zip(_real(model, one), ort_run(model, one), strict=True):
+        np.testing.assert_allclose(g, w, atol=1e-5)

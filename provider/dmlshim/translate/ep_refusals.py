@@ -158,6 +158,10 @@ def _gqa_separate_past(node: onnx.NodeProto, scope: GraphScope) -> bool:
     return not _gqa_packed_qkv(node, scope) and bool(past) and _past_length_may_be_nonzero(scope, past)
 
 
+def _gqa_separate_rotary(node: onnx.NodeProto, scope: GraphScope) -> bool:
+    return not _gqa_packed_qkv(node, scope) and _attr_int(node, "do_rotary", 0) == 1
+
+
 EP_REFUSALS: tuple[EpRefusal, ...] = (
     EpRefusal(
         code="EP_REFUSES_RESHAPE_ALLOWZERO",
@@ -245,6 +249,21 @@ EP_REFUSALS: tuple[EpRefusal, ...] = (
         "the fed past; with 1 new token its own position is right); with a past of length 0 it equals "
         "onnxruntime CPU (2.4e-7)",
         matches=_gqa_separate_past,
+        when="run (wrong values, no error)",
+    ),
+    EpRefusal(
+        code="EP_IGNORES_GQA_ROTARY",
+        op_type="GroupQueryAttention",
+        domain="com.microsoft",
+        since=1,
+        form="com.microsoft GroupQueryAttention with key and value given and do_rotary=1: the DirectML "
+        "provider's kernel (DirectML's MULTIHEAD_ATTENTION1) does not apply the rotary embedding "
+        "(onnxruntime-genai's builder leaves rotary out of GQA for DirectML); onnxruntime CPU applies it",
+        seen="DirectML 1.15.4 / onnxruntime-directml 1.24, one node, no past: the run succeeds with wrong "
+        "values for 3 new tokens (present_key off by up to 1.35, output by 0.39, present_value equal: "
+        "the keys are not rotated); 1 new token at position 0 (where the rotation is the identity) equals "
+        "onnxruntime CPU",
+        matches=_gqa_separate_rotary,
         when="run (wrong values, no error)",
     ),
 )
