@@ -97,6 +97,11 @@ class LinuxDirectMLEngine:
         host: Host | None = None,
         disable_cpu_fallback: bool = False,
     ) -> None:
+        from ..translate.ep_refusals import upfront_refusal_error
+
+        refused = upfront_refusal_error(model)
+        if refused is not None:  # before the host starts: the same error, known in advance
+            raise BadModelError(refused) from _ort_exception(refused, "run")
         self.config = config
         self.stack = stack or load_stack()
         self.host = host or shared_host(self.stack)

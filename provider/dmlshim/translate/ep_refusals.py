@@ -1,9 +1,11 @@
 """Models onnxruntime-directml refuses at session creation, as data: each row is a refusal seen on real
 DirectML (``docs/directml-linux.md``), with the node form that causes it.
 
-These are nodes of any op type (not only gather/scatter) whose valid ONNX form the DirectML provider
-accepts at partitioning and then fails to build a kernel for, so the whole session fails, with or without
-CPU fallback. ``inspect``'s "onnxruntime-directml today" verdict is NO for such a model and names the node.
+These are nodes of any op type (not only gather/scatter, and of the ``com.microsoft`` domain too) whose
+valid form the DirectML provider accepts at partitioning and then fails to build a kernel for, so the whole
+session fails, with or without CPU fallback. ``inspect``'s "onnxruntime-directml today" verdict is NO for
+such a model and names the node; the ``directml`` engine on Linux refuses a model holding a form marked
+``upfront`` before loading it (:func:`upfront_refusal_error`).
 """
 
 from __future__ import annotations
@@ -53,6 +55,10 @@ class EpRefusal:
         seen: what onnxruntime-directml said on real DirectML (version, message).
         when: ``"session creation"`` (the session fails) or ``"run"`` (the process dies running it).
         matches: ``(node, scope) -> bool``, ``scope`` the node's graph as a :class:`GraphScope`.
+        domain: the op's domain (``""`` for ai.onnx); ``since`` is an opset of this domain.
+        upfront: the form fails on every run whatever the shapes and values, so the ``directml`` engine
+            on Linux (whose DirectML and onnxruntime versions are the ones it was seen on) refuses the
+            model before loading it instead of starting the host to meet the same error.
     """
 
     code: str
@@ -62,6 +68,8 @@ class EpRefusal:
     seen: str
     matches: Callable[[onnx.NodeProto, GraphScope], bool]
     when: str = "session creation"
+    domain: str = ""
+    upfront: bool = False
 
 
 def _attr_int(node: onnx.NodeProto, name: str, default: int) -> int:
@@ -122,6 +130,38 @@ def _concat_grows_static_loop_state(node: onnx.NodeProto, scope: GraphScope) -> 
     )
 
 
+def _input(node: onnx.NodeProto, index: int) -> str:
+    return node.input[index] if len(node.input) > index else ""
+
+
+def _gqa_packed_qkv(node: onnx.NodeProto, scope: GraphScope) -> bool:
+    # GroupQueryAttention inputs: query, key, value, past_key, past_value, seqlens_k, total_sequence_length,
+    # cos_cache, sin_cache, ...; key and value left out: query holds Q, K and V packed on its last axis.
+    return not (_input(node, 1) and _input(node, 2))
+
+
+def _past_length_may_be_nonzero(scope: GraphScope, name: str) -> bool:
+    """Whether the past tensor ``name`` ([batch, kv_num_heads, past_sequence_length, head_size]) may hold
+    a position: its past length is not a declared or constant 0."""
+    if name in scope.constants:
+        shape = np.asarray(scope.constants[name]).shape
+        return len(shape) < 3 or shape[2] != 0
+    for value in (*scope.graph.input, *scope.graph.value_info):
+        if value.name == name and value.type.tensor_type.HasField("shape"):
+            dims = value.type.tensor_type.shape.dim
+            return len(dims) < 3 or not (dims[2].HasField("dim_value") and dims[2].dim_value == 0)
+    return True
+
+
+def _gqa_separate_past(node: onnx.NodeProto, scope: GraphScope) -> bool:
+    past = _input(node, 3)
+    return not _gqa_packed_qkv(node, scope) and bool(past) and _past_length_may_be_nonzero(scope, past)
+
+
+def _gqa_separate_rotary(node: onnx.NodeProto, scope: GraphScope) -> bool:
+    return not _gqa_packed_qkv(node, scope) and _attr_int(node, "do_rotary", 0) == 1
+
+
 EP_REFUSALS: tuple[EpRefusal, ...] = (
     EpRefusal(
         code="EP_REFUSES_RESHAPE_ALLOWZERO",
@@ -176,6 +216,55 @@ EP_REFUSALS: tuple[EpRefusal, ...] = (
         "or 1 is not matched); a state declared with symbolic dimensions runs right",
         matches=_concat_grows_static_loop_state,
         when="run",
+    ),
+    EpRefusal(
+        code="EP_REFUSES_GQA_PACKED_QKV",
+        op_type="GroupQueryAttention",
+        domain="com.microsoft",
+        since=1,
+        form="com.microsoft GroupQueryAttention with packed QKV (its optional key and value inputs left "
+        "out, query holding Q, K and V: onnxruntime-genai's CPU/CUDA builds); onnxruntime CPU runs it, the "
+        "DirectML provider's kernel needs query, key and value as three 3-D tensors "
+        "(DmlOperatorGroupQueryAttention.cpp)",
+        seen="DirectML 1.15.4 / onnxruntime-directml 1.24: the session is created, the first run fails "
+        "(MLOperatorAuthorImpl.cpp(2818) 80070057 Invalid parameter), also with static shapes, with or "
+        "without do_rotary, for 1 or 3 new tokens and with CPU fallback on "
+        "(onnx_models/ecosystem/genai_llama_gqa.onnx; one-node models in "
+        "tests/test_genai_gqa_directml51.py); the same node with key and value given runs",
+        matches=_gqa_packed_qkv,
+        when="first run",
+        upfront=True,
+    ),
+    EpRefusal(
+        code="EP_IGNORES_GQA_SEPARATE_PAST",
+        op_type="GroupQueryAttention",
+        domain="com.microsoft",
+        since=1,
+        form="com.microsoft GroupQueryAttention with key and value given and a past_key input whose past "
+        "length may be above 0: the DirectML provider's kernel does not read past_key/past_value (it "
+        "expects them to share the present buffers, as onnxruntime-genai binds them on DirectML, and treats "
+        "a step of more than one new token as having no past); onnxruntime CPU attends to the past",
+        seen="DirectML 1.15.4 / onnxruntime-directml 1.24, one node, 4 past positions: the run succeeds "
+        "with wrong values (output off by up to 3.4; present_key/present_value hold no past position of "
+        "the fed past; with 1 new token its own position is right); with a past of length 0 it equals "
+        "onnxruntime CPU (2.4e-7)",
+        matches=_gqa_separate_past,
+        when="run (wrong values, no error)",
+    ),
+    EpRefusal(
+        code="EP_IGNORES_GQA_ROTARY",
+        op_type="GroupQueryAttention",
+        domain="com.microsoft",
+        since=1,
+        form="com.microsoft GroupQueryAttention with key and value given and do_rotary=1: the DirectML "
+        "provider's kernel (DirectML's MULTIHEAD_ATTENTION1) does not apply the rotary embedding "
+        "(onnxruntime-genai's builder leaves rotary out of GQA for DirectML); onnxruntime CPU applies it",
+        seen="DirectML 1.15.4 / onnxruntime-directml 1.24, one node, no past: the run succeeds with wrong "
+        "values for 3 new tokens (present_key off by up to 1.35, output by 0.39, present_value equal: "
+        "the keys are not rotated); 1 new token at position 0 (where the rotation is the identity) equals "
+        "onnxruntime CPU",
+        matches=_gqa_separate_rotary,
+        when="run (wrong values, no error)",
     ),
 )
 """Every refusal seen on real DirectML (a sweep of onnx_models/ on DirectML 1.15.4)."""
@@ -248,11 +337,11 @@ def _scope(
 
 def session_refusals(model: onnx.ModelProto) -> tuple[tuple[str, EpRefusal], ...]:
     """``(node name, refusal)`` for every node of ``model`` (subgraphs included) in a refused form."""
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
     found = []
     by_op: dict[str, list[EpRefusal]] = {}
     for refusal in EP_REFUSALS:
-        if opset >= refusal.since:
+        if opsets.get(refusal.domain, 0) >= refusal.since:
             by_op.setdefault(refusal.op_type, []).append(refusal)
     if not op_types_among(model.graph, tuple(by_op)):
         return ()  # no node of a refused form's op in any graph (found from the graph's bytes: no walk)
@@ -260,9 +349,12 @@ def session_refusals(model: onnx.ModelProto) -> tuple[tuple[str, EpRefusal], ...
         scope: GraphScope | None = None
         for node in graph.node:
             candidates = by_op.get(node.op_type)
-            if not candidates or node.domain not in ("", "ai.onnx"):
+            if not candidates:
                 continue
+            domain = "" if node.domain == "ai.onnx" else node.domain
             for refusal in candidates:
+                if refusal.domain != domain:
+                    continue
                 if scope is None:  # built only for a graph holding a node of a refused form's op
                     scope = _scope(graph, owner, owner_constants)
                 if refusal.matches(node, scope):
@@ -288,3 +380,13 @@ def describe_refusals(found: Sequence[tuple[str, str, str]]) -> str:
             where = f"{len(nodes)} nodes ({names_text(nodes, NAMED_NODES, quote=True)})"
         phrases.append(f"{where}: {form} ({code})")
     return "; ".join(phrases)
+
+
+def upfront_refusal_error(model: onnx.ModelProto) -> str | None:
+    """The message refusing ``model`` before it is loaded on real DirectML (Linux stack), naming each
+    node in a form marked ``upfront``, its op and why; None when the model holds none."""
+    found = [(name, r) for name, r in session_refusals(model) if r.upfront]
+    if not found:
+        return None
+    what = describe_refusals([(name, r.code, f"{r.form}; seen on {r.seen}") for name, r in found])
+    return f"onnxruntime-directml cannot run this model, so it is not sent to real DirectML: {what}"
