@@ -25,7 +25,7 @@ import onnx
 from ...errors import BadInputError
 from ...limits import check_tensor, tensor_nbytes
 
-__all__ = ["VALUED_OPS", "FedValued", "valued_nodes"]
+__all__ = ["VALUED_OPS", "VALUE_INPUTS", "FedValued", "valued_nodes"]
 
 _NUMPY_BYTES = 1 << 63
 """numpy refuses an array whose non-zero dimensions times its item size reach this, even an empty one."""
@@ -151,7 +151,7 @@ def _reshaped(data: tuple[int, ...], dims: list[int], *, allowzero: bool) -> tup
     return tuple(out) if math.prod(out) == math.prod(data) else None
 
 
-_VALUE_INPUTS = {
+VALUE_INPUTS = {
     "Expand": (1,),
     "Tile": (1,),
     "ConstantOfShape": (0,),
@@ -159,7 +159,7 @@ _VALUE_INPUTS = {
     "OneHot": (1,),
     "Reshape": (1,),
 }
-VALUED_OPS = frozenset(_VALUE_INPUTS)
+VALUED_OPS = frozenset(VALUE_INPUTS)
 
 
 def valued_nodes(
@@ -173,7 +173,7 @@ def valued_nodes(
     every shape-like input a graph input, and the data (Expand, Tile) fed or of static dims."""
     found = []
     for node, name in zip(graph.node, names, strict=True):
-        positions = _VALUE_INPUTS.get(node.op_type)
+        positions = VALUE_INPUTS.get(node.op_type)
         if positions is None or node.domain not in ("", "ai.onnx") or not node.output:
             continue
         if len(node.input) <= max(positions) or not all(node.input[p] in fed for p in positions):
