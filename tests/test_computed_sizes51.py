@@ -202,3 +202,36 @@ def test_unknown_arithmetic_stays_unsized(monkeypatch: pytest.MonkeyPatch) -> No
         sizes.check({"x": x, "d": np.array([3, 1], np.int64)})
     assert caught.value.node == "big" and caught.value.op_type == "ConstantOfShape"
     assert "[100, 400]" in str(caught.value)
+
+
+_CLI = (
+    "import atexit, runpy, sys\n"
+    "def peak():\n"
+    "    print('PEAK', next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM:')))\n"
+    "atexit.register(peak)\n"
+    "sys.argv[0] = 'dmlshim'\n"
+    "runpy.run_module('dmlshim', run_name='__main__', alter_sys=True)\n"
+)
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="VmHWM is Linux's")
+@pytest.mark.parametrize("command", ["run", "validate"])
+@pytest.mark.parametrize("case", ["scalar_unsqueeze", "gather_squeeze"])
+def test_the_cli_stays_under_the_limit(tmp_path: Path, command: str, case: str) -> None:
+    """``validate`` ran onnxruntime's reference on a fed scalar's ``[20000, 20000]``: 1.7 GB peak."""
+    path = tmp_path / "m.onnx"
+    onnx.save(onnx.load_from_string(model(case)), path)
+    np.savez(tmp_path / "in.npz", **feeds(case, 20000))
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "provider"), "DMLSHIM_MEMORY_LIMIT": LIMIT}
+    done = subprocess.run(
+        [sys.executable, "-c", _CLI, command, "-q", str(path), "--inputs", str(tmp_path / "in.npz")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    assert f"node 'big', op {OPS[case]}" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert "DMLSHIM_MEMORY_LIMIT" in done.stderr, done.stderr
+    peak_kb = int(done.stdout.split("PEAK")[-1].split()[0])
+    assert peak_kb < PEAK_MB * 1024, peak_kb

@@ -68,7 +68,9 @@ class ComputedValues:
         constants: dict[str, np.ndarray] = {}
         for tensor in graph.initializer:
             if tensor.data_type in _INTEGERS and _count(tensor.dims) <= _MAX_ELEMENTS:
-                constants[tensor.name] = numpy_helper.to_array(tensor)
+                value = _array(tensor)
+                if value is not None:
+                    constants[tensor.name] = value
         known = set(fed) | set(constants)
         steps: dict[str, _Step] = {}
         for node in graph.node:
@@ -131,10 +133,22 @@ def _count(dims: Any) -> int:
     return total
 
 
+def _array(tensor: onnx.TensorProto) -> np.ndarray | None:
+    """The tensor's values when it holds them (not external data, nor a weightless model's stand-in)."""
+    if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        return None
+    try:
+        value = numpy_helper.to_array(tensor)
+    except (ValueError, TypeError, OSError) as exc:
+        logger.debug("%r not read: %s", tensor.name, exc)
+        return None
+    return value if value.size == _count(tensor.dims) else None
+
+
 def _constant(node: onnx.NodeProto) -> np.ndarray | None:
     for a in node.attribute:
         if a.name == "value" and a.t.data_type in _INTEGERS and _count(a.t.dims) <= _MAX_ELEMENTS:
-            return numpy_helper.to_array(a.t)
+            return _array(a.t)
         if a.name == "value_int":
             return np.array(a.i, np.int64)
         if a.name == "value_ints" and len(a.ints) <= _MAX_ELEMENTS:
