@@ -8,8 +8,9 @@ it (a fed OneHot depth of 100000 for 1000 indices: 400 MB). Such a node whose sh
 graph inputs (fed, small integer tensors) and whose data shape follows from the feeds (fed, or static) is
 sized from the run's feeds and refused before the run reaches any engine
 (:meth:`dmlshim.execute.plan.fed_sizes.FedSizes.check`), naming the node, op, output and size.
-Anything else is left to where it runs, as before: a shape computed from a feed's shape
-(``ConstantOfShape(Concat(Shape(x), c))``, sized by the CLI's check at the input shapes) or values.
+So is such a node whose shape-like inputs the graph computes from the feeds by simple top-level shape
+arithmetic (``ConstantOfShape(Concat(Shape(x), c))``: :mod:`.computed_values`). Anything else is left to
+where it runs, as before.
 """
 
 from __future__ import annotations
