@@ -134,7 +134,9 @@ def test_a_computed_empty_shape_numpy_cannot_hold_is_refused_not_an_abort(maker:
             assert "array is too big" in message, out
             continue
         op = consumer.removeprefix("If")
-        assert (node.rsplit("/", 1)[-1], op_type) == ("use", op), out
+        # a maker whose shape is Shape/Concat arithmetic on the feeds is refused before any engine runs,
+        # naming itself (execute/plan/computed_values.py, round 51); the others where the value meets numpy
+        assert (node.rsplit("/", 1)[-1], op_type) in (("use", op), ("make", maker)), out
         assert f"[0,{BIG}]" in message.replace(" ", "") and "numpy" in message, message
 
 

@@ -37,6 +37,7 @@ from ..execute.engine import EngineConfig
 from ..execute.engines.partitioned import PartitionedEngine
 from ..execute.feeds import FeedValidator, load_npz, node_arg
 from ..execute.plan.checks import EmulatedIO
+from ..execute.plan.fed_sizes import FedSizes
 from ..execute.plan.sessions import ORT_ERRORS
 from ..execute.record import RunRecord
 from ..execute.weights.model_source import LoadedModel
@@ -146,6 +147,9 @@ def feeds_for(
     feeds = validator.validate(feeds)
     if generated is None:  # generated inputs were sized when they were drawn
         refuse_sizes_at(loaded.proto, feed_shapes(feeds), path=loaded.path)
+        # sizes the feeds' values set, also through shape arithmetic in the graph (fed_values,
+        # computed_values): refused before onnxruntime (reference or engine) allocates them
+        FedSizes.of(loaded.proto).check(feeds)
     return feeds, source, generated
 
 

@@ -34,7 +34,8 @@ from ...model.last_inference import infer_shapes
 from ...model.weightless import without_weights
 from ..proofs.symbol_shapes import input_symbols, value_shape
 from .checks import declared_values, downstream_of
-from .fed_values import VALUED_OPS, FedValued, valued_nodes
+from .computed_values import ComputedValues
+from .fed_values import VALUE_INPUTS, VALUED_OPS, FedValued, valued_nodes
 
 __all__ = ["FedGather", "FedSizes"]
 
@@ -84,6 +85,9 @@ class FedSizes:
     valued: tuple[FedValued, ...] = ()
     """The nodes sized from fed shape-like values (Expand, ConstantOfShape, Tile, Range: see
     :mod:`.fed_values`)."""
+    computed: ComputedValues = field(default_factory=ComputedValues)
+    """The shape-like values those nodes read that the graph computes from the feeds
+    (:mod:`.computed_values`)."""
 
     @classmethod
     def of(cls, model: onnx.ModelProto) -> FedSizes:
@@ -159,8 +163,22 @@ class FedSizes:
             )
         defaults = {n: tuple(int(d) for d in t.dims) for n, t in initializers.items() if n in fed}
         shared = {k: tuple(v) for k, v in declaring.items() if len(v) > 1}
-        valued = valued_nodes(graph, display_names(graph.node), fed, dims_of, elem_type)
-        return cls(tuple(gathers), symbols, defaults, shared, valued)
+        targets = {
+            node.input[p]
+            for node in graph.node
+            if node.op_type in VALUED_OPS
+            for p in VALUE_INPUTS[node.op_type]
+            if p < len(node.input) and node.input[p] not in fed
+        }
+        opset = next((int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+        computed = ComputedValues.of(graph, fed, targets, opset) if targets else ComputedValues()
+        known = fed | computed.names | (set(computed.constants) if computed.steps else set())
+        valued = tuple(  # a node reading constants alone is sized when the session is built
+            v
+            for v in valued_nodes(graph, display_names(graph.node), known, dims_of, elem_type)
+            if any(n in fed or n in computed.names for n in v.values)
+        )
+        return cls(tuple(gathers), symbols, defaults, shared, valued, computed)
 
     def check(self, feeds: Mapping[str, Any], *, numpy_values: bool = True) -> None:
         """Refuse a run one of whose gathers' output would pass the memory limit (``numpy_values``: the
@@ -184,8 +202,9 @@ class FedSizes:
             check_tensor(
                 shape, dtype, tensor=gather.output, node=gather.name, op_type=gather.op_type, what="output"
             )
+        values = {**feeds, **self.computed.values(feeds)} if self.computed.steps and self.valued else feeds
         for node in self.valued:
-            node.check(feeds, lambda part: self._shape(part, feeds), numpy_values=numpy_values)
+            node.check(values, lambda part: self._shape(part, feeds), numpy_values=numpy_values)
 
     def _shape(self, part: str | Dims, feeds: Mapping[str, Any]) -> tuple[int, ...] | None:
         if isinstance(part, str):

@@ -8,8 +8,9 @@ it (a fed OneHot depth of 100000 for 1000 indices: 400 MB). Such a node whose sh
 graph inputs (fed, small integer tensors) and whose data shape follows from the feeds (fed, or static) is
 sized from the run's feeds and refused before the run reaches any engine
 (:meth:`dmlshim.execute.plan.fed_sizes.FedSizes.check`), naming the node, op, output and size.
-Anything else is left to where it runs, as before: a shape computed from a feed's shape
-(``ConstantOfShape(Concat(Shape(x), c))``, sized by the CLI's check at the input shapes) or values.
+So is such a node whose shape-like inputs the graph computes from the feeds by simple top-level shape
+arithmetic (``ConstantOfShape(Concat(Shape(x), c))``: :mod:`.computed_values`). Anything else is left to
+where it runs, as before.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import onnx
 from ...errors import BadInputError
 from ...limits import check_tensor, tensor_nbytes
 
-__all__ = ["VALUED_OPS", "FedValued", "valued_nodes"]
+__all__ = ["VALUED_OPS", "VALUE_INPUTS", "FedValued", "valued_nodes"]
 
 _NUMPY_BYTES = 1 << 63
 """numpy refuses an array whose non-zero dimensions times its item size reach this, even an empty one."""
@@ -151,7 +152,7 @@ def _reshaped(data: tuple[int, ...], dims: list[int], *, allowzero: bool) -> tup
     return tuple(out) if math.prod(out) == math.prod(data) else None
 
 
-_VALUE_INPUTS = {
+VALUE_INPUTS = {
     "Expand": (1,),
     "Tile": (1,),
     "ConstantOfShape": (0,),
@@ -159,7 +160,7 @@ _VALUE_INPUTS = {
     "OneHot": (1,),
     "Reshape": (1,),
 }
-VALUED_OPS = frozenset(_VALUE_INPUTS)
+VALUED_OPS = frozenset(VALUE_INPUTS)
 
 
 def valued_nodes(
@@ -173,7 +174,7 @@ def valued_nodes(
     every shape-like input a graph input, and the data (Expand, Tile) fed or of static dims."""
     found = []
     for node, name in zip(graph.node, names, strict=True):
-        positions = _VALUE_INPUTS.get(node.op_type)
+        positions = VALUE_INPUTS.get(node.op_type)
         if positions is None or node.domain not in ("", "ai.onnx") or not node.output:
             continue
         if len(node.input) <= max(positions) or not all(node.input[p] in fed for p in positions):
