@@ -55,6 +55,21 @@ class Interrupted(KeyboardInterrupt):
         self.signum = signum
 
 
+_WAKE_SECONDS = 0.5
+"""The longest the main thread sleeps in one wait for a worker's result. A Python signal handler runs only
+when the main thread runs Python again, and the kernel may hand SIGTERM, SIGHUP or SIGINT to another thread
+(the pool's manager thread): a wait with no end would hold "interrupted" back until a model finished."""
+
+
+def _result(future: Future[ModelOutcome]) -> ModelOutcome:
+    """The future's result, waited for in slices of :data:`_WAKE_SECONDS` so that the handlers run."""
+    from concurrent.futures import wait
+
+    while not future.done():
+        wait([future], timeout=_WAKE_SECONDS)
+    return future.result()
+
+
 def _raise_interrupted(signum: int, frame: object) -> None:
     raise Interrupted(signum)
 
@@ -290,7 +305,7 @@ def _in_processes(
                 }
             for future, model in futures.items():
                 try:
-                    outcomes[model] = future.result()
+                    outcomes[model] = _result(future)
                     done(outcomes[model])
                 except BrokenProcessPool:
                     broken.append(model)
@@ -306,7 +321,7 @@ def _in_processes(
                 try:
                     with portable.sigint_blocked():
                         future = single.submit(validate_one, model, args, plans.get(model))
-                    outcomes[model] = future.result()
+                    outcomes[model] = _result(future)
                 except BaseException as exc:
                     if not isinstance(exc, BrokenProcessPool):
                         _stop_workers(single)

@@ -1,0 +1,99 @@
+"""A termination signal that lands on another thread still ends dmlshim's commands promptly.
+
+A Python signal handler runs only when the main thread runs Python again, and the kernel hands a signal sent
+to the process to any thread that does not block it (a pool's manager thread, onnxruntime's, OpenBLAS's).
+Where dmlshim sets a handler, the main thread must not sleep in a wait with no end (a future's result, a
+lock): here the main thread blocks the signal, so the kernel must hand it to another thread, and the test
+asserts the process still ends within seconds as documented (docs/safety.md), leaving no process behind.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import onnx
+import pytest
+
+from .conftest import REPO
+from .test_validate_signals import alive, children, slow_model
+
+pytestmark = pytest.mark.skipif(
+    not hasattr(signal, "pthread_sigmask") or not Path("/proc/self/task").is_dir(),
+    reason="POSIX signal masks and /proc",
+)
+
+# `dmlshim validate ...`, with the main thread holding SIGTERM, SIGHUP and SIGINT back once the workers are
+# started (they inherit the mask of the thread that starts them: they must still end by SIGTERM).
+VALIDATE = """
+import contextlib, signal, sys
+from dmlshim import portable
+
+started = portable.sigint_blocked
+
+@contextlib.contextmanager
+def sigint_blocked():
+    with started():
+        yield
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGHUP, signal.SIGINT})
+    print("ready", flush=True)
+
+if __name__ == "__main__":  # not in the spawned workers, which import this file as __mp_main__
+    portable.sigint_blocked = sigint_blocked
+    from dmlshim.cli.main import main
+    sys.exit(main())
+"""
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DMLSHIM_")}
+    env["PYTHONPATH"] = str(REPO / "provider")
+    return env
+
+
+def _stop(proc: subprocess.Popen[str], pids: set[int]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    for pid in pids:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    proc.communicate()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_validate_jobs_ends_when_the_signal_lands_on_another_thread(tmp_path: Path, signum: int) -> None:
+    for i in range(3):
+        onnx.save(slow_model(200_000_000), str(tmp_path / f"slow{i}.onnx"))  # minutes each
+    script = tmp_path / "validate.py"
+    script.write_text(VALIDATE, encoding="utf-8")
+    command = [sys.executable, str(script), "validate", str(tmp_path), "--jobs", "2"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    workers: set[int] = set()
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.strip() == "ready", line
+        deadline = time.monotonic() + 60
+        while len(workers) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+            workers |= children(proc.pid)
+        assert len(workers) >= 2, "the workers never started"
+        time.sleep(1.0)  # the main thread now waits for the models
+        proc.send_signal(signum)
+        start = time.monotonic()
+        try:
+            _, err = proc.communicate(timeout=30)  # ends once every holder of the pipes is gone
+        except subprocess.TimeoutExpired:
+            pytest.fail("the signal did not end validate --jobs 2 (its main thread waited for a model)")
+        assert time.monotonic() - start < 15
+        assert proc.returncode == 128 + signum, err  # docs/safety.md: 143 / 129 / 130, "interrupted"
+        assert "interrupted" in err
+        assert "Traceback" not in err, err
+        time.sleep(0.5)
+        assert not [pid for pid in workers if alive(pid)]
+    finally:
+        _stop(proc, workers)
