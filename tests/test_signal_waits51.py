@@ -10,6 +10,7 @@ asserts the process still ends within seconds as documented (docs/safety.md), le
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -97,3 +98,51 @@ def test_validate_jobs_ends_when_the_signal_lands_on_another_thread(tmp_path: Pa
         assert not [pid for pid in workers if alive(pid)]
     finally:
         _stop(proc, workers)
+
+
+# A process that started its Xvfb (the DirectML engine under Wine), then sleeps in a lock with SIGTERM
+# blocked in the main thread: the kernel hands the signal to the helper thread.
+XVFB_HOLDER = """
+import os, signal, threading, time
+os.environ.pop("DISPLAY", None)
+from dmlshim.directml import wine
+
+display = wine.shared_display()
+threading.Thread(target=time.sleep, args=(600,), daemon=True).start()
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+print("ready", display, wine._DISPLAY.proc.pid, flush=True)
+lock = threading.Lock()
+lock.acquire()
+lock.acquire()
+"""
+
+
+def _ends(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not alive(pid)
+
+
+@pytest.mark.skipif(shutil.which("Xvfb") is None, reason="Xvfb is not installed")
+def test_sigterm_ends_a_process_holding_its_xvfb_and_the_xvfb(tmp_path: Path) -> None:
+    """As under plain python (killed by SIGTERM at once, -15), and its Xvfb stops with it."""
+    command = [sys.executable, "-c", XVFB_HOLDER]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    xvfb = 0
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().split()
+        assert line[:1] == ["ready"], (line, proc.stderr.read() if proc.stderr else "")
+        display, xvfb = line[1], int(line[2])
+        assert display.startswith(":") and alive(xvfb)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            _, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            pytest.fail("SIGTERM did not end the process (a Python handler waited for the main thread)")
+        assert proc.returncode == -signal.SIGTERM, err
+        assert _ends(xvfb, 10), "SIGTERM left the Xvfb running"
+        assert not Path(f"/tmp/.X11-unix/X{display[1:]}").exists()
+    finally:
+        _stop(proc, {xvfb} if xvfb else set())
