@@ -146,3 +146,49 @@ def test_sigterm_ends_a_process_holding_its_xvfb_and_the_xvfb(tmp_path: Path) ->
         assert not Path(f"/tmp/.X11-unix/X{display[1:]}").exists()
     finally:
         _stop(proc, {xvfb} if xvfb else set())
+
+
+XVFB_FORK = """
+import os, sys, time
+os.environ.pop("DISPLAY", None)
+from dmlshim.directml import wine
+
+display = wine.shared_display()
+holder = wine._DISPLAY
+child = os.fork()
+if child == 0:
+    sys.exit(0)  # a forked child's exit (its atexit hooks run) leaves the parent's Xvfb alone
+os.waitpid(child, 0)
+print(display, holder.proc.pid, holder.watcher.pid, flush=True)
+if sys.argv[1] == "stop":
+    wine.stop_display()
+    print("stopped", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.skipif(shutil.which("Xvfb") is None or not hasattr(os, "fork"), reason="Xvfb and fork")
+@pytest.mark.parametrize("end", ["sigkill", "stop"])
+def test_the_xvfb_stops_with_its_process_however_it_ends(tmp_path: Path, end: str) -> None:
+    """SIGKILL (no Python code runs) stops the Xvfb too; ``stop_display`` stops it and its watcher."""
+    command = [sys.executable, "-c", XVFB_FORK, end]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    pids: set[int] = set()
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().split()
+        assert len(line) == 3, (line, proc.stderr.read() if proc.stderr else "")
+        xvfb, watcher = int(line[1]), int(line[2])
+        pids = {xvfb, watcher}
+        assert alive(xvfb) and alive(watcher), "the forked child's exit stopped the parent's Xvfb"
+        if end == "sigkill":
+            proc.kill()
+            proc.wait(timeout=30)
+        else:
+            assert proc.stdout.readline().strip() == "stopped"
+            assert not {xvfb, watcher} & children(proc.pid)  # both ended and waited for
+        assert _ends(xvfb, 10), "the Xvfb outlived its process"
+        assert _ends(watcher, 10)
+        assert not Path(f"/tmp/.X11-unix/X{line[0][1:]}").exists()
+    finally:
+        _stop(proc, pids)
