@@ -57,8 +57,8 @@ class Interrupted(KeyboardInterrupt):
 
 _WAKE_SECONDS = 0.5
 """The longest the main thread sleeps in one wait for a worker's result. A Python signal handler runs only
-when the main thread runs Python again, and the kernel may hand SIGTERM, SIGHUP or SIGINT to another thread
-(the pool's manager thread): a wait with no end would hold "interrupted" back until a model finished."""
+when the main thread runs Python again, and the kernel may hand a termination signal (or SIGINT) to another
+thread, the pool's manager thread: a wait with no end would hold "interrupted" back until a model finished."""
 
 
 def _result(future: Future[ModelOutcome]) -> ModelOutcome:
