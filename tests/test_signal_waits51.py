@@ -192,3 +192,46 @@ def test_the_xvfb_stops_with_its_process_however_it_ends(tmp_path: Path, end: st
         assert not Path(f"/tmp/.X11-unix/X{line[0][1:]}").exists()
     finally:
         _stop(proc, pids)
+
+
+# `dmlshim validate ...` saying when its first model starts (in this process: no workers).
+VALIDATE_ONE = """
+import sys
+from dmlshim.cli import validate_many
+
+validate_one = validate_many.validate_one
+
+def announced(*args, **kwargs):
+    print("ready", flush=True)
+    return validate_one(*args, **kwargs)
+
+validate_many.validate_one = announced
+from dmlshim.cli.main import main
+sys.exit(main())
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_validate_in_one_process_ends_at_once_as_python_does(tmp_path: Path, signum: int) -> None:
+    """Without workers there is nothing to stop: the signal ends the command at once, as it ends python,
+    also while the main thread is inside onnxruntime's run (a Python handler waited for the run to
+    return: 41 and 81 s measured with these models)."""
+    for i in range(2):
+        onnx.save(slow_model(200_000_000), str(tmp_path / f"slow{i}.onnx"))
+    script = tmp_path / "validate.py"
+    script.write_text(VALIDATE_ONE, encoding="utf-8")
+    command = [sys.executable, str(script), "validate", str(tmp_path)]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.strip() == "ready", (line, proc.stderr.read() if proc.stderr else "")
+        time.sleep(2.0)  # inside the first model's runs
+        proc.send_signal(signum)
+        try:
+            _, err = proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the signal did not end validate (a Python handler waited for onnxruntime's run)")
+        assert proc.returncode == -signum, err  # python's own answer: killed by the signal (shell: 128 + n)
+    finally:
+        _stop(proc, set())

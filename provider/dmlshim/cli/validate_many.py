@@ -43,8 +43,9 @@ Status = Literal["match", "mismatch", "error", "crash"]
 STATUS_EXIT: dict[Status, int] = {"match": 0, "mismatch": 1, "error": 2, "crash": 2}
 
 _ENDING_SIGNALS = tuple(s for s in termination_signals() if s != signal.SIGINT)
-"""Signals that end a validation of several models as Ctrl-C does (the termination signals but
-SIGINT: SIGTERM, and the hang-up or break signal of the platform): workers stopped, "interrupted"."""
+"""Signals that end a validation of several models in worker processes as Ctrl-C does (the termination
+signals but SIGINT: SIGTERM, and the hang-up or break signal of the platform): workers stopped,
+"interrupted". In one process they keep their default action (see :func:`run`)."""
 
 
 class Interrupted(KeyboardInterrupt):
@@ -438,7 +439,10 @@ def run(args: argparse.Namespace) -> int:
     """Validate several models with validate's options; returns the exit code."""
     models = collect_models(args.model)
     plans = plan_inputs(models, args.model, args.inputs)
-    with _signals_interrupt():
+    # Workers to stop: the ending signals become "interrupted". In one process there is nothing to stop, and a
+    # Python handler would wait for onnxruntime's run to return (minutes): they end it at once, as python.
+    pooled = args.jobs > 1 and len(models) > 1
+    with _signals_interrupt() if pooled else contextlib.nullcontext():
         outcomes = validate_models(models, args, args.jobs, Progress.for_args(args), plans)
     if args.json:
         for o in outcomes:
