@@ -85,12 +85,10 @@ def test_validate_jobs_ends_when_the_signal_lands_on_another_thread(tmp_path: Pa
         assert len(workers) >= 2, "the workers never started"
         time.sleep(1.0)  # the main thread now waits for the models
         proc.send_signal(signum)
-        start = time.monotonic()
         try:
-            _, err = proc.communicate(timeout=30)  # ends once every holder of the pipes is gone
+            _, err = proc.communicate(timeout=30)  # ends once every holder of the pipes is gone (~3 s)
         except subprocess.TimeoutExpired:
             pytest.fail("the signal did not end validate --jobs 2 (its main thread waited for a model)")
-        assert time.monotonic() - start < 15
         assert proc.returncode == 128 + signum, err  # docs/safety.md: 143 / 129 / 130, "interrupted"
         assert "interrupted" in err
         assert "Traceback" not in err, err
