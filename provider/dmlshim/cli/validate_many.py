@@ -43,8 +43,9 @@ Status = Literal["match", "mismatch", "error", "crash"]
 STATUS_EXIT: dict[Status, int] = {"match": 0, "mismatch": 1, "error": 2, "crash": 2}
 
 _ENDING_SIGNALS = tuple(s for s in termination_signals() if s != signal.SIGINT)
-"""Signals that end a validation of several models as Ctrl-C does (the termination signals but
-SIGINT: SIGTERM, and the hang-up or break signal of the platform): workers stopped, "interrupted"."""
+"""Signals that end a validation of several models in worker processes as Ctrl-C does (the termination
+signals but SIGINT: SIGTERM, and the hang-up or break signal of the platform): workers stopped,
+"interrupted". In one process they keep their default action (see :func:`run`)."""
 
 
 class Interrupted(KeyboardInterrupt):
@@ -53,6 +54,21 @@ class Interrupted(KeyboardInterrupt):
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
+
+
+_WAKE_SECONDS = 0.5
+"""The longest the main thread sleeps in one wait for a worker's result. A Python signal handler runs only
+when the main thread runs Python again, and the kernel may hand a termination signal (or SIGINT) to another
+thread, the pool's manager thread: a wait with no end would hold "interrupted" back until a model finished."""
+
+
+def _result(future: Future[ModelOutcome]) -> ModelOutcome:
+    """The future's result, waited for in slices of :data:`_WAKE_SECONDS` so that the handlers run."""
+    from concurrent.futures import wait
+
+    while not future.done():
+        wait([future], timeout=_WAKE_SECONDS)
+    return future.result()
 
 
 def _raise_interrupted(signum: int, frame: object) -> None:
@@ -290,7 +306,7 @@ def _in_processes(
                 }
             for future, model in futures.items():
                 try:
-                    outcomes[model] = future.result()
+                    outcomes[model] = _result(future)
                     done(outcomes[model])
                 except BrokenProcessPool:
                     broken.append(model)
@@ -306,7 +322,7 @@ def _in_processes(
                 try:
                     with portable.sigint_blocked():
                         future = single.submit(validate_one, model, args, plans.get(model))
-                    outcomes[model] = future.result()
+                    outcomes[model] = _result(future)
                 except BaseException as exc:
                     if not isinstance(exc, BrokenProcessPool):
                         _stop_workers(single)
@@ -423,7 +439,10 @@ def run(args: argparse.Namespace) -> int:
     """Validate several models with validate's options; returns the exit code."""
     models = collect_models(args.model)
     plans = plan_inputs(models, args.model, args.inputs)
-    with _signals_interrupt():
+    # Workers to stop: the ending signals become "interrupted". In one process there is nothing to stop, and a
+    # Python handler would wait for onnxruntime's run to return (minutes): they end it at once, as python.
+    pooled = args.jobs > 1 and len(models) > 1
+    with _signals_interrupt() if pooled else contextlib.nullcontext():
         outcomes = validate_models(models, args, args.jobs, Progress.for_args(args), plans)
     if args.json:
         for o in outcomes:

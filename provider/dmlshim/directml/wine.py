@@ -14,14 +14,12 @@ import logging
 import os
 import select
 import shutil
-import signal
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from ..errors import BadInputError, EngineUnavailableError
@@ -113,20 +111,22 @@ def wine_env(stack_env: Mapping[str, str], base: Mapping[str, str] | None = None
 
 
 class _Display:
-    """One Xvfb for this process, started on first need and stopped at exit (or on SIGTERM)."""
+    """One Xvfb for this process, started on first need and stopped at exit, or by its watcher when the
+    process ends otherwise (SIGTERM, SIGKILL: see :func:`_watch`)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.proc: subprocess.Popen[bytes] | None = None
+        self.watcher: subprocess.Popen[bytes] | None = None
+        self.guard = -1  # the write end of the watcher's pipe
         self.display = ""
 
     def get(self) -> str:
         with self.lock:
             if self.proc is not None and self.proc.poll() is None:
                 return self.display
-            self.proc = None
+            _stop_proc(self)  # its watcher too
             self.display = _start_xvfb(self)
-            _install_sigterm()
             return self.display
 
     def stop(self) -> None:
@@ -136,6 +136,24 @@ class _Display:
 
 
 _DISPLAY = _Display()
+
+
+def _forget_in_child() -> None:
+    """A forked child starts its own Xvfb when it needs one (the parent's is not its child to wait for):
+    it drops the parent's, and its copy of the watcher's pipe, so the parent's end alone stops that Xvfb."""
+    global _DISPLAY
+    if _DISPLAY.guard >= 0:
+        with contextlib.suppress(OSError):
+            os.close(_DISPLAY.guard)
+    _PARENTS.append(_DISPLAY)  # kept: a Popen collected with its status unknown warns "still running"
+    _DISPLAY = _Display()
+
+
+_PARENTS: list[_Display] = []
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def _start_xvfb(holder: _Display) -> str:
@@ -163,6 +181,7 @@ def _start_xvfb(holder: _Display) -> str:
         raise EngineUnavailableError(f"cannot start Xvfb: {exc}", value=xvfb) from exc
     os.close(write_fd)
     holder.proc = proc
+    _watch(holder, proc.pid)
     text = b""
     deadline = time.monotonic() + XVFB_START_TIMEOUT
     try:
@@ -185,10 +204,53 @@ def _start_xvfb(holder: _Display) -> str:
     return f":{number}"
 
 
+def _watch(holder: _Display, pid: int) -> None:
+    """Start a watcher that stops Xvfb ``pid`` once this process is gone, however it ended.
+
+    SIGTERM and SIGKILL run no atexit hook, and a Python SIGTERM handler would run only when the main
+    thread runs Python again: the kernel may hand the signal to any other thread (onnxruntime's, OpenBLAS's)
+    while the main thread sleeps in a lock, and the process would then not end at all. So SIGTERM keeps its
+    default action, and a shell in its own session reads a pipe whose write end only this process (and
+    children forked from it) hold: when the last holder is gone, ``read`` ends and the shell stops Xvfb.
+    """
+    read_fd, write_fd = os.pipe()
+    try:
+        holder.watcher = subprocess.Popen(
+            ["sh", "-c", 'read _; kill -TERM "$1" 2>/dev/null', "dmlshim-xvfb-watch", str(pid)],
+            stdin=read_fd,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        os.close(write_fd)
+        logger.warning("no watcher for Xvfb (%s): a SIGTERM or SIGKILL would leave it running", exc)
+        return
+    finally:
+        os.close(read_fd)
+    holder.guard = write_fd
+
+
 def _stop_proc(holder: _Display) -> None:
     proc, holder.proc = holder.proc, None
+    watcher, holder.watcher = holder.watcher, None
+    guard, holder.guard = holder.guard, -1
     if proc is not None and proc.poll() is None:
         proc.terminate()
+    # The watcher's kill must reach only Xvfb: while Xvfb is this process's child not yet reaped, its pid
+    # is no other process's (closing the pipe ends the watcher, waited for before Xvfb); once reaped, the
+    # watcher is killed first.
+    if watcher is not None and (proc is None or proc.returncode is not None):
+        watcher.kill()
+    if guard >= 0:
+        os.close(guard)
+    if watcher is not None:
+        try:
+            watcher.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            watcher.kill()
+            watcher.wait()
+    if proc is not None and proc.poll() is None:
         try:
             proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -209,29 +271,6 @@ def shared_display() -> str:
 def stop_display() -> None:
     """Stop this process's Xvfb, if one runs (a later :func:`shared_display` starts another)."""
     _DISPLAY.stop()
-
-
-_sigterm_installed = False
-
-
-def _install_sigterm() -> None:
-    """Stop Xvfb on SIGTERM too (atexit does not run then), when SIGTERM still has its default action and
-    this is the main thread; the signal then takes its default course."""
-    global _sigterm_installed
-    if _sigterm_installed or threading.current_thread() is not threading.main_thread():
-        return
-    with contextlib.suppress(ValueError, OSError):
-        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-            signal.signal(signal.SIGTERM, _on_sigterm)
-            _sigterm_installed = True
-
-
-def _on_sigterm(signum: int, frame: FrameType | None) -> None:
-    proc = _DISPLAY.proc
-    if proc is not None and proc.poll() is None:
-        proc.terminate()
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    os.kill(os.getpid(), signum)
 
 
 atexit.register(stop_display)
