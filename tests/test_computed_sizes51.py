@@ -28,6 +28,7 @@ from dmlshim.execute.plan.fed_sizes import FedSizes
 
 from .computed_sizes51_models import CASES, feeds, model
 from .oracle import ort_session
+from .safety_helpers import run_child
 
 ROOT = Path(__file__).resolve().parents[1]
 LIMIT = "100000000"
@@ -204,16 +205,6 @@ def test_unknown_arithmetic_stays_unsized(monkeypatch: pytest.MonkeyPatch) -> No
     assert "[100, 400]" in str(caught.value)
 
 
-_CLI = (
-    "import atexit, runpy, sys\n"
-    "def peak():\n"
-    "    print('PEAK', next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM:')))\n"
-    "atexit.register(peak)\n"
-    "sys.argv[0] = 'dmlshim'\n"
-    "runpy.run_module('dmlshim', run_name='__main__', alter_sys=True)\n"
-)
-
-
 @pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="VmHWM is Linux's")
 @pytest.mark.parametrize("command", ["run", "validate"])
 @pytest.mark.parametrize("case", ["scalar_unsqueeze", "gather_squeeze"])
@@ -222,16 +213,10 @@ def test_the_cli_stays_under_the_limit(tmp_path: Path, command: str, case: str) 
     path = tmp_path / "m.onnx"
     onnx.save(onnx.load_from_string(model(case)), path)
     np.savez(tmp_path / "in.npz", **feeds(case, 20000))
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "provider"), "DMLSHIM_MEMORY_LIMIT": LIMIT}
-    done = subprocess.run(
-        [sys.executable, "-c", _CLI, command, "-q", str(path), "--inputs", str(tmp_path / "in.npz")],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
+    done = run_child(
+        [command, "-q", str(path), "--inputs", str(tmp_path / "in.npz")], {"DMLSHIM_MEMORY_LIMIT": LIMIT}
     )
     assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
     assert f"node 'big', op {OPS[case]}" in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert "DMLSHIM_MEMORY_LIMIT" in done.stderr, done.stderr
-    peak_kb = int(done.stdout.split("PEAK")[-1].split()[0])
-    assert peak_kb < PEAK_MB * 1024, peak_kb
+    assert done.peak_rss < PEAK_MB * 1024 * 1024, done.peak_rss
