@@ -62,7 +62,14 @@ try:
     print("VALUE", out.shape)
 except dmlshim.errors.DmlShimError as exc:
     print("REFUSED", type(exc).__name__, exc.node, exc.op_type, "|", exc)
-print("PEAK_MB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+# VmHWM: this process's own peak (Linux keeps ru_maxrss across fork and execve: a child of a large test
+# process would report its parent's peak)
+try:
+    with open("/proc/self/status") as status:
+        peak_kb = int(next(l.split()[1] for l in status if l.startswith("VmHWM:")))
+except OSError:
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print("PEAK_MB", peak_kb // 1024)
 """
 
 
