@@ -159,6 +159,7 @@ if child == 0:
 os.waitpid(child, 0)
 print(display, holder.proc.pid, holder.watcher.pid, flush=True)
 if sys.argv[1] == "stop":
+    sys.stdin.readline()  # once the test has seen both alive
     wine.stop_display()
     print("stopped", flush=True)
 time.sleep(600)
@@ -170,7 +171,9 @@ time.sleep(600)
 def test_the_xvfb_stops_with_its_process_however_it_ends(tmp_path: Path, end: str) -> None:
     """SIGKILL (no Python code runs) stops the Xvfb too; ``stop_display`` stops it and its watcher."""
     command = [sys.executable, "-c", XVFB_FORK, end]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    proc = subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env()
+    )
     pids: set[int] = set()
     try:
         assert proc.stdout is not None
@@ -183,6 +186,9 @@ def test_the_xvfb_stops_with_its_process_however_it_ends(tmp_path: Path, end: st
             proc.kill()
             proc.wait(timeout=30)
         else:
+            assert proc.stdin is not None
+            proc.stdin.write("stop\n")
+            proc.stdin.flush()
             assert proc.stdout.readline().strip() == "stopped"
             assert not {xvfb, watcher} & children(proc.pid)  # both ended and waited for
         assert _ends(xvfb, 10), "the Xvfb outlived its process"
