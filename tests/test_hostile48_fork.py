@@ -8,10 +8,12 @@ engine with ``DMLSHIM_FULL_CHECK=1`` and in the custom-op engine). Expected valu
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import pickle
 import signal
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -49,10 +51,15 @@ def _in_child(run: Any, timeout: float = 120.0) -> Any:
     """``run()`` in a forked child, its result (or the repr of what it raised) sent back through a pipe;
     a child that does not answer within ``timeout`` seconds is killed and the test fails."""
     read_end, write_end = os.pipe()
+    stacks = tempfile.NamedTemporaryFile(prefix="dmlshim-fork-stacks-", suffix=".txt", delete=False)  # noqa: SIM115
+    stacks.close()
     pid = os.fork()
     if pid == 0:  # the child: never returns into pytest
         os.close(read_end)
         signal.alarm(int(timeout) + 30)
+        # a hung child's stacks, for the failure message (the child leaves by os._exit: no watchdog to join)
+        dump = open(stacks.name, "w", encoding="utf-8")  # noqa: SIM115
+        faulthandler.dump_traceback_later(timeout - 10, exit=True, file=dump)
         try:
             payload = pickle.dumps(("ok", run()))
         except BaseException as exc:  # reported to the parent
@@ -71,10 +78,16 @@ def _in_child(run: Any, timeout: float = 120.0) -> Any:
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
         os.close(read_end)
-        pytest.fail(f"the forked child did not finish within {timeout} s (hung)")
+        with open(stacks.name, encoding="utf-8") as dumped:
+            where = dumped.read()
+        os.unlink(stacks.name)
+        pytest.fail(f"the forked child did not finish within {timeout} s (hung); its stacks:\n{where}")
+    with open(stacks.name, encoding="utf-8") as dumped:
+        where = dumped.read()
+    os.unlink(stacks.name)
     with os.fdopen(read_end, "rb") as pipe:
         data = pipe.read()
-    assert data, "the forked child died without answering"
+    assert data, f"the forked child died without answering; its stacks if it hung:\n{where}"
     kind, value = pickle.loads(data)
     assert kind == "ok", value
     return value
