@@ -26,7 +26,7 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import BadInputError, DmlShimError
 from ..fileio import stale_folders
@@ -34,6 +34,9 @@ from ..runtime.real import ORT_VERSION, ort
 from . import tracking
 from .emulate import EMULATE_CHOICES, EMULATE_ENV, ENGINE_ENV
 from .standin import is_standin, standin_module
+
+if TYPE_CHECKING:
+    from ..fileio.scratch import ScratchFile
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +69,8 @@ class _State:
     registered = False
     flushed_changes = -1
     flush_lock = threading.Lock()
+    tally_file: ScratchFile | None = None
+    """This worker's tally in the state folder, open for rewriting."""
     state_lock: int | None = None
     """The open descriptor locking the state folder (the first process's)."""
 
@@ -263,20 +268,24 @@ def flush() -> None:
     on another thread, onnxruntime's or OpenBLAS's, while the main thread waits for a task, and is then
     never handled: the worker outlived the pool's SIGTERM), so the tally on disk is never behind."""
     target = _worker_file()
-    if target is None or _is_owner() or not tracking.TRACKER.sessions or not target.parent.is_dir():
+    if target is None or _is_owner() or not tracking.TRACKER.sessions:
         return
-    from ..fileio import files
+    from ..fileio.scratch import ScratchFile
 
     # one writer at a time: a tally another thread wrote meanwhile must not be replaced by an older one
     with _State.flush_lock:
         changes = tracking.TRACKER.changes
         if changes == _State.flushed_changes:
             return
-        with contextlib.suppress(BadInputError):
-            # not fsync-ed: a scratch file in the private state folder, rewritten at every change
-            files.write_json(
-                target, tracking.TRACKER.to_json(), overwrite=True, what="dmlshim worker tally", sync=False
-            )
+        scratch = _State.tally_file
+        if scratch is None or scratch.path != target or scratch.pid != os.getpid():
+            if not target.parent.is_dir():
+                return
+            scratch = _State.tally_file = ScratchFile(target)
+        # Rewritten in place in one write, not fsync-ed: a scratch file in the private state folder. An
+        # atomic replace took milliseconds a time on overlayfs: a pool worker's runs were ~50 times slower.
+        with contextlib.suppress(OSError, ValueError):
+            scratch.write_text(json.dumps(tracking.TRACKER.to_json(), allow_nan=False))
             _State.flushed_changes = changes
 
 
@@ -288,6 +297,9 @@ def _after_change() -> None:
 def _reset_in_child() -> None:
     _State.flushed_changes = -1
     _State.flush_lock = threading.Lock()
+    if _State.tally_file is not None:  # the parent's open tally: the child writes its own
+        _State.tally_file.close()
+        _State.tally_file = None
 
 
 os.register_at_fork(after_in_child=_reset_in_child)
