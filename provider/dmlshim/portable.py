@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "READ_FLAGS",
+    "REWRITE_FLAGS",
     "WINDOWS_RESERVED_NAMES",
     "Terminated",
     "cleanup_on_termination",
@@ -80,6 +81,17 @@ def name_key(path: str) -> str:
 
 READ_FLAGS = os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0)
 """Flags for ``os.open`` of a file to read: binary on Windows (no newline or Ctrl-Z translation)."""
+
+
+REWRITE_FLAGS = (
+    os.O_WRONLY
+    | os.O_CREAT
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+    | getattr(os, "O_BINARY", 0)
+)
+"""Flags for ``os.open`` of a file a process rewrites in place: never through a final link (where POSIX
+can tell), binary on Windows."""
 
 
 def read_flags() -> int:

@@ -15,15 +15,10 @@ import contextlib
 import os
 from pathlib import Path
 
+from .. import portable
 from .files import file_mode
 
-_FLAGS = (
-    os.O_WRONLY
-    | os.O_CREAT
-    | getattr(os, "O_NOFOLLOW", 0)
-    | getattr(os, "O_CLOEXEC", 0)
-    | getattr(os, "O_BINARY", 0)
-)
+_FLAGS = portable.REWRITE_FLAGS
 
 
 class ScratchFile:
