@@ -18,15 +18,12 @@ from pathlib import Path
 from .. import portable
 from .files import file_mode
 
-_FLAGS = portable.REWRITE_FLAGS
-
 
 class ScratchFile:
     """One scratch file, opened at its first write by the process that writes it."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        self.pid = os.getpid()
         self._fd: int | None = None
         self._size = 0
 
@@ -38,7 +35,7 @@ class ScratchFile:
         """
         data = text.encode("utf-8")
         if self._fd is None:
-            self._fd = os.open(self.path, _FLAGS, file_mode())
+            self._fd = os.open(self.path, portable.REWRITE_FLAGS, file_mode())
             self._size = os.fstat(self._fd).st_size
         if len(data) < self._size:
             data += b" " * (self._size - len(data))

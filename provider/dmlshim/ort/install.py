@@ -216,7 +216,7 @@ def _bind() -> ModuleType:
     _State.installed = True
     if not _State.registered:
         atexit.register(_at_exit)
-        tracking.AFTER_CHANGE.append(_after_change)
+        tracking.AFTER_CHANGE.append(flush)
         _State.registered = True
     logger.debug("dmlshim bound in place of onnxruntime %s (pid %d)", ORT_VERSION, os.getpid())
     return standin
@@ -229,7 +229,7 @@ def uninstall() -> None:
     _State.installed = False
     if _State.registered:
         atexit.unregister(_at_exit)
-        tracking.AFTER_CHANGE.remove(_after_change)
+        tracking.AFTER_CHANGE.remove(flush)
         _State.registered = False
     discard_state()
     names = [
@@ -278,7 +278,7 @@ def flush() -> None:
         if changes == _State.flushed_changes:
             return
         scratch = _State.tally_file
-        if scratch is None or scratch.path != target or scratch.pid != os.getpid():
+        if scratch is None or scratch.path != target:  # a forked child drops its parent's (_reset_in_child)
             if not target.parent.is_dir():
                 return
             scratch = _State.tally_file = ScratchFile(target)
@@ -287,11 +287,6 @@ def flush() -> None:
         with contextlib.suppress(OSError, ValueError):
             scratch.write_text(json.dumps(tracking.TRACKER.to_json(), allow_nan=False))
             _State.flushed_changes = changes
-
-
-def _after_change() -> None:
-    if not _is_owner():
-        flush()
 
 
 def _reset_in_child() -> None:
