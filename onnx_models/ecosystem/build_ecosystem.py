@@ -44,6 +44,7 @@ MODULES = (
     "producers_tflite",
     "producers_fp16",
     "producers_genai",
+    "producers_ortopt",
     "handwritten",
 )
 BASE_PACKAGES = ("onnx", "onnxruntime", "numpy")

@@ -23,7 +23,10 @@ only the dims of those components bound it (:mod:`dmlshim.inputs.trace`).
 
 onnxruntime's com.microsoft GatherND (no batch_dims) reads its indices as ai.onnx GatherND with
 ``batch_dims`` 0 does, and an out-of-range index fails it the same way, so its indices are constrained
-alike.
+alike. com.microsoft EmbedLayerNormalization (onnxruntime's transformer optimizer fuses BERT's embeddings
+into it) looks up rows of its word, segment and position tables with ``input_ids``, ``segment_ids`` and
+``position_ids``; onnxruntime CPU refuses an id outside ``[0, rows)`` ("input index out of range"), so
+those are constrained like a Gather's indices on axis 0.
 
 Scatter without a reduction must not write one place twice (ONNX leaves it undefined and DirectML gives no
 guaranteed winner), so such indices are drawn without repetition (see :mod:`dmlshim.inputs.values`).
@@ -202,6 +205,24 @@ def _reads_indices(node: onnx.NodeProto) -> bool:
     return is_gather_scatter(node) or (node.domain == "com.microsoft" and node.op_type == "GatherND")
 
 
+#: com.microsoft EmbedLayerNormalization's lookups, (ids input, table input) positions: input_ids into
+#: word_embedding, segment_ids into segment_embedding, position_ids into position_embedding.
+_EMBED_LOOKUPS = ((0, 2), (1, 4), (8, 3))
+
+
+def _embed_lookups(
+    node: onnx.NodeProto, shapes: Mapping[str, tuple[int | None, ...]]
+) -> list[tuple[str, _Requirement | None]]:
+    """The ids inputs of an EmbedLayerNormalization node with each one's requirement (the table's rows)."""
+    found: list[tuple[str, _Requirement | None]] = []
+    for ids, table in _EMBED_LOOKUPS:
+        if len(node.input) <= max(ids, table) or not node.input[ids] or not node.input[table]:
+            continue
+        rows = shapes.get(node.input[table])
+        found.append((node.input[ids], _Requirement((rows[0],), False, "values") if rows else None))
+    return found
+
+
 @dataclass(frozen=True)
 class _Requirement:
     """What a node asks of its indices: the data dims they address (None where unknown; one dim for
@@ -317,53 +338,84 @@ def plan_for_shapes(
                 producers[out] = node
     names = set(shapes)
     found: dict[str, list[IndexConstraint]] = {n: [] for n in shapes}
+    graph = _Graph(names, producers, constants, table)
     for node_name, node in walk_nodes(inferred.graph):
-        sliced = _is_dynamic_slice(node, table)
-        if sliced:
-            requirement = _slice_requirement(node, table, constants)
-            if requirement is None:
-                continue
-        elif not _reads_indices(node) or len(node.input) < 2:
-            continue
-        else:
-            requirement = _node_requirement(node, table)
-        for traced in trace(node.input[1], names, producers, constants, table):
-            source, offset = traced.source, traced.offset
-            bound = _bound(requirement, traced, table) if requirement is not None else None
-            if sliced and bound is None:
-                continue  # a slice start into a dimension of unknown size: left free, as before
-            if requirement is None or bound is None:
-                logger.warning(
-                    "input %r feeds the indices of %s %r whose data shape is unknown: drawing zeros",
-                    source,
-                    node.op_type,
-                    node_name,
-                )
-                found[source].append(IndexConstraint(node_name, node.op_type, -offset, 1 - offset))
-                continue
-            direct = traced.direct
-            high = bound // traced.scale - offset
-            if traced.cap is not None:
-                high = min(high, traced.cap - offset)
-            found[source].append(
-                IndexConstraint(
-                    node=node_name,
-                    op_type=node.op_type,
-                    low=-offset,
-                    high=high,
-                    unique=requirement.unique,
-                    direct=direct,
-                    structure=requirement.structure if direct else "values",
-                    axis=requirement.axis,
-                    tuple_dims=tuple(int(d) for d in requirement.dims if d is not None) if direct else (),
-                    offset=offset,
-                    exact=traced.scale == 1 and traced.cap is None,
-                )
-            )
+        for read in _index_reads(node, table, constants):
+            _add_constraints(found, node_name, node, read, graph)
     return tuple(
         InputSpec(vi.name, shapes[vi.name], vi.type.tensor_type.elem_type, tuple(found[vi.name]))
         for vi in _graph_inputs(model)
     )
+
+
+def _index_reads(
+    node: onnx.NodeProto, table: Mapping[str, tuple[int | None, ...]], constants: Mapping[str, np.ndarray]
+) -> list[tuple[str, _Requirement | None, bool]]:
+    """The inputs of ``node`` that index a tensor: (input name, requirement, whether a dynamic slice)."""
+    if _is_dynamic_slice(node, table):
+        requirement = _slice_requirement(node, table, constants)
+        return [] if requirement is None else [(node.input[1], requirement, True)]
+    if node.domain == "com.microsoft" and node.op_type == "EmbedLayerNormalization":
+        return [(name, requirement, False) for name, requirement in _embed_lookups(node, table)]
+    if not _reads_indices(node) or len(node.input) < 2:
+        return []
+    return [(node.input[1], _node_requirement(node, table), False)]
+
+
+@dataclass(frozen=True)
+class _Graph:
+    """What tracing reads: the graph inputs, each value's producer, the constants and the shapes."""
+
+    names: set[str]
+    producers: Mapping[str, onnx.NodeProto]
+    constants: Mapping[str, np.ndarray]
+    table: Shapes
+
+
+def _add_constraints(
+    found: dict[str, list[IndexConstraint]],
+    node_name: str,
+    node: onnx.NodeProto,
+    read: tuple[str, _Requirement | None, bool],
+    graph: _Graph,
+) -> None:
+    """Append to ``found`` what ``node`` asks of every graph input reaching the indices input of ``read``
+    (input name, requirement, whether a dynamic slice's start)."""
+    indices, requirement, sliced = read
+    table = graph.table
+    for traced in trace(indices, graph.names, graph.producers, graph.constants, table):
+        source, offset = traced.source, traced.offset
+        bound = _bound(requirement, traced, table) if requirement is not None else None
+        if sliced and bound is None:
+            continue  # a slice start into a dimension of unknown size: left free, as before
+        if requirement is None or bound is None:
+            logger.warning(
+                "input %r feeds the indices of %s %r whose data shape is unknown: drawing zeros",
+                source,
+                node.op_type,
+                node_name,
+            )
+            found[source].append(IndexConstraint(node_name, node.op_type, -offset, 1 - offset))
+            continue
+        direct = traced.direct
+        high = bound // traced.scale - offset
+        if traced.cap is not None:
+            high = min(high, traced.cap - offset)
+        found[source].append(
+            IndexConstraint(
+                node=node_name,
+                op_type=node.op_type,
+                low=-offset,
+                high=high,
+                unique=requirement.unique,
+                direct=direct,
+                structure=requirement.structure if direct else "values",
+                axis=requirement.axis,
+                tuple_dims=tuple(int(d) for d in requirement.dims if d is not None) if direct else (),
+                offset=offset,
+                exact=traced.scale == 1 and traced.cap is None,
+            )
+        )
 
 
 def plan_inputs(
