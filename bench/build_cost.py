@@ -16,8 +16,12 @@ Each side builds its session in a fresh process, sides alternating within a repe
 through ``build_probe.py --imported`` (the build alone, session modules imported first), with it through
 ``realistic.py --child`` (the ``.npz`` beside the model holds the feeds). The parent reads each child's
 peak resident size from ``os.wait4``. ``build_cpu`` is the CPU time of every thread of the child during the
-build: on a shared machine wall times move with the load, CPU times much less. Ratios are dmlshim /
-onnxruntime of the same repeat; the table gives medians.
+build: on a shared machine wall times move with the load, CPU times much less. ``settled_cpu`` (build
+only) also counts the CPU the child's threads spend in the 0.2 s after the build returned: onnxruntime's
+intra-op threads spin for about 20 ms of CPU after each session is built, after onnxruntime's own
+``build_cpu`` is read but during dmlshim's (its check session is built on another thread while its build
+goes on; see ``build_probe.py``). Ratios are dmlshim / onnxruntime of the same repeat; the table gives
+medians.
 
 ``--profile`` builds a ``dmlshim.InferenceSession`` here under cProfile (after an onnxruntime session on a
 one-node model, so that the build does not pay onnxruntime's first-use cost) and prints, for each phase of the
@@ -214,7 +218,8 @@ def _side(
     found = realistic._measure(argv)
     if "seconds" not in found:
         raise RuntimeError(f"{side} on {model}: the build failed (exit {found['returncode']})")
-    return found | {"build": found["seconds"], "build_cpu": found["cpu_seconds"]}
+    settled = {"settled_cpu": found["settled_cpu_seconds"]} if "settled_cpu_seconds" in found else {}
+    return found | {"build": found["seconds"], "build_cpu": found["cpu_seconds"]} | settled
 
 
 def measure(
@@ -227,6 +232,8 @@ def measure(
         order = ("ort", "dmlshim") if r % 2 == 0 else ("dmlshim", "ort")
         rows.append({side: _side(side, model, runs, workdir, cold, engine) for side in order})
     keys = ["build", "build_cpu", "rss_mb"] + (["first", "p50"] if runs else [])
+    if all("settled_cpu" in side for row in rows for side in row.values()):
+        keys.append("settled_cpu")  # another checkout's probe may not report it
     ratios = {k: statistics.median(row["dmlshim"][k] / row["ort"][k] for row in rows) for k in keys}
     medians = {
         side: {k: statistics.median(row[side][k] for row in rows) for k in keys}
@@ -305,16 +312,21 @@ def steady(models: list[Path], builds: int) -> dict[str, Any]:
 
 def table(results: list[dict[str, Any]]) -> str:
     lines = [
-        "| model | build s ORT / ours (x) | build CPU s ORT / ours (x) | peak RSS MB ORT / ours (x) "
-        "| run p50 (x) |",
+        "| model | build s ORT / ours (x) | build CPU s ORT / ours (x) [settled] "
+        "| peak RSS MB ORT / ours (x) | run p50 (x) |",
         "| --- | ---: | ---: | ---: | ---: |",
     ]
     for res in results:
         o, d, x = res["medians"]["ort"], res["medians"]["dmlshim"], res["ratios"]
         run = f"{x['p50']:.2f}" if "p50" in x else "-"
+        settled = (
+            f"; settled {o['settled_cpu']:.3f} / {d['settled_cpu']:.3f} ({x['settled_cpu']:.2f})"
+            if "settled_cpu" in x
+            else ""
+        )
         lines.append(
             f"| {Path(res['model']).stem} | {o['build']:.2f} / {d['build']:.2f} ({x['build']:.2f}) "
-            f"| {o['build_cpu']:.2f} / {d['build_cpu']:.2f} ({x['build_cpu']:.2f}) "
+            f"| {o['build_cpu']:.3f} / {d['build_cpu']:.3f} ({x['build_cpu']:.2f}){settled} "
             f"| {o['rss_mb']:.0f} / {d['rss_mb']:.0f} ({x['rss_mb']:.2f}) | {run} |"
         )
     return "\n".join(lines)

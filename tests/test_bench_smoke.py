@@ -108,3 +108,5 @@ def test_build_probe_reports_time_and_memory() -> None:
 
     probe = build_probe("ort", bench_run.MODELS_DIR / "gathernd_batch_dims1.onnx")
     assert probe is not None and probe["seconds"] > 0 and probe["peak_mb"] >= probe["base_mb"]
+    # the settled figure runs on past the build (the thread pools' spin): never below the build's own
+    assert probe["settled_cpu_seconds"] >= probe["cpu_seconds"] > 0

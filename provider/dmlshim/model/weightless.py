@@ -14,6 +14,7 @@ allocates in proportion to it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 
 import numpy as np
@@ -24,13 +25,22 @@ WEIGHTLESS_MIN_BYTES = 64 * 1024
 """Initializers at least this large are left out of the weightless copy (typed graph inputs instead)."""
 
 
-def tensor_nbytes(tensor: onnx.TensorProto) -> int:
-    """The bytes a numeric tensor's values take (0 for strings and unknown types)."""
-    if tensor.data_type in (0, onnx.TensorProto.STRING):
+@functools.cache
+def _itemsize(data_type: int) -> int:
+    """The bytes of one element of an ONNX tensor type (0 for strings and unknown types): looked up once
+    per type (a session build asks for every initializer's size several times)."""
+    if data_type in (0, onnx.TensorProto.STRING):
         return 0
     try:
-        itemsize = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize
+        return int(np.dtype(helper.tensor_dtype_to_np_dtype(data_type)).itemsize)
     except (KeyError, TypeError, ValueError):
+        return 0
+
+
+def tensor_nbytes(tensor: onnx.TensorProto) -> int:
+    """The bytes a numeric tensor's values take (0 for strings and unknown types)."""
+    itemsize = _itemsize(tensor.data_type)
+    if not itemsize:
         return 0
     count = 1
     for d in tensor.dims:
