@@ -6,8 +6,8 @@ directory like any other (``dmlshim compare DIR --run-directml`` works on it). :
 it on DirectML.dll and judges each case: a ``check`` case must match exactly (and, where onnxruntime CPU
 runs the node, dmlshim's translation must equal onnxruntime's output: else the case fails too); a
 difference is *explained* only when :data:`KNOWN_DIFFERENCES` names it (each entry says what causes it
-and points at docs/semantics.md); ``duplicates`` and ``out_of_range`` cases are observations of behaviour DirectML
-leaves undefined and never fail.
+and points at docs/semantics.md); ``duplicates`` and ``out_of_range`` cases are observations of
+behaviour DirectML leaves undefined and never fail.
 """
 
 from __future__ import annotations

@@ -15,7 +15,9 @@ The wide set adds the axes where a kernel or a translation is most likely to hid
 * large tensors (about a million elements) that cross many thread groups, with 8- and 16-bit data whose
   scatters write neighbouring bytes of one 32-bit word from different threads;
 * duplicate writes in ScatterND, ScatterElements with 8-bit data and with 64-bit pairs (observations:
-  DirectML does not define the winner).
+  DirectML does not define the winner);
+* NaN payloads, signalling NaNs, infinities, -0 and subnormals through every op (bit for bit);
+* int64 indices beyond 32 bits (observations: out of range).
 
 Drawn from its own generator (the seed plus a constant), so adding it leaves the default cases as they
 were. The count is fixed for every seed.
@@ -33,6 +35,7 @@ from ..dml.enums import FeatureLevel
 from .sweep_cases import (
     DATA_TYPES,
     DUPLICATES,
+    OUT_OF_RANGE,
     TOP,
     SweepCase,
     _fl,
@@ -292,6 +295,46 @@ def _duplicates(rng: np.random.Generator) -> Iterator[SweepCase]:
         )
 
 
+HIGH_INDICES = (2**32 + 1, 2**32 - 1, 2**31, -(2**31) - 1, -(2**32) + 1, 2**40 + 2, 1)
+"""int64 indices outside every dimension whose low 32 bits address one (2**32 + 1, 2**40 + 2)."""
+
+
+def high_index_bits(seed: int = 2024) -> list[SweepCase]:
+    """Observations: int64 indices beyond 32 bits, for each op (DirectML reads the low word; see
+    docs/semantics.md). Out of range, so the expected output is dmlshim's clamping stand-in."""
+    rng = np.random.default_rng(seed + WIDE_SEED_OFFSET + 2)
+    data = _values(rng, (4, 3), "float32")
+    big = np.array(HIGH_INDICES, np.int64)
+    pair = np.array([[2**32 + 1, 2**32 + 2, 1]], np.int64)
+    rows = np.array([[2**32 + 1], [2**32 + 2]], np.int64)
+    return [
+        SweepCase("w_oor_high_gather", "Gather", 13, (data, big), {"axis": 0}, kind=OUT_OF_RANGE),
+        SweepCase("w_oor_high_ge", "GatherElements", 13, (data, pair), {"axis": 0}, kind=OUT_OF_RANGE),
+        SweepCase(
+            "w_oor_high_gnd",
+            "GatherND",
+            13,
+            (data, np.array([[2**32 + 1, 0], [1, 2**32 + 2]])),
+            kind=OUT_OF_RANGE,
+        ),
+        SweepCase(
+            "w_oor_high_se",
+            "ScatterElements",
+            16,
+            (data, pair, _values(rng, (1, 3), "float32")),
+            {"axis": 0},
+            kind=OUT_OF_RANGE,
+        ),
+        SweepCase(
+            "w_oor_high_snd",
+            "ScatterND",
+            16,
+            (data, rows, _values(rng, (2, 3), "float32")),
+            kind=OUT_OF_RANGE,
+        ),
+    ]
+
+
 def wide_cases(seed: int = 2024) -> list[SweepCase]:
     """The wide set (see the module docstring), drawn from ``seed + WIDE_SEED_OFFSET``."""
     rng = np.random.default_rng(seed + WIDE_SEED_OFFSET)
@@ -305,6 +348,7 @@ def wide_cases(seed: int = 2024) -> list[SweepCase]:
         *_large(rng),
         *_duplicates(rng),
         *float_specials(seed),
+        *high_index_bits(seed),
     ]
 
 
