@@ -216,3 +216,43 @@ def test_duplicate_writes_spread_over_workgroups_keep_one_of_their_writes(tmp_pa
     for position in range(got.size):
         allowed = writers.get(position) or [float(data.reshape(-1)[position])]
         assert float(got[position]) in allowed, position
+
+
+# --- int64 indices beyond 32 bits (out of range: ONNX refuses them, DirectML reads the low word) -------
+
+HIGH_DATA = np.arange(12, dtype=np.float32).reshape(4, 3) + 100
+HIGH_INDICES = [2**32 + 1, 2**32 - 1, 2**31, -(2**31) - 1, -(2**32) + 1, 2**40 + 2, 1]
+HIGH_INDICES += [-(2**32) - 2, 2**33 + 3, 2**32 - 2, -(2**32) - 4, -(2**32) - 3, -(2**63), 2**63 - 1]
+# the row of HIGH_DATA DirectML's Gather(axis=0) returned for each index ("last": the buffer's last
+# element, 111, in every position of the row: the documented clamp of a read past the buffer)
+HIGH_ROWS_DIRECTML = [1, "last", "last", "last", "last", 2, 1, 2, 3, "last", 0, 1, "last", "last"]
+
+
+def _low_word_model(index: int, size: int) -> int | str:
+    """DirectML's reading, as measured: the size added once to a negative int64, then its low 32 bits
+    (unsigned) address the dimension; past the buffer the read is the buffer's last element."""
+    low = (index + (size if index < 0 else 0)) & 0xFFFFFFFF
+    return low if low < size else "last"
+
+
+def test_high_index_model_matches_the_capture_and_onnx_refuses_them() -> None:
+    assert [_low_word_model(i, 4) for i in HIGH_INDICES] == HIGH_ROWS_DIRECTML
+    case = SweepCase("high", "Gather", 13, (HIGH_DATA, np.array(HIGH_INDICES, np.int64)), {"axis": 0})
+    assert _ort_output(case) is None  # onnxruntime CPU refuses them
+    from dmlshim.errors import IndexOutOfRangeError
+
+    with pytest.raises(IndexOutOfRangeError):
+        run_translation(_translate(case), list(case.inputs))
+
+
+@real
+def test_directml_reads_the_low_word_of_int64_indices(tmp_path: Path) -> None:
+    from dmlshim.dxdispatch.sweep_cases import OUT_OF_RANGE
+
+    indices = np.array(HIGH_INDICES, np.int64)
+    case = SweepCase("high", "Gather", 13, (HIGH_DATA, indices), {"axis": 0}, kind=OUT_OF_RANGE)
+    run_sweep([case], tmp_path / "sweep", stack=STACK, with_ort=False)
+    got = np.load(tmp_path / "sweep" / "high" / "dml_output.npy").reshape(len(HIGH_INDICES), 3)
+    for index, row, values in zip(HIGH_INDICES, HIGH_ROWS_DIRECTML, got, strict=True):
+        wanted = HIGH_DATA[row] if row != "last" else np.full(3, HIGH_DATA.reshape(-1)[-1])
+        np.testing.assert_array_equal(values, wanted, err_msg=f"index {index}")
