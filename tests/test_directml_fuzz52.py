@@ -10,6 +10,7 @@ running the two cases through ``run_sweep(..., out)`` and reading each folder's 
 from __future__ import annotations
 
 import collections
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -256,3 +257,59 @@ def test_directml_reads_the_low_word_of_int64_indices(tmp_path: Path) -> None:
     for index, row, values in zip(HIGH_INDICES, HIGH_ROWS_DIRECTML, got, strict=True):
         wanted = HIGH_DATA[row] if row != "last" else np.full(3, HIGH_DATA.reshape(-1)[-1])
         np.testing.assert_array_equal(values, wanted, err_msg=f"index {index}")
+
+
+# --- the same nodes through onnxruntime-directml (the `directml` engine: the provider's own descriptors) --
+
+
+def _batch_model(cases: list[SweepCase], opset: int) -> tuple[bytes, dict[str, np.ndarray]]:
+    """One model holding every case as an independent node (feeds as graph inputs: nothing folded)."""
+    import onnx
+
+    nodes, inputs, outputs, feeds = [], [], [], {}
+    for j, case in enumerate(cases):
+        names = [f"c{j}_x{i}" for i in range(len(case.inputs))]
+        nodes.append(helper.make_node(case.op_type, names, [f"c{j}_y"], name=case.name, **case.attrs))
+        for name, array in zip(names, case.inputs, strict=True):
+            elem = helper.np_dtype_to_tensor_dtype(array.dtype)
+            inputs.append(helper.make_tensor_value_info(name, elem, array.shape))
+            feeds[name] = array
+        outputs.append(onnx.ValueInfoProto(name=f"c{j}_y"))
+    graph = helper.make_graph(nodes, "batch", inputs, outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+    return model.SerializeToString(), feeds
+
+
+def _ep_sample() -> list[SweepCase]:
+    """Wide check cases onnxruntime-directml runs (no windows: its descriptor for them is refused)."""
+    out = []
+    for case in wide_cases(2024):
+        if case.kind != CHECK or case.opset not in (13, 16) or case.inputs[0].size > 10_000:
+            continue
+        t = _translate(dataclasses.replace(case, feature_level=FeatureLevel.FL_5_0))
+        if t.ort_placement == "DmlExecutionProvider" and not any(
+            r.code == "STRIDED_WINDOW" for r in t.reasons
+        ):
+            out.append(case)
+    return out[::4]
+
+
+@real
+def test_wide_sample_through_onnxruntime_directml_equals_dmlshim_and_onnxruntime_cpu() -> None:
+    import onnxruntime as ort
+
+    import dmlshim
+
+    sample = _ep_sample()
+    assert len(sample) >= 60
+    for opset in (13, 16):
+        cases = [c for c in sample if c.opset == opset]
+        model, feeds = _batch_model(cases, opset)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        cpu = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"]).run(None, feeds)
+        ours = dmlshim.InferenceSession(model).run(None, feeds)
+        directml = dmlshim.InferenceSession(model, engine="directml").run(None, feeds)
+        for case, c, o, d in zip(cases, cpu, ours, directml, strict=True):
+            assert same_bits(np.asarray(o), np.asarray(c)), case.name
+            assert same_bits(np.asarray(d), np.asarray(c)), case.name
