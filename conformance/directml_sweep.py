@@ -1,6 +1,7 @@
 """Fidelity sweep on real DirectML: generated gather/scatter nodes replayed on DirectML.dll.
 
-    python conformance/directml_sweep.py [--quick] [--out DIR] [--stack stack.json] [--json FILE]
+    python conformance/directml_sweep.py [--quick] [--wide] [--strided] [--seed N] [--out DIR]
+        [--stack stack.json] [--json FILE]
 
 Every case is translated as dmlshim translates it, written as the DxDispatch folder `dmlshim export`
 writes, replayed on DirectML.dll by the replay host (under Wine) and compared with dmlshim's kernels
@@ -25,6 +26,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stack", help="the stack.json to use (default: the one in dmlshim's cache folder)")
     parser.add_argument("--json", dest="json_path", help="also write the outcomes as JSON to this file")
     parser.add_argument("--no-ort", action="store_true", help="skip the onnxruntime CPU cross-check")
+    parser.add_argument(
+        "--wide",
+        action="store_true",
+        help="add the wide set (dmlshim.dxdispatch.sweep_wide): ~500 more cases",
+    )
+    parser.add_argument(
+        "--strided",
+        action="store_true",
+        help="also replay strided descriptors (dmlshim.dxdispatch.sweep_strided): a third of the check "
+        "cases with transposed, padded and broadcast input layouts and other index types",
+    )
     parser.add_argument("--seed", type=int, default=2024, help="the case generator's seed (default 2024)")
     parser.add_argument("--skip-if-missing", action="store_true", help="exit 0 if DirectML is not set up")
     args = parser.parse_args(argv)
@@ -41,13 +53,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if args.skip_if_missing else 2
 
     start = time.monotonic()
-    cases = sweep_cases(args.seed, quick=args.quick)
+    cases = sweep_cases(args.seed, quick=args.quick, wide=args.wide)
     with tempfile.TemporaryDirectory(prefix="dmlshim-sweep-") as tmp:
         out = Path(args.out) if args.out else Path(tmp) / "sweep"
         if out.exists() and any(out.iterdir()):
             print(f"directml_sweep: {out} is not empty", file=sys.stderr)
             return 2
         report = run_sweep(cases, out, stack=stack, with_ort=not args.no_ort)
+        strided = _strided(args.seed, out / "_strided", stack) if args.strided else []
     total = time.monotonic() - start
 
     device = report.replay.device.describe() if report.replay else "no device (nothing to run)"
@@ -71,6 +84,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{counts['observed']} observed, {counts[SKIPPED]} skipped of {len(report.outcomes)} case(s) "
         f"in {total:.0f} s (write {report.seconds_build:.0f} s, DirectML {report.seconds_replay:.0f} s)"
     )
+    for o in strided:
+        if o.verdict != "pass":
+            print(f"  {o.verdict:9} {o.case} (strided): {o.detail}")
+    if strided:
+        n_pass = sum(o.verdict == "pass" for o in strided)
+        print(f"strided descriptors: {n_pass} passed, {len(strided) - n_pass} failed of {len(strided)}")
     if args.json_path:
         write_json(
             Path(args.json_path),
@@ -79,10 +98,18 @@ def main(argv: list[str] | None = None) -> int:
                 "seconds": round(total, 1),
                 "counts": counts,
                 "outcomes": [o.to_json() for o in report.outcomes],
+                "strided": [dict(o.__dict__) for o in strided],
             },
             overwrite=True,
         )
-    return 0 if report.ok and not any(o.verdict == FAIL for o in report.outcomes) else 1
+    strided_ok = all(o.verdict == "pass" for o in strided)
+    return 0 if report.ok and strided_ok and not any(o.verdict == FAIL for o in report.outcomes) else 1
+
+
+def _strided(seed: int, directory: Path, stack: object) -> list:
+    from dmlshim.dxdispatch.sweep_strided import run_strided, strided_cases
+
+    return run_strided(strided_cases(seed), directory, stack=stack)  # type: ignore[arg-type]
 
 
 if __name__ == "__main__":

@@ -357,10 +357,15 @@ def _specials(rng: np.random.Generator) -> Iterator[SweepCase]:
     )
 
 
-def sweep_cases(seed: int = 2024, *, quick: bool = False) -> list[SweepCase]:
-    """Every generated case (``quick``: a fifth of them, every op and kind still present)."""
+def sweep_cases(seed: int = 2024, *, quick: bool = False, wide: bool = False) -> list[SweepCase]:
+    """Every generated case (``quick``: a fifth of them, every op and kind still present; ``wide``: the
+    opt-in wide set of :mod:`.sweep_wide` added after them, from its own generator)."""
     rng = np.random.default_rng(seed)
     cases = [*_types(rng), *_ranks(rng), *_levels(rng), *_specials(rng)]
+    if wide:
+        from .sweep_wide import wide_cases  # imports this module
+
+        cases += wide_cases(seed)
     seen: set[str] = set()
     unique: list[SweepCase] = []
     for case in cases:
