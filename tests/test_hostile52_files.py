@@ -1,0 +1,188 @@
+"""Hostile round 52, files and sessions: paths the system cannot open as files (a name past the file
+system's 255-byte limit, a file named as a folder), profile names no file can have, and Ctrl-C while the
+command imports onnxruntime. Each case is asked of onnxruntime (CPU, one thread) in the same test."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import dmlshim
+from dmlshim.cli.main import main
+
+PROVIDER = str(Path(__file__).resolve().parents[1] / "provider")
+LONG = "\u00e9" * 130  # 260 bytes in UTF-8: past the 255-byte limit of a name on every common file system
+FEED = {"i": np.array([1, 2], dtype=np.int64)}
+
+
+def _model(folder: Path) -> Path:
+    """``folder/m.onnx``: z = Relu(Gather(w[64, 4], i)) on axis 0, its weight inline."""
+    w = numpy_helper.from_array(np.arange(256, dtype=np.float32).reshape(64, 4), "w")
+    graph = helper.make_graph(
+        [
+            helper.make_node("Gather", ["w", "i"], ["y"], axis=0, name="g"),
+            helper.make_node("Relu", ["y"], ["z"], name="r"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, [None])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [None, 4])],
+        [w],
+    )
+    path = folder / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10), path)
+    return path
+
+
+def _ort_options() -> ort.SessionOptions:
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    return so
+
+
+def _ort_error(path: str, so: ort.SessionOptions | None = None) -> BaseException:
+    with pytest.raises(Exception) as caught:
+        ort.InferenceSession(path, so or _ort_options(), providers=["CPUExecutionProvider"])
+    return caught.value
+
+
+@pytest.mark.parametrize("tail", ["/", "/.", "/x.onnx"], ids=["slash", "slash-dot", "under-a-file"])
+def test_a_model_file_named_as_a_folder_is_refused_as_onnxruntime_refuses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tail: str
+) -> None:
+    """``m.onnx/``: onnxruntime opens the name as given and fails (``Fail``, system error 20, not a
+    directory); ``Path()`` dropped the separator and dmlshim loaded ``m.onnx``."""
+    monkeypatch.chdir(tmp_path)
+    _model(tmp_path)
+    name = "m.onnx" + tail
+    expected = _ort_error(name)
+    assert type(expected).__name__ == "Fail"
+    with pytest.raises(type(expected)) as got:
+        dmlshim.InferenceSession(name)
+    assert str(got.value).startswith(str(expected))
+    assert isinstance(got.value, dmlshim.DmlShimError)
+
+
+def test_a_model_path_too_long_is_onnxruntimes_fail_not_an_oserror(tmp_path: Path) -> None:
+    """A name past the file system's limit: onnxruntime's ``Fail`` (system error 36); dmlshim raised the
+    bare ``OSError`` of ``Path.is_file()``."""
+    name = str(tmp_path / f"{LONG}.onnx")
+    expected = _ort_error(name)
+    with pytest.raises(type(expected)) as got:
+        dmlshim.InferenceSession(name)
+    assert str(got.value).startswith(str(expected))
+
+
+def test_an_optimized_model_path_too_long_is_a_runtime_error_as_in_onnxruntime(tmp_path: Path) -> None:
+    """onnxruntime cannot create the file (``RuntimeError``, ``SystemError : 36``); dmlshim's check raised
+    the bare ``OSError`` of ``os.lstat``. Nothing is written in either."""
+    model = _model(tmp_path)
+    so = _ort_options()
+    so.optimized_model_filepath = str(tmp_path / f"{LONG}.onnx")
+    expected = _ort_error(str(model), so)
+    assert isinstance(expected, RuntimeError)
+    ours = dmlshim.SessionOptions()
+    ours.optimized_model_filepath = so.optimized_model_filepath
+    with pytest.raises(RuntimeError) as got:
+        dmlshim.InferenceSession(str(model), ours)
+    assert isinstance(got.value, dmlshim.DmlShimError)
+    assert "File name too long" in str(got.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+
+
+@pytest.mark.parametrize("prefix", [LONG, "p\x00q"], ids=["too-long", "nul"])
+def test_a_profile_name_no_file_can_have_ends_as_in_onnxruntime(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prefix: str
+) -> None:
+    """onnxruntime builds the session, runs it and returns the profile's name from ``end_profiling``
+    without a file when it cannot open one (a name too long); dmlshim's session raised ``OSError`` (or
+    ``ValueError`` for a NUL) when it was built. With a NUL onnxruntime writes the file named by the
+    prefix's start (``p``, no date: a file of that name is replaced); dmlshim writes nothing there."""
+    monkeypatch.chdir(tmp_path)
+    model = _model(tmp_path)
+    (tmp_path / "p").write_text("the user's file")
+    names = []
+    for make in (lambda so: ort.InferenceSession(str(model), so, providers=["CPUExecutionProvider"]),):
+        so = _ort_options()
+        so.enable_profiling, so.profile_file_prefix = True, prefix
+        session = make(so)
+        expected = session.run(None, FEED)
+        names.append(session.end_profiling())
+    (tmp_path / "p").write_text("the user's file")
+    so = dmlshim.SessionOptions()
+    so.enable_profiling, so.profile_file_prefix = True, prefix
+    session = dmlshim.InferenceSession(str(model), so)
+    np.testing.assert_array_equal(session.run(None, FEED)[0], expected[0])
+    name = session.end_profiling()
+    assert name.startswith(prefix + "_") and name.endswith(".json")
+    assert names[0].startswith(prefix + "_")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "p"]
+    assert (tmp_path / "p").read_text() == "the user's file"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "m.onnx", "-o", f"{LONG}.npz"],
+        ["run", "m.onnx", "-o", f"{LONG}.npz", "--overwrite"],
+        ["lower", "m.onnx", "-o", f"{LONG}.onnx"],
+        ["inspect", "m.onnx", "--html", f"{LONG}.html"],
+        ["export", "m.onnx", "-o", LONG * 2],
+        ["run", "m.onnx", "--inputs", f"{LONG}.npz"],
+        ["run", f"{LONG}.onnx"],
+        ["inspect", "m.onnx/"],
+    ],
+    ids=["run-o", "run-o-overwrite", "lower-o", "inspect-html", "export-o", "run-inputs", "model", "slash"],
+)
+def test_a_path_the_system_cannot_open_is_one_error_not_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    """Every command: exit 2 and one line naming the file and the system's reason. Before: the OSError
+    reached the command's last handler, which read attributes only dmlshim's errors have
+    (``AttributeError: 'OSError' object has no attribute 'path'``, a traceback, exit 1)."""
+    monkeypatch.chdir(tmp_path)
+    _model(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.startswith(f"dmlshim {argv[0]}: error: file ")
+    assert ("File name too long" in err) or ("Not a directory" in err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+
+
+def test_the_command_imports_onnxruntime_while_ctrl_c_still_ends_it_at_once(tmp_path: Path) -> None:
+    """onnxruntime's extension module clears a KeyboardInterrupt raised while it initialises: the import
+    succeeds, and a Ctrl-C pressed then was lost (``dmlshim export`` ran to its end, exit 0, in 3 of 24
+    tries at 0.2-0.45 s). The command now imports onnxruntime before it hands SIGINT back to Python, while
+    Ctrl-C still ends the starting command at once (exit 130)."""
+    _model(tmp_path)
+    code = """
+        import signal, sys
+        import dmlshim.cli.main as cli
+        from dmlshim import startup
+        handed_back = []
+        def interrupts_raise():
+            handed_back.append("onnxruntime" in sys.modules)
+            startup.interrupts_raise()
+        cli.interrupts_raise = interrupts_raise
+        code = cli.main(["export", "m.onnx", "-o", "out"])
+        print(handed_back, code)
+    """
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": PROVIDER},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[True] 0"
