@@ -186,3 +186,51 @@ def test_the_command_imports_onnxruntime_while_ctrl_c_still_ends_it_at_once(tmp_
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[True] 0"
+
+
+def test_optimized_weights_named_as_the_optimized_model_are_refused_before_writing(tmp_path: Path) -> None:
+    """``session.optimized_model_external_initializers_file_name`` naming the optimized model's own file:
+    onnxruntime writes both to that name, the weights last, so what it leaves is no model at all; dmlshim
+    wrote the model over the weights (a model whose external weights are gone). Refused before either is
+    written; the file there before is kept."""
+    model = _model(tmp_path)
+    key = "session.optimized_model_external_initializers_file_name"
+    so = _ort_options()
+    so.optimized_model_filepath = str(tmp_path / "ort.onnx")
+    so.add_session_config_entry(key, "ort.onnx")
+    ort.InferenceSession(str(model), so, providers=["CPUExecutionProvider"])
+    # onnxruntime's own output: the weight's bytes alone, not a model
+    weight = np.arange(256, dtype=np.float32).tobytes()
+    assert (tmp_path / "ort.onnx").read_bytes() == weight
+    target = tmp_path / "o.onnx"
+    target.write_bytes(b"an earlier optimized model")
+    for name in ("o.onnx", "./o.onnx"):
+        ours = dmlshim.SessionOptions()
+        ours.optimized_model_filepath = str(target)
+        ours.add_session_config_entry(key, name)
+        with pytest.raises(RuntimeError, match="name the optimized model itself"):
+            dmlshim.InferenceSession(str(model), ours)
+        assert target.read_bytes() == b"an earlier optimized model"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "o.onnx", "ort.onnx"]
+
+
+def test_a_summary_file_too_long_is_refused_before_the_program_runs(tmp_path: Path) -> None:
+    """``DMLSHIM_ORT_SUMMARY_FILE`` (or ``install(summary_file=...)``) too long for the file system: one
+    line and exit 2 before the program runs, as for a missing folder (before: the ``OSError`` of
+    ``os.lstat``, a traceback)."""
+    (tmp_path / "prog.py").write_text("print('the program ran')\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "dmlshim.ort", "prog.py"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": PROVIDER, "DMLSHIM_ORT_SUMMARY_FILE": f"{LONG}.json"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and "File name too long" in done.stderr
+    assert "the program ran" not in done.stdout
+    with pytest.raises(dmlshim.BadInputError, match="File name too long"):
+        dmlshim.install(summary_file=str(tmp_path / f"{LONG}.json"))
+    assert sys.modules["onnxruntime"] is ort  # nothing was bound
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["prog.py"]
