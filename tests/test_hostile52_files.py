@@ -235,3 +235,37 @@ def test_a_summary_file_too_long_is_refused_before_the_program_runs(tmp_path: Pa
         dmlshim.install(summary_file=str(tmp_path / f"{LONG}.json"))
     assert sys.modules["onnxruntime"] is ort  # nothing was bound
     assert sorted(p.name for p in tmp_path.iterdir()) == ["prog.py"]
+
+
+@pytest.mark.parametrize("text", ['{"name": "my-site", "pages": 3}\n', "not JSON at all\n", "[1, 2]\n"])
+def test_export_overwrite_never_replaces_an_index_json_it_did_not_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], text: str
+) -> None:
+    """``export -o DIR --overwrite`` into a folder holding someone else's ``index.json`` (a web project's):
+    the index was counted as a previous export's whatever it held, and replaced. Only an index naming
+    ``"tool": "dmlshim export"`` is; this one is kept and the export refused (exit 2), the folder as it
+    was."""
+    monkeypatch.chdir(tmp_path)
+    _model(tmp_path)
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "index.json").write_text(text)
+    assert main(["export", "m.onnx", "-o", "site", "--overwrite"]) == 2
+    assert "index.json" in capsys.readouterr().err
+    assert [p.name for p in (tmp_path / "site").iterdir()] == ["index.json"]
+    assert (tmp_path / "site" / "index.json").read_text() == text
+    # a previous export's own index is still replaced, with the node folders it lists
+    assert main(["export", "m.onnx", "-o", "out"]) == 0
+    assert main(["export", "m.onnx", "-o", "out", "--overwrite"]) == 0
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["000_g", "index.json"]
+
+
+def test_a_failed_export_removes_the_folders_it_made_on_the_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``export -o new/..``: the missing folder ``new`` was made for the staging folder, the final rename
+    failed (a folder's ``..`` cannot be replaced), and ``new`` stayed behind."""
+    monkeypatch.chdir(tmp_path)
+    _model(tmp_path)
+    assert main(["export", "m.onnx", "-o", "new/deeper/..", "--overwrite"]) == 2
+    assert "Traceback" not in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
