@@ -269,3 +269,78 @@ def test_a_failed_export_removes_the_folders_it_made_on_the_way(
     assert main(["export", "m.onnx", "-o", "new/deeper/..", "--overwrite"]) == 2
     assert "Traceback" not in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+
+
+def test_a_session_built_while_another_probes_the_shared_options_writes_its_optimized_model(
+    tmp_path: Path,
+) -> None:
+    """dmlshim switches the caller's own profiling and ``optimized_model_filepath`` off for a moment while
+    it builds a probe session from them (free dimension overrides, added initializers). A session built
+    on another thread from the same options object meanwhile read them off: no optimized model, no error
+    (2 of 4 threads building from one object). onnxruntime reads the options once per session; every
+    session writes the file. The probe's change now holds the object, and a session waits for it."""
+    import threading
+
+    from dmlshim.ort.free_dims import _writing_nothing
+
+    model = _model(tmp_path)
+    so = dmlshim.SessionOptions()
+    so.optimized_model_filepath = str(tmp_path / "o.onnx")
+    probing, release = threading.Event(), threading.Event()
+
+    def another_sessions_probe() -> None:
+        with _writing_nothing(so):
+            probing.set()
+            release.wait(60)
+
+    probe = threading.Thread(target=another_sessions_probe)
+    probe.start()
+    assert probing.wait(60)
+    built: list[BaseException | None] = []
+
+    def build() -> None:
+        try:
+            dmlshim.InferenceSession(str(model), so)
+            built.append(None)
+        except BaseException as exc:  # handed to the test thread
+            built.append(exc)
+
+    builder = threading.Thread(target=build)
+    builder.start()
+    builder.join(1.0)  # waits for the probe's change to end (before: built at once, reading it off)
+    release.set()
+    builder.join(120)
+    probe.join(60)
+    assert built == [None]
+    assert so.optimized_model_filepath == str(tmp_path / "o.onnx")
+    assert (tmp_path / "o.onnx").is_file()
+
+
+def test_sessions_built_on_threads_from_one_options_object_each_write_as_onnxruntime(tmp_path: Path) -> None:
+    """Four threads, one options object with ``optimized_model_filepath`` and profiling, a model with a
+    free dimension (its overrides are probed from the caller's object): each session, as each of
+    onnxruntime's, has written the optimized model when it is built, and profiles."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    model = _model(tmp_path)
+    results = {}
+    for name, make in (
+        ("ort", lambda so: ort.InferenceSession(str(model), so, providers=["CPUExecutionProvider"])),
+        ("dmlshim", lambda so: dmlshim.InferenceSession(str(model), so)),
+    ):
+        so = _ort_options() if name == "ort" else dmlshim.SessionOptions()
+        target = tmp_path / f"{name}.onnx"
+        so.optimized_model_filepath = str(target)
+        so.enable_profiling, so.profile_file_prefix = True, str(tmp_path / f"{name}_profile")
+        so.add_free_dimension_override_by_name("unused", 1)
+
+        def build(_: int, so: ort.SessionOptions = so, target: Path = target, make=make) -> tuple[bool, bool]:
+            session = make(so)
+            written = target.is_file()
+            session.run(None, FEED)
+            return written, bool(session.end_profiling())
+
+        with ThreadPoolExecutor(4) as pool:
+            results[name] = list(pool.map(build, range(4)))
+    assert results["ort"] == [(True, True)] * 4
+    assert results["dmlshim"] == results["ort"]

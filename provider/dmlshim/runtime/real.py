@@ -12,12 +12,14 @@ the real package module even when the stand-in occupies ``sys.modules["onnxrunti
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
+import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 from onnxruntime.capi import _pybind_state as C
 from onnxruntime.capi import onnxruntime_pybind11_state as pybind_state
@@ -45,6 +47,49 @@ def callers_options(options: Any) -> None:
     """``options`` are a program's own: never changed here (onnxruntime refuses them as they are)."""
     with contextlib.suppress(TypeError):
         _CALLERS.add(options)
+
+
+_OPTION_LOCKS: weakref.WeakKeyDictionary[Any, threading.RLock] = weakref.WeakKeyDictionary()
+_OPTION_LOCKS_GUARD = threading.Lock()
+
+
+@contextlib.contextmanager
+def options_held(options: Any) -> Iterator[None]:
+    """Hold ``options`` (a program's ``SessionOptions``) for the block: dmlshim switches some of the
+    caller's own fields off for a moment (profiling, ``optimized_model_filepath``, the log level, while
+    a probe session is built: free dimension overrides and added initializers cannot be copied), so every
+    such change, and every dmlshim session built from the same object, runs under this object's lock.
+    Before, a session built on another thread from one shared options object read the fields while they
+    were off, and silently wrote no optimized model (2 of 4 threads) or no profile."""
+    if options is None:
+        yield
+        return
+    try:
+        with _OPTION_LOCKS_GUARD:
+            lock = _OPTION_LOCKS.setdefault(options, threading.RLock())
+    except TypeError:  # not weakly referenceable: no program's SessionOptions
+        yield
+        return
+    with lock:
+        yield
+
+
+_M = TypeVar("_M", bound=Callable[..., Any])
+
+
+def holding_options(method: _M) -> _M:
+    """Run a session method (the constructor, ``set_providers``) under :func:`options_held` for its
+    options: ``self._options`` once set, else the constructor's ``sess_options``."""
+
+    @functools.wraps(method)
+    def inner(self: Any, *args: Any, **kwargs: Any) -> Any:
+        options = getattr(self, "_options", None)
+        if options is None:
+            options = args[1] if len(args) > 1 else kwargs.get("sess_options")
+        with options_held(options):
+            return method(self, *args, **kwargs)
+
+    return inner  # type: ignore[return-value]
 
 
 def is_callers_options(options: Any) -> bool:
