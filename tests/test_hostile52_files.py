@@ -344,3 +344,45 @@ def test_sessions_built_on_threads_from_one_options_object_each_write_as_onnxrun
             results[name] = list(pool.map(build, range(4)))
     assert results["ort"] == [(True, True)] * 4
     assert results["dmlshim"] == results["ort"]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="RLIMIT_FSIZE: POSIX")
+def test_lower_past_the_file_size_limit_names_the_output_not_the_input(tmp_path: Path) -> None:
+    """A full disk simulated by ``RLIMIT_FSIZE``: ``lower`` copies the weights to its output a chunk at a
+    time and said ``cannot read the weights file: File too large`` naming the input model; the failure
+    is the output's. The old output is kept and no temporary file is left."""
+    import resource
+
+    w = numpy_helper.from_array(np.arange(1_200_000, dtype=np.float32).reshape(300_000, 4), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["w", "i"], ["y"], axis=0, name="g")],
+        "g",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, [None])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 4])],
+        [w],
+    )
+    onnx.save(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10),
+        tmp_path / "m.onnx",
+    )
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "l.onnx").write_bytes(b"the previous lowered model")
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+
+    done = subprocess.run(
+        [sys.executable, "-m", "dmlshim", "lower", "m.onnx", "-o", "out/l.onnx", "--overwrite"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": PROVIDER},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=limited,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "file 'out/l.onnx': cannot write the output file: File too large" in done.stderr
+    assert "weights file" not in done.stderr
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["l.onnx"]
+    assert (tmp_path / "out" / "l.onnx").read_bytes() == b"the previous lowered model"
