@@ -386,3 +386,29 @@ def test_lower_past_the_file_size_limit_names_the_output_not_the_input(tmp_path:
     assert "weights file" not in done.stderr
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["l.onnx"]
     assert (tmp_path / "out" / "l.onnx").read_bytes() == b"the previous lowered model"
+
+
+def test_the_dropin_runs_a_linked_script_with_its_real_folder_first_as_python(tmp_path: Path) -> None:
+    """A script linked into a ``bin`` folder imports the modules beside its real file: python puts that
+    folder first on ``sys.path``; the drop-in put the link's folder there (``ModuleNotFoundError``)."""
+    (tmp_path / "app").mkdir()
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "app" / "helper_mod.py").write_text("VALUE = 42\n")
+    (tmp_path / "app" / "tool.py").write_text(
+        "import sys, helper_mod\nprint(helper_mod.VALUE, sys.path[0], __file__, sys.argv[1:])\n"
+    )
+    os.symlink(os.path.join("..", "app", "tool.py"), tmp_path / "bin" / "tool")
+    outputs = []
+    for runner in ([], ["-m", "dmlshim.ort", "--summary", "off"]):
+        done = subprocess.run(
+            [sys.executable, *runner, os.path.join("bin", "tool"), "x"],
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": PROVIDER},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr
+        outputs.append(done.stdout.strip().splitlines()[-1])
+    assert outputs[1] == outputs[0]
+    assert outputs[0].startswith(f"42 {os.path.realpath(tmp_path / 'app')} ")

@@ -157,7 +157,9 @@ def _run(module: str | None, target: list[str]) -> int:
         sys.stderr.write(f"python -m dmlshim.ort: error: can't open file {script!r}: no such file\n")
         return 2
     sys.argv = [script, *rest]
-    sys.path[0] = os.path.dirname(os.path.abspath(script))
+    # the folder of the script's real file, as python puts it first: a script linked into ~/bin still
+    # imports the modules beside it (the link's own folder made them ModuleNotFoundError)
+    sys.path[0] = os.path.dirname(os.path.realpath(script))
     # __file__ absolute, as python makes it (a script that changes directory still finds its files);
     # runpy sets argv[0] to the same absolute path
     runpy.run_path(os.path.abspath(script), run_name="__main__")
