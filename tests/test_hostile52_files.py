@@ -412,3 +412,30 @@ def test_the_dropin_runs_a_linked_script_with_its_real_folder_first_as_python(tm
         outputs.append(done.stdout.strip().splitlines()[-1])
     assert outputs[1] == outputs[0]
     assert outputs[0].startswith(f"42 {os.path.realpath(tmp_path / 'app')} ")
+
+
+@pytest.mark.parametrize("form", ["script", "module", "folder", "stdin"])
+def test_the_dropin_gives_the_program_builtins_as_python_gives_its_main_module(
+    tmp_path: Path, form: str
+) -> None:
+    """python's ``__main__`` holds ``__builtins__`` as the ``builtins`` module; the drop-in ran the program
+    in runpy's fresh globals, where it is the module's dict (``__builtins__.len`` raised AttributeError)."""
+    code = "print(type(__builtins__).__name__, __builtins__.len('abc'))\n"
+    (tmp_path / "prog.py").write_text(code)
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "__main__.py").write_text(code)
+    args = {"script": ["prog.py"], "module": ["-m", "prog"], "folder": ["folder"], "stdin": ["-"]}[form]
+    outputs = []
+    for runner in ([], ["-m", "dmlshim.ort", "--summary", "off"]):
+        done = subprocess.run(
+            [sys.executable, *runner, *args],
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": PROVIDER},
+            input=code,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr
+        outputs.append(done.stdout.strip())
+    assert outputs == ["module 3", "module 3"]

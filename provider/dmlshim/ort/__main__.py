@@ -5,6 +5,7 @@ at exit. See docs/coming-from.md."""
 from __future__ import annotations
 
 import argparse
+import builtins
 import importlib.util
 import os
 import runpy
@@ -127,6 +128,11 @@ def main(argv: list[str] | None = None) -> int:
     return _run(module, target)
 
 
+_MAIN_GLOBALS = {"__builtins__": builtins}
+"""What python's ``__main__`` holds before the program runs: ``__builtins__`` the module (runpy's fresh
+globals gave the program the module's dict, and ``__builtins__.open`` raised AttributeError)."""
+
+
 def _run(module: str | None, target: list[str]) -> int:
     """Run the program (``-m MODULE`` or a script, folder, archive or ``-``) as ``python`` runs it."""
     if module is not None:
@@ -135,7 +141,7 @@ def _run(module: str | None, target: list[str]) -> int:
             sys.stderr.write(f"{sys.executable}: {missing}\n")
             return 1
         sys.argv = [module, *target]
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        runpy.run_module(module, _MAIN_GLOBALS, run_name="__main__", alter_sys=True)
         return 0
     script, *rest = target
     if script == "-":  # as `python -`: the program is read from standard input
@@ -151,7 +157,7 @@ def _run(module: str | None, target: list[str]) -> int:
             )
             return 1
         sys.argv = [script, *rest]
-        runpy.run_path(script, run_name="__main__")
+        runpy.run_path(script, _MAIN_GLOBALS, run_name="__main__")
         return 0
     if not os.path.isfile(script):
         sys.stderr.write(f"python -m dmlshim.ort: error: can't open file {script!r}: no such file\n")
@@ -162,7 +168,7 @@ def _run(module: str | None, target: list[str]) -> int:
     sys.path[0] = os.path.dirname(os.path.realpath(script))
     # __file__ absolute, as python makes it (a script that changes directory still finds its files);
     # runpy sets argv[0] to the same absolute path
-    runpy.run_path(os.path.abspath(script), run_name="__main__")
+    runpy.run_path(os.path.abspath(script), _MAIN_GLOBALS, run_name="__main__")
     return 0
 
 
@@ -178,7 +184,7 @@ def _has_main(path: str) -> bool:
 def _run_source(source: str, filename: str) -> None:
     """Run program text as the ``__main__`` module, as python runs ``python -``."""
     main_module = types.ModuleType("__main__")
-    main_module.__dict__["__builtins__"] = __builtins__
+    main_module.__dict__["__builtins__"] = builtins
     saved = sys.modules.get("__main__")
     sys.modules["__main__"] = main_module
     try:
