@@ -439,3 +439,39 @@ def test_the_dropin_gives_the_program_builtins_as_python_gives_its_main_module(
         assert done.returncode == 0, done.stderr
         outputs.append(done.stdout.strip())
     assert outputs == ["module 3", "module 3"]
+
+
+def test_a_state_the_environment_names_that_no_dmlshim_made_is_not_taken(tmp_path: Path) -> None:
+    """``DMLSHIM_ORT_OWNER`` and ``DMLSHIM_ORT_STATE`` left in a copied environment, naming a folder of the
+    user's: the drop-in took itself for a worker of a process long gone, printed no summary, ignored
+    ``$DMLSHIM_ORT_SUMMARY_FILE`` and wrote its tally (``<pid>.json``) into the user's folder. It now
+    owns the run."""
+    _model(tmp_path)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    (tmp_path / "prog.py").write_text(
+        "import numpy as np, onnxruntime as ort\n"
+        "s = ort.InferenceSession('m.onnx')\n"
+        "print(s.run(None, {'i': np.array([1, 2])})[0].tolist())\n"
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": PROVIDER,
+        "DMLSHIM_ORT_OWNER": "1",
+        "DMLSHIM_ORT_STATE": str(mine),
+        "DMLSHIM_ORT_SUMMARY_FILE": "summary.json",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "dmlshim.ort", "prog.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[[4.0, 5.0, 6.0, 7.0], [8.0, 9.0, 10.0, 11.0]]"
+    assert "1 session(s), 1 run(s)" in done.stderr
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"]
+    assert (tmp_path / "summary.json").is_file()
