@@ -475,3 +475,17 @@ def test_a_state_the_environment_names_that_no_dmlshim_made_is_not_taken(tmp_pat
     assert "1 session(s), 1 run(s)" in done.stderr
     assert [p.name for p in mine.iterdir()] == ["notes.txt"]
     assert (tmp_path / "summary.json").is_file()
+
+
+@pytest.mark.parametrize("name", ["loop", os.path.join("loop", "m.onnx")])
+def test_a_model_path_through_a_loop_of_links_is_onnxruntimes_fail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """A link to itself: onnxruntime's ``Fail`` (system error 40, too many levels of links); dmlshim
+    said the file does not exist (``NoSuchFile``)."""
+    monkeypatch.chdir(tmp_path)
+    os.symlink("loop", tmp_path / "loop")
+    expected = _ort_error(name)
+    with pytest.raises(type(expected)) as got:
+        dmlshim.InferenceSession(name)
+    assert str(got.value).startswith(str(expected))
