@@ -489,3 +489,48 @@ def test_a_model_path_through_a_loop_of_links_is_onnxruntimes_fail(
     with pytest.raises(type(expected)) as got:
         dmlshim.InferenceSession(name)
     assert str(got.value).startswith(str(expected))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork: POSIX")
+def test_a_child_forked_while_a_thread_holds_the_options_builds_its_session(tmp_path: Path) -> None:
+    """A thread of the parent holds the shared options (building a session from them) when the main thread
+    forks a worker: the child builds its own session from the same object instead of waiting forever for a
+    lock whose holder does not exist in it."""
+    _model(tmp_path)
+    code = """
+        import os, sys, threading
+        import numpy as np
+        import dmlshim
+        from dmlshim.runtime.real import options_held
+        so = dmlshim.SessionOptions()
+        so.optimized_model_filepath = "parent.onnx"
+        holding, release = threading.Event(), threading.Event()
+        def hold():
+            with options_held(so):
+                holding.set()
+                release.wait(60)
+        thread = threading.Thread(target=hold)
+        thread.start()
+        holding.wait(60)
+        pid = os.fork()
+        if pid == 0:
+            so.optimized_model_filepath = "child.onnx"
+            session = dmlshim.InferenceSession("m.onnx", so)
+            value = session.run(None, {"i": np.array([1])})[0].tolist()
+            print("child", value, os.path.isfile("child.onnx"), flush=True)
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        release.set()
+        thread.join()
+        print("parent", os.waitstatus_to_exitcode(status), flush=True)
+    """
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": PROVIDER},
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["child [[4.0, 5.0, 6.0, 7.0]] True", "parent 0"]

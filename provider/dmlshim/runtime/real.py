@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import sys
 import threading
 import weakref
@@ -73,6 +74,18 @@ def options_held(options: Any) -> Iterator[None]:
     with lock:
         yield
 
+
+def _fresh_option_locks() -> None:
+    """In a forked child: the parent's threads holding option locks do not exist here, so their locks
+    would stay held forever (a child building a session from the options object a parent thread was
+    building one from waited for good); the child starts with none."""
+    global _OPTION_LOCKS, _OPTION_LOCKS_GUARD
+    _OPTION_LOCKS = weakref.WeakKeyDictionary()
+    _OPTION_LOCKS_GUARD = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_fresh_option_locks)
 
 _M = TypeVar("_M", bound=Callable[..., Any])
 
