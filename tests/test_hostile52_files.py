@@ -534,3 +534,32 @@ def test_a_child_forked_while_a_thread_holds_the_options_builds_its_session(tmp_
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[:2] == ["child [[4.0, 5.0, 6.0, 7.0]] True", "parent 0"]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        b"# -*- coding: latin-1 -*-\nprint(ascii('caf\xe9'), __file__)\n",
+        b"\xef\xbb\xbfprint(ascii('caf\xc3\xa9'), __file__)\n",
+    ],
+    ids=["coding-latin-1", "utf-8-bom"],
+)
+def test_a_program_on_standard_input_is_read_as_python_reads_it(tmp_path: Path, source: bytes) -> None:
+    """``python -`` compiles the bytes it reads: a coding declaration and a UTF-8 BOM hold. The drop-in
+    decoded standard input with the locale's codec: a latin-1 program ended in UnicodeEncodeError, a BOM
+    in ``SyntaxError: invalid non-printable character U+FEFF``; ``__file__`` was missing."""
+    (tmp_path / "prog.py").write_bytes(source)
+    outputs = []
+    for runner in ([], ["-m", "dmlshim.ort", "--summary", "off"]):
+        with open(tmp_path / "prog.py", "rb") as stdin:  # python - < prog.py
+            done = subprocess.run(
+                [sys.executable, *runner, "-"],
+                cwd=tmp_path,
+                env={**os.environ, "PYTHONPATH": PROVIDER},
+                stdin=stdin,
+                capture_output=True,
+                timeout=300,
+            )
+        assert done.returncode == 0, done.stderr.decode(errors="replace")
+        outputs.append(done.stdout.decode().strip())
+    assert outputs == ["'caf\\xe9' <stdin>"] * 2

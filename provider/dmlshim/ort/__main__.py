@@ -147,7 +147,10 @@ def _run(module: str | None, target: list[str]) -> int:
     if script == "-":  # as `python -`: the program is read from standard input
         sys.argv = ["-", *rest]
         sys.path[0] = ""
-        _run_source(sys.stdin.read(), "<stdin>")
+        # bytes, as python reads them: compile() honours a coding declaration and a UTF-8 BOM (text
+        # decoded with the locale's codec was a UnicodeEncodeError or a SyntaxError at U+FEFF)
+        stdin = getattr(sys.stdin, "buffer", sys.stdin)
+        _run_source(stdin.read(), "<stdin>")
         return 0
     if os.path.isdir(script) or (os.path.isfile(script) and zipfile.is_zipfile(script)):
         # as python runs a folder or a zip archive: its __main__ module, the folder first on sys.path
@@ -181,10 +184,11 @@ def _has_main(path: str) -> bool:
         return any(n in archive.NameToInfo for n in names)
 
 
-def _run_source(source: str, filename: str) -> None:
+def _run_source(source: str | bytes, filename: str) -> None:
     """Run program text as the ``__main__`` module, as python runs ``python -``."""
     main_module = types.ModuleType("__main__")
     main_module.__dict__["__builtins__"] = builtins
+    main_module.__dict__.update(__file__=filename, __cached__=None)  # as python's __main__ for stdin
     saved = sys.modules.get("__main__")
     sys.modules["__main__"] = main_module
     try:
