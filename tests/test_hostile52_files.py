@@ -563,3 +563,18 @@ def test_a_program_on_standard_input_is_read_as_python_reads_it(tmp_path: Path, 
         assert done.returncode == 0, done.stderr.decode(errors="replace")
         outputs.append(done.stdout.decode().strip())
     assert outputs == ["'caf\\xe9' <stdin>"] * 2
+
+
+@pytest.mark.parametrize("target", [os.path.join("afile", "out"), os.path.join("afile", "deeper", "out")])
+def test_an_export_folder_under_a_regular_file_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], target: str
+) -> None:
+    """``export -o afile/out``, ``afile`` a regular file: named as ``run -o afile/x.npz`` names it, before
+    the work (it said ``cannot create the export directory: File exists`` once the nodes were exported)."""
+    monkeypatch.chdir(tmp_path)
+    _model(tmp_path)
+    (tmp_path / "afile").write_text("mine")
+    assert main(["export", "m.onnx", "-o", target]) == 2
+    assert "the export directory's folder 'afile' is not a folder" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "m.onnx"]
+    assert (tmp_path / "afile").read_text() == "mine"

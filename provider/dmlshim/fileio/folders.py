@@ -115,6 +115,12 @@ class StagedFolder:
         text = str(self.target)
         self._mode = "new"
         if st is None:
+            missing = _missing_folders(self.target)
+            above = missing[0].parent if missing else self.target.parent
+            if not above.is_dir():  # checked before the work, as run -o checks its folder
+                raise BadInputError(
+                    f"the {self.what}'s folder {str(above)!r} is not a folder", path=text, rule=_RULE
+                )
             return
         if portable.is_link(st):
             _refuse_stream_link(self.target, self.what)
