@@ -176,7 +176,7 @@ def test_sigterm_to_the_parent_of_a_busy_pool(tmp_path: Path) -> None:
 
 def test_a_worker_rewrites_its_tally_in_place_after_every_run(tmp_path: Path) -> None:
     """No rename per run (the slow path), and the file always holds the runs made so far."""
-    state = tmp_path / "state"
+    state = tmp_path / "dmlshim-ort-locked-test"  # as the first process names its state folder
     state.mkdir()
     program = tmp_path / "worker.py"
     body = """

@@ -272,7 +272,7 @@ def test_worker_processes_are_bound_and_counted(tmp_path: Path, method: str) -> 
 def test_sigterm_inside_a_flush_ends_the_worker_with_its_tally(tmp_path: Path) -> None:
     """A pool's finalizer flushes the tally and the pool then sends SIGTERM: when the signal lands inside
     that flush the worker must still end (it once waited forever on the tally's lock) and leave its tally."""
-    state = tmp_path / "state"
+    state = tmp_path / "dmlshim-ort-locked-test"  # as the first process names its state folder
     state.mkdir()
     worker = tmp_path / "worker.py"
     worker.write_text(

@@ -83,7 +83,7 @@ def test_sigterm_ends_the_program_of_python_m_dmlshim_ort(tmp_path: Path) -> Non
 
 
 def test_sigterm_ends_a_worker_and_its_tally_holds_every_run(tmp_path: Path) -> None:
-    state = tmp_path / "state"
+    state = tmp_path / "dmlshim-ort-locked-test"  # a state folder the first process made is named so
     state.mkdir()
     program = tmp_path / "worker.py"
     program.write_text("import dmlshim\ndmlshim.install(children=False)\n" + PROGRAM, encoding="utf-8")

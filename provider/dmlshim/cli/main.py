@@ -161,6 +161,13 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _os_error_text(exc: OSError) -> str:
+    """An ``OSError``'s words and the file it names (``File name too long: 'x...'``)."""
+    words = exc.strerror or str(exc) or type(exc).__name__
+    name = os.fsdecode(exc.filename) if isinstance(exc.filename, bytes) else exc.filename
+    return f"file {name!r}: {words}" if isinstance(name, str) else words
+
+
 def _json_error(args: argparse.Namespace | None, exc: BaseException, code: int) -> None:
     """With ``--json``, the error as a JSON object on stdout too (the paragraph stays on stderr)."""
     if (args is not None and not getattr(args, "json", False)) or isinstance(exc, BrokenPipeError):
@@ -253,6 +260,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "_run", None):
         parser.print_help(sys.stderr)
         return 2
+    if args.command != "replay":
+        # onnxruntime's extension module clears a KeyboardInterrupt raised while it initialises: the
+        # import then succeeds and the command ran to its end, exit 0, as if Ctrl-C had not been pressed
+        # (export, 3 of 24 tries at 0.2-0.45 s). Imported while Ctrl-C still ends the starting command.
+        importlib.import_module("onnxruntime")
     interrupts_raise()  # Ctrl-C is handled below from here on (KeyboardInterrupt: "interrupted", 130)
     try:
         from ..limits import memory_limit
@@ -302,7 +314,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         if debug:
             log.exception("dmlshim failed")
-        # dmlshim's own paragraph, not the onnxruntime-facing text an InferenceSession's error carries
-        print(f"dmlshim {args.command}: error: {printable(DmlShimError.__str__(exc))}", file=sys.stderr)
+        # a system call's failure no check of dmlshim's turned into its own error: one line, no traceback
+        # (DmlShimError.__str__ read attributes an OSError lacks and raised AttributeError)
+        print(f"dmlshim {args.command}: error: {printable(_os_error_text(exc))}", file=sys.stderr)
         _json_error(args, exc, 2)
         return 2

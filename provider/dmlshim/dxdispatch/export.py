@@ -57,6 +57,9 @@ from .export_results import (
 
 log = logging.getLogger(__name__)
 
+EXPORT_TOOL = "dmlshim export"
+"""The ``tool`` an export's index.json names: only such an index (and what it lists) is replaced."""
+
 __all__ = [
     "DML_OUTPUT_FILE",
     "EXPECTED_OUTPUT_FILE",
@@ -112,10 +115,15 @@ def _previous_export(directory: Path) -> list[str]:
         return []
     try:
         previous = read_json(index, what=f"previous {INDEX_FILE}")
-        folders = [str(e["folder"]) for e in previous.get("exported", [])]
+        ours = isinstance(previous, dict) and previous.get("tool") == EXPORT_TOOL
+        folders = [str(e["folder"]) for e in previous.get("exported", [])] if ours else []
     except (DmlShimError, OSError, ValueError, TypeError, KeyError, AttributeError):
         log.warning("cannot read the previous %s; leaving its folders in place", index)
-        folders = []
+        folders, ours = [], False
+    if not ours:
+        # someone else's index.json (a web project's, notes): never replaced, the commit refuses it
+        log.warning("%s is not an index dmlshim export wrote: nothing in %s is replaced", index, directory)
+        return []
     # Only plain child folder names are trusted; anything else in an edited index.json is ignored.
     return [f for f in folders if FOLDER_RE.match(f)] + [INDEX_FILE]
 
@@ -222,7 +230,7 @@ def export_model(
         generated = {"generated": True, "seed": seed, "symbols": symbols}
         index = {
             "schema_version": INDEX_SCHEMA_VERSION,
-            "tool": "dmlshim export",
+            "tool": EXPORT_TOOL,
             "model": model_label,
             "feature_level": fl.dml_name,
             "inputs": "given" if inputs is not None else generated,

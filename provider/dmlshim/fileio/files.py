@@ -150,12 +150,21 @@ def _check_text(path: PathLike, what: str) -> str:
 
 
 def _lstat(path: PathLike) -> os.stat_result | None:
+    """What ``path`` is (None: nothing there).
+
+    Raises:
+        BadInputError: the path cannot name a file at all (too long for the file system, a loop of
+            links on the way, NUL): one error naming the path, never the bare ``OSError``.
+    """
     try:
         return os.lstat(path)
     except FileNotFoundError:
         return None
     except NotADirectoryError:
         return None
+    except (OSError, ValueError) as exc:
+        words = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise BadInputError(f"the path cannot name a file here: {words}", path=str(path), rule=_RULE) from exc
 
 
 def _same_file(a: PathLike, b: PathLike) -> bool:

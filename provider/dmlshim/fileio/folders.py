@@ -62,6 +62,16 @@ def _remove_entry(path: Path) -> None:
     path.rmdir()
 
 
+def _missing_folders(folder: Path) -> list[Path]:
+    """The folders on the way to ``folder`` (itself included) that do not exist yet, outermost first."""
+    missing: list[Path] = []
+    current = folder
+    while not os.path.lexists(current) and current != current.parent:
+        missing.append(current)
+        current = current.parent
+    return missing[::-1]
+
+
 class StagedFolder:
     """Build a folder's content out of sight, then move it into place all at once.
 
@@ -97,6 +107,7 @@ class StagedFolder:
         self._staging: Path | None = None
         self._committed = False
         self._termination: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+        self._made: list[Path] = []
         self._check()
 
     def _check(self) -> None:
@@ -104,6 +115,12 @@ class StagedFolder:
         text = str(self.target)
         self._mode = "new"
         if st is None:
+            missing = _missing_folders(self.target)
+            above = missing[0].parent if missing else self.target.parent
+            if not above.is_dir():  # checked before the work, as run -o checks its folder
+                raise BadInputError(
+                    f"the {self.what}'s folder {str(above)!r} is not a folder", path=text, rule=_RULE
+                )
             return
         if portable.is_link(st):
             _refuse_stream_link(self.target, self.what)
@@ -174,6 +191,7 @@ class StagedFolder:
         self._termination = portable.cleanup_on_termination()
         self._termination.__enter__()
         try:
+            self._made = _missing_folders(parent)
             parent.mkdir(parents=True, exist_ok=True)
             self._staging = Path(
                 tempfile.mkdtemp(prefix=temp_prefix(self.target.name), suffix=".tmp", dir=parent)
@@ -191,6 +209,10 @@ class StagedFolder:
             if self._staging is not None and not self._committed:
                 # Our own temporary folder; rmtree removes links inside it without following them.
                 shutil.rmtree(self._staging, ignore_errors=True)
+                # the folders made for it, if still empty ('-o new/sub/..' left 'new' behind)
+                for made in reversed(self._made):
+                    with contextlib.suppress(OSError):
+                        made.rmdir()
             self._staging = None
         finally:
             self._termination.__exit__(None, None, None)

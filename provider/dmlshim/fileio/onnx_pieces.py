@@ -39,6 +39,7 @@ def copy_bytes(handle: BinaryIO, source: SourceBytes) -> None:
     from .reading import open_regular
 
     left, at = source.length, source.offset
+    writing = False  # an OSError while writing is the output's (disk full, file too large), not the input's
     try:
         with open_regular(source.file, what="weights file") as src:
             if os.fstat(src.fileno()).st_size < at + left:
@@ -51,7 +52,9 @@ def copy_bytes(handle: BinaryIO, source: SourceBytes) -> None:
             while left:
                 data_at = _next_data(src.fileno(), at, at + left)
                 if data_at > at:  # a hole: skipped in the output too
+                    writing = True
                     handle.seek(data_at - at, os.SEEK_CUR)
+                    writing = False
                     left -= data_at - at
                     at = data_at
                     continue
@@ -64,10 +67,14 @@ def copy_bytes(handle: BinaryIO, source: SourceBytes) -> None:
                         path=source.file,
                         value=source.length,
                     )
+                writing = True
                 handle.write(chunk)
+                writing = False
                 left -= len(chunk)
                 at += len(chunk)
     except OSError as exc:
+        if writing:
+            raise  # the writer names the output file (before: "cannot read the weights file" named the input)
         raise BadInputError(f"cannot read the weights file: {exc.strerror or exc}", path=source.file) from exc
 
 

@@ -5,6 +5,7 @@ at exit. See docs/coming-from.md."""
 from __future__ import annotations
 
 import argparse
+import builtins
 import importlib.util
 import os
 import runpy
@@ -127,6 +128,11 @@ def main(argv: list[str] | None = None) -> int:
     return _run(module, target)
 
 
+_MAIN_GLOBALS = {"__builtins__": builtins}
+"""What python's ``__main__`` holds before the program runs: ``__builtins__`` the module (runpy's fresh
+globals gave the program the module's dict, and ``__builtins__.open`` raised AttributeError)."""
+
+
 def _run(module: str | None, target: list[str]) -> int:
     """Run the program (``-m MODULE`` or a script, folder, archive or ``-``) as ``python`` runs it."""
     if module is not None:
@@ -135,13 +141,16 @@ def _run(module: str | None, target: list[str]) -> int:
             sys.stderr.write(f"{sys.executable}: {missing}\n")
             return 1
         sys.argv = [module, *target]
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        runpy.run_module(module, _MAIN_GLOBALS, run_name="__main__", alter_sys=True)
         return 0
     script, *rest = target
     if script == "-":  # as `python -`: the program is read from standard input
         sys.argv = ["-", *rest]
         sys.path[0] = ""
-        _run_source(sys.stdin.read(), "<stdin>")
+        # bytes, as python reads them: compile() honours a coding declaration and a UTF-8 BOM (text
+        # decoded with the locale's codec was a UnicodeEncodeError or a SyntaxError at U+FEFF)
+        stdin = getattr(sys.stdin, "buffer", sys.stdin)
+        _run_source(stdin.read(), "<stdin>")
         return 0
     if os.path.isdir(script) or (os.path.isfile(script) and zipfile.is_zipfile(script)):
         # as python runs a folder or a zip archive: its __main__ module, the folder first on sys.path
@@ -151,16 +160,18 @@ def _run(module: str | None, target: list[str]) -> int:
             )
             return 1
         sys.argv = [script, *rest]
-        runpy.run_path(script, run_name="__main__")
+        runpy.run_path(script, _MAIN_GLOBALS, run_name="__main__")
         return 0
     if not os.path.isfile(script):
         sys.stderr.write(f"python -m dmlshim.ort: error: can't open file {script!r}: no such file\n")
         return 2
     sys.argv = [script, *rest]
-    sys.path[0] = os.path.dirname(os.path.abspath(script))
+    # the folder of the script's real file, as python puts it first: a script linked into ~/bin still
+    # imports the modules beside it (the link's own folder made them ModuleNotFoundError)
+    sys.path[0] = os.path.dirname(os.path.realpath(script))
     # __file__ absolute, as python makes it (a script that changes directory still finds its files);
     # runpy sets argv[0] to the same absolute path
-    runpy.run_path(os.path.abspath(script), run_name="__main__")
+    runpy.run_path(os.path.abspath(script), _MAIN_GLOBALS, run_name="__main__")
     return 0
 
 
@@ -173,10 +184,11 @@ def _has_main(path: str) -> bool:
         return any(n in archive.NameToInfo for n in names)
 
 
-def _run_source(source: str, filename: str) -> None:
+def _run_source(source: str | bytes, filename: str) -> None:
     """Run program text as the ``__main__`` module, as python runs ``python -``."""
     main_module = types.ModuleType("__main__")
-    main_module.__dict__["__builtins__"] = __builtins__
+    main_module.__dict__["__builtins__"] = builtins
+    main_module.__dict__.update(__file__=filename, __cached__=None)  # as python's __main__ for stdin
     saved = sys.modules.get("__main__")
     sys.modules["__main__"] = main_module
     try:

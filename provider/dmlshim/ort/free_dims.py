@@ -19,7 +19,7 @@ import onnx
 from onnx import helper
 
 from ..execute.feeds import NodeArg, node_arg
-from ..runtime.real import OrtInferenceSession
+from ..runtime.real import OrtInferenceSession, options_held
 
 logger = logging.getLogger(__name__)
 
@@ -66,11 +66,12 @@ def _writing_nothing(so: Any) -> Iterator[None]:
     if not profiling and not optimized:
         yield
         return
-    so.enable_profiling, so.optimized_model_filepath = False, ""
-    try:
-        yield
-    finally:
-        so.enable_profiling, so.optimized_model_filepath = profiling, optimized
+    with options_held(so):  # no other thread's session reads them while they are off
+        so.enable_profiling, so.optimized_model_filepath = False, ""
+        try:
+            yield
+        finally:
+            so.enable_profiling, so.optimized_model_filepath = profiling, optimized
 
 
 def with_free_dimension_overrides(

@@ -133,6 +133,7 @@ def install(
                 f"unknown engine {engine!r}; available engines: {', '.join(engine_names())}", value=engine
             )
         os.environ[ENGINE_ENV] = engine
+    _forget_foreign_state()
     if summary_file is None and OWNER_ENV not in os.environ and os.environ.get(SUMMARY_FILE_ENV):
         # named by the environment: the same rules as the argument (never an input, nor an existing file)
         summary_file = os.environ[SUMMARY_FILE_ENV]
@@ -165,6 +166,28 @@ def install(
                 stacklevel=2,
             )
     return _bind()
+
+
+def _forget_foreign_state() -> None:
+    """Drop a state the environment names that no dmlshim process made (a copied environment, a leftover
+    ``export``): a state folder that is not a real ``dmlshim-ort-locked-*`` folder. This process then
+    owns the run; before, it took itself for a worker of a process long gone: it printed no summary,
+    ignored ``$DMLSHIM_ORT_SUMMARY_FILE`` and wrote its tally into the folder named (any folder)."""
+    if OWNER_ENV not in os.environ:
+        return
+    state = os.environ.get(STATE_ENV, "")
+    named = bool(state) and os.path.basename(state).startswith(STATE_PREFIX)
+    if named and not os.path.islink(state) and os.path.isdir(state):
+        return
+    logger.warning(
+        "%s=%r names no dmlshim state folder (%s=%r): this process owns the run",
+        STATE_ENV,
+        state,
+        OWNER_ENV,
+        os.environ.get(OWNER_ENV),
+    )
+    os.environ.pop(OWNER_ENV, None)
+    os.environ.pop(STATE_ENV, None)
 
 
 def early_importers() -> list[str]:

@@ -24,7 +24,7 @@ from onnx import helper
 from ..errors import BadModelError
 from ..model.ort_errors import ORT_ERRORS
 from ..runtime.exceptions import with_onnxruntime_class
-from ..runtime.real import OrtInferenceSession, ort
+from ..runtime.real import OrtInferenceSession, options_held, ort
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +65,8 @@ def options_from_model(model: onnx.ModelProto, sess_options: Any) -> Any:
     )
     probe = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 17)])
     probe.metadata_props.extend(config)
+    held = options_held(so)  # no other thread's session reads the path while it is off
+    held.__enter__()
     optimized = so.optimized_model_filepath
     so.optimized_model_filepath = ""  # the probe is never written anywhere
     try:
@@ -84,6 +86,7 @@ def options_from_model(model: onnx.ModelProto, sess_options: Any) -> Any:
         raise with_onnxruntime_class(error, type(exc)) from exc
     finally:
         so.optimized_model_filepath = optimized
+        held.__exit__(None, None, None)
     finalized = session._sess.session_options
     finalized.optimized_model_filepath = optimized
     if finalized.enable_profiling:  # the probe's own profile is not the caller's

@@ -34,6 +34,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from ..errors import BadInputError
 from ..execute.record import PLACEMENT_DML
 from ..fileio import files
 from ..runtime.real import OrtInferenceSession, ort
@@ -94,7 +95,13 @@ class SessionProfiler:
         # onnxruntime opens the file when the session starts: a relative prefix names a file in the
         # working directory of that moment, whatever directory the program is in when profiling ends
         self._path = os.path.abspath(self._name)
-        files.remember_output(self._path)
+        self._unusable: str | None = None
+        """Why no file can have the profile's name (too long, NUL): onnxruntime then writes nothing and
+        still returns the name."""
+        try:
+            files.remember_output(self._path)
+        except BadInputError as exc:
+            self._unusable = exc.message
 
     @property
     def start_time_ns(self) -> int:
@@ -216,9 +223,10 @@ class SessionProfiler:
         with self._lock:
             events = sorted(self._events, key=lambda e: (e.get("ts", 0), -e.get("dur", 0)))
         name = self._name  # returned as onnxruntime returns it (relative when the prefix is)
-        if not Path(self._path).parent.is_dir():
+        if self._unusable is not None or not Path(self._path).parent.is_dir():
             # onnxruntime cannot open the file either: it writes nothing and still returns the name
-            logger.warning("profile not written: the folder of %s does not exist", name)
+            why = self._unusable or "its folder does not exist"
+            logger.warning("profile not written to %r: %s", name, why)
             self._tmp.cleanup()
             return name
         data = json.dumps(events, separators=(",", ":")).encode("utf-8")

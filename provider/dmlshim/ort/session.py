@@ -33,7 +33,13 @@ from ..kernels.options import IndexMode
 from ..model.ort_witness import acceptance_pending
 from ..resources import guard_resources
 from ..runtime.exceptions import raises_onnxruntime_errors
-from ..runtime.real import DISABLED_OPTIMIZERS, callers_options, optimizers_disabled, use_global_thread_pool
+from ..runtime.real import (
+    DISABLED_OPTIMIZERS,
+    callers_options,
+    holding_options,
+    optimizers_disabled,
+    use_global_thread_pool,
+)
 from ..translate.folding_refusal import folding_refusal
 from .attributes import OrtSessionAttributes
 from .c_iobinding import bind_c_iobinding
@@ -124,6 +130,7 @@ class InferenceSession(SessionRuns, SessionQueries, SessionProfiling, OrtSession
 
     @raises_onnxruntime_errors()
     @guard_resources("loading the model")
+    @holding_options
     def __init__(
         self,
         path_or_bytes: ModelSource,
@@ -384,6 +391,7 @@ class InferenceSession(SessionRuns, SessionQueries, SessionProfiling, OrtSession
         return list(self._choice.names)
 
     @raises_onnxruntime_errors()
+    @holding_options
     def set_providers(
         self,
         providers: Sequence[Any] | None = None,

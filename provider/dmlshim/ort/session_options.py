@@ -13,7 +13,9 @@ fragment) and profiling would give one file per partition. Instead:
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -293,6 +295,24 @@ def _weights_path(folder: Path, name: str) -> Path:
         ) from None
 
 
+def _refuse_one_file_for_both(model: Path, weights: Path) -> None:
+    """Refuse an external-initializers file onnxruntime wrote (an initializer reached the minimum size)
+    that is the optimized model's own file (``o.onnx`` for both, or a link to it): onnxruntime writes
+    both to the one name, so the weights replace the model (a file no session can load); dmlshim wrote
+    the model over the weights (a model whose weights are gone). Checked before either is written."""
+    same = os.path.abspath(model) == os.path.abspath(weights)
+    with contextlib.suppress(OSError, ValueError):
+        same = same or os.path.samefile(model, weights)
+    if same:
+        refused = BadInputError(
+            f"the optimized model's external initializers ({EXTERNAL_FILE_KEY}) name the optimized model "
+            "itself; one file cannot hold both: give the weights another name",
+            path=str(weights),
+            rule="the file is named relative to the optimized model",
+        )
+        raise with_onnxruntime_class(refused, RuntimeError)
+
+
 def _refuse_linked_folders(root: Path, weights: Path) -> None:
     """Refuse a folder between the optimized model's folder and its external-initializers file that is a
     symbolic link (onnxruntime writes through it, replacing a file of the link's target)."""
@@ -326,6 +346,7 @@ def _move_weights(staged_dir: Path, name: str, target: Path, model_path: str | N
         logger.debug("onnxruntime wrote no external initializers file %s (no initializer large enough)", name)
         return
     destination = target.parent / relative.relative_to(staged_dir)
+    _refuse_one_file_for_both(target, destination)
     write_session_file(
         destination,
         relative.read_bytes(),

@@ -12,12 +12,15 @@ the real package module even when the stand-in occupies ``sys.modules["onnxrunti
 from __future__ import annotations
 
 import contextlib
+import functools
+import os
 import sys
+import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 from onnxruntime.capi import _pybind_state as C
 from onnxruntime.capi import onnxruntime_pybind11_state as pybind_state
@@ -45,6 +48,61 @@ def callers_options(options: Any) -> None:
     """``options`` are a program's own: never changed here (onnxruntime refuses them as they are)."""
     with contextlib.suppress(TypeError):
         _CALLERS.add(options)
+
+
+_OPTION_LOCKS: weakref.WeakKeyDictionary[Any, threading.RLock] = weakref.WeakKeyDictionary()
+_OPTION_LOCKS_GUARD = threading.Lock()
+
+
+@contextlib.contextmanager
+def options_held(options: Any) -> Iterator[None]:
+    """Hold ``options`` (a program's ``SessionOptions``) for the block: dmlshim switches some of the
+    caller's own fields off for a moment (profiling, ``optimized_model_filepath``, the log level, while
+    a probe session is built: free dimension overrides and added initializers cannot be copied), so every
+    such change, and every dmlshim session built from the same object, runs under this object's lock.
+    Before, a session built on another thread from one shared options object read the fields while they
+    were off, and silently wrote no optimized model (2 of 4 threads) or no profile."""
+    if options is None:
+        yield
+        return
+    try:
+        with _OPTION_LOCKS_GUARD:
+            lock = _OPTION_LOCKS.setdefault(options, threading.RLock())
+    except TypeError:  # not weakly referenceable: no program's SessionOptions
+        yield
+        return
+    with lock:
+        yield
+
+
+def _fresh_option_locks() -> None:
+    """In a forked child: the parent's threads holding option locks do not exist here, so their locks
+    would stay held forever (a child building a session from the options object a parent thread was
+    building one from waited for good); the child starts with none."""
+    global _OPTION_LOCKS, _OPTION_LOCKS_GUARD
+    _OPTION_LOCKS = weakref.WeakKeyDictionary()
+    _OPTION_LOCKS_GUARD = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_fresh_option_locks)
+
+_M = TypeVar("_M", bound=Callable[..., Any])
+
+
+def holding_options(method: _M) -> _M:
+    """Run a session method (the constructor, ``set_providers``) under :func:`options_held` for its
+    options: ``self._options`` once set, else the constructor's ``sess_options``."""
+
+    @functools.wraps(method)
+    def inner(self: Any, *args: Any, **kwargs: Any) -> Any:
+        options = getattr(self, "_options", None)
+        if options is None:
+            options = args[1] if len(args) > 1 else kwargs.get("sess_options")
+        with options_held(options):
+            return method(self, *args, **kwargs)
+
+    return inner  # type: ignore[return-value]
 
 
 def is_callers_options(options: Any) -> bool:

@@ -29,7 +29,7 @@ from onnx import helper, numpy_helper
 from ...errors import BadInputError, BadModelError
 from ...model.ort_errors import ORT_ERRORS
 from ...model.weightless import graph_shell, model_shell
-from ...runtime.real import OrtInferenceSession
+from ...runtime.real import OrtInferenceSession, options_held
 
 logger = logging.getLogger(__name__)
 
@@ -77,14 +77,15 @@ def stand_in(tensor: onnx.TensorProto, external: bool) -> onnx.TensorProto:
 def _quiet(so: Any) -> Iterator[Any]:
     """``so`` with its file outputs (profile, optimized model) off while the probe is built, restored
     after: only the caller's own object holds the added values."""
-    saved = (so.enable_profiling, so.optimized_model_filepath, so.log_severity_level)
-    so.enable_profiling, so.optimized_model_filepath = False, ""
-    # quiet, and a level onnxruntime takes: an invalid one is the real session's error, not the probe's
-    so.log_severity_level = min(max(int(saved[2]), 3), 4)
-    try:
-        yield so
-    finally:
-        so.enable_profiling, so.optimized_model_filepath, so.log_severity_level = saved
+    with options_held(so):  # no other thread's session reads them while they are changed
+        saved = (so.enable_profiling, so.optimized_model_filepath, so.log_severity_level)
+        so.enable_profiling, so.optimized_model_filepath = False, ""
+        # quiet, and a level onnxruntime takes: an invalid one is the real session's error, not the probe's
+        so.log_severity_level = min(max(int(saved[2]), 3), 4)
+        try:
+            yield so
+        finally:
+            so.enable_profiling, so.optimized_model_filepath, so.log_severity_level = saved
 
 
 _NO_NUMPY = frozenset(

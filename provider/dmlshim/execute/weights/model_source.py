@@ -202,6 +202,7 @@ def load_model(
         if os.fspath(model) in ("", b""):
             # onnxruntime takes an empty path for no model and fails in its C++ constructor (a TypeError)
             raise as_onnxruntime_error(BadModelError("the model path is empty", value=""), TypeError)
+        _refuse_unopenable(model)
         path = Path(model)
         if not path.is_file():
             error = BadModelError(
@@ -338,6 +339,27 @@ def _own_inline_weights(proto: onnx.ModelProto, path: Path, inline: frozenset[st
             logger.warning("the weights of %s cannot be copied (%s); they are read into the model", path, exc)
     read_inline(proto, path, inline)
     return None
+
+
+def _refuse_unopenable(model: str | os.PathLike[str]) -> None:
+    """Refuse a model path the system cannot open as a file, as onnxruntime refuses it (``Fail``,
+    ``system error number N``): ``m.onnx/`` or ``m.onnx/x`` (a file where a folder is named; ``Path()``
+    drops a trailing separator, so dmlshim loaded ``m.onnx/`` that onnxruntime refuses), a name too long
+    for the file system (a bare ``OSError`` before)."""
+    shown = os.fsdecode(model)
+    try:
+        os.stat(model)
+    except FileNotFoundError:
+        return  # said below, in onnxruntime's words
+    except (OSError, ValueError) as exc:
+        number = exc.errno if isinstance(exc, OSError) else None
+        if number is None:
+            return  # NUL: said below as a missing file
+        error = BadModelError(f"the model path cannot be opened: {exc.strerror or exc}", path=shown)
+        error = with_onnxruntime_class(error, pybind_state.Fail)
+        raise with_onnxruntime_words(
+            error, f"Load model from {shown} failed:system error number {number}"
+        ) from exc
 
 
 def _require_graph(proto: onnx.ModelProto, path: str | None) -> None:
