@@ -5,18 +5,23 @@ c))`` with ``x`` fed ``[20000]`` and ``c = [20000]``, ``Expand(y, Mul(Shape(x), 
 ``ConstantOfShape(Concat(Unsqueeze(n), Unsqueeze(n)))`` with ``n`` a fed scalar made onnxruntime
 allocate 1.6 GB under ``DMLSHIM_MEMORY_LIMIT=100000000`` in every engine and the drop-in (the measured
 peaks are in docs/safety.md). The top-level shape arithmetic feeding an Expand, ConstantOfShape, Tile,
-Range, OneHot or Reshape is followed here: ``Shape`` of a feed, ``Gather``, ``Slice``, ``Concat``,
-``Unsqueeze``, ``Squeeze``, ``Cast`` (integer to integer), ``Add``, ``Sub``, ``Mul``, ``Div`` (truncating,
-as onnxruntime's integer division), ``Reshape`` and ``Identity`` of small integer tensors (at most 64
-elements: feeds, initializers, ``Constant`` nodes), evaluated with numpy on each run's feeds. A value
-anything else makes, an invalid input (onnxruntime's error stands) or a larger value is left unknown, and
-its node is sized where it runs, as before.
+Range, OneHot or Reshape is followed here: ``Shape`` or ``Size`` of a feed, ``Gather``, ``Slice``,
+``Concat``, ``Unsqueeze``, ``Squeeze``, ``Cast`` (integer or bool to integer or bool), ``Add``, ``Sub``,
+``Mul``, ``Div`` (truncating, as onnxruntime's integer division), ``Reshape`` and ``Identity``, and (round 52,
+:mod:`.computed_ops`) ``Where``, the comparisons and ``Not``/``And``/``Or``/``Xor``, ``Mod``, ``Max``,
+``Min``, ``Abs``, ``Neg``, ``Sign`` and ``ReduceProd``/``Sum``/``Max``/``Min``, of small integer and bool
+tensors (at most 4096 elements: feeds, initializers, ``Constant`` nodes), evaluated with numpy on each
+run's feeds. So are the branches of an ``If`` whose condition is known that way: the branch the condition
+takes is followed (its own names kept apart from the outer ones), the sized nodes inside it are sized
+(:attr:`ComputedValues.branch_nodes`), and the ``If``'s outputs take that branch's values. A value
+anything else makes (a ``Loop`` or ``Scan`` body, a float), an invalid input (onnxruntime's error stands)
+or a larger value is left unknown, and its node is sized where it runs, as before.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,19 +29,43 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from ...graph import node_path, subgraph_prefix
 from ..proofs.symbol_shapes import value_shape
-from .fed_values import _MAX_ELEMENTS, _reshaped, _small_ints
+from . import computed_ops
+from .fed_values import VALUED_OPS, _reshaped
 
-__all__ = ["ComputedValues"]
+__all__ = ["BranchNode", "ComputedValues", "Guard", "guard_holds", "small_value"]
 
 logger = logging.getLogger(__name__)
 
 _ARITH = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply}
-_OPS = frozenset({"Shape", "Gather", "Slice", "Concat", "Unsqueeze", "Squeeze", "Cast", "Div", "Reshape"})
+_OPS = frozenset(
+    {"Shape", "Gather", "Slice", "Concat", "Unsqueeze", "Squeeze", "Cast", "Div", "Reshape", "Identity"}
+    | set(_ARITH)
+    | computed_ops.OPS
+)
 _INTEGERS = frozenset(
     getattr(onnx.TensorProto, t)
     for t in ("INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64")
 )
+_KINDS = _INTEGERS | {onnx.TensorProto.BOOL}
+_MAX_ELEMENTS = 4096
+"""The values followed: shapes and the few numbers they are made from (a reduction may read more)."""
+
+Guard = tuple[tuple[str, bool], ...]
+"""The ``If`` conditions (value name, branch taken when it holds) under which a step or node runs."""
+
+
+def guard_holds(guard: Guard, value: Callable[[str], Any]) -> bool:
+    """Whether every condition of ``guard`` is known (``value``: a name's value, or None) and selects its
+    branch."""
+    for name, flag in guard:
+        cond = value(name)
+        if not isinstance(cond, np.ndarray) or cond.dtype.kind != "b" or cond.size != 1:
+            return False
+        if bool(cond.reshape(-1)[0]) != flag:
+            return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -46,6 +75,17 @@ class _Step:
     output: str
     attributes: Mapping[str, Any]
     opset: int
+    guard: Guard = ()
+
+
+@dataclass(frozen=True)
+class BranchNode:
+    """A node sized from computed values inside the branch of an ``If`` (its inputs renamed to the
+    branch's scope), with its display name and the conditions under which the branch runs."""
+
+    node: onnx.NodeProto
+    name: str
+    guard: Guard
 
 
 @dataclass(frozen=True)
@@ -55,6 +95,9 @@ class ComputedValues:
     steps: tuple[_Step, ...] = ()
     constants: Mapping[str, np.ndarray] = field(default_factory=dict)
     """Small integer initializers (those listed as inputs: defaults a feed overrides) and Constants."""
+    branch_nodes: tuple[BranchNode, ...] = ()
+    """The Expand, ConstantOfShape, Tile, Range, OneHot and Reshape nodes inside ``If`` branches whose
+    condition is computed from the feeds (their inputs renamed to the names :meth:`values` gives)."""
 
     @property
     def names(self) -> frozenset[str]:
@@ -63,43 +106,24 @@ class ComputedValues:
 
     @classmethod
     def of(cls, graph: onnx.GraphProto, fed: set[str], targets: set[str], opset: int) -> ComputedValues:
-        """The top-level steps of ``graph`` the values ``targets`` need, from ``fed`` (graph inputs) and
-        small integer constants."""
-        constants: dict[str, np.ndarray] = {}
-        for tensor in graph.initializer:
-            if tensor.data_type in _INTEGERS and _count(tensor.dims) <= _MAX_ELEMENTS:
-                value = _array(tensor)
-                if value is not None:
-                    constants[tensor.name] = value
-        known = set(fed) | set(constants)
-        steps: dict[str, _Step] = {}
-        for node in graph.node:
-            if node.domain not in ("", "ai.onnx") or not node.output or not node.output[0]:
-                continue
-            if node.op_type == "Constant":
-                value = _constant(node)
-                if value is not None:
-                    constants[node.output[0]] = value
-                    known.add(node.output[0])
-                continue
-            if node.op_type not in _OPS and node.op_type not in _ARITH and node.op_type != "Identity":
-                continue
-            used = [n for n in node.input if n]
-            if not used or not all(n in known for n in used):
-                continue
-            attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-            steps[node.output[0]] = _Step(node.op_type, tuple(node.input), node.output[0], attributes, opset)
-            known.add(node.output[0])
+        """The steps of ``graph`` the values ``targets`` need (and the sized nodes inside the branches of
+        its top-level ``If`` nodes), from ``fed`` (graph inputs) and small integer constants."""
+        walk = _Walk(opset, dict(_constants(graph.initializer, "")), set(fed))
+        walk.known |= set(walk.constants)
+        walk.nodes(graph.node, {}, (), "", "")
         needed: set[str] = set()
-        todo = [t for t in targets if t in steps]
+        todo = [t for t in targets if t in walk.steps]
+        todo += [n for b in walk.branch for n in (*b.node.input, *(c for c, _ in b.guard)) if n in walk.steps]
         while todo:
             name = todo.pop()
             if name in needed:
                 continue
             needed.add(name)
-            todo.extend(n for n in steps[name].inputs if n in steps)
-        kept = tuple(s for s in steps.values() if s.output in needed)
-        return cls(kept, constants) if kept else cls()
+            step = walk.steps[name]
+            todo.extend(n for n in step.inputs if n in walk.steps)
+            todo.extend(n for n, _ in step.guard if n in walk.steps)
+        kept = tuple(s for s in walk.steps.values() if s.output in needed)
+        return cls(kept, walk.constants, tuple(walk.branch)) if kept or walk.branch else cls()
 
     def values(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """The values the steps compute from ``feeds`` (those known; none raises), and the constants
@@ -110,10 +134,12 @@ class ComputedValues:
             if name in out:
                 return out[name]
             if name in feeds:
-                return _small_ints(feeds[name])
+                return small_value(feeds[name])
             return self.constants.get(name)
 
         for step in self.steps:
+            if step.guard and not guard_holds(step.guard, small):
+                continue  # a branch not taken (or not known to be): nothing of it runs
             try:
                 with np.errstate(all="ignore"):
                     value = _evaluate(step, small, feeds)
@@ -121,9 +147,107 @@ class ComputedValues:
                 logger.debug("%s %r left unknown: %s", step.op_type, step.output, exc)
                 value = None
             value = None if value is None else np.asarray(value)  # numpy makes 0-d results scalars
-            if value is not None and value.dtype.kind in "iu" and value.size <= _MAX_ELEMENTS:
+            if value is not None and value.dtype.kind in "iub" and value.size <= _MAX_ELEMENTS:
                 out[step.output] = value
         return out
+
+
+class _Walk:
+    """Collects the steps of a graph and of the branches of its ``If`` nodes, in order."""
+
+    def __init__(self, opset: int, constants: dict[str, np.ndarray], known: set[str]) -> None:
+        self.opset = opset
+        self.constants = constants
+        self.known = known
+        self.steps: dict[str, _Step] = {}
+        self.branch: list[BranchNode] = []
+
+    def nodes(self, nodes: Any, rename: dict[str, str], guard: Guard, scope: str, prefix: str) -> None:
+        """Walk ``nodes`` with the names of their scope (``rename``: a branch's own names to unique ones)."""
+        for index, node in enumerate(nodes):
+            inputs = tuple(rename.get(n, n) for n in node.input)
+            for name in node.output:
+                if scope and name:
+                    rename[name] = scope + name
+            outputs = tuple(rename.get(n, n) for n in node.output)
+            if node.domain not in ("", "ai.onnx") or not outputs or not outputs[0]:
+                continue
+            if node.op_type == "If" and inputs and inputs[0] in self.known:
+                self._branches(node, inputs[0], outputs, rename, guard, scope, node_path(prefix, node, index))
+                continue
+            if scope and node.op_type in VALUED_OPS:
+                renamed = onnx.NodeProto()
+                renamed.CopyFrom(node)
+                del renamed.input[:], renamed.output[:]
+                renamed.input.extend(inputs)
+                renamed.output.extend(node.output)  # the name errors give
+                self.branch.append(BranchNode(renamed, node_path(prefix, node, index), guard))
+            if node.op_type == "Constant":
+                value = _constant(node)
+                if value is not None:
+                    self.constants[outputs[0]] = value
+                    self.known.add(outputs[0])
+                continue
+            used = [n for n in inputs if n]
+            if node.op_type not in _OPS or not used or not all(n in self.known for n in used):
+                continue
+            attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+            self.steps[outputs[0]] = _Step(node.op_type, inputs, outputs[0], attributes, self.opset, guard)
+            self.known.add(outputs[0])
+
+    def _branches(
+        self,
+        node: onnx.NodeProto,
+        cond: str,
+        outputs: tuple[str, ...],
+        rename: dict[str, str],
+        guard: Guard,
+        scope: str,
+        path: str,
+    ) -> None:
+        """Both branches of the ``If`` ``node``, each under its condition; the ``If``'s outputs select."""
+        made: dict[bool, list[str]] = {}
+        for attr in node.attribute:
+            if attr.name not in ("then_branch", "else_branch") or not attr.HasField("g"):
+                continue
+            flag = attr.name == "then_branch"
+            inner = f"{scope}{outputs[0]}\x00{attr.name}\x00"
+            sub = dict(rename)
+            for tensor in attr.g.initializer:  # a branch's own constants shadow outer names
+                sub[tensor.name] = inner + tensor.name
+            for name, value in _constants(attr.g.initializer, inner):
+                self.constants[name] = value
+                self.known.add(name)
+            self.nodes(attr.g.node, sub, (*guard, (cond, flag)), inner, subgraph_prefix(path, attr.name))
+            made[flag] = [sub.get(o.name, o.name) for o in attr.g.output]
+        if len(made) != 2 or len(made[True]) != len(outputs) or len(made[False]) != len(outputs):
+            return
+        for out, then, other in zip(outputs, made[True], made[False], strict=True):
+            if out and then in self.known and other in self.known:
+                self.steps[out] = _Step("If", (cond, then, other), out, {}, self.opset, guard)
+                self.known.add(out)
+
+
+def _constants(tensors: Any, scope: str) -> list[tuple[str, np.ndarray]]:
+    found = []
+    for tensor in tensors:
+        if tensor.data_type in _KINDS and _count(tensor.dims) <= _MAX_ELEMENTS:
+            value = _array(tensor)
+            if value is not None:
+                found.append((scope + tensor.name, value))
+    return found
+
+
+def small_value(value: Any) -> np.ndarray | None:
+    """A fed integer or bool tensor of at most :data:`_MAX_ELEMENTS` elements (numpy or an OrtValue)."""
+    if value is not None and not isinstance(value, np.ndarray) and hasattr(value, "numpy"):
+        shape = value.shape() if callable(getattr(value, "shape", None)) else None
+        if shape is None or _count(shape) > _MAX_ELEMENTS:
+            return None
+        value = value.numpy()
+    if not isinstance(value, np.ndarray) or value.dtype.kind not in "iub" or value.size > _MAX_ELEMENTS:
+        return None
+    return value
 
 
 def _count(dims: Any) -> int:
@@ -147,7 +271,7 @@ def _array(tensor: onnx.TensorProto) -> np.ndarray | None:
 
 def _constant(node: onnx.NodeProto) -> np.ndarray | None:
     for a in node.attribute:
-        if a.name == "value" and a.t.data_type in _INTEGERS and _count(a.t.dims) <= _MAX_ELEMENTS:
+        if a.name == "value" and a.t.data_type in _KINDS and _count(a.t.dims) <= _MAX_ELEMENTS:
             return _array(a.t)
         if a.name == "value_int":
             return np.array(a.i, np.int64)
@@ -158,7 +282,7 @@ def _constant(node: onnx.NodeProto) -> np.ndarray | None:
 
 def _evaluate(step: _Step, small: Any, feeds: Mapping[str, Any]) -> np.ndarray | None:
     op, attrs = step.op_type, step.attributes
-    if op == "Shape":
+    if op in ("Shape", "Size"):
         name = step.inputs[0]
         value = small(name)
         dims = (
@@ -171,15 +295,24 @@ def _evaluate(step: _Step, small: Any, feeds: Mapping[str, Any]) -> np.ndarray |
         rank = len(dims)
         start, end = (int(attrs.get(k, d)) for k, d in (("start", 0), ("end", rank)))
         start, end = (max(0, min(rank, v + rank if v < 0 else v)) for v in (start, end))
+        if op == "Size":
+            return np.array(_count(dims), np.int64)
         return np.array(dims[start:end], np.int64)
+    if op == "If":  # the output of the branch the condition takes
+        cond = small(step.inputs[0])
+        if cond is None or cond.dtype.kind != "b" or cond.size != 1:
+            return None
+        return small(step.inputs[1] if bool(cond.reshape(-1)[0]) else step.inputs[2])
     args = [small(n) if n else None for n in step.inputs]
     if any(a is None for n, a in zip(step.inputs, args, strict=True) if n):
         return None
+    if op in computed_ops.OPS:
+        return computed_ops.evaluate(op, attrs, step.opset, args)
     if op == "Identity":
         return args[0]
     if op in _ARITH or op == "Div":
         a, b = args[0], args[1]
-        if a.dtype != b.dtype:
+        if a.dtype != b.dtype or a.dtype.kind not in "iu":
             return None
         if op != "Div":
             return _ARITH[op](a, b).astype(a.dtype)
@@ -189,7 +322,7 @@ def _evaluate(step: _Step, small: Any, feeds: Mapping[str, Any]) -> np.ndarray |
         return np.where((a < 0) != (b < 0), -q, q).astype(a.dtype)
     if op == "Cast":
         to = int(attrs.get("to", 0))
-        return args[0].astype(helper.tensor_dtype_to_np_dtype(to)) if to in _INTEGERS else None
+        return args[0].astype(helper.tensor_dtype_to_np_dtype(to)) if to in _KINDS else None
     if op == "Concat":
         if len({a.dtype for a in args}) != 1 or "axis" not in attrs:
             return None
@@ -199,7 +332,8 @@ def _evaluate(step: _Step, small: Any, feeds: Mapping[str, Any]) -> np.ndarray |
         axis = int(attrs.get("axis", 0))
         axis = axis + data.ndim if axis < 0 else axis
         if (
-            not 0 <= axis < data.ndim
+            index.dtype.kind not in "iu"
+            or not 0 <= axis < data.ndim
             or np.any(index < -data.shape[axis])
             or np.any(index >= data.shape[axis])
         ):

@@ -1,0 +1,124 @@
+"""The ops beyond plain shape arithmetic that :mod:`.computed_values` follows, evaluated as onnxruntime does.
+
+Round 51 followed ``Shape``/``Gather``/``Slice``/``Concat``/... into a sized node; a size made through a
+``Where`` and a comparison, a ``ReduceProd`` of a shape, a ``Mod``, ``Max``/``Min``, ``Abs``/``Neg`` escaped
+the memory limit (1.67 GB peak under a 100 MB limit, 6.4 GB for an int64 ``Range``). These are evaluated
+here on small integer and bool tensors, with onnxruntime's integer semantics (wrapping arithmetic; ``Mod``
+with the divisor's sign, or ``fmod`` through a double; the reductions in the input's own type). A case
+whose onnxruntime result numpy cannot reproduce exactly (a zero divisor, a ``fmod`` past 2**53, an empty
+``ReduceMax``) is left unknown: its node is sized where it runs, as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["OPS", "evaluate"]
+
+_COMPARE: dict[str, Callable[..., Any]] = {
+    "Equal": np.equal,
+    "Greater": np.greater,
+    "Less": np.less,
+    "GreaterOrEqual": np.greater_equal,
+    "LessOrEqual": np.less_equal,
+}
+_LOGIC: dict[str, Callable[..., Any]] = {"And": np.logical_and, "Or": np.logical_or, "Xor": np.logical_xor}
+_REDUCE: dict[str, Callable[..., Any]] = {
+    "ReduceProd": np.prod,
+    "ReduceSum": np.sum,
+    "ReduceMax": np.max,
+    "ReduceMin": np.min,
+}
+OPS = frozenset(
+    {"Where", "Not", "Mod", "Max", "Min", "Abs", "Neg", "Sign", "Size", *_COMPARE, *_LOGIC, *_REDUCE}
+)
+_EXACT = 2**53
+"""onnxruntime's integer ``fmod`` goes through ``std::fmod``, a double: exact below this."""
+
+
+def evaluate(
+    op: str, attrs: Mapping[str, Any], opset: int, args: Sequence[np.ndarray | None]
+) -> np.ndarray | None:
+    """``op`` on ``args`` (None for an omitted optional input) as onnxruntime computes it, or None where
+    this cannot say (an invalid input: onnxruntime's error stands)."""
+    values = [a for a in args if a is not None]
+    kinds = {a.dtype.kind for a in values}
+    if op in _COMPARE:
+        a, b = args[0], args[1]
+        if a is None or b is None or a.dtype != b.dtype or (op != "Equal" and a.dtype.kind == "b"):
+            return None
+        return _COMPARE[op](a, b)
+    if op in _LOGIC or op == "Not":
+        if kinds != {"b"}:
+            return None
+        return np.logical_not(values[0]) if op == "Not" else _LOGIC[op](values[0], values[1])
+    if op == "Where":
+        cond, x, y = args
+        if cond is None or x is None or y is None or cond.dtype.kind != "b" or x.dtype != y.dtype:
+            return None
+        return np.where(cond, x, y).astype(x.dtype)
+    if kinds - {"i", "u"} or not values:
+        return None  # every other op here reads integers alone
+    if op in ("Max", "Min"):
+        if len({a.dtype for a in values}) != 1:
+            return None
+        combine = np.maximum if op == "Max" else np.minimum
+        out = values[0]
+        for a in values[1:]:
+            out = combine(out, a)
+        return np.asarray(out).astype(values[0].dtype)
+    if op == "Mod":
+        return _mod(args[0], args[1], bool(attrs.get("fmod", 0)))
+    if op == "Abs":
+        return np.abs(values[0]).astype(values[0].dtype)
+    if op == "Neg":
+        return None if values[0].dtype.kind == "u" else np.negative(values[0])
+    if op == "Sign":
+        return np.sign(values[0]).astype(values[0].dtype)
+    if op in _REDUCE:
+        return _reduced(op, attrs, opset, args)
+    return None
+
+
+def _mod(a: np.ndarray | None, b: np.ndarray | None, fmod: bool) -> np.ndarray | None:
+    if a is None or b is None or a.dtype != b.dtype or not np.all(b):
+        return None  # a zero divisor: onnxruntime's own error or result
+    if a.dtype.kind == "i" and np.any(b == -1):
+        return None  # INT_MIN % -1 traps in C++
+    if not fmod:
+        return np.mod(a, b).astype(a.dtype)  # the result takes the divisor's sign, as onnxruntime's
+    if np.any(np.abs(a.astype(np.float64)) >= _EXACT) or np.any(np.abs(b.astype(np.float64)) >= _EXACT):
+        return None
+    return np.fmod(a, b).astype(a.dtype)
+
+
+def _reduced(
+    op: str, attrs: Mapping[str, Any], opset: int, args: Sequence[np.ndarray | None]
+) -> np.ndarray | None:
+    """``ReduceProd``/``Sum``/``Max``/``Min``: axes as an attribute before opset 18 (13 for ``ReduceSum``),
+    as an optional input from then on; ``keepdims`` (default 1), ``noop_with_empty_axes`` (default 0)."""
+    data = args[0]
+    if data is None:
+        return None
+    as_input = opset >= (13 if op == "ReduceSum" else 18)
+    raw = (args[1] if len(args) > 1 else None) if as_input else attrs.get("axes")
+    axes = [int(x) for x in np.reshape(np.asarray(raw if raw is not None else [], np.int64), -1)]
+    keep = bool(attrs.get("keepdims", 1))
+    if not axes:
+        if as_input and attrs.get("noop_with_empty_axes", 0):
+            return data
+        axes = list(range(data.ndim))
+    rank = data.ndim
+    norm = tuple(sorted({a + rank if a < 0 else a for a in axes}))
+    if len(norm) != len(axes) or any(not 0 <= a < rank for a in norm):
+        return None
+    if op in ("ReduceMax", "ReduceMin") and any(data.shape[a] == 0 for a in norm):
+        return None  # an empty maximum: onnxruntime's own answer
+    if op in ("ReduceMax", "ReduceMin"):
+        out = _REDUCE[op](data, axis=norm, keepdims=keep)
+    else:
+        out = _REDUCE[op](data, axis=norm, keepdims=keep, dtype=data.dtype)
+    return np.asarray(out).astype(data.dtype)
