@@ -308,3 +308,39 @@ def test_a_branch_initializer_shadowing_a_feed_is_the_branchs(monkeypatch: pytes
         [node("Greater", ["n", "zero"], ["pos1"]), node("Squeeze", ["pos1"], ["pos"])], [_c("n", [2])], []
     )
     sizes.check({"n": np.array([300], np.int64)})
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="VmHWM is Linux's")
+@pytest.mark.parametrize("op", ["Add", "Where", "Max", "Gather", "Concat"])
+def test_the_check_itself_stays_small(op: str) -> None:
+    """Values of up to 4096 elements are followed: a broadcast of ``[4096, 1]`` with ``[1, 4096]`` (or a
+    Gather of 4096 rows of 4096, a Concat of 4096 values of 4096) would make 16.7 million int64 (134 MB)
+    inside the check itself: such a step is left unknown, never computed."""
+    code = f"""
+import numpy as np
+from onnx import TensorProto, helper
+from dmlshim.execute.plan.computed_values import ComputedValues
+I64 = TensorProto.INT64
+op = {op!r}
+a, b = np.arange(4096, dtype=np.int64).reshape(4096, 1), np.arange(4096, dtype=np.int64).reshape(1, 4096)
+feeds = {{"a": a, "b": b, "c": np.array(True)}}
+if op == "Where":
+    node = helper.make_node("Where", ["c", "a", "b"], ["o"])
+elif op == "Gather":
+    feeds["a"] = a.reshape(1, 4096)
+    feeds["b"] = np.zeros(4096, np.int64)
+    node = helper.make_node("Gather", ["a", "b"], ["o"], axis=0)
+elif op == "Concat":
+    node = helper.make_node("Concat", ["a"] * 4096, ["o"], axis=0)
+else:
+    node = helper.make_node(op, ["a", "b"], ["o"])
+graph = helper.make_graph([node], "g", [], [])
+values = ComputedValues.of(graph, set(feeds), {{"o"}}, 18).values(feeds)
+assert "o" not in values
+with open("/proc/self/status") as status:
+    print(int(next(l.split()[1] for l in status if l.startswith("VmHWM:"))) // 1024)
+"""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "provider")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert int(done.stdout.split()[-1]) < 120, done.stdout  # python, numpy and onnx alone: about 60 MB

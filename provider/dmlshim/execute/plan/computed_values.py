@@ -306,6 +306,8 @@ def _evaluate(step: _Step, small: Any, feeds: Mapping[str, Any]) -> np.ndarray |
     args = [small(n) if n else None for n in step.inputs]
     if any(a is None for n, a in zip(step.inputs, args, strict=True) if n):
         return None
+    if _result_size(op, attrs, [a for a in args if a is not None]) > _MAX_ELEMENTS:
+        return None  # never computed: a broadcast or gather of small values can be large
     if op in computed_ops.OPS:
         return computed_ops.evaluate(op, attrs, step.opset, args)
     if op == "Identity":
@@ -348,6 +350,23 @@ def _evaluate(step: _Step, small: Any, feeds: Mapping[str, Any]) -> np.ndarray |
         axes = attrs.get("axes") if step.opset < 13 else (args[1] if len(args) > 1 else None)
         return _squeezed(op, args[0], None if axes is None else [int(x) for x in np.reshape(axes, -1)])
     return _sliced(step, args)
+
+
+def _result_size(op: str, attrs: Mapping[str, Any], args: list[np.ndarray]) -> int:
+    """An upper bound of the number of elements ``op`` makes of ``args`` (all at most
+    :data:`_MAX_ELEMENTS` each): two ``[4096, 1]`` and ``[1, 4096]`` values broadcast to 16.7 million."""
+    if op == "Concat":
+        return sum(a.size for a in args)
+    if op == "Gather" and len(args) == 2 and args[0].ndim:
+        axis = int(attrs.get("axis", 0))
+        dim = args[0].shape[axis] if -args[0].ndim <= axis < args[0].ndim else 1
+        return (args[0].size // dim if dim else 0) * args[1].size
+    if op in ("Reshape", "Slice", "Squeeze", "Unsqueeze", "Identity", "Cast") or op.startswith("Reduce"):
+        return args[0].size if args else 0
+    try:
+        return _count(np.broadcast_shapes(*(a.shape for a in args)))
+    except ValueError:
+        return 0  # shapes that do not broadcast: the op's own evaluation leaves it unknown
 
 
 def _squeezed(op: str, data: np.ndarray, axes: list[int] | None) -> np.ndarray | None:
