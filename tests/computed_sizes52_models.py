@@ -102,6 +102,19 @@ def model(case: str, opset: int = 18) -> bytes:
             node("Greater", ["n", "zero"], ["pos"]),
             node("If", ["pos"], ["e"], name="branch", then_branch=then, else_branch=other),
         ]
+    elif case == "float_scale":  # x [n/100, n/100] -> Cast(Shape) to float -> Mul, Add -> Floor -> Cast int
+        inputs.append(vi("x", F, [None, None]))
+        inits += [numpy_helper.from_array(np.array([100.0, 100.0], np.float32), "k")]
+        inits += [numpy_helper.from_array(np.array([0.0, 0.75], np.float32), "b")]
+        nodes = [
+            node("Shape", ["x"], ["sx"]),
+            node("Cast", ["sx"], ["sf"], to=F),
+            node("Mul", ["sf", "k"], ["sk"]),
+            node("Add", ["sk", "b"], ["sb"]),
+            node("Floor", ["sb"], ["fl"]),
+            node("Cast", ["fl"], ["s"], to=I64),
+            node("ConstantOfShape", ["s"], ["e"], name="big"),
+        ]
     else:
         raise ValueError(case)
     nodes.append(node("Gather", ["e", "i"], ["out"], name="g", axis=1))
@@ -115,6 +128,8 @@ def feeds(case: str, n: int) -> dict[str, np.ndarray]:
     i = np.array([1, -1], np.int64)
     if case == "reduceprod":
         return {"i": i, "x": np.zeros((n // 100, 100), np.float32)}
+    if case == "float_scale":  # floor([n / 100 * 100.0 + 0.0, n / 100 * 100.0 + 0.75]): [n, n]
+        return {"i": i, "x": np.zeros((n // 100, n // 100), np.float32)}
     if case == "abs_neg":
         return {"i": i, "n": np.array(-n, np.int64)}
     if case == "reduce_large":
@@ -126,4 +141,4 @@ def feeds(case: str, n: int) -> dict[str, np.ndarray]:
     raise ValueError(case)
 
 
-CASES = ("where_compare", "reduceprod", "mod_maxmin", "abs_neg", "reduce_large", "if_branch")
+CASES = ("where_compare", "reduceprod", "mod_maxmin", "abs_neg", "reduce_large", "if_branch", "float_scale")

@@ -118,6 +118,8 @@ def _ops_model(opset: int) -> tuple[onnx.ModelProto, list[str]]:
         "axes": np.array([1], np.int64),
         "no": np.array([], np.int64),
         "t": np.array([True, False, True, False]),
+        "fk": np.array([0.1, 3.0, 7.0], np.float32),
+        "fd": np.array([3.0, -0.7, 2.0], np.float32),
     }
     inits = [numpy_helper.from_array(v, k) for k, v in c.items()]
     as_input = {"ReduceSum": opset >= 13, "other": opset >= 18}
@@ -167,16 +169,47 @@ def _ops_model(opset: int) -> tuple[onnx.ModelProto, list[str]]:
         node(
             "If", ["b"], ["if"], then_branch=_scalar_branch("t1", "n"), else_branch=_scalar_branch("e1", "z")
         ),
+        node("Cast", ["sx"], ["sf"], to=F),
+        node("Mul", ["sf", "fk"], ["fm"]),
+        node("Div", ["fm", "fd"], ["fdv"]),
+        node("Add", ["fdv", "f"], ["fa"]),
+        node("Sub", ["fa", "fk"], ["fs"]),
+        node("Floor", ["fs"], ["floor"]),
+        node("Ceil", ["fs"], ["ceil"]),
+        node("Round", ["f"], ["round"]),
+        node("Cast", ["fs"], ["trunc"], to=I64),
+        node("Cast", ["f"], ["ftrunc"], to=I32),
+        node("Mod", ["fs", "fd"], ["fmodf"], fmod=1),
+        node("Max", ["fs", "f"], ["fmax"]),
+        node("Min", ["fs", "f"], ["fmin"]),
+        node("Less", ["fs", "f"], ["flt"]),
+        node("Where", ["flt", "fs", "f"], ["fwhere"]),
+        node("Abs", ["fs"], ["fabs"]),
+        node("Neg", ["fs"], ["fneg"]),
+        node("Cast", ["f"], ["fbool"], to=B),
+        node("Cast", ["f"], ["f64"], to=TensorProto.DOUBLE),
+        node("Cast", ["f64"], ["f32"], to=F),
+        node("Constant", [], ["fc"], value_floats=[0.25, -0.75, 1.5]),
+        node("Mul", ["f", "fc"], ["fcm"]),
+        reduce("ReduceMax", "frmax", "fs", None),
     ]
     nodes = [n for n in nodes if n is not None]
-    outs = [o for n in nodes for o in n.output]
+    outs = [o for n in nodes for o in n.output if o != "fc"]
     types = {"eq": B, "gt": B, "lt": B, "ge": B, "le": B, "ne": B, "and": B, "or": B, "xor": B, "nz": B}
     types |= {"mod32": I32, "min": I32, "prod0": I32, "sum": I32, "rmax": I32, "rmin": I32}
-    types |= {"rmax_all": I32, "rmin_neg": I32, "noop": I32}
+    types |= {"rmax_all": I32, "rmin_neg": I32, "noop": I32, "ftrunc": I32, "flt": B, "fbool": B}
+    floats = ("sf", "fm", "fdv", "fa", "fs", "floor", "ceil", "round", "fmodf", "fmax", "fmin", "fwhere")
+    types |= dict.fromkeys((*floats, "fabs", "fneg", "f32", "fcm", "frmax"), F) | {"f64": TensorProto.DOUBLE}
     graph = helper.make_graph(
         nodes,
         "ops",
-        [vi("x", F, [None, None, None]), vi("n", I64, []), vi("v", I32, [5]), vi("b", B, [])],
+        [
+            vi("x", F, [None, None, None]),
+            vi("n", I64, []),
+            vi("v", I32, [5]),
+            vi("b", B, []),
+            vi("f", F, [3]),
+        ],
         [vi(o, types.get(o, I64), None) for o in outs],
         inits,
     )
@@ -198,6 +231,7 @@ def test_computed_values_are_onnxruntimes(opset: int, b: bool) -> None:
         "n": np.array(-3, np.int64),
         "v": np.array([7, -7, 0, 12, -1], np.int32),
         "b": np.array(b),
+        "f": np.array([2.5, -3.5, 0.5], np.float32),  # halves round to even
     }
     want = dict(zip(outs, ort_session(proto).run(outs, run), strict=True))
     got = ComputedValues.of(proto.graph, set(run), set(outs), opset).values(run)
@@ -344,3 +378,23 @@ with open("/proc/self/status") as status:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert int(done.stdout.split()[-1]) < 120, done.stdout  # python, numpy and onnx alone: about 60 MB
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), 1e30, -3e19])
+def test_an_undefined_float_cast_stays_unsized(monkeypatch: pytest.MonkeyPatch, value: float) -> None:
+    """A float made an integer past its range (or NaN, infinite) is C++'s undefined conversion: no size
+    is read from it (onnxruntime's own answer stands); a float in range is truncated and sized."""
+    monkeypatch.setenv("DMLSHIM_MEMORY_LIMIT", "1000")
+    sizes = _sized(
+        [
+            node("Mul", ["f", "k"], ["m"]),
+            node("Cast", ["m"], ["s"], to=I64),
+            node("ConstantOfShape", ["s"], ["e"], name="big"),
+        ],
+        [vi("f", F, [2])],
+        [numpy_helper.from_array(np.array([1.0, 1.0], np.float32), "k")],
+    )
+    sizes.check({"f": np.array([300.5, value], np.float32)})
+    with pytest.raises(TooLargeError) as caught:
+        sizes.check({"f": np.array([300.9, -0.0], np.float32) + np.array([0, 300.7], np.float32)})
+    assert "[300, 300]" in str(caught.value)

@@ -4,9 +4,12 @@ Round 51 followed ``Shape``/``Gather``/``Slice``/``Concat``/... into a sized nod
 ``Where`` and a comparison, a ``ReduceProd`` of a shape, a ``Mod``, ``Max``/``Min``, ``Abs``/``Neg`` escaped
 the memory limit (1.67 GB peak under a 100 MB limit, 6.4 GB for an int64 ``Range``). These are evaluated
 here on small integer and bool tensors, with onnxruntime's integer semantics (wrapping arithmetic; ``Mod``
-with the divisor's sign, or ``fmod`` through a double; the reductions in the input's own type). A case
-whose onnxruntime result numpy cannot reproduce exactly (a zero divisor, a ``fmod`` past 2**53, an empty
-``ReduceMax``) is left unknown: its node is sized where it runs, as before.
+with the divisor's sign, or ``fmod`` through a double; the reductions in the input's own type), and on
+float32/float64 ones (a shape scaled through floats: ``Cast``, ``Mul``, ``Floor``, ``Cast`` back, as
+exporters write for a resize; IEEE arithmetic element by element is numpy's and onnxruntime's alike). A
+case whose onnxruntime result numpy cannot reproduce exactly (a zero divisor, a ``fmod`` past 2**53, an
+empty ``ReduceMax``, a NaN into ``Max``, a float sum, a float made an integer past its range) is left
+unknown: its node is sized where it runs, as before.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["OPS", "evaluate"]
+__all__ = ["OPS", "cast", "evaluate"]
 
 _COMPARE: dict[str, Callable[..., Any]] = {
     "Equal": np.equal,
@@ -32,8 +35,10 @@ _REDUCE: dict[str, Callable[..., Any]] = {
     "ReduceMax": np.max,
     "ReduceMin": np.min,
 }
+_ROUND: dict[str, Callable[..., Any]] = {"Floor": np.floor, "Ceil": np.ceil, "Round": np.round}
+"""``Round`` rounds half to even, as numpy's."""
 OPS = frozenset(
-    {"Where", "Not", "Mod", "Max", "Min", "Abs", "Neg", "Sign", "Size", *_COMPARE, *_LOGIC, *_REDUCE}
+    {"Where", "Not", "Mod", "Max", "Min", "Abs", "Neg", "Sign", "Size", *_COMPARE, *_LOGIC, *_REDUCE, *_ROUND}
 )
 _EXACT = 2**53
 """onnxruntime's integer ``fmod`` goes through ``std::fmod``, a double: exact below this."""
@@ -60,8 +65,13 @@ def evaluate(
         if cond is None or x is None or y is None or cond.dtype.kind != "b" or x.dtype != y.dtype:
             return None
         return np.where(cond, x, y).astype(x.dtype)
-    if kinds - {"i", "u"} or not values:
-        return None  # every other op here reads integers alone
+    if kinds - {"i", "u", "f"} or not values:
+        return None  # every other op here reads numbers alone
+    floats = "f" in kinds
+    if op in _ROUND:
+        return _ROUND[op](values[0]) if kinds == {"f"} else None
+    if floats and any(np.isnan(a).any() for a in values):
+        return None  # NaN's fate in onnxruntime's Max, Min, Sign, ReduceMax: not asked here
     if op in ("Max", "Min"):
         if len({a.dtype for a in values}) != 1:
             return None
@@ -71,6 +81,9 @@ def evaluate(
             out = combine(out, a)
         return np.asarray(out).astype(values[0].dtype)
     if op == "Mod":
+        if floats:  # a float Mod is C's fmod (exact); ONNX requires fmod=1 for it
+            fmod = bool(attrs.get("fmod", 0)) and args[0] is not None and args[1] is not None
+            return np.fmod(args[0], args[1]) if fmod and args[0].dtype == args[1].dtype else None
         return _mod(args[0], args[1], bool(attrs.get("fmod", 0)))
     if op == "Abs":
         return np.abs(values[0]).astype(values[0].dtype)
@@ -79,6 +92,8 @@ def evaluate(
     if op == "Sign":
         return np.sign(values[0]).astype(values[0].dtype)
     if op in _REDUCE:
+        if floats and op in ("ReduceSum", "ReduceProd"):
+            return None  # a float sum's value depends on its order
         return _reduced(op, attrs, opset, args)
     return None
 
@@ -122,3 +137,19 @@ def _reduced(
     else:
         out = _REDUCE[op](data, axis=norm, keepdims=keep, dtype=data.dtype)
     return np.asarray(out).astype(data.dtype)
+
+
+def cast(value: np.ndarray, dtype: Any) -> np.ndarray | None:
+    """``Cast`` to ``dtype`` (an integer, bool, float32 or float64 type) as onnxruntime's: a float made
+    an integer truncates toward zero; a NaN, an infinity or a value past the type's range (C++'s
+    undefined conversion) is left unknown."""
+    dtype = np.dtype(dtype)
+    if value.dtype.kind == "f" and dtype.kind in "iu":
+        if not np.all(np.isfinite(value)):
+            return None
+        info = np.iinfo(dtype)
+        whole = np.trunc(value.astype(np.float64))
+        if np.any(whole < info.min) or np.any(whole > info.max) or np.any(np.abs(whole) >= 2.0**63):
+            return None
+        return whole.astype(dtype)
+    return value.astype(dtype)

@@ -9,12 +9,13 @@ Range, OneHot or Reshape is followed here: ``Shape`` or ``Size`` of a feed, ``Ga
 ``Concat``, ``Unsqueeze``, ``Squeeze``, ``Cast`` (integer or bool to integer or bool), ``Add``, ``Sub``,
 ``Mul``, ``Div`` (truncating, as onnxruntime's integer division), ``Reshape`` and ``Identity``, and (round 52,
 :mod:`.computed_ops`) ``Where``, the comparisons and ``Not``/``And``/``Or``/``Xor``, ``Mod``, ``Max``,
-``Min``, ``Abs``, ``Neg``, ``Sign`` and ``ReduceProd``/``Sum``/``Max``/``Min``, of small integer and bool
-tensors (at most 4096 elements: feeds, initializers, ``Constant`` nodes), evaluated with numpy on each
+``Min``, ``Abs``, ``Neg``, ``Sign``, ``Floor``/``Ceil``/``Round`` and ``ReduceProd``/``Sum``/``Max``/``Min``,
+of small integer, bool, float32 and float64 tensors (at most 4096 elements: feeds, initializers,
+``Constant`` nodes; a step whose result would be larger is not computed), evaluated with numpy on each
 run's feeds. So are the branches of an ``If`` whose condition is known that way: the branch the condition
 takes is followed (its own names kept apart from the outer ones), the sized nodes inside it are sized
 (:attr:`ComputedValues.branch_nodes`), and the ``If``'s outputs take that branch's values. A value
-anything else makes (a ``Loop`` or ``Scan`` body, a float), an invalid input (onnxruntime's error stands)
+anything else makes (a ``Loop`` or ``Scan`` body, a float16), an invalid input (onnxruntime's error stands)
 or a larger value is left unknown, and its node is sized where it runs, as before.
 """
 
@@ -34,7 +35,7 @@ from ..proofs.symbol_shapes import value_shape
 from . import computed_ops
 from .fed_values import VALUED_OPS, _reshaped
 
-__all__ = ["BranchNode", "ComputedValues", "Guard", "guard_holds", "small_value"]
+__all__ = ["BranchNode", "ComputedValues", "Guard", "guard_holds", "held", "small_value"]
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ _INTEGERS = frozenset(
     getattr(onnx.TensorProto, t)
     for t in ("INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64")
 )
-_KINDS = _INTEGERS | {onnx.TensorProto.BOOL}
+_KINDS = _INTEGERS | {onnx.TensorProto.BOOL, onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE}
 _MAX_ELEMENTS = 4096
 """The values followed: shapes and the few numbers they are made from (a reduction may read more)."""
 
@@ -147,7 +148,7 @@ class ComputedValues:
                 logger.debug("%s %r left unknown: %s", step.op_type, step.output, exc)
                 value = None
             value = None if value is None else np.asarray(value)  # numpy makes 0-d results scalars
-            if value is not None and value.dtype.kind in "iub" and value.size <= _MAX_ELEMENTS:
+            if value is not None and held(value.dtype) and value.size <= _MAX_ELEMENTS:
                 out[step.output] = value
         return out
 
@@ -238,6 +239,12 @@ def _constants(tensors: Any, scope: str) -> list[tuple[str, np.ndarray]]:
     return found
 
 
+def held(dtype: np.dtype[Any]) -> bool:
+    """The element types followed: integers, bool, float32 and float64 (float16 arithmetic is not
+    numpy's)."""
+    return dtype.kind in "iub" or dtype in (np.float32, np.float64)
+
+
 def small_value(value: Any) -> np.ndarray | None:
     """A fed integer or bool tensor of at most :data:`_MAX_ELEMENTS` elements (numpy or an OrtValue)."""
     if value is not None and not isinstance(value, np.ndarray) and hasattr(value, "numpy"):
@@ -245,7 +252,7 @@ def small_value(value: Any) -> np.ndarray | None:
         if shape is None or _count(shape) > _MAX_ELEMENTS:
             return None
         value = value.numpy()
-    if not isinstance(value, np.ndarray) or value.dtype.kind not in "iub" or value.size > _MAX_ELEMENTS:
+    if not isinstance(value, np.ndarray) or not held(value.dtype) or value.size > _MAX_ELEMENTS:
         return None
     return value
 
@@ -277,6 +284,10 @@ def _constant(node: onnx.NodeProto) -> np.ndarray | None:
             return np.array(a.i, np.int64)
         if a.name == "value_ints" and len(a.ints) <= _MAX_ELEMENTS:
             return np.array(list(a.ints), np.int64)
+        if a.name == "value_float":
+            return np.array(a.f, np.float32)
+        if a.name == "value_floats" and len(a.floats) <= _MAX_ELEMENTS:
+            return np.array(list(a.floats), np.float32)
     return None
 
 
@@ -314,8 +325,10 @@ def _evaluate(step: _Step, small: Any, feeds: Mapping[str, Any]) -> np.ndarray |
         return args[0]
     if op in _ARITH or op == "Div":
         a, b = args[0], args[1]
-        if a.dtype != b.dtype or a.dtype.kind not in "iu":
+        if a.dtype != b.dtype or not held(a.dtype) or a.dtype.kind == "b":
             return None
+        if a.dtype.kind == "f":  # IEEE arithmetic, element by element, as onnxruntime's
+            return np.divide(a, b) if op == "Div" else _ARITH[op](a, b)
         if op != "Div":
             return _ARITH[op](a, b).astype(a.dtype)
         if not np.all(b):
@@ -324,7 +337,7 @@ def _evaluate(step: _Step, small: Any, feeds: Mapping[str, Any]) -> np.ndarray |
         return np.where((a < 0) != (b < 0), -q, q).astype(a.dtype)
     if op == "Cast":
         to = int(attrs.get("to", 0))
-        return args[0].astype(helper.tensor_dtype_to_np_dtype(to)) if to in _KINDS else None
+        return computed_ops.cast(args[0], helper.tensor_dtype_to_np_dtype(to)) if to in _KINDS else None
     if op == "Concat":
         if len({a.dtype for a in args}) != 1 or "axis" not in attrs:
             return None
