@@ -115,6 +115,26 @@ def model(case: str, opset: int = 18) -> bytes:
             node("Cast", ["fl"], ["s"], to=I64),
             node("ConstantOfShape", ["s"], ["e"], name="big"),
         ]
+    elif case == "loop_body":  # Loop(M = 1) whose body makes ConstantOfShape([n, n]) of the outer fed n
+        inputs.append(vi("n", I64, []))
+        inits.append(_c("m", 1))
+        body = helper.make_graph(
+            [
+                node("ConstantOfShape", ["s"], ["b"], name="big"),
+                node("Identity", ["c"], ["c2"]),
+                node("Slice", ["b", "zero2", "two2", "ax"], ["bs"]),
+            ],
+            "body",
+            [vi("it", I64, []), vi("c", B, [])],
+            [vi("c2", B, []), vi("bs", F, None)],
+            [_c("zero2", [0]), _c("two2", [2])],
+        )
+        nodes = [
+            node("Unsqueeze", ["n", "ax"], ["su"]),
+            node("Concat", ["su", "su"], ["s"], axis=0),
+            node("Loop", ["m", ""], ["scan"], name="loop", body=body),
+            node("Squeeze", ["scan", "ax"], ["e"]),
+        ]
     else:
         raise ValueError(case)
     nodes.append(node("Gather", ["e", "i"], ["out"], name="g", axis=1))
@@ -136,7 +156,7 @@ def feeds(case: str, n: int) -> dict[str, np.ndarray]:
         v = np.arange(100, dtype=np.int64)
         v[37] = n
         return {"i": i, "v": v}
-    if case in ("where_compare", "mod_maxmin", "if_branch"):
+    if case in ("where_compare", "mod_maxmin", "if_branch", "loop_body"):
         return {"i": i, "n": np.array(n, np.int64)}
     raise ValueError(case)
 

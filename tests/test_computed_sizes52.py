@@ -84,7 +84,7 @@ def test_computed_size_over_the_limit_refused_before_allocating(
     tmp_path: Path, engine: str, case: str
 ) -> None:
     stdout = _child(case, engine, 20000, tmp_path / "out.npy")
-    name = "branch/then_branch/big" if case == "if_branch" else "big"
+    name = {"if_branch": "branch/then_branch/big", "loop_body": "loop/body/big"}.get(case, "big")
     op = "Range" if case == "abs_neg" else "ConstantOfShape"
     assert f"REFUSED TooLargeError {name} {op} |" in stdout, stdout
     assert "memory limit" in stdout and "DMLSHIM_MEMORY_LIMIT" in stdout, stdout
@@ -398,3 +398,58 @@ def test_an_undefined_float_cast_stays_unsized(monkeypatch: pytest.MonkeyPatch, 
     with pytest.raises(TooLargeError) as caught:
         sizes.check({"f": np.array([300.9, -0.0], np.float32) + np.array([0, 300.7], np.float32)})
     assert "[300, 300]" in str(caught.value)
+
+
+def _loop_sizes(count: str, cond: str, shape_from: str) -> FedSizes:
+    """A Loop (trip count ``count``, first condition ``cond``, either may be "") whose body makes
+    ``ConstantOfShape(Concat(u, u))`` of ``shape_from``: the outer fed ``n``, or the body's counter."""
+    body = helper.make_graph(
+        [
+            node("Unsqueeze", [shape_from, "ax"], ["u"]),
+            node("Concat", ["u", "u"], ["s"], axis=0),
+            node("ConstantOfShape", ["s"], ["b"], name="big"),
+            node("Identity", ["c"], ["c2"]),
+            node("ReduceSum", ["b"], ["r"], keepdims=0),
+        ],
+        "body",
+        [vi("it", I64, []), vi("c", B, [])],
+        [vi("c2", B, []), vi("r", F, None)],
+    )
+    graph_inputs = [vi("n", I64, []), vi("m", I64, []), vi("go", B, [])]
+    loop = node("Loop", [count, cond], ["e"], name="loop", body=body)
+    return _sized([loop], graph_inputs, [_c("ax", [0])])
+
+
+@pytest.mark.parametrize(
+    ("count", "cond", "runs"),
+    [
+        ("m", "", True),
+        ("", "go", True),
+        ("m", "go", True),
+        ("m", "", False),
+        ("", "go", False),
+        ("m", "go", False),
+    ],
+)
+def test_a_loop_body_is_sized_when_it_runs(
+    monkeypatch: pytest.MonkeyPatch, count: str, cond: str, runs: bool
+) -> None:
+    """A Loop body runs when its trip count is positive and its first condition holds: its sized node of
+    outer values is refused then (named by its path), and left alone when the body never runs."""
+    monkeypatch.setenv("DMLSHIM_MEMORY_LIMIT", "1000")
+    sizes = _loop_sizes(count, cond, "n")
+    feeds = {"n": np.array(300, np.int64), "m": np.array(2 if runs else 0, np.int64), "go": np.array(runs)}
+    if count and cond and not runs:
+        feeds["m"] = np.array(3, np.int64)  # a positive count, a false condition: no iteration
+    if not runs:
+        sizes.check(feeds)
+        return
+    with pytest.raises(TooLargeError) as caught:
+        sizes.check(feeds)
+    assert caught.value.node == "loop/body/big" and "[300, 300]" in str(caught.value)
+
+
+def test_a_size_from_the_iteration_stays_unsized(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shape resting on the body's counter changes every iteration: not read (sound or absent)."""
+    monkeypatch.setenv("DMLSHIM_MEMORY_LIMIT", "1000")
+    _loop_sizes("m", "", "it").check({"n": np.array(300, np.int64), "m": np.array(2000, np.int64)})

@@ -14,8 +14,9 @@ of small integer, bool, float32 and float64 tensors (at most 4096 elements: feed
 ``Constant`` nodes; a step whose result would be larger is not computed), evaluated with numpy on each
 run's feeds. So are the branches of an ``If`` whose condition is known that way: the branch the condition
 takes is followed (its own names kept apart from the outer ones), the sized nodes inside it are sized
-(:attr:`ComputedValues.branch_nodes`), and the ``If``'s outputs take that branch's values. A value
-anything else makes (a ``Loop`` or ``Scan`` body, a float16), an invalid input (onnxruntime's error stands)
+(:attr:`ComputedValues.branch_nodes`), and the ``If``'s outputs take that branch's values; likewise the
+body of a ``Loop`` whose trip count and first condition are known, when it runs at least once (its nodes
+of outer values alone). A value anything else makes (a ``Scan`` body, a float16, a ``Loop``'s counter), an invalid input (onnxruntime's error stands)
 or a larger value is left unknown, and its node is sized where it runs, as before.
 """
 
@@ -176,6 +177,9 @@ class _Walk:
             if node.op_type == "If" and inputs and inputs[0] in self.known:
                 self._branches(node, inputs[0], outputs, rename, guard, scope, node_path(prefix, node, index))
                 continue
+            if node.op_type == "Loop":
+                self._loop(node, inputs, outputs, rename, guard, scope, node_path(prefix, node, index))
+                continue
             if scope and node.op_type in VALUED_OPS:
                 renamed = onnx.NodeProto()
                 renamed.CopyFrom(node)
@@ -227,6 +231,36 @@ class _Walk:
             if out and then in self.known and other in self.known:
                 self.steps[out] = _Step("If", (cond, then, other), out, {}, self.opset, guard)
                 self.known.add(out)
+
+    def _loop(
+        self,
+        node: onnx.NodeProto,
+        inputs: tuple[str, ...],
+        outputs: tuple[str, ...],
+        rename: dict[str, str],
+        guard: Guard,
+        scope: str,
+        path: str,
+    ) -> None:
+        """A ``Loop`` whose trip count and first condition are known: its body runs at least once when the
+        count is positive and the condition holds, so the sized nodes of the body whose shapes rest on
+        outer values alone (the same on every iteration) are sized under that condition. Whatever rests on
+        the iteration's own values (the counter, the carried values) stays unknown."""
+        body = next((a.g for a in node.attribute if a.name == "body" and a.HasField("g")), None)
+        count, cond = (*inputs, "", "")[:2]
+        if body is None or not (count or cond) or any(n and n not in self.known for n in (count, cond)):
+            return
+        inner = f"{scope}{outputs[0]}\x00body\x00"
+        runs = inner + "runs"
+        self.steps[runs] = _Step("LoopRuns", (count, cond), runs, {}, self.opset, guard)
+        self.known.add(runs)
+        sub = dict(rename)
+        for name in (*(v.name for v in body.input), *(t.name for t in body.initializer)):
+            sub[name] = inner + name  # the iteration's values are unknown; the body's constants its own
+        for name, value in _constants(body.initializer, inner):
+            self.constants[name] = value
+            self.known.add(name)
+        self.nodes(body.node, sub, (*guard, (runs, True)), inner, subgraph_prefix(path, "body"))
 
 
 def _constants(tensors: Any, scope: str) -> list[tuple[str, np.ndarray]]:
@@ -309,6 +343,16 @@ def _evaluate(step: _Step, small: Any, feeds: Mapping[str, Any]) -> np.ndarray |
         if op == "Size":
             return np.array(_count(dims), np.int64)
         return np.array(dims[start:end], np.int64)
+    if op == "LoopRuns":  # whether a Loop's body runs at least once: a positive count and a true condition
+        count, cond = (small(n) if n else None for n in step.inputs)
+        if any(n and v is None for n, v in zip(step.inputs, (count, cond), strict=True)):
+            return None
+        if count is not None and (count.size != 1 or count.dtype.kind not in "iu"):
+            return None
+        if cond is not None and (cond.size != 1 or cond.dtype.kind != "b"):
+            return None
+        positive = count is None or int(count.reshape(-1)[0]) > 0
+        return np.array(positive and (cond is None or bool(cond.reshape(-1)[0])))
     if op == "If":  # the output of the branch the condition takes
         cond = small(step.inputs[0])
         if cond is None or cond.dtype.kind != "b" or cond.size != 1:
