@@ -6,7 +6,7 @@ c))`` with ``x`` fed ``[20000]`` and ``c = [20000]``, ``Expand(y, Mul(Shape(x), 
 allocate 1.6 GB under ``DMLSHIM_MEMORY_LIMIT=100000000`` in every engine and the drop-in (the measured
 peaks are in docs/safety.md). The top-level shape arithmetic feeding an Expand, ConstantOfShape, Tile,
 Range, OneHot or Reshape is followed here: ``Shape`` or ``Size`` of a feed, ``Gather``, ``Slice``,
-``Concat``, ``Unsqueeze``, ``Squeeze``, ``Cast`` (integer or bool to integer or bool), ``Add``, ``Sub``,
+``Concat``, ``Unsqueeze``, ``Squeeze``, ``Cast`` (among integers, bool, float32, float64), ``Add``, ``Sub``,
 ``Mul``, ``Div`` (truncating, as onnxruntime's integer division), ``Reshape`` and ``Identity``, and (round 52,
 :mod:`.computed_ops`) ``Where``, the comparisons and ``Not``/``And``/``Or``/``Xor``, ``Mod``, ``Max``,
 ``Min``, ``Abs``, ``Neg``, ``Sign``, ``Floor``/``Ceil``/``Round`` and ``ReduceProd``/``Sum``/``Max``/``Min``,
@@ -16,8 +16,9 @@ run's feeds. So are the branches of an ``If`` whose condition is known that way:
 takes is followed (its own names kept apart from the outer ones), the sized nodes inside it are sized
 (:attr:`ComputedValues.branch_nodes`), and the ``If``'s outputs take that branch's values; likewise the
 body of a ``Loop`` whose trip count and first condition are known, when it runs at least once (its nodes
-of outer values alone). A value anything else makes (a ``Scan`` body, a float16, a ``Loop``'s counter), an invalid input (onnxruntime's error stands)
-or a larger value is left unknown, and its node is sized where it runs, as before.
+of outer values alone). A value anything else makes (a ``Scan`` body, a float16, a ``Loop``'s counter),
+an invalid input (onnxruntime's error stands) or a larger value is left unknown, and its node is sized
+where it runs, as before.
 """
 
 from __future__ import annotations
