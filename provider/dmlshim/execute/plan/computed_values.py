@@ -112,7 +112,7 @@ class ComputedValues:
         """The steps of ``graph`` the values ``targets`` need (and the sized nodes inside the branches of
         its top-level ``If`` nodes), from ``fed`` (graph inputs) and small integer constants."""
         walk = _Walk(opset, dict(_constants(graph.initializer, "")), set(fed))
-        walk.known |= set(walk.constants)
+        walk.known |= set(walk.tensors)
         walk.nodes(graph.node, {}, (), "", "")
         needed: set[str] = set()
         todo = [t for t in targets if t in walk.steps]
@@ -126,7 +126,18 @@ class ComputedValues:
             todo.extend(n for n in step.inputs if n in walk.steps)
             todo.extend(n for n, _ in step.guard if n in walk.steps)
         kept = tuple(s for s in walk.steps.values() if s.output in needed)
-        return cls(kept, walk.constants, tuple(walk.branch)) if kept or walk.branch else cls()
+        if not kept and not walk.branch:
+            return cls()
+        # Only the constants something reads are made arrays (and copied into each run's values): a
+        # model's hundreds of small float weights are not.
+        read = {n for s in kept for n in (*s.inputs, *(c for c, _ in s.guard))} | set(targets)
+        read |= {n for b in walk.branch for n in b.node.input}
+        constants = {n: v for n, v in walk.constants.items() if n in read}
+        for name in read & set(walk.tensors):
+            value = _array(walk.tensors[name])
+            if value is not None:
+                constants[name] = value
+        return cls(kept, constants, tuple(walk.branch))
 
     def values(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """The values the steps compute from ``feeds`` (those known; none raises), and the constants
@@ -140,27 +151,30 @@ class ComputedValues:
                 return small_value(feeds[name])
             return self.constants.get(name)
 
-        for step in self.steps:
-            if step.guard and not guard_holds(step.guard, small):
-                continue  # a branch not taken (or not known to be): nothing of it runs
-            try:
-                with np.errstate(all="ignore"):
+        with np.errstate(all="ignore"):
+            for step in self.steps:
+                if step.guard and not guard_holds(step.guard, small):
+                    continue  # a branch not taken (or not known to be): nothing of it runs
+                try:
                     value = _evaluate(step, small, feeds)
-            except (ValueError, TypeError, IndexError, OverflowError, np.exceptions.AxisError) as exc:
-                logger.debug("%s %r left unknown: %s", step.op_type, step.output, exc)
-                value = None
-            value = None if value is None else np.asarray(value)  # numpy makes 0-d results scalars
-            if value is not None and held(value.dtype) and value.size <= _MAX_ELEMENTS:
-                out[step.output] = value
+                except (ValueError, TypeError, IndexError, OverflowError, np.exceptions.AxisError) as exc:
+                    logger.debug("%s %r left unknown: %s", step.op_type, step.output, exc)
+                    value = None
+                value = None if value is None else np.asarray(value)  # numpy makes 0-d results scalars
+                if value is not None and held(value.dtype) and value.size <= _MAX_ELEMENTS:
+                    out[step.output] = value
         return out
 
 
 class _Walk:
     """Collects the steps of a graph and of the branches of its ``If`` nodes, in order."""
 
-    def __init__(self, opset: int, constants: dict[str, np.ndarray], known: set[str]) -> None:
+    def __init__(self, opset: int, tensors: dict[str, onnx.TensorProto], known: set[str]) -> None:
         self.opset = opset
-        self.constants = constants
+        self.tensors = tensors
+        """Small initializers of a followed type, by (scoped) name: made arrays only when read."""
+        self.constants: dict[str, np.ndarray] = {}
+        """``Constant`` nodes' values."""
         self.known = known
         self.steps: dict[str, _Step] = {}
         self.branch: list[BranchNode] = []
@@ -221,8 +235,8 @@ class _Walk:
             sub = dict(rename)
             for tensor in attr.g.initializer:  # a branch's own constants shadow outer names
                 sub[tensor.name] = inner + tensor.name
-            for name, value in _constants(attr.g.initializer, inner):
-                self.constants[name] = value
+            for name, tensor in _constants(attr.g.initializer, inner):
+                self.tensors[name] = tensor
                 self.known.add(name)
             self.nodes(attr.g.node, sub, (*guard, (cond, flag)), inner, subgraph_prefix(path, attr.name))
             made[flag] = [sub.get(o.name, o.name) for o in attr.g.output]
@@ -258,20 +272,16 @@ class _Walk:
         sub = dict(rename)
         for name in (*(v.name for v in body.input), *(t.name for t in body.initializer)):
             sub[name] = inner + name  # the iteration's values are unknown; the body's constants its own
-        for name, value in _constants(body.initializer, inner):
-            self.constants[name] = value
+        for name, tensor in _constants(body.initializer, inner):
+            self.tensors[name] = tensor
             self.known.add(name)
         self.nodes(body.node, sub, (*guard, (runs, True)), inner, subgraph_prefix(path, "body"))
 
 
-def _constants(tensors: Any, scope: str) -> list[tuple[str, np.ndarray]]:
-    found = []
-    for tensor in tensors:
-        if tensor.data_type in _KINDS and _count(tensor.dims) <= _MAX_ELEMENTS:
-            value = _array(tensor)
-            if value is not None:
-                found.append((scope + tensor.name, value))
-    return found
+def _constants(tensors: Any, scope: str) -> list[tuple[str, onnx.TensorProto]]:
+    """The initializers among ``tensors`` of a followed type and at most :data:`_MAX_ELEMENTS` elements,
+    by their names in ``scope``."""
+    return [(scope + t.name, t) for t in tensors if t.data_type in _KINDS and _count(t.dims) <= _MAX_ELEMENTS]
 
 
 def held(dtype: np.dtype[Any]) -> bool:
@@ -391,13 +401,12 @@ def _evaluate(step: _Step, small: Any, feeds: Mapping[str, Any]) -> np.ndarray |
         data, index = args[0], args[1]
         axis = int(attrs.get("axis", 0))
         axis = axis + data.ndim if axis < 0 else axis
-        if (
-            index.dtype.kind not in "iu"
-            or not 0 <= axis < data.ndim
-            or np.any(index < -data.shape[axis])
-            or np.any(index >= data.shape[axis])
-        ):
+        if index.dtype.kind not in "iu" or not 0 <= axis < data.ndim:
             return None
+        if index.size:  # a shape's few indices read as a list (a numpy reduction costs more at that size)
+            flat = index.reshape(-1).tolist() if index.size <= 64 else [int(index.min()), int(index.max())]
+            if min(flat) < -data.shape[axis] or max(flat) >= data.shape[axis]:
+                return None
         return np.take(data, index.astype(np.int64), axis=axis)
     if op == "Reshape":
         shape = _reshaped(
@@ -419,12 +428,16 @@ def _result_size(op: str, attrs: Mapping[str, Any], args: list[np.ndarray]) -> i
         axis = int(attrs.get("axis", 0))
         dim = args[0].shape[axis] if -args[0].ndim <= axis < args[0].ndim else 1
         return (args[0].size // dim if dim else 0) * args[1].size
-    if op in ("Reshape", "Slice", "Squeeze", "Unsqueeze", "Identity", "Cast") or op.startswith("Reduce"):
+    if len(args) < 2:
         return args[0].size if args else 0
-    try:
-        return _count(np.broadcast_shapes(*(a.shape for a in args)))
-    except ValueError:
-        return 0  # shapes that do not broadcast: the op's own evaluation leaves it unknown
+    if op in ("Reshape", "Slice", "Squeeze", "Unsqueeze") or op.startswith("Reduce"):
+        return args[0].size
+    # an elementwise op broadcasts: at most the largest size at each (right-aligned) position
+    rank = max(a.ndim for a in args)
+    total = 1
+    for k in range(1, rank + 1):
+        total *= max((a.shape[-k] if k <= a.ndim else 1) for a in args)
+    return total
 
 
 def _squeezed(op: str, data: np.ndarray, axes: list[int] | None) -> np.ndarray | None:
