@@ -453,3 +453,16 @@ def test_a_size_from_the_iteration_stays_unsized(monkeypatch: pytest.MonkeyPatch
     """A shape resting on the body's counter changes every iteration: not read (sound or absent)."""
     monkeypatch.setenv("DMLSHIM_MEMORY_LIMIT", "1000")
     _loop_sizes("m", "", "it").check({"n": np.array(300, np.int64), "m": np.array(2000, np.int64)})
+
+
+def test_names_with_a_nul_leave_subgraphs_unfollowed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A branch's names are kept apart from the outer ones with NUL separators: a model naming a value
+    ``"e\\x00then_branch\\x00s"`` could make two of them one, so its subgraphs are not followed."""
+    monkeypatch.setenv("DMLSHIM_MEMORY_LIMIT", "1000")
+    cond = [
+        node("Greater", ["n", "zero"], ["p"]),
+        node("Squeeze", ["p"], ["pos\x00"]),
+        node("Identity", ["pos\x00"], ["pos"]),
+    ]
+    sizes = _if_sizes(cond, [], [])
+    sizes.check({"n": np.array([300], np.int64)})

@@ -113,6 +113,10 @@ class ComputedValues:
         its top-level ``If`` nodes), from ``fed`` (graph inputs) and small integer constants."""
         walk = _Walk(opset, dict(_constants(graph.initializer, "")), set(fed))
         walk.known |= set(walk.tensors)
+        # A branch's names are told apart from the outer ones by NUL separators: a model naming a value
+        # with a NUL could make two names one, so its subgraphs are not followed.
+        nested = any(n.op_type in ("If", "Loop") for n in graph.node)
+        walk.subgraphs = nested and not _has_nul(graph)
         walk.nodes(graph.node, {}, (), "", "")
         needed: set[str] = set()
         todo = [t for t in targets if t in walk.steps]
@@ -176,6 +180,8 @@ class _Walk:
         self.constants: dict[str, np.ndarray] = {}
         """``Constant`` nodes' values."""
         self.known = known
+        self.subgraphs = True
+        """Whether ``If`` branches and ``Loop`` bodies are followed."""
         self.steps: dict[str, _Step] = {}
         self.branch: list[BranchNode] = []
 
@@ -188,6 +194,8 @@ class _Walk:
                     rename[name] = scope + name
             outputs = tuple(rename.get(n, n) for n in node.output)
             if node.domain not in ("", "ai.onnx") or not outputs or not outputs[0]:
+                continue
+            if node.op_type in ("If", "Loop") and not self.subgraphs:
                 continue
             if node.op_type == "If" and inputs and inputs[0] in self.known:
                 self._branches(node, inputs[0], outputs, rename, guard, scope, node_path(prefix, node, index))
@@ -276,6 +284,21 @@ class _Walk:
             self.tensors[name] = tensor
             self.known.add(name)
         self.nodes(body.node, sub, (*guard, (runs, True)), inner, subgraph_prefix(path, "body"))
+
+
+def _has_nul(graph: onnx.GraphProto) -> bool:
+    """Whether a name in ``graph`` or in a graph nested in it holds a NUL character."""
+    names = [v.name for v in (*graph.input, *graph.output)] + [t.name for t in graph.initializer]
+    if any("\x00" in n for n in names):
+        return True
+    for node in graph.node:
+        if any("\x00" in n for n in (*node.input, *node.output)):
+            return True
+        if any(a.HasField("g") and _has_nul(a.g) for a in node.attribute):
+            return True
+        if any(_has_nul(g) for a in node.attribute for g in a.graphs):
+            return True
+    return False
 
 
 def _constants(tensors: Any, scope: str) -> list[tuple[str, onnx.TensorProto]]:
