@@ -27,6 +27,7 @@ from dmlshim.execute.plan.fed_sizes import FedSizes
 
 from .computed_sizes52_models import CASES, feeds, model
 from .oracle import ort_session
+from .safety_helpers import run_child
 
 ROOT = Path(__file__).resolve().parents[1]
 LIMIT = "100000000"
@@ -466,3 +467,21 @@ def test_names_with_a_nul_leave_subgraphs_unfollowed(monkeypatch: pytest.MonkeyP
     ]
     sizes = _if_sizes(cond, [], [])
     sizes.check({"n": np.array([300], np.int64)})
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="VmHWM is Linux's")
+@pytest.mark.parametrize("command", ["run", "validate"])
+@pytest.mark.parametrize("case", ["where_compare", "if_branch", "float_scale"])
+def test_the_cli_stays_under_the_limit(tmp_path: Path, command: str, case: str) -> None:
+    """``run`` and ``validate`` refuse the model too, naming the node, with no traceback."""
+    path = tmp_path / "m.onnx"
+    onnx.save(onnx.load_from_string(model(case)), path)
+    np.savez(tmp_path / "in.npz", **feeds(case, 20000))
+    done = run_child(
+        [command, "-q", str(path), "--inputs", str(tmp_path / "in.npz")], {"DMLSHIM_MEMORY_LIMIT": LIMIT}
+    )
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    name = "branch/then_branch/big" if case == "if_branch" else "big"
+    assert f"node '{name}', op ConstantOfShape" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert "DMLSHIM_MEMORY_LIMIT" in done.stderr, done.stderr
+    assert done.peak_rss < PEAK_MB * 1024 * 1024, done.peak_rss
