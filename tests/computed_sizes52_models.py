@@ -135,6 +135,25 @@ def model(case: str, opset: int = 18) -> bytes:
             node("Loop", ["m", ""], ["scan"], name="loop", body=body),
             node("Squeeze", ["scan", "ax"], ["e"]),
         ]
+    elif case == "scan_body":  # Scan over x's rows whose body makes ConstantOfShape([n, n]) of the outer n
+        inputs += [vi("n", I64, []), vi("x", F, [None, 1])]
+        body = helper.make_graph(
+            [
+                node("ConstantOfShape", ["s"], ["b"], name="big"),
+                node("Slice", ["b", "zero2", "two2", "ax"], ["bs"]),
+                node("Identity", ["row"], ["ro"]),
+            ],
+            "body",
+            [vi("row", F, [1])],
+            [vi("bs", F, None), vi("ro", F, None)],
+            [_c("zero2", [0]), _c("two2", [2])],
+        )
+        nodes = [
+            node("Unsqueeze", ["n", "ax"], ["su"]),
+            node("Concat", ["su", "su"], ["s"], axis=0),
+            node("Scan", ["x"], ["scan", "rows"], name="scan", body=body, num_scan_inputs=1),
+            node("Squeeze", ["scan", "ax"], ["e"]),
+        ]
     else:
         raise ValueError(case)
     nodes.append(node("Gather", ["e", "i"], ["out"], name="g", axis=1))
@@ -158,7 +177,19 @@ def feeds(case: str, n: int) -> dict[str, np.ndarray]:
         return {"i": i, "v": v}
     if case in ("where_compare", "mod_maxmin", "if_branch", "loop_body"):
         return {"i": i, "n": np.array(n, np.int64)}
+    if case == "scan_body":  # one row: the body runs once
+        return {"i": i, "n": np.array(n, np.int64), "x": np.zeros((1, 1), np.float32)}
     raise ValueError(case)
 
 
-CASES = ("where_compare", "reduceprod", "mod_maxmin", "abs_neg", "reduce_large", "if_branch", "float_scale")
+CASES = (
+    "where_compare",
+    "reduceprod",
+    "mod_maxmin",
+    "abs_neg",
+    "reduce_large",
+    "if_branch",
+    "float_scale",
+    "loop_body",
+    "scan_body",
+)

@@ -85,7 +85,12 @@ def test_computed_size_over_the_limit_refused_before_allocating(
     tmp_path: Path, engine: str, case: str
 ) -> None:
     stdout = _child(case, engine, 20000, tmp_path / "out.npy")
-    name = {"if_branch": "branch/then_branch/big", "loop_body": "loop/body/big"}.get(case, "big")
+    paths = {
+        "if_branch": "branch/then_branch/big",
+        "loop_body": "loop/body/big",
+        "scan_body": "scan/body/big",
+    }
+    name = paths.get(case, "big")
     op = "Range" if case == "abs_neg" else "ConstantOfShape"
     assert f"REFUSED TooLargeError {name} {op} |" in stdout, stdout
     assert "memory limit" in stdout and "DMLSHIM_MEMORY_LIMIT" in stdout, stdout
@@ -485,3 +490,16 @@ def test_the_cli_stays_under_the_limit(tmp_path: Path, command: str, case: str) 
     assert f"node '{name}', op ConstantOfShape" in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert "DMLSHIM_MEMORY_LIMIT" in done.stderr, done.stderr
     assert done.peak_rss < PEAK_MB * 1024 * 1024, done.peak_rss
+
+
+def test_a_scan_body_is_sized_when_it_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Scan body runs once per slice of its scan inputs: sized when the scan axis is not empty, never
+    on an empty one (onnxruntime then runs no iteration)."""
+    monkeypatch.setenv("DMLSHIM_MEMORY_LIMIT", "1000")
+    proto = onnx.load_from_string(model("scan_body"))
+    sizes = FedSizes.of(proto)
+    base = {"i": np.array([0, 1], np.int64), "n": np.array(300, np.int64)}
+    sizes.check({**base, "x": np.zeros((0, 1), np.float32)})
+    with pytest.raises(TooLargeError) as caught:
+        sizes.check({**base, "x": np.zeros((3, 1), np.float32)})
+    assert caught.value.node == "scan/body/big" and "[300, 300]" in str(caught.value)

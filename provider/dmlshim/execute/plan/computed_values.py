@@ -15,8 +15,9 @@ of small integer, bool, float32 and float64 tensors (at most 4096 elements: feed
 run's feeds. So are the branches of an ``If`` whose condition is known that way: the branch the condition
 takes is followed (its own names kept apart from the outer ones), the sized nodes inside it are sized
 (:attr:`ComputedValues.branch_nodes`), and the ``If``'s outputs take that branch's values; likewise the
-body of a ``Loop`` whose trip count and first condition are known, when it runs at least once (its nodes
-of outer values alone). A value anything else makes (a ``Scan`` body, a float16, a ``Loop``'s counter),
+body of a ``Loop`` whose trip count and first condition are known, or of a ``Scan`` whose first scan input
+is, when it runs at least once (its nodes of outer values alone). A value anything else makes (a float16,
+a ``Loop``'s counter, a ``Scan``'s slice),
 an invalid input (onnxruntime's error stands) or a larger value is left unknown, and its node is sized
 where it runs, as before.
 """
@@ -115,7 +116,7 @@ class ComputedValues:
         walk.known |= set(walk.tensors)
         # A branch's names are told apart from the outer ones by NUL separators: a model naming a value
         # with a NUL could make two names one, so its subgraphs are not followed.
-        nested = any(n.op_type in ("If", "Loop") for n in graph.node)
+        nested = any(n.op_type in ("If", "Loop", "Scan") for n in graph.node)
         walk.subgraphs = nested and not _has_nul(graph)
         walk.nodes(graph.node, {}, (), "", "")
         needed: set[str] = set()
@@ -195,7 +196,10 @@ class _Walk:
             outputs = tuple(rename.get(n, n) for n in node.output)
             if node.domain not in ("", "ai.onnx") or not outputs or not outputs[0]:
                 continue
-            if node.op_type in ("If", "Loop") and not self.subgraphs:
+            if node.op_type in ("If", "Loop", "Scan") and not self.subgraphs:
+                continue
+            if node.op_type == "Scan":
+                self._scan(node, inputs, outputs, rename, guard, scope, node_path(prefix, node, index))
                 continue
             if node.op_type == "If" and inputs and inputs[0] in self.known:
                 self._branches(node, inputs[0], outputs, rename, guard, scope, node_path(prefix, node, index))
@@ -273,17 +277,57 @@ class _Walk:
         count, cond = (*inputs, "", "")[:2]
         if body is None or not (count or cond) or any(n and n not in self.known for n in (count, cond)):
             return
+        self._body(
+            body, _Step("LoopRuns", (count, cond), "", {}, self.opset, guard), outputs, rename, scope, path
+        )
+
+    def _scan(
+        self,
+        node: onnx.NodeProto,
+        inputs: tuple[str, ...],
+        outputs: tuple[str, ...],
+        rename: dict[str, str],
+        guard: Guard,
+        scope: str,
+        path: str,
+    ) -> None:
+        """A ``Scan`` (opset 9 on) whose first scan input is known: its body runs once per slice, so at
+        least once when that input's scan axis is not empty."""
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        body, count = attrs.get("body"), int(attrs.get("num_scan_inputs", 0))
+        if self.opset < 9 or not isinstance(body, onnx.GraphProto) or not 0 < count <= len(inputs):
+            return
+        first = inputs[len(inputs) - count]
+        if not first or first not in self.known:
+            return
+        axes = list(attrs.get("scan_input_axes") or [0])
+        axis = int(axes[0])
+        runs = _Step("ScanRuns", (first,), "", {"axis": axis}, self.opset, guard)
+        self._body(body, runs, outputs, rename, scope, path)
+
+    def _body(
+        self,
+        body: onnx.GraphProto,
+        runs: _Step,
+        outputs: tuple[str, ...],
+        rename: dict[str, str],
+        scope: str,
+        path: str,
+    ) -> None:
+        """The nodes of a ``Loop`` or ``Scan`` body under the condition ``runs`` computes (that it runs at
+        least once); the iteration's own values (the body's inputs) are unknown."""
         inner = f"{scope}{outputs[0]}\x00body\x00"
-        runs = inner + "runs"
-        self.steps[runs] = _Step("LoopRuns", (count, cond), runs, {}, self.opset, guard)
-        self.known.add(runs)
+        flag = inner + "runs"
+        self.steps[flag] = _Step(runs.op_type, runs.inputs, flag, runs.attributes, self.opset, runs.guard)
+        self.known.add(flag)
+        guard = (*runs.guard, (flag, True))
         sub = dict(rename)
         for name in (*(v.name for v in body.input), *(t.name for t in body.initializer)):
             sub[name] = inner + name  # the iteration's values are unknown; the body's constants its own
         for name, tensor in _constants(body.initializer, inner):
             self.tensors[name] = tensor
             self.known.add(name)
-        self.nodes(body.node, sub, (*guard, (runs, True)), inner, subgraph_prefix(path, "body"))
+        self.nodes(body.node, sub, guard, inner, subgraph_prefix(path, "body"))
 
 
 def _has_nul(graph: onnx.GraphProto) -> bool:
@@ -377,6 +421,20 @@ def _evaluate(step: _Step, small: Any, feeds: Mapping[str, Any]) -> np.ndarray |
         if op == "Size":
             return np.array(_count(dims), np.int64)
         return np.array(dims[start:end], np.int64)
+    if op == "ScanRuns":  # whether a Scan's body runs at least once: its scan axis is not empty
+        name = step.inputs[0]
+        value = small(name)
+        dims = (
+            tuple(value.shape)
+            if value is not None
+            else value_shape(feeds.get(name))
+            if name in feeds
+            else None
+        )
+        axis = int(attrs.get("axis", 0))
+        if dims is None or not -len(dims) <= axis < len(dims):
+            return None
+        return np.array(int(dims[axis]) > 0)
     if op == "LoopRuns":  # whether a Loop's body runs at least once: a positive count and a true condition
         count, cond = (small(n) if n else None for n in step.inputs)
         if any(n and v is None for n, v in zip(step.inputs, (count, cond), strict=True)):

@@ -42,6 +42,8 @@ __all__ = ["FedGather", "FedSizes"]
 logger = logging.getLogger(__name__)
 
 SIZED_OPS = frozenset({"Gather", "GatherElements", "GatherND"})
+_NESTING = frozenset({"If", "Loop", "Scan"})
+"""Ops whose subgraphs may hold nodes sized from computed values (:mod:`.computed_values`)."""
 
 Dims = tuple[int | str, ...]
 
@@ -100,7 +102,7 @@ class FedSizes:
             if node.op_type in SIZED_OPS and node.domain in ("", "ai.onnx")
             if len(node.input) >= 2 and all(node.input[:2])
         ]
-        if not nodes and not any(n.op_type in VALUED_OPS or n.op_type in ("If", "Loop") for n in graph.node):
+        if not nodes and not any(n.op_type in VALUED_OPS or n.op_type in _NESTING for n in graph.node):
             return cls()
         initializers = {t.name: t for t in graph.initializer}
         fed = {v.name for v in graph.input}  # an initializer listed as an input may be fed over
@@ -171,7 +173,7 @@ class FedSizes:
             if p < len(node.input) and node.input[p] not in fed
         }
         opset = next((int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-        nested = any(n.op_type in ("If", "Loop") for n in graph.node)  # sized nodes in branches, bodies
+        nested = any(n.op_type in _NESTING for n in graph.node)  # sized nodes in branches, bodies
         computed = ComputedValues.of(graph, fed, targets, opset) if targets or nested else ComputedValues()
         known = fed | computed.names | (set(computed.constants) if computed.steps else set())
         branch = computed.branch_nodes
