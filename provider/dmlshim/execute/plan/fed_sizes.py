@@ -217,10 +217,9 @@ class FedSizes:
                 shape, dtype, tensor=gather.output, node=gather.name, op_type=gather.op_type, what="output"
             )
         values = {**feeds, **self.computed.values(feeds)} if self.computed.steps and self.valued else feeds
-
         for node in self.valued:
             if node.guard and not guard_holds(node.guard, lambda n: small_value(values.get(n))):
-                continue  # inside a branch the run does not take (or not known to)
+                continue  # inside a branch or body the run does not take (or not known to)
             node.check(values, lambda part: self._shape(part, feeds), numpy_values=numpy_values)
 
     def _shape(self, part: str | Dims, feeds: Mapping[str, Any]) -> tuple[int, ...] | None:

@@ -51,7 +51,8 @@ class FedValued:
     axis: int = -1
     """OneHot's axis (where the depth goes); for Reshape, its ``allowzero``."""
     guard: tuple[tuple[str, bool], ...] = ()
-    """For a node inside ``If`` branches: the conditions (value, branch) under which it runs."""
+    """For a node inside ``If`` branches or ``Loop``/``Scan`` bodies: the conditions (a computed bool value,
+    the value it must have) under which it runs."""
 
     def check(
         self,
@@ -173,7 +174,7 @@ def valued_nodes(
     elem_type: Callable[[str], int],
     guards: Sequence[tuple[tuple[str, bool], ...]] | None = None,
 ) -> tuple[FedValued, ...]:
-    """The ``nodes`` (top-level, or inside ``If`` branches under ``guards``; ``names``: their display
+    """The ``nodes`` (top-level, or in subgraphs under ``guards``; ``names``: their display
     names) sized by :class:`FedValued`: every shape-like input known (``fed``), and the data (Expand, Tile)
     fed or of static dims."""
     found = []
