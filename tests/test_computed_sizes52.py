@@ -503,3 +503,24 @@ def test_a_scan_body_is_sized_when_it_runs(monkeypatch: pytest.MonkeyPatch) -> N
     with pytest.raises(TooLargeError) as caught:
         sizes.check({**base, "x": np.zeros((3, 1), np.float32)})
     assert caught.value.node == "scan/body/big" and "[300, 300]" in str(caught.value)
+
+
+def test_nested_branches_select_their_values() -> None:
+    """Ifs nested 30 deep (about protobuf's own nesting bound): each output takes its taken branch's. (A
+    branch's scope once repeated the outer scope twice: the names doubled per level, 19.9 GB at 30.)"""
+    inner = helper.make_graph([node("Identity", ["n"], ["o0"])], "g0", [], [vi("o0", I64, None)])
+    for k in range(1, 30):
+        other = helper.make_graph([node("Neg", ["n"], [f"p{k}"])], f"e{k}", [], [vi(f"p{k}", I64, None)])
+        inner = helper.make_graph(
+            [node("If", ["c"], [f"o{k}"], then_branch=inner, else_branch=other)],
+            f"g{k}",
+            [],
+            [vi(f"o{k}", I64, None)],
+        )
+    graph = helper.make_graph(
+        list(inner.node), "top", [vi("c", B, []), vi("n", I64, [])], [vi("o29", I64, None)]
+    )
+    values = ComputedValues.of(graph, {"c", "n"}, {"o29"}, 18)
+    n = np.array(3, np.int64)
+    assert values.values({"c": np.array(True), "n": n})["o29"] == 3
+    assert values.values({"c": np.array(False), "n": n})["o29"] == -3

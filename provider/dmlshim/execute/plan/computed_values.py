@@ -56,6 +56,9 @@ _KINDS = _INTEGERS | {onnx.TensorProto.BOOL, onnx.TensorProto.FLOAT, onnx.Tensor
 _MAX_ELEMENTS = 4096
 """The values followed: shapes and the few numbers they are made from (a reduction may read more)."""
 
+_MAX_DEPTH = 32
+"""Subgraphs nested deeper than this are not followed (a hostile model nests If in If a thousand times)."""
+
 Guard = tuple[tuple[str, bool], ...]
 """The ``If`` conditions (value name, branch taken when it holds) under which a step or node runs."""
 
@@ -188,6 +191,8 @@ class _Walk:
 
     def nodes(self, nodes: Any, rename: dict[str, str], guard: Guard, scope: str, prefix: str) -> None:
         """Walk ``nodes`` with the names of their scope (``rename``: a branch's own names to unique ones)."""
+        if len(guard) > _MAX_DEPTH:
+            return  # subgraphs nested this deep are not followed (nor recursed into)
         for index, node in enumerate(nodes):
             inputs = tuple(rename.get(n, n) for n in node.input)
             for name in node.output:
@@ -199,13 +204,13 @@ class _Walk:
             if node.op_type in ("If", "Loop", "Scan") and not self.subgraphs:
                 continue
             if node.op_type == "Scan":
-                self._scan(node, inputs, outputs, rename, guard, scope, node_path(prefix, node, index))
+                self._scan(node, inputs, outputs, rename, guard, node_path(prefix, node, index))
                 continue
             if node.op_type == "If" and inputs and inputs[0] in self.known:
-                self._branches(node, inputs[0], outputs, rename, guard, scope, node_path(prefix, node, index))
+                self._branches(node, inputs[0], outputs, rename, guard, node_path(prefix, node, index))
                 continue
             if node.op_type == "Loop":
-                self._loop(node, inputs, outputs, rename, guard, scope, node_path(prefix, node, index))
+                self._loop(node, inputs, outputs, rename, guard, node_path(prefix, node, index))
                 continue
             if scope and node.op_type in VALUED_OPS:
                 renamed = onnx.NodeProto()
@@ -234,7 +239,6 @@ class _Walk:
         outputs: tuple[str, ...],
         rename: dict[str, str],
         guard: Guard,
-        scope: str,
         path: str,
     ) -> None:
         """Both branches of the ``If`` ``node``, each under its condition; the ``If``'s outputs select."""
@@ -243,7 +247,7 @@ class _Walk:
             if attr.name not in ("then_branch", "else_branch") or not attr.HasField("g"):
                 continue
             flag = attr.name == "then_branch"
-            inner = f"{scope}{outputs[0]}\x00{attr.name}\x00"
+            inner = f"{outputs[0]}\x00{attr.name}\x00"  # outputs[0] holds the scope already
             sub = dict(rename)
             for tensor in attr.g.initializer:  # a branch's own constants shadow outer names
                 sub[tensor.name] = inner + tensor.name
@@ -266,7 +270,6 @@ class _Walk:
         outputs: tuple[str, ...],
         rename: dict[str, str],
         guard: Guard,
-        scope: str,
         path: str,
     ) -> None:
         """A ``Loop`` whose trip count and first condition are known: its body runs at least once when the
@@ -277,9 +280,7 @@ class _Walk:
         count, cond = (*inputs, "", "")[:2]
         if body is None or not (count or cond) or any(n and n not in self.known for n in (count, cond)):
             return
-        self._body(
-            body, _Step("LoopRuns", (count, cond), "", {}, self.opset, guard), outputs, rename, scope, path
-        )
+        self._body(body, _Step("LoopRuns", (count, cond), "", {}, self.opset, guard), outputs, rename, path)
 
     def _scan(
         self,
@@ -288,7 +289,6 @@ class _Walk:
         outputs: tuple[str, ...],
         rename: dict[str, str],
         guard: Guard,
-        scope: str,
         path: str,
     ) -> None:
         """A ``Scan`` (opset 9 on) whose first scan input is known: its body runs once per slice, so at
@@ -303,7 +303,7 @@ class _Walk:
         axes = list(attrs.get("scan_input_axes") or [0])
         axis = int(axes[0])
         runs = _Step("ScanRuns", (first,), "", {"axis": axis}, self.opset, guard)
-        self._body(body, runs, outputs, rename, scope, path)
+        self._body(body, runs, outputs, rename, path)
 
     def _body(
         self,
@@ -311,12 +311,11 @@ class _Walk:
         runs: _Step,
         outputs: tuple[str, ...],
         rename: dict[str, str],
-        scope: str,
         path: str,
     ) -> None:
         """The nodes of a ``Loop`` or ``Scan`` body under the condition ``runs`` computes (that it runs at
         least once); the iteration's own values (the body's inputs) are unknown."""
-        inner = f"{scope}{outputs[0]}\x00body\x00"
+        inner = f"{outputs[0]}\x00body\x00"  # outputs[0] holds the scope already
         flag = inner + "runs"
         self.steps[flag] = _Step(runs.op_type, runs.inputs, flag, runs.attributes, self.opset, runs.guard)
         self.known.add(flag)
@@ -330,17 +329,20 @@ class _Walk:
         self.nodes(body.node, sub, guard, inner, subgraph_prefix(path, "body"))
 
 
-def _has_nul(graph: onnx.GraphProto) -> bool:
-    """Whether a name in ``graph`` or in a graph nested in it holds a NUL character."""
+def _has_nul(graph: onnx.GraphProto, depth: int = 0) -> bool:
+    """Whether a name in ``graph`` or in a graph nested in it holds a NUL character (or the nesting is
+    deeper than :data:`_MAX_DEPTH`: not looked into, so not followed)."""
+    if depth > _MAX_DEPTH:
+        return True
     names = [v.name for v in (*graph.input, *graph.output)] + [t.name for t in graph.initializer]
     if any("\x00" in n for n in names):
         return True
     for node in graph.node:
         if any("\x00" in n for n in (*node.input, *node.output)):
             return True
-        if any(a.HasField("g") and _has_nul(a.g) for a in node.attribute):
+        if any(a.HasField("g") and _has_nul(a.g, depth + 1) for a in node.attribute):
             return True
-        if any(_has_nul(g) for a in node.attribute for g in a.graphs):
+        if any(_has_nul(g, depth + 1) for a in node.attribute for g in a.graphs):
             return True
     return False
 
