@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["OPS", "cast", "evaluate"]
+__all__ = ["OPS", "cast", "evaluate", "result_size", "sliced", "squeezed"]
 
 _COMPARE: dict[str, Callable[..., Any]] = {
     "Equal": np.equal,
@@ -153,3 +153,71 @@ def cast(value: np.ndarray, dtype: Any) -> np.ndarray | None:
             return None
         return whole.astype(dtype)
     return value.astype(dtype)
+
+
+def result_size(op: str, attrs: Mapping[str, Any], args: list[np.ndarray]) -> int:
+    """An upper bound of the number of elements ``op`` makes of ``args`` (all at most
+    :data:`_MAX_ELEMENTS` each): two ``[4096, 1]`` and ``[1, 4096]`` values broadcast to 16.7 million."""
+    if op == "Concat":
+        return sum(a.size for a in args)
+    if op == "Gather" and len(args) == 2 and args[0].ndim:
+        axis = int(attrs.get("axis", 0))
+        dim = args[0].shape[axis] if -args[0].ndim <= axis < args[0].ndim else 1
+        return (args[0].size // dim if dim else 0) * args[1].size
+    if len(args) < 2:
+        return args[0].size if args else 0
+    if op in ("Reshape", "Slice", "Squeeze", "Unsqueeze") or op.startswith("Reduce"):
+        return args[0].size
+    # an elementwise op broadcasts: at most the largest size at each (right-aligned) position
+    rank = max(a.ndim for a in args)
+    total = 1
+    for k in range(1, rank + 1):
+        total *= max((a.shape[-k] if k <= a.ndim else 1) for a in args)
+    return total
+
+
+def squeezed(op: str, data: np.ndarray, axes: list[int] | None) -> np.ndarray | None:
+    if op == "Squeeze":
+        rank = data.ndim
+        axes = [i for i, d in enumerate(data.shape) if d == 1] if axes is None else axes
+        norm = sorted({a + rank if a < 0 else a for a in axes})
+        if len(norm) != len(axes) or any(not 0 <= a < rank or data.shape[a] != 1 for a in norm):
+            return None
+        return data.reshape([d for i, d in enumerate(data.shape) if i not in norm])
+    if axes is None:
+        return None
+    rank = data.ndim + len(axes)
+    norm = sorted({a + rank if a < 0 else a for a in axes})
+    if len(norm) != len(axes) or any(not 0 <= a < rank for a in norm):
+        return None
+    dims = iter(data.shape)
+    return data.reshape([1 if i in norm else next(dims) for i in range(rank)])
+
+
+def sliced(opset: int, args: list[Any]) -> np.ndarray | None:
+    """``Slice`` (opset 10 on: starts, ends, axes, steps as inputs), with onnx's clamping."""
+    if opset < 10:
+        return None
+    data = args[0]
+    starts, ends = (np.reshape(a, -1) for a in args[1:3])
+    axes = np.reshape(args[3], -1) if len(args) > 3 and args[3] is not None else np.arange(len(starts))
+    strides = (
+        np.reshape(args[4], -1) if len(args) > 4 and args[4] is not None else np.ones(len(starts), np.int64)
+    )
+    if not len(starts) == len(ends) == len(axes) == len(strides):
+        return None
+    index: list[slice] = [slice(None)] * data.ndim
+    for start, end, axis, stride in zip(
+        starts.tolist(), ends.tolist(), axes.tolist(), strides.tolist(), strict=True
+    ):
+        axis = axis + data.ndim if axis < 0 else axis
+        if not 0 <= axis < data.ndim or not stride:
+            return None
+        dim = data.shape[axis]
+        start, end = (v + dim if v < 0 else v for v in (start, end))
+        if stride > 0:
+            index[axis] = slice(max(0, min(dim, start)), max(0, min(dim, end)), stride)
+        else:
+            last = max(-1, min(dim - 1, end))
+            index[axis] = slice(max(0, min(dim - 1, start)), last if last >= 0 else None, stride)
+    return data[tuple(index)]

@@ -455,7 +455,7 @@ def _evaluate(step: _Step, small: Any, feeds: Mapping[str, Any]) -> np.ndarray |
     args = [small(n) if n else None for n in step.inputs]
     if any(a is None for n, a in zip(step.inputs, args, strict=True) if n):
         return None
-    if _result_size(op, attrs, [a for a in args if a is not None]) > _MAX_ELEMENTS:
+    if computed_ops.result_size(op, attrs, [a for a in args if a is not None]) > _MAX_ELEMENTS:
         return None  # never computed: a broadcast or gather of small values can be large
     if op in computed_ops.OPS:
         return computed_ops.evaluate(op, attrs, step.opset, args)
@@ -498,73 +498,7 @@ def _evaluate(step: _Step, small: Any, feeds: Mapping[str, Any]) -> np.ndarray |
         return args[0].reshape(shape) if shape is not None else None
     if op in ("Unsqueeze", "Squeeze"):
         axes = attrs.get("axes") if step.opset < 13 else (args[1] if len(args) > 1 else None)
-        return _squeezed(op, args[0], None if axes is None else [int(x) for x in np.reshape(axes, -1)])
-    return _sliced(step, args)
-
-
-def _result_size(op: str, attrs: Mapping[str, Any], args: list[np.ndarray]) -> int:
-    """An upper bound of the number of elements ``op`` makes of ``args`` (all at most
-    :data:`_MAX_ELEMENTS` each): two ``[4096, 1]`` and ``[1, 4096]`` values broadcast to 16.7 million."""
-    if op == "Concat":
-        return sum(a.size for a in args)
-    if op == "Gather" and len(args) == 2 and args[0].ndim:
-        axis = int(attrs.get("axis", 0))
-        dim = args[0].shape[axis] if -args[0].ndim <= axis < args[0].ndim else 1
-        return (args[0].size // dim if dim else 0) * args[1].size
-    if len(args) < 2:
-        return args[0].size if args else 0
-    if op in ("Reshape", "Slice", "Squeeze", "Unsqueeze") or op.startswith("Reduce"):
-        return args[0].size
-    # an elementwise op broadcasts: at most the largest size at each (right-aligned) position
-    rank = max(a.ndim for a in args)
-    total = 1
-    for k in range(1, rank + 1):
-        total *= max((a.shape[-k] if k <= a.ndim else 1) for a in args)
-    return total
-
-
-def _squeezed(op: str, data: np.ndarray, axes: list[int] | None) -> np.ndarray | None:
-    if op == "Squeeze":
-        rank = data.ndim
-        axes = [i for i, d in enumerate(data.shape) if d == 1] if axes is None else axes
-        norm = sorted({a + rank if a < 0 else a for a in axes})
-        if len(norm) != len(axes) or any(not 0 <= a < rank or data.shape[a] != 1 for a in norm):
-            return None
-        return data.reshape([d for i, d in enumerate(data.shape) if i not in norm])
-    if axes is None:
-        return None
-    rank = data.ndim + len(axes)
-    norm = sorted({a + rank if a < 0 else a for a in axes})
-    if len(norm) != len(axes) or any(not 0 <= a < rank for a in norm):
-        return None
-    dims = iter(data.shape)
-    return data.reshape([1 if i in norm else next(dims) for i in range(rank)])
-
-
-def _sliced(step: _Step, args: list[Any]) -> np.ndarray | None:
-    """``Slice`` (opset 10 on: starts, ends, axes, steps as inputs), with onnx's clamping."""
-    if step.opset < 10:
-        return None
-    data = args[0]
-    starts, ends = (np.reshape(a, -1) for a in args[1:3])
-    axes = np.reshape(args[3], -1) if len(args) > 3 and args[3] is not None else np.arange(len(starts))
-    strides = (
-        np.reshape(args[4], -1) if len(args) > 4 and args[4] is not None else np.ones(len(starts), np.int64)
-    )
-    if not len(starts) == len(ends) == len(axes) == len(strides):
-        return None
-    index: list[slice] = [slice(None)] * data.ndim
-    for start, end, axis, stride in zip(
-        starts.tolist(), ends.tolist(), axes.tolist(), strides.tolist(), strict=True
-    ):
-        axis = axis + data.ndim if axis < 0 else axis
-        if not 0 <= axis < data.ndim or not stride:
-            return None
-        dim = data.shape[axis]
-        start, end = (v + dim if v < 0 else v for v in (start, end))
-        if stride > 0:
-            index[axis] = slice(max(0, min(dim, start)), max(0, min(dim, end)), stride)
-        else:
-            last = max(-1, min(dim - 1, end))
-            index[axis] = slice(max(0, min(dim - 1, start)), last if last >= 0 else None, stride)
-    return data[tuple(index)]
+        return computed_ops.squeezed(
+            op, args[0], None if axes is None else [int(x) for x in np.reshape(axes, -1)]
+        )
+    return computed_ops.sliced(step.opset, args)
