@@ -42,11 +42,13 @@ __all__ = [
     "as_file_arrays",
     "as_ortvalues",
     "bits_of",
+    "borrowed_ortvalue",
     "decoded",
     "feed_from_array",
     "from_bits",
     "from_float32",
     "is_narrow_float",
+    "narrow_elem_type",
     "narrow_feeds",
     "narrow_inputs",
     "narrow_type",
@@ -129,6 +131,29 @@ def _kind(elem_type: int) -> NarrowFloat:
     except KeyError:
         message = f"element type {elem_type} is not bfloat16 or a float8 type"
         raise BadInputError(message, value=elem_type) from None
+
+
+def narrow_elem_type(dtype: Any) -> int | None:
+    """The ONNX element type of an ml_dtypes dtype of :data:`NARROW_FLOATS` (bfloat16, a float8 type), else
+    None. Not by ``dtype.kind``: ml_dtypes makes bfloat16 a ``V`` kind but float8_e5m2 an ``f``."""
+    try:
+        elem = int(helper.np_dtype_to_tensor_dtype(np.dtype(dtype)))
+    except (KeyError, TypeError, ValueError):
+        return None
+    return elem if elem in NARROW_FLOATS else None
+
+
+def borrowed_ortvalue(array: np.ndarray) -> Any:
+    """An ``onnxruntime.OrtValue`` over ``array``'s memory (C-contiguous; no copy: the caller keeps
+    ``array`` alive while the OrtValue is used), of the ONNX type of its dtype: an ml_dtypes array of a
+    :data:`NARROW_FLOATS` type, which ``ortvalue_from_numpy`` refuses, as its bits with that type."""
+    from ..runtime.real import ort
+
+    elem = narrow_elem_type(array.dtype)
+    if elem is None:
+        return ort.OrtValue.ortvalue_from_numpy(array)
+    bits = array.view(NARROW_FLOATS[elem].bits_dtype)
+    return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(bits, onnx_element_type=elem)
 
 
 def from_bits(bits: np.ndarray, elem_type: int) -> Any:

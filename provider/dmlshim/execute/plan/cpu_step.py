@@ -13,9 +13,8 @@ from typing import Any
 
 import numpy as np
 import onnxruntime as ort
-from onnx import helper
 
-from ...inputs.narrow_floats import NARROW_FLOATS, from_bits
+from ...inputs.narrow_floats import NARROW_FLOATS, from_bits, narrow_elem_type
 from ...runtime.real import OrtInferenceSession
 from ..record import NodeRecord
 from .sessions import ORT_ERRORS, ort_run_error
@@ -90,20 +89,20 @@ def run_session(
 def _narrow(value: Any) -> bool:
     """Whether ``value`` goes to onnxruntime as an OrtValue: one already, or an ml_dtypes array (a
     bfloat16 weight, say), which onnxruntime's ``run`` and ``ortvalue_from_numpy`` refuse."""
-    return isinstance(value, ort.OrtValue) or (isinstance(value, np.ndarray) and value.dtype.kind == "V")
+    if isinstance(value, ort.OrtValue):
+        return True
+    return isinstance(value, np.ndarray) and (
+        value.dtype.kind == "V" or narrow_elem_type(value.dtype) is not None
+    )
 
 
 def _ort_value(value: Any) -> Any:
     if isinstance(value, ort.OrtValue):
         return value
     array = np.ascontiguousarray(value)
-    if array.dtype.kind == "V":
-        try:
-            elem = int(helper.np_dtype_to_tensor_dtype(array.dtype))
-        except (KeyError, TypeError, ValueError):
-            elem = None
-        if elem in NARROW_FLOATS:
-            return from_bits(array.view(NARROW_FLOATS[elem].bits_dtype), elem)
+    elem = narrow_elem_type(array.dtype)
+    if elem is not None:  # bfloat16, float8 (float8_e5m2 is an "f" kind in ml_dtypes, the others "V")
+        return from_bits(array.view(NARROW_FLOATS[elem].bits_dtype), elem)
     return ort.OrtValue.ortvalue_from_numpy(array)
 
 

@@ -34,7 +34,7 @@ from ...model.last_inference import infer_shapes
 from ...model.weightless import without_weights
 from ..proofs.symbol_shapes import input_symbols, value_shape
 from .checks import declared_values, downstream_of
-from .computed_values import ComputedValues
+from .computed_values import ComputedValues, guard_holds, small_value
 from .fed_values import VALUE_INPUTS, VALUED_OPS, FedValued, valued_nodes
 
 __all__ = ["FedGather", "FedSizes"]
@@ -42,6 +42,8 @@ __all__ = ["FedGather", "FedSizes"]
 logger = logging.getLogger(__name__)
 
 SIZED_OPS = frozenset({"Gather", "GatherElements", "GatherND"})
+_NESTING = frozenset({"If", "Loop", "Scan"})
+"""Ops whose subgraphs may hold nodes sized from computed values (:mod:`.computed_values`)."""
 
 Dims = tuple[int | str, ...]
 
@@ -100,7 +102,7 @@ class FedSizes:
             if node.op_type in SIZED_OPS and node.domain in ("", "ai.onnx")
             if len(node.input) >= 2 and all(node.input[:2])
         ]
-        if not nodes and not any(n.op_type in VALUED_OPS for n in graph.node):
+        if not nodes and not any(n.op_type in VALUED_OPS or n.op_type in _NESTING for n in graph.node):
             return cls()
         initializers = {t.name: t for t in graph.initializer}
         fed = {v.name for v in graph.input}  # an initializer listed as an input may be fed over
@@ -171,11 +173,23 @@ class FedSizes:
             if p < len(node.input) and node.input[p] not in fed
         }
         opset = next((int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-        computed = ComputedValues.of(graph, fed, targets, opset) if targets else ComputedValues()
+        nested = any(n.op_type in _NESTING for n in graph.node)  # sized nodes in branches, bodies
+        computed = ComputedValues.of(graph, fed, targets, opset) if targets or nested else ComputedValues()
         known = fed | computed.names | (set(computed.constants) if computed.steps else set())
+        branch = computed.branch_nodes
         valued = tuple(  # a node reading constants alone is sized when the session is built
             v
-            for v in valued_nodes(graph, display_names(graph.node), known, dims_of, elem_type)
+            for v in (
+                *valued_nodes(graph.node, display_names(graph.node), known, dims_of, elem_type),
+                *valued_nodes(
+                    [b.node for b in branch],
+                    [b.name for b in branch],
+                    known,
+                    dims_of,
+                    elem_type,
+                    [b.guard for b in branch],
+                ),
+            )
             if any(n in fed or n in computed.names for n in v.values)
         )
         return cls(tuple(gathers), symbols, defaults, shared, valued, computed)
@@ -204,6 +218,8 @@ class FedSizes:
             )
         values = {**feeds, **self.computed.values(feeds)} if self.computed.steps and self.valued else feeds
         for node in self.valued:
+            if node.guard and not guard_holds(node.guard, lambda n: small_value(values.get(n))):
+                continue  # inside a branch or body the run does not take (or not known to)
             node.check(values, lambda part: self._shape(part, feeds), numpy_values=numpy_values)
 
     def _shape(self, part: str | Dims, feeds: Mapping[str, Any]) -> tuple[int, ...] | None:

@@ -16,7 +16,7 @@ where it runs, as before.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +50,9 @@ class FedValued:
     values: tuple[str, ...]
     axis: int = -1
     """OneHot's axis (where the depth goes); for Reshape, its ``allowzero``."""
+    guard: tuple[tuple[str, bool], ...] = ()
+    """For a node inside ``If`` branches or ``Loop``/``Scan`` bodies: the conditions (a computed bool value,
+    the value it must have) under which it runs."""
 
     def check(
         self,
@@ -164,16 +167,18 @@ VALUED_OPS = frozenset(VALUE_INPUTS)
 
 
 def valued_nodes(
-    graph: onnx.GraphProto,
-    names: list[str],
+    nodes: Sequence[onnx.NodeProto],
+    names: Sequence[str],
     fed: set[str],
     dims_of: Callable[[str], str | Dims | None],
     elem_type: Callable[[str], int],
+    guards: Sequence[tuple[tuple[str, bool], ...]] | None = None,
 ) -> tuple[FedValued, ...]:
-    """The top-level nodes of ``graph`` (``names``: their display names) sized by :class:`FedValued`:
-    every shape-like input a graph input, and the data (Expand, Tile) fed or of static dims."""
+    """The ``nodes`` (top-level, or in subgraphs under ``guards``; ``names``: their display
+    names) sized by :class:`FedValued`: every shape-like input known (``fed``), and the data (Expand, Tile)
+    fed or of static dims."""
     found = []
-    for node, name in zip(graph.node, names, strict=True):
+    for k, (node, name) in enumerate(zip(nodes, names, strict=True)):
         positions = VALUE_INPUTS.get(node.op_type)
         if positions is None or node.domain not in ("", "ai.onnx") or not node.output:
             continue
@@ -195,5 +200,6 @@ def valued_nodes(
         if not kind:
             continue
         values = tuple(node.input[p] for p in positions)
-        found.append(FedValued(name, node.op_type, node.output[0], kind, data, values, axis))
+        guard = guards[k] if guards is not None else ()
+        found.append(FedValued(name, node.op_type, node.output[0], kind, data, values, axis, guard))
     return tuple(found)

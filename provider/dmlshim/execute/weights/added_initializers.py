@@ -90,10 +90,23 @@ def _quiet(so: Any) -> Iterator[Any]:
 
 _NO_NUMPY = frozenset(
     getattr(onnx.TensorProto, n)
-    for n in ("INT4", "UINT4", "BFLOAT16", "INT2", "UINT2")
+    for n in (
+        "INT4",
+        "UINT4",
+        "BFLOAT16",
+        "INT2",
+        "UINT2",
+        "FLOAT8E4M3FN",
+        "FLOAT8E4M3FNUZ",
+        "FLOAT8E5M2",
+        "FLOAT8E5M2FNUZ",
+        "FLOAT8E8M0",
+        "FLOAT4E2M1",
+    )
     if hasattr(onnx.TensorProto, n)
 )
-"""Element types onnxruntime's ``run`` cannot return as numpy ("No corresponding Numpy type")."""
+"""Element types onnxruntime's ``run`` cannot return as numpy ("No corresponding Numpy type": a model
+with a float8e5m2 initializer was refused by every engine as if the options had added a bad value)."""
 
 
 def numpy_cannot_hold(tensor: onnx.TensorProto) -> bool:

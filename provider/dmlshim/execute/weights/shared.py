@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 
 from ...model.weightless import graph_shell, is_external, model_shell, read_by_value, tensor_nbytes
 from ..proofs.gather_given import add_extra_outputs
@@ -61,6 +60,26 @@ def placeholder(tensor: onnx.TensorProto) -> onnx.TensorProto:
     return stub
 
 
+_PACKED = frozenset(
+    getattr(onnx.TensorProto, n)
+    for n in ("INT4", "UINT4", "INT2", "UINT2", "FLOAT4E2M1")
+    if hasattr(onnx.TensorProto, n)
+)
+"""Element types packed below a byte: numpy holds them unpacked (one element a byte) and no OrtValue can
+be made of such an array, so initializers of these types stay in the sessions' models (inline), unless
+they are read from the model's files anyway."""
+
+
+def _ort_value(array: np.ndarray) -> Any:
+    """An OrtValue over a shared initializer's array (held in ``SharedWeights._arrays`` while sessions are
+    built): bfloat16 and the float8 types (ml_dtypes arrays, which ``ortvalue_from_numpy`` refuses: the
+    custom-op engine failed with its bare ``RuntimeError`` on a model holding such a weight) as their bits
+    with the ONNX element type."""
+    from ...inputs.narrow_floats import borrowed_ortvalue
+
+    return borrowed_ortvalue(array)
+
+
 class SharedWeights:
     """The large initializers of one model, each read by every onnxruntime session that needs it from
     the model's files, or turned into an array once and handed to those sessions.
@@ -82,7 +101,9 @@ class SharedWeights:
         model_path: str | None = None,
         graph: onnx.GraphProto | None = None,
     ):
-        self._protos = {n: t for n, t in initializers.items() if is_large(t, min_bytes)}
+        self._protos = {
+            n: t for n, t in initializers.items() if is_large(t, min_bytes) and t.data_type not in _PACKED
+        }
         if graph is not None and self._protos:
             for name in read_by_value(graph, self._protos.values()):
                 del self._protos[name]
@@ -170,9 +191,7 @@ class SharedWeights:
             options.add_session_config_entry(FOLDER_KEY, self._folder)
         wanted = [t.name for t in external if t.name not in self._files]
         if wanted:
-            options.add_external_initializers(
-                wanted, [ort.OrtValue.ortvalue_from_numpy(self.array(n)) for n in wanted]
-            )
+            options.add_external_initializers(wanted, [_ort_value(self.array(n)) for n in wanted])
 
     def release(self, keep: Sequence[str] = ()) -> None:
         """Drop the arrays (but those in ``keep``): every session that needed them has been built."""
