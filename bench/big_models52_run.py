@@ -14,7 +14,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import re
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -54,8 +56,8 @@ def _cases(model: Path, out: Path) -> dict[str, tuple[list[str], Path | None]]:
     script = out / "ort_script.py"
     script.write_text(_ORT)
     cases: dict[str, tuple[list[str], Path | None]] = {
-        "ort": ([py, "-c", _ORT, m, npz, str(out / "ort.npz"), "0"], out / "ort.npz"),
         "ort_1thread": ([py, "-c", _ORT, m, npz, str(out / "ref.npz"), "1"], out / "ref.npz"),
+        "ort": ([py, "-c", _ORT, m, npz, str(out / "ort.npz"), "0"], out / "ort.npz"),
         "inspect": ([*cli, "inspect", m], None),
         "inspect_inputs": ([*cli, "inspect", m, "--inputs", npz], None),
         "validate": ([*cli, "validate", m, "--inputs", npz], None),
@@ -82,9 +84,16 @@ def _cases(model: Path, out: Path) -> dict[str, tuple[list[str], Path | None]]:
 
 
 def _timed(argv: list[str], log: Path) -> dict[str, float | int]:
+    # bytecode caches on, as in an installed package (without them every dmlshim process compiles ~0.5 s)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     with log.open("w") as err:
         code = subprocess.run(
-            ["/usr/bin/time", "-v", *argv], stdout=err, stderr=subprocess.STDOUT, timeout=1800, check=False
+            ["/usr/bin/time", "-v", *argv],
+            stdout=err,
+            stderr=subprocess.STDOUT,
+            timeout=1800,
+            check=False,
+            env=env,
         ).returncode
     text = log.read_text(errors="replace")
     wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)", text)
@@ -101,7 +110,7 @@ def _timed(argv: list[str], log: Path) -> dict[str, float | int]:
 
 
 def _same(got: Path, ref: Path) -> str:
-    if not got.exists():
+    if not got.exists() or not ref.exists():
         return "missing"
     with np.load(got) as a, np.load(ref) as b:
         if sorted(a.files) != sorted(b.files):
@@ -119,6 +128,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", type=Path)
     parser.add_argument("--cases", default="")
+    parser.add_argument("--rounds", type=int, default=1, help="rounds over the cases (medians reported)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -126,14 +136,39 @@ def main() -> None:
     out.mkdir(exist_ok=True)
     cases = _cases(args.model.resolve(), out.resolve())
     chosen = [c for c in args.cases.split(",") if c] or list(cases)
+    runs: dict[str, list[dict[str, float | int]]] = {name: [] for name in chosen}
+    outputs: dict[str, str] = {}
+    for _ in range(args.rounds):
+        for name in chosen:
+            argv, produced = cases[name]
+            row = _timed(argv, out / f"{name}.log")
+            if produced is not None and name != "ort_1thread":
+                outputs[name] = _same(produced, out / "ref.npz")
+            runs[name].append(row)
+            LOG.info("%s %s %s", name, json.dumps(row), outputs.get(name, ""))
     rows = {}
-    for name in chosen:
-        argv, produced = cases[name]
-        row = _timed(argv, out / f"{name}.log")
-        if produced is not None and name not in ("ort_1thread",):
-            row["outputs"] = _same(produced, out / "ref.npz")
-        rows[name] = row
-        LOG.info("%s %s", name, json.dumps(row))
+    for name, done in runs.items():
+        rows[name] = {
+            "codes": sorted({int(r["code"]) for r in done}),
+            "wall": statistics.median(float(r["wall"]) for r in done),
+            "walls": [r["wall"] for r in done],
+            "peak_mb": statistics.median(int(r["peak_mb"]) for r in done),
+            "outputs": outputs.get(name, ""),
+        }
+    base = rows.get("ort")
+    for name, row in rows.items():
+        if base:
+            row["wall_ratio"] = round(row["wall"] / base["wall"], 2)
+            row["peak_ratio"] = round(row["peak_mb"] / base["peak_mb"], 2)
+        LOG.info(
+            "| %s | %s | %.2f s | %s MB | %s | %s |",
+            name,
+            row["codes"],
+            row["wall"],
+            row["peak_mb"],
+            f"{row.get('wall_ratio', '')}x / {row.get('peak_ratio', '')}x",
+            row["outputs"],
+        )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
 
