@@ -1,12 +1,12 @@
-"""Sessions that only ask onnxruntime what it accepts, or read shapes, read the large weights from the
-model's files, never serialized, and build no pre-packed copy of them.
+"""Sessions of dmlshim's own that read the large weights from the model's files, never serialized.
 
 * ``inspect --inputs``: on a 548 MB Llama-style decoder step (dynamo export, external data) its run loaded
   the model whole, serialized it for the session and let onnxruntime parse the bytes: 2.2 GB peak and 7 s,
-  where onnxruntime alone takes 581 MB (now 503 MB, 1.3 s);
-* generated inputs' trial session (``validate``/``run`` without ``--inputs``): on RoBERTa-base (500 MB,
-  weights inline) it parsed every weight out of the .onnx file and pre-packed the MatMul weights: 730 MB
-  and 5.7 s for validate (now 457 MB, 2.8 s); on the Llama step the pre-packing alone cost ~1 s.
+  where onnxruntime alone takes 581 MB (now 624 MB, 1.7 s);
+* generated inputs' trial session (``validate``/``run`` without ``--inputs``), whose values are never
+  used: on RoBERTa-base (500 MB, weights inline) it parsed every weight out of the .onnx file and
+  pre-packed the MatMul weights: 730 MB and 5.7 s for validate (now 457 MB, 2.8 s); on the Llama step the
+  pre-packing alone cost ~1 s. It now builds no pre-packed copy.
 
 Here small models of the same structure, weights inline or in an external-data file; shapes and accepted
 sizes come from onnxruntime CPU itself.

@@ -83,13 +83,10 @@ class RunShapes:
 def _options() -> object:
     import onnxruntime as ort
 
-    from ..inputs.search import NO_PREPACKING
-
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     so.inter_op_num_threads = 1
     so.log_severity_level = 4
-    so.add_session_config_entry(NO_PREPACKING, "1")  # the run reads shapes only (see inputs.search)
     return so
 
 
