@@ -66,6 +66,7 @@ def _cases(model: Path, out: Path) -> dict[str, tuple[list[str], Path | None]]:
             [*cli, "run", m, "--inputs", npz, "-o", str(out / "run.npz"), "--overwrite"],
             out / "run.npz",
         ),
+        "run_generated": ([*cli, "run", m], None),
         "lower": ([*cli, "lower", m, "-o", str(out / "low.onnx"), "--overwrite"], None),
         "lowered_run": (
             [py, "-c", _LOWERED, str(out / "low.onnx"), npz, str(out / "lowered.npz"), "0"],
@@ -98,6 +99,7 @@ def _timed(argv: list[str], log: Path) -> dict[str, float | int]:
     text = log.read_text(errors="replace")
     wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)", text)
     peak = re.search(r"Maximum resident set size \(kbytes\): (\d+)", text)
+    cpu = sum(float(m) for m in re.findall(r"(?:User|System) time \(seconds\): (\S+)", text))
     seconds = 0.0
     if wall:
         for part in wall.group(1).split(":"):
@@ -105,6 +107,7 @@ def _timed(argv: list[str], log: Path) -> dict[str, float | int]:
     return {
         "code": code,
         "wall": round(seconds, 2),
+        "cpu": round(cpu, 2),
         "peak_mb": round(int(peak.group(1)) / 1024) if peak else -1,
     }
 
@@ -152,6 +155,7 @@ def main() -> None:
             "codes": sorted({int(r["code"]) for r in done}),
             "wall": statistics.median(float(r["wall"]) for r in done),
             "walls": [r["wall"] for r in done],
+            "cpu": statistics.median(float(r["cpu"]) for r in done),
             "peak_mb": statistics.median(int(r["peak_mb"]) for r in done),
             "outputs": outputs.get(name, ""),
         }
@@ -159,14 +163,16 @@ def main() -> None:
     for name, row in rows.items():
         if base:
             row["wall_ratio"] = round(row["wall"] / base["wall"], 2)
+            row["cpu_ratio"] = round(row["cpu"] / base["cpu"], 2)
             row["peak_ratio"] = round(row["peak_mb"] / base["peak_mb"], 2)
         LOG.info(
-            "| %s | %s | %.2f s | %s MB | %s | %s |",
+            "| %s | %s | %.2f s | %.2f s | %s MB | %s | %s |",
             name,
             row["codes"],
             row["wall"],
+            row["cpu"],
             row["peak_mb"],
-            f"{row.get('wall_ratio', '')}x / {row.get('peak_ratio', '')}x",
+            f"{row.get('wall_ratio', '')}x / {row.get('cpu_ratio', '')}x / {row.get('peak_ratio', '')}x",
             row["outputs"],
         )
     if args.json:
