@@ -1,6 +1,6 @@
 """Real-size models from exporters the corpus uses less, for measuring dmlshim on models it never saw.
 
-Needs torch, transformers and onnxscript (the ``export`` tooling, never the measuring Python)::
+Needs torch, transformers and onnxscript (``pip install '.[export]'``; never the measuring Python)::
 
     python bench/big_models52.py MODEL OUT_DIR
 
@@ -17,7 +17,8 @@ drawn from a fixed seed (no model hub, no network), exported with ``torch.onnx.e
   normalization nodes), weights in ``<model>.onnx.data``.
 
 Writes ``OUT_DIR/<model>.onnx`` and ``OUT_DIR/<model>.npz`` (one array per graph input), checks
-onnxruntime CPU against PyTorch on the sample, and prints one JSON line describing what it wrote.
+onnxruntime CPU against PyTorch on the sample, and logs one JSON line describing what it wrote. Measured
+by ``bench/big_models52_run.py``; results in docs/performance.md. The files are never committed.
 """
 
 from __future__ import annotations
