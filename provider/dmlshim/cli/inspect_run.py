@@ -26,7 +26,8 @@ from ..errors import BadModelError, DmlShimError
 from ..execute.engines.whole_model import augmented_model
 from ..execute.plan.sessions import ORT_ERRORS
 from ..execute.proofs.gather_given import shape_output, shape_outputs_clash
-from ..execute.weights.model_source import load_model
+from ..execute.weights.model_source import LoadedModel, load_model
+from ..execute.weights.shared import SharedWeights, light_copy
 from ..graph import is_gather_scatter, node_path, subgraph_prefix, subgraphs, walk_nodes
 from ..translate.run_cases import Execution
 from .inspect_bodies import BodyRecords, instrument_bodies, node_executions, parse_records
@@ -110,7 +111,9 @@ def run_shapes(
     from ..validate.references import feeds_for
     from ..validate.value_kinds import feed_shape
 
-    loaded = load_model(model_path, weightless=True)
+    # read without the large weights, which stay in the model's files: onnxruntime reads them there for
+    # the run (a whole load, serialized for the session, held the weights three times at once)
+    loaded = load_model(model_path, weightless=True, own_weights=False)
     if inputs:
         # checked as run and validate check them (names, dtypes, ranks, static sizes): a file that does
         # not fit the model gives no run's shapes, even where no node's input needs fetching
@@ -138,7 +141,7 @@ def run_shapes(
     cut: set[str] = set()
     if inner:
         try:
-            found, records = _fetch(model_path, wanted, feeds, instrument=True)
+            found, records = _fetch(loaded, wanted, feeds, instrument=True)
             ran, cut = parse_records(records, found[len(wanted) :])
             executions = node_executions(records, ran, cut)
         except _RECORDING_ERRORS as exc:  # run again without the records' nodes
@@ -146,7 +149,7 @@ def run_shapes(
             logger.warning("the run recording control-flow bodies failed: %s", unrecorded)
     if (wanted and not inner) or unrecorded is not None:
         try:
-            found, _ = _fetch(model_path, wanted, feeds, instrument=False)
+            found, _ = _fetch(loaded, wanted, feeds, instrument=False)
         except ORT_ERRORS as exc:
             error = _first_line(exc)
             logger.warning("onnxruntime could not run the model on these inputs: %s", error)
@@ -175,16 +178,31 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _fetch(
-    model_path: str, wanted: Sequence[str], feeds: Mapping[str, object], *, instrument: bool
+    loaded: LoadedModel, wanted: Sequence[str], feeds: Mapping[str, object], *, instrument: bool
 ) -> tuple[list[Any], BodyRecords]:
-    """One onnxruntime run fetching the shapes of ``wanted`` and (``instrument``) the bodies' records."""
-    full = load_model(model_path).proto  # onnxruntime needs the weights: the values come from them
+    """One onnxruntime run fetching the shapes of ``wanted`` and (``instrument``) the bodies' records.
+
+    The session's model holds the large weights as references to the model's files (or placeholders whose
+    arrays are handed to onnxruntime), as the run engines' sessions do: none is read or serialized here.
+    """
+    proto = loaded.proto
+    shared = SharedWeights(
+        {t.name: t for t in proto.graph.initializer}, model_path=loaded.weights_path, graph=proto.graph
+    )
+    if shared.names:
+        full = light_copy(proto, shared)
+    else:
+        full = onnx.ModelProto()
+        full.CopyFrom(proto)  # instrumented below: the loaded model stays as it was
     records = instrument_bodies(full) if instrument else BodyRecords()
     # where the model names a value like a shape output, the values themselves are fetched
     whole = shape_outputs_clash(full.graph)
     fetched = [*(n if whole else shape_output(n) for n in wanted), *records.outputs]
-    session: Any = _session(augmented_model(full, fetched))
+    options = _options()
+    shared.attach(options, full)
+    session: Any = _session(augmented_model(full, fetched), options)
     del full
+    shared.release()
     found = list(session.run(fetched, dict(feeds)))
     if whole:
         found[: len(wanted)] = [np.array(np.shape(v), np.int64) for v in found[: len(wanted)]]
@@ -214,10 +232,10 @@ def _why_not(name: str, records: BodyRecords, cut: set[str]) -> str:
     return f"the body of {owner!r} ran no iteration on these inputs"
 
 
-def _session(payload: bytes) -> object:
+def _session(payload: bytes, options: object) -> object:
     from ..runtime.real import OrtInferenceSession
 
     try:
-        return OrtInferenceSession(payload, _options(), providers=["CPUExecutionProvider"])
+        return OrtInferenceSession(payload, options, providers=["CPUExecutionProvider"])
     except ORT_ERRORS as exc:
         raise BadModelError(f"onnxruntime cannot load the model: {exc}") from exc

@@ -53,6 +53,11 @@ __all__ = ["GeneratedInputs", "annotate_error", "generate", "generate_inputs", "
 
 logger = logging.getLogger(__name__)
 
+NO_PREPACKING = "session.disable_prepacking"
+"""onnxruntime's session config key that leaves weights as they are: for the trial runs, whose values are
+never used. (Pre-packed MatMul weights change float results in the last bits, 3-7e-6 on the real-size
+transformers measured: a session whose values or value-dependent shapes count keeps them.)"""
+
 MAX_TRIES = 400
 """Most candidates tried on onnxruntime before giving up."""
 PAIR_HINTS = 6
@@ -249,16 +254,35 @@ def _assignments(
         yield {**base, symbol: 0}
 
 
-def _onnxruntime_session(model: onnx.ModelProto, path: str | None) -> Any:
+def _onnxruntime_session(
+    model: onnx.ModelProto | LoadedModel, proto: onnx.ModelProto, path: str | None
+) -> Any:
     import onnxruntime as ort
 
+    from ..execute.weights.model_source import LoadedModel
     from ..runtime.real import OrtInferenceSession
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     so.inter_op_num_threads = 1
     so.log_severity_level = 4
-    source: Any = path if path is not None and os.path.isfile(path) else model.SerializeToString()
+    # a trial run only asks whether onnxruntime accepts the sizes: without pre-packing, the weights are
+    # not repacked (a copy of every MatMul weight, ~1 s on a 548 MB model) and the session maps them
+    so.add_session_config_entry(NO_PREPACKING, "1")
+    if isinstance(model, LoadedModel) and model.weights_folder is not None:
+        # read without its weights: onnxruntime reads them from the model's files, as the engines'
+        # sessions do, instead of parsing them out of the .onnx file (a copy of every inline weight)
+        from ..execute.weights.shared import SharedWeights
+        from ..execute.weights.shared import light_copy as referencing_copy
+
+        graph = proto.graph
+        shared = SharedWeights(
+            {t.name: t for t in graph.initializer}, model_path=model.weights_path, graph=graph
+        )
+        light = referencing_copy(proto, shared) if shared.names else proto
+        shared.attach(so, light)
+        return OrtInferenceSession(light.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    source: Any = path if path is not None and os.path.isfile(path) else proto.SerializeToString()
     return OrtInferenceSession(source, so, providers=["CPUExecutionProvider"])
 
 
@@ -343,7 +367,7 @@ def generate(
 
             refuse_static_sizes(proto)
             try:
-                session = _onnxruntime_session(proto, path)
+                session = _onnxruntime_session(model, proto, path)
             except Exception as exc:  # onnxruntime's exception types share no useful base
                 logger.info("onnxruntime cannot load the model (%s): inputs not checked", _first_line(exc))
                 return GeneratedInputs(feeds, shapes, symbols, seed)
