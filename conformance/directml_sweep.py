@@ -44,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     from dmlshim.dxdispatch.directml_sweep import FAIL, OBSERVED, SKIPPED, run_sweep
     from dmlshim.dxdispatch.host_stack import StackMissingError, load_stack
     from dmlshim.dxdispatch.sweep_cases import sweep_cases
+    from dmlshim.dxdispatch.sweep_wide import wide_sweep
     from dmlshim.fileio.files import write_json
 
     try:
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if args.skip_if_missing else 2
 
     start = time.monotonic()
-    cases = sweep_cases(args.seed, quick=args.quick, wide=args.wide)
+    cases = wide_sweep(args.seed, quick=args.quick) if args.wide else sweep_cases(args.seed, quick=args.quick)
     with tempfile.TemporaryDirectory(prefix="dmlshim-sweep-") as tmp:
         out = Path(args.out) if args.out else Path(tmp) / "sweep"
         if out.exists() and any(out.iterdir()):

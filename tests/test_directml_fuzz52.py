@@ -22,7 +22,7 @@ from dmlshim.dxdispatch.directml_sweep import FAIL, OBSERVED, PASS, _ort_output,
 from dmlshim.dxdispatch.host_stack import StackMissingError, load_stack
 from dmlshim.dxdispatch.sweep_cases import CHECK, DUPLICATES, SweepCase, sweep_cases
 from dmlshim.dxdispatch.sweep_strided import run_strided, same_bits, strided_cases
-from dmlshim.dxdispatch.sweep_wide import float_specials, scatter_nd, wide_cases
+from dmlshim.dxdispatch.sweep_wide import float_specials, scatter_nd, wide_cases, wide_sweep
 from dmlshim.errors import BadInputError
 from dmlshim.kernels import compiled, execute
 from dmlshim.translate import Status, TensorInfo, run_translation, translate_node
@@ -104,7 +104,7 @@ def test_wide_set_is_seeded_bounded_and_leaves_the_default_cases_alone() -> None
     assert 400 <= len(first) <= 700  # bounded: ~30 s more on the reference machine
     assert len(wide_cases(7)) == len(first)  # the same count for every seed
     default = sweep_cases(2024)
-    combined = sweep_cases(2024, wide=True)
+    combined = wide_sweep(2024)
     assert [c.name for c in combined[: len(default)]] == [c.name for c in default]
     ops = collections.Counter(c.op_type for c in first)
     assert set(ops) == {"Gather", "GatherElements", "GatherND", "ScatterElements", "ScatterND", "Scatter"}

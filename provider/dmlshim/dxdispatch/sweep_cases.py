@@ -15,7 +15,7 @@ Everything is drawn from one seeded generator: the same case list, names and val
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -357,15 +357,11 @@ def _specials(rng: np.random.Generator) -> Iterator[SweepCase]:
     )
 
 
-def sweep_cases(seed: int = 2024, *, quick: bool = False, wide: bool = False) -> list[SweepCase]:
-    """Every generated case (``quick``: a fifth of them, every op and kind still present; ``wide``: the
-    opt-in wide set of :mod:`.sweep_wide` added after them, from its own generator)."""
+def sweep_cases(seed: int = 2024, *, quick: bool = False, extra: Iterable[SweepCase] = ()) -> list[SweepCase]:
+    """Every generated case (``quick``: a fifth of them, every op and kind still present; ``extra``: cases
+    added after them, such as the opt-in wide set of :func:`dmlshim.dxdispatch.sweep_wide.wide_sweep`)."""
     rng = np.random.default_rng(seed)
-    cases = [*_types(rng), *_ranks(rng), *_levels(rng), *_specials(rng)]
-    if wide:
-        from .sweep_wide import wide_cases  # imports this module
-
-        cases += wide_cases(seed)
+    cases = [*_types(rng), *_ranks(rng), *_levels(rng), *_specials(rng), *extra]
     seen: set[str] = set()
     unique: list[SweepCase] = []
     for case in cases:

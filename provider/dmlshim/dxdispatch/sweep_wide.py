@@ -42,6 +42,7 @@ from .sweep_cases import (
     _indices,
     _permutation_rows,
     _values,
+    sweep_cases,
 )
 
 __all__ = ["wide_cases"]
@@ -350,6 +351,11 @@ def wide_cases(seed: int = 2024) -> list[SweepCase]:
         *float_specials(seed),
         *high_index_bits(seed),
     ]
+
+
+def wide_sweep(seed: int = 2024, *, quick: bool = False) -> list[SweepCase]:
+    """The default sweep's cases with the wide set added after them (``quick`` as in ``sweep_cases``)."""
+    return sweep_cases(seed, quick=quick, extra=wide_cases(seed))
 
 
 def special_floats(dt: str, size: int, rng: np.random.Generator) -> np.ndarray:
