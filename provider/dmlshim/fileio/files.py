@@ -30,6 +30,7 @@ import logging
 import os
 import stat
 import tempfile
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -187,6 +188,25 @@ _FOUND: dict[str, _Stamp] = {}
 appears or changes there meanwhile is the user's (or the program's), and is never replaced."""
 
 
+_PLACED: dict[str, _Stamp] = {}
+"""What this process itself last placed at each output path: a file found there that dmlshim wrote
+(another session of the same program naming the same optimized model, as onnxruntime allows) is not a
+newcomer to keep."""
+
+
+_PLACING = threading.Lock()
+
+
+def _fresh_placing_lock() -> None:
+    """In a forked child: a parent thread that held the lock at the fork does not exist there."""
+    global _PLACING
+    _PLACING = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_fresh_placing_lock)
+
+
 def _stamp(path: Path) -> _Stamp:
     st = _lstat(path)
     return None if st is None else (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
@@ -294,7 +314,7 @@ def _refuse_newcomer(target: Path, what: str) -> None:
     if key not in _FOUND:
         return
     found, now = _FOUND[key], _stamp(target)
-    if now is not None and now != found:
+    if now is not None and now != found and now != _PLACED.get(key):
         raise BadInputError(
             f"the {what} {'appeared' if found is None else 'changed'} while dmlshim was running; a file "
             "written meanwhile (by the program, or by you) is never replaced: move it away, or give "
@@ -340,10 +360,12 @@ def _place(tmp: Path, target: Path, overwrite: bool, what: str) -> None:
     if st is not None and portable.is_link(st):
         _refuse_stream_link(target, what)
     if overwrite:
-        _refuse_newcomer(target, what)
-        if st is not None:
-            _refuse_protected(target, st, what)
-        portable.replace(tmp, target)  # replaces a link itself, never its target
+        with _PLACING:  # the look and the move as one step against this process's other writers
+            _refuse_newcomer(target, what)
+            if st is not None:
+                _refuse_protected(target, st, what)
+            portable.replace(tmp, target)  # replaces a link itself, never its target
+            _PLACED[os.path.abspath(target)] = _stamp(target)
         return
     try:
         # A hard link fails if the name exists, so a file that appeared meanwhile is kept.
