@@ -152,8 +152,9 @@ class StagedFolder:
             why = _removable_entry(confined_path(self.target, name, what="previous entry"))
             if why is not None:
                 raise BadInputError(
-                    f"the previous output lists {name!r} but {why}; dmlshim removes only the regular files "
-                    "it wrote: move it away first",
+                    f"the previous output lists {name!r} but {why}; --overwrite removes a listed entry only "
+                    "when it is a regular file or a folder of regular files (removed whole, whatever "
+                    "their names): move it away first",
                     path=text,
                     rule=_RULE,
                 )
