@@ -65,28 +65,26 @@ def options_from_model(model: onnx.ModelProto, sess_options: Any) -> Any:
     )
     probe = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 17)])
     probe.metadata_props.extend(config)
-    held = options_held(so)  # no other thread's session reads the path while it is off
-    held.__enter__()
-    optimized = so.optimized_model_filepath
-    so.optimized_model_filepath = ""  # the probe is never written anywhere
-    try:
-        with tempfile.TemporaryDirectory(prefix="dmlshim-config-") as tmp:
-            path = Path(tmp) / "config_probe.onnx"
-            onnx.save(probe, str(path))
-            session = OrtInferenceSession(
-                str(path), so, providers=["CPUExecutionProvider"], read_config_from_model=1
+    with options_held(so):  # no other thread's session reads the path while it is off
+        optimized = so.optimized_model_filepath
+        so.optimized_model_filepath = ""  # the probe is never written anywhere
+        try:
+            with tempfile.TemporaryDirectory(prefix="dmlshim-config-") as tmp:
+                path = Path(tmp) / "config_probe.onnx"
+                onnx.save(probe, str(path))
+                session = OrtInferenceSession(
+                    str(path), so, providers=["CPUExecutionProvider"], read_config_from_model=1
+                )
+        except ORT_ERRORS as exc:
+            error = BadModelError(
+                f"onnxruntime refuses the session options in the model's {ORT_CONFIG_KEY!r} metadata: "
+                f"{' '.join(str(exc).split())}",
+                value=config[0].value,
+                rule=f"with {ENV_VAR}=1 the model's {ORT_CONFIG_KEY} must hold options onnxruntime accepts",
             )
-    except ORT_ERRORS as exc:
-        error = BadModelError(
-            f"onnxruntime refuses the session options in the model's {ORT_CONFIG_KEY!r} metadata: "
-            f"{' '.join(str(exc).split())}",
-            value=config[0].value,
-            rule=f"with {ENV_VAR}=1 the model's {ORT_CONFIG_KEY} must hold options onnxruntime accepts",
-        )
-        raise with_onnxruntime_class(error, type(exc)) from exc
-    finally:
-        so.optimized_model_filepath = optimized
-        held.__exit__(None, None, None)
+            raise with_onnxruntime_class(error, type(exc)) from exc
+        finally:
+            so.optimized_model_filepath = optimized
     finalized = session._sess.session_options
     finalized.optimized_model_filepath = optimized
     if finalized.enable_profiling:  # the probe's own profile is not the caller's
