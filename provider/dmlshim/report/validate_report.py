@@ -317,6 +317,11 @@ def render_text(report: ValidationReport, only_problems: bool = False) -> str:
     else:
         names = ", ".join(o.name for o in report.mismatched)
         lines.append(f"verdict: MISMATCH - {len(report.mismatched)} output(s) differ: {names}")
+    if report.match and report.outputs and all(0 in o.shape for o in report.outputs):
+        lines.append(
+            "  every output is empty (0 elements), so no value was compared: give --inputs, or "
+            "--input-shape for sizes that are not 0"
+        )
     computed = sorted({printable(w.node) for w in report.warnings if CRASH_MARK in w.message})
     if computed:
         lines.append(
