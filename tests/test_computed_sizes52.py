@@ -26,6 +26,7 @@ from dmlshim.execute.plan.computed_values import ComputedValues
 from dmlshim.execute.plan.fed_sizes import FedSizes
 
 from .computed_sizes52_models import CASES, feeds, model
+from .computed_sizes_child import run_case
 from .oracle import ort_session
 from .safety_helpers import run_child
 
@@ -37,46 +38,9 @@ I64, I32, B, F = TensorProto.INT64, TensorProto.INT32, TensorProto.BOOL, TensorP
 vi = helper.make_tensor_value_info
 node = helper.make_node
 
-_CHILD = """
-import resource, sys
-import numpy as np
-sys.path.insert(0, sys.argv[4])
-from computed_sizes52_models import feeds, model
-import dmlshim
-case, engine, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-if engine == "dropin":
-    dmlshim.install()
-    import onnxruntime
-    providers = ["DmlExecutionProvider", "CPUExecutionProvider"]
-    session = onnxruntime.InferenceSession(model(case), providers=providers)
-else:
-    session = dmlshim.InferenceSession(model(case), engine=engine)
-try:
-    out = session.run(None, feeds(case, n))[0]
-    np.save(sys.argv[5], out)
-    print("VALUE", out.shape)
-except dmlshim.errors.DmlShimError as exc:
-    print("REFUSED", type(exc).__name__, exc.node, exc.op_type, "|", exc)
-try:
-    with open("/proc/self/status") as status:
-        peak_kb = int(next(l.split()[1] for l in status if l.startswith("VmHWM:")))
-except OSError:
-    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print("PEAK_MB", peak_kb // 1024)
-"""
-
 
 def _child(case: str, engine: str, n: int, out: Path) -> str:
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "provider"), "DMLSHIM_MEMORY_LIMIT": LIMIT}
-    done = subprocess.run(
-        [sys.executable, "-c", _CHILD, case, engine, str(n), str(ROOT / "tests"), str(out)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout
+    return run_case("computed_sizes52_models", case, engine, n, out, LIMIT)
 
 
 @pytest.mark.parametrize("case", CASES)
