@@ -30,7 +30,6 @@ import logging
 import os
 import stat
 import tempfile
-import threading
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -39,6 +38,7 @@ import numpy as np
 
 from .. import portable
 from ..errors import BadInputError
+from ..fork_locks import ChildLock
 from .input_files import _locations as _locations  # its cache is cleared by tests
 from .input_files import input_files
 
@@ -194,17 +194,7 @@ _PLACED: dict[str, _Stamp] = {}
 newcomer to keep."""
 
 
-_PLACING = threading.Lock()
-
-
-def _fresh_placing_lock() -> None:
-    """In a forked child: a parent thread that held the lock at the fork does not exist there."""
-    global _PLACING
-    _PLACING = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
-    os.register_at_fork(after_in_child=_fresh_placing_lock)
+_PLACING = ChildLock()
 
 
 def _stamp(path: Path) -> _Stamp:

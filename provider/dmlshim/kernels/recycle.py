@@ -19,10 +19,11 @@ import math
 import os
 import sys
 import sysconfig
-import threading
 from collections import OrderedDict
 
 import numpy as np
+
+from ..fork_locks import ChildLock
 
 MIN_BYTES = 1 << 20
 """Smaller outputs come from numpy's allocator (the C library reuses small blocks without faults)."""
@@ -39,19 +40,9 @@ ENABLED = os.environ.get("DMLSHIM_KERNEL_RECYCLE", "1") != "0" and not sysconfig
 # The references a free buffer has inside _take: the pool's dict, the loop variable, getrefcount's arg.
 _FREE_REFS = 3
 
-_lock = threading.Lock()
+_lock = ChildLock()
 _buffers: OrderedDict[int, list[np.ndarray]] = OrderedDict()
 _pooled_bytes = 0
-
-
-def _new_lock_in_child() -> None:
-    """After ``fork``: a lock another thread of the parent held at the fork would stay held in the child."""
-    global _lock
-    _lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
-    os.register_at_fork(after_in_child=_new_lock_in_child)
 
 
 def empty(shape: tuple[int, ...], dtype: np.dtype | type) -> np.ndarray:

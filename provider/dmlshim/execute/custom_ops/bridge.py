@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
-import threading
 from typing import Any
 
 import numpy as np
@@ -13,6 +11,7 @@ import onnxruntime as ort
 
 from ...errors import EngineUnavailableError
 from ...extras import install_command
+from ...fork_locks import ChildLock
 from .ext_import import import_extensions
 from .kernel import kernel
 from .types import CUSTOM_DOMAIN, DECLARED_ATTRIBUTES, all_signatures, outputs_cross_as_arrays
@@ -71,17 +70,9 @@ def library_path() -> str:
 
 
 _ALL_REGISTERED = False
-_REGISTER_LOCK = threading.Lock()
+_REGISTER_LOCK = ChildLock()
 
 
-def _new_lock_in_child() -> None:
-    """After ``fork``: a lock another thread of the parent held at the fork would stay held in the child."""
-    global _REGISTER_LOCK
-    _REGISTER_LOCK = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
-    os.register_at_fork(after_in_child=_new_lock_in_child)
 _OUR_OPS: dict[int, Any] = {}
 """The onnxruntime-extensions op definitions registered here, by the id the C++ side calls them with."""
 _ARRAY_OUTPUTS = False

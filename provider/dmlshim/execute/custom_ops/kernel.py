@@ -29,6 +29,7 @@ from ...dml.enums import FeatureLevel
 from ...dml.json_form import operator_from_json
 from ...dml.operators import OperatorDesc
 from ...errors import DmlShimError, IndexOutOfRangeError
+from ...fork_locks import ChildLock
 from ...kernels import execute
 from ...kernels.options import IndexMode, KernelOptions
 from ...model.zero_depth_scatternd import ort_crashes, scatter_nd_empty_tuples
@@ -72,20 +73,19 @@ class RunState:
 
 _ACTIVE: RunState | None = None
 """The state of the run in progress; runs are serialized by ``_RUN_LOCK`` (kernels hold the GIL anyway)."""
-_RUN_LOCK = threading.RLock()
+_RUN_LOCK = ChildLock(threading.RLock)
 
 
-def _new_run_lock_in_child() -> None:
-    """After ``fork``: a run another thread had in progress holds ``_RUN_LOCK`` in the child too, and no
-    thread there will release it (every run of a custom-op session in a child forked while another thread
-    ran one waited forever)."""
-    global _RUN_LOCK, _ACTIVE
-    _RUN_LOCK = threading.RLock()
+def _no_run_in_child() -> None:
+    """After ``fork``: a run another thread had in progress is none of the child's (``_RUN_LOCK``, a
+    :class:`~dmlshim.fork_locks.ChildLock`, is new there: every run of a custom-op session in a child forked
+    while another thread ran one waited forever)."""
+    global _ACTIVE
     _ACTIVE = None
 
 
 if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
-    os.register_at_fork(after_in_child=_new_run_lock_in_child)
+    os.register_at_fork(after_in_child=_no_run_in_child)
 
 
 @contextmanager

@@ -22,13 +22,13 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from ...errors import EngineUnavailableError
 from ...extras import install_command
+from ...fork_locks import ChildLock
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ def _env_mode() -> str:
     return value
 
 
-_lock = threading.Lock()
+_lock = ChildLock()
 _mode: str | None = None
 """The choice in force; None until first consulted (DMLSHIM_KERNELS is read then, so that a bad value is
 reported through the logging the caller set up after importing dmlshim, as the CLI does)."""
@@ -66,16 +66,6 @@ _table: dict[type, Kernel] | None = None
 _loaded = False
 LOAD_SECONDS: float | None = None
 """How long importing numba and the compiled modules took in this process (None: not loaded)."""
-
-
-def _new_lock_in_child() -> None:
-    """After ``fork``: a lock another thread of the parent held at the fork would stay held in the child."""
-    global _lock
-    _lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
-    os.register_at_fork(after_in_child=_new_lock_in_child)
 
 
 def use(mode: str) -> None:
