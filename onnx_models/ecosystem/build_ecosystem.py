@@ -45,6 +45,7 @@ MODULES = (
     "producers_fp16",
     "producers_genai",
     "producers_ortopt",
+    "producers_slim",
     "handwritten",
 )
 BASE_PACKAGES = ("onnx", "onnxruntime", "numpy")
