@@ -1,0 +1,130 @@
+"""onnx_models/ecosystem/slim_* and onnxopt_*: PyTorch exports of onnx_models/real/ rewritten by onnxslim
+0.1.98 and onnxoptimizer 0.4.2 (``producers_slim.py``; the graphs fold Shape->Gather chains, move
+constants to initializers, drop dead code).
+
+Everywhere: the file holds the gather/scatter nodes onnx counts in it (the numbers the rewrite left,
+recorded from the files); the default InferenceSession and the custom-op engine equal onnxruntime CPU bit
+for bit on the shipped inputs; inspect places on the CPU exactly the gather/scatter nodes onnxruntime-
+directml 1.24.3 placed there with graph optimizations disabled (its verbose log, recorded below).
+
+Tests marked ``real`` run DirectML itself (skipped without the stack, ``dmlshim directml setup``): each
+model equals onnxruntime CPU within float rounding, and with optimizations disabled the provider's CPU
+nodes are inspect's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from dmlshim import InferenceSession
+from dmlshim.directml.stack import stack_available
+from tests.corpus_checks import (
+    assert_same,
+    expected_gather_scatter,
+    feeds_of,
+    ort_reference,
+    run_cli,
+    session_outputs,
+)
+
+ECO = Path(__file__).resolve().parent.parent / "onnx_models" / "ecosystem"
+#: gather/scatter nodes in each file (onnx's count of the rewritten graph)
+COUNTS: dict[str, dict[str, int]] = {
+    "slim_llama_static_cache": {"Gather": 2, "ScatterElements": 4},
+    "slim_fasterrcnn": {"Gather": 37},
+    "slim_bert_static": {"Gather": 4},
+    "slim_gnn_scatter": {"Gather": 10, "ScatterElements": 6},
+    "slim_beam_search": {"Gather": 2, "GatherElements": 2, "ScatterElements": 1, "ScatterND": 1},
+    "slim_mixtral_moe_nofusion": {"Gather": 26},
+    "onnxopt_llama_static_cache": {"Gather": 2, "ScatterElements": 8},
+    "onnxopt_fasterrcnn": {"Gather": 71},
+    "onnxopt_gpt2_past_shape_gather": {"Gather": 40},
+    "onnxopt_gnn_scatter_extract": {"Gather": 11, "ScatterElements": 6},
+    "onnxopt_beam_search": {"Gather": 2, "GatherElements": 2, "ScatterElements": 1, "ScatterND": 1},
+}
+MODELS = tuple(COUNTS)
+_GNN_CPU = {"/Gather_2", "/Gather_6", *(f"/ScatterElements{s}" for s in ("", "_1", "_2", "_3", "_4", "_5"))}
+_LLAMA_SHAPE_SCATTERS = {
+    f"/model/model/layers.{i}/self_attn/ScatterElements{s}" for i in (0, 1) for s in ("", "_2")
+}
+#: gather/scatter nodes onnxruntime-directml 1.24.3 (DirectML 1.15.4) placed on its CPU provider with graph
+#: optimizations disabled (its verbose log), by name where few, else how many
+REAL_CPU: dict[str, set[str] | int] = {
+    "slim_llama_static_cache": set(),
+    "slim_fasterrcnn": {"/model/roi_heads/Gather_1"},
+    "slim_bert_static": set(),
+    "slim_gnn_scatter": _GNN_CPU,
+    "slim_beam_search": {"/Gather"},
+    "slim_mixtral_moe_nofusion": 20,
+    "onnxopt_llama_static_cache": _LLAMA_SHAPE_SCATTERS,
+    "onnxopt_fasterrcnn": 30,
+    "onnxopt_gpt2_past_shape_gather": 37,
+    "onnxopt_gnn_scatter_extract": {*_GNN_CPU, "/Gather_10"},
+    "onnxopt_beam_search": {"/Gather"},
+}
+
+real = pytest.mark.skipif(
+    not stack_available(), reason="real DirectML stack not set up (dmlshim directml setup)"
+)
+
+
+def _path(name: str) -> Path:
+    return ECO / f"{name}.onnx"
+
+
+def test_every_slim_and_onnxopt_file_is_here() -> None:
+    shipped = sorted(p.stem for p in [*ECO.glob("slim_*.onnx"), *ECO.glob("onnxopt_*.onnx")])
+    assert shipped == sorted(MODELS)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_file_holds_the_rewritten_gather_scatter_nodes(name: str) -> None:
+    assert dict(expected_gather_scatter(_path(name))) == COUNTS[name]
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_default_session_equals_onnxruntime(name: str) -> None:
+    assert_same(session_outputs(_path(name), None), ort_reference(_path(name))[1], name)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_customop_engine_equals_onnxruntime(name: str) -> None:
+    assert_same(session_outputs(_path(name), "customop"), ort_reference(_path(name))[1], name)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_inspect_places_on_cpu_what_real_directml_did(name: str) -> None:
+    run = run_cli("inspect", str(_path(name)), "--json", "-q")
+    assert run.code in (0, 1) and run.doc is not None, run.message
+    on_cpu = {n["name"] for n in run.doc["nodes"] if n["ort_placement"] == "CPUExecutionProvider"}
+    want = REAL_CPU[name]
+    assert (len(on_cpu) if isinstance(want, int) else on_cpu) == want
+    assert {n["ort_placement"] for n in run.doc["nodes"]} <= {"CPUExecutionProvider", "DmlExecutionProvider"}
+
+
+# --- real DirectML 1.15.4 (skipped without the stack) ------------------------------------------------
+
+
+def _unoptimized() -> ort.SessionOptions:
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return so
+
+
+@real
+@pytest.mark.parametrize("name", MODELS)
+def test_real_directml_runs_and_places_like_inspect(name: str) -> None:
+    path = _path(name)
+    session = InferenceSession(str(path), sess_options=_unoptimized(), engine="directml")
+    got = session.run(None, dict(feeds_of(path)))
+    for g, w in zip(got, ort_reference(path)[1], strict=True):
+        np.testing.assert_allclose(g, w, atol=1e-5, rtol=0)
+    record = session.last_run_record
+    assert record is not None
+    on_cpu = {n.name for n in record.nodes if n.ort_placement == "CPUExecutionProvider"}
+    want = REAL_CPU[name]
+    assert (len(on_cpu) if isinstance(want, int) else on_cpu) == want
