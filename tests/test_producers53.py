@@ -128,3 +128,66 @@ def test_real_directml_runs_and_places_like_inspect(name: str) -> None:
     on_cpu = {n.name for n in record.nodes if n.ort_placement == "CPUExecutionProvider"}
     want = REAL_CPU[name]
     assert (len(on_cpu) if isinstance(want, int) else on_cpu) == want
+
+
+#: the top-level gather/scatter nodes onnxruntime 1.32's level-1 optimizations (constant folding, then
+#: dropping the nodes only folded ones read) remove from each model: onnxruntime's own saved graph at
+#: ORT_ENABLE_BASIC, recorded
+_FRCNN_AWAY = 30
+OPTIMIZED_AWAY: dict[str, set[str] | int] = {
+    "onnxopt_llama_static_cache": _LLAMA_SHAPE_SCATTERS,
+    "onnxopt_fasterrcnn": _FRCNN_AWAY,
+    "slim_llama_static_cache": set(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZED_AWAY))
+def test_optimized_away_nodes_are_the_ones_onnxruntime_removes(name: str) -> None:
+    import onnx
+
+    from dmlshim.directml.optimized_away import optimized_away_nodes
+
+    model = onnx.load(str(_path(name)))
+    away = optimized_away_nodes(model, "all")
+    want = OPTIMIZED_AWAY[name]
+    assert (len(away) if isinstance(want, int) else away) == want
+    assert optimized_away_nodes(model, "disabled") == frozenset()
+
+
+def test_optimized_away_keeps_a_twin_that_survives() -> None:
+    # two identical Gathers on a graph input: common-subexpression elimination keeps one, which runs
+    from onnx import TensorProto, helper
+
+    from dmlshim.directml.optimized_away import optimized_away_nodes
+    from tests.oracle import IR_VERSION
+
+    idx = helper.make_tensor("idx", TensorProto.INT64, [1], [1])
+    graph = helper.make_graph(
+        [
+            helper.make_node("Gather", ["x", "idx"], ["a"], name="g1"),
+            helper.make_node("Gather", ["x", "idx"], ["b"], name="g2"),
+            helper.make_node("Add", ["a", "b"], ["y"], name="add"),
+        ],
+        "twins",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [idx],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = IR_VERSION
+    assert optimized_away_nodes(model, "all") == frozenset()
+
+
+@real
+def test_real_directml_records_optimized_away_nodes_off_directml() -> None:
+    # onnxruntime's default level folds the cache-shape ScatterElements before placing nodes: its log lists
+    # none of them, and the record used to call them DirectML nodes; inspect places them on the CPU
+    path = _path("onnxopt_llama_static_cache")
+    session = InferenceSession(str(path), engine="directml")
+    session.run(None, dict(feeds_of(path)))
+    record = session.last_run_record
+    assert record is not None
+    away = {n.name for n in record.nodes if "ORT_OPTIMIZED_AWAY" in dict(n.reasons)}
+    assert away == _LLAMA_SHAPE_SCATTERS
+    assert {n.name for n in record.nodes if n.ort_placement == "CPUExecutionProvider"} == away
+    assert set(dict(record.device)["nodes_optimized_away"].split(", ")) == away

@@ -43,6 +43,8 @@ class SweepResult:
         vs_emulation: real DirectML against dmlshim's partitioned engine.
         predicted_refusal: what inspect's table predicts (refusal codes), for comparison with ``outcome``.
         cpu_nodes: nodes onnxruntime placed on its CPU provider (from its log).
+        optimized_away: gather/scatter nodes onnxruntime's graph optimizations removed before placement
+            (folded into constants or fused away at session creation: in no partition, not in its log).
         seconds: session creation + first run time on real DirectML.
     """
 
@@ -54,6 +56,7 @@ class SweepResult:
     predicted_refusal: tuple[str, ...] = ()
     cpu_nodes: tuple[str, ...] = ()
     seconds: float = 0.0
+    optimized_away: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -68,6 +71,7 @@ class SweepResult:
             "vs_dmlshim_emulation": comp(self.vs_emulation),
             "predicted_refusal": list(self.predicted_refusal),
             "cpu_nodes": list(self.cpu_nodes),
+            "optimized_away": list(self.optimized_away),
             "seconds": round(self.seconds, 2),
         }
 
@@ -138,6 +142,7 @@ def sweep_one(path: Path) -> SweepResult:
         )
     engine = real._engine if hasattr(real, "_engine") else None
     cpu_nodes = tuple(engine.cpu_nodes()) if engine is not None and hasattr(engine, "cpu_nodes") else ()
+    away = tuple(sorted(getattr(engine, "optimized_away", ())))
     try:
         got = real.run(names, feeds)
     except DmlShimError as exc:
@@ -149,7 +154,9 @@ def sweep_one(path: Path) -> SweepResult:
         vs_emu: Comparison | None = compare(got, emulated)
     except DmlShimError as exc:
         vs_emu = Comparison(False, float("inf"), f"emulation failed: {exc}")
-    return SweepResult(str(path), "ran", "", vs_cpu, vs_emu, predicted, cpu_nodes, seconds)
+    return SweepResult(
+        str(path), "ran", "", vs_cpu, vs_emu, predicted, cpu_nodes, seconds, optimized_away=away
+    )
 
 
 def sweep(paths: Iterable[Path]) -> list[SweepResult]:

@@ -103,6 +103,9 @@ class LinuxDirectMLEngine:
         if refused is not None:  # before the host starts: the same error, known in advance
             raise BadModelError(refused) from _ort_exception(refused, "run")
         self.config = config
+        self.optimized_away: frozenset[str] = frozenset()
+        """gather/scatter nodes onnxruntime's graph optimizations removed before placement
+        (:mod:`.optimized_away`)"""
         self.stack = stack or load_stack()
         self.host = host or shared_host(self.stack)
         self._tmp = tempfile.TemporaryDirectory(prefix="dmlshim-dml-")
@@ -121,16 +124,25 @@ class LinuxDirectMLEngine:
         self._model = model
 
     def _records(self, model: onnx.ModelProto) -> tuple[NodeRecord, ...]:
+        from .optimized_away import optimized_away_nodes
         from .records import node_records
 
         placements = self._session.placements
         if placements is None:
             return node_records(model, self.config.feature_level, lambda t: t.ort_placement)
-        # Nodes on the DirectML provider are fused (DmlFusedNode_*): the log lists the others.
+        # Nodes on the DirectML provider are fused (DmlFusedNode_*): the log lists the others. A node
+        # onnxruntime's level-1 optimizations removed before placing nodes (folded into a constant, fused
+        # into a Reshape) is in neither: it is placed with the CPU, as inspect places it, never on DirectML.
+        self.optimized_away = optimized_away_nodes(model, _optimization(self.config))
         return node_records(
             model,
             self.config.feature_level,
-            lambda t: placements.get(t.name, placements.get("*", DML_PROVIDER)),
+            lambda t: (
+                CPU_EP
+                if t.name in self.optimized_away
+                else placements.get(t.name, placements.get("*", DML_PROVIDER))
+            ),
+            self.optimized_away,
         )
 
     def stack_record(self) -> dict[str, Any]:
@@ -146,6 +158,7 @@ class LinuxDirectMLEngine:
             if self._session.placements is not None
             else PLACEMENT_PREDICTED,
             "nodes_on_cpu": ", ".join(self.cpu_nodes()) or "none",
+            "nodes_optimized_away": ", ".join(sorted(self.optimized_away)) or "none",
             "description": self.stack.describe(),
         }
 

@@ -1,0 +1,77 @@
+"""Gather/scatter nodes onnxruntime's graph optimizations remove before it places nodes on providers.
+
+With graph optimizations on (``ORT_ENABLE_BASIC`` and above, onnxruntime's default ``all`` included),
+onnxruntime's level-1 transformers run before partitioning, the same for every provider: constant folding
+computes a node whose inputs are all known (a ``Gather`` on the ``Shape`` of static dimensions, a
+``ScatterElements`` writing into a shape) with its CPU kernels at session creation, and the reshape fusion
+turns a ``Shape -> Gather -> Concat -> Reshape`` chain into one ``Reshape`` of a constant shape. Such a node
+is in no partition, so onnxruntime's "Node placements" log does not list it, and the Linux directml
+engine, which reads every unlisted node as fused into a ``DmlFusedNode`` (the log names only the nodes on
+the CPU), called it a DirectML node. :func:`optimized_away_nodes` asks onnxruntime CPU which nodes its
+level-1 optimizations remove (the graph it saves at ``ORT_ENABLE_BASIC``), so the run record places them
+with the CPU, where ``inspect`` puts these shape computations, and never on DirectML.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from pathlib import Path
+
+import onnx
+from google.protobuf.message import DecodeError
+
+from ..graph import display_names, is_gather_scatter
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["optimized_away_nodes"]
+
+_EXTERNAL_KEY = "session.optimized_model_external_initializers_file_name"
+_EXTERNAL_MIN_KEY = "session.optimized_model_external_initializers_min_size_in_bytes"
+
+
+def _twin_key(node: onnx.NodeProto) -> tuple[object, ...]:
+    """What onnxruntime's common-subexpression elimination compares: op, inputs and attributes."""
+    return (
+        node.domain,
+        node.op_type,
+        tuple(node.input),
+        tuple(a.SerializeToString() for a in node.attribute),
+    )
+
+
+def optimized_away_nodes(model: onnx.ModelProto, optimization: str) -> frozenset[str]:
+    """Names (as every command reports them) of the top-level gather/scatter nodes of ``model`` that
+    onnxruntime's level-1 graph optimizations remove, for a session at ``optimization`` (onnxruntime-node's
+    level name: ``disabled`` removes nothing). A node with twins (the same op, inputs and attributes) counts
+    only when every twin is gone: common-subexpression elimination keeps one of them, which runs where the
+    log says. Empty when onnxruntime CPU cannot build the model (the placement log is then all there is)."""
+    if optimization == "disabled":
+        return frozenset()
+    nodes = model.graph.node
+    twins: dict[tuple[object, ...], list[str]] = {}
+    for name, node in zip(display_names(nodes), nodes, strict=True):
+        if is_gather_scatter(node):
+            twins.setdefault(_twin_key(node), []).append(name)
+    if not twins:
+        return frozenset()
+    from ..model.ort_errors import ORT_ERRORS
+    from ..runtime.real import OrtInferenceSession, ort
+
+    with tempfile.TemporaryDirectory(prefix="dmlshim-optimized-") as tmp:
+        target = Path(tmp) / "basic.onnx"
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        options.optimized_model_filepath = str(target)
+        options.add_session_config_entry(_EXTERNAL_KEY, "weights.bin")  # only the graph is read back
+        options.add_session_config_entry(_EXTERNAL_MIN_KEY, "1024")
+        options.log_severity_level = 3
+        try:
+            OrtInferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+            saved = onnx.load(str(target), load_external_data=False)
+        except (*ORT_ERRORS, OSError, ValueError, DecodeError) as exc:
+            logger.debug("no graph-optimization probe for the directml engine's records: %s", exc)
+            return frozenset()
+    remaining = set(display_names(saved.graph.node))
+    return frozenset(name for group in twins.values() if remaining.isdisjoint(group) for name in group)
