@@ -3,10 +3,12 @@ onnxslim (what ultralytics runs on its exports: constant folding, dead-node and 
 elimination, pattern fusions) and onnxoptimizer (the onnx optimizer passes: ``fuse_consecutive_*``,
 ``eliminate_*``, ``extract_constant_to_initializer``).
 
-The sources are a decoder step writing a static KV cache with ScatterElements, a FasterRCNN detector
-(NMS postprocess, ``If``), a BERT encoder, a GCN's ``scatter_add`` message passing, beam-search
-bookkeeping (gathers and scatters on beams) and GPT-2 / Mixtral steps with their Shape->Gather chains;
-each is rewritten with one pass set or option and keeps the source's sample inputs. onnxslim folds the
+The sources are a decoder step writing a static KV cache with ScatterElements (TorchScript) and ScatterND
+(dynamo), a FasterRCNN detector (NMS postprocess, ``If``), a BERT encoder, a GCN's ``scatter_add`` message
+passing, beam-search bookkeeping (gathers and scatters on beams), GPT-2 / Mixtral steps with their
+Shape->Gather chains, Mixtral's GatherND expert routing and a BART decoder step with past;
+each is rewritten with one pass set or option and keeps the source's sample inputs (less any input the
+rewrite dropped). onnxslim folds the
 Shape->Gather->Unsqueeze->Concat chains the TorchScript exporter writes (and, with static input shapes,
 every shape computation); onnxoptimizer's ``eliminate_shape_gather`` does the same for a Gather on a
 Shape whose dimension is known.
@@ -53,6 +55,13 @@ def _ir(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
+def _fed(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The source's sample inputs the rewritten graph still has (onnxslim drops unused graph inputs:
+    onnxruntime refuses a feed that names no input)."""
+    names = {i.name for i in model.graph.input} - {i.name for i in model.graph.initializer}
+    return {k: v for k, v in feeds.items() if k in names}
+
+
 def slimmed(source: str, notes: str, **options: object) -> Callable[[], Built]:
     def build() -> Built:
         import onnxslim
@@ -61,7 +70,8 @@ def slimmed(source: str, notes: str, **options: object) -> Callable[[], Built]:
         kwargs = dict(options)
         if kwargs.get("input_shapes") == "static":  # the sample's shapes
             kwargs["input_shapes"] = [f"{k}:{','.join(map(str, v.shape))}" for k, v in feeds.items()]
-        return Built(_ir(onnxslim.slim(model, **kwargs)), feeds, notes=notes)
+        out = _ir(onnxslim.slim(model, **kwargs))
+        return Built(out, _fed(out, feeds), notes=notes)
 
     return build
 
@@ -78,7 +88,7 @@ def optimized(source: str, passes: tuple[str, ...] | None, notes: str) -> Callab
             out = onnxoptimizer.optimize(model, fuse, fixed_point=True)
         else:
             out = onnxoptimizer.optimize(model, list(passes), fixed_point=True)
-        return Built(_ir(out), feeds, notes=notes)
+        return Built(_ir(out), _fed(out, feeds), notes=notes)
 
     return build
 
@@ -120,4 +130,13 @@ SPECS: list[Spec] = [
     Spec("onnxopt_beam_search", "onnxoptimizer", "beam_search_step_torchscript after onnxoptimizer's "
          "default passes", optimized("beam_search_step_torchscript", None, "onnxoptimizer.optimize(model)"),
          OPT),
+    Spec("slim_llama_static_cache_dynamo", "onnxslim", "llama_static_cache_dynamo slimmed: index_copy_ "
+         "KV-cache ScatterND writes at cache_position", slimmed(
+             "llama_static_cache_dynamo", "onnxslim.slim(model)"), SLIM),
+    Spec("slim_bart_decoder_past_dynamo", "onnxslim", "bart_decoder_past_dynamo slimmed: the unused "
+         "encoder_hidden_states input dropped, GatherND of the last token", slimmed(
+             "bart_decoder_past_dynamo", "onnxslim.slim(model); the sample without the dropped input"), SLIM),
+    Spec("onnxopt_mixtral_moe_dynamo", "onnxoptimizer", "mixtral_moe_dynamo after the fuse and elimination "
+         "passes: expert weights GatherND by routed id", optimized(
+             "mixtral_moe_dynamo", ("fuse_and_elimination",), _FUSE), OPT),
 ]  # fmt: skip
