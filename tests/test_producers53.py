@@ -224,3 +224,21 @@ def test_real_directml_records_optimized_away_nodes_off_directml() -> None:
     assert away == _LLAMA_SHAPE_SCATTERS
     assert {n.name for n in record.nodes if n.ort_placement == "CPUExecutionProvider"} == away
     assert set(dict(record.device)["nodes_optimized_away"].split(", ")) == away
+
+
+def test_node_records_name_the_optimized_away_nodes() -> None:
+    import onnx
+
+    from dmlshim.directml.records import REASON_OPTIMIZED_AWAY, node_records
+    from dmlshim.dml.enums import FeatureLevel
+
+    model = onnx.load(str(_path("onnxopt_llama_static_cache")))
+    records = node_records(
+        model,
+        FeatureLevel.FL_5_0,
+        lambda t: "CPUExecutionProvider" if t.name in _LLAMA_SHAPE_SCATTERS else "DmlExecutionProvider",
+        _LLAMA_SHAPE_SCATTERS,
+    )
+    away = {r.name for r in records if REASON_OPTIMIZED_AWAY in dict(r.reasons)}
+    assert away == _LLAMA_SHAPE_SCATTERS
+    assert {r.name for r in records if r.placement == "dml"} == {r.name for r in records} - away

@@ -41,12 +41,15 @@ def _twin_key(node: onnx.NodeProto) -> tuple[object, ...]:
     )
 
 
-def optimized_away_nodes(model: onnx.ModelProto, optimization: str) -> frozenset[str]:
+def optimized_away_nodes(
+    model: onnx.ModelProto, optimization: str, source: Path | None = None
+) -> frozenset[str]:
     """Names (as every command reports them) of the top-level gather/scatter nodes of ``model`` that
     onnxruntime's level-1 graph optimizations remove, for a session at ``optimization`` (onnxruntime-node's
     level name: ``disabled`` removes nothing). A node with twins (the same op, inputs and attributes) counts
     only when every twin is gone: common-subexpression elimination keeps one of them, which runs where the
-    log says. Empty when onnxruntime CPU cannot build the model (the placement log is then all there is)."""
+    log says. Empty when onnxruntime CPU cannot build the model (the placement log is then all there is).
+    ``source``: the model's file, when there is one (onnxruntime reads it rather than a serialized copy)."""
     if optimization == "disabled":
         return frozenset()
     nodes = model.graph.node
@@ -68,7 +71,8 @@ def optimized_away_nodes(model: onnx.ModelProto, optimization: str) -> frozenset
         options.add_session_config_entry(_EXTERNAL_MIN_KEY, "1024")
         options.log_severity_level = 3
         try:
-            OrtInferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+            loaded = str(source) if source is not None else model.SerializeToString()
+            OrtInferenceSession(loaded, options, providers=["CPUExecutionProvider"])
             saved = onnx.load(str(target), load_external_data=False)
         except (*ORT_ERRORS, OSError, ValueError, DecodeError) as exc:
             logger.debug("no graph-optimization probe for the directml engine's records: %s", exc)

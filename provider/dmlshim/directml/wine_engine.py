@@ -133,7 +133,9 @@ class LinuxDirectMLEngine:
         # Nodes on the DirectML provider are fused (DmlFusedNode_*): the log lists the others. A node
         # onnxruntime's level-1 optimizations removed before placing nodes (folded into a constant, fused
         # into a Reshape) is in neither: it is placed with the CPU, as inspect places it, never on DirectML.
-        self.optimized_away = optimized_away_nodes(model, _optimization(self.config))
+        self.optimized_away = optimized_away_nodes(
+            model, _optimization(self.config), Path(self._tmp.name) / "model.onnx"
+        )
         return node_records(
             model,
             self.config.feature_level,
