@@ -25,7 +25,7 @@ import onnx
 from ...comparison import same_bits
 from ..proofs.gather_given import add_extra_outputs, shape_output
 from ..proofs.symbol_shapes import FeedShapes, value_shape
-from .lean_check import LeanCheckSpec, LeanSession, build_lean
+from .lean_check import KEEP_FULL_MAX_BYTES, LeanCheckSpec, LeanSession, build_lean
 
 logger = logging.getLogger(__name__)
 
@@ -254,17 +254,20 @@ class WholeModelCheck:
             and not self._lean_blocked
             and all(plan[1] or plan[0].given_on(state) for plan in self._plan)
         ):
-            self._go_lean()
+            self._go_lean(fetched)
         return [fetched[position[n]] if n in position else values[n] for n in output_names]
 
-    def _go_lean(self) -> None:
-        """Every node was given on this run: the next runs go to the lean session (built now, the full
-        one released first unless the spec keeps both)."""
+    def _go_lean(self, fetched: Sequence[Any] = ()) -> None:
+        """Every node was given on this run (which fetched ``fetched``): the next runs go to the lean
+        session (built now, the full one released first unless the spec keeps both and this run's
+        fetched values weigh at most :data:`KEEP_FULL_MAX_BYTES`: onnxruntime's arena of the full
+        session keeps at least their size, a second copy of the run's memory beside the lean one's)."""
         spec = self._spec
         assert spec is not None
         with self._switch:
             if self._lean_session is None and not self._lean_blocked:
-                if not spec.keep_full and not self._reuse:
+                heavy = sum(getattr(value, "nbytes", 0) for value in fetched) > KEEP_FULL_MAX_BYTES
+                if (heavy or not spec.keep_full) and not self._reuse:
                     self._session = None  # one copy of the weights at a time
                 made = build_lean(
                     (lambda _: self._session) if self._reuse else spec.make_session,
