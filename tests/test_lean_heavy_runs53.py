@@ -3,7 +3,9 @@ session takes over, the full check's session is released when the full run fetch
 ``KEEP_FULL_MAX_BYTES`` (onnxruntime's arena of that session would otherwise hold a second copy of the
 run's memory beside the lean session's: a GraphSAGE step peaked at 1.9x onnxruntime's). Outputs stay
 onnxruntime's bit for bit, before, during and after the switch, and a run the lean proofs cannot answer
-goes back to a rebuilt full check. Expected values come from onnxruntime's own CPU session."""
+goes back to a rebuilt full check. The full session's answers to such runs are copies (onnxruntime's
+arrays are views of its arena, which an output the caller keeps would keep alive). Expected values
+come from onnxruntime's own CPU session."""
 
 from __future__ import annotations
 
@@ -72,7 +74,11 @@ def test_full_session_released_after_a_heavy_run(heavy: bool, monkeypatch: pytes
     check = session._engine._check
     for run in range(1, PROVE_RUNS + 4):
         feeds = _feeds(6, seed=run)
-        assert same_bits(session.run(None, feeds), reference.run(None, feeds)), run
+        got = session.run(None, feeds)
+        assert same_bits(got, reference.run(None, feeds)), run
+        if heavy and run <= PROVE_RUNS + 1:
+            # the full session's answers are copies: a caller keeping one must not keep its arena alive
+            assert got[0].flags.owndata, run
     assert check.lean_runs == 2  # runs 1-3 proved, run 4 given (the switch), runs 5 and 6 lean
     assert check._lean_session is not None
     # light runs keep the full session beside the lean one; heavy ones hold one session at a time
