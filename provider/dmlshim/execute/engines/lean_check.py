@@ -36,7 +36,9 @@ KEEP_FULL_MAX_BYTES = 16 * 2**20
 the lean proofs cannot answer goes straight to it). Heavier ones hold one session at a time: the full
 session is released before the lean one is built, and rebuilt (the lean one released first) the first
 time a run needs it, after which that session stays on the full check (peak memory stays that of one
-session; see docs/performance.md)."""
+session; see docs/performance.md). So do sessions whose full run fetched more than this many bytes
+(outputs and extra outputs): onnxruntime's memory arena of the full session holds at least that much
+after its runs, which beside the lean session's doubled a GNN's peak memory (issue 36)."""
 
 
 _ABSENT, _FETCHED, _HELD, _SHAPE, _FROM_FEEDS = range(5)

@@ -25,12 +25,18 @@ import onnx
 from ...comparison import same_bits
 from ..proofs.gather_given import add_extra_outputs, shape_output
 from ..proofs.symbol_shapes import FeedShapes, value_shape
-from .lean_check import LeanCheckSpec, LeanSession, build_lean
+from .lean_check import KEEP_FULL_MAX_BYTES, LeanCheckSpec, LeanSession, build_lean
 
 logger = logging.getLogger(__name__)
 
 GIVE_UP_AFTER = 3
 """Disagreeing runs, with none agreeing, after which the check is no longer tried (each costs a run)."""
+
+
+def _copied(value: Any) -> Any:
+    """A numpy array copied into memory of its own (not a view of onnxruntime's buffers); other values
+    (sequences, maps) as they are."""
+    return value.copy() if isinstance(value, np.ndarray) else value
 
 
 class NodeIO(Protocol):
@@ -248,23 +254,38 @@ class WholeModelCheck:
                 return None
             values[step.output] = theirs
         self.agreements += 1
+        spec = self._spec
+        # A light model's full session is released when the lean one takes over after a heavy run; what
+        # this session hands back keeps its memory arena alive (onnxruntime's arrays are views of its
+        # buffers), so such runs answer with copies until then.
+        heavy = (
+            spec is not None
+            and spec.keep_full
+            and not self._reuse
+            and not self._lean_blocked
+            and sum(getattr(value, "nbytes", 0) for value in fetched) > KEEP_FULL_MAX_BYTES
+        )
         if (
             lean
-            and self._spec is not None
+            and spec is not None
             and not self._lean_blocked
             and all(plan[1] or plan[0].given_on(state) for plan in self._plan)
         ):
-            self._go_lean()
+            self._go_lean(heavy)
+        if heavy:
+            return [_copied(fetched[position[n]]) if n in position else values[n] for n in output_names]
         return [fetched[position[n]] if n in position else values[n] for n in output_names]
 
-    def _go_lean(self) -> None:
+    def _go_lean(self, heavy: bool = False) -> None:
         """Every node was given on this run: the next runs go to the lean session (built now, the full
-        one released first unless the spec keeps both)."""
+        one released first unless the spec keeps both and the run was not ``heavy``, i.e. fetched more
+        than :data:`KEEP_FULL_MAX_BYTES`: onnxruntime's arena of the full session keeps at least that
+        much, a second copy of the run's memory beside the lean one's)."""
         spec = self._spec
         assert spec is not None
         with self._switch:
             if self._lean_session is None and not self._lean_blocked:
-                if not spec.keep_full and not self._reuse:
+                if (heavy or not spec.keep_full) and not self._reuse:
                     self._session = None  # one copy of the weights at a time
                 made = build_lean(
                     (lambda _: self._session) if self._reuse else spec.make_session,
