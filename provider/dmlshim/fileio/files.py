@@ -41,6 +41,8 @@ from ..errors import BadInputError
 from ..fork_locks import ChildLock
 from .input_files import _locations as _locations  # its cache is cleared by tests
 from .input_files import input_files
+from .nul_paths import RULE as _RULE
+from .nul_paths import refuse_nul
 
 __all__ = [
     "check_output_file",
@@ -60,8 +62,6 @@ logger = logging.getLogger(__name__)
 
 PathLike = str | os.PathLike[str]
 Writer = Callable[[BinaryIO], object]
-
-_RULE = "dmlshim writes atomically, only inside its target, never through a link or over a non-regular file"
 
 
 def _umask() -> int:
@@ -145,8 +145,7 @@ def _check_text(path: PathLike, what: str) -> str:
         text = os.fsdecode(text)
     if not text:
         raise BadInputError(f"the {what} path is empty", rule=_RULE)
-    if "\x00" in text:
-        raise BadInputError(f"the {what} path contains a NUL character", path=repr(text), rule=_RULE)
+    refuse_nul(text, what)
     return text
 
 

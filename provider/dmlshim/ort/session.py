@@ -29,6 +29,7 @@ from ..execute.weights.ort_format import (
     saved_graph_checked,
     unoptimized_options,
 )
+from ..fileio.nul_paths import as_onnxruntime_reads
 from ..kernels.options import IndexMode
 from ..model.ort_witness import acceptance_pending
 from ..resources import guard_resources
@@ -143,6 +144,7 @@ class InferenceSession(SessionRuns, SessionQueries, SessionProfiling, OrtSession
         index_mode: IndexMode | str = IndexMode.ERROR,
         **kwargs: Any,
     ) -> None:
+        path_or_bytes = as_onnxruntime_reads(path_or_bytes)  # up to a NUL, as onnxruntime reads it
         self._remember_source(path_or_bytes, sess_options, kwargs)  # a bytearray is refused, as onnxruntime
         check_session_options(sess_options)
         if sess_options is not None:
