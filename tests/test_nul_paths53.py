@@ -102,7 +102,7 @@ def test_a_profile_prefix_with_a_nul_is_refused_when_the_session_is_built(
     (tmp_path / "p").write_text(USERS)
     ours = dmlshim.SessionOptions()
     ours.enable_profiling, ours.profile_file_prefix = True, "p\x00q"
-    with pytest.raises(BadInputError, match="profile_file_prefix.*NUL"):
+    with pytest.raises(BadInputError, match=r"profile_file_prefix.*NUL"):
         dmlshim.InferenceSession(str(model), ours)
     assert (tmp_path / "p").read_text() == USERS
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "p"]
