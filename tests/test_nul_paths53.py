@@ -13,32 +13,22 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 import dmlshim
 from dmlshim.cli.main import main
 from dmlshim.errors import BadInputError
 
-FEED = {"i": np.array([1, 3], dtype=np.int64)}
+from .test_hostile52_files import FEED
+from .test_hostile52_files import _model as _inline_model
+
 USERS = "the user's file"
 
 
 def _model(folder: Path, *, external: bool = False) -> Path:
-    """``folder/m.onnx``: z = Relu(Gather(w[64, 4], i)), its weight inline or in ``w.bin``."""
-    w = numpy_helper.from_array(np.arange(-128, 128, dtype=np.float32).reshape(64, 4), "w")
-    graph = helper.make_graph(
-        [
-            helper.make_node("Gather", ["w", "i"], ["y"], axis=0, name="g"),
-            helper.make_node("Relu", ["y"], ["z"], name="r"),
-        ],
-        "g",
-        [helper.make_tensor_value_info("i", TensorProto.INT64, [None])],
-        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [None, 4])],
-        [w],
-    )
-    path = folder / "m.onnx"
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
-    onnx.save(model, path, save_as_external_data=external, location="w.bin", size_threshold=0)
+    """``folder/m.onnx``: z = Relu(Gather(w[64, 4], i)), its weight inline or moved to ``w.bin``."""
+    path = _inline_model(folder)
+    if external:
+        onnx.save(onnx.load(str(path)), path, save_as_external_data=True, location="w.bin", size_threshold=0)
     return path
 
 
