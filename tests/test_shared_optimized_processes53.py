@@ -150,3 +150,38 @@ def test_a_link_to_the_same_bytes_is_no_twin(tmp_path: Path) -> None:
     with pytest.raises(BadInputError, match="appeared"):
         files.write_bytes(target, b"same", overwrite=True, what="optimized model")
     assert target.is_symlink()
+
+
+_LOOP = textwrap.dedent(
+    """
+    import sys
+    import onnxruntime as ort
+    module = ort if sys.argv[1] == "onnxruntime" else __import__("dmlshim")
+    outcomes = []
+    for _ in range(int(sys.argv[4])):
+        so = ort.SessionOptions()
+        so.optimized_model_filepath = sys.argv[3]
+        try:
+            module.InferenceSession(sys.argv[2], so, providers=["CPUExecutionProvider"])
+            outcomes.append("ok")
+        except Exception as exc:
+            outcomes.append(type(exc).__name__)
+    print(" ".join(outcomes))
+    """
+)
+
+
+@pytest.mark.parametrize("module", ["onnxruntime", "dmlshim"])
+def test_two_processes_building_in_a_loop_all_build_as_in_onnxruntime(tmp_path: Path, module: str) -> None:
+    """onnxruntime's own behaviour: every build of both processes succeeds, the file stays whole."""
+    model = _model(tmp_path / "m.onnx")
+    target = tmp_path / "o.onnx"
+    env = {**os.environ, "PYTHONPATH": PROVIDER}
+    args = [sys.executable, "-c", _LOOP, module, str(model), str(target), "15"]
+    procs = [
+        subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=300)[0].split() for p in procs]
+    assert outs == [["ok"] * 15] * 2
+    assert onnx.load(str(target)).graph == _ort_optimized(model, tmp_path / "ort.onnx")
