@@ -251,7 +251,7 @@ def same_bytes(target: str | os.PathLike[str], tmp: str | os.PathLike[str]) -> b
     """Whether ``target`` is a regular file (not a link, FIFO or device) holding exactly ``tmp``'s bytes
     (a file another process wrote: compared a block at a time, never read whole)."""
     try:
-        flags = portable.read_flags() | getattr(os, "O_NOFOLLOW", 0)  # a link or a FIFO is no twin
+        flags = portable.read_flags(follow_links=False)  # a link or a FIFO is no twin
         with open(target, "rb", opener=lambda p, _: os.open(p, flags)) as there, open(tmp, "rb") as ours:
             if not stat.S_ISREG(os.fstat(there.fileno()).st_mode):
                 return False
