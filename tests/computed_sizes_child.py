@@ -4,10 +4,15 @@ prints ``VALUE shape`` or ``REFUSED class node op | message``, then ``PEAK_MB n`
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import numpy as np
+
+from .oracle import ort_session
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -53,3 +58,15 @@ def run_case(models: str, case: str, engine: str, n: int, out: Path, limit: str)
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
+
+
+def gives_onnxruntimes_values(models: str, case: str, engine: str, out: Path, limit: str) -> None:
+    """``case`` with a small size feed (400), run in a child under the limit, gives onnxruntime CPU's value
+    (computed here from the module's own model and feeds)."""
+    stdout = run_case(models, case, engine, 400, out, limit)
+    assert "VALUE" in stdout, stdout
+    module = importlib.import_module(f"{__package__}.{models}")
+    want = ort_session(module.model(case)).run(None, module.feeds(case, 400))[0]
+    got = np.load(out)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)

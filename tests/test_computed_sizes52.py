@@ -26,7 +26,7 @@ from dmlshim.execute.plan.computed_values import ComputedValues
 from dmlshim.execute.plan.fed_sizes import FedSizes
 
 from .computed_sizes52_models import CASES, feeds, model
-from .computed_sizes_child import run_case
+from .computed_sizes_child import gives_onnxruntimes_values, run_case
 from .oracle import ort_session
 from .safety_helpers import run_child
 
@@ -68,12 +68,7 @@ def test_computed_size_over_the_limit_refused_before_allocating(
 def test_computed_size_under_the_limit_gives_onnxruntimes_values(
     tmp_path: Path, engine: str, case: str
 ) -> None:
-    stdout = _child(case, engine, 400, tmp_path / "out.npy")
-    assert "VALUE" in stdout, stdout
-    want = ort_session(model(case)).run(None, feeds(case, 400))[0]
-    got = np.load(tmp_path / "out.npy")
-    assert got.dtype == want.dtype
-    np.testing.assert_array_equal(got, want)
+    gives_onnxruntimes_values("computed_sizes52_models", case, engine, tmp_path / "out.npy", LIMIT)
 
 
 def _ops_model(opset: int) -> tuple[onnx.ModelProto, list[str]]:

@@ -289,14 +289,14 @@ def test_sigterm_inside_a_flush_ends_the_worker_with_its_tally(tmp_path: Path) -
             with np.load({str(FEEDS)!r}) as data:
                 sess.run(None, {{i.name: data[i.name] for i in sess.get_inputs()}})
             tally = tracking.TRACKER.sessions[0]
-            real = type(tally).to_json
+            real = type(tally).to_text
 
-            def signal_then_describe(self, pid):
+            def signal_then_describe(self, pid, encoder):
                 # delivered while the flush holds the tally's lock, as a pool's terminate can be
                 os.kill(os.getpid(), signal.SIGTERM)
-                return real(self, pid)
+                return real(self, pid, encoder)
 
-            type(tally).to_json = signal_then_describe
+            type(tally).to_text = signal_then_describe
             binding._State.flushed_changes = -1
             binding.flush()
             print("still running after SIGTERM")

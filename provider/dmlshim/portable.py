@@ -94,9 +94,10 @@ REWRITE_FLAGS = (
 can tell), binary on Windows."""
 
 
-def read_flags() -> int:
-    """:data:`READ_FLAGS`, plus non-blocking where POSIX has it (a FIFO must not block the open)."""
-    return READ_FLAGS | getattr(os, "O_NONBLOCK", 0)
+def read_flags(*, follow_links: bool = True) -> int:
+    """:data:`READ_FLAGS`, plus non-blocking where POSIX has it (a FIFO must not block the open); without
+    ``follow_links``, never through a final link (where POSIX can tell)."""
+    return READ_FLAGS | getattr(os, "O_NONBLOCK", 0) | (0 if follow_links else getattr(os, "O_NOFOLLOW", 0))
 
 
 def reserved_device_name(name: str) -> bool:

@@ -8,13 +8,21 @@ import sys
 from typing import Any
 
 from ..text import printable
-from .options import add_feature_level, add_input_shape, input_shapes, output_path_arg, path_arg, seed_type
+from .options import (
+    add_feature_level,
+    add_input_shape,
+    input_shapes,
+    model_path_arg,
+    output_path_arg,
+    path_arg,
+    seed_type,
+)
 from .progress import status
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the export command's arguments."""
-    parser.add_argument("model", metavar="MODEL", help="the .onnx file")
+    parser.add_argument("model", metavar="MODEL", type=model_path_arg, help="the .onnx file")
     out = parser.add_mutually_exclusive_group(required=True)
     out.add_argument(
         "-o", "--output", dest="output_dir", metavar="DIR", type=output_path_arg, help="the export folder"

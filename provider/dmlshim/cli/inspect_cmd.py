@@ -29,6 +29,7 @@ from .options import (
     add_input_shape,
     apply_input_shapes,
     input_shapes,
+    model_path_arg,
     path_arg,
     seed_type,
 )
@@ -39,7 +40,7 @@ logger = logging.getLogger(__name__)
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the options of ``dmlshim inspect``."""
-    parser.add_argument("model", metavar="MODEL", help="the .onnx file")
+    parser.add_argument("model", metavar="MODEL", type=model_path_arg, help="the .onnx file")
     add_feature_level(parser, "target")
     add_input_shape(parser)
     parser.add_argument(

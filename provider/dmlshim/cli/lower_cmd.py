@@ -21,14 +21,21 @@ from ..execute.weights.model_source import load_model
 from ..fileio.files import check_output_file
 from ..kernels.options import IndexMode
 from ..text import printable
-from .options import add_feature_level, add_input_shape, apply_input_shapes, input_shapes, output_path_arg
+from .options import (
+    add_feature_level,
+    add_input_shape,
+    apply_input_shapes,
+    input_shapes,
+    model_path_arg,
+    output_path_arg,
+)
 
 logger = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the options of ``dmlshim lower``."""
-    parser.add_argument("model", metavar="MODEL", help="the .onnx file")
+    parser.add_argument("model", metavar="MODEL", type=model_path_arg, help="the .onnx file")
     parser.add_argument(
         "-o",
         "--output",

@@ -9,6 +9,7 @@ import onnx
 
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
 from ..errors import BadInputError
+from ..fileio.nul_paths import as_onnxruntime_reads
 
 INPUT_SHAPE_HELP = (
     "NAME=D0,D1,.. the shape of graph input NAME, or SYMBOL=N the size of a symbolic dimension "
@@ -59,10 +60,21 @@ def path_arg(text: str) -> str:
     return text
 
 
+def model_path_arg(text: str) -> str:
+    """A ``MODEL`` argument, read up to a NUL as onnxruntime reads a model path (no command line holds one;
+    ``main([...])`` from Python may), so that every later check (an output that is an input) sees that
+    file."""
+    return as_onnxruntime_reads(text)
+
+
 def output_path_arg(text: str) -> str:
     """A file or folder dmlshim writes: as :func:`path_arg`, and never ``-``. Tools read ``-`` as standard
     output, which these outputs (an .npz, a folder, a model, a page) never go to; ``./-`` names a file
-    called ``-``."""
+    called ``-``. A NUL is refused (the name would be cut there)."""
+    if "\x00" in text:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} contains a NUL character; the name would be cut there, so nothing is written"
+        )
     if text == "-":
         raise argparse.ArgumentTypeError(
             "'-' (standard output) is not supported: this output is written to a file; write ./- for a "

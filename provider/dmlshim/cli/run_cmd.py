@@ -28,6 +28,7 @@ from .options import (
     add_feature_level,
     add_input_shape,
     input_shapes,
+    model_path_arg,
     output_path_arg,
     path_arg,
     seed_type,
@@ -39,7 +40,7 @@ JSON_SCHEMA_VERSION = 1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", metavar="MODEL", help="the .onnx file")
+    parser.add_argument("model", metavar="MODEL", type=model_path_arg, help="the .onnx file")
     parser.add_argument(
         "--inputs",
         metavar="FILE.npz",

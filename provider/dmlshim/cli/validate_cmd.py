@@ -12,7 +12,15 @@ from typing import TYPE_CHECKING
 
 from ..errors import InputsNotGeneratedError
 from . import validate_many
-from .options import add_engine, add_feature_level, add_input_shape, add_tolerances, path_arg, seed_type
+from .options import (
+    add_engine,
+    add_feature_level,
+    add_input_shape,
+    add_tolerances,
+    model_path_arg,
+    path_arg,
+    seed_type,
+)
 from .progress import file_written, status
 from .validate_files import add_array_files, model_report
 
@@ -25,7 +33,9 @@ OPTIMIZATION_LEVEL_NAMES = ("disabled", "basic", "extended", "all")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the options of ``dmlshim validate``."""
-    parser.add_argument("model", metavar="MODEL", nargs="+", help="the .onnx file(s), or folders of them")
+    parser.add_argument(
+        "model", metavar="MODEL", type=model_path_arg, nargs="+", help="the .onnx file(s), or folders of them"
+    )
     parser.add_argument(
         "--inputs",
         metavar="FILE.npz|DIR",

@@ -17,6 +17,8 @@ Rules it enforces, so each command does not have to:
   never when it is one of the command's inputs (compared by ``os.path.samefile``, so links and hard
   links to the input count). An input that is an ONNX model brings every file it reads: each
   external-data location its tensors name counts as an input too.
+* **Nothing written meanwhile.** A file that appears at the target (or changes) between the check and the
+  write is never replaced, unless this process placed it or it holds exactly the bytes being written.
 * **Usual permissions.** New files get ``0666 & ~umask`` (folders ``0777 & ~umask``), as ``open`` would.
 
 Every refusal is a :class:`~dmlshim.errors.BadInputError` naming the path and the reason.
@@ -41,6 +43,9 @@ from ..errors import BadInputError
 from ..fork_locks import ChildLock
 from .input_files import _locations as _locations  # its cache is cleared by tests
 from .input_files import input_files
+from .nul_paths import RULE as _RULE
+from .nul_paths import refuse_nul
+from .reading import same_bytes
 
 __all__ = [
     "check_output_file",
@@ -60,8 +65,6 @@ logger = logging.getLogger(__name__)
 
 PathLike = str | os.PathLike[str]
 Writer = Callable[[BinaryIO], object]
-
-_RULE = "dmlshim writes atomically, only inside its target, never through a link or over a non-regular file"
 
 
 def _umask() -> int:
@@ -145,8 +148,7 @@ def _check_text(path: PathLike, what: str) -> str:
         text = os.fsdecode(text)
     if not text:
         raise BadInputError(f"the {what} path is empty", rule=_RULE)
-    if "\x00" in text:
-        raise BadInputError(f"the {what} path contains a NUL character", path=repr(text), rule=_RULE)
+    refuse_nul(text, what)
     return text
 
 
@@ -298,20 +300,27 @@ def remember_output(path: PathLike) -> None:
     _FOUND[os.path.abspath(target)] = _stamp(target)
 
 
-def _refuse_newcomer(target: Path, what: str) -> None:
-    """Refuse to replace a file that appeared at ``target``, or changed, since it was checked."""
+def _refuse_newcomer(target: Path, what: str, tmp: Path) -> bool:
+    """Refuse to replace a file that appeared at ``target``, or changed, since it was checked, unless it
+    holds exactly the bytes of ``tmp`` (another process's session writing the same optimized model, as
+    onnxruntime lets two processes do: nothing is lost by keeping it). Returns whether such a twin is
+    there (then it is kept and ``tmp`` is not moved)."""
     key = os.path.abspath(target)
     if key not in _FOUND:
-        return
+        return False
     found, now = _FOUND[key], _stamp(target)
-    if now is not None and now != found and now != _PLACED.get(key):
-        raise BadInputError(
-            f"the {what} {'appeared' if found is None else 'changed'} while dmlshim was running; a file "
-            "written meanwhile (by the program, or by you) is never replaced: move it away, or give "
-            "another name",
-            path=str(target),
-            rule=_RULE,
-        )
+    if now is None or now == found or now == _PLACED.get(key):
+        return False
+    if same_bytes(target, tmp):
+        logger.debug("%s: the same bytes were written there meanwhile; kept", target)
+        return True
+    raise BadInputError(
+        f"the {what} {'appeared' if found is None else 'changed'} while dmlshim was running; a file "
+        "written meanwhile (by the program, or by you) is never replaced: move it away, or give another "
+        "name",
+        path=str(target),
+        rule=_RULE,
+    )
 
 
 _TEMP_STEM_BYTES = 80
@@ -351,7 +360,9 @@ def _place(tmp: Path, target: Path, overwrite: bool, what: str) -> None:
         _refuse_stream_link(target, what)
     if overwrite:
         with _PLACING:  # the look and the move as one step against this process's other writers
-            _refuse_newcomer(target, what)
+            if _refuse_newcomer(target, what, tmp):
+                _PLACED[os.path.abspath(target)] = _stamp(target)
+                return
             if st is not None:
                 _refuse_protected(target, st, what)
             portable.replace(tmp, target)  # replaces a link itself, never its target

@@ -32,6 +32,7 @@ __all__ = [
     "read_json",
     "read_npy",
     "read_text",
+    "same_bytes",
 ]
 
 ErrorType = type[DmlShimError]
@@ -244,3 +245,23 @@ def read_npy(
                 )
         handle.seek(0)
         return np.load(handle, allow_pickle=False)
+
+
+def same_bytes(target: str | os.PathLike[str], tmp: str | os.PathLike[str]) -> bool:
+    """Whether ``target`` is a regular file (not a link, FIFO or device) holding exactly ``tmp``'s bytes
+    (a file another process wrote: compared a block at a time, never read whole)."""
+    try:
+        flags = portable.read_flags(follow_links=False)  # a link or a FIFO is no twin
+        with open(target, "rb", opener=lambda p, _: os.open(p, flags)) as there, open(tmp, "rb") as ours:
+            if not stat.S_ISREG(os.fstat(there.fileno()).st_mode):
+                return False
+            if os.fstat(there.fileno()).st_size != os.fstat(ours.fileno()).st_size:
+                return False
+            while True:
+                block = ours.read(1 << 20)
+                if block != there.read(1 << 20):
+                    return False
+                if not block:
+                    return True
+    except OSError:
+        return False

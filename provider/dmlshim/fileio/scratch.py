@@ -24,6 +24,8 @@ class ScratchFile:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
+        self.name = os.fspath(path)
+        """The path as given (compared by the writer after every change: cheaper than a Path)."""
         self._fd: int | None = None
         self._size = 0
 

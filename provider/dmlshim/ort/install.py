@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -278,9 +279,13 @@ def _is_owner() -> bool:
     return os.environ.get(OWNER_ENV) == str(os.getpid())
 
 
-def _worker_file() -> Path | None:
-    state = os.environ.get(STATE_ENV)
-    return Path(state) / f"{os.getpid()}.json" if state else None
+@functools.lru_cache(maxsize=4)  # asked after every run: a Path built each time cost ~10 us a run
+def _worker_name(state: str, pid: int) -> str:
+    return os.path.join(state, f"{pid}.json")
+
+
+_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
+"""A worker's tally, compact: made once (``json.dumps`` with options makes an encoder a call)."""
 
 
 def flush() -> None:
@@ -290,25 +295,26 @@ def flush() -> None:
     must end them as it would without dmlshim. A Python handler cannot promise that (the signal may land
     on another thread, onnxruntime's or OpenBLAS's, while the main thread waits for a task, and is then
     never handled: the worker outlived the pool's SIGTERM), so the tally on disk is never behind."""
-    target = _worker_file()
-    if target is None or _is_owner() or not tracking.TRACKER.sessions:
+    state = os.environ.get(STATE_ENV)
+    if not state or _is_owner() or not tracking.TRACKER.sessions:
         return
-    from ..fileio.scratch import ScratchFile
-
+    target = _worker_name(state, os.getpid())
     # one writer at a time: a tally another thread wrote meanwhile must not be replaced by an older one
     with _State.flush_lock:
         changes = tracking.TRACKER.changes
         if changes == _State.flushed_changes:
             return
         scratch = _State.tally_file
-        if scratch is None or scratch.path != target:  # a forked child drops its parent's (_reset_in_child)
-            if not target.parent.is_dir():
+        if scratch is None or scratch.name != target:  # a forked child drops its parent's (_reset_in_child)
+            if not os.path.isdir(state):
                 return
+            from ..fileio.scratch import ScratchFile
+
             scratch = _State.tally_file = ScratchFile(target)
         # Rewritten in place in one write, not fsync-ed: a scratch file in the private state folder. An
         # atomic replace took milliseconds a time on overlayfs: a pool worker's runs were ~50 times slower.
         with contextlib.suppress(OSError, ValueError):
-            scratch.write_text(json.dumps(tracking.TRACKER.to_json(), allow_nan=False))
+            scratch.write_text(tracking.TRACKER.to_text(_ENCODER))
             _State.flushed_changes = changes
 
 

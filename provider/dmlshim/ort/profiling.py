@@ -37,6 +37,7 @@ from onnx import helper
 from ..errors import BadInputError
 from ..execute.record import PLACEMENT_DML
 from ..fileio import files
+from ..fileio.nul_paths import refuse_nul
 from ..runtime.real import OrtInferenceSession, ort
 from .providers import CPU_EP, DML_EP
 from .session_copy import _probe_model
@@ -78,6 +79,7 @@ class SessionProfiler:
     """
 
     def __init__(self, prefix: str, inputs: tuple[str | None, ...] = ()) -> None:
+        refuse_nul(prefix, "profile file prefix (profile_file_prefix)")  # before the session is built
         self._prefix = prefix  # "" too: onnxruntime then names the file "_<date>_<time>.json"
         self.inputs = inputs
         """Files the session reads (the model): the profile is never written over one of them."""
@@ -96,8 +98,8 @@ class SessionProfiler:
         # working directory of that moment, whatever directory the program is in when profiling ends
         self._path = os.path.abspath(self._name)
         self._unusable: str | None = None
-        """Why no file can have the profile's name (too long, NUL): onnxruntime then writes nothing and
-        still returns the name."""
+        """Why no file can have the profile's name (too long): onnxruntime then writes nothing and still
+        returns the name."""
         try:
             files.remember_output(self._path)
         except BadInputError as exc:

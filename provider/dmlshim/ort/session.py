@@ -29,6 +29,7 @@ from ..execute.weights.ort_format import (
     saved_graph_checked,
     unoptimized_options,
 )
+from ..fileio.nul_paths import as_onnxruntime_reads
 from ..kernels.options import IndexMode
 from ..model.ort_witness import acceptance_pending
 from ..resources import guard_resources
@@ -54,11 +55,10 @@ from .ortvalues import (
 )
 from .output_types import overridden_outputs, with_onnxruntime_outputs
 from .profiling import SessionProfiler
-from .providers import normalize_providers, providers_or_fallback, unknown_provider_error
+from .providers import providers_or_fallback
 from .session_args import (
     NO_MODEL_VERSION,
     check_feed_names,
-    check_provider_list,
     check_run_config,
     check_run_options,
     disabled_optimizers,
@@ -76,6 +76,7 @@ from .session_options import (
     write_optimized_model,
 )
 from .session_profiling import SessionProfiling
+from .session_providers import SessionProviders
 from .session_queries import SessionQueries
 from .session_runs import SessionRuns
 
@@ -88,7 +89,7 @@ _COPY_LOCK = threading.Lock()
 bind_c_iobinding()  # SessionIOBinding(session._sess) takes a dmlshim session too
 
 
-class InferenceSession(SessionRuns, SessionQueries, SessionProfiling, OrtSessionAttributes):
+class InferenceSession(SessionRuns, SessionQueries, SessionProviders, SessionProfiling, OrtSessionAttributes):
     """Runs an ONNX model with its gather/scatter nodes executed as DirectML executes them.
 
     A drop-in for ``onnxruntime.InferenceSession``: same constructor, same methods (see
@@ -143,6 +144,7 @@ class InferenceSession(SessionRuns, SessionQueries, SessionProfiling, OrtSession
         index_mode: IndexMode | str = IndexMode.ERROR,
         **kwargs: Any,
     ) -> None:
+        path_or_bytes = as_onnxruntime_reads(path_or_bytes)  # up to a NUL, as onnxruntime reads it
         self._remember_source(path_or_bytes, sess_options, kwargs)  # a bytearray is refused, as onnxruntime
         check_session_options(sess_options)
         if sess_options is not None:
@@ -381,40 +383,6 @@ class InferenceSession(SessionRuns, SessionQueries, SessionProfiling, OrtSession
         if profiler is not None and hasattr(engine, "step_observer"):
             engine.step_observer = profiler.observe_step
         return engine
-
-    # --- providers ---------------------------------------------------------------------------------
-
-    def get_providers(self) -> list[str]:
-        """The providers, e.g. ``["DmlExecutionProvider", "CPUExecutionProvider"]`` (DirectML emulated)."""
-        if self._engine.name == "directml":
-            return list(self._engine.get_providers())
-        return list(self._choice.names)
-
-    @raises_onnxruntime_errors()
-    @holding_options
-    def set_providers(
-        self,
-        providers: Sequence[Any] | None = None,
-        provider_options: Sequence[Mapping[str, Any]] | None = None,
-    ) -> None:
-        """Choose providers again and rebuild the engine, as onnxruntime re-creates its session.
-
-        Raises:
-            BadInputError: a malformed provider list (see the constructor).
-            DmlShimError: a provider onnxruntime does not know at all (as onnxruntime, a ``RuntimeError``
-                saying "Unknown Provider Type"); the session keeps its providers.
-        """
-        check_provider_list(providers, self._choice)
-        choice = normalize_providers(providers, provider_options)
-        if choice.unknown:  # onnxruntime re-creates its session here and refuses a name it never heard of
-            raise unknown_provider_error(choice.unknown[0], self._choice)
-        resolve_engine(self._engine_request, choice)
-        if self._profiler is not None:
-            self._profiler.harvest(self._ort_sessions())
-        self._choice = choice
-        with optimizers_disabled(self._disabled_optimizers):
-            self._engine = self._build_engine()
-        self._copy_box = self._copy_holder()  # onnxruntime copies the caller's options again
 
     # --- running -----------------------------------------------------------------------------------
 

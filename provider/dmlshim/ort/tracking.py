@@ -3,10 +3,12 @@ placements, reasons and warnings, gathered per process for the summary printed a
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,14 +32,15 @@ class NodeTally:
     """Negative indices seen in a run at a feature level below 3_0, where DirectML takes none (from 3_0 on
     they are DirectML's own, nothing to warn about: as validate's NEGATIVE_INDICES_BELOW_FL_3_0)."""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, holes: Iterator[Any] | None = None) -> dict[str, Any]:
+        runs = sorted(self.placements.items())
         return {
             "name": self.name,
             "op_type": self.op_type,
-            "runs": dict(sorted(self.placements.items())),
+            "runs": {k: next(holes) for k, _ in runs} if holes is not None else dict(runs),
             "operators": sorted(self.operators),
             "reasons": [{"code": c, "message": m} for c, m in sorted(self.reasons.items())],
-            "duplicate_indices": self.duplicate_indices,
+            "duplicate_indices": next(holes) if holes is not None else self.duplicate_indices,
             "negative_indices": self.negative_indices,
             "negative_below_fl_3_0": self.negative_below_fl_3_0,
         }
@@ -61,24 +64,67 @@ class SessionTally:
     model_file: str = ""
     """The model file's absolute path ("" for a model given as bytes): the summary never replaces it."""
 
+    shape: int = 0
+    """Bumped when anything but a count changes (a node, a placement, an operator, a reason, a flag, the
+    engine, the first error): the JSON text is then made anew, else its counts are filled in."""
+    _template: tuple[tuple[int, int], list[str]] | None = field(default=None, repr=False, compare=False)
+
     def add_run(self, record: RunRecord) -> None:
         self.runs += 1
-        self.engine = record.engine
+        if record.engine != self.engine:
+            self.engine = record.engine
+            self.shape += 1
         below_3_0 = _below_fl_3_0(record.feature_level)
         for node in record.nodes:
             tally = self.nodes.get(node.name)
             if tally is None:
                 tally = self.nodes[node.name] = NodeTally(node.name, node.op_type)
+                self.shape += 1
+            if node.placement not in tally.placements:
+                self.shape += 1
             tally.placements[node.placement] += 1
-            if node.operator:
+            if node.operator and node.operator not in tally.operators:
                 tally.operators.add(node.operator)
+                self.shape += 1
             for code, message in node.reasons:
-                tally.reasons.setdefault(code, message)
+                if code not in tally.reasons:
+                    tally.reasons[code] = message
+                    self.shape += 1
             tally.duplicate_indices += node.duplicate_indices
-            tally.negative_indices = tally.negative_indices or node.negative_indices
-            tally.negative_below_fl_3_0 = tally.negative_below_fl_3_0 or (node.negative_indices and below_3_0)
+            negative = tally.negative_indices or node.negative_indices
+            below = tally.negative_below_fl_3_0 or (node.negative_indices and below_3_0)
+            if (negative, below) != (tally.negative_indices, tally.negative_below_fl_3_0):
+                tally.negative_indices, tally.negative_below_fl_3_0 = negative, below
+                self.shape += 1
 
-    def to_json(self, pid: int) -> dict[str, Any]:
+    def _counts(self) -> list[int]:
+        """The counts, in the order :meth:`to_json` writes them."""
+        counts = [self.runs, self.failed_runs]
+        for node in self.nodes.values():
+            counts.extend(n for _, n in sorted(node.placements.items()))
+            counts.append(node.duplicate_indices)
+        return counts
+
+    def to_text(self, pid: int, encoder: json.JSONEncoder) -> str:
+        """:meth:`to_json` encoded by ``encoder``, made from a template while only counts changed (a pool
+        worker writes its tally after every run: encoding it whole cost most of a small model's run)."""
+        counts = self._counts()
+        key = (pid, self.shape)
+        if self._template is None or self._template[0] != key:
+            holes = iter([_HOLE] * len(counts))
+            parts = encoder.encode(self.to_json(pid, holes)).split(encoder.encode(_HOLE))
+            if len(parts) != len(counts) + 1:  # a name holding the hole's own text: never a template
+                return encoder.encode(self.to_json(pid))
+            self._template = (key, parts)
+        parts = self._template[1]
+        out = [parts[0]]
+        for count, part in zip(counts, parts[1:], strict=True):
+            out += (str(count), part)
+        return "".join(out)
+
+    def to_json(self, pid: int, holes: Iterator[Any] | None = None) -> dict[str, Any]:
+        """The session's tally (``holes``: what stands for each count, in order, for :meth:`to_text`)."""
+        runs, failed = (next(holes), next(holes)) if holes is not None else (self.runs, self.failed_runs)
         return {
             "process": pid,
             "number": self.number,
@@ -87,13 +133,14 @@ class SessionTally:
             "providers": list(self.providers),
             "engine": self.engine,
             "origin": [self.origin, self.number],
-            "runs": self.runs,
-            "failed_runs": self.failed_runs,
+            "runs": runs,
+            "failed_runs": failed,
             "first_error": self.first_error,
-            "nodes": [n.to_json() for n in self.nodes.values()],
+            "nodes": [n.to_json(holes) for n in self.nodes.values()],
         }
 
 
+@functools.lru_cache(maxsize=64)  # parsed once a level: parsing took most of a run's tally (~20 us)
 def _below_fl_3_0(level: str) -> bool:
     """Whether a run record's feature level (``DML_FEATURE_LEVEL_2_1``) is below 3_0 (an unknown one: no)."""
     try:
@@ -101,6 +148,9 @@ def _below_fl_3_0(level: str) -> bool:
     except ValueError:
         return False
 
+
+_HOLE = "\x00dmlshim count\x00"
+"""What stands for a count in a session's JSON template (a name holding it only costs the template)."""
 
 _ERROR_TEXT = 300
 """How much of a failed run's error message the summary keeps."""
@@ -128,6 +178,7 @@ class Tracker:
             tally.first_error = ""
             tally.nodes = {}
             tally.inherited = True
+            tally.shape += 1
         self.changes = 0
 
     def add_session(
@@ -160,13 +211,23 @@ class Tracker:
             if not tally.first_error:
                 lines = str(error).strip().splitlines()
                 tally.first_error = f"{type(error).__name__}: {lines[0][:_ERROR_TEXT] if lines else ''}"
+                tally.shape += 1
             self.changes += 1
 
     def to_json(self) -> dict[str, Any]:
         with self._lock:
             pid = os.getpid()
-            shown = [s for s in self.sessions if not s.inherited or s.runs or s.failed_runs]
-            return {"process": pid, "sessions": [s.to_json(pid) for s in shown]}
+            return {"process": pid, "sessions": [s.to_json(pid) for s in self._shown()]}
+
+    def to_text(self, encoder: json.JSONEncoder) -> str:
+        """:meth:`to_json` as ``encoder`` (compact separators) writes it, cheaply after a run."""
+        with self._lock:
+            pid = os.getpid()
+            sessions = ",".join(s.to_text(pid, encoder) for s in self._shown())
+            return f'{{"process":{pid},"sessions":[{sessions}]}}'
+
+    def _shown(self) -> list[SessionTally]:
+        return [s for s in self.sessions if not s.inherited or s.runs or s.failed_runs]
 
 
 TRACKER = Tracker()

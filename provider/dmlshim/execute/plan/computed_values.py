@@ -31,12 +31,19 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper
 
 from ...graph import node_path, subgraph_prefix
 from ..proofs.symbol_shapes import value_shape
 from . import computed_ops
 from .fed_values import VALUED_OPS, _reshaped
+from .small_values import KINDS as _KINDS
+from .small_values import MAX_ELEMENTS as _MAX_ELEMENTS
+from .small_values import constant as _constant
+from .small_values import constants as _constants
+from .small_values import count as _count
+from .small_values import held, small_value
+from .small_values import tensor_array as _array
 
 __all__ = ["BranchNode", "ComputedValues", "Guard", "guard_holds", "held", "small_value"]
 
@@ -48,14 +55,6 @@ _OPS = frozenset(
     | set(_ARITH)
     | computed_ops.OPS
 )
-_INTEGERS = frozenset(
-    getattr(onnx.TensorProto, t)
-    for t in ("INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64")
-)
-_KINDS = _INTEGERS | {onnx.TensorProto.BOOL, onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE}
-_MAX_ELEMENTS = 4096
-"""The values followed: shapes and the few numbers they are made from (a reduction may read more)."""
-
 _MAX_DEPTH = 32
 """Subgraphs nested deeper than this are not followed (a hostile model nests If in If a thousand times)."""
 
@@ -345,64 +344,6 @@ def _has_nul(graph: onnx.GraphProto, depth: int = 0) -> bool:
         if any(_has_nul(g, depth + 1) for a in node.attribute for g in a.graphs):
             return True
     return False
-
-
-def _constants(tensors: Any, scope: str) -> list[tuple[str, onnx.TensorProto]]:
-    """The initializers among ``tensors`` of a followed type and at most :data:`_MAX_ELEMENTS` elements,
-    by their names in ``scope``."""
-    return [(scope + t.name, t) for t in tensors if t.data_type in _KINDS and _count(t.dims) <= _MAX_ELEMENTS]
-
-
-def held(dtype: np.dtype[Any]) -> bool:
-    """The element types followed: integers, bool, float32 and float64 (float16 arithmetic is not
-    numpy's)."""
-    return dtype.kind in "iub" or dtype in (np.float32, np.float64)
-
-
-def small_value(value: Any) -> np.ndarray | None:
-    """A fed integer or bool tensor of at most :data:`_MAX_ELEMENTS` elements (numpy or an OrtValue)."""
-    if value is not None and not isinstance(value, np.ndarray) and hasattr(value, "numpy"):
-        shape = value.shape() if callable(getattr(value, "shape", None)) else None
-        if shape is None or _count(shape) > _MAX_ELEMENTS:
-            return None
-        value = value.numpy()
-    if not isinstance(value, np.ndarray) or not held(value.dtype) or value.size > _MAX_ELEMENTS:
-        return None
-    return value
-
-
-def _count(dims: Any) -> int:
-    total = 1
-    for d in dims:
-        total *= int(d)
-    return total
-
-
-def _array(tensor: onnx.TensorProto) -> np.ndarray | None:
-    """The tensor's values when it holds them (not external data, nor a weightless model's stand-in)."""
-    if tensor.data_location == onnx.TensorProto.EXTERNAL:
-        return None
-    try:
-        value = numpy_helper.to_array(tensor)
-    except (ValueError, TypeError, OSError) as exc:
-        logger.debug("%r not read: %s", tensor.name, exc)
-        return None
-    return value if value.size == _count(tensor.dims) else None
-
-
-def _constant(node: onnx.NodeProto) -> np.ndarray | None:
-    for a in node.attribute:
-        if a.name == "value" and a.t.data_type in _KINDS and _count(a.t.dims) <= _MAX_ELEMENTS:
-            return _array(a.t)
-        if a.name == "value_int":
-            return np.array(a.i, np.int64)
-        if a.name == "value_ints" and len(a.ints) <= _MAX_ELEMENTS:
-            return np.array(list(a.ints), np.int64)
-        if a.name == "value_float":
-            return np.array(a.f, np.float32)
-        if a.name == "value_floats" and len(a.floats) <= _MAX_ELEMENTS:
-            return np.array(list(a.floats), np.float32)
-    return None
 
 
 def _evaluate(step: _Step, small: Any, feeds: Mapping[str, Any]) -> np.ndarray | None:

@@ -34,8 +34,9 @@ from ...model.last_inference import infer_shapes
 from ...model.weightless import without_weights
 from ..proofs.symbol_shapes import input_symbols, value_shape
 from .checks import declared_values, downstream_of
-from .computed_values import ComputedValues, guard_holds, small_value
+from .computed_values import ComputedValues, guard_holds
 from .fed_values import VALUE_INPUTS, VALUED_OPS, FedValued, valued_nodes
+from .small_values import small_value
 
 __all__ = ["FedGather", "FedSizes"]
 

@@ -1,0 +1,59 @@
+"""Paths holding a NUL character: a model path is read as onnxruntime reads it, a path dmlshim writes is
+refused.
+
+onnxruntime hands a model path to the operating system as a C string, which ends at the first NUL:
+``InferenceSession("m.onnx\\0junk")`` reads ``m.onnx`` (1.24.4 and 1.32 alike). A program that works with
+onnxruntime so works with dmlshim: the session (and the CLI's ``MODEL`` argument) reads the same file,
+and every later check (an output that would replace an input) sees that file's name.
+
+The same cut on a path onnxruntime *writes* (``optimized_model_filepath``, ``profile_file_prefix``) writes
+a file the caller never named (``prof\\0x`` gives a file ``prof``, which may be the user's): dmlshim refuses
+every path it writes that holds a NUL, before anything is written (:func:`dmlshim.fileio.files
+.check_output_file`, :func:`refuse_nul`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import TypeVar
+
+from ..errors import BadInputError
+
+__all__ = ["as_onnxruntime_reads", "refuse_nul"]
+
+logger = logging.getLogger(__name__)
+
+Source = TypeVar("Source")
+
+RULE = "dmlshim writes atomically, only inside its target, never through a link or over a non-regular file"
+
+
+def as_onnxruntime_reads(source: Source) -> Source | str:
+    """A model path up to its first NUL, as onnxruntime opens it; anything else (bytes, a ModelProto, a
+    path without NUL) as it is."""
+    if not isinstance(source, (str, os.PathLike)):
+        return source
+    text = os.fspath(source)
+    if not isinstance(text, str) or "\x00" not in text:
+        return source
+    cut = text.split("\x00", 1)[0]
+    logger.warning("the model path %r holds a NUL character: %r is read, as onnxruntime reads it", text, cut)
+    return cut
+
+
+def refuse_nul(text: str, what: str) -> None:
+    """Refuse a path dmlshim would write that holds a NUL character.
+
+    Raises:
+        BadInputError: ``text`` holds a NUL (naming the file the operating system would have written).
+    """
+    if "\x00" in text:
+        cut = text.split("\x00", 1)[0]
+        raise BadInputError(
+            f"the {what} path contains a NUL character; the operating system would cut the name there "
+            f"({cut!r}, as onnxruntime writes it), which may name another file: dmlshim writes nothing, "
+            "give a name without NUL",
+            path=text,
+            rule=RULE,
+        )
