@@ -234,7 +234,9 @@ def test_a_file_changed_under_the_session_changes_nothing(tmp_path: Path, walk_e
     assert_same_bits(session.run(None, feeds), expected)
 
 
-def test_a_model_linked_from_another_folder_is_read_weightless(tmp_path: Path, walk_every_graph: None) -> None:
+def test_a_model_linked_from_another_folder_is_read_weightless(
+    tmp_path: Path, walk_every_graph: None
+) -> None:
     model, feeds = _model()
     store = tmp_path / "blobs"
     store.mkdir()
