@@ -228,6 +228,32 @@ def test_the_cli_reads_the_hub_layout(tmp_path: Path, external: bool) -> None:
         assert_same_bits([saved[n] for n in names], _theirs(link).run(None, feeds))
 
 
+@pytest.mark.parametrize("external", [False, True], ids=["inline", "external"])
+def test_lower_and_export_read_the_hub_layout_as_a_plain_copy(tmp_path: Path, external: bool) -> None:
+    """``lower`` writes from the link what it writes from a plain copy of the files, byte for byte;
+    ``export`` runs (its capture sessions read the weights where onnxruntime's check lets them lie)."""
+    model, feeds = _model()
+    link = _hub(tmp_path / "hub", model, external)
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    onnx.save_model(
+        model, str(plain / "model.onnx"), save_as_external_data=external, location="model.onnx_data"
+    )
+    written = {}
+    for source in (link, plain / "model.onnx"):
+        out = tmp_path / source.parent.name / "lowered" / "low.onnx"
+        out.parent.mkdir(parents=True)
+        lowered = run_cli("lower", source, "-o", out)
+        assert lowered.code == 0, lowered.err
+        written[source] = {p.name: p.read_bytes() for p in out.parent.iterdir()}
+    assert written[link] == written[plain / "model.onnx"] and "low.onnx" in written[link]
+    inputs = tmp_path / "in.npz"
+    np.savez(inputs, **feeds)
+    exported = run_cli("export", link, "--inputs", inputs, "-o", tmp_path / "export")
+    assert exported.code == 0, exported.err
+    assert (tmp_path / "export" / "index.json").is_file()
+
+
 PEAK = """
 import os, sys
 import numpy as np
