@@ -37,13 +37,13 @@ from ...runtime.real import pybind_state
 from .added_initializers import AddedInitializers
 from .data_folder import load_in_memory_external_data, named_folder_refusal
 from .file_slices import read_weightless
+from .linked_model import leads_out, linked_weights
 from .ort_format import is_ort_format, onnx_bytes_from_ort_format, saved_graph_checked
 from .shared import MAP_MIN_BYTES, SHARE_MIN_BYTES
 from .snapshot import ExternalDataGuard, WeightSnapshot, read_inline, snapshot_inline
 from .supplied import take_supplied_initializers
 from .values import (
     check_unchanged,
-    external_slice,
     load_small_external_data,
     weight_files,
     with_weights,
@@ -84,7 +84,7 @@ class LoadedModel:
     """For a model file reached through a symbolic link leading out of its folder (the Hugging Face
     cache's ``snapshots/<rev>/model.onnx -> ../../blobs/<sha>``) whose large weights all lie in the folder
     of its real file: that real file, the external-data references of ``proto`` being rewritten relative
-    to its folder (:func:`_linked_weights`); None otherwise."""
+    to its folder (:func:`~dmlshim.execute.weights.linked_model.linked_weights`); None otherwise."""
 
     @property
     def supplied(self) -> frozenset[str]:
@@ -262,8 +262,9 @@ def load_model(
                     inline = _inline_read_by_value(proto, inline, path)
                 snapshot = _own_inline_weights(proto, path, inline) if own_weights else None
                 folder = snapshot.folder if snapshot is not None else os.path.dirname(os.path.abspath(path))
-                if snapshot is None and _leads_out(path):
-                    real_path = _linked_weights(proto, path)
+                if snapshot is None and leads_out(path):
+                    real_path, beside = linked_weights(proto, path)
+                    _inline(proto, beside, path, "the weights beside the model's real file")
                     folder = os.path.dirname(real_path) if real_path is not None else folder
                 files = weight_files(proto, folder) or None
                 if files is not None and snapshot is None and own_weights:
@@ -301,47 +302,11 @@ def _read_weightless(path: Path) -> tuple[onnx.ModelProto, frozenset[str]] | Non
     """The model at ``path`` without its large inline weights and the names of those (None: read it
     whole). A model file that is a link leading out of its folder is read so too: its weights become
     external data in the folder of its real file, which onnxruntime accepts, as the model check does
-    (:func:`_linked_weights` then gives them one folder)."""
+    (:func:`~dmlshim.execute.weights.linked_model.linked_weights` gives them one folder)."""
     found = read_weightless(path, SHARE_MIN_BYTES)
     if found is not None and found[1]:
         logger.debug("%d initializers of %s left in the file", len(found[1]), path)
     return found
-
-
-def _leads_out(path: Path) -> bool:
-    """``path`` is a symbolic link (or passes through one) whose real file lies outside its folder."""
-    folder = os.path.realpath(path.parent)
-    return os.path.commonpath([folder, os.path.realpath(path)]) != folder
-
-
-def _linked_weights(proto: onnx.ModelProto, path: Path) -> str | None:
-    """Give the large external weights of ``proto`` (read from ``path``, a link leading out of its folder,
-    and checked from there as onnxruntime checks them) the one folder the engines' onnxruntime sessions
-    read them from: the folder of the model's real file, where onnxruntime's own check lets them lie.
-
-    onnxruntime resolves each location from the folder of ``path`` as given (a name that exists only
-    beside the real file is refused) and accepts a file whose real path lies in that folder, resolved,
-    or in the folder of the model's real file: the Hugging Face cache's ``model.onnx`` and
-    ``model.onnx_data`` links both lead into ``blobs/``. The check has refused anything else. When every
-    large weight lies in the real file's folder, their locations are rewritten relative to it (the
-    weights held inline, whose location is the model file itself, included) and the real file is
-    returned; otherwise (some lie in the link's own folder) those in the real file's folder are read
-    into ``proto``, as before, and None is returned: the rest stay relative to the link's folder."""
-    real = os.path.realpath(path)
-    real_dir = os.path.dirname(real)
-    base = os.path.dirname(os.path.abspath(path))
-    tensors = [t for t in proto.graph.initializer if is_external(t)]
-    places = {t.name: os.path.realpath(os.path.join(base, external_slice(t).location)) for t in tensors}
-    beside = frozenset(n for n, p in places.items() if os.path.commonpath([real_dir, p]) == real_dir)
-    if len(beside) < len(places):
-        _inline(proto, beside, path, "the weights beside the model's real file")
-        return None
-    for tensor in tensors:
-        for entry in tensor.external_data:
-            if entry.key == "location":
-                entry.value = os.path.relpath(places[tensor.name], real_dir)
-    logger.debug("the weights of %s are read from %s", path, real_dir)
-    return real
 
 
 def _inline_read_by_value(proto: onnx.ModelProto, inline: frozenset[str], path: Path) -> frozenset[str]:
