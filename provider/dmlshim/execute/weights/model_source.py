@@ -42,12 +42,7 @@ from .ort_format import is_ort_format, onnx_bytes_from_ort_format, saved_graph_c
 from .shared import MAP_MIN_BYTES, SHARE_MIN_BYTES
 from .snapshot import ExternalDataGuard, WeightSnapshot, read_inline, snapshot_inline
 from .supplied import take_supplied_initializers
-from .values import (
-    check_unchanged,
-    load_small_external_data,
-    weight_files,
-    with_weights,
-)
+from .values import check_unchanged, load_small_external_data, weight_files, with_weights
 
 logger = logging.getLogger(__name__)
 
