@@ -234,7 +234,9 @@ def test_a_file_changed_under_the_session_changes_nothing(tmp_path: Path, walk_e
     assert_same_bits(session.run(None, feeds), expected)
 
 
-def test_a_model_linked_from_another_folder_is_read_whole(tmp_path: Path, walk_every_graph: None) -> None:
+def test_a_model_linked_from_another_folder_is_read_weightless(
+    tmp_path: Path, walk_every_graph: None
+) -> None:
     model, feeds = _model()
     store = tmp_path / "blobs"
     store.mkdir()
@@ -243,7 +245,8 @@ def test_a_model_linked_from_another_folder_is_read_whole(tmp_path: Path, walk_e
     link = tmp_path / "snapshot" / "model.onnx"
     link.symlink_to(target)
     session = dmlshim.InferenceSession(str(link))
-    assert not session._loaded.weightless  # its weights would lie outside the model's folder
+    # its weights lie beside its real file, where onnxruntime accepts them (tests/test_linked_models53.py)
+    assert session._loaded.weightless and session._loaded.snapshot is not None
     assert_same_bits(session.run(None, feeds), ort_run(model, feeds))
 
 

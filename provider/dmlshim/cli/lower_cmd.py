@@ -64,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
     check_output_file(out, overwrite=args.overwrite, inputs=(args.model,))
     shapes = input_shapes(args)
     # read without its weights: they are copied from the source's files when the lowered one is written
-    model = load_model(args.model, weightless=True, own_weights=False).proto
+    loaded = load_model(args.model, weightless=True, own_weights=False)
+    model = loaded.proto  # its references are relative to loaded.weights_path (a link's real file)
     shapes = apply_input_shapes(model, shapes)
     lowered = lower_model(
         model,
@@ -79,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         out,
         lowered.model,
         [r.tensor for r in refs],
-        source=args.model,
+        source=loaded.weights_path or args.model,
         overwrite=args.overwrite,
         inputs=(args.model, *(r.file for r in refs)),
     )

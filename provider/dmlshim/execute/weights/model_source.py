@@ -37,6 +37,7 @@ from ...runtime.real import pybind_state
 from .added_initializers import AddedInitializers
 from .data_folder import load_in_memory_external_data, named_folder_refusal
 from .file_slices import read_weightless
+from .linked_model import leads_out, linked_weights
 from .ort_format import is_ort_format, onnx_bytes_from_ort_format, saved_graph_checked
 from .shared import MAP_MIN_BYTES, SHARE_MIN_BYTES
 from .snapshot import ExternalDataGuard, WeightSnapshot, read_inline, snapshot_inline
@@ -74,6 +75,11 @@ class LoadedModel:
     acceptance: Callable[[], None] = field(default=_no_verdict, compare=False)
     """onnxruntime's verdict on the model (``load_model(defer_acceptance=True)``): raises its refusal;
     a no-op once decided."""
+    real_path: str | None = None
+    """For a model file reached through a symbolic link leading out of its folder (the Hugging Face
+    cache's ``snapshots/<rev>/model.onnx -> ../../blobs/<sha>``) whose large weights all lie in the folder
+    of its real file: that real file, the external-data references of ``proto`` being rewritten relative
+    to its folder (:func:`~dmlshim.execute.weights.linked_model.linked_weights`); None otherwise."""
 
     @property
     def supplied(self) -> frozenset[str]:
@@ -90,7 +96,7 @@ class LoadedModel:
         """A path whose folder the external-data references of ``proto`` are relative to: the model file,
         or a name in the folder of :attr:`snapshot` (None for a model from bytes or a ModelProto)."""
         if self.path is None or self.snapshot is None:
-            return self.path
+            return self.real_path or self.path
         return os.path.join(self.snapshot.folder, os.path.basename(self.path))
 
     @property
@@ -243,7 +249,7 @@ def load_model(
             external_found=external,
         )
         try:
-            files = snapshot = guard = None
+            files = snapshot = guard = real_path = None
             if light is not None:
                 if external:  # none: nothing to load (the check's walk for them is not made again)
                     load_small_external_data(proto, path, MAP_MIN_BYTES)
@@ -251,6 +257,10 @@ def load_model(
                     inline = _inline_read_by_value(proto, inline, path)
                 snapshot = _own_inline_weights(proto, path, inline) if own_weights else None
                 folder = snapshot.folder if snapshot is not None else os.path.dirname(os.path.abspath(path))
+                if snapshot is None and leads_out(path):
+                    real_path, beside = linked_weights(proto, path)
+                    _inline(proto, beside, path, "the weights beside the model's real file")
+                    folder = os.path.dirname(real_path) if real_path is not None else folder
                 files = weight_files(proto, folder) or None
                 if files is not None and snapshot is None and own_weights:
                     guard = ExternalDataGuard(proto, folder, str(path))
@@ -261,7 +271,7 @@ def load_model(
         except BaseException:
             verdict()  # onnxruntime's refusal first, as when it was waited for
             raise
-        loaded = LoadedModel(prepared, str(path), added, files, snapshot, guard, verdict)
+        loaded = LoadedModel(prepared, str(path), added, files, snapshot, guard, verdict, real_path)
     else:
         # onnxruntime raises a TypeError here ("Unable to load from type ..."): so is this error
         raise as_onnxruntime_error(
@@ -285,11 +295,9 @@ def load_model(
 
 def _read_weightless(path: Path) -> tuple[onnx.ModelProto, frozenset[str]] | None:
     """The model at ``path`` without its large inline weights and the names of those (None: read it
-    whole). A model file that is a link leading out of its folder is read whole: its weights would be
-    external data outside the model's folder, which the model check refuses."""
-    folder = os.path.realpath(path.parent)
-    if os.path.commonpath([folder, os.path.realpath(path)]) != folder:
-        return None
+    whole). A model file that is a link leading out of its folder is read so too: its weights become
+    external data in the folder of its real file, which onnxruntime accepts, as the model check does
+    (:func:`~dmlshim.execute.weights.linked_model.linked_weights` gives them one folder)."""
     found = read_weightless(path, SHARE_MIN_BYTES)
     if found is not None and found[1]:
         logger.debug("%d initializers of %s left in the file", len(found[1]), path)
@@ -306,15 +314,23 @@ def _inline_read_by_value(proto: onnx.ModelProto, inline: frozenset[str], path: 
     return inline - read
 
 
-def _inline(proto: onnx.ModelProto, names: frozenset[str], path: Path) -> None:
-    """Read the initializers ``names`` (external data pointing into the model file itself) into
-    ``proto``, as inline data; refused first when their bytes would pass the memory limit."""
+def _inline(
+    proto: onnx.ModelProto,
+    names: frozenset[str],
+    path: Path,
+    what: str = "the constants onnxruntime's type inference reads",
+) -> None:
+    """Read the initializers ``names`` (external data relative to the folder of ``path``, the model
+    file itself for those it held inline) into ``proto``, as inline data; refused first when their
+    bytes would pass the memory limit."""
     from onnx.external_data_helper import load_external_data_for_tensor
 
     tensors = [t for t in proto.graph.initializer if t.name in names]
+    if not tensors:
+        return
     check_bytes(
         sum(tensor_nbytes(t) for t in tensors),
-        what=f"reading the constants onnxruntime's type inference reads ({', '.join(sorted(names))})",
+        what=f"reading {what} ({', '.join(sorted(names))})",
         path=str(path),
     )
     for tensor in tensors:
