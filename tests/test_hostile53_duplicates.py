@@ -1,0 +1,152 @@
+"""Hostile round 53: an initializer defined more than once under one name (merged graphs produce them;
+onnxruntime loads them with a warning). Which definition onnxruntime reads depends on the tensors
+(``dmlshim.model.duplicate_initializers``); every case here is asked of onnxruntime (CPU, one thread).
+
+Before: from 128 bytes up to 64 KiB the emulated Gather read the last definition where onnxruntime reads an
+earlier one (silently other rows); from 64 KiB the model was refused ("Duplicate definition-site", said to
+be onnxruntime's refusal) although onnxruntime loads it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import dmlshim
+from dmlshim.cli.main import main
+
+ENGINES = [None, "customop", "cpu"]
+FEED = {"i": np.array([0, -1], np.int64)}
+
+
+def _external(values: np.ndarray, folder: Path, file: str) -> TensorProto:
+    values.tofile(folder / file)
+    tensor = numpy_helper.from_array(values, "w")
+    tensor.ClearField("raw_data")
+    tensor.data_location = TensorProto.EXTERNAL
+    entry = tensor.external_data.add()
+    entry.key, entry.value = "location", file
+    return tensor
+
+
+def _model(tensors: list[TensorProto]) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        [
+            helper.make_node("Gather", ["w", "i"], ["y"], axis=0),
+            helper.make_node("Relu", ["w"], ["r"]),
+            helper.make_node("Gather", ["r", "i"], ["z"], axis=0),
+        ],
+        "g",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, [2])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("z", TensorProto.FLOAT, None),
+        ],
+        initializer=tensors,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model
+
+
+def _check(model: onnx.ModelProto, path: Path) -> None:
+    path.write_bytes(model.SerializeToString())  # (onnx.save would write the external tensors' data)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    ref = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    want = ref.run(None, FEED)
+    for source in (str(path), path.read_bytes()):
+        if isinstance(source, bytes) and any(
+            t.data_location == TensorProto.EXTERNAL for t in model.graph.initializer
+        ):
+            continue  # external data of a model given as bytes is looked for in the working directory
+        for engine in ENGINES:
+            kwargs = {} if engine is None else {"engine": engine}
+            sess = dmlshim.InferenceSession(source, **kwargs)
+            got = sess.run(None, FEED)
+            for a, b in zip(want, got, strict=True):
+                assert np.array_equal(a, b), (engine, type(source).__name__, a, b)
+            assert [x.name for x in sess.get_overridable_initializers()] == [
+                x.name for x in ref.get_overridable_initializers()
+            ]
+
+
+@pytest.mark.parametrize("count", [2, 3, 4])
+@pytest.mark.parametrize("rows", [1, 31, 32, 1024, 20000], ids=["4B", "124B", "128B", "4KiB", "80KB"])
+def test_inline_duplicates(tmp_path: Path, count: int, rows: int) -> None:
+    base = np.arange(rows, dtype=np.float32) + 1
+    _check(_model([numpy_helper.from_array(base * (k + 1), "w") for k in range(count)]), tmp_path / "m.onnx")
+
+
+@pytest.mark.parametrize("rows", [16, 1000])
+@pytest.mark.parametrize("pattern", ["ext-ext", "inline-ext", "ext-inline", "typed-raw"])
+def test_external_and_typed_duplicates(tmp_path: Path, rows: int, pattern: str) -> None:
+    base = np.arange(rows, dtype=np.float32) + 1
+    make = {
+        "ext": lambda k: _external(base * k, tmp_path, f"w{k}.bin"),
+        "inline": lambda k: numpy_helper.from_array(base * k, "w"),
+        "typed": lambda k: helper.make_tensor("w", TensorProto.FLOAT, [rows], (base * k).tolist()),
+        "raw": lambda k: numpy_helper.from_array(base * k, "w"),
+    }
+    kinds = pattern.split("-")
+    _check(_model([make[kind](k + 1) for k, kind in enumerate(kinds)]), tmp_path / "m.onnx")
+
+
+def test_duplicates_in_an_if_branch_are_refused_as_onnxruntime_refuses_them(tmp_path: Path) -> None:
+    base = np.arange(64, dtype=np.float32) + 1
+    branch = helper.make_graph(
+        [helper.make_node("Gather", ["w", "i"], ["t"], axis=0)],
+        "then",
+        [],
+        [helper.make_tensor_value_info("t", TensorProto.FLOAT, None)],
+        initializer=[numpy_helper.from_array(base, "w"), numpy_helper.from_array(base * 2, "w")],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Gather", ["v", "i"], ["e"], axis=0)],
+        "else",
+        [],
+        [helper.make_tensor_value_info("e", TensorProto.FLOAT, None)],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=other)],
+        "g",
+        [
+            helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("i", TensorProto.INT64, [2]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[numpy_helper.from_array(-base, "v")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    with pytest.raises(Exception, match="not unique") as theirs:
+        ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for engine in ENGINES:
+        with pytest.raises(type(theirs.value), match="not unique"):  # refused as onnxruntime refuses it
+            dmlshim.InferenceSession(str(path), **({} if engine is None else {"engine": engine}))
+
+
+def test_cli_validate_and_run_read_onnxruntimes_definition(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = np.arange(20000, dtype=np.float32) + 1
+    path = tmp_path / "m.onnx"
+    path.write_bytes(
+        _model(
+            [numpy_helper.from_array(base, "w"), numpy_helper.from_array(base * 2, "w")]
+        ).SerializeToString()
+    )
+    np.savez(tmp_path / "in.npz", **FEED)
+    assert main(["validate", str(path), "-q", "--inputs", str(tmp_path / "in.npz")]) == 0
+    assert "MATCH" in capsys.readouterr().out
+    out = tmp_path / "out.npz"
+    assert main(["run", str(path), "-q", "--inputs", str(tmp_path / "in.npz"), "-o", str(out)]) == 0
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, FEED)
+    with np.load(out) as got:
+        assert np.array_equal(got["y"], want[0]) and np.array_equal(got["z"], want[1])
