@@ -215,3 +215,21 @@ def test_constant_nodes_and_sparse_initializers_sharing_an_initializers_name(
                 None, FEED
             )
             assert np.array_equal(want[0], got[0]), (engine, want[0], got[0])
+
+
+@pytest.mark.parametrize("second", ["shape", "dtype"])
+def test_duplicates_of_another_shape_or_type_are_refused_as_onnxruntime_refuses_them(
+    tmp_path: Path, second: str
+) -> None:
+    base = np.arange(64, dtype=np.float32) + 1
+    other = base[:32] if second == "shape" else base.astype(np.float64)
+    path = tmp_path / "m.onnx"
+    model = _model([numpy_helper.from_array(base, "w"), numpy_helper.from_array(other, "w")])
+    path.write_bytes(model.SerializeToString())
+    with pytest.raises(Exception) as theirs:
+        ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, FEED)
+    for engine in ENGINES:
+        with pytest.raises(type(theirs.value)):
+            dmlshim.InferenceSession(str(path), **({} if engine is None else {"engine": engine})).run(
+                None, FEED
+            )

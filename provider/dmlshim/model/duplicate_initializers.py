@@ -60,6 +60,23 @@ def _constant_bytes(node: onnx.NodeProto) -> int | None:
     return None
 
 
+def _constant_type(node: onnx.NodeProto) -> tuple[int, tuple[int, ...]] | None:
+    """The element type and shape of a Constant node's value (None: not known here)."""
+    for attr in node.attribute:
+        if attr.name == "value":
+            return attr.t.data_type, tuple(attr.t.dims)
+        if attr.name == "sparse_value":
+            return attr.sparse_tensor.values.data_type, tuple(attr.sparse_tensor.dims)
+        scalar = {"value_float": TensorProto.FLOAT, "value_int": TensorProto.INT64}
+        if attr.name in scalar:
+            return scalar[attr.name], ()
+        if attr.name == "value_floats":
+            return TensorProto.FLOAT, (len(attr.floats),)
+        if attr.name == "value_ints":
+            return TensorProto.INT64, (len(attr.ints),)
+    return None
+
+
 def _is_constant(node: onnx.NodeProto) -> bool:
     return node.op_type == "Constant" and node.domain in ("", "ai.onnx") and len(node.output) == 1
 
@@ -69,6 +86,7 @@ class _Definition:
     kind: str  # "initializer", "constant" (a Constant node) or "sparse" (a sparse initializer)
     index: int  # in the graph's initializer, node or sparse_initializer list
     size: int | None  # bytes held inline (None: not inline, or strings)
+    typed: tuple[int, tuple[int, ...]] | None  # element type and shape (None: not known)
 
 
 def _definitions(graph: onnx.GraphProto) -> dict[str, list[_Definition]]:
@@ -76,16 +94,21 @@ def _definitions(graph: onnx.GraphProto) -> dict[str, list[_Definition]]:
     (in node order), then sparse initializers (measured: ``tests/test_hostile53_duplicates.py``)."""
     found: dict[str, list[_Definition]] = {}
     for index, tensor in enumerate(graph.initializer):
-        found.setdefault(tensor.name, []).append(_Definition("initializer", index, _tensor_bytes(tensor)))
+        typed = (tensor.data_type, tuple(tensor.dims))
+        found.setdefault(tensor.name, []).append(
+            _Definition("initializer", index, _tensor_bytes(tensor), typed)
+        )
     for index, node in enumerate(graph.node):
         if _is_constant(node):
-            found.setdefault(node.output[0], []).append(_Definition("constant", index, _constant_bytes(node)))
+            defined = _Definition("constant", index, _constant_bytes(node), _constant_type(node))
+            found.setdefault(node.output[0], []).append(defined)
     for index, sparse in enumerate(graph.sparse_initializer):
         values = sparse.values
         size = _tensor_bytes(values) and RAW_ITEMSIZE.get(values.data_type, 1) * math.prod(
             int(d) for d in sparse.dims
         )
-        found.setdefault(values.name, []).append(_Definition("sparse", index, size))
+        typed = (values.data_type, tuple(sparse.dims))
+        found.setdefault(values.name, []).append(_Definition("sparse", index, size, typed))
     return found
 
 
@@ -117,6 +140,8 @@ def keep_onnxruntimes(graph: onnx.GraphProto) -> list[str]:
     for name, defs in _definitions(graph).items():
         if len(defs) < 2 or sum(d.kind == "sparse" for d in defs) > 1:
             continue  # two sparse initializers of one name: onnxruntime refuses the model, left to it
+        if defs[0].typed is None or any(d.typed != defs[0].typed for d in defs):
+            continue  # another type or shape: onnxruntime refuses the model ("does not match"), left to it
         names.append(name)
         keep = defs[ort_choice([d.size for d in defs])]
         for d in defs:
@@ -129,10 +154,11 @@ def keep_onnxruntimes(graph: onnx.GraphProto) -> list[str]:
     ):
         for index in sorted(drop[kind], reverse=True):
             del field[index]
-    logger.warning(
-        "%s defined more than once: kept the definition onnxruntime reads",
-        ", ".join(repr(n) for n in names),
-    )
+    if names:
+        logger.warning(
+            "%s defined more than once: kept the definition onnxruntime reads",
+            ", ".join(repr(n) for n in names),
+        )
     return names
 
 
