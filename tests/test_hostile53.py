@@ -420,3 +420,48 @@ def test_input_shape_at_the_int64_limit_still_reaches_the_model(
     rc = main(["inspect", str(dynamic_model), "-q", "--input-shape", "N=9223372036854775807"])
     assert rc in (0, 1)
     assert "TOO_MANY_ELEMENTS" in capsys.readouterr().out
+
+
+# --- opset_import listing ai.onnx twice: the last entry is the opset, as onnxruntime reads it. ---------
+
+
+@pytest.mark.parametrize(
+    "opsets",
+    [[("", 13), ("", 9)], [("", 9), ("", 13)], [("", 16), ("ai.onnx", 18)], [("ai.onnx", 18), ("", 11)]],
+    ids=str,
+)
+@pytest.mark.parametrize("op", ["Scatter", "ScatterElements"])
+def test_ai_onnx_listed_twice_in_opset_import(opsets: list[tuple[str, int]], op: str) -> None:
+    """Before: the cpu engine took the first entry (``[13, 9]`` with a deprecated Scatter: refused with
+    "No Op registered for ScatterElements with domain_version of 9", where onnxruntime runs opset 9's
+    Scatter)."""
+    attrs = {"reduction": "max"} if op == "ScatterElements" else {}
+    graph = helper.make_graph(
+        [helper.make_node(op, ["d", "i", "u"], ["y"], axis=1, **attrs)],
+        "g",
+        [
+            X("d", TensorProto.FLOAT, [4, 3]),
+            X("i", TensorProto.INT64, [2, 2]),
+            X("u", TensorProto.FLOAT, [2, 2]),
+        ],
+        [X("y", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets])
+    model.ir_version = 8
+    feeds = {"d": DATA, "i": np.array([[0, 2], [1, 0]], np.int64), "u": np.full((2, 2), 100, np.float32)}
+    try:
+        want = _ort(model, feeds)
+    except (
+        Exception
+    ) as exc:  # onnxruntime refuses it (Scatter past opset 10, a reduction before 16): so do we
+        for engine in ENGINES:
+            with pytest.raises(type(exc)):
+                dmlshim.InferenceSession(
+                    model.SerializeToString(), **({} if engine is None else {"engine": engine})
+                )
+        return
+    for engine in ENGINES:
+        got = dmlshim.InferenceSession(
+            model.SerializeToString(), **({} if engine is None else {"engine": engine})
+        )
+        assert np.array_equal(got.run(None, feeds)[0], want[0]), engine

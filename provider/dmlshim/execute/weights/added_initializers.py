@@ -391,8 +391,8 @@ def _refused(exc: BaseException) -> BadInputError:
         # an added initializer (session.disable_cpu_ep_fallback=1 with no initializer added, say)
         f"onnxruntime refuses a session built with these SessionOptions (dmlshim asks it, with a session of "
         f"no nodes, which initializers the options replace): {str(exc).strip()}",
-        rule="the SessionOptions must build an onnxruntime session (an added initializer must match the name, "
-        "type and shape of the model's)",
+        rule="the SessionOptions must build an onnxruntime session (an added initializer must match the "
+        "name, type and shape of the model's)",
     )
 
 
