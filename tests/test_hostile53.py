@@ -465,3 +465,73 @@ def test_ai_onnx_listed_twice_in_opset_import(opsets: list[tuple[str, int]], op:
             model.SerializeToString(), **({} if engine is None else {"engine": engine})
         )
         assert np.array_equal(got.run(None, feeds)[0], want[0]), engine
+
+
+# --- More model forms that held. ---------------------------------------------------------------------
+
+
+def _gather_model(
+    nodes: list[onnx.NodeProto], functions: list[onnx.FunctionProto], opsets: list[tuple[str, int]]
+) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [X("d", TensorProto.FLOAT, [4, 3]), X("i", TensorProto.INT64, [2])],
+        [X("y", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets], functions=functions
+    )
+    model.ir_version = 10
+    return model
+
+
+def test_local_functions_named_gather_and_overloads_are_not_the_standard_gather() -> None:
+    """A function ``local.Gather`` gathers on axis 1 and negates; overloads ``v1``/``v2`` of one function
+    name: the node's ``overload`` picks the body."""
+    feeds = {"d": DATA, "i": np.array([1, -1], np.int64)}
+    body = [helper.make_node("Gather", ["a", "b"], ["t"], axis=1), helper.make_node("Neg", ["t"], ["o"])]
+    ops = [helper.make_opsetid("", 13)]
+    named = helper.make_function("local", "Gather", ["a", "b"], ["o"], body, ops)
+    node = helper.make_node("Gather", ["d", "i"], ["y"], domain="local")
+    _same_in_every_engine(_gather_model([node], [named], [("", 13), ("local", 1)]), feeds)
+    first = helper.make_function(
+        "local", "F", ["a", "b"], ["o"], [helper.make_node("Gather", ["a", "b"], ["o"], axis=0)], ops
+    )
+    second = helper.make_function("local", "F", ["a", "b"], ["o"], body, ops)
+    first.overload, second.overload = "v1", "v2"
+    for overload in ("v1", "v2"):
+        call = helper.make_node("F", ["d", "i"], ["y"], domain="local")
+        call.overload = overload
+        _same_in_every_engine(_gather_model([call], [first, second], [("", 13), ("local", 1)]), feeds)
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        ("d:0", "i/1", "y;2"),
+        (" ", "  ", "   "),
+        ("d" * 100000, "i\u202e", "y"),
+        ("\u65e5", "\u00e9", "[tensor x]"),
+    ],
+    ids=["punctuation", "spaces", "long-and-bidi", "unicode-and-brackets"],
+)
+def test_odd_value_names_in_values_and_errors(names: tuple[str, str, str]) -> None:
+    d, i, y = names
+    graph = helper.make_graph(
+        [helper.make_node("Gather", [d, i], [y], axis=0, name=y + "node")],
+        "g",
+        [X(d, TensorProto.FLOAT, [4, 3]), X(i, TensorProto.INT64, [2])],
+        [X(y, TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    _same_in_every_engine(model, {d: DATA, i: np.array([1, -1], np.int64)})
+    with pytest.raises(ort.capi.onnxruntime_pybind11_state.InvalidArgument):
+        _ort(model, {d: DATA, i: np.array([1, 9], np.int64)})
+    for engine in ENGINES:
+        sess = dmlshim.InferenceSession(
+            model.SerializeToString(), **({} if engine is None else {"engine": engine})
+        )
+        with pytest.raises(ort.capi.onnxruntime_pybind11_state.InvalidArgument, match="out of"):
+            sess.run(None, {d: DATA, i: np.array([1, 9], np.int64)})
