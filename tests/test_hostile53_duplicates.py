@@ -233,3 +233,39 @@ def test_duplicates_of_another_shape_or_type_are_refused_as_onnxruntime_refuses_
             dmlshim.InferenceSession(str(path), **({} if engine is None else {"engine": engine})).run(
                 None, FEED
             )
+
+
+@pytest.mark.parametrize("rows", [4, 64, 20000])
+@pytest.mark.parametrize("added", ["w", "v"])
+def test_added_initializer_with_a_duplicated_name_beside_it(tmp_path: Path, rows: int, added: str) -> None:
+    base = np.arange(rows, dtype=np.float32) + 1
+    graph = helper.make_graph(
+        [
+            helper.make_node("Gather", ["w", "i"], ["y"], axis=0),
+            helper.make_node("Gather", ["v", "i"], ["z"], axis=0),
+        ],
+        "g",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, [2])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("z", TensorProto.FLOAT, None),
+        ],
+        initializer=[numpy_helper.from_array(base * k, n) for k, n in ((1, "w"), (2, "w"), (3, "v"))],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    value = ort.OrtValue.ortvalue_from_numpy(-base)
+
+    def options() -> ort.SessionOptions:
+        so = ort.SessionOptions()
+        so.add_initializer(added, value)
+        return so
+
+    want = ort.InferenceSession(str(path), options(), providers=["CPUExecutionProvider"]).run(None, FEED)
+    for engine in ENGINES:
+        got = dmlshim.InferenceSession(
+            str(path), options(), **({} if engine is None else {"engine": engine})
+        ).run(None, FEED)
+        assert all(np.array_equal(a, b) for a, b in zip(want, got, strict=True)), engine
