@@ -9,6 +9,7 @@ see the same graph onnxruntime runs:
   sorted graphs, but onnxruntime runs unsorted ones);
 * an initializer defined twice under one name keeps only the definition onnxruntime reads
   (:mod:`dmlshim.model.duplicate_initializers`);
+* an initializer's ``segment`` is dropped (onnxruntime reads the whole tensor; onnx refuses to);
 * sparse initializers become dense initializers (onnxruntime densifies them when it loads the model), so
   that every engine reads them like any other weight;
 * in a graph that changed, an unnamed node is given the name onnxruntime reports it under
@@ -232,11 +233,14 @@ def prepare_model(
     sparse = any(g.sparse_initializer for g in graphs)
     negative = bool(_negative_dims(graphs))
     duplicated = has_duplicates(model.graph)  # (in a subgraph onnxruntime refuses them: not unique)
+    # onnxruntime ignores a tensor's ``segment`` and reads the whole tensor; onnx's to_array refuses it
+    segmented = [t for g in graphs for t in g.initializer if t.HasField("segment")]
     if (
         not calls
         and not sparse
         and not negative
         and not duplicated
+        and not segmented
         and _is_sorted(model.graph, nested=len(graphs) > 1)
     ):
         return model
@@ -250,6 +254,10 @@ def prepare_model(
         dim.ClearField("dim_value")
     if duplicated:
         keep_onnxruntimes(out.graph)
+    if segmented:
+        for graph in _graphs(out.graph):
+            for tensor in graph.initializer:
+                tensor.ClearField("segment")
     if sparse:
         _densify(out.graph)
     functions = function_table(out) if calls else {}
