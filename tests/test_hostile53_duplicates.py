@@ -269,3 +269,19 @@ def test_added_initializer_with_a_duplicated_name_beside_it(tmp_path: Path, rows
             str(path), options(), **({} if engine is None else {"engine": engine})
         ).run(None, FEED)
         assert all(np.array_equal(a, b) for a, b in zip(want, got, strict=True)), engine
+
+
+def test_a_callers_model_proto_with_duplicates_is_not_modified() -> None:
+    base = np.arange(1024, dtype=np.float32) + 1
+    model = _model([numpy_helper.from_array(base, "w"), numpy_helper.from_array(base * 2, "w")])
+    model.graph.node.insert(
+        0, helper.make_node("Constant", [], ["w"], value=numpy_helper.from_array(base * 3, "c"))
+    )
+    before = model.SerializeToString()
+    want = ort.InferenceSession(before, providers=["CPUExecutionProvider"]).run(None, FEED)
+    for engine in ENGINES:
+        got = dmlshim.InferenceSession(model, **({} if engine is None else {"engine": engine})).run(
+            None, FEED
+        )
+        assert all(np.array_equal(a, b) for a, b in zip(want, got, strict=True)), engine
+        assert model.SerializeToString() == before, engine
