@@ -562,3 +562,47 @@ def test_an_initializer_with_a_segment_is_read_whole_as_onnxruntime_reads_it(
                 None, feeds
             )
             assert np.array_equal(got[0], want[0]), engine
+
+
+# --- String feeds of bytes that are no UTF-8. -----------------------------------------------------------
+
+
+def _string_gather() -> onnx.ModelProto:
+    return _model(
+        [helper.make_node("Gather", ["d", "i"], ["y"], axis=0)],
+        [X("d", TensorProto.STRING, [4]), X("i", TensorProto.INT64, [2])],
+        [X("y", TensorProto.STRING, None)],
+    )
+
+
+@pytest.mark.parametrize("dtype", ["S3", "V3"])
+def test_a_string_feed_of_bytes_that_are_no_utf8_raises_as_onnxruntime_raises(dtype: str) -> None:
+    """Before: every engine decoded with errors='replace' and returned 'b\\ufffd' (silently another string
+    than the caller fed) where onnxruntime's run raises UnicodeDecodeError."""
+    model = _string_gather()
+    bad = {"d": np.array([b"a", b"b\xff", b"", b"dd"], dtype=dtype), "i": np.array([1, -1], np.int64)}
+    with pytest.raises(UnicodeDecodeError) as theirs:
+        _ort(model, bad)
+    good = {"d": np.array([b"a", "bé".encode(), b"", b"dd"], dtype=dtype), "i": np.array([1, -1], np.int64)}
+    want = _ort(model, good)
+    for engine in ENGINES:
+        sess = dmlshim.InferenceSession(
+            model.SerializeToString(), **({} if engine is None else {"engine": engine})
+        )
+        with pytest.raises(UnicodeDecodeError) as ours:
+            sess.run(None, bad)
+        assert str(ours.value) == str(theirs.value)
+        got = sess.run(None, good)
+        assert got[0].tolist() == want[0].tolist(), engine
+
+
+def test_cli_inputs_of_bytes_that_are_no_utf8_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "m.onnx"
+    onnx.save(_string_gather(), str(path))
+    np.savez(tmp_path / "in.npz", d=np.array([b"a", b"b\xff", b"", b"dd"]), i=np.array([1, -1], np.int64))
+    for command in ("run", "validate"):
+        assert main([command, str(path), "-q", "--inputs", str(tmp_path / "in.npz")]) == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and "no UTF-8 at element 1" in err, err
