@@ -496,7 +496,7 @@ def test_local_functions_named_gather_and_overloads_are_not_the_standard_gather(
     node = helper.make_node("Gather", ["d", "i"], ["y"], domain="local")
     _same_in_every_engine(_gather_model([node], [named], [("", 13), ("local", 1)]), feeds)
     if tuple(int(p) for p in ort.__version__.split(".")[:2]) < (1, 25):
-        return  # onnxruntime 1.24 ignores overloads (docs/semantics.md, "Function overloads with onnxruntime 1.24")
+        return  # onnxruntime 1.24 ignores overloads (docs/semantics.md, "Function overloads ...")
     first = helper.make_function(
         "local", "F", ["a", "b"], ["o"], [helper.make_node("Gather", ["a", "b"], ["o"], axis=0)], ops
     )
