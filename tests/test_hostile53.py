@@ -608,3 +608,19 @@ def test_cli_inputs_of_bytes_that_are_no_utf8_are_one_line(
         assert main([command, str(path), "-q", "--inputs", str(tmp_path / "in.npz")]) == 2
         err = capsys.readouterr().err
         assert "Traceback" not in err and "no UTF-8 at element 1" in err, err
+
+
+@pytest.mark.parametrize("names", [[1], ["ConstantFolding", None]])
+def test_disabled_optimizers_that_are_not_names_are_a_type_error_as_in_onnxruntime(
+    names: list[object],
+) -> None:
+    """Before: str() made them names no optimizer has and the session was built; onnxruntime's binding
+    raises TypeError."""
+    model = _string_gather().SerializeToString()
+    with pytest.raises(TypeError):
+        ort.InferenceSession(model, providers=["CPUExecutionProvider"], disabled_optimizers=names)
+    with pytest.raises(TypeError, match="disabled_optimizers"):
+        dmlshim.InferenceSession(model, disabled_optimizers=names)
+    assert dmlshim.InferenceSession(
+        model, disabled_optimizers="ConstantFolding"
+    ).get_inputs()  # chars, as ort
