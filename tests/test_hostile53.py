@@ -624,21 +624,3 @@ def test_disabled_optimizers_that_are_not_names_are_a_type_error_as_in_onnxrunti
     assert dmlshim.InferenceSession(
         model, disabled_optimizers="ConstantFolding"
     ).get_inputs()  # chars, as ort
-
-
-def test_a_model_path_holding_a_nul_is_read_up_to_it_as_onnxruntime_reads_it(tmp_path: Path) -> None:
-    """Before: refused as a missing file (NoSuchFile) where onnxruntime loads ``m.onnx`` for
-    ``m.onnx\\x00x`` (its C++ layer reads a C string)."""
-    model = _string_gather()
-    path = tmp_path / "m.onnx"
-    onnx.save(model, str(path))
-    feeds = {"d": np.array(["a", "b", "c", "d"], dtype=object), "i": np.array([1, -1], np.int64)}
-    named = str(path) + "\x00junk"
-    want = ort.InferenceSession(named, providers=["CPUExecutionProvider"]).run(None, feeds)
-    for engine in ENGINES:
-        sess = dmlshim.InferenceSession(named, **({} if engine is None else {"engine": engine}))
-        assert sess.run(None, feeds)[0].tolist() == want[0].tolist(), engine
-    with pytest.raises(ort.capi.onnxruntime_pybind11_state.NoSuchFile):
-        ort.InferenceSession("\x00" + str(path), providers=["CPUExecutionProvider"])
-    with pytest.raises(ort.capi.onnxruntime_pybind11_state.NoSuchFile):
-        dmlshim.InferenceSession("\x00" + str(path))

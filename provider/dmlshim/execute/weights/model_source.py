@@ -199,12 +199,6 @@ def load_model(
         load_in_memory_external_data(parsed, bytes(model), sess_options)
         loaded = LoadedModel(parsed, None, added)
     elif isinstance(model, (str, os.PathLike)):
-        text = os.fspath(model)
-        if isinstance(text, str) and "\x00" in text and not text.startswith("\x00"):
-            # onnxruntime's C++ layer reads the path as a C string: up to its first NUL (it loads
-            # 'm.onnx\x00x' as 'm.onnx'); dmlshim refused such a path as a missing file
-            logger.warning("model path %r holds a NUL: read up to it, as onnxruntime reads it", text)
-            model = text.split("\x00", 1)[0]
         if os.fspath(model) in ("", b""):
             # onnxruntime takes an empty path for no model and fails in its C++ constructor (a TypeError)
             raise as_onnxruntime_error(BadModelError("the model path is empty", value=""), TypeError)
