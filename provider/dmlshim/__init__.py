@@ -68,6 +68,14 @@ def __getattr__(name: str) -> Any:
         from .ort import api as ort_api
 
         return getattr(ort_api, name)
+    if not name.startswith("_"):
+        # Every other public name of onnxruntime's module (OrtArenaCfg, capi, set_default_logger_callback,
+        # get_ep_devices, ...) is onnxruntime's own, as in the stand-in module install() binds, so a script
+        # whose only change is ``import dmlshim as ort`` keeps running (issue 35, round 3).
+        import onnxruntime as _onnxruntime
+
+        if hasattr(_onnxruntime, name):
+            return getattr(_onnxruntime, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

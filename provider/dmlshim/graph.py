@@ -15,6 +15,16 @@ GATHER_SCATTER_OPS = frozenset(
 """The ONNX ops dmlshim translates to DirectML operators (default ONNX domain only)."""
 
 
+def default_opset(model: onnx.ModelProto, missing: int = 0) -> int:
+    """The model's ai.onnx opset as onnxruntime reads ``opset_import``: when the domain is listed more than
+    once (as ``""`` or ``"ai.onnx"``), the last entry wins; ``missing`` when it is not listed."""
+    found = missing
+    for entry in model.opset_import:
+        if entry.domain in ("", "ai.onnx"):
+            found = int(entry.version)
+    return found
+
+
 def is_gather_scatter(node: onnx.NodeProto) -> bool:
     """Whether a node is one of the six ops in the default ONNX domain."""
     return node.op_type in GATHER_SCATTER_OPS and node.domain in ("", "ai.onnx")

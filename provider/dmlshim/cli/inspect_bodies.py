@@ -30,7 +30,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ..graph import is_gather_scatter, node_path, subgraph_prefix, subgraphs, value_names
+from ..graph import default_opset, is_gather_scatter, node_path, subgraph_prefix, subgraphs, value_names
 
 __all__ = ["BodyRecords", "Execution", "instrument_bodies", "parse_records"]
 
@@ -79,7 +79,7 @@ def _holds_gather_scatter(graph: onnx.GraphProto) -> bool:
 
 
 def _opset(model: onnx.ModelProto) -> int:
-    return next((int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    return default_opset(model)  # the last entry, as onnxruntime
 
 
 class _Builder:

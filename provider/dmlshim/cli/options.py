@@ -110,6 +110,10 @@ def add_input_shape(parser: argparse.ArgumentParser, help_text: str = INPUT_SHAP
     parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,..", help=help_text)
 
 
+_MAX_DIM = 2**63 - 1
+"""The largest size an ONNX dimension (an int64) holds."""
+
+
 def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
     """``NAME=D0,D1,..`` -> (name, dims); ``NAME=`` is a scalar. NAME is an input or a symbol.
 
@@ -132,9 +136,15 @@ def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
             raise BadInputError(f"--input-shape {text!r}: an empty size between commas", value=text)
         if not part:
             continue
-        if not part.isdigit():
+        if not (part.isascii() and part.isdigit()):  # '²' is a digit to str.isdigit, not to int()
             raise BadInputError(
                 f"--input-shape {text!r}: size {part!r} is not a non-negative integer", value=text
+            )
+        if int(part) > _MAX_DIM:  # an ONNX dimension is an int64: a larger size failed deep in protobuf
+            raise BadInputError(
+                f"--input-shape {text!r}: size {part} is past the largest ONNX dimension, 2**63-1 "
+                f"({_MAX_DIM})",
+                value=text,
             )
         dims.append(int(part))
     return name, tuple(dims)

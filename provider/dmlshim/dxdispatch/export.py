@@ -32,6 +32,7 @@ from ..execute.plan.checks import refuse_static_sizes
 from ..fileio.files import write_json
 from ..fileio.folders import StagedFolder
 from ..fileio.reading import read_json
+from ..graph import default_opset
 from ..inputs.narrow_floats import narrow_type
 from ..inputs.sizes import feed_shapes, refuse_sizes_at
 from ..ort.session import LoadedModel, ModelSource, load_model
@@ -246,7 +247,7 @@ def export_model(
 
 
 def _default_opset(model: onnx.ModelProto) -> int:
-    return next((int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    return default_opset(model)  # the last entry, as onnxruntime
 
 
 def _folder(captured: CapturedNode, width: int, used: set[str]) -> str:

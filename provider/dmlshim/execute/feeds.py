@@ -339,11 +339,13 @@ def _check_shape(check: _InputCheck, shape: tuple[int, ...]) -> None:
 
 def _string_feed(check: _InputCheck, arr: np.ndarray) -> np.ndarray:
     """A ``tensor(string)`` feed of numpy bytes or void, as onnxruntime reads it: each bytes element up to
-    its first NUL, each void element whole (NULs kept), as UTF-8; any other kind is refused."""
+    its first NUL, each void element whole (NULs kept), as UTF-8; any other kind is refused. Bytes that are
+    no UTF-8 raise ``UnicodeDecodeError``, as onnxruntime's run does (1.24 and 1.32); they were replaced
+    with U+FFFD before, silently another string than the caller fed."""
     if arr.dtype.kind == "S":
-        return np.char.decode(arr, "utf-8", "replace").astype(object)
+        return np.char.decode(arr, "utf-8", "strict").astype(object)
     if arr.dtype.kind == "V" and arr.dtype.fields is None:
-        flat = [bytes(v).decode("utf-8", "replace") for v in arr.reshape(-1)]
+        flat = [bytes(v).decode("utf-8", "strict") for v in arr.reshape(-1)]
         return np.array(flat, dtype=object).reshape(arr.shape)
     raise _wrong_dtype(check, "tensor(string) (numpy str, bytes, void or object)", arr.dtype)
 

@@ -189,8 +189,27 @@ def _load_members(archive: zipfile.ZipFile, where: str) -> dict[str, np.ndarray]
                 out[key] = _read_data(member, shape, fortran, dtype, header_len, nbytes)
         except _READ_ERRORS as exc:
             raise BadInputError(f"array {key!r} cannot be read: {exc}", path=where, tensor=key) from exc
+        if dtype.kind == "S":
+            _require_utf8(out[key], key, where)
     logger.debug("loaded %d arrays from %s", len(out), where)
     return out
+
+
+def _require_utf8(array: np.ndarray, key: str, where: str) -> None:
+    """A bytes array is a ``tensor(string)`` feed: onnxruntime's run decodes each element as UTF-8 and
+    raises ``UnicodeDecodeError`` where one is not (dmlshim's sessions too); named here, one line."""
+    for position, value in enumerate(array.reshape(-1)):
+        try:
+            bytes(value).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise BadInputError(
+                f"array {key!r} holds bytes that are no UTF-8 at element {position} ({exc.reason} at byte "
+                f"{exc.start}): onnxruntime's run refuses such a string feed (UnicodeDecodeError)",
+                path=where,
+                tensor=key,
+                value=bytes(value),
+                rule="a bytes array fed as tensor(string) is UTF-8, as onnxruntime decodes it",
+            ) from exc
 
 
 def _read_data(

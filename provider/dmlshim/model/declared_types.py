@@ -59,10 +59,11 @@ _INVENTED_DIM = re.compile(r"unk__\d+")
 
 
 def _opset(model: onnx.ModelProto, domain: str) -> int | None:
+    found = None  # the last entry for the domain, as onnxruntime reads opset_import
     for op in model.opset_import:
         if op.domain == domain or (domain in ("", "ai.onnx") and op.domain in ("", "ai.onnx")):
-            return int(op.version)
-    return None
+            found = int(op.version)
+    return found
 
 
 @dataclass(frozen=True)

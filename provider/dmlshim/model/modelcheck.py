@@ -27,6 +27,7 @@ from ..fileio.external_data import (
     load_external_data,
 )
 from ..graph import all_tensors, node_path, subgraph_prefix, subgraphs
+from .duplicate_initializers import has_duplicates, keep_onnxruntimes
 from .last_inference import infer_shapes
 from .ort_acceptance import Acceptance, ort_refusal, probe_for, start_ort_acceptance
 from .ort_errors import (
@@ -179,6 +180,12 @@ def _checkable(model: onnx.ModelProto, external: bool = True) -> onnx.ModelProto
     """
     from ..fileio.external_data import external_tensors
 
+    if has_duplicates(model.graph):
+        # onnxruntime reads one definition of a duplicated initializer; as graph inputs, two would be refused
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
+        keep_onnxruntimes(copy.graph)
+        model = copy
     light = without_weights(model)  # large and external initializers as typed inputs: no weight copied
     if light is model:
         if not external or not external_tensors(model.graph):

@@ -7,6 +7,9 @@ see the same graph onnxruntime runs:
 * calls of model-local functions are expanded with onnxruntime's names (:mod:`dmlshim.model.inline`);
 * nodes listed out of topological order are sorted (onnxruntime sorts them; the ONNX standard asks for
   sorted graphs, but onnxruntime runs unsorted ones);
+* an initializer defined twice under one name keeps only the definition onnxruntime reads
+  (:mod:`dmlshim.model.duplicate_initializers`);
+* an initializer's ``segment`` is dropped (onnxruntime reads the whole tensor; onnx refuses to);
 * sparse initializers become dense initializers (onnxruntime densifies them when it loads the model), so
   that every engine reads them like any other weight;
 * in a graph that changed, an unnamed node is given the name onnxruntime reports it under
@@ -26,6 +29,7 @@ from onnx import numpy_helper
 
 from ..graph import subgraphs
 from ..limits import check_bytes
+from .duplicate_initializers import has_duplicates, keep_onnxruntimes
 from .inline import (
     FunctionKey,
     IndexedNode,
@@ -228,7 +232,17 @@ def prepare_model(
     graphs = _graphs(model.graph)  # one walk; the checks below then look at no node's attributes
     sparse = any(g.sparse_initializer for g in graphs)
     negative = bool(_negative_dims(graphs))
-    if not calls and not sparse and not negative and _is_sorted(model.graph, nested=len(graphs) > 1):
+    duplicated = has_duplicates(model.graph)  # (in a subgraph onnxruntime refuses them: not unique)
+    # onnxruntime ignores a tensor's ``segment`` and reads the whole tensor; onnx's to_array refuses it
+    segmented = [t for g in graphs for t in g.initializer if t.HasField("segment")]
+    if (
+        not calls
+        and not sparse
+        and not negative
+        and not duplicated
+        and not segmented
+        and _is_sorted(model.graph, nested=len(graphs) > 1)
+    ):
         return model
     if before_change is not None:
         before_change()
@@ -238,6 +252,12 @@ def prepare_model(
         out.CopyFrom(model)
     for dim in _negative_dims(_graphs(out.graph)):
         dim.ClearField("dim_value")
+    if duplicated:
+        keep_onnxruntimes(out.graph)
+    if segmented:
+        for graph in _graphs(out.graph):
+            for tensor in graph.initializer:
+                tensor.ClearField("segment")
     if sparse:
         _densify(out.graph)
     functions = function_table(out) if calls else {}

@@ -34,6 +34,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from ..graph import default_opset
 from .zero_depth_operators import guarded, place, refused_type, replacement
 
 logger = logging.getLogger(__name__)
@@ -144,7 +145,7 @@ def empty_tuple_nodes(model: onnx.ModelProto) -> dict[int, bool]:
 
 
 def _opset(model: onnx.ModelProto) -> int:
-    return max((int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx")), default=1)
+    return default_opset(model, missing=1)  # the last entry, as onnxruntime
 
 
 class _Rewriter:

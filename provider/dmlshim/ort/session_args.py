@@ -69,7 +69,21 @@ def disabled_optimizers(kwargs: dict[str, Any]) -> frozenset[str]:
     the optimizers every onnxruntime session dmlshim builds for the session leaves out, as onnxruntime's
     own session would (:func:`dmlshim.runtime.real.optimizers_disabled`)."""
     names = kwargs.get("disabled_optimizers")
-    return frozenset(str(n) for n in names) if names else frozenset()
+    if not names:
+        return frozenset()
+    wrong = [n for n in names if not isinstance(n, str)]
+    if wrong:
+        # onnxruntime's binding refuses it with a TypeError; str() made [1] a name no optimizer has
+        raise with_onnxruntime_class(
+            BadInputError(
+                "initialize_session(): incompatible function arguments (dmlshim: disabled_optimizers holds "
+                f"{type(wrong[0]).__name__} {wrong[0]!r}; it takes optimizer names, strings)",
+                value=repr(wrong[0]),
+                rule="disabled_optimizers holds optimizer names (str), as onnxruntime takes them",
+            ),
+            TypeError,
+        )
+    return frozenset(names)
 
 
 def resolve_engine(requested: str | None, choice: ProviderChoice) -> str:

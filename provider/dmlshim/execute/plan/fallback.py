@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 import onnx
 
-from ...graph import subgraphs
+from ...graph import default_opset, subgraphs
 from ..record import PLACEMENT_CPU, NodeRecord
 
 __all__ = [
@@ -39,10 +39,7 @@ SCATTER_ELEMENTS_NOTE = (
 
 
 def _default_opset(model: onnx.ModelProto) -> int:
-    for entry in model.opset_import:
-        if entry.domain in ("", "ai.onnx"):
-            return int(entry.version)
-    return 0
+    return default_opset(model)  # the last entry, as onnxruntime (the first made [13, 9] refuse Scatter)
 
 
 def _is_deprecated_scatter(node: onnx.NodeProto) -> bool:

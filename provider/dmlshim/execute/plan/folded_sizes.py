@@ -25,7 +25,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ...graph import constant_node_shape, constant_node_value, may_hold_op_types, subgraphs
+from ...graph import constant_node_shape, constant_node_value, default_opset, may_hold_op_types, subgraphs
 from ...limits import static_dims
 
 __all__ = ["FOLD_MAX_ELEMENTS", "folded_copy"]
@@ -235,7 +235,7 @@ def _computed(
 
 
 def _opset(model: onnx.ModelProto) -> int:
-    return next((int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+    return default_opset(model, missing=1)  # the last entry, as onnxruntime
 
 
 def _evaluate(node: onnx.NodeProto, inputs: list[np.ndarray | None], opset: int) -> np.ndarray | None:

@@ -387,8 +387,12 @@ def _check_type(name: str, tensor: onnx.TensorProto, value: np.ndarray) -> None:
 
 def _refused(exc: BaseException) -> BadInputError:
     return BadInputError(
-        f"onnxruntime refuses an initializer added through the session options: {str(exc).strip()}",
-        rule="an added initializer must match the name, type and shape of the model's",
+        # the probe is a session built with the caller's options: what onnxruntime refuses there need not be
+        # an added initializer (session.disable_cpu_ep_fallback=1 with no initializer added, say)
+        f"onnxruntime refuses a session built with these SessionOptions (dmlshim asks it, with a session of "
+        f"no nodes, which initializers the options replace): {str(exc).strip()}",
+        rule="the SessionOptions must build an onnxruntime session (an added initializer must match the "
+        "name, type and shape of the model's)",
     )
 
 

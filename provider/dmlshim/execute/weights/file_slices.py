@@ -23,6 +23,7 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from ...fileio.onnx_pieces import encode_varint
+from ...model.duplicate_initializers import has_duplicates
 
 logger = logging.getLogger(__name__)
 
@@ -427,6 +428,9 @@ def read_weightless(
         model = onnx.ModelProto.FromString(out)
         if not _hoisting_is_sound(model, made):
             return None  # a Constant named as another value: onnx reads it as it is
+        if moved and has_duplicates(model.graph):
+            # which definition onnxruntime reads depends on which are inline (model.duplicate_initializers)
+            return None
         return model, frozenset(moved)
     except (OSError, _WireError, ValueError, DecodeError) as exc:
         logger.debug("%s not read weightless (%s); onnx reads it", path, exc)
