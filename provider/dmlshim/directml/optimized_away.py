@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import onnx
@@ -53,10 +54,11 @@ def optimized_away_nodes(
     if optimization == "disabled":
         return frozenset()
     nodes = model.graph.node
-    twins: dict[tuple[object, ...], list[str]] = {}
-    for name, node in zip(display_names(nodes), nodes, strict=True):
+    names = display_names(nodes)
+    twins: dict[tuple[object, ...], list[int]] = {}
+    for index, node in enumerate(nodes):
         if is_gather_scatter(node):
-            twins.setdefault(_twin_key(node), []).append(name)
+            twins.setdefault(_twin_key(node), []).append(index)
     if not twins:
         return frozenset()
     from ..model.ort_errors import ORT_ERRORS
@@ -77,5 +79,27 @@ def optimized_away_nodes(
         except (*ORT_ERRORS, OSError, ValueError, DecodeError) as exc:
             logger.debug("no graph-optimization probe for the directml engine's records: %s", exc)
             return frozenset()
-    remaining = set(display_names(saved.graph.node))
-    return frozenset(name for group in twins.values() if remaining.isdisjoint(group) for name in group)
+    survivors = _Survivors(saved.graph.node)
+    gone = {i for group in twins.values() if not any(survivors.holds(nodes[j]) for j in group) for i in group}
+    # a name two nodes share (the records know nodes by name) counts only when every node so named is gone
+    kept = {name for i, name in enumerate(names) if i not in gone}
+    return frozenset(names[i] for i in gone) - kept
+
+
+class _Survivors:
+    """The gather/scatter nodes of onnxruntime's optimized graph, found by what survives optimization:
+    a node's own name (a nameless node's reported name ``Gather_3`` is its position, which optimization
+    changes), its outputs (unique in a graph), or its op, inputs and attributes."""
+
+    def __init__(self, saved: Sequence[onnx.NodeProto]) -> None:
+        kept = [node for node in saved if is_gather_scatter(node)]
+        self.names = {(node.op_type, node.name) for node in kept if node.name}
+        self.outputs = {(node.op_type, tuple(node.output)) for node in kept}
+        self.keys = {_twin_key(node) for node in kept}
+
+    def holds(self, node: onnx.NodeProto) -> bool:
+        return (
+            (node.op_type, node.name) in self.names
+            or (node.op_type, tuple(node.output)) in self.outputs
+            or _twin_key(node) in self.keys
+        )

@@ -1,0 +1,90 @@
+"""A hostile user's pass on what changed on 2026-11-30 (issue 35, item 6): NUL characters in paths, the
+careful writer's "same bytes" rule, the drop-in worker tally's JSON template, the real-DirectML engine's
+optimized-away record, and the whole-model check's copies for heavy runs. Each case asks onnxruntime (CPU)
+for what it does, or checks that nothing the user owns is touched."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto
+from onnx import helper as oh
+
+from dmlshim.directml.optimized_away import optimized_away_nodes
+
+# -- the optimized-away record ------------------------------------------------------------------------
+
+
+def _shape_gather_model(folded_first: bool) -> onnx.ModelProto:
+    """A nameless Gather on the input (onnxruntime keeps it) and a nameless Gather on the Shape of a static
+    input (onnxruntime's constant folding removes it), in either order."""
+    live = oh.make_node("Gather", ["x", "i1"], ["g_live"], axis=0)
+    folded = [
+        oh.make_node("Shape", ["x"], ["s"]),
+        oh.make_node("Gather", ["s", "i0"], ["g_fold"], axis=0),
+        oh.make_node("Cast", ["g_fold"], ["gf"], to=TensorProto.FLOAT),
+    ]
+    nodes = [*folded, live] if folded_first else [live, *folded]
+    nodes.append(oh.make_node("Add", ["g_live", "gf"], ["y"]))
+    graph = oh.make_graph(
+        nodes,
+        "g",
+        [oh.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+        [oh.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [
+            oh.make_tensor("i0", TensorProto.INT64, [], [0]),
+            oh.make_tensor("i1", TensorProto.INT64, [2], [0, 1]),
+        ],
+    )
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+
+
+def _ort_kept_outputs(model: onnx.ModelProto, tmp_path: Path) -> set[str]:
+    """The outputs of the Gathers onnxruntime CPU keeps at ORT_ENABLE_BASIC (its own optimized graph)."""
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    so.optimized_model_filepath = str(tmp_path / "ort_basic.onnx")
+    ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    saved = onnx.load(str(tmp_path / "ort_basic.onnx"))
+    return {out for node in saved.graph.node if node.op_type == "Gather" for out in node.output}
+
+
+@pytest.mark.parametrize("folded_first", [False, True], ids=["live-first", "folded-first"])
+def test_optimized_away_nameless_nodes_are_found_by_what_survives(folded_first: bool, tmp_path: Path) -> None:
+    """A nameless node's reported name is its position (``Gather_3``), which onnxruntime's optimization
+    changes: with the folded Gather first, the kept one (``Gather_3``) sat at position 1 of the optimized
+    graph, so it was recorded as optimized away (off DirectML) and the folded one (``Gather_1``) as kept.
+    Before: {'Gather_3', 'Gather_1'}; now the folded one only, as onnxruntime's optimized graph says."""
+    model = _shape_gather_model(folded_first)
+    kept = _ort_kept_outputs(model, tmp_path)
+    assert kept == {"g_live"}  # onnxruntime's own answer
+    names = {
+        node.output[0]: f"Gather_{i}" for i, node in enumerate(model.graph.node) if node.op_type == "Gather"
+    }
+    assert optimized_away_nodes(model, "all") == {names["g_fold"]}
+
+
+def test_optimized_away_duplicate_names_record_nothing(tmp_path: Path) -> None:
+    """Two nodes named alike, one foldable: onnxruntime refuses the model ("two nodes with same node
+    name"), so the probe records nothing rather than guess which one is gone."""
+    model = _shape_gather_model(True)
+    for node in model.graph.node:
+        if node.op_type == "Gather":
+            node.name = "dup"
+    with pytest.raises(Exception, match="same node name"):
+        _ort_kept_outputs(model, tmp_path)
+    assert optimized_away_nodes(model, "all") == frozenset()
+
+
+def test_optimized_away_probe_writes_nothing_beside_the_model(tmp_path: Path) -> None:
+    """The probe reads the model file it is given and writes its optimized graph in a private folder."""
+    model = _shape_gather_model(True)
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert optimized_away_nodes(copy.deepcopy(model), "all", path) == {"Gather_1"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
