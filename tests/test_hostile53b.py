@@ -6,6 +6,10 @@ for what it does, or checks that nothing the user owns is touched."""
 from __future__ import annotations
 
 import copy
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import onnx
@@ -13,8 +17,14 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto
 from onnx import helper as oh
+from onnxruntime.capi.onnxruntime_pybind11_state import NoSuchFile
 
+import dmlshim
 from dmlshim.directml.optimized_away import optimized_away_nodes
+from tests.oracle import same_bits
+
+from .test_hostile52_files import FEED
+from .test_hostile52_files import _model as _inline_model
 
 # -- the optimized-away record ------------------------------------------------------------------------
 
@@ -88,3 +98,72 @@ def test_optimized_away_probe_writes_nothing_beside_the_model(tmp_path: Path) ->
     before = sorted(p.name for p in tmp_path.iterdir())
     assert optimized_away_nodes(copy.deepcopy(model), "all", path) == {"Gather_1"}
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+# -- NUL characters and bytes in paths ----------------------------------------------------------------
+
+
+class _FsPath:
+    """An ``os.PathLike`` whose ``__fspath__`` gives what it was made with (text or bytes)."""
+
+    def __init__(self, value: str | bytes) -> None:
+        self.value = value
+
+    def __fspath__(self) -> str | bytes:
+        return self.value
+
+
+@pytest.mark.parametrize("tail", [b"", b"\x00junk"], ids=["plain", "nul"])
+def test_a_pathlike_giving_bytes_is_a_model_path_as_in_onnxruntime(tail: bytes, tmp_path: Path) -> None:
+    """onnxruntime opens the file an ``os.PathLike`` giving bytes names (up to a NUL); dmlshim raised
+    ``TypeError: endswith first arg must be bytes`` (before: TypeError; now onnxruntime's values)."""
+    path = _inline_model(tmp_path)
+    source = _FsPath(os.fsencode(str(path)) + tail)
+    expected = ort.InferenceSession(source, providers=["CPUExecutionProvider"]).run(None, FEED)  # type: ignore[arg-type]
+    got = dmlshim.InferenceSession(source).run(None, FEED)  # type: ignore[arg-type]
+    assert same_bits(got, expected)
+
+
+def test_a_model_path_starting_with_a_nul_is_no_such_file_as_in_onnxruntime(tmp_path: Path) -> None:
+    """onnxruntime opens the empty name: NoSuchFile; dmlshim said InvalidProtobuf ("the model path is
+    empty", onnxruntime's answer to an empty path, a TypeError)."""
+    source = "\x00" + str(_inline_model(tmp_path))
+    with pytest.raises(NoSuchFile):
+        ort.InferenceSession(source, providers=["CPUExecutionProvider"])
+    with pytest.raises(NoSuchFile, match="NO_SUCHFILE"):
+        dmlshim.InferenceSession(source)
+
+
+_INSTALL_BYTES = """
+import os, sys
+import dmlshim
+class P:
+    def __fspath__(self):
+        return os.fsencode(sys.argv[2])
+target = os.fsencode(sys.argv[1]) if sys.argv[3] == "bytes" else P()
+dmlshim.install(summary="off", summary_file=target, inputs=[os.fsencode(sys.argv[4])])
+import onnxruntime
+onnxruntime.InferenceSession(sys.argv[4], providers=["DmlExecutionProvider"])
+"""
+
+
+@pytest.mark.parametrize("form", ["bytes", "pathlike"])
+def test_install_takes_a_summary_file_given_as_bytes(form: str, tmp_path: Path) -> None:
+    """``install(summary_file=b"s.json")`` raised ``TypeError: str expected, not bytes`` after the file was
+    checked (the environment holds text); now the summary is written there, the model untouched."""
+    model = _inline_model(tmp_path)
+    before = model.read_bytes()
+    target = tmp_path / "s.json"
+    env = {**os.environ, "PYTHONPATH": str(Path(dmlshim.__file__).parents[1])}
+    for name in ("DMLSHIM_ORT_OWNER", "DMLSHIM_ORT_STATE", "DMLSHIM_ORT_SUMMARY_FILE"):
+        env.pop(name, None)
+    done = subprocess.run(
+        [sys.executable, "-c", _INSTALL_BYTES, str(target), str(target), form, str(model)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(target.read_text())["totals"]["sessions"] == 1
+    assert model.read_bytes() == before

@@ -144,8 +144,11 @@ def install(
         # Refused now, before the program runs, as every dmlshim writer refuses (an existing file, an input);
         # what is there now is remembered, and a file that appears there while the program runs is kept.
         files.check_output_file(summary_file, overwrite=overwrite, inputs=inputs, what="summary file")
-        os.environ[SUMMARY_FILE_ENV] = os.path.abspath(os.fspath(summary_file))
-        os.environ[SUMMARY_INPUTS_ENV] = os.pathsep.join(os.path.abspath(os.fspath(p)) for p in inputs)
+        # a path given as bytes (or a PathLike giving bytes) is kept as text: the environment holds text
+        os.environ[SUMMARY_FILE_ENV] = os.path.abspath(os.fsdecode(os.fspath(summary_file)))
+        os.environ[SUMMARY_INPUTS_ENV] = os.pathsep.join(
+            os.path.abspath(os.fsdecode(os.fspath(p))) for p in inputs
+        )
         os.environ[SUMMARY_OVERWRITE_ENV] = "1" if overwrite else "0"
     if OWNER_ENV not in os.environ:
         os.environ[OWNER_ENV] = str(os.getpid())
