@@ -21,10 +21,14 @@ from onnxruntime.capi.onnxruntime_pybind11_state import NoSuchFile
 
 import dmlshim
 from dmlshim.directml.optimized_away import optimized_away_nodes
+from dmlshim.errors import BadInputError
+from dmlshim.fileio import files
 from tests.oracle import same_bits
 
 from .test_hostile52_files import FEED
 from .test_hostile52_files import _model as _inline_model
+
+USERS = "the user's file"
 
 # -- the optimized-away record ------------------------------------------------------------------------
 
@@ -167,3 +171,92 @@ def test_install_takes_a_summary_file_given_as_bytes(form: str, tmp_path: Path) 
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(target.read_text())["totals"]["sessions"] == 1
     assert model.read_bytes() == before
+
+
+# -- the careful writer: a file that appears at an output path while dmlshim runs -----------------------
+
+_OURS = b"the bytes dmlshim is about to write\n" * 100
+
+
+def _checked(path: Path) -> Path:
+    """``path`` checked as a session checks its optimized model's (what is there now is remembered)."""
+    return files.check_output_file(path, overwrite=True)
+
+
+def test_a_hard_link_to_the_users_file_with_the_same_bytes_is_kept(tmp_path: Path) -> None:
+    """The twin rule keeps it (nothing is lost), and the user's file keeps its inode and bytes."""
+    users = tmp_path / "users.onnx"
+    users.write_bytes(_OURS)
+    target = _checked(tmp_path / "opt.onnx")
+    os.link(users, target)
+    files.write_bytes(target, _OURS, overwrite=True)
+    assert os.path.samefile(users, target)
+    assert users.read_bytes() == _OURS
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo", "other-bytes", "longer", "huge-sparse"])
+def test_a_newcomer_that_is_no_twin_is_never_replaced(kind: str, tmp_path: Path) -> None:
+    """A link to the same bytes, a FIFO (never opened to block), other bytes, the same bytes and more, a
+    sparse file of 4 GiB: refused, untouched, at once."""
+    users = tmp_path / "users.bin"
+    users.write_bytes(_OURS)
+    target = _checked(tmp_path / "opt.onnx")
+    if kind == "symlink":
+        target.symlink_to(users)
+    elif kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "huge-sparse":
+        with open(target, "wb") as handle:
+            handle.truncate(4 << 30)
+    else:
+        target.write_bytes(b"X" * len(_OURS) if kind == "other-bytes" else _OURS + b"more")
+    before = os.lstat(target)
+    with pytest.raises(BadInputError, match=r"appeared|regular files"):
+        files.write_bytes(target, _OURS, overwrite=True)
+    after = os.lstat(target)
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (
+        before.st_ino,
+        before.st_size,
+        before.st_mtime_ns,
+    )
+    assert users.read_bytes() == _OURS
+
+
+def test_two_writers_of_one_path_never_replace_a_file_that_appeared_after_both_checked(
+    tmp_path: Path,
+) -> None:
+    """Two sessions of one program name one optimized model (both checked it, empty); the user's file
+    appears; the first writer is refused. Before, the second wrote over it (the first write forgot the
+    path, so the second took the user's file for what was there when it checked); now both are refused."""
+    target = tmp_path / "opt.onnx"
+    _checked(target)
+    _checked(target)
+    target.write_text(USERS)
+    for data in (b"first session", b"second session"):
+        with pytest.raises(BadInputError, match="appeared"):
+            files.write_bytes(target, data, overwrite=True)
+    assert target.read_text() == USERS
+
+
+def test_a_file_that_appears_after_the_first_of_two_writers_wrote_is_kept(tmp_path: Path) -> None:
+    """The first session writes the optimized model; then the user's file appears; the second session
+    (checked before) is refused (before: it replaced the user's file)."""
+    target = tmp_path / "opt.onnx"
+    _checked(target)
+    _checked(target)
+    files.write_bytes(target, b"first session", overwrite=True)
+    target.unlink()
+    target.write_text(USERS)
+    with pytest.raises(BadInputError, match=r"appeared|changed"):
+        files.write_bytes(target, b"second session", overwrite=True)
+    assert target.read_text() == USERS
+
+
+def test_sessions_writing_one_optimized_model_one_after_another_still_replace_it(tmp_path: Path) -> None:
+    """onnxruntime's behaviour for the program's own sessions is kept: each session replaces the file the
+    previous one wrote (checked again at each session's start)."""
+    target = tmp_path / "opt.onnx"
+    for data in (b"one", b"two", b"three"):
+        _checked(target)
+        files.write_bytes(target, data, overwrite=True)
+        assert target.read_bytes() == data

@@ -274,7 +274,9 @@ def check_output_file(
         raise BadInputError(f"the {what}'s folder {str(parent)!r} {missing}", path=text, rule=_RULE)
     key = os.path.abspath(text)
     if remember or key not in _FOUND:
-        _FOUND[key] = None if st is None else _stamp(target)
+        # a writer that checked nothing itself starts from what this process last placed there, if it did:
+        # another writer's check (two sessions naming one optimized model) ended with its own write
+        _FOUND[key] = _PLACED[key] if not remember and key in _PLACED else _stamp(target)
     return target
 
 
@@ -430,7 +432,9 @@ def write_stream(
         finally:
             with contextlib.suppress(OSError):
                 tmp.unlink()
-            _FOUND.pop(os.path.abspath(target), None)
+        # Forgotten once written (a newcomer refused stays remembered: another writer that checked the
+        # path before it appeared must not replace it either)
+        _FOUND.pop(os.path.abspath(target), None)
     if sync:
         _fsync_dir(parent)
     logger.debug("wrote %s", target)
