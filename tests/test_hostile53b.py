@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import onnx
@@ -260,3 +261,49 @@ def test_sessions_writing_one_optimized_model_one_after_another_still_replace_it
         _checked(target)
         files.write_bytes(target, data, overwrite=True)
         assert target.read_bytes() == data
+
+
+# -- the drop-in's workers ------------------------------------------------------------------------------
+
+_LATE_CHILD = """
+import numpy as np, onnxruntime as ort, sys
+s = ort.InferenceSession(sys.argv[1], providers=["DmlExecutionProvider"])
+print(float(s.run(None, {"i": np.array([1, 2], dtype=np.int64)})[0].sum()))
+"""
+
+
+def test_a_child_that_starts_after_the_run_ended_prints_no_second_summary(tmp_path: Path) -> None:
+    """A child the run started (``pool.terminate()`` soon after ``Pool(2)`` with spawn: multiprocessing's
+    resource tracker or a worker still starting) that comes up after the first process printed the summary
+    and removed its state folder took the run for its own: a second, empty summary on stderr, and
+    "could not bind dmlshim ...: the summary file exists". It is now a worker of the ended run: nothing
+    printed, the summary file (the run's, or the user's) untouched, its values onnxruntime's."""
+    from dmlshim.ort import install as drop_in
+
+    model = _inline_model(tmp_path)
+    summary = tmp_path / "s.json"
+    summary.write_text(USERS)
+    gone = Path(tempfile.gettempdir()) / f"{drop_in.STATE_PREFIX}gone-{os.getpid()}"
+    assert not gone.exists()
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([drop_in.BOOT_DIR, str(Path(dmlshim.__file__).parents[1])]),
+    }
+    env.update(
+        {
+            drop_in.INSTALL_ENV: "1",
+            drop_in.OWNER_ENV: str(os.getpid()),  # this test is the child's parent: the run's first process
+            drop_in.STATE_ENV: str(gone),
+            drop_in.SUMMARY_FILE_ENV: str(summary),
+            drop_in.SUMMARY_ENV: "text",
+        }
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", _LATE_CHILD, str(model)], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    expected = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, FEED)[0]
+    assert float(done.stdout.split()[-1]) == float(expected.sum())
+    assert "dmlshim" not in done.stderr, done.stderr[-2000:]
+    assert summary.read_text() == USERS
+    assert not gone.exists()

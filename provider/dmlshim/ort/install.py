@@ -183,6 +183,13 @@ def _forget_foreign_state() -> None:
     named = bool(state) and os.path.basename(state).startswith(STATE_PREFIX)
     if named and not os.path.islink(state) and os.path.isdir(state):
         return
+    if named and not os.path.lexists(state) and _late_child():
+        # A child the run started (a pool worker, multiprocessing's resource tracker) that came up after
+        # the first process printed the summary and removed the folder: the run is over. It stays a
+        # worker of that run (its tally has nowhere to go): it printed a second, empty summary and
+        # refused the run's summary file ("exists") as if it owned a run of its own.
+        logger.debug("the run of process %s ended before this child started", os.environ.get(OWNER_ENV))
+        return
     logger.warning(
         "%s=%r names no dmlshim state folder (%s=%r): this process owns the run",
         STATE_ENV,
@@ -192,6 +199,13 @@ def _forget_foreign_state() -> None:
     )
     os.environ.pop(OWNER_ENV, None)
     os.environ.pop(STATE_ENV, None)
+
+
+def _late_child() -> bool:
+    """Whether this process's parent is the run's first process, or is gone (the child was handed to
+    init): a copied environment or a leftover ``export`` has another parent."""
+    parent = os.getppid()
+    return str(parent) == os.environ.get(OWNER_ENV) or parent == 1
 
 
 def early_importers() -> list[str]:
