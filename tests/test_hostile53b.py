@@ -13,6 +13,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
@@ -23,7 +24,9 @@ from onnxruntime.capi.onnxruntime_pybind11_state import NoSuchFile
 import dmlshim
 from dmlshim.directml.optimized_away import optimized_away_nodes
 from dmlshim.errors import BadInputError
+from dmlshim.execute.record import NodeRecord, RunRecord
 from dmlshim.fileio import files
+from dmlshim.ort import tracking
 from tests.oracle import same_bits
 
 from .test_hostile52_files import FEED
@@ -307,3 +310,136 @@ def test_a_child_that_starts_after_the_run_ended_prints_no_second_summary(tmp_pa
     assert "dmlshim" not in done.stderr, done.stderr[-2000:]
     assert summary.read_text() == USERS
     assert not gone.exists()
+
+
+_HOSTILE_NAMES = [
+    'q"uote',
+    "back\\slash",
+    "ctl\x01\x1f\n\t",
+    tracking._HOLE,
+    "uni\u2028\u00e9\U0001f600",
+    '{"runs":1}',
+]
+
+
+def _hostile_names_model(path: Path) -> None:
+    """Gathers and ScatterElements (duplicate writes) named with JSON-hostile text, the template's mark."""
+    nodes, prev = [], "x"
+    for i, name in enumerate(_HOSTILE_NAMES):
+        if i % 2 == 0:
+            nodes.append(oh.make_node("Gather", [prev, "gi"], [f"v{i}"], axis=0, name=name))
+        else:
+            nodes.append(oh.make_node("ScatterElements", [prev, "si", "up"], [f"v{i}"], axis=0, name=name))
+        prev = f"v{i}"
+    graph = oh.make_graph(
+        nodes,
+        "g",
+        [
+            oh.make_tensor_value_info("x", TensorProto.FLOAT, [4, 3]),
+            oh.make_tensor_value_info("gi", TensorProto.INT64, [4]),
+            oh.make_tensor_value_info("si", TensorProto.INT64, [2, 3]),
+            oh.make_tensor_value_info("up", TensorProto.FLOAT, [2, 3]),
+        ],
+        [oh.make_tensor_value_info(prev, TensorProto.FLOAT, None)],
+    )
+    onnx.save(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)]), os.fsencode(path))
+
+
+_POOL = """
+import os, sys, time, numpy as np, multiprocessing as mp
+import onnxruntime as ort
+P = os.fsdecode(sys.argv[1])
+F = {"x": np.arange(12, dtype=np.float32).reshape(4, 3), "gi": np.array([3, -1, 0, 1]),
+     "si": np.array([[0, 0, 0], [0, 1, 2]]), "up": np.ones((2, 3), np.float32)}
+S = None
+def work(i):
+    global S
+    if S is None:
+        S = ort.InferenceSession(P, providers=["DmlExecutionProvider"])
+    return S.run(None, F)[0].tolist()
+if __name__ == "__main__":
+    mp.set_start_method("fork")
+    pool = mp.Pool(2)
+    if sys.argv[2] == "all":
+        print(pool.map(work, range(40), chunksize=1)[-1])
+        pool.close()
+    else:  # the pool's SIGTERM while its workers run
+        pool.map_async(work, range(10**6), chunksize=1)
+        time.sleep(float(sys.argv[2]))
+        pool.terminate()
+    pool.join()
+"""
+
+
+@pytest.mark.parametrize("how", ["all", "1.5", "3"])
+def test_forked_workers_with_hostile_node_names_leave_a_whole_summary(how: str, tmp_path: Path) -> None:
+    """Node names holding quotes, backslashes, control characters, U+2028, an emoji and the tally
+    template's own mark, in a model whose file name is not UTF-8 (a surrogate in Python), run by a forked
+    pool (to the end, or ended by its SIGTERM mid-run): the summary file is valid JSON with every name
+    exact and every run counted once (the workers' tallies are written after each run)."""
+    model = os.fsencode(str(tmp_path)) + b"/m\xff.onnx"
+    _hostile_names_model(Path(os.fsdecode(model)))
+    (tmp_path / "prog.py").write_text(_POOL)
+    env = {**os.environ, "PYTHONPATH": str(Path(dmlshim.__file__).parents[1])}
+    for name in ("DMLSHIM_ORT_OWNER", "DMLSHIM_ORT_STATE", "DMLSHIM_ORT_SUMMARY_FILE"):
+        env.pop(name, None)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dmlshim.ort",
+            "--summary",
+            "off",
+            "--summary-file",
+            "s.json",
+            "prog.py",
+            model,
+            how,
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((tmp_path / "s.json").read_text(encoding="utf-8"))
+    sessions = summary["sessions"]
+    assert {s["model"] for s in sessions} == {os.fsdecode(model)}
+    for session in sessions:
+        assert [n["name"] for n in session["nodes"]] == _HOSTILE_NAMES
+        assert all(sum(n["runs"].values()) == session["runs"] for n in session["nodes"])
+    if how == "all":
+        assert summary["totals"]["runs"] == 40
+        feeds = {
+            "x": np.arange(12, dtype=np.float32).reshape(4, 3),
+            "gi": np.array([3, -1, 0, 1]),
+            "si": np.array([[0, 0, 0], [0, 1, 2]]),
+            "up": np.ones((2, 3), np.float32),
+        }
+        # onnxruntime cannot take this name as text (a TypeError from pybind11): the model's bytes
+        reference = ort.InferenceSession(
+            Path(os.fsdecode(model)).read_bytes(), providers=["CPUExecutionProvider"]
+        )
+        assert done.stdout.decode().strip() == str(reference.run(None, feeds)[0].tolist())
+
+
+def test_the_tally_text_of_surrogate_and_control_names_is_the_whole_encoding() -> None:
+    """The template's text equals the whole encoding for a model path holding a surrogate (a file name
+    that is not UTF-8) and names of every hostile kind, over many sessions and runs."""
+    encoder = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
+    tracker = tracking.Tracker()
+    tallies = [
+        tracker.add_session(f"/m/\udcff{i}.onnx", ["DmlExecutionProvider"], "partitioned") for i in range(50)
+    ]
+    for run in range(5):
+        for i, tally in enumerate(tallies):
+            nodes = tuple(
+                NodeRecord(name=n, op_type="Gather", placement="dml", status="dml", duplicate_indices=run % 2)
+                for n in _HOSTILE_NAMES[: 1 + (i + run) % len(_HOSTILE_NAMES)]
+            )
+            tracker.add_run(
+                tally, RunRecord(engine="partitioned", feature_level="DML_FEATURE_LEVEL_5_0", nodes=nodes)
+            )
+        text = tracker.to_text(encoder)
+        assert text == encoder.encode(tracker.to_json())
+        assert json.loads(text) == json.loads(encoder.encode(tracker.to_json()))
