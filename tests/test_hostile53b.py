@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -443,3 +444,85 @@ def test_the_tally_text_of_surrogate_and_control_names_is_the_whole_encoding() -
         text = tracker.to_text(encoder)
         assert text == encoder.encode(tracker.to_json())
         assert json.loads(text) == json.loads(encoder.encode(tracker.to_json()))
+
+
+# -- the whole-model check's copies for heavy runs --------------------------------------------------------
+
+
+def _heavy_session(monkeypatch: pytest.MonkeyPatch) -> tuple[dmlshim.InferenceSession, ort.InferenceSession]:
+    """test_lean_heavy_runs53's model with every run past the bound (so its full runs answer with copies
+    and the full session is released when the lean one takes over)."""
+    from dmlshim.execute.engines import whole_model
+
+    from .test_lean_heavy_runs53 import _model as _lean_model
+    from .test_lean_heavy_runs53 import _ort
+
+    monkeypatch.setattr(whole_model, "KEEP_FULL_MAX_BYTES", 64)
+    model = _lean_model()
+    return dmlshim.InferenceSession(model.SerializeToString()), _ort(model)
+
+
+def test_outputs_kept_and_scribbled_over_across_the_switch_keep_onnxruntimes_values(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Outputs the caller keeps across runs (before, at and after the switch to the lean session, and
+    back to the full check on negative indices) keep their values; writing over an output never changes
+    a later run's answer."""
+    from .test_lean_heavy_runs53 import _feeds
+
+    session, reference = _heavy_session(monkeypatch)
+    kept = []
+    for run in range(1, 10):
+        feeds = _feeds(6, seed=run, gidx=[5, -1, 2] if run == 7 else None)
+        expected = reference.run(None, feeds)
+        scribbled = session.run(None, feeds)
+        for array in scribbled:
+            array[...] = 12345.0
+        got = session.run(None, feeds)
+        assert same_bits(got, expected), run
+        kept.append((got, [a.copy() for a in expected]))
+    assert session._engine._check.lean_runs > 0
+    for run, (got, expected) in enumerate(kept, 1):
+        assert same_bits(got, expected), run
+
+
+def test_ort_values_and_io_binding_across_the_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    from .test_lean_heavy_runs53 import _feeds
+
+    session, reference = _heavy_session(monkeypatch)
+    for run in range(1, 10):
+        feeds = _feeds(6, seed=run)
+        expected = reference.run(None, feeds)
+        values = session.run_with_ort_values(
+            None, {k: ort.OrtValue.ortvalue_from_numpy(v) for k, v in feeds.items()}
+        )
+        assert same_bits([v.numpy() for v in values], expected), run
+        binding = session.io_binding()
+        for name, value in feeds.items():
+            binding.bind_cpu_input(name, value)
+        binding.bind_output("y")
+        session.run_with_iobinding(binding)
+        assert same_bits(binding.copy_outputs_to_cpu(), expected), run
+
+
+def test_threads_running_one_session_across_the_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    from .test_lean_heavy_runs53 import _feeds
+
+    session, reference = _heavy_session(monkeypatch)
+    wrong: list[object] = []
+
+    def work(thread: int) -> None:
+        try:
+            for run in range(25):
+                feeds = _feeds(6, seed=thread * 100 + run, gidx=[5, -1, 2] if run % 11 == 10 else None)
+                if not same_bits(session.run(None, feeds), reference.run(None, feeds)):
+                    wrong.append((thread, run))
+        except Exception as exc:  # reported below
+            wrong.append(repr(exc))
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert not wrong
