@@ -526,3 +526,88 @@ def test_threads_running_one_session_across_the_switch(monkeypatch: pytest.Monke
     for thread in threads:
         thread.join(timeout=300)
     assert not wrong
+
+
+_PRINTS = 'print("the program ran")\n'
+
+
+@pytest.mark.parametrize("summary", ["prog.py\x00", "s\x00.json"], ids=["the-script-cut", "a-users-file-cut"])
+def test_the_drop_in_runner_refuses_a_summary_file_with_a_nul(
+    summary: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``python -m dmlshim.ort``'s ``main([...])`` (a command line holds no NUL) raised ``ValueError:
+    embedded null byte`` from the check that the summary is not one of the program's files; now the
+    summary file is refused with its reason, exit 2, before the program runs, nothing written."""
+    from dmlshim.ort.__main__ import main as drop_in_main
+
+    monkeypatch.chdir(tmp_path)
+    for name in ("DMLSHIM_ORT_OWNER", "DMLSHIM_ORT_STATE", "DMLSHIM_ORT_SUMMARY_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    (tmp_path / "prog.py").write_text(_PRINTS)
+    (tmp_path / "s").write_text(USERS)
+    assert drop_in_main(["--summary-file", summary, "--overwrite", "prog.py"]) == 2
+    captured = capsys.readouterr()
+    assert "NUL" in captured.err and "the program ran" not in captured.out
+    assert (tmp_path / "prog.py").read_text() == _PRINTS
+    assert (tmp_path / "s").read_text() == USERS
+    assert not dmlshim.ort.installed()
+
+
+def test_a_config_entry_naming_the_optimized_weights_with_a_nul_is_cut_by_onnxruntime_itself(
+    tmp_path: Path,
+) -> None:
+    """onnxruntime stores a session config entry up to its NUL (``get_session_config_entry`` gives
+    ``w.bin``): both write the optimized model's weights to ``w.bin``, the same graph pointing there."""
+    model = _inline_model(tmp_path)
+    written = {}
+    for name, session in (("ort", ort.InferenceSession), ("dml", dmlshim.InferenceSession)):
+        options = ort.SessionOptions()
+        options.optimized_model_filepath = str(tmp_path / f"opt_{name}.onnx")
+        options.add_session_config_entry(
+            "session.optimized_model_external_initializers_file_name", f"w_{name}.bin\x00junk"
+        )
+        options.add_session_config_entry(
+            "session.optimized_model_external_initializers_min_size_in_bytes", "1"
+        )
+        assert options.get_session_config_entry(
+            "session.optimized_model_external_initializers_file_name"
+        ) == (f"w_{name}.bin")
+        kwargs = {"providers": ["CPUExecutionProvider"]} if name == "ort" else {}
+        session(str(model), options, **kwargs)
+        saved = onnx.load(str(tmp_path / f"opt_{name}.onnx"), load_external_data=False)
+        written[name] = {
+            e.value for t in saved.graph.initializer for e in t.external_data if e.key == "location"
+        }
+        assert (tmp_path / f"w_{name}.bin").is_file()
+    assert written == {"ort": {"w_ort.bin"}, "dml": {"w_dml.bin"}}
+
+
+def test_a_twin_that_changes_right_after_the_comparison_is_kept_as_it_is_now(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The comparison says the same bytes, then the user writes to the file: it is kept (dmlshim's bytes
+    are dropped), the user's change stays."""
+    target = _checked(tmp_path / "opt.onnx")
+    target.write_bytes(_OURS)
+    real = files.same_bytes
+
+    def then_changed(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+        same = real(a, b)
+        Path(a).write_text(USERS)
+        return same
+
+    monkeypatch.setattr(files, "same_bytes", then_changed)
+    files.write_bytes(target, _OURS, overwrite=True)
+    assert target.read_text() == USERS
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root reads every file")
+def test_an_unreadable_newcomer_with_the_same_bytes_is_refused_not_replaced(tmp_path: Path) -> None:
+    target = _checked(tmp_path / "opt.onnx")
+    target.write_bytes(_OURS)
+    target.chmod(0)
+    with pytest.raises(BadInputError, match="appeared"):
+        files.write_bytes(target, _OURS, overwrite=True)
+    target.chmod(0o600)
+    assert target.read_bytes() == _OURS
