@@ -645,3 +645,17 @@ def test_a_worker_with_many_sessions_makes_only_the_changed_sessions_text(
     tracker.undo_run(tallies[1])
     assert tracker.to_text(encoder) == encoder.encode(tracker.to_json())
     assert made == [7, 7, 150, 1, 2]
+
+
+@pytest.mark.parametrize("command", ["run", "inspect", "validate", "lower", "export"])
+def test_the_cli_refuses_a_model_path_starting_with_a_nul_as_a_usage_error(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The name read is empty (onnxruntime: NoSuchFile): exit 2 naming the argument, no traceback."""
+    from dmlshim.cli.main import main as cli
+
+    argv = [command, "\x00m.onnx"] + (["-o", "out"] if command in ("lower", "export") else [])
+    with pytest.raises(SystemExit) as ended:
+        cli(argv)
+    assert ended.value.code == 2
+    assert "starts with a NUL character" in capsys.readouterr().err
