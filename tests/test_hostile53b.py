@@ -87,6 +87,30 @@ def test_optimized_away_nameless_nodes_are_found_by_what_survives(folded_first: 
     assert optimized_away_nodes(model, "all") == {names["g_fold"]}
 
 
+def test_optimized_away_a_kept_node_whose_input_and_output_were_renamed(tmp_path: Path) -> None:
+    """A nameless Gather whose index is folded (its input becomes the initializer ``gf``) and whose output
+    a removed Identity renames (``y``): onnxruntime keeps it with no name, input or output in common.
+    Before, it (``Gather_3``) was recorded as optimized away beside the folded ``Gather_1``; now only the
+    folded one is."""
+    nodes = [
+        oh.make_node("Shape", ["x"], ["s"]),
+        oh.make_node("Gather", ["s", "i0"], ["gf"], axis=0),
+        oh.make_node("Cast", ["gf"], ["c"], to=TensorProto.INT64),
+        oh.make_node("Gather", ["x", "c"], ["g"], axis=0),
+        oh.make_node("Identity", ["g"], ["y"]),
+    ]
+    graph = oh.make_graph(
+        nodes,
+        "g",
+        [oh.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+        [oh.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [oh.make_tensor("i0", TensorProto.INT64, [], [0])],
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+    assert _ort_kept_outputs(model, tmp_path) == {"y"}  # one Gather kept, renamed
+    assert optimized_away_nodes(model, "all") == {"Gather_1"}
+
+
 def test_optimized_away_duplicate_names_record_nothing(tmp_path: Path) -> None:
     """Two nodes named alike, one foldable: onnxruntime refuses the model ("two nodes with same node
     name"), so the probe records nothing rather than guess which one is gone."""

@@ -79,27 +79,50 @@ def optimized_away_nodes(
         except (*ORT_ERRORS, OSError, ValueError, DecodeError) as exc:
             logger.debug("no graph-optimization probe for the directml engine's records: %s", exc)
             return frozenset()
-    survivors = _Survivors(saved.graph.node)
-    gone = {i for group in twins.values() if not any(survivors.holds(nodes[j]) for j in group) for i in group}
+    survived = _survivors({i: nodes[i] for group in twins.values() for i in group}, saved.graph.node)
+    gone = {i for group in twins.values() if survived.isdisjoint(group) for i in group}
     # a name two nodes share (the records know nodes by name) counts only when every node so named is gone
     kept = {name for i, name in enumerate(names) if i not in gone}
     return frozenset(names[i] for i in gone) - kept
 
 
-class _Survivors:
-    """The gather/scatter nodes of onnxruntime's optimized graph, found by what survives optimization:
-    a node's own name (a nameless node's reported name ``Gather_3`` is its position, which optimization
-    changes), its outputs (unique in a graph), or its op, inputs and attributes."""
+def _loose_key(node: onnx.NodeProto) -> tuple[object, ...]:
+    """Op, attributes and the data input: what stays when optimization renames a node's other inputs (a
+    folded index becomes an initializer) and its output (a removed ``Identity`` hands its name on)."""
+    return (
+        node.op_type,
+        node.input[0] if node.input else "",
+        tuple(a.SerializeToString() for a in node.attribute),
+    )
 
-    def __init__(self, saved: Sequence[onnx.NodeProto]) -> None:
-        kept = [node for node in saved if is_gather_scatter(node)]
-        self.names = {(node.op_type, node.name) for node in kept if node.name}
-        self.outputs = {(node.op_type, tuple(node.output)) for node in kept}
-        self.keys = {_twin_key(node) for node in kept}
 
-    def holds(self, node: onnx.NodeProto) -> bool:
-        return (
-            (node.op_type, node.name) in self.names
-            or (node.op_type, tuple(node.output)) in self.outputs
-            or _twin_key(node) in self.keys
-        )
+def _survivors(originals: dict[int, onnx.NodeProto], saved: Sequence[onnx.NodeProto]) -> set[int]:
+    """The positions of the ``originals`` found in onnxruntime's optimized graph: by their own name (a
+    nameless node's reported name ``Gather_3`` is its position, which optimization changes), outputs
+    (unique in a graph) or op, inputs and attributes. A node of the optimized graph none of these explains
+    stands for every original of its op, attributes and data input, or, when none has them, for every
+    original of its op (which one it is cannot be told: none of them is recorded as optimized away)."""
+    kept = [node for node in saved if is_gather_scatter(node)]
+    evidence = [{(n.op_type, n.name) for n in kept if n.name}, {(n.op_type, tuple(n.output)) for n in kept}]
+    keys = {_twin_key(n) for n in kept}
+    found = {
+        i
+        for i, n in originals.items()
+        if (n.op_type, n.name) in evidence[0]
+        or (n.op_type, tuple(n.output)) in evidence[1]
+        or _twin_key(n) in keys
+    }
+    mine = {(n.op_type, n.name) for n in originals.values() if n.name}
+    mine |= {(n.op_type, tuple(n.output)) for n in originals.values()}
+    twin_keys = {_twin_key(n) for n in originals.values()}
+    loose = {_loose_key(n) for n in originals.values()}
+    for node in kept:
+        if (node.op_type, node.name) in mine or (node.op_type, tuple(node.output)) in mine:
+            continue
+        if _twin_key(node) in twin_keys:
+            continue
+        if _loose_key(node) in loose:
+            found |= {i for i, n in originals.items() if _loose_key(n) == _loose_key(node)}
+        else:
+            found |= {i for i, n in originals.items() if n.op_type == node.op_type}
+    return found
