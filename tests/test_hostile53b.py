@@ -683,3 +683,11 @@ def test_the_cli_refuses_a_model_path_starting_with_a_nul_as_a_usage_error(
         cli(argv)
     assert ended.value.code == 2
     assert "starts with a NUL character" in capsys.readouterr().err
+
+
+def test_no_environment_variable_dmlshim_reads_can_hold_a_nul(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``DMLSHIM_ORT_SUMMARY_FILE``, ``DMLSHIM_CACHE_DIR``, ...: the environment holds C strings, so
+    Python refuses the value before dmlshim sees it (the case holds by construction)."""
+    for name in ("DMLSHIM_ORT_SUMMARY_FILE", "DMLSHIM_CACHE_DIR", "DMLSHIM_DIRECTML_STACK"):
+        with pytest.raises(ValueError, match="null"):
+            monkeypatch.setenv(name, "s\x00.json")
