@@ -691,3 +691,20 @@ def test_no_environment_variable_dmlshim_reads_can_hold_a_nul(monkeypatch: pytes
     for name in ("DMLSHIM_ORT_SUMMARY_FILE", "DMLSHIM_CACHE_DIR", "DMLSHIM_DIRECTML_STACK"):
         with pytest.raises(ValueError, match="null"):
             monkeypatch.setenv(name, "s\x00.json")
+
+
+def test_the_tally_text_follows_the_encoder_it_is_asked_with() -> None:
+    """The text made for one encoder (compact) is not handed to another (indented) for the same tally."""
+    compact = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
+    indented = json.JSONEncoder(allow_nan=False, indent=1)
+    tracker = tracking.Tracker()
+    tally = tracker.add_session("m.onnx", ["DmlExecutionProvider"], "partitioned")
+    record = RunRecord(
+        engine="partitioned",
+        feature_level="DML_FEATURE_LEVEL_5_0",
+        nodes=(NodeRecord(name="g", op_type="Gather", placement="dml", status="dml"),),
+    )
+    for _ in range(2):
+        tracker.add_run(tally, record)
+        for encoder in (compact, indented, compact):
+            assert tally.to_text(os.getpid(), encoder) == encoder.encode(tally.to_json(os.getpid()))
