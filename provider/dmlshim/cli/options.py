@@ -64,6 +64,8 @@ def model_path_arg(text: str) -> str:
     """A ``MODEL`` argument, read up to a NUL as onnxruntime reads a model path (no command line holds one;
     ``main([...])`` from Python may), so that every later check (an output that is an input) sees that
     file."""
+    if text.startswith("\x00"):  # onnxruntime reads the empty name (NoSuchFile): a usage error here
+        raise argparse.ArgumentTypeError(f"{text!r} starts with a NUL character: the name read is empty")
     return as_onnxruntime_reads(text)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import onnx
@@ -53,10 +54,11 @@ def optimized_away_nodes(
     if optimization == "disabled":
         return frozenset()
     nodes = model.graph.node
-    twins: dict[tuple[object, ...], list[str]] = {}
-    for name, node in zip(display_names(nodes), nodes, strict=True):
+    names = display_names(nodes)
+    twins: dict[tuple[object, ...], list[int]] = {}
+    for index, node in enumerate(nodes):
         if is_gather_scatter(node):
-            twins.setdefault(_twin_key(node), []).append(name)
+            twins.setdefault(_twin_key(node), []).append(index)
     if not twins:
         return frozenset()
     from ..model.ort_errors import ORT_ERRORS
@@ -77,5 +79,50 @@ def optimized_away_nodes(
         except (*ORT_ERRORS, OSError, ValueError, DecodeError) as exc:
             logger.debug("no graph-optimization probe for the directml engine's records: %s", exc)
             return frozenset()
-    remaining = set(display_names(saved.graph.node))
-    return frozenset(name for group in twins.values() if remaining.isdisjoint(group) for name in group)
+    survived = _survivors({i: nodes[i] for group in twins.values() for i in group}, saved.graph.node)
+    gone = {i for group in twins.values() if survived.isdisjoint(group) for i in group}
+    # a name two nodes share (the records know nodes by name) counts only when every node so named is gone
+    kept = {name for i, name in enumerate(names) if i not in gone}
+    return frozenset(names[i] for i in gone) - kept
+
+
+def _loose_key(node: onnx.NodeProto) -> tuple[object, ...]:
+    """Op, attributes and the data input: what stays when optimization renames a node's other inputs (a
+    folded index becomes an initializer) and its output (a removed ``Identity`` hands its name on)."""
+    return (
+        node.op_type,
+        node.input[0] if node.input else "",
+        tuple(a.SerializeToString() for a in node.attribute),
+    )
+
+
+def _survivors(originals: dict[int, onnx.NodeProto], saved: Sequence[onnx.NodeProto]) -> set[int]:
+    """The positions of the ``originals`` found in onnxruntime's optimized graph: by their own name (a
+    nameless node's reported name ``Gather_3`` is its position, which optimization changes), outputs
+    (unique in a graph) or op, inputs and attributes. A node of the optimized graph none of these explains
+    stands for every original of its op, attributes and data input, or, when none has them, for every
+    original of its op (which one it is cannot be told: none of them is recorded as optimized away)."""
+    kept = [node for node in saved if is_gather_scatter(node)]
+    evidence = [{(n.op_type, n.name) for n in kept if n.name}, {(n.op_type, tuple(n.output)) for n in kept}]
+    keys = {_twin_key(n) for n in kept}
+    found = {
+        i
+        for i, n in originals.items()
+        if (n.op_type, n.name) in evidence[0]
+        or (n.op_type, tuple(n.output)) in evidence[1]
+        or _twin_key(n) in keys
+    }
+    mine = {(n.op_type, n.name) for n in originals.values() if n.name}
+    mine |= {(n.op_type, tuple(n.output)) for n in originals.values()}
+    twin_keys = {_twin_key(n) for n in originals.values()}
+    loose = {_loose_key(n) for n in originals.values()}
+    for node in kept:
+        if (node.op_type, node.name) in mine or (node.op_type, tuple(node.output)) in mine:
+            continue
+        if _twin_key(node) in twin_keys:
+            continue
+        if _loose_key(node) in loose:
+            found |= {i for i, n in originals.items() if _loose_key(n) == _loose_key(node)}
+        else:
+            found |= {i for i, n in originals.items() if n.op_type == node.op_type}
+    return found

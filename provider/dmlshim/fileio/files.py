@@ -196,6 +196,7 @@ _PLACED: dict[str, _Stamp] = {}
 newcomer to keep."""
 
 
+_PENDING: dict[str, int] = {}  # how many writers that checked each path have not written it yet
 _PLACING = ChildLock()
 
 
@@ -275,7 +276,20 @@ def check_output_file(
     key = os.path.abspath(text)
     if remember or key not in _FOUND:
         _FOUND[key] = None if st is None else _stamp(target)
+    if remember:
+        _checked(key)
     return target
+
+
+def _checked(key: str, change: int = 1) -> None:
+    """One more writer checked ``key`` (``change`` -1: one wrote it, or was refused): what the path held is
+    forgotten once no checked writer is left (a file that appeared after two sessions checked one optimized
+    model's path is refused by both, also after the first one's write)."""
+    with _PLACING:
+        left = _PENDING[key] = _PENDING.get(key, 0) + change
+        if left <= 0:
+            del _PENDING[key]
+            _FOUND.pop(key, None)
 
 
 def _refuse_protected(target: Path, st: os.stat_result, what: str) -> None:
@@ -298,6 +312,7 @@ def remember_output(path: PathLike) -> None:
     changed) since is refused even with ``overwrite``."""
     target = Path(os.fspath(path))
     _FOUND[os.path.abspath(target)] = _stamp(target)
+    _checked(os.path.abspath(target))
 
 
 def _refuse_newcomer(target: Path, what: str, tmp: Path) -> bool:
@@ -430,7 +445,7 @@ def write_stream(
         finally:
             with contextlib.suppress(OSError):
                 tmp.unlink()
-            _FOUND.pop(os.path.abspath(target), None)
+            _checked(os.path.abspath(target), -1)
     if sync:
         _fsync_dir(parent)
     logger.debug("wrote %s", target)

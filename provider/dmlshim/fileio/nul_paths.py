@@ -31,13 +31,26 @@ RULE = "dmlshim writes atomically, only inside its target, never through a link 
 
 def as_onnxruntime_reads(source: Source) -> Source | str:
     """A model path up to its first NUL, as onnxruntime opens it; anything else (bytes, a ModelProto, a
-    path without NUL) as it is."""
+    path without NUL) as it is. An ``os.PathLike`` whose ``__fspath__`` gives bytes is a path to
+    onnxruntime too (it opens the file; plain bytes are a serialized model): it is given as text."""
     if not isinstance(source, (str, os.PathLike)):
         return source
     text = os.fspath(source)
-    if not isinstance(text, str) or "\x00" not in text:
+    if isinstance(text, bytes):
+        text = os.fsdecode(text)
+        if "\x00" not in text:
+            return text
+    if "\x00" not in text:
         return source
     cut = text.split("\x00", 1)[0]
+    if (
+        not cut
+    ):  # onnxruntime opens the empty name: NoSuchFile (a path that is empty to start with is not one)
+        from ..errors import BadModelError
+        from ..runtime.exceptions import with_onnxruntime_words
+
+        error = BadModelError("model file not found: the model path starts with a NUL character", path=text)
+        raise with_onnxruntime_words(error, "Load model from  failed:Load model  failed. File doesn't exist")
     logger.warning("the model path %r holds a NUL character: %r is read, as onnxruntime reads it", text, cut)
     return cut
 

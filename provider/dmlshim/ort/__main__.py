@@ -63,7 +63,7 @@ def _same_path(a: str, b: str) -> bool:
         return True
     try:
         return os.path.samefile(a, b)
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a NUL (the summary file is then refused with its reason)
         return False
 
 

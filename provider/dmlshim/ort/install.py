@@ -144,8 +144,11 @@ def install(
         # Refused now, before the program runs, as every dmlshim writer refuses (an existing file, an input);
         # what is there now is remembered, and a file that appears there while the program runs is kept.
         files.check_output_file(summary_file, overwrite=overwrite, inputs=inputs, what="summary file")
-        os.environ[SUMMARY_FILE_ENV] = os.path.abspath(os.fspath(summary_file))
-        os.environ[SUMMARY_INPUTS_ENV] = os.pathsep.join(os.path.abspath(os.fspath(p)) for p in inputs)
+        # a path given as bytes (or a PathLike giving bytes) is kept as text: the environment holds text
+        os.environ[SUMMARY_FILE_ENV] = os.path.abspath(os.fsdecode(os.fspath(summary_file)))
+        os.environ[SUMMARY_INPUTS_ENV] = os.pathsep.join(
+            os.path.abspath(os.fsdecode(os.fspath(p))) for p in inputs
+        )
         os.environ[SUMMARY_OVERWRITE_ENV] = "1" if overwrite else "0"
     if OWNER_ENV not in os.environ:
         os.environ[OWNER_ENV] = str(os.getpid())
@@ -180,6 +183,13 @@ def _forget_foreign_state() -> None:
     named = bool(state) and os.path.basename(state).startswith(STATE_PREFIX)
     if named and not os.path.islink(state) and os.path.isdir(state):
         return
+    if named and not os.path.lexists(state) and _late_child():
+        # A child the run started (a pool worker, multiprocessing's resource tracker) that came up after
+        # the first process printed the summary and removed the folder: the run is over. It stays a
+        # worker of that run (its tally has nowhere to go): it printed a second, empty summary and
+        # refused the run's summary file ("exists") as if it owned a run of its own.
+        logger.debug("the run of process %s ended before this child started", os.environ.get(OWNER_ENV))
+        return
     logger.warning(
         "%s=%r names no dmlshim state folder (%s=%r): this process owns the run",
         STATE_ENV,
@@ -189,6 +199,13 @@ def _forget_foreign_state() -> None:
     )
     os.environ.pop(OWNER_ENV, None)
     os.environ.pop(STATE_ENV, None)
+
+
+def _late_child() -> bool:
+    """Whether this process's parent is the run's first process, or is gone (the child was handed to
+    init): a copied environment or a leftover ``export`` has another parent."""
+    parent = os.getppid()
+    return str(parent) == os.environ.get(OWNER_ENV) or parent == 1
 
 
 def early_importers() -> list[str]:
