@@ -12,7 +12,8 @@ from pathlib import Path
 
 from .. import portable
 from ..errors import BadInputError
-from .files import _RULE, PathLike, Writer, _check_text, _kind, _lstat, write_stream
+from .files import _RULE, PathLike, Writer, _check_text, _lstat, write_stream
+from .target_kinds import _kind
 
 __all__ = ["confined_path", "write_inside"]
 

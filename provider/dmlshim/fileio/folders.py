@@ -23,13 +23,12 @@ from .files import (
     PathLike,
     _check_text,
     _fsync_dir,
-    _kind,
     _lstat,
-    _refuse_stream_link,
     file_mode,
     input_files,
     temp_prefix,
 )
+from .target_kinds import _kind, _refuse_stream_link
 
 __all__ = ["StagedFolder"]
 
