@@ -23,6 +23,7 @@ from ..model.prepare import prepare_model
 from ..resources import guard_resources
 from .converters import get_converter
 from .ep_refusals import session_refusals
+from .ort_folding import OPTIMIZED_AWAY_CODE, optimized_away, optimized_away_reason
 from .placement import CPU_PREFERRED_MESSAGE, REASON_CPU_PREFERRED, graph_placements
 from .plan import (
     CPU_PROVIDER,
@@ -260,6 +261,7 @@ def translate_model(
     run_executions: Mapping[str, Sequence[Execution]] | None = None,
     inferred: onnx.ModelProto | None = None,
     prepared: bool = False,
+    optimized: bool = False,
 ) -> ModelTranslation:
     """Translate every gather/scatter node of a model, subgraphs included.
 
@@ -284,6 +286,10 @@ def translate_model(
             ``input_shapes``, or when ``model`` is not prepared yet.
         prepared: ``model`` is what :func:`dmlshim.model.prepare.prepare_model` returned, unchanged since
             (the model a load gave): it is not walked again to find that out.
+        optimized: report for a session with graph optimizations on (onnxruntime's default): the
+            top-level nodes its constant folding removes before placing nodes
+            (:mod:`dmlshim.translate.ort_folding`) are placed on no provider but computed on the CPU at
+            session creation, with reason ``EP_OPTIMIZED_AWAY`` (``dmlshim inspect``).
 
     Returns:
         The translations and counts; nodes whose shapes stay unknown have status ``error`` with reason
@@ -350,6 +356,8 @@ def translate_model(
         _explain_unknown(inferred, scopes, unknown, translations)
     # The graph as given: in the inferred copy large initializers are graph inputs (no weight bytes).
     _apply_graph_placement(model.graph, top, top_level, translations)
+    if optimized and top_level:
+        _apply_folding(model, top, top_level, translations)
     refusals = tuple((name, r.code, f"{r.form}; fails at {r.when}") for name, r in session_refusals(model))
     return ModelTranslation(fl, tuple(translations), total, opsets.get("", 0), refusals, run_cases)
 
@@ -492,4 +500,26 @@ def _apply_graph_placement(
             t,
             ort_placement=CPU_PROVIDER,
             reasons=(*reasons, Reason(REASON_CPU_PREFERRED, CPU_PREFERRED_MESSAGE)),
+        )
+
+
+def _apply_folding(
+    model: onnx.ModelProto,
+    infos: _GraphInfos,
+    top_level: Mapping[int, int],
+    translations: list[NodeTranslation],
+) -> None:
+    """Mark the top-level gather/scatter nodes onnxruntime's level-1 optimizations remove (constant folding
+    computes them with its CPU kernels at session creation, or they are left unread): in no partition, so
+    any other placement reason is replaced."""
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    folded = optimized_away(model.graph, model.ir_version, opset, infos.get)
+    for i, cause in folded.items():
+        position = top_level.get(i)
+        if position is None:
+            continue
+        t = translations[position]
+        reasons = tuple(r for r in t.reasons if not is_ep_reason(r) or r.code == OPTIMIZED_AWAY_CODE)
+        translations[position] = replace_translation(
+            t, ort_placement=CPU_PROVIDER, reasons=(*reasons, optimized_away_reason(cause))
         )
