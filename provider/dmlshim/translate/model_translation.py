@@ -23,7 +23,7 @@ from ..model.prepare import prepare_model
 from ..resources import guard_resources
 from .converters import get_converter
 from .ep_refusals import session_refusals
-from .ort_folding import OPTIMIZED_AWAY_CODE, optimized_away, optimized_away_reason
+from .ort_folding import apply_optimized_away
 from .placement import CPU_PREFERRED_MESSAGE, REASON_CPU_PREFERRED, graph_placements
 from .plan import (
     CPU_PROVIDER,
@@ -357,7 +357,7 @@ def translate_model(
     # The graph as given: in the inferred copy large initializers are graph inputs (no weight bytes).
     _apply_graph_placement(model.graph, top, top_level, translations)
     if optimized and top_level:
-        _apply_folding(model, top, top_level, translations)
+        apply_optimized_away(model, top.get, top_level, translations)
     refusals = tuple((name, r.code, f"{r.form}; fails at {r.when}") for name, r in session_refusals(model))
     return ModelTranslation(fl, tuple(translations), total, opsets.get("", 0), refusals, run_cases)
 
@@ -500,26 +500,4 @@ def _apply_graph_placement(
             t,
             ort_placement=CPU_PROVIDER,
             reasons=(*reasons, Reason(REASON_CPU_PREFERRED, CPU_PREFERRED_MESSAGE)),
-        )
-
-
-def _apply_folding(
-    model: onnx.ModelProto,
-    infos: _GraphInfos,
-    top_level: Mapping[int, int],
-    translations: list[NodeTranslation],
-) -> None:
-    """Mark the top-level gather/scatter nodes onnxruntime's level-1 optimizations remove (constant folding
-    computes them with its CPU kernels at session creation, or they are left unread): in no partition, so
-    any other placement reason is replaced."""
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-    folded = optimized_away(model.graph, model.ir_version, opset, infos.get)
-    for i, cause in folded.items():
-        position = top_level.get(i)
-        if position is None:
-            continue
-        t = translations[position]
-        reasons = tuple(r for r in t.reasons if not is_ep_reason(r) or r.code == OPTIMIZED_AWAY_CODE)
-        translations[position] = replace_translation(
-            t, ort_placement=CPU_PROVIDER, reasons=(*reasons, optimized_away_reason(cause))
         )

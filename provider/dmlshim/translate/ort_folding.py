@@ -29,16 +29,24 @@ from __future__ import annotations
 import enum
 import functools
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
 from ..graph import constant_node_shape, constant_node_value
-from .plan import Reason, TensorInfo
+from .plan import CPU_PROVIDER, NodeTranslation, Reason, TensorInfo, replace_translation
+from .translator import is_ep_reason
 
-__all__ = ["OPTIMIZED_AWAY_CODE", "FoldCause", "optimized_away", "optimized_away_reason"]
+__all__ = [
+    "OPTIMIZED_AWAY_CODE",
+    "FoldCause",
+    "apply_optimized_away",
+    "merged_twins",
+    "optimized_away",
+    "optimized_away_reason",
+]
 
 OPTIMIZED_AWAY_CODE = "EP_OPTIMIZED_AWAY"
 """Reason code of a node onnxruntime's graph optimizations remove before placing nodes on providers."""
@@ -389,7 +397,45 @@ def optimized_away_reason(cause: FoldCause) -> Reason:
     """The ``EP_OPTIMIZED_AWAY`` reason of a node onnxruntime's level-1 optimizations remove."""
     return Reason(
         OPTIMIZED_AWAY_CODE,
-        f"onnxruntime's graph optimizations remove this node before placing nodes on providers ({cause.value}; "
-        "level basic and above, its default): no provider runs it",
+        f"onnxruntime's graph optimizations remove this node before placing nodes on providers "
+        f"({cause.value}; level basic and above, its default): no provider runs it",
         cause.name,
     )
+
+
+def merged_twins(
+    graph: onnx.GraphProto, ir_version: int, opset: int, info: Callable[[str], TensorInfo | None]
+) -> dict[int, int]:
+    """The top-level nodes onnxruntime's common-subexpression elimination merges into an earlier twin
+    (the same op and attributes reading the same values, once one-element constants are shared and
+    earlier twins merged), by index, with the twin's index: such a node runs as its twin does."""
+    g = _Graph(graph, ir_version, opset, info)
+    return {i: r for i, r in enumerate(g.rep) if r != i}
+
+
+def apply_optimized_away(
+    model: onnx.ModelProto,
+    info: Callable[[str], TensorInfo | None],
+    top_level: Mapping[int, int],
+    translations: list[NodeTranslation],
+) -> None:
+    """Mark the top-level gather/scatter nodes onnxruntime's level-1 optimizations remove (constant folding
+    computes them with its CPU kernels at session creation, or they are left unread): placed on the CPU
+    with reason ``EP_OPTIMIZED_AWAY``, in place of any other placement reason.
+
+    Args:
+        model: the prepared model (its own initializers).
+        info: the inferred type and shape of a top-level value.
+        top_level: node index in the top-level graph -> position in ``translations``.
+        translations: the translations, changed in place.
+    """
+    opset = next((o.version for o in model.opset_import if o.domain in _ONNX), 0)
+    for i, cause in optimized_away(model.graph, model.ir_version, opset, info).items():
+        position = top_level.get(i)
+        if position is None:
+            continue
+        t = translations[position]
+        reasons = tuple(r for r in t.reasons if not is_ep_reason(r))
+        translations[position] = replace_translation(
+            t, ort_placement=CPU_PROVIDER, reasons=(*reasons, optimized_away_reason(cause))
+        )
