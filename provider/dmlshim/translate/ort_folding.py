@@ -73,8 +73,9 @@ class FoldCause(enum.Enum):
     """Why onnxruntime's level-1 optimizations remove a node."""
 
     CONSTANT_INPUTS = "constant folding: every input is a constant"
-    ONLY_READ_BY_FOLDED = "only read by a node constant folding or the reshape fusion removed"
-    RESHAPE_FUSION = "the reshape fusion: part of a Reshape's shape computation it makes a constant"
+    STATIC_SHAPE = "constant folding: a Shape of a static shape"
+    ONLY_READ_BY_FOLDED = "constant folding: only read by a Shape it folded"
+    RESHAPE_FUSION = "the reshape fusion: only read by the shape computation of a Reshape it makes a constant"
 
 
 def _graphs(attr: onnx.AttributeProto) -> list[onnx.GraphProto]:
@@ -212,7 +213,7 @@ class _Graph:
             if p is not None and p not in self.removed:
                 self.edges[p] -= 1
 
-    def remove_chain(self, start: int) -> None:
+    def remove_chain(self, start: int, cause: FoldCause) -> None:
         """onnxruntime's ``RemoveNodesWithOneOutputBottomUp`` from ``start``."""
         queue = [start]
         seen: set[int] = set()
@@ -225,7 +226,7 @@ class _Graph:
             if self.edges.get(i, 0) > (1 if i == start else 0) or self.produces_output(i):
                 continue
             queue.extend(p for s in range(len(self.inputs[i])) if (p := self.input_node(i, s)) is not None)
-            self.remove(i, FoldCause.ONLY_READ_BY_FOLDED)
+            self.remove(i, cause)
 
     def value(self, name: str, limit: int = 64) -> np.ndarray | None:
         """The value of a constant initializer or Constant output of at most ``limit`` elements (None:
@@ -271,20 +272,23 @@ def _fold_pass(g: _Graph) -> bool:
             found = g.info(names[0]) if names and names[0] else None
             if found is None or found.static_dims is None:
                 continue
+            cause = FoldCause.STATIC_SHAPE
         elif (
             node.op_type in NONDETERMINISTIC_OPS
             or _has_subgraph(node)
             or not all(n in g.constant for n in names if n)
         ):
             continue
+        else:
+            cause = FoldCause.CONSTANT_INPUTS
         outs = [o for o in node.output if o]
         g.constant.update(outs)
         g.folded.update(outs)
         for slot in range(len(names)):
             p = g.input_node(i, slot)
             if p is not None:
-                g.remove_chain(p)
-        g.remove(i, FoldCause.CONSTANT_INPUTS)
+                g.remove_chain(p, FoldCause.ONLY_READ_BY_FOLDED)
+        g.remove(i, cause)
         changed = True
     return changed
 
@@ -361,7 +365,7 @@ def _fusion_pass(g: _Graph) -> bool:
         for slot in range(len(g.inputs[concat])):  # type: ignore[index]
             p = g.input_node(concat, slot)  # type: ignore[arg-type]
             if p is not None:
-                g.remove_chain(p)
+                g.remove_chain(p, FoldCause.RESHAPE_FUSION)
         out = g.canon.get(g.nodes[concat].output[0], g.nodes[concat].output[0])  # type: ignore[index]
         g.constant.add(out)
         g.folded.add(out)
