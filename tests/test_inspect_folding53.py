@@ -30,15 +30,7 @@ from dmlshim.translate.shapes_info import infer_shapes
 ROOT = Path(__file__).resolve().parent.parent / "onnx_models"
 MODELS = sorted([*ROOT.glob("*.onnx"), *(ROOT / "real").glob("*.onnx"), *(ROOT / "ecosystem").glob("*.onnx")])
 
-_RCNN = (
-    29,
-    "shapes onnxruntime learns from values it folds: the Resize's sizes are computed from the static image "
-    "size, so onnxruntime's inference gives every later tensor a static shape and folds their Shapes",
-)
 KNOWN_GAPS: dict[str, tuple[int, str]] = {
-    "real/fasterrcnn_torchscript.onnx": _RCNN,
-    "real/maskrcnn_torchscript.onnx": _RCNN,
-    "ecosystem/onnxopt_fasterrcnn.onnx": _RCNN,
     "ecosystem/jax_at_set_add.onnx": (
         1,
         "a level-1 rewrite of a Gather of a constant index other than folding",

@@ -357,7 +357,9 @@ def translate_model(
     # The graph as given: in the inferred copy large initializers are graph inputs (no weight bytes).
     _apply_graph_placement(model.graph, top, top_level, translations)
     if optimized and top_level:
-        apply_optimized_away(model, top.get, top_level, translations)
+        apply_optimized_away(
+            model, top.get, top_level, translations, lambda m: _GraphInfos(infer_shapes(m).graph, {}).get
+        )
     refusals = tuple((name, r.code, f"{r.form}; fails at {r.when}") for name, r in session_refusals(model))
     return ModelTranslation(fl, tuple(translations), total, opsets.get("", 0), refusals, run_cases)
 

@@ -148,6 +148,7 @@ class _Graph:
                     self.edges[p] = self.edges.get(p, 0) + 1
         self.outputs = {self.canon.get(v.name, v.name) for v in graph.output}
         self.folded: set[str] = set()  # outputs constant folding or the fusion made initializers
+        self.fused: dict[str, list[int]] = {}  # a fused Concat's output -> the shape the fusion gives it
         self.removed: dict[int, FoldCause] = {}
 
     def _shared_constants(self) -> dict[str, str]:
@@ -367,6 +368,7 @@ def _fusion_pass(g: _Graph) -> bool:
             if p is not None:
                 g.remove_chain(p, FoldCause.RESHAPE_FUSION)
         out = g.canon.get(g.nodes[concat].output[0], g.nodes[concat].output[0])  # type: ignore[index]
+        g.fused[out] = shape_value
         g.constant.add(out)
         g.folded.add(out)
         g.remove(concat, FoldCause.RESHAPE_FUSION)  # type: ignore[arg-type]
@@ -375,7 +377,11 @@ def _fusion_pass(g: _Graph) -> bool:
 
 
 def optimized_away(
-    graph: onnx.GraphProto, ir_version: int, opset: int, info: Callable[[str], TensorInfo | None]
+    graph: onnx.GraphProto,
+    ir_version: int,
+    opset: int,
+    info: Callable[[str], TensorInfo | None],
+    fused: dict[str, list[int]] | None = None,
 ) -> dict[int, FoldCause]:
     """The indices of the top-level nodes of ``graph`` onnxruntime's level-1 optimizations remove, with
     why (see the module's description).
@@ -386,13 +392,16 @@ def optimized_away(
             overridden, so it is not a constant).
         opset: the model's ai.onnx opset.
         info: the inferred type and shape of a value (None when unknown).
+        fused: filled, when given, with the shape the reshape fusion gives each Concat output it replaces.
     """
     g = _Graph(graph, ir_version, opset, info)
     for _ in range(_MAX_PASSES):
         folded = _fold_pass(g)
-        fused = _fusion_pass(g)
-        if not (folded or fused):
+        merged = _fusion_pass(g)
+        if not (folded or merged):
             break
+    if fused is not None:
+        fused.update(g.fused)
     # a twin merged by common-subexpression elimination shares its representative's fate
     return {i: g.removed[g.rep[i]] for i in range(len(g.nodes)) if g.rep[i] in g.removed}
 
@@ -422,6 +431,7 @@ def apply_optimized_away(
     info: Callable[[str], TensorInfo | None],
     top_level: Mapping[int, int],
     translations: list[NodeTranslation],
+    reinfer: Callable[[onnx.ModelProto], Callable[[str], TensorInfo | None]] | None = None,
 ) -> None:
     """Mark the top-level gather/scatter nodes onnxruntime's level-1 optimizations remove (constant folding
     computes them with its CPU kernels at session creation, or they are left unread): placed on the CPU
@@ -432,9 +442,15 @@ def apply_optimized_away(
         info: the inferred type and shape of a top-level value.
         top_level: node index in the top-level graph -> position in ``translations``.
         translations: the translations, changed in place.
+        reinfer: shape inference of a model (:mod:`.ort_folded_shapes`: the shapes onnxruntime learns
+            from the values it folds); without it, the shapes of ``info`` alone.
     """
     opset = next((o.version for o in model.opset_import if o.domain in _ONNX), 0)
-    for i, cause in optimized_away(model.graph, model.ir_version, opset, info).items():
+    fused: dict[str, list[int]] = {}
+    removed = optimized_away(model.graph, model.ir_version, opset, info, fused)
+    if reinfer is not None:
+        removed = _with_folded_values(model, opset, info, removed, fused, reinfer)
+    for i, cause in removed.items():
         position = top_level.get(i)
         if position is None:
             continue
@@ -443,3 +459,41 @@ def apply_optimized_away(
         translations[position] = replace_translation(
             t, ort_placement=CPU_PROVIDER, reasons=(*reasons, optimized_away_reason(cause))
         )
+
+
+def _with_folded_values(
+    model: onnx.ModelProto,
+    opset: int,
+    info: Callable[[str], TensorInfo | None],
+    removed: dict[int, FoldCause],
+    fused: dict[str, list[int]],
+    reinfer: Callable[[onnx.ModelProto], Callable[[str], TensorInfo | None]],
+) -> dict[int, FoldCause]:
+    """``removed`` again with the shapes onnx's inference gives once the folded values are initializers,
+    as onnxruntime's inference does after each fold (a few rounds, while more folds)."""
+    from ..errors import DmlShimError
+    from .ort_folded_shapes import folded_value_model, worth_values
+
+    for _ in range(_MAX_PASSES):
+        if not worth_values(model.graph, removed, info):
+            break
+        computed = [i for i, c in removed.items() if c in (FoldCause.STATIC_SHAPE, FoldCause.CONSTANT_INPUTS)]
+        valued = folded_value_model(model, computed, removed, info, fused)
+        if valued is None:
+            break
+        try:
+            learned = reinfer(valued)
+        except DmlShimError:
+            break
+        first = info
+
+        def info(name: str, learned=learned, first=first) -> TensorInfo | None:
+            found = learned(name)
+            return found if found is not None and found.shape is not None else first(name)
+
+        fused = {}
+        again = optimized_away(model.graph, model.ir_version, opset, info, fused)
+        if len(again) <= len(removed):
+            break
+        removed = again
+    return removed
