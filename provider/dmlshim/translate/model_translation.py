@@ -357,9 +357,8 @@ def translate_model(
     # The graph as given: in the inferred copy large initializers are graph inputs (no weight bytes).
     _apply_graph_placement(model.graph, top, top_level, translations)
     if optimized and top_level:
-        apply_optimized_away(
-            model, top.get, top_level, translations, lambda m: _GraphInfos(infer_shapes(m).graph, {}).get
-        )
+        # one onnx inference per round, on a model without weights (the first inference's shapes kept)
+        apply_optimized_away(model, top.get, top_level, translations, _reinfer)
     refusals = tuple((name, r.code, f"{r.form}; fails at {r.when}") for name, r in session_refusals(model))
     return ModelTranslation(fl, tuple(translations), total, opsets.get("", 0), refusals, run_cases)
 
@@ -503,3 +502,8 @@ def _apply_graph_placement(
             ort_placement=CPU_PROVIDER,
             reasons=(*reasons, Reason(REASON_CPU_PREFERRED, CPU_PREFERRED_MESSAGE)),
         )
+
+
+def _reinfer(model: onnx.ModelProto) -> Any:
+    """The shapes onnx's inference (with data propagation) gives ``model``: a function of a value's name."""
+    return _GraphInfos(onnx.shape_inference.infer_shapes(model, data_prop=True).graph, {}).get

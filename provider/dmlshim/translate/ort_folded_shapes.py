@@ -19,6 +19,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from ..model.weightless import without_weights
 from .plan import TensorInfo
 
 __all__ = ["folded_value_model", "worth_values"]
@@ -132,7 +133,7 @@ def folded_value_model(
         logger.debug("folded values not used: more than %d elements", MAX_FOLDED_ELEMENTS)
         return None
     out = onnx.ModelProto()
-    out.CopyFrom(model)
+    out.CopyFrom(without_weights(model))  # shapes are what is inferred: no weight byte copied
     folded = set(folded)
     keep = [n for i, n in enumerate(graph.node) if i not in folded]
     del out.graph.node[:]

@@ -489,7 +489,9 @@ def _with_folded_values(
 
         def info(name: str, learned=learned, first=first) -> TensorInfo | None:
             found = learned(name)
-            return found if found is not None and found.shape is not None else first(name)
+            if found is not None and found.static_dims is not None:
+                return found
+            return first(name)
 
         fused = {}
         again = optimized_away(model.graph, model.ir_version, opset, info, fused)
