@@ -26,6 +26,7 @@ transformer manager repeats a level. Shapes onnxruntime learns only from the val
 
 from __future__ import annotations
 
+import copy
 import enum
 import functools
 import math
@@ -123,6 +124,7 @@ class _Graph:
             t.values.name for t in graph.sparse_initializer if ir_version < 4 or t.values.name not in inputs
         )
         self.constant_nodes: dict[str, onnx.NodeProto] = {}
+        self._values: dict[tuple[str, int], np.ndarray | None] = {}  # shared by fresh copies
         for node in self.nodes:
             if node.op_type == "Constant" and node.domain in _ONNX:
                 self.constant.update(o for o in node.output if o)
@@ -150,6 +152,16 @@ class _Graph:
         self.folded: set[str] = set()  # outputs constant folding or the fusion made initializers
         self.fused: dict[str, list[int]] = {}  # a fused Concat's output -> the shape the fusion gives it
         self.removed: dict[int, FoldCause] = {}
+        self._start = (frozenset(self.constant), dict(self.edges))
+
+    def fresh(self, info: Callable[[str], TensorInfo | None]) -> _Graph:
+        """This graph before any removal, with other shapes (its structure, twins and constants kept)."""
+        out = copy.copy(self)
+        out.info = info
+        constant, edges = self._start
+        out.constant, out.edges = set(constant), dict(edges)
+        out.folded, out.fused, out.removed = set(), {}, {}
+        return out
 
     def _shared_constants(self) -> dict[str, str]:
         """onnxruntime's ``ConstantSharing``: one-element constants of the same type and value share one
@@ -232,6 +244,12 @@ class _Graph:
     def value(self, name: str, limit: int = 64) -> np.ndarray | None:
         """The value of a constant initializer or Constant output of at most ``limit`` elements (None:
         unknown, larger, or folded)."""
+        key = (name, limit)
+        if key not in self._values:
+            self._values[key] = self._read_value(name, limit)
+        return self._values[key]
+
+    def _read_value(self, name: str, limit: int) -> np.ndarray | None:
         init = self.initializers.get(name)
         if init is not None:
             if math.prod(init.dims) > limit or init.data_location == onnx.TensorProto.EXTERNAL:
@@ -394,7 +412,10 @@ def optimized_away(
         info: the inferred type and shape of a value (None when unknown).
         fused: filled, when given, with the shape the reshape fusion gives each Concat output it replaces.
     """
-    g = _Graph(graph, ir_version, opset, info)
+    return _run(_Graph(graph, ir_version, opset, info), fused)
+
+
+def _run(g: _Graph, fused: dict[str, list[int]] | None = None) -> dict[int, FoldCause]:
     for _ in range(_MAX_PASSES):
         folded = _fold_pass(g)
         merged = _fusion_pass(g)
@@ -447,9 +468,10 @@ def apply_optimized_away(
     """
     opset = next((o.version for o in model.opset_import if o.domain in _ONNX), 0)
     fused: dict[str, list[int]] = {}
-    removed = optimized_away(model.graph, model.ir_version, opset, info, fused)
+    g = _Graph(model.graph, model.ir_version, opset, info)
+    removed = _run(g.fresh(info), fused)
     if reinfer is not None:
-        removed = _with_folded_values(model, opset, info, removed, fused, reinfer)
+        removed = _with_folded_values(model, g, info, removed, fused, reinfer)
     for i, cause in removed.items():
         position = top_level.get(i)
         if position is None:
@@ -463,7 +485,7 @@ def apply_optimized_away(
 
 def _with_folded_values(
     model: onnx.ModelProto,
-    opset: int,
+    g: _Graph,
     info: Callable[[str], TensorInfo | None],
     removed: dict[int, FoldCause],
     fused: dict[str, list[int]],
@@ -494,7 +516,7 @@ def _with_folded_values(
             return first(name)
 
         fused = {}
-        again = optimized_away(model.graph, model.ir_version, opset, info, fused)
+        again = _run(g.fresh(info), fused)
         if len(again) <= len(removed):
             break
         removed = again
