@@ -129,6 +129,7 @@ class _Graph:
             if node.op_type == "Constant" and node.domain in _ONNX:
                 self.constant.update(o for o in node.output if o)
                 self.constant_nodes.update((o, node) for o in node.output if o)
+        self.subgraph = [_has_subgraph(n) if len(n.attribute) else False for n in self.nodes]
         self.canon = self._shared_constants()
         self.rep = self._common_subexpressions()
         self.inputs = [[self.canon.get(n, n) if n else "" for n in node.input] for node in self.nodes]
@@ -141,7 +142,7 @@ class _Graph:
             if self.rep[i] != i:
                 continue  # merged into its twin: its edges went with it
             names = [n for n in self.inputs[i] if n]
-            if _has_subgraph(node):  # values a body reads from this scope: implicit inputs, edges too
+            if self.subgraph[i]:  # values a body reads from this scope: implicit inputs, edges too
                 body = {n for a in node.attribute for g in _graphs(a) for n in _read_names(g)}
                 names += sorted({self.canon.get(n, n) for n in body})
             for name in names:
@@ -180,18 +181,30 @@ class _Graph:
         """onnxruntime's ``CommonSubexpressionElimination``: a node of the same op, inputs and attributes
         as an earlier one is merged into it (its outputs are the earlier one's), repeatedly downstream."""
         rep = list(range(len(self.nodes)))
-        seen: dict[tuple[object, ...], int] = {}
+        # by op and inputs first: attributes are compared (serialized) only between such candidates
+        seen: dict[tuple[object, ...], list[tuple[bytes, int]]] = {}
+        canon = self.canon
         for i, node in enumerate(self.nodes):
-            if node.op_type in NONDETERMINISTIC_OPS or node.op_type == "Constant" or _has_subgraph(node):
+            if node.op_type in NONDETERMINISTIC_OPS or node.op_type == "Constant" or self.subgraph[i]:
                 continue
             key = (
                 node.domain if node.domain != "ai.onnx" else "",
                 node.op_type,
-                tuple(self.canon.get(n, n) for n in node.input),
-                tuple(a.SerializeToString() for a in node.attribute),
+                tuple([canon.get(n, n) for n in node.input]),
                 len(node.output),
             )
-            j = seen.setdefault(key, i)
+            earlier = seen.get(key)
+            if earlier is None:
+                seen[key] = [(b"", i)]  # attributes read when a candidate comes
+                continue
+            attrs = b"".join(a.SerializeToString() for a in node.attribute)
+            if len(earlier) == 1:  # the first candidate's attributes, not read yet (b"" until now)
+                first = earlier[0][1]
+                earlier[0] = (b"".join(a.SerializeToString() for a in self.nodes[first].attribute), first)
+            j = next((k for a, k in earlier if a == attrs), None)
+            if j is None:
+                earlier.append((attrs, i))
+                continue
             if j != i:
                 rep[i] = j
                 for mine, theirs in zip(node.output, self.nodes[j].output, strict=True):
@@ -294,7 +307,7 @@ def _fold_pass(g: _Graph) -> bool:
             cause = FoldCause.STATIC_SHAPE
         elif (
             node.op_type in NONDETERMINISTIC_OPS
-            or _has_subgraph(node)
+            or g.subgraph[i]
             or not all(n in g.constant for n in names if n)
         ):
             continue
