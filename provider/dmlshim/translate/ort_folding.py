@@ -57,6 +57,7 @@ NONDETERMINISTIC_OPS = frozenset(
 )
 """ai.onnx ops onnxruntime's ``IsOperationDeterministic`` says no to: never folded."""
 
+_CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})  # the ai.onnx ops with graph attributes
 _MAX_PASSES = 10  # onnxruntime's transformer manager repeats a level's transformers at most this often
 _ONNX = ("", "ai.onnx")
 # since_version of the schemas ReshapeFusion matches (IsSupportedOptypeVersionAndDomain): its source's
@@ -125,30 +126,43 @@ class _Graph:
         )
         self.constant_nodes: dict[str, onnx.NodeProto] = {}
         self._values: dict[tuple[str, int], np.ndarray | None] = {}  # shared by fresh copies
-        for node in self.nodes:
-            if node.op_type == "Constant" and node.domain in _ONNX:
-                self.constant.update(o for o in node.output if o)
-                self.constant_nodes.update((o, node) for o in node.output if o)
-        self.subgraph = [_has_subgraph(n) if len(n.attribute) else False for n in self.nodes]
+        # each node's fields read from protobuf once (a large graph's walks read these lists)
+        nodes = self.nodes
+        self.ops = [n.op_type for n in nodes]
+        self.onnx = [n.domain in _ONNX for n in nodes]
+        raw_inputs = [list(n.input) for n in nodes]
+        self.outs = [list(n.output) for n in nodes]
+        for i, op in enumerate(self.ops):
+            if op == "Constant" and self.onnx[i]:
+                self.constant.update(o for o in self.outs[i] if o)
+                self.constant_nodes.update((o, nodes[i]) for o in self.outs[i] if o)
+        self.subgraph = [
+            op in _CONTROL_FLOW if self.onnx[i] else _has_subgraph(nodes[i]) for i, op in enumerate(self.ops)
+        ]
         self.canon = self._shared_constants()
-        self.rep = self._common_subexpressions()
-        self.inputs = [[self.canon.get(n, n) if n else "" for n in node.input] for node in self.nodes]
+        self.rep = self._common_subexpressions(raw_inputs)
+        canon = self.canon
+        self.inputs = [[canon.get(n, n) for n in names] for names in raw_inputs] if canon else raw_inputs
         self.producer: dict[str, int] = {}
-        for i, node in enumerate(self.nodes):
-            if self.rep[i] == i and not (node.op_type == "Constant" and node.domain in _ONNX):
-                self.producer.update((o, i) for o in node.output if o)
+        rep = self.rep
+        for i, outs in enumerate(self.outs):
+            if rep[i] == i and not (self.ops[i] == "Constant" and self.onnx[i]):
+                for o in outs:
+                    if o:
+                        self.producer[o] = i
         self.edges: dict[int, int] = {}  # consumer edges of a node's outputs (one per input slot)
-        for i, node in enumerate(self.nodes):
-            if self.rep[i] != i:
+        producer, edges = self.producer, self.edges
+        for i, names in enumerate(self.inputs):
+            if rep[i] != i:
                 continue  # merged into its twin: its edges went with it
-            names = [n for n in self.inputs[i] if n]
             if self.subgraph[i]:  # values a body reads from this scope: implicit inputs, edges too
-                body = {n for a in node.attribute for g in _graphs(a) for n in _read_names(g)}
-                names += sorted({self.canon.get(n, n) for n in body})
+                body = {n for a in nodes[i].attribute for g in _graphs(a) for n in _read_names(g)}
+                names = names + sorted({canon.get(n, n) for n in body})
             for name in names:
-                p = self.producer.get(name)
-                if p is not None:
-                    self.edges[p] = self.edges.get(p, 0) + 1
+                if name:
+                    p = producer.get(name)
+                    if p is not None:
+                        edges[p] = edges.get(p, 0) + 1
         self.outputs = {self.canon.get(v.name, v.name) for v in graph.output}
         self.folded: set[str] = set()  # outputs constant folding or the fusion made initializers
         self.fused: dict[str, list[int]] = {}  # a fused Concat's output -> the shape the fusion gives it
@@ -177,21 +191,23 @@ class _Graph:
             canon[name] = first.setdefault(key, name)
         return canon
 
-    def _common_subexpressions(self) -> list[int]:
+    def _common_subexpressions(self, raw_inputs: list[list[str]]) -> list[int]:
         """onnxruntime's ``CommonSubexpressionElimination``: a node of the same op, inputs and attributes
         as an earlier one is merged into it (its outputs are the earlier one's), repeatedly downstream."""
         rep = list(range(len(self.nodes)))
         # by op and inputs first: attributes are compared (serialized) only between such candidates
         seen: dict[tuple[object, ...], list[tuple[bytes, int]]] = {}
         canon = self.canon
-        for i, node in enumerate(self.nodes):
-            if node.op_type in NONDETERMINISTIC_OPS or node.op_type == "Constant" or self.subgraph[i]:
+        for i, op in enumerate(self.ops):
+            if op in NONDETERMINISTIC_OPS or op == "Constant" or self.subgraph[i]:
                 continue
+            node = self.nodes[i]
+            names = raw_inputs[i]
             key = (
-                node.domain if node.domain != "ai.onnx" else "",
-                node.op_type,
-                tuple([canon.get(n, n) for n in node.input]),
-                len(node.output),
+                "" if self.onnx[i] else node.domain,
+                op,
+                tuple([canon.get(n, n) for n in names]) if canon else tuple(names),
+                len(self.outs[i]),
             )
             earlier = seen.get(key)
             if earlier is None:
@@ -220,17 +236,12 @@ class _Graph:
         return None if p is None or p in self.removed else p
 
     def is_op(self, i: int | None, op_type: str) -> bool:
-        if i is None:
+        if i is None or self.ops[i] != op_type or not self.onnx[i]:
             return False
-        node = self.nodes[i]
-        return (
-            node.op_type == op_type
-            and node.domain in _ONNX
-            and _since(op_type, self.opset) in _FUSION_VERSIONS[op_type]
-        )
+        return _since(op_type, self.opset) in _FUSION_VERSIONS[op_type]
 
     def produces_output(self, i: int) -> bool:
-        return any(o in self.outputs for o in self.nodes[i].output)
+        return any(o in self.outputs for o in self.outs[i])
 
     def remove(self, i: int, cause: FoldCause) -> None:
         self.removed[i] = cause
@@ -296,24 +307,21 @@ class _Graph:
 
 def _fold_pass(g: _Graph) -> bool:
     changed = False
-    for i, node in enumerate(g.nodes):
-        if i in g.removed or g.rep[i] != i or node.op_type == "Constant" or node.domain not in _ONNX:
+    removed, rep, onnx_domain = g.removed, g.rep, g.onnx
+    for i, op in enumerate(g.ops):
+        if i in removed or rep[i] != i or op == "Constant" or not onnx_domain[i]:
             continue
         names = g.inputs[i]
-        if node.op_type == "Shape":
+        if op == "Shape":
             found = g.info(names[0]) if names and names[0] else None
             if found is None or found.static_dims is None:
                 continue
             cause = FoldCause.STATIC_SHAPE
-        elif (
-            node.op_type in NONDETERMINISTIC_OPS
-            or g.subgraph[i]
-            or not all(n in g.constant for n in names if n)
-        ):
+        elif op in NONDETERMINISTIC_OPS or g.subgraph[i] or not all(n in g.constant for n in names if n):
             continue
         else:
             cause = FoldCause.CONSTANT_INPUTS
-        outs = [o for o in node.output if o]
+        outs = [o for o in g.outs[i] if o]
         g.constant.update(outs)
         g.folded.update(outs)
         for slot in range(len(names)):
@@ -372,8 +380,10 @@ def _shape_dim_input(g: _Graph, concat: int, slot: int, root: str, position: int
 
 def _fusion_pass(g: _Graph) -> bool:
     changed = False
-    for i, node in enumerate(g.nodes):
-        if i in g.removed or g.rep[i] != i or not g.is_op(i, "Reshape") or len(node.input) < 2:
+    for i, op in enumerate(g.ops):
+        if op != "Reshape" or i in g.removed or g.rep[i] != i or not g.is_op(i, "Reshape"):
+            continue
+        if len(g.inputs[i]) < 2:
             continue
         concat = g.input_node(i, 1)
         if not g.is_op(concat, "Concat") or g.edges.get(concat, 0) != 1 or g.produces_output(concat):  # type: ignore[arg-type]
