@@ -57,6 +57,7 @@ NONDETERMINISTIC_OPS = frozenset(
 )
 """ai.onnx ops onnxruntime's ``IsOperationDeterministic`` says no to: never folded."""
 
+_RUN_WARNINGS = frozenset({"EP_OUTPUT_UNWRITTEN", "EP_DESCRIPTOR_FAILS"})  # about a node the provider runs
 _CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})  # the ai.onnx ops with graph attributes
 _MAX_PASSES = 10  # onnxruntime's transformer manager repeats a level's transformers at most this often
 _ONNX = ("", "ai.onnx")
@@ -479,7 +480,8 @@ def apply_optimized_away(
 ) -> None:
     """Mark the top-level gather/scatter nodes onnxruntime's level-1 optimizations remove (constant folding
     computes them with its CPU kernels at session creation, or they are left unread): placed on the CPU
-    with reason ``EP_OPTIMIZED_AWAY``, in place of any other placement reason.
+    with reason ``EP_OPTIMIZED_AWAY``, after the reasons of where they would run without the
+    optimizations (a node with no other placement reason would run on DmlExecutionProvider then).
 
     Args:
         model: the prepared model (its own initializers).
@@ -500,7 +502,9 @@ def apply_optimized_away(
         if position is None:
             continue
         t = translations[position]
-        reasons = tuple(r for r in t.reasons if not is_ep_reason(r))
+        # the reasons of the placement it would have without the optimizations stay (EP_CPU_PREFERRED, a
+        # provider without the kernel); the provider's warnings about running it do not (it never does)
+        reasons = tuple(r for r in t.reasons if not (is_ep_reason(r) and r.code in _RUN_WARNINGS))
         translations[position] = replace_translation(
             t, ort_placement=CPU_PROVIDER, reasons=(*reasons, optimized_away_reason(cause))
         )
