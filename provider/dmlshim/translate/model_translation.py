@@ -23,7 +23,7 @@ from ..model.prepare import prepare_model
 from ..resources import guard_resources
 from .converters import get_converter
 from .ep_refusals import session_refusals
-from .ort_folding import apply_optimized_away
+from .ort_folded_shapes import apply_optimized_away
 from .placement import CPU_PREFERRED_MESSAGE, REASON_CPU_PREFERRED, graph_placements
 from .plan import (
     CPU_PROVIDER,

@@ -10,8 +10,8 @@ provider, so no provider runs them:
   attribute, not a random op) every input of which is a constant initializer: an initializer that is not
   also a graph input a caller may override (IR version 4 and later), a Constant node's output (onnxruntime
   turns Constant nodes into initializers when it loads the graph) or a folded node's output. After a
-  ``Shape`` it removes the chain that fed only it (``RemoveNodesWithOneOutputBottomUp``: a producer with at
-  most one consumer edge and no graph output, then that node's producers by the same rule).
+  ``Shape`` it removes the chain that fed only it (``RemoveNodesWithOneOutputBottomUp``: its producer when
+  the Shape is its only consumer and it gives no graph output, then the producers left unread so).
 * ``ReshapeFusion`` (``reshape_fusion.cc``) replaces the ``Concat`` giving a ``Reshape`` its shape by a
   constant when each of its inputs is a constant, a ``Shape -> Gather(i) -> Unsqueeze(axes=0)`` of the
   reshaped tensor (or of one of the same shape) at position ``i`` (becoming 0, "copy the dimension"), or
@@ -20,8 +20,8 @@ provider, so no provider runs them:
 
 :func:`optimized_away` follows those rules on the graph as given, with the shapes dmlshim's inference
 gives (onnx's, with data propagation), repeating both until nothing changes, as onnxruntime's
-transformer manager repeats a level. Shapes onnxruntime learns only from the values it folds (a
-``Resize`` whose sizes are computed from a static input) are not followed: such nodes stay placed.
+transformer manager repeats a level; :mod:`.ort_folded_shapes` adds the shapes onnxruntime learns
+from the values it folds and marks inspect's translations.
 """
 
 from __future__ import annotations
@@ -30,24 +30,16 @@ import copy
 import enum
 import functools
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
 from ..graph import constant_node_shape, constant_node_value
-from .plan import CPU_PROVIDER, NodeTranslation, Reason, TensorInfo, replace_translation
-from .translator import is_ep_reason
+from .plan import Reason, TensorInfo
 
-__all__ = [
-    "OPTIMIZED_AWAY_CODE",
-    "FoldCause",
-    "apply_optimized_away",
-    "merged_twins",
-    "optimized_away",
-    "optimized_away_reason",
-]
+__all__ = ["OPTIMIZED_AWAY_CODE", "FoldCause", "merged_twins", "optimized_away", "optimized_away_reason"]
 
 OPTIMIZED_AWAY_CODE = "EP_OPTIMIZED_AWAY"
 """Reason code of a node onnxruntime's graph optimizations remove before placing nodes on providers."""
@@ -469,82 +461,3 @@ def merged_twins(
     earlier twins merged), by index, with the twin's index: such a node runs as its twin does."""
     g = _Graph(graph, ir_version, opset, info)
     return {i: r for i, r in enumerate(g.rep) if r != i}
-
-
-def apply_optimized_away(
-    model: onnx.ModelProto,
-    info: Callable[[str], TensorInfo | None],
-    top_level: Mapping[int, int],
-    translations: list[NodeTranslation],
-    reinfer: Callable[[onnx.ModelProto], Callable[[str], TensorInfo | None]] | None = None,
-) -> None:
-    """Mark the top-level gather/scatter nodes onnxruntime's level-1 optimizations remove (constant folding
-    computes them with its CPU kernels at session creation, or they are left unread): placed on the CPU
-    with reason ``EP_OPTIMIZED_AWAY``, after the reasons of where they would run without the
-    optimizations (a node with no other placement reason would run on DmlExecutionProvider then).
-
-    Args:
-        model: the prepared model (its own initializers).
-        info: the inferred type and shape of a top-level value.
-        top_level: node index in the top-level graph -> position in ``translations``.
-        translations: the translations, changed in place.
-        reinfer: shape inference of a model (:mod:`.ort_folded_shapes`: the shapes onnxruntime learns
-            from the values it folds); without it, the shapes of ``info`` alone.
-    """
-    opset = next((o.version for o in model.opset_import if o.domain in _ONNX), 0)
-    fused: dict[str, list[int]] = {}
-    g = _Graph(model.graph, model.ir_version, opset, info)
-    removed = _run(g.fresh(info), fused)
-    if reinfer is not None:
-        removed = _with_folded_values(model, g, info, removed, fused, reinfer)
-    for i, cause in removed.items():
-        position = top_level.get(i)
-        if position is None:
-            continue
-        t = translations[position]
-        # the reasons of the placement it would have without the optimizations stay (EP_CPU_PREFERRED, a
-        # provider without the kernel); the provider's warnings about running it do not (it never does)
-        reasons = tuple(r for r in t.reasons if not (is_ep_reason(r) and r.code in _RUN_WARNINGS))
-        translations[position] = replace_translation(
-            t, ort_placement=CPU_PROVIDER, reasons=(*reasons, optimized_away_reason(cause))
-        )
-
-
-def _with_folded_values(
-    model: onnx.ModelProto,
-    g: _Graph,
-    info: Callable[[str], TensorInfo | None],
-    removed: dict[int, FoldCause],
-    fused: dict[str, list[int]],
-    reinfer: Callable[[onnx.ModelProto], Callable[[str], TensorInfo | None]],
-) -> dict[int, FoldCause]:
-    """``removed`` again with the shapes onnx's inference gives once the folded values are initializers,
-    as onnxruntime's inference does after each fold (a few rounds, while more folds)."""
-    from ..errors import DmlShimError
-    from .ort_folded_shapes import folded_value_model, worth_values
-
-    for _ in range(_MAX_PASSES):
-        if not worth_values(model.graph, removed, info):
-            break
-        computed = [i for i, c in removed.items() if c in (FoldCause.STATIC_SHAPE, FoldCause.CONSTANT_INPUTS)]
-        valued = folded_value_model(model, computed, removed, info, fused)
-        if valued is None:
-            break
-        try:
-            learned = reinfer(valued)
-        except DmlShimError:
-            break
-        first = info
-
-        def info(name: str, learned=learned, first=first) -> TensorInfo | None:
-            found = learned(name)
-            if found is not None and found.static_dims is not None:
-                return found
-            return first(name)
-
-        fused = {}
-        again = _run(g.fresh(info), fused)
-        if len(again) <= len(removed):
-            break
-        removed = again
-    return removed
