@@ -127,3 +127,34 @@ def test_overridable_initializer_is_not_constant(ir: int, w_is_input: bool, remo
     assert ("gather_w" in ort_removed) is removed
     assert "gather_dim" in ort_removed  # the Shape of a static [2, 3], then a constant index
     assert _inspect_removed(model) == ort_removed
+
+
+def test_a_huge_folded_value_is_never_computed() -> None:
+    """A Range whose limit is computed from a static shape (10^12 elements) is folded by onnxruntime at
+    session creation; inspect, following its folding, bounds what it computes and never allocates it."""
+    inits = [
+        numpy_helper.from_array(np.array(0, np.int64), "zero"),
+        numpy_helper.from_array(np.array(10**12, np.int64), "big"),
+        numpy_helper.from_array(np.array(1, np.int64), "one"),
+        numpy_helper.from_array(np.array([0], np.int64), "idx"),
+    ]
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"], name="shape"),
+        helper.make_node("Gather", ["s", "zero"], ["n"], name="dim"),
+        helper.make_node("Mul", ["n", "big"], ["limit"], name="mul"),
+        helper.make_node("Range", ["zero", "limit", "one"], ["r"], name="range"),
+        helper.make_node("Gather", ["r", "idx"], ["first"], name="gather_huge"),
+        helper.make_node("Cast", ["first"], ["f"], to=T.FLOAT, name="cast"),
+        helper.make_node("Add", ["x", "f"], ["y"], name="add"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "huge",
+        [helper.make_tensor_value_info("x", T.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", T.FLOAT, None)],
+        inits,
+    )
+    model = helper.make_model(graph, ir_version=8, opset_imports=[helper.make_opsetid("", 17)])
+    removed = _inspect_removed(model)
+    assert "dim" in removed  # a Gather of the Shape of a static [2, 3]
+    assert "gather_huge" in removed  # its inputs are all constants once folded, whatever their size

@@ -29,6 +29,16 @@ __all__ = ["apply_optimized_away", "folded_value_model", "worth_values"]
 
 logger = logging.getLogger(__name__)
 
+_BOUNDED_OPS = frozenset(
+    {
+        "Shape", "Size", "Identity", "Cast", "CastLike", "Reshape", "Flatten", "Squeeze", "Unsqueeze",
+        "Transpose", "Slice", "Split", "Concat", "Neg", "Abs", "Floor", "Ceil", "Round", "Sqrt", "Exp",
+        "Log", "Reciprocal", "Sign", "Not", "Relu", "Sigmoid", "ReduceMax", "ReduceMin", "ReduceSum",
+        "ReduceProd", "ReduceMean", "ArgMax", "ArgMin",
+    }
+)  # fmt: skip
+"""Ops whose output holds no more elements than their inputs together (Concat: their sum)."""
+
 MAX_FOLDED_ELEMENTS = 1 << 20
 """The most elements the folded values may hold in all (beyond, no second inference)."""
 
@@ -61,61 +71,127 @@ def _shape_constant(node: onnx.NodeProto, dims: tuple[int, ...]) -> onnx.NodePro
     return helper.make_node("Constant", [], [node.output[0]], value=numpy_helper.from_array(value))
 
 
+def _bound(
+    node: onnx.NodeProto, known: Mapping[str, np.ndarray], info: Callable[[str], TensorInfo | None]
+) -> int | None:
+    """How many elements a node that may make more than it reads gives, from its known inputs (None:
+    not known yet)."""
+    ins = [known.get(n) if n else None for n in node.input]
+
+    def shape_of(k: int) -> tuple[int, ...] | None:
+        if ins[k] is not None:
+            return tuple(np.shape(ins[k]))
+        found = info(node.input[k])
+        return found.static_dims if found is not None else None
+
+    op = node.op_type
+    if op == "Range" and len(ins) == 3 and all(v is not None and np.size(v) == 1 for v in ins):
+        start, limit, delta = (float(np.asarray(v).reshape(-1)[0]) for v in ins)  # type: ignore[arg-type]
+        return max(math.ceil((limit - start) / delta), 0) if delta else None
+    if op == "ConstantOfShape" and ins and ins[0] is not None:
+        return math.prod(int(d) for d in np.asarray(ins[0]).reshape(-1))
+    if op == "Expand" and len(ins) == 2 and ins[1] is not None:
+        data = shape_of(0)
+        if data is None:
+            return None
+        want = [int(d) for d in np.asarray(ins[1]).reshape(-1)]
+        rank = max(len(data), len(want))
+        a = [1] * (rank - len(data)) + list(data)
+        b = [1] * (rank - len(want)) + want
+        return math.prod(max(x, y) for x, y in zip(a, b, strict=True))
+    if op == "Tile" and len(ins) == 2 and ins[1] is not None:
+        data = shape_of(0)
+        reps = [int(d) for d in np.asarray(ins[1]).reshape(-1)]
+        return None if data is None else math.prod(data) * math.prod(reps)
+    return None
+
+
 def folded_value_model(
     model: onnx.ModelProto,
     folded: Collection[int],
     removed: Collection[int],
     info: Callable[[str], TensorInfo | None],
     fused: Mapping[str, list[int]],
+    known: dict[str, np.ndarray],
 ) -> onnx.ModelProto | None:
     """A copy of ``model`` whose ``folded`` nodes are replaced by initializers of the values they compute
     (from the other ``removed`` nodes they read, a static ``Shape`` giving its dimensions, a ``Concat`` the
-    reshape fusion replaced the shape it gives, in ``fused``); None when the
-    values cannot be computed here (an op onnx's reference evaluator lacks, external weights, too large)."""
+    reshape fusion replaced the shape it gives, in ``fused``), as far as they can be computed now;
+    ``known`` (the values of earlier rounds) gains the new ones. None when nothing new is computed (an op
+    onnx's reference evaluator lacks, external weights, a size not bounded yet, too large)."""
     from onnx.reference import ReferenceEvaluator
 
     graph = model.graph
     producer = {o: i for i, n in enumerate(graph.node) for o in n.output if o}
-    needed = set(folded)
-    stack = list(folded)
+
+    def is_known(i: int) -> bool:
+        return all(o in known for o in graph.node[i].output if o)
+
+    needed = {i for i in folded if not is_known(i)}
+    stack = list(needed)
     while stack:  # the removed nodes the folded ones read, computed along (a fused Concat's real value)
         node = graph.node[stack.pop()]
         if node.op_type == "Shape" or node.output[0] in fused:
             continue  # a static Shape is its dimensions, a fused Concat its shape (below)
         for name in node.input:
             p = producer.get(name) if name else None
-            if p is not None and p not in needed and graph.node[p].op_type != "Constant":
-                if p not in removed:
-                    logger.debug("folded values not computed: %r reads %r, which stays", node.name, name)
-                    return None
-                needed.add(p)
-                stack.append(p)
+            if p is None or p in needed or graph.node[p].op_type == "Constant" or is_known(p):
+                continue
+            if p not in removed:
+                logger.debug("folded values not computed: %r reads %r, which stays", node.name, name)
+                return None
+            needed.add(p)
+            stack.append(p)
+    # nothing is computed whose size is not bounded (a ConstantOfShape of a huge constant shape): a value
+    # inference leaves without a static shape comes from an op that gives no more than it reads, or one
+    # whose size its known inputs give; a node waiting for those waits for a later round, with its readers
+    elements = 0
+    blocked: set[str] = set()
     nodes = []
     outputs: list[str] = []
     for i, node in enumerate(graph.node):
         if i not in needed:
+            continue
+        outs = [o for o in node.output if o]
+        if any(n in blocked for n in node.input if n):
+            blocked.update(outs)
             continue
         if node.output and node.output[0] in fused:
             value = np.array(fused[node.output[0]], dtype=np.int64)
             nodes.append(
                 helper.make_node("Constant", [], [node.output[0]], value=numpy_helper.from_array(value))
             )
-        elif node.op_type == "Shape" and node.domain in ("", "ai.onnx"):
+            continue
+        if node.op_type == "Shape" and node.domain in ("", "ai.onnx"):
             found = info(node.input[0])
             if found is None or found.static_dims is None:
-                logger.debug("folded values not computed: %r of a shape not static", node.name)
-                return None
+                blocked.update(outs)
+                continue
             nodes.append(_shape_constant(node, found.static_dims))
         else:
+            for o in outs:
+                found = info(o)
+                if found is not None and found.static_dims is not None:
+                    elements += math.prod(found.static_dims)
+                elif node.op_type not in _BOUNDED_OPS:
+                    size = _bound(node, known, info)
+                    if size is None:
+                        blocked.update(outs)
+                        break
+                    elements += size
+            if blocked.intersection(outs):
+                continue
             nodes.append(node)
         if i in folded:
-            outputs += [o for o in node.output if o]
-    if not nodes:
+            outputs += outs
+    if not outputs or elements > MAX_FOLDED_ELEMENTS:
+        logger.debug("folded values not computed: %d outputs, %d elements", len(outputs), elements)
         return None
     read = {n for node in nodes for n in node.input if n}
     inits = [t for t in graph.initializer if t.name in read]
     if any(t.data_location == onnx.TensorProto.EXTERNAL for t in inits):
         return None
+    inits += [numpy_helper.from_array(np.asarray(known[n]), n) for n in sorted(read) if n in known]
     consts = [n for n in graph.node if n.op_type == "Constant" and any(o in read for o in n.output)]
     sub = helper.make_graph(
         [*consts, *nodes],
@@ -132,18 +208,18 @@ def folded_value_model(
     except Exception as exc:
         logger.debug("folded values not computed: %s", exc)
         return None
-    if sum(math.prod(np.shape(v)) for v in values) > MAX_FOLDED_ELEMENTS:
+    known.update((name, np.asarray(v)) for name, v in zip(outputs, values, strict=True))
+    if sum(v.size for v in known.values()) > MAX_FOLDED_ELEMENTS:
         logger.debug("folded values not used: more than %d elements", MAX_FOLDED_ELEMENTS)
         return None
     out = onnx.ModelProto()
     out.CopyFrom(without_weights(model))  # shapes are what is inferred: no weight byte copied
-    folded = set(folded)
-    keep = [n for i, n in enumerate(graph.node) if i not in folded]
+    done = {i for i in folded if is_known(i)}
+    keep = [n for i, n in enumerate(graph.node) if i not in done]
     del out.graph.node[:]
     out.graph.node.extend(keep)
-    out.graph.initializer.extend(
-        numpy_helper.from_array(np.asarray(v), name) for name, v in zip(outputs, values, strict=True)
-    )
+    values_of = {o for i in done for o in graph.node[i].output if o}
+    out.graph.initializer.extend(numpy_helper.from_array(known[n], n) for n in sorted(values_of))
     return out
 
 
@@ -198,11 +274,13 @@ def _with_folded_values(
     as onnxruntime's inference does after each fold (a few rounds, while more folds)."""
     from ..errors import DmlShimError
 
+    known: dict[str, np.ndarray] = {}  # folded values computed so far, by name
     for _ in range(_MAX_PASSES):
         if not worth_values(model.graph, removed, info):
             break
         computed = [i for i, c in removed.items() if c in (FoldCause.STATIC_SHAPE, FoldCause.CONSTANT_INPUTS)]
-        valued = folded_value_model(model, computed, removed, info, fused)
+        before = len(known)
+        valued = folded_value_model(model, computed, removed, info, fused, known)
         if valued is None:
             break
         try:
@@ -219,7 +297,7 @@ def _with_folded_values(
 
         fused = {}
         again = _run(g.fresh(info), fused)
-        if len(again) <= len(removed):
-            break
-        removed = again
+        if len(again) <= len(removed) and len(known) == before:
+            break  # neither a node more removed nor a value more known: no later round changes anything
+        removed = again if len(again) > len(removed) else removed
     return removed
