@@ -126,7 +126,9 @@ def four_places_model(path: Path, *, runnable: bool = False) -> Path:
     """One gather/scatter node for each place a node can run: a Gather of a float input (DirectML), a
     Gather of a Shape (onnxruntime's DirectML provider runs it on the CPU with the shape computations),
     a ScatterElements with reduction "add" (DirectML has no scatter reduction: CPU fallback) and a Gather
-    of a Reshape to a shape of unknown length (rank unknown: not translated)."""
+    of a Reshape to a shape of unknown length (rank unknown: not translated). ``x``'s first dimension is
+    symbolic: of a static ``x``, onnxruntime's constant folding would remove the Shape and its Gather
+    before placing nodes (docs/inspect.md)."""
     nodes = [
         helper.make_node("Gather", ["x", "i"], ["g"], axis=1, name="on_dml"),
         helper.make_node("Shape", ["x"], ["s"], name="shape"),
@@ -135,11 +137,11 @@ def four_places_model(path: Path, *, runnable: bool = False) -> Path:
             "ScatterElements", ["x", "si", "su"], ["sc"], axis=0, reduction="add", name="scatter_add"
         ),
     ]
-    inputs = [helper.make_tensor_value_info("x", T.FLOAT, [4, 3])]
+    inputs = [helper.make_tensor_value_info("x", T.FLOAT, ["n", 3])]
     outputs = [
-        helper.make_tensor_value_info("g", T.FLOAT, [4, 2]),
+        helper.make_tensor_value_info("g", T.FLOAT, ["n", 2]),
         helper.make_tensor_value_info("d0", T.INT64, []),
-        helper.make_tensor_value_info("sc", T.FLOAT, [4, 3]),
+        helper.make_tensor_value_info("sc", T.FLOAT, ["n", 3]),
     ]
     if not runnable:
         nodes += [
@@ -156,7 +158,7 @@ def four_places_model(path: Path, *, runnable: bool = False) -> Path:
         initializer=[
             helper.make_tensor("i", T.INT64, [2], [2, 0]),
             helper.make_tensor("zero", T.INT64, [], [0]),
-            helper.make_tensor("si", T.INT64, [1, 3], [1, 0, 3]),
+            helper.make_tensor("si", T.INT64, [1, 3], [1, 0, 1]),  # rows of any n >= 2
             helper.make_tensor("su", T.FLOAT, [1, 3], [1.0, 2.0, 3.0]),
         ],
     )

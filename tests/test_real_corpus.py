@@ -120,7 +120,14 @@ def test_inspect_and_validate_agree_on_every_placement(name: str) -> None:
     a, b = cr.placements(inspected), cr.placements(validated)
     assert set(a) == set(b)
     assert sum(_entry(name)["gather_scatter_ops"].values()) == len(a)
-    differ = [(n, a[n], b[n]) for n in sorted(a) if a[n] != b[n]]
+    # a node onnxruntime's optimizations remove is in no partition (inspect: EP_OPTIMIZED_AWAY); validate's
+    # engine runs it itself, where the graph alone places it
+    removed = {
+        n["name"]
+        for n in inspected["nodes"]
+        if any(r.get("code") == "EP_OPTIMIZED_AWAY" for r in n["reasons"])
+    }
+    differ = [(n, a[n], b[n]) for n in sorted(a) if a[n] != b[n] and n not in removed]
     assert differ == [], f"{name}: inspect vs validate placements differ: {differ[:5]}"
 
 

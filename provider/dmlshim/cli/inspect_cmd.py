@@ -210,7 +210,11 @@ def _translate(
     them)."""
     if ran is None or ran.error:
         # the model as the load prepared it, unless sizes were fixed in it (fix_symbols) since
-        return translate_model(model, args.feature_level, shapes, other_domains=True, prepared=not shapes)
+        # onnxruntime's level-1 optimizations for the model as given (sizes fixed by --input-shape are not
+        # what a session of the file sees, so its nodes are placed as they stand)
+        return translate_model(
+            model, args.feature_level, shapes, other_domains=True, prepared=not shapes, optimized=not shapes
+        )
     initializers = {t.name for t in model.graph.initializer}
     sizes = {
         v.name: ran.value_shapes[v.name]

@@ -16,6 +16,7 @@ from ..model.ort_errors import LOWERED_HOW, REGISTER_HOW, UnknownOperator, is_lo
 from ..text import printable, shape_text, table
 from ..translate.ep_refusals import describe_refusals
 from ..translate.model_translation import ModelTranslation
+from ..translate.ort_folding import OPTIMIZED_AWAY_CODE
 from ..translate.plan import NodeTranslation, Status, elem_type_name
 from ..translate.run_cases import case_lines
 from ..translate.translator import NOTE_MEANINGS, is_ep_reason
@@ -420,7 +421,9 @@ def _node_rows(
     for n in nodes:
         operator = n.operator
         kind = operator.operator_type if operator is not None else None
-        key = (n.op_type, n.since_version, n.status, kind, n.min_feature_level, n.ort_placement)
+        # a node onnxruntime's optimizations remove runs in no partition: the column says so
+        removed = OPTIMIZED_AWAY_CODE in n.reason_codes
+        key = (n.op_type, n.since_version, n.status, kind, n.min_feature_level, n.ort_placement, removed)
         tail = cells.get(key)
         if tail is None:
             level = n.min_feature_level
@@ -430,7 +433,7 @@ def _node_rows(
                 n.status.value,
                 _operator_cell(n),
                 level.short if level else "-",
-                (n.ort_placement or "rejected").removesuffix("ExecutionProvider"),
+                "removed" if removed else (n.ort_placement or "rejected").removesuffix("ExecutionProvider"),
             ]
         row = [n.name, *tail]
         if run is not None:

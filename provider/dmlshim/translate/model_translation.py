@@ -23,6 +23,7 @@ from ..model.prepare import prepare_model
 from ..resources import guard_resources
 from .converters import get_converter
 from .ep_refusals import session_refusals
+from .ort_folded_shapes import apply_optimized_away
 from .placement import CPU_PREFERRED_MESSAGE, REASON_CPU_PREFERRED, graph_placements
 from .plan import (
     CPU_PROVIDER,
@@ -260,6 +261,7 @@ def translate_model(
     run_executions: Mapping[str, Sequence[Execution]] | None = None,
     inferred: onnx.ModelProto | None = None,
     prepared: bool = False,
+    optimized: bool = False,
 ) -> ModelTranslation:
     """Translate every gather/scatter node of a model, subgraphs included.
 
@@ -284,6 +286,10 @@ def translate_model(
             ``input_shapes``, or when ``model`` is not prepared yet.
         prepared: ``model`` is what :func:`dmlshim.model.prepare.prepare_model` returned, unchanged since
             (the model a load gave): it is not walked again to find that out.
+        optimized: report for a session with graph optimizations on (onnxruntime's default): the
+            top-level nodes its constant folding removes before placing nodes
+            (:mod:`dmlshim.translate.ort_folding`) are placed on no provider but computed on the CPU at
+            session creation, with reason ``EP_OPTIMIZED_AWAY`` (``dmlshim inspect``).
 
     Returns:
         The translations and counts; nodes whose shapes stay unknown have status ``error`` with reason
@@ -350,6 +356,9 @@ def translate_model(
         _explain_unknown(inferred, scopes, unknown, translations)
     # The graph as given: in the inferred copy large initializers are graph inputs (no weight bytes).
     _apply_graph_placement(model.graph, top, top_level, translations)
+    if optimized and top_level:
+        # one onnx inference per round, on a model without weights (the first inference's shapes kept)
+        apply_optimized_away(model, top.get, top_level, translations, _reinfer)
     refusals = tuple((name, r.code, f"{r.form}; fails at {r.when}") for name, r in session_refusals(model))
     return ModelTranslation(fl, tuple(translations), total, opsets.get("", 0), refusals, run_cases)
 
@@ -493,3 +502,8 @@ def _apply_graph_placement(
             ort_placement=CPU_PROVIDER,
             reasons=(*reasons, Reason(REASON_CPU_PREFERRED, CPU_PREFERRED_MESSAGE)),
         )
+
+
+def _reinfer(model: onnx.ModelProto) -> Any:
+    """The shapes onnx's inference (with data propagation) gives ``model``: a function of a value's name."""
+    return _GraphInfos(onnx.shape_inference.infer_shapes(model, data_prop=True).graph, {}).get

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ...translate.ort_folding import OPTIMIZED_AWAY_CODE
 from ...translate.placement import REASON_CPU_PREFERRED
 from ...translate.plan import NodeTranslation, Status
 from ...translate.translator import is_ep_reason
@@ -56,7 +57,9 @@ def _category(t: NodeTranslation) -> str:
         return ERROR
     if t.status is Status.FALLBACK:
         return FALLBACK
-    return SHAPE if REASON_CPU_PREFERRED in t.reason_codes else DML
+    # a node onnxruntime's optimizations remove is computed on the CPU at session creation, if at all
+    codes = t.reason_codes
+    return SHAPE if REASON_CPU_PREFERRED in codes or OPTIMIZED_AWAY_CODE in codes else DML
 
 
 def _reason_mark(t: NodeTranslation, code: str) -> str:

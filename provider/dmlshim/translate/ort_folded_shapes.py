@@ -1,0 +1,303 @@
+"""Shapes onnxruntime learns from the values its constant folding computes.
+
+onnxruntime runs its shape inference again on the nodes after one it folds, with the folded outputs as
+initializers, so a ``Resize`` whose sizes are computed from a static image size gets a static output
+shape there, and the ``Shape`` nodes of everything after it fold in turn (Faster/Mask R-CNN exports). onnx's
+inference, which dmlshim reads, does not compute those values. :func:`folded_value_model` computes them
+with onnx's reference evaluator and gives a copy of the model where they are initializers, for a second
+inference; :func:`worth_values` says when that can change anything: every graph input has a static shape
+(otherwise the shapes stay symbolic) and some ``Shape`` node is still not folded.
+:func:`apply_optimized_away` marks inspect's translations of the nodes removed.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Collection, Mapping
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from ..model.weightless import without_weights
+from .ort_folding import _MAX_PASSES, _ONNX, _RUN_WARNINGS, FoldCause, _Graph, _run, optimized_away_reason
+from .plan import CPU_PROVIDER, NodeTranslation, TensorInfo, replace_translation
+from .translator import is_ep_reason
+
+__all__ = ["apply_optimized_away", "folded_value_model", "worth_values"]
+
+logger = logging.getLogger(__name__)
+
+_BOUNDED_OPS = frozenset(
+    {
+        "Shape", "Size", "Identity", "Cast", "CastLike", "Reshape", "Flatten", "Squeeze", "Unsqueeze",
+        "Transpose", "Slice", "Split", "Concat", "Neg", "Abs", "Floor", "Ceil", "Round", "Sqrt", "Exp",
+        "Log", "Reciprocal", "Sign", "Not", "Relu", "Sigmoid", "ReduceMax", "ReduceMin", "ReduceSum",
+        "ReduceProd", "ReduceMean", "ArgMax", "ArgMin",
+    }
+)  # fmt: skip
+"""Ops whose output holds no more elements than their inputs together (Concat: their sum)."""
+
+MAX_FOLDED_ELEMENTS = 1 << 20
+"""The most elements the folded values may hold in all (beyond, no second inference)."""
+
+
+def worth_values(
+    graph: onnx.GraphProto, removed: Mapping[int, object], info: Callable[[str], TensorInfo | None]
+) -> bool:
+    """Whether folded values may give shapes onnx's inference left symbolic (see the module)."""
+    inits = {t.name for t in graph.initializer}
+    for v in graph.input:
+        if v.name in inits:
+            continue
+        found = info(v.name)
+        if found is None or found.static_dims is None:
+            return False
+    return any(
+        n.op_type == "Shape" and n.domain in ("", "ai.onnx") and i not in removed
+        for i, n in enumerate(graph.node)
+    )
+
+
+def _shape_constant(node: onnx.NodeProto, dims: tuple[int, ...]) -> onnx.NodeProto:
+    """A Constant giving what ``Shape`` (with its start/end) gives for ``dims``."""
+    attrs = {a.name: a.i for a in node.attribute}
+    rank = len(dims)
+    start, end = attrs.get("start", 0), attrs.get("end", rank)
+    start = min(max(start + rank if start < 0 else start, 0), rank)
+    end = min(max(end + rank if end < 0 else end, 0), rank)
+    value = np.array(dims[start:end] if end > start else [], dtype=np.int64)
+    return helper.make_node("Constant", [], [node.output[0]], value=numpy_helper.from_array(value))
+
+
+def _bound(
+    node: onnx.NodeProto, known: Mapping[str, np.ndarray], info: Callable[[str], TensorInfo | None]
+) -> int | None:
+    """How many elements a node that may make more than it reads gives, from its known inputs (None:
+    not known yet)."""
+    ins = [known.get(n) if n else None for n in node.input]
+
+    def shape_of(k: int) -> tuple[int, ...] | None:
+        if ins[k] is not None:
+            return tuple(np.shape(ins[k]))
+        found = info(node.input[k])
+        return found.static_dims if found is not None else None
+
+    op = node.op_type
+    if op == "Range" and len(ins) == 3 and all(v is not None and np.size(v) == 1 for v in ins):
+        start, limit, delta = (float(np.asarray(v).reshape(-1)[0]) for v in ins)  # type: ignore[arg-type]
+        return max(math.ceil((limit - start) / delta), 0) if delta else None
+    if op == "ConstantOfShape" and ins and ins[0] is not None:
+        return math.prod(int(d) for d in np.asarray(ins[0]).reshape(-1))
+    if op == "Expand" and len(ins) == 2 and ins[1] is not None:
+        data = shape_of(0)
+        if data is None:
+            return None
+        want = [int(d) for d in np.asarray(ins[1]).reshape(-1)]
+        rank = max(len(data), len(want))
+        a = [1] * (rank - len(data)) + list(data)
+        b = [1] * (rank - len(want)) + want
+        return math.prod(max(x, y) for x, y in zip(a, b, strict=True))
+    if op == "Tile" and len(ins) == 2 and ins[1] is not None:
+        data = shape_of(0)
+        reps = [int(d) for d in np.asarray(ins[1]).reshape(-1)]
+        return None if data is None else math.prod(data) * math.prod(reps)
+    return None
+
+
+def folded_value_model(
+    model: onnx.ModelProto,
+    folded: Collection[int],
+    removed: Collection[int],
+    info: Callable[[str], TensorInfo | None],
+    fused: Mapping[str, list[int]],
+    known: dict[str, np.ndarray],
+) -> onnx.ModelProto | None:
+    """A copy of ``model`` whose ``folded`` nodes are replaced by initializers of the values they compute
+    (from the other ``removed`` nodes they read, a static ``Shape`` giving its dimensions, a ``Concat`` the
+    reshape fusion replaced the shape it gives, in ``fused``), as far as they can be computed now;
+    ``known`` (the values of earlier rounds) gains the new ones. None when nothing new is computed (an op
+    onnx's reference evaluator lacks, external weights, a size not bounded yet, too large)."""
+    from onnx.reference import ReferenceEvaluator
+
+    graph = model.graph
+    producer = {o: i for i, n in enumerate(graph.node) for o in n.output if o}
+
+    def is_known(i: int) -> bool:
+        return all(o in known for o in graph.node[i].output if o)
+
+    needed = {i for i in folded if not is_known(i)}
+    stack = list(needed)
+    while stack:  # the removed nodes the folded ones read, computed along (a fused Concat's real value)
+        node = graph.node[stack.pop()]
+        if node.op_type == "Shape" or node.output[0] in fused:
+            continue  # a static Shape is its dimensions, a fused Concat its shape (below)
+        for name in node.input:
+            p = producer.get(name) if name else None
+            if p is None or p in needed or graph.node[p].op_type == "Constant" or is_known(p):
+                continue
+            if p not in removed:
+                logger.debug("folded values not computed: %r reads %r, which stays", node.name, name)
+                return None
+            needed.add(p)
+            stack.append(p)
+    # nothing is computed whose size is not bounded (a ConstantOfShape of a huge constant shape): a value
+    # inference leaves without a static shape comes from an op that gives no more than it reads, or one
+    # whose size its known inputs give; a node waiting for those waits for a later round, with its readers
+    elements = 0
+    blocked: set[str] = set()
+    nodes = []
+    outputs: list[str] = []
+    for i, node in enumerate(graph.node):
+        if i not in needed:
+            continue
+        outs = [o for o in node.output if o]
+        if any(n in blocked for n in node.input if n):
+            blocked.update(outs)
+            continue
+        if node.output and node.output[0] in fused:
+            value = np.array(fused[node.output[0]], dtype=np.int64)
+            nodes.append(
+                helper.make_node("Constant", [], [node.output[0]], value=numpy_helper.from_array(value))
+            )
+            continue
+        if node.op_type == "Shape" and node.domain in ("", "ai.onnx"):
+            found = info(node.input[0])
+            if found is None or found.static_dims is None:
+                blocked.update(outs)
+                continue
+            nodes.append(_shape_constant(node, found.static_dims))
+        else:
+            for o in outs:
+                found = info(o)
+                if found is not None and found.static_dims is not None:
+                    elements += math.prod(found.static_dims)
+                elif node.op_type not in _BOUNDED_OPS:
+                    size = _bound(node, known, info)
+                    if size is None:
+                        blocked.update(outs)
+                        break
+                    elements += size
+            if blocked.intersection(outs):
+                continue
+            nodes.append(node)
+        if i in folded:
+            outputs += outs
+    if not outputs or elements > MAX_FOLDED_ELEMENTS:
+        logger.debug("folded values not computed: %d outputs, %d elements", len(outputs), elements)
+        return None
+    read = {n for node in nodes for n in node.input if n}
+    inits = [t for t in graph.initializer if t.name in read]
+    if any(t.data_location == onnx.TensorProto.EXTERNAL for t in inits):
+        return None
+    inits += [numpy_helper.from_array(np.asarray(known[n]), n) for n in sorted(read) if n in known]
+    consts = [n for n in graph.node if n.op_type == "Constant" and any(o in read for o in n.output)]
+    sub = helper.make_graph(
+        [*consts, *nodes],
+        "folded",
+        [],
+        [helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None) for o in outputs],
+        inits,
+    )
+    try:
+        evaluator = ReferenceEvaluator(
+            helper.make_model(sub, opset_imports=list(model.opset_import), ir_version=model.ir_version)
+        )
+        values = evaluator.run(None, {})
+    except Exception as exc:
+        logger.debug("folded values not computed: %s", exc)
+        return None
+    known.update((name, np.asarray(v)) for name, v in zip(outputs, values, strict=True))
+    if sum(v.size for v in known.values()) > MAX_FOLDED_ELEMENTS:
+        logger.debug("folded values not used: more than %d elements", MAX_FOLDED_ELEMENTS)
+        return None
+    out = onnx.ModelProto()
+    out.CopyFrom(without_weights(model))  # shapes are what is inferred: no weight byte copied
+    done = {i for i in folded if is_known(i)}
+    keep = [n for i, n in enumerate(graph.node) if i not in done]
+    del out.graph.node[:]
+    out.graph.node.extend(keep)
+    values_of = {o for i in done for o in graph.node[i].output if o}
+    out.graph.initializer.extend(numpy_helper.from_array(known[n], n) for n in sorted(values_of))
+    return out
+
+
+def apply_optimized_away(
+    model: onnx.ModelProto,
+    info: Callable[[str], TensorInfo | None],
+    top_level: Mapping[int, int],
+    translations: list[NodeTranslation],
+    reinfer: Callable[[onnx.ModelProto], Callable[[str], TensorInfo | None]] | None = None,
+) -> None:
+    """Mark the top-level gather/scatter nodes onnxruntime's level-1 optimizations remove (constant folding
+    computes them with its CPU kernels at session creation, or they are left unread): placed on the CPU
+    with reason ``EP_OPTIMIZED_AWAY``, after the reasons of where they would run without the
+    optimizations (a node with no other placement reason would run on DmlExecutionProvider then).
+
+    Args:
+        model: the prepared model (its own initializers).
+        info: the inferred type and shape of a top-level value.
+        top_level: node index in the top-level graph -> position in ``translations``.
+        translations: the translations, changed in place.
+        reinfer: shape inference of a model (:mod:`.ort_folded_shapes`: the shapes onnxruntime learns
+            from the values it folds); without it, the shapes of ``info`` alone.
+    """
+    opset = next((o.version for o in model.opset_import if o.domain in _ONNX), 0)
+    fused: dict[str, list[int]] = {}
+    g = _Graph(model.graph, model.ir_version, opset, info)
+    removed = _run(g.fresh(info), fused)
+    if reinfer is not None:
+        removed = _with_folded_values(model, g, info, removed, fused, reinfer)
+    for i, cause in removed.items():
+        position = top_level.get(i)
+        if position is None:
+            continue
+        t = translations[position]
+        # the reasons of the placement it would have without the optimizations stay (EP_CPU_PREFERRED, a
+        # provider without the kernel); the provider's warnings about running it do not (it never does)
+        reasons = tuple(r for r in t.reasons if not (is_ep_reason(r) and r.code in _RUN_WARNINGS))
+        translations[position] = replace_translation(
+            t, ort_placement=CPU_PROVIDER, reasons=(*reasons, optimized_away_reason(cause))
+        )
+
+
+def _with_folded_values(
+    model: onnx.ModelProto,
+    g: _Graph,
+    info: Callable[[str], TensorInfo | None],
+    removed: dict[int, FoldCause],
+    fused: dict[str, list[int]],
+    reinfer: Callable[[onnx.ModelProto], Callable[[str], TensorInfo | None]],
+) -> dict[int, FoldCause]:
+    """``removed`` again with the shapes onnx's inference gives once the folded values are initializers,
+    as onnxruntime's inference does after each fold (a few rounds, while more folds)."""
+    from ..errors import DmlShimError
+
+    known: dict[str, np.ndarray] = {}  # folded values computed so far, by name
+    for _ in range(_MAX_PASSES):
+        if not worth_values(model.graph, removed, info):
+            break
+        computed = [i for i, c in removed.items() if c in (FoldCause.STATIC_SHAPE, FoldCause.CONSTANT_INPUTS)]
+        before = len(known)
+        valued = folded_value_model(model, computed, removed, info, fused, known)
+        if valued is None:
+            break
+        try:
+            learned = reinfer(valued)
+        except DmlShimError:
+            break
+        first = info
+
+        def info(name: str, learned=learned, first=first) -> TensorInfo | None:
+            found = learned(name)
+            if found is not None and found.static_dims is not None:
+                return found
+            return first(name)
+
+        fused = {}
+        again = _run(g.fresh(info), fused)
+        if len(again) <= len(removed) and len(known) == before:
+            break  # neither a node more removed nor a value more known: no later round changes anything
+        removed = again if len(again) > len(removed) else removed
+    return removed
