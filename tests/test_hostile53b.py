@@ -133,6 +133,24 @@ def test_optimized_away_probe_writes_nothing_beside_the_model(tmp_path: Path) ->
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
+def test_optimized_away_a_gather_the_transpose_optimizer_adds_hides_nothing(tmp_path: Path) -> None:
+    """onnxruntime's transpose optimizer turns a ``Shape`` of a ``Transpose`` into a new ``Gather`` of a
+    ``Shape`` (GPT-2's attention): that node stands for no gather of the model, so the folded shape gathers
+    onnxruntime's saved graph no longer holds are still found (the probe said none before)."""
+    path = Path(__file__).resolve().parent.parent / "onnx_models" / "real" / "gpt2_past_torchscript.onnx"
+    model = onnx.load(str(path), load_external_data=False)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    options.optimized_model_filepath = str(tmp_path / "basic.onnx")
+    ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    saved = onnx.load(str(tmp_path / "basic.onnx"), load_external_data=False)
+    kept = {n.name for n in saved.graph.node} | {o for n in saved.graph.node for o in n.output}
+    gathers = [n for n in model.graph.node if n.op_type == "Gather"]
+    gone = {n.name for n in gathers if n.name not in kept and not set(n.output) & kept}
+    assert "/model/transformer/h.0/attn/Gather_2" in gone  # onnxruntime's own graph, read directly
+    assert optimized_away_nodes(model, "all", path) == gone
+
+
 # -- NUL characters and bytes in paths ----------------------------------------------------------------
 
 

@@ -79,7 +79,9 @@ def optimized_away_nodes(
         except (*ORT_ERRORS, OSError, ValueError, DecodeError) as exc:
             logger.debug("no graph-optimization probe for the directml engine's records: %s", exc)
             return frozenset()
-    survived = _survivors({i: nodes[i] for group in twins.values() for i in group}, saved.graph.node)
+    shapes = {name for node in nodes if node.op_type == "Shape" for name in node.output}
+    originals = {i: nodes[i] for group in twins.values() for i in group}
+    survived = _survivors(originals, saved.graph.node, shapes)
     gone = {i for group in twins.values() if survived.isdisjoint(group) for i in group}
     # a name two nodes share (the records know nodes by name) counts only when every node so named is gone
     kept = {name for i, name in enumerate(names) if i not in gone}
@@ -96,12 +98,18 @@ def _loose_key(node: onnx.NodeProto) -> tuple[object, ...]:
     )
 
 
-def _survivors(originals: dict[int, onnx.NodeProto], saved: Sequence[onnx.NodeProto]) -> set[int]:
+def _survivors(
+    originals: dict[int, onnx.NodeProto],
+    saved: Sequence[onnx.NodeProto],
+    shapes: set[str] | frozenset[str] = frozenset(),
+) -> set[int]:
     """The positions of the ``originals`` found in onnxruntime's optimized graph: by their own name (a
     nameless node's reported name ``Gather_3`` is its position, which optimization changes), outputs
     (unique in a graph) or op, inputs and attributes. A node of the optimized graph none of these explains
     stands for every original of its op, attributes and data input, or, when none has them, for every
-    original of its op (which one it is cannot be told: none of them is recorded as optimized away)."""
+    original of its op (which one it is cannot be told: none of them is recorded as optimized away),
+    unless it writes the output of an original ``Shape`` (``shapes``): the transpose optimizer turns
+    ``Shape(Transpose(x))`` into a ``Gather`` of ``Shape(x)``, a new node that stands for no original."""
     kept = [node for node in saved if is_gather_scatter(node)]
     evidence = [{(n.op_type, n.name) for n in kept if n.name}, {(n.op_type, tuple(n.output)) for n in kept}]
     keys = {_twin_key(n) for n in kept}
@@ -123,6 +131,8 @@ def _survivors(originals: dict[int, onnx.NodeProto], saved: Sequence[onnx.NodePr
             continue
         if _loose_key(node) in loose:
             found |= {i for i, n in originals.items() if _loose_key(n) == _loose_key(node)}
+        elif not shapes.isdisjoint(node.output):
+            continue  # a rewritten Shape, not a gather/scatter of the model
         else:
             found |= {i for i, n in originals.items() if n.op_type == node.op_type}
     return found
