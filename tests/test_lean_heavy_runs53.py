@@ -13,12 +13,12 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper
 
 import dmlshim
 from dmlshim.execute.engines import lean_check, whole_model
 from dmlshim.execute.plan.steps import PROVE_RUNS
 from tests.oracle import same_bits
+from tests.test_lean_check import _model  # Relu, ScatterElements, Sigmoid, Gather, Neg; no weights
 
 
 def _ort(model: onnx.ModelProto) -> ort.InferenceSession:
@@ -26,32 +26,6 @@ def _ort(model: onnx.ModelProto) -> ort.InferenceSession:
     options.intra_op_num_threads = 1
     options.log_severity_level = 3
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-
-
-def _model() -> onnx.ModelProto:
-    """Relu -> ScatterElements(fed indices, fed updates) -> Sigmoid -> Gather(fed indices) -> Neg, no
-    weights at all: the check answers from the first run and the lean check has a session of its own."""
-    nodes = [
-        helper.make_node("Relu", ["x"], ["a"]),
-        helper.make_node("ScatterElements", ["a", "sidx", "upd"], ["s"], axis=0),
-        helper.make_node("Sigmoid", ["s"], ["b"]),
-        helper.make_node("Gather", ["b", "gidx"], ["g"], axis=0),
-        helper.make_node("Neg", ["g"], ["y"]),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "lean_heavy",
-        [
-            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4]),
-            helper.make_tensor_value_info("sidx", TensorProto.INT64, ["k", 4]),
-            helper.make_tensor_value_info("upd", TensorProto.FLOAT, ["k", 4]),
-            helper.make_tensor_value_info("gidx", TensorProto.INT64, ["m"]),
-        ],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["m", 4])],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 10
-    return model
 
 
 def _feeds(n: int, gidx: list[int] | None = None, seed: int = 0) -> dict[str, np.ndarray]:
