@@ -83,9 +83,19 @@ def optimized_away_nodes(
     originals = {i: nodes[i] for group in twins.values() for i in group}
     survived = _survivors(originals, saved.graph.node, shapes)
     gone = {i for group in twins.values() if survived.isdisjoint(group) for i in group}
+    gone -= _rewritten_here(model)
     # a name two nodes share (the records know nodes by name) counts only when every node so named is gone
     kept = {name for i, name in enumerate(names) if i not in gone}
     return frozenset(names[i] for i in gone) - kept
+
+
+def _rewritten_here(model: onnx.ModelProto) -> set[int]:
+    """Positions of the ScatterND nodes dmlshim's own onnxruntime sessions replace by ONNX operators (empty
+    index tuples, which crash onnxruntime before 1.32: :mod:`dmlshim.model.zero_depth_scatternd`): gone
+    from the probe's graph because dmlshim rewrote them, not because onnxruntime optimized them away."""
+    from ..model.zero_depth_scatternd import empty_tuple_nodes, ort_crashes
+
+    return set(empty_tuple_nodes(model)) if ort_crashes() else set()
 
 
 def _loose_key(node: onnx.NodeProto) -> tuple[object, ...]:
