@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 from collections.abc import Callable, Collection, Mapping
 
 import numpy as np
@@ -39,8 +40,43 @@ _BOUNDED_OPS = frozenset(
 )  # fmt: skip
 """Ops whose output holds no more elements than their inputs together (Concat: their sum)."""
 
+_CHEAP_OPS = _BOUNDED_OPS | frozenset(
+    {
+        "Add", "Sub", "Mul", "Div", "Mod", "Pow", "Min", "Max", "Sum", "Mean", "Clip", "Equal", "Less",
+        "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor", "Where", "Gather", "GatherElements",
+        "Range", "ConstantOfShape", "Expand", "Tile", "Constant", "Trunc", "BitShift", "IsNaN", "IsInf",
+    }
+)  # fmt: skip
+"""Ops whose reference implementation costs time and memory in proportion to its inputs and output (one
+vectorised numpy call): folded values are computed for these alone. Others (Conv, Resize, pools, RNNs,
+MatMul, Einsum, TopK, NonZero, Unique, NonMaxSuppression, ...) run Python loops or cost more than their
+output holds, and never give a shape computation's value in practice: their values, and those read from
+them, are left uncomputed (their readers' shapes stay as onnx's inference gives them)."""
+
 MAX_FOLDED_ELEMENTS = 1 << 20
-"""The most elements the folded values may hold in all (beyond, no second inference)."""
+"""The most elements the folded values may hold in all, with the initializers they read (beyond, the
+values that would pass it are not computed)."""
+
+MAX_FOLDED_BYTES = MAX_FOLDED_ELEMENTS * 8
+"""The same bound in bytes (also never more than a quarter of ``DMLSHIM_MEMORY_LIMIT``)."""
+
+_NUMERIC = frozenset(
+    {
+        onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16, onnx.TensorProto.INT8,
+        onnx.TensorProto.INT16, onnx.TensorProto.INT32, onnx.TensorProto.INT64, onnx.TensorProto.UINT8,
+        onnx.TensorProto.UINT16, onnx.TensorProto.UINT32, onnx.TensorProto.UINT64, onnx.TensorProto.BOOL,
+    }
+)  # fmt: skip
+"""Element types a folded value is computed for (a string's size is not its element count; bfloat16 and
+the 8-bit floats are computed by onnx's reference evaluator with other rounding than onnxruntime's)."""
+
+
+def _budget() -> int:
+    """The bytes the folded values may take: :data:`MAX_FOLDED_BYTES`, under ``DMLSHIM_MEMORY_LIMIT``."""
+    from ..limits import memory_limit
+
+    cap = memory_limit()
+    return MAX_FOLDED_BYTES if cap is None else min(MAX_FOLDED_BYTES, cap // 4)
 
 
 def worth_values(
@@ -87,14 +123,18 @@ def _bound(
     op = node.op_type
     if op == "Range" and len(ins) == 3 and all(v is not None and np.size(v) == 1 for v in ins):
         start, limit, delta = (float(np.asarray(v).reshape(-1)[0]) for v in ins)  # type: ignore[arg-type]
-        return max(math.ceil((limit - start) / delta), 0) if delta else None
+        count = (limit - start) / delta if delta else math.nan
+        return max(math.ceil(count), 0) if math.isfinite(count) else None  # inf, nan: not computed
     if op == "ConstantOfShape" and ins and ins[0] is not None:
-        return math.prod(int(d) for d in np.asarray(ins[0]).reshape(-1))
+        dims = [int(d) for d in np.asarray(ins[0]).reshape(-1)]
+        return None if any(d < 0 for d in dims) else math.prod(dims)
     if op == "Expand" and len(ins) == 2 and ins[1] is not None:
         data = shape_of(0)
         if data is None:
             return None
         want = [int(d) for d in np.asarray(ins[1]).reshape(-1)]
+        if any(d < 0 for d in (*data, *want)):
+            return None
         rank = max(len(data), len(want))
         a = [1] * (rank - len(data)) + list(data)
         b = [1] * (rank - len(want)) + want
@@ -102,7 +142,9 @@ def _bound(
     if op == "Tile" and len(ins) == 2 and ins[1] is not None:
         data = shape_of(0)
         reps = [int(d) for d in np.asarray(ins[1]).reshape(-1)]
-        return None if data is None else math.prod(data) * math.prod(reps)
+        if data is None or any(d < 0 for d in (*data, *reps)):
+            return None
+        return math.prod(data) * math.prod(reps)
     return None
 
 
@@ -144,8 +186,10 @@ def folded_value_model(
             stack.append(p)
     # nothing is computed whose size is not bounded (a ConstantOfShape of a huge constant shape): a value
     # inference leaves without a static shape comes from an op that gives no more than it reads, or one
-    # whose size its known inputs give; a node waiting for those waits for a later round, with its readers
-    elements = 0
+    # whose size its known inputs give; a node waiting for those waits for a later round, with its readers.
+    # Only cheap ops of numeric values are computed, and no more bytes than the budget holds (the values
+    # and the constants they read): a node that would pass it is left uncomputed, not the whole round
+    sizer = _Sizer(graph, known, info, _budget() - sum(v.nbytes for v in known.values()))
     blocked: set[str] = set()
     nodes = []
     outputs: list[str] = []
@@ -168,24 +212,15 @@ def folded_value_model(
                 blocked.update(outs)
                 continue
             nodes.append(_shape_constant(node, found.static_dims))
+        elif not sizer.admit(node, outs):
+            blocked.update(outs)
+            continue
         else:
-            for o in outs:
-                found = info(o)
-                if found is not None and found.static_dims is not None:
-                    elements += math.prod(found.static_dims)
-                elif node.op_type not in _BOUNDED_OPS:
-                    size = _bound(node, known, info)
-                    if size is None:
-                        blocked.update(outs)
-                        break
-                    elements += size
-            if blocked.intersection(outs):
-                continue
             nodes.append(node)
         if i in folded:
             outputs += outs
-    if not outputs or elements > MAX_FOLDED_ELEMENTS:
-        logger.debug("folded values not computed: %d outputs, %d elements", len(outputs), elements)
+    if not outputs:
+        logger.debug("folded values not computed: none within the bounds")
         return None
     read = {n for node in nodes for n in node.input if n}
     inits = [t for t in graph.initializer if t.name in read]
@@ -201,16 +236,19 @@ def folded_value_model(
         inits,
     )
     try:
-        evaluator = ReferenceEvaluator(
-            helper.make_model(sub, opset_imports=list(model.opset_import), ir_version=model.ir_version)
-        )
-        values = evaluator.run(None, {})
-    except Exception as exc:
-        logger.debug("folded values not computed: %s", exc)
+        # the evaluator's numpy warnings (a division by zero) are no concern of the user's: not printed
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            evaluator = ReferenceEvaluator(
+                helper.make_model(sub, opset_imports=list(model.opset_import), ir_version=model.ir_version)
+            )
+            values = evaluator.run(None, {})
+    except Exception as exc:  # an op it lacks, a malformed attribute, a value it refuses: not folded here
+        logger.debug("folded values not computed: %s: %s", type(exc).__name__, exc)
         return None
     known.update((name, np.asarray(v)) for name, v in zip(outputs, values, strict=True))
-    if sum(v.size for v in known.values()) > MAX_FOLDED_ELEMENTS:
-        logger.debug("folded values not used: more than %d elements", MAX_FOLDED_ELEMENTS)
+    if sum(v.nbytes for v in known.values()) > _budget():
+        logger.debug("folded values not used: more than %d bytes", _budget())
         return None
     out = onnx.ModelProto()
     out.CopyFrom(without_weights(model))  # shapes are what is inferred: no weight byte copied
@@ -221,6 +259,84 @@ def folded_value_model(
     values_of = {o for i in done for o in graph.node[i].output if o}
     out.graph.initializer.extend(numpy_helper.from_array(known[n], n) for n in sorted(values_of))
     return out
+
+
+class _Sizer:
+    """The bytes a round of folded values takes (its values and the constants they read), against a
+    budget: :meth:`admit` says whether a node is computed, and charges it."""
+
+    def __init__(
+        self,
+        graph: onnx.GraphProto,
+        known: Mapping[str, np.ndarray],
+        info: Callable[[str], TensorInfo | None],
+        budget: int,
+    ) -> None:
+        self.known, self.info, self.left = known, info, budget
+        self.inits = {t.name: t for t in graph.initializer}
+        self.consts = {o: n for n in graph.node if n.op_type == "Constant" for o in n.output if o}
+        self.sizes: dict[str, int] = {}  # elements of this round's values
+        self.charged: set[str] = set()  # constants already counted
+
+    def _elements(self, name: str) -> int | None:
+        if name in self.known:
+            return int(self.known[name].size)
+        if name in self.sizes:
+            return self.sizes[name]
+        found = self.info(name)
+        if found is not None and found.static_dims is not None:
+            return math.prod(found.static_dims)
+        init = self.inits.get(name)
+        return math.prod(init.dims) if init is not None else None
+
+    def _constant_bytes(self, name: str) -> int | None:
+        """Bytes of a constant the node reads (0: not a constant, or counted already; None: not numeric)."""
+        if name in self.charged or name in self.known or name in self.sizes:
+            return 0
+        init = self.inits.get(name)
+        if init is not None:
+            return math.prod(init.dims) * 8 if init.data_type in _NUMERIC else None
+        if name in self.consts:
+            found = self.info(name)
+            if found is None or found.static_dims is None or found.elem_type not in _NUMERIC:
+                return None
+            return math.prod(found.static_dims) * 8
+        return 0
+
+    def admit(self, node: onnx.NodeProto, outs: list[str]) -> bool:
+        if node.domain not in ("", "ai.onnx") or node.op_type not in _CHEAP_OPS:
+            logger.debug("folded value of %r (%s) not computed: not a cheap op", node.name, node.op_type)
+            return False
+        cost = 0
+        sizes = {}
+        for o in outs:
+            found = self.info(o)
+            if found is not None and found.elem_type not in _NUMERIC:
+                return False
+            if found is not None and found.static_dims is not None:
+                size: int | None = math.prod(found.static_dims)
+            elif node.op_type in _BOUNDED_OPS:
+                each = [self._elements(n) if n else 0 for n in node.input]
+                size = None if any(e is None for e in each) else sum(each)  # type: ignore[arg-type]
+            else:
+                size = _bound(node, self.known, self.info)
+            if size is None:
+                return False
+            sizes[o] = size
+            cost += size * 8
+        reads = {n for n in node.input if n}
+        for name in reads:
+            more = self._constant_bytes(name)
+            if more is None:
+                return False
+            cost += more
+        if cost > self.left:
+            logger.debug("folded value of %r not computed: %d bytes, %d left", node.name, cost, self.left)
+            return False
+        self.left -= cost
+        self.sizes.update(sizes)
+        self.charged.update(reads)
+        return True
 
 
 def apply_optimized_away(
