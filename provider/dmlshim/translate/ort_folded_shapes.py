@@ -161,8 +161,6 @@ def folded_value_model(
     reshape fusion replaced the shape it gives, in ``fused``), as far as they can be computed now;
     ``known`` (the values of earlier rounds) gains the new ones. None when nothing new is computed (an op
     onnx's reference evaluator lacks, external weights, a size not bounded yet, too large)."""
-    from onnx.reference import ReferenceEvaluator
-
     graph = model.graph
     producer = {o: i for i, n in enumerate(graph.node) for o in n.output if o}
 
@@ -228,25 +226,10 @@ def folded_value_model(
         return None
     inits += [numpy_helper.from_array(np.asarray(known[n]), n) for n in sorted(read) if n in known]
     consts = [n for n in graph.node if n.op_type == "Constant" and any(o in read for o in n.output)]
-    sub = helper.make_graph(
-        [*consts, *nodes],
-        "folded",
-        [],
-        [helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None) for o in outputs],
-        inits,
-    )
-    try:
-        # the evaluator's numpy warnings (a division by zero) are no concern of the user's: not printed
-        with warnings.catch_warnings(), np.errstate(all="ignore"):
-            warnings.simplefilter("ignore")
-            evaluator = ReferenceEvaluator(
-                helper.make_model(sub, opset_imports=list(model.opset_import), ir_version=model.ir_version)
-            )
-            values = evaluator.run(None, {})
-    except Exception as exc:  # an op it lacks, a malformed attribute, a value it refuses: not folded here
-        logger.debug("folded values not computed: %s: %s", type(exc).__name__, exc)
+    values = _evaluate(model, [*consts, *nodes], inits, outputs)
+    if not values:
         return None
-    known.update((name, np.asarray(v)) for name, v in zip(outputs, values, strict=True))
+    known.update(values)
     if sum(v.nbytes for v in known.values()) > _budget():
         logger.debug("folded values not used: more than %d bytes", _budget())
         return None
@@ -259,6 +242,52 @@ def folded_value_model(
     values_of = {o for i in done for o in graph.node[i].output if o}
     out.graph.initializer.extend(numpy_helper.from_array(known[n], n) for n in sorted(values_of))
     return out
+
+
+def _evaluate(
+    model: onnx.ModelProto, nodes: list[onnx.NodeProto], inits: list[onnx.TensorProto], outputs: list[str]
+) -> dict[str, np.ndarray]:
+    """The values of ``outputs`` onnx's reference evaluator computes from ``nodes`` and ``inits``: all at
+    once, or, when that fails (an op it lacks, a malformed attribute, an index out of range), node by
+    node, leaving out the nodes it fails on and the ones reading them (onnxruntime leaves such a node
+    unfolded too). Its numpy warnings (a division by zero) are not printed: no concern of the user's."""
+    from onnx.reference import ReferenceEvaluator
+
+    def run(part: list[onnx.NodeProto], given: list[onnx.TensorProto], names: list[str]) -> list[np.ndarray]:
+        sub = helper.make_graph(
+            part,
+            "folded",
+            [],
+            [helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None) for o in names],
+            given,
+        )
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            evaluator = ReferenceEvaluator(
+                helper.make_model(sub, opset_imports=list(model.opset_import), ir_version=model.ir_version)
+            )
+            return [np.asarray(v) for v in evaluator.run(None, {})]
+
+    try:
+        return dict(zip(outputs, run(nodes, inits, outputs), strict=True))
+    except Exception as exc:  # any failure of the evaluator: node by node below
+        logger.debug("folded values not computed at once: %s: %s", type(exc).__name__, exc)
+    values = {t.name: t for t in inits}
+    computed: dict[str, np.ndarray] = {}
+    for node in nodes:
+        names = [n for n in node.input if n]
+        outs = [o for o in node.output if o]
+        if any(n not in values and n not in computed for n in names):
+            continue  # reads a value left out
+        given = [
+            values[n] if n in values else numpy_helper.from_array(computed[n], n)
+            for n in dict.fromkeys(names)
+        ]
+        try:
+            computed.update(zip(outs, run([node], given, outs), strict=True))
+        except Exception as exc:  # this node is left out, with its readers
+            logger.debug("folded value of %r not computed: %s: %s", node.name, type(exc).__name__, exc)
+    return {o: computed[o] for o in outputs if o in computed}
 
 
 class _Sizer:
