@@ -65,6 +65,22 @@ def _inspect_removed(model: onnx.ModelProto) -> set[str]:
     return {n.name for n in translation.nodes if any(r.code == OPTIMIZED_AWAY_CODE for r in n.reasons)}
 
 
+def _oracle_or_skip(model: onnx.ModelProto) -> set[str]:
+    """onnxruntime's removed set; skipped where onnxruntime refuses the session (before 1.32 a kernel that
+    fails at constant folding fails session creation, with nothing removed to compare)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    options.log_severity_level = 4
+    try:
+        ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime's own refusal: its message says why
+        _inspect_removed(model)  # inspect still answers, no traceback
+        pytest.skip(f"onnxruntime {ort.__version__} refuses the session: {str(exc)[:120]}")
+    return set(optimized_away_nodes(model, "all"))
+
+
 _CHILD = r"""
 import json, sys, time
 import onnx
@@ -202,3 +218,46 @@ def test_no_numpy_warning_from_folding() -> None:
         ours = _inspect_removed(model)
     assert not [w for w in caught if issubclass(w.category, RuntimeWarning)], [str(w) for w in caught]
     assert ours == set(optimized_away_nodes(model, "all"))
+
+
+@pytest.mark.parametrize(
+    ("op", "index", "axis"),
+    [
+        ("Gather", 5, 1),
+        ("Gather", -4, 1),
+        ("Gather", 2, 1),
+        ("GatherElements", 3, 1),
+        ("GatherElements", 1, 0),
+    ],
+)
+def test_a_constant_gather_out_of_range_is_not_folded(op: str, index: int, axis: int) -> None:
+    """A Gather of constants with an index out of range: onnxruntime's kernel fails at constant folding, so
+    the node stays (inspect said removed); in range it is removed. The other folds go on."""
+    indices = np.array([index], np.int64) if op == "Gather" else np.full((1, 3), index, np.int64)
+    model = _model(
+        [helper.make_node(op, ["c6", "idx"], ["go"], name="gather_c", axis=axis)],
+        [
+            numpy_helper.from_array(np.arange(6, dtype=np.int64).reshape(2, 3), "c6"),
+            numpy_helper.from_array(indices, "idx"),
+        ],
+        [("go", T.INT64)],
+    )
+    theirs = _oracle_or_skip(model)
+    assert "gather_h" in theirs
+    assert _inspect_removed(model) == theirs
+
+
+def test_a_node_the_reference_evaluator_fails_on_does_not_stop_the_others() -> None:
+    """A folded Reshape of 6 elements to [5] beside the Resize sizes: onnx's reference evaluator fails on
+    it; the sizes are still computed and the Gather of the resized shape removed, as onnxruntime does."""
+    model = _model(
+        [helper.make_node("Reshape", ["c6", "five"], ["go"], name="reshape_bad")],
+        [
+            numpy_helper.from_array(np.arange(6, dtype=np.int64).reshape(2, 3), "c6"),
+            numpy_helper.from_array(np.array([5], np.int64), "five"),
+        ],
+        [("go", T.INT64)],
+    )
+    theirs = _oracle_or_skip(model)
+    assert "gather_h" in theirs
+    assert _inspect_removed(model) == theirs
