@@ -417,8 +417,6 @@ def _with_folded_values(
 ) -> dict[int, FoldCause]:
     """``removed`` again with the shapes onnx's inference gives once the folded values are initializers,
     as onnxruntime's inference does after each fold (a few rounds, while more folds)."""
-    from ..errors import DmlShimError
-
     known: dict[str, np.ndarray] = {}  # folded values computed so far, by name
     for _ in range(_MAX_PASSES):
         if not worth_values(model.graph, removed, info):
@@ -430,7 +428,8 @@ def _with_folded_values(
             break
         try:
             learned = reinfer(valued)
-        except DmlShimError:
+        except Exception as exc:  # onnx's inference refusing a folded value: the shapes known so far stand
+            logger.debug("no inference with the folded values: %s: %s", type(exc).__name__, exc)
             break
         first = info
 
