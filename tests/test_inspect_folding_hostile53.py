@@ -32,7 +32,8 @@ def _model(
     nodes: list[onnx.NodeProto], inits: list[onnx.TensorProto], outputs: list[tuple[str, int]]
 ) -> onnx.ModelProto:
     """x[1,3,8,8] resized to sizes Floor(Cast(Shape(x)) * [1,1,2,2]); the Gather of the resized shape is
-    removed by onnxruntime once it folds the sizes; ``nodes`` alongside, their ``outputs`` graph outputs."""
+    removed by onnxruntime once it folds the sizes; ``nodes`` alongside, each of their ``outputs``
+    flattened and concatenated with a graph input (a node that stays reads it, so its value may matter)."""
     base = [
         helper.make_node("Shape", ["x"], ["sx"], name="shape_x"),
         helper.make_node("Cast", ["sx"], ["sxf"], to=T.FLOAT, name="cast_sx"),
@@ -49,12 +50,20 @@ def _model(
         numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scale2f"),
         numpy_helper.from_array(np.array(2, np.int64), "two_i"),
     ]
+    base_inits.append(numpy_helper.from_array(np.array([-1], np.int64), "minus1"))
+    kept = []
+    for n, _ in outputs:
+        kept.append(helper.make_node("Reshape", [n, "minus1"], [f"{n}_flat"], name=f"{n}_reshape"))
+        kept.append(
+            helper.make_node("Concat", [f"{n}_flat", f"{n}_dyn"], [f"{n}_out"], name=f"{n}_concat", axis=0)
+        )
     graph = helper.make_graph(
-        base + nodes,
+        base + nodes + kept,
         "hostile",
-        [helper.make_tensor_value_info("x", T.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("x", T.FLOAT, [1, 3, 8, 8])]
+        + [helper.make_tensor_value_info(f"{n}_dyn", t, [1]) for n, t in outputs],
         [helper.make_tensor_value_info("y", T.FLOAT, None)]
-        + [helper.make_tensor_value_info(n, t, None) for n, t in outputs],
+        + [helper.make_tensor_value_info(f"{n}_out", t, None) for n, t in outputs],
         base_inits + inits,
     )
     return helper.make_model(graph, ir_version=8, opset_imports=[helper.make_opsetid("", 17)])

@@ -22,7 +22,17 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..model.weightless import without_weights
-from .ort_folding import _MAX_PASSES, _ONNX, _RUN_WARNINGS, FoldCause, _Graph, _run, optimized_away_reason
+from .ort_folding import (
+    _MAX_PASSES,
+    _ONNX,
+    _RUN_WARNINGS,
+    FoldCause,
+    _Graph,
+    _graphs,
+    _read_names,
+    _run,
+    optimized_away_reason,
+)
 from .plan import CPU_PROVIDER, NodeTranslation, TensorInfo, replace_translation
 from .translator import is_ep_reason
 
@@ -167,7 +177,16 @@ def folded_value_model(
     def is_known(i: int) -> bool:
         return all(o in known for o in graph.node[i].output if o)
 
-    needed = {i for i in folded if not is_known(i)}
+    # only values a node that stays reads can give it a shape (one only a graph output gives is not worth
+    # its cost): those, and the removed nodes they are computed from
+    kept_reads = {n for i, node in enumerate(graph.node) if i not in removed for n in node.input if n}
+    kept_reads.update(
+        n for i, node in enumerate(graph.node) if i not in removed for a in node.attribute for g in _graphs(a)
+        for n in _read_names(g)
+    )  # fmt: skip
+    needed = {
+        i for i in folded if not is_known(i) and any(o in kept_reads for o in graph.node[i].output if o)
+    }
     stack = list(needed)
     while stack:  # the removed nodes the folded ones read, computed along (a fused Concat's real value)
         node = graph.node[stack.pop()]
@@ -248,8 +267,8 @@ def _evaluate(
     model: onnx.ModelProto, nodes: list[onnx.NodeProto], inits: list[onnx.TensorProto], outputs: list[str]
 ) -> dict[str, np.ndarray]:
     """The values of ``outputs`` onnx's reference evaluator computes from ``nodes`` and ``inits``: all at
-    once, or, when that fails (an op it lacks, a malformed attribute, an index out of range), node by
-    node, leaving out the nodes it fails on and the ones reading them (onnxruntime leaves such a node
+    once, or, when that fails (an op it lacks, a malformed attribute, an index out of range), in halves
+    down to the nodes it fails on, left out with the ones reading them (onnxruntime leaves such a node
     unfolded too). Its numpy warnings (a division by zero) are not printed: no concern of the user's."""
     from onnx.reference import ReferenceEvaluator
 
@@ -268,25 +287,37 @@ def _evaluate(
             )
             return [np.asarray(v) for v in evaluator.run(None, {})]
 
-    try:
-        return dict(zip(outputs, run(nodes, inits, outputs), strict=True))
-    except Exception as exc:  # any failure of the evaluator: node by node below
-        logger.debug("folded values not computed at once: %s: %s", type(exc).__name__, exc)
     values = {t.name: t for t in inits}
     computed: dict[str, np.ndarray] = {}
-    for node in nodes:
-        names = [n for n in node.input if n]
-        outs = [o for o in node.output if o]
-        if any(n not in values and n not in computed for n in names):
-            continue  # reads a value left out
-        given = [
-            values[n] if n in values else numpy_helper.from_array(computed[n], n)
-            for n in dict.fromkeys(names)
-        ]
+
+    def attempt(part: list[onnx.NodeProto]) -> None:
+        # the nodes of ``part`` whose inputs are at hand, at once; when that fails, each half in turn
+        # (a failing node among n costs about log2(n) runs, not n)
+        ready = set(values) | set(computed)
+        runnable = []
+        for node in part:
+            if all(n in ready for n in node.input if n):
+                runnable.append(node)
+                ready.update(o for o in node.output if o)
+        if not runnable:
+            return
+        made = [o for node in runnable for o in node.output if o]
+        inside = set(made)
+        reads = dict.fromkeys(n for node in runnable for n in node.input if n and n not in inside)
+        given = [values[n] if n in values else numpy_helper.from_array(computed[n], n) for n in reads]
         try:
-            computed.update(zip(outs, run([node], given, outs), strict=True))
-        except Exception as exc:  # this node is left out, with its readers
-            logger.debug("folded value of %r not computed: %s: %s", node.name, type(exc).__name__, exc)
+            computed.update(zip(made, run(runnable, given, made), strict=True))
+            return
+        except Exception as exc:  # any failure of the evaluator: this node left out, or halves tried
+            if len(runnable) == 1:
+                name = runnable[0].name
+                logger.debug("folded value of %r not computed: %s: %s", name, type(exc).__name__, exc)
+                return
+        half = len(runnable) // 2
+        attempt(runnable[:half])
+        attempt(runnable[half:])
+
+    attempt(nodes)
     return {o: computed[o] for o in outputs if o in computed}
 
 
