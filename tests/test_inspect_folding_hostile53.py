@@ -156,7 +156,7 @@ def test_a_folded_string_value_is_not_computed_under_the_memory_limit(tmp_path: 
     limit = 100_000_000
     grew = _measure(path, "inspect", {"DMLSHIM_MEMORY_LIMIT": str(limit)})["grew"]
     assert grew < limit // 2, grew
-    assert _inspect_removed(model) == set(optimized_away_nodes(model, "all", path))
+    assert _inspect_removed(model) == _oracle_or_skip(model)  # 1.24 fails to fold a string constant
 
 
 def test_a_folded_op_slow_in_the_reference_evaluator_is_not_computed(tmp_path: Path) -> None:
@@ -269,4 +269,21 @@ def test_a_node_the_reference_evaluator_fails_on_does_not_stop_the_others() -> N
     )
     theirs = _oracle_or_skip(model)
     assert "gather_h" in theirs
+    assert _inspect_removed(model) == theirs
+
+
+@pytest.mark.parametrize(("to", "dtype"), [(T.FLOAT16, np.float16), (T.FLOAT, np.float32)])
+def test_sizes_computed_in_a_type_onnxruntime_cpu_cannot_fold(to: int, dtype: type) -> None:
+    """The Resize sizes computed in float16 (Floor has no float16 kernel in onnxruntime CPU): its constant
+    folding leaves them, the resized shape stays unknown and the Gather of it stays; inspect
+    computed them with onnx's reference evaluator and said removed. In float32 it is removed."""
+    model = _model([], [], [])
+    nodes = model.graph.node
+    for node in nodes:
+        if node.name == "cast_sx":
+            node.attribute[0].i = to
+    scale = next(t for t in model.graph.initializer if t.name == "scale2f")
+    scale.CopyFrom(numpy_helper.from_array(np.array([1, 1, 2, 2], dtype), "scale2f"))
+    theirs = _oracle_or_skip(model)
+    assert ("gather_h" in theirs) is (to == T.FLOAT)
     assert _inspect_removed(model) == theirs

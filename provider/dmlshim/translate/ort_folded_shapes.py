@@ -72,13 +72,18 @@ MAX_FOLDED_BYTES = MAX_FOLDED_ELEMENTS * 8
 
 _NUMERIC = frozenset(
     {
-        onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16, onnx.TensorProto.INT8,
-        onnx.TensorProto.INT16, onnx.TensorProto.INT32, onnx.TensorProto.INT64, onnx.TensorProto.UINT8,
-        onnx.TensorProto.UINT16, onnx.TensorProto.UINT32, onnx.TensorProto.UINT64, onnx.TensorProto.BOOL,
+        onnx.TensorProto.FLOAT,
+        onnx.TensorProto.DOUBLE,
+        onnx.TensorProto.INT32,
+        onnx.TensorProto.INT64,
+        onnx.TensorProto.BOOL,
     }
-)  # fmt: skip
-"""Element types a folded value is computed for (a string's size is not its element count; bfloat16 and
-the 8-bit floats are computed by onnx's reference evaluator with other rounding than onnxruntime's)."""
+)
+"""Element types a folded value is computed for (each input and output of the node): the ones onnxruntime
+CPU's arithmetic kernels take. Not strings (their size is not their element count); not float16, the
+8/16-bit integers or the unsigned ones (onnxruntime CPU lacks most of their arithmetic kernels, Floor of
+float16 say, so its constant folding leaves such a node, and the shapes after it, alone); not bfloat16 or
+the 8-bit floats (the same, and another rounding in onnx's reference evaluator)."""
 
 
 def _budget() -> int:
@@ -369,9 +374,17 @@ class _Sizer:
             return False
         cost = 0
         sizes = {}
+        for n in node.input:
+            found = self.info(n) if n else None
+            if (
+                found is not None
+                and found.elem_type not in _NUMERIC
+                and node.op_type not in ("Cast", "Shape")
+            ):
+                return False
         for o in outs:
             found = self.info(o)
-            if found is not None and found.elem_type not in _NUMERIC:
+            if found is None or found.elem_type not in _NUMERIC:
                 return False
             if found is not None and found.static_dims is not None:
                 size: int | None = math.prod(found.static_dims)
@@ -379,7 +392,10 @@ class _Sizer:
                 each = [self._elements(n) if n else 0 for n in node.input]
                 size = None if any(e is None for e in each) else sum(each)  # type: ignore[arg-type]
             else:
-                size = _bound(node, self.known, self.info)
+                try:
+                    size = _bound(node, self.known, self.info)
+                except (ValueError, OverflowError, TypeError):  # a NaN or a float where sizes are integers
+                    size = None
             if size is None:
                 return False
             sizes[o] = size
