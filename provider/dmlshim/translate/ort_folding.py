@@ -37,6 +37,7 @@ import onnx
 from onnx import numpy_helper
 
 from ..graph import constant_node_shape, constant_node_value
+from .ort_fold_kernels import INDEXED, index_out_of_range, no_cpu_kernel
 from .plan import Reason, TensorInfo
 
 __all__ = ["OPTIMIZED_AWAY_CODE", "FoldCause", "merged_twins", "optimized_away", "optimized_away_reason"]
@@ -312,8 +313,10 @@ def _fold_pass(g: _Graph) -> bool:
             cause = FoldCause.STATIC_SHAPE
         elif op in NONDETERMINISTIC_OPS or g.subgraph[i] or not all(n in g.constant for n in names if n):
             continue
-        elif op in _INDEXED and _index_out_of_range(g, i):
+        elif op in INDEXED and index_out_of_range(g, i):
             continue  # onnxruntime's kernel fails at folding: the node stays, unfolded, and its readers
+        elif no_cpu_kernel(g, i):
+            continue  # constant folding runs CPU kernels only: a node with none stays
         else:
             cause = FoldCause.CONSTANT_INPUTS
         outs = [o for o in g.outs[i] if o]
@@ -326,28 +329,6 @@ def _fold_pass(g: _Graph) -> bool:
         g.remove(i, cause)
         changed = True
     return changed
-
-
-_INDEXED = frozenset({"Gather", "GatherElements"})
-
-
-def _index_out_of_range(g: _Graph, i: int) -> bool:
-    """A Gather/GatherElements of constants with an index out of ``[-dim, dim-1]`` on its axis (its values
-    and the data's shape known): onnxruntime's CPU kernel refuses it when constant folding runs it, so
-    the node is not folded (it fails when the session runs it)."""
-    names = g.inputs[i]
-    if len(names) < 2 or not names[0] or not names[1]:
-        return False
-    found = g.info(names[0])
-    dims = found.static_dims if found is not None else None
-    indices = g.value(names[1], limit=1 << 16)
-    if dims is None or indices is None or indices.dtype.kind not in "iu" or not dims:
-        return False
-    axis = next((a.i for a in g.nodes[i].attribute if a.name == "axis"), 0)
-    if not -len(dims) <= axis < len(dims):
-        return False
-    dim = dims[axis]
-    return bool(indices.size) and bool(((indices < -dim) | (indices >= dim)).any())
 
 
 def _unsqueeze_axes(g: _Graph, node: onnx.NodeProto) -> list[int] | None:
