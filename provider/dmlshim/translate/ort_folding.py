@@ -37,6 +37,7 @@ import onnx
 from onnx import numpy_helper
 
 from ..graph import constant_node_shape, constant_node_value
+from .ort_fold_kernels import INDEXED, index_out_of_range, no_cpu_kernel
 from .plan import Reason, TensorInfo
 
 __all__ = ["OPTIMIZED_AWAY_CODE", "FoldCause", "merged_twins", "optimized_away", "optimized_away_reason"]
@@ -312,6 +313,10 @@ def _fold_pass(g: _Graph) -> bool:
             cause = FoldCause.STATIC_SHAPE
         elif op in NONDETERMINISTIC_OPS or g.subgraph[i] or not all(n in g.constant for n in names if n):
             continue
+        elif op in INDEXED and index_out_of_range(g, i):
+            continue  # onnxruntime's kernel fails at folding: the node stays, unfolded, and its readers
+        elif no_cpu_kernel(g, i):
+            continue  # constant folding runs CPU kernels only: a node with none stays
         else:
             cause = FoldCause.CONSTANT_INPUTS
         outs = [o for o in g.outs[i] if o]
