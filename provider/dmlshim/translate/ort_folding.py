@@ -191,7 +191,8 @@ class _Graph:
         # by op and inputs first: attributes are compared (serialized) only between such candidates
         seen: dict[tuple[object, ...], list[tuple[bytes, int]]] = {}
         canon = self.canon
-        for i, op in enumerate(self.ops):
+        for i in self._viewer_order(raw_inputs):
+            op = self.ops[i]
             if op in NONDETERMINISTIC_OPS or op == "Constant" or self.subgraph[i]:
                 continue
             node = self.nodes[i]
@@ -220,6 +221,40 @@ class _Graph:
                     if mine:
                         self.canon[mine] = self.canon.get(theirs, theirs)
         return rep
+
+    def _viewer_order(self, raw_inputs: list[list[str]]) -> list[int]:
+        """The order onnxruntime's ``GraphViewer`` gives the nodes (``GetNodesInTopologicalOrder``), in
+        which common-subexpression elimination keeps the first of twins: a depth-first walk up the input
+        edges from the leaves (nodes no node reads), the last leaf first and, at each node, its producers
+        of lowest index first; a node comes when all its producers have come. Constant nodes are
+        initializers there, with no edges."""
+        n = len(self.nodes)
+        constant = [op == "Constant" and self.onnx[i] for i, op in enumerate(self.ops)]
+        producer = {o: i for i, outs in enumerate(self.outs) if not constant[i] for o in outs if o}
+        preds: list[list[int]] = [[] for _ in range(n)]
+        read = [False] * n
+        for i, names in enumerate(raw_inputs):
+            if self.subgraph[i]:  # implicit inputs of a body are edges too
+                body = {m for a in self.nodes[i].attribute for g in _graphs(a) for m in _read_names(g)}
+                names = names + sorted(body)
+            found = {p for m in names if m and (p := producer.get(m)) is not None and p != i}
+            preds[i] = sorted(found, reverse=True)  # pushed so, the lowest index is walked first
+            for p in found:
+                read[p] = True
+        order: list[int] = []
+        visited = [False] * n
+        stack: list[tuple[int, bool]] = [(i, False) for i in range(n) if not read[i] and not constant[i]]
+        while stack:
+            i, leaving = stack.pop()
+            if leaving:
+                order.append(i)
+                continue
+            if visited[i]:
+                continue
+            visited[i] = True
+            stack.append((i, True))
+            stack.extend((p, False) for p in preds[i] if not visited[p])
+        return order
 
     def input_node(self, i: int, slot: int) -> int | None:
         names = self.inputs[i]
