@@ -186,7 +186,8 @@ class _Graph:
 
     def _common_subexpressions(self, raw_inputs: list[list[str]]) -> list[int]:
         """onnxruntime's ``CommonSubexpressionElimination``: a node of the same op, inputs and attributes
-        as an earlier one is merged into it (its outputs are the earlier one's), repeatedly downstream."""
+        as one before it in :meth:`_viewer_order` is merged into it (its outputs are that one's),
+        repeatedly downstream."""
         rep = list(range(len(self.nodes)))
         # by op and inputs first: attributes are compared (serialized) only between such candidates
         seen: dict[tuple[object, ...], list[tuple[bytes, int]]] = {}
@@ -491,8 +492,9 @@ def optimized_away_reason(cause: FoldCause) -> Reason:
 def merged_twins(
     graph: onnx.GraphProto, ir_version: int, opset: int, info: Callable[[str], TensorInfo | None]
 ) -> dict[int, int]:
-    """The top-level nodes onnxruntime's common-subexpression elimination merges into an earlier twin
-    (the same op and attributes reading the same values, once one-element constants are shared and
-    earlier twins merged), by index, with the twin's index: such a node runs as its twin does."""
+    """The top-level nodes onnxruntime's common-subexpression elimination merges into a twin (the same op
+    and attributes reading the same values, once one-element constants are shared and earlier twins
+    merged; the twin kept is the first in onnxruntime's graph-viewer order, which is not the file's), by
+    index, with the twin's index: such a node runs as its twin does."""
     g = _Graph(graph, ir_version, opset, info)
     return {i: r for i, r in enumerate(g.rep) if r != i}
