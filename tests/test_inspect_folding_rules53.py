@@ -46,7 +46,8 @@ def _check(model: onnx.ModelProto) -> set[str]:
     """inspect's gone set equals onnxruntime's; returns onnxruntime's."""
     oracle = set(optimized_away_nodes(model, "all")) - _rewritten_for_old_ort(model)
     ours = _inspect_removed(model)
-    assert ours | _gone_twins(model, ours) == oracle, (sorted(ours), sorted(oracle))
+    gone, either = _gone_twins(model, ours)
+    assert ours | gone <= oracle <= ours | gone | either, (sorted(ours), sorted(gone), sorted(oracle))
     return oracle
 
 
