@@ -222,3 +222,42 @@ def test_twin_folded_with_its_representative() -> None:
         helper.make_node("Mul", ["x", "f"], ["y"], name="mul"),
     ]
     assert {"dim1", "dim2"} <= _check(_model(nodes, [_init("zero", 0)], ["y"]))
+
+
+def _random_twin_graph(seed: int) -> onnx.ModelProto:
+    """A random chain of Relu, Neg, Gather and Gather-of-Shape steps on ``x`` (static or not), each
+    reading an earlier value, with one-element index constants of few values: twins and shared constants
+    arise by chance; every unread value is an output."""
+    rng = np.random.default_rng(seed)
+    inits = [_init(f"c{c}", [int(rng.integers(0, 2))]) for c in range(int(rng.integers(1, 4)))]
+    nodes: list[onnx.NodeProto] = []
+    values = ["x"]
+    for k in range(int(rng.integers(4, 13))):
+        src = values[int(rng.integers(0, len(values)))]
+        index = inits[int(rng.integers(0, len(inits)))].name
+        op = ["Relu", "Neg", "Gather", "Gather", "Shape"][int(rng.integers(0, 5))]
+        if op == "Shape":
+            nodes += [
+                helper.make_node("Shape", [src], [f"s{k}"], name=f"shape{k}"),
+                helper.make_node("Gather", [f"s{k}", index], [f"d{k}"], axis=0, name=f"dim{k}"),
+                helper.make_node("Cast", [f"d{k}"], [f"f{k}"], to=T.FLOAT, name=f"cast{k}"),
+                helper.make_node("Add", [src, f"f{k}"], [f"v{k}"], name=f"add{k}"),
+            ]
+        elif op == "Gather":
+            nodes += [
+                helper.make_node("Gather", [src, index], [f"g{k}"], axis=1, name=f"gather{k}"),
+                helper.make_node("Add", [f"g{k}", src], [f"v{k}"], name=f"add{k}"),
+            ]
+        else:
+            nodes.append(helper.make_node(op, [src], [f"v{k}"], name=f"{op.lower()}{k}"))
+        values.append(f"v{k}")
+    read = {n for node in nodes for n in node.input}
+    outputs = [v for v in values[1:] if v not in read]
+    x = X_STATIC if rng.integers(0, 2) else X_DYNAMIC
+    return _model(nodes, inits, outputs, x=x)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_twin_graphs(seed: int) -> None:
+    """Random graphs of twins, shared constants and folded shapes (seeded) against onnxruntime."""
+    _check(_random_twin_graph(seed))
