@@ -90,6 +90,10 @@ def _gone_twins(model: onnx.ModelProto, removed: set[str]) -> tuple[set[str], se
         for i, r in twins.items()
         for mine, theirs in zip(nodes[i].output, nodes[r].output, strict=True)
     }
+    outputs = {v.name for v in ready.graph.output}
+    for node in nodes:  # an Identity onnxruntime eliminates: its readers read its input
+        if node.op_type == "Identity" and len(node.input) == 1 and node.output[0] not in outputs:
+            kept_as[node.output[0]] = kept_as.get(node.input[0], node.input[0])
     constants = _one_element_constants(ready.graph)
     values = Counter(constants.values())
     shared = {name for name, value in constants.items() if values[value] > 1}  # renamed, maybe

@@ -200,6 +200,25 @@ def test_three_twins_and_shared_constants() -> None:
     assert len(removed & {"gather1", "gather2", "gather3"}) == 2
 
 
+@pytest.mark.parametrize("output", [False, True], ids=["read", "graph-output"])
+def test_twins_through_an_identity(output: bool) -> None:
+    """A Gather reading through an Identity is a twin of one reading its input (onnxruntime removes the
+    Identity first); an Identity writing a graph output is removed too, its producer then a leaf."""
+    nodes = [
+        helper.make_node("Identity", ["x"], ["xi"], name="same"),
+        helper.make_node("Gather", ["xi", "i"], ["g1"], axis=0, name="gather1"),
+        helper.make_node("Neg", ["g1"], ["n1"], name="neg1"),
+        helper.make_node("Gather", ["x", "i"], ["g2"], axis=0, name="gather2"),
+        helper.make_node("Neg", ["g2"], ["y2"], name="neg2"),
+    ]
+    if output:
+        nodes.append(helper.make_node("Identity", ["n1"], ["y1"], name="out1"))
+    else:
+        nodes[2].output[0] = "y1"
+    removed = _check(_model(nodes, [_init("i", [1, 0])], ["y1", "y2"], x=X_DYNAMIC))
+    assert removed & {"gather1", "gather2"}
+
+
 def test_direct_twins_run_as_one() -> None:
     """Gathers of the very same inputs: one runs for both, and the oracle counts neither as gone."""
     nodes = [
@@ -225,21 +244,22 @@ def test_twin_folded_with_its_representative() -> None:
 
 
 def _random_twin_graph(seed: int) -> onnx.ModelProto:
-    """A random chain of Relu, Neg, Gather and Gather-of-Shape steps on ``x`` (static or not), each
-    reading an earlier value, with one-element index constants of few values: twins and shared constants
-    arise by chance; every unread value is an output."""
+    """A random chain of Relu, Identity, Add (of two earlier values), Gather and Gather-of-Shape (through an
+    Identity) steps on ``x`` (static or not), with one-element index constants of few values: twins, shared
+    constants and Identity nodes onnxruntime removes arise by chance; every unread value is an output."""
     rng = np.random.default_rng(seed)
     inits = [_init(f"c{c}", [int(rng.integers(0, 2))]) for c in range(int(rng.integers(1, 4)))]
     nodes: list[onnx.NodeProto] = []
     values = ["x"]
-    for k in range(int(rng.integers(4, 13))):
-        src = values[int(rng.integers(0, len(values)))]
+    for k in range(int(rng.integers(4, 14))):
+        src, other = (values[int(rng.integers(0, len(values)))] for _ in range(2))
         index = inits[int(rng.integers(0, len(inits)))].name
-        op = ["Relu", "Neg", "Gather", "Gather", "Shape"][int(rng.integers(0, 5))]
+        op = ["Relu", "Identity", "Add", "Gather", "Identity", "Shape"][int(rng.integers(0, 6))]
         if op == "Shape":
             nodes += [
                 helper.make_node("Shape", [src], [f"s{k}"], name=f"shape{k}"),
-                helper.make_node("Gather", [f"s{k}", index], [f"d{k}"], axis=0, name=f"dim{k}"),
+                helper.make_node("Identity", [f"s{k}"], [f"t{k}"], name=f"same{k}"),
+                helper.make_node("Gather", [f"t{k}", index], [f"d{k}"], axis=0, name=f"dim{k}"),
                 helper.make_node("Cast", [f"d{k}"], [f"f{k}"], to=T.FLOAT, name=f"cast{k}"),
                 helper.make_node("Add", [src, f"f{k}"], [f"v{k}"], name=f"add{k}"),
             ]
@@ -248,6 +268,8 @@ def _random_twin_graph(seed: int) -> onnx.ModelProto:
                 helper.make_node("Gather", [src, index], [f"g{k}"], axis=1, name=f"gather{k}"),
                 helper.make_node("Add", [f"g{k}", src], [f"v{k}"], name=f"add{k}"),
             ]
+        elif op == "Add":
+            nodes.append(helper.make_node("Add", [src, other], [f"v{k}"], name=f"sum{k}"))
         else:
             nodes.append(helper.make_node(op, [src], [f"v{k}"], name=f"{op.lower()}{k}"))
         values.append(f"v{k}")
@@ -257,7 +279,8 @@ def _random_twin_graph(seed: int) -> onnx.ModelProto:
     return _model(nodes, inits, outputs, x=x)
 
 
-@pytest.mark.parametrize("seed", range(40))
+@pytest.mark.parametrize("seed", range(60))
 def test_random_twin_graphs(seed: int) -> None:
-    """Random graphs of twins, shared constants and folded shapes (seeded) against onnxruntime."""
+    """Random graphs of twins, shared constants, Identity nodes and folded shapes (seeded) against
+    onnxruntime."""
     _check(_random_twin_graph(seed))
