@@ -38,6 +38,7 @@ from onnx import numpy_helper
 
 from ..graph import constant_node_shape, constant_node_value
 from .ort_fold_kernels import INDEXED, index_out_of_range, no_cpu_kernel
+from .ort_rewrites import eliminate_identities, viewer_order
 from .plan import Reason, TensorInfo
 
 __all__ = ["OPTIMIZED_AWAY_CODE", "FoldCause", "merged_twins", "optimized_away", "optimized_away_reason"]
@@ -133,6 +134,16 @@ class _Graph:
         self.subgraph = [
             op in _CONTROL_FLOW if self.onnx[i] else _has_subgraph(nodes[i]) for i, op in enumerate(self.ops)
         ]
+        self.bodies = {  # the names subgraphs read from this scope: implicit inputs, edges too
+            i: {n for a in nodes[i].attribute for g in _graphs(a) for n in _read_names(g)}
+            for i, sub in enumerate(self.subgraph)
+            if sub
+        }
+        self.graph_outputs = {v.name for v in graph.output}
+        # an Identity removed; one whose producer writes its graph output instead
+        self.eliminated, self.renamed = eliminate_identities(
+            self.ops, self.onnx, self.outs, raw_inputs, self.graph_outputs, self.bodies
+        )
         self.canon = self._shared_constants()
         self.rep = self._common_subexpressions(raw_inputs)
         canon = self.canon
@@ -140,18 +151,17 @@ class _Graph:
         self.producer: dict[str, int] = {}
         rep = self.rep
         for i, outs in enumerate(self.outs):
-            if rep[i] == i and not (self.ops[i] == "Constant" and self.onnx[i]):
+            if rep[i] == i and not (self.ops[i] == "Constant" and self.onnx[i]) and not self.eliminated[i]:
                 for o in outs:
                     if o:
                         self.producer[o] = i
         self.edges: dict[int, int] = {}  # consumer edges of a node's outputs (one per input slot)
         producer, edges = self.producer, self.edges
         for i, names in enumerate(self.inputs):
-            if rep[i] != i:
-                continue  # merged into its twin: its edges went with it
-            if self.subgraph[i]:  # values a body reads from this scope: implicit inputs, edges too
-                body = {n for a in nodes[i].attribute for g in _graphs(a) for n in _read_names(g)}
-                names = names + sorted({canon.get(n, n) for n in body})
+            if rep[i] != i or self.eliminated[i]:
+                continue  # merged into its twin (its edges went with it), or an Identity removed
+            if i in self.bodies:
+                names = names + sorted({canon.get(n, n) for n in self.bodies[i]})
             for name in names:
                 if name:
                     p = producer.get(name)
@@ -187,13 +197,20 @@ class _Graph:
 
     def _common_subexpressions(self, raw_inputs: list[list[str]]) -> list[int]:
         """onnxruntime's ``CommonSubexpressionElimination``: a node of the same op, inputs and attributes
-        as an earlier one is merged into it (its outputs are the earlier one's), repeatedly downstream."""
+        as one before it in onnxruntime's graph-viewer order (:func:`.ort_rewrites.viewer_order`) is merged
+        into it (its outputs are that one's), repeatedly downstream, unless it writes a graph output."""
         rep = list(range(len(self.nodes)))
         # by op and inputs first: attributes are compared (serialized) only between such candidates
         seen: dict[tuple[object, ...], list[tuple[bytes, int]]] = {}
         canon = self.canon
-        for i, op in enumerate(self.ops):
-            if op in NONDETERMINISTIC_OPS or op == "Constant" or self.subgraph[i]:
+        outputs = self.graph_outputs | set(self.renamed.values())
+        absent = [
+            (op == "Constant" and self.onnx[i]) or self.eliminated[i] or i in self.renamed
+            for i, op in enumerate(self.ops)
+        ]
+        for i in viewer_order(absent, self.outs, raw_inputs, self.bodies):
+            op = self.ops[i]
+            if op in NONDETERMINISTIC_OPS or op == "Constant" or self.subgraph[i] or self.eliminated[i]:
                 continue
             node = self.nodes[i]
             names = raw_inputs[i]
@@ -215,7 +232,7 @@ class _Graph:
             if j is None:
                 earlier.append((attrs, i))
                 continue
-            if j != i:
+            if j != i and not outputs.intersection(self.outs[i]):  # a graph output is never replaced
                 rep[i] = j
                 for mine, theirs in zip(node.output, self.nodes[j].output, strict=True):
                     if mine:
@@ -303,7 +320,7 @@ def _fold_pass(g: _Graph) -> bool:
     changed = False
     removed, rep, onnx_domain = g.removed, g.rep, g.onnx
     for i, op in enumerate(g.ops):
-        if i in removed or rep[i] != i or op == "Constant" or not onnx_domain[i]:
+        if i in removed or rep[i] != i or op == "Constant" or not onnx_domain[i] or g.eliminated[i]:
             continue
         names = g.inputs[i]
         if op == "Shape":
@@ -461,8 +478,9 @@ def optimized_away_reason(cause: FoldCause) -> Reason:
 def merged_twins(
     graph: onnx.GraphProto, ir_version: int, opset: int, info: Callable[[str], TensorInfo | None]
 ) -> dict[int, int]:
-    """The top-level nodes onnxruntime's common-subexpression elimination merges into an earlier twin
-    (the same op and attributes reading the same values, once one-element constants are shared and
-    earlier twins merged), by index, with the twin's index: such a node runs as its twin does."""
+    """The top-level nodes onnxruntime's common-subexpression elimination merges into a twin (the same op
+    and attributes reading the same values, once one-element constants are shared and earlier twins
+    merged; the twin kept is the first in onnxruntime's graph-viewer order, which is not the file's), by
+    index, with the twin's index: such a node runs as its twin does."""
     g = _Graph(graph, ir_version, opset, info)
     return {i: r for i, r in enumerate(g.rep) if r != i}
