@@ -455,7 +455,12 @@ def optimized_away(
 
 def _run(g: _Graph, fused: dict[str, list[int]] | None = None) -> dict[int, FoldCause]:
     for _ in range(_MAX_PASSES):
-        folded = _fold_pass(g)
+        # onnxruntime folds in topological order, in one pass; the file's order is not one once twins are
+        # merged into the first in the graph-viewer order (a later node's output read by an earlier one):
+        # folding repeats until nothing more folds, before the reshape fusion sees the graph
+        folded = False
+        while _fold_pass(g):
+            folded = True
         merged = _fusion_pass(g)
         if not (folded or merged):
             break
