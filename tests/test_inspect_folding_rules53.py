@@ -284,3 +284,46 @@ def test_random_twin_graphs(seed: int) -> None:
     """Random graphs of twins, shared constants, Identity nodes and folded shapes (seeded) against
     onnxruntime."""
     _check(_random_twin_graph(seed))
+
+
+def _dim_chain(k: int) -> list[onnx.NodeProto]:
+    """``u{k} = Unsqueeze(Abs(Gather(Shape(x), 0)))``: the same computation for every k (Abs: no data
+    propagation in onnx's inference, so only a folded value gives it)."""
+    return [
+        helper.make_node("Shape", ["x"], [f"s{k}"], name=f"shape{k}"),
+        helper.make_node("Gather", [f"s{k}", "zero"], [f"d{k}"], axis=0, name=f"dim{k}"),
+        helper.make_node("Abs", [f"d{k}"], [f"a{k}"], name=f"abs{k}"),
+        helper.make_node("Unsqueeze", [f"a{k}", "axes"], [f"u{k}"], name=f"unsq{k}"),
+    ]
+
+
+def test_fold_reads_a_later_twin() -> None:
+    """A Concat of a Reshape reads a twin merged into one later in the file (the first in onnxruntime's
+    graph-viewer order: the chain of the last leaf). onnxruntime folds the Concat (all its inputs are
+    constants), not the reshape fusion; its value then gives the Reshape's shape and the Gather of that
+    shape folds too (fasterrcnn's rpn Gathers: inspect folded in file order once and fused the Concat)."""
+    nodes = [
+        *_dim_chain(1),
+        helper.make_node("Concat", ["u1", "one"], ["shp"], axis=0, name="concat"),
+        helper.make_node("Cast", ["d1"], ["lim"], to=T.FLOAT, name="lim"),
+        helper.make_node("Range", ["f0", "lim", "f1"], ["rng"], name="range"),
+        helper.make_node("Mul", ["rng", "v"], ["data"], name="scale"),
+        helper.make_node("Reshape", ["data", "shp"], ["r"], name="reshape"),
+        helper.make_node("Shape", ["r"], ["rs"], name="rshape"),
+        helper.make_node("Gather", ["rs", "one0"], ["c"], axis=0, name="cols"),
+        helper.make_node("Cast", ["c"], ["cf"], to=T.FLOAT, name="colsf"),
+        helper.make_node("Mul", ["r", "cf"], ["y1"], name="leaf1"),
+        *_dim_chain(2),
+        helper.make_node("Cast", ["u2"], ["uf"], to=T.FLOAT, name="castu"),
+        helper.make_node("Mul", ["x", "uf"], ["y2"], name="leaf2"),
+    ]
+    inits = [
+        _init("zero", 0),
+        _init("axes", [0]),
+        _init("one", [1]),
+        _init("one0", 1),
+        _init("f0", 0.0, np.float32),
+        _init("f1", 1.0, np.float32),
+    ]
+    v = helper.make_tensor_value_info("v", T.FLOAT, [])
+    assert "cols" in _check(_model(nodes, inits, ["y1", "y2"], extra_inputs=[v]))
