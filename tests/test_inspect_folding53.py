@@ -24,7 +24,6 @@ from onnx import helper, numpy_helper
 from dmlshim.directml.optimized_away import _twin_key, optimized_away_nodes
 from dmlshim.graph import display_names, is_gather_scatter
 from dmlshim.model.prepare import prepare_model
-from dmlshim.model.zero_depth_scatternd import empty_tuple_nodes, ort_crashes
 from dmlshim.translate.model_translation import _GraphInfos, translate_model
 from dmlshim.translate.ort_folding import OPTIMIZED_AWAY_CODE, merged_twins
 from dmlshim.translate.plan import CPU_PROVIDER
@@ -132,16 +131,6 @@ def _gone_twins(model: onnx.ModelProto, removed: set[str]) -> tuple[set[str], se
     return gone, either
 
 
-def _rewritten_for_old_ort(model: onnx.ModelProto) -> set[str]:
-    """Before onnxruntime 1.32 (the floor is 1.24) a ScatterND with empty index tuples kills onnxruntime,
-    so dmlshim's session computes it from other ONNX operators: the oracle's saved graph has no such node,
-    which onnxruntime did not remove (inspect reports it ``ORT_CRASHES_ON_EMPTY_TUPLES``)."""
-    if not ort_crashes():
-        return set()
-    names = display_names(model.graph.node)
-    return {names[i] for i in empty_tuple_nodes(model)}
-
-
 def test_every_shipped_model_is_covered() -> None:
     assert len(MODELS) >= 100, MODELS
     for name in KNOWN_GAPS:
@@ -151,7 +140,7 @@ def test_every_shipped_model_is_covered() -> None:
 @pytest.mark.parametrize("path", MODELS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_removed_nodes_match_onnxruntime(path: Path) -> None:
     model = onnx.load(str(path), load_external_data=False)
-    ort_removed = set(optimized_away_nodes(model, "all", path)) - _rewritten_for_old_ort(model)
+    ort_removed = set(optimized_away_nodes(model, "all", path))
     ours = _inspect_removed(model)
     gone, either = _gone_twins(model, ours)
     expected = ours | gone

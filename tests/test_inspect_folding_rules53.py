@@ -15,7 +15,7 @@ from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
 from dmlshim.directml.optimized_away import optimized_away_nodes
-from tests.test_inspect_folding53 import _gone_twins, _inspect_removed, _rewritten_for_old_ort
+from tests.test_inspect_folding53 import _gone_twins, _inspect_removed
 
 X_STATIC = helper.make_tensor_value_info("x", T.FLOAT, [4, 3])
 X_DYNAMIC = helper.make_tensor_value_info("x", T.FLOAT, ["n", 3])
@@ -44,7 +44,7 @@ def _model(
 
 def _check(model: onnx.ModelProto) -> set[str]:
     """inspect's gone set equals onnxruntime's; returns onnxruntime's."""
-    oracle = set(optimized_away_nodes(model, "all")) - _rewritten_for_old_ort(model)
+    oracle = set(optimized_away_nodes(model, "all"))
     ours = _inspect_removed(model)
     gone, either = _gone_twins(model, ours)
     assert ours | gone <= oracle <= ours | gone | either, (sorted(ours), sorted(gone), sorted(oracle))
