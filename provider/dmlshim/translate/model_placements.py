@@ -13,7 +13,8 @@ from ..dml.enums import FeatureLevel
 from ..errors import DmlShimError
 from ..graph import node_path
 from .converters import get_converter
-from .model_translation import _GraphInfos, _structure_key, _walk, translate_model
+from .graph_infos import _GraphInfos
+from .model_translation import _structure_key, _walk, translate_model
 from .translator import model_opsets, translate_node
 
 __all__ = ["model_placements", "nested_placements"]

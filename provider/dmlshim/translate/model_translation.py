@@ -23,6 +23,7 @@ from ..model.prepare import prepare_model
 from ..resources import guard_resources
 from .converters import get_converter
 from .ep_refusals import session_refusals
+from .graph_infos import _GraphInfos, _RunInfos
 from .ort_folded_shapes import apply_optimized_away
 from .placement import CPU_PREFERRED_MESSAGE, REASON_CPU_PREFERRED, graph_placements
 from .plan import (
@@ -35,7 +36,7 @@ from .plan import (
     replace_translation,
 )
 from .run_cases import Execution, RunCase, translate_executions
-from .shapes_info import infer_shapes, richer, tensor_info
+from .shapes_info import infer_shapes
 from .subgraph_shapes import unknown_rank_origins
 from .translator import is_ep_reason, model_opsets, translate_node
 
@@ -137,93 +138,6 @@ def _alike(nodes: Sequence[NodeTranslation]) -> list[tuple[NodeTranslation, int]
 
 
 _UNREAD: Any = object()
-_DECLARED = frozenset({"input", "value_info", "output"})
-
-
-class _GraphInfos(Mapping[str, TensorInfo]):
-    """``tensor_infos(graph)`` laid over the enclosing ``scope``, reading a value's type only when a node
-    asks for it: most values of a graph feed no gather/scatter node, and reading a type from protobuf costs
-    more than indexing the names."""
-
-    # tensor_infos' order: a later source replaces an earlier one when it gives a TensorInfo (``richer``:
-    # one without a shape keeps the earlier shape).
-    _SOURCES = ("input", "value_info", "output", "initializer", "sparse_initializer")
-
-    def __init__(self, graph: onnx.GraphProto, scope: Mapping[str, TensorInfo]) -> None:
-        self._graph = graph
-        self._scope = scope
-        self._cache: dict[str, TensorInfo | None] = {}
-        self._index: dict[str, list[tuple[str, Any]]] | None = None
-
-    def _sources(self) -> dict[str, list[tuple[str, Any]]]:
-        if self._index is None:
-            index: dict[str, list[tuple[str, Any]]] = {}
-            for source in self._SOURCES:
-                # The protos themselves: indexing a large repeated field again later costs far more.
-                for proto in getattr(self._graph, source):
-                    name = proto.values.name if source == "sparse_initializer" else proto.name
-                    if name or source in ("initializer", "sparse_initializer"):
-                        index.setdefault(name, []).append((source, proto))
-            self._index = index
-        return self._index
-
-    @staticmethod
-    def _read(source: str, proto: Any) -> TensorInfo | None:
-        if source == "initializer":
-            return TensorInfo(tuple(int(d) for d in proto.dims), int(proto.data_type))
-        if source == "sparse_initializer":
-            return TensorInfo(tuple(int(d) for d in proto.dims), int(proto.values.data_type))
-        return tensor_info(proto)
-
-    def _local(self, name: str) -> TensorInfo | None:
-        try:
-            return self._cache[name]
-        except KeyError:
-            pass
-        found: TensorInfo | None = None
-        index = self._index if self._index is not None else self._sources()
-        for source, proto in index.get(name, ()):
-            # a value_info, input or output: tensor_info directly (one call less per value of a large graph)
-            read = tensor_info(proto) if source in _DECLARED else self._read(source, proto)
-            if read is not None:
-                found = read if found is None else richer(found, read)
-        self._cache[name] = found
-        return found
-
-    def __getitem__(self, name: str) -> TensorInfo:
-        found = self._local(name)
-        return found if found is not None else self._scope[name]
-
-    def get(self, name: str, default: Any = None) -> Any:
-        # Mapping.get goes through __getitem__ and KeyError; translate_model calls this per input.
-        found = self._cache.get(name, _UNREAD)
-        if found is _UNREAD:
-            found = self._local(name)
-        return found if found is not None else self._scope.get(name, default)
-
-    def __iter__(self) -> Iterator[str]:
-        names = dict.fromkeys(self._scope)
-        names.update(dict.fromkeys(n for n in self._sources() if self._local(n) is not None))
-        return iter(names)
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
-
-
-class _RunInfos(_GraphInfos):
-    """The top-level graph's types with the shapes a run gave (``value_shapes``) in place of the inferred
-    ones: the element type stays the inferred one, the dims are the run's."""
-
-    def __init__(self, graph: onnx.GraphProto, value_shapes: Mapping[str, Sequence[int]]) -> None:
-        super().__init__(graph, {})
-        self._run = value_shapes
-
-    def _local(self, name: str) -> TensorInfo | None:
-        found = super()._local(name)
-        shape = self._run.get(name)
-        if shape is not None and found is not None and found.elem_type:
-            found = self._cache[name] = TensorInfo(tuple(int(d) for d in shape), found.elem_type)
-        return found
 
 
 def _walk(
