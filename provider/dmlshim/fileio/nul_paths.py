@@ -43,9 +43,8 @@ def as_onnxruntime_reads(source: Source) -> Source | str:
     if "\x00" not in text:
         return source
     cut = text.split("\x00", 1)[0]
-    if (
-        not cut
-    ):  # onnxruntime opens the empty name: NoSuchFile (a path that is empty to start with is not one)
+    # onnxruntime opens the empty name: NoSuchFile (a path that is empty to start with is not one)
+    if not cut:
         from ..errors import BadModelError
         from ..runtime.exceptions import with_onnxruntime_words
 
