@@ -293,9 +293,12 @@ def downstream_of(graph: onnx.GraphProto, declared: Collection[str]) -> set[str]
     reached: set[str] = set()
     if not declared:
         return reached
+    seen = set(declared)  # ``declared`` and ``reached`` together: one set test per node
     for node in graph.node:
-        if any(name in declared or name in reached for name in node.input):
-            reached.update(name for name in node.output if name)
+        if not seen.isdisjoint(node.input):
+            made = [name for name in node.output if name]
+            reached.update(made)
+            seen.update(made)
     return reached
 
 

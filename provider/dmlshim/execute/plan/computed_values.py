@@ -192,12 +192,17 @@ class _Walk:
         """Walk ``nodes`` with the names of their scope (``rename``: a branch's own names to unique ones)."""
         if len(guard) > _MAX_DEPTH:
             return  # subgraphs nested this deep are not followed (nor recursed into)
+        # the top-level graph renames nothing (no scope: ``rename`` stays empty, the helpers copy it)
+        plain = not scope and not rename
         for index, node in enumerate(nodes):
-            inputs = tuple(rename.get(n, n) for n in node.input)
-            for name in node.output:
-                if scope and name:
-                    rename[name] = scope + name
-            outputs = tuple(rename.get(n, n) for n in node.output)
+            if plain:
+                inputs, outputs = tuple(node.input), tuple(node.output)
+            else:
+                inputs = tuple(rename.get(n, n) for n in node.input)
+                for name in node.output:
+                    if scope and name:
+                        rename[name] = scope + name
+                outputs = tuple(rename.get(n, n) for n in node.output)
             if node.domain not in ("", "ai.onnx") or not outputs or not outputs[0]:
                 continue
             if node.op_type in ("If", "Loop", "Scan") and not self.subgraphs:

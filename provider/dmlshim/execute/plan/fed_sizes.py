@@ -97,9 +97,10 @@ class FedSizes:
         """The gathers of ``model`` whose output size follows from the feeds' shapes (none when there
         are none, or onnx cannot infer the model)."""
         graph = model.graph
+        names = display_names(graph.node)
         nodes = [
             (node, name)
-            for node, name in zip(graph.node, display_names(graph.node), strict=True)
+            for node, name in zip(graph.node, names, strict=True)
             if node.op_type in SIZED_OPS and node.domain in ("", "ai.onnx")
             if len(node.input) >= 2 and all(node.input[:2])
         ]
@@ -123,15 +124,21 @@ class FedSizes:
         if inferred is not None:
             for vi in (*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output):
                 types.setdefault(vi.name, vi.type)
-        for name, tensor in initializers.items():
-            types.setdefault(name, helper.make_tensor_type_proto(tensor.data_type, list(tensor.dims)))
+
+        def type_of(name: str) -> onnx.TypeProto | None:
+            # an initializer no inference typed: its own type, made when a gather or sized node asks
+            tp = types.get(name)
+            if tp is None and name in initializers:
+                tensor = initializers[name]
+                tp = types[name] = helper.make_tensor_type_proto(tensor.data_type, list(tensor.dims))
+            return tp
 
         def dims_of(name: str) -> str | Dims | None:
             if name in fed:
                 return name
             if name in unchecked:
                 return None  # a shape the model declares: onnxruntime runs it whatever the run's shape
-            tp = types.get(name)
+            tp = type_of(name)
             if tp is None or tp.WhichOneof("value") != "tensor_type" or not tp.tensor_type.HasField("shape"):
                 return None
             dims: list[int | str] = []
@@ -145,7 +152,7 @@ class FedSizes:
             return tuple(dims)
 
         def elem_type(name: str) -> int:
-            tp = types.get(name)
+            tp = type_of(name)
             return int(tp.tensor_type.elem_type) if tp is not None and tp.HasField("tensor_type") else 0
 
         gathers = []
@@ -181,7 +188,7 @@ class FedSizes:
         valued = tuple(  # a node reading constants alone is sized when the session is built
             v
             for v in (
-                *valued_nodes(graph.node, display_names(graph.node), known, dims_of, elem_type),
+                *valued_nodes(graph.node, names, known, dims_of, elem_type),
                 *valued_nodes(
                     [b.node for b in branch],
                     [b.name for b in branch],
