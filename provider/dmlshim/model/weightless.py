@@ -15,6 +15,7 @@ allocates in proportion to it.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Iterable
 
 import numpy as np
@@ -42,10 +43,7 @@ def tensor_nbytes(tensor: onnx.TensorProto) -> int:
     itemsize = _itemsize(tensor.data_type)
     if not itemsize:
         return 0
-    count = 1
-    for d in tensor.dims:
-        count *= int(d)
-    return count * itemsize
+    return math.prod(tensor.dims) * itemsize  # (in C: asked of every initializer several times a build)
 
 
 def is_external(tensor: onnx.TensorProto) -> bool:

@@ -105,9 +105,12 @@ def _fed_values(graph: onnx.GraphProto) -> set[str]:
     cannot fold them to constants (values reached only through a subgraph are left out: fewer proofs)."""
     initializers = {t.name for t in graph.initializer}
     fed = {v.name for v in graph.input if v.name not in initializers}
+    reads = fed - {""}  # an omitted input ("") reads nothing: one set test per node
     for node in graph.node:
-        if any(n in fed for n in node.input if n):
-            fed.update(o for o in node.output if o)
+        if not reads.isdisjoint(node.input):
+            made = [o for o in node.output if o]
+            fed.update(made)
+            reads.update(made)
     return fed
 
 
