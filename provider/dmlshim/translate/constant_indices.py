@@ -20,14 +20,14 @@ index tensors are left to the run).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
 
 from ..graph import node_path
-from .ep_refusals import constant_value
+from .ep_refusals import constant_values
 from .plan import NodeTranslation, Reason, Status
 
 if TYPE_CHECKING:  # a session build's constant-folding check reads this module without the translation
@@ -66,7 +66,7 @@ def flag_constant_indices(mt: ModelTranslation, graph: onnx.GraphProto) -> Model
         return mt
     changed: list[NodeTranslation] = []
     found = False
-    constants: dict[str, np.ndarray | None] = {}  # constant_value's answers in this graph, by name
+    constants = constant_values(graph)  # constant_value's answers in this graph, from one walk
     answers: dict[tuple[Any, ...], OutOfRange | None] = {}  # by indices, op, data shape and attributes
     for t in mt.nodes:
         node = nodes.get(t.name)
@@ -88,7 +88,7 @@ def _first_out_of_range(
     t: NodeTranslation,
     node: onnx.NodeProto,
     graph: onnx.GraphProto,
-    constants: dict[str, np.ndarray | None],
+    constants: Callable[[str], np.ndarray | None],
     answers: dict[tuple[Any, ...], OutOfRange | None],
 ) -> OutOfRange | None:
     if len(node.input) < 2 or not node.input[1]:
@@ -110,11 +110,11 @@ def _out_of_range(
     name: str,
     shape: tuple[int, ...],
     graph: onnx.GraphProto,
-    constants: dict[str, np.ndarray | None],
+    constants: Callable[[str], np.ndarray | None],
 ) -> OutOfRange | None:
-    if name not in constants:  # constant_value walks every node: asked once per name (a 20,000-Gather
-        constants[name] = constant_value((graph,), name)  # chain reading one index tensor was quadratic)
-    return first_out_of_range(node, shape, constants[name])
+    # constant_value walks every node: the table answers each name once (a 20,000-Gather chain reading one
+    # index tensor was quadratic, and a model with a constant index per Gather was too)
+    return first_out_of_range(node, shape, constants(name))
 
 
 def first_out_of_range(
