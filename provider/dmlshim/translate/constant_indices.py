@@ -61,7 +61,13 @@ class OutOfRange:
 def flag_constant_indices(mt: ModelTranslation, graph: onnx.GraphProto) -> ModelTranslation:
     """``mt`` with each top-level node whose constant indices leave their axis marked ``error``
     (reason ``INDEX_OUT_OF_RANGE`` first); ``mt`` itself when there is none."""
-    nodes = {node_path("", n, i): n for i, n in enumerate(graph.node) if n.op_type in _AXIS_OPS | _TUPLE_OPS}
+    ops = _AXIS_OPS | _TUPLE_OPS
+    # by name (a later node of one name wins); each node's fields are read from protobuf once, here
+    nodes: dict[str, tuple[onnx.NodeProto, str, Any, tuple[int, int]]] = {}
+    for i, n in enumerate(graph.node):
+        op = n.op_type
+        if op in ops:
+            nodes[node_path("", n, i)] = (n, op, n.input, _axis_and_batch(n))
     if not nodes:
         return mt
     changed: list[NodeTranslation] = []
@@ -69,52 +75,57 @@ def flag_constant_indices(mt: ModelTranslation, graph: onnx.GraphProto) -> Model
     constants = constant_values(graph)  # constant_value's answers in this graph, from one walk
     answers: dict[tuple[Any, ...], OutOfRange | None] = {}  # by indices, op, data shape and attributes
     for t in mt.nodes:
-        node = nodes.get(t.name)
+        entry = nodes.get(t.name)
         bad = (
-            _first_out_of_range(t, node, graph, constants, answers)
-            if node is not None and t.domain == ""
+            _first_out_of_range(t, entry, graph, constants, answers)
+            if entry is not None and t.domain == ""
             else None
         )
         if bad is None:
             changed.append(t)
             continue
         found = True
-        reason = bad.reason(t.op_type, node.input[0])  # type: ignore[union-attr]
+        reason = bad.reason(t.op_type, entry[2][0])  # type: ignore[index]
         changed.append(dataclasses.replace(t, status=Status.ERROR, reasons=(reason, *t.reasons)))
     return dataclasses.replace(mt, nodes=tuple(changed)) if found else mt
 
 
+def _axis_and_batch(node: onnx.NodeProto) -> tuple[int, int]:
+    """The node's ``axis`` and ``batch_dims`` (0 when absent; the first attribute of a name counts)."""
+    axis = batch = None
+    for a in node.attribute:
+        name = a.name
+        if name == "axis" and axis is None:
+            axis = int(a.i)
+        elif name == "batch_dims" and batch is None:
+            batch = int(a.i)
+    return axis or 0, batch or 0
+
+
 def _first_out_of_range(
     t: NodeTranslation,
-    node: onnx.NodeProto,
+    entry: tuple[onnx.NodeProto, str, Any, tuple[int, int]],
     graph: onnx.GraphProto,
     constants: Callable[[str], np.ndarray | None],
     answers: dict[tuple[Any, ...], OutOfRange | None],
 ) -> OutOfRange | None:
-    if len(node.input) < 2 or not node.input[1]:
+    node, op, inputs, (axis, batch) = entry
+    if len(inputs) < 2:
         return None
-    shape = _data_shape(t, node, graph)
+    name = inputs[1]
+    if not name:
+        return None
+    shape = _data_shape(t, inputs[0], graph)
     if shape is None:
         return None
-    name = node.input[1]
     # the answer follows from these alone: nodes reading the same indices alike share it (a chain of
     # 20,000 Gathers of one index tensor checked it 20,000 times)
-    key = (name, node.op_type, shape, _attribute(node, "axis", 0), _attribute(node, "batch_dims", 0))
+    key = (name, op, shape, axis, batch)
     if key not in answers:
-        answers[key] = _out_of_range(node, name, shape, graph, constants)
+        # constant_value walks every node: the table answers each name once (a 20,000-Gather chain reading
+        # one index tensor was quadratic, and a model with a constant index per Gather was too)
+        answers[key] = first_out_of_range(node, shape, constants(name))
     return answers[key]
-
-
-def _out_of_range(
-    node: onnx.NodeProto,
-    name: str,
-    shape: tuple[int, ...],
-    graph: onnx.GraphProto,
-    constants: Callable[[str], np.ndarray | None],
-) -> OutOfRange | None:
-    # constant_value walks every node: the table answers each name once (a 20,000-Gather chain reading one
-    # index tensor was quadratic, and a model with a constant index per Gather was too)
-    return first_out_of_range(node, shape, constants(name))
 
 
 def first_out_of_range(
@@ -162,12 +173,12 @@ def _attribute(node: onnx.NodeProto, name: str, default: int) -> int:
     return default
 
 
-def _data_shape(t: NodeTranslation, node: onnx.NodeProto, graph: onnx.GraphProto) -> tuple[int, ...] | None:
-    """The data input's static shape: from the translation's plan, else as the graph declares it."""
+def _data_shape(t: NodeTranslation, name: str, graph: onnx.GraphProto) -> tuple[int, ...] | None:
+    """The data input's (``name``) static shape: from the translation's plan, else as the graph declares
+    it."""
     for b in t.inputs:
         if b.onnx_index == 0:
             return tuple(b.onnx_shape)
-    name = node.input[0]
     for init in graph.initializer:
         if init.name == name:
             return tuple(init.dims)
