@@ -155,7 +155,6 @@ def _walk(
             yield from _walk(sub, subgraph_prefix(name, attr_name), _GraphInfos(sub, local), scopes)
 
 
-@guard_resources("translating the model")
 def _structure_key(
     node: onnx.NodeProto, domain: str, opset: int, infos: tuple[TensorInfo | None, ...]
 ) -> tuple[Any, ...]:
@@ -165,6 +164,7 @@ def _structure_key(
     return (domain, node.op_type, opset, attrs, infos, tuple([bool(i) for i in node.input]))
 
 
+@guard_resources("translating the model")
 def translate_model(
     model: onnx.ModelProto,
     feature_level: FeatureLevel = DEFAULT_FEATURE_LEVEL,
