@@ -62,70 +62,72 @@ def flag_constant_indices(mt: ModelTranslation, graph: onnx.GraphProto) -> Model
     """``mt`` with each top-level node whose constant indices leave their axis marked ``error``
     (reason ``INDEX_OUT_OF_RANGE`` first); ``mt`` itself when there is none."""
     ops = _AXIS_OPS | _TUPLE_OPS
-    # by name (a later node of one name wins); each node's fields are read from protobuf once, here
-    nodes: dict[str, tuple[onnx.NodeProto, str, Any, tuple[int, int]]] = {}
-    for i, n in enumerate(graph.node):
-        op = n.op_type
-        if op in ops:
-            nodes[node_path("", n, i)] = (n, op, n.input, _axis_and_batch(n))
+    nodes = {node_path("", n, i): n for i, n in enumerate(graph.node) if n.op_type in ops}
     if not nodes:
         return mt
     changed: list[NodeTranslation] = []
     found = False
     constants = constant_values(graph)  # constant_value's answers in this graph, from one walk
+    bounds: dict[str, tuple[int, int] | None] = {}  # by indices: their least and greatest value
     answers: dict[tuple[Any, ...], OutOfRange | None] = {}  # by indices, op, data shape and attributes
     for t in mt.nodes:
-        entry = nodes.get(t.name)
+        node = nodes.get(t.name)
         bad = (
-            _first_out_of_range(t, entry, graph, constants, answers)
-            if entry is not None and t.domain == ""
+            _first_out_of_range(t, node, graph, constants, bounds, answers)
+            if node is not None and t.domain == ""
             else None
         )
         if bad is None:
             changed.append(t)
             continue
         found = True
-        reason = bad.reason(t.op_type, entry[2][0])  # type: ignore[index]
+        reason = bad.reason(t.op_type, node.input[0])  # type: ignore[union-attr]
         changed.append(dataclasses.replace(t, status=Status.ERROR, reasons=(reason, *t.reasons)))
     return dataclasses.replace(mt, nodes=tuple(changed)) if found else mt
 
 
-def _axis_and_batch(node: onnx.NodeProto) -> tuple[int, int]:
-    """The node's ``axis`` and ``batch_dims`` (0 when absent; the first attribute of a name counts)."""
-    axis = batch = None
-    for a in node.attribute:
-        name = a.name
-        if name == "axis" and axis is None:
-            axis = int(a.i)
-        elif name == "batch_dims" and batch is None:
-            batch = int(a.i)
-    return axis or 0, batch or 0
-
-
 def _first_out_of_range(
     t: NodeTranslation,
-    entry: tuple[onnx.NodeProto, str, Any, tuple[int, int]],
+    node: onnx.NodeProto,
     graph: onnx.GraphProto,
     constants: Callable[[str], np.ndarray | None],
+    bounds: dict[str, tuple[int, int] | None],
     answers: dict[tuple[Any, ...], OutOfRange | None],
 ) -> OutOfRange | None:
-    node, op, inputs, (axis, batch) = entry
+    inputs = node.input  # each field read from protobuf once: a large graph's nodes are many
     if len(inputs) < 2:
         return None
     name = inputs[1]
     if not name:
         return None
+    if name not in bounds:
+        # constant_value walks every node: the table answers each name once (a 20,000-Gather chain reading
+        # one index tensor was quadratic, and a model with a constant index per Gather was too)
+        bounds[name] = _bounds(constants(name))
+    least_greatest = bounds[name]
+    if least_greatest is None:
+        return None  # no constant integer indices: first_out_of_range finds none, whatever the node
     shape = _data_shape(t, inputs[0], graph)
     if shape is None:
         return None
+    least, greatest = least_greatest
+    if shape and -min(shape) <= least and greatest < min(shape):
+        return None  # every index lies within every axis of the data: within the one it addresses
     # the answer follows from these alone: nodes reading the same indices alike share it (a chain of
     # 20,000 Gathers of one index tensor checked it 20,000 times)
-    key = (name, op, shape, axis, batch)
+    key = (name, node.op_type, shape, _attribute(node, "axis", 0), _attribute(node, "batch_dims", 0))
     if key not in answers:
-        # constant_value walks every node: the table answers each name once (a 20,000-Gather chain reading
-        # one index tensor was quadratic, and a model with a constant index per Gather was too)
         answers[key] = first_out_of_range(node, shape, constants(name))
     return answers[key]
+
+
+def _bounds(indices: np.ndarray | None) -> tuple[int, int] | None:
+    """The least and greatest of constant indices as :func:`first_out_of_range` reads them (as int64);
+    None where it reads none (no value, not integers, empty)."""
+    if indices is None or indices.dtype.kind not in "iu" or indices.size == 0:
+        return None
+    values = indices.astype(np.int64, copy=False)
+    return int(values.min()), int(values.max())
 
 
 def first_out_of_range(
