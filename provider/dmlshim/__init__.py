@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from .startup import quiet_interrupt_while_starting
+from .startup import defer_collection_while_starting, quiet_interrupt_while_starting
 
 quiet_interrupt_while_starting()  # before the heavy imports below: the command's Ctrl-C, quietly
+defer_collection_while_starting()  # and no cycle collection over what they import (the command's only)
 
 from .dml import DataType, FeatureLevel, OperatorType  # noqa: E402
 from .errors import (  # noqa: E402

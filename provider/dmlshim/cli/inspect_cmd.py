@@ -11,6 +11,7 @@ import gc
 import logging
 import os
 import sys
+from typing import TYPE_CHECKING
 
 import onnx
 
@@ -22,7 +23,6 @@ from ..report.inspect_report import GraphValue, render_text, shape_hint
 from ..translate.constant_indices import flag_constant_indices
 from ..translate.model_translation import ModelTranslation, translate_model
 from ..translate.shapes_info import tensor_info
-from .inspect_run import RunShapes, run_shapes
 from .options import (
     add_feature_level,
     add_html,
@@ -34,6 +34,9 @@ from .options import (
     seed_type,
 )
 from .progress import file_written
+
+if TYPE_CHECKING:  # the run's modules (engines, sessions) are imported only when inspect runs the model
+    from .inspect_run import RunShapes
 
 logger = logging.getLogger(__name__)
 
@@ -135,11 +138,11 @@ def _inspect(args: argparse.Namespace) -> int:
         given = {}
     model = _read(args.model)
     shapes = apply_input_shapes(model, given)  # a size the model contradicts is refused before any run
-    ran = (
-        run_shapes(args.model, inputs=args.inputs, input_shapes=given, seed=args.seed)
-        if args.inputs or given
-        else None
-    )
+    ran: RunShapes | None = None
+    if args.inputs or given:
+        from .inspect_run import run_shapes
+
+        ran = run_shapes(args.model, inputs=args.inputs, input_shapes=given, seed=args.seed)
     if ran is not None and ran.error:
         print(
             f"dmlshim inspect: warning: onnxruntime could not run the model on these inputs ({ran.error}); "

@@ -234,6 +234,7 @@ def check_model(
     defer_onnxruntime: bool = False,
     unknown_operators_allowed: bool = False,
     external_found: list[ExternalRef] | None = None,
+    sorted_found: list[bool] | None = None,
 ) -> Callable[[], None]:
     """The one model check every command runs (inspect, validate, run, lower, export, InferenceSession).
 
@@ -264,6 +265,9 @@ def check_model(
             known.
         external_found: given, receives the model's external-data entries as checked (none: the model
             keeps no data outside, and a loader need not look for any again).
+        sorted_found: given, receives True when onnx.checker finds nothing on the model: its nodes, in
+            every graph, are then in topological order (the checker refuses a node reading a value no
+            earlier node, input or initializer gives), which a loader need not check again.
 
     Returns:
         The verdict: a function raising onnxruntime's refusal (a no-op when already decided; once).
@@ -334,6 +338,8 @@ def check_model(
     # meanwhile (its findings only add words to a refusal, or a warning).
     errors: list[str] = []
     findings[0] = _onnx_checker_findings(light, acceptance.serialized, errors if lazy else None)
+    if sorted_found is not None and findings[0] is None:
+        sorted_found.append(True)
     acceptance.serialized = None  # read once: not held for the session's life (its closure may hold it)
     if errors and reason is None:
         logger.debug("onnxruntime's acceptance session built to type the outputs: %s", errors[0])

@@ -210,7 +210,11 @@ def _negative_dims(graphs: list[onnx.GraphProto]) -> list[onnx.TensorShapeProto.
 
 
 def prepare_model(
-    model: onnx.ModelProto, *, owned: bool = False, before_change: Callable[[], None] | None = None
+    model: onnx.ModelProto,
+    *,
+    owned: bool = False,
+    before_change: Callable[[], None] | None = None,
+    sorted_known: bool = False,
 ) -> onnx.ModelProto:
     """The model onnxruntime runs: local-function calls expanded, every graph in topological order,
     sparse initializers dense, a negative declared dimension unknown (onnxruntime reads ``dim_value: -1``
@@ -221,6 +225,8 @@ def prepare_model(
         owned: the caller owns ``model`` and lets it be changed in place; otherwise a changed model is a
             copy and ``model`` stays as it was.
         before_change: called once before anything is changed (not at all when nothing needs to be).
+        sorted_known: the nodes of every graph are known to be in topological order (onnx.checker passed
+            the model: ``check_model(..., sorted_found=...)``); they are not walked to find out.
 
     Returns:
         ``model`` itself when nothing needed to change, else the prepared model.
@@ -241,7 +247,7 @@ def prepare_model(
         and not negative
         and not duplicated
         and not segmented
-        and _is_sorted(model.graph, nested=len(graphs) > 1)
+        and (sorted_known or _is_sorted(model.graph, nested=len(graphs) > 1))
     ):
         return model
     if before_change is not None:

@@ -60,6 +60,18 @@ RAW_ITEMSIZE: dict[int, int] = {
 }
 _KNOWN_TYPES = frozenset(TensorProto.DataType.values()) - {TensorProto.UNDEFINED}
 _INT_ATTRIBUTES = {"axis", "batch_dims"}
+_PLAIN_TYPES = frozenset(
+    {
+        onnx.AttributeProto.FLOAT,
+        onnx.AttributeProto.INT,
+        onnx.AttributeProto.STRING,
+        onnx.AttributeProto.FLOATS,
+        onnx.AttributeProto.INTS,
+        onnx.AttributeProto.STRINGS,
+    }
+)
+"""Attribute types whose value is numbers or strings (nothing the walk checks further when no other field
+is set)."""
 
 
 @functools.cache
@@ -321,17 +333,28 @@ def _check_graph(
                 rule="graph inputs and outputs have an ONNX element type",
             )
     arities: set[tuple[str, str, int, int]] = set()  # (domain, op, inputs, outputs) found within the schema
+    # Attributes of a plain type (a number, a string, their lists) found to hold nothing to check further,
+    # by their bytes and whether their node is a gather/scatter: equal bytes are equal fields, so another
+    # such attribute passes alike (a chain's 20,000 ``axis`` attributes are checked once).
+    plain: set[tuple[bytes, bool]] = set()
     for i, node in enumerate(graph.node):
-        arity = (node.domain, node.op_type, len(node.input), len(node.output))
+        op_type = node.op_type
+        arity = (node.domain, op_type, len(node.input), len(node.output))
         if arity not in arities:  # nodes of one op and arity pass or fail alike: each form is checked once
             _check_arity(node, prefix, i, opsets, path)
             arities.add(arity)
-        if not node.attribute:
+        attrs = node.attribute
+        if not attrs:
             continue
+        indexing = op_type in GATHER_SCATTER_INDEX_TYPES
         # The node's name is spelled out only where it is used: most nodes hold no tensor and no graph.
         held = False  # an attribute that may hold a graph: subgraphs() looks (one walk of the attributes)
-        for attr in node.attribute:
-            held = held or attr.type in GRAPH_ATTRIBUTE_TYPES
+        for attr in attrs:
+            kind = attr.type
+            key = (attr.SerializeToString(), indexing) if kind in _PLAIN_TYPES else None
+            if key is not None and key in plain:
+                continue
+            held = held or kind in GRAPH_ATTRIBUTE_TYPES
             if attr.type == onnx.AttributeProto.UNDEFINED or (
                 attr.name in _INT_ATTRIBUTES
                 and node.op_type in GATHER_SCATTER_INDEX_TYPES
@@ -353,6 +376,10 @@ def _check_graph(
             if attr.HasField("sparse_tensor") or attr.sparse_tensors:
                 label = f"{node_path(prefix, node, i)}.{attr.name}"
                 sparse.extend((label, _sparse_dense_bytes(s)) for s in _held_sparse(attr))
+            elif key is not None and not (
+                attr.HasField("t") or attr.tensors or attr.HasField("g") or attr.graphs
+            ):
+                plain.add(key)
         if not held:
             continue
         for attr_name, sub in subgraphs(node):

@@ -98,7 +98,16 @@ def placement_verdict(mt: ModelTranslation) -> str:
 
 def _session_fails(mt: ModelTranslation) -> list[str]:
     """Nodes the provider places on DML with a descriptor DirectML rejects: its session creation fails."""
+    if "EP_DESCRIPTOR_FAILS" not in _codes(mt):
+        return []
     return [n.name for n in mt.nodes if "EP_DESCRIPTOR_FAILS" in n.reason_codes]
+
+
+def _codes(mt: ModelTranslation) -> set[str]:
+    """Every reason code of any node: the summary counts each node's codes under one of its three
+    counters (from one node per group of nodes sharing their reasons), so no walk of the nodes is made."""
+    s = mt.summary
+    return {*s["reasons"], *s["notes"], *s["ort_reasons"]}
 
 
 def _meaning(mt: ModelTranslation) -> str:
@@ -208,7 +217,7 @@ def next_command(
             caller tried them); an inspect with them is suggested only then.
     """
     level = mt.feature_level.short
-    codes = {code for n in mt.nodes for code in n.reason_codes}
+    codes = _codes(mt)
     if "SHAPE_UNKNOWN" in codes and symbolic_inputs and hint_helps:
         hint = shape_hint(symbolic_inputs)
         args = [f"--input-shape {name}={','.join(str(d) for d in dims)}" for name, dims in hint.items()]
@@ -346,7 +355,7 @@ def render_text(
     )
     lines += _notes(mt.nodes, s["notes"])
     if mt.nodes:
-        lines += ["", "Nodes:", *table(_node_rows(mt.nodes, descriptors, run))]
+        lines += ["", "Nodes:", *table(_node_rows(mt.nodes, descriptors, run, _codes(mt)))]
         if run is not None and not run.error:
             lines += _body_lines(mt, run)
         lines += _details(mt.nodes)
@@ -409,8 +418,12 @@ def _body_lines(mt: ModelTranslation, run: RunShapesLike) -> list[str]:
 
 
 def _node_rows(
-    nodes: Sequence[NodeTranslation], descriptors: bool, run: RunShapesLike | None = None
+    nodes: Sequence[NodeTranslation],
+    descriptors: bool,
+    run: RunShapesLike | None = None,
+    codes: set[str] | None = None,
 ) -> list[list[str]]:
+    """The node table's rows; ``codes``: every reason code of the nodes (a superset will do), when known."""
     rows = [["NODE", "OP", "SINCE", "STATUS", "DML OPERATOR", "MIN FL", "ORT EP"]]
     if run is not None:
         rows[0].append("SHAPES")
@@ -418,11 +431,12 @@ def _node_rows(
         rows[0].append("DESCRIPTOR")
     # A large graph's nodes share a handful of rows but for the name: each distinct one is spelled once.
     cells: dict[tuple[object, ...], list[str]] = {}
+    any_removed = codes is None or OPTIMIZED_AWAY_CODE in codes  # a code no node has is not looked for
     for n in nodes:
         operator = n.operator
         kind = operator.operator_type if operator is not None else None
         # a node onnxruntime's optimizations remove runs in no partition: the column says so
-        removed = OPTIMIZED_AWAY_CODE in n.reason_codes
+        removed = any_removed and OPTIMIZED_AWAY_CODE in n.reason_codes
         key = (n.op_type, n.since_version, n.status, kind, n.min_feature_level, n.ort_placement, removed)
         tail = cells.get(key)
         if tail is None:

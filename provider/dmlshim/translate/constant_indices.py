@@ -20,14 +20,14 @@ index tensors are left to the run).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
 
 from ..graph import node_path
-from .ep_refusals import constant_value
+from .ep_refusals import constant_values
 from .plan import NodeTranslation, Reason, Status
 
 if TYPE_CHECKING:  # a session build's constant-folding check reads this module without the translation
@@ -61,17 +61,19 @@ class OutOfRange:
 def flag_constant_indices(mt: ModelTranslation, graph: onnx.GraphProto) -> ModelTranslation:
     """``mt`` with each top-level node whose constant indices leave their axis marked ``error``
     (reason ``INDEX_OUT_OF_RANGE`` first); ``mt`` itself when there is none."""
-    nodes = {node_path("", n, i): n for i, n in enumerate(graph.node) if n.op_type in _AXIS_OPS | _TUPLE_OPS}
+    ops = _AXIS_OPS | _TUPLE_OPS
+    nodes = {node_path("", n, i): n for i, n in enumerate(graph.node) if n.op_type in ops}
     if not nodes:
         return mt
     changed: list[NodeTranslation] = []
     found = False
-    constants: dict[str, np.ndarray | None] = {}  # constant_value's answers in this graph, by name
+    constants = constant_values(graph)  # constant_value's answers in this graph, from one walk
+    bounds: dict[str, tuple[int, int] | None] = {}  # by indices: their least and greatest value
     answers: dict[tuple[Any, ...], OutOfRange | None] = {}  # by indices, op, data shape and attributes
     for t in mt.nodes:
         node = nodes.get(t.name)
         bad = (
-            _first_out_of_range(t, node, graph, constants, answers)
+            _first_out_of_range(t, node, graph, constants, bounds, answers)
             if node is not None and t.domain == ""
             else None
         )
@@ -88,33 +90,44 @@ def _first_out_of_range(
     t: NodeTranslation,
     node: onnx.NodeProto,
     graph: onnx.GraphProto,
-    constants: dict[str, np.ndarray | None],
+    constants: Callable[[str], np.ndarray | None],
+    bounds: dict[str, tuple[int, int] | None],
     answers: dict[tuple[Any, ...], OutOfRange | None],
 ) -> OutOfRange | None:
-    if len(node.input) < 2 or not node.input[1]:
+    inputs = node.input  # each field read from protobuf once: a large graph's nodes are many
+    if len(inputs) < 2:
         return None
-    shape = _data_shape(t, node, graph)
+    name = inputs[1]
+    if not name:
+        return None
+    if name not in bounds:
+        # constant_value walks every node: the table answers each name once (a 20,000-Gather chain reading
+        # one index tensor was quadratic, and a model with a constant index per Gather was too)
+        bounds[name] = _bounds(constants(name))
+    least_greatest = bounds[name]
+    if least_greatest is None:
+        return None  # no constant integer indices: first_out_of_range finds none, whatever the node
+    shape = _data_shape(t, inputs[0], graph)
     if shape is None:
         return None
-    name = node.input[1]
+    least, greatest = least_greatest
+    if shape and -min(shape) <= least and greatest < min(shape):
+        return None  # every index lies within every axis of the data: within the one it addresses
     # the answer follows from these alone: nodes reading the same indices alike share it (a chain of
     # 20,000 Gathers of one index tensor checked it 20,000 times)
     key = (name, node.op_type, shape, _attribute(node, "axis", 0), _attribute(node, "batch_dims", 0))
     if key not in answers:
-        answers[key] = _out_of_range(node, name, shape, graph, constants)
+        answers[key] = first_out_of_range(node, shape, constants(name))
     return answers[key]
 
 
-def _out_of_range(
-    node: onnx.NodeProto,
-    name: str,
-    shape: tuple[int, ...],
-    graph: onnx.GraphProto,
-    constants: dict[str, np.ndarray | None],
-) -> OutOfRange | None:
-    if name not in constants:  # constant_value walks every node: asked once per name (a 20,000-Gather
-        constants[name] = constant_value((graph,), name)  # chain reading one index tensor was quadratic)
-    return first_out_of_range(node, shape, constants[name])
+def _bounds(indices: np.ndarray | None) -> tuple[int, int] | None:
+    """The least and greatest of constant indices as :func:`first_out_of_range` reads them (as int64);
+    None where it reads none (no value, not integers, empty)."""
+    if indices is None or indices.dtype.kind not in "iu" or indices.size == 0:
+        return None
+    values = indices.astype(np.int64, copy=False)
+    return int(values.min()), int(values.max())
 
 
 def first_out_of_range(
@@ -162,12 +175,12 @@ def _attribute(node: onnx.NodeProto, name: str, default: int) -> int:
     return default
 
 
-def _data_shape(t: NodeTranslation, node: onnx.NodeProto, graph: onnx.GraphProto) -> tuple[int, ...] | None:
-    """The data input's static shape: from the translation's plan, else as the graph declares it."""
+def _data_shape(t: NodeTranslation, name: str, graph: onnx.GraphProto) -> tuple[int, ...] | None:
+    """The data input's (``name``) static shape: from the translation's plan, else as the graph declares
+    it."""
     for b in t.inputs:
         if b.onnx_index == 0:
             return tuple(b.onnx_shape)
-    name = node.input[0]
     for init in graph.initializer:
         if init.name == name:
             return tuple(init.dims)

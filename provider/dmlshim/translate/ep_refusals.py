@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import onnx
@@ -296,6 +297,51 @@ def constant_value(enclosing: Sequence[onnx.GraphProto], name: str) -> np.ndarra
             if node.op_type == "Constant" and name in node.output:
                 return _constants(onnx.GraphProto(node=[node])).get(name)
     return None
+
+
+def constant_values(graph: onnx.GraphProto) -> Callable[[str], np.ndarray | None]:
+    """``lambda name: constant_value((graph,), name)``, answered from tables made in one walk of the graph
+    at the first question (each answer computed once), for a caller asking about many names: a graph
+    input or the output of a node other than a Constant is None; else the first initializer of that name
+    gives the value, else the first Constant giving it."""
+    tables: list[Any] = []
+    answers: dict[str, np.ndarray | None] = {}
+
+    def value(name: str) -> np.ndarray | None:
+        if name in answers:
+            return answers[name]
+        if not tables:
+            tables.extend(_constant_tables(graph))
+        computed, initializers, constants = tables
+        answer = None
+        if name not in computed:
+            init = initializers.get(name)
+            if init is not None:
+                answer = _constants(onnx.GraphProto(initializer=[init])).get(name)
+            elif name in constants:
+                answer = _constants(onnx.GraphProto(node=[constants[name]])).get(name)
+        answers[name] = answer
+        return answer
+
+    return value
+
+
+def _constant_tables(
+    graph: onnx.GraphProto,
+) -> tuple[set[str], dict[str, onnx.TensorProto], dict[str, onnx.NodeProto]]:
+    """The names a graph computes or takes as inputs, its first initializer and first Constant by name."""
+    computed = {v.name for v in graph.input}
+    constants: dict[str, onnx.NodeProto] = {}
+    for node in graph.node:
+        if node.op_type != "Constant":
+            computed.update(node.output)
+        else:
+            for out in node.output:
+                constants.setdefault(out, node)
+    initializers: dict[str, onnx.TensorProto] = {}
+    for init in graph.initializer:
+        initializers.setdefault(init.name, init)
+    return computed, initializers, constants
 
 
 def _graphs(

@@ -24,6 +24,7 @@ from ..resources import guard_resources
 from .converters import get_converter
 from .ep_refusals import session_refusals
 from .graph_infos import _GraphInfos, _RunInfos
+from .ort_fold_gate import nothing_folds
 from .ort_folded_shapes import apply_optimized_away
 from .placement import CPU_PREFERRED_MESSAGE, REASON_CPU_PREFERRED, graph_placements
 from .plan import (
@@ -154,7 +155,6 @@ def _walk(
             yield from _walk(sub, subgraph_prefix(name, attr_name), _GraphInfos(sub, local), scopes)
 
 
-@guard_resources("translating the model")
 def _structure_key(
     node: onnx.NodeProto, domain: str, opset: int, infos: tuple[TensorInfo | None, ...]
 ) -> tuple[Any, ...]:
@@ -164,6 +164,7 @@ def _structure_key(
     return (domain, node.op_type, opset, attrs, infos, tuple([bool(i) for i in node.input]))
 
 
+@guard_resources("translating the model")
 def translate_model(
     model: onnx.ModelProto,
     feature_level: FeatureLevel = DEFAULT_FEATURE_LEVEL,
@@ -270,7 +271,7 @@ def translate_model(
         _explain_unknown(inferred, scopes, unknown, translations)
     # The graph as given: in the inferred copy large initializers are graph inputs (no weight bytes).
     _apply_graph_placement(model.graph, top, top_level, translations)
-    if optimized and top_level:
+    if optimized and top_level and not nothing_folds(model.graph):
         # one onnx inference per round, on a model without weights (the first inference's shapes kept)
         apply_optimized_away(model, top.get, top_level, translations, _reinfer)
     refusals = tuple((name, r.code, f"{r.form}; fails at {r.when}") for name, r in session_refusals(model))

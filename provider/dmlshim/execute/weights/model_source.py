@@ -239,6 +239,7 @@ def load_model(
         added = take_supplied_initializers(proto, sess_options, path.parent, inline=inline)
         # before reading any weights; read without them, only the small ones count against the limits
         external: list[ExternalRef] = []
+        checked_sorted: list[bool] = []
         verdict = check_model(
             proto,
             path,
@@ -247,6 +248,7 @@ def load_model(
             defer_onnxruntime=defer_acceptance,
             unknown_operators_allowed=unknown_operators_allowed,
             external_found=external,
+            sorted_found=checked_sorted,
         )
         try:
             files = snapshot = guard = real_path = None
@@ -267,7 +269,9 @@ def load_model(
             elif external:
                 load_external_data(proto, path)
             # the verdict names nodes of the model as onnxruntime was given it: waited for before a change
-            prepared = prepare_model(proto, owned=True, before_change=verdict)
+            prepared = prepare_model(
+                proto, owned=True, before_change=verdict, sorted_known=bool(checked_sorted)
+            )
         except BaseException:
             verdict()  # onnxruntime's refusal first, as when it was waited for
             raise
