@@ -53,6 +53,7 @@ NONDETERMINISTIC_OPS = frozenset(
 
 _RUN_WARNINGS = frozenset({"EP_OUTPUT_UNWRITTEN", "EP_DESCRIPTOR_FAILS"})  # about a node the provider runs
 _CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})  # the ai.onnx ops with graph attributes
+_CSE_VALUE_LIMIT = 8  # constants of at most this many elements are compared by value in CSE
 _MAX_PASSES = 10  # onnxruntime's transformer manager repeats a level's transformers at most this often
 _ONNX = ("", "ai.onnx")
 # since_version of the schemas ReshapeFusion matches (IsSupportedOptypeVersionAndDomain): its source's
@@ -108,9 +109,17 @@ class _Graph:
     """The top-level graph as onnxruntime's transformers see it: producers, consumer edges, constants."""
 
     def __init__(
-        self, graph: onnx.GraphProto, ir_version: int, opset: int, info: Callable[[str], TensorInfo | None]
+        self,
+        graph: onnx.GraphProto,
+        ir_version: int,
+        opset: int,
+        info: Callable[[str], TensorInfo | None],
+        outer: _Graph | None = None,
+        by_value: bool = True,
     ) -> None:
         self.nodes = graph.node
+        self.by_value = by_value  # CSE compares small constant initializers by value (not once inlined)
+        self.outer = outer  # the enclosing graph of a subgraph: its constants are this one's too
         self.opset = opset
         self.info = info
         inputs = {v.name for v in graph.input}
@@ -145,6 +154,8 @@ class _Graph:
             self.ops, self.onnx, self.outs, raw_inputs, self.graph_outputs, self.bodies
         )
         self.canon = self._shared_constants()
+        if outer is not None:  # outer-scope constants (initializers, folded values), not shared here
+            self.constant.update(n for n in outer.constant if n not in self.constant)
         self.rep = self._common_subexpressions(raw_inputs)
         canon = self.canon
         self.inputs = [[canon.get(n, n) for n in names] for names in raw_inputs] if canon else raw_inputs
@@ -187,22 +198,29 @@ class _Graph:
         name (the first), so the nodes reading them may be twins."""
         canon: dict[str, str] = {}
         first: dict[tuple[object, ...], str] = {}
+        self.value_class: dict[str, str] = {}  # see _common_subexpressions
         for name in sorted(self.constant, key=lambda n: n):
-            value = self.value(name, limit=1)
+            value = self.value(name, limit=_CSE_VALUE_LIMIT)
             if value is None or value.dtype == object:
                 continue
             key = (value.dtype.str, value.shape, value.tobytes())
-            canon[name] = first.setdefault(key, name)
+            same = first.setdefault(key, name)
+            if self.by_value:
+                self.value_class[name] = same
+            if value.size == 1:
+                canon[name] = same
         return canon
 
     def _common_subexpressions(self, raw_inputs: list[list[str]]) -> list[int]:
         """onnxruntime's ``CommonSubexpressionElimination``: a node of the same op, inputs and attributes
         as one before it in onnxruntime's graph-viewer order (:func:`.ort_rewrites.viewer_order`) is merged
-        into it (its outputs are that one's), repeatedly downstream, unless it writes a graph output."""
+        into it (its outputs are that one's), repeatedly downstream, unless it writes a graph output.
+        Constant initializers of at most 8 elements are the same input when their type, shape and values
+        are (onnxruntime 1.24 and 1.32 compare them so; larger ones by name)."""
         rep = list(range(len(self.nodes)))
         # by op and inputs first: attributes are compared (serialized) only between such candidates
         seen: dict[tuple[object, ...], list[tuple[bytes, int]]] = {}
-        canon = self.canon
+        canon, same = self.canon, self.value_class  # value_class: canon's names for one-element values
         outputs = self.graph_outputs | set(self.renamed.values())
         absent = [
             (op == "Constant" and self.onnx[i]) or self.eliminated[i] or i in self.renamed
@@ -217,7 +235,9 @@ class _Graph:
             key = (
                 "" if self.onnx[i] else node.domain,
                 op,
-                tuple([canon.get(n, n) for n in names]) if canon else tuple(names),
+                tuple([same.get(c, c) for c in [canon.get(n, n) for n in names]])
+                if canon or same
+                else tuple(names),
                 len(self.outs[i]),
             )
             earlier = seen.get(key)
@@ -286,6 +306,8 @@ class _Graph:
 
     def _read_value(self, name: str, limit: int) -> np.ndarray | None:
         init = self.initializers.get(name)
+        if init is None and name not in self.constant_nodes and self.outer is not None:
+            return self.outer.value(name, limit)
         if init is not None:
             if math.prod(init.dims) > limit or init.data_location == onnx.TensorProto.EXTERNAL:
                 return None
@@ -299,7 +321,7 @@ class _Graph:
     def int_values(self, name: str) -> list[int] | None:
         """onnxruntime's ``AppendTensorFromInitializer``: an int64/int32 constant's values (a folded
         one's are not read here: None unless it is known to be one element, then [0], never -1)."""
-        if name in self.folded:
+        if self.is_folded(name):
             found = self.info(name)
             dims = found.static_dims if found is not None else None
             return [0] if dims is not None and math.prod(dims) == 1 else None
@@ -309,6 +331,10 @@ class _Graph:
         if value is None or value.dtype not in (np.int64, np.int32):
             return None
         return [int(v) for v in value.reshape(-1)]
+
+    def is_folded(self, name: str) -> bool:
+        """Whether ``name`` is a value constant folding computed, here or in an enclosing graph."""
+        return name in self.folded or (self.outer is not None and self.outer.is_folded(name))
 
     def one_element(self, name: str) -> bool:
         found = self.info(name)
@@ -470,7 +496,7 @@ def _run(g: _Graph, fused: dict[str, list[int]] | None = None) -> dict[int, Fold
     return {i: g.removed[g.rep[i]] for i in range(len(g.nodes)) if g.rep[i] in g.removed}
 
 
-def optimized_away_reason(cause: FoldCause) -> Reason:
+def optimized_away_reason(cause: enum.Enum) -> Reason:
     """The ``EP_OPTIMIZED_AWAY`` reason of a node onnxruntime's level-1 optimizations remove."""
     return Reason(
         OPTIMIZED_AWAY_CODE,
@@ -481,11 +507,15 @@ def optimized_away_reason(cause: FoldCause) -> Reason:
 
 
 def merged_twins(
-    graph: onnx.GraphProto, ir_version: int, opset: int, info: Callable[[str], TensorInfo | None]
+    graph: onnx.GraphProto,
+    ir_version: int,
+    opset: int,
+    info: Callable[[str], TensorInfo | None],
+    by_value: bool = True,
 ) -> dict[int, int]:
     """The top-level nodes onnxruntime's common-subexpression elimination merges into a twin (the same op
     and attributes reading the same values, once one-element constants are shared and earlier twins
     merged; the twin kept is the first in onnxruntime's graph-viewer order, which is not the file's), by
     index, with the twin's index: such a node runs as its twin does."""
-    g = _Graph(graph, ir_version, opset, info)
+    g = _Graph(graph, ir_version, opset, info, by_value=by_value)
     return {i: r for i, r in enumerate(g.rep) if r != i}
