@@ -294,14 +294,12 @@ def _body_twins(graph: onnx.GraphProto, prefix: str) -> set[str]:
     from dmlshim.translate.ort_folding import merged_twins
 
     out: set[str] = set()
-    constants = {t.name for t in graph.initializer if t.data_type == T.BOOL}
     for node in graph.node:
         for a in node.attribute:
             if a.type != onnx.AttributeProto.GRAPH:
                 continue
             body = f"{prefix}{node.name}/{a.name}/"
-            inlined = not prefix and node.op_type == "If" and node.input[0] in constants
-            twins = merged_twins(a.g, 8, 17, lambda _: None, by_value=not inlined)
+            twins = merged_twins(a.g, 8, 17, lambda _: None, by_value=False)
             out |= {body + a.g.node[i].name for i in twins}
             out |= _body_twins(a.g, body)
     return out

@@ -91,8 +91,8 @@ def body_removals(
             info = scopes.get(body)
             if info is None:
                 continue
-            # an inlined branch's initializers are compared by name (onnxruntime 1.24 and 1.32)
-            g = _Graph(sub, ir_version, opset, info, outer=parent, by_value=branch is None)
+            # a body's initializers are compared by name, an inlined branch's too (1.24 and 1.32)
+            g = _Graph(sub, ir_version, opset, info, outer=parent, by_value=False)
             out.update({(body, i): cause for i, cause in _run(g).items()})
             if branch is not None:
                 inlined.append((index, g))
@@ -132,8 +132,7 @@ def _unread_after_inlining(parent: _Graph, inlined: list[tuple[int, _Graph]], ov
                 p = parent.producer.get(names[0])
                 if p is not None:
                     shape_read.add(p)
-        for name in parent.bodies[index]:
-            name = parent.canon.get(name, name)
+        for name in {parent.canon.get(n, n) for n in parent.bodies[index]}:  # one edge per value
             p = parent.producer.get(name)
             if p is not None and p not in parent.removed:
                 parent.edges[p] = parent.edges.get(p, 0) - 1 + (left[name] if overridden else 0)
