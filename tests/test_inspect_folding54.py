@@ -23,8 +23,14 @@ from dmlshim.translate.ort_subgraph_folding import NOT_MODELLED_CODE
 from tests.fold_fuzz54 import inspect_gone, mismatches, ort_gone, random_case
 from tests.fuzz_settings import run_cli
 
-_NOT_MODELLED = {438}  # a node read by two Ifs' bodies and one folded Shape: onnxruntime removes it
-SEEDS = [s for s in range(0, 600, 15) if s not in _NOT_MODELLED]
+# a node read inside bodies (two Ifs', a Loop's after an override) whose reads onnxruntime folds away in
+# a later pass, then removing the node: inspect places it (the fuzz's 3 mismatches of 1,500 seeds left)
+_NOT_MODELLED = {438, 915, 1316}
+# each mismatch the fuzz found during this work, fixed since: a Gather twin read by an inlined If (54,
+# 1423), a node read only by an inlined branch's Shape under an override (67, 279), twins of value-equal
+# initializers (220, 420), dead twins in a body not merged by value (126, 1326, 1399)
+FOUND = [54, 67, 126, 220, 279, 420, 1326, 1399, 1423]
+SEEDS = sorted({s for s in range(0, 600, 15) if s not in _NOT_MODELLED} | set(FOUND))
 
 
 @pytest.mark.parametrize("seed", SEEDS)

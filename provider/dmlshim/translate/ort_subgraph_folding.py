@@ -37,7 +37,7 @@ class BodyCause(enum.Enum):
     UNKNOWN_BRANCH = "an If whose condition constant folding computes: onnxruntime keeps one branch"
 
 
-NOT_MODELLED_CODE = "EP_OPTIMIZATION_NOT_MODELLED"
+NOT_MODELLED_CODE = "ORT_OPTIMIZATION_NOT_MODELLED"  # a note: not a placement reason (no EP_)
 
 
 def not_modelled_reason() -> Reason:
