@@ -15,6 +15,7 @@ import json
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
@@ -235,3 +236,63 @@ def test_cli_input_shape_reports_the_fold(tmp_path: object) -> None:
         codes = json.dumps(node)
         assert ("EP_OPTIMIZED_AWAY" in codes) is removed, codes
     assert "dim" in ort_gone(onnx.load(path), {"n": 2})[0]
+
+
+def test_dequantize_linear_is_never_folded() -> None:
+    """onnxruntime's constant folding keeps a DequantizeLinear of constants (for its QDQ fusions), so a
+    Gather of its output by a constant index stays (``ecosystem/ortq_qdq_transformer``'s
+    ``position_embedding`` under ``--input-shape``, which inspect called removed)."""
+    nodes = [
+        helper.make_node("DequantizeLinear", ["q", "s", "z"], ["w"], name="dq"),
+        helper.make_node("Gather", ["w", "i"], ["g"], name="gather"),
+        helper.make_node("Add", ["g", "x"], ["y"], name="add"),
+    ]
+    inits = [_init("q", np.ones((8, 4)), np.int8), _init("s", 0.5, np.float32), _init("z", 0, np.int8)]
+    inits.append(_init("i", [1, 2]))
+    assert "gather" not in _check(_model(nodes, inits, [("y", T.FLOAT)], [2, 4]))
+
+
+SHIPPED = ["real/bert_torchscript.onnx", "ecosystem/ortq_qdq_transformer.onnx"]
+SHIPPED.append("ecosystem/onnxopt_gpt2_past_shape_gather.onnx")
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_models_with_every_symbol_overridden(name: str) -> None:
+    """Shipped models with every symbol of their inputs set to 2: ``inspect --input-shape`` against a
+    session with those free-dimension overrides (``optimized_away_nodes``, top level, twins as
+    ``tests/test_inspect_folding53.py`` counts them)."""
+    from pathlib import Path
+
+    from dmlshim.cli.options import apply_input_shapes
+    from dmlshim.directml.optimized_away import optimized_away_nodes
+    from dmlshim.graph import display_names
+    from dmlshim.translate.model_translation import translate_model
+    from dmlshim.translate.ort_folding import OPTIMIZED_AWAY_CODE
+    from tests.test_inspect_folding53 import _gone_twins
+
+    path = Path(__file__).resolve().parent.parent / "onnx_models" / name
+    model = onnx.load(str(path), load_external_data=False)
+    dims = [d for v in model.graph.input for d in v.type.tensor_type.shape.dim]
+    sizes = {d.dim_param: 2 for d in dims if d.dim_param.isidentifier()}
+    assert sizes
+    base = ort.SessionOptions
+
+    class Overridden(base):  # type: ignore[misc, valid-type]
+        def __init__(self) -> None:
+            super().__init__()
+            for k, v in sizes.items():
+                self.add_free_dimension_override_by_name(k, v)
+
+    ort.SessionOptions = Overridden
+    try:
+        theirs = set(optimized_away_nodes(model, "all", path))
+    finally:
+        ort.SessionOptions = base
+    shapes = apply_input_shapes(model, dict(sizes))
+    t = translate_model(model, other_domains=True, optimized=True, input_shapes=shapes, overridden=True)
+    top = set(display_names(model.graph.node))
+    ours = {n.name for n in t.nodes if OPTIMIZED_AWAY_CODE in n.reason_codes and n.name in top}
+    gone, either = _gone_twins(model, ours)
+    assert not (ours | gone) - theirs
+    assert not theirs - ours - gone - either
+    assert theirs  # more removed than as given

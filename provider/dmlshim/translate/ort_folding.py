@@ -7,9 +7,10 @@ provider, so no provider runs them:
 * ``ConstantFolding`` (``onnxruntime/core/optimizer/constant_folding.cc``) walks the graph in
   topological order and computes with its CPU kernels, turning the outputs into initializers: a ``Shape``
   whose input's shape is static (every dimension a number), and any other ai.onnx node (no subgraph
-  attribute, not a random op) every input of which is a constant initializer: an initializer that is not
-  also a graph input a caller may override (IR version 4 and later), a Constant node's output (onnxruntime
-  turns Constant nodes into initializers when it loads the graph) or a folded node's output. After a
+  attribute, not a random op, not DequantizeLinear) every input of which is a constant initializer: an
+  initializer that is not also a graph input a caller may override (IR version 4 and later), a Constant
+  node's output (onnxruntime turns Constant nodes into initializers when it loads the graph) or a folded
+  node's output. After a
   ``Shape`` it removes the chain that fed only it (``RemoveNodesWithOneOutputBottomUp``: its producer when
   the Shape is its only consumer and it gives no graph output, then the producers left unread so).
 * ``ReshapeFusion`` (``reshape_fusion.cc``) replaces the ``Concat`` giving a ``Reshape`` its shape by a
@@ -354,7 +355,9 @@ def _fold_pass(g: _Graph) -> bool:
             if found is None or found.static_dims is None:
                 continue
             cause = FoldCause.STATIC_SHAPE
-        elif op in NONDETERMINISTIC_OPS or g.subgraph[i] or not all(n in g.constant for n in names if n):
+        elif op in NONDETERMINISTIC_OPS or op == "DequantizeLinear" or g.subgraph[i]:
+            continue  # DequantizeLinear: kept for the QDQ fusions (onnxruntime's default; 1.24 and 1.32)
+        elif not all(n in g.constant for n in names if n):
             continue
         elif op in INDEXED and index_out_of_range(g, i):
             continue  # onnxruntime's kernel fails at folding: the node stays, unfolded, and its readers
