@@ -296,3 +296,20 @@ def test_shipped_models_with_every_symbol_overridden(name: str) -> None:
     assert not (ours | gone) - theirs
     assert not theirs - ours - gone - either
     assert theirs  # more removed than as given
+
+
+def test_cli_inputs_report_the_model_as_given(tmp_path: object) -> None:
+    """``inspect --inputs X.npz`` translates at the run's shapes, but a session of the file sees no fixed
+    size: the Gather of the Shape of ``x[n, 3]`` is placed (onnxruntime keeps it), while a Gather of
+    initializers is reported removed, as onnxruntime removes it (both were placed before)."""
+    nodes, inits = _dim_chain()
+    nodes.append(helper.make_node("Gather", ["data", "idx"], ["w"], axis=0, name="weights"))
+    inits += [_init("data", np.arange(12).reshape(4, 3), np.float32), _init("idx", [1, 0])]
+    model = _model(nodes, inits, [("d", T.INT64), ("w", T.FLOAT)], ["n", 3])
+    path = f"{tmp_path}/dim.onnx"
+    onnx.save(model, path)
+    np.savez(f"{tmp_path}/x.npz", x=np.zeros((2, 3), np.float32))
+    done = run_cli("inspect", path, "--json", "--inputs", f"{tmp_path}/x.npz")
+    assert done.code in (0, 1), done.err
+    removed = {n["name"] for n in json.loads(done.out)["nodes"] if "EP_OPTIMIZED_AWAY" in json.dumps(n)}
+    assert removed == {"weights"} == ort_gone(model, {})[0]
