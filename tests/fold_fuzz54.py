@@ -26,8 +26,9 @@ _GS = ("Gather", "GatherElements", "GatherND", "ScatterElements", "ScatterND")
 
 
 class _Builder:
-    def __init__(self, rng: np.random.Generator, prefix: str) -> None:
+    def __init__(self, rng: np.random.Generator, prefix: str, constants: bool = False) -> None:
         self.rng, self.prefix = rng, prefix
+        self.constants = constants  # some constants as Constant nodes (another draw of the generator)
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[onnx.TensorProto] = []
         self.ints: list[tuple[str, int | None]] = []  # int64 1-D values and their lengths
@@ -47,6 +48,10 @@ class _Builder:
 
     def init(self, value: np.ndarray, shared: str | None = None) -> str:
         name = shared or self.name("c")
+        if shared is None and self.constants and self.rng.random() < 0.4:
+            tensor = numpy_helper.from_array(value)
+            self.nodes.append(helper.make_node("Constant", [], [name], value=tensor, name=name + "_k"))
+            return name
         if shared is None or all(t.name != shared for t in self.inits):
             self.inits.append(numpy_helper.from_array(value, name))
         return name
@@ -140,7 +145,7 @@ def _step(b: _Builder, outer: list[str], depth: int) -> None:
 
 
 def _branch(b: _Builder, tag: str, floats: list[str]) -> onnx.GraphProto:
-    sub = _Builder(b.rng, f"{b.name('If')}_{tag}_")
+    sub = _Builder(b.rng, f"{b.name('If')}_{tag}_", b.constants)
     sub.inits = []
     for _ in range(int(b.rng.integers(1, 4))):
         _step(sub, floats, 1)
@@ -161,7 +166,7 @@ def _if(b: _Builder, floats: list[str]) -> None:
 
 
 def _loop(b: _Builder, floats: list[str]) -> None:
-    sub = _Builder(b.rng, f"{b.name('Loop')}_body_")
+    sub = _Builder(b.rng, f"{b.name('Loop')}_body_", b.constants)
     for _ in range(int(b.rng.integers(1, 4))):
         _step(sub, floats, 1)
     last = sub.ints[-1][0] if sub.ints else sub.node("Shape", [floats[0]])
@@ -182,15 +187,16 @@ def _loop(b: _Builder, floats: list[str]) -> None:
     b.node("Loop", [trips, ""], body=body)
 
 
-def random_case(seed: int) -> tuple[onnx.ModelProto, dict[str, int]]:
+def random_case(seed: int, constants: bool = False) -> tuple[onnx.ModelProto, dict[str, int]]:
     """A random model and the free-dimension sizes of its case (``{}``: the model as given; else ``n``
-    fixed, as ``inspect --input-shape n=SIZE`` and ``add_free_dimension_override_by_name`` do)."""
+    fixed, as ``inspect --input-shape n=SIZE`` and ``add_free_dimension_override_by_name`` do);
+    ``constants``: some constants are Constant nodes."""
     rng = np.random.default_rng(seed)
-    b = _Builder(rng, "")
+    b = _Builder(rng, "", constants)
     b.floats.append("x")
     for _ in range(int(rng.integers(4, 11))):
         _step(b, [], 0)
-    produced = [o for n in b.nodes for o in n.output]
+    produced = [o for n in b.nodes if n.op_type != "Constant" for o in n.output]
     outputs = [o for o in produced if o not in b.read]
     x_dims: list[int | str] = ["n", 3, 4] if rng.random() < 0.7 else [2, 3, 4]
     graph = helper.make_graph(
@@ -253,6 +259,9 @@ def _inlined(model: onnx.ModelProto) -> dict[str, str]:
     """The gather/scatter nodes (path name -> op) of the branch a top-level If of constant-initializer
     condition takes: onnxruntime inlines that branch, renaming its nodes."""
     values = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer if t.data_type == T.BOOL}
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.attribute[0].t.data_type == T.BOOL:
+            values[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
     out: dict[str, str] = {}
     for node in model.graph.node:
         if node.op_type != "If" or node.input[0] not in values:
@@ -299,7 +308,7 @@ def _body_twins(graph: onnx.GraphProto, prefix: str) -> set[str]:
             if a.type != onnx.AttributeProto.GRAPH:
                 continue
             body = f"{prefix}{node.name}/{a.name}/"
-            twins = merged_twins(a.g, 8, 17, lambda _: None, by_value=False)
+            twins = merged_twins(a.g, 8, 17, lambda _: None, top_level=False)
             out |= {body + a.g.node[i].name for i in twins}
             out |= _body_twins(a.g, body)
     return out

@@ -34,9 +34,18 @@ FOUND = [54, 67, 126, 220, 279, 420, 1326, 1399, 1423]
 SEEDS = sorted({s for s in range(0, 600, 15) if s not in _NOT_MODELLED} | set(FOUND))
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-def test_random_graphs_match_onnxruntime(seed: int) -> None:
-    model, sizes = random_case(seed)
+# with Constant nodes too: the 5 of 1,000 seeds left are twins onnxruntime merges in a later pass, once
+# folding inside a body or an inlined If (or a Reshape to the same shape it removes) made them twins
+_LATER_PASS = {240, 304, 307, 354, 371}
+# each mismatch found with Constant nodes, fixed since: no constant sharing in an inlined branch (546)
+CONSTANT_SEEDS = sorted({s for s in range(0, 400, 20) if s not in _LATER_PASS} | {546})
+
+
+@pytest.mark.parametrize(
+    ("seed", "constants"), [(s, False) for s in SEEDS] + [(s, True) for s in CONSTANT_SEEDS]
+)
+def test_random_graphs_match_onnxruntime(seed: int, constants: bool) -> None:
+    model, sizes = random_case(seed, constants)
     extra, missed, inlined = mismatches(model, sizes)
     assert not extra, f"inspect says gone, onnxruntime keeps: {sorted(extra)}"
     assert not missed, f"onnxruntime removes, inspect places: {sorted(missed)}"

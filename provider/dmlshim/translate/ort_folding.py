@@ -116,10 +116,12 @@ class _Graph:
         opset: int,
         info: Callable[[str], TensorInfo | None],
         outer: _Graph | None = None,
-        by_value: bool = True,
+        top_level: bool = True,
     ) -> None:
         self.nodes = graph.node
-        self.by_value = by_value  # CSE compares small constant initializers by value (not once inlined)
+        # onnxruntime's constant sharing and CSE's comparison of small initializers by value: in the
+        # top-level graph only (not in bodies, nor in a branch inlined from one; 1.24 and 1.32)
+        self.top_level = top_level
         self.outer = outer  # the enclosing graph of a subgraph: its constants are this one's too
         self.opset = opset
         self.info = info
@@ -154,7 +156,8 @@ class _Graph:
         self.eliminated, self.renamed = eliminate_identities(
             self.ops, self.onnx, self.outs, raw_inputs, self.graph_outputs, self.bodies
         )
-        self.canon = self._shared_constants()
+        self.value_class: dict[str, str] = {}
+        self.canon = self._shared_constants() if top_level else {}
         if outer is not None:  # outer-scope constants (initializers, folded values), not shared here
             self.constant.update(n for n in outer.constant if n not in self.constant)
         self.rep = self._common_subexpressions(raw_inputs)
@@ -199,15 +202,12 @@ class _Graph:
         name (the first), so the nodes reading them may be twins."""
         canon: dict[str, str] = {}
         first: dict[tuple[object, ...], str] = {}
-        self.value_class: dict[str, str] = {}  # see _common_subexpressions
         for name in sorted(self.constant, key=lambda n: n):
             value = self.value(name, limit=_CSE_VALUE_LIMIT)
             if value is None or value.dtype == object:
                 continue
             key = (value.dtype.str, value.shape, value.tobytes())
-            same = first.setdefault(key, name)
-            if self.by_value:
-                self.value_class[name] = same
+            self.value_class[name] = same = first.setdefault(key, name)
             if value.size == 1:
                 canon[name] = same
         return canon
@@ -514,11 +514,11 @@ def merged_twins(
     ir_version: int,
     opset: int,
     info: Callable[[str], TensorInfo | None],
-    by_value: bool = True,
+    top_level: bool = True,
 ) -> dict[int, int]:
     """The top-level nodes onnxruntime's common-subexpression elimination merges into a twin (the same op
     and attributes reading the same values, once one-element constants are shared and earlier twins
     merged; the twin kept is the first in onnxruntime's graph-viewer order, which is not the file's), by
     index, with the twin's index: such a node runs as its twin does."""
-    g = _Graph(graph, ir_version, opset, info, by_value=by_value)
+    g = _Graph(graph, ir_version, opset, info, top_level=top_level)
     return {i: r for i, r in enumerate(g.rep) if r != i}

@@ -91,8 +91,7 @@ def body_removals(
             info = scopes.get(body)
             if info is None:
                 continue
-            # a body's initializers are compared by name, an inlined branch's too (1.24 and 1.32)
-            g = _Graph(sub, ir_version, opset, info, outer=parent, by_value=False)
+            g = _Graph(sub, ir_version, opset, info, outer=parent, top_level=False)
             out.update({(body, i): cause for i, cause in _run(g).items()})
             if branch is not None:
                 inlined.append((index, g))
