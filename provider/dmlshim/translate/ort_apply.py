@@ -49,10 +49,12 @@ def apply_optimized_away(
     scopes: Mapping[str, Callable[[str], TensorInfo | None]] | None = None,
     overridden: bool = False,
 ) -> None:
-    """Mark the top-level gather/scatter nodes onnxruntime's level-1 optimizations remove (constant folding
+    """Mark the gather/scatter nodes onnxruntime's level-1 optimizations remove (constant folding
     computes them with its CPU kernels at session creation, or they are left unread): placed on the CPU
     with reason ``EP_OPTIMIZED_AWAY``, after the reasons of where they would run without the
-    optimizations (a node with no other placement reason would run on DmlExecutionProvider then).
+    optimizations (a node with no other placement reason would run on DmlExecutionProvider then); inside
+    If/Loop/Scan bodies too, and a body node whose removal depends on a condition inspect does not compute
+    gets the note ``ORT_OPTIMIZATION_NOT_MODELLED`` instead.
 
     Args:
         model: the prepared model (its own initializers).

@@ -39,6 +39,7 @@ from onnx import numpy_helper
 
 from ..graph import constant_node_shape, constant_node_value
 from .ort_fold_kernels import INDEXED, index_out_of_range, no_cpu_kernel
+from .ort_fusion_match import shape_dim_input
 from .ort_rewrites import eliminate_identities, viewer_order
 from .plan import Reason, TensorInfo
 
@@ -377,51 +378,6 @@ def _fold_pass(g: _Graph) -> bool:
     return changed
 
 
-def _unsqueeze_axes(g: _Graph, node: onnx.NodeProto) -> list[int] | None:
-    for a in node.attribute:
-        if a.name == "axes":
-            return list(a.ints)
-    if len(node.input) > 1 and node.input[1]:
-        return g.int_values(g.canon.get(node.input[1], node.input[1]))
-    return None
-
-
-def _same_shape(g: _Graph, a: str, b: str) -> bool:
-    """onnxruntime's ``CompareShape`` of two values' inferred shapes: same rank, each dimension the same
-    number or the same symbol."""
-    sa, sb = g.info(a), g.info(b)
-    if sa is None or sb is None or sa.shape is None or sb.shape is None or len(sa.shape) != len(sb.shape):
-        return False
-    # a dimension onnx's inference names itself (unk__3) has no name in onnxruntime's graph: never equal
-    return all(
-        x is not None and x == y and not (isinstance(x, str) and x.startswith("unk__"))
-        for x, y in zip(sa.shape, sb.shape, strict=True)
-    )
-
-
-def _shape_dim_input(g: _Graph, concat: int, slot: int, root: str, position: int) -> bool:
-    """``[root] -> Shape -> Gather(position) -> Unsqueeze(axes=0) -> Concat[slot]``."""
-    unsqueeze = g.input_node(concat, slot)
-    if not g.is_op(unsqueeze, "Unsqueeze"):
-        return False
-    gather = g.input_node(unsqueeze, 0)  # type: ignore[arg-type]
-    if not g.is_op(gather, "Gather"):
-        return False
-    shape = g.input_node(gather, 0)  # type: ignore[arg-type]
-    if not g.is_op(shape, "Shape"):
-        return False
-    if _unsqueeze_axes(g, g.nodes[unsqueeze]) != [0]:  # type: ignore[index]
-        return False
-    gather_inputs = g.inputs[gather]  # type: ignore[index]
-    if len(gather_inputs) < 2 or gather_inputs[1] not in g.constant:
-        return False
-    index = g.value(gather_inputs[1])
-    if index is None or index.size != 1 or int(index.reshape(-1)[0]) != position:
-        return False
-    source = g.inputs[shape][0]  # type: ignore[index]
-    return source == root or _same_shape(g, source, root)
-
-
 def _fusion_pass(g: _Graph) -> bool:
     changed = False
     for i, op in enumerate(g.ops):
@@ -439,7 +395,7 @@ def _fusion_pass(g: _Graph) -> bool:
             values = g.int_values(name) if name else None
             if values is not None:
                 shape_value += values
-            elif _shape_dim_input(g, concat, slot, root, len(shape_value)):  # type: ignore[arg-type]
+            elif shape_dim_input(g, concat, slot, root, len(shape_value)):  # type: ignore[arg-type]
                 shape_value.append(0)
             elif name and g.one_element(name):
                 shape_value.append(-1)
