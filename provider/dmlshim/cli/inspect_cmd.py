@@ -22,6 +22,7 @@ from ..report.inspect_json import write_json
 from ..report.inspect_report import GraphValue, render_text, shape_hint
 from ..translate.constant_indices import flag_constant_indices
 from ..translate.model_translation import ModelTranslation, translate_model
+from ..translate.ort_apply import carry_optimized_away
 from ..translate.shapes_info import tensor_info
 from .options import (
     add_feature_level,
@@ -149,7 +150,7 @@ def _inspect(args: argparse.Namespace) -> int:
             "the verdicts come from static shapes",
             file=sys.stderr,
         )
-    translation = flag_constant_indices(_translate(args, model, shapes, ran), model.graph)
+    translation = flag_constant_indices(_translate(args, model, shapes, ran, bool(given)), model.graph)
     if ran is not None and not ran.error:
         ran = ran.used(translation.run_cases)
     unknown_ops = unknown_operators(model)
@@ -207,17 +208,25 @@ def _translate(
     model: onnx.ModelProto,
     shapes: dict[str, tuple[int, ...]],
     ran: RunShapes | None,
+    overridden: bool = False,
 ) -> ModelTranslation:
     """The translation, at the run's shapes when there is a run: its top-level values' and body nodes'
     shapes, and the graph inputs' sizes for static inference (bodies that did not run are inferred from
-    them)."""
+    them). The nodes onnxruntime's level-1 optimizations remove are those of a session of the model as
+    given, with the ``--input-shape`` sizes (``overridden``) as free-dimension overrides
+    (``SessionOptions.add_free_dimension_override_by_name``), never the sizes of a run."""
+    # the model as the load prepared it, unless sizes were fixed in it (fix_symbols) since
+    static = translate_model(
+        model,
+        args.feature_level,
+        shapes,
+        other_domains=True,
+        prepared=not shapes,
+        optimized=True,
+        overridden=overridden,
+    )
     if ran is None or ran.error:
-        # the model as the load prepared it, unless sizes were fixed in it (fix_symbols) since
-        # onnxruntime's level-1 optimizations for the model as given (sizes fixed by --input-shape are not
-        # what a session of the file sees, so its nodes are placed as they stand)
-        return translate_model(
-            model, args.feature_level, shapes, other_domains=True, prepared=not shapes, optimized=not shapes
-        )
+        return static
     initializers = {t.name for t in model.graph.initializer}
     sizes = {
         v.name: ran.value_shapes[v.name]
@@ -237,10 +246,10 @@ def _translate(
         )
 
     try:
-        return at({**shapes, **sizes})
+        return carry_optimized_away(static, at({**shapes, **sizes}))
     except DmlShimError as exc:  # an input size ONNX's inference refuses: infer with the symbols then
         logger.debug("inference at the run's input sizes failed (%s); symbolic sizes instead", exc)
-        return at(shapes)
+        return carry_optimized_away(static, at(shapes))
 
 
 def _write_html(

@@ -24,8 +24,8 @@ from ..resources import guard_resources
 from .converters import get_converter
 from .ep_refusals import session_refusals
 from .graph_infos import _GraphInfos, _RunInfos
+from .ort_apply import apply_optimized_away
 from .ort_fold_gate import nothing_folds
-from .ort_folded_shapes import apply_optimized_away
 from .placement import CPU_PREFERRED_MESSAGE, REASON_CPU_PREFERRED, graph_placements
 from .plan import (
     CPU_PROVIDER,
@@ -177,6 +177,7 @@ def translate_model(
     inferred: onnx.ModelProto | None = None,
     prepared: bool = False,
     optimized: bool = False,
+    overridden: bool = False,
 ) -> ModelTranslation:
     """Translate every gather/scatter node of a model, subgraphs included.
 
@@ -204,7 +205,11 @@ def translate_model(
         optimized: report for a session with graph optimizations on (onnxruntime's default): the
             top-level nodes its constant folding removes before placing nodes
             (:mod:`dmlshim.translate.ort_folding`) are placed on no provider but computed on the CPU at
-            session creation, with reason ``EP_OPTIMIZED_AWAY`` (``dmlshim inspect``).
+            session creation, with reason ``EP_OPTIMIZED_AWAY`` (``dmlshim inspect``), inside If/Loop/Scan
+            bodies too (:mod:`dmlshim.translate.ort_subgraph_folding`).
+        overridden: with ``optimized``, the sizes ``input_shapes`` and the model's graph inputs fix are
+            a session's free-dimension overrides (``inspect --input-shape``): they decide when a Shape
+            inside an If of constant condition is folded.
 
     Returns:
         The translations and counts; nodes whose shapes stay unknown have status ``error`` with reason
@@ -223,6 +228,7 @@ def translate_model(
     opsets = model_opsets(inferred)
     translations: list[NodeTranslation] = []
     top_level: dict[int, int] = {}  # node index in the top-level graph -> position in translations
+    bodies: dict[tuple[str, int], int] = {}  # (body path prefix, index in the body) -> the same
     total = 0
     debug = logger.isEnabledFor(logging.DEBUG)
     top = _RunInfos(inferred.graph, value_shapes) if value_shapes else _GraphInfos(inferred.graph, {})
@@ -239,6 +245,8 @@ def translate_model(
                 name = node_path(prefix, node, index)
                 if scope is top:
                     top_level[index] = len(translations)
+                else:
+                    bodies[(prefix, index)] = len(translations)
                 translations.append(_other_domain(node, name, domain, opsets.get(domain, 0), fl))
             continue
         name = node_path(prefix, node, index)
@@ -248,6 +256,8 @@ def translate_model(
         opset = opsets.get(domain, 0)
         if scope is top:
             top_level[index] = len(translations)
+        else:
+            bodies[(prefix, index)] = len(translations)
         key = _structure_key(node, domain, opset, infos)
         template = templates.get(key, _UNREAD)
         ran = _at_run(node, name, opset, fl, symbolic, scope, run_executions) if run_executions else None
@@ -271,9 +281,12 @@ def translate_model(
         _explain_unknown(inferred, scopes, unknown, translations)
     # The graph as given: in the inferred copy large initializers are graph inputs (no weight bytes).
     _apply_graph_placement(model.graph, top, top_level, translations)
-    if optimized and top_level and not nothing_folds(model.graph):
+    if optimized and (top_level or bodies) and not nothing_folds(model.graph):
         # one onnx inference per round, on a model without weights (the first inference's shapes kept)
-        apply_optimized_away(model, top.get, top_level, translations, _reinfer)
+        scope_infos = {p: s.get for p, s in scopes.items() if p}
+        apply_optimized_away(
+            model, top.get, top_level, translations, _reinfer, bodies, scope_infos, overridden
+        )
     refusals = tuple((name, r.code, f"{r.form}; fails at {r.when}") for name, r in session_refusals(model))
     return ModelTranslation(fl, tuple(translations), total, opsets.get("", 0), refusals, run_cases)
 

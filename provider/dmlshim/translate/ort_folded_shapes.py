@@ -7,7 +7,7 @@ inference, which dmlshim reads, does not compute those values. :func:`folded_val
 with onnx's reference evaluator and gives a copy of the model where they are initializers, for a second
 inference; :func:`worth_values` says when that can change anything: every graph input has a static shape
 (otherwise the shapes stay symbolic) and some ``Shape`` node is still not folded.
-:func:`apply_optimized_away` marks inspect's translations of the nodes removed.
+:func:`.ort_apply.apply_optimized_away` marks inspect's translations of the nodes removed.
 """
 
 from __future__ import annotations
@@ -23,20 +23,12 @@ from onnx import helper, numpy_helper
 
 from ..model.weightless import without_weights
 from .ort_folding import (
-    _MAX_PASSES,
-    _ONNX,
-    _RUN_WARNINGS,
-    FoldCause,
-    _Graph,
     _graphs,
     _read_names,
-    _run,
-    optimized_away_reason,
 )
-from .plan import CPU_PROVIDER, NodeTranslation, TensorInfo, replace_translation
-from .translator import is_ep_reason
+from .plan import TensorInfo
 
-__all__ = ["apply_optimized_away", "folded_value_model", "worth_values"]
+__all__ = ["folded_value_model", "worth_values"]
 
 logger = logging.getLogger(__name__)
 
@@ -413,82 +405,3 @@ class _Sizer:
         self.sizes.update(sizes)
         self.charged.update(reads)
         return True
-
-
-def apply_optimized_away(
-    model: onnx.ModelProto,
-    info: Callable[[str], TensorInfo | None],
-    top_level: Mapping[int, int],
-    translations: list[NodeTranslation],
-    reinfer: Callable[[onnx.ModelProto], Callable[[str], TensorInfo | None]] | None = None,
-) -> None:
-    """Mark the top-level gather/scatter nodes onnxruntime's level-1 optimizations remove (constant folding
-    computes them with its CPU kernels at session creation, or they are left unread): placed on the CPU
-    with reason ``EP_OPTIMIZED_AWAY``, after the reasons of where they would run without the
-    optimizations (a node with no other placement reason would run on DmlExecutionProvider then).
-
-    Args:
-        model: the prepared model (its own initializers).
-        info: the inferred type and shape of a top-level value.
-        top_level: node index in the top-level graph -> position in ``translations``.
-        translations: the translations, changed in place.
-        reinfer: shape inference of a model (:mod:`.ort_folded_shapes`: the shapes onnxruntime learns
-            from the values it folds); without it, the shapes of ``info`` alone.
-    """
-    opset = next((o.version for o in model.opset_import if o.domain in _ONNX), 0)
-    fused: dict[str, list[int]] = {}
-    g = _Graph(model.graph, model.ir_version, opset, info)
-    removed = _run(g.fresh(info), fused)
-    if reinfer is not None:
-        removed = _with_folded_values(model, g, info, removed, fused, reinfer)
-    for i, cause in removed.items():
-        position = top_level.get(i)
-        if position is None:
-            continue
-        t = translations[position]
-        # the reasons of the placement it would have without the optimizations stay (EP_CPU_PREFERRED, a
-        # provider without the kernel); the provider's warnings about running it do not (it never does)
-        reasons = tuple(r for r in t.reasons if not (is_ep_reason(r) and r.code in _RUN_WARNINGS))
-        translations[position] = replace_translation(
-            t, ort_placement=CPU_PROVIDER, reasons=(*reasons, optimized_away_reason(cause))
-        )
-
-
-def _with_folded_values(
-    model: onnx.ModelProto,
-    g: _Graph,
-    info: Callable[[str], TensorInfo | None],
-    removed: dict[int, FoldCause],
-    fused: dict[str, list[int]],
-    reinfer: Callable[[onnx.ModelProto], Callable[[str], TensorInfo | None]],
-) -> dict[int, FoldCause]:
-    """``removed`` again with the shapes onnx's inference gives once the folded values are initializers,
-    as onnxruntime's inference does after each fold (a few rounds, while more folds)."""
-    known: dict[str, np.ndarray] = {}  # folded values computed so far, by name
-    for _ in range(_MAX_PASSES):
-        if not worth_values(model.graph, removed, info):
-            break
-        computed = [i for i, c in removed.items() if c in (FoldCause.STATIC_SHAPE, FoldCause.CONSTANT_INPUTS)]
-        before = len(known)
-        valued = folded_value_model(model, computed, removed, info, fused, known)
-        if valued is None:
-            break
-        try:
-            learned = reinfer(valued)
-        except Exception as exc:  # onnx's inference refusing a folded value: the shapes known so far stand
-            logger.debug("no inference with the folded values: %s: %s", type(exc).__name__, exc)
-            break
-        first = info
-
-        def info(name: str, learned=learned, first=first) -> TensorInfo | None:
-            found = learned(name)
-            if found is not None and found.static_dims is not None:
-                return found
-            return first(name)
-
-        fused = {}
-        again = _run(g.fresh(info), fused)
-        if len(again) <= len(removed) and len(known) == before:
-            break  # neither a node more removed nor a value more known: no later round changes anything
-        removed = again if len(again) > len(removed) else removed
-    return removed

@@ -7,9 +7,10 @@ provider, so no provider runs them:
 * ``ConstantFolding`` (``onnxruntime/core/optimizer/constant_folding.cc``) walks the graph in
   topological order and computes with its CPU kernels, turning the outputs into initializers: a ``Shape``
   whose input's shape is static (every dimension a number), and any other ai.onnx node (no subgraph
-  attribute, not a random op) every input of which is a constant initializer: an initializer that is not
-  also a graph input a caller may override (IR version 4 and later), a Constant node's output (onnxruntime
-  turns Constant nodes into initializers when it loads the graph) or a folded node's output. After a
+  attribute, not a random op, not DequantizeLinear) every input of which is a constant initializer: an
+  initializer that is not also a graph input a caller may override (IR version 4 and later), a Constant
+  node's output (onnxruntime turns Constant nodes into initializers when it loads the graph) or a folded
+  node's output. After a
   ``Shape`` it removes the chain that fed only it (``RemoveNodesWithOneOutputBottomUp``: its producer when
   the Shape is its only consumer and it gives no graph output, then the producers left unread so).
 * ``ReshapeFusion`` (``reshape_fusion.cc``) replaces the ``Concat`` giving a ``Reshape`` its shape by a
@@ -38,6 +39,7 @@ from onnx import numpy_helper
 
 from ..graph import constant_node_shape, constant_node_value
 from .ort_fold_kernels import INDEXED, index_out_of_range, no_cpu_kernel
+from .ort_fusion_match import shape_dim_input
 from .ort_rewrites import eliminate_identities, viewer_order
 from .plan import Reason, TensorInfo
 
@@ -53,6 +55,7 @@ NONDETERMINISTIC_OPS = frozenset(
 
 _RUN_WARNINGS = frozenset({"EP_OUTPUT_UNWRITTEN", "EP_DESCRIPTOR_FAILS"})  # about a node the provider runs
 _CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})  # the ai.onnx ops with graph attributes
+_CSE_VALUE_LIMIT = 8  # constants of at most this many elements are compared by value in CSE
 _MAX_PASSES = 10  # onnxruntime's transformer manager repeats a level's transformers at most this often
 _ONNX = ("", "ai.onnx")
 # since_version of the schemas ReshapeFusion matches (IsSupportedOptypeVersionAndDomain): its source's
@@ -108,9 +111,19 @@ class _Graph:
     """The top-level graph as onnxruntime's transformers see it: producers, consumer edges, constants."""
 
     def __init__(
-        self, graph: onnx.GraphProto, ir_version: int, opset: int, info: Callable[[str], TensorInfo | None]
+        self,
+        graph: onnx.GraphProto,
+        ir_version: int,
+        opset: int,
+        info: Callable[[str], TensorInfo | None],
+        outer: _Graph | None = None,
+        top_level: bool = True,
     ) -> None:
         self.nodes = graph.node
+        # onnxruntime's constant sharing and CSE's comparison of small initializers by value: in the
+        # top-level graph only (not in bodies, nor in a branch inlined from one; 1.24 and 1.32)
+        self.top_level = top_level
+        self.outer = outer  # the enclosing graph of a subgraph: its constants are this one's too
         self.opset = opset
         self.info = info
         inputs = {v.name for v in graph.input}
@@ -144,7 +157,10 @@ class _Graph:
         self.eliminated, self.renamed = eliminate_identities(
             self.ops, self.onnx, self.outs, raw_inputs, self.graph_outputs, self.bodies
         )
-        self.canon = self._shared_constants()
+        self.value_class: dict[str, str] = {}
+        self.canon = self._shared_constants() if top_level else {}
+        if outer is not None:  # outer-scope constants (initializers, folded values), not shared here
+            self.constant.update(n for n in outer.constant if n not in self.constant)
         self.rep = self._common_subexpressions(raw_inputs)
         canon = self.canon
         self.inputs = [[canon.get(n, n) for n in names] for names in raw_inputs] if canon else raw_inputs
@@ -188,21 +204,25 @@ class _Graph:
         canon: dict[str, str] = {}
         first: dict[tuple[object, ...], str] = {}
         for name in sorted(self.constant, key=lambda n: n):
-            value = self.value(name, limit=1)
+            value = self.value(name, limit=_CSE_VALUE_LIMIT)
             if value is None or value.dtype == object:
                 continue
             key = (value.dtype.str, value.shape, value.tobytes())
-            canon[name] = first.setdefault(key, name)
+            self.value_class[name] = same = first.setdefault(key, name)
+            if value.size == 1:
+                canon[name] = same
         return canon
 
     def _common_subexpressions(self, raw_inputs: list[list[str]]) -> list[int]:
         """onnxruntime's ``CommonSubexpressionElimination``: a node of the same op, inputs and attributes
         as one before it in onnxruntime's graph-viewer order (:func:`.ort_rewrites.viewer_order`) is merged
-        into it (its outputs are that one's), repeatedly downstream, unless it writes a graph output."""
+        into it (its outputs are that one's), repeatedly downstream, unless it writes a graph output.
+        Constant initializers of at most 8 elements are the same input when their type, shape and values
+        are (onnxruntime 1.24 and 1.32 compare them so; larger ones by name)."""
         rep = list(range(len(self.nodes)))
         # by op and inputs first: attributes are compared (serialized) only between such candidates
         seen: dict[tuple[object, ...], list[tuple[bytes, int]]] = {}
-        canon = self.canon
+        canon, same = self.canon, self.value_class  # value_class: canon's names for one-element values
         outputs = self.graph_outputs | set(self.renamed.values())
         absent = [
             (op == "Constant" and self.onnx[i]) or self.eliminated[i] or i in self.renamed
@@ -217,7 +237,9 @@ class _Graph:
             key = (
                 "" if self.onnx[i] else node.domain,
                 op,
-                tuple([canon.get(n, n) for n in names]) if canon else tuple(names),
+                tuple([same.get(c, c) for c in [canon.get(n, n) for n in names]])
+                if canon or same
+                else tuple(names),
                 len(self.outs[i]),
             )
             earlier = seen.get(key)
@@ -286,6 +308,8 @@ class _Graph:
 
     def _read_value(self, name: str, limit: int) -> np.ndarray | None:
         init = self.initializers.get(name)
+        if init is None and name not in self.constant_nodes and self.outer is not None:
+            return self.outer.value(name, limit)
         if init is not None:
             if math.prod(init.dims) > limit or init.data_location == onnx.TensorProto.EXTERNAL:
                 return None
@@ -299,7 +323,7 @@ class _Graph:
     def int_values(self, name: str) -> list[int] | None:
         """onnxruntime's ``AppendTensorFromInitializer``: an int64/int32 constant's values (a folded
         one's are not read here: None unless it is known to be one element, then [0], never -1)."""
-        if name in self.folded:
+        if self.is_folded(name):
             found = self.info(name)
             dims = found.static_dims if found is not None else None
             return [0] if dims is not None and math.prod(dims) == 1 else None
@@ -309,6 +333,10 @@ class _Graph:
         if value is None or value.dtype not in (np.int64, np.int32):
             return None
         return [int(v) for v in value.reshape(-1)]
+
+    def is_folded(self, name: str) -> bool:
+        """Whether ``name`` is a value constant folding computed, here or in an enclosing graph."""
+        return name in self.folded or (self.outer is not None and self.outer.is_folded(name))
 
     def one_element(self, name: str) -> bool:
         found = self.info(name)
@@ -328,7 +356,9 @@ def _fold_pass(g: _Graph) -> bool:
             if found is None or found.static_dims is None:
                 continue
             cause = FoldCause.STATIC_SHAPE
-        elif op in NONDETERMINISTIC_OPS or g.subgraph[i] or not all(n in g.constant for n in names if n):
+        elif op in NONDETERMINISTIC_OPS or op == "DequantizeLinear" or g.subgraph[i]:
+            continue  # DequantizeLinear: kept for the QDQ fusions (onnxruntime's default; 1.24 and 1.32)
+        elif not all(n in g.constant for n in names if n):
             continue
         elif op in INDEXED and index_out_of_range(g, i):
             continue  # onnxruntime's kernel fails at folding: the node stays, unfolded, and its readers
@@ -348,51 +378,6 @@ def _fold_pass(g: _Graph) -> bool:
     return changed
 
 
-def _unsqueeze_axes(g: _Graph, node: onnx.NodeProto) -> list[int] | None:
-    for a in node.attribute:
-        if a.name == "axes":
-            return list(a.ints)
-    if len(node.input) > 1 and node.input[1]:
-        return g.int_values(g.canon.get(node.input[1], node.input[1]))
-    return None
-
-
-def _same_shape(g: _Graph, a: str, b: str) -> bool:
-    """onnxruntime's ``CompareShape`` of two values' inferred shapes: same rank, each dimension the same
-    number or the same symbol."""
-    sa, sb = g.info(a), g.info(b)
-    if sa is None or sb is None or sa.shape is None or sb.shape is None or len(sa.shape) != len(sb.shape):
-        return False
-    # a dimension onnx's inference names itself (unk__3) has no name in onnxruntime's graph: never equal
-    return all(
-        x is not None and x == y and not (isinstance(x, str) and x.startswith("unk__"))
-        for x, y in zip(sa.shape, sb.shape, strict=True)
-    )
-
-
-def _shape_dim_input(g: _Graph, concat: int, slot: int, root: str, position: int) -> bool:
-    """``[root] -> Shape -> Gather(position) -> Unsqueeze(axes=0) -> Concat[slot]``."""
-    unsqueeze = g.input_node(concat, slot)
-    if not g.is_op(unsqueeze, "Unsqueeze"):
-        return False
-    gather = g.input_node(unsqueeze, 0)  # type: ignore[arg-type]
-    if not g.is_op(gather, "Gather"):
-        return False
-    shape = g.input_node(gather, 0)  # type: ignore[arg-type]
-    if not g.is_op(shape, "Shape"):
-        return False
-    if _unsqueeze_axes(g, g.nodes[unsqueeze]) != [0]:  # type: ignore[index]
-        return False
-    gather_inputs = g.inputs[gather]  # type: ignore[index]
-    if len(gather_inputs) < 2 or gather_inputs[1] not in g.constant:
-        return False
-    index = g.value(gather_inputs[1])
-    if index is None or index.size != 1 or int(index.reshape(-1)[0]) != position:
-        return False
-    source = g.inputs[shape][0]  # type: ignore[index]
-    return source == root or _same_shape(g, source, root)
-
-
 def _fusion_pass(g: _Graph) -> bool:
     changed = False
     for i, op in enumerate(g.ops):
@@ -410,7 +395,7 @@ def _fusion_pass(g: _Graph) -> bool:
             values = g.int_values(name) if name else None
             if values is not None:
                 shape_value += values
-            elif _shape_dim_input(g, concat, slot, root, len(shape_value)):  # type: ignore[arg-type]
+            elif shape_dim_input(g, concat, slot, root, len(shape_value)):  # type: ignore[arg-type]
                 shape_value.append(0)
             elif name and g.one_element(name):
                 shape_value.append(-1)
@@ -470,7 +455,7 @@ def _run(g: _Graph, fused: dict[str, list[int]] | None = None) -> dict[int, Fold
     return {i: g.removed[g.rep[i]] for i in range(len(g.nodes)) if g.rep[i] in g.removed}
 
 
-def optimized_away_reason(cause: FoldCause) -> Reason:
+def optimized_away_reason(cause: enum.Enum) -> Reason:
     """The ``EP_OPTIMIZED_AWAY`` reason of a node onnxruntime's level-1 optimizations remove."""
     return Reason(
         OPTIMIZED_AWAY_CODE,
@@ -481,11 +466,15 @@ def optimized_away_reason(cause: FoldCause) -> Reason:
 
 
 def merged_twins(
-    graph: onnx.GraphProto, ir_version: int, opset: int, info: Callable[[str], TensorInfo | None]
+    graph: onnx.GraphProto,
+    ir_version: int,
+    opset: int,
+    info: Callable[[str], TensorInfo | None],
+    top_level: bool = True,
 ) -> dict[int, int]:
     """The top-level nodes onnxruntime's common-subexpression elimination merges into a twin (the same op
     and attributes reading the same values, once one-element constants are shared and earlier twins
     merged; the twin kept is the first in onnxruntime's graph-viewer order, which is not the file's), by
     index, with the twin's index: such a node runs as its twin does."""
-    g = _Graph(graph, ir_version, opset, info)
+    g = _Graph(graph, ir_version, opset, info, top_level=top_level)
     return {i: r for i, r in enumerate(g.rep) if r != i}
