@@ -1,10 +1,15 @@
-"""Paths holding a NUL character: a model path is read as onnxruntime reads it, a path dmlshim writes is
-refused.
+"""Paths holding a NUL character: a model path and an external-data location are read as onnxruntime reads
+them, a path dmlshim writes is refused.
 
 onnxruntime hands a model path to the operating system as a C string, which ends at the first NUL:
 ``InferenceSession("m.onnx\\0junk")`` reads ``m.onnx`` (1.24.4 and 1.32 alike). A program that works with
 onnxruntime so works with dmlshim: the session (and the CLI's ``MODEL`` argument) reads the same file,
 and every later check (an output that would replace an input) sees that file's name.
+
+An external-data ``location`` is cut the same way (:func:`location_read`): ``w.bin\\0junk`` reads ``w.bin``
+(1.24.4 and 1.32 alike), and onnxruntime's folder rules apply to what is left (``../w.bin\\0`` escapes the
+model's folder and is refused, ``w.bin\\0/../../x`` reads ``w.bin``; an empty cut names the model's folder,
+no regular file).
 
 The same cut on a path onnxruntime *writes* (``optimized_model_filepath``, ``profile_file_prefix``) writes
 a file the caller never named (``prof\\0x`` gives a file ``prof``, which may be the user's): dmlshim refuses
@@ -20,7 +25,7 @@ from typing import TypeVar
 
 from ..errors import BadInputError
 
-__all__ = ["as_onnxruntime_reads", "refuse_nul"]
+__all__ = ["as_onnxruntime_reads", "location_read", "refuse_nul"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +57,12 @@ def as_onnxruntime_reads(source: Source) -> Source | str:
         raise with_onnxruntime_words(error, "Load model from  failed:Load model  failed. File doesn't exist")
     logger.warning("the model path %r holds a NUL character: %r is read, as onnxruntime reads it", text, cut)
     return cut
+
+
+def location_read(location: str) -> str:
+    """An external-data ``location`` as onnxruntime opens it: up to its first NUL (the whole text when it
+    holds none)."""
+    return location.split("\x00", 1)[0]
 
 
 def refuse_nul(text: str, what: str) -> None:
