@@ -201,7 +201,7 @@ def _cut_at_nul(t: onnx.TensorProto, location: str, rewrite: bool) -> str:
     reader (onnx's, dmlshim's weight readers) opens the file onnxruntime opens."""
     cut = location_read(location)
     logger.warning(
-        "initializer %r: external data location %r holds a NUL character: %r is read, as onnxruntime reads it",
+        "initializer %r: external data location %r holds a NUL character: %r is read (as onnxruntime)",
         t.name,
         location,
         cut,
