@@ -161,7 +161,8 @@ def test_external_data_model_runs(tmp_path: Path) -> None:
         ({"offset": "abc"}, ["offset 'abc'", "non-negative integer"]),
         ({"length": "7"}, ["length 7", "48 bytes"]),
         ({"offset": "40"}, ["offset 40", "beyond"]),
-        ({"location": "w\x00.bin"}, ["NUL"]),
+        # read up to the NUL, as onnxruntime reads it: the file 'w' is missing (tests/test_parity54.py)
+        ({"location": "w\x00.bin"}, ["external data 'w'", "No such file"]),
     ],
 )
 @pytest.mark.parametrize("command", ["inspect", "validate", "run"])

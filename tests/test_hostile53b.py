@@ -391,7 +391,9 @@ def _hostile_names_model(path: Path) -> None:
 _POOL = """
 import os, sys, time, numpy as np, multiprocessing as mp
 import onnxruntime as ort
-P = os.fsdecode(sys.argv[1])
+class _Name:  # the file name's bytes, which onnxruntime opens (a str that is no UTF-8 is its TypeError)
+    def __fspath__(self): return os.fsencode(sys.argv[1])
+P = _Name()
 F = {"x": np.arange(12, dtype=np.float32).reshape(4, 3), "gi": np.array([3, -1, 0, 1]),
      "si": np.array([[0, 0, 0], [0, 1, 2]]), "up": np.ones((2, 3), np.float32)}
 S = None
@@ -417,7 +419,8 @@ if __name__ == "__main__":
 @pytest.mark.parametrize("how", ["all", "1.5", "3"])
 def test_forked_workers_with_hostile_node_names_leave_a_whole_summary(how: str, tmp_path: Path) -> None:
     """Node names holding quotes, backslashes, control characters, U+2028, an emoji and the tally
-    template's own mark, in a model whose file name is not UTF-8 (a surrogate in Python), run by a forked
+    template's own mark, in a model whose file name is not UTF-8 (given as its bytes through an os.PathLike,
+    as onnxruntime opens it: as text it is onnxruntime's TypeError, tests/test_parity54.py), run by a forked
     pool (to the end, or ended by its SIGTERM mid-run): the summary file is valid JSON with every name
     exact and every run counted once (the workers' tallies are written after each run)."""
     model = os.fsencode(str(tmp_path)) + b"/m\xff.onnx"

@@ -286,12 +286,22 @@ def constant_node_value(node: onnx.NodeProto) -> np.ndarray | None:
     (float32), ``value_int(s)`` (int64), ``value_string(s)`` (object arrays of ``str``); the singular
     forms are scalars, the plural ones 1-D.
 
-    None when ``node`` is not such a Constant (another op or domain, no or several value attributes) or
-    its tensor lies in external data (not readable without the model's folder).
+    None when ``node`` is not such a Constant (another op or domain, no or several value attributes), its
+    tensor lies in external data (not readable without the model's folder), or it holds strings that are
+    no UTF-8: onnxruntime builds the session and gives the value as its bytes (its ``run`` raises
+    ``UnicodeDecodeError`` only when such a string reaches an output), which a ``str`` cannot hold; the
+    node is left to onnxruntime.
     """
     attr = _constant_attribute(node)
     if attr is None:
         return None
+    try:
+        return _constant_value(attr)
+    except UnicodeDecodeError:
+        return None
+
+
+def _constant_value(attr: onnx.AttributeProto) -> np.ndarray | None:
     name = attr.name
     if name == "value":
         if attr.t.data_location == onnx.TensorProto.EXTERNAL:

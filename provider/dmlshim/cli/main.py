@@ -279,6 +279,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"dmlshim {args.command}: error: {printable(DmlShimError.__str__(exc))}", file=sys.stderr)
         _json_error(args, exc, exc.exit_code)
         return exc.exit_code
+    except UnicodeDecodeError as exc:
+        # onnxruntime's own error for a string output whose bytes are no UTF-8 (its run raises it too)
+        if debug:
+            log.exception("dmlshim failed")
+        print(f"dmlshim {args.command}: error: {printable(str(exc))}", file=sys.stderr)
+        _json_error(args, exc, 2)
+        return 2
     except KeyboardInterrupt as exc:
         # SIGINT, or SIGTERM/SIGHUP turned into an interruption (validate of several models): 128 + signal.
         signum = int(getattr(exc, "signum", 2))

@@ -66,7 +66,8 @@ def model_path_arg(text: str) -> str:
     file."""
     if text.startswith("\x00"):  # onnxruntime reads the empty name (NoSuchFile): a usage error here
         raise argparse.ArgumentTypeError(f"{text!r} starts with a NUL character: the name read is empty")
-    return as_onnxruntime_reads(text)
+    # a name that is no UTF-8 is refused when the model is loaded (one error line, exit 2)
+    return as_onnxruntime_reads(text, utf8_checked=False)
 
 
 def output_path_arg(text: str) -> str:

@@ -20,6 +20,7 @@ from ..fileio.files import check_output_file
 from ..inputs import GeneratedInputs, annotate_error, generate
 from ..inputs.narrow_floats import narrow_feeds
 from ..inputs.sizes import feed_shapes, refuse_sizes_at
+from ..ort.ortvalues import strings_decoded
 from ..ort.session import InferenceSession, load_model
 from ..text import shape_text, table
 from ..validate.value_kinds import describe, is_array, kind_text
@@ -103,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
     names = [o.name for o in session.get_outputs()]
     try:
         # bfloat16, float8 and 4-bit outputs come back as OrtValues (run() refuses them, as onnxruntime's)
-        outputs = session._run_values(names, feeds, None)
+        outputs = strings_decoded(session._run_values(names, feeds, None))
     except DmlShimError as exc:
         if generated is not None:
             annotate_error(exc, generated, generated_for)

@@ -265,6 +265,10 @@ def _validate_one(model: str, args: argparse.Namespace, inputs: InputsPlan | Non
         return ModelOutcome(
             model, "error", time.perf_counter() - start, message=str(exc), inputs=plan.file or ""
         )
+    except UnicodeDecodeError as exc:  # a string output that is no UTF-8: onnxruntime's run refuses it too
+        return ModelOutcome(
+            model, "error", time.perf_counter() - start, message=str(exc), inputs=plan.file or ""
+        )
     except Exception as exc:  # one model's bug must not stop the others: report it as a crash
         where = traceback.extract_tb(exc.__traceback__)[-1]
         detail = f"{type(exc).__name__}: {exc} (at {Path(where.filename).name}:{where.lineno})"

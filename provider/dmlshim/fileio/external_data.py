@@ -3,7 +3,9 @@
 An ONNX tensor may keep its bytes in another file (``data_location = EXTERNAL`` with ``location``,
 ``offset`` and ``length`` entries). dmlshim reads such files only when every entry is sound:
 
-* ``location`` is a relative path without NUL that stays inside the model's folder (links included);
+* ``location`` is a relative path that stays inside the model's folder (links included); one holding a NUL
+  is read up to it, as onnxruntime reads it (:func:`dmlshim.fileio.nul_paths.location_read`), and the
+  rules apply to that name;
 * the file is a regular file (a FIFO would block the read forever);
 * ``offset`` and ``length`` are non-negative decimal integers, ``length`` matches the tensor's dims and
   type, and ``offset + length`` lies within the file;
@@ -13,6 +15,7 @@ An ONNX tensor may keep its bytes in another file (``data_location = EXTERNAL`` 
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import stat
@@ -25,6 +28,7 @@ from onnx import TensorProto
 from ..errors import BadModelError, TooLargeError
 from ..graph import all_tensors
 from ..limits import _itemsize, check_bytes, format_bytes
+from .nul_paths import location_read
 
 __all__ = [
     "EXTERNAL_DATA_RULE",
@@ -33,6 +37,8 @@ __all__ = [
     "external_tensors",
     "load_external_data",
 ]
+
+logger = logging.getLogger(__name__)
 
 EXTERNAL_DATA_RULE = "external data must lie in the model's folder"
 PROTOBUF_LIMIT = (1 << 31) - 1
@@ -136,10 +142,7 @@ def _check_one(t: onnx.TensorProto, base: Path | None, path: str | None) -> Exte
     if not location:
         raise _malformed(_refuse(t, "external data has no location", path))
     if "\x00" in location:
-        raise _malformed(
-            _refuse(t, f"external data location {location!r} contains a NUL character", path, location),
-            file_system=True,
-        )
+        location = _cut_at_nul(t, location, base is not None)
     offset = _number(t, "offset", entries["offset"], path) if "offset" in entries else 0
     length = _number(t, "length", entries["length"], path) if "length" in entries else None
     itemsize = _itemsize(int(t.data_type))
@@ -190,6 +193,24 @@ def _check_one(t: onnx.TensorProto, base: Path | None, path: str | None) -> Exte
             )
         )
     return ExternalRef(t.name, Path(real), offset, size)
+
+
+def _cut_at_nul(t: onnx.TensorProto, location: str, rewrite: bool) -> str:
+    """``location`` up to its first NUL, as onnxruntime reads it (1.24.4 and 1.32); with ``rewrite`` (a
+    model dmlshim read from its file) the tensor's entry says that name from now on, so that every later
+    reader (onnx's, dmlshim's weight readers) opens the file onnxruntime opens."""
+    cut = location_read(location)
+    logger.warning(
+        "initializer %r: external data location %r holds a NUL character: %r is read (as onnxruntime)",
+        t.name,
+        location,
+        cut,
+    )
+    if rewrite:
+        for entry in t.external_data:
+            if entry.key == "location":
+                entry.value = cut
+    return cut
 
 
 def _escapes(t: onnx.TensorProto, location: str, reason: str, path: str | None) -> BadModelError:
@@ -255,7 +276,7 @@ def check_external_data(
     smaller than that many bytes.
 
     Raises:
-        BadModelError: a location leaves the folder, holds NUL, or names a missing or non-regular file; an
+        BadModelError: a location (up to a NUL) leaves the folder, or names a missing or non-regular file; an
             offset or length is not a non-negative integer, disagrees with the dims, or passes the file's end.
         TooLargeError: the external tensors together exceed the memory limit.
     """

@@ -35,6 +35,7 @@ def _locations(source: str, mtime_ns: int, size: int) -> tuple[str, ...]:
     from ..execute.weights.file_slices import read_weightless
     from ..model.weightless import WEIGHTLESS_MIN_BYTES
     from .external_data import external_tensors
+    from .nul_paths import location_read
 
     # read without the large inline weights (a 361 MB model parsed whole doubled `run -o`'s peak);
     # those become references to the model file itself (location: its own name), not data files
@@ -52,11 +53,13 @@ def _locations(source: str, mtime_ns: int, size: int) -> tuple[str, ...]:
     found: dict[str, None] = {}
     for tensor in external_tensors(model.graph):
         for entry in tensor.external_data:
-            if entry.key != "location" or not entry.value or "\x00" in entry.value:
+            # a location holding a NUL names the file up to it, as onnxruntime reads it
+            location = location_read(entry.value) if entry.key == "location" else ""
+            if not location:
                 continue
-            if tensor.name in inline and entry.value == own_name:
+            if tensor.name in inline and location == own_name:
                 continue  # an inline weight read_weightless left in the model file
-            found.setdefault(entry.value)
+            found.setdefault(location)
     return tuple(found)
 
 

@@ -176,6 +176,21 @@ def numpy_outputs(
     return out
 
 
+def strings_decoded(values: Sequence[Any]) -> list[Any]:
+    """A run's outputs with each ``tensor(string)`` OrtValue made the array ``run`` gives: an engine keeps a
+    string value as onnxruntime's OrtValue when its bytes are no UTF-8 (a partition's output crossing to
+    the next); where it is an output, ``run`` decodes it, as onnxruntime's does.
+
+    Raises:
+        UnicodeDecodeError: such a string output (onnxruntime's ``run`` raises it too)."""
+    return [
+        v.numpy()
+        if isinstance(v, ort.OrtValue) and v.is_tensor() and v.data_type() == "tensor(string)"
+        else v
+        for v in values
+    ]
+
+
 def to_ortvalue(value: Any) -> Any:
     """A run's output as an ``onnxruntime.OrtValue`` (tensors only; one numpy cannot hold, e.g. bfloat16,
     is already onnxruntime's OrtValue and is returned as it is)."""

@@ -44,6 +44,7 @@ from ..runtime.real import (
 from ..translate.folding_refusal import folding_refusal
 from .attributes import OrtSessionAttributes
 from .c_iobinding import bind_c_iobinding
+from .cpu_fallback import refuse_as_onnxruntime
 from .emulate import emulate_all, with_dml_first
 from .free_dims import outputs_for_inputs, overrides_by_name, with_free_dimension_overrides
 from .model_config import ORT_CONFIG_KEY, options_from_model, reads_config_from_model
@@ -170,6 +171,7 @@ class InferenceSession(SessionRuns, SessionQueries, SessionProviders, SessionPro
         self._choice, fell_back = providers_or_fallback(providers, provider_options, self._fallback_enabled)
         self._fallback_enabled &= not fell_back
         self._engine_request = engine
+        self._providers_given = providers  # as named: whether the CPU provider is (cpu_fallback)
         get_engine_factory(resolve_engine(engine, self._choice))  # an unknown engine fails before loading
         self._options = sess_options
         self._profiler: SessionProfiler | None = None
@@ -210,6 +212,8 @@ class InferenceSession(SessionRuns, SessionQueries, SessionProviders, SessionPro
     ) -> None:
         """Everything the constructor does once the model is loaded."""
         self._loaded = loaded
+        # session.disable_cpu_ep_fallback=1: onnxruntime's verdict, its class and words (cpu_fallback.py)
+        refuse_as_onnxruntime(source, loaded.proto, sess_options, self._providers_given)
         if reads_config_from_model(kwargs):  # as onnxruntime: the model's ort_config over the caller's
             self._options = sess_options = options_from_model(loaded.proto, sess_options)
             self._adding_options = sess_options

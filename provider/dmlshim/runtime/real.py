@@ -133,6 +133,8 @@ class OrtInferenceSession(_RealInferenceSession):
     would be, and on onnxruntime's global thread pool once the program uses it."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if not kwargs.pop("cpu_fallback_asked", False):
+            kwargs = _default_providers_without_fallback(args, kwargs)
         disabled = DISABLED_OPTIMIZERS.get()
         if disabled and "disabled_optimizers" not in kwargs:
             kwargs["disabled_optimizers"] = set(disabled)
@@ -141,6 +143,24 @@ class OrtInferenceSession(_RealInferenceSession):
         if args or "path_or_bytes" in kwargs:
             args, kwargs = _guarded(args, kwargs)
         super().__init__(*args, **kwargs)
+
+
+def _default_providers_without_fallback(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """dmlshim's own session, which names the CPU provider, with onnxruntime's default providers instead
+    when its options set ``session.disable_cpu_ep_fallback = 1``: onnxruntime refuses the CPU provider
+    named beside that entry (``InvalidArgument``), while the caller's session, which did not name it, was
+    accepted by onnxruntime itself (:mod:`dmlshim.ort.cpu_fallback`); with the defaults dmlshim's sessions
+    are placed as the caller's is."""
+    if kwargs.get("providers") != ["CPUExecutionProvider"]:
+        return kwargs
+    options = args[1] if len(args) > 1 else kwargs.get("sess_options")
+    if options is None:
+        return kwargs
+    try:
+        entry = options.get_session_config_entry("session.disable_cpu_ep_fallback")
+    except Exception:  # onnxruntime raises when the entry is not set
+        return kwargs
+    return {**kwargs, "providers": None} if entry == "1" else kwargs
 
 
 def _guarded(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:

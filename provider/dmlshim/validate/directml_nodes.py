@@ -191,13 +191,14 @@ def _real_directml_values(
 ) -> dict[str, Any]:
     """Run ``model`` on real DirectML with ``names`` added as graph outputs; their values by name."""
     from ..execute.engines.whole_model import augmented_model
+    from ..ort.ortvalues import strings_decoded
     from ..ort.session import InferenceSession
     from .references import session_options
 
     present = {o.name for o in model.graph.output}
     payload = augmented_model(model, [n for n in names if n not in present])
     session = InferenceSession(payload, session_options(opt_level), feature_level=level, engine="directml")
-    values = session._run_values(names, dict(feeds), None)
+    values = strings_decoded(session._run_values(names, dict(feeds), None))
     return dict(zip(names, values, strict=True))
 
 

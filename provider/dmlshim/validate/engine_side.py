@@ -93,6 +93,7 @@ def engine_runs(
         BadInputError: onnxruntime fails on these feeds (then the reference cannot be made).
         DmlShimError: the engine refused the run.
     """
+    from ..ort.ortvalues import strings_decoded
     from ..ort.session import InferenceSession
 
     proto = loaded.proto
@@ -105,7 +106,7 @@ def engine_runs(
         index_mode=index_mode.value,
     )
     names = [o.name for o in proto.graph.output]
-    values = session._run_values(names, dict(feeds), None)
+    values = strings_decoded(session._run_values(names, dict(feeds), None))
     record = session.last_run_record
     assert record is not None  # set by every run
     del session  # its onnxruntime session (a copy of the weights) goes before the reference's

@@ -27,6 +27,7 @@ from onnx import numpy_helper
 from ...errors import BadModelError, EngineUnavailableError
 from ...fileio.external_data import ExternalRef, check_external_data
 from ...fileio.files import check_output_file, write_onnx, write_stream
+from ...fileio.nul_paths import location_read
 from ...fileio.onnx_pieces import SourceBytes, copy_bytes, end_sparse, piece_writer
 from ...graph import all_tensors
 from ...model.ort_errors import ORT_ERRORS
@@ -141,7 +142,7 @@ def _tensor_bytes(tensor: onnx.TensorProto) -> bytes:
 def _reference(tensor: onnx.TensorProto, folder: str) -> SourceBytes:
     """Where the bytes of ``tensor`` (external data, already checked by the model check) lie."""
     entries = {e.key: e.value for e in tensor.external_data}
-    file = os.path.join(folder, entries.get("location", ""))
+    file = os.path.join(folder, location_read(entries.get("location", "")))
     offset = int(entries.get("offset") or 0)
     length = entries.get("length")
     return SourceBytes(file, offset, int(length) if length else os.path.getsize(file) - offset)

@@ -73,17 +73,43 @@ def run_session(
 ) -> list[Any]:
     """``session.run``, except that values numpy cannot hold go in and come out as OrtValues, unconverted
     (onnxruntime's ``run`` cannot return a bfloat16 tensor); numpy-typed outputs still come out as arrays."""
-    if not any(_narrow(v) for v in feeds.values()) and not needs_ort_values(session):
+    if not any(_narrow(v) for v in feeds.values()) and (
+        not runs_by_ort_values(session) or (not needs_ort_values(session) and _string_feed(feeds))
+    ):
+        # (an OrtValue of strings is made only by a session: string feeds keep run(), whose string
+        # outputs are then decoded)
         return list(session.run(list(outputs), dict(feeds), run_options))
     ort_feeds = {name: _ort_value(v) for name, v in feeds.items()}
     results = session.run_with_ort_values(list(outputs), ort_feeds, run_options)
     out: list[Any] = []
     for value in results:
         if value.is_tensor() and value.data_type() in NUMPY_TENSOR_TYPES:
-            out.append(value.numpy())
+            try:
+                out.append(value.numpy())
+            except UnicodeDecodeError:
+                # a string value whose bytes are no UTF-8 (a Constant's, an initializer's): it crosses to
+                # the next partition as the OrtValue; only a graph output of it is onnxruntime's error
+                out.append(value)
         else:
             out.append(value)
     return out
+
+
+_RUNS_BY_ORT_VALUES: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+
+
+def runs_by_ort_values(session: ort.InferenceSession) -> bool:
+    """Whether :func:`run_session` runs ``session`` with OrtValues: an output numpy cannot hold, or a string
+    output (its bytes may be no UTF-8, which ``session.run`` refuses while onnxruntime's run of the whole
+    model does not, when the value is no output of it)."""
+    try:
+        return _RUNS_BY_ORT_VALUES[session]
+    except (KeyError, TypeError):
+        pass
+    by = needs_ort_values(session) or any(o.type == "tensor(string)" for o in session.get_outputs())
+    with contextlib.suppress(TypeError):
+        _RUNS_BY_ORT_VALUES[session] = by
+    return by
 
 
 def _narrow(value: Any) -> bool:
@@ -96,10 +122,18 @@ def _narrow(value: Any) -> bool:
     )
 
 
+def _string_feed(feeds: Mapping[str, Any]) -> bool:
+    return any(isinstance(v, np.ndarray) and v.dtype.kind in "OUS" for v in feeds.values())
+
+
 def _ort_value(value: Any) -> Any:
     if isinstance(value, ort.OrtValue):
         return value
     array = np.ascontiguousarray(value)
+    if array.dtype.kind in "OUS":  # beside an OrtValue feed (strings kept undecoded): only a session makes it
+        from ...ort.ortvalues import string_ortvalue
+
+        return string_ortvalue(array)
     elem = narrow_elem_type(array.dtype)
     if elem is not None:  # bfloat16, float8 (float8_e5m2 is an "f" kind in ml_dtypes, the others "V")
         return from_bits(array.view(NARROW_FLOATS[elem].bits_dtype), elem)
@@ -170,7 +204,7 @@ class CpuStep:
         session = self._session
         planned = self._planned
         if planned is None or planned[0] is not session:
-            plain = session is not None and not needs_ort_values(session)
+            plain = session is not None and not runs_by_ort_values(session)
             planned = self._planned = (session, ort_run_of(session, {}) if plain else None)
         run = planned[1]
         if run is not None:

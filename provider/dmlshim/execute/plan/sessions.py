@@ -119,7 +119,13 @@ def ort_run_error(
     """onnxruntime's run failure as a dmlshim error: IndexOutOfRangeError when onnxruntime rejected an
     index of a gather/scatter node (it names the node and often the value), NotSupportedError when
     onnxruntime has no implementation for what it was asked (status NOT_IMPLEMENTED: a kernel lacking a
-    data type; the feeds are fine), BadInputError otherwise."""
+    data type; the feeds are fine), BadInputError otherwise.
+
+    Raises:
+        UnicodeDecodeError: ``exc`` is one (a string value that is no UTF-8 came out of onnxruntime): raised
+            here, as onnxruntime's ``run`` raises it (:func:`undecodable_string`)."""
+    if isinstance(exc, UnicodeDecodeError):
+        raise undecodable_string(exc, what) from None
     text = str(exc)
     if _TERMINATED in text:
         # RunOptions.terminate set while the run was under way: not the inputs' fault (onnxruntime: Fail)
@@ -152,6 +158,21 @@ def ort_run_error(
     if type(exc) in (RuntimeError, TypeError):  # raised by onnxruntime's Python layer (e.g. a map feed's key)
         with_onnxruntime_class(error, type(exc))
     return error
+
+
+def undecodable_string(exc: UnicodeDecodeError, what: str) -> UnicodeDecodeError:
+    """onnxruntime's own error for a string value that is no UTF-8 reaching Python (a string initializer
+    or Constant whose bytes are none, selected into an output): ``UnicodeDecodeError``, its class and
+    words, with what dmlshim was doing after them. onnxruntime builds such a session and raises only when
+    the bytes reach an output (1.24.4 and 1.32); the CLI says it in one line (exit 2)."""
+    return UnicodeDecodeError(
+        exc.encoding,
+        exc.object,
+        exc.start,
+        exc.end,
+        f"{exc.reason} (dmlshim: {what}: a string value holds bytes that are no UTF-8, which onnxruntime's "
+        "run refuses to return)",
+    )
 
 
 def name_index_error(exc: DmlShimError, indices: Mapping[str, str], paths: Mapping[str, str]) -> None:

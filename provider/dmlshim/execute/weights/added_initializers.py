@@ -88,6 +88,10 @@ def _quiet(so: Any) -> Iterator[Any]:
             so.enable_profiling, so.optimized_model_filepath, so.log_severity_level = saved
 
 
+quiet_options = _quiet
+"""``_quiet``, for the other modules that ask onnxruntime with a caller's options."""
+
+
 _NO_NUMPY = frozenset(
     getattr(onnx.TensorProto, n)
     for n in (

@@ -31,6 +31,7 @@ import onnx
 
 from ...errors import BadModelError
 from ...fileio.external_data import external_tensors
+from ...fileio.nul_paths import location_read
 from ...model.modelcheck import load_external_data
 from ...runtime.exceptions import check_failure_class, with_onnxruntime_class
 from ...runtime.options_copy import config_entry
@@ -52,7 +53,10 @@ def named_folder(sess_options: Any) -> str | None:
 def _locations(proto: onnx.ModelProto) -> list[tuple[str, str]]:
     """(tensor name, location) of every external-data tensor of ``proto``."""
     tensors = external_tensors(proto.graph) if proto.HasField("graph") else []
-    return [(t.name, next((e.value for e in t.external_data if e.key == "location"), "")) for t in tensors]
+    return [
+        (t.name, location_read(next((e.value for e in t.external_data if e.key == "location"), "")))
+        for t in tensors
+    ]
 
 
 def load_in_memory_external_data(proto: onnx.ModelProto, model: bytes, sess_options: Any) -> None:

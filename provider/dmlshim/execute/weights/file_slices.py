@@ -22,6 +22,7 @@ from typing import BinaryIO
 import onnx
 from google.protobuf.message import DecodeError
 
+from ...fileio.nul_paths import location_read
 from ...fileio.onnx_pieces import encode_varint
 from ...model.duplicate_initializers import has_duplicates
 
@@ -143,7 +144,7 @@ def _tensor(f: BinaryIO, end: int, model_name: str, found: dict[str, FileSlice])
         info = {e.key: e.value for e in tensor.external_data}
         if "location" in info and "length" in info:
             found[tensor.name] = FileSlice(
-                info["location"], int(info.get("offset", "0")), int(info["length"])
+                location_read(info["location"]), int(info.get("offset", "0")), int(info["length"])
             )
 
 

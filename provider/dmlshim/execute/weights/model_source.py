@@ -15,6 +15,7 @@ from google.protobuf.message import DecodeError
 from ...errors import BadModelError
 from ...fileio.external_data import ExternalRef
 from ...fileio.filekind import require_onnx_model
+from ...fileio.nul_paths import BytesPath, refuse_undecodable
 from ...limits import check_bytes
 from ...model.declared_types import (
     dim_params,
@@ -208,6 +209,8 @@ def load_model(
         if os.fspath(model) in ("", b""):
             # onnxruntime takes an empty path for no model and fails in its C++ constructor (a TypeError)
             raise as_onnxruntime_error(BadModelError("the model path is empty", value=""), TypeError)
+        if isinstance(os.fspath(model), str) and not isinstance(model, BytesPath):
+            refuse_undecodable(os.fspath(model))  # no UTF-8: onnxruntime's TypeError (the CLI's MODEL too)
         _refuse_unopenable(model)
         path = Path(model)
         if not path.is_file():

@@ -30,6 +30,7 @@ import onnx
 
 from ...errors import BadModelError
 from ...fileio import stale_folders
+from ...fileio.nul_paths import location_read
 from ...fileio.reading import open_regular
 from ...model.weightless import is_external
 from .file_slices import FileSlice
@@ -45,7 +46,9 @@ _CHUNK = 8 * 1024 * 1024
 
 def _slice(tensor: onnx.TensorProto) -> FileSlice:
     info = {e.key: e.value for e in tensor.external_data}
-    return FileSlice(info.get("location", ""), int(info.get("offset", "0")), int(info.get("length", "0")))
+    return FileSlice(
+        location_read(info.get("location", "")), int(info.get("offset", "0")), int(info.get("length", "0"))
+    )
 
 
 def _pread(fd: int, count: int, offset: int) -> bytes:

@@ -90,4 +90,6 @@ def take_supplied_initializers(
 
 
 def _location(tensor: onnx.TensorProto) -> str:
-    return next((e.value for e in tensor.external_data if e.key == "location"), "")
+    from ...fileio.nul_paths import location_read
+
+    return location_read(next((e.value for e in tensor.external_data if e.key == "location"), ""))

@@ -26,6 +26,7 @@ from onnx import helper, numpy_helper
 
 from ...errors import BadModelError
 from ...fileio.external_data import load_external_data
+from ...fileio.nul_paths import location_read
 from ...fileio.reading import open_regular
 from ...limits import check_bytes
 from ...model.weightless import is_external, tensor_nbytes
@@ -57,7 +58,7 @@ def external_slice(tensor: onnx.TensorProto) -> FileSlice:
     """Where an external-data tensor's bytes lie (already checked by the model check)."""
     info = {e.key: e.value for e in tensor.external_data}
     length = int(info["length"]) if "length" in info else tensor_nbytes(tensor)
-    return FileSlice(info.get("location", ""), int(info.get("offset", "0")), length)
+    return FileSlice(location_read(info.get("location", "")), int(info.get("offset", "0")), length)
 
 
 def file_stamp(path: str) -> tuple[int, int] | None:
