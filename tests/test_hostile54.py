@@ -1,0 +1,122 @@
+"""Held-out hostile round 54 (issue 35, "a held-out round ... finds no silent wrong value, no destroyed
+file, no crash"): the cases that failed, each kept as a minimal repro.
+
+- ``Range(0, n, 1)`` with only its limit ``n`` fed (its start and step constants, as every exporter writes
+  it) was never sized from the feed: under ``DMLSHIM_MEMORY_LIMIT`` every engine let onnxruntime allocate
+  it (a 400 MB int64 ``Range`` under a 100 MB limit ran at 480 MB peak, 7.2 GB for a 1.6 GB one with the
+  custom-op engine), although docs/safety.md promises fed bounds are sized before any engine runs. Only a
+  ``Range`` all of whose bounds were fed or computed was sized.
+- The steady lane (a run repeating an accepted run's dtypes and shapes) skipped that check altogether: a
+  fed scalar bound changes the size without changing any feed's shape, so after the warm-up runs a large
+  bound ran unchecked (and a partitioned session with nothing to emulate never checked it at all).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import dmlshim
+from dmlshim.errors import TooLargeError
+
+LIMIT = 10_000_000
+BIG = 5_000_000  # an int64 Range of 40 MB: past the 10 MB limit, harmless if a regression allocates it
+ENGINES = ("partitioned", "customop", "cpu")
+
+
+def _model(nodes: list, inputs: list, outputs: list, inits: list) -> bytes:
+    graph = helper.make_graph(nodes, "g", inputs, outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def _range_model(*, with_gather: bool) -> bytes:
+    """``z = ReduceSum(Range(0, n, 1))`` (start and step initializers), optionally beside an emulated
+    Gather ``y = Gather(d, i)``."""
+    V = helper.make_tensor_value_info
+    nodes = [
+        helper.make_node("Range", ["zero", "n", "one"], ["r"]),
+        helper.make_node("ReduceSum", ["r"], ["z"], keepdims=0),
+    ]
+    inputs = [V("n", TensorProto.INT64, [])]
+    outputs = [V("z", TensorProto.INT64, None)]
+    if with_gather:
+        nodes.insert(0, helper.make_node("Gather", ["d", "i"], ["y"], axis=0))
+        inputs += [V("d", TensorProto.FLOAT, [4, 3]), V("i", TensorProto.INT64, [2])]
+        outputs.insert(0, V("y", TensorProto.FLOAT, None))
+    inits = [
+        numpy_helper.from_array(np.array(0, np.int64), "zero"),
+        numpy_helper.from_array(np.array(1, np.int64), "one"),
+    ]
+    return _model(nodes, inputs, outputs, inits)
+
+
+def _feeds(n: int, *, with_gather: bool) -> dict[str, np.ndarray]:
+    feeds = {"n": np.array(n, np.int64)}
+    if with_gather:
+        feeds["d"] = np.arange(12, dtype=np.float32).reshape(4, 3)
+        feeds["i"] = np.array([1, -1], np.int64)
+    return feeds
+
+
+def _reference(model: bytes, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
+
+
+@pytest.mark.parametrize("with_gather", [False, True], ids=["range_alone", "beside_a_gather"])
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_range_with_constant_start_and_step_is_sized_from_its_fed_limit(
+    engine: str, with_gather: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DMLSHIM_MEMORY_LIMIT", str(LIMIT))
+    model = _range_model(with_gather=with_gather)
+    session = dmlshim.InferenceSession(model, engine=engine)
+    small = _feeds(5, with_gather=with_gather)
+    for got, want in zip(session.run(None, small), _reference(model, small), strict=True):
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(TooLargeError) as caught:
+        session.run(None, _feeds(BIG, with_gather=with_gather))
+    message = str(caught.value)
+    assert "Range" in message and "'r'" in message and str(BIG) in message
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_steady_lane_still_sizes_a_fed_bound(engine: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every bound fed (this form was sized before), warm-up runs at a small bound, then a large one of the
+    same shape: the steady lane answered it without the check."""
+    monkeypatch.setenv("DMLSHIM_MEMORY_LIMIT", str(LIMIT))
+    V = helper.make_tensor_value_info
+    model = _model(
+        [
+            helper.make_node("Gather", ["d", "i"], ["y"], axis=0),
+            helper.make_node("Range", ["start", "n", "step"], ["r"]),
+            helper.make_node("ReduceSum", ["r"], ["z"], keepdims=0),
+        ],
+        [V("d", TensorProto.FLOAT, [4, 3]), V("i", TensorProto.INT64, [2])]
+        + [V(name, TensorProto.INT64, []) for name in ("start", "n", "step")],
+        [V("y", TensorProto.FLOAT, None), V("z", TensorProto.INT64, None)],
+        [],
+    )
+
+    def feeds(n: int) -> dict[str, np.ndarray]:
+        return {
+            **_feeds(n, with_gather=True),
+            "start": np.array(0, np.int64),
+            "step": np.array(1, np.int64),
+        }
+
+    session = dmlshim.InferenceSession(model, engine=engine)
+    want = _reference(model, feeds(3))
+    for _ in range(10):  # past the proved runs and the lean check: the steady lane's shapes
+        for got, expected in zip(session.run(None, feeds(3)), want, strict=True):
+            np.testing.assert_array_equal(got, expected)
+    with pytest.raises(TooLargeError):
+        session.run(None, feeds(BIG))
+    # the session still answers the small bound afterwards
+    np.testing.assert_array_equal(session.run(None, feeds(3))[1], want[1])
