@@ -120,3 +120,35 @@ def test_the_steady_lane_still_sizes_a_fed_bound(engine: str, monkeypatch: pytes
         session.run(None, feeds(BIG))
     # the session still answers the small bound afterwards
     np.testing.assert_array_equal(session.run(None, feeds(3))[1], want[1])
+
+
+def test_the_backend_takes_a_numpy_scalar_where_onnxruntimes_backend_does() -> None:
+    """onnxruntime 1.32's backend turns a numpy scalar input into a 0-d array (``_normalize_numpy_scalar``),
+    1.24's passes it on and its ``run`` refuses it; dmlshim's backend refused it in both."""
+    import onnxruntime.backend as ort_backend
+
+    import dmlshim.backend as shim_backend
+
+    V = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [
+            helper.make_node("Cast", ["x"], ["c"], to=TensorProto.INT64),
+            helper.make_node("Gather", ["d", "c"], ["y"], axis=0),
+        ],
+        "g",
+        [V("x", TensorProto.FLOAT, []), V("d", TensorProto.FLOAT, [3])],
+        [V("y", TensorProto.FLOAT, [])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    inputs = [np.float32(2.5), np.arange(3, dtype=np.float32) + 10]
+    try:
+        want = ort_backend.prepare(model).run(inputs)
+    except Exception:  # onnxruntime 1.24: "Unable to handle object of type"
+        with pytest.raises(Exception, match="Unable to handle object"):
+            shim_backend.prepare(model).run(inputs)
+        return
+    got = shim_backend.prepare(model).run(inputs)
+    assert len(got) == len(want) == 1
+    assert got[0].dtype == want[0].dtype and got[0].shape == want[0].shape == ()
+    np.testing.assert_array_equal(got[0], want[0])  # 12.0: row 2
