@@ -217,3 +217,71 @@ def test_replay_does_not_replace_a_users_file_named_like_its_write_target(
     capsys.readouterr()
     assert mine.read_bytes() == before
     assert code == 2
+
+
+def _string_model(tmp_path: Path, *, table: list[str] | None = None) -> tuple[Path, Path]:
+    """``g = Gather(s, i)`` on a fed string tensor (or, with ``table``, on a string initializer)."""
+    V = helper.make_tensor_value_info
+    inputs = [V("i", TensorProto.INT64, [3])]
+    inits = []
+    if table is None:
+        inputs.insert(0, V("s", TensorProto.STRING, [4]))
+    else:
+        inits.append(helper.make_tensor("s", TensorProto.STRING, [len(table)], [t.encode() for t in table]))
+    model = tmp_path / "strings.onnx"
+    model.write_bytes(
+        _model(
+            [helper.make_node("Gather", ["s", "i"], ["g"], axis=0)],
+            inputs,
+            [V("g", TensorProto.STRING, None)],
+            inits,
+        )
+    )
+    feeds = tmp_path / "strings.npz"
+    arrays = {"i": np.array([3, -1, 0])}
+    if table is None:
+        arrays["s"] = np.array(["a", "", "b", "日本"])
+    np.savez(feeds, **arrays)
+    return model, feeds
+
+
+@pytest.mark.parametrize("suffix", [".json", ".npz"])
+def test_string_outputs_are_saved_and_compared_back(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], suffix: str
+) -> None:
+    """``validate --save-outputs`` died with a traceback on any tensor(string) output (numpy: "Object arrays
+    cannot be saved when allow_pickle=False"), and ``run -o`` wrote them as numpy text, which ``validate
+    --reference-outputs`` then called a dtype MISMATCH against the very strings it wrote."""
+    from dmlshim.cli.main import main
+
+    model, feeds = _string_model(tmp_path)
+    saved, ran = tmp_path / f"saved{suffix}", tmp_path / f"ran{suffix}"
+    assert main(["-q", "validate", str(model), "--inputs", str(feeds), "--save-outputs", str(saved)]) == 0
+    assert main(["-q", "run", str(model), "--inputs", str(feeds), "-o", str(ran)]) == 0
+    for reference in (saved, ran):
+        assert (
+            main(
+                ["-q", "validate", str(model), "--inputs", str(feeds), "--reference-outputs", str(reference)]
+            )
+            == 0
+        )
+    capsys.readouterr()
+    if suffix == ".npz":
+        want = _reference(
+            model.read_bytes(),
+            {"s": np.array(["a", "", "b", "日本"], dtype=object), "i": np.array([3, -1, 0])},
+        )
+        assert np.load(saved)["g"].tolist() == want[0].tolist() == ["日本", "日本", "a"]
+
+
+def test_a_string_array_ending_in_nul_is_refused_not_a_traceback(tmp_path: Path) -> None:
+    """The one writer of ``run -o`` and ``validate --save-*``: a string a numpy text array would cut (a
+    trailing NUL) or a Python object that is no string is refused by name, and nothing is written."""
+    from dmlshim.errors import BadInputError
+    from dmlshim.fileio.array_files import write_arrays
+
+    for values, suffix in ((["a", "b\x00"], ".npz"), (["a", 3], ".json")):
+        target = tmp_path / f"o{suffix}"
+        with pytest.raises(BadInputError, match="element 1"):
+            write_arrays(target, {"g": np.array(values, dtype=object)}, kind="outputs")
+        assert not target.exists()
