@@ -182,6 +182,7 @@ def test_the_directml_engine_takes_string_feeds_and_outputs() -> None:
     for strings in (
         np.array(["a", "", "b", "日本"]),
         np.array([b"x", b"y", b"\xc3\xa9", b""], dtype=object),  # str() of each, as onnxruntime reads it
+        np.array(["a", "b\x00c", "\x00", "d"]),  # numpy text: read up to the first NUL, as onnxruntime does
     ):
         feeds = {"s": strings, "i": np.array([3, -1, 0]), "f": np.arange(4, dtype=np.float32)}
         got = session.run(None, feeds)

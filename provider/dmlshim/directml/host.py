@@ -58,13 +58,16 @@ DTYPES: dict[str, str] = {
 
 def _strings(name: str, arr: np.ndarray) -> list[str]:
     """The elements of a ``tensor(string)`` feed as onnxruntime's Python binding reads an object or
-    unicode array: each by ``str`` (a ``bytes`` element becomes ``"b'x'"``, as there).
+    unicode array: each by ``str`` (a ``bytes`` element becomes ``"b'x'"``, as there); a unicode array's
+    element up to its first NUL, as there.
 
     Raises:
         HostError: an element holds a NUL character: onnxruntime-node cuts a string there, so the run
             would go on with another string.
     """
     strings = [str(x) for x in arr.reshape(-1).tolist()]
+    if arr.dtype.kind == "U":  # onnxruntime reads a numpy text element up to its first NUL
+        return [text.split("\x00", 1)[0] for text in strings]
     for position, text in enumerate(strings):
         if "\x00" in text:
             raise HostError(
