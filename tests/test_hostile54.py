@@ -89,6 +89,31 @@ def test_a_range_with_constant_start_and_step_is_sized_from_its_fed_limit(
 
 
 @pytest.mark.parametrize("engine", ENGINES)
+def test_a_float_range_is_sized_from_its_fed_limit(engine: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Range(0.0, n, 1.0)`` in float32 with ``n`` fed: only integer bounds were read, so a float Range
+    ran unchecked (200 MB under a 100 MB limit: 289 MB peak)."""
+    monkeypatch.setenv("DMLSHIM_MEMORY_LIMIT", str(LIMIT))
+    V = helper.make_tensor_value_info
+    model = _model(
+        [
+            helper.make_node("Range", ["start", "n", "step"], ["r"]),
+            helper.make_node("ReduceSum", ["r"], ["z"], keepdims=0),
+        ],
+        [V("n", TensorProto.FLOAT, [])],
+        [V("z", TensorProto.FLOAT, None)],
+        [
+            numpy_helper.from_array(np.array(0.5, np.float32), "start"),
+            numpy_helper.from_array(np.array(1.0, np.float32), "step"),
+        ],
+    )
+    session = dmlshim.InferenceSession(model, engine=engine)
+    small = {"n": np.array(5.25, np.float32)}
+    np.testing.assert_array_equal(session.run(None, small)[0], _reference(model, small)[0])  # 0.5 .. 4.5
+    with pytest.raises(TooLargeError, match="Range"):
+        session.run(None, {"n": np.array(float(BIG), np.float32)})
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 def test_the_steady_lane_still_sizes_a_fed_bound(engine: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every bound fed (this form was sized before), warm-up runs at a small bound, then a large one of the
     same shape: the steady lane answered it without the check."""
