@@ -64,7 +64,7 @@ def _feeds(n: int, *, with_gather: bool) -> dict[str, np.ndarray]:
     return feeds
 
 
-def _reference(model: bytes, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+def _reference(model: bytes | str, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = 1
     session = onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])
@@ -327,3 +327,37 @@ def test_export_writes_a_memory_mapped_weight_without_copying_it(tmp_path: Path)
     mapped = np.memmap(mapped_file, dtype=np.float32, mode="r", shape=(1 << 16, 4))
     values = BufferResource.from_array(mapped, source_path="input.npy").initial_values
     assert np.shares_memory(values.array, mapped)  # a view of the mapped bytes, no copy
+
+
+def test_the_custom_op_engine_refuses_a_weight_it_would_copy_past_the_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Gather of a 1 GiB external table in the custom-op engine peaked at 1073 MB of anonymous memory
+    under ``DMLSHIM_MEMORY_LIMIT=100000000`` and ran: onnxruntime-extensions hands each custom-op input to
+    Python as a copy, on every run (docs/engines.md). It is refused when the session is built now; the
+    partitioned engine, which maps the table, runs it as onnxruntime does (16 MB here, a 10 MB limit)."""
+    rows = 1 << 20
+    with open(tmp_path / "w.bin", "wb") as handle:
+        handle.truncate(rows * 16)
+    table = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[rows, 4])
+    table.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", "w.bin"), ("offset", "0"), ("length", str(rows * 16))):
+        entry = table.external_data.add()
+        entry.key, entry.value = key, value
+    V = helper.make_tensor_value_info
+    model = tmp_path / "m.onnx"
+    model.write_bytes(
+        _model(
+            [helper.make_node("Gather", ["w", "i"], ["y"], axis=0)],
+            [V("i", TensorProto.INT64, [3])],
+            [V("y", TensorProto.FLOAT, None)],
+            [table],
+        )
+    )
+    feeds = {"i": np.array([1, -1, 7])}
+    monkeypatch.setenv("DMLSHIM_MEMORY_LIMIT", str(LIMIT))
+    with pytest.raises(TooLargeError, match="copies it on every run"):
+        dmlshim.InferenceSession(str(model), engine="customop")
+    got = dmlshim.InferenceSession(str(model)).run(None, feeds)[0]
+    monkeypatch.delenv("DMLSHIM_MEMORY_LIMIT")
+    np.testing.assert_array_equal(got, _reference(str(model), feeds)[0])
