@@ -361,3 +361,27 @@ def test_the_custom_op_engine_refuses_a_weight_it_would_copy_past_the_limit(
     got = dmlshim.InferenceSession(str(model)).run(None, feeds)[0]
     monkeypatch.delenv("DMLSHIM_MEMORY_LIMIT")
     np.testing.assert_array_equal(got, _reference(str(model), feeds)[0])
+
+
+_ORT = tuple(int(p) for p in onnxruntime.__version__.split(".")[:2])
+
+
+@pytest.mark.skipif((1, 25) <= _ORT < (1, 32), reason="measured on onnxruntime 1.24.4 and 1.32 only")
+@pytest.mark.xfail(
+    _ORT >= (1, 32),
+    strict=True,
+    reason="with profiling on, the partitioned engine never takes the whole-model check (docs/engines.md: "
+    "a profile times every node as it runs), so onnxruntime's fusions stop at partition boundaries: on "
+    "onnxruntime 1.32 bert_dynamo's outputs differ from onnxruntime's by up to 7.2e-7 (gpt2_past_dynamo "
+    "4.5e-8, swin_dynamo 5.6e-9), with no note in the run record; 1.24.4 gives the same bits",
+)
+def test_profiling_does_not_change_a_models_outputs(tmp_path: Path) -> None:
+    model = str(Path(__file__).parents[1] / "onnx_models" / "real" / "bert_dynamo.onnx")
+    feeds = dict(np.load(model[: -len(".onnx")] + ".npz"))
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.enable_profiling = True
+    options.profile_file_prefix = str(tmp_path / "p")
+    got = dmlshim.InferenceSession(model, options).run(None, feeds)
+    for mine, want in zip(got, _reference(model, feeds), strict=True):
+        np.testing.assert_array_equal(mine, want)
