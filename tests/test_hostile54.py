@@ -114,6 +114,33 @@ def test_a_float_range_is_sized_from_its_fed_limit(engine: str, monkeypatch: pyt
 
 
 @pytest.mark.parametrize("engine", ENGINES)
+def test_a_range_whose_start_is_an_overridable_default_is_sized(
+    engine: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Range(s, n, 1)`` with ``s`` an initializer listed as a graph input (a default the run may feed
+    over) and only ``n`` fed: the default was never read, so the Range ran unchecked."""
+    monkeypatch.setenv("DMLSHIM_MEMORY_LIMIT", str(LIMIT))
+    V = helper.make_tensor_value_info
+    model = _model(
+        [
+            helper.make_node("Range", ["s", "n", "one"], ["r"]),
+            helper.make_node("ReduceSum", ["r"], ["z"], keepdims=0),
+        ],
+        [V("n", TensorProto.INT64, []), V("s", TensorProto.INT64, [])],
+        [V("z", TensorProto.INT64, None)],
+        [
+            numpy_helper.from_array(np.array(0, np.int64), "s"),
+            numpy_helper.from_array(np.array(1, np.int64), "one"),
+        ],
+    )
+    session = dmlshim.InferenceSession(model, engine=engine)
+    with pytest.raises(TooLargeError, match="Range"):
+        session.run(None, {"n": np.array(BIG, np.int64)})
+    near = {"n": np.array(BIG, np.int64), "s": np.array(BIG - 4, np.int64)}  # fed over: 4 elements
+    np.testing.assert_array_equal(session.run(None, near)[0], _reference(model, near)[0])
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 def test_the_steady_lane_still_sizes_a_fed_bound(engine: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every bound fed (this form was sized before), warm-up runs at a small bound, then a large one of the
     same shape: the steady lane answered it without the check."""

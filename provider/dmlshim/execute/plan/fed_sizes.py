@@ -171,7 +171,8 @@ class FedSizes:
             for node in graph.node
             if node.op_type in VALUED_OPS
             for p in VALUE_INPUTS[node.op_type]
-            if p < len(node.input) and node.input[p] not in fed
+            # an initializer listed as an input is read at its default when the run does not feed it
+            if p < len(node.input) and (node.input[p] not in fed or node.input[p] in initializers)
         }
         opset = next((int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
         nested = any(n.op_type in _NESTING for n in graph.node)  # sized nodes in branches, bodies
