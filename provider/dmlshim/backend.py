@@ -15,6 +15,7 @@ can tell nodes that ran from their DirectML descriptors from fallbacks.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -63,6 +64,22 @@ def feature_level_from(value: FeatureLevel | str | int | None = None) -> Feature
         raise BadInputError(f"{source}: {exc}", value=value) from exc
 
 
+@functools.cache
+def _ort_backend_takes_scalars() -> bool:
+    """Whether the installed onnxruntime's backend turns a numpy scalar input into a 0-d array (1.32
+    does, ``_normalize_numpy_scalar``; 1.24 passes it on, and its ``run`` refuses it)."""
+    try:
+        from onnxruntime.backend import backend_rep
+    except ImportError:  # pragma: no cover - onnxruntime always ships its backend module
+        return False
+    return hasattr(backend_rep, "_normalize_numpy_scalar")
+
+
+def _scalar_as_array(value: Any) -> Any:
+    """A numpy scalar (``np.float32(1.5)``) as a 0-d array where onnxruntime's backend makes it one."""
+    return np.asarray(value) if isinstance(value, np.generic) and _ort_backend_takes_scalars() else value
+
+
 class DmlShimBackendRep(BackendRep):
     """A prepared model: ``run(inputs)`` returns the outputs in graph output order.
 
@@ -95,10 +112,10 @@ class DmlShimBackendRep(BackendRep):
             logger.debug("BackendRep.run: ignoring options %s", sorted(kwargs))
         if isinstance(inputs, Mapping):
             feeds = dict(inputs)
-        elif isinstance(inputs, np.ndarray):
-            feeds = {self._input_names[0]: inputs} if self._input_names else {}
+        elif isinstance(inputs, (np.ndarray, np.generic)):
+            feeds = {self._input_names[0]: _scalar_as_array(inputs)} if self._input_names else {}
         else:
-            values = list(inputs)
+            values = [_scalar_as_array(value) for value in inputs]
             if len(values) > len(self._input_names):
                 raise BadInputError(
                     f"{len(values)} inputs given, the model takes {len(self._input_names)} "

@@ -5,6 +5,8 @@
 // Frame (both ways): u32 LE header length, UTF-8 JSON header, u64 LE body length, body bytes.
 // Requests: {op: "info"} | {op: "load", path, disableCpuFallback, logFile} |
 //           {op: "run", session, feeds: [{name, type, dims, nbytes}], outputs: [names]} | {op: "release", session}
+// A tensor(string) feed or output carries its elements in the header (type "string", strings: [...],
+// nbytes 0).
 // Replies: {ok: true, ...} or {ok: false, error: message, stage}.
 'use strict';
 const net = require('net');
@@ -33,6 +35,7 @@ function frame(header, body) {
 }
 
 function tensorFrom(spec, body, offset) {
+  if (spec.type === 'string') return new ort.Tensor('string', spec.strings, spec.dims); // in the header
   const Arr = ARRAYS[spec.type];
   if (!Arr) throw new Error(`dmlshim host: element type ${spec.type} cannot be fed to onnxruntime-node`);
   const bytes = Buffer.from(body.subarray(offset, offset + spec.nbytes)); // aligned copy
@@ -74,6 +77,10 @@ async function handle(req, body) {
     const parts = [];
     for (const name of req.outputs) {
       const t = results[name];
+      if (t.type === 'string') { // strings travel in the header, as JSON
+        specs.push({ name, type: 'string', dims: t.dims, nbytes: 0, strings: Array.from(t.data) });
+        continue;
+      }
       const buf = Buffer.from(t.data.buffer, t.data.byteOffset, t.data.byteLength);
       specs.push({ name, type: t.type, dims: t.dims, nbytes: buf.length });
       parts.push(buf);

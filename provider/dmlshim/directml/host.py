@@ -56,6 +56,28 @@ DTYPES: dict[str, str] = {
 """numpy dtype name -> onnxruntime-node tensor type (the types its binding takes)."""
 
 
+def _strings(name: str, arr: np.ndarray) -> list[str]:
+    """The elements of a ``tensor(string)`` feed as onnxruntime's Python binding reads an object or
+    unicode array: each by ``str`` (a ``bytes`` element becomes ``"b'x'"``, as there); a unicode array's
+    element up to its first NUL, as there.
+
+    Raises:
+        HostError: an element holds a NUL character: onnxruntime-node cuts a string there, so the run
+            would go on with another string.
+    """
+    strings = [str(x) for x in arr.reshape(-1).tolist()]
+    if arr.dtype.kind == "U":  # onnxruntime reads a numpy text element up to its first NUL
+        return [text.split("\x00", 1)[0] for text in strings]
+    for position, text in enumerate(strings):
+        if "\x00" in text:
+            raise HostError(
+                f"input {name!r}: element {position} holds a NUL character, which onnxruntime-node (the "
+                "DirectML host on Linux) cuts the string at; onnxruntime keeps it",
+                "run",
+            )
+    return strings
+
+
 class HostError(RuntimeError):
     """The host answered a request with an error (onnxruntime's message), or died."""
 
@@ -307,6 +329,11 @@ class Host:
         parts = []
         for name, value in feeds.items():
             arr = np.ascontiguousarray(value)
+            if arr.dtype.kind in "OU":  # tensor(string): the strings travel in the header, as JSON
+                strings = _strings(name, arr)
+                specs.append({"name": name, "type": "string", "dims": list(arr.shape), "nbytes": 0})
+                specs[-1]["strings"] = strings
+                continue
             kind = DTYPES.get(arr.dtype.name)
             if kind is None:
                 raise HostError(
@@ -323,6 +350,11 @@ class Host:
         results = []
         offset = 0
         for spec in reply["outputs"]:
+            if spec["type"] == "string":
+                strings = np.empty(len(spec["strings"]), dtype=object)
+                strings[:] = spec["strings"]
+                results.append(strings.reshape(spec["dims"]))
+                continue
             dtype = np.dtype("bool" if spec["type"] == "bool" else spec["type"])
             chunk = body[offset : offset + spec["nbytes"]]
             offset += spec["nbytes"]

@@ -232,7 +232,10 @@ class BufferResource:
             raise BadInputError("a DxDispatch buffer needs at least one initial value", value=arr.shape)
         values: InitialValues
         if source_path is not None:
-            values = NpyFile(source_path, np.ascontiguousarray(arr.astype(arr.dtype.newbyteorder("<"))))
+            # no copy when the array is already little-endian and contiguous (a memory-mapped weight of
+            # the model: a 1 GiB embedding table was copied whole for its input.npy, past the memory limit)
+            little = arr.astype(arr.dtype.newbyteorder("<"), copy=False)
+            values = NpyFile(source_path, np.ascontiguousarray(little))
         else:
             values = ValueList(tuple(flat.tolist()))
         return cls(data_type, values, size_in_bytes)

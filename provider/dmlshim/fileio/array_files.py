@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import BadInputError
 from . import files
 from .npz import load_npz, sniff
 from .polygraphy_json import arrays_from_document, inputs_document, outputs_document
@@ -46,6 +47,30 @@ def read_arrays(path: str | os.PathLike[str], *, what: str = "arrays file") -> d
     return load_npz(os.fspath(path))
 
 
+def _storable(value: Any, name: str, kind: str, path: str | os.PathLike[str]) -> Any:
+    """A tensor(string) array (onnxruntime gives an object array of ``str``) as a numpy text array, which
+    an ``.npz`` or polygraphy file holds without pickling (``--inputs`` reads it back as the strings).
+
+    Raises:
+        BadInputError: an element is no ``str`` or ends in NUL, which a numpy text array would drop (before
+            issue 35's round 54, ``validate --save-outputs`` died on any string output with numpy's
+            ``ValueError: Object arrays cannot be saved``).
+    """
+    if not isinstance(value, np.ndarray) or value.dtype != object:
+        return value
+    flat = value.reshape(-1).tolist()
+    bad = next((k for k, v in enumerate(flat) if not isinstance(v, str) or v.endswith("\0")), None)
+    if bad is not None:
+        raise BadInputError(
+            f"{kind} array {name!r} element {bad} ({flat[bad]!r:.40}) cannot be stored: files hold strings "
+            "as numpy text arrays, which drop a trailing NUL, and hold no other Python object",
+            rule="arrays are written without pickles",
+            tensor=name,
+            path=os.fspath(path),
+        )
+    return np.array(flat, dtype=str).reshape(value.shape) if flat else np.zeros(value.shape, dtype="<U1")
+
+
 def write_arrays(
     path: str | os.PathLike[str],
     arrays: Mapping[str, np.ndarray],
@@ -58,7 +83,7 @@ def write_arrays(
     ``kind="inputs"``, a ``RunResults`` for ``kind="outputs"``), else ``.npz``. A bfloat16 or float8
     array goes in as its raw bits (:func:`as_raw_bits`)."""
     what = f"{kind} file"
-    arrays = {name: as_raw_bits(value) for name, value in arrays.items()}
+    arrays = {name: _storable(as_raw_bits(value), name, kind, path) for name, value in arrays.items()}
     if is_json_path(path):
         doc = inputs_document(arrays) if kind == "inputs" else outputs_document(arrays)
         return files.write_json(path, doc, overwrite=overwrite, inputs=inputs, what=what)

@@ -464,6 +464,10 @@ class InferenceSession(SessionRuns, SessionQueries, SessionProviders, SessionPro
             steady = getattr(self._engine, "run_steady", None)
             if steady is not None and DISABLED_OPTIMIZERS.get() == self._disabled_optimizers:
                 self._loaded.check_files()  # a mapped external-data file cut short is refused, not a SIGBUS
+                # the same shapes as an accepted run, but a fed bound or shape may differ (Range(0, n, 1))
+                self._fed_sizes.check_values(
+                    feeds, numpy_values=self._engine.name in ("partitioned", "customop")
+                )
                 answered = self._run_steady(steady, names, feeds, key)
                 if answered is not None:
                     return answered

@@ -31,6 +31,7 @@ import onnxruntime as ort
 from ...dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
 from ...errors import BadInputError, BadModelError
 from ...kernels.options import IndexMode
+from ...limits import check_tensor
 from ...model.weightless import is_external
 from ...runtime.real import OrtInferenceSession
 from ...translate import Status
@@ -141,6 +142,31 @@ def _custom_nodes(graph: onnx.GraphProto) -> Iterable[onnx.NodeProto]:
                 yield from _custom_nodes(g)
 
 
+def _refuse_copied_weights(graph: onnx.GraphProto) -> None:
+    """Every input of a custom op crosses onnxruntime-extensions' bridge as a copy on each run: a weight
+    past the memory limit that one reads (a Gather of a 1 GiB embedding table: 1073 MB peak under a 100 MB
+    limit before issue 35's round 54) is refused when the session is built.
+
+    Raises:
+        TooLargeError: naming the node, the weight and the bytes the copy would need.
+    """
+    weights = {t.name: t for t in graph.initializer}
+    for node in graph.node:
+        if node.domain != CUSTOM_DOMAIN:
+            continue
+        for name in node.input:
+            tensor = weights.get(name)
+            if tensor is not None:
+                check_tensor(
+                    [int(d) for d in tensor.dims],
+                    int(tensor.data_type),
+                    tensor=name,
+                    node=node.name,
+                    op_type=node.op_type,
+                    what="input (the custom-op engine copies it on every run)",
+                )
+
+
 class CustomOpEngine:
     """Runs a lowered model in one onnxruntime session; gather/scatter nodes run as Python custom ops.
 
@@ -225,6 +251,7 @@ class CustomOpEngine:
             body_outputs=self._body_outputs,
             numpy_guards=not declarations,
         )
+        _refuse_copied_weights(self._lowered.model.graph)
         # a copy lowered at fed ranks: onnxruntime sees the rank-0 declarations (its folds follow them)
         declared_again(self._lowered.model, declarations)
         register_custom_ops()

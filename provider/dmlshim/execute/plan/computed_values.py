@@ -133,10 +133,10 @@ class ComputedValues:
             todo.extend(n for n in step.inputs if n in walk.steps)
             todo.extend(n for n, _ in step.guard if n in walk.steps)
         kept = tuple(s for s in walk.steps.values() if s.output in needed)
-        if not kept and not walk.branch:
-            return cls()
         # Only the constants something reads are made arrays (and copied into each run's values): a
-        # model's hundreds of small float weights are not.
+        # model's hundreds of small float weights are not. A target that is itself a constant (the 0 and
+        # 1 of ``Range(0, n, 1)`` with ``n`` fed) is kept even when nothing is computed: the node is
+        # sized from the feed and those constants together.
         read = {n for s in kept for n in (*s.inputs, *(c for c, _ in s.guard))} | set(targets)
         read |= {n for b in walk.branch for n in b.node.input}
         constants = {n: v for n, v in walk.constants.items() if n in read}
@@ -144,6 +144,8 @@ class ComputedValues:
             value = _array(walk.tensors[name])
             if value is not None:
                 constants[name] = value
+        if not kept and not walk.branch and not constants:
+            return cls()
         return cls(kept, constants, tuple(walk.branch))
 
     def values(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:

@@ -178,12 +178,13 @@ class FedSizes:
             for node in graph.node
             if node.op_type in VALUED_OPS
             for p in VALUE_INPUTS[node.op_type]
-            if p < len(node.input) and node.input[p] not in fed
+            # an initializer listed as an input is read at its default when the run does not feed it
+            if p < len(node.input) and (node.input[p] not in fed or node.input[p] in initializers)
         }
         opset = next((int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
         nested = any(n.op_type in _NESTING for n in graph.node)  # sized nodes in branches, bodies
         computed = ComputedValues.of(graph, fed, targets, opset) if targets or nested else ComputedValues()
-        known = fed | computed.names | (set(computed.constants) if computed.steps else set())
+        known = fed | computed.names | set(computed.constants)
         branch = computed.branch_nodes
         valued = tuple(  # a node reading constants alone is sized when the session is built
             v
@@ -224,7 +225,16 @@ class FedSizes:
             check_tensor(
                 shape, dtype, tensor=gather.output, node=gather.name, op_type=gather.op_type, what="output"
             )
-        values = {**feeds, **self.computed.values(feeds)} if self.computed.steps and self.valued else feeds
+        self.check_values(feeds, numpy_values=numpy_values)
+
+    def check_values(self, feeds: Mapping[str, Any], *, numpy_values: bool = True) -> None:
+        """Refuse a run one of whose nodes sized from the feeds' *values* (a fed or computed shape, repeats
+        or bound: :mod:`.fed_values`) would pass the memory limit. A run repeating the dtypes and shapes of
+        an accepted one (the steady lane's) needs this check alone: its gathers' sizes follow from shapes."""
+        if not self.valued:
+            return
+        computing = self.computed.steps or self.computed.constants
+        values = {**feeds, **self.computed.values(feeds)} if computing and self.valued else feeds
         for node in self.valued:
             if node.guard and not guard_holds(node.guard, lambda n: small_value(values.get(n))):
                 continue  # inside a branch or body the run does not take (or not known to)

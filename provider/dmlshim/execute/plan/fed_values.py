@@ -64,7 +64,8 @@ class FedValued:
         """Refuse the run when this node's output would pass the memory limit (TooLargeError), or, with
         ``numpy_values`` (an engine holding values as numpy arrays), when numpy cannot hold it
         (BadInputError: an empty shape whose other dimensions multiply past 2**63 bytes)."""
-        numbers = [_small_ints(feeds.get(n)) for n in self.values]
+        floats = self.op_type == "Range"  # a Range of floats allocates what its float bounds say
+        numbers = [_small_ints(feeds.get(n), floats=floats) for n in self.values]
         if any(v is None for v in numbers):
             return
         data_shape = shape_of(self.data) if self.data is not None else ()
@@ -95,13 +96,14 @@ class FedValued:
             )
 
 
-def _small_ints(value: Any) -> np.ndarray | None:
+def _small_ints(value: Any, *, floats: bool = False) -> np.ndarray | None:
     if value is not None and not isinstance(value, np.ndarray) and hasattr(value, "numpy"):
         shape = value.shape() if callable(getattr(value, "shape", None)) else None
         if shape is None or math.prod(shape) > _MAX_ELEMENTS:
             return None
         value = value.numpy()
-    if not isinstance(value, np.ndarray) or value.dtype.kind not in "iu" or value.size > _MAX_ELEMENTS:
+    kinds = "iuf" if floats else "iu"
+    if not isinstance(value, np.ndarray) or value.dtype.kind not in kinds or value.size > _MAX_ELEMENTS:
         return None
     return value
 
@@ -117,8 +119,18 @@ def _output_shape(
             return None
         return (*data[:where], depth, *data[where:])
     if op == "Range":
-        start, limit, delta = (int(v.reshape(-1)[0]) if v.size == 1 else None for v in values)
-        if start is None or limit is None or not delta:
+        if any(v.size != 1 for v in values):
+            return None
+        if any(v.dtype.kind == "f" for v in values):
+            # onnxruntime's count: ceil((limit - start) / delta), the difference in the element type
+            first, last, step = (v.reshape(-1)[0] for v in values)
+            with np.errstate(all="ignore"):
+                span, delta_f = float(last - first), float(step)
+            if not delta_f or not math.isfinite(span) or not math.isfinite(span / delta_f):
+                return None
+            return (max(math.ceil(span / delta_f), 0),)
+        start, limit, delta = (int(v.reshape(-1)[0]) for v in values)
+        if not delta:
             return None
         return (max(math.ceil((limit - start) / delta), 0),)
     dims = [int(d) for d in values[0].reshape(-1)]
