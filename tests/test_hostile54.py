@@ -249,14 +249,6 @@ def test_the_directml_engine_takes_string_feeds_and_outputs() -> None:
         )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="`dmlshim replay` replaces an existing writeFile target (default folder: the working directory) "
-    "without --overwrite, by design (dxdispatch.exe does; dxdispatch/replay.py write_inside(overwrite=True): "
-    "'a target folder is dmlshim's to fill'), while README's table says an existing output is refused "
-    "unless --overwrite and issue 35 item 2 says nothing the user owns is overwritten; replay has no "
-    "--overwrite flag, and changing the default changes the documented export/replay/compare loop",
-)
 def test_replay_does_not_replace_a_users_file_named_like_its_write_target(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -429,8 +429,24 @@ def test_out_of_range_index_errors_or_clamps(tmp_path: Path, capsys: pytest.Capt
     capsys.readouterr()
     result = replay(file, output_path=tmp_path, index_mode=IndexMode.CLAMP)
     assert result.outputs["output"][1, 2] == 9
-    assert main(["replay", str(file), "--output-path", str(tmp_path), "--clamp-indices"]) == 0
+    # out.npy exists now (the replay above wrote it): the CLI replaces it only when asked.
+    assert main(["replay", str(file), "--output-path", str(tmp_path), "--clamp-indices"]) == 2
+    assert "pass --overwrite" in capsys.readouterr().err
+    assert main(["replay", str(file), "--output-path", str(tmp_path), "--clamp-indices", "--overwrite"]) == 0
     np.testing.assert_array_equal(np.load(tmp_path / "out.npy")[1], [7, 2, 9])
+
+
+def test_two_write_files_on_one_target_replace_their_own_file(tmp_path: Path) -> None:
+    obj = gather_elements_model()
+    writes = [c for c in obj["commands"] if c["type"] == "writeFile"]
+    obj["commands"] = obj["commands"] + writes  # the same target written twice in one replay
+    file = save(tmp_path, obj)
+    out = tmp_path / "out"
+    result = replay(file, output_path=out)
+    assert len(result.files) == 2 * len(writes)
+    with pytest.raises(BadInputError, match="--overwrite"):
+        replay(file, output_path=out)  # now the files are there from an earlier replay
+    assert len(replay(file, output_path=out, overwrite=True).files) == 2 * len(writes)
 
 
 def test_in_place_scatter_and_print(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

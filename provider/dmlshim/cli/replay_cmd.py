@@ -31,6 +31,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="clamp out-of-range indices instead of failing (DirectML leaves their result undefined)",
     )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace files that already exist at writeFile targets (refused otherwise)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
         output_path=args.output_path,
         feature_level=level,
         index_mode=IndexMode.CLAMP if args.clamp_indices else IndexMode.ERROR,
+        overwrite=args.overwrite,
     )
     print(f"Running on 'dmlshim (emulated DirectML, {level.dml_name})'")
     for line in result.messages:

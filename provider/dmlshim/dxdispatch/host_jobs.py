@@ -281,6 +281,7 @@ def write_outputs(model: DxDispatchModel, job_folder: Path, output_dir: Path) ->
                     output_dir,
                     f"$.commands[{i}]",
                     sources,
+                    overwrite=True,  # the export's node folder is dmlshim's: each DirectML run refreshes it
                 )
             )
     return tuple(written)

@@ -113,6 +113,7 @@ def replay(
     output_path: str | os.PathLike[str] | None = None,
     feature_level: FeatureLevel = DEFAULT_FEATURE_LEVEL,
     index_mode: IndexMode = IndexMode.ERROR,
+    overwrite: bool = False,
 ) -> ReplayResult:
     """Read a DxDispatch model file and run its commands with dmlshim's kernels.
 
@@ -122,6 +123,9 @@ def replay(
             current directory if None, as with ``dxdispatch --output_path``.
         feature_level: the DirectML feature level every descriptor is validated and executed at.
         index_mode: what to do with out-of-range indices (DirectML leaves the result undefined).
+        overwrite: replace a file that already exists at a ``writeFile`` target (refused otherwise;
+            dxdispatch.exe replaces it, dmlshim never replaces a file it did not write in this replay
+            unless asked).
 
     Returns:
         The outputs, final buffers, files written and printed text.
@@ -135,7 +139,11 @@ def replay(
     model = load_model_file(model_path)
     try:
         return replay_model(
-            model, output_path=output_path, feature_level=feature_level, index_mode=index_mode
+            model,
+            output_path=output_path,
+            feature_level=feature_level,
+            index_mode=index_mode,
+            overwrite=overwrite,
         )
     except DmlShimError as exc:
         if exc.path is None:
@@ -149,6 +157,7 @@ def replay_model(
     output_path: str | os.PathLike[str] | None = None,
     feature_level: FeatureLevel = DEFAULT_FEATURE_LEVEL,
     index_mode: IndexMode = IndexMode.ERROR,
+    overwrite: bool = False,
 ) -> ReplayResult:
     """Run an already parsed model; see :func:`replay`."""
     fl = FeatureLevel(feature_level)
@@ -175,8 +184,16 @@ def replay_model(
             )
             messages.append(f"Dispatch '{record.dispatchable}': done{note}")
         elif isinstance(command, WriteFileCommand):
+            # A target this replay wrote before is its own to replace (two writeFile commands on one path).
+            mine = overwrite or any(f.path == (out_dir / command.target_path).absolute() for f in files)
             written = write_buffer_file(
-                command, buffers[command.resource], types[command.resource], out_dir, path, sources
+                command,
+                buffers[command.resource],
+                types[command.resource],
+                out_dir,
+                path,
+                sources,
+                overwrite=mine,
             )
             files.append(written)
             messages.append(f"Resource '{written.resource}' written to '{written.path}'")
@@ -301,8 +318,11 @@ def write_buffer_file(
     out_dir: Path,
     path: str,
     sources: tuple[Path, ...] = (),
+    *,
+    overwrite: bool = False,
 ) -> WrittenFile:
-    """Carry out one ``writeFile`` command on a buffer's bytes: an ``.npy`` file inside ``out_dir``."""
+    """Carry out one ``writeFile`` command on a buffer's bytes: an ``.npy`` file inside ``out_dir``
+    (an existing file there is replaced only when ``overwrite``)."""
     flat = typed_buffer(buf, data_type)
     if command.dimensions is None:
         array = flat
@@ -324,6 +344,7 @@ def write_buffer_file(
         lambda handle: np.lib.format.write_array(handle, data, allow_pickle=False),
         what=f"{path}.targetPath",
         suffixes=TARGET_SUFFIXES,
+        overwrite=overwrite,
         inputs=sources,
     ).absolute()
     log.info("Resource '%s' written to '%s'", command.resource, target)
