@@ -52,7 +52,9 @@ def rcnn(kind):
     m = builders[kind](weights=None, weights_backbone=None)  # the real configuration, random weights
     m.eval()
     img = torch.rand(3, 480, 640)
-    outs = ["boxes", "labels", "scores"] + (["masks"] if kind == "maskrcnn" else [])
+    # the traced outputs follow each model's result dict: SSD's is boxes, scores, labels
+    outs = ["boxes", "scores", "labels"] if kind == "ssdlite" else ["boxes", "labels", "scores"]
+    outs += ["masks"] if kind == "maskrcnn" else []
     save(kind, m, ([img],), ["image"], outs)
     np.savez(OUT / f"{kind}.npz", image=img.numpy())
 
