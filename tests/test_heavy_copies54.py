@@ -43,3 +43,9 @@ def test_heavy_weights_copy_until_the_lean_check(heavy_runs: bool, monkeypatch: 
             assert got[0].flags.owndata, run
     assert check.lean_runs == 3  # runs 1-3 proved, run 4 given (the switch), runs 5-7 lean
     assert check._session is None  # heavy weights: one session at a time
+
+
+def test_copy_runs_end_where_the_lean_check_can_begin() -> None:
+    from dmlshim.execute.plan.step_given import PROVE_RUNS
+
+    assert whole_model.COPY_RUNS == PROVE_RUNS + 1

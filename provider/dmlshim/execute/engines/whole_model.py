@@ -23,17 +23,17 @@ import numpy as np
 import onnx
 
 from ...comparison import same_bits
-from ..plan.step_given import PROVE_RUNS
 from ..proofs.gather_given import add_extra_outputs, shape_output
 from ..proofs.symbol_shapes import FeedShapes, value_shape
 from .lean_check import KEEP_FULL_MAX_BYTES, LeanCheckSpec, LeanSession, build_lean
 
 logger = logging.getLogger(__name__)
 
-COPY_RUNS = PROVE_RUNS + 1
+COPY_RUNS = 4  # PROVE_RUNS + 1 (not imported: the plan package would load dmlshim.inputs for inspect)
 """A heavy model's full-check runs that answer with copies when they fetch more than
-:data:`KEEP_FULL_MAX_BYTES`: a gather is given at the earliest on the run after its :data:`PROVE_RUNS`
-proved runs, and the lean check takes over after that run."""
+:data:`KEEP_FULL_MAX_BYTES`: a gather is given at the earliest on the run after its
+:data:`dmlshim.execute.plan.step_given.PROVE_RUNS` proved runs, and the lean check takes over after
+that run."""
 
 GIVE_UP_AFTER = 3
 """Disagreeing runs, with none agreeing, after which the check is no longer tried (each costs a run)."""
