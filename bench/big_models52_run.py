@@ -34,6 +34,15 @@ _ORT = (
     "outs = s.run(None, feeds)\n"
     "np.savez(sys.argv[3], **{o.name: v for o, v in zip(s.get_outputs(), outs)})\n"
 )
+_ORT_TWICE = (
+    "import sys, numpy as np, onnxruntime as ort\n"
+    "feeds = dict(np.load(sys.argv[2]))\n"
+    "a = ort.InferenceSession(sys.argv[1], providers=['CPUExecutionProvider']).run(None, feeds)\n"
+    "b = ort.InferenceSession(sys.argv[1], providers=['CPUExecutionProvider']).run(None, feeds)\n"
+    "assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))\n"
+)
+"""Two onnxruntime runners compared, as ``polygraphy run MODEL --onnxrt --onnxrt`` does (the yardstick
+of ``validate``: issue 36)."""
 _LOWERED = _ORT.replace(
     "so = ort.SessionOptions()\n",
     "from dmlshim.execute.engines.custom_op import session_options_with_custom_ops\n"
@@ -58,6 +67,7 @@ def _cases(model: Path, out: Path) -> dict[str, tuple[list[str], Path | None]]:
     cases: dict[str, tuple[list[str], Path | None]] = {
         "ort_1thread": ([py, "-c", _ORT, m, npz, str(out / "ref.npz"), "1"], out / "ref.npz"),
         "ort": ([py, "-c", _ORT, m, npz, str(out / "ort.npz"), "0"], out / "ort.npz"),
+        "ort_twice": ([py, "-c", _ORT_TWICE, m, npz], None),
         "inspect": ([*cli, "inspect", m], None),
         "inspect_inputs": ([*cli, "inspect", m, "--inputs", npz], None),
         "validate": ([*cli, "validate", m, "--inputs", npz], None),
@@ -175,6 +185,16 @@ def main() -> None:
             f"{row.get('wall_ratio', '')}x / {row.get('cpu_ratio', '')}x / {row.get('peak_ratio', '')}x",
             row["outputs"],
         )
+    twice = rows.get("ort_twice")
+    for name in ("validate", "validate_generated"):
+        if twice and name in rows:
+            LOG.info(
+                "%s / ort_twice: wall %.2fx, cpu %.2fx, peak %.2fx",
+                name,
+                rows[name]["wall"] / twice["wall"],
+                rows[name]["cpu"] / twice["cpu"],
+                rows[name]["peak_mb"] / twice["peak_mb"],
+            )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
 

@@ -5,6 +5,7 @@ Usage::
 
     python bench/build_cost_models.py OUT_DIR graphsage t5 qwen3moe   # torch + transformers (export extra)
     python bench/build_cost_models.py OUT_DIR fasterrcnn maskrcnn     # torch + torchvision (export-vision)
+    python bench/build_cost_models.py OUT_DIR fasterrcnn320 ssdlite   # the 320 x 320 mobile detectors
 
 Writes ``OUT_DIR/NAME.onnx`` and ``OUT_DIR/NAME.npz`` (the feeds). Needs torch; nothing in dmlshim or its
 tests imports this file.
@@ -41,15 +42,19 @@ def save(name, model, args, names, outs, dynamic=None):
 def rcnn(kind):
     import torchvision
 
-    if kind == "maskrcnn":
-        m = torchvision.models.detection.maskrcnn_resnet50_fpn(weights=None, weights_backbone=None)
-    else:
-        m = torchvision.models.detection.fasterrcnn_mobilenet_v3_large_fpn(
-            weights=None, weights_backbone=None
-        )
+    detection = torchvision.models.detection
+    builders = {
+        "maskrcnn": detection.maskrcnn_resnet50_fpn,
+        "fasterrcnn": detection.fasterrcnn_mobilenet_v3_large_fpn,
+        "fasterrcnn320": detection.fasterrcnn_mobilenet_v3_large_320_fpn,
+        "ssdlite": detection.ssdlite320_mobilenet_v3_large,
+    }
+    m = builders[kind](weights=None, weights_backbone=None)  # the real configuration, random weights
     m.eval()
     img = torch.rand(3, 480, 640)
-    outs = ["boxes", "labels", "scores"] + (["masks"] if kind == "maskrcnn" else [])
+    # the traced outputs follow each model's result dict: SSD's is boxes, scores, labels
+    outs = ["boxes", "scores", "labels"] if kind == "ssdlite" else ["boxes", "labels", "scores"]
+    outs += ["masks"] if kind == "maskrcnn" else []
     save(kind, m, ([img],), ["image"], outs)
     np.savez(OUT / f"{kind}.npz", image=img.numpy())
 
@@ -236,6 +241,8 @@ if __name__ == "__main__":
         {
             "maskrcnn": lambda: rcnn("maskrcnn"),
             "fasterrcnn": lambda: rcnn("fasterrcnn"),
+            "fasterrcnn320": lambda: rcnn("fasterrcnn320"),
+            "ssdlite": lambda: rcnn("ssdlite"),
             "graphsage": sage,
             "t5": t5_decoder,
             "qwen3moe": qwen3_moe_step,

@@ -29,6 +29,12 @@ from .lean_check import KEEP_FULL_MAX_BYTES, LeanCheckSpec, LeanSession, build_l
 
 logger = logging.getLogger(__name__)
 
+COPY_RUNS = 4  # PROVE_RUNS + 1 (not imported: the plan package would load dmlshim.inputs for inspect)
+"""A heavy model's full-check runs that answer with copies when they fetch more than
+:data:`KEEP_FULL_MAX_BYTES`: a gather is given at the earliest on the run after its
+:data:`dmlshim.execute.plan.step_given.PROVE_RUNS` proved runs, and the lean check takes over after
+that run."""
+
 GIVE_UP_AFTER = 3
 """Disagreeing runs, with none agreeing, after which the check is no longer tried (each costs a run)."""
 
@@ -255,16 +261,20 @@ class WholeModelCheck:
             values[step.output] = theirs
         self.agreements += 1
         spec = self._spec
-        # A light model's full session is released when the lean one takes over after a heavy run; what
-        # this session hands back keeps its memory arena alive (onnxruntime's arrays are views of its
-        # buffers), so such runs answer with copies until then.
-        heavy = (
+        # A light model's full session is released when the lean one takes over after a heavy run, a
+        # heavy model's always; what this session hands back keeps its memory arena alive (onnxruntime's
+        # arrays are views of its buffers), so such runs answer with copies until then: a heavy model's
+        # only on its first COPY_RUNS runs, before the lean check can take over (a caller keeping an
+        # earlier run's outputs held that arena beside the lean session's: Mask R-CNN 2.0x onnxruntime's
+        # peak), not on every run of a model whose lean check never comes.
+        copies = (
             spec is not None
-            and spec.keep_full
+            and (spec.keep_full or self.agreements <= COPY_RUNS)
             and not self._reuse
             and not self._lean_blocked
             and sum(getattr(value, "nbytes", 0) for value in fetched) > KEEP_FULL_MAX_BYTES
         )
+        heavy = copies and spec is not None and spec.keep_full
         if (
             lean
             and spec is not None
@@ -272,7 +282,7 @@ class WholeModelCheck:
             and all(plan[1] or plan[0].given_on(state) for plan in self._plan)
         ):
             self._go_lean(heavy)
-        if heavy:
+        if copies:
             return [_copied(fetched[position[n]]) if n in position else values[n] for n in output_names]
         return [fetched[position[n]] if n in position else values[n] for n in output_names]
 

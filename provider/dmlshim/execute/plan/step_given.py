@@ -16,11 +16,20 @@ import numpy as np
 from ...errors import BadInputError
 from ...limits import gather_scatter_output_shape
 from ...translate import NodeTranslation
-from ..proofs.gather_given import LEAN_MESSAGE, NOTE_GATHER_GIVEN, GivenShape, lean_indices_in_range
+from ..proofs.gather_given import (
+    GIVEN_OPS,
+    LEAN_MESSAGE,
+    NOTE_GATHER_GIVEN,
+    GivenShape,
+    given_shape,
+    lean_indices_in_range,
+)
 from ..proofs.proved_again import StandIns, proved_again, same_inputs, steady_proof
+from ..proofs.scatter_given import scatter_output_is_given
 from ..record import NodeRecord
 from .cpu_step import RunState
 from .step_fallback import CpuFallback
+from .step_keys import shapes_key
 
 TRANSLATION_CACHE_SIZE = 64
 """Translations kept per node (one per distinct input shapes and dtypes); the cache restarts when full."""
@@ -41,6 +50,16 @@ UNTOUCHED_GIVEN_MESSAGE = (
     f"it on the session's first {PROVE_RUNS} runs (DMLSHIM_FULL_CHECK=1 proves them on every run); the "
     "written elements were proved against the DirectML kernel"
 )
+
+
+CPU_GIVEN_MESSAGE = (
+    "at this run's shapes and types this node runs in onnxruntime's CPU provider (its translation is no "
+    "DirectML operator), and the whole-model check's session computed it with the same kernel: its output "
+    "is that session's, taken on the proof of its indices (every index in range, and for a scatter none "
+    f"written twice; a gather after {PROVE_RUNS} runs computed alone and compared), as for the nodes "
+    "DirectML runs (DMLSHIM_FULL_CHECK=1 computes it alone and compares on every run)"
+)
+"""The record note's text for a node on the CPU whose output the check took from its onnxruntime session."""
 
 
 class GivenRuns(CpuFallback):
@@ -64,6 +83,46 @@ class GivenRuns(CpuFallback):
         """Keep what this run's given output rested on: the inputs' shapes and dtypes (while their
         translation is cached), a gather's expectations, and the run's record."""
         self._given_at = (key, expected, state.records[self.slot]) if key in self._cache else None
+
+    def _cpu_given(
+        self,
+        values: dict[str, Any],
+        state: RunState,
+        theirs: Any,
+        arrays: list[Any],
+        t: NodeTranslation,
+        key: tuple[Any, ...] | None,
+    ) -> bool | None:
+        """A run of the whole-model check where this node's translation is no DirectML operator (an empty
+        output, say), so that it runs in onnxruntime's CPU provider: ``theirs``, the check session's value,
+        is taken as its output when the indices prove it as they prove a DirectML node's (a gather's
+        ``key``, its inputs' shapes and dtypes, past its proved runs: every index in ``[0, dim)``; a
+        scatter: :func:`~dmlshim.execute.proofs.scatter_given.scatter_output_is_given`), so that the node
+        is given and the lean check can take over (the R-CNNs' empty pyramid levels: issue 36). None (run
+        alone and compared, as before) otherwise, and always under ``full_check``."""
+        op_type = self.node.op_type
+        if self._full_check or not isinstance(theirs, np.ndarray):
+            self.computed_after_proof = True
+            return None
+        expected: GivenShape | None = None
+        if op_type in GIVEN_OPS:
+            expected = given_shape(op_type, self._attrs, arrays)
+            if (
+                expected is None
+                or theirs.dtype != expected.dtype
+                or theirs.shape != expected.shape
+                or not expected.indices_in_range(arrays[1])
+            ):
+                self.computed_after_proof = True
+                return None
+        elif not scatter_output_is_given(op_type, self._attrs, arrays, theirs):
+            return None
+        values[self.output] = theirs
+        self._finish(
+            self._given(self._cpu_record(t, arrays), (NOTE_GATHER_GIVEN, CPU_GIVEN_MESSAGE)), theirs, state
+        )
+        self._remember_given(key if key is not None else shapes_key(arrays), expected, state)
+        return True
 
     def given_on(self, state: RunState) -> bool:
         """This run (``state``) took the output from onnxruntime on the proof of its indices (a gather past

@@ -243,7 +243,7 @@ class EmulatedStep(GivenRuns):
             return None
         t, clean = self._translation(arrays, state)
         if clean is None:
-            return None
+            return self._cpu_given(values, state, theirs, arrays, t, None)
         if not self._full_check and scatter_output_is_given(self.node.op_type, self._attrs, arrays, theirs):
             values[self.output] = theirs
             self._finish(self._given(clean, (NOTE_GATHER_GIVEN, SCATTER_GIVEN_MESSAGE)), theirs, state)
@@ -282,7 +282,9 @@ class EmulatedStep(GivenRuns):
             return None
         entry = self._cache.get(key) or self._translation(arrays, state)
         clean = entry[1]
-        if clean is None or not scatter_output_is_given(self.node.op_type, self._attrs, arrays, theirs):
+        if clean is None:
+            return self._cpu_given(values, state, theirs, arrays, entry[0], None)
+        if not scatter_output_is_given(self.node.op_type, self._attrs, arrays, theirs):
             return None
         values[self.output] = theirs
         self._finish(self._given(clean, (NOTE_GATHER_GIVEN, SCATTER_GIVEN_MESSAGE)), theirs, state)
@@ -338,7 +340,9 @@ class EmulatedStep(GivenRuns):
             return agrees
         entry = self._cache.get(key) or self._translation(arrays, state)
         clean = entry[1]
-        expected = given_shape(self.node.op_type, self._attrs, arrays) if clean is not None else None
+        if clean is None:
+            return self._cpu_given(values, state, theirs, arrays, entry[0], key)
+        expected = given_shape(self.node.op_type, self._attrs, arrays)
         if expected is not None and not expected.indices_in_range(arrays[1]):
             expected = constant_indices_given(
                 expected, self.node.op_type, self._attrs, arrays, self.constant_indices, self.feature_level

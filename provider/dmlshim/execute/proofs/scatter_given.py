@@ -221,8 +221,24 @@ def _lines_written_once(axis: int, dim: int, indices: np.ndarray) -> bool:
         return all(
             len(set(line)) == length for line in indices.swapaxes(axis, -1).reshape(-1, length).tolist()
         )
+    line = _one_line_everywhere(axis, indices)
+    if line is not None:  # an expanded column (torchvision's RoI pooling): prove that line alone
+        return np.unique(line).size == line.size
     ordered = np.sort(indices, axis=axis)
     return not (np.diff(ordered, axis=axis) == 0).any()
+
+
+def _one_line_everywhere(axis: int, indices: np.ndarray) -> np.ndarray | None:
+    """The line along ``axis`` when every line of ``indices`` is that one (indices expanded from one
+    column, as ``index.expand(...)`` exports), else None. One comparison pass instead of a sort of every
+    line; the first and last lines are compared first, so that most other layouts cost nothing more."""
+    first = indices[(0,) * axis + (slice(None),) + (0,) * (indices.ndim - axis - 1)]
+    last = indices[(-1,) * axis + (slice(None),) + (-1,) * (indices.ndim - axis - 1)]
+    if not np.array_equal(first, last):
+        return None
+    shape = [1] * indices.ndim
+    shape[axis] = first.size
+    return first if bool((indices == first.reshape(shape)).all()) else None
 
 
 def _tuples_in_range(dims: tuple[int, ...], indices: np.ndarray) -> bool:
