@@ -16,10 +16,6 @@ from the installed onnxruntime in the test (1.32 and 1.24.4 alike):
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
-import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -33,7 +29,6 @@ from onnx import TensorProto, helper
 import dmlshim
 from tests.fuzz_settings import assert_cli_error, run_cli
 from tests.oracle import IR_VERSION
-from tests.test_validate_signals import alive, children, slow_model
 
 CPU = "CPUExecutionProvider"
 ENGINES: dict[str, dict[str, Any]] = {
@@ -405,40 +400,3 @@ def test_validate_of_a_folder_reports_the_undecodable_name(tmp_path: Path) -> No
     assert r.code == 2 and "1 match" in text and "1 error, 0 crash" in text and "not valid UTF-8" in text, (
         text
     )
-
-
-# 5. Ctrl-C sent to validate --jobs 2 alone ------------------------------------------------------------------
-
-
-@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs /proc to find the workers")
-def test_ctrl_c_to_the_command_alone_ends_its_workers(tmp_path: Path) -> None:
-    """``kill -INT`` of the command (not its process group): "interrupted", exit 130, no traceback, no
-    worker left (the group's Ctrl-C: tests/test_validate_signals.py)."""
-    for i in range(3):
-        onnx.save(slow_model(20_000_000), str(tmp_path / f"slow{i}.onnx"))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dmlshim", "validate", str(tmp_path), "--jobs", "2"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=dict(os.environ, PYTHONPATH=str(REPO / "provider")),
-        start_new_session=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
-    workers: set[int] = set()
-    deadline = time.monotonic() + 60
-    while len(workers) < 2 and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.05)
-        workers |= children(proc.pid)
-    assert len(workers) >= 2, "the workers never started"
-    time.sleep(2.0)
-    os.kill(proc.pid, signal.SIGINT)
-    try:
-        _, err = proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail("the command did not end after Ctrl-C")
-    assert proc.returncode == 130, err
-    assert "interrupted" in err and "Traceback" not in err and "KeyboardInterrupt" not in err, err
-    time.sleep(0.5)
-    assert not [pid for pid in workers if alive(pid)]

@@ -112,11 +112,12 @@ def _sigint_default() -> None:
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs /proc to find the workers")
-@pytest.mark.parametrize("moment", ["starting", "workers_importing", "workers_running"])
+@pytest.mark.parametrize("moment", ["starting", "workers_importing", "workers_running", "command_alone"])
 def test_ctrl_c_to_the_whole_group_is_interrupted_without_a_traceback(tmp_path: Path, moment: str) -> None:
     """A terminal's Ctrl-C reaches the command and its workers at once (the process group): while the
     command imports, while the workers import, or while they run, the answer is "interrupted", exit 130,
-    no traceback from any process, no worker left."""
+    no traceback from any process, no worker left. ``command_alone``: ``kill -INT`` of the command only
+    (not its group) while the workers run: the same answer, and the command ends its workers."""
     for i in range(3):
         onnx.save(slow_model(20_000_000), str(tmp_path / f"slow{i}.onnx"))
     env = dict(os.environ, PYTHONPATH=str(REPO / "provider"))
@@ -140,8 +141,11 @@ def test_ctrl_c_to_the_whole_group_is_interrupted_without_a_traceback(tmp_path: 
             time.sleep(0.05)
             workers |= children(proc.pid)
         assert len(workers) >= 2, "the workers never started"
-        time.sleep(0.1 if moment == "workers_importing" else 4.0)
-    os.killpg(proc.pid, signal.SIGINT)
+        time.sleep({"workers_importing": 0.1, "command_alone": 2.0}.get(moment, 4.0))
+    if moment == "command_alone":
+        os.kill(proc.pid, signal.SIGINT)
+    else:
+        os.killpg(proc.pid, signal.SIGINT)
     try:
         _, err = proc.communicate(timeout=60)
     except subprocess.TimeoutExpired:
