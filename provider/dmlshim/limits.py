@@ -127,7 +127,7 @@ STRING_ELEMENT_BYTES = 40
 """What one string element costs at least, for the memory checks: onnxruntime holds each element of a
 string tensor as a ``std::string`` (32 bytes on 64-bit libstdc++, the text inline up to 15 bytes) and
 hands it back as a numpy object array (an 8-byte pointer each, the Python ``str`` objects on top). A
-lower bound, so nothing that fits is refused: a Gather of 2M one-to-two-character strings on onnxruntime
+lower bound, so nothing that fits is refused: a Gather of 2M one-character strings on onnxruntime
 1.32 raised peak RSS by 41 bytes per element on the development machine (issue 35, round 54)."""
 
 
