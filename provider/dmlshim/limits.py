@@ -30,6 +30,7 @@ from .portable import physical_memory
 
 __all__ = [
     "MEMORY_LIMIT_ENV",
+    "STRING_ELEMENT_BYTES",
     "check_bytes",
     "check_static_values",
     "check_tensor",
@@ -122,6 +123,29 @@ def _find_itemsize(dtype: Any) -> int | None:
     return None if dt.kind in "OUSV" else dt.itemsize
 
 
+STRING_ELEMENT_BYTES = 40
+"""What one string element costs at least, for the memory checks: onnxruntime holds each element of a
+string tensor as a ``std::string`` (32 bytes on 64-bit libstdc++, the text inline up to 15 bytes) and
+hands it back as a numpy object array (an 8-byte pointer each, the Python ``str`` objects on top). A
+lower bound, so nothing that fits is refused: a Gather of 2M one-character strings on onnxruntime
+1.32 raised peak RSS by 41 bytes per element on the development machine (issue 35, round 54)."""
+
+
+def _element_cost(dtype: Any) -> int | None:
+    """Bytes per element the size checks count: the fixed size, or :data:`STRING_ELEMENT_BYTES` for a
+    string (ONNX ``STRING``, a numpy object, str or bytes dtype); None when it is unknown."""
+    size = _itemsize(dtype)
+    if size is not None:
+        return size
+    if isinstance(dtype, (int, np.integer)) and not isinstance(dtype, bool):
+        return STRING_ELEMENT_BYTES if int(dtype) == onnx.TensorProto.STRING else None
+    try:
+        kind = np.dtype(dtype).kind
+    except TypeError:
+        return None
+    return STRING_ELEMENT_BYTES if kind in "OUS" else None
+
+
 def tensor_nbytes(shape: Sequence[int], dtype: Any) -> int | None:
     """Bytes of a dense tensor (exact, no overflow); None when the element size is not fixed."""
     size = _itemsize(dtype)
@@ -136,7 +160,8 @@ def _type_name(dtype: Any) -> str:
             return str(onnx.TensorProto.DataType.Name(int(dtype))).lower()
         except ValueError:
             return f"type {int(dtype)}"
-    return str(np.dtype(dtype))
+    dt = np.dtype(dtype)
+    return "string" if dt.kind in "OUS" else str(dt)  # (numpy's name for a string tensor's values)
 
 
 def check_tensor(
@@ -166,10 +191,12 @@ def check_tensor(
 
 def _need_over(shape: Sequence[int], dtype: Any, cap: int | None) -> int | None:
     """The bytes a tensor of this shape and type needs when they exceed ``cap`` (None: it fits, there is
-    no limit, or its element size is not fixed): the one size test of every check here."""
+    no limit, or its element size is unknown): the one size test of every check here. A string element
+    counts :data:`STRING_ELEMENT_BYTES`."""
     if cap is None:
         return None
-    need = tensor_nbytes(shape, dtype)
+    size = _element_cost(dtype)
+    need = None if size is None else math.prod(map(int, shape)) * size
     return None if need is None or need <= cap else need
 
 
@@ -257,8 +284,7 @@ def unfeedable_inputs(graph: onnx.GraphProto, *, limit: int | None = None) -> li
     names: list[str] = []
     for vi in graph.input:
         dims = None if vi.name in init else static_dims(vi)
-        need = None if dims is None else tensor_nbytes(dims, vi.type.tensor_type.elem_type)
-        if need is not None and need > cap:
+        if dims is not None and _need_over(dims, vi.type.tensor_type.elem_type, cap) is not None:
             names.append(vi.name)
     return names
 
