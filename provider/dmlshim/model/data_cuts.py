@@ -11,7 +11,17 @@ import onnx
 
 from .node_types import pin_outputs
 
-__all__ = ["BIG", "CUT_DIM", "UNKNOWN", "GraphPath", "Site", "cut_copy", "graph_paths", "restore", "value_names"]
+__all__ = [
+    "BIG",
+    "CUT_DIM",
+    "UNKNOWN",
+    "GraphPath",
+    "Site",
+    "cut_copy",
+    "graph_paths",
+    "restore",
+    "value_names",
+]
 
 BIG, UNKNOWN = "big", "unknown"
 
