@@ -11,7 +11,17 @@ import onnx
 
 from .node_types import pin_outputs
 
-__all__ = ["BIG", "CUT_DIM", "UNKNOWN", "GraphPath", "Site", "cut_copy", "graph_paths", "restore"]
+__all__ = [
+    "BIG",
+    "CUT_DIM",
+    "UNKNOWN",
+    "GraphPath",
+    "Site",
+    "cut_copy",
+    "graph_paths",
+    "restore",
+    "value_names",
+]
 
 BIG, UNKNOWN = "big", "unknown"
 
@@ -82,6 +92,19 @@ def _fresh(base: str, taken: set[str]) -> str:
     return name
 
 
+def value_names(model: onnx.ModelProto, paths: list[GraphPath]) -> set[str]:
+    """The names ``model``'s graphs (by ``paths``) give values: those a fresh input must not take."""
+    taken: set[str] = set()
+    for _, g in each(model, paths):
+        taken.update([v.name for v in g.input])
+        taken.update([v.name for v in g.value_info])
+        taken.update([v.name for v in g.output])
+        taken.update([t.name for t in g.initializer])
+        for n in g.node:
+            taken.update(n.output)
+    return taken
+
+
 def cut_copy(
     model: onnx.ModelProto,
     paths: list[GraphPath],
@@ -90,6 +113,7 @@ def cut_copy(
     inits: Mapping[GraphPath, Mapping[str, onnx.TensorProto]],
     type_bytes: dict[GraphPath, dict[str, bytes]] | None = None,
     pinned: set[tuple[GraphPath, str]] | None = None,
+    names: set[str] | None = None,
 ) -> tuple[onnx.ModelProto, dict[str, str]]:
     """A copy whose cut sites read fresh graph inputs; the consumers of big inputs pinned to ``types``.
     ``types`` and ``inits``: what each graph (by path) sees by name; ``type_bytes``: the serialized
@@ -101,18 +125,13 @@ def cut_copy(
     inputs: within a node the k-th distinct value cut to a type reads that type's k-th shared input
     (which inputs of a node read one name is as with one input per value, and that is all a node's
     inference and its per-structure key see of names). The Cast chain's 18,978 cuts read one input.
-    An "unknown" cut keeps an input of its own (its type may hold unnamed dimensions)."""
+    An "unknown" cut keeps an input of its own (its type may hold unnamed dimensions).
+    ``names``: :func:`value_names` of ``model`` when the caller has it (one set for all its passes over
+    one model; not changed here)."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     graphs = dict(each(copy, paths))
-    taken: set[str] = set()
-    for g in graphs.values():
-        taken.update([v.name for v in g.input])
-        taken.update([v.name for v in g.value_info])
-        taken.update([v.name for v in g.output])
-        taken.update([t.name for t in g.initializer])
-        for n in g.node:
-            taken.update(n.output)
+    taken = set(names if names is not None else value_names(copy, paths))
     fresh: dict[tuple[str, bytes], str] = {}
     shared: dict[tuple[bytes, int], str] = {}
     renamed: dict[str, str] = {}

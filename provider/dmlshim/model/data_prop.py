@@ -42,6 +42,7 @@ from .data_cuts import UNKNOWN as _UNKNOWN
 from .data_cuts import Site as _Site
 from .data_cuts import each as _each
 from .data_cuts import graph_paths as _graphs
+from .data_cuts import value_names as _value_names
 from .data_cuts import versions as _versions
 from .last_inference import infer_shapes
 from .prop_readers import propagation_unread
@@ -492,6 +493,8 @@ def infer_with_data_prop(
     if not sites:
         return _infer(model, check_type, strict_mode, True, data)
     inits = _initializers(model, paths)
+    # the model's value names, walked once for all the cut copies below (each pass copies ``model``)
+    names = cache(lambda: _value_names(model, paths))
     declared = _types(model, paths)
     declared_bytes: dict[GraphPath, dict[str, bytes]] = {}  # ``declared`` serialized, as it is asked
     shape_sites = [s for s in sites if s.shape_input]
@@ -505,7 +508,7 @@ def infer_with_data_prop(
         types, type_bytes = declared, declared_bytes
     else:
         if first:
-            copy, renamed = cut_copy(model, paths, first, declared, inits, declared_bytes)
+            copy, renamed = cut_copy(model, paths, first, declared, inits, declared_bytes, names=names())
             base = _infer(copy, check_type, strict_mode, False)
             restore(base, paths, first, renamed)
         else:
@@ -517,7 +520,7 @@ def infer_with_data_prop(
     inferred = model
     for attempt in range(_MAX_PASSES):
         pinned: set[tuple[GraphPath, str]] = set()
-        copy, renamed = cut_copy(model, paths, plan, types, inits, type_bytes, pinned)
+        copy, renamed = cut_copy(model, paths, plan, types, inits, type_bytes, pinned, names())
         pins = {(path, name): types[path].get(name) for path, name in pinned}
         inferred = _infer(copy, check_type, strict_mode, True)
         restore(inferred, paths, plan, renamed)

@@ -33,29 +33,41 @@ MAX_ELEMENTS = 1024
 """Outer constants longer than this are no shape, count or bound: never copied into a subgraph."""
 
 
-def _constant_node_tensor(node: onnx.NodeProto) -> onnx.TensorProto | None:
-    """The value of a ``Constant`` node as a tensor named by its output (None: sparse, string, none)."""
+def _value_attribute(node: onnx.NodeProto) -> onnx.AttributeProto | None:
+    """The attribute a ``Constant`` node's value is taken from (None: sparse, string, large, none)."""
     if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or len(node.output) != 1:
         return None
     for attr in node.attribute:
-        if attr.name == "value" and attr.type == onnx.AttributeProto.TENSOR:
-            if not _small(attr.t):
-                return None  # checked before copying: a Constant may hold a large weight
-            tensor = onnx.TensorProto()
-            tensor.CopyFrom(attr.t)
-        elif attr.name == "value_int":
-            tensor = helper.make_tensor("", onnx.TensorProto.INT64, [], [attr.i])
-        elif attr.name == "value_ints" and len(attr.ints) <= MAX_ELEMENTS:
-            tensor = helper.make_tensor("", onnx.TensorProto.INT64, [len(attr.ints)], list(attr.ints))
-        elif attr.name == "value_float":
-            tensor = helper.make_tensor("", onnx.TensorProto.FLOAT, [], [attr.f])
-        elif attr.name == "value_floats" and len(attr.floats) <= MAX_ELEMENTS:
-            tensor = helper.make_tensor("", onnx.TensorProto.FLOAT, [len(attr.floats)], list(attr.floats))
-        else:
-            continue
-        tensor.name = node.output[0]
-        return tensor
+        name = attr.name
+        if name == "value" and attr.type == onnx.AttributeProto.TENSOR:
+            return attr if _small(attr.t) else None  # checked before copying: it may hold a large weight
+        if name in ("value_int", "value_float"):
+            return attr
+        if (name == "value_ints" and len(attr.ints) <= MAX_ELEMENTS) or (
+            name == "value_floats" and len(attr.floats) <= MAX_ELEMENTS
+        ):
+            return attr
     return None
+
+
+def _constant_node_tensor(node: onnx.NodeProto) -> onnx.TensorProto | None:
+    """The value of a ``Constant`` node as a tensor named by its output (None: sparse, string, none)."""
+    attr = _value_attribute(node)
+    if attr is None:
+        return None
+    if attr.name == "value":
+        tensor = onnx.TensorProto()
+        tensor.CopyFrom(attr.t)
+    elif attr.name == "value_int":
+        tensor = helper.make_tensor("", onnx.TensorProto.INT64, [], [attr.i])
+    elif attr.name == "value_ints":
+        tensor = helper.make_tensor("", onnx.TensorProto.INT64, [len(attr.ints)], list(attr.ints))
+    elif attr.name == "value_float":
+        tensor = helper.make_tensor("", onnx.TensorProto.FLOAT, [], [attr.f])
+    else:
+        tensor = helper.make_tensor("", onnx.TensorProto.FLOAT, [len(attr.floats)], list(attr.floats))
+    tensor.name = node.output[0]
+    return tensor
 
 
 def _small(tensor: onnx.TensorProto) -> bool:
@@ -69,13 +81,23 @@ def _small(tensor: onnx.TensorProto) -> bool:
     )
 
 
-def _own_constants(graph: onnx.GraphProto, overridable: bool) -> dict[str, onnx.TensorProto]:
+def _own_constants(
+    graph: onnx.GraphProto, overridable: bool, values: bool = True
+) -> dict[str, onnx.TensorProto | None]:
     """``graph``'s small initializers and ``Constant`` node values, by name; ``overridable``: an
     initializer that is also a graph input is a default the caller may feed over (IR version 4 on), which
-    onnxruntime does not treat as a constant, so it is none here."""
+    onnxruntime does not treat as a constant, so it is none here. ``values`` False: the names only (each
+    a ``Constant`` node's maps to None), for a walk that only tells whether any would be copied: a
+    detector's 944 ``Constant`` nodes are not each copied into a tensor to be dropped."""
     fed = {v.name for v in graph.input} if overridable else set()
-    found = {t.name: t for t in graph.initializer if _small(t) and t.name not in fed}
+    found: dict[str, onnx.TensorProto | None] = {
+        t.name: t for t in graph.initializer if _small(t) and t.name not in fed
+    }
     for node in graph.node:
+        if not values:
+            if _value_attribute(node) is not None:
+                found[node.output[0]] = None
+            continue
         tensor = _constant_node_tensor(node)
         if tensor is not None:
             found[tensor.name] = tensor
@@ -89,7 +111,11 @@ def _defined(graph: onnx.GraphProto) -> set[str]:
 
 
 def _inject(
-    graph: onnx.GraphProto, outer: dict[str, onnx.TensorProto], top: bool, apply: bool, overridable: bool
+    graph: onnx.GraphProto,
+    outer: dict[str, onnx.TensorProto | None],
+    top: bool,
+    apply: bool,
+    overridable: bool,
 ) -> bool:
     """Copy into each subgraph below ``graph`` the outer constants (``outer``, then each enclosing graph's
     own) its nodes read, where one of its size-making nodes reads one (``apply`` False: only tell whether
@@ -103,13 +129,13 @@ def _inject(
         # (``ConstantOfShape(Mul(outer, 2))``): onnx's data propagation follows those within the graph
         sizing = bool(wanted) and any(node.op_type in SIZE_MAKING_OPS for node in graph.node)
         if sizing and apply:
-            graph.initializer.extend(outer[name] for name in sorted(wanted))
+            graph.initializer.extend(t for name in sorted(wanted) if (t := outer[name]) is not None)
         changed = sizing
     # a name this graph defines hides an outer one of the same name
     if not any(True for node in graph.node for _ in subgraphs(node)):
         return changed
     visible = {name: t for name, t in outer.items() if name not in defined}
-    visible.update(_own_constants(graph, overridable))
+    visible.update(_own_constants(graph, overridable, values=apply))
     for node in graph.node:
         for _, sub in subgraphs(node):
             changed |= _inject(sub, visible, top=False, apply=apply, overridable=overridable)
@@ -119,9 +145,18 @@ def _inject(
 def has_outer_constants(model: onnx.ModelProto) -> bool:
     """Whether :func:`with_outer_constants` would copy any outer constant into a subgraph (a walk, no
     copy)."""
-    if not any(True for node in model.graph.node for _ in subgraphs(node)):
-        return False
+    nested = [sub for node in model.graph.node for _, sub in subgraphs(node)]
+    if not any(_sizes_anything(sub) for sub in nested):
+        return False  # (only a subgraph with a size-making node copies constants: the walk below says no)
     return _inject(model.graph, {}, top=True, apply=False, overridable=model.ir_version >= 4)
+
+
+def _sizes_anything(graph: onnx.GraphProto) -> bool:
+    """Whether ``graph`` or a graph nested in it has a size-making node."""
+    for node in graph.node:
+        if node.op_type in SIZE_MAKING_OPS:
+            return True
+    return any(_sizes_anything(sub) for node in graph.node for _, sub in subgraphs(node))
 
 
 def with_outer_constants(model: onnx.ModelProto) -> onnx.ModelProto | None:
