@@ -424,3 +424,56 @@ def test_profiling_does_not_change_a_models_outputs(tmp_path: Path, level: str) 
     assert sum(e["name"] == "model_run" for e in events) == runs
     onnxruntime_nodes = [e for e in events if e["cat"] == "Node" and "emulated_by" not in e["args"]]
     assert onnxruntime_nodes  # onnxruntime's own node events (partitions', or the whole-model check's)
+
+
+def test_profiled_check_of_a_model_from_bytes_keeps_onnxruntimes_node_events(tmp_path: Path) -> None:
+    """A model from bytes with a 1 MiB weight (the check's session is handed it through a fresh copy of
+    the options, which must profile too) and a 1 MiB ScatterND (verified, not computed, in the check):
+    five profiled runs at onnxruntime's default level give onnxruntime's outputs, and the profile holds
+    onnxruntime's events for the other nodes and dmlshim's for each emulated node on every run."""
+    n, runs = 512, 5
+    rng = np.random.default_rng(54)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["a"], name="mm1"),
+        helper.make_node("ScatterND", ["a", "idx", "upd"], ["b"], name="sc"),
+        helper.make_node("Relu", ["b"], ["c"], name="r"),
+        helper.make_node("Gather", ["c", "gi"], ["d"], axis=0, name="g"),
+        helper.make_node("MatMul", ["d", "w"], ["e"], name="mm2"),
+        helper.make_node("Tanh", ["e"], ["f"], name="t"),
+        helper.make_node("Gather", ["f", "gj"], ["y"], axis=0, name="g2"),
+    ]
+    weights = [
+        numpy_helper.from_array(rng.standard_normal((n, n)).astype(np.float32), "w"),
+        numpy_helper.from_array(np.array([[3], [7]], np.int64), "idx"),
+        numpy_helper.from_array(np.ones((2, n), np.float32), "upd"),
+        numpy_helper.from_array(np.array([1, 3, 5], np.int64), "gi"),
+        numpy_helper.from_array(np.array([0, 2], np.int64), "gj"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "m",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, n])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        weights,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    payload = model.SerializeToString()
+    feeds = {"x": rng.standard_normal((n, n)).astype(np.float32)}
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.enable_profiling = True
+    options.profile_file_prefix = str(tmp_path / "p")
+    session = dmlshim.InferenceSession(payload, options)
+    want = _reference(payload, feeds)
+    for _ in range(runs):
+        np.testing.assert_array_equal(session.run(None, feeds)[0], want[0])
+    assert session.last_run_record is not None and session.last_run_record.path == "whole-model check"
+    events = json.loads(Path(session.end_profiling()).read_text(encoding="utf-8"))
+    nodes_seen = [
+        (e["name"], e["args"].get("partition"), e["args"]["provider"]) for e in events if e["cat"] == "Node"
+    ]
+    for name in ("sc", "g", "g2"):
+        assert nodes_seen.count((f"{name}_kernel_time", None, "DmlExecutionProvider")) == runs, nodes_seen
+    for name in ("mm1", "r", "mm2", "t"):
+        assert nodes_seen.count((f"{name}_kernel_time", "whole-model check", "CPUExecutionProvider")) == runs
