@@ -62,6 +62,9 @@ class EngineConfig:
         full_check: the whole-model check proves every element of every verified scatter's output on
             every run (validate; ``DMLSHIM_FULL_CHECK=1``); False proves the elements a scatter does not
             write on its first runs only (``dmlshim.execute.plan.steps.PROVE_RUNS``).
+        profiling: the session is profiled: a run the whole-model check answers runs (and the profile
+            times) every emulated node's kernel, none taken from onnxruntime unrun (no lean gathers, no
+            lean check, every scatter verified on every run), as under ``full_check``.
     """
 
     feature_level: FeatureLevel
@@ -73,6 +76,7 @@ class EngineConfig:
     own_options: Callable[[], Any] | None = None
     fresh_options: Callable[[], Any] | None = None
     full_check: bool = field(default_factory=lambda: os.environ.get("DMLSHIM_FULL_CHECK", "") == "1")
+    profiling: bool = False
 
     def options_object(self) -> Any:
         """The options every session of the engine starts from: the caller's, dmlshim's own, or None

@@ -13,6 +13,11 @@ Chrome trace format onnxruntime uses (a JSON array of complete ``"ph": "X"`` eve
   ``args.emulated_by: "dmlshim"``, the DirectML operator, input and output types and shapes);
 * the partitions' own session-level events, renamed ``partition_<name>`` so that a tool summing
   ``model_run`` durations counts each run once.
+
+Beyond basic optimization, runs are answered by the whole-model check (as without profiling: its
+outputs are onnxruntime's own): its session's events come with ``args.partition: "whole-model check"``
+(onnxruntime's node events of the whole model, as optimized, its events for the emulated nodes left out),
+and each emulated node's kernel, run and compared on every run, is timed here as above.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import re
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +40,7 @@ import onnx
 from onnx import helper
 
 from ..errors import BadInputError
+from ..execute.engines.whole_model import CHECK_LABEL
 from ..execute.record import PLACEMENT_DML
 from ..fileio import files
 from ..fileio.nul_paths import refuse_nul
@@ -68,6 +74,17 @@ def _type_name(dtype: np.dtype) -> str:
 
 def _type_shapes(arrays: Sequence[Any]) -> list[dict[str, list[int]]]:
     return [{_type_name(a.dtype): [int(d) for d in a.shape]} for a in arrays if isinstance(a, np.ndarray)]
+
+
+_NODE_EVENT = re.compile(r"(.+)_(?:kernel_time|fence_before|fence_after)")
+
+
+def _node_of(event: Mapping[str, Any]) -> str | None:
+    """The node an onnxruntime ``Node`` event is about (None for other events)."""
+    if event.get("cat") != "Node":
+        return None
+    found = _NODE_EVENT.fullmatch(str(event.get("name", "")))
+    return found.group(1) if found else None
 
 
 class SessionProfiler:
@@ -175,8 +192,10 @@ class SessionProfiler:
             args["dml_operator"] = record.operator
         self._add(f"{getattr(step, 'name', node.name)}_kernel_time", "Node", start, args)
 
-    def harvest(self, sessions: OrtSessions) -> None:
-        """End profiling of onnxruntime sessions (before they go away) and keep their events."""
+    def harvest(self, sessions: OrtSessions, emulated: Collection[str] = ()) -> None:
+        """End profiling of onnxruntime sessions (before they go away) and keep their events; the
+        whole-model check's events for the ``emulated`` nodes are left out (dmlshim's own events time
+        their kernels)."""
         for label, session in sessions:
             try:
                 produced = session.end_profiling()
@@ -196,8 +215,9 @@ class SessionProfiler:
                     path.unlink()
             offset_us = (int(session.get_profiling_start_time_ns()) - self._start_wall_ns) // 1000
             kept = []
+            drop = frozenset(emulated) if label.startswith(CHECK_LABEL) else frozenset()
             for event in events if isinstance(events, list) else []:
-                if not isinstance(event, dict):
+                if not isinstance(event, dict) or (drop and _node_of(event) in drop):
                     continue
                 event = dict(event)
                 event["ts"] = int(event.get("ts", 0)) + offset_us
@@ -208,8 +228,9 @@ class SessionProfiler:
             with self._lock:
                 self._events.extend(kept)
 
-    def end(self, sessions: OrtSessions) -> str:
+    def end(self, sessions: OrtSessions, emulated: Collection[str] = ()) -> str:
         """Finish: merge the onnxruntime profiles, write the file, return its name ('' if ended before).
+        ``emulated``: the emulated nodes' names (see :meth:`harvest`).
 
         Raises:
             BadInputError: the profile file cannot be written.
@@ -218,10 +239,10 @@ class SessionProfiler:
             if self._ended:
                 return ""
             self._ended = True
-            return self._finish(sessions)
+            return self._finish(sessions, emulated)
 
-    def _finish(self, sessions: OrtSessions) -> str:
-        self.harvest(sessions)
+    def _finish(self, sessions: OrtSessions, emulated: Collection[str]) -> str:
+        self.harvest(sessions, emulated)
         with self._lock:
             events = sorted(self._events, key=lambda e: (e.get("ts", 0), -e.get("dur", 0)))
         name = self._name  # returned as onnxruntime returns it (relative when the prefix is)

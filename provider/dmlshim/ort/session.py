@@ -14,6 +14,7 @@ from typing import Any
 from ..dml.enums import DEFAULT_FEATURE_LEVEL, FeatureLevel
 from ..errors import DmlShimError
 from ..execute.engine import Engine, EngineConfig, get_engine_factory
+from ..execute.engines.path_choice import partitions_exact
 from ..execute.feeds import FeedValidator, ModelMetadata, feed_key, node_arg
 from ..execute.plan.fed_sizes import FedSizes
 from ..execute.plan.sessions import terminated
@@ -374,9 +375,11 @@ class InferenceSession(SessionRuns, SessionQueries, SessionProviders, SessionPro
             if name == "directml"
             else None,
             model_path=self._loaded.weights_path,
-            # A profile times every node as it runs, so a run is never answered by the whole-model check
-            # (nor is its extra onnxruntime session built).
-            whole_model_check=profiler is None,
+            # A profile times every node as it runs. Where partitioned runs give onnxruntime's bits (at most
+            # basic), they answer every profiled run (no check's session is built); beyond basic the check
+            # answers as without profiling, every emulated node's kernel run and timed on every run.
+            whole_model_check=profiler is None or not partitions_exact(options),
+            profiling=profiler is not None,
         )
         try:
             engine = get_engine_factory(name)(model, config)

@@ -126,7 +126,10 @@ def engine_options_and_copier(
     weights_folder = kwargs.get("weights_folder")
 
     def make() -> ort.SessionOptions:
-        out = copy_options(engine_so)
+        # profiling too (into the engine's private folder): the profile merges this session's events
+        out = copy_options(
+            engine_so, profile_prefix=engine_so.profile_file_prefix if engine_so.enable_profiling else None
+        )
         for name, value in dims.items():  # overrides cannot be read back from engine_so
             out.add_free_dimension_override_by_name(name, value)
         if weights_folder is not None and config_entry(out, FOLDER_KEY) is None:

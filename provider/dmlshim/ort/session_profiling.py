@@ -47,7 +47,7 @@ class SessionProfiling:
         """
         if self._profiler is None:
             return ""
-        return self._profiler.end(self._ort_sessions())
+        return self._profiler.end(self._ort_sessions(), getattr(self._engine, "emulated_nodes", ()))
 
     def get_profiling_start_time_ns(self) -> int:
         """When profiling started (nanoseconds since the epoch), 0 when profiling is off."""

@@ -58,7 +58,7 @@ class SessionProviders:
             raise unknown_provider_error(choice.unknown[0], self._choice)
         resolve_engine(self._engine_request, choice)
         if self._profiler is not None:
-            self._profiler.harvest(self._ort_sessions())
+            self._profiler.harvest(self._ort_sessions(), getattr(self._engine, "emulated_nodes", ()))
         self._choice = choice
         with optimizers_disabled(self._disabled_optimizers):
             self._engine = self._build_engine()

@@ -309,7 +309,7 @@ class PartitionedEngine(PartitionedRuns):
             make = functools.partial(
                 whole_model_builder, model, config, outputs, shared, arrays=self._static_values
             )
-            if not config.full_check:
+            if not (config.full_check or config.profiling):
                 lean = lean_gathers(emulated_io, infos, graph, init_protos, clash)
                 shapes_from_feeds = feed_shapes(emulated_io, lean, infos, model, init_protos)
                 lean_after, after_dims = lean_after_proof(emulated_io, lean, infos, graph, init_protos)
@@ -361,7 +361,7 @@ class PartitionedEngine(PartitionedRuns):
             # program's own options object, which onnxruntime reads only when a session is built, they
             # would take whatever the program changed in it since (another Gelu, a file to write).
             late_builds_safe = not self.builds_from_callers_options
-            if not config.full_check and late_builds_safe and not clash():
+            if not (config.full_check or config.profiling) and late_builds_safe and not clash():
                 static = set(graph_inputs) | set(self._static_values)
                 lean_in_lean = {**lean, **lean_after}
                 from_feeds = given_input_shapes(emulated_io, lean_in_lean, infos, graph, static)
@@ -439,11 +439,15 @@ class PartitionedEngine(PartitionedRuns):
         return tuple(s.name for s in self._steps if isinstance(s, EmulatedStep))
 
     def ort_sessions(self) -> list[tuple[str, ort.InferenceSession]]:
-        """Every onnxruntime session built so far (CPU partitions, then one-node fallbacks), labelled."""
+        """Every onnxruntime session built so far (the whole-model check's, CPU partitions, then one-node
+        fallbacks), labelled; none is built here."""
         found: list[tuple[str, ort.InferenceSession]] = []
+        if self._check is not None:
+            found.extend(self._check.sessions())
         for step in self._steps:
             if isinstance(step, CpuStep):
-                found.append((step.label, step.session))
+                if step.built is not None:
+                    found.append((step.label, step.built))
             elif isinstance(step, EmulatedStep):
                 found.extend((f"node {step.name!r} on the CPU", s) for s in step.fallback_sessions.values())
         return found

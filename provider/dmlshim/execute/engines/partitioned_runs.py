@@ -137,13 +137,14 @@ class PartitionedRuns:
         """
         self._steady = None  # this run may change what the lane rests on; a lean run makes it again
         check, chooser = self._check, self._chooser
-        if check is None or self.step_observer is not None:
+        if check is None:  # profiled too: the check is built only where partitioned runs differ
             results, record, _ = self.run_traced(output_names, feeds, run_options=run_options)
             return results, record
         path, number = chooser.next_path()
         start = chooser.clock() if number >= 0 else 0.0  # timed during the trial only
         answer = self._by_check(check, output_names, feeds, run_options) if path == PATH_CHECK else None
-        for step in self._given_only if answer is not None else ():
+        # a profiled run computes every gather (each is timed): the check keeps answering
+        for step in self._given_only if answer is not None and self.step_observer is None else ():
             if step.computed_after_proof:
                 # A gather the check must still compute after its proved runs (negative indices, a CPU
                 # placement, new shapes): the partitioned steps, which compute it alone, cost less.
@@ -211,7 +212,7 @@ class PartitionedRuns:
         state = RunState(self._template.copy(), run_options)
         values = dict(self._static_values)
         values.update(feeds)
-        checked = check.run(output_names, values, state, run_options, lean)
+        checked = check.run(output_names, values, state, run_options, lean, observe=self.step_observer)
         if checked is None:
             return None
         record = self._record(state, PATH_CHECK)

@@ -18,6 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import onnxruntime as ort
 
@@ -53,12 +54,17 @@ def chooser_for_check(config: EngineConfig, weight_bytes: int) -> PathChooser:
     onnxruntime's values bit for bit (optimization at most basic: partition boundaries stop onnxruntime's
     extended fusions, whose float results differ in the last bits) and the weights are light enough to
     be worth a second copy (:data:`TRIAL_MAX_WEIGHT_BYTES`)."""
-    options = config.options_object()
+    exact = partitions_exact(config.options_object())
+    return PathChooser(trial=exact and weight_bytes <= TRIAL_MAX_WEIGHT_BYTES)
+
+
+def partitions_exact(options: Any) -> bool:
+    """Whether partitioned runs under ``options`` (None: onnxruntime's defaults) give onnxruntime's values
+    bit for bit: optimization at most basic (partition boundaries stop onnxruntime's extended fusions)."""
     level = (
         options.graph_optimization_level if options is not None else ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     )
-    exact = level in (ort.GraphOptimizationLevel.ORT_DISABLE_ALL, ort.GraphOptimizationLevel.ORT_ENABLE_BASIC)
-    return PathChooser(trial=exact and weight_bytes <= TRIAL_MAX_WEIGHT_BYTES)
+    return level in (ort.GraphOptimizationLevel.ORT_DISABLE_ALL, ort.GraphOptimizationLevel.ORT_ENABLE_BASIC)
 
 
 class PathChooser:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -67,6 +67,34 @@ class EmulatedStepLike(Protocol):
     output: str
 
     def __call__(self, values: dict[str, Any], state: Any) -> None: ...
+
+
+CHECK_LABEL = "whole-model check"
+"""How a profile names the check's onnxruntime session (``args.partition`` of its events)."""
+
+
+class _Kernel:
+    """One emulated node's kernel in a profiled check: its verify (when it has one) or its run; named as
+    the step is, for :meth:`dmlshim.ort.profiling.SessionProfiler.observe_step`."""
+
+    __slots__ = ("_step", "_theirs", "_verify", "agrees", "name", "node", "slot")
+
+    def __init__(self, step: Any, verify: Callable[..., bool | None] | None, theirs: Any) -> None:
+        self._step, self._verify, self._theirs = step, verify, theirs
+        self.node, self.slot = getattr(step, "node", None), getattr(step, "slot", None)
+        self.name = getattr(step, "name", step.output)
+        self.agrees: bool | None = None
+        """The verify's answer; None: the kernel ran, its output is to be compared."""
+
+    def __call__(self, values: dict[str, Any], state: Any) -> None:
+        if self._verify is not None:
+            self.agrees = self._verify(values, state, self._theirs)
+            if self.agrees:
+                values[self._step.output] = self._theirs
+                return
+            if self.agrees is not None:
+                return
+        self._step(values, state)
 
 
 def identical(ours: Any, theirs: Any) -> bool:
@@ -217,11 +245,13 @@ class WholeModelCheck:
         state: Any,
         run_options: Any,
         lean: bool = True,
+        observe: Callable[[Any, dict[str, Any], Any], None] | None = None,
     ) -> list[Any] | None:
         """The outputs named, or None when the partitioned run must answer (a kernel disagreed with
         onnxruntime, or onnxruntime refused the run). ``values`` holds the feeds and static values;
         kernels' records go to ``state``. ``lean``: the lean check may answer (then ``values`` gets
-        nothing: False when the caller reads every node's inputs and output from it)."""
+        nothing: False when the caller reads every node's inputs and output from it). ``observe``:
+        called as ``observe(kernel, values, state)`` in place of each node's kernel (profiling)."""
         if self.disagreements >= GIVE_UP_AFTER and not self.agreements:
             return None
         if self._lean_ready and lean:
@@ -248,9 +278,15 @@ class WholeModelCheck:
                 if name not in values:
                     values[name] = fetched[i]
             theirs = fetched[at]
-            agrees = verify(values, state, theirs) if verify is not None else None
+            if observe is not None:
+                kernel = _Kernel(step, verify, theirs)
+                observe(kernel, values, state)  # the kernel ran there (or was verified)
+                agrees = kernel.agrees
+            else:
+                agrees = verify(values, state, theirs) if verify is not None else None
             if agrees is None:
-                step(values, state)
+                if observe is None:
+                    step(values, state)
                 agrees = identical(values[step.output], theirs)
                 if agrees and agreed is not None:
                     agreed()
@@ -285,6 +321,14 @@ class WholeModelCheck:
         if copies:
             return [_copied(fetched[position[n]]) if n in position else values[n] for n in output_names]
         return [fetched[position[n]] if n in position else values[n] for n in output_names]
+
+    def sessions(self) -> list[tuple[str, Any]]:
+        """The check's onnxruntime sessions built now (the full one, the lean one), labelled."""
+        found = [(CHECK_LABEL, self._session)] if self._session is not None else []
+        made = self._lean_session
+        if made is not None and made.session is not self._session:
+            found.append((f"{CHECK_LABEL} (lean)", made.session))
+        return found
 
     def _go_lean(self, heavy: bool = False) -> None:
         """Every node was given on this run: the next runs go to the lean session (built now, the full

@@ -15,7 +15,7 @@ import onnxruntime as ort
 from ...background import BackgroundBuild
 from ...runtime.real import OrtInferenceSession
 from ..engine import EngineConfig
-from ..plan.sessions import default_options
+from ..plan.sessions import default_options, separate_profile
 from ..proofs.symbol_shapes import FeedShapes
 from ..weights.shared import SharedWeights, handed_weights_session, light_copy
 from .lean_check import LeanCheckSpec
@@ -140,4 +140,5 @@ def whole_model_builder(
 
 
 def _cpu_session(payload: bytes, options: Any) -> ort.InferenceSession:
+    separate_profile(options)  # a profiled session's own profile file, as each segment's
     return OrtInferenceSession(payload, options, providers=["CPUExecutionProvider"])

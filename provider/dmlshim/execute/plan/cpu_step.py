@@ -189,6 +189,11 @@ class CpuStep:
             self._session, self._build = self._build(), None
         return self._session
 
+    @property
+    def built(self) -> ort.InferenceSession | None:
+        """The session when it is built (None: built on first use)."""
+        return self._session
+
     def unload(self) -> None:
         """Drop a session built on first use (its weights with it); the next use builds it again."""
         if self._builder is not None and self._session is not None:

@@ -93,7 +93,7 @@ def make_steps(
                     static_key=key,
                     inferred_output=infos.get(nodes[i].output[0]),
                     reference=reference,
-                    full_check=config.full_check,
+                    full_check=config.full_check or config.profiling,
                 )
             )
     return steps, segments
