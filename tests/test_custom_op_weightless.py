@@ -23,9 +23,9 @@ from dmlshim.errors import BadModelError
 from dmlshim.execute.engines.custom_op import CustomOpEngine
 from dmlshim.execute.lowering.emitter import ALIAS_DOC
 from dmlshim.execute.weights import file_slices as weight_file
-from dmlshim.execute.weights.file_slices import FOLDER_KEY
 from dmlshim.execute.weights.shared import SHARE_MIN_BYTES
 from dmlshim.ort.session_options import COPIED_CONFIG_KEYS, config_entry
+from dmlshim.runtime.options_copy import FOLDER_KEY
 from tests.oracle import assert_same_bits, ort_run
 from tests.test_weightless_load import LARGE, _model, _save
 

@@ -20,7 +20,6 @@ from onnx import TensorProto, helper, numpy_helper
 import dmlshim
 from dmlshim.errors import BadInputError, BadModelError
 from dmlshim.execute.weights import file_slices as weight_file
-from dmlshim.execute.weights.file_slices import FOLDER_KEY
 from dmlshim.ort.free_dims import overrides_by_name
 from dmlshim.ort.session_options import (
     COPIED_ATTRIBUTES,
@@ -29,6 +28,7 @@ from dmlshim.ort.session_options import (
     config_entry,
     sharable_options,
 )
+from dmlshim.runtime.options_copy import FOLDER_KEY
 from tests.oracle import IR_VERSION
 from tests.oracle import assert_same_bits as _same
 from tests.test_weightless_load import LARGE, _model, _save

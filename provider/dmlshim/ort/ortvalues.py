@@ -12,11 +12,12 @@ from typing import Any
 
 import numpy as np
 import onnxruntime as ort
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 from ..errors import BadInputError, NotSupportedError
 from ..execute.plan.cpu_step import NUMPY_TENSOR_TYPES
 from ..runtime.exceptions import with_onnxruntime_class
+from ..runtime.string_values import string_ortvalue
 
 logger = logging.getLogger(__name__)
 
@@ -211,25 +212,6 @@ def to_ortvalue(value: Any) -> Any:
     owned = ort.OrtValue.ortvalue_from_shape_and_type(list(value.shape), value.dtype)
     owned.update_inplace(np.ascontiguousarray(value))
     return owned
-
-
-def string_ortvalue(value: np.ndarray) -> Any:
-    """A string tensor as an ``onnxruntime.OrtValue``, which only an onnxruntime session can make (its
-    ``OrtValue`` factories refuse strings): a model holding the strings as a constant, run once."""
-    from ..runtime.real import OrtInferenceSession
-
-    as_text = np.vectorize(lambda v: v.decode("utf-8") if isinstance(v, bytes) else str(v), otypes=[object])
-    strings = as_text(value) if value.size else np.asarray(value, dtype=object)
-    graph = helper.make_graph(
-        [helper.make_node("Identity", ["strings"], ["out"])],
-        "dmlshim_string_ortvalue",
-        [],
-        [helper.make_tensor_value_info("out", TensorProto.STRING, list(value.shape))],
-        [numpy_helper.from_array(np.asarray(strings, dtype=object), "strings")],
-    )
-    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 13)])
-    session = OrtInferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return session.run_with_ort_values(None, {})[0]
 
 
 def ortvalues_from_vector(names: Sequence[str], feeds: Any) -> dict[str, Any]:

@@ -26,7 +26,6 @@ import onnxruntime as ort
 
 from ..errors import BadInputError
 from ..execute.feeds import NodeArg
-from ..execute.weights.file_slices import FOLDER_KEY
 from ..fileio import files
 from ..fileio.confined import confined_path
 from ..model.modelcheck import ort_load_error
@@ -35,6 +34,7 @@ from ..runtime.exceptions import with_onnxruntime_class
 from ..runtime.options_copy import (
     COPIED_ATTRIBUTES,
     COPIED_CONFIG_KEYS,
+    FOLDER_KEY,
     config_entry,
     copy_options,
     onnxruntime_errors,

@@ -12,6 +12,9 @@ import onnxruntime as ort
 
 logger = logging.getLogger(__name__)
 
+FOLDER_KEY = "session.model_external_initializers_file_folder_path"
+"""The onnxruntime session configuration entry naming the folder external data locations are relative to."""
+
 COPIED_ATTRIBUTES = (
     "enable_cpu_mem_arena",
     "enable_mem_pattern",

@@ -197,8 +197,7 @@ def _with_weights_folder(options: Any, folder: str, nodes: tuple[str, ...]) -> A
     Raises:
         NotSupportedError: ``options`` is a program's own object, which dmlshim never changes.
     """
-    from ..execute.weights.file_slices import FOLDER_KEY
-    from .options_copy import config_entry
+    from .options_copy import FOLDER_KEY, config_entry
 
     if options is None:
         options = ort.SessionOptions()

@@ -33,6 +33,7 @@ from ...errors import BadInputError, BadModelError
 from ...kernels.options import IndexMode
 from ...limits import check_tensor
 from ...model.weightless import is_external
+from ...runtime.options_copy import FOLDER_KEY
 from ...runtime.real import OrtInferenceSession
 from ...translate import Status
 from ...translate.placement import CPU_PREFERRED_MESSAGE
@@ -52,7 +53,6 @@ from ..plan.sessions import ort_run_error
 from ..plan.step_fallback import reasons_of
 from ..plan.steps import REASON_CPU_PREFERRED
 from ..record import PATH_CUSTOM_OP, PLACEMENT_CPU, PLACEMENT_DML, NodeRecord, RunRecord
-from ..weights.file_slices import FOLDER_KEY
 from ..weights.shared import SharedWeights, light_copy
 from .fed_rank import (
     FedRanks,

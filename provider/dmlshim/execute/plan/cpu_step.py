@@ -131,7 +131,7 @@ def _ort_value(value: Any) -> Any:
         return value
     array = np.ascontiguousarray(value)
     if array.dtype.kind in "OUS":  # beside an OrtValue feed (strings kept undecoded): only a session makes it
-        from ...ort.ortvalues import string_ortvalue
+        from ...runtime.string_values import string_ortvalue
 
         return string_ortvalue(array)
     elem = narrow_elem_type(array.dtype)

@@ -34,9 +34,8 @@ from ...fileio.external_data import external_tensors
 from ...fileio.nul_paths import location_read
 from ...model.modelcheck import load_external_data
 from ...runtime.exceptions import check_failure_class, with_onnxruntime_class
-from ...runtime.options_copy import config_entry
+from ...runtime.options_copy import FOLDER_KEY, config_entry
 from ...runtime.real import pybind_state
-from .file_slices import FOLDER_KEY
 
 logger = logging.getLogger(__name__)
 

@@ -28,8 +28,6 @@ from ...model.duplicate_initializers import has_duplicates
 
 logger = logging.getLogger(__name__)
 
-FOLDER_KEY = "session.model_external_initializers_file_folder_path"
-"""The onnxruntime session configuration entry naming the folder external data locations are relative to."""
 
 _MODEL_GRAPH, _GRAPH_INITIALIZER, _TENSOR_RAW_DATA = 7, 5, 9
 _LEN, _VARINT, _I64, _I32 = 2, 0, 1, 5

@@ -26,8 +26,9 @@ import numpy as np
 import onnx
 
 from ...model.weightless import graph_shell, is_external, model_shell, read_by_value, tensor_nbytes
+from ...runtime.options_copy import FOLDER_KEY
 from ..proofs.gather_given import add_extra_outputs
-from .file_slices import FOLDER_KEY, FileSlice
+from .file_slices import FileSlice
 from .values import check_unchanged, external_slice, file_stamp, initializer_value
 
 logger = logging.getLogger(__name__)
