@@ -10,23 +10,14 @@ own CPU session."""
 from __future__ import annotations
 
 import numpy as np
-import onnx
-import onnxruntime as ort
 import pytest
 
 import dmlshim
 from dmlshim.execute.plan.step_given import CPU_GIVEN_MESSAGE
 from dmlshim.execute.plan.steps import PROVE_RUNS
 from dmlshim.execute.record import PLACEMENT_CPU, PLACEMENT_DML, NodeRecord
-from tests.oracle import same_bits
+from tests.oracle import ort_session, same_bits
 from tests.test_lean_check import _model  # Relu, ScatterElements, Sigmoid, Gather, Neg; no weights
-
-
-def _ort(model: onnx.ModelProto) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.log_severity_level = 3
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
 def _feeds(seed: int, gidx: list[int] | None = None) -> dict[str, np.ndarray]:
@@ -45,7 +36,7 @@ def _records(session: dmlshim.InferenceSession) -> dict[str, NodeRecord]:
 
 def test_empty_gather_and_scatter_are_given_and_the_lean_check_takes_over() -> None:
     model = _model()
-    reference = _ort(model)
+    reference = ort_session(model, quiet=True)
     session = dmlshim.InferenceSession(model.SerializeToString())
     check = session._engine._check
     for run in range(1, PROVE_RUNS + 4):
@@ -68,7 +59,7 @@ def test_empty_gather_and_scatter_are_given_and_the_lean_check_takes_over() -> N
 def test_full_check_computes_the_cpu_nodes_on_every_run(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DMLSHIM_FULL_CHECK", "1")
     model = _model()
-    reference = _ort(model)
+    reference = ort_session(model, quiet=True)
     session = dmlshim.InferenceSession(model.SerializeToString())
     check = session._engine._check
     for run in range(1, PROVE_RUNS + 4):
@@ -84,7 +75,7 @@ def test_a_negative_index_on_the_cpu_is_computed_alone() -> None:
     (its indices are not all in [0, dim)), so the lean check never takes over and the gather is computed
     alone on every run, with onnxruntime's values."""
     model = _model()
-    reference = _ort(model)
+    reference = ort_session(model, quiet=True)
     session = dmlshim.InferenceSession(model.SerializeToString())
     check = session._engine._check
     for run in range(1, PROVE_RUNS + 4):

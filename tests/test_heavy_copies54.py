@@ -7,22 +7,13 @@ lean check can take over (issue 36, memory). Expected values come from onnxrunti
 
 from __future__ import annotations
 
-import onnx
-import onnxruntime as ort
 import pytest
 
 import dmlshim
 from dmlshim.execute.engines import partitioned, whole_model
-from tests.oracle import same_bits
+from tests.oracle import ort_session, same_bits
 from tests.test_lean_check import _model  # Relu, ScatterElements, Sigmoid, Gather, Neg; no weights
 from tests.test_lean_heavy_runs53 import _feeds
-
-
-def _ort(model: onnx.ModelProto) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.log_severity_level = 3
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
 @pytest.mark.parametrize("heavy_runs", [True, False])
@@ -31,7 +22,7 @@ def test_heavy_weights_copy_until_the_lean_check(heavy_runs: bool, monkeypatch: 
     if heavy_runs:  # the runs below fetch a few hundred bytes: a bound below that makes them heavy
         monkeypatch.setattr(whole_model, "KEEP_FULL_MAX_BYTES", 64)
     model = _model()
-    reference = _ort(model)
+    reference = ort_session(model, quiet=True)
     session = dmlshim.InferenceSession(model.SerializeToString())
     check = session._engine._check
     for run in range(1, whole_model.COPY_RUNS + 4):
@@ -46,6 +37,14 @@ def test_heavy_weights_copy_until_the_lean_check(heavy_runs: bool, monkeypatch: 
 
 
 def test_copy_runs_end_where_the_lean_check_can_begin() -> None:
+    from dmlshim.execute.plan.step_given import PROVE_RUNS
+
+    assert whole_model.COPY_RUNS == PROVE_RUNS + 1
+
+
+def test_copy_runs_is_the_proved_runs_and_the_switch() -> None:
+    """COPY_RUNS is written as a number (importing the plan package would load dmlshim.inputs into
+    inspect); it must follow PROVE_RUNS."""
     from dmlshim.execute.plan.step_given import PROVE_RUNS
 
     assert whole_model.COPY_RUNS == PROVE_RUNS + 1
