@@ -194,9 +194,7 @@ class FedSizes:
             )
             if any(n in fed or n in computed.names for n in v.values)
         )
-        valued += tuple(
-            v for v in loop_scans(graph.node, names, known, types) if v.values[0] in fed | computed.names
-        )
+        valued += tuple(v for v in loop_scans(model, names, known) if v.values[0] in fed | computed.names)
         sized = {v.output for v in valued if not v.guard or v.op_type == "Loop"}
         carried = carried_steps(graph.node, names, sized, dims_of, elem_type)
         sized |= {c.output for c in carried}

@@ -26,14 +26,19 @@ these rules do not follow is sized where it runs, as before.
 
 from __future__ import annotations
 
+import logging
 import math
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 import onnx
 
 from ...limits import check_tensor
+from ...model.last_inference import infer_shapes
+from ...model.weightless import without_declared_shapes
 from .fed_values import FedValued
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["ShapeStep", "broadcast_shapes", "carried_steps", "loop_scans"]
 
@@ -133,33 +138,40 @@ def _static(dims: Dims) -> bool:
     return all(isinstance(d, int) for d in dims)
 
 
-def loop_scans(
-    nodes: Sequence[onnx.NodeProto],
-    names: Sequence[str],
-    known: Collection[str],
-    types: Mapping[str, onnx.TypeProto],
-) -> tuple[FedValued, ...]:
-    """The scan outputs of the top-level ``Loop`` nodes run a known number of times (see the module
-    docstring), sized as ``Loop`` :class:`.fed_values.FedValued` nodes from the trip count (``known``: the
-    fed and computed values) and the slice shape onnx inferred for each scan output (``types``)."""
-    found = []
-    for node, name in zip(nodes, names, strict=True):
+def loop_scans(model: onnx.ModelProto, names: Sequence[str], known: Collection[str]) -> tuple[FedValued, ...]:
+    """The scan outputs of the top-level ``Loop`` nodes of ``model`` run a known number of times (see the
+    module docstring), sized as ``Loop`` :class:`.fed_values.FedValued` nodes from the trip count
+    (``known``: the fed and computed values) and each scan output's slice shape, as onnx's inference
+    without the model's declared shapes tells it (onnxruntime runs the body at the shapes its values
+    have, whatever a body output declares)."""
+    loops = []
+    for node, name in zip(model.graph.node, names, strict=True):
         if node.op_type != "Loop" or node.domain not in ("", "ai.onnx") or len(node.input) < 2:
             continue
         trips, cond = node.input[0], node.input[1]
         body = next((a.g for a in node.attribute if a.name == "body"), None)
-        if not trips or trips not in known or (cond and cond not in known) or body is None:
-            continue
-        if not _passes_condition(body):
-            continue
-        carried = len(node.input) - 2
+        known_trips = bool(trips) and trips in known and (not cond or cond in known)
+        if known_trips and body is not None and _passes_condition(body):
+            loops.append((node, name))
+    if not loops:
+        return ()
+    try:
+        inferred = infer_shapes(without_declared_shapes(model))
+    except Exception as exc:  # onnx's errors share no useful base: the scans are sized where they run
+        logger.debug("Loop scans sized where they run: no inference (%s)", exc)
+        return ()
+    types = {vi.name: vi.type for vi in (*inferred.graph.value_info, *inferred.graph.output)}
+    found = []
+    for node, name in loops:
+        cond = node.input[1]
         guard = ((cond, True),) if cond else ()
-        for output in node.output[carried:]:
-            slice_dims = _slice_dims(types.get(output)) if output else None
-            if slice_dims is None:
+        for output in node.output[len(node.input) - 2 :]:
+            tp = types.get(output) if output else None
+            slice_dims = _slice_dims(tp)
+            if tp is None or slice_dims is None:
                 continue
-            elem = int(types[output].tensor_type.elem_type)
-            found.append(FedValued(name, "Loop", output, elem, slice_dims, (trips,), guard=guard))
+            elem = int(tp.tensor_type.elem_type)
+            found.append(FedValued(name, "Loop", output, elem, slice_dims, (node.input[0],), guard=guard))
     return tuple(found)
 
 
