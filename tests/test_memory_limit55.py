@@ -31,6 +31,7 @@ from dmlshim.errors import TooLargeError
 from .computed_sizes_child import run_case
 from .memory_limit55_models import BIG, CASES, REFUSED, feeds, model
 from .oracle import ort_session
+from .safety_helpers import run_child
 
 LIMIT = "100000000"
 PEAK_MB = 300  # an idle child: 84 to 93 MB; every refused value would need 128 MB to 2.56 GB
@@ -185,3 +186,23 @@ def test_models_are_valid_onnx() -> None:
         {"cond_op": None, "fed_cond": True},
     ):
         onnx.checker.check_model(onnx.load_from_string(_loop_model(**kwargs)))
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="VmHWM is Linux's")
+@pytest.mark.parametrize("command", ["validate", "export"])
+def test_the_cli_refuses_before_running(tmp_path: Path, command: str) -> None:
+    """``validate`` and ``export`` with ``--inputs`` refuse the model too, naming the node, with no traceback
+    and nothing written (``export`` sized only the feeds' shapes: it ran the model at 14.4 GB peak under
+    the 100 MB limit and wrote a 2.5 GB folder before)."""
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model("expand_gather"))
+    np.savez(tmp_path / "in.npz", **feeds("expand_gather", BIG["expand_gather"]))
+    out = tmp_path / "exported"
+    argv = [command, "-q", str(path), "--inputs", str(tmp_path / "in.npz")]
+    argv += ["-o", str(out)] if command == "export" else []
+    done = run_child(argv, {"DMLSHIM_MEMORY_LIMIT": LIMIT})
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "node 'gather', op Gather" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert "'y' of shape [10000000, 64]" in done.stderr and "DMLSHIM_MEMORY_LIMIT" in done.stderr
+    assert done.peak_rss < PEAK_MB * 1024 * 1024, done.peak_rss
+    assert not out.exists()
