@@ -29,7 +29,7 @@ import onnx
 from onnx import helper
 
 from ...graph import display_names
-from ...limits import check_tensor, gather_scatter_output_shape
+from ...limits import check_tensor, gather_scatter_output_shape, memory_limit
 from ...model.last_inference import infer_shapes
 from ...model.weightless import without_weights
 from ..proofs.symbol_shapes import input_symbols, value_shape
@@ -242,15 +242,20 @@ class FedSizes:
                 shapes[node.output] = shape
         if not shapes:
             return
+        limit = memory_limit()  # read once for the run's carried steps and gathers
         for step in self.carried:
-            shape = step.shape(lambda part: self._shape(part, feeds, shapes))
+            shape = step.shape(lambda part: self._shape(part, feeds, shapes), limit)
             if shape is not None:
                 shapes[step.output] = shape
         for gather in self.valued_gathers:
-            self._check_gather(gather, feeds, shapes)
+            self._check_gather(gather, feeds, shapes, limit)
 
     def _check_gather(
-        self, gather: FedGather, feeds: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]]
+        self,
+        gather: FedGather,
+        feeds: Mapping[str, Any],
+        shapes: Mapping[str, tuple[int, ...]],
+        limit: int | None = None,
     ) -> None:
         """Refuse ``gather`` when its output would pass the memory limit (TooLargeError naming it); its
         parts' shapes from the feeds and the values already sized (``shapes``)."""
@@ -266,7 +271,13 @@ class FedSizes:
         if dtype is None:
             return
         check_tensor(
-            shape, dtype, tensor=gather.output, node=gather.name, op_type=gather.op_type, what="output"
+            shape,
+            dtype,
+            tensor=gather.output,
+            node=gather.name,
+            op_type=gather.op_type,
+            what="output",
+            limit=limit,
         )
 
     def _shape(

@@ -74,23 +74,34 @@ class ShapeStep:
     elem_type: int
     inputs: tuple[str | Dims, ...]
 
-    def shape(self, shape_of: Callable[[str | Dims], tuple[int, ...] | None]) -> tuple[int, ...] | None:
+    def shape(
+        self, shape_of: Callable[[str | Dims], tuple[int, ...] | None], limit: int | None
+    ) -> tuple[int, ...] | None:
         """The output's shape, or None where an input's is unknown or they do not broadcast (onnxruntime
-        refuses that run itself); refused (TooLargeError) when it would pass the memory limit."""
+        refuses that run itself); refused (TooLargeError) when it would pass ``limit`` (the memory limit,
+        read once per run by the caller; None: no limit)."""
         parts = self.inputs[:1] if self.op_type in SAME_SHAPE or self.op_type == "Clip" else self.inputs
         shapes = [shape_of(p) for p in parts]
         if any(s is None for s in shapes):
             return None
         shape = broadcast_shapes(shapes)  # type: ignore[arg-type]
-        if shape is not None and self.elem_type:
+        if shape is not None and self.elem_type and limit is not None:
             check_tensor(
-                shape, self.elem_type, tensor=self.output, node=self.name, op_type=self.op_type, what="output"
+                shape,
+                self.elem_type,
+                tensor=self.output,
+                node=self.name,
+                op_type=self.op_type,
+                what="output",
+                limit=limit,
             )
         return shape
 
 
 def broadcast_shapes(shapes: Sequence[tuple[int, ...]]) -> tuple[int, ...] | None:
     """The shape ``shapes`` broadcast to (None when they do not)."""
+    if len(set(shapes)) == 1:
+        return tuple(shapes[0])
     rank = max((len(s) for s in shapes), default=0)
     out = [1] * rank
     for shape in shapes:
