@@ -19,6 +19,8 @@ CASES = (
     "loop_scan",
     "string_range_gather",
     "string_loop_gathernd",
+    "string_scatter",
+    "float_scatter",
 )
 """Each refused at the node (and op) :data:`REFUSED` names under a 100 MB limit with :data:`BIG`."""
 
@@ -30,6 +32,8 @@ REFUSED = {
     "loop_scan": ("loop", "Loop"),
     "string_range_gather": ("gather", "Gather"),
     "string_loop_gathernd": ("gather", "GatherND"),
+    "string_scatter": ("scatter", "ScatterElements"),
+    "float_scatter": ("scatter", "ScatterND"),
 }
 
 BIG = {
@@ -40,6 +44,8 @@ BIG = {
     "loop_scan": 100_000,  # the scan [n, 1024] float32: 410 MB
     "string_range_gather": 4_000_000,  # 160 MB of strings (40 bytes each at least)
     "string_loop_gathernd": 4_000_000,  # 160 MB of strings
+    "string_scatter": 3_000_000,  # its copy of the fed data: 120 MB of strings (the feed: 24 MB of pointers)
+    "float_scatter": 30_000_000,  # its copy of the fed data: 120 MB
 }
 
 
@@ -120,8 +126,32 @@ def _graph(case: str) -> tuple[list, list, int]:
     raise ValueError(case)
 
 
+def _scatter(case: str) -> bytes:
+    """``y = Scatter*(data, ix, upd)``, its data fed (strings, or floats reduced to ``z``)."""
+    string = case.startswith("string")
+    elem = TensorProto.STRING if string else TensorProto.FLOAT
+    op = "ScatterElements" if string else "ScatterND"
+    nodes = [helper.make_node(op, ["data", "ix", "upd"], ["y"], name="scatter")]
+    out = V("y", elem, ["m"])
+    if not string:
+        nodes.append(helper.make_node("ReduceSum", ["y"], ["z"], keepdims=0))
+        out = V("z", elem, [])
+    inputs = [
+        V("data", elem, ["m"]),
+        V("ix", TensorProto.INT64, ["k"] if string else ["k", 1]),
+        V("upd", elem, ["k"]),
+    ]
+    built = helper.make_model(
+        helper.make_graph(nodes, case, inputs, [out]), opset_imports=[helper.make_opsetid("", 18)]
+    )
+    built.ir_version = 10
+    return built.SerializeToString()
+
+
 def model(case: str) -> bytes:
     """The serialized model of ``case`` (IR 10, opset 18)."""
+    if case.endswith("_scatter"):
+        return _scatter(case)
     nodes, inits, elem = _graph(case)
     out = V("y", elem, ["m"]) if elem == TensorProto.STRING else V("z", elem, [])
     graph = helper.make_graph(nodes, case, [V("n", TensorProto.INT64, [])], [out], inits)
@@ -132,4 +162,11 @@ def model(case: str) -> bytes:
 
 def feeds(case: str, n: int) -> dict[str, np.ndarray]:
     """The feeds of ``case`` making its sized value ``n`` long."""
+    if case == "string_scatter":  # one str object n times: 8 bytes a pointer, its copy 40 at least
+        data = np.array(["ab"] * n, dtype=object)
+        return {"data": data, "ix": np.array([1, 0], np.int64), "upd": np.array(["x", "\u00e9"], object)}
+    if case == "float_scatter":
+        data = np.zeros(n, np.float32)  # pages untouched until something copies it
+        data[:5] = [0.5, 1, -2, 3, 4][:n]
+        return {"data": data, "ix": np.array([[1], [0]], np.int64), "upd": np.array([7.5, -2], np.float32)}
     return {"n": np.array(n, np.int64)}

@@ -121,7 +121,8 @@ def carried_steps(
     elem_type: Callable[[str], int],
 ) -> tuple[ShapeStep, ...]:
     """The top-level elementwise ``nodes`` (display ``names``) reading a value of ``sized`` (or of an
-    earlier step), their other inputs' shapes known (``dims_of``: a feed's name or static dims)."""
+    earlier step), their other inputs' shapes known (``dims_of``: a feed's name, or dims of sizes and
+    symbols the graph inputs declare)."""
     carried = set(sized)
     steps = []
     for node, name in zip(nodes, names, strict=True):
@@ -135,18 +136,14 @@ def carried_steps(
             continue
         parts: list[str | Dims] = []
         for n in read:
-            part = n if n in carried else dims_of(n)
-            if not n or part is None or (not isinstance(part, str) and not _static(part)):
+            part = n if n in carried else dims_of(n)  # (dims: sizes, or symbols graph inputs declare)
+            if not n or part is None:
                 break
             parts.append(part)
         else:
             steps.append(ShapeStep(name, op, node.output[0], elem_type(node.output[0]), tuple(parts)))
             carried.add(node.output[0])
     return tuple(steps)
-
-
-def _static(dims: Dims) -> bool:
-    return all(isinstance(d, int) for d in dims)
 
 
 def loop_scans(model: onnx.ModelProto, names: Sequence[str], known: Collection[str]) -> tuple[FedValued, ...]:
