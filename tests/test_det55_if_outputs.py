@@ -39,7 +39,9 @@ def _if_model(op: str = "Sqrt", elem: int = F) -> onnx.ModelProto:
             helper.make_tensor("s1", TensorProto.INT64, [1], [1]),
         ],
     )
-    other = helper.make_graph([helper.make_node("Identity", ["h"], ["o"])], "else", [], [vi("o", elem, [2, 3])])
+    other = helper.make_graph(
+        [helper.make_node("Identity", ["h"], ["o"])], "else", [], [vi("o", elem, [2, 3])]
+    )
     nodes = [
         helper.make_node("Neg", ["x"], ["n"]),
         helper.make_node("Gather", ["n", "i"], ["g"], axis=0),
