@@ -35,7 +35,7 @@ from ...model.weightless import without_weights
 from ..proofs.symbol_shapes import input_symbols, value_shape
 from .checks import declared_values, downstream_of
 from .computed_values import ComputedValues, guard_holds
-from .fed_values import VALUE_INPUTS, VALUED_OPS, FedValued, valued_nodes
+from .fed_values import VALUED_OPS, FedValued, value_positions, valued_nodes
 from .small_values import small_value
 
 __all__ = ["FedGather", "FedSizes"]
@@ -177,7 +177,7 @@ class FedSizes:
             node.input[p]
             for node in graph.node
             if node.op_type in VALUED_OPS
-            for p in VALUE_INPUTS[node.op_type]
+            for p in value_positions(node) or ()
             # an initializer listed as an input is read at its default when the run does not feed it
             if p < len(node.input) and (node.input[p] not in fed or node.input[p] in initializers)
         }

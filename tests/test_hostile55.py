@@ -1,0 +1,131 @@
+"""Hostile round 55 (issue 35): a hostile user against dmlshim's safety promises, each case kept, the
+ones that held and the ones fixed.
+
+Fixed:
+
+- A ``Pad`` whose ``pads`` are fed (or computed from the feeds), or a ``Resize`` whose ``sizes`` or
+  ``scales`` are, was never sized from the run's feeds: under ``DMLSHIM_MEMORY_LIMIT=100000000`` every
+  engine let onnxruntime allocate a fed ``[0, 0, 20000, 20000]`` pad of a 1x1 value (1675 MB peak), as
+  the docs promise only for Expand/Tile/ConstantOfShape/Range/OneHot. Now sized as those are
+  (``execute/plan/fed_values.py``), exactly as onnxruntime computes the shape: each case below runs at a
+  limit of exactly onnxruntime's output bytes and is refused one byte under it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import dmlshim
+from dmlshim.errors import TooLargeError
+
+ENGINES = ("partitioned", "customop", "cpu")
+V = helper.make_tensor_value_info
+
+
+def _model(nodes: list, inputs: list, outputs: list, inits: list = (), opset: int = 18) -> bytes:  # type: ignore[assignment]
+    graph = helper.make_graph(nodes, "h55", inputs, outputs, list(inits))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 10
+    return model.SerializeToString()
+
+
+def _reference(model: bytes, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
+
+
+def _engine(engine: str) -> dict:
+    if engine == "customop":
+        pytest.importorskip("onnxruntime_extensions")
+    return {"engine": engine}
+
+
+def _sized_model(kind: str) -> tuple[bytes, dict[str, np.ndarray]]:
+    """``big = OP(x, fed shape-like input)`` read by an emulated Gather; ``big`` is an output too."""
+    x = np.arange(35, dtype=np.float32).reshape(5, 7)
+    inits: list = []
+    if kind.startswith("pad"):
+        inputs = [V("x", TensorProto.FLOAT, [5, 7]), V("pads", TensorProto.INT64, [None])]
+        names = ["x", "pads"]
+        feeds = {"x": x, "pads": np.array([1, -2, 3, 4], np.int64)}
+        if kind == "pad_axes":
+            names += ["", "axes"]
+            inits = [numpy_helper.from_array(np.array([-1], np.int64), "axes")]
+            feeds["pads"] = np.array([-3, 9], np.int64)
+        node = helper.make_node("Pad", names, ["big"], name="grow", mode="edge")
+    elif kind == "resize_sizes":
+        inputs = [V("x", TensorProto.FLOAT, [5, 7]), V("sizes", TensorProto.INT64, [2])]
+        feeds = {"x": x, "sizes": np.array([9, 3], np.int64)}
+        node = helper.make_node("Resize", ["x", "", "", "sizes"], ["big"], name="grow", mode="nearest")
+    elif kind == "resize_scales":
+        inputs = [V("x", TensorProto.FLOAT, [5, 7]), V("scales", TensorProto.FLOAT, [2])]
+        # 1.7 * 5 = 8.5 and 2.3 * 7 = 16.1 in float32: onnxruntime truncates to [8, 16]
+        feeds = {"x": x, "scales": np.array([1.7, 2.3], np.float32)}
+        node = helper.make_node("Resize", ["x", "", "scales"], ["big"], name="grow", mode="nearest")
+    else:  # resize_axes: sizes for the last axis only (axes=[-1] crashes onnxruntime 1.24.4 itself)
+        inputs = [V("x", TensorProto.FLOAT, [5, 7]), V("sizes", TensorProto.INT64, [1])]
+        feeds = {"x": x, "sizes": np.array([11], np.int64)}
+        node = helper.make_node(
+            "Resize", ["x", "", "", "sizes"], ["big"], name="grow", mode="nearest", axes=[1]
+        )
+    nodes = [node, helper.make_node("Gather", ["big", "i"], ["y"], axis=0, name="gather")]
+    inputs.append(V("i", TensorProto.INT64, [2]))
+    feeds["i"] = np.array([0, -1], np.int64)
+    model = _model(nodes, inputs, [V("y", TensorProto.FLOAT, None), V("big", TensorProto.FLOAT, None)], inits)
+    return model, feeds
+
+
+@pytest.mark.parametrize("kind", ["pad", "pad_axes", "resize_sizes", "resize_scales", "resize_axes"])
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_fed_pad_or_resize_is_sized_exactly_as_onnxruntime_allocates(
+    engine: str, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model, feeds = _sized_model(kind)
+    want = _reference(model, feeds)
+    exact = want[1].nbytes
+    session = dmlshim.InferenceSession(model, **_engine(engine))
+    monkeypatch.setenv("DMLSHIM_MEMORY_LIMIT", str(exact))
+    for got, expected in zip(session.run(None, feeds), want, strict=True):
+        assert got.shape == expected.shape
+        np.testing.assert_array_equal(got, expected)
+    monkeypatch.setenv("DMLSHIM_MEMORY_LIMIT", str(exact - 1))
+    with pytest.raises(TooLargeError) as caught:
+        session.run(None, feeds)
+    message = str(caught.value)
+    assert "'grow'" in message and "'big'" in message and str(list(want[1].shape)) in message
+
+
+@pytest.mark.parametrize("kind", ["pad", "resize"])
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_huge_fed_pad_or_resize_is_refused_before_onnxruntime_allocates_it(
+    engine: str, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 1x1 value padded (resized) to 20001x20001 floats by a fed input: 1.6 GB; refused at a 10 MB limit
+    (before: 1675 MB peak under a 100 MB limit). The pads here are computed from the feed
+    (``Mul(pads, two)``), as the sizes of a fed Resize are given."""
+    monkeypatch.setenv("DMLSHIM_MEMORY_LIMIT", "10000000")
+    inits = [numpy_helper.from_array(np.array(2, np.int64), "two")]
+    if kind == "pad":
+        nodes = [
+            helper.make_node("Mul", ["half", "two"], ["pads"]),
+            helper.make_node("Pad", ["x", "pads"], ["big"], name="grow"),
+        ]
+        shape_input = V("half", TensorProto.INT64, [4])
+        small, huge = np.array([0, 0, 1, 1], np.int64), np.array([0, 0, 10000, 10000], np.int64)
+    else:
+        nodes = [helper.make_node("Resize", ["x", "", "", "sizes"], ["big"], name="grow")]
+        shape_input = V("sizes", TensorProto.INT64, [2])
+        small, huge = np.array([3, 3], np.int64), np.array([20001, 20001], np.int64)
+    nodes.append(helper.make_node("Gather", ["big", "i"], ["y"], axis=0, name="gather"))
+    inputs = [V("x", TensorProto.FLOAT, [1, 1]), shape_input, V("i", TensorProto.INT64, [1])]
+    model = _model(nodes, inputs, [V("y", TensorProto.FLOAT, None)], inits)
+    feeds = {"x": np.ones((1, 1), np.float32), shape_input.name: small, "i": np.array([1], np.int64)}
+    session = dmlshim.InferenceSession(model, **_engine(engine))
+    np.testing.assert_array_equal(session.run(None, feeds)[0], _reference(model, feeds)[0])
+    with pytest.raises(TooLargeError, match=r"node 'grow'.*op (Pad|Resize)"):
+        session.run(None, {**feeds, shape_input.name: huge})
