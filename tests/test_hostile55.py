@@ -3,12 +3,14 @@ ones that held and the ones fixed.
 
 Fixed:
 
-- A ``Pad`` whose ``pads`` are fed (or computed from the feeds), or a ``Resize`` whose ``sizes`` or
-  ``scales`` are, was never sized from the run's feeds: under ``DMLSHIM_MEMORY_LIMIT=100000000`` every
-  engine let onnxruntime allocate a fed ``[0, 0, 20000, 20000]`` pad of a 1x1 value (1675 MB peak), as
-  the docs promise only for Expand/Tile/ConstantOfShape/Range/OneHot. Now sized as those are
-  (``execute/plan/fed_values.py``), exactly as onnxruntime computes the shape: each case below runs at a
-  limit of exactly onnxruntime's output bytes and is refused one byte under it.
+- A ``Pad`` whose ``pads`` are fed (or computed from the feeds), a ``Resize`` or ``Upsample`` whose
+  ``sizes`` or ``scales`` are, a ``CenterCropPad`` whose ``shape`` is and a ``HannWindow`` (Hamming,
+  Blackman) whose ``size`` is were never sized from the run's feeds: under
+  ``DMLSHIM_MEMORY_LIMIT=100000000`` every engine let onnxruntime allocate a fed ``[0, 0, 20000, 20000]``
+  pad of a 1x1 value (1675 MB peak), as the docs promised only for Expand/Tile/ConstantOfShape/Range/
+  OneHot. Now sized as those are (``execute/plan/grown_sizes.py``), exactly as onnxruntime computes the
+  shape: each case below runs at a limit of exactly onnxruntime's output bytes and is refused one byte
+  under it.
 """
 
 from __future__ import annotations
@@ -49,7 +51,23 @@ def _sized_model(kind: str) -> tuple[bytes, dict[str, np.ndarray]]:
     """``big = OP(x, fed shape-like input)`` read by an emulated Gather; ``big`` is an output too."""
     x = np.arange(35, dtype=np.float32).reshape(5, 7)
     inits: list = []
-    if kind.startswith("pad"):
+    opset = 18
+    if kind == "upsample":
+        opset = 9
+        inputs = [V("x", TensorProto.FLOAT, [5, 7]), V("scales", TensorProto.FLOAT, [2])]
+        feeds = {"x": x, "scales": np.array([1.7, 2.3], np.float32)}
+        node = helper.make_node("Upsample", ["x", "scales"], ["big"], name="grow")
+    elif kind == "center_crop_pad":  # crops the first axis to 3, pads the last to 12
+        inputs = [V("x", TensorProto.FLOAT, [5, 7]), V("shape", TensorProto.INT64, [2])]
+        feeds = {"x": x, "shape": np.array([3, 12], np.int64)}
+        node = helper.make_node("CenterCropPad", ["x", "shape"], ["big"], name="grow", axes=[0, 1])
+    elif kind == "hann_window":
+        inputs = [V("size", TensorProto.INT64, [])]
+        feeds = {"size": np.array(13, np.int64)}
+        node = helper.make_node(
+            "HannWindow", ["size"], ["big"], name="grow", output_datatype=TensorProto.DOUBLE
+        )
+    elif kind.startswith("pad"):
         inputs = [V("x", TensorProto.FLOAT, [5, 7]), V("pads", TensorProto.INT64, [None])]
         names = ["x", "pads"]
         feeds = {"x": x, "pads": np.array([1, -2, 3, 4], np.int64)}
@@ -76,11 +94,24 @@ def _sized_model(kind: str) -> tuple[bytes, dict[str, np.ndarray]]:
     nodes = [node, helper.make_node("Gather", ["big", "i"], ["y"], axis=0, name="gather")]
     inputs.append(V("i", TensorProto.INT64, [2]))
     feeds["i"] = np.array([0, -1], np.int64)
-    model = _model(nodes, inputs, [V("y", TensorProto.FLOAT, None), V("big", TensorProto.FLOAT, None)], inits)
-    return model, feeds
+    elem = TensorProto.DOUBLE if kind == "hann_window" else TensorProto.FLOAT
+    outputs = [V("y", elem, None), V("big", elem, None)]
+    return _model(nodes, inputs, outputs, inits, opset), feeds
 
 
-@pytest.mark.parametrize("kind", ["pad", "pad_axes", "resize_sizes", "resize_scales", "resize_axes"])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "pad",
+        "pad_axes",
+        "resize_sizes",
+        "resize_scales",
+        "resize_axes",
+        "upsample",
+        "center_crop_pad",
+        "hann_window",
+    ],
+)
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_fed_pad_or_resize_is_sized_exactly_as_onnxruntime_allocates(
     engine: str, kind: str, monkeypatch: pytest.MonkeyPatch

@@ -25,6 +25,15 @@ import onnx
 
 from ...errors import BadInputError
 from ...limits import check_tensor, tensor_nbytes
+from .grown_sizes import (
+    DATA_OPS,
+    GROWN_INPUTS,
+    WINDOW_OPS,
+    grown_positions,
+    grown_shape,
+    sized_axes,
+    sized_where_it_runs,
+)
 
 __all__ = ["VALUED_OPS", "VALUE_INPUTS", "FedValued", "valued_nodes"]
 
@@ -51,7 +60,7 @@ class FedValued:
     axis: int = -1
     """OneHot's axis (where the depth goes); for Reshape, its ``allowzero``."""
     axes: tuple[int, ...] | None = None
-    """Resize's ``axes`` attribute (the axes its scales or sizes name; None: every axis)."""
+    """Resize's or CenterCropPad's ``axes`` attribute (the axes its sizes name; None: every axis)."""
     guard: tuple[tuple[str, bool], ...] = ()
     """For a node inside ``If`` branches or ``Loop``/``Scan`` bodies: the conditions (a computed bool value,
     the value it must have) under which it runs."""
@@ -67,15 +76,15 @@ class FedValued:
         ``numpy_values`` (an engine holding values as numpy arrays), when numpy cannot hold it
         (BadInputError: an empty shape whose other dimensions multiply past 2**63 bytes)."""
         # a Range of floats allocates what its float bounds say; a Resize, what its float scales say
-        floats = self.op_type in ("Range", "Resize")
+        floats = self.op_type in ("Range", "Resize", "Upsample")
         numbers = [_small_ints(feeds.get(n), floats=floats) for n in self.values]
         if any(v is None for v in numbers):
             return
         data_shape = shape_of(self.data) if self.data is not None else ()
         if data_shape is None:
             return
-        if self.op_type in ("Pad", "Resize"):
-            shape = resized_shape(self.op_type, data_shape, numbers, self.axes)  # type: ignore[arg-type]
+        if self.op_type in GROWN_INPUTS:
+            shape = grown_shape(self.op_type, data_shape, numbers, self.axes)  # type: ignore[arg-type]
         else:
             shape = _output_shape(self.op_type, data_shape, numbers, self.axis)  # type: ignore[arg-type]
         if shape is None:
@@ -174,8 +183,7 @@ def _reshaped(data: tuple[int, ...], dims: list[int], *, allowzero: bool) -> tup
 
 
 VALUE_INPUTS = {
-    "Pad": (1, 3),
-    "Resize": (1, 2, 3),
+    **GROWN_INPUTS,
     "Expand": (1,),
     "Tile": (1,),
     "ConstantOfShape": (0,),
@@ -189,60 +197,10 @@ VALUED_OPS = frozenset(VALUE_INPUTS)
 
 def value_positions(node: onnx.NodeProto) -> tuple[int, ...] | None:
     """The positions of ``node``'s shape-like inputs (:data:`VALUE_INPUTS`) that size its output, or None
-    where it has none: a Pad's ``pads`` (with its ``axes`` when given; before opset 11 the pads are an
-    attribute), a Resize's ``sizes`` when given, else its ``scales`` (input 1 in opset 10)."""
-    given = [bool(name) for name in node.input]
-    if node.op_type == "Pad":
-        if len(given) < 2 or not given[1]:
-            return None
-        return (1, 3) if len(given) > 3 and given[3] else (1,)
-    if node.op_type == "Resize":
-        if len(given) > 3 and given[3]:
-            return (3,)
-        if len(given) > 2 and given[2]:
-            return (2,)
-        return (1,) if len(given) == 2 and given[1] else None
+    where it has none (:func:`.grown_sizes.grown_positions` for the ops that module sizes)."""
+    if node.op_type in GROWN_INPUTS:
+        return grown_positions(node)
     return VALUE_INPUTS.get(node.op_type)
-
-
-def resized_shape(
-    op: str, data: tuple[int, ...], values: list[np.ndarray], axes: tuple[int, ...] | None = None
-) -> tuple[int, ...] | None:
-    """The output shape onnxruntime allocates for a Pad (``values``: pads, then axes when given) or a
-    Resize (``values``: its float scales or its integer sizes; ``axes``: its attribute), or None where the
-    inputs are invalid (its error stands)."""
-    rank = len(data)
-    if op == "Pad":
-        pads = [int(v) for v in values[0].reshape(-1)]
-        listed = [int(a) for a in values[1].reshape(-1)] if len(values) > 1 else list(range(rank))
-    else:
-        if values[0].size > _MAX_ELEMENTS:
-            return None
-        listed = list(axes) if axes is not None else list(range(rank))
-    listed = [a + rank if a < 0 else a for a in listed]
-    if len(set(listed)) != len(listed) or any(not 0 <= a < rank for a in listed):
-        return None
-    out = list(data)
-    if op == "Pad":
-        if len(pads) != 2 * len(listed):
-            return None
-        for k, a in enumerate(listed):
-            out[a] = data[a] + pads[k] + pads[k + len(listed)]
-    else:
-        numbers = values[0].reshape(-1)
-        if len(numbers) != len(listed):
-            return None
-        for k, a in enumerate(listed):
-            if numbers.dtype.kind == "f":
-                # onnxruntime: static_cast<int64_t>(scale * dim), the product in float32
-                with np.errstate(all="ignore"):
-                    product = np.float32(numbers[k]) * np.float32(data[a])
-                if not numbers[k] > 0 or not math.isfinite(float(product)):
-                    return None
-                out[a] = int(product)
-            else:
-                out[a] = int(numbers[k])
-    return tuple(out) if all(d >= 0 for d in out) else None
 
 
 def valued_nodes(
@@ -266,21 +224,17 @@ def valued_nodes(
         data: str | Dims | None = None
         key = "allowzero" if node.op_type == "Reshape" else "axis"
         axis = next((int(a.i) for a in node.attribute if a.name == key), -1)
-        resize_axes: tuple[int, ...] | None = None
-        if node.op_type == "Resize":
-            attrs = {a.name: a for a in node.attribute}
-            policy = attrs.get("keep_aspect_ratio_policy")
-            if policy is not None and policy.s not in (b"", b"stretch"):
-                continue  # the sizes are a bound the policy scales within: sized where it runs
-            if "axes" in attrs:
-                resize_axes = tuple(int(a) for a in attrs["axes"].ints)
-        if node.op_type in ("Expand", "Tile", "OneHot", "Reshape", "Pad", "Resize"):
+        if sized_where_it_runs(node):
+            continue
+        if node.op_type in ("Expand", "Tile", "OneHot", "Reshape") or node.op_type in DATA_OPS:
             data = dims_of(node.input[0])
             if data is None or (node.op_type == "OneHot" and len(node.input) < 3):
                 continue
             kind = elem_type(node.input[2] if node.op_type == "OneHot" else node.input[0])
         elif node.op_type == "Range":
             kind = elem_type(node.input[0])
+        elif node.op_type in WINDOW_OPS:
+            kind = next((int(a.i) for a in node.attribute if a.name == "output_datatype"), 1)
         else:
             value = next((a.t for a in node.attribute if a.name == "value"), None)
             kind = int(value.data_type) if value is not None else onnx.TensorProto.FLOAT
@@ -289,6 +243,6 @@ def valued_nodes(
         values = tuple(node.input[p] for p in positions)
         guard = guards[k] if guards is not None else ()
         found.append(
-            FedValued(name, node.op_type, node.output[0], kind, data, values, axis, resize_axes, guard)
+            FedValued(name, node.op_type, node.output[0], kind, data, values, axis, sized_axes(node), guard)
         )
     return tuple(found)
