@@ -67,6 +67,18 @@ def _sized_model(kind: str) -> tuple[bytes, dict[str, np.ndarray]]:
         node = helper.make_node(
             "HannWindow", ["size"], ["big"], name="grow", output_datatype=TensorProto.DOUBLE
         )
+    elif kind == "mel_weight_matrix":
+        inputs = [V("bins", TensorProto.INT64, []), V("dft", TensorProto.INT64, [])]
+        feeds = {"bins": np.array(6, np.int64), "dft": np.array(33, np.int64)}
+        names = ["bins", "dft", "rate", "low", "high"]
+        node = helper.make_node(
+            "MelWeightMatrix", names, ["big"], name="grow", output_datatype=TensorProto.DOUBLE
+        )
+        inits = [
+            numpy_helper.from_array(np.array(16000, np.int64), "rate"),
+            numpy_helper.from_array(np.array(0.0, np.float32), "low"),
+            numpy_helper.from_array(np.array(4000.0, np.float32), "high"),
+        ]
     elif kind.startswith("pad"):
         inputs = [V("x", TensorProto.FLOAT, [5, 7]), V("pads", TensorProto.INT64, [None])]
         names = ["x", "pads"]
@@ -94,7 +106,7 @@ def _sized_model(kind: str) -> tuple[bytes, dict[str, np.ndarray]]:
     nodes = [node, helper.make_node("Gather", ["big", "i"], ["y"], axis=0, name="gather")]
     inputs.append(V("i", TensorProto.INT64, [2]))
     feeds["i"] = np.array([0, -1], np.int64)
-    elem = TensorProto.DOUBLE if kind == "hann_window" else TensorProto.FLOAT
+    elem = TensorProto.DOUBLE if kind in ("hann_window", "mel_weight_matrix") else TensorProto.FLOAT
     outputs = [V("y", elem, None), V("big", elem, None)]
     return _model(nodes, inputs, outputs, inits, opset), feeds
 
@@ -110,6 +122,7 @@ def _sized_model(kind: str) -> tuple[bytes, dict[str, np.ndarray]]:
         "upsample",
         "center_crop_pad",
         "hann_window",
+        "mel_weight_matrix",
     ],
 )
 @pytest.mark.parametrize("engine", ENGINES)

@@ -1,9 +1,10 @@
 """Output shapes of the ops whose size a fed (or computed) value sets beyond :mod:`.fed_values`' first ones:
 ``Pad`` (its ``pads``, and ``axes``), ``Resize`` and ``Upsample`` (``sizes`` or float ``scales``),
-``CenterCropPad`` (``shape``) and the window ops (``HannWindow``, ``HammingWindow``, ``BlackmanWindow``:
-``size``), computed as onnxruntime computes them so that a run is refused exactly when the value would
-pass the memory limit (issue 35 round 55: a 1x1 value padded or resized to a fed 20000x20000 ran at
-1675 MB peak under a 100 MB limit, in every engine)."""
+``CenterCropPad`` (``shape``), the window ops (``HannWindow``, ``HammingWindow``, ``BlackmanWindow``:
+``size``) and ``MelWeightMatrix`` (``num_mel_bins``, ``dft_length``), computed as onnxruntime computes
+them so that a run is refused exactly when the value would pass the memory limit (issue 35 round 55:
+a 1x1 value padded or resized to a fed 20000x20000 ran at 1675 MB peak under a 100 MB limit, in every
+engine)."""
 
 from __future__ import annotations
 
@@ -23,14 +24,18 @@ __all__ = [
     "sized_where_it_runs",
 ]
 
-WINDOW_OPS = frozenset(("HannWindow", "HammingWindow", "BlackmanWindow"))
+WINDOW_OPS = frozenset(("HannWindow", "HammingWindow", "BlackmanWindow", "MelWeightMatrix"))
+"""Ops making a new value of the ``output_datatype`` their sizing inputs' values shape."""
 
 GROWN_INPUTS = {
     "Pad": (1, 3),
     "Resize": (1, 2, 3),
     "Upsample": (1,),
     "CenterCropPad": (1,),
-    **{op: (0,) for op in WINDOW_OPS},
+    "HannWindow": (0,),
+    "HammingWindow": (0,),
+    "BlackmanWindow": (0,),
+    "MelWeightMatrix": (0, 1),
 }
 """The shape-like inputs each op may have (:func:`grown_positions`: those a node has)."""
 
@@ -85,8 +90,12 @@ def grown_shape(
     if any(v.size > _MAX_ELEMENTS for v in values):
         return None
     if op in WINDOW_OPS:
-        size = values[0].reshape(-1)
-        return (int(size[0]),) if size.size == 1 and size.dtype.kind in "iu" and size[0] >= 0 else None
+        sizes = [v.reshape(-1) for v in values]
+        if any(v.size != 1 or v.dtype.kind not in "iu" or v[0] < 0 for v in sizes):
+            return None
+        if op == "MelWeightMatrix":  # num_mel_bins, dft_length: [dft_length // 2 + 1, num_mel_bins]
+            return (int(sizes[1][0]) // 2 + 1, int(sizes[0][0]))
+        return (int(sizes[0][0]),)
     rank = len(data)
     numbers = values[0].reshape(-1)
     if op == "Pad":
