@@ -11,9 +11,16 @@ Fixed:
   OneHot. Now sized as those are (``execute/plan/grown_sizes.py``), exactly as onnxruntime computes the
   shape: each case below runs at a limit of exactly onnxruntime's output bytes and is refused one byte
   under it.
+- A ``Gather`` whose indices (or data) such a node makes, a ``Tile`` by fed repeats or an ``Expand`` to
+  a shape computed from the feeds, was not sized from that node's shape: the cpu and custom-op engines
+  ran a 400 MB gather by 100,000 tiled indices under a 100 MB limit (512 and 967 MB peak), the
+  partitioned engine refused it only after its whole-model check had allocated it (516 MB peak); now
+  refused before any engine runs, at 114-122 MB (``execute/plan/fed_sizes.py``), in the steady lane too.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import onnxruntime
@@ -22,6 +29,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 import dmlshim
 from dmlshim.errors import TooLargeError
+
+from .computed_sizes_child import gives_onnxruntimes_values, run_case
 
 ENGINES = ("partitioned", "customop", "cpu")
 V = helper.make_tensor_value_info
@@ -173,3 +182,79 @@ def test_a_huge_fed_pad_or_resize_is_refused_before_onnxruntime_allocates_it(
     np.testing.assert_array_equal(session.run(None, feeds)[0], _reference(model, feeds)[0])
     with pytest.raises(TooLargeError, match=r"node 'grow'.*op (Pad|Resize)"):
         session.run(None, {**feeds, shape_input.name: huge})
+
+
+def _gather_by_made_indices(how: str) -> tuple[bytes, str]:
+    """``y = ReduceSum(Gather(table, idx))``, a 100x1000 float table, ``idx`` made from the feeds by a node
+    sized from fed values: a Tile by fed repeats, or an Expand to ``Shape(x) * 100``. Returns the model
+    and the name of the feed that sets the size."""
+    if how == "tile":
+        nodes = [helper.make_node("Tile", ["i", "reps"], ["idx"], name="tile")]
+        inputs = [V("i", TensorProto.INT64, [1]), V("reps", TensorProto.INT64, [1])]
+        sizing = "reps"
+    else:
+        nodes = [
+            helper.make_node("Shape", ["x"], ["s"]),
+            helper.make_node("Mul", ["s", "k"], ["s2"]),
+            helper.make_node("Expand", ["i", "s2"], ["idx"], name="expand"),
+        ]
+        inputs = [V("i", TensorProto.INT64, [1]), V("x", TensorProto.FLOAT, [None])]
+        sizing = "x"
+    nodes += [
+        helper.make_node("Gather", ["table", "idx"], ["g"], axis=0, name="gather"),
+        helper.make_node("ReduceSum", ["g"], ["y"], keepdims=0),
+    ]
+    table = np.arange(100 * 1000, dtype=np.float32).reshape(100, 1000) % 7
+    inits = [numpy_helper.from_array(table, "table"), numpy_helper.from_array(np.array([100], np.int64), "k")]
+    return _model(nodes, inputs, [V("y", TensorProto.FLOAT, None)], inits, 17), sizing
+
+
+@pytest.mark.parametrize("how", ["tile", "expand"])
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_gather_by_indices_a_fed_value_sizes_is_refused_before_onnxruntime_allocates_it(
+    engine: str, how: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Tile (Expand) itself is small: 4000 int64 indices are 32 KB; the gather's output is 16 MB.
+    Before: the cpu and custom-op engines ran it under the limit (400 MB by 100,000 indices under a
+    100 MB limit: 512 and 967 MB peak), the partitioned engine refused it after its whole-model check
+    had allocated it (516 MB peak); now every engine refuses it before any engine runs (114 to 122 MB
+    peak, imports included). A run within the limit gives onnxruntime's values, also after the
+    session's steady runs (the same feed shapes, another repeat count)."""
+    model, sizing = _gather_by_made_indices(how)
+    i = np.array([3], np.int64)
+
+    def feeds(count: int) -> dict[str, np.ndarray]:
+        if sizing == "reps":
+            return {"i": i, "reps": np.array([count], np.int64)}
+        return {"i": i, "x": np.zeros(count // 100, np.float32)}
+
+    monkeypatch.setenv("DMLSHIM_MEMORY_LIMIT", "10000000")
+    session = dmlshim.InferenceSession(model, **_engine(engine))
+    for _ in range(5):  # past the first runs: the steady lane answers runs of the same shapes
+        small = feeds(200)
+        np.testing.assert_array_equal(session.run(None, small)[0], _reference(model, small)[0])
+    with pytest.raises(TooLargeError) as caught:
+        session.run(None, feeds(4000))
+    message = str(caught.value)
+    assert "'gather'" in message and "[4000, 1000]" in message
+    monkeypatch.setenv("DMLSHIM_MEMORY_LIMIT", str(4000 * 1000 * 4))
+    big = feeds(4000)
+    np.testing.assert_array_equal(session.run(None, big)[0], _reference(model, big)[0])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["tile", "expand", "pad", "resize"])
+@pytest.mark.parametrize("engine", ENGINES)
+def test_peak_memory_stays_under_the_limit_when_refused(engine: str, case: str, tmp_path: Path) -> None:
+    """In a child under a 100 MB limit: a 400 MB gather by 100,000 made indices, a 1x1 value padded
+    (resized) to 20001x20001 (20000x20000) floats by a fed n. Refused, naming the node, at a peak well
+    under the 400 MB (1.6 GB) value; before: 512-967 MB and 1675 MB peak (the partitioned engine
+    refused the gather only after its whole-model check had allocated it)."""
+    _engine(engine)
+    n = 100_000 if case in ("tile", "expand") else 20_000
+    out = run_case("hostile55_models", case, engine, n, tmp_path / "out.npy", "100000000")
+    assert "REFUSED TooLargeError" in out, out
+    assert ("gather Gather" if case in ("tile", "expand") else "grow") in out, out
+    peak = int(out.split("PEAK_MB")[1].split()[0])
+    assert peak < 300, out
+    gives_onnxruntimes_values("hostile55_models", case, engine, tmp_path / "small.npy", "100000000")

@@ -12,15 +12,16 @@ shapes follow from the feeds' shapes alone: each is fed (its shape is the feed's
 dimensions, in onnx's inference of the model without its weights (no data propagation, the pass the
 model check ran), is a size or a symbolic name a graph input declares (the feeds of the inputs declaring
 it tell its size when they agree on it, as :class:`dmlshim.execute.proofs.symbol_shapes.FeedShapes`
-reads them). A size only
-the values tell (indices from ``NonZero``, a shape computed from a feed's values) is sized where the
-gather runs, as before.
+reads them). So is a gather whose data or indices a node sized from fed values makes (:mod:`.fed_values`:
+a ``Tile`` by fed repeats, an ``Expand`` to a shape computed from the feeds), from that node's shape on
+the run. A size only the values tell (indices from ``NonZero``) is sized where the gather runs, as
+before.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,21 +57,44 @@ def _numpy_type(elem_type: int) -> Any:
         return None
 
 
-def _static(part: str | Dims) -> bool:
-    return not isinstance(part, str) and all(isinstance(d, int) for d in part)
+def _static(part: str | Dims | FedValued) -> bool:
+    return isinstance(part, tuple) and all(isinstance(d, int) for d in part)
+
+
+Part = str | Dims | FedValued
+"""A gather input's shape: a fed input's name (the feed's shape), dims, or the node making it from fed
+values (a ``Tile`` by fed repeats: its shape on the run)."""
 
 
 @dataclass(frozen=True)
 class FedGather:
     """A gather sized from the feeds: its name, op, attributes, output, output element type, and for
-    its data and indices either a fed input's name (its shape is the feed's) or its dims."""
+    its data and indices either a fed input's name (its shape is the feed's), its dims, or the node sized
+    from fed values that makes it (:class:`FedValued`)."""
 
     name: str
     op_type: str
     attributes: Mapping[str, Any]
     output: str
     elem_type: int
-    inputs: tuple[str | Dims, str | Dims]
+    inputs: tuple[Part, Part]
+
+    def check(self, shape_of: Callable[[Part], tuple[int, ...] | None], feeds: Mapping[str, Any]) -> None:
+        """Refuse the run when the gather's output, its inputs' shapes given by ``shape_of``, would pass
+        the memory limit (TooLargeError naming the gather, its op, its output and the bytes it needs)."""
+        shapes = [shape_of(part) for part in self.inputs]
+        if shapes[0] is None or shapes[1] is None:
+            return
+        shape = gather_scatter_output_shape(self.op_type, self.attributes, shapes)
+        if shape is None:
+            return
+        fed = self.inputs[0]
+        value = feeds.get(fed) if isinstance(fed, str) else None
+        dtype = value.dtype if isinstance(value, np.ndarray) else _numpy_type(self.elem_type)
+        if dtype is not None:
+            check_tensor(
+                shape, dtype, tensor=self.output, node=self.name, op_type=self.op_type, what="output"
+            )
 
 
 @dataclass(frozen=True)
@@ -91,6 +115,11 @@ class FedSizes:
     computed: ComputedValues = field(default_factory=ComputedValues)
     """The shape-like values those nodes read that the graph computes from the feeds
     (:mod:`.computed_values`)."""
+    valued_gathers: tuple[FedGather, ...] = ()
+    """The gathers whose data or indices one of :attr:`valued` makes (``Gather(table, Tile(i, reps))``
+    with ``reps`` fed: 400 MB for 800 KB of indices), sized from that node's shape on each run (before
+    issue 35's round 55, where they ran: after onnxruntime allocated them, up to 967 MB peak under a
+    100 MB limit)."""
 
     @classmethod
     def of(cls, model: onnx.ModelProto) -> FedSizes:
@@ -155,22 +184,6 @@ class FedSizes:
             tp = type_of(name)
             return int(tp.tensor_type.elem_type) if tp is not None and tp.HasField("tensor_type") else 0
 
-        gathers = []
-        for node, name in nodes:
-            data, indices = dims_of(node.input[0]), dims_of(node.input[1])
-            if data is None or indices is None or (_static(data) and _static(indices)):
-                continue  # a size no feed sets is checked when the session is built, or where it runs
-            attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-            gathers.append(
-                FedGather(
-                    name,
-                    node.op_type,
-                    attributes,
-                    node.output[0],
-                    elem_type(node.input[0]),
-                    (data, indices),
-                )
-            )
         defaults = {n: tuple(int(d) for d in t.dims) for n, t in initializers.items() if n in fed}
         shared = {k: tuple(v) for k, v in declaring.items() if len(v) > 1}
         targets = {
@@ -201,7 +214,25 @@ class FedSizes:
             )
             if any(n in fed or n in computed.names for n in v.values)
         )
-        return cls(tuple(gathers), symbols, defaults, shared, valued, computed)
+        made = {v.output: v for v in valued if not v.guard}
+        gathers: list[FedGather] = []
+        valued_gathers: list[FedGather] = []
+        for node, name in nodes:
+            # a value no inference sizes, made by a node sized from fed values: that node's shape
+            data: Part | None = dims_of(node.input[0])
+            indices: Part | None = dims_of(node.input[1])
+            data = made.get(node.input[0]) if data is None else data
+            indices = made.get(node.input[1]) if indices is None else indices
+            if data is None or indices is None or (_static(data) and _static(indices)):
+                continue  # a size no feed sets is checked when the session is built, or where it runs
+            attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+            by_values = isinstance(data, FedValued) or isinstance(indices, FedValued)
+            (valued_gathers if by_values else gathers).append(
+                FedGather(
+                    name, node.op_type, attributes, node.output[0], elem_type(node.input[0]), (data, indices)
+                )
+            )
+        return cls(tuple(gathers), symbols, defaults, shared, valued, computed, tuple(valued_gathers))
 
     def check(self, feeds: Mapping[str, Any], *, numpy_values: bool = True) -> None:
         """Refuse a run one of whose gathers' output would pass the memory limit (``numpy_values``: the
@@ -211,20 +242,7 @@ class FedSizes:
             TooLargeError: naming the gather, its op, its output and the bytes it would need.
         """
         for gather in self.gathers:
-            shapes = [self._shape(part, feeds) for part in gather.inputs]
-            if shapes[0] is None or shapes[1] is None:
-                continue
-            shape = gather_scatter_output_shape(gather.op_type, gather.attributes, shapes)
-            if shape is None:
-                continue
-            fed = gather.inputs[0]
-            value = feeds.get(fed) if isinstance(fed, str) else None
-            dtype = value.dtype if isinstance(value, np.ndarray) else _numpy_type(gather.elem_type)
-            if dtype is None:
-                continue
-            check_tensor(
-                shape, dtype, tensor=gather.output, node=gather.name, op_type=gather.op_type, what="output"
-            )
+            gather.check(lambda part: self._shape(part, feeds), feeds)
         self.check_values(feeds, numpy_values=numpy_values)
 
     def check_values(self, feeds: Mapping[str, Any], *, numpy_values: bool = True) -> None:
@@ -239,6 +257,14 @@ class FedSizes:
             if node.guard and not guard_holds(node.guard, lambda n: small_value(values.get(n))):
                 continue  # inside a branch or body the run does not take (or not known to)
             node.check(values, lambda part: self._shape(part, feeds), numpy_values=numpy_values)
+
+        def shape_of(part: Part) -> tuple[int, ...] | None:
+            if isinstance(part, FedValued):
+                return part.shape(values, lambda inner: self._shape(inner, feeds))
+            return self._shape(part, feeds)
+
+        for gather in self.valued_gathers:
+            gather.check(shape_of, feeds)
 
     def _shape(self, part: str | Dims, feeds: Mapping[str, Any]) -> tuple[int, ...] | None:
         if isinstance(part, str):

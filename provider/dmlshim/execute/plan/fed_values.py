@@ -65,6 +65,23 @@ class FedValued:
     """For a node inside ``If`` branches or ``Loop``/``Scan`` bodies: the conditions (a computed bool value,
     the value it must have) under which it runs."""
 
+    def shape(
+        self, feeds: Mapping[str, Any], shape_of: Callable[[str | Dims], tuple[int, ...] | None]
+    ) -> tuple[int, ...] | None:
+        """This node's output shape on a run whose values (fed, or computed from the feeds) are ``feeds``,
+        or None where they do not tell it (onnxruntime's own error, if any, stands)."""
+        # a Range of floats allocates what its float bounds say; a Resize, what its float scales say
+        floats = self.op_type in ("Range", "Resize", "Upsample")
+        numbers = [_small_ints(feeds.get(n), floats=floats) for n in self.values]
+        if any(v is None for v in numbers):
+            return None
+        data_shape = shape_of(self.data) if self.data is not None else ()
+        if data_shape is None:
+            return None
+        if self.op_type in GROWN_INPUTS:
+            return grown_shape(self.op_type, data_shape, numbers, self.axes)  # type: ignore[arg-type]
+        return _output_shape(self.op_type, data_shape, numbers, self.axis)  # type: ignore[arg-type]
+
     def check(
         self,
         feeds: Mapping[str, Any],
@@ -75,18 +92,7 @@ class FedValued:
         """Refuse the run when this node's output would pass the memory limit (TooLargeError), or, with
         ``numpy_values`` (an engine holding values as numpy arrays), when numpy cannot hold it
         (BadInputError: an empty shape whose other dimensions multiply past 2**63 bytes)."""
-        # a Range of floats allocates what its float bounds say; a Resize, what its float scales say
-        floats = self.op_type in ("Range", "Resize", "Upsample")
-        numbers = [_small_ints(feeds.get(n), floats=floats) for n in self.values]
-        if any(v is None for v in numbers):
-            return
-        data_shape = shape_of(self.data) if self.data is not None else ()
-        if data_shape is None:
-            return
-        if self.op_type in GROWN_INPUTS:
-            shape = grown_shape(self.op_type, data_shape, numbers, self.axes)  # type: ignore[arg-type]
-        else:
-            shape = _output_shape(self.op_type, data_shape, numbers, self.axis)  # type: ignore[arg-type]
+        shape = self.shape(feeds, shape_of)
         if shape is None:
             return
         data = feeds.get(self.data) if isinstance(self.data, str) and self.op_type != "OneHot" else None
