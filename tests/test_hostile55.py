@@ -192,6 +192,14 @@ def _gather_by_made_indices(how: str) -> tuple[bytes, str]:
         nodes = [helper.make_node("Tile", ["i", "reps"], ["idx"], name="tile")]
         inputs = [V("i", TensorProto.INT64, [1]), V("reps", TensorProto.INT64, [1])]
         sizing = "reps"
+    elif how == "tile_cast_add":  # shape-keeping steps between the Tile and the gather
+        nodes = [
+            helper.make_node("Tile", ["i", "reps"], ["t"], name="tile"),
+            helper.make_node("Cast", ["t"], ["t32"], to=TensorProto.INT32),
+            helper.make_node("Add", ["t32", "one"], ["idx"]),
+        ]
+        inputs = [V("i", TensorProto.INT64, [1]), V("reps", TensorProto.INT64, [1])]
+        sizing = "reps"
     else:
         nodes = [
             helper.make_node("Shape", ["x"], ["s"]),
@@ -205,11 +213,15 @@ def _gather_by_made_indices(how: str) -> tuple[bytes, str]:
         helper.make_node("ReduceSum", ["g"], ["y"], keepdims=0),
     ]
     table = np.arange(100 * 1000, dtype=np.float32).reshape(100, 1000) % 7
-    inits = [numpy_helper.from_array(table, "table"), numpy_helper.from_array(np.array([100], np.int64), "k")]
+    inits = [
+        numpy_helper.from_array(table, "table"),
+        numpy_helper.from_array(np.array([100], np.int64), "k"),
+        numpy_helper.from_array(np.array(1, np.int32), "one"),
+    ]
     return _model(nodes, inputs, [V("y", TensorProto.FLOAT, None)], inits, 17), sizing
 
 
-@pytest.mark.parametrize("how", ["tile", "expand"])
+@pytest.mark.parametrize("how", ["tile", "expand", "tile_cast_add"])
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_gather_by_indices_a_fed_value_sizes_is_refused_before_onnxruntime_allocates_it(
     engine: str, how: str, monkeypatch: pytest.MonkeyPatch

@@ -214,7 +214,7 @@ class FedSizes:
             )
             if any(n in fed or n in computed.names for n in v.values)
         )
-        made = {v.output: v for v in valued if not v.guard}
+        made = _through_shape_keepers(graph, {v.output: v for v in valued if not v.guard}, initializers, fed)
         gathers: list[FedGather] = []
         valued_gathers: list[FedGather] = []
         for node, name in nodes:
@@ -290,6 +290,52 @@ class FedSizes:
             if dims is not None and axis < len(dims) and int(dims[axis]) != size:
                 return False
         return True
+
+
+_SHAPE_KEEPERS = frozenset(
+    {"Identity", "Cast", "Relu", "Abs", "Neg", "Sign", "Clip", "Floor", "Ceil", "Round", "Not"}
+)
+"""Ops whose output has their first input's shape (Clip: whatever its bounds)."""
+_SCALAR_ARITHMETIC = frozenset({"Add", "Sub", "Mul", "Div", "Mod", "Max", "Min"})
+"""Ops whose output has their first input's shape when every other input is a rank-0 constant."""
+
+
+def _through_shape_keepers(
+    graph: onnx.GraphProto,
+    made: dict[str, FedValued],
+    initializers: Mapping[str, onnx.TensorProto],
+    fed: set[str],
+) -> dict[str, FedValued]:
+    """``made`` (values by the node sized from fed values that makes them) with the values computed from
+    one of them by ops keeping its shape (``Cast(Tile(i, reps), INT32)``, ``Tile(i, reps) + 1``), which
+    then have that node's shape too."""
+    if not made:
+        return made
+    scalars = {n for n, t in initializers.items() if n not in fed and not len(t.dims)}
+    scalars |= {
+        o for node in graph.node if node.op_type == "Constant" for o in node.output if _scalar_constant(node)
+    }
+    out = dict(made)
+    for node in graph.node:
+        if node.domain not in ("", "ai.onnx") or not node.input or len(node.output) != 1:
+            continue
+        source = out.get(node.input[0])
+        if source is None:
+            continue
+        if node.op_type in _SHAPE_KEEPERS or (
+            node.op_type in _SCALAR_ARITHMETIC and all(n in scalars for n in node.input[1:])
+        ):
+            out[node.output[0]] = source
+    return out
+
+
+def _scalar_constant(node: onnx.NodeProto) -> bool:
+    for a in node.attribute:
+        if a.name == "value":
+            return not len(a.t.dims)
+        if a.name in ("value_int", "value_float"):
+            return True
+    return False
 
 
 def _declared_downstream(graph: onnx.GraphProto) -> frozenset[str]:
