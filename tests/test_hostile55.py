@@ -11,6 +11,10 @@ Fixed:
   OneHot. Now sized as those are (``execute/plan/grown_sizes.py``), exactly as onnxruntime computes the
   shape: each case below runs at a limit of exactly onnxruntime's output bytes and is refused one byte
   under it.
+- ``python -m dmlshim.ort --summary-file opt.onnx --overwrite`` of a program whose session writes
+  ``optimized_model_filepath = "opt.onnx"``: the summary replaced the program's optimized model at exit
+  (dmlshim had written it for the program, and a file this process placed was never a newcomer); now only
+  a file placed as the same kind of output counts as dmlshim's own (``fileio/files.py``).
 - A ``Gather`` whose indices (or data) such a node makes, a ``Tile`` by fed repeats or an ``Expand`` to
   a shape computed from the feeds, was not sized from that node's shape: the cpu and custom-op engines
   ran a 400 MB gather by 100,000 tiled indices under a 100 MB limit (512 and 967 MB peak), the
@@ -20,9 +24,13 @@ Fixed:
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -270,3 +278,41 @@ def test_peak_memory_stays_under_the_limit_when_refused(engine: str, case: str, 
     peak = int(out.split("PEAK_MB")[1].split()[0])
     assert peak < 300, out
     gives_onnxruntimes_values("hostile55_models", case, engine, tmp_path / "small.npy", "100000000")
+
+
+def test_the_summary_never_replaces_the_programs_optimized_model(tmp_path: Path) -> None:
+    """``python -m dmlshim.ort --summary-file opt.onnx --overwrite s.py`` where ``s.py`` builds a session
+    with ``optimized_model_filepath = "opt.onnx"``: the program's optimized model was replaced by the JSON
+    summary at exit (dmlshim itself had written it, for the program, so it did not count as a file that
+    appeared meanwhile); now it is kept as it is, and the summary is refused as for any file the program
+    wrote there. The optimized model is the one onnxruntime writes for the same program."""
+    model = tmp_path / "m.onnx"
+    model.write_bytes(_sized_model("pad")[0])
+    script = tmp_path / "s.py"
+    script.write_text(
+        "import onnxruntime as ort\n"
+        "so = ort.SessionOptions()\n"
+        "so.optimized_model_filepath = 'opt.onnx'\n"
+        "ort.InferenceSession('m.onnx', so, providers=['DmlExecutionProvider', 'CPUExecutionProvider'])\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "provider")}
+    argv = [
+        sys.executable,
+        "-m",
+        "dmlshim.ort",
+        "--summary",
+        "off",
+        "--summary-file",
+        "opt.onnx",
+        "--overwrite",
+    ]
+    done = subprocess.run([*argv, "s.py"], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "appeared while dmlshim was running" in done.stderr, done.stderr
+    written = onnx.load(str(tmp_path / "opt.onnx"))  # still a model, not the summary's JSON
+    options = onnxruntime.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "theirs.onnx")
+    onnxruntime.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+    assert [n.op_type for n in written.graph.node] == [
+        n.op_type for n in onnx.load(options.optimized_model_filepath).graph.node
+    ]
