@@ -316,3 +316,138 @@ def test_the_summary_never_replaces_the_programs_optimized_model(tmp_path: Path)
     assert [n.op_type for n in written.graph.node] == [
         n.op_type for n in onnx.load(options.optimized_model_filepath).graph.node
     ]
+
+
+# --- attacks that held, kept as tests ------------------------------------------------------------------
+
+
+def _external_table_model(folder: Path, *, constant: bool) -> tuple[Path, dict[str, np.ndarray]]:
+    """``y = -Gather(table, ids)``, a 4096x64 float table in ``w.bin``: an initializer, or (``constant``)
+    the value of a Constant node whose tensor keeps its bytes in that file (``onnx.save(...,
+    convert_attribute=True)`` writes such models)."""
+    table = np.arange(4096 * 64, dtype=np.float32).reshape(4096, 64)
+    tensor = numpy_helper.from_array(table, "table")
+    (folder / "w.bin").write_bytes(tensor.raw_data)
+    tensor.ClearField("raw_data")
+    tensor.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", "w.bin"), ("offset", "0"), ("length", str(table.nbytes))):
+        entry = tensor.external_data.add()
+        entry.key, entry.value = key, value
+    nodes = [
+        helper.make_node("Gather", ["table", "ids"], ["g"], axis=0, name="gather"),
+        helper.make_node("Neg", ["g"], ["y"], name="neg"),
+    ]
+    inits = []
+    if constant:
+        nodes.insert(0, helper.make_node("Constant", [], ["table"], value=tensor, name="const"))
+    else:
+        inits.append(tensor)
+    path = folder / "m.onnx"
+    path.write_bytes(
+        _model(nodes, [V("ids", TensorProto.INT64, [None])], [V("y", TensorProto.FLOAT, None)], inits, 17)
+    )
+    return path, {"ids": np.array([1, 4095, 7], np.int64)}
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_constant_whose_value_is_external_data_cut_short_never_crashes(engine: str, tmp_path: Path) -> None:
+    """Held: dmlshim reads a Constant's external value into the session (onnxruntime maps it, and its
+    own session dies of SIGBUS on a run after the file is cut); every run after ``w.bin`` is cut to 100
+    bytes, and after ``set_providers``, gives the values the session was built with."""
+    path, feeds = _external_table_model(tmp_path, constant=True)
+    options = onnxruntime.SessionOptions()
+    want = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]).run(
+        None, feeds
+    )
+    session = dmlshim.InferenceSession(str(path), **_engine(engine))
+    np.testing.assert_array_equal(session.run(None, feeds)[0], want[0])
+    os.truncate(tmp_path / "w.bin", 100)
+    for _ in range(4):
+        np.testing.assert_array_equal(session.run(None, feeds)[0], want[0])
+    session.set_providers(_providers(engine))
+    np.testing.assert_array_equal(session.run(None, feeds)[0], want[0])
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_external_data_of_a_model_given_as_bytes_cut_short_never_crashes(
+    engine: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Held: a model given as bytes reads its external data from the working directory, as onnxruntime
+    does; cut to 100 bytes after the session is built, or the directory changed, the runs still give the
+    values the session was built with."""
+    path, feeds = _external_table_model(tmp_path, constant=False)
+    monkeypatch.chdir(tmp_path)
+    data = path.read_bytes()
+    want = _reference(data, feeds)
+    session = dmlshim.InferenceSession(data, **_engine(engine))
+    for _ in range(4):
+        np.testing.assert_array_equal(session.run(None, feeds)[0], want[0])
+    os.truncate(tmp_path / "w.bin", 100)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "w.bin").write_bytes(b"\x7f" * 4096 * 64 * 4)
+    monkeypatch.chdir(other)
+    for _ in range(3):
+        np.testing.assert_array_equal(session.run(None, feeds)[0], want[0])
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_data_link_pointed_elsewhere_keeps_onnxruntimes_values(engine: str, tmp_path: Path) -> None:
+    """Held: ``w.bin`` a symbolic link to ``real1.bin``, replaced after the session is built by a link
+    to a shorter ``real2.bin`` (``ln -sf``, a rename): onnxruntime keeps the old file mapped and so does
+    every engine (no "cut short" refusal from the link's new target); ``set_providers`` then refuses,
+    naming the file, as for any change."""
+    path, feeds = _external_table_model(tmp_path, constant=False)
+    os.rename(tmp_path / "w.bin", tmp_path / "real1.bin")
+    os.symlink("real1.bin", tmp_path / "w.bin")
+    theirs = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    want = theirs.run(None, feeds)
+    session = dmlshim.InferenceSession(str(path), **_engine(engine))
+    for _ in range(4):
+        session.run(None, feeds)
+    (tmp_path / "real2.bin").write_bytes(b"\x7f" * 100)
+    os.symlink("real2.bin", tmp_path / "link.tmp")
+    os.replace(tmp_path / "link.tmp", tmp_path / "w.bin")
+    for _ in range(3):
+        np.testing.assert_array_equal(theirs.run(None, feeds)[0], want[0])
+        np.testing.assert_array_equal(session.run(None, feeds)[0], want[0])
+    with pytest.raises(dmlshim.errors.BadModelError, match="changed since the session was created"):
+        session.set_providers(_providers(engine))
+
+
+@pytest.mark.parametrize("level", ["2_1", "5_0"])
+def test_a_clip_bound_replaced_by_add_initializer_proves_nothing(level: str) -> None:
+    """Held: ``Clip(k, lo)`` with ``lo = 0`` in the model (no graph input) but ``-5`` given by
+    ``SessionOptions.add_initializer``, which onnxruntime uses: negative indices reach the gather, whose
+    output must still be onnxruntime's (and DirectML's) on every run, the proved runs included."""
+    nodes = [
+        helper.make_node("Clip", ["k", "lo"], ["idx"], name="clip"),
+        helper.make_node("Gather", ["x", "idx"], ["g"], axis=0, name="gather"),
+        helper.make_node("Neg", ["g"], ["y"], name="neg"),
+    ]
+    inputs = [V("x", TensorProto.FLOAT, ["N", 8]), V("k", TensorProto.INT64, [None])]
+    model = _model(nodes, inputs, [V("y", TensorProto.FLOAT, None)], [_scalar("lo", 0)], 17)
+    low = np.array(-5, np.int64)
+    value = onnxruntime.OrtValue.ortvalue_from_numpy(low)
+
+    def options() -> onnxruntime.SessionOptions:
+        made = onnxruntime.SessionOptions()
+        made.intra_op_num_threads = 1
+        made.add_initializer("lo", value)
+        return made
+
+    oracle = onnxruntime.InferenceSession(model, options(), providers=["CPUExecutionProvider"])
+    session = dmlshim.InferenceSession(model, options(), feature_level=level)
+    x = np.arange(32, dtype=np.float32).reshape(4, 8)
+    for k in [np.array([0, 1, 2])] * 5 + [np.array([-1, 0, 1]), np.array([-3] * 100)]:
+        feeds = {"x": x, "k": k}
+        np.testing.assert_array_equal(session.run(None, feeds)[0], oracle.run(None, feeds)[0])
+
+
+def _providers(engine: str) -> list[str]:
+    """The providers ``set_providers`` takes for a session of ``engine`` (the engine built again)."""
+    return ["CPUExecutionProvider"] if engine == "cpu" else ["DmlExecutionProvider", "CPUExecutionProvider"]
+
+
+def _scalar(name: str, value: int) -> TensorProto:
+    return numpy_helper.from_array(np.array(value, np.int64), name)
