@@ -192,6 +192,41 @@ def test_a_huge_fed_pad_or_resize_is_refused_before_onnxruntime_allocates_it(
         session.run(None, {**feeds, shape_input.name: huge})
 
 
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_fed_pad_inside_the_branch_a_run_takes_is_sized(
+    engine: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``If(c)`` whose then-branch pads ``x`` by the outer feed ``pads``: refused when the run takes that
+    branch with a huge pad, onnxruntime's values when it takes the other one."""
+    monkeypatch.setenv("DMLSHIM_MEMORY_LIMIT", "10000000")
+    then = helper.make_graph(
+        [
+            helper.make_node("Pad", ["x", "pads"], ["big"], name="grow"),
+            helper.make_node("ReduceSum", ["big"], ["o"], keepdims=0),
+        ],
+        "then",
+        [],
+        [V("o", TensorProto.FLOAT, None)],
+    )
+    other = helper.make_graph(
+        [helper.make_node("ReduceSum", ["x"], ["o2"], keepdims=0)],
+        "else",
+        [],
+        [V("o2", TensorProto.FLOAT, None)],
+    )
+    model = _model(
+        [helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other, name="branch")],
+        [V("x", TensorProto.FLOAT, [1, 1]), V("pads", TensorProto.INT64, [4]), V("c", TensorProto.BOOL, [])],
+        [V("y", TensorProto.FLOAT, None)],
+    )
+    huge = {"x": np.ones((1, 1), np.float32), "pads": np.array([0, 0, 2000, 2000], np.int64)}
+    session = dmlshim.InferenceSession(model, **_engine(engine))
+    with pytest.raises(TooLargeError, match=r"\[2001, 2001\]"):
+        session.run(None, {**huge, "c": np.array(True)})
+    skipped = {**huge, "c": np.array(False)}
+    np.testing.assert_array_equal(session.run(None, skipped)[0], _reference(model, skipped)[0])
+
+
 def _gather_by_made_indices(how: str) -> tuple[bytes, str]:
     """``y = ReduceSum(Gather(table, idx))``, a 100x1000 float table, ``idx`` made from the feeds by a node
     sized from fed values: a Tile by fed repeats, or an Expand to ``Shape(x) * 100``. Returns the model
