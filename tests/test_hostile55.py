@@ -15,6 +15,9 @@ Fixed:
   ``optimized_model_filepath = "opt.onnx"``: the summary replaced the program's optimized model at exit
   (dmlshim had written it for the program, and a file this process placed was never a newcomer); now only
   a file placed as the same kind of output counts as dmlshim's own (``fileio/files.py``).
+- ``export -o link --overwrite`` (``StagedFolder`` over a symbolic link): a regular file the user put in
+  the link's place during the export was removed by the commit's ``os.unlink`` (another link was
+  replaced); now anything but the link that was checked is refused and kept (``fileio/folders.py``).
 - A ``Gather`` whose indices (or data) such a node makes, a ``Tile`` by fed repeats or an ``Expand`` to
   a shape computed from the feeds, was not sized from that node's shape: the cpu and custom-op engines
   ran a 400 MB gather by 100,000 tiled indices under a 100 MB limit (512 and 967 MB peak), the
@@ -486,3 +489,47 @@ def _providers(engine: str) -> list[str]:
 
 def _scalar(name: str, value: int) -> TensorProto:
     return numpy_helper.from_array(np.array(value, np.int64), name)
+
+
+@pytest.mark.parametrize("meanwhile", ["file", "folder", "another_link", "same_link"])
+def test_export_over_a_link_never_removes_what_replaced_the_link_meanwhile(
+    meanwhile: str, tmp_path: Path
+) -> None:
+    """``export -o out --overwrite`` with ``out`` a symbolic link: the link is replaced by the export.
+    When the user replaced the link during the export by a regular file, the commit's ``os.unlink``
+    removed that file (a folder or another link fared the same or were replaced); now anything but the
+    link that was checked is refused, kept as it is, and no staging folder is left."""
+    from dmlshim.errors import BadInputError
+    from dmlshim.fileio.folders import StagedFolder
+
+    (tmp_path / "elsewhere").mkdir()
+    target = tmp_path / "out"
+    target.symlink_to("elsewhere")
+    stage = StagedFolder(target, overwrite=True, what="export directory")
+    with stage:
+        (stage.path / "index.json").write_text("{}")
+        if meanwhile != "same_link":
+            target.unlink()
+        if meanwhile == "file":
+            target.write_text("the user's")
+        elif meanwhile == "folder":
+            target.mkdir()
+            (target / "mine.txt").write_text("the user's")
+        elif meanwhile == "another_link":
+            target.symlink_to(tmp_path / "third")
+        if meanwhile == "same_link":
+            stage.commit(last="index.json")
+        else:
+            with pytest.raises(BadInputError, match="changed while dmlshim was running"):
+                stage.commit(last="index.json")
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["elsewhere", "out"], names
+    assert not any((tmp_path / "elsewhere").iterdir())  # the link's target is never written
+    if meanwhile == "same_link":
+        assert not target.is_symlink() and (target / "index.json").is_file()
+    elif meanwhile == "file":
+        assert target.read_text() == "the user's"
+    elif meanwhile == "folder":
+        assert (target / "mine.txt").read_text() == "the user's"
+    else:
+        assert os.readlink(target) == str(tmp_path / "third")
