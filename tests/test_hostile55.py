@@ -17,7 +17,9 @@ Fixed:
   a file placed as the same kind of output counts as dmlshim's own (``fileio/files.py``).
 - ``export -o link --overwrite`` (``StagedFolder`` over a symbolic link): a regular file the user put in
   the link's place during the export was removed by the commit's ``os.unlink`` (another link was
-  replaced); now anything but the link that was checked is refused and kept (``fileio/folders.py``).
+  replaced); now anything but the link that was checked is refused and kept (``fileio/folders.py``). A
+  listed node folder of a previous export made a link meanwhile had the files of the link's target
+  removed (``iterdir`` follows links); every listed entry is checked again before any is removed.
 - A ``Gather`` whose indices (or data) such a node makes, a ``Tile`` by fed repeats or an ``Expand`` to
   a shape computed from the feeds, was not sized from that node's shape: the cpu and custom-op engines
   ran a 400 MB gather by 100,000 tiled indices under a 100 MB limit (512 and 967 MB peak), the
@@ -533,3 +535,35 @@ def test_export_over_a_link_never_removes_what_replaced_the_link_meanwhile(
         assert (target / "mine.txt").read_text() == "the user's"
     else:
         assert os.readlink(target) == str(tmp_path / "third")
+
+
+def test_export_overwrite_never_follows_a_listed_folder_made_a_link_meanwhile(tmp_path: Path) -> None:
+    """``export -o DIR --overwrite`` over a previous export whose node folder ``000_g`` the user replaced,
+    during the new export, by a link to a folder of theirs: the commit removed the regular files inside
+    the link's target (``iterdir`` follows a link) before failing on ``rmdir``. Now refused, with the
+    user's folder and the previous export whole."""
+    from dmlshim.errors import BadInputError
+    from dmlshim.fileio.folders import StagedFolder
+
+    target = tmp_path / "DIR"
+    (target / "000_g").mkdir(parents=True)
+    (target / "000_g" / "input.npy").write_bytes(b"old")
+    (target / "index.json").write_text("{}")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.txt").write_text("the user's")
+    stage = StagedFolder(
+        target, overwrite=True, previous=lambda _: ["000_g", "index.json"], what="export directory"
+    )
+    with stage:
+        (stage.path / "000_g").mkdir()
+        (stage.path / "000_g" / "input.npy").write_bytes(b"new")
+        (stage.path / "index.json").write_text("{}")
+        (target / "000_g" / "input.npy").unlink()
+        (target / "000_g").rmdir()
+        (target / "000_g").symlink_to(mine)
+        with pytest.raises(BadInputError, match="changed while dmlshim was running"):
+            stage.commit(last="index.json")
+    assert (mine / "thesis.txt").read_text() == "the user's"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["DIR", "mine"]
+    assert (target / "index.json").is_file() and (target / "000_g").is_symlink()

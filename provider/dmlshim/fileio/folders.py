@@ -283,6 +283,16 @@ class StagedFolder:
                 rule=_RULE,
             )
         _real_dir(self.target, "the " + self.what)
+        for name in removable:  # again: a listed entry made a link meanwhile is never followed
+            why = _removable_entry(self.target / name)
+            if why is not None:
+                raise BadInputError(
+                    f"the previous output lists {name!r} but {why} now (it changed while dmlshim was "
+                    "running); --overwrite removes a listed entry only when it is a regular file or a folder "
+                    "of regular files: move it away first",
+                    path=str(self.target),
+                    rule=_RULE,
+                )
         # The previous index goes first, so no index ever lists a folder that is gone.
         for name in sorted(removable, key=lambda n: n != last):
             _remove_entry(self.target / name)
