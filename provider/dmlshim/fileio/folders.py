@@ -293,6 +293,7 @@ class StagedFolder:
                     path=str(self.target),
                     rule=_RULE,
                 )
+        self._refuse_inputs_inside(sorted(removable))  # an input moved into one meanwhile
         # The previous index goes first, so no index ever lists a folder that is gone.
         for name in sorted(removable, key=lambda n: n != last):
             _remove_entry(self.target / name)
