@@ -20,6 +20,9 @@ Fixed:
   replaced); now anything but the link that was checked is refused and kept (``fileio/folders.py``). A
   listed node folder of a previous export made a link meanwhile had the files of the link's target
   removed (``iterdir`` follows links); every listed entry is checked again before any is removed.
+- ``InferenceSession(proto)`` of an ``onnx.ModelProto`` kept the caller's object: editing it afterwards
+  (weights zeroed in place, a node removed) changed the partitioned engine's runs at once and every
+  engine's ``set_providers``; the session now copies it (``execute/weights/model_source.py``).
 - A ``Gather`` whose indices (or data) such a node makes, a ``Tile`` by fed repeats or an ``Expand`` to
   a shape computed from the feeds, was not sized from that node's shape: the cpu and custom-op engines
   ran a 400 MB gather by 100,000 tiled indices under a 100 MB limit (512 and 967 MB peak), the
@@ -567,3 +570,44 @@ def test_export_overwrite_never_follows_a_listed_folder_made_a_link_meanwhile(tm
     assert (mine / "thesis.txt").read_text() == "the user's"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["DIR", "mine"]
     assert (target / "index.json").is_file() and (target / "000_g").is_symlink()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_session_from_a_model_proto_keeps_its_weights_when_the_proto_changes(engine: str) -> None:
+    """``InferenceSession(proto)`` (an ``onnx.ModelProto``, which dmlshim takes where onnxruntime takes its
+    bytes), then the caller edits the proto in place (an initializer's and a Constant's bytes zeroed, a
+    node removed, as a program reusing one proto for a second session might): the partitioned engine's
+    very next runs read the zeroed weights, and every engine's ``set_providers`` rebuilt from the edited
+    proto (zeros, or "node 'n' reads 'g', which no node ... provides"). Now the session holds its own copy,
+    as onnxruntime's holds its own copy of the bytes: every run gives onnxruntime's values of the model
+    as it was."""
+    table = np.arange(4096 * 64, dtype=np.float32).reshape(4096, 64)
+    nodes = [
+        helper.make_node("Gather", ["w", "i"], ["g"], axis=0, name="gather"),
+        helper.make_node("Neg", ["g"], ["y"], name="n"),
+        helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(table + 1, "cv")),
+        helper.make_node("Gather", ["c", "i"], ["y2"], axis=0, name="gather2"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "proto",
+        [V("i", TensorProto.INT64, [None])],
+        [V("y", TensorProto.FLOAT, None), V("y2", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(table, "w")],
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    proto.ir_version = 10
+    feeds = {"i": np.array([1, 4095, 7], np.int64)}
+    want = _reference(proto.SerializeToString(), feeds)
+    session = dmlshim.InferenceSession(proto, **_engine(engine))
+    for got, expected in zip(session.run(None, feeds), want, strict=True):
+        np.testing.assert_array_equal(got, expected)
+    proto.graph.initializer[0].raw_data = bytes(table.nbytes)
+    proto.graph.node[2].attribute[0].t.raw_data = bytes(table.nbytes)
+    del proto.graph.node[1]
+    for _ in range(5):  # the first runs and the steady ones
+        for got, expected in zip(session.run(None, feeds), want, strict=True):
+            np.testing.assert_array_equal(got, expected)
+    session.set_providers(_providers(engine))
+    for got, expected in zip(session.run(None, feeds), want, strict=True):
+        np.testing.assert_array_equal(got, expected)
