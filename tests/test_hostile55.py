@@ -251,6 +251,16 @@ def _gather_by_made_indices(how: str) -> tuple[bytes, str]:
         ]
         inputs = [V("i", TensorProto.INT64, [1]), V("reps", TensorProto.INT64, [1])]
         sizing = "reps"
+    elif how == "range_mod":  # Range(0, Shape(x)[0] * 100, 1) % 100, as a position index is written
+        nodes = [
+            helper.make_node("Shape", ["x"], ["s"]),
+            helper.make_node("Gather", ["s", "zero"], ["n0"], axis=0),
+            helper.make_node("Mul", ["n0", "hundred"], ["n"]),
+            helper.make_node("Range", ["zero", "n", "one64"], ["r"], name="range"),
+            helper.make_node("Mod", ["r", "hundred"], ["idx"]),
+        ]
+        inputs = [V("i", TensorProto.INT64, [1]), V("x", TensorProto.FLOAT, [None])]
+        sizing = "x"
     else:
         nodes = [
             helper.make_node("Shape", ["x"], ["s"]),
@@ -268,11 +278,14 @@ def _gather_by_made_indices(how: str) -> tuple[bytes, str]:
         numpy_helper.from_array(table, "table"),
         numpy_helper.from_array(np.array([100], np.int64), "k"),
         numpy_helper.from_array(np.array(1, np.int32), "one"),
+        numpy_helper.from_array(np.array(1, np.int64), "one64"),
+        numpy_helper.from_array(np.array(0, np.int64), "zero"),
+        numpy_helper.from_array(np.array(100, np.int64), "hundred"),
     ]
     return _model(nodes, inputs, [V("y", TensorProto.FLOAT, None)], inits, 17), sizing
 
 
-@pytest.mark.parametrize("how", ["tile", "expand", "tile_cast_add"])
+@pytest.mark.parametrize("how", ["tile", "expand", "tile_cast_add", "range_mod"])
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_gather_by_indices_a_fed_value_sizes_is_refused_before_onnxruntime_allocates_it(
     engine: str, how: str, monkeypatch: pytest.MonkeyPatch
