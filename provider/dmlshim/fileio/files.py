@@ -135,10 +135,12 @@ _FOUND: dict[str, _Stamp] = {}
 appears or changes there meanwhile is the user's (or the program's), and is never replaced."""
 
 
-_PLACED: dict[str, _Stamp] = {}
-"""What this process itself last placed at each output path: a file found there that dmlshim wrote
-(another session of the same program naming the same optimized model, as onnxruntime allows) is not a
-newcomer to keep."""
+_PLACED: dict[str, tuple[_Stamp, str]] = {}
+"""What this process itself last placed at each output path, and as what (the ``what`` of its writer): a
+file found there that dmlshim wrote as the same kind of file (another session of the same program naming
+the same optimized model, as onnxruntime allows) is not a newcomer to keep. One written as another kind
+is (the program's optimized model at the path of the drop-in's summary: the summary replaced it before
+issue 35's round 55)."""
 
 
 _PENDING: dict[str, int] = {}  # how many writers that checked each path have not written it yet
@@ -269,7 +271,7 @@ def _refuse_newcomer(target: Path, what: str, tmp: Path) -> bool:
     if key not in _FOUND:
         return False
     found, now = _FOUND[key], _stamp(target)
-    if now is None or now == found or now == _PLACED.get(key):
+    if now is None or now == found or (now, what) == _PLACED.get(key):
         return False
     if same_bytes(target, tmp):
         logger.debug("%s: the same bytes were written there meanwhile; kept", target)
@@ -321,12 +323,12 @@ def _place(tmp: Path, target: Path, overwrite: bool, what: str) -> None:
     if overwrite:
         with _PLACING:  # the look and the move as one step against this process's other writers
             if _refuse_newcomer(target, what, tmp):
-                _PLACED[os.path.abspath(target)] = _stamp(target)
+                _PLACED[os.path.abspath(target)] = (_stamp(target), what)
                 return
             if st is not None:
                 _refuse_protected(target, st, what)
             portable.replace(tmp, target)  # replaces a link itself, never its target
-            _PLACED[os.path.abspath(target)] = _stamp(target)
+            _PLACED[os.path.abspath(target)] = (_stamp(target), what)
         return
     try:
         # A hard link fails if the name exists, so a file that appeared meanwhile is kept.

@@ -61,6 +61,18 @@ def _remove_entry(path: Path) -> None:
     path.rmdir()
 
 
+def _identity(path: Path, st: os.stat_result | None) -> tuple[object, ...] | None:
+    """What is at ``path`` (``st``: its lstat): None for nothing; a link by its inode, times and target
+    text (a link made again at once may get the freed inode back)."""
+    if st is None:
+        return None
+    target = ""
+    if portable.is_link(st):
+        with contextlib.suppress(OSError):
+            target = os.readlink(path)
+    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_mode, target)
+
+
 def _missing_folders(folder: Path) -> list[Path]:
     """The folders on the way to ``folder`` (itself included) that do not exist yet, outermost first."""
     missing: list[Path] = []
@@ -111,6 +123,7 @@ class StagedFolder:
 
     def _check(self) -> None:
         st = _lstat(self.target)
+        self._found = _identity(self.target, st)
         text = str(self.target)
         self._mode = "new"
         if st is None:
@@ -223,6 +236,7 @@ class StagedFolder:
         text = str(self.target)
         with portable.hold_signals():
             try:
+                self._refuse_newcomer()
                 if self._mode == "link":
                     os.unlink(self.target)  # the link itself; its target is untouched
                 if self._mode in ("new", "link", "empty"):
@@ -239,6 +253,24 @@ class StagedFolder:
             self._committed = True
         _fsync_dir(self.target.parent)
 
+    def _refuse_newcomer(self) -> None:
+        """Refuse to replace anything but the link the target was when it was checked (``os.unlink`` removed a
+        regular file the user put there meanwhile, before issue 35's round 55). Where there was nothing,
+        the rename refuses a file, a link or a folder holding anything (an empty folder is replaced: nothing
+        in it is lost), as it refuses a folder that filled meanwhile; a merge checks each entry it moves."""
+        if self._mode != "link":
+            return
+        st = _lstat(self.target)
+        if _identity(self.target, st) == self._found and (st is None or portable.is_link(st)):
+            return
+        raise BadInputError(
+            f"the {self.what} changed while dmlshim was running (it was a symbolic link); "
+            "what was written there meanwhile (by you, or by a program) is never replaced: move it away, "
+            "or give another name",
+            path=str(self.target),
+            rule=_RULE,
+        )
+
     def _merge(self, staging: Path, last: str | None) -> None:
         removable = set(self._remove)
         entries = sorted(os.listdir(staging), key=lambda n: n == last)
@@ -251,6 +283,17 @@ class StagedFolder:
                 rule=_RULE,
             )
         _real_dir(self.target, "the " + self.what)
+        for name in removable:  # again: a listed entry made a link meanwhile is never followed
+            why = _removable_entry(self.target / name)
+            if why is not None:
+                raise BadInputError(
+                    f"the previous output lists {name!r} but {why} now (it changed while dmlshim was "
+                    "running); --overwrite removes a listed entry only when it is a regular file or a folder "
+                    "of regular files: move it away first",
+                    path=str(self.target),
+                    rule=_RULE,
+                )
+        self._refuse_inputs_inside(sorted(removable))  # an input moved into one meanwhile
         # The previous index goes first, so no index ever lists a folder that is gone.
         for name in sorted(removable, key=lambda n: n != last):
             _remove_entry(self.target / name)

@@ -16,8 +16,9 @@ its dimensions, in onnx's inference of the model without its weights (no data pr
 model check ran), is a size or a symbolic name a graph input declares (the feeds of the inputs declaring
 it tell its size when they agree on it, as :class:`dmlshim.execute.proofs.symbol_shapes.FeedShapes` reads
 them). A gather or scatter reading a value whose shape a feed's values set (``Gather(t, Expand(0, s))``,
-a ``Loop``'s scan) is sized from that shape (:mod:`.valued_shapes`); a size only the values tell (indices
-from ``NonZero``) is sized where the gather runs, as before.
+a ``Tile`` by fed repeats, a ``Pad`` or ``Resize`` by fed sizes (:mod:`.grown_sizes`), a ``Loop``'s
+scan) is sized from that shape (:mod:`.valued_shapes`); a size only the values tell (indices from
+``NonZero``) is sized where the gather runs, as before.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from ...model.weightless import without_weights
 from ..proofs.symbol_shapes import input_symbols, value_shape
 from .checks import declared_values, downstream_of
 from .computed_values import ComputedValues, guard_holds
-from .fed_values import VALUE_INPUTS, VALUED_OPS, FedValued, valued_nodes
+from .fed_values import VALUED_OPS, FedValued, value_positions, valued_nodes
 from .small_values import small_value
 from .valued_shapes import ShapeStep, carried_steps, loop_scans
 
@@ -172,7 +173,7 @@ class FedSizes:
             node.input[p]
             for node in graph.node
             if node.op_type in VALUED_OPS
-            for p in VALUE_INPUTS[node.op_type]
+            for p in value_positions(node) or ()
             # an initializer listed as an input is read at its default when the run does not feed it
             if p < len(node.input) and (node.input[p] not in fed or node.input[p] in initializers)
         }

@@ -25,6 +25,15 @@ import onnx
 
 from ...errors import BadInputError
 from ...limits import check_tensor, tensor_nbytes
+from .grown_sizes import (
+    DATA_OPS,
+    GROWN_INPUTS,
+    WINDOW_OPS,
+    grown_positions,
+    grown_shape,
+    sized_axes,
+    sized_where_it_runs,
+)
 
 __all__ = ["VALUED_OPS", "VALUE_INPUTS", "FedValued", "valued_nodes"]
 
@@ -50,9 +59,28 @@ class FedValued:
     values: tuple[str, ...]
     axis: int = -1
     """OneHot's axis (where the depth goes); for Reshape, its ``allowzero``."""
+    axes: tuple[int, ...] | None = None
+    """Resize's or CenterCropPad's ``axes`` attribute (the axes its sizes name; None: every axis)."""
     guard: tuple[tuple[str, bool], ...] = ()
     """For a node inside ``If`` branches or ``Loop``/``Scan`` bodies: the conditions (a computed bool value,
     the value it must have) under which it runs."""
+
+    def shape(
+        self, feeds: Mapping[str, Any], shape_of: Callable[[str | Dims], tuple[int, ...] | None]
+    ) -> tuple[int, ...] | None:
+        """This node's output shape on a run whose values (fed, or computed from the feeds) are ``feeds``,
+        or None where they do not tell it (onnxruntime's own error, if any, stands)."""
+        # a Range of floats allocates what its float bounds say; a Resize, what its float scales say
+        floats = self.op_type in ("Range", "Resize", "Upsample")
+        numbers = [_small_ints(feeds.get(n), floats=floats) for n in self.values]
+        if any(v is None for v in numbers):
+            return None
+        data_shape = shape_of(self.data) if self.data is not None else ()
+        if data_shape is None:
+            return None
+        if self.op_type in GROWN_INPUTS:
+            return grown_shape(self.op_type, data_shape, numbers, self.axes)  # type: ignore[arg-type]
+        return _output_shape(self.op_type, data_shape, numbers, self.axis)  # type: ignore[arg-type]
 
     def check(
         self,
@@ -68,14 +96,7 @@ class FedValued:
         Returns:
             The output's shape when this run's values tell it (None otherwise), for the nodes reading it
             (:mod:`.valued_shapes`)."""
-        floats = self.op_type == "Range"  # a Range of floats allocates what its float bounds say
-        numbers = [_small_ints(feeds.get(n), floats=floats) for n in self.values]
-        if any(v is None for v in numbers):
-            return None
-        data_shape = shape_of(self.data) if self.data is not None else ()
-        if data_shape is None:
-            return None
-        shape = _output_shape(self.op_type, data_shape, numbers, self.axis)  # type: ignore[arg-type]
+        shape = self.shape(feeds, shape_of)
         if shape is None:
             return None
         data = feeds.get(self.data) if isinstance(self.data, str) and self.op_type != "OneHot" else None
@@ -176,6 +197,7 @@ def _reshaped(data: tuple[int, ...], dims: list[int], *, allowzero: bool) -> tup
 
 
 VALUE_INPUTS = {
+    **GROWN_INPUTS,
     "Expand": (1,),
     "Tile": (1,),
     "ConstantOfShape": (0,),
@@ -183,7 +205,16 @@ VALUE_INPUTS = {
     "OneHot": (1,),
     "Reshape": (1,),
 }
+"""The shape-like inputs each op may have (:func:`value_positions`: those a node has)."""
 VALUED_OPS = frozenset(VALUE_INPUTS)
+
+
+def value_positions(node: onnx.NodeProto) -> tuple[int, ...] | None:
+    """The positions of ``node``'s shape-like inputs (:data:`VALUE_INPUTS`) that size its output, or None
+    where it has none (:func:`.grown_sizes.grown_positions` for the ops that module sizes)."""
+    if node.op_type in GROWN_INPUTS:
+        return grown_positions(node)
+    return VALUE_INPUTS.get(node.op_type)
 
 
 def valued_nodes(
@@ -199,7 +230,7 @@ def valued_nodes(
     fed or of static dims."""
     found = []
     for k, (node, name) in enumerate(zip(nodes, names, strict=True)):
-        positions = VALUE_INPUTS.get(node.op_type)
+        positions = value_positions(node)
         if positions is None or node.domain not in ("", "ai.onnx") or not node.output:
             continue
         if len(node.input) <= max(positions) or not all(node.input[p] in fed for p in positions):
@@ -207,13 +238,17 @@ def valued_nodes(
         data: str | Dims | None = None
         key = "allowzero" if node.op_type == "Reshape" else "axis"
         axis = next((int(a.i) for a in node.attribute if a.name == key), -1)
-        if node.op_type in ("Expand", "Tile", "OneHot", "Reshape"):
+        if sized_where_it_runs(node):
+            continue
+        if node.op_type in ("Expand", "Tile", "OneHot", "Reshape") or node.op_type in DATA_OPS:
             data = dims_of(node.input[0])
             if data is None or (node.op_type == "OneHot" and len(node.input) < 3):
                 continue
             kind = elem_type(node.input[2] if node.op_type == "OneHot" else node.input[0])
         elif node.op_type == "Range":
             kind = elem_type(node.input[0])
+        elif node.op_type in WINDOW_OPS:
+            kind = next((int(a.i) for a in node.attribute if a.name == "output_datatype"), 1)
         else:
             value = next((a.t for a in node.attribute if a.name == "value"), None)
             kind = int(value.data_type) if value is not None else onnx.TensorProto.FLOAT
@@ -221,5 +256,7 @@ def valued_nodes(
             continue
         values = tuple(node.input[p] for p in positions)
         guard = guards[k] if guards is not None else ()
-        found.append(FedValued(name, node.op_type, node.output[0], kind, data, values, axis, guard))
+        found.append(
+            FedValued(name, node.op_type, node.output[0], kind, data, values, axis, sized_axes(node), guard)
+        )
     return tuple(found)

@@ -194,7 +194,11 @@ def load_model(
                 defer_acceptance=defer_acceptance,
             )
     if isinstance(model, onnx.ModelProto):
-        loaded = LoadedModel(model, None)
+        # the session's own copy, as onnxruntime copies the bytes it is given: the caller's proto changed
+        # afterwards (its weights edited in place, a node removed) changed the runs and set_providers
+        own = onnx.ModelProto()
+        own.CopyFrom(model)
+        loaded = LoadedModel(own, None)
     elif isinstance(model, (bytes, bytearray, memoryview)):
         try:
             parsed = onnx.load_from_string(bytes(model))
@@ -293,9 +297,7 @@ def load_model(
         decided = check_model(
             loaded.proto, sess_options=sess_options, unknown_operators_allowed=unknown_operators_allowed
         )
-        # bytes were parsed here (ours to change); a caller's ModelProto is copied if it must change
-        owned = not isinstance(model, onnx.ModelProto)
-        prepared = prepare_model(loaded.proto, owned=owned)
+        prepared = prepare_model(loaded.proto, owned=True)  # parsed from bytes, or copied, here
         loaded = LoadedModel(prepared, None, loaded.added, acceptance=decided)  # its answers kept
     return loaded
 
