@@ -46,7 +46,7 @@ def with_declared_shape_notes(
     declared: DeclaredOutputs, record: RunRecord, names: Sequence[str], outputs: Sequence[Any]
 ) -> RunRecord:
     """``record`` with a note ``(code, message)`` per output real DirectML would fail on."""
-    if declared.empty:
+    if not declared.may_contradict(names, outputs):
         return record
     found = declared_shape_contradictions(declared, record, run_shapes(names, outputs))
     if not found:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import onnx
 
@@ -146,6 +147,11 @@ class DeclaredOutputs:
         self._model = model
         self._refusal = refusal
         self._declared = {v.name: dims for v in model.graph.output if (dims := _dims(v)) is not None}
+        # name -> (rank, ((axis, size), ...)): what a run's shape is held to, read on every run
+        self._held = {
+            name: (len(dims), tuple((i, d) for i, d in enumerate(dims) if d is not None))
+            for name, dims in self._declared.items()
+        }
         self._producers: dict[str, onnx.NodeProto] | None = None  # found at the first contradiction
         self._inferred: dict[str, Dims | None] | None = None
 
@@ -153,6 +159,25 @@ class DeclaredOutputs:
     def empty(self) -> bool:
         """No graph output could be refused so: every run's check is skipped."""
         return not self._declared
+
+    def may_contradict(self, names: Sequence[str], outputs: Sequence[Any]) -> bool:
+        """Whether a run's outputs (numpy arrays, OrtValues...) may contradict a declaration: False only
+        when every numpy output fits its declared shape (the check made on every run, kept cheap)."""
+        held = self._held
+        for name, value in zip(names, outputs, strict=False):
+            entry = held.get(name)
+            if entry is None:
+                continue
+            shape = getattr(value, "shape", None)
+            if type(shape) is not tuple:
+                return True  # an OrtValue, whose shape is a call away: the full check reads it
+            rank, sizes = entry
+            if len(shape) != rank:
+                return True
+            for i, d in sizes:
+                if shape[i] != d:
+                    return True
+        return False
 
     def contradictions(
         self,
