@@ -183,5 +183,23 @@ def test_real_directml_fails_exactly_where_predicted(form: str, tmp_path: Path) 
 def test_directml_engine_error_on_the_failing_form() -> None:
     model, feeds, _ = FORMS["relu_1_2"]
     session = InferenceSession(model.SerializeToString(), engine="directml")
-    with pytest.raises(DmlShimError, match=r"MLOperatorAuthorImpl\.cpp\(2853\).*80070057"):
+    with pytest.raises(DmlShimError, match=r"MLOperatorAuthorImpl\.cpp\(2853\).*80070057") as info:
         session.run(None, feeds)
+    # the error says why, from onnxruntime CPU's run of the same feeds and onnxruntime's placement log
+    assert "graph output 'y' of node 'relu' (Relu) is declared [1, 2] but this run gives [3, 2]" in str(
+        info.value
+    )
+    assert "it runs on DmlExecutionProvider" in str(info.value) and CODE in str(info.value)
+
+
+@real
+def test_the_shipped_lgbm_classifier_fails_as_predicted() -> None:
+    from dmlshim.directml.sweep import sweep_one
+
+    path = Path(__file__).parent.parent / "onnx_models" / "ecosystem" / "mlt_lgbm_classifier.onnx"
+    reference = ort_run(onnx.load(str(path)), dict(np.load(path.with_suffix(".npz"))))
+    label = [o.name for o in onnx.load(str(path)).graph.output].index("label")
+    assert reference[label].shape == (7,)  # onnxruntime CPU: 7 rows where `label` is declared [1]
+    result = sweep_one(path)
+    assert result.outcome == "failed" and "Name:'Cast'" in result.message
+    assert result.predicted_refusal == (CODE,)

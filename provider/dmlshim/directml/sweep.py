@@ -109,13 +109,14 @@ def _feeds(path: Path) -> dict[str, np.ndarray]:
     return dict(generate(load_model(str(path), weightless=True), seed=0).feeds)
 
 
-def _cpu(path: Path, feeds: Mapping[str, np.ndarray], names: list[str]) -> list[Any]:
+def cpu_outputs(path: Path, feeds: Mapping[str, np.ndarray], names: Sequence[str]) -> list[Any]:
+    """onnxruntime CPU's outputs ``names`` of the model file ``path`` on ``feeds`` (one thread)."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     return list(
-        ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"]).run(names, dict(feeds))
+        ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"]).run(list(names), dict(feeds))
     )
 
 
@@ -150,14 +151,14 @@ def sweep_one(path: Path) -> SweepResult:
         from ..model.ort_errors import ORT_ERRORS
 
         try:
-            reference = _cpu(path, feeds, names)
+            reference = cpu_outputs(path, feeds, names)
         except ORT_ERRORS as cpu_exc:  # onnxruntime's own failure: no prediction from the run's values
             logger.debug("onnxruntime CPU failed on %s too: %s", path, cpu_exc)
         else:
             predicted = _with_run_refusals(predicted, proto, names, reference, placements)
         return SweepResult(str(path), "failed", str(exc), predicted_refusal=predicted, cpu_nodes=cpu_nodes)
     seconds = time.monotonic() - start
-    reference = _cpu(path, feeds, names)
+    reference = cpu_outputs(path, feeds, names)
     predicted = _with_run_refusals(predicted, proto, names, reference, placements)
     vs_cpu = compare(got, reference)
     try:
@@ -182,7 +183,7 @@ def _with_run_refusals(
     from ..ort.declared_shapes import run_shapes
     from ..translate.ep_declared_shapes import DeclaredOutputs
 
-    found = DeclaredOutputs(proto).contradictions(run_shapes(names, reference), placements)
+    found = DeclaredOutputs(proto).contradictions(run_shapes(names, reference), placements, from_log=True)
     return tuple(sorted({*predicted, *(c.code for c in found)}))
 
 

@@ -17,7 +17,7 @@ dimension the run could contradict is left: that form runs on DirectML (measured
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -183,15 +183,17 @@ class DeclaredOutputs:
         self,
         shapes: Mapping[str, Sequence[int]],
         placements: Mapping[str, str] | None = None,
-        cpu_nodes: Collection[str] = (),
+        *,
+        from_log: bool = False,
     ) -> tuple[DeclaredShapeContradiction, ...]:
         """The graph outputs among ``shapes`` (output name -> the run's shape) real DirectML would fail on.
 
         Args:
             shapes: each output's shape in the run.
-            placements: node name -> onnxruntime provider where known (its log: ``"*"`` for all nodes, or
-                dmlshim's prediction for gather/scatter nodes); other nodes are assumed on DirectML.
-            cpu_nodes: further nodes known to run on CPU.
+            placements: node name -> onnxruntime provider where known: dmlshim's prediction for
+                gather/scatter nodes, or onnxruntime's placement log; other nodes are assumed on DirectML.
+            from_log: ``placements`` is onnxruntime's log of the session (``"*"`` for all nodes), which lists
+                the nodes outside DirectML's fused partitions: a node it does not name ran on DirectML.
         """
         found = []
         for name, shape in shapes.items():
@@ -203,7 +205,7 @@ class DeclaredOutputs:
                 continue
             label = node.name or node.op_type
             where = (placements or {}).get(label, (placements or {}).get("*"))
-            if where == CPU_PROVIDER or label in cpu_nodes:
+            if where == CPU_PROVIDER:
                 continue
             found.append(
                 DeclaredShapeContradiction(
@@ -212,7 +214,7 @@ class DeclaredOutputs:
                     node.op_type,
                     declared,
                     tuple(int(s) for s in shape),
-                    where is not None,
+                    where is not None or (from_log and placements is not None),
                     self._refusal,
                 )
             )
