@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import onnx
 
 from . import CPU_PROVIDER
@@ -147,9 +148,14 @@ class DeclaredOutputs:
         self._model = model
         self._refusal = refusal
         self._declared = {v.name: dims for v in model.graph.output if (dims := _dims(v)) is not None}
-        # name -> (rank, ((axis, size), ...)): what a run's shape is held to, read on every run
+        # name -> (the shape when every size is declared, else None; rank; ((axis, size), ...)): what a
+        # run's shape is held to, read on every run (a whole static shape is one tuple comparison)
         self._held = {
-            name: (len(dims), tuple((i, d) for i, d in enumerate(dims) if d is not None))
+            name: (
+                dims if None not in dims else None,
+                len(dims),
+                tuple((i, d) for i, d in enumerate(dims) if d is not None),
+            )
             for name, dims in self._declared.items()
         }
         self._producers: dict[str, onnx.NodeProto] | None = None  # found at the first contradiction
@@ -164,14 +170,23 @@ class DeclaredOutputs:
         """Whether a run's outputs (numpy arrays, OrtValues...) may contradict a declaration: False only
         when every numpy output fits its declared shape (the check made on every run, kept cheap)."""
         held = self._held
-        for name, value in zip(names, outputs, strict=False):
+        if not held:
+            return False
+        i = -1
+        for name in names:  # indexing, not zip: this loop runs on every run of every session
+            i += 1
             entry = held.get(name)
             if entry is None:
                 continue
-            shape = getattr(value, "shape", None)
+            value = outputs[i]
+            shape = value.shape if type(value) is np.ndarray else getattr(value, "shape", None)
             if type(shape) is not tuple:
                 return True  # an OrtValue, whose shape is a call away: the full check reads it
-            rank, sizes = entry
+            whole, rank, sizes = entry
+            if whole is not None:
+                if shape != whole:
+                    return True
+                continue
             if len(shape) != rank:
                 return True
             for i, d in sizes:
