@@ -41,7 +41,9 @@ class SweepResult:
         message: the refusal or failure message.
         vs_cpu: real DirectML against onnxruntime CPU.
         vs_emulation: real DirectML against dmlshim's partitioned engine.
-        predicted_refusal: what inspect's table predicts (refusal codes), for comparison with ``outcome``.
+        predicted_refusal: the refusal codes predicted, for comparison with ``outcome``: inspect's table's,
+            and those decided from onnxruntime CPU's run of the same feeds (a graph output contradicting
+            its declared shape, :mod:`dmlshim.translate.ep_declared_shapes`).
         cpu_nodes: nodes onnxruntime placed on its CPU provider (from its log).
         optimized_away: gather/scatter nodes onnxruntime's graph optimizations removed before placement
             (folded into constants or fused away at session creation: in no partition, not in its log).
