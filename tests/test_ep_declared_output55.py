@@ -88,6 +88,20 @@ _SCALER = helper.make_node(
 )
 _NONZERO = helper.make_node("NonZero", ["x"], ["y"], name="nonzero")
 
+
+def _relu_neg(t_declared: list[int | str] | None) -> onnx.ModelProto:
+    """x -> Relu -> t -> Neg -> y declared [1, 2], t declared in value_info when given."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["t"], name="relu"),
+        helper.make_node("Neg", ["t"], ["y"], name="neg"),
+    ]
+    model = _model(nodes[1], [("x", F, ["n", 2])], [1, 2])
+    model.graph.node.insert(0, nodes[0])
+    if t_declared is not None:
+        model.graph.value_info.append(helper.make_tensor_value_info("t", F, t_declared))
+    return model
+
+
 # name -> (model, feeds, real DirectML fails the run)
 FORMS: dict[str, tuple[onnx.ModelProto, dict[str, np.ndarray], bool]] = {
     "relu_1_2": (_relu([1, 2]), {"x": X}, True),
@@ -109,6 +123,9 @@ FORMS: dict[str, tuple[onnx.ModelProto, dict[str, np.ndarray], bool]] = {
     "scatternd_opset18_on_cpu": (_scatter_nd(18), {"x": X}, False),
     "ml_scaler_on_cpu": (_one_input(_SCALER), {"x": X}, False),
     "nonzero": (_one_input(_NONZERO, declared=[2, 1]), {"x": X}, False),
+    "two_nodes": (_relu_neg(None), {"x": X}, True),
+    # t's declared [3, 2] makes onnxruntime infer y [3, 2], which overrules y's [1, 2]
+    "two_nodes_intermediate_declared": (_relu_neg([3, 2]), {"x": X}, False),
 }
 
 
@@ -133,7 +150,7 @@ def test_run_record_notes_exactly_the_failing_forms(form: str) -> None:
     notes = _notes(model, feeds, "partitioned")
     assert len(notes) == (1 if fails else 0), notes
     if fails:
-        node = model.graph.node[0]
+        node = model.graph.node[-1]  # the node computing y
         message = notes[0][1]
         assert f"graph output 'y' of node {node.name!r} ({node.op_type})" in message
         assert f"this run gives {list(reference.shape)}" in message
@@ -174,7 +191,7 @@ def test_real_directml_fails_exactly_where_predicted(form: str, tmp_path: Path) 
     assert result.outcome == ("failed" if fails else "ran"), result.message
     assert (CODE in result.predicted_refusal) == fails
     if fails:
-        assert "80070057" in result.message and f"Name:'{model.graph.node[0].name}'" in result.message
+        assert "80070057" in result.message and f"Name:'{model.graph.node[-1].name}'" in result.message
     else:
         assert result.vs_cpu is not None and result.vs_cpu.equal
 

@@ -252,11 +252,17 @@ class DeclaredOutputs:
 
 
 def _inferred_without_declarations(model: onnx.ModelProto) -> dict[str, Dims | None]:
-    """Each graph output's shape as onnx's inference gives it with no declared output or value_info shape
-    (what onnxruntime's inference merges into the declaration); {} when inference fails."""
+    """Each graph output's shape as onnx's inference gives it without the outputs' declared shapes (what
+    onnxruntime's inference merges into the declaration); {} when inference fails. The value_info of
+    other values stays: onnxruntime's inference reads them upstream of the output too (a Relu output
+    declared [3, 2] makes the Neg reading it [3, 2], which then contradicts the output's stale [1, 2]: it
+    ran on DirectML)."""
     stripped = onnx.ModelProto()
     stripped.CopyFrom(model)
+    outputs = {v.name for v in model.graph.output}
+    kept = [v for v in stripped.graph.value_info if v.name not in outputs]
     del stripped.graph.value_info[:]
+    stripped.graph.value_info.extend(kept)
     for value in stripped.graph.output:
         if value.type.HasField("tensor_type"):
             value.type.tensor_type.ClearField("shape")
