@@ -41,7 +41,9 @@ class SweepResult:
         message: the refusal or failure message.
         vs_cpu: real DirectML against onnxruntime CPU.
         vs_emulation: real DirectML against dmlshim's partitioned engine.
-        predicted_refusal: what inspect's table predicts (refusal codes), for comparison with ``outcome``.
+        predicted_refusal: the refusal codes predicted, for comparison with ``outcome``: inspect's table's,
+            and those decided from onnxruntime CPU's run of the same feeds (a graph output contradicting
+            its declared shape, :mod:`dmlshim.translate.ep_declared_shapes`).
         cpu_nodes: nodes onnxruntime placed on its CPU provider (from its log).
         optimized_away: gather/scatter nodes onnxruntime's graph optimizations removed before placement
             (folded into constants or fused away at session creation: in no partition, not in its log).
@@ -109,13 +111,14 @@ def _feeds(path: Path) -> dict[str, np.ndarray]:
     return dict(generate(load_model(str(path), weightless=True), seed=0).feeds)
 
 
-def _cpu(path: Path, feeds: Mapping[str, np.ndarray], names: list[str]) -> list[Any]:
+def cpu_outputs(path: Path, feeds: Mapping[str, np.ndarray], names: Sequence[str]) -> list[Any]:
+    """onnxruntime CPU's outputs ``names`` of the model file ``path`` on ``feeds`` (one thread)."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     return list(
-        ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"]).run(names, dict(feeds))
+        ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"]).run(list(names), dict(feeds))
     )
 
 
@@ -143,12 +146,23 @@ def sweep_one(path: Path) -> SweepResult:
     engine = real._engine if hasattr(real, "_engine") else None
     cpu_nodes = tuple(engine.cpu_nodes()) if engine is not None and hasattr(engine, "cpu_nodes") else ()
     away = tuple(sorted(getattr(engine, "optimized_away", ())))
+    placements = getattr(getattr(engine, "_session", None), "placements", None)
     try:
         got = real.run(names, feeds)
     except DmlShimError as exc:
+        from ..model.ort_errors import ORT_ERRORS
+
+        try:
+            reference = cpu_outputs(path, feeds, names)
+        except ORT_ERRORS as cpu_exc:  # onnxruntime's own failure: no prediction from the run's values
+            logger.debug("onnxruntime CPU failed on %s too: %s", path, cpu_exc)
+        else:
+            predicted = _with_run_refusals(predicted, proto, names, reference, placements)
         return SweepResult(str(path), "failed", str(exc), predicted_refusal=predicted, cpu_nodes=cpu_nodes)
     seconds = time.monotonic() - start
-    vs_cpu = compare(got, _cpu(path, feeds, names))
+    reference = cpu_outputs(path, feeds, names)
+    predicted = _with_run_refusals(predicted, proto, names, reference, placements)
+    vs_cpu = compare(got, reference)
     try:
         emulated = InferenceSession(str(path), engine="partitioned").run(names, feeds)
         vs_emu: Comparison | None = compare(got, emulated)
@@ -157,6 +171,22 @@ def sweep_one(path: Path) -> SweepResult:
     return SweepResult(
         str(path), "ran", "", vs_cpu, vs_emu, predicted, cpu_nodes, seconds, optimized_away=away
     )
+
+
+def _with_run_refusals(
+    predicted: tuple[str, ...],
+    proto: Any,
+    names: Sequence[str],
+    reference: Sequence[Any],
+    placements: Mapping[str, str] | None,
+) -> tuple[str, ...]:
+    """``predicted`` with the refusals decided from a run's values (onnxruntime CPU's output shapes, the
+    nodes placed as onnxruntime's log says): a graph output contradicting its declared shape."""
+    from ..ort.declared_shapes import run_shapes
+    from ..translate.ep_declared_shapes import DeclaredOutputs
+
+    found = DeclaredOutputs(proto).contradictions(run_shapes(names, reference), placements, from_log=True)
+    return tuple(sorted({*predicted, *(c.code for c in found)}))
 
 
 def sweep(paths: Iterable[Path]) -> list[SweepResult]:

@@ -74,6 +74,10 @@ def _optimization(config: Any) -> str:
     return "all" if name == "layout" else name
 
 
+_SHAPE_CHECK_LINES = ("2853", "2844")
+"""Where onnxruntime-directml's check of an output's inferred shape against its declared one fails."""
+
+
 class LinuxDirectMLEngine:
     """The whole model on real DirectML 1.15 through the stack's host process.
 
@@ -183,14 +187,37 @@ class LinuxDirectMLEngine:
                 lambda names: self.host.run(self._session, given, names), output_names
             )
         except HostError as exc:
+            known = _known_refusals(self._model) + self._declared_shape_failure(str(exc), given)
             error: DmlShimError = BadInputError(
-                f"onnxruntime ({DML_EP}) failed running the model: {exc}{_known_refusals(self._model)}"
+                f"onnxruntime ({DML_EP}) failed running the model: {exc}{known}"
             )
             raise error from _ort_exception(str(exc), "run")
         device = tuple((k, str(v)) for k, v in self.stack_record().items())
         return outputs, RunRecord(
             self.name, self.config.feature_level.dml_name, self._nodes, device=device, path=PATH_DIRECTML
         )
+
+    def _declared_shape_failure(self, message: str, feeds: Mapping[str, np.ndarray]) -> str:
+        """For a run failing with the provider's shape-check codes: the graph outputs whose declared shape
+        onnxruntime CPU's run of the same feeds contradicts (``EP_FAILS_OUTPUT_CONTRADICTING_DECLARED_SHAPE``)
+        as a sentence to append to the error; "" when none or when onnxruntime CPU fails too."""
+        from ..model.ort_errors import ORT_ERRORS
+        from ..ort.declared_shapes import run_shapes
+        from ..translate.ep_declared_shapes import DeclaredOutputs
+        from .sweep import cpu_outputs
+
+        declared = DeclaredOutputs(self._model)
+        if declared.empty or not any(
+            f"MLOperatorAuthorImpl.cpp({line})" in message for line in _SHAPE_CHECK_LINES
+        ):
+            return ""
+        names = [o.name for o in self._model.graph.output]
+        try:
+            reference = cpu_outputs(Path(self._tmp.name) / "model.onnx", feeds, names)
+        except ORT_ERRORS:
+            return ""
+        found = declared.contradictions(run_shapes(names, reference), self._session.placements, from_log=True)
+        return "".join(f"; {c.message()}" for c in found)
 
     def close(self) -> None:
         """Release the session in the host."""

@@ -42,10 +42,12 @@ from ..runtime.real import (
     optimizers_disabled,
     use_global_thread_pool,
 )
+from ..translate.ep_declared_shapes import DeclaredOutputs
 from ..translate.folding_refusal import folding_refusal
 from .attributes import OrtSessionAttributes
 from .c_iobinding import bind_c_iobinding
 from .cpu_fallback import refuse_as_onnxruntime
+from .declared_shapes import with_declared_shape_notes
 from .emulate import emulate_all, with_dml_first
 from .free_dims import outputs_for_inputs, overrides_by_name, with_free_dimension_overrides
 from .model_config import ORT_CONFIG_KEY, options_from_model, reads_config_from_model
@@ -232,6 +234,7 @@ class InferenceSession(SessionRuns, SessionQueries, SessionProviders, SessionPro
             sharable_options(sess_options, loaded.proto, self._inputs) if sess_options is not None else None
         )
         self._last_run_record: RunRecord | None = None
+        self._declared_outputs = DeclaredOutputs(loaded.proto)  # each run's outputs checked as DirectML does
         with self._span("session_initialization"), optimizers_disabled(self._disabled_optimizers):
             # Values the options add go into the model every engine runs, so that emulated nodes read them
             # too: add_external_initializers values were taken at load (their file is never read), and
@@ -423,7 +426,7 @@ class InferenceSession(SessionRuns, SessionQueries, SessionProviders, SessionPro
         else:
             with self._span("model_run"), optimizers_disabled(self._disabled_optimizers):
                 outputs, record = self._engine.run(names, feeds, run_options=run_options)
-        self._last_run_record = record
+        self._last_run_record = with_declared_shape_notes(self._declared_outputs, record, names, outputs)
         return outputs
 
     @raises_onnxruntime_errors()
@@ -483,5 +486,6 @@ class InferenceSession(SessionRuns, SessionQueries, SessionProviders, SessionPro
         answered = steady(names, feeds, key)
         if answered is None:
             return None
-        self._last_run_record = answered[1]
-        return answered[0]
+        outputs, record = answered
+        self._last_run_record = with_declared_shape_notes(self._declared_outputs, record, names, outputs)
+        return outputs

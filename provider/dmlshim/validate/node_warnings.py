@@ -5,11 +5,14 @@ and attribution."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import onnx
 
 from ..dml.enums import FeatureLevel
 from ..execute.plan.step_keys import NOTE_SHAPE_DIFFERS
-from ..execute.record import PLACEMENT_DML
+from ..execute.record import PLACEMENT_DML, RunRecord
 from ..translate import CPU_PROVIDER
 from ..translate.ep_refusals import describe_refusals
 from .results import ATTR_DIVERGES, ATTR_UPSTREAM, NodeValidation, ValidationWarning
@@ -25,6 +28,26 @@ W_NODE_DIFFERS = "NODE_OUTPUT_DIFFERS"
 W_INPUTS_DIFFER = "NODE_INPUTS_DIFFER"
 W_SHAPE_NOTE = "OUTPUT_SHAPE_DIFFERS_FROM_INFERENCE"
 W_EP_REFUSES_MODEL = "ORT_DML_EP_REFUSES_MODEL"
+W_EP_FAILS_RUN = "ORT_DML_EP_FAILS_THIS_RUN"
+
+
+def declared_shape_warnings(
+    model: onnx.ModelProto, record: RunRecord, outputs: Mapping[str, Any]
+) -> tuple[ValidationWarning, ...]:
+    """One warning per graph output of this run whose declared shape real DirectML would fail the run on
+    (the run record's ``EP_FAILS_OUTPUT_CONTRADICTING_DECLARED_SHAPE`` note): the verdict compares values
+    with onnxruntime CPU, which runs such a model."""
+    from ..ort.declared_shapes import declared_shape_contradictions, run_shapes
+    from ..translate.ep_declared_shapes import DeclaredOutputs
+
+    declared = DeclaredOutputs(model)
+    if declared.empty:
+        return ()
+    shapes = run_shapes(list(outputs), list(outputs.values()))
+    return tuple(
+        ValidationWarning(W_EP_FAILS_RUN, c.node, c.message())
+        for c in declared_shape_contradictions(declared, record, shapes)
+    )
 
 
 def session_refusal_warnings(refusals: Sequence[tuple[str, str, str]]) -> tuple[ValidationWarning, ...]:

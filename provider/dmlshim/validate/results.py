@@ -211,7 +211,7 @@ class ValidationWarning:
         code: a stable code (``DUPLICATE_SCATTER_INDICES``, ``NEGATIVE_INDICES_BELOW_FL_3_0``,
             ``ORT_DML_EP_RUNS_ON_CPU``, ``FALLBACK_TO_CPU``, ``NOT_EMULATED``, ``NOT_TRANSLATED``,
             ``NODE_OUTPUT_DIFFERS``, ``NODE_INPUTS_DIFFER``, ``OUTPUT_SHAPE_DIFFERS_FROM_INFERENCE``,
-            ``ORT_DML_EP_REFUSES_MODEL``, ``RANDOM_NODE``).
+            ``ORT_DML_EP_REFUSES_MODEL``, ``ORT_DML_EP_FAILS_THIS_RUN``, ``RANDOM_NODE``).
         node: the node concerned.
         message: one sentence for people.
     """

@@ -24,7 +24,7 @@ from ..translate import ModelTranslation, translate_model
 from .attribution import compare_nodes, dependencies, suspects, upstream_order
 from .engine_side import COMPARABLE_LEVEL, PARTITIONED, custom_op_layout_reason, engine_runs
 from .levels import ORT_DEFAULT_LEVEL, note_default_level_runs, only_optimised_runs
-from .node_warnings import node_warnings, session_refusal_warnings
+from .node_warnings import declared_shape_warnings, node_warnings, session_refusal_warnings
 from .random_nodes import random_node_warnings
 from .references import (
     DEFAULT_OPTIMIZATION_LEVEL,
@@ -297,6 +297,7 @@ def _validate_loaded(
         nodes=nodes,
         warnings=tuple(node_warnings(nodes, level))
         + session_refusal_warnings(translation.session_refusals if translation is not None else ())
+        + declared_shape_warnings(proto, ours.record, ours.outputs)
         + random_node_warnings(proto.graph),
         rtol=rtol,
         atol=atol,
