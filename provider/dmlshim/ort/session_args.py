@@ -236,7 +236,7 @@ def check_provider_list(providers: Any, kept: ProviderChoice) -> None:
     Raises:
         BadInputError: ``providers`` is a string.
     """
-    if not isinstance(providers, (str, bytes)):
+    if not isinstance(providers, str):  # bytes: items that are no names (onnxruntime's ValueError)
         return
     error = BadInputError(
         f"providers must be a list of provider names, not the string {providers!r} (write [{providers!r}]); "
