@@ -13,7 +13,11 @@ expectation is what the installed onnxruntime does with the same call, computed 
    ``InvalidArgument``); ``provider_options`` without ``providers`` is ignored, as onnxruntime ignores it
    (dmlshim refused it, or fell back to the CPU alone); an empty ``providers`` string or bytes means the
    default providers; a provider onnxruntime does not know at all is its ``RuntimeError`` without the
-   fallback and falls back to the CPU with it (dmlshim dropped it and kept DirectML).
+   fallback and falls back to the CPU with it (dmlshim dropped it and kept DirectML);
+4. a list fed to a string input: each element as str() writes it (b"ab" is "b'ab'"; dmlshim decoded bytes),
+   and a string with a lone surrogate is onnxruntime's UnicodeEncodeError (dmlshim: InvalidArgument);
+5. an array taken from an IOBinding output (get_outputs()[0].numpy()) outlives the binding and the session,
+   as onnxruntime's does (dmlshim's read freed memory: garbage or a crash).
 """
 
 from __future__ import annotations
@@ -167,7 +171,9 @@ ORT_VALUE_FEEDS = {
 def test_run_with_ort_values_reads_feeds_as_onnxruntime(feeds: str, engine: str) -> None:
     model = _two_input_model().SerializeToString()
     theirs = _outcome(
-        lambda: ort.InferenceSession(model, providers=[CPU]).run_with_ort_values(None, ORT_VALUE_FEEDS[feeds]())
+        lambda: ort.InferenceSession(model, providers=[CPU]).run_with_ort_values(
+            None, ORT_VALUE_FEEDS[feeds]()
+        )
     )
     ours = _outcome(
         lambda: dmlshim.InferenceSession(model, **_engine(engine)).run_with_ort_values(
@@ -213,7 +219,9 @@ def test_constructor_providers_as_onnxruntime(case: str, fallback: bool) -> None
     args = PROVIDER_ARGS[case]
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):  # onnxruntime prints "EP Error" when it falls back
-        theirs = _outcome(lambda: ort.InferenceSession(model, enable_fallback=fallback, **args).get_providers())
+        theirs = _outcome(
+            lambda: ort.InferenceSession(model, enable_fallback=fallback, **args).get_providers()
+        )
     ours = _outcome(lambda: dmlshim.InferenceSession(model, enable_fallback=fallback, **args).get_providers())
     assert theirs[0] == ours[0], (theirs, ours)
     if theirs[0] == "error":
@@ -260,3 +268,102 @@ def test_set_providers_as_onnxruntime(case: str) -> None:
         assert ours_session.run(None, FEEDS)[0].tolist() == [[2.0, 3.0], [2.0, 3.0]]  # still usable
     else:
         assert ours[1] == theirs[1]
+
+
+# --- 4. string feeds given as lists, and strings UTF-8 cannot hold ---------------------------------------
+
+
+def _string_model() -> onnx.ModelProto:
+    """``y = Gather(s, i)`` and ``z = Identity(s)`` over a string input of any length."""
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["s", "i"], ["y"], name="g"), helper.make_node("Identity", ["s"], ["z"])],
+        "strings",
+        [
+            helper.make_tensor_value_info("s", TensorProto.STRING, [None]),
+            helper.make_tensor_value_info("i", TensorProto.INT64, [None]),
+        ],
+        [
+            helper.make_tensor_value_info("y", TensorProto.STRING, None),
+            helper.make_tensor_value_info("z", TensorProto.STRING, None),
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=IR_VERSION)
+
+
+STRING_FEEDS: dict[str, Any] = {
+    "a list of bytes": [b"ab", b"c"],  # onnxruntime: "b'ab'", as str() writes them
+    "a list of mixed values": ["a", b"b", 1, None, 2.5],
+    "a list of numpy bytes": [np.bytes_(b"q"), "r"],
+    "a list of floats": [np.float32(0.1), 1e20, 0.5],
+    "a ragged list": [["a"], ["b", "c"]],
+    "a list with a lone surrogate": ["\ud800", "c"],
+    "an object array with a lone surrogate": np.array(["\ud800", "c"], dtype=object),
+}
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+@pytest.mark.parametrize("feed", list(STRING_FEEDS))
+def test_string_feeds_read_as_onnxruntime(feed: str, engine: str) -> None:
+    model = _string_model().SerializeToString()
+    feeds = {"s": STRING_FEEDS[feed], "i": np.array([1, 0], dtype=np.int64)}
+    theirs = _outcome(lambda: ort.InferenceSession(model, providers=[CPU]).run(None, feeds))
+    ours = _outcome(lambda: dmlshim.InferenceSession(model, **_engine(engine)).run(None, feeds))
+    assert theirs[0] == ours[0], (theirs, ours)
+    if theirs[0] == "error":
+        _same_error(theirs[1], ours[1])
+        return
+    for mine, want in zip(ours[1], theirs[1], strict=True):
+        assert mine.dtype == want.dtype and mine.tolist() == want.tolist()
+
+
+# --- 5. an IOBinding's outputs outlive the binding and the session -----------------------------------------
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_iobinding_output_arrays_outlive_the_binding(engine: str) -> None:
+    """An array taken with ``get_outputs()[0].numpy()`` keeps the memory onnxruntime's binding allocated
+    alive (its base holds the OrtValue): it reads the run's values after the binding and the session are
+    gone. dmlshim's binding handed out an OrtValue borrowing its own array, so such an array read freed
+    memory (garbage, or a crash)."""
+    import gc
+
+    model = _two_input_model().SerializeToString()
+
+    def outputs(make: Any) -> list[np.ndarray]:
+        session = make()
+        binding = session.io_binding()
+        binding.bind_cpu_input("d", DATA)
+        binding.bind_cpu_input("i", IDX)
+        binding.bind_output("y")
+        session.run_with_iobinding(binding)
+        return [value.numpy() for value in binding.get_outputs()]
+
+    want = outputs(lambda: ort.InferenceSession(model, providers=[CPU]))
+    kept = [outputs(lambda: dmlshim.InferenceSession(model, **_engine(engine))) for _ in range(3)]
+    gc.collect()
+    for _ in range(3):  # memory freed by then is handed out again
+        np.zeros((64, 64), dtype=np.float32).fill(-7.0)
+    for got in kept:
+        assert [a.tolist() for a in got] == [a.tolist() for a in want] == [[[4.0, 5.0], [4.0, 5.0]]]
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_iobinding_output_shows_the_next_run_after_the_fix(engine: str) -> None:
+    """Still as onnxruntime: an output bound by name keeps the memory its first run allocated, so an
+    OrtValue (and an array viewing it) taken after one run shows the next run's values."""
+    model = _two_input_model().SerializeToString()
+
+    def two_runs(session: Any) -> tuple[list[Any], list[Any]]:
+        binding = session.io_binding()
+        binding.bind_cpu_input("d", DATA)
+        binding.bind_cpu_input("i", IDX)
+        binding.bind_output("y")
+        session.run_with_iobinding(binding)
+        first = binding.get_outputs()[0]
+        view = first.numpy()
+        binding.bind_cpu_input("i", np.array([0, 1], dtype=np.int64))
+        session.run_with_iobinding(binding)
+        return first.numpy().tolist(), view.tolist()
+
+    want = two_runs(ort.InferenceSession(model, providers=[CPU]))
+    assert two_runs(dmlshim.InferenceSession(model, **_engine(engine))) == want

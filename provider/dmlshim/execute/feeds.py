@@ -421,9 +421,9 @@ def _as_array(check: _InputCheck, value: list[Any] | Mapping[Any, Any]) -> np.nd
     (onnxruntime's InvalidArgument)."""
     if isinstance(value, Mapping):
         return np.asarray(value, dtype=object)
-    # as onnxruntime: numpy builds the tensor in the input's type (floats truncated into integers,
-    # anything into strings)
-    wanted = check.dtype if check.dtype is not None else (np.str_ if check.type == "tensor(string)" else None)
+    # as onnxruntime: numpy builds the tensor in the input's type (floats truncated into integers); for
+    # strings an object array, whose elements onnxruntime reads as str() gives them (b"ab" is "b'ab'")
+    wanted = check.dtype if check.dtype is not None else (object if check.type == "tensor(string)" else None)
     try:
         return np.array(value, dtype=wanted)
     except (ValueError, TypeError, OverflowError) as exc:

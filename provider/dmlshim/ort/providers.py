@@ -132,7 +132,8 @@ def _provider_pairs(providers: Any, provider_options: Any) -> list[tuple[str, Ma
     Raises:
         BadInputError: as onnxruntime's ``ValueError``, with its words first.
     """
-    if isinstance(providers, str) and providers:  # onnxruntime reads each character as a provider name: none is one
+    # onnxruntime reads each character of a string as a provider name: none is one
+    if isinstance(providers, str) and providers:
         error = BadInputError(
             f"Unknown Provider Type: {providers[:1]} (dmlshim: providers must be a list of provider names, "
             f"not the string {providers!r}; write [{providers!r}])",

@@ -46,8 +46,8 @@ from ..translate.folding_refusal import folding_refusal
 from .attributes import OrtSessionAttributes
 from .c_iobinding import bind_c_iobinding
 from .cpu_fallback import refuse_as_onnxruntime
-from .ep_context import refuse_context_model_as_onnxruntime
 from .emulate import emulate_all, with_dml_first
+from .ep_context import refuse_context_model_as_onnxruntime
 from .free_dims import outputs_for_inputs, overrides_by_name, with_free_dimension_overrides
 from .model_config import ORT_CONFIG_KEY, options_from_model, reads_config_from_model
 from .ortvalues import (
@@ -216,7 +216,8 @@ class InferenceSession(SessionRuns, SessionQueries, SessionProviders, SessionPro
         self._loaded = loaded
         # session.disable_cpu_ep_fallback=1: onnxruntime's verdict, its class and words (cpu_fallback.py)
         refuse_as_onnxruntime(source, loaded.proto, sess_options, self._providers_given)
-        refuse_context_model_as_onnxruntime(source, sess_options)  # ep.context_enable=1, no path (ep_context.py)
+        # ep.context_enable=1 for a model given as bytes: onnxruntime's verdict too (ep_context.py)
+        refuse_context_model_as_onnxruntime(source, sess_options)
         if reads_config_from_model(kwargs):  # as onnxruntime: the model's ort_config over the caller's
             self._options = sess_options = options_from_model(loaded.proto, sess_options)
             self._adding_options = sess_options
