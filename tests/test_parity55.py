@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -367,3 +368,65 @@ def test_iobinding_output_shows_the_next_run_after_the_fix(engine: str) -> None:
 
     want = two_runs(ort.InferenceSession(model, providers=[CPU]))
     assert two_runs(dmlshim.InferenceSession(model, **_engine(engine))) == want
+
+
+# --- 6. a session refused for use_per_session_threads = False leaves later sessions alone ---------------
+
+_THREADS_SCRIPT = r"""
+import json, sys
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+import onnxruntime as ort
+import dmlshim
+
+who, steps = sys.argv[1], sys.argv[2].split(",")
+if steps[0] == "global":
+    ort.capi._pybind_state.set_global_thread_pool_sizes(2, 2)
+    steps = steps[1:]
+w = helper.make_tensor("w", TensorProto.FLOAT, [3, 2], [-2.0, -1.0, 0.0, 1.0, 2.0, 3.0])
+graph = helper.make_graph(
+    [helper.make_node("Gather", ["w", "i"], ["g"]), helper.make_node("Relu", ["g"], ["y"])],
+    "g", [helper.make_tensor_value_info("i", TensorProto.INT64, [2])],
+    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])], [w],
+)
+model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=10)
+out = []
+for step in steps:
+    so = ort.SessionOptions()
+    so.use_per_session_threads = step != "shared"
+    try:
+        if who == "onnxruntime":
+            s = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        else:
+            s = dmlshim.InferenceSession(model.SerializeToString(), so)
+        out.append(["ok", s.run(None, {"i": np.array([2, 0])})[0].tolist()])
+    except RuntimeError as exc:
+        out.append(["RuntimeError", str(exc).splitlines()[0][:40]])
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("steps", ["shared,own", "own,shared,own", "global,shared,shared"])
+def test_session_without_thread_pool_leaves_later_sessions_alone(tmp_path: Path, steps: str) -> None:
+    """``use_per_session_threads = False`` without onnxruntime's global thread pools is refused (a
+    ``RuntimeError``), and the program's next session with threads of its own loads, as in onnxruntime.
+    dmlshim moved every later session of its own to the global pool the refused one asked for, so every
+    later session failed."""
+    import json
+    import subprocess
+    import sys
+
+    script = tmp_path / "threads.py"
+    script.write_text(_THREADS_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    answers = []
+    for who in ("onnxruntime", "dmlshim"):
+        done = subprocess.run(
+            [sys.executable, str(script), who, steps], capture_output=True, text=True, timeout=120, env=env
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        answers.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    theirs, ours = answers
+    assert [a[0] for a in ours] == [a[0] for a in theirs], (theirs, ours)
+    assert [a[1] for a in ours if a[0] == "ok"] == [a[1] for a in theirs if a[0] == "ok"]

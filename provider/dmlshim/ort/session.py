@@ -66,6 +66,7 @@ from .session_args import (
     check_run_options,
     disabled_optimizers,
     fallback_flag,
+    global_thread_pool_ready,
     parse_feature_level,
     parse_index_mode,
     resolve_engine,
@@ -152,7 +153,7 @@ class InferenceSession(SessionRuns, SessionQueries, SessionProviders, SessionPro
         check_session_options(sess_options)
         if sess_options is not None:
             callers_options(sess_options)
-            if getattr(sess_options, "use_per_session_threads", True) is False:
+            if getattr(sess_options, "use_per_session_threads", True) is False and global_thread_pool_ready():
                 use_global_thread_pool()
         source: ModelSource = path_or_bytes
         self._adding_options = sess_options  # add_initializer's values: in the caller's object only
