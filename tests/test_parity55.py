@@ -17,7 +17,10 @@ expectation is what the installed onnxruntime does with the same call, computed 
 4. a list fed to a string input: each element as str() writes it (b"ab" is "b'ab'"; dmlshim decoded bytes),
    and a string with a lone surrogate is onnxruntime's UnicodeEncodeError (dmlshim: InvalidArgument);
 5. an array taken from an IOBinding output (get_outputs()[0].numpy()) outlives the binding and the session,
-   as onnxruntime's does (dmlshim's read freed memory: garbage or a crash).
+   as onnxruntime's does (dmlshim's read freed memory: garbage or a crash);
+6. a session refused for use_per_session_threads = False (no global thread pools) leaves later sessions
+   loading (dmlshim moved every later session to the missing pool);
+7. an input of an optional type may be left out of the feed (dmlshim called it missing).
 """
 
 from __future__ import annotations
@@ -430,3 +433,81 @@ def test_session_without_thread_pool_leaves_later_sessions_alone(tmp_path: Path,
     theirs, ours = answers
     assert [a[0] for a in ours] == [a[0] for a in theirs], (theirs, ours)
     assert [a[1] for a in ours if a[0] == "ok"] == [a[1] for a in theirs if a[0] == "ok"]
+
+
+# --- 7. an input of an optional type may be left out of the feed -----------------------------------------
+
+
+def _optional_input_model() -> onnx.ModelProto:
+    """``y`` gathers ``d`` at the optional input's indices when it holds a value (``d`` itself when not),
+    ``z = Gather(d, i)``, and the optional input is also an output."""
+    optional = helper.make_optional_type_proto(helper.make_tensor_type_proto(TensorProto.INT64, [2]))
+    fed = helper.make_graph(
+        [
+            helper.make_node("OptionalGetElement", ["o"], ["oi"]),
+            helper.make_node("Gather", ["d", "oi"], ["r"]),
+        ],
+        "then",
+        [],
+        [helper.make_tensor_value_info("r", TensorProto.FLOAT, None)],
+    )
+    empty = helper.make_graph(
+        [helper.make_node("Identity", ["d"], ["r"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("r", TensorProto.FLOAT, None)],
+    )
+    graph = helper.make_graph(
+        [
+            helper.make_node("OptionalHasElement", ["o"], ["h"]),
+            helper.make_node("If", ["h"], ["y"], then_branch=fed, else_branch=empty),
+            helper.make_node("Gather", ["d", "i"], ["z"], name="g"),
+        ],
+        "optional_input",
+        [
+            helper.make_value_info("o", optional),
+            helper.make_tensor_value_info("d", TensorProto.FLOAT, [3]),
+            helper.make_tensor_value_info("i", TensorProto.INT64, [2]),
+        ],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("z", TensorProto.FLOAT, None),
+            helper.make_value_info("o", optional),
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=IR_VERSION)
+
+
+OPTIONAL_FEEDS: dict[str, dict[str, Any]] = {
+    "left out": {},
+    "None": {"o": None},
+    "given": {"o": np.array([1, 1], dtype=np.int64)},
+}
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+@pytest.mark.parametrize("given", list(OPTIONAL_FEEDS))
+def test_optional_input_may_be_left_out(given: str, engine: str) -> None:
+    model = _optional_input_model().SerializeToString()
+    feeds = {
+        "d": np.arange(3, dtype=np.float32),
+        "i": np.array([2, 0], dtype=np.int64),
+        **OPTIONAL_FEEDS[given],
+    }
+    theirs = _outcome(lambda: ort.InferenceSession(model, providers=[CPU]).run(None, feeds))
+    ours = _outcome(lambda: dmlshim.InferenceSession(model, **_engine(engine)).run(None, feeds))
+    assert theirs[0] == ours[0] == "ok", (theirs, ours)
+    assert [None if v is None else v.tolist() for v in ours[1]] == [
+        None if v is None else v.tolist() for v in theirs[1]
+    ]
+
+
+def test_a_required_input_left_out_still_names_every_input() -> None:
+    model = _optional_input_model().SerializeToString()
+    theirs = _outcome(
+        lambda: ort.InferenceSession(model, providers=[CPU]).run(None, {"d": np.ones(3, np.float32)})
+    )
+    ours = _outcome(lambda: dmlshim.InferenceSession(model).run(None, {"d": np.ones(3, np.float32)}))
+    assert theirs[0] == ours[0] == "error"
+    _same_error(theirs[1], ours[1])
+    assert "model inputs: o, d, i" in str(ours[1])
