@@ -20,7 +20,9 @@ expectation is what the installed onnxruntime does with the same call, computed 
    as onnxruntime's does (dmlshim's read freed memory: garbage or a crash);
 6. a session refused for use_per_session_threads = False (no global thread pools) leaves later sessions
    loading (dmlshim moved every later session to the missing pool);
-7. an input of an optional type may be left out of the feed (dmlshim called it missing).
+7. an input of an optional type may be left out of the feed (dmlshim called it missing);
+8. options onnxruntime refuses with a plain RuntimeError (a bad thread affinity) are that class alone, its
+   words first (dmlshim added InvalidArgument and its own sentence first).
 """
 
 from __future__ import annotations
@@ -511,3 +513,49 @@ def test_a_required_input_left_out_still_names_every_input() -> None:
     assert theirs[0] == ours[0] == "error"
     _same_error(theirs[1], ours[1])
     assert "model inputs: o, d, i" in str(ours[1])
+
+
+# --- 8. options onnxruntime refuses with a plain RuntimeError: that class alone -----------------------------
+
+_STATUS_CLASSES = tuple(
+    getattr(ort.capi.onnxruntime_pybind11_state, n)
+    for n in (
+        "Fail",
+        "InvalidArgument",
+        "InvalidGraph",
+        "RuntimeException",
+        "NotImplemented",
+        "InvalidProtobuf",
+    )
+)
+
+
+def _affinity(so: ort.SessionOptions) -> None:
+    so.add_session_config_entry("session.intra_op_thread_affinities", "bogus")
+
+
+def _two_affinities(so: ort.SessionOptions) -> None:
+    so.add_session_config_entry("session.intra_op_thread_affinities", "1;2")
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+@pytest.mark.parametrize("setup", [_affinity, _two_affinities], ids=["bogus affinity", "two affinities"])
+def test_options_refused_with_onnxruntime_class_alone(setup: Any, engine: str) -> None:
+    """onnxruntime refuses these options with a plain ``RuntimeError`` (no status class): dmlshim's error is
+    one, and no ``InvalidArgument`` (which a client's ``except InvalidArgument:`` would catch only here);
+    its text begins with onnxruntime's."""
+    model = _gather_model().SerializeToString()
+
+    def options() -> ort.SessionOptions:
+        so = ort.SessionOptions()
+        setup(so)
+        return so
+
+    with contextlib.redirect_stdout(io.StringIO()):  # onnxruntime's "EP Error ... Falling back" lines
+        theirs = _outcome(lambda: ort.InferenceSession(model, options(), providers=[CPU]))
+        ours = _outcome(lambda: dmlshim.InferenceSession(model, options(), **_engine(engine)))
+    assert theirs[0] == ours[0] == "error", (theirs, ours)
+    _same_error(theirs[1], ours[1])
+    assert [isinstance(ours[1], c) for c in _STATUS_CLASSES] == [
+        isinstance(theirs[1], c) for c in _STATUS_CLASSES
+    ]
