@@ -22,7 +22,9 @@ expectation is what the installed onnxruntime does with the same call, computed 
    loading (dmlshim moved every later session to the missing pool);
 7. an input of an optional type may be left out of the feed (dmlshim called it missing);
 8. options onnxruntime refuses with a plain RuntimeError (a bad thread affinity) are that class alone, its
-   words first (dmlshim added InvalidArgument and its own sentence first).
+   words first (dmlshim added InvalidArgument and its own sentence first);
+9. output_names: a bytearray name is read as bytes, a generator yielding nothing is onnxruntime's
+   InvalidArgument "At least one output should be requested." (dmlshim: TypeError, and [] returned).
 """
 
 from __future__ import annotations
@@ -559,3 +561,28 @@ def test_options_refused_with_onnxruntime_class_alone(setup: Any, engine: str) -
     assert [isinstance(ours[1], c) for c in _STATUS_CLASSES] == [
         isinstance(theirs[1], c) for c in _STATUS_CLASSES
     ]
+
+
+# --- 9. output_names that onnxruntime's binding reads: a bytearray name, a generator yielding nothing ------
+
+OUTPUT_NAMES: dict[str, Any] = {
+    "a bytearray name": lambda: [bytearray(b"y")],
+    "an empty generator": lambda: (n for n in ()),
+    "a generator": lambda: (n for n in ["y"]),
+}
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+@pytest.mark.parametrize("names", list(OUTPUT_NAMES))
+def test_output_names_read_as_onnxruntime_binding(names: str, engine: str) -> None:
+    model = _two_input_model().SerializeToString()
+    feeds = {"d": DATA, "i": IDX}
+    theirs = _outcome(lambda: ort.InferenceSession(model, providers=[CPU]).run(OUTPUT_NAMES[names](), feeds))
+    ours = _outcome(
+        lambda: dmlshim.InferenceSession(model, **_engine(engine)).run(OUTPUT_NAMES[names](), feeds)
+    )
+    assert theirs[0] == ours[0], (theirs, ours)
+    if theirs[0] == "error":
+        _same_error(theirs[1], ours[1])
+    else:
+        assert [a.tolist() for a in ours[1]] == [a.tolist() for a in theirs[1]]

@@ -228,7 +228,13 @@ def wanted_outputs(output_names: Sequence[Any] | None, outputs: Sequence[str]) -
             value=type(output_names).__name__,
         )
         raise with_onnxruntime_class(error, TypeError)
-    names = [tensor_name(n, "output") for n in output_names]
+    # pybind11 reads a bytearray as it reads bytes (the session's binding; an IOBinding hashes names first)
+    names = [tensor_name(bytes(n) if isinstance(n, bytearray) else n, "output") for n in output_names]
+    if not names:  # a generator that yields nothing: onnxruntime's Python layer passes it on
+        raise BadInputError(
+            "At least one output should be requested. (dmlshim: output_names yielded no name; pass None "
+            "for every output)"
+        )
     known = frozenset(outputs)
     for name in names:
         if name not in known:
