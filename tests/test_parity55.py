@@ -24,7 +24,9 @@ expectation is what the installed onnxruntime does with the same call, computed 
 8. options onnxruntime refuses with a plain RuntimeError (a bad thread affinity) are that class alone, its
    words first (dmlshim added InvalidArgument and its own sentence first);
 9. output_names: a bytearray name is read as bytes, a generator yielding nothing is onnxruntime's
-   InvalidArgument "At least one output should be requested." (dmlshim: TypeError, and [] returned).
+   InvalidArgument "At least one output should be requested." (dmlshim: TypeError, and [] returned);
+10. options that choose providers (a selection policy, add_provider_for_devices): onnxruntime's warning
+   that named providers win, once and only when providers are named (dmlshim's own sessions warned more).
 """
 
 from __future__ import annotations
@@ -586,3 +588,43 @@ def test_output_names_read_as_onnxruntime_binding(names: str, engine: str) -> No
         _same_error(theirs[1], ours[1])
     else:
         assert [a.tolist() for a in ours[1]] == [a.tolist() for a in theirs[1]]
+
+
+# --- 10. options that choose providers themselves: onnxruntime's warning, once, only when providers are named
+
+
+def _policy(so: ort.SessionOptions) -> None:
+    so.set_provider_selection_policy(ort.OrtExecutionProviderDevicePolicy.PREFER_CPU)
+
+
+def _cpu_devices(so: ort.SessionOptions) -> None:
+    so.add_provider_for_devices([d for d in ort.get_ep_devices() if d.ep_name == CPU], {})
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+@pytest.mark.parametrize("named", [None, [CPU]], ids=["no providers", "the CPU named"])
+@pytest.mark.parametrize("setup", [_policy, _cpu_devices], ids=["selection policy", "devices added"])
+def test_options_with_providers_warn_as_onnxruntime(setup: Any, named: Any, engine: str) -> None:
+    """onnxruntime warns once that the options' providers give way when the caller names providers, and
+    not at all when it names none; dmlshim's own sessions, which name providers, made it warn once or
+    twice more (and with none named)."""
+    if not hasattr(ort.SessionOptions, "has_providers"):
+        pytest.skip("onnxruntime before 1.22 has no providers in its options")
+    if named is not None and engine == "customop":
+        pytest.skip("engine='customop' emulates DirectML: the CPU alone is dmlshim's own usage error")
+    model = _gather_model().SerializeToString()
+
+    def warned(make: Any) -> tuple[list[str], list[str]]:
+        so = ort.SessionOptions()
+        setup(so)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            session = make(so)
+        found = [
+            str(w.message) for w in caught if "SessionOptions has already been configured" in str(w.message)
+        ]
+        return found, [p for p in session.get_providers() if p != "DmlExecutionProvider"]
+
+    theirs = warned(lambda so: ort.InferenceSession(model, so, providers=named))
+    ours = warned(lambda so: dmlshim.InferenceSession(model, so, providers=named, **_engine(engine)))
+    assert ours == theirs

@@ -185,6 +185,20 @@ def _provider_pairs(providers: Any, provider_options: Any) -> list[tuple[str, Ma
     return pairs
 
 
+def warn_options_providers(sess_options: Any, providers: Any, provider_options: Any) -> None:
+    """onnxruntime's warning when the caller names providers and its ``SessionOptions`` chose some too
+    (``add_provider_for_devices``, a selection policy): the named ones are used."""
+    if sess_options is None or not (providers or provider_options):
+        return
+    has = getattr(sess_options, "has_providers", None)  # onnxruntime 1.22+
+    if has is not None and has():
+        warn_caller(
+            "Specified 'providers'/'provider_options' when creating InferenceSession but SessionOptions has "
+            "already been configured with providers. InferenceSession will only use the providers passed "
+            "to InferenceSession()."
+        )
+
+
 def _all_providers() -> frozenset[str]:
     """Every provider name onnxruntime knows (built here or not)."""
     from ..runtime.real import C

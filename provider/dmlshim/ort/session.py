@@ -58,7 +58,7 @@ from .ortvalues import (
 )
 from .output_types import overridden_outputs, with_onnxruntime_outputs
 from .profiling import SessionProfiler
-from .providers import providers_or_fallback
+from .providers import providers_or_fallback, warn_options_providers
 from .session_args import (
     NO_MODEL_VERSION,
     check_feed_names,
@@ -172,6 +172,7 @@ class InferenceSession(SessionRuns, SessionQueries, SessionProviders, SessionPro
         self._index_mode = parse_index_mode(index_mode)
         # as onnxruntime: malformed providers fall back to its CPU provider, and its fallback is then off
         self._choice, fell_back = providers_or_fallback(providers, provider_options, self._fallback_enabled)
+        warn_options_providers(sess_options, providers, provider_options)
         self._fallback_enabled &= not fell_back
         self._engine_request = engine
         self._providers_given = providers  # as named: whether the CPU provider is (cpu_fallback)
