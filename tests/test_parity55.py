@@ -26,7 +26,9 @@ expectation is what the installed onnxruntime does with the same call, computed 
 9. output_names: a bytearray name is read as bytes, a generator yielding nothing is onnxruntime's
    InvalidArgument "At least one output should be requested." (dmlshim: TypeError, and [] returned);
 10. options that choose providers (a selection policy, add_provider_for_devices): onnxruntime's warning
-   that named providers win, once and only when providers are named (dmlshim's own sessions warned more).
+   that named providers win, once and only when providers are named (dmlshim's own sessions warned more);
+11. a 0-d value fed beside a bfloat16 OrtValue, and a 0-d output of run_with_ortvaluevector, stay 0-d
+   (numpy's ascontiguousarray made them 1-d); the custom-op engine reads a 0-d bfloat16 feed's rank.
 """
 
 from __future__ import annotations
@@ -628,3 +630,70 @@ def test_options_with_providers_warn_as_onnxruntime(setup: Any, named: Any, engi
     theirs = warned(lambda so: ort.InferenceSession(model, so, providers=named))
     ours = warned(lambda so: dmlshim.InferenceSession(model, so, providers=named, **_engine(engine)))
     assert ours == theirs
+
+
+# --- 11. a 0-d value stays 0-d beside an OrtValue numpy cannot hold, and through run_with_ortvaluevector --
+
+
+def _bfloat16_scalar_model() -> onnx.ModelProto:
+    """``y = Gather(d, i)`` of a bfloat16 vector at a scalar index (a 0-d output), ``t = Identity(s)`` of a
+    0-d bfloat16 input."""
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["d", "i"], ["y"], name="g"), helper.make_node("Identity", ["s"], ["t"])],
+        "bf16",
+        [
+            helper.make_tensor_value_info("d", TensorProto.BFLOAT16, [3]),
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("s", TensorProto.BFLOAT16, []),
+        ],
+        [
+            helper.make_tensor_value_info("y", TensorProto.BFLOAT16, None),
+            helper.make_tensor_value_info("t", TensorProto.BFLOAT16, None),
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=IR_VERSION)
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_scalar_beside_bfloat16_keeps_its_rank(engine: str) -> None:
+    """A 0-d index fed beside a bfloat16 OrtValue went to onnxruntime as a 1-element vector (the output was
+    ``[1]``, onnxruntime's ``[]``), and the custom-op engine could not read a 0-d bfloat16 feed's rank."""
+    model = _bfloat16_scalar_model().SerializeToString()
+
+    def shapes(session: Any) -> list[Any]:
+        bits = ort.OrtValue.ortvalue_from_numpy_with_onnx_type
+        feeds = {
+            "d": bits(np.array([16256, 16384, 16448], dtype=np.uint16), TensorProto.BFLOAT16),
+            "i": _value(np.array(1, dtype=np.int64)),
+            "s": bits(np.array(16256, dtype=np.uint16), TensorProto.BFLOAT16),
+        }
+        outs = session.run_with_ort_values(None, feeds)
+        return [(o.shape(), o.data_type()) for o in outs]
+
+    want = shapes(ort.InferenceSession(model, providers=[CPU]))
+    assert want[0][0] == []
+    assert shapes(dmlshim.InferenceSession(model, **_engine(engine))) == want
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_run_with_ortvaluevector_keeps_a_scalar_output(engine: str) -> None:
+    model = _two_input_model()
+    del model.graph.input[0].type.tensor_type.shape.dim[1:]  # d: a vector of 3
+    model.graph.input[1].type.tensor_type.shape.ClearField("dim")  # i: a scalar, so y is 0-d
+    model.graph.output[0].type.tensor_type.ClearField("shape")
+    source = model.SerializeToString()
+    c = ort.capi._pybind_state
+
+    def fetched(session: Any) -> list[Any]:
+        feeds = c.OrtValueVector()
+        feeds.push_back(_value(np.array([1.0, 2.0, 3.0], dtype=np.float32))._get_c_value())
+        feeds.push_back(_value(np.array(2, dtype=np.int64))._get_c_value())
+        fetches = c.OrtValueVector()
+        device = c.OrtDevice(c.OrtDevice.cpu(), c.OrtDevice.default_memory(), 0)
+        session.run_with_ortvaluevector(ort.RunOptions(), ["d", "i"], feeds, ["y"], fetches, [device])
+        value = ort.OrtValue(fetches[0])
+        return [value.shape(), value.numpy().tolist()]
+
+    want = fetched(ort.InferenceSession(source, providers=[CPU]))
+    assert want == [[], 3.0]
+    assert fetched(dmlshim.InferenceSession(source, **_engine(engine))) == want

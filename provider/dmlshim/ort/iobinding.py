@@ -67,7 +67,7 @@ def fill_fetches(fetches: Any, outputs: Sequence[Any]) -> None:
             else:
                 fetches.push_back(out._get_c_value())
             continue
-        arr = np.ascontiguousarray(to_ortvalue(out).numpy())
+        arr = np.asarray(to_ortvalue(out).numpy(), order="C")  # a 0-d output stays 0-d
         if len(fetches) > i:
             ort.OrtValue(fetches[i]).update_inplace(arr)
         else:
