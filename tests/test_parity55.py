@@ -28,7 +28,9 @@ expectation is what the installed onnxruntime does with the same call, computed 
 10. options that choose providers (a selection policy, add_provider_for_devices): onnxruntime's warning
    that named providers win, once and only when providers are named (dmlshim's own sessions warned more);
 11. a 0-d value fed beside a bfloat16 OrtValue, and a 0-d output of run_with_ortvaluevector, stay 0-d
-   (numpy's ascontiguousarray made them 1-d); the custom-op engine reads a 0-d bfloat16 feed's rank.
+   (numpy's ascontiguousarray made them 1-d); the custom-op engine reads a 0-d bfloat16 feed's rank;
+12. a float8e4m3fn value beside an emulated node comes out of run_with_ort_values as float8e4m3fn (the
+   whole-model check read it through onnxruntime's run, as uint8).
 """
 
 from __future__ import annotations
@@ -697,3 +699,49 @@ def test_run_with_ortvaluevector_keeps_a_scalar_output(engine: str) -> None:
     want = fetched(ort.InferenceSession(source, providers=[CPU]))
     assert want == [[], 3.0]
     assert fetched(dmlshim.InferenceSession(source, **_engine(engine))) == want
+
+
+# --- 12. a float8e4m3fn value beside an emulated node keeps its type in run_with_ort_values -----------------
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_float8e4m3fn_output_keeps_its_type(engine: str) -> None:
+    """The whole-model check ran onnxruntime's ``run``, which gives a float8e4m3fn value as its bytes: the
+    output of ``run_with_ort_values`` came back a uint8 OrtValue (onnxruntime: float8e4m3fn). ``run``
+    still gives the bytes, as onnxruntime's."""
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["d"], ["y"]), helper.make_node("Gather", ["f", "i"], ["z"], name="g")],
+        "f8",
+        [
+            helper.make_tensor_value_info("d", TensorProto.FLOAT8E4M3FN, [3]),
+            helper.make_tensor_value_info("f", TensorProto.FLOAT, [3]),
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+        ],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT8E4M3FN, None),
+            helper.make_tensor_value_info("z", TensorProto.FLOAT, None),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=IR_VERSION)
+    source = model.SerializeToString()
+
+    def answers(session: Any) -> list[Any]:
+        feeds = {
+            "d": ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
+                np.array([56, 60, 64], dtype=np.uint8), TensorProto.FLOAT8E4M3FN
+            ),
+            "f": _value(np.arange(3, dtype=np.float32)),
+            "i": _value(np.array(2, dtype=np.int64)),
+        }
+        runs = []
+        for _ in range(3):  # the check answers from the second run on
+            values = session.run_with_ort_values(None, feeds)
+            arrays = session.run(None, feeds)
+            runs.append(
+                [(v.data_type(), v.shape()) for v in values] + [(a.dtype.name, a.tolist()) for a in arrays]
+            )
+        return runs
+
+    want = answers(ort.InferenceSession(source, providers=[CPU]))
+    assert want[0][0] == ("tensor(float8e4m3fn)", [3]) and want[0][2] == ("uint8", [56, 60, 64])
+    assert answers(dmlshim.InferenceSession(source, **_engine(engine))) == want
