@@ -30,7 +30,9 @@ expectation is what the installed onnxruntime does with the same call, computed 
 11. a 0-d value fed beside a bfloat16 OrtValue, and a 0-d output of run_with_ortvaluevector, stay 0-d
    (numpy's ascontiguousarray made them 1-d); the custom-op engine reads a 0-d bfloat16 feed's rank;
 12. a float8e4m3fn value beside an emulated node comes out of run_with_ort_values as float8e4m3fn (the
-   whole-model check read it through onnxruntime's run, as uint8).
+   whole-model check read it through onnxruntime's run, as uint8);
+13. a model onnxruntime loads only once its optimizations remove a node no kernel runs (an int4 Identity)
+   is accepted at those levels (the acceptance session, optimizations off, refused it).
 """
 
 from __future__ import annotations
@@ -745,3 +747,56 @@ def test_float8e4m3fn_output_keeps_its_type(engine: str) -> None:
     want = answers(ort.InferenceSession(source, providers=[CPU]))
     assert want[0][0] == ("tensor(float8e4m3fn)", [3]) and want[0][2] == ("uint8", [56, 60, 64])
     assert answers(dmlshim.InferenceSession(source, **_engine(engine))) == want
+
+
+# --- 13. a model onnxruntime loads only once it optimizes a node away is accepted at those levels ----------
+
+
+def _int4_identity_model() -> onnx.ModelProto:
+    """``Identity`` of an int4 value (no CPU kernel at opset 21: onnxruntime loads the model only once its
+    optimizations remove the node), and a Gather of the float input."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("Cast", ["x"], ["c"], to=TensorProto.INT4),
+            helper.make_node("Identity", ["c"], ["y"]),
+            helper.make_node("Gather", ["x", "i"], ["z"], name="g"),
+        ],
+        "int4",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]),
+            helper.make_tensor_value_info("i", TensorProto.INT64, [2]),
+        ],
+        [
+            helper.make_tensor_value_info("y", TensorProto.INT4, None),
+            helper.make_tensor_value_info("z", TensorProto.FLOAT, None),
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=IR_VERSION)
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+@pytest.mark.parametrize("level", [None, 0, 1, 99], ids=["default", "disable all", "basic", "all"])
+def test_model_loading_only_once_optimized_as_onnxruntime(level: Any, engine: str) -> None:
+    """dmlshim's acceptance session ran with optimizations off, so it refused a model onnxruntime loads at
+    the caller's level (``NotImplemented``: no kernel for the node its optimizations remove)."""
+    model = _int4_identity_model().SerializeToString()
+
+    def options() -> ort.SessionOptions | None:
+        if level is None:
+            return None
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel(level)
+        return so
+
+    def answer(session: Any) -> list[Any]:
+        feeds = {"x": _value(np.array([0.5, 1.0, -2.0, 7.0], np.float32)), "i": _value(np.array([3, 0]))}
+        values = session.run_with_ort_values(None, feeds)
+        return [(v.data_type(), v.shape()) for v in values] + [values[1].numpy().tolist()]
+
+    theirs = _outcome(lambda: answer(ort.InferenceSession(model, options(), providers=[CPU])))
+    ours = _outcome(lambda: answer(dmlshim.InferenceSession(model, options(), **_engine(engine))))
+    assert theirs[0] == ours[0], (theirs, ours)
+    if theirs[0] == "error":
+        _same_error(theirs[1], ours[1])
+    else:
+        assert ours[1] == theirs[1]
