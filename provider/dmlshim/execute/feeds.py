@@ -173,7 +173,9 @@ class FeedValidator:
     """
 
     def __init__(self, inputs: Sequence[NodeArg], optional: Sequence[NodeArg] = ()) -> None:
-        self._required = tuple(i.name for i in inputs)
+        # as onnxruntime's Python layer: an input of an optional type may be left out (it holds no value)
+        self._required = tuple(i.name for i in inputs if not i.type.startswith("optional"))
+        self._names = tuple(i.name for i in inputs)
         self._checks = {a.name: self._check_for(a) for a in (*inputs, *optional)}
         # Per run, a numpy feed that fits is accepted after a few comparisons (the full check, with its
         # messages, runs only for anything else).
@@ -206,7 +208,7 @@ class FeedValidator:
             raise with_onnxruntime_class(
                 BadInputError(
                     f"Required inputs ({missing}) are missing from input feed ({list(feeds)}): missing feed "
-                    f"for graph input {missing[0]!r} (model inputs: {', '.join(self._required)})",
+                    f"for graph input {missing[0]!r} (model inputs: {', '.join(self._names)})",
                     tensor=missing[0],
                     value=missing,
                 ),
@@ -241,7 +243,7 @@ class FeedValidator:
             if check is None:
                 raise BadInputError(
                     f"Invalid input name: {name} (dmlshim: feed {name!r} is not an input of the model; model "
-                    f"inputs: {', '.join(self._required) or 'none'})",
+                    f"inputs: {', '.join(self._names) or 'none'})",
                     tensor=name,
                 )
             out[name] = self._check_value(check, value)
@@ -421,9 +423,9 @@ def _as_array(check: _InputCheck, value: list[Any] | Mapping[Any, Any]) -> np.nd
     (onnxruntime's InvalidArgument)."""
     if isinstance(value, Mapping):
         return np.asarray(value, dtype=object)
-    # as onnxruntime: numpy builds the tensor in the input's type (floats truncated into integers,
-    # anything into strings)
-    wanted = check.dtype if check.dtype is not None else (np.str_ if check.type == "tensor(string)" else None)
+    # as onnxruntime: numpy builds the tensor in the input's type (floats truncated into integers); for
+    # strings an object array, whose elements onnxruntime reads as str() gives them (b"ab" is "b'ab'")
+    wanted = check.dtype if check.dtype is not None else (object if check.type == "tensor(string)" else None)
     try:
         return np.array(value, dtype=wanted)
     except (ValueError, TypeError, OverflowError) as exc:

@@ -231,11 +231,21 @@ def start_ort_acceptance(
     except EncodeError as exc:
         raise _refusal(original, exc, path) from exc
 
+    level = getattr(sess_options, "graph_optimization_level", ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
+
     def accept() -> OrtOutputs:
         # built and dropped on the worker: only the verdict (and the outputs' types, onnxruntime's first
         # answer: dmlshim.model.ort_outputs) is wanted, and the session's memory must not stay held while
         # the caller goes on building its own
-        session = OrtInferenceSession(payload, options, providers=["CPUExecutionProvider"])
+        try:
+            session = OrtInferenceSession(payload, options, providers=["CPUExecutionProvider"])
+        except ort.capi.onnxruntime_pybind11_state.NotImplemented:
+            if int(level) <= int(ort.GraphOptimizationLevel.ORT_DISABLE_ALL):
+                raise
+            # a node no kernel runs at its types may be optimized away (an Identity of int4 removed): at
+            # the caller's level onnxruntime loads the model, and so must dmlshim
+            options.graph_optimization_level = level
+            session = OrtInferenceSession(payload, options, providers=["CPUExecutionProvider"])
         return OrtOutputs.of(session)
 
     def load() -> OrtOutputs:

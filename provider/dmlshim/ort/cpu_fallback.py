@@ -29,7 +29,7 @@ from ..errors import BadInputError, BadModelError
 from ..model.ort_errors import ORT_ERRORS
 from ..runtime.options_copy import config_entry
 
-__all__ = ["FALLBACK_KEY", "fallback_disabled", "refuse_as_onnxruntime"]
+__all__ = ["FALLBACK_KEY", "fallback_disabled", "nodeless_model", "refuse_as_onnxruntime"]
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +58,8 @@ def _names_cpu(providers: Any) -> bool:
                for p in items)  # fmt: skip
 
 
-def _nodeless() -> bytes:
+def nodeless_model() -> bytes:
+    """A model with no nodes (one initializer as its output), for asking onnxruntime about options."""
     graph = helper.make_graph(
         [],
         "dmlshim_cpu_fallback_probe",
@@ -92,7 +93,7 @@ def refuse_as_onnxruntime(source: Any, model: onnx.ModelProto, so: Any, provider
     named = _names_cpu(providers)
     if not named and not len(model.graph.node):
         return  # no node to place: onnxruntime builds it
-    probe: Any = _nodeless() if named else source
+    probe: Any = nodeless_model() if named else source
     if isinstance(probe, onnx.ModelProto):
         probe = probe.SerializeToString()
     try:

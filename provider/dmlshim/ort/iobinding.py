@@ -67,7 +67,7 @@ def fill_fetches(fetches: Any, outputs: Sequence[Any]) -> None:
             else:
                 fetches.push_back(out._get_c_value())
             continue
-        arr = np.ascontiguousarray(to_ortvalue(out).numpy())
+        arr = np.asarray(to_ortvalue(out).numpy(), order="C")  # a 0-d output stays 0-d
         if len(fetches) > i:
             ort.OrtValue(fetches[i]).update_inplace(arr)
         else:
@@ -92,6 +92,10 @@ class _OutputBinding:
     bound, as pre-allocated memory, until the output is bound again."""
     result: Any = None
     """What the last run wrote for this binding (None before a run, and once the output is bound again)."""
+    owner: Any = None
+    """For an output bound by name: the ``OrtValue`` owning the memory ``result`` views, as onnxruntime's
+    binding holds the output it allocated (what ``get_outputs()`` returns: an array taken from it keeps
+    that memory alive after the binding and the session are gone, as onnxruntime's does)."""
 
     def bound_value(self) -> Any:
         """What onnxruntime's binding holds for this output: the last run's value, else the bound
@@ -285,6 +289,8 @@ class IOBinding:
                 out.append(unallocated_ortvalue(binding.name))
             elif binding.ortvalue is not None or isinstance(value, ort.OrtValue):
                 out.append(binding.ortvalue if binding.ortvalue is not None else value)
+            elif binding.owner is not None:
+                out.append(binding.owner)
             elif value.dtype.kind in "OUS":  # strings: an OrtValue only onnxruntime's session makes
                 out.append(string_ortvalue(value))
             else:
@@ -356,19 +362,34 @@ class IOBinding:
                 binding.buffer[...] = arr
                 kept.append(binding.buffer)
             else:
-                kept.append(_into_allocated(binding.result, arr))
+                if binding.result is None or binding.owner is None:
+                    binding.owner = _owning_ortvalue(arr)
+                held = _into_allocated(binding.result, arr, binding.owner)
+                if held is arr:  # not written into the owner's memory (strings): nothing owns it
+                    binding.owner = None
+                kept.append(held)
         for binding, value in zip(self._outputs.values(), kept, strict=True):
             binding.result = value
 
 
-def _into_allocated(held: Any, arr: np.ndarray) -> np.ndarray:
+def _owning_ortvalue(arr: np.ndarray) -> Any:
+    """An ``OrtValue`` that owns a copy of ``arr`` (None for strings, which only a session makes): an
+    ``OrtValue`` made by ``ortvalue_from_numpy`` borrows the array's memory, and an array taken from it
+    with ``numpy()`` would outlive that memory."""
+    if arr.dtype.kind in "OUS":
+        return None
+    owned = ort.OrtValue.ortvalue_from_shape_and_type(list(arr.shape), arr.dtype)
+    owned.update_inplace(np.ascontiguousarray(arr))
+    return owned
+
+
+def _into_allocated(held: Any, arr: np.ndarray, owner: Any) -> np.ndarray:
     """The memory an output bound by name holds after this run: onnxruntime writes a later run's output
     into the output its first run allocated, so an ``OrtValue`` from ``get_outputs()`` (or its
-    ``data_ptr()``) taken after one run shows the next run's values. The first run's output is kept as
-    it is, a later one copied into it (a copy of the first where that is not the run's own writable
-    memory)."""
+    ``data_ptr()``) taken after one run shows the next run's values. The first run's output is held in
+    ``owner``'s memory (a view of it; the array itself for strings), a later one copied into it."""
     if held is None:
-        return arr
+        return owner.numpy() if owner is not None else arr
     same = isinstance(held, np.ndarray) and held.shape == arr.shape and held.dtype == arr.dtype
     if not same or held.dtype.kind in "OUS" or not held.flags.writeable or not held.flags.c_contiguous:
         return arr

@@ -85,56 +85,14 @@ def normalize_providers(providers: Any, provider_options: Any = None) -> Provide
     Raises:
         BadInputError: a malformed argument (as onnxruntime's ``ValueError``).
     """
-    if providers is None:
-        if provider_options is not None:
-            raise BadInputError("provider_options was given without providers", rule=_RULE)
+    if providers is None:  # onnxruntime then ignores provider_options: its default providers
         return ProviderChoice((DML_EP, CPU_EP), ({}, {}), explicit=False)
-    if isinstance(providers, (str, bytes)) or not isinstance(providers, Sequence):
-        raise BadInputError(
-            f"providers must be a list of provider names or (name, options) tuples, not "
-            f"{type(providers).__name__} (e.g. providers=['{DML_EP}', '{CPU_EP}'])",
-            value=providers,
-            rule=_RULE,
-        )
-    pairs: list[tuple[Any, Any]]
-    if provider_options is not None:
-        if isinstance(provider_options, (str, bytes)) or not isinstance(provider_options, Sequence):
-            raise BadInputError("provider_options must be a list of dicts, one per provider", rule=_RULE)
-        if len(provider_options) != len(providers):
-            raise BadInputError(
-                f"providers has {len(providers)} entries but provider_options {len(provider_options)}; "
-                "give one options dict per provider",
-                value=len(provider_options),
-                rule=_RULE,
-            )
-        if not all(isinstance(p, str) for p in providers):
-            raise BadInputError(
-                "with provider_options, providers must be names only (not (name, options) tuples)",
-                rule=_RULE,
-            )
-        pairs = list(zip(providers, provider_options, strict=True))
-    else:
-        pairs = []
-        for p in providers:
-            if isinstance(p, str):
-                pairs.append((p, {}))
-            elif isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str):
-                pairs.append(p)
-            else:
-                raise BadInputError(
-                    f"each provider must be a name or a (name, options dict) tuple, not {p!r}",
-                    value=p,
-                    rule=_RULE,
-                )
+    pairs = _provider_pairs(providers, provider_options)
     names: list[str] = []
     options: list[dict[str, str]] = []
     dropped: list[str] = []
     available = set(available_providers())
     for name, opts in pairs:
-        if not isinstance(opts, Mapping):
-            raise BadInputError(
-                f"the options of {name} must be a dict, not {type(opts).__name__}", value=opts, rule=_RULE
-            )
         canonical = DML_EP if name in DML_EP_ALIASES else name
         if canonical not in SUPPORTED and canonical not in available:
             warn_caller(
@@ -144,7 +102,7 @@ def normalize_providers(providers: Any, provider_options: Any = None) -> Provide
             dropped.append(canonical)
             continue
         if canonical in names:
-            logger.warning("duplicate provider %r ignored", name)
+            warn_caller(f"Duplicate provider '{name}' encountered, ignoring.")  # onnxruntime's warning
             continue
         names.append(canonical)
         options.append({str(k): str(v) for k, v in opts.items()})
@@ -157,6 +115,88 @@ def normalize_providers(providers: Any, provider_options: Any = None) -> Provide
         names.append(CPU_EP)
         options.append({})
     return ProviderChoice(tuple(names), tuple(options), explicit=True, unknown=unknown)
+
+
+def _malformed(theirs: str, ours: str, value: Any = None) -> BadInputError:
+    """A malformed ``providers``/``provider_options``: onnxruntime's Python layer raises ``ValueError``
+    with ``theirs`` (its words); dmlshim adds ``ours``."""
+    error = BadInputError(f"{theirs} (dmlshim: {ours})", value=value, rule=_RULE)
+    return with_onnxruntime_class(error, ValueError)
+
+
+def _provider_pairs(providers: Any, provider_options: Any) -> list[tuple[str, Mapping[str, Any]]]:
+    """``(name, options)`` for each provider, checked in onnxruntime's order and with its rules: any
+    sequence (bytes included, whose items are no names), names with ``provider_options`` (a sequence of
+    ``dict``s of the same length), else names or ``(name, dict)`` pairs.
+
+    Raises:
+        BadInputError: as onnxruntime's ``ValueError``, with its words first.
+    """
+    # onnxruntime reads each character of a string as a provider name: none is one
+    if isinstance(providers, str) and providers:
+        error = BadInputError(
+            f"Unknown Provider Type: {providers[:1]} (dmlshim: providers must be a list of provider names, "
+            f"not the string {providers!r}; write [{providers!r}])",
+            value=providers,
+            rule=_RULE,
+        )
+        raise with_onnxruntime_class(error, RuntimeError)
+    if not isinstance(providers, Sequence):
+        raise _malformed(
+            "'providers' should be a sequence.",
+            f"providers must be a list of provider names or (name, options) tuples, not "
+            f"{type(providers).__name__} (e.g. providers=['{DML_EP}', '{CPU_EP}'])",
+            providers,
+        )
+    if provider_options is not None:
+        if not isinstance(provider_options, Sequence):
+            raise _malformed(
+                "'provider_options' should be a sequence.", "provider_options must be a list of dicts"
+            )
+        if len(providers) != len(provider_options):
+            raise _malformed(
+                "'providers' and 'provider_options' should be the same length if both are given.",
+                f"providers has {len(providers)} entries but provider_options {len(provider_options)}; "
+                "give one options dict per provider",
+                len(provider_options),
+            )
+        if not all(isinstance(p, str) for p in providers):
+            raise _malformed(
+                "Only string values for 'providers' are supported if 'provider_options' is given.",
+                "with provider_options, providers must be names only (not (name, options) tuples)",
+            )
+        if not all(isinstance(o, dict) for o in provider_options):
+            raise _malformed(
+                "'provider_options' values must be dicts.", "provider_options must hold one dict per provider"
+            )
+        return list(zip(providers, provider_options, strict=True))
+    pairs: list[tuple[str, Mapping[str, Any]]] = []
+    for p in providers:
+        if isinstance(p, str):
+            pairs.append((p, {}))
+        elif isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) and isinstance(p[1], dict):
+            pairs.append(p)
+        else:
+            raise _malformed(
+                "'providers' values must be either strings or (string, dict) tuples.",
+                f"each provider must be a name or a (name, options dict) tuple, not {p!r}",
+                p,
+            )
+    return pairs
+
+
+def warn_options_providers(sess_options: Any, providers: Any, provider_options: Any) -> None:
+    """onnxruntime's warning when the caller names providers and its ``SessionOptions`` chose some too
+    (``add_provider_for_devices``, a selection policy): the named ones are used."""
+    if sess_options is None or not (providers or provider_options):
+        return
+    has = getattr(sess_options, "has_providers", None)  # onnxruntime 1.22+
+    if has is not None and has():
+        warn_caller(
+            "Specified 'providers'/'provider_options' when creating InferenceSession but SessionOptions has "
+            "already been configured with providers. InferenceSession will only use the providers passed "
+            "to InferenceSession()."
+        )
 
 
 def _all_providers() -> frozenset[str]:
@@ -178,12 +218,13 @@ def available_providers() -> list[str]:
     return found
 
 
-def unknown_provider_error(name: str, kept: ProviderChoice) -> DmlShimError:
-    """What ``set_providers`` raises for a provider onnxruntime does not know at all: onnxruntime's
-    ``RuntimeError`` ("Unknown Provider Type"), saying the session keeps ``kept``."""
+def unknown_provider_error(name: str, kept: ProviderChoice | None) -> DmlShimError:
+    """What onnxruntime raises for a provider it does not know at all (``set_providers``, or the
+    constructor without its fallback): its ``RuntimeError`` ("Unknown Provider Type"), saying the session
+    keeps ``kept`` (``set_providers``)."""
+    keeps = f"; the session keeps {list(kept.names)}" if kept is not None else ""
     error = DmlShimError(
-        f"Unknown Provider Type: {name} (available here: {', '.join(available_providers())}); the session "
-        f"keeps {list(kept.names)}",
+        f"Unknown Provider Type: {name} (available here: {', '.join(available_providers())}){keeps}",
         value=name,
         rule="set_providers takes provider names onnxruntime knows",
     )
@@ -198,14 +239,21 @@ def providers_or_fallback(
     fallback ``["CPUExecutionProvider"]`` (with DirectML first when ``$DMLSHIM_ORT_EMULATE`` is ``all``),
     with a warning saying so. The flag says whether it fell back (onnxruntime then turns its fallback off).
 
+    A provider onnxruntime does not know at all (``"Bogus"``) is its ``RuntimeError`` ("Unknown Provider
+    Type"), and falls back likewise.
+
     Raises:
-        BadInputError: malformed providers and ``enable_fallback`` false.
+        BadInputError: malformed providers and ``enable_fallback`` false (onnxruntime's ``ValueError``).
+        DmlShimError: an unknown provider and ``enable_fallback`` false (onnxruntime's ``RuntimeError``).
     """
     from .emulate import emulate_all
 
     try:
-        return normalize_providers(providers, provider_options), False
-    except BadInputError as exc:
+        choice = normalize_providers(providers, provider_options)
+        if choice.unknown:  # onnxruntime's session refuses a name it never heard of: its fallback then
+            raise unknown_provider_error(choice.unknown[0], None)
+        return choice, False
+    except DmlShimError as exc:
         if not enable_fallback:
             raise
         fallback = [DML_EP, CPU_EP] if emulate_all() else [CPU_EP]

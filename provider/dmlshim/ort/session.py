@@ -49,6 +49,7 @@ from .c_iobinding import bind_c_iobinding
 from .cpu_fallback import refuse_as_onnxruntime
 from .declared_shapes import with_declared_shape_notes
 from .emulate import emulate_all, with_dml_first
+from .ep_context import refuse_context_model_as_onnxruntime
 from .free_dims import outputs_for_inputs, overrides_by_name, with_free_dimension_overrides
 from .model_config import ORT_CONFIG_KEY, options_from_model, reads_config_from_model
 from .ortvalues import (
@@ -59,7 +60,7 @@ from .ortvalues import (
 )
 from .output_types import overridden_outputs, with_onnxruntime_outputs
 from .profiling import SessionProfiler
-from .providers import providers_or_fallback
+from .providers import providers_or_fallback, warn_options_providers
 from .session_args import (
     NO_MODEL_VERSION,
     check_feed_names,
@@ -67,6 +68,7 @@ from .session_args import (
     check_run_options,
     disabled_optimizers,
     fallback_flag,
+    global_thread_pool_ready,
     parse_feature_level,
     parse_index_mode,
     resolve_engine,
@@ -153,7 +155,7 @@ class InferenceSession(SessionRuns, SessionQueries, SessionProviders, SessionPro
         check_session_options(sess_options)
         if sess_options is not None:
             callers_options(sess_options)
-            if getattr(sess_options, "use_per_session_threads", True) is False:
+            if getattr(sess_options, "use_per_session_threads", True) is False and global_thread_pool_ready():
                 use_global_thread_pool()
         source: ModelSource = path_or_bytes
         self._adding_options = sess_options  # add_initializer's values: in the caller's object only
@@ -172,6 +174,7 @@ class InferenceSession(SessionRuns, SessionQueries, SessionProviders, SessionPro
         self._index_mode = parse_index_mode(index_mode)
         # as onnxruntime: malformed providers fall back to its CPU provider, and its fallback is then off
         self._choice, fell_back = providers_or_fallback(providers, provider_options, self._fallback_enabled)
+        warn_options_providers(sess_options, providers, provider_options)
         self._fallback_enabled &= not fell_back
         self._engine_request = engine
         self._providers_given = providers  # as named: whether the CPU provider is (cpu_fallback)
@@ -217,6 +220,8 @@ class InferenceSession(SessionRuns, SessionQueries, SessionProviders, SessionPro
         self._loaded = loaded
         # session.disable_cpu_ep_fallback=1: onnxruntime's verdict, its class and words (cpu_fallback.py)
         refuse_as_onnxruntime(source, loaded.proto, sess_options, self._providers_given)
+        # ep.context_enable=1 for a model given as bytes: onnxruntime's verdict too (ep_context.py)
+        refuse_context_model_as_onnxruntime(source, sess_options)
         if reads_config_from_model(kwargs):  # as onnxruntime: the model's ort_config over the caller's
             self._options = sess_options = options_from_model(loaded.proto, sess_options)
             self._adding_options = sess_options

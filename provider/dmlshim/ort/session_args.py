@@ -149,6 +149,31 @@ def _arena_probe(arena: bool) -> Any:
     return OrtInferenceSession(_probe_model(), so, providers=["CPUExecutionProvider"])
 
 
+_POOL_READY = [False]
+
+
+def global_thread_pool_ready() -> bool:
+    """Whether onnxruntime's environment has its global thread pools (``set_global_thread_pool_sizes``
+    before its first session), so that a session with ``use_per_session_threads = False`` loads: asked of
+    onnxruntime on a nodeless session (once it answers yes; the environment keeps its pools). Without
+    them onnxruntime refuses such a session, the program's own included, and its later sessions with
+    threads of their own load as before: dmlshim's must not move to a pool that is not there."""
+    if _POOL_READY[0]:
+        return True
+    from ..model.ort_errors import ORT_ERRORS
+    from ..runtime.real import OrtInferenceSession, ort
+    from .session_copy import _probe_model
+
+    so = ort.SessionOptions()
+    so.use_per_session_threads, so.log_severity_level = False, 3
+    try:
+        OrtInferenceSession(_probe_model(), so, providers=["CPUExecutionProvider"])
+    except ORT_ERRORS:
+        return False
+    _POOL_READY[0] = True
+    return True
+
+
 def check_run_config(run_options: Any, sess_options: Any) -> None:
     """Refuse the run config entries onnxruntime refuses before a run starts (a memory arena shrink list
     naming a device or arena the session lacks: ``InvalidArgument``), also when no onnxruntime session
@@ -203,7 +228,13 @@ def wanted_outputs(output_names: Sequence[Any] | None, outputs: Sequence[str]) -
             value=type(output_names).__name__,
         )
         raise with_onnxruntime_class(error, TypeError)
-    names = [tensor_name(n, "output") for n in output_names]
+    # pybind11 reads a bytearray as it reads bytes (the session's binding; an IOBinding hashes names first)
+    names = [tensor_name(bytes(n) if isinstance(n, bytearray) else n, "output") for n in output_names]
+    if not names:  # a generator that yields nothing: onnxruntime's Python layer passes it on
+        raise BadInputError(
+            "At least one output should be requested. (dmlshim: output_names yielded no name; pass None "
+            "for every output)"
+        )
     known = frozenset(outputs)
     for name in names:
         if name not in known:
@@ -236,7 +267,7 @@ def check_provider_list(providers: Any, kept: ProviderChoice) -> None:
     Raises:
         BadInputError: ``providers`` is a string.
     """
-    if not isinstance(providers, (str, bytes)):
+    if not isinstance(providers, str):  # bytes: items that are no names (onnxruntime's ValueError)
         return
     error = BadInputError(
         f"providers must be a list of provider names, not the string {providers!r} (write [{providers!r}]); "

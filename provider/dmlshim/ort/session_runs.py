@@ -91,7 +91,16 @@ class SessionRuns:
         input_dict_ort_values: Mapping[str, Any],
         run_options: Any = None,
     ) -> list[Any]:
-        """``run`` with ``onnxruntime.OrtValue`` inputs (or arrays); returns ``OrtValue``s."""
+        """``run`` with ``onnxruntime.OrtValue`` inputs; returns ``OrtValue``s.
+
+        As onnxruntime's Python layer: a missing input first (its ``ValueError``), then a feed that is no
+        ``OrtValue`` (a numpy array, a list) is its ``AttributeError`` (``... has no attribute
+        '_get_c_value'``); ``run`` takes arrays.
+        """
+        if isinstance(input_dict_ort_values, Mapping):
+            self._validator.check_present(input_dict_ort_values)
+            for value in input_dict_ort_values.values():
+                value._get_c_value  # noqa: B018  (onnxruntime reads it from every feed: AttributeError)
         outputs = self._run_values(self._wanted(output_names), input_dict_ort_values, run_options)
         return [to_ortvalue(o) for o in outputs]
 

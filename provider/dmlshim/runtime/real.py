@@ -16,6 +16,7 @@ import functools
 import os
 import sys
 import threading
+import warnings
 import weakref
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
@@ -142,7 +143,26 @@ class OrtInferenceSession(_RealInferenceSession):
             args, kwargs = _on_global_pool(args, kwargs)
         if args or "path_or_bytes" in kwargs:
             args, kwargs = _guarded(args, kwargs)
+        options = args[1] if len(args) > 1 else kwargs.get("sess_options")
+        if kwargs.get("providers") and _chooses_providers(options):
+            # onnxruntime warns that the options' providers give way to those named: dmlshim's sessions name
+            # the ones the caller's session runs on, and the caller's session warns as onnxruntime's would
+            # (dmlshim.ort.providers.warn_options_providers)
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=_OPTIONS_PROVIDERS_WARNING)
+                super().__init__(*args, **kwargs)
+            return
         super().__init__(*args, **kwargs)
+
+
+_OPTIONS_PROVIDERS_WARNING = "Specified 'providers'/'provider_options' when creating InferenceSession"
+
+
+def _chooses_providers(options: Any) -> bool:
+    """Whether ``options`` chose providers themselves (``add_provider_for_devices``, a selection policy;
+    ``has_providers`` arrived in onnxruntime 1.22)."""
+    has = getattr(options, "has_providers", None)
+    return bool(has is not None and has())
 
 
 def _default_providers_without_fallback(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:

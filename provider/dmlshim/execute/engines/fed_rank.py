@@ -73,7 +73,8 @@ def fed_ranks(
             continue
         ndim = getattr(value, "ndim", None)
         if ndim is None:
-            ndim = np.ndim(value)
+            shape = getattr(value, "shape", None)  # an OrtValue (bfloat16: numpy cannot read it): shape()
+            ndim = len(shape()) if callable(shape) else np.ndim(value)
         if ndim or name in any_rank:
             ranks.append((name, int(ndim)))
     return tuple(ranks)

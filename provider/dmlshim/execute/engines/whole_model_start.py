@@ -65,6 +65,18 @@ class PendingCheck:
         except Exception as exc:
             logger.debug("whole-model check unavailable: %s", exc)
             return None
+        from ..plan.cpu_step import NUMPY_TENSOR_TYPES
+
+        narrow = [
+            o.name
+            for o in session.get_outputs()
+            if o.type.startswith("tensor(") and o.type not in NUMPY_TENSOR_TYPES
+        ]
+        if narrow:
+            # onnxruntime's run returns a float8e4m3fn value as its bytes (uint8) and refuses bfloat16:
+            # such a value must cross as the OrtValue the partitions keep
+            logger.debug("whole-model check unavailable: %s hold values numpy cannot", ", ".join(narrow))
+            return None
         return WholeModelCheck(
             session,
             steps,

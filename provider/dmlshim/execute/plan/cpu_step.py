@@ -129,7 +129,7 @@ def _string_feed(feeds: Mapping[str, Any]) -> bool:
 def _ort_value(value: Any) -> Any:
     if isinstance(value, ort.OrtValue):
         return value
-    array = np.ascontiguousarray(value)
+    array = np.asarray(value, order="C")  # ascontiguousarray makes a 0-d array 1-d
     if array.dtype.kind in "OUS":  # beside an OrtValue feed (strings kept undecoded): only a session makes it
         from ...runtime.string_values import string_ortvalue
 

@@ -123,9 +123,15 @@ def ort_run_error(
 
     Raises:
         UnicodeDecodeError: ``exc`` is one (a string value that is no UTF-8 came out of onnxruntime): raised
-            here, as onnxruntime's ``run`` raises it (:func:`undecodable_string`)."""
+            here, as onnxruntime's ``run`` raises it (:func:`undecodable_string`).
+        UnicodeEncodeError: ``exc`` is one (a string feed holding a lone surrogate, which onnxruntime's
+            ``run`` cannot encode as UTF-8): raised here, as onnxruntime raises it."""
     if isinstance(exc, UnicodeDecodeError):
         raise undecodable_string(exc, what) from None
+    if isinstance(exc, UnicodeEncodeError):  # a string feed UTF-8 cannot hold (a lone surrogate)
+        raise UnicodeEncodeError(
+            exc.encoding, exc.object, exc.start, exc.end, f"{exc.reason} (dmlshim: {what})"
+        ) from None
     text = str(exc)
     if _TERMINATED in text:
         # RunOptions.terminate set while the run was under way: not the inputs' fault (onnxruntime: Fail)

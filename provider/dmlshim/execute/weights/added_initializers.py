@@ -390,14 +390,20 @@ def _check_type(name: str, tensor: onnx.TensorProto, value: np.ndarray) -> None:
 
 
 def _refused(exc: BaseException) -> BadInputError:
-    return BadInputError(
+    """onnxruntime's refusal of the probe, as the caller's session would meet it: its class alone (a plain
+    ``RuntimeError`` stays one, never an ``InvalidArgument`` onnxruntime did not raise) and its words
+    first."""
+    from ...runtime.exceptions import with_onnxruntime_class
+
+    error = BadInputError(
         # the probe is a session built with the caller's options: what onnxruntime refuses there need not be
         # an added initializer (session.disable_cpu_ep_fallback=1 with no initializer added, say)
-        f"onnxruntime refuses a session built with these SessionOptions (dmlshim asks it, with a session of "
-        f"no nodes, which initializers the options replace): {str(exc).strip()}",
+        f"{str(exc).strip()} (dmlshim: onnxruntime refuses a session built with these SessionOptions; "
+        "dmlshim asks it, with a session of no nodes, which initializers the options replace)",
         rule="the SessionOptions must build an onnxruntime session (an added initializer must match the "
         "name, type and shape of the model's)",
     )
+    return with_onnxruntime_class(error, type(exc))
 
 
 def with_initializers(
