@@ -171,3 +171,70 @@ def test_sequence_output_counts_as_lacking_a_rank() -> None:
         [helper.make_tensor_sequence_value_info("seq", F, [2]), vi("y", F, [2])],
     )
     assert shapes_info._may_lack_ranks(onnx.shape_inference.infer_shapes(model).graph)
+
+
+def _range_reads(limit_nodes: list[onnx.NodeProto], limit: str) -> onnx.ModelProto:
+    """``Range(0, limit, 1)`` read by an ``Unsqueeze`` (a data-propagating node) and by a ``Gather`` of
+    ``x``, with ``Shape(x)`` feeding the Reshape that makes the model read propagated data."""
+    nodes = [
+        *limit_nodes,
+        helper.make_node("Range", ["zero", limit, "step"], ["r"]),
+        helper.make_node("Unsqueeze", ["r", "axes0"], ["u"]),
+        helper.make_node("Gather", ["x", "r"], ["g"], axis=1),
+        helper.make_node("Shape", ["x"], ["sx"]),
+        helper.make_node("Reshape", ["g", "sx"], ["back"]),
+    ]
+    return _model(
+        nodes,
+        [vi("x", F, ["batch", "seq"])],
+        [vi("u", TensorProto.INT64, None), vi("back", F, None)],
+        [_ints([1], "idx"), _ints(0, "one_axis"), _ints(0, "zero"), _ints(1, "step"), _ints([0], "axes0")],
+    )
+
+
+def test_range_cut_settled_without_a_cut_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cut Range output (its length unknown without data) is never revealed by propagation: onnx's own
+    pass with data propagation is the answer, reached without the cut pass that used to prove it."""
+    from dmlshim.model import data_prop, range_cuts
+
+    from .inference_calls import count_inference_passes
+
+    assert range_cuts.range_ignores_propagated_data()
+    limit = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "one_axis"], ["n"], axis=0),
+    ]
+    model = _range_reads(limit, "n")
+    expected = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    calls = count_inference_passes(monkeypatch)
+    ours = data_prop.infer_with_data_prop(model)
+    assert ours.SerializeToString(deterministic=True) == expected.SerializeToString(deterministic=True)
+    assert calls == [False, True]  # the pass without data (the model check's), then onnx's own
+    # with the cut passes forced, the same answer after one more pass
+    monkeypatch.setattr(data_prop, "cuts_settled", lambda *_: False)
+    calls.clear()
+    again = data_prop.infer_with_data_prop(model)
+    assert again.SerializeToString(deterministic=True) == expected.SerializeToString(deterministic=True)
+    assert calls == [False, True, True]
+
+
+def test_cut_of_another_producer_keeps_the_cut_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cut value a ``ConstantOfShape`` makes can be revealed (its shape is propagated data): the cut
+    pass runs, and the answer is onnx's own where nothing proved large."""
+    from dmlshim.model import data_prop
+
+    from .inference_calls import count_inference_passes
+
+    limit = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "idx"], ["n1"], axis=0),
+        helper.make_node("ConstantOfShape", ["n1"], ["filled"], value=_ints([1], "v")),
+        helper.make_node("Cast", ["filled"], ["cast"], to=TensorProto.INT64),
+        helper.make_node("ReduceSum", ["cast"], ["n"], keepdims=0),
+    ]
+    model = _range_reads(limit, "n")
+    calls = count_inference_passes(monkeypatch)
+    ours = data_prop.infer_with_data_prop(model)
+    expected = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    assert ours.SerializeToString(deterministic=True) == expected.SerializeToString(deterministic=True)
+    assert len(calls) >= 3 and calls[0] is False  # at least one cut pass before onnx's own

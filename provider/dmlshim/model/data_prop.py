@@ -46,6 +46,7 @@ from .data_cuts import value_names as _value_names
 from .data_cuts import versions as _versions
 from .last_inference import infer_shapes
 from .prop_readers import propagation_unread
+from .range_cuts import cuts_settled
 from .subgraph_names import give_back, unshared
 
 logger = logging.getLogger(__name__)
@@ -515,7 +516,8 @@ def infer_with_data_prop(
             base = _infer(model, check_type, strict_mode, False, data)
         types, type_bytes = _types(base, paths), {}
         plan = _plan(sites, types, inits, type_bytes)
-        if not plan:
+        if not plan or (not first and cuts_settled(model, paths, sites, plan, types, inits)):
+            # (cuts no pass can reveal: the loop below would end on this same uncut pass, range_cuts)
             return _infer(model, check_type, strict_mode, True, data)
     inferred = model
     for attempt in range(_MAX_PASSES):
