@@ -253,7 +253,7 @@ def test_the_functions_field_is_found_by_the_top_level_walk_and_hostile_bytes_ne
     truncated varint, a length past any file, garbage) answer True ("look further"), never an exception."""
     import io
 
-    from dmlshim.execute.weights.file_slices import MODEL_FUNCTIONS, has_model_field
+    from dmlshim.fileio.protobuf_wire import MODEL_FUNCTIONS, has_model_field
     from dmlshim.runtime.sparse_functions import dense_function_constants
 
     with_functions = _function_model(10).SerializeToString()

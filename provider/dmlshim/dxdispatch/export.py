@@ -34,7 +34,7 @@ from ..fileio.folders import StagedFolder
 from ..fileio.reading import read_json
 from ..graph import default_opset
 from ..inputs.narrow_floats import narrow_type
-from ..inputs.sizes import feed_shapes, refuse_sizes_at
+from ..inputs.sizes import refuse_run_sizes
 from ..ort.session import LoadedModel, ModelSource, load_model
 from ..resources import guard_resources
 from ..translate import Status, TensorInfo, translate_node
@@ -103,7 +103,7 @@ def _feeds(
         log.warning("ignoring inputs that are not graph inputs: %s", ", ".join(extra))
     # a bfloat16 or float8 input is an onnxruntime OrtValue (numpy cannot hold it): kept as it is
     feeds = {n: v if narrow_type(v := inputs[n]) is not None else np.asarray(v) for n in graph_inputs}
-    refuse_sizes_at(model, feed_shapes(feeds), path=loaded.path)
+    refuse_run_sizes(model, feeds, path=loaded.path)
     return feeds, {}
 
 

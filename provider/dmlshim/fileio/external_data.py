@@ -63,7 +63,11 @@ _SCAN_MAX_BYTES = 16 << 20
 
 def external_tensors(graph: onnx.GraphProto) -> list[onnx.TensorProto]:
     """Every tensor of the graph and its subgraphs that keeps its data in an external file."""
-    if not _may_be_external(graph):
+    # A top-level initializer kept outside (every model read without its weights has them) answers
+    # the question the serialized bytes would: the walk is due anyway.
+    if not any(t.data_location == TensorProto.EXTERNAL for t in graph.initializer) and not _may_be_external(
+        graph
+    ):
         return []
     return [t for t in all_tensors(graph) if t.data_location == TensorProto.EXTERNAL]
 

@@ -176,7 +176,8 @@ def _checkable(model: onnx.ModelProto, external: bool = True) -> onnx.ModelProto
     """What onnxruntime, onnx's checker and shape inference are given: ``model`` itself, or a copy in
     which large and external-data initializers are graph inputs of the same type and shape
     (:func:`dmlshim.model.weightless.without_weights`), so no weight is read or re-serialised for the check.
-    ``external``: False when ``model`` is known to hold no external-data tensor (not looked for again).
+    ``external``: False when every external-data tensor ``model`` holds is known to be a top-level
+    initializer (those become inputs: none is looked for in the copy).
     """
     from ..fileio.external_data import external_tensors
 
@@ -192,6 +193,8 @@ def _checkable(model: onnx.ModelProto, external: bool = True) -> onnx.ModelProto
             return model
         light = onnx.ModelProto()
         light.CopyFrom(model)
+    if not external:
+        return light
     # Inside subgraphs (and in attributes) a tensor cannot become an input: give the checker zeros of the
     # declared size instead (already checked against the memory limit by check_external_data).
     for t in external_tensors(light.graph):
@@ -292,7 +295,10 @@ def check_model(
     refs = check_external_data(model, where, read_below=read_below)
     if external_found is not None:
         external_found.extend(refs)
-    light = _checkable(model, external=bool(refs))
+    # one entry per external tensor: more entries than external top-level initializers means one lies
+    # in a subgraph, an attribute or a sparse initializer (the copy's walk for them is made only then)
+    top = sum(1 for t in model.graph.initializer if t.data_location == TensorProto.EXTERNAL)
+    light = _checkable(model, external=len(refs) > top)
     findings: list[str | None] = [None]
 
     def refused_by_onnxruntime(refused: BadModelError) -> None:
@@ -328,12 +334,13 @@ def check_model(
     except BadModelError as refused:
         refused_by_onnxruntime(refused)
         return _DECIDED
-    # Where onnx's inference cannot type the outputs as onnxruntime does, its acceptance session (graph
-    # optimizations off) is built, not left to the engine's optimized one, and asked (ort_outputs).
+    # Where onnx's inference cannot type the outputs as onnxruntime does, onnxruntime is asked (graph
+    # optimizations off: its first resolve, ort_outputs): the model loaded on another thread, no session
+    # initialized; the verdict is still left to the engine's session of the model (ort_witness).
     reason = outputs_need_onnxruntime(model) if lazy else None
     if reason is not None:
-        logger.debug("onnxruntime's acceptance session built to type the outputs: %s", reason)
-        acceptance.start()
+        logger.debug("onnxruntime's outputs asked for: %s", reason)
+        acceptance.start_outputs()
     # onnxruntime builds its session on another thread (it releases the GIL): onnx's checker runs
     # meanwhile (its findings only add words to a refusal, or a warning).
     errors: list[str] = []
@@ -342,8 +349,8 @@ def check_model(
         sorted_found.append(True)
     acceptance.serialized = None  # read once: not held for the session's life (its closure may hold it)
     if errors and reason is None:
-        logger.debug("onnxruntime's acceptance session built to type the outputs: %s", errors[0])
-        acceptance.start()
+        logger.debug("onnxruntime's outputs asked for: %s", errors[0])
+        acceptance.start_outputs()
 
     def verdict() -> None:
         try:

@@ -93,9 +93,10 @@ class Acceptance:
     built on another thread. A lazy one starts that session when :meth:`start` or :meth:`verdict` is
     first called, unless a session of the same model was built meanwhile (:meth:`witnessed`,
     :mod:`dmlshim.model.ort_witness`). :meth:`verdict` waits for it and raises the refusal; later calls
-    do nothing."""
+    do nothing. A lazy one asked only for onnxruntime's outputs (:meth:`start_outputs`) loads the model
+    in onnxruntime without initializing a session, and stays lazy for the verdict."""
 
-    __slots__ = ("_accept", "_build", "_original", "_path", "outputs", "serialized")
+    __slots__ = ("_accept", "_build", "_load", "_loading", "_original", "_path", "outputs", "serialized")
 
     def __init__(
         self,
@@ -104,8 +105,11 @@ class Acceptance:
         path: str | None,
         accept: Callable[[], OrtOutputs] | None = None,
         serialized: bytes | None = None,
+        load: Callable[[], OrtOutputs] | None = None,
     ):
         self._build, self._path, self._accept = build, path, accept
+        self._load = load
+        self._loading: BackgroundBuild[OrtOutputs] | None = None
         self._original: onnx.ModelProto | None = original
         self.serialized = serialized
         """The weightless copy's bytes as onnxruntime is given them, when they are that copy's own
@@ -120,6 +124,20 @@ class Acceptance:
         accept, self._accept = self._accept, None
         if accept is not None:
             self._build = BackgroundBuild(accept)
+
+    def start_outputs(self) -> None:
+        """Start learning onnxruntime's ``get_outputs()`` of a lazy acceptance: the model loaded (its
+        graph resolved, so onnxruntime's own inference) but no session initialized, the verdict left to a
+        session of the model built meanwhile, or to the acceptance session. A model with local functions
+        gets the acceptance session at once: onnxruntime inlines them, and infers again, only when it
+        initializes one."""
+        if self._accept is None or self._loading is not None:
+            return
+        load, self._load = self._load, None
+        if load is None:
+            self.start()
+        else:
+            self._loading = BackgroundBuild(load)
 
     def witnessed(self, model: onnx.ModelProto) -> None:
         """onnxruntime built a CPU session of ``model`` with its default options: when ``model`` has the
@@ -137,13 +155,21 @@ class Acceptance:
 
         self.start()
         build, self._build = self._build, None
+        loading, self._loading = self._loading, None
         # the model is not held once decided (a session keeps this object for the outputs' types)
         original, self._original = self._original, None
-        if build is None or original is None:
+        if original is None:
+            return
+        if build is None:
+            build = loading  # witnessed: onnxruntime's loading alone is left to answer
+        elif loading is not None:
+            loading.wait()  # the acceptance session answers; the loading is not left running
+        if build is None:
             return
         try:
             self.outputs = build.result()
         except ORT_ERRORS as exc:
+            # loading is the first step of a session's creation: the acceptance session would fail there
             raise _refusal(original, exc, self._path) from exc
 
 
@@ -173,17 +199,21 @@ def start_ort_acceptance(
     """
     import onnxruntime as ort
 
-    from ..runtime.real import OrtInferenceSession
+    from ..runtime.real import OrtInferenceSession, loaded_outputs
 
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 4
-    for key in LOAD_CONFIG_ENTRIES:
-        value = _config_entry(sess_options, key)
-        if value is not None:
-            options.add_session_config_entry(key, value)
+    def make_options() -> ort.SessionOptions:  # one each: the two builds may run on two threads
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        options.intra_op_num_threads = 1
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 4
+        for key in LOAD_CONFIG_ENTRIES:
+            value = _config_entry(sess_options, key)
+            if value is not None:
+                options.add_session_config_entry(key, value)
+        return options
+
+    options = make_options()
     # A configuration the model carries for onnxruntime (ORT_LOAD_CONFIG_FROM_MODEL=1) is the session's,
     # read once (dmlshim.ort.model_config): the check must not start a profile of its own from it.
     # (``light`` may be the caller's model itself, small since weightless: changed on a copy.)
@@ -208,7 +238,10 @@ def start_ort_acceptance(
         session = OrtInferenceSession(payload, options, providers=["CPUExecutionProvider"])
         return OrtOutputs.of(session)
 
+    def load() -> OrtOutputs:
+        return OrtOutputs.of_args(loaded_outputs(payload, make_options()))
+
     own = None if stripped_config else payload  # the bytes of ``light`` itself: its inference reads them
     if lazy:
-        return Acceptance(None, original, path, accept, own)
+        return Acceptance(None, original, path, accept, own, None if original.functions else load)
     return Acceptance(BackgroundBuild(accept), original, path, serialized=own)

@@ -19,7 +19,9 @@ rather than left to a session the engine builds with optimizations on (:mod:`dml
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import onnx
 
@@ -49,7 +51,11 @@ class OrtOutputs:
     @classmethod
     def of(cls, session: object) -> OrtOutputs:
         """The outputs of onnxruntime session ``session``."""
-        args = session.get_outputs()  # type: ignore[attr-defined]
+        return cls.of_args(session.get_outputs())  # type: ignore[attr-defined]
+
+    @classmethod
+    def of_args(cls, args: Iterable[Any]) -> OrtOutputs:
+        """The outputs onnxruntime's ``NodeArg`` list ``args`` describes."""
         return cls(tuple(OrtOutput(a.name, str(a.type), tuple(a.shape)) for a in args))
 
 

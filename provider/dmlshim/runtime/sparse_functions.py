@@ -58,7 +58,7 @@ def dense_function_constants(source: Any) -> tuple[Any, str | None]:
     import io
     import os
 
-    from ..execute.weights.file_slices import MODEL_FUNCTIONS, has_model_field
+    from ..fileio.protobuf_wire import MODEL_FUNCTIONS, has_model_field
     from ..model.zero_depth_scatternd import file_has_field
 
     folder: str | None = None

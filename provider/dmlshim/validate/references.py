@@ -37,13 +37,12 @@ from ..execute.engine import EngineConfig
 from ..execute.engines.partitioned import PartitionedEngine
 from ..execute.feeds import FeedValidator, load_npz, node_arg
 from ..execute.plan.checks import EmulatedIO
-from ..execute.plan.fed_sizes import FedSizes
 from ..execute.plan.sessions import ORT_ERRORS
 from ..execute.record import RunRecord
 from ..execute.weights.model_source import LoadedModel
 from ..inputs import GeneratedInputs, generate
 from ..inputs.narrow_floats import NARROW_TYPE_NAMES, as_ortvalues, narrow_feeds
-from ..inputs.sizes import feed_shapes, refuse_sizes_at
+from ..inputs.sizes import refuse_run_sizes
 from ..kernels.options import IndexMode
 from ..runtime.real import OrtInferenceSession
 
@@ -146,10 +145,9 @@ def feeds_for(
     )
     feeds = validator.validate(feeds)
     if generated is None:  # generated inputs were sized when they were drawn
-        refuse_sizes_at(loaded.proto, feed_shapes(feeds), path=loaded.path)
-        # sizes the feeds' values set, also through shape arithmetic in the graph (fed_values,
-        # computed_values): refused before onnxruntime (reference or engine) allocates them
-        FedSizes.of(loaded.proto).check(feeds)
+        # also the sizes the feeds' values set (fed_values, computed_values, valued_shapes): refused
+        # before onnxruntime (reference or engine) allocates them
+        refuse_run_sizes(loaded.proto, feeds, path=loaded.path)
     return feeds, source, generated
 
 

@@ -60,24 +60,28 @@ class FedValued:
         shape_of: Callable[[str | Dims], tuple[int, ...] | None],
         *,
         numpy_values: bool = True,
-    ) -> None:
+    ) -> tuple[int, ...] | None:
         """Refuse the run when this node's output would pass the memory limit (TooLargeError), or, with
         ``numpy_values`` (an engine holding values as numpy arrays), when numpy cannot hold it
-        (BadInputError: an empty shape whose other dimensions multiply past 2**63 bytes)."""
+        (BadInputError: an empty shape whose other dimensions multiply past 2**63 bytes).
+
+        Returns:
+            The output's shape when this run's values tell it (None otherwise), for the nodes reading it
+            (:mod:`.valued_shapes`)."""
         floats = self.op_type == "Range"  # a Range of floats allocates what its float bounds say
         numbers = [_small_ints(feeds.get(n), floats=floats) for n in self.values]
         if any(v is None for v in numbers):
-            return
+            return None
         data_shape = shape_of(self.data) if self.data is not None else ()
         if data_shape is None:
-            return
+            return None
         shape = _output_shape(self.op_type, data_shape, numbers, self.axis)  # type: ignore[arg-type]
         if shape is None:
-            return
+            return None
         data = feeds.get(self.data) if isinstance(self.data, str) and self.op_type != "OneHot" else None
         dtype: Any = data.dtype if isinstance(data, np.ndarray) else self.elem_type
         if not dtype:
-            return
+            return shape
         if self.op_type != "Reshape":  # a Reshape holds its input's bytes: only numpy's rule is asked
             check_tensor(
                 shape, dtype, tensor=self.output, node=self.name, op_type=self.op_type, what="output"
@@ -94,6 +98,7 @@ class FedValued:
                 op_type=self.op_type,
                 tensor=self.output,
             )
+        return shape
 
 
 def _small_ints(value: Any, *, floats: bool = False) -> np.ndarray | None:
@@ -118,6 +123,9 @@ def _output_shape(
         if depth < 1 or not 0 <= where <= len(data):
             return None
         return (*data[:where], depth, *data[where:])
+    if op == "Loop":  # a scan output: one slice of ``data`` per iteration (the trip count)
+        trips = int(values[0].reshape(-1)[0]) if values[0].size == 1 else -1
+        return (trips, *data) if trips >= 0 else None
     if op == "Range":
         if any(v.size != 1 for v in values):
             return None

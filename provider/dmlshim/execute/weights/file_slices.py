@@ -24,13 +24,17 @@ from google.protobuf.message import DecodeError
 
 from ...fileio.nul_paths import location_read
 from ...fileio.onnx_pieces import encode_varint
+from ...fileio.protobuf_wire import LEN as _LEN
+from ...fileio.protobuf_wire import WireError as _WireError
+from ...fileio.protobuf_wire import read_tag as _tag
+from ...fileio.protobuf_wire import read_varint as _varint
+from ...fileio.protobuf_wire import skip_field as _skip
 from ...model.duplicate_initializers import has_duplicates
 
 logger = logging.getLogger(__name__)
 
 
 _MODEL_GRAPH, _GRAPH_INITIALIZER, _TENSOR_RAW_DATA = 7, 5, 9
-_LEN, _VARINT, _I64, _I32 = 2, 0, 1, 5
 
 
 @dataclass(frozen=True)
@@ -46,68 +50,6 @@ class FileSlice:
     location: str
     offset: int
     length: int
-
-
-class _WireError(ValueError):
-    pass
-
-
-def _varint(f: BinaryIO) -> int:
-    result = shift = 0
-    while True:
-        b = f.read(1)
-        if not b:
-            raise _WireError("truncated varint")
-        result |= (b[0] & 0x7F) << shift
-        if not b[0] & 0x80:
-            return result
-        shift += 7
-        if shift > 63:
-            raise _WireError("varint too long")
-
-
-def _tag(f: BinaryIO) -> tuple[int, int]:
-    """The next field's number and wire type. Field 0 and the group or unknown wire types are never in
-    an ONNX file (protobuf refuses them): a run of zero bytes, say, is not walked two bytes a field."""
-    tag = _varint(f)
-    field, wire = tag >> 3, tag & 7
-    if field == 0 or wire not in (_VARINT, _I64, _LEN, _I32):
-        raise _WireError(f"invalid field tag {tag} at byte {f.tell()}")
-    return field, wire
-
-
-def _skip(f: BinaryIO, wire: int) -> None:
-    if wire == _VARINT:
-        _varint(f)
-    elif wire == _I64:
-        f.seek(8, os.SEEK_CUR)
-    elif wire == _I32:
-        f.seek(4, os.SEEK_CUR)
-    elif wire == _LEN:
-        f.seek(_varint(f), os.SEEK_CUR)
-    else:
-        raise _WireError(f"wire type {wire} unexpected")
-
-
-MODEL_FUNCTIONS = 25
-"""``ModelProto.functions``: the model-local functions' field number."""
-
-
-def has_model_field(f: BinaryIO, number: int) -> bool:
-    """Whether the serialized ``ModelProto`` in ``f`` holds a top-level field ``number``: only the top-level
-    tags are read, each field's bytes skipped unread (a few reads, whatever the weights). True as well when
-    the bytes are no model this walk can read (the caller then looks further)."""
-    end = f.seek(0, os.SEEK_END)
-    f.seek(0)
-    try:
-        while f.tell() < end:
-            field, wire = _tag(f)
-            if field == number:
-                return True
-            _skip(f, wire)
-    except (ValueError, OSError, OverflowError):  # a broken tag, or a length past any file (seek refuses it)
-        return True
-    return False
 
 
 def _split_raw(f: BinaryIO, end: int) -> tuple[bytes, tuple[int, int] | None]:

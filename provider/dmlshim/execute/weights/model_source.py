@@ -258,7 +258,7 @@ def load_model(
             files = snapshot = guard = real_path = None
             if light is not None:
                 if external:  # none: nothing to load (the check's walk for them is not made again)
-                    load_small_external_data(proto, path, MAP_MIN_BYTES)
+                    load_small_external_data(proto, path, MAP_MIN_BYTES, checked=len(external))
                 if own_weights:  # a session's: what its onnxruntime sessions read by value, inline
                     inline = _inline_read_by_value(proto, inline, path)
                 snapshot = _own_inline_weights(proto, path, inline) if own_weights else None

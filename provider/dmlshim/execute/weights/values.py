@@ -191,7 +191,9 @@ def _read_aligned(
     return value
 
 
-def load_small_external_data(model: onnx.ModelProto, path: Path, min_bytes: int) -> None:
+def load_small_external_data(
+    model: onnx.ModelProto, path: Path, min_bytes: int, checked: int | None = None
+) -> None:
     """Load the external data of every tensor of ``model`` but its top-level initializers of at least
     ``min_bytes`` (small ones drive shapes and stay in the model, as small inline ones do; those in
     subgraphs, node attributes and sparse initializers are read from the model by the engines), checked
@@ -199,8 +201,13 @@ def load_small_external_data(model: onnx.ModelProto, path: Path, min_bytes: int)
 
     The large ones are hidden from the loader by their location alone, nothing moved: taking the
     initializers out and back copied every inline one twice (a caller's 100 MB add_external_initializers
-    value, inlined by then, added 200 MB to a session's build)."""
+    value, inlined by then, added 200 MB to a session's build).
+
+    ``checked``: how many external-data tensors the model check found in ``model`` (one entry each):
+    when they are all large top-level initializers, nothing is read and the model is not walked again."""
     large = [t for t in model.graph.initializer if is_external(t) and tensor_nbytes(t) >= min_bytes]
+    if checked is not None and checked == len(large):
+        return
     for tensor in large:
         tensor.data_location = onnx.TensorProto.DEFAULT
     try:
