@@ -46,6 +46,8 @@ from .data_cuts import value_names as _value_names
 from .data_cuts import versions as _versions
 from .last_inference import infer_shapes
 from .prop_readers import propagation_unread
+from .range_cuts import cuts_settled
+from .renamed_cuts import renamed_only as _renamed_only
 from .subgraph_names import give_back, unshared
 
 logger = logging.getLogger(__name__)
@@ -379,72 +381,6 @@ def _plan(
     return plan
 
 
-def _dims(tp: onnx.TypeProto) -> Iterator[onnx.TensorShapeProto.Dimension]:
-    """Every dimension a type declares (element types of sequences, optionals and maps included)."""
-    kind = tp.WhichOneof("value")
-    if kind in ("tensor_type", "sparse_tensor_type"):
-        yield from getattr(tp, kind).shape.dim
-    elif kind in ("sequence_type", "optional_type"):
-        yield from _dims(getattr(tp, kind).elem_type)
-    elif kind == "map_type":
-        yield from _dims(tp.map_type.value_type)
-
-
-def _symbols(model: onnx.ModelProto, paths: list[GraphPath]) -> set[str]:
-    """The dimension names the model itself declares, in any of its graphs."""
-    return {
-        d.dim_param
-        for _, graph in _each(model, paths)
-        for value in (*graph.input, *graph.value_info, *graph.output)
-        for d in _dims(value.type)
-        if d.dim_param
-    }
-
-
-def _renamed_only(
-    plan: dict[_Site, tuple[str, bytes]],
-    again: dict[_Site, tuple[str, bytes]],
-    model: onnx.ModelProto,
-    paths: list[GraphPath],
-) -> bool:
-    """Whether ``again`` makes ``plan``'s "unknown" cuts, their declared types the same up to a one-to-one
-    renaming of the dimension names the model does not declare (those onnx generated, ``unk__N``).
-
-    Why the loop may stop there: the cut copies of the two plans are then the same model up to that
-    renaming (the fresh inputs' types carry the only names that differ), and onnx's inference of a
-    renamed model is the renamed inference (names are only compared for equality; the names it generates
-    are fresh in both). So the next pass's types are this pass's renamed, its cuts (which sites, what kind;
-    a verdict reads dimension values and ranks, never names) are these again, and so on for every pass
-    left: the loop would end on these same "unknown" cuts, i.e. on the uncut pass.
-    """
-    if plan.keys() != again.keys() or any(kind != _UNKNOWN for kind, _ in again.values()):
-        return False
-    if any(plan[site][0] != _UNKNOWN for site in plan):
-        return False
-    own = _symbols(model, paths)
-    read: dict[bytes, tuple[bytes, tuple[str | None, ...]]] = {}
-
-    def form(declared: bytes, names: dict[str, int]) -> tuple[bytes, tuple[object, ...]]:
-        # The type without its dimension names, and the names in order: the model's own as they are,
-        # the others by order of first appearance over the plan.
-        if declared not in read:
-            tp = onnx.TypeProto.FromString(declared)
-            params: list[str | None] = []
-            for d in _dims(tp):
-                params.append(d.dim_param if d.HasField("dim_param") else None)
-                d.ClearField("dim_param")
-            read[declared] = (tp.SerializeToString(deterministic=True), tuple(params))
-        bare, params_ = read[declared]
-        return bare, tuple(
-            None if p is None else ("own", p) if p in own else ("new", names.setdefault(p, len(names)))
-            for p in params_
-        )
-
-    before: dict[str, int] = {}
-    after: dict[str, int] = {}
-    return all(form(plan[site][1], before) == form(again[site][1], after) for site in plan)
-
-
 def _infer(
     model: onnx.ModelProto,
     check_type: bool,
@@ -515,7 +451,8 @@ def infer_with_data_prop(
             base = _infer(model, check_type, strict_mode, False, data)
         types, type_bytes = _types(base, paths), {}
         plan = _plan(sites, types, inits, type_bytes)
-        if not plan:
+        if not plan or (not first and cuts_settled(model, paths, sites, plan, types, inits)):
+            # (cuts no pass can reveal: the loop below would end on this same uncut pass, range_cuts)
             return _infer(model, check_type, strict_mode, True, data)
     inferred = model
     for attempt in range(_MAX_PASSES):

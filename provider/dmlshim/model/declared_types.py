@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -346,15 +346,20 @@ def dim_params(graph: onnx.GraphProto) -> frozenset[str]:
     return frozenset(names)
 
 
-def without_invented_dims(value: onnx.ValueInfoProto, ours: frozenset[str]) -> onnx.ValueInfoProto:
+def without_invented_dims(
+    value: onnx.ValueInfoProto, ours: frozenset[str] | Callable[[], frozenset[str]]
+) -> onnx.ValueInfoProto:
     """``value`` with the dimension names shape inference made up (``unk__0``...) left unnamed, as
-    onnxruntime reports them (None); names the model itself uses are kept."""
+    onnxruntime reports them (None); names the model itself uses (``ours``: :func:`dim_params`, or what
+    gives it, asked only when a name looks made up) are kept."""
     if not value.type.HasField("tensor_type"):
         return value
 
     def invented(d: onnx.TensorShapeProto.Dimension) -> bool:
         name = d.dim_param
-        return bool(name) and name not in ours and _INVENTED_DIM.fullmatch(name) is not None
+        if not name or _INVENTED_DIM.fullmatch(name) is None:
+            return False
+        return name not in (ours() if callable(ours) else ours)
 
     if not any(invented(d) for d in value.type.tensor_type.shape.dim):
         return value

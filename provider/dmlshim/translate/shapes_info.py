@@ -222,9 +222,10 @@ def _lacks_rank(tp: onnx.TypeProto | None) -> bool:
 
 
 def _may_lack_ranks(graph: onnx.GraphProto) -> bool:
-    """False when every top-level node output is an initializer or declared with a rank (the usual answer
-    after onnx's inference), found from the graph's columns (:mod:`dmlshim.model.graph_columns`: one parse
-    in C, and one type read per distinct serialized type); True when one may not be (the walk decides)."""
+    """False when every top-level node output is an initializer or declared a tensor with a rank (the
+    usual answer after onnx's inference), found from the graph's columns (:mod:`dmlshim.model.graph_columns`:
+    one parse in C, and one type read per distinct serialized type); True when one may not be (the walk
+    decides). False also tells :func:`_propagate_ranks` that it has nothing to give a rank to."""
     columns = declared_types(graph)
     if columns is None:
         return True
@@ -234,7 +235,8 @@ def _may_lack_ranks(graph: onnx.GraphProto) -> bool:
     for name, tp in typed.items():
         found = lacks.get(tp)
         if found is None:
-            found = lacks[tp] = _lacks_rank(onnx.TypeProto.FromString(tp))
+            read = onnx.TypeProto.FromString(tp)
+            found = lacks[tp] = not read.HasField("tensor_type") or _lacks_rank(read)
         if not found:
             declared.add(name)
     declared.update(t.name for t in graph.initializer)
@@ -245,10 +247,9 @@ def _may_lack_ranks(graph: onnx.GraphProto) -> bool:
 def _add_ort_types(source: onnx.ModelProto, inferred: onnx.ModelProto) -> bool:
     """Give the top-level node outputs ONNX's inference left untyped (or of unknown rank) the type and shape
     onnxruntime infers for them in ``source``; True when any was added (the caller infers again, so they
-    reach the nodes downstream). onnxruntime's session is built only when such a value exists."""
+    reach the nodes downstream). onnxruntime's session is built only when such a value exists. Called
+    where :func:`_may_lack_ranks` is True."""
     graph = inferred.graph
-    if not _may_lack_ranks(graph):
-        return False
     typed = {v.name: v.type for v in (*graph.input, *graph.value_info, *graph.output)}
     typed.update((t.name, onnx.TypeProto()) for t in graph.initializer)  # initializers are always typed
     initializers = {t.name for t in graph.initializer}
@@ -306,12 +307,15 @@ def infer_shapes(
     ops = op_types_among(model.graph, ("If", "Loop"), data)
     try:
         inferred = infer_with_data_prop(model, serialized=data)
-        if _add_ort_types(model, inferred):
-            inferred = _infer_again(inferred)
-        for _ in range(3):  # each pass can give ranks to the next op of the kind downstream
-            if not _propagate_ranks(inferred):
-                break
-            inferred = _infer_again(inferred)
+        # every top-level node output ranked (the usual case): nothing for onnxruntime or the rank
+        # propagation to add (each a walk of every value)
+        if _may_lack_ranks(inferred.graph):
+            if _add_ort_types(model, inferred):
+                inferred = _infer_again(inferred)
+            for _ in range(3):  # each pass can give ranks to the next op of the kind downstream
+                if not _propagate_ranks(inferred):
+                    break
+                inferred = _infer_again(inferred)
     except DmlShimError:
         raise  # a refusal (the memory limit) says itself which step it refuses
     except _ONNX_ERRORS as exc:

@@ -307,7 +307,7 @@ class PartitionedEngine(PartitionedRuns):
             # onnxruntime builds the check's session on another thread while the steps are made here.
             outputs = frozenset(io.output for io in emulated_io)
             make = functools.partial(
-                whole_model_builder, model, config, outputs, shared, arrays=self._static_values
+                whole_model_builder, model, config, outputs, shared, arrays=self._static_values, clash=clash
             )
             if not (config.full_check or config.profiling):
                 lean = lean_gathers(emulated_io, infos, graph, init_protos, clash)

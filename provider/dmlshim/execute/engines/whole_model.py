@@ -142,14 +142,17 @@ def captured_names(
     return names
 
 
-def augmented_model(model: onnx.ModelProto, extra_outputs: Sequence[str]) -> bytes:
+def augmented_model(
+    model: onnx.ModelProto, extra_outputs: Sequence[str], clash: Callable[[], bool] | None = None
+) -> bytes:
     """``model`` serialized with ``extra_outputs`` appended to its graph outputs, a ``Shape`` node making
     each shape output among them (``model`` is left as it was: the outputs and nodes are added, serialized
-    and removed, so its weights are never copied)."""
+    and removed, so its weights are never copied). ``clash``: as for
+    :func:`~dmlshim.execute.proofs.gather_given.add_extra_outputs`."""
     graph = model.graph
     before, nodes_before = len(graph.output), len(graph.node)
     try:
-        add_extra_outputs(graph, extra_outputs)
+        add_extra_outputs(graph, extra_outputs, clash)
         return model.SerializeToString()
     finally:
         del graph.output[before:]

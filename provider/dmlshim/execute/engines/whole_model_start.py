@@ -126,28 +126,30 @@ def whole_model_builder(
     shared: SharedWeights | None,
     extra_outputs: Sequence[str],
     arrays: Mapping[str, Any] | None = None,
+    clash: Callable[[], bool] | None = None,
 ) -> Callable[[], ort.InferenceSession]:
     """What builds the whole-model check's session: the model with ``extra_outputs`` added. The payload
     and options are made here; the returned function only calls onnxruntime (so that it may run on
     another thread). With default options the emulated scatters do not force one thread (each is checked
     against its kernel); ``shared`` is given exactly when the options are dmlshim's own. With a copy of
     the caller's options (``config.fresh_options``) large weights are handed too (``arrays``: the
-    engine's)."""
+    engine's). ``clash``: the engine's answer of
+    :func:`~dmlshim.execute.proofs.gather_given.shape_outputs_clash` for ``model``'s graph (asked once)."""
     options = config.sess_options
     if options is None:
         options = default_options(model.graph, skip=emulated, make=config.own_options)
     elif shared is None and config.fresh_options is not None:
         handed = handed_weights_session(
-            model, config.fresh_options, extra_outputs, arrays or {}, _cpu_session
+            model, config.fresh_options, extra_outputs, arrays or {}, _cpu_session, clash
         )
         if handed is not None:
             return handed
     if shared is not None:
-        light = light_copy(model, shared, extra_outputs)
+        light = light_copy(model, shared, extra_outputs, clash)
         shared.attach(options, light)
         payload = light.SerializeToString()
     else:
-        payload = augmented_model(model, extra_outputs)
+        payload = augmented_model(model, extra_outputs, clash)
     return functools.partial(_cpu_session, payload, options)
 
 

@@ -77,28 +77,31 @@ def check_static_sizes(
         logger.info("graph input(s) %s can never be fed on this machine; sizes left unchecked", unfeedable)
         return
     fed = {v.name for v in graph.input} - {t.name for t in graph.initializer}
-    if folds:  # with constant folding off onnxruntime computes a Shape's input too
-        fed |= _shape_only(graph)
-    shapes: dict[str, tuple[Sequence[int], int]] = {
-        n: (i.static_shape, i.elem_type)
-        for n, i in infos.items()
-        if i.is_static and n not in mapped and n not in fed
-    }
     # values inside If branches and Loop/Scan bodies: onnxruntime allocates them when the branch runs
     inner, inner_producers = _subgraph_values(graph)
-    for name, found in inner.items():
-        shapes.setdefault(name, found)
     folded, outer = None, False
     if model is not None:
         from ...model.outer_constants import has_outer_constants
         from .folded_sizes import folded_copy
 
         folded, outer = folded_copy(model, graph), has_outer_constants(model)
+    outer_found: dict[str, tuple[Sequence[int], int]] = {}
     if outer and folded is None:  # sized from an enclosing graph's constants, as onnxruntime sizes them
         # (with a folded copy, its pass below infers the outer constants too: one inference, not two)
         assert model is not None
-        for name, found in _outer_sized(model).items():
+        outer_found = _outer_sized(model)
+
+    def sized(unallocated: set[str]) -> dict[str, tuple[Sequence[int], int]]:
+        shapes = {
+            n: (i.static_shape, i.elem_type)
+            for n, i in infos.items()
+            if i.is_static and n not in mapped and n not in unallocated
+        }
+        for name, found in inner.items():
             shapes.setdefault(name, found)
+        for name, found in outer_found.items():
+            shapes.setdefault(name, found)
+        return shapes
 
     @functools.cache
     def producers() -> dict[str, tuple[str, str]]:  # only a refusal names the node: looked up then
@@ -108,6 +111,29 @@ def check_static_sizes(
             found.setdefault(name, found_by)
         return found
 
+    shapes = sized(fed)
+    try:
+        check_static_values(shapes, producers=producers)
+    except TooLargeError:
+        # The values only ``Shape`` reads are never allocated where onnxruntime folds constants (with
+        # folding off it computes a Shape's input too). Leaving them out can only spare a value, so they
+        # are looked for (a walk of every node, then the folded values' walk) only once some value is over
+        # the limit: the same refusal, or none, as when they were left out first.
+        if folds:
+            shapes = sized(fed | _shape_only(graph))
+        _check_undeclared(shapes, producers, graph, model)
+    if folded is not None:
+        _check_folded(folded, names, mapped, folds, outer)
+
+
+def _check_undeclared(
+    shapes: dict[str, tuple[Sequence[int], int]],
+    producers: Any,
+    graph: onnx.GraphProto,
+    model: onnx.ModelProto | None,
+) -> None:
+    """:func:`check_static_values` on ``shapes``, where a refused value whose size the model's declarations
+    gave (:func:`declared_values`, and what inference carried on from them) is sized again without them."""
     try:
         check_static_values(shapes, producers=producers)
     except TooLargeError as exc:
@@ -126,8 +152,6 @@ def check_static_sizes(
             else:
                 del shapes[name]
         check_static_values(shapes, producers=producers)
-    if folded is not None:
-        _check_folded(folded, names, mapped, folds, outer)
 
 
 def _check_folded(

@@ -203,16 +203,20 @@ def shape_outputs_clash(graph: onnx.GraphProto) -> bool:
     return any(name.endswith(SHAPE_SUFFIX) for name in names)
 
 
-def add_extra_outputs(graph: onnx.GraphProto, extra_outputs: Iterable[str]) -> None:
+def add_extra_outputs(
+    graph: onnx.GraphProto, extra_outputs: Iterable[str], clash: Callable[[], bool] | None = None
+) -> None:
     """Append ``extra_outputs`` (the whole-model check's) to ``graph``'s outputs, with a ``Shape`` node
-    making each shape output among them (none where the model names its own values so)."""
+    making each shape output among them (none where the model names its own values so). ``clash``:
+    :func:`shape_outputs_clash` of the graph ``graph`` copies (the same top-level names), when the caller
+    asked it already (answered once)."""
     extra_outputs = list(extra_outputs)
     shapes: bool | None = None
     for out in extra_outputs:
         source = shape_source(out)
         if source is not None:
             if shapes is None:
-                shapes = not shape_outputs_clash(graph)
+                shapes = not (clash() if clash is not None else shape_outputs_clash(graph))
             if shapes:
                 graph.node.append(helper.make_node("Shape", [source], [out], name=out))
         graph.output.add().name = out

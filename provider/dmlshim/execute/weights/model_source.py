@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Callable, Mapping
@@ -433,7 +434,8 @@ def typed_outputs(model: onnx.ModelProto, *, overridden: bool = False) -> list[o
     declared = {v.name for v in model.graph.input}  # not the weights the weightless copy lists as inputs
     inputs = [v for v in inferred.graph.input if v.name in declared]
     known = {v.name: v for v in (*inferred.graph.value_info, *inputs, *inferred.graph.output)}
-    ours = dim_params(model.graph)
+    # every name the declarations use (a walk of every value): read only for a name shaped like onnx's own
+    ours = functools.cache(functools.partial(dim_params, model.graph))
     typed: dict[str, onnx.ValueInfoProto] = {}
     for out in outputs:  # a name listed twice is one value, typed by its first declaration
         if out.type.WhichOneof("value") and out.name not in sources:

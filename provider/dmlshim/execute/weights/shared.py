@@ -204,15 +204,19 @@ _stamp = file_stamp
 
 
 def light_copy(
-    model: onnx.ModelProto, shared: SharedWeights, extra_outputs: Sequence[str] = ()
+    model: onnx.ModelProto,
+    shared: SharedWeights,
+    extra_outputs: Sequence[str] = (),
+    clash: Callable[[], bool] | None = None,
 ) -> onnx.ModelProto:
-    """A copy of ``model`` with placeholders for the shared initializers, plus ``extra_outputs``."""
+    """A copy of ``model`` with placeholders for the shared initializers, plus ``extra_outputs``
+    (``clash``: as for :func:`~dmlshim.execute.proofs.gather_given.add_extra_outputs`)."""
     graph = model.graph
     out = model_shell(model)
     g = out.graph
     graph_shell(graph, g)
     g.initializer.extend(shared.stub(t) if t.name in shared else t for t in graph.initializer)
-    add_extra_outputs(g, extra_outputs)
+    add_extra_outputs(g, extra_outputs, clash)
     return out
 
 
@@ -222,6 +226,7 @@ def handed_weights_session(
     extra_outputs: Sequence[str],
     arrays: Mapping[str, np.ndarray],
     build: Callable[[bytes, Any], Any],
+    clash: Callable[[], bool] | None = None,
 ) -> Callable[[], Any] | None:
     """What builds one onnxruntime session of ``model`` (``extra_outputs`` added) whose large initializers
     are handed as arrays through a new options object (``make_options``: equal to the engine's own copy of
@@ -236,7 +241,7 @@ def handed_weights_session(
     if not shared.names:
         return None
     shared.adopt(arrays)
-    light = light_copy(model, shared, extra_outputs)
+    light = light_copy(model, shared, extra_outputs, clash)
     options = make_options()
     shared.attach(options, light)
     payload = light.SerializeToString()
