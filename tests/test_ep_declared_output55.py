@@ -220,3 +220,33 @@ def test_the_shipped_lgbm_classifier_fails_as_predicted() -> None:
     result = sweep_one(path)
     assert result.outcome == "failed" and "Name:'Cast'" in result.message
     assert result.predicted_refusal == (CODE,)
+
+
+def test_several_outputs_after_a_partly_declared_one_are_each_held_to_their_own() -> None:
+    """A partly declared output (``[n, 2, 2]``) before others: each output is read at its own position
+    (the per-run check once reused its position counter for the axes, and the run raised IndexError)."""
+    x = helper.make_tensor_value_info("x", F, ["n", 2, 2])
+    outputs = [
+        helper.make_tensor_value_info("a", F, ["n", 2, 2]),
+        helper.make_tensor_value_info("b", F, [1, 2, 2]),  # the run gives [3, 2, 2]: contradicted
+    ]
+    graph = helper.make_graph(
+        [
+            helper.make_node("Relu", ["x"], ["a"], name="relu"),
+            helper.make_node("Neg", ["x"], ["b"], name="neg"),
+        ],
+        "g",
+        [x],
+        outputs,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = IR_VERSION
+    feeds = {"x": np.arange(12, dtype=np.float32).reshape(3, 2, 2)}
+    session = InferenceSession(model.SerializeToString())
+    got = session.run(None, feeds)
+    for a, b in zip(got, ort_run(model, feeds), strict=True):
+        np.testing.assert_array_equal(a, b)
+    record = session.last_run_record
+    assert record is not None
+    notes = [m for c, m in record.notes if c == CODE]
+    assert len(notes) == 1 and "graph output 'b' of node 'neg' (Neg)" in notes[0], notes

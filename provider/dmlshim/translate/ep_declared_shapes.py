@@ -189,8 +189,8 @@ class DeclaredOutputs:
                 continue
             if len(shape) != rank:
                 return True
-            for i, d in sizes:
-                if shape[i] != d:
+            for axis, d in sizes:
+                if shape[axis] != d:
                     return True
         return False
 
