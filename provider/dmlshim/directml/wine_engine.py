@@ -74,8 +74,9 @@ def _optimization(config: Any) -> str:
     return "all" if name == "layout" else name
 
 
-_SHAPE_CHECK_LINES = ("2853", "2844")
-"""Where onnxruntime-directml's check of an output's inferred shape against its declared one fails."""
+_SHAPE_CHECK_LINES = ("2853", "2844", "2597")
+"""Where onnxruntime-directml's check of an output's inferred shape against its declared one fails (2597:
+the copy of a CPU node's output to DirectML, checked against its declared value_info)."""
 
 
 class LinuxDirectMLEngine:
@@ -204,10 +205,10 @@ class LinuxDirectMLEngine:
         from ..model.ort_errors import ORT_ERRORS
         from ..ort.declared_shapes import run_shapes
         from ..translate.ep_declared_shapes import DeclaredOutputs
-        from .sweep import cpu_outputs
+        from .sweep import cpu_outputs, cpu_value_shapes
 
         declared = DeclaredOutputs(self._model)
-        if declared.empty or not any(
+        if (declared.empty and not declared.values) or not any(
             f"MLOperatorAuthorImpl.cpp({line})" in message for line in _SHAPE_CHECK_LINES
         ):
             return ""
@@ -216,7 +217,8 @@ class LinuxDirectMLEngine:
             reference = cpu_outputs(Path(self._tmp.name) / "model.onnx", feeds, names)
         except ORT_ERRORS:
             return ""
-        found = declared.contradictions(run_shapes(names, reference), self._session.placements, from_log=True)
+        shapes = {**run_shapes(names, reference), **cpu_value_shapes(self._model, feeds, declared.values)}
+        found = declared.contradictions(shapes, self._session.placements, from_log=True)
         return "".join(f"; {c.message()}" for c in found)
 
     def close(self) -> None:
