@@ -7,7 +7,10 @@ declaration standing (``[1, 2]``, ``[1, m]``, ``[6]`` over an ``x`` of no shape)
 when a CPU node (ScatterND at opset 18) computes ``t`` and a DirectML node reads it; it runs when inference
 overrules the declaration (``[1, 5]``, ``[6]`` over ``x: [n, 2]``), when it fits, and when only CPU nodes
 touch ``t``. ``directml sweep`` predicts exactly the failing forms from onnxruntime CPU's run of a copy that
-outputs ``t``. Shapes come from onnxruntime CPU; the real DirectML tests are skipped without the stack.
+outputs ``t``. The same holds for an If's branch output (the held-out GATConv export's stale rank,
+``tests/test_ep_stale_output_rank.py``'s model): the branch that ran (the condition's value, from onnxruntime
+CPU) is held to its declarations. Shapes come from onnxruntime CPU; the real DirectML tests are skipped
+without the stack.
 """
 
 from __future__ import annotations
@@ -21,11 +24,13 @@ from onnx import TensorProto, helper, numpy_helper
 
 from dmlshim import InferenceSession
 from dmlshim.directml.stack import stack_available
-from dmlshim.directml.sweep import cpu_value_shapes
+from dmlshim.directml.sweep import cpu_values, declared_shape_findings
 from dmlshim.errors import DmlShimError
 from dmlshim.translate import CPU_PROVIDER
 from dmlshim.translate.ep_declared_shapes import EP_DECLARED_SHAPE_REFUSAL, DeclaredOutputs
 from tests.oracle import IR_VERSION, ort_run
+from tests.test_ep_stale_output_rank import FEEDS as IF_FEEDS
+from tests.test_ep_stale_output_rank import _model as if_model
 
 CODE = EP_DECLARED_SHAPE_REFUSAL.code
 F = TensorProto.FLOAT
@@ -105,7 +110,7 @@ def test_prediction_from_onnxruntime_cpu_shapes(form: str) -> None:
     reference = ort_run(model, {"x": X})[0]  # onnxruntime CPU runs every form
     declared = DeclaredOutputs(model)
     assert declared.values == ("t",)
-    shapes = cpu_value_shapes(model, {"x": X}, declared.values)
+    shapes = {n: v.shape for n, v in cpu_values(model, {"x": X}, declared.values).items()}
     assert shapes == {"t": reference.shape}  # Relu, ScatterND and Neg/Scaler keep x's shape
     found = declared.contradictions(shapes, cpu_nodes, from_log=True)
     assert len(found) == (1 if fails_at else 0), found
@@ -150,3 +155,47 @@ def test_directml_engine_error_names_the_value() -> None:
     assert "value 't' of node 'relu' (Relu) is declared [1, 2] in value_info but this run gives [3, 2]" in str(
         info.value
     )
+
+
+# name -> (model (x -> Relu -> h -> If(rank of h == 1), the else branch's `inner` declared), feeds, the
+# node real DirectML fails at or "")
+IF_FORMS: dict[str, tuple[onnx.ModelProto, dict[str, np.ndarray], str]] = {
+    "else_identity_rank_1": (if_model("Identity", ["d"], None), IF_FEEDS, "inner"),
+    "else_relu_rank_1": (if_model("Relu", ["d"], None), IF_FEEDS, "inner"),
+    "else_identity_1_m": (if_model("Identity", [1, "m"], None), IF_FEEDS, "inner"),
+    "else_right_rank": (if_model("Identity", ["a", "b"], None), IF_FEEDS, ""),
+    "else_undeclared": (if_model("Identity", None, None), IF_FEEDS, ""),
+    "else_rank_known_by_inference": (if_model("Identity", ["d"], ["n", 2]), IF_FEEDS, ""),
+    "then_branch_ran": (if_model("Identity", ["d"], None), {"x": IF_FEEDS["x"][0]}, ""),
+}
+
+
+@pytest.mark.parametrize("form", list(IF_FORMS))
+def test_if_branch_prediction_from_onnxruntime_cpu(form: str) -> None:
+    model, feeds, fails_at = IF_FORMS[form]
+    reference = ort_run(model, feeds)  # onnxruntime CPU runs every form
+    found = declared_shape_findings(model, ["y"], reference, feeds, {})
+    assert len(found) == (1 if fails_at else 0), found
+    if fails_at:
+        message = found[0].message()
+        assert "If 'if' else_branch output 'e_out' of node 'inner'" in message
+        assert f"this run gives {list(reference[0].shape)}" in message
+        else_branch = next(a.g for a in model.graph.node[-1].attribute if a.name == "else_branch")
+        declared_rank = len(else_branch.output[0].type.tensor_type.shape.dim)
+        assert ("(2844)" if declared_rank != reference[0].ndim else "(2853)") in message
+
+
+@real
+@pytest.mark.parametrize("form", list(IF_FORMS))
+def test_real_directml_if_branch_fails_exactly_where_predicted(form: str, tmp_path: Path) -> None:
+    from dmlshim.directml.sweep import sweep_one
+
+    model, feeds, fails_at = IF_FORMS[form]
+    path = tmp_path / f"{form}.onnx"
+    onnx.save(model, str(path))
+    np.savez(tmp_path / f"{form}.npz", **feeds)
+    result = sweep_one(path)
+    assert result.outcome == ("failed" if fails_at else "ran"), result.message
+    assert (CODE in result.predicted_refusal) == bool(fails_at)
+    if fails_at:
+        assert "80070057" in result.message and f"Name:'{fails_at}'" in result.message

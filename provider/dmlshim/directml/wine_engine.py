@@ -199,13 +199,12 @@ class LinuxDirectMLEngine:
         )
 
     def _declared_shape_failure(self, message: str, feeds: Mapping[str, np.ndarray]) -> str:
-        """For a run failing with the provider's shape-check codes: the graph outputs whose declared shape
-        onnxruntime CPU's run of the same feeds contradicts (``EP_FAILS_OUTPUT_CONTRADICTING_DECLARED_SHAPE``)
+        """For a run failing with the provider's shape-check codes: the graph outputs, value_info values and
+        If branch outputs whose declared shape onnxruntime CPU's run of the same feeds contradicts (``EP_FAILS_OUTPUT_CONTRADICTING_DECLARED_SHAPE``)
         as a sentence to append to the error; "" when none or when onnxruntime CPU fails too."""
         from ..model.ort_errors import ORT_ERRORS
-        from ..ort.declared_shapes import run_shapes
         from ..translate.ep_declared_shapes import DeclaredOutputs
-        from .sweep import cpu_outputs, cpu_value_shapes
+        from .sweep import cpu_outputs, declared_shape_findings
 
         declared = DeclaredOutputs(self._model)
         if (declared.empty and not declared.values) or not any(
@@ -217,8 +216,7 @@ class LinuxDirectMLEngine:
             reference = cpu_outputs(Path(self._tmp.name) / "model.onnx", feeds, names)
         except ORT_ERRORS:
             return ""
-        shapes = {**run_shapes(names, reference), **cpu_value_shapes(self._model, feeds, declared.values)}
-        found = declared.contradictions(shapes, self._session.placements, from_log=True)
+        found = declared_shape_findings(self._model, names, reference, feeds, self._session.placements)
         return "".join(f"; {c.message()}" for c in found)
 
     def close(self) -> None:

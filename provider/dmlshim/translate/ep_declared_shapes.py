@@ -103,7 +103,8 @@ class DeclaredShapeContradiction:
     actual: tuple[int, ...]
     placement_known: bool
     refusal: EpDeclaredShapeRefusal = EP_DECLARED_SHAPE_REFUSAL
-    graph_output: bool = True
+    kind: str = "graph output"
+    """"graph output", "value" (declared in value_info) or "If 'name' then_branch/else_branch output"."""
     read_by: str = ""
     """For a value computed on CPU: the DirectML node reading it (the copy to DirectML fails), else ""."""
 
@@ -121,8 +122,8 @@ class DeclaredShapeContradiction:
             "not predicted)"
         )
         line = "2844" if len(self.declared) != len(self.actual) else "2853"
-        what = "graph output" if self.graph_output else "value"
-        how = "" if self.graph_output else " in value_info"
+        what = self.kind
+        how = " in value_info" if self.kind == "value" else ""
         at = f"at that node (MLOperatorAuthorImpl.cpp({line}) 80070057)"
         if self.read_by:
             where = f"it runs on CPU and node {self.read_by!r} reads it on DmlExecutionProvider"
@@ -174,6 +175,17 @@ class DeclaredOutputs:
             for v in model.graph.value_info
             if v.name not in self._declared and v.name not in outer and (dims := _dims(v)) is not None
         }
+        # branch output name -> (the main graph's If, its branch, the output's index, declared, producer)
+        self._branches = {
+            out.name: (node, attr.name, i, dims, producer)
+            for node in model.graph.node
+            if node.op_type == "If" and not node.domain
+            for attr in node.attribute
+            if attr.name in ("then_branch", "else_branch")
+            for i, out in enumerate(attr.g.output)
+            if (dims := _dims(out)) is not None
+            and (producer := next((n for n in attr.g.node if out.name in n.output), None)) is not None
+        }
         # name -> (the shape when every size is declared, else None; rank; ((axis, size), ...)): what a
         # run's shape is held to, read on every run (a whole static shape is one tuple comparison)
         self._held = {
@@ -190,9 +202,19 @@ class DeclaredOutputs:
 
     @property
     def values(self) -> tuple[str, ...]:
-        """The intermediate values declared with a shape in the main graph's ``value_info``, whose run-time
-        shapes a run's outputs do not give (pass them to :meth:`contradictions` when known)."""
-        return tuple(self._values)
+        """The values whose run-time shapes (or, for an If's condition, value) a run's outputs do not give
+        and :meth:`contradictions` reads when known: those declared with a shape in the main graph's
+        ``value_info``; an If's condition and outputs where one of its branches declares an output shape."""
+        graph = self._model.graph
+        known = {v.name for v in (*graph.input, *graph.output)} | {t.name for t in graph.initializer}
+        ifs = {id(node): node for node, *_ in self._branches.values()}.values()
+        extra = (n for node in ifs for n in (node.input[0], *node.output) if n and n not in known)
+        return tuple(dict.fromkeys((*self._values, *extra)))
+
+    @property
+    def conditions(self) -> frozenset[str]:
+        """The names of the conditions of the Ifs whose branches declare an output shape."""
+        return frozenset(node.input[0] for node, *_ in self._branches.values())
 
     @property
     def empty(self) -> bool:
@@ -233,6 +255,7 @@ class DeclaredOutputs:
         placements: Mapping[str, str] | None = None,
         *,
         from_log: bool = False,
+        conditions: Mapping[str, bool] | None = None,
     ) -> tuple[DeclaredShapeContradiction, ...]:
         """The graph outputs among ``shapes`` (output name -> the run's shape) real DirectML would fail on.
 
@@ -242,6 +265,8 @@ class DeclaredOutputs:
                 gather/scatter nodes, or onnxruntime's placement log; other nodes are assumed on DirectML.
             from_log: ``placements`` is onnxruntime's log of the session (``"*"`` for all nodes), which lists
                 the nodes outside DirectML's fused partitions: a node it does not name ran on DirectML.
+            conditions: the run's value of each If's condition (:attr:`conditions`), to hold the branch
+                that ran to its declared output shapes (the If's outputs' shapes in ``shapes``).
         """
         found = []
         for name, shape in shapes.items():
@@ -267,8 +292,29 @@ class DeclaredOutputs:
                     tuple(int(s) for s in shape),
                     where is not None or (from_log and placements is not None),
                     self._refusal,
-                    output,
+                    "graph output" if output else "value",
                     read_by,
+                )
+            )
+        for name, (if_node, branch, index, declared, node) in self._branches.items():
+            ran = (conditions or {}).get(if_node.input[0])
+            shape = shapes.get(if_node.output[index]) if index < len(if_node.output) else None
+            if ran is None or ran != (branch == "then_branch") or shape is None:
+                continue
+            if not _contradicts(declared, shape) or node.op_type in self._refusal.no_check_op_types:
+                continue
+            if _merge_conflicts(declared, self._inferred_dims(name)):
+                continue
+            where = self._placement(node, placements)
+            if where == CPU_PROVIDER:
+                continue
+            kind = f"If {if_node.name or if_node.op_type!r} {branch} output"
+            placed = where is not None or (from_log and placements is not None)
+            shape_ = tuple(int(s) for s in shape)
+            label = node.name or node.op_type
+            found.append(
+                DeclaredShapeContradiction(
+                    name, label, node.op_type, declared, shape_, placed, self._refusal, kind
                 )
             )
         return tuple(found)
@@ -297,7 +343,7 @@ class DeclaredOutputs:
         return ""
 
     def _inferred_dims(self, name: str) -> Dims | None:
-        if name in self._values:  # each value inferred without its own declaration, as onnxruntime merges
+        if name in self._values or name in self._branches:  # each without its own declaration
             if name not in self._inferred_values:
                 self._inferred_values[name] = _inferred_without_declarations(self._model, {name}).get(name)
             return self._inferred_values[name]
@@ -318,7 +364,7 @@ def _inferred_without_declarations(model: onnx.ModelProto, names: set[str]) -> d
     kept = [v for v in stripped.graph.value_info if v.name not in names]
     del stripped.graph.value_info[:]
     stripped.graph.value_info.extend(kept)
-    for value in stripped.graph.output:
+    for value in (*stripped.graph.output, *_branch_outputs(stripped.graph)):
         if value.name in names and value.type.HasField("tensor_type"):
             value.type.tensor_type.ClearField("shape")
     try:
@@ -326,7 +372,20 @@ def _inferred_without_declarations(model: onnx.ModelProto, names: set[str]) -> d
     except (onnx.shape_inference.InferenceError, RuntimeError, ValueError) as exc:
         logger.debug("inference without declarations failed (%s): declared shapes taken as they are", exc)
         return {}
-    return {v.name: _dims(v) for v in (*inferred.graph.value_info, *inferred.graph.output) if v.name in names}
+    graph = inferred.graph
+    return {v.name: _dims(v) for v in (*graph.value_info, *graph.output, *_branch_outputs(graph)) if v.name in names}
+
+
+def _branch_outputs(graph: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
+    """The branch outputs of the graph's Ifs."""
+    return [
+        out
+        for node in graph.node
+        if node.op_type == "If"
+        for attr in node.attribute
+        if attr.name in ("then_branch", "else_branch")
+        for out in attr.g.output
+    ]
 
 
 def with_values_as_outputs(model: onnx.ModelProto, names: Sequence[str]) -> onnx.ModelProto:
@@ -335,5 +394,8 @@ def with_values_as_outputs(model: onnx.ModelProto, names: Sequence[str]) -> onnx
     exposed = onnx.ModelProto()
     exposed.CopyFrom(model)
     types = {v.name: v.type.tensor_type.elem_type for v in model.graph.value_info}
+    if any(n not in types for n in names):  # an If's condition or outputs, typed by onnx's inference
+        inferred = onnx.shape_inference.infer_shapes(model).graph.value_info
+        types.update({v.name: v.type.tensor_type.elem_type for v in inferred if v.name not in types})
     exposed.graph.output.extend(onnx.helper.make_tensor_value_info(n, types[n], None) for n in names)
     return exposed
