@@ -97,8 +97,10 @@ FORMS: dict[str, tuple[onnx.ModelProto, dict[str, str], str]] = {
     "t_rank_6_inference_knows_rank": (_model(_relu(), _neg(), [6]), {}, ""),
     "t_by_dml_scatternd_opset13": (_model(_scatter(), _neg(), [1, 2], opset=13), {}, "scatter"),
     "t_by_cpu_scatternd_read_on_dml": (
-        _model(_scatter(), _neg(), [1, 2]), {"scatter": CPU_PROVIDER}, "Memcpy",
-    ),  # fmt: skip
+        _model(_scatter(), _neg(), [1, 2]),
+        {"scatter": CPU_PROVIDER},
+        "Memcpy",
+    ),
     "t_read_only_by_cpu_scaler": (_model(_relu(), _scaler(), [1, 2]), {}, "relu"),
     "t_only_cpu_nodes": (_model(_scatter(), _scaler(), [1, 2]), {"scatter": CPU_PROVIDER}, ""),
 }
@@ -152,8 +154,9 @@ def test_directml_engine_error_names_the_value() -> None:
     session = InferenceSession(model.SerializeToString(), engine="directml")
     with pytest.raises(DmlShimError, match=r"MLOperatorAuthorImpl\.cpp\(2853\).*80070057") as info:
         session.run(None, {"x": X})
-    assert "value 't' of node 'relu' (Relu) is declared [1, 2] in value_info but this run gives [3, 2]" in str(
-        info.value
+    assert (
+        "value 't' of node 'relu' (Relu) is declared [1, 2] in value_info but this run gives [3, 2]"
+        in str(info.value)
     )
 
 

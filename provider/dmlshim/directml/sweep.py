@@ -139,7 +139,9 @@ def cpu_values(proto: Any, feeds: Mapping[str, np.ndarray], values: Sequence[str
     so.log_severity_level = 3  # the exposed values' declarations draw onnxruntime's merge warnings
     try:
         exposed = with_values_as_outputs(proto, values).SerializeToString()
-        got = ort.InferenceSession(exposed, so, providers=["CPUExecutionProvider"]).run(list(values), dict(feeds))
+        got = ort.InferenceSession(exposed, so, providers=["CPUExecutionProvider"]).run(
+            list(values), dict(feeds)
+        )
     except (*ORT_ERRORS, onnx.shape_inference.InferenceError) as exc:
         logger.debug("onnxruntime CPU could not expose %s: %s", list(values), exc)
         return {}

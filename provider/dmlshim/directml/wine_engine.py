@@ -200,8 +200,9 @@ class LinuxDirectMLEngine:
 
     def _declared_shape_failure(self, message: str, feeds: Mapping[str, np.ndarray]) -> str:
         """For a run failing with the provider's shape-check codes: the graph outputs, value_info values and
-        If branch outputs whose declared shape onnxruntime CPU's run of the same feeds contradicts (``EP_FAILS_OUTPUT_CONTRADICTING_DECLARED_SHAPE``)
-        as a sentence to append to the error; "" when none or when onnxruntime CPU fails too."""
+        If branch outputs whose declared shape onnxruntime CPU's run of the same feeds contradicts
+        (``EP_FAILS_OUTPUT_CONTRADICTING_DECLARED_SHAPE``) as a sentence to append to the error; "" when
+        none or when onnxruntime CPU fails too."""
         from ..model.ort_errors import ORT_ERRORS
         from ..translate.ep_declared_shapes import DeclaredOutputs
         from .sweep import cpu_outputs, declared_shape_findings

@@ -18,6 +18,9 @@ computing it fails; a node on CPU computing it fails in the copy to DirectML (``
 node on DirectML reads it, and runs when only CPU nodes read it (measured). Its run-time shape is not among
 a run's outputs: :attr:`DeclaredOutputs.values` names the values to expose (``directml sweep`` runs
 onnxruntime CPU with them as extra outputs; a session's run does not, so its notes cover graph outputs).
+An output of an If's branch is held to its declaration in the branch that ran (the condition's value and
+the If's outputs, exposed the same way). Loop and Scan bodies' declarations are not checked (a Loop body's
+fails the same way, measured).
 """
 
 from __future__ import annotations
@@ -62,15 +65,17 @@ class EpDeclaredShapeRefusal:
 
 EP_DECLARED_SHAPE_REFUSAL = EpDeclaredShapeRefusal(
     code="EP_FAILS_OUTPUT_CONTRADICTING_DECLARED_SHAPE",
-    form="a graph output or a main-graph value_info value computed on DmlExecutionProvider (or computed on "
-    "CPU and read there) whose declared shape the run contradicts (a "
+    form="a graph output, a main-graph value_info value or an If branch output computed on "
+    "DmlExecutionProvider (a value also when computed on CPU and read there) whose declared shape the run "
+    "contradicts (a "
     "static dimension of another size, or another rank) where onnx's inference leaves the declaration "
     "standing (the input's dimension symbolic, or its rank unknown); onnxruntime CPU runs it with a warning",
     seen="DirectML 1.15.4 / onnxruntime-directml 1.24: the first run fails at that node, "
     "MLOperatorAuthorImpl.cpp(2853) 80070057 for a dimension, (2844) for a rank: one-node Relu, Cast, "
     "Identity, Shape, Gather, GatherElements, ScatterND and ScatterElements (opset 13) models, Relu -> t "
     "(value_info [1, 2]) -> Neg (at Relu), ScatterND at opset 18 (CPU) -> t -> Neg (at MemcpyFromHost, "
-    "MLOperatorAuthorImpl.cpp(2597)), and "
+    "MLOperatorAuthorImpl.cpp(2597)), an If's else branch Identity/Relu output declared [d] over a rank-2 "
+    "value (the held-out GATConv export), and "
     "onnx_models/ecosystem/mlt_lgbm_classifier.onnx (label declared [1], 7 rows, Cast on DML); NonZero on "
     "DML and nodes on CPU (ai.onnx.ml Scaler, ScatterND/ScatterElements at opset 18) run such an output",
     when="run",
@@ -373,7 +378,11 @@ def _inferred_without_declarations(model: onnx.ModelProto, names: set[str]) -> d
         logger.debug("inference without declarations failed (%s): declared shapes taken as they are", exc)
         return {}
     graph = inferred.graph
-    return {v.name: _dims(v) for v in (*graph.value_info, *graph.output, *_branch_outputs(graph)) if v.name in names}
+    return {
+        v.name: _dims(v)
+        for v in (*graph.value_info, *graph.output, *_branch_outputs(graph))
+        if v.name in names
+    }
 
 
 def _branch_outputs(graph: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
