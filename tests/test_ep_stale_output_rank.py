@@ -4,8 +4,9 @@ legacy export's ``/c1/Identity_3``; docs/directml-linux.md), narrowed to three n
 The model: ``x`` (no declared shape) -> Relu -> ``h`` -> If(rank of h == 1) whose else branch passes ``h``
 through ``inner`` (Identity or Relu) to a branch output declared ``[d]`` (rank 1); fed a ``[4, 2]`` value the
 else branch runs with a rank-2 value. onnxruntime CPU runs it (warning that the output shape differs from the
-declared one); real DirectML fails at the first run in ``inner``. The table of refusals has no row for it:
-whether the ranks differ is known only at run time (see the docs page). Tests run DirectML itself and are
+declared one); real DirectML fails at the first run in ``inner``. No load-time row predicts it: whether
+the ranks differ is known only at run time; ``directml sweep`` predicts it from onnxruntime CPU's run
+(``EP_FAILS_OUTPUT_CONTRADICTING_DECLARED_SHAPE``, ``tests/test_ep_declared_values55.py``). Tests run DirectML itself and are
 skipped without the stack; expected values come from onnxruntime CPU.
 """
 

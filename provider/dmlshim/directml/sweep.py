@@ -122,6 +122,57 @@ def cpu_outputs(path: Path, feeds: Mapping[str, np.ndarray], names: Sequence[str
     )
 
 
+def cpu_values(proto: Any, feeds: Mapping[str, np.ndarray], values: Sequence[str]) -> dict[str, Any]:
+    """onnxruntime CPU's values ``values`` (intermediate values of ``proto``) on ``feeds``, read by running
+    a copy that also outputs them; {} when there are none, the model keeps its weights in external files, or
+    onnxruntime fails (then only the graph outputs are checked)."""
+    if not values or any(t.data_location == 1 for t in proto.graph.initializer):  # 1: EXTERNAL
+        return {}
+    import onnx
+    import onnxruntime as ort
+
+    from ..model.ort_errors import ORT_ERRORS
+    from ..translate.ep_declared_shapes import with_values_as_outputs
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.log_severity_level = 3  # the exposed values' declarations draw onnxruntime's merge warnings
+    try:
+        exposed = with_values_as_outputs(proto, values).SerializeToString()
+        got = ort.InferenceSession(exposed, so, providers=["CPUExecutionProvider"]).run(
+            list(values), dict(feeds)
+        )
+    except (*ORT_ERRORS, onnx.shape_inference.InferenceError) as exc:
+        logger.debug("onnxruntime CPU could not expose %s: %s", list(values), exc)
+        return {}
+    return dict(zip(values, got, strict=True))
+
+
+def declared_shape_findings(
+    proto: Any,
+    names: Sequence[str],
+    reference: Sequence[Any],
+    feeds: Mapping[str, np.ndarray],
+    placements: Mapping[str, str] | None,
+) -> tuple[Any, ...]:
+    """The :class:`~dmlshim.translate.ep_declared_shapes.DeclaredShapeContradiction` s of a run, from
+    onnxruntime CPU's outputs ``reference`` (of graph outputs ``names``) and its values of
+    ``DeclaredOutputs.values``, the nodes placed as onnxruntime's log says."""
+    from ..ort.declared_shapes import run_shapes
+    from ..translate.ep_declared_shapes import DeclaredOutputs
+
+    declared = DeclaredOutputs(proto)
+    exposed = cpu_values(proto, feeds, declared.values)
+    shapes = {**run_shapes(names, reference), **run_shapes(list(exposed), list(exposed.values()))}
+    seen = {**feeds, **exposed}
+    conditions = {
+        n: bool(np.asarray(seen[n]).reshape(-1)[0])
+        for n in declared.conditions
+        if n in seen and np.asarray(seen[n]).size == 1
+    }
+    return declared.contradictions(shapes, placements, from_log=True, conditions=conditions)
+
+
 def sweep_one(path: Path) -> SweepResult:
     """Run one model on real DirectML and compare it with onnxruntime CPU and dmlshim's emulation."""
     import onnx
@@ -157,11 +208,11 @@ def sweep_one(path: Path) -> SweepResult:
         except ORT_ERRORS as cpu_exc:  # onnxruntime's own failure: no prediction from the run's values
             logger.debug("onnxruntime CPU failed on %s too: %s", path, cpu_exc)
         else:
-            predicted = _with_run_refusals(predicted, proto, names, reference, placements)
+            predicted = _with_run_refusals(predicted, proto, names, reference, placements, feeds)
         return SweepResult(str(path), "failed", str(exc), predicted_refusal=predicted, cpu_nodes=cpu_nodes)
     seconds = time.monotonic() - start
     reference = cpu_outputs(path, feeds, names)
-    predicted = _with_run_refusals(predicted, proto, names, reference, placements)
+    predicted = _with_run_refusals(predicted, proto, names, reference, placements, feeds)
     vs_cpu = compare(got, reference)
     try:
         emulated = InferenceSession(str(path), engine="partitioned").run(names, feeds)
@@ -179,13 +230,11 @@ def _with_run_refusals(
     names: Sequence[str],
     reference: Sequence[Any],
     placements: Mapping[str, str] | None,
+    feeds: Mapping[str, np.ndarray],
 ) -> tuple[str, ...]:
-    """``predicted`` with the refusals decided from a run's values (onnxruntime CPU's output shapes, the
-    nodes placed as onnxruntime's log says): a graph output contradicting its declared shape."""
-    from ..ort.declared_shapes import run_shapes
-    from ..translate.ep_declared_shapes import DeclaredOutputs
-
-    found = DeclaredOutputs(proto).contradictions(run_shapes(names, reference), placements, from_log=True)
+    """``predicted`` with the refusals decided from a run's values (:func:`declared_shape_findings`): a
+    graph output, value_info value or If branch output contradicting its declared shape."""
+    found = declared_shape_findings(proto, names, reference, feeds, placements)
     return tuple(sorted({*predicted, *(c.code for c in found)}))
 
 

@@ -74,8 +74,9 @@ def _optimization(config: Any) -> str:
     return "all" if name == "layout" else name
 
 
-_SHAPE_CHECK_LINES = ("2853", "2844")
-"""Where onnxruntime-directml's check of an output's inferred shape against its declared one fails."""
+_SHAPE_CHECK_LINES = ("2853", "2844", "2597")
+"""Where onnxruntime-directml's check of an output's inferred shape against its declared one fails (2597:
+the copy of a CPU node's output to DirectML, checked against its declared value_info)."""
 
 
 class LinuxDirectMLEngine:
@@ -198,16 +199,16 @@ class LinuxDirectMLEngine:
         )
 
     def _declared_shape_failure(self, message: str, feeds: Mapping[str, np.ndarray]) -> str:
-        """For a run failing with the provider's shape-check codes: the graph outputs whose declared shape
-        onnxruntime CPU's run of the same feeds contradicts (``EP_FAILS_OUTPUT_CONTRADICTING_DECLARED_SHAPE``)
-        as a sentence to append to the error; "" when none or when onnxruntime CPU fails too."""
+        """For a run failing with the provider's shape-check codes: the graph outputs, value_info values and
+        If branch outputs whose declared shape onnxruntime CPU's run of the same feeds contradicts
+        (``EP_FAILS_OUTPUT_CONTRADICTING_DECLARED_SHAPE``) as a sentence to append to the error; "" when
+        none or when onnxruntime CPU fails too."""
         from ..model.ort_errors import ORT_ERRORS
-        from ..ort.declared_shapes import run_shapes
         from ..translate.ep_declared_shapes import DeclaredOutputs
-        from .sweep import cpu_outputs
+        from .sweep import cpu_outputs, declared_shape_findings
 
         declared = DeclaredOutputs(self._model)
-        if declared.empty or not any(
+        if (declared.empty and not declared.values) or not any(
             f"MLOperatorAuthorImpl.cpp({line})" in message for line in _SHAPE_CHECK_LINES
         ):
             return ""
@@ -216,7 +217,7 @@ class LinuxDirectMLEngine:
             reference = cpu_outputs(Path(self._tmp.name) / "model.onnx", feeds, names)
         except ORT_ERRORS:
             return ""
-        found = declared.contradictions(run_shapes(names, reference), self._session.placements, from_log=True)
+        found = declared_shape_findings(self._model, names, reference, feeds, self._session.placements)
         return "".join(f"; {c.message()}" for c in found)
 
     def close(self) -> None:
