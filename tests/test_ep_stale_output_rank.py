@@ -6,8 +6,8 @@ through ``inner`` (Identity or Relu) to a branch output declared ``[d]`` (rank 1
 else branch runs with a rank-2 value. onnxruntime CPU runs it (warning that the output shape differs from the
 declared one); real DirectML fails at the first run in ``inner``. No load-time row predicts it: whether
 the ranks differ is known only at run time; ``directml sweep`` predicts it from onnxruntime CPU's run
-(``EP_FAILS_OUTPUT_CONTRADICTING_DECLARED_SHAPE``, ``tests/test_ep_declared_values55.py``). Tests run DirectML itself and are
-skipped without the stack; expected values come from onnxruntime CPU.
+(``EP_FAILS_OUTPUT_CONTRADICTING_DECLARED_SHAPE``, ``tests/test_ep_declared_values55.py``). Tests run
+DirectML itself and are skipped without the stack; expected values come from onnxruntime CPU.
 """
 
 from __future__ import annotations
