@@ -59,6 +59,7 @@ def check_static_sizes(
     mapped: Collection[str] = (),
     model: onnx.ModelProto | None = None,
     folds: bool = True,
+    given: Collection[str] | None = None,
 ) -> None:
     """Refuse, before any allocation, a graph in which a statically shaped value cannot fit in memory
     (``mapped``: weights read from the model's files where they are needed, never allocated whole;
@@ -71,14 +72,24 @@ def check_static_sizes(
     ``model`` (the model ``graph`` was inferred from): a shape only its graph outputs or ``value_info``
     declare is the model's word, which onnxruntime does not take (it warns when a run's shape differs);
     such a value is refused only when inference without those declarations finds it as large. A Gather
-    output declared ``[10000000000, 4]`` was refused on every machine though onnxruntime runs it."""
-    unfeedable = unfeedable_inputs(graph)
-    if unfeedable:
-        logger.info("graph input(s) %s can never be fed on this machine; sizes left unchecked", unfeedable)
-        return
-    fed = {v.name for v in graph.input} - {t.name for t in graph.initializer}
-    if folds:  # with constant folding off onnxruntime computes a Shape's input too
-        fed |= _shape_only(graph)
+    output declared ``[10000000000, 4]`` was refused on every machine though onnxruntime runs it.
+
+    ``given``: the values left unchecked, instead of the graph inputs and the values only a ``Shape``
+    reads (a part of a model, :mod:`.changed_sizes`: what the whole model's check found)."""
+    shape_only: set[str] = set()
+    if given is not None:
+        fed = set(given)
+    else:
+        unfeedable = unfeedable_inputs(graph)
+        if unfeedable:
+            logger.info(
+                "graph input(s) %s can never be fed on this machine; sizes left unchecked", unfeedable
+            )
+            return
+        fed = {v.name for v in graph.input} - {t.name for t in graph.initializer}
+        if folds:  # with constant folding off onnxruntime computes a Shape's input too
+            shape_only = _shape_only(graph)
+            fed |= shape_only
     shapes: dict[str, tuple[Sequence[int], int]] = {
         n: (i.static_shape, i.elem_type)
         for n, i in infos.items()
@@ -91,9 +102,9 @@ def check_static_sizes(
     folded, outer = None, False
     if model is not None:
         from ...model.outer_constants import has_outer_constants
-        from .folded_sizes import folded_copy
+        from .folded_sizes import folded_copy_at
 
-        folded, outer = folded_copy(model, graph), has_outer_constants(model)
+        folded, outer = folded_copy_at(model, graph), has_outer_constants(model)
     if outer and folded is None:  # sized from an enclosing graph's constants, as onnxruntime sizes them
         # (with a folded copy, its pass below infers the outer constants too: one inference, not two)
         assert model is not None
@@ -127,7 +138,49 @@ def check_static_sizes(
                 del shapes[name]
         check_static_values(shapes, producers=producers)
     if folded is not None:
-        _check_folded(folded, names, mapped, folds, outer)
+        copy, roots = folded
+        if not _check_folded_part(copy, roots, graph, names, mapped, folds, outer, shape_only):
+            _check_folded(copy, names, mapped, folds, outer)
+
+
+def _check_folded_part(
+    copy: onnx.ModelProto,
+    roots: set[int],
+    first: onnx.GraphProto,
+    names: Sequence[str],
+    mapped: Collection[str],
+    folds: bool,
+    outer: bool,
+    shape_only: Collection[str],
+) -> bool:
+    """:func:`_check_folded` on the part of ``copy`` its folded nodes (at the top-level ``roots``) and
+    outer constants can change (:mod:`.changed_sizes`), the rest typed as ``first`` (the first inference)
+    typed it; ``shape_only``: the whole model's values only a ``Shape`` reads. False when the part says
+    nothing for sure (it refuses a value, or cannot be inferred): the whole model is checked then."""
+    from ...model.data_prop import infer_with_data_prop
+    from ...model.last_inference import infer_shapes
+    from ...model.outer_constants import outer_constant_holders, with_outer_constants
+    from ...translate.shapes_info import tensor_infos
+    from .changed_sizes import changed_part
+
+    if outer:
+        roots = roots | outer_constant_holders(copy)
+    found = changed_part(copy, first, roots)
+    if found is None:
+        return False
+    part, kept = found
+    try:
+        part = with_outer_constants(part) or part
+        inferred = infer_with_data_prop(part) if outer else infer_shapes(part, remember=False)
+        given = {v.name for v in inferred.graph.input}.union(shape_only)
+        infos = tensor_infos(inferred.graph)
+        check_static_sizes(
+            inferred.graph, infos, [names[i] for i in kept], mapped=mapped, folds=folds, given=given
+        )
+    except Exception as exc:  # a refusal or a failure of the part alone: the whole model decides
+        logger.debug("the changed part says nothing for sure (%s): the whole model is inferred again", exc)
+        return False
+    return True
 
 
 def _check_folded(
