@@ -99,12 +99,13 @@ def check_static_sizes(
     inner, inner_producers = _subgraph_values(graph)
     for name, found in inner.items():
         shapes.setdefault(name, found)
-    folded, outer = None, False
+    folded, outer, holders = None, False, set()
     if model is not None:
-        from ...model.outer_constants import has_outer_constants
+        from ...model.outer_constants import outer_constant_holders
         from .folded_sizes import folded_copy_at
 
-        folded, outer = folded_copy_at(model, graph), has_outer_constants(model)
+        holders = outer_constant_holders(model)  # (one walk: whether any, and which)
+        folded, outer = folded_copy_at(model, graph), bool(holders)
     if outer and folded is None:  # sized from an enclosing graph's constants, as onnxruntime sizes them
         # (with a folded copy, its pass below infers the outer constants too: one inference, not two)
         assert model is not None
@@ -139,7 +140,7 @@ def check_static_sizes(
         check_static_values(shapes, producers=producers)
     if folded is not None:
         copy, roots = folded
-        if not _check_folded_part(copy, roots, graph, names, mapped, folds, outer, shape_only):
+        if not _check_folded_part(copy, roots | holders, graph, names, mapped, folds, outer, shape_only):
             _check_folded(copy, names, mapped, folds, outer)
 
 
@@ -153,18 +154,17 @@ def _check_folded_part(
     outer: bool,
     shape_only: Collection[str],
 ) -> bool:
-    """:func:`_check_folded` on the part of ``copy`` its folded nodes (at the top-level ``roots``) and
-    outer constants can change (:mod:`.changed_sizes`), the rest typed as ``first`` (the first inference)
-    typed it; ``shape_only``: the whole model's values only a ``Shape`` reads. False when the part says
-    nothing for sure (it refuses a value, or cannot be inferred): the whole model is checked then."""
+    """:func:`_check_folded` on the part of ``copy`` its changes can reach (:mod:`.changed_sizes`;
+    ``roots``: the top-level nodes folded, holding a folded node, or holding outer constants), the rest
+    typed as ``first`` (the first inference) typed it; ``shape_only``: the whole model's values only a
+    ``Shape`` reads. False when the part says nothing for sure (it refuses a value, or cannot be
+    inferred): the whole model is checked then."""
     from ...model.data_prop import infer_with_data_prop
     from ...model.last_inference import infer_shapes
-    from ...model.outer_constants import outer_constant_holders, with_outer_constants
+    from ...model.outer_constants import with_outer_constants
     from ...translate.shapes_info import tensor_infos
     from .changed_sizes import changed_part
 
-    if outer:
-        roots = roots | outer_constant_holders(copy)
     found = changed_part(copy, first, roots)
     if found is None:
         return False
