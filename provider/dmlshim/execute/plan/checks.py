@@ -165,11 +165,11 @@ def _check_folded_part(
     from ...translate.shapes_info import tensor_infos
     from .changed_sizes import changed_part
 
-    found = changed_part(copy, first, roots)
-    if found is None:
-        return False
-    part, kept = found
     try:
+        found = changed_part(copy, first, roots)
+        if found is None:
+            return False
+        part, kept = found
         part = with_outer_constants(part) or part
         inferred = infer_with_data_prop(part) if outer else infer_shapes(part, remember=False)
         given = {v.name for v in inferred.graph.input}.union(shape_only)
