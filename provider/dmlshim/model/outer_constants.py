@@ -20,7 +20,7 @@ from onnx import helper
 
 from ..graph import subgraphs
 
-__all__ = ["SIZE_MAKING_OPS", "has_outer_constants", "with_outer_constants"]
+__all__ = ["SIZE_MAKING_OPS", "has_outer_constants", "outer_constant_holders", "with_outer_constants"]
 
 logger = logging.getLogger(__name__)
 
@@ -145,10 +145,27 @@ def _inject(
 def has_outer_constants(model: onnx.ModelProto) -> bool:
     """Whether :func:`with_outer_constants` would copy any outer constant into a subgraph (a walk, no
     copy)."""
-    nested = [sub for node in model.graph.node for _, sub in subgraphs(node)]
+    return bool(outer_constant_holders(model))
+
+
+def outer_constant_holders(model: onnx.ModelProto) -> set[int]:
+    """The indices of the top-level nodes holding a subgraph :func:`with_outer_constants` copies outer
+    constants into (a walk, no copy)."""
+    graph = model.graph
+    nested = [sub for node in graph.node for _, sub in subgraphs(node)]
     if not any(_sizes_anything(sub) for sub in nested):
-        return False  # (only a subgraph with a size-making node copies constants: the walk below says no)
-    return _inject(model.graph, {}, top=True, apply=False, overridable=model.ir_version >= 4)
+        return set()  # (only a subgraph with a size-making node copies constants: the walk below says no)
+    overridable = model.ir_version >= 4
+    visible = _own_constants(graph, overridable, values=False)
+    return {
+        i
+        for i, node in enumerate(graph.node)
+        if node.attribute
+        and any(
+            _inject(sub, visible, top=False, apply=False, overridable=overridable)
+            for _, sub in subgraphs(node)
+        )
+    }
 
 
 def _sizes_anything(graph: onnx.GraphProto) -> bool:

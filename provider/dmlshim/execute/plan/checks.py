@@ -59,6 +59,7 @@ def check_static_sizes(
     mapped: Collection[str] = (),
     model: onnx.ModelProto | None = None,
     folds: bool = True,
+    given: Collection[str] | None = None,
 ) -> None:
     """Refuse, before any allocation, a graph in which a statically shaped value cannot fit in memory
     (``mapped``: weights read from the model's files where they are needed, never allocated whole;
@@ -71,20 +72,30 @@ def check_static_sizes(
     ``model`` (the model ``graph`` was inferred from): a shape only its graph outputs or ``value_info``
     declare is the model's word, which onnxruntime does not take (it warns when a run's shape differs);
     such a value is refused only when inference without those declarations finds it as large. A Gather
-    output declared ``[10000000000, 4]`` was refused on every machine though onnxruntime runs it."""
-    unfeedable = unfeedable_inputs(graph)
-    if unfeedable:
-        logger.info("graph input(s) %s can never be fed on this machine; sizes left unchecked", unfeedable)
-        return
-    fed = {v.name for v in graph.input} - {t.name for t in graph.initializer}
+    output declared ``[10000000000, 4]`` was refused on every machine though onnxruntime runs it.
+
+    ``given``: the values left unchecked instead of the graph inputs (a part of a model,
+    :mod:`.changed_sizes`); a value of the part over the limit is then raised as it is, and the caller
+    checks the whole model."""
+    if given is not None:
+        fed = set(given)
+    else:
+        unfeedable = unfeedable_inputs(graph)
+        if unfeedable:
+            logger.info(
+                "graph input(s) %s can never be fed on this machine; sizes left unchecked", unfeedable
+            )
+            return
+        fed = {v.name for v in graph.input} - {t.name for t in graph.initializer}
     # values inside If branches and Loop/Scan bodies: onnxruntime allocates them when the branch runs
     inner, inner_producers = _subgraph_values(graph)
-    folded, outer = None, False
+    folded, outer, holders = None, False, set()
     if model is not None:
-        from ...model.outer_constants import has_outer_constants
-        from .folded_sizes import folded_copy
+        from ...model.outer_constants import outer_constant_holders
+        from .folded_sizes import folded_copy_at
 
-        folded, outer = folded_copy(model, graph), has_outer_constants(model)
+        holders = outer_constant_holders(model)  # (one walk: whether any, and which)
+        folded, outer = folded_copy_at(model, graph), bool(holders)
     outer_found: dict[str, tuple[Sequence[int], int]] = {}
     if outer and folded is None:  # sized from an enclosing graph's constants, as onnxruntime sizes them
         # (with a folded copy, its pass below infers the outer constants too: one inference, not two)
@@ -115,6 +126,8 @@ def check_static_sizes(
     try:
         check_static_values(shapes, producers=producers)
     except TooLargeError:
+        if given is not None:  # a part of a model: the whole model decides
+            raise
         # The values only ``Shape`` reads are never allocated where onnxruntime folds constants (with
         # folding off it computes a Shape's input too). Leaving them out can only spare a value, so they
         # are looked for (a walk of every node, then the folded values' walk) only once some value is over
@@ -123,7 +136,9 @@ def check_static_sizes(
             shapes = sized(fed | _shape_only(graph))
         _check_undeclared(shapes, producers, graph, model)
     if folded is not None:
-        _check_folded(folded, names, mapped, folds, outer)
+        copy, roots = folded
+        if not _check_folded_part(copy, roots | holders, graph, names, mapped, folds, outer):
+            _check_folded(copy, names, mapped, folds, outer)
 
 
 def _check_undeclared(
@@ -152,6 +167,44 @@ def _check_undeclared(
             else:
                 del shapes[name]
         check_static_values(shapes, producers=producers)
+
+
+def _check_folded_part(
+    copy: onnx.ModelProto,
+    roots: set[int],
+    first: onnx.GraphProto,
+    names: Sequence[str],
+    mapped: Collection[str],
+    folds: bool,
+    outer: bool,
+) -> bool:
+    """:func:`_check_folded` on the part of ``copy`` its changes can reach (:mod:`.changed_sizes`;
+    ``roots``: the top-level nodes folded, holding a folded node, or holding outer constants), the rest
+    typed as ``first`` (the first inference) typed it. False when the part says nothing for sure (it
+    refuses a value, a ``Shape``'s input included, or cannot be inferred): the whole model is checked
+    then."""
+    from ...model.data_prop import infer_with_data_prop
+    from ...model.last_inference import infer_shapes
+    from ...model.outer_constants import with_outer_constants
+    from ...translate.shapes_info import tensor_infos
+    from .changed_sizes import changed_part
+
+    try:
+        found = changed_part(copy, first, roots)
+        if found is None:
+            return False
+        part, kept = found
+        part = with_outer_constants(part) or part
+        inferred = infer_with_data_prop(part) if outer else infer_shapes(part, remember=False)
+        given = {v.name for v in inferred.graph.input}
+        infos = tensor_infos(inferred.graph)
+        check_static_sizes(
+            inferred.graph, infos, [names[i] for i in kept], mapped=mapped, folds=folds, given=given
+        )
+    except Exception as exc:  # a refusal or a failure of the part alone: the whole model decides
+        logger.debug("the changed part says nothing for sure (%s): the whole model is inferred again", exc)
+        return False
+    return True
 
 
 def _check_folded(

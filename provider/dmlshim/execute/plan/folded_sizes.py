@@ -28,7 +28,7 @@ from onnx import helper, numpy_helper
 from ...graph import constant_node_shape, constant_node_value, default_opset, may_hold_op_types, subgraphs
 from ...limits import static_dims
 
-__all__ = ["FOLD_MAX_ELEMENTS", "folded_copy"]
+__all__ = ["FOLD_MAX_ELEMENTS", "folded_copy", "folded_copy_at"]
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +71,13 @@ def folded_copy(model: onnx.ModelProto, graph: onnx.GraphProto) -> onnx.ModelPro
     shape input (:data:`SIZE_INPUTS`) of a reader ``graph`` (``model``'s graph as inference typed it)
     leaves unsized, and computable from small constants alone, is a ``Constant`` of its value; None
     when no such node exists (the common case: one walk over the nodes)."""
+    found = folded_copy_at(model, graph)
+    return None if found is None else found[0]
+
+
+def folded_copy_at(model: onnx.ModelProto, graph: onnx.GraphProto) -> tuple[onnx.ModelProto, set[int]] | None:
+    """:func:`folded_copy`, and the indices of the top-level nodes it changed (a folded node, or the node
+    holding the subgraph it is in)."""
     if not may_hold_op_types(graph, tuple(SIZE_INPUTS)):
         return None  # no reader of a shape input (a chain of 20,000 nodes: no walk)
     folds: dict[tuple[int, ...], np.ndarray] = {}
@@ -89,7 +96,7 @@ def folded_copy(model: onnx.ModelProto, graph: onnx.GraphProto) -> onnx.ModelPro
             helper.make_node("Constant", [], [out], name=name, value=numpy_helper.from_array(value, out))
         )
     logger.info("%d value(s) computed from constants to size the values they shape", len(folds))
-    return copy
+    return copy, {path[0] for path in folds}
 
 
 def _node_at(graph: onnx.GraphProto, path: tuple[int, ...]) -> onnx.NodeProto:
