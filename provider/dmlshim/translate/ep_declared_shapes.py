@@ -41,8 +41,9 @@ class EpDeclaredShapeRefusal:
         form: the form, in words.
         seen: what onnxruntime-directml said on real DirectML (version, message, models).
         when: when it fails.
-        no_check_op_types: ops whose DirectML kernel was seen to run such an output (their output shape
-            comes from the data, so the provider has no inferred shape to check).
+        no_check_op_types: ops seen to run such an output on real DirectML: their output shape comes from
+            the data (NonZero on DML), or the provider has no kernel for them and onnxruntime runs them on
+            CPU, which only warns (control flow, the window ops, Unique, Compress, NonMaxSuppression).
         cpu_domains: op domains the DirectML provider has no kernel for (the node runs on CPU).
     """
 
@@ -63,9 +64,25 @@ EP_DECLARED_SHAPE_REFUSAL = EpDeclaredShapeRefusal(
     "MLOperatorAuthorImpl.cpp(2853) 80070057 for a dimension, (2844) for a rank: one-node Relu, Cast, "
     "Identity, Shape, Gather, GatherElements, ScatterND and ScatterElements (opset 13) models, and "
     "onnx_models/ecosystem/mlt_lgbm_classifier.onnx (label declared [1], 7 rows, Cast on DML); NonZero on "
-    "DML and nodes on CPU (ai.onnx.ml Scaler, ScatterND/ScatterElements at opset 18) run such an output",
+    "DML and nodes on CPU (ai.onnx.ml Scaler, ScatterND/ScatterElements at opset 18, If, Loop, Scan, Unique, "
+    "Compress, NonMaxSuppression, HannWindow, HammingWindow, BlackmanWindow, MelWeightMatrix) run such "
+    "an output; a string output has no DirectML form (its node runs on CPU)",
     when="run",
-    no_check_op_types=frozenset({"NonZero"}),
+    no_check_op_types=frozenset(
+        {
+            "NonZero",
+            "If",
+            "Loop",
+            "Scan",
+            "Unique",
+            "Compress",
+            "NonMaxSuppression",
+            "HannWindow",
+            "HammingWindow",
+            "BlackmanWindow",
+            "MelWeightMatrix",
+        }
+    ),
     cpu_domains=frozenset({"ai.onnx.ml"}),
 )
 """The one row: docs/directml-linux.md, "onnxruntime-directml's refusals seen on real DirectML"."""
@@ -147,7 +164,12 @@ class DeclaredOutputs:
     def __init__(self, model: onnx.ModelProto, refusal: EpDeclaredShapeRefusal = EP_DECLARED_SHAPE_REFUSAL):
         self._model = model
         self._refusal = refusal
-        self._declared = {v.name: dims for v in model.graph.output if (dims := _dims(v)) is not None}
+        # a string tensor has no DirectML form: the node making it runs on CPU, which only warns
+        self._declared = {
+            v.name: dims
+            for v in model.graph.output
+            if (dims := _dims(v)) is not None and v.type.tensor_type.elem_type != onnx.TensorProto.STRING
+        }
         # name -> (the shape when every size is declared, else None; rank; ((axis, size), ...)): what a
         # run's shape is held to, read on every run (a whole static shape is one tuple comparison)
         self._held = {
