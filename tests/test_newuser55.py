@@ -133,3 +133,36 @@ def test_real_directml_runs_these_outputs(form: str, tmp_path: Path) -> None:
     result = sweep_one(path)
     assert result.outcome == "ran", result.message
     assert CODE not in result.predicted_refusal
+
+
+def test_outputs_declared_partly_static_run_as_onnxruntime_runs_them() -> None:
+    # two outputs declared [n, 2] (a static size past the first axis): the check of each run's outputs
+    # reused the output index for the axis and raised IndexError on every run (torch's legacy export of
+    # ``x.repeat(4, 1)[torch.arange(x.shape[0] * 4)]`` declares its outputs so)
+    x = np.array([[1, -2], [3, -4], [-5, 6]], np.float32)
+    model = _model(
+        [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Neg", ["x"], ["b"])],
+        [vi("x", F, ["n", 2])], [vi("a", F, ["n", 2]), vi("b", F, ["n", 2])],
+    )  # fmt: skip
+    expected = ort_run(model, {"x": x})
+    session = InferenceSession(model.SerializeToString())
+    got = session.run(None, {"x": x})
+    for g, e in zip(got, expected, strict=True):
+        np.testing.assert_array_equal(g, e)
+    assert session.last_run_record is not None and session.last_run_record.notes == ()
+
+
+def test_a_contradicted_second_output_after_a_partly_static_first_is_noted() -> None:
+    # real DirectML fails a Relu output declared [1, 2] over x: [n, 2] fed [3, 2] (tests/test_ep_declared_output55.py)
+    x = np.array([[1, -2], [3, -4], [-5, 6]], np.float32)
+    model = _model(
+        [helper.make_node("Neg", ["x"], ["a"]), helper.make_node("Relu", ["x"], ["b"])],
+        [vi("x", F, ["n", 2])], [vi("a", F, ["n", 2]), vi("b", F, [1, 2])],
+    )  # fmt: skip
+    expected = ort_run(model, {"x": x}, quiet=True)
+    session = InferenceSession(model.SerializeToString())
+    got = session.run(None, {"x": x})
+    np.testing.assert_array_equal(got[1], expected[1])
+    assert session.last_run_record is not None
+    notes = [m for code, m in session.last_run_record.notes if code == CODE]
+    assert len(notes) == 1 and "graph output 'b'" in notes[0] and "[3, 2]" in notes[0]

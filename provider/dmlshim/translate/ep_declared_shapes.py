@@ -211,8 +211,8 @@ class DeclaredOutputs:
                 continue
             if len(shape) != rank:
                 return True
-            for i, d in sizes:
-                if shape[i] != d:
+            for axis, d in sizes:  # not ``i``: that indexes the outputs
+                if shape[axis] != d:
                     return True
         return False
 
