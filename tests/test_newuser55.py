@@ -166,3 +166,24 @@ def test_a_contradicted_second_output_after_a_partly_static_first_is_noted() -> 
     assert session.last_run_record is not None
     notes = [m for code, m in session.last_run_record.notes if code == CODE]
     assert len(notes) == 1 and "graph output 'b'" in notes[0] and "[3, 2]" in notes[0]
+
+
+@pytest.mark.parametrize("engine", ["customop", "partitioned", "cpu"])
+def test_a_stale_static_value_info_on_gathered_indices_runs_as_onnxruntime(engine: str) -> None:
+    # indices made by Expand(k, s) with s fed [4], the model declaring them [10**8] (stale): onnxruntime runs
+    # it; the custom-op engine's numpy guard Reshape'd to the folded declaration and refused the run
+    model = _model(
+        [helper.make_node("Expand", ["k", "s"], ["e"]), helper.make_node("Gather", ["t", "e"], ["y"])],
+        [vi("k", I64, [1]), vi("s", I64, [1]), vi("t", F, ["a", "b"])], [vi("y", F, None)],
+    )  # fmt: skip
+    if engine == "customop":
+        pytest.importorskip("onnxruntime_extensions")
+    model.graph.value_info.extend([vi("e", I64, [10**8])])
+    feeds = {
+        "k": np.array([1], np.int64),
+        "s": np.array([4], np.int64),
+        "t": np.arange(30, dtype=np.float32).reshape(3, 10),
+    }
+    expected = ort_run(model, feeds, quiet=True)
+    got = InferenceSession(model.SerializeToString(), engine=engine).run(None, feeds)
+    np.testing.assert_array_equal(got[0], expected[0])
