@@ -58,7 +58,9 @@ def _loop() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
 
 
 def _scan() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
-    body = helper.make_graph([helper.make_node("Relu", ["a"], ["b"])], "body", [vi("a", F, [2])], [vi("b", F, [2])])
+    body = helper.make_graph(
+        [helper.make_node("Relu", ["a"], ["b"])], "body", [vi("a", F, [2])], [vi("b", F, [2])]
+    )
     node = helper.make_node("Scan", ["x"], ["y"], body=body, num_scan_inputs=1)
     model = _model([node], [vi("x", F, ["n", 2])], [vi("y", F, [1, 2])])
     return model, {"x": np.array([[1, -2], [3, -4], [-5, 6]], np.float32)}
@@ -77,12 +79,17 @@ CASES = {
     "scan": _scan,
     "unique": lambda: _one("Unique", [vi("x", F, ["n"])], {"x": X5}, sorted=1),
     "compress": lambda: _one(
-        "Compress", [vi("x", F, ["n"]), vi("c", B, ["n"])], {"x": X5, "c": np.array([1, 0, 1, 1, 0], bool)}, axis=0
+        "Compress",
+        [vi("x", F, ["n"]), vi("c", B, ["n"])],
+        {"x": X5, "c": np.array([1, 0, 1, 1, 0], bool)},
+        axis=0,
     ),
     "hann": lambda: _one("HannWindow", [vi("n", I64, [])], {"n": np.array(3, np.int64)}),
     "blackman": lambda: _one("BlackmanWindow", [vi("n", I64, [])], {"n": np.array(3, np.int64)}),
     "string_identity": lambda: _one(
-        "Identity", [vi("x", TensorProto.STRING, ["n"])], {"x": np.array(["a", "b", "c"], object)},
+        "Identity",
+        [vi("x", TensorProto.STRING, ["n"])],
+        {"x": np.array(["a", "b", "c"], object)},
         TensorProto.STRING,
     ),
 }
@@ -153,7 +160,8 @@ def test_outputs_declared_partly_static_run_as_onnxruntime_runs_them() -> None:
 
 
 def test_a_contradicted_second_output_after_a_partly_static_first_is_noted() -> None:
-    # real DirectML fails a Relu output declared [1, 2] over x: [n, 2] fed [3, 2] (tests/test_ep_declared_output55.py)
+    # real DirectML fails a Relu output declared [1, 2] over x: [n, 2] fed [3, 2]
+    # (tests/test_ep_declared_output55.py)
     x = np.array([[1, -2], [3, -4], [-5, 6]], np.float32)
     model = _model(
         [helper.make_node("Neg", ["x"], ["a"]), helper.make_node("Relu", ["x"], ["b"])],
