@@ -50,8 +50,9 @@ class EpDeclaredShapeRefusal:
         form: the form, in words.
         seen: what onnxruntime-directml said on real DirectML (version, message, models).
         when: when it fails.
-        no_check_op_types: ops whose DirectML kernel was seen to run such an output (their output shape
-            comes from the data, so the provider has no inferred shape to check).
+        no_check_op_types: ops seen to run such an output on real DirectML: their output shape comes from
+            the data (NonZero on DML), or the provider has no kernel for them and onnxruntime runs them on
+            CPU, which only warns (control flow, the window ops, Unique, Compress, NonMaxSuppression).
         cpu_domains: op domains the DirectML provider has no kernel for (the node runs on CPU).
     """
 
@@ -77,9 +78,25 @@ EP_DECLARED_SHAPE_REFUSAL = EpDeclaredShapeRefusal(
     "MLOperatorAuthorImpl.cpp(2597)), an If's else branch Identity/Relu output declared [d] over a rank-2 "
     "value (the held-out GATConv export), and "
     "onnx_models/ecosystem/mlt_lgbm_classifier.onnx (label declared [1], 7 rows, Cast on DML); NonZero on "
-    "DML and nodes on CPU (ai.onnx.ml Scaler, ScatterND/ScatterElements at opset 18) run such an output",
+    "DML and nodes on CPU (ai.onnx.ml Scaler, ScatterND/ScatterElements at opset 18, If, Loop, Scan, Unique, "
+    "Compress, NonMaxSuppression, HannWindow, HammingWindow, BlackmanWindow, MelWeightMatrix) run such "
+    "an output; a string output has no DirectML form (its node runs on CPU)",
     when="run",
-    no_check_op_types=frozenset({"NonZero"}),
+    no_check_op_types=frozenset(
+        {
+            "NonZero",
+            "If",
+            "Loop",
+            "Scan",
+            "Unique",
+            "Compress",
+            "NonMaxSuppression",
+            "HannWindow",
+            "HammingWindow",
+            "BlackmanWindow",
+            "MelWeightMatrix",
+        }
+    ),
     cpu_domains=frozenset({"ai.onnx.ml"}),
 )
 """The one row: docs/directml-linux.md, "onnxruntime-directml's refusals seen on real DirectML"."""
@@ -171,14 +188,22 @@ class DeclaredOutputs:
     def __init__(self, model: onnx.ModelProto, refusal: EpDeclaredShapeRefusal = EP_DECLARED_SHAPE_REFUSAL):
         self._model = model
         self._refusal = refusal
-        self._declared = {v.name: dims for v in model.graph.output if (dims := _dims(v)) is not None}
+        # a string tensor has no DirectML form: the node making it runs on CPU, which only warns
+        self._declared = {
+            v.name: dims
+            for v in model.graph.output
+            if (dims := _dims(v)) is not None and v.type.tensor_type.elem_type != onnx.TensorProto.STRING
+        }
         outer = {v.name for v in (*model.graph.input, *model.graph.output)} | {
             t.name for t in model.graph.initializer
         }
         self._values = {
             v.name: dims
             for v in model.graph.value_info
-            if v.name not in self._declared and v.name not in outer and (dims := _dims(v)) is not None
+            if v.name not in self._declared
+            and v.name not in outer
+            and (dims := _dims(v)) is not None
+            and v.type.tensor_type.elem_type != onnx.TensorProto.STRING
         }
         # branch output name -> (the main graph's If, its branch, the output's index, declared, producer)
         self._branches = {
@@ -249,7 +274,7 @@ class DeclaredOutputs:
                 continue
             if len(shape) != rank:
                 return True
-            for axis, d in sizes:
+            for axis, d in sizes:  # not ``i``: that indexes the outputs
                 if shape[axis] != d:
                     return True
         return False

@@ -35,7 +35,7 @@ from ..custom_ops.types import (
     type_name,
 )
 from .emitter import RESHAPE_INPUT_SINCE, Emitter, Names, Tail, emit_tail
-from .numpy_guard import GUARD_SINCE, numpy_guard, numpy_holds
+from .numpy_guard import GUARD_SINCE, forget_static_declaration, numpy_guard, numpy_holds
 
 __all__ = ["LoweredNode", "lower_node"]
 
@@ -273,6 +273,7 @@ def lower_node(
             info = infos[i] if i < len(infos) else None
             if info is not None and info.is_static and numpy_holds(info.static_shape, itemsize):
                 continue
+            forget_static_declaration(graph, custom_inputs[i])
             custom_inputs[i], reshape = numpy_guard(emit, custom_inputs[i], itemsize, code)
             guards.append(reshape)
         guards.append(str(code))

@@ -22,11 +22,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import onnx
 from onnx import TensorProto
 
 from .emitter import Emitter
 
-__all__ = ["GUARD_SINCE", "numpy_guard", "numpy_holds"]
+__all__ = ["GUARD_SINCE", "forget_static_declaration", "numpy_guard", "numpy_holds"]
 
 GUARD_SINCE = 9
 """The first ai.onnx opset with every op the guard uses (Where)."""
@@ -59,3 +60,20 @@ def numpy_guard(emit: Emitter, value: str, itemsize: int, code: int) -> tuple[st
     out = emit.names.fresh(f"{emit.stem}_guarded")
     emit._node("Reshape", [value, target], out)
     return out, emit.nodes[-1].name
+
+
+def forget_static_declaration(graph: onnx.GraphProto, value: str) -> None:
+    """Drop ``graph``'s ``value_info`` declaring ``value`` with a fully static shape before ``value`` is
+    guarded: onnxruntime folds the guard's ``Shape`` into that declaration, and a stale one (``[10**8]`` on
+    a value the run makes ``[4]``, which onnxruntime runs with the model's own nodes) failed the guard's
+    Reshape, refusing a run onnxruntime completes."""
+    kept = [
+        v
+        for v in graph.value_info
+        if v.name != value
+        or not v.type.tensor_type.HasField("shape")
+        or not all(d.HasField("dim_value") for d in v.type.tensor_type.shape.dim)
+    ]
+    if len(kept) != len(graph.value_info):
+        del graph.value_info[:]
+        graph.value_info.extend(kept)
