@@ -26,6 +26,7 @@ from dmlshim.directml.stack import stack_available
 from dmlshim.errors import DmlShimError
 from dmlshim.translate.ep_declared_shapes import EP_DECLARED_SHAPE_REFUSAL
 from dmlshim.validate import validate_model
+from tests.directml_sweeps import sweep_built
 from tests.oracle import IR_VERSION, ort_run
 
 CODE = EP_DECLARED_SHAPE_REFUSAL.code
@@ -181,13 +182,8 @@ def test_validate_warns_naming_output_node_shapes_and_code(tmp_path: Path) -> No
 @real
 @pytest.mark.parametrize("form", list(FORMS))
 def test_real_directml_fails_exactly_where_predicted(form: str, tmp_path: Path) -> None:
-    from dmlshim.directml.sweep import sweep_one
-
     model, feeds, fails = FORMS[form]
-    path = tmp_path / f"{form}.onnx"
-    onnx.save(model, str(path))
-    np.savez(tmp_path / f"{form}.npz", **feeds)
-    result = sweep_one(path)
+    result = sweep_built(model, feeds, tmp_path, form)
     assert result.outcome == ("failed" if fails else "ran"), result.message
     assert (CODE in result.predicted_refusal) == fails
     if fails:

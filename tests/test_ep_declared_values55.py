@@ -28,6 +28,7 @@ from dmlshim.directml.sweep import cpu_values, declared_shape_findings
 from dmlshim.errors import DmlShimError
 from dmlshim.translate import CPU_PROVIDER
 from dmlshim.translate.ep_declared_shapes import EP_DECLARED_SHAPE_REFUSAL, DeclaredOutputs
+from tests.directml_sweeps import sweep_built
 from tests.oracle import IR_VERSION, ort_run
 from tests.test_ep_stale_output_rank import FEEDS as IF_FEEDS
 from tests.test_ep_stale_output_rank import _model as if_model
@@ -133,13 +134,8 @@ def test_a_graph_output_is_not_taken_for_a_value() -> None:
 @real
 @pytest.mark.parametrize("form", list(FORMS))
 def test_real_directml_fails_exactly_where_predicted(form: str, tmp_path: Path) -> None:
-    from dmlshim.directml.sweep import sweep_one
-
     model, _, fails_at = FORMS[form]
-    path = tmp_path / f"{form}.onnx"
-    onnx.save(model, str(path))
-    np.savez(tmp_path / f"{form}.npz", x=X)
-    result = sweep_one(path)
+    result = sweep_built(model, {"x": X}, tmp_path, form)
     assert result.outcome == ("failed" if fails_at else "ran"), result.message
     assert (CODE in result.predicted_refusal) == bool(fails_at)
     if fails_at:
@@ -191,13 +187,8 @@ def test_if_branch_prediction_from_onnxruntime_cpu(form: str) -> None:
 @real
 @pytest.mark.parametrize("form", list(IF_FORMS))
 def test_real_directml_if_branch_fails_exactly_where_predicted(form: str, tmp_path: Path) -> None:
-    from dmlshim.directml.sweep import sweep_one
-
     model, feeds, fails_at = IF_FORMS[form]
-    path = tmp_path / f"{form}.onnx"
-    onnx.save(model, str(path))
-    np.savez(tmp_path / f"{form}.npz", **feeds)
-    result = sweep_one(path)
+    result = sweep_built(model, feeds, tmp_path, form)
     assert result.outcome == ("failed" if fails_at else "ran"), result.message
     assert (CODE in result.predicted_refusal) == bool(fails_at)
     if fails_at:

@@ -22,6 +22,7 @@ from dmlshim import InferenceSession
 from dmlshim.directml.stack import stack_available
 from dmlshim.translate.ep_declared_shapes import EP_DECLARED_SHAPE_REFUSAL
 from dmlshim.validate import validate_model
+from tests.directml_sweeps import sweep_built
 from tests.oracle import IR_VERSION, ort_run
 
 CODE = EP_DECLARED_SHAPE_REFUSAL.code
@@ -131,13 +132,8 @@ def test_a_relu_declared_scalar_fed_one_element_is_still_noted() -> None:
 @real
 @pytest.mark.parametrize("form", ["if", "unique"])
 def test_real_directml_runs_these_outputs(form: str, tmp_path: Path) -> None:
-    from dmlshim.directml.sweep import sweep_one
-
     model, feeds = CASES[form]()
-    path = tmp_path / f"{form}.onnx"
-    onnx.save(model, str(path))
-    np.savez(tmp_path / f"{form}.npz", **feeds)
-    result = sweep_one(path)
+    result = sweep_built(model, feeds, tmp_path, form)
     assert result.outcome == "ran", result.message
     assert CODE not in result.predicted_refusal
 
