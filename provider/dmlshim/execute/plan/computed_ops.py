@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from onnx import numpy_helper
 
 __all__ = ["OPS", "cast", "evaluate", "result_size", "sliced", "squeezed"]
 
@@ -38,7 +39,23 @@ _REDUCE: dict[str, Callable[..., Any]] = {
 _ROUND: dict[str, Callable[..., Any]] = {"Floor": np.floor, "Ceil": np.ceil, "Round": np.round}
 """``Round`` rounds half to even, as numpy's."""
 OPS = frozenset(
-    {"Where", "Not", "Mod", "Max", "Min", "Abs", "Neg", "Sign", "Size", *_COMPARE, *_LOGIC, *_REDUCE, *_ROUND}
+    {
+        "ConstantOfShape",
+        "Transpose",
+        "Where",
+        "Not",
+        "Mod",
+        "Max",
+        "Min",
+        "Abs",
+        "Neg",
+        "Sign",
+        "Size",
+        *_COMPARE,
+        *_LOGIC,
+        *_REDUCE,
+        *_ROUND,
+    }
 )
 _EXACT = 2**53
 """onnxruntime's integer ``fmod`` goes through ``std::fmod``, a double: exact below this."""
@@ -51,6 +68,8 @@ def evaluate(
     this cannot say (an invalid input: onnxruntime's error stands)."""
     values = [a for a in args if a is not None]
     kinds = {a.dtype.kind for a in values}
+    if op in ("ConstantOfShape", "Transpose"):
+        return _arranged(op, attrs, values[0])
     if op in _COMPARE:
         a, b = args[0], args[1]
         if a is None or b is None or a.dtype != b.dtype or (op != "Equal" and a.dtype.kind == "b"):
@@ -96,6 +115,21 @@ def evaluate(
             return None  # a float sum's value depends on its order
         return _reduced(op, attrs, opset, args)
     return None
+
+
+def _arranged(op: str, attrs: Mapping[str, Any], data: np.ndarray) -> np.ndarray | None:
+    """``ConstantOfShape`` (its ``value``, a float32 0 by default) and ``Transpose`` (its ``perm``, the
+    axes reversed by default): the torch exporter's ``F.pad`` turns its pads through both (round 55b)."""
+    if op == "Transpose":
+        perm = [int(p) for p in attrs.get("perm") or range(data.ndim - 1, -1, -1)]
+        return np.transpose(data, perm) if sorted(perm) == list(range(data.ndim)) else None
+    if data.dtype != np.int64 or data.ndim != 1 or np.any(data < 0):
+        return None
+    tensor = attrs.get("value")
+    fill = numpy_helper.to_array(tensor).reshape(-1) if tensor is not None else np.zeros(1, np.float32)
+    if fill.size != 1:
+        return None
+    return np.full([int(d) for d in data], fill[0], fill.dtype)
 
 
 def _mod(a: np.ndarray | None, b: np.ndarray | None, fmod: bool) -> np.ndarray | None:
@@ -160,6 +194,13 @@ def result_size(op: str, attrs: Mapping[str, Any], args: list[np.ndarray]) -> in
     :data:`_MAX_ELEMENTS` each): two ``[4096, 1]`` and ``[1, 4096]`` values broadcast to 16.7 million."""
     if op == "Concat":
         return sum(a.size for a in args)
+    if op == "ConstantOfShape" and args:  # its input's values are the shape it makes
+        total = 1
+        for d in args[0].reshape(-1).tolist():
+            total *= max(int(d), 0)
+            if total > 1 << 40:
+                break
+        return total
     if op == "Gather" and len(args) == 2 and args[0].ndim:
         axis = int(attrs.get("axis", 0))
         dim = args[0].shape[axis] if -args[0].ndim <= axis < args[0].ndim else 1

@@ -9,7 +9,8 @@ Range, OneHot or Reshape is followed here: ``Shape`` or ``Size`` of a feed, ``Ga
 ``Concat``, ``Unsqueeze``, ``Squeeze``, ``Cast`` (among integers, bool, float32, float64), ``Add``, ``Sub``,
 ``Mul``, ``Div`` (truncating, as onnxruntime's integer division), ``Reshape`` and ``Identity``, and (round 52,
 :mod:`.computed_ops`) ``Where``, the comparisons and ``Not``/``And``/``Or``/``Xor``, ``Mod``, ``Max``,
-``Min``, ``Abs``, ``Neg``, ``Sign``, ``Floor``/``Ceil``/``Round`` and ``ReduceProd``/``Sum``/``Max``/``Min``,
+``Min``, ``Abs``, ``Neg``, ``Sign``, ``Floor``/``Ceil``/``Round``, ``ReduceProd``/``Sum``/``Max``/``Min`` and
+(round 55b: torch's ``F.pad`` pads) ``ConstantOfShape`` and ``Transpose``,
 of small integer, bool, float32 and float64 tensors (at most 4096 elements: feeds, initializers,
 ``Constant`` nodes; a step whose result would be larger is not computed), evaluated with numpy on each
 run's feeds. So are the branches of an ``If`` whose condition is known that way: the branch the condition
