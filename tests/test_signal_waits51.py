@@ -21,7 +21,7 @@ import onnx
 import pytest
 
 from .conftest import REPO
-from .test_validate_signals import alive, children, slow_model
+from .test_validate_signals import alive, children, sigint_default, slow_model
 
 pytestmark = pytest.mark.skipif(
     not hasattr(signal, "pthread_sigmask") or not Path("/proc/self/task").is_dir(),
@@ -72,7 +72,14 @@ def test_validate_jobs_ends_when_the_signal_lands_on_another_thread(tmp_path: Pa
     script = tmp_path / "validate.py"
     script.write_text(VALIDATE, encoding="utf-8")
     command = [sys.executable, str(script), "validate", str(tmp_path), "--jobs", "2"]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    proc = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+        preexec_fn=sigint_default,  # the script blocks the signals itself, once its workers are started
+    )
     workers: set[int] = set()
     try:
         assert proc.stdout is not None

@@ -107,8 +107,13 @@ def test_signal_ends_the_workers_with_the_parent(tmp_path: Path, signum: int) ->
     assert not [pid for pid in workers if alive(pid)]
 
 
-def _sigint_default() -> None:
+def sigint_default() -> None:
+    """In the child, before it runs: SIGINT's default action and an empty signal mask, as a terminal's
+    foreground job starts (the mask is inherited through exec, and a test earlier in this pytest process
+    may leave SIGINT blocked in it: the child then never sees the Ctrl-C the test sends)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_SETMASK, set())
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs /proc to find the workers")
@@ -130,7 +135,7 @@ def test_ctrl_c_to_the_whole_group_is_interrupted_without_a_traceback(tmp_path: 
         start_new_session=True,  # its own process group, as a terminal's foreground job
         # a foreground job's Ctrl-C is not ignored, even where this test runs as a background job (which
         # a shell without job control starts with SIGINT ignored, and Python then never interrupts)
-        preexec_fn=_sigint_default,
+        preexec_fn=sigint_default,
     )
     workers: set[int] = set()
     if moment == "starting":
